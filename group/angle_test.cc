@@ -1,0 +1,133 @@
+#include "group/angle.h"
+
+#include <quadmath.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace group {
+namespace {
+
+// 2 pi as a sum of two binary128 numbers (226 bits), for the oracle below.
+const __float128 kTwoPiHiQ = strtoflt128("0x1.921fb54442d18469898cc51701b8p+2", nullptr);
+const __float128 kTwoPiLoQ = strtoflt128("0x1.cd129024e088a67cc74020bbea64p-113", nullptr);
+
+// Oracle: p * theta mod 2 pi in binary128. p is split into two 32-bit halves so each
+// partial product (<= 85 bits) is exact in binary128's 113-bit significand; each is
+// reduced with an exact fmaq two-product against the 226-bit 2 pi. Its error is about
+// 2^-110 absolute, ~2^57 times smaller than one ulp of the double result.
+__float128 ReduceQ(__float128 t) {
+  const __float128 k = nearbyintq(t / kTwoPiHiQ);
+  const __float128 h = k * kTwoPiHiQ;
+  const __float128 l = fmaq(k, kTwoPiHiQ, -h);
+  return ((t - h) - l) - k * kTwoPiLoQ;
+}
+
+double OracleAngle(int64_t p, double theta) {
+  const __float128 hi = static_cast<__float128>(p >> 32) * static_cast<__float128>(4294967296.0);
+  const __float128 lo = static_cast<__float128>(static_cast<uint32_t>(p & 0xffffffff));
+  __float128 r = ReduceQ(hi * theta) + ReduceQ(lo * theta);
+  r = ReduceQ(r);
+  return static_cast<double>(r);
+}
+
+// Distance on the circle, so that +pi and -pi count as equal.
+double CircleDistance(double a, double b) {
+  double d = std::fabs(a - b);
+  return std::fmin(d, 2 * kPi - d);
+}
+
+// One ulp at pi is 4.4e-16; the contract is 1 ulp of the result plus 2^-90.
+constexpr double kAngleTol = 4.5e-16;
+
+TEST(ReducedAngleTest, MatchesQuadOracleForLargePositions) {
+  std::mt19937_64 rng(1234);
+  std::uniform_int_distribution<int> bits(0, 62);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int b = bits(rng);
+    int64_t p = static_cast<int64_t>(rng() >> (63 - b));
+    if (trial % 2) p = -p;
+    // Frequencies from RoPE's range (1e-4 .. 1) and beyond (up to 2^20).
+    const double theta = unit(rng) * std::pow(2.0, (trial % 34) - 13);
+    const double r = ReducedAngle(p, theta);
+    ASSERT_LE(r, kPi);
+    ASSERT_GE(r, -kPi);
+    ASSERT_LE(CircleDistance(r, OracleAngle(p, theta)), kAngleTol)
+        << "p=" << p << " theta=" << theta;
+  }
+}
+
+TEST(ReducedAngleTest, ExtremePositions) {
+  const int64_t ps[] = {INT64_MAX, INT64_MIN, INT64_MIN + 1, int64_t{1} << 62,
+                        -(int64_t{1} << 62), int64_t{1} << 53, (int64_t{1} << 53) + 1};
+  const double thetas[] = {1.0, 1e-4, 0.5, kTwoPi, kPi, 3.0e5, 1.0 / 3.0};
+  for (int64_t p : ps) {
+    for (double theta : thetas) {
+      EXPECT_LE(CircleDistance(ReducedAngle(p, theta), OracleAngle(p, theta)), kAngleTol)
+          << "p=" << p << " theta=" << theta;
+    }
+  }
+}
+
+TEST(ReducedAngleTest, NaiveDoubleProductIsWrongWhereReductionIsRight) {
+  // Guards the test's power: at p = 2^62 the naive double product p * theta keeps no
+  // correct bits of the angle, so an implementation that formed it would fail above.
+  const int64_t p = (int64_t{1} << 62) + 12345;
+  const double theta = 0.7;
+  const double naive = std::remainder(static_cast<double>(p) * theta, kTwoPi);
+  EXPECT_GT(CircleDistance(naive, OracleAngle(p, theta)), 1e-3);
+  EXPECT_LE(CircleDistance(ReducedAngle(p, theta), OracleAngle(p, theta)), kAngleTol);
+}
+
+TEST(ReducedAngleTest, SmallCases) {
+  EXPECT_EQ(ReducedAngle(0, 1.0), 0.0);
+  EXPECT_EQ(ReducedAngle(5, 0.0), 0.0);
+  EXPECT_DOUBLE_EQ(ReducedAngle(1, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(ReducedAngle(-3, 0.5), -1.5);
+  // 4 rad wraps to 4 - 2 pi.
+  EXPECT_NEAR(ReducedAngle(4, 1.0), 4.0 - kTwoPi, 1e-15);
+  EXPECT_TRUE(std::isnan(ReducedAngle(3, NAN)));
+  EXPECT_TRUE(std::isnan(ReducedAngle(3, INFINITY)));
+  EXPECT_TRUE(std::isnan(ReducedAngle(INT64_MAX, 1e300)));
+}
+
+TEST(ReducedAngleTest, SinCosMatchesAngle) {
+  const SinCos sc = SinCosOfMultiple(int64_t{1} << 40, 0.01);
+  const double a = OracleAngle(int64_t{1} << 40, 0.01);
+  EXPECT_NEAR(sc.sin, std::sin(a), 1e-15);
+  EXPECT_NEAR(sc.cos, std::cos(a), 1e-15);
+}
+
+TEST(CyclicAngleTest, PeriodicAndExact) {
+  std::mt19937_64 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 1000);
+    const int64_t k = static_cast<int64_t>(rng() % 50) - 25;
+    const int64_t p = static_cast<int64_t>(rng() >> 2) - (int64_t{1} << 61);
+    const double a = CyclicAngle(p, k, n);
+    // Bit-identical under a shift by n: the residue is exact integer arithmetic.
+    EXPECT_EQ(a, CyclicAngle(p + n, k, n));
+    EXPECT_EQ(a, CyclicAngle(p - 3 * n, k, n));
+    EXPECT_LE(std::fabs(a), kPi);
+    // Against the direct formula on the small residue (one or two roundings).
+    const double m = static_cast<double>(FloorMod(FloorMod(p, n) * FloorMod(k, n), n));
+    EXPECT_LE(CircleDistance(a, kTwoPi * m / static_cast<double>(n)), 1e-15);
+  }
+  EXPECT_TRUE(std::isnan(CyclicAngle(1, 1, 0)));
+}
+
+TEST(FloorModTest, Negative) {
+  EXPECT_EQ(FloorMod(-1, 5), 4);
+  EXPECT_EQ(FloorMod(-10, 5), 0);
+  EXPECT_EQ(FloorMod(INT64_MIN, 7), ((INT64_MIN % 7) + 7) % 7);
+  EXPECT_EQ(FloorMod(12, 5), 2);
+}
+
+}  // namespace
+}  // namespace group
+}  // namespace gpe

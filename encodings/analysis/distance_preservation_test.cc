@@ -1,0 +1,129 @@
+#include "encodings/analysis/distance_preservation.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "encodings/coordinate/fourier_features.h"
+#include "encodings/coordinate/shifted_basis.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace encodings {
+namespace {
+
+constexpr double kPi = 3.14159265358979323846;
+
+// D(x1, x2) from the sampled embedder (eq. 6) with the shifts covering [lo, hi].
+double SampledDistance(const ShiftedBasis1D& b, double x1, double x2) {
+  auto psi = b.Encode(std::vector<double>{x1, x2});
+  EXPECT_TRUE(psi.ok());
+  auto d = EmbeddedDistance(psi->row(0).transpose(), psi->row(1).transpose(), b.spacing());
+  EXPECT_TRUE(d.ok());
+  return *d;
+}
+
+TEST(DistancePreservationTest, GaussianMatchesEq24) {
+  // Shifts cover [-1, 2] with spacing 3/2048 = sigma / 34: a Riemann sum of a smooth
+  // Gaussian with that spacing errs by ~exp(-2 pi^2 (sigma / s)^2), nothing at double
+  // precision, and the tails outside [-1, 2] are exp(-1 / (2 sigma^2)) ~ 0. What remains
+  // is rounding in 2048 products: 1e-13 relative.
+  auto b = ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 2048, 0.05, -1.0, 2.0);
+  ASSERT_TRUE(b.ok());
+  for (double delta : {0.0, 0.01, 0.05, 0.1, 0.2, 0.3}) {
+    const double want = *GaussianEmbedderDistance(0.05, delta);
+    EXPECT_NEAR(SampledDistance(*b, 0.4, 0.4 + delta), want, 1e-13 * std::max(want, 1e-3))
+        << delta;
+  }
+  // sqrt(pi) sigma exp(-delta^2 / (4 sigma^2)): a Gaussian in delta with std sqrt(2) sigma.
+  EXPECT_NEAR(*GaussianEmbedderDistance(0.05, 0.1), std::sqrt(kPi) * 0.05 * std::exp(-1.0),
+              1e-16);
+}
+
+TEST(DistancePreservationTest, TriangleMatchesAutocorrelationNotEq39) {
+  // Spacing 3/3000 = w / 100: a Riemann sum of the piecewise-cubic autocorrelation errs
+  // by O(s^2 / w^2) relative (the kinks), 1e-4; tolerance 1e-3 of D(0) = w / 3.
+  const double w = 0.1;
+  auto b = ShiftedBasis1D::Create(ShiftedBasisKind::kTriangle, 3000, w, -1.0, 2.0);
+  ASSERT_TRUE(b.ok());
+  const double d0 = *TriangleEmbedderDistance(w, 0.0);
+  EXPECT_NEAR(d0, w / 3, 1e-16);
+  for (double delta : {0.0, 0.01, 0.03, 0.05, 0.08, 0.12}) {
+    EXPECT_NEAR(SampledDistance(*b, 0.4, 0.4 + delta), *TriangleEmbedderDistance(w, delta),
+                1e-3 * d0)
+        << delta;
+  }
+  // Zheng et al.'s eq. 39 would give w^2 / 4 = 0.0025 at delta = 0; the integral is w / 3.
+  EXPECT_GT(std::abs(SampledDistance(*b, 0.4, 0.4) - 0.25 * w * w), 0.03);
+}
+
+TEST(DistancePreservationTest, RectangleMatchesEq34) {
+  // The rectangle's jumps make the Riemann sum exact only to about one spacing per
+  // edge: |error| <= 2 s = 2e-3 with s = 3/3000.
+  auto b = ShiftedBasis1D::Create(ShiftedBasisKind::kRectangle, 3000, 0.2, -1.0, 2.0);
+  ASSERT_TRUE(b.ok());
+  for (double delta : {0.0, 0.05, 0.13, 0.19, 0.25}) {
+    EXPECT_NEAR(SampledDistance(*b, 0.4, 0.4 + delta), *RectangleEmbedderDistance(0.2, delta),
+                2e-3)
+        << delta;
+  }
+}
+
+TEST(DistancePreservationTest, SquareWaveIsLinearInDistance) {
+  // Section 4: the square embedder preserves distance perfectly: over one period P,
+  // int sgn sin(w (t - x1)) sgn sin(w (t - x2)) dt = P (1 - 4 |delta| / P) for
+  // |delta| <= P / 2. One period sampled with K = 4000: the sign flips are located to a
+  // spacing, |error| <= 2 s = 5e-4 * P... here P = 1 and s = 1/4000.
+  auto b = ShiftedBasis1D::Create(ShiftedBasisKind::kSquare, 4000, 1.0, 0.0, 1.0);
+  ASSERT_TRUE(b.ok());
+  for (double delta : {0.0, 0.1, 0.2, 0.3, 0.45}) {
+    EXPECT_NEAR(SampledDistance(*b, 0.3, 0.3 + delta), 1 - 4 * delta, 1e-3) << delta;
+  }
+}
+
+TEST(DistancePreservationTest, RffInnerProductMatchesCharacteristicFunction) {
+  // Prop. 3: gamma(x1) . gamma(x2) = sum_j cos 2 pi b_j delta; divided by F it is a mean
+  // of F bounded variables, so it concentrates at exp(-2 pi^2 sigma^2 delta^2) with
+  // standard deviation <= 1 / sqrt(2F) = 0.005 for F = 20000; tolerance 0.03 (6 sd).
+  auto rff = FourierFeatures::Gaussian(1, 20000, 3.0, FrequencyConvention::kTwoPi, 17);
+  ASSERT_TRUE(rff.ok());
+  for (double delta : {0.0, 0.02, 0.05, 0.1, 0.2}) {
+    RowMatrixXd pts(2, 1);
+    pts << 0.25, 0.25 + delta;
+    auto g = rff->Encode(pts);
+    ASSERT_TRUE(g.ok());
+    const double d = *EmbeddedDistance(g->row(0).transpose(), g->row(1).transpose()) / 20000;
+    EXPECT_NEAR(d, *RffExpectedDistance(3.0, delta), 0.03) << delta;
+  }
+}
+
+TEST(DistancePreservationTest, DistanceMatrixIsScaledGram) {
+  RowMatrixXd f(3, 2);
+  f << 1, 2, 3, 4, -1, 0.5;
+  auto m = EmbeddedDistanceMatrix(f, 0.5);
+  ASSERT_TRUE(m.ok());
+  EXPECT_DOUBLE_EQ((*m)(0, 1), 0.5 * (3 + 8));
+  EXPECT_DOUBLE_EQ((*m)(2, 2), 0.5 * 1.25);
+  EXPECT_DOUBLE_EQ((*m)(1, 2), (*m)(2, 1));
+}
+
+TEST(DistancePreservationTest, RejectsBadInput) {
+  const Eigen::VectorXd a = Eigen::VectorXd::Ones(3);
+  EXPECT_FALSE(EmbeddedDistance(a, Eigen::VectorXd::Ones(2)).ok());
+  EXPECT_FALSE(EmbeddedDistance(Eigen::VectorXd(0), Eigen::VectorXd(0)).ok());
+  EXPECT_FALSE(EmbeddedDistance(a, a, 0.0).ok());
+  EXPECT_FALSE(EmbeddedDistance(a, a, std::numeric_limits<double>::quiet_NaN()).ok());
+  Eigen::VectorXd inf = a;
+  inf(1) = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(EmbeddedDistance(a, inf).ok());
+  EXPECT_FALSE(EmbeddedDistanceMatrix(RowMatrixXd(0, 2)).ok());
+  EXPECT_FALSE(EmbeddedDistanceMatrix(RowMatrixXd::Ones(2, 2), -1.0).ok());
+  EXPECT_FALSE(GaussianEmbedderDistance(0.0, 0.1).ok());
+  EXPECT_FALSE(TriangleEmbedderDistance(0.1, std::numeric_limits<double>::infinity()).ok());
+  EXPECT_FALSE(RectangleEmbedderDistance(-1.0, 0.1).ok());
+  EXPECT_FALSE(RffExpectedDistance(std::numeric_limits<double>::quiet_NaN(), 0.1).ok());
+}
+
+}  // namespace
+}  // namespace encodings
+}  // namespace gpe

@@ -1,0 +1,164 @@
+#include "encodings/coordinate/fourier_features.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "encodings/coordinate/test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace encodings {
+namespace {
+
+using ::gpe::encodings::testing::ExpectBackwardMatchesFiniteDifferences;
+using ::gpe::encodings::testing::RandomUniform;
+
+constexpr double kPi = 3.14159265358979323846;
+
+TEST(FourierFeaturesTest, MatchesDefinitionInBothConventions) {
+  RowMatrixXd b(2, 2);
+  b << 1.5, -0.25, 0.0, 3.0;
+  RowMatrixXd x(1, 2);
+  x << 0.3, -0.7;
+  for (auto convention : {FrequencyConvention::kTwoPi, FrequencyConvention::kAngular}) {
+    auto ff = FourierFeatures::Create(b, convention);
+    ASSERT_TRUE(ff.ok()) << ff.status();
+    auto out = ff->Encode(x);
+    ASSERT_TRUE(out.ok());
+    const double scale = convention == FrequencyConvention::kTwoPi ? 2 * kPi : 1.0;
+    for (int f = 0; f < 2; ++f) {
+      const double angle = scale * (b(f, 0) * x(0, 0) + b(f, 1) * x(0, 1));
+      // The encoder forms (2 pi b) . x, the test 2 pi (b . x): the angles (|angle| < 14)
+      // differ by a few ulps of 14, ~4 * 1.8e-15, and so may cos and sin.
+      EXPECT_NEAR((*out)(0, f), std::cos(angle), 1e-14);
+      EXPECT_NEAR((*out)(0, 2 + f), std::sin(angle), 1e-14);
+    }
+  }
+}
+
+TEST(FourierFeaturesTest, GaussianFrequenciesHaveRequestedScale) {
+  // 4096 x 2 samples of N(0, 3^2): the sample std's relative standard error is
+  // 1/sqrt(2 * 8192) ~ 0.8%, so 4% is a 5-sigma band; the mean's standard error is
+  // 3/sqrt(8192) ~ 0.033, so |mean| < 0.17 is also 5 sigma.
+  auto ff = FourierFeatures::Gaussian(2, 4096, 3.0, FrequencyConvention::kTwoPi, 7);
+  ASSERT_TRUE(ff.ok());
+  const auto& b = ff->frequencies();
+  const double mean = b.mean();
+  const double var = (b.array() - mean).square().sum() / (b.size() - 1);
+  EXPECT_NEAR(std::sqrt(var), 3.0, 0.12);
+  EXPECT_NEAR(mean, 0.0, 0.17);
+  EXPECT_TRUE(ff->angular_frequencies().isApprox(2 * kPi * b, 1e-15));
+  // Same seed, same frequencies; a different seed, different ones.
+  auto again = FourierFeatures::Gaussian(2, 4096, 3.0, FrequencyConvention::kTwoPi, 7);
+  auto other = FourierFeatures::Gaussian(2, 4096, 3.0, FrequencyConvention::kTwoPi, 8);
+  EXPECT_EQ(again->frequencies(), b);
+  EXPECT_NE(other->frequencies(), b);
+}
+
+TEST(FourierFeaturesTest, TxTIsLimConventionWithoutTwoPi) {
+  auto txt = FourierFeatures::TxT(16, 5.0, 3);
+  ASSERT_TRUE(txt.ok());
+  EXPECT_EQ(txt->input_dim(), 2);
+  EXPECT_EQ(txt->output_dim(), 32);
+  EXPECT_EQ(txt->convention(), FrequencyConvention::kAngular);
+  EXPECT_EQ(txt->angular_frequencies(), txt->frequencies());
+}
+
+TEST(FourierFeaturesTest, SpacedFrequenciesFollowZhengEquations) {
+  auto lin = FourierFeatures::LinearlySpaced(2, 4, 3.0);
+  ASSERT_TRUE(lin.ok());
+  // Eq. 50 with K = 4, 2^sigma = 8: (4 - i + 8 i) / 4 = 1, 2.75, 4.5, 6.25; axis 0 first.
+  const std::vector<double> want_lin = {1.0, 2.75, 4.5, 6.25};
+  ASSERT_EQ(lin->num_frequencies(), 8);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_DOUBLE_EQ(lin->frequencies()(i, 0), want_lin[i]);
+    EXPECT_DOUBLE_EQ(lin->frequencies()(i, 1), 0.0);
+    EXPECT_DOUBLE_EQ(lin->frequencies()(4 + i, 1), want_lin[i]);
+    EXPECT_DOUBLE_EQ(lin->frequencies()(4 + i, 0), 0.0);
+  }
+  auto log = FourierFeatures::LogLinearlySpaced(1, 4, 4.0);
+  ASSERT_TRUE(log.ok());
+  // Eq. 51: 2^(4 i / 4) = 1, 2, 4, 8.
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(log->frequencies()(i, 0), std::exp2(i));
+  EXPECT_EQ(log->convention(), FrequencyConvention::kTwoPi);
+}
+
+TEST(FourierFeaturesTest, NerfOctavesAreExact) {
+  auto nerf = FourierFeatures::Nerf(3, 10);
+  ASSERT_TRUE(nerf.ok());
+  EXPECT_EQ(nerf->output_dim(), 60);
+  RowMatrixXd x(1, 3);
+  x << 0.125, -0.5, 0.75;
+  auto out = nerf->Encode(x);
+  ASSERT_TRUE(out.ok());
+  // Feature (axis 1, octave 3) is sin(2^3 pi * -0.5) = sin(-4 pi) = 0 up to the rounding
+  // of pi (8 pi's rounding error 8 * 1.2e-16 times |x| = 0.5).
+  EXPECT_NEAR((*out)(0, 30 + 13), 0.0, 1e-14);
+  // cos(2^2 pi * 0.125) = cos(pi / 2) = 0, sin = 1.
+  EXPECT_NEAR((*out)(0, 2), 0.0, 1e-15);
+  EXPECT_NEAR((*out)(0, 30 + 2), 1.0, 1e-15);
+}
+
+TEST(FourierFeaturesTest, FeaturesLieOnUnitCircles) {
+  std::mt19937_64 rng(11);
+  auto ff = FourierFeatures::Gaussian(3, 64, 10.0, FrequencyConvention::kTwoPi, 1);
+  ASSERT_TRUE(ff.ok());
+  auto out = ff->Encode(RandomUniform(50, 3, -1, 1, rng));
+  ASSERT_TRUE(out.ok());
+  const RowMatrixXd r2 = out->leftCols(64).array().square() + out->rightCols(64).array().square();
+  // cos^2 + sin^2 = 1 to a few ulps.
+  EXPECT_LT((r2.array() - 1.0).abs().maxCoeff(), 1e-15);
+}
+
+TEST(FourierFeaturesTest, BackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(5);
+  for (auto convention : {FrequencyConvention::kTwoPi, FrequencyConvention::kAngular}) {
+    auto ff = FourierFeatures::Gaussian(3, 32, 2.0, convention, 2);
+    ASSERT_TRUE(ff.ok());
+    ExpectBackwardMatchesFiniteDifferences(*ff, RandomUniform(8, 3, -1, 1, rng), 9);
+  }
+  auto nerf = FourierFeatures::Nerf(2, 6);
+  ExpectBackwardMatchesFiniteDifferences(*nerf, RandomUniform(8, 2, -1, 1, rng), 10);
+}
+
+TEST(FourierFeaturesTest, RejectsBadInput) {
+  EXPECT_FALSE(FourierFeatures::Gaussian(0, 4, 1.0, FrequencyConvention::kTwoPi, 1).ok());
+  EXPECT_FALSE(FourierFeatures::Gaussian(2, 0, 1.0, FrequencyConvention::kTwoPi, 1).ok());
+  EXPECT_FALSE(FourierFeatures::Gaussian(2, 4, 0.0, FrequencyConvention::kTwoPi, 1).ok());
+  EXPECT_FALSE(FourierFeatures::Gaussian(2, 4, -1.0, FrequencyConvention::kTwoPi, 1).ok());
+  EXPECT_FALSE(FourierFeatures::Gaussian(2, 4, std::numeric_limits<double>::quiet_NaN(),
+                                         FrequencyConvention::kTwoPi, 1)
+                   .ok());
+  EXPECT_FALSE(FourierFeatures::Create(RowMatrixXd(0, 2), FrequencyConvention::kTwoPi).ok());
+  RowMatrixXd inf_b(1, 1);
+  inf_b << std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(FourierFeatures::Create(inf_b, FrequencyConvention::kAngular).ok());
+  RowMatrixXd huge(1, 1);
+  huge << 1e308;
+  EXPECT_FALSE(FourierFeatures::Create(huge, FrequencyConvention::kTwoPi).ok());
+  EXPECT_FALSE(FourierFeatures::Nerf(2, 0).ok());
+  EXPECT_FALSE(FourierFeatures::LinearlySpaced(2, 0, 3.0).ok());
+  EXPECT_FALSE(FourierFeatures::AxisAligned(2, {}, FrequencyConvention::kTwoPi).ok());
+
+  auto ff = FourierFeatures::Gaussian(2, 4, 1.0, FrequencyConvention::kTwoPi, 1);
+  ASSERT_TRUE(ff.ok());
+  EXPECT_FALSE(ff->Encode(RowMatrixXd(0, 2)).ok());
+  EXPECT_FALSE(ff->Encode(RowMatrixXd::Zero(3, 3)).ok());
+  RowMatrixXd nan_points = RowMatrixXd::Zero(3, 2);
+  nan_points(1, 1) = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(ff->Encode(nan_points).ok());
+  const RowMatrixXd good = RowMatrixXd::Zero(3, 2);
+  EXPECT_FALSE(ff->Backward(good, RowMatrixXd::Zero(2, 8)).ok());
+  EXPECT_FALSE(ff->Backward(good, RowMatrixXd::Zero(3, 7)).ok());
+  RowMatrixXd inf_grad = RowMatrixXd::Zero(3, 8);
+  inf_grad(0, 0) = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(ff->Backward(good, inf_grad).ok());
+  EXPECT_TRUE(ff->Backward(good, RowMatrixXd::Zero(3, 8)).ok());
+}
+
+}  // namespace
+}  // namespace encodings
+}  // namespace gpe

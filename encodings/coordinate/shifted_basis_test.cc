@@ -1,0 +1,262 @@
+#include "encodings/coordinate/shifted_basis.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "encodings/coordinate/test_util.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace encodings {
+namespace {
+
+using ::gpe::encodings::testing::ExpectBackwardMatchesFiniteDifferences;
+using ::gpe::encodings::testing::RandomNormal;
+using ::gpe::encodings::testing::RandomUniform;
+
+constexpr double kPi = 3.14159265358979323846;
+
+ShiftedBasis1D Basis(ShiftedBasisKind kind, int64_t k, double w, double lo = 0, double hi = 1) {
+  auto b = ShiftedBasis1D::Create(kind, k, w, lo, hi);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return *b;
+}
+
+std::vector<double> Linspace(double lo, double hi, int n) {
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * i / (n - 1);
+  return v;
+}
+
+TEST(ShiftedBasis1DTest, ShiftsAreEquallySpacedFromLo) {
+  const ShiftedBasis1D b = Basis(ShiftedBasisKind::kGaussian, 4, 0.1, -1.0, 1.0);
+  EXPECT_DOUBLE_EQ(b.spacing(), 0.5);
+  EXPECT_DOUBLE_EQ(b.shift(0), -1.0);
+  EXPECT_DOUBLE_EQ(b.shift(3), 0.5);
+}
+
+TEST(ShiftedBasis1DTest, ValuesFollowZhengDefinitions) {
+  // K = 4 on [0, 1]: shifts 0, 0.25, 0.5, 0.75; x = 0.3.
+  const std::vector<double> x = {0.3};
+  const double u[4] = {0.3, 0.05, -0.2, -0.45};  // x - t_i
+  auto gauss = Basis(ShiftedBasisKind::kGaussian, 4, 0.1).Encode(x);
+  auto tri = Basis(ShiftedBasisKind::kTriangle, 4, 0.5).Encode(x);
+  auto rect = Basis(ShiftedBasisKind::kRectangle, 4, 0.5).Encode(x);
+  auto sine = Basis(ShiftedBasisKind::kSine, 4, 0.8).Encode(x);
+  auto square = Basis(ShiftedBasisKind::kSquare, 4, 0.8).Encode(x);
+  ASSERT_TRUE(gauss.ok() && tri.ok() && rect.ok() && sine.ok() && square.ok());
+  for (int i = 0; i < 4; ++i) {
+    // One exp / sin of a double argument each: 1e-15 absolute (values <= 1).
+    EXPECT_NEAR((*gauss)(0, i), std::exp(-u[i] * u[i] / (2 * 0.01)), 1e-15);
+    EXPECT_NEAR((*tri)(0, i), std::max(1 - std::abs(u[i]) / 0.25, 0.0), 1e-15);
+    EXPECT_EQ((*rect)(0, i), std::abs(u[i]) < 0.25 ? 1.0 : 0.0);
+    const double s = std::sin(2 * kPi * (-u[i]) / 0.8);
+    EXPECT_NEAR((*sine)(0, i), s, 1e-15);
+    EXPECT_EQ((*square)(0, i), s > 0 ? 1.0 : -1.0);
+  }
+  // Explicit numbers, independent of the formulas above: tri(0.05 / 0.25) = 0.8,
+  // exp(-0.3^2 / 0.02) = exp(-4.5).
+  EXPECT_NEAR((*tri)(0, 1), 0.8, 1e-15);
+  EXPECT_NEAR((*tri)(0, 2), 0.2, 1e-15);
+  EXPECT_NEAR((*gauss)(0, 0), 0.011108996538242306, 1e-15);
+  // rect at exactly half the width is 1/2: x = 0.5, w = 0.5, shift 0.25 and 0.75.
+  auto edge = Basis(ShiftedBasisKind::kRectangle, 4, 0.5).Encode(std::vector<double>{0.5});
+  EXPECT_EQ((*edge)(0, 1), 0.5);
+  EXPECT_EQ((*edge)(0, 2), 1.0);
+  EXPECT_EQ((*edge)(0, 3), 0.5);
+}
+
+TEST(ShiftedBasis1DTest, EncodeToMatchesEncodeAndChecksShape) {
+  // The windowed kernels (Gaussian, triangle) must equal a direct evaluation of every
+  // shift, including exact zeros outside the window, at points inside and outside the
+  // domain; the Gaussian's window edge (exp underflowing to 0 at 38.6 sigma) is crossed
+  // here because sigma = 0.01 and the shifts span 100 sigma.
+  for (auto kind : {ShiftedBasisKind::kGaussian, ShiftedBasisKind::kTriangle}) {
+    const ShiftedBasis1D b = Basis(kind, 64, 0.01);
+    const std::vector<double> xs = {-0.5, -0.001, 0.0, 0.2371, 0.5, 0.999, 1.0, 1.3};
+    RowMatrixXd out(xs.size(), 64);
+    ASSERT_TRUE(b.EncodeTo(xs, out).ok());
+    for (size_t j = 0; j < xs.size(); ++j) {
+      for (int i = 0; i < 64; ++i) {
+        const double u = xs[j] - b.shift(i);
+        const double want = kind == ShiftedBasisKind::kGaussian
+                                ? std::exp(-u * u / (2 * 0.01 * 0.01))
+                                : std::max(1 - std::abs(u) / 0.005, 0.0);
+        // Zeros must be exact (the window); elsewhere the exponent y (|y| <= 745) is
+        // formed with a different rounding order here: relative error ~|y| * 2 eps.
+        if (want == 0) {
+          EXPECT_EQ(out(j, i), 0.0) << j << " " << i;
+        } else {
+          EXPECT_NEAR(out(j, i), want, 1e-12 * want) << j << " " << i;
+        }
+      }
+    }
+    RowMatrixXd wrong(xs.size(), 63);
+    EXPECT_FALSE(b.EncodeTo(xs, wrong).ok());
+  }
+}
+
+TEST(ShiftedBasis1DTest, ImpulseIsOneHotAtNearestShift) {
+  const ShiftedBasis1D b = Basis(ShiftedBasisKind::kImpulse, 4, 1.0);
+  auto psi = b.Encode(std::vector<double>{0.0, 0.1, 0.13, 0.74, 0.9, -0.2, 1.2});
+  ASSERT_TRUE(psi.ok());
+  const int want[7] = {0, 0, 1, 3, -1 /* 0.9 rounds to shift 4: outside */, -1, -1};
+  for (int j = 0; j < 7; ++j) {
+    for (int i = 0; i < 4; ++i) EXPECT_EQ((*psi)(j, i), i == want[j] ? 1.0 : 0.0) << j;
+  }
+}
+
+TEST(ShiftedBasis1DTest, DerivativesMatchFiniteDifferences) {
+  std::mt19937_64 rng(3);
+  for (auto kind : {ShiftedBasisKind::kGaussian, ShiftedBasisKind::kTriangle,
+                    ShiftedBasisKind::kSine, ShiftedBasisKind::kRectangle,
+                    ShiftedBasisKind::kSquare, ShiftedBasisKind::kImpulse}) {
+    auto enc = SimpleShiftedEncoder::Create({Basis(kind, 8, 0.3)});
+    ASSERT_TRUE(enc.ok());
+    // Random points almost surely avoid the kinks/jumps within h = 1e-5 (24 kink
+    // positions, 10 points: chance ~ 0.5% per seed; this seed is clear of them).
+    ExpectBackwardMatchesFiniteDifferences(*enc, RandomUniform(10, 1, 0, 1, rng), 4);
+  }
+}
+
+TEST(SimpleShiftedEncoderTest, ConcatenatesAxes) {
+  auto enc = SimpleShiftedEncoder::Create({Basis(ShiftedBasisKind::kGaussian, 5, 0.1),
+                                           Basis(ShiftedBasisKind::kTriangle, 3, 0.4, -1, 1)});
+  ASSERT_TRUE(enc.ok());
+  EXPECT_EQ(enc->output_dim(), 8);
+  std::mt19937_64 rng(1);
+  const RowMatrixXd p = RandomUniform(6, 2, -1, 1, rng);
+  auto out = enc->Encode(p);
+  ASSERT_TRUE(out.ok());
+  for (int n = 0; n < 6; ++n) {
+    auto a = enc->axes()[0].Encode(std::vector<double>{p(n, 0)});
+    auto b = enc->axes()[1].Encode(std::vector<double>{p(n, 1)});
+    EXPECT_EQ(out->row(n).head(5), a->row(0));
+    EXPECT_EQ(out->row(n).tail(3), b->row(0));
+  }
+  ExpectBackwardMatchesFiniteDifferences(*enc, p, 2);
+}
+
+TEST(ComplexShiftedEncoderTest, MaterialisedFeaturesMatchFactorForm2D) {
+  // Zheng et al. eq. 10: features(x_j, y_i) . vec(W) = (Psi_y W Psi_x^T)(i, j), with the
+  // feature order and the row-major W documented in the header.
+  auto enc = ComplexShiftedEncoder::Create({Basis(ShiftedBasisKind::kGaussian, 6, 0.15),
+                                            Basis(ShiftedBasisKind::kTriangle, 4, 0.5)});
+  ASSERT_TRUE(enc.ok());
+  ASSERT_EQ(enc->output_dim(), 24);
+  const std::vector<double> xs = Linspace(0, 1, 7), ys = Linspace(0, 1, 5);
+  auto factors = enc->Factors({xs, ys});
+  ASSERT_TRUE(factors.ok());
+  const RowMatrixXd& psi_x = (*factors)[0];
+  const RowMatrixXd& psi_y = (*factors)[1];
+  std::mt19937_64 rng(2);
+  const RowMatrixXd w = RandomNormal(4, 6, rng);  // K_y x K_x
+  const RowMatrixXd image = psi_y * w * psi_x.transpose();
+  const Eigen::Map<const Eigen::VectorXd> vec_w(w.data(), w.size());
+  RowMatrixXd points(35, 2);
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) points.row(i * 7 + j) << xs[j], ys[i];
+  }
+  auto features = enc->Encode(points);
+  ASSERT_TRUE(features.ok());
+  const Eigen::VectorXd pred = *features * vec_w;
+  // Both sides sum 24 products of O(1) terms: agreement to ~1e-15 * 24 * |w|.
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) EXPECT_NEAR(pred(i * 7 + j), image(i, j), 1e-13);
+  }
+}
+
+TEST(ComplexShiftedEncoderTest, MaterialisedFeaturesMatchModeProducts3D) {
+  // Eq. 18: vec(W)^T Psi(x) = W x_1 psi(x_0) x_2 psi(x_1) x_3 psi(x_2).
+  auto enc = ComplexShiftedEncoder::Create({Basis(ShiftedBasisKind::kGaussian, 3, 0.2),
+                                            Basis(ShiftedBasisKind::kSine, 4, 0.7),
+                                            Basis(ShiftedBasisKind::kTriangle, 5, 0.6)});
+  ASSERT_TRUE(enc.ok());
+  ASSERT_EQ(enc->output_dim(), 60);
+  std::mt19937_64 rng(8);
+  const RowMatrixXd p = RandomUniform(9, 3, 0, 1, rng);
+  const Eigen::VectorXd w = RandomNormal(60, 1, rng);  // W[k2][k1][k0], k0 fastest
+  auto features = enc->Encode(p);
+  ASSERT_TRUE(features.ok());
+  for (int n = 0; n < 9; ++n) {
+    auto a = enc->axes()[0].Encode(std::vector<double>{p(n, 0)});
+    auto b = enc->axes()[1].Encode(std::vector<double>{p(n, 1)});
+    auto c = enc->axes()[2].Encode(std::vector<double>{p(n, 2)});
+    double want = 0;
+    for (int k2 = 0; k2 < 5; ++k2) {
+      for (int k1 = 0; k1 < 4; ++k1) {
+        for (int k0 = 0; k0 < 3; ++k0) {
+          want += w(k0 + 3 * (k1 + 4 * k2)) * (*a)(0, k0) * (*b)(0, k1) * (*c)(0, k2);
+        }
+      }
+    }
+    EXPECT_NEAR(features->row(n).dot(w), want, 1e-13);
+  }
+  ExpectBackwardMatchesFiniteDifferences(*enc, p, 3);
+}
+
+TEST(ComplexShiftedEncoderTest, KroneckerRankIsProductOfRanks) {
+  // Eq. 9: on a 12 x 10 grid with K = 6 and 5 Gaussians (each factor full column rank),
+  // the materialised 120 x 30 feature matrix has rank 30 = 6 * 5, while the simple
+  // encoding of the same points has rank at most 6 + 5 = 11.
+  const ShiftedBasis1D bx = Basis(ShiftedBasisKind::kGaussian, 6, 0.1);
+  const ShiftedBasis1D by = Basis(ShiftedBasisKind::kGaussian, 5, 0.1);
+  auto complex = ComplexShiftedEncoder::Create({bx, by});
+  auto simple = SimpleShiftedEncoder::Create({bx, by});
+  const std::vector<double> xs = Linspace(0, 1, 12), ys = Linspace(0, 1, 10);
+  RowMatrixXd points(120, 2);
+  for (int i = 0; i < 10; ++i) {
+    for (int j = 0; j < 12; ++j) points.row(i * 12 + j) << xs[j], ys[i];
+  }
+  auto fc = complex->Encode(points);
+  auto fs = simple->Encode(points);
+  ASSERT_TRUE(fc.ok() && fs.ok());
+  // Rank with a relative threshold of 1e-10: the factors' smallest singular values are
+  // ~1e-3 of the largest, so the Kronecker's are ~1e-6, far above the threshold.
+  Eigen::JacobiSVD<Eigen::MatrixXd> svd_c(*fc), svd_s(*fs);
+  svd_c.setThreshold(1e-10);
+  svd_s.setThreshold(1e-10);
+  EXPECT_EQ(svd_c.rank(), 30);
+  EXPECT_LE(svd_s.rank(), 11);
+}
+
+TEST(ComplexShiftedEncoderTest, RejectsBadInput) {
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 0, 0.1).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 0.0).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kTriangle, 4, -1.0).ok());
+  EXPECT_FALSE(
+      ShiftedBasis1D::Create(ShiftedBasisKind::kSine, 4, std::numeric_limits<double>::infinity())
+          .ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 0.1, 1.0, 1.0).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 0.1, 2.0, 1.0).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 0.1, -1e308, 1e308).ok());
+  EXPECT_TRUE(ShiftedBasis1D::Create(ShiftedBasisKind::kImpulse, 4, 0.0).ok());
+  EXPECT_FALSE(SimpleShiftedEncoder::Create({}).ok());
+  EXPECT_FALSE(ComplexShiftedEncoder::Create({}).ok());
+  const ShiftedBasis1D big = Basis(ShiftedBasisKind::kGaussian, 4096, 0.01);
+  EXPECT_FALSE(ComplexShiftedEncoder::Create({big, big, big}).ok());
+
+  const ShiftedBasis1D b = Basis(ShiftedBasisKind::kGaussian, 4, 0.1);
+  EXPECT_FALSE(b.Encode(std::vector<double>{}).ok());
+  EXPECT_FALSE(b.Encode(std::vector<double>{0.1, std::numeric_limits<double>::quiet_NaN()}).ok());
+  auto enc = ComplexShiftedEncoder::Create({b, b});
+  ASSERT_TRUE(enc.ok());
+  EXPECT_FALSE(enc->Factors({{0.1}}).ok());
+  EXPECT_FALSE(enc->Factors({{0.1}, {}}).ok());
+  EXPECT_FALSE(enc->Encode(RowMatrixXd::Zero(2, 3)).ok());
+  RowMatrixXd inf = RowMatrixXd::Zero(2, 2);
+  inf(1, 0) = std::numeric_limits<double>::infinity();
+  EXPECT_FALSE(enc->Encode(inf).ok());
+  EXPECT_FALSE(enc->Backward(RowMatrixXd::Zero(2, 2), RowMatrixXd::Zero(2, 15)).ok());
+  auto huge = ComplexShiftedEncoder::Create({Basis(ShiftedBasisKind::kGaussian, 4096, 0.01),
+                                             Basis(ShiftedBasisKind::kGaussian, 4096, 0.01)});
+  ASSERT_TRUE(huge.ok());
+  EXPECT_EQ(huge->Encode(RowMatrixXd::Zero(100, 2)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+}
+
+}  // namespace
+}  // namespace encodings
+}  // namespace gpe

@@ -1,0 +1,237 @@
+// The C ABI's entry points. Each validates its arguments, calls into group/ (and,
+// later, encodings/, attention/, inr/), and converts every failure into a status code
+// plus a thread-local message; no exception crosses the boundary (see error.h).
+#include "c_api/include/gpe/gpe.h"
+
+#include <cmath>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "c_api/error.h"
+#include "c_api/so_rep.h"
+#include "c_api/tensor_view.h"
+
+using gpe::c_api::DType;
+using gpe::c_api::Guard;
+using gpe::c_api::TensorView;
+using gpe::c_api::ViewTensor;
+
+// The opaque handle behind gpe_so_rep*.
+struct gpe_so_rep {
+  std::unique_ptr<gpe::c_api::SoRep> impl;
+};
+
+namespace {
+
+// Largest vector length accepted: keeps dim * dim * 8 bytes (the dense matrix) and all
+// index arithmetic far from int64 overflow.
+constexpr int64_t kMaxDim = int64_t{1} << 20;
+
+// Checks an option struct's leading struct_size field: at least the first released
+// version's size (`min_size`), at most this library's (`size`).
+absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
+                             const char* name) {
+  if (struct_size < min_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".struct_size is ", struct_size, "; set it to sizeof(", name,
+        ") (use the _INIT macro)"));
+  }
+  if (struct_size > size) {
+    return gpe::c_api::VersionMismatchError(absl::StrCat(
+        name, ".struct_size is ", struct_size, " but this library (", gpe_version_string(),
+        ") knows ", size, " bytes: the header is newer than the library"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDim(int64_t dim, const char* name) {
+  if (dim < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 2; got ", dim));
+  }
+  if (dim > kMaxDim) {
+    return absl::OutOfRangeError(absl::StrCat(name, " is ", dim, "; at most ", kMaxDim,
+                                              " is supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFinite(const double* v, int64_t n, const char* name) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "[", i, "] is ", v[i], "; values must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+extern "C" {
+
+int gpe_version(void) { return GPE_VERSION_NUMBER; }
+
+const char* gpe_version_string(void) {
+#define GPE_STR2(x) #x
+#define GPE_STR(x) GPE_STR2(x)
+  return GPE_STR(GPE_VERSION_MAJOR) "." GPE_STR(GPE_VERSION_MINOR) "." GPE_STR(
+      GPE_VERSION_PATCH);
+#undef GPE_STR
+#undef GPE_STR2
+}
+
+const char* gpe_last_error_message(void) { return gpe::c_api::LastErrorMessage(); }
+
+const char* gpe_status_name(gpe_status status) {
+  switch (status) {
+    case GPE_OK: return "GPE_OK";
+    case GPE_ERROR_INVALID_ARGUMENT: return "GPE_ERROR_INVALID_ARGUMENT";
+    case GPE_ERROR_OUT_OF_RANGE: return "GPE_ERROR_OUT_OF_RANGE";
+    case GPE_ERROR_UNSUPPORTED: return "GPE_ERROR_UNSUPPORTED";
+    case GPE_ERROR_OUT_OF_MEMORY: return "GPE_ERROR_OUT_OF_MEMORY";
+    case GPE_ERROR_INTERNAL: return "GPE_ERROR_INTERNAL";
+    case GPE_ERROR_VERSION_MISMATCH: return "GPE_ERROR_VERSION_MISMATCH";
+    default: return "GPE_ERROR_UNKNOWN";
+  }
+}
+
+gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so_rep** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    absl::Status s = CheckStructSize(options->struct_size,
+                                     offsetof(gpe_so_planes_options, thetas) + sizeof(void*),
+                                     sizeof(gpe_so_planes_options), "gpe_so_planes_options");
+    if (!s.ok()) return s;
+    const gpe_so_planes_options& o = *options;
+    if (!(s = CheckDim(o.dim, "dim")).ok()) return s;
+    const int64_t rotary_dim = o.rotary_dim == 0 ? o.dim : o.rotary_dim;
+    if (rotary_dim < 2 || rotary_dim > o.dim || rotary_dim % 2 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rotary_dim must be even with 2 <= rotary_dim <= dim (", o.dim, "); got ",
+          o.rotary_dim));
+    }
+    if (o.pairing != GPE_PAIRING_INTERLEAVED && o.pairing != GPE_PAIRING_HALF_SPLIT) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "pairing must be GPE_PAIRING_INTERLEAVED (0) or GPE_PAIRING_HALF_SPLIT (1); got ",
+          o.pairing));
+    }
+    std::vector<double> thetas(static_cast<size_t>(rotary_dim / 2));
+    if (o.thetas != nullptr) {
+      if (!(s = CheckFinite(o.thetas, rotary_dim / 2, "thetas")).ok()) return s;
+      thetas.assign(o.thetas, o.thetas + rotary_dim / 2);
+    } else {
+      if (!std::isfinite(o.base) || o.base <= 0.0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("base must be finite and > 0; got ", o.base));
+      }
+      // RoFormer: theta_i = base^(-2i / r).
+      for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+        thetas[i] = std::pow(o.base, -2.0 * static_cast<double>(i) /
+                                         static_cast<double>(rotary_dim));
+      }
+    }
+    absl::StatusOr<std::unique_ptr<gpe::c_api::SoRep>> rep = gpe::c_api::MakePlanesRep(
+        o.dim, rotary_dim, std::move(thetas), o.pairing == GPE_PAIRING_HALF_SPLIT);
+    if (!rep.ok()) return rep.status();
+    *out = new gpe_so_rep{std::move(*rep)};
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_so_rep_create_rank2(const gpe_so_rank2_options* options, gpe_so_rep** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    absl::Status s = CheckStructSize(options->struct_size,
+                                     offsetof(gpe_so_rank2_options, omega) + sizeof(double),
+                                     sizeof(gpe_so_rank2_options), "gpe_so_rank2_options");
+    if (!s.ok()) return s;
+    const gpe_so_rank2_options& o = *options;
+    if (!(s = CheckDim(o.dim, "dim")).ok()) return s;
+    if (o.a == nullptr || o.b == nullptr) {
+      return absl::InvalidArgumentError(o.a == nullptr ? "a is NULL" : "b is NULL");
+    }
+    if (!(s = CheckFinite(o.a, o.dim, "a")).ok()) return s;
+    if (!(s = CheckFinite(o.b, o.dim, "b")).ok()) return s;
+    if (!std::isfinite(o.omega)) {
+      return absl::InvalidArgumentError(absl::StrCat("omega must be finite; got ", o.omega));
+    }
+    absl::StatusOr<std::unique_ptr<gpe::c_api::SoRep>> rep = gpe::c_api::MakeRank2Rep(
+        std::vector<double>(o.a, o.a + o.dim), std::vector<double>(o.b, o.b + o.dim), o.omega);
+    if (!rep.ok()) return rep.status();
+    *out = new gpe_so_rep{std::move(*rep)};
+    return absl::OkStatus();
+  });
+}
+
+void gpe_so_rep_destroy(gpe_so_rep* rep) { delete rep; }
+
+gpe_status gpe_so_rep_dim(const gpe_so_rep* rep, int64_t* dim) {
+  return Guard([&]() -> absl::Status {
+    if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
+    if (dim == nullptr) return absl::InvalidArgumentError("dim is NULL");
+    *dim = rep->impl->dim();
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, const DLTensor* x,
+                            DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
+    const DType kInt[] = {DType::kInt64};
+    const DType kFloat[] = {DType::kFloat32, DType::kFloat64};
+    absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<TensorView> xv = ViewTensor(x, "x", 2, kFloat);
+    if (!xv.ok()) return xv.status();
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kFloat);
+    if (!ov.ok()) return ov.status();
+    const int64_t dim = rep->impl->dim();
+    if (xv->shape[1] != dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "x has shape [", xv->shape[0], ", ", xv->shape[1], "]; the representation acts on dim ",
+          dim));
+    }
+    if (xv->shape[0] != p->shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("x has ", xv->shape[0],
+                                                     " rows but positions has ", p->shape[0]));
+    }
+    if (ov->shape != xv->shape || ov->dtype != xv->dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out must match x (", DTypeName(xv->dtype), " [", xv->shape[0], ", ", xv->shape[1],
+          "]); got ", DTypeName(ov->dtype), " [", ov->shape[0], ", ", ov->shape[1], "]"));
+    }
+    if (!gpe::c_api::SameLayout(*xv, *ov) && gpe::c_api::Overlaps(*xv, *ov)) {
+      return absl::InvalidArgumentError(
+          "out overlaps x without being x itself: pass out = x for in place, or disjoint memory");
+    }
+    return rep->impl->Apply(*p, *xv, *ov);
+  });
+}
+
+gpe_status gpe_so_rep_matrix(const gpe_so_rep* rep, int64_t position, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
+    const DType kF64[] = {DType::kFloat64};
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
+    if (!ov.ok()) return ov.status();
+    const int64_t dim = rep->impl->dim();
+    if (ov->shape[0] != dim || ov->shape[1] != dim) {
+      return absl::InvalidArgumentError(absl::StrCat("out must have shape [", dim, ", ", dim,
+                                                     "]; got [", ov->shape[0], ", ",
+                                                     ov->shape[1], "]"));
+    }
+    return rep->impl->Matrix(position, *ov);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,147 @@
+/* GroupPE: positional encodings as group representations. The stable C ABI.
+ *
+ * Conventions (fixed for the life of the ABI):
+ * - Every function that can fail returns a gpe_status; GPE_OK (0) is success. The
+ *   numeric values of the codes never change. After a failure,
+ *   gpe_last_error_message() returns a message for the calling thread; it is never
+ *   NULL and stays valid until the next failing call on that thread.
+ * - No C++ exception crosses this boundary.
+ * - Objects are opaque handles made by gpe_*_create* and released by gpe_*_destroy;
+ *   destroy(NULL) does nothing. A handle is immutable after creation, so one handle
+ *   may be used from many threads at once.
+ * - Option structs begin with `struct_size`, which the caller sets to sizeof the
+ *   struct it was compiled against (the *_INIT macros do so). Fields are only ever
+ *   appended; the library accepts any size from the first version's up to its own.
+ * - Tensors are DLPack DLTensors (dlpack/dlpack.h, DLPack 0.6 layout) on the CPU
+ *   (kDLCPU). `strides` are in elements; strides == NULL means row-major compact.
+ *   Positions are int64 ids; frequencies and scales are passed as double.
+ * - Rotations: a plane pair (x1, x2) at position p with frequency theta becomes
+ *   (x1 cos a - x2 sin a, x1 sin a + x2 cos a), a = p * theta, with p * theta formed
+ *   exactly and reduced mod 2 pi in double before cos and sin (accurate at any int64
+ *   position).
+ * - Symbols are exported only through GPE_API; everything else in the shared library
+ *   is hidden.
+ */
+#ifndef GPE_GPE_H_
+#define GPE_GPE_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlpack/dlpack.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define GPE_API __declspec(dllexport)
+#elif defined(__GNUC__) || defined(__clang__)
+#define GPE_API __attribute__((visibility("default")))
+#else
+#define GPE_API
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define GPE_NODISCARD __attribute__((warn_unused_result))
+#else
+#define GPE_NODISCARD
+#endif
+
+/* ---- Version ------------------------------------------------------------------- */
+
+#define GPE_VERSION_MAJOR 0
+#define GPE_VERSION_MINOR 1
+#define GPE_VERSION_PATCH 0
+/* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
+#define GPE_VERSION_NUMBER \
+  (GPE_VERSION_MAJOR * 10000 + GPE_VERSION_MINOR * 100 + GPE_VERSION_PATCH)
+
+/* The GPE_VERSION_NUMBER the library was built with. */
+GPE_API int gpe_version(void);
+/* "MAJOR.MINOR.PATCH"; static storage, never NULL. */
+GPE_API const char* gpe_version_string(void);
+
+/* ---- Status and errors --------------------------------------------------------- */
+
+typedef int32_t gpe_status;
+enum {
+  GPE_OK = 0,
+  GPE_ERROR_INVALID_ARGUMENT = 1, /* a null pointer, a bad value, mismatched shapes */
+  GPE_ERROR_OUT_OF_RANGE = 2,     /* a size or index outside what is representable */
+  GPE_ERROR_UNSUPPORTED = 3,      /* a dtype, device or layout this build lacks */
+  GPE_ERROR_OUT_OF_MEMORY = 4,
+  GPE_ERROR_INTERNAL = 5,         /* a bug in GroupPE: please report the message */
+  GPE_ERROR_VERSION_MISMATCH = 6  /* an option struct newer than this library */
+};
+
+/* The message of the last failing call on this thread ("" if none). Never NULL. */
+GPE_API const char* gpe_last_error_message(void);
+/* "GPE_OK", "GPE_ERROR_INVALID_ARGUMENT", ...; "GPE_ERROR_UNKNOWN" otherwise. */
+GPE_API const char* gpe_status_name(gpe_status status);
+
+/* ---- SO(n) representations of the integers --------------------------------------
+ *
+ * rho(p) = exp(p S) for a skew-symmetric generator S of size dim x dim, applied to
+ * batches of vectors at per-vector int64 positions. rho is orthogonal and
+ * rho(p + q) = rho(p) rho(q), so <rho(i) q, rho(j) k> = <q, rho(j - i) k>.
+ */
+typedef struct gpe_so_rep gpe_so_rep;
+
+enum {
+  /* Pairs (2i, 2i + 1): RoFormer, GPT-J. */
+  GPE_PAIRING_INTERLEAVED = 0,
+  /* Pairs (i, i + rotary_dim / 2): GPT-NeoX, Llama. */
+  GPE_PAIRING_HALF_SPLIT = 1
+};
+
+/* Commuting plane rotations (RoPE): S = sum_i theta_i L_i over rotary_dim / 2 planes;
+ * features rotary_dim..dim-1 pass through unchanged. */
+typedef struct gpe_so_planes_options {
+  uint32_t struct_size;  /* sizeof(gpe_so_planes_options) */
+  int32_t pairing;       /* GPE_PAIRING_* */
+  int64_t dim;           /* vector length, >= 2 */
+  int64_t rotary_dim;    /* even, 2 <= rotary_dim <= dim; 0 means dim */
+  double base;           /* theta_i = base^(-2i / rotary_dim) when thetas is NULL */
+  const double* thetas;  /* rotary_dim / 2 finite frequencies, or NULL */
+} gpe_so_planes_options;
+#define GPE_SO_PLANES_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_so_planes_options), GPE_PAIRING_INTERLEAVED, 0, 0, 10000.0, NULL }
+
+/* One rank-2 generator (GRAPE-M): S = omega (a b^T - b a^T), applied in O(dim) per
+ * vector by the closed-form exponential. a and b are copied at creation. */
+typedef struct gpe_so_rank2_options {
+  uint32_t struct_size; /* sizeof(gpe_so_rank2_options) */
+  int64_t dim;          /* vector length, >= 2 */
+  const double* a;      /* dim finite values */
+  const double* b;      /* dim finite values */
+  double omega;         /* finite */
+} gpe_so_rank2_options;
+#define GPE_SO_RANK2_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_so_rank2_options), 0, NULL, NULL, 1.0 }
+
+GPE_API GPE_NODISCARD gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options,
+                                                          gpe_so_rep** out);
+GPE_API GPE_NODISCARD gpe_status gpe_so_rep_create_rank2(const gpe_so_rank2_options* options,
+                                                         gpe_so_rep** out);
+GPE_API void gpe_so_rep_destroy(gpe_so_rep* rep);
+
+/* The vector length the representation acts on. */
+GPE_API GPE_NODISCARD gpe_status gpe_so_rep_dim(const gpe_so_rep* rep, int64_t* dim);
+
+/* out[n, :] = rho(positions[n]) x[n, :].
+ * positions: int64, shape [N]. x and out: float32 or float64 (the same dtype), shape
+ * [N, dim], any strides. out may be x itself (same data, offset and strides: in place);
+ * any other overlap between out and x is rejected. N may be 0. */
+GPE_API GPE_NODISCARD gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions,
+                                                  const DLTensor* x, DLTensor* out);
+
+/* The dense matrix rho(position), float64, shape [dim, dim], row-major or strided. */
+GPE_API GPE_NODISCARD gpe_status gpe_so_rep_matrix(const gpe_so_rep* rep, int64_t position,
+                                                   DLTensor* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GPE_GPE_H_ */

@@ -1,0 +1,11 @@
+"""GroupPE: positional encodings as group representations (Python bindings).
+
+A thin ctypes layer over the stable C ABI (libgpe.so); no compiled extension. Arrays
+are NumPy arrays, passed to the library without copies. Errors raise GpeError with
+the library's own message.
+"""
+
+from gpe._core import GpeError, version, version_string
+from gpe.so import SoRepresentation
+
+__all__ = ["GpeError", "SoRepresentation", "version", "version_string"]

@@ -1,0 +1,142 @@
+"""ctypes declarations of gpe.h and the shared-library loader (internal)."""
+
+import ctypes
+import os
+import pathlib
+
+import numpy as np
+
+# ---- DLPack 0.6 structs (dlpack/dlpack.h) ------------------------------------------
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+KDL_CPU = 1
+_DL_CODES = {"i": 0, "u": 1, "f": 2}
+
+
+def as_dltensor(array):
+    """Describes a NumPy array as a DLTensor without copying.
+
+    Returns (tensor, keepalive); keep `keepalive` referenced while the C call runs.
+    Strides are converted from bytes to elements; arrays whose strides are not whole
+    elements are rejected.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError("expected a numpy.ndarray, got %s" % type(array).__name__)
+    itemsize = array.dtype.itemsize
+    if array.dtype.kind not in _DL_CODES or array.dtype.byteorder not in ("=", "|", "<"):
+        raise TypeError("unsupported dtype %s" % array.dtype)
+    shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
+    strides_el = []
+    for s in array.strides:
+        if s % itemsize:
+            raise ValueError("array strides must be multiples of the element size")
+        strides_el.append(s // itemsize)
+    strides = (ctypes.c_int64 * max(array.ndim, 1))(*strides_el)
+    t = DLTensor()
+    t.data = array.ctypes.data if array.size else None
+    t.device = DLDevice(KDL_CPU, 0)
+    t.ndim = array.ndim
+    t.dtype = DLDataType(_DL_CODES[array.dtype.kind], itemsize * 8, 1)
+    t.shape = shape
+    t.strides = strides
+    t.byte_offset = 0
+    return t, (array, shape, strides)
+
+
+# ---- Option structs ------------------------------------------------------------------
+
+
+class SoPlanesOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("pairing", ctypes.c_int32),
+        ("dim", ctypes.c_int64),
+        ("rotary_dim", ctypes.c_int64),
+        ("base", ctypes.c_double),
+        ("thetas", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+class SoRank2Options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dim", ctypes.c_int64),
+        ("a", ctypes.POINTER(ctypes.c_double)),
+        ("b", ctypes.POINTER(ctypes.c_double)),
+        ("omega", ctypes.c_double),
+    ]
+
+
+# ---- Library loading -----------------------------------------------------------------
+
+_LIB_NAME = "libgpe.so"
+
+
+def _candidates():
+    env = os.environ.get("GPE_LIBRARY")
+    if env:
+        yield pathlib.Path(env)
+        return
+    here = pathlib.Path(__file__).resolve().parent
+    yield here / _LIB_NAME
+    # Under `bazel test`/`bazel run`: the library is a data dependency in the runfiles.
+    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        root = os.environ.get(var)
+        if root:
+            for ws in ("grouppe", "__main__"):
+                yield pathlib.Path(root) / ws / "c_api" / _LIB_NAME
+    # A source checkout after `./bazelw build //c_api:libgpe.so`.
+    for parent in here.parents:
+        yield parent / "bazel-bin" / "c_api" / _LIB_NAME
+
+
+def load_library():
+    tried = []
+    for path in _candidates():
+        tried.append(str(path))
+        if path.is_file():
+            return _declare(ctypes.CDLL(str(path)))
+    raise OSError("cannot find %s (set GPE_LIBRARY); tried: %s" % (_LIB_NAME, ", ".join(tried)))
+
+
+def _declare(lib):
+    st = ctypes.c_int32
+    p = ctypes.c_void_p
+    sigs = {
+        "gpe_version": (ctypes.c_int, []),
+        "gpe_version_string": (ctypes.c_char_p, []),
+        "gpe_last_error_message": (ctypes.c_char_p, []),
+        "gpe_status_name": (ctypes.c_char_p, [st]),
+        "gpe_so_rep_create_planes": (st, [ctypes.POINTER(SoPlanesOptions), ctypes.POINTER(p)]),
+        "gpe_so_rep_create_rank2": (st, [ctypes.POINTER(SoRank2Options), ctypes.POINTER(p)]),
+        "gpe_so_rep_destroy": (None, [p]),
+        "gpe_so_rep_dim": (st, [p, ctypes.POINTER(ctypes.c_int64)]),
+        "gpe_so_rep_apply": (st, [p, ctypes.POINTER(DLTensor), ctypes.POINTER(DLTensor),
+                                  ctypes.POINTER(DLTensor)]),
+        "gpe_so_rep_matrix": (st, [p, ctypes.c_int64, ctypes.POINTER(DLTensor)]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib

@@ -1,0 +1,123 @@
+"""SO(n) representations of the integers: RoPE planes and rank-2 GRAPE-M rotations."""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+
+INTERLEAVED = 0
+HALF_SPLIT = 1
+_PAIRINGS = {"interleaved": INTERLEAVED, "half_split": HALF_SPLIT}
+
+
+def _doubles(values, name):
+    arr = np.ascontiguousarray(values, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError("%s must be one-dimensional" % name)
+    return arr, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+
+
+class SoRepresentation:
+    """rho(p) = exp(p S) in SO(dim) for skew S, applied to batches of vectors.
+
+    Make one with `planes(...)` (commuting 2x2 rotations: RoPE) or `rank2(...)`
+    (GRAPE-M's exp(p omega (a b^T - b a^T))).
+    """
+
+    def __init__(self, handle):
+        self._handle = ctypes.c_void_p(handle)
+
+    @classmethod
+    def planes(cls, dim, rotary_dim=0, base=10000.0, thetas=None, pairing="interleaved"):
+        """RoPE: rotary_dim / 2 planes with frequencies `thetas` (default base^(-2i/r))."""
+        if pairing not in _PAIRINGS:
+            raise ValueError("pairing must be one of %s" % sorted(_PAIRINGS))
+        opts = _ffi.SoPlanesOptions()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.pairing = _PAIRINGS[pairing]
+        opts.dim = dim
+        opts.rotary_dim = rotary_dim
+        opts.base = base
+        keep = None
+        if thetas is not None:
+            keep, opts.thetas = _doubles(thetas, "thetas")
+            expected = (rotary_dim or dim) // 2
+            if keep.size != expected:
+                raise ValueError("thetas must hold rotary_dim / 2 = %d values" % expected)
+        out = ctypes.c_void_p()
+        check(lib().gpe_so_rep_create_planes(ctypes.byref(opts), ctypes.byref(out)))
+        del keep
+        return cls(out.value)
+
+    @classmethod
+    def rank2(cls, a, b, omega=1.0):
+        """GRAPE-M rank-2 rotation exp(p omega (a b^T - b a^T))."""
+        a_arr, a_ptr = _doubles(a, "a")
+        b_arr, b_ptr = _doubles(b, "b")
+        if a_arr.size != b_arr.size:
+            raise ValueError("a and b must have the same length")
+        opts = _ffi.SoRank2Options()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.dim = a_arr.size
+        opts.a = a_ptr
+        opts.b = b_ptr
+        opts.omega = omega
+        out = ctypes.c_void_p()
+        check(lib().gpe_so_rep_create_rank2(ctypes.byref(opts), ctypes.byref(out)))
+        return cls(out.value)
+
+    def close(self):
+        if self._handle:
+            lib().gpe_so_rep_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def dim(self):
+        d = ctypes.c_int64()
+        check(lib().gpe_so_rep_dim(self._handle, ctypes.byref(d)))
+        return d.value
+
+    def apply(self, positions, x, out=None):
+        """out[n] = rho(positions[n]) x[n] for x of shape [N, dim], float32 or float64.
+
+        `out=x` rotates in place. Without `out`, a new array of x's dtype is returned.
+        Inputs are passed without copies (any strides)."""
+        positions = np.asarray(positions)
+        if positions.dtype != np.int64:
+            if positions.dtype.kind not in "iu":
+                raise TypeError("positions must be integers")
+            positions = positions.astype(np.int64)
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x)
+        if out is None:
+            out = np.empty(x.shape, dtype=x.dtype)
+        tp, kp = _ffi.as_dltensor(positions)
+        tx, kx = _ffi.as_dltensor(x)
+        to, ko = _ffi.as_dltensor(out)
+        check(lib().gpe_so_rep_apply(self._handle, ctypes.byref(tp), ctypes.byref(tx),
+                                     ctypes.byref(to)))
+        del kp, kx, ko
+        return out
+
+    def matrix(self, position):
+        """The dense float64 matrix rho(position)."""
+        d = self.dim
+        out = np.empty((d, d), dtype=np.float64)
+        t, keep = _ffi.as_dltensor(out)
+        check(lib().gpe_so_rep_matrix(self._handle, int(position), ctypes.byref(t)))
+        del keep
+        return out

@@ -1,0 +1,36 @@
+"""Makes Python tests work with a sanitizer-built libgpe.so.
+
+An AddressSanitizer runtime must be the first library loaded into the process, which a
+plain `python3` is not built for. When libgpe.so needs libasan, re-execute the test
+with that runtime in LD_PRELOAD (and leak detection off: the interpreter's own
+allocations at exit are not GroupPE's leaks).
+"""
+
+import os
+import subprocess
+import sys
+
+
+def _needed_runtime(lib_path):
+    try:
+        out = subprocess.run(["ldd", lib_path], check=True, capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    for line in out.splitlines():
+        if "libasan.so" in line and "=>" in line:
+            return line.split("=>")[1].split("(")[0].strip()
+    return None
+
+
+def reexec_if_needed(lib_path):
+    if os.environ.get("GPE_SANITIZER_PRELOADED") or lib_path is None:
+        return
+    runtime = _needed_runtime(lib_path)
+    if not runtime:
+        return
+    env = dict(os.environ)
+    env["GPE_SANITIZER_PRELOADED"] = "1"
+    env["LD_PRELOAD"] = runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+    env["ASAN_OPTIONS"] = "detect_leaks=0:" + env.get("ASAN_OPTIONS", "")
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs the gpe tool as a user would and checks its exit codes and output.
+set -uo pipefail
+gpe="$1"
+fail() { echo "FAIL: $*"; exit 1; }
+
+out="$("$gpe")" || fail "the main job exited $?: $out"
+grep -q "All group laws hold." <<<"$out" || fail "main job output lacks the verdict: $out"
+grep -q "^GroupPE 0\." <<<"$out" || fail "main job output lacks the version: $out"
+# Every law row passed; a FAIL row would also have made the exit code non-zero.
+if grep -q "FAIL" <<<"$out"; then fail "a law failed: $out"; fi
+
+out="$("$gpe" check-groups --seed 7 --trials 5)" || fail "check-groups exited $?"
+grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: $out"
+
+"$gpe" --help | grep -q "usage: gpe" || fail "--help prints no usage"
+
+for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed"; do
+  # shellcheck disable=SC2086
+  err="$("$gpe" $bad 2>&1)"; rc=$?
+  [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"
+  [[ -n "$err" ]] || fail "'gpe $bad' printed no message"
+done
+echo "PASS"

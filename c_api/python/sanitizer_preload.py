@@ -31,6 +31,9 @@ def reexec_if_needed(lib_path):
     env = dict(os.environ)
     env["GPE_SANITIZER_PRELOADED"] = "1"
     env["LD_PRELOAD"] = runtime + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
-    env["ASAN_OPTIONS"] = "detect_leaks=0:" + env.get("ASAN_OPTIONS", "")
+    # Appended: ASan takes the last occurrence of an option, and the test environment
+    # already sets detect_leaks=1.
+    prior = env.get("ASAN_OPTIONS", "")
+    env["ASAN_OPTIONS"] = (prior + ":" if prior else "") + "detect_leaks=0"
     sys.stdout.flush()
     os.execve(sys.executable, [sys.executable] + sys.argv, env)

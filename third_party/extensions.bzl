@@ -2,9 +2,17 @@
 
 load("//third_party:cuda_configure.bzl", "cuda_configure")
 load("//third_party:python_configure.bzl", "python_configure")
+load("//third_party:system_libs.bzl", "system_library_repository")
 
 def _gpe_local_impl(_ctx):
     cuda_configure(name = "local_cuda")
     python_configure(name = "gpe_python")
+    # No BCR module ships OpenBLAS: use the system's, as the WORKSPACE does.
+    system_library_repository(
+        name = "openblas",
+        build_file = Label("//third_party:openblas.BUILD"),
+        pkg_config_modules = ["openblas"],
+        header_dirs = ["x86_64-linux-gnu/openblas-pthread"],
+    )
 
 gpe_local = module_extension(implementation = _gpe_local_impl)

@@ -107,6 +107,16 @@ def gpe_dependencies(grouppe_path = "."):
         pkg_config_modules = ["libhwy"],
         header_dirs = ["hwy"],
     )
+    # OpenBLAS (libopenblas-dev, pthreads build): BLAS-3 and LAPACK for the INR solvers,
+    # with the CPU kernel chosen at run time (DYNAMIC_ARCH), so one binary is fast on
+    # AVX2 and AVX-512 machines.
+    _maybe(
+        system_library_repository,
+        name = "openblas",
+        build_file = Label("//third_party:openblas.BUILD"),
+        pkg_config_modules = ["openblas"],
+        header_dirs = ["x86_64-linux-gnu/openblas-pthread"],
+    )
 
     # The CUDA toolkit, when nvcc exists; otherwise CUDA targets become incompatible.
     _maybe(cuda_configure, name = "local_cuda")

@@ -1,0 +1,76 @@
+// Closed-form least squares for coordinate networks on separable grids (Zheng et al.,
+// "Trading Positional Complexity vs. Deepness in Coordinate Networks", sec. 5, eq. 10).
+//
+// A complex (Kronecker) encoding followed by one linear layer predicts, on the grid
+// y_0..y_{n_y-1} x x_0..x_{n_x-1}, the image
+//   S_hat = Psi_y W Psi_x^T                                  (rows = y, columns = x)
+// with Psi_y (n_y x K_y) and Psi_x (n_x x K_x) the per-axis encodings
+// (ComplexShiftedEncoder::Factors) and W (K_y x K_x) the layer's weights read row-major
+// (the feature order of shifted_basis.h). The least-squares W is never found through the
+// n_y n_x x K_y K_x Kronecker system: with A = (Psi^T Psi + lambda I)^-1 Psi^T per axis,
+//   W = A_y S A_x^T,
+// which for lambda = 0 and full column rank factors is exactly pinv(Psi_y) S pinv(Psi_x)^T,
+// the minimiser of |Psi_y W Psi_x^T - S|_F. Regularisation choice: ridge lambda on each
+// factor (lambda = 0 is plain least squares); this is not ridge on the full Kronecker
+// system (papers/README.md notes the paper leaves it open). Cost O(n K (n + K)) per
+// axis and per channel, memory O(n K + K^2); 3D volumes use mode-n products.
+//
+// Arithmetic is float64 through OpenBLAS (BLAS-3 and LAPACK's Cholesky). A factor whose
+// regularised Gram matrix is not numerically positive definite (rank deficient with
+// lambda = 0, e.g. K > n) is reported as FailedPrecondition, never returned as garbage.
+#ifndef INR_CLOSED_FORM_H_
+#define INR_CLOSED_FORM_H_
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpe {
+namespace inr {
+
+using RowMatrixXd = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using MatrixRef = Eigen::Ref<const RowMatrixXd>;
+
+// The ridge pseudo-inverse of one factor, stored transposed: returns A^T (n x K) with
+// A = (Psi^T Psi + lambda I)^-1 Psi^T. psi: n x K, finite, n, K >= 1; lambda >= 0 finite.
+absl::StatusOr<RowMatrixXd> RidgePinvTransposed(const MatrixRef& psi, double lambda);
+
+// W = A_y S A_x^T for one channel. s: n_y x n_x.
+absl::StatusOr<RowMatrixXd> FitSeparable2D(const MatrixRef& psi_y, const MatrixRef& psi_x,
+                                           const MatrixRef& s, double lambda);
+// The same for several channels (RGB), sharing the factorisations.
+absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
+                                                        const MatrixRef& psi_x,
+                                                        const std::vector<RowMatrixXd>& channels,
+                                                        double lambda);
+// S_hat = Psi_y W Psi_x^T.
+absl::StatusOr<RowMatrixXd> PredictSeparable2D(const MatrixRef& psi_y, const MatrixRef& psi_x,
+                                               const MatrixRef& w);
+
+// A dense 3-tensor, row-major: element (i, j, k) at data[(i * dims[1] + j) * dims[2] + k].
+struct Tensor3 {
+  std::array<int64_t, 3> dims = {0, 0, 0};
+  std::vector<double> data;
+};
+
+// Volumes: W = V x_0 A_0 x_1 A_1 x_2 A_2 (mode-n products), psi[d]: n_d x K_d,
+// v.dims == {n_0, n_1, n_2}. Returns a K_0 x K_1 x K_2 tensor.
+absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, const Tensor3& v,
+                                       double lambda);
+// V_hat = W x_0 Psi_0 x_1 Psi_1 x_2 Psi_2.
+absl::StatusOr<Tensor3> PredictSeparable3D(const std::array<RowMatrixXd, 3>& psi,
+                                           const Tensor3& w);
+
+// Mean squared error over all entries (sizes must match, at least one entry).
+absl::StatusOr<double> MeanSquaredError(const MatrixRef& a, const MatrixRef& b);
+// PSNR = 10 log10(peak^2 / MSE) in dB (+inf when MSE = 0). peak > 0, finite.
+absl::StatusOr<double> Psnr(const MatrixRef& a, const MatrixRef& b, double peak = 1.0);
+
+}  // namespace inr
+}  // namespace gpe
+
+#endif  // INR_CLOSED_FORM_H_

@@ -1,0 +1,201 @@
+#include "inr/closed_form.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "encodings/coordinate/shifted_basis.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace inr {
+namespace {
+
+using encodings::ShiftedBasis1D;
+using encodings::ShiftedBasisKind;
+
+RowMatrixXd Random(int64_t r, int64_t c, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal;
+  RowMatrixXd m(r, c);
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < c; ++j) m(i, j) = normal(rng);
+  }
+  return m;
+}
+
+std::vector<double> Grid(int64_t n) {
+  std::vector<double> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = (i + 0.5) / n;
+  return x;
+}
+
+RowMatrixXd GaussianFactor(int64_t n, int64_t k, double sigma) {
+  return *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, k, sigma)->Encode(Grid(n));
+}
+
+// Oracle: the pseudo-inverse with ridge by Eigen's LDLT of the normal equations, then
+// the explicit Kronecker system solved by Eigen's QR on small sizes.
+RowMatrixXd OraclePinv(const RowMatrixXd& psi, double lambda) {
+  Eigen::MatrixXd g = psi.transpose() * psi;
+  g.diagonal().array() += lambda;
+  return g.ldlt().solve(psi.transpose());  // K x n
+}
+
+// Noise-free data in the model's range: W is recovered exactly (lambda = 0) and equals
+// the least-squares solution of the materialised Kronecker system.
+TEST(ClosedForm, RecoversWeightsAndMatchesKroneckerLeastSquares) {
+  std::mt19937_64 rng(3);
+  const int64_t ny = 23, nx = 17, ky = 9, kx = 6;
+  const RowMatrixXd psi_y = GaussianFactor(ny, ky, 0.08), psi_x = GaussianFactor(nx, kx, 0.1);
+  const RowMatrixXd w_true = Random(ky, kx, rng);
+  const RowMatrixXd s = psi_y * w_true * psi_x.transpose();
+  absl::StatusOr<RowMatrixXd> w = FitSeparable2D(psi_y, psi_x, s, 0.0);
+  ASSERT_TRUE(w.ok()) << w.status();
+  // cond(Psi) here is ~1e2, so the recovered weights carry ~cond^2 eps ~ 1e-12 relative
+  // error; 1e-8 leaves room and still fails on any transposition or ordering slip.
+  EXPECT_LT((*w - w_true).norm() / w_true.norm(), 1e-8);
+
+  // Noisy data: compare with least squares on the Kronecker system (row-major vec(S),
+  // features psi_y (x) psi_x, i.e. vec(W) row-major).
+  const RowMatrixXd noisy = s + 0.1 * Random(ny, nx, rng);
+  Eigen::MatrixXd kron(ny * nx, ky * kx);
+  for (int64_t i = 0; i < ny; ++i) {
+    for (int64_t j = 0; j < nx; ++j) {
+      for (int64_t a = 0; a < ky; ++a) {
+        for (int64_t b = 0; b < kx; ++b) kron(i * nx + j, a * kx + b) = psi_y(i, a) * psi_x(j, b);
+      }
+    }
+  }
+  Eigen::VectorXd rhs(ny * nx);
+  for (int64_t i = 0; i < ny; ++i) {
+    for (int64_t j = 0; j < nx; ++j) rhs[i * nx + j] = noisy(i, j);
+  }
+  const Eigen::VectorXd oracle = kron.colPivHouseholderQr().solve(rhs);
+  w = FitSeparable2D(psi_y, psi_x, noisy, 0.0);
+  ASSERT_TRUE(w.ok()) << w.status();
+  double worst = 0;
+  for (int64_t a = 0; a < ky; ++a) {
+    for (int64_t b = 0; b < kx; ++b) worst = std::max(worst, std::abs((*w)(a, b) - oracle[a * kx + b]));
+  }
+  EXPECT_LT(worst, 1e-8 * oracle.cwiseAbs().maxCoeff());
+}
+
+// With ridge, the result equals A_y S A_x^T computed by an independent route.
+TEST(ClosedForm, RidgeMatchesIndependentFormulaAndSharesFactors) {
+  std::mt19937_64 rng(5);
+  const int64_t n = 31, k = 12;
+  const RowMatrixXd psi = GaussianFactor(n, k, 0.05);
+  const double lambda = 1e-3;
+  std::vector<RowMatrixXd> channels = {Random(n, n, rng), Random(n, n, rng), Random(n, n, rng)};
+  absl::StatusOr<std::vector<RowMatrixXd>> w = FitSeparable2D(psi, psi, channels, lambda);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->size(), 3u);
+  const RowMatrixXd a = OraclePinv(psi, lambda);
+  for (int c = 0; c < 3; ++c) {
+    const RowMatrixXd want = a * channels[c] * a.transpose();
+    // Both routes solve a system with cond ~1e4: 1e-9 relative is ~1e3 eps * cond.
+    EXPECT_LT(((*w)[c] - want).norm() / want.norm(), 1e-9) << "channel " << c;
+  }
+}
+
+TEST(ClosedForm, PredictIsTheKroneckerModel) {
+  std::mt19937_64 rng(7);
+  const RowMatrixXd psi_y = Random(8, 3, rng), psi_x = Random(5, 4, rng), w = Random(3, 4, rng);
+  absl::StatusOr<RowMatrixXd> s = PredictSeparable2D(psi_y, psi_x, w);
+  ASSERT_TRUE(s.ok()) << s.status();
+  for (int64_t i = 0; i < 8; ++i) {
+    for (int64_t j = 0; j < 5; ++j) {
+      double want = 0;
+      for (int64_t a = 0; a < 3; ++a) {
+        for (int64_t b = 0; b < 4; ++b) want += psi_y(i, a) * w(a, b) * psi_x(j, b);
+      }
+      EXPECT_NEAR((*s)(i, j), want, 1e-12);  // 12 products of O(1) terms
+    }
+  }
+}
+
+TEST(ClosedForm, Volume3DRecoversWeightsAndRoundTrips) {
+  std::mt19937_64 rng(9);
+  std::array<RowMatrixXd, 3> psi = {GaussianFactor(11, 4, 0.15), GaussianFactor(9, 5, 0.12),
+                                    GaussianFactor(13, 3, 0.2)};
+  Tensor3 w_true;
+  w_true.dims = {4, 5, 3};
+  std::normal_distribution<double> normal;
+  for (int i = 0; i < 60; ++i) w_true.data.push_back(normal(rng));
+  absl::StatusOr<Tensor3> v = PredictSeparable3D(psi, w_true);
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(v->dims, (std::array<int64_t, 3>{11, 9, 13}));
+  // Spot-check the forward model element by element.
+  for (int64_t i : {0, 5, 10}) {
+    for (int64_t j : {0, 8}) {
+      for (int64_t l : {0, 7, 12}) {
+        double want = 0;
+        for (int a = 0; a < 4; ++a) {
+          for (int b = 0; b < 5; ++b) {
+            for (int c = 0; c < 3; ++c) {
+              want += w_true.data[(a * 5 + b) * 3 + c] * psi[0](i, a) * psi[1](j, b) * psi[2](l, c);
+            }
+          }
+        }
+        EXPECT_NEAR(v->data[(i * 9 + j) * 13 + l], want, 1e-12);
+      }
+    }
+  }
+  absl::StatusOr<Tensor3> w = FitSeparable3D(psi, *v, 0.0);
+  ASSERT_TRUE(w.ok()) << w.status();
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < w->data.size(); ++i) {
+    err += std::pow(w->data[i] - w_true.data[i], 2);
+    norm += w_true.data[i] * w_true.data[i];
+  }
+  EXPECT_LT(std::sqrt(err / norm), 1e-8);  // as in the 2D case: cond^2 eps with margin
+}
+
+TEST(ClosedForm, SingularAndBadInputsAreReported) {
+  // More shifts than coordinates: Psi^T Psi is singular without ridge.
+  const RowMatrixXd wide = GaussianFactor(6, 10, 0.05);
+  const RowMatrixXd s = RowMatrixXd::Ones(6, 6);
+  absl::StatusOr<RowMatrixXd> w = FitSeparable2D(wide, wide, s, 0.0);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(w.status().message()).find("rank deficient"), std::string::npos);
+  // A ridge makes the same problem well posed.
+  EXPECT_TRUE(FitSeparable2D(wide, wide, s, 1e-2).ok());
+
+  const RowMatrixXd psi = GaussianFactor(6, 3, 0.2);
+  EXPECT_EQ(FitSeparable2D(psi, psi, RowMatrixXd::Ones(5, 6), 0.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitSeparable2D(psi, psi, s, -1.0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitSeparable2D(psi, psi, s, NAN).status().code(), absl::StatusCode::kInvalidArgument);
+  RowMatrixXd bad = s;
+  bad(2, 3) = NAN;
+  EXPECT_EQ(FitSeparable2D(psi, psi, bad, 0.0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitSeparable2D(psi, psi, std::vector<RowMatrixXd>{}, 0.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitSeparable2D(psi, psi, RowMatrixXd(0, 0), 0.0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RidgePinvTransposed(RowMatrixXd::Zero(4, 3), 0.0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(PredictSeparable2D(psi, psi, RowMatrixXd::Ones(2, 3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  Tensor3 t;
+  t.dims = {2, 2, 2};
+  t.data.assign(7, 0.0);
+  std::array<RowMatrixXd, 3> f = {psi, psi, psi};
+  EXPECT_EQ(FitSeparable3D(f, t, 0.0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Metrics, MseAndPsnr) {
+  RowMatrixXd a = RowMatrixXd::Zero(2, 2), b = RowMatrixXd::Zero(2, 2);
+  b(0, 0) = 0.2;  // MSE = 0.04 / 4 = 0.01 -> PSNR = 20 dB at peak 1
+  EXPECT_DOUBLE_EQ(*MeanSquaredError(a, b), 0.01);
+  EXPECT_NEAR(*Psnr(a, b), 20.0, 1e-12);
+  EXPECT_NEAR(*Psnr(a, b, 255.0), 20.0 + 20.0 * std::log10(255.0), 1e-12);
+  EXPECT_TRUE(std::isinf(*Psnr(a, a)));
+  EXPECT_FALSE(Psnr(a, RowMatrixXd::Zero(2, 3)).ok());
+  EXPECT_FALSE(Psnr(a, b, 0.0).ok());
+}
+
+}  // namespace
+}  // namespace inr
+}  // namespace gpe

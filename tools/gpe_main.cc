@@ -28,6 +28,7 @@
 #include "group/so_planes.h"
 #include "group/so_rank2.h"
 #include "group/unipotent.h"
+#include "tools/machine_limits.h"
 
 namespace {
 
@@ -43,6 +44,8 @@ constexpr char kUsage[] =
     "  check-groups    check the group laws of every representation on random elements\n"
     "                    --seed N     random seed (default 1)\n"
     "                    --trials N   random elements per law (default 20, 1..100000)\n"
+    "  machine         measure this machine's float32 FMA peak and triad bandwidth\n"
+    "                  (1 thread and all threads): the figures benchmarks divide by\n"
     "  help, --help    this text\n";
 
 // One law's outcome: the worst value measured over all trials and the bound it must
@@ -274,6 +277,18 @@ int RunVersion() {
   return 0;
 }
 
+int RunMachine() {
+  namespace t = gpe::tools;
+  const int all = t::AvailableThreads();
+  std::printf("Widest vector ISA: %s, %d hardware threads\n\n", t::WidestVectorIsa().c_str(), all);
+  std::printf("| measure | 1 thread | %d threads |\n|---|---|---|\n", all);
+  std::printf("| float32 FMA peak (GFLOP/s) | %.1f | %.1f |\n", t::FmaPeakGflops(1),
+              t::FmaPeakGflops(all));
+  std::printf("| triad bandwidth (GB/s) | %.1f | %.1f |\n", t::TriadBandwidthGBs(1),
+              t::TriadBandwidthGBs(all));
+  return 0;
+}
+
 bool ParseInt(const char* s, long long lo, long long hi, long long* out) {
   char* end = nullptr;
   errno = 0;
@@ -297,6 +312,7 @@ int main(int argc, char** argv) {
     return RunCheckGroups(1, 20);
   }
   if (command == "version") return RunVersion();
+  if (command == "machine") return RunMachine();
   if (command == "check-groups") {
     long long seed = 1, trials = 20;
     for (int i = 2; i < argc; ++i) {

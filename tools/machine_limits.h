@@ -1,0 +1,37 @@
+// The machine's limits, measured in the running binary, so that every benchmark can report
+// its figures as ratios (timings differ between machines by 2x and more; only ratios taken
+// in one run compare).
+//
+// - FmaPeakGflops: float32 fused multiply-add throughput with the widest vector ISA the
+//   CPU has (AVX-512, else AVX2+FMA, else SSE2 multiply+add), chosen at run time, on
+//   `threads` threads; 2 flops per lane per FMA.
+// - TriadBandwidthGBs: STREAM's triad a[i] = b[i] + s c[i] over float arrays far larger
+//   than the last-level cache, on `threads` threads; counts 12 bytes per element (two
+//   reads, one write), as STREAM does.
+// Both take the best of a few repetitions, so they estimate what the machine can do, not
+// an average disturbed by other processes.
+#ifndef TOOLS_MACHINE_LIMITS_H_
+#define TOOLS_MACHINE_LIMITS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace gpe {
+namespace tools {
+
+// "avx512", "avx2" or "sse2": the ISA FmaPeakGflops uses on this CPU.
+std::string WidestVectorIsa();
+
+// threads >= 1.
+double FmaPeakGflops(int threads);
+
+// threads >= 1; bytes_per_array defaults to 256 MiB (three arrays: 768 MiB).
+double TriadBandwidthGBs(int threads, int64_t bytes_per_array = int64_t{256} << 20);
+
+// Hardware threads available to this process (at least 1).
+int AvailableThreads();
+
+}  // namespace tools
+}  // namespace gpe
+
+#endif  // TOOLS_MACHINE_LIMITS_H_

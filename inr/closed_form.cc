@@ -91,6 +91,24 @@ void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const dou
               c, static_cast<int>(ldc));
 }
 
+// The float32 form of ApplyPinvs.
+RowMatrixXd ApplyPinvsFloat32(const RowMatrixXd& ay_t, const RowMatrixXd& ax_t,
+                              const MatrixRef& s) {
+  using RowMatrixXf = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int ny = static_cast<int>(s.rows()), nx = static_cast<int>(s.cols());
+  const int ky = static_cast<int>(ay_t.cols()), kx = static_cast<int>(ax_t.cols());
+  const RowMatrixXf sf = s.cast<float>();
+  const RowMatrixXf ax = ax_t.cast<float>();
+  const RowMatrixXf ay = &ay_t == &ax_t ? ax : RowMatrixXf(ay_t.cast<float>());
+  RowMatrixXf t(ny, kx);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ny, kx, nx, 1.0f, sf.data(), nx,
+              ax.data(), kx, 0.0f, t.data(), kx);
+  RowMatrixXf w(ky, kx);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, ky, kx, ny, 1.0f, ay.data(), ky, t.data(),
+              kx, 0.0f, w.data(), kx);
+  return w.cast<double>();
+}
+
 bool SameMatrix(const MatrixRef& a, const MatrixRef& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return false;
   if (a.data() == b.data() && a.outerStride() == b.outerStride()) return true;
@@ -184,6 +202,16 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
                                                         const MatrixRef& psi_x,
                                                         const std::vector<RowMatrixXd>& channels,
                                                         double lambda) {
+  SeparableFitOptions options;
+  options.lambda = lambda;
+  return FitSeparable2D(psi_y, psi_x, channels, options);
+}
+
+absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
+                                                        const MatrixRef& psi_x,
+                                                        const std::vector<RowMatrixXd>& channels,
+                                                        const SeparableFitOptions& options) {
+  const double lambda = options.lambda;
   if (channels.empty()) return absl::InvalidArgumentError("no channels to fit");
   for (size_t c = 0; c < channels.size(); ++c) {
     absl::Status s = CheckMatrix(channels[c], "image channel");
@@ -197,12 +225,16 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
   }
   absl::StatusOr<RowMatrixXd> ay_t = RidgePinvTransposed(psi_y, lambda);
   if (!ay_t.ok()) return ay_t.status();
-  absl::StatusOr<RowMatrixXd> ax_t =
-      SameMatrix(psi_y, psi_x) ? ay_t : RidgePinvTransposed(psi_x, lambda);
+  const bool shared = SameMatrix(psi_y, psi_x);
+  absl::StatusOr<RowMatrixXd> ax_t = shared ? ay_t : RidgePinvTransposed(psi_x, lambda);
   if (!ax_t.ok()) return ax_t.status();
+  const RowMatrixXd& ax = shared ? *ay_t : *ax_t;
   std::vector<RowMatrixXd> weights;
   weights.reserve(channels.size());
-  for (const RowMatrixXd& s : channels) weights.push_back(ApplyPinvs(*ay_t, *ax_t, s));
+  for (const RowMatrixXd& s : channels) {
+    weights.push_back(options.float32_image_products ? ApplyPinvsFloat32(*ay_t, ax, s)
+                                                     : ApplyPinvs(*ay_t, ax, s));
+  }
   return weights;
 }
 

@@ -99,6 +99,23 @@ TEST(ClosedForm, RidgeMatchesIndependentFormulaAndSharesFactors) {
   }
 }
 
+// The mixed-precision option rounds S and A to float32 (2^-24 relative) before the two
+// image products; with cond(Psi) ~ 1e2 and n ~ 40-term sums the weights move by
+// ~1e-6 relative, so 1e-4 bounds it with margin while any layout slip gives O(1).
+TEST(ClosedForm, Float32ImageProductsStayCloseToFloat64) {
+  std::mt19937_64 rng(13);
+  const RowMatrixXd psi_y = GaussianFactor(41, 12, 0.06), psi_x = GaussianFactor(37, 10, 0.07);
+  const std::vector<RowMatrixXd> s = {Random(41, 37, rng)};
+  SeparableFitOptions options;
+  options.lambda = 1e-4;
+  absl::StatusOr<std::vector<RowMatrixXd>> w64 = FitSeparable2D(psi_y, psi_x, s, options);
+  options.float32_image_products = true;
+  absl::StatusOr<std::vector<RowMatrixXd>> w32 = FitSeparable2D(psi_y, psi_x, s, options);
+  ASSERT_TRUE(w64.ok() && w32.ok());
+  EXPECT_LT(((*w32)[0] - (*w64)[0]).norm() / (*w64)[0].norm(), 1e-4);
+  EXPECT_GT(((*w32)[0] - (*w64)[0]).norm(), 0.0);  // it really took the float32 route
+}
+
 TEST(ClosedForm, PredictIsTheKroneckerModel) {
   std::mt19937_64 rng(7);
   const RowMatrixXd psi_y = Random(8, 3, rng), psi_x = Random(5, 4, rng), w = Random(3, 4, rng);

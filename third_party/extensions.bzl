@@ -7,6 +7,12 @@ load("//third_party:system_libs.bzl", "system_library_repository")
 def _gpe_local_impl(_ctx):
     cuda_configure(name = "local_cuda")
     python_configure(name = "gpe_python")
+    system_library_repository(
+        name = "libpng",
+        build_file = Label("//third_party:libpng.BUILD"),
+        pkg_config_modules = ["libpng"],
+        header_dirs = ["libpng16"],
+    )
     # No BCR module ships OpenBLAS: use the system's, as the WORKSPACE does.
     system_library_repository(
         name = "openblas",

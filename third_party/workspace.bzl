@@ -107,6 +107,16 @@ def gpe_dependencies(grouppe_path = "."):
         pkg_config_modules = ["libhwy"],
         header_dirs = ["hwy"],
     )
+
+    # libpng (libpng-dev): reading and writing images for the INR tools.
+    _maybe(
+        system_library_repository,
+        name = "libpng",
+        build_file = Label("//third_party:libpng.BUILD"),
+        pkg_config_modules = ["libpng"],
+        header_dirs = ["libpng16"],
+    )
+
     # OpenBLAS (libopenblas-dev, pthreads build): BLAS-3 and LAPACK for the INR solvers,
     # with the CPU kernel chosen at run time (DYNAMIC_ARCH), so one binary is fast on
     # AVX2 and AVX-512 machines.

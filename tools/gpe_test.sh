@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the gpe tool as a user would and checks its exit codes and output.
 set -uo pipefail
-gpe="$1"
+gpe="$(realpath "$1")"
 fail() { echo "FAIL: $*"; exit 1; }
+# The main job writes its pictures under ./gpe_out: keep them in the test's scratch space.
+cd "${TEST_TMPDIR:-$(mktemp -d)}" || fail "no scratch directory"
 
 out="$("$gpe")" || fail "the main job exited $?: $out"
 grep -q "All group laws hold." <<<"$out" || fail "main job output lacks the verdict: $out"
@@ -10,12 +12,19 @@ grep -q "^GroupPE 0\." <<<"$out" || fail "main job output lacks the version: $ou
 # Every law row passed; a FAIL row would also have made the exit code non-zero.
 if grep -q "FAIL" <<<"$out"; then fail "a law failed: $out"; fi
 
+# The closed-form INR fits ran and wrote their pictures.
+grep -qE "^\| gaussian \| 128 \|" <<<"$out" || fail "main job lacks the INR table: $out"
+[[ -s gpe_out/spiral_truth.png && -s gpe_out/spiral_gaussian_k128.png ]] || fail "no PNGs written"
+"$gpe" inr-spiral --out "$PWD/elsewhere" >/dev/null || fail "inr-spiral --out failed"
+[[ -s elsewhere/spiral_triangle_k64.png ]] || fail "inr-spiral ignored --out"
+
 out="$("$gpe" check-groups --seed 7 --trials 5)" || fail "check-groups exited $?"
 grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: $out"
 
 "$gpe" --help | grep -q "usage: gpe" || fail "--help prints no usage"
 
-for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed"; do
+for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed" \
+           "inr-spiral --out" "inr-spiral --bogus"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

@@ -266,6 +266,8 @@ TEST(AlgebraicTreeTest, ScoresDependOnlyOnTheRelativePath) {
     auto rel_m = tree->representation().Matrix(*rel);
     ASSERT_TRUE(rel_m.ok());
     const double s = TreeScore(*tree, g, q, h, kv);
+    // Orthogonal path products preserve norms (<rho(g) q, rho(g) q> = |q|^2).
+    EXPECT_NEAR(TreeScore(*tree, g, q, g, q), q.squaredNorm(), 1e-12 * q.squaredNorm());
     // Path products of <= 9 orthogonal factors: ~1e-14 on an O(1) score.
     EXPECT_NEAR(s, q.dot(*rel_m * kv), 1e-12);
     // The pair (prefix g, prefix h) has the same relative path, so the same score.

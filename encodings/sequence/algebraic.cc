@@ -1,0 +1,432 @@
+#include "encodings/sequence/algebraic.h"
+
+#include <cmath>
+#include <complex>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "group/direct_sum.h"
+#include "group/free_group.h"
+#include "group/angle.h"
+#include "group/free_representation.h"
+#include "group/so_dense.h"
+#include "group/so_planes.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+namespace {
+
+int64_t ExtentBytes(int64_t n, int64_t dim, int64_t stride, size_t element_size) {
+  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size);
+  if (n > 1 && stride > (limit - dim) / (n - 1)) return -1;
+  return ((n - 1) * stride + dim) * static_cast<int64_t>(element_size);
+}
+
+// Same contract as group/batch.h: non-null, strides >= dim, identical or disjoint.
+absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* in,
+                           int64_t in_stride, const void* out, int64_t out_stride,
+                           size_t element_size) {
+  if (n == 0) return absl::OkStatus();
+  if (in == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": null input or output pointer"));
+  }
+  if (in_stride < 0 || out_stride < 0 || (n > 1 && (in_stride < dim || out_stride < dim))) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": strides (", in_stride, ", ",
+                                                   out_stride, ") must be >= dim ", dim));
+  }
+  const int64_t in_bytes = ExtentBytes(n, dim, in_stride, element_size);
+  const int64_t out_bytes = ExtentBytes(n, dim, out_stride, element_size);
+  if (in_bytes < 0 || out_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": batch extent overflows"));
+  }
+  if (in == out) {
+    if (in_stride != out_stride) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": in-place use needs equal input and output strides"));
+    }
+    return absl::OkStatus();
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(in);
+  const uintptr_t b = reinterpret_cast<uintptr_t>(out);
+  if (a < b + static_cast<uintptr_t>(out_bytes) && b < a + static_cast<uintptr_t>(in_bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": input and output overlap without being identical"));
+  }
+  return absl::OkStatus();
+}
+
+constexpr int64_t kMaxTableDoubles = int64_t{1} << 27;  // 1 GiB
+
+}  // namespace
+
+// ----------------------------------------------------------------------------------
+// Sequences
+// ----------------------------------------------------------------------------------
+
+absl::StatusOr<AlgebraicSequence> AlgebraicSequence::Create(
+    const Eigen::Ref<const Eigen::MatrixXd>& skew) {
+  if (skew.rows() < 1) return absl::InvalidArgumentError("AlgebraicSequence: empty generator");
+  if (absl::Status s = group::ValidateSkew(skew); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("AlgebraicSequence: ", s.message()));
+  }
+  absl::StatusOr<group::SchurRotation> rotation = group::SchurRotation::Create(skew);
+  if (!rotation.ok()) return rotation.status();
+  return AlgebraicSequence(Eigen::MatrixXd(skew), *std::move(rotation));
+}
+
+template <class T>
+absl::Status AlgebraicSequence::Apply(absl::Span<const int64_t> positions, const T* in,
+                                      int64_t in_stride, T* out, int64_t out_stride) const {
+  return rotation_.Apply<T>(positions, in, in_stride, out, out_stride);
+}
+
+template <class T>
+absl::Status AlgebraicSequence::Backward(absl::Span<const int64_t> positions, const T* in,
+                                         int64_t in_stride, const T* grad_out,
+                                         int64_t grad_out_stride, T* grad_in,
+                                         int64_t grad_in_stride,
+                                         Eigen::MatrixXd* grad_skew) const {
+  const char* who = "AlgebraicSequence::Backward";
+  const int64_t n = static_cast<int64_t>(positions.size());
+  const int64_t d = dim();
+  if (grad_skew == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null grad_skew"));
+  if (absl::Status s = ValidateBatch(who, n, d, in, in_stride, in, in_stride, sizeof(T)); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_out,
+                                     grad_out_stride, sizeof(T));
+      !s.ok()) {
+    return s;
+  }
+  if (grad_in != nullptr) {
+    if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_in,
+                                       grad_in_stride, sizeof(T));
+        !s.ok()) {
+      return s;
+    }
+  }
+  // dl/dS = sum_j p_j ExpVjp(p_j S, g_j x_j^T) (the adjoint Frechet derivative), taken in
+  // the eigenbasis of S (Daleckii-Krein) so that every exponential is a reduced angle.
+  // S = V diag(i mu) V^*, V unitary: plane k of the real Schur form gives
+  // (u_k -/+ i v_k) / sqrt(2) with mu = +/-phi_k; fixed columns give mu = 0. Then
+  //   ExpVjp(p S, U) = L(-p S, U) = V ((V^* U V) o conj(Phi)) V^*,
+  //   Phi_ab = (e^{i p mu_a} - e^{i p mu_b}) / (i p (mu_a - mu_b))   (e^{i p mu_a} if equal).
+  const Eigen::MatrixXd& q = rotation_.basis();
+  const int64_t planes = rotation_.num_planes();
+  const std::complex<double> iu(0.0, 1.0);
+  const double r2 = 1.0 / std::sqrt(2.0);
+  Eigen::MatrixXcd v(d, d);
+  std::vector<double> mu(static_cast<size_t>(d), 0.0);
+  for (int64_t k = 0; k < planes; ++k) {
+    const double phi = rotation_.plane_angles()[k];
+    v.col(2 * k) = r2 * (q.col(2 * k).cast<std::complex<double>>() - iu * q.col(2 * k + 1));
+    v.col(2 * k + 1) = r2 * (q.col(2 * k).cast<std::complex<double>>() + iu * q.col(2 * k + 1));
+    mu[2 * k] = phi;
+    mu[2 * k + 1] = -phi;
+  }
+  for (int64_t c = 2 * planes; c < d; ++c) v.col(c) = q.col(c).cast<std::complex<double>>();
+  const Eigen::MatrixXcd vh = v.adjoint();
+  const Eigen::MatrixXcd vt = v.transpose();
+  Eigen::MatrixXcd m = Eigen::MatrixXcd::Zero(d, d);
+  std::vector<std::complex<double>> e(static_cast<size_t>(d));
+  Eigen::VectorXd gj(d), xj(d);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t p = positions[j];
+    if (p == 0) continue;  // exp(0 S) = I does not depend on S
+    const double pd = static_cast<double>(p);
+    for (int64_t i = 0; i < d; ++i) {
+      gj[i] = static_cast<double>(grad_out[j * grad_out_stride + i]);
+      xj[i] = static_cast<double>(in[j * in_stride + i]);
+    }
+    const Eigen::VectorXcd gh = vh * gj.cast<std::complex<double>>();  // V^* g
+    const Eigen::VectorXcd xh = vt * xj.cast<std::complex<double>>();  // V^T x
+    for (int64_t a = 0; a < d; ++a) {
+      const group::SinCos sc = group::SinCosOfMultiple(p, mu[a]);
+      e[a] = std::complex<double>(sc.cos, sc.sin);
+    }
+    for (int64_t a = 0; a < d; ++a) {
+      for (int64_t b = 0; b < d; ++b) {
+        const double eps = pd * (mu[a] - mu[b]);
+        std::complex<double> phi_ab;
+        if (eps == 0.0) {
+          phi_ab = e[a];
+        } else if (std::fabs(eps) < 1.0) {
+          // e^{i p mu_b} (e^{i eps} - 1) / (i eps) without cancellation.
+          const double sh = std::sin(0.5 * eps);
+          phi_ab = e[b] * std::complex<double>(std::sin(eps) / eps, 2.0 * sh * sh / eps);
+        } else {
+          phi_ab = (e[a] - e[b]) / (iu * eps);
+        }
+        m(a, b) += pd * gh[a] * xh[b] * std::conj(phi_ab);
+      }
+    }
+  }
+  Eigen::MatrixXd grad = (v * m * vh).real();
+  if (grad_in != nullptr && n > 0) {
+    // W^{-p} g = (W^p)^T g. Through a temporary so grad_in may alias grad_out.
+    std::vector<double> tmp(static_cast<size_t>(n * d));
+    for (int64_t j = 0; j < n; ++j) {
+      const T* g = grad_out + j * grad_out_stride;
+      double* t = tmp.data() + j * d;
+      for (int64_t i = 0; i < d; ++i) t[i] = static_cast<double>(g[i]);
+      if (positions[j] == std::numeric_limits<int64_t>::min()) {
+        const Eigen::VectorXd back =
+            rotation_.Matrix(positions[j]).transpose() * Eigen::Map<const Eigen::VectorXd>(t, d);
+        for (int64_t i = 0; i < d; ++i) t[i] = back[i];
+      } else {
+        const int64_t neg[1] = {-positions[j]};
+        if (absl::Status s = rotation_.Apply<double>(neg, t, d, t, d); !s.ok()) return s;
+      }
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < d; ++i) grad_in[j * grad_in_stride + i] = static_cast<T>(tmp[j * d + i]);
+    }
+  }
+  *grad_skew = std::move(grad);
+  return absl::OkStatus();
+}
+
+template absl::Status AlgebraicSequence::Apply<float>(absl::Span<const int64_t>, const float*,
+                                                      int64_t, float*, int64_t) const;
+template absl::Status AlgebraicSequence::Apply<double>(absl::Span<const int64_t>, const double*,
+                                                       int64_t, double*, int64_t) const;
+template absl::Status AlgebraicSequence::Backward<float>(absl::Span<const int64_t>, const float*,
+                                                         int64_t, const float*, int64_t, float*,
+                                                         int64_t, Eigen::MatrixXd*) const;
+template absl::Status AlgebraicSequence::Backward<double>(absl::Span<const int64_t>,
+                                                          const double*, int64_t, const double*,
+                                                          int64_t, double*, int64_t,
+                                                          Eigen::MatrixXd*) const;
+
+// ----------------------------------------------------------------------------------
+// Trees
+// ----------------------------------------------------------------------------------
+
+absl::StatusOr<AlgebraicTree> AlgebraicTree::Create(
+    const std::vector<Eigen::MatrixXd>& skew_generators) {
+  if (skew_generators.empty()) {
+    return absl::InvalidArgumentError("AlgebraicTree: at least one generator (branch) is required");
+  }
+  const int64_t d = skew_generators[0].rows();
+  for (size_t c = 0; c < skew_generators.size(); ++c) {
+    const Eigen::MatrixXd& s = skew_generators[c];
+    if (s.rows() < 1 || s.rows() != d || s.cols() != d) {
+      return absl::InvalidArgumentError(absl::StrCat("AlgebraicTree: generator ", c, " is ",
+                                                     s.rows(), " x ", s.cols(), "; expected ", d,
+                                                     " x ", d, " with d >= 1"));
+    }
+    if (absl::Status st = group::ValidateSkew(s); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("AlgebraicTree: generator ", c, ": ", st.message()));
+    }
+  }
+  absl::StatusOr<group::FreeGroupRepresentation> rep =
+      group::FreeGroupRepresentation::CreateFromSkew(skew_generators);
+  if (!rep.ok()) return rep.status();
+  return AlgebraicTree(*std::move(rep));
+}
+
+absl::StatusOr<group::FreeWord> AlgebraicTree::Word(absl::Span<const int64_t> address) const {
+  return representation_.group().FromTreeAddress(address);
+}
+
+absl::StatusOr<Eigen::MatrixXd> AlgebraicTree::Matrix(absl::Span<const int64_t> address) const {
+  absl::StatusOr<group::FreeWord> w = Word(address);
+  if (!w.ok()) return w.status();
+  return representation_.Matrix(*w);
+}
+
+template <class T>
+absl::Status AlgebraicTree::Apply(absl::Span<const Address> addresses, const T* in,
+                                  int64_t in_stride, T* out, int64_t out_stride) const {
+  std::vector<group::FreeWord> words;
+  words.reserve(addresses.size());
+  for (size_t j = 0; j < addresses.size(); ++j) {
+    absl::StatusOr<group::FreeWord> w = Word(addresses[j]);
+    if (!w.ok()) {
+      return absl::Status(w.status().code(), absl::StrCat("AlgebraicTree::Apply: address ", j,
+                                                          ": ", w.status().message()));
+    }
+    words.push_back(*std::move(w));
+  }
+  return representation_.Apply<T>(words, in, in_stride, out, out_stride);
+}
+
+template absl::Status AlgebraicTree::Apply<float>(absl::Span<const Address>, const float*,
+                                                  int64_t, float*, int64_t) const;
+template absl::Status AlgebraicTree::Apply<double>(absl::Span<const Address>, const double*,
+                                                   int64_t, double*, int64_t) const;
+
+absl::StatusOr<std::vector<Eigen::MatrixXd>> AlgebraicTree::AllNodeMatrices(
+    int64_t max_depth) const {
+  if (max_depth < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlgebraicTree::AllNodeMatrices: max_depth must be >= 0, got ", max_depth));
+  }
+  const int64_t k = branching();
+  const int64_t d2 = dim() * dim();
+  // Count nodes, stopping as soon as the table would exceed the memory limit.
+  int64_t total = 0, level = 1;
+  for (int64_t t = 0; t <= max_depth; ++t) {
+    total += level;
+    if (total > kMaxTableDoubles / d2) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "AlgebraicTree::AllNodeMatrices: depth ", max_depth, " with branching ", k,
+          " and dim ", dim(), " exceeds ", kMaxTableDoubles, " doubles"));
+    }
+    level *= k;  // level <= total * k <= 2^27 * k: no overflow for int32 k
+  }
+  std::vector<Eigen::MatrixXd> all;
+  all.reserve(static_cast<size_t>(total));
+  all.push_back(Eigen::MatrixXd::Identity(dim(), dim()));
+  int64_t begin = 0, size = 1;
+  for (int64_t t = 1; t <= max_depth; ++t) {
+    const int64_t next_begin = static_cast<int64_t>(all.size());
+    // Kogkalidis et al., sec. 3.2.3: every node of depth t - 1 right-multiplied by the
+    // generator of each branch gives depth t (parent-major, child-minor order).
+    for (int64_t parent = begin; parent < begin + size; ++parent) {
+      for (int32_t c = 1; c <= k; ++c) {
+        Eigen::MatrixXd child = all[parent] * representation_.generator(c);
+        all.push_back(std::move(child));
+      }
+    }
+    begin = next_begin;
+    size *= k;
+  }
+  return all;
+}
+
+absl::StatusOr<int64_t> AlgebraicTree::LevelOrderIndex(absl::Span<const int64_t> address) const {
+  const int64_t k = branching();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t offset = 0, level = 1, within = 0;
+  for (size_t s = 0; s < address.size(); ++s) {
+    if (address[s] < 0 || address[s] >= k) {
+      return absl::InvalidArgumentError(absl::StrCat("AlgebraicTree::LevelOrderIndex: child index ",
+                                                     address[s], " at depth ", s + 1,
+                                                     " is outside [0, ", k, ")"));
+    }
+    // offset += k^s, level = k^(s+1), within = within * k + c, all overflow-checked.
+    if (offset > kMax - level || level > kMax / k || within > (kMax - address[s]) / k) {
+      return absl::OutOfRangeError("AlgebraicTree::LevelOrderIndex: index overflows int64");
+    }
+    offset += level;
+    level *= k;
+    within = within * k + address[s];
+  }
+  if (offset > kMax - within) {
+    return absl::OutOfRangeError("AlgebraicTree::LevelOrderIndex: index overflows int64");
+  }
+  return offset + within;
+}
+
+// ----------------------------------------------------------------------------------
+// Grids and periodic domains
+// ----------------------------------------------------------------------------------
+
+namespace {
+absl::StatusOr<group::SchurRotation> AxisRotation(const char* who, int axis,
+                                                  const Eigen::Ref<const Eigen::MatrixXd>& s) {
+  if (s.rows() < 1) return absl::InvalidArgumentError(absl::StrCat(who, ": axis ", axis, " is empty"));
+  absl::StatusOr<group::SchurRotation> r = group::SchurRotation::Create(s);
+  if (!r.ok()) {
+    return absl::Status(r.status().code(),
+                        absl::StrCat(who, ": axis ", axis, ": ", r.status().message()));
+  }
+  return r;
+}
+}  // namespace
+
+absl::StatusOr<AlgebraicGrid2D> MakeAlgebraicGrid2D(const Eigen::Ref<const Eigen::MatrixXd>& skew_x,
+                                                    const Eigen::Ref<const Eigen::MatrixXd>& skew_y) {
+  auto x = AxisRotation("MakeAlgebraicGrid2D", 0, skew_x);
+  if (!x.ok()) return x.status();
+  auto y = AxisRotation("MakeAlgebraicGrid2D", 1, skew_y);
+  if (!y.ok()) return y.status();
+  return AlgebraicGrid2D(*std::move(x), *std::move(y));
+}
+
+absl::StatusOr<AlgebraicGrid3D> MakeAlgebraicGrid3D(const Eigen::Ref<const Eigen::MatrixXd>& skew_x,
+                                                    const Eigen::Ref<const Eigen::MatrixXd>& skew_y,
+                                                    const Eigen::Ref<const Eigen::MatrixXd>& skew_z) {
+  auto x = AxisRotation("MakeAlgebraicGrid3D", 0, skew_x);
+  if (!x.ok()) return x.status();
+  auto y = AxisRotation("MakeAlgebraicGrid3D", 1, skew_y);
+  if (!y.ok()) return y.status();
+  auto z = AxisRotation("MakeAlgebraicGrid3D", 2, skew_z);
+  if (!z.ok()) return z.status();
+  return AlgebraicGrid3D(*std::move(x), *std::move(y), *std::move(z));
+}
+
+absl::StatusOr<group::CyclicPlanes> MakeAlgebraicPeriodic(int64_t dim, int64_t n,
+                                                          std::vector<int64_t> multipliers) {
+  return group::CyclicPlanes::Create(dim, dim, n, std::move(multipliers),
+                                     group::PlanePairing::kInterleaved);
+}
+
+// ----------------------------------------------------------------------------------
+// Locality scaling
+// ----------------------------------------------------------------------------------
+
+namespace {
+absl::Status ValidateLocality(const char* who, double c) {
+  if (!std::isfinite(c) || c <= 0.0 || c > 1.0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": c must be in (0, 1], got ", c));
+  }
+  return absl::OkStatus();
+}
+double Factor(uint64_t distance, double log_c) {
+  return distance == 0 ? 1.0 : std::exp(static_cast<double>(distance) * log_c);
+}
+}  // namespace
+
+absl::StatusOr<double> LocalityFactor(uint64_t distance, double c) {
+  if (absl::Status s = ValidateLocality("LocalityFactor", c); !s.ok()) return s;
+  return Factor(distance, std::log(c));
+}
+
+template <class T>
+absl::Status ApplyLocalityScaling(absl::Span<const int64_t> query_positions,
+                                  absl::Span<const int64_t> key_positions, double c, T* scores,
+                                  int64_t stride) {
+  const char* who = "ApplyLocalityScaling";
+  if (absl::Status s = ValidateLocality(who, c); !s.ok()) return s;
+  const int64_t nq = static_cast<int64_t>(query_positions.size());
+  const int64_t nk = static_cast<int64_t>(key_positions.size());
+  if (nq == 0 || nk == 0) return absl::OkStatus();
+  if (scores == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null scores"));
+  if (stride < 0 || (nq > 1 && stride < nk)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": stride ", stride, " must be >= number of keys ", nk));
+  }
+  const double log_c = std::log(c);
+  for (int64_t a = 0; a < nq; ++a) {
+    const int64_t i = query_positions[a];
+    T* row = scores + a * stride;
+    for (int64_t b = 0; b < nk; ++b) {
+      const int64_t j = key_positions[b];
+      const uint64_t dist = i >= j ? static_cast<uint64_t>(i) - static_cast<uint64_t>(j)
+                                   : static_cast<uint64_t>(j) - static_cast<uint64_t>(i);
+      row[b] = static_cast<T>(static_cast<double>(row[b]) * Factor(dist, log_c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status ApplyLocalityScaling<float>(absl::Span<const int64_t>,
+                                                  absl::Span<const int64_t>, double, float*,
+                                                  int64_t);
+template absl::Status ApplyLocalityScaling<double>(absl::Span<const int64_t>,
+                                                   absl::Span<const int64_t>, double, double*,
+                                                   int64_t);
+
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe

@@ -1,0 +1,130 @@
+#include "inr/blended.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "encodings/coordinate/shifted_basis.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace inr {
+namespace {
+
+using encodings::ShiftedBasis1D;
+using encodings::ShiftedBasisKind;
+
+AxisEncoder Encoder(const ShiftedBasis1D& b) {
+  return [b](absl::Span<const double> x) { return b.Encode(x); };
+}
+
+std::vector<double> Linspace(double lo, double hi, int n) {
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = lo + (hi - lo) * i / (n - 1);
+  return v;
+}
+
+TEST(BlendAxis, GridPointsGetUnitWeightsAndWeightsSolveEq44) {
+  const ShiftedBasis1D basis = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 16, 0.08);
+  const std::vector<double> grid = Linspace(0.0, 1.0, 9);
+  const std::vector<double> coords = {0.0, 0.125, 0.3, 0.61, 1.0};
+  absl::StatusOr<AxisBlend> b = BlendAxis(Encoder(basis), grid, coords);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // On a grid point the least-squares weights are exactly (1, 0) or (0, 1): the
+  // 2 x 2 solve reproduces them to rounding (cond of the Gram ~10 here).
+  EXPECT_NEAR(b->w0[0], 1.0, 1e-12);
+  EXPECT_NEAR(b->w1[0], 0.0, 1e-12);
+  EXPECT_NEAR(b->w0[1] + b->w1[1], 1.0, 1e-12);
+  EXPECT_EQ(b->cell[4], 7);
+  EXPECT_NEAR(b->w1[4], 1.0, 1e-12);
+  // Off-grid: the residual Psi(x) - w0 Psi(g_i) - w1 Psi(g_{i+1}) is orthogonal to both
+  // corners (normal equations of eq. 43).
+  const RowMatrixXd e = *basis.Encode(coords);
+  const RowMatrixXd g = *basis.Encode(grid);
+  for (int q : {2, 3}) {
+    const int64_t i = b->cell[q];
+    const Eigen::RowVectorXd res = e.row(q) - b->w0[q] * g.row(i) - b->w1[q] * g.row(i + 1);
+    EXPECT_NEAR(res.dot(g.row(i)), 0.0, 1e-12);
+    EXPECT_NEAR(res.dot(g.row(i + 1)), 0.0, 1e-12);
+  }
+  EXPECT_FALSE(BlendAxis(Encoder(basis), grid, {1.5}).ok());
+  EXPECT_FALSE(BlendAxis(Encoder(basis), {0.0, 0.0, 1.0}, {0.5}).ok());
+  EXPECT_FALSE(BlendAxis(Encoder(basis), {0.0}, {0.0}).ok());
+}
+
+// CGLS converges to the ridge least-squares solution of the explicit system
+// A = B (Psi_y (x) Psi_x), formed densely here on a small problem.
+TEST(FitBlended2D, MatchesDenseRidgeLeastSquares) {
+  std::mt19937_64 rng(21);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const ShiftedBasis1D bx = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 7, 0.12);
+  const ShiftedBasis1D by = *ShiftedBasis1D::Create(ShiftedBasisKind::kTriangle, 6, 0.8);
+  const std::vector<double> gx = Linspace(0.0, 1.0, 11), gy = Linspace(0.0, 1.0, 9);
+  const int p = 300;
+  std::vector<double> px(p), py(p), s(p);
+  for (int q = 0; q < p; ++q) {
+    px[q] = u(rng);
+    py[q] = u(rng);
+    s[q] = std::sin(6 * px[q]) * std::cos(4 * py[q]);
+  }
+  BlendedFitOptions options;
+  options.lambda = 1e-3;
+  options.tolerance = 1e-12;
+  options.max_iterations = 2000;
+  absl::StatusOr<BlendedFit> fit = FitBlended2D(Encoder(bx), Encoder(by), gx, gy, px, py, s, options);
+  ASSERT_TRUE(fit.ok()) << fit.status();
+
+  const AxisBlend ax = *BlendAxis(Encoder(bx), gx, px), ay = *BlendAxis(Encoder(by), gy, py);
+  const RowMatrixXd fx = *bx.Encode(gx), fy = *by.Encode(gy);
+  const int kx = 7, ky = 6;
+  Eigen::MatrixXd a = Eigen::MatrixXd::Zero(p, kx * ky);
+  for (int q = 0; q < p; ++q) {
+    for (int b = 0; b < 2; ++b) {
+      for (int c = 0; c < 2; ++c) {
+        const double wt = (b ? ay.w1[q] : ay.w0[q]) * (c ? ax.w1[q] : ax.w0[q]);
+        const int64_t j = ay.cell[q] + b, i = ax.cell[q] + c;
+        for (int r = 0; r < ky; ++r) {
+          for (int t = 0; t < kx; ++t) a(q, r * kx + t) += wt * fy(j, r) * fx(i, t);
+        }
+      }
+    }
+  }
+  Eigen::MatrixXd normal = a.transpose() * a;
+  normal.diagonal().array() += options.lambda;
+  const Eigen::VectorXd oracle =
+      normal.ldlt().solve(a.transpose() * Eigen::Map<const Eigen::VectorXd>(s.data(), p));
+  double err = 0;
+  for (int r = 0; r < ky; ++r) {
+    for (int t = 0; t < kx; ++t) err = std::max(err, std::abs(fit->weights(r, t) - oracle[r * kx + t]));
+  }
+  // CGLS stopped at a 1e-12 relative gradient; with the ridge the normal matrix's
+  // condition is below ~1e5, so the weights agree to ~1e-7 of their size.
+  EXPECT_LT(err, 1e-6 * oracle.cwiseAbs().maxCoeff()) << "iterations " << fit->iterations;
+  // Predictions through the public function equal A w.
+  const std::vector<double> pred =
+      *PredictBlended2D(Encoder(bx), Encoder(by), gx, gy, px, py, fit->weights);
+  Eigen::VectorXd w(kx * ky);
+  for (int r = 0; r < ky; ++r) {
+    for (int t = 0; t < kx; ++t) w[r * kx + t] = fit->weights(r, t);
+  }
+  const Eigen::VectorXd want = a * w;
+  for (int q = 0; q < p; q += 37) EXPECT_NEAR(pred[q], want[q], 1e-12);
+}
+
+TEST(FitBlended2D, RejectsBadInput) {
+  const ShiftedBasis1D b = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 5, 0.2);
+  const std::vector<double> g = Linspace(0, 1, 5);
+  BlendedFitOptions o;
+  EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5, 0.1}, {1.0}, o).ok());
+  EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {NAN}, o).ok());
+  EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {}, {}, {}, o).ok());
+  EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {2.0}, {0.5}, {1.0}, o).ok());
+  o.lambda = -1;
+  EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, o).ok());
+  EXPECT_FALSE(FitBlended2D(AxisEncoder(), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, BlendedFitOptions()).ok());
+}
+
+}  // namespace
+}  // namespace inr
+}  // namespace gpe

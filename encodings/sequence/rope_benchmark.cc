@@ -1,0 +1,99 @@
+// RoPE apply bandwidth beside a STREAM-style triad (McCalpin), so the GB/s columns
+// compare directly:
+//   ./bazelw run -c opt //encodings/sequence:rope_benchmark -- --benchmark_min_time=0.2
+// Triad a = b + q c moves 3 arrays (2 read, 1 written; write-allocate traffic not
+// counted, as in STREAM). RoPE in place reads and writes the tensor once: 2 x bytes.
+// The cos/sin table (one row per position, reused across heads) is not counted.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "encodings/sequence/rope.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+namespace {
+
+void BM_StreamTriad(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
+  const float q = 3.0f;
+  for (auto _ : state) {
+    float* __restrict pa = a.data();
+    const float* __restrict pb = b.data();
+    const float* __restrict pc = c.data();
+    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + q * pc[i];
+    benchmark::DoNotOptimize(a.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 3 * n * static_cast<int64_t>(sizeof(float)));
+}
+// 3 x 64 MiB: far beyond any last-level cache.
+BENCHMARK(BM_StreamTriad)->Arg(int64_t{16} << 20)->Unit(benchmark::kMillisecond);
+
+struct Case {
+  Rope rope;
+  RopeTensor tensor;
+  std::vector<int64_t> offsets;
+  std::vector<float> x;
+};
+
+Case MakeCase(int64_t b, int64_t s, int64_t h, int64_t d, PlanePairing pairing, int threads) {
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  o.pairing = pairing;
+  o.num_threads = threads;
+  Case c{*Rope::Create(o, *DefaultRopeFrequencies(d, 500000.0)),
+         RopeTensor::Contiguous(RopeLayout::kBSHD, b, s, h, d), std::vector<int64_t>(b, 0), {}};
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> normal;
+  c.x.resize(b * s * h * d);
+  for (float& v : c.x) v = normal(rng);
+  for (int64_t k = 0; k < b; ++k) c.offsets[k] = 1000 * k;
+  return c;
+}
+
+// args: batch, seq, heads, head_dim, pairing (0 half-split, 1 interleaved), threads.
+void BM_RopeApplyInPlace(benchmark::State& state) {
+  const PlanePairing pairing = state.range(4) ? PlanePairing::kInterleaved : PlanePairing::kHalfSplit;
+  Case c = MakeCase(state.range(0), state.range(1), state.range(2), state.range(3), pairing,
+                    static_cast<int>(state.range(5)));
+  const RopeTable<float> table = *c.rope.MakeTable<float>(c.tensor, {{}, c.offsets});
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(c.rope.Apply<float>(table, c.tensor, c.x.data(), c.x.data()).ok());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(c.x.size() * sizeof(float)));
+}
+
+// Table construction included (exact angle reduction + sincos per position and plane).
+void BM_RopeForwardOneShot(benchmark::State& state) {
+  const PlanePairing pairing = state.range(4) ? PlanePairing::kInterleaved : PlanePairing::kHalfSplit;
+  Case c = MakeCase(state.range(0), state.range(1), state.range(2), state.range(3), pairing,
+                    static_cast<int>(state.range(5)));
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        c.rope.Forward<float>(c.tensor, {{}, c.offsets}, c.x.data(), c.x.data()).ok());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * static_cast<int64_t>(c.x.size() * sizeof(float)));
+}
+
+// 4096 x 32 x 128 float32 = 64 MiB.
+BENCHMARK(BM_RopeApplyInPlace)
+    ->Args({1, 4096, 32, 128, 0, 1})
+    ->Args({1, 4096, 32, 128, 1, 1})
+    ->Args({1, 4096, 32, 128, 0, 2})
+    ->Args({1, 4096, 32, 128, 1, 2})
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RopeForwardOneShot)
+    ->Args({1, 4096, 32, 128, 0, 1})
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe

@@ -54,6 +54,24 @@ std::vector<double> BaseThetas(int64_t rotary_dim, double base) {
   return t;
 }
 
+// Runs fn(begin, end) on `threads` contiguous chunks of [0, n), the first on the
+// calling thread.
+template <class Fn>
+void ParallelFor(int threads_wanted, int64_t n, const Fn& fn) {
+  const int64_t threads = std::min<int64_t>(threads_wanted, n);
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (int64_t k = 1; k < threads; ++k) {
+    pool.emplace_back([&fn, k, n, threads] { fn(n * k / threads, n * (k + 1) / threads); });
+  }
+  fn(int64_t{0}, n / threads);
+  for (std::thread& th : pool) th.join();
+}
+
 #define GPE_RETURN_IF_ERROR(expr)             \
   do {                                        \
     if (absl::Status s_ = (expr); !s_.ok()) { \
@@ -515,7 +533,9 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
   }
   const double role_sign = role == RopeRole::kQuery ? 1.0 : -1.0;
   const double m = freqs_.attention_factor;
-  for (int64_t row = 0; row < table.num_rows_; ++row) {
+  // Exact reduction + sincos costs ~0.2 us per (row, plane): rows are split over threads.
+  auto fill = [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
     const int64_t* key = keys.data() + row_token[row] * axes;
     T* c = table.cos_.data() + row * table.width_;
     T* s = table.sin_.data() + row * table.width_;
@@ -541,6 +561,8 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
       }
     }
   }
+  };
+  ParallelFor(options_.num_threads, table.num_rows_, fill);
   return table;
 }
 
@@ -659,18 +681,7 @@ absl::Status Rope::ApplyImpl(const RopeTable<T>& table, const RopeTensor& tensor
       }
     }
   };
-  const int64_t threads = std::min<int64_t>(options_.num_threads, n);
-  if (threads <= 1) {
-    run(0, n);
-    return absl::OkStatus();
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int64_t k = 1; k < threads; ++k) {
-    pool.emplace_back(run, n * k / threads, n * (k + 1) / threads);
-  }
-  run(0, n / threads);
-  for (std::thread& th : pool) th.join();
+  ParallelFor(options_.num_threads, n, run);
   return absl::OkStatus();
 }
 

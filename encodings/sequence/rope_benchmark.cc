@@ -4,8 +4,10 @@
 // Triad a = b + q c moves 3 arrays (2 read, 1 written; write-allocate traffic not
 // counted, as in STREAM). RoPE in place reads and writes the tensor once: 2 x bytes.
 // The cos/sin table (one row per position, reused across heads) is not counted.
+// Times are wall-clock (UseRealTime) so the threaded rows compare fairly.
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -16,22 +18,35 @@ namespace encodings {
 namespace sequence {
 namespace {
 
+void Triad(float* __restrict a, const float* __restrict b, const float* __restrict c,
+           float q, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) a[i] = b[i] + q * c[i];
+}
+
+// args: elements per array, threads.
 void BM_StreamTriad(benchmark::State& state) {
   const int64_t n = state.range(0);
+  const int64_t threads = state.range(1);
   std::vector<float> a(n, 0.0f), b(n, 1.0f), c(n, 2.0f);
-  const float q = 3.0f;
   for (auto _ : state) {
-    float* __restrict pa = a.data();
-    const float* __restrict pb = b.data();
-    const float* __restrict pc = c.data();
-    for (int64_t i = 0; i < n; ++i) pa[i] = pb[i] + q * pc[i];
+    std::vector<std::thread> pool;
+    for (int64_t k = 1; k < threads; ++k) {
+      pool.emplace_back(Triad, a.data(), b.data(), c.data(), 3.0f, n * k / threads,
+                        n * (k + 1) / threads);
+    }
+    Triad(a.data(), b.data(), c.data(), 3.0f, 0, n / threads);
+    for (std::thread& t : pool) t.join();
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * 3 * n * static_cast<int64_t>(sizeof(float)));
 }
-// 3 x 64 MiB: far beyond any last-level cache.
-BENCHMARK(BM_StreamTriad)->Arg(int64_t{16} << 20)->Unit(benchmark::kMillisecond);
+// 3 x 64 MiB arrays, the same size as the RoPE tensor below.
+BENCHMARK(BM_StreamTriad)
+    ->Args({int64_t{16} << 20, 1})
+    ->Args({int64_t{16} << 20, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 struct Case {
   Rope rope;
@@ -88,9 +103,12 @@ BENCHMARK(BM_RopeApplyInPlace)
     ->Args({1, 4096, 32, 128, 1, 1})
     ->Args({1, 4096, 32, 128, 0, 2})
     ->Args({1, 4096, 32, 128, 1, 2})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RopeForwardOneShot)
     ->Args({1, 4096, 32, 128, 0, 1})
+    ->Args({1, 4096, 32, 128, 0, 2})
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

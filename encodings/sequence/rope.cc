@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -635,8 +637,83 @@ void RotateRow(bool interleaved, int64_t rotary_dim, int64_t head_dim, const T* 
 
 }  // namespace
 
+float ToFloat(BFloat16 h) {
+  const uint32_t u = static_cast<uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+BFloat16 ToBFloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return BFloat16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even
+  return BFloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+float ToFloat(Float16 h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+  const uint32_t e = (h.bits >> 10) & 0x1Fu, m = h.bits & 0x3FFu;
+  uint32_t u;
+  if (e == 0) {
+    // Zero or subnormal: m * 2^-24, exact in float.
+    const float v = std::ldexp(static_cast<float>(m), -24);
+    std::memcpy(&u, &v, sizeof(u));
+    u |= sign;
+  } else if (e == 31) {
+    u = sign | 0x7F800000u | (m << 13);
+  } else {
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+Float16 ToFloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x >= 0x7F800000u) return Float16{static_cast<uint16_t>(sign | (x > 0x7F800000u ? 0x7E00u : 0x7C00u))};
+  if (x >= 0x477FF000u) return Float16{static_cast<uint16_t>(sign | 0x7C00u)};  // >= 65520
+  if (x < 0x38800000u) {  // below 2^-14: subnormal result
+    if (x < 0x33000000u) return Float16{sign};  // <= 2^-25 rounds to 0 (ties to even)
+    const uint32_t e = x >> 23, m = (x & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126u - e;  // value = m 2^(e-150) = (m >> shift) 2^-24
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return Float16{static_cast<uint16_t>(sign | r)};
+  }
+  uint32_t h = (((x >> 23) - 112u) << 10) | ((x & 0x7FFFFFu) >> 13);
+  const uint32_t rem = x & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carries into the exponent
+  return Float16{static_cast<uint16_t>(sign | h)};
+}
+
+namespace {
+
+// One 16-bit head vector: widen to float, rotate in float, round once on store.
+// Pass-through coordinates are copied bit for bit.
+template <class H, int kSign>
+void RotateRow16(bool interleaved, int64_t rotary_dim, int64_t head_dim, const H* in, H* out,
+                 const float* c, const float* s, float* buf) {
+  for (int64_t k = 0; k < rotary_dim; ++k) buf[k] = ToFloat(in[k]);
+  RotateRow<float, kSign>(interleaved, rotary_dim, rotary_dim, buf, buf, c, s);
+  if constexpr (std::is_same_v<H, BFloat16>) {
+    for (int64_t k = 0; k < rotary_dim; ++k) out[k] = ToBFloat16(buf[k]);
+  } else {
+    for (int64_t k = 0; k < rotary_dim; ++k) out[k] = ToFloat16(buf[k]);
+  }
+  if (in != out) std::copy(in + rotary_dim, in + head_dim, out + rotary_dim);
+}
+
+}  // namespace
+
 template <class T, bool kInverse>
-absl::Status Rope::ApplyImpl(const RopeTable<T>& table, const RopeTensor& tensor, const T* in,
+absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
                              T* out) const {
   const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
   absl::StatusOr<int64_t> span = TensorSpan(tensor);
@@ -666,18 +743,26 @@ absl::Status Rope::ApplyImpl(const RopeTable<T>& table, const RopeTensor& tensor
   }
   const int64_t rotary_dim = options_.rotary_dim, head_dim = options_.head_dim;
   const bool thd = tensor.layout == RopeLayout::kTHD;
+  using C = typename RopeComputeType<T>::type;
+  constexpr bool kHalf = !std::is_same_v<T, C>;
   auto run = [&](int64_t t_begin, int64_t t_end) {
     constexpr int kSign = kInverse ? -1 : 1;
+    std::vector<float> buf(kHalf ? rotary_dim : 0);
     for (int64_t t = t_begin; t < t_end; ++t) {
       const int64_t base = thd ? t * tensor.seq_stride
                                : (t / tensor.seq_len) * tensor.batch_stride +
                                      (t % tensor.seq_len) * tensor.seq_stride;
       const int64_t row = table.row_of_token_[t];
-      const T* c = table.cos_.data() + row * width;
-      const T* s = table.sin_.data() + row * width;
+      const C* c = table.cos_.data() + row * width;
+      const C* s = table.sin_.data() + row * width;
       for (int64_t hd = 0; hd < tensor.heads; ++hd) {
         const int64_t off = base + hd * tensor.head_stride;
-        RotateRow<T, kSign>(interleaved, rotary_dim, head_dim, in + off, out + off, c, s);
+        if constexpr (kHalf) {
+          RotateRow16<T, kSign>(interleaved, rotary_dim, head_dim, in + off, out + off, c, s,
+                                buf.data());
+        } else {
+          RotateRow<T, kSign>(interleaved, rotary_dim, head_dim, in + off, out + off, c, s);
+        }
       }
     }
   };
@@ -686,13 +771,13 @@ absl::Status Rope::ApplyImpl(const RopeTable<T>& table, const RopeTensor& tensor
 }
 
 template <class T>
-absl::Status Rope::Apply(const RopeTable<T>& table, const RopeTensor& tensor, const T* in,
+absl::Status Rope::Apply(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
                          T* out) const {
   return ApplyImpl<T, false>(table, tensor, in, out);
 }
 
 template <class T>
-absl::Status Rope::ApplyBackward(const RopeTable<T>& table, const RopeTensor& tensor,
+absl::Status Rope::ApplyBackward(const RopeTableFor<T>& table, const RopeTensor& tensor,
                                  const T* dy, T* dx) const {
   return ApplyImpl<T, true>(table, tensor, dy, dx);
 }
@@ -700,7 +785,8 @@ absl::Status Rope::ApplyBackward(const RopeTable<T>& table, const RopeTensor& te
 template <class T>
 absl::Status Rope::Forward(const RopeTensor& tensor, const RopePositions& positions,
                            const T* in, T* out, RopeRole role) const {
-  absl::StatusOr<RopeTable<T>> table = MakeTable<T>(tensor, positions, role);
+  using C = typename RopeComputeType<T>::type;
+  absl::StatusOr<RopeTable<C>> table = MakeTable<C>(tensor, positions, role);
   if (!table.ok()) return table.status();
   return Apply<T>(*table, tensor, in, out);
 }
@@ -708,18 +794,23 @@ absl::Status Rope::Forward(const RopeTensor& tensor, const RopePositions& positi
 template <class T>
 absl::Status Rope::Backward(const RopeTensor& tensor, const RopePositions& positions,
                             const T* dy, T* dx, RopeRole role) const {
-  absl::StatusOr<RopeTable<T>> table = MakeTable<T>(tensor, positions, role);
+  using C = typename RopeComputeType<T>::type;
+  absl::StatusOr<RopeTable<C>> table = MakeTable<C>(tensor, positions, role);
   if (!table.ok()) return table.status();
   return ApplyBackward<T>(*table, tensor, dy, dx);
 }
 
+template absl::StatusOr<RopeTable<float>> Rope::MakeTable<float>(const RopeTensor&,
+                                                                 const RopePositions&,
+                                                                 RopeRole) const;
+template absl::StatusOr<RopeTable<double>> Rope::MakeTable<double>(const RopeTensor&,
+                                                                   const RopePositions&,
+                                                                   RopeRole) const;
+
 #define GPE_ROPE_INSTANTIATE(T)                                                             \
-  template absl::StatusOr<RopeTable<T>> Rope::MakeTable<T>(const RopeTensor&,               \
-                                                           const RopePositions&, RopeRole)  \
-      const;                                                                                \
-  template absl::Status Rope::Apply<T>(const RopeTable<T>&, const RopeTensor&, const T*, T*) \
-      const;                                                                                \
-  template absl::Status Rope::ApplyBackward<T>(const RopeTable<T>&, const RopeTensor&,      \
+  template absl::Status Rope::Apply<T>(const RopeTableFor<T>&, const RopeTensor&, const T*,  \
+                                       T*) const;                                           \
+  template absl::Status Rope::ApplyBackward<T>(const RopeTableFor<T>&, const RopeTensor&,   \
                                                const T*, T*) const;                         \
   template absl::Status Rope::Forward<T>(const RopeTensor&, const RopePositions&, const T*,  \
                                          T*, RopeRole) const;                               \
@@ -728,6 +819,8 @@ absl::Status Rope::Backward(const RopeTensor& tensor, const RopePositions& posit
 
 GPE_ROPE_INSTANTIATE(float)
 GPE_ROPE_INSTANTIATE(double)
+GPE_ROPE_INSTANTIATE(BFloat16)
+GPE_ROPE_INSTANTIATE(Float16)
 
 #undef GPE_ROPE_INSTANTIATE
 #undef GPE_RETURN_IF_ERROR

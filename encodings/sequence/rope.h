@@ -178,7 +178,40 @@ struct XposOptions {
   int64_t centre = 0;
 };
 
+template <class T>
+class RopeTable;
+
 enum class RopeRole { kQuery, kKey };  // matters only for xPos
+
+// 16-bit floats stored as their IEEE / bfloat16 bit patterns (DLPack kDLBfloat /
+// kDLFloat with 16 bits). They are rotated in float32 with a float32 table and
+// rounded to nearest even once on store.
+struct BFloat16 {
+  uint16_t bits;
+};
+struct Float16 {
+  uint16_t bits;
+};
+float ToFloat(BFloat16 h);
+float ToFloat(Float16 h);
+BFloat16 ToBFloat16(float f);  // round to nearest even; NaN stays NaN
+Float16 ToFloat16(float f);    // round to nearest even; overflow -> inf; subnormals kept
+
+// The table element type for tensors of type T: float for 16-bit types, else T.
+template <class T>
+struct RopeComputeType {
+  using type = T;
+};
+template <>
+struct RopeComputeType<BFloat16> {
+  using type = float;
+};
+template <>
+struct RopeComputeType<Float16> {
+  using type = float;
+};
+template <class T>
+using RopeTableFor = RopeTable<typename RopeComputeType<T>::type>;
 
 struct RopeOptions {
   int64_t head_dim = 0;
@@ -223,12 +256,13 @@ class Rope {
                                          RopeRole role = RopeRole::kQuery) const;
 
   // out = m R(a) in (forward) or m R(-a) in (backward), row by row; in == out allowed
-  // (fused in-place). in and out share `tensor`'s shape and strides.
+  // (fused in-place). in and out share `tensor`'s shape and strides. T is float,
+  // double, BFloat16 or Float16 (whose table is RopeTable<float>).
   template <class T>
-  absl::Status Apply(const RopeTable<T>& table, const RopeTensor& tensor, const T* in,
+  absl::Status Apply(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
                      T* out) const;
   template <class T>
-  absl::Status ApplyBackward(const RopeTable<T>& table, const RopeTensor& tensor,
+  absl::Status ApplyBackward(const RopeTableFor<T>& table, const RopeTensor& tensor,
                              const T* dy, T* dx) const;
 
   // One-shot conveniences (build the table, then apply).
@@ -243,7 +277,7 @@ class Rope {
   Rope(RopeOptions options, RopeFrequencies freqs)
       : options_(std::move(options)), freqs_(std::move(freqs)) {}
   template <class T, bool kInverse>
-  absl::Status ApplyImpl(const RopeTable<T>& table, const RopeTensor& tensor, const T* in,
+  absl::Status ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
                          T* out) const;
 
   RopeOptions options_;

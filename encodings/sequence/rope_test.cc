@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -390,6 +391,97 @@ TEST(RopePrecision, Float32AtOneMillion) {
       EXPECT_LE(std::abs(xf[i2] - want[i2]), 1e-6 * norm) << i;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------
+// 16-bit storage.
+// ---------------------------------------------------------------------------------
+
+TEST(RopeHalf, ConversionsRoundTripAndRoundToNearestEven) {
+  // Every non-NaN pattern survives widening and narrowing unchanged.
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const Float16 h{static_cast<uint16_t>(b)};
+    const BFloat16 g{static_cast<uint16_t>(b)};
+    if (std::isnan(ToFloat(h))) {
+      EXPECT_TRUE(std::isnan(ToFloat(ToFloat16(ToFloat(h)))));
+    } else {
+      EXPECT_EQ(ToFloat16(ToFloat(h)).bits, b);
+    }
+    if (std::isnan(ToFloat(g))) {
+      EXPECT_TRUE(std::isnan(ToFloat(ToBFloat16(ToFloat(g)))));
+    } else {
+      EXPECT_EQ(ToBFloat16(ToFloat(g)).bits, b);
+    }
+  }
+  EXPECT_EQ(ToFloat16(1.0f).bits, 0x3C00);
+  EXPECT_EQ(ToFloat16(65504.0f).bits, 0x7BFF);
+  EXPECT_EQ(ToFloat16(65520.0f).bits, 0x7C00);              // tie above max -> inf
+  EXPECT_EQ(ToFloat16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(ToFloat16(std::ldexp(1.0f, -25)).bits, 0x0000);  // tie -> even (0)
+  EXPECT_EQ(ToFloat16(std::ldexp(3.0f, -25)).bits, 0x0002);  // tie 1.5 ulp -> even (2)
+  EXPECT_EQ(ToFloat16(1.0f + std::ldexp(1.0f, -11)).bits, 0x3C00);   // tie -> even
+  EXPECT_EQ(ToFloat16(1.0f + std::ldexp(3.0f, -11)).bits, 0x3C02);   // tie -> even
+  EXPECT_EQ(ToBFloat16(1.0f + std::ldexp(1.0f, -8)).bits, 0x3F80);   // tie -> even
+  EXPECT_EQ(ToBFloat16(1.0f + std::ldexp(3.0f, -8)).bits, 0x3F82);   // tie -> even
+  EXPECT_EQ(ToBFloat16(-2.0f).bits, 0xC000);
+  // Random floats: the narrowed value is within half a 16-bit ulp (normal range).
+  std::mt19937_64 rng(13);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  for (int k = 0; k < 2000; ++k) {
+    const float x = std::ldexp(mant(rng), static_cast<int>(rng() % 28) - 12);  // < 2^15
+    int e;
+    std::frexp(x, &e);
+    if (x == 0.0f || e < -13) continue;
+    EXPECT_LE(std::abs(ToFloat(ToFloat16(x)) - x), std::ldexp(1.0f, e - 12)) << x;
+    EXPECT_LE(std::abs(ToFloat(ToBFloat16(x)) - x), std::ldexp(1.0f, e - 9)) << x;
+  }
+}
+
+template <class H>
+void CheckHalfApply(double half_ulp) {
+  const int64_t d = 12, r = 8, n = 6, heads = 2;
+  for (PlanePairing pairing : {PlanePairing::kHalfSplit, PlanePairing::kInterleaved}) {
+    const RopeFrequencies f = *DefaultRopeFrequencies(r, 10000.0);
+    const Rope rope = MakeRope(d, r, pairing, f);
+    std::mt19937_64 rng(14);
+    const std::vector<double> x0 = Normal(n * heads * d, rng);
+    std::vector<H> x(x0.size());
+    for (size_t k = 0; k < x0.size(); ++k) {
+      if constexpr (std::is_same_v<H, BFloat16>) {
+        x[k] = ToBFloat16(static_cast<float>(x0[k]));
+      } else {
+        x[k] = ToFloat16(static_cast<float>(x0[k]));
+      }
+    }
+    std::vector<H> y = x;
+    const std::vector<int64_t> ids = {0, 1, 999999, 1000000, -5, 1 << 30};
+    const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, n, heads, d);
+    ASSERT_TRUE(rope.Forward<H>(t, {ids, {}}, y.data(), y.data()).ok());
+    for (int64_t tok = 0; tok < n; ++tok) {
+      for (int64_t hd = 0; hd < heads; ++hd) {
+        const int64_t o = (tok * heads + hd) * d;
+        std::vector<double> xv(d);
+        for (int64_t c = 0; c < d; ++c) xv[c] = ToFloat(x[o + c]);
+        const std::vector<double> want = RefRotate(xv, r, pairing, std::vector<int64_t>(r / 2, ids[tok]),
+                                                   f.thetas, std::vector<double>(r / 2, 1.0));
+        for (int64_t c = 0; c < d; ++c) {
+          // Float32 rotation (~1e-6 absolute for |x| <~ 5) then one rounding to the
+          // 16-bit type (half an ulp, relative half_ulp). Pass-through is bit-exact.
+          const double got = ToFloat(y[o + c]);
+          if (c >= r) {
+            EXPECT_EQ(y[o + c].bits, x[o + c].bits);
+          } else {
+            EXPECT_LE(std::abs(got - want[c]), half_ulp * std::abs(want[c]) + 1e-6) << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RopeHalf, BFloat16AndFloat16MatchReference) {
+  CheckHalfApply<BFloat16>(std::ldexp(1.0, -8));
+  CheckHalfApply<Float16>(std::ldexp(1.0, -11));
 }
 
 // ---------------------------------------------------------------------------------

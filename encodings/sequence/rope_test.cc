@@ -540,6 +540,53 @@ TEST(RopeProperties, EqualsCommutingPlanes) {
   }
 }
 
+// Interleaved RoPE on x equals half-split RoPE on x with coordinates permuted
+// (2i -> i, 2i + 1 -> i + r/2): the pairings are the same representation in two bases.
+// Bit-identical: same table values, same operations per pair.
+TEST(RopeProperties, PairingsAreConjugateByPermutation) {
+  const int64_t d = 10, r = 8, n = 7;
+  const RopeFrequencies f = *DefaultRopeFrequencies(r, 300.0);
+  const Rope inter = MakeRope(d, r, PlanePairing::kInterleaved, f);
+  const Rope half = MakeRope(d, r, PlanePairing::kHalfSplit, f);
+  std::mt19937_64 rng(15);
+  const std::vector<double> x = Normal(n * d, rng);
+  std::vector<double> xp(x.size());
+  auto perm = [&](int64_t c) { return c >= r ? c : (c % 2 == 0 ? c / 2 : c / 2 + r / 2); };
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < d; ++c) xp[t * d + perm(c)] = x[t * d + c];
+  std::vector<double> y = x, yp = xp;
+  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, n, 1, d);
+  const std::vector<int64_t> offsets = {123456};
+  ASSERT_TRUE(inter.Forward<double>(t, {{}, offsets}, y.data(), y.data()).ok());
+  ASSERT_TRUE(half.Forward<double>(t, {{}, offsets}, yp.data(), yp.data()).ok());
+  for (int64_t tk = 0; tk < n; ++tk)
+    for (int64_t c = 0; c < d; ++c) EXPECT_EQ(yp[tk * d + perm(c)], y[tk * d + c]);
+}
+
+// Threads split tokens (apply) and table rows (build): results are bit-identical.
+TEST(RopeProperties, ThreadsGiveIdenticalResults) {
+  const int64_t d = 16, n = 37, h = 3;
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = 12;
+  o.pairing = PlanePairing::kInterleaved;
+  const RopeFrequencies f = *DefaultRopeFrequencies(12);
+  const Rope one = *Rope::Create(o, f);
+  o.num_threads = 4;
+  const Rope four = *Rope::Create(o, f);
+  std::mt19937_64 rng(16);
+  const std::vector<float> x = [&] {
+    std::vector<double> v = Normal(n * h * d, rng);
+    return std::vector<float>(v.begin(), v.end());
+  }();
+  std::vector<float> a(x.size()), b(x.size());
+  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kSBHD, 1, n, h, d);
+  const std::vector<int64_t> offsets = {1 << 25};
+  ASSERT_TRUE(one.Forward<float>(t, {{}, offsets}, x.data(), a.data()).ok());
+  ASSERT_TRUE(four.Forward<float>(t, {{}, offsets}, x.data(), b.data()).ok());
+  for (size_t k = 0; k < x.size(); ++k) EXPECT_EQ(a[k], b[k]);
+}
+
 // ---------------------------------------------------------------------------------
 // Backward.
 // ---------------------------------------------------------------------------------

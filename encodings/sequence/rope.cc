@@ -157,11 +157,22 @@ absl::StatusOr<RopeFrequencies> YarnRopeFrequencies(int64_t rotary_dim, double b
   const double l0 = static_cast<double>(o.original_max_position);
   // Plane index whose wavelength spans b rotations over L0 (YaRN eq. 17-18).
   auto corr = [&](double b) { return r * std::log(l0 / (group::kTwoPi * b)) / (2.0 * std::log(base)); };
-  const double low = std::max(std::floor(corr(o.beta_fast)), 0.0);
-  double high = std::min(std::ceil(corr(o.beta_slow)), r - 1.0);
+  const double low =
+      std::max(o.truncate ? std::floor(corr(o.beta_fast)) : corr(o.beta_fast), 0.0);
+  double high = std::min(o.truncate ? std::ceil(corr(o.beta_slow)) : corr(o.beta_slow), r - 1.0);
   if (high == low) high += 0.001;
-  RopeFrequencies f{BaseThetas(rotary_dim, base),
-                    o.attention_factor.value_or(0.1 * std::log(o.factor) + 1.0)};
+  // YaRN sec. 3.4: sqrt(1/t) = 0.1 ln s + 1 (s > 1).
+  auto mscale = [&](double k) { return o.factor > 1.0 ? 0.1 * k * std::log(o.factor) + 1.0 : 1.0; };
+  double attention = mscale(1.0);
+  if (o.mscale.has_value() || o.mscale_all_dim.has_value()) {
+    if (!o.mscale.has_value() || !o.mscale_all_dim.has_value()) {
+      return InvalidArgumentError(StrCat(who, ": set both mscale and mscale_all_dim, or neither"));
+    }
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "mscale", *o.mscale));
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "mscale_all_dim", *o.mscale_all_dim));
+    attention = mscale(*o.mscale) / mscale(*o.mscale_all_dim);
+  }
+  RopeFrequencies f{BaseThetas(rotary_dim, base), o.attention_factor.value_or(attention)};
   for (int64_t i = 0; i < rotary_dim / 2; ++i) {
     const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
     f.thetas[i] = f.thetas[i] / o.factor * ramp + f.thetas[i] * (1.0 - ramp);

@@ -79,6 +79,13 @@ struct YarnOptions {
   double beta_fast = 32.0;                // finite > beta_slow > 0
   double beta_slow = 1.0;
   std::optional<double> attention_factor;  // default 0.1 ln(factor) + 1
+  // DeepSeek-V2/V3 style: with both set (finite > 0) and no attention_factor, the
+  // factor is g(factor, mscale) / g(factor, mscale_all_dim), g(s, k) = 0.1 k ln s + 1.
+  std::optional<double> mscale;
+  std::optional<double> mscale_all_dim;
+  // Floor/ceil low and high (the published default); false keeps them fractional
+  // (Hugging Face's truncate=False, used by gpt-oss).
+  bool truncate = true;
 };
 // corr(b) = r ln(L0 / (2 pi b)) / (2 ln base); low = max(floor(corr(beta_fast)), 0);
 // high = min(ceil(corr(beta_slow)), r - 1) (+0.001 if equal);

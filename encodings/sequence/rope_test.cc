@@ -119,6 +119,25 @@ TEST(RopeSchedules, YarnRampEndpoints) {
   o.attention_factor = 1.5;
   EXPECT_EQ(YarnRopeFrequencies(128, 10000.0, o)->attention_factor, 1.5);
   o.attention_factor.reset();
+  // DeepSeek: (0.1 * 0.707 ln 4 + 1) / (0.1 * 0.5 ln 4 + 1).
+  o.mscale = 0.707;
+  o.mscale_all_dim = 0.5;
+  EXPECT_NEAR(YarnRopeFrequencies(128, 10000.0, o)->attention_factor,
+              (0.0707 * std::log(4.0) + 1.0) / (0.05 * std::log(4.0) + 1.0), 1e-15);
+  o.mscale_all_dim.reset();
+  EXPECT_FALSE(YarnRopeFrequencies(128, 10000.0, o).ok());
+  o.mscale.reset();
+  // truncate = false: ramp from corr(32) = 20.944 to corr(1) = 45.027 unrounded.
+  o.truncate = false;
+  const RopeFrequencies u = *YarnRopeFrequencies(128, 10000.0, o);
+  const double lo = 128 * std::log(4096 / (2 * kPi * 32)) / (2 * std::log(10000.0));
+  const double hi = 128 * std::log(4096 / (2 * kPi * 1)) / (2 * std::log(10000.0));
+  for (int i = 0; i < 64; ++i) {
+    const double ramp = std::min(std::max((i - lo) / (hi - lo), 0.0), 1.0);
+    EXPECT_NEAR(u.thetas[i], ref[i] / 4.0 * ramp + ref[i] * (1.0 - ramp), 1e-13 * ref[i]) << i;
+  }
+  EXPECT_LT(u.thetas[21], ref[21]);  // 21 > 20.944: already ramping
+  o.truncate = true;
   o.beta_fast = 0.5;  // below beta_slow
   EXPECT_FALSE(YarnRopeFrequencies(128, 10000.0, o).ok());
   o.beta_fast = 32.0;
@@ -525,7 +544,11 @@ TEST(RopeProperties, EqualsCommutingPlanes) {
   std::mt19937_64 rng(7);
   const int64_t d = 14, r = 10, n = 9;
   for (PlanePairing pairing : {PlanePairing::kHalfSplit, PlanePairing::kInterleaved}) {
-    const RopeFrequencies f = *YarnRopeFrequencies(r, 10000.0, YarnOptions{8.0, 64, 32.0, 1.0, 1.0});
+    YarnOptions yo;
+    yo.factor = 8.0;
+    yo.original_max_position = 64;
+    yo.attention_factor = 1.0;  // CommutingPlanes is the unscaled representation
+    const RopeFrequencies f = *YarnRopeFrequencies(r, 10000.0, yo);
     const Rope rope = MakeRope(d, r, pairing, f);
     const group::CommutingPlanes planes = *group::CommutingPlanes::Create(d, r, f.thetas, pairing);
     std::vector<int64_t> ids(n);

@@ -41,10 +41,12 @@ void BM_StreamTriad(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * 3 * n * static_cast<int64_t>(sizeof(float)));
 }
-// 3 x 64 MiB arrays, the same size as the RoPE tensor below.
+// 3 x 64 MiB arrays, the size of the 4096 x 32 x 128 tensor below, and 3 x 256 MiB
+// (beyond the 260 MiB L3 of some server parts) for the 16384-token tensor.
 BENCHMARK(BM_StreamTriad)
     ->Args({int64_t{16} << 20, 1})
     ->Args({int64_t{16} << 20, 2})
+    ->Args({int64_t{64} << 20, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
@@ -103,6 +105,7 @@ BENCHMARK(BM_RopeApplyInPlace)
     ->Args({1, 4096, 32, 128, 1, 1})
     ->Args({1, 4096, 32, 128, 0, 2})
     ->Args({1, 4096, 32, 128, 1, 2})
+    ->Args({1, 16384, 32, 128, 0, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RopeForwardOneShot)

@@ -1,0 +1,841 @@
+#include "encodings/sequence/rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "group/angle.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+namespace {
+
+using absl::InvalidArgumentError;
+using absl::StrCat;
+
+absl::Status CheckRotaryDim(const char* who, int64_t rotary_dim) {
+  if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > (int64_t{1} << 30)) {
+    return InvalidArgumentError(
+        StrCat(who, ": rotary_dim must be even and in [2, 2^30], got ", rotary_dim));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBase(const char* who, double base) {
+  if (!std::isfinite(base) || !(base > 1.0)) {
+    return InvalidArgumentError(StrCat(who, ": base must be finite and > 1, got ", base));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPositive(const char* who, const char* name, double v) {
+  if (!std::isfinite(v) || !(v > 0.0)) {
+    return InvalidArgumentError(StrCat(who, ": ", name, " must be finite and > 0, got ", v));
+  }
+  return absl::OkStatus();
+}
+
+// theta_i = base^(-2i/r) (RoFormer eq. 15).
+std::vector<double> BaseThetas(int64_t rotary_dim, double base) {
+  std::vector<double> t(rotary_dim / 2);
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    t[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
+  }
+  return t;
+}
+
+// Runs fn(begin, end) on `threads` contiguous chunks of [0, n), the first on the
+// calling thread.
+template <class Fn>
+void ParallelFor(int threads_wanted, int64_t n, const Fn& fn) {
+  const int64_t threads = std::min<int64_t>(threads_wanted, n);
+  if (threads <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (int64_t k = 1; k < threads; ++k) {
+    pool.emplace_back([&fn, k, n, threads] { fn(n * k / threads, n * (k + 1) / threads); });
+  }
+  fn(int64_t{0}, n / threads);
+  for (std::thread& th : pool) th.join();
+}
+
+#define GPE_RETURN_IF_ERROR(expr)             \
+  do {                                        \
+    if (absl::Status s_ = (expr); !s_.ok()) { \
+      return s_;                              \
+    }                                         \
+  } while (0)
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------
+// Schedules.
+// ---------------------------------------------------------------------------------
+absl::StatusOr<RopeFrequencies> DefaultRopeFrequencies(int64_t rotary_dim, double base) {
+  GPE_RETURN_IF_ERROR(CheckRotaryDim("DefaultRopeFrequencies", rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase("DefaultRopeFrequencies", base));
+  return RopeFrequencies{BaseThetas(rotary_dim, base), 1.0};
+}
+
+absl::StatusOr<RopeFrequencies> LinearRopeFrequencies(int64_t rotary_dim, double base,
+                                                      double factor) {
+  const char* who = "LinearRopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "factor", factor));
+  RopeFrequencies f{BaseThetas(rotary_dim, base), 1.0};
+  for (double& t : f.thetas) t /= factor;
+  return f;
+}
+
+absl::StatusOr<RopeFrequencies> DynamicNtkRopeFrequencies(int64_t rotary_dim, double base,
+                                                          double factor,
+                                                          int64_t max_position,
+                                                          int64_t current_length) {
+  const char* who = "DynamicNtkRopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  if (rotary_dim < 4) {
+    return InvalidArgumentError(StrCat(who, ": rotary_dim must be >= 4 (exponent r/(r-2))"));
+  }
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "factor", factor));
+  if (max_position < 1 || current_length < 0) {
+    return InvalidArgumentError(StrCat(who, ": need max_position >= 1 and current_length >= 0, got ",
+                                       max_position, ", ", current_length));
+  }
+  double new_base = base;
+  if (current_length > max_position) {
+    const double r = static_cast<double>(rotary_dim);
+    const double ratio = factor * static_cast<double>(current_length) /
+                             static_cast<double>(max_position) -
+                         (factor - 1.0);
+    new_base = base * std::pow(ratio, r / (r - 2.0));
+    if (!std::isfinite(new_base) || !(new_base > 1.0)) {
+      return InvalidArgumentError(StrCat(who, ": scaled base ", new_base, " is not finite and > 1"));
+    }
+  }
+  return RopeFrequencies{BaseThetas(rotary_dim, new_base), 1.0};
+}
+
+absl::StatusOr<RopeFrequencies> YarnRopeFrequencies(int64_t rotary_dim, double base,
+                                                    const YarnOptions& o) {
+  const char* who = "YarnRopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  if (!std::isfinite(o.factor) || !(o.factor >= 1.0)) {
+    return InvalidArgumentError(StrCat(who, ": factor must be finite and >= 1, got ", o.factor));
+  }
+  if (o.original_max_position < 1) {
+    return InvalidArgumentError(
+        StrCat(who, ": original_max_position must be >= 1, got ", o.original_max_position));
+  }
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "beta_slow", o.beta_slow));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "beta_fast", o.beta_fast));
+  if (!(o.beta_fast > o.beta_slow)) {
+    return InvalidArgumentError(StrCat(who, ": beta_fast (", o.beta_fast,
+                                       ") must exceed beta_slow (", o.beta_slow, ")"));
+  }
+  if (o.attention_factor.has_value()) {
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "attention_factor", *o.attention_factor));
+  }
+  const double r = static_cast<double>(rotary_dim);
+  const double l0 = static_cast<double>(o.original_max_position);
+  // Plane index whose wavelength spans b rotations over L0 (YaRN eq. 17-18).
+  auto corr = [&](double b) { return r * std::log(l0 / (group::kTwoPi * b)) / (2.0 * std::log(base)); };
+  const double low =
+      std::max(o.truncate ? std::floor(corr(o.beta_fast)) : corr(o.beta_fast), 0.0);
+  double high = std::min(o.truncate ? std::ceil(corr(o.beta_slow)) : corr(o.beta_slow), r - 1.0);
+  if (high == low) high += 0.001;
+  // YaRN sec. 3.4: sqrt(1/t) = 0.1 ln s + 1 (s > 1).
+  auto mscale = [&](double k) { return o.factor > 1.0 ? 0.1 * k * std::log(o.factor) + 1.0 : 1.0; };
+  double attention = mscale(1.0);
+  if (o.mscale.has_value() || o.mscale_all_dim.has_value()) {
+    if (!o.mscale.has_value() || !o.mscale_all_dim.has_value()) {
+      return InvalidArgumentError(StrCat(who, ": set both mscale and mscale_all_dim, or neither"));
+    }
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "mscale", *o.mscale));
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "mscale_all_dim", *o.mscale_all_dim));
+    attention = mscale(*o.mscale) / mscale(*o.mscale_all_dim);
+  }
+  RopeFrequencies f{BaseThetas(rotary_dim, base), o.attention_factor.value_or(attention)};
+  for (int64_t i = 0; i < rotary_dim / 2; ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    f.thetas[i] = f.thetas[i] / o.factor * ramp + f.thetas[i] * (1.0 - ramp);
+  }
+  return f;
+}
+
+absl::StatusOr<RopeFrequencies> LongRopeFrequencies(int64_t rotary_dim, double base,
+                                                    const LongRopeOptions& o,
+                                                    int64_t current_length) {
+  const char* who = "LongRopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  const size_t planes = static_cast<size_t>(rotary_dim / 2);
+  if (o.short_factor.size() != planes || o.long_factor.size() != planes) {
+    return InvalidArgumentError(StrCat(who, ": short_factor and long_factor need ", planes,
+                                       " values each, got ", o.short_factor.size(), " and ",
+                                       o.long_factor.size()));
+  }
+  for (size_t i = 0; i < planes; ++i) {
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "short_factor", o.short_factor[i]));
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "long_factor", o.long_factor[i]));
+  }
+  if (o.original_max_position < 2 || o.max_position < 1 || current_length < 0) {
+    return InvalidArgumentError(StrCat(
+        who, ": need original_max_position >= 2, max_position >= 1, current_length >= 0; got ",
+        o.original_max_position, ", ", o.max_position, ", ", current_length));
+  }
+  if (o.attention_factor.has_value()) {
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "attention_factor", *o.attention_factor));
+  }
+  const std::vector<double>& e =
+      current_length > o.original_max_position ? o.long_factor : o.short_factor;
+  RopeFrequencies f{BaseThetas(rotary_dim, base), 1.0};
+  for (size_t i = 0; i < planes; ++i) f.thetas[i] /= e[i];
+  if (o.attention_factor.has_value()) {
+    f.attention_factor = *o.attention_factor;
+  } else {
+    const double l0 = static_cast<double>(o.original_max_position);
+    const double s = static_cast<double>(o.max_position) / l0;
+    f.attention_factor = s > 1.0 ? std::sqrt(1.0 + std::log(s) / std::log(l0)) : 1.0;
+  }
+  return f;
+}
+
+absl::StatusOr<RopeFrequencies> Llama3RopeFrequencies(int64_t rotary_dim, double base,
+                                                      const Llama3Options& o) {
+  const char* who = "Llama3RopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "factor", o.factor));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "low_freq_factor", o.low_freq_factor));
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "high_freq_factor", o.high_freq_factor));
+  if (!(o.high_freq_factor > o.low_freq_factor)) {
+    return InvalidArgumentError(StrCat(who, ": high_freq_factor (", o.high_freq_factor,
+                                       ") must exceed low_freq_factor (", o.low_freq_factor, ")"));
+  }
+  if (o.original_max_position < 1) {
+    return InvalidArgumentError(
+        StrCat(who, ": original_max_position must be >= 1, got ", o.original_max_position));
+  }
+  const double l0 = static_cast<double>(o.original_max_position);
+  const double low_wavelen = l0 / o.low_freq_factor;
+  const double high_wavelen = l0 / o.high_freq_factor;
+  RopeFrequencies f{BaseThetas(rotary_dim, base), 1.0};
+  for (double& t : f.thetas) {
+    const double w = group::kTwoPi / t;
+    if (w > low_wavelen) {
+      t /= o.factor;
+    } else if (w >= high_wavelen) {
+      const double smooth =
+          (l0 / w - o.low_freq_factor) / (o.high_freq_factor - o.low_freq_factor);
+      t = (1.0 - smooth) * t / o.factor + smooth * t;
+    }
+  }
+  return f;
+}
+
+absl::StatusOr<RopeFrequencies> AxialRopeFrequencies(int64_t rotary_dim, int64_t num_axes,
+                                                     double base) {
+  const char* who = "AxialRopeFrequencies";
+  GPE_RETURN_IF_ERROR(CheckRotaryDim(who, rotary_dim));
+  GPE_RETURN_IF_ERROR(CheckBase(who, base));
+  if (num_axes < 1 || (rotary_dim / 2) % num_axes != 0) {
+    return InvalidArgumentError(StrCat(who, ": num_axes (", num_axes,
+                                       ") must be >= 1 and divide rotary_dim / 2 (",
+                                       rotary_dim / 2, ")"));
+  }
+  const int64_t m = rotary_dim / 2 / num_axes;
+  const std::vector<double> block = BaseThetas(2 * m, base);
+  RopeFrequencies f;
+  for (int64_t k = 0; k < num_axes; ++k) f.thetas.insert(f.thetas.end(), block.begin(), block.end());
+  return f;
+}
+
+absl::StatusOr<std::vector<int>> AxialPlaneAxes(int64_t num_planes, int64_t num_axes) {
+  if (num_axes < 1 || num_axes > 8 || num_planes < 1 || num_planes % num_axes != 0) {
+    return InvalidArgumentError(StrCat("AxialPlaneAxes: num_axes (", num_axes,
+                                       ") must be in [1, 8] and divide num_planes (",
+                                       num_planes, ")"));
+  }
+  std::vector<int> axes(num_planes);
+  for (int64_t i = 0; i < num_planes; ++i) {
+    axes[i] = static_cast<int>(i / (num_planes / num_axes));
+  }
+  return axes;
+}
+
+absl::StatusOr<std::vector<int>> MRopePlaneAxes(absl::Span<const int64_t> sections,
+                                                bool interleaved) {
+  const int64_t n = static_cast<int64_t>(sections.size());
+  if (n < 1 || n > 8) {
+    return InvalidArgumentError(StrCat("MRopePlaneAxes: need 1 to 8 sections, got ", n));
+  }
+  int64_t total = 0;
+  for (int64_t s : sections) {
+    if (s < 0 || s > (int64_t{1} << 29)) {
+      return InvalidArgumentError(StrCat("MRopePlaneAxes: section size ", s, " out of range"));
+    }
+    total += s;
+  }
+  if (total < 1) return InvalidArgumentError("MRopePlaneAxes: sections sum to 0");
+  std::vector<int> axes(total, 0);
+  if (!interleaved) {
+    int64_t i = 0;
+    for (int64_t a = 0; a < n; ++a) {
+      for (int64_t k = 0; k < sections[a]; ++k) axes[i++] = static_cast<int>(a);
+    }
+    return axes;
+  }
+  // Qwen3-VL: axes 1..n-1 take every n-th plane starting at their index, up to
+  // n * sections[a]; the remaining planes belong to axis 0.
+  std::vector<int64_t> count(n, 0);
+  for (int64_t a = 1; a < n; ++a) {
+    for (int64_t i = a; i < std::min(n * sections[a], total); i += n) {
+      axes[i] = static_cast<int>(a);
+      ++count[a];
+    }
+  }
+  for (int64_t a = 1; a < n; ++a) {
+    if (count[a] != sections[a]) {
+      return InvalidArgumentError(StrCat("MRopePlaneAxes: interleaved section ", a, " of size ",
+                                         sections[a], " does not fit in ", total, " planes"));
+    }
+  }
+  return axes;
+}
+
+// ---------------------------------------------------------------------------------
+// Tensors.
+// ---------------------------------------------------------------------------------
+RopeTensor RopeTensor::Contiguous(RopeLayout layout, int64_t batch, int64_t seq_len,
+                                  int64_t heads, int64_t head_dim,
+                                  absl::Span<const int64_t> cu_seqlens) {
+  RopeTensor t;
+  t.layout = layout;
+  t.batch = batch;
+  t.seq_len = seq_len;
+  t.heads = heads;
+  t.head_dim = head_dim;
+  t.head_stride = head_dim;
+  t.cu_seqlens = cu_seqlens;
+  switch (layout) {
+    case RopeLayout::kBSHD:
+      t.seq_stride = heads * head_dim;
+      t.batch_stride = seq_len * heads * head_dim;
+      break;
+    case RopeLayout::kSBHD:
+      t.batch_stride = heads * head_dim;
+      t.seq_stride = batch * heads * head_dim;
+      break;
+    case RopeLayout::kTHD:
+      t.seq_stride = heads * head_dim;
+      t.batch_stride = 0;
+      break;
+  }
+  return t;
+}
+
+namespace {
+
+// Elements spanned by the tensor (last element + 1), or an error. Rows are disjoint
+// when, ordering the axes by stride, each stride is at least the span of the inner axes.
+absl::StatusOr<int64_t> TensorSpan(const RopeTensor& t) {
+  const char* who = "RopeTensor";
+  if (t.layout != RopeLayout::kBSHD && t.layout != RopeLayout::kSBHD &&
+      t.layout != RopeLayout::kTHD) {
+    return InvalidArgumentError(StrCat(who, ": unknown layout"));
+  }
+  if (t.batch < 0 || t.seq_len < 0 || t.heads < 0 || t.head_dim < 1) {
+    return InvalidArgumentError(StrCat(who, ": need batch, seq_len, heads >= 0 and head_dim >= 1; got [",
+                                       t.batch, ", ", t.seq_len, ", ", t.heads, ", ",
+                                       t.head_dim, "]"));
+  }
+  const bool thd = t.layout == RopeLayout::kTHD;
+  if (thd) {
+    if (static_cast<int64_t>(t.cu_seqlens.size()) != t.batch + 1) {
+      return InvalidArgumentError(StrCat(who, ": thd needs batch + 1 = ", t.batch + 1,
+                                         " cu_seqlens, got ", t.cu_seqlens.size()));
+    }
+    if (t.cu_seqlens[0] != 0 || t.cu_seqlens[t.batch] != t.seq_len) {
+      return InvalidArgumentError(StrCat(who, ": cu_seqlens must start at 0 and end at total tokens ",
+                                         t.seq_len));
+    }
+    for (int64_t b = 0; b < t.batch; ++b) {
+      if (t.cu_seqlens[b + 1] < t.cu_seqlens[b]) {
+        return InvalidArgumentError(
+            StrCat(who, ": cu_seqlens decreases at index ", b + 1, " (not monotone)"));
+      }
+    }
+  } else if (!t.cu_seqlens.empty()) {
+    return InvalidArgumentError(StrCat(who, ": cu_seqlens is only for the thd layout"));
+  }
+  struct Axis {
+    int64_t stride, extent;
+  };
+  std::vector<Axis> axes;
+  if (!thd) axes.push_back({t.batch_stride, t.batch});
+  axes.push_back({t.seq_stride, t.seq_len});
+  axes.push_back({t.head_stride, t.heads});
+  for (const Axis& a : axes) {
+    if (a.extent > 1 && a.stride < 1) {
+      return InvalidArgumentError(StrCat(who, ": strides must be >= 1"));
+    }
+  }
+  if ((!thd && t.batch == 0) || t.seq_len == 0 || t.heads == 0) return int64_t{0};
+  std::sort(axes.begin(), axes.end(), [](const Axis& a, const Axis& b) { return a.stride < b.stride; });
+  __int128 span = t.head_dim;
+  for (const Axis& a : axes) {
+    if (a.extent <= 1) continue;
+    if (static_cast<__int128>(a.stride) < span) {
+      return InvalidArgumentError(StrCat(who, ": strides (batch ", t.batch_stride, ", seq ",
+                                         t.seq_stride, ", head ", t.head_stride,
+                                         ") make rows overlap"));
+    }
+    span += static_cast<__int128>(a.extent - 1) * a.stride;
+    if (span > (static_cast<__int128>(1) << 60)) {
+      return InvalidArgumentError(StrCat(who, ": tensor extent overflows"));
+    }
+  }
+  return static_cast<int64_t>(span);
+}
+
+}  // namespace
+
+absl::Status ValidateRopeTensor(const RopeTensor& tensor) { return TensorSpan(tensor).status(); }
+
+// ---------------------------------------------------------------------------------
+// Rope.
+// ---------------------------------------------------------------------------------
+absl::StatusOr<Rope> Rope::Create(RopeOptions o, RopeFrequencies f) {
+  const char* who = "Rope::Create";
+  absl::StatusOr<group::PlaneLayout> layout =
+      group::PlaneLayout::Create(o.head_dim, o.rotary_dim, o.pairing);
+  if (!layout.ok()) return layout.status();
+  const int64_t planes = layout->num_planes();
+  if (static_cast<int64_t>(f.thetas.size()) != planes) {
+    return InvalidArgumentError(
+        StrCat(who, ": ", f.thetas.size(), " thetas for ", planes, " planes"));
+  }
+  for (size_t i = 0; i < f.thetas.size(); ++i) {
+    if (!std::isfinite(f.thetas[i])) {
+      return InvalidArgumentError(StrCat(who, ": theta[", i, "] is not finite"));
+    }
+  }
+  GPE_RETURN_IF_ERROR(CheckPositive(who, "attention_factor", f.attention_factor));
+  if (o.num_axes < 1 || o.num_axes > 8) {
+    return InvalidArgumentError(StrCat(who, ": num_axes must be in [1, 8], got ", o.num_axes));
+  }
+  if (o.plane_axes.empty()) {
+    if (o.num_axes != 1) {
+      return InvalidArgumentError(StrCat(who, ": num_axes > 1 needs plane_axes"));
+    }
+    o.plane_axes.assign(planes, 0);
+  }
+  if (static_cast<int64_t>(o.plane_axes.size()) != planes) {
+    return InvalidArgumentError(StrCat(who, ": plane_axes has ", o.plane_axes.size(),
+                                       " entries for ", planes, " planes"));
+  }
+  for (int a : o.plane_axes) {
+    if (a < 0 || a >= o.num_axes) {
+      return InvalidArgumentError(StrCat(who, ": plane axis ", a, " outside [0, ", o.num_axes, ")"));
+    }
+  }
+  if (o.xpos.enabled) {
+    if (o.num_axes != 1) return InvalidArgumentError(StrCat(who, ": xPos needs a single axis"));
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "xpos.gamma", o.xpos.gamma));
+    GPE_RETURN_IF_ERROR(CheckPositive(who, "xpos.scale_base", o.xpos.scale_base));
+  }
+  if (o.num_threads < 1 || o.num_threads > 256) {
+    return InvalidArgumentError(StrCat(who, ": num_threads must be in [1, 256], got ", o.num_threads));
+  }
+  return Rope(std::move(o), std::move(f));
+}
+
+template <class T>
+absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
+                                             const RopePositions& positions,
+                                             RopeRole role) const {
+  const char* who = "Rope::MakeTable";
+  GPE_RETURN_IF_ERROR(TensorSpan(tensor).status());
+  const int64_t n = tensor.num_tokens();
+  const int64_t axes = options_.num_axes;
+  const int64_t batch = tensor.batch;
+  if (!positions.ids.empty() && !positions.offsets.empty()) {
+    return InvalidArgumentError(StrCat(who, ": give position ids or offsets, not both"));
+  }
+  // Key of token t on axis a.
+  std::vector<int64_t> keys(static_cast<size_t>(n * axes));
+  if (!positions.ids.empty()) {
+    if (static_cast<int64_t>(positions.ids.size()) != n * axes) {
+      return InvalidArgumentError(StrCat(who, ": ", positions.ids.size(), " position ids for ",
+                                         n, " tokens x ", axes, " axes"));
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t a = 0; a < axes; ++a) keys[t * axes + a] = positions.ids[a * n + t];
+    }
+  } else {
+    if (axes != 1) {
+      return InvalidArgumentError(StrCat(who, ": multi-axis RoPE needs explicit position ids"));
+    }
+    if (!positions.offsets.empty() && static_cast<int64_t>(positions.offsets.size()) != batch) {
+      return InvalidArgumentError(StrCat(who, ": ", positions.offsets.size(),
+                                         " offsets for ", batch, " sequences"));
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t begin = tensor.layout == RopeLayout::kTHD ? tensor.cu_seqlens[b] : b * tensor.seq_len;
+      const int64_t len = tensor.layout == RopeLayout::kTHD ? tensor.cu_seqlens[b + 1] - begin
+                                                             : tensor.seq_len;
+      const int64_t off = positions.offsets.empty() ? 0 : positions.offsets[b];
+      int64_t last = 0;
+      if (len > 0 && __builtin_add_overflow(off, len - 1, &last)) {
+        return InvalidArgumentError(StrCat(who, ": offset ", off, " + sequence length overflows int64"));
+      }
+      for (int64_t s = 0; s < len; ++s) keys[begin + s] = off + s;
+    }
+  }
+  // Distinct keys -> rows.
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), int64_t{0});
+  auto less = [&](int64_t x, int64_t y) {
+    return std::lexicographical_compare(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
+                                        keys.begin() + y * axes, keys.begin() + (y + 1) * axes);
+  };
+  auto equal = [&](int64_t x, int64_t y) {
+    return std::equal(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
+                      keys.begin() + y * axes);
+  };
+  std::sort(order.begin(), order.end(), less);
+  RopeTable<T> table;
+  table.row_of_token_.resize(n);
+  std::vector<int64_t> row_token;  // a representative token per row
+  for (int64_t k = 0; k < n; ++k) {
+    if (k == 0 || !equal(order[k - 1], order[k])) row_token.push_back(order[k]);
+    table.row_of_token_[order[k]] = static_cast<int64_t>(row_token.size()) - 1;
+  }
+  const int64_t planes = options_.rotary_dim / 2;
+  const bool interleaved = options_.pairing == PlanePairing::kInterleaved;
+  table.num_rows_ = static_cast<int64_t>(row_token.size());
+  table.width_ = interleaved ? 2 * planes : planes;
+  table.cos_.resize(static_cast<size_t>(table.num_rows_ * table.width_));
+  table.sin_.resize(table.cos_.size());
+  // xPos: log zeta_i, sign +1 for queries, -1 for keys (Sun et al. eq. 9-10).
+  std::vector<double> log_zeta(planes, 0.0);
+  if (options_.xpos.enabled) {
+    for (int64_t i = 0; i < planes; ++i) {
+      log_zeta[i] = std::log((2.0 * static_cast<double>(i) / static_cast<double>(options_.rotary_dim) +
+                              options_.xpos.gamma) /
+                             (1.0 + options_.xpos.gamma));
+    }
+  }
+  const double role_sign = role == RopeRole::kQuery ? 1.0 : -1.0;
+  const double m = freqs_.attention_factor;
+  // Exact reduction + sincos costs ~0.2 us per (row, plane): rows are split over threads.
+  auto fill = [&](int64_t row_begin, int64_t row_end) {
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    const int64_t* key = keys.data() + row_token[row] * axes;
+    T* c = table.cos_.data() + row * table.width_;
+    T* s = table.sin_.data() + row * table.width_;
+    const double rel =
+        options_.xpos.enabled
+            ? (static_cast<double>(key[0]) - static_cast<double>(options_.xpos.centre)) /
+                  options_.xpos.scale_base
+            : 0.0;
+    for (int64_t i = 0; i < planes; ++i) {
+      const group::SinCos sc =
+          group::SinCosOfMultiple(key[options_.plane_axes[i]], freqs_.thetas[i]);
+      const double scale = options_.xpos.enabled ? m * std::exp(role_sign * rel * log_zeta[i]) : m;
+      const double cv = scale * sc.cos, sv = scale * sc.sin;
+      if (interleaved) {
+        // Expanded so the kernel is y = x * cos + swap_pairs(x) * sin.
+        c[2 * i] = static_cast<T>(cv);
+        c[2 * i + 1] = static_cast<T>(cv);
+        s[2 * i] = static_cast<T>(-sv);
+        s[2 * i + 1] = static_cast<T>(sv);
+      } else {
+        c[i] = static_cast<T>(cv);
+        s[i] = static_cast<T>(sv);
+      }
+    }
+  }
+  };
+  ParallelFor(options_.num_threads, table.num_rows_, fill);
+  return table;
+}
+
+namespace {
+
+// Rotation kernels: plain loops over contiguous rows that GCC vectorises at -O3.
+// kSign = +1 rotates by a, -1 by -a. Separate in-place variants keep __restrict valid.
+template <class T, int kSign>
+void HalfSplitOut(const T* __restrict x1, const T* __restrict x2, T* __restrict y1,
+                  T* __restrict y2, const T* __restrict c, const T* __restrict s, int64_t h) {
+  for (int64_t i = 0; i < h; ++i) {
+    const T a = x1[i], b = x2[i];
+    const T sn = static_cast<T>(kSign) * s[i];
+    y1[i] = a * c[i] - b * sn;
+    y2[i] = a * sn + b * c[i];
+  }
+}
+
+template <class T, int kSign>
+void HalfSplitInPlace(T* __restrict x1, T* __restrict x2, const T* __restrict c,
+                      const T* __restrict s, int64_t h) {
+  for (int64_t i = 0; i < h; ++i) {
+    const T a = x1[i], b = x2[i];
+    const T sn = static_cast<T>(kSign) * s[i];
+    x1[i] = a * c[i] - b * sn;
+    x2[i] = a * sn + b * c[i];
+  }
+}
+
+// c, s expanded: c[2i] = c[2i+1] = cos, s[2i] = -sin, s[2i+1] = sin.
+template <class T, int kSign>
+void InterleavedOut(const T* __restrict x, T* __restrict y, const T* __restrict c,
+                    const T* __restrict s, int64_t planes) {
+  for (int64_t i = 0; i < planes; ++i) {
+    const T a = x[2 * i], b = x[2 * i + 1];
+    y[2 * i] = a * c[2 * i] + b * (static_cast<T>(kSign) * s[2 * i]);
+    y[2 * i + 1] = b * c[2 * i + 1] + a * (static_cast<T>(kSign) * s[2 * i + 1]);
+  }
+}
+
+template <class T, int kSign>
+void InterleavedInPlace(T* __restrict x, const T* __restrict c, const T* __restrict s,
+                        int64_t planes) {
+  for (int64_t i = 0; i < planes; ++i) {
+    const T a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * c[2 * i] + b * (static_cast<T>(kSign) * s[2 * i]);
+    x[2 * i + 1] = b * c[2 * i + 1] + a * (static_cast<T>(kSign) * s[2 * i + 1]);
+  }
+}
+
+template <class T, int kSign>
+void RotateRow(bool interleaved, int64_t rotary_dim, int64_t head_dim, const T* in, T* out,
+               const T* c, const T* s) {
+  const int64_t h = rotary_dim / 2;
+  if (in == out) {
+    if (interleaved) {
+      InterleavedInPlace<T, kSign>(out, c, s, h);
+    } else {
+      HalfSplitInPlace<T, kSign>(out, out + h, c, s, h);
+    }
+    return;
+  }
+  if (interleaved) {
+    InterleavedOut<T, kSign>(in, out, c, s, h);
+  } else {
+    HalfSplitOut<T, kSign>(in, in + h, out, out + h, c, s, h);
+  }
+  std::copy(in + rotary_dim, in + head_dim, out + rotary_dim);
+}
+
+}  // namespace
+
+float ToFloat(BFloat16 h) {
+  const uint32_t u = static_cast<uint32_t>(h.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+BFloat16 ToBFloat16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return BFloat16{static_cast<uint16_t>((u >> 16) | 0x0040u)};
+  u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest even
+  return BFloat16{static_cast<uint16_t>(u >> 16)};
+}
+
+float ToFloat(Float16 h) {
+  const uint32_t sign = static_cast<uint32_t>(h.bits & 0x8000u) << 16;
+  const uint32_t e = (h.bits >> 10) & 0x1Fu, m = h.bits & 0x3FFu;
+  uint32_t u;
+  if (e == 0) {
+    // Zero or subnormal: m * 2^-24, exact in float.
+    const float v = std::ldexp(static_cast<float>(m), -24);
+    std::memcpy(&u, &v, sizeof(u));
+    u |= sign;
+  } else if (e == 31) {
+    u = sign | 0x7F800000u | (m << 13);
+  } else {
+    u = sign | ((e + 112u) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+
+Float16 ToFloat16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7FFFFFFFu;
+  if (x >= 0x7F800000u) return Float16{static_cast<uint16_t>(sign | (x > 0x7F800000u ? 0x7E00u : 0x7C00u))};
+  if (x >= 0x477FF000u) return Float16{static_cast<uint16_t>(sign | 0x7C00u)};  // >= 65520
+  if (x < 0x38800000u) {  // below 2^-14: subnormal result
+    if (x < 0x33000000u) return Float16{sign};  // <= 2^-25 rounds to 0 (ties to even)
+    const uint32_t e = x >> 23, m = (x & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126u - e;  // value = m 2^(e-150) = (m >> shift) 2^-24
+    uint32_t r = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return Float16{static_cast<uint16_t>(sign | r)};
+  }
+  uint32_t h = (((x >> 23) - 112u) << 10) | ((x & 0x7FFFFFu) >> 13);
+  const uint32_t rem = x & 0x1FFFu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;  // carries into the exponent
+  return Float16{static_cast<uint16_t>(sign | h)};
+}
+
+namespace {
+
+// One 16-bit head vector: widen to float, rotate in float, round once on store.
+// Pass-through coordinates are copied bit for bit.
+template <class H, int kSign>
+void RotateRow16(bool interleaved, int64_t rotary_dim, int64_t head_dim, const H* in, H* out,
+                 const float* c, const float* s, float* buf) {
+  for (int64_t k = 0; k < rotary_dim; ++k) buf[k] = ToFloat(in[k]);
+  RotateRow<float, kSign>(interleaved, rotary_dim, rotary_dim, buf, buf, c, s);
+  if constexpr (std::is_same_v<H, BFloat16>) {
+    for (int64_t k = 0; k < rotary_dim; ++k) out[k] = ToBFloat16(buf[k]);
+  } else {
+    for (int64_t k = 0; k < rotary_dim; ++k) out[k] = ToFloat16(buf[k]);
+  }
+  if (in != out) std::copy(in + rotary_dim, in + head_dim, out + rotary_dim);
+}
+
+}  // namespace
+
+template <class T, bool kInverse>
+absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
+                             T* out) const {
+  const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
+  absl::StatusOr<int64_t> span = TensorSpan(tensor);
+  if (!span.ok()) return span.status();
+  if (tensor.head_dim != options_.head_dim) {
+    return InvalidArgumentError(StrCat(who, ": tensor head_dim ", tensor.head_dim,
+                                       " != encoding head_dim ", options_.head_dim));
+  }
+  const int64_t n = tensor.num_tokens();
+  const bool interleaved = options_.pairing == PlanePairing::kInterleaved;
+  const int64_t width = interleaved ? options_.rotary_dim : options_.rotary_dim / 2;
+  if (table.num_tokens() != n || table.width_ != width) {
+    return InvalidArgumentError(StrCat(who, ": table built for ", table.num_tokens(),
+                                       " tokens and width ", table.width_, ", tensor has ", n,
+                                       " tokens and needs width ", width));
+  }
+  if (*span == 0) return absl::OkStatus();
+  if (in == nullptr || out == nullptr) {
+    return InvalidArgumentError(StrCat(who, ": null input or output"));
+  }
+  if (in != out) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(out);
+    const uintptr_t bytes = static_cast<uintptr_t>(*span) * sizeof(T);
+    if (a < b + bytes && b < a + bytes) {
+      return InvalidArgumentError(StrCat(who, ": input and output overlap without being identical"));
+    }
+  }
+  const int64_t rotary_dim = options_.rotary_dim, head_dim = options_.head_dim;
+  const bool thd = tensor.layout == RopeLayout::kTHD;
+  using C = typename RopeComputeType<T>::type;
+  constexpr bool kHalf = !std::is_same_v<T, C>;
+  auto run = [&](int64_t t_begin, int64_t t_end) {
+    constexpr int kSign = kInverse ? -1 : 1;
+    std::vector<float> buf(kHalf ? rotary_dim : 0);
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      const int64_t base = thd ? t * tensor.seq_stride
+                               : (t / tensor.seq_len) * tensor.batch_stride +
+                                     (t % tensor.seq_len) * tensor.seq_stride;
+      const int64_t row = table.row_of_token_[t];
+      const C* c = table.cos_.data() + row * width;
+      const C* s = table.sin_.data() + row * width;
+      for (int64_t hd = 0; hd < tensor.heads; ++hd) {
+        const int64_t off = base + hd * tensor.head_stride;
+        if constexpr (kHalf) {
+          RotateRow16<T, kSign>(interleaved, rotary_dim, head_dim, in + off, out + off, c, s,
+                                buf.data());
+        } else {
+          RotateRow<T, kSign>(interleaved, rotary_dim, head_dim, in + off, out + off, c, s);
+        }
+      }
+    }
+  };
+  ParallelFor(options_.num_threads, n, run);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status Rope::Apply(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
+                         T* out) const {
+  return ApplyImpl<T, false>(table, tensor, in, out);
+}
+
+template <class T>
+absl::Status Rope::ApplyBackward(const RopeTableFor<T>& table, const RopeTensor& tensor,
+                                 const T* dy, T* dx) const {
+  return ApplyImpl<T, true>(table, tensor, dy, dx);
+}
+
+template <class T>
+absl::Status Rope::Forward(const RopeTensor& tensor, const RopePositions& positions,
+                           const T* in, T* out, RopeRole role) const {
+  using C = typename RopeComputeType<T>::type;
+  absl::StatusOr<RopeTable<C>> table = MakeTable<C>(tensor, positions, role);
+  if (!table.ok()) return table.status();
+  return Apply<T>(*table, tensor, in, out);
+}
+
+template <class T>
+absl::Status Rope::Backward(const RopeTensor& tensor, const RopePositions& positions,
+                            const T* dy, T* dx, RopeRole role) const {
+  using C = typename RopeComputeType<T>::type;
+  absl::StatusOr<RopeTable<C>> table = MakeTable<C>(tensor, positions, role);
+  if (!table.ok()) return table.status();
+  return ApplyBackward<T>(*table, tensor, dy, dx);
+}
+
+template absl::StatusOr<RopeTable<float>> Rope::MakeTable<float>(const RopeTensor&,
+                                                                 const RopePositions&,
+                                                                 RopeRole) const;
+template absl::StatusOr<RopeTable<double>> Rope::MakeTable<double>(const RopeTensor&,
+                                                                   const RopePositions&,
+                                                                   RopeRole) const;
+
+#define GPE_ROPE_INSTANTIATE(T)                                                             \
+  template absl::Status Rope::Apply<T>(const RopeTableFor<T>&, const RopeTensor&, const T*,  \
+                                       T*) const;                                           \
+  template absl::Status Rope::ApplyBackward<T>(const RopeTableFor<T>&, const RopeTensor&,   \
+                                               const T*, T*) const;                         \
+  template absl::Status Rope::Forward<T>(const RopeTensor&, const RopePositions&, const T*,  \
+                                         T*, RopeRole) const;                               \
+  template absl::Status Rope::Backward<T>(const RopeTensor&, const RopePositions&, const T*, \
+                                          T*, RopeRole) const;
+
+GPE_ROPE_INSTANTIATE(float)
+GPE_ROPE_INSTANTIATE(double)
+GPE_ROPE_INSTANTIATE(BFloat16)
+GPE_ROPE_INSTANTIATE(Float16)
+
+#undef GPE_ROPE_INSTANTIATE
+#undef GPE_RETURN_IF_ERROR
+
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe

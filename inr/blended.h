@@ -11,8 +11,11 @@
 // for any 1D encoder, not only shift-invariant ones), and likewise beta for y. B is the
 // P x MN sparse matrix of those weights; it is never stored densely.
 //
-// The fit minimises |B (Psi_y (x) Psi_x) vec(W) - s|^2 + lambda |W|_F^2 by CGLS
-// (conjugate gradients on the normal equations, in the damped form), each iteration two
+// The fit minimises |B (Psi_y (x) Psi_x) vec(W) - s|^2 + lambda |Psi_y W Psi_x^T|_F^2:
+// the ridge acts on the model's values at the virtual grid (which keeps cells without
+// samples near zero rather than W small), a choice of ours; Zheng et al. do not state
+// one. It runs CGLS (conjugate gradients on the normal equations, damped form) on the
+// problem preconditioned by orthonormalised factors (see blended.cc), each iteration two
 // applications of the separable operator and of B: O(P + N K (N + K)) work.
 #ifndef INR_BLENDED_H_
 #define INR_BLENDED_H_
@@ -46,7 +49,7 @@ absl::StatusOr<AxisBlend> BlendAxis(const AxisEncoder& encoder, absl::Span<const
                                     absl::Span<const double> coords);
 
 struct BlendedFitOptions {
-  double lambda = 1e-6;        // ridge on W, finite, >= 0
+  double lambda = 1e-6;        // ridge on the virtual-grid values, finite, >= 0
   int max_iterations = 500;    // >= 1
   double tolerance = 1e-6;     // stop when |grad| <= tolerance |grad_0|
   // Called every 25 iterations with (iteration, relative gradient norm); may be empty.
@@ -56,7 +59,7 @@ struct BlendedFitOptions {
 struct BlendedFit {
   RowMatrixXd weights;         // K_y x K_x
   int iterations = 0;
-  double relative_gradient = 0;  // |A^T r - lambda w| / |A^T s| at exit
+  double relative_gradient = 0;  // of the preconditioned normal equations, at exit
   double rms_residual = 0;       // sqrt(mean (f(q_p) - s_p)^2) over the samples
 };
 

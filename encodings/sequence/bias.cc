@@ -484,9 +484,9 @@ absl::StatusOr<GrapeApBias> GrapeApBias::Create(std::vector<double> w, std::vect
     return absl::InvalidArgumentError(
         absl::StrCat("GrapeApBias: rank must be in [1, 65536], got ", rank));
   }
-  const int64_t expected = length * num_heads * rank;  // bounded: checked sizes below
-  if (static_cast<int64_t>(w.size()) != expected || static_cast<int64_t>(u.size()) != expected ||
-      expected / rank / num_heads != length) {
+  int64_t per_token = num_heads * rank, expected = 0;  // num_heads, rank <= 2^20, 2^16
+  if (__builtin_mul_overflow(length, per_token, &expected) ||
+      static_cast<int64_t>(w.size()) != expected || static_cast<int64_t>(u.size()) != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         "GrapeApBias: w has ", w.size(), " and u has ", u.size(), " entries, expected ", length,
         " tokens x ", num_heads, " heads x rank ", rank));

@@ -208,6 +208,39 @@ absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
   return absl::OkStatus();
 }
 
+template <class T>
+absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head,
+                                                absl::Span<const int64_t> q_positions,
+                                                absl::Span<const int64_t> k_positions,
+                                                const T* grad_tile, int64_t ld,
+                                                absl::Span<double> grad_slopes) const {
+  constexpr const char* kWho = "AlibiBias::AccumulateSlopeGradient";
+  if (absl::Status s =
+          ValidateTile(kWho, num_heads(), head, q_positions, k_positions, grad_tile, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckGradBuffer(kWho, grad_slopes, num_heads()); !s.ok()) return s;
+  const bool symmetric = form_ == AlibiForm::kSymmetric;
+  double acc = 0.0;
+  for (size_t r = 0; r < q_positions.size(); ++r) {
+    const T* row = grad_tile + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k_positions.size(); ++c) {
+      const double d = static_cast<double>(q_positions[r] - k_positions[c]);
+      acc -= static_cast<double>(row[c]) * (symmetric ? std::fabs(d) : d);
+    }
+  }
+  grad_slopes[head] += acc;
+  return absl::OkStatus();
+}
+
+template absl::Status AlibiBias::AccumulateSlopeGradient<float>(
+    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const float*, int64_t,
+    absl::Span<double>) const;
+template absl::Status AlibiBias::AccumulateSlopeGradient<double>(
+    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const double*, int64_t,
+    absl::Span<double>) const;
+
 // ---------------------------------------- T5 ---------------------------------------
 
 absl::Status ValidateT5BucketConfig(const T5BucketConfig& config) {

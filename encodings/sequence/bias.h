@@ -122,6 +122,15 @@ class AlibiBias final : public AdditiveBias {
   absl::Span<const double> slopes() const { return slopes_; }
   AlibiForm form() const { return form_; }
 
+  // Learned slopes (e.g. GRAPE-A's omega): grad_slopes[head] += sum over the tile of
+  // dL/db * db/dm, db/dm = -(i - j) (causal) or -|i - j| (symmetric). grad_slopes has
+  // num_heads entries; grad_tile is m x n with row stride ld.
+  template <class T>
+  absl::Status AccumulateSlopeGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                       absl::Span<const int64_t> k_positions,
+                                       const T* grad_tile, int64_t ld,
+                                       absl::Span<double> grad_slopes) const;
+
  protected:
   absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
                           float* out, int64_t ld) const override;

@@ -1,5 +1,6 @@
 #include "encodings/sequence/bias.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -178,6 +179,94 @@ TEST(AlibiBiasTest, BadInput) {
   EXPECT_FALSE(alibi.FillTile(0, far_q, far_k, out.data(), 1).ok());
   // Empty tiles are a no-op, even with a null buffer.
   EXPECT_TRUE(alibi.FillTile(0, {}, k, static_cast<float*>(nullptr), 3).ok());
+}
+
+TEST(AlibiBiasTest, SlopeGradientMatchesFiniteDifferences) {
+  std::mt19937_64 rng(18);
+  for (AlibiForm form : {AlibiForm::kCausal, AlibiForm::kSymmetric}) {
+    const std::vector<double> slopes = RandomNormal(3, rng, 0.3);
+    const std::vector<Tile> tiles = RandomTiles(50, 40, rng);
+    std::vector<std::vector<Matrix>> g(tiles.size());
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      for (int64_t h = 0; h < 3; ++h) {
+        g[i].push_back(Matrix::Random(tiles[i].q.size(), tiles[i].k.size()));
+      }
+    }
+    auto loss = [&](const std::vector<double>& s) {
+      AlibiBias b = *AlibiBias::Create(s, form);
+      double l = 0;
+      for (size_t i = 0; i < tiles.size(); ++i) {
+        for (int64_t h = 0; h < 3; ++h) {
+          l += (g[i][h].array() * DenseBias(b, h, tiles[i].q, tiles[i].k)->array()).sum();
+        }
+      }
+      return l;
+    };
+    AlibiBias alibi = *AlibiBias::Create(slopes, form);
+    std::vector<double> grad(3, 0.0);
+    for (size_t i = 0; i < tiles.size(); ++i) {
+      for (int64_t h = 0; h < 3; ++h) {
+        Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gr = g[i][h];
+        ASSERT_TRUE(alibi.AccumulateSlopeGradient(h, tiles[i].q, tiles[i].k, gr.data(),
+                                                  gr.cols(), absl::MakeSpan(grad))
+                        .ok());
+      }
+    }
+    const double eps = 1e-4;
+    for (int64_t h = 0; h < 3; ++h) {
+      std::vector<double> plus = slopes, minus = slopes;
+      plus[h] += eps;
+      minus[h] -= eps;
+      // L is linear in the slopes: only the rounding of L (|L| <~ 1e3, ~1e-13) / eps.
+      EXPECT_NEAR(grad[h], (loss(plus) - loss(minus)) / (2 * eps), 1e-7) << "head " << h;
+    }
+    std::vector<double> short_grad(2);
+    EXPECT_FALSE(alibi.AccumulateSlopeGradient(0, tiles[0].q, tiles[0].k,
+                                               g[0][0].data(), tiles[0].k.size(),
+                                               absl::MakeSpan(short_grad))
+                     .ok());
+  }
+}
+
+// A kernel fills sub-tiles of one big buffer through row strides: stitching every block
+// of a partition must reproduce the single dense fill. ALiBi, T5 and FoX compute each
+// entry from the same numbers either way (tolerance 0); GRAPE-AP's running sums start at
+// each block's leftmost position, so entries differ by summation order (~1e-15 in double)
+// and may round to the neighbouring float: tolerance one float ulp of the largest entry.
+void ExpectTilesStitch(const AdditiveBias& bias, int64_t first, int64_t length,
+                       bool exact = true) {
+  std::vector<int64_t> pos(length);
+  std::iota(pos.begin(), pos.end(), first);
+  for (int64_t h = 0; h < bias.num_heads(); ++h) {
+    const Matrix dense = *DenseBias(bias, h, pos, pos);
+    std::vector<float> buf(length * length, -1.0f);
+    const int64_t bm = 7, bn = 5;  // block sizes that divide nothing
+    for (int64_t r0 = 0; r0 < length; r0 += bm) {
+      for (int64_t c0 = 0; c0 < length; c0 += bn) {
+        const int64_t m = std::min(bm, length - r0), n = std::min(bn, length - c0);
+        ASSERT_TRUE(bias.FillTile(h, absl::MakeConstSpan(pos).subspan(r0, m),
+                                  absl::MakeConstSpan(pos).subspan(c0, n),
+                                  buf.data() + r0 * length + c0, length)
+                        .ok());
+      }
+    }
+    const double tol = exact ? 0.0 : 1.2e-7 * std::max(1.0, MaxAbs(dense));
+    for (int64_t r = 0; r < length; ++r) {
+      for (int64_t c = 0; c < length; ++c) {
+        EXPECT_LE(std::abs(buf[r * length + c] - static_cast<float>(dense(r, c))), tol);
+      }
+    }
+  }
+}
+
+TEST(AdditiveBiasTest, BlockedFillsStitchIntoTheDenseMatrix) {
+  std::mt19937_64 rng(19);
+  ExpectTilesStitch(*AlibiBias::CreateStandard(3, AlibiForm::kCausal), 1 << 20, 23);
+  ExpectTilesStitch(*T5RelativeBias::Create(RandomNormal(64, rng), 2, {}), -9, 31);
+  ExpectTilesStitch(*FoxBias::Create(RandomNormal(2 * 26, rng), 26, 2, 4), 4, 26);
+  ExpectTilesStitch(
+      *GrapeApBias::Create(RandomNormal(24 * 2, rng), RandomNormal(24 * 2, rng), 24, 1, 2, 0),
+      0, 24, /*exact=*/false);
 }
 
 // --------------------------------------- T5 ----------------------------------------

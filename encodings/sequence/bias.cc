@@ -48,20 +48,20 @@ absl::Status ValidateTile(const char* who, int64_t num_heads, int64_t head,
 
 absl::Status CheckGradBuffer(const char* who, absl::Span<double> buf, int64_t expected) {
   if (static_cast<int64_t>(buf.size()) != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": gradient buffer has ", buf.size(),
-                                                   " entries, expected ", expected));
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": gradient buffer has ", buf.size(), " entries, expected ", expected));
   }
   return absl::OkStatus();
 }
 
-absl::Status CheckTokenRange(const char* who, absl::Span<const int64_t> positions,
-                             int64_t first, int64_t length) {
+absl::Status CheckTokenRange(const char* who, absl::Span<const int64_t> positions, int64_t first,
+                             int64_t length) {
   for (int64_t p : positions) {
     // p - first cannot overflow: first + length fits in int64 (checked at creation), so
     // compare without subtracting.
     if (p < first || p >= first + length) {
-      return absl::InvalidArgumentError(absl::StrCat(who, ": position ", p, " outside [",
-                                                     first, ", ", first + length, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": position ", p, " outside [", first, ", ", first + length, ")"));
     }
   }
   return absl::OkStatus();
@@ -98,9 +98,8 @@ double Sigmoid(double x) {
 absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_positions,
                                     absl::Span<const int64_t> k_positions, float* out,
                                     int64_t ld) const {
-  if (absl::Status s =
-          ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions, k_positions,
-                       out, ld);
+  if (absl::Status s = ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions,
+                                    k_positions, out, ld);
       !s.ok()) {
     return s;
   }
@@ -111,9 +110,8 @@ absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_po
 absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_positions,
                                     absl::Span<const int64_t> k_positions, double* out,
                                     int64_t ld) const {
-  if (absl::Status s =
-          ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions, k_positions,
-                       out, ld);
+  if (absl::Status s = ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions,
+                                    k_positions, out, ld);
       !s.ok()) {
     return s;
   }
@@ -162,8 +160,8 @@ absl::StatusOr<std::vector<double>> AlibiSlopes(int64_t num_heads) {
 
 absl::StatusOr<AlibiBias> AlibiBias::Create(std::vector<double> slopes, AlibiForm form) {
   if (slopes.empty() || static_cast<int64_t>(slopes.size()) > kMaxHeads) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "AlibiBias: need between 1 and ", kMaxHeads, " slopes, got ", slopes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlibiBias: need between 1 and ", kMaxHeads, " slopes, got ", slopes.size()));
   }
   for (size_t h = 0; h < slopes.size(); ++h) {
     if (!std::isfinite(slopes[h])) {
@@ -183,8 +181,8 @@ absl::StatusOr<AlibiBias> AlibiBias::CreateStandard(int64_t num_heads, AlibiForm
 }
 
 template <class T>
-void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                     T* out, int64_t ld) const {
+void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
+                     int64_t ld) const {
   const double m = slopes_[head];
   const bool symmetric = form_ == AlibiForm::kSymmetric;
   for (size_t r = 0; r < q.size(); ++r) {
@@ -209,8 +207,7 @@ absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
 }
 
 template <class T>
-absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head,
-                                                absl::Span<const int64_t> q_positions,
+absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head, absl::Span<const int64_t> q_positions,
                                                 absl::Span<const int64_t> k_positions,
                                                 const T* grad_tile, int64_t ld,
                                                 absl::Span<double> grad_slopes) const {
@@ -234,12 +231,14 @@ absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head,
   return absl::OkStatus();
 }
 
-template absl::Status AlibiBias::AccumulateSlopeGradient<float>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const float*, int64_t,
-    absl::Span<double>) const;
-template absl::Status AlibiBias::AccumulateSlopeGradient<double>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const double*, int64_t,
-    absl::Span<double>) const;
+template absl::Status AlibiBias::AccumulateSlopeGradient<float>(int64_t, absl::Span<const int64_t>,
+                                                                absl::Span<const int64_t>,
+                                                                const float*, int64_t,
+                                                                absl::Span<double>) const;
+template absl::Status AlibiBias::AccumulateSlopeGradient<double>(int64_t, absl::Span<const int64_t>,
+                                                                 absl::Span<const int64_t>,
+                                                                 const double*, int64_t,
+                                                                 absl::Span<double>) const;
 
 // ---------------------------------------- T5 ---------------------------------------
 
@@ -277,26 +276,25 @@ int64_t T5Bucket(int64_t rel, const T5BucketConfig& config) {
   // Raffel et al.: logarithmic buckets from max_exact up to max_distance.
   const double large =
       static_cast<double>(max_exact) +
-      std::floor(std::log(static_cast<double>(n) / static_cast<double>(max_exact)) /
-                 std::log(static_cast<double>(config.max_distance) /
-                          static_cast<double>(max_exact)) *
-                 static_cast<double>(nb - max_exact));
+      std::floor(
+          std::log(static_cast<double>(n) / static_cast<double>(max_exact)) /
+          std::log(static_cast<double>(config.max_distance) / static_cast<double>(max_exact)) *
+          static_cast<double>(nb - max_exact));
   const double capped = std::min(large, static_cast<double>(nb - 1));
   return bucket + static_cast<int64_t>(capped);
 }
 
-absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table,
-                                                      int64_t num_heads,
+absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table, int64_t num_heads,
                                                       T5BucketConfig config) {
   if (absl::Status s = ValidateT5BucketConfig(config); !s.ok()) return s;
   if (num_heads < 1 || num_heads > kMaxHeads) {
-    return absl::InvalidArgumentError(absl::StrCat("T5RelativeBias: num_heads must be in [1, ",
-                                                   kMaxHeads, "], got ", num_heads));
+    return absl::InvalidArgumentError(
+        absl::StrCat("T5RelativeBias: num_heads must be in [1, ", kMaxHeads, "], got ", num_heads));
   }
   if (static_cast<int64_t>(table.size()) != config.num_buckets * num_heads) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("T5RelativeBias: table has ", table.size(), " entries, expected ",
-                     config.num_buckets, " buckets x ", num_heads, " heads"));
+    return absl::InvalidArgumentError(absl::StrCat("T5RelativeBias: table has ", table.size(),
+                                                   " entries, expected ", config.num_buckets,
+                                                   " buckets x ", num_heads, " heads"));
   }
   for (size_t i = 0; i < table.size(); ++i) {
     if (!std::isfinite(table[i])) {
@@ -308,8 +306,8 @@ absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table,
 }
 
 template <class T>
-void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q,
-                          absl::Span<const int64_t> k, T* out, int64_t ld) const {
+void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          T* out, int64_t ld) const {
   for (size_t r = 0; r < q.size(); ++r) {
     T* row = out + static_cast<int64_t>(r) * ld;
     for (size_t c = 0; c < k.size(); ++c) {
@@ -320,8 +318,7 @@ void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q,
 }
 
 absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                        absl::Span<const int64_t> k, float* out,
-                                        int64_t ld) const {
+                                        absl::Span<const int64_t> k, float* out, int64_t ld) const {
   Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
@@ -358,12 +355,16 @@ absl::Status T5RelativeBias::AccumulateTableGradient(int64_t head,
   return absl::OkStatus();
 }
 
-template absl::Status T5RelativeBias::AccumulateTableGradient<float>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const float*, int64_t,
-    absl::Span<double>) const;
-template absl::Status T5RelativeBias::AccumulateTableGradient<double>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const double*, int64_t,
-    absl::Span<double>) const;
+template absl::Status T5RelativeBias::AccumulateTableGradient<float>(int64_t,
+                                                                     absl::Span<const int64_t>,
+                                                                     absl::Span<const int64_t>,
+                                                                     const float*, int64_t,
+                                                                     absl::Span<double>) const;
+template absl::Status T5RelativeBias::AccumulateTableGradient<double>(int64_t,
+                                                                      absl::Span<const int64_t>,
+                                                                      absl::Span<const int64_t>,
+                                                                      const double*, int64_t,
+                                                                      absl::Span<double>) const;
 
 // ---------------------------------------- FoX --------------------------------------
 
@@ -380,13 +381,12 @@ absl::StatusOr<FoxBias> FoxBias::Create(absl::Span<const double> gate_logits, in
   if (static_cast<int64_t>(gate_logits.size()) / num_heads != length ||
       static_cast<int64_t>(gate_logits.size()) % num_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("FoxBias: ", gate_logits.size(),
-                                                   " gate logits, expected ", length,
-                                                   " tokens x ", num_heads, " heads"));
+                                                   " gate logits, expected ", length, " tokens x ",
+                                                   num_heads, " heads"));
   }
   for (size_t i = 0; i < gate_logits.size(); ++i) {
     if (!std::isfinite(gate_logits[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FoxBias: gate logit ", i, " is not finite"));
+      return absl::InvalidArgumentError(absl::StrCat("FoxBias: gate logit ", i, " is not finite"));
     }
   }
   FoxBias fox;
@@ -417,8 +417,8 @@ absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
 }
 
 template <class T>
-void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                   T* out, int64_t ld) const {
+void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
+                   int64_t ld) const {
   const double* c = c_.data() + head * length_;
   for (size_t r = 0; r < q.size(); ++r) {
     const double ci = c[q[r] - first_];
@@ -444,8 +444,7 @@ absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
 }
 
 template <class T>
-absl::Status FoxBias::AccumulatePrefixGradient(int64_t head,
-                                               absl::Span<const int64_t> q_positions,
+absl::Status FoxBias::AccumulatePrefixGradient(int64_t head, absl::Span<const int64_t> q_positions,
                                                absl::Span<const int64_t> k_positions,
                                                const T* grad_tile, int64_t ld,
                                                absl::Span<double> grad_prefix) const {
@@ -478,19 +477,20 @@ absl::Status FoxBias::AccumulatePrefixGradient(int64_t head,
   return absl::OkStatus();
 }
 
-template absl::Status FoxBias::AccumulatePrefixGradient<float>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const float*, int64_t,
-    absl::Span<double>) const;
-template absl::Status FoxBias::AccumulatePrefixGradient<double>(
-    int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const double*, int64_t,
-    absl::Span<double>) const;
+template absl::Status FoxBias::AccumulatePrefixGradient<float>(int64_t, absl::Span<const int64_t>,
+                                                               absl::Span<const int64_t>,
+                                                               const float*, int64_t,
+                                                               absl::Span<double>) const;
+template absl::Status FoxBias::AccumulatePrefixGradient<double>(int64_t, absl::Span<const int64_t>,
+                                                                absl::Span<const int64_t>,
+                                                                const double*, int64_t,
+                                                                absl::Span<double>) const;
 
 absl::StatusOr<std::vector<double>> FoxBias::LogitGradient(
     absl::Span<const double> grad_prefix) const {
   if (static_cast<int64_t>(grad_prefix.size()) != length_ * num_heads_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FoxBias::LogitGradient: ", grad_prefix.size(), " entries, expected ",
-                     length_ * num_heads_));
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias::LogitGradient: ", grad_prefix.size(),
+                                                   " entries, expected ", length_ * num_heads_));
   }
   std::vector<double> grad(grad_prefix.size());
   for (int64_t h = 0; h < num_heads_; ++h) {
@@ -507,10 +507,9 @@ absl::StatusOr<std::vector<double>> FoxBias::LogitGradient(
 // ------------------------------------- GRAPE-AP ------------------------------------
 
 absl::StatusOr<GrapeApBias> GrapeApBias::Create(std::vector<double> w, std::vector<double> u,
-                                                int64_t length, int64_t num_heads,
-                                                int64_t rank, int64_t first_position) {
-  if (absl::Status s = CheckSequence("GrapeApBias", length, num_heads, first_position);
-      !s.ok()) {
+                                                int64_t length, int64_t num_heads, int64_t rank,
+                                                int64_t first_position) {
+  if (absl::Status s = CheckSequence("GrapeApBias", length, num_heads, first_position); !s.ok()) {
     return s;
   }
   if (rank < 1 || rank > (int64_t{1} << 16)) {
@@ -584,15 +583,13 @@ void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<con
 }
 
 absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, float* out,
-                                     int64_t ld) const {
+                                     absl::Span<const int64_t> k, float* out, int64_t ld) const {
   if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, double* out,
-                                     int64_t ld) const {
+                                     absl::Span<const int64_t> k, double* out, int64_t ld) const {
   if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   Fill(head, q, k, out, ld);
   return absl::OkStatus();

@@ -85,8 +85,7 @@ class AdditiveBias {
   virtual absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q,
                                   absl::Span<const int64_t> k, float* out, int64_t ld) const = 0;
   virtual absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                  absl::Span<const int64_t> k, double* out,
-                                  int64_t ld) const = 0;
+                                  absl::Span<const int64_t> k, double* out, int64_t ld) const = 0;
 };
 
 // Reference for tests: the full |q| x |k| matrix of one head (a single FillTile in double).
@@ -127,9 +126,8 @@ class AlibiBias final : public AdditiveBias {
   // num_heads entries; grad_tile is m x n with row stride ld.
   template <class T>
   absl::Status AccumulateSlopeGradient(int64_t head, absl::Span<const int64_t> q_positions,
-                                       absl::Span<const int64_t> k_positions,
-                                       const T* grad_tile, int64_t ld,
-                                       absl::Span<double> grad_slopes) const;
+                                       absl::Span<const int64_t> k_positions, const T* grad_tile,
+                                       int64_t ld, absl::Span<double> grad_slopes) const;
 
  protected:
   absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
@@ -138,8 +136,7 @@ class AlibiBias final : public AdditiveBias {
                           double* out, int64_t ld) const override;
 
  private:
-  AlibiBias(std::vector<double> slopes, AlibiForm form)
-      : slopes_(std::move(slopes)), form_(form) {}
+  AlibiBias(std::vector<double> slopes, AlibiForm form) : slopes_(std::move(slopes)), form_(form) {}
   template <class T>
   void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
             int64_t ld) const;
@@ -185,9 +182,8 @@ class T5RelativeBias final : public AdditiveBias {
   // num_heads entries.
   template <class T>
   absl::Status AccumulateTableGradient(int64_t head, absl::Span<const int64_t> q_positions,
-                                       absl::Span<const int64_t> k_positions,
-                                       const T* grad_tile, int64_t ld,
-                                       absl::Span<double> grad_table) const;
+                                       absl::Span<const int64_t> k_positions, const T* grad_tile,
+                                       int64_t ld, absl::Span<double> grad_table) const;
 
  protected:
   absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
@@ -236,9 +232,8 @@ class FoxBias final : public AdditiveBias {
   // grad_prefix has length * num_heads entries.
   template <class T>
   absl::Status AccumulatePrefixGradient(int64_t head, absl::Span<const int64_t> q_positions,
-                                        absl::Span<const int64_t> k_positions,
-                                        const T* grad_tile, int64_t ld,
-                                        absl::Span<double> grad_prefix) const;
+                                        absl::Span<const int64_t> k_positions, const T* grad_tile,
+                                        int64_t ld, absl::Span<double> grad_prefix) const;
   // Second stage, once after all tiles: dL/dx_l = sigmoid(-x_l) * sum_{t >= l} dL/dc_t
   // (d ln sigmoid(x) / dx = sigmoid(-x)). Returns length x num_heads, row-major.
   absl::StatusOr<std::vector<double>> LogitGradient(absl::Span<const double> grad_prefix) const;

@@ -148,8 +148,7 @@ void ExpectRelative(const AdditiveBias& bias, std::mt19937_64& rng) {
     for (int64_t& p : moved.q) p += s;
     for (int64_t& p : moved.k) p += s;
     for (int64_t h = 0; h < bias.num_heads(); ++h) {
-      EXPECT_EQ(MaxAbs(*DenseBias(bias, h, t.q, t.k) - *DenseBias(bias, h, moved.q, moved.k)),
-                0.0);
+      EXPECT_EQ(MaxAbs(*DenseBias(bias, h, t.q, t.k) - *DenseBias(bias, h, moved.q, moved.k)), 0.0);
     }
   }
 }
@@ -207,8 +206,9 @@ TEST(AlibiBiasTest, SlopeGradientMatchesFiniteDifferences) {
     for (size_t i = 0; i < tiles.size(); ++i) {
       for (int64_t h = 0; h < 3; ++h) {
         Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gr = g[i][h];
-        ASSERT_TRUE(alibi.AccumulateSlopeGradient(h, tiles[i].q, tiles[i].k, gr.data(),
-                                                  gr.cols(), absl::MakeSpan(grad))
+        ASSERT_TRUE(alibi
+                        .AccumulateSlopeGradient(h, tiles[i].q, tiles[i].k, gr.data(), gr.cols(),
+                                                 absl::MakeSpan(grad))
                         .ok());
       }
     }
@@ -221,9 +221,9 @@ TEST(AlibiBiasTest, SlopeGradientMatchesFiniteDifferences) {
       EXPECT_NEAR(grad[h], (loss(plus) - loss(minus)) / (2 * eps), 1e-7) << "head " << h;
     }
     std::vector<double> short_grad(2);
-    EXPECT_FALSE(alibi.AccumulateSlopeGradient(0, tiles[0].q, tiles[0].k,
-                                               g[0][0].data(), tiles[0].k.size(),
-                                               absl::MakeSpan(short_grad))
+    EXPECT_FALSE(alibi
+                     .AccumulateSlopeGradient(0, tiles[0].q, tiles[0].k, g[0][0].data(),
+                                              tiles[0].k.size(), absl::MakeSpan(short_grad))
                      .ok());
   }
 }
@@ -233,8 +233,7 @@ TEST(AlibiBiasTest, SlopeGradientMatchesFiniteDifferences) {
 // entry from the same numbers either way (tolerance 0); GRAPE-AP's running sums start at
 // each block's leftmost position, so entries differ by summation order (~1e-15 in double)
 // and may round to the neighbouring float: tolerance one float ulp of the largest entry.
-void ExpectTilesStitch(const AdditiveBias& bias, int64_t first, int64_t length,
-                       bool exact = true) {
+void ExpectTilesStitch(const AdditiveBias& bias, int64_t first, int64_t length, bool exact = true) {
   std::vector<int64_t> pos(length);
   std::iota(pos.begin(), pos.end(), first);
   for (int64_t h = 0; h < bias.num_heads(); ++h) {
@@ -265,8 +264,8 @@ TEST(AdditiveBiasTest, BlockedFillsStitchIntoTheDenseMatrix) {
   ExpectTilesStitch(*T5RelativeBias::Create(RandomNormal(64, rng), 2, {}), -9, 31);
   ExpectTilesStitch(*FoxBias::Create(RandomNormal(2 * 26, rng), 26, 2, 4), 4, 26);
   ExpectTilesStitch(
-      *GrapeApBias::Create(RandomNormal(24 * 2, rng), RandomNormal(24 * 2, rng), 24, 1, 2, 0),
-      0, 24, /*exact=*/false);
+      *GrapeApBias::Create(RandomNormal(24 * 2, rng), RandomNormal(24 * 2, rng), 24, 1, 2, 0), 0,
+      24, /*exact=*/false);
 }
 
 // --------------------------------------- T5 ----------------------------------------
@@ -305,8 +304,8 @@ TEST(T5BucketTest, MatchesIndependentRuleAndKnownValues) {
   EXPECT_EQ(T5Bucket(-1, bidi), 1);
   EXPECT_EQ(T5Bucket(1, bidi), 17);
   EXPECT_EQ(T5Bucket(-7, bidi), 7);
-  EXPECT_EQ(T5Bucket(-8, bidi), 8);     // first logarithmic bucket
-  EXPECT_EQ(T5Bucket(-16, bidi), 10);   // 8 + floor(ln 2 / ln 16 * 8) = 10
+  EXPECT_EQ(T5Bucket(-8, bidi), 8);    // first logarithmic bucket
+  EXPECT_EQ(T5Bucket(-16, bidi), 10);  // 8 + floor(ln 2 / ln 16 * 8) = 10
   EXPECT_EQ(T5Bucket(-127, bidi), 15);
   EXPECT_EQ(T5Bucket(-128, bidi), 15);  // capped at nb - 1
   EXPECT_EQ(T5Bucket(1000000, bidi), 31);
@@ -318,9 +317,9 @@ TEST(T5BucketTest, MatchesIndependentRuleAndKnownValues) {
   EXPECT_EQ(T5Bucket(-16, causal), 16);
   EXPECT_EQ(T5Bucket(-1000, causal), 31);
 
-  for (T5BucketConfig cfg : {T5BucketConfig{32, 128, true}, T5BucketConfig{32, 128, false},
-                             T5BucketConfig{7, 20, false}, T5BucketConfig{10, 9, true},
-                             T5BucketConfig{4, 3, true}, T5BucketConfig{2, 5, false}}) {
+  for (T5BucketConfig cfg :
+       {T5BucketConfig{32, 128, true}, T5BucketConfig{32, 128, false}, T5BucketConfig{7, 20, false},
+        T5BucketConfig{10, 9, true}, T5BucketConfig{4, 3, true}, T5BucketConfig{2, 5, false}}) {
     ASSERT_TRUE(ValidateT5BucketConfig(cfg).ok());
     int64_t previous = -1;
     for (int64_t rel = -600; rel <= 600; ++rel) {
@@ -392,8 +391,8 @@ TEST(T5RelativeBiasTest, TableGradientMatchesFiniteDifferences) {
     for (int64_t h = 0; h < heads; ++h) {
       // Row-major copy of G for the tiled call.
       Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> gr = g[i][h];
-      ASSERT_TRUE(t5.AccumulateTableGradient(h, tiles[i].q, tiles[i].k, gr.data(),
-                                             gr.cols(), absl::MakeSpan(grad))
+      ASSERT_TRUE(t5.AccumulateTableGradient(h, tiles[i].q, tiles[i].k, gr.data(), gr.cols(),
+                                             absl::MakeSpan(grad))
                       .ok());
     }
   }
@@ -410,11 +409,11 @@ TEST(T5RelativeBiasTest, TableGradientMatchesFiniteDifferences) {
 
 TEST(T5RelativeBiasTest, BadInput) {
   std::vector<double> table(32 * 2, 0.1);
-  EXPECT_FALSE(T5RelativeBias::Create(table, 0, {}).ok());        // zero heads
-  EXPECT_FALSE(T5RelativeBias::Create(table, 3, {}).ok());        // size mismatch
+  EXPECT_FALSE(T5RelativeBias::Create(table, 0, {}).ok());              // zero heads
+  EXPECT_FALSE(T5RelativeBias::Create(table, 3, {}).ok());              // size mismatch
   EXPECT_FALSE(T5RelativeBias::Create({0.0}, 1, {1, 10, false}).ok());  // < 2 buckets
-  EXPECT_FALSE(ValidateT5BucketConfig({3, 10, true}).ok());       // bidirectional needs 4
-  EXPECT_FALSE(ValidateT5BucketConfig({32, 8, true}).ok());       // max_distance <= max_exact
+  EXPECT_FALSE(ValidateT5BucketConfig({3, 10, true}).ok());             // bidirectional needs 4
+  EXPECT_FALSE(ValidateT5BucketConfig({32, 8, true}).ok());             // max_distance <= max_exact
   EXPECT_FALSE(ValidateT5BucketConfig({32, -1, false}).ok());
   std::vector<double> bad = table;
   bad[7] = std::numeric_limits<double>::infinity();
@@ -447,7 +446,7 @@ TEST(LogSigmoidTest, StableAndAccurate) {
     const double direct = std::log(1.0 / (1.0 + std::exp(-x)));
     EXPECT_NEAR(LogSigmoid(x), direct, 1e-15 * std::max(1.0, std::abs(direct)));
   }
-  EXPECT_EQ(LogSigmoid(-1000.0), -1000.0);       // log1p(e^-1000) underflows to 0
+  EXPECT_EQ(LogSigmoid(-1000.0), -1000.0);                 // log1p(e^-1000) underflows to 0
   EXPECT_NEAR(LogSigmoid(40.0), -std::exp(-40.0), 1e-30);  // ln(1 - e^-40) ~ -e^-40
   EXPECT_TRUE(std::isfinite(LogSigmoid(-1e300)));
 }
@@ -568,8 +567,8 @@ TEST(FoxBiasTest, VarlenRestartsPrefixSums) {
 
 TEST(FoxBiasTest, BadInput) {
   std::vector<double> x(12, 0.5);
-  EXPECT_FALSE(FoxBias::Create(x, 4, 0).ok());   // zero heads
-  EXPECT_FALSE(FoxBias::Create(x, 5, 3).ok());   // mismatched length
+  EXPECT_FALSE(FoxBias::Create(x, 4, 0).ok());  // zero heads
+  EXPECT_FALSE(FoxBias::Create(x, 5, 3).ok());  // mismatched length
   EXPECT_FALSE(FoxBias::Create(x, 0, 3).ok());
   EXPECT_FALSE(FoxBias::Create(x, 4, 3, std::numeric_limits<int64_t>::max() - 2).ok());
   x[3] = std::nan("");
@@ -581,9 +580,8 @@ TEST(FoxBiasTest, BadInput) {
   EXPECT_FALSE(fox.FillTile(0, std::vector<int64_t>{14}, std::vector<int64_t>{10}, out, 1).ok());
   EXPECT_FALSE(fox.FillTile(3, std::vector<int64_t>{12}, std::vector<int64_t>{10}, out, 1).ok());
   std::vector<double> gc(5);
-  EXPECT_FALSE(fox.AccumulatePrefixGradient(0, std::vector<int64_t>{12},
-                                            std::vector<int64_t>{10}, out, 1,
-                                            absl::MakeSpan(gc))
+  EXPECT_FALSE(fox.AccumulatePrefixGradient(0, std::vector<int64_t>{12}, std::vector<int64_t>{10},
+                                            out, 1, absl::MakeSpan(gc))
                    .ok());
   EXPECT_FALSE(fox.LogitGradient(gc).ok());
 }
@@ -592,8 +590,8 @@ TEST(FoxBiasTest, BadInput) {
 
 // Straight from the definition: b(t, j) = sum_{l = j+1..t} psi(t, l), psi = -softplus(w_t.u_l),
 // continued as -sum_{l = t+1..j} psi(t, l) for j > t.
-double GrapeApReference(const std::vector<double>& w, const std::vector<double>& u,
-                        int64_t heads, int64_t rank, int64_t h, int64_t t, int64_t j) {
+double GrapeApReference(const std::vector<double>& w, const std::vector<double>& u, int64_t heads,
+                        int64_t rank, int64_t h, int64_t t, int64_t j) {
   double s = 0;
   for (int64_t l = std::min(t, j) + 1; l <= std::max(t, j); ++l) {
     double z = 0;
@@ -616,8 +614,7 @@ TEST(GrapeApBiasTest, TilesMatchPathSumDefinition) {
       Matrix ref(t.q.size(), t.k.size());
       for (size_t r = 0; r < t.q.size(); ++r) {
         for (size_t c = 0; c < t.k.size(); ++c) {
-          ref(r, c) =
-              GrapeApReference(w, u, heads, rank, h, t.q[r] - first, t.k[c] - first);
+          ref(r, c) = GrapeApReference(w, u, heads, rank, h, t.q[r] - first, t.k[c] - first);
         }
       }
       // <= 50 terms of size ~1 summed in different orders: < 1e-13.
@@ -704,8 +701,8 @@ TEST(GrapeApBiasTest, BadInput) {
   double out[2];
   EXPECT_FALSE(ap.FillTile(0, std::vector<int64_t>{2}, std::vector<int64_t>{0}, out, 1).ok());
   std::vector<double> gw(24), gu(23);
-  EXPECT_FALSE(ap.AccumulateGradient(0, std::vector<int64_t>{1}, std::vector<int64_t>{0}, out,
-                                     1, absl::MakeSpan(gw), absl::MakeSpan(gu))
+  EXPECT_FALSE(ap.AccumulateGradient(0, std::vector<int64_t>{1}, std::vector<int64_t>{0}, out, 1,
+                                     absl::MakeSpan(gw), absl::MakeSpan(gu))
                    .ok());
 }
 

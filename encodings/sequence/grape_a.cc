@@ -101,8 +101,8 @@ absl::Status GrapeALift::LiftQueries(absl::Span<const int64_t> positions, const 
 }
 
 template <class T>
-absl::Status GrapeALift::LiftKeys(absl::Span<const int64_t> positions, const T* k,
-                                  int64_t k_stride, T* out, int64_t out_stride) const {
+absl::Status GrapeALift::LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride,
+                                  T* out, int64_t out_stride) const {
   const int64_t n = static_cast<int64_t>(positions.size()), d = head_dim_;
   if (absl::Status s = CheckRows("GrapeALift::LiftKeys", n, d, k, k_stride, out, out_stride);
       !s.ok()) {
@@ -120,8 +120,8 @@ template absl::Status GrapeALift::LiftQueries<float>(absl::Span<const int64_t>, 
                                                      int64_t, float*, int64_t) const;
 template absl::Status GrapeALift::LiftQueries<double>(absl::Span<const int64_t>, const double*,
                                                       int64_t, double*, int64_t) const;
-template absl::Status GrapeALift::LiftKeys<float>(absl::Span<const int64_t>, const float*,
-                                                  int64_t, float*, int64_t) const;
+template absl::Status GrapeALift::LiftKeys<float>(absl::Span<const int64_t>, const float*, int64_t,
+                                                  float*, int64_t) const;
 template absl::Status GrapeALift::LiftKeys<double>(absl::Span<const int64_t>, const double*,
                                                    int64_t, double*, int64_t) const;
 
@@ -147,9 +147,8 @@ absl::Status GrapeAGatedLift::Lift(bool query, absl::Span<const int64_t> positio
   const int64_t first = fox_->first_position(), length = fox_->length();
   for (int64_t p : positions) {
     if (p < first || p >= first + length) {
-      return absl::InvalidArgumentError(absl::StrCat("GrapeAGatedLift: position ", p,
-                                                     " outside [", first, ", ", first + length,
-                                                     ")"));
+      return absl::InvalidArgumentError(absl::StrCat("GrapeAGatedLift: position ", p, " outside [",
+                                                     first, ", ", first + length, ")"));
     }
   }
   for (int64_t r = 0; r < n; ++r) {
@@ -175,17 +174,14 @@ absl::Status GrapeAGatedLift::LiftKeys(absl::Span<const int64_t> positions, cons
   return Lift(false, positions, k, k_stride, out, out_stride);
 }
 
-template absl::Status GrapeAGatedLift::LiftQueries<float>(absl::Span<const int64_t>,
-                                                          const float*, int64_t, float*,
-                                                          int64_t) const;
-template absl::Status GrapeAGatedLift::LiftQueries<double>(absl::Span<const int64_t>,
-                                                           const double*, int64_t, double*,
-                                                           int64_t) const;
+template absl::Status GrapeAGatedLift::LiftQueries<float>(absl::Span<const int64_t>, const float*,
+                                                          int64_t, float*, int64_t) const;
+template absl::Status GrapeAGatedLift::LiftQueries<double>(absl::Span<const int64_t>, const double*,
+                                                           int64_t, double*, int64_t) const;
 template absl::Status GrapeAGatedLift::LiftKeys<float>(absl::Span<const int64_t>, const float*,
                                                        int64_t, float*, int64_t) const;
-template absl::Status GrapeAGatedLift::LiftKeys<double>(absl::Span<const int64_t>,
-                                                        const double*, int64_t, double*,
-                                                        int64_t) const;
+template absl::Status GrapeAGatedLift::LiftKeys<double>(absl::Span<const int64_t>, const double*,
+                                                        int64_t, double*, int64_t) const;
 
 }  // namespace sequence
 }  // namespace encodings

@@ -66,8 +66,8 @@ class GrapeALift {
                            T* out, int64_t out_stride) const;
   // out_r = G(j_r) [k_r; 0; 1] = [k_r; m j_r; 1].
   template <class T>
-  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride,
-                        T* out, int64_t out_stride) const;
+  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride, T* out,
+                        int64_t out_stride) const;
 
  private:
   GrapeALift(int64_t head_dim, double slope, group::UnipotentRepresentation query_rep,
@@ -86,8 +86,7 @@ class GrapeALift {
 class GrapeAGatedLift {
  public:
   // fox must outlive the lift. head in [0, fox.num_heads()), head_dim >= 1.
-  static absl::StatusOr<GrapeAGatedLift> Create(const FoxBias* fox, int64_t head,
-                                                int64_t head_dim);
+  static absl::StatusOr<GrapeAGatedLift> Create(const FoxBias* fox, int64_t head, int64_t head_dim);
 
   int64_t head_dim() const { return head_dim_; }
   int64_t lifted_dim() const { return head_dim_ + 2; }
@@ -98,15 +97,15 @@ class GrapeAGatedLift {
                            T* out, int64_t out_stride) const;
   // out_r = [k_r; -c_{j_r}; 1].
   template <class T>
-  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride,
-                        T* out, int64_t out_stride) const;
+  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride, T* out,
+                        int64_t out_stride) const;
 
  private:
   GrapeAGatedLift(const FoxBias* fox, int64_t head, int64_t head_dim)
       : fox_(fox), head_(head), head_dim_(head_dim) {}
   template <class T>
-  absl::Status Lift(bool query, absl::Span<const int64_t> positions, const T* in,
-                    int64_t in_stride, T* out, int64_t out_stride) const;
+  absl::Status Lift(bool query, absl::Span<const int64_t> positions, const T* in, int64_t in_stride,
+                    T* out, int64_t out_stride) const;
   const FoxBias* fox_;
   int64_t head_;
   int64_t head_dim_;

@@ -60,8 +60,8 @@ TEST(GrapeALiftTest, LiftedRowsAreTheUnipotentAction) {
   ASSERT_TRUE(lift.LiftKeys<double>(pos, q.data(), d, lk.data(), d + 2).ok());
   const Eigen::MatrixXd a = GrapeAGenerator(d);
   for (int64_t r = 0; r < n; ++r) {
-    const Eigen::MatrixXd g = Eigen::MatrixXd::Identity(d + 2, d + 2) +
-                              static_cast<double>(pos[r]) * m * a;
+    const Eigen::MatrixXd g =
+        Eigen::MatrixXd::Identity(d + 2, d + 2) + static_cast<double>(pos[r]) * m * a;
     Eigen::VectorXd qh(d + 2), kh(d + 2);
     qh << q.row(r).transpose(), 1.0, 0.0;
     kh << q.row(r).transpose(), 0.0, 1.0;
@@ -205,8 +205,7 @@ TEST(GrapeAGatedLiftTest, ReproducesFoxAndIsAPathProduct) {
     for (int64_t r = 0; r < m; ++r) {
       Eigen::VectorXd qh(d + 2);
       qh << q.row(r).transpose(), 1.0, 0.0;
-      const Eigen::VectorXd expect =
-          group::UnipotentPathInverse(path(qp[r]))->transpose() * qh;
+      const Eigen::VectorXd expect = group::UnipotentPathInverse(path(qp[r]))->transpose() * qh;
       EXPECT_LE((lq.row(r).transpose() - expect).cwiseAbs().maxCoeff(), 1e-12);
     }
   }

@@ -384,30 +384,51 @@ absl::StatusOr<FoxBias> FoxBias::Create(absl::Span<const double> gate_logits, in
                                                    " gate logits, expected ", length, " tokens x ",
                                                    num_heads, " heads"));
   }
-  for (size_t i = 0; i < gate_logits.size(); ++i) {
+  FoxBias fox;
+  fox.num_heads_ = num_heads;
+  fox.first_ = first_position;
+  fox.sum_.assign(num_heads, 0.0);
+  fox.comp_.assign(num_heads, 0.0);
+  if (absl::Status s = fox.Append(gate_logits); !s.ok()) return s;
+  return fox;
+}
+
+absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
+  const int64_t size = static_cast<int64_t>(gate_logits.size());
+  if (size % num_heads_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias::Append: ", size,
+                                                   " gate logits is not a whole number of "
+                                                   "tokens of ",
+                                                   num_heads_, " heads"));
+  }
+  const int64_t added = size / num_heads_;
+  int64_t end;
+  if (__builtin_add_overflow(first_, length_ + added, &end)) {
+    return absl::InvalidArgumentError("FoxBias::Append: last position overflows int64");
+  }
+  for (int64_t i = 0; i < size; ++i) {
     if (!std::isfinite(gate_logits[i])) {
       return absl::InvalidArgumentError(absl::StrCat("FoxBias: gate logit ", i, " is not finite"));
     }
   }
-  FoxBias fox;
-  fox.logits_.assign(gate_logits.begin(), gate_logits.end());
-  fox.length_ = length;
-  fox.num_heads_ = num_heads;
-  fox.first_ = first_position;
-  fox.c_.resize(static_cast<size_t>(length * num_heads));
-  for (int64_t h = 0; h < num_heads; ++h) {
-    // Neumaier-compensated prefix sums: the running sum grows like t, each term is O(1),
-    // and compensation keeps c_t within a few ulps of the exact sum.
-    double sum = 0.0, comp = 0.0;
-    for (int64_t t = 0; t < length; ++t) {
-      const double term = LogSigmoid(gate_logits[t * num_heads + h]);
+  logits_.insert(logits_.end(), gate_logits.begin(), gate_logits.end());
+  c_.reserve(c_.size() + size);
+  for (int64_t t = 0; t < added; ++t) {
+    for (int64_t h = 0; h < num_heads_; ++h) {
+      // Neumaier-compensated prefix sums: the running sum grows like t while each term
+      // is O(1); compensation keeps c_t within an ulp or two of the exact sum. The state
+      // (sum, comp) carries over between Append calls, so appending is bit-identical to
+      // building the whole sequence at once.
+      const double term = LogSigmoid(gate_logits[t * num_heads_ + h]);
+      double& sum = sum_[h];
       const double next = sum + term;
-      comp += std::fabs(sum) >= std::fabs(term) ? (sum - next) + term : (term - next) + sum;
+      comp_[h] += std::fabs(sum) >= std::fabs(term) ? (sum - next) + term : (term - next) + sum;
       sum = next;
-      fox.c_[h * length + t] = sum + comp;
+      c_.push_back(sum + comp_[h]);
     }
   }
-  return fox;
+  length_ += added;
+  return absl::OkStatus();
 }
 
 absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
@@ -419,13 +440,14 @@ absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
 template <class T>
 void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
                    int64_t ld) const {
-  const double* c = c_.data() + head * length_;
+  const double* c = c_.data() + head;
+  const int64_t stride = num_heads_;
   for (size_t r = 0; r < q.size(); ++r) {
-    const double ci = c[q[r] - first_];
+    const double ci = c[(q[r] - first_) * stride];
     T* row = out + static_cast<int64_t>(r) * ld;
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
     for (size_t col = 0; col < k.size(); ++col) {
-      row[col] = static_cast<T>(ci - c[k[col] - first_]);
+      row[col] = static_cast<T>(ci - c[(k[col] - first_) * stride]);
     }
   }
 }

@@ -29,7 +29,7 @@
 //    [first_position, first_position + length). Positions outside that range are an
 //    error. Variable-length batches build one object per sequence (prefix sums restart
 //    at each sequence's first token), which is also how a KV cache keeps exact values:
-//    rebuild/extend with the same first_position.
+//    FoxBias::Append extends the sequence token by token.
 // Thread safety: FillTile and the Accumulate*Gradient calls are const and read-only on
 // the object (gradients go to caller buffers), so tiles may be filled concurrently.
 //
@@ -40,7 +40,7 @@
 // Conventions per bias (i = query position, j = key position):
 //  - ALiBi (Press et al.): causal b = -m_h (i - j); symmetric b = -m_h |i - j|.
 //  - T5 (Raffel et al.): b = table[bucket(j - i), h], table row-major [bucket, head].
-//  - FoX (Lin et al.): f_t = sigmoid(x_t) per head, c_t = sum_{l = first..t} ln f_t,
+//  - FoX (Lin et al.): f_t = sigmoid(x_t) per head, c_t = sum_{l = first..t} ln f_l,
 //    b = c_i - c_j = sum_{l = j+1..i} ln f_l for j <= i.
 //  - GRAPE-AP (Zhang et al., "Group Representational Position Encoding", path-integral
 //    additive GRAPE): b(t, j) = sum_{l = j+1..t} psi(t, l). See GrapeApBias.
@@ -225,7 +225,13 @@ class FoxBias final : public AdditiveBias {
   int64_t length() const { return length_; }
   int64_t first_position() const { return first_; }
   // c_t for head h (t a token index in [0, length)).
-  double PrefixSum(int64_t head, int64_t t) const { return c_[head * length_ + t]; }
+  double PrefixSum(int64_t head, int64_t t) const { return c_[t * num_heads_ + head]; }
+
+  // Decoding with a KV cache: appends tokens (k x num_heads logits, row-major, finite)
+  // at positions first_position + length onwards. The prefix sums continue where they
+  // stopped, so the result is bit-identical to creating the longer sequence at once.
+  // Not thread-safe with concurrent FillTile calls.
+  absl::Status Append(absl::Span<const double> gate_logits);
 
   // Tiled backward, first stage: grad_prefix[t * num_heads + head] += dL/dc_t from this
   // tile (row i adds its row sum to c_i, column j subtracts its column sum from c_j).
@@ -250,8 +256,9 @@ class FoxBias final : public AdditiveBias {
   template <class T>
   void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
             int64_t ld) const;
-  std::vector<double> logits_;  // length x num_heads
-  std::vector<double> c_;       // num_heads x length (per-head contiguous)
+  std::vector<double> logits_;      // length x num_heads
+  std::vector<double> c_;           // length x num_heads, row-major
+  std::vector<double> sum_, comp_;  // per head: compensated running sum state
   int64_t length_ = 0;
   int64_t num_heads_ = 0;
   int64_t first_ = 0;

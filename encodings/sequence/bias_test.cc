@@ -565,6 +565,26 @@ TEST(FoxBiasTest, VarlenRestartsPrefixSums) {
   EXPECT_EQ(MaxAbs(d1 - d0), 0.0);  // the same arithmetic on the same numbers
 }
 
+TEST(FoxBiasTest, AppendMatchesBuildingAtOnce) {
+  // KV-cache decoding: 17 tokens, then 1, then 6 more, equals all 24 at once, bit for bit.
+  std::mt19937_64 rng(20);
+  const int64_t heads = 3;
+  const std::vector<double> x = RandomNormal(24 * heads, rng, 2.0);
+  const FoxBias whole = *FoxBias::Create(x, 24, heads, 100);
+  FoxBias grown = *FoxBias::Create(absl::MakeConstSpan(x).subspan(0, 17 * heads), 17, heads, 100);
+  ASSERT_TRUE(grown.Append(absl::MakeConstSpan(x).subspan(17 * heads, heads)).ok());
+  ASSERT_TRUE(grown.Append(absl::MakeConstSpan(x).subspan(18 * heads)).ok());
+  ASSERT_EQ(grown.length(), 24);
+  std::vector<int64_t> pos(24);
+  std::iota(pos.begin(), pos.end(), 100);
+  for (int64_t h = 0; h < heads; ++h) {
+    EXPECT_EQ(MaxAbs(*DenseBias(grown, h, pos, pos) - *DenseBias(whole, h, pos, pos)), 0.0);
+  }
+  EXPECT_FALSE(grown.Append(std::vector<double>(4, 0.0)).ok());  // not whole tokens
+  EXPECT_FALSE(grown.Append({0.0, std::nan(""), 0.0}).ok());
+  EXPECT_EQ(grown.length(), 24);  // failed appends change nothing
+}
+
 TEST(FoxBiasTest, BadInput) {
   std::vector<double> x(12, 0.5);
   EXPECT_FALSE(FoxBias::Create(x, 4, 0).ok());  // zero heads

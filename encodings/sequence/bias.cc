@@ -273,6 +273,9 @@ int64_t T5Bucket(int64_t rel, const T5BucketConfig& config) {
   }
   const int64_t max_exact = nb / 2;
   if (n < static_cast<uint64_t>(max_exact)) return bucket + static_cast<int64_t>(n);
+  // At or beyond max_distance the logarithmic rule gives >= nb (the ratio below is >= 1,
+  // exactly 1 at n = max_distance): the last bucket, without a log.
+  if (n >= static_cast<uint64_t>(config.max_distance)) return bucket + nb - 1;
   // Raffel et al.: logarithmic buckets from max_exact up to max_distance.
   const double large =
       static_cast<double>(max_exact) +

@@ -1,0 +1,690 @@
+#include "encodings/sequence/bias.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+namespace {
+
+constexpr int64_t kMaxHeads = int64_t{1} << 20;
+constexpr int64_t kMaxBuckets = int64_t{1} << 20;
+
+// Checks shared by every tiled call (forward and backward).
+absl::Status ValidateTile(const char* who, int64_t num_heads, int64_t head,
+                          absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          const void* tile, int64_t ld) {
+  if (head < 0 || head >= num_heads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": head ", head, " outside [0, ", num_heads, ")"));
+  }
+  const int64_t n = static_cast<int64_t>(k.size());
+  if (ld < n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": row stride ", ld, " is less than the tile width ", n));
+  }
+  if (q.empty() || k.empty()) return absl::OkStatus();
+  if (tile == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null tile"));
+  const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
+  const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
+  int64_t d;
+  if (__builtin_sub_overflow(*qmax, *kmin, &d) || __builtin_sub_overflow(*qmin, *kmax, &d)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": query minus key position overflows int64"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGradBuffer(const char* who, absl::Span<double> buf, int64_t expected) {
+  if (static_cast<int64_t>(buf.size()) != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": gradient buffer has ", buf.size(), " entries, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTokenRange(const char* who, absl::Span<const int64_t> positions, int64_t first,
+                             int64_t length) {
+  for (int64_t p : positions) {
+    // p - first cannot overflow: first + length fits in int64 (checked at creation), so
+    // compare without subtracting.
+    if (p < first || p >= first + length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": position ", p, " outside [", first, ", ", first + length, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSequence(const char* who, int64_t length, int64_t num_heads,
+                           int64_t first_position) {
+  if (length < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": length must be >= 1, got ", length));
+  }
+  if (num_heads < 1 || num_heads > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": num_heads must be in [1, ", kMaxHeads, "], got ", num_heads));
+  }
+  int64_t end;
+  if (__builtin_add_overflow(first_position, length, &end)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": first_position + length overflows int64"));
+  }
+  return absl::OkStatus();
+}
+
+// sigmoid(x) without overflow.
+double Sigmoid(double x) {
+  if (x >= 0) return 1.0 / (1.0 + std::exp(-x));
+  const double e = std::exp(x);
+  return e / (1.0 + e);
+}
+
+}  // namespace
+
+// ----------------------------------- AdditiveBias ----------------------------------
+
+absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_positions,
+                                    absl::Span<const int64_t> k_positions, float* out,
+                                    int64_t ld) const {
+  if (absl::Status s = ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions,
+                                    k_positions, out, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
+  return DoFillTile(head, q_positions, k_positions, out, ld);
+}
+
+absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_positions,
+                                    absl::Span<const int64_t> k_positions, double* out,
+                                    int64_t ld) const {
+  if (absl::Status s = ValidateTile("AdditiveBias::FillTile", num_heads(), head, q_positions,
+                                    k_positions, out, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
+  return DoFillTile(head, q_positions, k_positions, out, ld);
+}
+
+absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,
+                                          absl::Span<const int64_t> q_positions,
+                                          absl::Span<const int64_t> k_positions) {
+  using RowMajor = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t m = static_cast<int64_t>(q_positions.size());
+  const int64_t n = static_cast<int64_t>(k_positions.size());
+  RowMajor out = RowMajor::Zero(m, n);
+  if (absl::Status s = bias.FillTile(head, q_positions, k_positions, out.data(), n); !s.ok()) {
+    return s;
+  }
+  return Eigen::MatrixXd(out);
+}
+
+// -------------------------------------- ALiBi --------------------------------------
+
+absl::StatusOr<std::vector<double>> AlibiSlopes(int64_t num_heads) {
+  if (num_heads < 1 || num_heads > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlibiSlopes: num_heads must be in [1, ", kMaxHeads, "], got ", num_heads));
+  }
+  // Press et al.: for a power of two n, m_h = 2^(-8h/n), h = 1..n.
+  auto power_of_two = [](int64_t n) {
+    std::vector<double> s(n);
+    for (int64_t h = 1; h <= n; ++h) {
+      s[h - 1] = std::exp2(-8.0 * static_cast<double>(h) / static_cast<double>(n));
+    }
+    return s;
+  };
+  int64_t c = 1;
+  while (c * 2 <= num_heads) c *= 2;
+  std::vector<double> slopes = power_of_two(c);
+  if (c == num_heads) return slopes;
+  const std::vector<double> twice = power_of_two(2 * c);
+  for (int64_t i = 0; static_cast<int64_t>(slopes.size()) < num_heads; i += 2) {
+    slopes.push_back(twice[i]);
+  }
+  return slopes;
+}
+
+absl::StatusOr<AlibiBias> AlibiBias::Create(std::vector<double> slopes, AlibiForm form) {
+  if (slopes.empty() || static_cast<int64_t>(slopes.size()) > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AlibiBias: need between 1 and ", kMaxHeads, " slopes, got ", slopes.size()));
+  }
+  for (size_t h = 0; h < slopes.size(); ++h) {
+    if (!std::isfinite(slopes[h])) {
+      return absl::InvalidArgumentError(absl::StrCat("AlibiBias: slope ", h, " is not finite"));
+    }
+  }
+  if (form != AlibiForm::kCausal && form != AlibiForm::kSymmetric) {
+    return absl::InvalidArgumentError("AlibiBias: unknown form");
+  }
+  return AlibiBias(std::move(slopes), form);
+}
+
+absl::StatusOr<AlibiBias> AlibiBias::CreateStandard(int64_t num_heads, AlibiForm form) {
+  absl::StatusOr<std::vector<double>> slopes = AlibiSlopes(num_heads);
+  if (!slopes.ok()) return slopes.status();
+  return Create(*std::move(slopes), form);
+}
+
+template <class T>
+void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
+                     int64_t ld) const {
+  const double m = slopes_[head];
+  const bool symmetric = form_ == AlibiForm::kSymmetric;
+  for (size_t r = 0; r < q.size(); ++r) {
+    T* row = out + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k.size(); ++c) {
+      // i - j is exact in int64 (ValidateTile); one rounding to double, one product.
+      const double d = static_cast<double>(q[r] - k[c]);
+      row[c] = static_cast<T>(-m * (symmetric ? std::fabs(d) : d));
+    }
+  }
+}
+
+absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                   absl::Span<const int64_t> k, float* out, int64_t ld) const {
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                   absl::Span<const int64_t> k, double* out, int64_t ld) const {
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                                absl::Span<const int64_t> k_positions,
+                                                const T* grad_tile, int64_t ld,
+                                                absl::Span<double> grad_slopes) const {
+  constexpr const char* kWho = "AlibiBias::AccumulateSlopeGradient";
+  if (absl::Status s =
+          ValidateTile(kWho, num_heads(), head, q_positions, k_positions, grad_tile, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckGradBuffer(kWho, grad_slopes, num_heads()); !s.ok()) return s;
+  const bool symmetric = form_ == AlibiForm::kSymmetric;
+  double acc = 0.0;
+  for (size_t r = 0; r < q_positions.size(); ++r) {
+    const T* row = grad_tile + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k_positions.size(); ++c) {
+      const double d = static_cast<double>(q_positions[r] - k_positions[c]);
+      acc -= static_cast<double>(row[c]) * (symmetric ? std::fabs(d) : d);
+    }
+  }
+  grad_slopes[head] += acc;
+  return absl::OkStatus();
+}
+
+template absl::Status AlibiBias::AccumulateSlopeGradient<float>(int64_t, absl::Span<const int64_t>,
+                                                                absl::Span<const int64_t>,
+                                                                const float*, int64_t,
+                                                                absl::Span<double>) const;
+template absl::Status AlibiBias::AccumulateSlopeGradient<double>(int64_t, absl::Span<const int64_t>,
+                                                                 absl::Span<const int64_t>,
+                                                                 const double*, int64_t,
+                                                                 absl::Span<double>) const;
+
+// ---------------------------------------- T5 ---------------------------------------
+
+absl::Status ValidateT5BucketConfig(const T5BucketConfig& config) {
+  const int64_t min_buckets = config.bidirectional ? 4 : 2;
+  if (config.num_buckets < min_buckets || config.num_buckets > kMaxBuckets) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "T5 buckets: num_buckets must be in [", min_buckets, ", ", kMaxBuckets, "] (",
+        config.bidirectional ? "bidirectional" : "causal", "), got ", config.num_buckets));
+  }
+  const int64_t nb = config.bidirectional ? config.num_buckets / 2 : config.num_buckets;
+  const int64_t max_exact = nb / 2;
+  // ln(max_distance / max_exact) must be positive for the logarithmic buckets.
+  if (config.max_distance <= max_exact) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("T5 buckets: max_distance must exceed max_exact = ", max_exact, ", got ",
+                     config.max_distance));
+  }
+  return absl::OkStatus();
+}
+
+int64_t T5Bucket(int64_t rel, const T5BucketConfig& config) {
+  int64_t nb = config.num_buckets;
+  int64_t bucket = 0;
+  uint64_t n;  // |rel| as unsigned: rel may be INT64_MIN
+  if (config.bidirectional) {
+    nb /= 2;
+    if (rel > 0) bucket = nb;
+    n = rel < 0 ? 0 - static_cast<uint64_t>(rel) : static_cast<uint64_t>(rel);
+  } else {
+    n = rel < 0 ? 0 - static_cast<uint64_t>(rel) : 0;
+  }
+  const int64_t max_exact = nb / 2;
+  if (n < static_cast<uint64_t>(max_exact)) return bucket + static_cast<int64_t>(n);
+  // At or beyond max_distance the logarithmic rule gives >= nb (the ratio below is >= 1,
+  // exactly 1 at n = max_distance): the last bucket, without a log.
+  if (n >= static_cast<uint64_t>(config.max_distance)) return bucket + nb - 1;
+  // Raffel et al.: logarithmic buckets from max_exact up to max_distance.
+  const double large =
+      static_cast<double>(max_exact) +
+      std::floor(
+          std::log(static_cast<double>(n) / static_cast<double>(max_exact)) /
+          std::log(static_cast<double>(config.max_distance) / static_cast<double>(max_exact)) *
+          static_cast<double>(nb - max_exact));
+  const double capped = std::min(large, static_cast<double>(nb - 1));
+  return bucket + static_cast<int64_t>(capped);
+}
+
+absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table, int64_t num_heads,
+                                                      T5BucketConfig config) {
+  if (absl::Status s = ValidateT5BucketConfig(config); !s.ok()) return s;
+  if (num_heads < 1 || num_heads > kMaxHeads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("T5RelativeBias: num_heads must be in [1, ", kMaxHeads, "], got ", num_heads));
+  }
+  if (static_cast<int64_t>(table.size()) != config.num_buckets * num_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("T5RelativeBias: table has ", table.size(),
+                                                   " entries, expected ", config.num_buckets,
+                                                   " buckets x ", num_heads, " heads"));
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (!std::isfinite(table[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("T5RelativeBias: table entry ", i, " is not finite"));
+    }
+  }
+  return T5RelativeBias(std::move(table), num_heads, config);
+}
+
+template <class T>
+void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          T* out, int64_t ld) const {
+  for (size_t r = 0; r < q.size(); ++r) {
+    T* row = out + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k.size(); ++c) {
+      const int64_t b = T5Bucket(k[c] - q[r], config_);
+      row[c] = static_cast<T>(table_[b * num_heads_ + head]);
+    }
+  }
+}
+
+absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                        absl::Span<const int64_t> k, float* out, int64_t ld) const {
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                        absl::Span<const int64_t> k, double* out,
+                                        int64_t ld) const {
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status T5RelativeBias::AccumulateTableGradient(int64_t head,
+                                                     absl::Span<const int64_t> q_positions,
+                                                     absl::Span<const int64_t> k_positions,
+                                                     const T* grad_tile, int64_t ld,
+                                                     absl::Span<double> grad_table) const {
+  constexpr const char* kWho = "T5RelativeBias::AccumulateTableGradient";
+  if (absl::Status s =
+          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckGradBuffer(kWho, grad_table, config_.num_buckets * num_heads_);
+      !s.ok()) {
+    return s;
+  }
+  for (size_t r = 0; r < q_positions.size(); ++r) {
+    const T* row = grad_tile + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k_positions.size(); ++c) {
+      const int64_t b = T5Bucket(k_positions[c] - q_positions[r], config_);
+      grad_table[b * num_heads_ + head] += static_cast<double>(row[c]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status T5RelativeBias::AccumulateTableGradient<float>(int64_t,
+                                                                     absl::Span<const int64_t>,
+                                                                     absl::Span<const int64_t>,
+                                                                     const float*, int64_t,
+                                                                     absl::Span<double>) const;
+template absl::Status T5RelativeBias::AccumulateTableGradient<double>(int64_t,
+                                                                      absl::Span<const int64_t>,
+                                                                      absl::Span<const int64_t>,
+                                                                      const double*, int64_t,
+                                                                      absl::Span<double>) const;
+
+// ---------------------------------------- FoX --------------------------------------
+
+double LogSigmoid(double x) {
+  // ln sigmoid(x) = -softplus(-x) = min(x, 0) - ln(1 + e^-|x|).
+  return std::min(x, 0.0) - std::log1p(std::exp(-std::fabs(x)));
+}
+
+absl::StatusOr<FoxBias> FoxBias::Create(absl::Span<const double> gate_logits, int64_t length,
+                                        int64_t num_heads, int64_t first_position) {
+  if (absl::Status s = CheckSequence("FoxBias", length, num_heads, first_position); !s.ok()) {
+    return s;
+  }
+  if (static_cast<int64_t>(gate_logits.size()) / num_heads != length ||
+      static_cast<int64_t>(gate_logits.size()) % num_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias: ", gate_logits.size(),
+                                                   " gate logits, expected ", length, " tokens x ",
+                                                   num_heads, " heads"));
+  }
+  FoxBias fox;
+  fox.num_heads_ = num_heads;
+  fox.first_ = first_position;
+  fox.sum_.assign(num_heads, 0.0);
+  fox.comp_.assign(num_heads, 0.0);
+  if (absl::Status s = fox.Append(gate_logits); !s.ok()) return s;
+  return fox;
+}
+
+absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
+  const int64_t size = static_cast<int64_t>(gate_logits.size());
+  if (size % num_heads_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias::Append: ", size,
+                                                   " gate logits is not a whole number of "
+                                                   "tokens of ",
+                                                   num_heads_, " heads"));
+  }
+  const int64_t added = size / num_heads_;
+  int64_t end;
+  if (__builtin_add_overflow(first_, length_ + added, &end)) {
+    return absl::InvalidArgumentError("FoxBias::Append: last position overflows int64");
+  }
+  for (int64_t i = 0; i < size; ++i) {
+    if (!std::isfinite(gate_logits[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("FoxBias: gate logit ", i, " is not finite"));
+    }
+  }
+  logits_.insert(logits_.end(), gate_logits.begin(), gate_logits.end());
+  c_.reserve(c_.size() + size);
+  for (int64_t t = 0; t < added; ++t) {
+    for (int64_t h = 0; h < num_heads_; ++h) {
+      // Neumaier-compensated prefix sums: the running sum grows like t while each term
+      // is O(1); compensation keeps c_t within an ulp or two of the exact sum. The state
+      // (sum, comp) carries over between Append calls, so appending is bit-identical to
+      // building the whole sequence at once.
+      const double term = LogSigmoid(gate_logits[t * num_heads_ + h]);
+      double& sum = sum_[h];
+      const double next = sum + term;
+      comp_[h] += std::fabs(sum) >= std::fabs(term) ? (sum - next) + term : (term - next) + sum;
+      sum = next;
+      c_.push_back(sum + comp_[h]);
+    }
+  }
+  length_ += added;
+  return absl::OkStatus();
+}
+
+absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
+                                     absl::Span<const int64_t> k) const {
+  if (absl::Status s = CheckTokenRange("FoxBias query", q, first_, length_); !s.ok()) return s;
+  return CheckTokenRange("FoxBias key", k, first_, length_);
+}
+
+template <class T>
+void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
+                   int64_t ld) const {
+  const double* c = c_.data() + head;
+  const int64_t stride = num_heads_;
+  for (size_t r = 0; r < q.size(); ++r) {
+    const double ci = c[(q[r] - first_) * stride];
+    T* row = out + static_cast<int64_t>(r) * ld;
+    // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
+    for (size_t col = 0; col < k.size(); ++col) {
+      row[col] = static_cast<T>(ci - c[(k[col] - first_) * stride]);
+    }
+  }
+}
+
+absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                 absl::Span<const int64_t> k, float* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                 absl::Span<const int64_t> k, double* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status FoxBias::AccumulatePrefixGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                               absl::Span<const int64_t> k_positions,
+                                               const T* grad_tile, int64_t ld,
+                                               absl::Span<double> grad_prefix) const {
+  constexpr const char* kWho = "FoxBias::AccumulatePrefixGradient";
+  if (absl::Status s =
+          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckGradBuffer(kWho, grad_prefix, length_ * num_heads_); !s.ok()) {
+    return s;
+  }
+  if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckPositions(q_positions, k_positions); !s.ok()) return s;
+  const int64_t m = static_cast<int64_t>(q_positions.size());
+  const int64_t n = static_cast<int64_t>(k_positions.size());
+  std::vector<double> col_sum(n, 0.0);
+  for (int64_t r = 0; r < m; ++r) {
+    const T* row = grad_tile + r * ld;
+    double row_sum = 0.0;
+    for (int64_t c = 0; c < n; ++c) {
+      row_sum += static_cast<double>(row[c]);
+      col_sum[c] += static_cast<double>(row[c]);
+    }
+    grad_prefix[(q_positions[r] - first_) * num_heads_ + head] += row_sum;
+  }
+  for (int64_t c = 0; c < n; ++c) {
+    grad_prefix[(k_positions[c] - first_) * num_heads_ + head] -= col_sum[c];
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status FoxBias::AccumulatePrefixGradient<float>(int64_t, absl::Span<const int64_t>,
+                                                               absl::Span<const int64_t>,
+                                                               const float*, int64_t,
+                                                               absl::Span<double>) const;
+template absl::Status FoxBias::AccumulatePrefixGradient<double>(int64_t, absl::Span<const int64_t>,
+                                                                absl::Span<const int64_t>,
+                                                                const double*, int64_t,
+                                                                absl::Span<double>) const;
+
+absl::StatusOr<std::vector<double>> FoxBias::LogitGradient(
+    absl::Span<const double> grad_prefix) const {
+  if (static_cast<int64_t>(grad_prefix.size()) != length_ * num_heads_) {
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias::LogitGradient: ", grad_prefix.size(),
+                                                   " entries, expected ", length_ * num_heads_));
+  }
+  std::vector<double> grad(grad_prefix.size());
+  for (int64_t h = 0; h < num_heads_; ++h) {
+    double suffix = 0.0;  // sum_{t >= l} dL/dc_t
+    for (int64_t l = length_ - 1; l >= 0; --l) {
+      const int64_t idx = l * num_heads_ + h;
+      suffix += grad_prefix[idx];
+      grad[idx] = Sigmoid(-logits_[idx]) * suffix;
+    }
+  }
+  return grad;
+}
+
+// ------------------------------------- GRAPE-AP ------------------------------------
+
+absl::StatusOr<GrapeApBias> GrapeApBias::Create(std::vector<double> w, std::vector<double> u,
+                                                int64_t length, int64_t num_heads, int64_t rank,
+                                                int64_t first_position) {
+  if (absl::Status s = CheckSequence("GrapeApBias", length, num_heads, first_position); !s.ok()) {
+    return s;
+  }
+  if (rank < 1 || rank > (int64_t{1} << 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GrapeApBias: rank must be in [1, 65536], got ", rank));
+  }
+  int64_t per_token = num_heads * rank, expected = 0;  // num_heads, rank <= 2^20, 2^16
+  if (__builtin_mul_overflow(length, per_token, &expected) ||
+      static_cast<int64_t>(w.size()) != expected || static_cast<int64_t>(u.size()) != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GrapeApBias: w has ", w.size(), " and u has ", u.size(), " entries, expected ", length,
+        " tokens x ", num_heads, " heads x rank ", rank));
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(w[i]) || !std::isfinite(u[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GrapeApBias: entry ", i, " of w or u is not finite"));
+    }
+  }
+  GrapeApBias ap;
+  ap.w_ = std::move(w);
+  ap.u_ = std::move(u);
+  ap.length_ = length;
+  ap.num_heads_ = num_heads;
+  ap.rank_ = rank;
+  ap.first_ = first_position;
+  return ap;
+}
+
+double GrapeApBias::Dot(int64_t head, int64_t t, int64_t l) const {
+  const double* wt = w_.data() + (t * num_heads_ + head) * rank_;
+  const double* ul = u_.data() + (l * num_heads_ + head) * rank_;
+  double z = 0.0;
+  for (int64_t r = 0; r < rank_; ++r) z += wt[r] * ul[r];
+  return z;
+}
+
+double GrapeApBias::Psi(int64_t head, int64_t t, int64_t l) const {
+  // psi = -softplus(z) = ln sigmoid(-z).
+  return LogSigmoid(-Dot(head, t, l));
+}
+
+absl::Status GrapeApBias::CheckPositions(absl::Span<const int64_t> q,
+                                         absl::Span<const int64_t> k) const {
+  if (absl::Status s = CheckTokenRange("GrapeApBias query", q, first_, length_); !s.ok()) {
+    return s;
+  }
+  return CheckTokenRange("GrapeApBias key", k, first_, length_);
+}
+
+template <class T>
+void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                       T* out, int64_t ld) const {
+  const auto [kmin_it, kmax_it] = std::minmax_element(k.begin(), k.end());
+  const int64_t kmin = *kmin_it - first_, kmax = *kmax_it - first_;
+  std::vector<double> running;  // running[l - lo] = P_t(l), reused across rows
+  for (size_t r = 0; r < q.size(); ++r) {
+    const int64_t t = q[r] - first_;
+    const int64_t lo = std::min(t, kmin), hi = std::max(t, kmax);
+    running.assign(static_cast<size_t>(hi - lo + 1), 0.0);
+    // P_t(lo) = 0; P_t(l) = P_t(l - 1) + psi(t, l): the path integral along row t.
+    for (int64_t l = lo + 1; l <= hi; ++l) {
+      running[l - lo] = running[l - lo - 1] + Psi(head, t, l);
+    }
+    const double pt = running[t - lo];
+    T* row = out + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k.size(); ++c) {
+      row[c] = static_cast<T>(pt - running[k[c] - first_ - lo]);
+    }
+  }
+}
+
+absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                     absl::Span<const int64_t> k, float* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                     absl::Span<const int64_t> k, double* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
+  Fill(head, q, k, out, ld);
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status GrapeApBias::AccumulateGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                             absl::Span<const int64_t> k_positions,
+                                             const T* grad_tile, int64_t ld,
+                                             absl::Span<double> grad_w,
+                                             absl::Span<double> grad_u) const {
+  constexpr const char* kWho = "GrapeApBias::AccumulateGradient";
+  if (absl::Status s =
+          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+      !s.ok()) {
+    return s;
+  }
+  const int64_t size = length_ * num_heads_ * rank_;
+  if (absl::Status s = CheckGradBuffer(kWho, grad_w, size); !s.ok()) return s;
+  if (absl::Status s = CheckGradBuffer(kWho, grad_u, size); !s.ok()) return s;
+  if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckPositions(q_positions, k_positions); !s.ok()) return s;
+  const auto [kmin_it, kmax_it] = std::minmax_element(k_positions.begin(), k_positions.end());
+  const int64_t kmin = *kmin_it - first_, kmax = *kmax_it - first_;
+  std::vector<double> coef;  // dL/dpsi(t, l) for l in (lo, hi], as a difference array
+  for (size_t r = 0; r < q_positions.size(); ++r) {
+    const int64_t t = q_positions[r] - first_;
+    const int64_t lo = std::min(t, kmin), hi = std::max(t, kmax);
+    coef.assign(static_cast<size_t>(hi - lo + 2), 0.0);
+    // b(t, j) = P_t(t) - P_t(j), P_t(x) = sum_{l in (lo, x]} psi(t, l): each entry adds
+    // +g on (lo, t] and -g on (lo, j].
+    const T* row = grad_tile + static_cast<int64_t>(r) * ld;
+    double total = 0.0;
+    for (size_t c = 0; c < k_positions.size(); ++c) {
+      const double g = static_cast<double>(row[c]);
+      total += g;
+      coef[k_positions[c] - first_ - lo + 1] += g;  // the -g on (lo, j] ends at j
+    }
+    coef[t - lo + 1] -= total;  // the +total on (lo, t] ends at t
+    // Running sum from the right: a(l) = sum of differences at indices > l - lo.
+    double a = 0.0;
+    const double* wt = w_.data() + (t * num_heads_ + head) * rank_;
+    double* gwt = grad_w.data() + (t * num_heads_ + head) * rank_;
+    for (int64_t l = hi; l > lo; --l) {
+      a -= coef[l - lo + 1];
+      if (a == 0.0) continue;
+      const double z = Dot(head, t, l);
+      const double gz = -a * Sigmoid(z);  // d(-softplus(z))/dz = -sigmoid(z)
+      const double* ul = u_.data() + (l * num_heads_ + head) * rank_;
+      double* gul = grad_u.data() + (l * num_heads_ + head) * rank_;
+      for (int64_t i = 0; i < rank_; ++i) {
+        gwt[i] += gz * ul[i];
+        gul[i] += gz * wt[i];
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status GrapeApBias::AccumulateGradient<float>(int64_t, absl::Span<const int64_t>,
+                                                             absl::Span<const int64_t>,
+                                                             const float*, int64_t,
+                                                             absl::Span<double>,
+                                                             absl::Span<double>) const;
+template absl::Status GrapeApBias::AccumulateGradient<double>(int64_t, absl::Span<const int64_t>,
+                                                              absl::Span<const int64_t>,
+                                                              const double*, int64_t,
+                                                              absl::Span<double>,
+                                                              absl::Span<double>) const;
+
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe

@@ -1,0 +1,118 @@
+// GRAPE-A: additive biases as unipotent actions on lifted queries and keys (Zhang et al.,
+// "Group Representational Position Encoding", additive GRAPE; the GRAPE summary 004_*).
+//
+// Lift: d-dimensional rows go to d + 2 dimensions (two extra slots, indices d and d+1):
+//   q~ = [q; 1; 0],   k~ = [k; 0; 1],   so <q~, k~> = <q, k>.
+// Generator A = E_{d, d+1} ((d+2) x (d+2), a single 1 in row d, column d+1); A^2 = 0, so
+// G(p) = exp(p m A) = I + p m A (group/unipotent.h), and <q~, A k~> = 1.
+// A query at position i is transformed by G(i)^-T and a key at j by G(j), giving
+//   <G(i)^-T q~, G(j) k~> = q~^T G(j - i) k~ = <q, k> + m (j - i) = <q, k> - m (i - j),
+// ALiBi's causal bias with Press et al.'s sign (FORMULAS.md). In closed form the lifted
+// rows are [q; 1; -m i] and [k; m j; 1]. Two extra dimensions are needed because a
+// single homogeneous slot would have to carry both the constant 1 of q~ and of k~
+// (adding 1 to every score) and be the source and target of A (not nilpotent). The
+// symmetric form -m |i - j| is not a one-parameter group action and has no such lift.
+//
+// Content-gated case (FoX): replace the clock m * p by the prefix sum c_t of log forget
+// gates. The key at j is transformed by the ordered path product of unipotent steps
+// exp(-ln f_l A), l = first..j (= I - c_j A, since A^2 = 0), the query by the inverse
+// transpose of its own path product: rows [q; 1; c_i] and [k; -c_j; 1], score
+// <q, k> + c_i - c_j, FoX's bias (GRAPE-AP with a cost that depends on l alone).
+//
+// Layout: rows of `head_dim` (input) and `head_dim + 2` (output) elements, row stride in
+// elements, T float or double (formed in double, rounded once). Cost: the ALiBi lift
+// applies group/unipotent.h's dense representation, O((d+2)^2) per row; it is an
+// equivalence construction (and a way to run ALiBi through a plain dot-product kernel),
+// not the fast path: attention kernels use AlibiBias tiles. Precision: the lifted score
+// forms m j - m i as a difference of two products, so its error grows like
+// eps * m * |i| (compared with eps * m * |i - j| for AlibiBias); with power-of-two slopes
+// and |positions| < 2^53 every term is exact in double.
+#ifndef ENCODINGS_SEQUENCE_GRAPE_A_H_
+#define ENCODINGS_SEQUENCE_GRAPE_A_H_
+
+#include <cstdint>
+#include <utility>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "encodings/sequence/bias.h"
+#include "group/unipotent.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+
+// A = E_{d, d+1}, (d+2) x (d+2). head_dim >= 1.
+Eigen::MatrixXd GrapeAGenerator(int64_t head_dim);
+
+// One head of ALiBi as a unipotent lift.
+class GrapeALift {
+ public:
+  // head_dim >= 1, slope finite.
+  static absl::StatusOr<GrapeALift> Create(int64_t head_dim, double slope);
+  // The causal ALiBi bias's slope for `head` (errors on the symmetric form).
+  static absl::StatusOr<GrapeALift> FromAlibi(const AlibiBias& alibi, int64_t head,
+                                              int64_t head_dim);
+
+  int64_t head_dim() const { return head_dim_; }
+  int64_t lifted_dim() const { return head_dim_ + 2; }
+  double slope() const { return slope_; }
+
+  // out_r = G(i_r)^-T [q_r; 1; 0] = [q_r; 1; -m i_r].
+  template <class T>
+  absl::Status LiftQueries(absl::Span<const int64_t> positions, const T* q, int64_t q_stride,
+                           T* out, int64_t out_stride) const;
+  // out_r = G(j_r) [k_r; 0; 1] = [k_r; m j_r; 1].
+  template <class T>
+  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride, T* out,
+                        int64_t out_stride) const;
+
+ private:
+  GrapeALift(int64_t head_dim, double slope, group::UnipotentRepresentation query_rep,
+             group::UnipotentRepresentation key_rep)
+      : head_dim_(head_dim),
+        slope_(slope),
+        query_rep_(std::move(query_rep)),
+        key_rep_(std::move(key_rep)) {}
+  int64_t head_dim_;
+  double slope_;
+  group::UnipotentRepresentation query_rep_;  // generator A^T, omega -m: G(i)^-T
+  group::UnipotentRepresentation key_rep_;    // generator A, omega m: G(j)
+};
+
+// FoX (one head of a FoxBias) as the content-gated unipotent lift.
+class GrapeAGatedLift {
+ public:
+  // fox must outlive the lift. head in [0, fox.num_heads()), head_dim >= 1.
+  static absl::StatusOr<GrapeAGatedLift> Create(const FoxBias* fox, int64_t head, int64_t head_dim);
+
+  int64_t head_dim() const { return head_dim_; }
+  int64_t lifted_dim() const { return head_dim_ + 2; }
+
+  // out_r = [q_r; 1; c_{i_r}]. Positions must lie in the FoX sequence's range.
+  template <class T>
+  absl::Status LiftQueries(absl::Span<const int64_t> positions, const T* q, int64_t q_stride,
+                           T* out, int64_t out_stride) const;
+  // out_r = [k_r; -c_{j_r}; 1].
+  template <class T>
+  absl::Status LiftKeys(absl::Span<const int64_t> positions, const T* k, int64_t k_stride, T* out,
+                        int64_t out_stride) const;
+
+ private:
+  GrapeAGatedLift(const FoxBias* fox, int64_t head, int64_t head_dim)
+      : fox_(fox), head_(head), head_dim_(head_dim) {}
+  template <class T>
+  absl::Status Lift(bool query, absl::Span<const int64_t> positions, const T* in, int64_t in_stride,
+                    T* out, int64_t out_stride) const;
+  const FoxBias* fox_;
+  int64_t head_;
+  int64_t head_dim_;
+};
+
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe
+
+#endif  // ENCODINGS_SEQUENCE_GRAPE_A_H_

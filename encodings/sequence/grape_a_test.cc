@@ -1,0 +1,245 @@
+#include "encodings/sequence/grape_a.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "encodings/sequence/bias.h"
+#include "group/unipotent.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace encodings {
+namespace sequence {
+namespace {
+
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+RowMatrix RandomRows(int64_t rows, int64_t cols, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal;
+  RowMatrix m(rows, cols);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) m(i, j) = normal(rng);
+  }
+  return m;
+}
+
+std::vector<int64_t> RandomPositions(int64_t n, int64_t lo, int64_t hi, std::mt19937_64& rng) {
+  std::uniform_int_distribution<int64_t> dist(lo, hi);
+  std::vector<int64_t> p(n);
+  for (int64_t& x : p) x = dist(rng);
+  return p;
+}
+
+TEST(GrapeAGeneratorTest, IsSquareZeroAndCouplesTheTwoExtraSlots) {
+  for (int64_t d : {1, 4, 9}) {
+    const Eigen::MatrixXd a = GrapeAGenerator(d);
+    EXPECT_TRUE(group::ValidateSquareZero(a).ok());
+    EXPECT_EQ((a * a).cwiseAbs().maxCoeff(), 0.0);
+    Eigen::VectorXd q = Eigen::VectorXd::Zero(d + 2), k = Eigen::VectorXd::Zero(d + 2);
+    q(d) = 1.0;
+    k(d + 1) = 1.0;
+    EXPECT_EQ(q.dot(a * k), 1.0);  // <q~, A k~> = 1 for the homogeneous slots
+  }
+}
+
+TEST(GrapeALiftTest, LiftedRowsAreTheUnipotentAction) {
+  // Independent check: out = G(i)^-T [q; 1; 0] and G(j) [k; 0; 1] with G(p) = I + p m A,
+  // the inverse taken numerically (exact here: I - p m A has small integer-ish entries).
+  std::mt19937_64 rng(11);
+  const int64_t d = 6, n = 9;
+  const double m = 0.375;  // exact binary fraction: every product below is exact
+  GrapeALift lift = *GrapeALift::Create(d, m);
+  const RowMatrix q = RandomRows(n, d, rng);
+  const std::vector<int64_t> pos = RandomPositions(n, -1000, 100000, rng);
+  RowMatrix lq(n, d + 2), lk(n, d + 2);
+  ASSERT_TRUE(lift.LiftQueries<double>(pos, q.data(), d, lq.data(), d + 2).ok());
+  ASSERT_TRUE(lift.LiftKeys<double>(pos, q.data(), d, lk.data(), d + 2).ok());
+  const Eigen::MatrixXd a = GrapeAGenerator(d);
+  for (int64_t r = 0; r < n; ++r) {
+    const Eigen::MatrixXd g =
+        Eigen::MatrixXd::Identity(d + 2, d + 2) + static_cast<double>(pos[r]) * m * a;
+    Eigen::VectorXd qh(d + 2), kh(d + 2);
+    qh << q.row(r).transpose(), 1.0, 0.0;
+    kh << q.row(r).transpose(), 0.0, 1.0;
+    const Eigen::VectorXd expect_q = g.inverse().transpose() * qh;
+    const Eigen::VectorXd expect_k = g * kh;
+    // G has entries 0, 1 and p m (exact); its inverse I - p m A is exact too.
+    EXPECT_EQ((lq.row(r).transpose() - expect_q).cwiseAbs().maxCoeff(), 0.0);
+    EXPECT_EQ((lk.row(r).transpose() - expect_k).cwiseAbs().maxCoeff(), 0.0);
+    EXPECT_EQ(lq(r, d + 1), -m * pos[r]);  // closed form [q; 1; -m i]
+    EXPECT_EQ(lk(r, d), m * pos[r]);       // closed form [k; m j; 1]
+  }
+}
+
+TEST(GrapeALiftTest, ScoresEqualDotPlusAlibiBias) {
+  std::mt19937_64 rng(12);
+  for (int64_t heads : {8, 12}) {  // powers of two and Press et al.'s interleaved slopes
+    const AlibiBias alibi = *AlibiBias::CreateStandard(heads, AlibiForm::kCausal);
+    for (int64_t h : {int64_t{0}, heads / 2, heads - 1}) {
+      for (int64_t base : {int64_t{0}, int64_t{1} << 31}) {
+        const int64_t d = 7, m = 5, n = 11;
+        GrapeALift lift = *GrapeALift::FromAlibi(alibi, h, d);
+        const RowMatrix q = RandomRows(m, d, rng), k = RandomRows(n, d, rng);
+        // KV-cache style: queries after the keys, plus keys ahead of queries (masked by a
+        // kernel, but the group law holds there too).
+        const std::vector<int64_t> qp = RandomPositions(m, base + 500, base + 600, rng);
+        const std::vector<int64_t> kp = RandomPositions(n, base, base + 700, rng);
+        RowMatrix lq(m, d + 3), lk(n, d + 2);  // lq with a padded stride
+        ASSERT_TRUE(lift.LiftQueries<double>(qp, q.data(), d, lq.data(), d + 3).ok());
+        ASSERT_TRUE(lift.LiftKeys<double>(kp, k.data(), d, lk.data(), d + 2).ok());
+        const Eigen::MatrixXd bias = *DenseBias(alibi, h, qp, kp);
+        const double slope = alibi.slopes()[h];
+        for (int64_t r = 0; r < m; ++r) {
+          for (int64_t c = 0; c < n; ++c) {
+            const double lifted = lq.row(r).head(d + 2).dot(lk.row(c));
+            const double expected = q.row(r).dot(k.row(c)) + bias(r, c);
+            // Rounding: a (d+2)-term dot with terms up to |q||k| and m |i|, m |j|; the
+            // bound 16 eps (|q||k| + m (|i| + |j|)) covers the summation order difference.
+            const double scale = q.row(r).norm() * k.row(c).norm() +
+                                 slope * (std::abs(double(qp[r])) + std::abs(double(kp[c])));
+            EXPECT_NEAR(lifted, expected, 16 * std::numeric_limits<double>::epsilon() * scale);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GrapeALiftTest, BiasIsBitExactForPowerOfTwoSlopes) {
+  // With q = k = 0 the lifted score is m j - m i; for slopes 2^-k and |positions| < 2^40
+  // every product and the difference are exact, and so is AlibiBias's -m (i - j).
+  std::mt19937_64 rng(13);
+  const AlibiBias alibi = *AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+  const int64_t d = 3, n = 16;
+  const RowMatrix zeros = RowMatrix::Zero(n, d);
+  for (int64_t h = 0; h < 8; ++h) {
+    GrapeALift lift = *GrapeALift::FromAlibi(alibi, h, d);
+    const std::vector<int64_t> qp = RandomPositions(n, -(int64_t{1} << 39), int64_t{1} << 39, rng);
+    const std::vector<int64_t> kp = RandomPositions(n, -(int64_t{1} << 39), int64_t{1} << 39, rng);
+    RowMatrix lq(n, d + 2), lk(n, d + 2);
+    ASSERT_TRUE(lift.LiftQueries<double>(qp, zeros.data(), d, lq.data(), d + 2).ok());
+    ASSERT_TRUE(lift.LiftKeys<double>(kp, zeros.data(), d, lk.data(), d + 2).ok());
+    const Eigen::MatrixXd bias = *DenseBias(alibi, h, qp, kp);
+    const Eigen::MatrixXd lifted = lq * lk.transpose();
+    EXPECT_EQ((lifted - bias).cwiseAbs().maxCoeff(), 0.0) << "head " << h;
+  }
+}
+
+TEST(GrapeALiftTest, ScoresAreRelative) {
+  // Shifting every position by s leaves lifted scores unchanged (to rounding of m s).
+  std::mt19937_64 rng(14);
+  const int64_t d = 4, n = 6;
+  GrapeALift lift = *GrapeALift::Create(d, 0.3);
+  const RowMatrix q = RandomRows(n, d, rng), k = RandomRows(n, d, rng);
+  std::vector<int64_t> qp = RandomPositions(n, 0, 50, rng), kp = RandomPositions(n, 0, 50, rng);
+  RowMatrix lq(n, d + 2), lk(n, d + 2), sq(n, d + 2), sk(n, d + 2);
+  ASSERT_TRUE(lift.LiftQueries<double>(qp, q.data(), d, lq.data(), d + 2).ok());
+  ASSERT_TRUE(lift.LiftKeys<double>(kp, k.data(), d, lk.data(), d + 2).ok());
+  for (int64_t& p : qp) p += 12345;
+  for (int64_t& p : kp) p += 12345;
+  ASSERT_TRUE(lift.LiftQueries<double>(qp, q.data(), d, sq.data(), d + 2).ok());
+  ASSERT_TRUE(lift.LiftKeys<double>(kp, k.data(), d, sk.data(), d + 2).ok());
+  // Products up to 0.3 * 12400 ~ 4e3: rounding 4e3 * eps ~ 1e-12; allow 1e-11.
+  EXPECT_LE((lq * lk.transpose() - sq * sk.transpose()).cwiseAbs().maxCoeff(), 1e-11);
+  // A shift of the query alone changes them (the test can fail).
+  EXPECT_GT((lq * lk.transpose() - sq * lk.transpose()).cwiseAbs().maxCoeff(), 1.0);
+}
+
+TEST(GrapeALiftTest, FloatLiftMatchesDouble) {
+  std::mt19937_64 rng(15);
+  const int64_t d = 5, n = 4;
+  GrapeALift lift = *GrapeALift::Create(d, 0.0625);
+  const RowMatrix q = RandomRows(n, d, rng);
+  Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> qf = q.cast<float>(),
+                                                                        out(n, d + 2);
+  const std::vector<int64_t> pos = {0, 7, 1000, 99999};
+  ASSERT_TRUE(lift.LiftQueries<float>(pos, qf.data(), d, out.data(), d + 2).ok());
+  for (int64_t r = 0; r < n; ++r) {
+    EXPECT_EQ(out(r, d), 1.0f);
+    EXPECT_EQ(out(r, d + 1), static_cast<float>(-0.0625 * pos[r]));  // one rounding
+  }
+}
+
+TEST(GrapeAGatedLiftTest, ReproducesFoxAndIsAPathProduct) {
+  std::mt19937_64 rng(16);
+  const int64_t heads = 2, length = 25, first = 40, d = 5;
+  std::normal_distribution<double> normal(0.0, 2.0);
+  std::vector<double> logits(length * heads);
+  for (double& x : logits) x = normal(rng);
+  const FoxBias fox = *FoxBias::Create(logits, length, heads, first);
+  const Eigen::MatrixXd a = GrapeAGenerator(d);
+  for (int64_t h = 0; h < heads; ++h) {
+    GrapeAGatedLift lift = *GrapeAGatedLift::Create(&fox, h, d);
+    const int64_t m = 6, n = 9;
+    const RowMatrix q = RandomRows(m, d, rng), k = RandomRows(n, d, rng);
+    const std::vector<int64_t> qp = RandomPositions(m, first + 10, first + length - 1, rng);
+    const std::vector<int64_t> kp = RandomPositions(n, first, first + length - 1, rng);
+    RowMatrix lq(m, d + 2), lk(n, d + 2);
+    ASSERT_TRUE(lift.LiftQueries<double>(qp, q.data(), d, lq.data(), d + 2).ok());
+    ASSERT_TRUE(lift.LiftKeys<double>(kp, k.data(), d, lk.data(), d + 2).ok());
+    const Eigen::MatrixXd bias = *DenseBias(fox, h, qp, kp);
+    const Eigen::MatrixXd expected = q * k.transpose() + bias;
+    // Terms of size |c| <~ 50 and |q||k| ~ 5: dot rounding < 1e-12.
+    EXPECT_LE((lq * lk.transpose() - expected).cwiseAbs().maxCoeff(), 1e-12);
+
+    // Each lifted key is the ordered path product of unipotent steps exp(-ln f_l A) over
+    // l = first .. j applied to [k; 0; 1]; each query the inverse transpose of its path.
+    auto path = [&](int64_t pos) {
+      std::vector<group::UnipotentStep> steps;
+      for (int64_t t = 0; t <= pos - first; ++t) {
+        steps.push_back({a, -LogSigmoid(logits[t * heads + h])});
+      }
+      return steps;
+    };
+    for (int64_t c = 0; c < n; ++c) {
+      Eigen::VectorXd kh(d + 2);
+      kh << k.row(c).transpose(), 0.0, 1.0;
+      const Eigen::VectorXd expect = *group::UnipotentPathProduct(path(kp[c])) * kh;
+      // The path product sums the same log gates in another order: 1e-12 on |c| <~ 50.
+      EXPECT_LE((lk.row(c).transpose() - expect).cwiseAbs().maxCoeff(), 1e-12);
+    }
+    for (int64_t r = 0; r < m; ++r) {
+      Eigen::VectorXd qh(d + 2);
+      qh << q.row(r).transpose(), 1.0, 0.0;
+      const Eigen::VectorXd expect = group::UnipotentPathInverse(path(qp[r]))->transpose() * qh;
+      EXPECT_LE((lq.row(r).transpose() - expect).cwiseAbs().maxCoeff(), 1e-12);
+    }
+  }
+}
+
+TEST(GrapeALiftTest, BadInput) {
+  EXPECT_FALSE(GrapeALift::Create(0, 0.5).ok());
+  EXPECT_FALSE(GrapeALift::Create(4, std::nan("")).ok());
+  EXPECT_FALSE(GrapeALift::Create(4, std::numeric_limits<double>::infinity()).ok());
+  const AlibiBias sym = *AlibiBias::CreateStandard(4, AlibiForm::kSymmetric);
+  EXPECT_FALSE(GrapeALift::FromAlibi(sym, 0, 4).ok());  // no lift for -m |i - j|
+  const AlibiBias causal = *AlibiBias::CreateStandard(4, AlibiForm::kCausal);
+  EXPECT_FALSE(GrapeALift::FromAlibi(causal, 4, 4).ok());
+  GrapeALift lift = *GrapeALift::Create(4, 0.5);
+  std::vector<double> in(8, 1.0), out(12);
+  const std::vector<int64_t> pos = {1, 2};
+  EXPECT_FALSE(lift.LiftQueries<double>(pos, in.data(), 3, out.data(), 6).ok());  // in stride
+  EXPECT_FALSE(lift.LiftKeys<double>(pos, in.data(), 4, out.data(), 5).ok());     // out stride
+  EXPECT_FALSE(lift.LiftKeys<double>(pos, nullptr, 4, out.data(), 6).ok());
+  std::vector<double> shared(16);
+  EXPECT_FALSE(lift.LiftKeys<double>(pos, shared.data(), 4, shared.data() + 2, 6).ok());
+  EXPECT_TRUE(lift.LiftKeys<double>(pos, in.data(), 4, out.data(), 6).ok());
+
+  const FoxBias fox = *FoxBias::Create(std::vector<double>(6, 0.0), 3, 2, 10);
+  EXPECT_FALSE(GrapeAGatedLift::Create(nullptr, 0, 4).ok());
+  EXPECT_FALSE(GrapeAGatedLift::Create(&fox, 2, 4).ok());
+  EXPECT_FALSE(GrapeAGatedLift::Create(&fox, 0, 0).ok());
+  GrapeAGatedLift gated = *GrapeAGatedLift::Create(&fox, 1, 4);
+  EXPECT_FALSE(gated.LiftQueries<double>(pos, in.data(), 4, out.data(), 6).ok());  // range
+  const std::vector<int64_t> ok_pos = {10, 12};
+  EXPECT_TRUE(gated.LiftQueries<double>(ok_pos, in.data(), 4, out.data(), 6).ok());
+}
+
+}  // namespace
+}  // namespace sequence
+}  // namespace encodings
+}  // namespace gpe

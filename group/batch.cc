@@ -41,7 +41,7 @@ absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* 
   if (in == out) {
     if (in_stride != out_stride) {
       return absl::InvalidArgumentError(
-          absl::StrCat(who, ": in-place apply needs equal input and output strides"));
+          absl::StrCat(who, ": in-place use needs equal input and output strides"));
     }
     return absl::OkStatus();
   }

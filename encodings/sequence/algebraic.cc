@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "group/batch.h"
 #include "absl/types/span.h"
 #include "group/direct_sum.h"
 #include "group/free_group.h"
@@ -24,44 +25,7 @@ namespace encodings {
 namespace sequence {
 namespace {
 
-int64_t ExtentBytes(int64_t n, int64_t dim, int64_t stride, size_t element_size) {
-  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size);
-  if (n > 1 && stride > (limit - dim) / (n - 1)) return -1;
-  return ((n - 1) * stride + dim) * static_cast<int64_t>(element_size);
-}
-
-// Same contract as group/batch.h: non-null, strides >= dim, identical or disjoint.
-absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* in,
-                           int64_t in_stride, const void* out, int64_t out_stride,
-                           size_t element_size) {
-  if (n == 0) return absl::OkStatus();
-  if (in == nullptr || out == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": null input or output pointer"));
-  }
-  if (in_stride < 0 || out_stride < 0 || (n > 1 && (in_stride < dim || out_stride < dim))) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": strides (", in_stride, ", ",
-                                                   out_stride, ") must be >= dim ", dim));
-  }
-  const int64_t in_bytes = ExtentBytes(n, dim, in_stride, element_size);
-  const int64_t out_bytes = ExtentBytes(n, dim, out_stride, element_size);
-  if (in_bytes < 0 || out_bytes < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(who, ": batch extent overflows"));
-  }
-  if (in == out) {
-    if (in_stride != out_stride) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(who, ": in-place use needs equal input and output strides"));
-    }
-    return absl::OkStatus();
-  }
-  const uintptr_t a = reinterpret_cast<uintptr_t>(in);
-  const uintptr_t b = reinterpret_cast<uintptr_t>(out);
-  if (a < b + static_cast<uintptr_t>(out_bytes) && b < a + static_cast<uintptr_t>(in_bytes)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": input and output overlap without being identical"));
-  }
-  return absl::OkStatus();
-}
+using group::internal::ValidateBatch;
 
 constexpr int64_t kMaxTableDoubles = int64_t{1} << 27;  // 1 GiB
 

@@ -18,13 +18,19 @@ grep -qE "^\| gaussian \| 128 \|" <<<"$out" || fail "main job lacks the INR tabl
 "$gpe" inr-spiral --out "$PWD/elsewhere" >/dev/null || fail "inr-spiral --out failed"
 [[ -s elsewhere/spiral_triangle_k64.png ]] || fail "inr-spiral ignored --out"
 
+# A user's PNG: the Spiral truth written above, read back as an RGB image.
+out="$("$gpe" inr-image gpe_out/spiral_truth.png --out "$PWD/img")" || fail "inr-image failed: $out"
+grep -q "3 channel(s)" <<<"$out" || fail "inr-image did not read RGB: $out"
+[[ -s img/spiral_truth_triangle_k64.png ]] || fail "inr-image wrote no reconstruction"
+"$gpe" inr-image missing.png >/dev/null 2>&1 && fail "inr-image accepted a missing file"
+
 out="$("$gpe" check-groups --seed 7 --trials 5)" || fail "check-groups exited $?"
 grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: $out"
 
 "$gpe" --help | grep -q "usage: gpe" || fail "--help prints no usage"
 
 for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed" \
-           "inr-spiral --out" "inr-spiral --bogus"; do
+           "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

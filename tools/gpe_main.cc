@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gpe/gpe.h"
 #include "group/free_group.h"
 #include "group/free_representation.h"
@@ -35,6 +36,8 @@
 #include "encodings/coordinate/shifted_basis.h"
 #include "inr/closed_form.h"
 #include "inr/data.h"
+#include "encodings/sequence/rope.h"
+#include "inr/blended.h"
 #include "tools/machine_limits.h"
 
 namespace {
@@ -57,6 +60,10 @@ constexpr char kUsage[] =
     "  inr-image FILE  the same closed-form fits on a PNG image (per colour channel)\n"
     "                    --gray       convert to grayscale first\n"
     "                    --out DIR    where to write (default <workspace>/gpe_out)\n"
+    "  bench           GroupPE's workloads beside the machine's limits and the peers\n"
+    "                  (NumPy from .venv; tools/peers/), measured in one run\n"
+    "                    --quick      tiny sizes (a smoke run)\n"
+    "                    --no-peers   skip the peers\n"
     "  machine         measure this machine's float32 FMA peak and triad bandwidth\n"
     "                  (1 thread and all threads): the figures benchmarks divide by\n"
     "  help, --help    this text\n";
@@ -434,6 +441,167 @@ int RunInrImage(const std::string& path, bool gray, const std::string& out_dir) 
   return RunSeparableFits(path, stem.empty() ? "image" : stem, *image, out_dir);
 }
 
+// Best wall time of `reps` runs of fn, in seconds.
+template <class Fn>
+double BestSeconds(int reps, Fn fn) {
+  double best = 1e300;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                              .count());
+  }
+  return best;
+}
+
+// Runs a command and returns its standard output ("" on failure).
+std::string Capture(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+  if (pclose(pipe) != 0) return "";
+  return out;
+}
+
+// A number after "key": in a one-line JSON object (enough for the peers' output).
+double JsonNumber(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\":");
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(json.c_str() + at + key.size() + 3, nullptr);
+}
+
+// `gpe bench`: GroupPE's workloads beside the machine's limits and, where installed, the
+// peers users would pick instead, all measured in this one run (timings differ between
+// machines; only ratios taken together compare).
+int RunBench(bool quick, bool peers) {
+  namespace t = gpe::tools;
+  namespace seq = gpe::encodings::sequence;
+  namespace inr = gpe::inr;
+  namespace enc = gpe::encodings;
+  const int threads = t::AvailableThreads();
+  const int reps = quick ? 2 : 5;
+  std::printf("gpe bench%s: %d threads, widest ISA %s\n\n", quick ? " --quick" : "", threads,
+              t::WidestVectorIsa().c_str());
+  const double peak = t::FmaPeakGflops(threads);
+  const double triad = t::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
+  std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit |\n");
+  std::printf("|---|---|---|---|---|\n");
+  std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
+  std::printf("| triad bandwidth | %.1f GB/s | | | 1.00 |\n", triad);
+
+  // RoPE applied in place to q-shaped float32 tensors (seq x heads x head_dim).
+  {
+    const int64_t s = quick ? 256 : 16384, h = quick ? 8 : 32, d = 128;
+    seq::RopeOptions o;
+    o.head_dim = d;
+    o.rotary_dim = d;
+    o.num_threads = threads;
+    absl::StatusOr<seq::RopeFrequencies> freqs = seq::DefaultRopeFrequencies(d, 10000.0);
+    absl::StatusOr<seq::Rope> rope =
+        freqs.ok() ? seq::Rope::Create(o, *freqs) : absl::StatusOr<seq::Rope>(freqs.status());
+    if (!rope.ok()) {
+      std::fprintf(stderr, "gpe bench: %s\n", std::string(rope.status().message()).c_str());
+      return 1;
+    }
+    const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
+    std::vector<float> x(static_cast<size_t>(s * h * d), 0.5f);
+    const std::vector<int64_t> offsets = {0};
+    absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
+    if (!table.ok()) {
+      std::fprintf(stderr, "gpe bench: %s\n", std::string(table.status().message()).c_str());
+      return 1;
+    }
+    const double sec = BestSeconds(reps, [&] { (void)rope->Apply<float>(*table, tensor, x.data(), x.data()); });
+    const double gbs = 2.0 * x.size() * sizeof(float) / sec * 1e-9;
+    std::printf("| RoPE in place, %lld x %lld x %lld float32 | %.1f GB/s | | | %.2f of triad |\n",
+                static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d),
+                gbs, gbs / triad);
+  }
+
+  // Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis.
+  {
+    const int64_t n = quick ? 64 : 512, k = quick ? 32 : 256;
+    const double sigma = 1.0 / static_cast<double>(k), lambda = 1e-6;
+    inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
+    std::vector<double> coords(n);
+    for (int64_t i = 0; i < n; ++i) coords[i] = (i + 0.5) / static_cast<double>(n);
+    const enc::ShiftedBasis1D basis =
+        *enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, k, sigma, 0.0, 1.0);
+    inr::SeparableFitOptions options;
+    options.lambda = lambda;
+    options.float32_image_products = true;
+    const std::vector<inr::RowMatrixXd> channels = {image};
+    std::vector<inr::RowMatrixXd> w;
+    const double sec = BestSeconds(reps, [&] {
+      const inr::RowMatrixXd psi = *basis.Encode(coords);
+      w = *inr::FitSeparable2D(psi, psi, channels, options);
+    });
+    const inr::RowMatrixXd psi = *basis.Encode(coords);
+    const double psnr = *inr::Psnr(*inr::PredictSeparable2D(psi, psi, w[0]), image);
+    std::string peer = "not run", ratio = "";
+    if (peers) {
+      const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+      const std::string root = ws != nullptr ? ws : ".";
+      const char* py = std::getenv("GPE_PEER_PYTHON");
+      const std::string python = py != nullptr ? py : root + "/.venv/bin/python3";
+      const std::string raw = (std::filesystem::temp_directory_path() / "gpe_bench_image.f64").string();
+      if (FILE* f = std::fopen(raw.c_str(), "wb")) {
+        std::fwrite(image.data(), sizeof(double), static_cast<size_t>(image.size()), f);
+        std::fclose(f);
+      }
+      const std::string json = Capture(absl::StrCat(
+          python, " ", root, "/tools/peers/inr_closed_form.py ", raw, " ", n, " ", k, " ",
+          absl::StrFormat("%.17g", sigma), " ", absl::StrFormat("%.17g", lambda), " ", reps,
+          " 2>/dev/null"));
+      const double peer_sec = JsonNumber(json, "seconds"), peer_psnr = JsonNumber(json, "psnr_db");
+      if (std::isfinite(peer_sec)) {
+        peer = absl::StrFormat("NumPy %.2f ms, %.2f dB", peer_sec * 1e3, peer_psnr);
+        ratio = absl::StrFormat("%.1fx faster, PSNR %+.3f dB", peer_sec / sec, psnr - peer_psnr);
+      } else {
+        peer = "NumPy unavailable (run ./bazelw once to make .venv)";
+      }
+    }
+    std::printf("| INR closed form, %lldx%lld, K = %lld Gaussian | %.2f ms, %.2f dB | %s | %s | |\n",
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(k),
+                sec * 1e3, psnr, peer.c_str(), ratio.c_str());
+  }
+
+  // Zheng et al.'s blended fit of 25% random pixels on a virtual grid.
+  {
+    const int64_t n = quick ? 64 : 512, g = quick ? 32 : 128;
+    const inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
+    std::mt19937_64 rng(1);
+    std::vector<double> px, py, vals;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        if (rng() % 4 != 0) continue;
+        px.push_back((j + 0.5) / n);
+        py.push_back((i + 0.5) / n);
+        vals.push_back(image(i, j));
+      }
+    }
+    std::vector<double> grid(g);
+    for (int64_t i = 0; i < g; ++i) grid[i] = static_cast<double>(i) / (g - 1);
+    const enc::ShiftedBasis1D basis = *enc::ShiftedBasis1D::Create(
+        enc::ShiftedBasisKind::kGaussian, g, 1.0 / g, 0.0, 1.0 + 1.0 / g);
+    const inr::AxisEncoder e = [&](absl::Span<const double> c) { return basis.Encode(c); };
+    inr::BlendedFitOptions options;
+    options.lambda = 1e-4;
+    options.tolerance = 1e-4;
+    int iterations = 0;
+    const double sec = BestSeconds(quick ? 1 : 2, [&] {
+      iterations = inr::FitBlended2D(e, e, grid, grid, px, py, vals, options)->iterations;
+    });
+    std::printf("| INR blended fit, 25%% of %lldx%lld, %lld^2 virtual grid | %.0f ms, %d iterations | | | |\n",
+                static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(g),
+                sec * 1e3, iterations);
+  }
+  return 0;
+}
+
 bool ParseInt(const char* s, long long lo, long long hi, long long* out) {
   char* end = nullptr;
   errno = 0;
@@ -496,6 +664,21 @@ int main(int argc, char** argv) {
   }
   if (command == "version") return RunVersion();
   if (command == "machine") return RunMachine();
+  if (command == "bench") {
+    bool quick = false, peers = true;
+    for (int i = 2; i < argc; ++i) {
+      const std::string flag = argv[i];
+      if (flag == "--quick") {
+        quick = true;
+      } else if (flag == "--no-peers") {
+        peers = false;
+      } else {
+        std::fprintf(stderr, "gpe bench: unknown option '%s'\n\n%s", flag.c_str(), kUsage);
+        return 2;
+      }
+    }
+    return RunBench(quick, peers);
+  }
   if (command == "check-groups") {
     long long seed = 1, trials = 20;
     for (int i = 2; i < argc; ++i) {

@@ -24,13 +24,17 @@ grep -q "3 channel(s)" <<<"$out" || fail "inr-image did not read RGB: $out"
 [[ -s img/spiral_truth_triangle_k64.png ]] || fail "inr-image wrote no reconstruction"
 "$gpe" inr-image missing.png >/dev/null 2>&1 && fail "inr-image accepted a missing file"
 
+out="$("$gpe" bench --quick --no-peers)" || fail "bench --quick failed: $out"
+grep -q "| RoPE in place" <<<"$out" || fail "bench lacks the RoPE row: $out"
+grep -q "| INR closed form" <<<"$out" || fail "bench lacks the INR row: $out"
+
 out="$("$gpe" check-groups --seed 7 --trials 5)" || fail "check-groups exited $?"
 grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: $out"
 
 "$gpe" --help | grep -q "usage: gpe" || fail "--help prints no usage"
 
 for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed" \
-           "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus"; do
+           "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus" "bench --slow"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

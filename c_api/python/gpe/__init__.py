@@ -6,6 +6,16 @@ the library's own message.
 """
 
 from gpe._core import GpeError, version, version_string
+from gpe.sequence import AlgebraicSequence, GrapeM, LearnedPositions, sinusoidal
 from gpe.so import SoRepresentation
 
-__all__ = ["GpeError", "SoRepresentation", "version", "version_string"]
+__all__ = [
+    "AlgebraicSequence",
+    "GpeError",
+    "GrapeM",
+    "LearnedPositions",
+    "SoRepresentation",
+    "sinusoidal",
+    "version",
+    "version_string",
+]

@@ -23,6 +23,7 @@
 #include "encodings/sequence/absolute.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
 
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckDisjoint;
@@ -255,6 +256,89 @@ void AddRows(const seq::RowMatrixXd& acc, const std::vector<char>& touched, cons
       dst[i * g.strides[0] + j * g.strides[1]] += static_cast<T>(acc(i, j));
     }
   }
+}
+
+// A float32/float64 2-D view as a double row-major matrix.
+seq::RowMatrixXd ReadMatrix(const TensorView& v) {
+  seq::RowMatrixXd m(v.shape[0], v.shape[1]);
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      m(i, j) = v.dtype == DType::kFloat32 ? ReadAt<float>(v, i, j) : ReadAt<double>(v, i, j);
+    }
+  }
+  return m;
+}
+
+// Writes (or, with `add`, adds) `m` into a float32/float64 2-D view.
+template <class T>
+void StoreMatrixTyped(const seq::RowMatrixXd& m, const TensorView& v, bool add) {
+  T* dst = v.typed<T>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      T& e = dst[i * v.strides[0] + j * v.strides[1]];
+      e = add ? static_cast<T>(static_cast<double>(e) + m(i, j)) : static_cast<T>(m(i, j));
+    }
+  }
+}
+void StoreMatrix(const seq::RowMatrixXd& m, const TensorView& v, bool add) {
+  if (v.dtype == DType::kFloat32) {
+    StoreMatrixTyped<float>(m, v, add);
+  } else {
+    StoreMatrixTyped<double>(m, v, add);
+  }
+}
+
+// Validated inputs of the Shaw key-score calls, and the ShawRelative built from them.
+struct ShawInputs {
+  TensorView q, table, qp, kp;
+  int64_t k = 0;
+};
+absl::StatusOr<ShawInputs> ViewShaw(const DLTensor* q, const DLTensor* label_table,
+                                    const DLTensor* query_positions,
+                                    const DLTensor* key_positions) {
+  ShawInputs in;
+  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.qp = std::move(*v);
+  v = ViewTensor(key_positions, "key_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.kp = std::move(*v);
+  v = ViewTensor(label_table, "label_table", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in.table = std::move(*v);
+  const int64_t rows = in.table.shape[0];
+  if (rows < 1 || rows % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in.table)));
+  }
+  if (absl::Status s = CheckDim(in.table.shape[1], "label_table's second size (d)", 1); !s.ok()) {
+    return s;
+  }
+  in.k = (rows - 1) / 2;
+  v = ViewTensor(q, "q", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in.q = std::move(*v);
+  if (in.q.shape[0] != in.qp.shape[0] || in.q.shape[1] != in.table.shape[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "q must have shape [", in.qp.shape[0], ", ", in.table.shape[1],
+        "] (query_positions, label_table columns); got ", Shape(in.q)));
+  }
+  return in;
+}
+
+absl::StatusOr<seq::ShawRelative> MakeShaw(const ShawInputs& in) {
+  seq::RowMatrixXd table = ReadMatrix(in.table);
+  for (int64_t i = 0; i < table.rows(); ++i) {
+    for (int64_t j = 0; j < table.cols(); ++j) {
+      if (!std::isfinite(table(i, j))) {
+        return absl::InvalidArgumentError(absl::StrCat("label_table[", i, ", ", j, "] is ",
+                                                       table(i, j), "; values must be finite"));
+      }
+    }
+  }
+  // Only the key side is used here: the value table is a placeholder column.
+  return seq::ShawRelative::Create(in.k, std::move(table),
+                                   seq::RowMatrixXd::Zero(2 * in.k + 1, 1));
 }
 
 }  // namespace
@@ -668,6 +752,106 @@ gpe_status gpe_algebraic_sequence_backward(const gpe_algebraic_sequence* seq,
                                                    : BackwardTyped<double>(seq->impl, *v, &g);
     if (!s.ok()) return s;
     if (has_s) WriteMatrix(g, gs);
+    return absl::OkStatus();
+  });
+}
+
+// ---- Shaw relative key scores --------------------------------------------------------
+
+gpe_status gpe_shaw_key_scores(const DLTensor* q, const DLTensor* label_table,
+                               const DLTensor* query_positions, const DLTensor* key_positions,
+                               DLTensor* scores) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawInputs> in = ViewShaw(q, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> sv = ViewTensor(scores, "scores", 2, kFloat);
+    if (!sv.ok()) return sv.status();
+    if (sv->shape[0] != in->qp.shape[0] || sv->shape[1] != in->kp.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scores must have shape [", in->qp.shape[0], ", ", in->kp.shape[0],
+          "] (query_positions, key_positions); got ", Shape(*sv)));
+    }
+    const NamedView views[] = {{&in->q, "q"},
+                               {&in->table, "label_table"},
+                               {&in->qp, "query_positions"},
+                               {&in->kp, "key_positions"}};
+    for (const NamedView& other : views) {
+      const NamedView pair[] = {other, {&*sv, "scores"}};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShaw(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    absl::StatusOr<seq::RowMatrixXd> out = shaw->KeyScores(
+        ReadMatrix(in->q), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks));
+    if (!out.ok()) return out.status();
+    StoreMatrix(*out, *sv, /*add=*/false);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_shaw_key_scores_backward(const DLTensor* q, const DLTensor* label_table,
+                                        const DLTensor* query_positions,
+                                        const DLTensor* key_positions,
+                                        const DLTensor* grad_scores, DLTensor* grad_q,
+                                        DLTensor* grad_label_table) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawInputs> in = ViewShaw(q, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> gv = ViewTensor(grad_scores, "grad_scores", 2, kFloat);
+    if (!gv.ok()) return gv.status();
+    if (gv->shape[0] != in->qp.shape[0] || gv->shape[1] != in->kp.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "grad_scores must have shape [", in->qp.shape[0], ", ", in->kp.shape[0],
+          "] (query_positions, key_positions); got ", Shape(*gv)));
+    }
+    TensorView gq, gt;
+    if (grad_q != nullptr) {
+      absl::StatusOr<TensorView> v = ViewTensor(grad_q, "grad_q", 2, kFloat);
+      if (!v.ok()) return v.status();
+      if (v->shape != in->q.shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("grad_q must have q's shape ", Shape(in->q), "; got ", Shape(*v)));
+      }
+      gq = std::move(*v);
+    }
+    if (grad_label_table != nullptr) {
+      absl::StatusOr<TensorView> v = ViewTensor(grad_label_table, "grad_label_table", 2, kFloat);
+      if (!v.ok()) return v.status();
+      if (v->shape != in->table.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "grad_label_table must have label_table's shape ", Shape(in->table), "; got ",
+            Shape(*v)));
+      }
+      gt = std::move(*v);
+    }
+    const NamedView views[] = {{&in->q, "q"},
+                               {&in->table, "label_table"},
+                               {&in->qp, "query_positions"},
+                               {&in->kp, "key_positions"},
+                               {&*gv, "grad_scores"},
+                               {grad_q != nullptr ? &gq : nullptr, "grad_q"},
+                               {grad_label_table != nullptr ? &gt : nullptr, "grad_label_table"}};
+    for (size_t i = 5; i < 7; ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        const NamedView pair[] = {views[j], views[i]};
+        if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+      }
+    }
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShaw(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    seq::RowMatrixXd dq, dt;
+    if (grad_label_table != nullptr) dt.setZero(in->table.shape[0], in->table.shape[1]);
+    if (absl::Status s = shaw->KeyScoresBackward(
+            ReadMatrix(in->q), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks),
+            ReadMatrix(*gv), grad_q != nullptr ? &dq : nullptr,
+            grad_label_table != nullptr ? &dt : nullptr);
+        !s.ok()) {
+      return s;
+    }
+    if (grad_q != nullptr) StoreMatrix(dq, gq, /*add=*/false);
+    if (grad_label_table != nullptr) StoreMatrix(dt, gt, /*add=*/true);
     return absl::OkStatus();
   });
 }

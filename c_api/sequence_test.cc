@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -717,6 +718,161 @@ TEST(AlgebraicSequence, BadInputRejected) {
   EXPECT_NE(std::string(gpe_last_error_message()).find("rows"), std::string::npos);
   gpe_algebraic_sequence_destroy(h);
   gpe_algebraic_sequence_destroy(nullptr);
+}
+
+// ---- Shaw relative key scores -----------------------------------------------------------
+
+// Shaw et al.: label clip(j - i, -k, k), table row label + k. j - i in __int128 (exact).
+int64_t ShawRow(int64_t i, int64_t j, int64_t k) {
+  const __int128 diff = static_cast<__int128>(j) - static_cast<__int128>(i);
+  const __int128 clipped = diff < -k ? -k : (diff > k ? k : diff);
+  return static_cast<int64_t>(clipped) + k;
+}
+
+struct ShawCase {
+  int64_t k = 3, d = 4;
+  std::vector<int64_t> qp = {0, 5, std::numeric_limits<int64_t>::min(), 7};
+  std::vector<int64_t> kp = {0, 1, 2, 9, std::numeric_limits<int64_t>::max()};
+  std::vector<double> q, table;
+};
+
+std::vector<double> ShawScores(const ShawCase& c, gpe_status* st) {
+  const int64_t lq = c.qp.size(), lk = c.kp.size();
+  std::vector<double> scores(lq * lk);
+  std::vector<int64_t> qs{lq, c.d}, ts{2 * c.k + 1, c.d}, qps{lq}, kps{lk}, ss{lq, lk};
+  DLTensor tq = Tensor(const_cast<double*>(c.q.data()), kDLFloat, 64, &qs);
+  DLTensor tt = Tensor(const_cast<double*>(c.table.data()), kDLFloat, 64, &ts);
+  DLTensor tqp = Tensor(const_cast<int64_t*>(c.qp.data()), kDLInt, 64, &qps);
+  DLTensor tkp = Tensor(const_cast<int64_t*>(c.kp.data()), kDLInt, 64, &kps);
+  DLTensor tsc = Tensor(scores.data(), kDLFloat, 64, &ss);
+  *st = gpe_shaw_key_scores(&tq, &tt, &tqp, &tkp, &tsc);
+  return scores;
+}
+
+TEST(ShawKeyScores, MatchesDirectLoopIncludingExtremePositions) {
+  std::mt19937_64 rng(9);
+  ShawCase c;
+  c.q = Random(&rng, c.qp.size() * c.d);
+  c.table = Random(&rng, (2 * c.k + 1) * c.d);
+  gpe_status st;
+  const std::vector<double> got = ShawScores(c, &st);
+  ASSERT_EQ(st, GPE_OK) << gpe_last_error_message();
+  for (size_t a = 0; a < c.qp.size(); ++a) {
+    for (size_t b = 0; b < c.kp.size(); ++b) {
+      const int64_t r = ShawRow(c.qp[a], c.kp[b], c.k);
+      double want = 0;
+      for (int64_t i = 0; i < c.d; ++i) want += c.q[a * c.d + i] * c.table[r * c.d + i];
+      // Same d-term dot product, possibly summed in another order: ~d eps.
+      EXPECT_NEAR(got[a * c.kp.size() + b], want, 1e-14) << a << "," << b;
+    }
+  }
+  // Relativity: shifting every position by the same amount leaves the scores unchanged
+  // (away from int64 overflow).
+  ShawCase shifted = c;
+  shifted.qp = {100, 105, -1000, 107};
+  shifted.kp = {100, 101, 102, 109, 5000};
+  ShawCase base = c;
+  base.qp = {0, 5, -1100, 7};
+  base.kp = {0, 1, 2, 9, 4900};
+  const std::vector<double> s1 = ShawScores(shifted, &st), s0 = ShawScores(base, &st);
+  ASSERT_EQ(st, GPE_OK);
+  for (size_t i = 0; i < s0.size(); ++i) EXPECT_EQ(s0[i], s1[i]);
+}
+
+TEST(ShawKeyScores, BackwardMatchesLoopAndFiniteDifferences) {
+  std::mt19937_64 rng(10);
+  ShawCase c;
+  c.q = Random(&rng, c.qp.size() * c.d);
+  c.table = Random(&rng, (2 * c.k + 1) * c.d);
+  const int64_t lq = c.qp.size(), lk = c.kp.size(), rows = 2 * c.k + 1;
+  const std::vector<double> w = Random(&rng, lq * lk);
+  std::vector<double> gq(lq * c.d, 99.0), gt(rows * c.d, 0.5);
+  std::vector<int64_t> qs{lq, c.d}, ts{rows, c.d}, qps{lq}, kps{lk}, ss{lq, lk};
+  DLTensor tq = Tensor(c.q.data(), kDLFloat, 64, &qs);
+  DLTensor tt = Tensor(c.table.data(), kDLFloat, 64, &ts);
+  DLTensor tqp = Tensor(c.qp.data(), kDLInt, 64, &qps);
+  DLTensor tkp = Tensor(c.kp.data(), kDLInt, 64, &kps);
+  DLTensor tw = Tensor(const_cast<double*>(w.data()), kDLFloat, 64, &ss);
+  DLTensor tgq = Tensor(gq.data(), kDLFloat, 64, &qs);
+  DLTensor tgt = Tensor(gt.data(), kDLFloat, 64, &ts);
+  ASSERT_EQ(gpe_shaw_key_scores_backward(&tq, &tt, &tqp, &tkp, &tw, &tgq, &tgt), GPE_OK)
+      << gpe_last_error_message();
+  // Direct loops: dL/dq[a] = sum_b w[a,b] table[row(a,b)], dL/dtable[r] = sum w q[a].
+  std::vector<double> want_q(lq * c.d, 0.0), want_t(rows * c.d, 0.5);  // table accumulates
+  for (int64_t a = 0; a < lq; ++a) {
+    for (int64_t b = 0; b < lk; ++b) {
+      const int64_t r = ShawRow(c.qp[a], c.kp[b], c.k);
+      for (int64_t i = 0; i < c.d; ++i) {
+        want_q[a * c.d + i] += w[a * lk + b] * c.table[r * c.d + i];
+        want_t[r * c.d + i] += w[a * lk + b] * c.q[a * c.d + i];
+      }
+    }
+  }
+  // Sums of <= Lk O(1) products in another order: ~1e-15.
+  for (size_t i = 0; i < gq.size(); ++i) EXPECT_NEAR(gq[i], want_q[i], 1e-13) << i;
+  for (size_t i = 0; i < gt.size(); ++i) EXPECT_NEAR(gt[i], want_t[i], 1e-13) << i;
+  // Central differences (the loss is linear, so only rounding ~eps |L| / h ~ 1e-10).
+  auto loss = [&] {
+    gpe_status st;
+    const std::vector<double> s = ShawScores(c, &st);
+    EXPECT_EQ(st, GPE_OK);
+    double l = 0;
+    for (size_t i = 0; i < s.size(); ++i) l += w[i] * s[i];
+    return l;
+  };
+  const double h = 1e-5;
+  for (std::vector<double>* param : {&c.q, &c.table}) {
+    for (size_t i = 0; i < param->size(); ++i) {
+      const double keep = (*param)[i];
+      (*param)[i] = keep + h;
+      const double lp = loss();
+      (*param)[i] = keep - h;
+      const double lm = loss();
+      (*param)[i] = keep;
+      const double want = param == &c.q ? gq[i] : gt[i] - 0.5;
+      EXPECT_NEAR((lp - lm) / (2 * h), want, 1e-8) << i;
+    }
+  }
+}
+
+TEST(ShawKeyScores, BadInputRejected) {
+  ShawCase c;
+  c.q.assign(c.qp.size() * c.d, 1.0);
+  c.table.assign((2 * c.k + 1) * c.d, 1.0);
+  gpe_status st;
+  c.table[3] = NAN;
+  ShawScores(c, &st);
+  EXPECT_EQ(st, GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("label_table[0, 3]"), std::string::npos)
+      << gpe_last_error_message();
+  c.table[3] = 1.0;
+  c.k = 2;  // a [5, d] view of the first rows: valid
+  ShawScores(c, &st);
+  EXPECT_EQ(st, GPE_OK) << gpe_last_error_message();
+  std::vector<int64_t> qs{4, 4}, ts{4, 4}, qps{4}, kps{5}, ss{4, 5};
+  std::vector<double> scores(20);
+  DLTensor tq = Tensor(c.q.data(), kDLFloat, 64, &qs);
+  DLTensor tt = Tensor(c.table.data(), kDLFloat, 64, &ts);
+  DLTensor tqp = Tensor(c.qp.data(), kDLInt, 64, &qps);
+  DLTensor tkp = Tensor(c.kp.data(), kDLInt, 64, &kps);
+  DLTensor tsc = Tensor(scores.data(), kDLFloat, 64, &ss);
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tqp, &tkp, &tsc), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("odd"), std::string::npos);
+  ts = {5, 4};
+  std::vector<int64_t> wrong{4, 4};
+  DLTensor tbad = Tensor(scores.data(), kDLFloat, 64, &wrong);
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tqp, &tkp, &tbad), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("scores"), std::string::npos);
+  qs = {4, 3};
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tqp, &tkp, &tsc), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("q must have shape"), std::string::npos);
+  qs = {4, 4};
+  DLTensor talias = Tensor(c.q.data(), kDLFloat, 64, &ss);  // scores over q
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tqp, &tkp, &talias), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, nullptr, &tkp, &tsc), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_shaw_key_scores_backward(&tq, &tt, &tqp, &tkp, &tsc, &tq, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);  // grad_q = q
+  EXPECT_EQ(gpe_shaw_key_scores_backward(&tq, &tt, &tqp, &tkp, &tsc, nullptr, nullptr), GPE_OK);
 }
 
 }  // namespace

@@ -263,6 +263,29 @@ GPE_API GPE_NODISCARD gpe_status gpe_algebraic_sequence_backward(
     const gpe_algebraic_sequence* seq, const DLTensor* positions, const DLTensor* x,
     const DLTensor* grad_out, DLTensor* grad_x, DLTensor* grad_skew);
 
+/* -- Shaw et al. relative key scores ("Self-Attention with Relative Position
+ * Representations"; FORMULAS.md) --
+ *   scores[a, b] = q[a, :] . label_table[clip(kp[b] - qp[a], -k, k) + k, :]
+ * with qp = query_positions, kp = key_positions and k = (label_table rows - 1) / 2: row r
+ * of the table holds label r - k. kp[b] - qp[a] is formed exactly for any int64 values.
+ * q: float32 or float64 [Lq, d]; label_table: float32 or float64 [2k + 1, d] (an odd
+ * number of rows, d >= 1, finite); query_positions: int64 [Lq]; key_positions: int64
+ * [Lk]; scores: float32 or float64 [Lq, Lk], disjoint from every input. Stateless: the
+ * table is read on every call. */
+GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores(const DLTensor* q,
+                                                     const DLTensor* label_table,
+                                                     const DLTensor* query_positions,
+                                                     const DLTensor* key_positions,
+                                                     DLTensor* scores);
+/* Backward given grad_scores = dL/dscores (float32 or float64 [Lq, Lk]). grad_q (float32 or
+ * float64 [Lq, d], or NULL) is overwritten with dL/dq; dL/dlabel_table is ADDED to
+ * grad_label_table (float32 or float64 [2k + 1, d], or NULL; not cleared). Outputs must
+ * be disjoint from the inputs and from each other. */
+GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores_backward(
+    const DLTensor* q, const DLTensor* label_table, const DLTensor* query_positions,
+    const DLTensor* key_positions, const DLTensor* grad_scores, DLTensor* grad_q,
+    DLTensor* grad_label_table);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

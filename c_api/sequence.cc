@@ -89,7 +89,8 @@ absl::Status CheckLike(const TensorView& other, const char* name, const TensorVi
   return absl::OkStatus();
 }
 
-// A float64 output of exactly `shape` (or nullopt-like empty view when t is NULL).
+// An optional float64 output of exactly `shape`: *present is false (and *out untouched)
+// when t is NULL.
 absl::Status ViewParamGrad(DLTensor* t, const char* name, std::vector<int64_t> shape,
                            TensorView* out, bool* present) {
   *present = t != nullptr;

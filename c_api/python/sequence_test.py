@@ -235,5 +235,54 @@ class AlgebraicSequenceTest(unittest.TestCase):
             seq.apply([1, 2, 3], np.zeros((2, 4)))
 
 
+def shaw_reference(q, table, qp, kp):
+    """Shaw et al.: label clip(j - i, -k, k) with Python integers (exact differences)."""
+    k = (table.shape[0] - 1) // 2
+    out = np.empty((len(qp), len(kp)))
+    for a, i in enumerate(qp):
+        for b, j in enumerate(kp):
+            out[a, b] = q[a] @ table[max(-k, min(k, int(j) - int(i))) + k]
+    return out
+
+
+class ShawKeyScoresTest(unittest.TestCase):
+    def setUp(self):
+        rng = np.random.default_rng(3)
+        self.q = rng.standard_normal((4, 3))
+        self.table = rng.standard_normal((5, 3))  # k = 2
+        self.qp = np.array([0, 4, -2**63, 10])
+        self.kp = np.array([0, 1, 3, 2**63 - 1, 11])
+        self.rng = rng
+
+    def test_matches_reference(self):
+        got = gpe.shaw_key_scores(self.q, self.table, self.qp, self.kp)
+        # d = 3 products summed: rounding ~1e-16.
+        np.testing.assert_allclose(got, shaw_reference(self.q, self.table, self.qp, self.kp),
+                                   rtol=0, atol=1e-14)
+        # Relativity: a common shift of all positions changes nothing.
+        qp, kp = np.array([0, 4, -50, 10]), np.array([0, 1, 3, 70, 11])
+        np.testing.assert_array_equal(gpe.shaw_key_scores(self.q, self.table, qp, kp),
+                                      gpe.shaw_key_scores(self.q, self.table, qp + 999, kp + 999))
+
+    def test_backward_matches_finite_differences(self):
+        w = self.rng.standard_normal((4, 5))
+        q, table = self.q.copy(), self.table.copy()
+        gq, gt = gpe.shaw_key_scores_backward(q, table, self.qp, self.kp, w)
+
+        def loss():
+            return float(np.sum(w * gpe.shaw_key_scores(q, table, self.qp, self.kp)))
+
+        # Linear loss: central differences are exact up to rounding eps |L| / h ~ 1e-10.
+        np.testing.assert_allclose(gq, central_difference(loss, q), rtol=0, atol=1e-8)
+        np.testing.assert_allclose(gt, central_difference(loss, table), rtol=0, atol=1e-8)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.shaw_key_scores(self.q, self.table[:4], self.qp, self.kp)
+        self.assertIn("odd", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            gpe.shaw_key_scores(self.q[:3], self.table, self.qp, self.kp)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -6,7 +6,8 @@ the library's own message.
 """
 
 from gpe._core import GpeError, version, version_string
-from gpe.sequence import AlgebraicSequence, GrapeM, LearnedPositions, sinusoidal
+from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
+                          shaw_key_scores_backward, sinusoidal)
 from gpe.so import SoRepresentation
 
 __all__ = [
@@ -15,6 +16,8 @@ __all__ = [
     "GrapeM",
     "LearnedPositions",
     "SoRepresentation",
+    "shaw_key_scores",
+    "shaw_key_scores_backward",
     "sinusoidal",
     "version",
     "version_string",

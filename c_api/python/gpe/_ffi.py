@@ -179,6 +179,8 @@ def _declare(lib):
         "gpe_algebraic_sequence_apply": (st, [p, t, t, t]),
         "gpe_algebraic_sequence_matrix": (st, [p, ctypes.c_int64, t]),
         "gpe_algebraic_sequence_backward": (st, [p, t, t, t, t, t]),
+        "gpe_shaw_key_scores": (st, [t, t, t, t, t]),
+        "gpe_shaw_key_scores_backward": (st, [t, t, t, t, t, t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -4,6 +4,7 @@
 - LearnedPositions: a learned absolute table, lookup and gradient accumulation.
 - GrapeM: GRAPE-M, a product of rank-2 rotations exp(p omega_k (a_k b_k^T - b_k a_k^T)).
 - AlgebraicSequence: Kogkalidis et al.'s W^p = exp(p S) for a learned skew S.
+- shaw_key_scores(): Shaw et al.'s relative key term q_i . aK[clip(j - i, -k, k)].
 
 Batches are NumPy arrays [N, dim] of float32 or float64 (any strides, passed without
 copies); positions are integers [N]. Parameters and parameter gradients are float64.
@@ -60,6 +61,35 @@ def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
     t = _Call()
     check(lib().gpe_sinusoidal_encode(ctypes.byref(opts), t(positions), t(out)))
     return out
+
+
+def shaw_key_scores(q, label_table, query_positions, key_positions, out=None):
+    """scores[a, b] = q[a] . label_table[clip(kp[b] - qp[a], -k, k) + k], k = (rows - 1) / 2.
+
+    q: [Lq, d]; label_table: [2k + 1, d]; returns float64 [Lq, Lk] (or fills `out`)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    q, label_table = np.asarray(q), np.asarray(label_table)
+    if out is None:
+        out = np.empty((qp.shape[0], kp.shape[0]), dtype=np.float64)
+    t = _Call()
+    check(lib().gpe_shaw_key_scores(t(q), t(label_table), t(qp), t(kp), t(out)))
+    return out
+
+
+def shaw_key_scores_backward(q, label_table, query_positions, key_positions, grad_scores,
+                             grad_label_table=None):
+    """Returns (grad_q, grad_label_table); dL/dlabel_table is added into grad_label_table
+    (a new float64 zero array when None)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    q, label_table = np.asarray(q), np.asarray(label_table)
+    grad_scores = np.asarray(grad_scores)
+    grad_q = np.empty(q.shape, dtype=np.float64)
+    if grad_label_table is None:
+        grad_label_table = np.zeros(label_table.shape, dtype=np.float64)
+    t = _Call()
+    check(lib().gpe_shaw_key_scores_backward(t(q), t(label_table), t(qp), t(kp), t(grad_scores),
+                                             t(grad_q), t(grad_label_table)))
+    return grad_q, grad_label_table
 
 
 class _Handle:

@@ -1,5 +1,6 @@
 #include "c_api/checks.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -54,6 +55,25 @@ absl::Status CheckDisjoint(absl::Span<const NamedView> views) {
                                                        " overlap; pass disjoint memory"));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name) {
+  if (v.numel() == 0) return absl::OkStatus();
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1) dims.emplace_back(v.strides[i] < 0 ? -v.strides[i] : v.strides[i], v.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // largest offset reachable with the smaller dimensions
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has strides under which distinct indices share an element (e.g. a zero "
+                "stride); outputs must not overlap themselves"));
+    }
+    reach += stride * (size - 1);  // bounded: ViewTensor checked the extent
   }
   return absl::OkStatus();
 }

@@ -32,6 +32,11 @@ using NamedView = std::pair<const TensorView*, const char*>;
 // InvalidArgument when two of `views` (null entries skipped) share memory.
 absl::Status CheckDisjoint(absl::Span<const NamedView> views);
 
+// InvalidArgument when the output view `v` maps two indices to one element (e.g. a
+// zero stride). The test is the usual sufficient one: sorted by |stride|, each
+// dimension's stride clears the whole extent of the smaller ones.
+absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
+
 // Positions [N] as a contiguous span: the tensor's own memory when it is compact,
 // otherwise a gathered copy in `storage`.
 absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage);

@@ -28,6 +28,7 @@
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
+using gpe::c_api::CheckNoSelfOverlap;
 using gpe::c_api::CheckStructSize;
 using gpe::c_api::ContiguousPositions;
 using gpe::c_api::DType;
@@ -103,6 +104,7 @@ absl::Status ViewParamGrad(DLTensor* t, const char* name, std::vector<int64_t> s
     return absl::InvalidArgumentError(
         absl::StrCat(name, " must have shape ", Shape(want), "; got ", Shape(*v)));
   }
+  if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
   *out = std::move(*v);
   return absl::OkStatus();
 }
@@ -121,6 +123,7 @@ absl::StatusOr<ApplyViews> ViewApply(const DLTensor* positions, const DLTensor* 
   absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kFloat);
   if (!ov.ok()) return ov.status();
   if (absl::Status s = CheckLike(*ov, "out", *xv, "x"); !s.ok()) return s;
+  if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
   if (!gpe::c_api::SameLayout(*xv, *ov) && gpe::c_api::Overlaps(*xv, *ov)) {
     return absl::InvalidArgumentError(
         "out overlaps x without being x itself: pass out = x for in place, or disjoint memory");
@@ -156,6 +159,7 @@ absl::StatusOr<BackwardViews> ViewBackward(const DLTensor* positions, const DLTe
     v.grad_x = std::move(*gx);
     v.has_grad_x = true;
     if (absl::Status s = CheckLike(v.grad_x, "grad_x", v.x, "x"); !s.ok()) return s;
+    if (absl::Status s = CheckNoSelfOverlap(v.grad_x, "grad_x"); !s.ok()) return s;
     if (gpe::c_api::Overlaps(v.grad_x, v.x) || gpe::c_api::Overlaps(v.grad_x, v.p)) {
       return absl::InvalidArgumentError(
           "grad_x overlaps x or positions; pass disjoint memory");
@@ -240,6 +244,7 @@ absl::StatusOr<TensorView> ViewSquare(DLTensor* out, int64_t dim) {
                                                    "]; got [", ov->shape[0], ", ",
                                                    ov->shape[1], "]"));
   }
+  if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
   return ov;
 }
 
@@ -375,6 +380,7 @@ gpe_status gpe_sinusoidal_encode(const gpe_sinusoidal_options* options, const DL
     if (gpe::c_api::Overlaps(*p, *ov)) {
       return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
     }
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
     if (p->shape[0] == 0) return absl::OkStatus();
     std::vector<int64_t> pstore;
     absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
@@ -454,6 +460,7 @@ gpe_status gpe_learned_positions_lookup(const gpe_learned_positions* table,
     if (gpe::c_api::Overlaps(*p, *ov)) {
       return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
     }
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
     if (p->shape[0] == 0) return absl::OkStatus();
     std::vector<int64_t> pstore;
     absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
@@ -487,6 +494,7 @@ gpe_status gpe_learned_positions_backward(const gpe_learned_positions* table,
                                                      t.max_positions(), ", ", t.dim(),
                                                      "]; got ", Shape(*gt)));
     }
+    if (absl::Status s = CheckNoSelfOverlap(*gt, "grad_table"); !s.ok()) return s;
     const NamedView views[] = {{&*p, "positions"}, {&*gv, "grad_out"}, {&*gt, "grad_table"}};
     if (absl::Status s = CheckDisjoint(views); !s.ok()) return s;
     if (p->shape[0] == 0) return absl::OkStatus();
@@ -772,6 +780,7 @@ gpe_status gpe_shaw_key_scores(const DLTensor* q, const DLTensor* label_table,
           "scores must have shape [", in->qp.shape[0], ", ", in->kp.shape[0],
           "] (query_positions, key_positions); got ", Shape(*sv)));
     }
+    if (absl::Status s = CheckNoSelfOverlap(*sv, "scores"); !s.ok()) return s;
     const NamedView views[] = {{&in->q, "q"},
                                {&in->table, "label_table"},
                                {&in->qp, "query_positions"},
@@ -814,6 +823,7 @@ gpe_status gpe_shaw_key_scores_backward(const DLTensor* q, const DLTensor* label
         return absl::InvalidArgumentError(
             absl::StrCat("grad_q must have q's shape ", Shape(in->q), "; got ", Shape(*v)));
       }
+      if (absl::Status s = CheckNoSelfOverlap(*v, "grad_q"); !s.ok()) return s;
       gq = std::move(*v);
     }
     if (grad_label_table != nullptr) {
@@ -824,6 +834,7 @@ gpe_status gpe_shaw_key_scores_backward(const DLTensor* q, const DLTensor* label
             "grad_label_table must have label_table's shape ", Shape(in->table), "; got ",
             Shape(*v)));
       }
+      if (absl::Status s = CheckNoSelfOverlap(*v, "grad_label_table"); !s.ok()) return s;
       gt = std::move(*v);
     }
     const NamedView views[] = {{&in->q, "q"},

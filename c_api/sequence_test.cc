@@ -199,6 +199,11 @@ TEST(Sinusoidal, BadInputRejected) {
   EXPECT_EQ(gpe_sinusoidal_encode(&o, &tp32, &to), GPE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(gpe_last_error_message()).find("positions"), std::string::npos);
   EXPECT_EQ(gpe_sinusoidal_encode(&o, &tp, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  // An output whose rows alias (row stride 0) is rejected, not silently overwritten.
+  std::vector<int64_t> zero_rows{0, 1};
+  DLTensor tz = Tensor(out.data(), kDLFloat, 64, &os, &zero_rows);
+  EXPECT_EQ(gpe_sinusoidal_encode(&o, &tp, &tz), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("overlap themselves"), std::string::npos);
 }
 
 // ---- Learned positions ----------------------------------------------------------------
@@ -532,6 +537,11 @@ TEST(GrapeM, BadInputRejected) {
   DLTensor tb = Tensor(big.data() + 2, kDLFloat, 64, &shifted_shape);
   EXPECT_EQ(gpe_grape_m_apply(h, &tp, &ta, &tb), GPE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(gpe_last_error_message()).find("overlaps"), std::string::npos);
+  // Interleaved rows (row stride 2 < dim 4 with unit columns) alias each other.
+  std::vector<int64_t> interleaved{2, 1};
+  DLTensor ti = Tensor(big.data(), kDLFloat, 64, &shifted_shape, &interleaved);
+  EXPECT_EQ(gpe_grape_m_apply(h, &tp, &tx, &ti), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("overlap themselves"), std::string::npos);
   // Backward: wrong grad_omega shape, grad_x = x, grad_a overlapping grad_x, dtype mix.
   EXPECT_EQ(gpe_grape_m_backward(h, &tp, &tx, &tgo, &tgx, &tga, nullptr, &tgw),
             GPE_ERROR_INVALID_ARGUMENT);

@@ -885,4 +885,51 @@ TEST(ShawKeyScores, BadInputRejected) {
   EXPECT_EQ(gpe_shaw_key_scores_backward(&tq, &tt, &tqp, &tkp, &tsc, nullptr, nullptr), GPE_OK);
 }
 
+TEST(EmptyBatches, AreAcceptedWithNullData) {
+  // N = 0 rows: data may be NULL; parameter gradients of an empty sum are zero.
+  std::vector<int64_t> ps{0}, xs{0, 4}, as{1, 4}, ws{1}, ts{3, 4}, ss{0, 0};
+  DLTensor tp = Tensor(nullptr, kDLInt, 64, &ps);
+  DLTensor tx = Tensor(nullptr, kDLFloat, 32, &xs);
+  gpe_sinusoidal_options so = GPE_SINUSOIDAL_OPTIONS_INIT;
+  EXPECT_EQ(gpe_sinusoidal_encode(&so, &tp, &tx), GPE_OK) << gpe_last_error_message();
+
+  std::vector<double> a = {1, 0, 0, 0}, b = {0, 1, 0, 0}, omega = {0.5};
+  gpe_grape_m* h = MakeGrape({4, 1, a, b, omega});
+  std::vector<double> ga(4, 7.0), gb(4, 7.0), gw(1, 7.0);
+  DLTensor tga = Tensor(ga.data(), kDLFloat, 64, &as);
+  DLTensor tgb = Tensor(gb.data(), kDLFloat, 64, &as);
+  DLTensor tgw = Tensor(gw.data(), kDLFloat, 64, &ws);
+  EXPECT_EQ(gpe_grape_m_apply(h, &tp, &tx, &tx), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_grape_m_backward(h, &tp, &tx, &tx, nullptr, &tga, &tgb, &tgw), GPE_OK)
+      << gpe_last_error_message();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(ga[i] + gb[i], 0.0);
+  EXPECT_EQ(gw[0], 0.0);
+  gpe_grape_m_destroy(h);
+
+  std::vector<double> table(12, 1.0), grad_table(12, 0.0);
+  DLTensor tt = Tensor(table.data(), kDLFloat, 64, &ts);
+  DLTensor tgt = Tensor(grad_table.data(), kDLFloat, 64, &ts);
+  gpe_learned_positions* lp = nullptr;
+  ASSERT_EQ(gpe_learned_positions_create(&tt, &lp), GPE_OK);
+  EXPECT_EQ(gpe_learned_positions_lookup(lp, &tp, &tx), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_learned_positions_backward(lp, &tp, &tx, &tgt), GPE_OK);
+  gpe_learned_positions_destroy(lp);
+
+  std::vector<double> skew = {0, 1, 0, 0, -1, 0, 0, 0, 0, 0, 0, 2, 0, 0, -2, 0};
+  gpe_algebraic_sequence* seq = MakeAlgebraic(skew, 4);
+  std::vector<double> gs(16, 7.0);
+  std::vector<int64_t> gss{4, 4};
+  DLTensor tgs = Tensor(gs.data(), kDLFloat, 64, &gss);
+  EXPECT_EQ(gpe_algebraic_sequence_apply(seq, &tp, &tx, &tx), GPE_OK);
+  EXPECT_EQ(gpe_algebraic_sequence_backward(seq, &tp, &tx, &tx, nullptr, &tgs), GPE_OK)
+      << gpe_last_error_message();
+  for (double v : gs) EXPECT_EQ(v, 0.0);
+  gpe_algebraic_sequence_destroy(seq);
+
+  std::vector<int64_t> qs{0, 4}, shaw_ts{3, 4};
+  DLTensor tq = Tensor(nullptr, kDLFloat, 64, &qs);
+  DLTensor tsc = Tensor(nullptr, kDLFloat, 64, &ss);
+  EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tp, &tp, &tsc), GPE_OK) << gpe_last_error_message();
+}
+
 }  // namespace

@@ -92,6 +92,12 @@ class SinusoidalTest(unittest.TestCase):
             gpe.sinusoidal([1, 2], 4, out=np.empty((3, 4)))
         with self.assertRaises(TypeError):
             gpe.sinusoidal([1.5, 2.0], 4)
+        # A writable output whose rows alias (row stride 0) is rejected.
+        base = np.zeros(4)
+        aliased = np.lib.stride_tricks.as_strided(base, shape=(3, 4), strides=(0, 8))
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.sinusoidal([1, 2, 3], 4, out=aliased)
+        self.assertIn("overlap themselves", str(ctx.exception))
 
 
 class LearnedPositionsTest(unittest.TestCase):

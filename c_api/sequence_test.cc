@@ -932,4 +932,52 @@ TEST(EmptyBatches, AreAcceptedWithNullData) {
   EXPECT_EQ(gpe_shaw_key_scores(&tq, &tt, &tp, &tp, &tsc), GPE_OK) << gpe_last_error_message();
 }
 
+TEST(GrapeM, Float32StridedBackwardMatchesFloat64) {
+  std::mt19937_64 rng(11);
+  const int64_t dim = 4, m = 2, n = 3;
+  const GrapeParams g = RandomGrape(&rng, dim, m);
+  gpe_grape_m* h = MakeGrape(g);
+  const std::vector<int64_t> pos = {2, -5, 1};
+  const std::vector<double> x = Random(&rng, n * dim), w = Random(&rng, n * dim);
+  std::vector<int64_t> ps{n}, xs{n, dim}, as{m, dim}, ws{m}, col{1, n};
+  DLTensor tp = Tensor(const_cast<int64_t*>(pos.data()), kDLInt, 64, &ps);
+  // float64 compact reference.
+  std::vector<double> gx(n * dim), ga(m * dim), gb(m * dim), gw(m);
+  DLTensor tx = Tensor(const_cast<double*>(x.data()), kDLFloat, 64, &xs);
+  DLTensor tg = Tensor(const_cast<double*>(w.data()), kDLFloat, 64, &xs);
+  DLTensor tgx = Tensor(gx.data(), kDLFloat, 64, &xs);
+  DLTensor tga = Tensor(ga.data(), kDLFloat, 64, &as);
+  DLTensor tgb = Tensor(gb.data(), kDLFloat, 64, &as);
+  DLTensor tgw = Tensor(gw.data(), kDLFloat, 64, &ws);
+  ASSERT_EQ(gpe_grape_m_backward(h, &tp, &tx, &tg, &tgx, &tga, &tgb, &tgw), GPE_OK);
+  // float32, column-major x, grad_out and grad_x (buffered path).
+  std::vector<float> x32(n * dim), w32(n * dim), gx32(n * dim);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < dim; ++c) {
+      x32[r + n * c] = static_cast<float>(x[r * dim + c]);
+      w32[r + n * c] = static_cast<float>(w[r * dim + c]);
+    }
+  }
+  std::vector<double> ga2(m * dim), gb2(m * dim), gw2(m);
+  DLTensor tx32 = Tensor(x32.data(), kDLFloat, 32, &xs, &col);
+  DLTensor tg32 = Tensor(w32.data(), kDLFloat, 32, &xs, &col);
+  DLTensor tgx32 = Tensor(gx32.data(), kDLFloat, 32, &xs, &col);
+  DLTensor tga2 = Tensor(ga2.data(), kDLFloat, 64, &as);
+  DLTensor tgb2 = Tensor(gb2.data(), kDLFloat, 64, &as);
+  DLTensor tgw2 = Tensor(gw2.data(), kDLFloat, 64, &ws);
+  ASSERT_EQ(gpe_grape_m_backward(h, &tp, &tx32, &tg32, &tgx32, &tga2, &tgb2, &tgw2), GPE_OK)
+      << gpe_last_error_message();
+  // Inputs rounded to float32 (relative 6e-8) feed O(10)-sized gradients (|p| <= 5,
+  // |a|, |b| ~ 2): differences ~1e-6; 1e-4 leaves margin while catching a layout mix-up.
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < dim; ++c) EXPECT_NEAR(gx32[r + n * c], gx[r * dim + c], 1e-4);
+  }
+  for (int64_t i = 0; i < m * dim; ++i) {
+    EXPECT_NEAR(ga2[i], ga[i], 1e-4 * std::max(1.0, std::abs(ga[i])));
+    EXPECT_NEAR(gb2[i], gb[i], 1e-4 * std::max(1.0, std::abs(gb[i])));
+  }
+  for (int64_t k = 0; k < m; ++k) EXPECT_NEAR(gw2[k], gw[k], 1e-4 * std::max(1.0, std::abs(gw[k])));
+  gpe_grape_m_destroy(h);
+}
+
 }  // namespace

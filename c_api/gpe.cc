@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "c_api/checks.h"
 #include "c_api/error.h"
 #include "c_api/so_rep.h"
 #include "c_api/tensor_view.h"
@@ -26,51 +27,9 @@ struct gpe_so_rep {
   std::unique_ptr<gpe::c_api::SoRep> impl;
 };
 
-namespace {
-
-// Largest vector length accepted: keeps dim * dim * 8 bytes (the dense matrix) and all
-// index arithmetic far from int64 overflow.
-constexpr int64_t kMaxDim = int64_t{1} << 20;
-
-// Checks an option struct's leading struct_size field: at least the first released
-// version's size (`min_size`), at most this library's (`size`).
-absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
-                             const char* name) {
-  if (struct_size < min_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ".struct_size is ", struct_size, "; set it to sizeof(", name,
-        ") (use the _INIT macro)"));
-  }
-  if (struct_size > size) {
-    return gpe::c_api::VersionMismatchError(absl::StrCat(
-        name, ".struct_size is ", struct_size, " but this library (", gpe_version_string(),
-        ") knows ", size, " bytes: the header is newer than the library"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckDim(int64_t dim, const char* name) {
-  if (dim < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 2; got ", dim));
-  }
-  if (dim > kMaxDim) {
-    return absl::OutOfRangeError(absl::StrCat(name, " is ", dim, "; at most ", kMaxDim,
-                                              " is supported"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckFinite(const double* v, int64_t n, const char* name) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(v[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, "[", i, "] is ", v[i], "; values must be finite"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+using gpe::c_api::CheckDim;
+using gpe::c_api::CheckFinite;
+using gpe::c_api::CheckStructSize;
 
 extern "C" {
 

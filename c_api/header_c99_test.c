@@ -57,6 +57,24 @@ int main(void) {
 
   gpe_so_rep_destroy(rep);
   gpe_so_rep_destroy(NULL);
+
+  /* The sequence section: option structs with their _INIT macros, from C. */
+  {
+    gpe_sinusoidal_options sin_opts = GPE_SINUSOIDAL_OPTIONS_INIT;
+    gpe_grape_m_options grape_opts = GPE_GRAPE_M_OPTIONS_INIT;
+    gpe_algebraic_sequence_options alg_opts = GPE_ALGEBRAIC_SEQUENCE_OPTIONS_INIT;
+    gpe_grape_m* grape = NULL;
+    gpe_algebraic_sequence* alg = NULL;
+    /* PE(0) = (sin 0, cos 0, sin 0, cos 0). */
+    CHECK(gpe_sinusoidal_encode(&sin_opts, &tp, &tx) == GPE_OK);
+    CHECK(x[0] == 0.0 && x[1] == 1.0 && x[2] == 0.0 && x[3] == 1.0);
+    CHECK(grape_opts.struct_size == sizeof(gpe_grape_m_options));
+    CHECK(gpe_grape_m_create(&grape_opts, &grape) == GPE_ERROR_INVALID_ARGUMENT && !grape);
+    CHECK(gpe_algebraic_sequence_create(&alg_opts, &alg) == GPE_ERROR_INVALID_ARGUMENT && !alg);
+    gpe_grape_m_destroy(NULL);
+    gpe_algebraic_sequence_destroy(NULL);
+    gpe_learned_positions_destroy(NULL);
+  }
   if (failures == 0) printf("header_c99_test: all checks passed\n");
   return failures == 0 ? 0 : 1;
 }

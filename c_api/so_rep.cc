@@ -10,22 +10,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "c_api/checks.h"
 #include "group/so_planes.h"
 #include "group/so_rank2.h"
 
 namespace gpe::c_api {
 namespace {
-
-// Positions as a contiguous span: the tensor's own memory when it is compact,
-// otherwise a gathered copy in `storage`.
-absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage) {
-  const int64_t n = p.shape[0];
-  const int64_t* data = p.typed<const int64_t>();
-  if (n <= 1 || p.strides[0] == 1) return absl::MakeConstSpan(data, static_cast<size_t>(n));
-  storage->resize(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) (*storage)[i] = data[i * p.strides[0]];
-  return *storage;
-}
 
 // Rows of a [N, dim] view are usable directly when their elements are contiguous.
 bool RowsContiguous(const TensorView& v) { return v.shape[1] <= 1 || v.strides[1] == 1; }

@@ -6,6 +6,19 @@ the library's own message.
 """
 
 from gpe._core import GpeError, version, version_string
+from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
+                          shaw_key_scores_backward, sinusoidal)
 from gpe.so import SoRepresentation
 
-__all__ = ["GpeError", "SoRepresentation", "version", "version_string"]
+__all__ = [
+    "AlgebraicSequence",
+    "GpeError",
+    "GrapeM",
+    "LearnedPositions",
+    "SoRepresentation",
+    "shaw_key_scores",
+    "shaw_key_scores_backward",
+    "sinusoidal",
+    "version",
+    "version_string",
+]

@@ -87,6 +87,29 @@ class SoRank2Options(ctypes.Structure):
     ]
 
 
+class SinusoidalOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("base", ctypes.c_double)]
+
+
+class GrapeMOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dim", ctypes.c_int64),
+        ("num_generators", ctypes.c_int64),
+        ("a", ctypes.POINTER(ctypes.c_double)),
+        ("b", ctypes.POINTER(ctypes.c_double)),
+        ("omega", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
+class AlgebraicSequenceOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("dim", ctypes.c_int64),
+        ("skew", ctypes.POINTER(ctypes.c_double)),
+    ]
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -122,6 +145,8 @@ def load_library():
 def _declare(lib):
     st = ctypes.c_int32
     p = ctypes.c_void_p
+    t = ctypes.POINTER(DLTensor)
+    i64p = ctypes.POINTER(ctypes.c_int64)
     sigs = {
         "gpe_version": (ctypes.c_int, []),
         "gpe_version_string": (ctypes.c_char_p, []),
@@ -134,6 +159,28 @@ def _declare(lib):
         "gpe_so_rep_apply": (st, [p, ctypes.POINTER(DLTensor), ctypes.POINTER(DLTensor),
                                   ctypes.POINTER(DLTensor)]),
         "gpe_so_rep_matrix": (st, [p, ctypes.c_int64, ctypes.POINTER(DLTensor)]),
+        # Sequence encodings.
+        "gpe_sinusoidal_encode": (st, [ctypes.POINTER(SinusoidalOptions), t, t]),
+        "gpe_learned_positions_create": (st, [t, ctypes.POINTER(p)]),
+        "gpe_learned_positions_destroy": (None, [p]),
+        "gpe_learned_positions_shape": (st, [p, i64p, i64p]),
+        "gpe_learned_positions_lookup": (st, [p, t, t]),
+        "gpe_learned_positions_backward": (st, [p, t, t, t]),
+        "gpe_grape_m_create": (st, [ctypes.POINTER(GrapeMOptions), ctypes.POINTER(p)]),
+        "gpe_grape_m_destroy": (None, [p]),
+        "gpe_grape_m_shape": (st, [p, i64p, i64p]),
+        "gpe_grape_m_apply": (st, [p, t, t, t]),
+        "gpe_grape_m_matrix": (st, [p, ctypes.c_int64, t]),
+        "gpe_grape_m_backward": (st, [p, t, t, t, t, t, t, t]),
+        "gpe_algebraic_sequence_create": (st, [ctypes.POINTER(AlgebraicSequenceOptions),
+                                               ctypes.POINTER(p)]),
+        "gpe_algebraic_sequence_destroy": (None, [p]),
+        "gpe_algebraic_sequence_dim": (st, [p, i64p]),
+        "gpe_algebraic_sequence_apply": (st, [p, t, t, t]),
+        "gpe_algebraic_sequence_matrix": (st, [p, ctypes.c_int64, t]),
+        "gpe_algebraic_sequence_backward": (st, [p, t, t, t, t, t]),
+        "gpe_shaw_key_scores": (st, [t, t, t, t, t]),
+        "gpe_shaw_key_scores_backward": (st, [t, t, t, t, t, t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -1,0 +1,270 @@
+"""Sequence encodings of int64 token positions (gpe.h, "Sequence encodings").
+
+- sinusoidal(): Vaswani et al.'s absolute encoding, exact angle reduction at any position.
+- LearnedPositions: a learned absolute table, lookup and gradient accumulation.
+- GrapeM: GRAPE-M, a product of rank-2 rotations exp(p omega_k (a_k b_k^T - b_k a_k^T)).
+- AlgebraicSequence: Kogkalidis et al.'s W^p = exp(p S) for a learned skew S.
+- shaw_key_scores(): Shaw et al.'s relative key term q_i . aK[clip(j - i, -k, k)].
+
+Batches are NumPy arrays [N, dim] of float32 or float64 (any strides, passed without
+copies); positions are integers [N]. Parameters and parameter gradients are float64.
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+
+
+def _positions(positions):
+    positions = np.asarray(positions)
+    if positions.dtype != np.int64:
+        if positions.dtype.kind not in "iu":
+            raise TypeError("positions must be integers")
+        positions = positions.astype(np.int64)
+    return positions
+
+
+def _doubles(values, name, ndim):
+    arr = np.ascontiguousarray(values, dtype=np.float64)
+    if arr.ndim != ndim:
+        raise ValueError("%s must be %d-dimensional" % (name, ndim))
+    return arr, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+
+
+class _Call:
+    """Describes NumPy arrays as DLTensors for one call, keeping them alive."""
+
+    def __init__(self):
+        self._keep = []
+
+    def __call__(self, array):
+        if array is None:
+            return None
+        t, keep = _ffi.as_dltensor(array)
+        self._keep.append((t, keep))
+        return ctypes.byref(t)
+
+
+def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
+    """PE[n, 2i] = sin(p theta_i), PE[n, 2i + 1] = cos(p theta_i), theta_i = base^(-2i/dim).
+
+    Returns an [N, dim] array of `dtype` (or fills `out`)."""
+    positions = _positions(positions)
+    if out is None:
+        out = np.empty((positions.shape[0] if positions.ndim else 0, dim), dtype=dtype)
+    opts = _ffi.SinusoidalOptions()
+    opts.struct_size = ctypes.sizeof(opts)
+    opts.base = base
+    t = _Call()
+    check(lib().gpe_sinusoidal_encode(ctypes.byref(opts), t(positions), t(out)))
+    return out
+
+
+def shaw_key_scores(q, label_table, query_positions, key_positions, out=None):
+    """scores[a, b] = q[a] . label_table[clip(kp[b] - qp[a], -k, k) + k], k = (rows - 1) / 2.
+
+    q: [Lq, d]; label_table: [2k + 1, d]; returns float64 [Lq, Lk] (or fills `out`)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    q, label_table = np.asarray(q), np.asarray(label_table)
+    if out is None:
+        out = np.empty((qp.shape[0], kp.shape[0]), dtype=np.float64)
+    t = _Call()
+    check(lib().gpe_shaw_key_scores(t(q), t(label_table), t(qp), t(kp), t(out)))
+    return out
+
+
+def shaw_key_scores_backward(q, label_table, query_positions, key_positions, grad_scores,
+                             grad_label_table=None):
+    """Returns (grad_q, grad_label_table); dL/dlabel_table is added into grad_label_table
+    (a new float64 zero array when None)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    q, label_table = np.asarray(q), np.asarray(label_table)
+    grad_scores = np.asarray(grad_scores)
+    grad_q = np.empty(q.shape, dtype=np.float64)
+    if grad_label_table is None:
+        grad_label_table = np.zeros(label_table.shape, dtype=np.float64)
+    t = _Call()
+    check(lib().gpe_shaw_key_scores_backward(t(q), t(label_table), t(qp), t(kp), t(grad_scores),
+                                             t(grad_q), t(grad_label_table)))
+    return grad_q, grad_label_table
+
+
+class _Handle:
+    _destroy = None
+
+    def __init__(self, handle):
+        self._handle = ctypes.c_void_p(handle)
+
+    def close(self):
+        if self._handle:
+            getattr(lib(), self._destroy)(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _apply(self, fn, positions, x, out):
+        positions = _positions(positions)
+        if not isinstance(x, np.ndarray):
+            x = np.asarray(x)
+        if out is None:
+            out = np.empty(x.shape, dtype=x.dtype)
+        t = _Call()
+        check(fn(self._handle, t(positions), t(x), t(out)))
+        return out
+
+    def _matrix(self, fn, position, dim):
+        out = np.empty((dim, dim), dtype=np.float64)
+        t = _Call()
+        check(fn(self._handle, int(position), t(out)))
+        return out
+
+
+class LearnedPositions(_Handle):
+    """A learned [max_positions, dim] table (copied); position p reads row p."""
+
+    _destroy = "gpe_learned_positions_destroy"
+
+    def __init__(self, table):
+        table = np.asarray(table)
+        out = ctypes.c_void_p()
+        t = _Call()
+        check(lib().gpe_learned_positions_create(t(table), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def shape(self):
+        rows, dim = ctypes.c_int64(), ctypes.c_int64()
+        check(lib().gpe_learned_positions_shape(self._handle, ctypes.byref(rows),
+                                                ctypes.byref(dim)))
+        return (rows.value, dim.value)
+
+    def lookup(self, positions, dtype=np.float64, out=None):
+        """out[n] = table[positions[n]]."""
+        positions = _positions(positions)
+        if out is None:
+            out = np.empty((positions.shape[0], self.shape[1]), dtype=dtype)
+        t = _Call()
+        check(lib().gpe_learned_positions_lookup(self._handle, t(positions), t(out)))
+        return out
+
+    def backward(self, positions, grad_out, grad_table=None):
+        """grad_table[positions[n]] += grad_out[n] (accumulates; a new float64 zero table
+        when grad_table is None). Returns grad_table."""
+        positions = _positions(positions)
+        grad_out = np.asarray(grad_out)
+        if grad_table is None:
+            grad_table = np.zeros(self.shape, dtype=np.float64)
+        t = _Call()
+        check(lib().gpe_learned_positions_backward(self._handle, t(positions), t(grad_out),
+                                                   t(grad_table)))
+        return grad_table
+
+
+class GrapeM(_Handle):
+    """G(p) = G_1(p) ... G_m(p), G_k(p) = exp(p omega_k (a_k b_k^T - b_k a_k^T)).
+
+    a, b: [m, dim]; omega: [m] (a 1-D a, b and scalar omega give m = 1)."""
+
+    _destroy = "gpe_grape_m_destroy"
+
+    def __init__(self, a, b, omega):
+        a_arr, a_ptr = _doubles(np.atleast_2d(a), "a", 2)
+        b_arr, b_ptr = _doubles(np.atleast_2d(b), "b", 2)
+        w_arr, w_ptr = _doubles(np.atleast_1d(omega), "omega", 1)
+        if a_arr.shape != b_arr.shape or w_arr.shape != (a_arr.shape[0],):
+            raise ValueError("a and b must be [m, dim] and omega [m]; got %s, %s, %s"
+                             % (a_arr.shape, b_arr.shape, w_arr.shape))
+        opts = _ffi.GrapeMOptions()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.num_generators, opts.dim = a_arr.shape
+        opts.a, opts.b, opts.omega = a_ptr, b_ptr, w_ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_grape_m_create(ctypes.byref(opts), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def shape(self):
+        """(num_generators, dim)."""
+        d, m = ctypes.c_int64(), ctypes.c_int64()
+        check(lib().gpe_grape_m_shape(self._handle, ctypes.byref(d), ctypes.byref(m)))
+        return (m.value, d.value)
+
+    @property
+    def dim(self):
+        return self.shape[1]
+
+    def apply(self, positions, x, out=None):
+        """out[n] = G(positions[n]) x[n]; out=x works in place."""
+        return self._apply(lib().gpe_grape_m_apply, positions, x, out)
+
+    def matrix(self, position):
+        return self._matrix(lib().gpe_grape_m_matrix, position, self.dim)
+
+    def backward(self, positions, x, grad_out):
+        """Returns (grad_x, grad_a, grad_b, grad_omega) for dL/d(apply(positions, x))."""
+        positions = _positions(positions)
+        x, grad_out = np.asarray(x), np.asarray(grad_out)
+        m, d = self.shape
+        grad_x = np.empty(x.shape, dtype=x.dtype)
+        grad_a, grad_b = np.empty((m, d)), np.empty((m, d))
+        grad_omega = np.empty(m)
+        t = _Call()
+        check(lib().gpe_grape_m_backward(self._handle, t(positions), t(x), t(grad_out),
+                                         t(grad_x), t(grad_a), t(grad_b), t(grad_omega)))
+        return grad_x, grad_a, grad_b, grad_omega
+
+
+class AlgebraicSequence(_Handle):
+    """W^p = exp(p S) for a skew-symmetric S [dim, dim] (Kogkalidis et al., sec. 3.1)."""
+
+    _destroy = "gpe_algebraic_sequence_destroy"
+
+    def __init__(self, skew):
+        s_arr, s_ptr = _doubles(skew, "skew", 2)
+        if s_arr.shape[0] != s_arr.shape[1]:
+            raise ValueError("skew must be square; got %s" % (s_arr.shape,))
+        opts = _ffi.AlgebraicSequenceOptions()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.dim = s_arr.shape[0]
+        opts.skew = s_ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_algebraic_sequence_create(ctypes.byref(opts), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def dim(self):
+        d = ctypes.c_int64()
+        check(lib().gpe_algebraic_sequence_dim(self._handle, ctypes.byref(d)))
+        return d.value
+
+    def apply(self, positions, x, out=None):
+        """out[n] = W^positions[n] x[n]; out=x works in place."""
+        return self._apply(lib().gpe_algebraic_sequence_apply, positions, x, out)
+
+    def matrix(self, position):
+        return self._matrix(lib().gpe_algebraic_sequence_matrix, position, self.dim)
+
+    def backward(self, positions, x, grad_out):
+        """Returns (grad_x, grad_skew); grad_skew is dL/dS entrywise (unprojected)."""
+        positions = _positions(positions)
+        x, grad_out = np.asarray(x), np.asarray(grad_out)
+        d = self.dim
+        grad_x = np.empty(x.shape, dtype=x.dtype)
+        grad_skew = np.empty((d, d))
+        t = _Call()
+        check(lib().gpe_algebraic_sequence_backward(self._handle, t(positions), t(x),
+                                                    t(grad_out), t(grad_x), t(grad_skew)))
+        return grad_x, grad_skew

@@ -1,0 +1,294 @@
+"""Tests of gpe.sequence against independent NumPy implementations of the published
+formulas (run by `bazel test`)."""
+
+import unittest
+from fractions import Fraction
+
+import sanitizer_preload
+from gpe import _ffi
+
+sanitizer_preload.reexec_if_needed(next((str(p) for p in _ffi._candidates() if p.is_file()), None))
+
+import numpy as np  # noqa: E402
+
+import gpe  # noqa: E402
+
+# pi to 60 digits, as an exact rational.
+_PI = Fraction("3.14159265358979323846264338327950288419716939937510582097494459")
+
+
+def reduced_angle(p, theta):
+    """p * theta mod 2 pi from the exact rational product (no float rounding)."""
+    a = Fraction(p) * Fraction(theta)
+    k = round(a / (2 * _PI))
+    return float(a - k * 2 * _PI)
+
+
+def sinusoidal_reference(positions, dim, base):
+    """Vaswani et al., sec. 3.5: PE(p, 2i) = sin(p theta_i), PE(p, 2i+1) = cos(p theta_i)."""
+    out = np.empty((len(positions), dim))
+    for n, p in enumerate(positions):
+        for c in range(dim):
+            a = reduced_angle(int(p), base ** (-2.0 * (c // 2) / dim))
+            out[n, c] = np.sin(a) if c % 2 == 0 else np.cos(a)
+    return out
+
+
+def expm_normal(m):
+    """exp(M) for a normal (here skew-symmetric) M by eigendecomposition."""
+    w, v = np.linalg.eig(m)
+    return (v @ np.diag(np.exp(w)) @ np.linalg.inv(v)).real
+
+
+def grape_reference(a, b, omega, p):
+    """GRAPE-M: G(p) = prod_k exp(p omega_k (a_k b_k^T - b_k a_k^T)), leftmost k = 0."""
+    g = np.eye(a.shape[1])
+    for k in range(a.shape[0]):
+        g = g @ expm_normal(p * omega[k] * (np.outer(a[k], b[k]) - np.outer(b[k], a[k])))
+    return g
+
+
+def central_difference(loss, param, h=1e-5):
+    """d loss / d param by central differences (param modified and restored in place)."""
+    grad = np.empty_like(param)
+    for i in np.ndindex(param.shape):
+        keep = param[i]
+        param[i] = keep + h
+        lp = loss()
+        param[i] = keep - h
+        lm = loss()
+        param[i] = keep
+        grad[i] = (lp - lm) / (2 * h)
+    return grad
+
+
+class SinusoidalTest(unittest.TestCase):
+    def test_matches_formula(self):
+        pos = np.array([0, 1, 5, -17, 9999])
+        for dim in (1, 6, 9):
+            for dtype, atol in ((np.float64, 1e-11), (np.float32, 1e-11 + 2.0**-24)):
+                # float64: theta from pow (reference) vs exp/log (library) differs by
+                # ~1 ulp, times |p| <= 1e4: ~2e-12 rad. float32 adds one output rounding.
+                got = gpe.sinusoidal(pos, dim, base=1000.0, dtype=dtype)
+                self.assertEqual(got.dtype, dtype)
+                np.testing.assert_allclose(got, sinusoidal_reference(pos, dim, 1000.0),
+                                           rtol=0, atol=atol)
+
+    def test_angle_addition_at_large_positions(self):
+        # Exact reduction makes PE(p + q) = rotate(PE(p), q) to rounding even at 2^40;
+        # an unreduced double product would be off by ~ulp(2^40) ~ 1e-4 rad.
+        big = 2**40 + 3
+        e = gpe.sinusoidal([big, 11, big + 11], 10)
+        s, c = e[:, 0::2], e[:, 1::2]
+        np.testing.assert_allclose(s[2], s[0] * c[1] + c[0] * s[1], rtol=0, atol=1e-14)
+        np.testing.assert_allclose(c[2], c[0] * c[1] - s[0] * s[1], rtol=0, atol=1e-14)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.sinusoidal([1, 2], 4, base=-1.0)
+        self.assertEqual(ctx.exception.status, "GPE_ERROR_INVALID_ARGUMENT")
+        self.assertIn("base", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            gpe.sinusoidal([1, 2], 4, out=np.empty((3, 4)))
+        with self.assertRaises(TypeError):
+            gpe.sinusoidal([1.5, 2.0], 4)
+        # A writable output whose rows alias (row stride 0) is rejected.
+        base = np.zeros(4)
+        aliased = np.lib.stride_tricks.as_strided(base, shape=(3, 4), strides=(0, 8))
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.sinusoidal([1, 2, 3], 4, out=aliased)
+        self.assertIn("overlap themselves", str(ctx.exception))
+
+
+class LearnedPositionsTest(unittest.TestCase):
+    def test_lookup_and_backward(self):
+        rng = np.random.default_rng(0)
+        table = rng.standard_normal((7, 4))
+        lp = gpe.LearnedPositions(table)
+        self.assertEqual(lp.shape, (7, 4))
+        pos = np.array([6, 0, 3, 3, 6, 6])
+        np.testing.assert_array_equal(lp.lookup(pos), table[pos])  # a copy: exact
+        g = rng.standard_normal((6, 4))
+        acc = np.full((7, 4), 0.25)
+        want = acc.copy()
+        np.add.at(want, pos, g)
+        out = lp.backward(pos, g, acc)
+        self.assertIs(out, acc)
+        # Sums of <= 4 O(1) terms in double: rounding ~1e-15.
+        np.testing.assert_allclose(acc, want, rtol=0, atol=1e-14)
+        # Strided float32 gradient rows.
+        g32 = np.asfortranarray(g.astype(np.float32))
+        np.testing.assert_allclose(lp.backward(pos, g32), want - 0.25, rtol=0, atol=1e-6)
+
+    def test_bad_input(self):
+        lp = gpe.LearnedPositions(np.zeros((3, 2)))
+        with self.assertRaises(gpe.GpeError) as ctx:
+            lp.lookup([0, 3])
+        self.assertIn("3", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            gpe.LearnedPositions(np.array([[1.0, np.inf]]))
+        with self.assertRaises(gpe.GpeError):
+            lp.backward([0, 1], np.zeros((2, 2)), np.zeros((4, 2)))
+
+
+class GrapeMTest(unittest.TestCase):
+    def setUp(self):
+        rng = np.random.default_rng(1)
+        self.a = rng.standard_normal((3, 5))
+        self.b = rng.standard_normal((3, 5))
+        self.omega = 0.3 * rng.standard_normal(3)
+        self.rng = rng
+
+    def test_matrix_and_apply_match_numpy(self):
+        g = gpe.GrapeM(self.a, self.b, self.omega)
+        self.assertEqual(g.shape, (3, 5))
+        pos = np.array([0, 2, -3, 11])
+        x = self.rng.standard_normal((4, 5))
+        y = g.apply(pos, x)
+        for n, p in enumerate(pos):
+            ref = grape_reference(self.a, self.b, self.omega, p)
+            # eig-based expm of skew matrices with entries up to ~30: ~1e-12.
+            np.testing.assert_allclose(g.matrix(p), ref, rtol=0, atol=1e-10)
+            np.testing.assert_allclose(y[n], ref @ x[n], rtol=0, atol=1e-10)
+        # In place on a column-major float32 view: float32 rounding of O(1) values.
+        x32 = np.asfortranarray(x.astype(np.float32))
+        g.apply(pos, x32, out=x32)
+        np.testing.assert_allclose(x32, y, rtol=0, atol=1e-5)
+
+    def test_single_generator_is_relative(self):
+        g = gpe.GrapeM(self.a[0], self.b[0], self.omega[0])
+        q, k = self.rng.standard_normal(5), self.rng.standard_normal(5)
+        for i, j in ((3, 9), (-50, 4), (1000, 997)):
+            lhs = g.apply([i], q[None])[0] @ g.apply([j], k[None])[0]
+            rhs = q @ g.apply([j - i], k[None])[0]
+            self.assertAlmostEqual(lhs, rhs, delta=1e-12)  # rounding of O(1) dot products
+
+    def test_backward_matches_finite_differences(self):
+        pos = np.array([1, -2, 3])
+        x = self.rng.standard_normal((3, 5))
+        w = self.rng.standard_normal((3, 5))
+        a, b, om = self.a.copy(), self.b.copy(), self.omega.copy()
+        gx, ga, gb, gw = gpe.GrapeM(a, b, om).backward(pos, x, w)
+
+        def loss():
+            return float(np.sum(w * gpe.GrapeM(a, b, om).apply(pos, x)))
+
+        # h = 1e-5: truncation ~h^2 |p|^3 ~ 1e-9, rounding ~eps/h ~ 1e-11.
+        for got, param in ((ga, a), (gb, b), (gw, om), (gx, x)):
+            np.testing.assert_allclose(got, central_difference(loss, param), rtol=1e-6,
+                                       atol=1e-7)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.GrapeM(self.a, self.b, [0.1, np.nan, 0.2])
+        self.assertIn("omega[1]", str(ctx.exception))
+        with self.assertRaises(ValueError):
+            gpe.GrapeM(self.a, self.b[:2], self.omega)
+        g = gpe.GrapeM(self.a, self.b, self.omega)
+        with self.assertRaises(gpe.GpeError) as ctx:
+            g.apply([1, 2], np.zeros((2, 4)))
+        self.assertIn("dim 5", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            g.backward([1, 2], np.zeros((2, 5)), np.zeros((2, 5), dtype=np.float32))
+
+
+class AlgebraicSequenceTest(unittest.TestCase):
+    def setUp(self):
+        rng = np.random.default_rng(2)
+        self.A = 0.4 * rng.standard_normal((4, 4))
+        self.rng = rng
+
+    def test_powers_match_numpy_expm(self):
+        s = self.A - self.A.T
+        seq = gpe.AlgebraicSequence(s)
+        self.assertEqual(seq.dim, 4)
+        for p in (0, 1, -2, 9):
+            # eig-based expm of a skew matrix, |pS| <= ~10: ~1e-13.
+            np.testing.assert_allclose(seq.matrix(p), expm_normal(p * s), rtol=0, atol=1e-10)
+        # Homomorphism at far positions: W^p W^q = W^(p+q) (exactly reduced angles).
+        big = 2**45
+        np.testing.assert_allclose(seq.matrix(big) @ seq.matrix(-big + 5), seq.matrix(5),
+                                   rtol=0, atol=1e-12)
+        x = self.rng.standard_normal((2, 4))
+        y = seq.apply([3, -1], x)
+        np.testing.assert_allclose(y[0], seq.matrix(3) @ x[0], rtol=0, atol=1e-13)
+        np.testing.assert_allclose(y[1], seq.matrix(-1) @ x[1], rtol=0, atol=1e-13)
+
+    def test_backward_matches_finite_differences(self):
+        pos = np.array([2, -1, 3])
+        x = self.rng.standard_normal((3, 4))
+        w = self.rng.standard_normal((3, 4))
+        A = self.A.copy()
+        gx, gs = gpe.AlgebraicSequence(A - A.T).backward(pos, x, w)
+
+        def loss():
+            return float(np.sum(w * gpe.AlgebraicSequence(A - A.T).apply(pos, x)))
+
+        # S = A - A^T: dL/dA = G - G^T for the unprojected G = dL/dS. Tolerances as in
+        # GrapeMTest (h = 1e-5, |p| <= 3).
+        np.testing.assert_allclose(gs - gs.T, central_difference(loss, A), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(gx, central_difference(loss, x), rtol=1e-6, atol=1e-7)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.AlgebraicSequence(self.A)  # not skew
+        self.assertEqual(ctx.exception.status, "GPE_ERROR_INVALID_ARGUMENT")
+        self.assertIn("skew-symmetric", str(ctx.exception))
+        with self.assertRaises(ValueError):
+            gpe.AlgebraicSequence(np.zeros((2, 3)))
+        seq = gpe.AlgebraicSequence(self.A - self.A.T)
+        with self.assertRaises(gpe.GpeError):
+            seq.apply([1, 2, 3], np.zeros((2, 4)))
+
+
+def shaw_reference(q, table, qp, kp):
+    """Shaw et al.: label clip(j - i, -k, k) with Python integers (exact differences)."""
+    k = (table.shape[0] - 1) // 2
+    out = np.empty((len(qp), len(kp)))
+    for a, i in enumerate(qp):
+        for b, j in enumerate(kp):
+            out[a, b] = q[a] @ table[max(-k, min(k, int(j) - int(i))) + k]
+    return out
+
+
+class ShawKeyScoresTest(unittest.TestCase):
+    def setUp(self):
+        rng = np.random.default_rng(3)
+        self.q = rng.standard_normal((4, 3))
+        self.table = rng.standard_normal((5, 3))  # k = 2
+        self.qp = np.array([0, 4, -2**63, 10])
+        self.kp = np.array([0, 1, 3, 2**63 - 1, 11])
+        self.rng = rng
+
+    def test_matches_reference(self):
+        got = gpe.shaw_key_scores(self.q, self.table, self.qp, self.kp)
+        # d = 3 products summed: rounding ~1e-16.
+        np.testing.assert_allclose(got, shaw_reference(self.q, self.table, self.qp, self.kp),
+                                   rtol=0, atol=1e-14)
+        # Relativity: a common shift of all positions changes nothing.
+        qp, kp = np.array([0, 4, -50, 10]), np.array([0, 1, 3, 70, 11])
+        np.testing.assert_array_equal(gpe.shaw_key_scores(self.q, self.table, qp, kp),
+                                      gpe.shaw_key_scores(self.q, self.table, qp + 999, kp + 999))
+
+    def test_backward_matches_finite_differences(self):
+        w = self.rng.standard_normal((4, 5))
+        q, table = self.q.copy(), self.table.copy()
+        gq, gt = gpe.shaw_key_scores_backward(q, table, self.qp, self.kp, w)
+
+        def loss():
+            return float(np.sum(w * gpe.shaw_key_scores(q, table, self.qp, self.kp)))
+
+        # Linear loss: central differences are exact up to rounding eps |L| / h ~ 1e-10.
+        np.testing.assert_allclose(gq, central_difference(loss, q), rtol=0, atol=1e-8)
+        np.testing.assert_allclose(gt, central_difference(loss, table), rtol=0, atol=1e-8)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.shaw_key_scores(self.q, self.table[:4], self.qp, self.kp)
+        self.assertIn("odd", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            gpe.shaw_key_scores(self.q[:3], self.table, self.qp, self.kp)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,871 @@
+// The C ABI's sequence encodings (gpe.h, "Sequence encodings"): validation of options
+// and DLPack views, then adapters to encodings/sequence/ (absolute.h, grape_m.h,
+// algebraic.h). Every entry point runs under Guard: failures become a status code plus
+// the thread-local message, and no exception crosses the boundary.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "c_api/checks.h"
+#include "c_api/error.h"
+#include "c_api/include/gpe/gpe.h"
+#include "c_api/tensor_view.h"
+#include "encodings/sequence/absolute.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
+
+using gpe::c_api::CheckDim;
+using gpe::c_api::CheckDisjoint;
+using gpe::c_api::CheckFinite;
+using gpe::c_api::CheckNoSelfOverlap;
+using gpe::c_api::CheckStructSize;
+using gpe::c_api::ContiguousPositions;
+using gpe::c_api::DType;
+using gpe::c_api::Guard;
+using gpe::c_api::NamedView;
+using gpe::c_api::RowsOf;
+using gpe::c_api::ScatterRows;
+using gpe::c_api::TensorView;
+using gpe::c_api::ViewTensor;
+namespace seq = gpe::encodings::sequence;
+
+// The opaque handles.
+struct gpe_learned_positions {
+  seq::LearnedPositionTable impl;
+};
+struct gpe_grape_m {
+  seq::GrapeMProduct impl;
+};
+struct gpe_algebraic_sequence {
+  seq::AlgebraicSequence impl;
+};
+
+namespace {
+
+constexpr DType kInt[] = {DType::kInt64};
+constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
+constexpr DType kF64[] = {DType::kFloat64};
+
+std::string Shape(const TensorView& v) {
+  std::string s = absl::StrCat(DTypeName(v.dtype), " [");
+  for (size_t i = 0; i < v.shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v.shape[i]);
+  return absl::StrCat(s, "]");
+}
+
+// A float32/float64 [N, dim] batch with one position per row.
+absl::StatusOr<TensorView> ViewBatch(const DLTensor* t, const char* name, const TensorView& p,
+                                     int64_t dim) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kFloat);
+  if (!v.ok()) return v.status();
+  if (v->shape[1] != dim) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has shape [", v->shape[0], ", ",
+                                                   v->shape[1], "]; the encoding acts on dim ",
+                                                   dim));
+  }
+  if (v->shape[0] != p.shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has ", v->shape[0],
+                                                   " rows but positions has ", p.shape[0]));
+  }
+  return v;
+}
+
+// `other` must have `like`'s dtype and shape.
+absl::Status CheckLike(const TensorView& other, const char* name, const TensorView& like,
+                       const char* like_name) {
+  if (other.shape != like.shape || other.dtype != like.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must match ", like_name, " (",
+                                                   Shape(like), "); got ", Shape(other)));
+  }
+  return absl::OkStatus();
+}
+
+// An optional float64 output of exactly `shape`: *present is false (and *out untouched)
+// when t is NULL.
+absl::Status ViewParamGrad(DLTensor* t, const char* name, std::vector<int64_t> shape,
+                           TensorView* out, bool* present) {
+  *present = t != nullptr;
+  if (t == nullptr) return absl::OkStatus();
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape != shape) {
+    TensorView want = *v;
+    want.shape = shape;
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must have shape ", Shape(want), "; got ", Shape(*v)));
+  }
+  if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
+  *out = std::move(*v);
+  return absl::OkStatus();
+}
+
+// Validated views of an apply call: positions [N], x and out [N, dim], same dtype and
+// shape, out == x or disjoint.
+struct ApplyViews {
+  TensorView p, x, out;
+};
+absl::StatusOr<ApplyViews> ViewApply(const DLTensor* positions, const DLTensor* x, DLTensor* out,
+                                     int64_t dim) {
+  absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+  if (!p.ok()) return p.status();
+  absl::StatusOr<TensorView> xv = ViewBatch(x, "x", *p, dim);
+  if (!xv.ok()) return xv.status();
+  absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kFloat);
+  if (!ov.ok()) return ov.status();
+  if (absl::Status s = CheckLike(*ov, "out", *xv, "x"); !s.ok()) return s;
+  if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+  if (!gpe::c_api::SameLayout(*xv, *ov) && gpe::c_api::Overlaps(*xv, *ov)) {
+    return absl::InvalidArgumentError(
+        "out overlaps x without being x itself: pass out = x for in place, or disjoint memory");
+  }
+  if (gpe::c_api::Overlaps(*p, *ov)) {
+    return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
+  }
+  return ApplyViews{std::move(*p), std::move(*xv), std::move(*ov)};
+}
+
+// Validated views of a backward call: positions, x, grad_out, optional grad_x.
+struct BackwardViews {
+  TensorView p, x, grad_out, grad_x;
+  bool has_grad_x = false;
+};
+absl::StatusOr<BackwardViews> ViewBackward(const DLTensor* positions, const DLTensor* x,
+                                           const DLTensor* grad_out, DLTensor* grad_x,
+                                           int64_t dim) {
+  BackwardViews v;
+  absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+  if (!p.ok()) return p.status();
+  v.p = std::move(*p);
+  absl::StatusOr<TensorView> xv = ViewBatch(x, "x", v.p, dim);
+  if (!xv.ok()) return xv.status();
+  v.x = std::move(*xv);
+  absl::StatusOr<TensorView> gv = ViewTensor(grad_out, "grad_out", 2, kFloat);
+  if (!gv.ok()) return gv.status();
+  v.grad_out = std::move(*gv);
+  if (absl::Status s = CheckLike(v.grad_out, "grad_out", v.x, "x"); !s.ok()) return s;
+  if (grad_x != nullptr) {
+    absl::StatusOr<TensorView> gx = ViewTensor(grad_x, "grad_x", 2, kFloat);
+    if (!gx.ok()) return gx.status();
+    v.grad_x = std::move(*gx);
+    v.has_grad_x = true;
+    if (absl::Status s = CheckLike(v.grad_x, "grad_x", v.x, "x"); !s.ok()) return s;
+    if (absl::Status s = CheckNoSelfOverlap(v.grad_x, "grad_x"); !s.ok()) return s;
+    if (gpe::c_api::Overlaps(v.grad_x, v.x) || gpe::c_api::Overlaps(v.grad_x, v.p)) {
+      return absl::InvalidArgumentError(
+          "grad_x overlaps x or positions; pass disjoint memory");
+    }
+    if (!gpe::c_api::SameLayout(v.grad_x, v.grad_out) &&
+        gpe::c_api::Overlaps(v.grad_x, v.grad_out)) {
+      return absl::InvalidArgumentError(
+          "grad_x overlaps grad_out without being grad_out itself: pass grad_x = grad_out "
+          "for in place, or disjoint memory");
+    }
+  }
+  return v;
+}
+
+// out = rep(positions) x for any Rep with Apply<T>(positions, in, in_stride, out,
+// out_stride) (strided views go through compact buffers).
+template <class T, class Rep>
+absl::Status ApplyTyped(const Rep& rep, const ApplyViews& v) {
+  if (v.x.shape[0] == 0) return absl::OkStatus();
+  std::vector<int64_t> pstore;
+  absl::Span<const int64_t> p = ContiguousPositions(v.p, &pstore);
+  std::vector<T> xs, os;
+  int64_t xst = 0, ost = 0;
+  T* in = RowsOf<T>(v.x, /*gather=*/true, &xs, &xst);
+  T* dst = nullptr;
+  if (gpe::c_api::SameLayout(v.x, v.out)) {
+    dst = in;
+    ost = xst;
+  } else {
+    dst = RowsOf<T>(v.out, /*gather=*/false, &os, &ost);
+  }
+  if (absl::Status s = rep.template Apply<T>(p, in, xst, dst, ost); !s.ok()) return s;
+  ScatterRows<T>(dst, v.out);
+  return absl::OkStatus();
+}
+
+template <class Rep>
+absl::Status ApplyAny(const Rep& rep, const ApplyViews& v) {
+  return v.x.dtype == DType::kFloat32 ? ApplyTyped<float>(rep, v) : ApplyTyped<double>(rep, v);
+}
+
+// Calls rep.Backward<T>(positions, in, in_stride, grad_out, grad_out_stride, grad_in,
+// grad_in_stride, grads) on the (possibly buffered) rows of `v`.
+template <class T, class Rep, class Grads>
+absl::Status BackwardTyped(const Rep& rep, const BackwardViews& v, Grads* grads) {
+  std::vector<int64_t> pstore;
+  absl::Span<const int64_t> p = ContiguousPositions(v.p, &pstore);
+  std::vector<T> xs, gs, gxs;
+  int64_t xst = 0, gst = 0, gxst = 0;
+  const bool empty = v.x.shape[0] == 0;
+  T* in = empty ? nullptr : RowsOf<T>(v.x, true, &xs, &xst);
+  T* go = empty ? nullptr : RowsOf<T>(v.grad_out, true, &gs, &gst);
+  T* gx = nullptr;
+  if (v.has_grad_x && !empty) {
+    if (gpe::c_api::SameLayout(v.grad_x, v.grad_out)) {
+      gx = go;
+      gxst = gst;
+    } else {
+      gx = RowsOf<T>(v.grad_x, false, &gxs, &gxst);
+    }
+  }
+  if (absl::Status s = rep.template Backward<T>(p, in, xst, go, gst, gx, gxst, grads); !s.ok()) {
+    return s;
+  }
+  if (gx != nullptr) ScatterRows<T>(gx, v.grad_x);
+  return absl::OkStatus();
+}
+
+// A dense matrix into a float64 [rows, cols] view.
+void WriteMatrix(const Eigen::MatrixXd& m, const TensorView& out) {
+  double* dst = out.typed<double>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) dst[i * out.strides[0] + j * out.strides[1]] = m(i, j);
+  }
+}
+
+absl::StatusOr<TensorView> ViewSquare(DLTensor* out, int64_t dim) {
+  absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
+  if (!ov.ok()) return ov.status();
+  if (ov->shape[0] != dim || ov->shape[1] != dim) {
+    return absl::InvalidArgumentError(absl::StrCat("out must have shape [", dim, ", ", dim,
+                                                   "]; got [", ov->shape[0], ", ",
+                                                   ov->shape[1], "]"));
+  }
+  if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+  return ov;
+}
+
+template <class T>
+double ReadAt(const TensorView& v, int64_t i, int64_t j) {
+  return static_cast<double>(v.typed<const T>()[i * v.strides[0] + j * v.strides[1]]);
+}
+
+template <class T>
+void AddRows(const seq::RowMatrixXd& acc, const std::vector<char>& touched, const TensorView& g) {
+  T* dst = g.typed<T>();
+  for (int64_t i = 0; i < acc.rows(); ++i) {
+    if (!touched[i]) continue;
+    for (int64_t j = 0; j < acc.cols(); ++j) {
+      dst[i * g.strides[0] + j * g.strides[1]] += static_cast<T>(acc(i, j));
+    }
+  }
+}
+
+// A float32/float64 2-D view as a double row-major matrix.
+seq::RowMatrixXd ReadMatrix(const TensorView& v) {
+  seq::RowMatrixXd m(v.shape[0], v.shape[1]);
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      m(i, j) = v.dtype == DType::kFloat32 ? ReadAt<float>(v, i, j) : ReadAt<double>(v, i, j);
+    }
+  }
+  return m;
+}
+
+// Writes (or, with `add`, adds) `m` into a float32/float64 2-D view.
+template <class T>
+void StoreMatrixTyped(const seq::RowMatrixXd& m, const TensorView& v, bool add) {
+  T* dst = v.typed<T>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      T& e = dst[i * v.strides[0] + j * v.strides[1]];
+      e = add ? static_cast<T>(static_cast<double>(e) + m(i, j)) : static_cast<T>(m(i, j));
+    }
+  }
+}
+void StoreMatrix(const seq::RowMatrixXd& m, const TensorView& v, bool add) {
+  if (v.dtype == DType::kFloat32) {
+    StoreMatrixTyped<float>(m, v, add);
+  } else {
+    StoreMatrixTyped<double>(m, v, add);
+  }
+}
+
+// Validated inputs of the Shaw key-score calls, and the ShawRelative built from them.
+struct ShawInputs {
+  TensorView q, table, qp, kp;
+  int64_t k = 0;
+};
+absl::StatusOr<ShawInputs> ViewShaw(const DLTensor* q, const DLTensor* label_table,
+                                    const DLTensor* query_positions,
+                                    const DLTensor* key_positions) {
+  ShawInputs in;
+  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.qp = std::move(*v);
+  v = ViewTensor(key_positions, "key_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.kp = std::move(*v);
+  v = ViewTensor(label_table, "label_table", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in.table = std::move(*v);
+  const int64_t rows = in.table.shape[0];
+  if (rows < 1 || rows % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in.table)));
+  }
+  if (absl::Status s = CheckDim(in.table.shape[1], "label_table's second size (d)", 1); !s.ok()) {
+    return s;
+  }
+  in.k = (rows - 1) / 2;
+  v = ViewTensor(q, "q", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in.q = std::move(*v);
+  if (in.q.shape[0] != in.qp.shape[0] || in.q.shape[1] != in.table.shape[1]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "q must have shape [", in.qp.shape[0], ", ", in.table.shape[1],
+        "] (query_positions, label_table columns); got ", Shape(in.q)));
+  }
+  return in;
+}
+
+absl::StatusOr<seq::ShawRelative> MakeShaw(const ShawInputs& in) {
+  seq::RowMatrixXd table = ReadMatrix(in.table);
+  for (int64_t i = 0; i < table.rows(); ++i) {
+    for (int64_t j = 0; j < table.cols(); ++j) {
+      if (!std::isfinite(table(i, j))) {
+        return absl::InvalidArgumentError(absl::StrCat("label_table[", i, ", ", j, "] is ",
+                                                       table(i, j), "; values must be finite"));
+      }
+    }
+  }
+  // Only the key side is used here: the value table is a placeholder column.
+  return seq::ShawRelative::Create(in.k, std::move(table),
+                                   seq::RowMatrixXd::Zero(2 * in.k + 1, 1));
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- Sinusoidal --------------------------------------------------------------------
+
+gpe_status gpe_sinusoidal_encode(const gpe_sinusoidal_options* options, const DLTensor* positions,
+                                 DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(options->struct_size,
+                                         offsetof(gpe_sinusoidal_options, base) + sizeof(double),
+                                         sizeof(gpe_sinusoidal_options), "gpe_sinusoidal_options");
+        !s.ok()) {
+      return s;
+    }
+    if (!std::isfinite(options->base) || options->base <= 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("base must be finite and > 0; got ", options->base));
+    }
+    absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kFloat);
+    if (!ov.ok()) return ov.status();
+    const int64_t dim = ov->shape[1];
+    if (absl::Status s = CheckDim(dim, "out's second size (dim)", 1); !s.ok()) return s;
+    if (ov->shape[0] != p->shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("out has ", ov->shape[0],
+                                                     " rows but positions has ", p->shape[0]));
+    }
+    if (gpe::c_api::Overlaps(*p, *ov)) {
+      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
+    }
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+    if (p->shape[0] == 0) return absl::OkStatus();
+    std::vector<int64_t> pstore;
+    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
+    auto run = [&](auto zero) -> absl::Status {
+      using T = decltype(zero);
+      std::vector<T> buf;
+      int64_t stride = 0;
+      T* rows = RowsOf<T>(*ov, false, &buf, &stride);
+      if (absl::Status s = seq::SinusoidalEncoding<T>(ps, dim, options->base, rows, stride);
+          !s.ok()) {
+        return s;
+      }
+      ScatterRows<T>(rows, *ov);
+      return absl::OkStatus();
+    };
+    return ov->dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
+  });
+}
+
+// ---- Learned position table ----------------------------------------------------------
+
+gpe_status gpe_learned_positions_create(const DLTensor* table, gpe_learned_positions** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    absl::StatusOr<TensorView> tv = ViewTensor(table, "table", 2, kFloat);
+    if (!tv.ok()) return tv.status();
+    if (tv->shape[0] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table must have at least one row (max_positions >= 1); got ",
+                       Shape(*tv)));
+    }
+    if (absl::Status s = CheckDim(tv->shape[1], "table's second size (dim)", 1); !s.ok()) {
+      return s;
+    }
+    seq::RowMatrixXd m(tv->shape[0], tv->shape[1]);
+    for (int64_t i = 0; i < m.rows(); ++i) {
+      for (int64_t j = 0; j < m.cols(); ++j) {
+        const double v = tv->dtype == DType::kFloat32 ? ReadAt<float>(*tv, i, j)
+                                                      : ReadAt<double>(*tv, i, j);
+        if (!std::isfinite(v)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("table[", i, ", ", j, "] is ", v, "; values must be finite"));
+        }
+        m(i, j) = v;
+      }
+    }
+    absl::StatusOr<seq::LearnedPositionTable> t = seq::LearnedPositionTable::Create(std::move(m));
+    if (!t.ok()) return t.status();
+    *out = new gpe_learned_positions{std::move(*t)};
+    return absl::OkStatus();
+  });
+}
+
+void gpe_learned_positions_destroy(gpe_learned_positions* table) { delete table; }
+
+gpe_status gpe_learned_positions_shape(const gpe_learned_positions* table, int64_t* max_positions,
+                                       int64_t* dim) {
+  return Guard([&]() -> absl::Status {
+    if (table == nullptr) return absl::InvalidArgumentError("table is NULL");
+    if (max_positions == nullptr) return absl::InvalidArgumentError("max_positions is NULL");
+    if (dim == nullptr) return absl::InvalidArgumentError("dim is NULL");
+    *max_positions = table->impl.max_positions();
+    *dim = table->impl.dim();
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_learned_positions_lookup(const gpe_learned_positions* table,
+                                        const DLTensor* positions, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (table == nullptr) return absl::InvalidArgumentError("table is NULL");
+    absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<TensorView> ov = ViewBatch(out, "out", *p, table->impl.dim());
+    if (!ov.ok()) return ov.status();
+    if (gpe::c_api::Overlaps(*p, *ov)) {
+      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
+    }
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+    if (p->shape[0] == 0) return absl::OkStatus();
+    std::vector<int64_t> pstore;
+    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
+    auto run = [&](auto zero) -> absl::Status {
+      using T = decltype(zero);
+      std::vector<T> buf;
+      int64_t stride = 0;
+      T* rows = RowsOf<T>(*ov, false, &buf, &stride);
+      if (absl::Status s = table->impl.Lookup<T>(ps, rows, stride); !s.ok()) return s;
+      ScatterRows<T>(rows, *ov);
+      return absl::OkStatus();
+    };
+    return ov->dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
+  });
+}
+
+gpe_status gpe_learned_positions_backward(const gpe_learned_positions* table,
+                                          const DLTensor* positions, const DLTensor* grad_out,
+                                          DLTensor* grad_table) {
+  return Guard([&]() -> absl::Status {
+    if (table == nullptr) return absl::InvalidArgumentError("table is NULL");
+    const seq::LearnedPositionTable& t = table->impl;
+    absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<TensorView> gv = ViewBatch(grad_out, "grad_out", *p, t.dim());
+    if (!gv.ok()) return gv.status();
+    absl::StatusOr<TensorView> gt = ViewTensor(grad_table, "grad_table", 2, kFloat);
+    if (!gt.ok()) return gt.status();
+    if (gt->shape[0] != t.max_positions() || gt->shape[1] != t.dim()) {
+      return absl::InvalidArgumentError(absl::StrCat("grad_table must have shape [",
+                                                     t.max_positions(), ", ", t.dim(),
+                                                     "]; got ", Shape(*gt)));
+    }
+    if (absl::Status s = CheckNoSelfOverlap(*gt, "grad_table"); !s.ok()) return s;
+    const NamedView views[] = {{&*p, "positions"}, {&*gv, "grad_out"}, {&*gt, "grad_table"}};
+    if (absl::Status s = CheckDisjoint(views); !s.ok()) return s;
+    if (p->shape[0] == 0) return absl::OkStatus();
+    std::vector<int64_t> pstore;
+    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
+    // The library accumulates into a float64 table (validating every position first);
+    // only the rows it touched are then added into the caller's grad_table.
+    seq::RowMatrixXd acc = seq::RowMatrixXd::Zero(t.max_positions(), t.dim());
+    auto run = [&](auto zero) -> absl::Status {
+      using T = decltype(zero);
+      std::vector<T> buf;
+      int64_t stride = 0;
+      const T* rows = RowsOf<T>(*gv, true, &buf, &stride);
+      return t.Backward<T>(ps, rows, stride, &acc);
+    };
+    if (absl::Status s = gv->dtype == DType::kFloat32 ? run(0.0f) : run(0.0); !s.ok()) return s;
+    std::vector<char> touched(static_cast<size_t>(t.max_positions()), 0);
+    for (int64_t q : ps) touched[q] = 1;  // in range: Backward validated every position
+    if (gt->dtype == DType::kFloat32) {
+      AddRows<float>(acc, touched, *gt);
+    } else {
+      AddRows<double>(acc, touched, *gt);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- GRAPE-M ---------------------------------------------------------------------------
+
+gpe_status gpe_grape_m_create(const gpe_grape_m_options* options, gpe_grape_m** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(options->struct_size,
+                                         offsetof(gpe_grape_m_options, omega) + sizeof(void*),
+                                         sizeof(gpe_grape_m_options), "gpe_grape_m_options");
+        !s.ok()) {
+      return s;
+    }
+    const gpe_grape_m_options& o = *options;
+    if (absl::Status s = CheckDim(o.dim, "dim"); !s.ok()) return s;
+    if (o.num_generators < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_generators must be >= 1; got ", o.num_generators));
+    }
+    // m * dim parameters each for a and b: bounded like a dense dim x dim matrix.
+    if (o.num_generators > gpe::c_api::kMaxDim) {
+      return absl::OutOfRangeError(absl::StrCat("num_generators is ", o.num_generators,
+                                                "; at most ", gpe::c_api::kMaxDim,
+                                                " is supported"));
+    }
+    if (o.a == nullptr) return absl::InvalidArgumentError("a is NULL");
+    if (o.b == nullptr) return absl::InvalidArgumentError("b is NULL");
+    if (o.omega == nullptr) return absl::InvalidArgumentError("omega is NULL");
+    const int64_t m = o.num_generators, d = o.dim;
+    if (absl::Status s = CheckFinite(o.a, m * d, "a"); !s.ok()) return s;
+    if (absl::Status s = CheckFinite(o.b, m * d, "b"); !s.ok()) return s;
+    if (absl::Status s = CheckFinite(o.omega, m, "omega"); !s.ok()) return s;
+    std::vector<seq::Rank2Generator> gens(static_cast<size_t>(m));
+    for (int64_t k = 0; k < m; ++k) {
+      gens[k].a.assign(o.a + k * d, o.a + (k + 1) * d);
+      gens[k].b.assign(o.b + k * d, o.b + (k + 1) * d);
+      gens[k].omega = o.omega[k];
+    }
+    absl::StatusOr<seq::GrapeMProduct> g = seq::GrapeMProduct::Create(std::move(gens));
+    if (!g.ok()) return g.status();
+    *out = new gpe_grape_m{std::move(*g)};
+    return absl::OkStatus();
+  });
+}
+
+void gpe_grape_m_destroy(gpe_grape_m* grape) { delete grape; }
+
+gpe_status gpe_grape_m_shape(const gpe_grape_m* grape, int64_t* dim, int64_t* num_generators) {
+  return Guard([&]() -> absl::Status {
+    if (grape == nullptr) return absl::InvalidArgumentError("grape is NULL");
+    if (dim == nullptr) return absl::InvalidArgumentError("dim is NULL");
+    if (num_generators == nullptr) return absl::InvalidArgumentError("num_generators is NULL");
+    *dim = grape->impl.dim();
+    *num_generators = grape->impl.num_generators();
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_grape_m_apply(const gpe_grape_m* grape, const DLTensor* positions,
+                             const DLTensor* x, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (grape == nullptr) return absl::InvalidArgumentError("grape is NULL");
+    absl::StatusOr<ApplyViews> v = ViewApply(positions, x, out, grape->impl.dim());
+    if (!v.ok()) return v.status();
+    return ApplyAny(grape->impl, *v);
+  });
+}
+
+gpe_status gpe_grape_m_matrix(const gpe_grape_m* grape, int64_t position, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (grape == nullptr) return absl::InvalidArgumentError("grape is NULL");
+    absl::StatusOr<TensorView> ov = ViewSquare(out, grape->impl.dim());
+    if (!ov.ok()) return ov.status();
+    WriteMatrix(grape->impl.Matrix(position), *ov);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_grape_m_backward(const gpe_grape_m* grape, const DLTensor* positions,
+                                const DLTensor* x, const DLTensor* grad_out, DLTensor* grad_x,
+                                DLTensor* grad_a, DLTensor* grad_b, DLTensor* grad_omega) {
+  return Guard([&]() -> absl::Status {
+    if (grape == nullptr) return absl::InvalidArgumentError("grape is NULL");
+    const int64_t d = grape->impl.dim(), m = grape->impl.num_generators();
+    absl::StatusOr<BackwardViews> v = ViewBackward(positions, x, grad_out, grad_x, d);
+    if (!v.ok()) return v.status();
+    TensorView ga, gb, gw;
+    bool has_a = false, has_b = false, has_w = false;
+    if (absl::Status s = ViewParamGrad(grad_a, "grad_a", {m, d}, &ga, &has_a); !s.ok()) return s;
+    if (absl::Status s = ViewParamGrad(grad_b, "grad_b", {m, d}, &gb, &has_b); !s.ok()) return s;
+    if (absl::Status s = ViewParamGrad(grad_omega, "grad_omega", {m}, &gw, &has_w); !s.ok()) {
+      return s;
+    }
+    const NamedView views[] = {{&v->p, "positions"},
+                               {&v->x, "x"},
+                               {&v->grad_out, "grad_out"},
+                               {has_a ? &ga : nullptr, "grad_a"},
+                               {has_b ? &gb : nullptr, "grad_b"},
+                               {has_w ? &gw : nullptr, "grad_omega"},
+                               {v->has_grad_x ? &v->grad_x : nullptr, "grad_x"}};
+    // Parameter gradients must be disjoint from everything; the grad_x rules were
+    // checked in ViewBackward (positions may alias nothing written either).
+    for (size_t i = 3; i < 6; ++i) {
+      for (size_t j = 0; j < 7; ++j) {
+        if (j == i) continue;
+        const NamedView pair[] = {views[j], views[i]};
+        if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+      }
+    }
+    seq::GrapeMProduct::Gradients grads;
+    absl::Status s = v->x.dtype == DType::kFloat32
+                         ? BackwardTyped<float>(grape->impl, *v, &grads)
+                         : BackwardTyped<double>(grape->impl, *v, &grads);
+    if (!s.ok()) return s;
+    for (int64_t k = 0; k < m; ++k) {
+      const auto& g = grads.generators[k];
+      for (int64_t i = 0; i < d; ++i) {
+        if (has_a) ga.typed<double>()[k * ga.strides[0] + i * ga.strides[1]] = g.a[i];
+        if (has_b) gb.typed<double>()[k * gb.strides[0] + i * gb.strides[1]] = g.b[i];
+      }
+      if (has_w) gw.typed<double>()[k * gw.strides[0]] = g.omega;
+    }
+    return absl::OkStatus();
+  });
+}
+
+// ---- Algebraic sequence ------------------------------------------------------------------
+
+gpe_status gpe_algebraic_sequence_create(const gpe_algebraic_sequence_options* options,
+                                         gpe_algebraic_sequence** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(
+            options->struct_size, offsetof(gpe_algebraic_sequence_options, skew) + sizeof(void*),
+            sizeof(gpe_algebraic_sequence_options), "gpe_algebraic_sequence_options");
+        !s.ok()) {
+      return s;
+    }
+    const gpe_algebraic_sequence_options& o = *options;
+    // The Schur decomposition is O(dim^3): a far smaller bound than kMaxDim.
+    constexpr int64_t kMaxSkewDim = 4096;
+    if (absl::Status s = CheckDim(o.dim, "dim", 1); !s.ok()) return s;
+    if (o.dim > kMaxSkewDim) {
+      return absl::OutOfRangeError(
+          absl::StrCat("dim is ", o.dim, "; at most ", kMaxSkewDim, " is supported"));
+    }
+    if (o.skew == nullptr) return absl::InvalidArgumentError("skew is NULL");
+    const int64_t d = o.dim;
+    if (absl::Status s = CheckFinite(o.skew, d * d, "skew"); !s.ok()) return s;
+    Eigen::MatrixXd s(d, d);
+    double max_abs = 0.0;
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < d; ++j) {
+        s(i, j) = o.skew[i * d + j];
+        max_abs = std::max(max_abs, std::abs(s(i, j)));
+      }
+    }
+    // group::ValidateSkew's rule, restated here to name the offending entry.
+    const double tol = 1e-12 * std::max(1.0, max_abs);
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = i; j < d; ++j) {
+        if (std::abs(s(i, j) + s(j, i)) > tol) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "skew is not skew-symmetric: skew[", i, ", ", j, "] + skew[", j, ", ", i,
+              "] = ", s(i, j) + s(j, i), " (tolerance ", tol, ")"));
+        }
+      }
+    }
+    absl::StatusOr<seq::AlgebraicSequence> a = seq::AlgebraicSequence::Create(s);
+    if (!a.ok()) return a.status();
+    *out = new gpe_algebraic_sequence{std::move(*a)};
+    return absl::OkStatus();
+  });
+}
+
+void gpe_algebraic_sequence_destroy(gpe_algebraic_sequence* seq) { delete seq; }
+
+gpe_status gpe_algebraic_sequence_dim(const gpe_algebraic_sequence* seq, int64_t* dim) {
+  return Guard([&]() -> absl::Status {
+    if (seq == nullptr) return absl::InvalidArgumentError("seq is NULL");
+    if (dim == nullptr) return absl::InvalidArgumentError("dim is NULL");
+    *dim = seq->impl.dim();
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_algebraic_sequence_apply(const gpe_algebraic_sequence* seq,
+                                        const DLTensor* positions, const DLTensor* x,
+                                        DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (seq == nullptr) return absl::InvalidArgumentError("seq is NULL");
+    absl::StatusOr<ApplyViews> v = ViewApply(positions, x, out, seq->impl.dim());
+    if (!v.ok()) return v.status();
+    return ApplyAny(seq->impl, *v);
+  });
+}
+
+gpe_status gpe_algebraic_sequence_matrix(const gpe_algebraic_sequence* seq, int64_t position,
+                                         DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (seq == nullptr) return absl::InvalidArgumentError("seq is NULL");
+    absl::StatusOr<TensorView> ov = ViewSquare(out, seq->impl.dim());
+    if (!ov.ok()) return ov.status();
+    WriteMatrix(seq->impl.Matrix(position), *ov);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_algebraic_sequence_backward(const gpe_algebraic_sequence* seq,
+                                           const DLTensor* positions, const DLTensor* x,
+                                           const DLTensor* grad_out, DLTensor* grad_x,
+                                           DLTensor* grad_skew) {
+  return Guard([&]() -> absl::Status {
+    if (seq == nullptr) return absl::InvalidArgumentError("seq is NULL");
+    const int64_t d = seq->impl.dim();
+    absl::StatusOr<BackwardViews> v = ViewBackward(positions, x, grad_out, grad_x, d);
+    if (!v.ok()) return v.status();
+    TensorView gs;
+    bool has_s = false;
+    if (absl::Status s = ViewParamGrad(grad_skew, "grad_skew", {d, d}, &gs, &has_s); !s.ok()) {
+      return s;
+    }
+    if (has_s) {
+      const NamedView views[] = {{&v->p, "positions"},
+                                 {&v->x, "x"},
+                                 {&v->grad_out, "grad_out"},
+                                 {v->has_grad_x ? &v->grad_x : nullptr, "grad_x"}};
+      for (const NamedView& other : views) {
+        const NamedView pair[] = {other, {&gs, "grad_skew"}};
+        if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+      }
+    }
+    Eigen::MatrixXd g;
+    absl::Status s = v->x.dtype == DType::kFloat32 ? BackwardTyped<float>(seq->impl, *v, &g)
+                                                   : BackwardTyped<double>(seq->impl, *v, &g);
+    if (!s.ok()) return s;
+    if (has_s) WriteMatrix(g, gs);
+    return absl::OkStatus();
+  });
+}
+
+// ---- Shaw relative key scores --------------------------------------------------------
+
+gpe_status gpe_shaw_key_scores(const DLTensor* q, const DLTensor* label_table,
+                               const DLTensor* query_positions, const DLTensor* key_positions,
+                               DLTensor* scores) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawInputs> in = ViewShaw(q, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> sv = ViewTensor(scores, "scores", 2, kFloat);
+    if (!sv.ok()) return sv.status();
+    if (sv->shape[0] != in->qp.shape[0] || sv->shape[1] != in->kp.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "scores must have shape [", in->qp.shape[0], ", ", in->kp.shape[0],
+          "] (query_positions, key_positions); got ", Shape(*sv)));
+    }
+    if (absl::Status s = CheckNoSelfOverlap(*sv, "scores"); !s.ok()) return s;
+    const NamedView views[] = {{&in->q, "q"},
+                               {&in->table, "label_table"},
+                               {&in->qp, "query_positions"},
+                               {&in->kp, "key_positions"}};
+    for (const NamedView& other : views) {
+      const NamedView pair[] = {other, {&*sv, "scores"}};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShaw(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    absl::StatusOr<seq::RowMatrixXd> out = shaw->KeyScores(
+        ReadMatrix(in->q), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks));
+    if (!out.ok()) return out.status();
+    StoreMatrix(*out, *sv, /*add=*/false);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_shaw_key_scores_backward(const DLTensor* q, const DLTensor* label_table,
+                                        const DLTensor* query_positions,
+                                        const DLTensor* key_positions,
+                                        const DLTensor* grad_scores, DLTensor* grad_q,
+                                        DLTensor* grad_label_table) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawInputs> in = ViewShaw(q, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> gv = ViewTensor(grad_scores, "grad_scores", 2, kFloat);
+    if (!gv.ok()) return gv.status();
+    if (gv->shape[0] != in->qp.shape[0] || gv->shape[1] != in->kp.shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "grad_scores must have shape [", in->qp.shape[0], ", ", in->kp.shape[0],
+          "] (query_positions, key_positions); got ", Shape(*gv)));
+    }
+    TensorView gq, gt;
+    if (grad_q != nullptr) {
+      absl::StatusOr<TensorView> v = ViewTensor(grad_q, "grad_q", 2, kFloat);
+      if (!v.ok()) return v.status();
+      if (v->shape != in->q.shape) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("grad_q must have q's shape ", Shape(in->q), "; got ", Shape(*v)));
+      }
+      if (absl::Status s = CheckNoSelfOverlap(*v, "grad_q"); !s.ok()) return s;
+      gq = std::move(*v);
+    }
+    if (grad_label_table != nullptr) {
+      absl::StatusOr<TensorView> v = ViewTensor(grad_label_table, "grad_label_table", 2, kFloat);
+      if (!v.ok()) return v.status();
+      if (v->shape != in->table.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "grad_label_table must have label_table's shape ", Shape(in->table), "; got ",
+            Shape(*v)));
+      }
+      if (absl::Status s = CheckNoSelfOverlap(*v, "grad_label_table"); !s.ok()) return s;
+      gt = std::move(*v);
+    }
+    const NamedView views[] = {{&in->q, "q"},
+                               {&in->table, "label_table"},
+                               {&in->qp, "query_positions"},
+                               {&in->kp, "key_positions"},
+                               {&*gv, "grad_scores"},
+                               {grad_q != nullptr ? &gq : nullptr, "grad_q"},
+                               {grad_label_table != nullptr ? &gt : nullptr, "grad_label_table"}};
+    for (size_t i = 5; i < 7; ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        const NamedView pair[] = {views[j], views[i]};
+        if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+      }
+    }
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShaw(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    seq::RowMatrixXd dq, dt;
+    if (grad_label_table != nullptr) dt.setZero(in->table.shape[0], in->table.shape[1]);
+    if (absl::Status s = shaw->KeyScoresBackward(
+            ReadMatrix(in->q), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks),
+            ReadMatrix(*gv), grad_q != nullptr ? &dq : nullptr,
+            grad_label_table != nullptr ? &dt : nullptr);
+        !s.ok()) {
+      return s;
+    }
+    if (grad_q != nullptr) StoreMatrix(dq, gq, /*add=*/false);
+    if (grad_label_table != nullptr) StoreMatrix(dt, gt, /*add=*/true);
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -286,6 +286,60 @@ GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores_backward(
     const DLTensor* key_positions, const DLTensor* grad_scores, DLTensor* grad_q,
     DLTensor* grad_label_table);
 
+/* ---- Coordinate encodings, analysis and INR solvers ---------------------------------
+ *
+ * Matrices are float64 DLTensors of any strides. Coordinates are float64 [N].
+ */
+
+/* Zheng et al.'s shifted-basis embedders: psi(t_i - x) at K shifts t_i = lo + i (hi - lo) / K. */
+enum {
+  GPE_SHIFTED_GAUSSIAN = 0,  /* exp(-u^2 / (2 width^2)) */
+  GPE_SHIFTED_TRIANGLE = 1,  /* max(1 - |u| / (width / 2), 0) */
+  GPE_SHIFTED_RECTANGLE = 2, /* 1 for |u| < width / 2 */
+  GPE_SHIFTED_IMPULSE = 3,   /* one-hot at the nearest shift; width unused */
+  GPE_SHIFTED_SINE = 4,      /* sin(2 pi u / width) */
+  GPE_SHIFTED_SQUARE = 5     /* sgn(sin(2 pi u / width)) */
+};
+
+typedef struct gpe_shifted_basis_options {
+  uint32_t struct_size; /* sizeof(gpe_shifted_basis_options) */
+  int32_t kind;         /* GPE_SHIFTED_* */
+  int64_t num_shifts;   /* K >= 1 */
+  double width;         /* finite, > 0 (ignored for the impulse) */
+  double lo, hi;        /* finite, lo < hi */
+} gpe_shifted_basis_options;
+#define GPE_SHIFTED_BASIS_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_shifted_basis_options), GPE_SHIFTED_GAUSSIAN, 0, 0.0, 0.0, 1.0 }
+
+/* out[n, i] = psi(t_i - coords[n]). coords: float64 [N] finite; out: float64 [N, K]. */
+GPE_API GPE_NODISCARD gpe_status gpe_shifted_basis_encode(const gpe_shifted_basis_options* options,
+                                                          const DLTensor* coords, DLTensor* out);
+
+/* Stable rank |A|_F^2 / |A|_2^2 of a finite, non-zero float64 matrix [M, F]. */
+GPE_API GPE_NODISCARD gpe_status gpe_stable_rank(const DLTensor* matrix, double* out);
+
+typedef struct gpe_separable_fit_options {
+  uint32_t struct_size;           /* sizeof(gpe_separable_fit_options) */
+  int32_t float32_image_products; /* nonzero: the image-sized product in float32 */
+  double lambda;                  /* ridge on each factor, finite, >= 0 */
+} gpe_separable_fit_options;
+#define GPE_SEPARABLE_FIT_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_separable_fit_options), 0, 0.0 }
+
+/* The closed-form fit of a complex encoding + one linear layer on a separable grid
+ * (Zheng et al. eq. 10): W = A_y S A_x^T, A = (Psi^T Psi + lambda I)^-1 Psi^T.
+ * psi_y: [Ny, Ky], psi_x: [Nx, Kx], image: [Ny, Nx] (rows = y), w (out): [Ky, Kx].
+ * A rank-deficient or too ill-conditioned factor is GPE_ERROR_INVALID_ARGUMENT with a
+ * message suggesting lambda > 0; no garbage is returned. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options,
+                                                          const DLTensor* psi_y,
+                                                          const DLTensor* psi_x,
+                                                          const DLTensor* image, DLTensor* w);
+/* out = Psi_y W Psi_x^T: [Ny, Nx]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* psi_y,
+                                                              const DLTensor* psi_x,
+                                                              const DLTensor* w, DLTensor* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

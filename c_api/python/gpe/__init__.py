@@ -6,6 +6,7 @@ the library's own message.
 """
 
 from gpe._core import GpeError, version, version_string
+from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
 from gpe.so import SoRepresentation
@@ -16,9 +17,13 @@ __all__ = [
     "GrapeM",
     "LearnedPositions",
     "SoRepresentation",
+    "fit_separable_2d",
+    "predict_separable_2d",
     "shaw_key_scores",
     "shaw_key_scores_backward",
+    "shifted_basis",
     "sinusoidal",
+    "stable_rank",
     "version",
     "version_string",
 ]

@@ -91,6 +91,17 @@ class SinusoidalOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("base", ctypes.c_double)]
 
 
+class ShiftedBasisOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int32),
+                ("num_shifts", ctypes.c_int64), ("width", ctypes.c_double),
+                ("lo", ctypes.c_double), ("hi", ctypes.c_double)]
+
+
+class SeparableFitOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("float32_image_products", ctypes.c_int32),
+                ("lambda_", ctypes.c_double)]
+
+
 class GrapeMOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -181,6 +192,11 @@ def _declare(lib):
         "gpe_algebraic_sequence_backward": (st, [p, t, t, t, t, t]),
         "gpe_shaw_key_scores": (st, [t, t, t, t, t]),
         "gpe_shaw_key_scores_backward": (st, [t, t, t, t, t, t, t]),
+        # Coordinate encodings, analysis, INR.
+        "gpe_shifted_basis_encode": (st, [ctypes.POINTER(ShiftedBasisOptions), t, t]),
+        "gpe_stable_rank": (st, [t, ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_fit_separable_2d": (st, [ctypes.POINTER(SeparableFitOptions), t, t, t, t]),
+        "gpe_inr_predict_separable_2d": (st, [t, t, t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -1,0 +1,71 @@
+"""Coordinate encodings, their analysis, and closed-form INR solvers (gpe.h, "Coordinate
+encodings, analysis and INR solvers").
+
+- shifted_basis(): Zheng et al.'s shifted-basis embedders (Gaussian, triangle, ...).
+- stable_rank(): |A|_F^2 / |A|_2^2 of an embedding matrix.
+- fit_separable_2d() / predict_separable_2d(): the closed form W = A_y S A_x^T of a
+  complex (Kronecker) encoding + one linear layer on a separable grid (Zheng et al.
+  eq. 10), A = (Psi^T Psi + lambda I)^-1 Psi^T; rows of S are y.
+
+Matrices are float64 NumPy arrays (any strides).
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+
+KINDS = {"gaussian": 0, "triangle": 1, "rectangle": 2, "impulse": 3, "sine": 4, "square": 5}
+
+
+def _f64(a, name, ndim):
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != ndim:
+        raise ValueError("%s must be %d-dimensional" % (name, ndim))
+    return a
+
+
+def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
+    """Psi[n, i] = psi(t_i - coords[n]), t_i = lo + i (hi - lo) / num_shifts."""
+    if kind not in KINDS:
+        raise ValueError("kind must be one of %s" % sorted(KINDS))
+    coords = _f64(coords, "coords", 1)
+    out = np.empty((coords.shape[0], num_shifts), dtype=np.float64)
+    o = _ffi.ShiftedBasisOptions(ctypes.sizeof(_ffi.ShiftedBasisOptions), KINDS[kind],
+                                 num_shifts, width, lo, hi)
+    tc, kc = _ffi.as_dltensor(coords)
+    to, ko = _ffi.as_dltensor(out)
+    check(lib().gpe_shifted_basis_encode(ctypes.byref(o), ctypes.byref(tc), ctypes.byref(to)))
+    return out
+
+
+def stable_rank(matrix):
+    """|A|_F^2 / |A|_2^2."""
+    matrix = _f64(matrix, "matrix", 2)
+    t, keep = _ffi.as_dltensor(matrix)
+    r = ctypes.c_double()
+    check(lib().gpe_stable_rank(ctypes.byref(t), ctypes.byref(r)))
+    return r.value
+
+
+def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False):
+    """W [Ky, Kx] minimising |Psi_y W Psi_x^T - image|^2 with ridge lam on each factor."""
+    psi_y, psi_x = _f64(psi_y, "psi_y", 2), _f64(psi_x, "psi_x", 2)
+    image = _f64(image, "image", 2)
+    w = np.empty((psi_y.shape[1], psi_x.shape[1]), dtype=np.float64)
+    o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions),
+                                 1 if float32_image_products else 0, lam)
+    ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, image, w)]
+    check(lib().gpe_inr_fit_separable_2d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
+    return w
+
+
+def predict_separable_2d(psi_y, psi_x, w):
+    """Psi_y W Psi_x^T."""
+    psi_y, psi_x, w = _f64(psi_y, "psi_y", 2), _f64(psi_x, "psi_x", 2), _f64(w, "w", 2)
+    out = np.empty((psi_y.shape[0], psi_x.shape[0]), dtype=np.float64)
+    ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, w, out)]
+    check(lib().gpe_inr_predict_separable_2d(*[ctypes.byref(t) for t, _ in ts]))
+    return out

@@ -28,16 +28,18 @@ bool MulOk(int64_t a, int64_t b, int64_t* out) {
 
 // Checks that (batch, token, head) rows of `dim` contiguous elements with the given
 // extents and strides never overlap and that the largest offset fits in int64.
-// Sufficient rule: sorted by stride, each stride is at least the span of all inner dims.
+// Sufficient rule: sorted by stride, each stride of a dim with extent > 1 is at least the
+// span of all inner dims (so it is >= head_dim >= 1); strides of extent-1 dims only need
+// to be >= 0.
 absl::Status CheckTensor(const char* name, const Strides& s, bool has_batch, int64_t batch,
                          int64_t tokens, int64_t heads, int64_t dim) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent)
   if (has_batch) {
-    if (s.batch < 1) return Bad(absl::StrCat(name, ".batch stride must be >= 1, got ", s.batch));
+    if (s.batch < 0) return Bad(absl::StrCat(name, ".batch stride must be >= 0, got ", s.batch));
     if (batch > 1) dims.emplace_back(s.batch, batch);
   }
-  if (s.token < 1) return Bad(absl::StrCat(name, ".token stride must be >= 1, got ", s.token));
-  if (s.head < 1) return Bad(absl::StrCat(name, ".head stride must be >= 1, got ", s.head));
+  if (s.token < 0) return Bad(absl::StrCat(name, ".token stride must be >= 0, got ", s.token));
+  if (s.head < 0) return Bad(absl::StrCat(name, ".head stride must be >= 0, got ", s.head));
   if (tokens > 1) dims.emplace_back(s.token, tokens);
   if (heads > 1) dims.emplace_back(s.head, heads);
   std::sort(dims.begin(), dims.end());

@@ -196,8 +196,8 @@ Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t
 
 // Every check an implementation relies on; InvalidArgument with a message naming the
 // field otherwise. Checked: sizes >= 0 (heads, head_dim >= 1), Hq % Hkv == 0, strides
-// >= 1 and large enough that distinct (token, head) rows do not overlap, no int64
-// overflow in the largest offset, thd cu_seqlens (sizes, start 0, non-decreasing, end
+// >= 0 and (for dims of extent > 1) large enough that distinct (token, head) rows do
+// not overlap, no int64 overflow in the largest offset, thd cu_seqlens (sizes, start 0, non-decreasing, end
 // at total), bshd cu_seqlens empty, finite scale, positions sizes, transform dims,
 // bias head counts and the number of bias objects, locality in (0, 1].
 absl::Status ValidateAttention(const AttentionArgs& args);

@@ -120,6 +120,23 @@ absl::Status RopeRowTransform::Backward(absl::Span<const int64_t> positions, flo
   return Run(positions, rows, stride, true);
 }
 
+template <class T>
+absl::Status AlgebraicRowTransform::Back(absl::Span<const int64_t> positions, T* rows,
+                                         int64_t stride) const {
+  std::vector<int64_t> neg(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] == std::numeric_limits<int64_t>::min()) {
+      return Bad("AlgebraicRowTransform::Backward: position INT64_MIN has no negation");
+    }
+    neg[i] = -positions[i];
+  }
+  return e_.Apply(absl::Span<const int64_t>(neg), rows, stride, rows, stride);
+}
+template absl::Status AlgebraicRowTransform::Back<float>(absl::Span<const int64_t>, float*,
+                                                         int64_t) const;
+template absl::Status AlgebraicRowTransform::Back<double>(absl::Span<const int64_t>, double*,
+                                                          int64_t) const;
+
 double AttentionArgs::scale() const {
   return softmax_scale.has_value() ? *softmax_scale
                                    : 1.0 / std::sqrt(static_cast<double>(head_dim));

@@ -63,6 +63,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/rope.h"
@@ -142,6 +143,37 @@ class GrapeMRowTransform final : public RowTransform {
   template <class T>
   absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
   const E& e_;
+};
+
+// Kogkalidis et al.'s sequence encoding W^p = exp(p S) (algebraic.h) as a RowTransform.
+// Backward applies (W^p)^T = W^{-p} (S skew), so positions must not be INT64_MIN.
+// `encoding` must outlive the adapter; dL/dS comes from AlgebraicSequence::Backward.
+class AlgebraicRowTransform final : public RowTransform {
+ public:
+  explicit AlgebraicRowTransform(const encodings::sequence::AlgebraicSequence& encoding)
+      : e_(encoding) {}
+  int64_t dim() const override { return e_.dim(); }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+
+ private:
+  template <class T>
+  absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
+  const encodings::sequence::AlgebraicSequence& e_;
 };
 
 enum class Layout { kBSHD, kTHD };

@@ -11,6 +11,7 @@
 
 #include <Eigen/Dense>
 #include "attention/descriptor.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/rope.h"
@@ -20,6 +21,7 @@ namespace gpe {
 namespace attention {
 namespace {
 
+using encodings::sequence::AlgebraicSequence;
 using encodings::sequence::AlibiBias;
 using encodings::sequence::AlibiForm;
 using encodings::sequence::CoordinatePlane;
@@ -415,7 +417,8 @@ TEST(ReferenceForward, GrapeMTransforms) {
 }
 
 // Central finite differences of L = <w, o> in double for every element of q, k and v,
-// with RoPE (xPos-free), GRAPE-M product on k, ALiBi, locality, GQA, varlen, causal.
+// with ALiBi, locality, GQA, varlen, causal or not, and row transforms: RoPE on q with
+// GRAPE-M product on k, xPos (query and key roles), Kogkalidis et al.'s exp(p S).
 TEST(ReferenceBackward, MatchesFiniteDifferences) {
   std::mt19937_64 rng(8);
   const int64_t hq = 4, hkv = 2, d = 4;
@@ -428,11 +431,30 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   GrapeMRowTransform<GrapeMProduct> ptr(*prod);
   auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
   ASSERT_TRUE(alibi.ok());
-  for (bool causal : {false, true}) {
+  // xPos: q and k are scaled by zeta^(+-(p - centre) / B), not orthogonal.
+  RopeOptions xopt;
+  xopt.head_dim = d;
+  xopt.rotary_dim = d;
+  xopt.xpos.enabled = true;
+  xopt.xpos.scale_base = 4.0;
+  xopt.xpos.centre = 2;
+  auto xpos = Rope::Create(xopt, *DefaultRopeFrequencies(d, 100.0));
+  ASSERT_TRUE(xpos.ok()) << xpos.status();
+  RopeRowTransform xq(*xpos, encodings::sequence::RopeRole::kQuery),
+      xk(*xpos, encodings::sequence::RopeRole::kKey);
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform atr(*alg);
+  for (int config = 0; config < 4; ++config) {
+    const bool causal = config != 0;
     AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
     a.causal = causal;
-    a.q_transform = &rtr;
-    a.k_transform = &ptr;
+    const RowTransform* qt[4] = {&rtr, &rtr, &xq, &atr};
+    const RowTransform* kt[4] = {&ptr, &ptr, &xk, &atr};
+    a.q_transform = qt[config];
+    a.k_transform = kt[config];
     a.biases = {&*alibi};
     a.locality = 0.8;
     a.softmax_scale = 0.7;
@@ -460,7 +482,7 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
         (*x)[i] = x0 - h;
         const double lm = loss();
         (*x)[i] = x0;
-        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "causal " << causal << " i " << i;
+        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "config " << config << " i " << i;
       }
     }
   }

@@ -13,6 +13,7 @@
 #include "attention/descriptor.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_a.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/rope.h"
 #include "gtest/gtest.h"
@@ -27,6 +28,7 @@ using encodings::sequence::AlibiForm;
 using encodings::sequence::CoordinatePlane;
 using encodings::sequence::DefaultRopeFrequencies;
 using encodings::sequence::FoxBias;
+using encodings::sequence::GrapeALift;
 using encodings::sequence::GrapeMCommutingPlanes;
 using encodings::sequence::GrapeMProduct;
 using encodings::sequence::Rank2Generator;
@@ -414,6 +416,57 @@ TEST(ReferenceForward, GrapeMTransforms) {
   s.rq = s.rk = [&](int64_t p) { return prod->Matrix(p); };
   std::vector<int64_t> pos = {0, 1, 2, 3, 4};
   EXPECT_LT(MaxAbsDiff(op, Direct(s, q, k, v, pos, pos)), 1e-13);  // rounding only
+}
+
+// GRAPE-A == ALiBi through attention: ALiBi as an AdditiveBias tile equals plain
+// attention on GRAPE-A's lifted rows [q; 1; -m i], [k; m j; 1] (v padded with zeros).
+TEST(ReferenceForward, GrapeALiftEqualsAlibiBias) {
+  std::mt19937_64 rng(11);
+  const int64_t l = 7, h = 2, d = 4, dl = d + 2;
+  auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  std::vector<double> q = Random(l * h * d, &rng), k = Random(l * h * d, &rng),
+                      v = Random(l * h * d, &rng);
+  AttentionArgs a = Bshd(1, l, l, h, h, d);
+  a.causal = true;
+  a.softmax_scale = 1.0;  // the lift adds the bias to the raw dot product
+  a.biases = {&*alibi};
+  std::vector<double> o(q.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+
+  std::vector<int64_t> pos(l);
+  for (int64_t t = 0; t < l; ++t) pos[t] = 1000 + t;  // non-zero origin
+  a.q_positions = a.k_positions = pos;
+  std::vector<double> o_shift(q.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o_shift.data()).ok());
+
+  std::vector<double> ql(l * h * dl), kl(l * h * dl), vl(l * h * dl, 0.0), ol(l * h * dl);
+  for (int64_t hh = 0; hh < h; ++hh) {
+    auto lift = GrapeALift::FromAlibi(*alibi, hh, d);
+    ASSERT_TRUE(lift.ok()) << lift.status();
+    ASSERT_TRUE(lift->LiftQueries<double>(pos, q.data() + hh * d, h * d, ql.data() + hh * dl,
+                                          h * dl)
+                    .ok());
+    ASSERT_TRUE(
+        lift->LiftKeys<double>(pos, k.data() + hh * d, h * d, kl.data() + hh * dl, h * dl).ok());
+  }
+  for (int64_t t = 0; t < l * h; ++t)
+    for (int64_t e = 0; e < d; ++e) vl[t * dl + e] = v[t * d + e];
+  AttentionArgs b = Bshd(1, l, l, h, h, dl);
+  b.causal = true;
+  b.softmax_scale = 1.0;
+  b.q_positions = b.k_positions = pos;
+  ASSERT_TRUE(ReferenceForward<double>(b, ql.data(), kl.data(), vl.data(), ol.data()).ok());
+  std::vector<double> ot(q.size());
+  for (int64_t t = 0; t < l * h; ++t)
+    for (int64_t e = 0; e < d; ++e) ot[t * d + e] = ol[t * dl + e];
+  // The lift forms m j - m i as a difference of products ~1e3 * m (grape_a.h): error
+  // ~1e-13 in the scores; the tile forms m (i - j) directly.
+  EXPECT_LT(MaxAbsDiff(ot, o_shift), 1e-12);
+  // ALiBi is relative: the shifted run equals the origin-0 run.
+  EXPECT_LT(MaxAbsDiff(o, o_shift), 1e-13);
+  for (int64_t t = 0; t < l * h; ++t)  // padded output columns stay exactly zero
+    EXPECT_EQ(ol[t * dl + d], 0.0);
 }
 
 // Central finite differences of L = <w, o> in double for every element of q, k and v,

@@ -50,8 +50,7 @@ absl::Status CheckTensor(const char* name, const Strides& s, bool has_batch, int
                               " elements (strides must keep distinct rows disjoint)"));
     }
     int64_t extra = 0;
-    if (!MulOk(stride, extent - 1, &extra) ||
-        extra > std::numeric_limits<int64_t>::max() - span) {
+    if (!MulOk(stride, extent - 1, &extra) || extra > std::numeric_limits<int64_t>::max() - span) {
       return Bad(absl::StrCat(name, ": largest offset overflows int64"));
     }
     span += extra;
@@ -64,13 +63,13 @@ absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int6
   if (cu[0] != 0) return Bad(absl::StrCat(name, "[0] must be 0, got ", cu[0]));
   for (size_t b = 1; b < cu.size(); ++b) {
     if (cu[b] < cu[b - 1]) {
-      return Bad(absl::StrCat(name, " must be non-decreasing: entry ", b, " = ", cu[b],
-                              " < entry ", b - 1, " = ", cu[b - 1]));
+      return Bad(absl::StrCat(name, " must be non-decreasing: entry ", b, " = ", cu[b], " < entry ",
+                              b - 1, " = ", cu[b - 1]));
     }
   }
   if (cu.back() != total) {
-    return Bad(absl::StrCat(name, " must end at the total token count ", total, ", got ",
-                            cu.back()));
+    return Bad(
+        absl::StrCat(name, " must end at the total token count ", total, ", got ", cu.back()));
   }
   return absl::OkStatus();
 }
@@ -78,8 +77,8 @@ absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int6
 }  // namespace
 
 template <class T>
-absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows,
-                                   int64_t stride, bool backward) const {
+absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+                                   bool backward) const {
   if (positions.empty()) return absl::OkStatus();
   if (rows == nullptr) return Bad("RopeRowTransform: rows is null");
   if (rope_.options().num_axes != 1) {
@@ -193,8 +192,9 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
     return Bad(absl::StrCat("num_kv_heads must be >= 1, got ", a.num_kv_heads));
   }
   if (a.num_q_heads % a.num_kv_heads != 0) {
-    return Bad(absl::StrCat("num_q_heads (", a.num_q_heads, ") must be a multiple of num_kv_heads (",
-                            a.num_kv_heads, ") for grouped-query attention"));
+    return Bad(absl::StrCat("num_q_heads (", a.num_q_heads,
+                            ") must be a multiple of num_kv_heads (", a.num_kv_heads,
+                            ") for grouped-query attention"));
   }
   if (a.head_dim < 1) return Bad(absl::StrCat("head_dim must be >= 1, got ", a.head_dim));
   if (a.seq_len_q < 0 || a.seq_len_k < 0) {
@@ -255,12 +255,16 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
   }
   if (!a.q_positions.empty()) {
     if (static_cast<int64_t>(a.q_positions.size()) != nq) {
-      return Bad(absl::StrCat("q_positions has ", a.q_positions.size(), " entries, expected one per "
-                              "query token (", nq, ")"));
+      return Bad(absl::StrCat("q_positions has ", a.q_positions.size(),
+                              " entries, expected one per "
+                              "query token (",
+                              nq, ")"));
     }
     if (static_cast<int64_t>(a.k_positions.size()) != nk) {
-      return Bad(absl::StrCat("k_positions has ", a.k_positions.size(), " entries, expected one per "
-                              "key token (", nk, ")"));
+      return Bad(absl::StrCat("k_positions has ", a.k_positions.size(),
+                              " entries, expected one per "
+                              "key token (",
+                              nk, ")"));
     }
   }
   const RowTransform* tr[2] = {a.q_transform, a.k_transform};
@@ -278,6 +282,12 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
     }
     for (size_t i = 0; i < a.biases.size(); ++i) {
       if (a.biases[i] == nullptr) return Bad(absl::StrCat("biases[", i, "] is null"));
+      if (a.biases.size() == 1 && a.num_sequences() > 1 && a.biases[i]->needs_token_data()) {
+        return Bad(
+            absl::StrCat("biases[0] reads per-token data of one sequence (FoX, GRAPE-AP): "
+                         "give one object per sequence (",
+                         a.num_sequences(), ")"));
+      }
       if (a.biases[i]->num_heads() != a.num_q_heads) {
         return Bad(absl::StrCat("biases[", i, "] has ", a.biases[i]->num_heads(),
                                 " heads, expected num_q_heads = ", a.num_q_heads));

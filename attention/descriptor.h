@@ -29,6 +29,8 @@
 //    cu_seqlens_k. batch = cu_seqlens_q.size() - 1 = cu_seqlens_k.size() - 1; both start
 //    at 0, are non-decreasing (empty sequences allowed) and end at total_q / total_k.
 //    element (t, h, d) is at t * token_stride + h * head_stride + d (batch_stride unused).
+// AttentionArgs holds spans and pointers only (cu_seqlens, positions, transforms,
+// biases): the caller keeps them alive for the duration of each call.
 // Token numbering ("token index") is b * seq_len + t for bshd and the packed row for thd;
 // positions, lse and bias per-sequence objects are indexed by it.
 // Gradients (dq, dk, dv) use the strides of q, k, v; do uses the strides of o.
@@ -50,7 +52,8 @@
 //    dL/dq' into dL/dq. Adapters: RopeRowTransform, GrapeMRowTransform<...>.
 //  - AdditiveBias (bias.h): either one object for every sequence (position-only biases:
 //    ALiBi, T5) or one per sequence (content-dependent: FoX, GRAPE-AP, whose token data
-//    belongs to one sequence). num_heads() must equal num_q_heads (bias head = q head).
+//    belongs to one sequence; sharing one across several sequences is rejected). num_heads() must
+//    equal num_q_heads (bias head = q head).
 //  - locality: c in (0, 1] multiplies the q.k part of the score by c^|i - j|.
 //  - Shaw value labels (relative.h, output side) are not part of this first API.
 #ifndef ATTENTION_DESCRIPTOR_H_
@@ -92,9 +95,9 @@ class RowTransform {
 // Holds a reference: `rope` must outlive the adapter.
 class RopeRowTransform final : public RowTransform {
  public:
-  explicit RopeRowTransform(const encodings::sequence::Rope& rope,
-                            encodings::sequence::RopeRole role =
-                                encodings::sequence::RopeRole::kQuery)
+  explicit RopeRowTransform(
+      const encodings::sequence::Rope& rope,
+      encodings::sequence::RopeRole role = encodings::sequence::RopeRole::kQuery)
       : rope_(rope), role_(role) {}
   int64_t dim() const override { return rope_.options().head_dim; }
   absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
@@ -187,12 +190,12 @@ struct Strides {
 
 struct AttentionArgs {
   Layout layout = Layout::kBSHD;
-  int64_t batch = 0;          // bshd; thd: derived, must equal cu_seqlens_q.size() - 1
-  int64_t seq_len_q = 0;      // bshd: per sequence; thd: total_q
-  int64_t seq_len_k = 0;      // bshd: per sequence; thd: total_k
-  int64_t num_q_heads = 0;    // >= 1, multiple of num_kv_heads (GQA; MQA: num_kv_heads 1)
-  int64_t num_kv_heads = 0;   // >= 1
-  int64_t head_dim = 0;       // >= 1
+  int64_t batch = 0;         // bshd; thd: derived, must equal cu_seqlens_q.size() - 1
+  int64_t seq_len_q = 0;     // bshd: per sequence; thd: total_q
+  int64_t seq_len_k = 0;     // bshd: per sequence; thd: total_k
+  int64_t num_q_heads = 0;   // >= 1, multiple of num_kv_heads (GQA; MQA: num_kv_heads 1)
+  int64_t num_kv_heads = 0;  // >= 1
+  int64_t head_dim = 0;      // >= 1
   absl::Span<const int64_t> cu_seqlens_q;  // thd only
   absl::Span<const int64_t> cu_seqlens_k;  // thd only
   Strides q, k, v, o;
@@ -207,8 +210,8 @@ struct AttentionArgs {
   std::vector<const encodings::sequence::AdditiveBias*> biases;
   std::optional<double> locality;  // c in (0, 1]
 
-  double scale() const;             // the effective softmax scale
-  int64_t num_sequences() const;    // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
+  double scale() const;           // the effective softmax scale
+  int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
   int64_t num_q_tokens() const;
   int64_t num_k_tokens() const;
   // Token ranges of sequence b (token indices, see LAYOUTS).
@@ -229,9 +232,9 @@ Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t
 // Every check an implementation relies on; InvalidArgument with a message naming the
 // field otherwise. Checked: sizes >= 0 (heads, head_dim >= 1), Hq % Hkv == 0, strides
 // >= 0 and (for dims of extent > 1) large enough that distinct (token, head) rows do
-// not overlap, no int64 overflow in the largest offset, thd cu_seqlens (sizes, start 0, non-decreasing, end
-// at total), bshd cu_seqlens empty, finite scale, positions sizes, transform dims,
-// bias head counts and the number of bias objects, locality in (0, 1].
+// not overlap, no int64 overflow in the largest offset, thd cu_seqlens (sizes, start 0,
+// non-decreasing, end at total), bshd cu_seqlens empty, finite scale, positions sizes, transform
+// dims, bias head counts and the number of bias objects, locality in (0, 1].
 absl::Status ValidateAttention(const AttentionArgs& args);
 
 // Positions actually used (explicit ones, or the documented default), one per token.

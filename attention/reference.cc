@@ -43,8 +43,8 @@ absl::Status Gather(const AttentionArgs& a, const T* src, const Strides& s, bool
 }
 
 template <class T>
-void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strides& s,
-             bool q_side, int64_t heads, T* dst) {
+void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strides& s, bool q_side,
+             int64_t heads, T* dst) {
   if (dst == nullptr) return;
   const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
   const int64_t d = a.head_dim;
@@ -59,9 +59,8 @@ void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strid
 
 // Applies (or back-propagates through) a transform to every sequence and head of a packed
 // buffer; q_side picks the q or k token ranges and positions.
-absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_side,
-                       int64_t heads, const std::vector<int64_t>& pos, bool backward,
-                       std::vector<double>* buf) {
+absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_side, int64_t heads,
+                       const std::vector<int64_t>& pos, bool backward, std::vector<double>* buf) {
   if (tr == nullptr) return absl::OkStatus();
   const int64_t d = a.head_dim;
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
@@ -71,7 +70,8 @@ absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_si
     absl::Span<const int64_t> p(pos.data() + begin, static_cast<size_t>(end - begin));
     for (int64_t h = 0; h < heads; ++h) {
       double* rows = buf->data() + (begin * heads + h) * d;
-      absl::Status s = backward ? tr->Backward(p, rows, heads * d) : tr->Forward(p, rows, heads * d);
+      absl::Status s =
+          backward ? tr->Backward(p, rows, heads * d) : tr->Forward(p, rows, heads * d);
       if (!s.ok()) return s;
     }
   }
@@ -224,8 +224,8 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
 }  // namespace
 
 template <class T>
-absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v,
-                              T* o, T* lse) {
+absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
+                              T* lse) {
   return Run<T>(args, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr, nullptr);
 }
 
@@ -245,15 +245,14 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
 
 template absl::Status ReferenceForward<float>(const AttentionArgs&, const float*, const float*,
                                               const float*, float*, float*);
-template absl::Status ReferenceForward<double>(const AttentionArgs&, const double*,
-                                               const double*, const double*, double*, double*);
+template absl::Status ReferenceForward<double>(const AttentionArgs&, const double*, const double*,
+                                               const double*, double*, double*);
 template absl::Status ReferenceBackward<float>(const AttentionArgs&, const float*, const float*,
-                                               const float*, const float*, float*, float*,
-                                               float*, const BiasGradientSink&);
-template absl::Status ReferenceBackward<double>(const AttentionArgs&, const double*,
-                                                const double*, const double*, const double*,
-                                                double*, double*, double*,
-                                                const BiasGradientSink&);
+                                               const float*, const float*, float*, float*, float*,
+                                               const BiasGradientSink&);
+template absl::Status ReferenceBackward<double>(const AttentionArgs&, const double*, const double*,
+                                                const double*, const double*, double*, double*,
+                                                double*, const BiasGradientSink&);
 
 }  // namespace attention
 }  // namespace gpe

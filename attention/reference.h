@@ -23,8 +23,8 @@ namespace attention {
 // o (strides args.o) and, if non-null, lse (num_q_tokens x num_q_heads, row-major,
 // natural log, -inf for rows with no allowed key). T is float or double.
 template <class T>
-absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v,
-                              T* o, T* lse = nullptr);
+absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
+                              T* lse = nullptr);
 
 // Receives dL/db for one tile of sequence `sequence`, query head `head`: grad[r * ld + c]
 // for the query positions q_positions[r] and key positions k_positions[c] (masked pairs

@@ -3,13 +3,13 @@
 // equivalences (GQA, varlen, KV cache, relativity) and central finite differences.
 #include "attention/reference.h"
 
+#include <Eigen/Dense>
 #include <cmath>
 #include <functional>
 #include <limits>
 #include <random>
 #include <vector>
 
-#include <Eigen/Dense>
 #include "attention/descriptor.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
@@ -59,8 +59,8 @@ AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hk
   return a;
 }
 
-AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k,
-                  int64_t hq, int64_t hkv, int64_t d) {
+AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
+                  int64_t hkv, int64_t d) {
   AttentionArgs a;
   a.layout = Layout::kTHD;
   a.seq_len_q = cu_q.back();
@@ -98,9 +98,9 @@ struct DirectSpec {
   int64_t hq, hkv, d;
   bool causal = false;
   double scale = 0;
-  std::function<Eigen::MatrixXd(int64_t)> rq, rk;  // empty: identity
+  std::function<Eigen::MatrixXd(int64_t)> rq, rk;         // empty: identity
   std::function<double(int64_t, int64_t, int64_t)> bias;  // (head, pos_q, pos_k)
-  double locality = 0;                                      // 0: off
+  double locality = 0;                                    // 0: off
 };
 std::vector<double> Direct(const DirectSpec& s, const std::vector<double>& q,
                            const std::vector<double>& k, const std::vector<double>& v,
@@ -195,8 +195,8 @@ TEST(ReferenceForward, MatchesDirectOracleWithAllDescriptors) {
     const size_t nq = batch * a.q.batch, nk = batch * a.k.batch;
     std::vector<double> q = Random(nq, &rng), k = Random(nk, &rng), v = Random(nk, &rng);
     std::vector<double> o(nq, 7.0), lse(batch * lq * hq);
-    ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data())
-                    .ok());
+    ASSERT_TRUE(
+        ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
     DirectSpec s(hq, hkv, d);
     s.causal = causal;
     s.scale = 1.0 / std::sqrt(8.0);
@@ -209,13 +209,14 @@ TEST(ReferenceForward, MatchesDirectOracleWithAllDescriptors) {
         std::vector<double> out;
         for (int64_t t = 0; t < len; ++t)
           for (int64_t h = 0; h < hh; ++h)
-            for (int64_t e = 0; e < d; ++e) out.push_back(x[b * st.batch + t * st.token + h * st.head + e]);
+            for (int64_t e = 0; e < d; ++e)
+              out.push_back(x[b * st.batch + t * st.token + h * st.head + e]);
         return out;
       };
       std::vector<int64_t> pqb(pq.begin() + b * lq, pq.begin() + (b + 1) * lq);
       std::vector<int64_t> pkb(pk.begin() + b * lk, pk.begin() + (b + 1) * lk);
-      std::vector<double> want = Direct(s, pack(q, a.q, lq, hq), pack(k, a.k, lk, hkv),
-                                        pack(v, a.v, lk, hkv), pqb, pkb);
+      std::vector<double> want =
+          Direct(s, pack(q, a.q, lq, hq), pack(k, a.k, lk, hkv), pack(v, a.v, lk, hkv), pqb, pkb);
       // Both sides accumulate in >= double precision from the same inputs; the only
       // differences are summation order and cos/sin rounding (~1e-16 relative) on O(1)
       // values, so 1e-13 leaves ample margin while catching any formula error.
@@ -265,12 +266,14 @@ TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
   ASSERT_TRUE(ReferenceForward<double>(m, q.data(), kr.data(), vr.data(), om.data()).ok());
   // Identical arithmetic per (row, head): bit-identical.
   EXPECT_EQ(MaxAbsDiff(og, om), 0.0);
-  std::vector<double> dqg(q.size()), dkg(k.size()), dvg(v.size()), dqm(q.size()),
-      dkm(kr.size()), dvm(vr.size());
-  ASSERT_TRUE(ReferenceBackward<double>(g, q.data(), k.data(), v.data(), dout.data(),
-                                        dqg.data(), dkg.data(), dvg.data()).ok());
-  ASSERT_TRUE(ReferenceBackward<double>(m, q.data(), kr.data(), vr.data(), dout.data(),
-                                        dqm.data(), dkm.data(), dvm.data()).ok());
+  std::vector<double> dqg(q.size()), dkg(k.size()), dvg(v.size()), dqm(q.size()), dkm(kr.size()),
+      dvm(vr.size());
+  ASSERT_TRUE(ReferenceBackward<double>(g, q.data(), k.data(), v.data(), dout.data(), dqg.data(),
+                                        dkg.data(), dvg.data())
+                  .ok());
+  ASSERT_TRUE(ReferenceBackward<double>(m, q.data(), kr.data(), vr.data(), dout.data(), dqm.data(),
+                                        dkm.data(), dvm.data())
+                  .ok());
   EXPECT_LT(MaxAbsDiff(dqg, dqm), 1e-15);
   for (int64_t t = 0; t < l; ++t)
     for (int64_t g2 = 0; g2 < hkv; ++g2)
@@ -299,8 +302,7 @@ TEST(ReferenceForward, ThdVarlenEqualsSeparateSequences) {
   a.q_transform = a.k_transform = &tr;
   std::vector<double> q = Random(11 * hq * d, &rng), k = Random(12 * hkv * d, &rng),
                       v = Random(12 * hkv * d, &rng), o(q.size(), 5.0), lse(11 * hq);
-  ASSERT_TRUE(
-      ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
   for (size_t b = 0; b + 1 < cu_q.size(); ++b) {
     const int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
     if (lq == 0) continue;
@@ -309,8 +311,8 @@ TEST(ReferenceForward, ThdVarlenEqualsSeparateSequences) {
     s.q_transform = s.k_transform = &tr;
     std::vector<double> os(lq * hq * d);
     ASSERT_TRUE(ReferenceForward<double>(s, q.data() + cu_q[b] * hq * d,
-                                         k.data() + cu_k[b] * hkv * d,
-                                         v.data() + cu_k[b] * hkv * d, os.data())
+                                         k.data() + cu_k[b] * hkv * d, v.data() + cu_k[b] * hkv * d,
+                                         os.data())
                     .ok());
     std::vector<double> ot(o.begin() + cu_q[b] * hq * d, o.begin() + cu_q[b + 1] * hq * d);
     EXPECT_EQ(MaxAbsDiff(ot, os), 0.0) << "sequence " << b;  // same arithmetic
@@ -339,9 +341,9 @@ TEST(ReferenceForward, KvCacheDecodeEqualsLastRow) {
   std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hkv * d, &rng),
                       v = Random(l * hkv * d, &rng), of(l * hq * d), od(hq * d);
   ASSERT_TRUE(ReferenceForward<double>(full, q.data(), k.data(), v.data(), of.data()).ok());
-  ASSERT_TRUE(ReferenceForward<double>(dec, q.data() + (l - 1) * hq * d, k.data(), v.data(),
-                                       od.data())
-                  .ok());
+  ASSERT_TRUE(
+      ReferenceForward<double>(dec, q.data() + (l - 1) * hq * d, k.data(), v.data(), od.data())
+          .ok());
   std::vector<double> last(of.end() - hq * d, of.end());
   EXPECT_EQ(MaxAbsDiff(last, od), 0.0);  // same positions, same arithmetic: bit-identical
 }
@@ -387,8 +389,8 @@ TEST(ReferenceForward, GrapeMTransforms) {
   std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
                       v = Random(l * hq * d, &rng);
   // Planes (i, i + 2) with RoPE's thetas = half-split RoPE of dim 4, base 100.
-  auto planes = GrapeMCommutingPlanes::Create(
-      d, {CoordinatePlane{0, 2, 1.0}, CoordinatePlane{1, 3, 0.1}});
+  auto planes =
+      GrapeMCommutingPlanes::Create(d, {CoordinatePlane{0, 2, 1.0}, CoordinatePlane{1, 3, 0.1}});
   ASSERT_TRUE(planes.ok()) << planes.status();
   GrapeMRowTransform<GrapeMCommutingPlanes> gtr(*planes);
   Rope rope = MakeRope(d, 4);
@@ -444,9 +446,8 @@ TEST(ReferenceForward, GrapeALiftEqualsAlibiBias) {
   for (int64_t hh = 0; hh < h; ++hh) {
     auto lift = GrapeALift::FromAlibi(*alibi, hh, d);
     ASSERT_TRUE(lift.ok()) << lift.status();
-    ASSERT_TRUE(lift->LiftQueries<double>(pos, q.data() + hh * d, h * d, ql.data() + hh * dl,
-                                          h * dl)
-                    .ok());
+    ASSERT_TRUE(
+        lift->LiftQueries<double>(pos, q.data() + hh * d, h * d, ql.data() + hh * dl, h * dl).ok());
     ASSERT_TRUE(
         lift->LiftKeys<double>(pos, k.data() + hh * d, h * d, kl.data() + hh * dl, h * dl).ok());
   }
@@ -666,8 +667,7 @@ TEST(ReferenceBackward, FoxPerSequenceBiasAndLogitGradient) {
     xp[i] += h;
     xm[i] -= h;
     // Same error budget as MatchesFiniteDifferences.
-    EXPECT_NEAR(grad[i], (run(xp, nullptr, nullptr) - run(xm, nullptr, nullptr)) / (2 * h),
-                1e-8)
+    EXPECT_NEAR(grad[i], (run(xp, nullptr, nullptr) - run(xm, nullptr, nullptr)) / (2 * h), 1e-8)
         << i;
     total += std::abs(grad[i]);
   }
@@ -742,6 +742,11 @@ TEST(ValidateAttention, RejectsBadInputs) {
     expect_bad(a, "is null");
     a.biases = {nullptr, nullptr, nullptr};
     expect_bad(a, "one per sequence");
+    std::vector<double> gates = {0.1, 0.2, 0.3, 0.4};
+    auto fox = FoxBias::Create(gates, 2, 2);
+    ASSERT_TRUE(fox.ok());
+    a.biases = {&*fox};  // two sequences, one sequence's gates
+    expect_bad(a, "reads per-token data");
   }
   {
     AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);

@@ -34,6 +34,8 @@
 // Token numbering ("token index") is b * seq_len + t for bshd and the packed row for thd;
 // positions, lse and bias per-sequence objects are indexed by it.
 // Gradients (dq, dk, dv) use the strides of q, k, v; do uses the strides of o.
+// Element types: float32 (and float64, which the tests' finite differences use) now;
+// bfloat16 inputs (rope.h's BFloat16) are the next addition, with float accumulation.
 //
 // POSITIONS
 // ---------

@@ -1,0 +1,326 @@
+#include "attention/descriptor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::RopeLayout;
+using encodings::sequence::RopePositions;
+using encodings::sequence::RopeTensor;
+
+absl::Status Bad(const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat("attention: ", msg));
+}
+
+// a * b into *out, false on int64 overflow (a, b >= 0).
+bool MulOk(int64_t a, int64_t b, int64_t* out) {
+  if (a != 0 && b > std::numeric_limits<int64_t>::max() / a) return false;
+  *out = a * b;
+  return true;
+}
+
+// Checks that (batch, token, head) rows of `dim` contiguous elements with the given
+// extents and strides never overlap and that the largest offset fits in int64.
+// Sufficient rule: sorted by stride, each stride of a dim with extent > 1 is at least the
+// span of all inner dims (so it is >= head_dim >= 1); strides of extent-1 dims only need
+// to be >= 0.
+absl::Status CheckTensor(const char* name, const Strides& s, bool has_batch, int64_t batch,
+                         int64_t tokens, int64_t heads, int64_t dim) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, extent)
+  if (has_batch) {
+    if (s.batch < 0) return Bad(absl::StrCat(name, ".batch stride must be >= 0, got ", s.batch));
+    if (batch > 1) dims.emplace_back(s.batch, batch);
+  }
+  if (s.token < 0) return Bad(absl::StrCat(name, ".token stride must be >= 0, got ", s.token));
+  if (s.head < 0) return Bad(absl::StrCat(name, ".head stride must be >= 0, got ", s.head));
+  if (tokens > 1) dims.emplace_back(s.token, tokens);
+  if (heads > 1) dims.emplace_back(s.head, heads);
+  std::sort(dims.begin(), dims.end());
+  int64_t span = dim;  // elements covered by the inner dims: max offset + 1
+  for (const auto& [stride, extent] : dims) {
+    if (stride < span) {
+      return Bad(absl::StrCat(name, ": stride ", stride, " overlaps rows spanning ", span,
+                              " elements (strides must keep distinct rows disjoint)"));
+    }
+    int64_t extra = 0;
+    if (!MulOk(stride, extent - 1, &extra) || extra > std::numeric_limits<int64_t>::max() - span) {
+      return Bad(absl::StrCat(name, ": largest offset overflows int64"));
+    }
+    span += extra;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int64_t total) {
+  if (cu.empty()) return Bad(absl::StrCat(name, " must have batch + 1 >= 1 entries for thd"));
+  if (cu[0] != 0) return Bad(absl::StrCat(name, "[0] must be 0, got ", cu[0]));
+  for (size_t b = 1; b < cu.size(); ++b) {
+    if (cu[b] < cu[b - 1]) {
+      return Bad(absl::StrCat(name, " must be non-decreasing: entry ", b, " = ", cu[b], " < entry ",
+                              b - 1, " = ", cu[b - 1]));
+    }
+  }
+  if (cu.back() != total) {
+    return Bad(
+        absl::StrCat(name, " must end at the total token count ", total, ", got ", cu.back()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <class T>
+absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+                                   bool backward) const {
+  if (positions.empty()) return absl::OkStatus();
+  if (rows == nullptr) return Bad("RopeRowTransform: rows is null");
+  if (rope_.options().num_axes != 1) {
+    return Bad("RopeRowTransform: only single-axis RoPE is a row transform of int64 positions");
+  }
+  const int64_t m = static_cast<int64_t>(positions.size());
+  const int64_t cu[2] = {0, m};
+  // The rows as a thd tensor of one sequence and one head (rope.h's layouts).
+  RopeTensor t;
+  t.layout = RopeLayout::kTHD;
+  t.batch = 1;
+  t.seq_len = m;
+  t.heads = 1;
+  t.head_dim = rope_.options().head_dim;
+  t.seq_stride = stride;
+  t.head_stride = t.head_dim;
+  t.cu_seqlens = absl::MakeConstSpan(cu, 2);
+  RopePositions p;
+  p.ids = positions;
+  return backward ? rope_.Backward<T>(t, p, rows, rows, role_)
+                  : rope_.Forward<T>(t, p, rows, rows, role_);
+}
+
+absl::Status RopeRowTransform::Forward(absl::Span<const int64_t> positions, double* rows,
+                                       int64_t stride) const {
+  return Run(positions, rows, stride, false);
+}
+absl::Status RopeRowTransform::Forward(absl::Span<const int64_t> positions, float* rows,
+                                       int64_t stride) const {
+  return Run(positions, rows, stride, false);
+}
+absl::Status RopeRowTransform::Backward(absl::Span<const int64_t> positions, double* rows,
+                                        int64_t stride) const {
+  return Run(positions, rows, stride, true);
+}
+absl::Status RopeRowTransform::Backward(absl::Span<const int64_t> positions, float* rows,
+                                        int64_t stride) const {
+  return Run(positions, rows, stride, true);
+}
+
+template <class T>
+absl::Status AlgebraicRowTransform::Back(absl::Span<const int64_t> positions, T* rows,
+                                         int64_t stride) const {
+  std::vector<int64_t> neg(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] == std::numeric_limits<int64_t>::min()) {
+      return Bad("AlgebraicRowTransform::Backward: position INT64_MIN has no negation");
+    }
+    neg[i] = -positions[i];
+  }
+  return e_.Apply(absl::Span<const int64_t>(neg), rows, stride, rows, stride);
+}
+template absl::Status AlgebraicRowTransform::Back<float>(absl::Span<const int64_t>, float*,
+                                                         int64_t) const;
+template absl::Status AlgebraicRowTransform::Back<double>(absl::Span<const int64_t>, double*,
+                                                          int64_t) const;
+
+double AttentionArgs::scale() const {
+  return softmax_scale.has_value() ? *softmax_scale
+                                   : 1.0 / std::sqrt(static_cast<double>(head_dim));
+}
+
+int64_t AttentionArgs::num_sequences() const {
+  if (layout == Layout::kBSHD) return batch;
+  return cu_seqlens_q.empty() ? 0 : static_cast<int64_t>(cu_seqlens_q.size()) - 1;
+}
+int64_t AttentionArgs::num_q_tokens() const {
+  return layout == Layout::kBSHD ? batch * seq_len_q : seq_len_q;
+}
+int64_t AttentionArgs::num_k_tokens() const {
+  return layout == Layout::kBSHD ? batch * seq_len_k : seq_len_k;
+}
+int64_t AttentionArgs::q_begin(int64_t b) const {
+  return layout == Layout::kBSHD ? b * seq_len_q : cu_seqlens_q[b];
+}
+int64_t AttentionArgs::q_end(int64_t b) const {
+  return layout == Layout::kBSHD ? (b + 1) * seq_len_q : cu_seqlens_q[b + 1];
+}
+int64_t AttentionArgs::k_begin(int64_t b) const {
+  return layout == Layout::kBSHD ? b * seq_len_k : cu_seqlens_k[b];
+}
+int64_t AttentionArgs::k_end(int64_t b) const {
+  return layout == Layout::kBSHD ? (b + 1) * seq_len_k : cu_seqlens_k[b + 1];
+}
+
+namespace {
+int64_t OffsetIn(Layout layout, int64_t len, const Strides& s, int64_t token, int64_t head) {
+  if (layout == Layout::kTHD) return token * s.token + head * s.head;
+  return (token / len) * s.batch + (token % len) * s.token + head * s.head;
+}
+}  // namespace
+
+int64_t AttentionArgs::QOffset(const Strides& s, int64_t token, int64_t head) const {
+  return OffsetIn(layout, seq_len_q, s, token, head);
+}
+int64_t AttentionArgs::KOffset(const Strides& s, int64_t token, int64_t head) const {
+  return OffsetIn(layout, seq_len_k, s, token, head);
+}
+
+Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t head_dim) {
+  Strides s;
+  s.head = head_dim;
+  s.token = heads * head_dim;
+  s.batch = layout == Layout::kBSHD ? seq_len * heads * head_dim : 0;
+  return s;
+}
+
+absl::Status ValidateAttention(const AttentionArgs& a) {
+  if (a.num_q_heads < 1) return Bad(absl::StrCat("num_q_heads must be >= 1, got ", a.num_q_heads));
+  if (a.num_kv_heads < 1) {
+    return Bad(absl::StrCat("num_kv_heads must be >= 1, got ", a.num_kv_heads));
+  }
+  if (a.num_q_heads % a.num_kv_heads != 0) {
+    return Bad(absl::StrCat("num_q_heads (", a.num_q_heads,
+                            ") must be a multiple of num_kv_heads (", a.num_kv_heads,
+                            ") for grouped-query attention"));
+  }
+  if (a.head_dim < 1) return Bad(absl::StrCat("head_dim must be >= 1, got ", a.head_dim));
+  if (a.seq_len_q < 0 || a.seq_len_k < 0) {
+    return Bad(absl::StrCat("sequence lengths must be >= 0, got seq_len_q = ", a.seq_len_q,
+                            ", seq_len_k = ", a.seq_len_k));
+  }
+  const bool bshd = a.layout == Layout::kBSHD;
+  if (bshd) {
+    if (a.batch < 0) return Bad(absl::StrCat("batch must be >= 0, got ", a.batch));
+    if (!a.cu_seqlens_q.empty() || !a.cu_seqlens_k.empty()) {
+      return Bad("cu_seqlens_q / cu_seqlens_k are for the thd layout only");
+    }
+    int64_t n = 0;
+    if (!MulOk(a.batch, a.seq_len_q, &n) || !MulOk(a.batch, a.seq_len_k, &n)) {
+      return Bad("batch * seq_len overflows int64");
+    }
+    // Offset() divides by the per-sequence length.
+  } else {
+    if (a.cu_seqlens_q.size() != a.cu_seqlens_k.size()) {
+      return Bad(absl::StrCat("cu_seqlens_q has ", a.cu_seqlens_q.size(),
+                              " entries but cu_seqlens_k has ", a.cu_seqlens_k.size(),
+                              " (both must be batch + 1)"));
+    }
+    if (absl::Status s = CheckCuSeqlens("cu_seqlens_q", a.cu_seqlens_q, a.seq_len_q); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckCuSeqlens("cu_seqlens_k", a.cu_seqlens_k, a.seq_len_k); !s.ok()) {
+      return s;
+    }
+    if (a.batch != 0 && a.batch != a.num_sequences()) {
+      return Bad(absl::StrCat("batch (", a.batch, ") disagrees with cu_seqlens (",
+                              a.num_sequences(), " sequences); leave it 0 or set it equal"));
+    }
+  }
+  const int64_t bq = bshd ? a.batch : 1;
+  const int64_t tq = bshd ? a.seq_len_q : a.seq_len_q;
+  const int64_t tk = a.seq_len_k;
+  struct {
+    const char* name;
+    const Strides* s;
+    int64_t tokens, heads;
+  } tensors[] = {{"q", &a.q, tq, a.num_q_heads},
+                 {"k", &a.k, tk, a.num_kv_heads},
+                 {"v", &a.v, tk, a.num_kv_heads},
+                 {"o", &a.o, tq, a.num_q_heads}};
+  for (const auto& t : tensors) {
+    if (absl::Status s = CheckTensor(t.name, *t.s, bshd, bq, t.tokens, t.heads, a.head_dim);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (a.softmax_scale.has_value() && !std::isfinite(*a.softmax_scale)) {
+    return Bad(absl::StrCat("softmax_scale must be finite, got ", *a.softmax_scale));
+  }
+  const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
+  if (a.q_positions.empty() != a.k_positions.empty()) {
+    return Bad("give both q_positions and k_positions, or neither (default positions)");
+  }
+  if (!a.q_positions.empty()) {
+    if (static_cast<int64_t>(a.q_positions.size()) != nq) {
+      return Bad(absl::StrCat("q_positions has ", a.q_positions.size(),
+                              " entries, expected one per "
+                              "query token (",
+                              nq, ")"));
+    }
+    if (static_cast<int64_t>(a.k_positions.size()) != nk) {
+      return Bad(absl::StrCat("k_positions has ", a.k_positions.size(),
+                              " entries, expected one per "
+                              "key token (",
+                              nk, ")"));
+    }
+  }
+  const RowTransform* tr[2] = {a.q_transform, a.k_transform};
+  const char* tr_name[2] = {"q_transform", "k_transform"};
+  for (int i = 0; i < 2; ++i) {
+    if (tr[i] != nullptr && tr[i]->dim() != a.head_dim) {
+      return Bad(absl::StrCat(tr_name[i], " acts on rows of ", tr[i]->dim(),
+                              " elements but head_dim is ", a.head_dim));
+    }
+  }
+  if (!a.biases.empty()) {
+    if (a.biases.size() != 1 && static_cast<int64_t>(a.biases.size()) != a.num_sequences()) {
+      return Bad(absl::StrCat("biases: give one shared bias or one per sequence (",
+                              a.num_sequences(), "), got ", a.biases.size()));
+    }
+    for (size_t i = 0; i < a.biases.size(); ++i) {
+      if (a.biases[i] == nullptr) return Bad(absl::StrCat("biases[", i, "] is null"));
+      if (a.biases.size() == 1 && a.num_sequences() > 1 && a.biases[i]->needs_token_data()) {
+        return Bad(
+            absl::StrCat("biases[0] reads per-token data of one sequence (FoX, GRAPE-AP): "
+                         "give one object per sequence (",
+                         a.num_sequences(), ")"));
+      }
+      if (a.biases[i]->num_heads() != a.num_q_heads) {
+        return Bad(absl::StrCat("biases[", i, "] has ", a.biases[i]->num_heads(),
+                                " heads, expected num_q_heads = ", a.num_q_heads));
+      }
+    }
+  }
+  if (a.locality.has_value()) {
+    const double c = *a.locality;
+    if (!(std::isfinite(c) && c > 0.0 && c <= 1.0)) {
+      return Bad(absl::StrCat("locality must lie in (0, 1], got ", c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> EffectiveQPositions(const AttentionArgs& a) {
+  if (!a.q_positions.empty()) return {a.q_positions.begin(), a.q_positions.end()};
+  std::vector<int64_t> p(static_cast<size_t>(a.num_q_tokens()));
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lq = a.q_end(b) - a.q_begin(b), lk = a.k_end(b) - a.k_begin(b);
+    for (int64_t t = 0; t < lq; ++t) p[a.q_begin(b) + t] = lk - lq + t;
+  }
+  return p;
+}
+
+std::vector<int64_t> EffectiveKPositions(const AttentionArgs& a) {
+  if (!a.k_positions.empty()) return {a.k_positions.begin(), a.k_positions.end()};
+  std::vector<int64_t> p(static_cast<size_t>(a.num_k_tokens()));
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    for (int64_t t = 0; t < a.k_end(b) - a.k_begin(b); ++t) p[a.k_begin(b) + t] = t;
+  }
+  return p;
+}
+
+}  // namespace attention
+}  // namespace gpe

@@ -1,0 +1,267 @@
+// The attention API shared by every implementation (reference/ now; cpu/ and cuda/ later).
+// ARCHITECTURE.md, "attention/" and "How encodings meet attention".
+//
+// WHAT IS COMPUTED
+// ----------------
+// For every sequence b, query token i of b, query head h (kv head g = h / (Hq / Hkv)):
+//   q'_i = Tq(pos_q(i)) q_{i,h}          (RowTransform, multiplicative descriptor)
+//   k'_j = Tk(pos_k(j)) k_{j,g}
+//   s_ij = a(i, j) * scale * <q'_i, k'_j> + b_h(pos_q(i), pos_k(j))
+//   a(i, j) = c^|pos_q(i) - pos_k(j)|    (locality scaling, Kogkalidis et al. sec. 4; 1 if off)
+//   b_h   from an encodings::sequence::AdditiveBias tile (bias.h: THE additive descriptor)
+//   o_{i,h} = sum_j softmax_j(s_ij) v_{j,g}   over the keys j of sequence b that are allowed
+//   lse_{i,h} = ln sum_j exp(s_ij)            (optional output)
+// Causal masking uses the explicit positions: key j is allowed iff pos_k(j) <= pos_q(i).
+// With a KV cache the queries are the LAST tokens of the sequence: give their absolute
+// positions (or leave positions empty, see below) and decoding a single query at
+// position L-1 against L cached keys equals the last row of full causal attention.
+// A query row with no allowed key (empty key sequence, or every key masked) has o = 0,
+// lse = -inf, and contributes no gradient. Masking is the kernel's job, never the
+// bias's (bias.h): causal biases return finite values above the diagonal.
+//
+// LAYOUTS (strides in elements; head_dim is always contiguous, stride 1)
+// ---------------------------------------------------------------------
+//  - kBSHD: q is [batch, seq_len_q, num_q_heads, head_dim], k and v are
+//    [batch, seq_len_k, num_kv_heads, head_dim], o like q. element (b, t, h, d) is at
+//    b * batch_stride + t * token_stride + h * head_stride + d.
+//  - kTHD (packed variable-length): q is [total_q, num_q_heads, head_dim] with sequence b
+//    occupying tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]); k, v likewise with
+//    cu_seqlens_k. batch = cu_seqlens_q.size() - 1 = cu_seqlens_k.size() - 1; both start
+//    at 0, are non-decreasing (empty sequences allowed) and end at total_q / total_k.
+//    element (t, h, d) is at t * token_stride + h * head_stride + d (batch_stride unused).
+// AttentionArgs holds spans and pointers only (cu_seqlens, positions, transforms,
+// biases): the caller keeps them alive for the duration of each call.
+// Token numbering ("token index") is b * seq_len + t for bshd and the packed row for thd;
+// positions, lse and bias per-sequence objects are indexed by it.
+// Gradients (dq, dk, dv) use the strides of q, k, v; do uses the strides of o.
+// Element types: float32 (and float64, which the tests' finite differences use) now;
+// bfloat16 inputs (rope.h's BFloat16) are the next addition, with float accumulation.
+//
+// POSITIONS
+// ---------
+// q_positions: one int64 per query token (token index order), k_positions: one per key
+// token. Both empty means the default: key t of sequence b has position t and query t has
+// position (len_k(b) - len_q(b)) + t, i.e. queries are the last len_q(b) positions (the
+// KV-cache convention; equal lengths give pos_q = pos_k = t). Exactly one empty is an
+// error. Positions are global ids (KV caches and shards stay exact).
+//
+// DESCRIPTORS
+// -----------
+//  - RowTransform (multiplicative, "transform these rows at these positions"): an
+//    orthogonal (or scaled, xPos) map applied in place to head_dim-wide rows. q and k
+//    take separate transforms (they differ for xPos); the same object may serve both.
+//    Its Backward applies the transpose (the maps are linear in the row), turning
+//    dL/dq' into dL/dq. Adapters: RopeRowTransform, GrapeMRowTransform<...>.
+//  - AdditiveBias (bias.h): either one object for every sequence (position-only biases:
+//    ALiBi, T5) or one per sequence (content-dependent: FoX, GRAPE-AP, whose token data
+//    belongs to one sequence; sharing one across several sequences is rejected). num_heads() must
+//    equal num_q_heads (bias head = q head).
+//  - locality: c in (0, 1] multiplies the q.k part of the score by c^|i - j|.
+//  - Shaw value labels (relative.h, output side) are not part of this first API.
+#ifndef ATTENTION_DESCRIPTOR_H_
+#define ATTENTION_DESCRIPTOR_H_
+
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+
+namespace gpe {
+namespace attention {
+
+// "Transform these rows, at these positions", in place: rows[r * stride + d], d < dim(),
+// becomes (rho(positions[r]) row_r)_d. Const and thread-safe (kernels call it per tile).
+class RowTransform {
+ public:
+  virtual ~RowTransform() = default;
+  virtual int64_t dim() const = 0;
+  virtual absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                               int64_t stride) const = 0;
+  virtual absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                               int64_t stride) const = 0;
+  // rows <- rho(positions[r])^T rows: dL/d(input row) from dL/d(output row).
+  virtual absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                                int64_t stride) const = 0;
+  virtual absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                                int64_t stride) const = 0;
+};
+
+// RoPE (rope.h) as a RowTransform: one axis (num_axes == 1), role picks xPos's sign.
+// Holds a reference: `rope` must outlive the adapter.
+class RopeRowTransform final : public RowTransform {
+ public:
+  explicit RopeRowTransform(
+      const encodings::sequence::Rope& rope,
+      encodings::sequence::RopeRole role = encodings::sequence::RopeRole::kQuery)
+      : rope_(rope), role_(role) {}
+  int64_t dim() const override { return rope_.options().head_dim; }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override;
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override;
+
+ private:
+  template <class T>
+  absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+                   bool backward) const;
+  const encodings::sequence::Rope& rope_;
+  encodings::sequence::RopeRole role_;
+};
+
+// GRAPE-M (grape_m.h) as a RowTransform: E is GrapeMCommutingPlanes or GrapeMProduct.
+// Backward is G(p)^T through E::Backward (parameter gradients are discarded here; learned
+// generators take their gradients from E::Backward directly). `encoding` must outlive it.
+template <class E>
+class GrapeMRowTransform final : public RowTransform {
+ public:
+  explicit GrapeMRowTransform(const E& encoding) : e_(encoding) {}
+  int64_t dim() const override { return e_.dim(); }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+
+ private:
+  template <class T>
+  absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
+  const E& e_;
+};
+
+// Kogkalidis et al.'s sequence encoding W^p = exp(p S) (algebraic.h) as a RowTransform.
+// Backward applies (W^p)^T = W^{-p} (S skew), so positions must not be INT64_MIN.
+// `encoding` must outlive the adapter; dL/dS comes from AlgebraicSequence::Backward.
+class AlgebraicRowTransform final : public RowTransform {
+ public:
+  explicit AlgebraicRowTransform(const encodings::sequence::AlgebraicSequence& encoding)
+      : e_(encoding) {}
+  int64_t dim() const override { return e_.dim(); }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override {
+    return e_.Apply(positions, rows, stride, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override {
+    return Back(positions, rows, stride);
+  }
+
+ private:
+  template <class T>
+  absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
+  const encodings::sequence::AlgebraicSequence& e_;
+};
+
+enum class Layout { kBSHD, kTHD };
+
+// Strides in elements of one tensor (head_dim contiguous).
+struct Strides {
+  int64_t batch = 0;  // bshd only
+  int64_t token = 0;
+  int64_t head = 0;
+};
+
+struct AttentionArgs {
+  Layout layout = Layout::kBSHD;
+  int64_t batch = 0;         // bshd; thd: derived, must equal cu_seqlens_q.size() - 1
+  int64_t seq_len_q = 0;     // bshd: per sequence; thd: total_q
+  int64_t seq_len_k = 0;     // bshd: per sequence; thd: total_k
+  int64_t num_q_heads = 0;   // >= 1, multiple of num_kv_heads (GQA; MQA: num_kv_heads 1)
+  int64_t num_kv_heads = 0;  // >= 1
+  int64_t head_dim = 0;      // >= 1
+  absl::Span<const int64_t> cu_seqlens_q;  // thd only
+  absl::Span<const int64_t> cu_seqlens_k;  // thd only
+  Strides q, k, v, o;
+  bool causal = false;
+  // Default 1 / sqrt(head_dim); must be finite.
+  std::optional<double> softmax_scale;
+  absl::Span<const int64_t> q_positions;  // see POSITIONS
+  absl::Span<const int64_t> k_positions;
+  const RowTransform* q_transform = nullptr;  // optional; dim() == head_dim
+  const RowTransform* k_transform = nullptr;
+  // Empty, one shared bias, or one per sequence (size batch). Non-null entries.
+  std::vector<const encodings::sequence::AdditiveBias*> biases;
+  std::optional<double> locality;  // c in (0, 1]
+
+  double scale() const;           // the effective softmax scale
+  int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
+  int64_t num_q_tokens() const;
+  int64_t num_k_tokens() const;
+  // Token ranges of sequence b (token indices, see LAYOUTS).
+  int64_t q_begin(int64_t b) const;
+  int64_t q_end(int64_t b) const;
+  int64_t k_begin(int64_t b) const;
+  int64_t k_end(int64_t b) const;
+  // Element offset of (token, head) in a query-side tensor (q, o, dq, do) or a key-side
+  // tensor (k, v, dk, dv) with strides s.
+  int64_t QOffset(const Strides& s, int64_t token, int64_t head) const;
+  int64_t KOffset(const Strides& s, int64_t token, int64_t head) const;
+};
+
+// Dense strides for the layout: bshd [batch, seq_len, heads, head_dim]; thd
+// [total, heads, head_dim].
+Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t head_dim);
+
+// Every check an implementation relies on; InvalidArgument with a message naming the
+// field otherwise. Checked: sizes >= 0 (heads, head_dim >= 1), Hq % Hkv == 0, strides
+// >= 0 and (for dims of extent > 1) large enough that distinct (token, head) rows do
+// not overlap, no int64 overflow in the largest offset, thd cu_seqlens (sizes, start 0,
+// non-decreasing, end at total), bshd cu_seqlens empty, finite scale, positions sizes, transform
+// dims, bias head counts and the number of bias objects, locality in (0, 1].
+absl::Status ValidateAttention(const AttentionArgs& args);
+
+// Positions actually used (explicit ones, or the documented default), one per token.
+std::vector<int64_t> EffectiveQPositions(const AttentionArgs& args);
+std::vector<int64_t> EffectiveKPositions(const AttentionArgs& args);
+
+// ---------------------------------------------------------------------------------
+template <class E>
+template <class T>
+absl::Status GrapeMRowTransform<E>::Back(absl::Span<const int64_t> positions, T* rows,
+                                         int64_t stride) const {
+  // E::Backward needs the forward input only for parameter gradients, which are dropped:
+  // a zero input keeps it well defined; grad_in aliases grad_out exactly (allowed).
+  const int64_t d = e_.dim();
+  std::vector<T> zeros(static_cast<size_t>(positions.size() * d), T(0));
+  if constexpr (std::is_same_v<E, encodings::sequence::GrapeMCommutingPlanes>) {
+    std::vector<double> g;
+    return e_.Backward(positions, zeros.data(), d, rows, stride, rows, stride, &g);
+  } else {
+    typename E::Gradients g;
+    return e_.Backward(positions, zeros.data(), d, rows, stride, rows, stride, &g);
+  }
+}
+
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_DESCRIPTOR_H_

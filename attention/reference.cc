@@ -1,0 +1,258 @@
+#include "attention/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "encodings/sequence/algebraic.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+// |a - b| exactly in uint64 (no int64 overflow).
+uint64_t Distance(int64_t a, int64_t b) {
+  return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
+                : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+}
+
+// Packed double copies [tokens, heads, head_dim] of the inputs, q and k transformed.
+struct Prepared {
+  std::vector<double> q, k, v;
+  std::vector<int64_t> pq, pk;
+};
+
+template <class T>
+absl::Status Gather(const AttentionArgs& a, const T* src, const Strides& s, bool q_side,
+                    int64_t heads, std::vector<double>* dst) {
+  const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
+  const int64_t d = a.head_dim;
+  dst->assign(static_cast<size_t>(n * heads * d), 0.0);
+  if (n * heads == 0) return absl::OkStatus();
+  if (src == nullptr) return absl::InvalidArgumentError("attention: null input tensor");
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const T* row = src + (q_side ? a.QOffset(s, t, h) : a.KOffset(s, t, h));
+      double* out = dst->data() + (t * heads + h) * d;
+      for (int64_t e = 0; e < d; ++e) out[e] = static_cast<double>(row[e]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strides& s, bool q_side,
+             int64_t heads, T* dst) {
+  if (dst == nullptr) return;
+  const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
+  const int64_t d = a.head_dim;
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      T* row = dst + (q_side ? a.QOffset(s, t, h) : a.KOffset(s, t, h));
+      const double* in = src.data() + (t * heads + h) * d;
+      for (int64_t e = 0; e < d; ++e) row[e] = static_cast<T>(in[e]);
+    }
+  }
+}
+
+// Applies (or back-propagates through) a transform to every sequence and head of a packed
+// buffer; q_side picks the q or k token ranges and positions.
+absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_side, int64_t heads,
+                       const std::vector<int64_t>& pos, bool backward, std::vector<double>* buf) {
+  if (tr == nullptr) return absl::OkStatus();
+  const int64_t d = a.head_dim;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t begin = q_side ? a.q_begin(b) : a.k_begin(b);
+    const int64_t end = q_side ? a.q_end(b) : a.k_end(b);
+    if (end == begin) continue;
+    absl::Span<const int64_t> p(pos.data() + begin, static_cast<size_t>(end - begin));
+    for (int64_t h = 0; h < heads; ++h) {
+      double* rows = buf->data() + (begin * heads + h) * d;
+      absl::Status s =
+          backward ? tr->Backward(p, rows, heads * d) : tr->Forward(p, rows, heads * d);
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Forward (and, when d_o is set, backward) in double over the packed buffers.
+template <class T>
+absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* o, T* lse,
+                 const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink) {
+  if (absl::Status s = ValidateAttention(a); !s.ok()) return s;
+  const bool backward = d_o != nullptr;
+  const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  const int64_t group = hq / hkv;
+  const double scale = a.scale();
+  Prepared p;
+  p.pq = EffectiveQPositions(a);
+  p.pk = EffectiveKPositions(a);
+  if (absl::Status s = Gather(a, q, a.q, true, hq, &p.q); !s.ok()) return s;
+  if (absl::Status s = Gather(a, k, a.k, false, hkv, &p.k); !s.ok()) return s;
+  if (absl::Status s = Gather(a, v, a.v, false, hkv, &p.v); !s.ok()) return s;
+  if (absl::Status s = Transform(a, a.q_transform, true, hq, p.pq, false, &p.q); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Transform(a, a.k_transform, false, hkv, p.pk, false, &p.k); !s.ok()) {
+    return s;
+  }
+  std::vector<double> go, gq, gk, gv;
+  if (backward) {
+    if (absl::Status s = Gather(a, d_o, a.o, true, hq, &go); !s.ok()) return s;
+    gq.assign(p.q.size(), 0.0);
+    gk.assign(p.k.size(), 0.0);
+    gv.assign(p.v.size(), 0.0);
+  } else if (o == nullptr && a.num_q_tokens() > 0) {
+    return absl::InvalidArgumentError("attention: null output tensor o");
+  }
+  std::vector<double> out(static_cast<size_t>(a.num_q_tokens() * hq * d), 0.0);
+  const double kNegInf = -std::numeric_limits<double>::infinity();
+  std::vector<double> bias, loc, score, prob, grad;
+  std::vector<char> allowed;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t qb = a.q_begin(b), qe = a.q_end(b), kb = a.k_begin(b), ke = a.k_end(b);
+    const int64_t lk = ke - kb;
+    const encodings::sequence::AdditiveBias* bias_obj =
+        a.biases.empty() ? nullptr : (a.biases.size() == 1 ? a.biases[0] : a.biases[b]);
+    absl::Span<const int64_t> kpos(p.pk.data() + kb, static_cast<size_t>(lk));
+    bias.assign(static_cast<size_t>(lk), 0.0);
+    loc.assign(static_cast<size_t>(lk), 1.0);
+    score.assign(static_cast<size_t>(lk), 0.0);
+    prob.assign(static_cast<size_t>(lk), 0.0);
+    grad.assign(static_cast<size_t>(lk), 0.0);
+    allowed.assign(static_cast<size_t>(lk), 1);
+    for (int64_t i = qb; i < qe; ++i) {
+      const int64_t pi = p.pq[i];
+      absl::Span<const int64_t> qpos(&p.pq[i], 1);
+      for (int64_t j = 0; j < lk; ++j) {
+        allowed[j] = !a.causal || p.pk[kb + j] <= pi;
+        if (a.locality.has_value()) {
+          absl::StatusOr<double> f =
+              encodings::sequence::LocalityFactor(Distance(pi, p.pk[kb + j]), *a.locality);
+          if (!f.ok()) return f.status();
+          loc[j] = *f;
+        }
+      }
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / group;
+        if (bias_obj != nullptr && lk > 0) {
+          if (absl::Status s = bias_obj->FillTile(h, qpos, kpos, bias.data(), lk); !s.ok()) {
+            return s;
+          }
+        }
+        const double* qi = p.q.data() + (i * hq + h) * d;
+        double m = kNegInf;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (!allowed[j]) continue;
+          const double* kj = p.k.data() + ((kb + j) * hkv + g) * d;
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
+          score[j] = loc[j] * scale * dot + bias[j];
+          m = std::max(m, score[j]);
+        }
+        double* oi = out.data() + (i * hq + h) * d;
+        if (m == kNegInf) {  // no allowed key (or every score -inf): o = 0, no gradient
+          if (lse != nullptr) lse[i * hq + h] = static_cast<T>(kNegInf);
+          if (backward && sink != nullptr && *sink && lk > 0) {
+            std::fill(grad.begin(), grad.end(), 0.0);
+            if (absl::Status s = (*sink)(b, h, qpos, kpos, grad.data(), lk); !s.ok()) return s;
+          }
+          continue;
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j < lk; ++j) {
+          prob[j] = allowed[j] ? std::exp(score[j] - m) : 0.0;
+          sum += prob[j];
+        }
+        for (int64_t j = 0; j < lk; ++j) {
+          prob[j] /= sum;
+          if (prob[j] == 0.0) continue;
+          const double* vj = p.v.data() + ((kb + j) * hkv + g) * d;
+          for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * vj[e];
+        }
+        if (lse != nullptr) lse[i * hq + h] = static_cast<T>(m + std::log(sum));
+        if (!backward) continue;
+        // dL/ds_j = p_j (dL/dp_j - sum_l p_l dL/dp_l), dL/dp_j = <do_i, v_j>.
+        const double* doi = go.data() + (i * hq + h) * d;
+        double dsum = 0.0;
+        for (int64_t e = 0; e < d; ++e) dsum += doi[e] * oi[e];
+        double* gqi = gq.data() + (i * hq + h) * d;
+        for (int64_t j = 0; j < lk; ++j) {
+          grad[j] = 0.0;
+          if (!allowed[j]) continue;
+          const int64_t row = ((kb + j) * hkv + g) * d;
+          const double* vj = p.v.data() + row;
+          double dp = 0.0;
+          for (int64_t e = 0; e < d; ++e) dp += doi[e] * vj[e];
+          const double ds = prob[j] * (dp - dsum);
+          grad[j] = ds;
+          const double gdot = ds * loc[j] * scale;
+          const double* kj = p.k.data() + row;
+          double* gkj = gk.data() + row;
+          double* gvj = gv.data() + row;
+          for (int64_t e = 0; e < d; ++e) {
+            gqi[e] += gdot * kj[e];
+            gkj[e] += gdot * qi[e];
+            gvj[e] += prob[j] * doi[e];
+          }
+        }
+        if (sink != nullptr && *sink && lk > 0) {
+          if (absl::Status s = (*sink)(b, h, qpos, kpos, grad.data(), lk); !s.ok()) return s;
+        }
+      }
+    }
+  }
+  if (!backward) {
+    Scatter(a, out, a.o, true, hq, o);
+    return absl::OkStatus();
+  }
+  if (absl::Status s = Transform(a, a.q_transform, true, hq, p.pq, true, &gq); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Transform(a, a.k_transform, false, hkv, p.pk, true, &gk); !s.ok()) {
+    return s;
+  }
+  Scatter(a, gq, a.q, true, hq, dq);
+  Scatter(a, gk, a.k, false, hkv, dk);
+  Scatter(a, gv, a.v, false, hkv, dv);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <class T>
+absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
+                              T* lse) {
+  return Run<T>(args, q, k, v, o, lse, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
+template <class T>
+absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,
+                               const T* d_o, T* dq, T* dk, T* dv,
+                               const BiasGradientSink& bias_sink) {
+  if (d_o == nullptr && args.num_q_tokens() > 0) {
+    return absl::InvalidArgumentError("attention: null gradient tensor d_o");
+  }
+  if (d_o == nullptr) {  // nothing flows back; gradients are zero
+    static const T kZero = T(0);
+    d_o = &kZero;
+  }
+  return Run<T>(args, q, k, v, nullptr, nullptr, d_o, dq, dk, dv, &bias_sink);
+}
+
+template absl::Status ReferenceForward<float>(const AttentionArgs&, const float*, const float*,
+                                              const float*, float*, float*);
+template absl::Status ReferenceForward<double>(const AttentionArgs&, const double*, const double*,
+                                               const double*, double*, double*);
+template absl::Status ReferenceBackward<float>(const AttentionArgs&, const float*, const float*,
+                                               const float*, const float*, float*, float*, float*,
+                                               const BiasGradientSink&);
+template absl::Status ReferenceBackward<double>(const AttentionArgs&, const double*, const double*,
+                                                const double*, const double*, double*, double*,
+                                                double*, const BiasGradientSink&);
+
+}  // namespace attention
+}  // namespace gpe

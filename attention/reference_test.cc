@@ -1,0 +1,773 @@
+// Tests of the reference attention oracle against a second, more direct implementation
+// (full score matrix per head in long double from the published formulas), structural
+// equivalences (GQA, varlen, KV cache, relativity) and central finite differences.
+#include "attention/reference.h"
+
+#include <Eigen/Dense>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attention/descriptor.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_a.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::AlgebraicSequence;
+using encodings::sequence::AlibiBias;
+using encodings::sequence::AlibiForm;
+using encodings::sequence::CoordinatePlane;
+using encodings::sequence::DefaultRopeFrequencies;
+using encodings::sequence::FoxBias;
+using encodings::sequence::GrapeALift;
+using encodings::sequence::GrapeMCommutingPlanes;
+using encodings::sequence::GrapeMProduct;
+using encodings::sequence::Rank2Generator;
+using encodings::sequence::Rope;
+using encodings::sequence::RopeOptions;
+using encodings::sequence::T5BucketConfig;
+using encodings::sequence::T5RelativeBias;
+
+std::vector<double> Random(size_t n, std::mt19937_64* rng, double lo = -1.0, double hi = 1.0) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> x(n);
+  for (double& e : x) e = u(*rng);
+  return x;
+}
+
+// Dense bshd args.
+AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d) {
+  AttentionArgs a;
+  a.layout = Layout::kBSHD;
+  a.batch = batch;
+  a.seq_len_q = lq;
+  a.seq_len_k = lk;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kBSHD, lq, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kBSHD, lk, hkv, d);
+  return a;
+}
+
+AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
+                  int64_t hkv, int64_t d) {
+  AttentionArgs a;
+  a.layout = Layout::kTHD;
+  a.seq_len_q = cu_q.back();
+  a.seq_len_k = cu_k.back();
+  a.cu_seqlens_q = cu_q;
+  a.cu_seqlens_k = cu_k;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kTHD, 0, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kTHD, 0, hkv, d);
+  return a;
+}
+
+// RoPE rotation matrix written from Su et al. eq. 15 (half-split pairs (i, i + r/2),
+// theta_i = base^(-2i/r)), independent of rope.cc.
+Eigen::MatrixXd RopeMatrix(int64_t d, int64_t r, double base, int64_t p) {
+  Eigen::MatrixXd m = Eigen::MatrixXd::Identity(d, d);
+  for (int64_t i = 0; i < r / 2; ++i) {
+    const long double theta = std::pow(static_cast<long double>(base), -2.0L * i / r);
+    const long double ang = std::fmod(static_cast<long double>(p) * theta, 2.0L * M_PIl);
+    const double c = static_cast<double>(std::cos(ang)), s = static_cast<double>(std::sin(ang));
+    m(i, i) = c;
+    m(i, i + r / 2) = -s;
+    m(i + r / 2, i) = s;
+    m(i + r / 2, i + r / 2) = c;
+  }
+  return m;
+}
+
+// The direct oracle for ONE sequence: packed [tokens, heads, d] inputs, full lq x lk
+// score matrix per head, softmax in long double.
+struct DirectSpec {
+  DirectSpec(int64_t q_heads, int64_t kv_heads, int64_t dim) : hq(q_heads), hkv(kv_heads), d(dim) {}
+  int64_t hq, hkv, d;
+  bool causal = false;
+  double scale = 0;
+  std::function<Eigen::MatrixXd(int64_t)> rq, rk;         // empty: identity
+  std::function<double(int64_t, int64_t, int64_t)> bias;  // (head, pos_q, pos_k)
+  double locality = 0;                                    // 0: off
+};
+std::vector<double> Direct(const DirectSpec& s, const std::vector<double>& q,
+                           const std::vector<double>& k, const std::vector<double>& v,
+                           const std::vector<int64_t>& pq, const std::vector<int64_t>& pk) {
+  const int64_t lq = pq.size(), lk = pk.size(), d = s.d;
+  std::vector<double> o(lq * s.hq * d, 0.0);
+  for (int64_t h = 0; h < s.hq; ++h) {
+    const int64_t g = h * s.hkv / s.hq;
+    Eigen::MatrixXd qr(lq, d), kr(lk, d);
+    for (int64_t i = 0; i < lq; ++i) {
+      Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(&q[(i * s.hq + h) * d], d);
+      qr.row(i) = (s.rq ? Eigen::VectorXd(s.rq(pq[i]) * x) : x).transpose();
+    }
+    for (int64_t j = 0; j < lk; ++j) {
+      Eigen::VectorXd x = Eigen::Map<const Eigen::VectorXd>(&k[(j * s.hkv + g) * d], d);
+      kr.row(j) = (s.rk ? Eigen::VectorXd(s.rk(pk[j]) * x) : x).transpose();
+    }
+    for (int64_t i = 0; i < lq; ++i) {
+      std::vector<long double> sc(lk);
+      long double m = -std::numeric_limits<long double>::infinity();
+      for (int64_t j = 0; j < lk; ++j) {
+        if (s.causal && pk[j] > pq[i]) continue;
+        long double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += (long double)qr(i, e) * kr(j, e);
+        long double a = s.locality > 0 ? std::pow((long double)s.locality,
+                                                  (long double)std::llabs(pq[i] - pk[j]))
+                                       : 1.0L;
+        sc[j] = a * s.scale * dot + (s.bias ? s.bias(h, pq[i], pk[j]) : 0.0);
+        m = std::max(m, sc[j]);
+      }
+      if (std::isinf(m)) continue;
+      long double z = 0;
+      for (int64_t j = 0; j < lk; ++j) {
+        if (s.causal && pk[j] > pq[i]) continue;
+        z += std::exp(sc[j] - m);
+      }
+      for (int64_t e = 0; e < d; ++e) {
+        long double acc = 0;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (s.causal && pk[j] > pq[i]) continue;
+          acc += std::exp(sc[j] - m) / z * v[(j * s.hkv + g) * d + e];
+        }
+        o[(i * s.hq + h) * d + e] = static_cast<double>(acc);
+      }
+    }
+  }
+  return o;
+}
+
+double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::abs(a[i] - b[i]));
+  return m;
+}
+
+Rope MakeRope(int64_t d, int64_t r) {
+  RopeOptions opt;
+  opt.head_dim = d;
+  opt.rotary_dim = r;
+  opt.pairing = group::PlanePairing::kHalfSplit;
+  auto rope = Rope::Create(opt, *DefaultRopeFrequencies(r, 100.0));
+  EXPECT_TRUE(rope.ok()) << rope.status();
+  return *rope;
+}
+
+// All features at once (RoPE on 6 of 8 dims, ALiBi, locality, GQA, causal and not,
+// padded non-contiguous strides) against the direct oracle.
+TEST(ReferenceForward, MatchesDirectOracleWithAllDescriptors) {
+  std::mt19937_64 rng(1);
+  const int64_t batch = 2, lq = 5, lk = 7, hq = 4, hkv = 2, d = 8;
+  Rope rope = MakeRope(d, 6);
+  RopeRowTransform tr(rope);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Bshd(batch, lq, lk, hq, hkv, d);
+    // Padded strides: 3 spare elements per head row, 5 per token, 11 per sequence.
+    a.q = a.o = Strides{lq * (hq * (d + 3) + 5) + 11, hq * (d + 3) + 5, d + 3};
+    a.k = a.v = Strides{lk * (hkv * (d + 3) + 5) + 11, hkv * (d + 3) + 5, d + 3};
+    a.causal = causal;
+    a.q_transform = a.k_transform = &tr;
+    a.biases = {&*alibi};
+    a.locality = 0.9;
+    std::vector<int64_t> pq, pk;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < lq; ++t) pq.push_back(100 * b + 2 + t);
+      for (int64_t t = 0; t < lk; ++t) pk.push_back(100 * b + t);
+    }
+    a.q_positions = pq;
+    a.k_positions = pk;
+    const size_t nq = batch * a.q.batch, nk = batch * a.k.batch;
+    std::vector<double> q = Random(nq, &rng), k = Random(nk, &rng), v = Random(nk, &rng);
+    std::vector<double> o(nq, 7.0), lse(batch * lq * hq);
+    ASSERT_TRUE(
+        ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+    DirectSpec s(hq, hkv, d);
+    s.causal = causal;
+    s.scale = 1.0 / std::sqrt(8.0);
+    s.rq = s.rk = [&](int64_t p) { return RopeMatrix(d, 6, 100.0, p); };
+    const std::vector<double> slopes(alibi->slopes().begin(), alibi->slopes().end());
+    s.bias = [&](int64_t h, int64_t i, int64_t j) { return -slopes[h] * double(i - j); };
+    s.locality = 0.9;
+    for (int64_t b = 0; b < batch; ++b) {
+      auto pack = [&](const std::vector<double>& x, const Strides& st, int64_t len, int64_t hh) {
+        std::vector<double> out;
+        for (int64_t t = 0; t < len; ++t)
+          for (int64_t h = 0; h < hh; ++h)
+            for (int64_t e = 0; e < d; ++e)
+              out.push_back(x[b * st.batch + t * st.token + h * st.head + e]);
+        return out;
+      };
+      std::vector<int64_t> pqb(pq.begin() + b * lq, pq.begin() + (b + 1) * lq);
+      std::vector<int64_t> pkb(pk.begin() + b * lk, pk.begin() + (b + 1) * lk);
+      std::vector<double> want =
+          Direct(s, pack(q, a.q, lq, hq), pack(k, a.k, lk, hkv), pack(v, a.v, lk, hkv), pqb, pkb);
+      // Both sides accumulate in >= double precision from the same inputs; the only
+      // differences are summation order and cos/sin rounding (~1e-16 relative) on O(1)
+      // values, so 1e-13 leaves ample margin while catching any formula error.
+      EXPECT_LT(MaxAbsDiff(pack(o, a.o, lq, hq), want), 1e-13) << "causal " << causal;
+    }
+    // Padding between rows is never written.
+    EXPECT_EQ(o[d], 7.0);
+    for (double x : lse) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
+// Float inputs go through the same double path and are rounded once on output.
+TEST(ReferenceForward, FloatMatchesDouble) {
+  std::mt19937_64 rng(2);
+  AttentionArgs a = Bshd(1, 6, 6, 2, 1, 4);
+  a.causal = true;
+  std::vector<double> q = Random(24 * 2, &rng), k = Random(24, &rng), v = Random(24, &rng);
+  std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end());
+  std::vector<double> o(48), qr(qf.begin(), qf.end()), kr(kf.begin(), kf.end()),
+      vr(vf.begin(), vf.end());
+  std::vector<float> of(48);
+  ASSERT_TRUE(ReferenceForward<double>(a, qr.data(), kr.data(), vr.data(), o.data()).ok());
+  ASSERT_TRUE(ReferenceForward<float>(a, qf.data(), kf.data(), vf.data(), of.data()).ok());
+  // Same (float-rounded) inputs; the only difference is the final rounding to float:
+  // |o| <= 1, so half an ulp is <= 6e-8.
+  for (int i = 0; i < 48; ++i) EXPECT_NEAR(of[i], o[i], 6e-8);
+}
+
+// Grouped-query attention equals multi-head attention with each kv head repeated over
+// its group of q heads; dk/dv of a shared head are the sums over the group.
+TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
+  std::mt19937_64 rng(3);
+  const int64_t l = 5, hq = 6, hkv = 2, d = 4, grp = hq / hkv;
+  AttentionArgs g = Bshd(1, l, l, hq, hkv, d), m = Bshd(1, l, l, hq, hq, d);
+  g.causal = m.causal = true;
+  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hkv * d, &rng),
+                      v = Random(l * hkv * d, &rng), dout = Random(l * hq * d, &rng);
+  std::vector<double> kr(l * hq * d), vr(l * hq * d);
+  for (int64_t t = 0; t < l; ++t)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t e = 0; e < d; ++e) {
+        kr[(t * hq + h) * d + e] = k[(t * hkv + h / grp) * d + e];
+        vr[(t * hq + h) * d + e] = v[(t * hkv + h / grp) * d + e];
+      }
+  std::vector<double> og(l * hq * d), om(l * hq * d);
+  ASSERT_TRUE(ReferenceForward<double>(g, q.data(), k.data(), v.data(), og.data()).ok());
+  ASSERT_TRUE(ReferenceForward<double>(m, q.data(), kr.data(), vr.data(), om.data()).ok());
+  // Identical arithmetic per (row, head): bit-identical.
+  EXPECT_EQ(MaxAbsDiff(og, om), 0.0);
+  std::vector<double> dqg(q.size()), dkg(k.size()), dvg(v.size()), dqm(q.size()), dkm(kr.size()),
+      dvm(vr.size());
+  ASSERT_TRUE(ReferenceBackward<double>(g, q.data(), k.data(), v.data(), dout.data(), dqg.data(),
+                                        dkg.data(), dvg.data())
+                  .ok());
+  ASSERT_TRUE(ReferenceBackward<double>(m, q.data(), kr.data(), vr.data(), dout.data(), dqm.data(),
+                                        dkm.data(), dvm.data())
+                  .ok());
+  EXPECT_LT(MaxAbsDiff(dqg, dqm), 1e-15);
+  for (int64_t t = 0; t < l; ++t)
+    for (int64_t g2 = 0; g2 < hkv; ++g2)
+      for (int64_t e = 0; e < d; ++e) {
+        double sk = 0, sv = 0;
+        for (int64_t r = 0; r < grp; ++r) {
+          sk += dkm[(t * hq + g2 * grp + r) * d + e];
+          sv += dvm[(t * hq + g2 * grp + r) * d + e];
+        }
+        // Summation order differs (interleaved over rows vs per head): O(1e-16) values.
+        EXPECT_NEAR(dkg[(t * hkv + g2) * d + e], sk, 1e-14);
+        EXPECT_NEAR(dvg[(t * hkv + g2) * d + e], sv, 1e-14);
+      }
+}
+
+// Packed varlen (with an empty query sequence, a length-1 sequence and a query sequence
+// whose keys are empty) equals running every sequence on its own.
+TEST(ReferenceForward, ThdVarlenEqualsSeparateSequences) {
+  std::mt19937_64 rng(4);
+  const int64_t hq = 2, hkv = 1, d = 4;
+  const std::vector<int64_t> cu_q = {0, 3, 3, 4, 9, 11}, cu_k = {0, 4, 6, 7, 12, 12};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  std::vector<double> q = Random(11 * hq * d, &rng), k = Random(12 * hkv * d, &rng),
+                      v = Random(12 * hkv * d, &rng), o(q.size(), 5.0), lse(11 * hq);
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  for (size_t b = 0; b + 1 < cu_q.size(); ++b) {
+    const int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
+    if (lq == 0) continue;
+    AttentionArgs s = Bshd(1, lq, lk, hq, hkv, d);
+    s.causal = true;
+    s.q_transform = s.k_transform = &tr;
+    std::vector<double> os(lq * hq * d);
+    ASSERT_TRUE(ReferenceForward<double>(s, q.data() + cu_q[b] * hq * d,
+                                         k.data() + cu_k[b] * hkv * d, v.data() + cu_k[b] * hkv * d,
+                                         os.data())
+                    .ok());
+    std::vector<double> ot(o.begin() + cu_q[b] * hq * d, o.begin() + cu_q[b + 1] * hq * d);
+    EXPECT_EQ(MaxAbsDiff(ot, os), 0.0) << "sequence " << b;  // same arithmetic
+  }
+  // The last sequence has no keys: zero output, lse = -inf.
+  for (int64_t i = cu_q[4] * hq * d; i < 11 * hq * d; ++i) EXPECT_EQ(o[i], 0.0);
+  EXPECT_TRUE(std::isinf(lse[10 * hq]) && lse[10 * hq] < 0);
+}
+
+// KV-cache decoding: one query at the last position against L cached keys equals the
+// last row of full causal attention (default positions put the query last).
+TEST(ReferenceForward, KvCacheDecodeEqualsLastRow) {
+  std::mt19937_64 rng(5);
+  const int64_t l = 9, hq = 4, hkv = 2, d = 8;
+  Rope rope = MakeRope(d, 8);
+  RopeRowTransform tr(rope);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  AttentionArgs full = Bshd(1, l, l, hq, hkv, d), dec = Bshd(1, 1, l, hq, hkv, d);
+  for (AttentionArgs* a : {&full, &dec}) {
+    a->causal = true;
+    a->q_transform = a->k_transform = &tr;
+    a->biases = {&*alibi};
+    a->locality = 0.95;
+  }
+  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hkv * d, &rng),
+                      v = Random(l * hkv * d, &rng), of(l * hq * d), od(hq * d);
+  ASSERT_TRUE(ReferenceForward<double>(full, q.data(), k.data(), v.data(), of.data()).ok());
+  ASSERT_TRUE(
+      ReferenceForward<double>(dec, q.data() + (l - 1) * hq * d, k.data(), v.data(), od.data())
+          .ok());
+  std::vector<double> last(of.end() - hq * d, of.end());
+  EXPECT_EQ(MaxAbsDiff(last, od), 0.0);  // same positions, same arithmetic: bit-identical
+}
+
+// Relativity: with RoPE (and ALiBi, locality) shifting every position by a constant,
+// up to 2^31, leaves the outputs unchanged.
+TEST(ReferenceForward, RopeRelativityUnderPositionShift) {
+  std::mt19937_64 rng(6);
+  const int64_t l = 6, hq = 2, d = 8;
+  Rope rope = MakeRope(d, 8);
+  RopeRowTransform tr(rope);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
+  ASSERT_TRUE(alibi.ok());
+  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
+                      v = Random(l * hq * d, &rng);
+  std::vector<double> ref;
+  for (int64_t shift : {int64_t{0}, int64_t{1000003}, int64_t{1} << 31}) {
+    AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+    a.q_transform = a.k_transform = &tr;
+    a.biases = {&*alibi};
+    a.locality = 0.9;
+    std::vector<int64_t> p(l);
+    for (int64_t t = 0; t < l; ++t) p[t] = shift + 3 * t;
+    a.q_positions = a.k_positions = p;
+    std::vector<double> o(l * hq * d);
+    ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+    if (ref.empty()) {
+      ref = o;
+    } else {
+      // Angles p * theta are reduced exactly (group/angle.h), so cos/sin at shifted
+      // positions differ only by their own rounding (~1e-16); scores are O(1) sums of 8
+      // terms, so outputs agree to ~1e-15. 1e-13 fails for any phase error >= ~1e-13.
+      EXPECT_LT(MaxAbsDiff(o, ref), 1e-13) << "shift " << shift;
+    }
+  }
+}
+
+// GRAPE-M: commuting planes from RoPE give the same attention as RoPE; a non-commuting
+// product matches the direct oracle with its explicit matrices G(n).
+TEST(ReferenceForward, GrapeMTransforms) {
+  std::mt19937_64 rng(7);
+  const int64_t l = 5, hq = 2, d = 4;
+  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
+                      v = Random(l * hq * d, &rng);
+  // Planes (i, i + 2) with RoPE's thetas = half-split RoPE of dim 4, base 100.
+  auto planes =
+      GrapeMCommutingPlanes::Create(d, {CoordinatePlane{0, 2, 1.0}, CoordinatePlane{1, 3, 0.1}});
+  ASSERT_TRUE(planes.ok()) << planes.status();
+  GrapeMRowTransform<GrapeMCommutingPlanes> gtr(*planes);
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform rtr(rope);
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.causal = true;
+  std::vector<double> og(q.size()), orp(q.size());
+  a.q_transform = a.k_transform = &gtr;
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), og.data()).ok());
+  a.q_transform = a.k_transform = &rtr;
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), orp.data()).ok());
+  // Both rotate by the same exactly reduced angles; rounding differences only.
+  EXPECT_LT(MaxAbsDiff(og, orp), 1e-14);
+
+  auto prod = GrapeMProduct::Create({Rank2Generator{Random(d, &rng), Random(d, &rng), 0.3},
+                                     Rank2Generator{Random(d, &rng), Random(d, &rng), -0.7}});
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  GrapeMRowTransform<GrapeMProduct> ptr(*prod);
+  a.q_transform = a.k_transform = &ptr;
+  std::vector<double> op(q.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), op.data()).ok());
+  DirectSpec s(hq, hq, d);
+  s.causal = true;
+  s.scale = 0.5;
+  s.rq = s.rk = [&](int64_t p) { return prod->Matrix(p); };
+  std::vector<int64_t> pos = {0, 1, 2, 3, 4};
+  EXPECT_LT(MaxAbsDiff(op, Direct(s, q, k, v, pos, pos)), 1e-13);  // rounding only
+}
+
+// GRAPE-A == ALiBi through attention: ALiBi as an AdditiveBias tile equals plain
+// attention on GRAPE-A's lifted rows [q; 1; -m i], [k; m j; 1] (v padded with zeros).
+TEST(ReferenceForward, GrapeALiftEqualsAlibiBias) {
+  std::mt19937_64 rng(11);
+  const int64_t l = 7, h = 2, d = 4, dl = d + 2;
+  auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  std::vector<double> q = Random(l * h * d, &rng), k = Random(l * h * d, &rng),
+                      v = Random(l * h * d, &rng);
+  AttentionArgs a = Bshd(1, l, l, h, h, d);
+  a.causal = true;
+  a.softmax_scale = 1.0;  // the lift adds the bias to the raw dot product
+  a.biases = {&*alibi};
+  std::vector<double> o(q.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+
+  std::vector<int64_t> pos(l);
+  for (int64_t t = 0; t < l; ++t) pos[t] = 1000 + t;  // non-zero origin
+  a.q_positions = a.k_positions = pos;
+  std::vector<double> o_shift(q.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o_shift.data()).ok());
+
+  std::vector<double> ql(l * h * dl), kl(l * h * dl), vl(l * h * dl, 0.0), ol(l * h * dl);
+  for (int64_t hh = 0; hh < h; ++hh) {
+    auto lift = GrapeALift::FromAlibi(*alibi, hh, d);
+    ASSERT_TRUE(lift.ok()) << lift.status();
+    ASSERT_TRUE(
+        lift->LiftQueries<double>(pos, q.data() + hh * d, h * d, ql.data() + hh * dl, h * dl).ok());
+    ASSERT_TRUE(
+        lift->LiftKeys<double>(pos, k.data() + hh * d, h * d, kl.data() + hh * dl, h * dl).ok());
+  }
+  for (int64_t t = 0; t < l * h; ++t)
+    for (int64_t e = 0; e < d; ++e) vl[t * dl + e] = v[t * d + e];
+  AttentionArgs b = Bshd(1, l, l, h, h, dl);
+  b.causal = true;
+  b.softmax_scale = 1.0;
+  b.q_positions = b.k_positions = pos;
+  ASSERT_TRUE(ReferenceForward<double>(b, ql.data(), kl.data(), vl.data(), ol.data()).ok());
+  std::vector<double> ot(q.size());
+  for (int64_t t = 0; t < l * h; ++t)
+    for (int64_t e = 0; e < d; ++e) ot[t * d + e] = ol[t * dl + e];
+  // The lift forms m j - m i as a difference of products ~1e3 * m (grape_a.h): error
+  // ~1e-13 in the scores; the tile forms m (i - j) directly.
+  EXPECT_LT(MaxAbsDiff(ot, o_shift), 1e-12);
+  // ALiBi is relative: the shifted run equals the origin-0 run.
+  EXPECT_LT(MaxAbsDiff(o, o_shift), 1e-13);
+  for (int64_t t = 0; t < l * h; ++t)  // padded output columns stay exactly zero
+    EXPECT_EQ(ol[t * dl + d], 0.0);
+}
+
+// Central finite differences of L = <w, o> in double for every element of q, k and v,
+// with ALiBi, locality, GQA, varlen, causal or not, and row transforms: RoPE on q with
+// GRAPE-M product on k, xPos (query and key roles), Kogkalidis et al.'s exp(p S).
+TEST(ReferenceBackward, MatchesFiniteDifferences) {
+  std::mt19937_64 rng(8);
+  const int64_t hq = 4, hkv = 2, d = 4;
+  const std::vector<int64_t> cu_q = {0, 2, 3, 6}, cu_k = {0, 3, 4, 7};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform rtr(rope);
+  auto prod = GrapeMProduct::Create({Rank2Generator{Random(d, &rng), Random(d, &rng), 0.4},
+                                     Rank2Generator{Random(d, &rng), Random(d, &rng), 0.9}});
+  ASSERT_TRUE(prod.ok());
+  GrapeMRowTransform<GrapeMProduct> ptr(*prod);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  // xPos: q and k are scaled by zeta^(+-(p - centre) / B), not orthogonal.
+  RopeOptions xopt;
+  xopt.head_dim = d;
+  xopt.rotary_dim = d;
+  xopt.xpos.enabled = true;
+  xopt.xpos.scale_base = 4.0;
+  xopt.xpos.centre = 2;
+  auto xpos = Rope::Create(xopt, *DefaultRopeFrequencies(d, 100.0));
+  ASSERT_TRUE(xpos.ok()) << xpos.status();
+  RopeRowTransform xq(*xpos, encodings::sequence::RopeRole::kQuery),
+      xk(*xpos, encodings::sequence::RopeRole::kKey);
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform atr(*alg);
+  for (int config = 0; config < 4; ++config) {
+    const bool causal = config != 0;
+    AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
+    a.causal = causal;
+    const RowTransform* qt[4] = {&rtr, &rtr, &xq, &atr};
+    const RowTransform* kt[4] = {&ptr, &ptr, &xk, &atr};
+    a.q_transform = qt[config];
+    a.k_transform = kt[config];
+    a.biases = {&*alibi};
+    a.locality = 0.8;
+    a.softmax_scale = 0.7;
+    std::vector<double> q = Random(6 * hq * d, &rng), k = Random(7 * hkv * d, &rng),
+                        v = Random(7 * hkv * d, &rng), w = Random(6 * hq * d, &rng);
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+    ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                          dk.data(), dv.data())
+                    .ok());
+    auto loss = [&]() {
+      std::vector<double> o(w.size());
+      EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+      double s = 0;
+      for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+      return s;
+    };
+    // h = 1e-5: truncation error ~h^2 * |L'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11;
+    // 1e-8 is far below the O(0.01..1) gradients, so any wrong term fails.
+    const double h = 1e-5;
+    for (auto [x, g] : {std::pair{&q, &dq}, std::pair{&k, &dk}, std::pair{&v, &dv}}) {
+      for (size_t i = 0; i < x->size(); ++i) {
+        const double x0 = (*x)[i];
+        (*x)[i] = x0 + h;
+        const double lp = loss();
+        (*x)[i] = x0 - h;
+        const double lm = loss();
+        (*x)[i] = x0;
+        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "config " << config << " i " << i;
+      }
+    }
+  }
+}
+
+// dL/dbias tiles through the sink into T5's table gradient, against finite differences
+// of the table entries.
+TEST(ReferenceBackward, BiasGradientSinkGivesT5TableGradient) {
+  std::mt19937_64 rng(9);
+  const int64_t l = 6, hq = 2, d = 4;
+  T5BucketConfig cfg;
+  cfg.num_buckets = 6;
+  cfg.max_distance = 8;
+  cfg.bidirectional = true;
+  std::vector<double> table = Random(cfg.num_buckets * hq, &rng);
+  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
+                      v = Random(l * hq * d, &rng), w = Random(l * hq * d, &rng);
+  auto run = [&](const std::vector<double>& tab, std::vector<double>* grad_table) {
+    auto t5 = T5RelativeBias::Create(tab, hq, cfg);
+    EXPECT_TRUE(t5.ok()) << t5.status();
+    AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+    a.biases = {&*t5};
+    std::vector<double> o(w.size());
+    EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+    if (grad_table != nullptr) {
+      grad_table->assign(tab.size(), 0.0);
+      BiasGradientSink sink = [&](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+        return t5->AccumulateTableGradient(head, qp, kp, g, ld, absl::MakeSpan(*grad_table));
+      };
+      EXPECT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), nullptr,
+                                            nullptr, nullptr, sink)
+                      .ok());
+    }
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+    return s;
+  };
+  std::vector<double> grad;
+  run(table, &grad);
+  double total = 0;
+  const double h = 1e-5;
+  for (size_t i = 0; i < table.size(); ++i) {
+    std::vector<double> tp = table, tm = table;
+    tp[i] += h;
+    tm[i] -= h;
+    // Same error budget as MatchesFiniteDifferences.
+    EXPECT_NEAR(grad[i], (run(tp, nullptr) - run(tm, nullptr)) / (2 * h), 1e-8) << i;
+    total += std::abs(grad[i]);
+  }
+  EXPECT_GT(total, 1e-3);  // the check is not vacuous
+}
+
+// FoX on a packed varlen batch, one FoxBias per sequence (prefix sums restart at each
+// sequence): outputs against the direct oracle with b = sum_{l=j+1..i} ln sigmoid(x_l)
+// written out, and the gate-logit gradient (sink -> AccumulatePrefixGradient ->
+// LogitGradient) against central finite differences.
+TEST(ReferenceBackward, FoxPerSequenceBiasAndLogitGradient) {
+  std::mt19937_64 rng(10);
+  const int64_t hq = 2, d = 4;
+  const std::vector<int64_t> cu = {0, 4, 5, 9};
+  const int64_t n = 9, nseq = 3;
+  std::vector<double> q = Random(n * hq * d, &rng), k = Random(n * hq * d, &rng),
+                      v = Random(n * hq * d, &rng), w = Random(n * hq * d, &rng);
+  std::vector<double> logits = Random(n * hq, &rng, -2.0, 3.0);  // token-major [t, head]
+  auto run = [&](const std::vector<double>& x, std::vector<double>* o_out,
+                 std::vector<double>* grad_logits) {
+    std::vector<FoxBias> fox;
+    for (int64_t b = 0; b < nseq; ++b) {
+      const int64_t len = cu[b + 1] - cu[b];
+      auto f = FoxBias::Create(absl::MakeConstSpan(x.data() + cu[b] * hq, len * hq), len, hq);
+      EXPECT_TRUE(f.ok()) << f.status();
+      fox.push_back(*f);
+    }
+    AttentionArgs a = Thd(cu, cu, hq, hq, d);
+    a.causal = true;
+    for (const FoxBias& f : fox) a.biases.push_back(&f);
+    std::vector<double> o(w.size());
+    EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+    if (o_out != nullptr) *o_out = o;
+    if (grad_logits != nullptr) {
+      std::vector<std::vector<double>> gp(nseq);
+      for (int64_t b = 0; b < nseq; ++b) gp[b].assign((cu[b + 1] - cu[b]) * hq, 0.0);
+      BiasGradientSink sink = [&](int64_t b, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+        return fox[b].AccumulatePrefixGradient(head, qp, kp, g, ld, absl::MakeSpan(gp[b]));
+      };
+      EXPECT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), nullptr,
+                                            nullptr, nullptr, sink)
+                      .ok());
+      grad_logits->clear();
+      for (int64_t b = 0; b < nseq; ++b) {
+        auto gl = fox[b].LogitGradient(gp[b]);
+        EXPECT_TRUE(gl.ok()) << gl.status();
+        grad_logits->insert(grad_logits->end(), gl->begin(), gl->end());
+      }
+    }
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+    return s;
+  };
+  std::vector<double> o, grad;
+  run(logits, &o, &grad);
+  for (int64_t b = 0; b < nseq; ++b) {
+    const int64_t len = cu[b + 1] - cu[b];
+    DirectSpec s(hq, hq, d);
+    s.causal = true;
+    s.scale = 0.5;
+    s.bias = [&](int64_t h, int64_t i, int64_t j) {
+      double acc = 0;  // sum_{l = j+1..i} ln sigmoid(x_l), direct
+      for (int64_t l = j + 1; l <= i; ++l) {
+        acc -= std::log1p(std::exp(-logits[(cu[b] + l) * hq + h]));
+      }
+      return acc;
+    };
+    std::vector<int64_t> pos(len);
+    for (int64_t t = 0; t < len; ++t) pos[t] = t;
+    auto slice = [&](const std::vector<double>& x) {
+      return std::vector<double>(x.begin() + cu[b] * hq * d, x.begin() + cu[b + 1] * hq * d);
+    };
+    // Prefix-sum differences vs the direct sums: ~1e-16 relative on O(1) biases.
+    EXPECT_LT(MaxAbsDiff(slice(o), Direct(s, slice(q), slice(k), slice(v), pos, pos)), 1e-13);
+  }
+  const double h = 1e-5;
+  double total = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    std::vector<double> xp = logits, xm = logits;
+    xp[i] += h;
+    xm[i] -= h;
+    // Same error budget as MatchesFiniteDifferences.
+    EXPECT_NEAR(grad[i], (run(xp, nullptr, nullptr) - run(xm, nullptr, nullptr)) / (2 * h), 1e-8)
+        << i;
+    total += std::abs(grad[i]);
+  }
+  EXPECT_GT(total, 1e-3);  // not vacuous
+}
+
+TEST(ValidateAttention, RejectsBadInputs) {
+  const std::vector<int64_t> cu_ok = {0, 2, 4}, cu_bad = {0, 3, 2}, cu_short = {0, 4};
+  auto expect_bad = [](const AttentionArgs& a, const char* what) {
+    absl::Status s = ValidateAttention(a);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message();
+  };
+  EXPECT_TRUE(ValidateAttention(Bshd(2, 3, 4, 4, 2, 8)).ok());
+  EXPECT_TRUE(ValidateAttention(Thd(cu_ok, cu_ok, 2, 1, 4)).ok());
+  expect_bad(Bshd(2, 3, 4, 3, 2, 8), "multiple of num_kv_heads");
+  expect_bad(Bshd(2, 3, 4, 0, 1, 8), "num_q_heads");
+  expect_bad(Bshd(2, 3, 4, 2, 2, 0), "head_dim");
+  expect_bad(Bshd(-1, 3, 4, 2, 2, 8), "batch");
+  expect_bad(Bshd(1, -3, 4, 2, 2, 8), "sequence lengths");
+  {
+    AttentionArgs a = Thd(cu_ok, cu_ok, 2, 1, 4);
+    a.cu_seqlens_k = cu_bad;
+    expect_bad(a, "non-decreasing");
+    a.cu_seqlens_k = cu_short;
+    expect_bad(a, "cu_seqlens_q has 3 entries");
+  }
+  {
+    AttentionArgs a = Thd(cu_ok, cu_ok, 2, 1, 4);
+    a.seq_len_q = 5;
+    expect_bad(a, "end at the total");
+  }
+  {
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.softmax_scale = std::numeric_limits<double>::quiet_NaN();
+    expect_bad(a, "softmax_scale");
+    a.softmax_scale = std::numeric_limits<double>::infinity();
+    expect_bad(a, "softmax_scale");
+  }
+  {
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.q.head = 4;  // rows of 8 overlap
+    expect_bad(a, "overlaps");
+    a = Bshd(1, 3, 3, 2, 2, 8);
+    a.k.token = -1;
+    expect_bad(a, "k.token stride");
+    a.k.token = 0;  // three tokens on one row
+    expect_bad(a, "k: stride 0 overlaps");
+  }
+  {
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    const std::vector<int64_t> p3 = {0, 1, 2}, p2 = {0, 1};
+    a.q_positions = p3;
+    expect_bad(a, "or neither");
+    a.k_positions = p2;
+    expect_bad(a, "k_positions has 2");
+  }
+  {
+    Rope rope = MakeRope(4, 4);
+    RopeRowTransform tr(rope);
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.q_transform = &tr;
+    expect_bad(a, "q_transform acts on rows of 4");
+  }
+  {
+    auto alibi = AlibiBias::CreateStandard(3, AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    AttentionArgs a = Bshd(2, 3, 3, 2, 2, 8);
+    a.biases = {&*alibi};
+    expect_bad(a, "has 3 heads");
+    a.biases = {nullptr};
+    expect_bad(a, "is null");
+    a.biases = {nullptr, nullptr, nullptr};
+    expect_bad(a, "one per sequence");
+    std::vector<double> gates = {0.1, 0.2, 0.3, 0.4};
+    auto fox = FoxBias::Create(gates, 2, 2);
+    ASSERT_TRUE(fox.ok());
+    a.biases = {&*fox};  // two sequences, one sequence's gates
+    expect_bad(a, "reads per-token data");
+  }
+  {
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.locality = 1.5;
+    expect_bad(a, "locality");
+    a.locality = 0.0;
+    expect_bad(a, "locality");
+  }
+  {
+    // The entry points validate too, and reject null tensors instead of crashing.
+    AttentionArgs a = Bshd(1, 3, 3, 3, 2, 8);
+    std::vector<double> x(3 * 3 * 8);
+    EXPECT_FALSE(ReferenceForward<double>(a, x.data(), x.data(), x.data(), x.data()).ok());
+    a = Bshd(1, 3, 3, 2, 2, 8);
+    EXPECT_FALSE(ReferenceForward<double>(a, nullptr, x.data(), x.data(), x.data()).ok());
+    EXPECT_FALSE(ReferenceBackward<double>(a, x.data(), x.data(), x.data(), nullptr, x.data(),
+                                           x.data(), x.data())
+                     .ok());
+  }
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

@@ -233,10 +233,11 @@ TEST(TrainFullBatch, FitsASmoothFunctionAndReportsProgress) {
   ASSERT_EQ(history->train_loss.size(), 500u);
   EXPECT_EQ(reported, (std::vector<int64_t>{100, 200, 300, 400, 500}));
   EXPECT_EQ(history->validation_steps, reported);
-  // Initial MSE ~0.5 (the variance of sin(3x), outputs near 0 at init); a 32-wide ReLU
-  // net fits sin(3x) to MSE ~1e-4 or below in 500 Adam steps. Requiring a 100x drop
-  // leaves a wide margin for this fixed seed while a broken gradient or optimiser (sign
+  // Measured for this seed: initial MSE 0.69, final 1.3e-4 (a ~5000x drop). Requiring a
+  // 100x drop leaves a 50x margin for BLAS rounding differences, while a broken gradient or optimiser (sign
   // error, missing bias correction, wrong layer) stalls far above it.
+  std::printf("sin fit: initial %g final %g\n", history->train_loss.front(),
+              history->final_train_loss);
   EXPECT_LT(history->final_train_loss, history->train_loss.front() / 100.0)
       << "initial " << history->train_loss.front() << " final " << history->final_train_loss;
   // Validation set = training set here, so its last loss is the final training loss.
@@ -352,11 +353,12 @@ TEST(RunInrExperiment, RadialImageBeatsMeanPredictor) {
       // "no PE" baseline is the worst row of their Table 2): only finiteness is checked.
       continue;
     }
-    // The mean predictor's MSE is the image variance (~0.09 for |sin(15 sqrt r)|); with
-    // the T x T encoding the network trained on 30% of the pixels lands far below it
-    // (about PRINTED_RATIO of it for this seed). Half of it is a loose bar that a
-    // non-learning network or a broken encoding path cannot pass.
-    EXPECT_LT(*result->test_mse, 0.5 * baseline)
+    // The mean predictor's MSE is the image variance (~0.09 for |sin(15 sqrt r)|); a
+    // network that learns nothing sits at or above it (the identity run above: 1.02x).
+    // With the T x T encoding the network trained on 30% of the pixels lands at 0.34x
+    // for this seed, and 0.38x-0.54x for init seeds 3-5 (measured), so 0.65x is safe
+    // for this fixed seed even if BLAS rounding changes the trajectory.
+    EXPECT_LT(*result->test_mse, 0.65 * baseline)
         << "test " << *result->test_mse << " baseline " << baseline;
     std::printf("T x T test MSE %g, mean-predictor MSE %g\n", *result->test_mse, baseline);
   }

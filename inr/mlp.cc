@@ -138,16 +138,16 @@ absl::StatusOr<typename MlpT<Scalar>::Matrix> MlpT<Scalar>::Forward(
   MlpCache<Scalar> local;
   MlpCache<Scalar>& c = cache != nullptr ? *cache : local;
   c.inputs.resize(num_layers());
-  c.inputs[0] = x;
+  c.inputs[0] = x;  // same-sized buffers are reused across calls (no reallocation)
   Matrix z;
   for (int64_t l = 0; l < num_layers(); ++l) {
-    const Matrix& h = c.inputs[l];
-    z = bias(l).replicate(n, 1);  // Z = H W + 1 b
-    Gemm(false, false, n, fan_out(l), fan_in(l), h.data(), fan_in(l),
-         parameters_.data() + weight_offset(l), fan_out(l), Scalar(1), z.data(), fan_out(l));
-    if (l + 1 < num_layers()) {
-      c.inputs[l + 1] = z.cwiseMax(Scalar(0));
-    }
+    const bool hidden = l + 1 < num_layers();
+    Matrix& out = hidden ? c.inputs[l + 1] : z;
+    out.resize(n, fan_out(l));
+    out.rowwise() = bias(l).row(0);  // Z = H W + 1 b
+    Gemm(false, false, n, fan_out(l), fan_in(l), c.inputs[l].data(), fan_in(l),
+         parameters_.data() + weight_offset(l), fan_out(l), Scalar(1), out.data(), fan_out(l));
+    if (hidden) out = out.cwiseMax(Scalar(0));  // in place: coefficient-wise, no aliasing
   }
   if (cache == nullptr) local.inputs.clear();
   return z;
@@ -193,7 +193,8 @@ absl::Status MlpT<Scalar>::Backward(const MlpCache<Scalar>& cache, const MatrixR
       *grad_input = std::move(g_prev);
       break;
     }
-    g = (h.array() > Scalar(0)).select(g_prev, Scalar(0));
+    g_prev.array() *= (h.array() > Scalar(0)).template cast<Scalar>();
+    g.swap(g_prev);
   }
   return absl::OkStatus();
 }

@@ -15,7 +15,10 @@
 // - Scalar type: the templates take float or double. Training uses float32 (Mlp): the
 //   products dominate and run at twice the float64 throughput; the double instantiation
 //   (MlpD) exists so gradients can be checked against finite differences in float64.
-//   Products go through OpenBLAS's gemm, which picks its kernel for the CPU at run time.
+//   Products go through OpenBLAS's gemm (~90% of the time), which picks its kernel for
+//   the CPU at load time; where it misdetects the CPU (it takes the development VM for a
+//   Prescott) set OPENBLAS_CORETYPE, a 2-3x speed-up (numbers in mlp_benchmark.cc).
+//   A Lim-sized run (3277 points, 32 -> 3 x 128 -> 1, 500 steps) is ~350 GFLOP.
 // - Loss: MSE = mean over all N x out entries of (prediction - target)^2 (PyTorch's
 //   nn.MSELoss default; for a 2-channel vector field this is half the squared-norm
 //   form of Lim et al.'s L(theta)).

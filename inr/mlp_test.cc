@@ -364,6 +364,53 @@ TEST(RunInrExperiment, RadialImageBeatsMeanPredictor) {
   }
 }
 
+TEST(RunInrExperiment, VectorFieldHasTwoOutputsAndOptionalParts) {
+  const int64_t n = 16;
+  absl::StatusOr<RowMatrixXd> values =
+      ChannelsToValues(SyntheticVectorField(SyntheticTask::kSpiral, n));
+  ASSERT_TRUE(values.ok());
+  ASSERT_EQ(values->cols(), 2);
+  // No validation set (Zheng et al.'s grid split): validation_mse stays empty.
+  const Split split = RegularGridSplit(n, n);
+  ASSERT_TRUE(split.validation.empty());
+  InrExperimentOptions options;
+  options.hidden_width = 16;
+  options.num_hidden_layers = 2;
+  options.steps = 50;
+  options.eval_every = 10;
+  int64_t calls = 0;
+  options.progress = [&](const TrainProgress& p) {
+    ++calls;
+    EXPECT_FALSE(p.validation_loss.has_value());
+  };
+  absl::StatusOr<InrExperimentResult> result =
+      RunInrExperiment(nullptr, GridCoordinates(n), *values, split, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(calls, 5);
+  EXPECT_FALSE(result->validation_mse.has_value());
+  ASSERT_TRUE(result->test_mse.has_value());
+  EXPECT_TRUE(std::isfinite(*result->test_mse));
+  EXPECT_EQ(result->history.train_loss.size(), 50u);
+  // The reported train MSE is the network's error on the training rows after training:
+  // recompute it from an independent pass over the same split with the same seed.
+  absl::StatusOr<Mlp> mlp = Mlp::Create({2, 16, 2, 2}, options.seed);
+  ASSERT_TRUE(mlp.ok());
+  MatF x(split.train.size(), 2), y(split.train.size(), 2);
+  const RowMatrixXd coords = GridCoordinates(n);
+  for (size_t r = 0; r < split.train.size(); ++r) {
+    x.row(r) = coords.row(split.train[r]).cast<float>();
+    y.row(r) = values->row(split.train[r]).cast<float>();
+  }
+  TrainOptions train;
+  train.steps = 50;
+  train.adam.learning_rate = options.learning_rate;
+  absl::StatusOr<TrainHistory> history = TrainFullBatch<float>(&*mlp, x, y, train);
+  ASSERT_TRUE(history.ok());
+  // Same inputs, same seed, same operations: identical up to float rounding order (none
+  // differs here), so equality to 1e-9 relative is expected.
+  EXPECT_NEAR(history->final_train_loss, result->train_mse, 1e-9 * result->train_mse);
+}
+
 TEST(RunInrExperiment, RejectsBadInput) {
   const RowMatrixXd coords = GridCoordinates(4);
   const RowMatrixXd values = RowMatrixXd::Ones(16, 1);

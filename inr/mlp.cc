@@ -478,7 +478,8 @@ absl::StatusOr<InrExperimentResult> RunInrExperiment(const encodings::Coordinate
     train.validation_features = &parts[1].x;
     train.validation_targets = &parts[1].y;
   }
-  absl::StatusOr<TrainHistory> history = TrainFullBatch<float>(&*mlp, parts[0].x, parts[0].y, train);
+  absl::StatusOr<TrainHistory> history =
+      TrainFullBatch<float>(&*mlp, parts[0].x, parts[0].y, train);
   if (!history.ok()) return history.status();
 
   InrExperimentResult result;

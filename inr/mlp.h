@@ -88,7 +88,9 @@ class MlpT {
   ConstWeightMap bias(int64_t layer) const;
   // Offsets (in elements) of a layer's weight and bias in the flat vector.
   int64_t weight_offset(int64_t layer) const { return offsets_[layer]; }
-  int64_t bias_offset(int64_t layer) const { return offsets_[layer] + fan_in(layer) * fan_out(layer); }
+  int64_t bias_offset(int64_t layer) const {
+    return offsets_[layer] + fan_in(layer) * fan_out(layer);
+  }
 
   // x: N x input_dim, N >= 1, finite. Returns N x output_dim. `cache` (optional) receives
   // the activations the backward pass needs.

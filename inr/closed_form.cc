@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "inr/blas.h"
 
 // LAPACK's Cholesky factorisation and solve (Fortran symbols in OpenBLAS).
 extern "C" {
@@ -24,41 +24,11 @@ void dpbtrf_(const char* uplo, const int* n, const int* kd, double* ab, const in
 
 void dpotrs_(const char* uplo, const int* n, const int* nrhs, const double* a, const int* lda,
              double* b, const int* ldb, int* info);
-// OpenBLAS's run-time kernel selection (DYNAMIC_ARCH builds); weak so that a BLAS without
-// them still links.
-char* openblas_get_corename(void) __attribute__((weak));
-void gotoblas_dynamic_init(void) __attribute__((weak));
-void gotoblas_dynamic_quit(void) __attribute__((weak));
 }
 
 namespace gpe {
 namespace inr {
 namespace {
-
-// OpenBLAS 0.3.21 (Debian 12) picks its kernels from the CPUID model number; under
-// hypervisors that report a generic model it falls back to "Prescott" (SSE3) even on
-// AVX-512 machines, running several times below the machine's peak. When the user has
-// not chosen (OPENBLAS_CORETYPE unset) and the fallback is in force on a CPU with AVX2
-// and FMA, re-run the selection once with the Haswell kernels (AVX2 + FMA), which every
-// such CPU executes correctly. Done before the first BLAS call of the solvers.
-void EnsureBlasKernels() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (openblas_get_corename == nullptr || gotoblas_dynamic_init == nullptr ||
-        gotoblas_dynamic_quit == nullptr || std::getenv("OPENBLAS_CORETYPE") != nullptr) {
-      return;
-    }
-    const std::string core = openblas_get_corename();
-    const bool generic = core == "Prescott" || core == "Core2" || core == "Nehalem" ||
-                         core == "Sandybridge" || core == "Katmai";
-    __builtin_cpu_init();
-    if (!generic || !__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return;
-    setenv("OPENBLAS_CORETYPE", "Haswell", /*overwrite=*/0);
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-    unsetenv("OPENBLAS_CORETYPE");
-  });
-}
 
 // BLAS and LAPACK take int dimensions.
 constexpr int64_t kMaxDim = std::numeric_limits<int>::max();

@@ -4,17 +4,15 @@
 // Prints the wall time (encoding, training and evaluation on all 65536 points) and the
 // MSEs, and the OpenBLAS kernel in use. Not a test.
 //
-// Measured on the 2-core development VM (shared, load ~5), OPENBLAS_NUM_THREADS=1:
-// OpenBLAS 0.3.21 detects this VM's "Intel(R) Xeon(R) Processor" as Prescott (SSE3
-// kernels): ~41 s; with OPENBLAS_CORETYPE=Haswell ~20 s, OPENBLAS_CORETYPE=SkylakeX
-// (the CPU has AVX-512) ~13 s. Set OPENBLAS_CORETYPE where the kernel printed below is
-// older than the CPU; it also speeds up inr/closed_form.
-#include <cblas.h>
+// Measured on the 2-core development VM (shared, load ~5), OPENBLAS_NUM_THREADS=1, before
+// inr/blas.h corrected OpenBLAS's kernel choice: Prescott (its fallback on this VM) ~41 s,
+// Haswell ~20 s, SkylakeX ~13 s.
 
 #include <chrono>
 #include <cstdio>
 
 #include "encodings/coordinate/fourier_features.h"
+#include "inr/blas.h"
 #include "inr/data.h"
 #include "inr/mlp.h"
 
@@ -40,7 +38,7 @@ int main() {
     std::fprintf(stderr, "%s\n", result.status().ToString().c_str());
     return 1;
   }
-  std::printf("OpenBLAS kernel: %s\n", openblas_get_corename());
+  std::printf("OpenBLAS kernel: %s\n", gpe::inr::BlasCoreName().c_str());
   std::printf("train points %zu, 500 steps: %.2f s (encode + train + evaluate)\n",
               split->train.size(), seconds);
   std::printf("MSE train %.5f validation %.5f test %.5f\n", result->train_mse,

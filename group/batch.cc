@@ -54,6 +54,22 @@ absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* 
   return absl::OkStatus();
 }
 
+absl::Status ValidateBackwardBatch(const char* who, int64_t n, int64_t dim, const void* in,
+                                   int64_t in_stride, const void* grad_out,
+                                   int64_t grad_out_stride, const void* grad_in,
+                                   int64_t grad_in_stride, size_t element_size) {
+  absl::Status s = ValidateBatch(who, n, dim, in, in_stride, in, in_stride, element_size);
+  if (s.ok()) {
+    s = ValidateBatch(who, n, dim, grad_out, grad_out_stride, grad_out, grad_out_stride,
+                      element_size);
+  }
+  if (s.ok() && grad_in != nullptr) {
+    s = ValidateBatch(who, n, dim, grad_out, grad_out_stride, grad_in, grad_in_stride,
+                      element_size);
+  }
+  return s;
+}
+
 }  // namespace internal
 }  // namespace group
 }  // namespace gpe

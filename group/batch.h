@@ -19,6 +19,13 @@ absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* 
                            int64_t in_stride, const void* out, int64_t out_stride,
                            size_t element_size);
 
+// The arguments of a batched backward pass: `in` and `grad_out` readable batches, and
+// `grad_in` (may be null) a batch that is grad_out itself or disjoint from it.
+absl::Status ValidateBackwardBatch(const char* who, int64_t n, int64_t dim, const void* in,
+                                   int64_t in_stride, const void* grad_out,
+                                   int64_t grad_out_stride, const void* grad_in,
+                                   int64_t grad_in_stride, size_t element_size);
+
 }  // namespace internal
 }  // namespace group
 }  // namespace gpe

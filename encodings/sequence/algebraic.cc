@@ -25,7 +25,6 @@ namespace encodings {
 namespace sequence {
 namespace {
 
-using group::internal::ValidateBatch;
 
 constexpr int64_t kMaxTableDoubles = int64_t{1} << 27;  // 1 GiB
 
@@ -62,20 +61,11 @@ absl::Status AlgebraicSequence::Backward(absl::Span<const int64_t> positions, co
   const int64_t n = static_cast<int64_t>(positions.size());
   const int64_t d = dim();
   if (grad_skew == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null grad_skew"));
-  if (absl::Status s = ValidateBatch(who, n, d, in, in_stride, in, in_stride, sizeof(T)); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_out,
-                                     grad_out_stride, sizeof(T));
+  if (absl::Status s = group::internal::ValidateBackwardBatch(
+          who, n, d, in, in_stride, grad_out, grad_out_stride, grad_in,
+          grad_in_stride, sizeof(T));
       !s.ok()) {
     return s;
-  }
-  if (grad_in != nullptr) {
-    if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_in,
-                                       grad_in_stride, sizeof(T));
-        !s.ok()) {
-      return s;
-    }
   }
   // dl/dS = sum_j p_j ExpVjp(p_j S, g_j x_j^T) (the adjoint Frechet derivative), taken in
   // the eigenbasis of S (Daleckii-Krein) so that every exponential is a reduced angle.

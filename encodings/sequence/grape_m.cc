@@ -136,21 +136,11 @@ absl::Status GrapeMCommutingPlanes::Backward(absl::Span<const int64_t> positions
   const char* who = "GrapeMCommutingPlanes::Backward";
   const int64_t n = static_cast<int64_t>(positions.size());
   if (grad_omega == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null grad_omega"));
-  if (absl::Status s = ValidateBatch(who, n, dim_, in, in_stride, in, in_stride, sizeof(T));
+  if (absl::Status s = group::internal::ValidateBackwardBatch(
+          who, n, dim_, in, in_stride, grad_out, grad_out_stride, grad_in,
+          grad_in_stride, sizeof(T));
       !s.ok()) {
     return s;
-  }
-  if (absl::Status s = ValidateBatch(who, n, dim_, grad_out, grad_out_stride, grad_out,
-                                     grad_out_stride, sizeof(T));
-      !s.ok()) {
-    return s;
-  }
-  if (grad_in != nullptr) {
-    if (absl::Status s = ValidateBatch(who, n, dim_, grad_out, grad_out_stride, grad_in,
-                                       grad_in_stride, sizeof(T));
-        !s.ok()) {
-      return s;
-    }
   }
   grad_omega->assign(planes_.size(), 0.0);
   std::vector<bool> in_plane(static_cast<size_t>(dim_), false);
@@ -270,20 +260,11 @@ absl::Status GrapeMProduct::Backward(absl::Span<const int64_t> positions, const 
   const int64_t d = dim();
   const int64_t m = num_generators();
   if (grads == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null grads"));
-  if (absl::Status s = ValidateBatch(who, n, d, in, in_stride, in, in_stride, sizeof(T)); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_out,
-                                     grad_out_stride, sizeof(T));
+  if (absl::Status s = group::internal::ValidateBackwardBatch(
+          who, n, d, in, in_stride, grad_out, grad_out_stride, grad_in,
+          grad_in_stride, sizeof(T));
       !s.ok()) {
     return s;
-  }
-  if (grad_in != nullptr) {
-    if (absl::Status s = ValidateBatch(who, n, d, grad_out, grad_out_stride, grad_in,
-                                       grad_in_stride, sizeof(T));
-        !s.ok()) {
-      return s;
-    }
   }
   grads->generators.assign(static_cast<size_t>(m), group::Rank2Rotation::Gradients{});
   for (auto& g : grads->generators) {

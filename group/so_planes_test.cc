@@ -19,6 +19,7 @@ using testing::MaxAbsDiff;
 using testing::OrthogonalityError;
 using testing::RandomPosition;
 using testing::RandomVector;
+using testing::RelativityError;
 
 // Entries of rho(p) are cos/sin of a correctly reduced angle: each is within ~2 ulp
 // (2.2e-16) of the exact value. A product of two such matrices has 2 terms per entry,
@@ -90,18 +91,8 @@ TEST_P(CommutingPlanesTest, RelativityOfScores) {
   for (int trial = 0; trial < 100; ++trial) {
     const int64_t i = RandomPosition(50, rng), j = RandomPosition(50, rng);
     const std::vector<double> q = RandomVector(dim, rng), k = RandomVector(dim, rng);
-    std::vector<double> qi(dim), kj(dim), kd(dim);
-    const int64_t pi = i, pj = j, pd = j - i;
-    ASSERT_TRUE(rho.Apply<double>({&pi, 1}, q.data(), dim, qi.data(), dim).ok());
-    ASSERT_TRUE(rho.Apply<double>({&pj, 1}, k.data(), dim, kj.data(), dim).ok());
-    ASSERT_TRUE(rho.Apply<double>({&pd, 1}, k.data(), dim, kd.data(), dim).ok());
-    double lhs = 0, rhs = 0;
-    for (int64_t c = 0; c < dim; ++c) {
-      lhs += qi[c] * kj[c];
-      rhs += q[c] * kd[c];
-    }
     // |q| |k| ~ 16; each rotated vector carries ~1e-16 relative error per coordinate.
-    EXPECT_NEAR(lhs, rhs, 1e-13) << i << " " << j;
+    EXPECT_NEAR(RelativityError(rho, dim, i, j, q, k), 0.0, 1e-13) << i << " " << j;
   }
 }
 

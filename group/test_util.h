@@ -2,6 +2,7 @@
 #ifndef GROUP_TEST_UTIL_H_
 #define GROUP_TEST_UTIL_H_
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -50,6 +51,26 @@ inline int64_t RandomPosition(int max_bits, std::mt19937_64& rng) {
   const int bits = static_cast<int>(rng() % (max_bits + 1));
   int64_t p = bits == 0 ? 0 : static_cast<int64_t>(rng() >> (64 - bits));
   return (rng() % 2) ? -p : p;
+}
+
+// <rho(i) q, rho(j) k> - <q, rho(j - i) k>: zero for an orthogonal representation of Z
+// (relativity). NaN when an Apply fails, so any tolerance check fails too.
+template <class Rep>
+double RelativityError(const Rep& rho, int64_t d, int64_t i, int64_t j,
+                       const std::vector<double>& q, const std::vector<double>& k) {
+  std::vector<double> qi(d), kj(d), kd(d);
+  const int64_t pd = j - i;
+  if (!rho.template Apply<double>({&i, 1}, q.data(), d, qi.data(), d).ok() ||
+      !rho.template Apply<double>({&j, 1}, k.data(), d, kj.data(), d).ok() ||
+      !rho.template Apply<double>({&pd, 1}, k.data(), d, kd.data(), d).ok()) {
+    return std::nan("");
+  }
+  double lhs = 0, rhs = 0;
+  for (int64_t c = 0; c < d; ++c) {
+    lhs += qi[c] * kj[c];
+    rhs += q[c] * kd[c];
+  }
+  return lhs - rhs;
 }
 
 }  // namespace testing

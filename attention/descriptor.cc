@@ -76,6 +76,87 @@ absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int6
 
 }  // namespace
 
+namespace {
+
+// The default binding: no precomputation, sub-spans of the positions.
+class UnpreparedRowTransform final : public PreparedRowTransform {
+ public:
+  UnpreparedRowTransform(const RowTransform& t, absl::Span<const int64_t> positions)
+      : t_(t), positions_(positions) {}
+  absl::Status Forward(int64_t first, int64_t count, float* rows,
+                       int64_t stride) const override {
+    absl::Status s = CheckRange(first, count);
+    return s.ok() ? t_.Forward(positions_.subspan(first, count), rows, stride) : s;
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows,
+                        int64_t stride) const override {
+    absl::Status s = CheckRange(first, count);
+    return s.ok() ? t_.Backward(positions_.subspan(first, count), rows, stride) : s;
+  }
+
+ private:
+  absl::Status CheckRange(int64_t first, int64_t count) const {
+    const int64_t n = static_cast<int64_t>(positions_.size());
+    if (count < 0 || first < 0 || first > n - count) {
+      return Bad(absl::StrCat("prepared transform: rows [", first, ", ", first, " + ", count,
+                              ") outside its ", n, " positions"));
+    }
+    return absl::OkStatus();
+  }
+  const RowTransform& t_;
+  absl::Span<const int64_t> positions_;
+};
+
+class PreparedRope final : public PreparedRowTransform {
+ public:
+  PreparedRope(const encodings::sequence::Rope& rope,
+               encodings::sequence::RopeTable<float> table)
+      : rope_(rope), table_(std::move(table)) {}
+  absl::Status Forward(int64_t first, int64_t count, float* rows,
+                       int64_t stride) const override {
+    return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/false);
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows,
+                        int64_t stride) const override {
+    return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/true);
+  }
+
+ private:
+  const encodings::sequence::Rope& rope_;
+  encodings::sequence::RopeTable<float> table_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RowTransform::Prepare(
+    absl::Span<const int64_t> positions) const {
+  return std::unique_ptr<PreparedRowTransform>(new UnpreparedRowTransform(*this, positions));
+}
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RopeRowTransform::Prepare(
+    absl::Span<const int64_t> positions) const {
+  if (rope_.options().num_axes != 1) {
+    return Bad("RopeRowTransform: only single-axis RoPE is a row transform of int64 positions");
+  }
+  const int64_t m = static_cast<int64_t>(positions.size());
+  const int64_t cu[2] = {0, m};
+  RopeTensor t;  // the positions as one thd sequence of one head (rope.h's numbering)
+  t.layout = RopeLayout::kTHD;
+  t.batch = 1;
+  t.seq_len = m;
+  t.heads = 1;
+  t.head_dim = rope_.options().head_dim;
+  t.seq_stride = t.head_dim;
+  t.head_stride = t.head_dim;
+  t.cu_seqlens = absl::MakeConstSpan(cu, 2);
+  RopePositions p;
+  p.ids = positions;
+  absl::StatusOr<encodings::sequence::RopeTable<float>> table =
+      rope_.MakeTable<float>(t, p, role_);
+  if (!table.ok()) return table.status();
+  return std::unique_ptr<PreparedRowTransform>(new PreparedRope(rope_, *std::move(table)));
+}
+
 template <class T>
 absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
                                    bool backward) const {

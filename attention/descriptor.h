@@ -62,11 +62,13 @@
 #define ATTENTION_DESCRIPTOR_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
@@ -75,6 +77,21 @@
 
 namespace gpe {
 namespace attention {
+
+// A RowTransform bound to one list of positions (one per token, token-index order),
+// with whatever per-position state it can share (RoPE's cos/sin table) computed once.
+// Kernels prepare q's and k's transforms once per call and then rotate tile after tile,
+// for every head and from every thread, without recomputing angles. Thread-safe.
+class PreparedRowTransform {
+ public:
+  virtual ~PreparedRowTransform() = default;
+  // Rows r = 0..count-1 (rows + r * stride) are tokens first + r, transformed in place.
+  virtual absl::Status Forward(int64_t first, int64_t count, float* rows,
+                               int64_t stride) const = 0;
+  // The transpose, as RowTransform::Backward.
+  virtual absl::Status Backward(int64_t first, int64_t count, float* rows,
+                                int64_t stride) const = 0;
+};
 
 // "Transform these rows, at these positions", in place: rows[r * stride + d], d < dim(),
 // becomes (rho(positions[r]) row_r)_d. Const and thread-safe (kernels call it per tile).
@@ -91,6 +108,11 @@ class RowTransform {
                                 int64_t stride) const = 0;
   virtual absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
                                 int64_t stride) const = 0;
+  // Binds the transform to `positions` (which must outlive the result). The default
+  // precomputes nothing and forwards sub-spans of `positions` to Forward/Backward;
+  // transforms with shareable per-position state override it.
+  virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const;
 };
 
 // RoPE (rope.h) as a RowTransform: one axis (num_axes == 1), role picks xPos's sign.
@@ -110,6 +132,10 @@ class RopeRowTransform final : public RowTransform {
                         int64_t stride) const override;
   absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
                         int64_t stride) const override;
+  // Builds rope.h's float cos/sin table for the positions once (O(#positions x
+  // rotary_dim) memory); tiles are then rotated by table lookups.
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override;
 
  private:
   template <class T>

@@ -794,6 +794,46 @@ absl::Status Rope::ApplyBackward(const RopeTableFor<T>& table, const RopeTensor&
 }
 
 template <class T>
+absl::Status Rope::ApplyRows(const RopeTable<T>& table, int64_t first_token, int64_t count,
+                             T* rows, int64_t stride, bool inverse) const {
+  const bool interleaved = options_.pairing == PlanePairing::kInterleaved;
+  const int64_t width = interleaved ? options_.rotary_dim : options_.rotary_dim / 2;
+  const int64_t head_dim = options_.head_dim;
+  if (table.width_ != width) {
+    return InvalidArgumentError(
+        StrCat("Rope::ApplyRows: table width ", table.width_, " != ", width));
+  }
+  if (count < 0 || first_token < 0 || first_token > table.num_tokens() - count) {
+    return InvalidArgumentError(StrCat("Rope::ApplyRows: tokens [", first_token, ", ",
+                                       first_token, " + ", count, ") outside the table's ",
+                                       table.num_tokens(), " tokens"));
+  }
+  if (count == 0) return absl::OkStatus();
+  if (rows == nullptr) return InvalidArgumentError("Rope::ApplyRows: rows is null");
+  if (count > 1 && stride < head_dim) {
+    return InvalidArgumentError(
+        StrCat("Rope::ApplyRows: stride ", stride, " < head_dim ", head_dim));
+  }
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t row = table.row_of_token_[first_token + r];
+    const T* c = table.cos_.data() + row * width;
+    const T* s = table.sin_.data() + row * width;
+    T* x = rows + r * stride;
+    if (inverse) {
+      RotateRow<T, -1>(interleaved, options_.rotary_dim, head_dim, x, x, c, s);
+    } else {
+      RotateRow<T, 1>(interleaved, options_.rotary_dim, head_dim, x, x, c, s);
+    }
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status Rope::ApplyRows<float>(const RopeTable<float>&, int64_t, int64_t, float*,
+                                             int64_t, bool) const;
+template absl::Status Rope::ApplyRows<double>(const RopeTable<double>&, int64_t, int64_t,
+                                              double*, int64_t, bool) const;
+
+template <class T>
 absl::Status Rope::Forward(const RopeTensor& tensor, const RopePositions& positions,
                            const T* in, T* out, RopeRole role) const {
   using C = typename RopeComputeType<T>::type;

@@ -278,6 +278,14 @@ class Rope {
   absl::Status ApplyBackward(const RopeTableFor<T>& table, const RopeTensor& tensor,
                              const T* dy, T* dx) const;
 
+  // Rows r = 0..count-1 (row r at rows + r * stride, head_dim wide) are tokens
+  // first_token + r of the table's numbering, rotated in place: forward m R(a), or
+  // m R(-a) when inverse. For kernels that rotate one tile of one head at a time with a
+  // table built once (attention/). T is float or double.
+  template <class T>
+  absl::Status ApplyRows(const RopeTable<T>& table, int64_t first_token, int64_t count,
+                         T* rows, int64_t stride, bool inverse) const;
+
   // One-shot conveniences (build the table, then apply).
   template <class T>
   absl::Status Forward(const RopeTensor& tensor, const RopePositions& positions,

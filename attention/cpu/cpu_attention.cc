@@ -1,0 +1,386 @@
+#include "attention/cpu/cpu_attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "attention/cpu/kernels.h"
+#include "encodings/sequence/algebraic.h"
+#include "hwy/aligned_allocator.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using cpu::kPanel;
+using cpu::kVecPad;
+
+constexpr int64_t kDefaultBlockQ = 96;
+constexpr int64_t kDefaultBlockK = 128;
+constexpr int64_t kMaxBlock = 4096;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+
+absl::Status Bad(const std::string& msg) {
+  return absl::InvalidArgumentError(absl::StrCat("CpuForward: ", msg));
+}
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+uint64_t Distance(int64_t a, int64_t b) {
+  return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
+                : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+}
+
+struct Plan {
+  int threads = 1;
+  int64_t bq = 0, bk = 0;  // bk a multiple of kPanel
+  int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
+  int64_t max_lk = 0;      // longest key sequence
+};
+
+absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt) {
+  if (opt.num_threads < 0 || opt.num_threads > 1024) {
+    return Bad(absl::StrCat("num_threads must be in [0, 1024], got ", opt.num_threads));
+  }
+  if (opt.block_q < 0 || opt.block_q > kMaxBlock) {
+    return Bad(absl::StrCat("block_q must be in [0, ", kMaxBlock, "], got ", opt.block_q));
+  }
+  if (opt.block_k < 0 || opt.block_k > kMaxBlock) {
+    return Bad(absl::StrCat("block_k must be in [0, ", kMaxBlock, "], got ", opt.block_k));
+  }
+  Plan p;
+  p.threads = opt.num_threads > 0
+                  ? opt.num_threads
+                  : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  p.bq = opt.block_q > 0 ? opt.block_q : kDefaultBlockQ;
+  p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
+  p.d = a.head_dim;
+  p.dp = RoundUp(a.head_dim, kVecPad);
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
+  }
+  return p;
+}
+
+// One unit of parallel work: query rows [q0, q1) (indices within sequence b) of every
+// query head of kv head g.
+struct Item {
+  int64_t b, g, q0, q1;
+  double cost;
+};
+
+std::vector<Item> MakeItems(const AttentionArgs& a, const Plan& p) {
+  int64_t base = 0, max_lq = 0;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lq = a.q_end(b) - a.q_begin(b);
+    if (lq > 0) base += a.num_kv_heads;
+    max_lq = std::max(max_lq, lq);
+  }
+  std::vector<Item> items;
+  if (base == 0) return items;
+  // About four items per thread (load balance), each at least one query tile.
+  const int64_t want = 4 * static_cast<int64_t>(p.threads);
+  const int64_t per_seq = std::max<int64_t>(1, (want + base - 1) / base);
+  const int64_t chunk = std::max(p.bq, RoundUp((max_lq + per_seq - 1) / per_seq, p.bq));
+  const int64_t group = a.num_q_heads / a.num_kv_heads;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lq = a.q_end(b) - a.q_begin(b), lk = a.k_end(b) - a.k_begin(b);
+    for (int64_t g = 0; g < a.num_kv_heads; ++g) {
+      for (int64_t q0 = 0; q0 < lq; q0 += chunk) {
+        const int64_t q1 = std::min(lq, q0 + chunk);
+        // Keys a causal chunk sees with the default positions (an estimate otherwise).
+        const double keys =
+            a.causal ? static_cast<double>(std::clamp<int64_t>(q1 + lk - lq, 1, std::max<int64_t>(lk, 1)))
+                     : static_cast<double>(std::max<int64_t>(lk, 1));
+        items.push_back({b, g, q0, q1, static_cast<double>((q1 - q0) * group) * keys});
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const Item& x, const Item& y) { return x.cost > y.cost; });
+  return items;
+}
+
+// Runs fn(item_index, thread_index) for every item on `threads` threads (the caller is
+// thread 0), items taken in order from a shared counter.
+template <class Fn>
+void ParallelItems(int threads, int64_t n, const Fn& fn) {
+  const int t = static_cast<int>(std::min<int64_t>(threads, n));
+  std::atomic<int64_t> next{0};
+  auto worker = [&](int tid) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, tid);
+  };
+  std::vector<std::thread> pool;
+  for (int tid = 1; tid < t; ++tid) pool.emplace_back(worker, tid);
+  worker(0);
+  for (std::thread& th : pool) th.join();
+}
+
+// Per-thread buffers (aligned for the kernels' vector loads).
+struct Workspace {
+  hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
+  std::vector<char> packed;
+  std::vector<int64_t> kmin, kmax;
+
+  static int64_t Floats(const Plan& p) {
+    const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
+    return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.bq * p.d +
+           2 * p.bq * p.bk + p.bq * p.dp + 3 * p.bq;
+  }
+
+  explicit Workspace(const Plan& p) {
+    const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
+    auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
+    panels = alloc(blocks * p.bk * p.d);
+    values = alloc(blocks * p.bk * p.dp);
+    rows = alloc(p.bk * p.d);
+    qblk = alloc(p.bq * p.d);
+    s = alloc(p.bq * p.bk);
+    bias = alloc(p.bq * p.bk);
+    oacc = alloc(p.bq * p.dp);
+    m = alloc(p.bq);
+    l = alloc(p.bq);
+    alpha = alloc(p.bq);
+    packed.resize(static_cast<size_t>(blocks));
+    kmin.resize(static_cast<size_t>(blocks));
+    kmax.resize(static_cast<size_t>(blocks));
+  }
+};
+
+class Forward {
+ public:
+  Forward(const AttentionArgs& a, const Plan& p, const float* q, const float* k, const float* v,
+          float* o, float* lse)
+      : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
+
+  absl::Status Prepare() {
+    pq_ = EffectiveQPositions(a_);
+    pk_ = EffectiveKPositions(a_);
+    if (a_.q_transform != nullptr) {
+      auto t = a_.q_transform->Prepare(pq_);
+      if (!t.ok()) return t.status();
+      tq_ = *std::move(t);
+    }
+    if (a_.k_transform != nullptr) {
+      auto t = a_.k_transform->Prepare(pk_);
+      if (!t.ok()) return t.status();
+      tk_ = *std::move(t);
+    }
+    if (a_.locality.has_value()) {
+      // Validates c once; per-pair factors come from the same function as the reference.
+      auto f = encodings::sequence::LocalityFactor(0, *a_.locality);
+      if (!f.ok()) return f.status();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status RunItem(const Item& it, Workspace& w) const {
+    const int64_t kb = a_.k_begin(it.b), lk = a_.k_end(it.b) - kb;
+    const int64_t qbase = a_.q_begin(it.b);
+    const int64_t blocks = (lk + p_.bk - 1) / p_.bk;
+    std::fill(w.packed.begin(), w.packed.begin() + blocks, 0);
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t j0 = kb + blk * p_.bk, j1 = std::min(kb + lk, j0 + p_.bk);
+      w.kmin[blk] = *std::min_element(pk_.begin() + j0, pk_.begin() + j1);
+      w.kmax[blk] = *std::max_element(pk_.begin() + j0, pk_.begin() + j1);
+    }
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads;
+    for (int64_t h = it.g * group; h < (it.g + 1) * group; ++h) {
+      for (int64_t r0 = it.q0; r0 < it.q1; r0 += p_.bq) {
+        const int64_t mq = std::min(p_.bq, it.q1 - r0);
+        if (absl::Status s = QueryBlock(it, h, qbase + r0, mq, kb, lk, w); !s.ok()) return s;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Rotates, transposes and copies key block blk of the item's sequence (kv head g).
+  absl::Status PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk, Workspace& w) const {
+    const int64_t j0 = blk * p_.bk, nk = std::min(p_.bk, lk - j0);
+    const int64_t d = p_.d;
+    float* panels = w.panels.get() + blk * p_.bk * d;
+    if (tk_ != nullptr) {
+      for (int64_t j = 0; j < nk; ++j) {
+        std::memcpy(w.rows.get() + j * d, k_ + a_.KOffset(a_.k, kb + j0 + j, g),
+                    static_cast<size_t>(d) * sizeof(float));
+      }
+      if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+      cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
+    } else {
+      // Key rows are (token, head) rows of k: consecutive tokens are a.k.token apart.
+      cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
+    }
+    float* vals = w.values.get() + j0 * p_.dp;
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = vals + j * p_.dp;
+      std::memcpy(row, v_ + a_.KOffset(a_.v, kb + j0 + j, g), static_cast<size_t>(d) * sizeof(float));
+      std::fill(row + d, row + p_.dp, 0.0f);
+    }
+    w.packed[blk] = 1;
+    return absl::OkStatus();
+  }
+
+  // Query rows [t0, t0 + mq) (token indices) of head h against every allowed key block.
+  absl::Status QueryBlock(const Item& it, int64_t h, int64_t t0, int64_t mq, int64_t kb,
+                          int64_t lk, Workspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
+    const int64_t g = it.g;
+    float* qb = w.qblk.get();
+    for (int64_t r = 0; r < mq; ++r) {
+      std::memcpy(qb + r * d, q_ + a_.QOffset(a_.q, t0 + r, h), static_cast<size_t>(d) * sizeof(float));
+    }
+    if (tq_ != nullptr) {
+      if (absl::Status s = tq_->Forward(t0, mq, qb, d); !s.ok()) return s;
+    }
+    const float qscale = static_cast<float>(a_.scale() * kLog2e);
+    for (int64_t i = 0; i < mq * d; ++i) qb[i] *= qscale;
+    const int64_t* qpos = pq_.data() + t0;
+    const int64_t qmin = *std::min_element(qpos, qpos + mq);
+    const int64_t qmax = *std::max_element(qpos, qpos + mq);
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    std::fill(w.m.get(), w.m.get() + mq, kNegInf);
+    std::fill(w.l.get(), w.l.get() + mq, 0.0f);
+    std::fill(w.oacc.get(), w.oacc.get() + mq * dp, 0.0f);
+    const encodings::sequence::AdditiveBias* bias =
+        a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
+    const int64_t blocks = (lk + bk - 1) / bk;
+    float* s = w.s.get();
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (a_.causal && w.kmin[blk] > qmax) continue;  // entirely in every row's future
+      if (!w.packed[blk]) {
+        if (absl::Status st = PackBlock(g, kb, lk, blk, w); !st.ok()) return st;
+      }
+      const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
+      const int64_t panels = (nk + kPanel - 1) / kPanel;
+      const int64_t ncols = panels * kPanel;
+      cpu::ScoreTile(qb, d, mq, d, w.panels.get() + blk * bk * d, panels, s, bk);
+      const int64_t* kpos = pk_.data() + kb + j0;
+      if (a_.locality.has_value()) {
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < nk; ++j) {
+            auto f = encodings::sequence::LocalityFactor(Distance(qpos[r], kpos[j]), *a_.locality);
+            if (!f.ok()) return f.status();
+            s[r * bk + j] *= static_cast<float>(*f);
+          }
+        }
+      }
+      if (bias != nullptr) {
+        float* bt = w.bias.get();
+        if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(qpos, mq),
+                                             absl::MakeConstSpan(kpos, nk), bt, bk);
+            !st.ok()) {
+          return st;
+        }
+        const float c = static_cast<float>(kLog2e);
+        for (int64_t r = 0; r < mq; ++r) {
+          float* sr = s + r * bk;
+          const float* br = bt + r * bk;
+          for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
+        }
+      }
+      if (a_.causal && w.kmax[blk] > qmin) {  // some pair in the future: mask element-wise
+        for (int64_t r = 0; r < mq; ++r) {
+          float* sr = s + r * bk;
+          for (int64_t j = 0; j < nk; ++j) {
+            if (kpos[j] > qpos[r]) sr[j] = kNegInf;
+          }
+        }
+      }
+      if (nk < ncols) {
+        for (int64_t r = 0; r < mq; ++r) std::fill(s + r * bk + nk, s + r * bk + ncols, kNegInf);
+      }
+      cpu::SoftmaxTile(s, bk, mq, ncols, w.m.get(), w.l.get(), w.alpha.get());
+      cpu::AccumulateTile(s, bk, mq, nk, w.values.get() + j0 * dp, dp, dp, w.alpha.get(),
+                          w.oacc.get(), dp);
+    }
+    for (int64_t r = 0; r < mq; ++r) {
+      float* out = o_ + a_.QOffset(a_.o, t0 + r, h);
+      const float* acc = w.oacc.get() + r * dp;
+      const float l = w.l[r];
+      if (l > 0.0f) {
+        const float inv = 1.0f / l;
+        for (int64_t c = 0; c < d; ++c) out[c] = acc[c] * inv;
+      } else {
+        std::fill(out, out + d, 0.0f);
+      }
+      if (lse_ != nullptr) {
+        lse_[(t0 + r) * a_.num_q_heads + h] =
+            l > 0.0f ? static_cast<float>((static_cast<double>(w.m[r]) + std::log2(static_cast<double>(l))) * kLn2)
+                     : kNegInf;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  const AttentionArgs& a_;
+  const Plan& p_;
+  const float *q_, *k_, *v_;
+  float* o_;
+  float* lse_;
+  std::vector<int64_t> pq_, pk_;
+  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+};
+
+}  // namespace
+
+absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k, const float* v,
+                        float* o, float* lse, const CpuAttentionOptions& options) {
+  if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  absl::StatusOr<Plan> plan = MakePlan(args, options);
+  if (!plan.ok()) return plan.status();
+  if (args.num_q_tokens() > 0 && (q == nullptr || o == nullptr)) {
+    return Bad("null q or o tensor");
+  }
+  if (args.num_k_tokens() > 0 && (k == nullptr || v == nullptr)) {
+    return Bad("null k or v tensor");
+  }
+  Forward fwd(args, *plan, q, k, v, o, lse);
+  if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
+  const std::vector<Item> items = MakeItems(args, *plan);
+  const int threads = static_cast<int>(std::min<int64_t>(plan->threads, std::max<size_t>(items.size(), 1)));
+  std::vector<std::unique_ptr<Workspace>> ws(static_cast<size_t>(threads));
+  std::mutex mu;
+  absl::Status first = absl::OkStatus();
+  std::atomic<bool> failed{false};
+  ParallelItems(threads, static_cast<int64_t>(items.size()), [&](int64_t i, int tid) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    if (ws[tid] == nullptr) ws[tid] = std::make_unique<Workspace>(*plan);
+    absl::Status s = fwd.RunItem(items[i], *ws[tid]);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) first = s;
+      failed = true;
+    }
+  });
+  return first;
+}
+
+absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
+                                                 const CpuAttentionOptions& options) {
+  if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  absl::StatusOr<Plan> plan = MakePlan(args, options);
+  if (!plan.ok()) return plan.status();
+  const int64_t items = static_cast<int64_t>(MakeItems(args, *plan).size());
+  const int64_t threads = std::min<int64_t>(plan->threads, std::max<int64_t>(items, 1));
+  int64_t bytes = threads * Workspace::Floats(*plan) * static_cast<int64_t>(sizeof(float));
+  bytes += static_cast<int64_t>(sizeof(int64_t)) * (args.num_q_tokens() + args.num_k_tokens());
+  const int64_t table = 2 * args.head_dim * static_cast<int64_t>(sizeof(float));
+  if (args.q_transform != nullptr) bytes += table * args.num_q_tokens();
+  if (args.k_transform != nullptr) bytes += table * args.num_k_tokens();
+  return bytes;
+}
+
+std::string CpuAttentionIsa() { return cpu::KernelTargetName(); }
+
+}  // namespace attention
+}  // namespace gpe

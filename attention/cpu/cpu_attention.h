@@ -1,0 +1,64 @@
+// Optimised CPU attention: tiled online-softmax forward (flash attention, Dao et al.
+// 2022, Alg. 1) with the positional encodings of descriptor.h applied inside the kernel.
+// Computes exactly what descriptor.h documents (layouts, GQA, causal masks from
+// positions, KV-cache defaults, row transforms, tile biases, locality); the reference
+// (reference.h) is its oracle.
+//
+// HOW
+// ---
+// Work items are (sequence, kv head, chunk of query rows); threads take them from a
+// shared counter, the most expensive first. An item processes every query head of its
+// kv head's group, so K and V are prepared once per item and shared by the group (GQA):
+// each key block is rotated by the prepared k transform, transposed into panels and its
+// values copied, on first use. Per query head, blocks of block_q rows are rotated by the
+// prepared q transform, multiplied by softmax_scale * log2(e), and run against every key
+// block their positions allow (blocks entirely in the causal future are skipped, blocks
+// entirely in the past are not masked): S = Q K^T, locality factor, bias tile
+// (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V. The SIMD kernels
+// (kernels.h) are compiled for AVX-512, AVX2 and a portable baseline and chosen at run
+// time. float32 inputs and outputs, float32 accumulation.
+//
+// MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
+// longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
+// transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared. No
+// len_q x len_k matrix is ever formed. CpuForwardWorkspaceBytes gives the total.
+#ifndef ATTENTION_CPU_CPU_ATTENTION_H_
+#define ATTENTION_CPU_CPU_ATTENTION_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attention/descriptor.h"
+
+namespace gpe {
+namespace attention {
+
+struct CpuAttentionOptions {
+  int num_threads = 0;   // 0: every hardware thread; otherwise 1 .. 1024
+  int64_t block_q = 0;   // query rows per tile; 0: 96; otherwise 1 .. 4096
+  int64_t block_k = 0;   // keys per tile, rounded up to a multiple of 32; 0: 128; <= 4096
+};
+
+// o (strides args.o) and, if non-null, lse (num_q_tokens x num_q_heads row-major, natural
+// log, -inf for rows with no allowed key), as ReferenceForward. Errors: everything
+// ValidateAttention rejects, null tensors, bad options, and any error of a transform or
+// bias (the first one met is returned; outputs are then unspecified).
+absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k,
+                        const float* v, float* o, float* lse = nullptr,
+                        const CpuAttentionOptions& options = {});
+
+// Extra memory CpuForward allocates for these arguments (bytes, all threads together,
+// including the prepared transforms' tables estimated at 2 floats per position and
+// component).
+absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
+                                                 const CpuAttentionOptions& options = {});
+
+// The instruction set the kernels run with on this CPU (e.g. "AVX3" for AVX-512, "AVX2").
+std::string CpuAttentionIsa();
+
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_CPU_ATTENTION_H_

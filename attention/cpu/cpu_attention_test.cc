@@ -1,0 +1,552 @@
+// CpuForward against the double reference (reference.h), with the flash-attention
+// accuracy criterion: the kernel's float32 error is at most twice that of a naive float32
+// implementation (written below: float dot products, float softmax, float sums), both
+// measured against ReferenceForward<double> on the same float inputs. Plus the SIMD tile
+// kernels against plain loops on shapes below, at and above every register tile, every
+// compiled instruction set, and bad inputs.
+#include "attention/cpu/cpu_attention.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cpu/kernels.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/targets.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::AlgebraicSequence;
+using encodings::sequence::AlibiBias;
+using encodings::sequence::AlibiForm;
+using encodings::sequence::DefaultRopeFrequencies;
+using encodings::sequence::FoxBias;
+using encodings::sequence::GrapeMProduct;
+using encodings::sequence::Rank2Generator;
+using encodings::sequence::Rope;
+using encodings::sequence::RopeOptions;
+using encodings::sequence::T5BucketConfig;
+using encodings::sequence::T5RelativeBias;
+
+std::vector<float> RandomF(size_t n, std::mt19937_64* rng, double scale = 1.0) {
+  std::normal_distribution<double> u(0.0, scale);
+  std::vector<float> x(n);
+  for (float& e : x) e = static_cast<float>(u(*rng));
+  return x;
+}
+std::vector<double> RandomD(size_t n, std::mt19937_64* rng) {
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::vector<double> x(n);
+  for (double& e : x) e = u(*rng);
+  return x;
+}
+
+AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d) {
+  AttentionArgs a;
+  a.layout = Layout::kBSHD;
+  a.batch = batch;
+  a.seq_len_q = lq;
+  a.seq_len_k = lk;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kBSHD, lq, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kBSHD, lk, hkv, d);
+  return a;
+}
+
+AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
+                  int64_t hkv, int64_t d) {
+  AttentionArgs a;
+  a.layout = Layout::kTHD;
+  a.seq_len_q = cu_q.back();
+  a.seq_len_k = cu_k.back();
+  a.cu_seqlens_q = cu_q;
+  a.cu_seqlens_k = cu_k;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kTHD, 0, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kTHD, 0, hkv, d);
+  return a;
+}
+
+Rope MakeRope(int64_t d, int64_t r, group::PlanePairing pairing) {
+  RopeOptions opt;
+  opt.head_dim = d;
+  opt.rotary_dim = r;
+  opt.pairing = pairing;
+  auto rope = Rope::Create(opt, *DefaultRopeFrequencies(r, 10000.0));
+  EXPECT_TRUE(rope.ok()) << rope.status();
+  return *rope;
+}
+
+// Extent (elements) of a tensor with strides s over the args' tokens and heads.
+size_t Extent(const AttentionArgs& a, const Strides& s, bool q_side) {
+  const int64_t tokens = q_side ? a.num_q_tokens() : a.num_k_tokens();
+  const int64_t heads = q_side ? a.num_q_heads : a.num_kv_heads;
+  if (tokens == 0) return 1;
+  const int64_t last = q_side ? a.QOffset(s, tokens - 1, heads - 1) : a.KOffset(s, tokens - 1, heads - 1);
+  return static_cast<size_t>(last + a.head_dim);
+}
+
+// The naive float32 implementation the accuracy criterion compares with: rows
+// transformed in float by the same RowTransform, float dot products summed in order,
+// float max / exp / sum, float output accumulation.
+void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::vector<float>& k,
+                const std::vector<float>& v, std::vector<float>* o) {
+  const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  const std::vector<int64_t> pq = EffectiveQPositions(a), pk = EffectiveKPositions(a);
+  const float scale = static_cast<float>(a.scale());
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t kb = a.k_begin(b), lk = a.k_end(b) - kb;
+    const auto* bias =
+        a.biases.empty() ? nullptr : (a.biases.size() == 1 ? a.biases[0] : a.biases[b]);
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t g = h / (hq / hkv);
+      std::vector<float> kr(lk * d), vr(lk * d);
+      for (int64_t j = 0; j < lk; ++j) {
+        for (int64_t e = 0; e < d; ++e) {
+          kr[j * d + e] = k[a.KOffset(a.k, kb + j, g) + e];
+          vr[j * d + e] = v[a.KOffset(a.v, kb + j, g) + e];
+        }
+      }
+      if (a.k_transform != nullptr && lk > 0) {
+        ASSERT_TRUE(a.k_transform->Forward(absl::MakeConstSpan(pk.data() + kb, lk), kr.data(), d).ok());
+      }
+      for (int64_t i = a.q_begin(b); i < a.q_end(b); ++i) {
+        std::vector<float> qi(d);
+        for (int64_t e = 0; e < d; ++e) qi[e] = q[a.QOffset(a.q, i, h) + e];
+        if (a.q_transform != nullptr) {
+          ASSERT_TRUE(a.q_transform->Forward(absl::MakeConstSpan(&pq[i], 1), qi.data(), d).ok());
+        }
+        std::vector<float> bias_row(lk, 0.0f), s(lk);
+        if (bias != nullptr && lk > 0) {
+          ASSERT_TRUE(bias->FillTile(h, absl::MakeConstSpan(&pq[i], 1),
+                                     absl::MakeConstSpan(pk.data() + kb, lk), bias_row.data(), lk)
+                          .ok());
+        }
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < lk; ++j) {
+          if (a.causal && pk[kb + j] > pq[i]) continue;
+          float dot = 0.0f;
+          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kr[j * d + e];
+          float loc = 1.0f;
+          if (a.locality.has_value()) {
+            loc = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
+          }
+          s[j] = loc * scale * dot + bias_row[j];
+          m = std::max(m, s[j]);
+        }
+        float* out = o->data() + a.QOffset(a.o, i, h);
+        std::fill(out, out + d, 0.0f);
+        if (m == -std::numeric_limits<float>::infinity()) continue;
+        float z = 0.0f;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (a.causal && pk[kb + j] > pq[i]) continue;
+          s[j] = std::exp(s[j] - m);
+          z += s[j];
+        }
+        for (int64_t j = 0; j < lk; ++j) {
+          if (a.causal && pk[kb + j] > pq[i]) continue;
+          for (int64_t e = 0; e < d; ++e) out[e] += s[j] / z * vr[j * d + e];
+        }
+      }
+    }
+  }
+}
+
+// Max |x - y| over the rows of the output tensor (padding ignored).
+double MaxOutErr(const AttentionArgs& a, const std::vector<float>& x, const std::vector<double>& y) {
+  double err = 0.0;
+  for (int64_t t = 0; t < a.num_q_tokens(); ++t) {
+    for (int64_t h = 0; h < a.num_q_heads; ++h) {
+      const int64_t off = a.QOffset(a.o, t, h);
+      for (int64_t e = 0; e < a.head_dim; ++e) {
+        err = std::max(err, std::fabs(double(x[off + e]) - y[off + e]));
+      }
+    }
+  }
+  return err;
+}
+
+// Runs CpuForward, the naive float version and the double reference on random inputs
+// and checks the accuracy criterion, lse, and that padding is never written.
+void CheckAgainstReference(const AttentionArgs& a, const CpuAttentionOptions& opt,
+                           uint64_t seed, const std::string& what) {
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const size_t nq = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  const size_t no = Extent(a, a.o, true);
+  std::vector<float> q = RandomF(nq, &rng), k = RandomF(nk, &rng), v = RandomF(nk, &rng);
+  const float kCanary = 12345.0f;
+  std::vector<float> o(no, kCanary), lse(a.num_q_tokens() * a.num_q_heads, kCanary);
+  absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt);
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  std::vector<double> od(no, 0.0), lsed(lse.size());
+  ASSERT_TRUE(
+      ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), od.data(), lsed.data()).ok());
+  std::vector<float> naive(no, 0.0f);
+  NaiveFloat(a, q, k, v, &naive);
+  const double err = MaxOutErr(a, o, od), err_naive = MaxOutErr(a, naive, od);
+  // Twice the naive float32 error (Dao et al.'s criterion), plus 2e-6: outputs are
+  // convex combinations of N(0,1) values (|o| < ~5), where a few float ulps (1.2e-7 each
+  // at 1) stay below 2e-6; the floor only matters when the naive error is itself tiny.
+  EXPECT_LE(err, 2.0 * err_naive + 2e-6) << "cpu " << err << " naive " << err_naive;
+  for (size_t i = 0; i < lse.size(); ++i) {
+    if (std::isinf(lsed[i])) {
+      EXPECT_TRUE(std::isinf(lse[i]) && lse[i] < 0) << "lse " << i;
+    } else {
+      // lse = m + ln l with |lse| of order |scores| (< ~10 here): float rounding of the
+      // scores (~1e-6 relative) bounds the difference well below 1e-4.
+      EXPECT_NEAR(lse[i], lsed[i], 1e-4 * std::max(1.0, std::fabs(lsed[i]))) << "lse " << i;
+    }
+  }
+  // Every element of o outside the rows (padding between rows) keeps the canary.
+  std::vector<char> inside(no, 0);
+  for (int64_t t = 0; t < a.num_q_tokens(); ++t) {
+    for (int64_t h = 0; h < a.num_q_heads; ++h) {
+      for (int64_t e = 0; e < a.head_dim; ++e) inside[a.QOffset(a.o, t, h) + e] = 1;
+    }
+  }
+  for (size_t i = 0; i < no; ++i) {
+    if (!inside[i]) {
+      ASSERT_EQ(o[i], kCanary) << "padding " << i << " written";
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------
+// Tile kernels against plain loops.
+
+TEST(Kernels, Exp2IsAccurateAndUnderflowsToZero) {
+  std::vector<float> x;
+  for (float t = -130.0f; t <= 0.0f; t += 0.0137f) x.push_back(t);
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(0.0f);
+  std::vector<float> y = x;
+  cpu::Exp2InPlace(y.data(), static_cast<int64_t>(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp2(static_cast<double>(x[i]));
+    if (x[i] < -126.0f) {
+      EXPECT_EQ(y[i], 0.0f) << x[i];
+    } else {
+      // Polynomial truncation < 6e-9 plus ~8 float roundings in Horner's scheme: 4 ulps.
+      EXPECT_NEAR(y[i], want, 4.8e-7 * want) << x[i];
+    }
+  }
+}
+
+TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
+  std::mt19937_64 rng(3);
+  for (int64_t d : {1, 7, 32, 129}) {
+    for (int64_t mq : {1, 5, 6, 7, 11, 12, 13, 25}) {
+      for (int64_t nk : {1, 31, 32, 33, 70}) {
+        const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel, lds = panels * cpu::kPanel + 3;
+        std::vector<float> q = RandomF(mq * d, &rng), keys = RandomF(nk * (d + 2), &rng);
+        auto packed = hwy::AllocateAligned<float>(panels * cpu::kPanel * d);
+        cpu::PackKeyPanels(keys.data(), nk, d + 2, d, packed.get());
+        std::vector<float> s(mq * lds, -7.0f);
+        cpu::ScoreTile(q.data(), d, mq, d, packed.get(), panels, s.data(), lds);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < panels * cpu::kPanel; ++j) {
+            double want = 0.0;
+            if (j < nk) {
+              for (int64_t c = 0; c < d; ++c) want += double(q[r * d + c]) * keys[j * (d + 2) + c];
+            }
+            // Float sums of d products of N(0,1) values: error <~ d * eps * sum |terms|.
+            ASSERT_NEAR(s[r * lds + j], want, 1e-6 * d * 4 + 1e-6)
+                << "d " << d << " mq " << mq << " nk " << nk << " r " << r << " j " << j;
+          }
+          ASSERT_EQ(s[r * lds + panels * cpu::kPanel], -7.0f);  // nothing past the panels
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
+  std::mt19937_64 rng(4);
+  for (int64_t dp : {16, 32, 48, 64, 80, 128, 144}) {
+    for (int64_t mq : {1, 2, 3, 4, 5, 6, 7, 13}) {
+      for (int64_t nk : {1, 17, 64}) {
+        const int64_t ldp = nk + 5, ldv = dp + 16, ldo = dp + 32;
+        std::vector<float> p = RandomF(mq * ldp, &rng), v = RandomF(nk * ldv, &rng);
+        std::vector<float> o = RandomF(mq * ldo, &rng), alpha = RandomF(mq, &rng);
+        std::vector<float> o2 = o;
+        cpu::AccumulateTile(p.data(), ldp, mq, nk, v.data(), ldv, dp, alpha.data(), o2.data(), ldo);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t c = 0; c < ldo; ++c) {
+            double want = o[r * ldo + c];
+            if (c < dp) {
+              want *= alpha[r];
+              for (int64_t j = 0; j < nk; ++j) want += double(p[r * ldp + j]) * v[j * ldv + c];
+            }
+            ASSERT_NEAR(o2[r * ldo + c], want, 1e-6 * (nk + 1) * 4)
+                << "dp " << dp << " mq " << mq << " nk " << nk << " r " << r << " c " << c;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
+  std::mt19937_64 rng(5);
+  const int64_t mq = 5, n = 64, lds = 70;
+  std::vector<float> s = RandomF(mq * lds, &rng, 3.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) s[4 * lds + j] = -inf;  // row 4 fully masked
+  s[1 * lds + 7] = -inf;
+  std::vector<float> m = {-inf, 0.5f, 100.0f, -inf, -inf}, l = {0.0f, 2.0f, 3.0f, 0.0f, 0.0f};
+  std::vector<float> alpha(mq), s2 = s, m2 = m, l2 = l;
+  cpu::SoftmaxTile(s2.data(), lds, mq, n, m2.data(), l2.data(), alpha.data());
+  for (int64_t r = 0; r < mq; ++r) {
+    double mx = m[r];
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, double(s[r * lds + j]));
+    if (std::isinf(mx)) {
+      EXPECT_EQ(alpha[r], 1.0f);
+      EXPECT_EQ(l2[r], 0.0f);
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(s2[r * lds + j], 0.0f);
+      continue;
+    }
+    const double a = std::exp2(m[r] - mx);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      // The kernel forms s - m in float (its rounding, up to 2^-24 |m| absolute, is the
+      // caller's business: scores are in float); exp2 of that float difference is what
+      // it must get to 4 ulps.
+      const double p = std::exp2(double(s[r * lds + j] - float(mx)));
+      sum += p;
+      EXPECT_NEAR(s2[r * lds + j], p, 5e-7 * std::max(p, 1e-30)) << r << " " << j;  // 4 ulps
+    }
+    EXPECT_EQ(m2[r], float(mx));
+    EXPECT_NEAR(alpha[r], a, 2e-7 * a);
+    EXPECT_NEAR(l2[r], l[r] * a + sum, 1e-6 * (l[r] * a + sum));  // n float additions
+    for (int64_t j = n; j < lds; ++j) EXPECT_EQ(s2[r * lds + j], s[r * lds + j]);
+  }
+}
+
+// ------------------------------------------------------------------------------------
+// The whole forward.
+
+TEST(CpuForward, ShapesBelowAtAndAboveTiles) {
+  // Small tiles (16 x 32) so that short sequences cross several of them; head_dim 32 to
+  // 256 including ones that are not multiples of the vector width.
+  CpuAttentionOptions small;
+  small.block_q = 16;
+  small.block_k = 32;
+  small.num_threads = 3;
+  int seed = 0;
+  for (int64_t d : {32, 80, 128, 256}) {
+    for (int64_t l : {1, 15, 16, 17, 33, 64, 71}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(2, l, l, 2, 2, d);
+        a.causal = causal;
+        CheckAgainstReference(a, small, ++seed,
+                              "d " + std::to_string(d) + " l " + std::to_string(l) +
+                                  (causal ? " causal" : ""));
+      }
+    }
+  }
+  // The default tiles (96 x 128) with lengths around them.
+  for (int64_t l : {95, 96, 97, 129, 200}) {
+    AttentionArgs a = Bshd(1, l, l, 2, 1, 64);
+    a.causal = (l % 2) == 1;
+    CheckAgainstReference(a, {}, ++seed, "default tiles l " + std::to_string(l));
+  }
+}
+
+TEST(CpuForward, GqaMqaKvCacheAndStrides) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 32;
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {8, 2}, {6, 1}}) {
+    AttentionArgs a = Bshd(2, 21, 21, hq, hkv, 40);
+    a.causal = true;
+    CheckAgainstReference(a, opt, 10 + hq * 10 + hkv, "gqa " + std::to_string(hq) + "/" + std::to_string(hkv));
+  }
+  // KV cache: 3 queries at the end of 50 keys (default positions), and one decode token.
+  for (int64_t lq : {1, 3}) {
+    AttentionArgs a = Bshd(2, lq, 50, 4, 2, 64);
+    a.causal = true;
+    CheckAgainstReference(a, opt, 40 + lq, "kv cache lq " + std::to_string(lq));
+  }
+  // Padded, non-contiguous strides on every tensor.
+  AttentionArgs a = Bshd(2, 19, 23, 4, 2, 24);
+  a.q = a.o = Strides{19 * (4 * (24 + 3) + 5) + 11, 4 * (24 + 3) + 5, 24 + 3};
+  a.k = a.v = Strides{23 * (2 * (24 + 1) + 7) + 2, 2 * (24 + 1) + 7, 24 + 1};
+  a.softmax_scale = 0.3;
+  CheckAgainstReference(a, opt, 50, "strided");
+}
+
+TEST(CpuForward, VarlenWithEmptyAndSingleTokenSequences) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 32;
+  opt.num_threads = 2;
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 20, 57};
+  const std::vector<int64_t> cu_k = {0, 3, 4, 40, 40, 77};
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Thd(cu_q, cu_k, 4, 2, 48);
+    a.causal = causal;
+    CheckAgainstReference(a, opt, causal ? 61 : 60, causal ? "varlen causal" : "varlen");
+  }
+}
+
+TEST(CpuForward, ExplicitPositionsMaskRowsWithNoKey) {
+  // Shuffled positions: causal masks by position, not index; query 0 sees no key.
+  AttentionArgs a = Bshd(1, 9, 40, 2, 2, 32);
+  a.causal = true;
+  std::vector<int64_t> pk(40), pq = {-5, 100, 3, 17, 39, 0, 20, 21, 8};
+  for (int64_t j = 0; j < 40; ++j) pk[j] = (j * 17) % 40;
+  a.q_positions = pq;
+  a.k_positions = pk;
+  CpuAttentionOptions opt;
+  opt.block_q = 4;
+  opt.block_k = 32;
+  CheckAgainstReference(a, opt, 70, "explicit positions");
+}
+
+TEST(CpuForward, RowTransformsInsideTheKernel) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  int seed = 80;
+  for (auto pairing : {group::PlanePairing::kHalfSplit, group::PlanePairing::kInterleaved}) {
+    for (int64_t rot : {64, 32}) {  // full and partial rotary
+      Rope rope = MakeRope(64, rot, pairing);
+      RopeRowTransform tr(rope);
+      AttentionArgs a = Bshd(1, 50, 50, 4, 2, 64);
+      a.causal = true;
+      a.q_transform = a.k_transform = &tr;
+      // Positions near 2^31 (angles reduced exactly in the prepared table).
+      std::vector<int64_t> pos(50);
+      for (int64_t t = 0; t < 50; ++t) pos[t] = (int64_t{1} << 31) - 60 + t;
+      a.q_positions = a.k_positions = pos;
+      CheckAgainstReference(a, opt, ++seed, "rope rot " + std::to_string(rot));
+    }
+  }
+  std::mt19937_64 rng(9);
+  const int64_t d = 16;
+  auto prod = GrapeMProduct::Create({Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), 0.3},
+                                     Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), -0.7}});
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  GrapeMRowTransform<GrapeMProduct> gm(*prod);
+  AttentionArgs a = Bshd(2, 30, 30, 2, 2, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &gm;
+  CheckAgainstReference(a, opt, 90, "grape-m product");
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = 0.1 * (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform at(*alg);
+  a.q_transform = a.k_transform = &at;
+  a.causal = false;
+  CheckAgainstReference(a, opt, 91, "algebraic");
+}
+
+TEST(CpuForward, BiasesAndLocalityOnTheFly) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  const int64_t hq = 4, d = 32;
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  AttentionArgs a = Bshd(2, 45, 45, hq, 2, d);
+  a.causal = true;
+  a.biases = {&*alibi};
+  CheckAgainstReference(a, opt, 100, "alibi");
+  auto sym = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
+  ASSERT_TRUE(sym.ok());
+  a.causal = false;
+  a.biases = {&*sym};
+  CheckAgainstReference(a, opt, 101, "alibi symmetric");
+  std::mt19937_64 rng(11);
+  T5BucketConfig cfg;
+  cfg.num_buckets = 8;
+  cfg.max_distance = 20;
+  auto t5 = T5RelativeBias::Create(RandomD(8 * hq, &rng), hq, cfg);
+  ASSERT_TRUE(t5.ok()) << t5.status();
+  a.biases = {&*t5};
+  a.locality = 0.97;
+  CheckAgainstReference(a, opt, 102, "t5 + locality");
+  a.locality.reset();
+  // FoX: one bias per sequence (content-dependent log forget gates).
+  std::vector<double> logits = RandomD(45 * hq, &rng);
+  for (double& x : logits) x = 3.0 * x + 1.0;
+  auto f0 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
+  auto f1 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
+  ASSERT_TRUE(f0.ok() && f1.ok());
+  a.causal = true;
+  a.biases = {&*f0, &*f1};
+  CheckAgainstReference(a, opt, 103, "fox");
+}
+
+TEST(CpuForward, EveryCompiledInstructionSetAgrees) {
+  // One binary, several code paths: run each target this CPU supports (AVX-512, AVX2,
+  // the portable baseline) through the same checks.
+  AttentionArgs a = Bshd(1, 37, 37, 2, 1, 72);
+  a.causal = true;
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  int runs = 0;
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    EXPECT_EQ(CpuAttentionIsa(), hwy::TargetName(target));
+    CheckAgainstReference(a, opt, 120 + runs, std::string("target ") + hwy::TargetName(target));
+    ++runs;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(runs, 2) << "expected the AVX2 path and the baseline at least";
+}
+
+TEST(CpuForward, RejectsBadInput) {
+  AttentionArgs a = Bshd(1, 4, 4, 2, 2, 8);
+  std::vector<float> x(64, 0.5f), o(64);
+  EXPECT_TRUE(CpuForward(a, x.data(), x.data(), x.data(), o.data()).ok());
+  EXPECT_FALSE(CpuForward(a, nullptr, x.data(), x.data(), o.data()).ok());
+  EXPECT_FALSE(CpuForward(a, x.data(), x.data(), nullptr, o.data()).ok());
+  EXPECT_FALSE(CpuForward(a, x.data(), x.data(), x.data(), nullptr).ok());
+  CpuAttentionOptions bad;
+  bad.block_q = -1;
+  EXPECT_FALSE(CpuForward(a, x.data(), x.data(), x.data(), o.data(), nullptr, bad).ok());
+  bad = {};
+  bad.num_threads = -3;
+  EXPECT_FALSE(CpuForward(a, x.data(), x.data(), x.data(), o.data(), nullptr, bad).ok());
+  AttentionArgs n = a;
+  n.softmax_scale = std::nan("");
+  EXPECT_FALSE(CpuForward(n, x.data(), x.data(), x.data(), o.data()).ok());
+  AttentionArgs h = a;
+  h.num_q_heads = 3;  // not a multiple of num_kv_heads
+  EXPECT_FALSE(CpuForward(h, x.data(), x.data(), x.data(), o.data()).ok());
+  // A transform error surfaces as the call's status.
+  Rope rope = MakeRope(16, 16, group::PlanePairing::kHalfSplit);  // head_dim 16 != 8
+  RopeRowTransform tr(rope);
+  AttentionArgs t = a;
+  t.q_transform = &tr;
+  EXPECT_FALSE(CpuForward(t, x.data(), x.data(), x.data(), o.data()).ok());
+  auto bytes = CpuForwardWorkspaceBytes(a);
+  ASSERT_TRUE(bytes.ok());
+  EXPECT_GT(*bytes, 0);
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

@@ -1,0 +1,306 @@
+// Highway per-target implementations of kernels.h. This file is compiled once per
+// instruction set (foreach_target.h re-includes it with HWY_TARGET set); HWY_EXPORT and
+// HWY_DYNAMIC_DISPATCH pick the best compiled one for the running CPU.
+//
+// Register tiles (the two products of flash attention, Dao et al. 2022, Alg. 1):
+//  - scores S = Q K^T: MR query rows x NV vectors of keys; per component c, NV loads of
+//    the transposed key panel and MR broadcasts of q, MR * NV FMAs.
+//  - output O += P V: MR rows x NV vectors of value columns; per key j, NV loads of the
+//    value row and MR broadcasts of p.
+// With 32 vector registers (AVX-512) the tiles hold 24 accumulators (12 x 2 and 6 x 4);
+// with 16 (AVX2, SSE) 12 (6 x 2 and 3 x 4).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/cpu/kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "attention/cpu/kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace gpe {
+namespace attention {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kScoreRows = 12;
+constexpr int kAccRows = 6;
+#else
+constexpr int kScoreRows = 6;
+constexpr int kAccRows = 3;
+#endif
+constexpr int kScoreVecs = 2;
+constexpr int kAccVecs = 4;
+
+// 2^x for x <= 0 (and -inf): x = n + f, n = round(x), |f| <= 1/2, 2^f by its Taylor
+// polynomial of degree 7 in f ln 2 (truncation < 6e-9 relative, below float's 6e-8),
+// times 2^n assembled in the exponent field. x < -126 gives 0 (2^-126 is float's
+// smallest normal; such probabilities are < 1e-38 of the row maximum, which is 1).
+HWY_INLINE VF Exp2(DF df, VF x) {
+  const hn::RebindToSigned<DF> di;
+  const VF lo = hn::Set(df, -126.0f);
+  const auto underflow = hn::Lt(x, lo);
+  x = hn::Max(x, lo);
+  const VF n = hn::Round(x);
+  const VF f = hn::Sub(x, n);
+  VF p = hn::Set(df, 1.525273380405984e-05f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.5403530393381606e-04f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-03f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618129107628477e-03f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550410866482158e-02f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402265069591007e-01f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::IfThenZeroElse(underflow, hn::Mul(p, hn::BitCast(df, bits)));
+}
+
+void Exp2InPlaceImpl(float* x, int64_t n) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(Exp2(df, hn::LoadU(df, x + i)), df, x + i);
+  if (i < n) {
+    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
+    std::memcpy(buf, x + i, static_cast<size_t>(n - i) * sizeof(float));
+    hn::Store(Exp2(df, hn::Load(df, buf)), df, buf);
+    std::memcpy(x + i, buf, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, float* panels) {
+  const int64_t num_panels = (nk + kPanel - 1) / kPanel;
+  for (int64_t p = 0; p < num_panels; ++p) {
+    float* out = panels + p * d * kPanel;
+    const int64_t j0 = p * kPanel;
+    const int64_t nj = nk - j0 < kPanel ? nk - j0 : kPanel;
+    if (nj < kPanel) std::memset(out, 0, static_cast<size_t>(d * kPanel) * sizeof(float));
+    for (int64_t j = 0; j < nj; ++j) {
+      const float* row = keys + (j0 + j) * ld;
+      for (int64_t c = 0; c < d; ++c) out[c * kPanel + j] = row[c];
+    }
+  }
+}
+
+// MR x (NV vectors) block of S for the keys at panel column offset col.
+template <int MR, int NV>
+HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
+                           const float* HWY_RESTRICT panel, float* HWY_RESTRICT s,
+                           int64_t lds) {
+  const DF df;
+  constexpr size_t N = hn::MaxLanes(DF());
+  VF acc[MR][NV];
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    VF k[NV];
+    for (int v = 0; v < NV; ++v) k[v] = hn::Load(df, panel + c * kPanel + v * N);
+    for (int r = 0; r < MR; ++r) {
+      const VF qb = hn::Set(df, q[r * ldq + c]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(qb, k[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[r][v], df, s + r * lds + v * N);
+  }
+}
+
+template <int MR>
+HWY_INLINE void ScoreRows(const float* q, int64_t ldq, int64_t d, const float* panels,
+                          int64_t num_panels, float* s, int64_t lds) {
+  constexpr int64_t kCols = kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF()));
+  static_assert(kPanel % kCols == 0, "a panel holds whole register tiles");
+  for (int64_t p = 0; p < num_panels; ++p) {
+    const float* panel = panels + p * d * kPanel;
+    for (int64_t col = 0; col < kPanel; col += kCols) {
+      ScoreMicro<MR, kScoreVecs>(q, ldq, d, panel + col, s + p * kPanel + col, lds);
+    }
+  }
+}
+
+void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                   int64_t num_panels, float* s, int64_t lds) {
+  int64_t r = 0;
+  for (; r + kScoreRows <= mq; r += kScoreRows) {
+    ScoreRows<kScoreRows>(q + r * ldq, ldq, d, panels, num_panels, s + r * lds, lds);
+  }
+  // The remainder, one tile of fewer rows.
+  const int64_t rest = mq - r;
+  const float* qr = q + r * ldq;
+  float* sr = s + r * lds;
+  switch (rest) {
+#define GPE_SCORE_CASE(k) \
+  case k:                 \
+    if constexpr (k < kScoreRows) ScoreRows<k>(qr, ldq, d, panels, num_panels, sr, lds); \
+    break;
+    GPE_SCORE_CASE(1)
+    GPE_SCORE_CASE(2)
+    GPE_SCORE_CASE(3)
+    GPE_SCORE_CASE(4)
+    GPE_SCORE_CASE(5)
+    GPE_SCORE_CASE(6)
+    GPE_SCORE_CASE(7)
+    GPE_SCORE_CASE(8)
+    GPE_SCORE_CASE(9)
+    GPE_SCORE_CASE(10)
+    GPE_SCORE_CASE(11)
+#undef GPE_SCORE_CASE
+    default:
+      break;
+  }
+}
+
+void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                     float* alpha) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < mq; ++r) {
+    float* row = s + r * lds;
+    VF vmax = hn::Set(df, kNegInf);
+    for (int64_t j = 0; j < n; j += N) vmax = hn::Max(vmax, hn::LoadU(df, row + j));
+    const float row_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    const float m_new = row_max > m[r] ? row_max : m[r];
+    if (m_new == kNegInf) {  // nothing allowed yet in this row
+      std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      alpha[r] = 1.0f;
+      continue;
+    }
+    alpha[r] = std::exp2(m[r] - m_new);  // exp2(-inf) = 0 on the first allowed tile
+    const VF vm = hn::Set(df, m_new);
+    VF vsum = hn::Zero(df);
+    for (int64_t j = 0; j < n; j += N) {
+      const VF p = Exp2(df, hn::Sub(hn::LoadU(df, row + j), vm));
+      hn::StoreU(p, df, row + j);
+      vsum = hn::Add(vsum, p);
+    }
+    l[r] = l[r] * alpha[r] + hn::GetLane(hn::SumOfLanes(df, vsum));
+    m[r] = m_new;
+  }
+}
+
+template <int MR, int NV>
+HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
+                         const float* HWY_RESTRICT v, int64_t ldv,
+                         const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo) {
+  const DF df;
+  constexpr size_t N = hn::MaxLanes(DF());
+  VF acc[MR][NV];
+  for (int r = 0; r < MR; ++r) {
+    const VF a = hn::Set(df, alpha[r]);
+    for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    VF vv[NV];
+    for (int c = 0; c < NV; ++c) vv[c] = hn::LoadU(df, v + j * ldv + c * N);
+    for (int r = 0; r < MR; ++r) {
+      const VF pb = hn::Set(df, p[r * ldp + j]);
+      for (int c = 0; c < NV; ++c) acc[r][c] = hn::MulAdd(pb, vv[c], acc[r][c]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    for (int c = 0; c < NV; ++c) hn::StoreU(acc[r][c], df, o + r * ldo + c * N);
+  }
+}
+
+template <int NV>
+HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                           int64_t ldv, const float* alpha, float* o, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + kAccRows <= mq; r += kAccRows) {
+    AccMicro<kAccRows, NV>(p + r * ldp, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo);
+  }
+  const float* pr = p + r * ldp;
+  float* orow = o + r * ldo;
+  switch (mq - r) {
+#define GPE_ACC_CASE(k)                                                             \
+  case k:                                                                           \
+    if constexpr (k < kAccRows) AccMicro<k, NV>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo); \
+    break;
+    GPE_ACC_CASE(1)
+    GPE_ACC_CASE(2)
+    GPE_ACC_CASE(3)
+    GPE_ACC_CASE(4)
+    GPE_ACC_CASE(5)
+#undef GPE_ACC_CASE
+    default:
+      break;
+  }
+}
+
+void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  const int64_t vecs = dp / N;
+  int64_t c = 0;
+  for (; c + kAccVecs <= vecs; c += kAccVecs) {
+    AccColumns<kAccVecs>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+  }
+  switch (vecs - c) {
+    case 1:
+      AccColumns<1>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      break;
+    case 2:
+      AccColumns<2>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      break;
+    case 3:
+      AccColumns<3>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      break;
+    default:
+      break;
+  }
+}
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+HWY_EXPORT(PackKeyPanelsImpl);
+HWY_EXPORT(ScoreTileImpl);
+HWY_EXPORT(SoftmaxTileImpl);
+HWY_EXPORT(AccumulateTileImpl);
+HWY_EXPORT(Exp2InPlaceImpl);
+HWY_EXPORT(TargetNameImpl);
+
+void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* panels) {
+  HWY_DYNAMIC_DISPATCH(PackKeyPanelsImpl)(keys, nk, ld, d, panels);
+}
+void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+               int64_t num_panels, float* s, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
+}
+void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                 float* alpha) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha);
+}
+void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+void Exp2InPlace(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Exp2InPlaceImpl)(x, n); }
+const char* KernelTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
+std::vector<int64_t> CompiledTargets() { return hwy::SupportedAndGeneratedTargets(); }
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+#endif  // HWY_ONCE

@@ -1,0 +1,62 @@
+// SIMD tile kernels of the CPU attention (cpu_attention.h), compiled once per
+// instruction set with Highway (kernels.cc: AVX-512, AVX2 and a portable baseline) and
+// chosen at run time from the CPU's features (HWY_DYNAMIC_DISPATCH). Internal to
+// attention/cpu; the tests call them directly against plain loops.
+//
+// Conventions shared by every function here (row-major, strides in floats):
+//  - Scores live in the base-2 log domain: the driver multiplies q by
+//    softmax_scale * log2(e) and biases by log2(e), so softmax is exp2(s - max).
+//  - A key panel holds kPanel consecutive keys transposed: panel[c * kPanel + j] is
+//    component c of key j. A key block of nk keys occupies ceil(nk / kPanel) panels; keys
+//    past nk are zero (their scores are masked by the caller).
+//  - Value rows and output-accumulator rows are padded to a multiple of kVecPad floats;
+//    padded columns are zero and stay zero.
+#ifndef ATTENTION_CPU_KERNELS_H_
+#define ATTENTION_CPU_KERNELS_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+inline constexpr int64_t kPanel = 32;   // keys per transposed key panel
+inline constexpr int64_t kVecPad = 16;  // value/output rows padded to this many floats
+
+// Packs nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels at
+// `panels` (zero-filled past nk).
+void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* panels);
+
+// s[r * lds + j] = sum_c q[r * ldq + c] * key_j[c] for r < mq and every j of
+// `num_panels` panels (j < num_panels * kPanel). lds >= num_panels * kPanel.
+void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+               int64_t num_panels, float* s, int64_t lds);
+
+// One online-softmax step over an mq x n tile (n a multiple of kPanel; masked scores are
+// -inf). Per row r: m' = max(m[r], max_j s), alpha[r] = exp2(m[r] - m'), s <- exp2(s - m')
+// (the probabilities, unnormalised), l[r] <- alpha[r] l[r] + sum_j s, m[r] <- m'. A row
+// whose m' is -inf (nothing allowed yet) gets s = 0, alpha = 1 and keeps l = 0.
+void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                 float* alpha);
+
+// o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
+// for r < mq, c < dp (dp a multiple of kVecPad; ldo, ldv multiples of kVecPad too).
+void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
+
+// exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
+void Exp2InPlace(float* x, int64_t n);
+
+// The Highway targets (hwy::TargetName) kernels.cc was compiled for that this CPU runs,
+// best first; tests force each in turn with hwy::SetSupportedTargetsForTest.
+std::vector<int64_t> CompiledTargets();
+
+// Name of the instruction set the dispatcher picked on this CPU (e.g. "AVX3", "AVX2").
+const char* KernelTargetName();
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_KERNELS_H_

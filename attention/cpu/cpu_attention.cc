@@ -21,6 +21,7 @@ namespace attention {
 namespace {
 
 using cpu::kPanel;
+using cpu::kSumLanes;
 using cpu::kVecPad;
 
 constexpr int64_t kDefaultBlockQ = 96;
@@ -134,7 +135,7 @@ struct Workspace {
   static int64_t Floats(const Plan& p) {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
     return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.bq * p.d +
-           2 * p.bq * p.bk + p.bq * p.dp + 3 * p.bq;
+           2 * p.bq * p.bk + p.bq * p.dp + (2 + kSumLanes) * p.bq;
   }
 
   explicit Workspace(const Plan& p) {
@@ -148,7 +149,7 @@ struct Workspace {
     bias = alloc(p.bq * p.bk);
     oacc = alloc(p.bq * p.dp);
     m = alloc(p.bq);
-    l = alloc(p.bq);
+    l = alloc(p.bq * kSumLanes);
     alpha = alloc(p.bq);
     packed.resize(static_cast<size_t>(blocks));
     kmin.resize(static_cast<size_t>(blocks));
@@ -249,7 +250,7 @@ class Forward {
     const int64_t qmax = *std::max_element(qpos, qpos + mq);
     const float kNegInf = -std::numeric_limits<float>::infinity();
     std::fill(w.m.get(), w.m.get() + mq, kNegInf);
-    std::fill(w.l.get(), w.l.get() + mq, 0.0f);
+    std::fill(w.l.get(), w.l.get() + mq * kSumLanes, 0.0f);
     std::fill(w.oacc.get(), w.oacc.get() + mq * dp, 0.0f);
     const encodings::sequence::AdditiveBias* bias =
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
@@ -306,7 +307,8 @@ class Forward {
     for (int64_t r = 0; r < mq; ++r) {
       float* out = o_ + a_.QOffset(a_.o, t0 + r, h);
       const float* acc = w.oacc.get() + r * dp;
-      const float l = w.l[r];
+      float l = 0.0f;
+      for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[r * kSumLanes + i];
       if (l > 0.0f) {
         const float inv = 1.0f / l;
         for (int64_t c = 0; c < d; ++c) out[c] = acc[c] * inv;

@@ -307,36 +307,55 @@ TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
 
 TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
   std::mt19937_64 rng(5);
-  const int64_t mq = 5, n = 64, lds = 70;
+  const int64_t mq = 6, n = 64, lds = 70;
   std::vector<float> s = RandomF(mq * lds, &rng, 3.0);
   const float inf = std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) s[4 * lds + j] = -inf;  // row 4 fully masked
   s[1 * lds + 7] = -inf;
-  std::vector<float> m = {-inf, 0.5f, 100.0f, -inf, -inf}, l = {0.0f, 2.0f, 3.0f, 0.0f, 0.0f};
+  // Reference maxima: none yet (rows 0, 3, 4), far below the scores (row 1: rescale),
+  // above them (row 2: no rescale), within the slack below the tile's max (row 5).
+  std::vector<float> m = {-inf, -20.0f, 100.0f, -inf, -inf, 0.0f};
+  float row5_max = -inf;
+  for (int64_t j = 0; j < n; ++j) row5_max = std::max(row5_max, s[5 * lds + j]);
+  m[5] = row5_max - 0.5f * cpu::kRescaleSlack;
+  std::vector<float> l(mq * cpu::kSumLanes);
+  for (int64_t r = 0; r < mq; ++r) {
+    for (int64_t i = 0; i < cpu::kSumLanes; ++i) l[r * cpu::kSumLanes + i] = std::isinf(m[r]) ? 0.0f : 0.25f;
+  }
   std::vector<float> alpha(mq), s2 = s, m2 = m, l2 = l;
   cpu::SoftmaxTile(s2.data(), lds, mq, n, m2.data(), l2.data(), alpha.data());
   for (int64_t r = 0; r < mq; ++r) {
-    double mx = m[r];
+    SCOPED_TRACE(r);
+    double mx = -inf;
     for (int64_t j = 0; j < n; ++j) mx = std::max(mx, double(s[r * lds + j]));
-    if (std::isinf(mx)) {
+    double l_old = 0.0, l_new = 0.0;
+    for (int64_t i = 0; i < cpu::kSumLanes; ++i) {
+      l_old += l[r * cpu::kSumLanes + i];
+      l_new += l2[r * cpu::kSumLanes + i];
+    }
+    if (std::isinf(mx) && std::isinf(m[r])) {  // nothing allowed at all
       EXPECT_EQ(alpha[r], 1.0f);
-      EXPECT_EQ(l2[r], 0.0f);
+      EXPECT_EQ(l_new, 0.0);
       for (int64_t j = 0; j < n; ++j) EXPECT_EQ(s2[r * lds + j], 0.0f);
       continue;
     }
-    const double a = std::exp2(m[r] - mx);
+    const bool rescale = mx > double(m[r]) + cpu::kRescaleSlack;
+    EXPECT_EQ(rescale, r == 0 || r == 1 || r == 3) << "rows chosen to rescale or not";
+    const float ref = rescale ? float(mx) : m[r];
+    EXPECT_EQ(m2[r], ref);
+    const double a = rescale ? std::exp2(double(m[r] - float(mx))) : 1.0;  // float difference, as p
+    EXPECT_NEAR(alpha[r], a, 2e-7 * a);
     double sum = 0.0;
     for (int64_t j = 0; j < n; ++j) {
-      // The kernel forms s - m in float (its rounding, up to 2^-24 |m| absolute, is the
-      // caller's business: scores are in float); exp2 of that float difference is what
-      // it must get to 4 ulps.
-      const double p = std::exp2(double(s[r * lds + j] - float(mx)));
+      // The kernel forms s - m in float (scores are float; its rounding is theirs); exp2
+      // of that float difference is what it must get, to 4 ulps.
+      const double p = std::exp2(double(s[r * lds + j] - ref));
       sum += p;
-      EXPECT_NEAR(s2[r * lds + j], p, 5e-7 * std::max(p, 1e-30)) << r << " " << j;  // 4 ulps
+      EXPECT_NEAR(s2[r * lds + j], p, 5e-7 * p) << j;
+      EXPECT_LE(s2[r * lds + j], std::exp2(cpu::kRescaleSlack));
     }
-    EXPECT_EQ(m2[r], float(mx));
-    EXPECT_NEAR(alpha[r], a, 2e-7 * a);
-    EXPECT_NEAR(l2[r], l[r] * a + sum, 1e-6 * (l[r] * a + sum));  // n float additions
+    // 64 float additions in 16 lanes plus the old sum: 1e-6 relative is ample.
+    EXPECT_NEAR(l_new, a * l_old + sum, 1e-6 * (a * l_old + sum));
     for (int64_t j = n; j < lds; ++j) EXPECT_EQ(s2[r * lds + j], s[r * lds + j]);
   }
 }

@@ -31,23 +31,24 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 #if HWY_TARGET <= HWY_AVX3
-constexpr int kScoreRows = 12;
+constexpr int kScoreRows = 6;
+constexpr int kScoreVecs = 4;
 constexpr int kAccRows = 6;
 #else
 constexpr int kScoreRows = 6;
+constexpr int kScoreVecs = 2;
 constexpr int kAccRows = 3;
 #endif
-constexpr int kScoreVecs = 2;
 constexpr int kAccVecs = 4;
 
 // 2^x for x <= 0 (and -inf): x = n + f, n = round(x), |f| <= 1/2, 2^f by its Taylor
 // polynomial of degree 7 in f ln 2 (truncation < 6e-9 relative, below float's 6e-8),
-// times 2^n assembled in the exponent field. x < -126 gives 0 (2^-126 is float's
-// smallest normal; such probabilities are < 1e-38 of the row maximum, which is 1).
+// times 2^n (AVX-512: vscalefps; otherwise assembled in the exponent field). x < -126
+// gives exactly 0 (2^-126 is float's smallest normal; such probabilities are < 1e-38 of
+// the row maximum, which is 1), so masked scores (-inf) get probability 0.
 HWY_INLINE VF Exp2(DF df, VF x) {
-  const hn::RebindToSigned<DF> di;
   const VF lo = hn::Set(df, -126.0f);
-  const auto underflow = hn::Lt(x, lo);
+  const auto keep = hn::Ge(x, lo);
   x = hn::Max(x, lo);
   const VF n = hn::Round(x);
   const VF f = hn::Sub(x, n);
@@ -59,8 +60,13 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   p = hn::MulAdd(p, f, hn::Set(df, 2.402265069591007e-01f));
   p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
   p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+#if HWY_TARGET <= HWY_AVX3
+  return VF{_mm512_maskz_scalef_ps(keep.raw, p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
   const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenZeroElse(underflow, hn::Mul(p, hn::BitCast(df, bits)));
+  return hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits)));
+#endif
 }
 
 void Exp2InPlaceImpl(float* x, int64_t n) {
@@ -98,18 +104,25 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
   const DF df;
   constexpr size_t N = hn::MaxLanes(DF());
   VF acc[MR][NV];
+  HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(32)
     for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
   }
   for (int64_t c = 0; c < d; ++c) {
     VF k[NV];
+    HWY_UNROLL(32)
     for (int v = 0; v < NV; ++v) k[v] = hn::Load(df, panel + c * kPanel + v * N);
+    HWY_UNROLL(32)
     for (int r = 0; r < MR; ++r) {
       const VF qb = hn::Set(df, q[r * ldq + c]);
+      HWY_UNROLL(32)
       for (int v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(qb, k[v], acc[r][v]);
     }
   }
+  HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(32)
     for (int v = 0; v < NV; ++v) hn::StoreU(acc[r][v], df, s + r * lds + v * N);
   }
 }
@@ -166,25 +179,38 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < mq; ++r) {
     float* row = s + r * lds;
-    VF vmax = hn::Set(df, kNegInf);
-    for (int64_t j = 0; j < n; j += N) vmax = hn::Max(vmax, hn::LoadU(df, row + j));
-    const float row_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    const float m_new = row_max > m[r] ? row_max : m[r];
-    if (m_new == kNegInf) {  // nothing allowed yet in this row
+    float* lr = l + r * kSumLanes;
+    VF vmax0 = hn::Set(df, kNegInf), vmax1 = vmax0;
+    int64_t j = 0;
+    for (; j + 2 * N <= n; j += 2 * N) {
+      vmax0 = hn::Max(vmax0, hn::LoadU(df, row + j));
+      vmax1 = hn::Max(vmax1, hn::LoadU(df, row + j + N));
+    }
+    for (; j < n; j += N) vmax0 = hn::Max(vmax0, hn::LoadU(df, row + j));
+    vmax0 = hn::Max(vmax0, vmax1);
+    alpha[r] = 1.0f;
+    // Lazy rescaling: the reference m moves only when a score exceeds it by more than
+    // kRescaleSlack, so probabilities stay <= 2^kRescaleSlack and most tiles need no
+    // horizontal maximum and no rescaling of l and o (alpha = 1).
+    if (!hn::AllFalse(df, hn::Gt(vmax0, hn::Set(df, m[r] + kRescaleSlack)))) {
+      const float m_new = hn::GetLane(hn::MaxOfLanes(df, vmax0));
+      const float a = std::exp2(m[r] - m_new);  // 0 on the first allowed tile
+      for (int64_t i = 0; i < kSumLanes; ++i) lr[i] *= a;
+      alpha[r] = a;
+      m[r] = m_new;
+    }
+    if (m[r] == kNegInf) {  // nothing allowed yet in this row
       std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
-      alpha[r] = 1.0f;
       continue;
     }
-    alpha[r] = std::exp2(m[r] - m_new);  // exp2(-inf) = 0 on the first allowed tile
-    const VF vm = hn::Set(df, m_new);
+    const VF vm = hn::Set(df, m[r]);
     VF vsum = hn::Zero(df);
-    for (int64_t j = 0; j < n; j += N) {
+    for (j = 0; j < n; j += N) {
       const VF p = Exp2(df, hn::Sub(hn::LoadU(df, row + j), vm));
       hn::StoreU(p, df, row + j);
       vsum = hn::Add(vsum, p);
     }
-    l[r] = l[r] * alpha[r] + hn::GetLane(hn::SumOfLanes(df, vsum));
-    m[r] = m_new;
+    hn::StoreU(hn::Add(vsum, hn::LoadU(df, lr)), df, lr);
   }
 }
 
@@ -195,19 +221,26 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   const DF df;
   constexpr size_t N = hn::MaxLanes(DF());
   VF acc[MR][NV];
+  HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
     const VF a = hn::Set(df, alpha[r]);
+    HWY_UNROLL(32)
     for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
   }
   for (int64_t j = 0; j < nk; ++j) {
     VF vv[NV];
+    HWY_UNROLL(32)
     for (int c = 0; c < NV; ++c) vv[c] = hn::LoadU(df, v + j * ldv + c * N);
+    HWY_UNROLL(32)
     for (int r = 0; r < MR; ++r) {
       const VF pb = hn::Set(df, p[r * ldp + j]);
+      HWY_UNROLL(32)
       for (int c = 0; c < NV; ++c) acc[r][c] = hn::MulAdd(pb, vv[c], acc[r][c]);
     }
   }
+  HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(32)
     for (int c = 0; c < NV; ++c) hn::StoreU(acc[r][c], df, o + r * ldo + c * N);
   }
 }

@@ -21,7 +21,7 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-inline constexpr int64_t kPanel = 32;   // keys per transposed key panel
+inline constexpr int64_t kPanel = 64;   // keys per transposed key panel
 inline constexpr int64_t kVecPad = 16;  // value/output rows padded to this many floats
 
 // Packs nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels at
@@ -33,10 +33,21 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds);
 
-// One online-softmax step over an mq x n tile (n a multiple of kPanel; masked scores are
-// -inf). Per row r: m' = max(m[r], max_j s), alpha[r] = exp2(m[r] - m'), s <- exp2(s - m')
-// (the probabilities, unnormalised), l[r] <- alpha[r] l[r] + sum_j s, m[r] <- m'. A row
-// whose m' is -inf (nothing allowed yet) gets s = 0, alpha = 1 and keeps l = 0.
+// Partial row sums of the softmax denominator are kept as kSumLanes floats per row
+// (their sum is the row's sum), so that no tile needs a horizontal addition.
+inline constexpr int64_t kSumLanes = 16;
+// The reference maximum of a row moves only when a score exceeds it by more than this
+// (base-2 units), bounding unnormalised probabilities by 2^8 (lazy rescaling).
+inline constexpr float kRescaleSlack = 8.0f;
+
+// One online-softmax step over an mq x n tile (n a multiple of the vector width, e.g. of
+// kPanel; masked scores are -inf). Per row r with reference maximum m[r] (-inf before
+// any allowed score) and partial sums l[r * kSumLanes .. + kSumLanes):
+//  - if some score exceeds m[r] + kRescaleSlack: m' = max_j s, alpha[r] = exp2(m[r] - m'),
+//    l *= alpha, m[r] = m'; otherwise alpha[r] = 1 and m[r] stays;
+//  - s <- exp2(s - m[r]) (unnormalised probabilities, <= 2^kRescaleSlack), l += their sum.
+// A row with m[r] = -inf (nothing allowed yet) gets s = 0, alpha = 1 and keeps l = 0.
+// Every alpha is exp2 of a non-positive difference, so o and l only ever shrink.
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha);
 

@@ -1,0 +1,126 @@
+// CpuForward throughput as a fraction of the machine's float32 FMA peak, measured by the
+// same binary (tools/machine_limits.h), and its extra memory. Flops: 4 * d per allowed
+// (query, key) pair and head (q.k and p.v, 2 flops per multiply-add); causal counts the
+// allowed pairs only, s (s + 1) / 2 per head.
+//
+// Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
+// 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
+// commuting planes (RoPE's thetas as learned frequencies).
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "attention/cpu/cpu_attention.h"
+#include "attention/descriptor.h"
+#include "benchmark/benchmark.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+#include "tools/machine_limits.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::AlibiBias;
+using encodings::sequence::AlibiForm;
+using encodings::sequence::FoxBias;
+using encodings::sequence::Rope;
+using encodings::sequence::RopeOptions;
+
+double PeakGflops(int threads) {
+  static std::map<int, double>* cache = new std::map<int, double>();
+  auto it = cache->find(threads);
+  if (it == cache->end()) it = cache->emplace(threads, tools::FmaPeakGflops(threads)).first;
+  return it->second;
+}
+
+void BM_CpuForward(benchmark::State& state) {
+  const int64_t b = state.range(0), h = state.range(1), s = state.range(2), d = state.range(3);
+  const bool causal = state.range(4) != 0;
+  const int encoding = static_cast<int>(state.range(5));
+  const int threads = static_cast<int>(state.range(6));
+  AttentionArgs a;
+  a.batch = b;
+  a.seq_len_q = a.seq_len_k = s;
+  a.num_q_heads = a.num_kv_heads = h;
+  a.head_dim = d;
+  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
+  a.causal = causal;
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const size_t total = static_cast<size_t>(b * s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  for (float& x : q) x = n(rng);
+  for (float& x : k) x = n(rng);
+  for (float& x : v) x = n(rng);
+  RopeOptions ro;
+  ro.head_dim = d;
+  ro.rotary_dim = d;
+  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  std::unique_ptr<RopeRowTransform> rope_tr;
+  std::vector<double> planes_theta;
+  std::vector<encodings::sequence::CoordinatePlane> planes;
+  for (int64_t i = 0; i < d / 2; ++i) {
+    planes.push_back({i, i + d / 2, rope->thetas()[i]});
+  }
+  auto gm = encodings::sequence::GrapeMCommutingPlanes::Create(d, planes);
+  std::unique_ptr<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>> gm_tr;
+  auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
+  std::vector<double> gates(static_cast<size_t>(s * h));
+  for (double& x : gates) x = 2.0 + n(rng);
+  std::vector<FoxBias> fox;
+  if (encoding == 1) {
+    rope_tr = std::make_unique<RopeRowTransform>(*rope);
+    a.q_transform = a.k_transform = rope_tr.get();
+  } else if (encoding == 2) {
+    a.biases = {&*alibi};
+  } else if (encoding == 3) {
+    for (int64_t i = 0; i < b; ++i) fox.push_back(*FoxBias::Create(gates, s, h));
+    for (const FoxBias& f : fox) a.biases.push_back(&f);
+  } else if (encoding == 4) {
+    gm_tr = std::make_unique<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>>(*gm);
+    a.q_transform = a.k_transform = gm_tr.get();
+  }
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  if (const char* e = std::getenv("GPE_BQ")) opt.block_q = std::atoi(e);
+  if (const char* e = std::getenv("GPE_BK")) opt.block_k = std::atoi(e);
+  for (auto _ : state) {
+    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
+  const double flops = 4.0 * double(d) * pairs * double(b * h);
+  const double peak = PeakGflops(threads);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = peak;
+  state.counters["frac_of_peak"] =
+      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
+  state.SetLabel(CpuAttentionIsa());
+}
+
+// The shape (b1 h16 s4096 d128) on 2 threads, every encoding, causal and not;
+// then smaller sequences and 1 thread for scaling.
+BENCHMARK(BM_CpuForward)
+    ->ArgNames({"b", "h", "s", "d", "causal", "enc", "threads"})
+    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 3, 4}, {2}})
+    ->Args({1, 16, 4096, 128, 0, 0, 1})
+    ->Args({1, 16, 1024, 128, 0, 0, 2})
+    ->Args({1, 16, 2048, 128, 0, 0, 2})
+    ->Args({1, 16, 2048, 64, 0, 0, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

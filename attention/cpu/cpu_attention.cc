@@ -27,6 +27,9 @@ using cpu::kVecPad;
 constexpr int64_t kDefaultBlockQ = 96;
 constexpr int64_t kDefaultBlockK = 128;
 constexpr int64_t kMaxBlock = 4096;
+// Query rows that share one pass over the key blocks: each key/value block is loaded
+// into L2 once per kPassRows rows rather than once per query tile.
+constexpr int64_t kPassRows = 384;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -44,6 +47,7 @@ uint64_t Distance(int64_t a, int64_t b) {
 struct Plan {
   int threads = 1;
   int64_t bq = 0, bk = 0;  // bk a multiple of kPanel
+  int64_t rows = 0;        // query rows per pass over the keys: a multiple of bq
   int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
   int64_t max_lk = 0;      // longest key sequence
 };
@@ -63,6 +67,7 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
                   ? opt.num_threads
                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   p.bq = opt.block_q > 0 ? opt.block_q : kDefaultBlockQ;
+  p.rows = p.bq * std::max<int64_t>(1, kPassRows / p.bq);
   p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
@@ -134,8 +139,8 @@ struct Workspace {
 
   static int64_t Floats(const Plan& p) {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
-    return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.bq * p.d +
-           2 * p.bq * p.bk + p.bq * p.dp + (2 + kSumLanes) * p.bq;
+    return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
+           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows;
   }
 
   explicit Workspace(const Plan& p) {
@@ -144,13 +149,13 @@ struct Workspace {
     panels = alloc(blocks * p.bk * p.d);
     values = alloc(blocks * p.bk * p.dp);
     rows = alloc(p.bk * p.d);
-    qblk = alloc(p.bq * p.d);
+    qblk = alloc(p.rows * p.d);
     s = alloc(p.bq * p.bk);
     bias = alloc(p.bq * p.bk);
-    oacc = alloc(p.bq * p.dp);
-    m = alloc(p.bq);
-    l = alloc(p.bq * kSumLanes);
-    alpha = alloc(p.bq);
+    oacc = alloc(p.rows * p.dp);
+    m = alloc(p.rows);
+    l = alloc(p.rows * kSumLanes);
+    alpha = alloc(p.rows);
     packed.resize(static_cast<size_t>(blocks));
     kmin.resize(static_cast<size_t>(blocks));
     kmax.resize(static_cast<size_t>(blocks));
@@ -196,9 +201,9 @@ class Forward {
     }
     const int64_t group = a_.num_q_heads / a_.num_kv_heads;
     for (int64_t h = it.g * group; h < (it.g + 1) * group; ++h) {
-      for (int64_t r0 = it.q0; r0 < it.q1; r0 += p_.bq) {
-        const int64_t mq = std::min(p_.bq, it.q1 - r0);
-        if (absl::Status s = QueryBlock(it, h, qbase + r0, mq, kb, lk, w); !s.ok()) return s;
+      for (int64_t r0 = it.q0; r0 < it.q1; r0 += p_.rows) {
+        const int64_t mq = std::min(p_.rows, it.q1 - r0);
+        if (absl::Status s = QueryRows(it, h, qbase + r0, mq, kb, lk, w); !s.ok()) return s;
       }
     }
     return absl::OkStatus();
@@ -231,11 +236,12 @@ class Forward {
     return absl::OkStatus();
   }
 
-  // Query rows [t0, t0 + mq) (token indices) of head h against every allowed key block.
-  absl::Status QueryBlock(const Item& it, int64_t h, int64_t t0, int64_t mq, int64_t kb,
-                          int64_t lk, Workspace& w) const {
-    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
-    const int64_t g = it.g;
+  // Query rows [t0, t0 + mq) (token indices, mq <= rows) of head h against every allowed
+  // key block: key blocks outer, query tiles of bq rows inner (one L2 load of each key
+  // block per pass), online-softmax state per row.
+  absl::Status QueryRows(const Item& it, int64_t h, int64_t t0, int64_t mq, int64_t kb,
+                         int64_t lk, Workspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
     float* qb = w.qblk.get();
     for (int64_t r = 0; r < mq; ++r) {
       std::memcpy(qb + r * d, q_ + a_.QOffset(a_.q, t0 + r, h), static_cast<size_t>(d) * sizeof(float));
@@ -246,8 +252,15 @@ class Forward {
     const float qscale = static_cast<float>(a_.scale() * kLog2e);
     for (int64_t i = 0; i < mq * d; ++i) qb[i] *= qscale;
     const int64_t* qpos = pq_.data() + t0;
-    const int64_t qmin = *std::min_element(qpos, qpos + mq);
-    const int64_t qmax = *std::max_element(qpos, qpos + mq);
+    const int64_t tiles = (mq + bq - 1) / bq;
+    // Position range of each query tile (causal skipping and masking).
+    int64_t tile_min[kPassRows], tile_max[kPassRows];
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t r0 = t * bq, r1 = std::min(mq, r0 + bq);
+      tile_min[t] = *std::min_element(qpos + r0, qpos + r1);
+      tile_max[t] = *std::max_element(qpos + r0, qpos + r1);
+    }
+    const int64_t qmax = *std::max_element(tile_max, tile_max + tiles);
     const float kNegInf = -std::numeric_limits<float>::infinity();
     std::fill(w.m.get(), w.m.get() + mq, kNegInf);
     std::fill(w.l.get(), w.l.get() + mq * kSumLanes, 0.0f);
@@ -259,50 +272,56 @@ class Forward {
     for (int64_t blk = 0; blk < blocks; ++blk) {
       if (a_.causal && w.kmin[blk] > qmax) continue;  // entirely in every row's future
       if (!w.packed[blk]) {
-        if (absl::Status st = PackBlock(g, kb, lk, blk, w); !st.ok()) return st;
+        if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
       }
       const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
       const int64_t panels = (nk + kPanel - 1) / kPanel;
       const int64_t ncols = panels * kPanel;
-      cpu::ScoreTile(qb, d, mq, d, w.panels.get() + blk * bk * d, panels, s, bk);
       const int64_t* kpos = pk_.data() + kb + j0;
-      if (a_.locality.has_value()) {
-        for (int64_t r = 0; r < mq; ++r) {
-          for (int64_t j = 0; j < nk; ++j) {
-            auto f = encodings::sequence::LocalityFactor(Distance(qpos[r], kpos[j]), *a_.locality);
-            if (!f.ok()) return f.status();
-            s[r * bk + j] *= static_cast<float>(*f);
+      for (int64_t t = 0; t < tiles; ++t) {
+        if (a_.causal && w.kmin[blk] > tile_max[t]) continue;
+        const int64_t r0 = t * bq, nr = std::min(bq, mq - r0);
+        const int64_t* tpos = qpos + r0;
+        cpu::ScoreTile(qb + r0 * d, d, nr, d, w.panels.get() + blk * bk * d, panels, s, bk);
+        if (a_.locality.has_value()) {
+          for (int64_t r = 0; r < nr; ++r) {
+            for (int64_t j = 0; j < nk; ++j) {
+              auto f = encodings::sequence::LocalityFactor(Distance(tpos[r], kpos[j]), *a_.locality);
+              if (!f.ok()) return f.status();
+              s[r * bk + j] *= static_cast<float>(*f);
+            }
           }
         }
-      }
-      if (bias != nullptr) {
-        float* bt = w.bias.get();
-        if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(qpos, mq),
-                                             absl::MakeConstSpan(kpos, nk), bt, bk);
-            !st.ok()) {
-          return st;
-        }
-        const float c = static_cast<float>(kLog2e);
-        for (int64_t r = 0; r < mq; ++r) {
-          float* sr = s + r * bk;
-          const float* br = bt + r * bk;
-          for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
-        }
-      }
-      if (a_.causal && w.kmax[blk] > qmin) {  // some pair in the future: mask element-wise
-        for (int64_t r = 0; r < mq; ++r) {
-          float* sr = s + r * bk;
-          for (int64_t j = 0; j < nk; ++j) {
-            if (kpos[j] > qpos[r]) sr[j] = kNegInf;
+        if (bias != nullptr) {
+          float* bt = w.bias.get();
+          if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(tpos, nr),
+                                               absl::MakeConstSpan(kpos, nk), bt, bk);
+              !st.ok()) {
+            return st;
+          }
+          const float c = static_cast<float>(kLog2e);
+          for (int64_t r = 0; r < nr; ++r) {
+            float* sr = s + r * bk;
+            const float* br = bt + r * bk;
+            for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
           }
         }
+        if (a_.causal && w.kmax[blk] > tile_min[t]) {  // some pair in the future
+          for (int64_t r = 0; r < nr; ++r) {
+            float* sr = s + r * bk;
+            for (int64_t j = 0; j < nk; ++j) {
+              if (kpos[j] > tpos[r]) sr[j] = kNegInf;
+            }
+          }
+        }
+        if (nk < ncols) {
+          for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + ncols, kNegInf);
+        }
+        cpu::SoftmaxTile(s, bk, nr, ncols, w.m.get() + r0, w.l.get() + r0 * kSumLanes,
+                         w.alpha.get() + r0);
+        cpu::AccumulateTile(s, bk, nr, nk, w.values.get() + j0 * dp, dp, dp, w.alpha.get() + r0,
+                            w.oacc.get() + r0 * dp, dp);
       }
-      if (nk < ncols) {
-        for (int64_t r = 0; r < mq; ++r) std::fill(s + r * bk + nk, s + r * bk + ncols, kNegInf);
-      }
-      cpu::SoftmaxTile(s, bk, mq, ncols, w.m.get(), w.l.get(), w.alpha.get());
-      cpu::AccumulateTile(s, bk, mq, nk, w.values.get() + j0 * dp, dp, dp, w.alpha.get(),
-                          w.oacc.get(), dp);
     }
     for (int64_t r = 0; r < mq; ++r) {
       float* out = o_ + a_.QOffset(a_.o, t0 + r, h);

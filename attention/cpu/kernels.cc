@@ -89,9 +89,12 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
     const int64_t j0 = p * kPanel;
     const int64_t nj = nk - j0 < kPanel ? nk - j0 : kPanel;
     if (nj < kPanel) std::memset(out, 0, static_cast<size_t>(d * kPanel) * sizeof(float));
-    for (int64_t j = 0; j < nj; ++j) {
-      const float* row = keys + (j0 + j) * ld;
-      for (int64_t c = 0; c < d; ++c) out[c * kPanel + j] = row[c];
+    // Contiguous stores along the panel row; the nj source rows (<= 64 x 64 bytes per
+    // 16 components) stay in L1 across consecutive c.
+    const float* rows = keys + j0 * ld;
+    for (int64_t c = 0; c < d; ++c) {
+      float* o = out + c * kPanel;
+      for (int64_t j = 0; j < nj; ++j) o[j] = rows[j * ld + c];
     }
   }
 }
@@ -127,48 +130,50 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
   }
 }
 
+// One panel (kPanel keys) against MR query rows.
 template <int MR>
-HWY_INLINE void ScoreRows(const float* q, int64_t ldq, int64_t d, const float* panels,
-                          int64_t num_panels, float* s, int64_t lds) {
+HWY_INLINE void ScorePanelRows(const float* q, int64_t ldq, int64_t d, const float* panel,
+                               float* s, int64_t lds) {
   constexpr int64_t kCols = kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF()));
   static_assert(kPanel % kCols == 0, "a panel holds whole register tiles");
-  for (int64_t p = 0; p < num_panels; ++p) {
-    const float* panel = panels + p * d * kPanel;
-    for (int64_t col = 0; col < kPanel; col += kCols) {
-      ScoreMicro<MR, kScoreVecs>(q, ldq, d, panel + col, s + p * kPanel + col, lds);
-    }
+  for (int64_t col = 0; col < kPanel; col += kCols) {
+    ScoreMicro<MR, kScoreVecs>(q, ldq, d, panel + col, s + col, lds);
   }
 }
 
 void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                    int64_t num_panels, float* s, int64_t lds) {
-  int64_t r = 0;
-  for (; r + kScoreRows <= mq; r += kScoreRows) {
-    ScoreRows<kScoreRows>(q + r * ldq, ldq, d, panels, num_panels, s + r * lds, lds);
-  }
-  // The remainder, one tile of fewer rows.
-  const int64_t rest = mq - r;
-  const float* qr = q + r * ldq;
-  float* sr = s + r * lds;
-  switch (rest) {
-#define GPE_SCORE_CASE(k) \
-  case k:                 \
-    if constexpr (k < kScoreRows) ScoreRows<k>(qr, ldq, d, panels, num_panels, sr, lds); \
+  // Panels outer: one panel (kPanel x d floats, 32 KiB at d = 128) stays in L1 while
+  // every row tile of the query block streams past it.
+  for (int64_t p = 0; p < num_panels; ++p) {
+    const float* panel = panels + p * d * kPanel;
+    float* sp = s + p * kPanel;
+    int64_t r = 0;
+    for (; r + kScoreRows <= mq; r += kScoreRows) {
+      ScorePanelRows<kScoreRows>(q + r * ldq, ldq, d, panel, sp + r * lds, lds);
+    }
+    const float* qr = q + r * ldq;
+    float* sr = sp + r * lds;
+    switch (mq - r) {  // the remainder, one tile of fewer rows
+#define GPE_SCORE_CASE(k)                                                          \
+  case k:                                                                          \
+    if constexpr (k < kScoreRows) ScorePanelRows<k>(qr, ldq, d, panel, sr, lds);   \
     break;
-    GPE_SCORE_CASE(1)
-    GPE_SCORE_CASE(2)
-    GPE_SCORE_CASE(3)
-    GPE_SCORE_CASE(4)
-    GPE_SCORE_CASE(5)
-    GPE_SCORE_CASE(6)
-    GPE_SCORE_CASE(7)
-    GPE_SCORE_CASE(8)
-    GPE_SCORE_CASE(9)
-    GPE_SCORE_CASE(10)
-    GPE_SCORE_CASE(11)
+      GPE_SCORE_CASE(1)
+      GPE_SCORE_CASE(2)
+      GPE_SCORE_CASE(3)
+      GPE_SCORE_CASE(4)
+      GPE_SCORE_CASE(5)
+      GPE_SCORE_CASE(6)
+      GPE_SCORE_CASE(7)
+      GPE_SCORE_CASE(8)
+      GPE_SCORE_CASE(9)
+      GPE_SCORE_CASE(10)
+      GPE_SCORE_CASE(11)
 #undef GPE_SCORE_CASE
-    default:
-      break;
+      default:
+        break;
+    }
   }
 }
 

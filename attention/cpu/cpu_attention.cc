@@ -50,6 +50,7 @@ struct Plan {
   int64_t rows = 0;        // query rows per pass over the keys: a multiple of bq
   int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
   int64_t max_lk = 0;      // longest key sequence
+  bool direct_v = false;   // read value rows in place (d == dp): no copy
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt) {
@@ -71,6 +72,7 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
+  p.direct_v = p.dp == p.d;
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
@@ -136,10 +138,11 @@ struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
   std::vector<char> packed;
   std::vector<int64_t> kmin, kmax;
+  std::vector<char> ksorted;  // key positions non-decreasing within the block
 
   static int64_t Floats(const Plan& p) {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
-    return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
+    return blocks * p.bk * p.d + (p.direct_v ? 0 : blocks * p.bk * p.dp) + p.bk * p.d + p.rows * p.d +
            2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows;
   }
 
@@ -147,7 +150,7 @@ struct Workspace {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
     auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
     panels = alloc(blocks * p.bk * p.d);
-    values = alloc(blocks * p.bk * p.dp);
+    values = alloc(p.direct_v ? 0 : blocks * p.bk * p.dp);
     rows = alloc(p.bk * p.d);
     qblk = alloc(p.rows * p.d);
     s = alloc(p.bq * p.bk);
@@ -159,6 +162,7 @@ struct Workspace {
     packed.resize(static_cast<size_t>(blocks));
     kmin.resize(static_cast<size_t>(blocks));
     kmax.resize(static_cast<size_t>(blocks));
+    ksorted.resize(static_cast<size_t>(blocks));
   }
 };
 
@@ -198,6 +202,7 @@ class Forward {
       const int64_t j0 = kb + blk * p_.bk, j1 = std::min(kb + lk, j0 + p_.bk);
       w.kmin[blk] = *std::min_element(pk_.begin() + j0, pk_.begin() + j1);
       w.kmax[blk] = *std::max_element(pk_.begin() + j0, pk_.begin() + j1);
+      w.ksorted[blk] = std::is_sorted(pk_.begin() + j0, pk_.begin() + j1);
     }
     const int64_t group = a_.num_q_heads / a_.num_kv_heads;
     for (int64_t h = it.g * group; h < (it.g + 1) * group; ++h) {
@@ -227,7 +232,7 @@ class Forward {
       cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
     }
     float* vals = w.values.get() + j0 * p_.dp;
-    for (int64_t j = 0; j < nk; ++j) {
+    for (int64_t j = 0; j < nk && !p_.direct_v; ++j) {
       float* row = vals + j * p_.dp;
       std::memcpy(row, v_ + a_.KOffset(a_.v, kb + j0 + j, g), static_cast<size_t>(d) * sizeof(float));
       std::fill(row + d, row + p_.dp, 0.0f);
@@ -309,8 +314,13 @@ class Forward {
         if (a_.causal && w.kmax[blk] > tile_min[t]) {  // some pair in the future
           for (int64_t r = 0; r < nr; ++r) {
             float* sr = s + r * bk;
-            for (int64_t j = 0; j < nk; ++j) {
-              if (kpos[j] > tpos[r]) sr[j] = kNegInf;
+            if (w.ksorted[blk]) {  // the future is a suffix of the block
+              const int64_t first = std::upper_bound(kpos, kpos + nk, tpos[r]) - kpos;
+              std::fill(sr + first, sr + nk, kNegInf);
+            } else {
+              for (int64_t j = 0; j < nk; ++j) {
+                if (kpos[j] > tpos[r]) sr[j] = kNegInf;
+              }
             }
           }
         }
@@ -319,7 +329,10 @@ class Forward {
         }
         cpu::SoftmaxTile(s, bk, nr, ncols, w.m.get() + r0, w.l.get() + r0 * kSumLanes,
                          w.alpha.get() + r0);
-        cpu::AccumulateTile(s, bk, nr, nk, w.values.get() + j0 * dp, dp, dp, w.alpha.get() + r0,
+        const float* vals = p_.direct_v ? v_ + a_.KOffset(a_.v, kb + j0, it.g)
+                                        : w.values.get() + j0 * dp;
+        const int64_t ldv = p_.direct_v ? a_.v.token : dp;
+        cpu::AccumulateTile(s, bk, nr, nk, vals, ldv, dp, w.alpha.get() + r0,
                             w.oacc.get() + r0 * dp, dp);
       }
     }

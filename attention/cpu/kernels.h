@@ -52,7 +52,7 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
                  float* alpha);
 
 // o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
-// for r < mq, c < dp (dp a multiple of kVecPad; ldo, ldv multiples of kVecPad too).
+// for r < mq, c < dp (dp a multiple of kVecPad; ldv and ldo any strides >= dp).
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
 

@@ -62,6 +62,7 @@
 #define ATTENTION_DESCRIPTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -252,6 +253,15 @@ struct AttentionArgs {
   int64_t QOffset(const Strides& s, int64_t token, int64_t head) const;
   int64_t KOffset(const Strides& s, int64_t token, int64_t head) const;
 };
+
+// Receives dL/db for one tile of sequence `sequence`, query head `head`: grad[r * ld + c]
+// for the query positions q_positions[r] and key positions k_positions[c] (masked pairs
+// carry 0). Hand it to the bias's Accumulate*Gradient (bias.h) with the same arguments.
+// The reference calls it once per (query token, head) with a 1 x len_k tile; the CPU
+// kernels once per (query tile, key tile, head), from one thread at a time.
+using BiasGradientSink = std::function<absl::Status(
+    int64_t sequence, int64_t head, absl::Span<const int64_t> q_positions,
+    absl::Span<const int64_t> k_positions, const double* grad, int64_t ld)>;
 
 // Dense strides for the layout: bshd [batch, seq_len, heads, head_dim]; thd
 // [total, heads, head_dim].

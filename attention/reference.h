@@ -11,7 +11,6 @@
 #define ATTENTION_REFERENCE_H_
 
 #include <cstdint>
-#include <functional>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -25,14 +24,6 @@ namespace attention {
 template <class T>
 absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
                               T* lse = nullptr);
-
-// Receives dL/db for one tile of sequence `sequence`, query head `head`: grad[r * ld + c]
-// for the query positions q_positions[r] and key positions k_positions[c] (masked pairs
-// carry 0). Hand it to the bias's Accumulate*Gradient (bias.h) with the same arguments.
-// The reference calls it once per (query token, head) with a 1 x len_k tile.
-using BiasGradientSink = std::function<absl::Status(
-    int64_t sequence, int64_t head, absl::Span<const int64_t> q_positions,
-    absl::Span<const int64_t> k_positions, const double* grad, int64_t ld)>;
 
 // Gradients of L given dL/do (`d_o`, strides args.o): dq, dk, dv (strides of q, k, v;
 // overwritten, any may be null to skip), taken with respect to the inputs BEFORE the

@@ -365,6 +365,298 @@ class Forward {
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
 };
 
+
+// ---------------------------------------------------------------------------------
+// Backward (FlashAttention-2's, Dao 2023, Alg. 2): per key block, recompute S and
+// P = exp2(S - lse2) for every allowed query tile, then dV += P^T dO, dP = dO V^T,
+// dS = P (dP - D) with D = rowsum(dO o), dK += dS^T Q, dQ += dS K.
+
+// Items of the backward: key rows [k0, k1) of sequence b, kv head g.
+struct KeyItem {
+  int64_t b, g, k0, k1, chunk;
+  double cost;
+};
+
+struct BackwardPlan {
+  std::vector<KeyItem> items;
+  int64_t chunks = 1;  // key chunks per (sequence, kv head): dq partial sums kept apart
+};
+
+BackwardPlan MakeKeyItems(const AttentionArgs& a, const Plan& p) {
+  BackwardPlan bp;
+  int64_t base = 0, max_lk = 0;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lk = a.k_end(b) - a.k_begin(b);
+    if (lk > 0) base += a.num_kv_heads;
+    max_lk = std::max(max_lk, lk);
+  }
+  if (base == 0) return bp;
+  const int64_t want = 4 * static_cast<int64_t>(p.threads);
+  const int64_t per_seq = std::max<int64_t>(1, (want + base - 1) / base);
+  const int64_t chunk = std::max(p.bk, RoundUp((max_lk + per_seq - 1) / per_seq, p.bk));
+  bp.chunks = (max_lk + chunk - 1) / chunk;
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lq = a.q_end(b) - a.q_begin(b), lk = a.k_end(b) - a.k_begin(b);
+    for (int64_t g = 0; g < a.num_kv_heads; ++g) {
+      for (int64_t c = 0, k0 = 0; k0 < lk; ++c, k0 += chunk) {
+        const int64_t k1 = std::min(lk, k0 + chunk);
+        bp.items.push_back({b, g, k0, k1, c, static_cast<double>((k1 - k0) * std::max<int64_t>(lq, 1))});
+      }
+    }
+  }
+  std::stable_sort(bp.items.begin(), bp.items.end(),
+                   [](const KeyItem& x, const KeyItem& y) { return x.cost > y.cost; });
+  return bp;
+}
+
+struct BackwardWorkspace {
+  // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
+  // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
+  // panels, dK and dV accumulators; per tile: S/P, dP, dS, transposes, bias, locality.
+  hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
+      s, dp, ds, tr, bias, loc, ones, shift;
+  std::vector<double> grad;  // bias-gradient tile for the sink
+
+  static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
+    const int64_t qn = max_lq * group;
+    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 6 * p.bq * p.bk +
+           2 * std::max(p.bq, p.bk);
+  }
+
+  BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
+    auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
+    const int64_t qn = max_lq * group;
+    qs = alloc(qn * p.dp);
+    dout = alloc(qn * p.dp);
+    lse2 = alloc(qn);
+    dsum = alloc(qn);
+    krows = alloc(p.bk * p.dp);
+    kpanels = alloc(p.bk * p.d);
+    vpanels = alloc(p.bk * p.d);
+    dk = alloc(p.bk * p.dp);
+    dv = alloc(p.bk * p.dp);
+    s = alloc(p.bq * p.bk);
+    dp = alloc(p.bq * p.bk);
+    ds = alloc(p.bq * p.bk);
+    tr = alloc(p.bq * p.bk);
+    bias = alloc(p.bq * p.bk);
+    loc = alloc(p.bq * p.bk);
+    const int64_t m = std::max(p.bq, p.bk);
+    ones = alloc(m);
+    std::fill(ones.get(), ones.get() + m, 1.0f);
+    shift = alloc(m);
+  }
+};
+
+class Backward {
+ public:
+  Backward(const AttentionArgs& a, const Plan& p, const float* q, const float* k, const float* v,
+           const float* o, const float* lse, const float* d_o, float* dk, float* dv,
+           float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu)
+      : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
+        dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu) {}
+
+  absl::Status Prepare() {
+    pq_ = EffectiveQPositions(a_);
+    pk_ = EffectiveKPositions(a_);
+    if (a_.q_transform != nullptr) {
+      auto t = a_.q_transform->Prepare(pq_);
+      if (!t.ok()) return t.status();
+      tq_ = *std::move(t);
+    }
+    if (a_.k_transform != nullptr) {
+      auto t = a_.k_transform->Prepare(pk_);
+      if (!t.ok()) return t.status();
+      tk_ = *std::move(t);
+    }
+    if (a_.locality.has_value()) {
+      auto f = encodings::sequence::LocalityFactor(0, *a_.locality);
+      if (!f.ok()) return f.status();
+    }
+    return absl::OkStatus();
+  }
+
+  const PreparedRowTransform* q_transform() const { return tq_.get(); }
+
+  absl::Status RunItem(const KeyItem& it, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads, hq = a_.num_q_heads;
+    const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
+    const int64_t kb = a_.k_begin(it.b);
+    const int64_t ld = group * dp;  // row stride of one head in qs / dout
+    const float scale = static_cast<float>(a_.scale());
+    const float log2e = static_cast<float>(kLog2e);
+    // The group's queries: q' scale log2(e), dO, lse log2(e), D = rowsum(dO o).
+    std::fill(w.qs.get(), w.qs.get() + lq * ld, 0.0f);
+    std::fill(w.dout.get(), w.dout.get() + lq * ld, 0.0f);
+    for (int64_t hi = 0; hi < group; ++hi) {
+      const int64_t h = it.g * group + hi;
+      for (int64_t r = 0; r < lq; ++r) {
+        float* qrow = w.qs.get() + r * ld + hi * dp;
+        float* drow = w.dout.get() + r * ld + hi * dp;
+        const float* orow = o_ + a_.QOffset(a_.o, qb + r, h);
+        std::memcpy(qrow, q_ + a_.QOffset(a_.q, qb + r, h), static_cast<size_t>(d) * sizeof(float));
+        std::memcpy(drow, do_ + a_.QOffset(a_.o, qb + r, h), static_cast<size_t>(d) * sizeof(float));
+        float dsum = 0.0f;
+        for (int64_t c = 0; c < d; ++c) dsum += drow[c] * orow[c];
+        w.dsum[r * group + hi] = dsum;
+        const float l = lse_[(qb + r) * hq + h];
+        w.lse2[r * group + hi] = l * log2e;  // -inf stays -inf
+      }
+      if (tq_ != nullptr && lq > 0) {
+        if (absl::Status st = tq_->Forward(qb, lq, w.qs.get() + hi * dp, ld); !st.ok()) return st;
+      }
+    }
+    const float qscale = scale * log2e;
+    for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
+    const encodings::sequence::AdditiveBias* bias =
+        a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    for (int64_t j0 = it.k0; j0 < it.k1; j0 += bk) {
+      const int64_t nk = std::min(bk, it.k1 - j0);
+      const int64_t panels = (nk + kPanel - 1) / kPanel, ncols = panels * kPanel;
+      const int64_t* kpos = pk_.data() + kb + j0;
+      const int64_t kmin = *std::min_element(kpos, kpos + nk);
+      const int64_t kmax = *std::max_element(kpos, kpos + nk);
+      const bool ksorted = std::is_sorted(kpos, kpos + nk);
+      // Key rows (transformed, padded), their panels, and the value panels.
+      for (int64_t j = 0; j < nk; ++j) {
+        float* row = w.krows.get() + j * dp;
+        std::memcpy(row, k_ + a_.KOffset(a_.k, kb + j0 + j, it.g), static_cast<size_t>(d) * sizeof(float));
+        std::fill(row + d, row + dp, 0.0f);
+      }
+      if (tk_ != nullptr) {
+        if (absl::Status st = tk_->Forward(kb + j0, nk, w.krows.get(), dp); !st.ok()) return st;
+      }
+      cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
+      cpu::PackKeyPanels(v_ + a_.KOffset(a_.v, kb + j0, it.g), nk, a_.v.token, d, w.vpanels.get());
+      std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
+      std::fill(w.dv.get(), w.dv.get() + nk * dp, 0.0f);
+      for (int64_t hi = 0; hi < group; ++hi) {
+        const int64_t h = it.g * group + hi;
+        for (int64_t r0 = 0; r0 < lq; r0 += bq) {
+          const int64_t nr = std::min(bq, lq - r0);
+          const int64_t* qpos = pq_.data() + qb + r0;
+          const int64_t qmin = *std::min_element(qpos, qpos + nr);
+          const int64_t qmax = *std::max_element(qpos, qpos + nr);
+          if (a_.causal && kmin > qmax) continue;  // the whole tile is in the future
+          const float* qrows = w.qs.get() + r0 * ld + hi * dp;
+          const float* drows = w.dout.get() + r0 * ld + hi * dp;
+          float* s = w.s.get();
+          cpu::ScoreTile(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk);
+          if (a_.locality.has_value()) {
+            for (int64_t r = 0; r < nr; ++r) {
+              for (int64_t j = 0; j < nk; ++j) {
+                auto f = encodings::sequence::LocalityFactor(Distance(qpos[r], kpos[j]), *a_.locality);
+                if (!f.ok()) return f.status();
+                w.loc[r * bk + j] = static_cast<float>(*f);
+                s[r * bk + j] *= w.loc[r * bk + j];
+              }
+            }
+          }
+          if (bias != nullptr) {
+            if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(qpos, nr),
+                                                 absl::MakeConstSpan(kpos, nk), w.bias.get(), bk);
+                !st.ok()) {
+              return st;
+            }
+            for (int64_t r = 0; r < nr; ++r) {
+              for (int64_t j = 0; j < nk; ++j) s[r * bk + j] += log2e * w.bias[r * bk + j];
+            }
+          }
+          if (a_.causal && kmax > qmin) {
+            for (int64_t r = 0; r < nr; ++r) {
+              float* sr = s + r * bk;
+              if (ksorted) {
+                const int64_t first = std::upper_bound(kpos, kpos + nk, qpos[r]) - kpos;
+                std::fill(sr + first, sr + nk, kNegInf);
+              } else {
+                for (int64_t j = 0; j < nk; ++j) {
+                  if (kpos[j] > qpos[r]) sr[j] = kNegInf;
+                }
+              }
+            }
+          }
+          for (int64_t r = 0; r < nr; ++r) {
+            std::fill(s + r * bk + nk, s + r * bk + ncols, kNegInf);
+            w.shift[r] = w.lse2[(r0 + r) * group + hi];
+          }
+          cpu::ExpTile(s, bk, nr, ncols, w.shift.get());  // P
+          // dV += P^T dO.
+          float* tr = w.tr.get();
+          for (int64_t r = 0; r < nr; ++r) {
+            for (int64_t j = 0; j < nk; ++j) tr[j * bq + r] = s[r * bk + j];
+          }
+          cpu::AccumulateTile(tr, bq, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
+          // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
+          float* dpt = w.dp.get();
+          cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
+          float* ds = w.ds.get();
+          for (int64_t r = 0; r < nr; ++r) {
+            const float dsum = w.dsum[(r0 + r) * group + hi];
+            for (int64_t j = 0; j < nk; ++j) {
+              ds[r * bk + j] = s[r * bk + j] * (dpt[r * bk + j] - dsum);
+            }
+          }
+          if (sink_) {
+            std::vector<double>& g = w.grad;
+            g.resize(static_cast<size_t>(nr * nk));
+            for (int64_t r = 0; r < nr; ++r) {
+              for (int64_t j = 0; j < nk; ++j) g[r * nk + j] = ds[r * bk + j];
+            }
+            std::lock_guard<std::mutex> lock(*sink_mu_);
+            if (absl::Status st = sink_(it.b, h, absl::MakeConstSpan(qpos, nr),
+                                        absl::MakeConstSpan(kpos, nk), g.data(), nk);
+                !st.ok()) {
+              return st;
+            }
+          }
+          if (a_.locality.has_value()) {
+            for (int64_t r = 0; r < nr; ++r) {
+              for (int64_t j = 0; j < nk; ++j) ds[r * bk + j] *= w.loc[r * bk + j];
+            }
+          }
+          // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
+          float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r0) * hq + h) * dp;
+          cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, hq * dp);
+          for (int64_t r = 0; r < nr; ++r) {
+            for (int64_t j = 0; j < nk; ++j) tr[j * bq + r] = ds[r * bk + j];
+          }
+          cpu::AccumulateTile(tr, bq, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
+        }
+      }
+      // dK = T^T (dK' / log2 e), dV as is.
+      const float unscale = static_cast<float>(1.0 / kLog2e);
+      for (int64_t i = 0; i < nk * dp; ++i) w.dk[i] *= unscale;
+      if (tk_ != nullptr) {
+        if (absl::Status st = tk_->Backward(kb + j0, nk, w.dk.get(), dp); !st.ok()) return st;
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        if (dk_ != nullptr) {
+          std::memcpy(dk_ + a_.KOffset(a_.k, kb + j0 + j, it.g), w.dk.get() + j * dp,
+                      static_cast<size_t>(d) * sizeof(float));
+        }
+        if (dv_ != nullptr) {
+          std::memcpy(dv_ + a_.KOffset(a_.v, kb + j0 + j, it.g), w.dv.get() + j * dp,
+                      static_cast<size_t>(d) * sizeof(float));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const AttentionArgs& a_;
+  const Plan& p_;
+  const float *q_, *k_, *v_, *o_, *lse_, *do_;
+  float *dk_, *dv_, *dq_acc_;
+  int64_t chunk_stride_;
+  const BiasGradientSink& sink_;
+  std::mutex* sink_mu_;
+  std::vector<int64_t> pq_, pk_;
+  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+};
+
 }  // namespace
 
 absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k, const float* v,
@@ -397,6 +689,109 @@ absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* 
     }
   });
   return first;
+}
+
+absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
+                         const float* v, const float* o, const float* lse, const float* d_o,
+                         float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
+                         const CpuAttentionOptions& options) {
+  if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  absl::StatusOr<Plan> plan = MakePlan(args, options);
+  if (!plan.ok()) return plan.status();
+  const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
+  if (nq > 0 && (q == nullptr || d_o == nullptr)) return Bad("null q or d_o tensor");
+  if (nkt > 0 && (k == nullptr || v == nullptr)) return Bad("null k or v tensor");
+  if ((o == nullptr) != (lse == nullptr)) {
+    return Bad("give both o and lse from the forward, or neither (recomputed)");
+  }
+  const int64_t hq = args.num_q_heads, d = args.head_dim;
+  // Without the forward's o and lse, recompute them (one forward pass).
+  std::vector<float> o_own, lse_own;
+  if (o == nullptr && nq > 0) {
+    AttentionArgs fa = args;
+    fa.o = fa.layout == Layout::kBSHD ? ContiguousStrides(Layout::kBSHD, args.seq_len_q, hq, d)
+                                      : ContiguousStrides(Layout::kTHD, 0, hq, d);
+    o_own.resize(static_cast<size_t>(nq * hq * d));
+    lse_own.resize(static_cast<size_t>(nq * hq));
+    if (absl::Status s = CpuForward(fa, q, k, v, o_own.data(), lse_own.data(), options); !s.ok()) {
+      return s;
+    }
+  }
+  BackwardPlan bp = MakeKeyItems(args, *plan);
+  const int64_t dp = plan->dp;
+  const int64_t chunk_stride = nq * hq * dp;
+  std::vector<float> dq_acc(static_cast<size_t>(std::max<int64_t>(bp.chunks, 1) * chunk_stride), 0.0f);
+  // o for the backward: the caller's (strides args.o) or the recomputed one re-laid out
+  // with args.o's strides into a buffer of the same extent.
+  std::vector<float> o_strided;
+  const float* o_use = o;
+  const float* lse_use = lse;
+  if (o == nullptr && nq > 0) {
+    int64_t extent = 0;
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t h = 0; h < hq; ++h) extent = std::max(extent, args.QOffset(args.o, t, h) + d);
+    }
+    o_strided.assign(static_cast<size_t>(extent), 0.0f);
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t h = 0; h < hq; ++h) {
+        std::memcpy(o_strided.data() + args.QOffset(args.o, t, h), o_own.data() + (t * hq + h) * d,
+                    static_cast<size_t>(d) * sizeof(float));
+      }
+    }
+    o_use = o_strided.data();
+    lse_use = lse_own.data();
+  }
+  std::mutex sink_mu;
+  Backward bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
+               bias_sink, &sink_mu);
+  if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
+  int64_t max_lq = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+  }
+  const int64_t group = hq / args.num_kv_heads;
+  const int threads = static_cast<int>(
+      std::min<int64_t>(plan->threads, std::max<int64_t>(static_cast<int64_t>(bp.items.size()), 1)));
+  std::vector<std::unique_ptr<BackwardWorkspace>> ws(static_cast<size_t>(threads));
+  std::mutex mu;
+  absl::Status first = absl::OkStatus();
+  std::atomic<bool> failed{false};
+  ParallelItems(threads, static_cast<int64_t>(bp.items.size()), [&](int64_t i, int tid) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    if (ws[tid] == nullptr) ws[tid] = std::make_unique<BackwardWorkspace>(*plan, max_lq, group);
+    absl::Status s = bwd.RunItem(bp.items[i], *ws[tid]);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) first = s;
+      failed = true;
+    }
+  });
+  if (!first.ok()) return first;
+  // dK, dV of keys no item covered do not exist (every key belongs to an item); dq:
+  // sum the chunks' partial sums, times scale, then the transpose of the q transform.
+  if (dq != nullptr && nq > 0) {
+    float* acc = dq_acc.data();
+    for (int64_t c = 1; c < bp.chunks; ++c) {
+      const float* part = acc + c * chunk_stride;
+      for (int64_t i = 0; i < chunk_stride; ++i) acc[i] += part[i];
+    }
+    const float scale = static_cast<float>(args.scale());
+    for (int64_t i = 0; i < chunk_stride; ++i) acc[i] *= scale;
+    if (const PreparedRowTransform* tq = bwd.q_transform(); tq != nullptr) {
+      for (int64_t h = 0; h < hq; ++h) {
+        if (absl::Status s = tq->Backward(0, nq, acc + h * dp, hq * dp); !s.ok()) return s;
+      }
+    }
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t h = 0; h < hq; ++h) {
+        std::memcpy(dq + args.QOffset(args.q, t, h), acc + (t * hq + h) * dp,
+                    static_cast<size_t>(d) * sizeof(float));
+      }
+    }
+  }
+  // Keys of sequences with no queries still get their (zero) gradients: items cover
+  // every key, so nothing else to do.
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,

@@ -49,6 +49,23 @@ absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* 
                         const float* v, float* o, float* lse = nullptr,
                         const CpuAttentionOptions& options = {});
 
+// Gradients given dL/do (`d_o`, strides args.o), with respect to q, k, v BEFORE the row
+// transforms, as ReferenceBackward: dq, dk, dv (strides of q, k, v; overwritten; any may
+// be null to skip). o and lse are the forward's outputs for the same inputs (o with
+// strides args.o, lse as CpuForward writes it); pass both null to have them recomputed
+// by one extra forward. bias_sink, if set, receives dL/db tile by tile (under a lock,
+// one call at a time; a non-OK status aborts). Method: FlashAttention-2's backward
+// (Dao 2023, Alg. 2) per (sequence, kv head, chunk of keys): scores and probabilities
+// recomputed per tile from lse, dV += P^T dO, dP = dO V^T, dS = P (dP - D),
+// dK += dS^T Q, dQ += dS K (dq summed over key chunks at the end). Extra memory: the
+// group's queries and dO per thread (O(len_q x group x head_dim)) and one float dq
+// accumulator per key chunk (O(tokens_q x heads x head_dim)).
+absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
+                         const float* v, const float* o, const float* lse, const float* d_o,
+                         float* dq, float* dk, float* dv,
+                         const BiasGradientSink& bias_sink = nullptr,
+                         const CpuAttentionOptions& options = {});
+
 // Extra memory CpuForward allocates for these arguments (bytes, all threads together,
 // including the prepared transforms' tables estimated at 2 floats per position and
 // component).

@@ -536,6 +536,281 @@ TEST(CpuForward, EveryCompiledInstructionSetAgrees) {
   EXPECT_GE(runs, 2) << "expected the AVX2 path and the baseline at least";
 }
 
+// ------------------------------------------------------------------------------------
+// Backward.
+
+// Naive float32 backward for the accuracy criterion: per (query row, head) the
+// probabilities in float from a float forward, then dv += p do, dp = do.v,
+// ds = p (dp - sum p dp), dq += ds scale k', dk += ds scale q', transposes of the
+// transforms applied to dq and dk at the end (float, through the same RowTransforms).
+void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
+                        const std::vector<float>& k, const std::vector<float>& v,
+                        const std::vector<float>& dout, std::vector<float>* dq,
+                        std::vector<float>* dk, std::vector<float>* dv) {
+  const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  const std::vector<int64_t> pq = EffectiveQPositions(a), pk = EffectiveKPositions(a);
+  const float scale = static_cast<float>(a.scale());
+  const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
+  std::vector<float> qt(nq * hq * d), kt(nk * hkv * d), gq(nq * hq * d, 0.0f), gk(nk * hkv * d, 0.0f),
+      gv(nk * hkv * d, 0.0f);
+  for (int64_t t = 0; t < nq; ++t)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t e = 0; e < d; ++e) qt[(t * hq + h) * d + e] = q[a.QOffset(a.q, t, h) + e];
+  for (int64_t t = 0; t < nk; ++t)
+    for (int64_t h = 0; h < hkv; ++h)
+      for (int64_t e = 0; e < d; ++e) kt[(t * hkv + h) * d + e] = k[a.KOffset(a.k, t, h) + e];
+  for (int64_t h = 0; h < hq && a.q_transform != nullptr && nq > 0; ++h) {
+    ASSERT_TRUE(a.q_transform->Forward(pq, qt.data() + h * d, hq * d).ok());
+  }
+  for (int64_t h = 0; h < hkv && a.k_transform != nullptr && nk > 0; ++h) {
+    ASSERT_TRUE(a.k_transform->Forward(pk, kt.data() + h * d, hkv * d).ok());
+  }
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t kb = a.k_begin(b), lk = a.k_end(b) - kb;
+    const auto* bias =
+        a.biases.empty() ? nullptr : (a.biases.size() == 1 ? a.biases[0] : a.biases[b]);
+    for (int64_t i = a.q_begin(b); i < a.q_end(b); ++i) {
+      for (int64_t h = 0; h < hq; ++h) {
+        const int64_t g = h / (hq / hkv);
+        const float* qi = qt.data() + (i * hq + h) * d;
+        std::vector<float> brow(lk, 0.0f), p(lk, 0.0f), loc(lk, 1.0f);
+        if (bias != nullptr && lk > 0) {
+          ASSERT_TRUE(bias->FillTile(h, absl::MakeConstSpan(&pq[i], 1),
+                                     absl::MakeConstSpan(pk.data() + kb, lk), brow.data(), lk)
+                          .ok());
+        }
+        float m = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < lk; ++j) {
+          if (a.causal && pk[kb + j] > pq[i]) continue;
+          if (a.locality.has_value()) {
+            loc[j] = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
+          }
+          float dot = 0.0f;
+          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kt[((kb + j) * hkv + g) * d + e];
+          p[j] = loc[j] * scale * dot + brow[j];
+          m = std::max(m, p[j]);
+        }
+        if (m == -std::numeric_limits<float>::infinity()) continue;
+        float z = 0.0f;
+        for (int64_t j = 0; j < lk; ++j) {
+          if (a.causal && pk[kb + j] > pq[i]) {
+            p[j] = 0.0f;
+            continue;
+          }
+          p[j] = std::exp(p[j] - m);
+          z += p[j];
+        }
+        const float* doi = dout.data() + a.QOffset(a.o, i, h);
+        std::vector<float> dp(lk, 0.0f);
+        float dsum = 0.0f;
+        for (int64_t j = 0; j < lk; ++j) {
+          p[j] /= z;
+          const float* vj = v.data() + a.KOffset(a.v, kb + j, g);
+          for (int64_t e = 0; e < d; ++e) dp[j] += doi[e] * vj[e];
+          dsum += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j < lk; ++j) {
+          if (p[j] == 0.0f) continue;
+          const float ds = p[j] * (dp[j] - dsum) * loc[j] * scale;
+          float* gkj = gk.data() + ((kb + j) * hkv + g) * d;
+          float* gvj = gv.data() + ((kb + j) * hkv + g) * d;
+          const float* kj = kt.data() + ((kb + j) * hkv + g) * d;
+          for (int64_t e = 0; e < d; ++e) {
+            gq[(i * hq + h) * d + e] += ds * kj[e];
+            gkj[e] += ds * qi[e];
+            gvj[e] += p[j] * doi[e];
+          }
+        }
+      }
+    }
+  }
+  for (int64_t h = 0; h < hq && a.q_transform != nullptr && nq > 0; ++h) {
+    ASSERT_TRUE(a.q_transform->Backward(pq, gq.data() + h * d, hq * d).ok());
+  }
+  for (int64_t h = 0; h < hkv && a.k_transform != nullptr && nk > 0; ++h) {
+    ASSERT_TRUE(a.k_transform->Backward(pk, gk.data() + h * d, hkv * d).ok());
+  }
+  for (int64_t t = 0; t < nq; ++t)
+    for (int64_t h = 0; h < hq; ++h)
+      for (int64_t e = 0; e < d; ++e) (*dq)[a.QOffset(a.q, t, h) + e] = gq[(t * hq + h) * d + e];
+  for (int64_t t = 0; t < nk; ++t)
+    for (int64_t h = 0; h < hkv; ++h)
+      for (int64_t e = 0; e < d; ++e) {
+        (*dk)[a.KOffset(a.k, t, h) + e] = gk[(t * hkv + h) * d + e];
+        (*dv)[a.KOffset(a.v, t, h) + e] = gv[(t * hkv + h) * d + e];
+      }
+}
+
+// Max |x - y| over the rows of a q-side or k-side tensor.
+double MaxErr(const AttentionArgs& a, bool q_side, const std::vector<float>& x,
+              const std::vector<double>& y) {
+  const int64_t tokens = q_side ? a.num_q_tokens() : a.num_k_tokens();
+  const int64_t heads = q_side ? a.num_q_heads : a.num_kv_heads;
+  double err = 0.0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t off = q_side ? a.QOffset(a.q, t, h) : a.KOffset(a.k, t, h);
+      for (int64_t e = 0; e < a.head_dim; ++e) err = std::max(err, std::fabs(double(x[off + e]) - y[off + e]));
+    }
+  }
+  return err;
+}
+
+// CpuBackward (given o and lse, and recomputing them) against the double reference with
+// the 2x-naive-float32 criterion, for dq, dk and dv.
+void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint64_t seed,
+                   const std::string& what) {
+  SCOPED_TRACE(what);
+  // d_o uses the strides of o; the test allocates it like q, so they must agree.
+  ASSERT_TRUE(a.q.batch == a.o.batch && a.q.token == a.o.token && a.q.head == a.o.head);
+  std::mt19937_64 rng(seed);
+  const size_t nq = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  std::vector<float> q = RandomF(nq, &rng), k = RandomF(nk, &rng), v = RandomF(nk, &rng),
+                     dout = RandomF(nq, &rng);
+  std::vector<float> o(nq), lse(a.num_q_tokens() * a.num_q_heads);
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
+  std::vector<float> dq(nq, 0.0f), dk(nk, 0.0f), dv(nk, 0.0f);
+  absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
+                                dq.data(), dk.data(), dv.data(), nullptr, opt);
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end()),
+      dod(dout.begin(), dout.end()), gq(nq), gk(nk), gv(nk);
+  ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(), gq.data(),
+                                        gk.data(), gv.data())
+                  .ok());
+  std::vector<float> nq_(nq, 0.0f), nk_(nk, 0.0f), nv_(nk, 0.0f);
+  NaiveFloatBackward(a, q, k, v, dout, &nq_, &nk_, &nv_);
+  // Twice the naive float32 error, plus a floor of 4e-6 times the gradient's scale: the
+  // gradients are sums over up to ~100 keys of O(1) terms, where a few float ulps of the
+  // largest (~1e-7 relative each) stay below it; the floor matters only when the naive
+  // error is itself tiny.
+  auto scale_of = [](const std::vector<double>& g) {
+    double m = 1.0;
+    for (double x : g) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  const double eq = MaxErr(a, true, dq, gq), eqn = MaxErr(a, true, nq_, gq);
+  const double ek = MaxErr(a, false, dk, gk), ekn = MaxErr(a, false, nk_, gk);
+  const double ev = MaxErr(a, false, dv, gv), evn = MaxErr(a, false, nv_, gv);
+  EXPECT_LE(eq, 2 * eqn + 4e-6 * scale_of(gq)) << "dq: cpu " << eq << " naive " << eqn;
+  EXPECT_LE(ek, 2 * ekn + 4e-6 * scale_of(gk)) << "dk: cpu " << ek << " naive " << ekn;
+  EXPECT_LE(ev, 2 * evn + 4e-6 * scale_of(gv)) << "dv: cpu " << ev << " naive " << evn;
+  // Recomputing o and lse inside gives the same gradients up to the forward's rounding
+  // (it runs the same kernels on the same inputs: bit-identical o and lse).
+  std::vector<float> dq2(nq, 0.0f), dk2(nk, 0.0f), dv2(nk, 0.0f);
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, dout.data(),
+                          dq2.data(), dk2.data(), dv2.data(), nullptr, opt)
+                  .ok());
+  EXPECT_EQ(MaxErr(a, true, dq2, std::vector<double>(dq.begin(), dq.end())), 0.0);
+  EXPECT_EQ(MaxErr(a, false, dk2, std::vector<double>(dk.begin(), dk.end())), 0.0);
+  EXPECT_EQ(MaxErr(a, false, dv2, std::vector<double>(dv.begin(), dv.end())), 0.0);
+}
+
+TEST(CpuBackward, ShapesBelowAtAndAboveTiles) {
+  CpuAttentionOptions small;
+  small.block_q = 16;
+  small.block_k = 64;
+  small.num_threads = 3;
+  int seed = 200;
+  for (int64_t d : {32, 80, 128}) {
+    for (int64_t l : {1, 17, 64, 65, 130}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
+        a.causal = causal;
+        CheckBackward(a, small, ++seed,
+                      "d " + std::to_string(d) + " l " + std::to_string(l) + (causal ? " causal" : ""));
+      }
+    }
+  }
+  AttentionArgs a = Bshd(1, 150, 150, 2, 2, 64);
+  a.causal = true;
+  CheckBackward(a, {}, ++seed, "default tiles");
+}
+
+TEST(CpuBackward, GqaVarlenKvCacheAndPositions) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 64;
+  opt.num_threads = 2;
+  AttentionArgs a = Bshd(2, 21, 40, 6, 2, 40);
+  a.causal = true;
+  CheckBackward(a, opt, 300, "gqa 6/2 kv cache");
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 20, 57};
+  const std::vector<int64_t> cu_k = {0, 3, 4, 40, 40, 77};
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, 48);
+  t.causal = true;
+  CheckBackward(t, opt, 301, "varlen");
+  AttentionArgs e = Bshd(1, 9, 40, 2, 2, 32);
+  e.causal = true;
+  std::vector<int64_t> pk(40), pq = {-5, 100, 3, 17, 39, 0, 20, 21, 8};
+  for (int64_t j = 0; j < 40; ++j) pk[j] = (j * 17) % 40;
+  e.q_positions = pq;
+  e.k_positions = pk;
+  CheckBackward(e, opt, 302, "explicit positions");
+}
+
+TEST(CpuBackward, TransformsBiasesAndLocality) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  Rope rope = MakeRope(64, 48, group::PlanePairing::kInterleaved);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, 64);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  CheckBackward(a, opt, 400, "rope partial");
+  a.q_transform = a.k_transform = nullptr;
+  auto alibi = AlibiBias::CreateStandard(4, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  a.biases = {&*alibi};
+  a.locality = 0.98;
+  CheckBackward(a, opt, 401, "alibi + locality");
+}
+
+TEST(CpuBackward, BiasGradientSinkMatchesReference) {
+  // T5 table gradient through the sink equals the reference's.
+  std::mt19937_64 rng(12);
+  const int64_t hq = 2;
+  T5BucketConfig cfg;
+  cfg.num_buckets = 8;
+  cfg.max_distance = 20;
+  auto t5 = T5RelativeBias::Create(RandomD(8 * hq, &rng), hq, cfg);
+  ASSERT_TRUE(t5.ok());
+  AttentionArgs a = Bshd(2, 33, 33, hq, 1, 16);
+  a.causal = true;
+  a.biases = {&*t5};
+  const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(nk, &rng), v = RandomF(nk, &rng),
+                     dout = RandomF(n, &rng);
+  std::vector<double> g_cpu(8 * hq, 0.0), g_ref(8 * hq, 0.0);
+  BiasGradientSink cpu_sink = [&](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+    return t5->AccumulateTableGradient(head, qp, kp, g, ld, absl::MakeSpan(g_cpu));
+  };
+  BiasGradientSink ref_sink = [&](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+    return t5->AccumulateTableGradient(head, qp, kp, g, ld, absl::MakeSpan(g_ref));
+  };
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 64;
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, dout.data(), nullptr,
+                          nullptr, nullptr, cpu_sink, opt)
+                  .ok());
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end()),
+      dod(dout.begin(), dout.end());
+  ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(), nullptr,
+                                        nullptr, nullptr, ref_sink)
+                  .ok());
+  for (size_t i = 0; i < g_ref.size(); ++i) {
+    // Sums of ~500 float products of O(1) values: 1e-4 absolute is ~100 float ulps.
+    EXPECT_NEAR(g_cpu[i], g_ref[i], 1e-4) << i;
+  }
+  double total = 0;
+  for (double x : g_ref) total += std::fabs(x);
+  EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
+}
+
 TEST(CpuForward, RejectsBadInput) {
   AttentionArgs a = Bshd(1, 4, 4, 2, 2, 8);
   std::vector<float> x(64, 0.5f), o(64);
@@ -561,6 +836,13 @@ TEST(CpuForward, RejectsBadInput) {
   AttentionArgs t = a;
   t.q_transform = &tr;
   EXPECT_FALSE(CpuForward(t, x.data(), x.data(), x.data(), o.data()).ok());
+  std::vector<float> g(64);
+  EXPECT_FALSE(CpuBackward(a, x.data(), x.data(), x.data(), o.data(), nullptr, x.data(), g.data(),
+                           g.data(), g.data())
+                   .ok());  // o without lse
+  EXPECT_FALSE(CpuBackward(a, x.data(), x.data(), x.data(), nullptr, nullptr, nullptr, g.data(),
+                           g.data(), g.data())
+                   .ok());  // no d_o
   auto bytes = CpuForwardWorkspaceBytes(a);
   ASSERT_TRUE(bytes.ok());
   EXPECT_GT(*bytes, 0);

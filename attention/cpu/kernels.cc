@@ -219,6 +219,22 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
   }
 }
 
+void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < mq; ++r) {
+    float* row = s + r * lds;
+    if (shift[r] == -std::numeric_limits<float>::infinity()) {
+      std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
+    const VF vm = hn::Set(df, shift[r]);
+    for (int64_t j = 0; j < n; j += N) {
+      hn::StoreU(Exp2(df, hn::Sub(hn::LoadU(df, row + j), vm)), df, row + j);
+    }
+  }
+}
+
 template <int MR, int NV>
 HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
                          const float* HWY_RESTRICT v, int64_t ldv,
@@ -315,6 +331,7 @@ namespace cpu {
 HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(SoftmaxTileImpl);
+HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
@@ -329,6 +346,9 @@ void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* 
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha);
+}
+void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
+  HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);
 }
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {

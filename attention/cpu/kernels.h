@@ -51,6 +51,11 @@ inline constexpr float kRescaleSlack = 8.0f;
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha);
 
+// s[r * lds + j] <- exp2(s[r * lds + j] - shift[r]) for r < mq, j < n (n a multiple of
+// the vector width): probabilities from scores and the forward's base-2 log-sum-exp.
+// Rows with shift = -inf (no allowed key) become 0.
+void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
+
 // o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
 // for r < mq, c < dp (dp a multiple of kVecPad; ldv and ldo any strides >= dp).
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,

@@ -414,12 +414,12 @@ struct BackwardWorkspace {
   // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
   // panels, dK and dV accumulators; per tile: S/P, dP, dS, transposes, bias, locality.
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
-      s, dp, ds, tr, bias, loc, ones, shift;
+      s, dp, ds, bias, loc, ones, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
-    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 6 * p.bq * p.bk +
+    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
            2 * std::max(p.bq, p.bk);
   }
 
@@ -438,7 +438,6 @@ struct BackwardWorkspace {
     s = alloc(p.bq * p.bk);
     dp = alloc(p.bq * p.bk);
     ds = alloc(p.bq * p.bk);
-    tr = alloc(p.bq * p.bk);
     bias = alloc(p.bq * p.bk);
     loc = alloc(p.bq * p.bk);
     const int64_t m = std::max(p.bq, p.bk);
@@ -583,11 +582,7 @@ class Backward {
           }
           cpu::ExpTile(s, bk, nr, ncols, w.shift.get());  // P
           // dV += P^T dO.
-          float* tr = w.tr.get();
-          for (int64_t r = 0; r < nr; ++r) {
-            for (int64_t j = 0; j < nk; ++j) tr[j * bq + r] = s[r * bk + j];
-          }
-          cpu::AccumulateTile(tr, bq, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
+          cpu::AccumulateTileT(s, bk, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
           // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
           float* dpt = w.dp.get();
           cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
@@ -619,10 +614,7 @@ class Backward {
           // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
           float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r0) * hq + h) * dp;
           cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, hq * dp);
-          for (int64_t r = 0; r < nr; ++r) {
-            for (int64_t j = 0; j < nk; ++j) tr[j * bq + r] = ds[r * bk + j];
-          }
-          cpu::AccumulateTile(tr, bq, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
+          cpu::AccumulateTileT(ds, bk, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
         }
       }
       // dK = T^T (dK' / log2 e), dV as is.

@@ -300,6 +300,17 @@ TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
                 << "dp " << dp << " mq " << mq << " nk " << nk << " r " << r << " c " << c;
           }
         }
+        // Transposed probabilities: pt[j * ldpt + r] holds p[r][j].
+        const int64_t ldpt = mq + 3;
+        std::vector<float> pt(nk * ldpt, 9.0f), o3 = o;
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < nk; ++j) pt[j * ldpt + r] = p[r * ldp + j];
+        }
+        cpu::AccumulateTileT(pt.data(), ldpt, mq, nk, v.data(), ldv, dp, alpha.data(), o3.data(), ldo);
+        for (size_t i = 0; i < o3.size(); ++i) {
+          // Same products summed in the same order: identical results.
+          ASSERT_EQ(o3[i], o2[i]) << "transposed dp " << dp << " mq " << mq << " nk " << nk;
+        }
       }
     }
   }

@@ -235,7 +235,8 @@ void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shif
   }
 }
 
-template <int MR, int NV>
+// kTrans: the probabilities are read transposed, p[j * ldp + r] (o = P^T V).
+template <int MR, int NV, bool kTrans>
 HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
                          const float* HWY_RESTRICT v, int64_t ldv,
                          const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo) {
@@ -254,7 +255,7 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
     for (int c = 0; c < NV; ++c) vv[c] = hn::LoadU(df, v + j * ldv + c * N);
     HWY_UNROLL(32)
     for (int r = 0; r < MR; ++r) {
-      const VF pb = hn::Set(df, p[r * ldp + j]);
+      const VF pb = hn::Set(df, kTrans ? p[j * ldp + r] : p[r * ldp + j]);
       HWY_UNROLL(32)
       for (int c = 0; c < NV; ++c) acc[r][c] = hn::MulAdd(pb, vv[c], acc[r][c]);
     }
@@ -266,19 +267,21 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   }
 }
 
-template <int NV>
+template <int NV, bool kTrans>
 HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                            int64_t ldv, const float* alpha, float* o, int64_t ldo) {
+  // Row r of the output starts its probabilities at p + r * ldp (or p + r transposed).
+  const int64_t row_step = kTrans ? 1 : ldp;
   int64_t r = 0;
   for (; r + kAccRows <= mq; r += kAccRows) {
-    AccMicro<kAccRows, NV>(p + r * ldp, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo);
+    AccMicro<kAccRows, NV, kTrans>(p + r * row_step, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo);
   }
-  const float* pr = p + r * ldp;
+  const float* pr = p + r * row_step;
   float* orow = o + r * ldo;
   switch (mq - r) {
-#define GPE_ACC_CASE(k)                                                             \
-  case k:                                                                           \
-    if constexpr (k < kAccRows) AccMicro<k, NV>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo); \
+#define GPE_ACC_CASE(k)                                                                      \
+  case k:                                                                                    \
+    if constexpr (k < kAccRows) AccMicro<k, NV, kTrans>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo); \
     break;
     GPE_ACC_CASE(1)
     GPE_ACC_CASE(2)
@@ -291,27 +294,38 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
   }
 }
 
-void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+template <bool kTrans>
+void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                   int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   const int64_t vecs = dp / N;
   int64_t c = 0;
   for (; c + kAccVecs <= vecs; c += kAccVecs) {
-    AccColumns<kAccVecs>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+    AccColumns<kAccVecs, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
   }
   switch (vecs - c) {
     case 1:
-      AccColumns<1>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<1, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
       break;
     case 2:
-      AccColumns<2>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<2, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
       break;
     case 3:
-      AccColumns<3>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<3, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
       break;
     default:
       break;
   }
+}
+
+void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  AccumulateAll<false>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+
+void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                         int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -333,6 +347,7 @@ HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
+HWY_EXPORT(AccumulateTileTImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 
@@ -353,6 +368,10 @@ void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileTImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 void Exp2InPlace(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Exp2InPlaceImpl)(x, n); }
 const char* KernelTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

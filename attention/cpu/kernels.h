@@ -61,6 +61,11 @@ void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
 
+// The same with p read transposed, o <- alpha o + P^T V: p[j * ldp + r] for output row
+// r < mq and reduction index j < nk (the backward's dV += P^T dO and dK += dS^T Q).
+void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
+
 // exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
 void Exp2InPlace(float* x, int64_t n);
 

@@ -6,7 +6,6 @@
 // Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
 // 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
 // commuting planes (RoPE's thetas as learned frequencies).
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -86,8 +85,6 @@ void BM_CpuForward(benchmark::State& state) {
   }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  if (const char* e = std::getenv("GPE_BQ")) opt.block_q = std::atoi(e);
-  if (const char* e = std::getenv("GPE_BK")) opt.block_k = std::atoi(e);
   for (auto _ : state) {
     absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
     if (!st.ok()) {
@@ -107,6 +104,61 @@ void BM_CpuForward(benchmark::State& state) {
   state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
   state.SetLabel(CpuAttentionIsa());
 }
+
+// Backward (given o and lse) at the same shapes: flops counted as 2.5x the forward's
+// (five products of the same size instead of two), as FlashAttention-2 counts them.
+void BM_CpuBackward(benchmark::State& state) {
+  const int64_t s = state.range(0), h = 16, d = 128;
+  const bool causal = state.range(1) != 0;
+  const int threads = static_cast<int>(state.range(2));
+  AttentionArgs a;
+  a.batch = 1;
+  a.seq_len_q = a.seq_len_k = s;
+  a.num_q_heads = a.num_kv_heads = h;
+  a.head_dim = d;
+  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
+  a.causal = causal;
+  std::mt19937_64 rng(2);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total), g(total), dq(total), dk(total),
+      dv(total), lse(static_cast<size_t>(s * h));
+  for (float& x : q) x = n(rng);
+  for (float& x : k) x = n(rng);
+  for (float& x : v) x = n(rng);
+  for (float& x : g) x = n(rng);
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  if (!CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok()) {
+    state.SkipWithError("forward failed");
+    return;
+  }
+  for (auto _ : state) {
+    absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
+                                  dq.data(), dk.data(), dv.data(), nullptr, opt);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(dq.data());
+  }
+  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
+  const double flops = 2.5 * 4.0 * double(d) * pairs * double(h);
+  const double peak = PeakGflops(threads);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = peak;
+  state.counters["frac_of_peak"] =
+      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(CpuAttentionIsa());
+}
+
+BENCHMARK(BM_CpuBackward)
+    ->ArgNames({"s", "causal", "threads"})
+    ->ArgsProduct({{2048, 4096}, {0, 1}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 // The shape (b1 h16 s4096 d128) on 2 threads, every encoding, causal and not;
 // then smaller sequences and 1 thread for scaling.

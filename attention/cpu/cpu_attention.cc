@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,6 +40,34 @@ absl::Status Bad(const std::string& msg) {
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+using encodings::sequence::BFloat16;
+
+// Element conversions at the kernel's edges: inputs widened to float once, outputs
+// rounded once (bfloat16: to nearest even, rope.h's ToBFloat16).
+inline float ToF(float x) { return x; }
+inline float ToF(BFloat16 x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+template <class T>
+void LoadRow(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = ToF(src[i]);
+  }
+}
+template <class T>
+void StoreRow(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]);
+  }
+}
+
 uint64_t Distance(int64_t a, int64_t b) {
   return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
                 : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
@@ -53,7 +82,8 @@ struct Plan {
   bool direct_v = false;   // read value rows in place (d == dp): no copy
 };
 
-absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt) {
+absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
+                              bool float_inputs = true) {
   if (opt.num_threads < 0 || opt.num_threads > 1024) {
     return Bad(absl::StrCat("num_threads must be in [0, 1024], got ", opt.num_threads));
   }
@@ -72,7 +102,7 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
-  p.direct_v = p.dp == p.d;
+  p.direct_v = float_inputs && p.dp == p.d;
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
@@ -166,10 +196,11 @@ struct Workspace {
   }
 };
 
+template <class T>
 class Forward {
  public:
-  Forward(const AttentionArgs& a, const Plan& p, const float* q, const float* k, const float* v,
-          float* o, float* lse)
+  Forward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v, T* o,
+          float* lse)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
 
   absl::Status Prepare() {
@@ -222,19 +253,23 @@ class Forward {
     float* panels = w.panels.get() + blk * p_.bk * d;
     if (tk_ != nullptr) {
       for (int64_t j = 0; j < nk; ++j) {
-        std::memcpy(w.rows.get() + j * d, k_ + a_.KOffset(a_.k, kb + j0 + j, g),
-                    static_cast<size_t>(d) * sizeof(float));
+        LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
       }
       if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
       cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
-    } else {
+    } else if constexpr (std::is_same_v<T, float>) {
       // Key rows are (token, head) rows of k: consecutive tokens are a.k.token apart.
       cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
+    } else {
+      for (int64_t j = 0; j < nk; ++j) {
+        LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+      }
+      cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
     }
     float* vals = w.values.get() + j0 * p_.dp;
     for (int64_t j = 0; j < nk && !p_.direct_v; ++j) {
       float* row = vals + j * p_.dp;
-      std::memcpy(row, v_ + a_.KOffset(a_.v, kb + j0 + j, g), static_cast<size_t>(d) * sizeof(float));
+      LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, d);
       std::fill(row + d, row + p_.dp, 0.0f);
     }
     w.packed[blk] = 1;
@@ -249,7 +284,7 @@ class Forward {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
     float* qb = w.qblk.get();
     for (int64_t r = 0; r < mq; ++r) {
-      std::memcpy(qb + r * d, q_ + a_.QOffset(a_.q, t0 + r, h), static_cast<size_t>(d) * sizeof(float));
+      LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h), qb + r * d, d);
     }
     if (tq_ != nullptr) {
       if (absl::Status s = tq_->Forward(t0, mq, qb, d); !s.ok()) return s;
@@ -329,24 +364,23 @@ class Forward {
         }
         cpu::SoftmaxTile(s, bk, nr, ncols, w.m.get() + r0, w.l.get() + r0 * kSumLanes,
                          w.alpha.get() + r0);
-        const float* vals = p_.direct_v ? v_ + a_.KOffset(a_.v, kb + j0, it.g)
-                                        : w.values.get() + j0 * dp;
+        const float* vals = w.values.get() + j0 * dp;
+        if constexpr (std::is_same_v<T, float>) {
+          if (p_.direct_v) vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
+        }
         const int64_t ldv = p_.direct_v ? a_.v.token : dp;
         cpu::AccumulateTile(s, bk, nr, nk, vals, ldv, dp, w.alpha.get() + r0,
                             w.oacc.get() + r0 * dp, dp);
       }
     }
     for (int64_t r = 0; r < mq; ++r) {
-      float* out = o_ + a_.QOffset(a_.o, t0 + r, h);
-      const float* acc = w.oacc.get() + r * dp;
+      T* out = o_ + a_.QOffset(a_.o, t0 + r, h);
+      float* acc = w.oacc.get() + r * dp;
       float l = 0.0f;
       for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[r * kSumLanes + i];
-      if (l > 0.0f) {
-        const float inv = 1.0f / l;
-        for (int64_t c = 0; c < d; ++c) out[c] = acc[c] * inv;
-      } else {
-        std::fill(out, out + d, 0.0f);
-      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no allowed key: o = 0
+      for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
+      StoreRow(acc, out, d);
       if (lse_ != nullptr) {
         lse_[(t0 + r) * a_.num_q_heads + h] =
             l > 0.0f ? static_cast<float>((static_cast<double>(w.m[r]) + std::log2(static_cast<double>(l))) * kLn2)
@@ -358,8 +392,8 @@ class Forward {
 
   const AttentionArgs& a_;
   const Plan& p_;
-  const float *q_, *k_, *v_;
-  float* o_;
+  const T *q_, *k_, *v_;
+  T* o_;
   float* lse_;
   std::vector<int64_t> pq_, pk_;
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
@@ -447,10 +481,11 @@ struct BackwardWorkspace {
   }
 };
 
+template <class T>
 class Backward {
  public:
-  Backward(const AttentionArgs& a, const Plan& p, const float* q, const float* k, const float* v,
-           const float* o, const float* lse, const float* d_o, float* dk, float* dv,
+  Backward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v,
+           const T* o, const float* lse, const T* d_o, T* dk, T* dv,
            float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu) {}
@@ -493,11 +528,11 @@ class Backward {
       for (int64_t r = 0; r < lq; ++r) {
         float* qrow = w.qs.get() + r * ld + hi * dp;
         float* drow = w.dout.get() + r * ld + hi * dp;
-        const float* orow = o_ + a_.QOffset(a_.o, qb + r, h);
-        std::memcpy(qrow, q_ + a_.QOffset(a_.q, qb + r, h), static_cast<size_t>(d) * sizeof(float));
-        std::memcpy(drow, do_ + a_.QOffset(a_.o, qb + r, h), static_cast<size_t>(d) * sizeof(float));
+        const T* orow = o_ + a_.QOffset(a_.o, qb + r, h);
+        LoadRow(q_ + a_.QOffset(a_.q, qb + r, h), qrow, d);
+        LoadRow(do_ + a_.QOffset(a_.o, qb + r, h), drow, d);
         float dsum = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dsum += drow[c] * orow[c];
+        for (int64_t c = 0; c < d; ++c) dsum += drow[c] * ToF(orow[c]);
         w.dsum[r * group + hi] = dsum;
         const float l = lse_[(qb + r) * hq + h];
         w.lse2[r * group + hi] = l * log2e;  // -inf stays -inf
@@ -521,14 +556,22 @@ class Backward {
       // Key rows (transformed, padded), their panels, and the value panels.
       for (int64_t j = 0; j < nk; ++j) {
         float* row = w.krows.get() + j * dp;
-        std::memcpy(row, k_ + a_.KOffset(a_.k, kb + j0 + j, it.g), static_cast<size_t>(d) * sizeof(float));
+        LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, it.g), row, d);
         std::fill(row + d, row + dp, 0.0f);
       }
       if (tk_ != nullptr) {
         if (absl::Status st = tk_->Forward(kb + j0, nk, w.krows.get(), dp); !st.ok()) return st;
       }
       cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
-      cpu::PackKeyPanels(v_ + a_.KOffset(a_.v, kb + j0, it.g), nk, a_.v.token, d, w.vpanels.get());
+      if constexpr (std::is_same_v<T, float>) {
+        cpu::PackKeyPanels(v_ + a_.KOffset(a_.v, kb + j0, it.g), nk, a_.v.token, d,
+                           w.vpanels.get());
+      } else {  // widened through dv's buffer, which is cleared next
+        for (int64_t j = 0; j < nk; ++j) {
+          LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, it.g), w.dv.get() + j * dp, d);
+        }
+        cpu::PackKeyPanels(w.dv.get(), nk, dp, d, w.vpanels.get());
+      }
       std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
       std::fill(w.dv.get(), w.dv.get() + nk * dp, 0.0f);
       for (int64_t hi = 0; hi < group; ++hi) {
@@ -624,14 +667,8 @@ class Backward {
         if (absl::Status st = tk_->Backward(kb + j0, nk, w.dk.get(), dp); !st.ok()) return st;
       }
       for (int64_t j = 0; j < nk; ++j) {
-        if (dk_ != nullptr) {
-          std::memcpy(dk_ + a_.KOffset(a_.k, kb + j0 + j, it.g), w.dk.get() + j * dp,
-                      static_cast<size_t>(d) * sizeof(float));
-        }
-        if (dv_ != nullptr) {
-          std::memcpy(dv_ + a_.KOffset(a_.v, kb + j0 + j, it.g), w.dv.get() + j * dp,
-                      static_cast<size_t>(d) * sizeof(float));
-        }
+        if (dk_ != nullptr) StoreRow(w.dk.get() + j * dp, dk_ + a_.KOffset(a_.k, kb + j0 + j, it.g), d);
+        if (dv_ != nullptr) StoreRow(w.dv.get() + j * dp, dv_ + a_.KOffset(a_.v, kb + j0 + j, it.g), d);
       }
     }
     return absl::OkStatus();
@@ -640,8 +677,11 @@ class Backward {
  private:
   const AttentionArgs& a_;
   const Plan& p_;
-  const float *q_, *k_, *v_, *o_, *lse_, *do_;
-  float *dk_, *dv_, *dq_acc_;
+  const T *q_, *k_, *v_, *o_;
+  const float* lse_;
+  const T* do_;
+  T *dk_, *dv_;
+  float* dq_acc_;
   int64_t chunk_stride_;
   const BiasGradientSink& sink_;
   std::mutex* sink_mu_;
@@ -649,12 +689,11 @@ class Backward {
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
 };
 
-}  // namespace
-
-absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k, const float* v,
-                        float* o, float* lse, const CpuAttentionOptions& options) {
+template <class T>
+absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
+                         float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
-  absl::StatusOr<Plan> plan = MakePlan(args, options);
+  absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   if (args.num_q_tokens() > 0 && (q == nullptr || o == nullptr)) {
     return Bad("null q or o tensor");
@@ -662,7 +701,7 @@ absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* 
   if (args.num_k_tokens() > 0 && (k == nullptr || v == nullptr)) {
     return Bad("null k or v tensor");
   }
-  Forward fwd(args, *plan, q, k, v, o, lse);
+  Forward<T> fwd(args, *plan, q, k, v, o, lse);
   if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
   const std::vector<Item> items = MakeItems(args, *plan);
   const int threads = static_cast<int>(std::min<int64_t>(plan->threads, std::max<size_t>(items.size(), 1)));
@@ -683,12 +722,12 @@ absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* 
   return first;
 }
 
-absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
-                         const float* v, const float* o, const float* lse, const float* d_o,
-                         float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
-                         const CpuAttentionOptions& options) {
+template <class T>
+absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v,
+                          const T* o, const float* lse, const T* d_o, T* dq, T* dk, T* dv,
+                          const BiasGradientSink& bias_sink, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
-  absl::StatusOr<Plan> plan = MakePlan(args, options);
+  absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
   if (nq > 0 && (q == nullptr || d_o == nullptr)) return Bad("null q or d_o tensor");
@@ -698,14 +737,16 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
   }
   const int64_t hq = args.num_q_heads, d = args.head_dim;
   // Without the forward's o and lse, recompute them (one forward pass).
-  std::vector<float> o_own, lse_own;
+  std::vector<T> o_own;
+  std::vector<float> lse_own;
   if (o == nullptr && nq > 0) {
     AttentionArgs fa = args;
     fa.o = fa.layout == Layout::kBSHD ? ContiguousStrides(Layout::kBSHD, args.seq_len_q, hq, d)
                                       : ContiguousStrides(Layout::kTHD, 0, hq, d);
     o_own.resize(static_cast<size_t>(nq * hq * d));
     lse_own.resize(static_cast<size_t>(nq * hq));
-    if (absl::Status s = CpuForward(fa, q, k, v, o_own.data(), lse_own.data(), options); !s.ok()) {
+    if (absl::Status s = ForwardImpl<T>(fa, q, k, v, o_own.data(), lse_own.data(), options);
+        !s.ok()) {
       return s;
     }
   }
@@ -715,26 +756,26 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
   std::vector<float> dq_acc(static_cast<size_t>(std::max<int64_t>(bp.chunks, 1) * chunk_stride), 0.0f);
   // o for the backward: the caller's (strides args.o) or the recomputed one re-laid out
   // with args.o's strides into a buffer of the same extent.
-  std::vector<float> o_strided;
-  const float* o_use = o;
+  std::vector<T> o_strided;
+  const T* o_use = o;
   const float* lse_use = lse;
   if (o == nullptr && nq > 0) {
     int64_t extent = 0;
     for (int64_t t = 0; t < nq; ++t) {
       for (int64_t h = 0; h < hq; ++h) extent = std::max(extent, args.QOffset(args.o, t, h) + d);
     }
-    o_strided.assign(static_cast<size_t>(extent), 0.0f);
+    o_strided.assign(static_cast<size_t>(extent), T{});
     for (int64_t t = 0; t < nq; ++t) {
       for (int64_t h = 0; h < hq; ++h) {
-        std::memcpy(o_strided.data() + args.QOffset(args.o, t, h), o_own.data() + (t * hq + h) * d,
-                    static_cast<size_t>(d) * sizeof(float));
+        std::copy(o_own.data() + (t * hq + h) * d, o_own.data() + (t * hq + h + 1) * d,
+                  o_strided.data() + args.QOffset(args.o, t, h));
       }
     }
     o_use = o_strided.data();
     lse_use = lse_own.data();
   }
   std::mutex sink_mu;
-  Backward bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
+  Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
                bias_sink, &sink_mu);
   if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
   int64_t max_lq = 0;
@@ -776,14 +817,38 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
     }
     for (int64_t t = 0; t < nq; ++t) {
       for (int64_t h = 0; h < hq; ++h) {
-        std::memcpy(dq + args.QOffset(args.q, t, h), acc + (t * hq + h) * dp,
-                    static_cast<size_t>(d) * sizeof(float));
+        StoreRow(acc + (t * hq + h) * dp, dq + args.QOffset(args.q, t, h), d);
       }
     }
   }
   // Keys of sequences with no queries still get their (zero) gradients: items cover
   // every key, so nothing else to do.
   return absl::OkStatus();
+}
+
+
+}  // namespace
+
+absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k, const float* v,
+                        float* o, float* lse, const CpuAttentionOptions& options) {
+  return ForwardImpl<float>(args, q, k, v, o, lse, options);
+}
+absl::Status CpuForward(const AttentionArgs& args, const BFloat16* q, const BFloat16* k,
+                        const BFloat16* v, BFloat16* o, float* lse,
+                        const CpuAttentionOptions& options) {
+  return ForwardImpl<BFloat16>(args, q, k, v, o, lse, options);
+}
+absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
+                         const float* v, const float* o, const float* lse, const float* d_o,
+                         float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
+                         const CpuAttentionOptions& options) {
+  return BackwardImpl<float>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options);
+}
+absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFloat16* k,
+                         const BFloat16* v, const BFloat16* o, const float* lse,
+                         const BFloat16* d_o, BFloat16* dq, BFloat16* dk, BFloat16* dv,
+                         const BiasGradientSink& bias_sink, const CpuAttentionOptions& options) {
+  return BackwardImpl<BFloat16>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options);
 }
 
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,

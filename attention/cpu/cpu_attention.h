@@ -16,7 +16,7 @@
 // entirely in the past are not masked): S = Q K^T, locality factor, bias tile
 // (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V. The SIMD kernels
 // (kernels.h) are compiled for AVX-512, AVX2 and a portable baseline and chosen at run
-// time. float32 inputs and outputs, float32 accumulation.
+// time. float32 or bfloat16 inputs and outputs, float32 arithmetic and accumulation.
 //
 // MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
 // longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attention/descriptor.h"
+#include "encodings/sequence/rope.h"
 
 namespace gpe {
 namespace attention {
@@ -63,6 +64,24 @@ absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* 
 absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
                          const float* v, const float* o, const float* lse, const float* d_o,
                          float* dq, float* dk, float* dv,
+                         const BiasGradientSink& bias_sink = nullptr,
+                         const CpuAttentionOptions& options = {});
+
+// bfloat16 inputs and outputs (rope.h's BFloat16 bit patterns), float32 arithmetic: rows
+// are widened to float as tiles load and results rounded to nearest even once on
+// store; lse stays float.
+absl::Status CpuForward(const AttentionArgs& args, const encodings::sequence::BFloat16* q,
+                        const encodings::sequence::BFloat16* k,
+                        const encodings::sequence::BFloat16* v,
+                        encodings::sequence::BFloat16* o, float* lse = nullptr,
+                        const CpuAttentionOptions& options = {});
+absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::BFloat16* q,
+                         const encodings::sequence::BFloat16* k,
+                         const encodings::sequence::BFloat16* v,
+                         const encodings::sequence::BFloat16* o, const float* lse,
+                         const encodings::sequence::BFloat16* d_o,
+                         encodings::sequence::BFloat16* dq, encodings::sequence::BFloat16* dk,
+                         encodings::sequence::BFloat16* dv,
                          const BiasGradientSink& bias_sink = nullptr,
                          const CpuAttentionOptions& options = {});
 

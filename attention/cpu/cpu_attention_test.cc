@@ -822,6 +822,64 @@ TEST(CpuBackward, BiasGradientSinkMatchesReference) {
   EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
 }
 
+TEST(CpuAttentionBf16, ForwardAndBackwardRoundOnceFromFloatArithmetic) {
+  // bfloat16 in and out, float inside: equal to the float kernel run on the widened
+  // inputs, rounded once to bfloat16 (the same arithmetic, so to the bf16 rounding: half
+  // an ulp of bf16, 2^-9 relative, plus float noise far below it).
+  using encodings::sequence::BFloat16;
+  using encodings::sequence::ToBFloat16;
+  using encodings::sequence::ToFloat;
+  Rope rope = MakeRope(64, 64, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Bshd(1, 45, 45, 4, 2, 64);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  std::mt19937_64 rng(500);
+  const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  std::vector<BFloat16> q(n), k(nk), v(nk), g(n);
+  for (auto* t : {&q, &g}) {
+    std::vector<float> f = RandomF(n, &rng);
+    for (size_t i = 0; i < n; ++i) (*t)[i] = ToBFloat16(f[i]);
+  }
+  for (auto* t : {&k, &v}) {
+    std::vector<float> f = RandomF(nk, &rng);
+    for (size_t i = 0; i < nk; ++i) (*t)[i] = ToBFloat16(f[i]);
+  }
+  auto widen = [](const std::vector<BFloat16>& x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = ToFloat(x[i]);
+    return y;
+  };
+  const std::vector<float> qf = widen(q), kf = widen(k), vf = widen(v), gf = widen(g);
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  std::vector<BFloat16> o(n);
+  std::vector<float> lse(45 * 4), of(n), lsef(45 * 4);
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
+  ASSERT_TRUE(CpuForward(a, qf.data(), kf.data(), vf.data(), of.data(), lsef.data(), opt).ok());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(o[i].bits, ToBFloat16(of[i]).bits) << i;  // same float result, one rounding
+  }
+  for (size_t i = 0; i < lse.size(); ++i) EXPECT_EQ(lse[i], lsef[i]);
+  std::vector<BFloat16> dq(n), dk(nk), dv(nk);
+  std::vector<float> dqf(n), dkf(nk), dvf(nk);
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
+                          dq.data(), dk.data(), dv.data(), nullptr, opt)
+                  .ok());
+  // The float run gets the same o (the widened bf16 o) so both backward passes see equal
+  // inputs and must agree to one bf16 rounding.
+  const std::vector<float> ow = widen(o);
+  ASSERT_TRUE(CpuBackward(a, qf.data(), kf.data(), vf.data(), ow.data(), lsef.data(), gf.data(),
+                          dqf.data(), dkf.data(), dvf.data(), nullptr, opt)
+                  .ok());
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(dq[i].bits, ToBFloat16(dqf[i]).bits) << i;
+  for (size_t i = 0; i < nk; ++i) {
+    EXPECT_EQ(dk[i].bits, ToBFloat16(dkf[i]).bits) << i;
+    EXPECT_EQ(dv[i].bits, ToBFloat16(dvf[i]).bits) << i;
+  }
+}
+
 TEST(CpuForward, RejectsBadInput) {
   AttentionArgs a = Bshd(1, 4, 4, 2, 2, 8);
   std::vector<float> x(64, 0.5f), o(64);

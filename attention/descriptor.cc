@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "group/angle.h"
 
 namespace gpe {
 namespace attention {
@@ -126,7 +127,64 @@ class PreparedRope final : public PreparedRowTransform {
   encodings::sequence::RopeTable<float> table_;
 };
 
+class PreparedPlanes final : public PreparedRowTransform {
+ public:
+  PreparedPlanes(std::vector<encodings::sequence::CoordinatePlane> planes,
+                 std::vector<double> cos_sin, int64_t n)
+      : planes_(std::move(planes)), cs_(std::move(cos_sin)), n_(n) {}
+  absl::Status Forward(int64_t first, int64_t count, float* rows,
+                       int64_t stride) const override {
+    return Run(first, count, rows, stride, 1.0);
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows,
+                        int64_t stride) const override {
+    return Run(first, count, rows, stride, -1.0);  // G^T = G(-p): sin changes sign
+  }
+
+ private:
+  absl::Status Run(int64_t first, int64_t count, float* rows, int64_t stride,
+                   double sign) const {
+    if (count < 0 || first < 0 || first > n_ - count) {
+      return Bad(absl::StrCat("prepared planes: rows [", first, ", ", first, " + ", count,
+                              ") outside its ", n_, " positions"));
+    }
+    const size_t np = planes_.size();
+    for (int64_t r = 0; r < count; ++r) {
+      float* x = rows + r * stride;
+      const double* cs = cs_.data() + static_cast<size_t>(first + r) * 2 * np;
+      for (size_t k = 0; k < np; ++k) {
+        const double c = cs[2 * k], s = sign * cs[2 * k + 1];
+        const double x1 = x[planes_[k].first], x2 = x[planes_[k].second];
+        x[planes_[k].first] = static_cast<float>(x1 * c - x2 * s);
+        x[planes_[k].second] = static_cast<float>(x1 * s + x2 * c);
+      }
+    }
+    return absl::OkStatus();
+  }
+  std::vector<encodings::sequence::CoordinatePlane> planes_;
+  std::vector<double> cs_;  // [position][plane][cos, sin]
+  int64_t n_;
+};
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
+    const encodings::sequence::GrapeMCommutingPlanes& planes,
+    absl::Span<const int64_t> positions) {
+  const auto pl = planes.planes();
+  const int64_t n = static_cast<int64_t>(positions.size());
+  std::vector<double> cs(static_cast<size_t>(n) * 2 * pl.size());
+  for (int64_t t = 0; t < n; ++t) {
+    for (size_t k = 0; k < pl.size(); ++k) {
+      // The same reduced angle and double cos/sin as GrapeMCommutingPlanes::Apply.
+      const double angle = group::ReducedAngle(positions[t], pl[k].omega);
+      cs[(t * pl.size() + k) * 2] = std::cos(angle);
+      cs[(t * pl.size() + k) * 2 + 1] = std::sin(angle);
+    }
+  }
+  return std::unique_ptr<PreparedRowTransform>(new PreparedPlanes(
+      std::vector<encodings::sequence::CoordinatePlane>(pl.begin(), pl.end()), std::move(cs), n));
+}
 
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RowTransform::Prepare(
     absl::Span<const int64_t> positions) const {

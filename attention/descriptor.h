@@ -149,11 +149,26 @@ class RopeRowTransform final : public RowTransform {
 // GRAPE-M (grape_m.h) as a RowTransform: E is GrapeMCommutingPlanes or GrapeMProduct.
 // Backward is G(p)^T through E::Backward (parameter gradients are discarded here; learned
 // generators take their gradients from E::Backward directly). `encoding` must outlive it.
+// Commuting planes bound to positions: cos/sin of every (position, plane) angle computed
+// once (exact reduction, group/angle.h) in double, applied with the same double
+// arithmetic as GrapeMCommutingPlanes::Apply, so results are bit-identical to it.
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
+    const encodings::sequence::GrapeMCommutingPlanes& planes,
+    absl::Span<const int64_t> positions);
+
 template <class E>
 class GrapeMRowTransform final : public RowTransform {
  public:
   explicit GrapeMRowTransform(const E& encoding) : e_(encoding) {}
   int64_t dim() const override { return e_.dim(); }
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override {
+    if constexpr (std::is_same_v<E, encodings::sequence::GrapeMCommutingPlanes>) {
+      return PrepareCommutingPlanes(e_, positions);
+    } else {
+      return RowTransform::Prepare(positions);
+    }
+  }
   absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
                        int64_t stride) const override {
     return e_.Apply(positions, rows, stride, rows, stride);

@@ -10,6 +10,9 @@
 #include <thread>
 #include <type_traits>
 #include <utility>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +74,47 @@ void StoreRow(const float* src, T* dst, int64_t n) {
 uint64_t Distance(int64_t a, int64_t b) {
   return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
                 : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+}
+
+// Scratch for FillBias.
+struct BiasScratch {
+  std::vector<int64_t> keys;
+  std::vector<float> diagonal;
+};
+
+bool Consecutive(const int64_t* p, int64_t n) {
+  for (int64_t i = 1; i < n; ++i) {
+    if (p[i] != p[0] + i) return false;
+  }
+  return true;
+}
+
+// out[r * ld + c] = b_head(qpos[r], kpos[c]), r < nr, c < nk. A relative bias of
+// positions only (ALiBi, T5) on consecutive query and key positions is a Toeplitz tile,
+// b(q0 + r, k0 + c) = g(k0 - q0 + c - r): one FillTile row of the nr + nk - 1 distinct
+// differences (query q0 against keys k0 - (nr - 1) + t), copied shifted into each row.
+absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
+                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
+                      float* out, int64_t ld, BiasScratch* scratch) {
+  if (bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
+      Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr) {
+    const int64_t width = nr + nk - 1;
+    scratch->keys.resize(static_cast<size_t>(width));
+    scratch->diagonal.resize(static_cast<size_t>(width));
+    for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
+    if (absl::Status s = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
+                                       scratch->diagonal.data(), width);
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      std::memcpy(out + r * ld, scratch->diagonal.data() + (nr - 1 - r),
+                  static_cast<size_t>(nk) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  return bias.FillTile(head, absl::MakeConstSpan(qpos, nr), absl::MakeConstSpan(kpos, nk), out,
+                       ld);
 }
 
 struct Plan {
@@ -148,6 +192,30 @@ std::vector<Item> MakeItems(const AttentionArgs& a, const Plan& p) {
   return items;
 }
 
+// Flush-to-zero and denormals-are-zero for the calling thread while alive (x86 MXCSR):
+// probabilities and rescaled accumulators that underflow would otherwise turn into
+// subnormals, each costing a microcode assist per FMA. Results change only below
+// float's smallest normal (1e-38), far under every tolerance. Restored on exit.
+class FlushDenormals {
+ public:
+  FlushDenormals() {
+#if defined(__x86_64__) || defined(__i386__)
+    saved_ = _mm_getcsr();
+    _mm_setcsr(saved_ | 0x8040u);  // FTZ (bit 15) | DAZ (bit 6)
+#endif
+  }
+  ~FlushDenormals() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_setcsr(saved_);
+#endif
+  }
+  FlushDenormals(const FlushDenormals&) = delete;
+  FlushDenormals& operator=(const FlushDenormals&) = delete;
+
+ private:
+  unsigned saved_ = 0;
+};
+
 // Runs fn(item_index, thread_index) for every item on `threads` threads (the caller is
 // thread 0), items taken in order from a shared counter.
 template <class Fn>
@@ -155,6 +223,7 @@ void ParallelItems(int threads, int64_t n, const Fn& fn) {
   const int t = static_cast<int>(std::min<int64_t>(threads, n));
   std::atomic<int64_t> next{0};
   auto worker = [&](int tid) {
+    FlushDenormals ftz;
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, tid);
   };
   std::vector<std::thread> pool;
@@ -169,6 +238,7 @@ struct Workspace {
   std::vector<char> packed;
   std::vector<int64_t> kmin, kmax;
   std::vector<char> ksorted;  // key positions non-decreasing within the block
+  BiasScratch bias_scratch;
 
   static int64_t Floats(const Plan& p) {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
@@ -334,8 +404,7 @@ class Forward {
         }
         if (bias != nullptr) {
           float* bt = w.bias.get();
-          if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(tpos, nr),
-                                               absl::MakeConstSpan(kpos, nk), bt, bk);
+          if (absl::Status st = FillBias(*bias, h, tpos, nr, kpos, nk, bt, bk, &w.bias_scratch);
               !st.ok()) {
             return st;
           }
@@ -450,6 +519,7 @@ struct BackwardWorkspace {
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
       s, dp, ds, bias, loc, ones, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
+  BiasScratch bias_scratch;
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
@@ -597,8 +667,8 @@ class Backward {
             }
           }
           if (bias != nullptr) {
-            if (absl::Status st = bias->FillTile(h, absl::MakeConstSpan(qpos, nr),
-                                                 absl::MakeConstSpan(kpos, nk), w.bias.get(), bk);
+            if (absl::Status st =
+                    FillBias(*bias, h, qpos, nr, kpos, nk, w.bias.get(), bk, &w.bias_scratch);
                 !st.ok()) {
               return st;
             }

@@ -471,6 +471,29 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
       CheckAgainstReference(a, opt, ++seed, "rope rot " + std::to_string(rot));
     }
   }
+  {
+    // GRAPE-M commuting planes (learned frequencies on arbitrary disjoint planes) through
+    // its prepared table, which must equal the plain Apply bit for bit.
+    std::vector<encodings::sequence::CoordinatePlane> planes = {{0, 5, 0.3}, {2, 7, -1.1},
+                                                                {9, 1, 0.02}, {12, 15, 2.5}};
+    auto cp = encodings::sequence::GrapeMCommutingPlanes::Create(16, planes);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes> ct(*cp);
+    std::vector<int64_t> pos = {0, 5, -3, int64_t{1} << 31, 77};
+    std::mt19937_64 r2(3);
+    std::vector<float> x = RandomF(pos.size() * 16, &r2), y = x, z = x;
+    ASSERT_TRUE(ct.Forward(pos, y.data(), 16).ok());
+    auto prepared = ct.Prepare(pos);
+    ASSERT_TRUE(prepared.ok());
+    ASSERT_TRUE((*prepared)->Forward(0, 5, z.data(), 16).ok());
+    EXPECT_EQ(y, z);
+    ASSERT_TRUE((*prepared)->Backward(0, 5, z.data(), 16).ok());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(z[i], x[i], 1e-6);  // G^T G = I
+    AttentionArgs ca = Bshd(1, 40, 40, 2, 2, 16);
+    ca.causal = true;
+    ca.q_transform = ca.k_transform = &ct;
+    CheckAgainstReference(ca, opt, 89, "grape-m commuting planes");
+  }
   std::mt19937_64 rng(9);
   const int64_t d = 16;
   auto prod = GrapeMProduct::Create({Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), 0.3},

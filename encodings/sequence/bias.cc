@@ -445,13 +445,14 @@ void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const i
                    int64_t ld) const {
   const double* c = c_.data() + head;
   const int64_t stride = num_heads_;
+  // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
+  std::vector<double> ck(k.size());
+  for (size_t col = 0; col < k.size(); ++col) ck[col] = c[(k[col] - first_) * stride];
   for (size_t r = 0; r < q.size(); ++r) {
     const double ci = c[(q[r] - first_) * stride];
     T* row = out + static_cast<int64_t>(r) * ld;
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
-    for (size_t col = 0; col < k.size(); ++col) {
-      row[col] = static_cast<T>(ci - c[(k[col] - first_) * stride]);
-    }
+    for (size_t col = 0; col < k.size(); ++col) row[col] = static_cast<T>(ci - ck[col]);
   }
 }
 

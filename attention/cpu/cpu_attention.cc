@@ -34,6 +34,9 @@ constexpr int64_t kMaxBlock = 4096;
 // Query rows that share one pass over the key blocks: each key/value block is loaded
 // into L2 once per kPassRows rows rather than once per query tile.
 constexpr int64_t kPassRows = 384;
+// At most this many query rows (heads of a group x tokens) per item: scores from key
+// rows in place instead of packed panels (decoding).
+constexpr int64_t kDirectRows = 16;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -306,10 +309,19 @@ class Forward {
       w.ksorted[blk] = std::is_sorted(pk_.begin() + j0, pk_.begin() + j1);
     }
     const int64_t group = a_.num_q_heads / a_.num_kv_heads;
+    const int64_t n = it.q1 - it.q0;
+    // Few query rows against each key block (decoding): score from key rows in place
+    // rather than packing panels that would be read only a few times.
+    const bool direct = group * n <= kDirectRows;
+    if (group * n <= p_.rows) {  // every head of the group in one pass over the keys
+      return QueryRows(it, it.g * group, group, qbase + it.q0, n, kb, lk, direct, w);
+    }
     for (int64_t h = it.g * group; h < (it.g + 1) * group; ++h) {
       for (int64_t r0 = it.q0; r0 < it.q1; r0 += p_.rows) {
         const int64_t mq = std::min(p_.rows, it.q1 - r0);
-        if (absl::Status s = QueryRows(it, h, qbase + r0, mq, kb, lk, w); !s.ok()) return s;
+        if (absl::Status s = QueryRows(it, h, 1, qbase + r0, mq, kb, lk, direct, w); !s.ok()) {
+          return s;
+        }
       }
     }
     return absl::OkStatus();
@@ -336,123 +348,218 @@ class Forward {
       }
       cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
     }
-    float* vals = w.values.get() + j0 * p_.dp;
-    for (int64_t j = 0; j < nk && !p_.direct_v; ++j) {
-      float* row = vals + j * p_.dp;
-      LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, d);
-      std::fill(row + d, row + p_.dp, 0.0f);
-    }
+    CopyValues(g, kb, j0, nk, w);
     w.packed[blk] = 1;
     return absl::OkStatus();
   }
 
-  // Query rows [t0, t0 + mq) (token indices, mq <= rows) of head h against every allowed
-  // key block: key blocks outer, query tiles of bq rows inner (one L2 load of each key
-  // block per pass), online-softmax state per row.
-  absl::Status QueryRows(const Item& it, int64_t h, int64_t t0, int64_t mq, int64_t kb,
-                         int64_t lk, Workspace& w) const {
-    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
-    float* qb = w.qblk.get();
-    for (int64_t r = 0; r < mq; ++r) {
-      LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h), qb + r * d, d);
+  // Values of keys [j0, j0 + nk) into the padded value buffer (unless read in place).
+  void CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w) const {
+    if (p_.direct_v) return;
+    float* vals = w.values.get() + j0 * p_.dp;
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = vals + j * p_.dp;
+      LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.d);
+      std::fill(row + p_.d, row + p_.dp, 0.0f);
     }
-    if (tq_ != nullptr) {
-      if (absl::Status s = tq_->Forward(t0, mq, qb, d); !s.ok()) return s;
+  }
+
+  // Key rows of block blk for direct scoring: in place (float, no transform) or rotated
+  // into the rows buffer. Returns the rows and their stride.
+  absl::StatusOr<std::pair<const float*, int64_t>> DirectKeys(int64_t g, int64_t kb,
+                                                              int64_t j0, int64_t nk,
+                                                              Workspace& w) const {
+    const int64_t d = p_.d;
+    if constexpr (std::is_same_v<T, float>) {
+      if (tk_ == nullptr) return std::make_pair(k_ + a_.KOffset(a_.k, kb + j0, g), a_.k.token);
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+    }
+    if (tk_ != nullptr) {
+      if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+    }
+    return std::make_pair(static_cast<const float*>(w.rows.get()), d);
+  }
+
+  // One key block as the tiles see it.
+  struct KeyBlock {
+    int64_t b = 0, g = 0, nk = 0;
+    const int64_t* kpos = nullptr;
+    int64_t kmin = 0, kmax = 0;
+    bool sorted = false;
+    bool direct = false;             // scores from key rows (krows, ldk) or panels
+    const float* krows = nullptr;
+    int64_t ldk = 0;
+    const float* panels = nullptr;
+    int64_t num_panels = 0;
+    int64_t ncols = 0;               // score columns (padding masked)
+    const float* vals = nullptr;     // value rows of the block
+    int64_t ldv = 0;
+  };
+
+  // One query tile (nr rows of head h, scaled rotated q rows, positions tpos, smallest
+  // pmin) against one key block: scores, locality, bias, mask, online softmax, O += P V.
+  absl::Status TileStep(const KeyBlock& kb, int64_t h, const float* qrows, const int64_t* tpos,
+                        int64_t nr, int64_t pmin, float* m, float* l, float* alpha, float* oacc,
+                        Workspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    float* s = w.s.get();
+    if (kb.direct) {
+      cpu::ScoreDirect(qrows, d, nr, d, kb.krows, kb.ldk, nk, s, bk);
+    } else {
+      cpu::ScoreTile(qrows, d, nr, d, kb.panels, kb.num_panels, s, bk);
+    }
+    if (a_.locality.has_value()) {
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) {
+          auto f = encodings::sequence::LocalityFactor(Distance(tpos[r], kb.kpos[j]), *a_.locality);
+          if (!f.ok()) return f.status();
+          s[r * bk + j] *= static_cast<float>(*f);
+        }
+      }
+    }
+    const encodings::sequence::AdditiveBias* bias =
+        a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
+    if (bias != nullptr) {
+      float* bt = w.bias.get();
+      if (absl::Status st = FillBias(*bias, h, tpos, nr, kb.kpos, nk, bt, bk, &w.bias_scratch);
+          !st.ok()) {
+        return st;
+      }
+      const float c = static_cast<float>(kLog2e);
+      for (int64_t r = 0; r < nr; ++r) {
+        float* sr = s + r * bk;
+        const float* br = bt + r * bk;
+        for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
+      }
+    }
+    if (a_.causal && kb.kmax > pmin) {  // some pair in the future
+      for (int64_t r = 0; r < nr; ++r) {
+        float* sr = s + r * bk;
+        if (kb.sorted) {  // the future is a suffix of the block
+          const int64_t first = std::upper_bound(kb.kpos, kb.kpos + nk, tpos[r]) - kb.kpos;
+          std::fill(sr + first, sr + nk, kNegInf);
+        } else {
+          for (int64_t j = 0; j < nk; ++j) {
+            if (kb.kpos[j] > tpos[r]) sr[j] = kNegInf;
+          }
+        }
+      }
+    }
+    if (nk < kb.ncols) {
+      for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
+    }
+    cpu::SoftmaxTile(s, bk, nr, kb.ncols, m, l, alpha);
+    cpu::AccumulateTile(s, bk, nr, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    return absl::OkStatus();
+  }
+
+  // Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) (nh * mq <= rows)
+  // against every allowed key block: key blocks outer, query tiles of up to bq rows of
+  // one head inner (one L2 load of each key block per pass, shared by the group's heads),
+  // online-softmax state per row. Buffer row hi * mq + r is head h0 + hi, token t0 + r.
+  absl::Status QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
+                         int64_t kb, int64_t lk, bool direct, Workspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
+    const int64_t rows = nh * mq;
+    float* qb = w.qblk.get();
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      float* qh = qb + hi * mq * d;
+      for (int64_t r = 0; r < mq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
+      if (tq_ != nullptr) {
+        if (absl::Status s = tq_->Forward(t0, mq, qh, d); !s.ok()) return s;
+      }
     }
     const float qscale = static_cast<float>(a_.scale() * kLog2e);
-    for (int64_t i = 0; i < mq * d; ++i) qb[i] *= qscale;
+    for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
     const int64_t* qpos = pq_.data() + t0;
-    const int64_t tiles = (mq + bq - 1) / bq;
-    // Position range of each query tile (causal skipping and masking).
-    int64_t tile_min[kPassRows], tile_max[kPassRows];
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t r0 = t * bq, r1 = std::min(mq, r0 + bq);
-      tile_min[t] = *std::min_element(qpos + r0, qpos + r1);
-      tile_max[t] = *std::max_element(qpos + r0, qpos + r1);
+    // Tiles: up to bq rows of one head; their position ranges (causal skipping, masks).
+    struct Tile {
+      int64_t head, row, n, pmin, pmax;  // row: first buffer row; positions of its tokens
+    };
+    Tile tile[kPassRows];
+    int64_t tiles = 0;
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      for (int64_t r0 = 0; r0 < mq; r0 += bq) {
+        const int64_t n = std::min(bq, mq - r0);
+        tile[tiles++] = {h0 + hi, hi * mq + r0, n, *std::min_element(qpos + r0, qpos + r0 + n),
+                         *std::max_element(qpos + r0, qpos + r0 + n)};
+      }
     }
-    const int64_t qmax = *std::max_element(tile_max, tile_max + tiles);
+    int64_t qmax = std::numeric_limits<int64_t>::min();
+    for (int64_t t = 0; t < tiles; ++t) qmax = std::max(qmax, tile[t].pmax);
     const float kNegInf = -std::numeric_limits<float>::infinity();
-    std::fill(w.m.get(), w.m.get() + mq, kNegInf);
-    std::fill(w.l.get(), w.l.get() + mq * kSumLanes, 0.0f);
-    std::fill(w.oacc.get(), w.oacc.get() + mq * dp, 0.0f);
-    const encodings::sequence::AdditiveBias* bias =
-        a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
+    std::fill(w.m.get(), w.m.get() + rows, kNegInf);
+    std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
+    std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
     const int64_t blocks = (lk + bk - 1) / bk;
-    float* s = w.s.get();
     for (int64_t blk = 0; blk < blocks; ++blk) {
       if (a_.causal && w.kmin[blk] > qmax) continue;  // entirely in every row's future
-      if (!w.packed[blk]) {
-        if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
-      }
       const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
-      const int64_t panels = (nk + kPanel - 1) / kPanel;
-      const int64_t ncols = panels * kPanel;
       const int64_t* kpos = pk_.data() + kb + j0;
+      const float* krows = nullptr;
+      int64_t ldk = 0, ncols = 0;
+      const float* panels = w.panels.get() + blk * bk * d;
+      int64_t num_panels = 0;
+      if (direct) {
+        auto keys = DirectKeys(it.g, kb, j0, nk, w);
+        if (!keys.ok()) return keys.status();
+        krows = keys->first;
+        ldk = keys->second;
+        CopyValues(it.g, kb, j0, nk, w);
+        ncols = RoundUp(nk, kVecPad);
+      } else {
+        if (!w.packed[blk]) {
+          if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
+        }
+        num_panels = (nk + kPanel - 1) / kPanel;
+        ncols = num_panels * kPanel;
+      }
+      KeyBlock kblk;
+      kblk.b = it.b;
+      kblk.g = it.g;
+      kblk.nk = nk;
+      kblk.kpos = kpos;
+      kblk.kmin = w.kmin[blk];
+      kblk.kmax = w.kmax[blk];
+      kblk.sorted = w.ksorted[blk];
+      kblk.direct = direct;
+      kblk.krows = krows;
+      kblk.ldk = ldk;
+      kblk.panels = panels;
+      kblk.num_panels = num_panels;
+      kblk.ncols = ncols;
+      kblk.vals = w.values.get() + j0 * dp;
+      if constexpr (std::is_same_v<T, float>) {
+        if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
+      }
+      kblk.ldv = p_.direct_v ? a_.v.token : dp;
       for (int64_t t = 0; t < tiles; ++t) {
-        if (a_.causal && w.kmin[blk] > tile_max[t]) continue;
-        const int64_t r0 = t * bq, nr = std::min(bq, mq - r0);
-        const int64_t* tpos = qpos + r0;
-        cpu::ScoreTile(qb + r0 * d, d, nr, d, w.panels.get() + blk * bk * d, panels, s, bk);
-        if (a_.locality.has_value()) {
-          for (int64_t r = 0; r < nr; ++r) {
-            for (int64_t j = 0; j < nk; ++j) {
-              auto f = encodings::sequence::LocalityFactor(Distance(tpos[r], kpos[j]), *a_.locality);
-              if (!f.ok()) return f.status();
-              s[r * bk + j] *= static_cast<float>(*f);
-            }
-          }
+        if (a_.causal && kblk.kmin > tile[t].pmax) continue;
+        const int64_t r0 = tile[t].row, h = tile[t].head;
+        const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
+        if (absl::Status st = TileStep(kblk, h, qb + r0 * d, tpos, tile[t].n, tile[t].pmin,
+                                       w.m.get() + r0, w.l.get() + r0 * kSumLanes,
+                                       w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+            !st.ok()) {
+          return st;
         }
-        if (bias != nullptr) {
-          float* bt = w.bias.get();
-          if (absl::Status st = FillBias(*bias, h, tpos, nr, kpos, nk, bt, bk, &w.bias_scratch);
-              !st.ok()) {
-            return st;
-          }
-          const float c = static_cast<float>(kLog2e);
-          for (int64_t r = 0; r < nr; ++r) {
-            float* sr = s + r * bk;
-            const float* br = bt + r * bk;
-            for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
-          }
-        }
-        if (a_.causal && w.kmax[blk] > tile_min[t]) {  // some pair in the future
-          for (int64_t r = 0; r < nr; ++r) {
-            float* sr = s + r * bk;
-            if (w.ksorted[blk]) {  // the future is a suffix of the block
-              const int64_t first = std::upper_bound(kpos, kpos + nk, tpos[r]) - kpos;
-              std::fill(sr + first, sr + nk, kNegInf);
-            } else {
-              for (int64_t j = 0; j < nk; ++j) {
-                if (kpos[j] > tpos[r]) sr[j] = kNegInf;
-              }
-            }
-          }
-        }
-        if (nk < ncols) {
-          for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + ncols, kNegInf);
-        }
-        cpu::SoftmaxTile(s, bk, nr, ncols, w.m.get() + r0, w.l.get() + r0 * kSumLanes,
-                         w.alpha.get() + r0);
-        const float* vals = w.values.get() + j0 * dp;
-        if constexpr (std::is_same_v<T, float>) {
-          if (p_.direct_v) vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
-        }
-        const int64_t ldv = p_.direct_v ? a_.v.token : dp;
-        cpu::AccumulateTile(s, bk, nr, nk, vals, ldv, dp, w.alpha.get() + r0,
-                            w.oacc.get() + r0 * dp, dp);
       }
     }
-    for (int64_t r = 0; r < mq; ++r) {
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t h = h0 + row / mq, r = row % mq;
       T* out = o_ + a_.QOffset(a_.o, t0 + r, h);
-      float* acc = w.oacc.get() + r * dp;
+      float* acc = w.oacc.get() + row * dp;
       float l = 0.0f;
-      for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[r * kSumLanes + i];
+      for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no allowed key: o = 0
       for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
       StoreRow(acc, out, d);
       if (lse_ != nullptr) {
         lse_[(t0 + r) * a_.num_q_heads + h] =
-            l > 0.0f ? static_cast<float>((static_cast<double>(w.m[r]) + std::log2(static_cast<double>(l))) * kLn2)
+            l > 0.0f ? static_cast<float>((static_cast<double>(w.m[row]) + std::log2(static_cast<double>(l))) * kLn2)
                      : kNegInf;
       }
     }

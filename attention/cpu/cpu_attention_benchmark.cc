@@ -160,6 +160,61 @@ BENCHMARK(BM_CpuBackward)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
+double TriadGBs(int threads) {
+  static std::map<int, double>* cache = new std::map<int, double>();
+  auto it = cache->find(threads);
+  if (it == cache->end()) it = cache->emplace(threads, tools::TriadBandwidthGBs(threads)).first;
+  return it->second;
+}
+
+// Decoding: one query token per sequence against a KV cache of `cache` tokens, GQA
+// 32 query heads over 8 kv heads, d = 128, default positions (queries last). Bound by
+// reading K and V once: reported as a fraction of the triad bandwidth.
+void BM_CpuDecode(benchmark::State& state) {
+  const int64_t cache = state.range(0), hq = 32, hkv = 8, d = 128;
+  const int threads = static_cast<int>(state.range(1));
+  AttentionArgs a;
+  a.batch = 1;
+  a.seq_len_q = 1;
+  a.seq_len_k = cache;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kBSHD, 1, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kBSHD, cache, hkv, d);
+  a.causal = true;
+  std::vector<float> q(static_cast<size_t>(hq * d), 0.5f), o(q.size());
+  std::vector<float> k(static_cast<size_t>(cache * hkv * d)), v(k.size());
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  for (auto _ : state) {
+    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double bytes = 2.0 * double(k.size()) * sizeof(float);
+  const double triad = TriadGBs(threads);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["triad_GB/s"] = triad;
+  state.counters["frac_of_triad"] =
+      benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_CpuDecode)
+    ->ArgNames({"cache", "threads"})
+    ->Args({32768, 2})
+    ->Args({32768, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 // The shape (b1 h16 s4096 d128) on 2 threads, every encoding, causal and not;
 // then smaller sequences and 1 thread for scaling.
 BENCHMARK(BM_CpuForward)

@@ -416,6 +416,21 @@ TEST(CpuForward, GqaMqaKvCacheAndStrides) {
     a.causal = true;
     CheckAgainstReference(a, opt, 40 + lq, "kv cache lq " + std::to_string(lq));
   }
+  // Decoding (few query rows per key block: scores from key rows in place) with RoPE,
+  // ALiBi and a head_dim that is not a multiple of the vector width.
+  {
+    Rope rope = MakeRope(40, 40, group::PlanePairing::kHalfSplit);
+    RopeRowTransform tr(rope);
+    auto alibi = AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    for (int64_t lq : {1, 2}) {
+      AttentionArgs dec = Bshd(2, lq, 300, 8, 2, 40);
+      dec.causal = true;
+      dec.q_transform = dec.k_transform = &tr;
+      dec.biases = {&*alibi};
+      CheckAgainstReference(dec, opt, 45 + lq, "decode lq " + std::to_string(lq));
+    }
+  }
   // Padded, non-contiguous strides on every tensor.
   AttentionArgs a = Bshd(2, 19, 23, 4, 2, 24);
   a.q = a.o = Strides{19 * (4 * (24 + 3) + 5) + 11, 4 * (24 + 3) + 5, 24 + 3};

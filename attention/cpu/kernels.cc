@@ -177,6 +177,54 @@ void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const flo
   }
 }
 
+// Scores straight from key rows (no panel): per key, up to 4 query rows share each
+// vector load of the key; one horizontal sum per (row, key). For few query rows per key
+// block (decoding), where packing panels would cost more than it saves.
+template <int R>
+HWY_INLINE void ScoreDirectRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
+                                const float* HWY_RESTRICT keys, int64_t ldk, int64_t nk,
+                                float* HWY_RESTRICT s, int64_t lds) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t dv = d / N * N;
+  for (int64_t j = 0; j < nk; ++j) {
+    const float* k = keys + j * ldk;
+    VF acc[R];
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+    for (int64_t c = 0; c < dv; c += N) {
+      const VF kv = hn::LoadU(df, k + c);
+      HWY_UNROLL(4)
+      for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c), kv, acc[r]);
+    }
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      float sum = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+      for (int64_t c = dv; c < d; ++c) sum += q[r * ldq + c] * k[c];
+      s[r * lds + j] = sum;
+    }
+  }
+}
+
+void ScoreDirectImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
+                     int64_t ldk, int64_t nk, float* s, int64_t lds) {
+  int64_t r = 0;
+  for (; r + 4 <= mq; r += 4) ScoreDirectRows<4>(q + r * ldq, ldq, d, keys, ldk, nk, s + r * lds, lds);
+  switch (mq - r) {
+    case 1:
+      ScoreDirectRows<1>(q + r * ldq, ldq, d, keys, ldk, nk, s + r * lds, lds);
+      break;
+    case 2:
+      ScoreDirectRows<2>(q + r * ldq, ldq, d, keys, ldk, nk, s + r * lds, lds);
+      break;
+    case 3:
+      ScoreDirectRows<3>(q + r * ldq, ldq, d, keys, ldk, nk, s + r * lds, lds);
+      break;
+    default:
+      break;
+  }
+}
+
 void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                      float* alpha) {
   const DF df;
@@ -348,6 +396,7 @@ namespace cpu {
 
 HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(ScoreTileImpl);
+HWY_EXPORT(ScoreDirectImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
@@ -361,6 +410,10 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
+}
+void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
+                 int64_t ldk, int64_t nk, float* s, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(ScoreDirectImpl)(q, ldq, mq, d, keys, ldk, nk, s, lds);
 }
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {

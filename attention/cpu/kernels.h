@@ -33,6 +33,11 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds);
 
+// The same scores read from key rows in place (row j at keys + j * ldk), j < nk, for
+// few query rows per key (decoding); nothing is written past column nk.
+void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
+                 int64_t ldk, int64_t nk, float* s, int64_t lds);
+
 // Partial row sums of the softmax denominator are kept as kSumLanes floats per row
 // (their sum is the row's sum), so that no tile needs a horizontal addition.
 inline constexpr int64_t kSumLanes = 16;

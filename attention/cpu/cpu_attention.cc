@@ -37,6 +37,8 @@ constexpr int64_t kPassRows = 384;
 // At most this many query rows (heads of a group x tokens) per item: scores from key
 // rows in place instead of packed panels (decoding).
 constexpr int64_t kDirectRows = 16;
+// Decoding shapes split the keys across threads (RunDecode) from this many keys on.
+constexpr int64_t kDecodeMinKeys = 1024;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -382,6 +384,124 @@ class Forward {
     return std::make_pair(static_cast<const float*>(w.rows.get()), d);
   }
 
+  // (Public: RunDecode drives these two.)
+ public:
+  // Decoding (split-KV, "flash decoding"): key rows [k0, k1) of sequence b for every kv
+  // head, so a thread streams one contiguous range of the KV cache (all heads of each
+  // token are adjacent in bshd/thd); the unnormalised state (m, l, o) of every (token,
+  // head) row goes to partial[(chunk, token, head)], combined by CombineDecode.
+  absl::Status RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk, float* partial,
+                             Workspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
+    const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads;
+    const int64_t t0 = a_.q_begin(b), lq = a_.q_end(b) - t0, kb = a_.k_begin(b);
+    const int64_t rows = hq * lq;  // row h * lq + r: head h, token t0 + r
+    float* qb = w.qblk.get();
+    for (int64_t h = 0; h < hq; ++h) {
+      float* qh = qb + h * lq * d;
+      for (int64_t r = 0; r < lq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h), qh + r * d, d);
+      if (tq_ != nullptr) {
+        if (absl::Status s = tq_->Forward(t0, lq, qh, d); !s.ok()) return s;
+      }
+    }
+    const float qscale = static_cast<float>(a_.scale() * kLog2e);
+    for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+    const int64_t* qpos = pq_.data() + t0;
+    const int64_t qmin = *std::min_element(qpos, qpos + lq);
+    const int64_t qmax = *std::max_element(qpos, qpos + lq);
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    std::fill(w.m.get(), w.m.get() + rows, kNegInf);
+    std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
+    std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
+    for (int64_t j0 = k0; j0 < k1; j0 += bk) {
+      const int64_t nk = std::min(bk, k1 - j0);
+      KeyBlock kblk;
+      kblk.b = b;
+      kblk.nk = nk;
+      kblk.kpos = pk_.data() + kb + j0;
+      kblk.kmin = *std::min_element(kblk.kpos, kblk.kpos + nk);
+      kblk.kmax = *std::max_element(kblk.kpos, kblk.kpos + nk);
+      if (a_.causal && kblk.kmin > qmax) continue;
+      kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
+      kblk.direct = true;
+      kblk.ncols = RoundUp(nk, kVecPad);
+      for (int64_t g = 0; g < a_.num_kv_heads; ++g) {
+        kblk.g = g;
+        auto keys = DirectKeys(g, kb, j0, nk, w);
+        if (!keys.ok()) return keys.status();
+        kblk.krows = keys->first;
+        kblk.ldk = keys->second;
+        CopyValues(g, kb, j0, nk, w);
+        kblk.vals = w.values.get() + j0 * dp;
+        if constexpr (std::is_same_v<T, float>) {
+          if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
+        }
+        kblk.ldv = p_.direct_v ? a_.v.token : dp;
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          const int64_t r0 = h * lq;
+          if (absl::Status st = TileStep(kblk, h, qb + r0 * d, qpos, lq, qmin, w.m.get() + r0,
+                                         w.l.get() + r0 * kSumLanes, w.alpha.get() + r0,
+                                         w.oacc.get() + r0 * dp, w);
+              !st.ok()) {
+            return st;
+          }
+        }
+      }
+    }
+    const int64_t nq = a_.num_q_tokens(), stride = dp + 2;
+    for (int64_t h = 0; h < hq; ++h) {
+      for (int64_t r = 0; r < lq; ++r) {
+        const int64_t row = h * lq + r;
+        float* out = partial + ((chunk * nq + t0 + r) * hq + h) * stride;
+        float l = 0.0f;
+        for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
+        out[0] = w.m[row];
+        out[1] = l;
+        std::memcpy(out + 2, w.oacc.get() + row * dp, static_cast<size_t>(dp) * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // o and lse of every (token, head) from the chunks' states: M = max m_c,
+  // l = sum l_c 2^(m_c - M), o = sum o_c 2^(m_c - M) / l (base-2 log domain).
+  void CombineDecode(const float* partial, int64_t chunks) const {
+    const int64_t hq = a_.num_q_heads, nq = a_.num_q_tokens(), d = p_.d, dp = p_.dp;
+    const int64_t stride = dp + 2;
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    std::vector<float> acc(static_cast<size_t>(d));
+    for (int64_t t = 0; t < nq; ++t) {
+      for (int64_t h = 0; h < hq; ++h) {
+        float mx = kNegInf;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const float* st = partial + ((c * nq + t) * hq + h) * stride;
+          if (st[1] > 0.0f) mx = std::max(mx, st[0]);
+        }
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        float l = 0.0f;
+        if (mx != kNegInf) {
+          for (int64_t c = 0; c < chunks; ++c) {
+            const float* st = partial + ((c * nq + t) * hq + h) * stride;
+            if (!(st[1] > 0.0f)) continue;
+            const float f = std::exp2(st[0] - mx);
+            l += f * st[1];
+            for (int64_t e = 0; e < d; ++e) acc[e] += f * st[2 + e];
+          }
+        }
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
+        StoreRow(acc.data(), o_ + a_.QOffset(a_.o, t, h), d);
+        if (lse_ != nullptr) {
+          lse_[t * hq + h] =
+              l > 0.0f ? static_cast<float>((static_cast<double>(mx) + std::log2(static_cast<double>(l))) * kLn2)
+                       : kNegInf;
+        }
+      }
+    }
+  }
+
+
+ private:
   // One key block as the tiles see it.
   struct KeyBlock {
     int64_t b = 0, g = 0, nk = 0;
@@ -867,6 +987,56 @@ class Backward {
 };
 
 template <class T>
+absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
+                       int64_t total_k) {
+  // Chunks of about total_k / (4 threads) keys (whole key blocks), per sequence.
+  const int64_t chunk = std::max(plan.bk, RoundUp(total_k / (4 * plan.threads) + 1, plan.bk));
+  struct DecodeItem {
+    int64_t b, k0, k1, chunk;
+  };
+  std::vector<DecodeItem> items;
+  int64_t chunks = 1;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    if (args.q_end(b) == args.q_begin(b)) continue;
+    const int64_t lk = args.k_end(b) - args.k_begin(b);
+    int64_t c = 0;
+    for (int64_t k0 = 0; k0 < lk; k0 += chunk, ++c) {
+      items.push_back({b, k0, std::min(lk, k0 + chunk), c});
+    }
+    chunks = std::max(chunks, c);
+  }
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, stride = plan.dp + 2;
+  // Unused states (sequences with fewer chunks, or no keys) keep l = 0: no contribution.
+  std::vector<float> partial(static_cast<size_t>(chunks * nq * hq * stride), 0.0f);
+  const int threads =
+      static_cast<int>(std::min<int64_t>(plan.threads, std::max<size_t>(items.size(), 1)));
+  Plan wplan = plan;
+  int64_t max_lq = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+  }
+  wplan.rows = std::max(plan.rows, hq * max_lq);
+  std::vector<std::unique_ptr<Workspace>> ws(static_cast<size_t>(threads));
+  std::mutex mu;
+  absl::Status first = absl::OkStatus();
+  std::atomic<bool> failed{false};
+  ParallelItems(threads, static_cast<int64_t>(items.size()), [&](int64_t i, int tid) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    if (ws[tid] == nullptr) ws[tid] = std::make_unique<Workspace>(wplan);
+    const DecodeItem& it = items[i];
+    absl::Status s = fwd.RunDecodeItem(it.b, it.k0, it.k1, it.chunk, partial.data(), *ws[tid]);
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) first = s;
+      failed = true;
+    }
+  });
+  if (!first.ok()) return first;
+  fwd.CombineDecode(partial.data(), chunks);
+  return absl::OkStatus();
+}
+
+template <class T>
 absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
                          float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
@@ -880,6 +1050,16 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, cons
   }
   Forward<T> fwd(args, *plan, q, k, v, o, lse);
   if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
+  // Decoding shapes (few query rows per kv head, long KV caches): split the keys.
+  int64_t max_lq = 0, total_k = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+    total_k += args.k_end(b) - args.k_begin(b);
+  }
+  const int64_t group = args.num_q_heads / args.num_kv_heads;
+  if (max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys) {
+    return RunDecode(fwd, args, *plan, total_k);
+  }
   const std::vector<Item> items = MakeItems(args, *plan);
   const int threads = static_cast<int>(std::min<int64_t>(plan->threads, std::max<size_t>(items.size(), 1)));
   std::vector<std::unique_ptr<Workspace>> ws(static_cast<size_t>(threads));

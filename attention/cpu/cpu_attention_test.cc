@@ -431,6 +431,27 @@ TEST(CpuForward, GqaMqaKvCacheAndStrides) {
       CheckAgainstReference(dec, opt, 45 + lq, "decode lq " + std::to_string(lq));
     }
   }
+  // Long KV caches split across threads (split-KV decoding), with RoPE and ALiBi, and a
+  // packed batch with an empty cache, a 1-token cache and a long one.
+  {
+    Rope rope = MakeRope(40, 40, group::PlanePairing::kHalfSplit);
+    RopeRowTransform tr(rope);
+    auto alibi = AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    CpuAttentionOptions three;
+    three.num_threads = 3;
+    for (int64_t lq : {1, 2}) {
+      AttentionArgs dec = Bshd(1, lq, 1500, 8, 2, 40);
+      dec.causal = true;
+      dec.q_transform = dec.k_transform = &tr;
+      dec.biases = {&*alibi};
+      CheckAgainstReference(dec, three, 47 + lq, "split-kv decode lq " + std::to_string(lq));
+    }
+    const std::vector<int64_t> cu_q = {0, 1, 2, 3}, cu_k = {0, 0, 1, 1300};
+    AttentionArgs var = Thd(cu_q, cu_k, 4, 4, 32);
+    var.causal = true;
+    CheckAgainstReference(var, three, 49, "split-kv varlen decode");
+  }
   // Padded, non-contiguous strides on every tensor.
   AttentionArgs a = Bshd(2, 19, 23, 4, 2, 24);
   a.q = a.o = Strides{19 * (4 * (24 + 3) + 5) + 11, 4 * (24 + 3) + 5, 24 + 3};

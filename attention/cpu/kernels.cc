@@ -13,6 +13,7 @@
 #define HWY_TARGET_INCLUDE "attention/cpu/kernels.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 
 #include <cmath>
 #include <cstring>
@@ -28,6 +29,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
+
+// Rows ahead that the strided-row loops prefetch.
+constexpr int64_t kPrefetchRows = 8;
 using VF = hn::Vec<DF>;
 
 #if HWY_TARGET <= HWY_AVX3
@@ -189,6 +193,12 @@ HWY_INLINE void ScoreDirectRows(const float* HWY_RESTRICT q, int64_t ldq, int64_
   const int64_t dv = d / N * N;
   for (int64_t j = 0; j < nk; ++j) {
     const float* k = keys + j * ldk;
+    // Key rows of a KV cache are often a page apart (all heads of a token lie between
+    // them), beyond what hardware prefetchers follow: fetch a few keys ahead.
+    if (j + kPrefetchRows < nk) {
+      const float* ahead = k + kPrefetchRows * ldk;
+      for (int64_t c = 0; c < d; c += 16) hwy::Prefetch(ahead + c);
+    }
     VF acc[R];
     HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
@@ -302,6 +312,11 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
     for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
   }
   for (int64_t j = 0; j < nk; ++j) {
+    if (j + kPrefetchRows < nk) {  // value rows may be a page apart (see ScoreDirectRows)
+      const float* ahead = v + (j + kPrefetchRows) * ldv;
+      HWY_UNROLL(4)
+      for (int c = 0; c < NV; ++c) hwy::Prefetch(ahead + c * N);
+    }
     VF vv[NV];
     HWY_UNROLL(32)
     for (int c = 0; c < NV; ++c) vv[c] = hn::LoadU(df, v + j * ldv + c * N);

@@ -19,6 +19,7 @@
 #include "c_api/checks.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
+#include "c_api/sequence_handles.h"
 #include "c_api/tensor_view.h"
 #include "encodings/sequence/absolute.h"
 #include "encodings/sequence/algebraic.h"
@@ -40,16 +41,6 @@ using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 namespace seq = gpe::encodings::sequence;
 
-// The opaque handles.
-struct gpe_learned_positions {
-  seq::LearnedPositionTable impl;
-};
-struct gpe_grape_m {
-  seq::GrapeMProduct impl;
-};
-struct gpe_algebraic_sequence {
-  seq::AlgebraicSequence impl;
-};
 
 namespace {
 

@@ -51,7 +51,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------- */
 
 #define GPE_VERSION_MAJOR 0
-#define GPE_VERSION_MINOR 2
+#define GPE_VERSION_MINOR 3
 #define GPE_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
 #define GPE_VERSION_NUMBER \
@@ -339,6 +339,62 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fi
 GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* psi_y,
                                                               const DLTensor* psi_x,
                                                               const DLTensor* w, DLTensor* out);
+
+/* ----------------------------------------------------------------------------------
+ * Attention (attention/cpu): multi-head scaled dot-product attention with the
+ * positional encoding applied inside the kernel (flash-style tiles, linear memory).
+ *
+ * Tensors (float32, or bfloat16 for all of q, k, v, o and the gradients; lse float32):
+ *  - padded batch: q [batch, seq_q, heads_q, head_dim], k and v
+ *    [batch, seq_k, heads_kv, head_dim], o like q;
+ *  - packed variable-length (cu_seqlens_q and cu_seqlens_k given, int64 [batch + 1],
+ *    starting at 0, non-decreasing): q [tokens_q, heads_q, head_dim], k, v
+ *    [tokens_k, heads_kv, head_dim].
+ * Any strides with head_dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
+ * s_ij = scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j); o_i = sum_j softmax_j(s_ij) v_j;
+ * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln sum_j
+ * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Causal: key j allowed iff
+ * p_j <= p_i. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of them
+ * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
+ * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b.
+ * ---------------------------------------------------------------------------------- */
+enum {
+  GPE_ALIBI_NONE = 0,
+  GPE_ALIBI_CAUSAL = 1,    /* b = -m_h (p_i - p_j), Press et al.'s slopes */
+  GPE_ALIBI_SYMMETRIC = 2  /* b = -m_h |p_i - p_j| */
+};
+
+typedef struct gpe_attention_options {
+  uint32_t struct_size;  /* sizeof(gpe_attention_options) */
+  int32_t causal;        /* 0 or 1 */
+  double softmax_scale;  /* > 0, finite; 0 means 1 / sqrt(head_dim) */
+  int32_t num_threads;   /* 0: every hardware thread */
+  int64_t rope_dim;      /* 0: no RoPE; else even, <= head_dim (partial rotary) */
+  double rope_base;      /* RoPE's theta base (default 10000) */
+  int32_t rope_pairing;  /* GPE_PAIRING_* */
+  int32_t alibi;         /* GPE_ALIBI_* */
+  const gpe_grape_m* grape_m;               /* optional: GRAPE-M rotations of q and k */
+  const gpe_algebraic_sequence* algebraic;  /* optional: W^p of q and k */
+  const DLTensor* q_positions;              /* optional int64 [tokens_q] */
+  const DLTensor* k_positions;              /* optional int64 [tokens_k] (both or neither) */
+  const DLTensor* cu_seqlens_q;             /* optional int64 [batch + 1]: packed layout */
+  const DLTensor* cu_seqlens_k;
+} gpe_attention_options;
+#define GPE_ATTENTION_OPTIONS_INIT                                                     \
+  { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
+    GPE_ALIBI_NONE, NULL, NULL, NULL, NULL, NULL, NULL }
+
+/* o (and lse if non-NULL) from q, k, v. */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,
+                                                       const DLTensor* q, const DLTensor* k,
+                                                       const DLTensor* v, DLTensor* o,
+                                                       DLTensor* lse);
+/* dq, dk, dv (each may be NULL to skip) from d_o, with respect to q, k, v before the
+ * encoding. o and lse are the forward's (both given, or both NULL to recompute them). */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv);
 
 #ifdef __cplusplus
 } /* extern "C" */

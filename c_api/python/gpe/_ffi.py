@@ -121,6 +121,25 @@ class AlgebraicSequenceOptions(ctypes.Structure):
     ]
 
 
+class AttentionOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("causal", ctypes.c_int32),
+        ("softmax_scale", ctypes.c_double),
+        ("num_threads", ctypes.c_int32),
+        ("rope_dim", ctypes.c_int64),
+        ("rope_base", ctypes.c_double),
+        ("rope_pairing", ctypes.c_int32),
+        ("alibi", ctypes.c_int32),
+        ("grape_m", ctypes.c_void_p),
+        ("algebraic", ctypes.c_void_p),
+        ("q_positions", ctypes.POINTER(DLTensor)),
+        ("k_positions", ctypes.POINTER(DLTensor)),
+        ("cu_seqlens_q", ctypes.POINTER(DLTensor)),
+        ("cu_seqlens_k", ctypes.POINTER(DLTensor)),
+    ]
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -197,6 +216,10 @@ def _declare(lib):
         "gpe_stable_rank": (st, [t, ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_fit_separable_2d": (st, [ctypes.POINTER(SeparableFitOptions), t, t, t, t]),
         "gpe_inr_predict_separable_2d": (st, [t, t, t, t]),
+        # Attention.
+        "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
+        "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,
+                                        t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -1,0 +1,218 @@
+// gpe_attention_forward / _backward through gpe.h only, against an independent oracle
+// written here from the formulas (RoPE of Su et al. eq. 34 half-split, ALiBi slopes of
+// Press et al. for a power of two, softmax in double), plus the bad-input table.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "c_api/include/gpe/gpe.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
+                std::vector<int64_t>* strides = nullptr) {
+  DLTensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = static_cast<int32_t>(shape->size());
+  t.dtype.code = static_cast<uint8_t>(code);
+  t.dtype.bits = static_cast<uint8_t>(bits);
+  t.dtype.lanes = 1;
+  t.shape = shape->data();
+  t.strides = strides ? strides->data() : nullptr;
+  return t;
+}
+
+std::vector<float> Random(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& e : x) e = u(rng);
+  return x;
+}
+
+// bshd [1, s, h, d] causal attention with half-split RoPE (base 10000) on all d dims
+// and causal ALiBi (slopes 2^(-8 i / h), i = 1..h), in double.
+std::vector<double> Oracle(const std::vector<float>& q, const std::vector<float>& k,
+                           const std::vector<float>& v, int64_t s, int64_t hq, int64_t hkv,
+                           int64_t d, bool rope, bool alibi) {
+  auto rot = [&](const float* x, int64_t p) {
+    std::vector<double> y(x, x + d);
+    if (!rope) return y;
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double th = std::pow(10000.0, -2.0 * i / d) * p;
+      const double c = std::cos(th), sn = std::sin(th);
+      y[i] = x[i] * c - x[i + d / 2] * sn;
+      y[i + d / 2] = x[i] * sn + x[i + d / 2] * c;
+    }
+    return y;
+  };
+  std::vector<double> o(s * hq * d, 0.0);
+  for (int64_t h = 0; h < hq; ++h) {
+    const int64_t g = h / (hq / hkv);
+    const double slope = std::pow(2.0, -8.0 * (h + 1) / hq);
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<double> qi = rot(&q[(i * hq + h) * d], i), sc(i + 1);
+      double m = -1e300;
+      for (int64_t j = 0; j <= i; ++j) {
+        std::vector<double> kj = rot(&k[(j * hkv + g) * d], j);
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
+        sc[j] = dot / std::sqrt(double(d)) - (alibi ? slope * (i - j) : 0.0);
+        m = std::max(m, sc[j]);
+      }
+      double z = 0;
+      for (int64_t j = 0; j <= i; ++j) z += std::exp(sc[j] - m);
+      for (int64_t j = 0; j <= i; ++j) {
+        const double p = std::exp(sc[j] - m) / z;
+        for (int64_t e = 0; e < d; ++e) o[(i * hq + h) * d + e] += p * v[(j * hkv + g) * d + e];
+      }
+    }
+  }
+  return o;
+}
+
+TEST(AttentionAbi, ForwardMatchesOracleWithRopeAndAlibi) {
+  const int64_t s = 37, hq = 4, hkv = 2, d = 32;
+  std::vector<float> q = Random(s * hq * d, 1), k = Random(s * hkv * d, 2), v = Random(s * hkv * d, 3);
+  std::vector<float> o(q.size()), lse(s * hq);
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, ls = {s, hq};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+           tv = Tensor(v.data(), kDLFloat, 32, &ks), to = Tensor(o.data(), kDLFloat, 32, &qs),
+           tl = Tensor(lse.data(), kDLFloat, 32, &ls);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  opt.alibi = GPE_ALIBI_CAUSAL;
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl), GPE_OK) << gpe_last_error_message();
+  std::vector<double> want = Oracle(q, k, v, s, hq, hkv, d, true, true);
+  // float32 kernel against a double oracle on O(1) outputs: 1e-5 covers float rounding of
+  // 32-term dot products and 37-term sums with a wide margin; a wrong angle, slope or
+  // mask moves outputs by >= 1e-2.
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-5) << i;
+  for (float x : lse) EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(AttentionAbi, PackedBfloat16AndBackward) {
+  // The same sequence packed (thd) with an empty one before it: equal outputs.
+  const int64_t s = 20, h = 2, d = 16;
+  std::vector<float> q = Random(s * h * d, 4), k = Random(s * h * d, 5), v = Random(s * h * d, 6);
+  std::vector<float> o1(q.size()), o2(q.size());
+  std::vector<int64_t> b4 = {1, s, h, d}, t3 = {s, h, d}, cu_shape = {3};
+  std::vector<int64_t> cu = {0, 0, s};
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &b4), tk = Tensor(k.data(), kDLFloat, 32, &b4),
+           tv = Tensor(v.data(), kDLFloat, 32, &b4), to = Tensor(o1.data(), kDLFloat, 32, &b4);
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, nullptr), GPE_OK) << gpe_last_error_message();
+  DLTensor cuq = Tensor(cu.data(), kDLInt, 64, &cu_shape);
+  opt.cu_seqlens_q = &cuq;
+  opt.cu_seqlens_k = &cuq;
+  DLTensor pq = Tensor(q.data(), kDLFloat, 32, &t3), pk = Tensor(k.data(), kDLFloat, 32, &t3),
+           pv = Tensor(v.data(), kDLFloat, 32, &t3), po = Tensor(o2.data(), kDLFloat, 32, &t3);
+  ASSERT_EQ(gpe_attention_forward(&opt, &pq, &pk, &pv, &po, nullptr), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(o1, o2);  // same kernels, same tiles: bit-identical
+  // bfloat16 storage: inputs rounded to bf16, outputs within bf16 rounding of float's.
+  auto to_bf = [](const std::vector<float>& x) {
+    std::vector<uint16_t> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      y[i] = static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    }
+    return y;
+  };
+  std::vector<uint16_t> qb = to_bf(q), kb = to_bf(k), vb = to_bf(v), ob(q.size());
+  DLTensor bq = Tensor(qb.data(), kDLBfloat, 16, &t3), bk = Tensor(kb.data(), kDLBfloat, 16, &t3),
+           bv = Tensor(vb.data(), kDLBfloat, 16, &t3), bo = Tensor(ob.data(), kDLBfloat, 16, &t3);
+  ASSERT_EQ(gpe_attention_forward(&opt, &bq, &bk, &bv, &bo, nullptr), GPE_OK) << gpe_last_error_message();
+  for (size_t i = 0; i < ob.size(); ++i) {
+    uint32_t u = uint32_t(ob[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    // bf16 inputs (2^-9 relative each) and output rounding: 2e-2 absolute on O(1) values.
+    ASSERT_NEAR(f, o2[i], 2e-2) << i;
+  }
+  // Backward: finite difference of L = sum(w * o) in float along a random direction of q
+  // agrees with <dq, direction> (float32: step 1e-2, tolerance 2e-2 relative).
+  std::vector<float> w = Random(q.size(), 7), dq(q.size()), dk(k.size()), dv(v.size());
+  DLTensor tw = Tensor(w.data(), kDLFloat, 32, &t3), tdq = Tensor(dq.data(), kDLFloat, 32, &t3),
+           tdk = Tensor(dk.data(), kDLFloat, 32, &t3), tdv = Tensor(dv.data(), kDLFloat, 32, &t3);
+  ASSERT_EQ(gpe_attention_backward(&opt, &pq, &pk, &pv, nullptr, nullptr, &tw, &tdq, &tdk, &tdv),
+            GPE_OK)
+      << gpe_last_error_message();
+  std::vector<float> dir = Random(q.size(), 8), qp = q, qm = q, op(q.size()), om(q.size());
+  const float eps = 1e-2f;
+  for (size_t i = 0; i < q.size(); ++i) {
+    qp[i] += eps * dir[i];
+    qm[i] -= eps * dir[i];
+  }
+  DLTensor tqp = Tensor(qp.data(), kDLFloat, 32, &t3), tqm = Tensor(qm.data(), kDLFloat, 32, &t3),
+           top = Tensor(op.data(), kDLFloat, 32, &t3), tom = Tensor(om.data(), kDLFloat, 32, &t3);
+  ASSERT_EQ(gpe_attention_forward(&opt, &tqp, &pk, &pv, &top, nullptr), GPE_OK);
+  ASSERT_EQ(gpe_attention_forward(&opt, &tqm, &pk, &pv, &tom, nullptr), GPE_OK);
+  double fd = 0, an = 0;
+  for (size_t i = 0; i < q.size(); ++i) {
+    fd += double(w[i]) * (op[i] - om[i]) / (2 * eps);
+    an += double(dq[i]) * dir[i];
+  }
+  EXPECT_NEAR(fd, an, 2e-2 * std::max(1.0, std::fabs(an)));
+}
+
+TEST(AttentionAbi, RejectsBadInput) {
+  const int64_t s = 8, h = 2, d = 8;
+  std::vector<float> x(s * h * d, 0.5f), o(s * h * d);
+  std::vector<int64_t> b4 = {1, s, h, d}, b4h3 = {1, s, 3, d}, bad_d = {1, s, h, 6};
+  DLTensor tq = Tensor(x.data(), kDLFloat, 32, &b4), to = Tensor(o.data(), kDLFloat, 32, &b4);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tq, &tq, &to, nullptr), GPE_OK);
+  auto fails = [&](const gpe_attention_options& op, const DLTensor* q, const DLTensor* k,
+                   const DLTensor* v, DLTensor* out, const char* what) {
+    const gpe_status st = gpe_attention_forward(&op, q, k, v, out, nullptr);
+    EXPECT_NE(st, GPE_OK) << what;
+    EXPECT_GT(std::strlen(gpe_last_error_message()), 0u) << what;
+  };
+  DLTensor tq3 = Tensor(x.data(), kDLFloat, 32, &b4h3);
+  fails(opt, &tq3, &tq, &tq, &to, "heads_q not a multiple of heads_kv");
+  DLTensor tbd = Tensor(x.data(), kDLFloat, 32, &bad_d);
+  fails(opt, &tq, &tbd, &tbd, &to, "head_dim mismatch");
+  fails(opt, &tq, &tq, &tq, &tq, "o aliases q");
+  fails(opt, nullptr, &tq, &tq, &to, "null q");
+  gpe_attention_options b = opt;
+  b.rope_dim = 3;
+  fails(b, &tq, &tq, &tq, &to, "odd rope_dim");
+  b = opt;
+  b.rope_dim = 16;
+  fails(b, &tq, &tq, &tq, &to, "rope_dim > head_dim");
+  b = opt;
+  b.softmax_scale = std::numeric_limits<double>::quiet_NaN();
+  fails(b, &tq, &tq, &tq, &to, "NaN scale");
+  b = opt;
+  b.causal = 2;
+  fails(b, &tq, &tq, &tq, &to, "causal not 0/1");
+  b = opt;
+  b.alibi = 7;
+  fails(b, &tq, &tq, &tq, &to, "unknown alibi");
+  b = opt;
+  b.struct_size = sizeof(gpe_attention_options) + 8;
+  EXPECT_EQ(gpe_attention_forward(&b, &tq, &tq, &tq, &to, nullptr), GPE_ERROR_VERSION_MISMATCH);
+  // Packed layout with non-monotonic cumulative lengths, and only one of the pair.
+  std::vector<int64_t> t3 = {s, h, d}, cu_shape = {3}, cu = {0, 5, 3};
+  DLTensor pq = Tensor(x.data(), kDLFloat, 32, &t3), po = Tensor(o.data(), kDLFloat, 32, &t3);
+  DLTensor tcu = Tensor(cu.data(), kDLInt, 64, &cu_shape);
+  b = opt;
+  b.cu_seqlens_q = b.cu_seqlens_k = &tcu;
+  fails(b, &pq, &pq, &pq, &po, "non-monotonic cu_seqlens");
+  b.cu_seqlens_k = nullptr;
+  fails(b, &pq, &pq, &pq, &po, "cu_seqlens_q without cu_seqlens_k");
+  // A float16 tensor is not accepted.
+  std::vector<uint16_t> half(s * h * d);
+  DLTensor th = Tensor(half.data(), kDLFloat, 16, &b4);
+  fails(opt, &th, &th, &th, &to, "float16");
+}
+
+}  // namespace

@@ -1,0 +1,114 @@
+"""gpe.attention against a NumPy implementation of the formulas (run by `bazel test`)."""
+
+import unittest
+
+import sanitizer_preload
+from gpe import _ffi
+
+sanitizer_preload.reexec_if_needed(next((str(p) for p in _ffi._candidates() if p.is_file()), None))
+
+import numpy as np  # noqa: E402
+
+import gpe  # noqa: E402
+
+
+def rope(x, positions, rotary_dim, base):
+    """Su et al. eq. 34 with half-split pairs (i, i + r/2), theta_i = base^(-2i/r)."""
+    y = x.astype(np.float64).copy()
+    half = rotary_dim // 2
+    theta = base ** (-2.0 * np.arange(half) / rotary_dim)
+    ang = positions[:, None] * theta[None, :]
+    c, s = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    a, b = y[..., :half].copy(), y[..., half:rotary_dim].copy()
+    y[..., :half] = a * c - b * s
+    y[..., half:rotary_dim] = a * s + b * c
+    return y
+
+
+def reference(q, k, v, causal, rotary_dim=0, alibi=False):
+    """One sequence, [s, h, d]: softmax(q k^T / sqrt(d) + bias) v in float64."""
+    s_q, hq, d = q.shape
+    s_k, hkv, _ = k.shape
+    pq = np.arange(s_k - s_q, s_k, dtype=np.float64)
+    pk = np.arange(s_k, dtype=np.float64)
+    if rotary_dim:
+        q, k = rope(q, pq, rotary_dim, 10000.0), rope(k, pk, rotary_dim, 10000.0)
+    o = np.zeros((s_q, hq, d))
+    for h in range(hq):
+        g = h // (hq // hkv)
+        scores = q[:, h, :] @ k[:, g, :].T / np.sqrt(d)
+        if alibi:  # Press et al.: slopes 2^(-8 i / n), i = 1..n (n a power of two)
+            scores -= 2.0 ** (-8.0 * (h + 1) / hq) * (pq[:, None] - pk[None, :])
+        if causal:
+            scores = np.where(pk[None, :] <= pq[:, None], scores, -np.inf)
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        o[:, h, :] = p @ v[:, g, :]
+    return o
+
+
+class AttentionTest(unittest.TestCase):
+    def setUp(self):
+        self.rng = np.random.default_rng(0)
+
+    def randn(self, *shape):
+        return self.rng.standard_normal(shape).astype(np.float32)
+
+    def test_forward_matches_reference(self):
+        # float32 kernel against float64: 1e-5 covers float rounding of 32-term dot
+        # products and 40-term sums; a wrong angle, slope or mask moves outputs by >1e-2.
+        for causal, rotary, alibi in [(False, 0, False), (True, 32, True), (True, 16, False)]:
+            q, k, v = self.randn(1, 40, 4, 32), self.randn(1, 40, 2, 32), self.randn(1, 40, 2, 32)
+            o = gpe.attention(q, k, v, causal=causal, rope_dim=rotary,
+                              alibi="causal" if alibi else None)
+            want = reference(q[0], k[0], v[0], causal, rotary, alibi)
+            np.testing.assert_allclose(o[0], want, atol=1e-5)
+
+    def test_kv_cache_and_packed(self):
+        q, k, v = self.randn(1, 3, 2, 16), self.randn(1, 50, 2, 16), self.randn(1, 50, 2, 16)
+        o = gpe.attention(q, k, v, causal=True, rope_dim=16)
+        np.testing.assert_allclose(o[0], reference(q[0], k[0], v[0], True, 16), atol=1e-5)
+        # Two sequences packed: each equals its own padded run.
+        q2, k2, v2 = self.randn(7, 2, 16), self.randn(7, 2, 16), self.randn(7, 2, 16)
+        cu = np.array([0, 3, 7])
+        o2 = gpe.attention(q2, k2, v2, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu)
+        for b in range(2):
+            sl = slice(cu[b], cu[b + 1])
+            np.testing.assert_allclose(o2[sl], reference(q2[sl], k2[sl], v2[sl], True), atol=1e-5)
+
+    def test_backward_matches_finite_differences(self):
+        q, k, v = self.randn(1, 12, 2, 8), self.randn(1, 12, 2, 8), self.randn(1, 12, 2, 8)
+        w = self.randn(*q.shape)
+        o, lse = gpe.attention(q, k, v, causal=True, rope_dim=8, return_lse=True)
+        dq, dk, dv = gpe.attention_backward(q, k, v, w, o=o, lse=lse, causal=True, rope_dim=8)
+
+        def loss(q_, k_, v_):
+            return float(np.sum(w * reference(q_[0], k_[0], v_[0], True, 8)))
+
+        # Central differences of the float64 reference, step 1e-3: truncation ~1e-6; the
+        # float32 gradients agree to ~1e-5 relative, so 1e-3 leaves a wide margin.
+        for grad, which in ((dq, 0), (dk, 1), (dv, 2)):
+            direction = self.rng.standard_normal(q.shape)
+            args = [q.astype(np.float64), k.astype(np.float64), v.astype(np.float64)]
+            plus = [a.copy() for a in args]
+            minus = [a.copy() for a in args]
+            plus[which] += 1e-3 * direction
+            minus[which] -= 1e-3 * direction
+            fd = (loss(*plus) - loss(*minus)) / 2e-3
+            an = float(np.sum(grad * direction))
+            self.assertAlmostEqual(fd, an, delta=1e-3 * max(1.0, abs(an)))
+
+    def test_bad_input_raises(self):
+        q = self.randn(1, 8, 3, 8)
+        k = self.randn(1, 8, 2, 8)
+        with self.assertRaises(gpe.GpeError):
+            gpe.attention(q, k, k)  # 3 query heads over 2 kv heads
+        with self.assertRaises(gpe.GpeError):
+            gpe.attention(k, k, k, rope_dim=3)
+        with self.assertRaises(ValueError):
+            gpe.attention(k, k, k, alibi="sideways")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,106 @@
+"""Multi-head attention with the positional encoding inside the kernel (gpe.h, "Attention").
+
+attention() and attention_backward() run GroupPE's CPU kernels (flash-style tiles,
+memory linear in the sequence length) on float32 NumPy arrays, without copies:
+
+- padded batch: q [batch, seq_q, heads_q, head_dim], k and v [batch, seq_k, heads_kv,
+  head_dim] (heads_q a multiple of heads_kv: grouped-query attention);
+- packed variable-length batch: pass cu_seqlens_q and cu_seqlens_k (int64 [batch + 1]) and
+  q [tokens_q, heads_q, head_dim], k, v [tokens_k, heads_kv, head_dim].
+
+Encodings: rope_dim (RoPE on the first rope_dim features, base rope_base, pairing
+"half" (GPT-NeoX, Llama) or "interleaved" (RoFormer, GPT-J)), or a GrapeM or
+AlgebraicSequence object (rotations of q and k); alibi "causal" or "symmetric".
+Positions default to 0..seq_k-1 for keys and the last seq_q of them for queries
+(KV-cache decoding); causal masks compare positions.
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+
+_PAIRING = {"interleaved": 0, "half": 1}
+_ALIBI = {None: 0, "causal": 1, "symmetric": 2}
+
+
+class _Keep:
+    def __init__(self):
+        self.items = []
+
+    def __call__(self, array):
+        if array is None:
+            return None
+        t, keep = _ffi.as_dltensor(array)
+        self.items.append((t, keep))
+        return ctypes.pointer(t)
+
+
+def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, encoding,
+             q_positions, k_positions, cu_seqlens_q, cu_seqlens_k):
+    from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: avoid an import cycle
+    o = _ffi.AttentionOptions()
+    o.struct_size = ctypes.sizeof(o)
+    o.causal = 1 if causal else 0
+    o.softmax_scale = 0.0 if scale is None else float(scale)
+    o.num_threads = int(threads)
+    o.rope_dim = int(rope_dim)
+    o.rope_base = float(rope_base)
+    if rope_pairing not in _PAIRING:
+        raise ValueError("rope_pairing must be 'half' or 'interleaved'")
+    o.rope_pairing = _PAIRING[rope_pairing]
+    if alibi not in _ALIBI:
+        raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+    o.alibi = _ALIBI[alibi]
+    if isinstance(encoding, GrapeM):
+        o.grape_m = encoding._handle
+    elif isinstance(encoding, AlgebraicSequence):
+        o.algebraic = encoding._handle
+    elif encoding is not None:
+        raise TypeError("encoding must be a GrapeM or AlgebraicSequence")
+    ints = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.int64)
+    o.q_positions = keep(ints(q_positions))
+    o.k_positions = keep(ints(k_positions))
+    o.cu_seqlens_q = keep(ints(cu_seqlens_q))
+    o.cu_seqlens_k = keep(ints(cu_seqlens_k))
+    return o
+
+
+def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
+              rope_pairing="half", alibi=None, encoding=None, q_positions=None,
+              k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
+              return_lse=False, out=None):
+    """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q])."""
+    keep = _Keep()
+    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi,
+                    encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
+    q = np.asarray(q)
+    if out is None:
+        out = np.empty(q.shape, dtype=q.dtype)
+    lse = None
+    if return_lse:
+        tokens = q.shape[0] if cu_seqlens_q is not None else q.shape[0] * q.shape[1]
+        heads = q.shape[-2]
+        lse = np.empty((tokens, heads), dtype=np.float32)
+    check(lib().gpe_attention_forward(ctypes.byref(opts), keep(q), keep(np.asarray(k)),
+                                      keep(np.asarray(v)), keep(out), keep(lse)))
+    return (out, lse) if return_lse else out
+
+
+def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None, rope_dim=0,
+                       rope_base=10000.0, rope_pairing="half", alibi=None, encoding=None,
+                       q_positions=None, k_positions=None, cu_seqlens_q=None,
+                       cu_seqlens_k=None, threads=0):
+    """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
+
+    o and lse from attention(..., return_lse=True) skip recomputing the forward."""
+    keep = _Keep()
+    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi,
+                    encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
+    q, k, v, d_o = (np.asarray(x) for x in (q, k, v, d_o))
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
+    check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
+                                       keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv)))
+    return dq, dk, dv

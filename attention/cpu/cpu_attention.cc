@@ -783,9 +783,11 @@ class Backward {
  public:
   Backward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v,
            const T* o, const float* lse, const T* d_o, T* dk, T* dv,
-           float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu)
+           float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu,
+           float* dk_rotated)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
-        dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu) {}
+        dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu),
+        dk_rot_(dk_rotated) {}
 
   absl::Status Prepare() {
     pq_ = EffectiveQPositions(a_);
@@ -960,6 +962,12 @@ class Backward {
       // dK = T^T (dK' / log2 e), dV as is.
       const float unscale = static_cast<float>(1.0 / kLog2e);
       for (int64_t i = 0; i < nk * dp; ++i) w.dk[i] *= unscale;
+      if (dk_rot_ != nullptr) {
+        for (int64_t j = 0; j < nk; ++j) {
+          std::memcpy(dk_rot_ + a_.KOffset(a_.k, kb + j0 + j, it.g), w.dk.get() + j * dp,
+                      static_cast<size_t>(d) * sizeof(float));
+        }
+      }
       if (tk_ != nullptr) {
         if (absl::Status st = tk_->Backward(kb + j0, nk, w.dk.get(), dp); !st.ok()) return st;
       }
@@ -982,6 +990,7 @@ class Backward {
   int64_t chunk_stride_;
   const BiasGradientSink& sink_;
   std::mutex* sink_mu_;
+  float* dk_rot_;
   std::vector<int64_t> pq_, pk_;
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
 };
@@ -1082,7 +1091,8 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, cons
 template <class T>
 absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v,
                           const T* o, const float* lse, const T* d_o, T* dq, T* dk, T* dv,
-                          const BiasGradientSink& bias_sink, const CpuAttentionOptions& options) {
+                          const BiasGradientSink& bias_sink, const CpuAttentionOptions& options,
+                          const CpuBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
@@ -1133,7 +1143,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   }
   std::mutex sink_mu;
   Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
-               bias_sink, &sink_mu);
+               bias_sink, &sink_mu, extras.dk_rotated);
   if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
   int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
@@ -1159,7 +1169,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   if (!first.ok()) return first;
   // dK, dV of keys no item covered do not exist (every key belongs to an item); dq:
   // sum the chunks' partial sums, times scale, then the transpose of the q transform.
-  if (dq != nullptr && nq > 0) {
+  if ((dq != nullptr || extras.dq_rotated != nullptr) && nq > 0) {
     float* acc = dq_acc.data();
     for (int64_t c = 1; c < bp.chunks; ++c) {
       const float* part = acc + c * chunk_stride;
@@ -1167,6 +1177,15 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     }
     const float scale = static_cast<float>(args.scale());
     for (int64_t i = 0; i < chunk_stride; ++i) acc[i] *= scale;
+    if (extras.dq_rotated != nullptr) {
+      for (int64_t t = 0; t < nq; ++t) {
+        for (int64_t h = 0; h < hq; ++h) {
+          std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), acc + (t * hq + h) * dp,
+                      static_cast<size_t>(d) * sizeof(float));
+        }
+      }
+    }
+    if (dq == nullptr) return absl::OkStatus();
     if (const PreparedRowTransform* tq = bwd.q_transform(); tq != nullptr) {
       for (int64_t h = 0; h < hq; ++h) {
         if (absl::Status s = tq->Backward(0, nq, acc + h * dp, hq * dp); !s.ok()) return s;
@@ -1200,6 +1219,12 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
                          float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
                          const CpuAttentionOptions& options) {
   return BackwardImpl<float>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options);
+}
+absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
+                         const float* v, const float* o, const float* lse, const float* d_o,
+                         float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
+                         const CpuAttentionOptions& options, const CpuBackwardExtras& extras) {
+  return BackwardImpl<float>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options, extras);
 }
 absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFloat16* k,
                          const BFloat16* v, const BFloat16* o, const float* lse,

@@ -67,6 +67,21 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
                          const BiasGradientSink& bias_sink = nullptr,
                          const CpuAttentionOptions& options = {});
 
+// Optional extra outputs of CpuBackward (float32). dq_rotated and dk_rotated receive
+// dL/dq' and dL/dk', the gradients with respect to the TRANSFORMED rows q' = T(p) q and
+// k' = T(p) k (strides of q and k), before the transposes that give dq and dk. A learned
+// encoding's parameter gradients follow from its own backward: e.g. for GRAPE-M,
+// GrapeMProduct::Backward(positions, q, dq_rotated) (plus the same on the key side)
+// gives dL/d(a, b, omega) (Zhang et al., GRAPE; the chain rule through q' = G(p) q).
+struct CpuBackwardExtras {
+  float* dq_rotated = nullptr;
+  float* dk_rotated = nullptr;
+};
+absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
+                         const float* v, const float* o, const float* lse, const float* d_o,
+                         float* dq, float* dk, float* dv, const BiasGradientSink& bias_sink,
+                         const CpuAttentionOptions& options, const CpuBackwardExtras& extras);
+
 // bfloat16 inputs and outputs (rope.h's BFloat16 bit patterns), float32 arithmetic: rows
 // are widened to float as tiles load and results rounded to nearest even once on
 // store; lse stays float.

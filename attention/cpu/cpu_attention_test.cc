@@ -881,6 +881,92 @@ TEST(CpuBackward, BiasGradientSinkMatchesReference) {
   EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
 }
 
+TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {
+  // dL/d(a, b, omega) of learned GRAPE-M generators: dq', dk' from the kernel, then
+  // GrapeMProduct::Backward on each side, against central differences of the double
+  // reference's loss L = sum(w * o).
+  std::mt19937_64 rng(77);
+  const int64_t d = 8, l = 20, hq = 2;
+  std::vector<Rank2Generator> gens = {Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), 0.4},
+                                      Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), -0.9}};
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.causal = true;
+  const size_t n = Extent(a, a.q, true);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
+                     w = RandomF(n, &rng);
+  auto prod = GrapeMProduct::Create(gens);
+  ASSERT_TRUE(prod.ok());
+  GrapeMRowTransform<GrapeMProduct> tr(*prod);
+  a.q_transform = a.k_transform = &tr;
+  std::vector<float> dq_rot(n), dk_rot(n);
+  CpuBackwardExtras extras;
+  extras.dq_rotated = dq_rot.data();
+  extras.dk_rotated = dk_rot.data();
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(), nullptr,
+                          nullptr, nullptr, nullptr, {}, extras)
+                  .ok());
+  std::vector<int64_t> pos(l);
+  for (int64_t t = 0; t < l; ++t) pos[t] = t;
+  // Rows of one head at a time (token-major with hq heads: stride hq * d).
+  GrapeMProduct::Gradients total;
+  for (int64_t h = 0; h < hq; ++h) {
+    for (const auto* side : {&q, &k}) {
+      const std::vector<float>& grad = side == &q ? dq_rot : dk_rot;
+      GrapeMProduct::Gradients g;
+      ASSERT_TRUE(prod->Backward(pos, side->data() + h * d, hq * d, grad.data() + h * d, hq * d,
+                                 static_cast<float*>(nullptr), 0, &g)
+                      .ok());
+      if (total.generators.empty()) {
+        total = g;
+      } else {
+        for (size_t i = 0; i < g.generators.size(); ++i) {
+          for (int64_t e = 0; e < d; ++e) {
+            total.generators[i].a[e] += g.generators[i].a[e];
+            total.generators[i].b[e] += g.generators[i].b[e];
+          }
+          total.generators[i].omega += g.generators[i].omega;
+        }
+      }
+    }
+  }
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  auto loss = [&](const std::vector<Rank2Generator>& gs) {
+    auto p = GrapeMProduct::Create(gs);
+    EXPECT_TRUE(p.ok());
+    GrapeMRowTransform<GrapeMProduct> t(*p);
+    AttentionArgs b = a;
+    b.q_transform = b.k_transform = &t;
+    std::vector<double> o(n);
+    EXPECT_TRUE(ReferenceForward<double>(b, qd.data(), kd.data(), vd.data(), o.data()).ok());
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += w[i] * o[i];
+    return s;
+  };
+  // Central differences in double, step 1e-5: truncation and rounding ~1e-9; the kernel's
+  // float32 gradients carry ~1e-6 relative error on sums of O(10) terms: 2e-4 absolute.
+  const double hstep = 1e-5;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    for (int64_t e = 0; e < d; e += 3) {
+      auto plus = gens, minus = gens;
+      plus[i].a[e] += hstep;
+      minus[i].a[e] -= hstep;
+      EXPECT_NEAR(total.generators[i].a[e], (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+          << "a " << i << " " << e;
+      plus = gens;
+      minus = gens;
+      plus[i].b[e] += hstep;
+      minus[i].b[e] -= hstep;
+      EXPECT_NEAR(total.generators[i].b[e], (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+          << "b " << i << " " << e;
+    }
+    auto plus = gens, minus = gens;
+    plus[i].omega += hstep;
+    minus[i].omega -= hstep;
+    EXPECT_NEAR(total.generators[i].omega, (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+        << "omega " << i;
+  }
+}
+
 TEST(CpuAttentionBf16, ForwardAndBackwardRoundOnceFromFloatArithmetic) {
   // bfloat16 in and out, float inside: equal to the float kernel run on the widened
   // inputs, rounded once to bfloat16 (the same arithmetic, so to the bf16 rounding: half

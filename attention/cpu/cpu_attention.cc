@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_bf16.h"
 #include "encodings/sequence/algebraic.h"
 #include "hwy/aligned_allocator.h"
 
@@ -129,6 +130,7 @@ struct Plan {
   int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
   int64_t max_lk = 0;      // longest key sequence
   bool direct_v = false;   // read value rows in place (d == dp): no copy
+  bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
@@ -152,6 +154,7 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
   p.direct_v = float_inputs && p.dp == p.d;
+  p.bf16_dot = !float_inputs && opt.bf16_dot_products && cpu::HasBf16DotProduct();
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
@@ -240,6 +243,8 @@ void ParallelItems(int threads, int64_t n, const Fn& fn) {
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
+  // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities.
+  hwy::AlignedFreeUniquePtr<uint16_t[]> panels16, pairs16, q16, p16;
   std::vector<char> packed;
   std::vector<int64_t> kmin, kmax;
   std::vector<char> ksorted;  // key positions non-decreasing within the block
@@ -247,8 +252,12 @@ struct Workspace {
 
   static int64_t Floats(const Plan& p) {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
+    // (bf16 buffers counted in floats: two bf16 per float.)
+    const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dp) +
+                                       p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
+                                    : 0;
     return blocks * p.bk * p.d + (p.direct_v ? 0 : blocks * p.bk * p.dp) + p.bk * p.d + p.rows * p.d +
-           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows;
+           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16;
   }
 
   explicit Workspace(const Plan& p) {
@@ -268,6 +277,16 @@ struct Workspace {
     kmin.resize(static_cast<size_t>(blocks));
     kmax.resize(static_cast<size_t>(blocks));
     ksorted.resize(static_cast<size_t>(blocks));
+    auto alloc16 = [](int64_t n) {
+      return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+    };
+    if (p.bf16_dot) {
+      const int64_t deven = RoundUp(p.d, 2);
+      panels16 = alloc16(blocks * p.bk * deven);
+      pairs16 = alloc16(blocks * p.bk * p.dp);
+      q16 = alloc16(p.rows * deven);
+      p16 = alloc16(p.bq * p.bk);
+    }
   }
 };
 
@@ -334,6 +353,35 @@ class Forward {
   absl::Status PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk, Workspace& w) const {
     const int64_t j0 = blk * p_.bk, nk = std::min(p_.bk, lk - j0);
     const int64_t d = p_.d;
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (p_.bf16_dot) {  // bf16 panels of (rotated, then rounded) keys and value pairs
+        const int64_t deven = RoundUp(d, 2);
+        uint16_t* panels16 = w.panels16.get() + blk * p_.bk * deven;
+        if (tk_ != nullptr) {
+          for (int64_t j = 0; j < nk; ++j) {
+            LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+          }
+          if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+          uint16_t* rows16 = w.p16.get();  // bq x bk >= nk x d? use a temporary otherwise
+          std::vector<uint16_t> tmp;
+          if (p_.bq * p_.bk < nk * d) {
+            tmp.resize(static_cast<size_t>(nk * d));
+            rows16 = tmp.data();
+          }
+          for (int64_t i = 0; i < nk * d; ++i) {
+            rows16[i] = encodings::sequence::ToBFloat16(w.rows[i]).bits;
+          }
+          cpu::PackKeyPanelsBf16(rows16, nk, d, d, panels16);
+        } else {
+          cpu::PackKeyPanelsBf16(reinterpret_cast<const uint16_t*>(k_ + a_.KOffset(a_.k, kb + j0, g)),
+                                 nk, a_.k.token, d, panels16);
+        }
+        cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(v_ + a_.KOffset(a_.v, kb + j0, g)),
+                                nk, a_.v.token, d, p_.dp, w.pairs16.get() + j0 * p_.dp);
+        w.packed[blk] = 1;
+        return absl::OkStatus();
+      }
+    }
     float* panels = w.panels.get() + blk * p_.bk * d;
     if (tk_ != nullptr) {
       for (int64_t j = 0; j < nk; ++j) {
@@ -516,17 +564,21 @@ class Forward {
     int64_t ncols = 0;               // score columns (padding masked)
     const float* vals = nullptr;     // value rows of the block
     int64_t ldv = 0;
+    const uint16_t* panels16 = nullptr;  // bf16 dot-product path (else null)
+    const uint16_t* pairs16 = nullptr;
   };
 
   // One query tile (nr rows of head h, scaled rotated q rows, positions tpos, smallest
   // pmin) against one key block: scores, locality, bias, mask, online softmax, O += P V.
   absl::Status TileStep(const KeyBlock& kb, int64_t h, const float* qrows, const int64_t* tpos,
                         int64_t nr, int64_t pmin, float* m, float* l, float* alpha, float* oacc,
-                        Workspace& w) const {
+                        Workspace& w, const uint16_t* q16 = nullptr) const {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
     const float kNegInf = -std::numeric_limits<float>::infinity();
     float* s = w.s.get();
-    if (kb.direct) {
+    if (kb.panels16 != nullptr) {
+      cpu::ScoreTileBf16(q16, RoundUp(d, 2), nr, d, kb.panels16, kb.num_panels, s, bk);
+    } else if (kb.direct) {
       cpu::ScoreDirect(qrows, d, nr, d, kb.krows, kb.ldk, nk, s, bk);
     } else {
       cpu::ScoreTile(qrows, d, nr, d, kb.panels, kb.num_panels, s, bk);
@@ -572,7 +624,12 @@ class Forward {
       for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
     }
     cpu::SoftmaxTile(s, bk, nr, kb.ncols, m, l, alpha);
-    cpu::AccumulateTile(s, bk, nr, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
+      cpu::RoundRowsBf16(s, bk, nr, kb.ncols, w.p16.get(), bk);
+      cpu::AccumulateTileBf16(w.p16.get(), bk, nr, nk, kb.pairs16, dp, alpha, oacc, dp);
+    } else {
+      cpu::AccumulateTile(s, bk, nr, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    }
     return absl::OkStatus();
   }
 
@@ -594,6 +651,14 @@ class Forward {
     }
     const float qscale = static_cast<float>(a_.scale() * kLog2e);
     for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+    if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
+      const int64_t deven = RoundUp(d, 2);
+      for (int64_t r = 0; r < rows; ++r) {
+        uint16_t* out = w.q16.get() + r * deven;
+        for (int64_t c = 0; c < d; ++c) out[c] = encodings::sequence::ToBFloat16(qb[r * d + c]).bits;
+        if (deven > d) out[d] = 0;
+      }
+    }
     const int64_t* qpos = pq_.data() + t0;
     // Tiles: up to bq rows of one head; their position ranges (causal skipping, masks).
     struct Tile {
@@ -656,13 +721,18 @@ class Forward {
         if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
       }
       kblk.ldv = p_.direct_v ? a_.v.token : dp;
+      if (p_.bf16_dot && !direct) {
+        kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
+        kblk.pairs16 = w.pairs16.get() + j0 * dp;
+      }
       for (int64_t t = 0; t < tiles; ++t) {
         if (a_.causal && kblk.kmin > tile[t].pmax) continue;
         const int64_t r0 = tile[t].row, h = tile[t].head;
         const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
+        const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
         if (absl::Status st = TileStep(kblk, h, qb + r0 * d, tpos, tile[t].n, tile[t].pmin,
                                        w.m.get() + r0, w.l.get() + r0 * kSumLanes,
-                                       w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+                                       w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16);
             !st.ok()) {
           return st;
         }

@@ -160,6 +160,55 @@ BENCHMARK(BM_CpuBackward)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
+// bfloat16 inputs and outputs (float accumulation) at the shape; dot: 1 uses the
+// CPU's bf16 dot products where it has them, 0 widens to float32.
+void BM_CpuForwardBf16(benchmark::State& state) {
+  const int64_t s = state.range(0), h = 16, d = 128;
+  const bool causal = state.range(1) != 0;
+  const bool dot = state.range(2) != 0;
+  const int threads = static_cast<int>(state.range(3));
+  AttentionArgs a;
+  a.batch = 1;
+  a.seq_len_q = a.seq_len_k = s;
+  a.num_q_heads = a.num_kv_heads = h;
+  a.head_dim = d;
+  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
+  a.causal = causal;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<encodings::sequence::BFloat16> q(total), k(total), v(total), o(total);
+  for (auto* t : {&q, &k, &v}) {
+    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n(rng));
+  }
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  opt.bf16_dot_products = dot;
+  for (auto _ : state) {
+    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
+  const double flops = 4.0 * double(d) * pairs * double(h);
+  const double peak = PeakGflops(threads);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = peak;
+  state.counters["frac_of_fp32_peak"] =
+      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(BM_CpuForwardBf16)
+    ->ArgNames({"s", "causal", "dot", "threads"})
+    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 double TriadGBs(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_bf16.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
 #include "encodings/sequence/algebraic.h"
@@ -999,6 +1000,7 @@ TEST(CpuAttentionBf16, ForwardAndBackwardRoundOnceFromFloatArithmetic) {
   CpuAttentionOptions opt;
   opt.block_q = 16;
   opt.block_k = 64;
+  opt.bf16_dot_products = false;  // the widening path: float arithmetic throughout
   std::vector<BFloat16> o(n);
   std::vector<float> lse(45 * 4), of(n), lsef(45 * 4);
   ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
@@ -1022,6 +1024,93 @@ TEST(CpuAttentionBf16, ForwardAndBackwardRoundOnceFromFloatArithmetic) {
   for (size_t i = 0; i < nk; ++i) {
     EXPECT_EQ(dk[i].bits, ToBFloat16(dkf[i]).bits) << i;
     EXPECT_EQ(dv[i].bits, ToBFloat16(dvf[i]).bits) << i;
+  }
+}
+
+// bf16 bit patterns of floats (round to nearest even) and back.
+uint16_t Bf(float f) { return encodings::sequence::ToBFloat16(f).bits; }
+float Fl(uint16_t b) { return encodings::sequence::ToFloat(encodings::sequence::BFloat16{b}); }
+
+TEST(KernelsBf16, DotProductTilesMatchLoops) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937_64 rng(21);
+  for (int64_t d : {1, 7, 32, 128}) {
+    for (int64_t mq : {1, 5, 6, 7, 13}) {
+      for (int64_t nk : {1, 63, 64, 65, 130}) {
+        const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel, deven = d + d % 2;
+        const int64_t lds = panels * cpu::kPanel;
+        std::vector<float> qf = RandomF(mq * deven, &rng), kf = RandomF(nk * d, &rng);
+        std::vector<uint16_t> q(mq * deven), k(nk * d);
+        for (size_t i = 0; i < q.size(); ++i) q[i] = (i % deven) < size_t(d) ? Bf(qf[i]) : 0;
+        for (size_t i = 0; i < k.size(); ++i) k[i] = Bf(kf[i]);
+        std::vector<uint16_t> packed(panels * cpu::kPanel * deven);
+        cpu::PackKeyPanelsBf16(k.data(), nk, d, d, packed.data());
+        std::vector<float> s(mq * lds);
+        cpu::ScoreTileBf16(q.data(), deven, mq, d, packed.data(), panels, s.data(), lds);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < lds; ++j) {
+            double want = 0;
+            for (int64_t c = 0; c < d && j < nk; ++c) want += double(Fl(q[r * deven + c])) * Fl(k[j * d + c]);
+            // bf16 x bf16 products are exact in float; only float summation differs.
+            ASSERT_NEAR(s[r * lds + j], want, 1e-6 * d * 4 + 1e-6) << d << " " << mq << " " << nk;
+          }
+        }
+        // P V: probabilities in [0, 1] as bf16 rows, values as pairs.
+        for (int64_t dp : {16, 48, 128}) {
+          std::vector<float> pf(mq * lds), vf = RandomF(nk * dp, &rng);
+          for (float& x : pf) x = std::fabs(x) / 3;
+          std::vector<uint16_t> p16(mq * lds), v16(nk * dp), pairs(((nk + 1) / 2) * 2 * dp);
+          cpu::RoundRowsBf16(pf.data(), lds, mq, lds, p16.data(), lds);
+          for (size_t i = 0; i < p16.size(); ++i) ASSERT_EQ(p16[i], Bf(pf[i]));
+          for (size_t i = 0; i < v16.size(); ++i) v16[i] = Bf(vf[i]);
+          cpu::PackValuePairsBf16(v16.data(), nk, dp, dp, dp, pairs.data());
+          std::vector<float> o = RandomF(mq * dp, &rng), alpha = RandomF(mq, &rng), o2 = o;
+          cpu::AccumulateTileBf16(p16.data(), lds, mq, nk, pairs.data(), dp, alpha.data(), o2.data(), dp);
+          for (int64_t r = 0; r < mq; ++r) {
+            for (int64_t c = 0; c < dp; ++c) {
+              double want = double(alpha[r]) * o[r * dp + c];
+              for (int64_t j = 0; j < nk; ++j) want += double(Fl(p16[r * lds + j])) * Fl(v16[j * dp + c]);
+              ASSERT_NEAR(o2[r * dp + c], want, 1e-6 * (nk + 1) * 4) << dp << " " << mq << " " << nk;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
+  // With AVX512_BF16 the bf16 forward rounds q (after RoPE and scaling) and the
+  // probabilities to bf16 for the dot products. Against the double reference on the same
+  // bf16 inputs the error is a few bf16 roundings (2^-9 relative) of O(1) values: within
+  // 2e-2 absolute, while the float-widened path stays within its own rounding of o.
+  using encodings::sequence::BFloat16;
+  Rope rope = MakeRope(64, 64, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Bshd(1, 150, 150, 4, 2, 64);
+    a.causal = causal;
+    a.q_transform = a.k_transform = &tr;
+    std::mt19937_64 rng(600 + causal);
+    const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+    std::vector<BFloat16> q(n), k(nk), v(nk), o(n);
+    std::vector<double> qd(n), kd(nk), vd(nk), od(n);
+    std::vector<float> f = RandomF(n, &rng);
+    for (size_t i = 0; i < n; ++i) q[i] = BFloat16{Bf(f[i])}, qd[i] = Fl(q[i].bits);
+    f = RandomF(nk, &rng);
+    for (size_t i = 0; i < nk; ++i) k[i] = BFloat16{Bf(f[i])}, kd[i] = Fl(k[i].bits);
+    f = RandomF(nk, &rng);
+    for (size_t i = 0; i < nk; ++i) v[i] = BFloat16{Bf(f[i])}, vd[i] = Fl(v[i].bits);
+    CpuAttentionOptions opt;
+    opt.block_q = 16;
+    opt.block_k = 64;
+    opt.bf16_dot_products = true;
+    ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt).ok());
+    ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), od.data()).ok());
+    double err = 0;
+    for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
+    EXPECT_LT(err, 2e-2) << (causal ? "causal" : "");
+    EXPECT_GT(err, 0.0);  // (bf16 outputs cannot equal a double reference everywhere)
   }
 }
 

@@ -1,0 +1,49 @@
+// bfloat16 tile kernels with the CPU's bf16 dot-product instruction (AVX512_BF16,
+// vdpbf16ps: two bf16 products summed into each float lane, twice the float32 FMA
+// rate), for bfloat16 attention. Chosen at run time (HasBf16DotProduct); without the
+// instruction the bf16 path widens to float and runs kernels.h. Internal to
+// attention/cpu. bf16 values are their uint16 bit patterns.
+//
+// Layouts (pairs along the reduction dimension, which is what vdpbf16ps consumes):
+//  - key panels: kPanel keys, [ceil(d / 2)][kPanel][2]: element (j, c) at
+//    (c / 2) * 2 * kPanel + 2 * j + c % 2; components past d and keys past nk are 0;
+//  - value pairs: [ceil(nk / 2)][dp][2]: element (j, c) at (j / 2) * 2 * dp + 2 * c + j % 2;
+//    columns past d and a missing last key are 0;
+//  - query rows and probability rows: plain bf16 rows, padded with a zero to even length.
+#ifndef ATTENTION_CPU_KERNELS_BF16_H_
+#define ATTENTION_CPU_KERNELS_BF16_H_
+
+#include <cstdint>
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+// True when the CPU (and OS) run AVX512F/BW/VL with AVX512_BF16.
+bool HasBf16DotProduct();
+
+// nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels.
+void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                       uint16_t* panels);
+// nk value rows (row j at vals + j * ld, d components) into ceil(nk / 2) pair rows of dp.
+void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
+                        uint16_t* pairs);
+// s[r * lds + j] = sum_c q[r * ldq + c] key_j[c] (float accumulation) for r < mq and the
+// keys of num_panels panels; q rows padded to even length (ldq even).
+void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
+                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds);
+// Rows of float probabilities rounded to bf16 (nearest even): out[r * ldo + j] for
+// j < n (n a multiple of 16).
+void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
+                   int64_t ldo);
+// o[r * ldo + c] <- alpha[r] o + sum_{j < nk} p[r * ldp + j] v[j][c] for c < dp (a multiple
+// of 16), p bf16 rows (ldp even), v as value pairs of dp columns.
+void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
+                        const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
+                        int64_t ldo);
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_KERNELS_BF16_H_

@@ -129,7 +129,7 @@ struct Plan {
   int64_t rows = 0;        // query rows per pass over the keys: a multiple of bq
   int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
   int64_t max_lk = 0;      // longest key sequence
-  bool direct_v = false;   // read value rows in place (d == dp): no copy
+  bool direct_v = false;   // decoding reads value rows in place (d == dp): no copy
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
 };
 
@@ -256,7 +256,7 @@ struct Workspace {
     const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dp) +
                                        p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
                                     : 0;
-    return blocks * p.bk * p.d + (p.direct_v ? 0 : blocks * p.bk * p.dp) + p.bk * p.d + p.rows * p.d +
+    return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
            2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16;
   }
 
@@ -264,7 +264,7 @@ struct Workspace {
     const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
     auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
     panels = alloc(blocks * p.bk * p.d);
-    values = alloc(p.direct_v ? 0 : blocks * p.bk * p.dp);
+    values = alloc(blocks * p.bk * p.dp);
     rows = alloc(p.bk * p.d);
     qblk = alloc(p.rows * p.d);
     s = alloc(p.bq * p.bk);
@@ -403,9 +403,12 @@ class Forward {
     return absl::OkStatus();
   }
 
-  // Values of keys [j0, j0 + nk) into the padded value buffer (unless read in place).
-  void CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w) const {
-    if (p_.direct_v) return;
+  // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
+  // (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop
+  // cost TLB misses on every tile); decoding reads them in place when it can (in_place).
+  void CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
+                  bool in_place = false) const {
+    if (in_place && p_.direct_v) return;
     float* vals = w.values.get() + j0 * p_.dp;
     for (int64_t j = 0; j < nk; ++j) {
       float* row = vals + j * p_.dp;
@@ -479,7 +482,7 @@ class Forward {
         if (!keys.ok()) return keys.status();
         kblk.krows = keys->first;
         kblk.ldk = keys->second;
-        CopyValues(g, kb, j0, nk, w);
+        CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
         kblk.vals = w.values.get() + j0 * dp;
         if constexpr (std::is_same_v<T, float>) {
           if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
@@ -693,7 +696,7 @@ class Forward {
         if (!keys.ok()) return keys.status();
         krows = keys->first;
         ldk = keys->second;
-        CopyValues(it.g, kb, j0, nk, w);
+        CopyValues(it.g, kb, j0, nk, w, /*in_place=*/true);
         ncols = RoundUp(nk, kVecPad);
       } else {
         if (!w.packed[blk]) {
@@ -717,10 +720,13 @@ class Forward {
       kblk.num_panels = num_panels;
       kblk.ncols = ncols;
       kblk.vals = w.values.get() + j0 * dp;
+      kblk.ldv = dp;
       if constexpr (std::is_same_v<T, float>) {
-        if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
+        if (direct && p_.direct_v) {
+          kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
+          kblk.ldv = a_.v.token;
+        }
       }
-      kblk.ldv = p_.direct_v ? a_.v.token : dp;
       if (p_.bf16_dot && !direct) {
         kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
         kblk.pairs16 = w.pairs16.get() + j0 * dp;

@@ -6,13 +6,21 @@ the library's own message.
 """
 
 from gpe._core import GpeError, version, version_string
+from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
+from gpe.rope import Rope
 from gpe.so import SoRepresentation
 
 __all__ = [
+    "AdditiveBias",
+    "Alibi",
     "AlgebraicSequence",
+    "FoxBias",
+    "GrapeApBias",
+    "Rope",
+    "T5Bias",
     "GpeError",
     "GrapeM",
     "LearnedPositions",

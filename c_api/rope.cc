@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@ using gpe::c_api::CheckDim;
 using gpe::c_api::CheckNoSelfOverlap;
 using gpe::c_api::CheckStructSize;
 using gpe::c_api::DType;
+using gpe::c_api::DTypeName;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
@@ -32,6 +34,15 @@ namespace seq = gpe::encodings::sequence;
 
 struct gpe_rope {
   seq::Rope impl;
+};
+
+// A cos/sin table for one token numbering, with its own copy of the encoding.
+struct gpe_rope_table {
+  gpe_rope rope;
+  int32_t layout;
+  std::vector<int64_t> cu_seqlens;  // thd only
+  std::optional<seq::RopeTable<float>> f32;
+  std::optional<seq::RopeTable<double>> f64;
 };
 
 namespace {
@@ -195,6 +206,7 @@ struct RopeCall {
   seq::RopeTensor tensor;
   std::vector<int64_t> ids, offsets, cu;
   seq::RopeRole role = seq::RopeRole::kQuery;
+  int32_t layout = GPE_ROPE_LAYOUT_BSHD;
   TensorView x, out;
 };
 
@@ -244,6 +256,7 @@ absl::StatusOr<RopeCall> ViewRopeCall(const gpe_rope* rope, const gpe_rope_token
   const bool thd = layout == GPE_ROPE_LAYOUT_THD;
   const int ndim = thd ? 3 : 4;
   RopeCall c;
+  c.layout = layout;
   c.role = tokens->role == GPE_ROPE_KEY ? seq::RopeRole::kKey : seq::RopeRole::kQuery;
   absl::StatusOr<TensorView> xv = ViewTensor(x, x_name, ndim, kRopeTypes);
   if (!xv.ok()) return xv.status();
@@ -348,7 +361,8 @@ void CopyRows(const TensorView& x, const TensorView& out) {
 }
 
 template <class T>
-absl::Status RunTyped(const seq::Rope& rope, RopeCall& c, bool backward) {
+absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
+                      const seq::RopeTableFor<T>* table) {
   const seq::RopePositions pos{c.ids, c.offsets};
   const T* in = c.x.typed<const T>();
   T* out = c.out.typed<T>();
@@ -357,15 +371,36 @@ absl::Status RunTyped(const seq::Rope& rope, RopeCall& c, bool backward) {
     // Check the tensor before copying (the copy must not run on bad strides).
     if (absl::Status s = seq::ValidateRopeTensor(tensor); !s.ok()) return s;
     if (c.x.numel() > 0) CopyRows(c.x, c.out);
-    tensor = Describe(c.out, c.tensor.layout == seq::RopeLayout::kTHD ? GPE_ROPE_LAYOUT_THD
-                             : c.tensor.layout == seq::RopeLayout::kSBHD ? GPE_ROPE_LAYOUT_SBHD
-                                                                         : GPE_ROPE_LAYOUT_BSHD);
+    tensor = Describe(c.out, c.layout);
     tensor.batch = c.tensor.batch;
     tensor.cu_seqlens = c.tensor.cu_seqlens;
     in = out;
   }
+  if (table != nullptr) {
+    return backward ? rope.ApplyBackward<T>(*table, tensor, in, out)
+                    : rope.Apply<T>(*table, tensor, in, out);
+  }
   return backward ? rope.Backward<T>(tensor, pos, in, out, c.role)
                   : rope.Forward<T>(tensor, pos, in, out, c.role);
+}
+
+// Dispatches on the dtype; with a table, its element type must suit the dtype.
+absl::Status RunAny(const seq::Rope& rope, const RopeCall& c, bool backward,
+                    const seq::RopeTable<float>* tf, const seq::RopeTable<double>* td,
+                    bool with_table) {
+  const bool f64 = c.x.dtype == DType::kFloat64;
+  if (with_table && (f64 ? td == nullptr : tf == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the table was built for ", f64 ? "float32/bfloat16/float16" : "float64",
+        " tensors; this tensor is ", DTypeName(c.x.dtype)));
+  }
+  switch (c.x.dtype) {
+    case DType::kFloat32: return RunTyped<float>(rope, c, backward, tf);
+    case DType::kFloat64: return RunTyped<double>(rope, c, backward, td);
+    case DType::kBFloat16: return RunTyped<seq::BFloat16>(rope, c, backward, tf);
+    case DType::kFloat16: return RunTyped<seq::Float16>(rope, c, backward, tf);
+    default: return absl::InternalError("unexpected dtype");
+  }
 }
 
 gpe_status Run(const gpe_rope* rope, const gpe_rope_tokens* tokens, const DLTensor* x,
@@ -374,13 +409,34 @@ gpe_status Run(const gpe_rope* rope, const gpe_rope_tokens* tokens, const DLTens
     absl::StatusOr<RopeCall> c = ViewRopeCall(rope, tokens, x, out, backward ? "dy" : "x",
                                               backward ? "dx" : "out");
     if (!c.ok()) return c.status();
-    switch (c->x.dtype) {
-      case DType::kFloat32: return RunTyped<float>(rope->impl, *c, backward);
-      case DType::kFloat64: return RunTyped<double>(rope->impl, *c, backward);
-      case DType::kBFloat16: return RunTyped<seq::BFloat16>(rope->impl, *c, backward);
-      case DType::kFloat16: return RunTyped<seq::Float16>(rope->impl, *c, backward);
-      default: return absl::InternalError("unexpected dtype");
+    return RunAny(rope->impl, *c, backward, nullptr, nullptr, /*with_table=*/false);
+  });
+}
+
+gpe_status RunTable(const gpe_rope_table* table, const DLTensor* x, DLTensor* out,
+                    bool backward) {
+  return Guard([&]() -> absl::Status {
+    if (table == nullptr) return absl::InvalidArgumentError("table is NULL");
+    gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT;
+    tok.layout = table->layout;
+    std::vector<int64_t> cu_shape = {static_cast<int64_t>(table->cu_seqlens.size())};
+    DLTensor cu;
+    std::memset(&cu, 0, sizeof cu);
+    if (table->layout == GPE_ROPE_LAYOUT_THD) {
+      cu.data = const_cast<int64_t*>(table->cu_seqlens.data());
+      cu.device.device_type = kDLCPU;
+      cu.ndim = 1;
+      cu.dtype.code = kDLInt;
+      cu.dtype.bits = 64;
+      cu.dtype.lanes = 1;
+      cu.shape = cu_shape.data();
+      tok.cu_seqlens = &cu;
     }
+    absl::StatusOr<RopeCall> c = ViewRopeCall(&table->rope, &tok, x, out,
+                                              backward ? "dy" : "x", backward ? "dx" : "out");
+    if (!c.ok()) return c.status();
+    return RunAny(table->rope.impl, *c, backward, table->f32 ? &*table->f32 : nullptr,
+                  table->f64 ? &*table->f64 : nullptr, /*with_table=*/true);
   });
 }
 
@@ -444,6 +500,47 @@ gpe_status gpe_rope_forward(const gpe_rope* rope, const gpe_rope_tokens* tokens,
 gpe_status gpe_rope_backward(const gpe_rope* rope, const gpe_rope_tokens* tokens,
                              const DLTensor* dy, DLTensor* dx) {
   return Run(rope, tokens, dy, dx, /*backward=*/true);
+}
+
+gpe_status gpe_rope_table_create(const gpe_rope* rope, const gpe_rope_tokens* tokens,
+                                 const DLTensor* like, gpe_rope_table** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    // `like` only describes the shape: viewed as input and output of an in-place call.
+    absl::StatusOr<RopeCall> c =
+        ViewRopeCall(rope, tokens, like, const_cast<DLTensor*>(like), "like", "like");
+    if (!c.ok()) return c.status();
+    auto table = std::make_unique<gpe_rope_table>(gpe_rope_table{rope->impl, c->layout, c->cu,
+                                                                 std::nullopt, std::nullopt});
+    seq::RopeTensor tensor = c->tensor;
+    tensor.cu_seqlens = table->cu_seqlens;
+    const seq::RopePositions pos{c->ids, c->offsets};
+    if (c->x.dtype == DType::kFloat64) {
+      absl::StatusOr<seq::RopeTable<double>> t =
+          table->rope.impl.MakeTable<double>(tensor, pos, c->role);
+      if (!t.ok()) return t.status();
+      table->f64.emplace(std::move(*t));
+    } else {
+      absl::StatusOr<seq::RopeTable<float>> t =
+          table->rope.impl.MakeTable<float>(tensor, pos, c->role);
+      if (!t.ok()) return t.status();
+      table->f32.emplace(std::move(*t));
+    }
+    *out = table.release();
+    return absl::OkStatus();
+  });
+}
+
+void gpe_rope_table_destroy(gpe_rope_table* table) { delete table; }
+
+gpe_status gpe_rope_table_forward(const gpe_rope_table* table, const DLTensor* x, DLTensor* out) {
+  return RunTable(table, x, out, /*backward=*/false);
+}
+
+gpe_status gpe_rope_table_backward(const gpe_rope_table* table, const DLTensor* dy,
+                                   DLTensor* dx) {
+  return RunTable(table, dy, dx, /*backward=*/true);
 }
 
 }  // extern "C"

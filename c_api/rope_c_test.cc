@@ -3,6 +3,7 @@
 // describes tensors, so any difference is a wiring bug); in-place, out-of-place and
 // differently strided outputs agree; the backward pass matches central finite
 // differences in double; bad input returns a status and a message.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -565,6 +566,91 @@ TEST(RopeC, BadTensorsRejected) {
   offs = {std::numeric_limits<int64_t>::max() - 1, 0};
   tok.offsets = &toff;
   fails(&tx, &to, "overflow");
+  gpe_rope_destroy(rope);
+}
+
+// A table built once serves q (4 heads) and k (1 head, GQA) of float32 and bfloat16
+// tensors and gives the bits of gpe_rope_forward / _backward; it outlives the encoding
+// and the position tensors; wrong dtype class or token count is rejected.
+TEST(RopeC, TableReuseEqualsOneShotCalls) {
+  std::mt19937_64 rng(17);
+  const int64_t tokens = 9, d = 16;
+  gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+  o.head_dim = d;
+  o.schedule = GPE_ROPE_LLAMA3;
+  o.xpos = 1;
+  gpe_rope* rope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&o, &rope), GPE_OK) << gpe_last_error_message();
+  std::vector<int64_t> cu = {0, 4, 9}, cshape = {3}, offsets = {100, 7}, oshape = {2};
+  auto* cu_copy = new std::vector<int64_t>(cu);
+  auto* off_copy = new std::vector<int64_t>(offsets);
+  DLTensor tcu = Tensor(cu_copy->data(), kDLInt, 64, &cshape);
+  DLTensor toff = Tensor(off_copy->data(), kDLInt, 64, &oshape);
+  gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT;
+  tok.layout = GPE_ROPE_LAYOUT_THD;
+  tok.cu_seqlens = &tcu;
+  tok.offsets = &toff;
+  tok.role = GPE_ROPE_KEY;
+  std::vector<int64_t> qshape = {tokens, 4, d}, kshape = {tokens, 1, d};
+  std::vector<float> like(tokens * 4 * d);
+  DLTensor tlike = Tensor(like.data(), kDLFloat, 32, &qshape);
+  gpe_rope_table* table = nullptr;
+  ASSERT_EQ(gpe_rope_table_create(rope, &tok, &tlike, &table), GPE_OK) << gpe_last_error_message();
+  // Expected values from the one-shot calls, before the encoding is released.
+  std::vector<double> qd = Random(&rng, tokens * 4 * d), kd = Random(&rng, tokens * d);
+  std::vector<float> q(qd.begin(), qd.end()), k(kd.begin(), kd.end());
+  std::vector<float> q_want(q.size()), k_want(k.size()), q_back(q.size());
+  std::vector<seq::BFloat16> kb(k.size()), kb_want(k.size());
+  for (size_t i = 0; i < k.size(); ++i) kb[i] = seq::ToBFloat16(k[i]);
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qshape);
+  DLTensor tk = Tensor(k.data(), kDLFloat, 32, &kshape);
+  DLTensor tkb = Tensor(kb.data(), kDLBfloat, 16, &kshape);
+  DLTensor tqw = Tensor(q_want.data(), kDLFloat, 32, &qshape);
+  DLTensor tkw = Tensor(k_want.data(), kDLFloat, 32, &kshape);
+  DLTensor tqb = Tensor(q_back.data(), kDLFloat, 32, &qshape);
+  DLTensor tkbw = Tensor(kb_want.data(), kDLBfloat, 16, &kshape);
+  ASSERT_EQ(gpe_rope_forward(rope, &tok, &tq, &tqw), GPE_OK);
+  ASSERT_EQ(gpe_rope_forward(rope, &tok, &tk, &tkw), GPE_OK);
+  ASSERT_EQ(gpe_rope_forward(rope, &tok, &tkb, &tkbw), GPE_OK);
+  ASSERT_EQ(gpe_rope_backward(rope, &tok, &tq, &tqb), GPE_OK);
+  gpe_rope_destroy(rope);
+  std::fill(cu_copy->begin(), cu_copy->end(), -1);  // the table copied them
+  delete cu_copy;
+  delete off_copy;
+  std::vector<float> q_got(q.size()), k_got(k.size());
+  DLTensor tqg = Tensor(q_got.data(), kDLFloat, 32, &qshape);
+  DLTensor tkg = Tensor(k_got.data(), kDLFloat, 32, &kshape);
+  ASSERT_EQ(gpe_rope_table_forward(table, &tq, &tqg), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(q_got, q_want);
+  ASSERT_EQ(gpe_rope_table_forward(table, &tk, &tkg), GPE_OK);
+  EXPECT_EQ(k_got, k_want);
+  ASSERT_EQ(gpe_rope_table_forward(table, &tkb, &tkb), GPE_OK);  // in place
+  EXPECT_EQ(std::memcmp(kb.data(), kb_want.data(), kb.size() * sizeof(seq::BFloat16)), 0);
+  ASSERT_EQ(gpe_rope_table_backward(table, &tq, &tqg), GPE_OK);
+  EXPECT_EQ(q_got, q_back);
+  // A float64 tensor needs a float64 table; a different token count is rejected.
+  std::vector<double> qd_out(qd.size());
+  DLTensor tq64 = Tensor(qd.data(), kDLFloat, 64, &qshape);
+  DLTensor tq64o = Tensor(qd_out.data(), kDLFloat, 64, &qshape);
+  EXPECT_EQ(gpe_rope_table_forward(table, &tq64, &tq64o), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("float64"));
+  std::vector<int64_t> short_shape = {tokens - 1, 1, d};
+  DLTensor tshort = Tensor(k.data(), kDLFloat, 32, &short_shape);
+  EXPECT_EQ(gpe_rope_table_forward(table, &tshort, &tshort), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_rope_table_forward(nullptr, &tq, &tq), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_rope_table_forward(table, nullptr, &tq), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_rope_table_destroy(table);
+  gpe_rope_table_destroy(nullptr);
+  // Creation checks its inputs like gpe_rope_forward.
+  ASSERT_EQ(gpe_rope_create(&o, &rope), GPE_OK);
+  EXPECT_EQ(gpe_rope_table_create(rope, &tok, &tlike, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  table = reinterpret_cast<gpe_rope_table*>(1);
+  EXPECT_EQ(gpe_rope_table_create(rope, nullptr, &tlike, &table), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(table, nullptr);
+  tok.cu_seqlens = nullptr;
+  tok.offsets = nullptr;
+  EXPECT_EQ(gpe_rope_table_create(rope, &tok, &tlike, &table), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("cu_seqlens"));
   gpe_rope_destroy(rope);
 }
 

@@ -220,6 +220,19 @@ class ApplyTest(unittest.TestCase):
         np.testing.assert_allclose(from_bfloat16_bits(gotb), wantb,
                                    atol=2.0**-7 * np.abs(wantb).max())
 
+    def test_table_reuse(self):
+        # One table for q (4 heads) and k (1 head): the one-shot calls' exact values.
+        rope = gpe.Rope(16, schedule="llama3", factor=8.0, original_max_position=64)
+        q = self.rng.standard_normal((2, 5, 4, 16)).astype(np.float32)
+        k = self.rng.standard_normal((2, 5, 1, 16)).astype(np.float32)
+        offsets = [3, 400]
+        table = rope.table(q, offsets=offsets, role="key")
+        np.testing.assert_array_equal(table.forward(q), rope.forward(q, offsets=offsets))
+        np.testing.assert_array_equal(table.forward(k), rope.forward(k, offsets=offsets))
+        np.testing.assert_array_equal(table.backward(k), rope.backward(k, offsets=offsets))
+        with self.assertRaises(gpe.GpeError):
+            table.forward(q.astype(np.float64))  # a float32 table
+
     def test_mrope_and_axial(self):
         d = 16
         rope = gpe.Rope(d, mrope_sections=[4, 2, 2])

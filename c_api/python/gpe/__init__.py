@@ -10,7 +10,7 @@ from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
-from gpe.rope import Rope
+from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
@@ -20,6 +20,7 @@ __all__ = [
     "FoxBias",
     "GrapeApBias",
     "Rope",
+    "RopeTable",
     "T5Bias",
     "GpeError",
     "GrapeM",

@@ -131,30 +131,20 @@ class Rope(_Handle):
         return thetas, m.value
 
     def _run(self, fn, x, positions, offsets, cu_seqlens, layout, role, out, bfloat16):
-        if not isinstance(x, np.ndarray):
-            x = np.asarray(x)
-        if bfloat16 and x.dtype != np.uint16:
-            raise TypeError("bfloat16=True takes a uint16 array of bfloat16 bit patterns")
-        if out is None:
-            out = np.empty_like(x)
-        tok = _ffi.RopeTokens()
-        tok.struct_size = ctypes.sizeof(tok)
-        tok.layout = _choice(_LAYOUTS, layout, "layout")
-        tok.role = _choice(_ROLES, role, "role")
-        keep = []
-        for field, value in (("position_ids", positions), ("offsets", offsets),
-                             ("cu_seqlens", cu_seqlens)):
-            if value is not None:
-                tensor, alive = _ffi.as_dltensor(_positions(value))
-                keep.append((tensor, alive))
-                setattr(tok, field, ctypes.pointer(tensor))
-        tx, kx = _ffi.as_dltensor(x)
-        tout, kout = _ffi.as_dltensor(out)
-        if bfloat16:
-            tx.dtype.code = tout.dtype.code = _KDL_BFLOAT
+        x, out = _arrays(x, out, bfloat16)
+        tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
+        tx, kx = _tensor(x, bfloat16)
+        tout, kout = _tensor(out, bfloat16)
         check(fn(self._handle, ctypes.byref(tok), ctypes.byref(tx), ctypes.byref(tout)))
         del keep, kx, kout
         return out
+
+    def table(self, like, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
+              role="query", bfloat16=False):
+        """A RopeTable: the cos/sin rows for the tokens of `like` (an array of the shape and
+        dtype to be rotated; its values are not read), built once and reused for q, k
+        and every layer with the same tokens (any number of heads)."""
+        return RopeTable(self, like, positions, offsets, cu_seqlens, layout, role, bfloat16)
 
     def forward(self, x, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
                 role="query", out=None, bfloat16=False):
@@ -173,3 +163,70 @@ class Rope(_Handle):
         """dx = (m R(p theta))^T dy, the gradient of forward; arguments as forward."""
         return self._run(lib().gpe_rope_backward, dy, positions, offsets, cu_seqlens, layout,
                          role, out, bfloat16)
+
+
+class RopeTable(_Handle):
+    """Rope.table(...): RoPE's cos/sin table for one token numbering (see Rope.table).
+    Built exactly once (angles reduced mod 2 pi in double); forward/backward then run at
+    memory bandwidth. float64 tables serve float64 arrays; float32 tables serve float32,
+    float16 and bfloat16."""
+
+    _destroy = "gpe_rope_table_destroy"
+
+    def __init__(self, rope, like, positions, offsets, cu_seqlens, layout, role, bfloat16):
+        like, _ = _arrays(like, like, bfloat16)
+        tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
+        tl, kl = _tensor(like, bfloat16)
+        out = ctypes.c_void_p()
+        check(lib().gpe_rope_table_create(rope._handle, ctypes.byref(tok), ctypes.byref(tl),
+                                          ctypes.byref(out)))
+        del keep, kl
+        super().__init__(out.value)
+
+    def _run(self, fn, x, out, bfloat16):
+        x, out = _arrays(x, out, bfloat16)
+        tx, kx = _tensor(x, bfloat16)
+        tout, kout = _tensor(out, bfloat16)
+        check(fn(self._handle, ctypes.byref(tx), ctypes.byref(tout)))
+        del kx, kout
+        return out
+
+    def forward(self, x, out=None, bfloat16=False):
+        """Rope.forward with this table's tokens; out=x works in place."""
+        return self._run(lib().gpe_rope_table_forward, x, out, bfloat16)
+
+    def backward(self, dy, out=None, bfloat16=False):
+        """Rope.backward with this table's tokens."""
+        return self._run(lib().gpe_rope_table_backward, dy, out, bfloat16)
+
+
+def _arrays(x, out, bfloat16):
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    if bfloat16 and x.dtype != np.uint16:
+        raise TypeError("bfloat16=True takes a uint16 array of bfloat16 bit patterns")
+    if out is None:
+        out = np.empty_like(x)
+    return x, out
+
+
+def _tensor(array, bfloat16):
+    t, keep = _ffi.as_dltensor(array)
+    if bfloat16:
+        t.dtype.code = _KDL_BFLOAT
+    return t, keep
+
+
+def _tokens(positions, offsets, cu_seqlens, layout, role):
+    tok = _ffi.RopeTokens()
+    tok.struct_size = ctypes.sizeof(tok)
+    tok.layout = _choice(_LAYOUTS, layout, "layout")
+    tok.role = _choice(_ROLES, role, "role")
+    keep = []
+    for field, value in (("position_ids", positions), ("offsets", offsets),
+                         ("cu_seqlens", cu_seqlens)):
+        if value is not None:
+            tensor, alive = _ffi.as_dltensor(_positions(value))
+            keep.append((tensor, alive))
+            setattr(tok, field, ctypes.pointer(tensor))
+    return tok, keep

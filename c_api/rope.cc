@@ -368,12 +368,14 @@ absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
   T* out = c.out.typed<T>();
   seq::RopeTensor tensor = c.tensor;
   if (!gpe::c_api::SameLayout(c.x, c.out) && c.x.strides != c.out.strides) {
-    // Check the tensor before copying (the copy must not run on bad strides).
+    // Check both descriptions before copying, so a rejected call leaves out untouched.
+    seq::RopeTensor out_tensor = Describe(c.out, c.layout);
+    out_tensor.batch = c.tensor.batch;
+    out_tensor.cu_seqlens = c.tensor.cu_seqlens;
     if (absl::Status s = seq::ValidateRopeTensor(tensor); !s.ok()) return s;
+    if (absl::Status s = seq::ValidateRopeTensor(out_tensor); !s.ok()) return s;
     if (c.x.numel() > 0) CopyRows(c.x, c.out);
-    tensor = Describe(c.out, c.layout);
-    tensor.batch = c.tensor.batch;
-    tensor.cu_seqlens = c.tensor.cu_seqlens;
+    tensor = out_tensor;
     in = out;
   }
   if (table != nullptr) {

@@ -524,6 +524,12 @@ TEST(RopeC, BadTensorsRejected) {
   tx.data = x.data();
   tshift.data = x.data() + 1;
   fails(&tx, &tshift, "overlaps");
+  // An output with a negative token stride is rejected before anything is written.
+  std::vector<double> rev(x.size(), -3.0);
+  std::vector<int64_t> neg = {48, -16, 8, 1};
+  DLTensor trev = Tensor(rev.data() + 32, kDLFloat, 64, &shape, &neg);
+  fails(&tx, &trev, "strides");
+  for (double v : rev) EXPECT_EQ(v, -3.0);
   // Both ids and offsets; wrong sizes.
   std::vector<int64_t> ids(6), offs(2), ishape = {6}, oshape = {2}, bad_shape = {5};
   DLTensor tids = Tensor(ids.data(), kDLInt, 64, &ishape);

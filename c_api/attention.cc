@@ -1,6 +1,6 @@
 // The C ABI's attention (gpe.h, "Attention"): DLPack views and options validated here,
 // then attention/cpu's CpuForward / CpuBackward with the encoding built from the options
-// (RoPE, GRAPE-M or algebraic rotations; ALiBi). Every entry point runs under Guard.
+// (RoPE, GRAPE-M or algebraic rotations; any gpe_bias). Every entry point runs under Guard.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -54,7 +54,6 @@ struct Call {
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
   std::optional<seq::Rope> rope;
   std::unique_ptr<att::RowTransform> transform;
-  std::optional<seq::AlibiBias> alibi;
 };
 
 // A q-side or k-side tensor of the layout: its view and strides.
@@ -223,18 +222,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     c->transform = std::make_unique<att::AlgebraicRowTransform>(o.algebraic->impl);
   }
   a.q_transform = a.k_transform = c->transform.get();
-  if (o.alibi != GPE_ALIBI_NONE) {
-    if (o.alibi != GPE_ALIBI_CAUSAL && o.alibi != GPE_ALIBI_SYMMETRIC) {
-      return Bad(absl::StrCat("alibi must be GPE_ALIBI_*, got ", o.alibi));
-    }
-    if (a.num_q_heads < 1) return Bad("ALiBi needs heads_q >= 1");
-    absl::StatusOr<seq::AlibiBias> alibi = seq::AlibiBias::CreateStandard(
-        a.num_q_heads,
-        o.alibi == GPE_ALIBI_CAUSAL ? seq::AlibiForm::kCausal : seq::AlibiForm::kSymmetric);
-    if (!alibi.ok()) return alibi.status();
-    c->alibi.emplace(*std::move(alibi));
-    a.biases = {&*c->alibi};
-  }
+  if (o.bias != nullptr) a.biases = {&o.bias->base()};
   return absl::OkStatus();
 }
 

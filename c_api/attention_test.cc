@@ -84,11 +84,17 @@ TEST(AttentionAbi, ForwardMatchesOracleWithRopeAndAlibi) {
   DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
            tv = Tensor(v.data(), kDLFloat, 32, &ks), to = Tensor(o.data(), kDLFloat, 32, &qs),
            tl = Tensor(lse.data(), kDLFloat, 32, &ls);
+  gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+  ao.num_heads = hq;
+  gpe_bias* alibi = nullptr;
+  ASSERT_EQ(gpe_bias_create_alibi(&ao, &alibi), GPE_OK) << gpe_last_error_message();
   gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
   opt.causal = 1;
   opt.rope_dim = d;
-  opt.alibi = GPE_ALIBI_CAUSAL;
-  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl), GPE_OK) << gpe_last_error_message();
+  opt.bias = alibi;
+  const gpe_status st = gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl);
+  gpe_bias_destroy(alibi);
+  ASSERT_EQ(st, GPE_OK) << gpe_last_error_message();
   std::vector<double> want = Oracle(q, k, v, s, hq, hkv, d, true, true);
   // float32 kernel against a double oracle on O(1) outputs: 1e-5 covers float rounding of
   // 32-term dot products and 37-term sums with a wide margin; a wrong angle, slope or
@@ -194,9 +200,16 @@ TEST(AttentionAbi, RejectsBadInput) {
   b = opt;
   b.causal = 2;
   fails(b, &tq, &tq, &tq, &to, "causal not 0/1");
-  b = opt;
-  b.alibi = 7;
-  fails(b, &tq, &tq, &tq, &to, "unknown alibi");
+  {
+    gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+    ao.num_heads = 3;  // the attention has 2 query heads
+    gpe_bias* alibi = nullptr;
+    ASSERT_EQ(gpe_bias_create_alibi(&ao, &alibi), GPE_OK);
+    b = opt;
+    b.bias = alibi;
+    fails(b, &tq, &tq, &tq, &to, "bias head count differs from heads_q");
+    gpe_bias_destroy(alibi);
+  }
   b = opt;
   b.struct_size = sizeof(gpe_attention_options) + 8;
   EXPECT_EQ(gpe_attention_forward(&b, &tq, &tq, &tq, &to, nullptr), GPE_ERROR_VERSION_MISMATCH);

@@ -3,8 +3,12 @@
 #ifndef GPE_C_API_SEQUENCE_HANDLES_H_
 #define GPE_C_API_SEQUENCE_HANDLES_H_
 
+#include <optional>
+
+#include "c_api/include/gpe/gpe.h"
 #include "encodings/sequence/absolute.h"
 #include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 
 struct gpe_learned_positions {
@@ -15,6 +19,24 @@ struct gpe_grape_m {
 };
 struct gpe_algebraic_sequence {
   gpe::encodings::sequence::AlgebraicSequence impl;
+};
+
+// An additive bias (bias.cc creates it; attention.cc applies it inside the kernel).
+struct gpe_bias {
+  int32_t kind = GPE_BIAS_ALIBI;
+  std::optional<gpe::encodings::sequence::AlibiBias> alibi;
+  std::optional<gpe::encodings::sequence::T5RelativeBias> t5;
+  std::optional<gpe::encodings::sequence::FoxBias> fox;
+  std::optional<gpe::encodings::sequence::GrapeApBias> grape_ap;
+
+  const gpe::encodings::sequence::AdditiveBias& base() const {
+    switch (kind) {
+      case GPE_BIAS_T5: return *t5;
+      case GPE_BIAS_FOX: return *fox;
+      case GPE_BIAS_GRAPE_AP: return *grape_ap;
+      default: return *alibi;
+    }
+  }
 };
 
 #endif  // GPE_C_API_SEQUENCE_HANDLES_H_

@@ -109,6 +109,13 @@ class AttentionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpe.attention(k, k, k, alibi="sideways")
 
+    def test_bias_objects(self):
+        # A bias object (gpe.bias) is what the alibi= shorthand builds: identical results.
+        q, k, v = self.randn(1, 30, 2, 16), self.randn(1, 30, 2, 16), self.randn(1, 30, 2, 16)
+        alibi = gpe.Alibi(2)
+        np.testing.assert_allclose(gpe.attention(q, k, v, causal=True, bias=alibi),
+                                   gpe.attention(q, k, v, causal=True, alibi="causal"), atol=0)
+
 
 if __name__ == "__main__":
     unittest.main()

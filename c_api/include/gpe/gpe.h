@@ -286,6 +286,258 @@ GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores_backward(
     const DLTensor* key_positions, const DLTensor* grad_scores, DLTensor* grad_q,
     DLTensor* grad_label_table);
 
+/* ---- RoPE (since 0.3.0) -----------------------------------------------------------
+ *
+ * Rotary position embeddings as models use them (encodings/sequence/rope.h): frequency
+ * schedules, interleaved or half-split pairing, partial rotary, xPos, axial 2D/3D RoPE
+ * and M-RoPE sections, on bshd / sbhd / packed thd tensors, forward and backward.
+ * Plane i (i < rotary_dim / 2) pairs features (2i, 2i + 1) (interleaved) or
+ * (i, i + rotary_dim / 2) (half-split) and rotates them by a = p * theta_i (the rotation
+ * convention above); both outputs are then multiplied by the schedule's attention
+ * factor m (and by the xPos scale). Features rotary_dim .. head_dim - 1 pass through.
+ * cos and sin are formed in double and rounded once to the tensor's type (float32 for
+ * bfloat16 / float16 tensors, which are rotated in float32 and rounded once on store).
+ */
+typedef struct gpe_rope gpe_rope;
+
+enum {
+  GPE_ROPE_DEFAULT = 0,     /* theta_i = base^(-2i / rotary_dim) (Su et al., eq. 15) */
+  GPE_ROPE_LINEAR = 1,      /* theta_i / factor (Chen et al., position interpolation) */
+  GPE_ROPE_DYNAMIC_NTK = 2, /* base * (factor L / L0 - (factor - 1))^(r / (r - 2)) when
+                               L = current_length > L0 = original_max_position */
+  GPE_ROPE_YARN = 3,        /* Peng et al., NTK-by-parts ramp and attention temperature */
+  GPE_ROPE_LONGROPE = 4,    /* Ding et al., per-plane rescale factors */
+  GPE_ROPE_LLAMA3 = 5       /* Llama 3's wavelength-banded rule */
+};
+
+enum {
+  GPE_ROPE_AXES_SINGLE = 0,            /* one position per token */
+  GPE_ROPE_AXES_AXIAL = 1,             /* num_axes contiguous blocks of planes, each with
+                                          default frequencies of rotary_dim / num_axes */
+  GPE_ROPE_AXES_MROPE = 2,             /* Qwen2-VL: mrope_sections contiguous planes per axis */
+  GPE_ROPE_AXES_MROPE_INTERLEAVED = 3  /* Qwen3-VL: plane i -> axis i % n for i < n * section */
+};
+
+typedef struct gpe_rope_options {
+  uint32_t struct_size; /* sizeof(gpe_rope_options) */
+  int32_t pairing;      /* GPE_PAIRING_* (default half-split) */
+  int64_t head_dim;     /* >= 2 */
+  int64_t rotary_dim;   /* even, 2 <= rotary_dim <= head_dim; 0 means head_dim */
+  double base;          /* finite, > 1 */
+  int32_t schedule;     /* GPE_ROPE_* */
+  int32_t num_threads;  /* threads per apply call, 1 .. 256 */
+  /* LINEAR, DYNAMIC_NTK, YARN, LLAMA3: finite > 0 (YaRN: >= 1). */
+  double factor;
+  /* L0: DYNAMIC_NTK (>= 1), YARN (>= 1), LONGROPE (>= 2), LLAMA3 (>= 1). */
+  int64_t original_max_position;
+  /* L: DYNAMIC_NTK (>= 0), LONGROPE (long_factor when L > L0, else short_factor). */
+  int64_t current_length;
+  /* YARN: finite, beta_fast > beta_slow > 0; yarn_truncate nonzero floors/ceils the
+   * ramp's ends (the published default). */
+  double beta_fast, beta_slow;
+  int32_t yarn_truncate;
+  /* YARN: nonzero uses mscale / mscale_all_dim (DeepSeek; both finite > 0). */
+  int32_t has_mscale;
+  double mscale, mscale_all_dim;
+  /* YARN, LONGROPE: nonzero overrides the schedule's attention factor (finite > 0). */
+  int32_t has_attention_factor;
+  double attention_factor;
+  /* LONGROPE: rotary_dim / 2 finite > 0 values each (copied), and max_position (>= 1). */
+  const double* short_factor;
+  int64_t short_factor_len;
+  const double* long_factor;
+  int64_t long_factor_len;
+  int64_t max_position;
+  /* LLAMA3: finite, 0 < low_freq_factor < high_freq_factor. */
+  double low_freq_factor, high_freq_factor;
+  /* xPos (Sun et al., eq. 9-10; single axis only): nonzero enables; queries are scaled
+   * by zeta_i^((p - centre) / scale_base), keys by its inverse,
+   * zeta_i = (2i / rotary_dim + gamma) / (1 + gamma). */
+  int32_t xpos;
+  double xpos_gamma;      /* finite > 0 */
+  double xpos_scale_base; /* finite > 0 */
+  int64_t xpos_centre;
+  /* Multi-axis RoPE: GPE_ROPE_AXES_*. AXIAL takes num_axes (2 .. 8, dividing
+   * rotary_dim / 2) and the DEFAULT schedule; MROPE* take mrope_sections (1 .. 8 plane
+   * counts summing to rotary_dim / 2, copied) with any schedule. */
+  int32_t axes;
+  int32_t num_axes;
+  const int64_t* mrope_sections;
+  int64_t num_mrope_sections;
+} gpe_rope_options;
+#define GPE_ROPE_OPTIONS_INIT                                                              \
+  { (uint32_t)sizeof(gpe_rope_options), GPE_PAIRING_HALF_SPLIT, 0, 0, 10000.0,            \
+    GPE_ROPE_DEFAULT, 1, 1.0, 4096, 0, 32.0, 1.0, 1, 0, 1.0, 1.0, 0, 1.0, NULL, 0, NULL, 0, \
+    131072, 1.0, 4.0, 0, 0.4, 512.0, 0, GPE_ROPE_AXES_SINGLE, 1, NULL, 0 }
+
+enum { GPE_ROPE_LAYOUT_BSHD = 0, GPE_ROPE_LAYOUT_SBHD = 1, GPE_ROPE_LAYOUT_THD = 2 };
+enum { GPE_ROPE_QUERY = 0, GPE_ROPE_KEY = 1 }; /* matters only for xPos */
+
+/* Where the tokens of a q or k tensor sit. The tensor x is
+ *   BSHD: [batch, seq, heads, head_dim]   SBHD: [seq, batch, heads, head_dim]
+ *   THD:  [total_tokens, heads, head_dim], sequences delimited by cu_seqlens
+ * with any positive strides and head_dim contiguous (stride 1). Tokens are numbered
+ * t = b * seq + s (BSHD, SBHD) or by row (THD). At most one of position_ids / offsets:
+ * - position_ids: int64 [num_tokens], or [num_axes, num_tokens] for multi-axis RoPE;
+ * - offsets: int64 [batch], position = offsets[b] + index within sequence b;
+ * - neither: offsets of 0.
+ * cu_seqlens: int64 [batch + 1], 0 = cu[0] <= cu[1] <= ... <= cu[batch] = total_tokens
+ * (THD only, NULL otherwise). */
+typedef struct gpe_rope_tokens {
+  uint32_t struct_size; /* sizeof(gpe_rope_tokens) */
+  int32_t layout;       /* GPE_ROPE_LAYOUT_* */
+  int32_t role;         /* GPE_ROPE_QUERY or GPE_ROPE_KEY */
+  const DLTensor* position_ids;
+  const DLTensor* offsets;
+  const DLTensor* cu_seqlens;
+} gpe_rope_tokens;
+#define GPE_ROPE_TOKENS_INIT \
+  { (uint32_t)sizeof(gpe_rope_tokens), GPE_ROPE_LAYOUT_BSHD, GPE_ROPE_QUERY, NULL, NULL, NULL }
+
+/* Copies what it needs from options (factor lists, sections). */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_create(const gpe_rope_options* options, gpe_rope** out);
+GPE_API void gpe_rope_destroy(gpe_rope* rope);
+/* head_dim, rotary_dim, num_axes (each may be NULL). */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_shape(const gpe_rope* rope, int64_t* head_dim,
+                                                int64_t* rotary_dim, int64_t* num_axes);
+/* The schedule's frequencies (radians per position) and attention factor: thetas
+ * receives rotary_dim / 2 doubles (num_thetas must be that many); attention_factor may
+ * be NULL. */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_frequencies(const gpe_rope* rope, double* thetas,
+                                                      int64_t num_thetas,
+                                                      double* attention_factor);
+/* out = m R(a) x per token and head. x and out: float32, float64, bfloat16 or float16
+ * (the same dtype and shape). out may be x itself (in place); otherwise it must not
+ * overlap x, and may have other (positive) strides. */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_forward(const gpe_rope* rope,
+                                                  const gpe_rope_tokens* tokens,
+                                                  const DLTensor* x, DLTensor* out);
+/* The backward pass: dx = (m R(a))^T dy = m R(-a) dy (xPos: the same scale). The rules
+ * of gpe_rope_forward; dx may be dy. */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_backward(const gpe_rope* rope,
+                                                   const gpe_rope_tokens* tokens,
+                                                   const DLTensor* dy, DLTensor* dx);
+
+/* A cos/sin table built once for one token numbering and reused: forming the exact
+ * angles costs ~0.2 us per (position, plane), while applying a table runs at memory
+ * bandwidth, so build one per forward pass and apply it to q, k and every layer.
+ * gpe_rope_table_create reads the layout, cu_seqlens, positions and role from tokens and
+ * the shape and dtype from `like` (a tensor as gpe_rope_forward takes; its data is not
+ * read). It copies everything it needs (the encoding included): rope and the position
+ * tensors may be released afterwards. A table built from a float64 tensor serves float64
+ * tensors; one built from float32, bfloat16 or float16 serves those three. */
+typedef struct gpe_rope_table gpe_rope_table;
+
+GPE_API GPE_NODISCARD gpe_status gpe_rope_table_create(const gpe_rope* rope,
+                                                       const gpe_rope_tokens* tokens,
+                                                       const DLTensor* like,
+                                                       gpe_rope_table** out);
+GPE_API void gpe_rope_table_destroy(gpe_rope_table* table);
+/* gpe_rope_forward / gpe_rope_backward with the table's tokens: x (dy) has the table's
+ * layout and token count (any number of heads, any strides as gpe_rope_forward); out (dx)
+ * may be x (dy). */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_table_forward(const gpe_rope_table* table,
+                                                        const DLTensor* x, DLTensor* out);
+GPE_API GPE_NODISCARD gpe_status gpe_rope_table_backward(const gpe_rope_table* table,
+                                                         const DLTensor* dy, DLTensor* dx);
+
+/* ---- Additive attention biases (since 0.3.0) ---------------------------------------
+ *
+ * b_h(i, j) added to the score of query position i and key position j in head h
+ * (encodings/sequence/bias.h), one tile at a time: kernels never form the s x s matrix.
+ * Positions are explicit int64 ids. Causal biases (ALiBi causal, FoX, GRAPE-AP) return
+ * the closed form continued above the diagonal (j > i); masking is the caller's job.
+ *   ALiBi (Press et al.): causal -m_h (i - j), symmetric -m_h |i - j|.
+ *   T5 (Raffel et al.): table[bucket(j - i), h].
+ *   FoX (Lin et al.): c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_{l,h}).
+ *   GRAPE-AP: sum_{l = j+1..i} psi_h(i, l), psi_h(t, l) = -softplus(<w_{t,h}, u_{l,h}>).
+ * Parameters are copied at creation; a handle is immutable.
+ */
+typedef struct gpe_bias gpe_bias;
+
+enum { GPE_BIAS_ALIBI = 0, GPE_BIAS_T5 = 1, GPE_BIAS_FOX = 2, GPE_BIAS_GRAPE_AP = 3 };
+enum { GPE_ALIBI_CAUSAL = 0, GPE_ALIBI_SYMMETRIC = 1 };
+
+typedef struct gpe_alibi_options {
+  uint32_t struct_size; /* sizeof(gpe_alibi_options) */
+  int32_t form;         /* GPE_ALIBI_* */
+  int64_t num_heads;    /* >= 1 */
+  /* num_heads finite slopes, or NULL for Press et al.'s: 2^(-8h/n) for n a power of two;
+   * otherwise the c = 2^floor(log2 n) slopes of c heads, then every other slope of 2c. */
+  const double* slopes;
+} gpe_alibi_options;
+#define GPE_ALIBI_OPTIONS_INIT { (uint32_t)sizeof(gpe_alibi_options), GPE_ALIBI_CAUSAL, 0, NULL }
+
+typedef struct gpe_t5_options {
+  uint32_t struct_size;  /* sizeof(gpe_t5_options) */
+  int32_t bidirectional; /* nonzero: buckets for both signs of j - i */
+  int64_t num_heads;     /* >= 1 */
+  int64_t num_buckets;   /* >= 2 (>= 4 when bidirectional) */
+  int64_t max_distance;  /* >= 1 */
+  const double* table;   /* num_buckets * num_heads finite values, row-major [bucket, head] */
+} gpe_t5_options;
+#define GPE_T5_OPTIONS_INIT { (uint32_t)sizeof(gpe_t5_options), 1, 0, 32, 128, NULL }
+
+typedef struct gpe_fox_options {
+  uint32_t struct_size;   /* sizeof(gpe_fox_options) */
+  int64_t length;         /* tokens, >= 0 */
+  int64_t num_heads;      /* >= 1 */
+  int64_t first_position; /* token t has position first_position + t */
+  const double* gate_logits; /* length * num_heads finite values, row-major [token, head] */
+} gpe_fox_options;
+#define GPE_FOX_OPTIONS_INIT { (uint32_t)sizeof(gpe_fox_options), 0, 0, 0, NULL }
+
+typedef struct gpe_grape_ap_options {
+  uint32_t struct_size;   /* sizeof(gpe_grape_ap_options) */
+  int64_t length;         /* tokens, >= 0 */
+  int64_t num_heads;      /* >= 1 */
+  int64_t rank;           /* >= 1 */
+  int64_t first_position; /* token t has position first_position + t */
+  const double* w;        /* length * num_heads * rank finite values, row-major */
+  const double* u;        /* the same shape */
+} gpe_grape_ap_options;
+#define GPE_GRAPE_AP_OPTIONS_INIT { (uint32_t)sizeof(gpe_grape_ap_options), 0, 0, 1, 0, NULL, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_alibi(const gpe_alibi_options* options,
+                                                       gpe_bias** out);
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_t5(const gpe_t5_options* options, gpe_bias** out);
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_fox(const gpe_fox_options* options,
+                                                     gpe_bias** out);
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_grape_ap(const gpe_grape_ap_options* options,
+                                                          gpe_bias** out);
+GPE_API void gpe_bias_destroy(gpe_bias* bias);
+/* kind (GPE_BIAS_*), num_heads, and whether the bias is causal (only j <= i meaningful);
+ * each may be NULL. */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_info(const gpe_bias* bias, int32_t* kind,
+                                               int64_t* num_heads, int32_t* causal);
+/* ALiBi's slopes: num_heads doubles into slopes (num_slopes must equal num_heads). */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_alibi_slopes(const gpe_bias* bias, double* slopes,
+                                                       int64_t num_slopes);
+/* out[r, c] = b_head(q_positions[r], k_positions[c]). q_positions: int64 [M];
+ * k_positions: int64 [N]; out: float32 or float64 [M, N], any strides (the row stride
+ * is the tile's leading dimension), disjoint from the positions. Values are formed in
+ * double and rounded once. FoX and GRAPE-AP positions must lie in
+ * [first_position, first_position + length). */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_fill_tile(const gpe_bias* bias, int64_t head,
+                                                    const DLTensor* q_positions,
+                                                    const DLTensor* k_positions, DLTensor* out);
+/* Tiled backward: given grad_tile = dL/db for a tile (float32 or float64 [M, N]), ADDS
+ * this tile's contribution to float64 parameter gradients (not cleared; sum over tiles):
+ *   ALiBi:    grad_a = dL/dslopes [num_heads]; grad_b NULL.
+ *   T5:       grad_a = dL/dtable [num_buckets, num_heads]; grad_b NULL.
+ *   FoX:      grad_a = dL/dc, the prefix sums [length, num_heads]; grad_b NULL. Turn it
+ *             into dL/dgate_logits with gpe_bias_fox_logit_gradient after all tiles.
+ *   GRAPE-AP: grad_a = dL/dw, grad_b = dL/du [length, num_heads, rank].
+ * Gradients must not overlap the inputs or each other. */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_accumulate_gradient(
+    const gpe_bias* bias, int64_t head, const DLTensor* q_positions,
+    const DLTensor* k_positions, const DLTensor* grad_tile, DLTensor* grad_a, DLTensor* grad_b);
+/* FoX only: grad_logits[l, h] = sigmoid(-x_{l,h}) * sum_{t >= l} grad_prefix[t, h].
+ * grad_prefix, grad_logits: float64 [length, num_heads] (grad_logits overwritten). */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias,
+                                                             const DLTensor* grad_prefix,
+                                                             DLTensor* grad_logits);
+
 /* ---- Coordinate encodings, analysis and INR solvers ---------------------------------
  *
  * Matrices are float64 DLTensors of any strides. Coordinates are float64 [N].
@@ -356,14 +608,9 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* ps
  * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Causal: key j allowed iff
  * p_j <= p_i. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of them
  * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
- * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b.
+ * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b
+ * (a gpe_bias handle, applied tile by tile: no s x s matrix).
  * ---------------------------------------------------------------------------------- */
-enum {
-  GPE_ALIBI_NONE = 0,
-  GPE_ALIBI_CAUSAL = 1,    /* b = -m_h (p_i - p_j), Press et al.'s slopes */
-  GPE_ALIBI_SYMMETRIC = 2  /* b = -m_h |p_i - p_j| */
-};
-
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
   int32_t causal;        /* 0 or 1 */
@@ -372,9 +619,10 @@ typedef struct gpe_attention_options {
   int64_t rope_dim;      /* 0: no RoPE; else even, <= head_dim (partial rotary) */
   double rope_base;      /* RoPE's theta base (default 10000) */
   int32_t rope_pairing;  /* GPE_PAIRING_* */
-  int32_t alibi;         /* GPE_ALIBI_* */
   const gpe_grape_m* grape_m;               /* optional: GRAPE-M rotations of q and k */
   const gpe_algebraic_sequence* algebraic;  /* optional: W^p of q and k */
+  const gpe_bias* bias;  /* optional additive bias (gpe_bias_create_*): ALiBi and T5 for any
+                            batch; FoX and GRAPE-AP read one sequence's tokens: batch 1 */
   const DLTensor* q_positions;              /* optional int64 [tokens_q] */
   const DLTensor* k_positions;              /* optional int64 [tokens_k] (both or neither) */
   const DLTensor* cu_seqlens_q;             /* optional int64 [batch + 1]: packed layout */
@@ -382,7 +630,7 @@ typedef struct gpe_attention_options {
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
-    GPE_ALIBI_NONE, NULL, NULL, NULL, NULL, NULL, NULL }
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,

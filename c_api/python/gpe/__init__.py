@@ -7,13 +7,22 @@ the library's own message.
 
 from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward
+from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
+from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
+    "AdditiveBias",
+    "Alibi",
     "AlgebraicSequence",
+    "FoxBias",
+    "GrapeApBias",
+    "Rope",
+    "RopeTable",
+    "T5Bias",
     "GpeError",
     "GrapeM",
     "LearnedPositions",

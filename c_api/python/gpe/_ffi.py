@@ -130,14 +130,90 @@ class AttentionOptions(ctypes.Structure):
         ("rope_dim", ctypes.c_int64),
         ("rope_base", ctypes.c_double),
         ("rope_pairing", ctypes.c_int32),
-        ("alibi", ctypes.c_int32),
         ("grape_m", ctypes.c_void_p),
         ("algebraic", ctypes.c_void_p),
+        ("bias", ctypes.c_void_p),
         ("q_positions", ctypes.POINTER(DLTensor)),
         ("k_positions", ctypes.POINTER(DLTensor)),
         ("cu_seqlens_q", ctypes.POINTER(DLTensor)),
         ("cu_seqlens_k", ctypes.POINTER(DLTensor)),
     ]
+
+
+# ---- RoPE and additive biases (gpe.h 0.3.0) -----------------------------------------
+
+
+class RopeOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("pairing", ctypes.c_int32),
+        ("head_dim", ctypes.c_int64),
+        ("rotary_dim", ctypes.c_int64),
+        ("base", ctypes.c_double),
+        ("schedule", ctypes.c_int32),
+        ("num_threads", ctypes.c_int32),
+        ("factor", ctypes.c_double),
+        ("original_max_position", ctypes.c_int64),
+        ("current_length", ctypes.c_int64),
+        ("beta_fast", ctypes.c_double),
+        ("beta_slow", ctypes.c_double),
+        ("yarn_truncate", ctypes.c_int32),
+        ("has_mscale", ctypes.c_int32),
+        ("mscale", ctypes.c_double),
+        ("mscale_all_dim", ctypes.c_double),
+        ("has_attention_factor", ctypes.c_int32),
+        ("attention_factor", ctypes.c_double),
+        ("short_factor", ctypes.POINTER(ctypes.c_double)),
+        ("short_factor_len", ctypes.c_int64),
+        ("long_factor", ctypes.POINTER(ctypes.c_double)),
+        ("long_factor_len", ctypes.c_int64),
+        ("max_position", ctypes.c_int64),
+        ("low_freq_factor", ctypes.c_double),
+        ("high_freq_factor", ctypes.c_double),
+        ("xpos", ctypes.c_int32),
+        ("xpos_gamma", ctypes.c_double),
+        ("xpos_scale_base", ctypes.c_double),
+        ("xpos_centre", ctypes.c_int64),
+        ("axes", ctypes.c_int32),
+        ("num_axes", ctypes.c_int32),
+        ("mrope_sections", ctypes.POINTER(ctypes.c_int64)),
+        ("num_mrope_sections", ctypes.c_int64),
+    ]
+
+
+class RopeTokens(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_uint32),
+        ("layout", ctypes.c_int32),
+        ("role", ctypes.c_int32),
+        ("position_ids", ctypes.POINTER(DLTensor)),
+        ("offsets", ctypes.POINTER(DLTensor)),
+        ("cu_seqlens", ctypes.POINTER(DLTensor)),
+    ]
+
+
+class AlibiOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("form", ctypes.c_int32),
+                ("num_heads", ctypes.c_int64), ("slopes", ctypes.POINTER(ctypes.c_double))]
+
+
+class T5Options(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("bidirectional", ctypes.c_int32),
+                ("num_heads", ctypes.c_int64), ("num_buckets", ctypes.c_int64),
+                ("max_distance", ctypes.c_int64), ("table", ctypes.POINTER(ctypes.c_double))]
+
+
+class FoxOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("length", ctypes.c_int64),
+                ("num_heads", ctypes.c_int64), ("first_position", ctypes.c_int64),
+                ("gate_logits", ctypes.POINTER(ctypes.c_double))]
+
+
+class GrapeApOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("length", ctypes.c_int64),
+                ("num_heads", ctypes.c_int64), ("rank", ctypes.c_int64),
+                ("first_position", ctypes.c_int64), ("w", ctypes.POINTER(ctypes.c_double)),
+                ("u", ctypes.POINTER(ctypes.c_double))]
 
 
 # ---- Library loading -----------------------------------------------------------------
@@ -220,6 +296,29 @@ def _declare(lib):
         "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
         "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,
                                         t, t]),
+        # RoPE and additive biases (0.3.0).
+        "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
+        "gpe_rope_destroy": (None, [p]),
+        "gpe_rope_shape": (st, [p, i64p, i64p, i64p]),
+        "gpe_rope_frequencies": (st, [p, ctypes.POINTER(ctypes.c_double), ctypes.c_int64,
+                                      ctypes.POINTER(ctypes.c_double)]),
+        "gpe_rope_forward": (st, [p, ctypes.POINTER(RopeTokens), t, t]),
+        "gpe_rope_backward": (st, [p, ctypes.POINTER(RopeTokens), t, t]),
+        "gpe_rope_table_create": (st, [p, ctypes.POINTER(RopeTokens), t, ctypes.POINTER(p)]),
+        "gpe_rope_table_destroy": (None, [p]),
+        "gpe_rope_table_forward": (st, [p, t, t]),
+        "gpe_rope_table_backward": (st, [p, t, t]),
+        "gpe_bias_create_alibi": (st, [ctypes.POINTER(AlibiOptions), ctypes.POINTER(p)]),
+        "gpe_bias_create_t5": (st, [ctypes.POINTER(T5Options), ctypes.POINTER(p)]),
+        "gpe_bias_create_fox": (st, [ctypes.POINTER(FoxOptions), ctypes.POINTER(p)]),
+        "gpe_bias_create_grape_ap": (st, [ctypes.POINTER(GrapeApOptions), ctypes.POINTER(p)]),
+        "gpe_bias_destroy": (None, [p]),
+        "gpe_bias_info": (st, [p, ctypes.POINTER(ctypes.c_int32), i64p,
+                               ctypes.POINTER(ctypes.c_int32)]),
+        "gpe_bias_alibi_slopes": (st, [p, ctypes.POINTER(ctypes.c_double), ctypes.c_int64]),
+        "gpe_bias_fill_tile": (st, [p, ctypes.c_int64, t, t, t]),
+        "gpe_bias_accumulate_gradient": (st, [p, ctypes.c_int64, t, t, t, t, t]),
+        "gpe_bias_fox_logit_gradient": (st, [p, t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

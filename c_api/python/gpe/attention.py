@@ -10,7 +10,9 @@ memory linear in the sequence length) on float32 NumPy arrays, without copies:
 
 Encodings: rope_dim (RoPE on the first rope_dim features, base rope_base, pairing
 "half" (GPT-NeoX, Llama) or "interleaved" (RoFormer, GPT-J)), or a GrapeM or
-AlgebraicSequence object (rotations of q and k); alibi "causal" or "symmetric".
+AlgebraicSequence object (rotations of q and k); bias: a gpe.bias object (Alibi, T5Bias;
+FoxBias or GrapeApBias for a single sequence), or alibi="causal" / "symmetric" as a
+shorthand for gpe.Alibi(heads_q).
 Positions default to 0..seq_k-1 for keys and the last seq_q of them for queries
 (KV-cache decoding); causal masks compare positions.
 """
@@ -23,7 +25,6 @@ from gpe import _ffi
 from gpe._core import check, lib
 
 _PAIRING = {"interleaved": 0, "half": 1}
-_ALIBI = {None: 0, "causal": 1, "symmetric": 2}
 
 
 class _Keep:
@@ -38,8 +39,8 @@ class _Keep:
         return ctypes.pointer(t)
 
 
-def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, encoding,
-             q_positions, k_positions, cu_seqlens_q, cu_seqlens_k):
+def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias, heads,
+             encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k):
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: avoid an import cycle
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
@@ -51,9 +52,16 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     if rope_pairing not in _PAIRING:
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
     o.rope_pairing = _PAIRING[rope_pairing]
-    if alibi not in _ALIBI:
-        raise ValueError("alibi must be None, 'causal' or 'symmetric'")
-    o.alibi = _ALIBI[alibi]
+    if alibi is not None and bias is not None:
+        raise ValueError("give alibi or bias, not both")
+    if alibi is not None:
+        if alibi not in ("causal", "symmetric"):
+            raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+        from gpe.bias import Alibi
+        bias = Alibi(heads, symmetric=alibi == "symmetric")
+        keep.items.append(bias)  # alive for the call
+    if bias is not None:
+        o.bias = bias._handle
     if isinstance(encoding, GrapeM):
         o.grape_m = encoding._handle
     elif isinstance(encoding, AlgebraicSequence):
@@ -69,14 +77,14 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
 
 
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
-              rope_pairing="half", alibi=None, encoding=None, q_positions=None,
+              rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
               return_lse=False, out=None):
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q])."""
     keep = _Keep()
-    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi,
-                    encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
     q = np.asarray(q)
+    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
+                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     lse = None
@@ -90,16 +98,17 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
 
 
 def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None, rope_dim=0,
-                       rope_base=10000.0, rope_pairing="half", alibi=None, encoding=None,
+                       rope_base=10000.0, rope_pairing="half", alibi=None, bias=None,
+                       encoding=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, threads=0):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
     o and lse from attention(..., return_lse=True) skip recomputing the forward."""
     keep = _Keep()
-    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi,
-                    encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
     q, k, v, d_o = (np.asarray(x) for x in (q, k, v, d_o))
+    opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
+                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                        keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv)))

@@ -1,0 +1,443 @@
+// Tests of gpe_bias_* (gpe.h, "Additive attention biases"): tiles equal the C++ API
+// (encodings/sequence/bias.h) exactly, including strided outputs; ALiBi and FoX against
+// their closed forms; every parameter gradient against central finite differences of
+// L = sum(G .* tile) in double through the C ABI; bad input returns a status and a
+// message.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "encodings/sequence/bias.h"
+#include "gpe/gpe.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+namespace seq = gpe::encodings::sequence;
+
+DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
+                std::vector<int64_t>* strides = nullptr) {
+  DLTensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = static_cast<int32_t>(shape->size());
+  t.dtype.code = static_cast<uint8_t>(code);
+  t.dtype.bits = static_cast<uint8_t>(bits);
+  t.dtype.lanes = 1;
+  t.shape = shape->data();
+  t.strides = strides ? strides->data() : nullptr;
+  return t;
+}
+
+std::vector<double> Random(std::mt19937_64* rng, size_t n, double scale = 1.0) {
+  std::normal_distribution<double> dist(0.0, scale);
+  std::vector<double> v(n);
+  for (double& x : v) x = dist(*rng);
+  return v;
+}
+
+bool HasMessage(const char* part) {
+  return std::string(gpe_last_error_message()).find(part) != std::string::npos;
+}
+
+// A tile of positions for one call (q and k as int64 vectors) and its double output.
+struct Tile {
+  std::vector<int64_t> q, k, qshape, kshape, oshape;
+  std::vector<double> out;
+  DLTensor tq, tk, to;
+  Tile(std::vector<int64_t> qp, std::vector<int64_t> kp) : q(std::move(qp)), k(std::move(kp)) {
+    qshape = {static_cast<int64_t>(q.size())};
+    kshape = {static_cast<int64_t>(k.size())};
+    oshape = {qshape[0], kshape[0]};
+    out.assign(q.size() * k.size(), 0.0);
+    tq = Tensor(q.data(), kDLInt, 64, &qshape);
+    tk = Tensor(k.data(), kDLInt, 64, &kshape);
+    to = Tensor(out.data(), kDLFloat, 64, &oshape);
+  }
+};
+
+std::vector<double> Fill(const gpe_bias* b, int64_t head, Tile* t) {
+  EXPECT_EQ(gpe_bias_fill_tile(b, head, &t->tq, &t->tk, &t->to), GPE_OK)
+      << gpe_last_error_message();
+  return t->out;
+}
+
+TEST(BiasC, AlibiStandardSlopesAndClosedForm) {
+  // Press et al.: 2^(-8h/n) for n = 8; for n = 12, the 8 slopes of 8 heads then the
+  // odd-indexed (1st, 3rd, ...) slopes of 16 heads, 2^(-(2k + 1) / 2) for k < 4.
+  for (int64_t n : {8, 12}) {
+    gpe_alibi_options o = GPE_ALIBI_OPTIONS_INIT;
+    o.num_heads = n;
+    gpe_bias* b = nullptr;
+    ASSERT_EQ(gpe_bias_create_alibi(&o, &b), GPE_OK) << gpe_last_error_message();
+    std::vector<double> slopes(n);
+    ASSERT_EQ(gpe_bias_alibi_slopes(b, slopes.data(), n), GPE_OK);
+    for (int64_t h = 0; h < 8; ++h) EXPECT_DOUBLE_EQ(slopes[h], std::exp2(-(h + 1.0)));
+    for (int64_t h = 8; h < n; ++h) {
+      EXPECT_DOUBLE_EQ(slopes[h], std::exp2(-(2.0 * (h - 8) + 1.0) / 2.0));  // 4 ulps: pow vs exp2
+    }
+    int32_t kind = -1, causal = -1;
+    int64_t heads = 0;
+    ASSERT_EQ(gpe_bias_info(b, &kind, &heads, &causal), GPE_OK);
+    EXPECT_EQ(kind, GPE_BIAS_ALIBI);
+    EXPECT_EQ(heads, n);
+    EXPECT_EQ(causal, 1);
+    Tile t({0, 5, 1000000007}, {0, 3, 5, 999999990});
+    const std::vector<double> v = Fill(b, n - 1, &t);
+    for (size_t r = 0; r < 3; ++r) {
+      for (size_t c = 0; c < 4; ++c) {
+        // -m (i - j): one rounding of an exact integer difference times m (4 ulps).
+        EXPECT_DOUBLE_EQ(v[r * 4 + c], -slopes[n - 1] * static_cast<double>(t.q[r] - t.k[c]));
+      }
+    }
+    gpe_bias_destroy(b);
+  }
+}
+
+// Each kind's tiles equal the C++ object's, for float32 and float64 outputs, with a
+// transposed (column-major) output view.
+TEST(BiasC, TilesEqualCppApiForEveryKind) {
+  std::mt19937_64 rng(3);
+  const int64_t heads = 3, len = 9, rank = 2, first = 100;
+  std::vector<double> slopes = {0.5, 0.125, 0.03};
+  std::vector<double> table = Random(&rng, 8 * heads);
+  std::vector<double> logits = Random(&rng, len * heads, 3.0);
+  std::vector<double> w = Random(&rng, len * heads * rank), u = Random(&rng, w.size());
+
+  gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+  ao.num_heads = heads;
+  ao.slopes = slopes.data();
+  ao.form = GPE_ALIBI_SYMMETRIC;
+  gpe_t5_options to = GPE_T5_OPTIONS_INIT;
+  to.num_heads = heads;
+  to.num_buckets = 8;
+  to.max_distance = 20;
+  to.table = table.data();
+  gpe_fox_options fo = GPE_FOX_OPTIONS_INIT;
+  fo.length = len;
+  fo.num_heads = heads;
+  fo.first_position = first;
+  fo.gate_logits = logits.data();
+  gpe_grape_ap_options go = GPE_GRAPE_AP_OPTIONS_INIT;
+  go.length = len;
+  go.num_heads = heads;
+  go.rank = rank;
+  go.first_position = first;
+  go.w = w.data();
+  go.u = u.data();
+  gpe_bias *alibi = nullptr, *t5 = nullptr, *fox = nullptr, *ap = nullptr;
+  ASSERT_EQ(gpe_bias_create_alibi(&ao, &alibi), GPE_OK);
+  ASSERT_EQ(gpe_bias_create_t5(&to, &t5), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(gpe_bias_create_fox(&fo, &fox), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(gpe_bias_create_grape_ap(&go, &ap), GPE_OK) << gpe_last_error_message();
+  seq::T5BucketConfig config;
+  config.num_buckets = 8;
+  config.max_distance = 20;
+  const seq::AlibiBias calibi = *seq::AlibiBias::Create(slopes, seq::AlibiForm::kSymmetric);
+  const seq::T5RelativeBias ct5 = *seq::T5RelativeBias::Create(table, heads, config);
+  const seq::FoxBias cfox = *seq::FoxBias::Create(logits, len, heads, first);
+  const seq::GrapeApBias cap = *seq::GrapeApBias::Create(w, u, len, heads, rank, first);
+  const std::vector<std::pair<const gpe_bias*, const seq::AdditiveBias*>> pairs = {
+      {alibi, &calibi}, {t5, &ct5}, {fox, &cfox}, {ap, &cap}};
+  std::vector<int64_t> q = {108, 100, 104, 105}, k = {101, 108, 100, 103, 106};
+  std::vector<int64_t> qshape = {4}, kshape = {5}, oshape = {4, 5}, colmajor = {1, 4};
+  DLTensor tq = Tensor(q.data(), kDLInt, 64, &qshape);
+  DLTensor tk = Tensor(k.data(), kDLInt, 64, &kshape);
+  for (const auto& [cb, cpp] : pairs) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<double> want(20);
+      ASSERT_TRUE(cpp->FillTile(h, q, k, want.data(), 5).ok());
+      std::vector<double> got(20);
+      DLTensor tcol = Tensor(got.data(), kDLFloat, 64, &oshape, &colmajor);
+      ASSERT_EQ(gpe_bias_fill_tile(cb, h, &tq, &tk, &tcol), GPE_OK) << gpe_last_error_message();
+      for (int64_t r = 0; r < 4; ++r) {
+        for (int64_t c = 0; c < 5; ++c) EXPECT_EQ(got[r + 4 * c], want[r * 5 + c]);
+      }
+      std::vector<float> wantf(20), gotf(20);
+      ASSERT_TRUE(cpp->FillTile(h, q, k, wantf.data(), 5).ok());
+      DLTensor tf = Tensor(gotf.data(), kDLFloat, 32, &oshape);
+      ASSERT_EQ(gpe_bias_fill_tile(cb, h, &tq, &tk, &tf), GPE_OK);
+      EXPECT_EQ(gotf, wantf);
+    }
+  }
+  // FoX is c_i - c_j with c_t the prefix sum of ln sigmoid(x) (Lin et al.): tolerance
+  // 1e-13 for |c| ~ 10 (a straightforward double loop, rounding only).
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<double> c(len);
+    double acc = 0.0;
+    for (int64_t t = 0; t < len; ++t) {
+      acc += -std::log1p(std::exp(-logits[t * heads + h]));
+      c[t] = acc;
+    }
+    Tile tile(q, k);
+    const std::vector<double> v = Fill(fox, h, &tile);
+    for (int64_t r = 0; r < 4; ++r) {
+      for (int64_t cc = 0; cc < 5; ++cc) {
+        EXPECT_NEAR(v[r * 5 + cc], c[q[r] - first] - c[k[cc] - first], 1e-13);
+      }
+    }
+  }
+  for (gpe_bias* b : {alibi, t5, fox, ap}) gpe_bias_destroy(b);
+  gpe_bias_destroy(nullptr);
+}
+
+// dL/dparam for L = sum over two tiles of G .* tile, against central differences of L
+// recomputed through gpe_bias_create + gpe_bias_fill_tile with one parameter moved by
+// +-h. ALiBi and T5 are linear in their parameters (exact up to rounding, ~1e-12);
+// FoX and GRAPE-AP are smooth with |second derivative| = O(1) per term, so the central
+// difference's truncation error is ~h^2 * |L'''| ~ 1e-10 with h = 1e-5, plus rounding
+// ~1e-16 * |L| / h ~ 1e-10. Tolerance 1e-7 relative to max(1, |grad|).
+void CheckGradient(const std::function<gpe_bias*(const std::vector<double>&)>& make,
+                   std::vector<double> params, std::vector<int64_t> grad_shape, bool two) {
+  std::mt19937_64 rng(11);
+  const std::vector<std::vector<int64_t>> qs = {{0, 3, 5, 6}, {7, 2}};
+  const std::vector<std::vector<int64_t>> ks = {{0, 1, 4, 6, 2}, {7, 1, 0}};
+  const int64_t head = 1;
+  std::vector<std::vector<double>> gs;
+  for (size_t t = 0; t < qs.size(); ++t) gs.push_back(Random(&rng, qs[t].size() * ks[t].size()));
+  auto loss = [&](const std::vector<double>& p) {
+    gpe_bias* b = make(p);
+    double l = 0.0;
+    for (size_t t = 0; t < qs.size(); ++t) {
+      Tile tile(qs[t], ks[t]);
+      const std::vector<double> v = Fill(b, head, &tile);
+      for (size_t i = 0; i < v.size(); ++i) l += gs[t][i] * v[i];
+    }
+    gpe_bias_destroy(b);
+    return l;
+  };
+  const size_t n = params.size() / (two ? 2 : 1);
+  std::vector<double> ga(n, 0.0), gb(n, 0.0);
+  gpe_bias* b = make(params);
+  for (size_t t = 0; t < qs.size(); ++t) {
+    Tile tile(qs[t], ks[t]);
+    std::vector<int64_t> gshape = grad_shape;
+    DLTensor tg = Tensor(gs[t].data(), kDLFloat, 64, &tile.oshape);
+    DLTensor ta = Tensor(ga.data(), kDLFloat, 64, &gshape);
+    DLTensor tb = Tensor(gb.data(), kDLFloat, 64, &gshape);
+    ASSERT_EQ(gpe_bias_accumulate_gradient(b, head, &tile.tq, &tile.tk, &tg, &ta,
+                                           two ? &tb : nullptr),
+              GPE_OK)
+        << gpe_last_error_message();
+  }
+  int32_t kind = 0;
+  ASSERT_EQ(gpe_bias_info(b, &kind, nullptr, nullptr), GPE_OK);
+  std::vector<double> grad = ga;
+  if (kind == GPE_BIAS_FOX) {
+    std::vector<int64_t> gshape = grad_shape;
+    DLTensor tp = Tensor(ga.data(), kDLFloat, 64, &gshape);
+    DLTensor tl = Tensor(grad.data(), kDLFloat, 64, &gshape);
+    ASSERT_EQ(gpe_bias_fox_logit_gradient(b, &tp, &tl), GPE_OK) << gpe_last_error_message();
+  }
+  if (two) grad.insert(grad.end(), gb.begin(), gb.end());
+  gpe_bias_destroy(b);
+  const double h = 1e-5;
+  bool any_nonzero = false;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const double keep = params[i];
+    params[i] = keep + h;
+    const double lp = loss(params);
+    params[i] = keep - h;
+    const double lm = loss(params);
+    params[i] = keep;
+    const double fd = (lp - lm) / (2 * h);
+    EXPECT_NEAR(grad[i], fd, 1e-7 * std::max(1.0, std::abs(fd))) << "param " << i;
+    any_nonzero = any_nonzero || std::abs(fd) > 1e-3;
+  }
+  EXPECT_TRUE(any_nonzero) << "the check would pass with a zero gradient";
+}
+
+TEST(BiasC, GradientsMatchCentralDifferences) {
+  std::mt19937_64 rng(13);
+  const int64_t heads = 2, len = 8, rank = 2;
+  CheckGradient(
+      [](const std::vector<double>& p) {
+        gpe_alibi_options o = GPE_ALIBI_OPTIONS_INIT;
+        o.num_heads = 2;
+        o.slopes = p.data();
+        gpe_bias* b = nullptr;
+        EXPECT_EQ(gpe_bias_create_alibi(&o, &b), GPE_OK);
+        return b;
+      },
+      {0.25, 0.5}, {heads}, false);
+  CheckGradient(
+      [](const std::vector<double>& p) {
+        gpe_t5_options o = GPE_T5_OPTIONS_INIT;
+        o.num_heads = 2;
+        o.num_buckets = 6;
+        o.max_distance = 5;
+        o.table = p.data();
+        gpe_bias* b = nullptr;
+        EXPECT_EQ(gpe_bias_create_t5(&o, &b), GPE_OK) << gpe_last_error_message();
+        return b;
+      },
+      Random(&rng, 6 * heads), {6, heads}, false);
+  CheckGradient(
+      [](const std::vector<double>& p) {
+        gpe_fox_options o = GPE_FOX_OPTIONS_INIT;
+        o.length = 8;
+        o.num_heads = 2;
+        o.gate_logits = p.data();
+        gpe_bias* b = nullptr;
+        EXPECT_EQ(gpe_bias_create_fox(&o, &b), GPE_OK);
+        return b;
+      },
+      Random(&rng, len * heads, 2.0), {len, heads}, false);
+  CheckGradient(
+      [](const std::vector<double>& p) {
+        gpe_grape_ap_options o = GPE_GRAPE_AP_OPTIONS_INIT;
+        o.length = 8;
+        o.num_heads = 2;
+        o.rank = 2;
+        o.w = p.data();
+        o.u = p.data() + 8 * 2 * 2;
+        gpe_bias* b = nullptr;
+        EXPECT_EQ(gpe_bias_create_grape_ap(&o, &b), GPE_OK);
+        return b;
+      },
+      Random(&rng, 2 * len * heads * rank), {len, heads, rank}, true);
+}
+
+TEST(BiasC, BadInputRejected) {
+  gpe_bias* b = reinterpret_cast<gpe_bias*>(1);
+  EXPECT_EQ(gpe_bias_create_alibi(nullptr, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(b, nullptr);
+  gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, &b), GPE_ERROR_INVALID_ARGUMENT);  // 0 heads
+  EXPECT_TRUE(HasMessage("num_heads"));
+  ao.num_heads = 2;
+  ao.form = 5;
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("form"));
+  ao.form = GPE_ALIBI_CAUSAL;
+  std::vector<double> nan_slopes = {0.5, std::nan("")};
+  ao.slopes = nan_slopes.data();
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("finite"));
+  ao.slopes = nullptr;
+  ao.struct_size += 4;
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, &b), GPE_ERROR_VERSION_MISMATCH);
+  ao.struct_size = sizeof ao;
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+
+  gpe_t5_options to = GPE_T5_OPTIONS_INIT;
+  to.num_heads = 2;
+  EXPECT_EQ(gpe_bias_create_t5(&to, &b), GPE_ERROR_INVALID_ARGUMENT);  // NULL table
+  EXPECT_TRUE(HasMessage("table is NULL"));
+  std::vector<double> table(64, 0.1);
+  to.table = table.data();
+  to.num_buckets = 3;  // bidirectional needs >= 4
+  EXPECT_EQ(gpe_bias_create_t5(&to, &b), GPE_ERROR_INVALID_ARGUMENT);
+  to.num_buckets = 32;
+  to.max_distance = 0;
+  EXPECT_EQ(gpe_bias_create_t5(&to, &b), GPE_ERROR_INVALID_ARGUMENT);
+  to.max_distance = 128;
+  table[7] = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(gpe_bias_create_t5(&to, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("table[7]"));
+  to.num_heads = int64_t{1} << 40;  // the table size overflows the limit
+  EXPECT_EQ(gpe_bias_create_t5(&to, &b), GPE_ERROR_OUT_OF_RANGE);
+
+  std::vector<double> logits = {0.1, std::nan(""), 0.3, 0.4};
+  gpe_fox_options fo = GPE_FOX_OPTIONS_INIT;
+  fo.length = 2;
+  fo.num_heads = 2;
+  fo.gate_logits = logits.data();
+  EXPECT_EQ(gpe_bias_create_fox(&fo, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("gate_logits[1]"));
+  fo.length = -1;
+  EXPECT_EQ(gpe_bias_create_fox(&fo, &b), GPE_ERROR_INVALID_ARGUMENT);
+  logits[1] = 0.2;
+  fo.length = 2;
+  fo.first_position = 10;
+  gpe_bias* fox = nullptr;
+  ASSERT_EQ(gpe_bias_create_fox(&fo, &fox), GPE_OK);
+
+  gpe_grape_ap_options go = GPE_GRAPE_AP_OPTIONS_INIT;
+  go.length = 2;
+  go.num_heads = 1;
+  go.rank = 0;
+  EXPECT_EQ(gpe_bias_create_grape_ap(&go, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("rank"));
+  go.rank = 1;
+  go.w = logits.data();
+  EXPECT_EQ(gpe_bias_create_grape_ap(&go, &b), GPE_ERROR_INVALID_ARGUMENT);  // u NULL
+  EXPECT_TRUE(HasMessage("u is NULL"));
+
+  // Tiles: positions outside FoX's range, head out of range, wrong out shape, overlap.
+  Tile t({10, 11}, {10, 12});
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &t.tq, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  t.k[1] = 11;
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &t.tq, &t.tk, &t.to), GPE_OK);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 2, &t.tq, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("head 2"));
+  EXPECT_EQ(gpe_bias_fill_tile(fox, -1, &t.tq, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_fill_tile(nullptr, 0, &t.tq, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, nullptr, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &t.tq, &t.tk, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<int64_t> wrong = {2, 3};
+  DLTensor tw = Tensor(t.out.data(), kDLFloat, 64, &wrong);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &t.tq, &t.tk, &tw), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("shape"));
+  std::vector<int64_t> zero_rows = {0, 1};
+  DLTensor tz = Tensor(t.out.data(), kDLFloat, 64, &t.oshape, &zero_rows);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &t.tq, &t.tk, &tz), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("overlap"));
+  // out [2, 2] over the second q position (one buffer holds both; nothing is written).
+  std::vector<int64_t> shared = {10, 11, 0, 0, 0}, two = {2};
+  DLTensor tq2 = Tensor(shared.data(), kDLInt, 64, &two);
+  DLTensor tov = Tensor(shared.data() + 1, kDLFloat, 64, &t.oshape);
+  EXPECT_EQ(gpe_bias_fill_tile(fox, 0, &tq2, &t.tk, &tov), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("overlap")) << gpe_last_error_message();
+  std::vector<int64_t> big = {std::numeric_limits<int64_t>::max()}, bshape = {1};
+  DLTensor tbig = Tensor(big.data(), kDLInt, 64, &bshape);
+  ao.form = GPE_ALIBI_CAUSAL;
+  gpe_bias* alibi = nullptr;
+  ASSERT_EQ(gpe_bias_create_alibi(&ao, &alibi), GPE_OK);
+  std::vector<int64_t> neg = {-5}, oshape = {1, 1};
+  double one_out = 0.0;
+  DLTensor tneg = Tensor(neg.data(), kDLInt, 64, &bshape);
+  DLTensor t11 = Tensor(&one_out, kDLFloat, 64, &oshape);
+  EXPECT_EQ(gpe_bias_fill_tile(alibi, 0, &tbig, &tneg, &t11), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("overflow")) << gpe_last_error_message();
+
+  // Gradients: wrong shapes, grad_b on a non-GRAPE-AP bias, FoX-only call.
+  std::vector<double> grad_tile(4, 1.0), ga(4, 0.0), gwrong(6, 0.0);
+  std::vector<int64_t> gshape = {2, 2}, g3 = {2, 3};
+  DLTensor tg = Tensor(grad_tile.data(), kDLFloat, 64, &t.oshape);
+  DLTensor tga = Tensor(ga.data(), kDLFloat, 64, &gshape);
+  DLTensor tgw = Tensor(gwrong.data(), kDLFloat, 64, &g3);
+  EXPECT_EQ(gpe_bias_accumulate_gradient(fox, 0, &t.tq, &t.tk, &tg, &tga, nullptr), GPE_OK);
+  EXPECT_EQ(gpe_bias_accumulate_gradient(fox, 0, &t.tq, &t.tk, &tg, &tgw, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("grad_a must be float64 [2, 2]"));
+  EXPECT_EQ(gpe_bias_accumulate_gradient(fox, 0, &t.tq, &t.tk, &tg, &tga, &tga),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("only for GRAPE-AP"));
+  EXPECT_EQ(gpe_bias_accumulate_gradient(fox, 0, &t.tq, &t.tk, &tg, nullptr, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  DLTensor tga_over = Tensor(grad_tile.data(), kDLFloat, 64, &gshape);  // grad_a == grad_tile
+  EXPECT_EQ(gpe_bias_accumulate_gradient(fox, 0, &t.tq, &t.tk, &tg, &tga_over, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("overlap"));
+  std::vector<int64_t> s1 = {2};
+  std::vector<double> gs(2, 0.0);
+  DLTensor tgs = Tensor(gs.data(), kDLFloat, 64, &s1);
+  EXPECT_EQ(gpe_bias_fox_logit_gradient(alibi, &tga, &tga), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("FoX"));
+  EXPECT_EQ(gpe_bias_fox_logit_gradient(fox, &tgs, &tga), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_fox_logit_gradient(fox, &tga, &tga), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_alibi_slopes(fox, gs.data(), 2), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_alibi_slopes(alibi, gs.data(), 3), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_info(nullptr, nullptr, nullptr, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_bias_destroy(alibi);
+  gpe_bias_destroy(fox);
+}
+
+}  // namespace

@@ -1,0 +1,189 @@
+"""Additive attention biases, one tile at a time (gpe.h, "Additive attention biases";
+encodings/sequence/bias.h).
+
+A bias adds b_h(i, j) to the score of query position i and key position j in head h:
+
+- Alibi (Press et al.): causal -m_h (i - j), symmetric -m_h |i - j|.
+- T5Bias (Raffel et al.): table[bucket(j - i), h].
+- FoxBias (Lin et al., Forgetting Transformer): c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_l).
+- GrapeApBias (path-integral additive GRAPE): sum_{l = j+1..i} -softplus(<w_i, u_l>).
+
+fill_tile(head, q_positions, k_positions) returns the [len(q), len(k)] tile (positions
+are explicit int64 ids; nothing is masked: causal biases continue their closed form
+above the diagonal). accumulate_gradient adds dL/dparameters for a tile's dL/db into
+float64 arrays, so summing over tiles gives the full gradient. Parameters are copied at
+creation.
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+from gpe.sequence import _Call, _Handle, _doubles, _positions
+
+
+class AdditiveBias(_Handle):
+    """Common interface of the additive biases (use the subclasses to create one)."""
+
+    _destroy = "gpe_bias_destroy"
+    _KINDS = {0: "alibi", 1: "t5", 2: "fox", 3: "grape_ap"}
+
+    def _info(self):
+        kind, causal = ctypes.c_int32(), ctypes.c_int32()
+        heads = ctypes.c_int64()
+        check(lib().gpe_bias_info(self._handle, ctypes.byref(kind), ctypes.byref(heads),
+                                  ctypes.byref(causal)))
+        return self._KINDS[kind.value], heads.value, bool(causal.value)
+
+    @property
+    def kind(self):
+        return self._info()[0]
+
+    @property
+    def num_heads(self):
+        return self._info()[1]
+
+    @property
+    def causal(self):
+        """True when only keys j <= i are meaningful (the caller masks j > i)."""
+        return self._info()[2]
+
+    def fill_tile(self, head, q_positions, k_positions, out=None, dtype=np.float64):
+        """out[r, c] = b_head(q_positions[r], k_positions[c]); a new [M, N] array of `dtype`
+        (float32 or float64) unless `out` (any strides) is given."""
+        qp, kp = _positions(q_positions), _positions(k_positions)
+        if out is None:
+            out = np.empty((qp.shape[0], kp.shape[0]), dtype=dtype)
+        t = _Call()
+        check(lib().gpe_bias_fill_tile(self._handle, int(head), t(qp), t(kp), t(out)))
+        return out
+
+    def _accumulate(self, head, q_positions, k_positions, grad_tile, grad_a, grad_b=None):
+        qp, kp = _positions(q_positions), _positions(k_positions)
+        grad_tile = np.asarray(grad_tile)
+        t = _Call()
+        check(lib().gpe_bias_accumulate_gradient(self._handle, int(head), t(qp), t(kp),
+                                                 t(grad_tile), t(grad_a), t(grad_b)))
+
+
+class Alibi(AdditiveBias):
+    """ALiBi with Press et al.'s slopes (slopes=None) or given per-head slopes.
+
+    Standard slopes: 2^(-8h/n) for n a power of two; otherwise the c = 2^floor(log2 n)
+    slopes of c heads followed by the 1st, 3rd, 5th, ... slopes of 2c heads."""
+
+    def __init__(self, num_heads, slopes=None, symmetric=False):
+        o = _ffi.AlibiOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.form = 1 if symmetric else 0
+        o.num_heads = num_heads
+        if slopes is not None:
+            arr, ptr = _doubles(slopes, "slopes", 1)
+            if arr.shape[0] != num_heads:
+                raise ValueError("slopes must have num_heads = %d entries" % num_heads)
+            o.slopes = ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_bias_create_alibi(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def slopes(self):
+        n = self.num_heads
+        s = np.empty(n)
+        check(lib().gpe_bias_alibi_slopes(self._handle,
+                                          s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
+        return s
+
+    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_slopes=None):
+        """grad_slopes[head] += sum of grad_tile * db/dm (a new zero array when None)."""
+        if grad_slopes is None:
+            grad_slopes = np.zeros(self.num_heads)
+        self._accumulate(head, q_positions, k_positions, grad_tile, grad_slopes)
+        return grad_slopes
+
+
+class T5Bias(AdditiveBias):
+    """T5 relative buckets: table [num_buckets, num_heads] (row-major, copied)."""
+
+    def __init__(self, table, max_distance=128, bidirectional=True):
+        arr, ptr = _doubles(table, "table", 2)
+        o = _ffi.T5Options()
+        o.struct_size = ctypes.sizeof(o)
+        o.bidirectional = 1 if bidirectional else 0
+        o.num_buckets, o.num_heads = arr.shape
+        o.max_distance = max_distance
+        o.table = ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_bias_create_t5(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.table_shape = arr.shape
+
+    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_table=None):
+        """grad_table[bucket, head] += the tile's dL/db summed per bucket."""
+        if grad_table is None:
+            grad_table = np.zeros(self.table_shape)
+        self._accumulate(head, q_positions, k_positions, grad_tile, grad_table)
+        return grad_table
+
+
+class FoxBias(AdditiveBias):
+    """FoX: gate_logits [length, num_heads]; token t sits at first_position + t."""
+
+    def __init__(self, gate_logits, first_position=0):
+        arr, ptr = _doubles(gate_logits, "gate_logits", 2)
+        o = _ffi.FoxOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.length, o.num_heads = arr.shape
+        o.first_position = first_position
+        o.gate_logits = ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_bias_create_fox(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.logits_shape = arr.shape
+
+    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_prefix=None):
+        """grad_prefix[t, head] += dL/dc_t from this tile; after all tiles, pass it to
+        logit_gradient."""
+        if grad_prefix is None:
+            grad_prefix = np.zeros(self.logits_shape)
+        self._accumulate(head, q_positions, k_positions, grad_tile, grad_prefix)
+        return grad_prefix
+
+    def logit_gradient(self, grad_prefix):
+        """dL/dx[l, h] = sigmoid(-x[l, h]) * sum_{t >= l} grad_prefix[t, h]."""
+        grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
+        out = np.empty(self.logits_shape)
+        t = _Call()
+        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t(out)))
+        return out
+
+
+class GrapeApBias(AdditiveBias):
+    """GRAPE-AP: w, u [length, num_heads, rank]; psi_h(t, l) = -softplus(<w_t, u_l>)."""
+
+    def __init__(self, w, u, first_position=0):
+        w_arr, w_ptr = _doubles(w, "w", 3)
+        u_arr, u_ptr = _doubles(u, "u", 3)
+        if w_arr.shape != u_arr.shape:
+            raise ValueError("w and u must have the same shape")
+        o = _ffi.GrapeApOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.length, o.num_heads, o.rank = w_arr.shape
+        o.first_position = first_position
+        o.w, o.u = w_ptr, u_ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_bias_create_grape_ap(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.param_shape = w_arr.shape
+
+    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_w=None,
+                            grad_u=None):
+        """(grad_w, grad_u) += dL/dw, dL/du from this tile (new zero arrays when None)."""
+        if grad_w is None:
+            grad_w = np.zeros(self.param_shape)
+        if grad_u is None:
+            grad_u = np.zeros(self.param_shape)
+        self._accumulate(head, q_positions, k_positions, grad_tile, grad_w, grad_u)
+        return grad_w, grad_u

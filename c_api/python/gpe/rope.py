@@ -1,0 +1,232 @@
+"""Rotary position embeddings (gpe.h, "RoPE"; encodings/sequence/rope.h).
+
+Rope applies RoPE to q or k tensors laid out as
+
+- "bshd": [batch, seq, heads, head_dim]
+- "sbhd": [seq, batch, heads, head_dim]
+- "thd":  [total_tokens, heads, head_dim], sequences delimited by cu_seqlens
+
+with any positive strides and a contiguous head_dim axis; arrays are passed to the
+library without copies. Dtypes: float32, float64, float16, and bfloat16 given as a
+uint16 array of bfloat16 bit patterns with bfloat16=True (NumPy has no bfloat16).
+
+Plane i (i < rotary_dim / 2) pairs features (2i, 2i + 1) ("interleaved") or
+(i, i + rotary_dim / 2) ("half_split") and rotates them by a = p * theta_i:
+(x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a), then multiplies by the schedule's
+attention factor. Angles are reduced exactly mod 2 pi in double, so any int64 position
+is accurate.
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+from gpe.sequence import _Handle, _positions
+
+_PAIRINGS = {"interleaved": 0, "half_split": 1}
+_SCHEDULES = {"default": 0, "linear": 1, "dynamic_ntk": 2, "yarn": 3, "longrope": 4,
+              "llama3": 5}
+_LAYOUTS = {"bshd": 0, "sbhd": 1, "thd": 2}
+_ROLES = {"query": 0, "key": 1}
+_KDL_BFLOAT = 4
+
+
+def _choice(table, value, name):
+    try:
+        return table[value]
+    except KeyError:
+        raise ValueError("%s must be one of %s; got %r" % (name, sorted(table), value)) from None
+
+
+class Rope(_Handle):
+    """RoPE with a frequency schedule, pairing, partial rotary, xPos and multi-axis options.
+
+    Schedules (Su et al.; Chen et al.; bloc97; Peng et al.; Ding et al.; Llama 3):
+      "default"      theta_i = base^(-2i / rotary_dim)
+      "linear"       theta_i / factor
+      "dynamic_ntk"  base * (factor L / L0 - (factor - 1))^(r / (r - 2)) when
+                     L = current_length > L0 = original_max_position
+      "yarn"         NTK-by-parts ramp between beta_fast and beta_slow, attention factor
+                     0.1 ln(factor) + 1 (or mscale / mscale_all_dim, or attention_factor)
+      "longrope"     theta_i / e_i, e = long_factor if current_length > L0 else short_factor
+      "llama3"       wavelength bands set by low_freq_factor / high_freq_factor
+    xpos=True scales queries by zeta_i^((p - xpos_centre) / xpos_scale_base) and keys by its
+    inverse (Sun et al.). axial_axes=k splits the planes into k axial blocks (default
+    schedule only); mrope_sections=[...] assigns planes to axes as Qwen2-VL's M-RoPE
+    (mrope_interleaved=True: Qwen3-VL). Multi-axis encodings take position ids
+    [num_axes, num_tokens].
+    """
+
+    _destroy = "gpe_rope_destroy"
+
+    def __init__(self, head_dim, rotary_dim=None, base=10000.0, pairing="half_split",
+                 schedule="default", factor=1.0, original_max_position=4096, current_length=0,
+                 beta_fast=32.0, beta_slow=1.0, truncate=True, mscale=None, mscale_all_dim=None,
+                 attention_factor=None, short_factor=None, long_factor=None,
+                 max_position=131072, low_freq_factor=1.0, high_freq_factor=4.0, xpos=False,
+                 xpos_gamma=0.4, xpos_scale_base=512.0, xpos_centre=0, axial_axes=None,
+                 mrope_sections=None, mrope_interleaved=False, num_threads=1):
+        o = _ffi.RopeOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.pairing = _choice(_PAIRINGS, pairing, "pairing")
+        o.head_dim = head_dim
+        o.rotary_dim = 0 if rotary_dim is None else rotary_dim
+        o.base = base
+        o.schedule = _choice(_SCHEDULES, schedule, "schedule")
+        o.num_threads = num_threads
+        o.factor = factor
+        o.original_max_position = original_max_position
+        o.current_length = current_length
+        o.beta_fast, o.beta_slow = beta_fast, beta_slow
+        o.yarn_truncate = 1 if truncate else 0
+        o.has_mscale = 0 if mscale is None and mscale_all_dim is None else 1
+        o.mscale = 1.0 if mscale is None else mscale
+        o.mscale_all_dim = 1.0 if mscale_all_dim is None else mscale_all_dim
+        o.has_attention_factor = 0 if attention_factor is None else 1
+        o.attention_factor = 1.0 if attention_factor is None else attention_factor
+        keep = []
+        for name in ("short_factor", "long_factor"):
+            values = locals()[name]
+            if values is not None:
+                arr = np.ascontiguousarray(values, dtype=np.float64).ravel()
+                keep.append(arr)
+                setattr(o, name, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
+                setattr(o, name + "_len", arr.size)
+        o.max_position = max_position
+        o.low_freq_factor, o.high_freq_factor = low_freq_factor, high_freq_factor
+        o.xpos = 1 if xpos else 0
+        o.xpos_gamma, o.xpos_scale_base, o.xpos_centre = xpos_gamma, xpos_scale_base, xpos_centre
+        o.axes, o.num_axes = 0, 1
+        if axial_axes is not None and mrope_sections is not None:
+            raise ValueError("give axial_axes or mrope_sections, not both")
+        if axial_axes is not None:
+            o.axes, o.num_axes = 1, axial_axes
+        if mrope_sections is not None:
+            sec = np.ascontiguousarray(mrope_sections, dtype=np.int64).ravel()
+            keep.append(sec)
+            o.axes = 3 if mrope_interleaved else 2
+            o.mrope_sections = sec.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+            o.num_mrope_sections = sec.size
+        out = ctypes.c_void_p()
+        check(lib().gpe_rope_create(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def shape(self):
+        """(head_dim, rotary_dim, num_axes)."""
+        v = [ctypes.c_int64() for _ in range(3)]
+        check(lib().gpe_rope_shape(self._handle, *[ctypes.byref(x) for x in v]))
+        return tuple(x.value for x in v)
+
+    def frequencies(self):
+        """(thetas [rotary_dim / 2] in radians per position, attention_factor)."""
+        n = self.shape[1] // 2
+        thetas = np.empty(n, dtype=np.float64)
+        m = ctypes.c_double()
+        check(lib().gpe_rope_frequencies(self._handle,
+                                         thetas.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                                         n, ctypes.byref(m)))
+        return thetas, m.value
+
+    def _run(self, fn, x, positions, offsets, cu_seqlens, layout, role, out, bfloat16):
+        x, out = _arrays(x, out, bfloat16)
+        tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
+        tx, kx = _tensor(x, bfloat16)
+        tout, kout = _tensor(out, bfloat16)
+        check(fn(self._handle, ctypes.byref(tok), ctypes.byref(tx), ctypes.byref(tout)))
+        del keep, kx, kout
+        return out
+
+    def table(self, like, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
+              role="query", bfloat16=False):
+        """A RopeTable: the cos/sin rows for the tokens of `like` (an array of the shape and
+        dtype to be rotated; its values are not read), built once and reused for q, k
+        and every layer with the same tokens (any number of heads)."""
+        return RopeTable(self, like, positions, offsets, cu_seqlens, layout, role, bfloat16)
+
+    def forward(self, x, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
+                role="query", out=None, bfloat16=False):
+        """out = m R(p theta) x for every token and head.
+
+        positions: int [num_tokens] (tokens numbered b * seq + s, or by row for "thd") or
+        [num_axes, num_tokens]; offsets: int [batch], position = offsets[b] + index in
+        the sequence; neither means offsets of 0. cu_seqlens: int [batch + 1] for "thd".
+        role ("query" / "key") matters only for xPos. out=x works in place; an out with
+        other strides is filled without touching anything else."""
+        return self._run(lib().gpe_rope_forward, x, positions, offsets, cu_seqlens, layout, role,
+                         out, bfloat16)
+
+    def backward(self, dy, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
+                 role="query", out=None, bfloat16=False):
+        """dx = (m R(p theta))^T dy, the gradient of forward; arguments as forward."""
+        return self._run(lib().gpe_rope_backward, dy, positions, offsets, cu_seqlens, layout,
+                         role, out, bfloat16)
+
+
+class RopeTable(_Handle):
+    """Rope.table(...): RoPE's cos/sin table for one token numbering (see Rope.table).
+    Built exactly once (angles reduced mod 2 pi in double); forward/backward then run at
+    memory bandwidth. float64 tables serve float64 arrays; float32 tables serve float32,
+    float16 and bfloat16."""
+
+    _destroy = "gpe_rope_table_destroy"
+
+    def __init__(self, rope, like, positions, offsets, cu_seqlens, layout, role, bfloat16):
+        like, _ = _arrays(like, like, bfloat16)
+        tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
+        tl, kl = _tensor(like, bfloat16)
+        out = ctypes.c_void_p()
+        check(lib().gpe_rope_table_create(rope._handle, ctypes.byref(tok), ctypes.byref(tl),
+                                          ctypes.byref(out)))
+        del keep, kl
+        super().__init__(out.value)
+
+    def _run(self, fn, x, out, bfloat16):
+        x, out = _arrays(x, out, bfloat16)
+        tx, kx = _tensor(x, bfloat16)
+        tout, kout = _tensor(out, bfloat16)
+        check(fn(self._handle, ctypes.byref(tx), ctypes.byref(tout)))
+        del kx, kout
+        return out
+
+    def forward(self, x, out=None, bfloat16=False):
+        """Rope.forward with this table's tokens; out=x works in place."""
+        return self._run(lib().gpe_rope_table_forward, x, out, bfloat16)
+
+    def backward(self, dy, out=None, bfloat16=False):
+        """Rope.backward with this table's tokens."""
+        return self._run(lib().gpe_rope_table_backward, dy, out, bfloat16)
+
+
+def _arrays(x, out, bfloat16):
+    if not isinstance(x, np.ndarray):
+        x = np.asarray(x)
+    if bfloat16 and x.dtype != np.uint16:
+        raise TypeError("bfloat16=True takes a uint16 array of bfloat16 bit patterns")
+    if out is None:
+        out = np.empty_like(x)
+    return x, out
+
+
+def _tensor(array, bfloat16):
+    t, keep = _ffi.as_dltensor(array)
+    if bfloat16:
+        t.dtype.code = _KDL_BFLOAT
+    return t, keep
+
+
+def _tokens(positions, offsets, cu_seqlens, layout, role):
+    tok = _ffi.RopeTokens()
+    tok.struct_size = ctypes.sizeof(tok)
+    tok.layout = _choice(_LAYOUTS, layout, "layout")
+    tok.role = _choice(_ROLES, role, "role")
+    keep = []
+    for field, value in (("position_ids", positions), ("offsets", offsets),
+                         ("cu_seqlens", cu_seqlens)):
+        if value is not None:
+            tensor, alive = _ffi.as_dltensor(_positions(value))
+            keep.append((tensor, alive))
+            setattr(tok, field, ctypes.pointer(tensor))
+    return tok, keep

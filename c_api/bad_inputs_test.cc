@@ -247,6 +247,11 @@ std::map<std::string, Case> Cases() {
     f.x.strides = f.shapes.back().data();
     return f.Apply();
   });
+  add("apply_x_misaligned", e, [](Fixture& f) { f.x.byte_offset = 3; return f.Apply(); });
+  add("apply_x_byte_offset_out_of_range", e, [](Fixture& f) {
+    f.x.byte_offset = uint64_t{1} << 63;
+    return f.Apply();
+  });
   add("apply_positions_float", e, [](Fixture& f) { f.pos.dtype.code = kDLFloat; return f.Apply(); });
   add("apply_x_wrong_dim", e, [](Fixture& f) {
     f.shapes.push_back({2, 16});

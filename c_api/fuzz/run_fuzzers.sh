@@ -41,13 +41,18 @@ libs=($(pkg-config --libs "${absl[@]}" openblas) -lpthread)
 
 echo "compiling ${#srcs[@]} library sources with $cxx into $dir/obj"
 objs=()
+commands=()
 for s in "${srcs[@]}"; do
   o="$dir/obj/$(echo "$s" | tr / _).o"
   objs+=("$o")
   if [[ ! -f "$o" || "$s" -nt "$o" ]]; then
-    echo "$cxx ${cflags[*]} ${san[*]} -fsanitize=fuzzer-no-link -c $s -o $o"
+    commands+=("$cxx ${cflags[*]} ${san[*]} -fsanitize=fuzzer-no-link -c $s -o $o")
   fi
-done | xargs -P 2 -I{} sh -c '{}'
+done
+# Two at a time (the machine's cores); a failed compile fails the script.
+if ((${#commands[@]})); then
+  printf '%s\n' "${commands[@]}" | xargs -P 2 -I{} sh -c '{}'
+fi
 
 status=0
 for target in options tensor; do

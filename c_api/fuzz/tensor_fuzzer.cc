@@ -8,6 +8,7 @@
 // (negative sizes, byte extents that overflow int64). Each call must return a known
 // status with a message on failure; ASan checks that nothing outside is touched.
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "c_api/fuzz/fuzz_input.h"
@@ -32,7 +33,10 @@ struct Fuzzed {
 // `code`/`bits` with sizes near `like`.
 void Describe(FuzzInput* in, int ndim, uint8_t code, uint8_t bits, const int64_t* like, Fuzzed* f) {
   DLTensor& t = f->t;
-  t.device.device_type = in->Read<uint8_t>() % 16 == 0 ? static_cast<DLDeviceType>(in->Read<uint8_t>()) : kDLCPU;
+  // Any int32 on the wire (as a C or ctypes caller may pass), written without forming an
+  // out-of-range C++ enum value.
+  const int32_t device_type = in->Read<uint8_t>() % 16 == 0 ? in->Read<int32_t>() : kDLCPU;
+  std::memcpy(&t.device.device_type, &device_type, sizeof device_type);
   t.device.device_id = 0;
   t.dtype = {code, bits, 1};
   if (in->Read<uint8_t>() % 8 == 0) t.dtype = {in->Read<uint8_t>(), in->Read<uint8_t>(), in->Read<uint16_t>()};
@@ -44,7 +48,12 @@ void Describe(FuzzInput* in, int ndim, uint8_t code, uint8_t bits, const int64_t
   }
   t.shape = in->Read<uint8_t>() % 32 == 0 ? nullptr : f->shape;
   t.strides = stride_mode == 1 ? nullptr : f->strides;
-  t.byte_offset = in->Read<uint8_t>() % 8 == 0 ? 8u * (in->Read<uint16_t>() % 64) : 0u;
+  switch (in->Read<uint8_t>() % 16) {
+    case 0: t.byte_offset = 8u * (in->Read<uint16_t>() % 64); break;
+    case 1: t.byte_offset = in->Read<uint16_t>() % 512; break;  // often misaligned
+    case 2: t.byte_offset = in->Read<uint64_t>(); break;        // anything
+    default: t.byte_offset = 0; break;
+  }
   t.data = in->Read<uint8_t>() % 32 == 0 ? nullptr : f->buffer.data() + kBufferDoubles / 2;
 
   // Does the description stay inside the buffer? (int128: no overflow in the harness.)
@@ -55,22 +64,30 @@ void Describe(FuzzInput* in, int ndim, uint8_t code, uint8_t bits, const int64_t
   for (int i = 0; i < t.ndim; ++i) {
     if (f->shape[i] < 0) negative = true;
     numel *= f->shape[i] < 0 ? 0 : f->shape[i];
-    if (numel > (__int128{1} << 80)) numel = __int128{1} << 80;
+    if (numel > (__int128{1} << 63)) numel = __int128{1} << 63;  // past int64 either way
   }
   if (negative || numel == 0) return;  // rejected, or no element is touched
-  int64_t compact = 1;
+  __int128 compact = 1;
   for (int i = t.ndim - 1; i >= 0; --i) {
     const __int128 s = t.strides ? f->strides[i] : compact;
-    const __int128 reach = s * (f->shape[i] - 1);
+    // |s| <= 2^63 and shape < 2^63: |reach| < 2^126, clamped to 2^100 so sums stay exact
+    // enough (anything past 2^64 is an overflow the library must reject either way).
+    const __int128 cap = __int128{1} << 100;
+    __int128 reach = s * (f->shape[i] - 1);
+    reach = reach > cap ? cap : reach < -cap ? -cap : reach;
     (reach < 0 ? lo : hi) += reach;
-    compact = compact * f->shape[i] > (int64_t{1} << 40) ? (int64_t{1} << 40) : compact * f->shape[i];
+    compact *= f->shape[i];
+    if (compact > (__int128{1} << 62)) compact = __int128{1} << 62;
   }
   const __int128 first = static_cast<__int128>(t.byte_offset) + lo * es;
   const __int128 last = static_cast<__int128>(t.byte_offset) + (hi + 1) * es;
   const __int128 half = static_cast<__int128>(kBufferDoubles / 2) * 8;
   const __int128 int64_max = INT64_MAX;
-  const bool overflows = numel * es > int64_max || -lo * es > int64_max || (hi + 1) * es > int64_max;
-  f->call = overflows || (first >= -half && last <= half);
+  const bool overflows = numel * es > int64_max || -lo * es > int64_max || (hi + 1) * es > int64_max ||
+                         t.byte_offset > (uint64_t{1} << 62);
+  // Zero strides let a tiny buffer describe a huge (broadcast) input that is valid but
+  // would take hours (a 2^30 x 2^30 stable rank): only small element counts are called.
+  f->call = overflows || (first >= -half && last <= half && numel <= (1 << 16));
 }
 
 DLTensor Valid(void* data, uint8_t code, std::vector<int64_t>* shape) {

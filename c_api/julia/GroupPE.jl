@@ -137,7 +137,9 @@ batch_parts(x::StridedMatrix) = (Int64[size(x, 2), size(x, 1)], Int64[stride(x, 
 
 macro tensor(name, array, parts)
     quote
-        local s, st = $(esc(parts))($(esc(array)))
+        local p = $(esc(parts))($(esc(array)))
+        local s = p[1]
+        local st = p[2]
         $(esc(name)) = (dl($(esc(array)), s, st), s, st, $(esc(array)))
     end
 end

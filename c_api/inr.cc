@@ -33,6 +33,8 @@ absl::StatusOr<RowMatrixXd> ReadMatrix(const DLTensor* t, const char* name) {
   if (!v.ok()) return v.status();
   RowMatrixXd m(v->shape[0], v->shape[1]);
   const double* src = v->typed<const double>();
+  // An empty matrix may still have billions of rows (e.g. [2^33, 0]): no row loop then.
+  if (m.size() == 0) return m;
   for (int64_t i = 0; i < m.rows(); ++i) {
     for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = src[i * v->strides[0] + j * v->strides[1]];
   }
@@ -50,6 +52,7 @@ absl::Status WriteMatrix(const RowMatrixXd& m, DLTensor* t, const char* name) {
   }
   if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
   double* dst = v->typed<double>();
+  if (m.size() == 0) return absl::OkStatus();  // see ReadMatrix
   for (int64_t i = 0; i < m.rows(); ++i) {
     for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
   }

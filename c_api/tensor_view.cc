@@ -1,5 +1,6 @@
 #include "c_api/tensor_view.h"
 
+#include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -76,10 +77,15 @@ uintptr_t TensorView::hi() const {
 absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int ndim,
                                       absl::Span<const DType> allowed) {
   if (t == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
-  if (t->device.device_type != kDLCPU) {
+  // Read the device type as the int32 it is on the wire: a C or ctypes caller may pass a
+  // value outside the C++ enum's range, which must not be loaded as DLDeviceType.
+  static_assert(sizeof(t->device.device_type) == sizeof(int32_t), "DLPack 0.6 layout");
+  int32_t device_type;
+  std::memcpy(&device_type, &t->device.device_type, sizeof device_type);
+  if (device_type != kDLCPU) {
     return absl::UnimplementedError(absl::StrCat(
         name, " must be on the CPU (DLPack device type kDLCPU = 1); got device type ",
-        static_cast<int>(t->device.device_type)));
+        device_type));
   }
   TensorView v;
   std::vector<std::string> allowed_names;
@@ -145,6 +151,23 @@ absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int n
       reach += st * (v.shape[i] - 1);
       if (reach > limit) return absl::OutOfRangeError(absl::StrCat(name, " spans too much memory"));
     }
+  }
+  // byte_offset is applied only to real memory (an empty tensor may have data NULL),
+  // must keep the address arithmetic far from overflow, and must leave the first element
+  // aligned to its size (DLPack's rule; unaligned loads are undefined behaviour in C++).
+  if (t->byte_offset > static_cast<uint64_t>(int64_t{1} << 62)) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name, "->byte_offset is ", t->byte_offset, "; out of range"));
+  }
+  if (t->data == nullptr) {
+    v.data = nullptr;
+    return v;
+  }
+  const uintptr_t address = reinterpret_cast<uintptr_t>(t->data) + t->byte_offset;
+  if (numel > 0 && address % static_cast<uintptr_t>(v.element_size()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "->data + byte_offset is not aligned to its ", v.element_size(),
+        "-byte elements"));
   }
   v.data = static_cast<char*>(t->data) + t->byte_offset;
   return v;

@@ -21,6 +21,13 @@
  *   position).
  * - Symbols are exported only through GPE_API; everything else in the shared library
  *   is hidden.
+ * - Thread safety: every function may be called from any number of threads at once.
+ *   The library has no global mutable state; handles are immutable, so calls may share
+ *   a handle and read-only inputs, and give the same bits as when made one at a time
+ *   (no work split depends on timing; the INR solvers' BLAS follows its own thread
+ *   setting, e.g. OPENBLAS_NUM_THREADS). Output tensors and a handle being destroyed
+ *   must not be in use by another call. The error message is per thread.
+ *   Tested by c_api/thread_safety_test.cc.
  */
 #ifndef GPE_GPE_H_
 #define GPE_GPE_H_

@@ -1,0 +1,325 @@
+// The thread-safety guarantees of gpe.h's header comment, tested through gpe.h only:
+// every entry-point family (SO(n) representations, sinusoidal, GRAPE-M, algebraic,
+// learned positions, Shaw scores, shifted basis, stable rank, INR fit and predict)
+// called from 8 threads at once, sharing handles and read-only inputs, gives the same
+// bits as one thread; and each thread's gpe_last_error_message stays its own.
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpe/gpe.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+constexpr int kThreads = 8;
+
+DLTensor Tensor(const void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape) {
+  DLTensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = const_cast<void*>(data);
+  t.device.device_type = kDLCPU;
+  t.ndim = static_cast<int32_t>(shape->size());
+  t.dtype.code = static_cast<uint8_t>(code);
+  t.dtype.bits = static_cast<uint8_t>(bits);
+  t.dtype.lanes = 1;
+  t.shape = shape->data();
+  return t;
+}
+
+std::vector<double> Uniform(size_t n, double lo, double hi, std::mt19937_64* rng) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (double& x : v) x = u(*rng);
+  return v;
+}
+
+// Read-only inputs and handles shared by every thread.
+struct Shared {
+  static constexpr int64_t kN = 33, kDim = 16, kM = 2, kAlgDim = 8, kLq = 5, kLk = 7, kK = 3;
+  static constexpr int64_t kPix = 24, kShifts = 10;
+  std::vector<int64_t> positions;
+  std::vector<double> x64, ga, gb, gomega, skew, alg_x, table, q, labels, coords, image;
+  std::vector<float> x32;
+  std::vector<int64_t> qpos, kpos;
+  gpe_so_rep* planes = nullptr;
+  gpe_so_rep* rank2 = nullptr;
+  gpe_grape_m* grape = nullptr;
+  gpe_algebraic_sequence* alg = nullptr;
+  gpe_learned_positions* learned = nullptr;
+
+  Shared() {
+    std::mt19937_64 rng(20261123);
+    std::uniform_int_distribution<int64_t> pos(-1000000, 1000000);
+    for (int64_t i = 0; i < kN; ++i) positions.push_back(pos(rng));
+    x64 = Uniform(kN * kDim, -1, 1, &rng);
+    x32.assign(x64.begin(), x64.end());
+    ga = Uniform(kM * kDim, -1, 1, &rng);
+    gb = Uniform(kM * kDim, -1, 1, &rng);
+    gomega = Uniform(kM, -0.5, 0.5, &rng);
+    std::vector<double> s = Uniform(kAlgDim * kAlgDim, -0.3, 0.3, &rng);
+    skew.assign(kAlgDim * kAlgDim, 0.0);
+    for (int64_t i = 0; i < kAlgDim; ++i) {
+      for (int64_t j = 0; j < kAlgDim; ++j) skew[i * kAlgDim + j] = s[i * kAlgDim + j] - s[j * kAlgDim + i];
+    }
+    alg_x = Uniform(kN * kAlgDim, -1, 1, &rng);
+    table = Uniform(64 * kDim, -1, 1, &rng);
+    q = Uniform(kLq * kDim, -1, 1, &rng);
+    labels = Uniform((2 * kK + 1) * kDim, -1, 1, &rng);
+    for (int64_t i = 0; i < kLq; ++i) qpos.push_back(pos(rng));
+    for (int64_t i = 0; i < kLk; ++i) kpos.push_back(qpos[i % kLq] + i - 3);
+    coords = Uniform(kPix, 0, 1, &rng);
+    image = Uniform(kPix * kPix, 0, 1, &rng);
+
+    gpe_so_planes_options po = GPE_SO_PLANES_OPTIONS_INIT;
+    po.dim = kDim;
+    po.pairing = GPE_PAIRING_HALF_SPLIT;
+    EXPECT_EQ(gpe_so_rep_create_planes(&po, &planes), GPE_OK) << gpe_last_error_message();
+    gpe_so_rank2_options ro = GPE_SO_RANK2_OPTIONS_INIT;
+    ro.dim = kDim;
+    ro.a = ga.data();
+    ro.b = gb.data();
+    ro.omega = 0.37;
+    EXPECT_EQ(gpe_so_rep_create_rank2(&ro, &rank2), GPE_OK) << gpe_last_error_message();
+    gpe_grape_m_options go = GPE_GRAPE_M_OPTIONS_INIT;
+    go.dim = kDim;
+    go.num_generators = kM;
+    go.a = ga.data();
+    go.b = gb.data();
+    go.omega = gomega.data();
+    EXPECT_EQ(gpe_grape_m_create(&go, &grape), GPE_OK) << gpe_last_error_message();
+    gpe_algebraic_sequence_options ao = GPE_ALGEBRAIC_SEQUENCE_OPTIONS_INIT;
+    ao.dim = kAlgDim;
+    ao.skew = skew.data();
+    EXPECT_EQ(gpe_algebraic_sequence_create(&ao, &alg), GPE_OK) << gpe_last_error_message();
+    std::vector<int64_t> ts = {64, kDim};
+    DLTensor tt = Tensor(table.data(), kDLFloat, 64, &ts);
+    EXPECT_EQ(gpe_learned_positions_create(&tt, &learned), GPE_OK) << gpe_last_error_message();
+  }
+  ~Shared() {
+    gpe_so_rep_destroy(planes);
+    gpe_so_rep_destroy(rank2);
+    gpe_grape_m_destroy(grape);
+    gpe_algebraic_sequence_destroy(alg);
+    gpe_learned_positions_destroy(learned);
+  }
+};
+
+// Every family's calls once; returns all outputs as raw bytes, and counts failures.
+std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
+  using S = Shared;
+  std::vector<uint8_t> bytes;
+  auto keep = [&](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + n);
+  };
+  auto check = [&](gpe_status st) {
+    if (st != GPE_OK) ++*failures;
+  };
+  std::vector<int64_t> ps = {S::kN}, xs = {S::kN, S::kDim}, ms = {S::kDim, S::kDim};
+  DLTensor tp = Tensor(s.positions.data(), kDLInt, 64, &ps);
+  DLTensor tx64 = Tensor(s.x64.data(), kDLFloat, 64, &xs);
+  DLTensor tx32 = Tensor(s.x32.data(), kDLFloat, 32, &xs);
+
+  // SO(n): planes (float32 and float64), rank-2, matrices; a handle made on this thread.
+  {
+    std::vector<float> o32(S::kN * S::kDim);
+    std::vector<double> o64(S::kN * S::kDim), mat(S::kDim * S::kDim);
+    DLTensor t32 = Tensor(o32.data(), kDLFloat, 32, &xs), t64 = Tensor(o64.data(), kDLFloat, 64, &xs);
+    DLTensor tm = Tensor(mat.data(), kDLFloat, 64, &ms);
+    check(gpe_so_rep_apply(s.planes, &tp, &tx32, &t32));
+    keep(o32.data(), o32.size() * sizeof(float));
+    check(gpe_so_rep_apply(s.rank2, &tp, &tx64, &t64));
+    keep(o64.data(), o64.size() * sizeof(double));
+    check(gpe_so_rep_matrix(s.planes, 123456789, &tm));
+    keep(mat.data(), mat.size() * sizeof(double));
+    gpe_so_planes_options po = GPE_SO_PLANES_OPTIONS_INIT;
+    po.dim = S::kDim;
+    po.rotary_dim = 8;
+    po.base = 500.0;
+    gpe_so_rep* own = nullptr;
+    check(gpe_so_rep_create_planes(&po, &own));
+    check(gpe_so_rep_apply(own, &tp, &tx64, &t64));
+    keep(o64.data(), o64.size() * sizeof(double));
+    gpe_so_rep_destroy(own);
+  }
+  // Sinusoidal.
+  {
+    gpe_sinusoidal_options o = GPE_SINUSOIDAL_OPTIONS_INIT;
+    std::vector<double> out(S::kN * S::kDim);
+    DLTensor to = Tensor(out.data(), kDLFloat, 64, &xs);
+    check(gpe_sinusoidal_encode(&o, &tp, &to));
+    keep(out.data(), out.size() * sizeof(double));
+  }
+  // GRAPE-M: apply, matrix, backward.
+  {
+    std::vector<double> out(S::kN * S::kDim), gx(S::kN * S::kDim), mat(S::kDim * S::kDim);
+    std::vector<double> gra(S::kM * S::kDim), grb(S::kM * S::kDim), gro(S::kM);
+    std::vector<int64_t> gs = {S::kM, S::kDim}, os = {S::kM};
+    DLTensor to = Tensor(out.data(), kDLFloat, 64, &xs), tgx = Tensor(gx.data(), kDLFloat, 64, &xs);
+    DLTensor tm = Tensor(mat.data(), kDLFloat, 64, &ms);
+    DLTensor ta = Tensor(gra.data(), kDLFloat, 64, &gs), tb = Tensor(grb.data(), kDLFloat, 64, &gs);
+    DLTensor tw = Tensor(gro.data(), kDLFloat, 64, &os);
+    check(gpe_grape_m_apply(s.grape, &tp, &tx64, &to));
+    check(gpe_grape_m_matrix(s.grape, -77, &tm));
+    // grad_out = out: the gradient of |out|^2 / 2.
+    check(gpe_grape_m_backward(s.grape, &tp, &tx64, &to, &tgx, &ta, &tb, &tw));
+    for (const auto* v : {&out, &mat, &gx, &gra, &grb, &gro}) keep(v->data(), v->size() * sizeof(double));
+  }
+  // Algebraic: apply, matrix, backward.
+  {
+    std::vector<int64_t> as = {S::kN, S::kAlgDim}, am = {S::kAlgDim, S::kAlgDim};
+    std::vector<double> out(S::kN * S::kAlgDim), gx(S::kN * S::kAlgDim), mat(S::kAlgDim * S::kAlgDim),
+        gs(S::kAlgDim * S::kAlgDim);
+    std::vector<int64_t> small(S::kN);
+    // Small positions keep W^p well inside double range for a random skew generator.
+    for (int64_t i = 0; i < S::kN; ++i) small[i] = s.positions[i] % 50;
+    DLTensor tsp = Tensor(small.data(), kDLInt, 64, &ps);
+    DLTensor tx = Tensor(s.alg_x.data(), kDLFloat, 64, &as), to = Tensor(out.data(), kDLFloat, 64, &as);
+    DLTensor tgx = Tensor(gx.data(), kDLFloat, 64, &as), tm = Tensor(mat.data(), kDLFloat, 64, &am);
+    DLTensor tgs = Tensor(gs.data(), kDLFloat, 64, &am);
+    check(gpe_algebraic_sequence_apply(s.alg, &tsp, &tx, &to));
+    check(gpe_algebraic_sequence_matrix(s.alg, 9, &tm));
+    check(gpe_algebraic_sequence_backward(s.alg, &tsp, &tx, &to, &tgx, &tgs));
+    for (const auto* v : {&out, &mat, &gx, &gs}) keep(v->data(), v->size() * sizeof(double));
+  }
+  // Learned positions and Shaw scores.
+  {
+    std::vector<int64_t> small(S::kN);
+    for (int64_t i = 0; i < S::kN; ++i) small[i] = (s.positions[i] % 64 + 64) % 64;
+    DLTensor tsp = Tensor(small.data(), kDLInt, 64, &ps);
+    std::vector<double> out(S::kN * S::kDim), gtab(64 * S::kDim, 0.0);
+    std::vector<int64_t> ts = {64, S::kDim};
+    DLTensor to = Tensor(out.data(), kDLFloat, 64, &xs), tg = Tensor(gtab.data(), kDLFloat, 64, &ts);
+    check(gpe_learned_positions_lookup(s.learned, &tsp, &to));
+    check(gpe_learned_positions_backward(s.learned, &tsp, &to, &tg));
+    keep(out.data(), out.size() * sizeof(double));
+    keep(gtab.data(), gtab.size() * sizeof(double));
+    std::vector<int64_t> qs = {S::kLq, S::kDim}, ls = {2 * S::kK + 1, S::kDim}, qps = {S::kLq},
+                         kps = {S::kLk}, ss = {S::kLq, S::kLk};
+    std::vector<double> scores(S::kLq * S::kLk), gq(S::kLq * S::kDim), gl((2 * S::kK + 1) * S::kDim, 0.0);
+    DLTensor tq = Tensor(s.q.data(), kDLFloat, 64, &qs), tl = Tensor(s.labels.data(), kDLFloat, 64, &ls);
+    DLTensor tqp = Tensor(s.qpos.data(), kDLInt, 64, &qps), tkp = Tensor(s.kpos.data(), kDLInt, 64, &kps);
+    DLTensor tsc = Tensor(scores.data(), kDLFloat, 64, &ss), tgq = Tensor(gq.data(), kDLFloat, 64, &qs);
+    DLTensor tgl = Tensor(gl.data(), kDLFloat, 64, &ls);
+    check(gpe_shaw_key_scores(&tq, &tl, &tqp, &tkp, &tsc));
+    check(gpe_shaw_key_scores_backward(&tq, &tl, &tqp, &tkp, &tsc, &tgq, &tgl));
+    for (const auto* v : {&scores, &gq, &gl}) keep(v->data(), v->size() * sizeof(double));
+  }
+  // Shifted basis, stable rank, INR fit and predict.
+  {
+    gpe_shifted_basis_options o = GPE_SHIFTED_BASIS_OPTIONS_INIT;
+    o.num_shifts = S::kShifts;
+    o.width = 0.15;
+    std::vector<int64_t> cs = {S::kPix}, es = {S::kPix, S::kShifts}, is = {S::kPix, S::kPix},
+                         ws = {S::kShifts, S::kShifts};
+    std::vector<double> psi(S::kPix * S::kShifts), w(S::kShifts * S::kShifts), pred(S::kPix * S::kPix);
+    DLTensor tc = Tensor(s.coords.data(), kDLFloat, 64, &cs), te = Tensor(psi.data(), kDLFloat, 64, &es);
+    check(gpe_shifted_basis_encode(&o, &tc, &te));
+    double rank = 0.0;
+    check(gpe_stable_rank(&te, &rank));
+    keep(&rank, sizeof rank);
+    gpe_separable_fit_options fo = GPE_SEPARABLE_FIT_OPTIONS_INIT;
+    fo.lambda = 1e-3;
+    DLTensor ti = Tensor(s.image.data(), kDLFloat, 64, &is), tw = Tensor(w.data(), kDLFloat, 64, &ws);
+    DLTensor tpred = Tensor(pred.data(), kDLFloat, 64, &is);
+    check(gpe_inr_fit_separable_2d(&fo, &te, &te, &ti, &tw));
+    check(gpe_inr_predict_separable_2d(&te, &te, &tw, &tpred));
+    for (const auto* v : {&psi, &w, &pred}) keep(v->data(), v->size() * sizeof(double));
+  }
+  return bytes;
+}
+
+// A simple reusable barrier (C++17 has no std::barrier): maximises overlap.
+class Barrier {
+ public:
+  explicit Barrier(int n) : n_(n) {}
+  void Wait() {
+    const int gen = generation_.load();
+    if (arrived_.fetch_add(1) + 1 == n_) {
+      arrived_.store(0);
+      generation_.fetch_add(1);
+    } else {
+      while (generation_.load() == gen) std::this_thread::yield();
+    }
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0};
+  std::atomic<int> generation_{0};
+};
+
+TEST(ThreadSafety, EightThreadsGiveTheBitsOfOne) {
+  Shared shared;
+  int ref_failures = 0;
+  const std::vector<uint8_t> ref = RunAll(shared, &ref_failures);
+  ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
+  ASSERT_GT(ref.size(), 0u);
+
+  constexpr int kRounds = 3;
+  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
+  std::vector<int> failures(kThreads, 0);
+  Barrier barrier(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        barrier.Wait();  // every round starts on all threads together
+        got[t].push_back(RunAll(shared, &failures[t]));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    for (int r = 0; r < kRounds; ++r) {
+      ASSERT_EQ(got[t][r].size(), ref.size());
+      // Bit-identical: no shared mutable state, and no work split that depends on timing.
+      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
+          << "thread " << t << " round " << r << " differs from the single-threaded run";
+    }
+  }
+}
+
+TEST(ThreadSafety, ErrorMessagesStayPerThread) {
+  // Each thread fails with a message naming its own value, waits until every thread has
+  // failed, then reads its message: it must be its own, unchanged by the others.
+  Barrier barrier(kThreads);
+  std::vector<std::string> before(kThreads), after(kThreads);
+  std::vector<gpe_status> codes(kThreads, GPE_OK);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      after[t] = "unset";
+      before[t] = gpe_last_error_message();  // a fresh thread has seen no failure
+      gpe_so_planes_options o = GPE_SO_PLANES_OPTIONS_INIT;
+      o.dim = -1000 - t;
+      gpe_so_rep* rep = nullptr;
+      codes[t] = gpe_so_rep_create_planes(&o, &rep);
+      barrier.Wait();
+      // Other threads now succeed; a success must not clear this thread's message.
+      gpe_sinusoidal_options so = GPE_SINUSOIDAL_OPTIONS_INIT;
+      std::vector<int64_t> ps = {1}, os = {1, 4};
+      int64_t p = t;
+      double out[4];
+      DLTensor tp = Tensor(&p, kDLInt, 64, &ps), to = Tensor(out, kDLFloat, 64, &os);
+      if (gpe_sinusoidal_encode(&so, &tp, &to) != GPE_OK) codes[t] = GPE_OK;  // flags a failure
+      barrier.Wait();
+      after[t] = gpe_last_error_message();
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(before[t], "") << "thread " << t;
+    EXPECT_EQ(codes[t], GPE_ERROR_INVALID_ARGUMENT) << "thread " << t;
+    EXPECT_NE(after[t].find(std::to_string(-1000 - t)), std::string::npos)
+        << "thread " << t << " read \"" << after[t] << "\"";
+  }
+}
+
+}  // namespace

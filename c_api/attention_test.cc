@@ -163,6 +163,111 @@ TEST(AttentionAbi, PackedBfloat16AndBackward) {
   EXPECT_NEAR(fd, an, 2e-2 * std::max(1.0, std::fabs(an)));
 }
 
+// float64 runs the exact reference: against the double oracle to rounding, its lse against
+// the float32 kernel's, and its backward against central differences of its own forward.
+TEST(AttentionAbi, Float64IsExactWithGradients) {
+  const int64_t s = 19, hq = 4, hkv = 2, d = 16;
+  const std::vector<float> qf = Random(s * hq * d, 11), kf = Random(s * hkv * d, 12),
+                           vf = Random(s * hkv * d, 13);
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), v(vf.begin(), vf.end());
+  std::vector<double> o(q.size()), lse(s * hq);
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, ls = {s, hq};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 64, &qs), tk = Tensor(k.data(), kDLFloat, 64, &ks),
+           tv = Tensor(v.data(), kDLFloat, 64, &ks), to = Tensor(o.data(), kDLFloat, 64, &qs),
+           tl = Tensor(lse.data(), kDLFloat, 64, &ls);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  opt.alibi = GPE_ALIBI_CAUSAL;
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl), GPE_OK)
+      << gpe_last_error_message();
+  const std::vector<double> want = Oracle(qf, kf, vf, s, hq, hkv, d, true, true);
+  // Both in double from the same float-representable inputs: only the order of double
+  // roundings differs (~1e-15 on O(1) values); 1e-12 fails for any float32 arithmetic.
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-12) << i;
+  // lse against the float32 kernel's (float32 rounding of O(10) values: 1e-4).
+  std::vector<float> o32(q.size()), lse32(s * hq);
+  DLTensor fq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &qs),
+           fk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &ks),
+           fv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &ks),
+           fo = Tensor(o32.data(), kDLFloat, 32, &qs), fl = Tensor(lse32.data(), kDLFloat, 32, &ls);
+  ASSERT_EQ(gpe_attention_forward(&opt, &fq, &fk, &fv, &fo, &fl), GPE_OK)
+      << gpe_last_error_message();
+  for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse32[i], 1e-4) << i;
+
+  // Backward of L = sum(w * o) along random directions of q, k and v: central differences
+  // with step 1e-5 have truncation error ~1e-10 and rounding ~1e-11 on O(1) gradients, so
+  // 1e-7 relative separates them from any wrong term (>= 1e-3).
+  std::vector<double> w(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  {
+    const std::vector<float> wf = Random(q.size(), 14);
+    w.assign(wf.begin(), wf.end());
+  }
+  DLTensor tw = Tensor(w.data(), kDLFloat, 64, &qs), tdq = Tensor(dq.data(), kDLFloat, 64, &qs),
+           tdk = Tensor(dk.data(), kDLFloat, 64, &ks), tdv = Tensor(dv.data(), kDLFloat, 64, &ks);
+  ASSERT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tv, &to, &tl, &tw, &tdq, &tdk, &tdv), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](const std::vector<double>& q_, const std::vector<double>& k_,
+                  const std::vector<double>& v_) {
+    std::vector<double> out(q_.size());
+    DLTensor a = Tensor(const_cast<double*>(q_.data()), kDLFloat, 64, &qs),
+             b = Tensor(const_cast<double*>(k_.data()), kDLFloat, 64, &ks),
+             c = Tensor(const_cast<double*>(v_.data()), kDLFloat, 64, &ks),
+             r = Tensor(out.data(), kDLFloat, 64, &qs);
+    EXPECT_EQ(gpe_attention_forward(&opt, &a, &b, &c, &r, nullptr), GPE_OK);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
+    return l;
+  };
+  const double eps = 1e-5;
+  for (int which = 0; which < 3; ++which) {
+    const std::vector<double>& x = which == 0 ? q : which == 1 ? k : v;
+    const std::vector<double>& g = which == 0 ? dq : which == 1 ? dk : dv;
+    const std::vector<float> dirf = Random(x.size(), 20 + which);
+    std::vector<double> xp = x, xm = x;
+    double an = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      xp[i] += eps * dirf[i];
+      xm[i] -= eps * dirf[i];
+      an += g[i] * dirf[i];
+    }
+    const double fd = which == 0   ? (loss(xp, k, v) - loss(xm, k, v)) / (2 * eps)
+                      : which == 1 ? (loss(q, xp, v) - loss(q, xm, v)) / (2 * eps)
+                                   : (loss(q, k, xp) - loss(q, k, xm)) / (2 * eps);
+    EXPECT_NEAR(fd, an, 1e-7 * std::max(1.0, std::fabs(an))) << which;
+  }
+
+  // Packed, explicit positions (a shard of keys at global positions 100..): float64 equals
+  // the float32 kernel to float rounding (1e-5), so every option reaches the reference.
+  std::vector<int64_t> t3q = {s, hq, d}, t3k = {s, hkv, d}, cu_shape = {3}, cu = {0, 7, s},
+                       p_shape = {s}, pos(s);
+  for (int64_t i = 0; i < s; ++i) pos[i] = 100 + 3 * i;
+  DLTensor tcu = Tensor(cu.data(), kDLInt, 64, &cu_shape), tp = Tensor(pos.data(), kDLInt, 64, &p_shape);
+  gpe_attention_options po = opt;
+  po.cu_seqlens_q = po.cu_seqlens_k = &tcu;
+  po.q_positions = po.k_positions = &tp;
+  po.alibi = GPE_ALIBI_SYMMETRIC;
+  DLTensor pq = Tensor(q.data(), kDLFloat, 64, &t3q), pk = Tensor(k.data(), kDLFloat, 64, &t3k),
+           pv = Tensor(v.data(), kDLFloat, 64, &t3k), pov = Tensor(o.data(), kDLFloat, 64, &t3q);
+  DLTensor gq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &t3q),
+           gk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &t3k),
+           gv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &t3k),
+           go = Tensor(o32.data(), kDLFloat, 32, &t3q);
+  ASSERT_EQ(gpe_attention_forward(&po, &pq, &pk, &pv, &pov, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  ASSERT_EQ(gpe_attention_forward(&po, &gq, &gk, &gv, &go, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], o32[i], 1e-5) << i;
+
+  // A float32 lse with float64 tensors, and mixed dtypes, are rejected with a message.
+  std::vector<float> lse_bad(s * hq);
+  DLTensor tlb = Tensor(lse_bad.data(), kDLFloat, 32, &ls);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tlb), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(gpe_last_error_message(), "lse"), nullptr) << gpe_last_error_message();
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &fk, &fv, &to, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &fo, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+}
+
 TEST(AttentionAbi, RejectsBadInput) {
   const int64_t s = 8, h = 2, d = 8;
   std::vector<float> x(s * h * d, 0.5f), o(s * h * d);

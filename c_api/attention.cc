@@ -2,6 +2,7 @@
 // then attention/cpu's CpuForward / CpuBackward (float32, bfloat16) or the exact
 // ReferenceForward / ReferenceBackward<double> (float64) with the encoding built from the
 // options (RoPE, GRAPE-M or algebraic rotations; ALiBi). Every entry point runs under Guard.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -65,6 +66,16 @@ absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed
   if (t == nullptr) return Bad(absl::StrCat(name, " is NULL"));
   absl::StatusOr<TensorView> v = ViewTensor(t, name, packed ? 3 : 4, kAttnTypes);
   if (!v.ok()) return v.status();
+  if (v->numel() == 0) {
+    // An empty tensor has no layout (NumPy and PyTorch may give it any strides): take the
+    // compact row-major one, so an empty sequence or key shard is never rejected for it.
+    int64_t stride = 1;
+    for (size_t i = v->shape.size(); i-- > 0;) {
+      v->strides[i] = stride;
+      stride *= std::max<int64_t>(v->shape[i], 1);
+    }
+    return v;
+  }
   if (v->shape.back() > 1 && v->strides.back() != 1) {
     return Bad(absl::StrCat(name, ": head_dim must be contiguous (stride 1), got stride ",
                             v->strides.back()));
@@ -198,8 +209,15 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     if (!pk.ok()) return pk.status();
     c->pos_q = *std::move(pq);
     c->pos_k = *std::move(pk);
-    a.q_positions = c->pos_q;
-    a.k_positions = c->pos_k;
+    // With no query or no key tokens every row is empty whatever the positions; the
+    // descriptor reads an empty list as "default", so drop both rather than reject an
+    // empty shard's (correctly) empty positions.
+    const bool no_rows = (c->pos_q.empty() && a.num_q_tokens() == 0) ||
+                         (c->pos_k.empty() && a.num_k_tokens() == 0);
+    if (!no_rows) {
+      a.q_positions = c->pos_q;
+      a.k_positions = c->pos_k;
+    }
   }
   const int encodings =
       (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);

@@ -268,6 +268,38 @@ TEST(AttentionAbi, Float64IsExactWithGradients) {
   EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &fo, nullptr), GPE_ERROR_INVALID_ARGUMENT);
 }
 
+// An empty key shard (any strides, as NumPy gives zero-size arrays strides 0): every row
+// has no allowed key, so o = 0 and lse = -inf, in both precisions; its backward is dq = 0.
+TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {
+  const int64_t s = 3, h = 2, d = 8;
+  std::vector<int64_t> qs = {1, s, h, d}, ks = {1, 0, h, d}, zero = {0, 0, 0, 0}, ls = {s, h};
+  for (int bits : {32, 64}) {
+    std::vector<double> q(s * h * d, 0.25), o(s * h * d, 9.0), lse(s * h, 9.0), dq(s * h * d, 9.0);
+    std::vector<float> qf(q.begin(), q.end()), of(o.begin(), o.end()), lf(lse.begin(), lse.end()),
+        dqf(dq.begin(), dq.end());
+    void* qp = bits == 64 ? static_cast<void*>(q.data()) : qf.data();
+    void* op = bits == 64 ? static_cast<void*>(o.data()) : of.data();
+    void* lp = bits == 64 ? static_cast<void*>(lse.data()) : lf.data();
+    void* dqp = bits == 64 ? static_cast<void*>(dq.data()) : dqf.data();
+    DLTensor tq = Tensor(qp, kDLFloat, bits, &qs), tk = Tensor(nullptr, kDLFloat, bits, &ks, &zero),
+             to = Tensor(op, kDLFloat, bits, &qs), tl = Tensor(lp, kDLFloat, bits, &ls),
+             tdq = Tensor(dqp, kDLFloat, bits, &qs);
+    gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+    opt.rope_dim = d;
+    ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tk, &to, &tl), GPE_OK) << gpe_last_error_message();
+    ASSERT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tk, nullptr, nullptr, &tq, &tdq, nullptr, nullptr),
+              GPE_OK)
+        << gpe_last_error_message();
+    for (int64_t i = 0; i < s * h * d; ++i) {
+      EXPECT_EQ(bits == 64 ? o[i] : of[i], 0.0) << bits;
+      EXPECT_EQ(bits == 64 ? dq[i] : dqf[i], 0.0) << bits;
+    }
+    for (int64_t i = 0; i < s * h; ++i) {
+      EXPECT_EQ(bits == 64 ? lse[i] : lf[i], -std::numeric_limits<double>::infinity()) << bits;
+    }
+  }
+}
+
 TEST(AttentionAbi, RejectsBadInput) {
   const int64_t s = 8, h = 2, d = 8;
   std::vector<float> x(s * h * d, 0.5f), o(s * h * d);

@@ -1,6 +1,8 @@
 // The C ABI's attention (gpe.h, "Attention"): DLPack views and options validated here,
-// then attention/cpu's CpuForward / CpuBackward with the encoding built from the options
-// (RoPE, GRAPE-M or algebraic rotations; any gpe_bias). Every entry point runs under Guard.
+// then attention/cpu's CpuForward / CpuBackward (float32, bfloat16) or the exact
+// ReferenceForward / ReferenceBackward<double> (float64) with the encoding built from the
+// options (RoPE, GRAPE-M or algebraic rotations; any gpe_bias). Every entry point runs under Guard.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
+#include "attention/reference.h"
 #include "c_api/checks.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
@@ -34,9 +37,10 @@ namespace seq = gpe::encodings::sequence;
 
 namespace {
 
-constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16};
+constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64};
 constexpr DType kInt[] = {DType::kInt64};
 constexpr DType kF32[] = {DType::kFloat32};
+constexpr DType kF64[] = {DType::kFloat64};
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 
@@ -61,6 +65,16 @@ absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed
   if (t == nullptr) return Bad(absl::StrCat(name, " is NULL"));
   absl::StatusOr<TensorView> v = ViewTensor(t, name, packed ? 3 : 4, kAttnTypes);
   if (!v.ok()) return v.status();
+  if (v->numel() == 0) {
+    // An empty tensor has no layout (NumPy and PyTorch may give it any strides): take the
+    // compact row-major one, so an empty sequence or key shard is never rejected for it.
+    int64_t stride = 1;
+    for (size_t i = v->shape.size(); i-- > 0;) {
+      v->strides[i] = stride;
+      stride *= std::max<int64_t>(v->shape[i], 1);
+    }
+    return v;
+  }
   if (v->shape.back() > 1 && v->strides.back() != 1) {
     return Bad(absl::StrCat(name, ": head_dim must be contiguous (stride 1), got stride ",
                             v->strides.back()));
@@ -140,7 +154,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   c->v = *vv;
   c->dtype = qv->dtype;
   if (kv->dtype != c->dtype || vv->dtype != c->dtype) {
-    return Bad("q, k and v must have one dtype (float32 or bfloat16)");
+    return Bad("q, k and v must have one dtype (float32, bfloat16 or float64)");
   }
   if (kv->shape != vv->shape) {
     return Bad(absl::StrCat("k has shape ", ShapeOf(*kv), ", v has ", ShapeOf(*vv)));
@@ -194,8 +208,15 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     if (!pk.ok()) return pk.status();
     c->pos_q = *std::move(pq);
     c->pos_k = *std::move(pk);
-    a.q_positions = c->pos_q;
-    a.k_positions = c->pos_k;
+    // With no query or no key tokens every row is empty whatever the positions; the
+    // descriptor reads an empty list as "default", so drop both rather than reject an
+    // empty shard's (correctly) empty positions.
+    const bool no_rows = (c->pos_q.empty() && a.num_q_tokens() == 0) ||
+                         (c->pos_k.empty() && a.num_k_tokens() == 0);
+    if (!no_rows) {
+      a.q_positions = c->pos_q;
+      a.k_positions = c->pos_k;
+    }
   }
   const int encodings =
       (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);
@@ -226,11 +247,17 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   return absl::OkStatus();
 }
 
-// lse: float32 [tokens_q, heads_q], compact row-major.
-absl::StatusOr<float*> LseOf(const DLTensor* t, const att::AttentionArgs& a) {
-  if (t == nullptr) return nullptr;
-  absl::StatusOr<TensorView> v = ViewTensor(t, "lse", 2, kF32);
-  if (!v.ok()) return v.status();
+// lse: [tokens_q, heads_q], compact row-major; float64 when q is float64, else float32.
+// Returns the view (data null when `t` is null).
+absl::StatusOr<TensorView> LseOf(const DLTensor* t, const att::AttentionArgs& a, DType dtype) {
+  if (t == nullptr) return TensorView{};
+  const bool f64 = dtype == DType::kFloat64;
+  absl::StatusOr<TensorView> v = ViewTensor(t, "lse", 2, f64 ? absl::Span<const DType>(kF64)
+                                                               : absl::Span<const DType>(kF32));
+  if (!v.ok()) {
+    return Bad(absl::StrCat(v.status().message(), " (lse is ", f64 ? "float64" : "float32",
+                            " for ", gpe::c_api::DTypeName(dtype), " q, k, v)"));
+  }
   if (v->shape[0] != a.num_q_tokens() || v->shape[1] != a.num_q_heads) {
     return Bad(absl::StrCat("lse must be [", a.num_q_tokens(), ", ", a.num_q_heads, "], got ",
                             ShapeOf(*v)));
@@ -238,7 +265,7 @@ absl::StatusOr<float*> LseOf(const DLTensor* t, const att::AttentionArgs& a) {
   if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.num_q_heads)) {
     return Bad("lse must be compact row-major");
   }
-  return v->typed<float>();
+  return v;
 }
 
 absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const TensorView& like,
@@ -283,22 +310,27 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     absl::StatusOr<TensorView> ov = OutputLike(o, "o", c.q, "q", packed);
     if (!ov.ok()) return ov.status();
     c.args.o = StridesOf(*ov, packed);
-    absl::StatusOr<float*> l = LseOf(lse, c.args);
-    if (!l.ok()) return l.status();
+    absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
+    if (!lv.ok()) return lv.status();
     if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
-    TensorView lv;
-    if (*l != nullptr) lv = *ViewTensor(lse, "lse", 2, kF32);
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
-    const NamedView outs[] = {{&*ov, "o"}, {*l != nullptr ? &lv : nullptr, "lse"}};
+    const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    if (c.dtype == DType::kFloat64) {
+      // The exact oracle (reference.h): double throughout, single-threaded.
+      return att::ReferenceForward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
+                                   c.v.typed<const double>(), ov->typed<double>(),
+                                   lv->typed<double>());
+    }
     att::CpuAttentionOptions opt;
     opt.num_threads = options->num_threads;
     if (c.dtype == DType::kFloat32) {
       return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
-                             c.v.typed<const float>(), ov->typed<float>(), *l, opt);
+                             c.v.typed<const float>(), ov->typed<float>(), lv->typed<float>(),
+                             opt);
     }
     return att::CpuForward(c.args, c.q.typed<const BF>(), c.k.typed<const BF>(),
-                           c.v.typed<const BF>(), ov->typed<BF>(), *l, opt);
+                           c.v.typed<const BF>(), ov->typed<BF>(), lv->typed<float>(), opt);
   });
 }
 
@@ -323,8 +355,8 @@ gpe_status gpe_attention_backward(const gpe_attention_options* options, const DL
       if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
       ov = *t;
     }
-    absl::StatusOr<float*> l = LseOf(lse, c.args);
-    if (!l.ok()) return l.status();
+    absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
+    if (!lv.ok()) return lv.status();
     if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
     // Gradients take the strides of their inputs.
     TensorView dqv, dkv, dvv;
@@ -350,19 +382,28 @@ gpe_status gpe_attention_backward(const gpe_attention_options* options, const DL
                               {dk != nullptr ? &dkv : nullptr, "dk"},
                               {dv != nullptr ? &dvv : nullptr, "dv"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    if (c.dtype == DType::kFloat64) {
+      // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
+      return att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
+                                    c.v.typed<const double>(), gv->typed<const double>(),
+                                    dq ? dqv.typed<double>() : nullptr,
+                                    dk ? dkv.typed<double>() : nullptr,
+                                    dv ? dvv.typed<double>() : nullptr);
+    }
+    const float* l = lv->typed<const float>();
     att::CpuAttentionOptions opt;
     opt.num_threads = options->num_threads;
     if (c.dtype == DType::kFloat32) {
       return att::CpuBackward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
                               c.v.typed<const float>(),
-                              o != nullptr ? ov.typed<const float>() : nullptr, *l,
+                              o != nullptr ? ov.typed<const float>() : nullptr, l,
                               gv->typed<const float>(), dq ? dqv.typed<float>() : nullptr,
                               dk ? dkv.typed<float>() : nullptr, dv ? dvv.typed<float>() : nullptr,
                               nullptr, opt);
     }
     return att::CpuBackward(c.args, c.q.typed<const BF>(), c.k.typed<const BF>(),
                             c.v.typed<const BF>(), o != nullptr ? ov.typed<const BF>() : nullptr,
-                            *l, gv->typed<const BF>(), dq ? dqv.typed<BF>() : nullptr,
+                            l, gv->typed<const BF>(), dq ? dqv.typed<BF>() : nullptr,
                             dk ? dkv.typed<BF>() : nullptr, dv ? dvv.typed<BF>() : nullptr,
                             nullptr, opt);
   });

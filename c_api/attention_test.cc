@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -25,6 +26,17 @@ DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>*
   t.shape = shape->data();
   t.strides = strides ? strides->data() : nullptr;
   return t;
+}
+
+// An ALiBi bias handle with Press et al.'s slopes, destroyed with the pointer.
+using BiasPtr = std::unique_ptr<gpe_bias, void (*)(gpe_bias*)>;
+BiasPtr MakeAlibi(int64_t heads, int32_t form) {
+  gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+  ao.num_heads = heads;
+  ao.form = form;
+  gpe_bias* b = nullptr;
+  EXPECT_EQ(gpe_bias_create_alibi(&ao, &b), GPE_OK) << gpe_last_error_message();
+  return BiasPtr(b, gpe_bias_destroy);
 }
 
 std::vector<float> Random(size_t n, uint64_t seed) {
@@ -167,6 +179,145 @@ TEST(AttentionAbi, PackedBfloat16AndBackward) {
     an += double(dq[i]) * dir[i];
   }
   EXPECT_NEAR(fd, an, 2e-2 * std::max(1.0, std::fabs(an)));
+}
+
+// float64 runs the exact reference: against the double oracle to rounding, its lse against
+// the float32 kernel's, and its backward against central differences of its own forward.
+TEST(AttentionAbi, Float64IsExactWithGradients) {
+  const int64_t s = 19, hq = 4, hkv = 2, d = 16;
+  const std::vector<float> qf = Random(s * hq * d, 11), kf = Random(s * hkv * d, 12),
+                           vf = Random(s * hkv * d, 13);
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), v(vf.begin(), vf.end());
+  std::vector<double> o(q.size()), lse(s * hq);
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, ls = {s, hq};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 64, &qs), tk = Tensor(k.data(), kDLFloat, 64, &ks),
+           tv = Tensor(v.data(), kDLFloat, 64, &ks), to = Tensor(o.data(), kDLFloat, 64, &qs),
+           tl = Tensor(lse.data(), kDLFloat, 64, &ls);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  BiasPtr alibi = MakeAlibi(hq, GPE_ALIBI_CAUSAL);
+  opt.bias = alibi.get();
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl), GPE_OK)
+      << gpe_last_error_message();
+  const std::vector<double> want = Oracle(qf, kf, vf, s, hq, hkv, d, true, true);
+  // Both in double from the same float-representable inputs: only the order of double
+  // roundings differs (~1e-15 on O(1) values); 1e-12 fails for any float32 arithmetic.
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], want[i], 1e-12) << i;
+  // lse against the float32 kernel's (float32 rounding of O(10) values: 1e-4).
+  std::vector<float> o32(q.size()), lse32(s * hq);
+  DLTensor fq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &qs),
+           fk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &ks),
+           fv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &ks),
+           fo = Tensor(o32.data(), kDLFloat, 32, &qs), fl = Tensor(lse32.data(), kDLFloat, 32, &ls);
+  ASSERT_EQ(gpe_attention_forward(&opt, &fq, &fk, &fv, &fo, &fl), GPE_OK)
+      << gpe_last_error_message();
+  for (size_t i = 0; i < lse.size(); ++i) ASSERT_NEAR(lse[i], lse32[i], 1e-4) << i;
+
+  // Backward of L = sum(w * o) along random directions of q, k and v: central differences
+  // with step 1e-5 have truncation error ~1e-10 and rounding ~1e-11 on O(1) gradients, so
+  // 1e-7 relative separates them from any wrong term (>= 1e-3).
+  std::vector<double> w(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+  {
+    const std::vector<float> wf = Random(q.size(), 14);
+    w.assign(wf.begin(), wf.end());
+  }
+  DLTensor tw = Tensor(w.data(), kDLFloat, 64, &qs), tdq = Tensor(dq.data(), kDLFloat, 64, &qs),
+           tdk = Tensor(dk.data(), kDLFloat, 64, &ks), tdv = Tensor(dv.data(), kDLFloat, 64, &ks);
+  ASSERT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tv, &to, &tl, &tw, &tdq, &tdk, &tdv), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](const std::vector<double>& q_, const std::vector<double>& k_,
+                  const std::vector<double>& v_) {
+    std::vector<double> out(q_.size());
+    DLTensor a = Tensor(const_cast<double*>(q_.data()), kDLFloat, 64, &qs),
+             b = Tensor(const_cast<double*>(k_.data()), kDLFloat, 64, &ks),
+             c = Tensor(const_cast<double*>(v_.data()), kDLFloat, 64, &ks),
+             r = Tensor(out.data(), kDLFloat, 64, &qs);
+    EXPECT_EQ(gpe_attention_forward(&opt, &a, &b, &c, &r, nullptr), GPE_OK);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
+    return l;
+  };
+  const double eps = 1e-5;
+  for (int which = 0; which < 3; ++which) {
+    const std::vector<double>& x = which == 0 ? q : which == 1 ? k : v;
+    const std::vector<double>& g = which == 0 ? dq : which == 1 ? dk : dv;
+    const std::vector<float> dirf = Random(x.size(), 20 + which);
+    std::vector<double> xp = x, xm = x;
+    double an = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      xp[i] += eps * dirf[i];
+      xm[i] -= eps * dirf[i];
+      an += g[i] * dirf[i];
+    }
+    const double fd = which == 0   ? (loss(xp, k, v) - loss(xm, k, v)) / (2 * eps)
+                      : which == 1 ? (loss(q, xp, v) - loss(q, xm, v)) / (2 * eps)
+                                   : (loss(q, k, xp) - loss(q, k, xm)) / (2 * eps);
+    EXPECT_NEAR(fd, an, 1e-7 * std::max(1.0, std::fabs(an))) << which;
+  }
+
+  // Packed, explicit positions (a shard of keys at global positions 100..): float64 equals
+  // the float32 kernel to float rounding (1e-5), so every option reaches the reference.
+  std::vector<int64_t> t3q = {s, hq, d}, t3k = {s, hkv, d}, cu_shape = {3}, cu = {0, 7, s},
+                       p_shape = {s}, pos(s);
+  for (int64_t i = 0; i < s; ++i) pos[i] = 100 + 3 * i;
+  DLTensor tcu = Tensor(cu.data(), kDLInt, 64, &cu_shape), tp = Tensor(pos.data(), kDLInt, 64, &p_shape);
+  gpe_attention_options po = opt;
+  po.cu_seqlens_q = po.cu_seqlens_k = &tcu;
+  po.q_positions = po.k_positions = &tp;
+  BiasPtr symmetric = MakeAlibi(hq, GPE_ALIBI_SYMMETRIC);
+  po.bias = symmetric.get();
+  DLTensor pq = Tensor(q.data(), kDLFloat, 64, &t3q), pk = Tensor(k.data(), kDLFloat, 64, &t3k),
+           pv = Tensor(v.data(), kDLFloat, 64, &t3k), pov = Tensor(o.data(), kDLFloat, 64, &t3q);
+  DLTensor gq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &t3q),
+           gk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &t3k),
+           gv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &t3k),
+           go = Tensor(o32.data(), kDLFloat, 32, &t3q);
+  ASSERT_EQ(gpe_attention_forward(&po, &pq, &pk, &pv, &pov, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  ASSERT_EQ(gpe_attention_forward(&po, &gq, &gk, &gv, &go, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], o32[i], 1e-5) << i;
+
+  // A float32 lse with float64 tensors, and mixed dtypes, are rejected with a message.
+  std::vector<float> lse_bad(s * hq);
+  DLTensor tlb = Tensor(lse_bad.data(), kDLFloat, 32, &ls);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tlb), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::strstr(gpe_last_error_message(), "lse"), nullptr) << gpe_last_error_message();
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &fk, &fv, &to, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &fo, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+// An empty key shard (any strides, as NumPy gives zero-size arrays strides 0): every row
+// has no allowed key, so o = 0 and lse = -inf, in both precisions; its backward is dq = 0.
+TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {
+  const int64_t s = 3, h = 2, d = 8;
+  std::vector<int64_t> qs = {1, s, h, d}, ks = {1, 0, h, d}, zero = {0, 0, 0, 0}, ls = {s, h};
+  for (int bits : {32, 64}) {
+    std::vector<double> q(s * h * d, 0.25), o(s * h * d, 9.0), lse(s * h, 9.0), dq(s * h * d, 9.0);
+    std::vector<float> qf(q.begin(), q.end()), of(o.begin(), o.end()), lf(lse.begin(), lse.end()),
+        dqf(dq.begin(), dq.end());
+    void* qp = bits == 64 ? static_cast<void*>(q.data()) : qf.data();
+    void* op = bits == 64 ? static_cast<void*>(o.data()) : of.data();
+    void* lp = bits == 64 ? static_cast<void*>(lse.data()) : lf.data();
+    void* dqp = bits == 64 ? static_cast<void*>(dq.data()) : dqf.data();
+    DLTensor tq = Tensor(qp, kDLFloat, bits, &qs), tk = Tensor(nullptr, kDLFloat, bits, &ks, &zero),
+             to = Tensor(op, kDLFloat, bits, &qs), tl = Tensor(lp, kDLFloat, bits, &ls),
+             tdq = Tensor(dqp, kDLFloat, bits, &qs);
+    gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+    opt.rope_dim = d;
+    ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tk, &to, &tl), GPE_OK) << gpe_last_error_message();
+    ASSERT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tk, nullptr, nullptr, &tq, &tdq, nullptr, nullptr),
+              GPE_OK)
+        << gpe_last_error_message();
+    for (int64_t i = 0; i < s * h * d; ++i) {
+      EXPECT_EQ(bits == 64 ? o[i] : of[i], 0.0) << bits;
+      EXPECT_EQ(bits == 64 ? dq[i] : dqf[i], 0.0) << bits;
+    }
+    for (int64_t i = 0; i < s * h; ++i) {
+      EXPECT_EQ(bits == 64 ? lse[i] : lf[i], -std::numeric_limits<double>::infinity()) << bits;
+    }
+  }
 }
 
 TEST(AttentionAbi, RejectsBadInput) {

@@ -99,6 +99,50 @@ class AttentionTest(unittest.TestCase):
             an = float(np.sum(grad * direction))
             self.assertAlmostEqual(fd, an, delta=1e-3 * max(1.0, abs(an)))
 
+    def test_float64_matches_reference(self):
+        # float64 runs the exact double reference: agreement to double rounding (1e-12 on
+        # O(1) outputs; float32 arithmetic would miss by ~1e-7).
+        q, k, v = (self.rng.standard_normal((1, 23, 4, 16)) for _ in range(3))
+        k, v = k[:, :, :2], v[:, :, :2]
+        o, lse = gpe.attention(q, k, v, causal=True, rope_dim=16, alibi="causal",
+                               return_lse=True)
+        self.assertEqual((o.dtype, lse.dtype), (np.float64, np.float64))
+        np.testing.assert_allclose(o[0], reference(q[0], k[0], v[0], True, 16, True),
+                                   rtol=0, atol=1e-12)
+
+    def test_merge_of_key_chunks_equals_unsplit(self):
+        # Keys split into chunks (one empty, one that the first queries cannot see) at their
+        # global positions; the merge equals the unsplit attention. float64: exact reference
+        # on both sides, 1e-12. float32: each part within ~1e-6, 1e-5 after the merge.
+        for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5)):
+            s_q, s_k = 9, 30
+            q = self.rng.standard_normal((s_q, 4, 16)).astype(dtype)
+            k = self.rng.standard_normal((s_k, 2, 16)).astype(dtype)
+            v = self.rng.standard_normal((s_k, 2, 16)).astype(dtype)
+            qp = np.arange(s_k - s_q, s_k)
+            kp = np.arange(s_k)
+            kw = dict(causal=True, rope_dim=16, alibi="causal", return_lse=True)
+            cu_q = np.array([0, s_q])
+            want, want_lse = gpe.attention(q, k, v, q_positions=qp, k_positions=kp,
+                                           cu_seqlens_q=cu_q, cu_seqlens_k=np.array([0, s_k]),
+                                           **kw)
+            os_, ls = [], []
+            for lo, hi in ((0, 8), (8, 8), (8, 22), (22, 30)):
+                o, lse = gpe.attention(q, k[lo:hi], v[lo:hi], q_positions=qp,
+                                       k_positions=kp[lo:hi], cu_seqlens_q=cu_q,
+                                       cu_seqlens_k=np.array([0, hi - lo]), **kw)
+                os_.append(o)
+                ls.append(lse)
+            self.assertTrue(np.isneginf(ls[1]).all() and np.isneginf(ls[3][0]).all())
+            o, lse = gpe.merge_attention(os_, ls)
+            self.assertEqual((o.dtype, lse.shape), (dtype, want_lse.shape))
+            np.testing.assert_allclose(o, want, rtol=0, atol=tol)
+            np.testing.assert_allclose(lse, want_lse, rtol=0, atol=tol * 10)
+        with self.assertRaises(ValueError):
+            gpe.merge_attention([o], [np.full(lse.shape, np.nan)])
+        with self.assertRaises(ValueError):
+            gpe.merge_attention([o, o], [lse])
+
     def test_bad_input_raises(self):
         q = self.randn(1, 8, 3, 8)
         k = self.randn(1, 8, 2, 8)

@@ -603,7 +603,12 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* ps
  * Attention (attention/cpu): multi-head scaled dot-product attention with the
  * positional encoding applied inside the kernel (flash-style tiles, linear memory).
  *
- * Tensors (float32, or bfloat16 for all of q, k, v, o and the gradients; lse float32):
+ * Tensors (float32, bfloat16 or float64 for all of q, k, v, o and the gradients; lse float32,
+ * or float64 with float64 tensors). float32 and bfloat16 run the optimised kernels (float32
+ * arithmetic); float64 runs the exact reference (attention/reference.h: double throughout,
+ * the scores materialised one row at a time, single-threaded, O(len_q len_k d) per head),
+ * meant for gradient checks and as an oracle, with every option below supported; its
+ * backward recomputes the forward (o and lse, if given, are checked but not read).
  *  - padded batch: q [batch, seq_q, heads_q, head_dim], k and v
  *    [batch, seq_k, heads_kv, head_dim], o like q;
  *  - packed variable-length (cu_seqlens_q and cu_seqlens_k given, int64 [batch + 1],

@@ -1,7 +1,8 @@
 """Multi-head attention with the positional encoding inside the kernel (gpe.h, "Attention").
 
 attention() and attention_backward() run GroupPE's CPU kernels (flash-style tiles,
-memory linear in the sequence length) on float32 NumPy arrays, without copies:
+memory linear in the sequence length) on float32 NumPy arrays, without copies (float64
+arrays run the exact double reference instead: slow, for gradient checks and oracles):
 
 - padded batch: q [batch, seq_q, heads_q, head_dim], k and v [batch, seq_k, heads_kv,
   head_dim] (heads_q a multiple of heads_kv: grouped-query attention);
@@ -80,7 +81,10 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
               return_lse=False, out=None):
-    """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q])."""
+    """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
+
+    lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
+    allowed key."""
     keep = _Keep()
     q = np.asarray(q)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
@@ -91,7 +95,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     if return_lse:
         tokens = q.shape[0] if cu_seqlens_q is not None else q.shape[0] * q.shape[1]
         heads = q.shape[-2]
-        lse = np.empty((tokens, heads), dtype=np.float32)
+        lse = np.empty((tokens, heads),
+                       dtype=np.float64 if q.dtype == np.float64 else np.float32)
     check(lib().gpe_attention_forward(ctypes.byref(opts), keep(q), keep(np.asarray(k)),
                                       keep(np.asarray(v)), keep(out), keep(lse)))
     return (out, lse) if return_lse else out
@@ -113,3 +118,43 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                        keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv)))
     return dq, dk, dv
+
+
+def merge_attention(o_list, lse_list):
+    """Exact merge of attention over disjoint key sets (attention/merge.h's formula).
+
+    o_list[i]: part i's output, any shape [..., head_dim] (e.g. [tokens, heads, head_dim]
+    or [batch, seq, heads, head_dim]); lse_list[i]: its lse, the shape of o without
+    head_dim ([tokens, heads] from attention(..., return_lse=True) is reshaped to it).
+    Each part must be attention over its own keys with their global positions. Returns
+    (o, lse) of the attention over the union:
+        lse = logsumexp_i lse_i,   o = sum_i exp(lse_i - lse) o_i;
+    parts with lse_i = -inf contribute nothing, rows empty in every part get o = 0 and
+    lse = -inf. Sums in float64; results in the dtype of o_list[0] / lse_list[0].
+    """
+    if len(o_list) == 0 or len(o_list) != len(lse_list):
+        raise ValueError("need as many o parts as lse parts (>= 1), got %d and %d"
+                         % (len(o_list), len(lse_list)))
+    os_ = [np.asarray(o) for o in o_list]
+    shape = os_[0].shape
+    if len(shape) < 1 or any(o.shape != shape for o in os_):
+        raise ValueError("every o part must have one shape [..., head_dim]")
+    ls = [np.asarray(l, dtype=np.float64).reshape(shape[:-1]) for l in lse_list]
+    for i, l in enumerate(ls):
+        if np.isnan(l).any() or (l == np.inf).any():
+            raise ValueError("lse of part %d holds NaN or +inf (must be finite or -inf)" % i)
+    stack = np.stack(ls)                          # [parts, ...rows]
+    m = stack.max(axis=0)
+    empty = m == -np.inf
+    m_safe = np.where(empty, 0.0, m)
+    w = np.exp(stack - m_safe)                    # 0 for -inf parts
+    z = w.sum(axis=0)
+    lse = np.where(empty, -np.inf, m_safe + np.log(np.where(empty, 1.0, z)))
+    c = w / np.where(empty, 1.0, z)
+    o = np.zeros(shape, dtype=np.float64)
+    for ci, oi in zip(c, os_):
+        # Rows where a part is empty carry any value there (0 by convention): skip them.
+        o += np.where(ci[..., None] > 0, ci[..., None] * oi.astype(np.float64), 0.0)
+    lse_dtype = np.asarray(lse_list[0]).dtype
+    return (o.astype(os_[0].dtype),
+            lse.reshape(np.asarray(lse_list[0]).shape).astype(lse_dtype))

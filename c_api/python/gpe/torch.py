@@ -1,0 +1,217 @@
+"""GroupPE attention as a PyTorch operator (optional: `import gpe` never imports torch).
+
+    import gpe.torch
+    o = gpe.torch.attention(q, k, v, causal=True, rope_dim=64)
+    o.sum().backward()
+
+attention() is differentiable in q, k and v through GroupPE's own backward kernels
+(gpe_attention_backward, given the forward's o and lse). Tensors are CPU tensors handed
+to libgpe.so as DLTensors that point at the tensors' own storage (no copies; inputs
+whose head_dim is not contiguous are made contiguous first):
+
+- float32 and bfloat16 run the optimised CPU kernels (float32 arithmetic);
+- float64 runs the exact double reference (slow; for torch.autograd.gradcheck and as an
+  oracle).
+
+Layouts and options are gpe.attention's (gpe.h, "Attention"): q [batch, seq_q, heads_q,
+head_dim], k, v [batch, seq_k, heads_kv, head_dim] (heads_q a multiple of heads_kv), or
+packed [tokens, heads, head_dim] with cu_seqlens_q / cu_seqlens_k (int64 [batch + 1]);
+q_positions / k_positions (int64, one per token) are global positions, so a shard of a
+long sequence keeps its encoding and causal mask. Encodings: rope_dim (RoPE), alibi,
+or encoding = a gpe.GrapeM / gpe.AlgebraicSequence (fixed: its parameters get no
+gradient here).
+
+The operators are registered with torch.library as gpe::attention_forward and
+gpe::attention_backward, with shape-only (fake) implementations, so they trace under
+torch.compile and FakeTensor mode; autograd is registered on the forward.
+return_lse=True also returns lse [tokens_q, heads_q] (float64 for float64 inputs, else
+float32; -inf for rows with no allowed key) for gpe.merge_attention-style combination;
+lse carries no gradient (it is marked non-differentiable).
+"""
+
+import ctypes
+import weakref
+from typing import Optional, Tuple
+
+import torch
+
+from gpe import _ffi
+from gpe._core import check, lib
+
+__all__ = ["attention"]
+
+_PAIRING = {"interleaved": 0, "half": 1}
+# DLPack type codes (dlpack.h): float 2, bfloat 4.
+_DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
+           torch.int64: (0, 64)}
+
+# Encoding objects cannot cross a torch.library schema; they travel as a key into this
+# table (id of the object, alive while the caller holds it).
+_ENCODINGS = weakref.WeakValueDictionary()
+
+
+def _dltensor(t, name, keep):
+    """A DLTensor over t's storage (strides in elements, as DLPack and torch count them)."""
+    if t is None:
+        return None
+    if t.device.type != "cpu":
+        raise ValueError("%s must be a CPU tensor, got device %s" % (name, t.device))
+    if t.dtype not in _DTYPES:
+        raise TypeError("%s: unsupported dtype %s" % (name, t.dtype))
+    code, bits = _DTYPES[t.dtype]
+    shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
+    strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
+    d = _ffi.DLTensor()
+    d.data = t.data_ptr() if t.numel() else None
+    d.device = _ffi.DLDevice(_ffi.KDL_CPU, 0)
+    d.ndim = t.dim()
+    d.dtype = _ffi.DLDataType(code, bits, 1)
+    d.shape = shape
+    d.strides = strides
+    d.byte_offset = 0
+    keep.append((t, shape, strides, d))
+    return ctypes.pointer(d)
+
+
+def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
+             rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, heads):
+    from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
+    o = _ffi.AttentionOptions()
+    o.struct_size = ctypes.sizeof(o)
+    o.causal = 1 if causal else 0
+    o.softmax_scale = float(scale)
+    o.num_threads = int(threads)
+    o.rope_dim = int(rope_dim)
+    o.rope_base = float(rope_base)
+    o.rope_pairing = _PAIRING[rope_pairing]
+    if alibi:  # Press et al.'s slopes for the query heads, as a gpe.bias handle
+        from gpe.bias import Alibi
+        bias = Alibi(heads, symmetric=alibi == "symmetric")
+        keep.append(bias)
+        o.bias = bias._handle
+    if encoding_key:
+        enc = _ENCODINGS.get(encoding_key)
+        if enc is None:
+            raise ValueError("the encoding object was freed before the call")
+        if isinstance(enc, GrapeM):
+            o.grape_m = enc._handle
+        elif isinstance(enc, AlgebraicSequence):
+            o.algebraic = enc._handle
+    ints = lambda t, n: None if t is None else _dltensor(t.contiguous(), n, keep)
+    o.q_positions = ints(q_positions, "q_positions")
+    o.k_positions = ints(k_positions, "k_positions")
+    o.cu_seqlens_q = ints(cu_seqlens_q, "cu_seqlens_q")
+    o.cu_seqlens_k = ints(cu_seqlens_k, "cu_seqlens_k")
+    return o
+
+
+def _lse_like(q, packed):
+    tokens = q.shape[0] if packed else q.shape[0] * q.shape[1]
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return q.new_empty((tokens, q.shape[-2]), dtype=dtype)
+
+
+@torch.library.custom_op("gpe::attention_forward", mutates_args=(), device_types="cpu")
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
+                cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                causal: bool, scale: float, rope_dim: int, rope_base: float, rope_pairing: str,
+                alibi: str, encoding_key: int, threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    keep = []
+    opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
+                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, q.shape[-2])
+    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    lse = _lse_like(q, cu_seqlens_q is not None)
+    check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
+                                      _dltensor(k, "k", keep), _dltensor(v, "v", keep),
+                                      _dltensor(o, "o", keep), _dltensor(lse, "lse", keep)))
+    return o, lse
+
+
+@_forward_op.register_fake
+def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale, rope_dim,
+      rope_base, rope_pairing, alibi, encoding_key, threads):
+    return (torch.empty_like(q, memory_format=torch.contiguous_format),
+            _lse_like(q, cu_seqlens_q is not None))
+
+
+@torch.library.custom_op("gpe::attention_backward", mutates_args=(), device_types="cpu")
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
+                 k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                 cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
+                 rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
+                 encoding_key: int, threads: int) -> Tuple[torch.Tensor, torch.Tensor,
+                                                           torch.Tensor]:
+    keep = []
+    opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
+                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, q.shape[-2])
+    # The ABI wants d_o with o's strides and gradients with their inputs' strides.
+    d_o = d_o.contiguous()
+    dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
+    check(lib().gpe_attention_backward(
+        ctypes.byref(opts), _dltensor(q, "q", keep), _dltensor(k, "k", keep),
+        _dltensor(v, "v", keep), _dltensor(o, "o", keep), _dltensor(lse, "lse", keep),
+        _dltensor(d_o, "d_o", keep), _dltensor(dq, "dq", keep), _dltensor(dk, "dk", keep),
+        _dltensor(dv, "dv", keep)))
+    return dq, dk, dv
+
+
+@_backward_op.register_fake
+def _(q, k, v, o, lse, d_o, *args):
+    return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
+
+
+_OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "causal", "scale",
+                 "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "threads")
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v = inputs[:3]
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.options = inputs[3:]
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, d_o, d_lse):
+    q, k, v, o, lse = ctx.saved_tensors
+    if not any(ctx.needs_input_grad[:3]):
+        return (None,) * (3 + len(_OPTION_NAMES))
+    dq, dk, dv = _backward_op(q, k, v, o, lse, d_o, *ctx.options)
+    return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
+              rope_pairing="half", alibi=None, encoding=None, q_positions=None,
+              k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
+              return_lse=False):
+    """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v.
+
+    Arguments as gpe.attention (module docstring); positions and cu_seqlens may be int64
+    tensors or anything torch.as_tensor takes. Returns o (like q), or (o, lse)."""
+    if rope_pairing not in _PAIRING:
+        raise ValueError("rope_pairing must be 'half' or 'interleaved'")
+    if alibi not in (None, "causal", "symmetric"):
+        raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+    key = 0
+    if encoding is not None:
+        from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy
+        if not isinstance(encoding, (GrapeM, AlgebraicSequence)):
+            raise TypeError("encoding must be a gpe.GrapeM or gpe.AlgebraicSequence")
+        key = id(encoding)
+        _ENCODINGS[key] = encoding
+    as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
+
+    def rows(x):
+        # The kernels need head_dim contiguous; anything else is copied once here.
+        return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
+
+    o, lse = _forward_op(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
+                         as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
+                         0.0 if scale is None else float(scale), int(rope_dim),
+                         float(rope_base), rope_pairing, alibi or "", key, int(threads))
+    return (o, lse) if return_lse else o

@@ -1,0 +1,294 @@
+"""gpe.torch against eager PyTorch: gradcheck in float64 for every encoding family, float64
+forward and gradients against an eager implementation of the formulas written here, and
+float32 forward/backward against torch.nn.functional.scaled_dot_product_attention.
+
+PyTorch is an optional dependency of the bindings: without it every test that needs it is
+skipped with a message (the import-without-torch check still runs).
+"""
+
+import os
+import subprocess
+import sys
+import unittest
+
+import sanitizer_preload
+from gpe import _ffi
+
+sanitizer_preload.reexec_if_needed(next((str(p) for p in _ffi._candidates() if p.is_file()), None))
+
+import numpy as np  # noqa: E402
+
+import gpe  # noqa: E402
+
+try:
+    import torch  # noqa: E402
+    import torch.nn.functional as F  # noqa: E402
+    import gpe.torch as gt  # noqa: E402
+    _SKIP = None
+except ImportError as e:  # the CI .venv has no torch
+    torch = None
+    _SKIP = "PyTorch is not installed (%s); gpe.torch tests skipped" % e
+
+needs_torch = unittest.skipIf(_SKIP is not None, _SKIP or "")
+
+
+class ImportTest(unittest.TestCase):
+    def test_import_gpe_does_not_import_torch(self):
+        code = "import sys, gpe; assert 'torch' not in sys.modules, 'gpe imported torch'"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+
+# ---- Eager references, written from the papers' formulas ------------------------------
+
+
+def rope_eager(x, pos, rotary_dim, base=10000.0, pairing="half"):
+    """Su et al. eq. 34 on x [tokens, heads, d]: pairs (i, i + r/2) ("half") or (2i, 2i+1)."""
+    half = rotary_dim // 2
+    theta = base ** (-2.0 * torch.arange(half, dtype=torch.float64) / rotary_dim)
+    ang = pos.to(torch.float64)[:, None] * theta[None, :]
+    c = torch.cos(ang).to(x.dtype)[:, None, :]
+    s = torch.sin(ang).to(x.dtype)[:, None, :]
+    if pairing == "half":
+        a, b = x[..., :half], x[..., half:rotary_dim]
+        return torch.cat([a * c - b * s, a * s + b * c, x[..., rotary_dim:]], dim=-1)
+    a, b = x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+    rot = torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+    return torch.cat([rot, x[..., rotary_dim:]], dim=-1)
+
+
+def matrices_eager(generator, pos):
+    """exp(p A) for each position, A [d, d] skew (torch.linalg.matrix_exp)."""
+    return torch.linalg.matrix_exp(pos.to(torch.float64)[:, None, None] * generator[None])
+
+
+def grape_m_matrices(a, b, omega, pos):
+    """GRAPE-M (Zhang et al.): G(p) = G_1(p) ... G_m(p), G_k(p) = exp(p w_k (a_k b_k^T - b_k a_k^T))."""
+    out = None
+    for ak, bk, wk in zip(a, b, omega):
+        gen = wk * (torch.outer(ak, bk) - torch.outer(bk, ak))
+        g = matrices_eager(gen, pos)
+        out = g if out is None else out @ g
+    return out
+
+
+def alibi_slopes(h):
+    """Press et al.: 2^(-8 i / h), i = 1..h, for h a power of two."""
+    return 2.0 ** (-8.0 * torch.arange(1, h + 1, dtype=torch.float64) / h)
+
+
+def attention_eager(q, k, v, qp, kp, causal=False, scale=None, rope_dim=0, pairing="half",
+                    alibi=None, mats_q=None, mats_k=None):
+    """One sequence [tokens, heads, d] in eager torch (differentiable): positions qp, kp."""
+    d = q.shape[-1]
+    hq, hkv = q.shape[1], k.shape[1]
+    if rope_dim:
+        q, k = rope_eager(q, qp, rope_dim, pairing=pairing), rope_eager(k, kp, rope_dim,
+                                                                           pairing=pairing)
+    if mats_q is not None:
+        q = torch.einsum("tij,thj->thi", mats_q.to(q.dtype), q)
+        k = torch.einsum("tij,thj->thi", mats_k.to(k.dtype), k)
+    k = k.repeat_interleave(hq // hkv, dim=1)
+    v = v.repeat_interleave(hq // hkv, dim=1)
+    s = torch.einsum("ihd,jhd->hij", q, k) * (scale if scale else d ** -0.5)
+    rel = (qp[:, None] - kp[None, :]).to(s.dtype)
+    if alibi == "causal":
+        s = s - alibi_slopes(hq).to(s.dtype)[:, None, None] * rel
+    elif alibi == "symmetric":
+        s = s - alibi_slopes(hq).to(s.dtype)[:, None, None] * rel.abs()
+    if causal:
+        s = s.masked_fill(~(kp[None, :] <= qp[:, None]), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    p = torch.nan_to_num(p)  # rows with no allowed key: o = 0
+    return torch.einsum("hij,jhd->ihd", p, v)
+
+
+@needs_torch
+class TorchAttentionTest(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        self.rng = np.random.default_rng(0)
+
+    def rand(self, *shape, dtype=None):
+        return torch.randn(*shape, dtype=dtype or torch.float64, requires_grad=True)
+
+    def encodings(self, d):
+        a = self.rng.standard_normal((2, d))
+        b = self.rng.standard_normal((2, d))
+        w = np.array([0.3, -0.7])
+        grape = gpe.GrapeM(a, b, w)
+        s = self.rng.standard_normal((d, d)) * 0.3
+        skew = s - s.T
+        alg = gpe.AlgebraicSequence(skew)
+        ta, tb, tw, ts = (torch.as_tensor(x) for x in (a, b, w, skew))
+        return [
+            ("grape_m", grape, lambda p: grape_m_matrices(ta, tb, tw, p)),
+            ("algebraic", alg, lambda p: matrices_eager(ts, p)),
+        ]
+
+    def cases(self):
+        """(name, gpe kwargs, eager kwargs) over every encoding family, causal and not."""
+        d = 8
+        out = [
+            ("rope causal", dict(causal=True, rope_dim=8), dict(causal=True, rope_dim=8)),
+            ("partial interleaved rope", dict(rope_dim=4, rope_pairing="interleaved"),
+             dict(rope_dim=4, pairing="interleaved")),
+            ("alibi causal", dict(causal=True, alibi="causal"),
+             dict(causal=True, alibi="causal")),
+            ("alibi symmetric + rope", dict(alibi="symmetric", rope_dim=8, scale=0.3),
+             dict(alibi="symmetric", rope_dim=8, scale=0.3)),
+        ]
+        for name, enc, mats in self.encodings(d):
+            for causal in (False, True):
+                out.append(("%s causal=%s" % (name, causal), dict(causal=causal, encoding=enc),
+                            dict(causal=causal, mats=mats)))
+        return out
+
+    def eager_bshd(self, q, k, v, kw, qp=None, kp=None):
+        """Padded batch through attention_eager per sequence (KV-cache default positions)."""
+        kw = dict(kw)
+        mats = kw.pop("mats", None)
+        s_q, s_k = q.shape[1], k.shape[1]
+        qp = torch.arange(s_k - s_q, s_k) if qp is None else qp
+        kp = torch.arange(s_k) if kp is None else kp
+        if mats is not None:
+            kw.update(mats_q=mats(qp), mats_k=mats(kp))
+        return torch.stack([attention_eager(q[b], k[b], v[b], qp, kp, **kw)
+                            for b in range(q.shape[0])])
+
+    def test_gradcheck_float64_every_encoding(self):
+        # float64 runs the exact reference; gradcheck's central differences (eps 1e-6) are
+        # accurate to ~1e-9 on these O(1) Jacobians, inside its atol 1e-5 / rtol 1e-3, while
+        # a wrong gradient term is O(0.1). GQA: 4 query heads over 2 kv heads.
+        for name, kw, _ in self.cases():
+            # fast_mode: the Jacobian checked along random vectors (the full one is ~10x the
+            # time; the float64 eager test below compares every gradient entry).
+            q, k, v = self.rand(1, 5, 4, 8), self.rand(1, 6, 2, 8), self.rand(1, 6, 2, 8)
+            with self.subTest(name):
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda q, k, v: gt.attention(q, k, v, **kw), (q, k, v), fast_mode=True))
+
+    def test_float64_matches_eager_formulas(self):
+        # Forward and gradients against the eager formulas (autograd through torch ops):
+        # both in double, differing only in summation order (~1e-15); 1e-10 catches any
+        # wrong angle, slope, mask or matrix (errors >= 1e-3).
+        for name, kw, ekw in self.cases():
+            q, k, v = self.rand(2, 5, 4, 8), self.rand(2, 7, 2, 8), self.rand(2, 7, 2, 8)
+            w = torch.randn(2, 5, 4, 8, dtype=torch.float64)
+            with self.subTest(name):
+                o = gt.attention(q, k, v, **kw)
+                want = self.eager_bshd(q, k, v, ekw)
+                torch.testing.assert_close(o, want, atol=1e-10, rtol=0)
+                got = torch.autograd.grad((o * w).sum(), (q, k, v))
+                ref = torch.autograd.grad((want * w).sum(), (q, k, v))
+                for g, r in zip(got, ref):
+                    torch.testing.assert_close(g, r, atol=1e-10, rtol=0)
+
+    def test_packed_gqa_positions_gradcheck_and_eager(self):
+        # Three packed sequences (one empty) at explicit global positions (a shard starting
+        # at 40 with gaps), causal, RoPE + causal ALiBi, 4 query heads over 2 kv heads.
+        cu_q, cu_k = [0, 3, 3, 7], [0, 4, 4, 9]
+        qp = torch.tensor([41, 43, 45, 10, 11, 12, 13])
+        kp = torch.tensor([40, 41, 43, 44, 9, 10, 11, 12, 13])
+        kw = dict(causal=True, rope_dim=8, alibi="causal", q_positions=qp, k_positions=kp,
+                  cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        q, k, v = self.rand(7, 4, 8), self.rand(9, 2, 8), self.rand(9, 2, 8)
+        self.assertTrue(torch.autograd.gradcheck(lambda q, k, v: gt.attention(q, k, v, **kw),
+                                                 (q, k, v)))
+        o = gt.attention(q, k, v, **kw)
+        for b in range(3):
+            sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+            if sq.start == sq.stop:
+                continue
+            want = attention_eager(q[sq], k[sk], v[sk], qp[sq], kp[sk], causal=True,
+                                   rope_dim=8, alibi="causal")
+            torch.testing.assert_close(o[sq], want, atol=1e-10, rtol=0)  # as above
+
+    def test_float32_matches_sdpa(self):
+        # float32 kernels against torch's scaled_dot_product_attention on eager-RoPE'd q, k
+        # (ALiBi as an additive mask), both float32, 64 tokens, head_dim 32, O(1) values.
+        # Each side's float32 error is ~1e-6 (32-term dots, 64-term sums); 2e-5 on outputs
+        # and 1e-4 on gradients (which sum 64 products of O(1) terms more) leave margin,
+        # far below a wrong rotation or slope (>= 1e-2).
+        b, s, hq, hkv, d = 2, 64, 4, 2, 32
+        for causal, alibi in ((True, None), (False, "symmetric"), (True, "causal")):
+            q = torch.randn(b, s, hq, d, requires_grad=True)
+            k = torch.randn(b, s, hkv, d, requires_grad=True)
+            v = torch.randn(b, s, hkv, d, requires_grad=True)
+            w = torch.randn(b, s, hq, d)
+            with self.subTest(causal=causal, alibi=alibi):
+                o = gt.attention(q, k, v, causal=causal, rope_dim=d, alibi=alibi)
+                pos = torch.arange(s)
+                qr = torch.stack([rope_eager(q[i], pos, d) for i in range(b)])
+                kr = torch.stack([rope_eager(k[i], pos, d) for i in range(b)])
+                rel = (pos[:, None] - pos[None, :]).float()
+                mask = None
+                if alibi:
+                    rel = rel if alibi == "causal" else rel.abs()
+                    mask = -alibi_slopes(hq).float()[:, None, None] * rel
+                    if causal:
+                        mask = mask.masked_fill(rel < 0, float("-inf"))
+                want = F.scaled_dot_product_attention(
+                    qr.transpose(1, 2), kr.transpose(1, 2).repeat_interleave(hq // hkv, 1),
+                    v.transpose(1, 2).repeat_interleave(hq // hkv, 1), attn_mask=mask,
+                    is_causal=causal and mask is None).transpose(1, 2)
+                torch.testing.assert_close(o, want, atol=2e-5, rtol=0)
+                got = torch.autograd.grad((o * w).sum(), (q, k, v))
+                ref = torch.autograd.grad((want * w).sum(), (q, k, v))
+                for g, r in zip(got, ref):
+                    torch.testing.assert_close(g, r, atol=1e-4, rtol=0)
+
+    def test_bfloat16(self):
+        # bf16 storage, float32 arithmetic: against float32 on the same (bf16-rounded)
+        # inputs, within bf16 output rounding (2^-9 relative) plus input rounding: 2e-2.
+        q, k, v = (torch.randn(1, 16, 2, 16).bfloat16().requires_grad_() for _ in range(3))
+        o = gt.attention(q, k, v, causal=True, rope_dim=16)
+        self.assertEqual(o.dtype, torch.bfloat16)
+        want = gt.attention(q.float(), k.float(), v.float(), causal=True, rope_dim=16)
+        torch.testing.assert_close(o.float(), want, atol=2e-2, rtol=0)
+        o.float().sum().backward()
+        self.assertEqual(q.grad.dtype, torch.bfloat16)
+        self.assertTrue(torch.isfinite(q.grad.float()).all())
+
+    def test_lse_strided_inputs_and_registration(self):
+        # lse equals logsumexp of the eager scores (double, 1e-10); a transposed
+        # ([b, h, s, d] -> [b, s, h, d]) input runs in place of a copy with equal results;
+        # the operator passes torch.library.opcheck (schema, fake tensors, autograd
+        # registration) and traces under torch.compile (aot_eager: no C++ compiler needed).
+        q, k, v = self.rand(1, 6, 2, 8), self.rand(1, 6, 2, 8), self.rand(1, 6, 2, 8)
+        o, lse = gt.attention(q, k, v, causal=True, return_lse=True)
+        self.assertFalse(lse.requires_grad)
+        scores = torch.einsum("ihd,jhd->hij", q[0], k[0]) / 8 ** 0.5
+        scores = scores.masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), float("-inf"))
+        torch.testing.assert_close(lse, torch.logsumexp(scores, -1).T, atol=1e-10, rtol=0)
+        qt = q.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_()
+        ot = gt.attention(qt, k, v, causal=True)
+        torch.testing.assert_close(ot, o, atol=1e-12, rtol=0)
+        ot.sum().backward()
+        self.assertEqual(qt.grad.stride(), qt.stride())
+        args = (q.detach(), k.detach(), v.detach(), None, None, None, None, True, 0.0, 8,
+                10000.0, "half", "causal", 0, 1)
+        torch.library.opcheck(torch.ops.gpe.attention_forward.default, args)
+        f = torch.compile(lambda q, k, v: gt.attention(q, k, v, causal=True, rope_dim=8),
+                          backend="aot_eager", fullgraph=True)
+        torch.testing.assert_close(f(q, k, v), gt.attention(q, k, v, causal=True, rope_dim=8),
+                                   atol=0, rtol=0)
+
+    def test_bad_input_raises(self):
+        q = torch.randn(1, 4, 3, 8)
+        k = torch.randn(1, 4, 2, 8)
+        with self.assertRaises(gpe.GpeError):
+            gt.attention(q, k, k)  # 3 query heads over 2 kv heads
+        with self.assertRaises(gpe.GpeError):
+            gt.attention(k, k.double(), k)  # mixed dtypes
+        with self.assertRaises(ValueError):
+            gt.attention(k, k, k, alibi="sideways")
+        with self.assertRaises(TypeError):
+            gt.attention(k, k, k, encoding="rope")
+        with self.assertRaises(TypeError):
+            gt.attention(k.half(), k.half(), k.half())
+
+
+if __name__ == "__main__":
+    unittest.main()

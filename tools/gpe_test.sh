@@ -42,7 +42,11 @@ grep -qE "^\| complex \+ linear \(closed form\) \| Gau \| [0-9.]+ \+- [0-9.]+ \|
 out="$("$gpe" inr zheng-table1 gpe_out/spiral_truth.png --quick --out "$PWD/zheng_file")" \
   || fail "zheng-table1 on a file failed: $out"
 grep -q "simple + MLP (Adam) | RFF" <<<"$out" || fail "zheng-table1 lacks the MLP rows: $out"
-for sub in "" "lim-table2" "zheng-table1"; do
+out="$("$gpe" inr volume --quick --out "$PWD/vol" 2>/dev/null)" || fail "volume failed: $out"
+grep -qE "^\| closed form 3D .*\| [0-9.]+ \| [0-9.]+ \|$" <<<"$out" || fail "volume lacks its rows: $out"
+grep -qE "^\| blended, per z-slice .*\| [0-9.]+ \| [0-9.]+ \|$" <<<"$out" || fail "volume lacks its rows: $out"
+[[ -s vol/closed_form_midz.png && -s vol/blended_midz.png ]] || fail "volume wrote no slices"
+for sub in "" "lim-table2" "zheng-table1" "volume"; do
   # shellcheck disable=SC2086
   "$gpe" inr $sub --help | grep -q "usage: gpe inr" || fail "'gpe inr $sub --help' prints no usage"
 done
@@ -60,7 +64,8 @@ for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "che
            "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus" "bench --slow" \
            "inr" "inr frobnicate" "inr lim-table2 --seeds 0" "inr lim-table2 --seeds x" \
            "inr lim-table2 --steps" "inr lim-table2 --tasks nothing" "inr lim-table2 --lr -1" \
-           "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --bogus"; do
+           "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --bogus" \
+           "inr volume --size 9" "inr volume --fraction 0" "inr volume --fraction 2" "inr volume x"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

@@ -78,7 +78,7 @@ constexpr char kLimUsage[] =
     "  --lr X             learning rate of the encoded MLPs without --search (default 1e-3)\n"
     "  --search           choose scales and learning rates on the validation set of\n"
     "                     seed 0 (a reduced version of Lim et al.'s grid) first\n"
-    "  --out DIR          where to write (default gpe_out/lim_table2)\n"
+    "  --out DIR          where to write (default <workspace>/gpe_out/lim_table2)\n"
     "  --quick            tiny sizes (24 x 24 grid, width 16, 30 steps, 2 seeds)\n"
     "  --help             this text\n"
     "Without --search: none lr 5e-3; T x T c = 5, lr 1e-3; SO(2) C = 25, K = 2, lr 1e-3\n"
@@ -96,7 +96,7 @@ constexpr char kZhengUsage[] =
     "  --no-mlp           skip the simple + MLP rows\n"
     "  --lambda X         ridge of the closed form (default 0: rank deficiency is\n"
     "                     reported, as the paper's missing LogF entry)\n"
-    "  --out DIR          where to write (default gpe_out/zheng_table1)\n"
+    "  --out DIR          where to write (default <workspace>/gpe_out/zheng_table1)\n"
     "  --quick            tiny sizes (32 x 32, 40 GD steps, 5 MLP steps of width 32)\n"
     "  --help             this text\n";
 
@@ -105,7 +105,7 @@ constexpr char kVolumeUsage[] =
     "  --size N           volume size per axis (default 64, 8..256, even)\n"
     "  --fraction X       random voxels for the blended fit (default 0.25, in (0, 1])\n"
     "  --seed N           the random voxels' seed (default 1)\n"
-    "  --out DIR          where to write (default gpe_out/volume)\n"
+    "  --out DIR          where to write (default <workspace>/gpe_out/volume)\n"
     "  --quick            a 12^3 volume\n"
     "  --help             this text\n"
     "The volume is |sin(15 sqrt(r))| with r = |(x, y, z)| over [-1, 1]^3 (Lim et al.'s\n"
@@ -113,6 +113,20 @@ constexpr char kVolumeUsage[] =
     "complex Gaussian embedder (K = size / 2 per axis, mode-n products); the blended fit\n"
     "trains on random voxels, one z-slice at a time (FitBlended2D; K = size / 4 per axis).\n"
     "PSNR on the voxels not trained on; mid-z slices written as PNGs.\n";
+
+// Under `bazel run` the working directory is the runfiles tree: relative paths the user
+// typed are resolved against BUILD_WORKING_DIRECTORY (the shell's directory), and the
+// default output goes to <workspace>/gpe_out/<name>, as the other gpe commands do.
+std::string UserPath(const std::string& path) {
+  const char* cwd = std::getenv("BUILD_WORKING_DIRECTORY");
+  if (cwd == nullptr || path.empty() || std::filesystem::path(path).is_absolute()) return path;
+  return (std::filesystem::path(cwd) / path).string();
+}
+
+std::string DefaultOut(const char* name) {
+  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
+  return absl::StrCat(ws != nullptr ? ws : ".", "/gpe_out/", name);
+}
 
 bool ParseInt(const std::string& s, long long lo, long long hi, long long* out) {
   char* end = nullptr;
@@ -327,7 +341,7 @@ absl::Status WriteLimPng(const std::string& path, const RowMatrixXd& values, int
 int RunLimTable2(const std::vector<std::string>& args) {
   const char* cmd = "lim-table2";
   LimConfig cfg;
-  std::string cameraman, retina, out = "gpe_out/lim_table2", task_list;
+  std::string cameraman, retina, out = DefaultOut("lim_table2"), task_list;
   // Fixed hyperparameters (papers/README.md: Lim et al.'s search settles near these).
   LimHyper fixed[] = {{0, 2, 5e-3}, {5, 2, 1e-3}, {25, 2, 1e-3}};
   bool quick = false, seeds_given = false;
@@ -368,11 +382,11 @@ int RunLimTable2(const std::vector<std::string>& args) {
       if (!ParseInt(args[++i], 2, 1000, &v)) return BadArgs(cmd, "--so2-k takes 2..1000", kLimUsage);
       fixed[2].k = static_cast<int>(v);
     } else if (a == "--cameraman" && has_value) {
-      cameraman = args[++i];
+      cameraman = UserPath(args[++i]);
     } else if (a == "--retina" && has_value) {
-      retina = args[++i];
+      retina = UserPath(args[++i]);
     } else if (a == "--out" && has_value) {
-      out = args[++i];
+      out = UserPath(args[++i]);
     } else {
       return BadArgs(cmd, absl::StrCat("unknown or incomplete option '", a, "'"), kLimUsage);
     }
@@ -625,7 +639,7 @@ int RunZhengTable1(const std::vector<std::string>& args) {
   bool gray = false, quick = false, mlp = true;
   bool size_given = false, gd_given = false, mlp_given = false;
   double lambda = 0;
-  std::string out = "gpe_out/zheng_table1";
+  std::string out = DefaultOut("zheng_table1");
   std::vector<std::string> files;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -663,9 +677,9 @@ int RunZhengTable1(const std::vector<std::string>& args) {
         return BadArgs(cmd, "--lambda takes a finite number in [0, 1e6]", kZhengUsage);
       }
     } else if (a == "--out" && has_value) {
-      out = args[++i];
+      out = UserPath(args[++i]);
     } else if (!a.empty() && a[0] != '-') {
-      files.push_back(a);
+      files.push_back(UserPath(a));
     } else {
       return BadArgs(cmd, absl::StrCat("unknown or incomplete option '", a, "'"), kZhengUsage);
     }
@@ -881,7 +895,7 @@ int RunVolume(const std::vector<std::string>& args) {
   double fraction = 0.25;
   long long seed = 1;
   bool size_given = false, quick = false;
-  std::string out = "gpe_out/volume";
+  std::string out = DefaultOut("volume");
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const bool has_value = i + 1 < args.size();
@@ -906,7 +920,7 @@ int RunVolume(const std::vector<std::string>& args) {
         return BadArgs(cmd, "--seed takes a non-negative integer", kVolumeUsage);
       }
     } else if (a == "--out" && has_value) {
-      out = args[++i];
+      out = UserPath(args[++i]);
     } else {
       return BadArgs(cmd, absl::StrCat("unknown or incomplete option '", a, "'"), kVolumeUsage);
     }

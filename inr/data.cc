@@ -1,6 +1,12 @@
 #include "inr/data.h"
 
 #include <png.h>
+// jpeglib.h needs FILE and size_t declared first.
+#include <cstddef>
+#include <cstdio>
+#include <jpeglib.h>
+
+#include <csetjmp>
 
 #include <algorithm>
 #include <cmath>
@@ -43,6 +49,141 @@ double FieldMagnitude(SyntheticTask task, const Polar& p) {
                                         : std::sin(30.0 * std::sqrt(0.1 * p.r) + p.theta);
 }
 
+
+
+// Checks 1 or 3 equal-sized channels and finite lo < hi, and maps [lo, hi] to 0..255
+// (clamped; non-finite values to 0), interleaved row-major.
+absl::Status QuantiseChannels(const std::vector<ImageMatrix>& channels, double lo, double hi,
+                              const char* who, std::vector<unsigned char>* out) {
+  if (channels.size() != 1 && channels.size() != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " takes 1 or 3 channels; got ", channels.size()));
+  }
+  if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi)) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " needs finite lo < hi"));
+  }
+  const int64_t h = channels[0].rows(), w = channels[0].cols();
+  if (h < 1 || w < 1 || h > 65536 || w > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": cannot write a ", h, " x ", w, " image"));
+  }
+  for (const ImageMatrix& m : channels) {
+    if (m.rows() != h || m.cols() != w) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": channels differ in size"));
+    }
+  }
+  const int nc = static_cast<int>(channels.size());
+  out->assign(static_cast<size_t>(h * w * nc), 0);
+  for (int64_t i = 0; i < h; ++i) {
+    for (int64_t j = 0; j < w; ++j) {
+      for (int c = 0; c < nc; ++c) {
+        double v = channels[c](i, j);
+        v = std::isfinite(v) ? std::clamp((v - lo) / (hi - lo), 0.0, 1.0) : 0.0;
+        (*out)[(i * w + j) * nc + c] = static_cast<unsigned char>(std::lround(255.0 * v));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// libjpeg reports fatal errors through error_exit, which must not return: it longjmps
+// back to the setjmp in DecodeJpeg / EncodeJpeg. Only libjpeg's C frames lie between the
+// two, so no C++ destructor is skipped; the functions keep no C++ objects of their own.
+struct JpegError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void JpegErrorExit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+// Warnings (corrupt data, premature end) are counted in num_warnings, not printed.
+void JpegQuiet(j_common_ptr) {}
+
+void InitJpegError(JpegError* err) {
+  jpeg_std_error(&err->mgr);
+  err->mgr.error_exit = JpegErrorExit;
+  err->mgr.output_message = JpegQuiet;
+  err->message[0] = '\0';
+}
+
+// Decodes into *pixels (interleaved, *components per pixel). False with err->message set
+// on failure, including data that libjpeg could only decode with warnings.
+bool DecodeJpeg(std::FILE* file, bool grayscale, std::vector<unsigned char>* pixels,
+                int64_t* width, int64_t* height, int* components, JpegError* err) {
+  jpeg_decompress_struct cinfo;
+  InitJpegError(err);
+  cinfo.err = &err->mgr;
+  if (setjmp(err->jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_stdio_src(&cinfo, file);
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    std::snprintf(err->message, sizeof(err->message), "CMYK JPEGs are not supported");
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  cinfo.out_color_space = grayscale ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_start_decompress(&cinfo);
+  *width = cinfo.output_width;
+  *height = cinfo.output_height;
+  *components = cinfo.output_components;
+  pixels->assign(static_cast<size_t>(*width * *height * *components), 0);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = pixels->data() + static_cast<size_t>(cinfo.output_scanline) *
+                                        static_cast<size_t>(*width * *components);
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  const long warnings = err->mgr.num_warnings;
+  if (warnings > 0) {
+    (*err->mgr.format_message)(reinterpret_cast<j_common_ptr>(&cinfo), err->message);
+  }
+  jpeg_destroy_decompress(&cinfo);
+  return warnings == 0;
+}
+
+bool EncodeJpeg(std::FILE* file, const unsigned char* pixels, int64_t width, int64_t height,
+                int components, int quality, JpegError* err) {
+  jpeg_compress_struct cinfo;
+  InitJpegError(err);
+  cinfo.err = &err->mgr;
+  if (setjmp(err->jump)) {
+    jpeg_destroy_compress(&cinfo);
+    return false;
+  }
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, file);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = components;
+  cinfo.in_color_space = components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    // libjpeg's API takes non-const rows; it does not write through them.
+    JSAMPROW row = const_cast<unsigned char*>(pixels) +
+                   static_cast<size_t>(cinfo.next_scanline) * static_cast<size_t>(width * components);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  return true;
+}
+
+struct FileCloser {
+  void operator()(std::FILE* f) const {
+    if (f != nullptr) std::fclose(f);
+  }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
@@ -134,33 +275,10 @@ absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale) {
 
 absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& channels,
                       double lo, double hi) {
-  if (channels.size() != 1 && channels.size() != 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WritePng takes 1 or 3 channels; got ", channels.size()));
-  }
-  if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi)) {
-    return absl::InvalidArgumentError("WritePng needs finite lo < hi");
-  }
+  std::vector<png_byte> buffer;
+  if (absl::Status s = QuantiseChannels(channels, lo, hi, "WritePng", &buffer); !s.ok()) return s;
   const int64_t h = channels[0].rows(), w = channels[0].cols();
-  if (h < 1 || w < 1 || h > 65536 || w > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot write a ", h, " x ", w, " image"));
-  }
-  for (const ImageMatrix& m : channels) {
-    if (m.rows() != h || m.cols() != w) {
-      return absl::InvalidArgumentError("WritePng: channels differ in size");
-    }
-  }
   const int nc = static_cast<int>(channels.size());
-  std::vector<png_byte> buffer(static_cast<size_t>(h * w * nc));
-  for (int64_t i = 0; i < h; ++i) {
-    for (int64_t j = 0; j < w; ++j) {
-      for (int c = 0; c < nc; ++c) {
-        double v = channels[c](i, j);
-        v = std::isfinite(v) ? std::clamp((v - lo) / (hi - lo), 0.0, 1.0) : 0.0;
-        buffer[(i * w + j) * nc + c] = static_cast<png_byte>(std::lround(255.0 * v));
-      }
-    }
-  }
   png_image image;
   std::memset(&image, 0, sizeof(image));
   image.version = PNG_IMAGE_VERSION;
@@ -169,6 +287,73 @@ absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& c
   image.format = nc == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
   if (!png_image_write_to_file(&image, path.c_str(), 0, buffer.data(), 0, nullptr)) {
     return absl::InternalError(absl::StrCat("cannot write PNG '", path, "': ", image.message));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale) {
+  FilePtr file(std::fopen(path.c_str(), "rb"));
+  if (file == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open JPEG '", path, "'"));
+  }
+  std::vector<unsigned char> pixels;
+  int64_t w = 0, h = 0;
+  int nc = 0;
+  JpegError err;
+  if (!DecodeJpeg(file.get(), grayscale, &pixels, &w, &h, &nc, &err)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot decode JPEG '", path, "': ", err.message));
+  }
+  if (w < 1 || h < 1 || (nc != 1 && nc != 3)) {
+    return absl::InvalidArgumentError(absl::StrCat("JPEG '", path, "' decodes to an unsupported ",
+                                                   w, " x ", h, " x ", nc, " image"));
+  }
+  Image out;
+  for (int c = 0; c < nc; ++c) {
+    ImageMatrix m(h, w);
+    for (int64_t i = 0; i < h; ++i) {
+      for (int64_t j = 0; j < w; ++j) m(i, j) = pixels[(i * w + j) * nc + c] / 255.0;
+    }
+    out.channels.push_back(std::move(m));
+  }
+  return out;
+}
+
+absl::StatusOr<Image> ReadImage(const std::string& path, bool grayscale) {
+  unsigned char magic[8] = {0};
+  {
+    FilePtr file(std::fopen(path.c_str(), "rb"));
+    if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
+    if (std::fread(magic, 1, sizeof(magic), file.get()) != sizeof(magic)) {
+      return absl::InvalidArgumentError(absl::StrCat("'", path, "' is too short for an image"));
+    }
+  }
+  static constexpr unsigned char kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (std::memcmp(magic, kPng, sizeof(kPng)) == 0) return ReadPng(path, grayscale);
+  if (magic[0] == 0xff && magic[1] == 0xd8 && magic[2] == 0xff) return ReadJpeg(path, grayscale);
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", path, "' is neither a PNG nor a JPEG file (by its signature)"));
+}
+
+absl::Status WriteJpeg(const std::string& path, const std::vector<ImageMatrix>& channels,
+                       int quality, double lo, double hi) {
+  if (quality < 1 || quality > 100) {
+    return absl::InvalidArgumentError(absl::StrCat("WriteJpeg: quality ", quality, " not in 1..100"));
+  }
+  std::vector<unsigned char> pixels;
+  if (absl::Status s = QuantiseChannels(channels, lo, hi, "WriteJpeg", &pixels); !s.ok()) return s;
+  if (channels[0].rows() > 65500 || channels[0].cols() > 65500) {
+    return absl::InvalidArgumentError("WriteJpeg: JPEG images are at most 65500 pixels a side");
+  }
+  FilePtr file(std::fopen(path.c_str(), "wb"));
+  if (file == nullptr) return absl::UnavailableError(absl::StrCat("cannot create '", path, "'"));
+  JpegError err;
+  if (!EncodeJpeg(file.get(), pixels.data(), channels[0].cols(), channels[0].rows(),
+                  static_cast<int>(channels.size()), quality, &err)) {
+    return absl::InternalError(absl::StrCat("cannot write JPEG '", path, "': ", err.message));
+  }
+  if (std::fclose(file.release()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot write JPEG '", path, "'"));
   }
   return absl::OkStatus();
 }

@@ -1,6 +1,6 @@
 // Data for coordinate-network experiments: Lim et al.'s analytic Radial and Spiral images
 // and vector fields (appendix D.1), the papers' train/validation/test splits, and images
-// read from and written to PNG files.
+// read from and written to PNG and JPEG files.
 //
 // Grid convention: an n x n grid of pixel centres over [-1, 1]^2, stored row-major with
 // rows = y (row i at y_i) and columns = x (column j at x_j), x_j = -1 + (2 j + 1) / n.
@@ -55,6 +55,15 @@ struct Image {
 // Reads an 8- or 16-bit PNG (gray, gray+alpha, RGB, RGBA, palette; alpha dropped) into
 // [0, 1]. `grayscale` converts colour to luma (ITU-R BT.601 weights).
 absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale);
+// Reads a JPEG (baseline or progressive; gray or YCbCr/RGB, CMYK refused) into [0, 1]
+// through libjpeg-turbo. `grayscale` takes the luma (libjpeg's BT.601 Y) of colour files.
+absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale);
+// Reads a PNG or a JPEG, told apart by the file's signature (not its name).
+absl::StatusOr<Image> ReadImage(const std::string& path, bool grayscale);
+// Writes 1 or 3 equal-sized channels as a baseline JPEG of `quality` (1..100), mapping
+// [lo, hi] to 0..255 as WritePng does. Lossy: a round trip is close, not exact.
+absl::Status WriteJpeg(const std::string& path, const std::vector<ImageMatrix>& channels,
+                       int quality = 95, double lo = 0.0, double hi = 1.0);
 // Writes 1 or 3 equal-sized channels as an 8-bit PNG, clamping to [lo, hi] and mapping
 // that range to 0..255.
 absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& channels,

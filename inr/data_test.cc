@@ -1,6 +1,7 @@
 #include "inr/data.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -84,6 +85,120 @@ TEST(Png, RoundTripsGrayAndRgbToEightBits) {
   EXPECT_FALSE(ReadPng(dir + "/missing.png", true).ok());
   EXPECT_FALSE(WritePng(dir + "/x.png", {a, b}).ok());
   EXPECT_FALSE(WritePng(dir + "/x.png", {a}, 1.0, 1.0).ok());
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+// A smooth colour image (no edges, so JPEG's quantisation and 4:2:0 chroma subsampling
+// lose little), 37 x 29 so that partial 8 x 8 (and 16 x 16 chroma) blocks are exercised.
+std::vector<ImageMatrix> SmoothRgb() {
+  std::vector<ImageMatrix> rgb(3, ImageMatrix(37, 29));
+  for (int64_t i = 0; i < 37; ++i) {
+    for (int64_t j = 0; j < 29; ++j) {
+      rgb[0](i, j) = 0.5 + 0.4 * std::sin(i / 9.0);
+      rgb[1](i, j) = 0.5 + 0.4 * std::cos(j / 7.0);
+      rgb[2](i, j) = 0.3 + 0.2 * (i + j) / 66.0;
+    }
+  }
+  return rgb;
+}
+
+TEST(Jpeg, RoundTripsASmoothRgbImageClosely) {
+  const std::vector<ImageMatrix> rgb = SmoothRgb();
+  const std::string path = TempPath("smooth.jpg");
+  ASSERT_TRUE(WriteJpeg(path, rgb, 95).ok());
+  absl::StatusOr<Image> back = ReadJpeg(path, /*grayscale=*/false);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->channels.size(), 3u);
+  ASSERT_EQ(back->rows(), 37);
+  ASSERT_EQ(back->cols(), 29);
+  // Quality 95 on smooth content. 4:2:0 subsampling averages chroma over 2 x 2 pixels;
+  // red changes by up to 0.4 / 9 (~11 levels) a row, so half a row's change (~6 levels)
+  // plus quantisation (measured max 6.5 levels): 10 / 255 max and 2 / 255 mean, while a
+  // channel swap, transposition or wrong scaling (errors of 0.1 or more) fails.
+  for (int c = 0; c < 3; ++c) {
+    const ImageMatrix err = (back->channels[c] - rgb[c]).cwiseAbs();
+    EXPECT_LE(err.maxCoeff(), 10.0 / 255) << "channel " << c;
+    EXPECT_LE(err.mean(), 2.0 / 255) << "channel " << c;
+  }
+  // ReadImage recognises the file by its signature, whatever its name.
+  const std::string renamed = TempPath("smooth_without_extension");
+  ASSERT_EQ(std::rename(path.c_str(), renamed.c_str()), 0);
+  absl::StatusOr<Image> again = ReadImage(renamed, false);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->channels[1], back->channels[1]);
+}
+
+TEST(Jpeg, GrayscaleIsTheLumaAndGrayFilesReadAsRgb) {
+  const std::vector<ImageMatrix> rgb = SmoothRgb();
+  const std::string path = TempPath("luma.jpg");
+  ASSERT_TRUE(WriteJpeg(path, rgb, 95).ok());
+  absl::StatusOr<Image> colour = ReadJpeg(path, false);
+  absl::StatusOr<Image> gray = ReadJpeg(path, true);
+  ASSERT_TRUE(colour.ok() && gray.ok());
+  ASSERT_EQ(gray->channels.size(), 1u);
+  // BT.601 luma of the decoded RGB; libjpeg takes Y before its colour conversion, so the
+  // two differ by the RGB rounding: within 2 / 255.
+  const ImageMatrix luma = 0.299 * colour->channels[0] + 0.587 * colour->channels[1] +
+                           0.114 * colour->channels[2];
+  EXPECT_LE((gray->channels[0] - luma).cwiseAbs().maxCoeff(), 2.0 / 255);
+
+  const std::string gray_path = TempPath("gray.jpg");
+  ASSERT_TRUE(WriteJpeg(gray_path, {rgb[0]}, 95).ok());
+  absl::StatusOr<Image> as_rgb = ReadJpeg(gray_path, false);
+  ASSERT_TRUE(as_rgb.ok()) << as_rgb.status();
+  ASSERT_EQ(as_rgb->channels.size(), 3u);
+  EXPECT_EQ(as_rgb->channels[0], as_rgb->channels[2]);  // gray expands to equal channels
+  EXPECT_LE((as_rgb->channels[0] - rgb[0]).cwiseAbs().maxCoeff(), 6.0 / 255);
+}
+
+TEST(Jpeg, BadFilesAndArgumentsAreRefused) {
+  const std::vector<ImageMatrix> rgb = SmoothRgb();
+  const std::string path = TempPath("whole.jpg");
+  ASSERT_TRUE(WriteJpeg(path, rgb, 90).ok());
+  // A truncated file: libjpeg can only pad it with gray, which is reported, not returned.
+  std::string bytes;
+  {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    size_t got;
+    while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, got);
+    std::fclose(f);
+  }
+  auto write_bytes = [](const std::string& p, const std::string& b) {
+    std::FILE* f = std::fopen(p.c_str(), "wb");
+    std::fwrite(b.data(), 1, b.size(), f);
+    std::fclose(f);
+  };
+  const std::string truncated = TempPath("truncated.jpg");
+  write_bytes(truncated, bytes.substr(0, bytes.size() / 2));
+  EXPECT_FALSE(ReadJpeg(truncated, false).ok());
+  const std::string garbage = TempPath("garbage.jpg");
+  write_bytes(garbage, std::string("\xff\xd8\xff") + std::string(200, 'x'));
+  EXPECT_FALSE(ReadImage(garbage, false).ok());
+  const std::string text = TempPath("text.jpg");
+  write_bytes(text, "this is not an image at all");
+  EXPECT_FALSE(ReadImage(text, false).ok());
+  EXPECT_FALSE(ReadImage(TempPath("missing.jpg"), false).ok());
+  EXPECT_FALSE(ReadJpeg(TempPath("missing.jpg"), false).ok());
+  EXPECT_FALSE(WriteJpeg(path, rgb, 0).ok());
+  EXPECT_FALSE(WriteJpeg(path, rgb, 101).ok());
+  EXPECT_FALSE(WriteJpeg(path, {rgb[0], rgb[1]}, 90).ok());
+  EXPECT_FALSE(WriteJpeg(TempPath("no/such/dir.jpg"), rgb, 90).ok());
+}
+
+TEST(Images, ReadImageReadsPngsAsReadPngDoes) {
+  const std::vector<ImageMatrix> rgb = SmoothRgb();
+  const std::string path = TempPath("dispatch.png");
+  ASSERT_TRUE(WritePng(path, rgb).ok());
+  absl::StatusOr<Image> direct = ReadPng(path, true);
+  absl::StatusOr<Image> dispatched = ReadImage(path, true);
+  ASSERT_TRUE(direct.ok() && dispatched.ok());
+  EXPECT_EQ(direct->channels[0], dispatched->channels[0]);
 }
 
 }  // namespace

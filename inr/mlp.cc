@@ -503,6 +503,11 @@ absl::StatusOr<InrExperimentResult> RunInrExperiment(const encodings::Coordinate
     if (!mse.ok()) return mse.status();
     result.test_mse = *mse;
   }
+  if (options.predict_all) {
+    absl::StatusOr<RowMatrix<float>> pred = Predict<float>(*mlp, features.cast<float>());
+    if (!pred.ok()) return pred.status();
+    result.prediction = pred->cast<double>();
+  }
   return result;
 }
 

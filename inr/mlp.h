@@ -27,6 +27,7 @@
 #ifndef INR_MLP_H_
 #define INR_MLP_H_
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -139,6 +140,12 @@ class AdamT {
   // must be finite.
   absl::Status Step(const Vector<Scalar>& gradient, Vector<Scalar>* parameters);
   int64_t step_count() const { return step_; }
+  // For learning-rate schedules: later steps use `learning_rate` (finite, > 0; others
+  // are ignored and leave the rate unchanged).
+  void set_learning_rate(double learning_rate) {
+    if (std::isfinite(learning_rate) && learning_rate > 0) options_.learning_rate = learning_rate;
+  }
+  double learning_rate() const { return options_.learning_rate; }
   const Vector<Scalar>& first_moment() const { return m_; }
   const Vector<Scalar>& second_moment() const { return v_; }
 
@@ -214,6 +221,7 @@ struct InrExperimentOptions {
   uint64_t seed = 0;        // network initialisation
   int64_t eval_every = 0;   // validation curve in the history (0: final only)
   std::function<void(const TrainProgress&)> progress;
+  bool predict_all = false;  // also return the network's output on every coordinate
 };
 
 struct InrExperimentResult {
@@ -221,6 +229,7 @@ struct InrExperimentResult {
   std::optional<double> validation_mse;  // empty when the split has no validation set
   std::optional<double> test_mse;        // empty when the split has no test set
   TrainHistory history;
+  std::optional<RowMatrixXd> prediction;  // N x C on all coordinates, when predict_all
 };
 
 // Encodes `coordinates` (N x D) with `encoder` (nullptr: identity, the "no positional

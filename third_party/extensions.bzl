@@ -13,6 +13,12 @@ def _gpe_local_impl(_ctx):
         pkg_config_modules = ["libpng"],
         header_dirs = ["libpng16"],
     )
+    system_library_repository(
+        name = "libjpeg",
+        build_file = Label("//third_party:libjpeg.BUILD"),
+        pkg_config_modules = ["libjpeg"],
+        header_dirs = [],
+    )
     # No BCR module ships OpenBLAS: use the system's, as the WORKSPACE does.
     system_library_repository(
         name = "openblas",

@@ -117,6 +117,17 @@ def gpe_dependencies(grouppe_path = "."):
         header_dirs = ["libpng16"],
     )
 
+    # libjpeg-turbo (libjpeg62-turbo-dev): JPEG input for the INR tools. Its headers sit
+    # directly in /usr/include (jconfig.h in the multiarch directory), the compiler's
+    # builtin include path, so no directory is linked in.
+    _maybe(
+        system_library_repository,
+        name = "libjpeg",
+        build_file = Label("//third_party:libjpeg.BUILD"),
+        pkg_config_modules = ["libjpeg"],
+        header_dirs = [],
+    )
+
     # OpenBLAS (libopenblas-dev, pthreads build): BLAS-3 and LAPACK for the INR solvers,
     # with the CPU kernel chosen at run time (DYNAMIC_ARCH), so one binary is fast on
     # AVX2 and AVX-512 machines.

@@ -38,6 +38,7 @@
 #include "inr/data.h"
 #include "encodings/sequence/rope.h"
 #include "inr/blended.h"
+#include "tools/gpe_inr.h"
 #include "tools/machine_limits.h"
 
 namespace {
@@ -60,6 +61,8 @@ constexpr char kUsage[] =
     "  inr-image FILE  the same closed-form fits on a PNG image (per colour channel)\n"
     "                    --gray       convert to grayscale first\n"
     "                    --out DIR    where to write (default <workspace>/gpe_out)\n"
+    "  inr COMMAND     the papers' INR experiments: lim-table2, zheng-table1, volume\n"
+    "                  ('gpe inr --help')\n"
     "  bench           GroupPE's workloads beside the machine's limits and the peers\n"
     "                  (NumPy from .venv; tools/peers/), measured in one run\n"
     "                    --quick      tiny sizes (a smoke run)\n"
@@ -625,6 +628,9 @@ int main(int argc, char** argv) {
     if (RunCheckGroups(1, 20) != 0) return 1;
     std::printf("\n");
     return RunInrSpiral(OutputDir(""));
+  }
+  if (command == "inr") {
+    return gpe::tools::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (command == "inr-image") {
     std::string out, path;

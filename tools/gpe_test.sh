@@ -23,6 +23,33 @@ out="$("$gpe" inr-image gpe_out/spiral_truth.png --out "$PWD/img")" || fail "inr
 grep -q "3 channel(s)" <<<"$out" || fail "inr-image did not read RGB: $out"
 [[ -s img/spiral_truth_triangle_k64.png ]] || fail "inr-image wrote no reconstruction"
 "$gpe" inr-image missing.png >/dev/null 2>&1 && fail "inr-image accepted a missing file"
+# A missing image is a failed run (exit 1), not a crash.
+"$gpe" inr lim-table2 --quick --cameraman missing.png >/dev/null 2>&1; rc=$?
+[[ $rc -eq 1 ]] || fail "lim-table2 with a missing image exited $rc, expected 1"
+
+# The papers' tables at --quick sizes: tables and pictures written, a user's image used.
+out="$("$gpe" inr lim-table2 --quick --seeds 2 --cameraman gpe_out/spiral_truth.png \
+        --tasks cameraman,radial_field --out "$PWD/lim")" || fail "lim-table2 failed: $out"
+grep -qE "^\| SO\(2\) \| [0-9.]+ \+- [0-9.]+ \| [0-9.]+ \+- [0-9.]+ \|$" <<<"$out" \
+  || fail "lim-table2 lacks the SO(2) row: $out"
+grep -q "seed 1: test MSE" <<<"$out" || fail "lim-table2 printed no progress: $out"
+[[ -s lim/table2.md && -s lim/cameraman_so2.png && -s lim/radial_field_txt.png ]] \
+  || fail "lim-table2 wrote no table or pictures"
+out="$("$gpe" inr zheng-table1 --quick --no-mlp --out "$PWD/zheng")" || fail "zheng-table1 failed: $out"
+grep -qE "^\| complex \+ linear \(closed form\) \| Gau \| [0-9.]+ \+- [0-9.]+ \|" <<<"$out" \
+  || fail "zheng-table1 lacks the closed-form row: $out"
+[[ -s zheng/table1.md && -s zheng/radial_complex_gd_Tri.png ]] || fail "zheng-table1 wrote nothing"
+out="$("$gpe" inr zheng-table1 gpe_out/spiral_truth.png --quick --out "$PWD/zheng_file")" \
+  || fail "zheng-table1 on a file failed: $out"
+grep -q "simple + MLP (Adam) | RFF" <<<"$out" || fail "zheng-table1 lacks the MLP rows: $out"
+out="$("$gpe" inr volume --quick --out "$PWD/vol" 2>/dev/null)" || fail "volume failed: $out"
+grep -qE "^\| closed form 3D .*\| [0-9.]+ \| [0-9.]+ \|$" <<<"$out" || fail "volume lacks its rows: $out"
+grep -qE "^\| blended, per z-slice .*\| [0-9.]+ \| [0-9.]+ \|$" <<<"$out" || fail "volume lacks its rows: $out"
+[[ -s vol/closed_form_midz.png && -s vol/blended_midz.png ]] || fail "volume wrote no slices"
+for sub in "" "lim-table2" "zheng-table1" "volume"; do
+  # shellcheck disable=SC2086
+  "$gpe" inr $sub --help | grep -q "usage: gpe inr" || fail "'gpe inr $sub --help' prints no usage"
+done
 
 out="$("$gpe" bench --quick --no-peers)" || fail "bench --quick failed: $out"
 grep -q "| RoPE in place" <<<"$out" || fail "bench lacks the RoPE row: $out"
@@ -34,7 +61,11 @@ grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: 
 "$gpe" --help | grep -q "usage: gpe" || fail "--help prints no usage"
 
 for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "check-groups --seed" \
-           "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus" "bench --slow"; do
+           "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus" "bench --slow" \
+           "inr" "inr frobnicate" "inr lim-table2 --seeds 0" "inr lim-table2 --seeds x" \
+           "inr lim-table2 --steps" "inr lim-table2 --tasks nothing" "inr lim-table2 --lr -1" \
+           "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --bogus" \
+           "inr volume --size 9" "inr volume --fraction 0" "inr volume --fraction 2" "inr volume x"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

@@ -347,14 +347,20 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     return absl::Status(s.code(), absl::StrCat("attention bench: ", s.message()));
   };
 
-  // The limits again: a machine shared with other work measures them low at times, and a
-  // low peak would flatter every fraction below. The best of this and the caller's.
-  const double peak = std::max(o.fma_peak_gflops, FmaPeakGflops(o.threads));
-  const double triad = std::max(
-      o.triad_gbs, TriadBandwidthGBs(o.threads, q ? (int64_t{16} << 20) : (int64_t{256} << 20)));
-  Row("float32 FMA peak, best in this run", absl::StrFormat("%.1f GFLOP/s", peak), "", "", "1.00",
-      "");
-  Row("triad bandwidth, best in this run", absl::StrFormat("%.1f GB/s", triad), "", "", "1.00", "");
+  // The limits again before every workload and at the end: on a machine shared with other
+  // work they measure low at times (one of two cores taken halves the FMA peak), and a low
+  // limit would flatter every fraction. The rows are printed at the end, against the best
+  // limits of the whole run.
+  double peak = o.fma_peak_gflops, triad = o.triad_gbs;
+  auto measure_limits = [&] {
+    peak = std::max(peak, FmaPeakGflops(o.threads));
+    triad = std::max(triad, TriadBandwidthGBs(o.threads, q ? (int64_t{16} << 20)
+                                                           : (int64_t{256} << 20)));
+  };
+  std::vector<std::function<void()>> rows;
+  auto progress = [](const std::string& what) {
+    std::fprintf(stderr, "gpe bench: %s\n", what.c_str());
+  };
 
   // Forward, the shape, non-causal and causal; then the same with RoPE in the kernel.
   const int64_t h = q ? 4 : 16, s = q ? 256 : 4096, d = q ? 64 : 128;
@@ -370,6 +376,11 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     for (const bool causal : {false, true}) {
       std::unique_ptr<Problem> p = MakeProblem(1, h, h, s, s, d, causal);
       if (with_rope) p->args.q_transform = p->args.k_transform = &rope_rows;
+      const std::string name = absl::StrFormat("attention fwd f32 %s%s%s", p->Shape(),
+                                               causal ? " causal" : "",
+                                               with_rope ? ", RoPE in kernel" : "");
+      progress(name);
+      measure_limits();
       absl::StatusOr<Compared> c = BackToBack(
           rounds,
           [&]() -> absl::StatusOr<std::vector<double>> {
@@ -381,23 +392,29 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
       if (!c.ok()) return fail(c.status());
       absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o.threads, 0, 0});
       if (!ws.ok()) return fail(ws.status());
-      const double sec = c->ours[0], gflops = p->Flops() / sec * 1e-9;
-      Row(absl::StrFormat("attention fwd f32 %s%s%s", p->Shape(), causal ? " causal" : "",
-                          with_rope ? ", RoPE in kernel" : ""),
-          absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
-          PeerCell(peer, c->peer[0], p->Flops(), peak,
-                   with_rope ? "rotate-half + SDPA" : "SDPA"),
-          Ratio(JsonNumber(c->peer[0], "seconds"), sec),
-          absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), Mib(*ws));
+      const double sec = c->ours[0], flops = p->Flops(), gflops = flops / sec * 1e-9;
+      const std::string line = c->peer[0], workspace = Mib(*ws);
+      rows.push_back([=, &peer, &peak] {
+        Row(name, absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
+            PeerCell(peer, line, flops, peak, with_rope ? "rotate-half + SDPA" : "SDPA"),
+            Ratio(JsonNumber(line, "seconds"), sec),
+            absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), workspace);
+      });
     }
   }
 
   // Backward and bfloat16: PyTorch's figures now; GroupPE's kernels are being written.
   {
     std::unique_ptr<Problem> p = MakeProblem(1, h, h, s, s, d, false);
+    const std::string shape = p->Shape();
+    const double flops = p->Flops();
+    progress("attention backward and bfloat16 (PyTorch only)");
+    measure_limits();
     const std::string line = peer.RunOne(p->PeerCase("sdpa_backward"), reps);
-    Row(absl::StrFormat("attention bwd f32 %s (flops 2.5x fwd)", p->Shape()), "not yet",
-        PeerCell(peer, line, 2.5 * p->Flops(), peak, "SDPA bwd"), "", "", "");
+    rows.push_back([=, &peer, &peak] {
+      Row(absl::StrFormat("attention bwd f32 %s (flops 2.5x fwd)", shape), "not yet",
+          PeerCell(peer, line, 2.5 * flops, peak, "SDPA bwd"), "", "", "");
+    });
     const std::string bf16_case = p->PeerCase("sdpa", "bfloat16");
     std::string bf = peer.RunOne(bf16_case, reps), note;
     if (o.peers && bf.empty()) {
@@ -406,8 +423,10 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
       bf = peer.RunOne(bf16_case, reps, "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16");
       if (!bf.empty()) note = " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)";
     }
-    Row(absl::StrFormat("attention fwd bf16 %s", p->Shape()), "not yet",
-        PeerCell(peer, bf, p->Flops(), peak, "SDPA bf16") + note, "", "", "");
+    rows.push_back([=, &peer, &peak] {
+      Row(absl::StrFormat("attention fwd bf16 %s", shape), "not yet",
+          PeerCell(peer, bf, flops, peak, "SDPA bf16") + note, "", "", "");
+    });
   }
 
   // Decode: one query against a long KV cache; reading K and V is the whole cost.
@@ -415,6 +434,10 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     std::unique_ptr<Problem> p = MakeProblem(1, q ? 8 : 32, q ? 2 : 8, 1, q ? 2048 : 32768,
                                              d, false);
     const int decode_reps = q ? reps : 10;
+    const std::string name = absl::StrFormat("decode f32 %s (GQA)", p->Shape());
+    const double kv_bytes = p->KvBytes();
+    progress(name);
+    measure_limits();
     absl::StatusOr<Compared> c = BackToBack(
         rounds,
         [&]() -> absl::StatusOr<std::vector<double>> {
@@ -426,22 +449,28 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     if (!c.ok()) return fail(c.status());
     absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o.threads, 0, 0});
     if (!ws.ok()) return fail(ws.status());
-    const double sec = c->ours[0], gbs = p->KvBytes() / sec * 1e-9;
+    const double sec = c->ours[0], gbs = kv_bytes / sec * 1e-9;
     const double peer_sec = JsonNumber(c->peer[0], "seconds");
-    Row(absl::StrFormat("decode f32 %s (GQA)", p->Shape()),
-        absl::StrFormat("%.2f ms, %.1f GB/s of K and V", sec * 1e3, gbs),
-        std::isfinite(peer_sec)
-            ? absl::StrFormat("SDPA %.2f ms, %.1f GB/s (%.0f%% of triad)", peer_sec * 1e3,
-                              p->KvBytes() / peer_sec * 1e-9,
-                              100.0 * p->KvBytes() / peer_sec * 1e-9 / triad)
-            : peer.Why(c->peer[0]),
-        Ratio(peer_sec, sec), absl::StrFormat("%.0f%% of triad", 100.0 * gbs / triad), Mib(*ws));
+    const std::string line = c->peer[0], workspace = Mib(*ws);
+    rows.push_back([=, &peer, &triad] {
+      Row(name, absl::StrFormat("%.2f ms, %.1f GB/s of K and V", sec * 1e3, gbs),
+          std::isfinite(peer_sec)
+              ? absl::StrFormat("SDPA %.2f ms, %.1f GB/s (%.0f%% of triad)", peer_sec * 1e3,
+                                kv_bytes / peer_sec * 1e-9,
+                                100.0 * kv_bytes / peer_sec * 1e-9 / triad)
+              : peer.Why(line),
+          Ratio(peer_sec, sec), absl::StrFormat("%.0f%% of triad", 100.0 * gbs / triad),
+          workspace);
+    });
   }
 
   // Memory at a long sequence: the workspace stays O(s x d); s x s scores never exist.
   {
     const int64_t sl = q ? 4096 : 65536;
     std::unique_ptr<Problem> p = MakeProblem(1, 1, 1, sl, sl, d, true);
+    const std::string name = absl::StrFormat("memory: attention fwd f32 %s causal", p->Shape());
+    progress(name);
+    measure_limits();
     absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o.threads, 0, 0});
     if (!ws.ok()) return fail(ws.status());
     absl::Status status;
@@ -455,18 +484,23 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     if (!status.ok()) return fail(status);
     const double scores = 4.0 * static_cast<double>(sl) * static_cast<double>(sl);
     const double gflops = p->Flops() / sec * 1e-9;
-    Row(absl::StrFormat("memory: attention fwd f32 %s causal", p->Shape()),
-        absl::StrFormat("%.2f s, %.1f GFLOP/s", sec, gflops),
-        absl::StrFormat("s x s float scores would take %s", Mib(scores)), "",
-        absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak),
+    const std::string memory =
         absl::StrFormat("%s = %.1f floats per token x d; peak RSS +%s", Mib(*ws),
                         static_cast<double>(*ws) / 4.0 / static_cast<double>(sl * d),
-                        growth >= 0 ? Mib(static_cast<double>(growth)) : "n/a"));
+                        growth >= 0 ? Mib(static_cast<double>(growth)) : "n/a");
+    rows.push_back([=, &peak] {
+      Row(name, absl::StrFormat("%.2f s, %.1f GFLOP/s", sec, gflops),
+          absl::StrFormat("s x s float scores would take %s", Mib(scores)), "",
+          absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), memory);
+    });
   }
 
   // Scaling: every thread against one, alternated.
   {
     std::unique_ptr<Problem> p = MakeProblem(1, h, h, q ? 256 : 2048, q ? 256 : 2048, d, false);
+    const std::string name =
+        absl::StrFormat("scaling: attention fwd f32 %s, %d threads vs 1", p->Shape(), o.threads);
+    progress(name);
     absl::StatusOr<Compared> c = BackToBack(
         rounds,
         [&]() -> absl::StatusOr<std::vector<double>> {
@@ -479,9 +513,10 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
         [] { return std::vector<std::string>{}; });
     if (!c.ok()) return fail(c.status());
     const double all = c->ours[0], one = c->ours[1];
-    Row(absl::StrFormat("scaling: attention fwd f32 %s, %d threads vs 1", p->Shape(), o.threads),
-        absl::StrFormat("%.1f ms vs %.1f ms: %.2fx", all * 1e3, one * 1e3, one / all), "", "",
-        absl::StrFormat("%.0f%% of ideal", 100.0 * one / all / o.threads), "");
+    rows.push_back([=] {
+      Row(name, absl::StrFormat("%.1f ms vs %.1f ms: %.2fx", all * 1e3, one * 1e3, one / all),
+          "", "", absl::StrFormat("%.0f%% of ideal", 100.0 * one / all / o.threads), "");
+    });
   }
 
   // RoPE on q and k.
@@ -489,6 +524,9 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     const int64_t rs = q ? 256 : 4096, rh = q ? 8 : 32, rd = 128;
     const double bytes = 2.0 * 2.0 * sizeof(float) * static_cast<double>(rs * rh * rd);
     const std::string base = absl::StrFormat("rope,s=%d,h=%d,d=%d", rs, rh, rd);
+    const std::string name = absl::StrFormat("RoPE on q and k, %d x %d x %d f32 each", rs, rh, rd);
+    progress(name);
+    measure_limits();
     absl::StatusOr<Compared> c = BackToBack(
         rounds,
         [&]() -> absl::StatusOr<std::vector<double>> {
@@ -500,19 +538,22 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     if (!c.ok()) return fail(c.status());
     const double sec = c->ours[0], gbs = bytes / sec * 1e-9;
     for (int k = 0; k < 2; ++k) {
-      const double ps = JsonNumber(c->peer[k], "seconds");
-      Row(absl::StrFormat("RoPE on q and k, %d x %d x %d f32 each", rs, rh, rd),
-          absl::StrFormat("%.2f ms, %.1f GB/s", sec * 1e3, gbs),
-          std::isfinite(ps) ? absl::StrFormat("%s %.2f ms, %.1f GB/s (%.0f%% of triad)",
-                                              k == 0 ? "eager" : "torch.compile", ps * 1e3,
-                                              bytes / ps * 1e-9,
-                                              100.0 * bytes / ps * 1e-9 / triad)
-                            : (k == 0 ? "eager: " : "torch.compile: ") + peer.Why(c->peer[k]),
-          Ratio(ps, sec), absl::StrFormat("%.0f%% of triad", 100.0 * gbs / triad), "");
+      const std::string line = c->peer[k];
+      rows.push_back([=, &peer, &triad] {
+        const double ps = JsonNumber(line, "seconds");
+        Row(name, absl::StrFormat("%.2f ms, %.1f GB/s", sec * 1e3, gbs),
+            std::isfinite(ps) ? absl::StrFormat("%s %.2f ms, %.1f GB/s (%.0f%% of triad)",
+                                                k == 0 ? "eager" : "torch.compile", ps * 1e3,
+                                                bytes / ps * 1e-9,
+                                                100.0 * bytes / ps * 1e-9 / triad)
+                              : (k == 0 ? "eager: " : "torch.compile: ") + peer.Why(line),
+            Ratio(ps, sec), absl::StrFormat("%.0f%% of triad", 100.0 * gbs / triad), "");
+      });
     }
   }
 
   // Sweeps for the plots.
+  progress("sweeps for the plots");
   const int64_t sweep_heads = q ? 2 : 4;
   std::vector<SweepPoint> sweep;
   {
@@ -540,6 +581,13 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
         },
         [&] { return peer.Run(cases, 2); });
     if (!c.ok()) return fail(c.status());
+    // The table's rows, against the best limits of the run.
+    measure_limits();
+    Row("float32 FMA peak, best in this run", absl::StrFormat("%.1f GFLOP/s", peak), "", "",
+        "1.00", "");
+    Row("triad bandwidth, best in this run", absl::StrFormat("%.1f GB/s", triad), "", "", "1.00",
+        "");
+    for (const std::function<void()>& row : rows) row();
     std::printf("\nAttention forward f32, b1 h%lld d%lld, time against sequence length:\n\n",
                 static_cast<long long>(sweep_heads), static_cast<long long>(d));
     std::printf("| s | causal | GroupPE (ms) | PyTorch SDPA (ms) | GroupPE / SDPA |\n");

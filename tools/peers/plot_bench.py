@@ -64,7 +64,7 @@ def main():
 
     rope = bench["rope_sweep"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    mib = [p["bytes"] / 2 / 2**20 for p in rope]  # one tensor's size (q or k)
+    mib = [p["bytes"] / 4 / 2**20 for p in rope]  # bytes counts q and k, read and written
     ax.plot(mib, [p["grouppe_gbs"] for p in rope], marker="o", color="C0", label="GroupPE Rope::Apply")
     peer = [(m, p["torch_eager_gbs"]) for m, p in zip(mib, rope) if finite(p["torch_eager_gbs"])]
     if peer:

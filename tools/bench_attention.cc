@@ -611,18 +611,19 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
       lengths.push_back(rs);
       cases.push_back(absl::StrFormat("rope,s=%d,h=32,d=128", rs));
     }
+    // Cheap: more rounds and repetitions than the attention sweep.
     absl::StatusOr<Compared> c = BackToBack(
-        q ? 1 : 2,
+        q ? 1 : 3,
         [&]() -> absl::StatusOr<std::vector<double>> {
           std::vector<double> t;
           for (const int64_t rs : lengths) {
-            absl::StatusOr<double> sec = RopeQkSeconds(rs, 32, 128, o.threads, reps);
+            absl::StatusOr<double> sec = RopeQkSeconds(rs, 32, 128, o.threads, q ? reps : 5);
             if (!sec.ok()) return sec.status();
             t.push_back(*sec);
           }
           return t;
         },
-        [&] { return peer.Run(cases, reps); });
+        [&] { return peer.Run(cases, q ? reps : 5); });
     if (!c.ok()) return fail(c.status());
     for (size_t i = 0; i < lengths.size(); ++i) {
       const double bytes = 2.0 * 2.0 * sizeof(float) * static_cast<double>(lengths[i] * 32 * 128);

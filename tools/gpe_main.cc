@@ -39,6 +39,7 @@
 #include "encodings/sequence/rope.h"
 #include "inr/blended.h"
 #include "tools/gpe_inr.h"
+#include "tools/bench_attention.h"
 #include "tools/machine_limits.h"
 
 namespace {
@@ -490,8 +491,8 @@ int RunBench(bool quick, bool peers) {
               t::WidestVectorIsa().c_str());
   const double peak = t::FmaPeakGflops(threads);
   const double triad = t::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
-  std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit |\n");
-  std::printf("|---|---|---|---|---|\n");
+  std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit | extra memory |\n");
+  std::printf("|---|---|---|---|---|---|\n");
   std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
   std::printf("| triad bandwidth | %.1f GB/s | | | 1.00 |\n", triad);
 
@@ -601,6 +602,18 @@ int RunBench(bool quick, bool peers) {
     std::printf("| INR blended fit, 25%% of %lldx%lld, %lld^2 virtual grid | %.0f ms, %d iterations | | | |\n",
                 static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(g),
                 sec * 1e3, iterations);
+  }
+
+  // Attention and RoPE against PyTorch, then the sweeps and plots (tools/bench_attention.h).
+  t::AttentionBenchOptions attention = t::AttentionBenchDefaults(OutputDir(""));
+  attention.quick = quick;
+  attention.peers = peers;
+  attention.threads = threads;
+  attention.fma_peak_gflops = peak;
+  attention.triad_gbs = triad;
+  if (const absl::Status s = t::RunAttentionBench(attention); !s.ok()) {
+    std::fprintf(stderr, "gpe bench: %s\n", std::string(s.message()).c_str());
+    return 1;
   }
   return 0;
 }

@@ -54,6 +54,18 @@ done
 out="$("$gpe" bench --quick --no-peers)" || fail "bench --quick failed: $out"
 grep -q "| RoPE in place" <<<"$out" || fail "bench lacks the RoPE row: $out"
 grep -q "| INR closed form" <<<"$out" || fail "bench lacks the INR row: $out"
+# The attention harness (tools/bench_attention.h): every row, peers marked as not run,
+# backward and bf16 as not yet, and the sweeps' JSON for the plots.
+for row in "attention fwd f32 .* d64 | [0-9.]* ms" "attention fwd f32 .* causal | " \
+           "RoPE in kernel | [0-9.]* ms" "attention bwd f32 .* | not yet" "attention fwd bf16 .* | not yet" \
+           "decode f32 .*(GQA) | [0-9.]* ms" "memory: attention .* causal | .* floats per token x d" \
+           "scaling: attention .* threads vs 1 | " "RoPE on q and k, .* | [0-9.]* ms, [0-9.]* GB/s"; do
+  grep -qE "^\| $row" <<<"$out" || fail "bench lacks the row '$row': $out"
+done
+grep -q "not run (--no-peers)" <<<"$out" || fail "bench ran the peers under --no-peers: $out"
+[[ $(grep -c "^| [0-9]* | \(yes\|no\) | [0-9.]* |" <<<"$out") -eq 6 ]] || fail "bench lacks the sweep: $out"
+grep -q '"attention_sweep": \[' gpe_out/bench.json || fail "bench wrote no bench.json"
+grep -q "plot_bench: " <<<"$out" || fail "bench says nothing about its plots: $out"
 
 out="$("$gpe" check-groups --seed 7 --trials 5)" || fail "check-groups exited $?"
 grep -q "seed 7, 5 trials" <<<"$out" || fail "check-groups ignored its options: $out"

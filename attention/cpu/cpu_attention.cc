@@ -240,6 +240,55 @@ void ParallelItems(int threads, int64_t n, const Fn& fn) {
   for (std::thread& th : pool) th.join();
 }
 
+// Runs run(i, workspace) for items [0, n) on up to `threads` threads, each thread with its
+// own workspace made by make() on first use; stops taking items after the first error,
+// which is returned.
+template <class W, class Make, class Run>
+absl::Status RunItems(int threads, int64_t n, const Make& make, const Run& run) {
+  const int t = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
+  std::vector<std::unique_ptr<W>> ws(static_cast<size_t>(t));
+  std::mutex mu;
+  absl::Status first = absl::OkStatus();
+  std::atomic<bool> failed{false};
+  ParallelItems(t, n, [&](int64_t i, int tid) {
+    if (failed.load(std::memory_order_relaxed)) return;
+    if (ws[tid] == nullptr) ws[tid] = make();
+    absl::Status st = run(i, *ws[tid]);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first.ok()) first = st;
+      failed = true;
+    }
+  });
+  return first;
+}
+
+// The positions actually used and the q and k transforms bound to them (once per call,
+// shared by every thread); checks the locality factor once (per-pair factors come from
+// the same function as the reference).
+absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
+                              std::vector<int64_t>* pk,
+                              std::unique_ptr<PreparedRowTransform>* tq,
+                              std::unique_ptr<PreparedRowTransform>* tk) {
+  *pq = EffectiveQPositions(a);
+  *pk = EffectiveKPositions(a);
+  if (a.q_transform != nullptr) {
+    auto t = a.q_transform->Prepare(*pq);
+    if (!t.ok()) return t.status();
+    *tq = *std::move(t);
+  }
+  if (a.k_transform != nullptr) {
+    auto t = a.k_transform->Prepare(*pk);
+    if (!t.ok()) return t.status();
+    *tk = *std::move(t);
+  }
+  if (a.locality.has_value()) {
+    auto f = encodings::sequence::LocalityFactor(0, *a.locality);
+    if (!f.ok()) return f.status();
+  }
+  return absl::OkStatus();
+}
+
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
@@ -297,26 +346,7 @@ class Forward {
           float* lse)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
 
-  absl::Status Prepare() {
-    pq_ = EffectiveQPositions(a_);
-    pk_ = EffectiveKPositions(a_);
-    if (a_.q_transform != nullptr) {
-      auto t = a_.q_transform->Prepare(pq_);
-      if (!t.ok()) return t.status();
-      tq_ = *std::move(t);
-    }
-    if (a_.k_transform != nullptr) {
-      auto t = a_.k_transform->Prepare(pk_);
-      if (!t.ok()) return t.status();
-      tk_ = *std::move(t);
-    }
-    if (a_.locality.has_value()) {
-      // Validates c once; per-pair factors come from the same function as the reference.
-      auto f = encodings::sequence::LocalityFactor(0, *a_.locality);
-      if (!f.ok()) return f.status();
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Prepare() { return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_); }
 
   absl::Status RunItem(const Item& it, Workspace& w) const {
     const int64_t kb = a_.k_begin(it.b), lk = a_.k_end(it.b) - kb;
@@ -865,25 +895,7 @@ class Backward {
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu),
         dk_rot_(dk_rotated) {}
 
-  absl::Status Prepare() {
-    pq_ = EffectiveQPositions(a_);
-    pk_ = EffectiveKPositions(a_);
-    if (a_.q_transform != nullptr) {
-      auto t = a_.q_transform->Prepare(pq_);
-      if (!t.ok()) return t.status();
-      tq_ = *std::move(t);
-    }
-    if (a_.k_transform != nullptr) {
-      auto t = a_.k_transform->Prepare(pk_);
-      if (!t.ok()) return t.status();
-      tk_ = *std::move(t);
-    }
-    if (a_.locality.has_value()) {
-      auto f = encodings::sequence::LocalityFactor(0, *a_.locality);
-      if (!f.ok()) return f.status();
-    }
-    return absl::OkStatus();
-  }
+  absl::Status Prepare() { return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_); }
 
   const PreparedRowTransform* q_transform() const { return tq_.get(); }
 
@@ -1101,21 +1113,13 @@ absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const P
     max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
   }
   wplan.rows = std::max(plan.rows, hq * max_lq);
-  std::vector<std::unique_ptr<Workspace>> ws(static_cast<size_t>(threads));
-  std::mutex mu;
-  absl::Status first = absl::OkStatus();
-  std::atomic<bool> failed{false};
-  ParallelItems(threads, static_cast<int64_t>(items.size()), [&](int64_t i, int tid) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    if (ws[tid] == nullptr) ws[tid] = std::make_unique<Workspace>(wplan);
-    const DecodeItem& it = items[i];
-    absl::Status s = fwd.RunDecodeItem(it.b, it.k0, it.k1, it.chunk, partial.data(), *ws[tid]);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first.ok()) first = s;
-      failed = true;
-    }
-  });
+  absl::Status first = RunItems<Workspace>(
+      threads, static_cast<int64_t>(items.size()),
+      [&] { return std::make_unique<Workspace>(wplan); },
+      [&](int64_t i, Workspace& w) {
+        const DecodeItem& it = items[i];
+        return fwd.RunDecodeItem(it.b, it.k0, it.k1, it.chunk, partial.data(), w);
+      });
   if (!first.ok()) return first;
   fwd.CombineDecode(partial.data(), chunks);
   return absl::OkStatus();
@@ -1147,21 +1151,9 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, cons
   }
   const std::vector<Item> items = MakeItems(args, *plan);
   const int threads = static_cast<int>(std::min<int64_t>(plan->threads, std::max<size_t>(items.size(), 1)));
-  std::vector<std::unique_ptr<Workspace>> ws(static_cast<size_t>(threads));
-  std::mutex mu;
-  absl::Status first = absl::OkStatus();
-  std::atomic<bool> failed{false};
-  ParallelItems(threads, static_cast<int64_t>(items.size()), [&](int64_t i, int tid) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    if (ws[tid] == nullptr) ws[tid] = std::make_unique<Workspace>(*plan);
-    absl::Status s = fwd.RunItem(items[i], *ws[tid]);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first.ok()) first = s;
-      failed = true;
-    }
-  });
-  return first;
+  return RunItems<Workspace>(
+      threads, static_cast<int64_t>(items.size()), [&] { return std::make_unique<Workspace>(*plan); },
+      [&](int64_t i, Workspace& w) { return fwd.RunItem(items[i], w); });
 }
 
 template <class T>
@@ -1228,20 +1220,10 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   const int64_t group = hq / args.num_kv_heads;
   const int threads = static_cast<int>(
       std::min<int64_t>(plan->threads, std::max<int64_t>(static_cast<int64_t>(bp.items.size()), 1)));
-  std::vector<std::unique_ptr<BackwardWorkspace>> ws(static_cast<size_t>(threads));
-  std::mutex mu;
-  absl::Status first = absl::OkStatus();
-  std::atomic<bool> failed{false};
-  ParallelItems(threads, static_cast<int64_t>(bp.items.size()), [&](int64_t i, int tid) {
-    if (failed.load(std::memory_order_relaxed)) return;
-    if (ws[tid] == nullptr) ws[tid] = std::make_unique<BackwardWorkspace>(*plan, max_lq, group);
-    absl::Status s = bwd.RunItem(bp.items[i], *ws[tid]);
-    if (!s.ok()) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (first.ok()) first = s;
-      failed = true;
-    }
-  });
+  absl::Status first = RunItems<BackwardWorkspace>(
+      threads, static_cast<int64_t>(bp.items.size()),
+      [&] { return std::make_unique<BackwardWorkspace>(*plan, max_lq, group); },
+      [&](int64_t i, BackwardWorkspace& w) { return bwd.RunItem(bp.items[i], w); });
   if (!first.ok()) return first;
   // dK, dV of keys no item covered do not exist (every key belongs to an item); dq:
   // sum the chunks' partial sums, times scale, then the transpose of the q transform.

@@ -1,7 +1,8 @@
 // gpe: GroupPE's command-line tool.
 //
-//   gpe                 the main job: version, the group laws on random elements, and a
-//                       closed-form INR fit of the Spiral image (PNGs in gpe_out/)
+//   gpe [--quick]       the main job: version, the group laws on random elements, INR fits
+//                       of the Spiral image in closed form and by an MLP (PNGs in gpe_out/),
+//                       and a short attention benchmark with RoPE, ALiBi and GRAPE-M
 //   gpe version         the library version (header and shared library agree)
 //   gpe check-groups [--seed N] [--trials N]
 //                       the group laws of every representation, on random elements
@@ -39,6 +40,7 @@
 #include "encodings/sequence/rope.h"
 #include "inr/blended.h"
 #include "tools/gpe_inr.h"
+#include "tools/gpe_tour.h"
 #include "tools/bench_attention.h"
 #include "tools/machine_limits.h"
 
@@ -51,7 +53,10 @@ constexpr char kUsage[] =
     "usage: gpe [command] [options]\n"
     "\n"
     "commands:\n"
-    "  (none)          the main job: version, group laws, closed-form fits of Spiral\n"
+    "  (none)          the main job: version, group laws, fits of the Spiral image\n"
+    "                  (closed form and MLP), a short attention benchmark (RoPE, ALiBi,\n"
+    "                  GRAPE-M inside the kernel); PNGs in gpe_out/\n"
+    "                    --quick      small sizes (seconds)\n"
     "  version         the library version\n"
     "  check-groups    check the group laws of every representation on random elements\n"
     "                    --seed N     random seed (default 1)\n"
@@ -635,12 +640,21 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (command.empty()) {
+  if (command.empty() || command == "--quick") {
+    if (argc > 2) {
+      std::fprintf(stderr, "gpe: unexpected argument '%s'\n\n%s", argv[2], kUsage);
+      return 2;
+    }
+    const bool quick = command == "--quick";
     if (RunVersion() != 0) return 1;
     std::printf("\n");
     if (RunCheckGroups(1, 20) != 0) return 1;
     std::printf("\n");
-    return RunInrSpiral(OutputDir(""));
+    if (RunInrSpiral(OutputDir("")) != 0) return 1;
+    std::printf("\n");
+    if (gpe::tools::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
+    std::printf("\n");
+    return gpe::tools::RunMainAttention(quick);
   }
   if (command == "inr") {
     return gpe::tools::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));

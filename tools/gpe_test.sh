@@ -6,7 +6,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 # The main job writes its pictures under ./gpe_out: keep them in the test's scratch space.
 cd "${TEST_TMPDIR:-$(mktemp -d)}" || fail "no scratch directory"
 
-out="$("$gpe")" || fail "the main job exited $?: $out"
+# The main job at --quick sizes (the same code paths as the full run, in seconds).
+out="$("$gpe" --quick)" || fail "the main job exited $?: $out"
 grep -q "All group laws hold." <<<"$out" || fail "main job output lacks the verdict: $out"
 grep -q "^GroupPE 0\." <<<"$out" || fail "main job output lacks the version: $out"
 # Every law row passed; a FAIL row would also have made the exit code non-zero.
@@ -15,6 +16,18 @@ if grep -q "FAIL" <<<"$out"; then fail "a law failed: $out"; fi
 # The closed-form INR fits ran and wrote their pictures.
 grep -qE "^\| gaussian \| 128 \|" <<<"$out" || fail "main job lacks the INR table: $out"
 [[ -s gpe_out/spiral_truth.png && -s gpe_out/spiral_gaussian_k128.png ]] || fail "no PNGs written"
+# The MLP fits (one row per encoding, finite PSNRs) and their pictures.
+for row in "none \(x, y\)" "T x T Fourier" "SO\(2\) Bessel"; do
+  grep -qE "^\| $row[^|]* \| [0-9]+ \| -?[0-9.]+ \| -?[0-9.]+ \| [0-9.]+ \| spiral_mlp_[0-9].png \|$" <<<"$out" \
+    || fail "main job lacks the MLP row '$row': $out"
+done
+[[ -s gpe_out/spiral_mlp_2.png ]] || fail "no MLP picture written"
+# The short attention benchmark: a row per encoding inside the kernel, with a time.
+for row in "no positional encoding" "RoPE" "ALiBi" "GRAPE-M"; do
+  grep -qE "^\| $row[^|]* \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| [-+][0-9.]+% \|$" <<<"$out" \
+    || fail "main job lacks the attention row '$row': $out"
+done
+"$gpe" --quick extra >/dev/null 2>&1 && fail "the main job accepted an extra argument"
 "$gpe" inr-spiral --out "$PWD/elsewhere" >/dev/null || fail "inr-spiral --out failed"
 [[ -s elsewhere/spiral_triangle_k64.png ]] || fail "inr-spiral ignored --out"
 

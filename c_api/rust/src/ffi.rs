@@ -283,3 +283,319 @@ extern "C" {
     ) -> gpe_status;
     pub fn gpe_inr_predict_separable_2d(psi_y: *const DLTensor, psi_x: *const DLTensor, w: *const DLTensor, out: *mut DLTensor) -> gpe_status;
 }
+
+// ---- Since 0.3.0: RoPE, additive biases, attention ----
+
+pub const KDL_BFLOAT: u8 = 4;
+
+pub const GPE_ROPE_DEFAULT: i32 = 0;
+pub const GPE_ROPE_LINEAR: i32 = 1;
+pub const GPE_ROPE_DYNAMIC_NTK: i32 = 2;
+pub const GPE_ROPE_YARN: i32 = 3;
+pub const GPE_ROPE_LONGROPE: i32 = 4;
+pub const GPE_ROPE_LLAMA3: i32 = 5;
+
+pub const GPE_ROPE_AXES_SINGLE: i32 = 0;
+pub const GPE_ROPE_AXES_AXIAL: i32 = 1;
+pub const GPE_ROPE_AXES_MROPE: i32 = 2;
+pub const GPE_ROPE_AXES_MROPE_INTERLEAVED: i32 = 3;
+
+pub const GPE_ROPE_LAYOUT_BSHD: i32 = 0;
+pub const GPE_ROPE_LAYOUT_SBHD: i32 = 1;
+pub const GPE_ROPE_LAYOUT_THD: i32 = 2;
+pub const GPE_ROPE_QUERY: i32 = 0;
+pub const GPE_ROPE_KEY: i32 = 1;
+
+pub const GPE_BIAS_ALIBI: i32 = 0;
+pub const GPE_BIAS_T5: i32 = 1;
+pub const GPE_BIAS_FOX: i32 = 2;
+pub const GPE_BIAS_GRAPE_AP: i32 = 3;
+pub const GPE_ALIBI_CAUSAL: i32 = 0;
+pub const GPE_ALIBI_SYMMETRIC: i32 = 1;
+
+#[repr(C)]
+pub struct gpe_rope {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct gpe_rope_table {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct gpe_bias {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_rope_options {
+    pub struct_size: u32,
+    pub pairing: i32,
+    pub head_dim: i64,
+    pub rotary_dim: i64,
+    pub base: f64,
+    pub schedule: i32,
+    pub num_threads: i32,
+    pub factor: f64,
+    pub original_max_position: i64,
+    pub current_length: i64,
+    pub beta_fast: f64,
+    pub beta_slow: f64,
+    pub yarn_truncate: i32,
+    pub has_mscale: i32,
+    pub mscale: f64,
+    pub mscale_all_dim: f64,
+    pub has_attention_factor: i32,
+    pub attention_factor: f64,
+    pub short_factor: *const f64,
+    pub short_factor_len: i64,
+    pub long_factor: *const f64,
+    pub long_factor_len: i64,
+    pub max_position: i64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub xpos: i32,
+    pub xpos_gamma: f64,
+    pub xpos_scale_base: f64,
+    pub xpos_centre: i64,
+    pub axes: i32,
+    pub num_axes: i32,
+    pub mrope_sections: *const i64,
+    pub num_mrope_sections: i64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_rope_tokens {
+    pub struct_size: u32,
+    pub layout: i32,
+    pub role: i32,
+    pub position_ids: *const DLTensor,
+    pub offsets: *const DLTensor,
+    pub cu_seqlens: *const DLTensor,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_alibi_options {
+    pub struct_size: u32,
+    pub form: i32,
+    pub num_heads: i64,
+    pub slopes: *const f64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_t5_options {
+    pub struct_size: u32,
+    pub bidirectional: i32,
+    pub num_heads: i64,
+    pub num_buckets: i64,
+    pub max_distance: i64,
+    pub table: *const f64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_fox_options {
+    pub struct_size: u32,
+    pub length: i64,
+    pub num_heads: i64,
+    pub first_position: i64,
+    pub gate_logits: *const f64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_grape_ap_options {
+    pub struct_size: u32,
+    pub length: i64,
+    pub num_heads: i64,
+    pub rank: i64,
+    pub first_position: i64,
+    pub w: *const f64,
+    pub u: *const f64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_attention_options {
+    pub struct_size: u32,
+    pub causal: i32,
+    pub softmax_scale: f64,
+    pub num_threads: i32,
+    pub rope_dim: i64,
+    pub rope_base: f64,
+    pub rope_pairing: i32,
+    pub grape_m: *const gpe_grape_m,
+    pub algebraic: *const gpe_algebraic_sequence,
+    pub bias: *const gpe_bias,
+    pub q_positions: *const DLTensor,
+    pub k_positions: *const DLTensor,
+    pub cu_seqlens_q: *const DLTensor,
+    pub cu_seqlens_k: *const DLTensor,
+}
+
+impl gpe_rope_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            pairing: GPE_PAIRING_HALF_SPLIT,
+            head_dim: 0,
+            rotary_dim: 0,
+            base: 10000.0,
+            schedule: GPE_ROPE_DEFAULT,
+            num_threads: 1,
+            factor: 1.0,
+            original_max_position: 4096,
+            current_length: 0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            yarn_truncate: 1,
+            has_mscale: 0,
+            mscale: 1.0,
+            mscale_all_dim: 1.0,
+            has_attention_factor: 0,
+            attention_factor: 1.0,
+            short_factor: std::ptr::null(),
+            short_factor_len: 0,
+            long_factor: std::ptr::null(),
+            long_factor_len: 0,
+            max_position: 131072,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            xpos: 0,
+            xpos_gamma: 0.4,
+            xpos_scale_base: 512.0,
+            xpos_centre: 0,
+            axes: GPE_ROPE_AXES_SINGLE,
+            num_axes: 1,
+            mrope_sections: std::ptr::null(),
+            num_mrope_sections: 0,
+        }
+    }
+}
+impl gpe_rope_tokens {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            layout: GPE_ROPE_LAYOUT_BSHD,
+            role: GPE_ROPE_QUERY,
+            position_ids: std::ptr::null(),
+            offsets: std::ptr::null(),
+            cu_seqlens: std::ptr::null(),
+        }
+    }
+}
+impl gpe_alibi_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), form: GPE_ALIBI_CAUSAL, num_heads: 0, slopes: std::ptr::null() }
+    }
+}
+impl gpe_t5_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), bidirectional: 1, num_heads: 0, num_buckets: 32, max_distance: 128, table: std::ptr::null() }
+    }
+}
+impl gpe_fox_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), length: 0, num_heads: 0, first_position: 0, gate_logits: std::ptr::null() }
+    }
+}
+impl gpe_grape_ap_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            length: 0,
+            num_heads: 0,
+            rank: 1,
+            first_position: 0,
+            w: std::ptr::null(),
+            u: std::ptr::null(),
+        }
+    }
+}
+impl gpe_attention_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            causal: 0,
+            softmax_scale: 0.0,
+            num_threads: 0,
+            rope_dim: 0,
+            rope_base: 10000.0,
+            rope_pairing: GPE_PAIRING_HALF_SPLIT,
+            grape_m: std::ptr::null(),
+            algebraic: std::ptr::null(),
+            bias: std::ptr::null(),
+            q_positions: std::ptr::null(),
+            k_positions: std::ptr::null(),
+            cu_seqlens_q: std::ptr::null(),
+            cu_seqlens_k: std::ptr::null(),
+        }
+    }
+}
+
+extern "C" {
+    pub fn gpe_rope_create(options: *const gpe_rope_options, out: *mut *mut gpe_rope) -> gpe_status;
+    pub fn gpe_rope_destroy(rope: *mut gpe_rope);
+    pub fn gpe_rope_shape(rope: *const gpe_rope, head_dim: *mut i64, rotary_dim: *mut i64, num_axes: *mut i64) -> gpe_status;
+    pub fn gpe_rope_frequencies(rope: *const gpe_rope, thetas: *mut f64, num_thetas: i64, attention_factor: *mut f64) -> gpe_status;
+    pub fn gpe_rope_forward(rope: *const gpe_rope, tokens: *const gpe_rope_tokens, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_rope_backward(rope: *const gpe_rope, tokens: *const gpe_rope_tokens, dy: *const DLTensor, dx: *mut DLTensor) -> gpe_status;
+    pub fn gpe_rope_table_create(
+        rope: *const gpe_rope,
+        tokens: *const gpe_rope_tokens,
+        like: *const DLTensor,
+        out: *mut *mut gpe_rope_table,
+    ) -> gpe_status;
+    pub fn gpe_rope_table_destroy(table: *mut gpe_rope_table);
+    pub fn gpe_rope_table_forward(table: *const gpe_rope_table, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_rope_table_backward(table: *const gpe_rope_table, dy: *const DLTensor, dx: *mut DLTensor) -> gpe_status;
+
+    pub fn gpe_bias_create_alibi(options: *const gpe_alibi_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_create_t5(options: *const gpe_t5_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_create_fox(options: *const gpe_fox_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_create_grape_ap(options: *const gpe_grape_ap_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_destroy(bias: *mut gpe_bias);
+    pub fn gpe_bias_info(bias: *const gpe_bias, kind: *mut i32, num_heads: *mut i64, causal: *mut i32) -> gpe_status;
+    pub fn gpe_bias_alibi_slopes(bias: *const gpe_bias, slopes: *mut f64, num_slopes: i64) -> gpe_status;
+    pub fn gpe_bias_fill_tile(
+        bias: *const gpe_bias,
+        head: i64,
+        q_positions: *const DLTensor,
+        k_positions: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bias_accumulate_gradient(
+        bias: *const gpe_bias,
+        head: i64,
+        q_positions: *const DLTensor,
+        k_positions: *const DLTensor,
+        grad_tile: *const DLTensor,
+        grad_a: *mut DLTensor,
+        grad_b: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bias_fox_logit_gradient(bias: *const gpe_bias, grad_prefix: *const DLTensor, grad_logits: *mut DLTensor) -> gpe_status;
+
+    pub fn gpe_attention_forward(
+        options: *const gpe_attention_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        v: *const DLTensor,
+        o: *mut DLTensor,
+        lse: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_attention_backward(
+        options: *const gpe_attention_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        v: *const DLTensor,
+        o: *const DLTensor,
+        lse: *const DLTensor,
+        d_o: *const DLTensor,
+        dq: *mut DLTensor,
+        dk: *mut DLTensor,
+        dv: *mut DLTensor,
+    ) -> gpe_status;
+}

@@ -9,7 +9,13 @@
 //!
 //! Linking: build.rs links `-lgpe`, searching `GPE_LIB_DIR` when set.
 
+pub mod attention;
 pub mod ffi;
+
+pub use attention::{
+    attention_backward, attention_forward, AttentionGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
+    RopeLayout, RopeOptions, Schedule, Tokens, Xpos,
+};
 
 use std::ffi::CStr;
 use std::fmt;

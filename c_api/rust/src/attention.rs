@@ -1,0 +1,737 @@
+//! Since 0.3.0: RoPE with its frequency schedules, the additive attention biases (ALiBi,
+//! T5, FoX, GRAPE-AP) and attention with the encoding applied inside the kernel
+//! (gpe.h's "RoPE", "Additive attention biases" and "Attention" sections).
+//!
+//! Tensors are row-major slices with their shape given beside them; the crate checks
+//! every slice's length against its shape before calling C, and the library checks the
+//! rest (head counts, rotary_dim, positions) and reports a bad value as an `Error`.
+
+use std::os::raw::c_void;
+use std::ptr;
+
+use crate::{check, expect_len, ffi, i64_tensor, invalid, real_tensor, real_tensor_mut, tensor, AlgebraicSequence, GrapeM, Matrix, Pairing, Real, Result};
+
+fn pairing_code(p: Pairing) -> i32 {
+    match p {
+        Pairing::Interleaved => ffi::GPE_PAIRING_INTERLEAVED,
+        Pairing::HalfSplit => ffi::GPE_PAIRING_HALF_SPLIT,
+    }
+}
+
+fn product(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+// ---- RoPE ---------------------------------------------------------------------------
+
+/// RoPE's frequency schedule (GPE_ROPE_*), with each schedule's parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Schedule {
+    /// theta_i = base^(-2i / rotary_dim) (Su et al., eq. 15).
+    Default,
+    /// Position interpolation: theta_i / factor.
+    Linear { factor: f64 },
+    /// Dynamic NTK: the base grows once current_length exceeds original_max_position.
+    DynamicNtk { factor: f64, original_max_position: i64, current_length: i64 },
+    /// YaRN (Peng et al.): NTK-by-parts ramp between beta_slow and beta_fast, and the
+    /// attention temperature (overridden by `attention_factor` when given).
+    Yarn { factor: f64, original_max_position: i64, beta_fast: f64, beta_slow: f64, attention_factor: Option<f64> },
+    /// LongRoPE (Ding et al.): per-plane factors, the long list once current_length
+    /// exceeds original_max_position.
+    LongRope {
+        short_factor: Vec<f64>,
+        long_factor: Vec<f64>,
+        original_max_position: i64,
+        max_position: i64,
+        current_length: i64,
+        attention_factor: Option<f64>,
+    },
+    /// Llama 3's wavelength-banded rule.
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: i64 },
+}
+
+/// Which positions drive which planes (GPE_ROPE_AXES_*).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Axes {
+    Single,
+    /// num_axes contiguous blocks of planes with default frequencies each (axial 2D/3D).
+    Axial(i32),
+    /// Qwen2-VL's M-RoPE: contiguous plane counts per axis (e.g. [16, 24, 24]).
+    MRope(Vec<i64>),
+    /// Qwen3-VL's interleaved M-RoPE.
+    MRopeInterleaved(Vec<i64>),
+}
+
+/// xPos scaling (Sun et al., eq. 9-10).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Xpos {
+    pub gamma: f64,
+    pub scale_base: f64,
+    pub centre: i64,
+}
+
+/// Options of `Rope::new` (gpe_rope_options).
+#[derive(Clone, Debug)]
+pub struct RopeOptions {
+    pub head_dim: i64,
+    /// 0 means head_dim (partial rotary when smaller).
+    pub rotary_dim: i64,
+    pub base: f64,
+    pub pairing: Pairing,
+    pub schedule: Schedule,
+    pub axes: Axes,
+    pub xpos: Option<Xpos>,
+    pub num_threads: i32,
+}
+
+impl RopeOptions {
+    /// Default schedule, half-split pairing, base 10000, one thread.
+    pub fn new(head_dim: i64) -> RopeOptions {
+        RopeOptions {
+            head_dim,
+            rotary_dim: 0,
+            base: 10000.0,
+            pairing: Pairing::HalfSplit,
+            schedule: Schedule::Default,
+            axes: Axes::Single,
+            xpos: None,
+            num_threads: 1,
+        }
+    }
+}
+
+/// Tensor layouts of gpe_rope_tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeLayout {
+    /// [batch, seq, heads, head_dim]
+    Bshd,
+    /// [seq, batch, heads, head_dim]
+    Sbhd,
+    /// [tokens, heads, head_dim], sequences delimited by cu_seqlens.
+    Thd,
+}
+
+/// Where the tokens of a q or k tensor sit (gpe_rope_tokens): at most one of
+/// `position_ids` ([tokens], or [num_axes, tokens] for multi-axis RoPE) and `offsets`
+/// ([batch]); `cu_seqlens` ([batch + 1]) for `Thd` only; `key` matters only for xPos.
+#[derive(Clone, Copy, Debug)]
+pub struct Tokens<'a> {
+    pub layout: RopeLayout,
+    pub key: bool,
+    pub position_ids: Option<&'a [i64]>,
+    pub offsets: Option<&'a [i64]>,
+    pub cu_seqlens: Option<&'a [i64]>,
+}
+
+impl<'a> Tokens<'a> {
+    /// bshd tokens at positions 0..seq of every sequence.
+    pub fn bshd() -> Tokens<'a> {
+        Tokens { layout: RopeLayout::Bshd, key: false, position_ids: None, offsets: None, cu_seqlens: None }
+    }
+}
+
+/// A RoPE encoding: rotates plane i of every head by p * theta_i (gpe.h's convention).
+pub struct Rope {
+    raw: *mut ffi::gpe_rope,
+    head_dim: usize,
+    rotary_dim: usize,
+    num_axes: usize,
+}
+// SAFETY: handles are immutable after creation (gpe.h, thread safety).
+unsafe impl Send for Rope {}
+unsafe impl Sync for Rope {}
+
+impl Rope {
+    pub fn new(options: &RopeOptions) -> Result<Rope> {
+        let mut o = ffi::gpe_rope_options::init();
+        o.head_dim = options.head_dim;
+        o.rotary_dim = options.rotary_dim;
+        o.base = options.base;
+        o.pairing = pairing_code(options.pairing);
+        o.num_threads = options.num_threads;
+        match &options.schedule {
+            Schedule::Default => o.schedule = ffi::GPE_ROPE_DEFAULT,
+            Schedule::Linear { factor } => {
+                o.schedule = ffi::GPE_ROPE_LINEAR;
+                o.factor = *factor;
+            }
+            Schedule::DynamicNtk { factor, original_max_position, current_length } => {
+                o.schedule = ffi::GPE_ROPE_DYNAMIC_NTK;
+                o.factor = *factor;
+                o.original_max_position = *original_max_position;
+                o.current_length = *current_length;
+            }
+            Schedule::Yarn { factor, original_max_position, beta_fast, beta_slow, attention_factor } => {
+                o.schedule = ffi::GPE_ROPE_YARN;
+                o.factor = *factor;
+                o.original_max_position = *original_max_position;
+                o.beta_fast = *beta_fast;
+                o.beta_slow = *beta_slow;
+                if let Some(a) = attention_factor {
+                    o.has_attention_factor = 1;
+                    o.attention_factor = *a;
+                }
+            }
+            Schedule::LongRope { short_factor, long_factor, original_max_position, max_position, current_length, attention_factor } => {
+                o.schedule = ffi::GPE_ROPE_LONGROPE;
+                // The library reads short_factor_len / long_factor_len values: the slices'.
+                o.short_factor = short_factor.as_ptr();
+                o.short_factor_len = short_factor.len() as i64;
+                o.long_factor = long_factor.as_ptr();
+                o.long_factor_len = long_factor.len() as i64;
+                o.original_max_position = *original_max_position;
+                o.max_position = *max_position;
+                o.current_length = *current_length;
+                if let Some(a) = attention_factor {
+                    o.has_attention_factor = 1;
+                    o.attention_factor = *a;
+                }
+            }
+            Schedule::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                o.schedule = ffi::GPE_ROPE_LLAMA3;
+                o.factor = *factor;
+                o.low_freq_factor = *low_freq_factor;
+                o.high_freq_factor = *high_freq_factor;
+                o.original_max_position = *original_max_position;
+            }
+        }
+        match &options.axes {
+            Axes::Single => o.axes = ffi::GPE_ROPE_AXES_SINGLE,
+            Axes::Axial(n) => {
+                o.axes = ffi::GPE_ROPE_AXES_AXIAL;
+                o.num_axes = *n;
+            }
+            Axes::MRope(sections) | Axes::MRopeInterleaved(sections) => {
+                o.axes = if matches!(options.axes, Axes::MRope(_)) {
+                    ffi::GPE_ROPE_AXES_MROPE
+                } else {
+                    ffi::GPE_ROPE_AXES_MROPE_INTERLEAVED
+                };
+                o.mrope_sections = sections.as_ptr();
+                o.num_mrope_sections = sections.len() as i64;
+            }
+        }
+        if let Some(x) = options.xpos {
+            o.xpos = 1;
+            o.xpos_gamma = x.gamma;
+            o.xpos_scale_base = x.scale_base;
+            o.xpos_centre = x.centre;
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: o and the lists it points to outlive the call (the library copies them).
+        check(unsafe { ffi::gpe_rope_create(&o, &mut raw) })?;
+        let mut rope = Rope { raw, head_dim: 0, rotary_dim: 0, num_axes: 0 };
+        let (mut h, mut r, mut a) = (0i64, 0i64, 0i64);
+        // SAFETY: a live handle (destroyed by `rope` on error).
+        check(unsafe { ffi::gpe_rope_shape(raw, &mut h, &mut r, &mut a) })?;
+        rope.head_dim = h as usize;
+        rope.rotary_dim = r as usize;
+        rope.num_axes = a as usize;
+        Ok(rope)
+    }
+
+    /// (head_dim, rotary_dim, num_axes).
+    pub fn shape(&self) -> (usize, usize, usize) {
+        (self.head_dim, self.rotary_dim, self.num_axes)
+    }
+
+    /// The schedule's frequencies theta_i (radians per position, rotary_dim / 2 of them)
+    /// and its attention factor.
+    pub fn frequencies(&self) -> Result<(Vec<f64>, f64)> {
+        let mut thetas = vec![0.0; self.rotary_dim / 2];
+        let mut factor = 0.0;
+        // SAFETY: thetas holds num_thetas values.
+        check(unsafe { ffi::gpe_rope_frequencies(self.raw, thetas.as_mut_ptr(), thetas.len() as i64, &mut factor) })?;
+        Ok((thetas, factor))
+    }
+
+    /// out = m R(p theta) x for a tensor of `shape` (see `RopeLayout`).
+    pub fn forward<T: Real>(&self, tokens: &Tokens, x: &[T], shape: &[usize]) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); x.len()];
+        self.run(tokens, x.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, x.len(), out.len(), T::BITS, shape, false)?;
+        Ok(out)
+    }
+
+    /// The backward pass dx = m R(-p theta) dy (the transpose of `forward`).
+    pub fn backward<T: Real>(&self, tokens: &Tokens, dy: &[T], shape: &[usize]) -> Result<Vec<T>> {
+        let mut dx = vec![T::default(); dy.len()];
+        self.run(tokens, dy.as_ptr() as *const c_void, dx.as_mut_ptr() as *mut c_void, dy.len(), dx.len(), T::BITS, shape, true)?;
+        Ok(dx)
+    }
+
+    /// `forward` in place.
+    pub fn forward_in_place<T: Real>(&self, tokens: &Tokens, x: &mut [T], shape: &[usize]) -> Result<()> {
+        let p = x.as_mut_ptr() as *mut c_void;
+        self.run(tokens, p, p, x.len(), x.len(), T::BITS, shape, false)
+    }
+
+    /// `backward` in place.
+    pub fn backward_in_place<T: Real>(&self, tokens: &Tokens, dy: &mut [T], shape: &[usize]) -> Result<()> {
+        let p = dy.as_mut_ptr() as *mut c_void;
+        self.run(tokens, p, p, dy.len(), dy.len(), T::BITS, shape, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        tokens: &Tokens,
+        x: *const c_void,
+        out: *mut c_void,
+        x_len: usize,
+        out_len: usize,
+        bits: u8,
+        shape: &[usize],
+        backward: bool,
+    ) -> Result<()> {
+        expect_len("x", x_len, product(shape))?;
+        expect_len("out", out_len, x_len)?;
+        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let mut os = xs.clone();
+        let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
+        let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);
+        let mut t = ffi::gpe_rope_tokens::init();
+        t.layout = match tokens.layout {
+            RopeLayout::Bshd => ffi::GPE_ROPE_LAYOUT_BSHD,
+            RopeLayout::Sbhd => ffi::GPE_ROPE_LAYOUT_SBHD,
+            RopeLayout::Thd => ffi::GPE_ROPE_LAYOUT_THD,
+        };
+        t.role = if tokens.key { ffi::GPE_ROPE_KEY } else { ffi::GPE_ROPE_QUERY };
+        // Position ids are [num_axes, tokens] for multi-axis RoPE, else [tokens].
+        let mut ids_shape: Vec<i64> = match tokens.position_ids {
+            Some(ids) if self.num_axes > 1 => {
+                if ids.len() % self.num_axes != 0 {
+                    return Err(invalid(format!(
+                        "position_ids has {} values, not a multiple of num_axes {}",
+                        ids.len(),
+                        self.num_axes
+                    )));
+                }
+                vec![self.num_axes as i64, (ids.len() / self.num_axes) as i64]
+            }
+            Some(ids) => vec![ids.len() as i64],
+            None => vec![0],
+        };
+        let mut off_shape = [tokens.offsets.map_or(0, |o| o.len() as i64)];
+        let mut cu_shape = [tokens.cu_seqlens.map_or(0, |c| c.len() as i64)];
+        let ids_t = tokens.position_ids.map(|ids| i64_tensor(ids, &mut ids_shape));
+        let off_t = tokens.offsets.map(|o| i64_tensor(o, &mut off_shape));
+        let cu_t = tokens.cu_seqlens.map(|c| i64_tensor(c, &mut cu_shape));
+        t.position_ids = ids_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+        t.offsets = off_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+        t.cu_seqlens = cu_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+        // SAFETY: x and out hold product(shape) values (checked); out is x or disjoint
+        // from it (a fresh vector); the position slices' shapes are their lengths.
+        check(unsafe {
+            if backward {
+                ffi::gpe_rope_backward(self.raw, &t, &tx, &mut to)
+            } else {
+                ffi::gpe_rope_forward(self.raw, &t, &tx, &mut to)
+            }
+        })
+    }
+}
+
+impl Drop for Rope {
+    fn drop(&mut self) {
+        // SAFETY: created by gpe_rope_create.
+        unsafe { ffi::gpe_rope_destroy(self.raw) }
+    }
+}
+
+// ---- Additive biases ----------------------------------------------------------------
+
+/// Which additive bias a `Bias` is (GPE_BIAS_*).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasKind {
+    Alibi,
+    T5,
+    Fox,
+    GrapeAp,
+}
+
+/// An additive attention bias b_h(i, j), filled one tile at a time (gpe_bias).
+pub struct Bias {
+    raw: *mut ffi::gpe_bias,
+    kind: BiasKind,
+    num_heads: usize,
+    // The shapes of gpe_bias_accumulate_gradient's grad_a (and grad_b for GRAPE-AP).
+    grad_shape: Vec<i64>,
+}
+// SAFETY: handles are immutable after creation (gpe.h, thread safety).
+unsafe impl Send for Bias {}
+unsafe impl Sync for Bias {}
+
+impl Bias {
+    /// ALiBi (Press et al.): -m_h (i - j) (causal) or -m_h |i - j| (symmetric); slopes
+    /// None gives the published rule for any number of heads.
+    pub fn alibi(num_heads: usize, symmetric: bool, slopes: Option<&[f64]>) -> Result<Bias> {
+        let mut o = ffi::gpe_alibi_options::init();
+        o.form = if symmetric { ffi::GPE_ALIBI_SYMMETRIC } else { ffi::GPE_ALIBI_CAUSAL };
+        o.num_heads = num_heads as i64;
+        if let Some(s) = slopes {
+            expect_len("slopes", s.len(), num_heads)?;
+            o.slopes = s.as_ptr();
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: slopes holds num_heads values (checked).
+        check(unsafe { ffi::gpe_bias_create_alibi(&o, &mut raw) })?;
+        Ok(Bias { raw, kind: BiasKind::Alibi, num_heads, grad_shape: vec![num_heads as i64] })
+    }
+
+    /// T5's bucketed relative bias: table [num_buckets, num_heads].
+    pub fn t5(bidirectional: bool, num_buckets: usize, max_distance: i64, table: &Matrix) -> Result<Bias> {
+        expect_len("table data", table.data.len(), table.rows * table.cols)?;
+        if table.rows != num_buckets {
+            return Err(invalid(format!("table has {} rows; expected num_buckets = {}", table.rows, num_buckets)));
+        }
+        let mut o = ffi::gpe_t5_options::init();
+        o.bidirectional = bidirectional as i32;
+        o.num_heads = table.cols as i64;
+        o.num_buckets = num_buckets as i64;
+        o.max_distance = max_distance;
+        o.table = table.data.as_ptr();
+        let mut raw = ptr::null_mut();
+        // SAFETY: table holds num_buckets * num_heads values (checked).
+        check(unsafe { ffi::gpe_bias_create_t5(&o, &mut raw) })?;
+        Ok(Bias { raw, kind: BiasKind::T5, num_heads: table.cols, grad_shape: vec![num_buckets as i64, table.cols as i64] })
+    }
+
+    /// FoX (Lin et al.): c_i - c_j with c_t = sum_{l <= t} ln sigmoid(x_{l,h});
+    /// gate_logits [length, num_heads]; token t has position first_position + t.
+    pub fn fox(first_position: i64, gate_logits: &Matrix) -> Result<Bias> {
+        expect_len("gate_logits data", gate_logits.data.len(), gate_logits.rows * gate_logits.cols)?;
+        let mut o = ffi::gpe_fox_options::init();
+        o.length = gate_logits.rows as i64;
+        o.num_heads = gate_logits.cols as i64;
+        o.first_position = first_position;
+        o.gate_logits = gate_logits.data.as_ptr();
+        let mut raw = ptr::null_mut();
+        // SAFETY: gate_logits holds length * num_heads values (checked).
+        check(unsafe { ffi::gpe_bias_create_fox(&o, &mut raw) })?;
+        Ok(Bias {
+            raw,
+            kind: BiasKind::Fox,
+            num_heads: gate_logits.cols,
+            grad_shape: vec![gate_logits.rows as i64, gate_logits.cols as i64],
+        })
+    }
+
+    /// GRAPE-AP: sum_{l = j+1..i} -softplus(<w_{i,h}, u_{l,h}>); w and u
+    /// [length, num_heads, rank] row-major.
+    pub fn grape_ap(num_heads: usize, rank: usize, first_position: i64, w: &[f64], u: &[f64]) -> Result<Bias> {
+        if num_heads == 0 || rank == 0 || w.len() % (num_heads * rank) != 0 {
+            return Err(invalid(format!(
+                "w has {} values: not a whole number of [num_heads = {}, rank = {}] rows",
+                w.len(),
+                num_heads,
+                rank
+            )));
+        }
+        expect_len("u", u.len(), w.len())?;
+        let length = w.len() / (num_heads * rank);
+        let mut o = ffi::gpe_grape_ap_options::init();
+        o.length = length as i64;
+        o.num_heads = num_heads as i64;
+        o.rank = rank as i64;
+        o.first_position = first_position;
+        o.w = w.as_ptr();
+        o.u = u.as_ptr();
+        let mut raw = ptr::null_mut();
+        // SAFETY: w and u hold length * num_heads * rank values each (checked).
+        check(unsafe { ffi::gpe_bias_create_grape_ap(&o, &mut raw) })?;
+        Ok(Bias {
+            raw,
+            kind: BiasKind::GrapeAp,
+            num_heads,
+            grad_shape: vec![length as i64, num_heads as i64, rank as i64],
+        })
+    }
+
+    pub fn kind(&self) -> BiasKind {
+        self.kind
+    }
+    pub fn num_heads(&self) -> usize {
+        self.num_heads
+    }
+    /// Whether only j <= i is meaningful (causal ALiBi, FoX, GRAPE-AP).
+    pub fn causal(&self) -> Result<bool> {
+        let mut c = 0i32;
+        // SAFETY: a live handle; NULL outputs are allowed.
+        check(unsafe { ffi::gpe_bias_info(self.raw, ptr::null_mut(), ptr::null_mut(), &mut c) })?;
+        Ok(c != 0)
+    }
+
+    /// ALiBi's slopes (an error for other kinds).
+    pub fn alibi_slopes(&self) -> Result<Vec<f64>> {
+        let mut s = vec![0.0; self.num_heads];
+        // SAFETY: s holds num_heads values.
+        check(unsafe { ffi::gpe_bias_alibi_slopes(self.raw, s.as_mut_ptr(), s.len() as i64) })?;
+        Ok(s)
+    }
+
+    /// out[r, c] = b_head(q_positions[r], k_positions[c]).
+    pub fn fill_tile(&self, head: i64, q_positions: &[i64], k_positions: &[i64]) -> Result<Matrix> {
+        let mut out = Matrix::zeros(q_positions.len(), k_positions.len());
+        let (mut qs, mut ks, mut os) = ([q_positions.len() as i64], [k_positions.len() as i64], [0i64; 2]);
+        let tq = i64_tensor(q_positions, &mut qs);
+        let tk = i64_tensor(k_positions, &mut ks);
+        let mut to = crate::matrix_tensor_mut(&mut out, &mut os)?;
+        // SAFETY: out holds M * N values; positions' shapes are their lengths.
+        check(unsafe { ffi::gpe_bias_fill_tile(self.raw, head, &tq, &tk, &mut to) })?;
+        Ok(out)
+    }
+
+    /// Adds one tile's contribution to the parameter gradients (not cleared): ALiBi
+    /// dL/dslopes [num_heads]; T5 dL/dtable [num_buckets, num_heads]; FoX dL/dc
+    /// [length, num_heads] (then `fox_logit_gradient`); GRAPE-AP dL/dw into `grad_a` and
+    /// dL/du into `grad_b` [length, num_heads, rank].
+    pub fn accumulate_gradient(
+        &self,
+        head: i64,
+        q_positions: &[i64],
+        k_positions: &[i64],
+        grad_tile: &Matrix,
+        grad_a: &mut [f64],
+        grad_b: Option<&mut [f64]>,
+    ) -> Result<()> {
+        let want: usize = self.grad_shape.iter().map(|&s| s as usize).product();
+        expect_len("grad_a", grad_a.len(), want)?;
+        let (mut qs, mut ks, mut gs) = ([q_positions.len() as i64], [k_positions.len() as i64], [0i64; 2]);
+        let tq = i64_tensor(q_positions, &mut qs);
+        let tk = i64_tensor(k_positions, &mut ks);
+        let tg = crate::matrix_tensor(grad_tile, &mut gs)?;
+        let mut as_ = self.grad_shape.clone();
+        let mut bs = self.grad_shape.clone();
+        let mut ta = crate::f64_tensor_mut(grad_a, &mut as_);
+        let mut tb = match grad_b {
+            Some(b) => {
+                expect_len("grad_b", b.len(), want)?;
+                Some(crate::f64_tensor_mut(b, &mut bs))
+            }
+            None => None,
+        };
+        let tb_ptr = tb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+        // SAFETY: every slice holds the values its shape says (checked above).
+        check(unsafe { ffi::gpe_bias_accumulate_gradient(self.raw, head, &tq, &tk, &tg, &mut ta, tb_ptr) })
+    }
+
+    /// FoX only: dL/dgate_logits [length, num_heads] from the accumulated dL/dc.
+    pub fn fox_logit_gradient(&self, grad_prefix: &[f64]) -> Result<Vec<f64>> {
+        let want: usize = self.grad_shape.iter().map(|&s| s as usize).product();
+        expect_len("grad_prefix", grad_prefix.len(), want)?;
+        let mut out = vec![0.0; want];
+        let (mut ps, mut os) = (self.grad_shape.clone(), self.grad_shape.clone());
+        let tp = crate::f64_tensor(grad_prefix, &mut ps);
+        let mut to = crate::f64_tensor_mut(&mut out, &mut os);
+        // SAFETY: both hold the gradient's shape (checked).
+        check(unsafe { ffi::gpe_bias_fox_logit_gradient(self.raw, &tp, &mut to) })?;
+        Ok(out)
+    }
+}
+
+impl Drop for Bias {
+    fn drop(&mut self) {
+        // SAFETY: created by gpe_bias_create_*.
+        unsafe { ffi::gpe_bias_destroy(self.raw) }
+    }
+}
+
+// ---- Attention ----------------------------------------------------------------------
+
+/// How q, k and v are laid out (gpe_attention_forward).
+#[derive(Clone, Copy, Debug)]
+pub enum AttentionLayout<'a> {
+    /// q [batch, seq_q, heads_q, head_dim]; k, v [batch, seq_k, heads_kv, head_dim].
+    Padded { batch: usize, seq_q: usize, seq_k: usize },
+    /// q [tokens_q, heads_q, head_dim]; k, v [tokens_k, heads_kv, head_dim]; sequences
+    /// delimited by the cumulative lengths ([batch + 1], from 0).
+    Packed { cu_seqlens_q: &'a [i64], cu_seqlens_k: &'a [i64] },
+}
+
+/// Head counts and size: heads_q a multiple of heads_kv (GQA, MQA).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionHeads {
+    pub heads_q: usize,
+    pub heads_kv: usize,
+    pub head_dim: usize,
+}
+
+/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M and an algebraic
+/// encoding, and at most one bias, all applied inside the kernel.
+#[derive(Clone, Copy)]
+pub struct AttentionOptions<'a> {
+    pub causal: bool,
+    /// 0: 1 / sqrt(head_dim).
+    pub softmax_scale: f64,
+    /// 0: every hardware thread.
+    pub num_threads: i32,
+    pub rope_dim: i64,
+    pub rope_base: f64,
+    pub rope_pairing: Pairing,
+    pub grape_m: Option<&'a GrapeM>,
+    pub algebraic: Option<&'a AlgebraicSequence>,
+    pub bias: Option<&'a Bias>,
+    /// Explicit positions, [tokens_q] and [tokens_k] (both or neither).
+    pub q_positions: Option<&'a [i64]>,
+    pub k_positions: Option<&'a [i64]>,
+}
+
+impl<'a> Default for AttentionOptions<'a> {
+    fn default() -> Self {
+        AttentionOptions {
+            causal: false,
+            softmax_scale: 0.0,
+            num_threads: 0,
+            rope_dim: 0,
+            rope_base: 10000.0,
+            rope_pairing: Pairing::HalfSplit,
+            grape_m: None,
+            algebraic: None,
+            bias: None,
+            q_positions: None,
+            k_positions: None,
+        }
+    }
+}
+
+/// Gradients of `attention_backward`, shaped like q, k and v.
+pub struct AttentionGrads<T> {
+    pub dq: Vec<T>,
+    pub dk: Vec<T>,
+    pub dv: Vec<T>,
+}
+
+// The tensors' shapes and token counts of a layout.
+struct Shapes {
+    q: Vec<i64>,
+    kv: Vec<i64>,
+    lse: [i64; 2],
+}
+
+fn shapes(layout: &AttentionLayout, heads: &AttentionHeads) -> Result<Shapes> {
+    let (hq, hk, d) = (heads.heads_q as i64, heads.heads_kv as i64, heads.head_dim as i64);
+    let last = |cu: &[i64], name: &str| -> Result<i64> {
+        match cu.last() {
+            Some(&t) if t >= 0 => Ok(t),
+            _ => Err(invalid(format!("{} must have batch + 1 >= 1 values, the last >= 0", name))),
+        }
+    };
+    Ok(match *layout {
+        AttentionLayout::Padded { batch, seq_q, seq_k } => Shapes {
+            q: vec![batch as i64, seq_q as i64, hq, d],
+            kv: vec![batch as i64, seq_k as i64, hk, d],
+            lse: [(batch * seq_q) as i64, hq],
+        },
+        AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
+            let (tq, tk) = (last(cu_seqlens_q, "cu_seqlens_q")?, last(cu_seqlens_k, "cu_seqlens_k")?);
+            Shapes { q: vec![tq, hq, d], kv: vec![tk, hk, d], lse: [tq, hq] }
+        }
+    })
+}
+
+fn count(shape: &[i64]) -> usize {
+    shape.iter().map(|&s| s as usize).product()
+}
+
+// Calls `f` with the C options (positions and cu_seqlens tensors alive for the call).
+fn with_options<R>(options: &AttentionOptions, layout: &AttentionLayout, f: impl FnOnce(&ffi::gpe_attention_options) -> R) -> R {
+    let mut o = ffi::gpe_attention_options::init();
+    o.causal = options.causal as i32;
+    o.softmax_scale = options.softmax_scale;
+    o.num_threads = options.num_threads;
+    o.rope_dim = options.rope_dim;
+    o.rope_base = options.rope_base;
+    o.rope_pairing = pairing_code(options.rope_pairing);
+    o.grape_m = options.grape_m.map_or(ptr::null(), |g| g.raw as *const _);
+    o.algebraic = options.algebraic.map_or(ptr::null(), |a| a.raw as *const _);
+    o.bias = options.bias.map_or(ptr::null(), |b| b.raw as *const _);
+    let mut qps = [options.q_positions.map_or(0, |p| p.len() as i64)];
+    let mut kps = [options.k_positions.map_or(0, |p| p.len() as i64)];
+    let qp = options.q_positions.map(|p| i64_tensor(p, &mut qps));
+    let kp = options.k_positions.map(|p| i64_tensor(p, &mut kps));
+    o.q_positions = qp.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.k_positions = kp.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let (mut cqs, mut cks) = ([0i64], [0i64]);
+    let (cq, ck) = match *layout {
+        AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
+            cqs[0] = cu_seqlens_q.len() as i64;
+            cks[0] = cu_seqlens_k.len() as i64;
+            (Some(i64_tensor(cu_seqlens_q, &mut cqs)), Some(i64_tensor(cu_seqlens_k, &mut cks)))
+        }
+        AttentionLayout::Padded { .. } => (None, None),
+    };
+    o.cu_seqlens_q = cq.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.cu_seqlens_k = ck.as_ref().map_or(ptr::null(), |t| t as *const _);
+    f(&o)
+}
+
+/// o = softmax(scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j)) v, and the per-row
+/// log-sum-exp lse [tokens_q, heads_q] (-inf for rows with no allowed key). float32
+/// runs the optimised kernels; float64 the exact reference.
+pub fn attention_forward<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+) -> Result<(Vec<T>, Vec<T>)> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    let mut o = vec![T::default(); q.len()];
+    let mut lse = vec![T::default(); count(&s.lse)];
+    let (mut ks, mut vs, mut os) = (s.kv.clone(), s.kv.clone(), s.q.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let mut to = real_tensor_mut(&mut o, &mut os);
+    let mut tl = real_tensor_mut(&mut lse, &mut s.lse);
+    // SAFETY: every slice holds its shape's values (checked); outputs are fresh vectors.
+    with_options(options, layout, |c| check(unsafe { ffi::gpe_attention_forward(c, &tq, &tk, &tv, &mut to, &mut tl) }))?;
+    Ok((o, lse))
+}
+
+/// dq, dk, dv from d_o (shaped like q), with respect to q, k and v before the encoding.
+/// `forward` is the forward's (o, lse), or None to recompute them.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<AttentionGrads<T>> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh vectors.
+    with_options(options, layout, |c| {
+        check(unsafe { ffi::gpe_attention_backward(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv) })
+    })?;
+    Ok(g)
+}

@@ -1,0 +1,304 @@
+//! RoPE, the additive biases and attention (since 0.3.0) through the Rust bindings,
+//! against the published formulas written out here, and bad input as Err.
+use gpe::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E3779B97F4A7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58476D1CE4E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D049BB133111EB);
+        z ^= z >> 31;
+        (z >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize) -> Vec<f64> {
+        (0..n).map(|_| self.next()).collect()
+    }
+}
+
+fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f64::max)
+}
+
+// Half-split RoPE by hand (Su et al., eq. 34 with gpe.h's pairing (i, i + r/2) and
+// rotation (x1 cos a - x2 sin a, x1 sin a + x2 cos a)), bshd with positions 0..seq.
+fn rope_by_hand(x: &[f64], shape: [usize; 4], base: f64) -> Vec<f64> {
+    let [b, s, h, d] = shape;
+    let mut y = x.to_vec();
+    for bi in 0..b {
+        for si in 0..s {
+            for hi in 0..h {
+                let row = ((bi * s + si) * h + hi) * d;
+                for i in 0..d / 2 {
+                    let a = si as f64 * base.powf(-2.0 * i as f64 / d as f64);
+                    let (x1, x2) = (x[row + i], x[row + i + d / 2]);
+                    y[row + i] = x1 * a.cos() - x2 * a.sin();
+                    y[row + i + d / 2] = x1 * a.sin() + x2 * a.cos();
+                }
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn rope_matches_the_formula_and_backward_inverts_it() {
+    let rope = Rope::new(&RopeOptions::new(8)).unwrap();
+    assert_eq!(rope.shape(), (8, 8, 1));
+    let (thetas, factor) = rope.frequencies().unwrap();
+    for (i, t) in thetas.iter().enumerate() {
+        // Formed in double from the same expression: agreement to a few ulps.
+        assert!((t - 10000f64.powf(-2.0 * i as f64 / 8.0)).abs() <= 1e-15 * t.abs().max(1.0));
+    }
+    assert_eq!(factor, 1.0);
+    let shape = [2, 5, 3, 8];
+    let x = Rng(1).vec(2 * 5 * 3 * 8);
+    let y = rope.forward(&Tokens::bshd(), &x, &shape).unwrap();
+    // Angles below 5 rad, values below 1: float64 rounding stays under 1e-14.
+    assert!(max_abs_diff(&y, &rope_by_hand(&x, shape, 10000.0)) < 1e-14);
+    // Orthogonality: R(-a) R(a) = I, in place.
+    let mut back = y.clone();
+    rope.backward_in_place(&Tokens::bshd(), &mut back, &shape).unwrap();
+    assert!(max_abs_diff(&back, &x) < 1e-14);
+    // float32 agrees with float64 to float32 rounding (a few ulps of values below ~1.5).
+    let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let y32 = rope.forward(&Tokens::bshd(), &x32, &shape).unwrap();
+    let y32: Vec<f64> = y32.iter().map(|&v| v as f64).collect();
+    assert!(max_abs_diff(&y32, &y) < 1e-6);
+}
+
+#[test]
+fn rope_offsets_shift_positions_and_schedules_change_frequencies() {
+    let rope = Rope::new(&RopeOptions::new(4)).unwrap();
+    let x = Rng(2).vec(2 * 3 * 4); // [1, 6, 1, 4] seen as 6 tokens
+    let shape = [1, 6, 1, 4];
+    let full = rope.forward(&Tokens::bshd(), &x, &shape).unwrap();
+    // The last 3 tokens alone, with offset 3, are rotated as in the full sequence.
+    let tail_tokens = Tokens { offsets: Some(&[3]), ..Tokens::bshd() };
+    let tail = rope.forward(&tail_tokens, &x[12..], &[1, 3, 1, 4]).unwrap();
+    assert!(max_abs_diff(&tail, &full[12..]) < 1e-15);
+    // Linear scaling divides every frequency by the factor (Chen et al.).
+    let mut o = RopeOptions::new(4);
+    o.schedule = Schedule::Linear { factor: 4.0 };
+    let (lin, _) = Rope::new(&o).unwrap().frequencies().unwrap();
+    let (def, _) = rope.frequencies().unwrap();
+    for (l, d) in lin.iter().zip(&def) {
+        assert!((l * 4.0 - d).abs() < 1e-15);
+    }
+    // YaRN with factor 1 leaves the high frequencies alone; its temperature is >= 1.
+    let mut y = RopeOptions::new(64);
+    y.schedule = Schedule::Yarn { factor: 8.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0, attention_factor: None };
+    let (yt, yf) = Rope::new(&y).unwrap().frequencies().unwrap();
+    assert_eq!(yt[0], 1.0);
+    // Peng et al.: sqrt(1/t) = 0.1 ln(s) + 1.
+    assert!((yf - (0.1 * 8f64.ln() + 1.0)).abs() < 1e-12);
+}
+
+#[test]
+fn rope_rejects_bad_input() {
+    let mut o = RopeOptions::new(8);
+    o.rotary_dim = 3;
+    let e = Rope::new(&o).err().expect("odd rotary_dim accepted");
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("rotary_dim"), "{}", e.message);
+    let rope = Rope::new(&RopeOptions::new(8)).unwrap();
+    // A slice shorter than its shape never reaches C.
+    let e = rope.forward(&Tokens::bshd(), &[0.0f64; 7], &[1, 1, 1, 8]).err().unwrap();
+    assert!(e.message.contains("x has 7 values"), "{}", e.message);
+    // head_dim of the tensor disagrees with the encoding's.
+    let e = rope.forward(&Tokens::bshd(), &[0.0f64; 4], &[1, 1, 1, 4]).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+}
+
+#[test]
+fn biases_match_their_formulas() {
+    // Press et al.: 8 heads, slopes 2^-1 .. 2^-8.
+    let alibi = Bias::alibi(8, false, None).unwrap();
+    assert_eq!(alibi.kind(), BiasKind::Alibi);
+    assert!(alibi.causal().unwrap());
+    let slopes = alibi.alibi_slopes().unwrap();
+    for (h, s) in slopes.iter().enumerate() {
+        assert_eq!(*s, 2f64.powi(-(h as i32) - 1));
+    }
+    let (qp, kp) = ([3i64, 7], [0i64, 2, 5]);
+    let tile = alibi.fill_tile(2, &qp, &kp).unwrap();
+    for r in 0..2 {
+        for c in 0..3 {
+            // Exact in binary: small integers times a power of two.
+            assert_eq!(tile.at(r, c), -slopes[2] * (qp[r] - kp[c]) as f64);
+        }
+    }
+    // FoX (Lin et al.): c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_l).
+    let logits = Matrix::new(4, 1, vec![0.3, -1.2, 2.0, 0.1]).unwrap();
+    let fox = Bias::fox(0, &logits).unwrap();
+    let c: Vec<f64> = logits
+        .data
+        .iter()
+        .scan(0.0, |acc, &x| {
+            *acc += -(1.0 + (-x as f64).exp()).ln();
+            Some(*acc)
+        })
+        .collect();
+    let tile = fox.fill_tile(0, &[3, 2], &[0, 1, 2]).unwrap();
+    for (r, &i) in [3usize, 2].iter().enumerate() {
+        for j in 0..3usize {
+            // A handful of double operations on values of order 1.
+            assert!((tile.at(r, j) - (c[i] - c[j])).abs() < 1e-14);
+        }
+    }
+    // The ALiBi slope gradient: d/dm of -m (i - j) summed against the tile gradient.
+    let g = Matrix::new(2, 3, vec![1.0; 6]).unwrap();
+    let mut grad = vec![0.0; 8];
+    alibi.accumulate_gradient(2, &qp, &kp, &g, &mut grad, None).unwrap();
+    let want: f64 = qp.iter().flat_map(|&i| kp.iter().map(move |&j| -((i - j) as f64))).sum();
+    assert_eq!(grad[2], want);
+    assert!(grad.iter().enumerate().all(|(h, &v)| h == 2 || v == 0.0));
+}
+
+#[test]
+fn biases_reject_bad_input() {
+    let e = Bias::alibi(0, false, None).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    let e = Bias::fox(0, &Matrix::new(1, 1, vec![f64::NAN]).unwrap()).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    let fox = Bias::fox(10, &Matrix::new(2, 1, vec![0.0, 0.0]).unwrap()).unwrap();
+    // Position 3 is outside [first_position, first_position + length) = [10, 12).
+    assert!(fox.fill_tile(0, &[3], &[10]).is_err());
+}
+
+// Exact attention in double, written out: bshd, GQA, optional causal mask and a bias.
+#[allow(clippy::too_many_arguments)]
+fn attention_by_hand(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    s: usize,
+    hq: usize,
+    hk: usize,
+    d: usize,
+    causal: bool,
+    bias: &dyn Fn(usize, usize, usize) -> f64,
+) -> Vec<f64> {
+    let mut o = vec![0.0; q.len()];
+    let scale = 1.0 / (d as f64).sqrt();
+    for h in 0..hq {
+        let kh = h / (hq / hk);
+        for i in 0..s {
+            let qi = &q[(i * hq + h) * d..][..d];
+            let mut scores = Vec::new();
+            for j in 0..s {
+                if causal && j > i {
+                    continue;
+                }
+                let kj = &k[(j * hk + kh) * d..][..d];
+                let dot: f64 = qi.iter().zip(kj).map(|(a, b)| a * b).sum();
+                scores.push((j, scale * dot + bias(h, i, j)));
+            }
+            let m = scores.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
+            let z: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum();
+            for &(j, sc) in &scores {
+                let p = (sc - m).exp() / z;
+                for t in 0..d {
+                    o[(i * hq + h) * d + t] += p * v[(j * hk + kh) * d + t];
+                }
+            }
+        }
+    }
+    o
+}
+
+#[test]
+fn attention_matches_the_formula_with_alibi_and_gqa() {
+    let (s, hq, hk, d) = (7usize, 4usize, 2usize, 16usize);
+    let mut rng = Rng(3);
+    let (q, k, v) = (rng.vec(s * hq * d), rng.vec(s * hk * d), rng.vec(s * hk * d));
+    let alibi = Bias::alibi(hq, false, None).unwrap();
+    let slopes = alibi.alibi_slopes().unwrap();
+    let options = AttentionOptions { causal: true, bias: Some(&alibi), ..Default::default() };
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let (o, lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+    assert_eq!(lse.len(), s * hq);
+    let want = attention_by_hand(&q, &k, &v, s, hq, hk, d, true, &|h, i, j| -slopes[h] * (i as f64 - j as f64));
+    // float64 runs the exact reference: agreement to double rounding of short sums.
+    assert!(max_abs_diff(&o, &want) < 1e-13);
+    // float32 runs the optimised kernel: float32 rounding of sums of 16 products of
+    // values below 1 and a softmax over 7 keys stays well under 1e-5.
+    let f = |x: &[f64]| x.iter().map(|&t| t as f32).collect::<Vec<f32>>();
+    let (o32, _) = attention_forward(&options, &layout, &heads, &f(&q), &f(&k), &f(&v)).unwrap();
+    let o32: Vec<f64> = o32.iter().map(|&t| t as f64).collect();
+    assert!(max_abs_diff(&o32, &want) < 1e-5);
+}
+
+#[test]
+fn attention_with_rope_equals_rope_then_attention() {
+    let (s, h, d) = (6usize, 2usize, 8usize);
+    let mut rng = Rng(4);
+    let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let fused = AttentionOptions { rope_dim: d as i64, ..Default::default() };
+    let (o, _) = attention_forward(&fused, &layout, &heads, &q, &k, &v).unwrap();
+    let rope = Rope::new(&RopeOptions::new(d as i64)).unwrap();
+    let shape = [1, s, h, d];
+    let (rq, rk) = (rope.forward(&Tokens::bshd(), &q, &shape).unwrap(), rope.forward(&Tokens::bshd(), &k, &shape).unwrap());
+    let want = attention_by_hand(&rq, &rk, &v, s, h, h, d, false, &|_, _, _| 0.0);
+    assert!(max_abs_diff(&o, &want) < 1e-13);
+}
+
+#[test]
+fn attention_backward_matches_finite_differences() {
+    let (s, h, d) = (5usize, 2usize, 4usize);
+    let mut rng = Rng(5);
+    let (q, k, v, d_o) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let options = AttentionOptions { causal: true, rope_dim: d as i64, ..Default::default() };
+    let g = attention_backward(&options, &layout, &heads, &q, &k, &v, None, &d_o).unwrap();
+    // L = <d_o, o>; central differences with step 1e-6 in double: truncation error
+    // O(h^2) ~ 1e-12 and rounding ~1e-16 / 1e-6 = 1e-10, so 1e-7 is a safe bound.
+    let loss = |q: &[f64], k: &[f64], v: &[f64]| -> f64 {
+        let (o, _) = attention_forward(&options, &layout, &heads, q, k, v).unwrap();
+        o.iter().zip(&d_o).map(|(a, b)| a * b).sum()
+    };
+    let eps = 1e-6;
+    for (which, grad) in [(0, &g.dq), (1, &g.dk), (2, &g.dv)] {
+        for idx in [0usize, 7, 13, 22, 39] {
+            let mut p = [q.clone(), k.clone(), v.clone()];
+            p[which][idx] += eps;
+            let up = loss(&p[0], &p[1], &p[2]);
+            p[which][idx] -= 2.0 * eps;
+            let down = loss(&p[0], &p[1], &p[2]);
+            let fd = (up - down) / (2.0 * eps);
+            assert!((fd - grad[idx]).abs() < 1e-7, "tensor {} index {}: fd {} vs {}", which, idx, fd, grad[idx]);
+        }
+    }
+}
+
+#[test]
+fn attention_rejects_bad_input() {
+    let heads = AttentionHeads { heads_q: 3, heads_kv: 2, head_dim: 4 };
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: 2, seq_k: 2 };
+    let q = vec![0.0f64; 2 * 3 * 4];
+    let kv = vec![0.0f64; 2 * 2 * 4];
+    // 3 query heads over 2 kv heads: not a multiple.
+    let e = attention_forward(&AttentionOptions::default(), &layout, &heads, &q, &kv, &kv).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    let heads = AttentionHeads { heads_q: 2, heads_kv: 2, head_dim: 4 };
+    let q = vec![0.0f64; 2 * 2 * 4];
+    // An odd rope_dim.
+    let opts = AttentionOptions { rope_dim: 3, ..Default::default() };
+    let e = attention_forward(&opts, &layout, &heads, &q, &kv, &kv).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    // A NaN scale.
+    let opts = AttentionOptions { softmax_scale: f64::NAN, ..Default::default() };
+    assert!(attention_forward(&opts, &layout, &heads, &q, &kv, &kv).is_err());
+    // Slices shorter than their shapes never reach C.
+    let e = attention_forward(&AttentionOptions::default(), &layout, &heads, &q[1..], &kv, &kv).err().unwrap();
+    assert!(e.message.contains("q has"), "{}", e.message);
+    // Non-monotonic cumulative lengths.
+    let packed = AttentionLayout::Packed { cu_seqlens_q: &[0, 2, 1, 2], cu_seqlens_k: &[0, 1, 1, 2] };
+    assert!(attention_forward(&AttentionOptions::default(), &packed, &heads, &q, &kv, &kv).is_err());
+}

@@ -28,6 +28,112 @@ namespace {
 
 std::string g_table_path;  // argv[1]
 
+
+// Valid inputs for the 0.3.0 entry points (RoPE, biases, attention), a member of Fixture.
+struct Fixture03 {
+  std::deque<std::vector<int64_t>> shapes;
+  DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
+    shapes.push_back(std::move(shape));
+    DLTensor t;
+    std::memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = static_cast<int32_t>(shapes.back().size());
+    t.dtype.code = static_cast<uint8_t>(code);
+    t.dtype.bits = static_cast<uint8_t>(bits);
+    t.dtype.lanes = 1;
+    t.shape = shapes.back().data();
+    return t;
+  }
+  // Attention: batch 1, seq 4, 2 query heads over 1 kv head, head_dim 8 (float32).
+  static constexpr int64_t kS = 4, kH = 2, kHk = 1, kD = 8;
+  std::vector<float> qa, ka, va, oa, lsea, dqa;
+  std::vector<double> xr, yr, slopes = {0.5, 0.25}, t5_table, fox_logits, ap_w, ap_u, tile;
+  std::vector<int64_t> ids = {0, 1, 2, 3}, offsets = {2}, cu = {0, 2, 4}, bad_cu = {0, 3, 2},
+                       tpos = {0, 1, 2, 3}, tq = {1, 3}, tk = {0, 1, 2};
+  DLTensor q, k, v, o, lse, dq, x, y, ids_t, offsets_t, cu_t, bad_cu_t, pos_t, tq_t, tk_t, tile_t;
+  gpe_rope_options rope_opt = GPE_ROPE_OPTIONS_INIT;
+  gpe_rope_tokens tokens = GPE_ROPE_TOKENS_INIT;
+  gpe_alibi_options alibi_opt = GPE_ALIBI_OPTIONS_INIT;
+  gpe_t5_options t5_opt = GPE_T5_OPTIONS_INIT;
+  gpe_fox_options fox_opt = GPE_FOX_OPTIONS_INIT;
+  gpe_grape_ap_options ap_opt = GPE_GRAPE_AP_OPTIONS_INIT;
+  gpe_attention_options att = GPE_ATTENTION_OPTIONS_INIT;
+  gpe_rope* rope = nullptr;
+  gpe_bias* alibi = nullptr;
+  gpe_bias* fox = nullptr;
+
+  Fixture03() {
+    const size_t nq = kS * kH * kD, nk = kS * kHk * kD;
+    qa.assign(nq, 0.25f);
+    ka.assign(nk, 0.5f);
+    va.assign(nk, 1.0f);
+    oa.assign(nq, 0.0f);
+    dqa.assign(nq, 0.0f);
+    lsea.assign(kS * kH, 0.0f);
+    q = Make(qa.data(), kDLFloat, 32, {1, kS, kH, kD});
+    k = Make(ka.data(), kDLFloat, 32, {1, kS, kHk, kD});
+    v = Make(va.data(), kDLFloat, 32, {1, kS, kHk, kD});
+    o = Make(oa.data(), kDLFloat, 32, {1, kS, kH, kD});
+    dq = Make(dqa.data(), kDLFloat, 32, {1, kS, kH, kD});
+    lse = Make(lsea.data(), kDLFloat, 32, {kS, kH});
+    xr.assign(kS * kH * kD, 0.5);
+    yr.assign(kS * kH * kD, 0.0);
+    x = Make(xr.data(), kDLFloat, 64, {1, kS, kH, kD});
+    y = Make(yr.data(), kDLFloat, 64, {1, kS, kH, kD});
+    ids_t = Make(ids.data(), kDLInt, 64, {kS});
+    offsets_t = Make(offsets.data(), kDLInt, 64, {1});
+    cu_t = Make(cu.data(), kDLInt, 64, {3});
+    bad_cu_t = Make(bad_cu.data(), kDLInt, 64, {3});
+    pos_t = Make(tpos.data(), kDLInt, 64, {kS});
+    tq_t = Make(tq.data(), kDLInt, 64, {2});
+    tk_t = Make(tk.data(), kDLInt, 64, {3});
+    tile.assign(2 * 3, 0.0);
+    tile_t = Make(tile.data(), kDLFloat, 64, {2, 3});
+    rope_opt.head_dim = kD;
+    alibi_opt.num_heads = kH;
+    t5_table.assign(32 * kH, 0.1);
+    t5_opt.num_heads = kH;
+    t5_opt.table = t5_table.data();
+    fox_logits.assign(kS * kH, 1.0);
+    fox_opt.length = kS;
+    fox_opt.num_heads = kH;
+    fox_opt.gate_logits = fox_logits.data();
+    ap_w.assign(kS * kH, 0.1);
+    ap_u.assign(kS * kH, 0.2);
+    ap_opt.length = kS;
+    ap_opt.num_heads = kH;
+    ap_opt.w = ap_w.data();
+    ap_opt.u = ap_u.data();
+    EXPECT_EQ(gpe_rope_create(&rope_opt, &rope), GPE_OK) << gpe_last_error_message();
+    EXPECT_EQ(gpe_bias_create_alibi(&alibi_opt, &alibi), GPE_OK) << gpe_last_error_message();
+    EXPECT_EQ(gpe_bias_create_fox(&fox_opt, &fox), GPE_OK) << gpe_last_error_message();
+  }
+  ~Fixture03() {
+    gpe_rope_destroy(rope);
+    gpe_bias_destroy(alibi);
+    gpe_bias_destroy(fox);
+  }
+  gpe_status RopeCreate() {
+    gpe_rope* r = nullptr;
+    const gpe_status s = gpe_rope_create(&rope_opt, &r);
+    gpe_rope_destroy(r);
+    return s;
+  }
+  gpe_status RopeForward() { return gpe_rope_forward(rope, &tokens, &x, &y); }
+  template <class Options, class Create>
+  gpe_status BiasCreate(const Options& options, Create create) {
+    gpe_bias* b = nullptr;
+    const gpe_status s = create(&options, &b);
+    gpe_bias_destroy(b);
+    return s;
+  }
+  gpe_status Forward() { return gpe_attention_forward(&att, &q, &k, &v, &o, &lse); }
+  gpe_status Backward() {
+    return gpe_attention_backward(&att, &q, &k, &v, &o, &lse, &o, &dq, nullptr, nullptr);
+  }
+};
+
 // Valid inputs for every entry point; each case corrupts one thing in a fresh copy.
 struct Fixture {
   std::deque<std::vector<int64_t>> shapes;  // stable addresses for DLTensor::shape
@@ -67,6 +173,7 @@ struct Fixture {
   gpe_algebraic_sequence* alg = nullptr;
   gpe_learned_positions* learned = nullptr;
   gpe_so_rep* created = nullptr;  // receives handles a case should not have been given
+  Fixture03 v3;                   // the 0.3.0 entry points' inputs
   int64_t i64 = 0, j64 = 0;
   double f64 = 0.0;
   std::vector<int64_t> qpos_data = {0, 5}, kpos_data = {1, 2, 9};
@@ -184,6 +291,176 @@ struct Case {
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 const double kInf = std::numeric_limits<double>::infinity();
 constexpr int64_t kHuge = int64_t{1} << 21;  // above kMaxDim = 2^20
+
+// Cases of the 0.3.0 entry points (RoPE, additive biases, attention).
+void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
+  const char* e = "gpe_rope_create";
+  add("rope_options_null", e, [](Fixture& f) { return gpe_rope_create(nullptr, &f.v3.rope); });
+  add("rope_rotary_odd", e, [](Fixture& f) { f.v3.rope_opt.rotary_dim = 3; return f.v3.RopeCreate(); });
+  add("rope_rotary_above_head_dim", e, [](Fixture& f) { f.v3.rope_opt.rotary_dim = 16; return f.v3.RopeCreate(); });
+  add("rope_base_nan", e, [](Fixture& f) { f.v3.rope_opt.base = kNaN; return f.v3.RopeCreate(); });
+  add("rope_schedule_unknown", e, [](Fixture& f) { f.v3.rope_opt.schedule = 42; return f.v3.RopeCreate(); });
+  add("rope_yarn_beta_order", e, [](Fixture& f) {
+    f.v3.rope_opt.schedule = GPE_ROPE_YARN;
+    f.v3.rope_opt.factor = 4.0;
+    f.v3.rope_opt.beta_fast = 1.0;
+    f.v3.rope_opt.beta_slow = 32.0;
+    return f.v3.RopeCreate();
+  });
+  add("rope_longrope_factor_count", e, [](Fixture& f) {
+    static const double factors[3] = {1.0, 1.0, 1.0};  // rotary_dim / 2 = 4 are needed
+    f.v3.rope_opt.schedule = GPE_ROPE_LONGROPE;
+    f.v3.rope_opt.short_factor = factors;
+    f.v3.rope_opt.short_factor_len = 3;
+    f.v3.rope_opt.long_factor = factors;
+    f.v3.rope_opt.long_factor_len = 3;
+    return f.v3.RopeCreate();
+  });
+  add("rope_mrope_sections_sum", e, [](Fixture& f) {
+    static const int64_t sections[2] = {1, 2};  // sum 3, rotary_dim / 2 = 4
+    f.v3.rope_opt.axes = GPE_ROPE_AXES_MROPE;
+    f.v3.rope_opt.mrope_sections = sections;
+    f.v3.rope_opt.num_mrope_sections = 2;
+    return f.v3.RopeCreate();
+  });
+  e = "gpe_rope_forward";
+  add("rope_forward_ids_and_offsets", e, [](Fixture& f) {
+    f.v3.tokens.position_ids = &f.v3.ids_t;
+    f.v3.tokens.offsets = &f.v3.offsets_t;
+    return f.v3.RopeForward();
+  });
+  add("rope_forward_ids_count", e, [](Fixture& f) {
+    f.v3.tokens.position_ids = &f.v3.tk_t;  // 3 ids for 4 tokens
+    return f.v3.RopeForward();
+  });
+  add("rope_forward_head_dim_mismatch", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, 8, 2, 4});
+    f.v3.x.shape = f.v3.y.shape = f.v3.shapes.back().data();  // head_dim 4, the encoding's 8
+    return f.v3.RopeForward();
+  });
+  add("rope_forward_thd_without_cu_seqlens", e, [](Fixture& f) {
+    f.v3.tokens.layout = GPE_ROPE_LAYOUT_THD;
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.x.ndim = f.v3.y.ndim = 3;
+    f.v3.x.shape = f.v3.y.shape = f.v3.shapes.back().data();
+    return f.v3.RopeForward();
+  });
+  add("rope_forward_dtype_mismatch", e, [](Fixture& f) {
+    return gpe_rope_forward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
+  });
+  e = "gpe_bias_create_alibi";
+  add("alibi_heads_0", e, [](Fixture& f) {
+    f.v3.alibi_opt.num_heads = 0;
+    return f.v3.BiasCreate(f.v3.alibi_opt, gpe_bias_create_alibi);
+  });
+  add("alibi_slope_nan", e, [](Fixture& f) {
+    f.v3.slopes[1] = kNaN;
+    f.v3.alibi_opt.slopes = f.v3.slopes.data();
+    return f.v3.BiasCreate(f.v3.alibi_opt, gpe_bias_create_alibi);
+  });
+  add("alibi_form_unknown", e, [](Fixture& f) {
+    f.v3.alibi_opt.form = 5;
+    return f.v3.BiasCreate(f.v3.alibi_opt, gpe_bias_create_alibi);
+  });
+  e = "gpe_bias_create_t5";
+  add("t5_buckets_1", e, [](Fixture& f) {
+    f.v3.t5_opt.num_buckets = 1;
+    return f.v3.BiasCreate(f.v3.t5_opt, gpe_bias_create_t5);
+  });
+  add("t5_table_null", e, [](Fixture& f) {
+    f.v3.t5_opt.table = nullptr;
+    return f.v3.BiasCreate(f.v3.t5_opt, gpe_bias_create_t5);
+  });
+  e = "gpe_bias_create_fox";
+  add("fox_logit_inf", e, [](Fixture& f) {
+    f.v3.fox_logits[3] = kInf;
+    return f.v3.BiasCreate(f.v3.fox_opt, gpe_bias_create_fox);
+  });
+  add("fox_length_negative", e, [](Fixture& f) {
+    f.v3.fox_opt.length = -1;
+    return f.v3.BiasCreate(f.v3.fox_opt, gpe_bias_create_fox);
+  });
+  e = "gpe_bias_create_grape_ap";
+  add("grape_ap_rank_0", e, [](Fixture& f) {
+    f.v3.ap_opt.rank = 0;
+    return f.v3.BiasCreate(f.v3.ap_opt, gpe_bias_create_grape_ap);
+  });
+  add("grape_ap_u_null", e, [](Fixture& f) {
+    f.v3.ap_opt.u = nullptr;
+    return f.v3.BiasCreate(f.v3.ap_opt, gpe_bias_create_grape_ap);
+  });
+  e = "gpe_bias_fill_tile";
+  add("fill_tile_head_out_of_range", e, [](Fixture& f) {
+    return gpe_bias_fill_tile(f.v3.alibi, 2, &f.v3.tq_t, &f.v3.tk_t, &f.v3.tile_t);
+  });
+  add("fill_tile_out_wrong_shape", e, [](Fixture& f) {
+    return gpe_bias_fill_tile(f.v3.alibi, 0, &f.v3.tk_t, &f.v3.tk_t, &f.v3.tile_t);
+  });
+  add("fill_tile_fox_position_outside", e, [](Fixture& f) {
+    f.v3.tq[1] = 4;  // FoX positions lie in [0, length = 4)
+    return gpe_bias_fill_tile(f.v3.fox, 0, &f.v3.tq_t, &f.v3.tk_t, &f.v3.tile_t);
+  });
+  e = "gpe_attention_forward";
+  add("attention_options_null", e, [](Fixture& f) {
+    return gpe_attention_forward(nullptr, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_heads_not_dividing", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, 4, 3, 2});
+    f.v3.shapes.push_back({1, 4, 2, 2});
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();  // 3 heads x 2
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();                    // 2 kv heads
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_head_dim_mismatch", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, 8, 1, 4});
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();  // head_dim 4 against q's 8
+    return f.v3.Forward();
+  });
+  add("attention_rope_dim_odd", e, [](Fixture& f) { f.v3.att.rope_dim = 3; return f.v3.Forward(); });
+  add("attention_rope_dim_above_head_dim", e, [](Fixture& f) { f.v3.att.rope_dim = 10; return f.v3.Forward(); });
+  add("attention_scale_nan", e, [](Fixture& f) { f.v3.att.softmax_scale = kNaN; return f.v3.Forward(); });
+  add("attention_two_rotations", e, [](Fixture& f) {
+    f.v3.att.rope_dim = 8;
+    f.v3.att.grape_m = f.grape;
+    return f.v3.Forward();
+  });
+  add("attention_one_position_tensor", e, [](Fixture& f) {
+    f.v3.att.q_positions = &f.v3.pos_t;  // keys' positions missing
+    return f.v3.Forward();
+  });
+  add("attention_cu_seqlens_decreasing", e, [](Fixture& f) {
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.shapes.push_back({4, 1, 8});
+    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.att.cu_seqlens_q = &f.v3.bad_cu_t;
+    f.v3.att.cu_seqlens_k = &f.v3.cu_t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_bias_heads_mismatch", e, [](Fixture& f) -> gpe_status {
+    f.v3.alibi_opt.num_heads = 3;
+    gpe_bias_destroy(f.v3.alibi);
+    f.v3.alibi = nullptr;
+    if (gpe_bias_create_alibi(&f.v3.alibi_opt, &f.v3.alibi) != GPE_OK) return GPE_ERROR_INTERNAL;
+    f.v3.att.bias = f.v3.alibi;  // 3 bias heads, 2 query heads
+    return f.v3.Forward();
+  });
+  add("attention_lse_wrong_shape", e, [](Fixture& f) {
+    f.v3.shapes.push_back({f.v3.kH, f.v3.kS});
+    f.v3.lse.shape = f.v3.shapes.back().data();
+    return f.v3.Forward();
+  });
+  e = "gpe_attention_backward";
+  add("attention_backward_o_without_lse", e, [](Fixture& f) {
+    return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr,
+                                  &f.v3.o, &f.v3.dq, nullptr, nullptr);
+  });
+  add("attention_backward_dq_overlaps_q", e, [](Fixture& f) {
+    return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr, nullptr,
+                                  &f.v3.o, &f.v3.q, nullptr, nullptr);
+  });
+}
 
 std::map<std::string, Case> Cases() {
   std::map<std::string, Case> c;
@@ -496,6 +773,7 @@ std::map<std::string, Case> Cases() {
   add("predict_out_wrong_shape", e, [](Fixture& f) {
     return gpe_inr_predict_separable_2d(&f.psi, &f.psi, &f.w, &f.w);
   });
+  AddCases03(add);
   return c;
 }
 

@@ -1,6 +1,7 @@
 // The thread-safety guarantees of gpe.h's header comment, tested through gpe.h only:
 // every entry-point family (SO(n) representations, sinusoidal, GRAPE-M, algebraic,
-// learned positions, Shaw scores, shifted basis, stable rank, INR fit and predict)
+// learned positions, Shaw scores, shifted basis, stable rank, INR fit and predict, RoPE
+// and its tables, the additive biases, attention forward and backward)
 // called from 8 threads at once, sharing handles and read-only inputs, gives the same
 // bits as one thread; and each thread's gpe_last_error_message stays its own.
 #include <atomic>
@@ -51,6 +52,13 @@ struct Shared {
   gpe_grape_m* grape = nullptr;
   gpe_algebraic_sequence* alg = nullptr;
   gpe_learned_positions* learned = nullptr;
+  // 0.3.0: RoPE (YaRN), ALiBi and FoX biases, attention inputs [1, kAs, kAh, kDim].
+  static constexpr int64_t kAs = 37, kAh = 4, kAhk = 2;
+  std::vector<float> aq, ak, av, ado;
+  std::vector<double> fox_logits;
+  gpe_rope* rope = nullptr;
+  gpe_bias* alibi = nullptr;
+  gpe_bias* fox = nullptr;
 
   Shared() {
     std::mt19937_64 rng(20261123);
@@ -99,8 +107,35 @@ struct Shared {
     std::vector<int64_t> ts = {64, kDim};
     DLTensor tt = Tensor(table.data(), kDLFloat, 64, &ts);
     EXPECT_EQ(gpe_learned_positions_create(&tt, &learned), GPE_OK) << gpe_last_error_message();
+
+    for (auto* v : {&aq, &ado}) {
+      const std::vector<double> d = Uniform(kAs * kAh * kDim, -1, 1, &rng);
+      v->assign(d.begin(), d.end());
+    }
+    for (auto* v : {&ak, &av}) {
+      const std::vector<double> d = Uniform(kAs * kAhk * kDim, -1, 1, &rng);
+      v->assign(d.begin(), d.end());
+    }
+    fox_logits = Uniform(kAs * kAh, -2, 4, &rng);
+    gpe_rope_options rop = GPE_ROPE_OPTIONS_INIT;
+    rop.head_dim = kDim;
+    rop.schedule = GPE_ROPE_YARN;
+    rop.factor = 4.0;
+    rop.original_max_position = 64;
+    EXPECT_EQ(gpe_rope_create(&rop, &rope), GPE_OK) << gpe_last_error_message();
+    gpe_alibi_options alo = GPE_ALIBI_OPTIONS_INIT;
+    alo.num_heads = kAh;
+    EXPECT_EQ(gpe_bias_create_alibi(&alo, &alibi), GPE_OK) << gpe_last_error_message();
+    gpe_fox_options fo = GPE_FOX_OPTIONS_INIT;
+    fo.length = kAs;
+    fo.num_heads = kAh;
+    fo.gate_logits = fox_logits.data();
+    EXPECT_EQ(gpe_bias_create_fox(&fo, &fox), GPE_OK) << gpe_last_error_message();
   }
   ~Shared() {
+    gpe_rope_destroy(rope);
+    gpe_bias_destroy(alibi);
+    gpe_bias_destroy(fox);
     gpe_so_rep_destroy(planes);
     gpe_so_rep_destroy(rank2);
     gpe_grape_m_destroy(grape);
@@ -230,6 +265,69 @@ std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
     check(gpe_inr_fit_separable_2d(&fo, &te, &te, &ti, &tw));
     check(gpe_inr_predict_separable_2d(&te, &te, &tw, &tpred));
     for (const auto* v : {&psi, &w, &pred}) keep(v->data(), v->size() * sizeof(double));
+  }
+  // RoPE: forward with offsets (float32, bshd), a table built here, and its backward.
+  {
+    std::vector<int64_t> qs = {1, S::kAs, S::kAh, S::kDim}, os = {1};
+    const int64_t offset = 1000003;
+    DLTensor tq = Tensor(s.aq.data(), kDLFloat, 32, &qs), toff = Tensor(&offset, kDLInt, 64, &os);
+    std::vector<float> out(s.aq.size()), back(s.aq.size());
+    DLTensor to = Tensor(out.data(), kDLFloat, 32, &qs), tb = Tensor(back.data(), kDLFloat, 32, &qs);
+    gpe_rope_tokens tokens = GPE_ROPE_TOKENS_INIT;
+    tokens.offsets = &toff;
+    check(gpe_rope_forward(s.rope, &tokens, &tq, &to));
+    gpe_rope_table* table = nullptr;
+    check(gpe_rope_table_create(s.rope, &tokens, &tq, &table));
+    check(gpe_rope_table_backward(table, &to, &tb));
+    gpe_rope_table_destroy(table);
+    for (const auto* v : {&out, &back}) keep(v->data(), v->size() * sizeof(float));
+  }
+  // Biases: ALiBi and FoX tiles and the FoX gradient.
+  {
+    std::vector<int64_t> qp = {36, 20, 5}, kp = {0, 5, 19, 36}, qs = {3}, ks = {4}, ts = {3, 4},
+                         gs = {S::kAs, S::kAh};
+    std::vector<double> tile(12), grad(S::kAs * S::kAh, 0.0), glog(S::kAs * S::kAh);
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &qs), tkp = Tensor(kp.data(), kDLInt, 64, &ks);
+    DLTensor tt = Tensor(tile.data(), kDLFloat, 64, &ts), tg = Tensor(grad.data(), kDLFloat, 64, &gs);
+    DLTensor tl = Tensor(glog.data(), kDLFloat, 64, &gs);
+    check(gpe_bias_fill_tile(s.alibi, 3, &tqp, &tkp, &tt));
+    keep(tile.data(), tile.size() * sizeof(double));
+    check(gpe_bias_fill_tile(s.fox, 1, &tqp, &tkp, &tt));
+    keep(tile.data(), tile.size() * sizeof(double));
+    check(gpe_bias_accumulate_gradient(s.fox, 1, &tqp, &tkp, &tt, &tg, nullptr));
+    check(gpe_bias_fox_logit_gradient(s.fox, &tg, &tl));
+    keep(glog.data(), glog.size() * sizeof(double));
+  }
+  // Attention (float32 kernels, 2 threads per call): RoPE + ALiBi causal, FoX, GRAPE-M;
+  // the backward of the first.
+  {
+    std::vector<int64_t> qs = {1, S::kAs, S::kAh, S::kDim}, ks = {1, S::kAs, S::kAhk, S::kDim},
+                         ls = {S::kAs, S::kAh};
+    DLTensor tq = Tensor(s.aq.data(), kDLFloat, 32, &qs), tk = Tensor(s.ak.data(), kDLFloat, 32, &ks);
+    DLTensor tv = Tensor(s.av.data(), kDLFloat, 32, &ks), tdo = Tensor(s.ado.data(), kDLFloat, 32, &qs);
+    std::vector<float> o(s.aq.size()), lse(S::kAs * S::kAh), dq(s.aq.size()), dk(s.ak.size()),
+        dv(s.av.size());
+    DLTensor to = Tensor(o.data(), kDLFloat, 32, &qs), tl = Tensor(lse.data(), kDLFloat, 32, &ls);
+    DLTensor tdq = Tensor(dq.data(), kDLFloat, 32, &qs), tdk = Tensor(dk.data(), kDLFloat, 32, &ks);
+    DLTensor tdv = Tensor(dv.data(), kDLFloat, 32, &ks);
+    gpe_attention_options a = GPE_ATTENTION_OPTIONS_INIT;
+    a.num_threads = 2;
+    a.causal = 1;
+    a.rope_dim = S::kDim;
+    a.bias = s.alibi;
+    check(gpe_attention_forward(&a, &tq, &tk, &tv, &to, &tl));
+    for (const auto* v : {&o, &lse}) keep(v->data(), v->size() * sizeof(float));
+    check(gpe_attention_backward(&a, &tq, &tk, &tv, &to, &tl, &tdo, &tdq, &tdk, &tdv));
+    for (const auto* v : {&dq, &dk, &dv}) keep(v->data(), v->size() * sizeof(float));
+    a.rope_dim = 0;
+    a.bias = s.fox;
+    check(gpe_attention_forward(&a, &tq, &tk, &tv, &to, &tl));
+    keep(o.data(), o.size() * sizeof(float));
+    a.bias = nullptr;
+    a.causal = 0;
+    a.grape_m = s.grape;
+    check(gpe_attention_forward(&a, &tq, &tk, &tv, &to, nullptr));
+    keep(o.data(), o.size() * sizeof(float));
   }
   return bytes;
 }

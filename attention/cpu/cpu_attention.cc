@@ -272,16 +272,8 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
                               std::unique_ptr<PreparedRowTransform>* tk) {
   *pq = EffectiveQPositions(a);
   *pk = EffectiveKPositions(a);
-  if (a.q_transform != nullptr) {
-    auto t = a.q_transform->Prepare(*pq);
-    if (!t.ok()) return t.status();
-    *tq = *std::move(t);
-  }
-  if (a.k_transform != nullptr) {
-    auto t = a.k_transform->Prepare(*pk);
-    if (!t.ok()) return t.status();
-    *tk = *std::move(t);
-  }
+  // Int64 or structured positions (descriptor.h): either way tiles index tokens.
+  if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, tq, tk); !s.ok()) return s;
   if (a.locality.has_value()) {
     auto f = encodings::sequence::LocalityFactor(0, *a.locality);
     if (!f.ok()) return f.status();

@@ -81,9 +81,14 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
 // encoding's parameter gradients follow from its own backward: e.g. for GRAPE-M,
 // GrapeMProduct::Backward(positions, q, dq_rotated) (plus the same on the key side)
 // gives dL/d(a, b, omega) (Zhang et al., GRAPE; the chain rule through q' = G(p) q).
+// shaw_key_table_grad / shaw_value_table_grad receive dL/daK and dL/daV for
+// args.shaw_keys / shaw_values (descriptor.h, SHAW LABELS): [2k + 1, head_dim]
+// row-major double, overwritten; float arithmetic per item, summed in double.
 struct CpuBackwardExtras {
   float* dq_rotated = nullptr;
   float* dk_rotated = nullptr;
+  double* shaw_key_table_grad = nullptr;
+  double* shaw_value_table_grad = nullptr;
 };
 absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
                          const float* v, const float* o, const float* lse, const float* d_o,

@@ -4,9 +4,9 @@
 // WHAT IS COMPUTED
 // ----------------
 // For every sequence b, query token i of b, query head h (kv head g = h / (Hq / Hkv)):
-//   q'_i = Tq(pos_q(i)) q_{i,h}          (RowTransform, multiplicative descriptor)
-//   k'_j = Tk(pos_k(j)) k_{j,g}
-//   s_ij = a(i, j) * scale * <q'_i, k'_j> + b_h(pos_q(i), pos_k(j))
+//   q'_i = Tq(pos_q(i)) q_{i,h}          (RowTransform, multiplicative descriptor; or
+//   k'_j = Tk(pos_k(j)) k_{j,g}           the token's STRUCTURED POSITIONS, see below)
+//   s_ij = a(i, j) * scale * <q'_i, k'_j> + b_h(pos_q(i), pos_k(j))   (+ SHAW LABELS)
 //   a(i, j) = c^|pos_q(i) - pos_k(j)|    (locality scaling, Kogkalidis et al. sec. 4; 1 if off)
 //   b_h   from an encodings::sequence::AdditiveBias tile (bias.h: THE additive descriptor)
 //   o_{i,h} = sum_j softmax_j(s_ij) v_{j,g}   over the keys j of sequence b that are allowed

@@ -17,11 +17,19 @@
 // (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V. The SIMD kernels
 // (kernels.h) are compiled for AVX-512, AVX2 and a portable baseline and chosen at run
 // time. float32 or bfloat16 inputs and outputs, float32 arithmetic and accumulation.
+// Transforms are bound to their tokens' int64 or structured positions once per call
+// (descriptor.h's PrepareRowTransforms), so multi-axis RoPE, algebraic trees and grids
+// rotate tiles like RoPE does. Shaw labels: each query row's 2k + 1 key-label dot
+// products are formed once per pass and gathered into its score tiles; its probability
+// mass per value label is accumulated (rescaled with o) and multiplied by the value
+// table at the end; the backward keeps the same per-row label sums for dQ and the
+// tables' gradients.
 //
 // MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
 // longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
-// transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared. No
-// len_q x len_k matrix is ever formed. CpuForwardWorkspaceBytes gives the total.
+// transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared, and Shaw
+// labels add O(rows x (2k + 1)) per thread. No len_q x len_k matrix is ever formed.
+// CpuForwardWorkspaceBytes gives the total.
 #ifndef ATTENTION_CPU_CPU_ATTENTION_H_
 #define ATTENTION_CPU_CPU_ATTENTION_H_
 

@@ -94,6 +94,16 @@ class UnpreparedRowTransform final : public PreparedRowTransform {
     absl::Status s = CheckRange(first, count);
     return s.ok() ? t_.Backward(positions_.subspan(first, count), rows, stride) : s;
   }
+  absl::Status Forward(int64_t first, int64_t count, double* rows,
+                       int64_t stride) const override {
+    absl::Status s = CheckRange(first, count);
+    return s.ok() ? t_.Forward(positions_.subspan(first, count), rows, stride) : s;
+  }
+  absl::Status Backward(int64_t first, int64_t count, double* rows,
+                        int64_t stride) const override {
+    absl::Status s = CheckRange(first, count);
+    return s.ok() ? t_.Backward(positions_.subspan(first, count), rows, stride) : s;
+  }
 
  private:
   absl::Status CheckRange(int64_t first, int64_t count) const {
@@ -108,11 +118,22 @@ class UnpreparedRowTransform final : public PreparedRowTransform {
   absl::Span<const int64_t> positions_;
 };
 
+absl::Status CheckRows(const char* who, int64_t first, int64_t count, int64_t n) {
+  if (count < 0 || first < 0 || first > n - count) {
+    return Bad(absl::StrCat(who, ": rows [", first, ", ", first, " + ", count,
+                            ") outside its ", n, " tokens"));
+  }
+  return absl::OkStatus();
+}
+
+// RoPE bound to tokens: the float table for the kernels; the double overloads rebuild a
+// double table for the requested tokens from their ids (exact oracle arithmetic).
 class PreparedRope final : public PreparedRowTransform {
  public:
-  PreparedRope(const encodings::sequence::Rope& rope,
-               encodings::sequence::RopeTable<float> table)
-      : rope_(rope), table_(std::move(table)) {}
+  PreparedRope(const RopeRowTransform& tr, const encodings::sequence::Rope& rope,
+               encodings::sequence::RopeTable<float> table, std::vector<int64_t> ids,
+               int64_t num_axes)
+      : tr_(tr), rope_(rope), table_(std::move(table)), ids_(std::move(ids)), axes_(num_axes) {}
   absl::Status Forward(int64_t first, int64_t count, float* rows,
                        int64_t stride) const override {
     return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/false);
@@ -121,10 +142,74 @@ class PreparedRope final : public PreparedRowTransform {
                         int64_t stride) const override {
     return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/true);
   }
+  absl::Status Forward(int64_t first, int64_t count, double* rows,
+                       int64_t stride) const override {
+    return RunDouble(first, count, rows, stride, false);
+  }
+  absl::Status Backward(int64_t first, int64_t count, double* rows,
+                        int64_t stride) const override {
+    return RunDouble(first, count, rows, stride, true);
+  }
 
  private:
+  absl::Status RunDouble(int64_t first, int64_t count, double* rows, int64_t stride,
+                         bool backward) const {
+    const int64_t n = static_cast<int64_t>(ids_.size()) / axes_;
+    if (absl::Status s = CheckRows("prepared RoPE", first, count, n); !s.ok()) return s;
+    std::vector<int64_t> sub(static_cast<size_t>(count * axes_));  // axis-major
+    for (int64_t a = 0; a < axes_; ++a) {
+      std::copy(ids_.begin() + a * n + first, ids_.begin() + a * n + first + count,
+                sub.begin() + a * count);
+    }
+    return tr_.RunIds<double>(sub, count, rows, stride, backward);
+  }
+  const RopeRowTransform& tr_;
   const encodings::sequence::Rope& rope_;
   encodings::sequence::RopeTable<float> table_;
+  std::vector<int64_t> ids_;  // axis-major, [num_axes][tokens]
+  int64_t axes_;
+};
+
+// A representation bound to tokens by group element: Forward applies rho(g_t),
+// Backward rho(g_t^-1) = rho(g_t)^T (orthogonal representations), both through the
+// representation's own Apply (double arithmetic, rounded once to the row type).
+template <class Rep>
+class PreparedElements final : public PreparedRowTransform {
+ public:
+  using Element = typename Rep::Element;
+  PreparedElements(const Rep& rep, std::vector<Element> elements, std::vector<Element> inverses)
+      : rep_(rep), fwd_(std::move(elements)), inv_(std::move(inverses)) {}
+  absl::Status Forward(int64_t first, int64_t count, float* rows,
+                       int64_t stride) const override {
+    return Run(fwd_, first, count, rows, stride);
+  }
+  absl::Status Forward(int64_t first, int64_t count, double* rows,
+                       int64_t stride) const override {
+    return Run(fwd_, first, count, rows, stride);
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows,
+                        int64_t stride) const override {
+    return Run(inv_, first, count, rows, stride);
+  }
+  absl::Status Backward(int64_t first, int64_t count, double* rows,
+                        int64_t stride) const override {
+    return Run(inv_, first, count, rows, stride);
+  }
+
+ private:
+  template <class T>
+  absl::Status Run(const std::vector<Element>& e, int64_t first, int64_t count, T* rows,
+                   int64_t stride) const {
+    const int64_t n = static_cast<int64_t>(e.size());
+    if (absl::Status s = CheckRows("prepared group elements", first, count, n); !s.ok()) {
+      return s;
+    }
+    if (count == 0) return absl::OkStatus();
+    return rep_.template Apply<T>(absl::MakeConstSpan(e).subspan(first, count), rows, stride,
+                                  rows, stride);
+  }
+  const Rep& rep_;
+  std::vector<Element> fwd_, inv_;
 };
 
 class PreparedPlanes final : public PreparedRowTransform {
@@ -140,9 +225,18 @@ class PreparedPlanes final : public PreparedRowTransform {
                         int64_t stride) const override {
     return Run(first, count, rows, stride, -1.0);  // G^T = G(-p): sin changes sign
   }
+  absl::Status Forward(int64_t first, int64_t count, double* rows,
+                       int64_t stride) const override {
+    return Run(first, count, rows, stride, 1.0);
+  }
+  absl::Status Backward(int64_t first, int64_t count, double* rows,
+                        int64_t stride) const override {
+    return Run(first, count, rows, stride, -1.0);
+  }
 
  private:
-  absl::Status Run(int64_t first, int64_t count, float* rows, int64_t stride,
+  template <class T>
+  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride,
                    double sign) const {
     if (count < 0 || first < 0 || first > n_ - count) {
       return Bad(absl::StrCat("prepared planes: rows [", first, ", ", first, " + ", count,
@@ -150,13 +244,13 @@ class PreparedPlanes final : public PreparedRowTransform {
     }
     const size_t np = planes_.size();
     for (int64_t r = 0; r < count; ++r) {
-      float* x = rows + r * stride;
+      T* x = rows + r * stride;
       const double* cs = cs_.data() + static_cast<size_t>(first + r) * 2 * np;
       for (size_t k = 0; k < np; ++k) {
         const double c = cs[2 * k], s = sign * cs[2 * k + 1];
         const double x1 = x[planes_[k].first], x2 = x[planes_[k].second];
-        x[planes_[k].first] = static_cast<float>(x1 * c - x2 * s);
-        x[planes_[k].second] = static_cast<float>(x1 * s + x2 * c);
+        x[planes_[k].first] = static_cast<T>(x1 * c - x2 * s);
+        x[planes_[k].second] = static_cast<T>(x1 * s + x2 * c);
       }
     }
     return absl::OkStatus();
@@ -191,54 +285,101 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RowTransform::Prepare(
   return std::unique_ptr<PreparedRowTransform>(new UnpreparedRowTransform(*this, positions));
 }
 
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RowTransform::PrepareStructured(
+    const StructuredPositions& positions) const {
+  if (positions.form() == StructuredPositions::Form::kAxes && positions.num_axes == 1) {
+    return Prepare(positions.coords);
+  }
+  return Bad(absl::StrCat(
+      "this transform acts on one int64 position per token; it cannot take ",
+      positions.form() == StructuredPositions::Form::kTree
+          ? std::string("tree addresses")
+          : absl::StrCat(positions.num_axes, "-axis positions")));
+}
+
+namespace {
+
+// The rows as a thd tensor of one sequence and one head (rope.h's layouts).
+RopeTensor RowsAsRopeTensor(int64_t count, int64_t head_dim, int64_t stride,
+                            const int64_t* cu) {
+  RopeTensor t;
+  t.layout = RopeLayout::kTHD;
+  t.batch = 1;
+  t.seq_len = count;
+  t.heads = 1;
+  t.head_dim = head_dim;
+  t.seq_stride = stride;
+  t.head_stride = head_dim;
+  t.cu_seqlens = absl::MakeConstSpan(cu, 2);
+  return t;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RopeRowTransform::Prepare(
     absl::Span<const int64_t> positions) const {
   if (rope_.options().num_axes != 1) {
-    return Bad("RopeRowTransform: only single-axis RoPE is a row transform of int64 positions");
+    return Bad("RopeRowTransform: multi-axis RoPE takes structured positions (axes form), "
+               "not one int64 per token");
   }
-  const int64_t m = static_cast<int64_t>(positions.size());
-  const int64_t cu[2] = {0, m};
-  RopeTensor t;  // the positions as one thd sequence of one head (rope.h's numbering)
-  t.layout = RopeLayout::kTHD;
-  t.batch = 1;
-  t.seq_len = m;
-  t.heads = 1;
-  t.head_dim = rope_.options().head_dim;
-  t.seq_stride = t.head_dim;
-  t.head_stride = t.head_dim;
-  t.cu_seqlens = absl::MakeConstSpan(cu, 2);
-  RopePositions p;
-  p.ids = positions;
-  absl::StatusOr<encodings::sequence::RopeTable<float>> table =
-      rope_.MakeTable<float>(t, p, role_);
-  if (!table.ok()) return table.status();
-  return std::unique_ptr<PreparedRowTransform>(new PreparedRope(rope_, *std::move(table)));
+  StructuredPositions p;
+  p.num_axes = 1;
+  p.coords = positions;
+  return PrepareStructured(p);
 }
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RopeRowTransform::PrepareStructured(
+    const StructuredPositions& positions) const {
+  const int64_t axes = rope_.options().num_axes;
+  if (positions.form() != StructuredPositions::Form::kAxes || positions.num_axes != axes) {
+    return Bad(absl::StrCat("RopeRowTransform: this RoPE has ", axes,
+                            " axes; give the axes form with num_axes = ", axes));
+  }
+  if (positions.coords.size() % static_cast<size_t>(axes) != 0) {
+    return Bad("RopeRowTransform: coords size is not a multiple of num_axes");
+  }
+  const int64_t m = static_cast<int64_t>(positions.coords.size()) / axes;
+  std::vector<int64_t> ids(positions.coords.size());  // axis-major, rope.h's order
+  for (int64_t t = 0; t < m; ++t) {
+    for (int64_t a = 0; a < axes; ++a) ids[a * m + t] = positions.coords[t * axes + a];
+  }
+  const int64_t cu[2] = {0, m};
+  const int64_t d = rope_.options().head_dim;
+  RopePositions p;
+  p.ids = ids;
+  absl::StatusOr<encodings::sequence::RopeTable<float>> table =
+      rope_.MakeTable<float>(RowsAsRopeTensor(m, d, d, cu), p, role_);
+  if (!table.ok()) return table.status();
+  return std::unique_ptr<PreparedRowTransform>(
+      new PreparedRope(*this, rope_, *std::move(table), std::move(ids), axes));
+}
+
+template <class T>
+absl::Status RopeRowTransform::RunIds(absl::Span<const int64_t> ids, int64_t count, T* rows,
+                                      int64_t stride, bool backward) const {
+  if (count == 0) return absl::OkStatus();
+  if (rows == nullptr) return Bad("RopeRowTransform: rows is null");
+  const int64_t cu[2] = {0, count};
+  const RopeTensor t = RowsAsRopeTensor(count, rope_.options().head_dim, stride, cu);
+  RopePositions p;
+  p.ids = ids;
+  return backward ? rope_.Backward<T>(t, p, rows, rows, role_)
+                  : rope_.Forward<T>(t, p, rows, rows, role_);
+}
+template absl::Status RopeRowTransform::RunIds<float>(absl::Span<const int64_t>, int64_t,
+                                                      float*, int64_t, bool) const;
+template absl::Status RopeRowTransform::RunIds<double>(absl::Span<const int64_t>, int64_t,
+                                                       double*, int64_t, bool) const;
 
 template <class T>
 absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
                                    bool backward) const {
   if (positions.empty()) return absl::OkStatus();
-  if (rows == nullptr) return Bad("RopeRowTransform: rows is null");
   if (rope_.options().num_axes != 1) {
-    return Bad("RopeRowTransform: only single-axis RoPE is a row transform of int64 positions");
+    return Bad("RopeRowTransform: multi-axis RoPE takes structured positions (axes form), "
+               "not one int64 per token");
   }
-  const int64_t m = static_cast<int64_t>(positions.size());
-  const int64_t cu[2] = {0, m};
-  // The rows as a thd tensor of one sequence and one head (rope.h's layouts).
-  RopeTensor t;
-  t.layout = RopeLayout::kTHD;
-  t.batch = 1;
-  t.seq_len = m;
-  t.heads = 1;
-  t.head_dim = rope_.options().head_dim;
-  t.seq_stride = stride;
-  t.head_stride = t.head_dim;
-  t.cu_seqlens = absl::MakeConstSpan(cu, 2);
-  RopePositions p;
-  p.ids = positions;
-  return backward ? rope_.Backward<T>(t, p, rows, rows, role_)
-                  : rope_.Forward<T>(t, p, rows, rows, role_);
+  return RunIds(positions, static_cast<int64_t>(positions.size()), rows, stride, backward);
 }
 
 absl::Status RopeRowTransform::Forward(absl::Span<const int64_t> positions, double* rows,
@@ -274,6 +415,172 @@ template absl::Status AlgebraicRowTransform::Back<float>(absl::Span<const int64_
                                                          int64_t) const;
 template absl::Status AlgebraicRowTransform::Back<double>(absl::Span<const int64_t>, double*,
                                                           int64_t) const;
+
+namespace {
+absl::Status NeedsStructured(const char* who, const char* form) {
+  return Bad(absl::StrCat(who, ": takes ", form,
+                          " (StructuredPositions, AttentionArgs::q_structured / k_structured), "
+                          "not one int64 position per token"));
+}
+}  // namespace
+
+absl::Status AlgebraicTreeRowTransform::Forward(absl::Span<const int64_t>, double*,
+                                                int64_t) const {
+  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+}
+absl::Status AlgebraicTreeRowTransform::Forward(absl::Span<const int64_t>, float*,
+                                                int64_t) const {
+  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+}
+absl::Status AlgebraicTreeRowTransform::Backward(absl::Span<const int64_t>, double*,
+                                                 int64_t) const {
+  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+}
+absl::Status AlgebraicTreeRowTransform::Backward(absl::Span<const int64_t>, float*,
+                                                 int64_t) const {
+  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+}
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicTreeRowTransform::Prepare(
+    absl::Span<const int64_t>) const {
+  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+}
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>>
+AlgebraicTreeRowTransform::PrepareStructured(const StructuredPositions& positions) const {
+  if (positions.form() != StructuredPositions::Form::kTree) {
+    return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+  }
+  const int64_t n = static_cast<int64_t>(positions.tree_offsets.size()) - 1;
+  const group::FreeGroup& fg = tree_.representation().group();
+  std::vector<group::FreeWord> words(static_cast<size_t>(std::max<int64_t>(n, 0)));
+  std::vector<group::FreeWord> inverses(words.size());
+  for (int64_t t = 0; t < n; ++t) {
+    // The address's word (c_1 + 1, ..., c_m + 1) and its inverse (algebraic.h, free_group.h).
+    absl::StatusOr<group::FreeWord> w = tree_.Word(positions.Address(t));
+    if (!w.ok()) {
+      return Bad(absl::StrCat("AlgebraicTreeRowTransform: address of token ", t, ": ",
+                              w.status().message()));
+    }
+    absl::StatusOr<group::FreeWord> inv = fg.Inverse(*w);
+    if (!inv.ok()) return inv.status();
+    words[t] = *std::move(w);
+    inverses[t] = *std::move(inv);
+  }
+  return std::unique_ptr<PreparedRowTransform>(new PreparedElements<group::FreeGroupRepresentation>(
+      tree_.representation(), std::move(words), std::move(inverses)));
+}
+
+namespace {
+template <class Element, size_t... I>
+Element GridElement(absl::Span<const int64_t> c, bool negate, std::index_sequence<I...>) {
+  return Element{(negate ? -c[I] : c[I])...};
+}
+}  // namespace
+
+template <class Grid>
+absl::Status AlgebraicGridRowTransform<Grid>::Forward(absl::Span<const int64_t>, double*,
+                                                      int64_t) const {
+  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
+}
+template <class Grid>
+absl::Status AlgebraicGridRowTransform<Grid>::Forward(absl::Span<const int64_t>, float*,
+                                                      int64_t) const {
+  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
+}
+template <class Grid>
+absl::Status AlgebraicGridRowTransform<Grid>::Backward(absl::Span<const int64_t>, double*,
+                                                       int64_t) const {
+  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
+}
+template <class Grid>
+absl::Status AlgebraicGridRowTransform<Grid>::Backward(absl::Span<const int64_t>, float*,
+                                                       int64_t) const {
+  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
+}
+template <class Grid>
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicGridRowTransform<Grid>::Prepare(
+    absl::Span<const int64_t>) const {
+  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
+}
+
+template <class Grid>
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>>
+AlgebraicGridRowTransform<Grid>::PrepareStructured(const StructuredPositions& positions) const {
+  if (positions.form() != StructuredPositions::Form::kAxes || positions.num_axes != kAxes) {
+    return Bad(absl::StrCat("AlgebraicGridRowTransform: a ", kAxes,
+                            "-axis grid takes the axes form with num_axes = ", kAxes));
+  }
+  using Element = typename Grid::Element;
+  const int64_t n = static_cast<int64_t>(positions.coords.size()) / kAxes;
+  std::vector<Element> elements, inverses;
+  elements.reserve(static_cast<size_t>(n));
+  inverses.reserve(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    absl::Span<const int64_t> c = positions.Coords(t);
+    for (int64_t x : c) {
+      if (x == std::numeric_limits<int64_t>::min()) {
+        return Bad(absl::StrCat("AlgebraicGridRowTransform: token ", t,
+                                " has coordinate INT64_MIN, which has no inverse"));
+      }
+    }
+    // (x_1, .., x_n)^-1 = (-x_1, .., -x_n) in Z^n: W^{-x} = (W^x)^T (sec. 3.3).
+    elements.push_back(GridElement<Element>(c, false, std::make_index_sequence<kAxes>{}));
+    inverses.push_back(GridElement<Element>(c, true, std::make_index_sequence<kAxes>{}));
+  }
+  return std::unique_ptr<PreparedRowTransform>(
+      new PreparedElements<Grid>(grid_, std::move(elements), std::move(inverses)));
+}
+
+template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>;
+template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid3D>;
+
+absl::Status StructuredPositions::Validate(int64_t tokens, const char* name) const {
+  switch (form()) {
+    case Form::kNone:
+      return Bad(absl::StrCat(name, " is empty"));
+    case Form::kAxes: {
+      if (num_axes < 1 || num_axes > 64) {
+        return Bad(absl::StrCat(name, ".num_axes must be in [1, 64], got ", num_axes));
+      }
+      int64_t want = 0;
+      if (!MulOk(tokens, num_axes, &want) || static_cast<int64_t>(coords.size()) != want) {
+        return Bad(absl::StrCat(name, ".coords has ", coords.size(), " entries, expected tokens (",
+                                tokens, ") x num_axes (", num_axes, ")"));
+      }
+      return absl::OkStatus();
+    }
+    case Form::kTree: {
+      if (num_axes != 0 || !coords.empty()) {
+        return Bad(absl::StrCat(name, ": give either coords (axes) or tree addresses, not both"));
+      }
+      if (static_cast<int64_t>(tree_offsets.size()) != tokens + 1) {
+        return Bad(absl::StrCat(name, ".tree_offsets has ", tree_offsets.size(),
+                                " entries, expected tokens + 1 = ", tokens + 1));
+      }
+      if (tree_offsets[0] != 0) {
+        return Bad(absl::StrCat(name, ".tree_offsets[0] must be 0, got ", tree_offsets[0]));
+      }
+      for (int64_t t = 0; t < tokens; ++t) {
+        if (tree_offsets[t + 1] < tree_offsets[t]) {
+          return Bad(absl::StrCat(name, ".tree_offsets must be non-decreasing: entry ", t + 1,
+                                  " = ", tree_offsets[t + 1], " < ", tree_offsets[t]));
+        }
+      }
+      if (tree_offsets[tokens] != static_cast<int64_t>(tree_children.size())) {
+        return Bad(absl::StrCat(name, ".tree_offsets must end at the number of children (",
+                                tree_children.size(), "), got ", tree_offsets[tokens]));
+      }
+      for (size_t i = 0; i < tree_children.size(); ++i) {
+        if (tree_children[i] < 0) {
+          return Bad(absl::StrCat(name, ".tree_children[", i, "] = ", tree_children[i],
+                                  " is negative (child indices are 0-based)"));
+        }
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
 
 double AttentionArgs::scale() const {
   return softmax_scale.has_value() ? *softmax_scale
@@ -438,6 +745,46 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
     if (!(std::isfinite(c) && c > 0.0 && c <= 1.0)) {
       return Bad(absl::StrCat("locality must lie in (0, 1], got ", c));
     }
+  }
+  if (a.q_structured.empty() != a.k_structured.empty()) {
+    return Bad("give both q_structured and k_structured, or neither");
+  }
+  if (!a.q_structured.empty()) {
+    if (absl::Status s = a.q_structured.Validate(nq, "q_structured"); !s.ok()) return s;
+    if (absl::Status s = a.k_structured.Validate(nk, "k_structured"); !s.ok()) return s;
+    if (a.q_transform == nullptr || a.k_transform == nullptr) {
+      return Bad("q_structured / k_structured feed the row transforms: set q_transform and "
+                 "k_transform");
+    }
+  }
+  const encodings::sequence::ShawRelative* shaw[2] = {a.shaw_keys, a.shaw_values};
+  const char* shaw_name[2] = {"shaw_keys (key_table)", "shaw_values (value_table)"};
+  for (int i = 0; i < 2; ++i) {
+    if (shaw[i] == nullptr) continue;
+    const int64_t cols = i == 0 ? shaw[i]->key_table().cols() : shaw[i]->value_table().cols();
+    if (cols != a.head_dim) {
+      return Bad(absl::StrCat(shaw_name[i], " has ", cols, " columns but head_dim is ",
+                              a.head_dim));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64_t> pq,
+                                  absl::Span<const int64_t> pk,
+                                  std::unique_ptr<PreparedRowTransform>* tq,
+                                  std::unique_ptr<PreparedRowTransform>* tk) {
+  const bool structured = !a.q_structured.empty();
+  const RowTransform* tr[2] = {a.q_transform, a.k_transform};
+  const StructuredPositions* sp[2] = {&a.q_structured, &a.k_structured};
+  absl::Span<const int64_t> ip[2] = {pq, pk};
+  std::unique_ptr<PreparedRowTransform>* out[2] = {tq, tk};
+  for (int i = 0; i < 2; ++i) {
+    out[i]->reset();
+    if (tr[i] == nullptr) continue;
+    auto t = structured ? tr[i]->PrepareStructured(*sp[i]) : tr[i]->Prepare(ip[i]);
+    if (!t.ok()) return t.status();
+    *out[i] = *std::move(t);
   }
   return absl::OkStatus();
 }

@@ -4,9 +4,9 @@
 // WHAT IS COMPUTED
 // ----------------
 // For every sequence b, query token i of b, query head h (kv head g = h / (Hq / Hkv)):
-//   q'_i = Tq(pos_q(i)) q_{i,h}          (RowTransform, multiplicative descriptor)
-//   k'_j = Tk(pos_k(j)) k_{j,g}
-//   s_ij = a(i, j) * scale * <q'_i, k'_j> + b_h(pos_q(i), pos_k(j))
+//   q'_i = Tq(pos_q(i)) q_{i,h}          (RowTransform, multiplicative descriptor; or
+//   k'_j = Tk(pos_k(j)) k_{j,g}           the token's STRUCTURED POSITIONS, see below)
+//   s_ij = a(i, j) * scale * <q'_i, k'_j> + b_h(pos_q(i), pos_k(j))   (+ SHAW LABELS)
 //   a(i, j) = c^|pos_q(i) - pos_k(j)|    (locality scaling, Kogkalidis et al. sec. 4; 1 if off)
 //   b_h   from an encodings::sequence::AdditiveBias tile (bias.h: THE additive descriptor)
 //   o_{i,h} = sum_j softmax_j(s_ij) v_{j,g}   over the keys j of sequence b that are allowed
@@ -45,6 +45,38 @@
 // KV-cache convention; equal lengths give pos_q = pos_k = t). Exactly one empty is an
 // error. Positions are global ids (KV caches and shards stay exact).
 //
+// STRUCTURED POSITIONS (token-indexed transforms)
+// -----------------------------------------------
+// A multiplicative encoding whose group element is not one int64 (axial 2D/3D RoPE and
+// M-RoPE: one coordinate per axis; algebraic grids: Z^n; algebraic trees: a free-group
+// word) reads q_structured / k_structured instead of the int64 positions. Both empty
+// (the default) or both set; when set, each needs its transform (q_transform /
+// k_transform non-null). Forms (StructuredPositions):
+//  - axes: [tokens, num_axes] int64 row-major, coords[t * num_axes + a] is token t's
+//    coordinate on axis a (e.g. M-RoPE's (temporal, height, width), a grid's (x, y)).
+//  - tree: token t's address, the 0-based child indices from the root, is
+//    tree_children[tree_offsets[t] .. tree_offsets[t + 1]) (CSR; tree_offsets has
+//    tokens + 1 entries, starts at 0, is non-decreasing and ends at the children count).
+// The int64 positions (explicit or default) keep ordering the tokens: causal masks,
+// biases, locality and Shaw labels use them, never the structured ones (M-RoPE masks by
+// token order). Every transform is bound to its positions once per call
+// (PrepareRowTransforms below): RowTransform::Prepare for int64 positions,
+// RowTransform::PrepareStructured for structured ones; the result, a
+// PreparedRowTransform, indexes TOKENS (first, count) in both cases, so the kernels and
+// the reference run the same code whatever the position type.
+//
+// SHAW LABELS (Shaw et al., "Self-Attention with Relative Position Representations",
+// eq. 3-4; relative.h)
+// ------------------------------------------------------------------------------------
+// With label r(i, j) = clip(pos_k(j) - pos_q(i), -k, k) (table row r + k) and tables of
+// 2k + 1 rows of head_dim, shared by every head as in the paper:
+//   keys (shaw_keys):     s_ij = a(i, j) * scale * <q'_i, k'_j + aK_r(i,j)> + b_h
+//   values (shaw_values): o_i  = sum_j p_ij (v_j + aV_r(i,j))
+// q' is the transformed query. Implementations keep memory linear: q'_i is dotted with
+// the 2k + 1 key labels once per row and the results gathered by label; the probability
+// mass of each row is accumulated per label (2k + 1 sums per row), then multiplied by
+// aV. Backward also gives dL/daK and dL/daV (the tables' gradients).
+//
 // DESCRIPTORS
 // -----------
 //  - RowTransform (multiplicative, "transform these rows at these positions"): an
@@ -57,7 +89,7 @@
 //    belongs to one sequence; sharing one across several sequences is rejected). num_heads() must
 //    equal num_q_heads (bias head = q head).
 //  - locality: c in (0, 1] multiplies the q.k part of the score by c^|i - j|.
-//  - Shaw value labels (relative.h, output side) are not part of this first API.
+//  - Shaw key and value labels: SHAW LABELS above.
 #ifndef ATTENTION_DESCRIPTOR_H_
 #define ATTENTION_DESCRIPTOR_H_
 
@@ -65,6 +97,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -74,24 +107,57 @@
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
 
 namespace gpe {
 namespace attention {
 
-// A RowTransform bound to one list of positions (one per token, token-index order),
-// with whatever per-position state it can share (RoPE's cos/sin table) computed once.
-// Kernels prepare q's and k's transforms once per call and then rotate tile after tile,
-// for every head and from every thread, without recomputing angles. Thread-safe.
+// A RowTransform bound to the positions of a list of tokens (int64 positions or
+// structured ones), with whatever per-position state it can share (RoPE's cos/sin table)
+// computed once. Kernels prepare q's and k's transforms once per call and then rotate
+// tile after tile, for every head and from every thread, without recomputing angles.
+// Thread-safe. Rows are indexed by TOKEN (position in the list it was bound to).
+// The float overloads may use float tables (the kernels); the double overloads compute
+// in double throughout (the reference's oracle path).
 class PreparedRowTransform {
  public:
   virtual ~PreparedRowTransform() = default;
   // Rows r = 0..count-1 (rows + r * stride) are tokens first + r, transformed in place.
   virtual absl::Status Forward(int64_t first, int64_t count, float* rows,
                                int64_t stride) const = 0;
+  virtual absl::Status Forward(int64_t first, int64_t count, double* rows,
+                               int64_t stride) const = 0;
   // The transpose, as RowTransform::Backward.
   virtual absl::Status Backward(int64_t first, int64_t count, float* rows,
                                 int64_t stride) const = 0;
+  virtual absl::Status Backward(int64_t first, int64_t count, double* rows,
+                                int64_t stride) const = 0;
+};
+
+// Per-token structured positions (STRUCTURED POSITIONS above): exactly one form set.
+struct StructuredPositions {
+  int64_t num_axes = 0;                     // axes form: >= 1
+  absl::Span<const int64_t> coords;         // [tokens, num_axes] row-major
+  absl::Span<const int64_t> tree_offsets;   // tree form: tokens + 1 entries
+  absl::Span<const int64_t> tree_children;  // concatenated addresses
+
+  enum class Form { kNone, kAxes, kTree };
+  Form form() const {
+    if (!tree_offsets.empty() || !tree_children.empty()) return Form::kTree;
+    return (num_axes != 0 || !coords.empty()) ? Form::kAxes : Form::kNone;
+  }
+  bool empty() const { return form() == Form::kNone; }
+  // Checks the form's sizes and invariants for `tokens` tokens (name in messages).
+  absl::Status Validate(int64_t tokens, const char* name) const;
+  // Token t's coordinates (axes form) or address (tree form); Validate first.
+  absl::Span<const int64_t> Coords(int64_t t) const {
+    return coords.subspan(static_cast<size_t>(t * num_axes), static_cast<size_t>(num_axes));
+  }
+  absl::Span<const int64_t> Address(int64_t t) const {
+    return tree_children.subspan(static_cast<size_t>(tree_offsets[t]),
+                                 static_cast<size_t>(tree_offsets[t + 1] - tree_offsets[t]));
+  }
 };
 
 // "Transform these rows, at these positions", in place: rows[r * stride + d], d < dim(),
@@ -114,6 +180,12 @@ class RowTransform {
   // transforms with shareable per-position state override it.
   virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
       absl::Span<const int64_t> positions) const;
+  // Binds the transform to structured positions (validated by the caller; the spans must
+  // outlive the result). The default accepts the axes form with one axis (as Prepare of
+  // its coordinates) and rejects everything else; multi-axis and tree transforms
+  // override it.
+  virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
+      const StructuredPositions& positions) const;
 };
 
 // RoPE (rope.h) as a RowTransform: one axis (num_axes == 1), role picks xPos's sign.
@@ -134,9 +206,21 @@ class RopeRowTransform final : public RowTransform {
   absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
                         int64_t stride) const override;
   // Builds rope.h's float cos/sin table for the positions once (O(#positions x
-  // rotary_dim) memory); tiles are then rotated by table lookups.
+  // rotary_dim) memory); tiles are then rotated by table lookups. Single-axis only.
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
       absl::Span<const int64_t> positions) const override;
+  // Multi-axis RoPE (axial 2D/3D, M-RoPE sections: rope.h's plane_axes) from the axes
+  // form with num_axes equal to the Rope's: plane i rotates by the coordinate of axis
+  // plane_axes[i] (rope.h), through the same float table as Prepare.
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
+      const StructuredPositions& positions) const override;
+
+  // Rows r < count rotated by token r's position ids, axis-major
+  // (ids[axis * count + r], rope.h's RopePositions::ids), in T arithmetic with a table in
+  // T: the double overloads of the prepared forms use it.
+  template <class T>
+  absl::Status RunIds(absl::Span<const int64_t> ids, int64_t count, T* rows, int64_t stride,
+                      bool backward) const;
 
  private:
   template <class T>
@@ -223,6 +307,67 @@ class AlgebraicRowTransform final : public RowTransform {
   const encodings::sequence::AlgebraicSequence& e_;
 };
 
+// Kogkalidis et al.'s tree encoding (algebraic.h, sec. 3.2) as a transform of tree
+// addresses (the tree form of StructuredPositions): token t's row becomes
+// rho(a_t) row, rho(a_t) = W_{c_1 + 1} ... W_{c_m + 1} the path product in
+// group::FreeGroupRepresentation's order, and Backward applies rho(a_t)^T = rho(a_t^-1).
+// Relativity: <rho(a_i) q, rho(a_j) k> = <q, rho(a_i^-1 a_j) k>, the path from node i to
+// node j. O(depth d^2) per row. int64 positions are rejected (InvalidArgument).
+// `tree` must outlive the adapter; dL/dS_c come from the tree's own backward.
+class AlgebraicTreeRowTransform final : public RowTransform {
+ public:
+  explicit AlgebraicTreeRowTransform(const encodings::sequence::AlgebraicTree& tree)
+      : tree_(tree) {}
+  int64_t dim() const override { return tree_.dim(); }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override;
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override;
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override;
+  // The tree form only: every child index in [0, branching()).
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
+      const StructuredPositions& positions) const override;
+
+ private:
+  const encodings::sequence::AlgebraicTree& tree_;
+};
+
+// Kogkalidis et al.'s grid encodings (algebraic.h, sec. 3.3): a token at (x_1, .., x_n)
+// acts by blockdiag(W_1^{x_1}, ..., W_n^{x_n}) (group::DirectSum of SchurRotations), so
+// scores depend on (x_j - x_i) per axis only. Grid is AlgebraicGrid2D or
+// AlgebraicGrid3D and reads the axes form with num_axes 2 or 3; Backward applies
+// W^{-x} (coordinates must not be INT64_MIN). int64 positions are rejected. `grid`
+// must outlive the adapter.
+template <class Grid>
+class AlgebraicGridRowTransform final : public RowTransform {
+ public:
+  static constexpr int64_t kAxes = std::tuple_size<typename Grid::Element>::value;
+  explicit AlgebraicGridRowTransform(const Grid& grid) : grid_(grid) {}
+  int64_t dim() const override { return grid_.dim(); }
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const override;
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const override;
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const override;
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override;
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
+      const StructuredPositions& positions) const override;
+
+ private:
+  const Grid& grid_;
+};
+extern template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>;
+extern template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid3D>;
+
 enum class Layout { kBSHD, kTHD };
 
 // Strides in elements of one tensor (head_dim contiguous).
@@ -253,6 +398,15 @@ struct AttentionArgs {
   // Empty, one shared bias, or one per sequence (size batch). Non-null entries.
   std::vector<const encodings::sequence::AdditiveBias*> biases;
   std::optional<double> locality;  // c in (0, 1]
+  // Structured positions for the transforms (STRUCTURED POSITIONS): both empty or both
+  // set (then q_transform / k_transform must be set); one entry per query / key token.
+  StructuredPositions q_structured;
+  StructuredPositions k_structured;
+  // Shaw labels (SHAW LABELS): key labels from shaw_keys->key_table(), value labels from
+  // shaw_values->value_table() (the same object may serve both; table widths must
+  // equal head_dim).
+  const encodings::sequence::ShawRelative* shaw_keys = nullptr;
+  const encodings::sequence::ShawRelative* shaw_values = nullptr;
 
   double scale() const;           // the effective softmax scale
   int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
@@ -293,6 +447,14 @@ absl::Status ValidateAttention(const AttentionArgs& args);
 // Positions actually used (explicit ones, or the documented default), one per token.
 std::vector<int64_t> EffectiveQPositions(const AttentionArgs& args);
 std::vector<int64_t> EffectiveKPositions(const AttentionArgs& args);
+
+// Binds args' q and k transforms to the positions every implementation uses: the
+// structured ones when set, else the effective int64 positions pq / pk (which must
+// outlive the results). Null outputs where there is no transform. ValidateAttention first.
+absl::Status PrepareRowTransforms(const AttentionArgs& args, absl::Span<const int64_t> pq,
+                                  absl::Span<const int64_t> pk,
+                                  std::unique_ptr<PreparedRowTransform>* q_transform,
+                                  std::unique_ptr<PreparedRowTransform>* k_transform);
 
 // ---------------------------------------------------------------------------------
 template <class E>

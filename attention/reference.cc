@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/relative.h"
 
 namespace gpe {
 namespace attention {
@@ -57,23 +59,16 @@ void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strid
   }
 }
 
-// Applies (or back-propagates through) a transform to every sequence and head of a packed
-// buffer; q_side picks the q or k token ranges and positions.
-absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_side, int64_t heads,
-                       const std::vector<int64_t>& pos, bool backward, std::vector<double>* buf) {
-  if (tr == nullptr) return absl::OkStatus();
-  const int64_t d = a.head_dim;
-  for (int64_t b = 0; b < a.num_sequences(); ++b) {
-    const int64_t begin = q_side ? a.q_begin(b) : a.k_begin(b);
-    const int64_t end = q_side ? a.q_end(b) : a.k_end(b);
-    if (end == begin) continue;
-    absl::Span<const int64_t> p(pos.data() + begin, static_cast<size_t>(end - begin));
-    for (int64_t h = 0; h < heads; ++h) {
-      double* rows = buf->data() + (begin * heads + h) * d;
-      absl::Status s =
-          backward ? tr->Backward(p, rows, heads * d) : tr->Forward(p, rows, heads * d);
-      if (!s.ok()) return s;
-    }
+// Applies (or back-propagates through) a prepared transform to every token and head of a
+// packed [tokens, heads, head_dim] buffer (double overloads: exact arithmetic).
+absl::Status Transform(const PreparedRowTransform* tr, int64_t tokens, int64_t heads, int64_t d,
+                       bool backward, std::vector<double>* buf) {
+  if (tr == nullptr || tokens == 0) return absl::OkStatus();
+  for (int64_t h = 0; h < heads; ++h) {
+    double* rows = buf->data() + h * d;
+    absl::Status s = backward ? tr->Backward(0, tokens, rows, heads * d)
+                              : tr->Forward(0, tokens, rows, heads * d);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -81,7 +76,8 @@ absl::Status Transform(const AttentionArgs& a, const RowTransform* tr, bool q_si
 // Forward (and, when d_o is set, backward) in double over the packed buffers.
 template <class T>
 absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* o, T* lse,
-                 const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink) {
+                 const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink,
+                 const ReferenceBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(a); !s.ok()) return s;
   const bool backward = d_o != nullptr;
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
@@ -93,11 +89,22 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   if (absl::Status s = Gather(a, q, a.q, true, hq, &p.q); !s.ok()) return s;
   if (absl::Status s = Gather(a, k, a.k, false, hkv, &p.k); !s.ok()) return s;
   if (absl::Status s = Gather(a, v, a.v, false, hkv, &p.v); !s.ok()) return s;
-  if (absl::Status s = Transform(a, a.q_transform, true, hq, p.pq, false, &p.q); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Transform(a, a.k_transform, false, hkv, p.pk, false, &p.k); !s.ok()) {
-    return s;
+  std::unique_ptr<PreparedRowTransform> tq, tk;
+  if (absl::Status s = PrepareRowTransforms(a, p.pq, p.pk, &tq, &tk); !s.ok()) return s;
+  const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
+  if (absl::Status s = Transform(tq.get(), nq, hq, d, false, &p.q); !s.ok()) return s;
+  if (absl::Status s = Transform(tk.get(), nk, hkv, d, false, &p.k); !s.ok()) return s;
+  // Shaw labels (Shaw et al. eq. 3-4): tables [2k + 1, d], label r(i, j) =
+  // LabelIndex(pos_q(i), pos_k(j)); qlab_r = <q'_i, aK_r>, dolab_r = <do_i, aV_r>.
+  const encodings::sequence::ShawRelative* shaw_k = a.shaw_keys;
+  const encodings::sequence::ShawRelative* shaw_v = a.shaw_values;
+  const int64_t nlk = shaw_k ? shaw_k->num_labels() : 0, nlv = shaw_v ? shaw_v->num_labels() : 0;
+  std::vector<double> qlab(static_cast<size_t>(nlk)), dolab(static_cast<size_t>(nlv));
+  std::vector<int64_t> lab_k, lab_v;
+  std::vector<double> g_ak, g_av;
+  if (backward) {
+    if (extras.shaw_key_table_grad != nullptr) g_ak.assign(static_cast<size_t>(nlk * d), 0.0);
+    if (extras.shaw_value_table_grad != nullptr) g_av.assign(static_cast<size_t>(nlv * d), 0.0);
   }
   std::vector<double> go, gq, gk, gv;
   if (backward) {
@@ -124,11 +131,17 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
     prob.assign(static_cast<size_t>(lk), 0.0);
     grad.assign(static_cast<size_t>(lk), 0.0);
     allowed.assign(static_cast<size_t>(lk), 1);
+    lab_k.assign(static_cast<size_t>(lk), 0);
+    lab_v.assign(static_cast<size_t>(lk), 0);
     for (int64_t i = qb; i < qe; ++i) {
       const int64_t pi = p.pq[i];
       absl::Span<const int64_t> qpos(&p.pq[i], 1);
       for (int64_t j = 0; j < lk; ++j) {
         allowed[j] = !a.causal || p.pk[kb + j] <= pi;
+        if (shaw_k) lab_k[j] = encodings::sequence::ShawRelative::LabelIndex(
+                        pi, p.pk[kb + j], shaw_k->max_distance());
+        if (shaw_v) lab_v[j] = encodings::sequence::ShawRelative::LabelIndex(
+                        pi, p.pk[kb + j], shaw_v->max_distance());
         if (a.locality.has_value()) {
           absl::StatusOr<double> f =
               encodings::sequence::LocalityFactor(Distance(pi, p.pk[kb + j]), *a.locality);
@@ -144,11 +157,16 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           }
         }
         const double* qi = p.q.data() + (i * hq + h) * d;
+        for (int64_t r = 0; r < nlk; ++r) {
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) dot += qi[e] * shaw_k->key_table()(r, e);
+          qlab[r] = dot;
+        }
         double m = kNegInf;
         for (int64_t j = 0; j < lk; ++j) {
           if (!allowed[j]) continue;
           const double* kj = p.k.data() + ((kb + j) * hkv + g) * d;
-          double dot = 0.0;
+          double dot = shaw_k ? qlab[lab_k[j]] : 0.0;
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
           score[j] = loc[j] * scale * dot + bias[j];
           m = std::max(m, score[j]);
@@ -172,6 +190,9 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           if (prob[j] == 0.0) continue;
           const double* vj = p.v.data() + ((kb + j) * hkv + g) * d;
           for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * vj[e];
+          if (shaw_v) {
+            for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * shaw_v->value_table()(lab_v[j], e);
+          }
         }
         if (lse != nullptr) lse[i * hq + h] = static_cast<T>(m + std::log(sum));
         if (!backward) continue;
@@ -180,12 +201,18 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         double dsum = 0.0;
         for (int64_t e = 0; e < d; ++e) dsum += doi[e] * oi[e];
         double* gqi = gq.data() + (i * hq + h) * d;
+        for (int64_t r = 0; r < nlv; ++r) {
+          double dot = 0.0;
+          for (int64_t e = 0; e < d; ++e) dot += doi[e] * shaw_v->value_table()(r, e);
+          dolab[r] = dot;
+        }
         for (int64_t j = 0; j < lk; ++j) {
           grad[j] = 0.0;
           if (!allowed[j]) continue;
           const int64_t row = ((kb + j) * hkv + g) * d;
           const double* vj = p.v.data() + row;
-          double dp = 0.0;
+          // dL/dp_j = <do_i, v_j + aV_r>.
+          double dp = shaw_v ? dolab[lab_v[j]] : 0.0;
           for (int64_t e = 0; e < d; ++e) dp += doi[e] * vj[e];
           const double ds = prob[j] * (dp - dsum);
           grad[j] = ds;
@@ -198,6 +225,17 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
             gkj[e] += gdot * qi[e];
             gvj[e] += prob[j] * doi[e];
           }
+          if (shaw_k) {  // s_ij gains a scale <q'_i, aK_r>
+            const int64_t r = lab_k[j];
+            for (int64_t e = 0; e < d; ++e) gqi[e] += gdot * shaw_k->key_table()(r, e);
+            if (!g_ak.empty()) {
+              for (int64_t e = 0; e < d; ++e) g_ak[r * d + e] += gdot * qi[e];
+            }
+          }
+          if (!g_av.empty()) {  // o_i gains p_ij aV_r
+            const int64_t r = lab_v[j];
+            for (int64_t e = 0; e < d; ++e) g_av[r * d + e] += prob[j] * doi[e];
+          }
         }
         if (sink != nullptr && *sink && lk > 0) {
           if (absl::Status s = (*sink)(b, h, qpos, kpos, grad.data(), lk); !s.ok()) return s;
@@ -209,12 +247,10 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
     Scatter(a, out, a.o, true, hq, o);
     return absl::OkStatus();
   }
-  if (absl::Status s = Transform(a, a.q_transform, true, hq, p.pq, true, &gq); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = Transform(a, a.k_transform, false, hkv, p.pk, true, &gk); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = Transform(tq.get(), nq, hq, d, true, &gq); !s.ok()) return s;
+  if (absl::Status s = Transform(tk.get(), nk, hkv, d, true, &gk); !s.ok()) return s;
+  if (!g_ak.empty()) std::copy(g_ak.begin(), g_ak.end(), extras.shaw_key_table_grad);
+  if (!g_av.empty()) std::copy(g_av.begin(), g_av.end(), extras.shaw_value_table_grad);
   Scatter(a, gq, a.q, true, hq, dq);
   Scatter(a, gk, a.k, false, hkv, dk);
   Scatter(a, gv, a.v, false, hkv, dv);
@@ -232,15 +268,36 @@ absl::Status ReferenceForward(const AttentionArgs& args, const T* q, const T* k,
 template <class T>
 absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,
                                const T* d_o, T* dq, T* dk, T* dv,
-                               const BiasGradientSink& bias_sink) {
+                               const BiasGradientSink& bias_sink,
+                               const ReferenceBackwardExtras& extras) {
   if (d_o == nullptr && args.num_q_tokens() > 0) {
     return absl::InvalidArgumentError("attention: null gradient tensor d_o");
+  }
+  if ((extras.shaw_key_table_grad != nullptr && args.shaw_keys == nullptr) ||
+      (extras.shaw_value_table_grad != nullptr && args.shaw_values == nullptr)) {
+    return absl::InvalidArgumentError(
+        "attention: a Shaw table gradient was requested without its shaw_keys / shaw_values");
+  }
+  // Table gradients start at zero (also when no row has an allowed key).
+  if (extras.shaw_key_table_grad != nullptr) {
+    std::fill_n(extras.shaw_key_table_grad, args.shaw_keys->num_labels() * args.head_dim, 0.0);
+  }
+  if (extras.shaw_value_table_grad != nullptr) {
+    std::fill_n(extras.shaw_value_table_grad, args.shaw_values->num_labels() * args.head_dim,
+                0.0);
   }
   if (d_o == nullptr) {  // nothing flows back; gradients are zero
     static const T kZero = T(0);
     d_o = &kZero;
   }
-  return Run<T>(args, q, k, v, nullptr, nullptr, d_o, dq, dk, dv, &bias_sink);
+  return Run<T>(args, q, k, v, nullptr, nullptr, d_o, dq, dk, dv, &bias_sink, extras);
+}
+
+template <class T>
+absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,
+                               const T* d_o, T* dq, T* dk, T* dv,
+                               const BiasGradientSink& bias_sink) {
+  return ReferenceBackward<T>(args, q, k, v, d_o, dq, dk, dv, bias_sink, {});
 }
 
 template absl::Status ReferenceForward<float>(const AttentionArgs&, const float*, const float*,
@@ -253,6 +310,14 @@ template absl::Status ReferenceBackward<float>(const AttentionArgs&, const float
 template absl::Status ReferenceBackward<double>(const AttentionArgs&, const double*, const double*,
                                                 const double*, const double*, double*, double*,
                                                 double*, const BiasGradientSink&);
+template absl::Status ReferenceBackward<float>(const AttentionArgs&, const float*, const float*,
+                                               const float*, const float*, float*, float*, float*,
+                                               const BiasGradientSink&,
+                                               const ReferenceBackwardExtras&);
+template absl::Status ReferenceBackward<double>(const AttentionArgs&, const double*, const double*,
+                                                const double*, const double*, double*, double*,
+                                                double*, const BiasGradientSink&,
+                                                const ReferenceBackwardExtras&);
 
 }  // namespace attention
 }  // namespace gpe

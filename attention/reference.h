@@ -2,7 +2,9 @@
 // implementation (cpu/, cuda/) is tested against. Same arguments as the kernels
 // (descriptor.h documents the computation, layouts, positions and descriptors).
 //
-// Method: q and k rows are copied to double, transformed by the RowTransforms in double,
+// Method: q and k rows are copied to double, transformed in double by the RowTransforms
+// bound to their tokens (PrepareRowTransforms: int64 or structured positions, the same
+// binding the kernels use; the prepared double overloads),
 // and for each (query token, query head) the scores against all keys of its sequence
 // are materialised (O(len_k) memory per row), the bias row filled with one FillTile
 // (a 1 x len_k tile), softmax and output formed in double with max subtraction, and
@@ -33,6 +35,19 @@ template <class T>
 absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,
                                const T* d_o, T* dq, T* dk, T* dv,
                                const BiasGradientSink& bias_sink = nullptr);
+
+// Optional outputs of ReferenceBackward: dL/daK (args.shaw_keys' key table) and dL/daV
+// (args.shaw_values' value table), each [2k + 1, head_dim] row-major double, overwritten.
+// Asking for one without its table is InvalidArgument.
+struct ReferenceBackwardExtras {
+  double* shaw_key_table_grad = nullptr;
+  double* shaw_value_table_grad = nullptr;
+};
+template <class T>
+absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,
+                               const T* d_o, T* dq, T* dk, T* dv,
+                               const BiasGradientSink& bias_sink,
+                               const ReferenceBackwardExtras& extras);
 
 }  // namespace attention
 }  // namespace gpe

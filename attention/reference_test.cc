@@ -15,6 +15,7 @@
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"
 #include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
 #include "gtest/gtest.h"
 
@@ -765,6 +766,404 @@ TEST(ValidateAttention, RejectsBadInputs) {
     EXPECT_FALSE(ReferenceBackward<double>(a, x.data(), x.data(), x.data(), nullptr, x.data(),
                                            x.data(), x.data())
                      .ok());
+  }
+}
+
+
+// ---- Structured positions: multi-axis RoPE, algebraic trees and grids ----------------
+
+struct RefOut {
+  std::vector<double> o, lse;
+};
+RefOut RefForward(const AttentionArgs& a, const std::vector<double>& q,
+                  const std::vector<double>& k, const std::vector<double>& v) {
+  RefOut r;
+  r.o.assign(a.num_q_tokens() * a.num_q_heads * a.head_dim, 0.0);
+  r.lse.assign(a.num_q_tokens() * a.num_q_heads, 0.0);
+  absl::Status st = ReferenceForward<double>(a, q.data(), k.data(), v.data(), r.o.data(), r.lse.data());
+  EXPECT_TRUE(st.ok()) << st;
+  return r;
+}
+
+// Every token's coordinates plus a per-axis offset (a common group element).
+std::vector<int64_t> Translated(const std::vector<int64_t>& coords, const std::vector<int64_t>& by) {
+  std::vector<int64_t> out = coords;
+  for (size_t i = 0; i < out.size(); ++i) out[i] += by[i % by.size()];
+  return out;
+}
+
+Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
+                  encodings::sequence::RopeFrequencies f) {
+  RopeOptions opt;
+  opt.head_dim = d;
+  opt.rotary_dim = d;
+  opt.pairing = group::PlanePairing::kInterleaved;
+  opt.num_axes = num_axes;
+  opt.plane_axes = std::move(plane_axes);
+  auto rope = Rope::Create(opt, std::move(f));
+  EXPECT_TRUE(rope.ok()) << rope.status();
+  return *rope;
+}
+
+// Runs the reference with the structured coordinates (axes form) cq / ck and checks
+// that (1) translating every token by one per-axis offset leaves o and lse unchanged
+// (scores depend only on x_j - x_i per axis) and (2) moving one key along any single
+// axis changes o (every axis reaches the scores).
+void CheckAxesRelativity(const RowTransform& tr, int64_t axes, int64_t d, uint64_t seed,
+                         const std::string& what) {
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const int64_t lq = 5, lk = 8, hq = 2, hkv = 1;
+  std::uniform_int_distribution<int64_t> coord(-40, 40);
+  std::vector<int64_t> cq(lq * axes), ck(lk * axes);
+  for (int64_t& c : cq) c = coord(rng);
+  for (int64_t& c : ck) c = coord(rng);
+  std::vector<double> q = Random(lq * hq * d, &rng), k = Random(lk * hkv * d, &rng),
+                      v = Random(lk * hkv * d, &rng);
+  AttentionArgs a = Bshd(1, lq, lk, hq, hkv, d);
+  a.q_transform = a.k_transform = &tr;
+  a.q_structured.num_axes = a.k_structured.num_axes = axes;
+  a.q_structured.coords = cq;
+  a.k_structured.coords = ck;
+  const RefOut base = RefForward(a, q, k, v);
+  // Offsets near 2^40 on some axes: angles are reduced exactly, so nothing drifts.
+  const std::vector<int64_t> by = {(int64_t{1} << 40) + 3, -77, 123457}; 
+  const std::vector<int64_t> tq = Translated(cq, std::vector<int64_t>(by.begin(), by.begin() + axes)),
+                             tk = Translated(ck, std::vector<int64_t>(by.begin(), by.begin() + axes));
+  a.q_structured.coords = tq;
+  a.k_structured.coords = tk;
+  const RefOut moved = RefForward(a, q, k, v);
+  // Scores are O(1) sums of d products computed in double from exactly reduced angles:
+  // translation changes them by rounding only (~1e-15), far below 1e-10.
+  EXPECT_LT(MaxAbsDiff(base.o, moved.o), 1e-10);
+  EXPECT_LT(MaxAbsDiff(base.lse, moved.lse), 1e-10);
+  for (int64_t ax = 0; ax < axes; ++ax) {
+    std::vector<int64_t> ck2 = ck;
+    ck2[3 * axes + ax] += 1;  // key 3 one step along axis ax
+    a.q_structured.coords = cq;
+    a.k_structured.coords = ck2;
+    EXPECT_GT(MaxAbsDiff(base.o, RefForward(a, q, k, v).o), 1e-6) << "axis " << ax << " ignored";
+  }
+}
+
+TEST(StructuredPositions, AxialAndMRopeDependOnlyOnPerAxisDifferences) {
+  const int64_t d = 24;  // 12 planes: 2 axes x 6, 3 axes x 4, M-RoPE sections
+  {
+    Rope rope = MakeAxesRope(d, 2, *encodings::sequence::AxialPlaneAxes(12, 2),
+                             *encodings::sequence::AxialRopeFrequencies(d, 2, 100.0));
+    RopeRowTransform tr(rope);
+    CheckAxesRelativity(tr, 2, d, 1, "axial 2D");
+  }
+  {
+    Rope rope = MakeAxesRope(d, 3, *encodings::sequence::AxialPlaneAxes(12, 3),
+                             *encodings::sequence::AxialRopeFrequencies(d, 3, 100.0));
+    RopeRowTransform tr(rope);
+    CheckAxesRelativity(tr, 3, d, 2, "axial 3D");
+  }
+  for (bool interleaved : {false, true}) {
+    const std::vector<int64_t> sections = interleaved ? std::vector<int64_t>{4, 4, 4}
+                                                      : std::vector<int64_t>{2, 5, 5};
+    Rope rope = MakeAxesRope(d, 3, *encodings::sequence::MRopePlaneAxes(sections, interleaved),
+                             *DefaultRopeFrequencies(d, 100.0));
+    RopeRowTransform tr(rope);
+    CheckAxesRelativity(tr, 3, d, 3 + interleaved, interleaved ? "m-rope interleaved" : "m-rope");
+    // Text tokens of Qwen2-VL: equal coordinates on every axis are 1-D RoPE at t.
+    Rope one = MakeAxesRope(d, 1, {}, *DefaultRopeFrequencies(d, 100.0));
+    RopeRowTransform tr1(one);
+    std::mt19937_64 rng(7);
+    const int64_t l = 6;
+    std::vector<double> q = Random(l * d, &rng), k = Random(l * d, &rng), v = Random(l * d, &rng);
+    std::vector<int64_t> pos = {0, 3, 9, 10, 200, 1 << 20}, c3;
+    for (int64_t p : pos) c3.insert(c3.end(), {p, p, p});
+    AttentionArgs a = Bshd(1, l, l, 1, 1, d);
+    a.causal = true;
+    a.q_positions = a.k_positions = pos;
+    a.q_transform = a.k_transform = &tr1;
+    const RefOut flat = RefForward(a, q, k, v);
+    a.q_transform = a.k_transform = &tr;
+    a.q_structured.num_axes = a.k_structured.num_axes = 3;
+    a.q_structured.coords = a.k_structured.coords = c3;
+    // The same angles from the same reduction: identical up to summation order.
+    EXPECT_LT(MaxAbsDiff(flat.o, RefForward(a, q, k, v).o), 1e-13);
+  }
+}
+
+Eigen::MatrixXd RandomSkew(int64_t d, double scale, std::mt19937_64* rng) {
+  std::vector<double> x = Random(d * d, rng);
+  Eigen::MatrixXd m = Eigen::Map<Eigen::MatrixXd>(x.data(), d, d);
+  return scale * (m - m.transpose());
+}
+
+TEST(StructuredPositions, AlgebraicGridScoresDependOnlyOnPerAxisDifferences) {
+  std::mt19937_64 rng(21);
+  auto g2 = encodings::sequence::MakeAlgebraicGrid2D(RandomSkew(4, 0.7, &rng),
+                                                     RandomSkew(5, 0.7, &rng));
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D> t2(*g2);
+  CheckAxesRelativity(t2, 2, 9, 22, "grid 2D");
+  auto g3 = encodings::sequence::MakeAlgebraicGrid3D(
+      RandomSkew(4, 0.5, &rng), RandomSkew(2, 0.5, &rng), RandomSkew(4, 0.5, &rng));
+  ASSERT_TRUE(g3.ok()) << g3.status();
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid3D> t3(*g3);
+  CheckAxesRelativity(t3, 3, 10, 23, "grid 3D");
+  // Transform level: <rho(x_i) q, rho(x_j) k> = <q, blockdiag(W_a^(x_j - x_i)) k>.
+  std::vector<int64_t> cq = {3, -2, 0, 5}, ck = {-1, 7, 4, 4};  // two tokens each
+  StructuredPositions sq, sk;
+  sq.num_axes = sk.num_axes = 2;
+  sq.coords = cq;
+  sk.coords = ck;
+  auto pq = t2.PrepareStructured(sq), pk = t2.PrepareStructured(sk);
+  ASSERT_TRUE(pq.ok() && pk.ok());
+  std::vector<double> q = Random(2 * 9, &rng), k = Random(2 * 9, &rng), qt = q, kt = k;
+  ASSERT_TRUE((*pq)->Forward(0, 2, qt.data(), 9).ok());
+  ASSERT_TRUE((*pk)->Forward(0, 2, kt.data(), 9).ok());
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      auto m = g2->Matrix({ck[2 * j] - cq[2 * i], ck[2 * j + 1] - cq[2 * i + 1]});
+      ASSERT_TRUE(m.ok());
+      const Eigen::Map<const Eigen::VectorXd> qi(&q[9 * i], 9), kj(&k[9 * j], 9),
+          qti(&qt[9 * i], 9), ktj(&kt[9 * j], 9);
+      // Orthogonal maps of O(1) vectors in double: 1e-12 covers the rounding.
+      EXPECT_NEAR(qti.dot(ktj), qi.dot(*m * kj), 1e-12);
+    }
+  }
+  // Backward is the transpose: G^T G x = x.
+  ASSERT_TRUE((*pq)->Backward(0, 2, qt.data(), 9).ok());
+  EXPECT_LT(MaxAbsDiff(qt, q), 1e-12);
+}
+
+TEST(StructuredPositions, AlgebraicTreeScoresDependOnlyOnTheRelativePath) {
+  std::mt19937_64 rng(31);
+  const int64_t d = 6;
+  auto tree = encodings::sequence::AlgebraicTree::Create(
+      {RandomSkew(d, 0.6, &rng), RandomSkew(d, 0.6, &rng), RandomSkew(d, 0.6, &rng)});
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  AlgebraicTreeRowTransform tr(*tree);
+  // Addresses (CSR): queries and keys at depths 0..4 of a ternary tree.
+  const std::vector<std::vector<int64_t>> qa = {{}, {0}, {2, 1}, {0, 0, 2}, {1, 2, 0, 1}};
+  const std::vector<std::vector<int64_t>> ka = {{1}, {}, {2, 1, 0}, {0, 0}, {2}, {1, 2, 0, 1}, {0, 1}};
+  auto csr = [](const std::vector<std::vector<int64_t>>& addr, const std::vector<int64_t>& prefix,
+                std::vector<int64_t>* off, std::vector<int64_t>* ch) {
+    off->assign(1, 0);
+    ch->clear();
+    for (const auto& x : addr) {
+      ch->insert(ch->end(), prefix.begin(), prefix.end());
+      ch->insert(ch->end(), x.begin(), x.end());
+      off->push_back(static_cast<int64_t>(ch->size()));
+    }
+  };
+  std::vector<int64_t> qo, qc, ko, kc;
+  csr(qa, {}, &qo, &qc);
+  csr(ka, {}, &ko, &kc);
+  StructuredPositions sq, sk;
+  sq.tree_offsets = qo;
+  sq.tree_children = qc;
+  sk.tree_offsets = ko;
+  sk.tree_children = kc;
+  // Transform level: <rho(a_i) q, rho(a_j) k> = <q, rho(a_i^-1 a_j) k> (sec. 3.2.2).
+  auto pq = tr.PrepareStructured(sq), pk = tr.PrepareStructured(sk);
+  ASSERT_TRUE(pq.ok() && pk.ok()) << pq.status() << pk.status();
+  std::vector<double> q = Random(5 * d, &rng), k = Random(7 * d, &rng), qt = q, kt = k;
+  ASSERT_TRUE((*pq)->Forward(0, 5, qt.data(), d).ok());
+  ASSERT_TRUE((*pk)->Forward(0, 7, kt.data(), d).ok());
+  const auto& fg = tree->representation().group();
+  for (int i = 0; i < 5; ++i) {
+    for (int j = 0; j < 7; ++j) {
+      auto rel = fg.RelativePath(*tree->Word(qa[i]), *tree->Word(ka[j]));
+      ASSERT_TRUE(rel.ok());
+      auto m = tree->representation().Matrix(*rel);
+      ASSERT_TRUE(m.ok());
+      const Eigen::Map<const Eigen::VectorXd> qi(&q[d * i], d), kj(&k[d * j], d),
+          qti(&qt[d * i], d), ktj(&kt[d * j], d);
+      // Products of up to 8 orthogonal factors in double: rounding ~1e-15.
+      EXPECT_NEAR(qti.dot(ktj), qi.dot(*m * kj), 1e-12) << i << " " << j;
+    }
+  }
+  ASSERT_TRUE((*pq)->Backward(0, 5, qt.data(), d).ok());
+  EXPECT_LT(MaxAbsDiff(qt, q), 1e-12);
+  // Attention level: moving every node under one common prefix keeps every relative path
+  // (x a_i)^-1 (x a_j) = a_i^-1 a_j, so o and lse are unchanged; moving one key is not.
+  std::vector<double> qq = Random(5 * 2 * d, &rng), kk = Random(7 * d, &rng), vv = Random(7 * d, &rng);
+  AttentionArgs a = Bshd(1, 5, 7, 2, 1, d);
+  a.causal = true;  // masks by the int64 positions (token order), not by the tree
+  a.q_transform = a.k_transform = &tr;
+  a.q_structured = sq;
+  a.k_structured = sk;
+  const RefOut base = RefForward(a, qq, kk, vv);
+  std::vector<int64_t> qo2, qc2, ko2, kc2;
+  csr(qa, {2, 0, 1}, &qo2, &qc2);
+  csr(ka, {2, 0, 1}, &ko2, &kc2);
+  a.q_structured.tree_offsets = qo2;
+  a.q_structured.tree_children = qc2;
+  a.k_structured.tree_offsets = ko2;
+  a.k_structured.tree_children = kc2;
+  const RefOut moved = RefForward(a, qq, kk, vv);
+  EXPECT_LT(MaxAbsDiff(base.o, moved.o), 1e-10);
+  EXPECT_LT(MaxAbsDiff(base.lse, moved.lse), 1e-10);
+  std::vector<std::vector<int64_t>> ka3 = ka;
+  ka3[0].push_back(1);
+  std::vector<int64_t> ko3, kc3;
+  csr(ka3, {}, &ko3, &kc3);
+  a.q_structured = sq;
+  a.k_structured.tree_offsets = ko3;
+  a.k_structured.tree_children = kc3;
+  EXPECT_GT(MaxAbsDiff(base.o, RefForward(a, qq, kk, vv).o), 1e-6);
+}
+
+TEST(StructuredPositions, RejectsMismatchedForms) {
+  std::mt19937_64 rng(41);
+  auto tree = encodings::sequence::AlgebraicTree::Create({RandomSkew(4, 0.5, &rng)});
+  ASSERT_TRUE(tree.ok());
+  AlgebraicTreeRowTransform tr(*tree);
+  Rope rope = MakeRope(4, 4);
+  RopeRowTransform rtr(rope);
+  std::vector<double> x(3 * 4, 0.5), o(3 * 4);
+  AttentionArgs a = Bshd(1, 3, 3, 1, 1, 4);
+  auto run = [&]() {
+    return ReferenceForward<double>(a, x.data(), x.data(), x.data(), o.data());
+  };
+  a.q_transform = a.k_transform = &tr;
+  absl::Status st = run();  // a tree transform with int64 positions
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("tree addresses"), std::string::npos) << st;
+  std::vector<int64_t> off = {0, 1, 1, 3}, ch = {0, 0, 0}, badch = {0, 1, 0};
+  a.q_structured.tree_offsets = a.k_structured.tree_offsets = off;
+  a.q_structured.tree_children = a.k_structured.tree_children = ch;
+  EXPECT_TRUE(run().ok());
+  a.k_structured.tree_children = badch;  // child 1 of a 1-ary tree
+  EXPECT_FALSE(run().ok());
+  a.k_structured.tree_children = ch;
+  std::vector<int64_t> short_off = {0, 1, 3};
+  a.k_structured.tree_offsets = short_off;
+  st = run();
+  EXPECT_NE(st.message().find("tree_offsets"), std::string::npos) << st;
+  a.k_structured = StructuredPositions{};
+  st = run();
+  EXPECT_NE(st.message().find("both"), std::string::npos) << st;
+  // 1-D RoPE given 2-axis coordinates; structured positions without a transform.
+  std::vector<int64_t> c2 = {0, 0, 1, 1, 2, 2};
+  a.q_transform = a.k_transform = &rtr;
+  a.q_structured = a.k_structured = StructuredPositions{};
+  a.q_structured.num_axes = a.k_structured.num_axes = 2;
+  a.q_structured.coords = a.k_structured.coords = c2;
+  EXPECT_FALSE(run().ok());
+  a.q_transform = a.k_transform = nullptr;
+  st = run();
+  EXPECT_NE(st.message().find("q_transform"), std::string::npos) << st;
+  std::vector<int64_t> c_short = {0, 0, 1};
+  a.q_transform = a.k_transform = &rtr;
+  a.q_structured.coords = c_short;
+  st = run();
+  EXPECT_NE(st.message().find("coords"), std::string::npos) << st;
+}
+
+// ---- Shaw et al. relative labels on keys and values ---------------------------------
+
+encodings::sequence::RowMatrixXd Table(int64_t rows, int64_t cols, std::mt19937_64* rng) {
+  std::vector<double> x = Random(rows * cols, rng);
+  return Eigen::Map<encodings::sequence::RowMatrixXd>(x.data(), rows, cols);
+}
+
+TEST(ShawLabels, ForwardMatchesRelativeHOnMaterialisedProbabilities) {
+  std::mt19937_64 rng(51);
+  const int64_t d = 4, lq = 5, lk = 7, hq = 2, hkv = 1, kmax = 2;
+  auto shaw = encodings::sequence::ShawRelative::Create(kmax, Table(2 * kmax + 1, d, &rng),
+                                                        Table(2 * kmax + 1, d, &rng));
+  ASSERT_TRUE(shaw.ok()) << shaw.status();
+  const std::vector<int64_t> pq = {0, 2, 3, 9, -4}, pk = {1, 0, 2, 3, 4, 12, -6};
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Bshd(1, lq, lk, hq, hkv, d);
+    a.causal = causal;
+    a.softmax_scale = 0.8;
+    a.q_positions = pq;
+    a.k_positions = pk;
+    a.shaw_keys = a.shaw_values = &*shaw;
+    std::vector<double> q = Random(lq * hq * d, &rng), k = Random(lk * d, &rng), v = Random(lk * d, &rng);
+    const RefOut got = RefForward(a, q, k, v);
+    for (int64_t h = 0; h < hq; ++h) {
+      encodings::sequence::RowMatrixXd Q(lq, d), K(lk, d), V(lk, d);
+      for (int64_t i = 0; i < lq; ++i) for (int64_t e = 0; e < d; ++e) Q(i, e) = q[(i * hq + h) * d + e];
+      for (int64_t j = 0; j < lk; ++j) for (int64_t e = 0; e < d; ++e) { K(j, e) = k[j * d + e]; V(j, e) = v[j * d + e]; }
+      // Shaw eq. 4 then 3: e = scale (Q K^T + Q aK_r), softmax, o = P V + sum_j p aV_r.
+      auto ks = shaw->KeyScores(Q, pq, pk);
+      ASSERT_TRUE(ks.ok());
+      encodings::sequence::RowMatrixXd S = 0.8 * (Q * K.transpose() + *ks), P(lq, lk);
+      for (int64_t i = 0; i < lq; ++i) {
+        double m = -1e300, z = 0;
+        for (int64_t j = 0; j < lk; ++j) if (!causal || pk[j] <= pq[i]) m = std::max(m, S(i, j));
+        for (int64_t j = 0; j < lk; ++j) { P(i, j) = (!causal || pk[j] <= pq[i]) ? std::exp(S(i, j) - m) : 0.0; z += P(i, j); }
+        if (z > 0) P.row(i) /= z;
+      }
+      auto vo = shaw->ValueOutput(P, pq, pk);
+      ASSERT_TRUE(vo.ok());
+      encodings::sequence::RowMatrixXd O = P * V + *vo;
+      for (int64_t i = 0; i < lq; ++i) {
+        for (int64_t e = 0; e < d; ++e) {
+          // Both in double from the same inputs: differences are rounding (~1e-16).
+          EXPECT_NEAR(got.o[(i * hq + h) * d + e], O(i, e), 1e-13) << causal << " " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ShawLabels, BackwardMatchesFiniteDifferencesIncludingTables) {
+  std::mt19937_64 rng(52);
+  const int64_t hq = 4, hkv = 2, d = 4, kmax = 2, nl = 2 * kmax + 1;
+  const std::vector<int64_t> cu_q = {0, 3, 4, 8}, cu_k = {0, 4, 5, 10};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform rtr(rope);
+  encodings::sequence::RowMatrixXd tk = Table(nl, d, &rng), tv = Table(nl, d, &rng);
+  for (int config = 0; config < 3; ++config) {
+    AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
+    a.causal = config != 0;
+    a.softmax_scale = 0.7;
+    if (config == 2) {
+      a.q_transform = a.k_transform = &rtr;
+      a.locality = 0.9;
+    }
+    auto make = [&]() {
+      auto s = encodings::sequence::ShawRelative::Create(kmax, tk, tv);
+      EXPECT_TRUE(s.ok());
+      return *s;
+    };
+    encodings::sequence::ShawRelative shaw = make();
+    a.shaw_keys = a.shaw_values = &shaw;
+    std::vector<double> q = Random(8 * hq * d, &rng), k = Random(10 * hkv * d, &rng),
+                        v = Random(10 * hkv * d, &rng), w = Random(8 * hq * d, &rng);
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), gk(nl * d), gv(nl * d);
+    ReferenceBackwardExtras ex;
+    ex.shaw_key_table_grad = gk.data();
+    ex.shaw_value_table_grad = gv.data();
+    ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                          dk.data(), dv.data(), nullptr, ex)
+                    .ok());
+    auto loss = [&]() {
+      encodings::sequence::ShawRelative s2 = make();  // the tables as they are now
+      a.shaw_keys = a.shaw_values = &s2;
+      std::vector<double> o(w.size());
+      EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+      a.shaw_keys = a.shaw_values = &shaw;
+      double s = 0;
+      for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+      return s;
+    };
+    // Central differences as in MatchesFiniteDifferences: h = 1e-5, error ~1e-10.
+    const double h = 1e-5;
+    auto fd = [&](double* x, double g, const char* name, size_t i) {
+      const double x0 = *x;
+      *x = x0 + h;
+      const double lp = loss();
+      *x = x0 - h;
+      const double lm = loss();
+      *x = x0;
+      EXPECT_NEAR(g, (lp - lm) / (2 * h), 1e-8) << name << " config " << config << " i " << i;
+    };
+    for (size_t i = 0; i < q.size(); ++i) fd(&q[i], dq[i], "q", i);
+    for (size_t i = 0; i < k.size(); ++i) fd(&k[i], dk[i], "k", i);
+    for (size_t i = 0; i < v.size(); ++i) fd(&v[i], dv[i], "v", i);
+    for (int64_t i = 0; i < nl * d; ++i) fd(tk.data() + i, gk[i], "aK", i);
+    for (int64_t i = 0; i < nl * d; ++i) fd(tv.data() + i, gv[i], "aV", i);
   }
 }
 

@@ -1,10 +1,14 @@
 // The C ABI's attention (gpe.h, "Attention"): DLPack views and options validated here,
 // then attention/cpu's CpuForward / CpuBackward (float32, bfloat16) or the exact
 // ReferenceForward / ReferenceBackward<double> (float64) with the encoding built from the
-// options (RoPE, GRAPE-M or algebraic rotations; any gpe_bias). Every entry point runs under Guard.
+// options (RoPE in one or several axes, GRAPE-M, algebraic sequence / tree / grid rotations
+// with int64 or structured positions; any gpe_bias; Shaw labels). Every entry point runs
+// under Guard.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,7 +25,9 @@
 #include "c_api/include/gpe/gpe.h"
 #include "c_api/sequence_handles.h"
 #include "c_api/tensor_view.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
+#include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
 
 using gpe::c_api::CheckDisjoint;
@@ -50,15 +56,241 @@ std::string ShapeOf(const TensorView& v) {
   return s + "]";
 }
 
-// Everything one call needs, owning the encodings and position copies it points to.
+// Everything one call needs, owning the encodings and position copies it points to
+// (the encodings are declared before the transform that refers to them).
 struct Call {
   att::AttentionArgs args;
   DType dtype = DType::kFloat32;
   TensorView q, k, v;
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
+  std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
   std::optional<seq::Rope> rope;
+  std::optional<seq::AlgebraicTree> tree;
+  std::optional<seq::AlgebraicGrid2D> grid2;
+  std::optional<seq::AlgebraicGrid3D> grid3;
+  std::optional<seq::ShawRelative> shaw;
   std::unique_ptr<att::RowTransform> transform;
 };
+
+// The options struct of the first release ends at cu_seqlens_k; later fields are read
+// only when struct_size covers them (zero / NULL otherwise).
+constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
+
+// A row-major copy of a tensor of any strides (validated by ViewTensor).
+template <class T>
+std::vector<T> Compact(const TensorView& v) {
+  const int64_t n = v.numel();
+  std::vector<T> out(static_cast<size_t>(n));
+  std::vector<int64_t> idx(v.shape.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (size_t a = 0; a < idx.size(); ++a) off += idx[a] * v.strides[a];
+    out[i] = v.typed<const T>()[off];
+    for (size_t a = idx.size(); a-- > 0;) {
+      if (++idx[a] < v.shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return out;
+}
+
+// An int64 tensor of `ndim` dimensions as a row-major vector, with its view.
+absl::StatusOr<TensorView> Int64Table(const DLTensor* t, const char* name, int ndim,
+                                      std::vector<int64_t>* out) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, ndim, kInt);
+  if (!v.ok()) return v.status();
+  *out = Compact<int64_t>(*v);
+  return v;
+}
+
+// float64 skew generators [count, m, m] as matrices.
+absl::StatusOr<std::vector<Eigen::MatrixXd>> Skews(const DLTensor* t, const char* name) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 3, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[1] != v->shape[2] || v->shape[0] < 1 || v->shape[1] < 1) {
+    return Bad(absl::StrCat(name, " must be [count >= 1, m, m] skew matrices, got ", ShapeOf(*v)));
+  }
+  const std::vector<double> x = Compact<double>(*v);
+  const int64_t m = v->shape[1];
+  std::vector<Eigen::MatrixXd> out;
+  for (int64_t c = 0; c < v->shape[0]; ++c) {
+    Eigen::MatrixXd s(m, m);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < m; ++j) s(i, j) = x[(c * m + i) * m + j];
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The structured positions, algebraic tree / grid, multi-axis RoPE and Shaw options
+// (read from a struct at least kAttentionOptionsV1Size + the new fields long).
+absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* encodings) {
+  att::AttentionArgs& a = c->args;
+  // Structured positions: per-axis coordinates or tree addresses, for q and k alike.
+  if ((o.q_axes == nullptr) != (o.k_axes == nullptr)) {
+    return Bad("give both q_axes and k_axes or neither");
+  }
+  const int trees = (o.q_tree_offsets != nullptr) + (o.q_tree_children != nullptr) +
+                    (o.k_tree_offsets != nullptr) + (o.k_tree_children != nullptr);
+  if (trees != 0 && trees != 4) {
+    return Bad("give all of q_tree_offsets, q_tree_children, k_tree_offsets and "
+               "k_tree_children, or none");
+  }
+  if (o.q_axes != nullptr && trees != 0) {
+    return Bad("give per-axis positions (q_axes, k_axes) or tree addresses, not both");
+  }
+  int64_t axes = 0;
+  if (o.q_axes != nullptr) {
+    absl::StatusOr<TensorView> qa = Int64Table(o.q_axes, "q_axes", 2, &c->axes_q);
+    if (!qa.ok()) return qa.status();
+    absl::StatusOr<TensorView> ka = Int64Table(o.k_axes, "k_axes", 2, &c->axes_k);
+    if (!ka.ok()) return ka.status();
+    axes = qa->shape[1];
+    if (ka->shape[1] != axes) {
+      return Bad(absl::StrCat("q_axes has ", axes, " axes but k_axes has ", ka->shape[1]));
+    }
+    a.q_structured.num_axes = a.k_structured.num_axes = axes;
+    a.q_structured.coords = c->axes_q;
+    a.k_structured.coords = c->axes_k;
+  }
+  if (trees == 4) {
+    for (auto [t, name, out] :
+         {std::tuple{o.q_tree_offsets, "q_tree_offsets", &c->tree_off_q},
+          std::tuple{o.q_tree_children, "q_tree_children", &c->tree_ch_q},
+          std::tuple{o.k_tree_offsets, "k_tree_offsets", &c->tree_off_k},
+          std::tuple{o.k_tree_children, "k_tree_children", &c->tree_ch_k}}) {
+      absl::StatusOr<TensorView> v = Int64Table(t, name, 1, out);
+      if (!v.ok()) return v.status();
+    }
+    a.q_structured.tree_offsets = c->tree_off_q;
+    a.q_structured.tree_children = c->tree_ch_q;
+    a.k_structured.tree_offsets = c->tree_off_k;
+    a.k_structured.tree_children = c->tree_ch_k;
+  }
+  const bool structured = axes > 0 || trees == 4;
+  // Multi-axis RoPE: axial (rope_axes) or M-RoPE (rope_sections).
+  if (o.rope_axes < 0 || o.rope_axes > 3) {
+    return Bad(absl::StrCat("rope_axes must be 0, 1, 2 or 3, got ", o.rope_axes));
+  }
+  if (o.rope_sections_interleaved != 0 && o.rope_sections_interleaved != 1) {
+    return Bad("rope_sections_interleaved must be 0 or 1");
+  }
+  if ((o.rope_axes > 1 || o.rope_sections != nullptr) && o.rope_dim == 0) {
+    return Bad("rope_axes / rope_sections need rope_dim");
+  }
+  if (o.algebraic_tree != nullptr) ++*encodings;
+  if (o.algebraic_grid != nullptr) ++*encodings;
+  if (*encodings > 1) {
+    return Bad("at most one of rope_dim, grape_m, algebraic, algebraic_tree and algebraic_grid "
+               "may be set");
+  }
+  if (o.rope_dim != 0 && (o.rope_axes > 1 || o.rope_sections != nullptr)) {
+    std::vector<int64_t> sections;
+    absl::StatusOr<seq::RopeFrequencies> f;
+    absl::StatusOr<std::vector<int>> plane_axes;
+    if (o.rope_sections != nullptr) {
+      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections);
+      if (!sv.ok()) return sv.status();
+      if (o.rope_axes > 1 && o.rope_axes != static_cast<int32_t>(sections.size())) {
+        return Bad(absl::StrCat("rope_axes (", o.rope_axes, ") disagrees with the ",
+                                sections.size(), " rope_sections; leave it 0"));
+      }
+      f = seq::DefaultRopeFrequencies(o.rope_dim, o.rope_base);
+      plane_axes = seq::MRopePlaneAxes(sections, o.rope_sections_interleaved == 1);
+    } else {
+      f = seq::AxialRopeFrequencies(o.rope_dim, o.rope_axes, o.rope_base);
+      plane_axes = seq::AxialPlaneAxes(o.rope_dim / 2, o.rope_axes);
+    }
+    if (!f.ok()) return f.status();
+    if (!plane_axes.ok()) return plane_axes.status();
+    const int64_t want = o.rope_sections != nullptr ? static_cast<int64_t>(sections.size())
+                                                     : o.rope_axes;
+    if (axes != want) {
+      return Bad(absl::StrCat("multi-axis RoPE with ", want,
+                              " axes needs q_axes / k_axes of [tokens, ", want, "]"));
+    }
+    seq::RopeOptions ro = c->rope->options();
+    ro.num_axes = static_cast<int>(want);
+    ro.plane_axes = *std::move(plane_axes);
+    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *std::move(f));
+    if (!rope.ok()) return rope.status();
+    c->transform.reset();
+    c->rope.emplace(*std::move(rope));
+    c->transform = std::make_unique<att::RopeRowTransform>(*c->rope);
+  } else if (o.algebraic_tree != nullptr) {
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> s = Skews(o.algebraic_tree, "algebraic_tree");
+    if (!s.ok()) return s.status();
+    if ((*s)[0].rows() != a.head_dim) {
+      return Bad(absl::StrCat("algebraic_tree generators are ", (*s)[0].rows(), " x ",
+                              (*s)[0].rows(), " but head_dim is ", a.head_dim));
+    }
+    absl::StatusOr<seq::AlgebraicTree> t = seq::AlgebraicTree::Create(*s);
+    if (!t.ok()) return t.status();
+    if (trees != 4) return Bad("algebraic_tree needs tree addresses (q_tree_offsets, ...)");
+    c->tree.emplace(*std::move(t));
+    c->transform = std::make_unique<att::AlgebraicTreeRowTransform>(*c->tree);
+  } else if (o.algebraic_grid != nullptr) {
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> s = Skews(o.algebraic_grid, "algebraic_grid");
+    if (!s.ok()) return s.status();
+    const int64_t n = static_cast<int64_t>(s->size()), m = (*s)[0].rows();
+    if (n != 2 && n != 3) return Bad(absl::StrCat("algebraic_grid must have 2 or 3 axes, got ", n));
+    if (n * m != a.head_dim) {
+      return Bad(absl::StrCat("algebraic_grid has ", n, " axes of ", m, " but head_dim is ",
+                              a.head_dim, " (axes * m must equal it)"));
+    }
+    if (axes != n) {
+      return Bad(absl::StrCat("algebraic_grid with ", n, " axes needs q_axes / k_axes of [tokens, ",
+                              n, "]"));
+    }
+    if (n == 2) {
+      auto g = seq::MakeAlgebraicGrid2D((*s)[0], (*s)[1]);
+      if (!g.ok()) return g.status();
+      c->grid2.emplace(*std::move(g));
+      c->transform = std::make_unique<att::AlgebraicGridRowTransform<seq::AlgebraicGrid2D>>(*c->grid2);
+    } else {
+      auto g = seq::MakeAlgebraicGrid3D((*s)[0], (*s)[1], (*s)[2]);
+      if (!g.ok()) return g.status();
+      c->grid3.emplace(*std::move(g));
+      c->transform = std::make_unique<att::AlgebraicGridRowTransform<seq::AlgebraicGrid3D>>(*c->grid3);
+    }
+  } else if (structured && c->transform == nullptr) {
+    return Bad("q_axes / tree addresses feed an encoding: set rope_axes or rope_sections with "
+               "rope_dim, algebraic_tree or algebraic_grid");
+  }
+  // Shaw et al.'s labels.
+  if (o.shaw_key_table != nullptr || o.shaw_value_table != nullptr) {
+    if (o.shaw_max_distance < 0 || o.shaw_max_distance > (int64_t{1} << 30)) {
+      return Bad(absl::StrCat("shaw_max_distance must be in [0, 2^30], got ",
+                              o.shaw_max_distance));
+    }
+    const int64_t rows = 2 * o.shaw_max_distance + 1;
+    seq::RowMatrixXd tables[2];
+    const DLTensor* src[2] = {o.shaw_key_table, o.shaw_value_table};
+    const char* name[2] = {"shaw_key_table", "shaw_value_table"};
+    for (int i = 0; i < 2; ++i) {
+      if (src[i] == nullptr) {
+        tables[i] = seq::RowMatrixXd::Zero(rows, a.head_dim);  // unused side
+        continue;
+      }
+      absl::StatusOr<TensorView> v = ViewTensor(src[i], name[i], 2, kF64);
+      if (!v.ok()) return v.status();
+      if (v->shape[0] != rows || v->shape[1] != a.head_dim) {
+        return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, head_dim] = [",
+                                rows, ", ", a.head_dim, "], got ", ShapeOf(*v)));
+      }
+      const std::vector<double> x = Compact<double>(*v);
+      tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, a.head_dim);
+    }
+    absl::StatusOr<seq::ShawRelative> shaw =
+        seq::ShawRelative::Create(o.shaw_max_distance, tables[0], tables[1]);
+    if (!shaw.ok()) return shaw.status();
+    c->shaw.emplace(*std::move(shaw));
+    if (o.shaw_key_table != nullptr) a.shaw_keys = &*c->shaw;
+    if (o.shaw_value_table != nullptr) a.shaw_values = &*c->shaw;
+  }
+  return absl::OkStatus();
+}
 
 // A q-side or k-side tensor of the layout: its view and strides.
 absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed) {
@@ -122,12 +354,15 @@ absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* 
 absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
                      const DLTensor* v, Call* c) {
   if (options == nullptr) return Bad("options is NULL");
-  if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_attention_options),
+  if (absl::Status s = CheckStructSize(options->struct_size, kAttentionOptionsV1Size,
                                        sizeof(gpe_attention_options), "gpe_attention_options");
       !s.ok()) {
     return s;
   }
-  const gpe_attention_options& o = *options;
+  // The caller's struct (an older, shorter one included), later fields zero / NULL.
+  gpe_attention_options o;
+  std::memset(&o, 0, sizeof o);
+  std::memcpy(&o, options, options->struct_size);
   if (o.causal != 0 && o.causal != 1) return Bad("causal must be 0 or 1");
   if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0) {
     return Bad(absl::StrCat("softmax_scale must be finite and >= 0 (0: default), got ",
@@ -218,8 +453,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
       a.k_positions = c->pos_k;
     }
   }
-  const int encodings =
-      (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);
+  int encodings = (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);
   if (encodings > 1) return Bad("at most one of rope_dim, grape_m and algebraic may be set");
   if (o.rope_dim != 0) {
     if (o.rope_pairing != GPE_PAIRING_INTERLEAVED && o.rope_pairing != GPE_PAIRING_HALF_SPLIT) {
@@ -242,6 +476,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   } else if (o.algebraic != nullptr) {
     c->transform = std::make_unique<att::AlgebraicRowTransform>(o.algebraic->impl);
   }
+  if (absl::Status s = PrepareStructured(o, c, &encodings); !s.ok()) return s;
   a.q_transform = a.k_transform = c->transform.get();
   if (o.bias != nullptr) a.biases = {&o.bias->base()};
   return absl::OkStatus();
@@ -334,11 +569,34 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
   });
 }
 
-gpe_status gpe_attention_backward(const gpe_attention_options* options, const DLTensor* q,
-                                  const DLTensor* k, const DLTensor* v, const DLTensor* o,
-                                  const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
-                                  DLTensor* dk, DLTensor* dv) {
-  return Guard([&]() -> absl::Status {
+namespace {
+
+// A Shaw table gradient output: float64 [2k + 1, head_dim] row-major, for a table that
+// is in the options. Data null when `t` is null.
+absl::StatusOr<TensorView> TableGradient(const DLTensor* t, const char* name,
+                                         const seq::ShawRelative* table,
+                                         const att::AttentionArgs& a) {
+  if (t == nullptr) return TensorView{};
+  if (table == nullptr) {
+    return Bad(absl::StrCat(name, " is given but its table (", name + 2, ") is not"));
+  }
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != table->num_labels() || v->shape[1] != a.head_dim) {
+    return Bad(absl::StrCat(name, " must be [", table->num_labels(), ", ", a.head_dim, "], got ",
+                            ShapeOf(*v)));
+  }
+  if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.head_dim)) {
+    return Bad(absl::StrCat(name, " must be compact row-major"));
+  }
+  return v;
+}
+
+absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* q,
+                          const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                          const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                          DLTensor* dv, DLTensor* d_shaw_key_table, DLTensor* d_shaw_value_table) {
+  {
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
     const bool packed = c.args.layout == att::Layout::kTHD;
@@ -378,33 +636,73 @@ gpe_status gpe_attention_backward(const gpe_attention_options* options, const DL
     }
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}, {&*gv, "d_o"},
                              {o != nullptr ? &ov : nullptr, "o"}};
+    absl::StatusOr<TensorView> gak =
+        TableGradient(d_shaw_key_table, "d_shaw_key_table", c.args.shaw_keys, c.args);
+    if (!gak.ok()) return gak.status();
+    absl::StatusOr<TensorView> gav =
+        TableGradient(d_shaw_value_table, "d_shaw_value_table", c.args.shaw_values, c.args);
+    if (!gav.ok()) return gav.status();
     const NamedView outs[] = {{dq != nullptr ? &dqv : nullptr, "dq"},
                               {dk != nullptr ? &dkv : nullptr, "dk"},
-                              {dv != nullptr ? &dvv : nullptr, "dv"}};
+                              {dv != nullptr ? &dvv : nullptr, "dv"},
+                              {gak->data != nullptr ? &*gak : nullptr, "d_shaw_key_table"},
+                              {gav->data != nullptr ? &*gav : nullptr, "d_shaw_value_table"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
     if (c.dtype == DType::kFloat64) {
       // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
+      att::ReferenceBackwardExtras rex;
+      rex.shaw_key_table_grad = gak->typed<double>();
+      rex.shaw_value_table_grad = gav->typed<double>();
       return att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
                                     c.v.typed<const double>(), gv->typed<const double>(),
                                     dq ? dqv.typed<double>() : nullptr,
                                     dk ? dkv.typed<double>() : nullptr,
-                                    dv ? dvv.typed<double>() : nullptr);
+                                    dv ? dvv.typed<double>() : nullptr, nullptr, rex);
     }
     const float* l = lv->typed<const float>();
     att::CpuAttentionOptions opt;
     opt.num_threads = options->num_threads;
     if (c.dtype == DType::kFloat32) {
+      att::CpuBackwardExtras ex;
+      ex.shaw_key_table_grad = gak->typed<double>();
+      ex.shaw_value_table_grad = gav->typed<double>();
       return att::CpuBackward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
                               c.v.typed<const float>(),
                               o != nullptr ? ov.typed<const float>() : nullptr, l,
                               gv->typed<const float>(), dq ? dqv.typed<float>() : nullptr,
                               dk ? dkv.typed<float>() : nullptr, dv ? dvv.typed<float>() : nullptr,
-                              nullptr, opt);
+                              nullptr, opt, ex);
+    }
+    if (gak->data != nullptr || gav->data != nullptr) {
+      return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
+                 "bfloat16 gives dq, dk and dv only");
     }
     return att::CpuBackward(c.args, c.q.typed<const BF>(), c.k.typed<const BF>(),
                             c.v.typed<const BF>(), o != nullptr ? ov.typed<const BF>() : nullptr,
                             l, gv->typed<const BF>(), dq ? dqv.typed<BF>() : nullptr,
                             dk ? dkv.typed<BF>() : nullptr, dv ? dvv.typed<BF>() : nullptr,
                             nullptr, opt);
+  }
+}
+
+}  // namespace
+
+gpe_status gpe_attention_backward(const gpe_attention_options* options, const DLTensor* q,
+                                  const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                  const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
+                                  DLTensor* dk, DLTensor* dv) {
+  return Guard([&]() -> absl::Status {
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, nullptr, nullptr);
+  });
+}
+
+gpe_status gpe_attention_backward_v2(const gpe_attention_options* options, const DLTensor* q,
+                                     const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
+                                     DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+                                     DLTensor* d_shaw_value_table) {
+  return Guard([&]() -> absl::Status {
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
+                        d_shaw_value_table);
   });
 }

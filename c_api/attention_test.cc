@@ -1,7 +1,9 @@
 // gpe_attention_forward / _backward through gpe.h only, against an independent oracle
 // written here from the formulas (RoPE of Su et al. eq. 34 half-split, ALiBi slopes of
 // Press et al. for a power of two, softmax in double), plus the bad-input table.
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -286,6 +288,255 @@ TEST(AttentionAbi, Float64IsExactWithGradients) {
   EXPECT_NE(std::strstr(gpe_last_error_message(), "lse"), nullptr) << gpe_last_error_message();
   EXPECT_EQ(gpe_attention_forward(&opt, &tq, &fk, &fv, &to, nullptr), GPE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &fo, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+// ---- Structured positions and Shaw labels through gpe.h ------------------------------
+
+// One sequence [s, h, d], in double: M-RoPE with half-split pairs (i, i + d/2),
+// theta_i = base^(-2i/d), plane i rotated by the coordinate of its section's axis
+// (Qwen2-VL: contiguous sections), then Shaw et al.'s labels r = clip(j - i, -k, k) on
+// keys (scale q . aK_r added to the score) and values (p_ij aV_r added to o_i); causal.
+std::vector<double> MRopeShawOracle(const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, int64_t s, int64_t hq,
+                                    int64_t hkv, int64_t d, const std::vector<int64_t>& sections,
+                                    const std::vector<int64_t>& coords, int64_t kmax,
+                                    const std::vector<double>& ak, const std::vector<double>& av) {
+  const int64_t axes = static_cast<int64_t>(sections.size());
+  std::vector<int64_t> axis_of;
+  for (int64_t a = 0; a < axes; ++a) axis_of.insert(axis_of.end(), sections[a], a);
+  auto rot = [&](const float* x, int64_t t) {
+    std::vector<double> y(x, x + d);
+    for (int64_t i = 0; i < d / 2; ++i) {
+      const double th = std::pow(10000.0, -2.0 * i / d) * coords[t * axes + axis_of[i]];
+      const double c = std::cos(th), sn = std::sin(th);
+      y[i] = x[i] * c - x[i + d / 2] * sn;
+      y[i + d / 2] = x[i] * sn + x[i + d / 2] * c;
+    }
+    return y;
+  };
+  auto label = [&](int64_t i, int64_t j) { return std::clamp<int64_t>(j - i, -kmax, kmax) + kmax; };
+  std::vector<double> o(s * hq * d, 0.0);
+  for (int64_t h = 0; h < hq; ++h) {
+    const int64_t g = h / (hq / hkv);
+    for (int64_t i = 0; i < s; ++i) {
+      std::vector<double> qi = rot(&q[(i * hq + h) * d], i), sc(i + 1);
+      double m = -1e300;
+      for (int64_t j = 0; j <= i; ++j) {
+        std::vector<double> kj = rot(&k[(j * hkv + g) * d], j);
+        double dot = 0;
+        for (int64_t e = 0; e < d; ++e) dot += qi[e] * (kj[e] + ak[label(i, j) * d + e]);
+        sc[j] = dot / std::sqrt(double(d));
+        m = std::max(m, sc[j]);
+      }
+      double z = 0;
+      for (int64_t j = 0; j <= i; ++j) z += std::exp(sc[j] - m);
+      for (int64_t j = 0; j <= i; ++j) {
+        const double p = std::exp(sc[j] - m) / z;
+        for (int64_t e = 0; e < d; ++e) {
+          o[(i * hq + h) * d + e] += p * (v[(j * hkv + g) * d + e] + av[label(i, j) * d + e]);
+        }
+      }
+    }
+  }
+  return o;
+}
+
+TEST(AttentionAbi, MRopeSectionsAndShawLabelsMatchOracle) {
+  const int64_t s = 29, hq = 4, hkv = 2, d = 16, kmax = 3;
+  std::vector<float> q = Random(s * hq * d, 31), k = Random(s * hkv * d, 32), v = Random(s * hkv * d, 33);
+  std::vector<int64_t> sections = {2, 3, 3}, coords(s * 3);
+  std::mt19937_64 rng(34);
+  for (int64_t& c : coords) c = static_cast<int64_t>(rng() % 41) - 20;
+  std::vector<double> ak(7 * d), av(7 * d);
+  {
+    const std::vector<float> a = Random(ak.size(), 35), b = Random(av.size(), 36);
+    ak.assign(a.begin(), a.end());
+    av.assign(b.begin(), b.end());
+  }
+  std::vector<float> o(q.size());
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, cs = {s, 3}, ss = {3},
+                       ts = {2 * kmax + 1, d};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+           tv = Tensor(v.data(), kDLFloat, 32, &ks), to = Tensor(o.data(), kDLFloat, 32, &qs),
+           tc = Tensor(coords.data(), kDLInt, 64, &cs), tsec = Tensor(sections.data(), kDLInt, 64, &ss),
+           tak = Tensor(ak.data(), kDLFloat, 64, &ts), tav = Tensor(av.data(), kDLFloat, 64, &ts);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  opt.rope_sections = &tsec;
+  opt.q_axes = opt.k_axes = &tc;
+  opt.shaw_max_distance = kmax;
+  opt.shaw_key_table = &tak;
+  opt.shaw_value_table = &tav;
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  const std::vector<double> want = MRopeShawOracle(q, k, v, s, hq, hkv, d, sections, coords, kmax, ak, av);
+  // float32 kernel against a double oracle, O(1) outputs of 16-term dots and 29-term
+  // sums: 2e-5 covers float rounding; a wrong axis, label or section moves them >= 1e-2.
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], want[i], 2e-5) << i;
+  // The same call from a caller built against the first header (struct_size ending at
+  // cu_seqlens_k): the new fields are ignored, whatever they hold, and the result is
+  // plain causal attention.
+  gpe_attention_options old = opt;
+  old.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, rope_axes));
+  old.rope_dim = 0;
+  old.shaw_max_distance = -7;  // invalid if read
+  std::vector<float> o_old(q.size());
+  DLTensor too = Tensor(o_old.data(), kDLFloat, 32, &qs);
+  ASSERT_EQ(gpe_attention_forward(&old, &tq, &tk, &tv, &too, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  const std::vector<double> plain = Oracle(q, k, v, s, hq, hkv, d, false, false);
+  for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o_old[i], plain[i], 1e-5) << i;
+}
+
+// float64 through gpe_attention_backward_v2: dq, dk, dv and both Shaw tables' gradients
+// against central differences of L = sum(w * o); float32 table gradients agree.
+TEST(AttentionAbi, ShawTableGradientsMatchFiniteDifferences) {
+  const int64_t s = 11, hq = 2, hkv = 1, d = 8, kmax = 2, nl = 2 * kmax + 1;
+  const std::vector<float> qf = Random(s * hq * d, 41), kf = Random(s * hkv * d, 42),
+                           vf = Random(s * hkv * d, 43), wf = Random(s * hq * d, 44);
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), v(vf.begin(), vf.end()),
+      w(wf.begin(), wf.end());
+  std::vector<double> ak(nl * d), av(nl * d);
+  {
+    const std::vector<float> a = Random(ak.size(), 45), b = Random(av.size(), 46);
+    ak.assign(a.begin(), a.end());
+    av.assign(b.begin(), b.end());
+  }
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, ts = {nl, d};
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  opt.shaw_max_distance = kmax;
+  DLTensor tak = Tensor(ak.data(), kDLFloat, 64, &ts), tav = Tensor(av.data(), kDLFloat, 64, &ts);
+  opt.shaw_key_table = &tak;
+  opt.shaw_value_table = &tav;
+  auto loss = [&]() {
+    std::vector<double> out(q.size());
+    DLTensor a = Tensor(q.data(), kDLFloat, 64, &qs), b = Tensor(k.data(), kDLFloat, 64, &ks),
+             c = Tensor(v.data(), kDLFloat, 64, &ks), r = Tensor(out.data(), kDLFloat, 64, &qs);
+    EXPECT_EQ(gpe_attention_forward(&opt, &a, &b, &c, &r, nullptr), GPE_OK);
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += w[i] * out[i];
+    return l;
+  };
+  std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), gak(nl * d), gav(nl * d);
+  DLTensor tq = Tensor(q.data(), kDLFloat, 64, &qs), tk = Tensor(k.data(), kDLFloat, 64, &ks),
+           tv = Tensor(v.data(), kDLFloat, 64, &ks), tw = Tensor(w.data(), kDLFloat, 64, &qs),
+           tdq = Tensor(dq.data(), kDLFloat, 64, &qs), tdk = Tensor(dk.data(), kDLFloat, 64, &ks),
+           tdv = Tensor(dv.data(), kDLFloat, 64, &ks), tgk = Tensor(gak.data(), kDLFloat, 64, &ts),
+           tgv = Tensor(gav.data(), kDLFloat, 64, &ts);
+  ASSERT_EQ(gpe_attention_backward_v2(&opt, &tq, &tk, &tv, nullptr, nullptr, &tw, &tdq, &tdk,
+                                      &tdv, &tgk, &tgv),
+            GPE_OK)
+      << gpe_last_error_message();
+  // Central differences, step 1e-5: truncation ~1e-10, rounding ~1e-11 on O(1) values.
+  const double eps = 1e-5;
+  struct Item {
+    std::vector<double>* x;
+    const std::vector<double>* g;
+    const char* name;
+  } items[] = {{&q, &dq, "q"}, {&k, &dk, "k"}, {&v, &dv, "v"}, {&ak, &gak, "aK"}, {&av, &gav, "aV"}};
+  for (const Item& it : items) {
+    for (size_t i = 0; i < it.x->size(); ++i) {
+      const double x0 = (*it.x)[i];
+      (*it.x)[i] = x0 + eps;
+      const double lp = loss();
+      (*it.x)[i] = x0 - eps;
+      const double lm = loss();
+      (*it.x)[i] = x0;
+      ASSERT_NEAR((*it.g)[i], (lp - lm) / (2 * eps), 1e-8) << it.name << " " << i;
+    }
+  }
+  // float32 inputs: the kernel's table gradients (float per item, summed in double) agree
+  // with the double ones to float rounding of O(1) sums over 22 rows (1e-4).
+  std::vector<float> dq32(q.size()), dk32(k.size()), dv32(v.size()), w32(wf);
+  std::vector<double> gak32(nl * d), gav32(nl * d);
+  DLTensor fq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &qs),
+           fk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &ks),
+           fv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &ks),
+           fw = Tensor(w32.data(), kDLFloat, 32, &qs), fdq = Tensor(dq32.data(), kDLFloat, 32, &qs),
+           fdk = Tensor(dk32.data(), kDLFloat, 32, &ks), fdv = Tensor(dv32.data(), kDLFloat, 32, &ks),
+           fgk = Tensor(gak32.data(), kDLFloat, 64, &ts), fgv = Tensor(gav32.data(), kDLFloat, 64, &ts);
+  ASSERT_EQ(gpe_attention_backward_v2(&opt, &fq, &fk, &fv, nullptr, nullptr, &fw, &fdq, &fdk,
+                                      &fdv, &fgk, &fgv),
+            GPE_OK)
+      << gpe_last_error_message();
+  for (int64_t i = 0; i < nl * d; ++i) {
+    EXPECT_NEAR(gak32[i], gak[i], 1e-4) << i;
+    EXPECT_NEAR(gav32[i], gav[i], 1e-4) << i;
+  }
+}
+
+// Algebraic trees (tree addresses) and grids (per-axis coordinates) through gpe.h: the
+// float32 kernel equals the float64 reference path (itself checked against relativity
+// and the group laws in attention/reference_test) to float rounding.
+TEST(AttentionAbi, AlgebraicTreeAndGridFloat32EqualsFloat64) {
+  const int64_t s = 23, hq = 2, hkv = 2, d = 8;
+  const std::vector<float> qf = Random(s * hq * d, 51), kf = Random(s * hkv * d, 52),
+                           vf = Random(s * hkv * d, 53);
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), v(vf.begin(), vf.end());
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d};
+  // Two skew generators for a binary tree, and two 4 x 4 axes for a 2D grid.
+  std::vector<double> tree(2 * d * d, 0.0), grid(2 * 4 * 4, 0.0);
+  const std::vector<float> r = Random(tree.size(), 54);
+  for (int64_t c = 0; c < 2; ++c) {
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < i; ++j) {
+        tree[(c * d + i) * d + j] = 0.4 * r[(c * d + i) * d + j];
+        tree[(c * d + j) * d + i] = -0.4 * r[(c * d + i) * d + j];
+      }
+    }
+  }
+  for (int64_t a = 0; a < 2; ++a) {
+    for (int64_t i = 0; i < 4; ++i) {
+      for (int64_t j = 0; j < i; ++j) {
+        grid[(a * 4 + i) * 4 + j] = 0.5 * r[a * 16 + i * 4 + j];
+        grid[(a * 4 + j) * 4 + i] = -0.5 * r[a * 16 + i * 4 + j];
+      }
+    }
+  }
+  std::vector<int64_t> off = {0}, ch, coords;
+  std::mt19937_64 rng(55);
+  for (int64_t t = 0; t < s; ++t) {
+    for (uint64_t depth = rng() % 5; depth > 0; --depth) ch.push_back(static_cast<int64_t>(rng() % 2));
+    off.push_back(static_cast<int64_t>(ch.size()));
+    coords.push_back(static_cast<int64_t>(rng() % 9) - 4);
+    coords.push_back(static_cast<int64_t>(rng() % 9) - 4);
+  }
+  std::vector<int64_t> tree_shape = {2, d, d}, grid_shape = {2, 4, 4}, off_shape = {s + 1},
+                       ch_shape = {static_cast<int64_t>(ch.size())}, c_shape = {s, 2};
+  DLTensor ttree = Tensor(tree.data(), kDLFloat, 64, &tree_shape),
+           tgrid = Tensor(grid.data(), kDLFloat, 64, &grid_shape),
+           toff = Tensor(off.data(), kDLInt, 64, &off_shape),
+           tch = Tensor(ch.data(), kDLInt, 64, &ch_shape),
+           tc = Tensor(coords.data(), kDLInt, 64, &c_shape);
+  for (int which = 0; which < 2; ++which) {
+    gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+    opt.causal = which;
+    if (which == 0) {
+      opt.algebraic_tree = &ttree;
+      opt.q_tree_offsets = opt.k_tree_offsets = &toff;
+      opt.q_tree_children = opt.k_tree_children = &tch;
+    } else {
+      opt.algebraic_grid = &tgrid;
+      opt.q_axes = opt.k_axes = &tc;
+    }
+    std::vector<double> o(q.size());
+    std::vector<float> o32(q.size());
+    DLTensor dq_ = Tensor(q.data(), kDLFloat, 64, &qs), dk_ = Tensor(k.data(), kDLFloat, 64, &ks),
+             dv_ = Tensor(v.data(), kDLFloat, 64, &ks), do_ = Tensor(o.data(), kDLFloat, 64, &qs),
+             fq = Tensor(const_cast<float*>(qf.data()), kDLFloat, 32, &qs),
+             fk = Tensor(const_cast<float*>(kf.data()), kDLFloat, 32, &ks),
+             fv = Tensor(const_cast<float*>(vf.data()), kDLFloat, 32, &ks),
+             fo = Tensor(o32.data(), kDLFloat, 32, &qs);
+    ASSERT_EQ(gpe_attention_forward(&opt, &dq_, &dk_, &dv_, &do_, nullptr), GPE_OK)
+        << gpe_last_error_message();
+    ASSERT_EQ(gpe_attention_forward(&opt, &fq, &fk, &fv, &fo, nullptr), GPE_OK)
+        << gpe_last_error_message();
+    // float32 rounding of O(1) values from 8-term rotations and 23-term sums: 1e-5.
+    for (size_t i = 0; i < o.size(); ++i) ASSERT_NEAR(o[i], o32[i], 1e-5) << which << " " << i;
+  }
 }
 
 // An empty key shard (any strides, as NumPy gives zero-size arrays strides 0): every row

@@ -134,6 +134,69 @@ struct Fixture03 {
   }
 };
 
+// Valid attention inputs with structured positions and Shaw labels (one sequence of 4
+// tokens, 1 head, head_dim 8): axial 2D RoPE from per-axis coordinates, Shaw tables
+// with k = 1. Cases switch the encoding or corrupt one thing.
+struct AttentionInputs {
+  static constexpr int64_t kT = 4, kD = 8;
+  std::deque<std::vector<int64_t>> shapes;
+  std::vector<float> qkv = std::vector<float>(kT * kD, 0.5f), o = std::vector<float>(kT * kD);
+  std::vector<int64_t> axes = {0, 0, 0, 1, 1, 0, 1, 1}, bad_axes = {0, 0, 0, 1, 1, 0, 1, 1, 2, 2, 2, 2};
+  std::vector<int64_t> tree_off = {0, 0, 1, 2, 4}, tree_ch = {0, 1, 1, 0};
+  std::vector<int64_t> sections = {1, 3};  // planes per axis: 4 = rope_dim / 2
+  std::vector<double> grid = std::vector<double>(2 * 4 * 4, 0.0);
+  std::vector<double> tree_skew = std::vector<double>(2 * kD * kD, 0.0);
+  std::vector<double> table = std::vector<double>(3 * kD, 0.1), gtable = std::vector<double>(3 * kD);
+  DLTensor q, out, t_axes, t_bad_axes, t_off, t_ch, t_sections, t_grid, t_tree, t_table, t_gtable;
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+
+  DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
+    shapes.push_back(std::move(shape));
+    DLTensor t;
+    std::memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = static_cast<int32_t>(shapes.back().size());
+    t.dtype.code = static_cast<uint8_t>(code);
+    t.dtype.bits = static_cast<uint8_t>(bits);
+    t.dtype.lanes = 1;
+    t.shape = shapes.back().data();
+    return t;
+  }
+  AttentionInputs() {
+    q = Make(qkv.data(), kDLFloat, 32, {1, kT, 1, kD});
+    out = Make(o.data(), kDLFloat, 32, {1, kT, 1, kD});
+    t_axes = Make(axes.data(), kDLInt, 64, {kT, 2});
+    t_bad_axes = Make(bad_axes.data(), kDLInt, 64, {kT, 3});
+    t_off = Make(tree_off.data(), kDLInt, 64, {kT + 1});
+    t_ch = Make(tree_ch.data(), kDLInt, 64, {4});
+    t_sections = Make(sections.data(), kDLInt, 64, {2});
+    t_grid = Make(grid.data(), kDLFloat, 64, {2, 4, 4});
+    t_tree = Make(tree_skew.data(), kDLFloat, 64, {2, kD, kD});
+    t_table = Make(table.data(), kDLFloat, 64, {3, kD});
+    t_gtable = Make(gtable.data(), kDLFloat, 64, {3, kD});
+    opt.rope_dim = kD;
+    opt.rope_axes = 2;
+    opt.q_axes = opt.k_axes = &t_axes;
+    opt.shaw_max_distance = 1;
+    opt.shaw_key_table = opt.shaw_value_table = &t_table;
+  }
+  // Switches to an algebraic tree (2 branches) with tree addresses.
+  void UseTree() {
+    opt.rope_dim = 0;
+    opt.rope_axes = 0;
+    opt.q_axes = opt.k_axes = nullptr;
+    opt.algebraic_tree = &t_tree;
+    opt.q_tree_offsets = opt.k_tree_offsets = &t_off;
+    opt.q_tree_children = opt.k_tree_children = &t_ch;
+  }
+  gpe_status Forward() { return gpe_attention_forward(&opt, &q, &q, &q, &out, nullptr); }
+  gpe_status BackwardV2(DLTensor* gk, DLTensor* gv) {
+    return gpe_attention_backward_v2(&opt, &q, &q, &q, nullptr, nullptr, &q, &out, nullptr,
+                                     nullptr, gk, gv);
+  }
+};
+
 // Valid inputs for every entry point; each case corrupts one thing in a fresh copy.
 struct Fixture {
   std::deque<std::vector<int64_t>> shapes;  // stable addresses for DLTensor::shape
@@ -174,6 +237,7 @@ struct Fixture {
   gpe_learned_positions* learned = nullptr;
   gpe_so_rep* created = nullptr;  // receives handles a case should not have been given
   Fixture03 v3;                   // the 0.3.0 entry points' inputs
+  AttentionInputs attn;           // structured positions and Shaw labels
   int64_t i64 = 0, j64 = 0;
   double f64 = 0.0;
   std::vector<int64_t> qpos_data = {0, 5}, kpos_data = {1, 2, 9};
@@ -774,7 +838,113 @@ std::map<std::string, Case> Cases() {
     return gpe_inr_predict_separable_2d(&f.psi, &f.psi, &f.w, &f.w);
   });
   AddCases03(add);
+  // -- Attention: structured positions and Shaw labels --
+  e = "gpe_attention_forward";
+  add("attn_struct_size_small", e, [](Fixture& f) { f.attn.opt.struct_size = 16; return f.attn.Forward(); });
+  add("attn_struct_size_newer", e, [](Fixture& f) {
+    f.attn.opt.struct_size = sizeof(gpe_attention_options) + 8;
+    return f.attn.Forward();
+  });
+  add("attn_axes_one_side", e, [](Fixture& f) { f.attn.opt.k_axes = nullptr; return f.attn.Forward(); });
+  add("attn_axes_count_differs", e, [](Fixture& f) { f.attn.opt.k_axes = &f.attn.t_bad_axes; return f.attn.Forward(); });
+  add("attn_axes_not_rope_axes", e, [](Fixture& f) {
+    f.attn.opt.q_axes = f.attn.opt.k_axes = &f.attn.t_bad_axes;
+    return f.attn.Forward();
+  });
+  add("attn_rope_axes_out_of_range", e, [](Fixture& f) { f.attn.opt.rope_axes = 5; return f.attn.Forward(); });
+  add("attn_rope_axes_without_rope_dim", e, [](Fixture& f) { f.attn.opt.rope_dim = 0; return f.attn.Forward(); });
+  add("attn_mrope_sections_sum", e, [](Fixture& f) {
+    f.attn.sections = {1, 2};  // 3 planes, rope_dim / 2 = 4
+    f.attn.opt.rope_axes = 0;
+    f.attn.opt.rope_sections = &f.attn.t_sections;
+    return f.attn.Forward();
+  });
+  add("attn_structured_without_encoding", e, [](Fixture& f) {
+    f.attn.opt.rope_dim = 0;
+    f.attn.opt.rope_axes = 0;
+    return f.attn.Forward();
+  });
+  add("attn_tree_partial", e, [](Fixture& f) {
+    f.attn.UseTree();
+    f.attn.opt.k_tree_children = nullptr;
+    return f.attn.Forward();
+  });
+  add("attn_tree_offsets_decrease", e, [](Fixture& f) {
+    f.attn.UseTree();
+    f.attn.tree_off = {0, 2, 1, 2, 4};
+    return f.attn.Forward();
+  });
+  add("attn_tree_child_out_of_range", e, [](Fixture& f) {
+    f.attn.UseTree();
+    f.attn.tree_ch = {0, 1, 2, 0};  // a binary tree has children 0 and 1
+    return f.attn.Forward();
+  });
+  add("attn_tree_without_addresses", e, [](Fixture& f) {
+    f.attn.UseTree();
+    f.attn.opt.q_tree_offsets = f.attn.opt.k_tree_offsets = nullptr;
+    f.attn.opt.q_tree_children = f.attn.opt.k_tree_children = nullptr;
+    return f.attn.Forward();
+  });
+  add("attn_tree_skew_not_skew", e, [](Fixture& f) {
+    f.attn.UseTree();
+    f.attn.tree_skew[1] = 1.0;  // S[0][1] = 1, S[1][0] = 0
+    return f.attn.Forward();
+  });
+  add("attn_two_encodings", e, [](Fixture& f) { f.attn.opt.algebraic_grid = &f.attn.t_grid; return f.attn.Forward(); });
+  add("attn_grid_head_dim", e, [](Fixture& f) {
+    f.attn.opt.rope_dim = 0;
+    f.attn.opt.rope_axes = 0;
+    f.attn.shapes.push_back({2, 2, 2});
+    f.attn.t_grid.shape = f.attn.shapes.back().data();  // 2 axes x 2 != head_dim 8
+    f.attn.opt.algebraic_grid = &f.attn.t_grid;
+    return f.attn.Forward();
+  });
+  add("attn_shaw_distance_negative", e, [](Fixture& f) { f.attn.opt.shaw_max_distance = -1; return f.attn.Forward(); });
+  add("attn_shaw_table_shape", e, [](Fixture& f) { f.attn.opt.shaw_max_distance = 2; return f.attn.Forward(); });
+  add("attn_shaw_table_nan", e, [](Fixture& f) { f.attn.table[5] = kNaN; return f.attn.Forward(); });
+  e = "gpe_attention_backward_v2";
+  add("attn_v2_table_grad_without_table", e, [](Fixture& f) {
+    f.attn.opt.shaw_value_table = nullptr;
+    return f.attn.BackwardV2(nullptr, &f.attn.t_gtable);
+  });
+  add("attn_v2_table_grad_shape", e, [](Fixture& f) {
+    f.attn.shapes.push_back({2, AttentionInputs::kD});
+    f.attn.t_gtable.shape = f.attn.shapes.back().data();
+    return f.attn.BackwardV2(&f.attn.t_gtable, nullptr);
+  });
   return c;
+}
+
+// The attention cases corrupt a valid call: check that it is valid.
+TEST(BadInputs, AttentionBaselinesAreValid) {
+  AttentionInputs a;
+  EXPECT_EQ(a.Forward(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(a.BackwardV2(&a.t_gtable, nullptr), GPE_OK) << gpe_last_error_message();
+  AttentionInputs t;
+  t.UseTree();
+  EXPECT_EQ(t.Forward(), GPE_OK) << gpe_last_error_message();
+  AttentionInputs g;
+  g.opt.rope_dim = 0;
+  g.opt.rope_axes = 0;
+  g.opt.algebraic_grid = &g.t_grid;
+  EXPECT_EQ(g.Forward(), GPE_OK) << gpe_last_error_message();
+  AttentionInputs m;
+  m.opt.rope_axes = 0;
+  m.opt.rope_sections = &m.t_sections;
+  EXPECT_EQ(m.Forward(), GPE_OK) << gpe_last_error_message();
+}
+
+// The 0.3.0 cases corrupt valid calls: check that they are valid.
+TEST(BadInputs, Baselines03AreValid) {
+  Fixture03 f;
+  EXPECT_EQ(f.RopeCreate(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(f.RopeForward(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(f.BiasCreate(f.t5_opt, gpe_bias_create_t5), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(f.BiasCreate(f.ap_opt, gpe_bias_create_grape_ap), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_bias_fill_tile(f.fox, 0, &f.tq_t, &f.tk_t, &f.tile_t), GPE_OK)
+      << gpe_last_error_message();
+  EXPECT_EQ(f.Forward(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(f.Backward(), GPE_OK) << gpe_last_error_message();
 }
 
 struct Row {

@@ -19,6 +19,7 @@
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/relative.h"
 #include "hwy/aligned_allocator.h"
 
 namespace gpe {
@@ -131,6 +132,7 @@ struct Plan {
   int64_t max_lk = 0;      // longest key sequence
   bool direct_v = false;   // decoding reads value rows in place (d == dp): no copy
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
+  int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
@@ -158,7 +160,50 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
+  p.nlk = a.shaw_keys != nullptr ? a.shaw_keys->num_labels() : 0;
+  p.nlv = a.shaw_values != nullptr ? a.shaw_values->num_labels() : 0;
   return p;
+}
+
+// Shaw et al.'s tables (descriptor.h, SHAW LABELS) as float rows: key labels [nlk][d],
+// value labels [nlv][d]; k_max the clip distances.
+struct ShawTables {
+  std::vector<float> ak, av;
+  int64_t kmax_k = 0, kmax_v = 0;
+};
+ShawTables MakeShawTables(const AttentionArgs& a) {
+  ShawTables t;
+  const int64_t d = a.head_dim;
+  if (a.shaw_keys != nullptr) {
+    const auto& m = a.shaw_keys->key_table();
+    t.kmax_k = a.shaw_keys->max_distance();
+    t.ak.resize(static_cast<size_t>(m.rows() * d));
+    for (int64_t r = 0; r < m.rows(); ++r) {
+      for (int64_t c = 0; c < d; ++c) t.ak[r * d + c] = static_cast<float>(m(r, c));
+    }
+  }
+  if (a.shaw_values != nullptr) {
+    const auto& m = a.shaw_values->value_table();
+    t.kmax_v = a.shaw_values->max_distance();
+    t.av.resize(static_cast<size_t>(m.rows() * d));
+    for (int64_t r = 0; r < m.rows(); ++r) {
+      for (int64_t c = 0; c < d; ++c) t.av[r * d + c] = static_cast<float>(m(r, c));
+    }
+  }
+  return t;
+}
+
+// out[i * nl + r] = <rows_i, table_r> for i < n (rows of width d, stride ld): the 2k + 1
+// label dot products of each row, once per row (Shaw et al. eq. 4's q_i . aK).
+void LabelDots(const float* rows, int64_t ld, int64_t n, int64_t d, const std::vector<float>& table,
+               int64_t nl, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < nl; ++r) {
+      float acc = 0.0f;
+      for (int64_t c = 0; c < d; ++c) acc += rows[i * ld + c] * table[r * d + c];
+      out[i * nl + r] = acc;
+    }
+  }
 }
 
 // One unit of parallel work: query rows [q0, q1) (indices within sequence b) of every
@@ -272,16 +317,8 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
                               std::unique_ptr<PreparedRowTransform>* tk) {
   *pq = EffectiveQPositions(a);
   *pk = EffectiveKPositions(a);
-  if (a.q_transform != nullptr) {
-    auto t = a.q_transform->Prepare(*pq);
-    if (!t.ok()) return t.status();
-    *tq = *std::move(t);
-  }
-  if (a.k_transform != nullptr) {
-    auto t = a.k_transform->Prepare(*pk);
-    if (!t.ok()) return t.status();
-    *tk = *std::move(t);
-  }
+  // Int64 or structured positions (descriptor.h): either way tiles index tokens.
+  if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, tq, tk); !s.ok()) return s;
   if (a.locality.has_value()) {
     auto f = encodings::sequence::LocalityFactor(0, *a.locality);
     if (!f.ok()) return f.status();
@@ -292,6 +329,8 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
+  // Shaw labels per query row: key-label dot products and value-label probability mass.
+  std::vector<float> qlab, vmass;
   // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities.
   hwy::AlignedFreeUniquePtr<uint16_t[]> panels16, pairs16, q16, p16;
   std::vector<char> packed;
@@ -306,7 +345,8 @@ struct Workspace {
                                        p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
                                     : 0;
     return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
-           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16;
+           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
+           p.rows * (p.nlk + p.nlv);
   }
 
   explicit Workspace(const Plan& p) {
@@ -326,6 +366,8 @@ struct Workspace {
     kmin.resize(static_cast<size_t>(blocks));
     kmax.resize(static_cast<size_t>(blocks));
     ksorted.resize(static_cast<size_t>(blocks));
+    qlab.resize(static_cast<size_t>(p.rows * p.nlk));
+    vmass.resize(static_cast<size_t>(p.rows * p.nlv));
     auto alloc16 = [](int64_t n) {
       return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
     };
@@ -346,7 +388,10 @@ class Forward {
           float* lse)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
 
-  absl::Status Prepare() { return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_); }
+  absl::Status Prepare() {
+    shaw_ = MakeShawTables(a_);
+    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+  }
 
   absl::Status RunItem(const Item& it, Workspace& w) const {
     const int64_t kb = a_.k_begin(it.b), lk = a_.k_end(it.b) - kb;
@@ -603,9 +648,12 @@ class Forward {
 
   // One query tile (nr rows of head h, scaled rotated q rows, positions tpos, smallest
   // pmin) against one key block: scores, locality, bias, mask, online softmax, O += P V.
+  // qlab / vmass (Shaw labels, null without): the rows' key-label dot products and
+  // value-label probability mass (p_.nlk / p_.nlv per row).
   absl::Status TileStep(const KeyBlock& kb, int64_t h, const float* qrows, const int64_t* tpos,
                         int64_t nr, int64_t pmin, float* m, float* l, float* alpha, float* oacc,
-                        Workspace& w, const uint16_t* q16 = nullptr) const {
+                        Workspace& w, const uint16_t* q16 = nullptr, const float* qlab = nullptr,
+                        float* vmass = nullptr) const {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
     const float kNegInf = -std::numeric_limits<float>::infinity();
     float* s = w.s.get();
@@ -615,6 +663,15 @@ class Forward {
       cpu::ScoreDirect(qrows, d, nr, d, kb.krows, kb.ldk, nk, s, bk);
     } else {
       cpu::ScoreTile(qrows, d, nr, d, kb.panels, kb.num_panels, s, bk);
+    }
+    if (qlab != nullptr) {  // + <q'_i, aK_r(i,j)> (q rows carry scale log2 e), gathered
+      const int64_t nl = p_.nlk;
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) {
+          s[r * bk + j] += qlab[r * nl + encodings::sequence::ShawRelative::LabelIndex(
+                                             tpos[r], kb.kpos[j], shaw_.kmax_k)];
+        }
+      }
     }
     if (a_.locality.has_value()) {
       for (int64_t r = 0; r < nr; ++r) {
@@ -657,6 +714,17 @@ class Forward {
       for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
     }
     cpu::SoftmaxTile(s, bk, nr, kb.ncols, m, l, alpha);
+    if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
+      const int64_t nl = p_.nlv;
+      for (int64_t r = 0; r < nr; ++r) {
+        float* vm = vmass + r * nl;
+        for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
+        for (int64_t j = 0; j < nk; ++j) {
+          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r], kb.kpos[j], shaw_.kmax_v)] +=
+              s[r * bk + j];
+        }
+      }
+    }
     if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
       cpu::RoundRowsBf16(s, bk, nr, kb.ncols, w.p16.get(), bk);
       cpu::AccumulateTileBf16(w.p16.get(), bk, nr, nk, kb.pairs16, dp, alpha, oacc, dp);
@@ -684,6 +752,8 @@ class Forward {
     }
     const float qscale = static_cast<float>(a_.scale() * kLog2e);
     for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+    if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.ak, p_.nlk, w.qlab.data());
+    std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
     if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
       const int64_t deven = RoundUp(d, 2);
       for (int64_t r = 0; r < rows; ++r) {
@@ -766,9 +836,11 @@ class Forward {
         const int64_t r0 = tile[t].row, h = tile[t].head;
         const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
         const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
-        if (absl::Status st = TileStep(kblk, h, qb + r0 * d, tpos, tile[t].n, tile[t].pmin,
-                                       w.m.get() + r0, w.l.get() + r0 * kSumLanes,
-                                       w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16);
+        if (absl::Status st = TileStep(
+                kblk, h, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
+                w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
+                p_.nlk > 0 ? w.qlab.data() + r0 * p_.nlk : nullptr,
+                p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
             !st.ok()) {
           return st;
         }
@@ -780,6 +852,12 @@ class Forward {
       float* acc = w.oacc.get() + row * dp;
       float l = 0.0f;
       for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
+      // Shaw value labels: o_i += sum_r (mass of row i on label r) aV_r (unnormalised).
+      for (int64_t t = 0; t < p_.nlv; ++t) {
+        const float mass = w.vmass[row * p_.nlv + t];
+        if (mass == 0.0f) continue;
+        for (int64_t c = 0; c < d; ++c) acc[c] += mass * shaw_.av[t * d + c];
+      }
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no allowed key: o = 0
       for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
       StoreRow(acc, out, d);
@@ -799,6 +877,7 @@ class Forward {
   float* lse_;
   std::vector<int64_t> pq_, pk_;
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  ShawTables shaw_;
 };
 
 
@@ -853,11 +932,14 @@ struct BackwardWorkspace {
       s, dp, ds, bias, loc, ones, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
+  // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs,
+  // value-label dots of dO, and the per-label sums of dS (keys) and P (values).
+  std::vector<float> qlab, dolab, kmass, pmass;
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
     return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
-           2 * std::max(p.bq, p.bk);
+           2 * std::max(p.bq, p.bk) + 2 * qn * (p.nlk + p.nlv);
   }
 
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
@@ -881,6 +963,10 @@ struct BackwardWorkspace {
     ones = alloc(m);
     std::fill(ones.get(), ones.get() + m, 1.0f);
     shift = alloc(m);
+    qlab.resize(static_cast<size_t>(qn * p.nlk));
+    kmass.resize(static_cast<size_t>(qn * p.nlk));
+    dolab.resize(static_cast<size_t>(qn * p.nlv));
+    pmass.resize(static_cast<size_t>(qn * p.nlv));
   }
 };
 
@@ -895,7 +981,18 @@ class Backward {
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu),
         dk_rot_(dk_rotated) {}
 
-  absl::Status Prepare() { return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_); }
+  absl::Status Prepare() {
+    shaw_ = MakeShawTables(a_);
+    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+  }
+
+  // dL/daK and dL/daV (Shaw tables, [labels][d], zeroed by the caller; null to skip):
+  // each item adds its rows' share under `mu`.
+  void SetShawGradients(double* gak, double* gav, std::mutex* mu) {
+    gak_ = gak;
+    gav_ = gav;
+    shaw_mu_ = mu;
+  }
 
   const PreparedRowTransform* q_transform() const { return tq_.get(); }
 
@@ -930,6 +1027,17 @@ class Backward {
     }
     const float qscale = scale * log2e;
     for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
+    // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride dp.
+    const int64_t nlk = p_.nlk, nlv = p_.nlv;
+    if (nlk > 0) {
+      LabelDots(w.qs.get(), dp, lq * group, d, shaw_.ak, nlk, w.qlab.data());
+      std::fill(w.kmass.begin(), w.kmass.begin() + lq * group * nlk, 0.0f);
+    }
+    if (nlv > 0) {
+      LabelDots(w.dout.get(), dp, lq * group, d, shaw_.av, nlv, w.dolab.data());
+      std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
+    }
+    using encodings::sequence::ShawRelative;
     const encodings::sequence::AdditiveBias* bias =
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
     const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -973,6 +1081,14 @@ class Backward {
           const float* drows = w.dout.get() + r0 * ld + hi * dp;
           float* s = w.s.get();
           cpu::ScoreTile(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk);
+          if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
+            for (int64_t r = 0; r < nr; ++r) {
+              const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * nlk;
+              for (int64_t j = 0; j < nk; ++j) {
+                s[r * bk + j] += ql[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_k)];
+              }
+            }
+          }
           if (a_.locality.has_value()) {
             for (int64_t r = 0; r < nr; ++r) {
               for (int64_t j = 0; j < nk; ++j) {
@@ -1011,11 +1127,27 @@ class Backward {
             w.shift[r] = w.lse2[(r0 + r) * group + hi];
           }
           cpu::ExpTile(s, bk, nr, ncols, w.shift.get());  // P
+          if (nlv > 0 && gav_ != nullptr) {  // per-label P mass for dL/daV
+            for (int64_t r = 0; r < nr; ++r) {
+              float* pm = w.pmass.data() + ((r0 + r) * group + hi) * nlv;
+              for (int64_t j = 0; j < nk; ++j) {
+                pm[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_v)] += s[r * bk + j];
+              }
+            }
+          }
           // dV += P^T dO.
           cpu::AccumulateTileT(s, bk, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
           // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
           float* dpt = w.dp.get();
           cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
+          if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
+            for (int64_t r = 0; r < nr; ++r) {
+              const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * nlv;
+              for (int64_t j = 0; j < nk; ++j) {
+                dpt[r * bk + j] += dl[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_v)];
+              }
+            }
+          }
           float* ds = w.ds.get();
           for (int64_t r = 0; r < nr; ++r) {
             const float dsum = w.dsum[(r0 + r) * group + hi];
@@ -1041,6 +1173,14 @@ class Backward {
               for (int64_t j = 0; j < nk; ++j) ds[r * bk + j] *= w.loc[r * bk + j];
             }
           }
+          if (nlk > 0) {  // per-label dS mass: dQ' and dL/daK at the end of the item
+            for (int64_t r = 0; r < nr; ++r) {
+              float* km = w.kmass.data() + ((r0 + r) * group + hi) * nlk;
+              for (int64_t j = 0; j < nk; ++j) {
+                km[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_k)] += ds[r * bk + j];
+              }
+            }
+          }
           // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
           float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r0) * hq + h) * dp;
           cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, hq * dp);
@@ -1064,8 +1204,53 @@ class Backward {
         if (dv_ != nullptr) StoreRow(w.dv.get() + j * dp, dv_ + a_.KOffset(a_.v, kb + j0 + j, it.g), d);
       }
     }
+    if (nlk > 0 || nlv > 0) ShawItemGradients(it, lq, w);
     return absl::OkStatus();
   }
+
+ private:
+  // Shaw labels at the end of an item, from its rows' per-label sums (descriptor.h):
+  // dQ'_i += sum_r M_ir aK_r (scaled with the rest of dQ' later), dL/daK_r +=
+  // sum_i M_ir Qs_i / log2 e (= scale sum_i M_ir q'_i), dL/daV_r += sum_i P_ir dO_i.
+  void ShawItemGradients(const KeyItem& it, int64_t lq, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, nlk = p_.nlk, nlv = p_.nlv;
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads, hq = a_.num_q_heads;
+    const int64_t qb = a_.q_begin(it.b);
+    std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
+    std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
+    const double unscale = 1.0 / kLog2e;
+    for (int64_t r = 0; r < lq; ++r) {
+      for (int64_t hi = 0; hi < group; ++hi) {
+        const int64_t row = r * group + hi, h = it.g * group + hi;
+        if (nlk > 0) {
+          const float* km = w.kmass.data() + row * nlk;
+          float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r) * hq + h) * dp;
+          const float* qs = w.qs.get() + row * dp;
+          for (int64_t t = 0; t < nlk; ++t) {
+            if (km[t] == 0.0f) continue;
+            for (int64_t c = 0; c < d; ++c) dq[c] += km[t] * shaw_.ak[t * d + c];
+            if (!gk.empty()) {
+              for (int64_t c = 0; c < d; ++c) gk[t * d + c] += unscale * km[t] * qs[c];
+            }
+          }
+        }
+        if (!gv.empty()) {
+          const float* pm = w.pmass.data() + row * nlv;
+          const float* dout = w.dout.get() + row * dp;
+          for (int64_t t = 0; t < nlv; ++t) {
+            if (pm[t] == 0.0f) continue;
+            for (int64_t c = 0; c < d; ++c) gv[t * d + c] += double(pm[t]) * dout[c];
+          }
+        }
+      }
+    }
+    if (gk.empty() && gv.empty()) return;
+    std::lock_guard<std::mutex> lock(*shaw_mu_);
+    for (size_t i = 0; i < gk.size(); ++i) gak_[i] += gk[i];
+    for (size_t i = 0; i < gv.size(); ++i) gav_[i] += gv[i];
+  }
+
+ public:
 
  private:
   const AttentionArgs& a_;
@@ -1081,6 +1266,9 @@ class Backward {
   float* dk_rot_;
   std::vector<int64_t> pq_, pk_;
   std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  ShawTables shaw_;
+  double *gak_ = nullptr, *gav_ = nullptr;
+  std::mutex* shaw_mu_ = nullptr;
 };
 
 template <class T>
@@ -1146,7 +1334,9 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, cons
     total_k += args.k_end(b) - args.k_begin(b);
   }
   const int64_t group = args.num_q_heads / args.num_kv_heads;
-  if (max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys) {
+  // (Shaw labels keep per-row label sums the split-KV states do not carry.)
+  if (max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys && plan->nlk == 0 &&
+      plan->nlv == 0) {
     return RunDecode(fwd, args, *plan, total_k);
   }
   const std::vector<Item> items = MakeItems(args, *plan);
@@ -1167,6 +1357,17 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
   if (nq > 0 && (q == nullptr || d_o == nullptr)) return Bad("null q or d_o tensor");
   if (nkt > 0 && (k == nullptr || v == nullptr)) return Bad("null k or v tensor");
+  if ((extras.shaw_key_table_grad != nullptr && args.shaw_keys == nullptr) ||
+      (extras.shaw_value_table_grad != nullptr && args.shaw_values == nullptr)) {
+    return Bad("a Shaw table gradient was requested without its shaw_keys / shaw_values");
+  }
+  // Table gradients start at zero (items add to them).
+  if (extras.shaw_key_table_grad != nullptr) {
+    std::fill_n(extras.shaw_key_table_grad, plan->nlk * args.head_dim, 0.0);
+  }
+  if (extras.shaw_value_table_grad != nullptr) {
+    std::fill_n(extras.shaw_value_table_grad, plan->nlv * args.head_dim, 0.0);
+  }
   if ((o == nullptr) != (lse == nullptr)) {
     return Bad("give both o and lse from the forward, or neither (recomputed)");
   }
@@ -1209,10 +1410,11 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     o_use = o_strided.data();
     lse_use = lse_own.data();
   }
-  std::mutex sink_mu;
+  std::mutex sink_mu, shaw_mu;
   Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
                bias_sink, &sink_mu, extras.dk_rotated);
   if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
+  bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
   int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
     max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));

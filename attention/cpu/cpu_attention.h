@@ -17,11 +17,19 @@
 // (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V. The SIMD kernels
 // (kernels.h) are compiled for AVX-512, AVX2 and a portable baseline and chosen at run
 // time. float32 or bfloat16 inputs and outputs, float32 arithmetic and accumulation.
+// Transforms are bound to their tokens' int64 or structured positions once per call
+// (descriptor.h's PrepareRowTransforms), so multi-axis RoPE, algebraic trees and grids
+// rotate tiles like RoPE does. Shaw labels: each query row's 2k + 1 key-label dot
+// products are formed once per pass and gathered into its score tiles; its probability
+// mass per value label is accumulated (rescaled with o) and multiplied by the value
+// table at the end; the backward keeps the same per-row label sums for dQ and the
+// tables' gradients.
 //
 // MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
 // longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
-// transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared. No
-// len_q x len_k matrix is ever formed. CpuForwardWorkspaceBytes gives the total.
+// transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared, and Shaw
+// labels add O(rows x (2k + 1)) per thread. No len_q x len_k matrix is ever formed.
+// CpuForwardWorkspaceBytes gives the total.
 #ifndef ATTENTION_CPU_CPU_ATTENTION_H_
 #define ATTENTION_CPU_CPU_ATTENTION_H_
 
@@ -81,9 +89,14 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
 // encoding's parameter gradients follow from its own backward: e.g. for GRAPE-M,
 // GrapeMProduct::Backward(positions, q, dq_rotated) (plus the same on the key side)
 // gives dL/d(a, b, omega) (Zhang et al., GRAPE; the chain rule through q' = G(p) q).
+// shaw_key_table_grad / shaw_value_table_grad receive dL/daK and dL/daV for
+// args.shaw_keys / shaw_values (descriptor.h, SHAW LABELS): [2k + 1, head_dim]
+// row-major double, overwritten; float arithmetic per item, summed in double.
 struct CpuBackwardExtras {
   float* dq_rotated = nullptr;
   float* dk_rotated = nullptr;
+  double* shaw_key_table_grad = nullptr;
+  double* shaw_value_table_grad = nullptr;
 };
 absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
                          const float* v, const float* o, const float* lse, const float* d_o,

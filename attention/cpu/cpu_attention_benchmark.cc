@@ -16,6 +16,7 @@
 #include "benchmark/benchmark.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
 #include "tools/machine_limits.h"
 
@@ -273,6 +274,86 @@ BENCHMARK(BM_CpuForward)
     ->Args({1, 16, 1024, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 64, 0, 0, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// Structured positions and Shaw labels against their plain counterparts in one run
+// (b1 h16 d128, causal): enc 0 none, 1 RoPE (int64 positions), 2 M-RoPE sections
+// [16, 24, 24] from per-token (t, h, w) coordinates (the token-indexed path), 3 Shaw
+// key and value labels with k = 16 (33 labels). The ratios 2 / 1 and 3 / 0 are the
+// costs of the structured path and of the labels; flops count q.k and p.v only.
+void BM_CpuForwardPositions(benchmark::State& state) {
+  const int64_t s = state.range(0), h = 16, d = 128;
+  const int encoding = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  AttentionArgs a;
+  a.batch = 1;
+  a.seq_len_q = a.seq_len_k = s;
+  a.num_q_heads = a.num_kv_heads = h;
+  a.head_dim = d;
+  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
+  a.causal = true;
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  for (float& x : q) x = n(rng);
+  for (float& x : k) x = n(rng);
+  for (float& x : v) x = n(rng);
+  RopeOptions ro;
+  ro.head_dim = d;
+  ro.rotary_dim = d;
+  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  RopeOptions mo = ro;
+  mo.num_axes = 3;
+  mo.plane_axes = *encodings::sequence::MRopePlaneAxes({16, 24, 24});
+  auto mrope = Rope::Create(mo, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  RopeRowTransform rope_tr(*rope), mrope_tr(*mrope);
+  // A 32 x 32 image grid per frame: (frame, row, column) of each token.
+  std::vector<int64_t> coords(static_cast<size_t>(3 * s));
+  for (int64_t t = 0; t < s; ++t) {
+    coords[3 * t] = t / 1024;
+    coords[3 * t + 1] = (t / 32) % 32;
+    coords[3 * t + 2] = t % 32;
+  }
+  const int64_t kmax = 16, nl = 2 * kmax + 1;
+  encodings::sequence::RowMatrixXd table(nl, d);
+  for (int64_t i = 0; i < nl * d; ++i) table.data()[i] = 0.1 * n(rng);
+  auto shaw = encodings::sequence::ShawRelative::Create(kmax, table, table);
+  if (encoding == 1) {
+    a.q_transform = a.k_transform = &rope_tr;
+  } else if (encoding == 2) {
+    a.q_transform = a.k_transform = &mrope_tr;
+    a.q_structured.num_axes = a.k_structured.num_axes = 3;
+    a.q_structured.coords = a.k_structured.coords = coords;
+  } else if (encoding == 3) {
+    a.shaw_keys = a.shaw_values = &*shaw;
+  }
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  for (auto _ : state) {
+    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return;
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double flops = 4.0 * double(d) * 0.5 * double(s) * double(s + 1) * double(h);
+  const double peak = PeakGflops(threads);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = peak;
+  state.counters["frac_of_peak"] =
+      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
+  state.SetLabel(CpuAttentionIsa());
+}
+
+BENCHMARK(BM_CpuForwardPositions)
+    ->ArgNames({"s", "enc", "threads"})
+    ->ArgsProduct({{2048}, {0, 1, 2, 3}, {2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

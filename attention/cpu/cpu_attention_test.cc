@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
 #include "gtest/gtest.h"
 #include "hwy/aligned_allocator.h"
@@ -104,14 +106,28 @@ size_t Extent(const AttentionArgs& a, const Strides& s, bool q_side) {
   return static_cast<size_t>(last + a.head_dim);
 }
 
+// Shaw label of (query position i, key position j) for a table, or -1 without one.
+int64_t ShawLabel(const encodings::sequence::ShawRelative* t, int64_t i, int64_t j) {
+  return t == nullptr ? -1 : encodings::sequence::ShawRelative::LabelIndex(i, j, t->max_distance());
+}
+float KeyLabel(const AttentionArgs& a, int64_t r, int64_t e) {
+  return static_cast<float>(a.shaw_keys->key_table()(r, e));
+}
+float ValueLabel(const AttentionArgs& a, int64_t r, int64_t e) {
+  return static_cast<float>(a.shaw_values->value_table()(r, e));
+}
+
 // The naive float32 implementation the accuracy criterion compares with: rows
-// transformed in float by the same RowTransform, float dot products summed in order,
-// float max / exp / sum, float output accumulation.
+// transformed in float by the same RowTransform (bound to the same int64 or structured
+// positions), float dot products summed in order (Shaw key labels: q . (k + aK)), float
+// max / exp / sum, float output accumulation (Shaw value labels: p (v + aV)).
 void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::vector<float>& k,
                 const std::vector<float>& v, std::vector<float>* o) {
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
   const std::vector<int64_t> pq = EffectiveQPositions(a), pk = EffectiveKPositions(a);
   const float scale = static_cast<float>(a.scale());
+  std::unique_ptr<PreparedRowTransform> tq, tk;
+  ASSERT_TRUE(PrepareRowTransforms(a, pq, pk, &tq, &tk).ok());
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     const int64_t kb = a.k_begin(b), lk = a.k_end(b) - kb;
     const auto* bias =
@@ -125,14 +141,14 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
           vr[j * d + e] = v[a.KOffset(a.v, kb + j, g) + e];
         }
       }
-      if (a.k_transform != nullptr && lk > 0) {
-        ASSERT_TRUE(a.k_transform->Forward(absl::MakeConstSpan(pk.data() + kb, lk), kr.data(), d).ok());
+      if (tk != nullptr && lk > 0) {
+        ASSERT_TRUE(tk->Forward(kb, lk, kr.data(), d).ok());
       }
       for (int64_t i = a.q_begin(b); i < a.q_end(b); ++i) {
         std::vector<float> qi(d);
         for (int64_t e = 0; e < d; ++e) qi[e] = q[a.QOffset(a.q, i, h) + e];
-        if (a.q_transform != nullptr) {
-          ASSERT_TRUE(a.q_transform->Forward(absl::MakeConstSpan(&pq[i], 1), qi.data(), d).ok());
+        if (tq != nullptr) {
+          ASSERT_TRUE(tq->Forward(i, 1, qi.data(), d).ok());
         }
         std::vector<float> bias_row(lk, 0.0f), s(lk);
         if (bias != nullptr && lk > 0) {
@@ -144,7 +160,10 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
         for (int64_t j = 0; j < lk; ++j) {
           if (a.causal && pk[kb + j] > pq[i]) continue;
           float dot = 0.0f;
-          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kr[j * d + e];
+          const int64_t lab = ShawLabel(a.shaw_keys, pq[i], pk[kb + j]);
+          for (int64_t e = 0; e < d; ++e) {
+            dot += qi[e] * (kr[j * d + e] + (lab >= 0 ? KeyLabel(a, lab, e) : 0.0f));
+          }
           float loc = 1.0f;
           if (a.locality.has_value()) {
             loc = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
@@ -163,7 +182,10 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
         }
         for (int64_t j = 0; j < lk; ++j) {
           if (a.causal && pk[kb + j] > pq[i]) continue;
-          for (int64_t e = 0; e < d; ++e) out[e] += s[j] / z * vr[j * d + e];
+          const int64_t lab = ShawLabel(a.shaw_values, pq[i], pk[kb + j]);
+          for (int64_t e = 0; e < d; ++e) {
+            out[e] += s[j] / z * (vr[j * d + e] + (lab >= 0 ? ValueLabel(a, lab, e) : 0.0f));
+          }
         }
       }
     }
@@ -614,12 +636,16 @@ TEST(CpuForward, EveryCompiledInstructionSetAgrees) {
 // probabilities in float from a float forward, then dv += p do, dp = do.v,
 // ds = p (dp - sum p dp), dq += ds scale k', dk += ds scale q', transposes of the
 // transforms applied to dq and dk at the end (float, through the same RowTransforms).
+// gak / gav (Shaw table gradients, [labels * d]) are accumulated when non-null.
 void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
                         const std::vector<float>& k, const std::vector<float>& v,
                         const std::vector<float>& dout, std::vector<float>* dq,
-                        std::vector<float>* dk, std::vector<float>* dv) {
+                        std::vector<float>* dk, std::vector<float>* dv,
+                        std::vector<float>* gak = nullptr, std::vector<float>* gav = nullptr) {
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
   const std::vector<int64_t> pq = EffectiveQPositions(a), pk = EffectiveKPositions(a);
+  std::unique_ptr<PreparedRowTransform> tq, tk;
+  ASSERT_TRUE(PrepareRowTransforms(a, pq, pk, &tq, &tk).ok());
   const float scale = static_cast<float>(a.scale());
   const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
   std::vector<float> qt(nq * hq * d), kt(nk * hkv * d), gq(nq * hq * d, 0.0f), gk(nk * hkv * d, 0.0f),
@@ -630,11 +656,11 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
   for (int64_t t = 0; t < nk; ++t)
     for (int64_t h = 0; h < hkv; ++h)
       for (int64_t e = 0; e < d; ++e) kt[(t * hkv + h) * d + e] = k[a.KOffset(a.k, t, h) + e];
-  for (int64_t h = 0; h < hq && a.q_transform != nullptr && nq > 0; ++h) {
-    ASSERT_TRUE(a.q_transform->Forward(pq, qt.data() + h * d, hq * d).ok());
+  for (int64_t h = 0; h < hq && tq != nullptr && nq > 0; ++h) {
+    ASSERT_TRUE(tq->Forward(0, nq, qt.data() + h * d, hq * d).ok());
   }
-  for (int64_t h = 0; h < hkv && a.k_transform != nullptr && nk > 0; ++h) {
-    ASSERT_TRUE(a.k_transform->Forward(pk, kt.data() + h * d, hkv * d).ok());
+  for (int64_t h = 0; h < hkv && tk != nullptr && nk > 0; ++h) {
+    ASSERT_TRUE(tk->Forward(0, nk, kt.data() + h * d, hkv * d).ok());
   }
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     const int64_t kb = a.k_begin(b), lk = a.k_end(b) - kb;
@@ -657,7 +683,10 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
             loc[j] = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
           }
           float dot = 0.0f;
-          for (int64_t e = 0; e < d; ++e) dot += qi[e] * kt[((kb + j) * hkv + g) * d + e];
+          const int64_t lab = ShawLabel(a.shaw_keys, pq[i], pk[kb + j]);
+          for (int64_t e = 0; e < d; ++e) {
+            dot += qi[e] * (kt[((kb + j) * hkv + g) * d + e] + (lab >= 0 ? KeyLabel(a, lab, e) : 0.0f));
+          }
           p[j] = loc[j] * scale * dot + brow[j];
           m = std::max(m, p[j]);
         }
@@ -677,7 +706,10 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
         for (int64_t j = 0; j < lk; ++j) {
           p[j] /= z;
           const float* vj = v.data() + a.KOffset(a.v, kb + j, g);
-          for (int64_t e = 0; e < d; ++e) dp[j] += doi[e] * vj[e];
+          const int64_t lab = ShawLabel(a.shaw_values, pq[i], pk[kb + j]);
+          for (int64_t e = 0; e < d; ++e) {
+            dp[j] += doi[e] * (vj[e] + (lab >= 0 ? ValueLabel(a, lab, e) : 0.0f));
+          }
           dsum += p[j] * dp[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
@@ -686,20 +718,24 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
           float* gkj = gk.data() + ((kb + j) * hkv + g) * d;
           float* gvj = gv.data() + ((kb + j) * hkv + g) * d;
           const float* kj = kt.data() + ((kb + j) * hkv + g) * d;
+          const int64_t lk_ = ShawLabel(a.shaw_keys, pq[i], pk[kb + j]);
+          const int64_t lv_ = ShawLabel(a.shaw_values, pq[i], pk[kb + j]);
           for (int64_t e = 0; e < d; ++e) {
-            gq[(i * hq + h) * d + e] += ds * kj[e];
+            gq[(i * hq + h) * d + e] += ds * (kj[e] + (lk_ >= 0 ? KeyLabel(a, lk_, e) : 0.0f));
             gkj[e] += ds * qi[e];
             gvj[e] += p[j] * doi[e];
+            if (gak != nullptr && lk_ >= 0) (*gak)[lk_ * d + e] += ds * qi[e];
+            if (gav != nullptr && lv_ >= 0) (*gav)[lv_ * d + e] += p[j] * doi[e];
           }
         }
       }
     }
   }
-  for (int64_t h = 0; h < hq && a.q_transform != nullptr && nq > 0; ++h) {
-    ASSERT_TRUE(a.q_transform->Backward(pq, gq.data() + h * d, hq * d).ok());
+  for (int64_t h = 0; h < hq && tq != nullptr && nq > 0; ++h) {
+    ASSERT_TRUE(tq->Backward(0, nq, gq.data() + h * d, hq * d).ok());
   }
-  for (int64_t h = 0; h < hkv && a.k_transform != nullptr && nk > 0; ++h) {
-    ASSERT_TRUE(a.k_transform->Backward(pk, gk.data() + h * d, hkv * d).ok());
+  for (int64_t h = 0; h < hkv && tk != nullptr && nk > 0; ++h) {
+    ASSERT_TRUE(tk->Backward(0, nk, gk.data() + h * d, hkv * d).ok());
   }
   for (int64_t t = 0; t < nq; ++t)
     for (int64_t h = 0; h < hq; ++h)
@@ -741,16 +777,25 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
   std::vector<float> o(nq), lse(a.num_q_tokens() * a.num_q_heads);
   ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
   std::vector<float> dq(nq, 0.0f), dk(nk, 0.0f), dv(nk, 0.0f);
+  // Shaw table gradients (when the args carry tables): kernel, reference, naive float.
+  const int64_t d = a.head_dim;
+  const size_t ntk = a.shaw_keys ? a.shaw_keys->num_labels() * d : 0;
+  const size_t ntv = a.shaw_values ? a.shaw_values->num_labels() * d : 0;
+  std::vector<double> cak(ntk, -1.0), cav(ntv, -1.0), rak(ntk), rav(ntv);
+  CpuBackwardExtras cex;
+  ReferenceBackwardExtras rex;
+  if (ntk > 0) cex.shaw_key_table_grad = cak.data(), rex.shaw_key_table_grad = rak.data();
+  if (ntv > 0) cex.shaw_value_table_grad = cav.data(), rex.shaw_value_table_grad = rav.data();
   absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
-                                dq.data(), dk.data(), dv.data(), nullptr, opt);
+                                dq.data(), dk.data(), dv.data(), nullptr, opt, cex);
   ASSERT_TRUE(st.ok()) << st;
   std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end()),
       dod(dout.begin(), dout.end()), gq(nq), gk(nk), gv(nk);
   ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(), gq.data(),
-                                        gk.data(), gv.data())
+                                        gk.data(), gv.data(), nullptr, rex)
                   .ok());
-  std::vector<float> nq_(nq, 0.0f), nk_(nk, 0.0f), nv_(nk, 0.0f);
-  NaiveFloatBackward(a, q, k, v, dout, &nq_, &nk_, &nv_);
+  std::vector<float> nq_(nq, 0.0f), nk_(nk, 0.0f), nv_(nk, 0.0f), nak(ntk, 0.0f), nav(ntv, 0.0f);
+  NaiveFloatBackward(a, q, k, v, dout, &nq_, &nk_, &nv_, &nak, &nav);
   // Twice the naive float32 error, plus a floor of 4e-6 times the gradient's scale: the
   // gradients are sums over up to ~100 keys of O(1) terms, where a few float ulps of the
   // largest (~1e-7 relative each) stay below it; the floor matters only when the naive
@@ -766,6 +811,20 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
   EXPECT_LE(eq, 2 * eqn + 4e-6 * scale_of(gq)) << "dq: cpu " << eq << " naive " << eqn;
   EXPECT_LE(ek, 2 * ekn + 4e-6 * scale_of(gk)) << "dk: cpu " << ek << " naive " << ekn;
   EXPECT_LE(ev, 2 * evn + 4e-6 * scale_of(gv)) << "dv: cpu " << ev << " naive " << evn;
+  // Table gradients sum over every (row, head) pair: the same criterion and floor.
+  auto max_diff = [](const auto& x, const std::vector<double>& y) {
+    double m = 0.0;
+    for (size_t i = 0; i < y.size(); ++i) m = std::max(m, std::fabs(double(x[i]) - y[i]));
+    return m;
+  };
+  if (ntk > 0) {
+    const double e = max_diff(cak, rak), en = max_diff(nak, rak);
+    EXPECT_LE(e, 2 * en + 4e-6 * scale_of(rak)) << "daK: cpu " << e << " naive " << en;
+  }
+  if (ntv > 0) {
+    const double e = max_diff(cav, rav), en = max_diff(nav, rav);
+    EXPECT_LE(e, 2 * en + 4e-6 * scale_of(rav)) << "daV: cpu " << e << " naive " << en;
+  }
   // Recomputing o and lse inside gives the same gradients up to the forward's rounding
   // (it runs the same kernels on the same inputs: bit-identical o and lse).
   std::vector<float> dq2(nq, 0.0f), dk2(nk, 0.0f), dv2(nk, 0.0f);
@@ -836,6 +895,263 @@ TEST(CpuBackward, TransformsBiasesAndLocality) {
   a.biases = {&*alibi};
   a.locality = 0.98;
   CheckBackward(a, opt, 401, "alibi + locality");
+}
+
+// ---- Structured positions (multi-axis RoPE, algebraic trees and grids) -------------
+
+Eigen::MatrixXd RandomSkew(int64_t d, double scale, std::mt19937_64* rng) {
+  std::vector<double> x = RandomD(d * d, rng);
+  Eigen::MatrixXd m = Eigen::Map<Eigen::MatrixXd>(x.data(), d, d);
+  return scale * (m - m.transpose());
+}
+
+// Owns per-token structured positions for q and k: axes form (axes >= 1, coordinates
+// in [-30, 30]) or tree addresses (axes == 0: depth 0..4, children < branching).
+struct Structured {
+  std::vector<int64_t> cq, ck, oq, ok, chq, chk;
+  void Make(int64_t nq, int64_t nk, int64_t axes, int64_t branching, std::mt19937_64* rng) {
+    auto coords = [&](int64_t n, std::vector<int64_t>* c) {
+      std::uniform_int_distribution<int64_t> u(-30, 30);
+      c->resize(n * axes);
+      for (int64_t& x : *c) x = u(*rng);
+    };
+    auto tree = [&](int64_t n, std::vector<int64_t>* off, std::vector<int64_t>* ch) {
+      std::uniform_int_distribution<int64_t> depth(0, 4), child(0, branching - 1);
+      off->assign(1, 0);
+      ch->clear();
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t s = depth(*rng); s > 0; --s) ch->push_back(child(*rng));
+        off->push_back(static_cast<int64_t>(ch->size()));
+      }
+    };
+    if (axes > 0) {
+      coords(nq, &cq);
+      coords(nk, &ck);
+    } else {
+      tree(nq, &oq, &chq);
+      tree(nk, &ok, &chk);
+    }
+  }
+  void Bind(int64_t axes, AttentionArgs* a) const {
+    if (axes > 0) {
+      a->q_structured.num_axes = a->k_structured.num_axes = axes;
+      a->q_structured.coords = cq;
+      a->k_structured.coords = ck;
+    } else {
+      a->q_structured.tree_offsets = oq;
+      a->q_structured.tree_children = chq;
+      a->k_structured.tree_offsets = ok;
+      a->k_structured.tree_children = chk;
+    }
+  }
+};
+
+struct StructuredCase {
+  std::string name;
+  const RowTransform* tr;
+  int64_t axes;  // 0: tree addresses
+  int64_t branching;
+  int64_t d;
+};
+
+// Multi-axis RoPE with plane_axes over the full head (interleaved pairs).
+Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
+                  encodings::sequence::RopeFrequencies f) {
+  RopeOptions opt;
+  opt.head_dim = d;
+  opt.rotary_dim = d;
+  opt.pairing = group::PlanePairing::kInterleaved;
+  opt.num_axes = num_axes;
+  opt.plane_axes = std::move(plane_axes);
+  auto rope = Rope::Create(opt, std::move(f));
+  EXPECT_TRUE(rope.ok()) << rope.status();
+  return *rope;
+}
+
+// Runs check(args, name) for every structured transform on shapes below, at and above
+// the tiles (block_q 16, block_k 64), causal and not, GQA 4/2, plus a KV-cache shape
+// (queries shorter than keys) and a packed varlen batch.
+template <class Check>
+void ForEachStructuredCase(const Check& check) {
+  std::mt19937_64 rng(77);
+  Rope axial2 = MakeAxesRope(32, 2, *encodings::sequence::AxialPlaneAxes(16, 2),
+                             *encodings::sequence::AxialRopeFrequencies(32, 2, 100.0));
+  Rope axial3 = MakeAxesRope(48, 3, *encodings::sequence::AxialPlaneAxes(24, 3),
+                             *encodings::sequence::AxialRopeFrequencies(48, 3, 100.0));
+  // Qwen2-VL's sections [16, 24, 24] over head_dim 128.
+  Rope mrope = MakeAxesRope(128, 3, *encodings::sequence::MRopePlaneAxes({16, 24, 24}),
+                            *DefaultRopeFrequencies(128, 10000.0));
+  RopeRowTransform t_axial2(axial2), t_axial3(axial3), t_mrope(mrope);
+  auto tree = encodings::sequence::AlgebraicTree::Create(
+      {RandomSkew(16, 0.3, &rng), RandomSkew(16, 0.3, &rng), RandomSkew(16, 0.3, &rng)});
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  AlgebraicTreeRowTransform t_tree(*tree);
+  auto g2 = encodings::sequence::MakeAlgebraicGrid2D(RandomSkew(8, 0.3, &rng),
+                                                     RandomSkew(8, 0.3, &rng));
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D> t_g2(*g2);
+  auto g3 = encodings::sequence::MakeAlgebraicGrid3D(
+      RandomSkew(8, 0.3, &rng), RandomSkew(8, 0.3, &rng), RandomSkew(8, 0.3, &rng));
+  ASSERT_TRUE(g3.ok()) << g3.status();
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid3D> t_g3(*g3);
+  const StructuredCase cases[] = {{"axial 2D rope", &t_axial2, 2, 0, 32},
+                                  {"axial 3D rope", &t_axial3, 3, 0, 48},
+                                  {"m-rope [16,24,24]", &t_mrope, 3, 0, 128},
+                                  {"algebraic tree", &t_tree, 0, 3, 16},
+                                  {"algebraic grid 2D", &t_g2, 2, 0, 16},
+                                  {"algebraic grid 3D", &t_g3, 3, 0, 24}};
+  for (const StructuredCase& c : cases) {
+    for (int64_t l : {5, 16, 64, 65, 130}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, l, l, 4, 2, c.d);
+        a.causal = causal;
+        a.q_transform = a.k_transform = c.tr;
+        Structured sp;
+        sp.Make(l, l, c.axes, c.branching, &rng);
+        sp.Bind(c.axes, &a);
+        check(a, c.name + " l " + std::to_string(l) + (causal ? " causal" : ""));
+      }
+    }
+    AttentionArgs kv = Bshd(2, 9, 70, 4, 1, c.d);  // MQA, KV cache
+    kv.causal = true;
+    kv.q_transform = kv.k_transform = c.tr;
+    Structured sp;
+    sp.Make(18, 140, c.axes, c.branching, &rng);
+    sp.Bind(c.axes, &kv);
+    check(kv, c.name + " kv cache");
+    const std::vector<int64_t> cu_q = {0, 0, 1, 20, 57}, cu_k = {0, 3, 4, 40, 77};
+    AttentionArgs t = Thd(cu_q, cu_k, 4, 2, c.d);
+    t.causal = true;
+    t.q_transform = t.k_transform = c.tr;
+    Structured st;
+    st.Make(57, 77, c.axes, c.branching, &rng);
+    st.Bind(c.axes, &t);
+    check(t, c.name + " varlen");
+  }
+}
+
+TEST(CpuForward, StructuredTransformsInsideTheKernel) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  uint64_t seed = 500;
+  ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckAgainstReference(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuBackward, StructuredTransformsInsideTheKernel) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  uint64_t seed = 600;
+  ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckBackward(a, opt, ++seed, what);
+  });
+}
+
+// ---- Shaw et al. relative labels on keys and values ---------------------------------
+
+encodings::sequence::ShawRelative MakeShaw(int64_t kmax, int64_t d, std::mt19937_64* rng) {
+  const int64_t n = 2 * kmax + 1;
+  std::vector<double> tk = RandomD(n * d, rng), tv = RandomD(n * d, rng);
+  auto s = encodings::sequence::ShawRelative::Create(
+      kmax, Eigen::Map<encodings::sequence::RowMatrixXd>(tk.data(), n, d),
+      Eigen::Map<encodings::sequence::RowMatrixXd>(tv.data(), n, d));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *s;
+}
+
+// Shaw key and/or value labels (k = 0: one label for every pair; k = 3; k = 200, wider
+// than every sequence) on shapes below, at and above the tiles, causal and not, GQA,
+// then with RoPE, ALiBi and locality at once, explicit unsorted positions, varlen and a
+// decoding shape (one query against 1100 keys: the path that splits keys otherwise).
+template <class Check>
+void ForEachShawCase(const Check& check) {
+  std::mt19937_64 rng(88);
+  const int64_t d = 32;
+  encodings::sequence::ShawRelative s0 = MakeShaw(0, d, &rng), s3 = MakeShaw(3, d, &rng),
+                                    s200 = MakeShaw(200, d, &rng);
+  for (const auto* shaw : {&s0, &s3, &s200}) {
+    for (int sides = 1; sides <= 3; ++sides) {  // keys, values, both
+      for (int64_t l : {1, 17, 64, 130}) {
+        for (bool causal : {false, true}) {
+          AttentionArgs a = Bshd(1, l, l, 4, 2, d);
+          a.causal = causal;
+          if (sides & 1) a.shaw_keys = shaw;
+          if (sides & 2) a.shaw_values = shaw;
+          check(a, "k " + std::to_string(shaw->max_distance()) + " sides " +
+                       std::to_string(sides) + " l " + std::to_string(l) +
+                       (causal ? " causal" : ""));
+        }
+      }
+    }
+  }
+  Rope rope = MakeRope(d, 24, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  auto alibi = AlibiBias::CreateStandard(4, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  AttentionArgs a = Bshd(2, 33, 70, 4, 2, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  a.biases = {&*alibi};
+  a.locality = 0.97;
+  a.shaw_keys = a.shaw_values = &s3;
+  check(a, "rope + alibi + locality + shaw");
+  AttentionArgs e = Bshd(1, 9, 40, 2, 2, d);
+  e.causal = true;
+  std::vector<int64_t> pk(40), pq = {-5, 100, 3, 17, 39, 0, 20, 21, 8};
+  for (int64_t j = 0; j < 40; ++j) pk[j] = (j * 17) % 40;
+  e.q_positions = pq;
+  e.k_positions = pk;
+  e.shaw_keys = e.shaw_values = &s3;
+  check(e, "explicit unsorted positions");
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 57}, cu_k = {0, 3, 4, 40, 77};
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, d);
+  t.causal = true;
+  t.shaw_keys = t.shaw_values = &s3;
+  check(t, "varlen");
+  AttentionArgs dec = Bshd(1, 1, 1100, 4, 2, d);
+  dec.causal = true;
+  dec.shaw_keys = dec.shaw_values = &s3;
+  check(dec, "decode");
+}
+
+TEST(CpuForward, ShawLabelsInsideTheKernel) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  uint64_t seed = 700;
+  ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckAgainstReference(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuBackward, ShawLabelsAndTableGradients) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  uint64_t seed = 800;
+  ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckBackward(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuBackward, ShawTableGradientNeedsItsTable) {
+  std::mt19937_64 rng(1);
+  AttentionArgs a = Bshd(1, 4, 4, 1, 1, 8);
+  std::vector<float> x = RandomF(32, &rng), g(32);
+  std::vector<double> t(8);
+  CpuBackwardExtras ex;
+  ex.shaw_value_table_grad = t.data();
+  absl::Status st = CpuBackward(a, x.data(), x.data(), x.data(), nullptr, nullptr, x.data(),
+                                g.data(), g.data(), g.data(), nullptr, {}, ex);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Shaw"), std::string::npos) << st;
 }
 
 TEST(CpuBackward, BiasGradientSinkMatchesReference) {

@@ -48,6 +48,48 @@ def reference(q, k, v, causal, rotary_dim=0, alibi=False):
     return o
 
 
+def rope_planes(x, angles):
+    """Half-split pairs (i, i + r/2) rotated by angles [tokens, r/2] (Su et al. eq. 34)."""
+    y = x.astype(np.float64).copy()
+    half = angles.shape[1]
+    c, s = np.cos(angles)[:, None, :], np.sin(angles)[:, None, :]
+    a, b = y[..., :half].copy(), y[..., half:2 * half].copy()
+    y[..., :half] = a * c - b * s
+    y[..., half:2 * half] = a * s + b * c
+    return y
+
+
+def expm_skew(s):
+    """exp(S) of a real skew matrix through the Hermitian H = -i S = V diag(w) V^H."""
+    w, v = np.linalg.eigh(-1j * s)
+    return ((v * np.exp(1j * w)) @ v.conj().T).real
+
+
+def attend(qr, kr, v, causal, scale=None, key_labels=None, value_labels=None, labels=None):
+    """One sequence of already-encoded rows [s, h, d]: softmax attention in float64, with
+    optional Shaw tables (labels [s_q, s_k] of table rows)."""
+    s_q, hq, d = qr.shape
+    hkv = kr.shape[1]
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    o = np.zeros((s_q, hq, d))
+    for h in range(hq):
+        g = h // (hq // hkv)
+        scores = qr[:, h, :] @ kr[:, g, :].T
+        if key_labels is not None:  # Shaw et al. eq. 4: q_i . aK[label(i, j)]
+            scores = scores + np.einsum("id,ijd->ij", qr[:, h, :], key_labels[labels])
+        scores = scores * scale
+        if causal:
+            scores = np.where(np.tri(s_q, kr.shape[0], kr.shape[0] - s_q, dtype=bool), scores,
+                              -np.inf)
+        scores -= scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        p /= p.sum(axis=1, keepdims=True)
+        o[:, h, :] = p @ v[:, g, :]
+        if value_labels is not None:  # eq. 3: sum_j p_ij aV[label(i, j)]
+            o[:, h, :] += np.einsum("ij,ijd->id", p, value_labels[labels])
+    return o
+
+
 class AttentionTest(unittest.TestCase):
     def setUp(self):
         self.rng = np.random.default_rng(0)
@@ -159,6 +201,102 @@ class AttentionTest(unittest.TestCase):
         alibi = gpe.Alibi(2)
         np.testing.assert_allclose(gpe.attention(q, k, v, causal=True, bias=alibi),
                                    gpe.attention(q, k, v, causal=True, alibi="causal"), atol=0)
+
+
+    def test_axial_and_mrope_match_numpy(self):
+        # Axial 2D RoPE (planes split in two blocks, each with the frequencies of dimension
+        # r / 2) and M-RoPE sections [2, 3, 3] (default frequencies, contiguous sections):
+        # float32 kernel within 1e-5 of NumPy in float64 (float rounding of 16-term dots).
+        s, d = 21, 16
+        q, k, v = self.randn(1, s, 2, d), self.randn(1, s, 2, d), self.randn(1, s, 2, d)
+        for axes, sections in ((2, None), (3, [2, 3, 3])):
+            coords = self.rng.integers(-20, 21, size=(s, axes))
+            if sections is None:
+                m = d // (2 * axes)
+                theta = np.tile(10000.0 ** (-2.0 * np.arange(m) / (d // axes)), axes)
+                plane_axis = np.repeat(np.arange(axes), m)
+                kw = dict(rope_axes=axes)
+            else:
+                theta = 10000.0 ** (-2.0 * np.arange(d // 2) / d)
+                plane_axis = np.repeat(np.arange(axes), sections)
+                kw = dict(rope_sections=sections)
+            angles = coords[:, plane_axis] * theta[None, :]
+            o = gpe.attention(q, k, v, causal=True, rope_dim=d, q_axes=coords, k_axes=coords, **kw)
+            want = attend(rope_planes(q[0], angles), rope_planes(k[0], angles), v[0], True)
+            np.testing.assert_allclose(o[0], want, atol=1e-5)
+
+    def test_algebraic_tree_and_grid_match_numpy(self):
+        # Kogkalidis et al.: tree addresses act by the path product W_c1 W_c2 ... (sec.
+        # 3.2), grids by blockdiag(exp(x S_x), exp(y S_y)) (sec. 3.3). float64 runs the
+        # exact reference: 1e-12 against NumPy in float64.
+        s, d = 13, 8
+        q, k, v = (self.rng.standard_normal((1, s, 2, d)) for _ in range(3))
+        a = self.rng.standard_normal((2, d, d))
+        tree = 0.4 * (a - a.transpose(0, 2, 1))
+        w = [expm_skew(t) for t in tree]
+        addresses = [list(self.rng.integers(0, 2, size=self.rng.integers(0, 5))) for _ in range(s)]
+
+        def node(addr):
+            m = np.eye(d)
+            for c in addr:
+                m = m @ w[c]
+            return m
+
+        rot = np.stack([node(x) for x in addresses])  # [s, d, d]
+        o = gpe.attention(q, k, v, causal=True, algebraic_tree=tree, q_tree=addresses,
+                          k_tree=addresses)
+        enc = lambda x: np.einsum("tij,thj->thi", rot, x)
+        np.testing.assert_allclose(o[0], attend(enc(q[0]), enc(k[0]), v[0], True), atol=1e-12)
+        g = self.rng.standard_normal((2, 4, 4))
+        grid = 0.5 * (g - g.transpose(0, 2, 1))
+        coords = self.rng.integers(-5, 6, size=(s, 2))
+        blocks = np.zeros((s, d, d))
+        for t in range(s):
+            blocks[t, :4, :4] = expm_skew(coords[t, 0] * grid[0])
+            blocks[t, 4:, 4:] = expm_skew(coords[t, 1] * grid[1])
+        o = gpe.attention(q, k, v, algebraic_grid=grid, q_axes=coords, k_axes=coords)
+        enc = lambda x: np.einsum("tij,thj->thi", blocks, x)
+        np.testing.assert_allclose(o[0], attend(enc(q[0]), enc(k[0]), v[0], False), atol=1e-12)
+
+    def test_shaw_labels_and_table_gradients_match_numpy(self):
+        s, d, kmax = 15, 8, 2
+        q, k, v, w = (self.rng.standard_normal((1, s, 2, d)) for _ in range(4))
+        ak, av = self.rng.standard_normal((2 * kmax + 1, d)), self.rng.standard_normal((2 * kmax + 1, d))
+        labels = np.clip(np.arange(s)[None, :] - np.arange(s)[:, None], -kmax, kmax) + kmax
+        kw = dict(causal=True, shaw_max_distance=kmax, shaw_key_table=ak, shaw_value_table=av)
+        want = attend(q[0], k[0], v[0], True, key_labels=ak, value_labels=av, labels=labels)
+        # float64: the exact reference (1e-12); float32: the kernel (float rounding, 1e-5).
+        np.testing.assert_allclose(gpe.attention(q, k, v, **kw)[0], want, atol=1e-12)
+        f = lambda x: x.astype(np.float32)
+        np.testing.assert_allclose(gpe.attention(f(q), f(k), f(v), **kw)[0], want, atol=1e-5)
+        dq, dk, dv, gak, gav = gpe.attention_backward(q, k, v, w, shaw_table_grads=True, **kw)
+
+        def loss(ak_, av_):
+            o = attend(q[0], k[0], v[0], True, key_labels=ak_, value_labels=av_, labels=labels)
+            return float(np.sum(w[0] * o))
+
+        # Central differences of the NumPy float64 loss, step 1e-5: error ~1e-10.
+        for table, grad, which in ((ak, gak, 0), (av, gav, 1)):
+            fd = np.zeros_like(table)
+            for idx in np.ndindex(*table.shape):
+                plus, minus = table.copy(), table.copy()
+                plus[idx] += 1e-5
+                minus[idx] -= 1e-5
+                args_p = (plus, av) if which == 0 else (ak, plus)
+                args_m = (minus, av) if which == 0 else (ak, minus)
+                fd[idx] = (loss(*args_p) - loss(*args_m)) / 2e-5
+            np.testing.assert_allclose(grad, fd, atol=1e-7)
+        # float32 kernel table gradients agree with the double ones (float rounding, 1e-4).
+        _, _, _, gak32, gav32 = gpe.attention_backward(f(q), f(k), f(v), f(w),
+                                                       shaw_table_grads=True, **kw)
+        np.testing.assert_allclose(gak32, gak, atol=1e-4)
+        np.testing.assert_allclose(gav32, gav, atol=1e-4)
+        with self.assertRaises(ValueError):
+            gpe.attention(q, k, v, shaw_key_table=ak)  # no shaw_max_distance
+        with self.assertRaises(gpe.GpeError):
+            gpe.attention(q, k, v, shaw_max_distance=3, shaw_key_table=ak)  # 5 rows, not 7
+        with self.assertRaises(TypeError):
+            gpe.attention(q, k, v, shaw_tables=ak)
 
 
 if __name__ == "__main__":

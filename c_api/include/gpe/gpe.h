@@ -622,6 +622,27 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* ps
  * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
  * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b
  * (a gpe_bias handle, applied tile by tile: no s x s matrix).
+ *
+ * Structured positions (options from rope_axes on): encodings whose group element is not
+ * one int64 take per-token positions of their own, while q_positions / k_positions (or
+ * the default) keep ordering the tokens for causal masks, biases and Shaw labels:
+ *  - per-axis coordinates q_axes [tokens_q, axes], k_axes [tokens_k, axes] (int64) for
+ *    axial 2D/3D RoPE (rope_axes = 2 or 3: the rope_dim / 2 planes split evenly over the
+ *    axes, each block with the default frequencies of dimension rope_dim / axes), M-RoPE
+ *    (rope_sections: planes per axis, summing to rope_dim / 2, default frequencies;
+ *    e.g. Qwen2-VL's [16, 24, 24]) and algebraic grids (algebraic_grid);
+ *  - tree addresses (0-based child indices from the root) for algebraic trees, as CSR:
+ *    token t's address is children[offsets[t] .. offsets[t + 1]) (q_tree_offsets int64
+ *    [tokens_q + 1] from 0, non-decreasing, ending at the length of q_tree_children).
+ * Kogkalidis et al.'s algebraic encodings are given by their skew generators (float64):
+ * algebraic_tree [branching, head_dim, head_dim] (W_c = exp(S_c), rho(address) the path
+ * product), algebraic_grid [axes (2 or 3), m, m] with axes * m = head_dim
+ * (blockdiag of exp(x_a S_a)).
+ * Shaw et al.'s relative labels (shaw_max_distance k >= 0; tables float64
+ * [2k + 1, head_dim], row r for label r - k, shared by every head): with
+ * r = clip(p_j - p_i, -k, k), shaw_key_table adds scale <T q_i, aK_r> to s_ij and
+ * shaw_value_table adds sum_j p_ij aV_r to o_i. gpe_attention_backward_v2 also returns
+ * the tables' gradients.
  * ---------------------------------------------------------------------------------- */
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
@@ -639,10 +660,27 @@ typedef struct gpe_attention_options {
   const DLTensor* k_positions;              /* optional int64 [tokens_k] (both or neither) */
   const DLTensor* cu_seqlens_q;             /* optional int64 [batch + 1]: packed layout */
   const DLTensor* cu_seqlens_k;
+  /* Structured positions and Shaw labels (read only when struct_size covers them; an
+   * older caller's smaller struct leaves them 0 / NULL). */
+  int32_t rope_axes;                  /* 0 or 1: one axis; 2 or 3: axial RoPE (q_axes) */
+  int32_t rope_sections_interleaved;  /* M-RoPE: 0 contiguous sections, 1 interleaved */
+  const DLTensor* rope_sections;      /* optional int64 [axes]: M-RoPE planes per axis */
+  const DLTensor* algebraic_tree;     /* optional float64 [branching, head_dim, head_dim] */
+  const DLTensor* algebraic_grid;     /* optional float64 [axes, m, m], axes * m = head_dim */
+  const DLTensor* q_axes;             /* optional int64 [tokens_q, axes] (both or neither) */
+  const DLTensor* k_axes;             /* optional int64 [tokens_k, axes] */
+  const DLTensor* q_tree_offsets;     /* optional int64 [tokens_q + 1] (all four or none) */
+  const DLTensor* q_tree_children;    /* int64 [children of every q address] */
+  const DLTensor* k_tree_offsets;     /* int64 [tokens_k + 1] */
+  const DLTensor* k_tree_children;
+  int64_t shaw_max_distance;          /* k >= 0 for the Shaw tables */
+  const DLTensor* shaw_key_table;     /* optional float64 [2k + 1, head_dim] */
+  const DLTensor* shaw_value_table;   /* optional float64 [2k + 1, head_dim] */
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
+    NULL, NULL, NULL, 0, NULL, NULL }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,
@@ -655,6 +693,14 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
     DLTensor* dq, DLTensor* dk, DLTensor* dv);
+/* gpe_attention_backward plus the Shaw tables' gradients: d_shaw_key_table and
+ * d_shaw_value_table (float64 [2k + 1, head_dim], overwritten; each may be NULL to skip,
+ * and needs its table in the options). */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+    DLTensor* d_shaw_value_table);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -137,6 +137,21 @@ class AttentionOptions(ctypes.Structure):
         ("k_positions", ctypes.POINTER(DLTensor)),
         ("cu_seqlens_q", ctypes.POINTER(DLTensor)),
         ("cu_seqlens_k", ctypes.POINTER(DLTensor)),
+        # Structured positions and Shaw labels (read when struct_size covers them).
+        ("rope_axes", ctypes.c_int32),
+        ("rope_sections_interleaved", ctypes.c_int32),
+        ("rope_sections", ctypes.POINTER(DLTensor)),
+        ("algebraic_tree", ctypes.POINTER(DLTensor)),
+        ("algebraic_grid", ctypes.POINTER(DLTensor)),
+        ("q_axes", ctypes.POINTER(DLTensor)),
+        ("k_axes", ctypes.POINTER(DLTensor)),
+        ("q_tree_offsets", ctypes.POINTER(DLTensor)),
+        ("q_tree_children", ctypes.POINTER(DLTensor)),
+        ("k_tree_offsets", ctypes.POINTER(DLTensor)),
+        ("k_tree_children", ctypes.POINTER(DLTensor)),
+        ("shaw_max_distance", ctypes.c_int64),
+        ("shaw_key_table", ctypes.POINTER(DLTensor)),
+        ("shaw_value_table", ctypes.POINTER(DLTensor)),
     ]
 
 
@@ -296,6 +311,8 @@ def _declare(lib):
         "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
         "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,
                                         t, t]),
+        "gpe_attention_backward_v2": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t,
+                                           t, t, t, t, t]),
         # RoPE and additive biases (0.3.0).
         "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
         "gpe_rope_destroy": (None, [p]),

@@ -16,6 +16,20 @@ FoxBias or GrapeApBias for a single sequence), or alibi="causal" / "symmetric" a
 shorthand for gpe.Alibi(heads_q).
 Positions default to 0..seq_k-1 for keys and the last seq_q of them for queries
 (KV-cache decoding); causal masks compare positions.
+
+Structured positions (the encoding's group element is not one integer; q_positions /
+k_positions still order the tokens for causal masks, biases and Shaw labels):
+- q_axes, k_axes: int [tokens, axes] per-axis coordinates for axial RoPE
+  (rope_axes=2 or 3), M-RoPE (rope_sections, e.g. [16, 24, 24] planes per axis summing to
+  rope_dim / 2; rope_sections_interleaved=True for Qwen3-VL's layout) and algebraic grids
+  (algebraic_grid: float64 skew generators [axes, m, m], axes * m = head_dim);
+- q_tree, k_tree: one tree address per token (a list of 0-based child-index lists from
+  the root) for algebraic trees (algebraic_tree: float64 skew generators
+  [branching, head_dim, head_dim]).
+Shaw et al.'s relative labels: shaw_key_table and/or shaw_value_table (float64
+[2 shaw_max_distance + 1, head_dim], row r for label r - k, shared by every head) add
+scale q . aK[clip(j - i)] to the scores and sum_j p_ij aV[clip(j - i)] to the outputs;
+attention_backward(..., shaw_table_grads=True) also returns their gradients.
 """
 
 import ctypes
@@ -40,8 +54,44 @@ class _Keep:
         return ctypes.pointer(t)
 
 
+def _tree_csr(addresses):
+    """Tree addresses (one sequence of child indices per token) as CSR offsets, children."""
+    offsets = np.zeros(len(addresses) + 1, dtype=np.int64)
+    children = []
+    for t, a in enumerate(addresses):
+        children.extend(int(c) for c in a)
+        offsets[t + 1] = len(children)
+    return offsets, np.asarray(children, dtype=np.int64)
+
+
+def _structured(keep, o, rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
+                q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance,
+                shaw_key_table, shaw_value_table):
+    ints = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.int64)
+    f64 = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.float64)
+    o.rope_axes = int(rope_axes)
+    o.rope_sections_interleaved = 1 if rope_sections_interleaved else 0
+    o.rope_sections = keep(ints(rope_sections))
+    o.algebraic_tree = keep(f64(algebraic_tree))
+    o.algebraic_grid = keep(f64(algebraic_grid))
+    o.q_axes = keep(ints(q_axes))
+    o.k_axes = keep(ints(k_axes))
+    if (q_tree is None) != (k_tree is None):
+        raise ValueError("give both q_tree and k_tree, or neither")
+    if q_tree is not None:
+        qo, qc = _tree_csr(q_tree)
+        ko, kc = _tree_csr(k_tree)
+        o.q_tree_offsets, o.q_tree_children = keep(qo), keep(qc)
+        o.k_tree_offsets, o.k_tree_children = keep(ko), keep(kc)
+    if (shaw_key_table is not None or shaw_value_table is not None) and shaw_max_distance is None:
+        raise ValueError("Shaw tables need shaw_max_distance")
+    o.shaw_max_distance = 0 if shaw_max_distance is None else int(shaw_max_distance)
+    o.shaw_key_table = keep(f64(shaw_key_table))
+    o.shaw_value_table = keep(f64(shaw_value_table))
+
+
 def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias, heads,
-             encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k):
+             encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, structured=None):
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: avoid an import cycle
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
@@ -74,21 +124,41 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     o.k_positions = keep(ints(k_positions))
     o.cu_seqlens_q = keep(ints(cu_seqlens_q))
     o.cu_seqlens_k = keep(ints(cu_seqlens_k))
+    _structured(keep, o, **(structured or _STRUCTURED_DEFAULTS))
     return o
+
+
+_STRUCTURED_DEFAULTS = dict(rope_axes=0, rope_sections=None, rope_sections_interleaved=False,
+                            q_axes=None, k_axes=None, q_tree=None, k_tree=None,
+                            algebraic_tree=None, algebraic_grid=None, shaw_max_distance=None,
+                            shaw_key_table=None, shaw_value_table=None)
+
+
+def _split_structured(kwargs):
+    unknown = set(kwargs) - set(_STRUCTURED_DEFAULTS)
+    if unknown:
+        raise TypeError("unexpected keyword argument(s): %s" % ", ".join(sorted(unknown)))
+    merged = dict(_STRUCTURED_DEFAULTS)
+    merged.update(kwargs)
+    return merged
 
 
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False, out=None):
+              return_lse=False, out=None, **structured):
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
-    allowed key."""
+    allowed key. Keyword arguments of the module docstring's structured positions and
+    Shaw labels: rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
+    q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
+    shaw_value_table."""
     keep = _Keep()
     q = np.asarray(q)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
-                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
+                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
+                    _split_structured(structured))
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     lse = None
@@ -106,18 +176,30 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                        rope_base=10000.0, rope_pairing="half", alibi=None, bias=None,
                        encoding=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, threads=0):
+                       cu_seqlens_k=None, threads=0, shaw_table_grads=False, **structured):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
-    o and lse from attention(..., return_lse=True) skip recomputing the forward."""
+    o and lse from attention(..., return_lse=True) skip recomputing the forward. With
+    shaw_table_grads=True, returns (dq, dk, dv, d_shaw_key_table, d_shaw_value_table)
+    (float64; None for a table not given)."""
     keep = _Keep()
     q, k, v, d_o = (np.asarray(x) for x in (q, k, v, d_o))
+    st = _split_structured(structured)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
-                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k)
+                    q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
+                    st)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
-                                       keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv)))
-    return dq, dk, dv
+    if not shaw_table_grads:
+        check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),
+                                           keep(o), keep(lse), keep(d_o), keep(dq), keep(dk),
+                                           keep(dv)))
+        return dq, dk, dv
+    like = lambda t: None if t is None else np.empty(np.shape(t), dtype=np.float64)
+    gk, gv = like(st["shaw_key_table"]), like(st["shaw_value_table"])
+    check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
+                                          keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv),
+                                          keep(gk), keep(gv)))
+    return dq, dk, dv, gk, gv
 
 
 def merge_attention(o_list, lse_list):

@@ -9,6 +9,7 @@
 #include "encodings/sequence/absolute.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_a.h"
 #include "encodings/sequence/grape_m.h"
 
 struct gpe_learned_positions {
@@ -28,12 +29,14 @@ struct gpe_bias {
   std::optional<gpe::encodings::sequence::T5RelativeBias> t5;
   std::optional<gpe::encodings::sequence::FoxBias> fox;
   std::optional<gpe::encodings::sequence::GrapeApBias> grape_ap;
+  std::optional<gpe::encodings::sequence::GrapeABias> grape_a;
 
   const gpe::encodings::sequence::AdditiveBias& base() const {
     switch (kind) {
       case GPE_BIAS_T5: return *t5;
       case GPE_BIAS_FOX: return *fox;
       case GPE_BIAS_GRAPE_AP: return *grape_ap;
+      case GPE_BIAS_GRAPE_A: return *grape_a;
       default: return *alibi;
     }
   }

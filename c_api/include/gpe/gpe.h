@@ -545,6 +545,58 @@ GPE_API GPE_NODISCARD gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bia
                                                              const DLTensor* grad_prefix,
                                                              DLTensor* grad_logits);
 
+/* ---- GRAPE-A as an additive bias (since 0.3.0) --------------------------------------
+ *
+ * Additive GRAPE (GRAPE summary 004, "Additive GRAPE"): rows of q and k are lifted to
+ * head_dim + 2 dimensions, q~ = [q; 1; 0], k~ = [k; 0; 1], and moved by the unipotent
+ * action G(p) = I + p m_h A, A = E_{d, d+1} (A^2 = 0): queries by G(i)^-T, keys by G(j).
+ * The lifted score is <q, k> + b_h(i, j) with
+ *   b_h(i, j) = m_h (j - i) = -m_h (i - j)   (exactly causal ALiBi with slopes m_h), or,
+ *   content-gated, c_i - c_j with FoX's c_t = sum_{l <= t} ln sigmoid(x_{l,h})
+ * (the clock m p replaced by the prefix sums of log forget gates).
+ * The handle is a gpe_bias of kind GPE_BIAS_GRAPE_A: gpe_bias_fill_tile,
+ * gpe_bias_accumulate_gradient (ALiBi-like: grad_a = dL/dslopes [num_heads]; gated:
+ * dL/dc [length, num_heads]), gpe_bias_fox_logit_gradient (gated),
+ * gpe_bias_alibi_slopes (ALiBi-like) and gpe_attention_* accept it.
+ * path chooses how tiles are filled: GPE_GRAPE_A_CLOSED_FORM (the fast path: the closed
+ * form above, O(1) per score) or GPE_GRAPE_A_LIFTED (the general path: lifted rows of
+ * zero content and their head_dim + 2 term dot products; the definition, for checks).
+ * Both agree bit for bit for power-of-two slopes and gated biases, and otherwise to
+ * the lift's rounding of m j - m i (~1e-16 m max(|i|, |j|)).
+ */
+enum { GPE_BIAS_GRAPE_A = 4 };
+enum { GPE_GRAPE_A_CLOSED_FORM = 0, GPE_GRAPE_A_LIFTED = 1 };
+enum { GPE_GRAPE_A_QUERY = 0, GPE_GRAPE_A_KEY = 1 };
+
+typedef struct gpe_grape_a_options {
+  uint32_t struct_size; /* sizeof(gpe_grape_a_options) */
+  int32_t path;         /* GPE_GRAPE_A_CLOSED_FORM or GPE_GRAPE_A_LIFTED */
+  int64_t num_heads;    /* >= 1 */
+  int64_t head_dim;     /* d >= 1: lifted rows have d + 2 entries */
+  /* ALiBi-like (gated == 0): num_heads finite slopes m_h, or NULL for Press et al.'s
+   * (as gpe_alibi_options). */
+  const double* slopes;
+  /* Content-gated (gated != 0): FoX's gates as in gpe_fox_options; slopes must be NULL. */
+  int32_t gated;
+  int64_t length;            /* tokens, >= 0 */
+  int64_t first_position;    /* token t has position first_position + t */
+  const double* gate_logits; /* length * num_heads finite values, row-major [token, head] */
+} gpe_grape_a_options;
+#define GPE_GRAPE_A_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_grape_a_options), GPE_GRAPE_A_CLOSED_FORM, 0, 0, NULL, 0, 0, 0, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_grape_a(const gpe_grape_a_options* options,
+                                                         gpe_bias** out);
+/* The lifted rows of one head: role GPE_GRAPE_A_QUERY gives G(i)^-T [q; 1; 0] (=
+ * [q; 1; -m i], gated [q; 1; c_i]), GPE_GRAPE_A_KEY gives G(j) [k; 0; 1] (= [k; m j; 1],
+ * gated [k; -c_j; 1]), so <lift_q(i), lift_k(j)> = <q, k> + b_head(i, j).
+ * positions: int64 [N] (gated: inside the gates' range); x: float32 or float64
+ * [N, head_dim]; out: x's dtype, [N, head_dim + 2], disjoint from x and positions. Values
+ * are formed in double and rounded once. */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_grape_a_lift(const gpe_bias* bias, int64_t head,
+                                                       int32_t role, const DLTensor* positions,
+                                                       const DLTensor* x, DLTensor* out);
+
 /* ---- Coordinate encodings, analysis and INR solvers ---------------------------------
  *
  * Matrices are float64 DLTensors of any strides. Coordinates are float64 [N].

@@ -7,7 +7,7 @@ the library's own message.
 
 from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
-from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
+from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
@@ -19,6 +19,7 @@ __all__ = [
     "Alibi",
     "AlgebraicSequence",
     "FoxBias",
+    "GrapeABias",
     "GrapeApBias",
     "Rope",
     "RopeTable",

@@ -216,6 +216,17 @@ class GrapeApOptions(ctypes.Structure):
                 ("u", ctypes.POINTER(ctypes.c_double))]
 
 
+# ---- GRAPE-A as an additive bias (sequence encodings) ---------------------------------
+
+
+class GrapeAOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("path", ctypes.c_int32),
+                ("num_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("slopes", ctypes.POINTER(ctypes.c_double)), ("gated", ctypes.c_int32),
+                ("length", ctypes.c_int64), ("first_position", ctypes.c_int64),
+                ("gate_logits", ctypes.POINTER(ctypes.c_double))]
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -319,6 +330,9 @@ def _declare(lib):
         "gpe_bias_fill_tile": (st, [p, ctypes.c_int64, t, t, t]),
         "gpe_bias_accumulate_gradient": (st, [p, ctypes.c_int64, t, t, t, t, t]),
         "gpe_bias_fox_logit_gradient": (st, [p, t, t]),
+        # GRAPE-A as an additive bias (sequence encodings).
+        "gpe_bias_create_grape_a": (st, [ctypes.POINTER(GrapeAOptions), ctypes.POINTER(p)]),
+        "gpe_bias_grape_a_lift": (st, [p, ctypes.c_int64, ctypes.c_int32, t, t, t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -3,7 +3,9 @@
 #ifndef GPE_C_API_SEQUENCE_HANDLES_H_
 #define GPE_C_API_SEQUENCE_HANDLES_H_
 
+#include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "c_api/include/gpe/gpe.h"
 #include "encodings/sequence/absolute.h"
@@ -20,6 +22,18 @@ struct gpe_grape_m {
 };
 struct gpe_algebraic_sequence {
   gpe::encodings::sequence::AlgebraicSequence impl;
+};
+struct gpe_algebraic_tree {
+  gpe::encodings::sequence::AlgebraicTree impl;
+};
+// A grid: one algebraic sequence per axis, acting on consecutive blocks of coordinates.
+struct gpe_algebraic_grid {
+  std::vector<gpe::encodings::sequence::AlgebraicSequence> axes;
+  int64_t dim() const {
+    int64_t d = 0;
+    for (const auto& a : axes) d += a.dim();
+    return d;
+  }
 };
 
 // An additive bias (bias.cc creates it; attention.cc applies it inside the kernel).

@@ -11,13 +11,17 @@ from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bi
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
+from gpe.sequence import (AlgebraicGrid, AlgebraicTree, algebraic_periodic,  # noqa: F401
+                          locality_scale)
 from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
     "AdditiveBias",
     "Alibi",
+    "AlgebraicGrid",
     "AlgebraicSequence",
+    "AlgebraicTree",
     "FoxBias",
     "GrapeABias",
     "GrapeApBias",
@@ -28,9 +32,11 @@ __all__ = [
     "GrapeM",
     "LearnedPositions",
     "SoRepresentation",
+    "algebraic_periodic",
     "attention",
     "attention_backward",
     "fit_separable_2d",
+    "locality_scale",
     "merge_attention",
     "predict_separable_2d",
     "shaw_key_scores",

@@ -1376,3 +1376,348 @@ gpe_status gpe_locality_scale(double c, const DLTensor* q_positions, const DLTen
 }
 
 }  // extern "C"
+
+// ---- Shaw value terms and Transformer-XL ----------------------------------------------
+
+namespace {
+
+// A float32/float64 tensor of exactly `shape` (1-D or 2-D), named `name`.
+absl::StatusOr<TensorView> ViewShaped(const DLTensor* t, const char* name,
+                                      const std::vector<int64_t>& shape) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kFloat);
+  if (!v.ok()) return v.status();
+  if (v->shape != shape) {
+    TensorView want = *v;
+    want.shape = shape;
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must have shape ", Shape(want), "; got ", Shape(*v)));
+  }
+  return v;
+}
+
+// An optional output of exactly `shape`; *present says whether it was given.
+absl::Status ViewOptionalOut(DLTensor* t, const char* name, const std::vector<int64_t>& shape,
+                             TensorView* out, bool* present) {
+  *present = t != nullptr;
+  if (t == nullptr) return absl::OkStatus();
+  absl::StatusOr<TensorView> v = ViewShaped(t, name, shape);
+  if (!v.ok()) return v.status();
+  if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
+  *out = std::move(*v);
+  return absl::OkStatus();
+}
+
+// Every output disjoint from every input and from the other outputs.
+absl::Status CheckOutputs(absl::Span<const NamedView> inputs, absl::Span<const NamedView> outputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].first == nullptr) continue;
+    for (const NamedView& in : inputs) {
+      const NamedView pair[] = {in, outputs[i]};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const NamedView pair[] = {outputs[j], outputs[i]};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFiniteMatrix(const seq::RowMatrixXd& m, const char* name) {
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      if (!std::isfinite(m(i, j))) {
+        return absl::InvalidArgumentError(absl::StrCat(name, "[", i, ", ", j, "] is ", m(i, j),
+                                                       "; values must be finite"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A 1-D float view as a double vector.
+Eigen::VectorXd ReadVector(const TensorView& v) {
+  Eigen::VectorXd out(v.shape[0]);
+  for (int64_t i = 0; i < v.shape[0]; ++i) {
+    out[i] = v.dtype == DType::kFloat32
+                 ? static_cast<double>(v.typed<const float>()[i * v.strides[0]])
+                 : v.typed<const double>()[i * v.strides[0]];
+  }
+  return out;
+}
+void StoreVector(const Eigen::VectorXd& x, const TensorView& v) {
+  for (int64_t i = 0; i < v.shape[0]; ++i) {
+    if (v.dtype == DType::kFloat32) {
+      v.typed<float>()[i * v.strides[0]] = static_cast<float>(x[i]);
+    } else {
+      v.typed<double>()[i * v.strides[0]] = x[i];
+    }
+  }
+}
+
+struct ShawValueInputs {
+  TensorView p, table, qp, kp;
+  int64_t k = 0;
+};
+absl::StatusOr<ShawValueInputs> ViewShawValue(const DLTensor* probabilities,
+                                              const DLTensor* label_table,
+                                              const DLTensor* query_positions,
+                                              const DLTensor* key_positions) {
+  ShawValueInputs in;
+  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.qp = std::move(*v);
+  v = ViewTensor(key_positions, "key_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in.kp = std::move(*v);
+  v = ViewTensor(label_table, "label_table", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in.table = std::move(*v);
+  const int64_t rows = in.table.shape[0];
+  if (rows < 1 || rows % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in.table)));
+  }
+  if (absl::Status s = CheckDim(in.table.shape[1], "label_table's second size (dv)", 1); !s.ok()) {
+    return s;
+  }
+  in.k = (rows - 1) / 2;
+  v = ViewShaped(probabilities, "probabilities", {in.qp.shape[0], in.kp.shape[0]});
+  if (!v.ok()) return v.status();
+  in.p = std::move(*v);
+  return in;
+}
+
+absl::StatusOr<seq::ShawRelative> MakeShawValue(const ShawValueInputs& in) {
+  seq::RowMatrixXd table = ReadMatrix(in.table);
+  if (absl::Status s = CheckFiniteMatrix(table, "label_table"); !s.ok()) return s;
+  // Only the value side is used here: the key table is a placeholder column.
+  return seq::ShawRelative::Create(in.k, seq::RowMatrixXd::Zero(2 * in.k + 1, 1),
+                                   std::move(table));
+}
+
+struct TxlInputs {
+  TensorView q, k, qp, kp, w_r, u, v;
+  seq::TransformerXLParams params;
+};
+absl::StatusOr<TxlInputs> ViewTxl(const gpe_transformer_xl_options* options, const DLTensor* q,
+                                  const DLTensor* k, const DLTensor* query_positions,
+                                  const DLTensor* key_positions, const DLTensor* w_r,
+                                  const DLTensor* u, const DLTensor* v) {
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_transformer_xl_options),
+                                       sizeof(gpe_transformer_xl_options),
+                                       "gpe_transformer_xl_options");
+      !s.ok()) {
+    return s;
+  }
+  if (!std::isfinite(options->base) || options->base <= 0.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("base must be finite and > 0; got ", options->base));
+  }
+  TxlInputs in;
+  absl::StatusOr<TensorView> t = ViewTensor(query_positions, "query_positions", 1, kInt);
+  if (!t.ok()) return t.status();
+  in.qp = std::move(*t);
+  t = ViewTensor(key_positions, "key_positions", 1, kInt);
+  if (!t.ok()) return t.status();
+  in.kp = std::move(*t);
+  t = ViewTensor(w_r, "w_r", 2, kFloat);
+  if (!t.ok()) return t.status();
+  in.w_r = std::move(*t);
+  const int64_t d = in.w_r.shape[0];
+  if (absl::Status s = CheckDim(d, "w_r's first size (d)", 1); !s.ok()) return s;
+  if (absl::Status s = CheckDim(in.w_r.shape[1], "w_r's second size (d_r)", 1); !s.ok()) return s;
+  t = ViewShaped(q, "q", {in.qp.shape[0], d});
+  if (!t.ok()) return t.status();
+  in.q = std::move(*t);
+  t = ViewShaped(k, "k", {in.kp.shape[0], d});
+  if (!t.ok()) return t.status();
+  in.k = std::move(*t);
+  t = ViewShaped(u, "u", {d});
+  if (!t.ok()) return t.status();
+  in.u = std::move(*t);
+  t = ViewShaped(v, "v", {d});
+  if (!t.ok()) return t.status();
+  in.v = std::move(*t);
+  in.params.w_r = ReadMatrix(in.w_r);
+  in.params.u = ReadVector(in.u);
+  in.params.v = ReadVector(in.v);
+  in.params.base = options->base;
+  if (absl::Status s = CheckFiniteMatrix(in.params.w_r, "w_r"); !s.ok()) return s;
+  if (!in.params.u.allFinite() || !in.params.v.allFinite()) {
+    return absl::InvalidArgumentError("u and v must be finite");
+  }
+  return in;
+}
+
+}  // namespace
+
+extern "C" {
+
+gpe_status gpe_shaw_value_output(const DLTensor* probabilities, const DLTensor* label_table,
+                                 const DLTensor* query_positions, const DLTensor* key_positions,
+                                 DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawValueInputs> in =
+        ViewShawValue(probabilities, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    TensorView ov{};
+    bool present = false;
+    if (absl::Status s = ViewOptionalOut(out, "out", {in->qp.shape[0], in->table.shape[1]}, &ov,
+                                         &present);
+        !s.ok()) {
+      return s;
+    }
+    const NamedView inputs[] = {{&in->p, "probabilities"},
+                                {&in->table, "label_table"},
+                                {&in->qp, "query_positions"},
+                                {&in->kp, "key_positions"}};
+    const NamedView outputs[] = {{&ov, "out"}};
+    if (absl::Status s = CheckOutputs(inputs, outputs); !s.ok()) return s;
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShawValue(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    absl::StatusOr<seq::RowMatrixXd> r = shaw->ValueOutput(
+        ReadMatrix(in->p), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks));
+    if (!r.ok()) return r.status();
+    StoreMatrix(*r, ov, /*add=*/false);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_shaw_value_output_backward(const DLTensor* probabilities,
+                                          const DLTensor* label_table,
+                                          const DLTensor* query_positions,
+                                          const DLTensor* key_positions,
+                                          const DLTensor* grad_out, DLTensor* grad_probabilities,
+                                          DLTensor* grad_label_table) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<ShawValueInputs> in =
+        ViewShawValue(probabilities, label_table, query_positions, key_positions);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> gv =
+        ViewShaped(grad_out, "grad_out", {in->qp.shape[0], in->table.shape[1]});
+    if (!gv.ok()) return gv.status();
+    TensorView gp{}, gt{};
+    bool has_p = false, has_t = false;
+    if (absl::Status s = ViewOptionalOut(grad_probabilities, "grad_probabilities", in->p.shape,
+                                         &gp, &has_p);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ViewOptionalOut(grad_label_table, "grad_label_table", in->table.shape,
+                                         &gt, &has_t);
+        !s.ok()) {
+      return s;
+    }
+    const NamedView inputs[] = {{&in->p, "probabilities"},
+                                {&in->table, "label_table"},
+                                {&in->qp, "query_positions"},
+                                {&in->kp, "key_positions"},
+                                {&*gv, "grad_out"}};
+    const NamedView outputs[] = {{has_p ? &gp : nullptr, "grad_probabilities"},
+                                 {has_t ? &gt : nullptr, "grad_label_table"}};
+    if (absl::Status s = CheckOutputs(inputs, outputs); !s.ok()) return s;
+    absl::StatusOr<seq::ShawRelative> shaw = MakeShawValue(*in);
+    if (!shaw.ok()) return shaw.status();
+    std::vector<int64_t> qs, ks;
+    seq::RowMatrixXd dp, dt;
+    if (has_t) dt.setZero(in->table.shape[0], in->table.shape[1]);
+    if (absl::Status s = shaw->ValueOutputBackward(
+            ReadMatrix(in->p), ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks),
+            ReadMatrix(*gv), has_p ? &dp : nullptr, has_t ? &dt : nullptr);
+        !s.ok()) {
+      return s;
+    }
+    if (has_p) StoreMatrix(dp, gp, /*add=*/false);
+    if (has_t) StoreMatrix(dt, gt, /*add=*/true);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_transformer_xl_score_terms(const gpe_transformer_xl_options* options,
+                                          const DLTensor* q, const DLTensor* k,
+                                          const DLTensor* query_positions,
+                                          const DLTensor* key_positions, const DLTensor* w_r,
+                                          const DLTensor* u, const DLTensor* v, DLTensor* terms) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<TxlInputs> in =
+        ViewTxl(options, q, k, query_positions, key_positions, w_r, u, v);
+    if (!in.ok()) return in.status();
+    if (terms == nullptr) return absl::InvalidArgumentError("terms is NULL");
+    TensorView tv{};
+    bool present = false;
+    if (absl::Status s = ViewOptionalOut(terms, "terms", {in->qp.shape[0], in->kp.shape[0]}, &tv,
+                                         &present);
+        !s.ok()) {
+      return s;
+    }
+    const NamedView inputs[] = {{&in->q, "q"},   {&in->k, "k"},     {&in->qp, "query_positions"},
+                                {&in->kp, "key_positions"},         {&in->w_r, "w_r"},
+                                {&in->u, "u"},   {&in->v, "v"}};
+    const NamedView outputs[] = {{&tv, "terms"}};
+    if (absl::Status s = CheckOutputs(inputs, outputs); !s.ok()) return s;
+    const seq::RowMatrixXd qm = ReadMatrix(in->q), km = ReadMatrix(in->k);
+    if (absl::Status s = CheckFiniteMatrix(qm, "q"); !s.ok()) return s;
+    if (absl::Status s = CheckFiniteMatrix(km, "k"); !s.ok()) return s;
+    std::vector<int64_t> qs, ks;
+    absl::StatusOr<seq::RowMatrixXd> r = seq::TransformerXLScoreTerms(
+        qm, km, ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks), in->params);
+    if (!r.ok()) return r.status();
+    StoreMatrix(*r, tv, /*add=*/false);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_transformer_xl_score_terms_backward(
+    const gpe_transformer_xl_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* query_positions, const DLTensor* key_positions, const DLTensor* w_r,
+    const DLTensor* u, const DLTensor* v, const DLTensor* grad_terms, DLTensor* grad_q,
+    DLTensor* grad_k, DLTensor* grad_w_r, DLTensor* grad_u, DLTensor* grad_v) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<TxlInputs> in =
+        ViewTxl(options, q, k, query_positions, key_positions, w_r, u, v);
+    if (!in.ok()) return in.status();
+    absl::StatusOr<TensorView> gv =
+        ViewShaped(grad_terms, "grad_terms", {in->qp.shape[0], in->kp.shape[0]});
+    if (!gv.ok()) return gv.status();
+    TensorView g[5] = {};
+    bool has[5] = {};
+    DLTensor* outs[5] = {grad_q, grad_k, grad_w_r, grad_u, grad_v};
+    const char* names[5] = {"grad_q", "grad_k", "grad_w_r", "grad_u", "grad_v"};
+    const TensorView* likes[5] = {&in->q, &in->k, &in->w_r, &in->u, &in->v};
+    for (int i = 0; i < 5; ++i) {
+      if (absl::Status s = ViewOptionalOut(outs[i], names[i], likes[i]->shape, &g[i], &has[i]);
+          !s.ok()) {
+        return s;
+      }
+    }
+    const NamedView inputs[] = {{&in->q, "q"},   {&in->k, "k"},     {&in->qp, "query_positions"},
+                                {&in->kp, "key_positions"},         {&in->w_r, "w_r"},
+                                {&in->u, "u"},   {&in->v, "v"},     {&*gv, "grad_terms"}};
+    NamedView outputs[5];
+    for (int i = 0; i < 5; ++i) outputs[i] = {has[i] ? &g[i] : nullptr, names[i]};
+    if (absl::Status s = CheckOutputs(inputs, outputs); !s.ok()) return s;
+    const seq::RowMatrixXd qm = ReadMatrix(in->q), km = ReadMatrix(in->k);
+    if (absl::Status s = CheckFiniteMatrix(qm, "q"); !s.ok()) return s;
+    if (absl::Status s = CheckFiniteMatrix(km, "k"); !s.ok()) return s;
+    std::vector<int64_t> qs, ks;
+    seq::TransformerXLGradients grads;
+    if (absl::Status s = seq::TransformerXLScoreTermsBackward(
+            qm, km, ContiguousPositions(in->qp, &qs), ContiguousPositions(in->kp, &ks),
+            in->params, ReadMatrix(*gv), &grads);
+        !s.ok()) {
+      return s;
+    }
+    if (has[0]) StoreMatrix(grads.q, g[0], /*add=*/false);
+    if (has[1]) StoreMatrix(grads.k, g[1], /*add=*/false);
+    if (has[2]) StoreMatrix(grads.w_r, g[2], /*add=*/false);
+    if (has[3]) StoreVector(grads.u, g[3]);
+    if (has[4]) StoreVector(grads.v, g[4]);
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

@@ -1345,4 +1345,175 @@ TEST(Locality, ScalesScoresByPowersOfC) {
   EXPECT_EQ(gpe_locality_scale(0.98, &tq, &tk, &tbad), GPE_ERROR_INVALID_ARGUMENT);
 }
 
+// ---- Shaw value terms and Transformer-XL ---------------------------------------------
+
+int64_t ShawLabel(int64_t i, int64_t j, int64_t k) {
+  return std::min(std::max(j - i, -k), k) + k;
+}
+
+TEST(ShawValueOutput, MatchesDirectLoopAndBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(81);
+  const int64_t lq = 3, lk = 5, k = 2, dv = 3;
+  std::vector<int64_t> qp = {0, 4, 1000000000000}, kp = {0, 1, 3, 7, 999999999999};
+  std::vector<double> p = Random(&rng, lq * lk), table = Random(&rng, (2 * k + 1) * dv),
+                      out(lq * dv);
+  std::vector<int64_t> sq = {lq}, sk = {lk}, sp = {lq, lk}, st = {2 * k + 1, dv}, so = {lq, dv};
+  DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+           tp = Tensor(p.data(), kDLFloat, 64, &sp), tt = Tensor(table.data(), kDLFloat, 64, &st),
+           to = Tensor(out.data(), kDLFloat, 64, &so);
+  ASSERT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &to), GPE_OK) << gpe_last_error_message();
+  auto reference = [&](const std::vector<double>& pp, const std::vector<double>& tab) {
+    std::vector<double> r(lq * dv, 0.0);
+    for (int64_t a = 0; a < lq; ++a) {
+      for (int64_t b = 0; b < lk; ++b) {
+        const int64_t label = ShawLabel(qp[a], kp[b], k);
+        for (int64_t c = 0; c < dv; ++c) r[a * dv + c] += pp[a * lk + b] * tab[label * dv + c];
+      }
+    }
+    return r;
+  };
+  const std::vector<double> want = reference(p, table);
+  for (int64_t i = 0; i < lq * dv; ++i) EXPECT_NEAR(out[i], want[i], 1e-14);  // 5-term sums
+  std::vector<double> g = Random(&rng, lq * dv), gp(lq * lk), gt(table.size(), 1.0);
+  DLTensor tg = Tensor(g.data(), kDLFloat, 64, &so), tgp = Tensor(gp.data(), kDLFloat, 64, &sp),
+           tgt = Tensor(gt.data(), kDLFloat, 64, &st);
+  ASSERT_EQ(gpe_shaw_value_output_backward(&tp, &tt, &tqp, &tkp, &tg, &tgp, &tgt), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](const std::vector<double>& pp, const std::vector<double>& tab) {
+    const std::vector<double> r = reference(pp, tab);
+    double l = 0.0;
+    for (int64_t i = 0; i < lq * dv; ++i) l += g[i] * r[i];
+    return l;
+  };
+  // Bilinear in (p, table): central differences are exact up to rounding (1e-10).
+  const double h = 1e-4;
+  for (size_t i = 0; i < p.size(); ++i) {
+    std::vector<double> pp = p, pm = p;
+    pp[i] += h;
+    pm[i] -= h;
+    EXPECT_NEAR(gp[i], (loss(pp, table) - loss(pm, table)) / (2 * h), 1e-10);
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    std::vector<double> tp2 = table, tm = table;
+    tp2[i] += h;
+    tm[i] -= h;
+    // grad_label_table was 1.0 before: the gradient is ADDED.
+    EXPECT_NEAR(gt[i] - 1.0, (loss(p, tp2) - loss(p, tm)) / (2 * h), 1e-10);
+  }
+  // Bad input: an even number of label rows; out with the wrong shape; out aliasing p.
+  std::vector<int64_t> st_even = {4, dv};
+  DLTensor teven = Tensor(table.data(), kDLFloat, 64, &st_even);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &teven, &tqp, &tkp, &to), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<int64_t> so_bad = {lq, dv + 1};
+  std::vector<double> big(lq * (dv + 1));
+  DLTensor tbad = Tensor(big.data(), kDLFloat, 64, &so_bad);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &tbad), GPE_ERROR_INVALID_ARGUMENT);
+  DLTensor alias = Tensor(p.data(), kDLFloat, 64, &so);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &alias), GPE_ERROR_INVALID_ARGUMENT);
+  table[0] = std::nan("");
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &to), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(TransformerXL, MatchesDaiFormulaAndBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(82);
+  const int64_t lq = 3, lk = 4, d = 3, dr = 4;
+  std::vector<int64_t> qp = {5, 9, 12}, kp = {0, 5, 9, 11};
+  std::vector<double> q = Random(&rng, lq * d), k = Random(&rng, lk * d),
+                      wr = Random(&rng, d * dr), u = Random(&rng, d), v = Random(&rng, d),
+                      terms(lq * lk);
+  std::vector<int64_t> sq = {lq}, sk = {lk}, sqm = {lq, d}, skm = {lk, d}, sw = {d, dr},
+                       su = {d}, st = {lq, lk};
+  gpe_transformer_xl_options o = GPE_TRANSFORMER_XL_OPTIONS_INIT;
+  auto call = [&](std::vector<double>& qq, std::vector<double>& kk, std::vector<double>& ww,
+                  std::vector<double>& uu, std::vector<double>& vv, std::vector<double>* out) {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(qq.data(), kDLFloat, 64, &sqm), tk = Tensor(kk.data(), kDLFloat, 64, &skm),
+             tw = Tensor(ww.data(), kDLFloat, 64, &sw), tu = Tensor(uu.data(), kDLFloat, 64, &su),
+             tv = Tensor(vv.data(), kDLFloat, 64, &su), to = Tensor(out->data(), kDLFloat, 64, &st);
+    return gpe_transformer_xl_score_terms(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &to);
+  };
+  ASSERT_EQ(call(q, k, wr, u, v, &terms), GPE_OK) << gpe_last_error_message();
+  // Dai et al., sec. 3.3: q^T W_R R_{i-j} + u^T k_j + v^T W_R R_{i-j}, with R_t[2m] =
+  // sin(t theta_m), R_t[2m+1] = cos(t theta_m), theta_m = 10000^(-2m/d_r); |t| <= 12 so
+  // plain sin/cos are exact to an ulp.
+  for (int64_t a = 0; a < lq; ++a) {
+    for (int64_t b = 0; b < lk; ++b) {
+      const double t = static_cast<double>(qp[a] - kp[b]);
+      std::vector<double> r(dr), wrr(d, 0.0);
+      for (int64_t m = 0; m < dr / 2; ++m) {
+        const double theta = std::pow(10000.0, -2.0 * m / dr);
+        r[2 * m] = std::sin(t * theta);
+        r[2 * m + 1] = std::cos(t * theta);
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < dr; ++j) wrr[i] += wr[i * dr + j] * r[j];
+      }
+      double want = 0.0;
+      for (int64_t i = 0; i < d; ++i) {
+        want += q[a * d + i] * wrr[i] + u[i] * k[b * d + i] + v[i] * wrr[i];
+      }
+      EXPECT_NEAR(terms[a * lk + b], want, 1e-13) << a << " " << b;
+    }
+  }
+  // Backward: every gradient against central differences (the terms are bilinear in
+  // (q or v, W_R) and linear in u, k: h = 1e-4 leaves only rounding, 1e-9).
+  std::vector<double> g = Random(&rng, lq * lk);
+  std::vector<double> gq(q.size()), gk(k.size()), gw(wr.size()), gu(d), gvv(d);
+  {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(q.data(), kDLFloat, 64, &sqm), tk = Tensor(k.data(), kDLFloat, 64, &skm),
+             tw = Tensor(wr.data(), kDLFloat, 64, &sw), tu = Tensor(u.data(), kDLFloat, 64, &su),
+             tv = Tensor(v.data(), kDLFloat, 64, &su), tg = Tensor(g.data(), kDLFloat, 64, &st),
+             tgq = Tensor(gq.data(), kDLFloat, 64, &sqm), tgk = Tensor(gk.data(), kDLFloat, 64, &skm),
+             tgw = Tensor(gw.data(), kDLFloat, 64, &sw), tgu = Tensor(gu.data(), kDLFloat, 64, &su),
+             tgv = Tensor(gvv.data(), kDLFloat, 64, &su);
+    ASSERT_EQ(gpe_transformer_xl_score_terms_backward(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &tg,
+                                                      &tgq, &tgk, &tgw, &tgu, &tgv),
+              GPE_OK)
+        << gpe_last_error_message();
+  }
+  auto loss = [&]() {
+    std::vector<double> out(lq * lk);
+    EXPECT_EQ(call(q, k, wr, u, v, &out), GPE_OK);
+    double l = 0.0;
+    for (int64_t i = 0; i < lq * lk; ++i) l += g[i] * out[i];
+    return l;
+  };
+  const double h = 1e-4;
+  auto check = [&](std::vector<double>* param, const std::vector<double>& grad, const char* name) {
+    for (size_t i = 0; i < param->size(); ++i) {
+      const double keep = (*param)[i];
+      (*param)[i] = keep + h;
+      const double lp = loss();
+      (*param)[i] = keep - h;
+      const double lm = loss();
+      (*param)[i] = keep;
+      EXPECT_NEAR(grad[i], (lp - lm) / (2 * h), 1e-9) << name << " " << i;
+    }
+  };
+  check(&q, gq, "q");
+  check(&k, gk, "k");
+  check(&wr, gw, "w_r");
+  check(&u, gu, "u");
+  check(&v, gvv, "v");
+  // Bad input: base <= 0, u of the wrong length, non-finite W_R.
+  gpe_transformer_xl_options bad = o;
+  bad.base = 0.0;
+  std::swap(o, bad);
+  EXPECT_EQ(call(q, k, wr, u, v, &terms), GPE_ERROR_INVALID_ARGUMENT);
+  std::swap(o, bad);
+  std::vector<int64_t> su_bad = {d + 1};
+  std::vector<double> u_long(d + 1, 0.0);
+  {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(q.data(), kDLFloat, 64, &sqm), tk = Tensor(k.data(), kDLFloat, 64, &skm),
+             tw = Tensor(wr.data(), kDLFloat, 64, &sw), tu = Tensor(u_long.data(), kDLFloat, 64, &su_bad),
+             tv = Tensor(v.data(), kDLFloat, 64, &su), to = Tensor(terms.data(), kDLFloat, 64, &st);
+    EXPECT_EQ(gpe_transformer_xl_score_terms(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &to),
+              GPE_ERROR_INVALID_ARGUMENT);
+  }
+  wr[0] = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(call(q, k, wr, u, v, &terms), GPE_ERROR_INVALID_ARGUMENT);
+}
+
 }  // namespace

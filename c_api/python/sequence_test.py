@@ -411,5 +411,64 @@ class AlgebraicPeriodicAndLocalityTest(unittest.TestCase):
             gpe.locality_scale(s.copy(), q, k, c=1.5)
 
 
+class ShawValueAndTransformerXLTest(unittest.TestCase):
+    def test_shaw_value_output(self):
+        rng = np.random.default_rng(15)
+        qp, kp = np.array([0, 4, -2**63, 10]), np.array([0, 1, 3, 2**63 - 1, 11])
+        p = rng.random((4, 5))
+        table = rng.standard_normal((5, 3))  # k = 2
+        k = 2
+        want = np.zeros((4, 3))
+        for a, i in enumerate(qp):
+            for b, j in enumerate(kp):
+                # Shaw et al., eq. 3: label clip(j - i, -k, k), exact with Python ints.
+                want[a] += p[a, b] * table[max(-k, min(k, int(j) - int(i))) + k]
+        got = gpe.shaw_value_output(p, table, qp, kp)
+        np.testing.assert_allclose(got, want, atol=1e-14)  # 5-term sums
+        w = rng.standard_normal((4, 3))
+        pp, tt = p.copy(), table.copy()
+        gp, gt = gpe.shaw_value_output_backward(pp, tt, qp, kp, w)
+
+        def loss():
+            return float(np.sum(w * gpe.shaw_value_output(pp, tt, qp, kp)))
+        # Linear in each argument: central differences exact up to rounding ~1e-10.
+        np.testing.assert_allclose(gp, central_difference(loss, pp), atol=1e-8)
+        np.testing.assert_allclose(gt, central_difference(loss, tt), atol=1e-8)
+        with self.assertRaises(gpe.GpeError):
+            gpe.shaw_value_output(p[:3], table, qp, kp)  # probabilities [3, 5] for 4 queries
+
+    def test_transformer_xl(self):
+        rng = np.random.default_rng(16)
+        d, dr = 3, 6
+        qp, kp = np.array([5, 9, 12]), np.array([0, 5, 9, 11])
+        q, k = rng.standard_normal((3, d)), rng.standard_normal((4, d))
+        w_r, u, v = rng.standard_normal((d, dr)), rng.standard_normal(d), rng.standard_normal(d)
+
+        def reference(q, k, w_r, u, v):
+            out = np.empty((3, 4))
+            for a, i in enumerate(qp):
+                for b, j in enumerate(kp):
+                    r = sinusoidal_reference([int(i) - int(j)], dr, 10000.0)[0]
+                    # Dai et al., sec. 3.3, terms (b), (c), (d).
+                    out[a, b] = q[a] @ w_r @ r + u @ k[b] + v @ w_r @ r
+            return out
+        got = gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u, v)
+        np.testing.assert_allclose(got, reference(q, k, w_r, u, v), atol=1e-13)
+        g = rng.standard_normal((3, 4))
+        grads = gpe.transformer_xl_score_terms_backward(q, k, qp, kp, w_r, u, v, g)
+        params = [q.copy(), k.copy(), w_r.copy(), u.copy(), v.copy()]
+
+        def loss():
+            return float(np.sum(g * gpe.transformer_xl_score_terms(
+                params[0], params[1], qp, kp, params[2], params[3], params[4])))
+        # Bilinear / linear: central differences exact up to rounding ~1e-10.
+        for grad, param in zip(grads, params):
+            np.testing.assert_allclose(grad, central_difference(loss, param), atol=1e-8)
+        with self.assertRaises(gpe.GpeError):
+            gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u[:2], v)
+        with self.assertRaises(gpe.GpeError):
+            gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u, v, base=-1.0)
+
+
 if __name__ == "__main__":
     unittest.main()

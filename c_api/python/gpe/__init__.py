@@ -12,7 +12,8 @@ from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stabl
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
 from gpe.sequence import (AlgebraicGrid, AlgebraicTree, algebraic_periodic,  # noqa: F401
-                          locality_scale)
+                          locality_scale, shaw_value_output, shaw_value_output_backward,
+                          transformer_xl_score_terms, transformer_xl_score_terms_backward)
 from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
@@ -41,9 +42,13 @@ __all__ = [
     "predict_separable_2d",
     "shaw_key_scores",
     "shaw_key_scores_backward",
+    "shaw_value_output",
+    "shaw_value_output_backward",
     "shifted_basis",
     "sinusoidal",
     "stable_rank",
+    "transformer_xl_score_terms",
+    "transformer_xl_score_terms_backward",
     "version",
     "version_string",
 ]

@@ -246,6 +246,10 @@ class AlgebraicPeriodicOptions(ctypes.Structure):
                 ("period", ctypes.c_int64), ("multipliers", ctypes.POINTER(ctypes.c_int64))]
 
 
+class TransformerXLOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("base", ctypes.c_double)]
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -369,6 +373,14 @@ def _declare(lib):
         "gpe_algebraic_periodic_apply": (st, [ctypes.POINTER(AlgebraicPeriodicOptions), t, t,
                                               t]),
         "gpe_locality_scale": (st, [ctypes.c_double, t, t, t]),
+        # Shaw value terms and Transformer-XL (sequence encodings).
+        "gpe_shaw_value_output": (st, [t, t, t, t, t]),
+        "gpe_shaw_value_output_backward": (st, [t, t, t, t, t, t, t]),
+        "gpe_transformer_xl_score_terms": (st, [ctypes.POINTER(TransformerXLOptions), t, t, t, t,
+                                                t, t, t, t]),
+        "gpe_transformer_xl_score_terms_backward": (st, [ctypes.POINTER(TransformerXLOptions),
+                                                         t, t, t, t, t, t, t, t, t, t, t, t,
+                                                         t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

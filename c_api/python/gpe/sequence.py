@@ -415,3 +415,70 @@ def locality_scale(scores, q_positions, k_positions, c=0.98):
     t = _Call()
     check(lib().gpe_locality_scale(float(c), t(qp), t(kp), t(scores)))
     return scores
+
+
+# ---- Shaw value terms and Transformer-XL ----------------------------------------------
+
+
+def shaw_value_output(probabilities, label_table, query_positions, key_positions):
+    """out[a] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k]
+    (Shaw et al., eq. 3: the value-side term of output row a). Returns float64 [Lq, dv]."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    p, table = np.asarray(probabilities), np.asarray(label_table)
+    out = np.empty((qp.shape[0], table.shape[1] if table.ndim == 2 else 0))
+    t = _Call()
+    check(lib().gpe_shaw_value_output(t(p), t(table), t(qp), t(kp), t(out)))
+    return out
+
+
+def shaw_value_output_backward(probabilities, label_table, query_positions, key_positions,
+                               grad_out, grad_label_table=None):
+    """Returns (grad_probabilities, grad_label_table); dL/dlabel_table is added into
+    grad_label_table (a new float64 zero array when None)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    p, table = np.asarray(probabilities), np.asarray(label_table)
+    grad_out = np.asarray(grad_out)
+    grad_p = np.empty(p.shape)
+    if grad_label_table is None:
+        grad_label_table = np.zeros(table.shape)
+    t = _Call()
+    check(lib().gpe_shaw_value_output_backward(t(p), t(table), t(qp), t(kp), t(grad_out),
+                                               t(grad_p), t(grad_label_table)))
+    return grad_p, grad_label_table
+
+
+def _txl_options(base):
+    o = _ffi.TransformerXLOptions()
+    o.struct_size = ctypes.sizeof(o)
+    o.base = base
+    return o
+
+
+def transformer_xl_score_terms(q, k, query_positions, key_positions, w_r, u, v, base=10000.0):
+    """Dai et al., sec. 3.3: terms[a, b] = q_a^T W_R R_{i-j} + u^T k_b + v^T W_R R_{i-j}
+    (R the sinusoidal encoding of i - j, gpe.sinusoidal's layout). Returns float64
+    [Lq, Lk]."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
+    out = np.empty((qp.shape[0], kp.shape[0]))
+    t = _Call()
+    o = _txl_options(base)
+    check(lib().gpe_transformer_xl_score_terms(ctypes.byref(o), t(arrays[0]), t(arrays[1]),
+                                               t(qp), t(kp), t(arrays[2]), t(arrays[3]),
+                                               t(arrays[4]), t(out)))
+    return out
+
+
+def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_r, u, v,
+                                        grad_terms, base=10000.0):
+    """Returns (grad_q, grad_k, grad_w_r, grad_u, grad_v), float64."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
+    grads = [np.empty(a.shape) for a in arrays]
+    g = np.asarray(grad_terms)
+    t = _Call()
+    o = _txl_options(base)
+    check(lib().gpe_transformer_xl_score_terms_backward(
+        ctypes.byref(o), t(arrays[0]), t(arrays[1]), t(qp), t(kp), t(arrays[2]), t(arrays[3]),
+        t(arrays[4]), t(g), *[t(x) for x in grads]))
+    return tuple(grads)

@@ -19,6 +19,7 @@
 #include "c_api/sequence_handles.h"
 #include "c_api/tensor_view.h"
 #include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_a.h"
 
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
@@ -186,6 +187,10 @@ absl::Status AccumulateTyped(const gpe_bias& bias, int64_t head, const TileViews
     case GPE_BIAS_ALIBI: return bias.alibi->AccumulateSlopeGradient<T>(head, v.q, v.k, g, ld, ga);
     case GPE_BIAS_T5: return bias.t5->AccumulateTableGradient<T>(head, v.q, v.k, g, ld, ga);
     case GPE_BIAS_FOX: return bias.fox->AccumulatePrefixGradient<T>(head, v.q, v.k, g, ld, ga);
+    case GPE_BIAS_GRAPE_A:
+      return bias.grape_a->gated()
+                 ? bias.grape_a->AccumulatePrefixGradient<T>(head, v.q, v.k, g, ld, ga)
+                 : bias.grape_a->AccumulateSlopeGradient<T>(head, v.q, v.k, g, ld, ga);
     default: return bias.grape_ap->AccumulateGradient<T>(head, v.q, v.k, g, ld, ga, gb);
   }
 }
@@ -341,10 +346,12 @@ gpe_status gpe_bias_info(const gpe_bias* bias, int32_t* kind, int64_t* num_heads
 gpe_status gpe_bias_alibi_slopes(const gpe_bias* bias, double* slopes, int64_t num_slopes) {
   return Guard([&]() -> absl::Status {
     if (bias == nullptr) return absl::InvalidArgumentError("bias is NULL");
-    if (bias->kind != GPE_BIAS_ALIBI) {
-      return absl::InvalidArgumentError("gpe_bias_alibi_slopes needs an ALiBi bias");
+    const bool grape_a = bias->kind == GPE_BIAS_GRAPE_A && !bias->grape_a->gated();
+    if (bias->kind != GPE_BIAS_ALIBI && !grape_a) {
+      return absl::InvalidArgumentError(
+          "gpe_bias_alibi_slopes needs an ALiBi or ALiBi-like (ungated) GRAPE-A bias");
     }
-    absl::Span<const double> s = bias->alibi->slopes();
+    absl::Span<const double> s = grape_a ? bias->grape_a->slopes() : bias->alibi->slopes();
     if (num_slopes != static_cast<int64_t>(s.size())) {
       return absl::InvalidArgumentError(absl::StrCat("num_slopes is ", num_slopes,
                                                      "; the bias has ", s.size(), " heads"));
@@ -385,6 +392,13 @@ gpe_status gpe_bias_accumulate_gradient(const gpe_bias* bias, int64_t head,
       case GPE_BIAS_ALIBI: shape = {heads}; break;
       case GPE_BIAS_T5: shape = {bias->t5->config().num_buckets, heads}; break;
       case GPE_BIAS_FOX: shape = {bias->fox->length(), heads}; break;
+      case GPE_BIAS_GRAPE_A:
+        if (bias->grape_a->gated()) {
+          shape = {bias->grape_a->fox()->length(), heads};
+        } else {
+          shape = {heads};
+        }
+        break;
       default: shape = {bias->grape_ap->length(), heads, bias->grape_ap->rank()}; break;
     }
     if (grad_a == nullptr) return absl::InvalidArgumentError("grad_a is NULL");
@@ -425,10 +439,13 @@ gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias, const DLTensor* gra
                                        DLTensor* grad_logits) {
   return Guard([&]() -> absl::Status {
     if (bias == nullptr) return absl::InvalidArgumentError("bias is NULL");
-    if (bias->kind != GPE_BIAS_FOX) {
-      return absl::InvalidArgumentError("gpe_bias_fox_logit_gradient needs a FoX bias");
+    const bool gated_grape_a = bias->kind == GPE_BIAS_GRAPE_A && bias->grape_a->gated();
+    if (bias->kind != GPE_BIAS_FOX && !gated_grape_a) {
+      return absl::InvalidArgumentError(
+          "gpe_bias_fox_logit_gradient needs a FoX or a gated GRAPE-A bias");
     }
-    const std::vector<int64_t> shape = {bias->fox->length(), bias->fox->num_heads()};
+    const seq::FoxBias& fox = gated_grape_a ? *bias->grape_a->fox() : *bias->fox;
+    const std::vector<int64_t> shape = {fox.length(), fox.num_heads()};
     absl::StatusOr<TensorView> gp = ViewTensor(grad_prefix, "grad_prefix", 2, kF64);
     if (!gp.ok()) return gp.status();
     if (gp->shape != shape) {
@@ -447,7 +464,7 @@ gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias, const DLTensor* gra
         prefix[t * shape[1] + h] = src[t * gp->strides[0] + h * gp->strides[1]];
       }
     }
-    absl::StatusOr<std::vector<double>> g = bias->fox->LogitGradient(prefix);
+    absl::StatusOr<std::vector<double>> g = fox.LogitGradient(prefix);
     if (!g.ok()) return g.status();
     double* dst = gl->typed<double>();
     for (int64_t t = 0; t < shape[0]; ++t) {
@@ -456,6 +473,131 @@ gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias, const DLTensor* gra
       }
     }
     return absl::OkStatus();
+  });
+}
+
+// ---- GRAPE-A -------------------------------------------------------------------------
+
+gpe_status gpe_bias_create_grape_a(const gpe_grape_a_options* options, gpe_bias** out) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckOut(out); !s.ok()) return s;
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_grape_a_options),
+                                         sizeof(gpe_grape_a_options), "gpe_grape_a_options");
+        !s.ok()) {
+      return s;
+    }
+    if (options->path != GPE_GRAPE_A_CLOSED_FORM && options->path != GPE_GRAPE_A_LIFTED) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "path ", options->path, " is not GPE_GRAPE_A_CLOSED_FORM or GPE_GRAPE_A_LIFTED"));
+    }
+    if (options->num_heads < 1 || options->num_heads > (int64_t{1} << 20)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_heads must be in [1, 2^20]; got ", options->num_heads));
+    }
+    if (options->head_dim < 1 || options->head_dim > gpe::c_api::kMaxDim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "head_dim must be in [1, ", gpe::c_api::kMaxDim, "]; got ", options->head_dim));
+    }
+    const seq::GrapeAPath path = options->path == GPE_GRAPE_A_LIFTED
+                                     ? seq::GrapeAPath::kLifted
+                                     : seq::GrapeAPath::kClosedForm;
+    absl::StatusOr<seq::GrapeABias> b = absl::InternalError("unset");
+    if (options->gated != 0) {
+      if (options->slopes != nullptr) {
+        return absl::InvalidArgumentError(
+            "slopes must be NULL for the gated form (its clock is the gates' prefix sums)");
+      }
+      absl::StatusOr<int64_t> n = Count("gate_logits", options->length, options->num_heads);
+      if (!n.ok()) return n.status();
+      absl::StatusOr<std::vector<double>> logits =
+          Params(options->gate_logits, *n, "gate_logits");
+      if (!logits.ok()) return logits.status();
+      absl::StatusOr<seq::FoxBias> fox = seq::FoxBias::Create(
+          *logits, options->length, options->num_heads, options->first_position);
+      if (!fox.ok()) return fox.status();
+      b = seq::GrapeABias::CreateGated(*std::move(fox), options->head_dim, path);
+    } else {
+      if (options->gate_logits != nullptr || options->length != 0) {
+        return absl::InvalidArgumentError(
+            "gate_logits and length are for the gated form: set gated = 1, or pass NULL and 0");
+      }
+      std::vector<double> slopes;
+      if (options->slopes == nullptr) {
+        absl::StatusOr<std::vector<double>> standard = seq::AlibiSlopes(options->num_heads);
+        if (!standard.ok()) return standard.status();
+        slopes = *std::move(standard);
+      } else {
+        absl::StatusOr<std::vector<double>> given =
+            Params(options->slopes, options->num_heads, "slopes");
+        if (!given.ok()) return given.status();
+        slopes = *std::move(given);
+      }
+      b = seq::GrapeABias::Create(std::move(slopes), options->head_dim, path);
+    }
+    if (!b.ok()) return b.status();
+    auto* h = new gpe_bias;
+    h->kind = GPE_BIAS_GRAPE_A;
+    h->grape_a.emplace(std::move(*b));
+    *out = h;
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_bias_grape_a_lift(const gpe_bias* bias, int64_t head, int32_t role,
+                                 const DLTensor* positions, const DLTensor* x, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (bias == nullptr) return absl::InvalidArgumentError("bias is NULL");
+    if (bias->kind != GPE_BIAS_GRAPE_A) {
+      return absl::InvalidArgumentError("gpe_bias_grape_a_lift needs a GRAPE-A bias");
+    }
+    const seq::GrapeABias& g = *bias->grape_a;
+    if (head < 0 || head >= g.num_heads()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("head ", head, " is outside [0, ", g.num_heads(), ")"));
+    }
+    if (role != GPE_GRAPE_A_QUERY && role != GPE_GRAPE_A_KEY) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("role ", role, " is not GPE_GRAPE_A_QUERY or GPE_GRAPE_A_KEY"));
+    }
+    absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
+    if (!p.ok()) return p.status();
+    absl::StatusOr<TensorView> xv = ViewTensor(x, "x", 2, kFloat);
+    if (!xv.ok()) return xv.status();
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kFloat);
+    if (!ov.ok()) return ov.status();
+    const int64_t n = p->shape[0], d = g.head_dim();
+    if (xv->shape[0] != n || xv->shape[1] != d) {
+      return absl::InvalidArgumentError(absl::StrCat("x must be [", n, ", ", d,
+                                                     "] (positions, head_dim); got [",
+                                                     xv->shape[0], ", ", xv->shape[1], "]"));
+    }
+    if (ov->dtype != xv->dtype || ov->shape[0] != n || ov->shape[1] != d + 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out must have x's dtype and shape [", n, ", ", d + 2, "] (head_dim + 2); got [",
+          ov->shape[0], ", ", ov->shape[1], "]"));
+    }
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+    const NamedView views[] = {{&*ov, "out"}, {&*xv, "x"}, {&*p, "positions"}};
+    for (size_t i = 1; i < 3; ++i) {
+      const NamedView pair[] = {views[0], views[i]};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+    std::vector<int64_t> ps;
+    const absl::Span<const int64_t> pos = ContiguousPositions(*p, &ps);
+    auto run = [&](auto tag) -> absl::Status {
+      using T = decltype(tag);
+      std::vector<T> xbuf, obuf;
+      int64_t xs = d, os = d + 2;
+      const T* xr = n == 0 ? nullptr : RowsOf<T>(*xv, /*gather=*/true, &xbuf, &xs);
+      T* orow = n == 0 ? nullptr : RowsOf<T>(*ov, /*gather=*/false, &obuf, &os);
+      absl::Status s = role == GPE_GRAPE_A_QUERY ? g.LiftQueries<T>(head, pos, xr, xs, orow, os)
+                                                 : g.LiftKeys<T>(head, pos, xr, xs, orow, os);
+      if (!s.ok()) return s;
+      if (n > 0) ScatterRows<T>(orow, *ov);
+      return absl::OkStatus();
+    };
+    return xv->dtype == DType::kFloat32 ? run(float{}) : run(double{});
   });
 }
 

@@ -440,4 +440,322 @@ TEST(BiasC, BadInputRejected) {
   gpe_bias_destroy(fox);
 }
 
+// ---- GRAPE-A ------------------------------------------------------------------------
+
+gpe_bias* MakeAlibi(int64_t heads, const double* slopes) {
+  gpe_alibi_options o = GPE_ALIBI_OPTIONS_INIT;
+  o.num_heads = heads;
+  o.slopes = slopes;
+  gpe_bias* b = nullptr;
+  EXPECT_EQ(gpe_bias_create_alibi(&o, &b), GPE_OK) << gpe_last_error_message();
+  return b;
+}
+
+gpe_bias* MakeGrapeA(int64_t heads, int64_t head_dim, int32_t path, const double* slopes) {
+  gpe_grape_a_options o = GPE_GRAPE_A_OPTIONS_INIT;
+  o.num_heads = heads;
+  o.head_dim = head_dim;
+  o.path = path;
+  o.slopes = slopes;
+  gpe_bias* b = nullptr;
+  EXPECT_EQ(gpe_bias_create_grape_a(&o, &b), GPE_OK) << gpe_last_error_message();
+  return b;
+}
+
+gpe_bias* MakeGatedGrapeA(int64_t heads, int64_t head_dim, int32_t path,
+                          std::vector<double>* logits, int64_t first) {
+  gpe_grape_a_options o = GPE_GRAPE_A_OPTIONS_INIT;
+  o.num_heads = heads;
+  o.head_dim = head_dim;
+  o.path = path;
+  o.gated = 1;
+  o.length = static_cast<int64_t>(logits->size()) / heads;
+  o.first_position = first;
+  o.gate_logits = logits->data();
+  gpe_bias* b = nullptr;
+  EXPECT_EQ(gpe_bias_create_grape_a(&o, &b), GPE_OK) << gpe_last_error_message();
+  return b;
+}
+
+TEST(BiasC, GrapeAEqualsAlibiExactly) {
+  // Tolerance 0. The closed form is ALiBi's arithmetic for any slopes (Press et al.'s
+  // for 12 heads here, not powers of two); the lifted path's m j - m i is exact for the
+  // power-of-two slopes of 8 heads, so it is ALiBi's value too.
+  for (int64_t heads : {12, 8}) {
+    gpe_bias* alibi = MakeAlibi(heads, nullptr);
+    for (int32_t path : {GPE_GRAPE_A_CLOSED_FORM, GPE_GRAPE_A_LIFTED}) {
+      if (heads == 12 && path == GPE_GRAPE_A_LIFTED) continue;  // covered by the next test
+      gpe_bias* grape = MakeGrapeA(heads, 8, path, nullptr);
+      int32_t kind = -1, causal = -1;
+      int64_t n = 0;
+      ASSERT_EQ(gpe_bias_info(grape, &kind, &n, &causal), GPE_OK);
+      EXPECT_EQ(kind, GPE_BIAS_GRAPE_A);
+      EXPECT_EQ(n, heads);
+      EXPECT_EQ(causal, 1);
+      std::vector<double> s_alibi(heads), s_grape(heads);
+      ASSERT_EQ(gpe_bias_alibi_slopes(alibi, s_alibi.data(), heads), GPE_OK);
+      ASSERT_EQ(gpe_bias_alibi_slopes(grape, s_grape.data(), heads), GPE_OK);
+      EXPECT_EQ(s_alibi, s_grape);
+      for (int64_t h = 0; h < heads; ++h) {
+        Tile a({0, 5, 17, 1000000007}, {0, 3, 5, 999999990, 1000000100});
+        Tile g({0, 5, 17, 1000000007}, {0, 3, 5, 999999990, 1000000100});
+        EXPECT_EQ(Fill(grape, h, &g), Fill(alibi, h, &a)) << "head " << h << " path " << path;
+      }
+      gpe_bias_destroy(grape);
+    }
+    gpe_bias_destroy(alibi);
+  }
+}
+
+TEST(BiasC, GrapeALiftedPathMatchesClosedFormForAnySlopes) {
+  // Non-power-of-two slopes: the lift rounds m j and m i once each, so the paths differ
+  // by at most eps m (|i| + |j|) + eps |b|; twice that is allowed.
+  const std::vector<double> slopes = {0.3, 1.0 / 3.0, 2.7};
+  gpe_bias* fast = MakeGrapeA(3, 5, GPE_GRAPE_A_CLOSED_FORM, slopes.data());
+  gpe_bias* lifted = MakeGrapeA(3, 5, GPE_GRAPE_A_LIFTED, slopes.data());
+  const double eps = std::numeric_limits<double>::epsilon();
+  for (int64_t h = 0; h < 3; ++h) {
+    Tile a({10, 20000, 123457}, {0, 19999, 123456, 7});
+    Tile b({10, 20000, 123457}, {0, 19999, 123456, 7});
+    const std::vector<double> va = Fill(fast, h, &a), vb = Fill(lifted, h, &b);
+    for (size_t r = 0; r < 3; ++r) {
+      for (size_t c = 0; c < 4; ++c) {
+        const double bound = 2 * eps *
+                             (slopes[h] * (std::fabs(static_cast<double>(a.q[r])) +
+                                           std::fabs(static_cast<double>(a.k[c]))) +
+                              std::fabs(va[r * 4 + c]));
+        EXPECT_NEAR(vb[r * 4 + c], va[r * 4 + c], bound);
+        EXPECT_EQ(va[r * 4 + c], -slopes[h] * static_cast<double>(a.q[r] - a.k[c]));
+      }
+    }
+  }
+  gpe_bias_destroy(fast);
+  gpe_bias_destroy(lifted);
+}
+
+TEST(BiasC, GatedGrapeAEqualsFoxExactly) {
+  // The gated lift's rows [0; 1; c_i], [0; -c_j; 1] dot to c_i - c_j exactly: tolerance 0
+  // against gpe_bias_create_fox on both paths.
+  std::mt19937_64 rng(31);
+  const int64_t heads = 2, len = 11, first = 50;
+  std::vector<double> logits = Random(&rng, len * heads, 2.0);
+  gpe_fox_options fo = GPE_FOX_OPTIONS_INIT;
+  fo.length = len;
+  fo.num_heads = heads;
+  fo.first_position = first;
+  fo.gate_logits = logits.data();
+  gpe_bias* fox = nullptr;
+  ASSERT_EQ(gpe_bias_create_fox(&fo, &fox), GPE_OK);
+  for (int32_t path : {GPE_GRAPE_A_CLOSED_FORM, GPE_GRAPE_A_LIFTED}) {
+    gpe_bias* grape = MakeGatedGrapeA(heads, 3, path, &logits, first);
+    for (int64_t h = 0; h < heads; ++h) {
+      Tile a({50, 55, 60}, {50, 51, 58, 60});
+      Tile b({50, 55, 60}, {50, 51, 58, 60});
+      EXPECT_EQ(Fill(grape, h, &a), Fill(fox, h, &b));
+    }
+    // Slopes belong to the ungated form only.
+    std::vector<double> s(heads);
+    EXPECT_EQ(gpe_bias_alibi_slopes(grape, s.data(), heads), GPE_ERROR_INVALID_ARGUMENT);
+    gpe_bias_destroy(grape);
+  }
+  gpe_bias_destroy(fox);
+}
+
+TEST(BiasC, GrapeALiftRowsScoreAsDotPlusBias) {
+  // <lift_q(i), lift_k(j)> = <q, k> + b(i, j) through gpe_bias_grape_a_lift (float64,
+  // and float32 with one rounding per stored entry), for both forms.
+  std::mt19937_64 rng(32);
+  const int64_t d = 4, first = 3, len = 20;
+  std::vector<double> slopes = {0.25, 0.7};
+  std::vector<double> logits = Random(&rng, len * 2, 2.0);
+  gpe_bias* forms[] = {MakeGrapeA(2, d, GPE_GRAPE_A_CLOSED_FORM, slopes.data()),
+                       MakeGatedGrapeA(2, d, GPE_GRAPE_A_CLOSED_FORM, &logits, first)};
+  for (gpe_bias* b : forms) {
+    for (int64_t h = 0; h < 2; ++h) {
+      std::vector<int64_t> qp = {4, 9, 20}, kp = {3, 4, 15, 22};
+      std::vector<double> q = Random(&rng, 3 * d), k = Random(&rng, 4 * d);
+      std::vector<double> lq(3 * (d + 2)), lk(4 * (d + 2));
+      std::vector<int64_t> sqp = {3}, skp = {4}, sq = {3, d}, sk = {4, d}, slq = {3, d + 2},
+                           slk = {4, d + 2};
+      DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sqp), tkp = Tensor(kp.data(), kDLInt, 64, &skp);
+      DLTensor tq = Tensor(q.data(), kDLFloat, 64, &sq), tk = Tensor(k.data(), kDLFloat, 64, &sk);
+      DLTensor tlq = Tensor(lq.data(), kDLFloat, 64, &slq),
+               tlk = Tensor(lk.data(), kDLFloat, 64, &slk);
+      ASSERT_EQ(gpe_bias_grape_a_lift(b, h, GPE_GRAPE_A_QUERY, &tqp, &tq, &tlq), GPE_OK)
+          << gpe_last_error_message();
+      ASSERT_EQ(gpe_bias_grape_a_lift(b, h, GPE_GRAPE_A_KEY, &tkp, &tk, &tlk), GPE_OK)
+          << gpe_last_error_message();
+      Tile t(qp, kp);
+      const std::vector<double> bias = Fill(b, h, &t);
+      for (int64_t r = 0; r < 3; ++r) {
+        for (int64_t c = 0; c < 4; ++c) {
+          double lifted = 0.0, dot = 0.0;
+          for (int64_t e = 0; e < d + 2; ++e) lifted += lq[r * (d + 2) + e] * lk[c * (d + 2) + e];
+          for (int64_t e = 0; e < d; ++e) dot += q[r * d + e] * k[c * d + e];
+          // Terms |q||k| ~ 4, |b| ~ 20: a 6-term dot rounds below 1e-13.
+          EXPECT_NEAR(lifted, dot + bias[r * 4 + c], 1e-12);
+        }
+      }
+      // float32 rows: each stored entry is the double value rounded once.
+      std::vector<float> qf(q.begin(), q.end()), lqf(3 * (d + 2));
+      DLTensor tqf = Tensor(qf.data(), kDLFloat, 32, &sq), tlqf = Tensor(lqf.data(), kDLFloat, 32, &slq);
+      ASSERT_EQ(gpe_bias_grape_a_lift(b, h, GPE_GRAPE_A_QUERY, &tqp, &tqf, &tlqf), GPE_OK);
+      for (size_t e = 0; e < lqf.size(); ++e) EXPECT_EQ(lqf[e], static_cast<float>(lq[e]));
+    }
+  }
+  for (gpe_bias* b : forms) gpe_bias_destroy(b);
+}
+
+TEST(BiasC, GrapeAGradientsMatchFiniteDifferences) {
+  std::mt19937_64 rng(33);
+  std::vector<int64_t> qp = {2, 6, 9}, kp = {1, 2, 5, 9, 11};
+  std::vector<double> g = Random(&rng, 15);
+  std::vector<int64_t> gshape = {3, 5};
+  DLTensor tg = Tensor(g.data(), kDLFloat, 64, &gshape);
+  auto loss = [&](gpe_bias* b, int64_t heads) {
+    double sum = 0.0;
+    for (int64_t h = 0; h < heads; ++h) {
+      Tile t(qp, kp);
+      const std::vector<double> v = Fill(b, h, &t);
+      for (size_t e = 0; e < v.size(); ++e) sum += g[e] * v[e];
+    }
+    return sum;
+  };
+  // Slopes: L is linear in each slope, so the central difference (step 1e-3) has no
+  // truncation error; rounding ~ eps |L| / 1e-3 ~ 1e-12. Tolerance 1e-9.
+  std::vector<double> slopes = {0.4, 0.15};
+  for (int32_t path : {GPE_GRAPE_A_CLOSED_FORM, GPE_GRAPE_A_LIFTED}) {
+    gpe_bias* b = MakeGrapeA(2, 2, path, slopes.data());
+    std::vector<double> grad(2, 0.0);
+    std::vector<int64_t> sg = {2};
+    DLTensor tgrad = Tensor(grad.data(), kDLFloat, 64, &sg);
+    for (int64_t h = 0; h < 2; ++h) {
+      Tile t(qp, kp);
+      ASSERT_EQ(gpe_bias_accumulate_gradient(b, h, &t.tq, &t.tk, &tg, &tgrad, nullptr), GPE_OK)
+          << gpe_last_error_message();
+    }
+    gpe_bias_destroy(b);
+    for (int64_t h = 0; h < 2; ++h) {
+      std::vector<double> sp = slopes, sm = slopes;
+      sp[h] += 1e-3;
+      sm[h] -= 1e-3;
+      gpe_bias *bp = MakeGrapeA(2, 2, path, sp.data()), *bm = MakeGrapeA(2, 2, path, sm.data());
+      EXPECT_NEAR(grad[h], (loss(bp, 2) - loss(bm, 2)) / 2e-3, 1e-9);
+      gpe_bias_destroy(bp);
+      gpe_bias_destroy(bm);
+    }
+  }
+  // Gated: dL/dc per tile, then dL/dx; smooth, step 1e-5: error ~ 1e-10; tolerance 1e-7.
+  const int64_t heads = 2, len = 12, first = 1;
+  std::vector<double> logits = Random(&rng, len * heads);
+  gpe_bias* b = MakeGatedGrapeA(heads, 2, GPE_GRAPE_A_LIFTED, &logits, first);
+  std::vector<double> prefix(len * heads, 0.0), grad(len * heads, 0.0);
+  std::vector<int64_t> sp = {len, heads};
+  DLTensor tprefix = Tensor(prefix.data(), kDLFloat, 64, &sp);
+  DLTensor tgrad = Tensor(grad.data(), kDLFloat, 64, &sp);
+  for (int64_t h = 0; h < heads; ++h) {
+    Tile t(qp, kp);
+    ASSERT_EQ(gpe_bias_accumulate_gradient(b, h, &t.tq, &t.tk, &tg, &tprefix, nullptr), GPE_OK)
+        << gpe_last_error_message();
+  }
+  ASSERT_EQ(gpe_bias_fox_logit_gradient(b, &tprefix, &tgrad), GPE_OK) << gpe_last_error_message();
+  gpe_bias_destroy(b);
+  for (size_t e = 0; e < logits.size(); ++e) {
+    std::vector<double> xp = logits, xm = logits;
+    xp[e] += 1e-5;
+    xm[e] -= 1e-5;
+    gpe_bias* bp = MakeGatedGrapeA(heads, 2, GPE_GRAPE_A_CLOSED_FORM, &xp, first);
+    gpe_bias* bm = MakeGatedGrapeA(heads, 2, GPE_GRAPE_A_CLOSED_FORM, &xm, first);
+    EXPECT_NEAR(grad[e], (loss(bp, heads) - loss(bm, heads)) / 2e-5, 1e-7) << "logit " << e;
+    gpe_bias_destroy(bp);
+    gpe_bias_destroy(bm);
+  }
+}
+
+TEST(BiasC, GrapeABadInput) {
+  gpe_bias* b = nullptr;
+  gpe_grape_a_options o = GPE_GRAPE_A_OPTIONS_INIT;
+  o.num_heads = 2;
+  o.head_dim = 4;
+  EXPECT_EQ(gpe_bias_create_grape_a(nullptr, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_create_grape_a(&o, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_grape_a_options bad = o;
+  bad.struct_size += 8;
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_VERSION_MISMATCH);
+  bad = o;
+  bad.path = 7;
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("path"));
+  bad = o;
+  bad.num_heads = 0;
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);
+  bad = o;
+  bad.head_dim = 0;
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("head_dim"));
+  std::vector<double> slopes = {0.5, std::numeric_limits<double>::infinity()};
+  bad = o;
+  bad.slopes = slopes.data();
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("slopes"));
+  std::vector<double> logits = {0.1, 0.2, std::nan(""), 0.4};
+  bad = o;
+  bad.gated = 1;
+  bad.length = 2;
+  bad.gate_logits = logits.data();
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);  // NaN gate
+  logits[2] = 0.3;
+  bad.slopes = slopes.data();
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);  // slopes + gated
+  bad = o;
+  bad.gate_logits = logits.data();
+  bad.length = 2;
+  EXPECT_EQ(gpe_bias_create_grape_a(&bad, &b), GPE_ERROR_INVALID_ARGUMENT);  // gates, gated = 0
+  EXPECT_EQ(b, nullptr);
+
+  ASSERT_EQ(gpe_bias_create_grape_a(&o, &b), GPE_OK);
+  std::vector<int64_t> pos = {0, 1};
+  std::vector<double> x(8, 1.0), lifted(12, 0.0), small(8, 0.0);
+  std::vector<int64_t> sp = {2}, sx = {2, 4}, sl = {2, 6}, ss = {2, 4};
+  DLTensor tp = Tensor(pos.data(), kDLInt, 64, &sp), tx = Tensor(x.data(), kDLFloat, 64, &sx);
+  DLTensor tl = Tensor(lifted.data(), kDLFloat, 64, &sl);
+  DLTensor ts = Tensor(small.data(), kDLFloat, 64, &ss);
+  EXPECT_EQ(gpe_bias_grape_a_lift(nullptr, 0, GPE_GRAPE_A_QUERY, &tp, &tx, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 2, GPE_GRAPE_A_QUERY, &tp, &tx, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);  // head
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 0, 5, &tp, &tx, &tl), GPE_ERROR_INVALID_ARGUMENT);  // role
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_KEY, &tp, &tx, &ts),
+            GPE_ERROR_INVALID_ARGUMENT);  // out has head_dim, not head_dim + 2 columns
+  EXPECT_TRUE(HasMessage("head_dim + 2"));
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_KEY, &tp, &tl, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);  // x with the wrong width
+  std::vector<int64_t> s_alias = {2, 4};
+  DLTensor alias = Tensor(lifted.data(), kDLFloat, 64, &s_alias);
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_KEY, &tp, &alias, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);  // x overlaps out
+  EXPECT_EQ(gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_KEY, &tp, &tx, &tl), GPE_OK);
+  // The lift of another bias kind is refused.
+  gpe_bias* alibi = MakeAlibi(2, nullptr);
+  EXPECT_EQ(gpe_bias_grape_a_lift(alibi, 0, GPE_GRAPE_A_KEY, &tp, &tx, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);
+  // Gradient buffers of the wrong shape; the FoX logit gradient on the ungated form.
+  std::vector<double> tile(4, 1.0), grad(3, 0.0);
+  std::vector<int64_t> st = {2, 2}, sg = {3};
+  DLTensor tt = Tensor(tile.data(), kDLFloat, 64, &st), tgr = Tensor(grad.data(), kDLFloat, 64, &sg);
+  EXPECT_EQ(gpe_bias_accumulate_gradient(b, 0, &tp, &tp, &tt, &tgr, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_bias_fox_logit_gradient(b, &tt, &tt), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_bias_destroy(alibi);
+  gpe_bias_destroy(b);
+  // Gated: positions outside the gates' range.
+  std::vector<double> ok_logits = {0.1, 0.2, 0.3, 0.4};
+  gpe_bias* gated = MakeGatedGrapeA(2, 4, GPE_GRAPE_A_LIFTED, &ok_logits, 10);
+  EXPECT_EQ(gpe_bias_grape_a_lift(gated, 0, GPE_GRAPE_A_KEY, &tp, &tx, &tl),
+            GPE_ERROR_INVALID_ARGUMENT);
+  Tile t({0}, {10});
+  EXPECT_EQ(gpe_bias_fill_tile(gated, 0, &t.tq, &t.tk, &t.to), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_bias_destroy(gated);
+}
+
 }  // namespace

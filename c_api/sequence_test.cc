@@ -2,12 +2,14 @@
 // formulas (independent loops and a Taylor-series matrix exponential), backward passes
 // against central finite differences in double, and bad input rejected with a code and
 // a message.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpe/gpe.h"
@@ -978,6 +980,540 @@ TEST(GrapeM, Float32StridedBackwardMatchesFloat64) {
   }
   for (int64_t k = 0; k < m; ++k) EXPECT_NEAR(gw2[k], gw[k], 1e-4 * std::max(1.0, std::abs(gw[k])));
   gpe_grape_m_destroy(h);
+}
+
+// ---- Algebraic trees, grids, periodic domains, locality -------------------------------
+
+Matrix RandomSkewMatrix(std::mt19937_64* rng, int64_t d, double scale) {
+  Matrix a = Random(rng, d * d, scale), s(d * d);
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j < d; ++j) s[i * d + j] = a[i * d + j] - a[j * d + i];
+  }
+  return s;
+}
+
+struct TreeFixture {
+  int64_t d = 3, k = 2;
+  std::vector<double> skews;
+  gpe_algebraic_tree* tree = nullptr;
+  explicit TreeFixture(std::mt19937_64* rng) {
+    for (int64_t c = 0; c < k; ++c) {
+      Matrix s = RandomSkewMatrix(rng, d, 0.5);
+      skews.insert(skews.end(), s.begin(), s.end());
+    }
+    Make();
+  }
+  void Make() {
+    gpe_algebraic_tree_destroy(tree);
+    tree = nullptr;
+    gpe_algebraic_tree_options o = GPE_ALGEBRAIC_TREE_OPTIONS_INIT;
+    o.dim = d;
+    o.num_branches = k;
+    o.skews = skews.data();
+    EXPECT_EQ(gpe_algebraic_tree_create(&o, &tree), GPE_OK) << gpe_last_error_message();
+  }
+  ~TreeFixture() { gpe_algebraic_tree_destroy(tree); }
+  // W_{c_1} ... W_{c_m} from the Taylor reference.
+  Matrix Reference(const std::vector<int64_t>& address) const {
+    Matrix m(d * d, 0.0);
+    for (int64_t i = 0; i < d; ++i) m[i * d + i] = 1.0;
+    for (int64_t c : address) {
+      Matrix s(skews.begin() + c * d * d, skews.begin() + (c + 1) * d * d);
+      m = MatMul(m, ExpReference(s, d), d);
+    }
+    return m;
+  }
+};
+
+TEST(AlgebraicTree, ApplyAndMatrixMatchPathProductsOfExponentials) {
+  std::mt19937_64 rng(71);
+  TreeFixture f(&rng);
+  // Addresses padded with -1: the root, depth 1, 2 and 4 nodes.
+  std::vector<int64_t> addr = {-1, -1, -1, -1, 1, -1, -1, -1, 0, 1, -1, -1, 1, 1, 0, 1};
+  const int64_t n = 4, L = 4, d = f.d;
+  const std::vector<std::vector<int64_t>> paths = {{}, {1}, {0, 1}, {1, 1, 0, 1}};
+  std::vector<double> x = Random(&rng, n * d), out(n * d);
+  std::vector<int64_t> sa = {n, L}, sx = {n, d};
+  DLTensor ta = Tensor(addr.data(), kDLInt, 64, &sa), tx = Tensor(x.data(), kDLFloat, 64, &sx),
+           to = Tensor(out.data(), kDLFloat, 64, &sx);
+  ASSERT_EQ(gpe_algebraic_tree_apply(f.tree, &ta, &tx, &to), GPE_OK) << gpe_last_error_message();
+  for (int64_t r = 0; r < n; ++r) {
+    const Matrix m = f.Reference(paths[r]);
+    const std::vector<double> want = MatVec(m, x.data() + r * d, d);
+    // Taylor reference ~1e-13 per factor; depth <= 4.
+    for (int64_t i = 0; i < d; ++i) EXPECT_NEAR(out[r * d + i], want[i], 1e-12) << r << " " << i;
+    Matrix got(d * d);
+    std::vector<int64_t> sm = {d, d};
+    DLTensor tm = Tensor(got.data(), kDLFloat, 64, &sm);
+    ASSERT_EQ(gpe_algebraic_tree_matrix(f.tree, paths[r].data(),
+                                        static_cast<int64_t>(paths[r].size()), &tm),
+              GPE_OK);
+    for (int64_t i = 0; i < d * d; ++i) EXPECT_NEAR(got[i], m[i], 1e-12);
+  }
+  // Free-group relativity: <rho(a) q, rho(b) k> = <q, rho(a)^T rho(b) k> for a = (0, 1)
+  // and b = (1, 1, 0, 1) (rows 2 and 3): the path a^-1 b, not b - a.
+  const Matrix ma = f.Reference(paths[2]), mb = f.Reference(paths[3]);
+  Matrix rel(d * d, 0.0);
+  for (int64_t i = 0; i < d; ++i) {
+    for (int64_t j = 0; j < d; ++j) {
+      for (int64_t t = 0; t < d; ++t) rel[i * d + j] += ma[t * d + i] * mb[t * d + j];
+    }
+  }
+  const std::vector<double> rk = MatVec(rel, x.data() + 3 * d, d);
+  double lhs = 0.0, rhs = 0.0;
+  for (int64_t i = 0; i < d; ++i) {
+    lhs += out[2 * d + i] * out[3 * d + i];
+    rhs += x[2 * d + i] * rk[i];
+  }
+  EXPECT_NEAR(lhs, rhs, 1e-12);
+  // float32, in place.
+  std::vector<float> xf(x.begin(), x.end());
+  DLTensor txf = Tensor(xf.data(), kDLFloat, 32, &sx);
+  ASSERT_EQ(gpe_algebraic_tree_apply(f.tree, &ta, &txf, &txf), GPE_OK);
+  for (int64_t i = 0; i < n * d; ++i) EXPECT_NEAR(xf[i], out[i], 1e-6);  // float rounding
+}
+
+TEST(AlgebraicTree, BackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(72);
+  TreeFixture f(&rng);
+  const int64_t n = 3, L = 3, d = f.d, k = f.k;
+  std::vector<int64_t> addr = {0, 1, 1, 1, -1, -1, 0, 0, -1};
+  std::vector<double> x = Random(&rng, n * d), g = Random(&rng, n * d), gx(n * d),
+                      gs(k * d * d, 7.0);
+  std::vector<int64_t> sa = {n, L}, sx = {n, d}, ss = {k, d, d};
+  DLTensor ta = Tensor(addr.data(), kDLInt, 64, &sa), tx = Tensor(x.data(), kDLFloat, 64, &sx),
+           tg = Tensor(g.data(), kDLFloat, 64, &sx), tgx = Tensor(gx.data(), kDLFloat, 64, &sx),
+           tgs = Tensor(gs.data(), kDLFloat, 64, &ss);
+  ASSERT_EQ(gpe_algebraic_tree_backward(f.tree, &ta, &tx, &tg, &tgx, &tgs), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](const std::vector<double>& xx) {
+    std::vector<double> y(n * d);
+    std::vector<double> xc = xx;
+    DLTensor txx = Tensor(xc.data(), kDLFloat, 64, &sx), ty = Tensor(y.data(), kDLFloat, 64, &sx);
+    EXPECT_EQ(gpe_algebraic_tree_apply(f.tree, &ta, &txx, &ty), GPE_OK);
+    double l = 0.0;
+    for (int64_t i = 0; i < n * d; ++i) l += g[i] * y[i];
+    return l;
+  };
+  // Central differences, h = 1e-5: truncation ~1e-10, rounding ~1e-11: 1e-7.
+  const double h = 1e-5;
+  for (int64_t i = 0; i < n * d; ++i) {
+    std::vector<double> xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    EXPECT_NEAR(gx[i], (loss(xp) - loss(xm)) / (2 * h), 1e-7) << "x " << i;
+  }
+  // dL/dS entrywise (S perturbed as a free matrix: exp is defined for any S, and the
+  // gradient is unprojected). The handle is rebuilt from perturbed skews, so perturb
+  // symmetrically and compare with the projected gradient X - X^T.
+  const std::vector<double> s0 = f.skews;
+  for (int64_t c = 0; c < k; ++c) {
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = i + 1; j < d; ++j) {
+        auto at = [&](double delta) {
+          f.skews = s0;
+          f.skews[c * d * d + i * d + j] += delta;
+          f.skews[c * d * d + j * d + i] -= delta;
+          f.Make();
+          return loss(x);
+        };
+        const double fd = (at(h) - at(-h)) / (2 * h);
+        const double got = gs[c * d * d + i * d + j] - gs[c * d * d + j * d + i];
+        EXPECT_NEAR(got, fd, 1e-7) << "branch " << c << " " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(AlgebraicTree, BadInputRejected) {
+  std::mt19937_64 rng(73);
+  TreeFixture f(&rng);
+  gpe_algebraic_tree* t = nullptr;
+  gpe_algebraic_tree_options o = GPE_ALGEBRAIC_TREE_OPTIONS_INIT;
+  o.dim = 3;
+  o.num_branches = 2;
+  o.skews = f.skews.data();
+  gpe_algebraic_tree_options bad = o;
+  bad.skews = nullptr;
+  EXPECT_EQ(gpe_algebraic_tree_create(&bad, &t), GPE_ERROR_INVALID_ARGUMENT);
+  bad = o;
+  bad.num_branches = 0;
+  EXPECT_EQ(gpe_algebraic_tree_create(&bad, &t), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<double> not_skew = f.skews;
+  not_skew[1] += 0.5;
+  bad.num_branches = 2;
+  bad.skews = not_skew.data();
+  EXPECT_EQ(gpe_algebraic_tree_create(&bad, &t), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("skew"), std::string::npos);
+  EXPECT_EQ(t, nullptr);
+  std::vector<double> x(6, 1.0), out(6);
+  std::vector<int64_t> sa = {2, 2}, sx = {2, 3};
+  DLTensor tx = Tensor(x.data(), kDLFloat, 64, &sx), to = Tensor(out.data(), kDLFloat, 64, &sx);
+  for (std::vector<int64_t> addr : {std::vector<int64_t>{0, 2, 0, -1},    // branch 2 of 2
+                                    std::vector<int64_t>{-1, 0, 1, 1},    // index after -1
+                                    std::vector<int64_t>{0, -2, 1, 1}}) {  // negative
+    DLTensor ta = Tensor(addr.data(), kDLInt, 64, &sa);
+    EXPECT_EQ(gpe_algebraic_tree_apply(f.tree, &ta, &tx, &to), GPE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(gpe_last_error_message()).find("addresses"), std::string::npos);
+  }
+  std::vector<int64_t> addr = {0, 1, 1, -1};
+  DLTensor ta = Tensor(addr.data(), kDLInt, 64, &sa);
+  std::vector<double> gs(9);
+  std::vector<int64_t> ss = {1, 3, 3};  // num_branches is 2
+  DLTensor tgs = Tensor(gs.data(), kDLFloat, 64, &ss);
+  EXPECT_EQ(gpe_algebraic_tree_backward(f.tree, &ta, &tx, &tx, nullptr, &tgs),
+            GPE_ERROR_INVALID_ARGUMENT);
+  const int64_t bad_address[] = {3};
+  std::vector<double> m(9);
+  std::vector<int64_t> sm = {3, 3};
+  DLTensor tm = Tensor(m.data(), kDLFloat, 64, &sm);
+  EXPECT_NE(gpe_algebraic_tree_matrix(f.tree, bad_address, 1, &tm), GPE_OK);
+  EXPECT_EQ(gpe_algebraic_tree_matrix(f.tree, nullptr, 1, &tm), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_algebraic_tree_apply(f.tree, &ta, &tx, &tx), GPE_OK);  // in place is fine
+}
+
+TEST(AlgebraicGrid, ApplyIsBlockDiagonalAndBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(74);
+  const std::vector<int64_t> dims = {2, 3};
+  const int64_t d = 5, n = 3;
+  std::vector<double> skews;
+  for (int64_t da : dims) {
+    Matrix s = RandomSkewMatrix(&rng, da, 0.5);
+    skews.insert(skews.end(), s.begin(), s.end());
+  }
+  auto make = [&](const std::vector<double>& sk) {
+    gpe_algebraic_grid_options o = GPE_ALGEBRAIC_GRID_OPTIONS_INIT;
+    o.num_axes = 2;
+    o.dims = dims.data();
+    o.skews = sk.data();
+    gpe_algebraic_grid* g = nullptr;
+    EXPECT_EQ(gpe_algebraic_grid_create(&o, &g), GPE_OK) << gpe_last_error_message();
+    return g;
+  };
+  gpe_algebraic_grid* grid = make(skews);
+  int64_t dim = 0, axes = 0;
+  ASSERT_EQ(gpe_algebraic_grid_shape(grid, &dim, &axes), GPE_OK);
+  EXPECT_EQ(dim, d);
+  EXPECT_EQ(axes, 2);
+  std::vector<int64_t> pos = {3, -2, 0, 5, -7, 1};  // [n, 2]
+  std::vector<double> x = Random(&rng, n * d), out(n * d);
+  std::vector<int64_t> sp = {n, 2}, sx = {n, d};
+  DLTensor tp = Tensor(pos.data(), kDLInt, 64, &sp), tx = Tensor(x.data(), kDLFloat, 64, &sx),
+           to = Tensor(out.data(), kDLFloat, 64, &sx);
+  ASSERT_EQ(gpe_algebraic_grid_apply(grid, &tp, &tx, &to), GPE_OK) << gpe_last_error_message();
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t off = 0, soff = 0;
+    for (int64_t a = 0; a < 2; ++a) {
+      const int64_t da = dims[a];
+      Matrix s(skews.begin() + soff, skews.begin() + soff + da * da);
+      for (double& v : s) v *= static_cast<double>(pos[r * 2 + a]);
+      const std::vector<double> want = MatVec(ExpReference(s, da), x.data() + r * d + off, da);
+      // Taylor reference ~1e-13 relative at |p S| <~ 10.
+      for (int64_t i = 0; i < da; ++i) EXPECT_NEAR(out[r * d + off + i], want[i], 1e-11);
+      off += da;
+      soff += da * da;
+    }
+  }
+  std::vector<double> g = Random(&rng, n * d), gx(n * d), gs(13);
+  std::vector<int64_t> ss = {13};
+  DLTensor tg = Tensor(g.data(), kDLFloat, 64, &sx), tgx = Tensor(gx.data(), kDLFloat, 64, &sx),
+           tgs = Tensor(gs.data(), kDLFloat, 64, &ss);
+  ASSERT_EQ(gpe_algebraic_grid_backward(grid, &tp, &tx, &tg, &tgx, &tgs), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](gpe_algebraic_grid* gr, std::vector<double> xx) {
+    std::vector<double> y(n * d);
+    DLTensor txx = Tensor(xx.data(), kDLFloat, 64, &sx), ty = Tensor(y.data(), kDLFloat, 64, &sx);
+    EXPECT_EQ(gpe_algebraic_grid_apply(gr, &tp, &txx, &ty), GPE_OK);
+    double l = 0.0;
+    for (int64_t i = 0; i < n * d; ++i) l += g[i] * y[i];
+    return l;
+  };
+  // h = 1e-5 with |p S| <~ 10: truncation ~1e-8 relative; tolerance 1e-6 max(1, |fd|).
+  const double h = 1e-5;
+  for (int64_t i = 0; i < n * d; ++i) {
+    std::vector<double> xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    const double fd = (loss(grid, xp) - loss(grid, xm)) / (2 * h);
+    EXPECT_NEAR(gx[i], fd, 1e-6 * std::max(1.0, std::abs(fd)));
+  }
+  int64_t soff = 0;
+  for (int64_t a = 0; a < 2; ++a) {
+    const int64_t da = dims[a];
+    for (int64_t i = 0; i < da; ++i) {
+      for (int64_t j = i + 1; j < da; ++j) {
+        auto at = [&](double delta) {
+          std::vector<double> sk = skews;
+          sk[soff + i * da + j] += delta;
+          sk[soff + j * da + i] -= delta;
+          gpe_algebraic_grid* gr = make(sk);
+          const double l = loss(gr, x);
+          gpe_algebraic_grid_destroy(gr);
+          return l;
+        };
+        const double fd = (at(h) - at(-h)) / (2 * h);
+        const double got = gs[soff + i * da + j] - gs[soff + j * da + i];
+        EXPECT_NEAR(got, fd, 1e-6 * std::max(1.0, std::abs(fd))) << a << " " << i << j;
+      }
+    }
+    soff += da * da;
+  }
+  // Bad input: positions with the wrong number of axes; gradient of the wrong size.
+  std::vector<int64_t> sp3 = {1, 3};
+  DLTensor tp3 = Tensor(pos.data(), kDLInt, 64, &sp3);
+  std::vector<int64_t> sx1 = {1, d};
+  DLTensor tx1 = Tensor(x.data(), kDLFloat, 64, &sx1), to1 = Tensor(out.data(), kDLFloat, 64, &sx1);
+  EXPECT_EQ(gpe_algebraic_grid_apply(grid, &tp3, &tx1, &to1), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<int64_t> ss12 = {12};
+  DLTensor tgs12 = Tensor(gs.data(), kDLFloat, 64, &ss12);
+  EXPECT_EQ(gpe_algebraic_grid_backward(grid, &tp, &tx, &tg, nullptr, &tgs12),
+            GPE_ERROR_INVALID_ARGUMENT);
+  gpe_algebraic_grid_options bad = GPE_ALGEBRAIC_GRID_OPTIONS_INIT;
+  bad.num_axes = 9;
+  bad.dims = dims.data();
+  bad.skews = skews.data();
+  gpe_algebraic_grid* none = nullptr;
+  EXPECT_EQ(gpe_algebraic_grid_create(&bad, &none), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  gpe_algebraic_grid_destroy(grid);
+}
+
+TEST(AlgebraicPeriodic, WrapsAroundAndMatchesPlaneRotations) {
+  std::mt19937_64 rng(75);
+  const int64_t d = 4, n = 7, period = 12;
+  const std::vector<int64_t> mult = {1, 5};
+  gpe_algebraic_periodic_options o = GPE_ALGEBRAIC_PERIODIC_OPTIONS_INIT;
+  o.dim = d;
+  o.period = period;
+  o.multipliers = mult.data();
+  std::vector<int64_t> pos = {0, 1, 5, 12, 13, -11, 1000000000001};
+  std::vector<double> x(n * d), out(n * d);
+  const std::vector<double> one = Random(&rng, d);
+  for (int64_t r = 0; r < n; ++r) std::copy(one.begin(), one.end(), x.begin() + r * d);
+  std::vector<int64_t> sp = {n}, sx = {n, d};
+  DLTensor tp = Tensor(pos.data(), kDLInt, 64, &sp), tx = Tensor(x.data(), kDLFloat, 64, &sx),
+           to = Tensor(out.data(), kDLFloat, 64, &sx);
+  ASSERT_EQ(gpe_algebraic_periodic_apply(&o, &tp, &tx, &to), GPE_OK) << gpe_last_error_message();
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < d / 2; ++k) {
+      // Plane k rotates by 2 pi m_k p / n; the residue m_k p mod n keeps it exact.
+      const int64_t res = ((mult[k] * (pos[r] % period)) % period + period) % period;
+      const double a = 2.0 * M_PI * static_cast<double>(res) / period;
+      const double x1 = x[r * d + 2 * k], x2 = x[r * d + 2 * k + 1];
+      EXPECT_NEAR(out[r * d + 2 * k], x1 * std::cos(a) - x2 * std::sin(a), 1e-14);
+      EXPECT_NEAR(out[r * d + 2 * k + 1], x1 * std::sin(a) + x2 * std::cos(a), 1e-14);
+    }
+  }
+  // Positions equal mod the period encode identically (bit for bit): 0 and 12, 1 and 13,
+  // 1 and -11, 5 and 10^12 + 1 (10^12 = 4 mod 12).
+  for (auto [a, b] : {std::pair<int, int>{0, 3}, {1, 4}, {1, 5}, {2, 6}}) {
+    for (int64_t i = 0; i < d; ++i) EXPECT_EQ(out[a * d + i], out[b * d + i]) << a << " " << b;
+  }
+  gpe_algebraic_periodic_options bad = o;
+  bad.period = 0;
+  EXPECT_EQ(gpe_algebraic_periodic_apply(&bad, &tp, &tx, &to), GPE_ERROR_INVALID_ARGUMENT);
+  bad = o;
+  bad.dim = 5;
+  EXPECT_EQ(gpe_algebraic_periodic_apply(&bad, &tp, &tx, &to), GPE_ERROR_INVALID_ARGUMENT);
+  bad = o;
+  bad.multipliers = nullptr;
+  EXPECT_EQ(gpe_algebraic_periodic_apply(&bad, &tp, &tx, &to), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(Locality, ScalesScoresByPowersOfC) {
+  std::vector<int64_t> q = {0, 10, 1000000000000}, k = {0, 3, 10, 999999999990};
+  std::vector<double> scores(12), want(12);
+  std::mt19937_64 rng(76);
+  scores = Random(&rng, 12);
+  for (int64_t r = 0; r < 3; ++r) {
+    for (int64_t c = 0; c < 4; ++c) {
+      const double dist = std::fabs(static_cast<double>(q[r] - k[c]));
+      want[r * 4 + c] = scores[r * 4 + c] * std::pow(0.98, dist);
+    }
+  }
+  std::vector<int64_t> sq = {3}, sk = {4}, ss = {3, 4};
+  DLTensor tq = Tensor(q.data(), kDLInt, 64, &sq), tk = Tensor(k.data(), kDLInt, 64, &sk),
+           ts = Tensor(scores.data(), kDLFloat, 64, &ss);
+  ASSERT_EQ(gpe_locality_scale(0.98, &tq, &tk, &ts), GPE_OK) << gpe_last_error_message();
+  // exp(dist ln c) against pow: a few ulps of a value <= |score|; tiny values underflow
+  // alike.
+  for (int64_t i = 0; i < 12; ++i) EXPECT_NEAR(scores[i], want[i], 1e-14 * std::fabs(want[i]) + 1e-300);
+  EXPECT_EQ(gpe_locality_scale(1.5, &tq, &tk, &ts), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_locality_scale(std::nan(""), &tq, &tk, &ts), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<int64_t> ss_bad = {4, 3};
+  DLTensor tbad = Tensor(scores.data(), kDLFloat, 64, &ss_bad);
+  EXPECT_EQ(gpe_locality_scale(0.98, &tq, &tk, &tbad), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+// ---- Shaw value terms and Transformer-XL ---------------------------------------------
+
+int64_t ShawLabel(int64_t i, int64_t j, int64_t k) {
+  return std::min(std::max(j - i, -k), k) + k;
+}
+
+TEST(ShawValueOutput, MatchesDirectLoopAndBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(81);
+  const int64_t lq = 3, lk = 5, k = 2, dv = 3;
+  std::vector<int64_t> qp = {0, 4, 1000000000000}, kp = {0, 1, 3, 7, 999999999999};
+  std::vector<double> p = Random(&rng, lq * lk), table = Random(&rng, (2 * k + 1) * dv),
+                      out(lq * dv);
+  std::vector<int64_t> sq = {lq}, sk = {lk}, sp = {lq, lk}, st = {2 * k + 1, dv}, so = {lq, dv};
+  DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+           tp = Tensor(p.data(), kDLFloat, 64, &sp), tt = Tensor(table.data(), kDLFloat, 64, &st),
+           to = Tensor(out.data(), kDLFloat, 64, &so);
+  ASSERT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &to), GPE_OK) << gpe_last_error_message();
+  auto reference = [&](const std::vector<double>& pp, const std::vector<double>& tab) {
+    std::vector<double> r(lq * dv, 0.0);
+    for (int64_t a = 0; a < lq; ++a) {
+      for (int64_t b = 0; b < lk; ++b) {
+        const int64_t label = ShawLabel(qp[a], kp[b], k);
+        for (int64_t c = 0; c < dv; ++c) r[a * dv + c] += pp[a * lk + b] * tab[label * dv + c];
+      }
+    }
+    return r;
+  };
+  const std::vector<double> want = reference(p, table);
+  for (int64_t i = 0; i < lq * dv; ++i) EXPECT_NEAR(out[i], want[i], 1e-14);  // 5-term sums
+  std::vector<double> g = Random(&rng, lq * dv), gp(lq * lk), gt(table.size(), 1.0);
+  DLTensor tg = Tensor(g.data(), kDLFloat, 64, &so), tgp = Tensor(gp.data(), kDLFloat, 64, &sp),
+           tgt = Tensor(gt.data(), kDLFloat, 64, &st);
+  ASSERT_EQ(gpe_shaw_value_output_backward(&tp, &tt, &tqp, &tkp, &tg, &tgp, &tgt), GPE_OK)
+      << gpe_last_error_message();
+  auto loss = [&](const std::vector<double>& pp, const std::vector<double>& tab) {
+    const std::vector<double> r = reference(pp, tab);
+    double l = 0.0;
+    for (int64_t i = 0; i < lq * dv; ++i) l += g[i] * r[i];
+    return l;
+  };
+  // Bilinear in (p, table): central differences are exact up to rounding (1e-10).
+  const double h = 1e-4;
+  for (size_t i = 0; i < p.size(); ++i) {
+    std::vector<double> pp = p, pm = p;
+    pp[i] += h;
+    pm[i] -= h;
+    EXPECT_NEAR(gp[i], (loss(pp, table) - loss(pm, table)) / (2 * h), 1e-10);
+  }
+  for (size_t i = 0; i < table.size(); ++i) {
+    std::vector<double> tp2 = table, tm = table;
+    tp2[i] += h;
+    tm[i] -= h;
+    // grad_label_table was 1.0 before: the gradient is ADDED.
+    EXPECT_NEAR(gt[i] - 1.0, (loss(p, tp2) - loss(p, tm)) / (2 * h), 1e-10);
+  }
+  // Bad input: an even number of label rows; out with the wrong shape; out aliasing p.
+  std::vector<int64_t> st_even = {4, dv};
+  DLTensor teven = Tensor(table.data(), kDLFloat, 64, &st_even);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &teven, &tqp, &tkp, &to), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<int64_t> so_bad = {lq, dv + 1};
+  std::vector<double> big(lq * (dv + 1));
+  DLTensor tbad = Tensor(big.data(), kDLFloat, 64, &so_bad);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &tbad), GPE_ERROR_INVALID_ARGUMENT);
+  DLTensor alias = Tensor(p.data(), kDLFloat, 64, &so);
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &alias), GPE_ERROR_INVALID_ARGUMENT);
+  table[0] = std::nan("");
+  EXPECT_EQ(gpe_shaw_value_output(&tp, &tt, &tqp, &tkp, &to), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(TransformerXL, MatchesDaiFormulaAndBackwardMatchesFiniteDifferences) {
+  std::mt19937_64 rng(82);
+  const int64_t lq = 3, lk = 4, d = 3, dr = 4;
+  std::vector<int64_t> qp = {5, 9, 12}, kp = {0, 5, 9, 11};
+  std::vector<double> q = Random(&rng, lq * d), k = Random(&rng, lk * d),
+                      wr = Random(&rng, d * dr), u = Random(&rng, d), v = Random(&rng, d),
+                      terms(lq * lk);
+  std::vector<int64_t> sq = {lq}, sk = {lk}, sqm = {lq, d}, skm = {lk, d}, sw = {d, dr},
+                       su = {d}, st = {lq, lk};
+  gpe_transformer_xl_options o = GPE_TRANSFORMER_XL_OPTIONS_INIT;
+  auto call = [&](std::vector<double>& qq, std::vector<double>& kk, std::vector<double>& ww,
+                  std::vector<double>& uu, std::vector<double>& vv, std::vector<double>* out) {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(qq.data(), kDLFloat, 64, &sqm), tk = Tensor(kk.data(), kDLFloat, 64, &skm),
+             tw = Tensor(ww.data(), kDLFloat, 64, &sw), tu = Tensor(uu.data(), kDLFloat, 64, &su),
+             tv = Tensor(vv.data(), kDLFloat, 64, &su), to = Tensor(out->data(), kDLFloat, 64, &st);
+    return gpe_transformer_xl_score_terms(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &to);
+  };
+  ASSERT_EQ(call(q, k, wr, u, v, &terms), GPE_OK) << gpe_last_error_message();
+  // Dai et al., sec. 3.3: q^T W_R R_{i-j} + u^T k_j + v^T W_R R_{i-j}, with R_t[2m] =
+  // sin(t theta_m), R_t[2m+1] = cos(t theta_m), theta_m = 10000^(-2m/d_r); |t| <= 12 so
+  // plain sin/cos are exact to an ulp.
+  for (int64_t a = 0; a < lq; ++a) {
+    for (int64_t b = 0; b < lk; ++b) {
+      const double t = static_cast<double>(qp[a] - kp[b]);
+      std::vector<double> r(dr), wrr(d, 0.0);
+      for (int64_t m = 0; m < dr / 2; ++m) {
+        const double theta = std::pow(10000.0, -2.0 * m / dr);
+        r[2 * m] = std::sin(t * theta);
+        r[2 * m + 1] = std::cos(t * theta);
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        for (int64_t j = 0; j < dr; ++j) wrr[i] += wr[i * dr + j] * r[j];
+      }
+      double want = 0.0;
+      for (int64_t i = 0; i < d; ++i) {
+        want += q[a * d + i] * wrr[i] + u[i] * k[b * d + i] + v[i] * wrr[i];
+      }
+      EXPECT_NEAR(terms[a * lk + b], want, 1e-13) << a << " " << b;
+    }
+  }
+  // Backward: every gradient against central differences (the terms are bilinear in
+  // (q or v, W_R) and linear in u, k: h = 1e-4 leaves only rounding, 1e-9).
+  std::vector<double> g = Random(&rng, lq * lk);
+  std::vector<double> gq(q.size()), gk(k.size()), gw(wr.size()), gu(d), gvv(d);
+  {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(q.data(), kDLFloat, 64, &sqm), tk = Tensor(k.data(), kDLFloat, 64, &skm),
+             tw = Tensor(wr.data(), kDLFloat, 64, &sw), tu = Tensor(u.data(), kDLFloat, 64, &su),
+             tv = Tensor(v.data(), kDLFloat, 64, &su), tg = Tensor(g.data(), kDLFloat, 64, &st),
+             tgq = Tensor(gq.data(), kDLFloat, 64, &sqm), tgk = Tensor(gk.data(), kDLFloat, 64, &skm),
+             tgw = Tensor(gw.data(), kDLFloat, 64, &sw), tgu = Tensor(gu.data(), kDLFloat, 64, &su),
+             tgv = Tensor(gvv.data(), kDLFloat, 64, &su);
+    ASSERT_EQ(gpe_transformer_xl_score_terms_backward(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &tg,
+                                                      &tgq, &tgk, &tgw, &tgu, &tgv),
+              GPE_OK)
+        << gpe_last_error_message();
+  }
+  auto loss = [&]() {
+    std::vector<double> out(lq * lk);
+    EXPECT_EQ(call(q, k, wr, u, v, &out), GPE_OK);
+    double l = 0.0;
+    for (int64_t i = 0; i < lq * lk; ++i) l += g[i] * out[i];
+    return l;
+  };
+  const double h = 1e-4;
+  auto check = [&](std::vector<double>* param, const std::vector<double>& grad, const char* name) {
+    for (size_t i = 0; i < param->size(); ++i) {
+      const double keep = (*param)[i];
+      (*param)[i] = keep + h;
+      const double lp = loss();
+      (*param)[i] = keep - h;
+      const double lm = loss();
+      (*param)[i] = keep;
+      EXPECT_NEAR(grad[i], (lp - lm) / (2 * h), 1e-9) << name << " " << i;
+    }
+  };
+  check(&q, gq, "q");
+  check(&k, gk, "k");
+  check(&wr, gw, "w_r");
+  check(&u, gu, "u");
+  check(&v, gvv, "v");
+  // Bad input: base <= 0, u of the wrong length, non-finite W_R.
+  gpe_transformer_xl_options bad = o;
+  bad.base = 0.0;
+  std::swap(o, bad);
+  EXPECT_EQ(call(q, k, wr, u, v, &terms), GPE_ERROR_INVALID_ARGUMENT);
+  std::swap(o, bad);
+  std::vector<int64_t> su_bad = {d + 1};
+  std::vector<double> u_long(d + 1, 0.0);
+  {
+    DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &sq), tkp = Tensor(kp.data(), kDLInt, 64, &sk),
+             tq = Tensor(q.data(), kDLFloat, 64, &sqm), tk = Tensor(k.data(), kDLFloat, 64, &skm),
+             tw = Tensor(wr.data(), kDLFloat, 64, &sw), tu = Tensor(u_long.data(), kDLFloat, 64, &su_bad),
+             tv = Tensor(v.data(), kDLFloat, 64, &su), to = Tensor(terms.data(), kDLFloat, 64, &st);
+    EXPECT_EQ(gpe_transformer_xl_score_terms(&o, &tq, &tk, &tqp, &tkp, &tw, &tu, &tv, &to),
+              GPE_ERROR_INVALID_ARGUMENT);
+  }
+  wr[0] = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(call(q, k, wr, u, v, &terms), GPE_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

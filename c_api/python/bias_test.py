@@ -185,5 +185,170 @@ class GrapeApTest(unittest.TestCase):
         self.assertGreater(np.abs(gw).max(), 1e-2)
 
 
+class GrapeATest(unittest.TestCase):
+    """Additive GRAPE against NumPy: the lift built from its definition (G(p) = I + p m A,
+    A = E_{d, d+1}, queries by G(i)^-T, keys by G(j)) and ALiBi's / FoX's published
+    formulas."""
+
+    @staticmethod
+    def lift_reference(x, positions, clock, role):
+        """Dense unipotent action on the homogeneous lift, independent of the library:
+        query rows G(i)^-T [q; 1; 0], key rows G(j) [k; 0; 1] with G(p) = I + clock(p) A."""
+        n, d = x.shape
+        a = np.zeros((d + 2, d + 2))
+        a[d, d + 1] = 1.0
+        out = np.empty((n, d + 2))
+        for r in range(n):
+            g = np.eye(d + 2) + clock(positions[r]) * a
+            if role == "query":
+                out[r] = np.linalg.inv(g).T @ np.concatenate([x[r], [1.0, 0.0]])
+            else:
+                out[r] = g @ np.concatenate([x[r], [0.0, 1.0]])
+        return out
+
+    def test_equals_alibi_exactly(self):
+        # Tolerance 0: the closed form is ALiBi's arithmetic for any slopes; the lifted
+        # path's m j - m i is exact for the power-of-two slopes of 8 heads.
+        q = np.array([0, 9, 1000003, 17])
+        k = np.array([0, 4, 9, 999990, 1000003, 20])
+        for n, paths in ((12, ("closed_form",)), (8, ("closed_form", "lifted"))):
+            alibi = gpe.Alibi(n)
+            slopes = np.array(alibi_slopes_reference(n))
+            for path in paths:
+                grape = gpe.GrapeABias(n, head_dim=8, path=path)
+                self.assertEqual(grape.kind, "grape_a")
+                self.assertTrue(grape.causal)
+                np.testing.assert_allclose(grape.slopes, slopes, rtol=1e-14)
+                for h in range(n):
+                    got = grape.fill_tile(h, q, k)
+                    np.testing.assert_array_equal(got, alibi.fill_tile(h, q, k))
+                    # Press et al.: -m_h (i - j), NumPy with the library's slope.
+                    np.testing.assert_array_equal(
+                        got, -grape.slopes[h] * (q[:, None] - k[None, :]).astype(np.float64))
+
+    def test_lifted_path_matches_closed_form(self):
+        # Any slopes: the lift rounds m j and m i once each: |diff| <= eps m (|i| + |j|)
+        # + eps |b|; twice that allowed.
+        slopes = np.array([0.3, 1 / 3, 2.7])
+        fast = gpe.GrapeABias(head_dim=5, slopes=slopes)
+        lifted = gpe.GrapeABias(head_dim=5, slopes=slopes, path="lifted")
+        q, k = np.array([10, 20000, 123457]), np.array([0, 19999, 123456, 7])
+        eps = np.finfo(np.float64).eps
+        for h in range(3):
+            a, b = fast.fill_tile(h, q, k), lifted.fill_tile(h, q, k)
+            bound = 2 * eps * (slopes[h] * (np.abs(q)[:, None] + np.abs(k)[None, :]) + np.abs(a))
+            self.assertTrue(np.all(np.abs(a - b) <= bound))
+
+    def test_gated_equals_fox(self):
+        rng = np.random.default_rng(7)
+        x = rng.standard_normal((15, 2)) * 2
+        first = 30
+        q, k = np.array([44, 30, 37, 40]), np.array([30, 31, 38, 44, 41])
+        c = np.cumsum(log_sigmoid(x), axis=0)
+        fox = gpe.FoxBias(x, first_position=first)
+        for path in ("closed_form", "lifted"):
+            grape = gpe.GrapeABias(gate_logits=x, first_position=first, head_dim=3, path=path)
+            self.assertTrue(grape.gated)
+            for h in range(2):
+                got = grape.fill_tile(h, q, k)
+                # The same bits as FoX through the library (tolerance 0) ...
+                np.testing.assert_array_equal(got, fox.fill_tile(h, q, k))
+                # ... and FoX's formula in NumPy: |c| ~ 20, two cumulative sums ~1e-14.
+                want = c[q - first, h][:, None] - c[k - first, h][None, :]
+                np.testing.assert_allclose(got, want, atol=1e-12)
+
+    def test_lift_rows_against_numpy(self):
+        rng = np.random.default_rng(8)
+        d = 4
+        slopes = np.array([0.25, 0.7])
+        x = rng.standard_normal((10, 2)) * 2
+        first = 3
+        c = np.cumsum(log_sigmoid(x), axis=0)
+        forms = [
+            (gpe.GrapeABias(head_dim=d, slopes=slopes), lambda h: lambda p: slopes[h] * p),
+            # The gated clock: key at j moved by I - c_j A (GRAPE: exp(-ln f_l A) steps).
+            (gpe.GrapeABias(gate_logits=x, first_position=first, head_dim=d),
+             lambda h: lambda p: -c[p - first, h]),
+        ]
+        qp, kp = np.array([4, 9, 12]), np.array([3, 4, 11, 12])
+        q, k = rng.standard_normal((3, d)), rng.standard_normal((4, d))
+        for bias, clock in forms:
+            for h in range(2):
+                lq = bias.lift(h, qp, q, role="query")
+                lk = bias.lift(h, kp, k, role="key")
+                # Entries are sums of a few products of size <~ 20: 1e-13.
+                np.testing.assert_allclose(lq, self.lift_reference(q, qp, clock(h), "query"),
+                                           atol=1e-13)
+                np.testing.assert_allclose(lk, self.lift_reference(k, kp, clock(h), "key"),
+                                           atol=1e-13)
+                # The lifted score is <q, k> + b (a 6-term dot, terms <~ 20: 1e-12).
+                np.testing.assert_allclose(lq @ lk.T, q @ k.T + bias.fill_tile(h, qp, kp),
+                                           atol=1e-12)
+                lq32 = bias.lift(h, qp, q.astype(np.float32), role="query")
+                self.assertEqual(lq32.dtype, np.float32)
+                # float32 inputs are exact in double; one rounding on store.
+                np.testing.assert_array_equal(
+                    lq32, bias.lift(h, qp, q.astype(np.float32).astype(np.float64),
+                                    role="query").astype(np.float32))
+
+    def test_gradients_match_central_differences(self):
+        rng = np.random.default_rng(9)
+        q, k = np.array([2, 6, 9]), np.array([1, 2, 5, 9, 11])
+        g = rng.standard_normal((3, 5))
+        slopes = np.array([0.4, 0.15])
+        for path in ("closed_form", "lifted"):
+            grad = np.zeros(2)
+            bias = gpe.GrapeABias(head_dim=2, slopes=slopes, path=path)
+            for h in range(2):
+                bias.accumulate_gradient(h, q, k, g, grad)
+            s = slopes.copy()
+
+            def loss():
+                b = gpe.GrapeABias(head_dim=2, slopes=s, path=path)
+                return sum(np.sum(g * b.fill_tile(h, q, k)) for h in range(2))
+            # Linear in the slopes: the central difference is exact up to rounding, 1e-9.
+            np.testing.assert_allclose(grad, central_difference(loss, s, h=1e-3), atol=1e-9)
+            # db/dm = (j - i): NumPy.
+            want = [np.sum(g * (k[None, :] - q[:, None])) for _ in range(2)]
+            np.testing.assert_allclose(grad, want, rtol=1e-14)
+        x = rng.standard_normal((12, 2))
+        bias = gpe.GrapeABias(gate_logits=x, first_position=0, head_dim=2, path="lifted")
+        prefix = np.zeros((12, 2))
+        for h in range(2):
+            bias.accumulate_gradient(h, q, k, g, prefix)
+        grad = bias.logit_gradient(prefix)
+        xx = x.copy()
+
+        def gated_loss():
+            b = gpe.GrapeABias(gate_logits=xx, head_dim=2)
+            return sum(np.sum(g * b.fill_tile(h, q, k)) for h in range(2))
+        # Smooth in x: truncation ~h^2 = 1e-10, rounding ~1e-16 |L| / h ~ 1e-10.
+        np.testing.assert_allclose(grad, central_difference(gated_loss, xx), atol=1e-7)
+        self.assertGreater(np.abs(grad).max(), 1e-2)
+
+    def test_bad_input(self):
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.GrapeABias(2, head_dim=0)
+        self.assertIn("head_dim", str(ctx.exception))
+        with self.assertRaises(gpe.GpeError):
+            gpe.GrapeABias(head_dim=2, slopes=[0.5, np.inf])
+        with self.assertRaises(gpe.GpeError):
+            gpe.GrapeABias(gate_logits=np.array([[0.0], [np.nan]]), head_dim=2)
+        with self.assertRaises(ValueError):
+            gpe.GrapeABias(2, head_dim=2, path="fast")
+        bias = gpe.GrapeABias(2, head_dim=3)
+        with self.assertRaises(gpe.GpeError):
+            bias.lift(0, [1, 2], np.zeros((2, 4)))  # head_dim is 3
+        with self.assertRaises(gpe.GpeError):
+            bias.lift(2, [1, 2], np.zeros((2, 3)))  # head 2 of 2
+        with self.assertRaises(gpe.GpeError):
+            bias.lift(0, [1], np.zeros((2, 3)))  # one position, two rows
+        gated = gpe.GrapeABias(gate_logits=np.zeros((4, 1)), first_position=10, head_dim=3)
+        with self.assertRaises(gpe.GpeError):
+            gated.fill_tile(0, [9], [10])  # before the first gate
+        with self.assertRaises(ValueError):
+            bias.logit_gradient(np.zeros((4, 1)))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -290,5 +290,185 @@ class ShawKeyScoresTest(unittest.TestCase):
             gpe.shaw_key_scores(self.q[:3], self.table, self.qp, self.kp)
 
 
+class AlgebraicTreeTest(unittest.TestCase):
+    """Kogkalidis et al., sec. 3.2, in NumPy: node matrix = product of expm(S_c) along the
+    path, free-group relativity, gradients by central differences."""
+
+    def setUp(self):
+        self.rng = np.random.default_rng(11)
+        a = 0.5 * self.rng.standard_normal((3, 4, 4))
+        self.A = a
+        self.paths = [[], [2], [0, 1], [1, 1, 2, 0]]
+
+    def reference(self, skews, path):
+        m = np.eye(skews.shape[1])
+        for c in path:
+            m = m @ expm_normal(skews[c])
+        return m
+
+    def test_apply_matrix_and_relativity(self):
+        s = self.A - self.A.transpose(0, 2, 1)
+        tree = gpe.AlgebraicTree(s)
+        x = self.rng.standard_normal((4, 4))
+        y = tree.apply(self.paths, x)
+        for n, path in enumerate(self.paths):
+            ref = self.reference(s, path)
+            # eig-based expm of skew matrices, depth <= 4: ~1e-13.
+            np.testing.assert_allclose(tree.matrix(path), ref, atol=1e-12)
+            np.testing.assert_allclose(y[n], ref @ x[n], atol=1e-12)
+            # Orthogonal: norms preserved.
+            self.assertAlmostEqual(np.linalg.norm(y[n]), np.linalg.norm(x[n]), places=12)
+        # <rho(a) q, rho(b) k> = <q, rho(a)^T rho(b) k>: the path a^-1 b.
+        ra, rb = self.reference(s, self.paths[2]), self.reference(s, self.paths[3])
+        self.assertAlmostEqual(y[2] @ y[3], x[2] @ (ra.T @ rb @ x[3]), places=12)
+        # The padded int64 form gives the same bits.
+        np.testing.assert_array_equal(tree.apply(gpe.AlgebraicTree.addresses(self.paths), x), y)
+
+    def test_backward_matches_finite_differences(self):
+        x = self.rng.standard_normal((4, 4))
+        w = self.rng.standard_normal((4, 4))
+        A = self.A.copy()
+
+        def skews():
+            return A - A.transpose(0, 2, 1)
+        gx, gs = gpe.AlgebraicTree(skews()).backward(self.paths, x, w)
+
+        def loss():
+            return float(np.sum(w * gpe.AlgebraicTree(skews()).apply(self.paths, x)))
+        # S_c = A_c - A_c^T: dL/dA_c = G_c - G_c^T. h = 1e-5, paths of <= 4 generators
+        # with |S| ~ 1: central-difference error ~1e-9.
+        np.testing.assert_allclose(gs - gs.transpose(0, 2, 1), central_difference(loss, A),
+                                   rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(gx, central_difference(loss, x), rtol=1e-6, atol=1e-7)
+
+    def test_bad_input(self):
+        tree = gpe.AlgebraicTree(self.A - self.A.transpose(0, 2, 1))
+        with self.assertRaises(gpe.GpeError):
+            tree.apply([[3]], np.zeros((1, 4)))  # branch 3 of 3
+        with self.assertRaises(gpe.GpeError):
+            tree.apply(np.array([[-1, 0]]), np.zeros((1, 4)))  # index after the padding
+        with self.assertRaises(gpe.GpeError) as ctx:
+            gpe.AlgebraicTree(self.A)  # not skew
+        self.assertIn("skew", str(ctx.exception))
+
+
+class AlgebraicGridTest(unittest.TestCase):
+    def test_apply_and_backward(self):
+        rng = np.random.default_rng(12)
+        A = [0.5 * rng.standard_normal((2, 2)), 0.5 * rng.standard_normal((3, 3))]
+        grid = gpe.AlgebraicGrid([a - a.T for a in A])
+        pos = np.array([[3, -2], [0, 5], [-7, 1]])
+        x = rng.standard_normal((3, 5))
+        y = grid.apply(pos, x)
+        for n in range(3):
+            # Block diagonal (Kogkalidis et al., sec. 3.3): axis 0 on coordinates 0..1,
+            # axis 1 on 2..4; eig expm at |p S| <~ 10: 1e-11.
+            want = np.concatenate([expm_normal(pos[n, 0] * (A[0] - A[0].T)) @ x[n, :2],
+                                   expm_normal(pos[n, 1] * (A[1] - A[1].T)) @ x[n, 2:]])
+            np.testing.assert_allclose(y[n], want, atol=1e-11)
+        w = rng.standard_normal((3, 5))
+        gx, gs = grid.backward(pos, x, w)
+
+        def loss():
+            return float(np.sum(w * gpe.AlgebraicGrid([a - a.T for a in A]).apply(pos, x)))
+        for a, g in zip(A, gs):
+            np.testing.assert_allclose(g - g.T, central_difference(loss, a), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(gx, central_difference(loss, x), rtol=1e-6, atol=1e-7)
+        with self.assertRaises(gpe.GpeError):
+            grid.apply(np.zeros((3, 3), dtype=np.int64), x)  # 3 coordinates for 2 axes
+
+
+class AlgebraicPeriodicAndLocalityTest(unittest.TestCase):
+    def test_periodic_wraps_exactly(self):
+        rng = np.random.default_rng(13)
+        x = np.tile(rng.standard_normal(4), (6, 1))
+        pos = np.array([0, 1, 12, 13, -11, 10**12 + 1])  # 10^12 = 4 mod 12
+        y = gpe.algebraic_periodic(pos, x, period=12, multipliers=[1, 5])
+        for n, p in enumerate(pos):
+            for k, m in enumerate((1, 5)):
+                a = 2 * np.pi * ((m * int(p)) % 12) / 12
+                c, s = np.cos(a), np.sin(a)
+                want = [c * x[n, 2 * k] - s * x[n, 2 * k + 1], s * x[n, 2 * k] + c * x[n, 2 * k + 1]]
+                np.testing.assert_allclose(y[n, 2 * k:2 * k + 2], want, atol=1e-14)
+        np.testing.assert_array_equal(y[0], y[2])  # W^12 = I, bit for bit
+        np.testing.assert_array_equal(y[1], y[3])
+        np.testing.assert_array_equal(y[1], y[4])
+        # Backward: apply at -p undoes apply at p (orthogonal).
+        back = gpe.algebraic_periodic(-pos, y, period=12, multipliers=[1, 5])
+        np.testing.assert_allclose(back, x, atol=1e-14)
+        with self.assertRaises(gpe.GpeError):
+            gpe.algebraic_periodic(pos, x, period=0, multipliers=[1, 5])
+
+    def test_locality(self):
+        rng = np.random.default_rng(14)
+        q, k = np.array([0, 10, 10**12]), np.array([0, 3, 10, 10**12 - 10])
+        s = rng.standard_normal((3, 4))
+        want = s * 0.98 ** np.abs(q[:, None] - k[None, :]).astype(np.float64)
+        got = gpe.locality_scale(s.copy(), q, k, c=0.98)
+        # exp(d ln c) against NumPy's power: a few ulps.
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-300)
+        with self.assertRaises(gpe.GpeError):
+            gpe.locality_scale(s.copy(), q, k, c=1.5)
+
+
+class ShawValueAndTransformerXLTest(unittest.TestCase):
+    def test_shaw_value_output(self):
+        rng = np.random.default_rng(15)
+        qp, kp = np.array([0, 4, -2**63, 10]), np.array([0, 1, 3, 2**63 - 1, 11])
+        p = rng.random((4, 5))
+        table = rng.standard_normal((5, 3))  # k = 2
+        k = 2
+        want = np.zeros((4, 3))
+        for a, i in enumerate(qp):
+            for b, j in enumerate(kp):
+                # Shaw et al., eq. 3: label clip(j - i, -k, k), exact with Python ints.
+                want[a] += p[a, b] * table[max(-k, min(k, int(j) - int(i))) + k]
+        got = gpe.shaw_value_output(p, table, qp, kp)
+        np.testing.assert_allclose(got, want, atol=1e-14)  # 5-term sums
+        w = rng.standard_normal((4, 3))
+        pp, tt = p.copy(), table.copy()
+        gp, gt = gpe.shaw_value_output_backward(pp, tt, qp, kp, w)
+
+        def loss():
+            return float(np.sum(w * gpe.shaw_value_output(pp, tt, qp, kp)))
+        # Linear in each argument: central differences exact up to rounding ~1e-10.
+        np.testing.assert_allclose(gp, central_difference(loss, pp), atol=1e-8)
+        np.testing.assert_allclose(gt, central_difference(loss, tt), atol=1e-8)
+        with self.assertRaises(gpe.GpeError):
+            gpe.shaw_value_output(p[:3], table, qp, kp)  # probabilities [3, 5] for 4 queries
+
+    def test_transformer_xl(self):
+        rng = np.random.default_rng(16)
+        d, dr = 3, 6
+        qp, kp = np.array([5, 9, 12]), np.array([0, 5, 9, 11])
+        q, k = rng.standard_normal((3, d)), rng.standard_normal((4, d))
+        w_r, u, v = rng.standard_normal((d, dr)), rng.standard_normal(d), rng.standard_normal(d)
+
+        def reference(q, k, w_r, u, v):
+            out = np.empty((3, 4))
+            for a, i in enumerate(qp):
+                for b, j in enumerate(kp):
+                    r = sinusoidal_reference([int(i) - int(j)], dr, 10000.0)[0]
+                    # Dai et al., sec. 3.3, terms (b), (c), (d).
+                    out[a, b] = q[a] @ w_r @ r + u @ k[b] + v @ w_r @ r
+            return out
+        got = gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u, v)
+        np.testing.assert_allclose(got, reference(q, k, w_r, u, v), atol=1e-13)
+        g = rng.standard_normal((3, 4))
+        grads = gpe.transformer_xl_score_terms_backward(q, k, qp, kp, w_r, u, v, g)
+        params = [q.copy(), k.copy(), w_r.copy(), u.copy(), v.copy()]
+
+        def loss():
+            return float(np.sum(g * gpe.transformer_xl_score_terms(
+                params[0], params[1], qp, kp, params[2], params[3], params[4])))
+        # Bilinear / linear: central differences exact up to rounding ~1e-10.
+        for grad, param in zip(grads, params):
+            np.testing.assert_allclose(grad, central_difference(loss, param), atol=1e-8)
+        with self.assertRaises(gpe.GpeError):
+            gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u[:2], v)
+        with self.assertRaises(gpe.GpeError):
+            gpe.transformer_xl_score_terms(q, k, qp, kp, w_r, u, v, base=-1.0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -184,7 +184,7 @@ absl::StatusOr<AlgebraicTree> AlgebraicTree::Create(
   absl::StatusOr<group::FreeGroupRepresentation> rep =
       group::FreeGroupRepresentation::CreateFromSkew(skew_generators);
   if (!rep.ok()) return rep.status();
-  return AlgebraicTree(*std::move(rep));
+  return AlgebraicTree(*std::move(rep), skew_generators);
 }
 
 absl::StatusOr<group::FreeWord> AlgebraicTree::Word(absl::Span<const int64_t> address) const {
@@ -212,6 +212,78 @@ absl::Status AlgebraicTree::Apply(absl::Span<const Address> addresses, const T* 
   }
   return representation_.Apply<T>(words, in, in_stride, out, out_stride);
 }
+
+template <class T>
+absl::Status AlgebraicTree::Backward(absl::Span<const Address> addresses, const T* in,
+                                     int64_t in_stride, const T* grad_out,
+                                     int64_t grad_out_stride, T* grad_in, int64_t grad_in_stride,
+                                     std::vector<Eigen::MatrixXd>* grad_skews) const {
+  const char* who = "AlgebraicTree::Backward";
+  const int64_t n = static_cast<int64_t>(addresses.size());
+  const int64_t d = dim();
+  const int32_t k = branching();
+  if (grad_skews == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": null grad_skews"));
+  }
+  if (absl::Status s = group::internal::ValidateBackwardBatch(
+          who, n, d, in, in_stride, grad_out, grad_out_stride, grad_in, grad_in_stride, sizeof(T));
+      !s.ok()) {
+    return s;
+  }
+  std::vector<group::FreeWord> words;
+  words.reserve(addresses.size());
+  for (int64_t j = 0; j < n; ++j) {
+    absl::StatusOr<group::FreeWord> w = Word(addresses[j]);
+    if (!w.ok()) {
+      return absl::Status(w.status().code(),
+                          absl::StrCat(who, ": address ", j, ": ", w.status().message()));
+    }
+    words.push_back(*std::move(w));
+  }
+  // dl/dW_c, accumulated over every occurrence of branch c on every path.
+  std::vector<Eigen::MatrixXd> grad_w(static_cast<size_t>(k), Eigen::MatrixXd::Zero(d, d));
+  Eigen::VectorXd a(d), next(d);
+  std::vector<Eigen::VectorXd> z;  // z[s] = W_{c_s} ... W_{c_m} x (z[m] = x)
+  for (int64_t j = 0; j < n; ++j) {
+    const group::FreeWord& letters = words[j];
+    const size_t m = letters.size();
+    z.assign(m + 1, Eigen::VectorXd(d));
+    for (int64_t i = 0; i < d; ++i) z[m][i] = static_cast<double>(in[j * in_stride + i]);
+    for (size_t s = m; s-- > 0;) z[s].noalias() = representation_.generator(letters[s]) * z[s + 1];
+    for (int64_t i = 0; i < d; ++i) a[i] = static_cast<double>(grad_out[j * grad_out_stride + i]);
+    for (size_t s = 0; s < m; ++s) {
+      // Tree addresses are words of positive letters (FromTreeAddress): branch c is
+      // letter c + 1.
+      const Eigen::MatrixXd& w = representation_.generator(letters[s]);
+      grad_w[static_cast<size_t>(letters[s] - 1)].noalias() += a * z[s + 1].transpose();
+      next.noalias() = w.transpose() * a;
+      a.swap(next);
+    }
+    // a = rho^T g: written after every read of this row's grad_out (exact aliasing).
+    if (grad_in != nullptr) {
+      for (int64_t i = 0; i < d; ++i) grad_in[j * grad_in_stride + i] = static_cast<T>(a[i]);
+    }
+  }
+  grad_skews->assign(static_cast<size_t>(k), Eigen::MatrixXd());
+  for (int32_t c = 0; c < k; ++c) {
+    if (grad_w[c].isZero(0.0)) {
+      (*grad_skews)[c] = Eigen::MatrixXd::Zero(d, d);
+      continue;
+    }
+    absl::StatusOr<Eigen::MatrixXd> g = group::ExpVjp(skews_[c], grad_w[c]);
+    if (!g.ok()) return g.status();
+    (*grad_skews)[c] = *std::move(g);
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status AlgebraicTree::Backward<float>(absl::Span<const Address>, const float*,
+                                                     int64_t, const float*, int64_t, float*,
+                                                     int64_t, std::vector<Eigen::MatrixXd>*) const;
+template absl::Status AlgebraicTree::Backward<double>(absl::Span<const Address>, const double*,
+                                                      int64_t, const double*, int64_t, double*,
+                                                      int64_t,
+                                                      std::vector<Eigen::MatrixXd>*) const;
 
 template absl::Status AlgebraicTree::Apply<float>(absl::Span<const Address>, const float*,
                                                   int64_t, float*, int64_t) const;
@@ -318,6 +390,59 @@ absl::StatusOr<AlgebraicGrid3D> MakeAlgebraicGrid3D(const Eigen::Ref<const Eigen
   if (!z.ok()) return z.status();
   return AlgebraicGrid3D(*std::move(x), *std::move(y), *std::move(z));
 }
+
+template <class T>
+absl::Status AlgebraicGridBackward(absl::Span<const AlgebraicSequence> axes,
+                                   absl::Span<const int64_t> positions, const T* in,
+                                   int64_t in_stride, const T* grad_out, int64_t grad_out_stride,
+                                   T* grad_in, int64_t grad_in_stride,
+                                   std::vector<Eigen::MatrixXd>* grad_skews) {
+  const char* who = "AlgebraicGridBackward";
+  if (grad_skews == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": null grad_skews"));
+  }
+  const size_t num_axes = axes.size();
+  if (num_axes == 0) return absl::InvalidArgumentError(absl::StrCat(who, ": no axes"));
+  if (positions.size() % num_axes != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": ", positions.size(),
+                                                   " positions is not a multiple of ",
+                                                   num_axes, " axes"));
+  }
+  const int64_t n = static_cast<int64_t>(positions.size() / num_axes);
+  int64_t d = 0;
+  for (const AlgebraicSequence& axis : axes) d += axis.dim();
+  if (absl::Status s = group::internal::ValidateBackwardBatch(
+          who, n, d, in, in_stride, grad_out, grad_out_stride, grad_in, grad_in_stride, sizeof(T));
+      !s.ok()) {
+    return s;
+  }
+  // blockdiag(W_a^{p_a}): block a of out depends only on block a of in and on S_a, so the
+  // backward splits into one sequence backward per block (same row strides, offset
+  // pointers). Each block of grad_in is written after that block of grad_out is read.
+  grad_skews->assign(num_axes, Eigen::MatrixXd());
+  std::vector<int64_t> axis_positions(static_cast<size_t>(n));
+  int64_t offset = 0;
+  for (size_t a = 0; a < num_axes; ++a) {
+    for (int64_t j = 0; j < n; ++j) axis_positions[j] = positions[j * num_axes + a];
+    if (absl::Status s = axes[a].Backward<T>(
+            axis_positions, in + offset, in_stride, grad_out + offset, grad_out_stride,
+            grad_in == nullptr ? nullptr : grad_in + offset, grad_in_stride, &(*grad_skews)[a]);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(who, ": axis ", a, ": ", s.message()));
+    }
+    offset += axes[a].dim();
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status AlgebraicGridBackward<float>(absl::Span<const AlgebraicSequence>,
+                                                   absl::Span<const int64_t>, const float*,
+                                                   int64_t, const float*, int64_t, float*,
+                                                   int64_t, std::vector<Eigen::MatrixXd>*);
+template absl::Status AlgebraicGridBackward<double>(absl::Span<const AlgebraicSequence>,
+                                                    absl::Span<const int64_t>, const double*,
+                                                    int64_t, const double*, int64_t, double*,
+                                                    int64_t, std::vector<Eigen::MatrixXd>*);
 
 absl::StatusOr<group::CyclicPlanes> MakeAlgebraicPeriodic(int64_t dim, int64_t n,
                                                           std::vector<int64_t> multipliers) {

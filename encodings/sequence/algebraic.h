@@ -119,14 +119,29 @@ class AlgebraicTree {
   // at a time: level t + 1 is level t right-multiplied by each W_c (sec. 3.2.3), so the
   // whole table costs one d x d product per node. ResourceExhausted beyond 2^27 doubles.
   absl::StatusOr<std::vector<Eigen::MatrixXd>> AllNodeMatrices(int64_t max_depth) const;
+  // Backward of Apply for a loss l given dl/dout_j (Kogkalidis et al. learn the branch
+  // generators by gradient descent, sec. 3.2 and appendix). Node j's matrix is the path
+  // product W_{c_1} ... W_{c_m}; with z_{m+1} = x_j, z_s = W_{c_s} z_{s+1} (so out_j = z_1)
+  // and a_1 = g_j, a_{s+1} = W_{c_s}^T a_s, the gradient in W_c sums a_s z_{s+1}^T over the
+  // steps s with c_s = c, over all vectors; dl/dS_c = ExpVjp(S_c, that sum)
+  // (group/so_dense.h: entrywise, unprojected; for S = A - A^T, dl/dA = X - X^T). One
+  // O(d^3) Frechet derivative per branch, O(depth d^2) per vector.
+  // grad_skews is resized to branching() matrices (d x d, overwritten). grad_in, if
+  // non-null, receives rho(address_j)^T g_j and may alias grad_out exactly.
+  template <class T>
+  absl::Status Backward(absl::Span<const Address> addresses, const T* in, int64_t in_stride,
+                        const T* grad_out, int64_t grad_out_stride, T* grad_in,
+                        int64_t grad_in_stride, std::vector<Eigen::MatrixXd>* grad_skews) const;
+
   // The index of an address in AllNodeMatrices' order: (k^m - 1) / (k - 1) + sum_s c_s
   // k^(m-1-s) for depth m (m for k = 1). OutOfRange if it does not fit in int64.
   absl::StatusOr<int64_t> LevelOrderIndex(absl::Span<const int64_t> address) const;
 
  private:
-  explicit AlgebraicTree(group::FreeGroupRepresentation representation)
-      : representation_(std::move(representation)) {}
+  AlgebraicTree(group::FreeGroupRepresentation representation, std::vector<Eigen::MatrixXd> skews)
+      : representation_(std::move(representation)), skews_(std::move(skews)) {}
   group::FreeGroupRepresentation representation_;
+  std::vector<Eigen::MatrixXd> skews_;  // S_c, for the backward pass
 };
 
 // ---------------------------------------------------------------------------------
@@ -145,6 +160,20 @@ using AlgebraicGrid3D =
 absl::StatusOr<AlgebraicGrid3D> MakeAlgebraicGrid3D(const Eigen::Ref<const Eigen::MatrixXd>& skew_x,
                                                     const Eigen::Ref<const Eigen::MatrixXd>& skew_y,
                                                     const Eigen::Ref<const Eigen::MatrixXd>& skew_z);
+
+// Backward of a grid's Apply (any number of axes): the grid acts on coordinates
+// [offset_a, offset_a + dim_a) of each vector by axis a's W_a^{p_a} (offsets are the
+// running sums of the axes' dims, as in MakeAlgebraicGrid2D/3D), so the backward is
+// AlgebraicSequence::Backward on each block: grad_skews[a] = dl/dS_a (entrywise,
+// unprojected), grad_in (optional, may alias grad_out exactly) = blockdiag(W_a^{-p_a}) g.
+// positions: n x axes.size(), row-major (vector j's coordinate on axis a at
+// positions[j * axes.size() + a]).
+template <class T>
+absl::Status AlgebraicGridBackward(absl::Span<const AlgebraicSequence> axes,
+                                   absl::Span<const int64_t> positions, const T* in,
+                                   int64_t in_stride, const T* grad_out, int64_t grad_out_stride,
+                                   T* grad_in, int64_t grad_in_stride,
+                                   std::vector<Eigen::MatrixXd>* grad_skews);
 
 // A periodic domain of period n (a ring of n sites): plane k (coordinates 2k, 2k + 1)
 // rotates by 2 pi multipliers[k] p / n, so W^n = I and positions p and p + n encode

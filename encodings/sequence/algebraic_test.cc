@@ -351,6 +351,151 @@ TEST(AlgebraicGridTest, ScoresAreSumsOfPerAxisRelativeTerms) {
   EXPECT_FALSE(MakeAlgebraicGrid2D(Eigen::MatrixXd(0, 0), sy).ok());
 }
 
+TEST(AlgebraicTreeTest, BackwardMatchesFiniteDifferences) {
+  // Learned branch generators S_c = A_c - A_c^T of a ternary tree; a batch of nodes whose
+  // paths repeat branches (so one generator gets several contributions per vector).
+  std::mt19937_64 rng(61);
+  const int64_t d = 4, k = 3;
+  std::vector<Eigen::MatrixXd> a0;
+  for (int64_t c = 0; c < k; ++c) a0.push_back(0.5 * RandomMatrix(d, d, rng));
+  const std::vector<AlgebraicTree::Address> nodes = {
+      {}, {0}, {2, 1}, {1, 1, 0}, {0, 2, 0, 2}, {2, 2, 2}};
+  const int64_t n = static_cast<int64_t>(nodes.size());
+  const Eigen::MatrixXd x = RandomMatrix(d, n, rng), g = RandomMatrix(d, n, rng);
+  auto make = [&](const std::vector<Eigen::MatrixXd>& a) {
+    std::vector<Eigen::MatrixXd> skews;
+    for (const Eigen::MatrixXd& m : a) skews.push_back(m - m.transpose());
+    return *AlgebraicTree::Create(skews);
+  };
+  auto loss_of = [&](const std::vector<Eigen::MatrixXd>& a, const Eigen::MatrixXd& xx) {
+    Eigen::MatrixXd y(d, n);
+    EXPECT_TRUE(make(a).Apply<double>(nodes, xx.data(), d, y.data(), d).ok());
+    return (y.array() * g.array()).sum();
+  };
+  const AlgebraicTree tree = make(a0);
+  std::vector<Eigen::MatrixXd> grad_s;
+  Eigen::MatrixXd grad_in(d, n);
+  ASSERT_TRUE(
+      tree.Backward<double>(nodes, x.data(), d, g.data(), d, grad_in.data(), d, &grad_s).ok());
+  ASSERT_EQ(grad_s.size(), static_cast<size_t>(k));
+  // Central differences in double, h = 1e-5: truncation ~h^2 |l'''| ~ 1e-9 for paths of
+  // <= 4 generators with |S| ~ 1 and O(1) data, rounding ~1e-16 |l| / h ~ 1e-10; 1e-6
+  // relative to max(1, |grad|) (a missing transpose or a dropped step is O(1)).
+  const double h = 1e-5;
+  for (int64_t c = 0; c < k; ++c) {
+    const Eigen::MatrixXd grad_a = grad_s[c] - grad_s[c].transpose();  // S = A - A^T
+    for (int64_t r = 0; r < d; ++r) {
+      for (int64_t col = 0; col < d; ++col) {
+        std::vector<Eigen::MatrixXd> ap = a0, am = a0;
+        ap[c](r, col) += h;
+        am[c](r, col) -= h;
+        const double fd = (loss_of(ap, x) - loss_of(am, x)) / (2 * h);
+        EXPECT_NEAR(grad_a(r, col), fd, 1e-6 * std::max(1.0, std::abs(fd)))
+            << "branch " << c << " entry " << r << "," << col;
+      }
+    }
+  }
+  for (int64_t i = 0; i < d * n; ++i) {
+    Eigen::MatrixXd xp = x, xm = x;
+    xp.data()[i] += h;
+    xm.data()[i] -= h;
+    const double fd = (loss_of(a0, xp) - loss_of(a0, xm)) / (2 * h);
+    EXPECT_NEAR(grad_in.data()[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << i;
+  }
+  // grad_in may alias grad_out exactly; float rows give the same gradient to float
+  // rounding of the inputs (|x|, |g| ~ 1, d = 4, depth <= 4: 1e-5 relative).
+  Eigen::MatrixXd g2 = g;
+  std::vector<Eigen::MatrixXd> unused;
+  ASSERT_TRUE(tree.Backward<double>(nodes, x.data(), d, g2.data(), d, g2.data(), d, &unused).ok());
+  EXPECT_EQ(g2, grad_in);
+  const Eigen::MatrixXf xf = x.cast<float>(), gf = g.cast<float>();
+  std::vector<Eigen::MatrixXd> grad_f;
+  ASSERT_TRUE(tree.Backward<float>(nodes, xf.data(), d, gf.data(), d, nullptr, d, &grad_f).ok());
+  for (int64_t c = 0; c < k; ++c) {
+    EXPECT_LT((grad_f[c] - grad_s[c]).cwiseAbs().maxCoeff(),
+              1e-5 * std::max(1.0, grad_s[c].cwiseAbs().maxCoeff()));
+  }
+  // A branch on no path gets an exact zero; bad addresses and null outputs are errors.
+  const std::vector<AlgebraicTree::Address> only0 = {{0, 0}};
+  ASSERT_TRUE(tree.Backward<double>(only0, x.data(), d, g.data(), d, nullptr, d, &unused).ok());
+  EXPECT_TRUE(unused[1].isZero(0.0) && unused[2].isZero(0.0));
+  EXPECT_FALSE(unused[0].isZero(0.0));
+  const std::vector<AlgebraicTree::Address> bad = {{3}};
+  EXPECT_FALSE(tree.Backward<double>(bad, x.data(), d, g.data(), d, nullptr, d, &unused).ok());
+  EXPECT_FALSE(tree.Backward<double>(only0, x.data(), d, g.data(), d, nullptr, d, nullptr).ok());
+  const std::vector<AlgebraicTree::Address> two = {{0}, {1}};  // a stride matters for 2 rows
+  EXPECT_FALSE(tree.Backward<double>(two, x.data(), d - 1, g.data(), d, nullptr, d, &unused).ok());
+}
+
+TEST(AlgebraicGridTest, BackwardMatchesFiniteDifferences) {
+  // A 3-axis grid (video: t, y, x) of per-axis learned generators; positions include
+  // negative and repeated coordinates.
+  std::mt19937_64 rng(62);
+  const std::vector<int64_t> dims = {2, 3, 4};
+  const int64_t d = 9, n = 4;
+  std::vector<Eigen::MatrixXd> a0;
+  for (int64_t da : dims) a0.push_back(0.5 * RandomMatrix(da, da, rng));
+  const std::vector<int64_t> pos = {0, 1, 2, -1, 3, 0, 2, 2, -2, 1, 0, 1};  // n x 3
+  const Eigen::MatrixXd x = RandomMatrix(d, n, rng), g = RandomMatrix(d, n, rng);
+  auto axes_of = [&](const std::vector<Eigen::MatrixXd>& a) {
+    std::vector<AlgebraicSequence> axes;
+    for (const Eigen::MatrixXd& m : a) axes.push_back(*AlgebraicSequence::Create(m - m.transpose()));
+    return axes;
+  };
+  // The forward through the grid representation itself (an independent code path).
+  auto loss_of = [&](const std::vector<Eigen::MatrixXd>& a, const Eigen::MatrixXd& xx) {
+    auto grid = MakeAlgebraicGrid3D(a[0] - a[0].transpose(), a[1] - a[1].transpose(),
+                                    a[2] - a[2].transpose());
+    EXPECT_TRUE(grid.ok());
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> e;
+    for (int64_t j = 0; j < n; ++j) e.emplace_back(pos[3 * j], pos[3 * j + 1], pos[3 * j + 2]);
+    Eigen::MatrixXd y(d, n);
+    EXPECT_TRUE(grid->Apply<double>(e, xx.data(), d, y.data(), d).ok());
+    return (y.array() * g.array()).sum();
+  };
+  const std::vector<AlgebraicSequence> axes = axes_of(a0);
+  std::vector<Eigen::MatrixXd> grad_s;
+  Eigen::MatrixXd grad_in(d, n);
+  ASSERT_TRUE(AlgebraicGridBackward<double>(axes, pos, x.data(), d, g.data(), d, grad_in.data(),
+                                            d, &grad_s)
+                  .ok());
+  ASSERT_EQ(grad_s.size(), 3u);
+  // As for the tree: h = 1e-5, 1e-6 relative to max(1, |grad|).
+  const double h = 1e-5;
+  for (size_t a = 0; a < 3; ++a) {
+    const Eigen::MatrixXd grad_a = grad_s[a] - grad_s[a].transpose();
+    for (int64_t r = 0; r < dims[a]; ++r) {
+      for (int64_t c = 0; c < dims[a]; ++c) {
+        std::vector<Eigen::MatrixXd> ap = a0, am = a0;
+        ap[a](r, c) += h;
+        am[a](r, c) -= h;
+        const double fd = (loss_of(ap, x) - loss_of(am, x)) / (2 * h);
+        EXPECT_NEAR(grad_a(r, c), fd, 1e-6 * std::max(1.0, std::abs(fd))) << a << " " << r << c;
+      }
+    }
+  }
+  for (int64_t i = 0; i < d * n; ++i) {
+    Eigen::MatrixXd xp = x, xm = x;
+    xp.data()[i] += h;
+    xm.data()[i] -= h;
+    const double fd = (loss_of(a0, xp) - loss_of(a0, xm)) / (2 * h);
+    EXPECT_NEAR(grad_in.data()[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << i;
+  }
+  Eigen::MatrixXd g2 = g;
+  std::vector<Eigen::MatrixXd> unused;
+  ASSERT_TRUE(AlgebraicGridBackward<double>(axes, pos, x.data(), d, g2.data(), d, g2.data(), d,
+                                            &unused)
+                  .ok());
+  EXPECT_EQ(g2, grad_in);
+  const std::vector<int64_t> short_pos = {0, 1};
+  EXPECT_FALSE(AlgebraicGridBackward<double>(axes, short_pos, x.data(), d, g.data(), d, nullptr,
+                                             d, &unused)
+                   .ok());
+  EXPECT_FALSE(AlgebraicGridBackward<double>({}, pos, x.data(), d, g.data(), d, nullptr, d,
+                                             &unused)
+                   .ok());
+}
+
 TEST(AlgebraicPeriodicTest, WrapsAroundExactly) {
   std::mt19937_64 rng(52);
   const int64_t d = 6, n = 6;  // benzene ring: W^6 = I (sec. 3.4.2)

@@ -1,8 +1,12 @@
 #include "encodings/sequence/grape_a.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include <Eigen/Dense>
 #include "absl/status/status.h"
@@ -182,6 +186,159 @@ template absl::Status GrapeAGatedLift::LiftKeys<float>(absl::Span<const int64_t>
                                                        int64_t, float*, int64_t) const;
 template absl::Status GrapeAGatedLift::LiftKeys<double>(absl::Span<const int64_t>, const double*,
                                                         int64_t, double*, int64_t) const;
+
+
+// ---------------------------------------------------------------------------------
+// GrapeABias
+// ---------------------------------------------------------------------------------
+
+absl::StatusOr<GrapeABias> GrapeABias::Create(std::vector<double> slopes, int64_t head_dim,
+                                              GrapeAPath path) {
+  if (absl::Status s = CheckHeadDim("GrapeABias", head_dim); !s.ok()) return s;
+  // AlibiBias::Create checks the slopes (at least one head, all finite).
+  absl::StatusOr<AlibiBias> alibi = AlibiBias::Create(std::move(slopes), AlibiForm::kCausal);
+  if (!alibi.ok()) return alibi.status();
+  return GrapeABias(*std::move(alibi), nullptr, head_dim, path);
+}
+
+absl::StatusOr<GrapeABias> GrapeABias::CreateGated(FoxBias fox, int64_t head_dim,
+                                                   GrapeAPath path) {
+  if (absl::Status s = CheckHeadDim("GrapeABias", head_dim); !s.ok()) return s;
+  return GrapeABias(std::nullopt, std::make_shared<const FoxBias>(std::move(fox)), head_dim,
+                    path);
+}
+
+int64_t GrapeABias::num_heads() const {
+  return gated() ? fox_->num_heads() : alibi_->num_heads();
+}
+
+template <class T>
+absl::Status GrapeABias::LiftQueries(int64_t head, absl::Span<const int64_t> positions,
+                                     const T* q, int64_t q_stride, T* out,
+                                     int64_t out_stride) const {
+  if (gated()) {
+    absl::StatusOr<GrapeAGatedLift> lift = GrapeAGatedLift::Create(fox_.get(), head, head_dim_);
+    if (!lift.ok()) return lift.status();
+    return lift->LiftQueries(positions, q, q_stride, out, out_stride);
+  }
+  absl::StatusOr<GrapeALift> lift = GrapeALift::FromAlibi(*alibi_, head, head_dim_);
+  if (!lift.ok()) return lift.status();
+  return lift->LiftQueries(positions, q, q_stride, out, out_stride);
+}
+
+template <class T>
+absl::Status GrapeABias::LiftKeys(int64_t head, absl::Span<const int64_t> positions, const T* k,
+                                  int64_t k_stride, T* out, int64_t out_stride) const {
+  if (gated()) {
+    absl::StatusOr<GrapeAGatedLift> lift = GrapeAGatedLift::Create(fox_.get(), head, head_dim_);
+    if (!lift.ok()) return lift.status();
+    return lift->LiftKeys(positions, k, k_stride, out, out_stride);
+  }
+  absl::StatusOr<GrapeALift> lift = GrapeALift::FromAlibi(*alibi_, head, head_dim_);
+  if (!lift.ok()) return lift.status();
+  return lift->LiftKeys(positions, k, k_stride, out, out_stride);
+}
+
+template <class T>
+absl::Status GrapeABias::FillLifted(int64_t head, absl::Span<const int64_t> q,
+                                    absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  // The general path: lifted rows of zero content, [0; 1; 0] at each query position and
+  // [0; 0; 1] at each key position, moved by the unipotent action; the bias is their
+  // (d+2)-term dot product (the content part contributes <0, 0> = 0).
+  const int64_t w = lifted_dim();
+  const int64_t d = head_dim_;
+  const std::vector<double> zeros(std::max(q.size(), k.size()) * static_cast<size_t>(d), 0.0);
+  std::vector<double> lq(q.size() * static_cast<size_t>(w)), lk(k.size() * static_cast<size_t>(w));
+  if (absl::Status s = LiftQueries<double>(head, q, zeros.data(), d, lq.data(), w); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = LiftKeys<double>(head, k, zeros.data(), d, lk.data(), w); !s.ok()) {
+    return s;
+  }
+  for (size_t r = 0; r < q.size(); ++r) {
+    const double* qr = lq.data() + r * w;
+    T* row = out + static_cast<int64_t>(r) * ld;
+    for (size_t c = 0; c < k.size(); ++c) {
+      const double* kc = lk.data() + c * w;
+      double dot = 0.0;
+      for (int64_t e = 0; e < w; ++e) dot += qr[e] * kc[e];
+      row[c] = static_cast<T>(dot);
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <class T>
+absl::Status GrapeABias::Fill(int64_t head, absl::Span<const int64_t> q,
+                              absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  if (path_ == GrapeAPath::kLifted) return FillLifted(head, q, k, out, ld);
+  // The fast path: GRAPE-A's closed forms, -m (i - j) (ALiBi) or c_i - c_j (FoX).
+  if (gated()) return fox_->FillTile(head, q, k, out, ld);
+  return alibi_->FillTile(head, q, k, out, ld);
+}
+
+absl::Status GrapeABias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                    absl::Span<const int64_t> k, float* out, int64_t ld) const {
+  return Fill(head, q, k, out, ld);
+}
+absl::Status GrapeABias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                    absl::Span<const int64_t> k, double* out, int64_t ld) const {
+  return Fill(head, q, k, out, ld);
+}
+
+template <class T>
+absl::Status GrapeABias::AccumulateSlopeGradient(int64_t head,
+                                                 absl::Span<const int64_t> q_positions,
+                                                 absl::Span<const int64_t> k_positions,
+                                                 const T* grad_tile, int64_t ld,
+                                                 absl::Span<double> grad_slopes) const {
+  if (gated()) {
+    return absl::InvalidArgumentError(
+        "GrapeABias::AccumulateSlopeGradient: the gated form has no slopes (use "
+        "AccumulatePrefixGradient)");
+  }
+  // b = m (j - i) on both paths, so db/dm = j - i: causal ALiBi's.
+  return alibi_->AccumulateSlopeGradient(head, q_positions, k_positions, grad_tile, ld,
+                                         grad_slopes);
+}
+
+template <class T>
+absl::Status GrapeABias::AccumulatePrefixGradient(int64_t head,
+                                                  absl::Span<const int64_t> q_positions,
+                                                  absl::Span<const int64_t> k_positions,
+                                                  const T* grad_tile, int64_t ld,
+                                                  absl::Span<double> grad_prefix) const {
+  if (!gated()) {
+    return absl::InvalidArgumentError(
+        "GrapeABias::AccumulatePrefixGradient: only the gated form has prefix sums");
+  }
+  return fox_->AccumulatePrefixGradient(head, q_positions, k_positions, grad_tile, ld,
+                                        grad_prefix);
+}
+
+absl::StatusOr<std::vector<double>> GrapeABias::LogitGradient(
+    absl::Span<const double> grad_prefix) const {
+  if (!gated()) {
+    return absl::InvalidArgumentError(
+        "GrapeABias::LogitGradient: only the gated form has gate logits");
+  }
+  return fox_->LogitGradient(grad_prefix);
+}
+
+#define GPE_GRAPE_A_BIAS_INSTANTIATE(T)                                                        \
+  template absl::Status GrapeABias::LiftQueries<T>(int64_t, absl::Span<const int64_t>,         \
+                                                   const T*, int64_t, T*, int64_t) const;      \
+  template absl::Status GrapeABias::LiftKeys<T>(int64_t, absl::Span<const int64_t>, const T*,  \
+                                                int64_t, T*, int64_t) const;                   \
+  template absl::Status GrapeABias::AccumulateSlopeGradient<T>(                                \
+      int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const T*, int64_t,        \
+      absl::Span<double>) const;                                                               \
+  template absl::Status GrapeABias::AccumulatePrefixGradient<T>(                               \
+      int64_t, absl::Span<const int64_t>, absl::Span<const int64_t>, const T*, int64_t,        \
+      absl::Span<double>) const;
+GPE_GRAPE_A_BIAS_INSTANTIATE(float)
+GPE_GRAPE_A_BIAS_INSTANTIATE(double)
+#undef GPE_GRAPE_A_BIAS_INSTANTIATE
 
 }  // namespace sequence
 }  // namespace encodings

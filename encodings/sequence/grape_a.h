@@ -31,7 +31,10 @@
 #define ENCODINGS_SEQUENCE_GRAPE_A_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include <Eigen/Dense>
 #include "absl/status/status.h"
@@ -109,6 +112,102 @@ class GrapeAGatedLift {
   const FoxBias* fox_;
   int64_t head_;
   int64_t head_dim_;
+};
+
+
+// ---------------------------------------------------------------------------------
+// GRAPE-A as an additive bias (what attention kernels consume: bias.h's tile interface).
+// ---------------------------------------------------------------------------------
+// The lifted score <G(i)^-T q~, G(j) k~> is <q, k> plus a term that does not depend on q
+// or k (A touches only the two homogeneous slots): the bias b_h(i, j). Two ways to fill
+// a tile, chosen at creation:
+//  - kLifted (the general path): build the lifted rows of zero content at every tile
+//    position through the dense unipotent representation (GrapeALift /
+//    GrapeAGatedLift above) and take their (d+2)-term dot products. O((m + n) d^2 + m n d)
+//    per m x n tile; the definition, kept as the oracle.
+//  - kClosedForm (the fast path): the lift is ALiBi-like (the generator is E_{d, d+1}),
+//    so the dot product collapses to m_h (j - i) = -m_h (i - j), formed exactly as
+//    AlibiBias forms it (one rounding of the int64 difference, one product), or, gated,
+//    to c_i - c_j read from FoxBias's prefix sums. O(1) per score, no lifted rows.
+// Both paths give the same values: bit for bit for power-of-two slopes and the gated
+// case (the lifted dot adds exact zeros around the same terms), otherwise within the
+// lift's rounding of m j - m i (eps m max(|i|, |j|)); tested.
+enum class GrapeAPath {
+  kClosedForm,  // fast path: closed form, no lifted rows
+  kLifted,      // general path: lifted rows and their dot products
+};
+
+class GrapeABias final : public AdditiveBias {
+ public:
+  // ALiBi-like GRAPE-A: one finite slope (GRAPE's omega_h) per head, at least one head;
+  // head_dim (>= 1) is the content dimension d of the lift (rows of d + 2 elements).
+  // With slopes m_h it equals causal AlibiBias with the same slopes.
+  static absl::StatusOr<GrapeABias> Create(std::vector<double> slopes, int64_t head_dim,
+                                           GrapeAPath path = GrapeAPath::kClosedForm);
+  // The content-gated case: the clock m p replaced by FoX's prefix sums c_t (equals fox).
+  static absl::StatusOr<GrapeABias> CreateGated(FoxBias fox, int64_t head_dim,
+                                                GrapeAPath path = GrapeAPath::kClosedForm);
+
+  int64_t num_heads() const override;
+  bool needs_token_data() const override { return gated(); }
+  bool relative() const override { return !gated(); }
+  bool causal() const override { return true; }
+
+  bool gated() const { return fox_ != nullptr; }
+  GrapeAPath path() const { return path_; }
+  int64_t head_dim() const { return head_dim_; }
+  int64_t lifted_dim() const { return head_dim_ + 2; }
+  // ALiBi-like only (empty when gated).
+  absl::Span<const double> slopes() const {
+    return alibi_ ? alibi_->slopes() : absl::Span<const double>();
+  }
+  // Gated only (null otherwise).
+  const FoxBias* fox() const { return fox_.get(); }
+
+  // The lifted rows of `head` (query: G(i)^-T [q; 1; 0]; key: G(j) [k; 0; 1]), through
+  // the lifts above: in has head_dim columns, out head_dim + 2; strides in elements.
+  template <class T>
+  absl::Status LiftQueries(int64_t head, absl::Span<const int64_t> positions, const T* q,
+                           int64_t q_stride, T* out, int64_t out_stride) const;
+  template <class T>
+  absl::Status LiftKeys(int64_t head, absl::Span<const int64_t> positions, const T* k,
+                        int64_t k_stride, T* out, int64_t out_stride) const;
+
+  // ALiBi-like: grad_slopes[head] += sum over the tile of dL/db * (j - i) (db/dm_h).
+  template <class T>
+  absl::Status AccumulateSlopeGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                       absl::Span<const int64_t> k_positions, const T* grad_tile,
+                                       int64_t ld, absl::Span<double> grad_slopes) const;
+  // Gated: FoxBias::AccumulatePrefixGradient and LogitGradient of the underlying gates.
+  template <class T>
+  absl::Status AccumulatePrefixGradient(int64_t head, absl::Span<const int64_t> q_positions,
+                                        absl::Span<const int64_t> k_positions, const T* grad_tile,
+                                        int64_t ld, absl::Span<double> grad_prefix) const;
+  absl::StatusOr<std::vector<double>> LogitGradient(absl::Span<const double> grad_prefix) const;
+
+ protected:
+  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          float* out, int64_t ld) const override;
+  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          double* out, int64_t ld) const override;
+
+ private:
+  GrapeABias(std::optional<AlibiBias> alibi, std::shared_ptr<const FoxBias> fox,
+             int64_t head_dim, GrapeAPath path)
+      : alibi_(std::move(alibi)), fox_(std::move(fox)), head_dim_(head_dim), path_(path) {}
+  template <class T>
+  absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                    T* out, int64_t ld) const;
+  template <class T>
+  absl::Status FillLifted(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          T* out, int64_t ld) const;
+  // ALiBi-like: the closed form is causal ALiBi's with the same slopes (fast path and
+  // slope gradients delegate to it).
+  std::optional<AlibiBias> alibi_;
+  // Gated: shared so that GrapeAGatedLift's pointer stays valid when the bias is moved.
+  std::shared_ptr<const FoxBias> fox_;
+  int64_t head_dim_;
+  GrapeAPath path_;
 };
 
 }  // namespace sequence

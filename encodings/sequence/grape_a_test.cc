@@ -1,5 +1,6 @@
 #include "encodings/sequence/grape_a.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include <Eigen/Dense>
+#include "absl/types/span.h"
 #include "encodings/sequence/bias.h"
 #include "group/unipotent.h"
 #include "gtest/gtest.h"
@@ -237,6 +239,247 @@ TEST(GrapeALiftTest, BadInput) {
   EXPECT_FALSE(gated.LiftQueries<double>(pos, in.data(), 4, out.data(), 6).ok());  // range
   const std::vector<int64_t> ok_pos = {10, 12};
   EXPECT_TRUE(gated.LiftQueries<double>(ok_pos, in.data(), 4, out.data(), 6).ok());
+}
+
+
+// ---------------------------------------------------------------------------------
+// GrapeABias: the tile interface, fast (closed-form) and general (lifted) paths.
+// ---------------------------------------------------------------------------------
+
+// Every tile of `bias` and `reference` in float and double for the given positions.
+void ExpectTilesEqual(const AdditiveBias& bias, const AdditiveBias& reference, int64_t head,
+                      const std::vector<int64_t>& qp, const std::vector<int64_t>& kp) {
+  const int64_t m = qp.size(), n = kp.size(), ld = n + 3;  // padded rows
+  std::vector<double> got(m * ld, -7.0), want(m * ld, -7.0);
+  ASSERT_TRUE(bias.FillTile(head, qp, kp, got.data(), ld).ok());
+  ASSERT_TRUE(reference.FillTile(head, qp, kp, want.data(), ld).ok());
+  std::vector<float> got_f(m * ld, -7.0f), want_f(m * ld, -7.0f);
+  ASSERT_TRUE(bias.FillTile(head, qp, kp, got_f.data(), ld).ok());
+  ASSERT_TRUE(reference.FillTile(head, qp, kp, want_f.data(), ld).ok());
+  for (int64_t i = 0; i < m * ld; ++i) {
+    ASSERT_EQ(got[i], want[i]) << "entry " << i;
+    ASSERT_EQ(got_f[i], want_f[i]) << "entry " << i;
+  }
+}
+
+TEST(GrapeABiasTest, ClosedFormIsAlibiBitForBit) {
+  // GRAPE-A's closed form is ALiBi's causal bias: the same double operations, so equal
+  // bits (tolerance 0), for Press et al.'s slopes with power-of-two and other head counts.
+  std::mt19937_64 rng(21);
+  for (int64_t heads : {1, 8, 12, 5}) {
+    const AlibiBias alibi = *AlibiBias::CreateStandard(heads, AlibiForm::kCausal);
+    const std::vector<double> slopes(alibi.slopes().begin(), alibi.slopes().end());
+    const GrapeABias grape = *GrapeABias::Create(slopes, 16, GrapeAPath::kClosedForm);
+    EXPECT_TRUE(grape.causal());
+    EXPECT_TRUE(grape.relative());
+    EXPECT_FALSE(grape.needs_token_data());
+    EXPECT_EQ(grape.num_heads(), heads);
+    for (int64_t h = 0; h < heads; ++h) {
+      ExpectTilesEqual(grape, alibi, h, RandomPositions(7, 0, 300, rng),
+                       RandomPositions(11, 0, 300, rng));
+      // Far positions (a KV cache at 10^12) and negative ones.
+      ExpectTilesEqual(grape, alibi, h, RandomPositions(3, 1000000000000, 1000000000300, rng),
+                       RandomPositions(5, 1000000000000, 1000000000300, rng));
+      ExpectTilesEqual(grape, alibi, h, RandomPositions(4, -50, 50, rng),
+                       RandomPositions(6, -50, 50, rng));
+    }
+  }
+}
+
+TEST(GrapeABiasTest, LiftedPathEqualsClosedForm) {
+  std::mt19937_64 rng(22);
+  // Power-of-two slopes (Press et al.'s for 8 heads): m j and m i are exact, so the
+  // lifted rows' dot m j - m i equals -m (i - j) bit for bit (tolerance 0).
+  {
+    const AlibiBias alibi = *AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+    const std::vector<double> slopes(alibi.slopes().begin(), alibi.slopes().end());
+    const GrapeABias lifted = *GrapeABias::Create(slopes, 6, GrapeAPath::kLifted);
+    const GrapeABias fast = *GrapeABias::Create(slopes, 6, GrapeAPath::kClosedForm);
+    for (int64_t h = 0; h < 8; ++h) {
+      for (int64_t base : {int64_t{0}, int64_t{1} << 40}) {
+        const std::vector<int64_t> qp = RandomPositions(9, base, base + 500, rng);
+        const std::vector<int64_t> kp = RandomPositions(13, base, base + 500, rng);
+        ExpectTilesEqual(lifted, fast, h, qp, kp);
+        ExpectTilesEqual(lifted, alibi, h, qp, kp);
+      }
+    }
+  }
+  // Any slopes (12 heads: non-power-of-two slopes): the lift forms m j - m i, each
+  // product rounded once, so |lifted - closed| <= eps m (|i| + |j|) + eps |result|;
+  // allow twice that.
+  {
+    const AlibiBias alibi = *AlibiBias::CreateStandard(12, AlibiForm::kCausal);
+    const std::vector<double> slopes(alibi.slopes().begin(), alibi.slopes().end());
+    const GrapeABias lifted = *GrapeABias::Create(slopes, 3, GrapeAPath::kLifted);
+    const double eps = std::numeric_limits<double>::epsilon();
+    for (int64_t h = 0; h < 12; ++h) {
+      const std::vector<int64_t> qp = RandomPositions(8, 100000, 200000, rng);
+      const std::vector<int64_t> kp = RandomPositions(10, 100000, 200000, rng);
+      const Eigen::MatrixXd got = *DenseBias(lifted, h, qp, kp);
+      const Eigen::MatrixXd want = *DenseBias(alibi, h, qp, kp);
+      const double m = slopes[h];
+      for (int64_t r = 0; r < 8; ++r) {
+        for (int64_t c = 0; c < 10; ++c) {
+          const double bound = 2 * eps *
+                               (m * (std::fabs(static_cast<double>(qp[r])) +
+                                     std::fabs(static_cast<double>(kp[c]))) +
+                                std::fabs(want(r, c)));
+          EXPECT_NEAR(got(r, c), want(r, c), bound);
+        }
+      }
+      // Not vacuous: another head's slope gives a different tile.
+      EXPECT_GT((got - *DenseBias(alibi, (h + 1) % 12, qp, kp)).cwiseAbs().maxCoeff(), 1.0);
+    }
+  }
+}
+
+FoxBias RandomFox(int64_t heads, int64_t length, int64_t first, std::mt19937_64& rng) {
+  std::normal_distribution<double> normal(0.0, 2.0);
+  std::vector<double> logits(length * heads);
+  for (double& x : logits) x = normal(rng);
+  return *FoxBias::Create(logits, length, heads, first);
+}
+
+TEST(GrapeABiasTest, GatedIsFoxOnBothPaths) {
+  // The gated lift's rows [0; 1; c_i] and [0; -c_j; 1] dot to -c_j + c_i = c_i - c_j
+  // exactly (the other terms are exact zeros), FoX's bias: tolerance 0 on both paths.
+  std::mt19937_64 rng(23);
+  const int64_t heads = 3, length = 40, first = 1000;
+  const FoxBias fox = RandomFox(heads, length, first, rng);
+  for (GrapeAPath path : {GrapeAPath::kClosedForm, GrapeAPath::kLifted}) {
+    const GrapeABias grape = *GrapeABias::CreateGated(fox, 4, path);
+    EXPECT_TRUE(grape.gated());
+    EXPECT_TRUE(grape.needs_token_data());
+    EXPECT_FALSE(grape.relative());
+    EXPECT_EQ(grape.num_heads(), heads);
+    for (int64_t h = 0; h < heads; ++h) {
+      ExpectTilesEqual(grape, fox, h, RandomPositions(9, first, first + length - 1, rng),
+                       RandomPositions(12, first, first + length - 1, rng));
+    }
+    // Positions outside the gates' range are an error on both paths.
+    std::vector<double> out(4);
+    const std::vector<int64_t> bad = {first - 1, first};
+    EXPECT_FALSE(grape.FillTile(0, bad, bad, out.data(), 2).ok());
+  }
+}
+
+TEST(GrapeABiasTest, LiftedRowsScoreAsDotPlusBias) {
+  // <lift_q(i), lift_k(j)> = <q, k> + b(i, j) for the bias's own rows (ALiBi-like and
+  // gated). Terms: |q||k| ~ 5 and |b| ~ 50: rounding of a 6-term dot < 1e-12.
+  std::mt19937_64 rng(24);
+  const int64_t d = 4, first = 7, length = 30;
+  const GrapeABias alibi_like = *GrapeABias::Create({0.3, 0.0625}, d);
+  const GrapeABias gated = *GrapeABias::CreateGated(RandomFox(2, length, first, rng), d);
+  for (const GrapeABias* bias : {&alibi_like, &gated}) {
+    for (int64_t h = 0; h < 2; ++h) {
+      const RowMatrix q = RandomRows(5, d, rng), k = RandomRows(6, d, rng);
+      const std::vector<int64_t> qp = RandomPositions(5, first, first + length - 1, rng);
+      const std::vector<int64_t> kp = RandomPositions(6, first, first + length - 1, rng);
+      RowMatrix lq(5, d + 2), lk(6, d + 2);
+      ASSERT_TRUE(bias->LiftQueries<double>(h, qp, q.data(), d, lq.data(), d + 2).ok());
+      ASSERT_TRUE(bias->LiftKeys<double>(h, kp, k.data(), d, lk.data(), d + 2).ok());
+      const Eigen::MatrixXd expected = q * k.transpose() + *DenseBias(*bias, h, qp, kp);
+      EXPECT_LE((lq * lk.transpose() - expected).cwiseAbs().maxCoeff(), 1e-12);
+    }
+  }
+}
+
+TEST(GrapeABiasTest, GradientsMatchFiniteDifferences) {
+  std::mt19937_64 rng(25);
+  std::normal_distribution<double> normal;
+  const int64_t m = 5, n = 7;
+  // ALiBi-like: L = sum G(r, c) b(r, c) is linear in each slope, so a central
+  // difference with step 1e-3 has no truncation error; rounding ~ eps |L| / 1e-3 < 1e-9.
+  {
+    const std::vector<double> slopes = {0.25, 0.1};
+    const std::vector<int64_t> qp = RandomPositions(m, 0, 60, rng);
+    const std::vector<int64_t> kp = RandomPositions(n, 0, 60, rng);
+    RowMatrix g(m, n);
+    for (int64_t i = 0; i < m * n; ++i) g.data()[i] = normal(rng);
+    for (GrapeAPath path : {GrapeAPath::kClosedForm, GrapeAPath::kLifted}) {
+      const GrapeABias bias = *GrapeABias::Create(slopes, 2, path);
+      std::vector<double> grad(2, 0.0);
+      for (int64_t h = 0; h < 2; ++h) {
+        ASSERT_TRUE(bias.AccumulateSlopeGradient<double>(h, qp, kp, g.data(), n,
+                                                         absl::MakeSpan(grad))
+                        .ok());
+      }
+      for (int64_t h = 0; h < 2; ++h) {
+        auto loss = [&](double delta) {
+          std::vector<double> s = slopes;
+          s[h] += delta;
+          const GrapeABias b = *GrapeABias::Create(s, 2, path);
+          return (g.array() * DenseBias(b, h, qp, kp)->array()).sum();
+        };
+        const double fd = (loss(1e-3) - loss(-1e-3)) / 2e-3;
+        EXPECT_NEAR(grad[h], fd, 1e-9 * std::max(1.0, std::fabs(fd)));
+      }
+    }
+  }
+  // Gated: dL/dx through the prefix sums; smooth in x, step 1e-5: truncation
+  // ~ 1e-10 |f'''|, rounding ~ eps |L| / 1e-5 ~ 1e-10; allow 1e-7.
+  {
+    const int64_t heads = 2, length = 12, first = 3;
+    std::vector<double> logits(length * heads);
+    for (double& x : logits) x = normal(rng);
+    const std::vector<int64_t> qp = RandomPositions(m, first, first + length - 1, rng);
+    const std::vector<int64_t> kp = RandomPositions(n, first, first + length - 1, rng);
+    RowMatrix g(m, n);
+    for (int64_t i = 0; i < m * n; ++i) g.data()[i] = normal(rng);
+    const GrapeABias bias =
+        *GrapeABias::CreateGated(*FoxBias::Create(logits, length, heads, first), 2);
+    std::vector<double> prefix(length * heads, 0.0);
+    for (int64_t h = 0; h < heads; ++h) {
+      ASSERT_TRUE(bias.AccumulatePrefixGradient<double>(h, qp, kp, g.data(), n,
+                                                        absl::MakeSpan(prefix))
+                      .ok());
+    }
+    const std::vector<double> grad = *bias.LogitGradient(prefix);
+    for (int64_t t = 0; t < length; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        auto loss = [&](double delta) {
+          std::vector<double> x = logits;
+          x[t * heads + h] += delta;
+          const GrapeABias b = *GrapeABias::CreateGated(
+              *FoxBias::Create(x, length, heads, first), 2, GrapeAPath::kLifted);
+          double sum = 0.0;
+          for (int64_t hh = 0; hh < heads; ++hh) {
+            sum += (g.array() * DenseBias(b, hh, qp, kp)->array()).sum();
+          }
+          return sum;
+        };
+        const double fd = (loss(1e-5) - loss(-1e-5)) / 2e-5;
+        EXPECT_NEAR(grad[t * heads + h], fd, 1e-7);
+      }
+    }
+  }
+}
+
+TEST(GrapeABiasTest, BadInput) {
+  EXPECT_FALSE(GrapeABias::Create({}, 4).ok());  // no heads
+  EXPECT_FALSE(GrapeABias::Create({0.5, std::nan("")}, 4).ok());
+  EXPECT_FALSE(GrapeABias::Create({0.5}, 0).ok());  // head_dim
+  const FoxBias fox = *FoxBias::Create(std::vector<double>(6, 0.0), 3, 2, 10);
+  EXPECT_FALSE(GrapeABias::CreateGated(fox, 0).ok());
+  const GrapeABias alibi_like = *GrapeABias::Create({0.5, 0.25}, 4);
+  const GrapeABias gated = *GrapeABias::CreateGated(fox, 4);
+  const std::vector<int64_t> pos = {10, 11};
+  std::vector<double> tile(4, 0.0), grad(6, 0.0), out(12);
+  EXPECT_FALSE(alibi_like.FillTile(2, pos, pos, tile.data(), 2).ok());  // head
+  EXPECT_FALSE(alibi_like.FillTile(0, pos, pos, tile.data(), 1).ok());  // ld < n
+  EXPECT_FALSE(gated.AccumulateSlopeGradient<double>(0, pos, pos, tile.data(), 2,
+                                                     absl::MakeSpan(grad))
+                   .ok());
+  EXPECT_FALSE(alibi_like.AccumulatePrefixGradient<double>(0, pos, pos, tile.data(), 2,
+                                                           absl::MakeSpan(grad))
+                   .ok());
+  EXPECT_FALSE(alibi_like.LogitGradient(grad).ok());
+  std::vector<double> in(8, 1.0);
+  EXPECT_FALSE(alibi_like.LiftQueries<double>(2, pos, in.data(), 4, out.data(), 6).ok());  // head
+  EXPECT_FALSE(alibi_like.LiftKeys<double>(0, pos, in.data(), 3, out.data(), 6).ok());  // stride
+  EXPECT_TRUE(alibi_like.LiftKeys<double>(0, pos, in.data(), 4, out.data(), 6).ok());
+  const std::vector<int64_t> far = {0, 1};
+  EXPECT_FALSE(gated.LiftKeys<double>(0, far, in.data(), 4, out.data(), 6).ok());  // range
 }
 
 }  // namespace

@@ -105,23 +105,37 @@ absl::Status GrapeMCommutingPlanes::Apply(absl::Span<const int64_t> positions, c
   }
   std::vector<bool> in_plane(static_cast<size_t>(dim_), false);
   for (const CoordinatePlane& pl : planes_) in_plane[pl.first] = in_plane[pl.second] = true;
+  std::vector<int64_t> pass;  // coordinates in no plane
+  for (int64_t i = 0; i < dim_; ++i) {
+    if (!in_plane[i]) pass.push_back(i);
+  }
+  // cos and sin of every plane's angle, recomputed only when the position changes: rows
+  // of one token's heads (a (b, s, h, d) tensor) share a position, and forming an exactly
+  // reduced angle costs far more than rotating a pair.
+  const size_t m = planes_.size();
+  std::vector<double> cs(2 * m);
   for (int64_t j = 0; j < n; ++j) {
+    if (j == 0 || positions[j] != positions[j - 1]) {
+      for (size_t k = 0; k < m; ++k) {
+        // The same arithmetic as group::CommutingPlanes (exactly reduced angle, cos/sin
+        // and products in double, one rounding to T), so RoPE is reproduced bit for bit.
+        const double angle = group::ReducedAngle(positions[j], planes_[k].omega);
+        cs[2 * k] = std::cos(angle);
+        cs[2 * k + 1] = std::sin(angle);
+      }
+    }
     const T* x = in + j * in_stride;
     T* y = out + j * out_stride;
-    for (const CoordinatePlane& pl : planes_) {
-      // The same arithmetic as group::CommutingPlanes (exactly reduced angle, cos/sin
-      // and products in double, one rounding to T), so RoPE is reproduced bit for bit.
-      const double angle = group::ReducedAngle(positions[j], pl.omega);
-      const double c = std::cos(angle), s = std::sin(angle);
+    for (size_t k = 0; k < m; ++k) {
+      const CoordinatePlane& pl = planes_[k];
+      const double c = cs[2 * k], s = cs[2 * k + 1];
       const double x1 = static_cast<double>(x[pl.first]);
       const double x2 = static_cast<double>(x[pl.second]);
       y[pl.first] = static_cast<T>(x1 * c - x2 * s);
       y[pl.second] = static_cast<T>(x1 * s + x2 * c);
     }
     if (x != y) {
-      for (int64_t i = 0; i < dim_; ++i) {
-        if (!in_plane[i]) y[i] = x[i];
-      }
+      for (int64_t i : pass) y[i] = x[i];
     }
   }
   return absl::OkStatus();

@@ -59,7 +59,11 @@ void ExpectRopeBitIdentical(group::PlanePairing pairing, int64_t dim, int64_t ro
   ASSERT_TRUE(rope.ok()) << rope.status();
   auto grape = GrapeMCommutingPlanes::FromRoPE(*rope);
   ASSERT_TRUE(grape.ok()) << grape.status();
-  const std::vector<int64_t> ps = SomePositions(rng, 40);
+  // Runs of equal positions (the heads of one token: Apply reuses cos/sin within a run)
+  // and returns to earlier positions, so a stale reuse would show.
+  std::vector<int64_t> ps;
+  for (int64_t p : SomePositions(rng, 40)) ps.insert(ps.end(), 1 + rng() % 3, p);
+  ps.insert(ps.end(), {5, 5, 7, 5, 7, 7});
   std::vector<T> x(ps.size() * dim), y_rope(x.size()), y_grape(x.size());
   for (T& v : x) v = static_cast<T>(std::normal_distribution<double>()(rng));
   ASSERT_TRUE(rope->Apply<T>(ps, x.data(), dim, y_rope.data(), dim).ok());

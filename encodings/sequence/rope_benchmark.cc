@@ -91,6 +91,24 @@ void BM_RopeForwardOneShot(benchmark::State& state) {
                        static_cast<int>(state.range(5)));
 }
 
+// q and k of one attention layer, rotated in place with one shared table (as a model's
+// forward pass does): 2 tensors, each read and written once.
+// args: batch, seq, heads, head_dim, pairing, threads.
+void BM_RopeApplyQK(benchmark::State& state) {
+  const PlanePairing pairing = state.range(4) ? PlanePairing::kInterleaved : PlanePairing::kHalfSplit;
+  Case q = MakeCase(state.range(0), state.range(1), state.range(2), state.range(3), pairing,
+                    static_cast<int>(state.range(5)));
+  std::vector<float> k = q.x;
+  const RopeTable<float> table = *q.rope.MakeTable<float>(q.tensor, {{}, q.offsets});
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(q.rope.Apply<float>(table, q.tensor, q.x.data(), q.x.data()).ok());
+    benchmark::DoNotOptimize(q.rope.Apply<float>(table, q.tensor, k.data(), k.data()).ok());
+    benchmark::ClobberMemory();
+  }
+  SetBandwidthCounters(state, 4 * static_cast<int64_t>(q.x.size() * sizeof(float)),
+                       static_cast<int>(state.range(5)));
+}
+
 // 4096 x 32 x 128 float32 = 64 MiB.
 BENCHMARK(BM_RopeApplyInPlace)
     ->Args({1, 4096, 32, 128, 0, 1})
@@ -98,6 +116,11 @@ BENCHMARK(BM_RopeApplyInPlace)
     ->Args({1, 4096, 32, 128, 0, 2})
     ->Args({1, 4096, 32, 128, 1, 2})
     ->Args({1, 16384, 32, 128, 0, 1})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RopeApplyQK)
+    ->Args({1, 4096, 32, 128, 0, 1})
+    ->Args({1, 4096, 32, 128, 0, 2})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RopeForwardOneShot)

@@ -293,6 +293,155 @@ GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores_backward(
     const DLTensor* key_positions, const DLTensor* grad_scores, DLTensor* grad_q,
     DLTensor* grad_label_table);
 
+/* -- Shaw et al. relative value terms (eq. 3; FORMULAS.md) --
+ *   out[a, :] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k, :]
+ * (the term attention adds to output row a; k = (label_table rows - 1) / 2).
+ * probabilities: float32 or float64 [Lq, Lk]; label_table: float32 or float64 [2k + 1, dv]
+ * (finite); positions int64; out: float32 or float64 [Lq, dv], disjoint from the inputs. */
+GPE_API GPE_NODISCARD gpe_status gpe_shaw_value_output(const DLTensor* probabilities,
+                                                       const DLTensor* label_table,
+                                                       const DLTensor* query_positions,
+                                                       const DLTensor* key_positions,
+                                                       DLTensor* out);
+/* Backward given grad_out (float32 or float64 [Lq, dv]): grad_probabilities ([Lq, Lk], or
+ * NULL) is overwritten with dL/dprobabilities; dL/dlabel_table is ADDED to
+ * grad_label_table ([2k + 1, dv], or NULL). Outputs disjoint from inputs and each other. */
+GPE_API GPE_NODISCARD gpe_status gpe_shaw_value_output_backward(
+    const DLTensor* probabilities, const DLTensor* label_table, const DLTensor* query_positions,
+    const DLTensor* key_positions, const DLTensor* grad_out, DLTensor* grad_probabilities,
+    DLTensor* grad_label_table);
+
+/* -- Transformer-XL relative terms (Dai et al., sec. 3.3; FORMULAS.md) --
+ *   terms[a, b] = q_a^T W_R R_{i_a - j_b} + u^T k_b + v^T W_R R_{i_a - j_b}
+ * with R_t the sinusoidal encoding of t (gpe_sinusoidal_encode's layout, d_r columns) and
+ * i = query_positions, j = key_positions (the content term q_a^T k_b is attention's own).
+ * q: [Lq, d]; k: [Lk, d]; w_r: [d, d_r]; u, v: [d]; all float32 or float64, finite; terms:
+ * float32 or float64 [Lq, Lk], disjoint from the inputs. Reference-grade: O(Lq Lk d). */
+typedef struct gpe_transformer_xl_options {
+  uint32_t struct_size; /* sizeof(gpe_transformer_xl_options) */
+  double base;          /* R's frequency base, finite > 0 (10000) */
+} gpe_transformer_xl_options;
+#define GPE_TRANSFORMER_XL_OPTIONS_INIT { (uint32_t)sizeof(gpe_transformer_xl_options), 10000.0 }
+
+GPE_API GPE_NODISCARD gpe_status gpe_transformer_xl_score_terms(
+    const gpe_transformer_xl_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* query_positions, const DLTensor* key_positions, const DLTensor* w_r,
+    const DLTensor* u, const DLTensor* v, DLTensor* terms);
+/* Backward given grad_terms ([Lq, Lk]): each of grad_q, grad_k, grad_w_r, grad_u, grad_v
+ * (shaped like its input, float32 or float64, or NULL) is overwritten with its gradient.
+ * Outputs disjoint from the inputs and from each other. */
+GPE_API GPE_NODISCARD gpe_status gpe_transformer_xl_score_terms_backward(
+    const gpe_transformer_xl_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* query_positions, const DLTensor* key_positions, const DLTensor* w_r,
+    const DLTensor* u, const DLTensor* v, const DLTensor* grad_terms, DLTensor* grad_q,
+    DLTensor* grad_k, DLTensor* grad_w_r, DLTensor* grad_u, DLTensor* grad_v);
+
+/* ---- Algebraic trees, grids, periodic domains and locality (since 0.3.0) -------------
+ *
+ * Kogkalidis et al. ("Algebraic Positional Encodings", paper 002; encodings/sequence/
+ * algebraic.h). Batches are float32 or float64 [N, dim] (any strides, out may be x
+ * itself); arithmetic in double, one rounding to the output dtype. Parameter gradients
+ * are float64, overwritten, summed over the batch, entrywise and unprojected (for a
+ * skew parametrisation S = A - A^T, dL/dA = X - X^T with X the returned gradient).
+ */
+
+/* -- Trees (sec. 3.2): branch c of a k-ary tree is W_c = exp(S_c); the node at address
+ * (c_1, ..., c_m) (0-based child indices from the root) acts by W_{c_1} ... W_{c_m}, so
+ * <rho(a) q, rho(b) k> = <q, rho(a^-1 b) k> (free-group relativity). */
+typedef struct gpe_algebraic_tree gpe_algebraic_tree;
+
+typedef struct gpe_algebraic_tree_options {
+  uint32_t struct_size;  /* sizeof(gpe_algebraic_tree_options) */
+  int64_t dim;           /* d in [1, 4096] */
+  int64_t num_branches;  /* k in [1, 1024] */
+  /* k * d * d finite values, row-major [branch, row, col], each S_c skew-symmetric
+   * (|S + S^T|_max <= 1e-12 max(1, |S|_max)). Copied at creation. */
+  const double* skews;
+} gpe_algebraic_tree_options;
+#define GPE_ALGEBRAIC_TREE_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_algebraic_tree_options), 0, 2, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_create(
+    const gpe_algebraic_tree_options* options, gpe_algebraic_tree** out);
+GPE_API void gpe_algebraic_tree_destroy(gpe_algebraic_tree* tree);
+/* dim and num_branches (each may be NULL). */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_shape(const gpe_algebraic_tree* tree,
+                                                          int64_t* dim, int64_t* num_branches);
+/* Addresses are int64 [N, L]: row n holds node n's child indices (each in
+ * [0, num_branches)) followed by -1 padding (nothing but -1 after the first -1; a row
+ * of -1 is the root). out[n, :] = rho(address n) x[n, :]; the rules of
+ * gpe_so_rep_apply. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_apply(const gpe_algebraic_tree* tree,
+                                                          const DLTensor* addresses,
+                                                          const DLTensor* x, DLTensor* out);
+/* rho(address) as float64 [dim, dim]; address: depth child indices (NULL when 0). */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_matrix(const gpe_algebraic_tree* tree,
+                                                           const int64_t* address,
+                                                           int64_t depth, DLTensor* out);
+/* Backward of apply given grad_out. grad_x: as in gpe_grape_m_backward (rho^T
+ * grad_out[n]). grad_skews (float64 [num_branches, dim, dim], or NULL) receives dL/dS_c. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_backward(
+    const gpe_algebraic_tree* tree, const DLTensor* addresses, const DLTensor* x,
+    const DLTensor* grad_out, DLTensor* grad_x, DLTensor* grad_skews);
+
+/* -- Grids (sec. 3.3): axis a has a learned skew S_a of size d_a; a grid point
+ * (p_1, ..., p_A) acts by blockdiag(exp(p_1 S_1), ..., exp(p_A S_A)) on dim = sum d_a
+ * coordinates (axis 1 first), so scores are sums of per-axis relative terms. */
+typedef struct gpe_algebraic_grid gpe_algebraic_grid;
+
+typedef struct gpe_algebraic_grid_options {
+  uint32_t struct_size;  /* sizeof(gpe_algebraic_grid_options) */
+  int64_t num_axes;      /* A in [1, 8] */
+  const int64_t* dims;   /* A sizes d_a in [1, 4096] */
+  /* sum_a d_a^2 finite values: S_1 row-major, then S_2, ...; each skew-symmetric. */
+  const double* skews;
+} gpe_algebraic_grid_options;
+#define GPE_ALGEBRAIC_GRID_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_algebraic_grid_options), 2, NULL, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_grid_create(
+    const gpe_algebraic_grid_options* options, gpe_algebraic_grid** out);
+GPE_API void gpe_algebraic_grid_destroy(gpe_algebraic_grid* grid);
+/* dim (= sum d_a) and num_axes (each may be NULL). */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_grid_shape(const gpe_algebraic_grid* grid,
+                                                          int64_t* dim, int64_t* num_axes);
+/* positions: int64 [N, num_axes] (any int64 coordinates). out[n, :] = rho(p_n) x[n, :];
+ * the rules of gpe_so_rep_apply. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_grid_apply(const gpe_algebraic_grid* grid,
+                                                          const DLTensor* positions,
+                                                          const DLTensor* x, DLTensor* out);
+/* Backward of apply. grad_x as in gpe_grape_m_backward. grad_skews (float64
+ * [sum_a d_a^2], laid out as options.skews, or NULL) receives dL/dS_a. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_grid_backward(
+    const gpe_algebraic_grid* grid, const DLTensor* positions, const DLTensor* x,
+    const DLTensor* grad_out, DLTensor* grad_x, DLTensor* grad_skews);
+
+/* -- Periodic domains (sec. 3.4.2): plane i (coordinates 2i, 2i + 1) rotates by
+ * 2 pi multipliers[i] p / period, formed from the exact residue of multipliers[i] p mod
+ * period, so W^period = I and p, p + period encode identically. No learned parameters;
+ * the backward pass is apply at -p (W^-p = W^T). */
+typedef struct gpe_algebraic_periodic_options {
+  uint32_t struct_size;         /* sizeof(gpe_algebraic_periodic_options) */
+  int64_t dim;                  /* even, >= 2 */
+  int64_t period;               /* n >= 1 */
+  const int64_t* multipliers;   /* dim / 2 integers */
+} gpe_algebraic_periodic_options;
+#define GPE_ALGEBRAIC_PERIODIC_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_algebraic_periodic_options), 0, 1, NULL }
+
+/* positions: int64 [N]; x, out: [N, dim]; the rules of gpe_so_rep_apply. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_periodic_apply(
+    const gpe_algebraic_periodic_options* options, const DLTensor* positions,
+    const DLTensor* x, DLTensor* out);
+
+/* -- Locality scaling (sec. 4): scores[r, c] *= c^|q_positions[r] - k_positions[c]|,
+ * c in (0, 1] (0.98 in the paper), |i - j| formed exactly. scores: float32 or float64
+ * [M, N], any strides, modified in place, disjoint from the positions. The backward pass
+ * is the same scaling applied to dL/dscores. */
+GPE_API GPE_NODISCARD gpe_status gpe_locality_scale(double c, const DLTensor* q_positions,
+                                                    const DLTensor* k_positions,
+                                                    DLTensor* scores);
+
 /* ---- RoPE (since 0.3.0) -----------------------------------------------------------
  *
  * Rotary position embeddings as models use them (encodings/sequence/rope.h): frequency
@@ -544,6 +693,58 @@ GPE_API GPE_NODISCARD gpe_status gpe_bias_accumulate_gradient(
 GPE_API GPE_NODISCARD gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias,
                                                              const DLTensor* grad_prefix,
                                                              DLTensor* grad_logits);
+
+/* ---- GRAPE-A as an additive bias (since 0.3.0) --------------------------------------
+ *
+ * Additive GRAPE (GRAPE summary 004, "Additive GRAPE"): rows of q and k are lifted to
+ * head_dim + 2 dimensions, q~ = [q; 1; 0], k~ = [k; 0; 1], and moved by the unipotent
+ * action G(p) = I + p m_h A, A = E_{d, d+1} (A^2 = 0): queries by G(i)^-T, keys by G(j).
+ * The lifted score is <q, k> + b_h(i, j) with
+ *   b_h(i, j) = m_h (j - i) = -m_h (i - j)   (exactly causal ALiBi with slopes m_h), or,
+ *   content-gated, c_i - c_j with FoX's c_t = sum_{l <= t} ln sigmoid(x_{l,h})
+ * (the clock m p replaced by the prefix sums of log forget gates).
+ * The handle is a gpe_bias of kind GPE_BIAS_GRAPE_A: gpe_bias_fill_tile,
+ * gpe_bias_accumulate_gradient (ALiBi-like: grad_a = dL/dslopes [num_heads]; gated:
+ * dL/dc [length, num_heads]), gpe_bias_fox_logit_gradient (gated),
+ * gpe_bias_alibi_slopes (ALiBi-like) and gpe_attention_* accept it.
+ * path chooses how tiles are filled: GPE_GRAPE_A_CLOSED_FORM (the fast path: the closed
+ * form above, O(1) per score) or GPE_GRAPE_A_LIFTED (the general path: lifted rows of
+ * zero content and their head_dim + 2 term dot products; the definition, for checks).
+ * Both agree bit for bit for power-of-two slopes and gated biases, and otherwise to
+ * the lift's rounding of m j - m i (~1e-16 m max(|i|, |j|)).
+ */
+enum { GPE_BIAS_GRAPE_A = 4 };
+enum { GPE_GRAPE_A_CLOSED_FORM = 0, GPE_GRAPE_A_LIFTED = 1 };
+enum { GPE_GRAPE_A_QUERY = 0, GPE_GRAPE_A_KEY = 1 };
+
+typedef struct gpe_grape_a_options {
+  uint32_t struct_size; /* sizeof(gpe_grape_a_options) */
+  int32_t path;         /* GPE_GRAPE_A_CLOSED_FORM or GPE_GRAPE_A_LIFTED */
+  int64_t num_heads;    /* >= 1 */
+  int64_t head_dim;     /* d >= 1: lifted rows have d + 2 entries */
+  /* ALiBi-like (gated == 0): num_heads finite slopes m_h, or NULL for Press et al.'s
+   * (as gpe_alibi_options). */
+  const double* slopes;
+  /* Content-gated (gated != 0): FoX's gates as in gpe_fox_options; slopes must be NULL. */
+  int32_t gated;
+  int64_t length;            /* tokens, >= 0 */
+  int64_t first_position;    /* token t has position first_position + t */
+  const double* gate_logits; /* length * num_heads finite values, row-major [token, head] */
+} gpe_grape_a_options;
+#define GPE_GRAPE_A_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_grape_a_options), GPE_GRAPE_A_CLOSED_FORM, 0, 0, NULL, 0, 0, 0, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_bias_create_grape_a(const gpe_grape_a_options* options,
+                                                         gpe_bias** out);
+/* The lifted rows of one head: role GPE_GRAPE_A_QUERY gives G(i)^-T [q; 1; 0] (=
+ * [q; 1; -m i], gated [q; 1; c_i]), GPE_GRAPE_A_KEY gives G(j) [k; 0; 1] (= [k; m j; 1],
+ * gated [k; -c_j; 1]), so <lift_q(i), lift_k(j)> = <q, k> + b_head(i, j).
+ * positions: int64 [N] (gated: inside the gates' range); x: float32 or float64
+ * [N, head_dim]; out: x's dtype, [N, head_dim + 2], disjoint from x and positions. Values
+ * are formed in double and rounded once. */
+GPE_API GPE_NODISCARD gpe_status gpe_bias_grape_a_lift(const gpe_bias* bias, int64_t head,
+                                                       int32_t role, const DLTensor* positions,
+                                                       const DLTensor* x, DLTensor* out);
 
 /* ---- Coordinate encodings, analysis and INR solvers ---------------------------------
  *

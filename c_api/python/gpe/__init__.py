@@ -7,18 +7,24 @@ the library's own message.
 
 from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
-from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
+from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
+from gpe.sequence import (AlgebraicGrid, AlgebraicTree, algebraic_periodic,  # noqa: F401
+                          locality_scale, shaw_value_output, shaw_value_output_backward,
+                          transformer_xl_score_terms, transformer_xl_score_terms_backward)
 from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
     "AdditiveBias",
     "Alibi",
+    "AlgebraicGrid",
     "AlgebraicSequence",
+    "AlgebraicTree",
     "FoxBias",
+    "GrapeABias",
     "GrapeApBias",
     "Rope",
     "RopeTable",
@@ -27,16 +33,22 @@ __all__ = [
     "GrapeM",
     "LearnedPositions",
     "SoRepresentation",
+    "algebraic_periodic",
     "attention",
     "attention_backward",
     "fit_separable_2d",
+    "locality_scale",
     "merge_attention",
     "predict_separable_2d",
     "shaw_key_scores",
     "shaw_key_scores_backward",
+    "shaw_value_output",
+    "shaw_value_output_backward",
     "shifted_basis",
     "sinusoidal",
     "stable_rank",
+    "transformer_xl_score_terms",
+    "transformer_xl_score_terms_backward",
     "version",
     "version_string",
 ]

@@ -231,6 +231,40 @@ class GrapeApOptions(ctypes.Structure):
                 ("u", ctypes.POINTER(ctypes.c_double))]
 
 
+# ---- GRAPE-A as an additive bias (sequence encodings) ---------------------------------
+
+
+class GrapeAOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("path", ctypes.c_int32),
+                ("num_heads", ctypes.c_int64), ("head_dim", ctypes.c_int64),
+                ("slopes", ctypes.POINTER(ctypes.c_double)), ("gated", ctypes.c_int32),
+                ("length", ctypes.c_int64), ("first_position", ctypes.c_int64),
+                ("gate_logits", ctypes.POINTER(ctypes.c_double))]
+
+
+# ---- Algebraic trees, grids, periodic domains, locality (sequence encodings) ----------
+
+
+class AlgebraicTreeOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("dim", ctypes.c_int64),
+                ("num_branches", ctypes.c_int64), ("skews", ctypes.POINTER(ctypes.c_double))]
+
+
+class AlgebraicGridOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_axes", ctypes.c_int64),
+                ("dims", ctypes.POINTER(ctypes.c_int64)),
+                ("skews", ctypes.POINTER(ctypes.c_double))]
+
+
+class AlgebraicPeriodicOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("dim", ctypes.c_int64),
+                ("period", ctypes.c_int64), ("multipliers", ctypes.POINTER(ctypes.c_int64))]
+
+
+class TransformerXLOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("base", ctypes.c_double)]
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -336,6 +370,34 @@ def _declare(lib):
         "gpe_bias_fill_tile": (st, [p, ctypes.c_int64, t, t, t]),
         "gpe_bias_accumulate_gradient": (st, [p, ctypes.c_int64, t, t, t, t, t]),
         "gpe_bias_fox_logit_gradient": (st, [p, t, t]),
+        # GRAPE-A as an additive bias (sequence encodings).
+        "gpe_bias_create_grape_a": (st, [ctypes.POINTER(GrapeAOptions), ctypes.POINTER(p)]),
+        "gpe_bias_grape_a_lift": (st, [p, ctypes.c_int64, ctypes.c_int32, t, t, t]),
+        # Algebraic trees, grids, periodic domains, locality (sequence encodings).
+        "gpe_algebraic_tree_create": (st, [ctypes.POINTER(AlgebraicTreeOptions),
+                                           ctypes.POINTER(p)]),
+        "gpe_algebraic_tree_destroy": (None, [p]),
+        "gpe_algebraic_tree_shape": (st, [p, i64p, i64p]),
+        "gpe_algebraic_tree_apply": (st, [p, t, t, t]),
+        "gpe_algebraic_tree_matrix": (st, [p, i64p, ctypes.c_int64, t]),
+        "gpe_algebraic_tree_backward": (st, [p, t, t, t, t, t]),
+        "gpe_algebraic_grid_create": (st, [ctypes.POINTER(AlgebraicGridOptions),
+                                           ctypes.POINTER(p)]),
+        "gpe_algebraic_grid_destroy": (None, [p]),
+        "gpe_algebraic_grid_shape": (st, [p, i64p, i64p]),
+        "gpe_algebraic_grid_apply": (st, [p, t, t, t]),
+        "gpe_algebraic_grid_backward": (st, [p, t, t, t, t, t]),
+        "gpe_algebraic_periodic_apply": (st, [ctypes.POINTER(AlgebraicPeriodicOptions), t, t,
+                                              t]),
+        "gpe_locality_scale": (st, [ctypes.c_double, t, t, t]),
+        # Shaw value terms and Transformer-XL (sequence encodings).
+        "gpe_shaw_value_output": (st, [t, t, t, t, t]),
+        "gpe_shaw_value_output_backward": (st, [t, t, t, t, t, t, t]),
+        "gpe_transformer_xl_score_terms": (st, [ctypes.POINTER(TransformerXLOptions), t, t, t, t,
+                                                t, t, t, t]),
+        "gpe_transformer_xl_score_terms_backward": (st, [ctypes.POINTER(TransformerXLOptions),
+                                                         t, t, t, t, t, t, t, t, t, t, t, t,
+                                                         t]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

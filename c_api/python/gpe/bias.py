@@ -7,6 +7,9 @@ A bias adds b_h(i, j) to the score of query position i and key position j in hea
 - T5Bias (Raffel et al.): table[bucket(j - i), h].
 - FoxBias (Lin et al., Forgetting Transformer): c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_l).
 - GrapeApBias (path-integral additive GRAPE): sum_{l = j+1..i} -softplus(<w_i, u_l>).
+- GrapeABias (additive GRAPE): the unipotent lift whose score term is ALiBi's causal
+  -m_h (i - j), or FoX's c_i - c_j in the content-gated form; lift() returns the lifted
+  q / k rows.
 
 fill_tile(head, q_positions, k_positions) returns the [len(q), len(k)] tile (positions
 are explicit int64 ids; nothing is masked: causal biases continue their closed form
@@ -28,7 +31,7 @@ class AdditiveBias(_Handle):
     """Common interface of the additive biases (use the subclasses to create one)."""
 
     _destroy = "gpe_bias_destroy"
-    _KINDS = {0: "alibi", 1: "t5", 2: "fox", 3: "grape_ap"}
+    _KINDS = {0: "alibi", 1: "t5", 2: "fox", 3: "grape_ap", 4: "grape_a"}
 
     def _info(self):
         kind, causal = ctypes.c_int32(), ctypes.c_int32()
@@ -187,3 +190,100 @@ class GrapeApBias(AdditiveBias):
             grad_u = np.zeros(self.param_shape)
         self._accumulate(head, q_positions, k_positions, grad_tile, grad_w, grad_u)
         return grad_w, grad_u
+
+
+class GrapeABias(AdditiveBias):
+    """Additive GRAPE (GRAPE summary, "Additive GRAPE"): rows lift to head_dim + 2
+    dimensions, q~ = [q; 1; 0], k~ = [k; 0; 1], moved by G(p) = I + p m A with
+    A = E_{d, d+1}: queries by G(i)^-T, keys by G(j). <lift_q(i), lift_k(j)> =
+    <q, k> + b(i, j), b = -m_h (i - j) (causal ALiBi with slopes m_h; slopes=None gives
+    Press et al.'s), or, with gate_logits [length, num_heads], FoX's c_i - c_j.
+
+    path: "closed_form" (the fast path) or "lifted" (the general path: tiles from the
+    lifted rows' dot products)."""
+
+    _PATHS = {"closed_form": 0, "lifted": 1}
+
+    def __init__(self, num_heads=None, head_dim=1, slopes=None, gate_logits=None,
+                 first_position=0, path="closed_form"):
+        if path not in self._PATHS:
+            raise ValueError("path must be 'closed_form' or 'lifted'")
+        o = _ffi.GrapeAOptions()
+        o.struct_size = ctypes.sizeof(o)
+        o.path = self._PATHS[path]
+        o.head_dim = head_dim
+        self.logits_shape = None
+        if gate_logits is not None:
+            if slopes is not None:
+                raise ValueError("slopes are for the ungated form; pass one of slopes, gate_logits")
+            arr, ptr = _doubles(gate_logits, "gate_logits", 2)
+            o.gated = 1
+            o.length, o.num_heads = arr.shape
+            if num_heads is not None and num_heads != arr.shape[1]:
+                raise ValueError("gate_logits must have num_heads = %d columns" % num_heads)
+            o.first_position = first_position
+            o.gate_logits = ptr
+            self.logits_shape = arr.shape
+        else:
+            if num_heads is None:
+                if slopes is None:
+                    raise ValueError("give num_heads, slopes or gate_logits")
+                num_heads = len(slopes)
+            o.num_heads = num_heads
+            if slopes is not None:
+                arr, ptr = _doubles(slopes, "slopes", 1)
+                if arr.shape[0] != num_heads:
+                    raise ValueError("slopes must have num_heads = %d entries" % num_heads)
+                o.slopes = ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_bias_create_grape_a(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.head_dim = head_dim
+
+    @property
+    def gated(self):
+        return self.logits_shape is not None
+
+    @property
+    def slopes(self):
+        """The per-head slopes m_h (ungated form)."""
+        n = self.num_heads
+        s = np.empty(n)
+        check(lib().gpe_bias_alibi_slopes(self._handle,
+                                          s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
+        return s
+
+    def lift(self, head, positions, x, role="query"):
+        """The lifted rows [N, head_dim + 2] of x [N, head_dim] (float32 or float64):
+        role "query" gives G(i)^-T [q; 1; 0], "key" gives G(j) [k; 0; 1]."""
+        if role not in ("query", "key"):
+            raise ValueError("role must be 'query' or 'key'")
+        p = _positions(positions)
+        x = np.asarray(x)
+        if x.dtype not in (np.float32, np.float64):
+            x = x.astype(np.float64)
+        if x.ndim != 2:
+            raise ValueError("x must be [N, head_dim]")
+        out = np.empty((x.shape[0], self.head_dim + 2), dtype=x.dtype)
+        t = _Call()
+        check(lib().gpe_bias_grape_a_lift(self._handle, int(head), 0 if role == "query" else 1,
+                                          t(p), t(x), t(out)))
+        return out
+
+    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad=None):
+        """Ungated: grad[head] += dL/dm_head ([num_heads]); gated: grad += dL/dc
+        ([length, num_heads], then logit_gradient). New zero arrays when None."""
+        if grad is None:
+            grad = np.zeros(self.logits_shape if self.gated else self.num_heads)
+        self._accumulate(head, q_positions, k_positions, grad_tile, grad)
+        return grad
+
+    def logit_gradient(self, grad_prefix):
+        """Gated: dL/dx[l, h] = sigmoid(-x[l, h]) * sum_{t >= l} grad_prefix[t, h]."""
+        if not self.gated:
+            raise ValueError("logit_gradient is for the gated form")
+        grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
+        out = np.empty(self.logits_shape)
+        t = _Call()
+        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t(out)))
+        return out

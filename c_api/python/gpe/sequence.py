@@ -268,3 +268,217 @@ class AlgebraicSequence(_Handle):
         check(lib().gpe_algebraic_sequence_backward(self._handle, t(positions), t(x),
                                                     t(grad_out), t(grad_x), t(grad_skew)))
         return grad_x, grad_skew
+
+
+# ---- Algebraic trees, grids, periodic domains, locality (Kogkalidis et al.) -----------
+
+
+class AlgebraicTree(_Handle):
+    """A k-ary tree: branch c acts by W_c = exp(S_c), node (c_1, ..., c_m) by
+    W_{c_1} ... W_{c_m} (Kogkalidis et al., sec. 3.2). skews: [k, dim, dim], each skew."""
+
+    _destroy = "gpe_algebraic_tree_destroy"
+
+    def __init__(self, skews):
+        arr, ptr = _doubles(skews, "skews", 3)
+        if arr.shape[1] != arr.shape[2]:
+            raise ValueError("skews must be [k, dim, dim]; got %s" % (arr.shape,))
+        opts = _ffi.AlgebraicTreeOptions()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.num_branches, opts.dim = arr.shape[0], arr.shape[1]
+        opts.skews = ptr
+        out = ctypes.c_void_p()
+        check(lib().gpe_algebraic_tree_create(ctypes.byref(opts), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.dim, self.num_branches = arr.shape[1], arr.shape[0]
+
+    @staticmethod
+    def addresses(paths):
+        """A list of child-index paths as the int64 [N, L] array the library reads
+        (rows padded with -1)."""
+        depth = max((len(p) for p in paths), default=0)
+        out = np.full((len(paths), max(depth, 1)), -1, dtype=np.int64)
+        for r, path in enumerate(paths):
+            out[r, :len(path)] = path
+        return out
+
+    def _index(self, addresses):
+        if isinstance(addresses, np.ndarray) and addresses.ndim == 2:
+            return _positions(addresses)
+        return self.addresses(addresses)
+
+    def apply(self, addresses, x, out=None):
+        """out[n] = rho(address n) x[n]; addresses: list of paths or int64 [N, L]."""
+        a = self._index(addresses)
+        x = np.asarray(x)
+        if out is None:
+            out = np.empty(x.shape, dtype=x.dtype)
+        t = _Call()
+        check(lib().gpe_algebraic_tree_apply(self._handle, t(a), t(x), t(out)))
+        return out
+
+    def matrix(self, path):
+        path = np.ascontiguousarray(path, dtype=np.int64)
+        out = np.empty((self.dim, self.dim))
+        t = _Call()
+        check(lib().gpe_algebraic_tree_matrix(
+            self._handle, path.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), path.shape[0],
+            t(out)))
+        return out
+
+    def backward(self, addresses, x, grad_out):
+        """Returns (grad_x, grad_skews [k, dim, dim]); dL/dS_c entrywise (unprojected)."""
+        a = self._index(addresses)
+        x, grad_out = np.asarray(x), np.asarray(grad_out)
+        grad_x = np.empty(x.shape, dtype=x.dtype)
+        grad_skews = np.empty((self.num_branches, self.dim, self.dim))
+        t = _Call()
+        check(lib().gpe_algebraic_tree_backward(self._handle, t(a), t(x), t(grad_out), t(grad_x),
+                                                t(grad_skews)))
+        return grad_x, grad_skews
+
+
+class AlgebraicGrid(_Handle):
+    """A grid: point (p_1, ..., p_A) acts by blockdiag(exp(p_a S_a)) (Kogkalidis et al.,
+    sec. 3.3). skews: a list of square skew matrices, one per axis."""
+
+    _destroy = "gpe_algebraic_grid_destroy"
+
+    def __init__(self, skews):
+        mats = [np.ascontiguousarray(s, dtype=np.float64) for s in skews]
+        for m in mats:
+            if m.ndim != 2 or m.shape[0] != m.shape[1]:
+                raise ValueError("each axis's skew must be square")
+        self.dims = np.array([m.shape[0] for m in mats], dtype=np.int64)
+        flat = np.ascontiguousarray(np.concatenate([m.ravel() for m in mats]))
+        opts = _ffi.AlgebraicGridOptions()
+        opts.struct_size = ctypes.sizeof(opts)
+        opts.num_axes = len(mats)
+        opts.dims = self.dims.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        opts.skews = flat.ctypes.data_as(ctypes.POINTER(ctypes.c_double))
+        out = ctypes.c_void_p()
+        check(lib().gpe_algebraic_grid_create(ctypes.byref(opts), ctypes.byref(out)))
+        super().__init__(out.value)
+        self.dim = int(self.dims.sum())
+
+    def apply(self, positions, x, out=None):
+        """positions: int64 [N, num_axes]; out[n] = rho(positions[n]) x[n]."""
+        p = _positions(positions)
+        x = np.asarray(x)
+        if out is None:
+            out = np.empty(x.shape, dtype=x.dtype)
+        t = _Call()
+        check(lib().gpe_algebraic_grid_apply(self._handle, t(p), t(x), t(out)))
+        return out
+
+    def backward(self, positions, x, grad_out):
+        """Returns (grad_x, [dL/dS_a per axis]) (entrywise, unprojected)."""
+        p = _positions(positions)
+        x, grad_out = np.asarray(x), np.asarray(grad_out)
+        grad_x = np.empty(x.shape, dtype=x.dtype)
+        flat = np.empty(int((self.dims ** 2).sum()))
+        t = _Call()
+        check(lib().gpe_algebraic_grid_backward(self._handle, t(p), t(x), t(grad_out), t(grad_x),
+                                                t(flat)))
+        grads, off = [], 0
+        for d in self.dims:
+            grads.append(flat[off:off + d * d].reshape(d, d))
+            off += d * d
+        return grad_x, grads
+
+
+def algebraic_periodic(positions, x, period, multipliers, out=None):
+    """Periodic domain (Kogkalidis et al., sec. 3.4.2): plane i of x [N, dim] rotates by
+    2 pi multipliers[i] p / period (exact residues), so W^period = I. The backward pass is
+    the same call at -p."""
+    p = _positions(positions)
+    x = np.asarray(x)
+    mult = np.ascontiguousarray(multipliers, dtype=np.int64)
+    if out is None:
+        out = np.empty(x.shape, dtype=x.dtype)
+    opts = _ffi.AlgebraicPeriodicOptions()
+    opts.struct_size = ctypes.sizeof(opts)
+    opts.dim = x.shape[1] if x.ndim == 2 else 0
+    opts.period = period
+    opts.multipliers = mult.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+    if mult.shape[0] != opts.dim // 2:
+        raise ValueError("multipliers must have dim / 2 = %d entries" % (opts.dim // 2))
+    t = _Call()
+    check(lib().gpe_algebraic_periodic_apply(ctypes.byref(opts), t(p), t(x), t(out)))
+    return out
+
+
+def locality_scale(scores, q_positions, k_positions, c=0.98):
+    """scores[r, c] *= c^|q_positions[r] - k_positions[c]| in place (Kogkalidis et al.,
+    sec. 4); returns scores. Its backward is the same scaling of dL/dscores."""
+    qp, kp = _positions(q_positions), _positions(k_positions)
+    t = _Call()
+    check(lib().gpe_locality_scale(float(c), t(qp), t(kp), t(scores)))
+    return scores
+
+
+# ---- Shaw value terms and Transformer-XL ----------------------------------------------
+
+
+def shaw_value_output(probabilities, label_table, query_positions, key_positions):
+    """out[a] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k]
+    (Shaw et al., eq. 3: the value-side term of output row a). Returns float64 [Lq, dv]."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    p, table = np.asarray(probabilities), np.asarray(label_table)
+    out = np.empty((qp.shape[0], table.shape[1] if table.ndim == 2 else 0))
+    t = _Call()
+    check(lib().gpe_shaw_value_output(t(p), t(table), t(qp), t(kp), t(out)))
+    return out
+
+
+def shaw_value_output_backward(probabilities, label_table, query_positions, key_positions,
+                               grad_out, grad_label_table=None):
+    """Returns (grad_probabilities, grad_label_table); dL/dlabel_table is added into
+    grad_label_table (a new float64 zero array when None)."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    p, table = np.asarray(probabilities), np.asarray(label_table)
+    grad_out = np.asarray(grad_out)
+    grad_p = np.empty(p.shape)
+    if grad_label_table is None:
+        grad_label_table = np.zeros(table.shape)
+    t = _Call()
+    check(lib().gpe_shaw_value_output_backward(t(p), t(table), t(qp), t(kp), t(grad_out),
+                                               t(grad_p), t(grad_label_table)))
+    return grad_p, grad_label_table
+
+
+def _txl_options(base):
+    o = _ffi.TransformerXLOptions()
+    o.struct_size = ctypes.sizeof(o)
+    o.base = base
+    return o
+
+
+def transformer_xl_score_terms(q, k, query_positions, key_positions, w_r, u, v, base=10000.0):
+    """Dai et al., sec. 3.3: terms[a, b] = q_a^T W_R R_{i-j} + u^T k_b + v^T W_R R_{i-j}
+    (R the sinusoidal encoding of i - j, gpe.sinusoidal's layout). Returns float64
+    [Lq, Lk]."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
+    out = np.empty((qp.shape[0], kp.shape[0]))
+    t = _Call()
+    o = _txl_options(base)
+    check(lib().gpe_transformer_xl_score_terms(ctypes.byref(o), t(arrays[0]), t(arrays[1]),
+                                               t(qp), t(kp), t(arrays[2]), t(arrays[3]),
+                                               t(arrays[4]), t(out)))
+    return out
+
+
+def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_r, u, v,
+                                        grad_terms, base=10000.0):
+    """Returns (grad_q, grad_k, grad_w_r, grad_u, grad_v), float64."""
+    qp, kp = _positions(query_positions), _positions(key_positions)
+    arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
+    grads = [np.empty(a.shape) for a in arrays]
+    g = np.asarray(grad_terms)
+    t = _Call()
+    o = _txl_options(base)
+    check(lib().gpe_transformer_xl_score_terms_backward(
+        ctypes.byref(o), t(arrays[0]), t(arrays[1]), t(qp), t(kp), t(arrays[2]), t(arrays[3]),
+        t(arrays[4]), t(g), *[t(x) for x in grads]))
+    return tuple(grads)

@@ -9,12 +9,27 @@ from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
 from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
+from gpe.coordinate import (CoordinateEncoder, FourierFeatures, ShiftedEncoder, So2Bessel,
+                            SphericalHarmonics, bessel_j, condition_number,
+                            embedded_distance_matrix, embedder_distance, embedder_stable_rank,
+                            laplacian_eigenvectors)
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
 from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
+    "CoordinateEncoder",
+    "FourierFeatures",
+    "ShiftedEncoder",
+    "So2Bessel",
+    "SphericalHarmonics",
+    "bessel_j",
+    "condition_number",
+    "embedded_distance_matrix",
+    "embedder_distance",
+    "embedder_stable_rank",
+    "laplacian_eigenvectors",
     "AdditiveBias",
     "Alibi",
     "AlgebraicSequence",

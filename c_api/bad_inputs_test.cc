@@ -242,6 +242,26 @@ struct Fixture {
   double f64 = 0.0;
   std::vector<int64_t> qpos_data = {0, 5}, kpos_data = {1, 2, 9};
 
+  // -- Coordinate encoders, graph encodings, embedder analysis (coordinate.cc) --
+  // A Fourier handle (D = 2, F = 8), spherical harmonics (D = 3, F = 4), a polar SO(2)
+  // handle (D = 2, F = 4); a 4-cycle graph; points [4, 2], features [4, 8].
+  std::vector<double> pts_data = std::vector<double>(8, 0.3), feat_data = std::vector<double>(32, 0.0),
+                      gfeat_data = std::vector<double>(32, 0.1), gpts_data = std::vector<double>(8, 0.0),
+                      freq_data = {1.0, 2.0, 3.0, 4.0}, bx_data = {0.0, 1.0, 2.0},
+                      bo_data = std::vector<double>(3, 0.0), lw_data = std::vector<double>(4, 1.0),
+                      lvals_data = std::vector<double>(2, 0.0), lvecs_data = std::vector<double>(8, 0.0),
+                      so2c_data = {1.0, 2.0}, cd_data = std::vector<double>(16, 0.0);
+  std::vector<int64_t> ledges_data = {0, 1, 1, 2, 2, 3, 3, 0}, so2m_data = {0, 0}, so2k_data = {1, 2};
+  DLTensor pts, feat, gfeat, gpts, freq, bx, bo, ledges, lw, lvals, lvecs, so2m, so2c, so2k, cd;
+  gpe_fourier_features_options ff_opt = GPE_FOURIER_FEATURES_OPTIONS_INIT;
+  gpe_so2_bessel_options so2_opt = GPE_SO2_BESSEL_OPTIONS_INIT;
+  gpe_laplacian_options lap_opt = GPE_LAPLACIAN_OPTIONS_INIT;
+  gpe_shifted_basis_options sh_axes[2] = {GPE_SHIFTED_BASIS_OPTIONS_INIT, GPE_SHIFTED_BASIS_OPTIONS_INIT};
+  gpe_coordinate_encoder* fourier = nullptr;
+  gpe_coordinate_encoder* harmonics = nullptr;
+  gpe_coordinate_encoder* so2 = nullptr;
+  gpe_coordinate_encoder* made = nullptr;  // receives handles a case should not have been given
+
   Fixture() {
     x_data.assign(kN * kDim, 0.5);
     out_data.assign(kN * kDim, 0.0);
@@ -307,6 +327,35 @@ struct Fixture {
     Ok(gpe_algebraic_sequence_create(&alg_opt, &alg));
     Ok(gpe_learned_positions_create(&table, &learned));
     Ok(gpe_shifted_basis_encode(&shift_opt, &coords, &psi));
+
+    pts = F64(&pts_data, {4, 2});
+    feat = F64(&feat_data, {4, 8});
+    gfeat = F64(&gfeat_data, {4, 8});
+    gpts = F64(&gpts_data, {4, 2});
+    freq = F64(&freq_data, {2, 2});
+    bx = F64(&bx_data, {3});
+    bo = F64(&bo_data, {3});
+    ledges = Make(ledges_data.data(), kDLInt, 64, {4, 2});
+    lw = F64(&lw_data, {4});
+    lvals = F64(&lvals_data, {2});
+    lvecs = F64(&lvecs_data, {4, 2});
+    so2m = Make(so2m_data.data(), kDLInt, 64, {2});
+    so2c = F64(&so2c_data, {2});
+    so2k = Make(so2k_data.data(), kDLInt, 64, {2});
+    cd = F64(&cd_data, {4, 4});
+    ff_opt.dim = 2;
+    ff_opt.num_frequencies = 4;
+    so2_opt.num_terms = 2;
+    so2_opt.max_scale = 4.0;
+    so2_opt.max_k = 3;
+    so2_opt.polar = 1;
+    for (gpe_shifted_basis_options& a : sh_axes) {
+      a.num_shifts = 4;
+      a.width = 0.3;
+    }
+    Ok(gpe_fourier_features_create(&ff_opt, &fourier));
+    Ok(gpe_spherical_harmonics_create(1, &harmonics));
+    Ok(gpe_so2_bessel_create_sampled(&so2_opt, &so2));
   }
   ~Fixture() {
     gpe_so_rep_destroy(rep);
@@ -314,6 +363,10 @@ struct Fixture {
     gpe_grape_m_destroy(grape);
     gpe_algebraic_sequence_destroy(alg);
     gpe_learned_positions_destroy(learned);
+    gpe_coordinate_encoder_destroy(fourier);
+    gpe_coordinate_encoder_destroy(harmonics);
+    gpe_coordinate_encoder_destroy(so2);
+    gpe_coordinate_encoder_destroy(made);
   }
   static void Ok(gpe_status s) { ASSERT_EQ(s, GPE_OK) << gpe_last_error_message(); }
 
@@ -344,6 +397,13 @@ struct Fixture {
   gpe_status Shift() { return gpe_shifted_basis_encode(&shift_opt, &coords, &psi); }
   gpe_status Fit() { return gpe_inr_fit_separable_2d(&fit_opt, &psi, &psi, &image, &w); }
   gpe_status Predict() { return gpe_inr_predict_separable_2d(&psi, &psi, &w, &pred); }
+  gpe_status FourierCreate() { return gpe_fourier_features_create(&ff_opt, &made); }
+  gpe_status Encode() { return gpe_coordinate_encode(fourier, &pts, &feat); }
+  gpe_status Backward() { return gpe_coordinate_backward(fourier, &pts, &gfeat, &gpts); }
+  gpe_status So2Sampled() { return gpe_so2_bessel_create_sampled(&so2_opt, &made); }
+  gpe_status So2Explicit() { return gpe_so2_bessel_create(&so2m, &so2c, &so2k, 0, &made); }
+  gpe_status ShiftedEncoder() { return gpe_shifted_encoder_create(GPE_SHIFTED_COMPLEX, sh_axes, 2, &made); }
+  gpe_status Laplacian() { return gpe_laplacian_eigenvectors(&lap_opt, 4, &ledges, &lw, &lvals, &lvecs); }
 };
 
 using Run = std::function<gpe_status(Fixture&)>;
@@ -912,6 +972,189 @@ std::map<std::string, Case> Cases() {
     f.attn.t_gtable.shape = f.attn.shapes.back().data();
     return f.attn.BackwardV2(&f.attn.t_gtable, nullptr);
   });
+  add("fit_rcond_negative", "gpe_inr_fit_separable_2d", [](Fixture& f) { f.fit_opt.rcond = -1e-3; return f.Fit(); });
+  add("fit_rcond_one", "gpe_inr_fit_separable_2d", [](Fixture& f) { f.fit_opt.rcond = 1.0; return f.Fit(); });
+  e = "gpe_inr_condition_number";
+  add("cond_out_null", e, [](Fixture& f) { return gpe_inr_condition_number(&f.psi, nullptr); });
+  add("cond_psi_nan", e, [](Fixture& f) { f.psi_data[3] = kNaN; return gpe_inr_condition_number(&f.psi, &f.f64); });
+  add("cond_psi_empty", e, [](Fixture& f) {
+    f.shapes.push_back({0, 4});
+    f.psi.shape = f.shapes.back().data();
+    return gpe_inr_condition_number(&f.psi, &f.f64);
+  });
+
+  // -- Coordinate encoders, graph encodings, embedder analysis (coordinate.cc) --
+  e = "gpe_fourier_features_create";
+  add("ff_out_null", e, [](Fixture& f) { return gpe_fourier_features_create(&f.ff_opt, nullptr); });
+  add("ff_options_null", e, [](Fixture& f) { return gpe_fourier_features_create(nullptr, &f.made); });
+  add("ff_struct_size_newer", e, [](Fixture& f) { f.ff_opt.struct_size += 8; return f.FourierCreate(); });
+  add("ff_kind_unknown", e, [](Fixture& f) { f.ff_opt.kind = 5; return f.FourierCreate(); });
+  add("ff_num_frequencies_0", e, [](Fixture& f) { f.ff_opt.num_frequencies = 0; return f.FourierCreate(); });
+  add("ff_dim_huge", e, [](Fixture& f) { f.ff_opt.dim = kHuge; return f.FourierCreate(); });
+  add("ff_scale_nan", e, [](Fixture& f) { f.ff_opt.scale = kNaN; return f.FourierCreate(); });
+  add("ff_gaussian_scale_0", e, [](Fixture& f) { f.ff_opt.scale = 0.0; return f.FourierCreate(); });
+  add("ff_convention_unknown", e, [](Fixture& f) { f.ff_opt.convention = 2; return f.FourierCreate(); });
+  add("ff_txt_dim_3", e, [](Fixture& f) {
+    f.ff_opt.kind = GPE_FOURIER_TXT;
+    f.ff_opt.dim = 3;
+    return f.FourierCreate();
+  });
+  e = "gpe_fourier_features_create_from_frequencies";
+  add("fff_frequencies_inf", e, [](Fixture& f) {
+    f.freq_data[1] = kInf;
+    return gpe_fourier_features_create_from_frequencies(&f.freq, GPE_FREQUENCY_TWO_PI, &f.made);
+  });
+  add("fff_frequencies_empty", e, [](Fixture& f) {
+    f.shapes.push_back({0, 2});
+    f.freq.shape = f.shapes.back().data();
+    return gpe_fourier_features_create_from_frequencies(&f.freq, GPE_FREQUENCY_TWO_PI, &f.made);
+  });
+  add("fff_convention_unknown", e, [](Fixture& f) {
+    return gpe_fourier_features_create_from_frequencies(&f.freq, -1, &f.made);
+  });
+  e = "gpe_fourier_features_angular_frequencies";
+  add("ffw_not_fourier", e, [](Fixture& f) { return gpe_fourier_features_angular_frequencies(f.harmonics, &f.pts); });
+  add("ffw_out_wrong_shape", e, [](Fixture& f) { return gpe_fourier_features_angular_frequencies(f.fourier, &f.feat); });
+  e = "gpe_coordinate_encoder_dims";
+  add("dims_encoder_null", e, [](Fixture& f) { return gpe_coordinate_encoder_dims(nullptr, &f.i64, &f.j64); });
+  e = "gpe_coordinate_encode";
+  add("encode_encoder_null", e, [](Fixture& f) { return gpe_coordinate_encode(nullptr, &f.pts, &f.feat); });
+  add("encode_points_nan", e, [](Fixture& f) { f.pts_data[3] = kNaN; return f.Encode(); });
+  add("encode_points_empty", e, [](Fixture& f) {
+    f.shapes.push_back({0, 2});
+    f.pts.shape = f.shapes.back().data();
+    return f.Encode();
+  });
+  add("encode_points_wrong_width", e, [](Fixture& f) { return gpe_coordinate_encode(f.fourier, &f.cd, &f.feat); });
+  add("encode_points_int64", e, [](Fixture& f) { return gpe_coordinate_encode(f.fourier, &f.ledges, &f.feat); });
+  add("encode_features_wrong_shape", e, [](Fixture& f) { return gpe_coordinate_encode(f.fourier, &f.pts, &f.gpts); });
+  add("encode_features_overlap_points", e, [](Fixture& f) {
+    f.pts_data.resize(32, 0.3);
+    f.pts.data = f.feat.data = f.pts_data.data();
+    return f.Encode();
+  });
+  add("encode_harmonics_zero_direction", e, [](Fixture& f) {
+    f.pts_data.assign(12, 0.0);  // [4, 3] zero vectors: no direction
+    f.shapes.push_back({4, 3});
+    f.pts.shape = f.shapes.back().data();
+    f.pts.data = f.pts_data.data();
+    return gpe_coordinate_encode(f.harmonics, &f.pts, &f.cd);
+  });
+  add("encode_so2_negative_radius", e, [](Fixture& f) {
+    f.pts_data[2] = -0.5;  // point 1: (r, theta) = (-0.5, 0.3)
+    return gpe_coordinate_encode(f.so2, &f.pts, &f.cd);
+  });
+  e = "gpe_coordinate_backward";
+  add("backward_grad_wrong_shape", e, [](Fixture& f) {
+    return gpe_coordinate_backward(f.fourier, &f.pts, &f.cd, &f.gpts);
+  });
+  add("backward_grad_nan", e, [](Fixture& f) { f.gfeat_data[5] = kNaN; return f.Backward(); });
+  add("backward_grad_points_wrong_shape", e, [](Fixture& f) {
+    return gpe_coordinate_backward(f.fourier, &f.pts, &f.gfeat, &f.lvals);
+  });
+  add("backward_grad_points_overlap_grad", e, [](Fixture& f) {
+    f.gpts.data = f.gfeat_data.data();
+    return f.Backward();
+  });
+  e = "gpe_so2_bessel_create_sampled";
+  add("so2_options_null", e, [](Fixture& f) { return gpe_so2_bessel_create_sampled(nullptr, &f.made); });
+  add("so2_struct_size_newer", e, [](Fixture& f) { f.so2_opt.struct_size += 8; return f.So2Sampled(); });
+  add("so2_polar_2", e, [](Fixture& f) { f.so2_opt.polar = 2; return f.So2Sampled(); });
+  add("so2_num_terms_0", e, [](Fixture& f) { f.so2_opt.num_terms = 0; return f.So2Sampled(); });
+  add("so2_max_k_1", e, [](Fixture& f) { f.so2_opt.max_k = 1; return f.So2Sampled(); });
+  add("so2_order_21", e, [](Fixture& f) { f.so2_opt.order_m = 21; return f.So2Sampled(); });
+  add("so2_max_scale_inf", e, [](Fixture& f) { f.so2_opt.max_scale = kInf; return f.So2Sampled(); });
+  e = "gpe_so2_bessel_create";
+  add("so2e_lengths_differ", e, [](Fixture& f) { return gpe_so2_bessel_create(&f.so2m, &f.bx, &f.so2k, 0, &f.made); });
+  add("so2e_scale_negative", e, [](Fixture& f) { f.so2c_data[1] = -1.0; return f.So2Explicit(); });
+  add("so2e_order_negative", e, [](Fixture& f) { f.so2m_data[0] = -1; return f.So2Explicit(); });
+  add("so2e_weight_huge", e, [](Fixture& f) { f.so2k_data[0] = int64_t{1} << 40; return f.So2Explicit(); });
+  add("so2e_empty", e, [](Fixture& f) {
+    f.shapes.push_back({0});
+    f.so2m.shape = f.so2c.shape = f.so2k.shape = f.shapes.back().data();
+    return f.So2Explicit();
+  });
+  add("so2e_orders_float", e, [](Fixture& f) { return gpe_so2_bessel_create(&f.so2c, &f.so2c, &f.so2k, 0, &f.made); });
+  e = "gpe_so2_bessel_terms";
+  add("so2t_not_so2", e, [](Fixture& f) { return gpe_so2_bessel_terms(f.fourier, &f.so2m, nullptr, nullptr); });
+  add("so2t_wrong_shape", e, [](Fixture& f) { return gpe_so2_bessel_terms(f.so2, nullptr, &f.bx, nullptr); });
+  e = "gpe_bessel_j";
+  add("bessel_x_negative", e, [](Fixture& f) { f.bx_data[1] = -1.0; return gpe_bessel_j(0, &f.bx, &f.bo); });
+  add("bessel_x_nan", e, [](Fixture& f) { f.bx_data[2] = kNaN; return gpe_bessel_j(0, &f.bx, &f.bo); });
+  add("bessel_order_21", e, [](Fixture& f) { return gpe_bessel_j(21, &f.bx, &f.bo); });
+  add("bessel_out_wrong_shape", e, [](Fixture& f) { return gpe_bessel_j(0, &f.bx, &f.lvals); });
+  e = "gpe_shifted_encoder_create";
+  add("shenc_out_null", e, [](Fixture& f) { return gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, f.sh_axes, 2, nullptr); });
+  add("shenc_form_unknown", e, [](Fixture& f) { return gpe_shifted_encoder_create(2, f.sh_axes, 2, &f.made); });
+  add("shenc_axes_null", e, [](Fixture& f) { return gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, nullptr, 2, &f.made); });
+  add("shenc_num_axes_0", e, [](Fixture& f) { return gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, f.sh_axes, 0, &f.made); });
+  add("shenc_axis_width_negative", e, [](Fixture& f) { f.sh_axes[1].width = -0.3; return f.ShiftedEncoder(); });
+  add("shenc_axis_kind_unknown", e, [](Fixture& f) { f.sh_axes[0].kind = 6; return f.ShiftedEncoder(); });
+  add("shenc_axis_struct_size_small", e, [](Fixture& f) { f.sh_axes[1].struct_size = 8; return f.ShiftedEncoder(); });
+  add("shenc_complex_too_many_features", e, [](Fixture& f) {
+    for (gpe_shifted_basis_options& a : f.sh_axes) a.num_shifts = 1 << 14;  // 2^28 > 2^26
+    return f.ShiftedEncoder();
+  });
+  e = "gpe_spherical_harmonics_create";
+  add("sh_out_null", e, [](Fixture&) { return gpe_spherical_harmonics_create(2, nullptr); });
+  add("sh_degree_65", e, [](Fixture& f) { return gpe_spherical_harmonics_create(65, &f.made); });
+  add("sh_degree_negative", e, [](Fixture& f) { return gpe_spherical_harmonics_create(-1, &f.made); });
+  e = "gpe_laplacian_eigenvectors";
+  add("lap_options_null", e, [](Fixture& f) {
+    return gpe_laplacian_eigenvectors(nullptr, 4, &f.ledges, &f.lw, &f.lvals, &f.lvecs);
+  });
+  add("lap_struct_size_newer", e, [](Fixture& f) { f.lap_opt.struct_size += 8; return f.Laplacian(); });
+  add("lap_kind_unknown", e, [](Fixture& f) { f.lap_opt.kind = 2; return f.Laplacian(); });
+  add("lap_num_nodes_0", e, [](Fixture& f) {
+    return gpe_laplacian_eigenvectors(&f.lap_opt, 0, &f.ledges, &f.lw, &f.lvals, &f.lvecs);
+  });
+  add("lap_num_nodes_too_many", e, [](Fixture& f) {
+    f.lvecs_data.assign(5000 * 2, 0.0);  // [5000, 2]: above the dense solver's 4096 nodes
+    f.lvecs = f.F64(&f.lvecs_data, {5000, 2});
+    return gpe_laplacian_eigenvectors(&f.lap_opt, 5000, &f.ledges, &f.lw, &f.lvals, &f.lvecs);
+  });
+  add("lap_edge_out_of_range", e, [](Fixture& f) { f.ledges_data[3] = 4; return f.Laplacian(); });
+  add("lap_self_loop", e, [](Fixture& f) { f.ledges_data[1] = 0; return f.Laplacian(); });
+  add("lap_weight_zero", e, [](Fixture& f) { f.lw_data[2] = 0.0; return f.Laplacian(); });
+  add("lap_weight_nan", e, [](Fixture& f) { f.lw_data[2] = kNaN; return f.Laplacian(); });
+  add("lap_weights_wrong_length", e, [](Fixture& f) {
+    return gpe_laplacian_eigenvectors(&f.lap_opt, 4, &f.ledges, &f.bx, &f.lvals, &f.lvecs);
+  });
+  add("lap_edges_wrong_width", e, [](Fixture& f) {
+    f.shapes.push_back({2, 4});
+    f.ledges.shape = f.shapes.back().data();
+    return f.Laplacian();
+  });
+  add("lap_eigenvalues_empty", e, [](Fixture& f) {
+    f.shapes.push_back({0});
+    f.lvals.shape = f.shapes.back().data();
+    return f.Laplacian();
+  });
+  add("lap_k_above_num_nodes", e, [](Fixture& f) {
+    f.lap_opt.skip_first = 1;  // k = 4 pairs after skipping one needs 5 > 4 nodes
+    return gpe_laplacian_eigenvectors(&f.lap_opt, 4, &f.ledges, nullptr, &f.lw, &f.cd);
+  });
+  add("lap_eigenvectors_wrong_shape", e, [](Fixture& f) {
+    return gpe_laplacian_eigenvectors(&f.lap_opt, 4, &f.ledges, &f.lw, &f.lvals, &f.cd);
+  });
+  e = "gpe_embedded_distance_matrix";
+  add("edm_spacing_0", e, [](Fixture& f) { return gpe_embedded_distance_matrix(&f.feat, 0.0, &f.cd); });
+  add("edm_features_nan", e, [](Fixture& f) { f.feat_data[9] = kNaN; return gpe_embedded_distance_matrix(&f.feat, 1.0, &f.cd); });
+  add("edm_out_wrong_shape", e, [](Fixture& f) { return gpe_embedded_distance_matrix(&f.feat, 1.0, &f.lvecs); });
+  add("edm_features_empty", e, [](Fixture& f) {
+    f.shapes.push_back({4, 0});
+    f.feat.shape = f.shapes.back().data();
+    return gpe_embedded_distance_matrix(&f.feat, 1.0, &f.cd);
+  });
+  e = "gpe_embedder_stable_rank";
+  add("esr_out_null", e, [](Fixture&) { return gpe_embedder_stable_rank(GPE_EMBEDDER_GAUSSIAN, 0.1, 10, nullptr); });
+  add("esr_embedder_unknown", e, [](Fixture& f) { return gpe_embedder_stable_rank(4, 0.1, 10, &f.f64); });
+  add("esr_parameter_negative", e, [](Fixture& f) { return gpe_embedder_stable_rank(GPE_EMBEDDER_TRIANGLE, -0.1, 10, &f.f64); });
+  add("esr_num_points_0", e, [](Fixture& f) { return gpe_embedder_stable_rank(GPE_EMBEDDER_RFF, 2.0, 0, &f.f64); });
+  e = "gpe_embedder_distance";
+  add("ed_out_null", e, [](Fixture&) { return gpe_embedder_distance(GPE_EMBEDDER_GAUSSIAN, 0.1, 0.0, nullptr); });
+  add("ed_delta_nan", e, [](Fixture& f) { return gpe_embedder_distance(GPE_EMBEDDER_GAUSSIAN, 0.1, kNaN, &f.f64); });
+  add("ed_width_0", e, [](Fixture& f) { return gpe_embedder_distance(GPE_EMBEDDER_RECTANGLE, 0.0, 0.1, &f.f64); });
   return c;
 }
 

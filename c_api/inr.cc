@@ -141,6 +141,10 @@ gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options, co
     gpe::inr::SeparableFitOptions fit;
     fit.lambda = options->lambda;
     fit.float32_image_products = options->float32_image_products != 0;
+    // rcond was appended after 0.3.0: structs from older headers end before it.
+    if (options->struct_size >= offsetof(gpe_separable_fit_options, rcond) + sizeof(double)) {
+      fit.rcond = options->rcond;
+    }
     absl::StatusOr<std::vector<RowMatrixXd>> weights =
         gpe::inr::FitSeparable2D(*py, *px, std::vector<RowMatrixXd>{*s}, fit);
     if (!weights.ok()) {

@@ -54,6 +54,14 @@ absl::Status CheckMatrix(const MatrixRef& m, const char* what) {
   return absl::OkStatus();
 }
 
+absl::Status CheckRcond(double rcond) {
+  if (!std::isfinite(rcond) || rcond < 0.0 || rcond >= 1.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rcond must be finite and in [0, 1); got ", rcond));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckLambda(double lambda) {
   if (!std::isfinite(lambda) || lambda < 0.0) {
     return absl::InvalidArgumentError(
@@ -340,10 +348,46 @@ RowMatrixXd FitChannel(const BlockedFactor& fy, const BlockedFactor& fx, const M
 
 }  // namespace
 
-absl::StatusOr<RowMatrixXd> RidgePinvTransposed(const MatrixRef& psi, double lambda) {
+namespace {
+
+// A^T = U diag(f(s)) V^T, f(s) = s / (s^2 + lambda) above rcond * s_max, else 0
+// (closed_form.h, rank-revealing route). Inputs already validated, rcond > 0.
+absl::StatusOr<RowMatrixXd> TruncatedPinvTransposed(const MatrixRef& psi, double lambda,
+                                                    double rcond) {
+  const Eigen::MatrixXd p = psi;
+  Eigen::BDCSVD<Eigen::MatrixXd> svd(p, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  const Eigen::VectorXd& sv = svd.singularValues();  // descending
+  if (sv.size() == 0 || !(sv[0] > 0.0)) {
+    return absl::FailedPreconditionError(
+        "the encoding factor is all zeros: no coordinate touches any basis function");
+  }
+  const double cut = rcond * sv[0];
+  Eigen::VectorXd f = Eigen::VectorXd::Zero(sv.size());
+  for (int64_t i = 0; i < sv.size(); ++i) {
+    if (sv[i] > cut) f[i] = sv[i] / (sv[i] * sv[i] + lambda);
+  }
+  RowMatrixXd a_t = svd.matrixU() * f.asDiagonal() * svd.matrixV().transpose();
+  return a_t;
+}
+
+}  // namespace
+
+absl::StatusOr<double> ConditionNumber(const MatrixRef& psi) {
+  if (absl::Status s = CheckMatrix(psi, "encoding factor Psi"); !s.ok()) return s;
+  if (psi.cols() > psi.rows()) return std::numeric_limits<double>::infinity();
+  const Eigen::MatrixXd p = psi;
+  const Eigen::VectorXd sv = Eigen::BDCSVD<Eigen::MatrixXd>(p).singularValues();
+  if (!(sv[sv.size() - 1] > 0.0)) return std::numeric_limits<double>::infinity();
+  return sv[0] / sv[sv.size() - 1];
+}
+
+absl::StatusOr<RowMatrixXd> RidgePinvTransposed(const MatrixRef& psi, double lambda,
+                                                double rcond) {
   absl::Status s = CheckMatrix(psi, "encoding factor Psi");
   if (!s.ok()) return s;
   if (!(s = CheckLambda(lambda)).ok()) return s;
+  if (!(s = CheckRcond(rcond)).ok()) return s;
+  if (rcond > 0.0) return TruncatedPinvTransposed(psi, lambda, rcond);
   EnsureBlasKernels();
   const int n = static_cast<int>(psi.rows());
   const int k = static_cast<int>(psi.cols());
@@ -378,6 +422,7 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
                                                         const SeparableFitOptions& options) {
   const double lambda = options.lambda;
   if (channels.empty()) return absl::InvalidArgumentError("no channels to fit");
+  if (absl::Status s = CheckRcond(options.rcond); !s.ok()) return s;
   for (size_t c = 0; c < channels.size(); ++c) {
     absl::Status s = CheckMatrix(channels[c], "image channel");
     if (!s.ok()) return s;
@@ -387,6 +432,25 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
           "; the factors encode ", psi_y.rows(), " rows (y) and ", psi_x.rows(),
           " columns (x)"));
     }
+  }
+  if (options.rcond > 0.0) {
+    // Rank-revealing route: W = A_y S A_x^T from the truncated-SVD pseudo-inverses.
+    absl::StatusOr<RowMatrixXd> ay_t = RidgePinvTransposed(psi_y, lambda, options.rcond);
+    if (!ay_t.ok()) return ay_t.status();
+    absl::StatusOr<RowMatrixXd> ax_t = SameMatrix(psi_y, psi_x)
+                                           ? ay_t
+                                           : RidgePinvTransposed(psi_x, lambda, options.rcond);
+    if (!ax_t.ok()) return ax_t.status();
+    std::vector<RowMatrixXd> weights;
+    for (const RowMatrixXd& s : channels) {
+      const int64_t ny = s.rows(), nx = s.cols(), ky = ay_t->cols(), kx = ax_t->cols();
+      RowMatrixXd t(ky, nx);  // A_y S
+      Gemm(true, false, ky, nx, ny, ay_t->data(), ky, s.data(), nx, t.data(), nx);
+      RowMatrixXd w(ky, kx);  // (A_y S) A_x^T
+      Gemm(false, false, ky, kx, nx, t.data(), nx, ax_t->data(), kx, w.data(), kx);
+      weights.push_back(std::move(w));
+    }
+    return weights;
   }
   absl::StatusOr<BlockedFactor> fy = PrepareFactor(psi_y, lambda);
   if (!fy.ok()) return fy.status();
@@ -464,7 +528,7 @@ Tensor3 ModeProducts(const Tensor3& x, const std::array<const RowMatrixXd*, 3>& 
 }  // namespace
 
 absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, const Tensor3& v,
-                                       double lambda) {
+                                       double lambda, double rcond) {
   absl::Status s = CheckTensor(v, "volume");
   if (!s.ok()) return s;
   std::array<RowMatrixXd, 3> a_t;
@@ -474,7 +538,7 @@ absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, co
                                                      " coordinates; the volume has ", v.dims[d],
                                                      " along axis ", d));
     }
-    absl::StatusOr<RowMatrixXd> a = RidgePinvTransposed(psi[d], lambda);
+    absl::StatusOr<RowMatrixXd> a = RidgePinvTransposed(psi[d], lambda, rcond);
     if (!a.ok()) return a.status();
     a_t[d] = std::move(*a);
   }

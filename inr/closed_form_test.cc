@@ -1,6 +1,7 @@
 #include "inr/closed_form.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -200,6 +201,104 @@ TEST(ClosedForm, SingularAndBadInputsAreReported) {
   t.data.assign(7, 0.0);
   std::array<RowMatrixXd, 3> f = {psi, psi, psi};
   EXPECT_EQ(FitSeparable3D(f, t, 0.0).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Independent oracle for the rank-revealing route: the minimum-norm least-squares
+// solution of the materialised Kronecker system, by Eigen's complete orthogonal
+// decomposition (a different factorisation from the BDCSVD the solver uses).
+Eigen::VectorXd MinNormKronecker(const RowMatrixXd& psi_y, const RowMatrixXd& psi_x,
+                                 const RowMatrixXd& s) {
+  const int64_t ny = psi_y.rows(), nx = psi_x.rows(), ky = psi_y.cols(), kx = psi_x.cols();
+  Eigen::MatrixXd kron(ny * nx, ky * kx);
+  Eigen::VectorXd rhs(ny * nx);
+  for (int64_t i = 0; i < ny; ++i) {
+    for (int64_t j = 0; j < nx; ++j) {
+      rhs[i * nx + j] = s(i, j);
+      for (int64_t a = 0; a < ky; ++a) {
+        for (int64_t b = 0; b < kx; ++b) kron(i * nx + j, a * kx + b) = psi_y(i, a) * psi_x(j, b);
+      }
+    }
+  }
+  return kron.completeOrthogonalDecomposition().solve(rhs);
+}
+
+TEST(ClosedForm, RcondRouteGivesTheMinimumNormSolutionOfRankDeficientFactors) {
+  std::mt19937_64 rng(11);
+  // Rank deficient in two ways: more shifts than coordinates (psi_y: 6 x 10, rank 6) and
+  // an exactly repeated column (psi_x: column 4 = column 1, rank 4 of 5).
+  const RowMatrixXd psi_y = GaussianFactor(6, 10, 0.08);
+  RowMatrixXd psi_x = GaussianFactor(9, 5, 0.12);
+  psi_x.col(4) = psi_x.col(1);
+  const RowMatrixXd s = Random(6, 9, rng);
+  SeparableFitOptions cholesky;
+  EXPECT_EQ(FitSeparable2D(psi_y, psi_x, {s}, cholesky).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  SeparableFitOptions svd;
+  svd.rcond = 1e-10;
+  absl::StatusOr<std::vector<RowMatrixXd>> w = FitSeparable2D(psi_y, psi_x, {s}, svd);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const Eigen::VectorXd oracle = MinNormKronecker(psi_y, psi_x, s);
+  double worst = 0;
+  for (int64_t a = 0; a < 10; ++a) {
+    for (int64_t b = 0; b < 5; ++b) worst = std::max(worst, std::abs((*w)[0](a, b) - oracle[a * 5 + b]));
+  }
+  // Kept singular values are >= ~1e-3 s_max here (the dropped ones are exact zeros, at
+  // rounding level ~1e-16 s_max, far below rcond): both routes agree to ~cond eps, 1e-9
+  // with margin; a solver that kept a rounding-level direction would be off by ~1e12.
+  EXPECT_LT(worst, 1e-9 * oracle.cwiseAbs().maxCoeff());
+  EXPECT_EQ(*ConditionNumber(psi_y), std::numeric_limits<double>::infinity());  // K > n
+  EXPECT_GT(*ConditionNumber(psi_x), 1e12);  // a repeated column: s_min at rounding level
+  EXPECT_EQ(FitSeparable2D(psi_y, psi_x, {s}, SeparableFitOptions{0.0, false, 1.0}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitSeparable2D(psi_y, psi_x, {s}, SeparableFitOptions{0.0, false, NAN}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The 3D route takes the same rcond.
+  Tensor3 v;
+  v.dims = {6, 9, 9};
+  v.data.assign(6 * 9 * 9, 0.5);
+  EXPECT_EQ(FitSeparable3D({psi_y, psi_x, psi_x}, v, 0.0).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(FitSeparable3D({psi_y, psi_x, psi_x}, v, 0.0, 1e-10).ok());
+}
+
+// Fourier features at linearly spaced frequencies up to the training grid's Nyquist rate
+// (Zheng et al.'s LinF, eq. 50, as `gpe inr zheng-table1` sets it up): numerically
+// full rank but ill-conditioned. The exact (lambda = rcond = 0) minimiser interpolates
+// the samples through weights that explode between them; the report is the condition
+// number, and rcond bounds the weights: |W|_F <= |S|_F / (rcond s_max)^2.
+TEST(ClosedForm, IllConditionedFourierFactorIsReportedAndRcondBoundsTheWeights) {
+  const int64_t n = 64, f = 32;  // n coordinates, 2f = n features: square factor
+  RowMatrixXd psi(n, 2 * f);
+  for (int64_t j = 0; j < n; ++j) {
+    const double x = -1.0 + (2.0 * j + 1.0) / n;  // spacing 2 / n: Nyquist n / 4 cycles
+    for (int64_t i = 0; i < f; ++i) {
+      const double b = ((f - i) + i * (n / 4.0)) / f;  // eq. 50 with 2^sigma = n / 4
+      psi(j, i) = std::cos(2 * M_PI * b * x);
+      psi(j, f + i) = std::sin(2 * M_PI * b * x);
+    }
+  }
+  const double cond = *ConditionNumber(psi);
+  const Eigen::VectorXd sv = Eigen::BDCSVD<Eigen::MatrixXd>(Eigen::MatrixXd(psi)).singularValues();
+  // Independent: Eigen's JacobiSVD (one-sided Jacobi, not divide and conquer); the two
+  // agree to ~cond eps relative, 1e-6 with margin.
+  const Eigen::VectorXd jsv = Eigen::JacobiSVD<Eigen::MatrixXd>(Eigen::MatrixXd(psi)).singularValues();
+  EXPECT_NEAR(cond, jsv[0] / jsv[jsv.size() - 1], 1e-6 * cond);
+  EXPECT_GT(cond, 1e2);  // ill-conditioned compared with a Gaussian basis (~1e2 at K = n)
+  std::mt19937_64 rng(5);
+  const RowMatrixXd s = RowMatrixXd::Ones(n, n) + 0.01 * Random(n, n, rng);
+  const double rcond = 1e-1;
+  SeparableFitOptions o;
+  o.rcond = rcond;
+  absl::StatusOr<std::vector<RowMatrixXd>> w = FitSeparable2D(psi, psi, {s}, o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const double bound = s.norm() / std::pow(rcond * sv[0], 2);
+  EXPECT_LE((*w)[0].norm(), bound * (1 + 1e-12));
+  // And the bound is the point: the exact minimiser's weights exceed it (it keeps the
+  // directions below rcond, amplified by up to cond^2).
+  absl::StatusOr<RowMatrixXd> exact = FitSeparable2D(psi, psi, s, 0.0);
+  if (exact.ok()) {
+    EXPECT_GT(exact->norm(), (*w)[0].norm());
+  }
 }
 
 TEST(Metrics, MseAndPsnr) {

@@ -9,6 +9,10 @@ from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
 from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bias
 from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
+from gpe.coordinate import (CoordinateEncoder, FourierFeatures, ShiftedEncoder, So2Bessel,
+                            SphericalHarmonics, bessel_j, condition_number,
+                            embedded_distance_matrix, embedder_distance, embedder_stable_rank,
+                            laplacian_eigenvectors)
 from gpe.sequence import (AlgebraicSequence, GrapeM, LearnedPositions, shaw_key_scores,
                           shaw_key_scores_backward, sinusoidal)
 from gpe.sequence import (AlgebraicGrid, AlgebraicTree, algebraic_periodic,  # noqa: F401
@@ -18,6 +22,17 @@ from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
 
 __all__ = [
+    "CoordinateEncoder",
+    "FourierFeatures",
+    "ShiftedEncoder",
+    "So2Bessel",
+    "SphericalHarmonics",
+    "bessel_j",
+    "condition_number",
+    "embedded_distance_matrix",
+    "embedder_distance",
+    "embedder_stable_rank",
+    "laplacian_eigenvectors",
     "AdditiveBias",
     "Alibi",
     "AlgebraicGrid",

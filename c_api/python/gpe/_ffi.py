@@ -99,7 +99,27 @@ class ShiftedBasisOptions(ctypes.Structure):
 
 class SeparableFitOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("float32_image_products", ctypes.c_int32),
-                ("lambda_", ctypes.c_double)]
+                ("lambda_", ctypes.c_double), ("rcond", ctypes.c_double)]
+
+
+# ---- Coordinate encoders, graph encodings, embedder analysis -------------------------
+class FourierFeaturesOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int32),
+                ("dim", ctypes.c_int64), ("num_frequencies", ctypes.c_int64),
+                ("scale", ctypes.c_double), ("convention", ctypes.c_int32),
+                ("seed", ctypes.c_uint64)]
+
+
+class So2BesselOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("polar", ctypes.c_int32),
+                ("num_terms", ctypes.c_int64), ("max_scale", ctypes.c_double),
+                ("max_k", ctypes.c_int32), ("order_m", ctypes.c_int32),
+                ("seed", ctypes.c_uint64)]
+
+
+class LaplacianOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int32),
+                ("skip_first", ctypes.c_int32)]
 
 
 class GrapeMOptions(ctypes.Structure):
@@ -341,6 +361,32 @@ def _declare(lib):
         "gpe_stable_rank": (st, [t, ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_fit_separable_2d": (st, [ctypes.POINTER(SeparableFitOptions), t, t, t, t]),
         "gpe_inr_predict_separable_2d": (st, [t, t, t, t]),
+        # Coordinate encoders, graph encodings, embedder analysis, conditioning.
+        "gpe_coordinate_encoder_destroy": (None, [p]),
+        "gpe_coordinate_encoder_dims": (st, [p, i64p, i64p]),
+        "gpe_coordinate_encode": (st, [p, t, t]),
+        "gpe_coordinate_backward": (st, [p, t, t, t]),
+        "gpe_fourier_features_create": (st, [ctypes.POINTER(FourierFeaturesOptions),
+                                             ctypes.POINTER(p)]),
+        "gpe_fourier_features_create_from_frequencies": (st, [t, ctypes.c_int32,
+                                                              ctypes.POINTER(p)]),
+        "gpe_fourier_features_angular_frequencies": (st, [p, t]),
+        "gpe_so2_bessel_create_sampled": (st, [ctypes.POINTER(So2BesselOptions),
+                                               ctypes.POINTER(p)]),
+        "gpe_so2_bessel_create": (st, [t, t, t, ctypes.c_int32, ctypes.POINTER(p)]),
+        "gpe_so2_bessel_terms": (st, [p, t, t, t]),
+        "gpe_bessel_j": (st, [ctypes.c_int32, t, t]),
+        "gpe_shifted_encoder_create": (st, [ctypes.c_int32, ctypes.POINTER(ShiftedBasisOptions),
+                                            ctypes.c_int64, ctypes.POINTER(p)]),
+        "gpe_spherical_harmonics_create": (st, [ctypes.c_int32, ctypes.POINTER(p)]),
+        "gpe_laplacian_eigenvectors": (st, [ctypes.POINTER(LaplacianOptions), ctypes.c_int64,
+                                            t, t, t, t]),
+        "gpe_embedded_distance_matrix": (st, [t, ctypes.c_double, t]),
+        "gpe_embedder_stable_rank": (st, [ctypes.c_int32, ctypes.c_double, ctypes.c_int64,
+                                          ctypes.POINTER(ctypes.c_double)]),
+        "gpe_embedder_distance": (st, [ctypes.c_int32, ctypes.c_double, ctypes.c_double,
+                                       ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_condition_number": (st, [t, ctypes.POINTER(ctypes.c_double)]),
         # Attention.
         "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
         "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,

@@ -50,13 +50,17 @@ def stable_rank(matrix):
     return r.value
 
 
-def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False):
-    """W [Ky, Kx] minimising |Psi_y W Psi_x^T - image|^2 with ridge lam on each factor."""
+def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False, rcond=0.0):
+    """W [Ky, Kx] minimising |Psi_y W Psi_x^T - image|^2 with ridge lam on each factor.
+
+    rcond > 0 takes each factor's pseudo-inverse from its SVD, dropping singular values
+    below rcond * s_max (NumPy's pinv(Psi, rcond) when lam = 0); rcond = 0 refuses
+    singular factors with a GpeError."""
     psi_y, psi_x = _f64(psi_y, "psi_y", 2), _f64(psi_x, "psi_x", 2)
     image = _f64(image, "image", 2)
     w = np.empty((psi_y.shape[1], psi_x.shape[1]), dtype=np.float64)
     o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions),
-                                 1 if float32_image_products else 0, lam)
+                                 1 if float32_image_products else 0, lam, rcond)
     ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, image, w)]
     check(lib().gpe_inr_fit_separable_2d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
     return w

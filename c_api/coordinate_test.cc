@@ -1,0 +1,370 @@
+// The coordinate encoders, graph encodings and embedder analysis through gpe.h
+// (coordinate.cc), compared with the C++ API of encodings/ (the same code, so exact
+// equality up to the copy through strided tensors) and with closed forms.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "encodings/analysis/distance_preservation.h"
+#include "encodings/coordinate/fourier_features.h"
+#include "encodings/coordinate/shifted_basis.h"
+#include "encodings/coordinate/so2_bessel.h"
+#include "encodings/coordinate/spherical_harmonics.h"
+#include "gpe/gpe.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+namespace enc = gpe::encodings;
+using RowMatrixXd = enc::RowMatrixXd;
+
+struct Tensors {
+  std::deque<std::vector<int64_t>> shapes, strides;
+  DLTensor Make(void* data, DLDataTypeCode code, std::vector<int64_t> shape,
+                std::vector<int64_t> stride = {}) {
+    shapes.push_back(std::move(shape));
+    strides.push_back(std::move(stride));
+    DLTensor t;
+    std::memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = static_cast<int32_t>(shapes.back().size());
+    t.dtype.code = static_cast<uint8_t>(code);
+    t.dtype.bits = 64;
+    t.dtype.lanes = 1;
+    t.shape = shapes.back().data();
+    t.strides = strides.back().empty() ? nullptr : strides.back().data();
+    return t;
+  }
+};
+
+void Ok(gpe_status s) { ASSERT_EQ(s, GPE_OK) << gpe_last_error_message(); }
+
+RowMatrixXd RandomPoints(int64_t n, int64_t d, double lo, double hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  RowMatrixXd p(n, d);
+  for (int64_t i = 0; i < p.size(); ++i) p.data()[i] = u(rng);
+  return p;
+}
+
+// Encodes `points` through the handle with a column-strided (transposed storage) points
+// tensor, and checks Backward the same way against the C++ encoder `ref`.
+void ExpectMatchesCpp(const gpe_coordinate_encoder* h, const enc::CoordinateEncoder& ref,
+                      const RowMatrixXd& points) {
+  int64_t d = 0, f = 0;
+  Ok(gpe_coordinate_encoder_dims(h, &d, &f));
+  ASSERT_EQ(d, ref.input_dim());
+  ASSERT_EQ(f, ref.output_dim());
+  const int64_t n = points.rows();
+  Tensors t;
+  // Column-major storage: strides {1, n} exercise the strided path.
+  Eigen::MatrixXd col_major = points;
+  DLTensor pt = t.Make(col_major.data(), kDLFloat, {n, d}, {1, n});
+  RowMatrixXd features(n, f);
+  DLTensor ft = t.Make(features.data(), kDLFloat, {n, f});
+  Ok(gpe_coordinate_encode(h, &pt, &ft));
+  const RowMatrixXd want = *ref.Encode(points);
+  // Same code on the same doubles: bit-identical.
+  EXPECT_EQ((features - want).cwiseAbs().maxCoeff(), 0.0);
+
+  RowMatrixXd g = RandomPoints(n, f, -1, 1, 99);
+  DLTensor gt = t.Make(g.data(), kDLFloat, {n, f});
+  RowMatrixXd gp(n, d);
+  DLTensor gpt = t.Make(gp.data(), kDLFloat, {n, d});
+  Ok(gpe_coordinate_backward(h, &pt, &gt, &gpt));
+  EXPECT_EQ((gp - *ref.Backward(points, g)).cwiseAbs().maxCoeff(), 0.0);
+}
+
+TEST(CoordinateC, FourierFeatureKindsMatchCpp) {
+  const RowMatrixXd p2 = RandomPoints(7, 2, -1, 1, 1);
+  struct Case {
+    int32_t kind;
+    double scale;
+    int32_t convention;
+    absl::StatusOr<enc::FourierFeatures> ref;
+  };
+  std::vector<Case> cases;
+  cases.push_back({GPE_FOURIER_GAUSSIAN, 3.0, GPE_FREQUENCY_TWO_PI,
+                   enc::FourierFeatures::Gaussian(2, 5, 3.0, enc::FrequencyConvention::kTwoPi, 17)});
+  cases.push_back({GPE_FOURIER_GAUSSIAN, 3.0, GPE_FREQUENCY_ANGULAR,
+                   enc::FourierFeatures::Gaussian(2, 5, 3.0, enc::FrequencyConvention::kAngular, 17)});
+  cases.push_back({GPE_FOURIER_LINEAR, 4.0, 0, enc::FourierFeatures::LinearlySpaced(2, 5, 4.0)});
+  cases.push_back({GPE_FOURIER_LOG_LINEAR, 4.0, 0, enc::FourierFeatures::LogLinearlySpaced(2, 5, 4.0)});
+  cases.push_back({GPE_FOURIER_NERF, 0.0, 0, enc::FourierFeatures::Nerf(2, 5)});
+  cases.push_back({GPE_FOURIER_TXT, 2.5, 0, enc::FourierFeatures::TxT(5, 2.5, 17)});
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.kind);
+    ASSERT_TRUE(c.ref.ok()) << c.ref.status();
+    gpe_fourier_features_options o = GPE_FOURIER_FEATURES_OPTIONS_INIT;
+    o.kind = c.kind;
+    o.dim = 2;
+    o.num_frequencies = 5;
+    o.scale = c.scale;
+    o.convention = c.convention;
+    o.seed = 17;
+    gpe_coordinate_encoder* h = nullptr;
+    Ok(gpe_fourier_features_create(&o, &h));
+    ExpectMatchesCpp(h, *c.ref, p2);
+    // The angular frequencies read back equal the C++ encoder's.
+    const RowMatrixXd& w = c.ref->angular_frequencies();
+    RowMatrixXd got(w.rows(), w.cols());
+    Tensors t;
+    DLTensor wt = t.Make(got.data(), kDLFloat, {w.rows(), w.cols()});
+    Ok(gpe_fourier_features_angular_frequencies(h, &wt));
+    EXPECT_EQ(got, w);
+    // A handle built from those frequencies (angular convention) encodes the same.
+    gpe_coordinate_encoder* h2 = nullptr;
+    Ok(gpe_fourier_features_create_from_frequencies(&wt, GPE_FREQUENCY_ANGULAR, &h2));
+    ExpectMatchesCpp(h2, *c.ref, p2);
+    gpe_coordinate_encoder_destroy(h2);
+    gpe_coordinate_encoder_destroy(h);
+  }
+}
+
+TEST(CoordinateC, So2BesselSampledAndExplicitTermsMatchCpp) {
+  gpe_so2_bessel_options o = GPE_SO2_BESSEL_OPTIONS_INIT;
+  o.num_terms = 6;
+  o.max_scale = 8.0;
+  o.max_k = 5;
+  o.order_m = 1;
+  o.seed = 4;
+  gpe_coordinate_encoder* h = nullptr;
+  Ok(gpe_so2_bessel_create_sampled(&o, &h));
+  const auto ref = enc::So2BesselEncoder::Sample(6, 8.0, 5, 1,
+                                                 enc::So2BesselEncoder::Input::kCartesian, 4);
+  ASSERT_TRUE(ref.ok());
+  ExpectMatchesCpp(h, *ref, RandomPoints(9, 2, -1, 1, 2));
+  std::vector<int64_t> m(6), k(6);
+  std::vector<double> c(6);
+  Tensors t;
+  DLTensor mt = t.Make(m.data(), kDLInt, {6}), ct = t.Make(c.data(), kDLFloat, {6}),
+           kt = t.Make(k.data(), kDLInt, {6});
+  Ok(gpe_so2_bessel_terms(h, &mt, &ct, &kt));
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(m[i], 1);
+    EXPECT_EQ(c[i], ref->terms()[i].radial_scale);
+    EXPECT_EQ(k[i], ref->terms()[i].angular_k);
+    EXPECT_GE(k[i], 1);
+    EXPECT_LE(k[i], 4);
+  }
+  // The same terms given explicitly, polar input.
+  gpe_coordinate_encoder* hp = nullptr;
+  Ok(gpe_so2_bessel_create(&mt, &ct, &kt, 1, &hp));
+  const auto ref_polar = enc::So2BesselEncoder::Create(ref->terms(), enc::So2BesselEncoder::Input::kPolar);
+  RowMatrixXd polar = RandomPoints(9, 2, 0, 3, 5);
+  ExpectMatchesCpp(hp, *ref_polar, polar);
+  // Terms of a non-SO(2) handle: a clear error.
+  gpe_coordinate_encoder* sh = nullptr;
+  Ok(gpe_spherical_harmonics_create(2, &sh));
+  EXPECT_EQ(gpe_so2_bessel_terms(sh, &mt, nullptr, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_coordinate_encoder_destroy(sh);
+  gpe_coordinate_encoder_destroy(hp);
+  gpe_coordinate_encoder_destroy(h);
+}
+
+TEST(CoordinateC, BesselJMatchesSeriesAndCpp) {
+  std::vector<double> x = {0.0, 0.5, 1.0, 2.404825557695773, 7.5, 30.0};
+  std::vector<double> out(x.size());
+  Tensors t;
+  DLTensor xt = t.Make(x.data(), kDLFloat, {6}), ot = t.Make(out.data(), kDLFloat, {6});
+  for (int m : {0, 1, 3}) {
+    Ok(gpe_bessel_j(m, &xt, &ot));
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(out[i], *enc::BesselJ(m, x[i]));
+  }
+  // J_0 at its first zero: |J_0| below 1e-15 (the constant has 16 digits).
+  Ok(gpe_bessel_j(0, &xt, &ot));
+  EXPECT_LT(std::abs(out[3]), 1e-15);
+  // Power series J_0(1) = sum (-1)^j / (j!)^2 4^j, 20 terms: converged to eps.
+  double s = 0, term = 1;
+  for (int j = 0; j < 20; ++j) {
+    s += term;
+    term *= -0.25 / ((j + 1.0) * (j + 1.0));
+  }
+  EXPECT_NEAR(out[2], s, 2e-16);
+  x[1] = -1.0;
+  EXPECT_EQ(gpe_bessel_j(0, &xt, &ot), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CoordinateC, ShiftedSimpleAndComplexMatchCpp) {
+  gpe_shifted_basis_options axes[3] = {GPE_SHIFTED_BASIS_OPTIONS_INIT, GPE_SHIFTED_BASIS_OPTIONS_INIT,
+                                       GPE_SHIFTED_BASIS_OPTIONS_INIT};
+  const int32_t kinds[3] = {GPE_SHIFTED_GAUSSIAN, GPE_SHIFTED_TRIANGLE, GPE_SHIFTED_SINE};
+  const int64_t shifts[3] = {5, 4, 3};
+  std::vector<enc::ShiftedBasis1D> bases;
+  for (int d = 0; d < 3; ++d) {
+    axes[d].kind = kinds[d];
+    axes[d].num_shifts = shifts[d];
+    axes[d].width = 0.3;
+    bases.push_back(*enc::ShiftedBasis1D::Create(static_cast<enc::ShiftedBasisKind>(kinds[d]),
+                                                 shifts[d], 0.3, 0.0, 1.0));
+  }
+  for (int dims : {2, 3}) {
+    std::vector<enc::ShiftedBasis1D> b(bases.begin(), bases.begin() + dims);
+    const RowMatrixXd p = RandomPoints(8, dims, 0, 1, 7);
+    gpe_coordinate_encoder* h = nullptr;
+    Ok(gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, axes, dims, &h));
+    ExpectMatchesCpp(h, *enc::SimpleShiftedEncoder::Create(b), p);
+    gpe_coordinate_encoder_destroy(h);
+    Ok(gpe_shifted_encoder_create(GPE_SHIFTED_COMPLEX, axes, dims, &h));
+    const auto complex = enc::ComplexShiftedEncoder::Create(b);
+    ExpectMatchesCpp(h, *complex, p);
+    // Complex = Kronecker product of the per-axis rows, axis 0 fastest (gpe.h).
+    RowMatrixXd features(8, complex->output_dim());
+    Tensors t;
+    RowMatrixXd pc = p;
+    DLTensor pt = t.Make(pc.data(), kDLFloat, {8, dims}), ft = t.Make(features.data(), kDLFloat, {8, complex->output_dim()});
+    Ok(gpe_coordinate_encode(h, &pt, &ft));
+    for (int64_t n = 0; n < 8; ++n) {
+      std::vector<RowMatrixXd> rows;
+      for (int d = 0; d < dims; ++d) rows.push_back(*b[d].Encode(std::vector<double>{p(n, d)}));
+      for (int64_t f = 0; f < complex->output_dim(); ++f) {
+        int64_t rest = f;
+        double want = 1;
+        for (int d = 0; d < dims; ++d) {
+          want *= rows[d](0, rest % shifts[d]);
+          rest /= shifts[d];
+        }
+        // A product of dims factors in a possibly different order: 4 eps relative.
+        EXPECT_NEAR(features(n, f), want, 4e-16 * std::abs(want) + 1e-300);
+      }
+    }
+    gpe_coordinate_encoder_destroy(h);
+  }
+}
+
+TEST(CoordinateC, SphericalHarmonicsMatchCppAndLowDegreeFormulas) {
+  gpe_coordinate_encoder* h = nullptr;
+  Ok(gpe_spherical_harmonics_create(3, &h));
+  const RowMatrixXd p = RandomPoints(6, 3, -1, 1, 3);
+  ExpectMatchesCpp(h, *enc::SphericalHarmonicsEncoder::Create(3), p);
+  RowMatrixXd f(6, 16);
+  Tensors t;
+  RowMatrixXd pc = p;
+  DLTensor pt = t.Make(pc.data(), kDLFloat, {6, 3}), ft = t.Make(f.data(), kDLFloat, {6, 16});
+  Ok(gpe_coordinate_encode(h, &pt, &ft));
+  for (int64_t n = 0; n < 6; ++n) {
+    const Eigen::Vector3d u = p.row(n).transpose().normalized();
+    // Y_00 = 1 / sqrt(4 pi); Y_1,{-1,0,1} = sqrt(3 / (4 pi)) (y, z, x) (no Condon-Shortley
+    // phase). Closed forms in a few flops: 1e-15 absolute.
+    EXPECT_NEAR(f(n, 0), 1 / std::sqrt(4 * M_PI), 1e-15);
+    const double c1 = std::sqrt(3 / (4 * M_PI));
+    EXPECT_NEAR(f(n, 1), c1 * u.y(), 1e-15);
+    EXPECT_NEAR(f(n, 2), c1 * u.z(), 1e-15);
+    EXPECT_NEAR(f(n, 3), c1 * u.x(), 1e-15);
+  }
+  // A zero vector has no direction: refused.
+  pc.row(2).setZero();
+  EXPECT_EQ(gpe_coordinate_encode(h, &pt, &ft), GPE_ERROR_INVALID_ARGUMENT);
+  gpe_coordinate_encoder_destroy(h);
+}
+
+TEST(CoordinateC, LaplacianEigenvectorsOfACycle) {
+  // C_n: eigenvalues 2 - 2 cos(2 pi j / n), each j and n - j a pair.
+  const int64_t n = 8, k = 5;
+  std::vector<int64_t> edges;
+  for (int64_t i = 0; i < n; ++i) {
+    edges.push_back(i);
+    edges.push_back((i + 1) % n);
+  }
+  std::vector<double> vals(k);
+  RowMatrixXd vecs(n, k);
+  Tensors t;
+  DLTensor et = t.Make(edges.data(), kDLInt, {n, 2}), vt = t.Make(vals.data(), kDLFloat, {k}),
+           vv = t.Make(vecs.data(), kDLFloat, {n, k});
+  gpe_laplacian_options o = GPE_LAPLACIAN_OPTIONS_INIT;
+  Ok(gpe_laplacian_eigenvectors(&o, n, &et, nullptr, &vt, &vv));
+  const double want[5] = {0, 2 - 2 * std::cos(2 * M_PI / n), 2 - 2 * std::cos(2 * M_PI / n),
+                          2 - 2 * std::cos(4 * M_PI / n), 2 - 2 * std::cos(4 * M_PI / n)};
+  // A dense symmetric eigensolver on an 8 x 8 matrix of norm 4: ~1e-15 absolute, 1e-12
+  // with margin.
+  for (int j = 0; j < k; ++j) EXPECT_NEAR(vals[j], want[j], 1e-12);
+  // Orthonormal columns, and L v = lambda v with L = D - A = 2 I - shifts.
+  EXPECT_LT((vecs.transpose() * vecs - Eigen::MatrixXd::Identity(k, k)).cwiseAbs().maxCoeff(), 1e-12);
+  for (int j = 0; j < k; ++j) {
+    for (int64_t i = 0; i < n; ++i) {
+      const double lv = 2 * vecs(i, j) - vecs((i + 1) % n, j) - vecs((i + n - 1) % n, j);
+      EXPECT_NEAR(lv, vals[j] * vecs(i, j), 1e-12);
+    }
+    // Sign convention (gpe.h): the first entry within 1e-9 relative of the largest
+    // magnitude is positive (a cycle's vectors tie at several entries).
+    const double top = vecs.col(j).cwiseAbs().maxCoeff();
+    int64_t first = 0;
+    while (std::abs(vecs(first, j)) < (1 - 1e-9) * top) ++first;
+    EXPECT_GT(vecs(first, j), 0);
+  }
+  // Weights of 2 double every eigenvalue.
+  std::vector<double> w(n, 2.0);
+  DLTensor wt = t.Make(w.data(), kDLFloat, {n});
+  std::vector<double> vals2(k);
+  DLTensor vt2 = t.Make(vals2.data(), kDLFloat, {k});
+  Ok(gpe_laplacian_eigenvectors(&o, n, &et, &wt, &vt2, &vv));
+  for (int j = 0; j < k; ++j) EXPECT_NEAR(vals2[j], 2 * want[j], 1e-12);
+  // A self-loop is refused.
+  edges[1] = 0;
+  EXPECT_EQ(gpe_laplacian_eigenvectors(&o, n, &et, nullptr, &vt, &vv), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CoordinateC, AnalysisMatchesFormulas) {
+  const RowMatrixXd f = RandomPoints(5, 7, -1, 1, 8);
+  RowMatrixXd d(5, 5);
+  Tensors t;
+  RowMatrixXd fc = f;
+  DLTensor ft = t.Make(fc.data(), kDLFloat, {5, 7}), dt = t.Make(d.data(), kDLFloat, {5, 5});
+  Ok(gpe_embedded_distance_matrix(&ft, 0.25, &dt));
+  // 7-term dot products, ~7 eps: 1e-14 absolute on values below 2.
+  EXPECT_LT((d - 0.25 * f * f.transpose()).cwiseAbs().maxCoeff(), 1e-14);
+  double v = 0;
+  // Zheng et al. eq. 23 and eq. 24, and the triangle/rectangle/RFF forms of the headers.
+  Ok(gpe_embedder_stable_rank(GPE_EMBEDDER_GAUSSIAN, 0.01, 1000, &v));
+  EXPECT_NEAR(v, 1 / (2 * std::sqrt(M_PI) * 0.01), 1e-12);
+  Ok(gpe_embedder_stable_rank(GPE_EMBEDDER_RFF, 4.0, 1000, &v));
+  EXPECT_NEAR(v, std::sqrt(2 * M_PI) * 4.0, 1e-12);
+  Ok(gpe_embedder_stable_rank(GPE_EMBEDDER_GAUSSIAN, 1e-6, 10, &v));
+  EXPECT_EQ(v, 10.0);  // capped at N
+  Ok(gpe_embedder_distance(GPE_EMBEDDER_GAUSSIAN, 0.1, 0.05, &v));
+  EXPECT_NEAR(v, std::sqrt(M_PI) * 0.1 * std::exp(-0.0025 / 0.04), 1e-15);
+  Ok(gpe_embedder_distance(GPE_EMBEDDER_RECTANGLE, 0.2, 0.05, &v));
+  EXPECT_NEAR(v, 0.15, 1e-15);
+  Ok(gpe_embedder_distance(GPE_EMBEDDER_TRIANGLE, 0.2, 0.0, &v));
+  EXPECT_NEAR(v, 0.2 / 3, 1e-15);  // int tri(2u / w)^2 du = w / 3
+  Ok(gpe_embedder_distance(GPE_EMBEDDER_RFF, 2.0, 0.1, &v));
+  EXPECT_NEAR(v, std::exp(-2 * M_PI * M_PI * 4 * 0.01), 1e-15);
+  EXPECT_EQ(gpe_embedder_distance(7, 2.0, 0.1, &v), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST(CoordinateC, InrConditionNumberAndRcondFit) {
+  // Psi = diag(1, 1e-3) padded with a zero row: cond 1e3 exactly (up to the SVD's eps).
+  std::vector<double> psi = {1, 0, 0, 1e-3, 0, 0};
+  Tensors t;
+  DLTensor pt = t.Make(psi.data(), kDLFloat, {3, 2});
+  double c = 0;
+  Ok(gpe_inr_condition_number(&pt, &c));
+  EXPECT_NEAR(c, 1e3, 1e-9);
+  // rcond 1e-2 drops the 1e-3 direction: W = [[s00, 0], [0, 0]] for S with s00 at (0,0).
+  std::vector<double> s(9, 0.0), w(4, -1.0);
+  s[0] = 2.0;
+  s[4] = 5.0;
+  DLTensor st = t.Make(s.data(), kDLFloat, {3, 3}), wt = t.Make(w.data(), kDLFloat, {2, 2});
+  gpe_separable_fit_options o = GPE_SEPARABLE_FIT_OPTIONS_INIT;
+  o.rcond = 1e-2;
+  Ok(gpe_inr_fit_separable_2d(&o, &pt, &pt, &st, &wt));
+  EXPECT_NEAR(w[0], 2.0, 1e-14);
+  EXPECT_EQ(w[1], 0.0);
+  EXPECT_EQ(w[2], 0.0);
+  EXPECT_EQ(w[3], 0.0);
+  // rcond 0 keeps it: w11 = 5 / 1e-6.
+  o.rcond = 0.0;
+  Ok(gpe_inr_fit_separable_2d(&o, &pt, &pt, &st, &wt));
+  EXPECT_NEAR(w[3], 5e6, 1e-6);
+  // An old caller's struct (0.3.0 layout, no rcond field) is still accepted.
+  o.struct_size = 16;
+  o.rcond = 0.5;  // beyond the caller's struct: must be ignored
+  Ok(gpe_inr_fit_separable_2d(&o, &pt, &pt, &st, &wt));
+  EXPECT_NEAR(w[3], 5e6, 1e-6);
+}
+
+}  // namespace

@@ -1,0 +1,270 @@
+"""Coordinate encoders, graph encodings and embedder analysis (gpe.h, "Coordinate
+encoders, graph encodings and embedder analysis").
+
+Encoders (one handle type; encode(points) -> features, backward(points, grad_features)
+-> grad_points, float64 NumPy arrays of any strides):
+- FourierFeatures: Gaussian RFF (Tancik et al.), linearly / log-linearly spaced
+  (Zheng et al. eqs. 50-51), NeRF octaves, Lim et al.'s T x T; or given frequencies.
+- So2Bessel: Lim et al.'s J_m(c r) e^{i k theta} as real features.
+- ShiftedEncoder: Zheng et al.'s simple (concatenated) or complex (Kronecker) shifted bases.
+- SphericalHarmonics: real, orthonormal Y_lm up to a degree.
+Functions: bessel_j, laplacian_eigenvectors, embedded_distance_matrix,
+embedder_stable_rank, embedder_distance, condition_number.
+"""
+
+import ctypes
+
+import numpy as np
+
+from gpe import _ffi
+from gpe._core import check, lib
+from gpe.inr import KINDS as SHIFTED_KINDS
+
+FOURIER_KINDS = {"gaussian": 0, "linear": 1, "log_linear": 2, "nerf": 3, "txt": 4}
+CONVENTIONS = {"two_pi": 0, "angular": 1}
+EMBEDDERS = {"gaussian": 0, "rectangle": 1, "triangle": 2, "rff": 3}
+LAPLACIANS = {"combinatorial": 0, "symmetric": 1}
+
+
+class _Call:
+    """Describes NumPy arrays as DLTensors for one call, keeping them alive."""
+
+    def __init__(self):
+        self._keep = []
+
+    def __call__(self, array):
+        if array is None:
+            return None
+        t, keep = _ffi.as_dltensor(array)
+        self._keep.append((t, keep))
+        return ctypes.byref(t)
+
+
+def _f64(a, name, ndim):
+    a = np.asarray(a, dtype=np.float64)
+    if a.ndim != ndim:
+        raise ValueError("%s must be %d-dimensional" % (name, ndim))
+    return a
+
+
+class CoordinateEncoder:
+    """A gpe_coordinate_encoder handle: points [N, D] -> features [N, F]."""
+
+    def __init__(self, handle):
+        self._handle = ctypes.c_void_p(handle)
+
+    def close(self):
+        if self._handle:
+            lib().gpe_coordinate_encoder_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def dims(self):
+        """(D, F): input and output widths."""
+        d, f = ctypes.c_int64(), ctypes.c_int64()
+        check(lib().gpe_coordinate_encoder_dims(self._handle, ctypes.byref(d), ctypes.byref(f)))
+        return d.value, f.value
+
+    def encode(self, points):
+        points = _f64(points, "points", 2)
+        out = np.empty((points.shape[0], self.dims[1]), dtype=np.float64)
+        t = _Call()
+        check(lib().gpe_coordinate_encode(self._handle, t(points), t(out)))
+        return out
+
+    __call__ = encode
+
+    def backward(self, points, grad_features):
+        """dL/dpoints from dL/dfeatures (the vector-Jacobian product)."""
+        points = _f64(points, "points", 2)
+        grad_features = _f64(grad_features, "grad_features", 2)
+        out = np.empty(points.shape, dtype=np.float64)
+        t = _Call()
+        check(lib().gpe_coordinate_backward(self._handle, t(points), t(grad_features), t(out)))
+        return out
+
+
+class FourierFeatures(CoordinateEncoder):
+    """x -> [cos(w_f . x)]_f ++ [sin(w_f . x)]_f.
+
+    kind: "gaussian" (b ~ N(0, scale^2), `convention` "two_pi" or "angular"), "linear"
+    (sigma = scale), "log_linear" (sigma = scale), "nerf", or "txt" (dim 2, no 2 pi).
+    num_frequencies is the total for gaussian/txt and per axis for the others."""
+
+    def __init__(self, kind, dim, num_frequencies, scale=1.0, convention="two_pi", seed=0):
+        if kind not in FOURIER_KINDS:
+            raise ValueError("kind must be one of %s" % sorted(FOURIER_KINDS))
+        if convention not in CONVENTIONS:
+            raise ValueError("convention must be one of %s" % sorted(CONVENTIONS))
+        o = _ffi.FourierFeaturesOptions(ctypes.sizeof(_ffi.FourierFeaturesOptions),
+                                        FOURIER_KINDS[kind], dim, num_frequencies, scale,
+                                        CONVENTIONS[convention], seed)
+        out = ctypes.c_void_p()
+        check(lib().gpe_fourier_features_create(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @classmethod
+    def from_frequencies(cls, frequencies, convention="two_pi"):
+        """Rows of `frequencies` [F, D] are the b_f; angle 2 pi b . x or b . x."""
+        if convention not in CONVENTIONS:
+            raise ValueError("convention must be one of %s" % sorted(CONVENTIONS))
+        frequencies = _f64(frequencies, "frequencies", 2)
+        out = ctypes.c_void_p()
+        t = _Call()
+        check(lib().gpe_fourier_features_create_from_frequencies(
+            t(frequencies), CONVENTIONS[convention], ctypes.byref(out)))
+        self = cls.__new__(cls)
+        CoordinateEncoder.__init__(self, out.value)
+        return self
+
+    @property
+    def angular_frequencies(self):
+        """w [F, D] with angle = w . x."""
+        d, f = self.dims
+        out = np.empty((f // 2, d), dtype=np.float64)
+        t = _Call()
+        check(lib().gpe_fourier_features_angular_frequencies(self._handle, t(out)))
+        return out
+
+
+class So2Bessel(CoordinateEncoder):
+    """(r, theta) -> J_m(c r) cos(k theta) per term, then J_m(c r) sin(k theta).
+
+    Either sampled as Lim et al. do (num_terms, max_scale C, max_k K, order_m, seed), or
+    from explicit `terms` = (orders, scales, weights). polar=True takes (r, theta) points,
+    otherwise Cartesian (x, y)."""
+
+    def __init__(self, num_terms=16, max_scale=1.0, max_k=2, order_m=0, seed=0, polar=False,
+                 terms=None):
+        out = ctypes.c_void_p()
+        if terms is not None:
+            orders, scales, weights = terms
+            orders = np.ascontiguousarray(orders, dtype=np.int64)
+            scales = np.ascontiguousarray(scales, dtype=np.float64)
+            weights = np.ascontiguousarray(weights, dtype=np.int64)
+            t = _Call()
+            check(lib().gpe_so2_bessel_create(t(orders), t(scales), t(weights),
+                                              1 if polar else 0, ctypes.byref(out)))
+        else:
+            o = _ffi.So2BesselOptions(ctypes.sizeof(_ffi.So2BesselOptions), 1 if polar else 0,
+                                      num_terms, max_scale, max_k, order_m, seed)
+            check(lib().gpe_so2_bessel_create_sampled(ctypes.byref(o), ctypes.byref(out)))
+        super().__init__(out.value)
+
+    @property
+    def terms(self):
+        """(orders int64 [T], scales float64 [T], weights int64 [T])."""
+        n = self.dims[1] // 2
+        m, c, k = (np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.int64))
+        t = _Call()
+        check(lib().gpe_so2_bessel_terms(self._handle, t(m), t(c), t(k)))
+        return m, c, k
+
+
+class ShiftedEncoder(CoordinateEncoder):
+    """Zheng et al.'s shifted bases per axis; axes: list of dicts with keys kind,
+    num_shifts, width, lo (0), hi (1). form "simple" concatenates (eq. 16), "complex"
+    takes the Kronecker product with axis 0 fastest (eq. 17)."""
+
+    def __init__(self, axes, form="complex"):
+        if form not in ("simple", "complex"):
+            raise ValueError("form must be 'simple' or 'complex'")
+        arr = (_ffi.ShiftedBasisOptions * max(len(axes), 1))()
+        for i, a in enumerate(axes):
+            if a["kind"] not in SHIFTED_KINDS:
+                raise ValueError("kind must be one of %s" % sorted(SHIFTED_KINDS))
+            arr[i] = _ffi.ShiftedBasisOptions(ctypes.sizeof(_ffi.ShiftedBasisOptions),
+                                              SHIFTED_KINDS[a["kind"]], a["num_shifts"],
+                                              a.get("width", 1.0), a.get("lo", 0.0),
+                                              a.get("hi", 1.0))
+        out = ctypes.c_void_p()
+        check(lib().gpe_shifted_encoder_create(0 if form == "simple" else 1, arr, len(axes),
+                                               ctypes.byref(out)))
+        super().__init__(out.value)
+
+
+class SphericalHarmonics(CoordinateEncoder):
+    """Real orthonormal Y_lm, l <= max_degree, index l^2 + l + m, no Condon-Shortley
+    phase; points are non-zero 3-vectors (only the direction matters)."""
+
+    def __init__(self, max_degree):
+        out = ctypes.c_void_p()
+        check(lib().gpe_spherical_harmonics_create(max_degree, ctypes.byref(out)))
+        super().__init__(out.value)
+
+
+def bessel_j(order, x):
+    """J_order(x) for x >= 0 (order 0..20)."""
+    x = _f64(x, "x", 1)
+    out = np.empty_like(x)
+    t = _Call()
+    check(lib().gpe_bessel_j(order, t(x), t(out)))
+    return out
+
+
+def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatorial",
+                           skip_first=False):
+    """The k smallest eigenpairs of the graph Laplacian: (eigenvalues [k], vectors
+    [num_nodes, k]); each vector's largest-magnitude entry is positive."""
+    if kind not in LAPLACIANS:
+        raise ValueError("kind must be one of %s" % sorted(LAPLACIANS))
+    edges = np.ascontiguousarray(edges, dtype=np.int64).reshape(-1, 2)
+    if weights is not None:
+        weights = _f64(weights, "weights", 1)
+    vals = np.empty(k, dtype=np.float64)
+    vecs = np.empty((num_nodes, k), dtype=np.float64)
+    o = _ffi.LaplacianOptions(ctypes.sizeof(_ffi.LaplacianOptions), LAPLACIANS[kind],
+                              1 if skip_first else 0)
+    t = _Call()
+    check(lib().gpe_laplacian_eigenvectors(ctypes.byref(o), num_nodes, t(edges), t(weights),
+                                           t(vals), t(vecs)))
+    return vals, vecs
+
+
+def embedded_distance_matrix(features, sample_spacing=1.0):
+    """D[i, j] = s * features[i] . features[j] (Zheng et al. eq. 6)."""
+    features = _f64(features, "features", 2)
+    out = np.empty((features.shape[0], features.shape[0]), dtype=np.float64)
+    t = _Call()
+    check(lib().gpe_embedded_distance_matrix(t(features), sample_spacing, t(out)))
+    return out
+
+
+def embedder_stable_rank(embedder, parameter, num_points):
+    """The closed-form stable rank of a densely sampled embedder (Zheng et al. App. A)."""
+    if embedder not in EMBEDDERS:
+        raise ValueError("embedder must be one of %s" % sorted(EMBEDDERS))
+    r = ctypes.c_double()
+    check(lib().gpe_embedder_stable_rank(EMBEDDERS[embedder], parameter, num_points,
+                                         ctypes.byref(r)))
+    return r.value
+
+
+def embedder_distance(embedder, parameter, delta):
+    """The closed-form distance preservation D(delta) of an embedder."""
+    if embedder not in EMBEDDERS:
+        raise ValueError("embedder must be one of %s" % sorted(EMBEDDERS))
+    r = ctypes.c_double()
+    check(lib().gpe_embedder_distance(EMBEDDERS[embedder], parameter, delta, ctypes.byref(r)))
+    return r.value
+
+
+def condition_number(psi):
+    """s_max / s_min of an encoding factor (inf when rank deficient)."""
+    psi = _f64(psi, "psi", 2)
+    r = ctypes.c_double()
+    t = _Call()
+    check(lib().gpe_inr_condition_number(t(psi), ctypes.byref(r)))
+    return r.value

@@ -268,7 +268,7 @@ class TorchAttentionTest(unittest.TestCase):
         ot.sum().backward()
         self.assertEqual(qt.grad.stride(), qt.stride())
         args = (q.detach(), k.detach(), v.detach(), None, None, None, None, True, 0.0, 8,
-                10000.0, "half", "causal", 0, 1)
+                10000.0, "half", "causal", 0, 0, 1)
         torch.library.opcheck(torch.ops.gpe.attention_forward.default, args)
         f = torch.compile(lambda q, k, v: gt.attention(q, k, v, causal=True, rope_dim=8),
                           backend="aot_eager", fullgraph=True)

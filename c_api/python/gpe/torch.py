@@ -18,8 +18,14 @@ head_dim], k, v [batch, seq_k, heads_kv, head_dim] (heads_q a multiple of heads_
 packed [tokens, heads, head_dim] with cu_seqlens_q / cu_seqlens_k (int64 [batch + 1]);
 q_positions / k_positions (int64, one per token) are global positions, so a shard of a
 long sequence keeps its encoding and causal mask. Encodings: rope_dim (RoPE), alibi,
-or encoding = a gpe.GrapeM / gpe.AlgebraicSequence (fixed: its parameters get no
-gradient here).
+or encoding = a gpe.GrapeM / gpe.AlgebraicSequence; additive bias: alibi, or bias = a
+gpe.bias object (Alibi, T5Bias; FoxBias or GrapeApBias for batch 1). Encoding and bias
+objects are fixed here: gpe_attention_backward returns dq, dk, dv only, so their
+parameters (FoX gate logits included) get no gradient.
+
+Context parallelism over torch.distributed (ring, all-gather-KV, Ulysses) is
+gpe.context_parallel (re-exported here as context_parallel_attention and the sharding
+helpers).
 
 The operators are registered with torch.library as gpe::attention_forward and
 gpe::attention_backward, with shape-only (fake) implementations, so they trace under
@@ -45,9 +51,17 @@ _PAIRING = {"interleaved": 0, "half": 1}
 _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
            torch.int64: (0, 64)}
 
-# Encoding objects cannot cross a torch.library schema; they travel as a key into this
-# table (id of the object, alive while the caller holds it).
+# Encoding and bias objects cannot cross a torch.library schema; they travel as a key
+# into this table (id of the object, alive while the caller holds it).
 _ENCODINGS = weakref.WeakValueDictionary()
+
+
+def _register(obj):
+    """The key under which the operators find obj (0 for None)."""
+    if obj is None:
+        return 0
+    _ENCODINGS[id(obj)] = obj
+    return id(obj)
 
 
 def _dltensor(t, name, keep):
@@ -74,7 +88,8 @@ def _dltensor(t, name, keep):
 
 
 def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
-             rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, heads):
+             rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
+             heads):
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
@@ -84,6 +99,13 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     o.rope_dim = int(rope_dim)
     o.rope_base = float(rope_base)
     o.rope_pairing = _PAIRING[rope_pairing]
+    if alibi and bias_key:
+        raise ValueError("give alibi or bias, not both")
+    if bias_key:
+        bias = _ENCODINGS.get(bias_key)
+        if bias is None:
+            raise ValueError("the bias object was freed before the call")
+        o.bias = bias._handle
     if alibi:  # Press et al.'s slopes for the query heads, as a gpe.bias handle
         from gpe.bias import Alibi
         bias = Alibi(heads, symmetric=alibi == "symmetric")
@@ -116,10 +138,12 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                 causal: bool, scale: float, rope_dim: int, rope_base: float, rope_pairing: str,
-                alibi: str, encoding_key: int, threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                alibi: str, encoding_key: int, bias_key: int,
+                threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
     keep = []
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, q.shape[-2])
+                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
+                    q.shape[-2])
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = _lse_like(q, cu_seqlens_q is not None)
     check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
@@ -130,7 +154,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_forward_op.register_fake
 def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale, rope_dim,
-      rope_base, rope_pairing, alibi, encoding_key, threads):
+      rope_base, rope_pairing, alibi, encoding_key, bias_key, threads):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             _lse_like(q, cu_seqlens_q is not None))
 
@@ -141,11 +165,13 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
                  k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
                  cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
                  rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
-                 encoding_key: int, threads: int) -> Tuple[torch.Tensor, torch.Tensor,
+                 encoding_key: int, bias_key: int,
+                 threads: int) -> Tuple[torch.Tensor, torch.Tensor,
                                                            torch.Tensor]:
     keep = []
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, threads, q.shape[-2])
+                    rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
+                    q.shape[-2])
     # The ABI wants d_o with o's strides and gradients with their inputs' strides.
     d_o = d_o.contiguous()
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
@@ -163,7 +189,8 @@ def _(q, k, v, o, lse, d_o, *args):
 
 
 _OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "causal", "scale",
-                 "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "threads")
+                 "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "bias_key",
+                 "threads")
 
 
 def _setup_context(ctx, inputs, output):
@@ -171,6 +198,10 @@ def _setup_context(ctx, inputs, output):
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
     ctx.options = inputs[3:]
+    # Hold the encoding and bias objects until backward: their keys alone would dangle
+    # once a caller's temporary object is gone.
+    ctx.objects = [_ENCODINGS.get(ctx.options[_OPTION_NAMES.index(name)])
+                   for name in ("encoding_key", "bias_key")]
     ctx.mark_non_differentiable(lse)
 
 
@@ -186,7 +217,7 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
-              rope_pairing="half", alibi=None, encoding=None, q_positions=None,
+              rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
               return_lse=False):
     """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v.
@@ -197,13 +228,16 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
     if alibi not in (None, "causal", "symmetric"):
         raise ValueError("alibi must be None, 'causal' or 'symmetric'")
-    key = 0
     if encoding is not None:
         from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy
         if not isinstance(encoding, (GrapeM, AlgebraicSequence)):
             raise TypeError("encoding must be a gpe.GrapeM or gpe.AlgebraicSequence")
-        key = id(encoding)
-        _ENCODINGS[key] = encoding
+    if bias is not None:
+        from gpe.bias import AdditiveBias  # noqa: lazy
+        if not isinstance(bias, AdditiveBias):
+            raise TypeError("bias must be a gpe.bias object (Alibi, T5Bias, FoxBias, GrapeApBias)")
+        if alibi:
+            raise ValueError("give alibi or bias, not both")
     as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
 
     def rows(x):
@@ -213,5 +247,6 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     o, lse = _forward_op(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
                          as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
                          0.0 if scale is None else float(scale), int(rope_dim),
-                         float(rope_base), rope_pairing, alibi or "", key, int(threads))
+                         float(rope_base), rope_pairing, alibi or "", _register(encoding),
+                         _register(bias), int(threads))
     return (o, lse) if return_lse else o

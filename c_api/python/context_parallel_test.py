@@ -1,0 +1,179 @@
+"""gpe.context_parallel on 2 and 4 processes (gloo, CPU) against the unsharded attention.
+
+Every rank builds the same full q, k, v (one seed), computes the unsharded gpe.torch
+attention and its gradients, runs its shard through each method (ring, all_gather,
+ulysses) and compares its rows of the output and of dq, dk, dv. Lengths are odd, and
+short enough that some ranks hold no token. Skips with a message without PyTorch.
+"""
+
+import os
+import socket
+import sys
+import unittest
+
+import sanitizer_preload
+from gpe import _ffi
+
+sanitizer_preload.reexec_if_needed(next((str(p) for p in _ffi._candidates() if p.is_file()), None))
+
+import numpy as np  # noqa: E402
+
+import gpe  # noqa: E402
+
+try:
+    import torch  # noqa: E402
+    import torch.distributed as dist  # noqa: E402
+    import torch.multiprocessing as mp  # noqa: E402
+    import gpe.context_parallel as cp  # noqa: E402
+    import gpe.torch as gt  # noqa: E402
+    _SKIP = None if dist.is_available() and dist.is_gloo_available() else \
+        "torch.distributed with gloo is not available; context-parallel tests skipped"
+except ImportError as e:
+    torch = None
+    _SKIP = "PyTorch is not installed (%s); context-parallel tests skipped" % e
+
+needs_torch = unittest.skipIf(_SKIP is not None, _SKIP or "")
+
+# float32 tolerances. Sharded and unsharded runs add the same float32 terms in different
+# orders (key tiles vs ring blocks, then the lse merge: one exp and a rescale per block),
+# each ~1e-7 relative on O(1) values; over <= 17 keys and 4 blocks that stays below 1e-6.
+# 2e-5 on outputs and 1e-4 on gradients (dS sums products of O(1) terms over every key
+# and query) leave margin, while a wrong position, mask, slope or gate shifts values by
+# >= 1e-2. float64 runs (exact reference on both sides, FoX prefix scan in double) agree
+# to ~1e-14; 1e-10 is checked.
+ATOL_O, ATOL_GRAD, ATOL_F64 = 2e-5, 1e-4, 1e-10
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cases(world):
+    """(name, lengths, kwargs, fox): lengths chosen so some rank is empty (1 and 3 tokens
+    for 2 and 4 ranks: load-balanced chunks floor(c L / 2W) leave ranks with none)."""
+    lengths = (13, 1) if world == 2 else (11, 3)
+    return [
+        ("rope causal", lengths, dict(causal=True, rope_dim=8), False),
+        ("alibi causal + interleaved rope", lengths,
+         dict(causal=True, alibi="causal", rope_dim=4, rope_pairing="interleaved"), False),
+        ("alibi symmetric, not causal", lengths[:1], dict(alibi="symmetric", scale=0.4), False),
+        ("fox + rope causal", lengths, dict(causal=True, rope_dim=8), True),
+        ("grape_m causal", lengths[:1], dict(causal=True, encoding="grape_m"), False),
+    ]
+
+
+def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_kv):
+    heads_q, d = 4, 8
+    g = torch.Generator().manual_seed(seq_len * 1000 + world)
+    kw = dict(kw, threads=1)  # one kernel thread per rank: ranks share 2 cores
+    if kw.get("encoding") == "grape_m":
+        rng = np.random.default_rng(3)
+        kw["encoding"] = gpe.GrapeM(rng.standard_normal((2, d)), rng.standard_normal((2, d)),
+                                    np.array([0.3, -0.7]))
+    if fox:
+        batch = 1
+    q = torch.randn(batch, seq_len, heads_q, d, generator=g, dtype=dtype)
+    k = torch.randn(batch, seq_len, heads_kv, d, generator=g, dtype=dtype)
+    v = torch.randn(batch, seq_len, heads_kv, d, generator=g, dtype=dtype)
+    w = torch.randn(batch, seq_len, heads_q, d, generator=g, dtype=dtype)
+    logits = torch.randn(seq_len, heads_q, generator=g, dtype=torch.float64) * 2.0 + 1.0
+    full = [x.clone().requires_grad_() for x in (q, k, v)]
+    ref_kw = dict(kw)
+    if fox:
+        ref_kw["bias"] = gpe.FoxBias(logits.numpy())
+    o_ref = gt.attention(*full, **ref_kw)
+    grads_ref = torch.autograd.grad((o_ref * w).sum(), full)
+
+    pos = cp.shard_positions(seq_len, world, rank)
+    mine = [cp.shard(x, world, rank).clone().requires_grad_() for x in (q, k, v)]
+    cp_kw = dict(kw, method=method)
+    if fox:
+        cp_kw["fox_gate_logits"] = logits[pos]
+    o = cp.attention(*mine, pos, **cp_kw)
+    backward = not (method == "ring" and dtype == torch.float64)
+    if backward:
+        grads = torch.autograd.grad((o * cp.shard(w, world, rank)).sum(), mine)
+    where = "%s / %s / L=%d / %s / rank %d of %d" % (method, name, seq_len, dtype, rank, world)
+    atol_o = ATOL_F64 if dtype == torch.float64 else ATOL_O
+    atol_g = ATOL_F64 if dtype == torch.float64 else ATOL_GRAD
+    torch.testing.assert_close(o, cp.shard(o_ref, world, rank).detach(), atol=atol_o, rtol=0,
+                               msg=lambda m: "output, %s: %s" % (where, m))
+    if backward:
+        for label, got, want in zip("qkv", grads, grads_ref):
+            torch.testing.assert_close(got, cp.shard(want, world, rank), atol=atol_g, rtol=0,
+                                       msg=lambda m: "d%s, %s: %s" % (label, where, m))
+    else:
+        # The ring refuses float64 gradients with a reason (see gpe.context_parallel).
+        try:
+            torch.autograd.grad(o.sum(), mine)
+        except NotImplementedError as e:
+            assert "float64" in str(e), str(e)
+        else:
+            raise AssertionError("ring float64 backward should refuse: " + where)
+    return 1
+
+
+def _worker(rank, world, port, methods):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world)
+    try:
+        heads_kv = 2 if world == 2 else 4  # GQA with 2 ranks; ulysses needs heads % world
+        count = 0
+        for method in methods:
+            for name, lengths, kw, fox in _cases(world):
+                for seq_len in lengths:
+                    count += _run_case(rank, world, method, name, seq_len, kw, fox,
+                                       torch.float32, 2, heads_kv)
+            # float64: the FoX prefix scan and the positions are exact, not just close.
+            count += _run_case(rank, world, method, "fox float64", 9, dict(causal=True),
+                               True, torch.float64, 1, heads_kv)
+        # Clear refusals.
+        x = torch.zeros(1, 2, 4, 8)
+        pos = torch.arange(2) + 2 * rank
+        for bad, err in ((dict(bias=gpe.GrapeApBias(np.zeros((4, 4, 1)), np.zeros((4, 4, 1)))),
+                          "GRAPE-AP"), (dict(method="sideways"), "method")):
+            try:
+                cp.attention(x, x, x, pos, **bad)
+            except (ValueError, TypeError) as e:
+                assert err in str(e), str(e)
+            else:
+                raise AssertionError("expected a refusal for %s" % bad)
+        assert count > 0
+    finally:
+        dist.destroy_process_group()
+
+
+@needs_torch
+class ContextParallelTest(unittest.TestCase):
+    def spawn(self, world, methods):
+        mp.spawn(_worker, args=(world, _free_port(), methods), nprocs=world, join=True)
+
+    def test_two_ranks_every_method(self):
+        self.spawn(2, cp.METHODS)
+
+    def test_four_ranks_every_method(self):
+        self.spawn(4, cp.METHODS)
+
+    def test_shard_unshard_round_trip(self):
+        # Load-balanced chunks: rank r holds chunks r and 2W-1-r; unshard inverts shard.
+        x = torch.arange(2 * 11 * 3.0).view(2, 11, 3)
+        for world in (1, 2, 3, 4):
+            shards = [cp.shard(x, world, r) for r in range(world)]
+            self.assertTrue(torch.equal(cp.unshard(shards), x))
+        self.assertEqual(cp.shard_positions(8, 2, 0).tolist(), [0, 1, 6, 7])
+        self.assertEqual(cp.shard_positions(8, 2, 1).tolist(), [2, 3, 4, 5])
+        self.assertEqual(cp.shard_positions(1, 2, 1).tolist(), [])
+        self.assertEqual(cp.shard_positions(5, 2, 1, layout="contiguous").tolist(), [2, 3, 4])
+
+    def test_needs_a_process_group(self):
+        x = torch.zeros(1, 2, 4, 8)
+        with self.assertRaises(RuntimeError):
+            cp.attention(x, x, x, [0, 1])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,657 @@
+"""Context-parallel GroupPE attention over torch.distributed (sequence sharded across ranks).
+
+    import gpe.context_parallel as cp
+    pos = cp.shard_positions(seq_len, world, rank)          # load-balanced causal layout
+    q_r, k_r, v_r = (cp.shard(x, world, rank) for x in (q, k, v))   # [batch, seq, heads, d]
+    o_r = cp.attention(q_r, k_r, v_r, pos, causal=True, rope_dim=64, method="ring")
+    o = cp.unshard([o_0, o_1, ...], seq_len)                 # where all shards are at hand
+
+Every rank holds the tokens at `positions` (int64 global ids, any order, possibly none) of
+one self-attention sequence: q, k, v [batch, tokens, heads, head_dim] (heads_q a
+multiple of heads_kv). Each rank's attention uses the global positions, so RoPE, GRAPE-M,
+algebraic encodings, ALiBi and the causal mask are exactly those of the unsharded
+sequence. Three methods, forward and backward (autograd):
+
+- "ring" (Liu et al., Ring Attention; flash-attention's lse merge): K/V blocks travel
+  around the ring with isend/irecv, overlapped with the block in flight; each rank merges
+  its partial outputs by log-sum-exp (gpe.merge_attention's formula). The backward passes
+  dK/dV accumulators around the ring with the K/V blocks and runs GroupPE's backward per
+  block with the GLOBAL o and lse, which gives each block's exact share of the gradient
+  (dS = P (dP - rowsum(dO o)) with P normalised by the global lse).
+- "all_gather": K/V (and positions) all-gathered, one local attention call; dK/dV
+  reduce-scattered back to their owners.
+- "ulysses" (Jacobs et al., DeepSpeed-Ulysses): all-to-all from sequence shards to head
+  shards (heads_q and heads_kv divisible by the world size), full-sequence attention on
+  heads / world heads, all-to-all back.
+
+Load-balanced causal sharding (shard_positions, layout "load_balanced"): the sequence is
+cut into 2 W chunks at floor(c L / 2W), rank r holds chunks r and 2W - 1 - r, so every
+rank does about the same causal work; short or odd lengths give unequal or empty shards,
+which every method handles.
+
+Encodings: rope_dim (RoPE, default schedule, either pairing), encoding = gpe.GrapeM or
+gpe.AlgebraicSequence, alibi ("causal"/"symmetric"), bias = gpe.Alibi or gpe.T5Bias
+("ring" and "all_gather"; "ulysses" takes Alibi only, whose slopes it re-slices per head
+shard), and FoX (Lin et al.) through fox_gate_logits [tokens, heads_q] (the local tokens'
+gate logits x, batch 1). FoX's bias c_i - c_j (c_t = sum_{l <= t} ln sigmoid(x_l)) crosses
+shard boundaries: each rank sums its gates per contiguous run of positions, the run
+totals are all-gathered, and an exclusive prefix scan over them gives every local token
+its global c (exact in float64). A block's FoX bias is then a gpe.FoxBias over the span
+of its query and key positions whose logits are the tokens' own, one logit per gap
+carrying the gap's total (sigmoid(x) = exp(G)) and +1e4 (ln sigmoid = 0 exactly in
+double) elsewhere: exact, at the cost of span x heads float64 of gate table per block.
+Refused: GRAPE-AP (psi(i, l) depends on the query, so its bias is a running sum over every
+key between j and i, not a difference of prefix sums) and a FoxBias object (pass the
+logits instead). Encoding and bias parameters, FoX gates included, get no gradient
+(gpe_attention_backward returns dq, dk, dv only).
+
+dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference) except the
+ring backward: the float64 backward of the C ABI recomputes o and lse per call instead of
+reading the global ones, so method="ring" refuses float64 gradients (use "all_gather" or
+"ulysses" for float64).
+
+The same code runs on the gloo backend (CPU tensors, as GroupPE's kernels here) and
+takes whichever backend the process group has.
+"""
+
+import math
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+__all__ = ["METHODS", "attention", "chunk_bounds", "fox_global_prefix", "shard",
+           "shard_positions", "unshard"]
+
+METHODS = ("ring", "all_gather", "ulysses")
+LAYOUTS = ("load_balanced", "contiguous")
+
+# ln sigmoid(1e4) = -log1p(exp(-1e4)) is exactly 0.0 in double: a neutral gate.
+_NEUTRAL_GATE = 1e4
+
+
+# ---- Sharding --------------------------------------------------------------------------
+
+
+def chunk_bounds(seq_len, num_chunks):
+    """[0, floor(L / n), floor(2L / n), ..., L]: n chunks whose sizes differ by at most 1."""
+    if seq_len < 0 or num_chunks < 1:
+        raise ValueError("need seq_len >= 0 and num_chunks >= 1, got %d and %d"
+                         % (seq_len, num_chunks))
+    return [(c * seq_len) // num_chunks for c in range(num_chunks + 1)]
+
+
+def shard_positions(seq_len, world_size, rank, layout="load_balanced"):
+    """Global positions (int64, ascending) of the tokens `rank` holds.
+
+    "load_balanced": chunks rank and 2 world_size - 1 - rank of 2 world_size (causal work
+    balanced); "contiguous": chunk rank of world_size."""
+    if not 0 <= rank < world_size:
+        raise ValueError("rank %d outside [0, %d)" % (rank, world_size))
+    if layout == "load_balanced":
+        b = chunk_bounds(seq_len, 2 * world_size)
+        lo, hi = rank, 2 * world_size - 1 - rank
+        return torch.cat([torch.arange(b[lo], b[lo + 1]), torch.arange(b[hi], b[hi + 1])])
+    if layout == "contiguous":
+        b = chunk_bounds(seq_len, world_size)
+        return torch.arange(b[rank], b[rank + 1])
+    raise ValueError("layout must be one of %s, got %r" % (LAYOUTS, layout))
+
+
+def shard(x, world_size, rank, dim=1, layout="load_balanced"):
+    """The tokens of x (sequence along `dim`) that `rank` holds (differentiable)."""
+    return x.index_select(dim, shard_positions(x.shape[dim], world_size, rank, layout))
+
+
+def unshard(shards, seq_len=None, dim=1, layout="load_balanced"):
+    """Inverse of shard: every rank's shard, in rank order, back into one sequence."""
+    world = len(shards)
+    if seq_len is None:
+        seq_len = sum(s.shape[dim] for s in shards)
+    pos = torch.cat([shard_positions(seq_len, world, r, layout) for r in range(world)])
+    if pos.numel() != seq_len:
+        raise ValueError("the shards hold %d tokens, not seq_len = %d" % (pos.numel(), seq_len))
+    return torch.cat(list(shards), dim).index_select(dim, torch.argsort(pos))
+
+
+# ---- Process-group helpers ------------------------------------------------------------
+
+
+class _Group:
+    def __init__(self, group):
+        self.group = group
+        self.size = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.ranks = (dist.get_process_group_ranks(group) if group is not None
+                      else list(range(self.size)))
+
+    def global_rank(self, r):
+        return self.ranks[r % self.size]
+
+
+def _all_gather_sizes(g, n):
+    t = torch.tensor([n], dtype=torch.int64)
+    out = [torch.zeros(1, dtype=torch.int64) for _ in range(g.size)]
+    dist.all_gather(out, t, group=g.group)
+    return [int(x) for x in out]
+
+
+def _all_gather_var(g, x, sizes, dim=0):
+    """all_gather of tensors whose size along `dim` differs per rank (padded to the max)."""
+    m = max(sizes)
+    if m == 0:
+        return x.new_empty(x.shape[:dim] + (0,) + x.shape[dim + 1:])
+    pad_shape = list(x.shape)
+    pad_shape[dim] = m - x.shape[dim]
+    padded = torch.cat([x, x.new_zeros(pad_shape)], dim).contiguous()
+    out = [torch.empty_like(padded) for _ in range(g.size)]
+    dist.all_gather(out, padded, group=g.group)
+    return torch.cat([o.narrow(dim, 0, n) for o, n in zip(out, sizes)], dim)
+
+
+# ---- FoX across ranks -----------------------------------------------------------------
+
+
+def _log_sigmoid(x):
+    return torch.nn.functional.logsigmoid(x.to(torch.float64))
+
+
+def fox_global_prefix(g, positions, gate_logits):
+    """c_t = sum_{l <= t} ln sigmoid(x_l) (Lin et al., Forgetting Transformer) for the local
+    tokens, summed over the WHOLE sharded sequence: per-run totals all-gathered, then an
+    exclusive prefix scan over the runs in position order. float64 [tokens, heads]."""
+    heads = gate_logits.shape[1]
+    ls = _log_sigmoid(gate_logits)
+    order = torch.argsort(positions)
+    sp, sls = positions[order], ls[order]
+    n = sp.numel()
+    if n > 1 and bool((sp[1:] == sp[:-1]).any()):
+        raise ValueError("fox: positions repeat within a shard")
+    new_run = torch.ones(n, dtype=torch.bool)
+    if n > 1:
+        new_run[1:] = sp[1:] != sp[:-1] + 1
+    run_id = torch.cumsum(new_run.to(torch.int64), 0) - 1
+    starts = torch.nonzero(new_run).flatten()
+    num_runs = starts.numel()
+    incl = torch.cumsum(sls, 0)                              # inclusive, local order
+    before = torch.zeros(num_runs, heads, dtype=torch.float64)  # local sum before each run
+    if num_runs > 1:
+        before[1:] = incl[starts[1:] - 1]
+    ends = torch.cat([starts[1:], torch.tensor([n])]) if num_runs else starts
+    totals = incl[ends - 1] - before if num_runs else before
+    # Table row: (first position, length, totals per head), float64 (positions exact to 2^53).
+    table = torch.cat([sp[starts].to(torch.float64)[:, None],
+                       (ends - starts).to(torch.float64)[:, None], totals], 1)
+    counts = _all_gather_sizes(g, num_runs)
+    runs = _all_gather_var(g, table, counts)
+    runs = runs[torch.argsort(runs[:, 0])]
+    first, length = runs[:, 0], runs[:, 1]
+    if runs.shape[0] > 1 and bool((first[1:] != first[:-1] + length[:-1]).any()):
+        raise ValueError("fox under context parallelism needs the shards to tile one "
+                         "contiguous range of positions (no gaps, no overlaps)")
+    # Exclusive prefix scan of the run totals (in position order).
+    offsets = torch.cumsum(runs[:, 2:], 0) - runs[:, 2:]
+    if num_runs:
+        mine = torch.searchsorted(first.contiguous(), sp[starts].to(torch.float64))
+        c_sorted = offsets[mine][run_id] + incl - before[run_id]
+    else:
+        c_sorted = incl
+    c = torch.empty_like(c_sorted)
+    c[order] = c_sorted
+    return c
+
+
+def _gap_logit(total):
+    """x with ln sigmoid(x) = total (<= 0): sigmoid(x) = e^total, x = total - ln(1 - e^total)."""
+    if total >= 0.0:
+        return _NEUTRAL_GATE
+    return min(total - math.log(-math.expm1(total)), _NEUTRAL_GATE)
+
+
+def _fox_block_bias(q_pos, q_fox, k_pos, k_fox):
+    """A gpe.FoxBias giving c_i - c_j exactly for these query and key tokens.
+
+    *_fox: float64 [tokens, heads, 2] = (gate logit x, global prefix c) per token."""
+    from gpe.bias import FoxBias
+    pos = torch.cat([q_pos, k_pos])
+    fox = torch.cat([q_fox, k_fox])
+    order = torch.argsort(pos, stable=True)
+    pos, fox = pos[order], fox[order]
+    keep = torch.ones(pos.numel(), dtype=torch.bool)
+    keep[1:] = pos[1:] != pos[:-1]  # the same token seen as query and key
+    pos, fox = pos[keep].numpy(), fox[keep].numpy()
+    lo, hi = int(pos[0]), int(pos[-1])
+    heads = fox.shape[1]
+    logits = np.full((hi - lo + 1, heads), _NEUTRAL_GATE)
+    logits[pos - lo] = fox[:, :, 0]
+    gaps = np.nonzero(pos[1:] > pos[:-1] + 1)[0]
+    if gaps.size:
+        ls_next = -np.logaddexp(0.0, -fox[gaps + 1, :, 0])  # ln sigmoid(x_b)
+        # Sum of the gates strictly between tokens a and b: c_{b-1} - c_a.
+        totals = (fox[gaps + 1, :, 1] - ls_next) - fox[gaps, :, 1]
+        for gi, a in enumerate(gaps):
+            logits[pos[a] + 1 - lo] = [_gap_logit(float(t)) for t in totals[gi]]
+    return FoxBias(logits, first_position=lo)
+
+
+# ---- Configuration shared by the methods ----------------------------------------------
+
+
+class _Config:
+    def __init__(self, g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias,
+                 encoding, threads):
+        import gpe.torch as gt
+        self.g = g
+        self.causal = bool(causal)
+        self.scale = 0.0 if scale is None else float(scale)
+        self.rope_dim = int(rope_dim)
+        self.rope_base = float(rope_base)
+        self.rope_pairing = rope_pairing
+        self.alibi = alibi or ""
+        self.bias = bias
+        self.encoding = encoding
+        self.threads = int(threads)
+        self.gt = gt
+
+    def op_args(self, q_pos, k_pos, batch, bias=None):
+        """The trailing arguments of gpe::attention_forward / _backward for one block."""
+        gt = self.gt
+        bias = self.bias if bias is None else bias
+        return (q_pos.repeat(batch), k_pos.repeat(batch), None, None, self.causal, self.scale,
+                self.rope_dim, self.rope_base, self.rope_pairing,
+                self.alibi if bias is None else "", gt._register(self.encoding),
+                gt._register(bias), self.threads)
+
+    def masked(self, q_pos, k_pos):
+        """True when no (query, key) pair of the block is allowed (or the block is empty)."""
+        if q_pos.numel() == 0 or k_pos.numel() == 0:
+            return True
+        return self.causal and int(k_pos.min()) > int(q_pos.max())
+
+
+def _merge(o_a, lse_a, o_b, lse_b):
+    """Exact merge of two partial attentions over disjoint keys (lse [b, s, h])."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    ref = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)  # -inf only if both are
+    return (o_a * torch.exp(lse_a - ref)[..., None] + o_b * torch.exp(lse_b - ref)[..., None],
+            lse)
+
+
+# ---- Ring -----------------------------------------------------------------------------
+
+
+class _Ring:
+    """Point-to-point exchange with the ring neighbours; zero-size blocks are not sent."""
+
+    def __init__(self, g):
+        self.g = g
+        self.next = g.global_rank(g.rank + 1)
+        self.prev = g.global_rank(g.rank - 1)
+
+    def exchange(self, tensors, send, recv_like):
+        """Starts sending `tensors` (if send) to the next rank and receiving tensors shaped
+        like recv_like (None: nothing arrives) from the previous one; returns (requests,
+        received buffers)."""
+        reqs, bufs = [], []
+        if send:
+            for t in tensors:
+                reqs.append(dist.isend(t.contiguous(), self.next, group=self.g.group))
+        if recv_like is not None:
+            for shape, dtype in recv_like:
+                b = torch.empty(shape, dtype=dtype)
+                reqs.append(dist.irecv(b, self.prev, group=self.g.group))
+                bufs.append(b)
+        return reqs, bufs
+
+
+def _kv_message(k, v, pos, fox):
+    msg = [torch.stack([k, v]), pos]
+    if fox is not None:
+        msg.append(fox)
+    return msg
+
+
+def _kv_like(k, n, fox):
+    like = [((2, k.shape[0], n) + tuple(k.shape[2:]), k.dtype), ((n,), torch.int64)]
+    if fox is not None:
+        like.append(((n,) + tuple(fox.shape[1:]), torch.float64))
+    return like
+
+
+def _block_bias(cfg, q_pos, q_fox, k_pos, k_fox):
+    return None if q_fox is None else _fox_block_bias(q_pos, q_fox, k_pos, k_fox)
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, pos, fox, cfg):
+        g, ring = cfg.g, _Ring(cfg.g)
+        gt = cfg.gt
+        batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        sizes = _all_gather_sizes(g, k.shape[1])
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        o = torch.zeros(q.shape, dtype=acc)
+        lse = torch.full((batch, s_q, heads), -math.inf, dtype=acc)
+        cur = (k, v, pos, fox)
+        for step in range(g.size):
+            src = (g.rank - step) % g.size
+            last = step + 1 == g.size
+            nxt_n = sizes[(g.rank - step - 1) % g.size]
+            reqs, bufs = ([], None) if last else ring.exchange(
+                _kv_message(*cur), sizes[src] > 0,
+                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+            kb, vb, pb, fb = cur
+            if not cfg.masked(pos, pb):
+                bias = _block_bias(cfg, pos, fox, pb, fb)
+                ob, lb = gt._forward_op(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
+                o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
+            for r in reqs:
+                r.wait()
+            if not last:
+                if nxt_n > 0:
+                    kv = bufs[0]
+                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
+                else:
+                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
+                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
+                           torch.empty(0, dtype=torch.int64),
+                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+        o = o.to(q.dtype)
+        lse_out = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
+        ctx.save_for_backward(q, k, v, pos, o, lse_out)
+        ctx.fox, ctx.cfg, ctx.sizes = fox, cfg, sizes
+        ctx.mark_non_differentiable(lse_out)
+        return o, lse_out
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        q, k, v, pos, o, lse = ctx.saved_tensors
+        fox, cfg, sizes = ctx.fox, ctx.cfg, ctx.sizes
+        if q.dtype == torch.float64:
+            raise NotImplementedError(
+                "gpe.context_parallel: the ring backward needs the kernels to read the global "
+                "o and lse, which gpe_attention_backward's float64 reference recomputes "
+                "instead; use method='all_gather' or 'ulysses' for float64 gradients")
+        g, ring, gt = cfg.g, _Ring(cfg.g), cfg.gt
+        batch, s_q = q.shape[0], q.shape[1]
+        d_o = d_o.contiguous()
+        lse_flat = lse.reshape(batch * s_q, lse.shape[-1]).contiguous()
+        dq = torch.zeros(q.shape, dtype=torch.float32)
+        cur = (k, v, pos, fox)
+        acc, acc_bufs, acc_reqs = None, None, []
+        for step in range(g.size):
+            src = (g.rank - step) % g.size
+            last = step + 1 == g.size
+            nxt_n = sizes[(g.rank - step - 1) % g.size]
+            reqs, bufs = ([], None) if last else ring.exchange(
+                _kv_message(*cur), sizes[src] > 0,
+                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+            kb, vb, pb, fb = cur
+            grad = torch.zeros((2,) + tuple(kb.shape), dtype=torch.float32)
+            if not cfg.masked(pos, pb):
+                bias = _block_bias(cfg, pos, fox, pb, fb)
+                dqb, dkb, dvb = gt._backward_op(q, kb, vb, o, lse_flat, d_o,
+                                                *cfg.op_args(pos, pb, batch, bias))
+                dq += dqb
+                grad[0] += dkb
+                grad[1] += dvb
+            # The accumulator of this block arrived from the previous rank (step > 0).
+            for r in acc_reqs:
+                r.wait()
+            acc = grad if step == 0 else grad + acc_bufs[0]
+            for r in reqs:
+                r.wait()
+            if g.size == 1:
+                break
+            # Pass dK/dV on with the block: after world_size hops it is home.
+            recv_n = nxt_n  # the block the previous rank just finished
+            acc_reqs, acc_bufs = ring.exchange(
+                [acc], sizes[src] > 0,
+                [((2, batch, recv_n) + tuple(k.shape[2:]), torch.float32)] if recv_n > 0
+                else None)
+            if not recv_n:
+                acc_bufs = [torch.zeros((2, batch, 0) + tuple(k.shape[2:]))]
+            if not last:
+                if nxt_n > 0:
+                    kv = bufs[0]
+                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
+                else:
+                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
+                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
+                           torch.empty(0, dtype=torch.int64),
+                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+        if g.size > 1:
+            for r in acc_reqs:
+                r.wait()
+            acc = acc_bufs[0]
+        return (dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, None)
+
+
+# ---- All-gather KV --------------------------------------------------------------------
+
+
+class _AllGatherSeq(torch.autograd.Function):
+    """[..., s_r, ...] (sequence along `dim`) on every rank -> [..., sum_r s_r, ...] in rank
+    order; backward sums the gradient over ranks and returns each rank its own slice (a
+    reduce-scatter). One node per call, so every rank runs the same collectives in the
+    same order during backward."""
+
+    @staticmethod
+    def forward(ctx, x, g, sizes, dim):
+        ctx.g, ctx.sizes, ctx.dim = g, sizes, dim
+        return _all_gather_var(g, x, sizes, dim=dim)
+
+    @staticmethod
+    def backward(ctx, grad):
+        g, sizes, dim = ctx.g, ctx.sizes, ctx.dim
+        m = max(sizes)
+        if m == 0:
+            return grad, None, None, None
+        padded = []
+        for p in grad.split(sizes, dim=dim):
+            shape = list(p.shape)
+            shape[dim] = m - p.shape[dim]
+            padded.append(torch.cat([p, p.new_zeros(shape)], dim))
+        stacked = torch.cat(padded, 0).contiguous()  # rank r's slice: rows r*n0 .. (r+1)*n0
+        out = torch.empty_like(padded[0])
+        dist.reduce_scatter_tensor(out, stacked, group=g.group)
+        return out.narrow(dim, 0, sizes[g.rank]), None, None, None
+
+
+def _all_gather_attention(cfg, q, k, v, pos, fox):
+    g, gt = cfg.g, cfg.gt
+    batch = q.shape[0]
+    sizes = _all_gather_sizes(g, k.shape[1])
+    kv = _AllGatherSeq.apply(torch.stack([k, v]), g, sizes, 2)
+    kf, vf = kv[0], kv[1]
+    pf = _all_gather_var(g, pos, sizes)
+    ff = None if fox is None else _all_gather_var(g, fox, sizes)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if q.shape[1] == 0 or pf.numel() == 0:
+        o = q * 0.0 + kv.sum() * 0.0  # no rows here: o = 0 (kv kept in the graph)
+        return o, torch.full(q.shape[:3], -math.inf, dtype=lse_dtype)
+    order = torch.argsort(pf)  # keys in position order (tiles skip masked ranges)
+    kf, vf, pf = kf.index_select(1, order), vf.index_select(1, order), pf[order]
+    bias = None if fox is None else _fox_block_bias(pos, fox, pf, ff[order])
+    o, lse = gt.attention(q, kf, vf, causal=cfg.causal, scale=cfg.scale or None,
+                          rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
+                          rope_pairing=cfg.rope_pairing,
+                          alibi=(cfg.alibi or None) if bias is None and cfg.bias is None else None,
+                          bias=bias if bias is not None else cfg.bias, encoding=cfg.encoding,
+                          q_positions=pos.repeat(batch), k_positions=pf.repeat(batch),
+                          threads=cfg.threads, return_lse=True)
+    return o, lse.view(q.shape[:3])
+
+
+# ---- Ulysses (all-to-all between sequence and head shards) ----------------------------
+
+
+def _seq_to_heads(g, x, sizes):
+    """[b, s_r, h, d] -> [b, sum s, h / W, d]: rank j receives head group j of every rank."""
+    b, s, h, d = x.shape
+    hw = h // g.size
+    send = x.reshape(b, s, g.size, hw, d).permute(2, 0, 1, 3, 4).contiguous().view(-1)
+    recv = x.new_empty(sum(b * n * hw * d for n in sizes))
+    dist.all_to_all_single(recv, send, [b * n * hw * d for n in sizes],
+                           [b * s * hw * d] * g.size, group=g.group)
+    parts = recv.split([b * n * hw * d for n in sizes])
+    return torch.cat([p.view(b, n, hw, d) for p, n in zip(parts, sizes)], 1)
+
+
+def _heads_to_seq(g, x, sizes):
+    """Inverse of _seq_to_heads: [b, sum s, h / W, d] -> [b, s_r, h, d]."""
+    b, _, hw, d = x.shape
+    s = sizes[g.rank]
+    send = torch.cat([p.reshape(-1) for p in x.split(sizes, 1)]).contiguous()
+    recv = x.new_empty(g.size * b * s * hw * d)
+    dist.all_to_all_single(recv, send, [b * s * hw * d] * g.size,
+                           [b * n * hw * d for n in sizes], group=g.group)
+    return recv.view(g.size, b, s, hw, d).permute(1, 2, 0, 3, 4).reshape(b, s, g.size * hw, d)
+
+
+class _SeqToHeads(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, g, sizes):
+        ctx.g, ctx.sizes = g, sizes
+        return _seq_to_heads(g, x, sizes)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _heads_to_seq(ctx.g, grad.contiguous(), ctx.sizes), None, None
+
+
+class _HeadsToSeq(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, g, sizes):
+        ctx.g, ctx.sizes = g, sizes
+        return _heads_to_seq(g, x, sizes)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _seq_to_heads(ctx.g, grad.contiguous(), ctx.sizes), None, None
+
+
+def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
+    from gpe.bias import Alibi, T5Bias
+    g, gt = cfg.g, cfg.gt
+    batch, heads_q, heads_kv = q.shape[0], q.shape[2], k.shape[2]
+    if heads_q % g.size or heads_kv % g.size:
+        raise ValueError("method='ulysses' shards heads: heads_q (%d) and heads_kv (%d) must "
+                         "be multiples of the world size (%d)" % (heads_q, heads_kv, g.size))
+    sizes = _all_gather_sizes(g, q.shape[1])
+    hw = heads_q // g.size
+    h0 = g.rank * hw
+    # q, k and v in one all-to-all (one autograd node: the same collectives in the same
+    # order on every rank in backward): head group j = (q, k, v heads of group j).
+    b, s, d = q.shape[0], q.shape[1], q.shape[3]
+    w, hkw = g.size, heads_kv // g.size
+    qkv = torch.cat([q.reshape(b, s, w, hw, d), k.reshape(b, s, w, hkw, d),
+                     v.reshape(b, s, w, hkw, d)], 3).reshape(b, s, w * (hw + 2 * hkw), d)
+    qkv = _SeqToHeads.apply(qkv, g, sizes)
+    qh, kh, vh = (t.contiguous() for t in qkv.split([hw, hkw, hkw], 2))
+    pf = _all_gather_var(g, pos, sizes)
+    bias, alibi = cfg.bias, cfg.alibi
+    if isinstance(bias, T5Bias):
+        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
+                         "use method='ring' or 'all_gather'")
+    if alibi or isinstance(bias, Alibi):
+        full = bias if bias is not None else Alibi(heads_q, symmetric=alibi == "symmetric")
+        symmetric = (alibi == "symmetric") if bias is None else not full.causal
+        bias, alibi = Alibi(hw, slopes=full.slopes[h0:h0 + hw], symmetric=symmetric), ""
+    if fox_logits is not None:
+        # Every token of this head shard is here: the prefix sums are local.
+        x = _seq_to_heads(g, fox_logits.to(torch.float64)[None, :, :, None], sizes)[0, :, :, 0]
+        order = torch.argsort(pf)
+        sp = pf[order]
+        if sp.numel() > 1 and bool((sp[1:] != sp[:-1] + 1).any()):
+            raise ValueError("fox under context parallelism needs the shards to tile one "
+                             "contiguous range of positions (no gaps, no overlaps)")
+        c = torch.empty_like(x)
+        c[order] = torch.cumsum(_log_sigmoid(x[order]), 0)
+        fx = torch.stack([x, c], -1)
+        bias = _fox_block_bias(pf, fx, pf, fx) if pf.numel() else None
+    if pf.numel() == 0:
+        return q * 0.0 + (k.sum() + v.sum()) * 0.0  # an empty sequence
+    o = gt.attention(qh, kh, vh, causal=cfg.causal, scale=cfg.scale or None,
+                     rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
+                     rope_pairing=cfg.rope_pairing, alibi=alibi or None, bias=bias,
+                     encoding=cfg.encoding, q_positions=pf.repeat(batch),
+                     k_positions=pf.repeat(batch), threads=cfg.threads)
+    return _HeadsToSeq.apply(o, g, sizes)
+
+
+# ---- Entry point ----------------------------------------------------------------------
+
+
+def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
+              rope_pairing="half", alibi=None, bias=None, encoding=None, fox_gate_logits=None,
+              method="ring", group=None, threads=0, return_lse=False):
+    """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
+
+    q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at
+    `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
+    fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
+    "ulysses"). Differentiable in q, k, v. return_lse=True (ring and all_gather) also
+    returns lse [batch, tokens, heads_q] over the whole sequence."""
+    from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeApBias, T5Bias
+    from gpe.sequence import AlgebraicSequence, GrapeM
+    if method not in METHODS:
+        raise ValueError("method must be one of %s, got %r" % (METHODS, method))
+    if not dist.is_available() or not dist.is_initialized():
+        raise RuntimeError("gpe.context_parallel needs an initialised torch.distributed "
+                           "process group (torch.distributed.init_process_group)")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError("%s must be a 4-D tensor [batch, tokens, heads, head_dim]" % name)
+    positions = torch.as_tensor(positions, dtype=torch.int64).flatten()
+    if not (q.shape[1] == k.shape[1] == v.shape[1] == positions.numel()):
+        raise ValueError("q, k, v and positions must hold the same tokens (self-attention "
+                         "shards): got %d, %d, %d tokens and %d positions"
+                         % (q.shape[1], k.shape[1], v.shape[1], positions.numel()))
+    if rope_pairing not in ("half", "interleaved"):
+        raise ValueError("rope_pairing must be 'half' or 'interleaved'")
+    if alibi not in (None, "causal", "symmetric"):
+        raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+    if encoding is not None and not isinstance(encoding, (GrapeM, AlgebraicSequence)):
+        raise TypeError("encoding must be a gpe.GrapeM or gpe.AlgebraicSequence (RoPE: "
+                        "rope_dim)")
+    if isinstance(bias, GrapeApBias):
+        raise ValueError("GRAPE-AP is not supported under context parallelism: psi(i, l) "
+                         "depends on the query i, so its bias is a running sum over every key "
+                         "between j and i, not a difference of prefix sums that shards can "
+                         "exchange; run it on one rank")
+    if isinstance(bias, FoxBias):
+        raise ValueError("pass FoX as fox_gate_logits (this rank's gate logits [tokens, "
+                         "heads_q]); a FoxBias object holds one rank's tokens only")
+    if bias is not None and not isinstance(bias, (Alibi, T5Bias)):
+        raise TypeError("bias must be a gpe.Alibi or gpe.T5Bias under context parallelism"
+                        if isinstance(bias, AdditiveBias) else "bias must be a gpe.bias object")
+    if sum(x is not None and x != "" for x in (alibi, bias, fox_gate_logits)) > 1:
+        raise ValueError("give at most one of alibi, bias and fox_gate_logits")
+    g = _Group(group)
+    cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
+                  threads)
+    fox = None
+    if fox_gate_logits is not None:
+        x = torch.as_tensor(fox_gate_logits).detach().to(torch.float64)
+        if q.shape[0] != 1:
+            raise ValueError("fox_gate_logits: FoX reads one sequence's gates (batch 1), got "
+                             "batch %d" % q.shape[0])
+        if x.dim() != 2 or x.shape[0] != positions.numel() or x.shape[1] != q.shape[2]:
+            raise ValueError("fox_gate_logits must be [tokens, heads_q] = [%d, %d], got %s"
+                             % (positions.numel(), q.shape[2], tuple(x.shape)))
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("fox_gate_logits must be finite")
+        if method == "ulysses":
+            fox = x
+        else:
+            fox = torch.stack([x, fox_global_prefix(g, positions, x)], -1)
+    if method == "ring":
+        o, lse = _RingAttention.apply(q, k, v, positions, fox, cfg)
+    elif method == "all_gather":
+        o, lse = _all_gather_attention(cfg, q, k, v, positions, fox)
+    else:
+        if return_lse:
+            raise ValueError("return_lse is available with method='ring' or 'all_gather'")
+        return _ulysses_attention(cfg, q, k, v, positions, fox)
+    return (o, lse) if return_lse else o

@@ -326,6 +326,9 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
   return absl::OkStatus();
 }
 
+// Rows of one score tile: a query tile, or every head of a group in direct mode.
+int64_t TileRows(const Plan& p) { return std::max(p.bq, kDirectRows); }
+
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
@@ -345,7 +348,7 @@ struct Workspace {
                                        p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
                                     : 0;
     return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
-           2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
+           2 * TileRows(p) * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
            p.rows * (p.nlk + p.nlv);
   }
 
@@ -356,8 +359,8 @@ struct Workspace {
     values = alloc(blocks * p.bk * p.dp);
     rows = alloc(p.bk * p.d);
     qblk = alloc(p.rows * p.d);
-    s = alloc(p.bq * p.bk);
-    bias = alloc(p.bq * p.bk);
+    s = alloc(TileRows(p) * p.bk);
+    bias = alloc(TileRows(p) * p.bk);
     oacc = alloc(p.rows * p.dp);
     m = alloc(p.rows);
     l = alloc(p.rows * kSumLanes);
@@ -563,14 +566,14 @@ class Forward {
           if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
         }
         kblk.ldv = p_.direct_v ? a_.v.token : dp;
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const int64_t r0 = h * lq;
-          if (absl::Status st = TileStep(kblk, h, qb + r0 * d, qpos, lq, qmin, w.m.get() + r0,
-                                         w.l.get() + r0 * kSumLanes, w.alpha.get() + r0,
-                                         w.oacc.get() + r0 * dp, w);
-              !st.ok()) {
-            return st;
-          }
+        // Every head of the group in one tile (rows g * group * lq ..): one pass over
+        // the block's key and value rows.
+        const int64_t r0 = g * group * lq;
+        if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin,
+                                       w.m.get() + r0, w.l.get() + r0 * kSumLanes,
+                                       w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+            !st.ok()) {
+          return st;
         }
       }
     }
@@ -646,37 +649,43 @@ class Forward {
     const uint16_t* pairs16 = nullptr;
   };
 
-  // One query tile (nr rows of head h, scaled rotated q rows, positions tpos, smallest
-  // pmin) against one key block: scores, locality, bias, mask, online softmax, O += P V.
-  // qlab / vmass (Shaw labels, null without): the rows' key-label dot products and
-  // value-label probability mass (p_.nlk / p_.nlv per row).
-  absl::Status TileStep(const KeyBlock& kb, int64_t h, const float* qrows, const int64_t* tpos,
-                        int64_t nr, int64_t pmin, float* m, float* l, float* alpha, float* oacc,
-                        Workspace& w, const uint16_t* q16 = nullptr, const float* qlab = nullptr,
+  // One query tile (nr tokens of each of the nh heads h .. h + nh - 1, row hi * nr + r
+  // for head h + hi and token r: scaled rotated q rows, positions tpos of the nr tokens,
+  // smallest pmin) against one key block: scores, locality, bias, mask, online softmax,
+  // O += P V. Several heads share a tile only in direct (decoding) mode, where the heads
+  // of a group then share every load of a key and value row. qlab / vmass (Shaw labels,
+  // null without): the tile rows' key-label dot products and value-label probability
+  // mass (p_.nlk / p_.nlv per row, in the tile's row order).
+  absl::Status TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
+                        const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
+                        float* alpha, float* oacc, Workspace& w,
+                        const uint16_t* q16 = nullptr, const float* qlab = nullptr,
                         float* vmass = nullptr) const {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
+    const int64_t rows = nh * nr;
     const float kNegInf = -std::numeric_limits<float>::infinity();
     float* s = w.s.get();
     if (kb.panels16 != nullptr) {
-      cpu::ScoreTileBf16(q16, RoundUp(d, 2), nr, d, kb.panels16, kb.num_panels, s, bk);
+      cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
     } else if (kb.direct) {
-      cpu::ScoreDirect(qrows, d, nr, d, kb.krows, kb.ldk, nk, s, bk);
+      cpu::ScoreDirect(qrows, d, rows, d, kb.krows, kb.ldk, nk, s, bk);
     } else {
-      cpu::ScoreTile(qrows, d, nr, d, kb.panels, kb.num_panels, s, bk);
+      cpu::ScoreTile(qrows, d, rows, d, kb.panels, kb.num_panels, s, bk);
     }
     if (qlab != nullptr) {  // + <q'_i, aK_r(i,j)> (q rows carry scale log2 e), gathered
       const int64_t nl = p_.nlk;
-      for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < nk; ++j) {
           s[r * bk + j] += qlab[r * nl + encodings::sequence::ShawRelative::LabelIndex(
-                                             tpos[r], kb.kpos[j], shaw_.kmax_k)];
+                                             tpos[r % nr], kb.kpos[j], shaw_.kmax_k)];
         }
       }
     }
     if (a_.locality.has_value()) {
-      for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < nk; ++j) {
-          auto f = encodings::sequence::LocalityFactor(Distance(tpos[r], kb.kpos[j]), *a_.locality);
+          auto f = encodings::sequence::LocalityFactor(Distance(tpos[r % nr], kb.kpos[j]),
+                                                       *a_.locality);
           if (!f.ok()) return f.status();
           s[r * bk + j] *= static_cast<float>(*f);
         }
@@ -686,50 +695,54 @@ class Forward {
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
     if (bias != nullptr) {
       float* bt = w.bias.get();
-      if (absl::Status st = FillBias(*bias, h, tpos, nr, kb.kpos, nk, bt, bk, &w.bias_scratch);
-          !st.ok()) {
-        return st;
-      }
       const float c = static_cast<float>(kLog2e);
-      for (int64_t r = 0; r < nr; ++r) {
-        float* sr = s + r * bk;
-        const float* br = bt + r * bk;
-        for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        if (absl::Status st =
+                FillBias(*bias, h + hi, tpos, nr, kb.kpos, nk, bt, bk, &w.bias_scratch);
+            !st.ok()) {
+          return st;
+        }
+        for (int64_t r = 0; r < nr; ++r) {
+          float* sr = s + (hi * nr + r) * bk;
+          const float* br = bt + r * bk;
+          for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
+        }
       }
     }
     if (a_.causal && kb.kmax > pmin) {  // some pair in the future
-      for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t r = 0; r < rows; ++r) {
         float* sr = s + r * bk;
+        const int64_t pos = tpos[r % nr];
         if (kb.sorted) {  // the future is a suffix of the block
-          const int64_t first = std::upper_bound(kb.kpos, kb.kpos + nk, tpos[r]) - kb.kpos;
+          const int64_t first = std::upper_bound(kb.kpos, kb.kpos + nk, pos) - kb.kpos;
           std::fill(sr + first, sr + nk, kNegInf);
         } else {
           for (int64_t j = 0; j < nk; ++j) {
-            if (kb.kpos[j] > tpos[r]) sr[j] = kNegInf;
+            if (kb.kpos[j] > pos) sr[j] = kNegInf;
           }
         }
       }
     }
     if (nk < kb.ncols) {
-      for (int64_t r = 0; r < nr; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
+      for (int64_t r = 0; r < rows; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
     }
-    cpu::SoftmaxTile(s, bk, nr, kb.ncols, m, l, alpha);
+    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
     if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
       const int64_t nl = p_.nlv;
-      for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t r = 0; r < rows; ++r) {
         float* vm = vmass + r * nl;
         for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
         for (int64_t j = 0; j < nk; ++j) {
-          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r], kb.kpos[j], shaw_.kmax_v)] +=
-              s[r * bk + j];
+          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
+                                                           shaw_.kmax_v)] += s[r * bk + j];
         }
       }
     }
     if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
-      cpu::RoundRowsBf16(s, bk, nr, kb.ncols, w.p16.get(), bk);
-      cpu::AccumulateTileBf16(w.p16.get(), bk, nr, nk, kb.pairs16, dp, alpha, oacc, dp);
+      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
+      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
     } else {
-      cpu::AccumulateTile(s, bk, nr, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+      cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
     }
     return absl::OkStatus();
   }
@@ -831,13 +844,29 @@ class Forward {
         kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
         kblk.pairs16 = w.pairs16.get() + j0 * dp;
       }
+      if (direct && tiles == nh) {  // one tile per head: every head in one TileStep
+        int64_t pmin = tile[0].pmin, pmax = tile[0].pmax;
+        for (int64_t t = 1; t < tiles; ++t) {
+          pmin = std::min(pmin, tile[t].pmin);
+          pmax = std::max(pmax, tile[t].pmax);
+        }
+        if (a_.causal && kblk.kmin > pmax) continue;
+        if (absl::Status st = TileStep(kblk, h0, nh, qb, qpos, mq, pmin, w.m.get(), w.l.get(),
+                                       w.alpha.get(), w.oacc.get(), w, nullptr,
+                                       p_.nlk > 0 ? w.qlab.data() : nullptr,
+                                       p_.nlv > 0 ? w.vmass.data() : nullptr);
+            !st.ok()) {
+          return st;
+        }
+        continue;
+      }
       for (int64_t t = 0; t < tiles; ++t) {
         if (a_.causal && kblk.kmin > tile[t].pmax) continue;
         const int64_t r0 = tile[t].row, h = tile[t].head;
         const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
         const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
         if (absl::Status st = TileStep(
-                kblk, h, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
+                kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
                 w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
                 p_.nlk > 0 ? w.qlab.data() + r0 * p_.nlk : nullptr,
                 p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);

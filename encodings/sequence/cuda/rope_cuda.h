@@ -32,6 +32,11 @@ class RopeCuda {
   int64_t head_dim() const { return head_dim_; }
   int64_t rotary_dim() const { return rotary_dim_; }
   int num_axes() const { return num_axes_; }
+  bool interleaved() const { return interleaved_; }
+  float attention_factor() const { return attention_factor_; }
+  // The frequencies in device memory (rotary_dim / 2 doubles), for kernels that apply
+  // RoPE inside themselves (attention/cuda).
+  const double* device_thetas() const { return thetas_; }
 
   // Rotates q, and k when non-null (same tokens), on `stream` (a cudaStream_t).
   // positions: device int64 [num_axes, num_tokens]. Each tensor is a [num_tokens, heads,

@@ -1,0 +1,58 @@
+// The CUDA attention forward kernel's launch interface: plain C++ (no CUDA or Abseil
+// headers). cuda_attention.h checks the arguments and documents the semantics, which are
+// attention/descriptor.h's: s_ij = scale <R(p_i) q_i, R(p_j) k_j> + b_h(p_i, p_j),
+// o_i = sum_j softmax_j(s_ij) v_j, lse_i = ln sum_j exp(s_ij), causal iff p_j <= p_i.
+#ifndef ATTENTION_CUDA_ATTENTION_KERNELS_H_
+#define ATTENTION_CUDA_ATTENTION_KERNELS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace gpe::attention::cuda {
+
+enum class CudaDType : int { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+
+constexpr int64_t kMaxHeadDim = 256;
+
+// Element (token t of sequence b, head h, feature c) of a tensor is at
+// b * batch + t * token + h * head + c (elements); with cu_seqlens the token index is the
+// packed row and batch is unused.
+struct CudaStrides {
+  int64_t batch = 0, token = 0, head = 0;
+};
+
+struct AttentionKernelArgs {
+  CudaDType dtype = CudaDType::kFloat32;
+  int64_t num_seqs = 0;
+  int64_t seq_q = 0, seq_k = 0;  // padded layout; the longest sequence with cu_seqlens
+  const int64_t* cu_seqlens_q = nullptr;  // device [num_seqs + 1] or null (padded)
+  const int64_t* cu_seqlens_k = nullptr;
+  int64_t heads_q = 0, heads_kv = 0, head_dim = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // device [tokens_q, heads_q] or null
+  CudaStrides sq, sk, sv, so;
+  bool causal = false;
+  float scale = 0.0f;  // > 0
+  const int64_t* q_positions = nullptr;  // device, one per query token, or null (default)
+  const int64_t* k_positions = nullptr;
+  // RoPE inside the kernel (rope_dim 0: off): plane i rotates (2i, 2i + 1) or
+  // (i, i + rope_dim / 2) by p theta_i; both rotated features times attention_factor.
+  int64_t rope_dim = 0;
+  bool rope_interleaved = false;
+  float rope_attention_factor = 1.0f;
+  const double* rope_thetas = nullptr;  // device, rope_dim / 2
+  // ALiBi (Press et al.) inside the kernel: b_h = -slope_h (p_i - p_j), or -slope_h
+  // |p_i - p_j| when symmetric. null: no bias.
+  const float* alibi_slopes = nullptr;  // device, heads_q
+  bool alibi_symmetric = false;
+};
+
+// Enqueues the forward on `stream` (a cudaStream_t). Returns "" or the runtime's error.
+std::string LaunchAttentionForward(const AttentionKernelArgs& args, void* stream);
+
+}  // namespace gpe::attention::cuda
+
+#endif  // ATTENTION_CUDA_ATTENTION_KERNELS_H_

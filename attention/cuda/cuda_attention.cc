@@ -1,0 +1,120 @@
+#include "attention/cuda/cuda_attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpe::attention::cuda {
+namespace {
+
+absl::Status Bad(const std::string& m) { return absl::InvalidArgumentError(m); }
+
+absl::Status CheckDevice(const void* p, const char* name) {
+  if (p == nullptr) return Bad(absl::StrCat(name, " is null"));
+  cudaPointerAttributes attr;
+  const cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Bad(absl::StrCat(name, " is not a CUDA pointer (", cudaGetErrorString(e), ")"));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    return Bad(absl::StrCat(name, " points to host memory; pass device memory"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
+  if (a.heads_q < 1 || a.heads_kv < 1 || a.heads_q % a.heads_kv != 0) {
+    return Bad(absl::StrCat("heads_q (", a.heads_q, ") must be a positive multiple of heads_kv (",
+                            a.heads_kv, ")"));
+  }
+  if (a.heads_q > 65535) return Bad("heads_q must be at most 65535");
+  if (a.head_dim < 1 || a.head_dim > kMaxHeadDim) {
+    return Bad(absl::StrCat("head_dim must be in [1, ", kMaxHeadDim, "]; got ", a.head_dim));
+  }
+  if (!(std::isfinite(a.softmax_scale) && a.softmax_scale >= 0.0)) {
+    return Bad("softmax_scale must be finite and >= 0 (0: 1 / sqrt(head_dim))");
+  }
+  if ((a.cu_seqlens_q == nullptr) != (a.cu_seqlens_k == nullptr)) {
+    return Bad("give both cu_seqlens_q and cu_seqlens_k, or neither");
+  }
+  if ((a.q_positions == nullptr) != (a.k_positions == nullptr)) {
+    return Bad("give both q_positions and k_positions, or neither");
+  }
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const int64_t seqs = packed ? a.num_seqs : a.batch;
+  const int64_t rows = packed ? a.max_seq_q : a.seq_q;
+  if (seqs < 0 || rows < 0 || (!packed && a.seq_k < 0)) return Bad("negative sizes");
+  if (seqs > 65535) return Bad("at most 65535 sequences per call");
+  if (a.dtype != CudaDType::kFloat32 && a.dtype != CudaDType::kBFloat16 &&
+      a.dtype != CudaDType::kFloat16) {
+    return Bad("dtype must be float32, bfloat16 or float16");
+  }
+  for (const CudaStrides* s : {&a.sq, &a.sk, &a.sv, &a.so}) {
+    if (s->token < 0 || s->head < 0 || s->batch < 0) return Bad("strides must be >= 0");
+  }
+  AttentionKernelArgs k;
+  k.dtype = a.dtype;
+  k.num_seqs = seqs;
+  k.seq_q = rows;
+  k.seq_k = packed ? 0 : a.seq_k;
+  k.cu_seqlens_q = a.cu_seqlens_q;
+  k.cu_seqlens_k = a.cu_seqlens_k;
+  k.heads_q = a.heads_q;
+  k.heads_kv = a.heads_kv;
+  k.head_dim = a.head_dim;
+  k.q = a.q;
+  k.k = a.k;
+  k.v = a.v;
+  k.o = a.o;
+  k.lse = a.lse;
+  k.sq = a.sq;
+  k.sk = a.sk;
+  k.sv = a.sv;
+  k.so = a.so;
+  k.causal = a.causal;
+  k.scale = static_cast<float>(a.softmax_scale > 0.0 ? a.softmax_scale
+                                                     : 1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  k.q_positions = a.q_positions;
+  k.k_positions = a.k_positions;
+  if (a.rope != nullptr) {
+    if (a.rope->head_dim() != a.head_dim) {
+      return Bad(absl::StrCat("the RoPE encoding's head_dim (", a.rope->head_dim(),
+                              ") differs from the tensors' (", a.head_dim, ")"));
+    }
+    if (a.rope->num_axes() != 1) return Bad("multi-axis RoPE is not supported in the CUDA kernel yet");
+    k.rope_dim = a.rope->rotary_dim();
+    k.rope_interleaved = a.rope->interleaved();
+    k.rope_attention_factor = a.rope->attention_factor();
+    k.rope_thetas = a.rope->device_thetas();
+  }
+  k.alibi_slopes = a.alibi_slopes;
+  k.alibi_symmetric = a.alibi_symmetric;
+  if (seqs == 0 || rows == 0) return absl::OkStatus();
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.o, "o"}}) {
+    if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
+  }
+  const bool any_keys = packed || a.seq_k > 0;
+  if (any_keys) {
+    for (const auto& [p, name] : {std::pair<const void*, const char*>{a.k, "k"}, {a.v, "v"}}) {
+      if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
+    }
+  }
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{a.cu_seqlens_q, "cu_seqlens_q"},
+                                {a.cu_seqlens_k, "cu_seqlens_k"}, {a.q_positions, "q_positions"},
+                                {a.k_positions, "k_positions"}, {a.lse, "lse"},
+                                {a.alibi_slopes, "alibi_slopes"}}) {
+    if (p == nullptr) continue;
+    if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
+  }
+  const std::string err = LaunchAttentionForward(k, stream);
+  if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", err));
+  return absl::OkStatus();
+}
+
+}  // namespace gpe::attention::cuda

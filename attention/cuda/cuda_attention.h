@@ -1,0 +1,55 @@
+// Attention forward on NVIDIA GPUs with the positional encoding inside the kernel:
+// RoPE (any rope.h encoding through RopeCuda, encodings/sequence/cuda/rope_cuda.h) and
+// ALiBi, causal or not, GQA / MQA, padded or packed (cu_seqlens) batches, KV-cache
+// positions, float32 / bfloat16 / float16 tensors with float32 accumulation.
+// Semantics are attention/descriptor.h's (positions default to keys 0..len_k-1 and
+// queries the last len_q of them; causal iff p_j <= p_i; rows with no allowed key give
+// o = 0 and lse = -inf).
+//
+// The kernel (attention_kernels.cu) is a SIMT flash-style forward: exact and linear in
+// memory, but without tensor cores; the tensor-core kernels of the CUDA issue are still
+// to come, and will be tested against this one. No backward yet.
+//
+// Streams: CudaAttentionForward only enqueues on the caller's stream; it allocates
+// nothing and never synchronises. Device pointers are checked to be device memory.
+#ifndef ATTENTION_CUDA_CUDA_ATTENTION_H_
+#define ATTENTION_CUDA_CUDA_ATTENTION_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "attention/cuda/attention_kernels.h"
+#include "encodings/sequence/cuda/rope_cuda.h"
+
+namespace gpe::attention::cuda {
+
+struct CudaAttentionArgs {
+  CudaDType dtype = CudaDType::kFloat32;
+  // Padded: batch sequences of seq_q queries and seq_k keys. Packed: num_seqs =
+  // cu_seqlens size - 1 (device arrays, both given, [num_seqs + 1], from 0,
+  // non-decreasing; the caller also gives max_seq_q, the longest query sequence).
+  int64_t batch = 0, seq_q = 0, seq_k = 0;
+  const int64_t* cu_seqlens_q = nullptr;
+  const int64_t* cu_seqlens_k = nullptr;
+  int64_t num_seqs = 0, max_seq_q = 0;
+  int64_t heads_q = 0, heads_kv = 0, head_dim = 0;  // head_dim <= kMaxHeadDim
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;  // optional, [tokens_q, heads_q]
+  CudaStrides sq, sk, sv, so;
+  bool causal = false;
+  double softmax_scale = 0.0;  // 0: 1 / sqrt(head_dim)
+  const int64_t* q_positions = nullptr;  // optional device arrays (both or neither)
+  const int64_t* k_positions = nullptr;
+  const encodings::sequence::cuda::RopeCuda* rope = nullptr;  // optional; rotary_dim <= head_dim
+  const float* alibi_slopes = nullptr;  // optional device [heads_q]
+  bool alibi_symmetric = false;
+};
+
+absl::Status CudaAttentionForward(const CudaAttentionArgs& args, void* stream);
+
+}  // namespace gpe::attention::cuda
+
+#endif  // ATTENTION_CUDA_CUDA_ATTENTION_H_

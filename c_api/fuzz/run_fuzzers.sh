@@ -55,7 +55,7 @@ if ((${#commands[@]})); then
 fi
 
 status=0
-for target in options tensor; do
+for target in attention options tensor; do
   bin="$dir/${target}_fuzzer"
   "$cxx" "${cflags[@]}" "${san[@]}" -fsanitize=fuzzer "c_api/fuzz/${target}_fuzzer.cc" "${objs[@]}" \
     "${libs[@]}" -o "$bin"

@@ -1,0 +1,325 @@
+// Fuzz target: the 0.3.0 entry points that parse sizes, shapes and options: RoPE
+// (gpe_rope_create with every schedule's fields, gpe_rope_forward / _backward and the
+// tables on fuzzed layouts and positions), the additive biases (gpe_bias_create_*,
+// gpe_bias_fill_tile) and attention (gpe_attention_forward / _backward on fuzzed shapes,
+// dtypes, layouts, positions, cu_seqlens, encodings and biases). The harness keeps its
+// side of the contract: a tensor's data holds every element its shape promises, or is
+// NULL when the shape is negative or too large to allocate (the library must reject it
+// before reading). Each call must return a known status and leave a message on failure.
+#include <cstdint>
+#include <vector>
+
+#include "c_api/fuzz/fuzz_input.h"
+#include "gpe/gpe.h"
+
+namespace {
+
+using gpe::fuzz::CheckStatus;
+using gpe::fuzz::FuzzInput;
+
+constexpr int64_t kMaxElements = int64_t{1} << 14;  // what the harness allocates per tensor
+
+uint32_t StructSize(FuzzInput* in, uint32_t real) {
+  switch (in->Read<uint8_t>() % 10) {
+    case 0: return in->Read<uint32_t>();
+    case 1: return real + 8;
+    case 2: return real - 8;
+    default: return real;
+  }
+}
+
+// A tensor whose buffer matches its shape (or has NULL data when the shape cannot be
+// allocated): owns shape and storage.
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<double> storage;  // 8-byte elements cover every dtype used here
+  DLTensor t{};
+  Tensor(std::vector<int64_t> s, uint8_t code, uint8_t bits) : shape(std::move(s)) {
+    int64_t n = 1;
+    bool ok = true;
+    for (int64_t d : shape) {
+      if (d < 0 || d > kMaxElements || (d > 0 && n > kMaxElements / d)) ok = false;
+      if (ok) n *= d;
+    }
+    if (ok && n > 0) storage.assign(static_cast<size_t>(n), 0.0);
+    t.data = ok && n > 0 ? storage.data() : nullptr;
+    t.device.device_type = kDLCPU;
+    t.ndim = static_cast<int32_t>(shape.size());
+    t.dtype = {code, bits, 1};
+    t.shape = shape.data();
+  }
+  // Fills float elements of the tensor's dtype with fuzzed finite-or-not values.
+  void FillReal(FuzzInput* in) {
+    if (t.data == nullptr) return;
+    const size_t n = storage.size();
+    for (size_t i = 0; i < n && !in->empty(); ++i) {
+      const double v = in->Real();
+      if (t.dtype.bits == 64) {
+        static_cast<double*>(t.data)[i] = v;
+      } else if (t.dtype.bits == 32) {
+        static_cast<float*>(t.data)[i] = static_cast<float>(v);
+      } else {
+        static_cast<uint16_t*>(t.data)[i] = static_cast<uint16_t>(in->Read<uint16_t>());
+      }
+    }
+  }
+  void FillInt(FuzzInput* in, int64_t mod) {
+    if (t.data == nullptr || t.dtype.code != kDLInt) return;
+    int64_t* p = static_cast<int64_t*>(t.data);
+    for (size_t i = 0; i < storage.size(); ++i) {
+      p[i] = mod > 0 ? static_cast<int64_t>(in->Read<uint16_t>() % mod) : in->Read<int64_t>();
+    }
+  }
+};
+
+void FloatType(FuzzInput* in, uint8_t* code, uint8_t* bits) {
+  switch (in->Below(5)) {
+    case 0: *code = kDLFloat; *bits = 64; break;
+    case 1: *code = kDLBfloat; *bits = 16; break;
+    case 2: *code = kDLFloat; *bits = 16; break;
+    case 3: *code = kDLInt; *bits = 64; break;  // wrong type
+    default: *code = kDLFloat; *bits = 32; break;
+  }
+}
+
+void RopeCalls(FuzzInput* in) {
+  gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+  o.struct_size = StructSize(in, o.struct_size);
+  o.pairing = static_cast<int32_t>(in->Below(3));
+  o.head_dim = in->Size(16);
+  o.rotary_dim = in->Size(16);
+  o.base = in->Below(4) == 0 ? in->Real() : 10000.0;
+  o.schedule = static_cast<int32_t>(in->Below(7));
+  o.num_threads = static_cast<int32_t>(in->Size(3));
+  if (in->Below(2)) o.factor = in->Real();
+  if (in->Below(2)) o.original_max_position = in->Size(64);
+  if (in->Below(2)) o.current_length = in->Size(128);
+  if (in->Below(3) == 0) {
+    o.beta_fast = in->Real();
+    o.beta_slow = in->Real();
+  }
+  o.has_attention_factor = static_cast<int32_t>(in->Below(2));
+  if (o.has_attention_factor) o.attention_factor = in->Real();
+  // LongRoPE factor lists: the lengths the harness promises are the lengths it holds.
+  const int64_t nf = in->Size(8);
+  std::vector<double> factors(nf > 0 && nf <= 64 ? static_cast<size_t>(nf) : 0, 1.0);
+  for (double& f : factors) f = in->Below(4) == 0 ? in->Real() : 1.0;
+  if (!factors.empty()) {
+    o.short_factor = o.long_factor = factors.data();
+    o.short_factor_len = o.long_factor_len = nf;
+  }
+  if (in->Below(3) == 0) {
+    o.low_freq_factor = in->Real();
+    o.high_freq_factor = in->Real();
+  }
+  o.xpos = static_cast<int32_t>(in->Below(4) == 0);
+  o.axes = static_cast<int32_t>(in->Below(5));
+  o.num_axes = static_cast<int32_t>(in->Size(4));
+  const int64_t ns = in->Size(4);
+  std::vector<int64_t> sections(ns > 0 && ns <= 16 ? static_cast<size_t>(ns) : 0);
+  for (int64_t& s : sections) s = in->Size(8);
+  if (!sections.empty()) {
+    o.mrope_sections = sections.data();
+    o.num_mrope_sections = ns;
+  }
+  gpe_rope* rope = nullptr;
+  const gpe_status s = gpe_rope_create(&o, &rope);
+  CheckStatus(s);
+  if (s != GPE_OK) return;
+  int64_t head_dim = 0, rotary = 0, axes = 0;
+  CheckStatus(gpe_rope_shape(rope, &head_dim, &rotary, &axes));
+  std::vector<double> thetas(static_cast<size_t>(rotary / 2));
+  CheckStatus(gpe_rope_frequencies(rope, thetas.data(), rotary / 2, nullptr));
+  // A tensor in a fuzzed layout (with fuzzed sizes, sometimes the wrong head_dim).
+  gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT;
+  tok.struct_size = StructSize(in, tok.struct_size);
+  tok.layout = static_cast<int32_t>(in->Below(4));
+  tok.role = static_cast<int32_t>(in->Below(3));
+  const int64_t b = in->Size(3), sl = in->Size(6), h = in->Size(3);
+  const int64_t d = in->Below(4) == 0 ? in->Size(16) : head_dim;
+  uint8_t code, bits;
+  FloatType(in, &code, &bits);
+  std::vector<int64_t> shape = tok.layout == GPE_ROPE_LAYOUT_THD ? std::vector<int64_t>{sl, h, d}
+                                                                  : std::vector<int64_t>{b, sl, h, d};
+  Tensor x(shape, code, bits), y(shape, code, bits);
+  x.FillReal(in);
+  Tensor ids({in->Below(2) ? axes : 1, in->Size(12)}, kDLInt, 64);
+  if (ids.shape[0] == 1 && in->Below(2)) {
+    ids.shape.erase(ids.shape.begin());
+    ids.t.ndim = 1;
+  }
+  ids.FillInt(in, in->Below(2) ? 0 : 1000);
+  Tensor offsets({in->Size(3)}, kDLInt, 64), cu({in->Size(4)}, kDLInt, 64);
+  offsets.FillInt(in, in->Below(2) ? 0 : 100);
+  cu.FillInt(in, 8);
+  switch (in->Below(4)) {
+    case 0: tok.position_ids = &ids.t; break;
+    case 1: tok.offsets = &offsets.t; break;
+    case 2: tok.position_ids = &ids.t; tok.offsets = &offsets.t; break;
+    default: break;
+  }
+  if (in->Below(2)) tok.cu_seqlens = &cu.t;
+  CheckStatus(gpe_rope_forward(rope, &tok, &x.t, &y.t));
+  CheckStatus(gpe_rope_backward(rope, &tok, &y.t, &y.t));  // in place
+  gpe_rope_table* table = nullptr;
+  const gpe_status ts = gpe_rope_table_create(rope, &tok, &x.t, &table);
+  CheckStatus(ts);
+  if (ts == GPE_OK) {
+    CheckStatus(gpe_rope_table_forward(table, &x.t, &y.t));
+    gpe_rope_table_destroy(table);
+  }
+  gpe_rope_destroy(rope);
+}
+
+// A bias of a fuzzed kind with fuzzed sizes; parameters hold what the sizes promise.
+gpe_bias* MakeBias(FuzzInput* in, std::vector<double>* params) {
+  gpe_bias* bias = nullptr;
+  const int64_t heads = in->Size(4), length = in->Size(10), rank = in->Size(3);
+  auto fill = [&](int64_t n) {
+    params->assign(n > 0 && n <= kMaxElements ? static_cast<size_t>(n) : 0, 0.0);
+    for (double& p : *params) p = in->Below(8) == 0 ? in->Real() : 0.25;
+    return params->empty() ? nullptr : params->data();
+  };
+  gpe_status s = GPE_OK;
+  switch (in->Below(4)) {
+    case 0: {
+      gpe_alibi_options o = GPE_ALIBI_OPTIONS_INIT;
+      o.struct_size = StructSize(in, o.struct_size);
+      o.form = static_cast<int32_t>(in->Below(3));
+      o.num_heads = heads;
+      if (in->Below(2)) o.slopes = heads > 0 ? fill(heads) : nullptr;
+      s = gpe_bias_create_alibi(&o, &bias);
+      break;
+    }
+    case 1: {
+      gpe_t5_options o = GPE_T5_OPTIONS_INIT;
+      o.struct_size = StructSize(in, o.struct_size);
+      o.bidirectional = static_cast<int32_t>(in->Below(2));
+      o.num_heads = heads;
+      o.num_buckets = in->Size(40);
+      o.max_distance = in->Size(200);
+      o.table = o.num_buckets > 0 && heads > 0 && o.num_buckets * heads <= kMaxElements
+                    ? fill(o.num_buckets * heads)
+                    : nullptr;
+      s = gpe_bias_create_t5(&o, &bias);
+      break;
+    }
+    case 2: {
+      gpe_fox_options o = GPE_FOX_OPTIONS_INIT;
+      o.struct_size = StructSize(in, o.struct_size);
+      o.length = length;
+      o.num_heads = heads;
+      o.first_position = in->Size(100);
+      o.gate_logits = length > 0 && heads > 0 && length * heads <= kMaxElements
+                          ? fill(length * heads)
+                          : nullptr;
+      s = gpe_bias_create_fox(&o, &bias);
+      break;
+    }
+    default: {
+      gpe_grape_ap_options o = GPE_GRAPE_AP_OPTIONS_INIT;
+      o.struct_size = StructSize(in, o.struct_size);
+      o.length = length;
+      o.num_heads = heads;
+      o.rank = rank;
+      o.first_position = in->Size(100);
+      const bool fits = length > 0 && heads > 0 && rank > 0 && length * heads * rank <= kMaxElements / 2;
+      // w and u, [length, heads, rank] each, back to back in one buffer.
+      const double* wu = fits ? fill(2 * length * heads * rank) : nullptr;
+      o.w = wu;
+      o.u = fits ? wu + length * heads * rank : nullptr;
+      s = gpe_bias_create_grape_ap(&o, &bias);
+      break;
+    }
+  }
+  CheckStatus(s);
+  return s == GPE_OK ? bias : nullptr;
+}
+
+void BiasCalls(FuzzInput* in) {
+  std::vector<double> params;
+  gpe_bias* bias = MakeBias(in, &params);
+  if (bias == nullptr) return;
+  Tensor qp({in->Size(5)}, kDLInt, 64), kp({in->Size(5)}, kDLInt, 64);
+  qp.FillInt(in, in->Below(2) ? 0 : 12);
+  kp.FillInt(in, in->Below(2) ? 0 : 12);
+  uint8_t code = kDLFloat, bits = in->Below(2) ? 32 : 64;
+  Tensor out({in->Below(4) == 0 ? in->Size(5) : qp.shape[0], kp.shape[0]}, code, bits);
+  CheckStatus(gpe_bias_fill_tile(bias, in->Size(4), &qp.t, &kp.t, &out.t));
+  gpe_bias_destroy(bias);
+}
+
+void AttentionCalls(FuzzInput* in) {
+  gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+  o.struct_size = StructSize(in, o.struct_size);
+  o.causal = static_cast<int32_t>(in->Below(3));
+  if (in->Below(4) == 0) o.softmax_scale = in->Real();
+  o.num_threads = static_cast<int32_t>(in->Size(2));
+  if (in->Below(3) == 0) {
+    o.rope_dim = in->Size(10);
+    if (in->Below(4) == 0) o.rope_base = in->Real();
+    o.rope_pairing = static_cast<int32_t>(in->Below(3));
+  }
+  const bool packed = in->Below(3) == 0;
+  const int64_t batch = in->Size(3), sq = in->Size(7), sk = in->Size(9);
+  const int64_t hq = in->Size(4), hkv = in->Size(2), d = in->Size(10);
+  uint8_t code, bits;
+  FloatType(in, &code, &bits);
+  std::vector<int64_t> qs = packed ? std::vector<int64_t>{sq, hq, d} : std::vector<int64_t>{batch, sq, hq, d};
+  std::vector<int64_t> ks = packed ? std::vector<int64_t>{sk, hkv, d} : std::vector<int64_t>{batch, sk, hkv, d};
+  if (in->Below(8) == 0) ks.back() = in->Size(10);  // mismatched head_dim
+  Tensor q(qs, code, bits), k(ks, code, bits), v(ks, code, bits), out(qs, code, bits);
+  q.FillReal(in);
+  k.FillReal(in);
+  v.FillReal(in);
+  const int64_t tq = packed ? sq : batch * sq;
+  const int64_t tk = packed ? sk : batch * sk;
+  Tensor cq({in->Size(4)}, kDLInt, 64), ck({cq.shape[0]}, kDLInt, 64);
+  if (packed) {
+    // Mostly valid cumulative lengths (0 .. total, non-decreasing), sometimes anything.
+    if (cq.t.data != nullptr && in->Below(3) != 0) {
+      int64_t* a = static_cast<int64_t*>(cq.t.data);
+      int64_t* c = static_cast<int64_t*>(ck.t.data);
+      const int64_t n = cq.shape[0];
+      for (int64_t i = 0; i < n; ++i) {
+        a[i] = n > 1 ? tq * i / (n - 1) : 0;
+        c[i] = n > 1 ? tk * i / (n - 1) : 0;
+      }
+    } else {
+      cq.FillInt(in, 0);
+      ck.FillInt(in, 0);
+    }
+    o.cu_seqlens_q = &cq.t;
+    o.cu_seqlens_k = &ck.t;
+  }
+  Tensor pq({tq}, kDLInt, 64), pk({tk}, kDLInt, 64);
+  if (in->Below(3) == 0) {
+    pq.FillInt(in, in->Below(2) ? 0 : 50);
+    pk.FillInt(in, in->Below(2) ? 0 : 50);
+    o.q_positions = &pq.t;
+    if (in->Below(8) != 0) o.k_positions = &pk.t;
+  }
+  std::vector<double> params;
+  gpe_bias* bias = in->Below(3) == 0 ? MakeBias(in, &params) : nullptr;
+  o.bias = bias;
+  Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
+  CheckStatus(gpe_attention_forward(&o, &q.t, &k.t, &v.t, &out.t, in->Below(2) ? &lse.t : nullptr));
+  if (in->Below(2)) {
+    Tensor dq(qs, code, bits), dk(ks, code, bits), dv(ks, code, bits);
+    CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, nullptr, nullptr, &out.t, &dq.t,
+                                       in->Below(2) ? &dk.t : nullptr, &dv.t));
+  }
+  gpe_bias_destroy(bias);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  FuzzInput in(data, size);
+  switch (in.Below(3)) {
+    case 0: RopeCalls(&in); break;
+    case 1: BiasCalls(&in); break;
+    default: AttentionCalls(&in); break;
+  }
+  return 0;
+}

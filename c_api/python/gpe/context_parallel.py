@@ -343,7 +343,7 @@ class _RingAttention(torch.autograd.Function):
             kb, vb, pb, fb = cur
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                ob, lb = gt._forward_op(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
+                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
                 o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
                 r.wait()
@@ -390,7 +390,7 @@ class _RingAttention(torch.autograd.Function):
             grad = torch.zeros((2,) + tuple(kb.shape), dtype=torch.float32)
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                dqb, dkb, dvb = gt._backward_op(q, kb, vb, o, lse_flat, d_o,
+                dqb, dkb, dvb = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
                                                 *cfg.op_args(pos, pb, batch, bias))
                 dq += dqb
                 grad[0] += dkb

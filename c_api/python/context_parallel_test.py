@@ -150,7 +150,9 @@ def _worker(rank, world, port, methods):
 @needs_torch
 class ContextParallelTest(unittest.TestCase):
     def spawn(self, world, methods):
-        mp.spawn(_worker, args=(world, _free_port(), methods), nprocs=world, join=True)
+        # fork: the ranks inherit the imported torch and gpe instead of importing them again.
+        mp.start_processes(_worker, args=(world, _free_port(), methods), nprocs=world,
+                           join=True, start_method="fork")
 
     def test_two_ranks_every_method(self):
         self.spawn(2, cp.METHODS)

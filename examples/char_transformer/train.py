@@ -124,7 +124,7 @@ def train(kind, init_state, data_batches, vocab, args):
         loss.backward()
         opt.step()
         seconds.append(time.perf_counter() - t0)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses, seconds
 
 

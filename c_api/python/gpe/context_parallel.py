@@ -535,6 +535,9 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     from gpe.bias import Alibi, T5Bias
     g, gt = cfg.g, cfg.gt
     batch, heads_q, heads_kv = q.shape[0], q.shape[2], k.shape[2]
+    if isinstance(cfg.bias, T5Bias):
+        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
+                         "use method='ring' or 'all_gather'")
     if heads_q % g.size or heads_kv % g.size:
         raise ValueError("method='ulysses' shards heads: heads_q (%d) and heads_kv (%d) must "
                          "be multiples of the world size (%d)" % (heads_q, heads_kv, g.size))
@@ -551,9 +554,6 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     qh, kh, vh = (t.contiguous() for t in qkv.split([hw, hkw, hkw], 2))
     pf = _all_gather_var(g, pos, sizes)
     bias, alibi = cfg.bias, cfg.alibi
-    if isinstance(bias, T5Bias):
-        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
-                         "use method='ring' or 'all_gather'")
     if alibi or isinstance(bias, Alibi):
         full = bias if bias is not None else Alibi(heads_q, symmetric=alibi == "symmetric")
         symmetric = (alibi == "symmetric") if bias is None else not full.causal
@@ -626,7 +626,7 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     if bias is not None and not isinstance(bias, (Alibi, T5Bias)):
         raise TypeError("bias must be a gpe.Alibi or gpe.T5Bias under context parallelism"
                         if isinstance(bias, AdditiveBias) else "bias must be a gpe.bias object")
-    if sum(x is not None and x != "" for x in (alibi, bias, fox_gate_logits)) > 1:
+    if sum(x is not None for x in (alibi, bias, fox_gate_logits)) > 1:
         raise ValueError("give at most one of alibi, bias and fox_gate_logits")
     g = _Group(group)
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,

@@ -61,6 +61,9 @@ def _cases(world):
         ("alibi symmetric, not causal", lengths[:1], dict(alibi="symmetric", scale=0.4), False),
         ("fox + rope causal", lengths, dict(causal=True, rope_dim=8), True),
         ("grape_m causal", lengths[:1], dict(causal=True, encoding="grape_m"), False),
+        # Ulysses refuses T5 (its table cannot be re-sliced per head shard): ring and
+        # all_gather only (_worker skips it for ulysses).
+        ("t5 causal + rope", lengths[:1], dict(causal=True, bias="t5", rope_dim=8), False),
     ]
 
 
@@ -68,6 +71,9 @@ def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_k
     heads_q, d = 4, 8
     g = torch.Generator().manual_seed(seq_len * 1000 + world)
     kw = dict(kw, threads=1)  # one kernel thread per rank: ranks share 2 cores
+    if kw.get("bias") == "t5":
+        kw["bias"] = gpe.T5Bias(np.random.default_rng(4).standard_normal((8, heads_q)),
+                                max_distance=5)
     if kw.get("encoding") == "grape_m":
         rng = np.random.default_rng(3)
         kw["encoding"] = gpe.GrapeM(rng.standard_normal((2, d)), rng.standard_normal((2, d)),
@@ -125,6 +131,8 @@ def _worker(rank, world, port, methods):
         count = 0
         for method in methods:
             for name, lengths, kw, fox in _cases(world):
+                if method == "ulysses" and kw.get("bias") == "t5":
+                    continue
                 for seq_len in lengths:
                     count += _run_case(rank, world, method, name, seq_len, kw, fox,
                                        torch.float32, 2, heads_kv)
@@ -135,14 +143,16 @@ def _worker(rank, world, port, methods):
         x = torch.zeros(1, 2, 4, 8)
         pos = torch.arange(2) + 2 * rank
         for bad, err in ((dict(bias=gpe.GrapeApBias(np.zeros((4, 4, 1)), np.zeros((4, 4, 1)))),
-                          "GRAPE-AP"), (dict(method="sideways"), "method")):
+                          "GRAPE-AP"), (dict(method="sideways"), "method"),
+                         (dict(method="ulysses", bias=gpe.T5Bias(np.zeros((8, 4)))), "T5Bias"),
+                         (dict(bias=gpe.FoxBias(np.zeros((4, 4)))), "fox_gate_logits")):
             try:
                 cp.attention(x, x, x, pos, **bad)
             except (ValueError, TypeError) as e:
                 assert err in str(e), str(e)
             else:
                 raise AssertionError("expected a refusal for %s" % bad)
-        assert count > 0
+        assert count > 0 or not methods
     finally:
         dist.destroy_process_group()
 
@@ -150,7 +160,9 @@ def _worker(rank, world, port, methods):
 @needs_torch
 class ContextParallelTest(unittest.TestCase):
     def spawn(self, world, methods):
-        mp.spawn(_worker, args=(world, _free_port(), methods), nprocs=world, join=True)
+        # fork: the ranks inherit the imported torch and gpe instead of importing them again.
+        mp.start_processes(_worker, args=(world, _free_port(), methods), nprocs=world,
+                           join=True, start_method="fork")
 
     def test_two_ranks_every_method(self):
         self.spawn(2, cp.METHODS)

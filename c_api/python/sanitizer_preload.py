@@ -12,14 +12,22 @@ import sys
 
 
 def _needed_runtime(lib_path):
+    """The preload list: libasan, then the libstdc++ libgpe.so uses. ASan resolves its
+    __cxa_throw interceptor when it starts; with libstdc++ loaded only later (by an
+    extension module such as torch's or matplotlib's), the first C++ exception thrown in
+    one of them stops the process with "real___cxa_throw != 0"."""
     try:
         out = subprocess.run(["ldd", lib_path], check=True, capture_output=True, text=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
+    found = {}
     for line in out.splitlines():
-        if "libasan.so" in line and "=>" in line:
-            return line.split("=>")[1].split("(")[0].strip()
-    return None
+        for name in ("libasan.so", "libstdc++.so"):
+            if name in line and "=>" in line:
+                found[name] = line.split("=>")[1].split("(")[0].strip()
+    if "libasan.so" not in found:
+        return None
+    return " ".join(found[n] for n in ("libasan.so", "libstdc++.so") if n in found)
 
 
 def reexec_if_needed(lib_path):

@@ -6,6 +6,7 @@ PyTorch is an optional dependency of the bindings: without it every test that ne
 skipped with a message (the import-without-torch check still runs).
 """
 
+import math
 import os
 import subprocess
 import sys
@@ -275,6 +276,61 @@ class TorchAttentionTest(unittest.TestCase):
         torch.testing.assert_close(f(q, k, v), gt.attention(q, k, v, causal=True, rope_dim=8),
                                    atol=0, rtol=0)
 
+    def bias_cases(self, s, h):
+        """(name, bias object, causal) for the additive biases (one sequence of s tokens)."""
+        t5 = gpe.T5Bias(self.rng.standard_normal((8, h)), max_distance=6)
+        fox = gpe.FoxBias(self.rng.standard_normal((s, h)) * 2.0 + 1.0)
+        w = self.rng.standard_normal((s, h, 2)) * 0.7
+        u = self.rng.standard_normal((s, h, 2)) * 0.7
+        ap = gpe.GrapeApBias(w, u)
+        return [("t5", t5, False), ("t5 causal", t5, True), ("fox", fox, True),
+                ("grape_ap", ap, True)]
+
+    def test_gradcheck_float64_biases_and_rope_base(self):
+        # The additive families through gpe.bias objects (T5, FoX, GRAPE-AP; ALiBi above)
+        # and RoPE at another base, gradcheck in double as above (q, k, v; the bias
+        # parameters are fixed: the ABI's backward returns dq, dk, dv only).
+        s, h = 6, 2
+        for name, bias, causal in self.bias_cases(s, h):
+            q, k, v = self.rand(1, s, h, 8), self.rand(1, s, h, 8), self.rand(1, s, h, 8)
+            with self.subTest(name):
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda q, k, v: gt.attention(q, k, v, causal=causal, bias=bias,
+                                                 rope_dim=4), (q, k, v), fast_mode=True))
+        q, k, v = self.rand(1, 5, 2, 8), self.rand(1, 7, 2, 8), self.rand(1, 7, 2, 8)
+        self.assertTrue(torch.autograd.gradcheck(
+            lambda q, k, v: gt.attention(q, k, v, causal=True, rope_dim=8, rope_base=500.0),
+            (q, k, v), fast_mode=True))
+
+    def test_biases_match_eager_softmax(self):
+        # Forward and gradients against eager softmax(q.k scale + B) v where B is the bias
+        # tile from bias.fill_tile, and FoX's tile against its formula c_i - c_j, c_t =
+        # sum_{l <= t} ln sigmoid(x_l) (Lin et al.). Double on both sides: 1e-10 as above.
+        s, h, d = 7, 2, 8
+        pos = torch.arange(s)
+        for name, bias, causal in self.bias_cases(s, h):
+            q, k, v = self.rand(1, s, h, d), self.rand(1, s, h, d), self.rand(1, s, h, d)
+            tile = torch.stack([torch.as_tensor(bias.fill_tile(i, pos.numpy(), pos.numpy()))
+                                for i in range(h)])
+            with self.subTest(name):
+                o = gt.attention(q, k, v, causal=causal, bias=bias)
+                sc = torch.einsum("ihd,jhd->hij", q[0], k[0]) / d ** 0.5 + tile
+                if causal:
+                    sc = sc.masked_fill(torch.ones(s, s, dtype=torch.bool).triu(1), -math.inf)
+                want = torch.einsum("hij,jhd->ihd", torch.softmax(sc, -1), v[0])[None]
+                torch.testing.assert_close(o, want, atol=1e-10, rtol=0)
+                wgt = torch.randn(o.shape, dtype=torch.float64)
+                got = torch.autograd.grad((o * wgt).sum(), (q, k, v))
+                ref = torch.autograd.grad((want * wgt).sum(), (q, k, v))
+                for a, b in zip(got, ref):
+                    torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+        logits = self.rng.standard_normal((s, h))
+        c = torch.cumsum(F.logsigmoid(torch.as_tensor(logits)), 0)  # [s, h]
+        tile = gpe.FoxBias(logits).fill_tile(1, pos.numpy(), pos.numpy())
+        torch.testing.assert_close(torch.as_tensor(tile)[torch.ones(s, s).tril() > 0],
+                                   (c[:, None, 1] - c[None, :, 1])[torch.ones(s, s).tril() > 0],
+                                   atol=1e-12, rtol=0)
+
     def test_bad_input_raises(self):
         q = torch.randn(1, 4, 3, 8)
         k = torch.randn(1, 4, 2, 8)
@@ -288,6 +344,10 @@ class TorchAttentionTest(unittest.TestCase):
             gt.attention(k, k, k, encoding="rope")
         with self.assertRaises(TypeError):
             gt.attention(k.half(), k.half(), k.half())
+        with self.assertRaises(TypeError):
+            gt.attention(k, k, k, bias="alibi")
+        with self.assertRaises(ValueError):
+            gt.attention(k, k, k, alibi="causal", bias=gpe.Alibi(2))
 
 
 if __name__ == "__main__":

@@ -343,7 +343,7 @@ class _RingAttention(torch.autograd.Function):
             kb, vb, pb, fb = cur
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                ob, lb = gt._forward_op(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
+                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
                 o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
                 r.wait()
@@ -390,7 +390,7 @@ class _RingAttention(torch.autograd.Function):
             grad = torch.zeros((2,) + tuple(kb.shape), dtype=torch.float32)
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                dqb, dkb, dvb = gt._backward_op(q, kb, vb, o, lse_flat, d_o,
+                dqb, dkb, dvb = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
                                                 *cfg.op_args(pos, pb, batch, bias))
                 dq += dqb
                 grad[0] += dkb
@@ -535,6 +535,9 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     from gpe.bias import Alibi, T5Bias
     g, gt = cfg.g, cfg.gt
     batch, heads_q, heads_kv = q.shape[0], q.shape[2], k.shape[2]
+    if isinstance(cfg.bias, T5Bias):
+        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
+                         "use method='ring' or 'all_gather'")
     if heads_q % g.size or heads_kv % g.size:
         raise ValueError("method='ulysses' shards heads: heads_q (%d) and heads_kv (%d) must "
                          "be multiples of the world size (%d)" % (heads_q, heads_kv, g.size))
@@ -551,9 +554,6 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     qh, kh, vh = (t.contiguous() for t in qkv.split([hw, hkw, hkw], 2))
     pf = _all_gather_var(g, pos, sizes)
     bias, alibi = cfg.bias, cfg.alibi
-    if isinstance(bias, T5Bias):
-        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
-                         "use method='ring' or 'all_gather'")
     if alibi or isinstance(bias, Alibi):
         full = bias if bias is not None else Alibi(heads_q, symmetric=alibi == "symmetric")
         symmetric = (alibi == "symmetric") if bias is None else not full.causal
@@ -626,7 +626,7 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     if bias is not None and not isinstance(bias, (Alibi, T5Bias)):
         raise TypeError("bias must be a gpe.Alibi or gpe.T5Bias under context parallelism"
                         if isinstance(bias, AdditiveBias) else "bias must be a gpe.bias object")
-    if sum(x is not None and x != "" for x in (alibi, bias, fox_gate_logits)) > 1:
+    if sum(x is not None for x in (alibi, bias, fox_gate_logits)) > 1:
         raise ValueError("give at most one of alibi, bias and fox_gate_logits")
     g = _Group(group)
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,

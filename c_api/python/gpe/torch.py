@@ -133,13 +133,10 @@ def _lse_like(q, packed):
     return q.new_empty((tokens, q.shape[-2]), dtype=dtype)
 
 
-@torch.library.custom_op("gpe::attention_forward", mutates_args=(), device_types="cpu")
-def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
-                cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
-                causal: bool, scale: float, rope_dim: int, rope_base: float, rope_pairing: str,
-                alibi: str, encoding_key: int, bias_key: int,
-                threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
+def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
+                 rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads):
+    """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
+    called directly by eager autograd and gpe.context_parallel."""
     keep = []
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
@@ -152,6 +149,18 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return o, lse
 
 
+@torch.library.custom_op("gpe::attention_forward", mutates_args=(), device_types="cpu")
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
+                cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                causal: bool, scale: float, rope_dim: int, rope_base: float, rope_pairing: str,
+                alibi: str, encoding_key: int, bias_key: int,
+                threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
+                        scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
+                        threads)
+
+
 @_forward_op.register_fake
 def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale, rope_dim,
       rope_base, rope_pairing, alibi, encoding_key, bias_key, threads):
@@ -159,15 +168,11 @@ def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, sca
             _lse_like(q, cu_seqlens_q is not None))
 
 
-@torch.library.custom_op("gpe::attention_backward", mutates_args=(), device_types="cpu")
-def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                 lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
-                 k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
-                 cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
-                 rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
-                 encoding_key: int, bias_key: int,
-                 threads: int) -> Tuple[torch.Tensor, torch.Tensor,
-                                                           torch.Tensor]:
+def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
+                  causal, scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key,
+                  bias_key, threads):
+    """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
+    bfloat16 kernels read them; the float64 reference recomputes its own)."""
     keep = []
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
@@ -181,6 +186,19 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
         _dltensor(d_o, "d_o", keep), _dltensor(dq, "dq", keep), _dltensor(dk, "dk", keep),
         _dltensor(dv, "dv", keep)))
     return dq, dk, dv
+
+
+@torch.library.custom_op("gpe::attention_backward", mutates_args=(), device_types="cpu")
+def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                 lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
+                 k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                 cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
+                 rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
+                 encoding_key: int, bias_key: int,
+                 threads: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
+                         cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
+                         encoding_key, bias_key, threads)
 
 
 @_backward_op.register_fake
@@ -216,6 +234,26 @@ def _backward(ctx, d_o, d_lse):
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """The same forward and backward as the registered operators, called directly: eager
+    code skips the dispatcher's custom-op layer, whose first call imports the compiler
+    stack (seconds per process). Under torch.compile attention() takes the operators."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *options):
+        o, lse = forward_impl(q, k, v, *options)
+        _setup_context(ctx, (q, k, v) + options, (o, lse))
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if not any(ctx.needs_input_grad[:3]):
+            return (None,) * (3 + len(_OPTION_NAMES))
+        dq, dk, dv = backward_impl(q, k, v, o, lse, d_o, *ctx.options)
+        return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
+
+
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
@@ -244,7 +282,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
         # The kernels need head_dim contiguous; anything else is copied once here.
         return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
-    o, lse = _forward_op(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
+    call = _forward_op if torch.compiler.is_compiling() else _EagerAttention.apply
+    o, lse = call(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
                          as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
                          0.0 if scale is None else float(scale), int(rope_dim),
                          float(rope_base), rope_pairing, alibi or "", _register(encoding),

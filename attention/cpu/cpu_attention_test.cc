@@ -969,7 +969,7 @@ Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
 }
 
 // Runs check(args, name) for every structured transform on shapes below, at and above
-// the tiles (block_q 16, block_k 64), causal and not, GQA 4/2, plus a KV-cache shape
+// the tiles (block_q 16, block_k 64), causal and not, GQA 2/1, plus a KV-cache shape
 // (queries shorter than keys, MQA, two sequences) and a packed varlen batch.
 template <class Check>
 void ForEachStructuredCase(const Check& check) {
@@ -1004,7 +1004,7 @@ void ForEachStructuredCase(const Check& check) {
   const std::pair<int64_t, bool> shapes[] = {{5, false}, {64, true}, {65, false}, {65, true}};
   for (const StructuredCase& c : cases) {
     for (const auto& [l, causal] : shapes) {
-      AttentionArgs a = Bshd(1, l, l, 4, 2, c.d);
+      AttentionArgs a = Bshd(1, l, l, 2, 1, c.d);
       a.causal = causal;
       a.q_transform = a.k_transform = c.tr;
       Structured sp;
@@ -1081,7 +1081,7 @@ void ForEachShawCase(const Check& check) {
     for (int sides = 1; sides <= 3; ++sides) {  // keys, values, both
       for (const auto& [l, causal] : shapes) {
         if (sides != 3 && l != 65) continue;  // one side alone: one shape
-        AttentionArgs a = Bshd(1, l, l, 4, 2, d);
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
         a.causal = causal;
         if (sides & 1) a.shaw_keys = shaw;
         if (sides & 2) a.shaw_values = shaw;
@@ -1111,7 +1111,7 @@ void ForEachShawCase(const Check& check) {
   e.shaw_keys = e.shaw_values = &s3;
   check(e, "explicit unsorted positions");
   const std::vector<int64_t> cu_q = {0, 0, 1, 20, 57}, cu_k = {0, 3, 4, 40, 77};
-  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, d);
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, d);  // GQA 4/2
   t.causal = true;
   t.shaw_keys = t.shaw_values = &s3;
   check(t, "varlen");

@@ -969,8 +969,8 @@ Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
 }
 
 // Runs check(args, name) for every structured transform on shapes below, at and above
-// the tiles (block_q 16, block_k 64), causal and not, GQA 4/2, plus a KV-cache shape
-// (queries shorter than keys) and a packed varlen batch.
+// the tiles (block_q 16, block_k 64), causal and not, GQA 2/1, plus a KV-cache shape
+// (queries shorter than keys, MQA, two sequences) and a packed varlen batch.
 template <class Check>
 void ForEachStructuredCase(const Check& check) {
   std::mt19937_64 rng(77);
@@ -1000,17 +1000,17 @@ void ForEachStructuredCase(const Check& check) {
                                   {"algebraic tree", &t_tree, 0, 3, 16},
                                   {"algebraic grid 2D", &t_g2, 2, 0, 16},
                                   {"algebraic grid 3D", &t_g3, 3, 0, 24}};
+  // (length, causal): below both tiles, at block_k (a multiple of block_q), above both.
+  const std::pair<int64_t, bool> shapes[] = {{5, false}, {64, true}, {65, false}, {65, true}};
   for (const StructuredCase& c : cases) {
-    for (int64_t l : {5, 16, 64, 65, 130}) {
-      for (bool causal : {false, true}) {
-        AttentionArgs a = Bshd(1, l, l, 4, 2, c.d);
-        a.causal = causal;
-        a.q_transform = a.k_transform = c.tr;
-        Structured sp;
-        sp.Make(l, l, c.axes, c.branching, &rng);
-        sp.Bind(c.axes, &a);
-        check(a, c.name + " l " + std::to_string(l) + (causal ? " causal" : ""));
-      }
+    for (const auto& [l, causal] : shapes) {
+      AttentionArgs a = Bshd(1, l, l, 2, 1, c.d);
+      a.causal = causal;
+      a.q_transform = a.k_transform = c.tr;
+      Structured sp;
+      sp.Make(l, l, c.axes, c.branching, &rng);
+      sp.Bind(c.axes, &a);
+      check(a, c.name + " l " + std::to_string(l) + (causal ? " causal" : ""));
     }
     AttentionArgs kv = Bshd(2, 9, 70, 4, 1, c.d);  // MQA, KV cache
     kv.causal = true;
@@ -1065,7 +1065,8 @@ encodings::sequence::ShawRelative MakeShaw(int64_t kmax, int64_t d, std::mt19937
 }
 
 // Shaw key and/or value labels (k = 0: one label for every pair; k = 3; k = 200, wider
-// than every sequence) on shapes below, at and above the tiles, causal and not, GQA,
+// than every sequence) on shapes below, at and above the tiles (block_q 16, block_k 64),
+// causal and not, GQA,
 // then with RoPE, ALiBi and locality at once, explicit unsorted positions, varlen and a
 // decoding shape (one query against 1100 keys: the path that splits keys otherwise).
 template <class Check>
@@ -1074,18 +1075,19 @@ void ForEachShawCase(const Check& check) {
   const int64_t d = 32;
   encodings::sequence::ShawRelative s0 = MakeShaw(0, d, &rng), s3 = MakeShaw(3, d, &rng),
                                     s200 = MakeShaw(200, d, &rng);
+  // (length, causal): one row, above block_q, at block_k, above both tiles.
+  const std::pair<int64_t, bool> shapes[] = {{1, true}, {17, false}, {64, true}, {65, false}};
   for (const auto* shaw : {&s0, &s3, &s200}) {
     for (int sides = 1; sides <= 3; ++sides) {  // keys, values, both
-      for (int64_t l : {1, 17, 64, 130}) {
-        for (bool causal : {false, true}) {
-          AttentionArgs a = Bshd(1, l, l, 4, 2, d);
-          a.causal = causal;
-          if (sides & 1) a.shaw_keys = shaw;
-          if (sides & 2) a.shaw_values = shaw;
-          check(a, "k " + std::to_string(shaw->max_distance()) + " sides " +
-                       std::to_string(sides) + " l " + std::to_string(l) +
-                       (causal ? " causal" : ""));
-        }
+      for (const auto& [l, causal] : shapes) {
+        if (sides != 3 && l != 65) continue;  // one side alone: one shape
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
+        a.causal = causal;
+        if (sides & 1) a.shaw_keys = shaw;
+        if (sides & 2) a.shaw_values = shaw;
+        check(a, "k " + std::to_string(shaw->max_distance()) + " sides " +
+                     std::to_string(sides) + " l " + std::to_string(l) +
+                     (causal ? " causal" : ""));
       }
     }
   }
@@ -1109,7 +1111,7 @@ void ForEachShawCase(const Check& check) {
   e.shaw_keys = e.shaw_values = &s3;
   check(e, "explicit unsorted positions");
   const std::vector<int64_t> cu_q = {0, 0, 1, 20, 57}, cu_k = {0, 3, 4, 40, 77};
-  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, d);
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, d);  // GQA 4/2
   t.causal = true;
   t.shaw_keys = t.shaw_values = &s3;
   check(t, "varlen");

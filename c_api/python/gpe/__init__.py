@@ -8,7 +8,8 @@ the library's own message.
 from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
 from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeApBias, T5Bias
-from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
+from gpe.inr import (fit_blended_2d, fit_separable_2d, fit_separable_3d, predict_blended_2d,
+                     predict_separable_2d, predict_separable_3d, shifted_basis, stable_rank)
 from gpe.coordinate import (CoordinateEncoder, FourierFeatures, ShiftedEncoder, So2Bessel,
                             SphericalHarmonics, bessel_j, condition_number,
                             embedded_distance_matrix, embedder_distance, embedder_stable_rank,
@@ -44,9 +45,13 @@ __all__ = [
     "SoRepresentation",
     "attention",
     "attention_backward",
+    "fit_blended_2d",
     "fit_separable_2d",
+    "fit_separable_3d",
     "merge_attention",
+    "predict_blended_2d",
     "predict_separable_2d",
+    "predict_separable_3d",
     "shaw_key_scores",
     "shaw_key_scores_backward",
     "shifted_basis",

@@ -261,6 +261,14 @@ struct Fixture {
   gpe_coordinate_encoder* harmonics = nullptr;
   gpe_coordinate_encoder* so2 = nullptr;
   gpe_coordinate_encoder* made = nullptr;  // receives handles a case should not have been given
+  // INR 3D and blended fits: volume [5, 5, 5] over psi [5, 4]; a 1-D encoder (K = 4) on
+  // the grid `coords` (0.1 .. 0.9), 3 scattered points inside it.
+  std::vector<double> vol_data = std::vector<double>(125, 0.5), w3_data = std::vector<double>(64, 0.0),
+                      bpts_data = {0.2, 0.3, 0.5, 0.5, 0.8, 0.7}, bvals_data = {1.0, 2.0, 3.0},
+                      bw_data = std::vector<double>(16, 0.0), bout_data = std::vector<double>(3, 0.0);
+  DLTensor vol, w3, bpts, bvals, bw, bout;
+  gpe_blended_fit_options blend_opt = GPE_BLENDED_FIT_OPTIONS_INIT;
+  gpe_coordinate_encoder* axis1 = nullptr;
 
   Fixture() {
     x_data.assign(kN * kDim, 0.5);
@@ -356,6 +364,13 @@ struct Fixture {
     Ok(gpe_fourier_features_create(&ff_opt, &fourier));
     Ok(gpe_spherical_harmonics_create(1, &harmonics));
     Ok(gpe_so2_bessel_create_sampled(&so2_opt, &so2));
+    vol = F64(&vol_data, {5, 5, 5});
+    w3 = F64(&w3_data, {4, 4, 4});
+    bpts = F64(&bpts_data, {3, 2});
+    bvals = F64(&bvals_data, {3});
+    bw = F64(&bw_data, {4, 4});
+    bout = F64(&bout_data, {3});
+    Ok(gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, &shift_opt, 1, &axis1));
   }
   ~Fixture() {
     gpe_so_rep_destroy(rep);
@@ -367,6 +382,7 @@ struct Fixture {
     gpe_coordinate_encoder_destroy(harmonics);
     gpe_coordinate_encoder_destroy(so2);
     gpe_coordinate_encoder_destroy(made);
+    gpe_coordinate_encoder_destroy(axis1);
   }
   static void Ok(gpe_status s) { ASSERT_EQ(s, GPE_OK) << gpe_last_error_message(); }
 
@@ -397,6 +413,11 @@ struct Fixture {
   gpe_status Shift() { return gpe_shifted_basis_encode(&shift_opt, &coords, &psi); }
   gpe_status Fit() { return gpe_inr_fit_separable_2d(&fit_opt, &psi, &psi, &image, &w); }
   gpe_status Predict() { return gpe_inr_predict_separable_2d(&psi, &psi, &w, &pred); }
+  gpe_status Fit3D() { return gpe_inr_fit_separable_3d(&fit_opt, &psi, &psi, &psi, &vol, &w3); }
+  gpe_status Blend() {
+    return gpe_inr_fit_blended_2d(&blend_opt, axis1, axis1, &coords, &coords, &bpts, &bvals, &bw,
+                                  nullptr, nullptr);
+  }
   gpe_status FourierCreate() { return gpe_fourier_features_create(&ff_opt, &made); }
   gpe_status Encode() { return gpe_coordinate_encode(fourier, &pts, &feat); }
   gpe_status Backward() { return gpe_coordinate_backward(fourier, &pts, &gfeat, &gpts); }
@@ -981,6 +1002,73 @@ std::map<std::string, Case> Cases() {
     f.shapes.push_back({0, 4});
     f.psi.shape = f.shapes.back().data();
     return gpe_inr_condition_number(&f.psi, &f.f64);
+  });
+
+  e = "gpe_inr_fit_separable_3d";
+  add("fit3d_options_null", e, [](Fixture& f) {
+    return gpe_inr_fit_separable_3d(nullptr, &f.psi, &f.psi, &f.psi, &f.vol, &f.w3);
+  });
+  add("fit3d_volume_2d", e, [](Fixture& f) {
+    return gpe_inr_fit_separable_3d(&f.fit_opt, &f.psi, &f.psi, &f.psi, &f.image, &f.w3);
+  });
+  add("fit3d_volume_wrong_shape", e, [](Fixture& f) {
+    f.shapes.push_back({5, 5, 4});
+    f.vol.shape = f.shapes.back().data();
+    return f.Fit3D();
+  });
+  add("fit3d_volume_nan", e, [](Fixture& f) { f.vol_data[17] = kNaN; return f.Fit3D(); });
+  add("fit3d_rank_deficient", e, [](Fixture& f) {
+    f.fit_opt.lambda = 0.0;
+    for (int64_t i = 0; i < 5; ++i) f.psi_data[i * 4 + 3] = f.psi_data[i * 4 + 2];  // equal columns
+    return f.Fit3D();
+  });
+  add("fit3d_w_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_fit_separable_3d(&f.fit_opt, &f.psi, &f.psi, &f.psi, &f.vol, &f.vol);
+  });
+  e = "gpe_inr_predict_separable_3d";
+  add("predict3d_w_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.vol, &f.vol);
+  });
+  add("predict3d_out_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.w3, &f.w3);
+  });
+  e = "gpe_inr_fit_blended_2d";
+  add("blend_options_null", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(nullptr, f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.bvals,
+                                  &f.bw, nullptr, nullptr);
+  });
+  add("blend_struct_size_newer", e, [](Fixture& f) { f.blend_opt.struct_size += 8; return f.Blend(); });
+  add("blend_max_iterations_0", e, [](Fixture& f) { f.blend_opt.max_iterations = 0; return f.Blend(); });
+  add("blend_lambda_negative", e, [](Fixture& f) { f.blend_opt.lambda = -1.0; return f.Blend(); });
+  add("blend_encoder_null", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(&f.blend_opt, nullptr, f.axis1, &f.coords, &f.coords, &f.bpts,
+                                  &f.bvals, &f.bw, nullptr, nullptr);
+  });
+  add("blend_encoder_not_1d", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(&f.blend_opt, f.axis1, f.fourier, &f.coords, &f.coords, &f.bpts,
+                                  &f.bvals, &f.bw, nullptr, nullptr);
+  });
+  add("blend_grid_not_increasing", e, [](Fixture& f) { f.coords_data[3] = 0.2; return f.Blend(); });
+  add("blend_point_outside_grid", e, [](Fixture& f) { f.bpts_data[4] = 0.95; return f.Blend(); });
+  add("blend_points_nan", e, [](Fixture& f) { f.bpts_data[1] = kNaN; return f.Blend(); });
+  add("blend_points_wrong_width", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(&f.blend_opt, f.axis1, f.axis1, &f.coords, &f.coords, &f.psi,
+                                  &f.bvals, &f.bw, nullptr, nullptr);
+  });
+  add("blend_values_wrong_length", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(&f.blend_opt, f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts,
+                                  &f.coords, &f.bw, nullptr, nullptr);
+  });
+  add("blend_w_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_fit_blended_2d(&f.blend_opt, f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts,
+                                  &f.bvals, &f.image, nullptr, nullptr);
+  });
+  e = "gpe_inr_predict_blended_2d";
+  add("pblend_w_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_predict_blended_2d(f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.image, &f.bout);
+  });
+  add("pblend_out_wrong_shape", e, [](Fixture& f) {
+    return gpe_inr_predict_blended_2d(f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.bw, &f.lvals);
   });
 
   // -- Coordinate encoders, graph encodings, embedder analysis (coordinate.cc) --

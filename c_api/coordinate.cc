@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "c_api/checks.h"
+#include "c_api/coordinate_handles.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
 #include "c_api/tensor_view.h"
@@ -37,14 +38,6 @@ using gpe::c_api::DType;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
-
-// The handle: the encoder behind the common interface, and the concrete type for the
-// accessors that only one kind answers (frequencies, SO(2) terms).
-struct gpe_coordinate_encoder {
-  std::unique_ptr<enc::CoordinateEncoder> impl;
-  const enc::FourierFeatures* fourier = nullptr;
-  const enc::So2BesselEncoder* so2 = nullptr;
-};
 
 namespace {
 

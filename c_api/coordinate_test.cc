@@ -1,6 +1,7 @@
 // The coordinate encoders, graph encodings and embedder analysis through gpe.h
 // (coordinate.cc), compared with the C++ API of encodings/ (the same code, so exact
 // equality up to the copy through strided tensors) and with closed forms.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +15,8 @@
 #include "encodings/coordinate/so2_bessel.h"
 #include "encodings/coordinate/spherical_harmonics.h"
 #include "gpe/gpe.h"
+#include "inr/blended.h"
+#include "inr/closed_form.h"
 #include "gtest/gtest.h"
 
 namespace {
@@ -365,6 +368,84 @@ TEST(CoordinateC, InrConditionNumberAndRcondFit) {
   o.rcond = 0.5;  // beyond the caller's struct: must be ignored
   Ok(gpe_inr_fit_separable_2d(&o, &pt, &pt, &st, &wt));
   EXPECT_NEAR(w[3], 5e6, 1e-6);
+}
+
+TEST(CoordinateC, Separable3DAndBlended2DMatchCpp) {
+  Tensors t;
+  // 3D: three Gaussian factors, a random volume, ridge 1e-3.
+  std::array<RowMatrixXd, 3> psi;
+  const int64_t n[3] = {6, 5, 7}, k[3] = {4, 3, 5};
+  for (int d = 0; d < 3; ++d) {
+    std::vector<double> x(n[d]);
+    for (int64_t i = 0; i < n[d]; ++i) x[i] = (i + 0.5) / n[d];
+    psi[d] = *enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, k[d], 0.2)->Encode(x);
+  }
+  gpe::inr::Tensor3 v;
+  v.dims = {6, 5, 7};
+  v.data.resize(6 * 5 * 7);
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  for (double& x : v.data) x = normal(rng);
+  const gpe::inr::Tensor3 want = *gpe::inr::FitSeparable3D(psi, v, 1e-3);
+  DLTensor p0 = t.Make(psi[0].data(), kDLFloat, {6, 4}), p1 = t.Make(psi[1].data(), kDLFloat, {5, 3}),
+           p2 = t.Make(psi[2].data(), kDLFloat, {7, 5}), vt = t.Make(v.data.data(), kDLFloat, {6, 5, 7});
+  std::vector<double> w(4 * 3 * 5);
+  DLTensor wt = t.Make(w.data(), kDLFloat, {4, 3, 5});
+  gpe_separable_fit_options o = GPE_SEPARABLE_FIT_OPTIONS_INIT;
+  o.lambda = 1e-3;
+  Ok(gpe_inr_fit_separable_3d(&o, &p0, &p1, &p2, &vt, &wt));
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i], want.data[i]);  // same code
+  std::vector<double> pred(6 * 5 * 7);
+  DLTensor pt = t.Make(pred.data(), kDLFloat, {6, 5, 7});
+  Ok(gpe_inr_predict_separable_3d(&p0, &p1, &p2, &wt, &pt));
+  const gpe::inr::Tensor3 pw = *gpe::inr::PredictSeparable3D(psi, want);
+  for (size_t i = 0; i < pred.size(); ++i) EXPECT_EQ(pred[i], pw.data[i]);
+
+  // Blended 2D: one-axis shifted encoders through handles vs the C++ fit.
+  gpe_shifted_basis_options ax = GPE_SHIFTED_BASIS_OPTIONS_INIT;
+  ax.kind = GPE_SHIFTED_GAUSSIAN;
+  ax.num_shifts = 6;
+  ax.width = 0.15;
+  gpe_coordinate_encoder* e = nullptr;
+  Ok(gpe_shifted_encoder_create(GPE_SHIFTED_SIMPLE, &ax, 1, &e));
+  const auto basis = *enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, 6, 0.15);
+  const gpe::inr::AxisEncoder cpp = [&](absl::Span<const double> x) { return basis.Encode(x); };
+  std::vector<double> grid(9);
+  for (int i = 0; i < 9; ++i) grid[i] = i / 8.0;
+  const RowMatrixXd pts = RandomPoints(40, 2, 0, 1, 12);
+  std::vector<double> px(40), py(40), vals(40);
+  for (int i = 0; i < 40; ++i) {
+    px[i] = pts(i, 0);
+    py[i] = pts(i, 1);
+    vals[i] = std::sin(3 * px[i]) * py[i];
+  }
+  gpe::inr::BlendedFitOptions bo;
+  const gpe::inr::BlendedFit bf = *gpe::inr::FitBlended2D(cpp, cpp, grid, grid, px, py, vals, bo);
+  RowMatrixXd ptsc = pts;
+  DLTensor gt = t.Make(grid.data(), kDLFloat, {9}), qt = t.Make(ptsc.data(), kDLFloat, {40, 2}),
+           st = t.Make(vals.data(), kDLFloat, {40});
+  RowMatrixXd bw(6, 6);
+  DLTensor bwt = t.Make(bw.data(), kDLFloat, {6, 6});
+  gpe_blended_fit_options bopt = GPE_BLENDED_FIT_OPTIONS_INIT;
+  int32_t iterations = -1;
+  double rms = -1;
+  Ok(gpe_inr_fit_blended_2d(&bopt, e, e, &gt, &gt, &qt, &st, &bwt, &iterations, &rms));
+  // The same arithmetic on the same doubles (the handle's encoder is the same basis).
+  EXPECT_EQ((bw - bf.weights).cwiseAbs().maxCoeff(), 0.0);
+  EXPECT_EQ(iterations, bf.iterations);
+  EXPECT_EQ(rms, bf.rms_residual);
+  std::vector<double> f(40);
+  DLTensor ft = t.Make(f.data(), kDLFloat, {40});
+  Ok(gpe_inr_predict_blended_2d(e, e, &gt, &gt, &qt, &bwt, &ft));
+  const std::vector<double> fw = *gpe::inr::PredictBlended2D(cpp, cpp, grid, grid, px, py, bf.weights);
+  for (int i = 0; i < 40; ++i) EXPECT_EQ(f[i], fw[i]);
+  // A 2-D encoder is not an axis encoder.
+  gpe_coordinate_encoder* sh = nullptr;
+  Ok(gpe_spherical_harmonics_create(1, &sh));
+  EXPECT_EQ(gpe_inr_fit_blended_2d(&bopt, sh, e, &gt, &gt, &qt, &st, &bwt, nullptr, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  gpe_coordinate_encoder_destroy(sh);
+  gpe_coordinate_encoder_destroy(e);
 }
 
 }  // namespace

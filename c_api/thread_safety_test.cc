@@ -1,7 +1,8 @@
 // The thread-safety guarantees of gpe.h's header comment, tested through gpe.h only:
 // every entry-point family (SO(n) representations, sinusoidal, GRAPE-M, algebraic,
 // learned positions, Shaw scores, shifted basis, stable rank, INR fit and predict, RoPE
-// and its tables, the additive biases, attention forward and backward)
+// and its tables, the additive biases, attention forward and backward, coordinate
+// encoders and their backward, Laplacian eigenvectors)
 // called from 8 threads at once, sharing handles and read-only inputs, gives the same
 // bits as one thread; and each thread's gpe_last_error_message stays its own.
 #include <atomic>
@@ -131,11 +132,17 @@ struct Shared {
     fo.num_heads = kAh;
     fo.gate_logits = fox_logits.data();
     EXPECT_EQ(gpe_bias_create_fox(&fo, &fox), GPE_OK) << gpe_last_error_message();
+    gpe_fourier_features_options ffo = GPE_FOURIER_FEATURES_OPTIONS_INIT;
+    ffo.num_frequencies = 8;
+    ffo.scale = 3.0;
+    EXPECT_EQ(gpe_fourier_features_create(&ffo, &fourier), GPE_OK) << gpe_last_error_message();
   }
+  gpe_coordinate_encoder* fourier = nullptr;  // shared by every thread (immutable handle)
   ~Shared() {
     gpe_rope_destroy(rope);
     gpe_bias_destroy(alibi);
     gpe_bias_destroy(fox);
+    gpe_coordinate_encoder_destroy(fourier);
     gpe_so_rep_destroy(planes);
     gpe_so_rep_destroy(rank2);
     gpe_grape_m_destroy(grape);
@@ -328,6 +335,30 @@ std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
     a.grape_m = s.grape;
     check(gpe_attention_forward(&a, &tq, &tk, &tv, &to, nullptr));
     keep(o.data(), o.size() * sizeof(float));
+  // Coordinate encoders (a shared Fourier handle, a spherical-harmonics handle made on
+  // this thread), their backward, the Laplacian encoding and the blended fit.
+  {
+    std::vector<int64_t> ps2 = {S::kPix, 2}, fs = {S::kPix, 16}, ps3 = {S::kPix, 3},
+                         hs = {S::kPix, 9};
+    std::vector<double> pts(S::kPix * 3), feat(S::kPix * 16), gpts(S::kPix * 2), harm(S::kPix * 9);
+    for (size_t i = 0; i < pts.size(); ++i) pts[i] = s.coords[i % S::kPix] - 0.3 * (i % 3);
+    DLTensor tp2 = Tensor(pts.data(), kDLFloat, 64, &ps2), tf = Tensor(feat.data(), kDLFloat, 64, &fs);
+    DLTensor tg = Tensor(gpts.data(), kDLFloat, 64, &ps2);
+    check(gpe_coordinate_encode(s.fourier, &tp2, &tf));
+    check(gpe_coordinate_backward(s.fourier, &tp2, &tf, &tg));
+    gpe_coordinate_encoder* sh = nullptr;
+    check(gpe_spherical_harmonics_create(2, &sh));
+    DLTensor tp3 = Tensor(pts.data(), kDLFloat, 64, &ps3), th = Tensor(harm.data(), kDLFloat, 64, &hs);
+    check(gpe_coordinate_encode(sh, &tp3, &th));
+    gpe_coordinate_encoder_destroy(sh);
+    std::vector<int64_t> edges = {0, 1, 1, 2, 2, 3, 3, 4, 4, 0, 0, 2}, es2 = {6, 2}, ks = {3},
+                         vs = {5, 3};
+    std::vector<double> vals(3), vecs(15);
+    DLTensor te2 = Tensor(edges.data(), kDLInt, 64, &es2), tv = Tensor(vals.data(), kDLFloat, 64, &ks);
+    DLTensor tvec = Tensor(vecs.data(), kDLFloat, 64, &vs);
+    gpe_laplacian_options lo = GPE_LAPLACIAN_OPTIONS_INIT;
+    check(gpe_laplacian_eigenvectors(&lo, 5, &te2, nullptr, &tv, &tvec));
+    for (const auto* v : {&feat, &gpts, &harm, &vals, &vecs}) keep(v->data(), v->size() * sizeof(double));
   }
   return bytes;
 }

@@ -147,7 +147,7 @@ absl::Status FactorGram(RowMatrixXd& g, double lambda, int64_t n) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the encoding factor (", n, " coordinates x ", k,
         " basis functions) is rank deficient or too ill-conditioned for lambda = ", lambda,
-        ": use a ridge lambda > 0, fewer shifts, or a wider basis"));
+        ": use a ridge lambda > 0, rcond > 0 (truncated SVD), fewer shifts, or a wider basis"));
   }
   return absl::OkStatus();
 }
@@ -270,7 +270,7 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda)
       return absl::FailedPreconditionError(absl::StrCat(
           "the encoding factor (", n, " coordinates x ", k,
           " basis functions) is rank deficient or too ill-conditioned for lambda = ", lambda,
-          ": use a ridge lambda > 0, fewer shifts, or a wider basis"));
+          ": use a ridge lambda > 0, rcond > 0 (truncated SVD), fewer shifts, or a wider basis"));
     }
     f.inverse.resize(0, 0);
     return f;

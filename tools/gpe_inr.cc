@@ -96,6 +96,9 @@ constexpr char kZhengUsage[] =
     "  --no-mlp           skip the simple + MLP rows\n"
     "  --lambda X         ridge of the closed form (default 0: rank deficiency is\n"
     "                     reported, as the paper's missing LogF entry)\n"
+    "  --rcond X          closed-form factors the exact solve refuses (rank deficient)\n"
+    "                     are fitted through their SVD, singular values below X s_max\n"
+    "                     dropped (default 1e-6; 0: report them as failures)\n"
     "  --out DIR          where to write (default <workspace>/gpe_out/zheng_table1)\n"
     "  --quick            tiny sizes (32 x 32, 40 GD steps, 5 MLP steps of width 32)\n"
     "  --help             this text\n";
@@ -573,8 +576,13 @@ struct AxisEncoding {
 
 // The five 1D encoders of Table 1 with K features per axis over [-1, 1]. Widths follow
 // `gpe inr-image` (Gaussian sigma = one shift spacing, triangle support = two); the
-// frequency encoders use K / 2 frequencies (cos and sin) up to the training grid's
-// Nyquist rate (K / 4 cycles per unit for K / 2 samples per unit: 2^sigma = K / 4).
+// frequency encoders use K / 2 frequencies (cos and sin) up to half the training grid's
+// Nyquist rate (K / 8 cycles per unit for K / 2 samples per unit: 2^sigma = K / 8). At
+// the Nyquist rate itself (2^sigma = K / 4) LinF's factor is full rank (cond ~4e4 at
+// 512 x 512) but its highest sines nearly vanish on the training grid and not between
+// it, so the exact fit interpolates through weights that explode off the grid (test
+// PSNR -155 dB measured); at half the rate the frequency factors are rank deficient, as
+// Zheng et al. report (section 6.2, Fig. 9), and the closed form needs --rcond.
 std::vector<AxisEncoding> ZhengEncodings(int64_t k) {
   std::vector<AxisEncoding> out;
   for (auto [name, kind, spacings] :
@@ -589,7 +597,7 @@ std::vector<AxisEncoding> ZhengEncodings(int64_t k) {
                      return b->Encode(x);
                    }});
   }
-  const double sigma = std::log2(std::max(1.0, static_cast<double>(k) / 4.0));
+  const double sigma = std::log2(std::max(1.0, static_cast<double>(k) / 8.0));
   const int64_t f = std::max<int64_t>(1, k / 2);
   auto fourier = [](absl::StatusOr<enc::FourierFeatures> ff) {
     return [ff = std::move(ff)](const std::vector<double>& x) -> absl::StatusOr<RowMatrixXd> {
@@ -638,7 +646,7 @@ int RunZhengTable1(const std::vector<std::string>& args) {
   int64_t n = 512, gd_steps = 2000, mlp_steps = 100, mlp_width = 256;
   bool gray = false, quick = false, mlp = true;
   bool size_given = false, gd_given = false, mlp_given = false;
-  double lambda = 0;
+  double lambda = 0, rcond = 1e-6;
   std::string out = DefaultOut("zheng_table1");
   std::vector<std::string> files;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -675,6 +683,10 @@ int RunZhengTable1(const std::vector<std::string>& args) {
     } else if (a == "--lambda" && has_value) {
       if (!ParseDouble(args[++i], 0, 1e6, &lambda)) {
         return BadArgs(cmd, "--lambda takes a finite number in [0, 1e6]", kZhengUsage);
+      }
+    } else if (a == "--rcond" && has_value) {
+      if (!ParseDouble(args[++i], 0, 0.999, &rcond)) {
+        return BadArgs(cmd, "--rcond takes a finite number in [0, 0.999]", kZhengUsage);
       }
     } else if (a == "--out" && has_value) {
       out = UserPath(args[++i]);
@@ -714,6 +726,9 @@ int RunZhengTable1(const std::vector<std::string>& args) {
                            "complex + linear (closed form)"};
   // cells[method][encoding]
   std::vector<std::vector<ZhengCell>> cells(3, std::vector<ZhengCell>(encodings.size()));
+  // cond(Psi) of each encoding's training factor (the same for every image): how much
+  // the exact closed form can amplify data errors, per factor (closed_form.h).
+  std::vector<double> conditions(encodings.size(), 0.0);
   std::printf("Zheng et al. Table 1: %zu image(s) of %lldx%lld, train on the [::2] grid "
               "(%lldx%lld), K = %lld per axis; MLP %lld steps (4 x %lld hidden), GD %lld steps\n",
               images.size(), static_cast<long long>(n), static_cast<long long>(n),
@@ -745,6 +760,14 @@ int RunZhengTable1(const std::vector<std::string>& args) {
       if (!psi_train.ok()) return Fail(cmd, psi_train.status());
       if (!psi_full.ok()) return Fail(cmd, psi_full.status());
       const int64_t kk = psi_train->cols();
+      if (im == 0) {
+        absl::StatusOr<double> c = inr::ConditionNumber(*psi_train);
+        if (!c.ok()) return Fail(cmd, c.status());
+        conditions[e] = *c;
+        std::printf("  %s: training factor %lld x %lld, cond(Psi) = %.3g\n", ae.name.c_str(),
+                    static_cast<long long>(psi_train->rows()), static_cast<long long>(kk), *c);
+        std::fflush(stdout);
+      }
       for (int m = 0; m < 3; ++m) {
         if (m == 0 && !mlp) continue;
         ZhengCell& cell = cells[m][e];
@@ -809,10 +832,18 @@ int RunZhengTable1(const std::vector<std::string>& args) {
               if (fit.ok()) w.push_back(std::move(fit->weights));
             }
           } else {
+            // The exact (Cholesky) route first; a factor it refuses as rank deficient is
+            // fitted through the truncated-SVD pseudo-inverse when --rcond > 0, and the
+            // cell says so.
             inr::SeparableFitOptions options;
             options.lambda = lambda;
             absl::StatusOr<std::vector<RowMatrixXd>> fit =
                 inr::FitSeparable2D(*psi_train, *psi_train, train, options);
+            if (fit.status().code() == absl::StatusCode::kFailedPrecondition && rcond > 0) {
+              options.rcond = rcond;
+              fit = inr::FitSeparable2D(*psi_train, *psi_train, train, options);
+              cell.note = absl::StrFormat("pinv, rcond %g", rcond);
+            }
             status = fit.status();
             if (fit.ok()) w = *std::move(fit);
           }
@@ -836,8 +867,9 @@ int RunZhengTable1(const std::vector<std::string>& args) {
         const double psnr = TestPsnr(image.channels, recon);
         cell.psnr.push_back(psnr);
         cell.seconds.push_back(seconds);
-        std::printf("[%.0f s] %s / %s / %s: test PSNR %.2f dB, %.3f s\n", Seconds(all_start),
-                    image.name.c_str(), methods[m], ae.name.c_str(), psnr, seconds);
+        std::printf("[%.0f s] %s / %s / %s: test PSNR %.2f dB, %.3f s%s\n", Seconds(all_start),
+                    image.name.c_str(), methods[m], ae.name.c_str(), psnr, seconds,
+                    cell.note.empty() ? "" : (" (" + cell.note + ")").c_str());
         std::fflush(stdout);
         if (im == 0) {
           const std::string png = absl::StrCat(out, "/", image.name, "_",
@@ -856,26 +888,36 @@ int RunZhengTable1(const std::vector<std::string>& args) {
       "the other pixels, mean +- sample std over images. K = %lld per axis over [-1, 1]. "
       "Simple + MLP: 4 hidden layers of width %lld, %lld full-batch Adam steps at lr 1e-3 "
       "(Zheng et al.: 2000 epochs). Complex + linear (Adam): %lld steps, lr 1e-2 decayed to "
-      "1e-4. Closed form: ridge %g per factor. Time: wall seconds per image, this machine.\n\n"
-      "| method | encoding | PSNR (dB) | params | time (s) |\n|---|---|---|---|---|\n",
+      "1e-4. Closed form: ridge %g per factor, exact solve; factors it refuses as rank "
+      "deficient are marked (pinv) and use the truncated-SVD pseudo-inverse, rcond %g. "
+      "Time: wall seconds "
+      "per image, this machine. cond(Psi): the training factor's s_max / s_min; the exact "
+      "closed form (ridge = rcond = 0) amplifies data errors by up to its square, so a large "
+      "value means the fit interpolates the training pixels with weights that explode between "
+      "them (the test PSNR then reports that, not a solver fault).\n\n"
+      "| method | encoding | PSNR (dB) | params | time (s) | cond(Psi) |\n"
+      "|---|---|---|---|---|---|\n",
       images.size(), files.empty() ? "analytic Radial and Spiral" : "given files",
       static_cast<long long>(n), static_cast<long long>(n),
       images[0].channels.size() == 1 ? "grayscale" : "per channel", static_cast<long long>(k),
       static_cast<long long>(mlp_width), static_cast<long long>(mlp_steps),
-      static_cast<long long>(gd_steps), lambda);
+      static_cast<long long>(gd_steps), lambda, rcond);
   for (int m = 0; m < 3; ++m) {
     if (m == 0 && !mlp) continue;
     for (size_t e = 0; e < encodings.size(); ++e) {
       const ZhengCell& cell = cells[m][e];
       if (cell.psnr.empty()) {
         absl::StrAppend(&md, "| ", methods[m], " | ", encodings[e].name, " | — (", cell.note,
-                        ") | — | — |\n");
+                        ") | — | — | ", absl::StrFormat("%.3g", conditions[e]), " |\n");
         continue;
       }
       const MeanStd p = Summarise(cell.psnr), t = Summarise(cell.seconds);
-      absl::StrAppend(&md, absl::StrFormat("| %s | %s | %.2f +- %.2f | %lld | %.3f |\n", methods[m],
-                                           encodings[e].name, p.mean, p.std,
-                                           static_cast<long long>(cell.params), t.mean));
+      absl::StrAppend(&md, absl::StrFormat("| %s | %s%s | %.2f +- %.2f | %lld | %.3f | %.3g |\n",
+                                           methods[m], encodings[e].name,
+                                           cell.note.empty() ? "" : " (" + cell.note + ")",
+                                           p.mean, p.std,
+                                           static_cast<long long>(cell.params), t.mean,
+                                           conditions[e]));
     }
   }
   absl::StrAppend(&md, "\nPictures (first image): <image>_truth.png, "

@@ -89,7 +89,7 @@ for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "che
            "inr-spiral --out" "inr-spiral --bogus" "inr-image" "inr-image a.png --bogus" "bench --slow" \
            "inr" "inr frobnicate" "inr lim-table2 --seeds 0" "inr lim-table2 --seeds x" \
            "inr lim-table2 --steps" "inr lim-table2 --tasks nothing" "inr lim-table2 --lr -1" \
-           "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --bogus" \
+           "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --rcond 1" "inr zheng-table1 --bogus" \
            "inr volume --size 9" "inr volume --fraction 0" "inr volume --fraction 2" "inr volume x"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?

@@ -296,6 +296,65 @@ class ConditioningTest(unittest.TestCase):
             np.testing.assert_allclose(w, want, rtol=0, atol=tol * np.abs(want).max())
 
 
+def gaussian_factor(x, k, sigma):
+    """Zheng et al. Prop. 2 on [0, 1]: exp(-(x - t_i)^2 / (2 sigma^2)), t_i = i / k."""
+    t = np.arange(k) / k
+    return np.exp(-(np.asarray(x)[:, None] - t[None, :]) ** 2 / (2 * sigma ** 2))
+
+
+class SolversTest(unittest.TestCase):
+    def test_separable_3d_is_mode_products_of_ridge_pseudo_inverses(self):
+        rng = np.random.default_rng(14)
+        psi = [gaussian_factor((np.arange(n) + 0.5) / n, k, 0.15)
+               for n, k in ((9, 5), (7, 4), (8, 6))]
+        v = rng.standard_normal((9, 7, 8))
+        lam = 1e-3
+        a = [np.linalg.solve(p.T @ p + lam * np.eye(p.shape[1]), p.T) for p in psi]
+        want = np.einsum("ia,jb,kc,abc->ijk", a[0], a[1], a[2], v)
+        w = gpe.fit_separable_3d(psi, v, lam)
+        # Ridge systems of condition ~1e3 solved two ways: ~1e-13 relative; 1e-9 has
+        # margin and fails on any mode ordering or transposition.
+        np.testing.assert_allclose(w, want, rtol=0, atol=1e-9 * np.abs(want).max())
+        pred = np.einsum("ia,jb,kc,abc->ijk", psi[0], psi[1], psi[2], w)
+        np.testing.assert_allclose(gpe.predict_separable_3d(psi, w), pred, rtol=0,
+                                   atol=1e-12 * np.abs(pred).max())
+
+    def test_blended_2d_matches_dense_ridge_least_squares(self):
+        rng = np.random.default_rng(15)
+        k, sigma = 5, 0.2
+        enc = gpe.ShiftedEncoder([dict(kind="gaussian", num_shifts=k, width=sigma)], "simple")
+        grid = np.linspace(0, 1, 7)
+        pts = rng.uniform(0, 1, (80, 2))
+        vals = np.sin(4 * pts[:, 0]) + pts[:, 1] ** 2
+        lam = 1e-3
+
+        def blended_rows(q):  # Zheng et al. eq. 44 per point: the best pair of corners
+            cell = np.clip(np.searchsorted(grid, q, side="right") - 1, 0, len(grid) - 2)
+            g0, g1 = gaussian_factor(grid[cell], k, sigma), gaussian_factor(grid[cell + 1], k, sigma)
+            pq = gaussian_factor(q, k, sigma)
+            rows = np.empty_like(pq)
+            for i in range(len(q)):
+                basis = np.column_stack([g0[i], g1[i]])
+                alpha = np.linalg.solve(basis.T @ basis, basis.T @ pq[i])
+                rows[i] = basis @ alpha
+            return rows
+
+        bx, by = blended_rows(pts[:, 0]), blended_rows(pts[:, 1])
+        m = np.stack([np.kron(by[i], bx[i]) for i in range(80)])  # f = by^T W bx, W row-major
+        pg = gaussian_factor(grid, k, sigma)
+        r = np.kron(pg, pg)  # vec(Psi(g_y) W Psi(g_x)^T)
+        want = np.linalg.solve(m.T @ m + lam * r.T @ r, m.T @ vals).reshape(k, k)
+        w, iterations, rms = gpe.fit_blended_2d(enc, enc, grid, grid, pts, vals, lam=lam,
+                                                max_iterations=5000, tolerance=1e-12)
+        # As inr/blended_test.cc: CGLS to a 1e-12 relative gradient, mapped back through
+        # a preconditioner of condition ~1e3, leaves ~1e-9 relative; 1e-6 with margin.
+        np.testing.assert_allclose(w, want, rtol=0, atol=1e-6 * np.abs(want).max())
+        self.assertGreater(iterations, 0)
+        f = gpe.predict_blended_2d(enc, enc, grid, grid, pts, w)
+        np.testing.assert_allclose(f, m @ w.ravel(), rtol=0, atol=1e-12 * np.abs(f).max())
+        self.assertAlmostEqual(rms, np.sqrt(np.mean((f - vals) ** 2)), places=12)
+
+
 class ErrorsTest(unittest.TestCase):
     def test_bad_inputs_raise_with_the_library_message(self):
         ff = gpe.FourierFeatures("nerf", 2, 3)

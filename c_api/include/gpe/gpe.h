@@ -957,6 +957,48 @@ GPE_API GPE_NODISCARD gpe_status gpe_embedder_stable_rank(int32_t embedder, doub
 GPE_API GPE_NODISCARD gpe_status gpe_embedder_distance(int32_t embedder, double parameter,
                                                        double delta, double* out);
 
+/* Volumes on a separable grid (mode-n products, Zheng et al. sec. 5): W = V x_0 A_0 x_1
+ * A_1 x_2 A_2 with A_d = (Psi_d^T Psi_d + lambda I)^-1 Psi_d^T (or the truncated-SVD
+ * pseudo-inverse when rcond > 0; float32_image_products is ignored). psi_d: float64
+ * [n_d, K_d]; volume: float64 [n_0, n_1, n_2]; w (out): float64 [K_0, K_1, K_2]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options,
+                                                          const DLTensor* psi_0,
+                                                          const DLTensor* psi_1,
+                                                          const DLTensor* psi_2,
+                                                          const DLTensor* volume, DLTensor* w);
+/* out = W x_0 Psi_0 x_1 Psi_1 x_2 Psi_2: float64 [n_0, n_1, n_2]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_3d(const DLTensor* psi_0,
+                                                              const DLTensor* psi_1,
+                                                              const DLTensor* psi_2,
+                                                              const DLTensor* w, DLTensor* out);
+
+/* Non-separable samples (Zheng et al. sec. 5, appendix B.2): the model's values on a
+ * virtual grid grid_y x grid_x, V = Psi(grid_y) W Psi(grid_x)^T, reach a scattered point
+ * through the 4 blending weights of its cell (eq. 44); W minimises |f(points) - values|^2
+ * + lambda |V|_F^2 by preconditioned CGLS (inr/blended.h). encoder_x / encoder_y: 1-D
+ * coordinate encoders (input width 1, e.g. a one-axis gpe_shifted_encoder_create);
+ * grid_x [N], grid_y [M]: >= 2 strictly increasing; points: float64 [P, 2] as (x, y),
+ * inside the grid's box; values: float64 [P]; w (out): float64 [K_y, K_x]. */
+typedef struct gpe_blended_fit_options {
+  uint32_t struct_size;   /* sizeof(gpe_blended_fit_options) */
+  int32_t max_iterations; /* >= 1 */
+  double lambda;          /* ridge on the virtual-grid values, finite, >= 0 */
+  double tolerance;       /* stop when |grad| <= tolerance |grad_0|; finite, >= 0 */
+} gpe_blended_fit_options;
+#define GPE_BLENDED_FIT_OPTIONS_INIT \
+  { (uint32_t)sizeof(gpe_blended_fit_options), 500, 1e-6, 1e-6 }
+/* iterations and rms_residual (sqrt of the mean squared error at the samples) may be NULL. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_blended_2d(
+    const gpe_blended_fit_options* options, const gpe_coordinate_encoder* encoder_x,
+    const gpe_coordinate_encoder* encoder_y, const DLTensor* grid_x, const DLTensor* grid_y,
+    const DLTensor* points, const DLTensor* values, DLTensor* w, int32_t* iterations,
+    double* rms_residual);
+/* out[p] = f(points[p]) for weights w: float64 [P]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_blended_2d(
+    const gpe_coordinate_encoder* encoder_x, const gpe_coordinate_encoder* encoder_y,
+    const DLTensor* grid_x, const DLTensor* grid_y, const DLTensor* points, const DLTensor* w,
+    DLTensor* out);
+
 /* cond(Psi) = s_max / s_min of a float64 [N, K] factor (+inf when rank deficient or
  * K > N): how much the exact closed form amplifies data errors. */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_condition_number(const DLTensor* psi, double* out);

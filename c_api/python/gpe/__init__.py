@@ -8,7 +8,8 @@ the library's own message.
 from gpe._core import GpeError, version, version_string
 from gpe.attention import attention, attention_backward, merge_attention
 from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bias
-from gpe.inr import fit_separable_2d, predict_separable_2d, shifted_basis, stable_rank
+from gpe.inr import (fit_blended_2d, fit_separable_2d, fit_separable_3d, predict_blended_2d,
+                     predict_separable_2d, predict_separable_3d, shifted_basis, stable_rank)
 from gpe.coordinate import (CoordinateEncoder, FourierFeatures, ShiftedEncoder, So2Bessel,
                             SphericalHarmonics, bessel_j, condition_number,
                             embedded_distance_matrix, embedder_distance, embedder_stable_rank,
@@ -51,10 +52,14 @@ __all__ = [
     "algebraic_periodic",
     "attention",
     "attention_backward",
+    "fit_blended_2d",
     "fit_separable_2d",
+    "fit_separable_3d",
     "locality_scale",
     "merge_attention",
+    "predict_blended_2d",
     "predict_separable_2d",
+    "predict_separable_3d",
     "shaw_key_scores",
     "shaw_key_scores_backward",
     "shaw_value_output",

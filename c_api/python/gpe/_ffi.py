@@ -117,6 +117,11 @@ class So2BesselOptions(ctypes.Structure):
                 ("seed", ctypes.c_uint64)]
 
 
+class BlendedFitOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("max_iterations", ctypes.c_int32),
+                ("lambda_", ctypes.c_double), ("tolerance", ctypes.c_double)]
+
+
 class LaplacianOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int32),
                 ("skip_first", ctypes.c_int32)]
@@ -387,6 +392,12 @@ def _declare(lib):
         "gpe_embedder_distance": (st, [ctypes.c_int32, ctypes.c_double, ctypes.c_double,
                                        ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_condition_number": (st, [t, ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_fit_separable_3d": (st, [ctypes.POINTER(SeparableFitOptions), t, t, t, t, t]),
+        "gpe_inr_predict_separable_3d": (st, [t, t, t, t, t]),
+        "gpe_inr_fit_blended_2d": (st, [ctypes.POINTER(BlendedFitOptions), p, p, t, t, t, t, t,
+                                        ctypes.POINTER(ctypes.c_int32),
+                                        ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_predict_blended_2d": (st, [p, p, t, t, t, t, t]),
         # Attention.
         "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
         "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,

@@ -73,3 +73,56 @@ def predict_separable_2d(psi_y, psi_x, w):
     ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, w, out)]
     check(lib().gpe_inr_predict_separable_2d(*[ctypes.byref(t) for t, _ in ts]))
     return out
+
+
+def fit_separable_3d(psi, volume, lam=0.0, rcond=0.0):
+    """W [K0, K1, K2] = V x_0 A_0 x_1 A_1 x_2 A_2 for factors psi = (Psi_0, Psi_1, Psi_2)."""
+    psi = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
+    if len(psi) != 3:
+        raise ValueError("psi must hold three factors")
+    volume = _f64(volume, "volume", 3)
+    w = np.empty(tuple(p.shape[1] for p in psi), dtype=np.float64)
+    o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions), 0, lam, rcond)
+    ts = [_ffi.as_dltensor(a) for a in (*psi, volume, w)]
+    check(lib().gpe_inr_fit_separable_3d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
+    return w
+
+
+def predict_separable_3d(psi, w):
+    """W x_0 Psi_0 x_1 Psi_1 x_2 Psi_2."""
+    psi = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
+    w = _f64(w, "w", 3)
+    out = np.empty(tuple(p.shape[0] for p in psi), dtype=np.float64)
+    ts = [_ffi.as_dltensor(a) for a in (*psi, w, out)]
+    check(lib().gpe_inr_predict_separable_3d(*[ctypes.byref(t) for t, _ in ts]))
+    return out
+
+
+def fit_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, values, lam=1e-6,
+                   max_iterations=500, tolerance=1e-6):
+    """Zheng et al.'s blended fit of scattered samples (points [P, 2] as (x, y), values
+    [P]) through the virtual grid grid_y x grid_x; encoders are 1-D gpe coordinate
+    encoders. Returns (W [Ky, Kx], iterations, rms residual at the samples)."""
+    grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
+    points, values = _f64(points, "points", 2), _f64(values, "values", 1)
+    ky, kx = encoder_y.dims[1], encoder_x.dims[1]
+    w = np.empty((ky, kx), dtype=np.float64)
+    o = _ffi.BlendedFitOptions(ctypes.sizeof(_ffi.BlendedFitOptions), max_iterations, lam,
+                               tolerance)
+    it, rms = ctypes.c_int32(), ctypes.c_double()
+    ts = [_ffi.as_dltensor(a) for a in (grid_x, grid_y, points, values, w)]
+    check(lib().gpe_inr_fit_blended_2d(ctypes.byref(o), encoder_x._handle, encoder_y._handle,
+                                       *[ctypes.byref(t) for t, _ in ts], ctypes.byref(it),
+                                       ctypes.byref(rms)))
+    return w, it.value, rms.value
+
+
+def predict_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, w):
+    """f(points) for weights W through the same blending."""
+    grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
+    points, w = _f64(points, "points", 2), _f64(w, "w", 2)
+    out = np.empty(points.shape[0], dtype=np.float64)
+    ts = [_ffi.as_dltensor(a) for a in (grid_x, grid_y, points, w, out)]
+    check(lib().gpe_inr_predict_blended_2d(encoder_x._handle, encoder_y._handle,
+                                           *[ctypes.byref(t) for t, _ in ts]))
+    return out

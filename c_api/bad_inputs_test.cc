@@ -607,6 +607,217 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   });
 }
 
+// -- Sequence encodings: GRAPE-A, algebraic trees/grids/periodic/locality, Shaw values,
+// Transformer-XL. Self-contained: each case builds its own small valid call.
+using AddCase = std::function<void(const char*, const char*, Run)>;
+struct SeqCall {
+  std::vector<double> x = std::vector<double>(8, 0.5), lifted = std::vector<double>(12, 0.0),
+                      skews = std::vector<double>(8, 0.0), table = std::vector<double>(6, 1.0),
+                      p = std::vector<double>(6, 0.1), out = std::vector<double>(6, 0.0),
+                      u = std::vector<double>(2, 0.0);
+  std::vector<int64_t> pos = {0, 1}, kpos = {0, 1, 2}, addr = {0, -1, 1, 1}, dims = {2, 2},
+                       mult = {1};
+  gpe_grape_a_options ga = GPE_GRAPE_A_OPTIONS_INIT;
+  gpe_algebraic_tree_options tree = GPE_ALGEBRAIC_TREE_OPTIONS_INIT;
+  gpe_algebraic_grid_options grid = GPE_ALGEBRAIC_GRID_OPTIONS_INIT;
+  gpe_algebraic_periodic_options periodic = GPE_ALGEBRAIC_PERIODIC_OPTIONS_INIT;
+  gpe_transformer_xl_options txl = GPE_TRANSFORMER_XL_OPTIONS_INIT;
+  SeqCall() {
+    ga.num_heads = 2;
+    ga.head_dim = 4;
+    skews[1] = 0.3;
+    skews[2] = -0.3;  // two 2 x 2 skew matrices (the second zero)
+    tree.dim = 2;
+    tree.num_branches = 2;
+    tree.skews = skews.data();
+    grid.dims = dims.data();
+    grid.skews = skews.data();
+    periodic.dim = 2;
+    periodic.period = 4;
+    periodic.multipliers = mult.data();
+  }
+};
+gpe_status GrapeA(SeqCall& s) {
+  gpe_bias* b = nullptr;
+  const gpe_status st = gpe_bias_create_grape_a(&s.ga, &b);
+  gpe_bias_destroy(b);
+  return st;
+}
+// Runs `call` on a fresh GRAPE-A bias (or ALiBi when alibi is set).
+gpe_status WithBias(bool alibi, const std::function<gpe_status(gpe_bias*)>& call) {
+  SeqCall s;
+  gpe_bias* b = nullptr;
+  gpe_alibi_options ao = GPE_ALIBI_OPTIONS_INIT;
+  ao.num_heads = 2;
+  if ((alibi ? gpe_bias_create_alibi(&ao, &b) : gpe_bias_create_grape_a(&s.ga, &b)) != GPE_OK) {
+    return -1;
+  }
+  const gpe_status st = call(b);
+  gpe_bias_destroy(b);
+  return st;
+}
+gpe_status TreeCall(SeqCall& s, const std::function<gpe_status(gpe_algebraic_tree*)>& call) {
+  gpe_algebraic_tree* t = nullptr;
+  if (const gpe_status st = gpe_algebraic_tree_create(&s.tree, &t); st != GPE_OK) return st;
+  const gpe_status st = call(t);
+  gpe_algebraic_tree_destroy(t);
+  return st;
+}
+
+void SequenceCases(const AddCase& add) {
+  const char* e = "gpe_bias_create_grape_a";
+  add("grape_a_options_null", e, [](Fixture&) {
+    gpe_bias* b = nullptr;
+    return gpe_bias_create_grape_a(nullptr, &b);
+  });
+  add("grape_a_head_dim_0", e, [](Fixture&) { SeqCall s; s.ga.head_dim = 0; return GrapeA(s); });
+  add("grape_a_path_unknown", e, [](Fixture&) { SeqCall s; s.ga.path = 5; return GrapeA(s); });
+  add("grape_a_slopes_nan", e, [](Fixture&) {
+    SeqCall s;
+    const double slopes[2] = {0.5, kNaN};
+    s.ga.slopes = slopes;
+    return GrapeA(s);
+  });
+  add("grape_a_gated_with_slopes", e, [](Fixture&) {
+    SeqCall s;
+    const double slopes[2] = {0.5, 0.25};
+    s.ga.slopes = slopes;
+    s.ga.gated = 1;
+    return GrapeA(s);
+  });
+  e = "gpe_bias_grape_a_lift";
+  add("grape_a_lift_bias_null", e, [](Fixture& f) {
+    return gpe_bias_grape_a_lift(nullptr, 0, GPE_GRAPE_A_QUERY, &f.qpos, &f.q, &f.q);
+  });
+  add("grape_a_lift_not_grape_a", e, [](Fixture& f) {
+    return WithBias(true, [&](gpe_bias* b) {
+      return gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_QUERY, &f.qpos, &f.q, &f.gq);
+    });
+  });
+  add("grape_a_lift_role_unknown", e, [](Fixture& f) {
+    return WithBias(false, [&](gpe_bias* b) { return gpe_bias_grape_a_lift(b, 0, 3, &f.qpos, &f.q, &f.gq); });
+  });
+  add("grape_a_lift_out_wrong_width", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor x = f.F64(&s.x, {2, 4}), out = f.F64(&s.out, {2, 3});
+    return WithBias(false, [&](gpe_bias* b) {
+      return gpe_bias_grape_a_lift(b, 0, GPE_GRAPE_A_KEY, &f.qpos, &x, &out);
+    });
+  });
+  e = "gpe_algebraic_tree_create";
+  add("tree_skews_null", e, [](Fixture&) {
+    SeqCall s;
+    s.tree.skews = nullptr;
+    return TreeCall(s, [](gpe_algebraic_tree*) { return GPE_OK; });
+  });
+  add("tree_not_skew", e, [](Fixture&) {
+    SeqCall s;
+    s.skews[2] = 0.3;
+    return TreeCall(s, [](gpe_algebraic_tree*) { return GPE_OK; });
+  });
+  add("tree_branches_0", e, [](Fixture&) {
+    SeqCall s;
+    s.tree.num_branches = 0;
+    return TreeCall(s, [](gpe_algebraic_tree*) { return GPE_OK; });
+  });
+  e = "gpe_algebraic_tree_apply";
+  add("tree_address_out_of_range", e, [](Fixture& f) {
+    SeqCall s;
+    s.addr = {0, 2, 1, -1};
+    DLTensor a = f.Make(s.addr.data(), kDLInt, 64, {2, 2}), x = f.F64(&s.x, {2, 2});
+    return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_apply(t, &a, &x, &x); });
+  });
+  add("tree_index_after_padding", e, [](Fixture& f) {
+    SeqCall s;
+    s.addr = {-1, 0, 1, 1};
+    DLTensor a = f.Make(s.addr.data(), kDLInt, 64, {2, 2}), x = f.F64(&s.x, {2, 2});
+    return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_apply(t, &a, &x, &x); });
+  });
+  e = "gpe_algebraic_tree_backward";
+  add("tree_grad_skews_wrong_shape", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor a = f.Make(s.addr.data(), kDLInt, 64, {2, 2}), x = f.F64(&s.x, {2, 2}),
+             g = f.F64(&s.lifted, {1, 2, 2});
+    return TreeCall(s, [&](gpe_algebraic_tree* t) {
+      return gpe_algebraic_tree_backward(t, &a, &x, &x, nullptr, &g);
+    });
+  });
+  e = "gpe_algebraic_grid_create";
+  add("grid_axes_9", e, [](Fixture&) {
+    SeqCall s;
+    s.grid.num_axes = 9;
+    gpe_algebraic_grid* g = nullptr;
+    return gpe_algebraic_grid_create(&s.grid, &g);
+  });
+  e = "gpe_algebraic_grid_apply";
+  add("grid_positions_wrong_axes", e, [](Fixture& f) {
+    SeqCall s;
+    gpe_algebraic_grid* g = nullptr;
+    if (gpe_algebraic_grid_create(&s.grid, &g) != GPE_OK) return -1;
+    DLTensor p = f.Make(s.kpos.data(), kDLInt, 64, {1, 3}), x = f.F64(&s.x, {1, 4});
+    const gpe_status st = gpe_algebraic_grid_apply(g, &p, &x, &x);
+    gpe_algebraic_grid_destroy(g);
+    return st;
+  });
+  e = "gpe_algebraic_periodic_apply";
+  add("periodic_period_0", e, [](Fixture& f) {
+    SeqCall s;
+    s.periodic.period = 0;
+    DLTensor p = f.Make(s.pos.data(), kDLInt, 64, {2}), x = f.F64(&s.x, {2, 2});
+    return gpe_algebraic_periodic_apply(&s.periodic, &p, &x, &x);
+  });
+  add("periodic_dim_odd", e, [](Fixture& f) {
+    SeqCall s;
+    s.periodic.dim = 3;
+    DLTensor p = f.Make(s.pos.data(), kDLInt, 64, {2}), x = f.F64(&s.x, {2, 3});
+    return gpe_algebraic_periodic_apply(&s.periodic, &p, &x, &x);
+  });
+  e = "gpe_locality_scale";
+  add("locality_c_above_1", e, [](Fixture& f) { return gpe_locality_scale(1.5, &f.qpos, &f.kpos, &f.scores); });
+  add("locality_scores_wrong_shape", e, [](Fixture& f) {
+    return gpe_locality_scale(0.98, &f.kpos, &f.qpos, &f.scores);
+  });
+  e = "gpe_shaw_value_output";
+  add("shaw_value_table_even_rows", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor p = f.F64(&s.p, {2, 3}), t = f.F64(&s.table, {2, 3}), o = f.F64(&s.out, {2, 3});
+    return gpe_shaw_value_output(&p, &t, &f.qpos, &f.kpos, &o);
+  });
+  add("shaw_value_out_wrong_shape", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor p = f.F64(&s.p, {2, 3}), t = f.F64(&s.table, {3, 2}), o = f.F64(&s.out, {3, 2});
+    return gpe_shaw_value_output(&p, &t, &f.qpos, &f.kpos, &o);
+  });
+  e = "gpe_shaw_value_output_backward";
+  add("shaw_value_backward_grad_out_wrong_shape", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor p = f.F64(&s.p, {2, 3}), t = f.F64(&s.table, {3, 2}), g = f.F64(&s.out, {3, 2});
+    return gpe_shaw_value_output_backward(&p, &t, &f.qpos, &f.kpos, &g, nullptr, nullptr);
+  });
+  e = "gpe_transformer_xl_score_terms";
+  add("txl_base_negative", e, [](Fixture& f) {
+    SeqCall s;
+    s.txl.base = -1.0;
+    DLTensor q = f.F64(&s.x, {2, 2}), k = f.F64(&s.p, {3, 2}), w = f.F64(&s.lifted, {2, 2}),
+             u = f.F64(&s.u, {2}), o = f.F64(&s.out, {2, 3});
+    return gpe_transformer_xl_score_terms(&s.txl, &q, &k, &f.qpos, &f.kpos, &w, &u, &u, &o);
+  });
+  add("txl_u_wrong_length", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor q = f.F64(&s.x, {2, 2}), k = f.F64(&s.p, {3, 2}), w = f.F64(&s.lifted, {2, 2}),
+             u = f.F64(&s.u, {1}), o = f.F64(&s.out, {2, 3});
+    return gpe_transformer_xl_score_terms(&s.txl, &q, &k, &f.qpos, &f.kpos, &w, &u, &u, &o);
+  });
+  e = "gpe_transformer_xl_score_terms_backward";
+  add("txl_backward_grad_terms_wrong_shape", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor q = f.F64(&s.x, {2, 2}), k = f.F64(&s.p, {3, 2}), w = f.F64(&s.lifted, {2, 2}),
+             u = f.F64(&s.u, {2}), g = f.F64(&s.out, {3, 2});
+    return gpe_transformer_xl_score_terms_backward(&s.txl, &q, &k, &f.qpos, &f.kpos, &w, &u, &u,
+                                                   &g, nullptr, nullptr, nullptr, nullptr, nullptr);
+  });
+}
+
 std::map<std::string, Case> Cases() {
   std::map<std::string, Case> c;
   auto add = [&](const char* id, const char* entry, Run run) {
@@ -919,6 +1130,7 @@ std::map<std::string, Case> Cases() {
     return gpe_inr_predict_separable_2d(&f.psi, &f.psi, &f.w, &f.w);
   });
   AddCases03(add);
+  SequenceCases(add);
   // -- Attention: structured positions and Shaw labels --
   e = "gpe_attention_forward";
   add("attn_struct_size_small", e, [](Fixture& f) { f.attn.opt.struct_size = 16; return f.attn.Forward(); });

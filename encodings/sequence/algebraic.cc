@@ -391,6 +391,29 @@ absl::StatusOr<AlgebraicGrid3D> MakeAlgebraicGrid3D(const Eigen::Ref<const Eigen
   return AlgebraicGrid3D(*std::move(x), *std::move(y), *std::move(z));
 }
 
+absl::StatusOr<AlgebraicSequenceOfTrees> MakeAlgebraicSequenceOfTrees(
+    const Eigen::Ref<const Eigen::MatrixXd>& sequence_skew,
+    const std::vector<Eigen::MatrixXd>& tree_skews) {
+  auto seq = AxisRotation("MakeAlgebraicSequenceOfTrees", 0, sequence_skew);
+  if (!seq.ok()) return seq.status();
+  // AlgebraicTree::Create validates the branch generators (shape, skew).
+  absl::StatusOr<AlgebraicTree> tree = AlgebraicTree::Create(tree_skews);
+  if (!tree.ok()) return tree.status();
+  return AlgebraicSequenceOfTrees(*std::move(seq), tree->representation());
+}
+
+absl::StatusOr<AlgebraicTreeOfGrids> MakeAlgebraicTreeOfGrids(
+    const std::vector<Eigen::MatrixXd>& tree_skews, const Eigen::Ref<const Eigen::MatrixXd>& skew_x,
+    const Eigen::Ref<const Eigen::MatrixXd>& skew_y) {
+  absl::StatusOr<AlgebraicTree> tree = AlgebraicTree::Create(tree_skews);
+  if (!tree.ok()) return tree.status();
+  auto x = AxisRotation("MakeAlgebraicTreeOfGrids", 1, skew_x);
+  if (!x.ok()) return x.status();
+  auto y = AxisRotation("MakeAlgebraicTreeOfGrids", 2, skew_y);
+  if (!y.ok()) return y.status();
+  return AlgebraicTreeOfGrids(tree->representation(), *std::move(x), *std::move(y));
+}
+
 template <class T>
 absl::Status AlgebraicGridBackward(absl::Span<const AlgebraicSequence> axes,
                                    absl::Span<const int64_t> positions, const T* in,

@@ -175,6 +175,26 @@ absl::Status AlgebraicGridBackward(absl::Span<const AlgebraicSequence> axes,
                                    T* grad_in, int64_t grad_in_stride,
                                    std::vector<Eigen::MatrixXd>* grad_skews);
 
+// Compositions (sec. 3.4.3): a product of the groups above is represented by the direct
+// sum of their representations, so structures nest freely. A sequence of trees (token
+// p of a sequence whose items are tree nodes t, e.g. a list of parse trees) acts by
+// blockdiag(W^p, rho(t)); a tree of grids (a tree node t carrying an image position
+// (x, y)) by blockdiag(rho(t), H^x, V^y). Scores split into a sequence (or grid) term
+// that depends on the offset and a tree term that depends on the path t^-1 t'. Tree
+// components take free-group words (AlgebraicTree::Word turns an address into one).
+// Gradients are per block: AlgebraicSequence::Backward and AlgebraicTree::Backward on
+// each component's coordinates (as AlgebraicGridBackward does for grids).
+using AlgebraicSequenceOfTrees =
+    group::DirectSum<group::SchurRotation, group::FreeGroupRepresentation>;
+absl::StatusOr<AlgebraicSequenceOfTrees> MakeAlgebraicSequenceOfTrees(
+    const Eigen::Ref<const Eigen::MatrixXd>& sequence_skew,
+    const std::vector<Eigen::MatrixXd>& tree_skews);
+using AlgebraicTreeOfGrids =
+    group::DirectSum<group::FreeGroupRepresentation, group::SchurRotation, group::SchurRotation>;
+absl::StatusOr<AlgebraicTreeOfGrids> MakeAlgebraicTreeOfGrids(
+    const std::vector<Eigen::MatrixXd>& tree_skews, const Eigen::Ref<const Eigen::MatrixXd>& skew_x,
+    const Eigen::Ref<const Eigen::MatrixXd>& skew_y);
+
 // A periodic domain of period n (a ring of n sites): plane k (coordinates 2k, 2k + 1)
 // rotates by 2 pi multipliers[k] p / n, so W^n = I and positions p and p + n encode
 // identically (sec. 3.4.2). dim >= 2 even; multipliers.size() == dim / 2; n >= 1.

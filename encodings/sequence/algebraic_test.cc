@@ -496,6 +496,58 @@ TEST(AlgebraicGridTest, BackwardMatchesFiniteDifferences) {
                    .ok());
 }
 
+TEST(AlgebraicCompositionTest, SequenceOfTreesAndTreeOfGridsAreRelativePerComponent) {
+  std::mt19937_64 rng(63);
+  const int64_t ds = 4, dt = 3;
+  const Eigen::MatrixXd s = RandomSkew(ds, 1.0, rng);
+  const std::vector<Eigen::MatrixXd> branches = {RandomSkew(dt, 1.0, rng), RandomSkew(dt, 1.0, rng)};
+  const AlgebraicSequenceOfTrees rep = *MakeAlgebraicSequenceOfTrees(s, branches);
+  ASSERT_EQ(rep.dim(), ds + dt);
+  const AlgebraicTree tree = *AlgebraicTree::Create(branches);
+  const AlgebraicSequence seq = *AlgebraicSequence::Create(s);
+  using E = AlgebraicSequenceOfTrees::Element;
+  auto word = [&](std::vector<int64_t> address) { return *tree.Word(address); };
+  const int64_t d = ds + dt;
+  for (int trial = 0; trial < 5; ++trial) {
+    const Eigen::VectorXd q = RandomVec(d, rng), k = RandomVec(d, rng);
+    std::uniform_int_distribution<int64_t> u(-500, 500);
+    const int64_t i = u(rng), j = u(rng), shift = u(rng);
+    const std::vector<int64_t> a = {0, 1}, b = {1, 1, 0}, prefix = {1, 0, 0};
+    auto score = [&](const E& ea, const E& eb) {
+      const std::vector<E> va = {ea}, vb = {eb};
+      Eigen::VectorXd rq(d), rk(d);
+      EXPECT_TRUE(rep.Apply<double>(va, q.data(), d, rq.data(), d).ok());
+      EXPECT_TRUE(rep.Apply<double>(vb, k.data(), d, rk.data(), d).ok());
+      return rq.dot(rk);
+    };
+    // <q, blockdiag(W^(j-i), rho(a)^T rho(b)) k>: a sequence term on the offset and a
+    // tree term on the path a^-1 b. Schur route and d <= 4 products: 1e-12.
+    const double expected =
+        q.head(ds).dot(seq.Matrix(j - i) * k.head(ds)) +
+        q.tail(dt).dot(tree.Matrix(a)->transpose() * *tree.Matrix(b) * k.tail(dt));
+    EXPECT_NEAR(score(E{i, word(a)}, E{j, word(b)}), expected, 1e-12);
+    // A common sequence shift and a common tree prefix (rho(ca)^T rho(cb) =
+    // rho(a)^T rho(b)) leave it unchanged.
+    std::vector<int64_t> pa = prefix, pb = prefix;
+    pa.insert(pa.end(), a.begin(), a.end());
+    pb.insert(pb.end(), b.begin(), b.end());
+    EXPECT_NEAR(score(E{i + shift, word(pa)}, E{j + shift, word(pb)}), expected, 1e-12);
+    // Swapping the tree nodes changes the tree term (non-commutative paths): not vacuous.
+    EXPECT_GT(std::abs(score(E{i, word(b)}, E{j, word(a)}) - expected), 1e-6);
+  }
+  // Tree of grids: blockdiag(rho(t), H^x, V^y); orthogonal, so norms are preserved.
+  const AlgebraicTreeOfGrids tg =
+      *MakeAlgebraicTreeOfGrids(branches, RandomSkew(2, 1.0, rng), RandomSkew(2, 1.0, rng));
+  ASSERT_EQ(tg.dim(), dt + 4);
+  const Eigen::VectorXd x = RandomVec(dt + 4, rng);
+  Eigen::VectorXd y(dt + 4);
+  const std::vector<AlgebraicTreeOfGrids::Element> e = {{word({1, 0}), 7, -3}};
+  ASSERT_TRUE(tg.Apply<double>(e, x.data(), dt + 4, y.data(), dt + 4).ok());
+  EXPECT_NEAR(y.norm(), x.norm(), 1e-13 * x.norm());
+  EXPECT_FALSE(MakeAlgebraicSequenceOfTrees(s, {}).ok());
+  EXPECT_FALSE(MakeAlgebraicTreeOfGrids(branches, Eigen::MatrixXd::Ones(2, 2), s).ok());
+}
+
 TEST(AlgebraicPeriodicTest, WrapsAroundExactly) {
   std::mt19937_64 rng(52);
   const int64_t d = 6, n = 6;  // benzene ring: W^6 = I (sec. 3.4.2)

@@ -6,6 +6,8 @@
 // (256 MiB) case is the bandwidth-bound one.
 // The cos/sin table (one row per position, reused across heads) is not counted.
 // Times are wall-clock (UseRealTime) so the threaded rows compare fairly.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -26,7 +28,13 @@ namespace {
 double TriadGBs(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);
-  if (it == cache->end()) it = cache->emplace(threads, tools::TriadBandwidthGBs(threads)).first;
+  if (it == cache->end()) {
+    // The best of five measurements (each itself a best of a few repetitions): on a
+    // shared machine one measurement can land entirely inside another process's burst.
+    double best = 0;
+    for (int r = 0; r < 5; ++r) best = std::max(best, tools::TriadBandwidthGBs(threads));
+    it = cache->emplace(threads, best).first;
+  }
   return it->second;
 }
 
@@ -39,6 +47,27 @@ void SetBandwidthCounters(benchmark::State& state, int64_t bytes, int threads) {
       benchmark::Counter(static_cast<double>(bytes) * 1e-9 / triad,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The fastest iteration's bandwidth beside the triad's, which is also a best of several
+// repetitions (tools/machine_limits.h): on a shared machine the mean of either is
+// mostly a measure of the other processes, the best of each is what the machine can do.
+class BestIteration {
+ public:
+  void Start() { start_ = std::chrono::steady_clock::now(); }
+  void Stop() {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (s < best_) best_ = s;
+  }
+  void SetCounters(benchmark::State& state, int64_t bytes, int threads) const {
+    const double gbs = static_cast<double>(bytes) * 1e-9 / best_;
+    state.counters["best_GB/s"] = gbs;
+    state.counters["best_frac_of_triad"] = gbs / TriadGBs(threads);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  double best_ = 1e300;
+};
 
 struct Case {
   Rope rope;
@@ -69,12 +98,16 @@ void BM_RopeApplyInPlace(benchmark::State& state) {
   Case c = MakeCase(state.range(0), state.range(1), state.range(2), state.range(3), pairing,
                     static_cast<int>(state.range(5)));
   const RopeTable<float> table = *c.rope.MakeTable<float>(c.tensor, {{}, c.offsets});
+  BestIteration best;
   for (auto _ : state) {
+    best.Start();
     benchmark::DoNotOptimize(c.rope.Apply<float>(table, c.tensor, c.x.data(), c.x.data()).ok());
     benchmark::ClobberMemory();
+    best.Stop();
   }
-  SetBandwidthCounters(state, 2 * static_cast<int64_t>(c.x.size() * sizeof(float)),
-                       static_cast<int>(state.range(5)));
+  const int64_t bytes = 2 * static_cast<int64_t>(c.x.size() * sizeof(float));
+  SetBandwidthCounters(state, bytes, static_cast<int>(state.range(5)));
+  best.SetCounters(state, bytes, static_cast<int>(state.range(5)));
 }
 
 // Table construction included (exact angle reduction + sincos per position and plane).
@@ -100,13 +133,17 @@ void BM_RopeApplyQK(benchmark::State& state) {
                     static_cast<int>(state.range(5)));
   std::vector<float> k = q.x;
   const RopeTable<float> table = *q.rope.MakeTable<float>(q.tensor, {{}, q.offsets});
+  BestIteration best;
   for (auto _ : state) {
+    best.Start();
     benchmark::DoNotOptimize(q.rope.Apply<float>(table, q.tensor, q.x.data(), q.x.data()).ok());
     benchmark::DoNotOptimize(q.rope.Apply<float>(table, q.tensor, k.data(), k.data()).ok());
     benchmark::ClobberMemory();
+    best.Stop();
   }
-  SetBandwidthCounters(state, 4 * static_cast<int64_t>(q.x.size() * sizeof(float)),
-                       static_cast<int>(state.range(5)));
+  const int64_t bytes = 4 * static_cast<int64_t>(q.x.size() * sizeof(float));
+  SetBandwidthCounters(state, bytes, static_cast<int>(state.range(5)));
+  best.SetCounters(state, bytes, static_cast<int>(state.range(5)));
 }
 
 // 4096 x 32 x 128 float32 = 64 MiB.

@@ -40,6 +40,8 @@ constexpr int64_t kPassRows = 384;
 constexpr int64_t kDirectRows = 16;
 // Decoding shapes split the keys across threads (RunDecode) from this many keys on.
 constexpr int64_t kDecodeMinKeys = 1024;
+// Bytes of key and value rows that decoding fetches ahead of the block it reads.
+constexpr int64_t kDecodeAheadBytes = int64_t{256} << 10;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -76,6 +78,7 @@ void StoreRow(const float* src, T* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]);
   }
 }
+
 
 uint64_t Distance(int64_t a, int64_t b) {
   return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
@@ -131,6 +134,7 @@ struct Plan {
   int64_t max_lk = 0;      // longest key sequence
   bool direct_v = false;   // decoding reads value rows in place (d == dp): no copy
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
+  int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
@@ -290,7 +294,7 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
 }
 
 // Rows of one score tile: a query tile, or every head of a group in direct mode.
-int64_t TileRows(const Plan& p) { return std::max(p.bq, kDirectRows); }
+int64_t TileRows(const Plan& p) { return std::max({p.bq, kDirectRows, p.tile_rows}); }
 
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
@@ -468,6 +472,14 @@ class Forward {
     return std::make_pair(static_cast<const float*>(w.rows.get()), d);
   }
 
+  // Floats from a token's row of kv head 0 to the end of its row of the last kv head,
+  // when the heads of a token lie close together (bshd, thd); else 0.
+  int64_t TokenSpan(const Strides& st) const {
+    const int64_t hkv = a_.num_kv_heads, d = p_.d;
+    if (st.head < 0 || st.head > 2 * d) return 0;
+    return (hkv - 1) * st.head + d;
+  }
+
   // (Public: RunDecode drives these two.)
  public:
   // Decoding (split-KV, "flash decoding"): key rows [k0, k1) of sequence b for every kv
@@ -497,8 +509,18 @@ class Forward {
     std::fill(w.m.get(), w.m.get() + rows, kNegInf);
     std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
     std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
-    for (int64_t j0 = k0; j0 < k1; j0 += bk) {
-      const int64_t nk = std::min(bk, k1 - j0);
+    // Blocks of db tokens, few enough that the key and value rows of every kv head of
+    // the next block, fetched into the cache while this one is processed, fit in L2
+    // beside it. Each kv head's rows are a token stride apart (a page or more in
+    // bshd/thd), beyond what the hardware prefetchers follow; the block's rows of all
+    // heads together are one contiguous range, read in order.
+    const int64_t hkv = a_.num_kv_heads;
+    const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(T));
+    const int64_t db = std::clamp<int64_t>(kDecodeAheadBytes / row_bytes / kVecPad * kVecPad,
+                                           kVecPad, bk);
+    for (int64_t j0 = k0; j0 < k1; j0 += db) {
+      const int64_t nk = std::min(db, k1 - j0);
+      const int64_t next0 = j0 + db, next_n = std::max<int64_t>(0, std::min(db, k1 - next0));
       KeyBlock kblk;
       kblk.b = b;
       kblk.nk = nk;
@@ -509,7 +531,41 @@ class Forward {
       kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
       kblk.direct = true;
       kblk.ncols = RoundUp(nk, kVecPad);
-      for (int64_t g = 0; g < a_.num_kv_heads; ++g) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (tk_ == nullptr && p_.direct_v) {
+          // Keys and values as stored: scores of every kv head in token order (one
+          // stream through the block's keys, requesting its values and the next block's
+          // keys meanwhile), then per kv head the masks and P V with values read from
+          // the cache.
+          float* s = w.s.get();
+          const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
+          const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
+          cpu::PrefetchRows pv, pk;
+          if (const int64_t span = TokenSpan(a_.v); span > 0) pv = {vblock, a_.v.token, span, nk};
+          if (const int64_t span = TokenSpan(a_.k); span > 0 && next_n > 0) {
+            pk = {k_ + a_.KOffset(a_.k, kb + next0, 0), a_.k.token, span, next_n};
+          }
+          const int64_t gr = group * lq;  // rows per kv head
+          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk, pv, pk);
+          for (int64_t g = 0; g < hkv; ++g) {
+            kblk.g = g;
+            if (absl::Status st =
+                    AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
+                !st.ok()) {
+              return st;
+            }
+          }
+          cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+          for (int64_t g = 0; g < hkv; ++g) {
+            const int64_t r0 = g * gr;
+            cpu::AccumulateTile(s + r0 * bk, bk, gr, nk, vblock + g * a_.v.head, a_.v.token, dp,
+                                w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp,
+                                /*values_cached=*/pv.rows > 0);
+          }
+          continue;
+        }
+      }
+      for (int64_t g = 0; g < hkv; ++g) {
         kblk.g = g;
         auto keys = DirectKeys(g, kb, j0, nk, w);
         if (!keys.ok()) return keys.status();
@@ -615,7 +671,6 @@ class Forward {
                         const uint16_t* q16 = nullptr) const {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
     const int64_t rows = nh * nr;
-    const float kNegInf = -std::numeric_limits<float>::infinity();
     float* s = w.s.get();
     if (kb.panels16 != nullptr) {
       cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
@@ -624,6 +679,25 @@ class Forward {
     } else {
       cpu::ScoreTile(qrows, d, rows, d, kb.panels, kb.num_panels, s, bk);
     }
+    if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
+    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
+      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
+      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
+    } else {
+      cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    }
+    return absl::OkStatus();
+  }
+
+  // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
+  // final: locality factors, additive biases (log2 e times), the causal mask and -inf
+  // past the block's keys up to kb.ncols.
+  absl::Status AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh, const int64_t* tpos,
+                            int64_t nr, int64_t pmin, float* s, Workspace& w) const {
+    const int64_t bk = p_.bk, nk = kb.nk;
+    const int64_t rows = nh * nr;
+    const float kNegInf = -std::numeric_limits<float>::infinity();
     if (a_.locality.has_value()) {
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < nk; ++j) {
@@ -668,13 +742,6 @@ class Forward {
     }
     if (nk < kb.ncols) {
       for (int64_t r = 0; r < rows; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
-    }
-    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
-    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
-      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
-      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
-    } else {
-      cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
     }
     return absl::OkStatus();
   }
@@ -1140,6 +1207,7 @@ absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const P
     max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
   }
   wplan.rows = std::max(plan.rows, hq * max_lq);
+  wplan.tile_rows = hq * max_lq;
   absl::Status first = RunItems<Workspace>(
       threads, static_cast<int64_t>(items.size()),
       [&] { return std::make_unique<Workspace>(wplan); },

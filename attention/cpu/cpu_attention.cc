@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -228,20 +231,106 @@ class FlushDenormals {
   unsigned saved_ = 0;
 };
 
+// Worker threads shared by every call of this library, started on first need and kept
+// (a call costs a wake-up instead of a thread start: calls of a few milliseconds, such as
+// decoding steps, spent a noticeable part of their time creating threads). A call posts
+// a job of `slots` slot indices; the caller runs slot 0, then claims whatever slots no
+// worker has taken and runs them itself, so a job finishes even when every worker is
+// busy (concurrent callers, or a call made from inside another call's slot): no
+// deadlock, and no limit on concurrent callers.
+class WorkerPool {
+ public:
+  static WorkerPool& Get() {
+    static WorkerPool* pool = new WorkerPool();  // never destroyed: workers outlive main
+    return *pool;
+  }
+
+  // Runs fn(slot) for slot in [0, slots), slot 0 on the calling thread; returns when all
+  // are done.
+  void Run(int slots, const std::function<void(int)>& fn) {
+    if (slots <= 1) {
+      fn(0);
+      return;
+    }
+    auto job = std::make_shared<Job>(fn, slots);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (workers_ < slots - 1) {
+        std::thread(&WorkerPool::Loop, this).detach();
+        ++workers_;
+      }
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    fn(0);
+    for (int slot = job->next.fetch_add(1); slot < slots; slot = job->next.fetch_add(1)) {
+      fn(slot);
+      job->Finish();
+    }
+    Remove(job.get());
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->done == slots - 1; });
+  }
+
+ private:
+  struct Job {
+    Job(const std::function<void(int)>& f, int n) : fn(f), slots(n) {}
+    void Finish() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (++done == slots - 1) cv.notify_all();
+    }
+    const std::function<void(int)>& fn;
+    const int slots;
+    std::atomic<int> next{1};
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;  // slots 1.. finished (guarded by mu)
+  };
+
+  void Remove(const Job* job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->get() == job) {
+        queue_.erase(it);
+        return;
+      }
+    }
+  }
+
+  void Loop() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = queue_.front();
+      }
+      const int slot = job->next.fetch_add(1);
+      if (slot >= job->slots) {  // every slot taken: off the queue
+        Remove(job.get());
+        continue;
+      }
+      job->fn(slot);
+      job->Finish();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  int workers_ = 0;
+};
+
 // Runs fn(item_index, thread_index) for every item on `threads` threads (the caller is
 // thread 0), items taken in order from a shared counter.
 template <class Fn>
 void ParallelItems(int threads, int64_t n, const Fn& fn) {
   const int t = static_cast<int>(std::min<int64_t>(threads, n));
   std::atomic<int64_t> next{0};
-  auto worker = [&](int tid) {
+  WorkerPool::Get().Run(std::max(t, 1), [&](int tid) {
     FlushDenormals ftz;
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, tid);
-  };
-  std::vector<std::thread> pool;
-  for (int tid = 1; tid < t; ++tid) pool.emplace_back(worker, tid);
-  worker(0);
-  for (std::thread& th : pool) th.join();
+  });
 }
 
 // Runs run(i, workspace) for items [0, n) on up to `threads` threads, each thread with its

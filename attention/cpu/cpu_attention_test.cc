@@ -8,10 +8,13 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -1191,6 +1194,83 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
     EXPECT_LT(err, 2e-2) << (causal ? "causal" : "");
     EXPECT_GT(err, 0.0);  // (bf16 outputs cannot equal a double reference everywhere)
   }
+}
+
+// A zero bias whose every tile first runs a whole attention call of its own: a call made
+// from inside another call's worker (the shared worker pool must not deadlock).
+class NestedCallBias final : public encodings::sequence::AdditiveBias {
+ public:
+  int64_t num_heads() const override { return 4; }
+  bool needs_token_data() const override { return false; }
+  bool relative() const override { return false; }
+  bool causal() const override { return false; }
+  mutable std::atomic<int> inner_calls{0};
+
+ protected:
+  absl::Status DoFillTile(int64_t, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          float* out, int64_t ld) const override {
+    if (absl::Status st = Inner(); !st.ok()) return st;
+    for (size_t r = 0; r < q.size(); ++r) std::fill(out + r * ld, out + r * ld + k.size(), 0.0f);
+    return absl::OkStatus();
+  }
+  absl::Status DoFillTile(int64_t, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          double* out, int64_t ld) const override {
+    for (size_t r = 0; r < q.size(); ++r) std::fill(out + r * ld, out + r * ld + k.size(), 0.0);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Inner() const {
+    ++inner_calls;
+    AttentionArgs a = Bshd(1, 9, 9, 2, 2, 16);
+    std::vector<float> x(9 * 2 * 16, 0.25f), o(x.size());
+    CpuAttentionOptions opt;
+    opt.num_threads = 2;
+    opt.block_q = 4;
+    return CpuForward(a, x.data(), x.data(), x.data(), o.data(), nullptr, opt);
+  }
+};
+
+TEST(CpuForward, ConcurrentAndNestedCallsGiveTheBitsOfOneCall) {
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, 32);
+  a.causal = true;
+  std::mt19937_64 rng(77);
+  const std::vector<float> q = RandomF(Extent(a, a.q, true), &rng);
+  const std::vector<float> k = RandomF(Extent(a, a.k, false), &rng);
+  const std::vector<float> v = RandomF(Extent(a, a.k, false), &rng);
+  CpuAttentionOptions three;
+  three.num_threads = 3;
+  three.block_q = 8;
+  std::vector<float> ref(q.size());
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), ref.data(), nullptr, three).ok());
+  // Several callers at once, each splitting its call over 3 threads and sharing the
+  // worker threads: the work split depends on the thread count only, never on timing or
+  // on which thread takes an item, so every call gives the bits of the call alone.
+  constexpr int kCallers = 4;
+  std::vector<std::vector<float>> got(kCallers, std::vector<float>(q.size()));
+  std::vector<int> failures(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kCallers; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        if (!CpuForward(a, q.data(), k.data(), v.data(), got[t].data(), nullptr, three).ok()) {
+          ++failures[t];
+        }
+        if (std::memcmp(got[t].data(), ref.data(), ref.size() * sizeof(float)) != 0) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& th : callers) th.join();
+  for (int t = 0; t < kCallers; ++t) EXPECT_EQ(failures[t], 0) << "caller " << t;
+  // Calls made from inside a call's workers finish, and a zero bias changes no bit.
+  NestedCallBias nested;
+  AttentionArgs b = a;
+  b.biases = {&nested};
+  std::vector<float> o(q.size());
+  absl::Status st = CpuForward(b, q.data(), k.data(), v.data(), o.data(), nullptr, three);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(nested.inner_calls.load(), 1);
+  EXPECT_EQ(std::memcmp(o.data(), ref.data(), ref.size() * sizeof(float)), 0);
 }
 
 TEST(CpuForward, RejectsBadInput) {

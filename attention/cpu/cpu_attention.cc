@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -41,6 +44,8 @@ constexpr int64_t kPassRows = 384;
 constexpr int64_t kDirectRows = 16;
 // Decoding shapes split the keys across threads (RunDecode) from this many keys on.
 constexpr int64_t kDecodeMinKeys = 1024;
+// Bytes of key and value rows that decoding fetches ahead of the block it reads.
+constexpr int64_t kDecodeAheadBytes = int64_t{256} << 10;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -77,6 +82,7 @@ void StoreRow(const float* src, T* dst, int64_t n) {
     for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]);
   }
 }
+
 
 uint64_t Distance(int64_t a, int64_t b) {
   return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
@@ -133,6 +139,7 @@ struct Plan {
   bool direct_v = false;   // decoding reads value rows in place (d == dp): no copy
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
   int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
+  int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
@@ -269,20 +276,106 @@ class FlushDenormals {
   unsigned saved_ = 0;
 };
 
+// Worker threads shared by every call of this library, started on first need and kept
+// (a call costs a wake-up instead of a thread start: calls of a few milliseconds, such as
+// decoding steps, spent a noticeable part of their time creating threads). A call posts
+// a job of `slots` slot indices; the caller runs slot 0, then claims whatever slots no
+// worker has taken and runs them itself, so a job finishes even when every worker is
+// busy (concurrent callers, or a call made from inside another call's slot): no
+// deadlock, and no limit on concurrent callers.
+class WorkerPool {
+ public:
+  static WorkerPool& Get() {
+    static WorkerPool* pool = new WorkerPool();  // never destroyed: workers outlive main
+    return *pool;
+  }
+
+  // Runs fn(slot) for slot in [0, slots), slot 0 on the calling thread; returns when all
+  // are done.
+  void Run(int slots, const std::function<void(int)>& fn) {
+    if (slots <= 1) {
+      fn(0);
+      return;
+    }
+    auto job = std::make_shared<Job>(fn, slots);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      while (workers_ < slots - 1) {
+        std::thread(&WorkerPool::Loop, this).detach();
+        ++workers_;
+      }
+      queue_.push_back(job);
+    }
+    cv_.notify_all();
+    fn(0);
+    for (int slot = job->next.fetch_add(1); slot < slots; slot = job->next.fetch_add(1)) {
+      fn(slot);
+      job->Finish();
+    }
+    Remove(job.get());
+    std::unique_lock<std::mutex> lock(job->mu);
+    job->cv.wait(lock, [&] { return job->done == slots - 1; });
+  }
+
+ private:
+  struct Job {
+    Job(const std::function<void(int)>& f, int n) : fn(f), slots(n) {}
+    void Finish() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (++done == slots - 1) cv.notify_all();
+    }
+    const std::function<void(int)>& fn;
+    const int slots;
+    std::atomic<int> next{1};
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;  // slots 1.. finished (guarded by mu)
+  };
+
+  void Remove(const Job* job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      if (it->get() == job) {
+        queue_.erase(it);
+        return;
+      }
+    }
+  }
+
+  void Loop() {
+    for (;;) {
+      std::shared_ptr<Job> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return !queue_.empty(); });
+        job = queue_.front();
+      }
+      const int slot = job->next.fetch_add(1);
+      if (slot >= job->slots) {  // every slot taken: off the queue
+        Remove(job.get());
+        continue;
+      }
+      job->fn(slot);
+      job->Finish();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> queue_;
+  int workers_ = 0;
+};
+
 // Runs fn(item_index, thread_index) for every item on `threads` threads (the caller is
 // thread 0), items taken in order from a shared counter.
 template <class Fn>
 void ParallelItems(int threads, int64_t n, const Fn& fn) {
   const int t = static_cast<int>(std::min<int64_t>(threads, n));
   std::atomic<int64_t> next{0};
-  auto worker = [&](int tid) {
+  WorkerPool::Get().Run(std::max(t, 1), [&](int tid) {
     FlushDenormals ftz;
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i, tid);
-  };
-  std::vector<std::thread> pool;
-  for (int tid = 1; tid < t; ++tid) pool.emplace_back(worker, tid);
-  worker(0);
-  for (std::thread& th : pool) th.join();
+  });
 }
 
 // Runs run(i, workspace) for items [0, n) on up to `threads` threads, each thread with its
@@ -327,7 +420,7 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
 }
 
 // Rows of one score tile: a query tile, or every head of a group in direct mode.
-int64_t TileRows(const Plan& p) { return std::max(p.bq, kDirectRows); }
+int64_t TileRows(const Plan& p) { return std::max({p.bq, kDirectRows, p.tile_rows}); }
 
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
@@ -513,6 +606,14 @@ class Forward {
     return std::make_pair(static_cast<const float*>(w.rows.get()), d);
   }
 
+  // Floats from a token's row of kv head 0 to the end of its row of the last kv head,
+  // when the heads of a token lie close together (bshd, thd); else 0.
+  int64_t TokenSpan(const Strides& st) const {
+    const int64_t hkv = a_.num_kv_heads, d = p_.d;
+    if (st.head < 0 || st.head > 2 * d) return 0;
+    return (hkv - 1) * st.head + d;
+  }
+
   // (Public: RunDecode drives these two.)
  public:
   // Decoding (split-KV, "flash decoding"): key rows [k0, k1) of sequence b for every kv
@@ -542,8 +643,18 @@ class Forward {
     std::fill(w.m.get(), w.m.get() + rows, kNegInf);
     std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
     std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
-    for (int64_t j0 = k0; j0 < k1; j0 += bk) {
-      const int64_t nk = std::min(bk, k1 - j0);
+    // Blocks of db tokens, few enough that the key and value rows of every kv head of
+    // the next block, fetched into the cache while this one is processed, fit in L2
+    // beside it. Each kv head's rows are a token stride apart (a page or more in
+    // bshd/thd), beyond what the hardware prefetchers follow; the block's rows of all
+    // heads together are one contiguous range, read in order.
+    const int64_t hkv = a_.num_kv_heads;
+    const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(T));
+    const int64_t db = std::clamp<int64_t>(kDecodeAheadBytes / row_bytes / kVecPad * kVecPad,
+                                           kVecPad, bk);
+    for (int64_t j0 = k0; j0 < k1; j0 += db) {
+      const int64_t nk = std::min(db, k1 - j0);
+      const int64_t next0 = j0 + db, next_n = std::max<int64_t>(0, std::min(db, k1 - next0));
       KeyBlock kblk;
       kblk.b = b;
       kblk.nk = nk;
@@ -554,7 +665,41 @@ class Forward {
       kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
       kblk.direct = true;
       kblk.ncols = RoundUp(nk, kVecPad);
-      for (int64_t g = 0; g < a_.num_kv_heads; ++g) {
+      if constexpr (std::is_same_v<T, float>) {
+        if (tk_ == nullptr && p_.direct_v) {
+          // Keys and values as stored: scores of every kv head in token order (one
+          // stream through the block's keys, requesting its values and the next block's
+          // keys meanwhile), then per kv head the masks and P V with values read from
+          // the cache.
+          float* s = w.s.get();
+          const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
+          const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
+          cpu::PrefetchRows pv, pk;
+          if (const int64_t span = TokenSpan(a_.v); span > 0) pv = {vblock, a_.v.token, span, nk};
+          if (const int64_t span = TokenSpan(a_.k); span > 0 && next_n > 0) {
+            pk = {k_ + a_.KOffset(a_.k, kb + next0, 0), a_.k.token, span, next_n};
+          }
+          const int64_t gr = group * lq;  // rows per kv head
+          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk, pv, pk);
+          for (int64_t g = 0; g < hkv; ++g) {
+            kblk.g = g;
+            if (absl::Status st =
+                    AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
+                !st.ok()) {
+              return st;
+            }
+          }
+          cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+          for (int64_t g = 0; g < hkv; ++g) {
+            const int64_t r0 = g * gr;
+            cpu::AccumulateTile(s + r0 * bk, bk, gr, nk, vblock + g * a_.v.head, a_.v.token, dp,
+                                w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp,
+                                /*values_cached=*/pv.rows > 0);
+          }
+          continue;
+        }
+      }
+      for (int64_t g = 0; g < hkv; ++g) {
         kblk.g = g;
         auto keys = DirectKeys(g, kb, j0, nk, w);
         if (!keys.ok()) return keys.status();
@@ -663,7 +808,6 @@ class Forward {
                         float* vmass = nullptr) const {
     const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
     const int64_t rows = nh * nr;
-    const float kNegInf = -std::numeric_limits<float>::infinity();
     float* s = w.s.get();
     if (kb.panels16 != nullptr) {
       cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
@@ -681,6 +825,36 @@ class Forward {
         }
       }
     }
+    if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
+    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
+      const int64_t nl = p_.nlv;
+      for (int64_t r = 0; r < rows; ++r) {
+        float* vm = vmass + r * nl;
+        for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
+        for (int64_t j = 0; j < nk; ++j) {
+          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
+                                                           shaw_.kmax_v)] += s[r * bk + j];
+        }
+      }
+    }
+    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
+      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
+      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
+    } else {
+      cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    }
+    return absl::OkStatus();
+  }
+
+  // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
+  // final: locality factors, additive biases (log2 e times), the causal mask and -inf
+  // past the block's keys up to kb.ncols.
+  absl::Status AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh, const int64_t* tpos,
+                            int64_t nr, int64_t pmin, float* s, Workspace& w) const {
+    const int64_t bk = p_.bk, nk = kb.nk;
+    const int64_t rows = nh * nr;
+    const float kNegInf = -std::numeric_limits<float>::infinity();
     if (a_.locality.has_value()) {
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < nk; ++j) {
@@ -725,24 +899,6 @@ class Forward {
     }
     if (nk < kb.ncols) {
       for (int64_t r = 0; r < rows; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
-    }
-    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
-    if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
-      const int64_t nl = p_.nlv;
-      for (int64_t r = 0; r < rows; ++r) {
-        float* vm = vmass + r * nl;
-        for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
-        for (int64_t j = 0; j < nk; ++j) {
-          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
-                                                           shaw_.kmax_v)] += s[r * bk + j];
-        }
-      }
-    }
-    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
-      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
-      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
-    } else {
-      cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
     }
     return absl::OkStatus();
   }
@@ -1330,6 +1486,7 @@ absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const P
     max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
   }
   wplan.rows = std::max(plan.rows, hq * max_lq);
+  wplan.tile_rows = hq * max_lq;
   absl::Status first = RunItems<Workspace>(
       threads, static_cast<int64_t>(items.size()),
       [&] { return std::make_unique<Workspace>(wplan); },

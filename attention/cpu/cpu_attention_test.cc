@@ -8,11 +8,15 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "attention/cpu/kernels.h"
@@ -302,6 +306,57 @@ TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
   }
 }
 
+TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
+  // Token-order decoding scores: every compiled instruction set (the AVX-512 path scores
+  // four rows against four keys at once), rows per head below/at/above 4, keys below/at/
+  // above 4 and not multiples of it, head_dim below/at/above the vector width and not a
+  // multiple of it; padded strides between heads and tokens.
+  std::mt19937_64 rng(31);
+  int runs = 0;
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t d : {1, 7, 16, 40, 129}) {
+      for (int64_t rows : {1, 3, 4, 5, 8}) {
+        for (int64_t heads : {1, 3}) {
+          for (int64_t nk : {1, 3, 4, 5, 9, 16}) {
+            const int64_t ldh = d + 2, ldk = heads * ldh + 5, ldq = d + 1, lds = nk + 6;
+            std::vector<float> q = RandomF(heads * rows * ldq, &rng);
+            std::vector<float> keys = RandomF(nk * ldk, &rng);
+            std::vector<float> s(heads * rows * lds, -7.0f);
+            // Prefetch hints over the keys themselves (valid rows, no effect on results).
+            cpu::PrefetchRows pf0{keys.data(), ldk, heads * ldh, nk}, pf1;
+            cpu::ScoreDecode(q.data(), ldq, rows, heads, d, keys.data(), ldk, ldh, nk, s.data(),
+                             lds, pf0, pf1);
+            for (int64_t g = 0; g < heads; ++g) {
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t row = g * rows + r;
+                for (int64_t j = 0; j < lds; ++j) {
+                  if (j >= nk) {
+                    ASSERT_EQ(s[row * lds + j], -7.0f) << "column " << j << " past nk written";
+                    continue;
+                  }
+                  double want = 0.0;
+                  for (int64_t c = 0; c < d; ++c) {
+                    want += double(q[row * ldq + c]) * keys[j * ldk + g * ldh + c];
+                  }
+                  // Float sums of d products of N(0,1) values, in any order: error <~
+                  // d * eps * sum |terms| (sum |terms| <~ d), as for ScoreTile.
+                  ASSERT_NEAR(s[row * lds + j], want, 1e-6 * d * 4 + 1e-6)
+                      << hwy::TargetName(target) << " d " << d << " rows " << rows << " heads "
+                      << heads << " nk " << nk << " g " << g << " r " << r << " j " << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    ++runs;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(runs, 2);
+}
+
 TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
   std::mt19937_64 rng(4);
   for (int64_t dp : {16, 32, 48, 64, 80, 128, 144}) {
@@ -474,6 +529,33 @@ TEST(CpuForward, GqaMqaKvCacheAndStrides) {
     AttentionArgs var = Thd(cu_q, cu_k, 4, 4, 32);
     var.causal = true;
     CheckAgainstReference(var, three, 49, "split-kv varlen decode");
+  }
+  // Long KV caches read in token order (keys as stored, values in place: no key
+  // transform, head_dim a multiple of 16): GQA groups of 4 (four rows at a time on
+  // AVX-512) and 3, one and two query tokens, ALiBi and the causal mask, on every
+  // compiled instruction set.
+  {
+    auto alibi = AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    CpuAttentionOptions two;
+    two.num_threads = 2;
+    int64_t seed = 300;
+    for (int64_t target : cpu::CompiledTargets()) {
+      hwy::SetSupportedTargetsForTest(target);
+      for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 48}, {6, 2, 16},
+                                {8, 2, 128}}) {
+        for (int64_t lq : {1, 2}) {
+          AttentionArgs dec = Bshd(1, lq, 1100, hq, hkv, d);
+          dec.causal = true;
+          if (hq == 8) dec.biases = {&*alibi};
+          CheckAgainstReference(dec, two, ++seed,
+                                std::string("token-order decode ") + hwy::TargetName(target) +
+                                    " hq " + std::to_string(hq) + " d " + std::to_string(d) +
+                                    " lq " + std::to_string(lq));
+        }
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
   }
   // Padded, non-contiguous strides on every tensor.
   AttentionArgs a = Bshd(2, 19, 23, 4, 2, 24);
@@ -1430,6 +1512,83 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
     EXPECT_LT(err, 2e-2) << (causal ? "causal" : "");
     EXPECT_GT(err, 0.0);  // (bf16 outputs cannot equal a double reference everywhere)
   }
+}
+
+// A zero bias whose every tile first runs a whole attention call of its own: a call made
+// from inside another call's worker (the shared worker pool must not deadlock).
+class NestedCallBias final : public encodings::sequence::AdditiveBias {
+ public:
+  int64_t num_heads() const override { return 4; }
+  bool needs_token_data() const override { return false; }
+  bool relative() const override { return false; }
+  bool causal() const override { return false; }
+  mutable std::atomic<int> inner_calls{0};
+
+ protected:
+  absl::Status DoFillTile(int64_t, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          float* out, int64_t ld) const override {
+    if (absl::Status st = Inner(); !st.ok()) return st;
+    for (size_t r = 0; r < q.size(); ++r) std::fill(out + r * ld, out + r * ld + k.size(), 0.0f);
+    return absl::OkStatus();
+  }
+  absl::Status DoFillTile(int64_t, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          double* out, int64_t ld) const override {
+    for (size_t r = 0; r < q.size(); ++r) std::fill(out + r * ld, out + r * ld + k.size(), 0.0);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Inner() const {
+    ++inner_calls;
+    AttentionArgs a = Bshd(1, 9, 9, 2, 2, 16);
+    std::vector<float> x(9 * 2 * 16, 0.25f), o(x.size());
+    CpuAttentionOptions opt;
+    opt.num_threads = 2;
+    opt.block_q = 4;
+    return CpuForward(a, x.data(), x.data(), x.data(), o.data(), nullptr, opt);
+  }
+};
+
+TEST(CpuForward, ConcurrentAndNestedCallsGiveTheBitsOfOneCall) {
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, 32);
+  a.causal = true;
+  std::mt19937_64 rng(77);
+  const std::vector<float> q = RandomF(Extent(a, a.q, true), &rng);
+  const std::vector<float> k = RandomF(Extent(a, a.k, false), &rng);
+  const std::vector<float> v = RandomF(Extent(a, a.k, false), &rng);
+  CpuAttentionOptions three;
+  three.num_threads = 3;
+  three.block_q = 8;
+  std::vector<float> ref(q.size());
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), ref.data(), nullptr, three).ok());
+  // Several callers at once, each splitting its call over 3 threads and sharing the
+  // worker threads: the work split depends on the thread count only, never on timing or
+  // on which thread takes an item, so every call gives the bits of the call alone.
+  constexpr int kCallers = 4;
+  std::vector<std::vector<float>> got(kCallers, std::vector<float>(q.size()));
+  std::vector<int> failures(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int t = 0; t < kCallers; ++t) {
+    callers.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round) {
+        if (!CpuForward(a, q.data(), k.data(), v.data(), got[t].data(), nullptr, three).ok()) {
+          ++failures[t];
+        }
+        if (std::memcmp(got[t].data(), ref.data(), ref.size() * sizeof(float)) != 0) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& th : callers) th.join();
+  for (int t = 0; t < kCallers; ++t) EXPECT_EQ(failures[t], 0) << "caller " << t;
+  // Calls made from inside a call's workers finish, and a zero bias changes no bit.
+  NestedCallBias nested;
+  AttentionArgs b = a;
+  b.biases = {&nested};
+  std::vector<float> o(q.size());
+  absl::Status st = CpuForward(b, q.data(), k.data(), v.data(), o.data(), nullptr, three);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_GT(nested.inner_calls.load(), 1);
+  EXPECT_EQ(std::memcmp(o.data(), ref.data(), ref.size() * sizeof(float)), 0);
 }
 
 TEST(CpuForward, RejectsBadInput) {

@@ -236,6 +236,182 @@ void ScoreDirectImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const f
   }
 }
 
+// Sums of the lanes of R vectors into out[r * lds] (R <= 4).
+template <int R>
+HWY_INLINE void StoreLaneSums(DF df, const VF* v, float* HWY_RESTRICT out, int64_t lds) {
+#if HWY_TARGET <= HWY_AVX3
+  if constexpr (R == 4) {  // one pass of pairwise additions for the four rows
+    __m256 b[4];
+    for (int r = 0; r < 4; ++r) {
+      b[r] = _mm256_add_ps(_mm512_castps512_ps256(v[r].raw),
+                           _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v[r].raw), 1)));
+    }
+    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
+    HWY_ALIGN float sums[4];
+    _mm_store_ps(sums, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
+    for (int r = 0; r < 4; ++r) out[r * lds] = sums[r];
+    return;
+  }
+#endif
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) out[r * lds] = hn::GetLane(hn::SumOfLanes(df, v[r]));
+}
+
+// R query rows against one key row k: out[r * lds] = q_r . k. Two accumulators per row
+// (even and odd vectors of the row) halve the chains of dependent FMAs.
+template <int R>
+HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
+                        const float* HWY_RESTRICT k, float* HWY_RESTRICT out, int64_t lds) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t dv = d / N * N;
+  VF a0[R], a1[R];
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
+  int64_t c = 0;
+  for (; c + 2 * N <= dv; c += 2 * N) {
+    const VF k0 = hn::LoadU(df, k + c), k1 = hn::LoadU(df, k + c + N);
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) {
+      a0[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c), k0, a0[r]);
+      a1[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c + N), k1, a1[r]);
+    }
+  }
+  if (c < dv) {
+    const VF k0 = hn::LoadU(df, k + c);
+    HWY_UNROLL(4)
+    for (int r = 0; r < R; ++r) a0[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c), k0, a0[r]);
+  }
+  HWY_UNROLL(4)
+  for (int r = 0; r < R; ++r) a0[r] = hn::Add(a0[r], a1[r]);
+  StoreLaneSums<R>(df, a0, out, lds);
+  if (dv < d) {
+    for (int r = 0; r < R; ++r) {
+      float tail = 0.0f;
+      for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * k[e];
+      out[r * lds] += tail;
+    }
+  }
+}
+
+#if HWY_TARGET <= HWY_AVX3
+// Four query rows against four consecutive keys (rows k, k + ldk, ...): 16 dot products
+// with 16 independent accumulators (each vector of q and k loaded once per four FMAs),
+// then one transposing reduction of the 16 vectors: s[r * lds + t] = q_r . k_t.
+HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
+                       const float* HWY_RESTRICT k, int64_t ldk, float* HWY_RESTRICT s,
+                       int64_t lds) {
+  constexpr int64_t N = 16;
+  const int64_t dv = d / N * N;
+  __m512 acc[16];  // acc[4 t + r]: key t, row r
+  HWY_UNROLL(16)
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < dv; c += N) {
+    __m512 kv[4], qv[4];
+    HWY_UNROLL(16)
+    for (int t = 0; t < 4; ++t) kv[t] = _mm512_loadu_ps(k + t * ldk + c);
+    HWY_UNROLL(16)
+    for (int r = 0; r < 4; ++r) qv[r] = _mm512_loadu_ps(q + r * ldq + c);
+    HWY_UNROLL(16)
+    for (int t = 0; t < 4; ++t) {
+      HWY_UNROLL(16)
+      for (int r = 0; r < 4; ++r) acc[4 * t + r] = _mm512_fmadd_ps(qv[r], kv[t], acc[4 * t + r]);
+    }
+  }
+  // Halving steps: each adds the two halves of a pair of vectors' partial sums, so
+  // after four steps lane 4 a + b holds the full sum of acc[4 b + a] (row a, key b):
+  // 128-bit lane r of the result is row r's four scores.
+  __m512 h1[8], h2[4], h3[2];
+  HWY_UNROLL(16)
+  for (int p = 0; p < 8; ++p) {
+    h1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0x44),
+                          _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0xEE));
+  }
+  HWY_UNROLL(16)
+  for (int p = 0; p < 4; ++p) {
+    h2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0x88),
+                          _mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0xDD));
+  }
+  HWY_UNROLL(16)
+  for (int p = 0; p < 2; ++p) {
+    h3[p] = _mm512_add_ps(_mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(sums));
+  _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(sums, 1));
+  _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(sums, 2));
+  _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(sums, 3));
+  if (dv < d) {
+    HWY_UNROLL(16)
+    for (int r = 0; r < 4; ++r) {
+      HWY_UNROLL(16)
+      for (int t = 0; t < 4; ++t) {
+        float tail = 0.0f;
+        for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * k[t * ldk + e];
+        s[r * lds + t] += tail;
+      }
+    }
+  }
+}
+#endif
+
+HWY_INLINE void PrefetchRow(const PrefetchRows& pf, int64_t j) {
+  if (j >= pf.rows) return;
+  const char* row = reinterpret_cast<const char*>(pf.base + j * pf.ld);
+  const int64_t bytes = pf.floats * static_cast<int64_t>(sizeof(float));
+  for (int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(row + b);
+}
+
+void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                     const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                     int64_t lds, const PrefetchRows& pf0, const PrefetchRows& pf1) {
+  const DF df;
+  int64_t j = 0;
+#if HWY_TARGET <= HWY_AVX3
+  if (rows % 4 == 0) {  // four keys at a time
+    for (; j + 4 <= nk; j += 4) {
+      for (int64_t t = 0; t < 4; ++t) {
+        PrefetchRow(pf0, j + t);
+        PrefetchRow(pf1, j + t);
+      }
+      for (int64_t g = 0; g < heads; ++g) {
+        const float* k = keys + j * ldk + g * ldh;
+        for (int64_t r = 0; r < rows; r += 4) {
+          Dot4x4(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + j, lds);
+        }
+      }
+    }
+  }
+#endif
+  for (; j < nk; ++j) {
+    PrefetchRow(pf0, j);
+    PrefetchRow(pf1, j);
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* k = keys + j * ldk + g * ldh;
+      const float* qg = q + g * rows * ldq;
+      float* sg = s + g * rows * lds + j;
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) DotRows<4>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+      switch (rows - r) {
+        case 1:
+          DotRows<1>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          break;
+        case 2:
+          DotRows<2>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          break;
+        case 3:
+          DotRows<3>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  (void)df;
+}
+
 void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                      float* alpha) {
   const DF df;
@@ -299,10 +475,12 @@ void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shif
 }
 
 // kTrans: the probabilities are read transposed, p[j * ldp + r] (o = P^T V).
+// prefetch: request value rows kPrefetchRows ahead (rows far apart and not yet cached).
 template <int MR, int NV, bool kTrans>
 HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
                          const float* HWY_RESTRICT v, int64_t ldv,
-                         const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo) {
+                         const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo,
+                         bool prefetch) {
   const DF df;
   constexpr size_t N = hn::MaxLanes(DF());
   VF acc[MR][NV];
@@ -313,7 +491,7 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
     for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
   }
   for (int64_t j = 0; j < nk; ++j) {
-    if (j + kPrefetchRows < nk) {  // value rows may be a page apart (see ScoreDirectRows)
+    if (prefetch && j + kPrefetchRows < nk) {  // rows may be a page apart (ScoreDirectRows)
       const float* ahead = v + (j + kPrefetchRows) * ldv;
       HWY_UNROLL(4)
       for (int c = 0; c < NV; ++c) hwy::Prefetch(ahead + c * N);
@@ -337,19 +515,22 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
 
 template <int NV, bool kTrans>
 HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                           int64_t ldv, const float* alpha, float* o, int64_t ldo) {
+                           int64_t ldv, const float* alpha, float* o, int64_t ldo,
+                           bool prefetch) {
   // Row r of the output starts its probabilities at p + r * ldp (or p + r transposed).
   const int64_t row_step = kTrans ? 1 : ldp;
   int64_t r = 0;
   for (; r + kAccRows <= mq; r += kAccRows) {
-    AccMicro<kAccRows, NV, kTrans>(p + r * row_step, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo);
+    AccMicro<kAccRows, NV, kTrans>(p + r * row_step, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo,
+                                   prefetch);
   }
   const float* pr = p + r * row_step;
   float* orow = o + r * ldo;
   switch (mq - r) {
 #define GPE_ACC_CASE(k)                                                                      \
   case k:                                                                                    \
-    if constexpr (k < kAccRows) AccMicro<k, NV, kTrans>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo); \
+    if constexpr (k < kAccRows)                                                              \
+      AccMicro<k, NV, kTrans>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo, prefetch);            \
     break;
     GPE_ACC_CASE(1)
     GPE_ACC_CASE(2)
@@ -364,22 +545,29 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
 
 template <bool kTrans>
 void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                   int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+                   int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
+                   bool values_cached) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
+  // Rows within two rows' length of each other stream through the hardware prefetchers.
+  const bool prefetch = !values_cached && ldv > 2 * dp;
   const int64_t vecs = dp / N;
   int64_t c = 0;
   for (; c + kAccVecs <= vecs; c += kAccVecs) {
-    AccColumns<kAccVecs, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+    AccColumns<kAccVecs, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+                                  prefetch);
   }
   switch (vecs - c) {
     case 1:
-      AccColumns<1, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<1, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+                                  prefetch);
       break;
     case 2:
-      AccColumns<2, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<2, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+                                  prefetch);
       break;
     case 3:
-      AccColumns<3, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo);
+      AccColumns<3, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+                                  prefetch);
       break;
     default:
       break;
@@ -387,13 +575,14 @@ void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const fl
 }
 
 void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
-  AccumulateAll<false>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
+                        bool values_cached) {
+  AccumulateAll<false>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo, values_cached);
 }
 
 void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                          int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
-  AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+  AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo, false);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -413,6 +602,7 @@ namespace cpu {
 HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(ScoreDirectImpl);
+HWY_EXPORT(ScoreDecodeImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
@@ -431,6 +621,12 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
                  int64_t ldk, int64_t nk, float* s, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(ScoreDirectImpl)(q, ldq, mq, d, keys, ldk, nk, s, lds);
 }
+void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,
+                 const PrefetchRows& pf0, const PrefetchRows& pf1) {
+  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, pf0,
+                                        pf1);
+}
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha);
@@ -439,8 +635,10 @@ void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);
 }
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
-  HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
+                    bool values_cached) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo,
+                                           values_cached);
 }
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {

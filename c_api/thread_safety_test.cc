@@ -335,6 +335,7 @@ std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
     a.grape_m = s.grape;
     check(gpe_attention_forward(&a, &tq, &tk, &tv, &to, nullptr));
     keep(o.data(), o.size() * sizeof(float));
+  }
   // Coordinate encoders (a shared Fourier handle, a spherical-harmonics handle made on
   // this thread), their backward, the Laplacian encoding and the blended fit.
   {

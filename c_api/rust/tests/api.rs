@@ -37,7 +37,7 @@ fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
 fn version_matches_the_crate() {
     let (number, text) = version();
     assert_eq!(text, format!("{}.{}.{}", number / 10000, number / 100 % 100, number % 100));
-    assert!(number >= 200, "the crate declares the 0.2.0 API");
+    assert!(number >= 400, "the crate declares the 0.4.0 API");
     assert_eq!(status_name(1), "GPE_ERROR_INVALID_ARGUMENT");
 }
 

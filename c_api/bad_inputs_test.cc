@@ -311,6 +311,12 @@ void SequenceCases(const AddCase& add) {
     DLTensor a = f.Make(s.addr.data(), kDLInt, 64, {2, 2}), x = f.F64(&s.x, {2, 2});
     return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_apply(t, &a, &x, &x); });
   });
+  e = "gpe_algebraic_tree_node_matrices";
+  add("tree_node_matrices_wrong_count", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor out = f.F64(&s.lifted, {2, 2, 2});  // depth 1 of a binary tree has 3 nodes
+    return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_node_matrices(t, 1, &out); });
+  });
   e = "gpe_algebraic_tree_backward";
   add("tree_grad_skews_wrong_shape", e, [](Fixture& f) {
     SeqCall s;

@@ -378,6 +378,14 @@ GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_apply(const gpe_algebraic_tr
 GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_matrix(const gpe_algebraic_tree* tree,
                                                            const int64_t* address,
                                                            int64_t depth, DLTensor* out);
+/* Every node of depth <= max_depth, built one depth at a time (level t + 1 = level t
+ * times each W_c: one d x d product per node; Kogkalidis et al., sec. 3.2.3), in level
+ * order (root first; within a depth, addresses as base-k numbers). out: float64
+ * [count, dim, dim] with count = sum_{t <= max_depth} k^t (the message names it when the
+ * shape differs); at most 2^27 doubles in all. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_node_matrices(const gpe_algebraic_tree* tree,
+                                                                  int64_t max_depth,
+                                                                  DLTensor* out);
 /* Backward of apply given grad_out. grad_x: as in gpe_grape_m_backward (rho^T
  * grad_out[n]). grad_skews (float64 [num_branches, dim, dim], or NULL) receives dL/dS_c. */
 GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_backward(

@@ -364,6 +364,7 @@ def _declare(lib):
         "gpe_algebraic_tree_apply": (st, [p, t, t, t]),
         "gpe_algebraic_tree_matrix": (st, [p, i64p, ctypes.c_int64, t]),
         "gpe_algebraic_tree_backward": (st, [p, t, t, t, t, t]),
+        "gpe_algebraic_tree_node_matrices": (st, [p, ctypes.c_int64, t]),
         "gpe_algebraic_grid_create": (st, [ctypes.POINTER(AlgebraicGridOptions),
                                            ctypes.POINTER(p)]),
         "gpe_algebraic_grid_destroy": (None, [p]),

@@ -378,6 +378,11 @@ void SequenceCases(const AddCase& add) {
     DLTensor p = f.F64(&s.p, {2, 3}), t = f.F64(&s.table, {3, 2}), g = f.F64(&s.out, {3, 2});
     return gpe_shaw_value_output_backward(&p, &t, &f.qpos, &f.kpos, &g, nullptr, nullptr);
   });
+  e = "gpe_rope_options_use_schedule";
+  add("rope_use_schedule_unknown", e, [](Fixture&) {
+    gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+    return gpe_rope_options_use_schedule(9, &o);
+  });
   e = "gpe_transformer_xl_score_terms";
   add("txl_base_negative", e, [](Fixture& f) {
     SeqCall s;

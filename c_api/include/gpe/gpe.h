@@ -558,6 +558,16 @@ typedef struct gpe_rope_tokens {
 #define GPE_ROPE_TOKENS_INIT \
   { (uint32_t)sizeof(gpe_rope_tokens), GPE_ROPE_LAYOUT_BSHD, GPE_ROPE_QUERY, NULL, NULL, NULL }
 
+/* Sets options->schedule and that schedule's parameters to the values the models
+ * publish, leaving every other field as it is: LLAMA3 factor 8, low/high frequency
+ * factors 1 and 4, original context 8192 (Llama 3.1); YARN beta_fast 32, beta_slow 1,
+ * truncation on, factor 1 and original context 4096 (set factor and L0 for the model);
+ * LONGROPE original context 4096 and max_position 131072 (Phi-3-128k; the factor lists
+ * are the model's); DEFAULT, LINEAR, DYNAMIC_NTK factor 1 and original context 4096. The
+ * base (rope_theta) is the model's: Llama 3 uses 500000. options->struct_size must be set
+ * (GPE_ROPE_OPTIONS_INIT). */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_options_use_schedule(int32_t schedule,
+                                                               gpe_rope_options* options);
 /* Copies what it needs from options (factor lists, sections). */
 GPE_API GPE_NODISCARD gpe_status gpe_rope_create(const gpe_rope_options* options, gpe_rope** out);
 GPE_API void gpe_rope_destroy(gpe_rope* rope);

@@ -332,6 +332,7 @@ def _declare(lib):
                                         t, t]),
         # RoPE and additive biases (0.3.0).
         "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
+        "gpe_rope_options_use_schedule": (st, [ctypes.c_int32, ctypes.POINTER(RopeOptions)]),
         "gpe_rope_destroy": (None, [p]),
         "gpe_rope_shape": (st, [p, i64p, i64p, i64p]),
         "gpe_rope_frequencies": (st, [p, ctypes.POINTER(ctypes.c_double), ctypes.c_int64,

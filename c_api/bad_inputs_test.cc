@@ -733,6 +733,12 @@ void SequenceCases(const AddCase& add) {
     DLTensor a = f.Make(s.addr.data(), kDLInt, 64, {2, 2}), x = f.F64(&s.x, {2, 2});
     return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_apply(t, &a, &x, &x); });
   });
+  e = "gpe_algebraic_tree_node_matrices";
+  add("tree_node_matrices_wrong_count", e, [](Fixture& f) {
+    SeqCall s;
+    DLTensor out = f.F64(&s.lifted, {2, 2, 2});  // depth 1 of a binary tree has 3 nodes
+    return TreeCall(s, [&](gpe_algebraic_tree* t) { return gpe_algebraic_tree_node_matrices(t, 1, &out); });
+  });
   e = "gpe_algebraic_tree_backward";
   add("tree_grad_skews_wrong_shape", e, [](Fixture& f) {
     SeqCall s;
@@ -793,6 +799,11 @@ void SequenceCases(const AddCase& add) {
     SeqCall s;
     DLTensor p = f.F64(&s.p, {2, 3}), t = f.F64(&s.table, {3, 2}), g = f.F64(&s.out, {3, 2});
     return gpe_shaw_value_output_backward(&p, &t, &f.qpos, &f.kpos, &g, nullptr, nullptr);
+  });
+  e = "gpe_rope_options_use_schedule";
+  add("rope_use_schedule_unknown", e, [](Fixture&) {
+    gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+    return gpe_rope_options_use_schedule(9, &o);
   });
   e = "gpe_transformer_xl_score_terms";
   add("txl_base_negative", e, [](Fixture& f) {

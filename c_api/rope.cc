@@ -546,3 +546,62 @@ gpe_status gpe_rope_table_backward(const gpe_rope_table* table, const DLTensor* 
 }
 
 }  // extern "C"
+
+// ---- Published schedule defaults -------------------------------------------------------
+
+extern "C" {
+
+gpe_status gpe_rope_options_use_schedule(int32_t schedule, gpe_rope_options* options) {
+  return Guard([&]() -> absl::Status {
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_rope_options),
+                                         sizeof(gpe_rope_options), "gpe_rope_options");
+        !s.ok()) {
+      return s;
+    }
+    gpe_rope_options& o = *options;
+    // The defaults of encodings/sequence/rope.h's option structs, which carry the values
+    // the models publish.
+    switch (schedule) {
+      case GPE_ROPE_DEFAULT:
+      case GPE_ROPE_LINEAR:
+      case GPE_ROPE_DYNAMIC_NTK:
+        o.factor = 1.0;  // no published default: the user's context extension
+        o.original_max_position = 4096;
+        break;
+      case GPE_ROPE_YARN: {
+        const seq::YarnOptions y;  // Peng et al.: beta_fast 32, beta_slow 1, truncation
+        o.factor = y.factor;
+        o.original_max_position = y.original_max_position;
+        o.beta_fast = y.beta_fast;
+        o.beta_slow = y.beta_slow;
+        o.yarn_truncate = y.truncate ? 1 : 0;
+        o.has_mscale = 0;
+        o.has_attention_factor = 0;
+        break;
+      }
+      case GPE_ROPE_LONGROPE: {
+        const seq::LongRopeOptions l;  // Phi-3-128k: L0 = 4096, 131072 positions
+        o.original_max_position = l.original_max_position;
+        o.max_position = l.max_position;
+        o.has_attention_factor = 0;
+        break;
+      }
+      case GPE_ROPE_LLAMA3: {
+        const seq::Llama3Options l;  // Llama 3.1: factor 8, low 1, high 4, L0 = 8192
+        o.factor = l.factor;
+        o.low_freq_factor = l.low_freq_factor;
+        o.high_freq_factor = l.high_freq_factor;
+        o.original_max_position = l.original_max_position;
+        break;
+      }
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("schedule ", schedule, " is not one of GPE_ROPE_* (0..5)"));
+    }
+    o.schedule = schedule;
+    return absl::OkStatus();
+  });
+}
+
+}  // extern "C"

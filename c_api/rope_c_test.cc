@@ -660,4 +660,34 @@ TEST(RopeC, TableReuseEqualsOneShotCalls) {
   gpe_rope_destroy(rope);
 }
 
+TEST(RopeC, UseScheduleSetsPublishedDefaults) {
+  // Llama 3.1's published rope_scaling: the thetas equal the C++ schedule with its
+  // default (published) Llama3Options, bit for bit.
+  const int64_t r = 128;
+  gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+  o.head_dim = r;
+  o.base = 500000.0;
+  ASSERT_EQ(gpe_rope_options_use_schedule(GPE_ROPE_LLAMA3, &o), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(o.schedule, GPE_ROPE_LLAMA3);
+  EXPECT_EQ(o.factor, 8.0);
+  EXPECT_EQ(o.original_max_position, 8192);
+  EXPECT_EQ(o.base, 500000.0);  // the model's, untouched
+  gpe_rope* rope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&o, &rope), GPE_OK) << gpe_last_error_message();
+  std::vector<double> thetas(r / 2);
+  ASSERT_EQ(gpe_rope_frequencies(rope, thetas.data(), r / 2, nullptr), GPE_OK);
+  gpe_rope_destroy(rope);
+  const seq::RopeFrequencies want = *seq::Llama3RopeFrequencies(r, 500000.0, seq::Llama3Options{});
+  EXPECT_EQ(thetas, want.thetas);
+  // YaRN: Peng et al.'s betas; the factor stays the caller's to set.
+  ASSERT_EQ(gpe_rope_options_use_schedule(GPE_ROPE_YARN, &o), GPE_OK);
+  EXPECT_EQ(o.beta_fast, 32.0);
+  EXPECT_EQ(o.beta_slow, 1.0);
+  EXPECT_EQ(o.yarn_truncate, 1);
+  EXPECT_EQ(gpe_rope_options_use_schedule(9, &o), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_rope_options_use_schedule(GPE_ROPE_YARN, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  o.struct_size += 8;
+  EXPECT_EQ(gpe_rope_options_use_schedule(GPE_ROPE_YARN, &o), GPE_ERROR_VERSION_MISMATCH);
+}
+
 }  // namespace

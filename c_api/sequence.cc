@@ -1160,6 +1160,27 @@ gpe_status gpe_algebraic_tree_matrix(const gpe_algebraic_tree* tree, const int64
   });
 }
 
+gpe_status gpe_algebraic_tree_node_matrices(const gpe_algebraic_tree* tree, int64_t max_depth,
+                                            DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (tree == nullptr) return absl::InvalidArgumentError("tree is NULL");
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 3, kF64);
+    if (!ov.ok()) return ov.status();
+    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
+    // AllNodeMatrices checks max_depth and the 2^27-double limit before building.
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> all = tree->impl.AllNodeMatrices(max_depth);
+    if (!all.ok()) return all.status();
+    const int64_t d = tree->impl.dim(), count = static_cast<int64_t>(all->size());
+    if (ov->shape != std::vector<int64_t>{count, d, d}) {
+      return absl::InvalidArgumentError(absl::StrCat("out must have shape [", count, ", ", d, ", ",
+                                                     d, "] (nodes of depth <= ", max_depth,
+                                                     "); got ", Shape(*ov)));
+    }
+    WriteFlat(*all, *ov);
+    return absl::OkStatus();
+  });
+}
+
 gpe_status gpe_algebraic_tree_backward(const gpe_algebraic_tree* tree, const DLTensor* addresses,
                                        const DLTensor* x, const DLTensor* grad_out,
                                        DLTensor* grad_x, DLTensor* grad_skews) {

@@ -1073,6 +1073,32 @@ TEST(AlgebraicTree, ApplyAndMatrixMatchPathProductsOfExponentials) {
   for (int64_t i = 0; i < n * d; ++i) EXPECT_NEAR(xf[i], out[i], 1e-6);  // float rounding
 }
 
+TEST(AlgebraicTree, NodeMatricesAreLevelOrderPathProducts) {
+  std::mt19937_64 rng(77);
+  TreeFixture f(&rng);
+  const int64_t d = f.d, count = 1 + 2 + 4 + 8;  // binary tree, depth <= 3
+  std::vector<double> all(count * d * d);
+  std::vector<int64_t> shape = {count, d, d};
+  DLTensor t = Tensor(all.data(), kDLFloat, 64, &shape);
+  ASSERT_EQ(gpe_algebraic_tree_node_matrices(f.tree, 3, &t), GPE_OK) << gpe_last_error_message();
+  int64_t n = 0;
+  for (int64_t depth = 0; depth <= 3; ++depth) {
+    for (int64_t code = 0; code < (int64_t{1} << depth); ++code, ++n) {
+      std::vector<int64_t> path(depth);
+      for (int64_t s = 0; s < depth; ++s) path[s] = (code >> (depth - 1 - s)) & 1;  // base-k digits
+      const Matrix want = f.Reference(path);
+      // Taylor reference ~1e-13 per factor, depth <= 3.
+      for (int64_t i = 0; i < d * d; ++i) EXPECT_NEAR(all[n * d * d + i], want[i], 1e-12) << n;
+    }
+  }
+  std::vector<int64_t> wrong = {count - 1, d, d};
+  DLTensor tw = Tensor(all.data(), kDLFloat, 64, &wrong);
+  EXPECT_EQ(gpe_algebraic_tree_node_matrices(f.tree, 3, &tw), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("[15, 3, 3]"), std::string::npos);
+  EXPECT_NE(gpe_algebraic_tree_node_matrices(f.tree, -1, &t), GPE_OK);
+  EXPECT_NE(gpe_algebraic_tree_node_matrices(f.tree, 40, &t), GPE_OK);  // 2^41 nodes
+}
+
 TEST(AlgebraicTree, BackwardMatchesFiniteDifferences) {
   std::mt19937_64 rng(72);
   TreeFixture f(&rng);

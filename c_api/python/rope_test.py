@@ -115,6 +115,18 @@ class FrequencyTest(unittest.TestCase):
         rope = gpe.Rope(64, base=self.BASE, schedule="yarn", factor=8.0, attention_factor=1.5)
         self.assertEqual(rope.frequencies()[1], 1.5)
 
+    def test_published_defaults(self):
+        # Llama 3.1's published rope_scaling (factor 8, low 1, high 4, L0 = 8192) when
+        # the parameters are left out: the same thetas as given explicitly.
+        np.testing.assert_array_equal(
+            gpe.Rope(128, base=self.BASE, schedule="llama3").frequencies()[0],
+            gpe.Rope(128, base=self.BASE, schedule="llama3", factor=8.0, low_freq_factor=1.0,
+                     high_freq_factor=4.0, original_max_position=8192).frequencies()[0])
+        np.testing.assert_array_equal(
+            gpe.Rope(64, schedule="yarn", factor=4.0).frequencies()[0],
+            gpe.Rope(64, schedule="yarn", factor=4.0, beta_fast=32.0, beta_slow=1.0,
+                     original_max_position=4096).frequencies()[0])
+
     def test_llama3(self):
         self.check(gpe.Rope(128, base=self.BASE, schedule="llama3", factor=8.0,
                             low_freq_factor=1.0, high_freq_factor=4.0,

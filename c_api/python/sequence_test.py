@@ -341,8 +341,20 @@ class AlgebraicTreeTest(unittest.TestCase):
                                    rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(gx, central_difference(loss, x), rtol=1e-6, atol=1e-7)
 
+    def test_node_matrices_level_order(self):
+        s = self.A - self.A.transpose(0, 2, 1)
+        tree = gpe.AlgebraicTree(s)
+        table = tree.node_matrices(2)
+        self.assertEqual(table.shape, (1 + 3 + 9, 4, 4))
+        paths = [[]] + [[a] for a in range(3)] + [[a, b] for a in range(3) for b in range(3)]
+        for n, path in enumerate(paths):
+            # One product per node from the previous level: 1e-12 against the direct path.
+            np.testing.assert_allclose(table[n], self.reference(s, path), atol=1e-12)
+
     def test_bad_input(self):
         tree = gpe.AlgebraicTree(self.A - self.A.transpose(0, 2, 1))
+        with self.assertRaises(gpe.GpeError):
+            tree.node_matrices(-1)
         with self.assertRaises(gpe.GpeError):
             tree.apply([[3]], np.zeros((1, 4)))  # branch 3 of 3
         with self.assertRaises(gpe.GpeError):

@@ -23,10 +23,11 @@
 // elements, T float or double (formed in double, rounded once). Cost: the ALiBi lift
 // applies group/unipotent.h's dense representation, O((d+2)^2) per row; it is an
 // equivalence construction (and a way to run ALiBi through a plain dot-product kernel),
-// not the fast path: attention kernels use AlibiBias tiles. Precision: the lifted score
-// forms m j - m i as a difference of two products, so its error grows like
-// eps * m * |i| (compared with eps * m * |i - j| for AlibiBias); with power-of-two slopes
-// and |positions| < 2^53 every term is exact in double.
+// not the fast path: attention kernels take GrapeABias (below), whose tiles are filled
+// in closed form. Precision: the lifted score forms m j - m i as a difference of two
+// products, so its error grows like eps * m * |i| (compared with eps * m * |i - j| for
+// AlibiBias); with power-of-two slopes and |positions| < 2^53 every term is exact in
+// double.
 #ifndef ENCODINGS_SEQUENCE_GRAPE_A_H_
 #define ENCODINGS_SEQUENCE_GRAPE_A_H_
 

@@ -378,6 +378,14 @@ GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_apply(const gpe_algebraic_tr
 GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_matrix(const gpe_algebraic_tree* tree,
                                                            const int64_t* address,
                                                            int64_t depth, DLTensor* out);
+/* Every node of depth <= max_depth, built one depth at a time (level t + 1 = level t
+ * times each W_c: one d x d product per node; Kogkalidis et al., sec. 3.2.3), in level
+ * order (root first; within a depth, addresses as base-k numbers). out: float64
+ * [count, dim, dim] with count = sum_{t <= max_depth} k^t (the message names it when the
+ * shape differs); at most 2^27 doubles in all. */
+GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_node_matrices(const gpe_algebraic_tree* tree,
+                                                                  int64_t max_depth,
+                                                                  DLTensor* out);
 /* Backward of apply given grad_out. grad_x: as in gpe_grape_m_backward (rho^T
  * grad_out[n]). grad_skews (float64 [num_branches, dim, dim], or NULL) receives dL/dS_c. */
 GPE_API GPE_NODISCARD gpe_status gpe_algebraic_tree_backward(
@@ -550,6 +558,16 @@ typedef struct gpe_rope_tokens {
 #define GPE_ROPE_TOKENS_INIT \
   { (uint32_t)sizeof(gpe_rope_tokens), GPE_ROPE_LAYOUT_BSHD, GPE_ROPE_QUERY, NULL, NULL, NULL }
 
+/* Sets options->schedule and that schedule's parameters to the values the models
+ * publish, leaving every other field as it is: LLAMA3 factor 8, low/high frequency
+ * factors 1 and 4, original context 8192 (Llama 3.1); YARN beta_fast 32, beta_slow 1,
+ * truncation on, factor 1 and original context 4096 (set factor and L0 for the model);
+ * LONGROPE original context 4096 and max_position 131072 (Phi-3-128k; the factor lists
+ * are the model's); DEFAULT, LINEAR, DYNAMIC_NTK factor 1 and original context 4096. The
+ * base (rope_theta) is the model's: Llama 3 uses 500000. options->struct_size must be set
+ * (GPE_ROPE_OPTIONS_INIT). */
+GPE_API GPE_NODISCARD gpe_status gpe_rope_options_use_schedule(int32_t schedule,
+                                                               gpe_rope_options* options);
 /* Copies what it needs from options (factor lists, sections). */
 GPE_API GPE_NODISCARD gpe_status gpe_rope_create(const gpe_rope_options* options, gpe_rope** out);
 GPE_API void gpe_rope_destroy(gpe_rope* rope);

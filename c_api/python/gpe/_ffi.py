@@ -406,6 +406,7 @@ def _declare(lib):
                                            t, t, t, t, t]),
         # RoPE and additive biases (0.3.0).
         "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
+        "gpe_rope_options_use_schedule": (st, [ctypes.c_int32, ctypes.POINTER(RopeOptions)]),
         "gpe_rope_destroy": (None, [p]),
         "gpe_rope_shape": (st, [p, i64p, i64p, i64p]),
         "gpe_rope_frequencies": (st, [p, ctypes.POINTER(ctypes.c_double), ctypes.c_int64,
@@ -438,6 +439,7 @@ def _declare(lib):
         "gpe_algebraic_tree_apply": (st, [p, t, t, t]),
         "gpe_algebraic_tree_matrix": (st, [p, i64p, ctypes.c_int64, t]),
         "gpe_algebraic_tree_backward": (st, [p, t, t, t, t, t]),
+        "gpe_algebraic_tree_node_matrices": (st, [p, ctypes.c_int64, t]),
         "gpe_algebraic_grid_create": (st, [ctypes.POINTER(AlgebraicGridOptions),
                                            ctypes.POINTER(p)]),
         "gpe_algebraic_grid_destroy": (None, [p]),

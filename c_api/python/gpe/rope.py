@@ -52,6 +52,10 @@ class Rope(_Handle):
                      0.1 ln(factor) + 1 (or mscale / mscale_all_dim, or attention_factor)
       "longrope"     theta_i / e_i, e = long_factor if current_length > L0 else short_factor
       "llama3"       wavelength bands set by low_freq_factor / high_freq_factor
+    Schedule parameters left as None take the values the models publish
+    (gpe_rope_options_use_schedule): llama3 factor 8, low/high 1 and 4, L0 = 8192; yarn
+    beta_fast 32, beta_slow 1; longrope L0 = 4096, max_position 131072; otherwise factor 1,
+    L0 = 4096.
     xpos=True scales queries by zeta_i^((p - xpos_centre) / xpos_scale_base) and keys by its
     inverse (Sun et al.). axial_axes=k splits the planes into k axial blocks (default
     schedule only); mrope_sections=[...] assigns planes to axes as Qwen2-VL's M-RoPE
@@ -62,10 +66,10 @@ class Rope(_Handle):
     _destroy = "gpe_rope_destroy"
 
     def __init__(self, head_dim, rotary_dim=None, base=10000.0, pairing="half_split",
-                 schedule="default", factor=1.0, original_max_position=4096, current_length=0,
-                 beta_fast=32.0, beta_slow=1.0, truncate=True, mscale=None, mscale_all_dim=None,
+                 schedule="default", factor=None, original_max_position=None, current_length=0,
+                 beta_fast=None, beta_slow=None, truncate=True, mscale=None, mscale_all_dim=None,
                  attention_factor=None, short_factor=None, long_factor=None,
-                 max_position=131072, low_freq_factor=1.0, high_freq_factor=4.0, xpos=False,
+                 max_position=None, low_freq_factor=None, high_freq_factor=None, xpos=False,
                  xpos_gamma=0.4, xpos_scale_base=512.0, xpos_centre=0, axial_axes=None,
                  mrope_sections=None, mrope_interleaved=False, num_threads=1):
         o = _ffi.RopeOptions()
@@ -74,12 +78,18 @@ class Rope(_Handle):
         o.head_dim = head_dim
         o.rotary_dim = 0 if rotary_dim is None else rotary_dim
         o.base = base
-        o.schedule = _choice(_SCHEDULES, schedule, "schedule")
+        # The schedule's published parameters (gpe_rope_options_use_schedule), then the
+        # caller's: None keeps the published value.
+        check(lib().gpe_rope_options_use_schedule(_choice(_SCHEDULES, schedule, "schedule"),
+                                                  ctypes.byref(o)))
         o.num_threads = num_threads
-        o.factor = factor
-        o.original_max_position = original_max_position
+        for name, value in (("factor", factor), ("original_max_position", original_max_position),
+                            ("beta_fast", beta_fast), ("beta_slow", beta_slow),
+                            ("max_position", max_position), ("low_freq_factor", low_freq_factor),
+                            ("high_freq_factor", high_freq_factor)):
+            if value is not None:
+                setattr(o, name, value)
         o.current_length = current_length
-        o.beta_fast, o.beta_slow = beta_fast, beta_slow
         o.yarn_truncate = 1 if truncate else 0
         o.has_mscale = 0 if mscale is None and mscale_all_dim is None else 1
         o.mscale = 1.0 if mscale is None else mscale
@@ -94,8 +104,6 @@ class Rope(_Handle):
                 keep.append(arr)
                 setattr(o, name, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_double)))
                 setattr(o, name + "_len", arr.size)
-        o.max_position = max_position
-        o.low_freq_factor, o.high_freq_factor = low_freq_factor, high_freq_factor
         o.xpos = 1 if xpos else 0
         o.xpos_gamma, o.xpos_scale_base, o.xpos_centre = xpos_gamma, xpos_scale_base, xpos_centre
         o.axes, o.num_axes = 0, 1

@@ -326,6 +326,16 @@ class AlgebraicTree(_Handle):
             t(out)))
         return out
 
+    def node_matrices(self, max_depth):
+        """Every node of depth <= max_depth, built one depth at a time, in level order
+        (root first; within a depth, addresses as base-k numbers): [count, dim, dim]."""
+        k = self.num_branches
+        count = sum(k ** t for t in range(max_depth + 1))
+        out = np.empty((count, self.dim, self.dim))
+        t = _Call()
+        check(lib().gpe_algebraic_tree_node_matrices(self._handle, int(max_depth), t(out)))
+        return out
+
     def backward(self, addresses, x, grad_out):
         """Returns (grad_x, grad_skews [k, dim, dim]); dL/dS_c entrywise (unprojected)."""
         a = self._index(addresses)

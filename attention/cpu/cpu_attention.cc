@@ -370,7 +370,7 @@ struct Workspace {
                                     : 0;
     return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
            2 * p.bq * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
-           p.rows * ((p.nlk > 0 ? p.ldl : 0) + p.nlv + 1);
+           p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
   }
 
   explicit Workspace(const Plan& p) {
@@ -978,7 +978,7 @@ struct BackwardWorkspace {
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
     return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
-           2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv + 1);
+           2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
   }
 
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {

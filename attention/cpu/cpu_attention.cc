@@ -140,6 +140,7 @@ struct Plan {
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
   int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
   int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)
+  int64_t ldl = 0;           // row stride of label dot products: whole key panels
 };
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
@@ -169,48 +170,70 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   }
   p.nlk = a.shaw_keys != nullptr ? a.shaw_keys->num_labels() : 0;
   p.nlv = a.shaw_values != nullptr ? a.shaw_values->num_labels() : 0;
+  p.ldl = RoundUp(std::max(p.nlk, p.nlv), kPanel);
   return p;
 }
 
-// Shaw et al.'s tables (descriptor.h, SHAW LABELS) as float rows: key labels [nlk][d],
-// value labels [nlv][d]; k_max the clip distances.
-struct ShawTables {
-  std::vector<float> ak, av;
-  int64_t kmax_k = 0, kmax_v = 0;
+// Shaw et al.'s tables (descriptor.h, SHAW LABELS) in float: rows [labels][d] (scalar
+// parts), key panels (label dot products by ScoreTile) and rows padded to dp (label mass
+// times the table by AccumulateTile); kmax the clip distance.
+struct ShawTable {
+  std::vector<float> rows;
+  hwy::AlignedFreeUniquePtr<float[]> panels, padded;
+  int64_t num_panels = 0, kmax = 0;
 };
-ShawTables MakeShawTables(const AttentionArgs& a) {
+struct ShawTables {
+  ShawTable k, v;
+};
+ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
   ShawTables t;
   const int64_t d = a.head_dim;
-  if (a.shaw_keys != nullptr) {
-    const auto& m = a.shaw_keys->key_table();
-    t.kmax_k = a.shaw_keys->max_distance();
-    t.ak.resize(static_cast<size_t>(m.rows() * d));
-    for (int64_t r = 0; r < m.rows(); ++r) {
-      for (int64_t c = 0; c < d; ++c) t.ak[r * d + c] = static_cast<float>(m(r, c));
+  auto make = [&](const encodings::sequence::RowMatrixXd& m, int64_t kmax, ShawTable* out) {
+    const int64_t n = m.rows();
+    out->kmax = kmax;
+    out->rows.resize(static_cast<size_t>(n * d));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < d; ++c) out->rows[r * d + c] = static_cast<float>(m(r, c));
     }
-  }
+    out->num_panels = (n + kPanel - 1) / kPanel;
+    out->panels = hwy::AllocateAligned<float>(out->num_panels * kPanel * d);
+    cpu::PackKeyPanels(out->rows.data(), n, d, d, out->panels.get());
+    out->padded = hwy::AllocateAligned<float>(n * p.dp);
+    for (int64_t r = 0; r < n; ++r) {
+      float* row = out->padded.get() + r * p.dp;
+      std::copy(out->rows.begin() + r * d, out->rows.begin() + (r + 1) * d, row);
+      std::fill(row + d, row + p.dp, 0.0f);
+    }
+  };
+  if (a.shaw_keys != nullptr) make(a.shaw_keys->key_table(), a.shaw_keys->max_distance(), &t.k);
   if (a.shaw_values != nullptr) {
-    const auto& m = a.shaw_values->value_table();
-    t.kmax_v = a.shaw_values->max_distance();
-    t.av.resize(static_cast<size_t>(m.rows() * d));
-    for (int64_t r = 0; r < m.rows(); ++r) {
-      for (int64_t c = 0; c < d; ++c) t.av[r * d + c] = static_cast<float>(m(r, c));
-    }
+    make(a.shaw_values->value_table(), a.shaw_values->max_distance(), &t.v);
   }
   return t;
 }
 
-// out[i * nl + r] = <rows_i, table_r> for i < n (rows of width d, stride ld): the 2k + 1
-// label dot products of each row, once per row (Shaw et al. eq. 4's q_i . aK).
-void LabelDots(const float* rows, int64_t ld, int64_t n, int64_t d, const std::vector<float>& table,
-               int64_t nl, float* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t r = 0; r < nl; ++r) {
-      float acc = 0.0f;
-      for (int64_t c = 0; c < d; ++c) acc += rows[i * ld + c] * table[r * d + c];
-      out[i * nl + r] = acc;
-    }
-  }
+// The Shaw label every key of a block shares for query position p (block keys in
+// [kmin, kmax]), or -1 when they span several: LabelIndex is non-decreasing in the key
+// position, so equal labels at both ends mean one label. Far from the diagonal (all but
+// O(k) keys of a row) a whole block has one label, gathered as one per-row constant.
+inline int64_t BlockLabel(int64_t p, int64_t kmin, int64_t kmax, int64_t max_distance) {
+  const int64_t lo = encodings::sequence::ShawRelative::LabelIndex(p, kmin, max_distance);
+  return lo == encodings::sequence::ShawRelative::LabelIndex(p, kmax, max_distance) ? lo : -1;
+}
+
+// out[i * ldl + r] = <rows_i, table_r> for i < n (rows of width d, stride ld) and every
+// label r (columns past the labels hold zeros' products): each row's 2k + 1 label dot
+// products at once (Shaw et al. eq. 4's q_i . aK), by the score kernel.
+void LabelDots(const float* rows, int64_t ld, int64_t n, int64_t d, const ShawTable& table,
+               float* out, int64_t ldl) {
+  if (n > 0) cpu::ScoreTile(rows, ld, n, d, table.panels.get(), table.num_panels, out, ldl);
+}
+
+// o[i * ldo + :] = o + sum_r mass[i * lm + r] table_r for i < n: label mass times the
+// table, by the P V kernel (ones: n ones, the kernel's rescale factors).
+void AddLabelRows(const float* mass, int64_t lm, int64_t n, int64_t nl, const ShawTable& table,
+                  int64_t dp, const float* ones, float* o, int64_t ldo) {
+  if (n > 0) cpu::AccumulateTile(mass, lm, n, nl, table.padded.get(), dp, dp, ones, o, ldo);
 }
 
 // One unit of parallel work: query rows [q0, q1) (indices within sequence b) of every
@@ -425,8 +448,9 @@ int64_t TileRows(const Plan& p) { return std::max({p.bq, kDirectRows, p.tile_row
 // Per-thread buffers (aligned for the kernels' vector loads).
 struct Workspace {
   hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
-  // Shaw labels per query row: key-label dot products and value-label probability mass.
-  std::vector<float> qlab, vmass;
+  // Shaw labels per query row: key-label dot products (stride ldl) and value-label
+  // probability mass (stride nlv); ones for the accumulation.
+  std::vector<float> qlab, vmass, lab_ones;
   // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities.
   hwy::AlignedFreeUniquePtr<uint16_t[]> panels16, pairs16, q16, p16;
   std::vector<char> packed;
@@ -442,7 +466,7 @@ struct Workspace {
                                     : 0;
     return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
            2 * TileRows(p) * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
-           p.rows * (p.nlk + p.nlv);
+           p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
   }
 
   explicit Workspace(const Plan& p) {
@@ -462,8 +486,9 @@ struct Workspace {
     kmin.resize(static_cast<size_t>(blocks));
     kmax.resize(static_cast<size_t>(blocks));
     ksorted.resize(static_cast<size_t>(blocks));
-    qlab.resize(static_cast<size_t>(p.rows * p.nlk));
+    qlab.resize(static_cast<size_t>(p.nlk > 0 ? p.rows * p.ldl : 0));
     vmass.resize(static_cast<size_t>(p.rows * p.nlv));
+    lab_ones.assign(static_cast<size_t>(p.nlv > 0 ? p.rows : 0), 1.0f);
     auto alloc16 = [](int64_t n) {
       return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
     };
@@ -485,7 +510,7 @@ class Forward {
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
 
   absl::Status Prepare() {
-    shaw_ = MakeShawTables(a_);
+    shaw_ = MakeShawTables(a_, p_);
     return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
   }
 
@@ -817,11 +842,18 @@ class Forward {
       cpu::ScoreTile(qrows, d, rows, d, kb.panels, kb.num_panels, s, bk);
     }
     if (qlab != nullptr) {  // + <q'_i, aK_r(i,j)> (q rows carry scale log2 e), gathered
-      const int64_t nl = p_.nlk;
       for (int64_t r = 0; r < rows; ++r) {
+        float* sr = s + r * bk;
+        const float* ql = qlab + r * p_.ldl;
+        const int64_t one = BlockLabel(tpos[r % nr], kb.kmin, kb.kmax, shaw_.k.kmax);
+        if (one >= 0) {
+          const float c = ql[one];
+          for (int64_t j = 0; j < nk; ++j) sr[j] += c;
+          continue;
+        }
         for (int64_t j = 0; j < nk; ++j) {
-          s[r * bk + j] += qlab[r * nl + encodings::sequence::ShawRelative::LabelIndex(
-                                             tpos[r % nr], kb.kpos[j], shaw_.kmax_k)];
+          sr[j] += ql[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
+                                                                   shaw_.k.kmax)];
         }
       }
     }
@@ -831,10 +863,18 @@ class Forward {
       const int64_t nl = p_.nlv;
       for (int64_t r = 0; r < rows; ++r) {
         float* vm = vmass + r * nl;
+        const float* pr = s + r * bk;
         for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
+        const int64_t one = BlockLabel(tpos[r % nr], kb.kmin, kb.kmax, shaw_.v.kmax);
+        if (one >= 0) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < nk; ++j) sum += pr[j];
+          vm[one] += sum;
+          continue;
+        }
         for (int64_t j = 0; j < nk; ++j) {
-          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
-                                                           shaw_.kmax_v)] += s[r * bk + j];
+          vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j], shaw_.v.kmax)] +=
+              pr[j];
         }
       }
     }
@@ -921,7 +961,7 @@ class Forward {
     }
     const float qscale = static_cast<float>(a_.scale() * kLog2e);
     for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
-    if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.ak, p_.nlk, w.qlab.data());
+    if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
     std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
     if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
       const int64_t deven = RoundUp(d, 2);
@@ -1024,12 +1064,17 @@ class Forward {
         if (absl::Status st = TileStep(
                 kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
                 w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
-                p_.nlk > 0 ? w.qlab.data() + r0 * p_.nlk : nullptr,
+                p_.nlk > 0 ? w.qlab.data() + r0 * p_.ldl : nullptr,
                 p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
             !st.ok()) {
           return st;
         }
       }
+    }
+    // Shaw value labels: o_i += sum_r (mass of row i on label r) aV_r (unnormalised).
+    if (p_.nlv > 0) {
+      AddLabelRows(w.vmass.data(), p_.nlv, rows, p_.nlv, shaw_.v, dp, w.lab_ones.data(),
+                   w.oacc.get(), dp);
     }
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t h = h0 + row / mq, r = row % mq;
@@ -1037,12 +1082,6 @@ class Forward {
       float* acc = w.oacc.get() + row * dp;
       float l = 0.0f;
       for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
-      // Shaw value labels: o_i += sum_r (mass of row i on label r) aV_r (unnormalised).
-      for (int64_t t = 0; t < p_.nlv; ++t) {
-        const float mass = w.vmass[row * p_.nlv + t];
-        if (mass == 0.0f) continue;
-        for (int64_t c = 0; c < d; ++c) acc[c] += mass * shaw_.av[t * d + c];
-      }
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no allowed key: o = 0
       for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
       StoreRow(acc, out, d);
@@ -1117,14 +1156,14 @@ struct BackwardWorkspace {
       s, dp, ds, bias, loc, ones, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
-  // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs,
-  // value-label dots of dO, and the per-label sums of dS (keys) and P (values).
-  std::vector<float> qlab, dolab, kmass, pmass;
+  // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
+  // value-label dots of dO (stride ldl), the per-label sums of dS (keys) and P (values).
+  std::vector<float> qlab, dolab, kmass, pmass, lab_ones;
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
     return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
-           2 * std::max(p.bq, p.bk) + 2 * qn * (p.nlk + p.nlv);
+           2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
   }
 
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
@@ -1148,10 +1187,11 @@ struct BackwardWorkspace {
     ones = alloc(m);
     std::fill(ones.get(), ones.get() + m, 1.0f);
     shift = alloc(m);
-    qlab.resize(static_cast<size_t>(qn * p.nlk));
+    qlab.resize(static_cast<size_t>(p.nlk > 0 ? qn * p.ldl : 0));
     kmass.resize(static_cast<size_t>(qn * p.nlk));
-    dolab.resize(static_cast<size_t>(qn * p.nlv));
+    dolab.resize(static_cast<size_t>(p.nlv > 0 ? qn * p.ldl : 0));
     pmass.resize(static_cast<size_t>(qn * p.nlv));
+    lab_ones.assign(static_cast<size_t>(p.nlk > 0 ? max_lq : 0), 1.0f);
   }
 };
 
@@ -1167,7 +1207,7 @@ class Backward {
         dk_rot_(dk_rotated) {}
 
   absl::Status Prepare() {
-    shaw_ = MakeShawTables(a_);
+    shaw_ = MakeShawTables(a_, p_);
     return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
   }
 
@@ -1213,13 +1253,13 @@ class Backward {
     const float qscale = scale * log2e;
     for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
     // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride dp.
-    const int64_t nlk = p_.nlk, nlv = p_.nlv;
+    const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
     if (nlk > 0) {
-      LabelDots(w.qs.get(), dp, lq * group, d, shaw_.ak, nlk, w.qlab.data());
+      LabelDots(w.qs.get(), dp, lq * group, d, shaw_.k, w.qlab.data(), ldl);
       std::fill(w.kmass.begin(), w.kmass.begin() + lq * group * nlk, 0.0f);
     }
     if (nlv > 0) {
-      LabelDots(w.dout.get(), dp, lq * group, d, shaw_.av, nlv, w.dolab.data());
+      LabelDots(w.dout.get(), dp, lq * group, d, shaw_.v, w.dolab.data(), ldl);
       std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
     }
     using encodings::sequence::ShawRelative;
@@ -1268,9 +1308,11 @@ class Backward {
           cpu::ScoreTile(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk);
           if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
             for (int64_t r = 0; r < nr; ++r) {
-              const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * nlk;
+              const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * ldl;
+              const int64_t one = BlockLabel(qpos[r], kmin, kmax, shaw_.k.kmax);
               for (int64_t j = 0; j < nk; ++j) {
-                s[r * bk + j] += ql[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_k)];
+                s[r * bk + j] +=
+                    ql[one >= 0 ? one : ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.k.kmax)];
               }
             }
           }
@@ -1315,8 +1357,15 @@ class Backward {
           if (nlv > 0 && gav_ != nullptr) {  // per-label P mass for dL/daV
             for (int64_t r = 0; r < nr; ++r) {
               float* pm = w.pmass.data() + ((r0 + r) * group + hi) * nlv;
+              const int64_t one = BlockLabel(qpos[r], kmin, kmax, shaw_.v.kmax);
+              if (one >= 0) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < nk; ++j) sum += s[r * bk + j];
+                pm[one] += sum;
+                continue;
+              }
               for (int64_t j = 0; j < nk; ++j) {
-                pm[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_v)] += s[r * bk + j];
+                pm[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.v.kmax)] += s[r * bk + j];
               }
             }
           }
@@ -1327,9 +1376,11 @@ class Backward {
           cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
           if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
             for (int64_t r = 0; r < nr; ++r) {
-              const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * nlv;
+              const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;
+              const int64_t one = BlockLabel(qpos[r], kmin, kmax, shaw_.v.kmax);
               for (int64_t j = 0; j < nk; ++j) {
-                dpt[r * bk + j] += dl[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_v)];
+                dpt[r * bk + j] +=
+                    dl[one >= 0 ? one : ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.v.kmax)];
               }
             }
           }
@@ -1361,8 +1412,15 @@ class Backward {
           if (nlk > 0) {  // per-label dS mass: dQ' and dL/daK at the end of the item
             for (int64_t r = 0; r < nr; ++r) {
               float* km = w.kmass.data() + ((r0 + r) * group + hi) * nlk;
+              const int64_t one = BlockLabel(qpos[r], kmin, kmax, shaw_.k.kmax);
+              if (one >= 0) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < nk; ++j) sum += ds[r * bk + j];
+                km[one] += sum;
+                continue;
+              }
               for (int64_t j = 0; j < nk; ++j) {
-                km[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.kmax_k)] += ds[r * bk + j];
+                km[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.k.kmax)] += ds[r * bk + j];
               }
             }
           }
@@ -1404,19 +1462,21 @@ class Backward {
     std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
     std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
     const double unscale = 1.0 / kLog2e;
+    // dQ'_i += sum_r M_ir aK_r, head by head (rows r * group + hi of kmass).
+    for (int64_t hi = 0; hi < group && nlk > 0; ++hi) {
+      float* dq = dq_acc_ + it.chunk * chunk_stride_ + (qb * hq + it.g * group + hi) * dp;
+      AddLabelRows(w.kmass.data() + hi * nlk, group * nlk, lq, nlk, shaw_.k, dp,
+                   w.lab_ones.data(), dq, hq * dp);
+    }
     for (int64_t r = 0; r < lq; ++r) {
       for (int64_t hi = 0; hi < group; ++hi) {
-        const int64_t row = r * group + hi, h = it.g * group + hi;
-        if (nlk > 0) {
+        const int64_t row = r * group + hi;
+        if (!gk.empty()) {
           const float* km = w.kmass.data() + row * nlk;
-          float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r) * hq + h) * dp;
           const float* qs = w.qs.get() + row * dp;
           for (int64_t t = 0; t < nlk; ++t) {
             if (km[t] == 0.0f) continue;
-            for (int64_t c = 0; c < d; ++c) dq[c] += km[t] * shaw_.ak[t * d + c];
-            if (!gk.empty()) {
-              for (int64_t c = 0; c < d; ++c) gk[t * d + c] += unscale * km[t] * qs[c];
-            }
+            for (int64_t c = 0; c < d; ++c) gk[t * d + c] += unscale * km[t] * qs[c];
           }
         }
         if (!gv.empty()) {

@@ -28,13 +28,15 @@ major="$(sed -n 's/^#define GPE_VERSION_MAJOR \([0-9]*\).*/\1/p' "$header")"
 if command -v readelf >/dev/null; then
   soname="$(readelf -d "$prefix/lib/libgpe.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
   [[ "$soname" == "libgpe.so.$major" ]] || fail "soname is '$soname'; expected libgpe.so.$major"
-  # The version script's node: every gpe_* symbol is exported as NAME@@GPE_0.
-  readelf --dyn-syms -W "$prefix/lib/libgpe.so" | grep -q ' gpe_version@@GPE_0$' ||
+  # The version script's node: every gpe_* symbol is exported as NAME@@GPE_0. (The
+  # symbol table is read once: `readelf | grep -q` under pipefail fails whenever grep
+  # exits before readelf has written everything, SIGPIPE.)
+  dynsyms="$(readelf --dyn-syms -W "$prefix/lib/libgpe.so")"
+  grep -q ' gpe_version@@GPE_0$' <<<"$dynsyms" ||
     fail "gpe_version is not exported under the GPE_0 version node"
-  if readelf --dyn-syms -W "$prefix/lib/libgpe.so" | awk '$7 != "UND" && $5 == "GLOBAL" {print $8}' |
-      grep -v '^gpe_' | grep -v '^GPE_0$' | grep -q .; then
-    fail "symbols outside gpe_* are exported"
-  fi
+  others="$(awk '$7 != "UND" && $5 == "GLOBAL" && $8 !~ /^gpe_/ && $8 != "GPE_0" {print $8}' \
+    <<<"$dynsyms")"
+  [[ -z "$others" ]] || fail "symbols outside gpe_* are exported: $others"
 fi
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"

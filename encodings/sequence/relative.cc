@@ -57,17 +57,6 @@ absl::StatusOr<ShawRelative> ShawRelative::Create(int64_t max_distance, RowMatri
   return ShawRelative(max_distance, std::move(key_table), std::move(value_table));
 }
 
-int64_t ShawRelative::LabelIndex(int64_t i, int64_t j, int64_t k) {
-  // Shaw et al., eq. (3)-(4): clip(j - i, -k, k), shifted to a row index.
-  const uint64_t uk = static_cast<uint64_t>(k);
-  if (j >= i) {
-    const uint64_t diff = static_cast<uint64_t>(j) - static_cast<uint64_t>(i);
-    return k + static_cast<int64_t>(diff < uk ? diff : uk);
-  }
-  const uint64_t diff = static_cast<uint64_t>(i) - static_cast<uint64_t>(j);
-  return k - static_cast<int64_t>(diff < uk ? diff : uk);
-}
-
 absl::StatusOr<RowMatrixXd> ShawRelative::KeyScores(const Eigen::Ref<const RowMatrixXd>& q,
                                                     absl::Span<const int64_t> query_positions,
                                                     absl::Span<const int64_t> key_positions) const {

@@ -86,6 +86,18 @@ class ShawRelative {
   RowMatrixXd value_table_;
 };
 
+// Inline: attention kernels gather labels per score element.
+inline int64_t ShawRelative::LabelIndex(int64_t i, int64_t j, int64_t k) {
+  // Shaw et al., eq. (3)-(4): clip(j - i, -k, k), shifted to a row index.
+  const uint64_t uk = static_cast<uint64_t>(k);
+  if (j >= i) {
+    const uint64_t diff = static_cast<uint64_t>(j) - static_cast<uint64_t>(i);
+    return k + static_cast<int64_t>(diff < uk ? diff : uk);
+  }
+  const uint64_t diff = static_cast<uint64_t>(i) - static_cast<uint64_t>(j);
+  return k - static_cast<int64_t>(diff < uk ? diff : uk);
+}
+
 // Transformer-XL's learned parameters for one head.
 struct TransformerXLParams {
   RowMatrixXd w_r;    // [d, d_r]: projects the d_r-dimensional sinusoid R into head space

@@ -23,6 +23,10 @@ gpe.bias object (Alibi, T5Bias; FoxBias or GrapeApBias for batch 1). Encoding an
 objects are fixed here: gpe_attention_backward returns dq, dk, dv only, so their
 parameters (FoX gate logits included) get no gradient.
 
+rope(x, gpe.Rope(...), positions / offsets) applies any RoPE schedule (linear, dynamic
+NTK, YaRN, LongRoPE, Llama 3), xPos or partial rotary as an operator (gpe::rope_forward /
+gpe::rope_backward), differentiable in x.
+
 Context parallelism over torch.distributed (ring, all-gather-KV, Ulysses) is
 gpe.context_parallel (re-exported here as context_parallel_attention and the sharding
 helpers).

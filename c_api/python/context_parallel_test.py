@@ -8,7 +8,6 @@ short enough that some ranks hold no token. Skips with a message without PyTorch
 
 import os
 import socket
-import sys
 import unittest
 
 import sanitizer_preload

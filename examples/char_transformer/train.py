@@ -15,7 +15,6 @@ rounding that training slowly amplifies (printed as the largest difference).
 
 import argparse
 import json
-import math
 import os
 import pathlib
 import sys
@@ -62,7 +61,6 @@ ATTENTION = {"torch": torch_attention, "gpe": gpe_attention}  # run in this orde
 
 
 def make_model(vocab, d_model, heads, layers, attention):
-    import torch
     from torch import nn
 
     class Block(nn.Module):

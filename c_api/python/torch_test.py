@@ -331,6 +331,52 @@ class TorchAttentionTest(unittest.TestCase):
                                    (c[:, None, 1] - c[None, :, 1])[torch.ones(s, s).tril() > 0],
                                    atol=1e-12, rtol=0)
 
+    def rope_schedules(self):
+        """gpe.Rope in every schedule (Su et al.; Chen et al.; bloc97; Peng et al.; Ding et
+        al.; Llama 3), xPos and partial interleaved rotary, head_dim 8."""
+        return [
+            ("default", gpe.Rope(8)),
+            ("linear", gpe.Rope(8, schedule="linear", factor=4.0)),
+            ("dynamic_ntk", gpe.Rope(8, schedule="dynamic_ntk", factor=2.0,
+                                     original_max_position=8, current_length=32)),
+            ("yarn", gpe.Rope(8, schedule="yarn", factor=4.0, original_max_position=8)),
+            ("longrope", gpe.Rope(8, schedule="longrope", short_factor=[1.0, 1.5, 2.0, 2.5],
+                                  long_factor=[2.0, 3.0, 4.0, 5.0], original_max_position=8,
+                                  current_length=32)),
+            ("llama3", gpe.Rope(8, schedule="llama3", factor=8.0, original_max_position=8)),
+            ("xpos", gpe.Rope(8, xpos=True, xpos_scale_base=16.0)),
+            ("partial interleaved", gpe.Rope(8, rotary_dim=4, pairing="interleaved")),
+        ]
+
+    def test_rope_operator_every_schedule(self):
+        # gt.rope is the library's RoPE: equal to gpe.Rope.forward bitwise (the same call);
+        # gradcheck in double through the library's backward (the map is linear in x, so
+        # central differences are exact to rounding, ~1e-12, inside atol 1e-5); and each
+        # schedule feeding attention, gradcheck of q, k, v through rope then attention.
+        off = [100]
+        for name, r in self.rope_schedules():
+            x = self.rand(1, 5, 2, 8)
+            with self.subTest(name):
+                y = gt.rope(x, r, offsets=off)
+                want = r.forward(x.detach().numpy(), offsets=off)
+                self.assertTrue(np.array_equal(y.detach().numpy(), want))
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda x: gt.rope(x, r, offsets=off), (x,)))
+                q, k, v = self.rand(1, 5, 2, 8), self.rand(1, 5, 2, 8), self.rand(1, 5, 2, 8)
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda q, k, v: gt.attention(gt.rope(q, r, offsets=off),
+                                                 gt.rope(k, r, offsets=off, role="key"), v,
+                                                 causal=True), (q, k, v), fast_mode=True))
+        # float32 and bfloat16 storage; the registered operator traces under torch.compile.
+        r = gpe.Rope(8)
+        x = torch.randn(2, 3, 2, 8)
+        y32 = gt.rope(x, r)
+        torch.testing.assert_close(gt.rope(x.bfloat16(), r).float(), y32, atol=3e-2, rtol=0)
+        f = torch.compile(lambda x: gt.rope(x, r), backend="aot_eager", fullgraph=True)
+        torch.testing.assert_close(f(x), y32, atol=0, rtol=0)
+        with self.assertRaises(TypeError):
+            gt.rope(x, "rope")
+
     def test_bad_input_raises(self):
         q = torch.randn(1, 4, 3, 8)
         k = torch.randn(1, 4, 2, 8)

@@ -51,11 +51,12 @@ class CharTransformerTest(unittest.TestCase):
             r = train.run(args)
             self.assertTrue(os.path.isfile(os.path.join(out, "losses.json")))
         t, g = r["torch"]["losses"], r["gpe"]["losses"]
-        self.assertEqual(len(t), 6)
+        self.assertEqual((len(t), len(g)), (6, 6))
         self.assertLess(r["max_abs_loss_difference"], 1e-4)
         # Untrained: about ln(vocab) nats per character; and training lowers it.
         self.assertLess(abs(t[0] - math.log(r["config"]["vocab"])), 0.5)
         self.assertLess(t[-1], t[0])
+        self.assertLess(g[-1], g[0])
         self.assertGreater(r["gpe"]["ms_per_step"], 0.0)
 
 

@@ -23,6 +23,10 @@ gpe.bias object (Alibi, T5Bias; FoxBias or GrapeApBias for batch 1). Encoding an
 objects are fixed here: gpe_attention_backward returns dq, dk, dv only, so their
 parameters (FoX gate logits included) get no gradient.
 
+rope(x, gpe.Rope(...), positions / offsets) applies any RoPE schedule (linear, dynamic
+NTK, YaRN, LongRoPE, Llama 3), xPos or partial rotary as an operator (gpe::rope_forward /
+gpe::rope_backward), differentiable in x.
+
 Context parallelism over torch.distributed (ring, all-gather-KV, Ulysses) is
 gpe.context_parallel (re-exported here as context_parallel_attention and the sharding
 helpers).
@@ -44,7 +48,7 @@ import torch
 from gpe import _ffi
 from gpe._core import check, lib
 
-__all__ = ["attention"]
+__all__ = ["attention", "rope"]
 
 _PAIRING = {"interleaved": 0, "half": 1}
 # DLPack type codes (dlpack.h): float 2, bfloat 4.
@@ -56,8 +60,10 @@ _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 1
 _ENCODINGS = weakref.WeakValueDictionary()
 
 
+@torch.compiler.assume_constant_result
 def _register(obj):
-    """The key under which the operators find obj (0 for None)."""
+    """The key under which the operators find obj (0 for None). Under torch.compile it runs
+    once while tracing and the key becomes a constant of the graph."""
     if obj is None:
         return 0
     _ENCODINGS[id(obj)] = obj
@@ -289,3 +295,109 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                          float(rope_base), rope_pairing, alibi or "", _register(encoding),
                          _register(bias), int(threads))
     return (o, lse) if return_lse else o
+
+
+# ---- RoPE as an operator (gpe.Rope: every schedule, pairing, partial rotary, xPos) ------
+
+
+def _rope_impl(backward, x, positions, offsets, cu_seqlens, layout, role, rope_key):
+    """gpe_rope_forward / _backward on x's storage into a new contiguous tensor."""
+    import numpy as np
+    rope = _ENCODINGS.get(rope_key)
+    if rope is None:
+        raise ValueError("the gpe.Rope object was freed before the call")
+    if x.device.type != "cpu":
+        raise ValueError("x must be a CPU tensor, got device %s" % x.device)
+    if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise TypeError("rope: unsupported dtype %s" % x.dtype)
+    bf16 = x.dtype == torch.bfloat16
+    x = x.detach()
+    if x.dim() and x.stride(-1) != 1:
+        x = x.contiguous()
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    def arr(t):  # NumPy views of the same memory (bfloat16 as its uint16 bit patterns)
+        return t.view(torch.int16).numpy().view(np.uint16) if bf16 else t.numpy()
+
+    ints = lambda t: None if t is None else t.numpy()
+    fn = rope.backward if backward else rope.forward
+    fn(arr(x), positions=ints(positions), offsets=ints(offsets), cu_seqlens=ints(cu_seqlens),
+       layout=layout, role=role, out=arr(out), bfloat16=bf16)
+    return out
+
+
+@torch.library.custom_op("gpe::rope_forward", mutates_args=(), device_types="cpu")
+def _rope_forward_op(x: torch.Tensor, positions: Optional[torch.Tensor],
+                     offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+                     layout: str, role: str, rope_key: int) -> torch.Tensor:
+    return _rope_impl(False, x, positions, offsets, cu_seqlens, layout, role, rope_key)
+
+
+@torch.library.custom_op("gpe::rope_backward", mutates_args=(), device_types="cpu")
+def _rope_backward_op(dy: torch.Tensor, positions: Optional[torch.Tensor],
+                      offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
+                      layout: str, role: str, rope_key: int) -> torch.Tensor:
+    return _rope_impl(True, dy, positions, offsets, cu_seqlens, layout, role, rope_key)
+
+
+@_rope_forward_op.register_fake
+def _(x, *args):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@_rope_backward_op.register_fake
+def _(dy, *args):
+    return torch.empty_like(dy, memory_format=torch.contiguous_format)
+
+
+def _rope_setup(ctx, inputs, output):
+    ctx.options = inputs[1:]
+    ctx.rope = _ENCODINGS.get(inputs[-1])  # alive until backward
+
+
+def _rope_grad(ctx, dy):
+    # y = m R(p theta) x is linear in x: dx = (m R)^T dy, the library's rope backward.
+    return (_rope_backward_op(dy, *ctx.options),) + (None,) * len(ctx.options)
+
+
+def _rope_backward_setup(ctx, inputs, output):
+    ctx.options = inputs[1:]
+    ctx.rope = _ENCODINGS.get(inputs[-1])
+
+
+def _rope_backward_grad(ctx, ddx):
+    # The transpose's own gradient is the forward map (twice differentiable).
+    return (_rope_forward_op(ddx, *ctx.options),) + (None,) * len(ctx.options)
+
+
+_rope_forward_op.register_autograd(_rope_grad, setup_context=_rope_setup)
+_rope_backward_op.register_autograd(_rope_backward_grad, setup_context=_rope_backward_setup)
+
+
+class _EagerRope(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, *options):
+        ctx.options = options
+        ctx.rope = _ENCODINGS.get(options[-1])
+        return _rope_impl(False, x, *options)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return (_rope_impl(True, dy, *ctx.options),) + (None,) * len(ctx.options)
+
+
+def rope(x, rope, positions=None, offsets=None, cu_seqlens=None, layout="bshd", role="query"):
+    """gpe.Rope `rope` applied to x (its forward: every schedule, pairing, partial rotary,
+    xPos, multi-axis), differentiable in x through the library's RoPE backward.
+
+    Arguments as gpe.Rope.forward (positions / offsets / cu_seqlens: int64 tensors or
+    anything torch.as_tensor takes). float32, float64, float16, bfloat16 CPU tensors.
+    Registered as gpe::rope_forward / gpe::rope_backward (fake implementations, autograd)
+    for torch.compile; eager calls skip the custom-op layer, as attention() does."""
+    from gpe.rope import Rope  # noqa: lazy
+    if not isinstance(rope, Rope):
+        raise TypeError("rope must be a gpe.Rope")
+    as_ints = lambda v: None if v is None else torch.as_tensor(v, dtype=torch.int64).contiguous()
+    call = _rope_forward_op if torch.compiler.is_compiling() else _EagerRope.apply
+    return call(x, as_ints(positions), as_ints(offsets), as_ints(cu_seqlens), str(layout),
+                str(role), _register(rope))

@@ -536,7 +536,14 @@ class Forward {
                   bool in_place = false) const {
     if (in_place && p_.direct_v) return;
     float* vals = w.values.get() + j0 * p_.dp;
+    constexpr int64_t kAhead = 8;  // value rows are a token stride apart: fetch ahead
     for (int64_t j = 0; j < nk; ++j) {
+      if (j + kAhead < nk) {
+        const char* ahead = reinterpret_cast<const char*>(v_ + a_.KOffset(a_.v, kb + j0 + j + kAhead, g));
+        for (int64_t b = 0; b < p_.d * static_cast<int64_t>(sizeof(T)); b += 64) {
+          __builtin_prefetch(ahead + b);
+        }
+      }
       float* row = vals + j * p_.dp;
       LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.d);
       std::fill(row + p_.d, row + p_.dp, 0.0f);

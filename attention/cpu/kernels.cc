@@ -98,6 +98,12 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
     // scatter within the panel (kPanel x d floats, 32 KiB at d = 128), which stays in L1.
     for (int64_t j = 0; j < nj; ++j) {
       const float* row = keys + (j0 + j) * ld;
+      // Rows a page or more apart defeat the hardware prefetchers: request the row
+      // kPrefetchRows ahead (each row's loads otherwise wait on memory).
+      if (ld > 2 * d && j0 + j + kPrefetchRows < nk) {
+        const float* ahead = row + kPrefetchRows * ld;
+        for (int64_t c = 0; c < d; c += 16) hwy::Prefetch(ahead + c);
+      }
       float* o = out + j;
       for (int64_t c = 0; c < d; ++c) o[c * kPanel] = row[c];
     }

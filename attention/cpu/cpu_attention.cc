@@ -44,8 +44,8 @@ constexpr int64_t kPassRows = 384;
 constexpr int64_t kDirectRows = 16;
 // Decoding shapes split the keys across threads (RunDecode) from this many keys on.
 constexpr int64_t kDecodeMinKeys = 1024;
-// Bytes of key and value rows that decoding fetches ahead of the block it reads.
-constexpr int64_t kDecodeAheadBytes = int64_t{256} << 10;
+// Bytes of key and value rows (every kv head) in one decoding block.
+constexpr int64_t kDecodeBlockBytes = int64_t{256} << 10;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -606,7 +606,14 @@ class Forward {
                   bool in_place = false) const {
     if (in_place && p_.direct_v) return;
     float* vals = w.values.get() + j0 * p_.dp;
+    constexpr int64_t kAhead = 8;  // value rows are a token stride apart: fetch ahead
     for (int64_t j = 0; j < nk; ++j) {
+      if (j + kAhead < nk) {
+        const char* ahead = reinterpret_cast<const char*>(v_ + a_.KOffset(a_.v, kb + j0 + j + kAhead, g));
+        for (int64_t b = 0; b < p_.d * static_cast<int64_t>(sizeof(T)); b += 64) {
+          __builtin_prefetch(ahead + b);
+        }
+      }
       float* row = vals + j * p_.dp;
       LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.d);
       std::fill(row + p_.d, row + p_.dp, 0.0f);
@@ -629,14 +636,6 @@ class Forward {
       if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
     }
     return std::make_pair(static_cast<const float*>(w.rows.get()), d);
-  }
-
-  // Floats from a token's row of kv head 0 to the end of its row of the last kv head,
-  // when the heads of a token lie close together (bshd, thd); else 0.
-  int64_t TokenSpan(const Strides& st) const {
-    const int64_t hkv = a_.num_kv_heads, d = p_.d;
-    if (st.head < 0 || st.head > 2 * d) return 0;
-    return (hkv - 1) * st.head + d;
   }
 
   // (Public: RunDecode drives these two.)
@@ -668,18 +667,15 @@ class Forward {
     std::fill(w.m.get(), w.m.get() + rows, kNegInf);
     std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
     std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
-    // Blocks of db tokens, few enough that the key and value rows of every kv head of
-    // the next block, fetched into the cache while this one is processed, fit in L2
-    // beside it. Each kv head's rows are a token stride apart (a page or more in
-    // bshd/thd), beyond what the hardware prefetchers follow; the block's rows of all
-    // heads together are one contiguous range, read in order.
+    // Blocks of db tokens (keys and values of every kv head about kDecodeBlockBytes):
+    // the score tile of every head for one block stays in L1/L2 between the scores, the
+    // softmax and P V.
     const int64_t hkv = a_.num_kv_heads;
     const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(T));
-    const int64_t db = std::clamp<int64_t>(kDecodeAheadBytes / row_bytes / kVecPad * kVecPad,
+    const int64_t db = std::clamp<int64_t>(kDecodeBlockBytes / row_bytes / kVecPad * kVecPad,
                                            kVecPad, bk);
     for (int64_t j0 = k0; j0 < k1; j0 += db) {
       const int64_t nk = std::min(db, k1 - j0);
-      const int64_t next0 = j0 + db, next_n = std::max<int64_t>(0, std::min(db, k1 - next0));
       KeyBlock kblk;
       kblk.b = b;
       kblk.nk = nk;
@@ -693,19 +689,15 @@ class Forward {
       if constexpr (std::is_same_v<T, float>) {
         if (tk_ == nullptr && p_.direct_v) {
           // Keys and values as stored: scores of every kv head in token order (one
-          // stream through the block's keys, requesting its values and the next block's
-          // keys meanwhile), then per kv head the masks and P V with values read from
-          // the cache.
+          // stream through the block's keys, which the hardware prefetchers follow),
+          // then per kv head the masks and P V (value rows requested a few ahead).
+          // Software prefetching of the keys and of the values during the scores was
+          // measured slower: it filled the miss buffers the demand loads needed.
           float* s = w.s.get();
           const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
           const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
-          cpu::PrefetchRows pv, pk;
-          if (const int64_t span = TokenSpan(a_.v); span > 0) pv = {vblock, a_.v.token, span, nk};
-          if (const int64_t span = TokenSpan(a_.k); span > 0 && next_n > 0) {
-            pk = {k_ + a_.KOffset(a_.k, kb + next0, 0), a_.k.token, span, next_n};
-          }
           const int64_t gr = group * lq;  // rows per kv head
-          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk, pv, pk);
+          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk);
           for (int64_t g = 0; g < hkv; ++g) {
             kblk.g = g;
             if (absl::Status st =
@@ -718,8 +710,7 @@ class Forward {
           for (int64_t g = 0; g < hkv; ++g) {
             const int64_t r0 = g * gr;
             cpu::AccumulateTile(s + r0 * bk, bk, gr, nk, vblock + g * a_.v.head, a_.v.token, dp,
-                                w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp,
-                                /*values_cached=*/pv.rows > 0);
+                                w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp);
           }
           continue;
         }

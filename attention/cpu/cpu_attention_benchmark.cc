@@ -261,6 +261,7 @@ BENCHMARK(BM_CpuDecode)
     ->ArgNames({"cache", "threads"})
     ->Args({32768, 2})
     ->Args({32768, 1})
+    ->Args({4096, 2})  // a short cache: a call of ~1 ms, where per-call costs show
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -323,10 +323,8 @@ TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
             std::vector<float> q = RandomF(heads * rows * ldq, &rng);
             std::vector<float> keys = RandomF(nk * ldk, &rng);
             std::vector<float> s(heads * rows * lds, -7.0f);
-            // Prefetch hints over the keys themselves (valid rows, no effect on results).
-            cpu::PrefetchRows pf0{keys.data(), ldk, heads * ldh, nk}, pf1;
             cpu::ScoreDecode(q.data(), ldq, rows, heads, d, keys.data(), ldk, ldh, nk, s.data(),
-                             lds, pf0, pf1);
+                             lds);
             for (int64_t g = 0; g < heads; ++g) {
               for (int64_t r = 0; r < rows; ++r) {
                 const int64_t row = g * rows + r;

@@ -98,6 +98,12 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
     // scatter within the panel (kPanel x d floats, 32 KiB at d = 128), which stays in L1.
     for (int64_t j = 0; j < nj; ++j) {
       const float* row = keys + (j0 + j) * ld;
+      // Rows a page or more apart defeat the hardware prefetchers: request the row
+      // kPrefetchRows ahead (each row's loads otherwise wait on memory).
+      if (ld > 2 * d && j0 + j + kPrefetchRows < nk) {
+        const float* ahead = row + kPrefetchRows * ld;
+        for (int64_t c = 0; c < d; c += 16) hwy::Prefetch(ahead + c);
+      }
       float* o = out + j;
       for (int64_t c = 0; c < d; ++c) o[c * kPanel] = row[c];
     }
@@ -357,25 +363,14 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 }
 #endif
 
-HWY_INLINE void PrefetchRow(const PrefetchRows& pf, int64_t j) {
-  if (j >= pf.rows) return;
-  const char* row = reinterpret_cast<const char*>(pf.base + j * pf.ld);
-  const int64_t bytes = pf.floats * static_cast<int64_t>(sizeof(float));
-  for (int64_t b = 0; b < bytes; b += 64) hwy::Prefetch(row + b);
-}
-
 void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
                      const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
-                     int64_t lds, const PrefetchRows& pf0, const PrefetchRows& pf1) {
+                     int64_t lds) {
   const DF df;
   int64_t j = 0;
 #if HWY_TARGET <= HWY_AVX3
   if (rows % 4 == 0) {  // four keys at a time
     for (; j + 4 <= nk; j += 4) {
-      for (int64_t t = 0; t < 4; ++t) {
-        PrefetchRow(pf0, j + t);
-        PrefetchRow(pf1, j + t);
-      }
       for (int64_t g = 0; g < heads; ++g) {
         const float* k = keys + j * ldk + g * ldh;
         for (int64_t r = 0; r < rows; r += 4) {
@@ -386,8 +381,6 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
   }
 #endif
   for (; j < nk; ++j) {
-    PrefetchRow(pf0, j);
-    PrefetchRow(pf1, j);
     for (int64_t g = 0; g < heads; ++g) {
       const float* k = keys + j * ldk + g * ldh;
       const float* qg = q + g * rows * ldq;
@@ -545,11 +538,10 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
 
 template <bool kTrans>
 void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                   int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
-                   bool values_cached) {
+                   int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
   // Rows within two rows' length of each other stream through the hardware prefetchers.
-  const bool prefetch = !values_cached && ldv > 2 * dp;
+  const bool prefetch = ldv > 2 * dp;
   const int64_t vecs = dp / N;
   int64_t c = 0;
   for (; c + kAccVecs <= vecs; c += kAccVecs) {
@@ -575,14 +567,13 @@ void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const fl
 }
 
 void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
-                        bool values_cached) {
-  AccumulateAll<false>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo, values_cached);
+                        int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  AccumulateAll<false>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 
 void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                          int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
-  AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo, false);
+  AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -622,10 +613,8 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
   HWY_DYNAMIC_DISPATCH(ScoreDirectImpl)(q, ldq, mq, d, keys, ldk, nk, s, lds);
 }
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
-                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,
-                 const PrefetchRows& pf0, const PrefetchRows& pf1) {
-  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, pf0,
-                                        pf1);
+                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds) {
+  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds);
 }
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {
@@ -635,10 +624,8 @@ void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);
 }
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
-                    bool values_cached) {
-  HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo,
-                                           values_cached);
+                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {

@@ -38,22 +38,12 @@ void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* 
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
                  int64_t ldk, int64_t nk, float* s, int64_t lds);
 
-// Rows whose cache lines a kernel requests ahead of their use: row j (j < rows) is
-// base[j * ld .. j * ld + floats). A hint only: never dereferenced.
-struct PrefetchRows {
-  const float* base = nullptr;
-  int64_t ld = 0, floats = 0, rows = 0;
-};
-
 // Decoding scores for `heads` kv heads at once, keys read in token order:
 // s[(g * rows + r) * lds + j] = sum_c q[(g * rows + r) * ldq + c] * keys[j * ldk + g * ldh + c]
 // for g < heads, r < rows, j < nk. In a KV cache (bshd/thd) the kv heads of a token are
-// adjacent (ldh = d), so the key rows are one contiguous stream; while scoring key j the
-// kernel requests row j of pf0 and of pf1 (e.g. the same tokens' values, and the next
-// block's keys).
+// adjacent (ldh = d), so the key rows are one contiguous stream.
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
-                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,
-                 const PrefetchRows& pf0, const PrefetchRows& pf1);
+                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds);
 
 // Partial row sums of the softmax denominator are kept as kSumLanes floats per row
 // (their sum is the row's sum), so that no tile needs a horizontal addition.
@@ -80,11 +70,10 @@ void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
 
 // o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
 // for r < mq, c < dp (dp a multiple of kVecPad; ldv and ldo any strides >= dp). Value
-// rows far apart (ldv > 2 dp) are requested a few rows ahead unless values_cached says
-// the caller already fetched them.
+// rows far apart (ldv > 2 dp, e.g. a KV cache read in place) are requested a few rows
+// ahead; nearer rows are left to the hardware prefetchers.
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
-                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo,
-                    bool values_cached = false);
+                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
 
 // The same with p read transposed, o <- alpha o + P^T V: p[j * ldp + r] for output row
 // r < mq and reduction index j < nk (the backward's dV += P^T dO and dK += dS^T Q).

@@ -592,10 +592,107 @@ absl::StatusOr<TensorView> TableGradient(const DLTensor* t, const char* name,
   return v;
 }
 
+// The attention bias's parameter gradients (gpe_attention_backward_with_parameters):
+// the shapes of gpe_bias_accumulate_gradient's outputs, accumulated tile by tile from the
+// kernels' bias sink into double buffers, FoX prefix gradients turned into gate-logit
+// gradients at the end, then written to the caller's float64 tensors.
+struct BiasParameterGrads {
+  const gpe_bias* bias = nullptr;
+  std::vector<int64_t> shape;
+  std::vector<double> a, b;  // b: GRAPE-AP's dL/du only
+  TensorView va, vb;         // outputs (data null: skipped)
+
+  bool wanted() const { return va.data != nullptr || vb.data != nullptr; }
+
+  absl::Status Init(const gpe_bias* handle, DLTensor* da, DLTensor* db) {
+    if (da == nullptr && db == nullptr) return absl::OkStatus();
+    if (handle == nullptr) return Bad("d_bias_a / d_bias_b are given but options->bias is NULL");
+    bias = handle;
+    const int64_t heads = bias->base().num_heads();
+    switch (bias->kind) {
+      case GPE_BIAS_ALIBI: shape = {heads}; break;
+      case GPE_BIAS_T5: shape = {bias->t5->config().num_buckets, heads}; break;
+      case GPE_BIAS_FOX: shape = {bias->fox->length(), heads}; break;
+      case GPE_BIAS_GRAPE_A:
+        shape = bias->grape_a->gated() ? std::vector<int64_t>{bias->grape_a->fox()->length(), heads}
+                                       : std::vector<int64_t>{heads};
+        break;
+      default: shape = {bias->grape_ap->length(), heads, bias->grape_ap->rank()}; break;
+    }
+    if (db != nullptr && bias->kind != GPE_BIAS_GRAPE_AP) {
+      return Bad("d_bias_b is only for GRAPE-AP (dL/du); pass NULL");
+    }
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    a.assign(static_cast<size_t>(n), 0.0);
+    if (bias->kind == GPE_BIAS_GRAPE_AP) b.assign(static_cast<size_t>(n), 0.0);
+    for (auto [t, name, view] : {std::tuple<DLTensor*, const char*, TensorView*>{da, "d_bias_a", &va},
+                                 {db, "d_bias_b", &vb}}) {
+      if (t == nullptr) continue;
+      absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+      if (!v.ok()) return v.status();
+      if (v->shape != shape) {
+        std::string want;
+        for (int64_t d : shape) absl::StrAppend(&want, want.empty() ? "" : ", ", d);
+        return Bad(absl::StrCat(name, " must be float64 [", want, "] for this bias; got ",
+                                ShapeOf(*v)));
+      }
+      *view = *v;
+    }
+    return absl::OkStatus();
+  }
+
+  att::BiasGradientSink Sink() {
+    if (!wanted()) return nullptr;
+    return [this](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                  absl::Span<const int64_t> kp, const double* g, int64_t ld) -> absl::Status {
+      absl::Span<double> ga(a), gb(b);
+      switch (bias->kind) {
+        case GPE_BIAS_ALIBI: return bias->alibi->AccumulateSlopeGradient<double>(head, qp, kp, g, ld, ga);
+        case GPE_BIAS_T5: return bias->t5->AccumulateTableGradient<double>(head, qp, kp, g, ld, ga);
+        case GPE_BIAS_FOX: return bias->fox->AccumulatePrefixGradient<double>(head, qp, kp, g, ld, ga);
+        case GPE_BIAS_GRAPE_A:
+          return bias->grape_a->gated()
+                     ? bias->grape_a->AccumulatePrefixGradient<double>(head, qp, kp, g, ld, ga)
+                     : bias->grape_a->AccumulateSlopeGradient<double>(head, qp, kp, g, ld, ga);
+        default: return bias->grape_ap->AccumulateGradient<double>(head, qp, kp, g, ld, ga, gb);
+      }
+    };
+  }
+
+  // FoX-like gradients to gate logits, then the copies out (any strides).
+  absl::Status Finish() {
+    if (!wanted()) return absl::OkStatus();
+    const bool gated = bias->kind == GPE_BIAS_FOX ||
+                       (bias->kind == GPE_BIAS_GRAPE_A && bias->grape_a->gated());
+    if (gated) {
+      const seq::FoxBias& fox = bias->kind == GPE_BIAS_FOX ? *bias->fox : *bias->grape_a->fox();
+      absl::StatusOr<std::vector<double>> g = fox.LogitGradient(a);
+      if (!g.ok()) return g.status();
+      a = *std::move(g);
+    }
+    for (auto [src, view] : {std::pair<const std::vector<double>*, TensorView*>{&a, &va}, {&b, &vb}}) {
+      if (view->data == nullptr) continue;
+      double* dst = view->typed<double>();
+      const int64_t n = static_cast<int64_t>(src->size());
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t off = 0, rem = i;
+        for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
+          off += (rem % shape[d]) * view->strides[d];
+          rem /= shape[d];
+        }
+        dst[off] = (*src)[i];
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
 absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* q,
                           const DLTensor* k, const DLTensor* v, const DLTensor* o,
                           const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
-                          DLTensor* dv, DLTensor* d_shaw_key_table, DLTensor* d_shaw_value_table) {
+                          DLTensor* dv, DLTensor* d_shaw_key_table, DLTensor* d_shaw_value_table,
+                          DLTensor* d_bias_a = nullptr, DLTensor* d_bias_b = nullptr) {
   {
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
@@ -642,22 +739,29 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     absl::StatusOr<TensorView> gav =
         TableGradient(d_shaw_value_table, "d_shaw_value_table", c.args.shaw_values, c.args);
     if (!gav.ok()) return gav.status();
+    BiasParameterGrads pg;
+    if (absl::Status s = pg.Init(options->bias, d_bias_a, d_bias_b); !s.ok()) return s;
     const NamedView outs[] = {{dq != nullptr ? &dqv : nullptr, "dq"},
                               {dk != nullptr ? &dkv : nullptr, "dk"},
                               {dv != nullptr ? &dvv : nullptr, "dv"},
                               {gak->data != nullptr ? &*gak : nullptr, "d_shaw_key_table"},
-                              {gav->data != nullptr ? &*gav : nullptr, "d_shaw_value_table"}};
+                              {gav->data != nullptr ? &*gav : nullptr, "d_shaw_value_table"},
+                              {pg.va.data != nullptr ? &pg.va : nullptr, "d_bias_a"},
+                              {pg.vb.data != nullptr ? &pg.vb : nullptr, "d_bias_b"}};
+    const att::BiasGradientSink sink = pg.Sink();
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
     if (c.dtype == DType::kFloat64) {
       // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
       att::ReferenceBackwardExtras rex;
       rex.shaw_key_table_grad = gak->typed<double>();
       rex.shaw_value_table_grad = gav->typed<double>();
-      return att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
+      const absl::Status ref = att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
                                     c.v.typed<const double>(), gv->typed<const double>(),
                                     dq ? dqv.typed<double>() : nullptr,
                                     dk ? dkv.typed<double>() : nullptr,
-                                    dv ? dvv.typed<double>() : nullptr, nullptr, rex);
+                                    dv ? dvv.typed<double>() : nullptr, sink, rex);
+      if (absl::Status st = ref; !st.ok()) return st;
+      return pg.Finish();
     }
     const float* l = lv->typed<const float>();
     att::CpuAttentionOptions opt;
@@ -666,22 +770,29 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       att::CpuBackwardExtras ex;
       ex.shaw_key_table_grad = gak->typed<double>();
       ex.shaw_value_table_grad = gav->typed<double>();
-      return att::CpuBackward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
-                              c.v.typed<const float>(),
-                              o != nullptr ? ov.typed<const float>() : nullptr, l,
-                              gv->typed<const float>(), dq ? dqv.typed<float>() : nullptr,
-                              dk ? dkv.typed<float>() : nullptr, dv ? dvv.typed<float>() : nullptr,
-                              nullptr, opt, ex);
+      if (absl::Status st = att::CpuBackward(
+              c.args, c.q.typed<const float>(), c.k.typed<const float>(),
+              c.v.typed<const float>(), o != nullptr ? ov.typed<const float>() : nullptr, l,
+              gv->typed<const float>(), dq ? dqv.typed<float>() : nullptr,
+              dk ? dkv.typed<float>() : nullptr, dv ? dvv.typed<float>() : nullptr, sink, opt, ex);
+          !st.ok()) {
+        return st;
+      }
+      return pg.Finish();
     }
     if (gak->data != nullptr || gav->data != nullptr) {
       return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
                  "bfloat16 gives dq, dk and dv only");
     }
-    return att::CpuBackward(c.args, c.q.typed<const BF>(), c.k.typed<const BF>(),
-                            c.v.typed<const BF>(), o != nullptr ? ov.typed<const BF>() : nullptr,
-                            l, gv->typed<const BF>(), dq ? dqv.typed<BF>() : nullptr,
-                            dk ? dkv.typed<BF>() : nullptr, dv ? dvv.typed<BF>() : nullptr,
-                            nullptr, opt);
+    if (absl::Status st = att::CpuBackward(
+            c.args, c.q.typed<const BF>(), c.k.typed<const BF>(), c.v.typed<const BF>(),
+            o != nullptr ? ov.typed<const BF>() : nullptr, l, gv->typed<const BF>(),
+            dq ? dqv.typed<BF>() : nullptr, dk ? dkv.typed<BF>() : nullptr,
+            dv ? dvv.typed<BF>() : nullptr, sink, opt);
+        !st.ok()) {
+      return st;
+    }
+    return pg.Finish();
   }
 }
 
@@ -704,5 +815,16 @@ gpe_status gpe_attention_backward_v2(const gpe_attention_options* options, const
   return Guard([&]() -> absl::Status {
     return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
                         d_shaw_value_table);
+  });
+}
+
+gpe_status gpe_attention_backward_with_parameters(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+    DLTensor* d_shaw_value_table, DLTensor* d_bias_a, DLTensor* d_bias_b) {
+  return Guard([&]() -> absl::Status {
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
+                        d_shaw_value_table, d_bias_a, d_bias_b);
   });
 }

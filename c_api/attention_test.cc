@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -541,6 +542,157 @@ TEST(AttentionAbi, AlgebraicTreeAndGridFloat32EqualsFloat64) {
 
 // An empty key shard (any strides, as NumPy gives zero-size arrays strides 0): every row
 // has no allowed key, so o = 0 and lse = -inf, in both precisions; its backward is dq = 0.
+// The bias's parameter gradients through gpe_attention_backward_with_parameters, in
+// float64 (the exact reference) against central differences of L = <d_o, o> with the
+// bias rebuilt from perturbed parameters: ALiBi slopes, T5 table, FoX gate logits,
+// GRAPE-AP's w and u. Step 1e-6: truncation ~1e-12, rounding ~1e-16 / 1e-6 = 1e-10, so
+// 1e-7 absolute (gradients are O(1)). float32 (the tiled kernel, gradients summed over
+// tiles in double from float tiles) agrees with float64 to 2e-3 relative to the largest.
+TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
+  const int64_t s = 7, h = 2, d = 8, rank = 2;
+  std::vector<int64_t> shape = {1, s, h, d};
+  const std::vector<float> qf = Random(s * h * d, 71), kf = Random(s * h * d, 72),
+                           vf = Random(s * h * d, 73), gf = Random(s * h * d, 74);
+  std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()), v(vf.begin(), vf.end()),
+      g(gf.begin(), gf.end());
+  std::mt19937_64 rng(75);
+  std::normal_distribution<double> normal;
+  auto params = [&](int64_t n) {
+    std::vector<double> p(n);
+    for (double& x : p) x = 0.5 * normal(rng);
+    return p;
+  };
+  // Each kind: its parameter vectors and a factory from them.
+  struct Kind {
+    const char* name;
+    std::vector<std::vector<double>> p;  // a (and b for GRAPE-AP)
+    std::function<gpe_bias*(const std::vector<std::vector<double>>&)> make;
+  };
+  std::vector<Kind> kinds;
+  kinds.push_back({"alibi", {params(h)}, [&](const auto& p) {
+                     gpe_alibi_options o = GPE_ALIBI_OPTIONS_INIT;
+                     o.num_heads = h;
+                     o.slopes = p[0].data();
+                     gpe_bias* b = nullptr;
+                     EXPECT_EQ(gpe_bias_create_alibi(&o, &b), GPE_OK) << gpe_last_error_message();
+                     return b;
+                   }});
+  kinds.push_back({"t5", {params(8 * h)}, [&](const auto& p) {
+                     gpe_t5_options o = GPE_T5_OPTIONS_INIT;
+                     o.num_heads = h;
+                     o.num_buckets = 8;
+                     o.max_distance = 6;
+                     o.table = p[0].data();
+                     gpe_bias* b = nullptr;
+                     EXPECT_EQ(gpe_bias_create_t5(&o, &b), GPE_OK) << gpe_last_error_message();
+                     return b;
+                   }});
+  kinds.push_back({"fox", {params(s * h)}, [&](const auto& p) {
+                     gpe_fox_options o = GPE_FOX_OPTIONS_INIT;
+                     o.length = s;
+                     o.num_heads = h;
+                     o.gate_logits = p[0].data();
+                     gpe_bias* b = nullptr;
+                     EXPECT_EQ(gpe_bias_create_fox(&o, &b), GPE_OK) << gpe_last_error_message();
+                     return b;
+                   }});
+  kinds.push_back({"grape_ap", {params(s * h * rank), params(s * h * rank)}, [&](const auto& p) {
+                     gpe_grape_ap_options o = GPE_GRAPE_AP_OPTIONS_INIT;
+                     o.length = s;
+                     o.num_heads = h;
+                     o.rank = rank;
+                     o.w = p[0].data();
+                     o.u = p[1].data();
+                     gpe_bias* b = nullptr;
+                     EXPECT_EQ(gpe_bias_create_grape_ap(&o, &b), GPE_OK) << gpe_last_error_message();
+                     return b;
+                   }});
+  DLTensor tq = Tensor(q.data(), kDLFloat, 64, &shape), tk = Tensor(k.data(), kDLFloat, 64, &shape),
+           tv = Tensor(v.data(), kDLFloat, 64, &shape), tg = Tensor(g.data(), kDLFloat, 64, &shape);
+  for (Kind& kind : kinds) {
+    SCOPED_TRACE(kind.name);
+    auto loss = [&](const std::vector<std::vector<double>>& p) {
+      BiasPtr b(kind.make(p), gpe_bias_destroy);
+      gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+      o.causal = 1;
+      o.bias = b.get();
+      std::vector<double> out(q.size());
+      DLTensor to = Tensor(out.data(), kDLFloat, 64, &shape);
+      EXPECT_EQ(gpe_attention_forward(&o, &tq, &tk, &tv, &to, nullptr), GPE_OK)
+          << gpe_last_error_message();
+      double l = 0;
+      for (size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
+      return l;
+    };
+    BiasPtr b(kind.make(kind.p), gpe_bias_destroy);
+    gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+    o.causal = 1;
+    o.bias = b.get();
+    std::vector<std::vector<double>> grads;
+    std::vector<std::vector<int64_t>> gshapes;
+    for (const auto& p : kind.p) {
+      grads.emplace_back(p.size(), -7.0);  // overwritten
+      gshapes.push_back(std::strcmp(kind.name, "alibi") == 0 ? std::vector<int64_t>{h}
+                        : std::strcmp(kind.name, "t5") == 0 ? std::vector<int64_t>{8, h}
+                        : std::strcmp(kind.name, "fox") == 0 ? std::vector<int64_t>{s, h}
+                                                             : std::vector<int64_t>{s, h, rank});
+    }
+    DLTensor ga = Tensor(grads[0].data(), kDLFloat, 64, &gshapes[0]);
+    DLTensor gb = grads.size() > 1 ? Tensor(grads[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg,
+                                                     nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                     &ga, grads.size() > 1 ? &gb : nullptr),
+              GPE_OK)
+        << gpe_last_error_message();
+    for (size_t which = 0; which < kind.p.size(); ++which) {
+      for (size_t i = 0; i < kind.p[which].size(); ++i) {
+        auto p = kind.p;
+        p[which][i] += 1e-6;
+        const double up = loss(p);
+        p[which][i] -= 2e-6;
+        const double down = loss(p);
+        EXPECT_NEAR(grads[which][i], (up - down) / 2e-6, 1e-7) << "param " << which << "[" << i << "]";
+      }
+    }
+    // float32 kernel against the float64 gradients.
+    std::vector<float> q32(qf), k32(kf), v32(vf), g32(gf);
+    DLTensor fq = Tensor(q32.data(), kDLFloat, 32, &shape), fk = Tensor(k32.data(), kDLFloat, 32, &shape),
+             fv = Tensor(v32.data(), kDLFloat, 32, &shape), fg = Tensor(g32.data(), kDLFloat, 32, &shape);
+    std::vector<std::vector<double>> g32s;
+    for (const auto& p : kind.p) g32s.emplace_back(p.size(), 0.0);
+    DLTensor ga32 = Tensor(g32s[0].data(), kDLFloat, 64, &gshapes[0]);
+    DLTensor gb32 = g32s.size() > 1 ? Tensor(g32s[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &fq, &fk, &fv, nullptr, nullptr, &fg,
+                                                     nullptr, nullptr, nullptr, nullptr, nullptr,
+                                                     &ga32, g32s.size() > 1 ? &gb32 : nullptr),
+              GPE_OK)
+        << gpe_last_error_message();
+    for (size_t which = 0; which < grads.size(); ++which) {
+      double scale = 1e-30;
+      for (double x : grads[which]) scale = std::max(scale, std::abs(x));
+      for (size_t i = 0; i < grads[which].size(); ++i) {
+        EXPECT_NEAR(g32s[which][i], grads[which][i], 2e-3 * scale) << "float32 " << which << "[" << i << "]";
+      }
+    }
+  }
+  // Bad input: a gradient without a bias, a wrong shape, d_bias_b for ALiBi.
+  gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+  std::vector<double> buf(64);
+  std::vector<int64_t> hs = {h}, wrong = {h + 1};
+  DLTensor th = Tensor(buf.data(), kDLFloat, 64, &hs), tw = Tensor(buf.data(), kDLFloat, 64, &wrong);
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
+                                                   nullptr, nullptr, nullptr, nullptr, &th, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  BiasPtr alibi = MakeAlibi(h, GPE_ALIBI_CAUSAL);
+  o.bias = alibi.get();
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
+                                                   nullptr, nullptr, nullptr, nullptr, &tw, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
+                                                   nullptr, nullptr, nullptr, nullptr, &th, &th),
+            GPE_ERROR_INVALID_ARGUMENT);
+}
+
 TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {
   const int64_t s = 3, h = 2, d = 8;
   std::vector<int64_t> qs = {1, s, h, d}, ks = {1, 0, h, d}, zero = {0, 0, 0, 0}, ls = {s, h};

@@ -601,6 +601,19 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr,
                                   &f.v3.o, &f.v3.dq, nullptr, nullptr);
   });
+  e = "gpe_attention_backward_with_parameters";
+  add("attention_params_without_bias", e, [](Fixture& f) {
+    return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
+                                                  nullptr, &f.v3.o, nullptr, nullptr, nullptr,
+                                                  nullptr, nullptr, &f.v3.tile_t, nullptr);
+  });
+  add("attention_params_wrong_shape", e, [](Fixture& f) {
+    f.v3.att.bias = f.v3.alibi;  // ALiBi's gradient is [num_heads] = [2], the tile is [2, 3]
+    return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
+                                                  nullptr, &f.v3.o, nullptr, nullptr, nullptr,
+                                                  nullptr, nullptr, &f.v3.tile_t, nullptr);
+  });
+  e = "gpe_attention_backward";
   add("attention_backward_dq_overlaps_q", e, [](Fixture& f) {
     return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr, nullptr,
                                   &f.v3.o, &f.v3.q, nullptr, nullptr);

@@ -299,5 +299,28 @@ class AttentionTest(unittest.TestCase):
             gpe.attention(q, k, v, shaw_tables=ak)
 
 
+    def test_bias_parameter_gradients_match_finite_differences(self):
+        # L = <d_o, o> in float64 (the exact reference); central differences with step
+        # 1e-6 (truncation ~1e-12, rounding ~1e-10): 1e-7 absolute on O(1) gradients.
+        rng = np.random.default_rng(12)
+        q, k, v, d_o = (rng.standard_normal((1, 6, 2, 8)) for _ in range(4))
+        logits = rng.standard_normal((6, 2))
+        slopes = np.array([0.3, 0.7])
+        for make, param in ((lambda p: gpe.FoxBias(p), logits),
+                            (lambda p: gpe.Alibi(2, slopes=p), slopes)):
+            _, _, _, ga, gb = gpe.attention_backward(q, k, v, d_o, causal=True, bias=make(param),
+                                                     bias_grads=True)
+            self.assertIsNone(gb)
+            self.assertEqual(ga.shape, param.shape)
+            for idx in np.ndindex(param.shape):
+                up, down = param.copy(), param.copy()
+                up[idx] += 1e-6
+                down[idx] -= 1e-6
+                lu = np.sum(gpe.attention(q, k, v, causal=True, bias=make(up)) * d_o)
+                ld = np.sum(gpe.attention(q, k, v, causal=True, bias=make(down)) * d_o)
+                self.assertAlmostEqual(ga[idx], (lu - ld) / 2e-6, delta=1e-7)
+        with self.assertRaises(ValueError):
+            gpe.attention_backward(q, k, v, d_o, bias_grads=True)
+
 if __name__ == "__main__":
     unittest.main()

@@ -1123,6 +1123,20 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
     DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
     DLTensor* d_shaw_value_table);
+/* gpe_attention_backward_v2 plus the gradients of the bias's learnable parameters
+ * (options->bias), accumulated over every tile inside the kernels (since 0.4.0).
+ * d_bias_a / d_bias_b: float64, any strides, overwritten; NULL to skip:
+ *   ALiBi, slope-form GRAPE-A: dL/dslopes [num_heads] in d_bias_a;
+ *   T5:                         dL/dtable [num_buckets, num_heads] in d_bias_a;
+ *   FoX, gated GRAPE-A:         dL/dgate_logits [length, num_heads] in d_bias_a;
+ *   GRAPE-AP:                   dL/dw in d_bias_a and dL/du in d_bias_b,
+ *                               [length, num_heads, rank] each.
+ * d_bias_b is refused for the other kinds. */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_with_parameters(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+    DLTensor* d_shaw_value_table, DLTensor* d_bias_a, DLTensor* d_bias_b);
 
 #ifdef __cplusplus
 } /* extern "C" */

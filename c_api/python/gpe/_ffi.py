@@ -404,6 +404,8 @@ def _declare(lib):
                                         t, t]),
         "gpe_attention_backward_v2": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t,
                                            t, t, t, t, t]),
+        "gpe_attention_backward_with_parameters": (st, [ctypes.POINTER(AttentionOptions), t, t, t,
+                                                        t, t, t, t, t, t, t, t, t, t]),
         # RoPE and additive biases (0.3.0).
         "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
         "gpe_rope_options_use_schedule": (st, [ctypes.c_int32, ctypes.POINTER(RopeOptions)]),

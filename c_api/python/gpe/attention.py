@@ -176,12 +176,17 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                        rope_base=10000.0, rope_pairing="half", alibi=None, bias=None,
                        encoding=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, threads=0, shaw_table_grads=False, **structured):
+                       cu_seqlens_k=None, threads=0, shaw_table_grads=False, bias_grads=False,
+                       **structured):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
     o and lse from attention(..., return_lse=True) skip recomputing the forward. With
     shaw_table_grads=True, returns (dq, dk, dv, d_shaw_key_table, d_shaw_value_table)
-    (float64; None for a table not given)."""
+    (float64; None for a table not given). With bias_grads=True (a `bias` object given),
+    also appends the bias's parameter gradients (d_a, d_b), float64, accumulated inside
+    the kernels: ALiBi / slope GRAPE-A dL/dslopes [heads]; T5 dL/dtable; FoX / gated
+    GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
+    other kinds)."""
     keep = _Keep()
     q, k, v, d_o = (np.asarray(x) for x in (q, k, v, d_o))
     st = _split_structured(structured)
@@ -189,17 +194,42 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                     st)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    if not shaw_table_grads:
+    if not shaw_table_grads and not bias_grads:
         check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),
                                            keep(o), keep(lse), keep(d_o), keep(dq), keep(dk),
                                            keep(dv)))
         return dq, dk, dv
     like = lambda t: None if t is None else np.empty(np.shape(t), dtype=np.float64)
     gk, gv = like(st["shaw_key_table"]), like(st["shaw_value_table"])
+    if bias_grads:
+        if bias is None:
+            raise ValueError("bias_grads=True needs a bias object (bias=...)")
+        ga, gb = (np.empty(s_, dtype=np.float64) if s_ is not None else None
+                  for s_ in _bias_grad_shapes(bias))
+        check(lib().gpe_attention_backward_with_parameters(
+            ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o), keep(lse), keep(d_o),
+            keep(dq), keep(dk), keep(dv), keep(gk if shaw_table_grads else None),
+            keep(gv if shaw_table_grads else None), keep(ga), keep(gb)))
+        return (dq, dk, dv) + ((gk, gv) if shaw_table_grads else ()) + (ga, gb)
     check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                           keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv),
                                           keep(gk), keep(gv)))
     return dq, dk, dv, gk, gv
+
+
+def _bias_grad_shapes(bias):
+    """(shape of d_a, shape of d_b or None) of a bias object's parameter gradients."""
+    kind = bias.kind
+    if kind == "alibi":
+        return (bias.num_heads,), None
+    if kind == "t5":
+        return tuple(bias.table_shape), None
+    if kind == "fox":
+        return tuple(bias.logits_shape), None
+    if kind == "grape_ap":
+        return tuple(bias.param_shape), tuple(bias.param_shape)
+    # GRAPE-A: gated (FoX gates) or slopes.
+    return (tuple(bias.logits_shape) if bias.logits_shape is not None else (bias.num_heads,)), None
 
 
 def merge_attention(o_list, lse_list):

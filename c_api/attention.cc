@@ -688,11 +688,104 @@ struct BiasParameterGrads {
   }
 };
 
+// Positions the kernels use (descriptor.h, POSITIONS): explicit ones, else keys 0..len_k-1
+// and queries the last len_q of them, per sequence, in token order.
+std::vector<int64_t> EffectivePositions(const att::AttentionArgs& a, bool query) {
+  const absl::Span<const int64_t> given = query ? a.q_positions : a.k_positions;
+  if (!given.empty()) return std::vector<int64_t>(given.begin(), given.end());
+  std::vector<int64_t> out(static_cast<size_t>(query ? a.num_q_tokens() : a.num_k_tokens()));
+  for (int64_t b = 0; b < a.num_sequences(); ++b) {
+    const int64_t lq = a.q_end(b) - a.q_begin(b), lk = a.k_end(b) - a.k_begin(b);
+    const int64_t t0 = query ? a.q_begin(b) : a.k_begin(b);
+    const int64_t n = query ? lq : lk;
+    for (int64_t t = 0; t < n; ++t) out[t0 + t] = query ? lk - lq + t : t;
+  }
+  return out;
+}
+
+// Row (token, head) of a tensor of `dtype` with strides s, widened to double.
+void LoadRow(const TensorView& v, DType dtype, const att::Strides& s, const att::AttentionArgs& a,
+             bool query, int64_t token, int64_t head, double* out) {
+  const int64_t off = query ? a.QOffset(s, token, head) : a.KOffset(s, token, head);
+  for (int64_t c = 0; c < a.head_dim; ++c) {
+    switch (dtype) {
+      case DType::kFloat64: out[c] = v.typed<const double>()[off + c]; break;
+      case DType::kFloat32: out[c] = v.typed<const float>()[off + c]; break;
+      default: out[c] = seq::ToFloat(v.typed<const seq::BFloat16>()[off + c]); break;
+    }
+  }
+}
+
+// GRAPE-M generator gradients (gpe_attention_param_grads): the kernels return dq = G(p)^T
+// dL/dq' (pre-encoding), so dL/dq' = G(p) dq (G orthogonal); GrapeMProduct::Backward then
+// gives dL/d(a, b, omega) through q' = G(p) q, and likewise for k; the two are summed.
+absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape, bool packed,
+                                  const TensorView& dqv, const TensorView& dkv,
+                                  const gpe_attention_param_grads& pg) {
+  const att::AttentionArgs& a = c.args;
+  const int64_t d = a.head_dim, m = grape.num_generators();
+  std::vector<double> ga(static_cast<size_t>(m * d), 0.0), gb(ga.size(), 0.0),
+      gw(static_cast<size_t>(m), 0.0);
+  for (const bool query : {true, false}) {
+    const TensorView& x = query ? c.q : c.k;
+    const TensorView& dx = query ? dqv : dkv;
+    const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dx, packed);
+    const int64_t tokens = query ? a.num_q_tokens() : a.num_k_tokens();
+    const int64_t heads = query ? a.num_q_heads : a.num_kv_heads;
+    const std::vector<int64_t> pos = EffectivePositions(a, query);
+    const int64_t n = tokens * heads;
+    if (n == 0) continue;
+    std::vector<double> in(static_cast<size_t>(n * d)), g(in.size()), gr(in.size());
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t r = t * heads + h;
+        p[r] = pos[t];
+        LoadRow(x, c.dtype, xs, a, query, t, h, in.data() + r * d);
+        LoadRow(dx, c.dtype, dxs, a, query, t, h, g.data() + r * d);
+      }
+    }
+    if (absl::Status s = grape.Apply<double>(p, g.data(), d, gr.data(), d); !s.ok()) return s;
+    seq::GrapeMProduct::Gradients part;
+    if (absl::Status s = grape.Backward<double>(p, in.data(), d, gr.data(), d, nullptr, 0, &part);
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t k = 0; k < m; ++k) {
+      for (int64_t c2 = 0; c2 < d; ++c2) {
+        ga[k * d + c2] += part.generators[k].a[c2];
+        gb[k * d + c2] += part.generators[k].b[c2];
+      }
+      gw[k] += part.generators[k].omega;
+    }
+  }
+  for (auto [t, name, src, rows] :
+       {std::tuple<DLTensor*, const char*, const std::vector<double>*, int64_t>{pg.d_grape_a, "d_grape_a", &ga, m},
+        {pg.d_grape_b, "d_grape_b", &gb, m}, {pg.d_grape_omega, "d_grape_omega", &gw, 0}}) {
+    if (t == nullptr) continue;
+    const std::vector<int64_t> shape = rows > 0 ? std::vector<int64_t>{m, d} : std::vector<int64_t>{m};
+    absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+    if (!v.ok()) return v.status();
+    if (v->shape != shape) {
+      return Bad(absl::StrCat(name, " must be float64 ", rows > 0 ? absl::StrCat("[", m, ", ", d, "]")
+                                                                  : absl::StrCat("[", m, "]"),
+                              "; got ", ShapeOf(*v)));
+    }
+    double* dst = v->typed<double>();
+    for (int64_t i = 0; i < static_cast<int64_t>(src->size()); ++i) {
+      const int64_t off = rows > 0 ? (i / d) * v->strides[0] + (i % d) * v->strides[1] : i * v->strides[0];
+      dst[off] = (*src)[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* q,
                           const DLTensor* k, const DLTensor* v, const DLTensor* o,
                           const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
                           DLTensor* dv, DLTensor* d_shaw_key_table, DLTensor* d_shaw_value_table,
-                          DLTensor* d_bias_a = nullptr, DLTensor* d_bias_b = nullptr) {
+                          DLTensor* d_bias_a = nullptr, DLTensor* d_bias_b = nullptr,
+                          const gpe_attention_param_grads* pgrads = nullptr) {
   {
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
@@ -749,6 +842,30 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
                               {pg.va.data != nullptr ? &pg.va : nullptr, "d_bias_a"},
                               {pg.vb.data != nullptr ? &pg.vb : nullptr, "d_bias_b"}};
     const att::BiasGradientSink sink = pg.Sink();
+    const bool grape_grads = pgrads != nullptr && (pgrads->d_grape_a != nullptr ||
+                                                   pgrads->d_grape_b != nullptr ||
+                                                   pgrads->d_grape_omega != nullptr);
+    if (grape_grads) {
+      if (options->grape_m == nullptr) {
+        return Bad("d_grape_a / d_grape_b / d_grape_omega are given but options->grape_m is NULL");
+      }
+      if (dq == nullptr || dk == nullptr) {
+        return Bad("GRAPE-M generator gradients are formed from dq and dk: pass both");
+      }
+      for (const DLTensor* t : {pgrads->d_grape_a, pgrads->d_grape_b, pgrads->d_grape_omega}) {
+        if (t == nullptr) continue;
+        for (const TensorView* in : {&c.q, &c.k, &c.v, &*gv, &dqv, &dkv}) {
+          if (t->data != nullptr && t->data == in->data) {
+            return Bad("GRAPE-M gradients must not share memory with the tensors");
+          }
+        }
+      }
+    }
+    auto finish = [&]() -> absl::Status {
+      if (absl::Status st = pg.Finish(); !st.ok()) return st;
+      if (!grape_grads) return absl::OkStatus();
+      return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
+    };
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
     if (c.dtype == DType::kFloat64) {
       // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
@@ -761,7 +878,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
                                     dk ? dkv.typed<double>() : nullptr,
                                     dv ? dvv.typed<double>() : nullptr, sink, rex);
       if (absl::Status st = ref; !st.ok()) return st;
-      return pg.Finish();
+      return finish();
     }
     const float* l = lv->typed<const float>();
     att::CpuAttentionOptions opt;
@@ -778,7 +895,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
           !st.ok()) {
         return st;
       }
-      return pg.Finish();
+      return finish();
     }
     if (gak->data != nullptr || gav->data != nullptr) {
       return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
@@ -792,7 +909,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
         !st.ok()) {
       return st;
     }
-    return pg.Finish();
+    return finish();
   }
 }
 
@@ -821,10 +938,16 @@ gpe_status gpe_attention_backward_v2(const gpe_attention_options* options, const
 gpe_status gpe_attention_backward_with_parameters(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
-    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
-    DLTensor* d_shaw_value_table, DLTensor* d_bias_a, DLTensor* d_bias_b) {
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads) {
   return Guard([&]() -> absl::Status {
-    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
-                        d_shaw_value_table, d_bias_a, d_bias_b);
+    if (grads == nullptr) return Bad("grads is NULL (use GPE_ATTENTION_PARAM_GRADS_INIT)");
+    if (absl::Status s = CheckStructSize(grads->struct_size, sizeof(gpe_attention_param_grads),
+                                         sizeof(gpe_attention_param_grads),
+                                         "gpe_attention_param_grads");
+        !s.ok()) {
+      return s;
+    }
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, grads->d_shaw_key_table,
+                        grads->d_shaw_value_table, grads->d_bias_a, grads->d_bias_b, grads);
   });
 }

@@ -639,9 +639,11 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     }
     DLTensor ga = Tensor(grads[0].data(), kDLFloat, 64, &gshapes[0]);
     DLTensor gb = grads.size() > 1 ? Tensor(grads[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+    gpe_attention_param_grads pgr = GPE_ATTENTION_PARAM_GRADS_INIT;
+    pgr.d_bias_a = &ga;
+    pgr.d_bias_b = grads.size() > 1 ? &gb : nullptr;
     ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg,
-                                                     nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                     &ga, grads.size() > 1 ? &gb : nullptr),
+                                                     nullptr, nullptr, nullptr, &pgr),
               GPE_OK)
         << gpe_last_error_message();
     for (size_t which = 0; which < kind.p.size(); ++which) {
@@ -662,9 +664,11 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     for (const auto& p : kind.p) g32s.emplace_back(p.size(), 0.0);
     DLTensor ga32 = Tensor(g32s[0].data(), kDLFloat, 64, &gshapes[0]);
     DLTensor gb32 = g32s.size() > 1 ? Tensor(g32s[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+    gpe_attention_param_grads pg32 = GPE_ATTENTION_PARAM_GRADS_INIT;
+    pg32.d_bias_a = &ga32;
+    pg32.d_bias_b = g32s.size() > 1 ? &gb32 : nullptr;
     ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &fq, &fk, &fv, nullptr, nullptr, &fg,
-                                                     nullptr, nullptr, nullptr, nullptr, nullptr,
-                                                     &ga32, g32s.size() > 1 ? &gb32 : nullptr),
+                                                     nullptr, nullptr, nullptr, &pg32),
               GPE_OK)
         << gpe_last_error_message();
     for (size_t which = 0; which < grads.size(); ++which) {
@@ -675,21 +679,102 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
       }
     }
   }
-  // Bad input: a gradient without a bias, a wrong shape, d_bias_b for ALiBi.
+  // Bad input: a gradient without a bias, a wrong shape, d_bias_b for ALiBi, no struct.
   gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
   std::vector<double> buf(64);
   std::vector<int64_t> hs = {h}, wrong = {h + 1};
   DLTensor th = Tensor(buf.data(), kDLFloat, 64, &hs), tw = Tensor(buf.data(), kDLFloat, 64, &wrong);
+  gpe_attention_param_grads bad = GPE_ATTENTION_PARAM_GRADS_INIT;
+  bad.d_bias_a = &th;
   EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
-                                                   nullptr, nullptr, nullptr, nullptr, &th, nullptr),
+                                                   nullptr, nullptr, &bad),
             GPE_ERROR_INVALID_ARGUMENT);
   BiasPtr alibi = MakeAlibi(h, GPE_ALIBI_CAUSAL);
   o.bias = alibi.get();
+  bad.d_bias_a = &tw;
   EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
-                                                   nullptr, nullptr, nullptr, nullptr, &tw, nullptr),
+                                                   nullptr, nullptr, &bad),
+            GPE_ERROR_INVALID_ARGUMENT);
+  bad.d_bias_a = bad.d_bias_b = &th;
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
+                                                   nullptr, nullptr, &bad),
             GPE_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, nullptr,
-                                                   nullptr, nullptr, nullptr, nullptr, &th, &th),
+                                                   nullptr, nullptr, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+}
+
+// GRAPE-M generator gradients through gpe_attention_backward_with_parameters: float64
+// (exact reference) against central differences of L = <d_o, o> with the generators
+// rebuilt from perturbed (a, b, omega); step 1e-6, tolerance 1e-7 as above. GQA 4/2,
+// causal, KV-cache positions (5 queries over 9 keys).
+TEST(AttentionAbi, GrapeMGeneratorGradientsMatchFiniteDifferences) {
+  const int64_t sq = 5, sk = 9, hq = 4, hkv = 2, d = 6, m = 2;
+  std::vector<int64_t> qs = {1, sq, hq, d}, ks = {1, sk, hkv, d};
+  auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  std::vector<double> q = widen(Random(sq * hq * d, 81)), k = widen(Random(sk * hkv * d, 82)),
+                      v = widen(Random(sk * hkv * d, 83)), g = widen(Random(sq * hq * d, 84));
+  std::vector<double> a = widen(Random(m * d, 85)), b = widen(Random(m * d, 86)), w = {0.7, -0.4};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 64, &qs), tk = Tensor(k.data(), kDLFloat, 64, &ks),
+           tv = Tensor(v.data(), kDLFloat, 64, &ks), tg = Tensor(g.data(), kDLFloat, 64, &qs);
+  auto make = [&](const std::vector<double>& pa, const std::vector<double>& pb,
+                  const std::vector<double>& pw) {
+    gpe_grape_m_options go = GPE_GRAPE_M_OPTIONS_INIT;
+    go.dim = d;
+    go.num_generators = m;
+    go.a = pa.data();
+    go.b = pb.data();
+    go.omega = pw.data();
+    gpe_grape_m* gm = nullptr;
+    EXPECT_EQ(gpe_grape_m_create(&go, &gm), GPE_OK) << gpe_last_error_message();
+    return std::unique_ptr<gpe_grape_m, void (*)(gpe_grape_m*)>(gm, gpe_grape_m_destroy);
+  };
+  auto loss = [&](const std::vector<double>& pa, const std::vector<double>& pb,
+                  const std::vector<double>& pw) {
+    auto gm = make(pa, pb, pw);
+    gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+    o.causal = 1;
+    o.grape_m = gm.get();
+    std::vector<double> out(q.size());
+    DLTensor to = Tensor(out.data(), kDLFloat, 64, &qs);
+    EXPECT_EQ(gpe_attention_forward(&o, &tq, &tk, &tv, &to, nullptr), GPE_OK) << gpe_last_error_message();
+    double l = 0;
+    for (size_t i = 0; i < out.size(); ++i) l += out[i] * g[i];
+    return l;
+  };
+  auto gm = make(a, b, w);
+  gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+  o.causal = 1;
+  o.grape_m = gm.get();
+  std::vector<double> dq(q.size()), dk(k.size()), ga(m * d, -7.0), gb(m * d, -7.0), gw(m, -7.0);
+  std::vector<int64_t> gs = {m, d}, ws = {m};
+  DLTensor tdq = Tensor(dq.data(), kDLFloat, 64, &qs), tdk = Tensor(dk.data(), kDLFloat, 64, &ks);
+  DLTensor tga = Tensor(ga.data(), kDLFloat, 64, &gs), tgb = Tensor(gb.data(), kDLFloat, 64, &gs),
+           tgw = Tensor(gw.data(), kDLFloat, 64, &ws);
+  gpe_attention_param_grads pg = GPE_ATTENTION_PARAM_GRADS_INIT;
+  pg.d_grape_a = &tga;
+  pg.d_grape_b = &tgb;
+  pg.d_grape_omega = &tgw;
+  ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, &tdq,
+                                                   &tdk, nullptr, &pg),
+            GPE_OK)
+      << gpe_last_error_message();
+  for (int which = 0; which < 3; ++which) {
+    std::vector<double>& p = which == 0 ? a : which == 1 ? b : w;
+    const std::vector<double>& got = which == 0 ? ga : which == 1 ? gb : gw;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const double keep = p[i];
+      p[i] = keep + 1e-6;
+      const double up = loss(a, b, w);
+      p[i] = keep - 1e-6;
+      const double down = loss(a, b, w);
+      p[i] = keep;
+      EXPECT_NEAR(got[i], (up - down) / 2e-6, 1e-7) << "parameter " << which << "[" << i << "]";
+    }
+  }
+  // Without dk the generator gradients cannot be formed: a clear error.
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, &tdq,
+                                                   nullptr, nullptr, &pg),
             GPE_ERROR_INVALID_ARGUMENT);
 }
 

@@ -603,15 +603,28 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   });
   e = "gpe_attention_backward_with_parameters";
   add("attention_params_without_bias", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_bias_a = &f.v3.tile_t;
     return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
-                                                  nullptr, &f.v3.o, nullptr, nullptr, nullptr,
-                                                  nullptr, nullptr, &f.v3.tile_t, nullptr);
+                                                  nullptr, &f.v3.o, nullptr, nullptr, nullptr, &g);
   });
   add("attention_params_wrong_shape", e, [](Fixture& f) {
     f.v3.att.bias = f.v3.alibi;  // ALiBi's gradient is [num_heads] = [2], the tile is [2, 3]
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_bias_a = &f.v3.tile_t;
+    return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
+                                                  nullptr, &f.v3.o, nullptr, nullptr, nullptr, &g);
+  });
+  add("attention_params_null", e, [](Fixture& f) {
     return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
                                                   nullptr, &f.v3.o, nullptr, nullptr, nullptr,
-                                                  nullptr, nullptr, &f.v3.tile_t, nullptr);
+                                                  nullptr);
+  });
+  add("attention_params_grape_without_grape_m", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_grape_omega = &f.v3.tile_t;
+    return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
+                                                  nullptr, &f.v3.o, &f.v3.dq, nullptr, nullptr, &g);
   });
   e = "gpe_attention_backward";
   add("attention_backward_dq_overlaps_q", e, [](Fixture& f) {

@@ -1123,20 +1123,37 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
     DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
     DLTensor* d_shaw_value_table);
-/* gpe_attention_backward_v2 plus the gradients of the bias's learnable parameters
- * (options->bias), accumulated over every tile inside the kernels (since 0.4.0).
- * d_bias_a / d_bias_b: float64, any strides, overwritten; NULL to skip:
- *   ALiBi, slope-form GRAPE-A: dL/dslopes [num_heads] in d_bias_a;
- *   T5:                         dL/dtable [num_buckets, num_heads] in d_bias_a;
- *   FoX, gated GRAPE-A:         dL/dgate_logits [length, num_heads] in d_bias_a;
- *   GRAPE-AP:                   dL/dw in d_bias_a and dL/du in d_bias_b,
- *                               [length, num_heads, rank] each.
- * d_bias_b is refused for the other kinds. */
+/* The gradients of the positional encoding's learnable parameters (since 0.4.0), beside
+ * dq, dk, dv as gpe_attention_backward gives them. Every field is an optional float64
+ * output (NULL to skip; any strides; overwritten):
+ *  - d_bias_a / d_bias_b, for options->bias, accumulated over every tile inside the kernels:
+ *      ALiBi, slope-form GRAPE-A: dL/dslopes [num_heads] in d_bias_a;
+ *      T5:                         dL/dtable [num_buckets, num_heads] in d_bias_a;
+ *      FoX, gated GRAPE-A:         dL/dgate_logits [length, num_heads] in d_bias_a;
+ *      GRAPE-AP:                   dL/dw in d_bias_a and dL/du in d_bias_b,
+ *                                  [length, num_heads, rank] each;
+ *    d_bias_b is refused for the other kinds;
+ *  - d_grape_a, d_grape_b [m, head_dim], d_grape_omega [m], for options->grape_m (GRAPE-M's
+ *    generators L_k = omega_k (a_k b_k^T - b_k a_k^T)): from dL/dq' = G(p) dq and
+ *    dL/dk' = G(p) dk, summed over every token and head of q and k; they need dq and dk;
+ *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2. */
+typedef struct gpe_attention_param_grads {
+  uint32_t struct_size; /* sizeof(gpe_attention_param_grads) */
+  DLTensor* d_bias_a;
+  DLTensor* d_bias_b;
+  DLTensor* d_grape_a;
+  DLTensor* d_grape_b;
+  DLTensor* d_grape_omega;
+  DLTensor* d_shaw_key_table;
+  DLTensor* d_shaw_value_table;
+} gpe_attention_param_grads;
+#define GPE_ATTENTION_PARAM_GRADS_INIT \
+  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
 GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_with_parameters(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
-    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
-    DLTensor* d_shaw_value_table, DLTensor* d_bias_a, DLTensor* d_bias_b);
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads);
 
 #ifdef __cplusplus
 } /* extern "C" */

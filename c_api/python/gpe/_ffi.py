@@ -146,6 +146,18 @@ class AlgebraicSequenceOptions(ctypes.Structure):
     ]
 
 
+class AttentionParamGrads(ctypes.Structure):
+    """gpe_attention_param_grads: optional float64 outputs (DLTensor pointers)."""
+    _fields_ = [("struct_size", ctypes.c_uint32)] + [
+        (name, ctypes.POINTER(DLTensor)) for name in
+        ("d_bias_a", "d_bias_b", "d_grape_a", "d_grape_b", "d_grape_omega", "d_shaw_key_table",
+         "d_shaw_value_table")]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(AttentionParamGrads)
+
+
 class AttentionOptions(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_uint32),
@@ -405,7 +417,8 @@ def _declare(lib):
         "gpe_attention_backward_v2": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t,
                                            t, t, t, t, t]),
         "gpe_attention_backward_with_parameters": (st, [ctypes.POINTER(AttentionOptions), t, t, t,
-                                                        t, t, t, t, t, t, t, t, t, t]),
+                                                        t, t, t, t, t, t,
+                                                        ctypes.POINTER(AttentionParamGrads)]),
         # RoPE and additive biases (0.3.0).
         "gpe_rope_create": (st, [ctypes.POINTER(RopeOptions), ctypes.POINTER(p)]),
         "gpe_rope_options_use_schedule": (st, [ctypes.c_int32, ctypes.POINTER(RopeOptions)]),

@@ -206,10 +206,13 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
             raise ValueError("bias_grads=True needs a bias object (bias=...)")
         ga, gb = (np.empty(s_, dtype=np.float64) if s_ is not None else None
                   for s_ in _bias_grad_shapes(bias))
+        pg = _ffi.AttentionParamGrads()
+        pg.d_bias_a, pg.d_bias_b = keep(ga), keep(gb)
+        if shaw_table_grads:
+            pg.d_shaw_key_table, pg.d_shaw_value_table = keep(gk), keep(gv)
         check(lib().gpe_attention_backward_with_parameters(
             ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o), keep(lse), keep(d_o),
-            keep(dq), keep(dk), keep(dv), keep(gk if shaw_table_grads else None),
-            keep(gv if shaw_table_grads else None), keep(ga), keep(gb)))
+            keep(dq), keep(dk), keep(dv), ctypes.byref(pg)))
         return (dq, dk, dv) + ((gk, gv) if shaw_table_grads else ()) + (ga, gb)
     check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                           keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv),

@@ -53,7 +53,7 @@ def rank2_reference(a, b, omega, p):
 
 class VersionTest(unittest.TestCase):
     def test_version(self):
-        self.assertEqual(gpe.version(), (0, 3, 0))
+        self.assertEqual(gpe.version(), (0, 4, 0))
         self.assertEqual(gpe.version_string(), "0.4.0")
 
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -300,10 +301,20 @@ absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed
   if (v->numel() == 0) {
     // An empty tensor has no layout (NumPy and PyTorch may give it any strides): take the
     // compact row-major one, so an empty sequence or key shard is never rejected for it.
+    // Sizes beyond 2^40 are refused even here: with a zero elsewhere they describe no
+    // element, but a batch of 2^60 empty sequences would still be walked.
+    for (size_t i = 0; i < v->shape.size(); ++i) {
+      if (v->shape[i] > (int64_t{1} << 40)) {
+        return absl::OutOfRangeError(absl::StrCat(name, " has size ", v->shape[i],
+                                                  " in dimension ", i, "; at most 2^40"));
+      }
+    }
     int64_t stride = 1;
     for (size_t i = v->shape.size(); i-- > 0;) {
       v->strides[i] = stride;
-      stride *= std::max<int64_t>(v->shape[i], 1);
+      if (__builtin_mul_overflow(stride, std::max<int64_t>(v->shape[i], 1), &stride)) {
+        stride = std::numeric_limits<int64_t>::max();
+      }
     }
     return v;
   }

@@ -440,7 +440,10 @@ constexpr int64_t kHuge = int64_t{1} << 21;  // above kMaxDim = 2^20
 // Cases of the 0.3.0 entry points (RoPE, additive biases, attention).
 void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   const char* e = "gpe_rope_create";
-  add("rope_options_null", e, [](Fixture& f) { return gpe_rope_create(nullptr, &f.v3.rope); });
+  add("rope_options_null", e, [](Fixture&) {
+    gpe_rope* r = nullptr;  // not the fixture's handle: a failed create clears its out
+    return gpe_rope_create(nullptr, &r);
+  });
   add("rope_rotary_odd", e, [](Fixture& f) { f.v3.rope_opt.rotary_dim = 3; return f.v3.RopeCreate(); });
   add("rope_rotary_above_head_dim", e, [](Fixture& f) { f.v3.rope_opt.rotary_dim = 16; return f.v3.RopeCreate(); });
   add("rope_base_nan", e, [](Fixture& f) { f.v3.rope_opt.base = kNaN; return f.v3.RopeCreate(); });

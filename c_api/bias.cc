@@ -48,7 +48,14 @@ absl::StatusOr<int64_t> Count(const char* what, int64_t a, int64_t b, int64_t c 
   if (a < 0 || b < 0 || c < 0) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": sizes must be >= 0"));
   }
-  __int128 n = static_cast<__int128>(a) * b * c;
+  // Multiply step by step, stopping past the limit: three int64 factors can overflow even
+  // __int128 (found by c_api/fuzz/attention_fuzzer.cc).
+  if (a == 0 || b == 0 || c == 0) return int64_t{0};
+  __int128 n = a;
+  for (const int64_t f : {b, c}) {
+    n *= f;  // n <= 2^40 and f < 2^63: no overflow
+    if (n > limit) return absl::OutOfRangeError(absl::StrCat(what, " has too many entries"));
+  }
   if (n > limit) return absl::OutOfRangeError(absl::StrCat(what, " has too many entries"));
   return static_cast<int64_t>(n);
 }

@@ -129,7 +129,11 @@ absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int n
     int64_t s = 1;
     for (int i = ndim - 1; i >= 0; --i) {
       v.strides[i] = s;
-      s *= v.shape[i] > 0 ? v.shape[i] : 1;
+      // Saturates: with a zero size elsewhere the other sizes are unbounded (no element
+      // is ever addressed then), and the product must not overflow (found by fuzzing).
+      if (__builtin_mul_overflow(s, v.shape[i] > 0 ? v.shape[i] : 1, &s)) {
+        s = std::numeric_limits<int64_t>::max();
+      }
     }
   } else {
     v.strides.assign(t->strides, t->strides + ndim);

@@ -7,6 +7,7 @@
 // NULL when the shape is negative or too large to allocate (the library must reject it
 // before reading). Each call must return a known status and leave a message on failure.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "c_api/fuzz/fuzz_input.h"
@@ -18,6 +19,13 @@ using gpe::fuzz::CheckStatus;
 using gpe::fuzz::FuzzInput;
 
 constexpr int64_t kMaxElements = int64_t{1} << 14;  // what the harness allocates per tensor
+
+// a * b, or INT64_MAX when it overflows: the harness's own size arithmetic stays defined
+// whatever the fuzzed sizes (the library must refuse them, not the harness trip on them).
+int64_t SatMul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
 
 uint32_t StructSize(FuzzInput* in, uint32_t real) {
   switch (in->Read<uint8_t>() % 10) {
@@ -198,7 +206,7 @@ gpe_bias* MakeBias(FuzzInput* in, std::vector<double>* params) {
       o.num_heads = heads;
       o.num_buckets = in->Size(40);
       o.max_distance = in->Size(200);
-      o.table = o.num_buckets > 0 && heads > 0 && o.num_buckets * heads <= kMaxElements
+      o.table = o.num_buckets > 0 && heads > 0 && SatMul(o.num_buckets, heads) <= kMaxElements
                     ? fill(o.num_buckets * heads)
                     : nullptr;
       s = gpe_bias_create_t5(&o, &bias);
@@ -210,7 +218,7 @@ gpe_bias* MakeBias(FuzzInput* in, std::vector<double>* params) {
       o.length = length;
       o.num_heads = heads;
       o.first_position = in->Size(100);
-      o.gate_logits = length > 0 && heads > 0 && length * heads <= kMaxElements
+      o.gate_logits = length > 0 && heads > 0 && SatMul(length, heads) <= kMaxElements
                           ? fill(length * heads)
                           : nullptr;
       s = gpe_bias_create_fox(&o, &bias);
@@ -223,7 +231,8 @@ gpe_bias* MakeBias(FuzzInput* in, std::vector<double>* params) {
       o.num_heads = heads;
       o.rank = rank;
       o.first_position = in->Size(100);
-      const bool fits = length > 0 && heads > 0 && rank > 0 && length * heads * rank <= kMaxElements / 2;
+      const bool fits = length > 0 && heads > 0 && rank > 0 &&
+                        SatMul(SatMul(length, heads), rank) <= kMaxElements / 2;
       // w and u, [length, heads, rank] each, back to back in one buffer.
       const double* wu = fits ? fill(2 * length * heads * rank) : nullptr;
       o.w = wu;
@@ -272,12 +281,13 @@ void AttentionCalls(FuzzInput* in) {
   q.FillReal(in);
   k.FillReal(in);
   v.FillReal(in);
-  const int64_t tq = packed ? sq : batch * sq;
-  const int64_t tk = packed ? sk : batch * sk;
+  const int64_t tq = packed ? sq : SatMul(batch, sq);
+  const int64_t tk = packed ? sk : SatMul(batch, sk);
   Tensor cq({in->Size(4)}, kDLInt, 64), ck({cq.shape[0]}, kDLInt, 64);
   if (packed) {
     // Mostly valid cumulative lengths (0 .. total, non-decreasing), sometimes anything.
-    if (cq.t.data != nullptr && in->Below(3) != 0) {
+    const bool small = tq >= 0 && tq <= kMaxElements && tk >= 0 && tk <= kMaxElements;
+    if (cq.t.data != nullptr && small && in->Below(3) != 0) {
       int64_t* a = static_cast<int64_t*>(cq.t.data);
       int64_t* c = static_cast<int64_t*>(ck.t.data);
       const int64_t n = cq.shape[0];

@@ -405,29 +405,94 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     }
   }
 
-  // Backward and bfloat16: PyTorch's figures now; GroupPE's kernels are being written.
+  // Backward (FlashAttention-2's, from the forward's o and lse) and the bfloat16 forward,
+  // each GroupPE then PyTorch back to back.
   {
     std::unique_ptr<Problem> p = MakeProblem(1, h, h, s, s, d, false);
     const std::string shape = p->Shape();
     const double flops = p->Flops();
-    progress("attention backward and bfloat16 (PyTorch only)");
+    const std::string bwd_name = absl::StrFormat("attention bwd f32 %s (flops 2.5x fwd)", shape);
+    progress(bwd_name);
     measure_limits();
-    const std::string line = peer.RunOne(p->PeerCase("sdpa_backward"), reps);
-    rows.push_back([=, &peer, &peak] {
-      Row(absl::StrFormat("attention bwd f32 %s (flops 2.5x fwd)", shape), "not yet",
-          PeerCell(peer, line, 2.5 * flops, peak, "SDPA bwd"), "", "", "");
-    });
+    std::vector<float> lse(static_cast<size_t>(p->sq * p->hq)), d_o(p->q.size());
+    std::vector<float> dq(p->q.size()), dk(p->k.size()), dv(p->v.size());
+    {
+      std::mt19937_64 rng(2);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (float& x : d_o) x = normal(rng);
+    }
+    att::CpuAttentionOptions opt;
+    opt.num_threads = o.threads;
+    absl::Status st = att::CpuForward(p->args, p->q.data(), p->k.data(), p->v.data(),
+                                      p->o.data(), lse.data(), opt);
+    if (!st.ok()) return fail(st);
+    absl::StatusOr<Compared> c = BackToBack(
+        rounds,
+        [&]() -> absl::StatusOr<std::vector<double>> {
+          absl::Status status;
+          const double sec = BestSeconds(reps, [&] {
+            status.Update(att::CpuBackward(p->args, p->q.data(), p->k.data(), p->v.data(),
+                                           p->o.data(), lse.data(), d_o.data(), dq.data(),
+                                           dk.data(), dv.data(), nullptr, opt));
+          });
+          if (!status.ok()) return status;
+          return std::vector<double>{sec};
+        },
+        [&] { return peer.Run({p->PeerCase("sdpa_backward")}, reps); });
+    if (!c.ok()) return fail(c.status());
+    {
+      const double sec = c->ours[0], gflops = 2.5 * flops / sec * 1e-9;
+      const std::string line = c->peer[0];
+      rows.push_back([=, &peer, &peak] {
+        Row(bwd_name, absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
+            PeerCell(peer, line, 2.5 * flops, peak, "SDPA bwd"),
+            Ratio(JsonNumber(line, "seconds"), sec),
+            absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), "");
+      });
+    }
+
+    // bfloat16 in and out, float32 accumulation; GroupPE with the bf16 dot products
+    // (vdpbf16ps) where the CPU has them, else widened to float32.
+    const std::string bf_name = absl::StrFormat("attention fwd bf16 %s", shape);
+    progress(bf_name);
+    measure_limits();
+    std::vector<seq::BFloat16> qb(p->q.size()), kb(p->k.size()), vb(p->v.size()), ob(p->o.size());
+    for (size_t i = 0; i < qb.size(); ++i) qb[i] = seq::ToBFloat16(p->q[i]);
+    for (size_t i = 0; i < kb.size(); ++i) kb[i] = seq::ToBFloat16(p->k[i]);
+    for (size_t i = 0; i < vb.size(); ++i) vb[i] = seq::ToBFloat16(p->v[i]);
+    att::CpuAttentionOptions bopt = opt;
+    // The default (kAuto): the dot products where this CPU runs them faster than FMAs.
     const std::string bf16_case = p->PeerCase("sdpa", "bfloat16");
-    std::string bf = peer.RunOne(bf16_case, reps), note;
-    if (o.peers && bf.empty()) {
+    std::string peer_env, note;
+    if (o.peers && peer.RunOne(bf16_case, 1).empty()) {
       // oneDNN's AMX path dies with SIGILL on VMs that list AMX but do not enable it: the
       // same kernels capped at AVX-512 BF16 still use the bf16 dot-product instructions.
-      bf = peer.RunOne(bf16_case, reps, "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16");
-      if (!bf.empty()) note = " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)";
+      peer_env = "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16";
+      note = " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)";
     }
+    absl::StatusOr<Compared> cb = BackToBack(
+        rounds,
+        [&]() -> absl::StatusOr<std::vector<double>> {
+          absl::Status status = att::CpuForward(p->args, qb.data(), kb.data(), vb.data(),
+                                                ob.data(), nullptr, bopt);  // warm-up
+          const double sec = BestSeconds(reps, [&] {
+            status.Update(att::CpuForward(p->args, qb.data(), kb.data(), vb.data(), ob.data(),
+                                          nullptr, bopt));
+          });
+          if (!status.ok()) return status;
+          return std::vector<double>{sec};
+        },
+        [&] { return peer.Run({bf16_case}, reps, peer_env); });
+    if (!cb.ok()) return fail(cb.status());
+    const double sec = cb->ours[0], gflops = flops / sec * 1e-9;
+    const std::string bf = cb->peer[0];
+    const std::string how = att::CpuBf16AutoUsesDotProducts() ? "bf16 dot products"
+                            : att::CpuHasBf16DotProducts() ? "widened to f32: dot products not faster here"
+                                                           : "widened to f32: no bf16 dot products";
     rows.push_back([=, &peer, &peak] {
-      Row(absl::StrFormat("attention fwd bf16 %s", shape), "not yet",
-          PeerCell(peer, bf, flops, peak, "SDPA bf16") + note, "", "", "");
+      Row(bf_name, absl::StrFormat("%.1f ms, %.1f GFLOP/s (%s)", sec * 1e3, gflops, how),
+          PeerCell(peer, bf, flops, peak, "SDPA bf16") + note, Ratio(JsonNumber(bf, "seconds"), sec),
+          absl::StrFormat("%.0f%% of the f32 FMA peak", 100.0 * gflops / peak), "");
     });
   }
 

@@ -164,7 +164,12 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
   p.direct_v = float_inputs && p.dp == p.d;
-  p.bf16_dot = !float_inputs && opt.bf16_dot_products && cpu::HasBf16DotProduct();
+  if (!float_inputs) {
+    using A = CpuAttentionOptions::Bf16Arithmetic;
+    const bool dot = opt.bf16_arithmetic == A::kDotProducts ||
+                     (opt.bf16_arithmetic == A::kAuto && cpu::Bf16DotProductsFaster());
+    p.bf16_dot = dot && cpu::HasBf16DotProduct();
+  }
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
@@ -707,11 +712,8 @@ class Forward {
             }
           }
           cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
-          for (int64_t g = 0; g < hkv; ++g) {
-            const int64_t r0 = g * gr;
-            cpu::AccumulateTile(s + r0 * bk, bk, gr, nk, vblock + g * a_.v.head, a_.v.token, dp,
-                                w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp);
-          }
+          cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp,
+                                w.alpha.get(), w.oacc.get(), dp);
           continue;
         }
       }
@@ -1743,6 +1745,11 @@ absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
   if (args.q_transform != nullptr) bytes += table * args.num_q_tokens();
   if (args.k_transform != nullptr) bytes += table * args.num_k_tokens();
   return bytes;
+}
+
+bool CpuHasBf16DotProducts() { return cpu::HasBf16DotProduct(); }
+bool CpuBf16AutoUsesDotProducts() {
+  return cpu::HasBf16DotProduct() && cpu::Bf16DotProductsFaster();
 }
 
 std::string CpuAttentionIsa() { return cpu::KernelTargetName(); }

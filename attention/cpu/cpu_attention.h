@@ -48,14 +48,16 @@ struct CpuAttentionOptions {
   int num_threads = 0;   // 0: every hardware thread; otherwise 1 .. 1024
   int64_t block_q = 0;   // query rows per tile; 0: 96; otherwise 1 .. 4096
   int64_t block_k = 0;   // keys per tile, rounded up to a multiple of 64; 0: 128; <= 4096
-  // bfloat16 forward on CPUs with AVX512_BF16: scores and P V by bf16 dot products
-  // (vdpbf16ps; q, the rotated keys and the probabilities rounded to bf16, float
-  // accumulation). Off by default: on the Sapphire Rapids-class development machine
-  // vdpbf16ps issues at half the rate of vfmadd231ps, so its 32 multiply-adds per
-  // instruction give half the float32 tiles' throughput (kernels measured at 0.50 vs
-  // 1.00 of the float32 FMA peak); turn it on where the instruction is full rate.
-  // false: widen to float32 (also the more exact).
-  bool bf16_dot_products = false;
+  // bfloat16 forward arithmetic. kDotProducts: scores and P V by the CPU's bf16 dot
+  // products (AVX512_BF16 vdpbf16ps; q, the rotated keys and the probabilities rounded
+  // to bf16, float accumulation), where the CPU has them (else as kWiden). kWiden: rows
+  // widened to float32 and the float kernels (also the more exact). kAuto: the dot
+  // products where a one-time probe (about 0.3 ms, at the first bf16 call) finds them
+  // faster than float FMAs by 1.25x or more. Measured: AMD Zen 4 issues vdpbf16ps at the
+  // FMA's rate (twice the multiply-adds: kernels at 1.42 vs 0.81 of the float32 FMA
+  // peak); an earlier Intel development machine at half its rate (0.50 vs 1.00).
+  enum class Bf16Arithmetic { kAuto, kDotProducts, kWiden };
+  Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kAuto;
 };
 
 // o (strides args.o) and, if non-null, lse (num_q_tokens x num_q_heads row-major, natural
@@ -129,6 +131,11 @@ absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
 
 // The instruction set the kernels run with on this CPU (e.g. "AVX3" for AVX-512, "AVX2").
 std::string CpuAttentionIsa();
+
+// Whether this CPU has the bfloat16 dot-product instruction (AVX512_BF16's vdpbf16ps)
+// that CpuAttentionOptions::bf16_arithmetic uses; and whether kAuto picks it here.
+bool CpuHasBf16DotProducts();
+bool CpuBf16AutoUsesDotProducts();
 
 }  // namespace attention
 }  // namespace gpe

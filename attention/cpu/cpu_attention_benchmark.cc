@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attention/cpu/cpu_attention.h"
+#include "attention/cpu/kernels.h"
 #include "attention/descriptor.h"
 #include "benchmark/benchmark.h"
 #include "encodings/sequence/bias.h"
@@ -184,7 +185,8 @@ void BM_CpuForwardBf16(benchmark::State& state) {
   }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  opt.bf16_dot_products = dot;
+  opt.bf16_arithmetic = dot ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
+                            : CpuAttentionOptions::Bf16Arithmetic::kWiden;
   for (auto _ : state) {
     absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
     if (!st.ok()) {
@@ -256,6 +258,31 @@ void BM_CpuDecode(benchmark::State& state) {
   state.counters["frac_of_triad"] =
       benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The decode kernels alone on one thread: scores and P V of 8 kv heads x 4 query rows
+// over blocks of 32 tokens (d 128), over a KV cache of `tokens` tokens (32: the block stays
+// in L1/L2; 32768: streamed from memory). Isolates the kernels' rate from the memory's.
+void BM_DecodeKernels(benchmark::State& state) {
+  const int64_t tokens = state.range(0), hkv = 8, rows = 4, d = 128, nk = 32, bk = 128;
+  std::vector<float> k(static_cast<size_t>(tokens * hkv * d)), v(k.size());
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  std::vector<float> q(static_cast<size_t>(hkv * rows * d), 0.01f), s(static_cast<size_t>(hkv * rows * bk));
+  std::vector<float> o(static_cast<size_t>(hkv * rows * d)), alpha(static_cast<size_t>(hkv * rows), 1.0f);
+  const int which = static_cast<int>(state.range(1));
+  for (auto _ : state) {
+    for (int64_t j0 = 0; j0 < tokens; j0 += nk) {
+      if (which & 1) cpu::ScoreDecode(q.data(), d, rows, hkv, d, k.data() + j0 * hkv * d, hkv * d, d, nk, s.data(), bk);
+      if (which & 2) cpu::AccumulateDecode(s.data(), bk, rows, hkv, nk, v.data() + j0 * hkv * d, hkv * d, d, d, alpha.data(), o.data(), d);
+    }
+    benchmark::DoNotOptimize(o.data());
+  }
+  const double bytes = (((which & 1) ? 1.0 : 0.0) + ((which & 2) ? 1.0 : 0.0)) * double(k.size()) * sizeof(float);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeKernels)->ArgsProduct({{32, 4096, 32768}, {1, 2, 3}})->UseRealTime();
 
 BENCHMARK(BM_CpuDecode)
     ->ArgNames({"cache", "threads"})

@@ -306,6 +306,65 @@ TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
   }
 }
 
+TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
+  // Token-order decoding P V: every compiled instruction set (four tokens per step, four
+  // rows per register block), rows per head below/at/above 4, tokens below/at/above 4
+  // and not multiples of it, dp of one and several vectors (multiples of kVecPad), padded
+  // strides; alpha 1 (untouched rows), in (0, 1) and 0.
+  std::mt19937_64 rng(37);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  int runs = 0;
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t dp : {int64_t{16}, int64_t{48}, int64_t{128}}) {
+      for (int64_t rows : {1, 3, 4, 5, 8}) {
+        for (int64_t heads : {1, 3}) {
+          for (int64_t nk : {1, 3, 4, 5, 9, 16}) {
+            const int64_t ldh = dp + 16, ldv = heads * ldh + 8, lds = nk + 6, ldo = dp + 3;
+            std::vector<float> p(heads * rows * lds);
+            for (float& x : p) x = unit(rng);
+            std::vector<float> v = RandomF(nk * ldv, &rng);
+            std::vector<float> o = RandomF(heads * rows * ldo, &rng);
+            std::vector<float> alpha(heads * rows);
+            for (size_t i = 0; i < alpha.size(); ++i) {
+              alpha[i] = i % 3 == 0 ? 1.0f : (i % 3 == 1 ? unit(rng) : 0.0f);
+            }
+            const std::vector<float> o0 = o;
+            cpu::AccumulateDecode(p.data(), lds, rows, heads, nk, v.data(), ldv, ldh, dp,
+                                  alpha.data(), o.data(), ldo);
+            for (int64_t g = 0; g < heads; ++g) {
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t row = g * rows + r;
+                for (int64_t c = 0; c < ldo; ++c) {
+                  if (c >= dp) {
+                    ASSERT_EQ(o[row * ldo + c], o0[row * ldo + c]) << "column past dp written";
+                    continue;
+                  }
+                  double want = double(alpha[row]) * o0[row * ldo + c];
+                  double mass = std::abs(want);
+                  for (int64_t j = 0; j < nk; ++j) {
+                    const double t = double(p[row * lds + j]) * v[j * ldv + g * ldh + c];
+                    want += t;
+                    mass += std::abs(t);
+                  }
+                  // Float sums of nk + 1 terms in any order: error <= (nk + 1) eps mass.
+                  ASSERT_NEAR(o[row * ldo + c], want, 1.2e-7 * (nk + 2) * mass + 1e-30)
+                      << hwy::TargetName(target) << " dp " << dp << " rows " << rows
+                      << " heads " << heads << " nk " << nk << " g " << g << " r " << r
+                      << " c " << c;
+                }
+              }
+            }
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GT(runs, 0);
+}
+
 TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
   // Token-order decoding scores: every compiled instruction set (the AVX-512 path scores
   // four rows against four keys at once), rows per head below/at/above 4, keys below/at/
@@ -1398,7 +1457,7 @@ TEST(CpuAttentionBf16, ForwardAndBackwardRoundOnceFromFloatArithmetic) {
   CpuAttentionOptions opt;
   opt.block_q = 16;
   opt.block_k = 64;
-  opt.bf16_dot_products = false;  // the widening path: float arithmetic throughout
+  opt.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kWiden;  // the widening path: float arithmetic throughout
   std::vector<BFloat16> o(n);
   std::vector<float> lse(45 * 4), of(n), lsef(45 * 4);
   ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
@@ -1502,7 +1561,7 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
     CpuAttentionOptions opt;
     opt.block_q = 16;
     opt.block_k = 64;
-    opt.bf16_dot_products = true;
+    opt.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kDotProducts;
     ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt).ok());
     ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), od.data()).ok());
     double err = 0;
@@ -1510,6 +1569,42 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
     EXPECT_LT(err, 2e-2) << (causal ? "causal" : "");
     EXPECT_GT(err, 0.0);  // (bf16 outputs cannot equal a double reference everywhere)
   }
+}
+
+TEST(CpuAttentionBf16, AutoPicksOneOfTheTwoPathsByTheProbe) {
+  // kAuto gives bit for bit the output of the path the probe chose: the dot products
+  // where CpuBf16AutoUsesDotProducts(), else the widening path. The probe's ratio is 0
+  // without the instruction, else positive and finite (a throughput ratio of about 1 or 2
+  // on known CPUs; anything in (0.25, 8) is a sane timing).
+  using encodings::sequence::BFloat16;
+  const double speedup = cpu::Bf16DotProductSpeedup();
+  if (!CpuHasBf16DotProducts()) {
+    EXPECT_EQ(speedup, 0.0);
+    EXPECT_FALSE(CpuBf16AutoUsesDotProducts());
+  } else {
+    EXPECT_GT(speedup, 0.25);
+    EXPECT_LT(speedup, 8.0);
+  }
+  AttentionArgs a = Bshd(1, 70, 70, 2, 2, 32);
+  std::mt19937_64 rng(77);
+  const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  std::vector<BFloat16> q(n), k(nk), v(nk);
+  for (auto* t : {&q, &k, &v}) {
+    const std::vector<float> f = RandomF(t->size(), &rng);
+    for (size_t i = 0; i < t->size(); ++i) (*t)[i] = BFloat16{Bf(f[i])};
+  }
+  auto run = [&](CpuAttentionOptions::Bf16Arithmetic how) {
+    CpuAttentionOptions opt;
+    opt.bf16_arithmetic = how;
+    std::vector<BFloat16> o(n);
+    EXPECT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt).ok());
+    std::vector<uint16_t> bits(n);
+    for (size_t i = 0; i < n; ++i) bits[i] = o[i].bits;
+    return bits;
+  };
+  using A = CpuAttentionOptions::Bf16Arithmetic;
+  const std::vector<uint16_t> automatic = run(A::kAuto);
+  EXPECT_EQ(automatic, run(CpuBf16AutoUsesDotProducts() ? A::kDotProducts : A::kWiden));
 }
 
 // A zero bias whose every tile first runs a whole attention call of its own: a call made

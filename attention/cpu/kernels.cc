@@ -576,6 +576,89 @@ void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, co
   AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
 }
 
+// Decoding's P V in token order (see AccumulateDecode in kernels.h). Four tokens per
+// step: their probabilities for MR rows of one kv head sit in registers (4 MR
+// broadcasts), and every output vector takes four FMAs per load and store. The value
+// rows of the four tokens are read head after head, i.e. four contiguous streams
+// (one per token's row of kv heads) that the hardware prefetchers follow.
+template <int MR>
+HWY_INLINE void AccDecodeStep(const float* HWY_RESTRICT p, int64_t lds,
+                              const float* HWY_RESTRICT v, int64_t ldv, int64_t dp,
+                              float* HWY_RESTRICT o, int64_t ldo) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF pb[MR][4];
+  HWY_UNROLL(16)
+  for (int r = 0; r < MR; ++r) {
+    HWY_UNROLL(4)
+    for (int t = 0; t < 4; ++t) pb[r][t] = hn::Set(df, p[r * lds + t]);
+  }
+  for (int64_t c = 0; c < dp; c += N) {
+    const VF v0 = hn::LoadU(df, v + c), v1 = hn::LoadU(df, v + ldv + c);
+    const VF v2 = hn::LoadU(df, v + 2 * ldv + c), v3 = hn::LoadU(df, v + 3 * ldv + c);
+    HWY_UNROLL(16)
+    for (int r = 0; r < MR; ++r) {
+      float* orow = o + r * ldo + c;
+      VF acc = hn::MulAdd(pb[r][0], v0, hn::LoadU(df, orow));
+      acc = hn::MulAdd(pb[r][1], v1, acc);
+      acc = hn::MulAdd(pb[r][2], v2, acc);
+      acc = hn::MulAdd(pb[r][3], v3, acc);
+      hn::StoreU(acc, df, orow);
+    }
+  }
+}
+
+void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                          const float* v, int64_t ldv, int64_t ldh, int64_t dp,
+                          const float* alpha, float* o, int64_t ldo) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t i = 0; i < heads * rows; ++i) {
+    if (alpha[i] == 1.0f) continue;  // lazy rescaling leaves most rows alone
+    const VF a = hn::Set(df, alpha[i]);
+    float* orow = o + i * ldo;
+    for (int64_t c = 0; c < dp; c += N) hn::StoreU(hn::Mul(a, hn::LoadU(df, orow + c)), df, orow + c);
+  }
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) {
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* vg = v + j * ldv + g * ldh;
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) {
+        const int64_t row = g * rows + r;
+        AccDecodeStep<4>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
+      }
+      const int64_t row = g * rows + r;
+      switch (rows - r) {
+        case 1:
+          AccDecodeStep<1>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
+          break;
+        case 2:
+          AccDecodeStep<2>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
+          break;
+        case 3:
+          AccDecodeStep<3>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  for (; j < nk; ++j) {  // the last nk % 4 tokens, one at a time
+    for (int64_t g = 0; g < heads; ++g) {
+      const float* vr = v + j * ldv + g * ldh;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = g * rows + r;
+        const VF pj = hn::Set(df, p[row * lds + j]);
+        float* orow = o + row * ldo;
+        for (int64_t c = 0; c < dp; c += N) {
+          hn::StoreU(hn::MulAdd(pj, hn::LoadU(df, vr + c), hn::LoadU(df, orow + c)), df, orow + c);
+        }
+      }
+    }
+  }
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -598,6 +681,7 @@ HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(AccumulateTileTImpl);
+HWY_EXPORT(AccumulateDecodeImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 
@@ -630,6 +714,12 @@ void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const f
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileTImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                      const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,
+                      float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateDecodeImpl)(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o,
+                                             ldo);
 }
 void Exp2InPlace(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Exp2InPlaceImpl)(x, n); }
 const char* KernelTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

@@ -45,6 +45,16 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
                  const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds);
 
+// Decoding's P V for `heads` kv heads at once, values read in token order:
+// o[(g * rows + r) * ldo + c] <- alpha[g * rows + r] * o[(g * rows + r) * ldo + c]
+//     + sum_{j < nk} p[(g * rows + r) * lds + j] * v[j * ldv + g * ldh + c]
+// for g < heads, r < rows, c < dp (dp a multiple of the vector width). In a KV cache the
+// kv heads of a token are adjacent (ldh = d), so the value rows are read as a few
+// contiguous streams rather than one page-strided row per token and head.
+void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                      const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,
+                      float* o, int64_t ldo);
+
 // Partial row sums of the softmax denominator are kept as kSumLanes floats per row
 // (their sum is the row's sum), so that no tile needs a horizontal addition.
 inline constexpr int64_t kSumLanes = 16;

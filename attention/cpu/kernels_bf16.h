@@ -21,6 +21,12 @@ namespace cpu {
 
 // True when the CPU (and OS) run AVX512F/BW/VL with AVX512_BF16.
 bool HasBf16DotProduct();
+// Multiply-adds per second of vdpbf16ps over those of vfmadd231ps on this core (2 where
+// the dot product issues at the FMA's rate, e.g. AMD Zen 4; 1 where at half the rate),
+// from two short register-only loops timed now; 0 without the instruction.
+double Bf16DotProductSpeedup();
+// Bf16DotProductSpeedup() > 1.25, measured once per process and cached.
+bool Bf16DotProductsFaster();
 
 // nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels.
 void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,

@@ -12,6 +12,8 @@
 
 #include <cmath>
 
+#include "encodings/sequence/cuda/reduced_angle.cuh"
+
 namespace gpe::attention::cuda {
 namespace {
 
@@ -32,17 +34,8 @@ __device__ __forceinline__ void Store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void Store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 __device__ __forceinline__ void Store(__half* p, float v) { *p = __float2half_rn(v); }
 
-// p * theta reduced to [-pi, pi] in double (exact product via fma, two-part 2 pi), as
-// encodings/sequence/cuda/rope_kernels.cu does.
-__device__ __forceinline__ float ReducedAngle(int64_t p, double theta) {
-  const double pd = static_cast<double>(p);
-  const double a = pd * theta;
-  const double err = fma(pd, theta, -a);
-  const double k = rint(a * 0.15915494309189534561);
-  double r = fma(-k, 6.283185307179586232, a);
-  r = fma(-k, 2.4492935982947063945e-16, r);
-  return static_cast<float>(r + err);
-}
+// ReducedAngle: encodings/sequence/cuda/reduced_angle.cuh.
+using ::gpe::encodings::sequence::cuda::ReducedAngle;
 
 // Rotates the rope_dim leading features of `rows` rows of stride `ld` (shared memory)
 // at positions pos(row), threads [t0, t0 + nt) of the block sharing the work.

@@ -4,6 +4,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "encodings/sequence/cuda/reduced_angle.cuh"
+
 namespace gpe::encodings::sequence::cuda {
 namespace {
 
@@ -35,21 +37,8 @@ __device__ __forceinline__ void Store<__nv_bfloat16>(__nv_bfloat16* p, float v) 
 template <>
 __device__ __forceinline__ void Store<__half>(__half* p, float v) { *p = __float2half_rn(v); }
 
-// a = p * theta reduced to [-pi, pi]: the double product, its exact error by fma, and a
-// two-part 2 pi (hi: the double nearest 2 pi; lo: the remainder) so that a - k 2 pi keeps
-// the product's accuracy for |p| up to 2^31 and beyond.
-__device__ __forceinline__ float ReducedAngle(int64_t p, double theta) {
-  const double pd = static_cast<double>(p);
-  const double a = pd * theta;
-  const double err = fma(pd, theta, -a);  // pd * theta = a + err exactly
-  constexpr double kTwoPiHi = 6.283185307179586232;
-  constexpr double kTwoPiLo = 2.4492935982947063945e-16;
-  constexpr double kInvTwoPi = 0.15915494309189534561;
-  const double k = rint(a * kInvTwoPi);
-  double r = fma(-k, kTwoPiHi, a);
-  r = fma(-k, kTwoPiLo, r);
-  return static_cast<float>(r + err);
-}
+// ReducedAngle: encodings/sequence/cuda/reduced_angle.cuh.
+using ::gpe::encodings::sequence::cuda::ReducedAngle;
 
 // One block per token (grid-stride): the token's cos and sin per plane go to shared
 // memory once, then every head of q and k is rotated with them.

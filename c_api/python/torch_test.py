@@ -483,8 +483,9 @@ class TorchAttentionTest(unittest.TestCase):
         grid = gpe.AlgebraicGrid(list(grid_skews))
         axes = r.integers(0, 5, size=(s, 2))
 
-        def per_head(apply):
-            return lambda x: torch.stack([torch.as_tensor(apply(x[:, i].detach().numpy()))
+        def per_head(apply):  # x [tokens, heads, d]: each head's rows through `apply`
+            rows = lambda x, i: x[:, i].detach().contiguous().numpy()
+            return lambda x: torch.stack([torch.as_tensor(apply(rows(x, i)))
                                           for i in range(x.shape[1])], 1)
 
         return [

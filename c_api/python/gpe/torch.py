@@ -464,8 +464,9 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
                         grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
                         tuple(param_grads))
+    grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
     return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
-                            for g in out[3:]]
+                            for g in grads]
 
 
 @_backward_params_op.register_fake

@@ -64,8 +64,9 @@ class _Op:
     """One encoding as gpe::<name> (forward) and gpe::<name>_backward (the gradients of the
     inputs listed in `diff`, in that order), with fake implementations and autograd."""
 
-    def __init__(self, name, args, forward, fake, backward=None, diff=()):
+    def __init__(self, name, args, forward, fake, backward=None, diff=(), keys=()):
         self.forward, self.backward, self.diff = forward, backward, tuple(diff)
+        self.keys = tuple(keys)  # arguments that are gpe.torch._register keys
         sig = ", ".join("%s %s" % (t, n) for n, t in args)
         self.op = torch.library.custom_op("gpe::" + name, forward, mutates_args=(),
                                           device_types="cpu", schema="(%s) -> Tensor" % sig)
@@ -88,6 +89,12 @@ class _Op:
 
     def _setup(self, ctx, inputs, output):
         ctx.inputs = inputs
+        self.hold(ctx, inputs)
+
+    def hold(self, ctx, inputs):
+        """Keeps the registered objects of a call alive until its backward (their keys
+        alone would dangle once a caller's temporary object is gone)."""
+        ctx.objects = [_gt._ENCODINGS.get(inputs[i]) for i in self.keys]
 
     def _answer(self, needs, inputs, grads):
         out = [None] * len(inputs)
@@ -112,6 +119,7 @@ class _EagerOp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op, *args):
         ctx.op, ctx.inputs = op, args
+        op.hold(ctx, args)
         return op.forward(*args)
 
     @staticmethod
@@ -331,7 +339,7 @@ _BIAS_TILE = _Op(
     lambda a, b, qp, kp, key, heads: qp.new_empty((heads, qp.shape[0], kp.shape[0]),
                                                   dtype=torch.float64),
     _tile_grad,
-    diff=(0, 1))
+    diff=(0, 1), keys=(4,))
 
 
 def bias_tile(bias, q_positions, k_positions):

@@ -447,6 +447,26 @@ class TorchAttentionTest(unittest.TestCase):
         self.assertEqual(m.grad.dtype, torch.float64)
         self.assertIsNotNone(q.grad)
 
+    def test_learnable_registration_and_compile(self):
+        # gpe::attention_forward with a learnable bias tensor passes opcheck (its autograd
+        # goes through gpe::attention_backward_with_parameters, traced with fake tensors),
+        # and a module built outside torch.compile gives the eager outputs and gradients
+        # bitwise (aot_eager: the same library calls).
+        q, k, v = self.rand(1, 5, 2, 4), self.rand(1, 5, 2, 4), self.rand(1, 5, 2, 4)
+        table = torch.nn.Parameter(torch.randn(8, 2, dtype=torch.float64))
+        t5 = gt.T5Bias(table, max_distance=6)
+        args = (q, k, v, None, None, None, None, False, 0.0, 0, 10000.0, "half", "", 0,
+                gt._register(t5), 1, 0, table)
+        torch.library.opcheck(torch.ops.gpe.attention_forward.default, args)
+        f = torch.compile(lambda q, k, v: gt.attention(q, k, v, bias=t5), backend="aot_eager",
+                          fullgraph=True)
+        o = f(q, k, v)
+        want = gt.attention(q, k, v, bias=t5)
+        self.assertTrue(torch.equal(o, want))
+        for a, b in zip(torch.autograd.grad(o.sum(), (q, table)),
+                        torch.autograd.grad(want.sum(), (q, table))):
+            self.assertTrue(torch.equal(a, b))
+
     # ---- GRAPE-A and structured positions (trees, grids) --------------------------------
 
     def test_grape_a_equals_alibi_and_gradcheck(self):

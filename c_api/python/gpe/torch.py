@@ -29,7 +29,8 @@ gate logits computed from the tokens). They are torch.nn.Modules (a Parameter gi
 one is registered), rebuilt into the library's handle from the tensors' current values
 at every call, and their tensors receive gradients through
 gpe_attention_backward_with_parameters (accumulated inside the backward kernels, float64,
-cast to each tensor's dtype).
+cast to each tensor's dtype). Under torch.compile, build them outside the compiled
+function (as modules usually are) and pass them in.
 
 Structured positions and Shaw labels take gpe.attention's keyword arguments (rope_axes,
 rope_sections, rope_sections_interleaved, q_axes, k_axes, q_tree, k_tree,

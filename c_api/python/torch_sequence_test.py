@@ -83,7 +83,8 @@ class SequenceOperatorTest(unittest.TestCase):
         a = leaf(skew(self.rng, d))
         s = a - a.T
         y = gt.algebraic_sequence(x, pos, s)
-        want = torch.einsum("nij,nj->ni", torch.linalg.matrix_exp(pos.double()[:, None, None] * s), x)
+        powers = torch.linalg.matrix_exp(pos.double()[:, None, None] * s)
+        want = torch.einsum("nij,nj->ni", powers, x)
         torch.testing.assert_close(y, want, atol=ATOL, rtol=0)
         self.assert_gradcheck(lambda x, a: gt.algebraic_sequence(x, pos, a - a.T), x, a)
 
@@ -122,7 +123,8 @@ class SequenceOperatorTest(unittest.TestCase):
         x = leaf(self.rng.standard_normal((n, d)))
         pos = torch.tensor([0, 1, 6, 7, -3])
         mult = [1, 3]
-        ang = 2 * math.pi * torch.tensor(mult, dtype=torch.float64)[None] * pos.double()[:, None] / period
+        ang = (2 * math.pi * torch.tensor(mult, dtype=torch.float64)[None]
+               * pos.double()[:, None] / period)
         x1, x2 = x[:, 0::2], x[:, 1::2]
         want = torch.stack([x1 * ang.cos() - x2 * ang.sin(), x1 * ang.sin() + x2 * ang.cos()],
                            -1).flatten(1)

@@ -102,27 +102,16 @@ def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_k
     if fox:
         cp_kw["fox_gate_logits"] = logits[pos]
     o = cp.attention(*mine, pos, **cp_kw)
-    backward = not (method == "ring" and dtype == torch.float64)
-    if backward:
-        grads = torch.autograd.grad((o * cp.shard(w, world, rank)).sum(), mine)
+    grads = torch.autograd.grad((o * cp.shard(w, world, rank)).sum(), mine)
     where = "%s / %s / L=%d / %s / rank %d of %d" % (method, name, seq_len, dtype, rank, world)
     atol_o, atol_g = {torch.float64: (ATOL_F64, ATOL_F64),
                       torch.bfloat16: (ATOL_BF16_O, ATOL_BF16_GRAD)}.get(dtype,
                                                                         (ATOL_O, ATOL_GRAD))
     torch.testing.assert_close(o, cp.shard(o_ref, world, rank).detach(), atol=atol_o, rtol=0,
                                msg=lambda m: "output, %s: %s" % (where, m))
-    if backward:
-        for label, got, want in zip("qkv", grads, grads_ref):
-            torch.testing.assert_close(got, cp.shard(want, world, rank), atol=atol_g, rtol=0,
-                                       msg=lambda m: "d%s, %s: %s" % (label, where, m))
-    else:
-        # The ring refuses float64 gradients with a reason (see gpe.context_parallel).
-        try:
-            torch.autograd.grad(o.sum(), mine)
-        except NotImplementedError as e:
-            assert "float64" in str(e), str(e)
-        else:
-            raise AssertionError("ring float64 backward should refuse: " + where)
+    for label, got, want in zip("qkv", grads, grads_ref):
+        torch.testing.assert_close(got, cp.shard(want, world, rank), atol=atol_g, rtol=0,
+                                   msg=lambda m: "d%s, %s: %s" % (label, where, m))
     return 1
 
 
@@ -148,6 +137,21 @@ def _worker(rank, world, port, methods):
             # float64: the FoX prefix scan and the positions are exact, not just close.
             count += _run_case(rank, world, method, "fox float64", 9, dict(causal=True),
                                True, torch.float64, 1, heads_kv)
+        # float64 through the ring's phantom-key backward (gpe.context_parallel
+        # _ring_block_grads_f64) with each bias and encoding path it treats differently:
+        # RoPE in the kernel with ALiBi (bias at the phantom subtracted), symmetric ALiBi
+        # without a mask, GRAPE-M applied outside the kernel with T5; odd lengths, and 3
+        # tokens on 4 ranks (empty shards).
+        if "ring" in methods:
+            for name, lengths, kw in (
+                    ("rope + alibi causal float64", (11, 3),
+                     dict(causal=True, rope_dim=4, alibi="causal")),
+                    ("alibi symmetric float64", (7,), dict(alibi="symmetric")),
+                    ("grape_m + t5 causal float64", (9,),
+                     dict(causal=True, encoding="grape_m", bias="t5"))):
+                for seq_len in lengths:
+                    count += _run_case(rank, world, "ring", name, seq_len, kw, False,
+                                       torch.float64, 2, heads_kv)
         # Clear refusals.
         x = torch.zeros(1, 2, 4, 8)
         pos = torch.arange(2) + 2 * rank

@@ -377,6 +377,161 @@ class TorchAttentionTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             gt.rope(x, "rope")
 
+    # ---- Learnable parameters (gpe_attention_backward_with_parameters) ---------------
+
+    def learnable_cases(self, s, h, d):
+        """(name, make(params) -> attention kwargs, params, causal) for every learnable
+        family; params are float64 leaves with requires_grad."""
+        r = self.rng
+        leaf = lambda x: torch.tensor(x, dtype=torch.float64, requires_grad=True)
+        rot = lambda: r.standard_normal((2, d))
+        return [
+            ("alibi slopes", lambda m: dict(bias=gt.AlibiBias(m)), [leaf([0.5, 0.125])], True),
+            ("alibi symmetric slopes", lambda m: dict(bias=gt.AlibiBias(m, symmetric=True)),
+             [leaf([0.3, 0.7])], False),
+            ("t5 table", lambda t: dict(bias=gt.T5Bias(t, max_distance=6)),
+             [leaf(r.standard_normal((8, h)))], False),
+            ("fox gate logits", lambda x: dict(bias=gt.FoxBias(x)),
+             [leaf(r.standard_normal((s, h)) + 1.0)], True),
+            ("grape_a slopes", lambda m: dict(bias=gt.GrapeABias(slopes=m)),
+             [leaf([0.25, 0.6])], True),
+            ("grape_a gated", lambda x: dict(bias=gt.GrapeABias(gate_logits=x)),
+             [leaf(r.standard_normal((s, h)) + 1.0)], True),
+            ("grape_ap w u", lambda w, u: dict(bias=gt.GrapeApBias(w, u)),
+             [leaf(r.standard_normal((s, h, 2)) * 0.7), leaf(r.standard_normal((s, h, 2)) * 0.7)],
+             True),
+            ("grape_m a b omega", lambda a, b, w: dict(encoding=gt.GrapeMEncoding(a, b, w)),
+             [leaf(rot()), leaf(rot()), leaf([0.3, -0.7])], False),
+            ("shaw tables", lambda tk, tv: dict(shaw_max_distance=2, shaw_key_table=tk,
+                                                shaw_value_table=tv),
+             [leaf(r.standard_normal((5, d))), leaf(r.standard_normal((5, d)))], True),
+        ]
+
+    def test_gradcheck_float64_learnable_parameters(self):
+        # Every learnable family's parameters get dL/dparameters from the library's backward
+        # (accumulated inside the kernels), checked by gradcheck in double against central
+        # differences (eps 1e-6: truncation ~1e-12 on these smooth O(1) maps, inside atol
+        # 1e-5 / rtol 1e-3, while a missing or wrong term is O(0.1)), jointly with q (the
+        # full Jacobian: 5 x 2 x 4 outputs).
+        s, h, d = 5, 2, 4
+        for name, make, params, causal in self.learnable_cases(s, h, d):
+            q, k, v = self.rand(1, s, h, d), self.rand(1, s, h, d), self.rand(1, s, h, d)
+            with self.subTest(name):
+                fn = lambda q, *p: gt.attention(q, k, v, causal=causal, **make(*p))
+                self.assertTrue(torch.autograd.gradcheck(fn, (q, *params)))
+                # Every parameter receives a gradient (none is silently dropped).
+                fn(q, *params).sum().backward()
+                for p in params:
+                    self.assertIsNotNone(p.grad)
+                    self.assertGreater(float(p.grad.abs().sum()), 0.0)
+
+    def test_learnable_matches_fixed_objects(self):
+        # The learnable forms build the same library handles as the fixed gpe objects: equal
+        # outputs bitwise in float32 (one kernel, one set of parameters), and float32 inputs
+        # with float64 parameters give float64 parameter gradients.
+        s, h, d = 6, 2, 8
+        table = self.rng.standard_normal((8, h))
+        logits = self.rng.standard_normal((s, h))
+        q, k, v = (torch.randn(1, s, h, d) for _ in range(3))
+        pairs = [(gt.T5Bias(torch.as_tensor(table)), gpe.T5Bias(table)),
+                 (gt.FoxBias(torch.as_tensor(logits)), gpe.FoxBias(logits)),
+                 (gt.AlibiBias.press(h), gpe.Alibi(h))]
+        for mine, fixed in pairs:
+            with self.subTest(fixed.kind):
+                self.assertTrue(torch.equal(gt.attention(q, k, v, causal=True, bias=mine),
+                                            gt.attention(q, k, v, causal=True, bias=fixed)))
+        m = torch.nn.Parameter(torch.tensor([0.5, 0.25], dtype=torch.float64))
+        bias = gt.AlibiBias(m)
+        self.assertEqual([n for n, _ in bias.named_parameters()], ["slopes"])
+        gt.attention(q.requires_grad_(), k, v, causal=True, bias=bias).sum().backward()
+        self.assertEqual(m.grad.dtype, torch.float64)
+        self.assertIsNotNone(q.grad)
+
+    def test_learnable_registration_and_compile(self):
+        # gpe::attention_forward with a learnable bias tensor passes opcheck (its autograd
+        # goes through gpe::attention_backward_with_parameters, traced with fake tensors),
+        # and a module built outside torch.compile gives the eager outputs and gradients
+        # bitwise (aot_eager: the same library calls).
+        q, k, v = self.rand(1, 5, 2, 4), self.rand(1, 5, 2, 4), self.rand(1, 5, 2, 4)
+        table = torch.nn.Parameter(torch.randn(8, 2, dtype=torch.float64))
+        t5 = gt.T5Bias(table, max_distance=6)
+        args = (q, k, v, None, None, None, None, False, 0.0, 0, 10000.0, "half", "", 0,
+                gt._register(t5), 1, 0, table)
+        torch.library.opcheck(torch.ops.gpe.attention_forward.default, args)
+        f = torch.compile(lambda q, k, v: gt.attention(q, k, v, bias=t5), backend="aot_eager",
+                          fullgraph=True)
+        o = f(q, k, v)
+        want = gt.attention(q, k, v, bias=t5)
+        self.assertTrue(torch.equal(o, want))
+        for a, b in zip(torch.autograd.grad(o.sum(), (q, table)),
+                        torch.autograd.grad(want.sum(), (q, table))):
+            self.assertTrue(torch.equal(a, b))
+
+    # ---- GRAPE-A and structured positions (trees, grids) --------------------------------
+
+    def test_grape_a_equals_alibi_and_gradcheck(self):
+        # GRAPE-A's score term is ALiBi's causal -m (i - j) (GRAPE, "Additive GRAPE"): both
+        # paths (closed form and lifted rows) match gt.attention with ALiBi of the same
+        # slopes to 1e-10 in double (one bias value per score, computed two ways), and
+        # gradcheck (double, as above) passes for q, k, v through each path.
+        s, h, d = 6, 2, 8
+        slopes = np.array([0.5, 0.125])
+        q, k, v = self.rand(1, s, h, d), self.rand(1, s, h, d), self.rand(1, s, h, d)
+        want = gt.attention(q, k, v, causal=True, bias=gpe.Alibi(h, slopes=slopes))
+        for path in ("closed_form", "lifted"):
+            ga = gpe.GrapeABias(num_heads=h, head_dim=d, slopes=slopes, path=path)
+            with self.subTest(path):
+                torch.testing.assert_close(gt.attention(q, k, v, causal=True, bias=ga), want,
+                                           atol=1e-10, rtol=0)
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda q, k, v: gt.attention(q, k, v, causal=True, bias=ga), (q, k, v),
+                    fast_mode=True))
+        gated = gpe.GrapeABias(head_dim=d, gate_logits=self.rng.standard_normal((s, h)))
+        self.assertTrue(torch.autograd.gradcheck(
+            lambda q, k, v: gt.attention(q, k, v, causal=True, bias=gated), (q, k, v),
+            fast_mode=True))
+
+    def structured_cases(self, s, d):
+        """(name, attention kwargs, transform(x [s, h, d], role) -> encoded x) for algebraic
+        trees and grids (Kogkalidis et al., secs. 3.2-3.3) and axial RoPE."""
+        r = self.rng
+        skew = lambda m: (lambda a: (a - a.T) * 0.4)(r.standard_normal((m, m)))
+        tree_skews = np.stack([skew(d), skew(d)])
+        tree = gpe.AlgebraicTree(tree_skews)
+        addresses = [[], [0], [1], [0, 1], [1, 1, 0], [0, 0]][:s]
+        grid_skews = np.stack([skew(d // 2), skew(d // 2)])
+        grid = gpe.AlgebraicGrid(list(grid_skews))
+        axes = r.integers(0, 5, size=(s, 2))
+
+        def per_head(apply):  # x [tokens, heads, d]: each head's rows through `apply`
+            rows = lambda x, i: x[:, i].detach().contiguous().numpy()
+            return lambda x: torch.stack([torch.as_tensor(apply(rows(x, i)))
+                                          for i in range(x.shape[1])], 1)
+
+        return [
+            ("algebraic tree", dict(algebraic_tree=tree_skews, q_tree=addresses,
+                                    k_tree=addresses),
+             per_head(lambda x: tree.apply(addresses, x))),
+            ("algebraic grid", dict(algebraic_grid=grid_skews, q_axes=axes, k_axes=axes),
+             per_head(lambda x: grid.apply(axes, x))),
+        ]
+
+    def test_structured_positions_tree_grid(self):
+        # Trees and grids inside the kernel equal the encoding applied outside by gpe's
+        # AlgebraicTree / AlgebraicGrid (a separate code path) followed by plain attention:
+        # 1e-10 in double (products of a few d x d orthogonal matrices, ~1e-15). gradcheck
+        # in double (as above) for q, k, v through each structured encoding, causal (the
+        # tokens' order still comes from q_positions / k_positions).
+        s, h, d = 6, 2, 4
+        for name, kw, enc in self.structured_cases(s, d):
+            q, k, v = self.rand(1, s, h, d), self.rand(1, s, h, d), self.rand(1, s, h, d)
+            with self.subTest(name):
+                o = gt.attention(q, k, v, causal=True, **kw)
+                want = gt.attention(enc(q[0])[None], enc(k[0])[None], v, causal=True)
+                torch.testing.assert_close(o, want, atol=1e-10, rtol=0)
+                self.assertTrue(torch.autograd.gradcheck(
+                    lambda q, k, v: gt.attention(q, k, v, causal=True, **kw), (q, k, v)))
+
     def test_bad_input_raises(self):
         q = torch.randn(1, 4, 3, 8)
         k = torch.randn(1, 4, 2, 8)

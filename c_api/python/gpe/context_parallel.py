@@ -42,13 +42,15 @@ carrying the gap's total (sigmoid(x) = exp(G)) and +1e4 (ln sigmoid = 0 exactly 
 double) elsewhere: exact, at the cost of span x heads float64 of gate table per block.
 Refused: GRAPE-AP (psi(i, l) depends on the query, so its bias is a running sum over every
 key between j and i, not a difference of prefix sums) and a FoxBias object (pass the
-logits instead). Encoding and bias parameters, FoX gates included, get no gradient
-(gpe_attention_backward returns dq, dk, dv only).
+logits instead). Encoding and bias parameters, FoX gates included, get no gradient here
+(gpe.torch's learnable biases and GRAPE-M are for unsharded attention; routing their
+gradients across ranks is not done).
 
-dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference) except the
-ring backward: the float64 backward of the C ABI recomputes o and lse per call instead of
-reading the global ones, so method="ring" refuses float64 gradients (use "all_gather" or
-"ulysses" for float64).
+dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference). The float64
+reference's backward recomputes o and lse from the keys it is given instead of reading
+the global ones, so the float64 ring backward gives it each block's keys plus one
+phantom key standing for the rest of the ring (two extra features carry its score and
+value; see _ring_block_grads_f64): exact, with no change to the C ABI.
 
 The same code runs on the gloo backend (CPU tensors, as GroupPE's kernels here) and
 takes whichever backend the process group has.
@@ -322,6 +324,96 @@ def _block_bias(cfg, q_pos, q_fox, k_pos, k_fox):
     return None if q_fox is None else _fox_block_bias(q_pos, q_fox, k_pos, k_fox)
 
 
+# ---- float64 ring backward: one phantom key for the rest of the ring ------------------
+
+# A score whose exponential is exactly 0 against any finite lse (a phantom that stands
+# for no keys): finite, so 0 * it stays 0 in the kernels' dot products.
+_NO_MASS = -1e30
+
+
+def _encode_rows(enc, x, pos, transpose=False):
+    """T(p) x (or T(p)^T x) for a gpe.GrapeM / gpe.AlgebraicSequence on x [b, s, h, d]
+    (every head of token t at pos[t]): the float64 ring backward applies the encoding
+    outside the kernel, which then sees head_dim + 2 features."""
+    b, s, h, d = x.shape
+    p = pos[None, :, None].expand(b, s, h).reshape(-1).numpy()
+    rows = x.detach().reshape(-1, d).contiguous().numpy()
+    out = enc.backward(p, rows, rows)[0] if transpose else enc.apply(p, rows)
+    return torch.from_numpy(np.ascontiguousarray(out)).view(b, s, h, d)
+
+
+def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias):
+    """This block's exact share of dq, dk, dv in float64 (Liu et al.'s ring backward).
+
+    The share is P_ij (dO_i . v_j - D_i) with P normalised by the GLOBAL lse and D_i =
+    dO_i . o_i from the GLOBAL o (flash-attention's backward), but the float64 reference
+    recomputes o and lse from the keys it is given. So it is given this block's keys plus
+    one phantom key that carries the mass of every other block: with the block's own
+    lse_b (a forward call) and alpha_i = exp(lse_b,i - lse_i), the phantom's score is
+    ln(1 - alpha_i) + lse_i (the other blocks' log-sum-exp), so the recomputed lse is the
+    global one and P over the block's keys is the global P. Two features are appended:
+    feature A carries the phantom's score (q_A = (score - bias at the phantom) / scale,
+    k_A = 1 on the phantom, 0 on real keys); feature B carries its value (v_B = 1 on the
+    phantom), and dO_B = dO . o_rest = (D - alpha dO . o_b) / (1 - alpha), so the
+    recomputed D equals the global D. Real keys have A = B = 0 and the phantom has no
+    real features, so dq, dk, dv over the real features are exactly the block's share.
+    RoPE (on the first rope_dim features) stays in the kernel; GRAPE-M / algebraic
+    encodings act on all head_dim features and are applied outside (T q, T k in; T^T dq,
+    T^T dk out)."""
+    from gpe.bias import Alibi
+    gt = cfg.gt
+    batch, s_q, heads, d = q.shape
+    n, heads_kv = kb.shape[1], kb.shape[2]
+    scale = cfg.scale or 1.0 / math.sqrt(d)
+    enc = cfg.encoding
+    if enc is not None:
+        q, kb = _encode_rows(enc, q, pos), _encode_rows(enc, kb, pb)
+    if bias is None and cfg.alibi:
+        bias = Alibi(heads, symmetric=cfg.alibi == "symmetric")
+    elif bias is None:
+        bias = cfg.bias
+    p_star = min(int(pos.min()), int(pb.min()))  # allowed for every query under causal
+    pk = torch.cat([torch.tensor([p_star]), pb])
+
+    def args(k_pos):
+        return (pos.repeat(batch), k_pos.repeat(batch), None, None, cfg.causal, scale,
+                cfg.rope_dim, cfg.rope_base, cfg.rope_pairing, "", 0, gt._register(bias),
+                cfg.threads)
+
+    ob, lb = gt.forward_impl(q, kb, vb, *args(pb))
+    lb = lb.view(batch, s_q, heads)
+    empty = torch.isinf(lse) | torch.isinf(lb)     # no global mass, or none in this block
+    diff = torch.where(empty, torch.zeros_like(lb), lb - lse)
+    alpha = torch.where(empty, torch.zeros_like(lb), torch.exp(diff))
+    rest_share = torch.where(empty, torch.ones_like(lb), -torch.expm1(diff))  # 1 - alpha
+    score = torch.where(rest_share > 0, lse + torch.log(rest_share),
+                        torch.full_like(lse, _NO_MASS))
+    score = torch.where(torch.isinf(lse), torch.full_like(lse, _NO_MASS), score)
+    if bias is not None:
+        tile = np.stack([bias.fill_tile(h, pos.numpy(), np.array([p_star]))[:, 0]
+                         for h in range(heads)], -1)          # [s_q, heads]
+        score = score - torch.from_numpy(tile)[None]
+    dsum = (d_o * o).sum(-1)                                  # global D
+    rest_dot = torch.where(rest_share > 0,
+                           (dsum - alpha * (d_o * ob).sum(-1)) / rest_share,
+                           torch.zeros_like(dsum))            # dO . o_rest
+    zq = q.new_zeros(batch, s_q, heads, 1)
+    q_aug = torch.cat([q, (score / scale)[..., None], zq], -1)
+    d_o_aug = torch.cat([d_o, zq, rest_dot[..., None]], -1)
+    zk = kb.new_zeros(batch, n, heads_kv, 2)
+    phantom_k = kb.new_zeros(batch, 1, heads_kv, d + 2)
+    phantom_v = phantom_k.clone()
+    phantom_k[..., d] = 1.0
+    phantom_v[..., d + 1] = 1.0
+    k_aug = torch.cat([phantom_k, torch.cat([kb, zk], -1)], 1)
+    v_aug = torch.cat([phantom_v, torch.cat([vb, zk], -1)], 1)
+    dq, dk, dv = gt.backward_impl(q_aug, k_aug, v_aug, None, None, d_o_aug, *args(pk))
+    dq, dk, dv = dq[..., :d], dk[:, 1:, :, :d], dv[:, 1:, :, :d]
+    if enc is not None:
+        dq, dk = _encode_rows(enc, dq, pos, True), _encode_rows(enc, dk, pb, True)
+    return dq, dk, dv
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pos, fox, cfg):
@@ -367,16 +459,13 @@ class _RingAttention(torch.autograd.Function):
     def backward(ctx, d_o, d_lse):
         q, k, v, pos, o, lse = ctx.saved_tensors
         fox, cfg, sizes = ctx.fox, ctx.cfg, ctx.sizes
-        if q.dtype == torch.float64:
-            raise NotImplementedError(
-                "gpe.context_parallel: the ring backward needs the kernels to read the global "
-                "o and lse, which gpe_attention_backward's float64 reference recomputes "
-                "instead; use method='all_gather' or 'ulysses' for float64 gradients")
+        f64 = q.dtype == torch.float64
         g, ring, gt = cfg.g, _Ring(cfg.g), cfg.gt
         batch, s_q = q.shape[0], q.shape[1]
         d_o = d_o.contiguous()
         lse_flat = lse.reshape(batch * s_q, lse.shape[-1]).contiguous()
-        dq = torch.zeros(q.shape, dtype=torch.float32)
+        acc_dtype = torch.float64 if f64 else torch.float32
+        dq = torch.zeros(q.shape, dtype=acc_dtype)
         cur = (k, v, pos, fox)
         acc, acc_bufs, acc_reqs = None, None, []
         for step in range(g.size):
@@ -387,11 +476,15 @@ class _RingAttention(torch.autograd.Function):
                 _kv_message(*cur), sizes[src] > 0,
                 _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
             kb, vb, pb, fb = cur
-            grad = torch.zeros((2,) + tuple(kb.shape), dtype=torch.float32)
+            grad = torch.zeros((2,) + tuple(kb.shape), dtype=acc_dtype)
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                dqb, dkb, dvb = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
-                                                *cfg.op_args(pos, pb, batch, bias))
+                if f64:
+                    dqb, dkb, dvb = _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o,
+                                                          bias)
+                else:
+                    dqb, dkb, dvb = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
+                                                    *cfg.op_args(pos, pb, batch, bias))
                 dq += dqb
                 grad[0] += dkb
                 grad[1] += dvb
@@ -407,10 +500,10 @@ class _RingAttention(torch.autograd.Function):
             recv_n = nxt_n  # the block the previous rank just finished
             acc_reqs, acc_bufs = ring.exchange(
                 [acc], sizes[src] > 0,
-                [((2, batch, recv_n) + tuple(k.shape[2:]), torch.float32)] if recv_n > 0
+                [((2, batch, recv_n) + tuple(k.shape[2:]), acc_dtype)] if recv_n > 0
                 else None)
             if not recv_n:
-                acc_bufs = [torch.zeros((2, batch, 0) + tuple(k.shape[2:]))]
+                acc_bufs = [torch.zeros((2, batch, 0) + tuple(k.shape[2:]), dtype=acc_dtype)]
             if not last:
                 if nxt_n > 0:
                     kv = bufs[0]

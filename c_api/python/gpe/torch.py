@@ -19,9 +19,24 @@ packed [tokens, heads, head_dim] with cu_seqlens_q / cu_seqlens_k (int64 [batch 
 q_positions / k_positions (int64, one per token) are global positions, so a shard of a
 long sequence keeps its encoding and causal mask. Encodings: rope_dim (RoPE), alibi,
 or encoding = a gpe.GrapeM / gpe.AlgebraicSequence; additive bias: alibi, or bias = a
-gpe.bias object (Alibi, T5Bias; FoxBias or GrapeApBias for batch 1). Encoding and bias
-objects are fixed here: gpe_attention_backward returns dq, dk, dv only, so their
-parameters (FoX gate logits included) get no gradient.
+gpe.bias object (Alibi, T5Bias; FoxBias or GrapeApBias for batch 1). gpe.bias and
+gpe.sequence objects hold copies of their parameters, which stay fixed.
+
+Learnable encodings: bias = AlibiBias(slopes), T5Bias(table), FoxBias(gate_logits),
+GrapeABias(slopes= or gate_logits=), GrapeApBias(w, u), and encoding =
+GrapeMEncoding(a, b, omega) take torch tensors (nn.Parameters, or activations such as
+gate logits computed from the tokens). They are torch.nn.Modules (a Parameter given to
+one is registered), rebuilt into the library's handle from the tensors' current values
+at every call, and their tensors receive gradients through
+gpe_attention_backward_with_parameters (accumulated inside the backward kernels, float64,
+cast to each tensor's dtype). Under torch.compile, build them outside the compiled
+function (as modules usually are) and pass them in.
+
+Structured positions and Shaw labels take gpe.attention's keyword arguments (rope_axes,
+rope_sections, rope_sections_interleaved, q_axes, k_axes, q_tree, k_tree,
+algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table, shaw_value_table);
+the Shaw tables may be tensors with requires_grad (their gradients come from the same
+backward), the rest are constants of the call.
 
 rope(x, gpe.Rope(...), positions / offsets) applies any RoPE schedule (linear, dynamic
 NTK, YaRN, LongRoPE, Llama 3), xPos or partial rotary as an operator (gpe::rope_forward /
@@ -41,14 +56,15 @@ lse carries no gradient (it is marked non-differentiable).
 
 import ctypes
 import weakref
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 
 from gpe import _ffi
 from gpe._core import check, lib
 
-__all__ = ["attention", "rope"]
+__all__ = ["AlibiBias", "FoxBias", "GrapeABias", "GrapeApBias", "GrapeMEncoding", "T5Bias",
+           "attention", "rope"]
 
 _PAIRING = {"interleaved": 0, "half": 1}
 # DLPack type codes (dlpack.h): float 2, bfloat 4.
@@ -93,10 +109,181 @@ def _dltensor(t, name, keep):
     return ctypes.pointer(d)
 
 
+# ---- Learnable encodings: torch tensors in, gradients out ------------------------------
+
+
+def _as_param(module, name, t):
+    """Stores t on module: registered when it is an nn.Parameter, a plain attribute (an
+    activation, e.g. gate logits computed from the tokens) otherwise."""
+    if t is None:
+        setattr(module, name, None)
+        return
+    if not isinstance(t, torch.Tensor):
+        t = torch.as_tensor(t, dtype=torch.float64)
+    setattr(module, name, t)
+
+
+def _doubles(t):
+    """A float64 NumPy copy of a parameter tensor (the library copies it again at creation)."""
+    return t.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
+
+
+class _LearnableBias(torch.nn.Module):
+    """An additive bias whose parameters are torch tensors (tensors() gives them as (a, b):
+    the ABI's d_bias_a / d_bias_b slots); build(a, b) makes the library's handle from the
+    values the operator was given."""
+
+    def tensors(self):
+        raise NotImplementedError
+
+    def build(self, a, b, heads, head_dim):
+        raise NotImplementedError
+
+
+class AlibiBias(_LearnableBias):
+    """ALiBi with learnable slopes [heads] (Press et al., sec. 3): b = -m_h (i - j), or
+    -m_h |i - j| with symmetric=True. AlibiBias.press(heads) starts from Press et al.'s
+    slopes as a Parameter."""
+
+    def __init__(self, slopes, symmetric=False):
+        super().__init__()
+        _as_param(self, "slopes", slopes)
+        self.symmetric = bool(symmetric)
+
+    @classmethod
+    def press(cls, num_heads, symmetric=False):
+        from gpe.bias import Alibi
+        return cls(torch.nn.Parameter(torch.as_tensor(Alibi(num_heads).slopes)), symmetric)
+
+    def tensors(self):
+        return self.slopes, None
+
+    def build(self, a, b, heads, head_dim):
+        from gpe.bias import Alibi
+        return Alibi(a.shape[0], slopes=_doubles(a), symmetric=self.symmetric)
+
+
+class T5Bias(_LearnableBias):
+    """T5 relative buckets (Raffel et al., sec. 2.1): b = table[bucket(j - i), h], table
+    [num_buckets, heads] learnable."""
+
+    def __init__(self, table, max_distance=128, bidirectional=True):
+        super().__init__()
+        _as_param(self, "table", table)
+        self.max_distance, self.bidirectional = int(max_distance), bool(bidirectional)
+
+    def tensors(self):
+        return self.table, None
+
+    def build(self, a, b, heads, head_dim):
+        from gpe.bias import T5Bias as _T5
+        return _T5(_doubles(a), max_distance=self.max_distance,
+                   bidirectional=self.bidirectional)
+
+
+class FoxBias(_LearnableBias):
+    """FoX (Lin et al., Forgetting Transformer): b = c_i - c_j, c_t = sum_{l <= t} ln
+    sigmoid(x_l), gate logits x [length, heads] (token t at first_position + t; batch 1)."""
+
+    def __init__(self, gate_logits, first_position=0):
+        super().__init__()
+        _as_param(self, "gate_logits", gate_logits)
+        self.first_position = int(first_position)
+
+    def tensors(self):
+        return self.gate_logits, None
+
+    def build(self, a, b, heads, head_dim):
+        from gpe.bias import FoxBias as _Fox
+        return _Fox(_doubles(a), first_position=self.first_position)
+
+
+class GrapeABias(_LearnableBias):
+    """Additive GRAPE (GRAPE, "Additive GRAPE"): slopes [heads] (b = -m_h (i - j)) or, with
+    gate_logits [length, heads], FoX's content-gated c_i - c_j; path "closed_form" or
+    "lifted" (the lift to head_dim + 2 dimensions)."""
+
+    def __init__(self, slopes=None, gate_logits=None, first_position=0, path="closed_form"):
+        super().__init__()
+        if (slopes is None) == (gate_logits is None):
+            raise ValueError("GrapeABias takes slopes or gate_logits (one of them)")
+        _as_param(self, "slopes", slopes)
+        _as_param(self, "gate_logits", gate_logits)
+        self.first_position, self.path = int(first_position), path
+
+    def tensors(self):
+        return (self.slopes if self.gate_logits is None else self.gate_logits), None
+
+    def build(self, a, b, heads, head_dim):
+        from gpe.bias import GrapeABias as _GrapeA
+        if self.gate_logits is None:
+            return _GrapeA(head_dim=head_dim, slopes=_doubles(a), path=self.path)
+        return _GrapeA(head_dim=head_dim, gate_logits=_doubles(a),
+                       first_position=self.first_position, path=self.path)
+
+
+class GrapeApBias(_LearnableBias):
+    """Path-integral additive GRAPE: b(t, j) = sum_{l = j+1..t} -softplus(<w_t, u_l>), w, u
+    [length, heads, rank] learnable (batch 1)."""
+
+    def __init__(self, w, u, first_position=0):
+        super().__init__()
+        _as_param(self, "w", w)
+        _as_param(self, "u", u)
+        self.first_position = int(first_position)
+
+    def tensors(self):
+        return self.w, self.u
+
+    def build(self, a, b, heads, head_dim):
+        from gpe.bias import GrapeApBias as _Ap
+        return _Ap(_doubles(a), _doubles(b), first_position=self.first_position)
+
+
+class GrapeMEncoding(torch.nn.Module):
+    """GRAPE-M with learnable generators: G(p) = prod_k exp(p omega_k (a_k b_k^T - b_k
+    a_k^T)) (GRAPE, multiplicative), a, b [m, head_dim], omega [m], applied to q and k
+    inside the kernels."""
+
+    def __init__(self, a, b, omega):
+        super().__init__()
+        _as_param(self, "a", a)
+        _as_param(self, "b", b)
+        _as_param(self, "omega", omega)
+
+    def tensors(self):
+        return self.a, self.b, self.omega
+
+    def build(self, a, b, omega):
+        from gpe.sequence import GrapeM
+        return GrapeM(_doubles(a), _doubles(b), _doubles(omega))
+
+
+class _Structured:
+    """gpe.attention's structured-position keyword arguments (constants of a call), as the
+    NumPy arrays its option builder reads; Shaw tables travel as operator tensors."""
+
+    def __init__(self, kwargs):
+        from gpe.attention import _split_structured
+        st = _split_structured(kwargs)
+        for name in ("q_axes", "k_axes", "rope_sections"):
+            if isinstance(st[name], torch.Tensor):
+                st[name] = st[name].detach().cpu().numpy()
+        for name in ("algebraic_tree", "algebraic_grid"):
+            if isinstance(st[name], torch.Tensor):
+                st[name] = _doubles(st[name])
+        if st["algebraic_tree"] is not None and st["q_tree"] is None:
+            raise ValueError("algebraic_tree needs q_tree and k_tree (tree addresses)")
+        self.kwargs = {k: v for k, v in st.items()
+                       if k not in ("shaw_key_table", "shaw_value_table")}
+
+
 def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
              rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-             heads):
+             structured_key, params, heads, head_dim):
+    from gpe.attention import _Keep, _structured
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
+    bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v = params
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
     o.causal = 1 if causal else 0
@@ -111,6 +298,11 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         bias = _ENCODINGS.get(bias_key)
         if bias is None:
             raise ValueError("the bias object was freed before the call")
+        if isinstance(bias, _LearnableBias):
+            if bias_a is None:
+                raise ValueError("a learnable bias needs its parameter tensors")
+            bias = bias.build(bias_a, bias_b, heads, head_dim)
+            keep.append(bias)
         o.bias = bias._handle
     if alibi:  # Press et al.'s slopes for the query heads, as a gpe.bias handle
         from gpe.bias import Alibi
@@ -121,6 +313,9 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         enc = _ENCODINGS.get(encoding_key)
         if enc is None:
             raise ValueError("the encoding object was freed before the call")
+        if isinstance(enc, GrapeMEncoding):
+            enc = enc.build(grape_a, grape_b, grape_omega)
+            keep.append(enc)
         if isinstance(enc, GrapeM):
             o.grape_m = enc._handle
         elif isinstance(enc, AlgebraicSequence):
@@ -130,6 +325,18 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     o.k_positions = ints(k_positions, "k_positions")
     o.cu_seqlens_q = ints(cu_seqlens_q, "cu_seqlens_q")
     o.cu_seqlens_k = ints(cu_seqlens_k, "cu_seqlens_k")
+    from gpe.attention import _STRUCTURED_DEFAULTS
+    st = dict(_STRUCTURED_DEFAULTS)
+    if structured_key:
+        holder = _ENCODINGS.get(structured_key)
+        if holder is None:
+            raise ValueError("the structured positions were freed before the call")
+        st.update(holder.kwargs)
+    st["shaw_key_table"] = None if shaw_k is None else _doubles(shaw_k)
+    st["shaw_value_table"] = None if shaw_v is None else _doubles(shaw_v)
+    k2 = _Keep()
+    keep.append(k2)
+    _structured(k2, o, **st)
     return o
 
 
@@ -140,13 +347,16 @@ def _lse_like(q, packed):
 
 
 def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                 rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads):
+                 rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
+                 structured_key=0, bias_a=None, bias_b=None, grape_a=None, grape_b=None,
+                 grape_omega=None, shaw_key_table=None, shaw_value_table=None):
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
     called directly by eager autograd and gpe.context_parallel."""
     keep = []
+    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-                    q.shape[-2])
+                    structured_key, params, q.shape[-2], q.shape[-1])
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = _lse_like(q, cu_seqlens_q is not None)
     check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
@@ -160,38 +370,59 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
                 causal: bool, scale: float, rope_dim: int, rope_base: float, rope_pairing: str,
-                alibi: str, encoding_key: int, bias_key: int,
-                threads: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                alibi: str, encoding_key: int, bias_key: int, threads: int,
+                structured_key: int = 0, bias_a: Optional[torch.Tensor] = None,
+                bias_b: Optional[torch.Tensor] = None, grape_a: Optional[torch.Tensor] = None,
+                grape_b: Optional[torch.Tensor] = None,
+                grape_omega: Optional[torch.Tensor] = None,
+                shaw_key_table: Optional[torch.Tensor] = None,
+                shaw_value_table: Optional[torch.Tensor] = None
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
     return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                         scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
-                        threads)
+                        threads, structured_key, bias_a, bias_b, grape_a, grape_b, grape_omega,
+                        shaw_key_table, shaw_value_table)
 
 
 @_forward_op.register_fake
-def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale, rope_dim,
-      rope_base, rope_pairing, alibi, encoding_key, bias_key, threads):
+def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, *args, **kwargs):
     return (torch.empty_like(q, memory_format=torch.contiguous_format),
             _lse_like(q, cu_seqlens_q is not None))
 
 
 def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                   causal, scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key,
-                  bias_key, threads):
+                  bias_key, threads, structured_key=0, bias_a=None, bias_b=None, grape_a=None,
+                  grape_b=None, grape_omega=None, shaw_key_table=None, shaw_value_table=None,
+                  param_grads=(False,) * 7):
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
-    bfloat16 kernels read them; the float64 reference recomputes its own)."""
+    bfloat16 kernels read them; the float64 reference recomputes its own). With any of
+    param_grads set (one flag per parameter: bias_a, bias_b, grape_a, grape_b,
+    grape_omega, shaw_key_table, shaw_value_table), returns (dq, dk, dv) + seven float64
+    parameter gradients (None where not asked) through
+    gpe_attention_backward_with_parameters."""
     keep = []
+    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-                    q.shape[-2])
+                    structured_key, params, q.shape[-2], q.shape[-1])
     # The ABI wants d_o with o's strides and gradients with their inputs' strides.
     d_o = d_o.contiguous()
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
-    check(lib().gpe_attention_backward(
-        ctypes.byref(opts), _dltensor(q, "q", keep), _dltensor(k, "k", keep),
-        _dltensor(v, "v", keep), _dltensor(o, "o", keep), _dltensor(lse, "lse", keep),
-        _dltensor(d_o, "d_o", keep), _dltensor(dq, "dq", keep), _dltensor(dk, "dk", keep),
-        _dltensor(dv, "dv", keep)))
-    return dq, dk, dv
+    args = (ctypes.byref(opts), _dltensor(q, "q", keep), _dltensor(k, "k", keep),
+            _dltensor(v, "v", keep), _dltensor(o, "o", keep), _dltensor(lse, "lse", keep),
+            _dltensor(d_o, "d_o", keep), _dltensor(dq, "dq", keep), _dltensor(dk, "dk", keep),
+            _dltensor(dv, "dv", keep))
+    if not any(param_grads):
+        check(lib().gpe_attention_backward(*args))
+        return dq, dk, dv
+    grads = [torch.empty(p.shape, dtype=torch.float64) if want and p is not None else None
+             for p, want in zip(params, param_grads)]
+    pg = _ffi.AttentionParamGrads()
+    for name, g in zip(_PARAM_NAMES, grads):  # the struct's fields are d_<name>
+        setattr(pg, "d_" + name, None if g is None else _dltensor(g, "d_" + name, keep))
+    check(lib().gpe_attention_backward_with_parameters(*args, ctypes.byref(pg)))
+    return (dq, dk, dv) + tuple(grads)
 
 
 @torch.library.custom_op("gpe::attention_backward", mutates_args=(), device_types="cpu")
@@ -212,29 +443,84 @@ def _(q, k, v, o, lse, d_o, *args):
     return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
 
 
+@torch.library.custom_op("gpe::attention_backward_with_parameters", mutates_args=(),
+                         device_types="cpu")
+def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, d_o: torch.Tensor,
+                        q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
+                        cu_seqlens_q: Optional[torch.Tensor],
+                        cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
+                        rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
+                        encoding_key: int, bias_key: int, threads: int, structured_key: int,
+                        bias_a: Optional[torch.Tensor], bias_b: Optional[torch.Tensor],
+                        grape_a: Optional[torch.Tensor], grape_b: Optional[torch.Tensor],
+                        grape_omega: Optional[torch.Tensor],
+                        shaw_key_table: Optional[torch.Tensor],
+                        shaw_value_table: Optional[torch.Tensor],
+                        param_grads: List[bool]) -> List[torch.Tensor]:
+    """dq, dk, dv and the seven parameter gradients (float64; a 0-element tensor where not
+    asked: a schema returns no None)."""
+    out = backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
+                        cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
+                        encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
+                        grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
+                        tuple(param_grads))
+    grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
+    return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
+                            for g in grads]
+
+
+@_backward_params_op.register_fake
+def _(q, k, v, o, lse, d_o, *args):
+    params, want = args[14:21], args[21]
+    return ([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v)]
+            + [q.new_empty(p.shape if w and p is not None else (0,), dtype=torch.float64)
+               for p, w in zip(params, want)])
+
+
 _OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "causal", "scale",
                  "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "bias_key",
-                 "threads")
+                 "threads", "structured_key")
+_PARAM_NAMES = ("bias_a", "bias_b", "grape_a", "grape_b", "grape_omega", "shaw_key_table",
+                "shaw_value_table")
+_NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     o, lse = output
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.options = inputs[3:]
-    # Hold the encoding and bias objects until backward: their keys alone would dangle
-    # once a caller's temporary object is gone.
+    n = len(_OPTION_NAMES)
+    params = tuple(inputs[3 + n:]) + (None,) * (len(_PARAM_NAMES) - len(inputs[3 + n:]))
+    ctx.save_for_backward(q, k, v, o, lse, *params)
+    ctx.options = tuple(inputs[3:3 + n])
+    # Hold the encoding, bias and structured objects until backward: their keys alone
+    # would dangle once a caller's temporary object is gone.
     ctx.objects = [_ENCODINGS.get(ctx.options[_OPTION_NAMES.index(name)])
-                   for name in ("encoding_key", "bias_key")]
+                   for name in ("encoding_key", "bias_key", "structured_key")]
     ctx.mark_non_differentiable(lse)
 
 
+def _param_flags(ctx):
+    n = 3 + len(_OPTION_NAMES)
+    return [bool(ctx.needs_input_grad[n + i]) if n + i < len(ctx.needs_input_grad) else False
+            for i in range(len(_PARAM_NAMES))]
+
+
+def _grads_out(ctx, dq, dk, dv, pgrads, params):
+    """The autograd answer: parameter gradients cast to their tensors' dtypes."""
+    out = [dq, dk, dv] + [None] * len(_OPTION_NAMES)
+    for g, p, want in zip(pgrads, params, _param_flags(ctx)):
+        out.append(g.to(p.dtype) if want and p is not None else None)
+    return tuple(out[:len(ctx.needs_input_grad)])
+
+
 def _backward(ctx, d_o, d_lse):
-    q, k, v, o, lse = ctx.saved_tensors
-    if not any(ctx.needs_input_grad[:3]):
-        return (None,) * (3 + len(_OPTION_NAMES))
-    dq, dk, dv = _backward_op(q, k, v, o, lse, d_o, *ctx.options)
-    return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
+    q, k, v, o, lse, *params = ctx.saved_tensors
+    flags = _param_flags(ctx)
+    if not any(ctx.needs_input_grad[:3]) and not any(flags):
+        return (None,) * len(ctx.needs_input_grad)
+    out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params, flags)
+    return _grads_out(ctx, out[0], out[1], out[2], out[3:], params)
 
 
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -253,36 +539,52 @@ class _EagerAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, d_o, d_lse):
-        q, k, v, o, lse = ctx.saved_tensors
-        if not any(ctx.needs_input_grad[:3]):
-            return (None,) * (3 + len(_OPTION_NAMES))
-        dq, dk, dv = backward_impl(q, k, v, o, lse, d_o, *ctx.options)
-        return (dq, dk, dv) + (None,) * len(_OPTION_NAMES)
+        q, k, v, o, lse, *params = ctx.saved_tensors
+        flags = _param_flags(ctx)
+        if not any(ctx.needs_input_grad[:3]) and not any(flags):
+            return (None,) * len(ctx.needs_input_grad)
+        out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params, param_grads=flags)
+        return _grads_out(ctx, out[0], out[1], out[2], out[3:] if any(flags) else (None,) * 7,
+                          params)
 
 
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False):
-    """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v.
+              return_lse=False, **structured):
+    """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v and in the
+    tensors of a learnable bias / encoding (AlibiBias, T5Bias, FoxBias, GrapeABias,
+    GrapeApBias, GrapeMEncoding) and of Shaw tables.
 
-    Arguments as gpe.attention (module docstring); positions and cu_seqlens may be int64
-    tensors or anything torch.as_tensor takes. Returns o (like q), or (o, lse)."""
+    Arguments as gpe.attention (module docstring), structured positions included;
+    positions and cu_seqlens may be int64 tensors or anything torch.as_tensor takes.
+    Returns o (like q), or (o, lse)."""
     if rope_pairing not in _PAIRING:
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
     if alibi not in (None, "causal", "symmetric"):
         raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+    grape = (None, None, None)
     if encoding is not None:
         from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy
-        if not isinstance(encoding, (GrapeM, AlgebraicSequence)):
-            raise TypeError("encoding must be a gpe.GrapeM or gpe.AlgebraicSequence")
+        if isinstance(encoding, GrapeMEncoding):
+            grape = encoding.tensors()
+        elif not isinstance(encoding, (GrapeM, AlgebraicSequence)):
+            raise TypeError("encoding must be a gpe.GrapeM, gpe.AlgebraicSequence or "
+                            "gpe.torch.GrapeMEncoding")
+    bias_ab = (None, None)
     if bias is not None:
         from gpe.bias import AdditiveBias  # noqa: lazy
-        if not isinstance(bias, AdditiveBias):
-            raise TypeError("bias must be a gpe.bias object (Alibi, T5Bias, FoxBias, GrapeApBias)")
+        if isinstance(bias, _LearnableBias):
+            bias_ab = bias.tensors()
+        elif not isinstance(bias, AdditiveBias):
+            raise TypeError("bias must be a gpe.bias object (Alibi, T5Bias, FoxBias, "
+                            "GrapeApBias, GrapeABias) or a learnable gpe.torch bias")
         if alibi:
             raise ValueError("give alibi or bias, not both")
     as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
+    shaw = (structured.pop("shaw_key_table", None), structured.pop("shaw_value_table", None))
+    shaw = tuple(None if t is None else torch.as_tensor(t) for t in shaw)
+    holder = _Structured(structured) if structured else None
 
     def rows(x):
         # The kernels need head_dim contiguous; anything else is copied once here.
@@ -290,10 +592,10 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
 
     call = _forward_op if torch.compiler.is_compiling() else _EagerAttention.apply
     o, lse = call(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
-                         as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
-                         0.0 if scale is None else float(scale), int(rope_dim),
-                         float(rope_base), rope_pairing, alibi or "", _register(encoding),
-                         _register(bias), int(threads))
+                  as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
+                  0.0 if scale is None else float(scale), int(rope_dim), float(rope_base),
+                  rope_pairing, alibi or "", _register(encoding), _register(bias),
+                  int(threads), _register(holder), *bias_ab, *grape, *shaw)
     return (o, lse) if return_lse else o
 
 
@@ -401,3 +703,15 @@ def rope(x, rope, positions=None, offsets=None, cu_seqlens=None, layout="bshd", 
     call = _rope_forward_op if torch.compiler.is_compiling() else _EagerRope.apply
     return call(x, as_ints(positions), as_ints(offsets), as_ints(cu_seqlens), str(layout),
                 str(role), _register(rope))
+
+
+# ---- Every sequence encoding as an operator (gpe.torch_sequence) ------------------------
+
+from gpe.torch_sequence import (  # noqa: E402
+    algebraic_grid, algebraic_periodic, algebraic_sequence, algebraic_tree, bias_tile, grape_m,
+    learned_positions, locality_scale, shaw_key_scores, shaw_value_output, sinusoidal,
+    transformer_xl_score_terms)
+
+__all__ += ["algebraic_grid", "algebraic_periodic", "algebraic_sequence", "algebraic_tree",
+            "bias_tile", "grape_m", "learned_positions", "locality_scale", "shaw_key_scores",
+            "shaw_value_output", "sinusoidal", "transformer_xl_score_terms"]

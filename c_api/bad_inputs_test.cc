@@ -1052,7 +1052,8 @@ void InrSolverCases(const AddCase& add) {
   add("mlp_predict_out_wrong_rows", e, [](Fixture&) { InrCall s; s.tpred = s.F64(&s.pred, {5, 1}); return s.MlpPredict(); });
   add("mlp_predict_parameters_wrong_length", e, [](Fixture&) {
     InrCall s;
-    s.tpred = s.F64(&s.pred, {6, 2});  // output_dim 2: 22 parameters, 17 given
+    std::vector<double> out(12);
+    s.tpred = s.F64(&out, {6, 2});  // output_dim 2: 22 parameters, 17 given
     return s.MlpPredict();
   });
   e = "gpe_inr_fit_dense_adam";
@@ -1140,7 +1141,12 @@ void InrSolverCases(const AddCase& add) {
   add("mse_b_null", e, [](Fixture&) { InrCall s; return gpe_inr_mse(&s.tx, nullptr, &s.value); });
   add("mse_shape_mismatch", e, [](Fixture&) { InrCall s; DLTensor b = s.F64(&s.x, {2, 6}); return s.Mse(s.tx, b); });
   add("mse_ndim_mismatch", e, [](Fixture&) { InrCall s; DLTensor b = s.F64(&s.x, {12}); return s.Mse(s.tx, b); });
-  add("mse_nan", e, [](Fixture&) { InrCall s; s.x[7] = kNaN; return s.Mse(s.tx, s.tpred); });
+  add("mse_nan", e, [](Fixture&) {
+    InrCall s;
+    std::vector<double> b = s.x;
+    s.x[7] = kNaN;
+    return s.Mse(s.tx, s.F64(&b, {6, 2}));
+  });
   add("mse_empty", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {0, 2}); return s.Mse(a, a); });
   add("mse_four_dimensions", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {1, 2, 3, 2}); return s.Mse(a, a); });
   e = "gpe_inr_psnr";

@@ -322,7 +322,9 @@ TEST(InrImage, PngAndJpegRoundTripsMatchCpp) {
           ASSERT_EQ(px[(i * w + j) * ch + k], want->channels[k](i, j));
           // The values written were exact multiples of 1/255 (colour file): read back
           // within float32's rounding of them.
-          if (!gray) EXPECT_NEAR(px[(i * w + j) * 3 + k], rgb[(i * w + j) * 3 + k], 1e-7);
+          if (!gray) {
+            EXPECT_NEAR(px[(i * w + j) * 3 + k], rgb[(i * w + j) * 3 + k], 1e-7);
+          }
         }
       }
     }
@@ -339,18 +341,20 @@ TEST(InrImage, PngAndJpegRoundTripsMatchCpp) {
   ASSERT_EQ(gpe_image_read(jpg.c_str(), 0, &im), GPE_OK) << gpe_last_error_message();
   int64_t ch = 0;
   ASSERT_EQ(gpe_image_shape(im, nullptr, nullptr, &ch), GPE_OK);
-  EXPECT_EQ(ch, 1);  // a gray JPEG keeps its one component
-  std::vector<float> px(h * w);
-  std::vector<int64_t> ps = {h, w, 1};
+  EXPECT_EQ(ch, 3);  // a gray JPEG read as colour expands to three equal channels
+  std::vector<float> px(h * w * 3);
+  std::vector<int64_t> ps = {h, w, 3};
   DLTensor tp = Tensor(px.data(), &ps);
   ASSERT_EQ(gpe_image_pixels(im, &tp), GPE_OK) << gpe_last_error_message();
   gpe_image_destroy(im);
   absl::StatusOr<gpe::inr::Image> want = gpe::inr::ReadImage(jpg, false);
   ASSERT_TRUE(want.ok());
   for (int64_t i = 0; i < h * w; ++i) {
-    ASSERT_EQ(px[i], static_cast<float>(want->channels[0].data()[i]));
+    for (int64_t c = 0; c < 3; ++c) {
+      ASSERT_EQ(px[3 * i + c], static_cast<float>(want->channels[c].data()[i]));
+    }
     // Quality 100 on a smooth ramp: within a few grey levels of (v + 1) / 2.
-    EXPECT_NEAR(px[i], (gray[i] + 1.0) / 2.0, 6.0 / 255.0);
+    EXPECT_NEAR(px[3 * i], (gray[i] + 1.0) / 2.0, 6.0 / 255.0);
   }
   std::remove(png.c_str());
   std::remove(jpg.c_str());

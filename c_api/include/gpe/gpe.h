@@ -1164,12 +1164,12 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_psnr(const DLTensor* a, const DLTensor*
  * signature, decoded into values in [0, 1]. A missing, unreadable or corrupt file is
  * GPE_ERROR_INVALID_ARGUMENT with a message naming the path. */
 typedef struct gpe_image gpe_image;
-/* grayscale != 0 converts colour to luma (ITU-R BT.601); otherwise PNGs decode as RGB and
- * JPEGs keep their 1 or 3 components. */
+/* grayscale != 0 gives one channel (colour converted to luma by libpng / libjpeg);
+ * otherwise three (RGB; gray files expand to equal channels). */
 GPE_API GPE_NODISCARD gpe_status gpe_image_read(const char* path, int32_t grayscale,
                                                 gpe_image** out);
 GPE_API void gpe_image_destroy(gpe_image* image);
-/* Any pointer may be NULL. channels is 1 or 3. */
+/* rows, cols and channels may each be NULL; channels is 1 or 3. */
 GPE_API GPE_NODISCARD gpe_status gpe_image_shape(const gpe_image* image, int64_t* rows,
                                                  int64_t* cols, int64_t* channels);
 /* out: float32 or float64 [rows, cols, channels], values in [0, 1]. */

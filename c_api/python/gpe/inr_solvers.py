@@ -316,8 +316,8 @@ def psnr(a, b, peak=1.0):
 
 def image_read(path, grayscale=False, dtype=np.float64):
     """A PNG or JPEG file (told apart by its signature) as values in [0, 1]: [rows, cols]
-    when grayscale (colour converted to BT.601 luma), else [rows, cols, channels] (PNGs as
-    RGB, JPEGs with their 1 or 3 components)."""
+    when grayscale (colour converted to luma by libpng / libjpeg), else [rows, cols, 3]
+    (gray files expand to three equal channels)."""
     dtype = _float_dtype(dtype)
     h = ctypes.c_void_p()
     check(lib().gpe_image_read(os.fsencode(path), 1 if grayscale else 0, ctypes.byref(h)))

@@ -12,6 +12,7 @@
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <memory>
@@ -858,6 +859,415 @@ void SequenceCases(const AddCase& add) {
   });
 }
 
+// -- INR training, data, metrics and image files (0.5.0). Self-contained: each case builds
+// its own small valid call in an InrCall and corrupts one thing.
+struct InrCall {
+  std::deque<std::vector<int64_t>> shapes;
+  DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
+    shapes.push_back(std::move(shape));
+    DLTensor t;
+    std::memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = static_cast<int32_t>(shapes.back().size());
+    t.dtype.code = static_cast<uint8_t>(code);
+    t.dtype.bits = static_cast<uint8_t>(bits);
+    t.dtype.lanes = 1;
+    t.shape = shapes.back().data();
+    return t;
+  }
+  DLTensor F64(std::vector<double>* v, std::vector<int64_t> shape) {
+    return Make(v->data(), kDLFloat, 64, std::move(shape));
+  }
+  // MLP 2 -> 4 -> 1 (17 parameters) on 6 points, 2 steps.
+  std::vector<double> x = {0.1, 0.2, 0.3, -0.4, 0.5, 0.6, -0.7, 0.8, 0.9, 0.0, -0.2, 0.4},
+                      y = {1, 2, 3, 4, 5, 6}, params = std::vector<double>(17, 0.1),
+                      loss = std::vector<double>(3, 0.0), pred = std::vector<double>(6, 0.0);
+  std::vector<float> x32 = std::vector<float>(12, 0.5f);
+  gpe_mlp_options mlp = GPE_MLP_OPTIONS_INIT;
+  DLTensor tx, ty, tp, tl, tpred;
+  // Linear Adam: Phi [6, 2] (x), Y [6, 1] (y), W [2, 1]; Psi_y [4, 2], Psi_x [3, 2],
+  // image [4, 3], W [2, 2]; 3 steps.
+  std::vector<double> w = std::vector<double>(4, 0.0), psi_y = {1, 0, 0, 1, 1, 1, 0.5, 0.2},
+                      psi_x = {1, 0, 0, 1, 1, 1}, image = std::vector<double>(12, 0.5);
+  gpe_linear_adam_options adam = GPE_LINEAR_ADAM_OPTIONS_INIT;
+  DLTensor tw, tpy, tpx, timg, tw2;
+  // Data: a 5 x 5 grid.
+  std::vector<double> img = std::vector<double>(25, 0.0), field = std::vector<double>(50, 0.0),
+                      grid = std::vector<double>(50, 0.0);
+  std::vector<int64_t> idx = std::vector<int64_t>(25, 0);
+  int64_t counts[3] = {0, 0, 0};
+  int64_t count = 0;
+  double value = 0.0;
+  DLTensor timg5, tfield, tgrid, tidx;
+  // Images: pixels [3, 4] in [0, 1]; paths in the test's temporary directory.
+  std::vector<double> pixels = std::vector<double>(12, 0.25);
+  DLTensor tpix;
+  std::string dir;
+  gpe_image* image_handle = nullptr;
+
+  InrCall() {
+    mlp.hidden_width = 4;
+    mlp.num_hidden_layers = 1;
+    mlp.steps = 3;
+    adam.steps = 3;
+    tx = F64(&x, {6, 2});
+    ty = F64(&y, {6, 1});
+    tp = F64(&params, {17});
+    tl = F64(&loss, {3});
+    tpred = F64(&pred, {6, 1});
+    tw = F64(&w, {2, 1});
+    tpy = F64(&psi_y, {4, 2});
+    tpx = F64(&psi_x, {3, 2});
+    timg = F64(&image, {4, 3});
+    tw2 = F64(&w, {2, 2});
+    timg5 = F64(&img, {5, 5});
+    tfield = F64(&field, {5, 5, 2});
+    tgrid = F64(&grid, {25, 2});
+    tidx = Make(idx.data(), kDLInt, 64, {25});
+    tpix = F64(&pixels, {3, 4});
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir = tmp != nullptr ? tmp : "/tmp";
+  }
+  ~InrCall() { gpe_image_destroy(image_handle); }
+  gpe_status MlpFit() { return gpe_inr_mlp_fit(&mlp, &tx, &ty, nullptr, &tp, &tl, nullptr); }
+  gpe_status MlpPredict() { return gpe_inr_mlp_predict(&mlp, &tp, &tx, &tpred); }
+  gpe_status Dense() { return gpe_inr_fit_dense_adam(&adam, &tx, &ty, &tw, &tl, nullptr); }
+  gpe_status Separable() {
+    return gpe_inr_fit_separable_adam_2d(&adam, &tpy, &tpx, &timg, &tw2, &tl, nullptr);
+  }
+  gpe_status Mse(const DLTensor& a, const DLTensor& b) { return gpe_inr_mse(&a, &b, &value); }
+  // Writes `bytes` to a file named `name` in the temporary directory; returns its path.
+  std::string File(const char* name, const std::string& bytes) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  gpe_status Read(const std::string& path) { return gpe_image_read(path.c_str(), 0, &image_handle); }
+  gpe_status WritePng() { return gpe_image_write_png((dir + "/bad_inputs.png").c_str(), &tpix, 0.0, 1.0); }
+};
+
+void InrSolverCases(const AddCase& add) {
+  const char* e = "gpe_inr_mlp_num_parameters";
+  add("mlp_count_out_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, nullptr);
+  });
+  add("mlp_count_options_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_num_parameters(nullptr, 2, 1, &s.count);
+  });
+  add("mlp_count_struct_size_newer", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.struct_size += 8;
+    return gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, &s.count);
+  });
+  add("mlp_count_width_0", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.hidden_width = 0;
+    return gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, &s.count);
+  });
+  add("mlp_count_layers_negative", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.num_hidden_layers = -1;
+    return gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, &s.count);
+  });
+  add("mlp_count_too_many_parameters", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.hidden_width = int64_t{1} << 24;
+    s.mlp.num_hidden_layers = 2;
+    return gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, &s.count);
+  });
+  e = "gpe_inr_mlp_init";
+  add("mlp_init_wrong_length", e, [](Fixture&) {
+    InrCall s;
+    DLTensor p = s.F64(&s.params, {16});
+    return gpe_inr_mlp_init(&s.mlp, 2, 1, &p);
+  });
+  add("mlp_init_int64", e, [](Fixture&) {
+    InrCall s;
+    std::vector<int64_t> p(17);
+    DLTensor t = s.Make(p.data(), kDLInt, 64, {17});
+    return gpe_inr_mlp_init(&s.mlp, 2, 1, &t);
+  });
+  add("mlp_init_output_dim_0", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_init(&s.mlp, 2, 0, &s.tp);
+  });
+  e = "gpe_inr_mlp_fit";
+  add("mlp_fit_options_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_fit(nullptr, &s.tx, &s.ty, nullptr, &s.tp, nullptr, nullptr);
+  });
+  add("mlp_fit_features_nan", e, [](Fixture&) { InrCall s; s.x[3] = kNaN; return s.MlpFit(); });
+  add("mlp_fit_targets_inf", e, [](Fixture&) { InrCall s; s.y[0] = kInf; return s.MlpFit(); });
+  add("mlp_fit_features_empty", e, [](Fixture&) {
+    InrCall s;
+    s.tx = s.F64(&s.x, {0, 2});
+    s.ty = s.F64(&s.y, {0, 1});
+    return s.MlpFit();
+  });
+  add("mlp_fit_rows_mismatch", e, [](Fixture&) { InrCall s; s.ty = s.F64(&s.y, {5, 1}); return s.MlpFit(); });
+  add("mlp_fit_dtype_mismatch", e, [](Fixture&) {
+    InrCall s;
+    s.ty = s.Make(s.x32.data(), kDLFloat, 32, {6, 1});
+    return s.MlpFit();
+  });
+  add("mlp_fit_parameters_wrong_length", e, [](Fixture&) {
+    InrCall s;
+    s.tp = s.F64(&s.params, {16});
+    return s.MlpFit();
+  });
+  add("mlp_fit_parameters_overlap_targets", e, [](Fixture&) {
+    InrCall s;
+    s.params.assign(17 + 6, 0.1);
+    s.tp = s.F64(&s.params, {17});
+    s.ty = s.Make(s.params.data() + 17 - 1, kDLFloat, 64, {6, 1});
+    return s.MlpFit();
+  });
+  add("mlp_fit_initial_nan", e, [](Fixture&) {
+    InrCall s;
+    std::vector<double> init(17, 0.1);
+    init[5] = kNaN;
+    DLTensor ti = s.F64(&init, {17});
+    return gpe_inr_mlp_fit(&s.mlp, &s.tx, &s.ty, &ti, &s.tp, nullptr, nullptr);
+  });
+  add("mlp_fit_learning_rate_nan", e, [](Fixture&) { InrCall s; s.mlp.learning_rate = kNaN; return s.MlpFit(); });
+  add("mlp_fit_beta2_1", e, [](Fixture&) { InrCall s; s.mlp.beta2 = 1.0; return s.MlpFit(); });
+  add("mlp_fit_steps_negative", e, [](Fixture&) { InrCall s; s.mlp.steps = -1; return s.MlpFit(); });
+  add("mlp_fit_report_every_negative", e, [](Fixture&) { InrCall s; s.mlp.report_every = -1; return s.MlpFit(); });
+  add("mlp_fit_history_wrong_length", e, [](Fixture&) { InrCall s; s.tl = s.F64(&s.loss, {2}); return s.MlpFit(); });
+  add("mlp_fit_diverges", e, [](Fixture&) {
+    InrCall s;
+    for (double& v : s.y) v = 1e200;  // squared errors overflow double
+    return s.MlpFit();
+  });
+  e = "gpe_inr_mlp_predict";
+  add("mlp_predict_options_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_predict(nullptr, &s.tp, &s.tx, &s.tpred);
+  });
+  add("mlp_predict_parameters_nan", e, [](Fixture&) { InrCall s; s.params[0] = kNaN; return s.MlpPredict(); });
+  add("mlp_predict_features_nan", e, [](Fixture&) { InrCall s; s.x[0] = kNaN; return s.MlpPredict(); });
+  add("mlp_predict_out_wrong_rows", e, [](Fixture&) { InrCall s; s.tpred = s.F64(&s.pred, {5, 1}); return s.MlpPredict(); });
+  add("mlp_predict_parameters_wrong_length", e, [](Fixture&) {
+    InrCall s;
+    std::vector<double> out(12);
+    s.tpred = s.F64(&out, {6, 2});  // output_dim 2: 22 parameters, 17 given
+    return s.MlpPredict();
+  });
+  e = "gpe_inr_fit_dense_adam";
+  add("dadam_options_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_fit_dense_adam(nullptr, &s.tx, &s.ty, &s.tw, nullptr, nullptr);
+  });
+  add("dadam_struct_size_newer", e, [](Fixture&) { InrCall s; s.adam.struct_size += 8; return s.Dense(); });
+  add("dadam_struct_size_small", e, [](Fixture&) { InrCall s; s.adam.struct_size = 8; return s.Dense(); });
+  add("dadam_steps_0", e, [](Fixture&) { InrCall s; s.adam.steps = 0; return s.Dense(); });
+  add("dadam_learning_rate_negative", e, [](Fixture&) { InrCall s; s.adam.learning_rate = -0.1; return s.Dense(); });
+  add("dadam_final_learning_rate_inf", e, [](Fixture&) { InrCall s; s.adam.final_learning_rate = kInf; return s.Dense(); });
+  add("dadam_beta1_1", e, [](Fixture&) { InrCall s; s.adam.beta1 = 1.0; return s.Dense(); });
+  add("dadam_epsilon_nan", e, [](Fixture&) { InrCall s; s.adam.epsilon = kNaN; return s.Dense(); });
+  add("dadam_features_inf", e, [](Fixture&) { InrCall s; s.x[2] = -kInf; return s.Dense(); });
+  add("dadam_features_empty", e, [](Fixture&) {
+    InrCall s;
+    s.tx = s.F64(&s.x, {6, 0});
+    return s.Dense();
+  });
+  add("dadam_rows_mismatch", e, [](Fixture&) { InrCall s; s.ty = s.F64(&s.y, {3, 2}); return s.Dense(); });
+  add("dadam_w_wrong_shape", e, [](Fixture&) { InrCall s; s.tw = s.F64(&s.w, {1, 2}); return s.Dense(); });
+  add("dadam_history_wrong_length", e, [](Fixture&) { InrCall s; s.tl = s.F64(&s.loss, {1}); return s.Dense(); });
+  add("dadam_diverges", e, [](Fixture&) {
+    InrCall s;
+    for (double& v : s.y) v = 1e200;
+    return s.Dense();
+  });
+  e = "gpe_inr_fit_separable_adam_2d";
+  add("sadam_psi_y_nan", e, [](Fixture&) { InrCall s; s.psi_y[1] = kNaN; return s.Separable(); });
+  add("sadam_image_wrong_shape", e, [](Fixture&) { InrCall s; s.timg = s.F64(&s.image, {3, 4}); return s.Separable(); });
+  add("sadam_w_wrong_shape", e, [](Fixture&) { InrCall s; s.tw2 = s.F64(&s.w, {2, 1}); return s.Separable(); });
+  add("sadam_psi_x_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_fit_separable_adam_2d(&s.adam, &s.tpy, nullptr, &s.timg, &s.tw2, nullptr,
+                                         nullptr);
+  });
+  e = "gpe_inr_synthetic_image";
+  add("synth_task_unknown", e, [](Fixture&) { InrCall s; return gpe_inr_synthetic_image(2, 0, &s.timg5); });
+  add("synth_out_not_square", e, [](Fixture&) {
+    InrCall s;
+    DLTensor t = s.F64(&s.img, {5, 4});
+    return gpe_inr_synthetic_image(GPE_SYNTHETIC_RADIAL, 0, &t);
+  });
+  add("synth_out_empty", e, [](Fixture&) {
+    InrCall s;
+    DLTensor t = s.F64(&s.img, {0, 0});
+    return gpe_inr_synthetic_image(GPE_SYNTHETIC_SPIRAL, 0, &t);
+  });
+  add("synth_out_float32", e, [](Fixture&) {
+    InrCall s;
+    DLTensor t = s.Make(s.x32.data(), kDLFloat, 32, {2, 2});
+    return gpe_inr_synthetic_image(GPE_SYNTHETIC_SPIRAL, 0, &t);
+  });
+  add("synth_n_huge", e, [](Fixture&) {
+    InrCall s;
+    // Never written: the size is refused first.
+    DLTensor t = s.F64(&s.img, {int64_t{1} << 16, int64_t{1} << 16});
+    return gpe_inr_synthetic_image(GPE_SYNTHETIC_RADIAL, 0, &t);
+  });
+  e = "gpe_inr_synthetic_vector_field";
+  add("field_task_unknown", e, [](Fixture&) { InrCall s; return gpe_inr_synthetic_vector_field(-1, &s.tfield); });
+  add("field_out_three_channels", e, [](Fixture&) {
+    InrCall s;
+    DLTensor t = s.F64(&s.field, {4, 4, 3});
+    return gpe_inr_synthetic_vector_field(GPE_SYNTHETIC_RADIAL, &t);
+  });
+  e = "gpe_inr_grid_coordinates";
+  add("gridc_n_0", e, [](Fixture&) { InrCall s; return gpe_inr_grid_coordinates(0, &s.tgrid); });
+  add("gridc_out_wrong_shape", e, [](Fixture&) { InrCall s; return gpe_inr_grid_coordinates(4, &s.tgrid); });
+  e = "gpe_inr_random_split";
+  add("rsplit_counts_null", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(25, 0.05, 0.4, 0, &s.tidx, nullptr); });
+  add("rsplit_fractions_above_1", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(25, 0.7, 0.4, 0, &s.tidx, s.counts); });
+  add("rsplit_fraction_nan", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(25, kNaN, 0.4, 0, &s.tidx, s.counts); });
+  add("rsplit_fraction_negative", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(25, 0.1, -0.1, 0, &s.tidx, s.counts); });
+  add("rsplit_num_points_negative", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(-1, 0.1, 0.1, 0, &s.tidx, s.counts); });
+  add("rsplit_indices_wrong_length", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(24, 0.1, 0.1, 0, &s.tidx, s.counts); });
+  add("rsplit_indices_float64", e, [](Fixture&) { InrCall s; return gpe_inr_random_split(25, 0.1, 0.1, 0, &s.tgrid, s.counts); });
+  e = "gpe_inr_regular_grid_split";
+  add("gsplit_rows_0", e, [](Fixture&) { InrCall s; return gpe_inr_regular_grid_split(0, 5, &s.tidx, s.counts); });
+  add("gsplit_indices_wrong_length", e, [](Fixture&) { InrCall s; return gpe_inr_regular_grid_split(4, 5, &s.tidx, s.counts); });
+  add("gsplit_counts_null", e, [](Fixture&) { InrCall s; return gpe_inr_regular_grid_split(5, 5, &s.tidx, nullptr); });
+  e = "gpe_inr_mse";
+  add("mse_out_null", e, [](Fixture&) { InrCall s; return gpe_inr_mse(&s.tx, &s.tx, nullptr); });
+  add("mse_b_null", e, [](Fixture&) { InrCall s; return gpe_inr_mse(&s.tx, nullptr, &s.value); });
+  add("mse_shape_mismatch", e, [](Fixture&) { InrCall s; DLTensor b = s.F64(&s.x, {2, 6}); return s.Mse(s.tx, b); });
+  add("mse_ndim_mismatch", e, [](Fixture&) { InrCall s; DLTensor b = s.F64(&s.x, {12}); return s.Mse(s.tx, b); });
+  add("mse_nan", e, [](Fixture&) {
+    InrCall s;
+    std::vector<double> b = s.x;
+    s.x[7] = kNaN;
+    return s.Mse(s.tx, s.F64(&b, {6, 2}));
+  });
+  add("mse_empty", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {0, 2}); return s.Mse(a, a); });
+  add("mse_four_dimensions", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {1, 2, 3, 2}); return s.Mse(a, a); });
+  e = "gpe_inr_psnr";
+  add("psnr_peak_0", e, [](Fixture&) { InrCall s; return gpe_inr_psnr(&s.tx, &s.tx, 0.0, &s.value); });
+  add("psnr_peak_inf", e, [](Fixture&) { InrCall s; return gpe_inr_psnr(&s.tx, &s.tx, kInf, &s.value); });
+  add("psnr_b_inf", e, [](Fixture&) {
+    InrCall s;
+    std::vector<double> b = s.x;
+    b[0] = kInf;
+    DLTensor tb = s.F64(&b, {6, 2});
+    return gpe_inr_psnr(&s.tx, &tb, 1.0, &s.value);
+  });
+  e = "gpe_image_read";
+  add("img_read_out_null", e, [](Fixture&) { InrCall s; return gpe_image_read((s.dir + "/x.png").c_str(), 0, nullptr); });
+  add("img_read_path_null", e, [](Fixture&) { InrCall s; return gpe_image_read(nullptr, 0, &s.image_handle); });
+  add("img_read_path_empty", e, [](Fixture&) { InrCall s; return gpe_image_read("", 0, &s.image_handle); });
+  add("img_read_missing_file", e, [](Fixture&) { InrCall s; return s.Read(s.dir + "/no_such_image.png"); });
+  add("img_read_directory", e, [](Fixture&) { InrCall s; return s.Read(s.dir); });
+  add("img_read_not_an_image", e, [](Fixture&) {
+    InrCall s;
+    return s.Read(s.File("not_an_image.txt", "plain text, not pixels\n"));
+  });
+  add("img_read_corrupt_png", e, [](Fixture&) {
+    InrCall s;
+    return s.Read(s.File("corrupt.png", std::string("\x89PNG\r\n\x1a\n", 8) + "garbage after the signature"));
+  });
+  add("img_read_truncated_png", e, [](Fixture&) {
+    // A valid PNG cut after its header chunk: the pixel data is missing.
+    InrCall s;
+    if (s.WritePng() != GPE_OK) return gpe_status{-1};
+    std::ifstream in(s.dir + "/bad_inputs.png", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return s.Read(s.File("truncated.png", bytes.substr(0, 40)));
+  });
+  add("img_read_corrupt_jpeg", e, [](Fixture&) {
+    InrCall s;
+    return s.Read(s.File("corrupt.jpg", std::string("\xff\xd8\xff\xe0", 4) + std::string(64, '\x01')));
+  });
+  e = "gpe_image_shape";
+  add("img_shape_image_null", e, [](Fixture&) { InrCall s; return gpe_image_shape(nullptr, &s.count, nullptr, nullptr); });
+  e = "gpe_image_pixels";
+  add("img_pixels_image_null", e, [](Fixture&) {
+    InrCall s;
+    DLTensor t = s.F64(&s.pixels, {3, 4, 1});
+    return gpe_image_pixels(nullptr, &t);
+  });
+  add("img_pixels_wrong_shape", e, [](Fixture&) {
+    InrCall s;
+    if (s.WritePng() != GPE_OK || s.Read(s.dir + "/bad_inputs.png") != GPE_OK) return gpe_status{-1};
+    DLTensor t = s.F64(&s.pixels, {4, 3, 1});  // the PNG is [3, 4] and reads as RGB
+    return gpe_image_pixels(s.image_handle, &t);
+  });
+  add("img_pixels_int64", e, [](Fixture&) {
+    InrCall s;
+    if (s.WritePng() != GPE_OK || s.Read(s.dir + "/bad_inputs.png") != GPE_OK) return gpe_status{-1};
+    std::vector<int64_t> px(36);
+    DLTensor t = s.Make(px.data(), kDLInt, 64, {3, 4, 3});
+    return gpe_image_pixels(s.image_handle, &t);
+  });
+  e = "gpe_image_write_png";
+  add("png_unwritable_path", e, [](Fixture&) {
+    InrCall s;
+    return gpe_image_write_png("/nonexistent-directory/out.png", &s.tpix, 0.0, 1.0);
+  });
+  add("png_path_null", e, [](Fixture&) { InrCall s; return gpe_image_write_png(nullptr, &s.tpix, 0.0, 1.0); });
+  add("png_pixels_null", e, [](Fixture&) { InrCall s; return gpe_image_write_png((s.dir + "/p.png").c_str(), nullptr, 0.0, 1.0); });
+  add("png_pixels_nan", e, [](Fixture&) { InrCall s; s.pixels[5] = kNaN; return s.WritePng(); });
+  add("png_pixels_empty", e, [](Fixture&) { InrCall s; s.tpix = s.F64(&s.pixels, {0, 4}); return s.WritePng(); });
+  add("png_two_channels", e, [](Fixture&) { InrCall s; s.tpix = s.F64(&s.pixels, {3, 2, 2}); return s.WritePng(); });
+  add("png_one_dimension", e, [](Fixture&) { InrCall s; s.tpix = s.F64(&s.pixels, {12}); return s.WritePng(); });
+  add("png_lo_equals_hi", e, [](Fixture&) {
+    InrCall s;
+    return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 1.0, 1.0);
+  });
+  add("png_hi_nan", e, [](Fixture&) {
+    InrCall s;
+    return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 0.0, kNaN);
+  });
+  e = "gpe_image_write_jpeg";
+  add("jpeg_quality_0", e, [](Fixture&) {
+    InrCall s;
+    return gpe_image_write_jpeg((s.dir + "/p.jpg").c_str(), &s.tpix, 0, 0.0, 1.0);
+  });
+  add("jpeg_unwritable_path", e, [](Fixture&) {
+    InrCall s;
+    return gpe_image_write_jpeg("/nonexistent-directory/out.jpg", &s.tpix, 90, 0.0, 1.0);
+  });
+  add("jpeg_pixels_inf", e, [](Fixture&) {
+    InrCall s;
+    s.pixels[0] = kInf;
+    return gpe_image_write_jpeg((s.dir + "/p.jpg").c_str(), &s.tpix, 90, 0.0, 1.0);
+  });
+}
+
+// The INR cases corrupt valid calls: check that they are valid.
+TEST(BadInputs, InrBaselinesAreValid) {
+  InrCall s;
+  EXPECT_EQ(gpe_inr_mlp_num_parameters(&s.mlp, 2, 1, &s.count), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.count, 17);
+  EXPECT_EQ(gpe_inr_mlp_init(&s.mlp, 2, 1, &s.tp), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.MlpFit(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.MlpPredict(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.Dense(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.Separable(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_inr_synthetic_image(GPE_SYNTHETIC_RADIAL, 0, &s.timg5), GPE_OK);
+  EXPECT_EQ(gpe_inr_synthetic_vector_field(GPE_SYNTHETIC_SPIRAL, &s.tfield), GPE_OK);
+  EXPECT_EQ(gpe_inr_grid_coordinates(5, &s.tgrid), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_inr_random_split(25, 0.05, 0.4, 0, &s.tidx, s.counts), GPE_OK);
+  EXPECT_EQ(gpe_inr_regular_grid_split(5, 5, &s.tidx, s.counts), GPE_OK);
+  EXPECT_EQ(s.Mse(s.tx, s.tx), GPE_OK);
+  EXPECT_EQ(gpe_inr_psnr(&s.tx, &s.tx, 1.0, &s.value), GPE_OK);
+  EXPECT_EQ(s.WritePng(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.Read(s.dir + "/bad_inputs.png"), GPE_OK) << gpe_last_error_message();
+  DLTensor t = s.F64(&s.pixels, {3, 4, 1});
+  std::vector<double> rgb(36);
+  DLTensor trgb = s.F64(&rgb, {3, 4, 3});
+  EXPECT_EQ(gpe_image_pixels(s.image_handle, &trgb), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_image_write_jpeg((s.dir + "/p.jpg").c_str(), &t, 90, 0.0, 1.0), GPE_OK)
+      << gpe_last_error_message();
+}
+
 std::map<std::string, Case> Cases() {
   std::map<std::string, Case> c;
   auto add = [&](const char* id, const char* entry, Run run) {
@@ -1171,6 +1581,7 @@ std::map<std::string, Case> Cases() {
   });
   AddCases03(add);
   SequenceCases(add);
+  InrSolverCases(add);
   // -- Attention: structured positions and Shaw labels --
   e = "gpe_attention_forward";
   add("attn_struct_size_small", e, [](Fixture& f) { f.attn.opt.struct_size = 16; return f.attn.Forward(); });

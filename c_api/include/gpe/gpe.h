@@ -58,7 +58,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------- */
 
 #define GPE_VERSION_MAJOR 0
-#define GPE_VERSION_MINOR 4
+#define GPE_VERSION_MINOR 5
 #define GPE_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
 #define GPE_VERSION_NUMBER \
@@ -1020,6 +1020,168 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_blended_2d(
 /* cond(Psi) = s_max / s_min of a float64 [N, K] factor (+inf when rank deficient or
  * K > N): how much the exact closed form amplifies data errors. */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_condition_number(const DLTensor* psi, double* out);
+
+/* ---- INR training, data and metrics (since 0.5.0) ------------------------------------
+ *
+ * Iterative fits (full-batch Adam), Lim et al.'s analytic data and the papers' splits,
+ * image files, and the error metrics, from inr/ (mlp.h, linear_gd.h, data.h).
+ */
+
+/* Progress of a long fit: called on the calling thread after `step` updates with the
+ * training loss (MSE) of the forward pass that produced the last update's gradient. */
+typedef void (*gpe_progress_callback)(void* user_data, int64_t step, double train_loss);
+
+/* Adam (Kingma & Ba 2015, Algorithm 1), as PyTorch's torch.optim.Adam: with t the step
+ * count after increment, m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2,
+ * p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps). */
+
+/* -- A small fully connected ReLU network trained full-batch (Lim et al., appendix D.2) --
+ * Layer l maps H_l [N, fan_in] to H_l W_l + 1 b_l (W_l [fan_in, fan_out]); hidden layers
+ * apply ReLU, the output layer is linear. input_dim -> hidden_width (num_hidden_layers
+ * times) -> output_dim; num_hidden_layers = 0 is one linear layer. Parameters are ONE flat
+ * vector, layer by layer: W_0 (row-major), b_0, W_1, b_1, ... (gpe_inr_mlp_num_parameters
+ * entries). Initialisation: PyTorch's nn.Linear default, W, b ~ U(-1/sqrt(fan_in),
+ * 1/sqrt(fan_in)), from a seeded std::mt19937_64 (the same network on every platform).
+ * Loss: MSE = mean over all N x output_dim entries of (prediction - target)^2.
+ * Scalar type: float32 tensors train the float32 network (OpenBLAS sgemm, the fast path);
+ * float64 tensors train the same network in float64 (for checks against references). */
+typedef struct gpe_mlp_options {
+  uint32_t struct_size;      /* sizeof(gpe_mlp_options) */
+  int64_t hidden_width;      /* >= 1 (Lim et al.: 128) */
+  int64_t num_hidden_layers; /* >= 0 (Lim et al.: 3) */
+  int64_t steps;             /* full-batch Adam steps, >= 0 (Lim et al.: 500) */
+  double learning_rate;      /* finite, > 0 */
+  double beta1, beta2;       /* in [0, 1) */
+  double epsilon;            /* finite, >= 0 */
+  uint64_t seed;             /* initialisation when no initial parameters are given */
+  int64_t report_every;      /* progress every report_every steps and after the last; 0: last only */
+  gpe_progress_callback progress; /* optional */
+  void* progress_user_data;
+} gpe_mlp_options;
+#define GPE_MLP_OPTIONS_INIT                                                        \
+  { (uint32_t)sizeof(gpe_mlp_options), 128, 3, 500, 1e-3, 0.9, 0.999, 1e-8, 0, 0, \
+    NULL, NULL }
+
+/* The parameter count for input_dim -> ... -> output_dim (both >= 1). */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_num_parameters(const gpe_mlp_options* options,
+                                                            int64_t input_dim,
+                                                            int64_t output_dim, int64_t* out);
+/* The seeded initial parameters (options->seed): float32 or float64 [P]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_init(const gpe_mlp_options* options,
+                                                  int64_t input_dim, int64_t output_dim,
+                                                  DLTensor* parameters);
+/* Trains on every row at each step. features [N, input_dim] and targets [N, output_dim]:
+ * float32 or float64 (one dtype for all tensors), finite, N >= 1. initial_parameters
+ * ([P], or NULL for the seeded initialisation) are not modified; parameters (out, [P]) receives
+ * the trained network and may be initial_parameters itself. train_loss (optional, float64
+ * [steps]) receives the MSE before each update; final_loss (optional) the MSE after the
+ * last. A non-finite loss (too large a learning rate) is GPE_ERROR_INVALID_ARGUMENT and
+ * leaves the outputs unwritten. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options,
+                                                 const DLTensor* features,
+                                                 const DLTensor* targets,
+                                                 const DLTensor* initial_parameters,
+                                                 DLTensor* parameters, DLTensor* train_loss,
+                                                 double* final_loss);
+/* out [N, output_dim] = the network's output on features [N, input_dim] (float32 or
+ * float64, with parameters [P] of the same dtype; only the options' shape fields are read). */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_predict(const gpe_mlp_options* options,
+                                                     const DLTensor* parameters,
+                                                     const DLTensor* features, DLTensor* out);
+
+/* -- Gradient descent on the linear layer over a fixed encoding (Zheng et al. sec. 6.2) --
+ * Adam from W = 0 on the MSE, full batch, float64, with the learning rate decayed
+ * exponentially from learning_rate (step 1) to final_learning_rate (the last step):
+ * lr_t = lr (final / lr)^((t - 1) / (steps - 1)). Without regularisation this is the
+ * least-squares problem the closed forms solve at lambda = 0. */
+typedef struct gpe_linear_adam_options {
+  uint32_t struct_size;       /* sizeof(gpe_linear_adam_options) */
+  int64_t steps;              /* >= 1 */
+  double learning_rate;       /* finite, > 0 */
+  double final_learning_rate; /* finite, > 0; equal to learning_rate: constant */
+  double beta1, beta2;        /* in [0, 1) */
+  double epsilon;             /* finite, >= 0 */
+  int64_t report_every;       /* progress every report_every steps; 0: never */
+  gpe_progress_callback progress; /* optional */
+  void* progress_user_data;
+} gpe_linear_adam_options;
+#define GPE_LINEAR_ADAM_OPTIONS_INIT                                                      \
+  { (uint32_t)sizeof(gpe_linear_adam_options), 2000, 1e-2, 1e-2, 0.9, 0.999, 1e-8, 0, NULL, \
+    NULL }
+
+/* Dense model (the simple embedder, Zheng et al. eq. 16): Y_hat = Phi W.
+ * features Phi: float64 [N, F], targets Y: float64 [N, C], finite, non-empty; w (out):
+ * float64 [F, C]; train_loss (optional, float64 [steps]): the MSE before each update;
+ * final_loss (optional): the MSE after the last. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_dense_adam(const gpe_linear_adam_options* options,
+                                                        const DLTensor* features,
+                                                        const DLTensor* targets, DLTensor* w,
+                                                        DLTensor* train_loss,
+                                                        double* final_loss);
+/* Separable model (the complex embedder on a grid, eq. 10): S_hat = Psi_y W Psi_x^T, never
+ * forming the Kronecker product. psi_y [Ny, Ky], psi_x [Nx, Kx], image [Ny, Nx]; w (out)
+ * [Ky, Kx]; the rest as gpe_inr_fit_dense_adam. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_adam_2d(
+    const gpe_linear_adam_options* options, const DLTensor* psi_y, const DLTensor* psi_x,
+    const DLTensor* image, DLTensor* w, DLTensor* train_loss, double* final_loss);
+
+/* -- Data (Lim et al., appendix D.1; Zheng et al.'s splits) --
+ * Grid: n x n pixel centres over [-1, 1]^2, rows = y (row i at y_i), columns = x, with
+ * x_j = -1 + (2 j + 1) / n; r = sqrt(x^2 + y^2), theta = atan2(y, x). */
+enum { GPE_SYNTHETIC_RADIAL = 0, GPE_SYNTHETIC_SPIRAL = 1 };
+/* Radial: |sin(15 sqrt(r))|; Spiral: |sin(30 sqrt(0.1 r) + theta)| (the magnitude of the
+ * vector fields; signed_values != 0 gives the signed sine). out: float64 [n, n], n >= 1. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_synthetic_image(int32_t task, int32_t signed_values,
+                                                         DLTensor* out);
+/* The vector fields (eqs. 30, 31): out[i, j, :] = f(r, theta) (cos theta, sin theta) with
+ * f the signed sine above. out: float64 [n, n, 2]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_synthetic_vector_field(int32_t task, DLTensor* out);
+/* out[i * n + j, :] = (x_j, y_i): float64 [n * n, 2], the row-major pixel order. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_grid_coordinates(int64_t n, DLTensor* out);
+/* Splits of the row-major pixel indices 0..num_points-1 into train, validation and test.
+ * indices (out): int64 [num_points], the train indices, then validation, then test, each
+ * ascending; counts (out, 3 entries): the three sizes. */
+/* Lim et al. D.2: uniformly random fractions (5% / 40% / rest), deterministic in seed
+ * (std::mt19937_64 + std::shuffle: reproducible within one C++ standard library); sizes
+ * round(fraction * num_points). Fractions finite, >= 0, sum <= 1; num_points >= 0. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_random_split(int64_t num_points, double train_fraction,
+                                                      double validation_fraction, uint64_t seed,
+                                                      DLTensor* indices, int64_t* counts);
+/* Zheng et al.: train on the [::2] x [::2] sub-grid of a rows x cols image, test on the
+ * other pixels (no validation: counts[1] = 0). indices: int64 [rows * cols]. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_regular_grid_split(int64_t rows, int64_t cols,
+                                                            DLTensor* indices, int64_t* counts);
+/* Mean over all entries of (a - b)^2: float64 tensors of one shape, 1 to 3 dimensions, at
+ * least one entry, finite. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mse(const DLTensor* a, const DLTensor* b, double* out);
+/* PSNR = 10 log10(peak^2 / MSE) in dB (+inf when a == b); peak finite, > 0. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_psnr(const DLTensor* a, const DLTensor* b, double peak,
+                                              double* out);
+
+/* -- Image files --
+ * PNG (8- or 16-bit; gray, gray + alpha, RGB, RGBA, palette; alpha dropped) and JPEG
+ * (baseline or progressive; gray or colour, CMYK refused), told apart by the file's
+ * signature, decoded into values in [0, 1]. A missing, unreadable or corrupt file is
+ * GPE_ERROR_INVALID_ARGUMENT with a message naming the path. */
+typedef struct gpe_image gpe_image;
+/* grayscale != 0 gives one channel (colour converted to luma by libpng / libjpeg);
+ * otherwise three (RGB; gray files expand to equal channels). */
+GPE_API GPE_NODISCARD gpe_status gpe_image_read(const char* path, int32_t grayscale,
+                                                gpe_image** out);
+GPE_API void gpe_image_destroy(gpe_image* image);
+/* rows, cols and channels may each be NULL; channels is 1 or 3. */
+GPE_API GPE_NODISCARD gpe_status gpe_image_shape(const gpe_image* image, int64_t* rows,
+                                                 int64_t* cols, int64_t* channels);
+/* out: float32 or float64 [rows, cols, channels], values in [0, 1]. */
+GPE_API GPE_NODISCARD gpe_status gpe_image_pixels(const gpe_image* image, DLTensor* out);
+/* Writes pixels (float32 or float64 [rows, cols] or [rows, cols, 1 or 3], finite, at most
+ * 65536 a side) as an 8-bit PNG, clamping to [lo, hi] (finite, lo < hi) and mapping that
+ * range to 0..255 (rounded). An unwritable path is GPE_ERROR_INVALID_ARGUMENT. */
+GPE_API GPE_NODISCARD gpe_status gpe_image_write_png(const char* path, const DLTensor* pixels,
+                                                     double lo, double hi);
+/* As gpe_image_write_png, as a baseline JPEG of the given quality (1..100; lossy). */
+GPE_API GPE_NODISCARD gpe_status gpe_image_write_jpeg(const char* path, const DLTensor* pixels,
+                                                      int32_t quality, double lo, double hi);
 
 /* ----------------------------------------------------------------------------------
  * Attention (attention/cpu): multi-head scaled dot-product attention with the

@@ -122,6 +122,28 @@ class BlendedFitOptions(ctypes.Structure):
                 ("lambda_", ctypes.c_double), ("tolerance", ctypes.c_double)]
 
 
+# ---- INR training, data, metrics and image files (0.5.0) --------------------------------
+# void (*)(void* user_data, int64_t step, double train_loss)
+ProgressCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_double)
+
+
+class MlpOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("hidden_width", ctypes.c_int64),
+                ("num_hidden_layers", ctypes.c_int64), ("steps", ctypes.c_int64),
+                ("learning_rate", ctypes.c_double), ("beta1", ctypes.c_double),
+                ("beta2", ctypes.c_double), ("epsilon", ctypes.c_double),
+                ("seed", ctypes.c_uint64), ("report_every", ctypes.c_int64),
+                ("progress", ProgressCallback), ("progress_user_data", ctypes.c_void_p)]
+
+
+class LinearAdamOptions(ctypes.Structure):
+    _fields_ = [("struct_size", ctypes.c_uint32), ("steps", ctypes.c_int64),
+                ("learning_rate", ctypes.c_double), ("final_learning_rate", ctypes.c_double),
+                ("beta1", ctypes.c_double), ("beta2", ctypes.c_double),
+                ("epsilon", ctypes.c_double), ("report_every", ctypes.c_int64),
+                ("progress", ProgressCallback), ("progress_user_data", ctypes.c_void_p)]
+
+
 class LaplacianOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("kind", ctypes.c_int32),
                 ("skip_first", ctypes.c_int32)]
@@ -410,6 +432,33 @@ def _declare(lib):
                                         ctypes.POINTER(ctypes.c_int32),
                                         ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_predict_blended_2d": (st, [p, p, t, t, t, t, t]),
+        # INR training, data, metrics and image files (0.5.0).
+        "gpe_inr_mlp_num_parameters": (st, [ctypes.POINTER(MlpOptions), ctypes.c_int64,
+                                            ctypes.c_int64, i64p]),
+        "gpe_inr_mlp_init": (st, [ctypes.POINTER(MlpOptions), ctypes.c_int64, ctypes.c_int64,
+                                  t]),
+        "gpe_inr_mlp_fit": (st, [ctypes.POINTER(MlpOptions), t, t, t, t, t,
+                                 ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_mlp_predict": (st, [ctypes.POINTER(MlpOptions), t, t, t]),
+        "gpe_inr_fit_dense_adam": (st, [ctypes.POINTER(LinearAdamOptions), t, t, t, t,
+                                        ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_fit_separable_adam_2d": (st, [ctypes.POINTER(LinearAdamOptions), t, t, t, t,
+                                               t, ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_synthetic_image": (st, [ctypes.c_int32, ctypes.c_int32, t]),
+        "gpe_inr_synthetic_vector_field": (st, [ctypes.c_int32, t]),
+        "gpe_inr_grid_coordinates": (st, [ctypes.c_int64, t]),
+        "gpe_inr_random_split": (st, [ctypes.c_int64, ctypes.c_double, ctypes.c_double,
+                                      ctypes.c_uint64, t, i64p]),
+        "gpe_inr_regular_grid_split": (st, [ctypes.c_int64, ctypes.c_int64, t, i64p]),
+        "gpe_inr_mse": (st, [t, t, ctypes.POINTER(ctypes.c_double)]),
+        "gpe_inr_psnr": (st, [t, t, ctypes.c_double, ctypes.POINTER(ctypes.c_double)]),
+        "gpe_image_read": (st, [ctypes.c_char_p, ctypes.c_int32, ctypes.POINTER(p)]),
+        "gpe_image_destroy": (None, [p]),
+        "gpe_image_shape": (st, [p, i64p, i64p, i64p]),
+        "gpe_image_pixels": (st, [p, t]),
+        "gpe_image_write_png": (st, [ctypes.c_char_p, t, ctypes.c_double, ctypes.c_double]),
+        "gpe_image_write_jpeg": (st, [ctypes.c_char_p, t, ctypes.c_int32, ctypes.c_double,
+                                      ctypes.c_double]),
         # Attention.
         "gpe_attention_forward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t]),
         "gpe_attention_backward": (st, [ctypes.POINTER(AttentionOptions), t, t, t, t, t, t, t,

@@ -1,0 +1,829 @@
+// The C ABI's INR training, data and metric entry points (gpe.h, "INR training, data and
+// metrics"): the MLP trainer and Adam on the linear layer, Lim et al.'s analytic data,
+// the papers' splits, MSE / PSNR, and image files, over inr/ (mlp.h, linear_gd.h, data.h).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "c_api/checks.h"
+#include "c_api/error.h"
+#include "c_api/include/gpe/gpe.h"
+#include "c_api/tensor_view.h"
+#include "inr/closed_form.h"
+#include "inr/data.h"
+#include "inr/linear_gd.h"
+#include "inr/mlp.h"
+
+using gpe::c_api::CheckStructSize;
+using gpe::c_api::DType;
+using gpe::c_api::Guard;
+using gpe::c_api::TensorView;
+using gpe::c_api::ViewTensor;
+
+// A decoded image: the channels of inr/data.h's Image, immutable after gpe_image_read.
+struct gpe_image {
+  gpe::inr::Image image;
+};
+
+namespace {
+
+using RowMatrixXd = gpe::inr::RowMatrixXd;
+template <typename Scalar>
+using RowMatrix = gpe::inr::RowMatrix<Scalar>;
+template <typename Scalar>
+using Vector = gpe::inr::Vector<Scalar>;
+
+const DType kF64[] = {DType::kFloat64};
+const DType kI64[] = {DType::kInt64};
+const DType kF32F64[] = {DType::kFloat32, DType::kFloat64};
+
+// Failures the solvers report as FailedPrecondition (divergence) or the image writers as
+// Internal / Unavailable (an unwritable path) are the caller's argument problems.
+absl::Status AsArgumentError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kNotFound:
+      return absl::InvalidArgumentError(s.message());
+    default:
+      return s;
+  }
+}
+
+// Elements of a validated view, row-major, as Scalar (the view's own dtype).
+template <typename Scalar>
+Scalar At(const TensorView& v, int64_t i, int64_t j) {
+  return v.typed<const Scalar>()[i * v.strides[0] + j * v.strides[1]];
+}
+
+// A validated [rows, cols] view of dtype Scalar copied into a compact matrix.
+template <typename Scalar>
+RowMatrix<Scalar> CopyMatrix(const TensorView& v) {
+  RowMatrix<Scalar> m(v.shape[0], v.shape[1]);
+  if (m.size() == 0) return m;  // an empty matrix may still have billions of rows
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = At<Scalar>(v, i, j);
+  }
+  return m;
+}
+
+// A float64 [rows, cols] input, finite and non-empty.
+absl::StatusOr<RowMatrixXd> ReadFiniteMatrix(const DLTensor* t, const char* name) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] < 1 || v->shape[1] < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " is empty ([", v->shape[0], ", ",
+                                                   v->shape[1], "]); it needs >= 1 row and column"));
+  }
+  RowMatrixXd m = CopyMatrix<double>(*v);
+  if (!m.allFinite()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " has a non-finite entry"));
+  }
+  return m;
+}
+
+// Writes m into a [rows, cols] output view of dtype Scalar, checking shape and overlap
+// with `inputs`.
+template <typename Scalar>
+absl::Status WriteMatrix(const RowMatrix<Scalar>& m, DLTensor* t, const char* name,
+                         std::initializer_list<const TensorView*> inputs = {}) {
+  const DType dt = sizeof(Scalar) == 4 ? DType::kFloat32 : DType::kFloat64;
+  const DType allowed[] = {dt};
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, allowed);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != m.rows() || v->shape[1] != m.cols()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", m.rows(), ", ",
+                                                   m.cols(), "]; got [", v->shape[0], ", ",
+                                                   v->shape[1], "]"));
+  }
+  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
+  for (const TensorView* in : inputs) {
+    if (in != nullptr && gpe::c_api::Overlaps(*in, *v)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " overlaps an input"));
+    }
+  }
+  if (m.size() == 0) return absl::OkStatus();
+  Scalar* dst = v->typed<Scalar>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
+  }
+  return absl::OkStatus();
+}
+
+// An optional float64 [n] output for a loss history: checked before the fit runs.
+absl::StatusOr<std::unique_ptr<TensorView>> LossHistoryView(DLTensor* t, int64_t n) {
+  if (t == nullptr) return std::unique_ptr<TensorView>();
+  absl::StatusOr<TensorView> v = ViewTensor(t, "train_loss", 1, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != n) {
+    return absl::InvalidArgumentError(absl::StrCat("train_loss must have shape [", n,
+                                                   "] (one entry per step); got [", v->shape[0],
+                                                   "]"));
+  }
+  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "train_loss"); !s.ok()) return s;
+  return std::make_unique<TensorView>(*std::move(v));
+}
+
+void WriteHistory(const std::vector<double>& loss, const TensorView* v) {
+  if (v == nullptr) return;
+  for (size_t i = 0; i < loss.size(); ++i) v->typed<double>()[i * v->strides[0]] = loss[i];
+}
+
+// ---- MLP ----
+
+constexpr int64_t kMaxMlpWidth = int64_t{1} << 24;
+constexpr int64_t kMaxMlpHiddenLayers = 1024;
+constexpr int64_t kMaxMlpParameters = (int64_t{1} << 31) - 1;
+
+// The shape's parameter count without allocating a network (each layer below 2^49, at
+// most 1025 layers: no overflow within the limits above).
+int64_t ParameterCount(const gpe::inr::MlpShape& s) {
+  int64_t count = 0;
+  const int64_t layers = s.num_hidden_layers + 1;
+  for (int64_t l = 0; l < layers; ++l) {
+    const int64_t in = l == 0 ? s.input_dim : s.hidden_width;
+    const int64_t out = l == layers - 1 ? s.output_dim : s.hidden_width;
+    count += (in + 1) * out;
+  }
+  return count;
+}
+
+absl::StatusOr<gpe::inr::MlpShape> ReadMlpShape(const gpe_mlp_options* options, int64_t input_dim,
+                                                int64_t output_dim) {
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  if (absl::Status s = CheckStructSize(
+          options->struct_size, offsetof(gpe_mlp_options, progress_user_data) + sizeof(void*),
+          sizeof(gpe_mlp_options), "gpe_mlp_options");
+      !s.ok()) {
+    return s;
+  }
+  gpe::inr::MlpShape shape;
+  shape.input_dim = input_dim;
+  shape.output_dim = output_dim;
+  shape.hidden_width = options->hidden_width;
+  shape.num_hidden_layers = options->num_hidden_layers;
+  // The limits of MlpT::Create (mlp.cc), checked here without allocating a network.
+  for (const auto& [value, name] :
+       {std::pair<int64_t, const char*>{input_dim, "input_dim"},
+        {options->hidden_width, "hidden_width"},
+        {output_dim, "output_dim"}}) {
+    if (value < 1 || value > kMaxMlpWidth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be in 1..", kMaxMlpWidth, "; got ", value));
+    }
+  }
+  if (shape.num_hidden_layers < 0 || shape.num_hidden_layers > kMaxMlpHiddenLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("num_hidden_layers must be in 0..",
+                                                   kMaxMlpHiddenLayers, "; got ",
+                                                   shape.num_hidden_layers));
+  }
+  if (ParameterCount(shape) > kMaxMlpParameters) {
+    return absl::InvalidArgumentError(absl::StrCat("the network has ", ParameterCount(shape),
+                                                   " parameters; at most 2^31 - 1 are supported"));
+  }
+  return shape;
+}
+
+// A [P] parameter view of dtype `dtype` (checked against the network's count).
+absl::StatusOr<TensorView> ParameterView(const DLTensor* t, const char* name, DType dtype,
+                                         int64_t count) {
+  const DType allowed[] = {dtype};
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 1, allowed);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != count) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", count,
+                                                   "] (the network's parameter count); got [",
+                                                   v->shape[0], "]"));
+  }
+  return v;
+}
+
+template <typename Scalar>
+Vector<Scalar> CopyVector(const TensorView& v) {
+  Vector<Scalar> out(v.shape[0]);
+  for (int64_t i = 0; i < v.shape[0]; ++i) out[i] = v.typed<const Scalar>()[i * v.strides[0]];
+  return out;
+}
+
+template <typename Scalar>
+void WriteVector(const Vector<Scalar>& x, const TensorView& v) {
+  for (int64_t i = 0; i < x.size(); ++i) v.typed<Scalar>()[i * v.strides[0]] = x[i];
+}
+
+template <typename Scalar>
+absl::Status MlpInit(const gpe::inr::MlpShape& shape, uint64_t seed, const TensorView& out) {
+  absl::StatusOr<gpe::inr::MlpT<Scalar>> mlp = gpe::inr::MlpT<Scalar>::Create(shape, seed);
+  if (!mlp.ok()) return mlp.status();
+  WriteVector<Scalar>(mlp->parameters(), out);
+  return absl::OkStatus();
+}
+
+template <typename Scalar>
+absl::Status MlpFit(const gpe_mlp_options& o, const gpe::inr::MlpShape& shape,
+                    const TensorView& features, const TensorView& targets,
+                    const TensorView* initial, const TensorView& parameters,
+                    const TensorView* history, double* final_loss) {
+  const RowMatrix<Scalar> x = CopyMatrix<Scalar>(features);
+  const RowMatrix<Scalar> y = CopyMatrix<Scalar>(targets);
+  absl::StatusOr<gpe::inr::MlpT<Scalar>> mlp = gpe::inr::MlpT<Scalar>::Create(shape, o.seed);
+  if (!mlp.ok()) return mlp.status();
+  if (initial != nullptr) {
+    Vector<Scalar> p = CopyVector<Scalar>(*initial);
+    if (!p.allFinite()) {
+      return absl::InvalidArgumentError("initial_parameters has a non-finite entry");
+    }
+    mlp->mutable_parameters() = std::move(p);
+  }
+  gpe::inr::TrainOptionsT<Scalar> train;
+  train.steps = o.steps;
+  train.adam.learning_rate = o.learning_rate;
+  train.adam.beta1 = o.beta1;
+  train.adam.beta2 = o.beta2;
+  train.adam.epsilon = o.epsilon;
+  if (o.progress != nullptr) {
+    train.eval_every = o.report_every;
+    const gpe_progress_callback fn = o.progress;
+    void* user = o.progress_user_data;
+    train.progress = [fn, user](const gpe::inr::TrainProgress& p) {
+      fn(user, p.step, p.train_loss);
+    };
+  }
+  absl::StatusOr<gpe::inr::TrainHistory> h =
+      gpe::inr::TrainFullBatch<Scalar>(&*mlp, x, y, train);
+  if (!h.ok()) return AsArgumentError(h.status());
+  WriteVector<Scalar>(mlp->parameters(), parameters);
+  WriteHistory(h->train_loss, history);
+  if (final_loss != nullptr) *final_loss = h->final_train_loss;
+  return absl::OkStatus();
+}
+
+template <typename Scalar>
+absl::Status MlpPredict(const gpe::inr::MlpShape& shape, const TensorView& parameters,
+                        const TensorView& features, DLTensor* out) {
+  absl::StatusOr<gpe::inr::MlpT<Scalar>> mlp = gpe::inr::MlpT<Scalar>::Create(shape, 0);
+  if (!mlp.ok()) return mlp.status();
+  Vector<Scalar> p = CopyVector<Scalar>(parameters);
+  if (!p.allFinite()) return absl::InvalidArgumentError("parameters has a non-finite entry");
+  mlp->mutable_parameters() = std::move(p);
+  const RowMatrix<Scalar> x = CopyMatrix<Scalar>(features);
+  absl::StatusOr<RowMatrix<Scalar>> y = gpe::inr::Predict<Scalar>(*mlp, x);
+  if (!y.ok()) return y.status();
+  return WriteMatrix<Scalar>(*y, out, "out", {&parameters, &features});
+}
+
+// ---- Linear Adam ----
+
+absl::StatusOr<gpe::inr::LinearAdamOptions> ReadLinearAdamOptions(
+    const gpe_linear_adam_options* options) {
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  if (absl::Status s = CheckStructSize(
+          options->struct_size,
+          offsetof(gpe_linear_adam_options, progress_user_data) + sizeof(void*),
+          sizeof(gpe_linear_adam_options), "gpe_linear_adam_options");
+      !s.ok()) {
+    return s;
+  }
+  const gpe_linear_adam_options& o = *options;
+  if (o.steps < 1 || o.steps > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("steps must be in 1..2^31; got ", o.steps));
+  }
+  gpe::inr::LinearAdamOptions a;
+  a.steps = o.steps;
+  a.learning_rate = o.learning_rate;
+  a.final_learning_rate = o.final_learning_rate;
+  a.beta1 = o.beta1;
+  a.beta2 = o.beta2;
+  a.epsilon = o.epsilon;
+  a.report_every = o.report_every;
+  if (o.progress != nullptr) {
+    const gpe_progress_callback fn = o.progress;
+    void* user = o.progress_user_data;
+    a.progress = [fn, user](int64_t step, double loss) { fn(user, step, loss); };
+  }
+  return a;
+}
+
+// Writes a linear fit's outputs (history checked beforehand).
+absl::Status WriteLinearFit(const gpe::inr::LinearAdamFit& fit, DLTensor* w,
+                            const TensorView* history, double* final_loss) {
+  if (absl::Status s = WriteMatrix<double>(fit.weights, w, "w"); !s.ok()) return s;
+  WriteHistory(fit.loss, history);
+  if (final_loss != nullptr) *final_loss = fit.final_loss;
+  return absl::OkStatus();
+}
+
+// Checks w's shape before a long fit, so a wrong output fails at once.
+absl::Status CheckOutputShape(const DLTensor* t, const char* name, int64_t rows, int64_t cols) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != rows || v->shape[1] != cols) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", rows, ", ", cols,
+                                                   "]; got [", v->shape[0], ", ", v->shape[1],
+                                                   "]"));
+  }
+  return gpe::c_api::CheckNoSelfOverlap(*v, name);
+}
+
+// ---- Data ----
+
+absl::StatusOr<gpe::inr::SyntheticTask> ReadTask(int32_t task) {
+  if (task == GPE_SYNTHETIC_RADIAL) return gpe::inr::SyntheticTask::kRadial;
+  if (task == GPE_SYNTHETIC_SPIRAL) return gpe::inr::SyntheticTask::kSpiral;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "task must be GPE_SYNTHETIC_RADIAL (0) or GPE_SYNTHETIC_SPIRAL (1); got ", task));
+}
+
+// Grids above 2^15 a side (2^30 pixels) are refused before anything is allocated.
+constexpr int64_t kMaxGridSide = int64_t{1} << 15;
+
+absl::Status CheckGridSide(int64_t n, const char* name) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 1; got ", n));
+  if (n > kMaxGridSide) {
+    return absl::OutOfRangeError(
+        absl::StrCat(name, " is ", n, "; at most ", kMaxGridSide, " is supported"));
+  }
+  return absl::OkStatus();
+}
+
+// Writes a split's concatenated indices and its three sizes.
+absl::Status WriteSplit(const gpe::inr::Split& split, int64_t num_points, DLTensor* indices,
+                        int64_t* counts) {
+  absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != num_points) {
+    return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", num_points,
+                                                   "] (every point once); got [", v->shape[0],
+                                                   "]"));
+  }
+  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "indices"); !s.ok()) return s;
+  int64_t k = 0;
+  for (const std::vector<int64_t>* part : {&split.train, &split.validation, &split.test}) {
+    for (int64_t i : *part) v->typed<int64_t>()[(k++) * v->strides[0]] = i;
+  }
+  counts[0] = static_cast<int64_t>(split.train.size());
+  counts[1] = static_cast<int64_t>(split.validation.size());
+  counts[2] = static_cast<int64_t>(split.test.size());
+  return absl::OkStatus();
+}
+
+// Two float64 tensors of one shape (1 to 3 dimensions, >= 1 entry, finite), flattened.
+absl::Status ReadPair(const DLTensor* a, const DLTensor* b, RowMatrixXd* fa, RowMatrixXd* fb) {
+  if (a == nullptr) return absl::InvalidArgumentError("a is NULL");
+  if (b == nullptr) return absl::InvalidArgumentError("b is NULL");
+  if (a->ndim < 1 || a->ndim > 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a must have 1 to 3 dimensions; got ", a->ndim));
+  }
+  absl::StatusOr<TensorView> va = ViewTensor(a, "a", a->ndim, kF64);
+  if (!va.ok()) return va.status();
+  absl::StatusOr<TensorView> vb = ViewTensor(b, "b", a->ndim, kF64);
+  if (!vb.ok()) return vb.status();
+  if (va->shape != vb->shape) {
+    return absl::InvalidArgumentError("a and b must have the same shape");
+  }
+  const int64_t n = va->numel();
+  if (n < 1) return absl::InvalidArgumentError("a and b are empty");
+  if (n > (int64_t{1} << 34)) return absl::OutOfRangeError("a has more than 2^34 entries");
+  fa->resize(1, n);
+  fb->resize(1, n);
+  // Row-major walk of up to 3 dimensions (missing leading ones have size 1).
+  std::vector<int64_t> shape(3, 1), sa(3, 0), sb(3, 0);
+  const int d0 = 3 - a->ndim;
+  for (int d = 0; d < a->ndim; ++d) {
+    shape[d0 + d] = va->shape[d];
+    sa[d0 + d] = va->strides[d];
+    sb[d0 + d] = vb->strides[d];
+  }
+  int64_t k = 0;
+  for (int64_t i = 0; i < shape[0]; ++i) {
+    for (int64_t j = 0; j < shape[1]; ++j) {
+      for (int64_t l = 0; l < shape[2]; ++l, ++k) {
+        (*fa)(0, k) = va->typed<const double>()[i * sa[0] + j * sa[1] + l * sa[2]];
+        (*fb)(0, k) = vb->typed<const double>()[i * sb[0] + j * sb[1] + l * sb[2]];
+      }
+    }
+  }
+  if (!fa->allFinite()) return absl::InvalidArgumentError("a has a non-finite entry");
+  if (!fb->allFinite()) return absl::InvalidArgumentError("b has a non-finite entry");
+  return absl::OkStatus();
+}
+
+// ---- Images ----
+
+absl::Status CheckPath(const char* path) {
+  if (path == nullptr) return absl::InvalidArgumentError("path is NULL");
+  if (path[0] == '\0') return absl::InvalidArgumentError("path is empty");
+  return absl::OkStatus();
+}
+
+// pixels [rows, cols] or [rows, cols, 1 | 3], float32 or float64, finite, as channels.
+absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> ReadPixels(const DLTensor* t) {
+  if (t == nullptr) return absl::InvalidArgumentError("pixels is NULL");
+  if (t->ndim != 2 && t->ndim != 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pixels must be [rows, cols] or [rows, cols, channels]; got ", t->ndim, " dimensions"));
+  }
+  absl::StatusOr<TensorView> v = ViewTensor(t, "pixels", t->ndim, kF32F64);
+  if (!v.ok()) return v.status();
+  const int64_t rows = v->shape[0], cols = v->shape[1];
+  const int64_t nc = t->ndim == 3 ? v->shape[2] : 1;
+  if (nc != 1 && nc != 3) {
+    return absl::InvalidArgumentError(absl::StrCat("pixels must have 1 or 3 channels; got ", nc));
+  }
+  if (rows < 1 || cols < 1 || rows > 65536 || cols > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("pixels is ", rows, " x ", cols,
+                                                   "; images are 1..65536 pixels a side"));
+  }
+  const int64_t sc = t->ndim == 3 ? v->strides[2] : 0;
+  std::vector<gpe::inr::ImageMatrix> channels(static_cast<size_t>(nc),
+                                              gpe::inr::ImageMatrix(rows, cols));
+  for (int64_t c = 0; c < nc; ++c) {
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const int64_t off = i * v->strides[0] + j * v->strides[1] + c * sc;
+        const double x = v->dtype == DType::kFloat32
+                             ? static_cast<double>(v->typed<const float>()[off])
+                             : v->typed<const double>()[off];
+        if (!std::isfinite(x)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("pixels[", i, ", ", j, ", ", c, "] is not finite"));
+        }
+        channels[c](i, j) = x;
+      }
+    }
+  }
+  return channels;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- MLP ----
+
+gpe_status gpe_inr_mlp_num_parameters(const gpe_mlp_options* options, int64_t input_dim,
+                                      int64_t output_dim, int64_t* out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    absl::StatusOr<gpe::inr::MlpShape> shape = ReadMlpShape(options, input_dim, output_dim);
+    if (!shape.ok()) return shape.status();
+    *out = ParameterCount(*shape);
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_inr_mlp_init(const gpe_mlp_options* options, int64_t input_dim,
+                            int64_t output_dim, DLTensor* parameters) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<gpe::inr::MlpShape> shape = ReadMlpShape(options, input_dim, output_dim);
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<TensorView> probe = ViewTensor(parameters, "parameters", 1, kF32F64);
+    if (!probe.ok()) return probe.status();
+    absl::StatusOr<TensorView> v =
+        ParameterView(parameters, "parameters", probe->dtype, ParameterCount(*shape));
+    if (!v.ok()) return v.status();
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "parameters"); !s.ok()) return s;
+    return v->dtype == DType::kFloat32 ? MlpInit<float>(*shape, options->seed, *v)
+                                       : MlpInit<double>(*shape, options->seed, *v);
+  });
+}
+
+gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options, const DLTensor* features,
+                           const DLTensor* targets, const DLTensor* initial_parameters,
+                           DLTensor* parameters, DLTensor* train_loss, double* final_loss) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<TensorView> fv = ViewTensor(features, "features", 2, kF32F64);
+    if (!fv.ok()) return fv.status();
+    const DType dt = fv->dtype;
+    const DType same[] = {dt};
+    absl::StatusOr<TensorView> tv = ViewTensor(targets, "targets", 2, same);
+    if (!tv.ok()) return tv.status();
+    if (fv->shape[0] < 1) return absl::InvalidArgumentError("features is empty (N = 0)");
+    if (tv->shape[0] != fv->shape[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("targets has ", tv->shape[0],
+                                                     " rows; features has ", fv->shape[0]));
+    }
+    absl::StatusOr<gpe::inr::MlpShape> shape =
+        ReadMlpShape(options, fv->shape[1], tv->shape[1]);
+    if (!shape.ok()) return shape.status();
+    const int64_t count = ParameterCount(*shape);
+    std::unique_ptr<TensorView> init;
+    if (initial_parameters != nullptr) {
+      absl::StatusOr<TensorView> iv =
+          ParameterView(initial_parameters, "initial_parameters", dt, count);
+      if (!iv.ok()) return iv.status();
+      init = std::make_unique<TensorView>(*std::move(iv));
+    }
+    absl::StatusOr<TensorView> pv = ParameterView(parameters, "parameters", dt, count);
+    if (!pv.ok()) return pv.status();
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*pv, "parameters"); !s.ok()) return s;
+    if (absl::Status s = gpe::c_api::CheckDisjoint(
+            {{&*pv, "parameters"}, {&*fv, "features"}, {&*tv, "targets"}});
+        !s.ok()) {
+      return s;
+    }
+    if (options->steps < 0 || options->steps > (int64_t{1} << 31)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("steps must be in 0..2^31; got ", options->steps));
+    }
+    if (options->report_every < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("report_every must be >= 0; got ", options->report_every));
+    }
+    absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, options->steps);
+    if (!hv.ok()) return hv.status();
+    if (*hv != nullptr && (gpe::c_api::Overlaps(**hv, *pv) || gpe::c_api::Overlaps(**hv, *fv) ||
+                           gpe::c_api::Overlaps(**hv, *tv))) {
+      return absl::InvalidArgumentError("train_loss overlaps another argument");
+    }
+    return dt == DType::kFloat32
+               ? MlpFit<float>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(), final_loss)
+               : MlpFit<double>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(),
+                                final_loss);
+  });
+}
+
+gpe_status gpe_inr_mlp_predict(const gpe_mlp_options* options, const DLTensor* parameters,
+                               const DLTensor* features, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<TensorView> fv = ViewTensor(features, "features", 2, kF32F64);
+    if (!fv.ok()) return fv.status();
+    const DType same[] = {fv->dtype};
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, same);
+    if (!ov.ok()) return ov.status();
+    if (fv->shape[0] < 1) return absl::InvalidArgumentError("features is empty (N = 0)");
+    absl::StatusOr<gpe::inr::MlpShape> shape = ReadMlpShape(options, fv->shape[1], ov->shape[1]);
+    if (!shape.ok()) return shape.status();
+    absl::StatusOr<TensorView> pv =
+        ParameterView(parameters, "parameters", fv->dtype, ParameterCount(*shape));
+    if (!pv.ok()) return pv.status();
+    return fv->dtype == DType::kFloat32 ? MlpPredict<float>(*shape, *pv, *fv, out)
+                                        : MlpPredict<double>(*shape, *pv, *fv, out);
+  });
+}
+
+// ---- Linear Adam ----
+
+gpe_status gpe_inr_fit_dense_adam(const gpe_linear_adam_options* options, const DLTensor* features,
+                                  const DLTensor* targets, DLTensor* w, DLTensor* train_loss,
+                                  double* final_loss) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<gpe::inr::LinearAdamOptions> o = ReadLinearAdamOptions(options);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<RowMatrixXd> phi = ReadFiniteMatrix(features, "features");
+    if (!phi.ok()) return phi.status();
+    absl::StatusOr<RowMatrixXd> y = ReadFiniteMatrix(targets, "targets");
+    if (!y.ok()) return y.status();
+    if (y->rows() != phi->rows()) {
+      return absl::InvalidArgumentError(absl::StrCat("targets has ", y->rows(),
+                                                     " rows; features has ", phi->rows()));
+    }
+    if (absl::Status s = CheckOutputShape(w, "w", phi->cols(), y->cols()); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, o->steps);
+    if (!hv.ok()) return hv.status();
+    absl::StatusOr<gpe::inr::LinearAdamFit> fit = gpe::inr::FitDenseAdam(*phi, *y, *o);
+    if (!fit.ok()) return AsArgumentError(fit.status());
+    return WriteLinearFit(*fit, w, hv->get(), final_loss);
+  });
+}
+
+gpe_status gpe_inr_fit_separable_adam_2d(const gpe_linear_adam_options* options,
+                                         const DLTensor* psi_y, const DLTensor* psi_x,
+                                         const DLTensor* image, DLTensor* w, DLTensor* train_loss,
+                                         double* final_loss) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<gpe::inr::LinearAdamOptions> o = ReadLinearAdamOptions(options);
+    if (!o.ok()) return o.status();
+    absl::StatusOr<RowMatrixXd> py = ReadFiniteMatrix(psi_y, "psi_y");
+    if (!py.ok()) return py.status();
+    absl::StatusOr<RowMatrixXd> px = ReadFiniteMatrix(psi_x, "psi_x");
+    if (!px.ok()) return px.status();
+    absl::StatusOr<RowMatrixXd> s = ReadFiniteMatrix(image, "image");
+    if (!s.ok()) return s.status();
+    if (s->rows() != py->rows() || s->cols() != px->rows()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "image must have shape [", py->rows(), ", ", px->rows(), "] (psi_y's rows, psi_x's rows); got [",
+          s->rows(), ", ", s->cols(), "]"));
+    }
+    if (absl::Status st = CheckOutputShape(w, "w", py->cols(), px->cols()); !st.ok()) return st;
+    absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, o->steps);
+    if (!hv.ok()) return hv.status();
+    absl::StatusOr<gpe::inr::LinearAdamFit> fit =
+        gpe::inr::FitSeparableAdam2D(*py, *px, *s, *o);
+    if (!fit.ok()) return AsArgumentError(fit.status());
+    return WriteLinearFit(*fit, w, hv->get(), final_loss);
+  });
+}
+
+// ---- Data ----
+
+gpe_status gpe_inr_synthetic_image(int32_t task, int32_t signed_values, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<gpe::inr::SyntheticTask> t = ReadTask(task);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 2, kF64);
+    if (!v.ok()) return v.status();
+    if (v->shape[0] != v->shape[1]) {
+      return absl::InvalidArgumentError(absl::StrCat("out must be square [n, n]; got [",
+                                                     v->shape[0], ", ", v->shape[1], "]"));
+    }
+    if (absl::Status s = CheckGridSide(v->shape[0], "n"); !s.ok()) return s;
+    return WriteMatrix<double>(gpe::inr::SyntheticImage(*t, v->shape[0], signed_values != 0), out,
+                               "out");
+  });
+}
+
+gpe_status gpe_inr_synthetic_vector_field(int32_t task, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    absl::StatusOr<gpe::inr::SyntheticTask> t = ReadTask(task);
+    if (!t.ok()) return t.status();
+    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 3, kF64);
+    if (!v.ok()) return v.status();
+    const int64_t n = v->shape[0];
+    if (v->shape[1] != n || v->shape[2] != 2) {
+      return absl::InvalidArgumentError(absl::StrCat("out must have shape [n, n, 2]; got [",
+                                                     v->shape[0], ", ", v->shape[1], ", ",
+                                                     v->shape[2], "]"));
+    }
+    if (absl::Status s = CheckGridSide(n, "n"); !s.ok()) return s;
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "out"); !s.ok()) return s;
+    const std::vector<gpe::inr::ImageMatrix> field = gpe::inr::SyntheticVectorField(*t, n);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        for (int64_t c = 0; c < 2; ++c) {
+          v->typed<double>()[i * v->strides[0] + j * v->strides[1] + c * v->strides[2]] =
+              field[c](i, j);
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_inr_grid_coordinates(int64_t n, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckGridSide(n, "n"); !s.ok()) return s;
+    if (absl::Status s = CheckOutputShape(out, "out", n * n, 2); !s.ok()) return s;
+    return WriteMatrix<double>(gpe::inr::GridCoordinates(n), out, "out");
+  });
+}
+
+gpe_status gpe_inr_random_split(int64_t num_points, double train_fraction,
+                                double validation_fraction, uint64_t seed, DLTensor* indices,
+                                int64_t* counts) {
+  return Guard([&]() -> absl::Status {
+    if (counts == nullptr) return absl::InvalidArgumentError("counts is NULL");
+    if (num_points < 0 || num_points > (int64_t{1} << 34)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_points must be in 0..2^34; got ", num_points));
+    }
+    if (!std::isfinite(train_fraction) || !std::isfinite(validation_fraction)) {
+      return absl::InvalidArgumentError("fractions must be finite");
+    }
+    // Check the output before shuffling num_points indices.
+    absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
+    if (!v.ok()) return v.status();
+    if (v->shape[0] != num_points) {
+      return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", num_points,
+                                                     "] (every point once); got [",
+                                                     v->shape[0], "]"));
+    }
+    absl::StatusOr<gpe::inr::Split> split =
+        gpe::inr::RandomSplit(num_points, train_fraction, validation_fraction, seed);
+    if (!split.ok()) return split.status();
+    return WriteSplit(*split, num_points, indices, counts);
+  });
+}
+
+gpe_status gpe_inr_regular_grid_split(int64_t rows, int64_t cols, DLTensor* indices,
+                                      int64_t* counts) {
+  return Guard([&]() -> absl::Status {
+    if (counts == nullptr) return absl::InvalidArgumentError("counts is NULL");
+    if (absl::Status s = CheckGridSide(rows, "rows"); !s.ok()) return s;
+    if (absl::Status s = CheckGridSide(cols, "cols"); !s.ok()) return s;
+    absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
+    if (!v.ok()) return v.status();
+    if (v->shape[0] != rows * cols) {
+      return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", rows * cols,
+                                                     "] (rows * cols); got [", v->shape[0], "]"));
+    }
+    return WriteSplit(gpe::inr::RegularGridSplit(rows, cols), rows * cols, indices, counts);
+  });
+}
+
+gpe_status gpe_inr_mse(const DLTensor* a, const DLTensor* b, double* out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    RowMatrixXd fa, fb;
+    if (absl::Status s = ReadPair(a, b, &fa, &fb); !s.ok()) return s;
+    absl::StatusOr<double> mse = gpe::inr::MeanSquaredError(fa, fb);
+    if (!mse.ok()) return mse.status();
+    *out = *mse;
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_inr_psnr(const DLTensor* a, const DLTensor* b, double peak, double* out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    if (!std::isfinite(peak) || peak <= 0.0) {
+      return absl::InvalidArgumentError(absl::StrCat("peak must be finite and > 0; got ", peak));
+    }
+    RowMatrixXd fa, fb;
+    if (absl::Status s = ReadPair(a, b, &fa, &fb); !s.ok()) return s;
+    absl::StatusOr<double> psnr = gpe::inr::Psnr(fa, fb, peak);
+    if (!psnr.ok()) return psnr.status();
+    *out = *psnr;
+    return absl::OkStatus();
+  });
+}
+
+// ---- Images ----
+
+gpe_status gpe_image_read(const char* path, int32_t grayscale, gpe_image** out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    *out = nullptr;
+    if (absl::Status s = CheckPath(path); !s.ok()) return s;
+    absl::StatusOr<gpe::inr::Image> image = gpe::inr::ReadImage(path, grayscale != 0);
+    if (!image.ok()) return AsArgumentError(image.status());
+    auto handle = std::make_unique<gpe_image>();
+    handle->image = *std::move(image);
+    *out = handle.release();
+    return absl::OkStatus();
+  });
+}
+
+void gpe_image_destroy(gpe_image* image) { delete image; }
+
+gpe_status gpe_image_shape(const gpe_image* image, int64_t* rows, int64_t* cols,
+                           int64_t* channels) {
+  return Guard([&]() -> absl::Status {
+    if (image == nullptr) return absl::InvalidArgumentError("image is NULL");
+    if (rows != nullptr) *rows = image->image.rows();
+    if (cols != nullptr) *cols = image->image.cols();
+    if (channels != nullptr) *channels = static_cast<int64_t>(image->image.channels.size());
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_image_pixels(const gpe_image* image, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (image == nullptr) return absl::InvalidArgumentError("image is NULL");
+    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 3, kF32F64);
+    if (!v.ok()) return v.status();
+    const gpe::inr::Image& im = image->image;
+    const int64_t nc = static_cast<int64_t>(im.channels.size());
+    if (v->shape[0] != im.rows() || v->shape[1] != im.cols() || v->shape[2] != nc) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "out must have shape [", im.rows(), ", ", im.cols(), ", ", nc, "]; got [", v->shape[0],
+          ", ", v->shape[1], ", ", v->shape[2], "]"));
+    }
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "out"); !s.ok()) return s;
+    for (int64_t c = 0; c < nc; ++c) {
+      for (int64_t i = 0; i < im.rows(); ++i) {
+        for (int64_t j = 0; j < im.cols(); ++j) {
+          const int64_t off = i * v->strides[0] + j * v->strides[1] + c * v->strides[2];
+          const double x = im.channels[c](i, j);
+          if (v->dtype == DType::kFloat32) {
+            v->typed<float>()[off] = static_cast<float>(x);
+          } else {
+            v->typed<double>()[off] = x;
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+}
+
+gpe_status gpe_image_write_png(const char* path, const DLTensor* pixels, double lo, double hi) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckPath(path); !s.ok()) return s;
+    absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> channels = ReadPixels(pixels);
+    if (!channels.ok()) return channels.status();
+    return AsArgumentError(gpe::inr::WritePng(path, *channels, lo, hi));
+  });
+}
+
+gpe_status gpe_image_write_jpeg(const char* path, const DLTensor* pixels, int32_t quality,
+                                double lo, double hi) {
+  return Guard([&]() -> absl::Status {
+    if (absl::Status s = CheckPath(path); !s.ok()) return s;
+    absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> channels = ReadPixels(pixels);
+    if (!channels.ok()) return channels.status();
+    return AsArgumentError(gpe::inr::WriteJpeg(path, *channels, quality, lo, hi));
+  });
+}
+
+}  // extern "C"

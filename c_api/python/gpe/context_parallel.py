@@ -29,28 +29,52 @@ cut into 2 W chunks at floor(c L / 2W), rank r holds chunks r and 2W - 1 - r, so
 rank does about the same causal work; short or odd lengths give unequal or empty shards,
 which every method handles.
 
-Encodings: rope_dim (RoPE, default schedule, either pairing), encoding = gpe.GrapeM or
-gpe.AlgebraicSequence, alibi ("causal"/"symmetric"), bias = gpe.Alibi or gpe.T5Bias
-("ring" and "all_gather"; "ulysses" takes Alibi only, whose slopes it re-slices per head
-shard), and FoX (Lin et al.) through fox_gate_logits [tokens, heads_q] (the local tokens'
-gate logits x, batch 1). FoX's bias c_i - c_j (c_t = sum_{l <= t} ln sigmoid(x_l)) crosses
+Encodings: rope_dim (RoPE, default schedule, either pairing), encoding = gpe.GrapeM,
+gpe.AlgebraicSequence or a learnable gpe.torch.GrapeMEncoding, alibi ("causal" /
+"symmetric"), bias = gpe.Alibi or gpe.T5Bias ("ring" and "all_gather"; "ulysses" takes
+Alibi only, whose slopes it re-slices per head shard) or a learnable gpe.torch.AlibiBias,
+T5Bias or GrapeABias (slopes) on every method, and FoX (Lin et al.) through
+fox_gate_logits [tokens, heads_q] (the local tokens' gate logits x, batch 1; a tensor
+that may require grad). FoX's bias c_i - c_j (c_t = sum_{l <= t} ln sigmoid(x_l)) crosses
 shard boundaries: each rank sums its gates per contiguous run of positions, the run
 totals are all-gathered, and an exclusive prefix scan over them gives every local token
-its global c (exact in float64). A block's FoX bias is then a gpe.FoxBias over the span
-of its query and key positions whose logits are the tokens' own, one logit per gap
+its global c (exact in float64). A ring block's FoX bias is then a gpe.FoxBias over the
+span of its query and key positions whose logits are the tokens' own, one logit per gap
 carrying the gap's total (sigmoid(x) = exp(G)) and +1e4 (ln sigmoid = 0 exactly in
 double) elsewhere: exact, at the cost of span x heads float64 of gate table per block.
-Refused: GRAPE-AP (psi(i, l) depends on the query, so its bias is a running sum over every
-key between j and i, not a difference of prefix sums) and a FoxBias object (pass the
-logits instead). Encoding and bias parameters, FoX gates included, get no gradient here
-(gpe.torch's learnable biases and GRAPE-M are for unsharded attention; routing their
-gradients across ranks is not done).
+"all_gather" and "ulysses" hold every token's logits (all-gathered, or all-to-all'd per
+head shard) and use the whole sequence's FoX bias.
+
+Learnable parameters get gradients (autograd, into the tensors the modules hold): each
+rank computes its share, the gradient over its blocks' (query, key) pairs with the
+GLOBAL lse and positions, and backward sums the shares over ranks with an all_reduce, so
+every rank receives the unsharded gradient (replicated parameters: do not average it
+again over the context-parallel group). "ring" does this inside its backward node;
+"all_gather" and "ulysses" pass the parameters through one collective node (_Collect)
+beside the K/V gather, so every rank runs the collectives in one order. Under
+"ulysses" a rank owns heads h0 .. h0 + H/W: per-head slopes and T5 table columns are
+sliced to them (the other entries of its share are zero) and GRAPE-M's generators, shared
+by the heads, get its heads' share. FoX gate logits: b_ij = c_i - c_j gives dL/dc_t =
+sum_j dS_tj - sum_i dS_it, and the transpose of the cross-rank prefix scan is a suffix
+sum across ranks, dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t; the ring's backward
+gathers every rank's logits once, gives each block the FoX bias over its span with the
+tokens' own logits (its kernel returns the block's part of that suffix sum at every
+position of the span) and all-reduces the table (see _RingAttention.backward);
+"all_gather" reduce-scatters and "ulysses" all-to-alls the logit gradient back.
+Whether a parameter requires grad must agree on every rank (the sum is a collective).
+Refused: GRAPE-AP, fixed or learnable (psi(i, l) depends on the query, so its bias is a
+running sum over every key between j and i, not a difference of prefix sums), and FoX
+or gated GRAPE-A as a bias object (one contiguous run of logits, not a rank's two
+chunks: pass fox_gate_logits).
 
 dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference). The float64
 reference's backward recomputes o and lse from the keys it is given instead of reading
 the global ones, so the float64 ring backward gives it each block's keys plus one
 phantom key standing for the rest of the ring (two extra features carry its score and
-value; see _ring_block_grads_f64): exact, with no change to the C ABI.
+value; see _ring_block_grads_f64): exact, with no change to the C ABI. A learnable bias's
+gradient there has the phantom column's share subtracted (the bias object accumulates
+it), and GRAPE-M, applied outside that kernel, gets its generator gradients from
+gpe.torch.grape_m's VJP.
 
 The same code runs on the gloo backend (CPU tensors, as GroupPE's kernels here) and
 takes whichever backend the process group has.
@@ -387,7 +411,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     A learnable bias's gradient from the kernel also holds the phantom column's term
     sum_i dS_i* db(i, p*)/dtheta with dS_i* = P_i* (dO_B,i - D_i) (flash-attention's dS),
     P_i* = 1 - alpha_i: it is accumulated by the bias object itself and subtracted."""
-    from gpe.bias import Alibi
+    from gpe.bias import Alibi, FoxBias
     gt = cfg.gt
     batch, s_q, heads, d = q.shape
     n, heads_kv = kb.shape[1], kb.shape[2]
@@ -449,7 +473,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
         # The phantom column's share (computed as the kernel does), summed over the batch.
         ds_star = torch.where(no_mass, torch.zeros_like(rest_share),
                               rest_share * (rest_dot - dsum)).sum(0)      # [s_q, heads]
-        fox_like = hasattr(bias_obj, "logit_gradient")
+        fox_like = isinstance(bias_obj, FoxBias)  # a gated GRAPE-A is refused upstream
         corr = None
         for h in range(heads):
             corr = bias_obj.accumulate_gradient(h, pos.numpy(), np.array([p_star]),
@@ -892,8 +916,11 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at
     `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
     fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
-    "ulysses"). Differentiable in q, k, v. return_lse=True (ring and all_gather) also
-    returns lse [batch, tokens, heads_q] over the whole sequence."""
+    "ulysses"). Differentiable in q, k, v, FoX gate logits and the tensors of learnable
+    gpe.torch modules (bias = AlibiBias, T5Bias, GrapeABias(slopes=); encoding =
+    GrapeMEncoding), whose gradients are summed over ranks (the unsharded gradient).
+    return_lse=True (ring and all_gather) also returns lse [batch, tokens, heads_q] over
+    the whole sequence."""
     from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
     import gpe.torch as gt

@@ -555,7 +555,7 @@ class _RingAttention(torch.autograd.Function):
         fox, cfg, sizes = ctx.fox, ctx.cfg, ctx.sizes
         f64 = q.dtype == torch.float64
         g, ring, gt = cfg.g, _Ring(cfg.g), cfg.gt
-        batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        batch, s_q = q.shape[0], q.shape[1]
         # needs_input_grad: (q, k, v, pos, fox, fox_logits, cfg, bias_a, a, b, omega); the
         # same on every rank (the parameters' all_reduce below is a collective).
         want_fox = bool(ctx.needs_input_grad[5])

@@ -2,8 +2,11 @@
 
 Every rank builds the same full q, k, v (one seed), computes the unsharded gpe.torch
 attention and its gradients, runs its shard through each method (ring, all_gather,
-ulysses) and compares its rows of the output and of dq, dk, dv. Lengths are odd, and
-short enough that some ranks hold no token. Skips with a message without PyTorch.
+ulysses) and compares its rows of the output and of dq, dk, dv, and the gradients of
+learnable tensors (gpe.torch ALiBi slopes, GRAPE-A slopes, T5 table, GRAPE-M a, b, omega;
+FoX gate logits), which every rank must receive whole (summed over ranks). Lengths are
+odd, and short enough that some ranks hold no token. Skips with a message without
+PyTorch.
 """
 
 import os

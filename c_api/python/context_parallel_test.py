@@ -2,8 +2,11 @@
 
 Every rank builds the same full q, k, v (one seed), computes the unsharded gpe.torch
 attention and its gradients, runs its shard through each method (ring, all_gather,
-ulysses) and compares its rows of the output and of dq, dk, dv. Lengths are odd, and
-short enough that some ranks hold no token. Skips with a message without PyTorch.
+ulysses) and compares its rows of the output and of dq, dk, dv, and the gradients of
+learnable tensors (gpe.torch ALiBi slopes, GRAPE-A slopes, T5 table, GRAPE-M a, b, omega;
+FoX gate logits), which every rank must receive whole (summed over ranks). Lengths are
+odd, and short enough that some ranks hold no token. Skips with a message without
+PyTorch.
 """
 
 import os
@@ -115,6 +118,99 @@ def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_k
     return 1
 
 
+def _learnable(kind, heads, d, dtype):
+    """Fresh leaf tensors of one learnable kind (same values every call) and the keyword
+    arguments that use them."""
+    rng = np.random.default_rng(7)
+    leaf = lambda a: torch.tensor(a, dtype=dtype, requires_grad=True)
+    if kind == "alibi":
+        ts = [leaf(rng.uniform(0.1, 0.9, heads))]
+        return ts, dict(causal=True, rope_dim=4, bias=gt.AlibiBias(ts[0]))
+    if kind == "alibi symmetric":
+        ts = [leaf(rng.uniform(0.1, 0.9, heads))]
+        return ts, dict(bias=gt.AlibiBias(ts[0], symmetric=True))
+    if kind == "grape_a":  # additive GRAPE, closed form: b = -m_h (i - j)
+        ts = [leaf(rng.uniform(0.1, 0.9, heads))]
+        return ts, dict(causal=True, bias=gt.GrapeABias(slopes=ts[0]))
+    if kind == "t5":  # bidirectional buckets, no mask: keys after the query count too
+        ts = [leaf(rng.standard_normal((8, heads)))]
+        return ts, dict(bias=gt.T5Bias(ts[0], max_distance=5))
+    if kind == "grape_m":
+        ts = [leaf(rng.standard_normal((2, d))), leaf(rng.standard_normal((2, d))),
+              leaf(np.array([0.3, -0.7]))]
+        return ts, dict(causal=True, encoding=gt.GrapeMEncoding(*ts))
+    assert kind == "fox"  # gate logits ~ N(1, 4): gates from ~0.05 to ~1
+    ts = [leaf(rng.standard_normal((64, heads)) * 2.0 + 1.0)]
+    return ts, dict(causal=True, rope_dim=8)
+
+
+# Parameter gradients (float32): each is a sum over all (query, key) pairs of dS times
+# O(1)-O(L) factors (ALiBi: |i - j| <= 12; T5 and FoX: counts of pairs per bucket or per
+# cut; GRAPE-M: position times rotation terms), O(1-20) here and ~200 for omega. Sharded
+# and unsharded runs round dS in float32 (~1e-7 relative) and add the pairs in different
+# orders (the kernels accumulate parameter gradients in float64). The largest difference
+# measured on these shapes is 3e-6 absolute; atol 5e-5 + rtol 1e-5 leaves a tenfold
+# margin, while a wrong position, mask, head slice or a missing / doubled rank's share
+# changes a gradient by O(0.1-1).
+ATOL_PARAM, RTOL_PARAM = 5e-5, 1e-5
+
+
+def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
+    """Gradients of the learnable tensors of `kind` through cp.attention against the
+    unsharded gt.attention (and dq, dk, dv, the output on the way)."""
+    heads_q, d = 4, 8
+    batch = 1 if kind == "fox" else 2
+    g = torch.Generator().manual_seed(seq_len * 1000 + world + 17)
+    q, k, v, w = (torch.randn(batch, seq_len, h, d, generator=g, dtype=dtype)
+                  for h in (heads_q, heads_kv, heads_kv, heads_q))
+    pos = cp.shard_positions(seq_len, world, rank)
+    where = "%s / learnable %s / L=%d / %s / rank %d of %d" % (method, kind, seq_len, dtype,
+                                                               rank, world)
+    results = []
+    for sharded in (False, True):
+        ts, kw = _learnable(kind, heads_q, d, dtype)
+        kw["threads"] = 1
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        if kind == "fox":
+            logits = ts[0][:seq_len]
+        if sharded:
+            if kind == "fox":
+                kw["fox_gate_logits"] = logits[pos]
+            o = cp.attention(*(cp.shard(x, world, rank) for x in xs), pos, method=method, **kw)
+            loss = (o * cp.shard(w, world, rank)).sum()
+        else:
+            if kind == "fox":
+                kw["bias"] = gt.FoxBias(logits)
+            o = gt.attention(*xs, **kw)
+            loss = (o * w).sum()
+        grads = torch.autograd.grad(loss, xs + ts)
+        if sharded:  # this rank's rows (the unsharded run's rows are every rank's)
+            grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
+            if kind == "fox":  # the logits' gradient reaches this rank's tokens only
+                mask = torch.zeros(64, dtype=torch.bool)
+                mask[pos] = True
+                assert not bool(grads[3][~mask].any()), where
+                grads[3] = grads[3][pos]
+        else:
+            grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
+            if kind == "fox":
+                grads[3] = grads[3][pos]
+        results.append(grads)
+    f64 = dtype == torch.float64
+    for i, (want, got) in enumerate(zip(*results)):
+        label = "dq dk dv".split()[i] if i < 3 else "parameter %d" % (i - 3)
+        if i < 3:
+            atol, rtol = (ATOL_F64, 0) if f64 else (ATOL_GRAD, 0)
+        else:
+            atol, rtol = (ATOL_F64, ATOL_F64) if f64 else (ATOL_PARAM, RTOL_PARAM)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol,
+                                   msg=lambda m: "%s, %s: %s" % (label, where, m))
+    return 1
+
+
+LEARNABLE = ("alibi", "alibi symmetric", "grape_a", "t5", "grape_m", "fox")
+
+
 def _worker(rank, world, port, methods):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -152,13 +248,34 @@ def _worker(rank, world, port, methods):
                 for seq_len in lengths:
                     count += _run_case(rank, world, "ring", name, seq_len, kw, False,
                                        torch.float64, 2, heads_kv)
+        # Learnable parameters (gpe.torch modules, FoX gate logits): float32 at an odd
+        # length and at one leaving a rank empty, float64 (1e-10) at the odd one.
+        for method in methods:
+            lengths = (13, 1) if world == 2 else (11, 3)
+            for kind in LEARNABLE:
+                for seq_len, dtype in ((lengths[0], torch.float32),
+                                       (lengths[1], torch.float32),
+                                       (lengths[0], torch.float64)):
+                    count += _run_param_case(rank, world, method, kind, seq_len, dtype,
+                                             heads_kv)
         # Clear refusals.
         x = torch.zeros(1, 2, 4, 8)
         pos = torch.arange(2) + 2 * rank
         for bad, err in ((dict(bias=gpe.GrapeApBias(np.zeros((4, 4, 1)), np.zeros((4, 4, 1)))),
                           "GRAPE-AP"), (dict(method="sideways"), "method"),
                          (dict(method="ulysses", bias=gpe.T5Bias(np.zeros((8, 4)))), "T5Bias"),
-                         (dict(bias=gpe.FoxBias(np.zeros((4, 4)))), "fox_gate_logits")):
+                         (dict(bias=gpe.FoxBias(np.zeros((4, 4)))), "fox_gate_logits"),
+                         # Learnable kinds that cannot be sharded cleanly: GRAPE-AP (query-
+                         # dependent path sums), FoX / gated GRAPE-A as one contiguous run of
+                         # logits (a rank holds two chunks: use fox_gate_logits).
+                         (dict(bias=gt.GrapeApBias(torch.zeros(4, 4, 1, requires_grad=True),
+                                                   torch.zeros(4, 4, 1))), "GRAPE-AP"),
+                         (dict(bias=gt.FoxBias(torch.zeros(4, 4, requires_grad=True))),
+                          "fox_gate_logits"),
+                         (dict(bias=gt.GrapeABias(gate_logits=torch.zeros(4, 4))),
+                          "fox_gate_logits"),
+                         (dict(bias=gt.AlibiBias(torch.ones(4)), alibi="causal"),
+                          "at most one")):
             try:
                 cp.attention(x, x, x, pos, **bad)
             except (ValueError, TypeError) as e:

@@ -29,28 +29,52 @@ cut into 2 W chunks at floor(c L / 2W), rank r holds chunks r and 2W - 1 - r, so
 rank does about the same causal work; short or odd lengths give unequal or empty shards,
 which every method handles.
 
-Encodings: rope_dim (RoPE, default schedule, either pairing), encoding = gpe.GrapeM or
-gpe.AlgebraicSequence, alibi ("causal"/"symmetric"), bias = gpe.Alibi or gpe.T5Bias
-("ring" and "all_gather"; "ulysses" takes Alibi only, whose slopes it re-slices per head
-shard), and FoX (Lin et al.) through fox_gate_logits [tokens, heads_q] (the local tokens'
-gate logits x, batch 1). FoX's bias c_i - c_j (c_t = sum_{l <= t} ln sigmoid(x_l)) crosses
+Encodings: rope_dim (RoPE, default schedule, either pairing), encoding = gpe.GrapeM,
+gpe.AlgebraicSequence or a learnable gpe.torch.GrapeMEncoding, alibi ("causal" /
+"symmetric"), bias = gpe.Alibi or gpe.T5Bias ("ring" and "all_gather"; "ulysses" takes
+Alibi only, whose slopes it re-slices per head shard) or a learnable gpe.torch.AlibiBias,
+T5Bias or GrapeABias (slopes) on every method, and FoX (Lin et al.) through
+fox_gate_logits [tokens, heads_q] (the local tokens' gate logits x, batch 1; a tensor
+that may require grad). FoX's bias c_i - c_j (c_t = sum_{l <= t} ln sigmoid(x_l)) crosses
 shard boundaries: each rank sums its gates per contiguous run of positions, the run
 totals are all-gathered, and an exclusive prefix scan over them gives every local token
-its global c (exact in float64). A block's FoX bias is then a gpe.FoxBias over the span
-of its query and key positions whose logits are the tokens' own, one logit per gap
+its global c (exact in float64). A ring block's FoX bias is then a gpe.FoxBias over the
+span of its query and key positions whose logits are the tokens' own, one logit per gap
 carrying the gap's total (sigmoid(x) = exp(G)) and +1e4 (ln sigmoid = 0 exactly in
 double) elsewhere: exact, at the cost of span x heads float64 of gate table per block.
-Refused: GRAPE-AP (psi(i, l) depends on the query, so its bias is a running sum over every
-key between j and i, not a difference of prefix sums) and a FoxBias object (pass the
-logits instead). Encoding and bias parameters, FoX gates included, get no gradient here
-(gpe.torch's learnable biases and GRAPE-M are for unsharded attention; routing their
-gradients across ranks is not done).
+"all_gather" and "ulysses" hold every token's logits (all-gathered, or all-to-all'd per
+head shard) and use the whole sequence's FoX bias.
+
+Learnable parameters get gradients (autograd, into the tensors the modules hold): each
+rank computes its share, the gradient over its blocks' (query, key) pairs with the
+GLOBAL lse and positions, and backward sums the shares over ranks with an all_reduce, so
+every rank receives the unsharded gradient (replicated parameters: do not average it
+again over the context-parallel group). "ring" does this inside its backward node;
+"all_gather" and "ulysses" pass the parameters through one collective node (_Collect)
+beside the K/V gather, so every rank runs the collectives in one order. Under
+"ulysses" a rank owns heads h0 .. h0 + H/W: per-head slopes and T5 table columns are
+sliced to them (the other entries of its share are zero) and GRAPE-M's generators, shared
+by the heads, get its heads' share. FoX gate logits: b_ij = c_i - c_j gives dL/dc_t =
+sum_j dS_tj - sum_i dS_it, and the transpose of the cross-rank prefix scan is a suffix
+sum across ranks, dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t; the ring's backward
+gathers every rank's logits once, gives each block the FoX bias over its span with the
+tokens' own logits (its kernel returns the block's part of that suffix sum at every
+position of the span) and all-reduces the table (see _RingAttention.backward);
+"all_gather" reduce-scatters and "ulysses" all-to-alls the logit gradient back.
+Whether a parameter requires grad must agree on every rank (the sum is a collective).
+Refused: GRAPE-AP, fixed or learnable (psi(i, l) depends on the query, so its bias is a
+running sum over every key between j and i, not a difference of prefix sums), and FoX
+or gated GRAPE-A as a bias object (one contiguous run of logits, not a rank's two
+chunks: pass fox_gate_logits).
 
 dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference). The float64
 reference's backward recomputes o and lse from the keys it is given instead of reading
 the global ones, so the float64 ring backward gives it each block's keys plus one
 phantom key standing for the rest of the ring (two extra features carry its score and
-value; see _ring_block_grads_f64): exact, with no change to the C ABI.
+value; see _ring_block_grads_f64): exact, with no change to the C ABI. A learnable bias's
+gradient there has the phantom column's share subtracted (the bias object accumulates
+it), and GRAPE-M, applied outside that kernel, gets its generator gradients from
+gpe.torch.grape_m's VJP.
 
 The same code runs on the gloo backend (CPU tensors, as GroupPE's kernels here) and
 takes whichever backend the process group has.
@@ -254,6 +278,15 @@ class _Config:
         self.encoding = encoding
         self.threads = int(threads)
         self.gt = gt
+        # Learnable tensors (bias_a, grape_a, grape_b, grape_omega), detached: the values
+        # the library's handles are rebuilt from at every block.
+        self.params = (None,) * 4
+
+    def param_args(self, bias_a=None):
+        """forward_impl / backward_impl's trailing tensors (structured_key, bias_a, bias_b,
+        grape_a, grape_b, grape_omega)."""
+        pa, ga, gb, gw = self.params
+        return (0, pa if bias_a is None else bias_a, None, ga, gb, gw)
 
     def op_args(self, q_pos, k_pos, batch, bias=None):
         """The trailing arguments of gpe::attention_forward / _backward for one block."""
@@ -342,8 +375,23 @@ def _encode_rows(enc, x, pos, transpose=False):
     return torch.from_numpy(np.ascontiguousarray(out)).view(b, s, h, d)
 
 
-def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias):
-    """This block's exact share of dq, dk, dv in float64 (Liu et al.'s ring backward).
+def _grape_vjp(cfg, x, pos, dx_enc):
+    """dL/d(a, b, omega) of T(p) x given dL/d(T(p) x) (GRAPE-M applied outside the float64
+    ring's kernel): the VJP of gpe.torch.grape_m, differentiable in its generators."""
+    _, ga, gb, gw = cfg.params
+    b, s, h, d = x.shape
+    p = pos[None, :, None].expand(b, s, h).reshape(-1)
+    with torch.enable_grad():
+        leaves = [t.detach().to(torch.float64).requires_grad_() for t in (ga, gb, gw)]
+        y = cfg.gt.grape_m(x.detach().reshape(-1, d), p, *leaves)
+        return torch.autograd.grad(y, leaves, dx_enc.reshape(-1, d).to(y.dtype))
+
+
+def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=None,
+                          want=(False,) * 4):
+    """This block's exact share of dq, dk, dv in float64 (Liu et al.'s ring backward), and
+    of the learnable tensors flagged in `want` (bias_a, grape a, b, omega; None where not
+    wanted).
 
     The share is P_ij (dO_i . v_j - D_i) with P normalised by the GLOBAL lse and D_i =
     dO_i . o_i from the GLOBAL o (flash-attention's backward), but the float64 reference
@@ -359,26 +407,34 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias):
     real features, so dq, dk, dv over the real features are exactly the block's share.
     RoPE (on the first rope_dim features) stays in the kernel; GRAPE-M / algebraic
     encodings act on all head_dim features and are applied outside (T q, T k in; T^T dq,
-    T^T dk out)."""
-    from gpe.bias import Alibi
+    T^T dk out; learnable GRAPE-M's generator gradients by the VJP of gpe.torch.grape_m).
+    A learnable bias's gradient from the kernel also holds the phantom column's term
+    sum_i dS_i* db(i, p*)/dtheta with dS_i* = P_i* (dO_B,i - D_i) (flash-attention's dS),
+    P_i* = 1 - alpha_i: it is accumulated by the bias object itself and subtracted."""
+    from gpe.bias import Alibi, FoxBias
     gt = cfg.gt
     batch, s_q, heads, d = q.shape
     n, heads_kv = kb.shape[1], kb.shape[2]
     scale = cfg.scale or 1.0 / math.sqrt(d)
     enc = cfg.encoding
+    q0, k0 = q, kb
+    if isinstance(enc, gt.GrapeMEncoding):
+        enc = enc.build(*cfg.params[1:])
     if enc is not None:
         q, kb = _encode_rows(enc, q, pos), _encode_rows(enc, kb, pb)
     if bias is None and cfg.alibi:
         bias = Alibi(heads, symmetric=cfg.alibi == "symmetric")
     elif bias is None:
         bias = cfg.bias
+    learnable = isinstance(bias, gt._LearnableBias)
+    bias_obj = bias.build(bias_a, None, heads, d) if learnable else bias
     p_star = min(int(pos.min()), int(pb.min()))  # allowed for every query under causal
     pk = torch.cat([torch.tensor([p_star]), pb])
 
     def args(k_pos):
         return (pos.repeat(batch), k_pos.repeat(batch), None, None, cfg.causal, scale,
                 cfg.rope_dim, cfg.rope_base, cfg.rope_pairing, "", 0, gt._register(bias),
-                cfg.threads)
+                cfg.threads, 0, bias_a if learnable else None)
 
     ob, lb = gt.forward_impl(q, kb, vb, *args(pb))
     lb = lb.view(batch, s_q, heads)
@@ -389,8 +445,9 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias):
     score = torch.where(rest_share > 0, lse + torch.log(rest_share),
                         torch.full_like(lse, _NO_MASS))
     score = torch.where(torch.isinf(lse), torch.full_like(lse, _NO_MASS), score)
-    if bias is not None:
-        tile = np.stack([bias.fill_tile(h, pos.numpy(), np.array([p_star]))[:, 0]
+    no_mass = score == _NO_MASS
+    if bias_obj is not None:
+        tile = np.stack([bias_obj.fill_tile(h, pos.numpy(), np.array([p_star]))[:, 0]
                          for h in range(heads)], -1)          # [s_q, heads]
         score = score - torch.from_numpy(tile)[None]
     dsum = (d_o * o).sum(-1)                                  # global D
@@ -407,16 +464,51 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias):
     phantom_v[..., d + 1] = 1.0
     k_aug = torch.cat([phantom_k, torch.cat([kb, zk], -1)], 1)
     v_aug = torch.cat([phantom_v, torch.cat([vb, zk], -1)], 1)
-    dq, dk, dv = gt.backward_impl(q_aug, k_aug, v_aug, None, None, d_o_aug, *args(pk))
-    dq, dk, dv = dq[..., :d], dk[:, 1:, :, :d], dv[:, 1:, :, :d]
+    want_bias = bool(want[0]) and learnable
+    out = gt.backward_impl(q_aug, k_aug, v_aug, None, None, d_o_aug, *args(pk),
+                           param_grads=(want_bias,) + (False,) * 6)
+    dq, dk, dv = out[0][..., :d], out[1][:, 1:, :, :d], out[2][:, 1:, :, :d]
+    g_bias = None
+    if want_bias:
+        # The phantom column's share (computed as the kernel does), summed over the batch.
+        ds_star = torch.where(no_mass, torch.zeros_like(rest_share),
+                              rest_share * (rest_dot - dsum)).sum(0)      # [s_q, heads]
+        fox_like = isinstance(bias_obj, FoxBias)  # a gated GRAPE-A is refused upstream
+        corr = None
+        for h in range(heads):
+            corr = bias_obj.accumulate_gradient(h, pos.numpy(), np.array([p_star]),
+                                                ds_star[:, h:h + 1].numpy().copy(), corr)
+        if fox_like:  # dL/dc -> dL/dx (Lin et al.: c_t = sum_{l <= t} ln sigmoid(x_l))
+            corr = bias_obj.logit_gradient(corr)
+        g_bias = out[3] - torch.from_numpy(np.asarray(corr)).view(out[3].shape)
+    g_grape = (None, None, None)
     if enc is not None:
+        dq_enc, dk_enc = dq, dk
         dq, dk = _encode_rows(enc, dq, pos, True), _encode_rows(enc, dk, pb, True)
-    return dq, dk, dv
+        if any(want[1:]):
+            gq = _grape_vjp(cfg, q0, pos, dq_enc)
+            gk = _grape_vjp(cfg, k0, pb, dk_enc)
+            g_grape = tuple(a + b if w else None for a, b, w in zip(gq, gk, want[1:]))
+    return (dq, dk, dv, g_bias) + g_grape
+
+
+def _dense_fox_logits(g, pos, x, sizes):
+    """Every rank's gate logits in one table over the global positions [lo, hi] (float64
+    [hi - lo + 1, heads], lo): the span FoX biases of the ring's backward."""
+    pf = _all_gather_var(g, pos, sizes)
+    xf = _all_gather_var(g, x, sizes)
+    if pf.numel() == 0:
+        return torch.zeros(0, x.shape[1], dtype=torch.float64), 0
+    lo = int(pf.min())
+    table = torch.zeros(int(pf.max()) - lo + 1, x.shape[1], dtype=torch.float64)
+    table[pf - lo] = xf
+    return table, lo
 
 
 class _RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, pos, fox, cfg):
+    def forward(ctx, q, k, v, pos, fox, fox_logits, cfg, bias_a, grape_a, grape_b,
+                grape_omega):
         g, ring = cfg.g, _Ring(cfg.g)
         gt = cfg.gt
         batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
@@ -435,7 +527,8 @@ class _RingAttention(torch.autograd.Function):
             kb, vb, pb, fb = cur
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias))
+                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias),
+                                         *cfg.param_args())
                 o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
                 r.wait()
@@ -452,6 +545,7 @@ class _RingAttention(torch.autograd.Function):
         lse_out = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
         ctx.save_for_backward(q, k, v, pos, o, lse_out)
         ctx.fox, ctx.cfg, ctx.sizes = fox, cfg, sizes
+        ctx.param_like = (fox_logits, bias_a, grape_a, grape_b, grape_omega)
         ctx.mark_non_differentiable(lse_out)
         return o, lse_out
 
@@ -462,10 +556,30 @@ class _RingAttention(torch.autograd.Function):
         f64 = q.dtype == torch.float64
         g, ring, gt = cfg.g, _Ring(cfg.g), cfg.gt
         batch, s_q = q.shape[0], q.shape[1]
+        # needs_input_grad: (q, k, v, pos, fox, fox_logits, cfg, bias_a, a, b, omega); the
+        # same on every rank (the parameters' all_reduce below is a collective).
+        want_fox = bool(ctx.needs_input_grad[5])
+        want = (bool(ctx.needs_input_grad[7]) or want_fox,) + tuple(
+            bool(x) for x in ctx.needs_input_grad[8:11])
         d_o = d_o.contiguous()
         lse_flat = lse.reshape(batch * s_q, lse.shape[-1]).contiguous()
         acc_dtype = torch.float64 if f64 else torch.float32
         dq = torch.zeros(q.shape, dtype=acc_dtype)
+        pgrads = [None] * 4  # bias_a (or the dense FoX logit table), grape a, b, omega
+        if want_fox:
+            # FoX (Lin et al., eq. for D_ij = sum_{l=j+1..i} ln f_l, f_l = sigmoid(x_l)):
+            # b_ij = c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_l), so dL/dc_t = sum_j dS_tj
+            # - sum_i dS_it, and since the forward's c is an exclusive prefix scan across
+            # ranks plus a local one, its transpose is a suffix sum across ranks:
+            # dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t, every t of the whole sequence.
+            # Each block's kernel takes its FoX bias over the block's span of positions
+            # with every token's own logit (the dense table of all ranks' logits) and
+            # returns sigmoid(-x_l) sum_{t >= l, t in the block} dL/dc_t for each l of the
+            # span, i.e. the suffix sum restricted to the block's pairs (j < l <= i);
+            # the suffix sum over the whole sequence is the sum of these over blocks
+            # (linear in dS), taken over ranks by one all_reduce of the table.
+            table, lo = _dense_fox_logits(g, pos, fox[:, :, 0], sizes)
+            pgrads[0] = torch.zeros_like(table)
         cur = (k, v, pos, fox)
         acc, acc_bufs, acc_reqs = None, None, []
         for step in range(g.size):
@@ -478,16 +592,37 @@ class _RingAttention(torch.autograd.Function):
             kb, vb, pb, fb = cur
             grad = torch.zeros((2,) + tuple(kb.shape), dtype=acc_dtype)
             if not cfg.masked(pos, pb):
-                bias = _block_bias(cfg, pos, fox, pb, fb)
-                if f64:
-                    dqb, dkb, dvb = _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o,
-                                                          bias)
+                bias_a, span = None, None
+                if want_fox:
+                    b_lo = min(int(pos.min()), int(pb.min()))
+                    b_hi = max(int(pos.max()), int(pb.max()))
+                    span = slice(b_lo - lo, b_hi - lo + 1)
+                    bias_a = table[span]
+                    bias = gt.FoxBias(bias_a, first_position=b_lo)
                 else:
-                    dqb, dkb, dvb = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
-                                                    *cfg.op_args(pos, pb, batch, bias))
+                    bias = _block_bias(cfg, pos, fox, pb, fb)
+                if f64:
+                    out = _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
+                                                bias_a if want_fox else cfg.params[0], want)
+                else:
+                    out = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
+                                           *cfg.op_args(pos, pb, batch, bias),
+                                           *cfg.param_args(bias_a), None, None,
+                                           param_grads=(want[0], False) + want[1:]
+                                           + (False, False))
+                    if any(want):
+                        out = out[:3] + (out[3],) + tuple(out[5:8])
+                dqb, dkb, dvb = out[:3]
                 dq += dqb
                 grad[0] += dkb
                 grad[1] += dvb
+                for i, pg in enumerate(out[3:7]):
+                    if pg is None or not want[i]:
+                        continue
+                    if i == 0 and want_fox:
+                        pgrads[0][span] += pg
+                    else:
+                        pgrads[i] = pg if pgrads[i] is None else pgrads[i] + pg
             # The accumulator of this block arrived from the previous rank (step > 0).
             for r in acc_reqs:
                 r.wait()
@@ -517,60 +652,147 @@ class _RingAttention(torch.autograd.Function):
             for r in acc_reqs:
                 r.wait()
             acc = acc_bufs[0]
-        return (dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, None)
+        # Each rank holds its blocks' share of the parameter gradients (global lse and
+        # positions): their sum over ranks is the unsharded gradient.
+        fox_logits, bias_a, grape_a, grape_b, grape_omega = ctx.param_like
+        targets = (fox_logits if want_fox else bias_a, grape_a, grape_b, grape_omega)
+        totals = [None] * 4
+        for i in range(4):
+            if not want[i]:
+                continue
+            shape = table.shape if i == 0 and want_fox else targets[i].shape
+            total = (pgrads[i] if pgrads[i] is not None
+                     else torch.zeros(shape, dtype=torch.float64)).to(torch.float64)
+            total = total.contiguous()
+            dist.all_reduce(total, group=g.group)
+            totals[i] = total
+        d_fox = d_bias = None
+        if want_fox:
+            d_fox = totals[0][pos - lo].to(fox_logits.dtype)
+        elif want[0]:
+            d_bias = totals[0].to(bias_a.dtype)
+        d_grape = tuple(None if t is None else t.to(p.dtype)
+                        for t, p in zip(totals[1:], targets[1:]))
+        return ((dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, d_fox,
+                 None, d_bias) + d_grape)
 
 
 # ---- All-gather KV --------------------------------------------------------------------
 
 
-class _AllGatherSeq(torch.autograd.Function):
-    """[..., s_r, ...] (sequence along `dim`) on every rank -> [..., sum_r s_r, ...] in rank
-    order; backward sums the gradient over ranks and returns each rank its own slice (a
-    reduce-scatter). One node per call, so every rank runs the same collectives in the
-    same order during backward."""
+def _reduce_scatter_seq(g, grad, sizes, dim):
+    """Transpose of _all_gather_var: the gradient summed over ranks, this rank's slice."""
+    m = max(sizes)
+    if m == 0:
+        return grad
+    padded = []
+    for p in grad.split(sizes, dim=dim):
+        shape = list(p.shape)
+        shape[dim] = m - p.shape[dim]
+        padded.append(torch.cat([p, p.new_zeros(shape)], dim))
+    stacked = torch.cat(padded, 0).contiguous()  # rank r's slice: rows r*n0 .. (r+1)*n0
+    out = torch.empty_like(padded[0])
+    dist.reduce_scatter_tensor(out, stacked, group=g.group)
+    return out.narrow(dim, 0, sizes[g.rank])
+
+
+class _Collect(torch.autograd.Function):
+    """The collectives of one call in one autograd node, so every rank runs them in the
+    same order in backward: tensors[:len(dims)] are all-gathered along their dims
+    ([..., s_r, ...] -> [..., sum_r s_r, ...] in rank order; backward: a reduce-scatter
+    gives each rank its slice of the gradient summed over ranks), the rest (learnable
+    parameters, replicated) pass unchanged and their gradients are summed over ranks by
+    an all_reduce (each rank's share comes from its own queries and the global lse)."""
 
     @staticmethod
-    def forward(ctx, x, g, sizes, dim):
-        ctx.g, ctx.sizes, ctx.dim = g, sizes, dim
-        return _all_gather_var(g, x, sizes, dim=dim)
+    def forward(ctx, g, sizes, dims, *tensors):
+        ctx.g, ctx.sizes, ctx.dims = g, sizes, dims
+        gathered = [_all_gather_var(g, x, sizes, dim=d) for x, d in zip(tensors, dims)]
+        return tuple(gathered) + tuple(t.clone() for t in tensors[len(dims):])
 
     @staticmethod
-    def backward(ctx, grad):
-        g, sizes, dim = ctx.g, ctx.sizes, ctx.dim
-        m = max(sizes)
-        if m == 0:
-            return grad, None, None, None
-        padded = []
-        for p in grad.split(sizes, dim=dim):
-            shape = list(p.shape)
-            shape[dim] = m - p.shape[dim]
-            padded.append(torch.cat([p, p.new_zeros(shape)], dim))
-        stacked = torch.cat(padded, 0).contiguous()  # rank r's slice: rows r*n0 .. (r+1)*n0
-        out = torch.empty_like(padded[0])
-        dist.reduce_scatter_tensor(out, stacked, group=g.group)
-        return out.narrow(dim, 0, sizes[g.rank]), None, None, None
+    def backward(ctx, *grads):
+        g, sizes, dims = ctx.g, ctx.sizes, ctx.dims
+        out = [_reduce_scatter_seq(g, gr.contiguous(), sizes, d)
+               for gr, d in zip(grads, dims)]
+        for gr in grads[len(dims):]:
+            total = gr.to(torch.float64).contiguous()
+            dist.all_reduce(total, group=g.group)
+            out.append(total.to(gr.dtype))
+        return (None, None, None) + tuple(out)
 
 
-def _all_gather_attention(cfg, q, k, v, pos, fox):
+def _learnable_tensors(cfg):
+    """(bias tensor or None, GRAPE-M (a, b, omega) or Nones) of cfg's learnable modules."""
+    gt = cfg.gt
+    bias_a = cfg.bias.tensors()[0] if isinstance(cfg.bias, gt._LearnableBias) else None
+    grape = (cfg.encoding.tensors() if isinstance(cfg.encoding, gt.GrapeMEncoding)
+             else (None, None, None))
+    return (bias_a,) + tuple(grape)
+
+
+def _rebuilt(cfg, bias_a, grape, head_slice=None):
+    """cfg's learnable bias and encoding over the given tensors (the outputs of _Collect:
+    gradients flow back through its all_reduce); per-head tensors cut to head_slice."""
+    gt = cfg.gt
+    bias, enc = cfg.bias, cfg.encoding
+    if isinstance(bias, gt._LearnableBias):
+        hs = slice(None) if head_slice is None else head_slice
+        if isinstance(bias, gt.AlibiBias):
+            bias = gt.AlibiBias(bias_a[hs], symmetric=bias.symmetric)
+        elif isinstance(bias, gt.T5Bias):
+            bias = gt.T5Bias(bias_a[:, hs], max_distance=bias.max_distance,
+                             bidirectional=bias.bidirectional)
+        else:  # GrapeABias with slopes (the gated form is refused by attention())
+            bias = gt.GrapeABias(slopes=bias_a[hs], path=bias.path)
+    if isinstance(enc, gt.GrapeMEncoding):
+        enc = gt.GrapeMEncoding(*grape)
+    return bias, enc
+
+
+def _check_tiled(sorted_pos):
+    if sorted_pos.numel() > 1 and bool((sorted_pos[1:] != sorted_pos[:-1] + 1).any()):
+        raise ValueError("fox under context parallelism needs the shards to tile one "
+                         "contiguous range of positions (no gaps, no overlaps)")
+
+
+def _all_gather_attention(cfg, q, k, v, pos, fox_logits):
     g, gt = cfg.g, cfg.gt
     batch = q.shape[0]
     sizes = _all_gather_sizes(g, k.shape[1])
-    kv = _AllGatherSeq.apply(torch.stack([k, v]), g, sizes, 2)
+    params = _learnable_tensors(cfg)
+    present = [t for t in params if t is not None]
+    gathered = [torch.stack([k, v])]
+    dims = [2]
+    if fox_logits is not None:  # FoX: every rank's gate logits, differentiable
+        gathered.append(fox_logits.to(torch.float64))
+        dims.append(0)
+    outs = _Collect.apply(g, sizes, tuple(dims), *gathered, *present)
+    kv, xf = outs[0], (outs[1] if fox_logits is not None else None)
+    it = iter(outs[len(dims):])
+    bias_a, *grape = [None if t is None else next(it) for t in params]
+    bias, enc = _rebuilt(cfg, bias_a, grape)
     kf, vf = kv[0], kv[1]
     pf = _all_gather_var(g, pos, sizes)
-    ff = None if fox is None else _all_gather_var(g, fox, sizes)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if q.shape[1] == 0 or pf.numel() == 0:
-        o = q * 0.0 + kv.sum() * 0.0  # no rows here: o = 0 (kv kept in the graph)
+        # No rows here: o = 0, with every collected tensor kept in the graph (the node's
+        # backward, a collective, must run on every rank).
+        o = q * 0.0 + sum(t.sum() for t in outs).to(q.dtype) * 0.0
         return o, torch.full(q.shape[:3], -math.inf, dtype=lse_dtype)
     order = torch.argsort(pf)  # keys in position order (tiles skip masked ranges)
     kf, vf, pf = kf.index_select(1, order), vf.index_select(1, order), pf[order]
-    bias = None if fox is None else _fox_block_bias(pos, fox, pf, ff[order])
+    if xf is not None:
+        # With every key here the FoX bias is the whole sequence's: c_t from the logits
+        # of every token (Lin et al.), its gradient reaching each rank's logits through
+        # _Collect's reduce-scatter.
+        _check_tiled(pf)
+        bias = gt.FoxBias(xf.index_select(0, order), first_position=int(pf[0]))
     o, lse = gt.attention(q, kf, vf, causal=cfg.causal, scale=cfg.scale or None,
                           rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
                           rope_pairing=cfg.rope_pairing,
-                          alibi=(cfg.alibi or None) if bias is None and cfg.bias is None else None,
-                          bias=bias if bias is not None else cfg.bias, encoding=cfg.encoding,
+                          alibi=(cfg.alibi or None) if bias is None else None,
+                          bias=bias, encoding=enc,
                           q_positions=pos.repeat(batch), k_positions=pf.repeat(batch),
                           threads=cfg.threads, return_lse=True)
     return o, lse.view(q.shape[:3])
@@ -629,8 +851,9 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     g, gt = cfg.g, cfg.gt
     batch, heads_q, heads_kv = q.shape[0], q.shape[2], k.shape[2]
     if isinstance(cfg.bias, T5Bias):
-        raise ValueError("method='ulysses' cannot re-slice a T5Bias table per head shard; "
-                         "use method='ring' or 'all_gather'")
+        raise ValueError("method='ulysses' cannot re-slice a gpe.T5Bias table per head shard; "
+                         "use gpe.torch.T5Bias (a tensor table) or method='ring' or "
+                         "'all_gather'")
     if heads_q % g.size or heads_kv % g.size:
         raise ValueError("method='ulysses' shards heads: heads_q (%d) and heads_kv (%d) must "
                          "be multiples of the world size (%d)" % (heads_q, heads_kv, g.size))
@@ -646,29 +869,38 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     qkv = _SeqToHeads.apply(qkv, g, sizes)
     qh, kh, vh = (t.contiguous() for t in qkv.split([hw, hkw, hkw], 2))
     pf = _all_gather_var(g, pos, sizes)
-    bias, alibi = cfg.bias, cfg.alibi
+    # Learnable tensors: replicated, each rank's gradient covers its head shard (per-head
+    # slopes or table columns h0 .. h0 + hw, the rest zero; GRAPE-M's generators, shared
+    # by the heads, get this shard's heads' share): summed over ranks by _Collect.
+    params = _learnable_tensors(cfg)
+    present = [t for t in params if t is not None]
+    outs = _Collect.apply(g, sizes, (), *present) if present else ()
+    it = iter(outs)
+    bias_a, *grape = [None if t is None else next(it) for t in params]
+    bias, enc = _rebuilt(cfg, bias_a, grape, slice(h0, h0 + hw))
+    alibi = cfg.alibi
     if alibi or isinstance(bias, Alibi):
         full = bias if bias is not None else Alibi(heads_q, symmetric=alibi == "symmetric")
         symmetric = (alibi == "symmetric") if bias is None else not full.causal
         bias, alibi = Alibi(hw, slopes=full.slopes[h0:h0 + hw], symmetric=symmetric), ""
     if fox_logits is not None:
-        # Every token of this head shard is here: the prefix sums are local.
-        x = _seq_to_heads(g, fox_logits.to(torch.float64)[None, :, :, None], sizes)[0, :, :, 0]
-        order = torch.argsort(pf)
-        sp = pf[order]
-        if sp.numel() > 1 and bool((sp[1:] != sp[:-1] + 1).any()):
-            raise ValueError("fox under context parallelism needs the shards to tile one "
-                             "contiguous range of positions (no gaps, no overlaps)")
-        c = torch.empty_like(x)
-        c[order] = torch.cumsum(_log_sigmoid(x[order]), 0)
-        fx = torch.stack([x, c], -1)
-        bias = _fox_block_bias(pf, fx, pf, fx) if pf.numel() else None
-    if pf.numel() == 0:
-        return q * 0.0 + (k.sum() + v.sum()) * 0.0  # an empty sequence
+        # Every token of this head shard is here: the prefix sums are local. The logits
+        # travel by a differentiable all-to-all, so their gradient (this head shard's,
+        # complete) goes back to the ranks that hold the tokens.
+        x = _SeqToHeads.apply(fox_logits.to(torch.float64)[None, :, :, None], g,
+                              sizes)[0, :, :, 0]
+        if pf.numel():
+            order = torch.argsort(pf)
+            _check_tiled(pf[order])
+            bias = gt.FoxBias(x.index_select(0, order), first_position=int(pf[order][0]))
+        else:
+            outs = tuple(outs) + (x,)
+    if pf.numel() == 0:  # an empty sequence
+        return q * 0.0 + (k.sum() + v.sum() + sum(t.sum() for t in outs)).to(q.dtype) * 0.0
     o = gt.attention(qh, kh, vh, causal=cfg.causal, scale=cfg.scale or None,
                      rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
                      rope_pairing=cfg.rope_pairing, alibi=alibi or None, bias=bias,
-                     encoding=cfg.encoding, q_positions=pf.repeat(batch),
+                     encoding=enc, q_positions=pf.repeat(batch),
                      k_positions=pf.repeat(batch), threads=cfg.threads)
     return _HeadsToSeq.apply(o, g, sizes)
 
@@ -684,10 +916,14 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at
     `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
     fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
-    "ulysses"). Differentiable in q, k, v. return_lse=True (ring and all_gather) also
-    returns lse [batch, tokens, heads_q] over the whole sequence."""
-    from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeApBias, T5Bias
+    "ulysses"). Differentiable in q, k, v, FoX gate logits and the tensors of learnable
+    gpe.torch modules (bias = AlibiBias, T5Bias, GrapeABias(slopes=); encoding =
+    GrapeMEncoding), whose gradients are summed over ranks (the unsharded gradient).
+    return_lse=True (ring and all_gather) also returns lse [batch, tokens, heads_q] over
+    the whole sequence."""
+    from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
+    import gpe.torch as gt
     if method not in METHODS:
         raise ValueError("method must be one of %s, got %r" % (METHODS, method))
     if not dist.is_available() or not dist.is_initialized():
@@ -705,28 +941,40 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
     if alibi not in (None, "causal", "symmetric"):
         raise ValueError("alibi must be None, 'causal' or 'symmetric'")
-    if encoding is not None and not isinstance(encoding, (GrapeM, AlgebraicSequence)):
-        raise TypeError("encoding must be a gpe.GrapeM or gpe.AlgebraicSequence (RoPE: "
-                        "rope_dim)")
-    if isinstance(bias, GrapeApBias):
+    if encoding is not None and not isinstance(encoding, (GrapeM, AlgebraicSequence,
+                                                          gt.GrapeMEncoding)):
+        raise TypeError("encoding must be a gpe.GrapeM, gpe.AlgebraicSequence or "
+                        "gpe.torch.GrapeMEncoding (RoPE: rope_dim)")
+    if isinstance(bias, (GrapeApBias, gt.GrapeApBias)):
         raise ValueError("GRAPE-AP is not supported under context parallelism: psi(i, l) "
                          "depends on the query i, so its bias is a running sum over every key "
                          "between j and i, not a difference of prefix sums that shards can "
                          "exchange; run it on one rank")
-    if isinstance(bias, FoxBias):
+    if isinstance(bias, (FoxBias, gt.FoxBias)) or (
+            isinstance(bias, GrapeABias) and bias.gated) or (
+            isinstance(bias, gt.GrapeABias) and bias.gate_logits is not None):
         raise ValueError("pass FoX as fox_gate_logits (this rank's gate logits [tokens, "
-                         "heads_q]); a FoxBias object holds one rank's tokens only")
-    if bias is not None and not isinstance(bias, (Alibi, T5Bias)):
-        raise TypeError("bias must be a gpe.Alibi or gpe.T5Bias under context parallelism"
-                        if isinstance(bias, AdditiveBias) else "bias must be a gpe.bias object")
+                         "heads_q], a tensor that may require grad); a FoX or gated GRAPE-A "
+                         "bias object holds one contiguous run of tokens, not a rank's shard")
+    if bias is not None and not isinstance(bias, (Alibi, T5Bias, gt.AlibiBias, gt.T5Bias,
+                                                  gt.GrapeABias)):
+        raise TypeError("bias must be a gpe.Alibi, gpe.T5Bias or a learnable "
+                        "gpe.torch.AlibiBias, T5Bias or GrapeABias (slopes) under context "
+                        "parallelism" if isinstance(bias, (AdditiveBias, torch.nn.Module))
+                        else "bias must be a gpe.bias object or a learnable gpe.torch bias")
     if sum(x is not None for x in (alibi, bias, fox_gate_logits)) > 1:
         raise ValueError("give at most one of alibi, bias and fox_gate_logits")
     g = _Group(group)
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
                   threads)
-    fox = None
+    learnable = _learnable_tensors(cfg)
+    cfg.params = tuple(None if t is None else t.detach() for t in learnable)
+    fox, fox_logits = None, None
     if fox_gate_logits is not None:
-        x = torch.as_tensor(fox_gate_logits).detach().to(torch.float64)
+        fox_logits = torch.as_tensor(fox_gate_logits)
+        if not fox_logits.is_floating_point():
+            fox_logits = fox_logits.to(torch.float64)
+        x = fox_logits.detach().to(torch.float64)
         if q.shape[0] != 1:
             raise ValueError("fox_gate_logits: FoX reads one sequence's gates (batch 1), got "
                              "batch %d" % q.shape[0])
@@ -735,16 +983,14 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
                              % (positions.numel(), q.shape[2], tuple(x.shape)))
         if not bool(torch.isfinite(x).all()):
             raise ValueError("fox_gate_logits must be finite")
-        if method == "ulysses":
-            fox = x
-        else:
+        if method == "ring":
             fox = torch.stack([x, fox_global_prefix(g, positions, x)], -1)
     if method == "ring":
-        o, lse = _RingAttention.apply(q, k, v, positions, fox, cfg)
+        o, lse = _RingAttention.apply(q, k, v, positions, fox, fox_logits, cfg, *learnable)
     elif method == "all_gather":
-        o, lse = _all_gather_attention(cfg, q, k, v, positions, fox)
+        o, lse = _all_gather_attention(cfg, q, k, v, positions, fox_logits)
     else:
         if return_lse:
             raise ValueError("return_lse is available with method='ring' or 'all_gather'")
-        return _ulysses_attention(cfg, q, k, v, positions, fox)
+        return _ulysses_attention(cfg, q, k, v, positions, fox_logits)
     return (o, lse) if return_lse else o

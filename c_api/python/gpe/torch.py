@@ -42,9 +42,9 @@ rope(x, gpe.Rope(...), positions / offsets) applies any RoPE schedule (linear, d
 NTK, YaRN, LongRoPE, Llama 3), xPos or partial rotary as an operator (gpe::rope_forward /
 gpe::rope_backward), differentiable in x.
 
-Context parallelism over torch.distributed (ring, all-gather-KV, Ulysses) is
-gpe.context_parallel (re-exported here as context_parallel_attention and the sharding
-helpers).
+Context parallelism over torch.distributed (ring, all-gather-KV, Ulysses) is the
+separate module gpe.context_parallel (its attention and sharding helpers take these
+modules' learnable biases and encodings too).
 
 The operators are registered with torch.library as gpe::attention_forward and
 gpe::attention_backward, with shape-only (fake) implementations, so they trace under

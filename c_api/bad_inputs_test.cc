@@ -1339,6 +1339,13 @@ std::map<std::string, Case> Cases() {
     f.ff_opt.dim = 3;
     return f.FourierCreate();
   });
+  // Each size within its own limit, the [dim K, dim] frequency matrix 2^60 entries.
+  add("ff_entries_huge", e, [](Fixture& f) {
+    f.ff_opt.kind = GPE_FOURIER_LINEAR;
+    f.ff_opt.dim = int64_t{1} << 20;
+    f.ff_opt.num_frequencies = int64_t{1} << 20;
+    return f.FourierCreate();
+  });
   e = "gpe_fourier_features_create_from_frequencies";
   add("fff_frequencies_inf", e, [](Fixture& f) {
     f.freq_data[1] = kInf;

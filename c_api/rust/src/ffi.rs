@@ -140,6 +140,8 @@ pub struct gpe_separable_fit_options {
     pub struct_size: u32,
     pub float32_image_products: i32,
     pub lambda: f64,
+    /// Added after 0.3.0: 0 = Cholesky route; (0, 1) = truncated-SVD pseudo-inverse.
+    pub rcond: f64,
 }
 
 macro_rules! struct_size {
@@ -195,7 +197,7 @@ impl gpe_shifted_basis_options {
 }
 impl gpe_separable_fit_options {
     pub fn init() -> Self {
-        Self { struct_size: struct_size!(Self), float32_image_products: 0, lambda: 0.0 }
+        Self { struct_size: struct_size!(Self), float32_image_products: 0, lambda: 0.0, rcond: 0.0 }
     }
 }
 
@@ -598,4 +600,185 @@ extern "C" {
         dk: *mut DLTensor,
         dv: *mut DLTensor,
     ) -> gpe_status;
+}
+
+// ---- Coordinate encoders, graph encodings, embedder analysis, INR fits (0.4.0) ----
+
+#[repr(C)]
+pub struct gpe_coordinate_encoder {
+    _private: [u8; 0],
+}
+
+pub const GPE_FOURIER_GAUSSIAN: i32 = 0;
+pub const GPE_FOURIER_LINEAR: i32 = 1;
+pub const GPE_FOURIER_LOG_LINEAR: i32 = 2;
+pub const GPE_FOURIER_NERF: i32 = 3;
+pub const GPE_FOURIER_TXT: i32 = 4;
+pub const GPE_FREQUENCY_TWO_PI: i32 = 0;
+pub const GPE_FREQUENCY_ANGULAR: i32 = 1;
+pub const GPE_SHIFTED_SIMPLE: i32 = 0;
+pub const GPE_SHIFTED_COMPLEX: i32 = 1;
+pub const GPE_LAPLACIAN_COMBINATORIAL: i32 = 0;
+pub const GPE_LAPLACIAN_SYMMETRIC: i32 = 1;
+pub const GPE_EMBEDDER_GAUSSIAN: i32 = 0;
+pub const GPE_EMBEDDER_RECTANGLE: i32 = 1;
+pub const GPE_EMBEDDER_TRIANGLE: i32 = 2;
+pub const GPE_EMBEDDER_RFF: i32 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_fourier_features_options {
+    pub struct_size: u32,
+    pub kind: i32,
+    pub dim: i64,
+    pub num_frequencies: i64,
+    pub scale: f64,
+    pub convention: i32,
+    pub seed: u64,
+}
+impl gpe_fourier_features_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            kind: GPE_FOURIER_GAUSSIAN,
+            dim: 2,
+            num_frequencies: 16,
+            scale: 1.0,
+            convention: GPE_FREQUENCY_TWO_PI,
+            seed: 0,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_so2_bessel_options {
+    pub struct_size: u32,
+    pub polar: i32,
+    pub num_terms: i64,
+    pub max_scale: f64,
+    pub max_k: i32,
+    pub order_m: i32,
+    pub seed: u64,
+}
+impl gpe_so2_bessel_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), polar: 0, num_terms: 16, max_scale: 1.0, max_k: 2, order_m: 0, seed: 0 }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_laplacian_options {
+    pub struct_size: u32,
+    pub kind: i32,
+    pub skip_first: i32,
+}
+impl gpe_laplacian_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), kind: GPE_LAPLACIAN_COMBINATORIAL, skip_first: 0 }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_blended_fit_options {
+    pub struct_size: u32,
+    pub max_iterations: i32,
+    pub lambda: f64,
+    pub tolerance: f64,
+}
+impl gpe_blended_fit_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), max_iterations: 500, lambda: 1e-6, tolerance: 1e-6 }
+    }
+}
+
+extern "C" {
+    pub fn gpe_coordinate_encoder_destroy(encoder: *mut gpe_coordinate_encoder);
+    pub fn gpe_coordinate_encoder_dims(encoder: *const gpe_coordinate_encoder, input_dim: *mut i64, output_dim: *mut i64) -> gpe_status;
+    pub fn gpe_coordinate_encode(encoder: *const gpe_coordinate_encoder, points: *const DLTensor, features: *mut DLTensor) -> gpe_status;
+    pub fn gpe_coordinate_backward(
+        encoder: *const gpe_coordinate_encoder,
+        points: *const DLTensor,
+        grad_features: *const DLTensor,
+        grad_points: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_fourier_features_create(options: *const gpe_fourier_features_options, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_fourier_features_create_from_frequencies(
+        frequencies: *const DLTensor,
+        convention: i32,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_fourier_features_angular_frequencies(encoder: *const gpe_coordinate_encoder, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_so2_bessel_create_sampled(options: *const gpe_so2_bessel_options, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_so2_bessel_create(
+        orders: *const DLTensor,
+        scales: *const DLTensor,
+        weights: *const DLTensor,
+        polar: i32,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_so2_bessel_terms(
+        encoder: *const gpe_coordinate_encoder,
+        orders: *mut DLTensor,
+        scales: *mut DLTensor,
+        weights: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bessel_j(order: i32, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_shifted_encoder_create(
+        form: i32,
+        axes: *const gpe_shifted_basis_options,
+        num_axes: i64,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_spherical_harmonics_create(max_degree: i32, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_laplacian_eigenvectors(
+        options: *const gpe_laplacian_options,
+        num_nodes: i64,
+        edges: *const DLTensor,
+        weights: *const DLTensor,
+        eigenvalues: *mut DLTensor,
+        eigenvectors: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_embedded_distance_matrix(features: *const DLTensor, sample_spacing: f64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_embedder_stable_rank(embedder: i32, parameter: f64, num_points: i64, out: *mut f64) -> gpe_status;
+    pub fn gpe_embedder_distance(embedder: i32, parameter: f64, delta: f64, out: *mut f64) -> gpe_status;
+    pub fn gpe_inr_fit_separable_3d(
+        options: *const gpe_separable_fit_options,
+        psi_0: *const DLTensor,
+        psi_1: *const DLTensor,
+        psi_2: *const DLTensor,
+        volume: *const DLTensor,
+        w: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_predict_separable_3d(
+        psi_0: *const DLTensor,
+        psi_1: *const DLTensor,
+        psi_2: *const DLTensor,
+        w: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_fit_blended_2d(
+        options: *const gpe_blended_fit_options,
+        encoder_x: *const gpe_coordinate_encoder,
+        encoder_y: *const gpe_coordinate_encoder,
+        grid_x: *const DLTensor,
+        grid_y: *const DLTensor,
+        points: *const DLTensor,
+        values: *const DLTensor,
+        w: *mut DLTensor,
+        iterations: *mut i32,
+        rms_residual: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_predict_blended_2d(
+        encoder_x: *const gpe_coordinate_encoder,
+        encoder_y: *const gpe_coordinate_encoder,
+        grid_x: *const DLTensor,
+        grid_y: *const DLTensor,
+        points: *const DLTensor,
+        w: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_condition_number(psi: *const DLTensor, out: *mut f64) -> gpe_status;
 }

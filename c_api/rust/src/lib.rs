@@ -10,11 +10,19 @@
 //! Linking: build.rs links `-lgpe`, searching `GPE_LIB_DIR` when set.
 
 pub mod attention;
+pub mod coordinate;
 pub mod ffi;
 
 pub use attention::{
     attention_backward, attention_forward, AttentionGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
     RopeLayout, RopeOptions, Schedule, Tokens, Xpos,
+};
+
+pub use coordinate::{
+    bessel_j, condition_number, embedded_distance_matrix, embedder_distance, embedder_stable_rank, fit_blended_2d, fit_separable_2d_with,
+    fit_separable_3d, laplacian_eigenvectors, predict_blended_2d, predict_separable_3d, BesselTerm, BlendedFit, BlendedFitOptions,
+    CoordinateEncoder, Embedder, FourierKind, FourierOptions, FrequencyConvention, LaplacianKind, SeparableFitOptions, ShiftedForm,
+    So2BesselOptions, Tensor3,
 };
 
 use std::ffi::CStr;

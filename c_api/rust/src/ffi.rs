@@ -782,3 +782,193 @@ extern "C" {
     ) -> gpe_status;
     pub fn gpe_inr_condition_number(psi: *const DLTensor, out: *mut f64) -> gpe_status;
 }
+
+// ---- Algebraic trees, grids, periodic domains, locality; Shaw values, Transformer-XL;
+// ---- GRAPE-A; published RoPE schedules (0.4.0) ----
+
+#[repr(C)]
+pub struct gpe_algebraic_tree {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct gpe_algebraic_grid {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_tree_options {
+    pub struct_size: u32,
+    pub dim: i64,
+    pub num_branches: i64,
+    pub skews: *const f64,
+}
+impl gpe_algebraic_tree_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), dim: 0, num_branches: 2, skews: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_grid_options {
+    pub struct_size: u32,
+    pub num_axes: i64,
+    pub dims: *const i64,
+    pub skews: *const f64,
+}
+impl gpe_algebraic_grid_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), num_axes: 2, dims: std::ptr::null(), skews: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_periodic_options {
+    pub struct_size: u32,
+    pub dim: i64,
+    pub period: i64,
+    pub multipliers: *const i64,
+}
+impl gpe_algebraic_periodic_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), dim: 0, period: 1, multipliers: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_transformer_xl_options {
+    pub struct_size: u32,
+    pub base: f64,
+}
+impl gpe_transformer_xl_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), base: 10000.0 }
+    }
+}
+
+pub const GPE_BIAS_GRAPE_A: i32 = 4;
+pub const GPE_GRAPE_A_CLOSED_FORM: i32 = 0;
+pub const GPE_GRAPE_A_LIFTED: i32 = 1;
+pub const GPE_GRAPE_A_QUERY: i32 = 0;
+pub const GPE_GRAPE_A_KEY: i32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_grape_a_options {
+    pub struct_size: u32,
+    pub path: i32,
+    pub num_heads: i64,
+    pub head_dim: i64,
+    pub slopes: *const f64,
+    pub gated: i32,
+    pub length: i64,
+    pub first_position: i64,
+    pub gate_logits: *const f64,
+}
+impl gpe_grape_a_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            path: GPE_GRAPE_A_CLOSED_FORM,
+            num_heads: 0,
+            head_dim: 0,
+            slopes: std::ptr::null(),
+            gated: 0,
+            length: 0,
+            first_position: 0,
+            gate_logits: std::ptr::null(),
+        }
+    }
+}
+
+extern "C" {
+    pub fn gpe_algebraic_tree_create(options: *const gpe_algebraic_tree_options, out: *mut *mut gpe_algebraic_tree) -> gpe_status;
+    pub fn gpe_algebraic_tree_destroy(tree: *mut gpe_algebraic_tree);
+    pub fn gpe_algebraic_tree_shape(tree: *const gpe_algebraic_tree, dim: *mut i64, num_branches: *mut i64) -> gpe_status;
+    pub fn gpe_algebraic_tree_apply(tree: *const gpe_algebraic_tree, addresses: *const DLTensor, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_matrix(tree: *const gpe_algebraic_tree, address: *const i64, depth: i64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_node_matrices(tree: *const gpe_algebraic_tree, max_depth: i64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_backward(
+        tree: *const gpe_algebraic_tree,
+        addresses: *const DLTensor,
+        x: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_x: *mut DLTensor,
+        grad_skews: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_algebraic_grid_create(options: *const gpe_algebraic_grid_options, out: *mut *mut gpe_algebraic_grid) -> gpe_status;
+    pub fn gpe_algebraic_grid_destroy(grid: *mut gpe_algebraic_grid);
+    pub fn gpe_algebraic_grid_shape(grid: *const gpe_algebraic_grid, dim: *mut i64, num_axes: *mut i64) -> gpe_status;
+    pub fn gpe_algebraic_grid_apply(grid: *const gpe_algebraic_grid, positions: *const DLTensor, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_grid_backward(
+        grid: *const gpe_algebraic_grid,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_x: *mut DLTensor,
+        grad_skews: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_algebraic_periodic_apply(
+        options: *const gpe_algebraic_periodic_options,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_locality_scale(c: f64, q_positions: *const DLTensor, k_positions: *const DLTensor, scores: *mut DLTensor) -> gpe_status;
+    pub fn gpe_shaw_value_output(
+        probabilities: *const DLTensor,
+        label_table: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_shaw_value_output_backward(
+        probabilities: *const DLTensor,
+        label_table: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_probabilities: *mut DLTensor,
+        grad_label_table: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_transformer_xl_score_terms(
+        options: *const gpe_transformer_xl_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        w_r: *const DLTensor,
+        u: *const DLTensor,
+        v: *const DLTensor,
+        terms: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_transformer_xl_score_terms_backward(
+        options: *const gpe_transformer_xl_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        w_r: *const DLTensor,
+        u: *const DLTensor,
+        v: *const DLTensor,
+        grad_terms: *const DLTensor,
+        grad_q: *mut DLTensor,
+        grad_k: *mut DLTensor,
+        grad_w_r: *mut DLTensor,
+        grad_u: *mut DLTensor,
+        grad_v: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bias_create_grape_a(options: *const gpe_grape_a_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_grape_a_lift(
+        bias: *const gpe_bias,
+        head: i64,
+        role: i32,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_rope_options_use_schedule(schedule: i32, options: *mut gpe_rope_options) -> gpe_status;
+}

@@ -12,10 +12,11 @@
 pub mod attention;
 pub mod coordinate;
 pub mod ffi;
+pub mod sequence;
 
 pub use attention::{
     attention_backward, attention_forward, AttentionGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
-    RopeLayout, RopeOptions, Schedule, Tokens, Xpos,
+    RopeLayout, RopeOptions, Schedule, ScheduleKind, Tokens, Xpos,
 };
 
 pub use coordinate::{
@@ -23,6 +24,10 @@ pub use coordinate::{
     fit_separable_3d, laplacian_eigenvectors, predict_blended_2d, predict_separable_3d, BesselTerm, BlendedFit, BlendedFitOptions,
     CoordinateEncoder, Embedder, FourierKind, FourierOptions, FrequencyConvention, LaplacianKind, SeparableFitOptions, ShiftedForm,
     So2BesselOptions, Tensor3,
+};
+pub use sequence::{
+    algebraic_periodic_apply, locality_scale, shaw_value_output, shaw_value_output_backward, transformer_xl_score_terms,
+    transformer_xl_score_terms_backward, AlgebraicGrid, AlgebraicTree, TransformerXl, TransformerXlGrads,
 };
 
 use std::ffi::CStr;

@@ -850,3 +850,92 @@ pub fn attention_backward<T: Real>(
     })?;
     Ok(g)
 }
+
+/// The encoding's parameter gradients from `attention_backward_with_parameters` (None
+/// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
+/// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
+/// `bias_a`, dL/du in `bias_b`), and GRAPE-M's generators (a, b [m, head_dim], omega [m]).
+#[derive(Clone, Debug, Default)]
+pub struct ParameterGrads {
+    pub bias_a: Option<Vec<f64>>,
+    pub bias_b: Option<Vec<f64>>,
+    pub grape_a: Option<Matrix>,
+    pub grape_b: Option<Matrix>,
+    pub grape_omega: Option<Vec<f64>>,
+}
+
+/// `attention_backward` plus the gradients of the encoding's learnable parameters
+/// (gpe_attention_backward_with_parameters), accumulated inside the kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_with_parameters<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(AttentionGrads<T>, ParameterGrads)> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let mut p = ParameterGrads::default();
+    // The bias's gradient shapes are those of gpe_bias_accumulate_gradient.
+    let mut bias_shape = Vec::new();
+    if let Some(b) = options.bias {
+        bias_shape = b.grad_shape.clone();
+        p.bias_a = Some(vec![0.0; count(&bias_shape)]);
+        if b.kind == BiasKind::GrapeAp {
+            p.bias_b = Some(vec![0.0; count(&bias_shape)]);
+        }
+    }
+    let mut grape_shape = [0i64; 2];
+    if let Some(gm) = options.grape_m {
+        let (dim, m) = gm.shape()?;
+        grape_shape = [m as i64, dim as i64];
+        p.grape_a = Some(Matrix::zeros(m, dim));
+        p.grape_b = Some(Matrix::zeros(m, dim));
+        p.grape_omega = Some(vec![0.0; m]);
+    }
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
+    let (mut gas, mut gbs, mut gos) = (grape_shape, grape_shape, [grape_shape[0]]);
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let mut tba = p.bias_a.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bas));
+    let mut tbb = p.bias_b.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bbs));
+    let mut tga = p.grape_a.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gas));
+    let mut tgb = p.grape_b.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gbs));
+    let mut tgo = p.grape_omega.as_mut().map(|w| crate::f64_tensor_mut(w, &mut gos));
+    let mut grads = ffi::gpe_attention_param_grads::init();
+    grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_a = tga.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_b = tgb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_omega = tgo.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.
+    with_options(options, layout, |c| {
+        check(unsafe {
+            ffi::gpe_attention_backward_with_parameters(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, &grads)
+        })
+    })?;
+    Ok((g, p))
+}

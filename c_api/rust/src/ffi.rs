@@ -972,3 +972,49 @@ extern "C" {
     ) -> gpe_status;
     pub fn gpe_rope_options_use_schedule(schedule: i32, options: *mut gpe_rope_options) -> gpe_status;
 }
+
+// ---- Attention's parameter gradients (0.4.0) ----
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_attention_param_grads {
+    pub struct_size: u32,
+    pub d_bias_a: *mut DLTensor,
+    pub d_bias_b: *mut DLTensor,
+    pub d_grape_a: *mut DLTensor,
+    pub d_grape_b: *mut DLTensor,
+    pub d_grape_omega: *mut DLTensor,
+    pub d_shaw_key_table: *mut DLTensor,
+    pub d_shaw_value_table: *mut DLTensor,
+}
+impl gpe_attention_param_grads {
+    pub fn init() -> Self {
+        let null = std::ptr::null_mut();
+        Self {
+            struct_size: struct_size!(Self),
+            d_bias_a: null,
+            d_bias_b: null,
+            d_grape_a: null,
+            d_grape_b: null,
+            d_grape_omega: null,
+            d_shaw_key_table: null,
+            d_shaw_value_table: null,
+        }
+    }
+}
+
+extern "C" {
+    pub fn gpe_attention_backward_with_parameters(
+        options: *const gpe_attention_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        v: *const DLTensor,
+        o: *const DLTensor,
+        lse: *const DLTensor,
+        d_o: *const DLTensor,
+        dq: *mut DLTensor,
+        dk: *mut DLTensor,
+        dv: *mut DLTensor,
+        grads: *const gpe_attention_param_grads,
+    ) -> gpe_status;
+}

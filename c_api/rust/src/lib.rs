@@ -15,7 +15,7 @@ pub mod ffi;
 pub mod sequence;
 
 pub use attention::{
-    attention_backward, attention_forward, AttentionGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
+    attention_backward, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
     RopeLayout, RopeOptions, Schedule, ScheduleKind, Tokens, Xpos,
 };
 

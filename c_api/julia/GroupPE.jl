@@ -1192,4 +1192,494 @@ function transformer_xl_score_terms_backward(q::StridedMatrix{Float64}, k::Strid
     return (q=gq, k=gk, w_r=gw, u=gu, v=gv)
 end
 
+# ==== Since 0.3.0 (with 0.4.0's GRAPE-A, published schedules and parameter gradients):
+# ==== RoPE, additive biases, attention ====
+export Rope, rope_shape, rope_frequencies, rope_forward, rope_backward, published_schedule,
+       Bias, bias_alibi, bias_t5, bias_fox, bias_grape_ap, bias_grape_a, bias_info, bias_alibi_slopes,
+       bias_fill_tile, bias_accumulate_gradient!, bias_fox_logit_gradient, bias_grape_a_lift,
+       attention_forward, attention_backward, attention_backward_with_parameters
+
+struct RopeOptions
+    struct_size::UInt32
+    pairing::Int32
+    head_dim::Int64
+    rotary_dim::Int64
+    base::Float64
+    schedule::Int32
+    num_threads::Int32
+    factor::Float64
+    original_max_position::Int64
+    current_length::Int64
+    beta_fast::Float64
+    beta_slow::Float64
+    yarn_truncate::Int32
+    has_mscale::Int32
+    mscale::Float64
+    mscale_all_dim::Float64
+    has_attention_factor::Int32
+    attention_factor::Float64
+    short_factor::Ptr{Float64}
+    short_factor_len::Int64
+    long_factor::Ptr{Float64}
+    long_factor_len::Int64
+    max_position::Int64
+    low_freq_factor::Float64
+    high_freq_factor::Float64
+    xpos::Int32
+    xpos_gamma::Float64
+    xpos_scale_base::Float64
+    xpos_centre::Int64
+    axes::Int32
+    num_axes::Int32
+    mrope_sections::Ptr{Int64}
+    num_mrope_sections::Int64
+end
+struct RopeTokens
+    struct_size::UInt32
+    layout::Int32
+    role::Int32
+    position_ids::Ptr{DLTensor}
+    offsets::Ptr{DLTensor}
+    cu_seqlens::Ptr{DLTensor}
+end
+struct AlibiOptions
+    struct_size::UInt32
+    form::Int32
+    num_heads::Int64
+    slopes::Ptr{Float64}
+end
+struct T5Options
+    struct_size::UInt32
+    bidirectional::Int32
+    num_heads::Int64
+    num_buckets::Int64
+    max_distance::Int64
+    table::Ptr{Float64}
+end
+struct FoxOptions
+    struct_size::UInt32
+    length::Int64
+    num_heads::Int64
+    first_position::Int64
+    gate_logits::Ptr{Float64}
+end
+struct GrapeApOptions
+    struct_size::UInt32
+    length::Int64
+    num_heads::Int64
+    rank::Int64
+    first_position::Int64
+    w::Ptr{Float64}
+    u::Ptr{Float64}
+end
+struct GrapeAOptions
+    struct_size::UInt32
+    path::Int32
+    num_heads::Int64
+    head_dim::Int64
+    slopes::Ptr{Float64}
+    gated::Int32
+    length::Int64
+    first_position::Int64
+    gate_logits::Ptr{Float64}
+end
+# The 0.3.0 prefix of gpe_attention_options (struct_size says which fields exist).
+struct AttentionOptions
+    struct_size::UInt32
+    causal::Int32
+    softmax_scale::Float64
+    num_threads::Int32
+    rope_dim::Int64
+    rope_base::Float64
+    rope_pairing::Int32
+    grape_m::Ptr{Cvoid}
+    algebraic::Ptr{Cvoid}
+    bias::Ptr{Cvoid}
+    q_positions::Ptr{DLTensor}
+    k_positions::Ptr{DLTensor}
+    cu_seqlens_q::Ptr{DLTensor}
+    cu_seqlens_k::Ptr{DLTensor}
+end
+struct AttentionParamGrads
+    struct_size::UInt32
+    d_bias_a::Ptr{DLTensor}
+    d_bias_b::Ptr{DLTensor}
+    d_grape_a::Ptr{DLTensor}
+    d_grape_b::Ptr{DLTensor}
+    d_grape_omega::Ptr{DLTensor}
+    d_shaw_key_table::Ptr{DLTensor}
+    d_shaw_value_table::Ptr{DLTensor}
+end
+
+# An N-d Julia array as the C tensor with the dimensions reversed (the first Julia
+# dimension, contiguous, is the last C one): head_dim × heads × seq × batch is bshd.
+rev_parts(a::StridedArray) = (Int64[reverse(size(a))...], Int64[reverse(strides(a))...])
+# The address of a tensor made by @tensor (C_NULL for nothing), for struct fields.
+tptr(t) = t === nothing ? Ptr{DLTensor}(C_NULL) : Base.unsafe_convert(Ptr{DLTensor}, t[1])
+
+const SCHEDULES = (:default, :linear, :dynamic_ntk, :yarn, :longrope, :llama3)
+const ROPE_AXES = (:single, :axial, :mrope, :mrope_interleaved)
+
+"""A schedule's published parameters (gpe_rope_options_use_schedule) as keyword
+arguments for `Rope`: e.g. `Rope(128; base=500000.0, published_schedule(:llama3)...)`."""
+function published_schedule(schedule::Symbol)
+    s = findfirst(==(schedule), SCHEDULES)
+    s === nothing && argerror("schedule must be one of $(SCHEDULES); got $schedule")
+    r = Ref(rope_options_struct(2))
+    check(ccall((:gpe_rope_options_use_schedule, libgpe), Int32, (Int32, Ref{RopeOptions}), s - 1, r))
+    o = r[]
+    return (schedule=schedule, factor=o.factor, original_max_position=o.original_max_position,
+            current_length=o.current_length, beta_fast=o.beta_fast, beta_slow=o.beta_slow,
+            low_freq_factor=o.low_freq_factor, high_freq_factor=o.high_freq_factor, max_position=o.max_position)
+end
+
+# GPE_ROPE_OPTIONS_INIT with head_dim, and the given fields replaced.
+function rope_options_struct(head_dim::Integer; rotary_dim::Integer=0, base::Real=10000.0, pairing::Symbol=:half_split,
+                             schedule::Symbol=:default, num_threads::Integer=1, factor::Real=1.0,
+                             original_max_position::Integer=4096, current_length::Integer=0, beta_fast::Real=32.0,
+                             beta_slow::Real=1.0, attention_factor::Union{Nothing,Real}=nothing,
+                             short_factor::Ptr{Float64}=Ptr{Float64}(C_NULL), short_factor_len::Integer=0,
+                             long_factor::Ptr{Float64}=Ptr{Float64}(C_NULL), long_factor_len::Integer=0,
+                             max_position::Integer=131072, low_freq_factor::Real=1.0, high_freq_factor::Real=4.0,
+                             xpos::Union{Nothing,NamedTuple}=nothing, axes::Symbol=:single, num_axes::Integer=1,
+                             mrope_sections::Ptr{Int64}=Ptr{Int64}(C_NULL), num_mrope_sections::Integer=0)
+    pairing in (:interleaved, :half_split) || argerror("pairing must be :interleaved or :half_split; got $pairing")
+    s = findfirst(==(schedule), SCHEDULES)
+    s === nothing && argerror("schedule must be one of $(SCHEDULES); got $schedule")
+    a = findfirst(==(axes), ROPE_AXES)
+    a === nothing && argerror("axes must be one of $(ROPE_AXES); got $axes")
+    return RopeOptions(ssize(RopeOptions), pairing == :interleaved ? 0 : 1, head_dim, rotary_dim, base, s - 1,
+                       num_threads, factor, original_max_position, current_length, beta_fast, beta_slow, 1, 0, 1.0,
+                       1.0, attention_factor === nothing ? 0 : 1, attention_factor === nothing ? 1.0 : attention_factor,
+                       short_factor, short_factor_len, long_factor, long_factor_len, max_position, low_freq_factor,
+                       high_freq_factor, xpos === nothing ? 0 : 1, xpos === nothing ? 0.4 : xpos.gamma,
+                       xpos === nothing ? 512.0 : xpos.scale_base, xpos === nothing ? 0 : xpos.centre, a - 1,
+                       num_axes, mrope_sections, num_mrope_sections)
+end
+
+"""RoPE with a frequency schedule (gpe_rope_create). Keywords: rotary_dim, base,
+pairing (:half_split or :interleaved), schedule ($(SCHEDULES)) and its parameters
+(factor, original_max_position, current_length, beta_fast, beta_slow,
+attention_factor, short_factor / long_factor vectors, max_position, low_freq_factor,
+high_freq_factor), xpos (gamma=, scale_base=, centre=), axes ($(ROPE_AXES)) with num_axes
+or mrope_sections, num_threads."""
+mutable struct Rope
+    ptr::Ptr{Cvoid}
+    head_dim::Int
+    rotary_dim::Int
+    num_axes::Int
+end
+function Rope(head_dim::Integer; short_factor::Vector{Float64}=Float64[], long_factor::Vector{Float64}=Float64[],
+              mrope_sections::Vector{Int64}=Int64[], kwargs...)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    GC.@preserve short_factor long_factor mrope_sections begin
+        o = rope_options_struct(head_dim; kwargs...,
+                                short_factor=isempty(short_factor) ? Ptr{Float64}(C_NULL) : pointer(short_factor),
+                                short_factor_len=length(short_factor),
+                                long_factor=isempty(long_factor) ? Ptr{Float64}(C_NULL) : pointer(long_factor),
+                                long_factor_len=length(long_factor),
+                                mrope_sections=isempty(mrope_sections) ? Ptr{Int64}(C_NULL) : pointer(mrope_sections),
+                                num_mrope_sections=length(mrope_sections))
+        check(ccall((:gpe_rope_create, libgpe), Int32, (Ref{RopeOptions}, Ref{Ptr{Cvoid}}), o, out))
+    end
+    r = Rope(out[], 0, 0, 0)
+    finalizer(close, r)
+    h, rd, a = Ref{Int64}(0), Ref{Int64}(0), Ref{Int64}(0)
+    check(ccall((:gpe_rope_shape, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}, Ref{Int64}), r.ptr, h, rd, a))
+    r.head_dim, r.rotary_dim, r.num_axes = h[], rd[], a[]
+    return r
+end
+function Base.close(r::Rope)
+    r.ptr == C_NULL && return
+    ccall((:gpe_rope_destroy, libgpe), Cvoid, (Ptr{Cvoid},), r.ptr)
+    r.ptr = C_NULL
+    return
+end
+rope_shape(r::Rope) = (r.head_dim, r.rotary_dim, r.num_axes)
+"""(θ_i for the rotary_dim / 2 planes, attention factor)."""
+function rope_frequencies(r::Rope)
+    thetas = zeros(Float64, div(r.rotary_dim, 2))
+    m = Ref{Float64}(0.0)
+    check(ccall((:gpe_rope_frequencies, libgpe), Int32, (Ptr{Cvoid}, Ptr{Float64}, Int64, Ref{Float64}),
+                r.ptr, thetas, length(thetas), m))
+    return thetas, m[]
+end
+
+function rope_call(backward::Bool, r::Rope, x::StridedArray{T}, layout::Symbol, key::Bool, position_ids, offsets,
+                   cu_seqlens) where {T<:Union{Float32,Float64}}
+    l = findfirst(==(layout), (:bshd, :sbhd, :thd))
+    l === nothing && argerror("layout must be :bshd, :sbhd or :thd; got $layout")
+    out = similar(x, T, size(x))
+    @tensor tx x rev_parts
+    @tensor to out rev_parts
+    tid = position_ids === nothing ? nothing : (@tensor t_ position_ids rev_parts; t_)
+    toff = offsets === nothing ? nothing : (@tensor t_ offsets vec_parts; t_)
+    tcu = cu_seqlens === nothing ? nothing : (@tensor t_ cu_seqlens vec_parts; t_)
+    GC.@preserve tx to tid toff tcu r begin
+        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu))
+        # ccall needs a constant function name: one call per direction.
+        if backward
+            check(ccall((:gpe_rope_backward, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{DLTensor}),
+                        r.ptr, tok, ref(tx), ref(to)))
+        else
+            check(ccall((:gpe_rope_forward, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{DLTensor}),
+                        r.ptr, tok, ref(tx), ref(to)))
+        end
+    end
+    return out
+end
+"""RoPE of x: head_dim × heads × seq × batch (:bshd), head_dim × heads × batch × seq
+(:sbhd) or head_dim × heads × tokens (:thd, with cu_seqlens). position_ids: tokens, or
+tokens × num_axes for multi-axis RoPE; offsets: one per sequence; key: xPos's role."""
+rope_forward(r::Rope, x::StridedArray; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing, offsets=nothing,
+             cu_seqlens=nothing) = rope_call(false, r, x, layout, key, position_ids, offsets, cu_seqlens)
+"""The backward pass (the transposed rotation) of `rope_forward`, same arguments."""
+rope_backward(r::Rope, dy::StridedArray; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing, offsets=nothing,
+              cu_seqlens=nothing) = rope_call(true, r, dy, layout, key, position_ids, offsets, cu_seqlens)
+
+"""An additive attention bias b_h(i, j) (gpe_bias); `grad_size` is the shape of
+`bias_accumulate_gradient!`'s gradient (Julia order)."""
+mutable struct Bias
+    ptr::Ptr{Cvoid}
+    num_heads::Int
+    grad_size::Tuple
+    two_grads::Bool
+end
+function make_bias(code::Int32, out::Ref{Ptr{Cvoid}}, num_heads, grad_size, two_grads=false)
+    check(code)
+    b = Bias(out[], num_heads, grad_size, two_grads)
+    finalizer(close, b)
+    return b
+end
+function Base.close(b::Bias)
+    b.ptr == C_NULL && return
+    ccall((:gpe_bias_destroy, libgpe), Cvoid, (Ptr{Cvoid},), b.ptr)
+    b.ptr = C_NULL
+    return
+end
+optr(v) = v === nothing || isempty(v) ? Ptr{Float64}(C_NULL) : pointer(v)
+
+"""ALiBi (Press et al.): -m_h (i - j) (causal) or -m_h |i - j| (symmetric); slopes nothing: the published rule."""
+function bias_alibi(num_heads::Integer; symmetric::Bool=false, slopes::Union{Nothing,Vector{Float64}}=nothing)
+    slopes === nothing || length(slopes) == num_heads || argerror("slopes has $(length(slopes)) values; expected $num_heads")
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve slopes begin
+        o = AlibiOptions(ssize(AlibiOptions), symmetric ? 1 : 0, num_heads, optr(slopes))
+        ccall((:gpe_bias_create_alibi, libgpe), Int32, (Ref{AlibiOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, num_heads, (num_heads,))
+end
+"""T5's bucketed bias: table num_heads × num_buckets (column per bucket)."""
+function bias_t5(table::Matrix{Float64}; bidirectional::Bool=true, max_distance::Integer=128)
+    h, nb = size(table)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve table begin
+        o = T5Options(ssize(T5Options), bidirectional ? 1 : 0, h, nb, max_distance, pointer(table))
+        ccall((:gpe_bias_create_t5, libgpe), Int32, (Ref{T5Options}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (h, nb))
+end
+"""FoX (Lin et al.): gate_logits num_heads × length (column per token)."""
+function bias_fox(gate_logits::Matrix{Float64}; first_position::Integer=0)
+    h, len = size(gate_logits)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve gate_logits begin
+        o = FoxOptions(ssize(FoxOptions), len, h, first_position, pointer(gate_logits))
+        ccall((:gpe_bias_create_fox, libgpe), Int32, (Ref{FoxOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (h, len))
+end
+"""GRAPE-AP: w, u rank × num_heads × length arrays."""
+function bias_grape_ap(w::Array{Float64,3}, u::Array{Float64,3}; first_position::Integer=0)
+    size(w) == size(u) || argerror("w and u differ in size")
+    r, h, len = size(w)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve w u begin
+        o = GrapeApOptions(ssize(GrapeApOptions), len, h, r, first_position, pointer(w), pointer(u))
+        ccall((:gpe_bias_create_grape_ap, libgpe), Int32, (Ref{GrapeApOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (r, h, len), true)
+end
+"""GRAPE-A: m_h (j - i) with slopes (nothing: Press et al.'s), or content-gated by
+gate_logits (num_heads × length); lifted = true fills tiles through the lift."""
+function bias_grape_a(num_heads::Integer, head_dim::Integer; slopes::Union{Nothing,Vector{Float64}}=nothing,
+                      gate_logits::Union{Nothing,Matrix{Float64}}=nothing, first_position::Integer=0, lifted::Bool=false)
+    slopes === nothing || length(slopes) == num_heads || argerror("slopes has $(length(slopes)) values; expected $num_heads")
+    gate_logits === nothing || size(gate_logits, 1) == num_heads || argerror("gate_logits must be num_heads × length")
+    len = gate_logits === nothing ? 0 : size(gate_logits, 2)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve slopes gate_logits begin
+        o = GrapeAOptions(ssize(GrapeAOptions), lifted ? 1 : 0, num_heads, head_dim, optr(slopes),
+                          gate_logits === nothing ? 0 : 1, len, first_position, optr(gate_logits))
+        ccall((:gpe_bias_create_grape_a, libgpe), Int32, (Ref{GrapeAOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, num_heads, gate_logits === nothing ? (num_heads,) : (num_heads, len))
+end
+"""(kind code, num_heads, causal)."""
+function bias_info(b::Bias)
+    k, h, c = Ref{Int32}(0), Ref{Int64}(0), Ref{Int32}(0)
+    check(ccall((:gpe_bias_info, libgpe), Int32, (Ptr{Cvoid}, Ref{Int32}, Ref{Int64}, Ref{Int32}), b.ptr, k, h, c))
+    return (Int(k[]), Int(h[]), c[] != 0)
+end
+function bias_alibi_slopes(b::Bias)
+    s = zeros(Float64, b.num_heads)
+    check(ccall((:gpe_bias_alibi_slopes, libgpe), Int32, (Ptr{Cvoid}, Ptr{Float64}, Int64), b.ptr, s, length(s)))
+    return s
+end
+"""out[r, c] = b_head(q_positions[r], k_positions[c]) (head 0-based)."""
+function bias_fill_tile(b::Bias, head::Integer, q_positions::Vector{Int64}, k_positions::Vector{Int64})
+    out = zeros(Float64, length(q_positions), length(k_positions))
+    @tensor tq q_positions vec_parts
+    @tensor tk k_positions vec_parts
+    @tensor to out mat_parts
+    GC.@preserve tq tk to b begin
+        check(ccall((:gpe_bias_fill_tile, libgpe), Int32, (Ptr{Cvoid}, Int64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, ref(tq), ref(tk), ref(to)))
+    end
+    return out
+end
+"""Adds one tile's parameter gradient into grad_a (and grad_b for GRAPE-AP), shaped b.grad_size."""
+function bias_accumulate_gradient!(grad_a::Array{Float64}, b::Bias, head::Integer, q_positions::Vector{Int64},
+                                   k_positions::Vector{Int64}, grad_tile::StridedMatrix{Float64};
+                                   grad_b::Union{Nothing,Array{Float64}}=nothing)
+    size(grad_a) == b.grad_size || argerror("grad_a is $(size(grad_a)); expected $(b.grad_size)")
+    grad_b === nothing || size(grad_b) == b.grad_size || argerror("grad_b is $(size(grad_b)); expected $(b.grad_size)")
+    @tensor tq q_positions vec_parts
+    @tensor tk k_positions vec_parts
+    @tensor tg grad_tile mat_parts
+    @tensor ta grad_a rev_parts
+    tb = grad_b === nothing ? nothing : (@tensor t_ grad_b rev_parts; t_)
+    GC.@preserve tq tk tg ta tb b begin
+        check(ccall((:gpe_bias_accumulate_gradient, libgpe), Int32,
+                    (Ptr{Cvoid}, Int64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, ref(tq), ref(tk), ref(tg), ref(ta), ref(tb)))
+    end
+    return grad_a
+end
+"""FoX / gated GRAPE-A: dL/dgate_logits (num_heads × length) from the accumulated dL/dc."""
+function bias_fox_logit_gradient(b::Bias, grad_prefix::Matrix{Float64})
+    out = zeros(Float64, size(grad_prefix))
+    @tensor tp grad_prefix rev_parts
+    @tensor to out rev_parts
+    GC.@preserve tp to b begin
+        check(ccall((:gpe_bias_fox_logit_gradient, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, ref(tp), ref(to)))
+    end
+    return out
+end
+"""GRAPE-A's lifted rows ((head_dim + 2) × N) of x (head_dim × N) for one head."""
+function bias_grape_a_lift(b::Bias, head::Integer, positions::Vector{Int64}, x::StridedMatrix{Float64}; key::Bool=false)
+    out = zeros(Float64, size(x, 1) + 2, size(x, 2))
+    @tensor tp positions vec_parts
+    @tensor tx x batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tx to b begin
+        check(ccall((:gpe_bias_grape_a_lift, libgpe), Int32,
+                    (Ptr{Cvoid}, Int64, Int32, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, key ? 1 : 0, ref(tp), ref(tx), ref(to)))
+    end
+    return out
+end
+
+# Builds the options struct (with the position tensors it points to kept alive by `keep`).
+function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale::Real=0.0, num_threads::Integer=0,
+                           rope_dim::Integer=0, rope_base::Real=10000.0, rope_pairing::Symbol=:half_split,
+                           grape_m::Union{Nothing,GrapeM}=nothing, algebraic::Union{Nothing,AlgebraicSequence}=nothing,
+                           bias::Union{Nothing,Bias}=nothing, q_positions=nothing, k_positions=nothing,
+                           cu_seqlens_q=nothing, cu_seqlens_k=nothing)
+    mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
+    tqp, tkp, tcq, tck = mk(q_positions), mk(k_positions), mk(cu_seqlens_q), mk(cu_seqlens_k)
+    push!(keep, grape_m, algebraic, bias)
+    return AttentionOptions(ssize(AttentionOptions), causal ? 1 : 0, softmax_scale, num_threads, rope_dim, rope_base,
+                            rope_pairing == :interleaved ? 0 : 1, grape_m === nothing ? C_NULL : grape_m.ptr,
+                            algebraic === nothing ? C_NULL : algebraic.ptr, bias === nothing ? C_NULL : bias.ptr,
+                            tptr(tqp), tptr(tkp), tptr(tcq), tptr(tck))
+end
+
+"""Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,
+k and v head_dim × heads_kv × seq_k × batch (or head_dim × heads × tokens with
+cu_seqlens_q / cu_seqlens_k). Returns (o like q, lse heads_q × tokens_q). Keywords:
+causal, softmax_scale, num_threads, rope_dim, rope_base, rope_pairing, grape_m,
+algebraic, bias, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k."""
+function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
+    o = similar(q, T, size(q))
+    lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))
+    keep = Any[]
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor to o rev_parts
+    @tensor tl lse rev_parts
+    GC.@preserve keep tq tk tv to tl begin
+        opts = attention_options(keep; kwargs...)
+        GC.@preserve keep begin
+            check(ccall((:gpe_attention_forward, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                        opts, ref(tq), ref(tk), ref(tv), ref(to), ref(tl)))
+        end
+    end
+    return o, lse
+end
+
+"""(dq, dk, dv) from d_o (like q), o and lse recomputed; same keywords as attention_forward."""
+function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
+                            kwargs...) where {T<:Union{Float32,Float64}}
+    dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
+    keep = Any[]
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor tdo d_o rev_parts
+    @tensor tdq dq rev_parts
+    @tensor tdk dk rev_parts
+    @tensor tdv dv rev_parts
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv begin
+        opts = attention_options(keep; kwargs...)
+        GC.@preserve keep begin
+            check(ccall((:gpe_attention_backward, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                         Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                        opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv)))
+        end
+    end
+    return dq, dk, dv
+end
+
+"""`attention_backward` plus the encoding's parameter gradients: (dq, dk, dv, params)
+with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP)
+and params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M."""
+function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T},
+                                            d_o::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
+    dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
+    bias = get(kwargs, :bias, nothing)
+    gm = get(kwargs, :grape_m, nothing)
+    ba = bias === nothing ? nothing : zeros(Float64, bias.grad_size...)
+    bb = bias === nothing || !bias.two_grads ? nothing : zeros(Float64, bias.grad_size...)
+    ga = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
+    gb = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
+    gw = gm === nothing ? nothing : zeros(Float64, gm.m)
+    keep = Any[]
+    mk(a) = a === nothing ? nothing : (@tensor t_ a rev_parts; push!(keep, t_); t_)
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor tdo d_o rev_parts
+    @tensor tdq dq rev_parts
+    @tensor tdk dk rev_parts
+    @tensor tdv dv rev_parts
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw begin
+        opts = attention_options(keep; kwargs...)
+        tba, tbb, tga, tgb, tgw = mk(ba), mk(bb), mk(ga), mk(gb), mk(gw)
+        GC.@preserve keep begin
+            grads = AttentionParamGrads(ssize(AttentionParamGrads), tptr(tba), tptr(tbb), tptr(tga), tptr(tgb), tptr(tgw),
+                                        C_NULL, C_NULL)
+            check(ccall((:gpe_attention_backward_with_parameters, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                         Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{AttentionParamGrads}),
+                        opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv), grads))
+        end
+    end
+    return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw)
+end
+
 end # module

@@ -197,6 +197,12 @@ def main(argv):
     jstructs = parse_julia_structs(jl)
     calls = parse_ccalls(jl)
     errors = []
+    # Every ccall names its function literally (ccall needs a constant; the checks need it).
+    for m in re.finditer(r"ccall\(", jl):
+        if not re.match(r"ccall\(\(:\w+,\s*libgpe\)", jl[m.start():]):
+            line = jl[: m.start()].count("\n") + 1
+            if not jl[max(0, m.start() - 1)] == "`":  # prose in a docstring
+                errors.append("GroupPE.jl:%d: a ccall without a literal (:name, libgpe)" % line)
     if len(calls) < 10:
         errors.append("only %d ccalls found in %s: the parser is out of date" % (len(calls), jl_path))
     if len(protos) < 50:

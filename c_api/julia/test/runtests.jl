@@ -252,6 +252,57 @@ Random.seed!(20261123)
         @test maximum(abs.(gr.u - 2 * vec(sum(k; dims=2)))) < 1e-14
     end
 
+    @testset "RoPE, biases, attention" begin
+        r = Rope(8; pairing=:interleaved, base=100.0)
+        @test rope_shape(r) == (8, 8, 1)
+        θ, m = rope_frequencies(r)
+        @test maximum(abs.(θ - [100.0^(-2i / 8) for i in 0:3])) < 1e-15 && m == 1.0
+        x = randn(8, 2, 3, 1)                      # head_dim × heads × seq × batch (bshd)
+        y = rope_forward(r, x)
+        for s in 1:3, h in 1:2, i in 0:3
+            a = (s - 1) * θ[i+1]
+            x1, x2 = x[2i+1, h, s, 1], x[2i+2, h, s, 1]
+            # |a| < 3: cos / sin of one angle, one rounding each.
+            @test abs(y[2i+1, h, s, 1] - (x1 * cos(a) - x2 * sin(a))) < 1e-15
+            @test abs(y[2i+2, h, s, 1] - (x1 * sin(a) + x2 * cos(a))) < 1e-15
+        end
+        @test maximum(abs.(rope_backward(r, y) - x)) < 1e-15
+        p = published_schedule(:llama3)
+        @test (p.factor, p.low_freq_factor, p.high_freq_factor, p.original_max_position) == (8.0, 1.0, 4.0, 8192)
+        @test rope_shape(Rope(16; base=500000.0, p...)) == (16, 16, 1)
+
+        b = bias_alibi(2; slopes=[0.5, 0.25])
+        tile = bias_fill_tile(b, 1, Int64[3, 5], Int64[0, 3, 4])
+        @test tile == [-0.25 * (i - j) for i in (3, 5), j in (0, 3, 4)]
+        ga = bias_grape_a(2, 3; slopes=[0.5, 0.25])
+        @test bias_fill_tile(ga, 0, Int64[3, 5], Int64[0, 3, 4]) == [0.5 * (j - i) for i in (3, 5), j in (0, 3, 4)]
+        q3, k3 = randn(3, 2), randn(3, 3)
+        lq, lk = bias_grape_a_lift(ga, 0, Int64[3, 5], q3), bias_grape_a_lift(ga, 0, Int64[0, 3, 4], k3; key=true)
+        # <lift_q(i), lift_k(j)> = <q, k> + m (j - i): sums of 5 products, 1e-14.
+        @test maximum(abs.(lq' * lk - (q3' * k3 + [0.5 * (j - i) for i in (3, 5), j in (0, 3, 4)]))) < 1e-14
+
+        # float64 attention (the exact reference) against softmax(q'k / sqrt(d)) v.
+        q, k, v = randn(4, 1, 3, 1), randn(4, 1, 5, 1), randn(4, 1, 5, 1)
+        o, lse = attention_forward(q, k, v)
+        for i in 1:3
+            s = [dot(q[:, 1, i, 1], k[:, 1, j, 1]) / 2 for j in 1:5]
+            w = exp.(s .- maximum(s))
+            @test maximum(abs.(o[:, 1, i, 1] - v[:, 1, :, 1] * (w / sum(w)))) < 1e-14
+            @test abs(lse[1, i] - (maximum(s) + log(sum(w)))) < 1e-14
+        end
+        # dL/dslopes for L = <d_o, o> against central differences (h = 1e-6: ~1e-10).
+        qa, ka, va, d_o = randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1)
+        slopes = [0.5, 0.25]
+        loss(s) = sum(d_o .* attention_forward(qa, ka, va; causal=true, bias=bias_alibi(2; slopes=s))[1])
+        _, _, _, params = attention_backward_with_parameters(qa, ka, va, d_o; causal=true, bias=bias_alibi(2; slopes=slopes))
+        for i in 1:2
+            e = zeros(2); e[i] = 1e-6
+            @test abs(params.bias_a[i] - (loss(slopes + e) - loss(slopes - e)) / 2e-6) < 1e-8
+        end
+        dq, dk, dv = attention_backward(qa, ka, va, d_o; causal=true, bias=bias_alibi(2; slopes=slopes))
+        @test size(dq) == size(qa)
+    end
+
     @testset "bad input" begin
         err = try
             so_rep_planes(1)

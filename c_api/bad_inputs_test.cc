@@ -28,22 +28,29 @@ namespace {
 
 std::string g_table_path;  // argv[1]
 
+// A compact CPU DLTensor over `data`; its shape is stored in `shapes` (a deque, so the
+// addresses stay valid while the owner lives). The fixtures' Make members forward here.
+DLTensor MakeTensor(std::deque<std::vector<int64_t>>* shapes, void* data, DLDataTypeCode code,
+                    int bits, std::vector<int64_t> shape) {
+  shapes->push_back(std::move(shape));
+  DLTensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = static_cast<int32_t>(shapes->back().size());
+  t.dtype.code = static_cast<uint8_t>(code);
+  t.dtype.bits = static_cast<uint8_t>(bits);
+  t.dtype.lanes = 1;
+  t.shape = shapes->back().data();
+  return t;
+}
+
 
 // Valid inputs for the 0.3.0 entry points (RoPE, biases, attention), a member of Fixture.
 struct Fixture03 {
   std::deque<std::vector<int64_t>> shapes;
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   // Attention: batch 1, seq 4, 2 query heads over 1 kv head, head_dim 8 (float32).
   static constexpr int64_t kS = 4, kH = 2, kHk = 1, kD = 8;
@@ -151,17 +158,7 @@ struct AttentionInputs {
   gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
 
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   AttentionInputs() {
     q = Make(qkv.data(), kDLFloat, 32, {1, kT, 1, kD});
@@ -201,17 +198,7 @@ struct AttentionInputs {
 struct Fixture {
   std::deque<std::vector<int64_t>> shapes;  // stable addresses for DLTensor::shape
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   DLTensor F64(std::vector<double>* v, std::vector<int64_t> shape) {
     return Make(v->data(), kDLFloat, 64, std::move(shape));

@@ -483,6 +483,16 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   add("rope_forward_dtype_mismatch", e, [](Fixture& f) {
     return gpe_rope_forward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
   });
+  e = "gpe_rope_table_create";
+  // Found by the libFuzzer target: an empty `like` of 2^39 sequences was walked.
+  add("rope_table_like_empty", e, [](Fixture& f) {
+    f.v3.shapes.push_back({int64_t{1} << 39, 0, 2, 8});
+    f.v3.x.shape = f.v3.shapes.back().data();
+    gpe_rope_table* t = nullptr;
+    const gpe_status s = gpe_rope_table_create(f.v3.rope, &f.v3.tokens, &f.v3.x, &t);
+    gpe_rope_table_destroy(t);
+    return s;
+  });
   e = "gpe_bias_create_alibi";
   add("alibi_heads_0", e, [](Fixture& f) {
     f.v3.alibi_opt.num_heads = 0;
@@ -1271,6 +1281,12 @@ std::map<std::string, Case> Cases() {
   add("predict3d_out_wrong_shape", e, [](Fixture& f) {
     return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.w3, &f.w3);
   });
+  // Found by the libFuzzer target: the copy of an empty W walked its 2^39 index space.
+  add("predict3d_w_empty_huge", e, [](Fixture& f) {
+    f.shapes.push_back({int64_t{1} << 20, int64_t{1} << 19, 0});
+    f.w3.shape = f.shapes.back().data();
+    return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.w3, &f.vol);
+  });
   e = "gpe_inr_fit_blended_2d";
   add("blend_options_null", e, [](Fixture& f) {
     return gpe_inr_fit_blended_2d(nullptr, f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.bvals,
@@ -1522,6 +1538,17 @@ TEST(BadInputs, Baselines03AreValid) {
       << gpe_last_error_message();
   EXPECT_EQ(f.Forward(), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(f.Backward(), GPE_OK) << gpe_last_error_message();
+}
+
+// Found by the libFuzzer target: RoPE of an empty batch of 2^39 sequences walked every
+// sequence (minutes); it has nothing to rotate and must return at once. A regression
+// shows as this test's timeout.
+TEST(BadInputs, EmptyRopeBatchIsNotWalked) {
+  Fixture03 f;
+  f.shapes.push_back({int64_t{1} << 39, 0, 2, 8});
+  f.x.shape = f.y.shape = f.shapes.back().data();
+  EXPECT_EQ(f.RopeForward(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_rope_backward(f.rope, &f.tokens, &f.x, &f.y), GPE_OK) << gpe_last_error_message();
 }
 
 struct Row {

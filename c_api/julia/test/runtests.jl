@@ -272,8 +272,9 @@ Random.seed!(20261123)
         @test rope_shape(Rope(16; base=500000.0, p...)) == (16, 16, 1)
 
         b = bias_alibi(2; slopes=[0.5, 0.25])
-        tile = bias_fill_tile(b, 1, Int64[3, 5], Int64[0, 3, 4])
-        @test tile == [-0.25 * (i - j) for i in (3, 5), j in (0, 3, 4)]
+        # Causal ALiBi on keys j <= i: -m_h (i - j), exact for power-of-two slopes.
+        tile = bias_fill_tile(b, 1, Int64[3, 5], Int64[0, 2, 3])
+        @test tile == [-0.25 * (i - j) for i in (3, 5), j in (0, 2, 3)]
         ga = bias_grape_a(2, 3; slopes=[0.5, 0.25])
         @test bias_fill_tile(ga, 0, Int64[3, 5], Int64[0, 3, 4]) == [0.5 * (j - i) for i in (3, 5), j in (0, 3, 4)]
         q3, k3 = randn(3, 2), randn(3, 3)

@@ -29,22 +29,29 @@ namespace {
 
 std::string g_table_path;  // argv[1]
 
+// A compact CPU DLTensor over `data`; its shape is stored in `shapes` (a deque, so the
+// addresses stay valid while the owner lives). The fixtures' Make members forward here.
+DLTensor MakeTensor(std::deque<std::vector<int64_t>>* shapes, void* data, DLDataTypeCode code,
+                    int bits, std::vector<int64_t> shape) {
+  shapes->push_back(std::move(shape));
+  DLTensor t;
+  std::memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = static_cast<int32_t>(shapes->back().size());
+  t.dtype.code = static_cast<uint8_t>(code);
+  t.dtype.bits = static_cast<uint8_t>(bits);
+  t.dtype.lanes = 1;
+  t.shape = shapes->back().data();
+  return t;
+}
+
 
 // Valid inputs for the 0.3.0 entry points (RoPE, biases, attention), a member of Fixture.
 struct Fixture03 {
   std::deque<std::vector<int64_t>> shapes;
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   // Attention: batch 1, seq 4, 2 query heads over 1 kv head, head_dim 8 (float32).
   static constexpr int64_t kS = 4, kH = 2, kHk = 1, kD = 8;
@@ -152,17 +159,7 @@ struct AttentionInputs {
   gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
 
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   AttentionInputs() {
     q = Make(qkv.data(), kDLFloat, 32, {1, kT, 1, kD});
@@ -202,17 +199,7 @@ struct AttentionInputs {
 struct Fixture {
   std::deque<std::vector<int64_t>> shapes;  // stable addresses for DLTensor::shape
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
-    shapes.push_back(std::move(shape));
-    DLTensor t;
-    std::memset(&t, 0, sizeof t);
-    t.data = data;
-    t.device.device_type = kDLCPU;
-    t.ndim = static_cast<int32_t>(shapes.back().size());
-    t.dtype.code = static_cast<uint8_t>(code);
-    t.dtype.bits = static_cast<uint8_t>(bits);
-    t.dtype.lanes = 1;
-    t.shape = shapes.back().data();
-    return t;
+    return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
   DLTensor F64(std::vector<double>* v, std::vector<int64_t> shape) {
     return Make(v->data(), kDLFloat, 64, std::move(shape));
@@ -496,6 +483,16 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   });
   add("rope_forward_dtype_mismatch", e, [](Fixture& f) {
     return gpe_rope_forward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
+  });
+  e = "gpe_rope_table_create";
+  // Found by the libFuzzer target: an empty `like` of 2^39 sequences was walked.
+  add("rope_table_like_empty", e, [](Fixture& f) {
+    f.v3.shapes.push_back({int64_t{1} << 39, 0, 2, 8});
+    f.v3.x.shape = f.v3.shapes.back().data();
+    gpe_rope_table* t = nullptr;
+    const gpe_status s = gpe_rope_table_create(f.v3.rope, &f.v3.tokens, &f.v3.x, &t);
+    gpe_rope_table_destroy(t);
+    return s;
   });
   e = "gpe_bias_create_alibi";
   add("alibi_heads_0", e, [](Fixture& f) {
@@ -1695,6 +1692,12 @@ std::map<std::string, Case> Cases() {
   add("predict3d_out_wrong_shape", e, [](Fixture& f) {
     return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.w3, &f.w3);
   });
+  // Found by the libFuzzer target: the copy of an empty W walked its 2^39 index space.
+  add("predict3d_w_empty_huge", e, [](Fixture& f) {
+    f.shapes.push_back({int64_t{1} << 20, int64_t{1} << 19, 0});
+    f.w3.shape = f.shapes.back().data();
+    return gpe_inr_predict_separable_3d(&f.psi, &f.psi, &f.psi, &f.w3, &f.vol);
+  });
   e = "gpe_inr_fit_blended_2d";
   add("blend_options_null", e, [](Fixture& f) {
     return gpe_inr_fit_blended_2d(nullptr, f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.bvals,
@@ -1748,6 +1751,13 @@ std::map<std::string, Case> Cases() {
   add("ff_txt_dim_3", e, [](Fixture& f) {
     f.ff_opt.kind = GPE_FOURIER_TXT;
     f.ff_opt.dim = 3;
+    return f.FourierCreate();
+  });
+  // Each size within its own limit, the [dim K, dim] frequency matrix 2^60 entries.
+  add("ff_entries_huge", e, [](Fixture& f) {
+    f.ff_opt.kind = GPE_FOURIER_LINEAR;
+    f.ff_opt.dim = int64_t{1} << 20;
+    f.ff_opt.num_frequencies = int64_t{1} << 20;
     return f.FourierCreate();
   });
   e = "gpe_fourier_features_create_from_frequencies";
@@ -1939,6 +1949,17 @@ TEST(BadInputs, Baselines03AreValid) {
       << gpe_last_error_message();
   EXPECT_EQ(f.Forward(), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(f.Backward(), GPE_OK) << gpe_last_error_message();
+}
+
+// Found by the libFuzzer target: RoPE of an empty batch of 2^39 sequences walked every
+// sequence (minutes); it has nothing to rotate and must return at once. A regression
+// shows as this test's timeout.
+TEST(BadInputs, EmptyRopeBatchIsNotWalked) {
+  Fixture03 f;
+  f.shapes.push_back({int64_t{1} << 39, 0, 2, 8});
+  f.x.shape = f.y.shape = f.shapes.back().data();
+  EXPECT_EQ(f.RopeForward(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_rope_backward(f.rope, &f.tokens, &f.x, &f.y), GPE_OK) << gpe_last_error_message();
 }
 
 struct Row {

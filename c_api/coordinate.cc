@@ -44,6 +44,8 @@ namespace {
 using RowMatrixXd = enc::RowMatrixXd;
 const DType kF64[] = {DType::kFloat64};
 const DType kI64[] = {DType::kInt64};
+// Entries of a Fourier-feature handle's frequency matrix (512 MiB of float64).
+constexpr int64_t kMaxFrequencyEntries = int64_t{1} << 26;
 
 std::string ShapeString(const TensorView& v) {
   std::string s = "[";
@@ -231,6 +233,17 @@ gpe_status gpe_fourier_features_create(const gpe_fourier_features_options* optio
     }
     if (!std::isfinite(o.scale)) {
       return absl::InvalidArgumentError(absl::StrCat("scale must be finite; got ", o.scale));
+    }
+    // The frequency matrix is [K, D] (GAUSSIAN, TXT) or [D K, D] (one block of K rows per
+    // axis): bound its entries before it is allocated (dim, K <= 2^20 keep this exact).
+    const bool per_axis = o.kind == GPE_FOURIER_LINEAR || o.kind == GPE_FOURIER_LOG_LINEAR ||
+                          o.kind == GPE_FOURIER_NERF;
+    const int64_t rows = per_axis ? o.dim * o.num_frequencies : o.num_frequencies;
+    if (rows * o.dim > kMaxFrequencyEntries) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "the frequency matrix would have ", rows, " x ", o.dim,
+          " entries (dim = ", o.dim, ", num_frequencies = ", o.num_frequencies,
+          "); at most 2^26 are allowed"));
     }
     absl::StatusOr<enc::FourierFeatures> f = absl::InvalidArgumentError("unset");
     switch (o.kind) {

@@ -102,6 +102,9 @@ absl::StatusOr<gpe::inr::Tensor3> ReadTensor3(const DLTensor* t, const char* nam
     return absl::OutOfRangeError(absl::StrCat(name, " has more than 2^31 elements"));
   }
   out.data.resize(static_cast<size_t>(v->numel()));
+  // No element to copy: do not walk the (up to 2^40 x 2^40) index space of the other
+  // sizes; the solvers refuse the empty tensor.
+  if (v->numel() == 0) return out;
   const double* src = v->typed<const double>();
   size_t k = 0;
   for (int64_t i = 0; i < v->shape[0]; ++i) {

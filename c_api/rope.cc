@@ -378,6 +378,8 @@ absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
     tensor = out_tensor;
     in = out;
   }
+  // Nothing to rotate; an empty batch of up to 2^40 sequences is not walked.
+  if (c.x.numel() == 0) return absl::OkStatus();
   if (table != nullptr) {
     return backward ? rope.ApplyBackward<T>(*table, tensor, in, out)
                     : rope.Apply<T>(*table, tensor, in, out);
@@ -513,6 +515,10 @@ gpe_status gpe_rope_table_create(const gpe_rope* rope, const gpe_rope_tokens* to
     absl::StatusOr<RopeCall> c =
         ViewRopeCall(rope, tokens, like, const_cast<DLTensor*>(like), "like", "like");
     if (!c.ok()) return c.status();
+    // An empty `like` has no token to tabulate (and up to 2^40 empty sequences to walk).
+    if (c->x.numel() == 0) {
+      return absl::InvalidArgumentError("like has no elements: a table needs at least one token");
+    }
     auto table = std::make_unique<gpe_rope_table>(gpe_rope_table{rope->impl, c->layout, c->cu,
                                                                  std::nullopt, std::nullopt});
     seq::RopeTensor tensor = c->tensor;

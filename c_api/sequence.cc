@@ -54,9 +54,10 @@ std::string Shape(const TensorView& v) {
   return absl::StrCat(s, "]");
 }
 
-// A float32/float64 [N, dim] batch with one position per row.
-absl::StatusOr<TensorView> ViewBatch(const DLTensor* t, const char* name, const TensorView& p,
-                                     int64_t dim) {
+// A float32/float64 [rows, dim] batch: one row per position (or per row of an index
+// tensor), `dim` columns.
+absl::StatusOr<TensorView> ViewRows(const DLTensor* t, const char* name, int64_t rows,
+                                    int64_t dim) {
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kFloat);
   if (!v.ok()) return v.status();
   if (v->shape[1] != dim) {
@@ -64,11 +65,17 @@ absl::StatusOr<TensorView> ViewBatch(const DLTensor* t, const char* name, const 
                                                    v->shape[1], "]; the encoding acts on dim ",
                                                    dim));
   }
-  if (v->shape[0] != p.shape[0]) {
+  if (v->shape[0] != rows) {
     return absl::InvalidArgumentError(absl::StrCat(name, " has ", v->shape[0],
-                                                   " rows but positions has ", p.shape[0]));
+                                                   " rows but positions has ", rows));
   }
   return v;
+}
+
+// A float32/float64 [N, dim] batch with one position per row of the 1-D view `p`.
+absl::StatusOr<TensorView> ViewBatch(const DLTensor* t, const char* name, const TensorView& p,
+                                     int64_t dim) {
+  return ViewRows(t, name, p.shape[0], dim);
 }
 
 // `other` must have `like`'s dtype and shape.
@@ -908,11 +915,7 @@ absl::StatusOr<RowIndexViews> ViewRowIndex(const DLTensor* index, const char* in
     return absl::InvalidArgumentError(absl::StrCat(index_name, " must have ", cols,
                                                    " columns; got ", Shape(v.index)));
   }
-  // ViewBatch checks rows against a 1-D positions view: give it one of N rows.
-  TensorView rows = v.index;
-  rows.shape = {v.index.shape[0]};
-  rows.strides = {v.index.strides[0]};
-  absl::StatusOr<TensorView> xv = ViewBatch(x, "x", rows, dim);
+  absl::StatusOr<TensorView> xv = ViewRows(x, "x", v.index.shape[0], dim);
   if (!xv.ok()) return xv.status();
   v.x = std::move(*xv);
   return v;

@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Builds the C ABI's fuzz targets with clang's libFuzzer (coverage-guided, with
-# AddressSanitizer and UndefinedBehaviorSanitizer) and runs each for a bounded time:
+# Builds the C ABI's fuzz targets (c_api/fuzz/*_fuzzer.cc) with clang's libFuzzer
+# (coverage-guided, with AddressSanitizer and UndefinedBehaviorSanitizer) and runs each
+# for a bounded time:
 #
 #   c_api/fuzz/run_fuzzers.sh [seconds per target, default 20]
 #
 # Needs clang-14 and libclang-rt-14-dev (Debian 12; the runtime holds libFuzzer and the
-# sanitizers); exits 0 with a message where they are missing. The library's sources are
-# those of //c_api:gpe_impl (asked of Bazel), compiled here with clang; objects and the
-# corpus live in $GPE_FUZZ_DIR (default: a temporary directory). A crash leaves its input
-# in that directory and fails the script.
+# sanitizers); exits 0 with a SKIPPED message where they are missing. The library's
+# sources are those of //c_api:gpe_impl (asked of Bazel), compiled here with clang, two
+# at a time; objects and corpora live in $GPE_FUZZ_DIR (default: a temporary directory;
+# a kept directory makes later runs recompile only changed sources). A crash, leak or
+# slow input (over 25 s) leaves its input there as <target>-crash-* (or -leak-,
+# -timeout-, -oom-) and fails the script.
+#
+# Prints one line per target, "FUZZ PASSED: <target> ..." or "FUZZ FAILED: <target> ...",
+# which .ci/run counts, then a summary.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
@@ -21,6 +27,7 @@ fi
 probe="$(mktemp -d)"
 printf '#include <cstdint>\n#include <cstddef>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' >"$probe/p.cc"
 if ! "$cxx" -fsanitize=fuzzer,address "$probe/p.cc" -o "$probe/p" 2>/dev/null; then
+  rm -rf "$probe"
   echo "SKIPPED: $cxx cannot link -fsanitize=fuzzer (install libclang-rt-14-dev)"
   exit 0
 fi
@@ -31,45 +38,67 @@ mkdir -p "$dir/obj"
 # The library's own sources (not the system libraries'): //pkg:file.cc -> pkg/file.cc.
 mapfile -t srcs < <(./bazelw query 'kind("source file", deps(//c_api:gpe_impl))' 2>/dev/null |
   grep '^//' | grep '\.cc$' | sed 's|^//||; s|:|/|')
-[[ ${#srcs[@]} -gt 0 ]] || { echo "no sources from bazel query" >&2; exit 1; }
+[[ ${#srcs[@]} -gt 0 ]] || { echo "FUZZ FAILED: no library sources from bazel query" >&2; exit 1; }
+mapfile -t targets < <(ls c_api/fuzz/*_fuzzer.cc | sed 's|.*/||; s|_fuzzer\.cc$||')
 absl=(absl_status absl_statusor absl_strings absl_str_format absl_span absl_synchronization absl_time)
 cflags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -DEIGEN_MPL2_ONLY -I. -Ic_api/include
         -I/usr/include/eigen3 -I/usr/include/x86_64-linux-gnu/openblas-pthread
         $(pkg-config --cflags "${absl[@]}"))
 san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
-libs=($(pkg-config --libs "${absl[@]}" openblas) -lpthread)
+libs=($(pkg-config --libs "${absl[@]}" openblas libhwy) -lpthread)
 
-echo "compiling ${#srcs[@]} library sources with $cxx into $dir/obj"
+start=$(date +%s)
+echo "compiling ${#srcs[@]} library sources and ${#targets[@]} fuzz targets with $cxx into $dir/obj"
 objs=()
 commands=()
+compile() {  # compile <source> <object>: queued unless the object is newer than the source
+  if [[ ! -f "$2" || "$1" -nt "$2" || c_api/fuzz/fuzz_input.h -nt "$2" ]]; then
+    commands+=("$cxx ${cflags[*]} ${san[*]} -fsanitize=fuzzer-no-link -c $1 -o $2")
+  fi
+}
 for s in "${srcs[@]}"; do
   o="$dir/obj/$(echo "$s" | tr / _).o"
   objs+=("$o")
-  if [[ ! -f "$o" || "$s" -nt "$o" ]]; then
-    commands+=("$cxx ${cflags[*]} ${san[*]} -fsanitize=fuzzer-no-link -c $s -o $o")
-  fi
+  compile "$s" "$o"
 done
+for t in "${targets[@]}"; do compile "c_api/fuzz/${t}_fuzzer.cc" "$dir/obj/fuzzer_$t.o"; done
 # Two at a time (the machine's cores); a failed compile fails the script.
 if ((${#commands[@]})); then
-  printf '%s\n' "${commands[@]}" | xargs -P 2 -I{} sh -c '{}'
-fi
-
-status=0
-for target in attention options tensor; do
-  bin="$dir/${target}_fuzzer"
-  "$cxx" "${cflags[@]}" "${san[@]}" -fsanitize=fuzzer "c_api/fuzz/${target}_fuzzer.cc" "${objs[@]}" \
-    "${libs[@]}" -o "$bin"
-  mkdir -p "$dir/corpus_$target"
-  echo "=== $target: ${seconds} s of libFuzzer ==="
-  if ! (cd "$dir" && OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 \
-        "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
-        "corpus_$target" 2>&1 | grep -E '^#|DONE|ERROR|SUMMARY|stat::number_of_executed_units|stat::new_units_added|Test unit written' | tail -8); then
-    status=1
+  if ! printf '%s\n' "${commands[@]}" | xargs -P 2 -I{} sh -c '{}'; then
+    echo "FUZZ FAILED: compilation"
+    exit 1
   fi
-  if ls "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* >/dev/null 2>&1; then
-    echo "FAILED: $target left $(ls "$dir"/crash-* "$dir"/leak-* "$dir"/timeout-* 2>/dev/null | tr '\n' ' ')"
-    status=1
+fi
+printf '%s\n' "${targets[@]}" | xargs -P 2 -I{} "$cxx" "${san[@]}" -fsanitize=fuzzer \
+  "$dir/obj/fuzzer_{}.o" "${objs[@]}" "${libs[@]}" -o "$dir/{}_fuzzer" ||
+  { echo "FUZZ FAILED: linking"; exit 1; }
+echo "compiled and linked in $(( $(date +%s) - start )) s"
+
+failed=()
+for target in "${targets[@]}"; do
+  mkdir -p "$dir/corpus_$target"
+  rm -f "$dir/$target"-{crash,leak,timeout,oom}-*
+  echo "=== $target: ${seconds} s of libFuzzer ==="
+  rc=0
+  (cd "$dir" && OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 \
+     "./${target}_fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
+     -artifact_prefix="$dir/$target-" -print_final_stats=1 "corpus_$target" \
+     >"$dir/$target.log" 2>&1) || rc=$?
+  grep -E '^#|DONE|ERROR|SUMMARY|stat::number_of_executed_units|stat::new_units_added|Test unit written' \
+    "$dir/$target.log" | tail -8 || true
+  runs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$dir/$target.log" | grep -oE '[0-9]+$' || echo '?')"
+  findings="$(ls "$dir/$target"-{crash,leak,timeout,oom}-* 2>/dev/null | tr '\n' ' ' || true)"
+  if [[ $rc -ne 0 || -n "$findings" ]]; then
+    tail -40 "$dir/$target.log"
+    echo "FUZZ FAILED: $target (exit $rc) ${findings:+left $findings}"
+    failed+=("$target")
+  else
+    echo "FUZZ PASSED: $target ($runs inputs in ${seconds} s)"
   fi
 done
-[[ $status -eq 0 ]] && echo "PASS: both fuzz targets ran ${seconds} s each without a finding"
-exit $status
+echo "fuzzing wall time: $(( $(date +%s) - start )) s"
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "PASS: ${#targets[@]} fuzz targets ran ${seconds} s each without a finding"

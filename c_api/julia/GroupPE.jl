@@ -95,6 +95,7 @@ struct SeparableFitOptions
     struct_size::UInt32
     float32_image_products::Int32
     lambda::Float64
+    rcond::Float64
 end
 ssize(T) = UInt32(sizeof(T))
 
@@ -502,13 +503,13 @@ end
 
 """W (Ky × Kx) = A_y S A_x' with A = (Ψ'Ψ + λI)⁻¹Ψ' (Zheng et al. eq. 10)."""
 function fit_separable_2d(psi_y::StridedMatrix{Float64}, psi_x::StridedMatrix{Float64}, image::StridedMatrix{Float64};
-                          lambda::Real=0.0, float32_image_products::Bool=false)
+                          lambda::Real=0.0, float32_image_products::Bool=false, rcond::Real=0.0)
     w = zeros(Float64, size(psi_y, 2), size(psi_x, 2))
     @tensor ty psi_y mat_parts
     @tensor tx psi_x mat_parts
     @tensor ti image mat_parts
     @tensor tw w mat_parts
-    o = SeparableFitOptions(ssize(SeparableFitOptions), float32_image_products ? 1 : 0, lambda)
+    o = SeparableFitOptions(ssize(SeparableFitOptions), float32_image_products ? 1 : 0, lambda, rcond)
     GC.@preserve ty tx ti tw begin
         check(ccall((:gpe_inr_fit_separable_2d, libgpe), Int32,
                     (Ref{SeparableFitOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
@@ -529,6 +530,1156 @@ function predict_separable_2d(psi_y::StridedMatrix{Float64}, psi_x::StridedMatri
                     (Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}), ref(ty), ref(tx), ref(tw), ref(to)))
     end
     return out
+end
+
+# ==== Since 0.4.0: coordinate encoders, graph encodings, analysis, 3D and blended fits ====
+export CoordinateEncoder, fourier_features, fourier_features_from_frequencies, so2_bessel_sampled, so2_bessel,
+       shifted_encoder, spherical_harmonics, encoder_dims, coordinate_encode, coordinate_backward,
+       angular_frequencies, so2_bessel_terms, bessel_j, laplacian_eigenvectors, embedded_distance_matrix,
+       embedder_stable_rank, embedder_distance, condition_number, fit_separable_3d, predict_separable_3d,
+       fit_blended_2d, predict_blended_2d
+
+struct FourierFeaturesOptions
+    struct_size::UInt32
+    kind::Int32
+    dim::Int64
+    num_frequencies::Int64
+    scale::Float64
+    convention::Int32
+    seed::UInt64
+end
+struct So2BesselOptions
+    struct_size::UInt32
+    polar::Int32
+    num_terms::Int64
+    max_scale::Float64
+    max_k::Int32
+    order_m::Int32
+    seed::UInt64
+end
+struct LaplacianOptions
+    struct_size::UInt32
+    kind::Int32
+    skip_first::Int32
+end
+struct BlendedFitOptions
+    struct_size::UInt32
+    max_iterations::Int32
+    lambda::Float64
+    tolerance::Float64
+end
+
+# A 3-D array a (n0 × n1 × n2) as the C tensor [n0, n1, n2] with a's strides.
+arr3_parts(a::StridedArray{T,3}) where {T} = (Int64[size(a)...], Int64[strides(a)...])
+
+"""A point encoding of encodings/coordinate/ (gpe_coordinate_encoder). Points are
+D × N (one column per point), features F × N; `encoder_dims` gives (D, F)."""
+mutable struct CoordinateEncoder
+    ptr::Ptr{Cvoid}
+    input_dim::Int
+    output_dim::Int
+end
+function wrap_encoder(code::Int32, out::Ref{Ptr{Cvoid}})
+    check(code)
+    e = CoordinateEncoder(out[], 0, 0)
+    finalizer(close, e)
+    d, f = Ref{Int64}(0), Ref{Int64}(0)
+    check(ccall((:gpe_coordinate_encoder_dims, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}), e.ptr, d, f))
+    e.input_dim, e.output_dim = d[], f[]
+    return e
+end
+function Base.close(e::CoordinateEncoder)
+    e.ptr == C_NULL && return
+    ccall((:gpe_coordinate_encoder_destroy, libgpe), Cvoid, (Ptr{Cvoid},), e.ptr)
+    e.ptr = C_NULL
+    return
+end
+encoder_dims(e::CoordinateEncoder) = (e.input_dim, e.output_dim)
+
+const FOURIER_KINDS = (:gaussian, :linear, :log_linear, :nerf, :txt)
+convention_code(c::Symbol) = c == :two_pi ? 0 : c == :angular ? 1 : argerror("convention must be :two_pi or :angular; got $c")
+
+"""Fourier features [cos(w_f ⋅ x); sin(w_f ⋅ x)]: kind in $(FOURIER_KINDS) (gpe.h's GPE_FOURIER_*)."""
+function fourier_features(kind::Symbol, dim::Integer, num_frequencies::Integer; scale::Real=1.0,
+                          convention::Symbol=:two_pi, seed::Integer=0)
+    k = findfirst(==(kind), FOURIER_KINDS)
+    k === nothing && argerror("kind must be one of $(FOURIER_KINDS); got $kind")
+    o = FourierFeaturesOptions(ssize(FourierFeaturesOptions), k - 1, dim, num_frequencies, scale,
+                               convention_code(convention), UInt64(seed))
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = ccall((:gpe_fourier_features_create, libgpe), Int32, (Ref{FourierFeaturesOptions}, Ref{Ptr{Cvoid}}), o, out)
+    return wrap_encoder(code, out)
+end
+
+"""Fourier features of given frequency rows b (F × D)."""
+function fourier_features_from_frequencies(b::StridedMatrix{Float64}; convention::Symbol=:two_pi)
+    c = convention_code(convention)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @tensor tb b mat_parts
+    code = GC.@preserve tb begin
+        ccall((:gpe_fourier_features_create_from_frequencies, libgpe), Int32, (Ref{DLTensor}, Int32, Ref{Ptr{Cvoid}}),
+              ref(tb), c, out)
+    end
+    return wrap_encoder(code, out)
+end
+
+"""Lim et al.'s SO(2) encoding with sampled terms (appendix D.2); points (x, y), or (r, θ) when polar."""
+function so2_bessel_sampled(num_terms::Integer; max_scale::Real=1.0, max_k::Integer=2, order_m::Integer=0,
+                            polar::Bool=false, seed::Integer=0)
+    o = So2BesselOptions(ssize(So2BesselOptions), polar ? 1 : 0, num_terms, max_scale, max_k, order_m, UInt64(seed))
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = ccall((:gpe_so2_bessel_create_sampled, libgpe), Int32, (Ref{So2BesselOptions}, Ref{Ptr{Cvoid}}), o, out)
+    return wrap_encoder(code, out)
+end
+
+"""SO(2) terms J_orders[t](scales[t] r) cos(weights[t] θ), then the sines."""
+function so2_bessel(orders::Vector{Int64}, scales::Vector{Float64}, weights::Vector{Int64}; polar::Bool=false)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @tensor to orders vec_parts
+    @tensor ts scales vec_parts
+    @tensor tw weights vec_parts
+    code = GC.@preserve to ts tw begin
+        ccall((:gpe_so2_bessel_create, libgpe), Int32, (Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Int32, Ref{Ptr{Cvoid}}),
+              ref(to), ref(ts), ref(tw), polar ? 1 : 0, out)
+    end
+    return wrap_encoder(code, out)
+end
+
+"""Zheng et al.'s shifted bases over axes (NamedTuples with kind, num_shifts, width, lo,
+hi): form :simple concatenates (eq. 16), :complex is the Kronecker product (eq. 17)."""
+function shifted_encoder(form::Symbol, axes::Vector)
+    form in (:simple, :complex) || argerror("form must be :simple or :complex; got $form")
+    opts = ShiftedBasisOptions[]
+    for a in axes
+        k = findfirst(==(a.kind), SHIFTED_KINDS)
+        k === nothing && argerror("kind must be one of $(SHIFTED_KINDS); got $(a.kind)")
+        push!(opts, ShiftedBasisOptions(ssize(ShiftedBasisOptions), k - 1, a.num_shifts, a.width, a.lo, a.hi))
+    end
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve opts begin
+        ccall((:gpe_shifted_encoder_create, libgpe), Int32, (Int32, Ptr{ShiftedBasisOptions}, Int64, Ref{Ptr{Cvoid}}),
+              form == :simple ? 0 : 1, isempty(opts) ? C_NULL : pointer(opts), length(opts), out)
+    end
+    return wrap_encoder(code, out)
+end
+
+"""Real spherical harmonics Y_lm, l ≤ max_degree, feature l² + l + m + 1; points 3 × N."""
+function spherical_harmonics(max_degree::Integer)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = ccall((:gpe_spherical_harmonics_create, libgpe), Int32, (Int32, Ref{Ptr{Cvoid}}), max_degree, out)
+    return wrap_encoder(code, out)
+end
+
+function check_points(e::CoordinateEncoder, points::AbstractMatrix)
+    size(points, 1) == e.input_dim ||
+        argerror("points is $(size(points, 1)) × $(size(points, 2)); expected D × N with D = $(e.input_dim)")
+end
+
+"""Features F × N of points D × N."""
+function coordinate_encode(e::CoordinateEncoder, points::StridedMatrix{Float64})
+    check_points(e, points)
+    out = zeros(Float64, e.output_dim, size(points, 2))
+    @tensor tp points batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp to e begin
+        check(ccall((:gpe_coordinate_encode, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}),
+                    e.ptr, ref(tp), ref(to)))
+    end
+    return out
+end
+
+"""grad_points (D × N) = Σ_f grad_features[f, n] ∂features[f, n]/∂points[:, n]."""
+function coordinate_backward(e::CoordinateEncoder, points::StridedMatrix{Float64}, grad_features::StridedMatrix{Float64})
+    check_points(e, points)
+    out = zeros(Float64, size(points))
+    @tensor tp points batch_parts
+    @tensor tg grad_features batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tg to e begin
+        check(ccall((:gpe_coordinate_backward, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    e.ptr, ref(tp), ref(tg), ref(to)))
+    end
+    return out
+end
+
+"""The angular frequencies w ((F/2) × D; angle = w ⋅ x) of a Fourier-feature encoder."""
+function angular_frequencies(e::CoordinateEncoder)
+    w = zeros(Float64, div(e.output_dim, 2), e.input_dim)
+    @tensor tw w mat_parts
+    GC.@preserve tw e begin
+        check(ccall((:gpe_fourier_features_angular_frequencies, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}), e.ptr, ref(tw)))
+    end
+    return w
+end
+
+"""(orders, scales, weights) of an SO(2) encoder."""
+function so2_bessel_terms(e::CoordinateEncoder)
+    t = div(e.output_dim, 2)
+    orders, scales, weights = zeros(Int64, t), zeros(Float64, t), zeros(Int64, t)
+    @tensor to orders vec_parts
+    @tensor ts scales vec_parts
+    @tensor tw weights vec_parts
+    GC.@preserve to ts tw e begin
+        check(ccall((:gpe_so2_bessel_terms, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    e.ptr, ref(to), ref(ts), ref(tw)))
+    end
+    return orders, scales, weights
+end
+
+"""J_order.(x), the Bessel function of the first kind (order 0..20, x ≥ 0)."""
+function bessel_j(order::Integer, x::Vector{Float64})
+    out = zeros(Float64, length(x))
+    @tensor tx x vec_parts
+    @tensor to out vec_parts
+    GC.@preserve tx to begin
+        check(ccall((:gpe_bessel_j, libgpe), Int32, (Int32, Ref{DLTensor}, Ref{DLTensor}), order, ref(tx), ref(to)))
+    end
+    return out
+end
+
+"""The k smallest Laplacian eigenpairs of an undirected graph on nodes 0..num_nodes-1:
+(eigenvalues, eigenvectors num_nodes × k). kind :combinatorial (D - A) or :symmetric."""
+function laplacian_eigenvectors(num_nodes::Integer, edges::Vector{Tuple{Int,Int}}, k::Integer;
+                                weights::Union{Nothing,Vector{Float64}}=nothing, kind::Symbol=:combinatorial,
+                                skip_first::Bool=false)
+    kind in (:combinatorial, :symmetric) || argerror("kind must be :combinatorial or :symmetric; got $kind")
+    e = Int64[x for (a, b) in edges for x in (a, b)]
+    em = reshape(e, 2, length(edges))  # column per edge: the C tensor [E, 2]
+    o = LaplacianOptions(ssize(LaplacianOptions), kind == :combinatorial ? 0 : 1, skip_first ? 1 : 0)
+    values = zeros(Float64, k)
+    vectors = zeros(Float64, num_nodes, k)
+    @tensor te em batch_parts
+    @tensor tv values vec_parts
+    @tensor tm vectors mat_parts
+    tw = nothing
+    if weights !== nothing
+        length(weights) == length(edges) || argerror("weights has $(length(weights)) values; expected one per edge")
+        @tensor tw weights vec_parts
+    end
+    GC.@preserve te tv tm tw begin
+        check(ccall((:gpe_laplacian_eigenvectors, libgpe), Int32,
+                    (Ref{LaplacianOptions}, Int64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    o, num_nodes, ref(te), ref(tw), ref(tv), ref(tm)))
+    end
+    return values, vectors
+end
+
+"""Zheng et al. eq. 6: spacing ⋅ features[:, i] ⋅ features[:, j] (N × N), features F × N."""
+function embedded_distance_matrix(features::StridedMatrix{Float64}, sample_spacing::Real)
+    n = size(features, 2)
+    out = zeros(Float64, n, n)
+    @tensor tf features batch_parts
+    @tensor to out mat_parts
+    GC.@preserve tf to begin
+        check(ccall((:gpe_embedded_distance_matrix, libgpe), Int32, (Ref{DLTensor}, Float64, Ref{DLTensor}),
+                    ref(tf), sample_spacing, ref(to)))
+    end
+    return out
+end
+
+const EMBEDDERS = (:gaussian, :rectangle, :triangle, :rff)
+function embedder_code(e::Symbol)
+    k = findfirst(==(e), EMBEDDERS)
+    k === nothing && argerror("embedder must be one of $(EMBEDDERS); got $e")
+    return Int32(k - 1)
+end
+"""Closed-form stable rank of an embedder sampled on [0, 1] at num_points points."""
+function embedder_stable_rank(embedder::Symbol, parameter::Real, num_points::Integer)
+    out = Ref{Float64}(0.0)
+    check(ccall((:gpe_embedder_stable_rank, libgpe), Int32, (Int32, Float64, Int64, Ref{Float64}),
+                embedder_code(embedder), parameter, num_points, out))
+    return out[]
+end
+"""Closed-form distance preservation D(δ)."""
+function embedder_distance(embedder::Symbol, parameter::Real, delta::Real)
+    out = Ref{Float64}(0.0)
+    check(ccall((:gpe_embedder_distance, libgpe), Int32, (Int32, Float64, Float64, Ref{Float64}),
+                embedder_code(embedder), parameter, delta, out))
+    return out[]
+end
+"""cond(Ψ) = s_max / s_min (Inf when rank deficient)."""
+function condition_number(psi::StridedMatrix{Float64})
+    out = Ref{Float64}(0.0)
+    @tensor tp psi mat_parts
+    GC.@preserve tp begin
+        check(ccall((:gpe_inr_condition_number, libgpe), Int32, (Ref{DLTensor}, Ref{Float64}), ref(tp), out))
+    end
+    return out[]
+end
+
+"""Volumes on a separable grid (Zheng et al. sec. 5): W (K0 × K1 × K2) from Ψ_d (n_d × K_d)
+and volume (n0 × n1 × n2)."""
+function fit_separable_3d(psi0::StridedMatrix{Float64}, psi1::StridedMatrix{Float64}, psi2::StridedMatrix{Float64},
+                          volume::StridedArray{Float64,3}; lambda::Real=0.0, rcond::Real=0.0)
+    w = zeros(Float64, size(psi0, 2), size(psi1, 2), size(psi2, 2))
+    o = SeparableFitOptions(ssize(SeparableFitOptions), 0, lambda, rcond)
+    @tensor t0 psi0 mat_parts
+    @tensor t1 psi1 mat_parts
+    @tensor t2 psi2 mat_parts
+    @tensor tv volume arr3_parts
+    @tensor tw w arr3_parts
+    GC.@preserve t0 t1 t2 tv tw begin
+        check(ccall((:gpe_inr_fit_separable_3d, libgpe), Int32,
+                    (Ref{SeparableFitOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    o, ref(t0), ref(t1), ref(t2), ref(tv), ref(tw)))
+    end
+    return w
+end
+"""W ×₀ Ψ0 ×₁ Ψ1 ×₂ Ψ2 (n0 × n1 × n2)."""
+function predict_separable_3d(psi0::StridedMatrix{Float64}, psi1::StridedMatrix{Float64}, psi2::StridedMatrix{Float64},
+                              w::StridedArray{Float64,3})
+    out = zeros(Float64, size(psi0, 1), size(psi1, 1), size(psi2, 1))
+    @tensor t0 psi0 mat_parts
+    @tensor t1 psi1 mat_parts
+    @tensor t2 psi2 mat_parts
+    @tensor tw w arr3_parts
+    @tensor to out arr3_parts
+    GC.@preserve t0 t1 t2 tw to begin
+        check(ccall((:gpe_inr_predict_separable_3d, libgpe), Int32,
+                    (Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    ref(t0), ref(t1), ref(t2), ref(tw), ref(to)))
+    end
+    return out
+end
+
+"""Blended fit of scattered samples (Zheng et al. sec. 5, app. B.2): 1-D encoders ex, ey,
+grids, points 2 × P (x; y), values P. Returns (W (Ky × Kx), iterations, rms_residual)."""
+function fit_blended_2d(ex::CoordinateEncoder, ey::CoordinateEncoder, grid_x::Vector{Float64}, grid_y::Vector{Float64},
+                        points::StridedMatrix{Float64}, values::Vector{Float64};
+                        max_iterations::Integer=500, lambda::Real=1e-6, tolerance::Real=1e-6)
+    w = zeros(Float64, ey.output_dim, ex.output_dim)
+    o = BlendedFitOptions(ssize(BlendedFitOptions), max_iterations, lambda, tolerance)
+    iterations, rms = Ref{Int32}(0), Ref{Float64}(0.0)
+    @tensor tgx grid_x vec_parts
+    @tensor tgy grid_y vec_parts
+    @tensor tp points batch_parts
+    @tensor tv values vec_parts
+    @tensor tw w mat_parts
+    GC.@preserve tgx tgy tp tv tw ex ey begin
+        check(ccall((:gpe_inr_fit_blended_2d, libgpe), Int32,
+                    (Ref{BlendedFitOptions}, Ptr{Cvoid}, Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{DLTensor}, Ref{DLTensor}, Ref{Int32}, Ref{Float64}),
+                    o, ex.ptr, ey.ptr, ref(tgx), ref(tgy), ref(tp), ref(tv), ref(tw), iterations, rms))
+    end
+    return w, Int(iterations[]), rms[]
+end
+"""The blended model's values at points (2 × P) for weights W (Ky × Kx)."""
+function predict_blended_2d(ex::CoordinateEncoder, ey::CoordinateEncoder, grid_x::Vector{Float64}, grid_y::Vector{Float64},
+                            points::StridedMatrix{Float64}, w::StridedMatrix{Float64})
+    out = zeros(Float64, size(points, 2))
+    @tensor tgx grid_x vec_parts
+    @tensor tgy grid_y vec_parts
+    @tensor tp points batch_parts
+    @tensor tw w mat_parts
+    @tensor to out vec_parts
+    GC.@preserve tgx tgy tp tw to ex ey begin
+        check(ccall((:gpe_inr_predict_blended_2d, libgpe), Int32,
+                    (Ptr{Cvoid}, Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    ex.ptr, ey.ptr, ref(tgx), ref(tgy), ref(tp), ref(tw), ref(to)))
+    end
+    return out
+end
+
+# ==== Since 0.4.0: algebraic trees, grids, periodic domains, locality; Shaw values; Transformer-XL ====
+export AlgebraicTree, algebraic_tree_shape, algebraic_tree_apply, algebraic_tree_matrix, algebraic_tree_backward,
+       AlgebraicGrid, algebraic_grid_shape, algebraic_grid_apply, algebraic_grid_backward,
+       algebraic_periodic_apply, locality_scale!, shaw_value_output, shaw_value_output_backward,
+       transformer_xl_score_terms, transformer_xl_score_terms_backward
+
+struct AlgebraicTreeOptions
+    struct_size::UInt32
+    dim::Int64
+    num_branches::Int64
+    skews::Ptr{Float64}
+end
+struct AlgebraicGridOptions
+    struct_size::UInt32
+    num_axes::Int64
+    dims::Ptr{Int64}
+    skews::Ptr{Float64}
+end
+struct AlgebraicPeriodicOptions
+    struct_size::UInt32
+    dim::Int64
+    period::Int64
+    multipliers::Ptr{Int64}
+end
+struct TransformerXlOptions
+    struct_size::UInt32
+    base::Float64
+end
+
+# Square matrices as the C API's row-major blocks, one after another.
+rowmajor(ms) = Float64[m[r, c] for m in ms for r in 1:size(m, 1) for c in 1:size(m, 2)]
+
+"""Kogkalidis et al. sec. 3.2: branch c acts by W_c = exp(skews[c + 1]); the node at
+address (c_1, ..., c_m) (0-based child indices) by W_{c_1} ⋯ W_{c_m}."""
+mutable struct AlgebraicTree
+    ptr::Ptr{Cvoid}
+    dim::Int
+    num_branches::Int
+end
+function AlgebraicTree(skews::Vector{Matrix{Float64}})
+    d = isempty(skews) ? 0 : size(skews[1], 1)
+    all(s -> size(s) == (d, d), skews) || argerror("skews must all be $d × $d")
+    flat = rowmajor(skews)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    GC.@preserve flat begin
+        o = AlgebraicTreeOptions(ssize(AlgebraicTreeOptions), d, length(skews), isempty(flat) ? C_NULL : pointer(flat))
+        check(ccall((:gpe_algebraic_tree_create, libgpe), Int32, (Ref{AlgebraicTreeOptions}, Ref{Ptr{Cvoid}}), o, out))
+    end
+    t = AlgebraicTree(out[], d, length(skews))
+    finalizer(close, t)
+    return t
+end
+function Base.close(t::AlgebraicTree)
+    t.ptr == C_NULL && return
+    ccall((:gpe_algebraic_tree_destroy, libgpe), Cvoid, (Ptr{Cvoid},), t.ptr)
+    t.ptr = C_NULL
+    return
+end
+function algebraic_tree_shape(t::AlgebraicTree)
+    d, k = Ref{Int64}(0), Ref{Int64}(0)
+    check(ccall((:gpe_algebraic_tree_shape, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}), t.ptr, d, k))
+    return (Int(d[]), Int(k[]))
+end
+# Addresses as the C tensor [N, L]: an L × N Int64 matrix, -1 padded.
+function address_matrix(addresses::Vector{Vector{Int64}})
+    depth = max(1, maximum(length, addresses; init=0))
+    a = fill(Int64(-1), depth, length(addresses))
+    for (n, addr) in enumerate(addresses)
+        a[1:length(addr), n] = addr
+    end
+    return a
+end
+"""Column n of x (dim × N) moved by ρ(addresses[n])."""
+function algebraic_tree_apply(t::AlgebraicTree, addresses::Vector{Vector{Int64}}, x::StridedMatrix{T}) where {T<:Union{Float32,Float64}}
+    check_batch(x, t.dim, addresses)
+    a = address_matrix(addresses)
+    out = similar(x, T, size(x))
+    @tensor ta a batch_parts
+    @tensor tx x batch_parts
+    @tensor to out batch_parts
+    GC.@preserve ta tx to t begin
+        check(ccall((:gpe_algebraic_tree_apply, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    t.ptr, ref(ta), ref(tx), ref(to)))
+    end
+    return out
+end
+"""ρ(address) (dim × dim)."""
+function algebraic_tree_matrix(t::AlgebraicTree, address::Vector{Int64})
+    m = zeros(Float64, t.dim, t.dim)
+    @tensor tm m mat_parts
+    GC.@preserve tm address t begin
+        check(ccall((:gpe_algebraic_tree_matrix, libgpe), Int32, (Ptr{Cvoid}, Ptr{Int64}, Int64, Ref{DLTensor}),
+                    t.ptr, isempty(address) ? C_NULL : pointer(address), length(address), ref(tm)))
+    end
+    return m
+end
+"""(grad_x (dim × N), grad_skews (dim × dim × num_branches, entrywise dL/dS_c)) given grad_out."""
+function algebraic_tree_backward(t::AlgebraicTree, addresses::Vector{Vector{Int64}}, x::StridedMatrix{Float64},
+                                 grad_out::StridedMatrix{Float64})
+    check_batch(x, t.dim, addresses)
+    check_batch(grad_out, t.dim, addresses)
+    a = address_matrix(addresses)
+    gx = zeros(Float64, size(x))
+    gs = zeros(Float64, t.dim, t.dim, t.num_branches)
+    @tensor ta a batch_parts
+    @tensor tx x batch_parts
+    @tensor tg grad_out batch_parts
+    @tensor tgx gx batch_parts
+    # The C tensor [branch, row, col] over gs[row, col, branch].
+    gss, gst = Int64[t.num_branches, t.dim, t.dim], Int64[t.dim * t.dim, 1, t.dim]
+    tgs = (dl(gs, gss, gst), gss, gst, gs)
+    GC.@preserve ta tx tg tgx tgs t begin
+        check(ccall((:gpe_algebraic_tree_backward, libgpe), Int32,
+                    (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    t.ptr, ref(ta), ref(tx), ref(tg), ref(tgx), ref(tgs)))
+    end
+    return gx, gs
+end
+
+"""Kogkalidis et al. sec. 3.3: a grid point acts by blockdiag(exp(p_1 S_1), ..., exp(p_A S_A))."""
+mutable struct AlgebraicGrid
+    ptr::Ptr{Cvoid}
+    dims::Vector{Int}
+    dim::Int
+end
+function AlgebraicGrid(skews::Vector{Matrix{Float64}})
+    all(s -> size(s, 1) == size(s, 2), skews) || argerror("skews must be square")
+    dims = Int64[size(s, 1) for s in skews]
+    flat = rowmajor(skews)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    GC.@preserve dims flat begin
+        o = AlgebraicGridOptions(ssize(AlgebraicGridOptions), length(skews), isempty(dims) ? C_NULL : pointer(dims),
+                                 isempty(flat) ? C_NULL : pointer(flat))
+        check(ccall((:gpe_algebraic_grid_create, libgpe), Int32, (Ref{AlgebraicGridOptions}, Ref{Ptr{Cvoid}}), o, out))
+    end
+    g = AlgebraicGrid(out[], Int.(dims), sum(dims; init=0))
+    finalizer(close, g)
+    return g
+end
+function Base.close(g::AlgebraicGrid)
+    g.ptr == C_NULL && return
+    ccall((:gpe_algebraic_grid_destroy, libgpe), Cvoid, (Ptr{Cvoid},), g.ptr)
+    g.ptr = C_NULL
+    return
+end
+function algebraic_grid_shape(g::AlgebraicGrid)
+    d, a = Ref{Int64}(0), Ref{Int64}(0)
+    check(ccall((:gpe_algebraic_grid_shape, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}), g.ptr, d, a))
+    return (Int(d[]), Int(a[]))
+end
+"""Column n of x (dim × N) moved by ρ(positions[:, n]); positions num_axes × N."""
+function algebraic_grid_apply(g::AlgebraicGrid, positions::StridedMatrix{Int64}, x::StridedMatrix{T}) where {T<:Union{Float32,Float64}}
+    size(positions, 1) == length(g.dims) || argerror("positions must be num_axes × N")
+    check_batch(x, g.dim, 1:size(positions, 2))
+    out = similar(x, T, size(x))
+    @tensor tp positions batch_parts
+    @tensor tx x batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tx to g begin
+        check(ccall((:gpe_algebraic_grid_apply, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    g.ptr, ref(tp), ref(tx), ref(to)))
+    end
+    return out
+end
+"""(grad_x, [dL/dS_a for each axis]) given grad_out."""
+function algebraic_grid_backward(g::AlgebraicGrid, positions::StridedMatrix{Int64}, x::StridedMatrix{Float64},
+                                 grad_out::StridedMatrix{Float64})
+    size(positions, 1) == length(g.dims) || argerror("positions must be num_axes × N")
+    check_batch(x, g.dim, 1:size(positions, 2))
+    check_batch(grad_out, g.dim, 1:size(positions, 2))
+    gx = zeros(Float64, size(x))
+    gs = zeros(Float64, sum(d * d for d in g.dims; init=0))
+    @tensor tp positions batch_parts
+    @tensor tx x batch_parts
+    @tensor tg grad_out batch_parts
+    @tensor tgx gx batch_parts
+    @tensor tgs gs vec_parts
+    GC.@preserve tp tx tg tgx tgs g begin
+        check(ccall((:gpe_algebraic_grid_backward, libgpe), Int32,
+                    (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    g.ptr, ref(tp), ref(tx), ref(tg), ref(tgx), ref(tgs)))
+    end
+    mats = Matrix{Float64}[]
+    at = 0
+    for d in g.dims
+        push!(mats, permutedims(reshape(gs[at+1:at+d*d], d, d)))  # row-major block
+        at += d * d
+    end
+    return gx, mats
+end
+
+"""Kogkalidis et al. sec. 3.4.2: plane i of x (dim × N) rotates by 2π multipliers[i] p / period."""
+function algebraic_periodic_apply(period::Integer, multipliers::Vector{Int64}, positions::Vector{Int64},
+                                  x::StridedMatrix{T}) where {T<:Union{Float32,Float64}}
+    check_batch(x, 2 * length(multipliers), positions)
+    out = similar(x, T, size(x))
+    @tensor tp positions vec_parts
+    @tensor tx x batch_parts
+    @tensor to out batch_parts
+    GC.@preserve multipliers tp tx to begin
+        o = AlgebraicPeriodicOptions(ssize(AlgebraicPeriodicOptions), 2 * length(multipliers), period,
+                                     isempty(multipliers) ? C_NULL : pointer(multipliers))
+        check(ccall((:gpe_algebraic_periodic_apply, libgpe), Int32,
+                    (Ref{AlgebraicPeriodicOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}), o, ref(tp), ref(tx), ref(to)))
+    end
+    return out
+end
+
+"""scores[r, c] *= c^|q_positions[r] - k_positions[c]| in place (Lq × Lk; sec. 4)."""
+function locality_scale!(scores::StridedMatrix{T}, c::Real, q_positions::Vector{Int64}, k_positions::Vector{Int64}) where {T<:Union{Float32,Float64}}
+    @tensor tq q_positions vec_parts
+    @tensor tk k_positions vec_parts
+    @tensor ts scores mat_parts
+    GC.@preserve tq tk ts begin
+        check(ccall((:gpe_locality_scale, libgpe), Int32, (Float64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    c, ref(tq), ref(tk), ref(ts)))
+    end
+    return scores
+end
+
+"""Shaw et al. eq. 3: out[:, a] = Σ_b P[a, b] table[:, clip(kp[b] - qp[a], -k, k) + k + 1];
+P is Lq × Lk, table dv × (2k + 1); out dv × Lq."""
+function shaw_value_output(probabilities::StridedMatrix{Float64}, label_table::StridedMatrix{Float64},
+                           query_positions::Vector{Int64}, key_positions::Vector{Int64})
+    out = zeros(Float64, size(label_table, 1), size(probabilities, 1))
+    @tensor tp probabilities mat_parts
+    @tensor tl label_table batch_parts
+    @tensor tqp query_positions vec_parts
+    @tensor tkp key_positions vec_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tl tqp tkp to begin
+        check(ccall((:gpe_shaw_value_output, libgpe), Int32,
+                    (Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    ref(tp), ref(tl), ref(tqp), ref(tkp), ref(to)))
+    end
+    return out
+end
+"""(grad_probabilities (Lq × Lk), grad_label_table (dv × (2k + 1))) given grad_out (dv × Lq)."""
+function shaw_value_output_backward(probabilities::StridedMatrix{Float64}, label_table::StridedMatrix{Float64},
+                                    query_positions::Vector{Int64}, key_positions::Vector{Int64},
+                                    grad_out::StridedMatrix{Float64})
+    gp = zeros(Float64, size(probabilities))
+    gl = zeros(Float64, size(label_table))
+    @tensor tp probabilities mat_parts
+    @tensor tl label_table batch_parts
+    @tensor tqp query_positions vec_parts
+    @tensor tkp key_positions vec_parts
+    @tensor tgo grad_out batch_parts
+    @tensor tgp gp mat_parts
+    @tensor tgl gl batch_parts
+    GC.@preserve tp tl tqp tkp tgo tgp tgl begin
+        check(ccall((:gpe_shaw_value_output_backward, libgpe), Int32,
+                    (Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    ref(tp), ref(tl), ref(tqp), ref(tkp), ref(tgo), ref(tgp), ref(tgl)))
+    end
+    return gp, gl
+end
+
+"""Transformer-XL's relative terms (Dai et al. sec. 3.3), Lq × Lk: q d × Lq, k d × Lk,
+w_r d × d_r, u and v of length d; R_t the sinusoidal encoding with `base`."""
+function transformer_xl_score_terms(q::StridedMatrix{Float64}, k::StridedMatrix{Float64}, query_positions::Vector{Int64},
+                                    key_positions::Vector{Int64}, w_r::StridedMatrix{Float64}, u::Vector{Float64},
+                                    v::Vector{Float64}; base::Real=10000.0)
+    o = TransformerXlOptions(ssize(TransformerXlOptions), base)
+    terms = zeros(Float64, size(q, 2), size(k, 2))
+    @tensor tq q batch_parts
+    @tensor tk k batch_parts
+    @tensor tqp query_positions vec_parts
+    @tensor tkp key_positions vec_parts
+    @tensor tw w_r mat_parts
+    @tensor tu u vec_parts
+    @tensor tv v vec_parts
+    @tensor tt terms mat_parts
+    GC.@preserve tq tk tqp tkp tw tu tv tt begin
+        check(ccall((:gpe_transformer_xl_score_terms, libgpe), Int32,
+                    (Ref{TransformerXlOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    o, ref(tq), ref(tk), ref(tqp), ref(tkp), ref(tw), ref(tu), ref(tv), ref(tt)))
+    end
+    return terms
+end
+"""Every input's gradient given grad_terms (Lq × Lk): (q=, k=, w_r=, u=, v=)."""
+function transformer_xl_score_terms_backward(q::StridedMatrix{Float64}, k::StridedMatrix{Float64},
+                                             query_positions::Vector{Int64}, key_positions::Vector{Int64},
+                                             w_r::StridedMatrix{Float64}, u::Vector{Float64}, v::Vector{Float64},
+                                             grad_terms::StridedMatrix{Float64}; base::Real=10000.0)
+    o = TransformerXlOptions(ssize(TransformerXlOptions), base)
+    gq, gk, gw, gu, gv = zeros(size(q)), zeros(size(k)), zeros(size(w_r)), zeros(length(u)), zeros(length(v))
+    @tensor tq q batch_parts
+    @tensor tk k batch_parts
+    @tensor tqp query_positions vec_parts
+    @tensor tkp key_positions vec_parts
+    @tensor tw w_r mat_parts
+    @tensor tu u vec_parts
+    @tensor tv v vec_parts
+    @tensor tg grad_terms mat_parts
+    @tensor tgq gq batch_parts
+    @tensor tgk gk batch_parts
+    @tensor tgw gw mat_parts
+    @tensor tgu gu vec_parts
+    @tensor tgv gv vec_parts
+    GC.@preserve tq tk tqp tkp tw tu tv tg tgq tgk tgw tgu tgv begin
+        check(ccall((:gpe_transformer_xl_score_terms_backward, libgpe), Int32,
+                    (Ref{TransformerXlOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{DLTensor}),
+                    o, ref(tq), ref(tk), ref(tqp), ref(tkp), ref(tw), ref(tu), ref(tv), ref(tg), ref(tgq), ref(tgk),
+                    ref(tgw), ref(tgu), ref(tgv)))
+    end
+    return (q=gq, k=gk, w_r=gw, u=gu, v=gv)
+end
+
+# ==== Since 0.3.0 (with 0.4.0's GRAPE-A, published schedules and parameter gradients):
+# ==== RoPE, additive biases, attention ====
+export Rope, rope_shape, rope_frequencies, rope_forward, rope_backward, published_schedule,
+       Bias, bias_alibi, bias_t5, bias_fox, bias_grape_ap, bias_grape_a, bias_info, bias_alibi_slopes,
+       bias_fill_tile, bias_accumulate_gradient!, bias_fox_logit_gradient, bias_grape_a_lift,
+       attention_forward, attention_backward, attention_backward_with_parameters
+
+struct RopeOptions
+    struct_size::UInt32
+    pairing::Int32
+    head_dim::Int64
+    rotary_dim::Int64
+    base::Float64
+    schedule::Int32
+    num_threads::Int32
+    factor::Float64
+    original_max_position::Int64
+    current_length::Int64
+    beta_fast::Float64
+    beta_slow::Float64
+    yarn_truncate::Int32
+    has_mscale::Int32
+    mscale::Float64
+    mscale_all_dim::Float64
+    has_attention_factor::Int32
+    attention_factor::Float64
+    short_factor::Ptr{Float64}
+    short_factor_len::Int64
+    long_factor::Ptr{Float64}
+    long_factor_len::Int64
+    max_position::Int64
+    low_freq_factor::Float64
+    high_freq_factor::Float64
+    xpos::Int32
+    xpos_gamma::Float64
+    xpos_scale_base::Float64
+    xpos_centre::Int64
+    axes::Int32
+    num_axes::Int32
+    mrope_sections::Ptr{Int64}
+    num_mrope_sections::Int64
+end
+struct RopeTokens
+    struct_size::UInt32
+    layout::Int32
+    role::Int32
+    position_ids::Ptr{DLTensor}
+    offsets::Ptr{DLTensor}
+    cu_seqlens::Ptr{DLTensor}
+end
+struct AlibiOptions
+    struct_size::UInt32
+    form::Int32
+    num_heads::Int64
+    slopes::Ptr{Float64}
+end
+struct T5Options
+    struct_size::UInt32
+    bidirectional::Int32
+    num_heads::Int64
+    num_buckets::Int64
+    max_distance::Int64
+    table::Ptr{Float64}
+end
+struct FoxOptions
+    struct_size::UInt32
+    length::Int64
+    num_heads::Int64
+    first_position::Int64
+    gate_logits::Ptr{Float64}
+end
+struct GrapeApOptions
+    struct_size::UInt32
+    length::Int64
+    num_heads::Int64
+    rank::Int64
+    first_position::Int64
+    w::Ptr{Float64}
+    u::Ptr{Float64}
+end
+struct GrapeAOptions
+    struct_size::UInt32
+    path::Int32
+    num_heads::Int64
+    head_dim::Int64
+    slopes::Ptr{Float64}
+    gated::Int32
+    length::Int64
+    first_position::Int64
+    gate_logits::Ptr{Float64}
+end
+# The 0.3.0 prefix of gpe_attention_options (struct_size says which fields exist).
+struct AttentionOptions
+    struct_size::UInt32
+    causal::Int32
+    softmax_scale::Float64
+    num_threads::Int32
+    rope_dim::Int64
+    rope_base::Float64
+    rope_pairing::Int32
+    grape_m::Ptr{Cvoid}
+    algebraic::Ptr{Cvoid}
+    bias::Ptr{Cvoid}
+    q_positions::Ptr{DLTensor}
+    k_positions::Ptr{DLTensor}
+    cu_seqlens_q::Ptr{DLTensor}
+    cu_seqlens_k::Ptr{DLTensor}
+end
+struct AttentionParamGrads
+    struct_size::UInt32
+    d_bias_a::Ptr{DLTensor}
+    d_bias_b::Ptr{DLTensor}
+    d_grape_a::Ptr{DLTensor}
+    d_grape_b::Ptr{DLTensor}
+    d_grape_omega::Ptr{DLTensor}
+    d_shaw_key_table::Ptr{DLTensor}
+    d_shaw_value_table::Ptr{DLTensor}
+end
+
+# An N-d Julia array as the C tensor with the dimensions reversed (the first Julia
+# dimension, contiguous, is the last C one): head_dim × heads × seq × batch is bshd.
+rev_parts(a::StridedArray) = (Int64[reverse(size(a))...], Int64[reverse(strides(a))...])
+# The address of a tensor made by @tensor (C_NULL for nothing), for struct fields.
+tptr(t) = t === nothing ? Ptr{DLTensor}(C_NULL) : Base.unsafe_convert(Ptr{DLTensor}, t[1])
+
+const SCHEDULES = (:default, :linear, :dynamic_ntk, :yarn, :longrope, :llama3)
+const ROPE_AXES = (:single, :axial, :mrope, :mrope_interleaved)
+
+"""A schedule's published parameters (gpe_rope_options_use_schedule) as keyword
+arguments for `Rope`: e.g. `Rope(128; base=500000.0, published_schedule(:llama3)...)`."""
+function published_schedule(schedule::Symbol)
+    s = findfirst(==(schedule), SCHEDULES)
+    s === nothing && argerror("schedule must be one of $(SCHEDULES); got $schedule")
+    r = Ref(rope_options_struct(2))
+    check(ccall((:gpe_rope_options_use_schedule, libgpe), Int32, (Int32, Ref{RopeOptions}), s - 1, r))
+    o = r[]
+    return (schedule=schedule, factor=o.factor, original_max_position=o.original_max_position,
+            current_length=o.current_length, beta_fast=o.beta_fast, beta_slow=o.beta_slow,
+            low_freq_factor=o.low_freq_factor, high_freq_factor=o.high_freq_factor, max_position=o.max_position)
+end
+
+# GPE_ROPE_OPTIONS_INIT with head_dim, and the given fields replaced.
+function rope_options_struct(head_dim::Integer; rotary_dim::Integer=0, base::Real=10000.0, pairing::Symbol=:half_split,
+                             schedule::Symbol=:default, num_threads::Integer=1, factor::Real=1.0,
+                             original_max_position::Integer=4096, current_length::Integer=0, beta_fast::Real=32.0,
+                             beta_slow::Real=1.0, attention_factor::Union{Nothing,Real}=nothing,
+                             short_factor::Ptr{Float64}=Ptr{Float64}(C_NULL), short_factor_len::Integer=0,
+                             long_factor::Ptr{Float64}=Ptr{Float64}(C_NULL), long_factor_len::Integer=0,
+                             max_position::Integer=131072, low_freq_factor::Real=1.0, high_freq_factor::Real=4.0,
+                             xpos::Union{Nothing,NamedTuple}=nothing, axes::Symbol=:single, num_axes::Integer=1,
+                             mrope_sections::Ptr{Int64}=Ptr{Int64}(C_NULL), num_mrope_sections::Integer=0)
+    pairing in (:interleaved, :half_split) || argerror("pairing must be :interleaved or :half_split; got $pairing")
+    s = findfirst(==(schedule), SCHEDULES)
+    s === nothing && argerror("schedule must be one of $(SCHEDULES); got $schedule")
+    a = findfirst(==(axes), ROPE_AXES)
+    a === nothing && argerror("axes must be one of $(ROPE_AXES); got $axes")
+    return RopeOptions(ssize(RopeOptions), pairing == :interleaved ? 0 : 1, head_dim, rotary_dim, base, s - 1,
+                       num_threads, factor, original_max_position, current_length, beta_fast, beta_slow, 1, 0, 1.0,
+                       1.0, attention_factor === nothing ? 0 : 1, attention_factor === nothing ? 1.0 : attention_factor,
+                       short_factor, short_factor_len, long_factor, long_factor_len, max_position, low_freq_factor,
+                       high_freq_factor, xpos === nothing ? 0 : 1, xpos === nothing ? 0.4 : xpos.gamma,
+                       xpos === nothing ? 512.0 : xpos.scale_base, xpos === nothing ? 0 : xpos.centre, a - 1,
+                       num_axes, mrope_sections, num_mrope_sections)
+end
+
+"""RoPE with a frequency schedule (gpe_rope_create). Keywords: rotary_dim, base,
+pairing (:half_split or :interleaved), schedule ($(SCHEDULES)) and its parameters
+(factor, original_max_position, current_length, beta_fast, beta_slow,
+attention_factor, short_factor / long_factor vectors, max_position, low_freq_factor,
+high_freq_factor), xpos (gamma=, scale_base=, centre=), axes ($(ROPE_AXES)) with num_axes
+or mrope_sections, num_threads."""
+mutable struct Rope
+    ptr::Ptr{Cvoid}
+    head_dim::Int
+    rotary_dim::Int
+    num_axes::Int
+end
+function Rope(head_dim::Integer; short_factor::Vector{Float64}=Float64[], long_factor::Vector{Float64}=Float64[],
+              mrope_sections::Vector{Int64}=Int64[], kwargs...)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    GC.@preserve short_factor long_factor mrope_sections begin
+        o = rope_options_struct(head_dim; kwargs...,
+                                short_factor=isempty(short_factor) ? Ptr{Float64}(C_NULL) : pointer(short_factor),
+                                short_factor_len=length(short_factor),
+                                long_factor=isempty(long_factor) ? Ptr{Float64}(C_NULL) : pointer(long_factor),
+                                long_factor_len=length(long_factor),
+                                mrope_sections=isempty(mrope_sections) ? Ptr{Int64}(C_NULL) : pointer(mrope_sections),
+                                num_mrope_sections=length(mrope_sections))
+        check(ccall((:gpe_rope_create, libgpe), Int32, (Ref{RopeOptions}, Ref{Ptr{Cvoid}}), o, out))
+    end
+    r = Rope(out[], 0, 0, 0)
+    finalizer(close, r)
+    h, rd, a = Ref{Int64}(0), Ref{Int64}(0), Ref{Int64}(0)
+    check(ccall((:gpe_rope_shape, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}, Ref{Int64}), r.ptr, h, rd, a))
+    r.head_dim, r.rotary_dim, r.num_axes = h[], rd[], a[]
+    return r
+end
+function Base.close(r::Rope)
+    r.ptr == C_NULL && return
+    ccall((:gpe_rope_destroy, libgpe), Cvoid, (Ptr{Cvoid},), r.ptr)
+    r.ptr = C_NULL
+    return
+end
+rope_shape(r::Rope) = (r.head_dim, r.rotary_dim, r.num_axes)
+"""(θ_i for the rotary_dim / 2 planes, attention factor)."""
+function rope_frequencies(r::Rope)
+    thetas = zeros(Float64, div(r.rotary_dim, 2))
+    m = Ref{Float64}(0.0)
+    check(ccall((:gpe_rope_frequencies, libgpe), Int32, (Ptr{Cvoid}, Ptr{Float64}, Int64, Ref{Float64}),
+                r.ptr, thetas, length(thetas), m))
+    return thetas, m[]
+end
+
+function rope_call(backward::Bool, r::Rope, x::StridedArray{T}, layout::Symbol, key::Bool, position_ids, offsets,
+                   cu_seqlens) where {T<:Union{Float32,Float64}}
+    l = findfirst(==(layout), (:bshd, :sbhd, :thd))
+    l === nothing && argerror("layout must be :bshd, :sbhd or :thd; got $layout")
+    out = similar(x, T, size(x))
+    @tensor tx x rev_parts
+    @tensor to out rev_parts
+    tid = position_ids === nothing ? nothing : (@tensor t_ position_ids rev_parts; t_)
+    toff = offsets === nothing ? nothing : (@tensor t_ offsets vec_parts; t_)
+    tcu = cu_seqlens === nothing ? nothing : (@tensor t_ cu_seqlens vec_parts; t_)
+    GC.@preserve tx to tid toff tcu r begin
+        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu))
+        # ccall needs a constant function name: one call per direction.
+        if backward
+            check(ccall((:gpe_rope_backward, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{DLTensor}),
+                        r.ptr, tok, ref(tx), ref(to)))
+        else
+            check(ccall((:gpe_rope_forward, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{DLTensor}),
+                        r.ptr, tok, ref(tx), ref(to)))
+        end
+    end
+    return out
+end
+"""RoPE of x: head_dim × heads × seq × batch (:bshd), head_dim × heads × batch × seq
+(:sbhd) or head_dim × heads × tokens (:thd, with cu_seqlens). position_ids: tokens, or
+tokens × num_axes for multi-axis RoPE; offsets: one per sequence; key: xPos's role."""
+rope_forward(r::Rope, x::StridedArray; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing, offsets=nothing,
+             cu_seqlens=nothing) = rope_call(false, r, x, layout, key, position_ids, offsets, cu_seqlens)
+"""The backward pass (the transposed rotation) of `rope_forward`, same arguments."""
+rope_backward(r::Rope, dy::StridedArray; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing, offsets=nothing,
+              cu_seqlens=nothing) = rope_call(true, r, dy, layout, key, position_ids, offsets, cu_seqlens)
+
+"""An additive attention bias b_h(i, j) (gpe_bias); `grad_size` is the shape of
+`bias_accumulate_gradient!`'s gradient (Julia order)."""
+mutable struct Bias
+    ptr::Ptr{Cvoid}
+    num_heads::Int
+    grad_size::Tuple
+    two_grads::Bool
+end
+function make_bias(code::Int32, out::Ref{Ptr{Cvoid}}, num_heads, grad_size, two_grads=false)
+    check(code)
+    b = Bias(out[], num_heads, grad_size, two_grads)
+    finalizer(close, b)
+    return b
+end
+function Base.close(b::Bias)
+    b.ptr == C_NULL && return
+    ccall((:gpe_bias_destroy, libgpe), Cvoid, (Ptr{Cvoid},), b.ptr)
+    b.ptr = C_NULL
+    return
+end
+optr(v) = v === nothing || isempty(v) ? Ptr{Float64}(C_NULL) : pointer(v)
+
+"""ALiBi (Press et al.): -m_h (i - j) (causal) or -m_h |i - j| (symmetric); slopes nothing: the published rule."""
+function bias_alibi(num_heads::Integer; symmetric::Bool=false, slopes::Union{Nothing,Vector{Float64}}=nothing)
+    slopes === nothing || length(slopes) == num_heads || argerror("slopes has $(length(slopes)) values; expected $num_heads")
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve slopes begin
+        o = AlibiOptions(ssize(AlibiOptions), symmetric ? 1 : 0, num_heads, optr(slopes))
+        ccall((:gpe_bias_create_alibi, libgpe), Int32, (Ref{AlibiOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, num_heads, (num_heads,))
+end
+"""T5's bucketed bias: table num_heads × num_buckets (column per bucket)."""
+function bias_t5(table::Matrix{Float64}; bidirectional::Bool=true, max_distance::Integer=128)
+    h, nb = size(table)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve table begin
+        o = T5Options(ssize(T5Options), bidirectional ? 1 : 0, h, nb, max_distance, pointer(table))
+        ccall((:gpe_bias_create_t5, libgpe), Int32, (Ref{T5Options}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (h, nb))
+end
+"""FoX (Lin et al.): gate_logits num_heads × length (column per token)."""
+function bias_fox(gate_logits::Matrix{Float64}; first_position::Integer=0)
+    h, len = size(gate_logits)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve gate_logits begin
+        o = FoxOptions(ssize(FoxOptions), len, h, first_position, pointer(gate_logits))
+        ccall((:gpe_bias_create_fox, libgpe), Int32, (Ref{FoxOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (h, len))
+end
+"""GRAPE-AP: w, u rank × num_heads × length arrays."""
+function bias_grape_ap(w::Array{Float64,3}, u::Array{Float64,3}; first_position::Integer=0)
+    size(w) == size(u) || argerror("w and u differ in size")
+    r, h, len = size(w)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve w u begin
+        o = GrapeApOptions(ssize(GrapeApOptions), len, h, r, first_position, pointer(w), pointer(u))
+        ccall((:gpe_bias_create_grape_ap, libgpe), Int32, (Ref{GrapeApOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, h, (r, h, len), true)
+end
+"""GRAPE-A: m_h (j - i) with slopes (nothing: Press et al.'s), or content-gated by
+gate_logits (num_heads × length); lifted = true fills tiles through the lift."""
+function bias_grape_a(num_heads::Integer, head_dim::Integer; slopes::Union{Nothing,Vector{Float64}}=nothing,
+                      gate_logits::Union{Nothing,Matrix{Float64}}=nothing, first_position::Integer=0, lifted::Bool=false)
+    slopes === nothing || length(slopes) == num_heads || argerror("slopes has $(length(slopes)) values; expected $num_heads")
+    gate_logits === nothing || size(gate_logits, 1) == num_heads || argerror("gate_logits must be num_heads × length")
+    len = gate_logits === nothing ? 0 : size(gate_logits, 2)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    code = GC.@preserve slopes gate_logits begin
+        o = GrapeAOptions(ssize(GrapeAOptions), lifted ? 1 : 0, num_heads, head_dim, optr(slopes),
+                          gate_logits === nothing ? 0 : 1, len, first_position, optr(gate_logits))
+        ccall((:gpe_bias_create_grape_a, libgpe), Int32, (Ref{GrapeAOptions}, Ref{Ptr{Cvoid}}), o, out)
+    end
+    return make_bias(code, out, num_heads, gate_logits === nothing ? (num_heads,) : (num_heads, len))
+end
+"""(kind code, num_heads, causal)."""
+function bias_info(b::Bias)
+    k, h, c = Ref{Int32}(0), Ref{Int64}(0), Ref{Int32}(0)
+    check(ccall((:gpe_bias_info, libgpe), Int32, (Ptr{Cvoid}, Ref{Int32}, Ref{Int64}, Ref{Int32}), b.ptr, k, h, c))
+    return (Int(k[]), Int(h[]), c[] != 0)
+end
+function bias_alibi_slopes(b::Bias)
+    s = zeros(Float64, b.num_heads)
+    check(ccall((:gpe_bias_alibi_slopes, libgpe), Int32, (Ptr{Cvoid}, Ptr{Float64}, Int64), b.ptr, s, length(s)))
+    return s
+end
+"""out[r, c] = b_head(q_positions[r], k_positions[c]) (head 0-based)."""
+function bias_fill_tile(b::Bias, head::Integer, q_positions::Vector{Int64}, k_positions::Vector{Int64})
+    out = zeros(Float64, length(q_positions), length(k_positions))
+    @tensor tq q_positions vec_parts
+    @tensor tk k_positions vec_parts
+    @tensor to out mat_parts
+    GC.@preserve tq tk to b begin
+        check(ccall((:gpe_bias_fill_tile, libgpe), Int32, (Ptr{Cvoid}, Int64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, ref(tq), ref(tk), ref(to)))
+    end
+    return out
+end
+"""Adds one tile's parameter gradient into grad_a (and grad_b for GRAPE-AP), shaped b.grad_size."""
+function bias_accumulate_gradient!(grad_a::Array{Float64}, b::Bias, head::Integer, q_positions::Vector{Int64},
+                                   k_positions::Vector{Int64}, grad_tile::StridedMatrix{Float64};
+                                   grad_b::Union{Nothing,Array{Float64}}=nothing)
+    size(grad_a) == b.grad_size || argerror("grad_a is $(size(grad_a)); expected $(b.grad_size)")
+    grad_b === nothing || size(grad_b) == b.grad_size || argerror("grad_b is $(size(grad_b)); expected $(b.grad_size)")
+    @tensor tq q_positions vec_parts
+    @tensor tk k_positions vec_parts
+    @tensor tg grad_tile mat_parts
+    @tensor ta grad_a rev_parts
+    tb = grad_b === nothing ? nothing : (@tensor t_ grad_b rev_parts; t_)
+    GC.@preserve tq tk tg ta tb b begin
+        check(ccall((:gpe_bias_accumulate_gradient, libgpe), Int32,
+                    (Ptr{Cvoid}, Int64, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, ref(tq), ref(tk), ref(tg), ref(ta), ref(tb)))
+    end
+    return grad_a
+end
+"""FoX / gated GRAPE-A: dL/dgate_logits (num_heads × length) from the accumulated dL/dc."""
+function bias_fox_logit_gradient(b::Bias, grad_prefix::Matrix{Float64})
+    out = zeros(Float64, size(grad_prefix))
+    @tensor tp grad_prefix rev_parts
+    @tensor to out rev_parts
+    GC.@preserve tp to b begin
+        check(ccall((:gpe_bias_fox_logit_gradient, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, ref(tp), ref(to)))
+    end
+    return out
+end
+"""GRAPE-A's lifted rows ((head_dim + 2) × N) of x (head_dim × N) for one head."""
+function bias_grape_a_lift(b::Bias, head::Integer, positions::Vector{Int64}, x::StridedMatrix{Float64}; key::Bool=false)
+    out = zeros(Float64, size(x, 1) + 2, size(x, 2))
+    @tensor tp positions vec_parts
+    @tensor tx x batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tx to b begin
+        check(ccall((:gpe_bias_grape_a_lift, libgpe), Int32,
+                    (Ptr{Cvoid}, Int64, Int32, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    b.ptr, head, key ? 1 : 0, ref(tp), ref(tx), ref(to)))
+    end
+    return out
+end
+
+# Builds the options struct (with the position tensors it points to kept alive by `keep`).
+function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale::Real=0.0, num_threads::Integer=0,
+                           rope_dim::Integer=0, rope_base::Real=10000.0, rope_pairing::Symbol=:half_split,
+                           grape_m::Union{Nothing,GrapeM}=nothing, algebraic::Union{Nothing,AlgebraicSequence}=nothing,
+                           bias::Union{Nothing,Bias}=nothing, q_positions=nothing, k_positions=nothing,
+                           cu_seqlens_q=nothing, cu_seqlens_k=nothing)
+    mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
+    tqp, tkp, tcq, tck = mk(q_positions), mk(k_positions), mk(cu_seqlens_q), mk(cu_seqlens_k)
+    push!(keep, grape_m, algebraic, bias)
+    return AttentionOptions(ssize(AttentionOptions), causal ? 1 : 0, softmax_scale, num_threads, rope_dim, rope_base,
+                            rope_pairing == :interleaved ? 0 : 1, grape_m === nothing ? C_NULL : grape_m.ptr,
+                            algebraic === nothing ? C_NULL : algebraic.ptr, bias === nothing ? C_NULL : bias.ptr,
+                            tptr(tqp), tptr(tkp), tptr(tcq), tptr(tck))
+end
+
+"""Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,
+k and v head_dim × heads_kv × seq_k × batch (or head_dim × heads × tokens with
+cu_seqlens_q / cu_seqlens_k). Returns (o like q, lse heads_q × tokens_q). Keywords:
+causal, softmax_scale, num_threads, rope_dim, rope_base, rope_pairing, grape_m,
+algebraic, bias, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k."""
+function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
+    o = similar(q, T, size(q))
+    lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))
+    keep = Any[]
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor to o rev_parts
+    @tensor tl lse rev_parts
+    GC.@preserve keep tq tk tv to tl begin
+        opts = attention_options(keep; kwargs...)
+        GC.@preserve keep begin
+            check(ccall((:gpe_attention_forward, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                        opts, ref(tq), ref(tk), ref(tv), ref(to), ref(tl)))
+        end
+    end
+    return o, lse
+end
+
+"""(dq, dk, dv) from d_o (like q), o and lse recomputed; same keywords as attention_forward."""
+function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
+                            kwargs...) where {T<:Union{Float32,Float64}}
+    dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
+    keep = Any[]
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor tdo d_o rev_parts
+    @tensor tdq dq rev_parts
+    @tensor tdk dk rev_parts
+    @tensor tdv dv rev_parts
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv begin
+        opts = attention_options(keep; kwargs...)
+        GC.@preserve keep begin
+            check(ccall((:gpe_attention_backward, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                         Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                        opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv)))
+        end
+    end
+    return dq, dk, dv
+end
+
+"""`attention_backward` plus the encoding's parameter gradients: (dq, dk, dv, params)
+with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP)
+and params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M."""
+function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T},
+                                            d_o::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
+    dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
+    bias = get(kwargs, :bias, nothing)
+    gm = get(kwargs, :grape_m, nothing)
+    ba = bias === nothing ? nothing : zeros(Float64, bias.grad_size...)
+    bb = bias === nothing || !bias.two_grads ? nothing : zeros(Float64, bias.grad_size...)
+    ga = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
+    gb = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
+    gw = gm === nothing ? nothing : zeros(Float64, gm.m)
+    keep = Any[]
+    mk(a) = a === nothing ? nothing : (@tensor t_ a rev_parts; push!(keep, t_); t_)
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor tdo d_o rev_parts
+    @tensor tdq dq rev_parts
+    @tensor tdk dk rev_parts
+    @tensor tdv dv rev_parts
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw begin
+        opts = attention_options(keep; kwargs...)
+        tba, tbb, tga, tgb, tgw = mk(ba), mk(bb), mk(ga), mk(gb), mk(gw)
+        GC.@preserve keep begin
+            grads = AttentionParamGrads(ssize(AttentionParamGrads), tptr(tba), tptr(tbb), tptr(tga), tptr(tgb), tptr(tgw),
+                                        C_NULL, C_NULL)
+            check(ccall((:gpe_attention_backward_with_parameters, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                         Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{AttentionParamGrads}),
+                        opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv), grads))
+        end
+    end
+    return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw)
 end
 
 end # module

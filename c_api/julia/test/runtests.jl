@@ -123,6 +123,187 @@ Random.seed!(20261123)
         @test maximum(abs.(predict_separable_2d(psi, psi, w) - image)) < 1e-8
     end
 
+    # ---- Since 0.4.0 ----
+    @testset "coordinate encoders and their VJP" begin
+        b = randn(3, 2)
+        e = fourier_features_from_frequencies(b)
+        @test encoder_dims(e) == (2, 6)
+        w = angular_frequencies(e)
+        @test maximum(abs.(w - 2π * b)) < 1e-15          # one rounding of 2π b
+        x = randn(2, 4)
+        f = coordinate_encode(e, x)
+        # [cos(w x); sin(w x)] with |angles| < 40: a few ulps of cos / sin.
+        @test maximum(abs.(f - vcat(cos.(w * x), sin.(w * x)))) < 1e-13
+        g = randn(6, 4)
+        gx = coordinate_backward(e, x, g)
+        # Central differences, h = 1e-5: truncation ~h² |w|³ / 6 < 1e-7.
+        h = 1e-5
+        for n in 1:4, d in 1:2
+            xp, xm = copy(x), copy(x)
+            xp[d, n] += h
+            xm[d, n] -= h
+            num = sum(g .* (coordinate_encode(e, xp) - coordinate_encode(e, xm))) / 2h
+            @test abs(num - gx[d, n]) < 1e-6
+        end
+        nerf = fourier_features(:nerf, 2, 3)
+        @test angular_frequencies(nerf)[1:3, 1] == [π, 2π, 4π]
+        sh = spherical_harmonics(1)
+        p = [1.0, 2.0, 2.0]
+        c = sqrt(3 / 4π)
+        # Y_00, Y_1-1 ∝ y, Y_10 ∝ z, Y_11 ∝ x (no Condon-Shortley phase), |p| = 3.
+        @test maximum(abs.(coordinate_encode(sh, reshape(p, 3, 1))[:, 1] - [1 / sqrt(4π), c * 2 / 3, c * 2 / 3, c / 3])) < 1e-15
+        enc = shifted_encoder(:complex, [(kind=:gaussian, num_shifts=3, width=0.3, lo=0.0, hi=1.0),
+                                         (kind=:gaussian, num_shifts=2, width=0.5, lo=0.0, hi=1.0)])
+        @test encoder_dims(enc) == (2, 6)
+        so2 = so2_bessel(Int64[0, 2], [1.5, 0.7], Int64[1, 3])
+        @test so2_bessel_terms(so2) == (Int64[0, 2], [1.5, 0.7], Int64[1, 3])
+        @test_throws GPEError fourier_features(:txt, 3, 4)
+    end
+
+    @testset "Bessel, Laplacian, analysis" begin
+        # J_m by its power series (DLMF 10.2.2): good to ~2e-12 for x ≤ 12.
+        series(m, x) = sum((-1)^s * (x / 2)^(2s + m) / (factorial(big(s)) * factorial(big(s + m))) for s in 0:60)
+        xs = collect(0:0.5:12)
+        for m in (0, 1, 5)
+            @test maximum(abs.(bessel_j(m, xs) - Float64.(series.(m, xs)))) < 1e-11
+        end
+        n = 6
+        vals, vecs = laplacian_eigenvectors(n, [(i, i + 1) for i in 0:n-2], 4)
+        # Path graph: λ_k = 2 - 2 cos(π k / n) (dense eigensolver: 1e-12).
+        @test maximum(abs.(vals - [2 - 2cos(π * k / n) for k in 0:3])) < 1e-12
+        L = zeros(n, n)
+        for i in 1:n-1
+            L[i, i] += 1; L[i+1, i+1] += 1; L[i, i+1] -= 1; L[i+1, i] -= 1
+        end
+        @test maximum(abs.(L * vecs - vecs * Diagonal(vals))) < 1e-12
+        f = randn(3, 4)
+        @test maximum(abs.(embedded_distance_matrix(f, 0.25) - 0.25 * f' * f)) < 1e-15
+        @test abs(embedder_distance(:gaussian, 0.05, 0.1) - sqrt(π) * 0.05 * exp(-1)) < 1e-15
+        @test abs(embedder_stable_rank(:rectangle, 0.1, 1000) - 10) < 1e-12
+        @test abs(condition_number([3.0 0; 0 0.5; 0 0]) - 6) < 1e-13
+    end
+
+    @testset "3D and blended fits" begin
+        p0, p1, p2 = randn(5, 3), randn(4, 2), randn(6, 3)
+        w = randn(3, 2, 3)
+        v = [sum(w[i, j, l] * p0[a, i] * p1[b, j] * p2[c, l] for i in 1:3, j in 1:2, l in 1:3)
+             for a in 1:5, b in 1:4, c in 1:6]
+        @test maximum(abs.(predict_separable_3d(p0, p1, p2, w) - v)) < 1e-13
+        # Exact data, full-rank random factors: W back to ~cond² eps; 1e-9 margin.
+        @test maximum(abs.(fit_separable_3d(p0, p1, p2, v) - w)) < 1e-9
+        axis = [(kind=:gaussian, num_shifts=4, width=0.35, lo=0.0, hi=1.0)]
+        ex, ey = shifted_encoder(:simple, axis), shifted_encoder(:simple, axis)
+        grid = collect(0:8) ./ 8
+        wt = randn(4, 4)
+        pts = rand(2, 60)
+        vals = predict_blended_2d(ex, ey, grid, grid, pts, wt)
+        wf, its, rms = fit_blended_2d(ex, ey, grid, grid, pts, vals; max_iterations=2000, lambda=0.0, tolerance=1e-12)
+        # A model in the search space: the residual is CGLS's (1e-6 of the data's scale).
+        @test rms < 1e-6 * sqrt(sum(abs2, vals) / 60)
+    end
+
+    @testset "algebraic trees, grids, periodic, locality" begin
+        r1, r2 = randn(3, 3), randn(3, 3)
+        t = AlgebraicTree([r1 - r1', r2 - r2'])
+        @test algebraic_tree_shape(t) == (3, 2)
+        # ρ(0, 1) = W_0 W_1 = exp(S_0) exp(S_1) (Kogkalidis et al. sec. 3.2).
+        @test maximum(abs.(algebraic_tree_matrix(t, Int64[0, 1]) - exp(r1 - r1') * exp(r2 - r2'))) < 1e-13
+        x = randn(3, 2)
+        y = algebraic_tree_apply(t, [Int64[0, 1], Int64[]], x)
+        @test maximum(abs.(y[:, 1] - algebraic_tree_matrix(t, Int64[0, 1]) * x[:, 1])) < 1e-14
+        @test y[:, 2] == x[:, 2]
+        gx, gs = algebraic_tree_backward(t, [Int64[0, 1], Int64[]], x, ones(3, 2))
+        @test size(gs) == (3, 3, 2)
+        s1, s2 = randn(2, 2), randn(3, 3)
+        g = AlgebraicGrid([s1 - s1', s2 - s2'])
+        @test algebraic_grid_shape(g) == (5, 2)
+        pos = reshape(Int64[3, -2], 2, 1)
+        xg = randn(5, 1)
+        blk = cat(exp(3 * (s1 - s1')), exp(-2 * (s2 - s2')); dims=(1, 2))
+        @test maximum(abs.(algebraic_grid_apply(g, pos, xg) - blk * xg)) < 1e-13
+        xp = randn(4, 2)
+        yp = algebraic_periodic_apply(12, Int64[1, 5], Int64[7, 19], xp)
+        @test yp[:, 1] == yp[:, 2]                        # 19 = 7 + period
+        a = 2π * mod(5 * 7, 12) / 12
+        @test abs(yp[3, 1] - (xp[3, 1] * cos(a) - xp[4, 1] * sin(a))) < 1e-15
+        sc = ones(2, 3)
+        locality_scale!(sc, 0.5, Int64[0, 4], Int64[0, 1, 7])
+        @test sc == [1 0.5 0.5^7; 0.5^4 0.5^3 0.5^3]
+    end
+
+    @testset "Shaw values and Transformer-XL" begin
+        P, table = rand(3, 4), randn(2, 5)   # dv = 2, k = 2
+        qp, kp = Int64[0, 3, 7], Int64[0, 1, 5, 6]
+        out = shaw_value_output(P, table, qp, kp)
+        for a in 1:3
+            want = sum(P[a, b] * table[:, clamp(kp[b] - qp[a], -2, 2) + 3] for b in 1:4)
+            @test maximum(abs.(out[:, a] - want)) < 1e-15
+        end
+        q, k, w_r, u, v = randn(4, 2), randn(4, 3), randn(4, 6), randn(4), randn(4)
+        qp2, kp2 = Int64[5, 9], Int64[0, 4, 9]
+        terms = transformer_xl_score_terms(q, k, qp2, kp2, w_r, u, v)
+        for a in 1:2, b in 1:3
+            R = sinusoidal_encode(Int64[qp2[a] - kp2[b]], 6)[:, 1]
+            want = dot(q[:, a], w_r * R) + dot(u, k[:, b]) + dot(v, w_r * R)
+            @test abs(terms[a, b] - want) < 1e-14
+        end
+        gr = transformer_xl_score_terms_backward(q, k, qp2, kp2, w_r, u, v, ones(2, 3))
+        # The terms are linear in u: dL/du = Σ_b k[:, b] per query row.
+        @test maximum(abs.(gr.u - 2 * vec(sum(k; dims=2)))) < 1e-14
+    end
+
+    @testset "RoPE, biases, attention" begin
+        r = Rope(8; pairing=:interleaved, base=100.0)
+        @test rope_shape(r) == (8, 8, 1)
+        θ, m = rope_frequencies(r)
+        @test maximum(abs.(θ - [100.0^(-2i / 8) for i in 0:3])) < 1e-15 && m == 1.0
+        x = randn(8, 2, 3, 1)                      # head_dim × heads × seq × batch (bshd)
+        y = rope_forward(r, x)
+        for s in 1:3, h in 1:2, i in 0:3
+            a = (s - 1) * θ[i+1]
+            x1, x2 = x[2i+1, h, s, 1], x[2i+2, h, s, 1]
+            # |a| < 3: cos / sin of one angle, one rounding each.
+            @test abs(y[2i+1, h, s, 1] - (x1 * cos(a) - x2 * sin(a))) < 1e-15
+            @test abs(y[2i+2, h, s, 1] - (x1 * sin(a) + x2 * cos(a))) < 1e-15
+        end
+        @test maximum(abs.(rope_backward(r, y) - x)) < 1e-15
+        p = published_schedule(:llama3)
+        @test (p.factor, p.low_freq_factor, p.high_freq_factor, p.original_max_position) == (8.0, 1.0, 4.0, 8192)
+        @test rope_shape(Rope(16; base=500000.0, p...)) == (16, 16, 1)
+
+        b = bias_alibi(2; slopes=[0.5, 0.25])
+        # Causal ALiBi on keys j <= i: -m_h (i - j), exact for power-of-two slopes.
+        tile = bias_fill_tile(b, 1, Int64[3, 5], Int64[0, 2, 3])
+        @test tile == [-0.25 * (i - j) for i in (3, 5), j in (0, 2, 3)]
+        ga = bias_grape_a(2, 3; slopes=[0.5, 0.25])
+        @test bias_fill_tile(ga, 0, Int64[3, 5], Int64[0, 3, 4]) == [0.5 * (j - i) for i in (3, 5), j in (0, 3, 4)]
+        q3, k3 = randn(3, 2), randn(3, 3)
+        lq, lk = bias_grape_a_lift(ga, 0, Int64[3, 5], q3), bias_grape_a_lift(ga, 0, Int64[0, 3, 4], k3; key=true)
+        # <lift_q(i), lift_k(j)> = <q, k> + m (j - i): sums of 5 products, 1e-14.
+        @test maximum(abs.(lq' * lk - (q3' * k3 + [0.5 * (j - i) for i in (3, 5), j in (0, 3, 4)]))) < 1e-14
+
+        # float64 attention (the exact reference) against softmax(q'k / sqrt(d)) v.
+        q, k, v = randn(4, 1, 3, 1), randn(4, 1, 5, 1), randn(4, 1, 5, 1)
+        o, lse = attention_forward(q, k, v)
+        for i in 1:3
+            s = [dot(q[:, 1, i, 1], k[:, 1, j, 1]) / 2 for j in 1:5]
+            w = exp.(s .- maximum(s))
+            @test maximum(abs.(o[:, 1, i, 1] - v[:, 1, :, 1] * (w / sum(w)))) < 1e-14
+            @test abs(lse[1, i] - (maximum(s) + log(sum(w)))) < 1e-14
+        end
+        # dL/dslopes for L = <d_o, o> against central differences (h = 1e-6: ~1e-10).
+        qa, ka, va, d_o = randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1)
+        slopes = [0.5, 0.25]
+        loss(s) = sum(d_o .* attention_forward(qa, ka, va; causal=true, bias=bias_alibi(2; slopes=s))[1])
+        _, _, _, params = attention_backward_with_parameters(qa, ka, va, d_o; causal=true, bias=bias_alibi(2; slopes=slopes))
+        for i in 1:2
+            e = zeros(2); e[i] = 1e-6
+            @test abs(params.bias_a[i] - (loss(slopes + e) - loss(slopes - e)) / 2e-6) < 1e-8
+        end
+        dq, dk, dv = attention_backward(qa, ka, va, d_o; causal=true, bias=bias_alibi(2; slopes=slopes))
+        @test size(dq) == size(qa)
+    end
+
     @testset "bad input" begin
         err = try
             so_rep_planes(1)

@@ -50,6 +50,68 @@ pub enum Schedule {
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position: i64 },
 }
 
+/// The schedules without their parameters, for `Schedule::published`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleKind {
+    Default,
+    Linear,
+    DynamicNtk,
+    Yarn,
+    LongRope,
+    Llama3,
+}
+
+impl Schedule {
+    /// The schedule with the parameters its models publish (gpe_rope_options_use_schedule):
+    /// Llama 3.1's factor 8, low/high 1 and 4, original context 8192; YaRN's beta 32 / 1
+    /// with factor 1 and context 4096 (set the model's); LongRope's contexts 4096 and
+    /// 131072 with empty factor lists (the model's own).
+    pub fn published(kind: ScheduleKind) -> Result<Schedule> {
+        let code = match kind {
+            ScheduleKind::Default => ffi::GPE_ROPE_DEFAULT,
+            ScheduleKind::Linear => ffi::GPE_ROPE_LINEAR,
+            ScheduleKind::DynamicNtk => ffi::GPE_ROPE_DYNAMIC_NTK,
+            ScheduleKind::Yarn => ffi::GPE_ROPE_YARN,
+            ScheduleKind::LongRope => ffi::GPE_ROPE_LONGROPE,
+            ScheduleKind::Llama3 => ffi::GPE_ROPE_LLAMA3,
+        };
+        let mut o = ffi::gpe_rope_options::init();
+        // SAFETY: a complete options struct with struct_size set.
+        check(unsafe { ffi::gpe_rope_options_use_schedule(code, &mut o) })?;
+        let attention_factor = if o.has_attention_factor != 0 { Some(o.attention_factor) } else { None };
+        Ok(match kind {
+            ScheduleKind::Default => Schedule::Default,
+            ScheduleKind::Linear => Schedule::Linear { factor: o.factor },
+            ScheduleKind::DynamicNtk => Schedule::DynamicNtk {
+                factor: o.factor,
+                original_max_position: o.original_max_position,
+                current_length: o.current_length,
+            },
+            ScheduleKind::Yarn => Schedule::Yarn {
+                factor: o.factor,
+                original_max_position: o.original_max_position,
+                beta_fast: o.beta_fast,
+                beta_slow: o.beta_slow,
+                attention_factor,
+            },
+            ScheduleKind::LongRope => Schedule::LongRope {
+                short_factor: Vec::new(),
+                long_factor: Vec::new(),
+                original_max_position: o.original_max_position,
+                max_position: o.max_position,
+                current_length: o.current_length,
+                attention_factor,
+            },
+            ScheduleKind::Llama3 => Schedule::Llama3 {
+                factor: o.factor,
+                low_freq_factor: o.low_freq_factor,
+                high_freq_factor: o.high_freq_factor,
+                original_max_position: o.original_max_position,
+            },
+        })
+    }
+}
+
 /// Which positions drive which planes (GPE_ROPE_AXES_*).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Axes {
@@ -347,6 +409,8 @@ pub enum BiasKind {
     T5,
     Fox,
     GrapeAp,
+    /// GRAPE-A (since 0.4.0 of this crate): ALiBi-like or content-gated (FoX's gates).
+    GrapeA,
 }
 
 /// An additive attention bias b_h(i, j), filled one tile at a time (gpe_bias).
@@ -445,6 +509,57 @@ impl Bias {
             num_heads,
             grad_shape: vec![length as i64, num_heads as i64, rank as i64],
         })
+    }
+
+    /// GRAPE-A (additive GRAPE, unipotent lift): b_h(i, j) = m_h (j - i) with slopes
+    /// m_h (None: Press et al.'s), or content-gated c_i - c_j with FoX's prefix sums of
+    /// ln sigmoid(gate_logits) ([length, num_heads]; slopes must then be None). `lifted`
+    /// fills tiles through the head_dim + 2 lift (the definition) instead of the closed form.
+    pub fn grape_a(
+        num_heads: usize,
+        head_dim: usize,
+        slopes: Option<&[f64]>,
+        gates: Option<(i64, &Matrix)>,
+        lifted: bool,
+    ) -> Result<Bias> {
+        let mut o = ffi::gpe_grape_a_options::init();
+        o.path = if lifted { ffi::GPE_GRAPE_A_LIFTED } else { ffi::GPE_GRAPE_A_CLOSED_FORM };
+        o.num_heads = num_heads as i64;
+        o.head_dim = head_dim as i64;
+        if let Some(s) = slopes {
+            expect_len("slopes", s.len(), num_heads)?;
+            o.slopes = s.as_ptr();
+        }
+        let mut grad_shape = vec![num_heads as i64];
+        if let Some((first_position, logits)) = gates {
+            expect_len("gate_logits data", logits.data.len(), logits.rows * logits.cols)?;
+            if logits.cols != num_heads {
+                return Err(invalid(format!("gate_logits has {} columns; expected num_heads = {}", logits.cols, num_heads)));
+            }
+            o.gated = 1;
+            o.length = logits.rows as i64;
+            o.first_position = first_position;
+            o.gate_logits = logits.data.as_ptr();
+            grad_shape = vec![logits.rows as i64, num_heads as i64];
+        }
+        let mut raw = ptr::null_mut();
+        // SAFETY: slopes and gate_logits hold what the sizes say (checked).
+        check(unsafe { ffi::gpe_bias_create_grape_a(&o, &mut raw) })?;
+        Ok(Bias { raw, kind: BiasKind::GrapeA, num_heads, grad_shape })
+    }
+
+    /// GRAPE-A only: the lifted rows [N, head_dim + 2] of x [N, head_dim] at `positions`
+    /// for one head: queries G(i)^-T [q; 1; 0], keys G(j) [k; 0; 1].
+    pub fn grape_a_lift(&self, head: i64, key: bool, positions: &[i64], x: &Matrix) -> Result<Matrix> {
+        let mut out = Matrix::zeros(x.rows, x.cols + 2);
+        let (mut ps, mut xs, mut os) = ([positions.len() as i64], [0i64; 2], [0i64; 2]);
+        let tp = i64_tensor(positions, &mut ps);
+        let tx = crate::matrix_tensor(x, &mut xs)?;
+        let mut to = crate::matrix_tensor_mut(&mut out, &mut os)?;
+        let role = if key { ffi::GPE_GRAPE_A_KEY } else { ffi::GPE_GRAPE_A_QUERY };
+        // SAFETY: every buffer matches its shape.
+        check(unsafe { ffi::gpe_bias_grape_a_lift(self.raw, head, role, &tp, &tx, &mut to) })?;
+        Ok(out)
     }
 
     pub fn kind(&self) -> BiasKind {
@@ -734,4 +849,93 @@ pub fn attention_backward<T: Real>(
         check(unsafe { ffi::gpe_attention_backward(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv) })
     })?;
     Ok(g)
+}
+
+/// The encoding's parameter gradients from `attention_backward_with_parameters` (None
+/// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
+/// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
+/// `bias_a`, dL/du in `bias_b`), and GRAPE-M's generators (a, b [m, head_dim], omega [m]).
+#[derive(Clone, Debug, Default)]
+pub struct ParameterGrads {
+    pub bias_a: Option<Vec<f64>>,
+    pub bias_b: Option<Vec<f64>>,
+    pub grape_a: Option<Matrix>,
+    pub grape_b: Option<Matrix>,
+    pub grape_omega: Option<Vec<f64>>,
+}
+
+/// `attention_backward` plus the gradients of the encoding's learnable parameters
+/// (gpe_attention_backward_with_parameters), accumulated inside the kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_with_parameters<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(AttentionGrads<T>, ParameterGrads)> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let mut p = ParameterGrads::default();
+    // The bias's gradient shapes are those of gpe_bias_accumulate_gradient.
+    let mut bias_shape = Vec::new();
+    if let Some(b) = options.bias {
+        bias_shape = b.grad_shape.clone();
+        p.bias_a = Some(vec![0.0; count(&bias_shape)]);
+        if b.kind == BiasKind::GrapeAp {
+            p.bias_b = Some(vec![0.0; count(&bias_shape)]);
+        }
+    }
+    let mut grape_shape = [0i64; 2];
+    if let Some(gm) = options.grape_m {
+        let (dim, m) = gm.shape()?;
+        grape_shape = [m as i64, dim as i64];
+        p.grape_a = Some(Matrix::zeros(m, dim));
+        p.grape_b = Some(Matrix::zeros(m, dim));
+        p.grape_omega = Some(vec![0.0; m]);
+    }
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
+    let (mut gas, mut gbs, mut gos) = (grape_shape, grape_shape, [grape_shape[0]]);
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let mut tba = p.bias_a.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bas));
+    let mut tbb = p.bias_b.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bbs));
+    let mut tga = p.grape_a.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gas));
+    let mut tgb = p.grape_b.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gbs));
+    let mut tgo = p.grape_omega.as_mut().map(|w| crate::f64_tensor_mut(w, &mut gos));
+    let mut grads = ffi::gpe_attention_param_grads::init();
+    grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_a = tga.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_b = tgb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_omega = tgo.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.
+    with_options(options, layout, |c| {
+        check(unsafe {
+            ffi::gpe_attention_backward_with_parameters(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, &grads)
+        })
+    })?;
+    Ok((g, p))
 }

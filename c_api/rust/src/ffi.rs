@@ -140,6 +140,8 @@ pub struct gpe_separable_fit_options {
     pub struct_size: u32,
     pub float32_image_products: i32,
     pub lambda: f64,
+    /// Added after 0.3.0: 0 = Cholesky route; (0, 1) = truncated-SVD pseudo-inverse.
+    pub rcond: f64,
 }
 
 macro_rules! struct_size {
@@ -195,7 +197,7 @@ impl gpe_shifted_basis_options {
 }
 impl gpe_separable_fit_options {
     pub fn init() -> Self {
-        Self { struct_size: struct_size!(Self), float32_image_products: 0, lambda: 0.0 }
+        Self { struct_size: struct_size!(Self), float32_image_products: 0, lambda: 0.0, rcond: 0.0 }
     }
 }
 
@@ -597,5 +599,422 @@ extern "C" {
         dq: *mut DLTensor,
         dk: *mut DLTensor,
         dv: *mut DLTensor,
+    ) -> gpe_status;
+}
+
+// ---- Coordinate encoders, graph encodings, embedder analysis, INR fits (0.4.0) ----
+
+#[repr(C)]
+pub struct gpe_coordinate_encoder {
+    _private: [u8; 0],
+}
+
+pub const GPE_FOURIER_GAUSSIAN: i32 = 0;
+pub const GPE_FOURIER_LINEAR: i32 = 1;
+pub const GPE_FOURIER_LOG_LINEAR: i32 = 2;
+pub const GPE_FOURIER_NERF: i32 = 3;
+pub const GPE_FOURIER_TXT: i32 = 4;
+pub const GPE_FREQUENCY_TWO_PI: i32 = 0;
+pub const GPE_FREQUENCY_ANGULAR: i32 = 1;
+pub const GPE_SHIFTED_SIMPLE: i32 = 0;
+pub const GPE_SHIFTED_COMPLEX: i32 = 1;
+pub const GPE_LAPLACIAN_COMBINATORIAL: i32 = 0;
+pub const GPE_LAPLACIAN_SYMMETRIC: i32 = 1;
+pub const GPE_EMBEDDER_GAUSSIAN: i32 = 0;
+pub const GPE_EMBEDDER_RECTANGLE: i32 = 1;
+pub const GPE_EMBEDDER_TRIANGLE: i32 = 2;
+pub const GPE_EMBEDDER_RFF: i32 = 3;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_fourier_features_options {
+    pub struct_size: u32,
+    pub kind: i32,
+    pub dim: i64,
+    pub num_frequencies: i64,
+    pub scale: f64,
+    pub convention: i32,
+    pub seed: u64,
+}
+impl gpe_fourier_features_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            kind: GPE_FOURIER_GAUSSIAN,
+            dim: 2,
+            num_frequencies: 16,
+            scale: 1.0,
+            convention: GPE_FREQUENCY_TWO_PI,
+            seed: 0,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_so2_bessel_options {
+    pub struct_size: u32,
+    pub polar: i32,
+    pub num_terms: i64,
+    pub max_scale: f64,
+    pub max_k: i32,
+    pub order_m: i32,
+    pub seed: u64,
+}
+impl gpe_so2_bessel_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), polar: 0, num_terms: 16, max_scale: 1.0, max_k: 2, order_m: 0, seed: 0 }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_laplacian_options {
+    pub struct_size: u32,
+    pub kind: i32,
+    pub skip_first: i32,
+}
+impl gpe_laplacian_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), kind: GPE_LAPLACIAN_COMBINATORIAL, skip_first: 0 }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_blended_fit_options {
+    pub struct_size: u32,
+    pub max_iterations: i32,
+    pub lambda: f64,
+    pub tolerance: f64,
+}
+impl gpe_blended_fit_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), max_iterations: 500, lambda: 1e-6, tolerance: 1e-6 }
+    }
+}
+
+extern "C" {
+    pub fn gpe_coordinate_encoder_destroy(encoder: *mut gpe_coordinate_encoder);
+    pub fn gpe_coordinate_encoder_dims(encoder: *const gpe_coordinate_encoder, input_dim: *mut i64, output_dim: *mut i64) -> gpe_status;
+    pub fn gpe_coordinate_encode(encoder: *const gpe_coordinate_encoder, points: *const DLTensor, features: *mut DLTensor) -> gpe_status;
+    pub fn gpe_coordinate_backward(
+        encoder: *const gpe_coordinate_encoder,
+        points: *const DLTensor,
+        grad_features: *const DLTensor,
+        grad_points: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_fourier_features_create(options: *const gpe_fourier_features_options, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_fourier_features_create_from_frequencies(
+        frequencies: *const DLTensor,
+        convention: i32,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_fourier_features_angular_frequencies(encoder: *const gpe_coordinate_encoder, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_so2_bessel_create_sampled(options: *const gpe_so2_bessel_options, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_so2_bessel_create(
+        orders: *const DLTensor,
+        scales: *const DLTensor,
+        weights: *const DLTensor,
+        polar: i32,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_so2_bessel_terms(
+        encoder: *const gpe_coordinate_encoder,
+        orders: *mut DLTensor,
+        scales: *mut DLTensor,
+        weights: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bessel_j(order: i32, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_shifted_encoder_create(
+        form: i32,
+        axes: *const gpe_shifted_basis_options,
+        num_axes: i64,
+        out: *mut *mut gpe_coordinate_encoder,
+    ) -> gpe_status;
+    pub fn gpe_spherical_harmonics_create(max_degree: i32, out: *mut *mut gpe_coordinate_encoder) -> gpe_status;
+    pub fn gpe_laplacian_eigenvectors(
+        options: *const gpe_laplacian_options,
+        num_nodes: i64,
+        edges: *const DLTensor,
+        weights: *const DLTensor,
+        eigenvalues: *mut DLTensor,
+        eigenvectors: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_embedded_distance_matrix(features: *const DLTensor, sample_spacing: f64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_embedder_stable_rank(embedder: i32, parameter: f64, num_points: i64, out: *mut f64) -> gpe_status;
+    pub fn gpe_embedder_distance(embedder: i32, parameter: f64, delta: f64, out: *mut f64) -> gpe_status;
+    pub fn gpe_inr_fit_separable_3d(
+        options: *const gpe_separable_fit_options,
+        psi_0: *const DLTensor,
+        psi_1: *const DLTensor,
+        psi_2: *const DLTensor,
+        volume: *const DLTensor,
+        w: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_predict_separable_3d(
+        psi_0: *const DLTensor,
+        psi_1: *const DLTensor,
+        psi_2: *const DLTensor,
+        w: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_fit_blended_2d(
+        options: *const gpe_blended_fit_options,
+        encoder_x: *const gpe_coordinate_encoder,
+        encoder_y: *const gpe_coordinate_encoder,
+        grid_x: *const DLTensor,
+        grid_y: *const DLTensor,
+        points: *const DLTensor,
+        values: *const DLTensor,
+        w: *mut DLTensor,
+        iterations: *mut i32,
+        rms_residual: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_predict_blended_2d(
+        encoder_x: *const gpe_coordinate_encoder,
+        encoder_y: *const gpe_coordinate_encoder,
+        grid_x: *const DLTensor,
+        grid_y: *const DLTensor,
+        points: *const DLTensor,
+        w: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_inr_condition_number(psi: *const DLTensor, out: *mut f64) -> gpe_status;
+}
+
+// ---- Algebraic trees, grids, periodic domains, locality; Shaw values, Transformer-XL;
+// ---- GRAPE-A; published RoPE schedules (0.4.0) ----
+
+#[repr(C)]
+pub struct gpe_algebraic_tree {
+    _private: [u8; 0],
+}
+#[repr(C)]
+pub struct gpe_algebraic_grid {
+    _private: [u8; 0],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_tree_options {
+    pub struct_size: u32,
+    pub dim: i64,
+    pub num_branches: i64,
+    pub skews: *const f64,
+}
+impl gpe_algebraic_tree_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), dim: 0, num_branches: 2, skews: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_grid_options {
+    pub struct_size: u32,
+    pub num_axes: i64,
+    pub dims: *const i64,
+    pub skews: *const f64,
+}
+impl gpe_algebraic_grid_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), num_axes: 2, dims: std::ptr::null(), skews: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_algebraic_periodic_options {
+    pub struct_size: u32,
+    pub dim: i64,
+    pub period: i64,
+    pub multipliers: *const i64,
+}
+impl gpe_algebraic_periodic_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), dim: 0, period: 1, multipliers: std::ptr::null() }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_transformer_xl_options {
+    pub struct_size: u32,
+    pub base: f64,
+}
+impl gpe_transformer_xl_options {
+    pub fn init() -> Self {
+        Self { struct_size: struct_size!(Self), base: 10000.0 }
+    }
+}
+
+pub const GPE_BIAS_GRAPE_A: i32 = 4;
+pub const GPE_GRAPE_A_CLOSED_FORM: i32 = 0;
+pub const GPE_GRAPE_A_LIFTED: i32 = 1;
+pub const GPE_GRAPE_A_QUERY: i32 = 0;
+pub const GPE_GRAPE_A_KEY: i32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_grape_a_options {
+    pub struct_size: u32,
+    pub path: i32,
+    pub num_heads: i64,
+    pub head_dim: i64,
+    pub slopes: *const f64,
+    pub gated: i32,
+    pub length: i64,
+    pub first_position: i64,
+    pub gate_logits: *const f64,
+}
+impl gpe_grape_a_options {
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            path: GPE_GRAPE_A_CLOSED_FORM,
+            num_heads: 0,
+            head_dim: 0,
+            slopes: std::ptr::null(),
+            gated: 0,
+            length: 0,
+            first_position: 0,
+            gate_logits: std::ptr::null(),
+        }
+    }
+}
+
+extern "C" {
+    pub fn gpe_algebraic_tree_create(options: *const gpe_algebraic_tree_options, out: *mut *mut gpe_algebraic_tree) -> gpe_status;
+    pub fn gpe_algebraic_tree_destroy(tree: *mut gpe_algebraic_tree);
+    pub fn gpe_algebraic_tree_shape(tree: *const gpe_algebraic_tree, dim: *mut i64, num_branches: *mut i64) -> gpe_status;
+    pub fn gpe_algebraic_tree_apply(tree: *const gpe_algebraic_tree, addresses: *const DLTensor, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_matrix(tree: *const gpe_algebraic_tree, address: *const i64, depth: i64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_node_matrices(tree: *const gpe_algebraic_tree, max_depth: i64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_tree_backward(
+        tree: *const gpe_algebraic_tree,
+        addresses: *const DLTensor,
+        x: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_x: *mut DLTensor,
+        grad_skews: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_algebraic_grid_create(options: *const gpe_algebraic_grid_options, out: *mut *mut gpe_algebraic_grid) -> gpe_status;
+    pub fn gpe_algebraic_grid_destroy(grid: *mut gpe_algebraic_grid);
+    pub fn gpe_algebraic_grid_shape(grid: *const gpe_algebraic_grid, dim: *mut i64, num_axes: *mut i64) -> gpe_status;
+    pub fn gpe_algebraic_grid_apply(grid: *const gpe_algebraic_grid, positions: *const DLTensor, x: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_algebraic_grid_backward(
+        grid: *const gpe_algebraic_grid,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_x: *mut DLTensor,
+        grad_skews: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_algebraic_periodic_apply(
+        options: *const gpe_algebraic_periodic_options,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_locality_scale(c: f64, q_positions: *const DLTensor, k_positions: *const DLTensor, scores: *mut DLTensor) -> gpe_status;
+    pub fn gpe_shaw_value_output(
+        probabilities: *const DLTensor,
+        label_table: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_shaw_value_output_backward(
+        probabilities: *const DLTensor,
+        label_table: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        grad_out: *const DLTensor,
+        grad_probabilities: *mut DLTensor,
+        grad_label_table: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_transformer_xl_score_terms(
+        options: *const gpe_transformer_xl_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        w_r: *const DLTensor,
+        u: *const DLTensor,
+        v: *const DLTensor,
+        terms: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_transformer_xl_score_terms_backward(
+        options: *const gpe_transformer_xl_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        query_positions: *const DLTensor,
+        key_positions: *const DLTensor,
+        w_r: *const DLTensor,
+        u: *const DLTensor,
+        v: *const DLTensor,
+        grad_terms: *const DLTensor,
+        grad_q: *mut DLTensor,
+        grad_k: *mut DLTensor,
+        grad_w_r: *mut DLTensor,
+        grad_u: *mut DLTensor,
+        grad_v: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_bias_create_grape_a(options: *const gpe_grape_a_options, out: *mut *mut gpe_bias) -> gpe_status;
+    pub fn gpe_bias_grape_a_lift(
+        bias: *const gpe_bias,
+        head: i64,
+        role: i32,
+        positions: *const DLTensor,
+        x: *const DLTensor,
+        out: *mut DLTensor,
+    ) -> gpe_status;
+    pub fn gpe_rope_options_use_schedule(schedule: i32, options: *mut gpe_rope_options) -> gpe_status;
+}
+
+// ---- Attention's parameter gradients (0.4.0) ----
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_attention_param_grads {
+    pub struct_size: u32,
+    pub d_bias_a: *mut DLTensor,
+    pub d_bias_b: *mut DLTensor,
+    pub d_grape_a: *mut DLTensor,
+    pub d_grape_b: *mut DLTensor,
+    pub d_grape_omega: *mut DLTensor,
+    pub d_shaw_key_table: *mut DLTensor,
+    pub d_shaw_value_table: *mut DLTensor,
+}
+impl gpe_attention_param_grads {
+    pub fn init() -> Self {
+        let null = std::ptr::null_mut();
+        Self {
+            struct_size: struct_size!(Self),
+            d_bias_a: null,
+            d_bias_b: null,
+            d_grape_a: null,
+            d_grape_b: null,
+            d_grape_omega: null,
+            d_shaw_key_table: null,
+            d_shaw_value_table: null,
+        }
+    }
+}
+
+extern "C" {
+    pub fn gpe_attention_backward_with_parameters(
+        options: *const gpe_attention_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        v: *const DLTensor,
+        o: *const DLTensor,
+        lse: *const DLTensor,
+        d_o: *const DLTensor,
+        dq: *mut DLTensor,
+        dk: *mut DLTensor,
+        dv: *mut DLTensor,
+        grads: *const gpe_attention_param_grads,
     ) -> gpe_status;
 }

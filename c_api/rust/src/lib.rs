@@ -10,11 +10,24 @@
 //! Linking: build.rs links `-lgpe`, searching `GPE_LIB_DIR` when set.
 
 pub mod attention;
+pub mod coordinate;
 pub mod ffi;
+pub mod sequence;
 
 pub use attention::{
-    attention_backward, attention_forward, AttentionGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
-    RopeLayout, RopeOptions, Schedule, Tokens, Xpos,
+    attention_backward, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
+    RopeLayout, RopeOptions, Schedule, ScheduleKind, Tokens, Xpos,
+};
+
+pub use coordinate::{
+    bessel_j, condition_number, embedded_distance_matrix, embedder_distance, embedder_stable_rank, fit_blended_2d, fit_separable_2d_with,
+    fit_separable_3d, laplacian_eigenvectors, predict_blended_2d, predict_separable_3d, BesselTerm, BlendedFit, BlendedFitOptions,
+    CoordinateEncoder, Embedder, FourierKind, FourierOptions, FrequencyConvention, LaplacianKind, SeparableFitOptions, ShiftedForm,
+    So2BesselOptions, Tensor3,
+};
+pub use sequence::{
+    algebraic_periodic_apply, locality_scale, shaw_value_output, shaw_value_output_backward, transformer_xl_score_terms,
+    transformer_xl_score_terms_backward, AlgebraicGrid, AlgebraicTree, TransformerXl, TransformerXlGrads,
 };
 
 use std::ffi::CStr;

@@ -1,0 +1,164 @@
+// Highway per-target implementations of closed_form_kernels.h (compiled once per
+// instruction set; HWY_DYNAMIC_DISPATCH picks the widest the CPU runs).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "inr/closed_form_kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "inr/closed_form_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace gpe {
+namespace inr {
+namespace internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DD = hn::ScalableTag<double>;
+
+// Forward then backward substitution over V vectors of columns starting at column c.
+template <int V>
+HWY_INLINE void SolveChunk(const double* HWY_RESTRICT band, int64_t k, int64_t kd,
+                           double* HWY_RESTRICT b, int64_t ldb, int64_t c) {
+  const DD d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d)), ld = kd + 1;
+  // L Y = B: y_i = (b_i - sum_{i-kd <= j < i} L(i, j) y_j) / L(i, i).
+  for (int64_t i = 0; i < k; ++i) {
+    double* HWY_RESTRICT bi = b + i * ldb + c;
+    hn::Vec<DD> acc[V];
+    for (int q = 0; q < V; ++q) acc[q] = hn::LoadU(d, bi + q * n);
+    for (int64_t j = std::max<int64_t>(0, i - kd); j < i; ++j) {
+      const auto l = hn::Set(d, band[j * ld + (i - j)]);
+      const double* HWY_RESTRICT bj = b + j * ldb + c;
+      for (int q = 0; q < V; ++q) acc[q] = hn::NegMulAdd(l, hn::LoadU(d, bj + q * n), acc[q]);
+    }
+    const auto inv = hn::Set(d, 1.0 / band[i * ld]);
+    for (int q = 0; q < V; ++q) hn::StoreU(hn::Mul(acc[q], inv), d, bi + q * n);
+  }
+  // L^T X = Y: x_j = (y_j - sum_{j < i <= j+kd} L(i, j) x_i) / L(j, j).
+  for (int64_t j = k - 1; j >= 0; --j) {
+    double* HWY_RESTRICT bj = b + j * ldb + c;
+    hn::Vec<DD> acc[V];
+    for (int q = 0; q < V; ++q) acc[q] = hn::LoadU(d, bj + q * n);
+    const int64_t last = std::min(k - 1, j + kd);
+    for (int64_t i = j + 1; i <= last; ++i) {
+      const auto l = hn::Set(d, band[j * ld + (i - j)]);
+      const double* HWY_RESTRICT bi = b + i * ldb + c;
+      for (int q = 0; q < V; ++q) acc[q] = hn::NegMulAdd(l, hn::LoadU(d, bi + q * n), acc[q]);
+    }
+    const auto inv = hn::Set(d, 1.0 / band[j * ld]);
+    for (int q = 0; q < V; ++q) hn::StoreU(hn::Mul(acc[q], inv), d, bj + q * n);
+  }
+}
+
+void BandCholeskySolveImpl(const double* band, int64_t k, int64_t kd, double* b, int64_t ldb,
+                           int64_t c0, int64_t c1) {
+  const int64_t n = static_cast<int64_t>(hn::Lanes(DD()));
+  // 4 accumulators: with AVX-512 a chunk is 32 columns (one 256-byte slice of kd + 1
+  // rows stays in L1), with AVX2 16.
+  int64_t c = c0;
+  for (; c + 4 * n <= c1; c += 4 * n) SolveChunk<4>(band, k, kd, b, ldb, c);
+  for (; c + n <= c1; c += n) SolveChunk<1>(band, k, kd, b, ldb, c);
+  if (c < c1) BandCholeskySolveReference(band, k, kd, b, ldb, c, c1);
+}
+
+bool AllFiniteImpl(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  const DD d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  // x - x is 0 for finite x and NaN for +-inf and NaN; the NaNs survive the sums.
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  double tail = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* HWY_RESTRICT row = data + r * ld;
+    int64_t j = 0;
+    for (; j + 2 * n <= cols; j += 2 * n) {
+      const auto a = hn::LoadU(d, row + j), b = hn::LoadU(d, row + j + n);
+      acc0 = hn::Add(acc0, hn::Sub(a, a));
+      acc1 = hn::Add(acc1, hn::Sub(b, b));
+    }
+    for (; j < cols; ++j) tail += row[j] - row[j];
+  }
+  return hn::AllTrue(d, hn::Eq(hn::Add(acc0, acc1), hn::Zero(d))) && tail == 0.0;
+}
+
+void DemoteToFloatImpl(const double* src, int64_t n, float* dst) {
+  const DD d;
+  const hn::Rebind<float, DD> df;
+  const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + lanes <= n; i += lanes) hn::StoreU(hn::DemoteTo(df, hn::LoadU(d, src + i)), df, dst + i);
+  for (; i < n; ++i) dst[i] = static_cast<float>(src[i]);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace internal
+}  // namespace inr
+}  // namespace gpe
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gpe {
+namespace inr {
+namespace internal {
+
+HWY_EXPORT(BandCholeskySolveImpl);
+HWY_EXPORT(AllFiniteImpl);
+HWY_EXPORT(DemoteToFloatImpl);
+
+void BandCholeskySolve(const double* band, int64_t k, int64_t kd, double* b, int64_t ldb,
+                       int64_t c0, int64_t c1) {
+  HWY_DYNAMIC_DISPATCH(BandCholeskySolveImpl)(band, k, kd, b, ldb, c0, c1);
+}
+
+void BandCholeskySolveReference(const double* band, int64_t k, int64_t kd, double* b,
+                                int64_t ldb, int64_t c0, int64_t c1) {
+  const int64_t ld = kd + 1;
+  // L Y = B: row j is final once divided by L(j, j); then it updates the rows below.
+  for (int64_t j = 0; j < k; ++j) {
+    double* bj = b + j * ldb;
+    const double inv = 1.0 / band[j * ld];
+    for (int64_t c = c0; c < c1; ++c) bj[c] *= inv;
+    for (int64_t i = j + 1; i <= std::min(k - 1, j + kd); ++i) {
+      double* bi = b + i * ldb;
+      const double l = band[j * ld + (i - j)];
+      for (int64_t c = c0; c < c1; ++c) bi[c] -= l * bj[c];
+    }
+  }
+  // L^T X = Y, from the last row up.
+  for (int64_t j = k - 1; j >= 0; --j) {
+    double* bj = b + j * ldb;
+    for (int64_t i = j + 1; i <= std::min(k - 1, j + kd); ++i) {
+      const double* bi = b + i * ldb;
+      const double l = band[j * ld + (i - j)];
+      for (int64_t c = c0; c < c1; ++c) bj[c] -= l * bi[c];
+    }
+    const double inv = 1.0 / band[j * ld];
+    for (int64_t c = c0; c < c1; ++c) bj[c] *= inv;
+  }
+}
+
+bool AllFinite(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(data, rows, cols, ld);
+}
+
+bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (!std::isfinite(data[r * ld + j])) return false;
+    }
+  }
+  return true;
+}
+
+void DemoteToFloat(const double* src, int64_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(DemoteToFloatImpl)(src, n, dst);
+}
+
+}  // namespace internal
+}  // namespace inr
+}  // namespace gpe
+#endif  // HWY_ONCE

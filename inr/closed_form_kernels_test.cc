@@ -26,7 +26,7 @@ std::vector<double> RandomBand(int64_t k, int64_t kd, std::mt19937_64& rng) {
 }
 
 // The vector solve against the row-operation reference on column counts below, at and
-// above the chunk widths (4 vectors: 32 columns with AVX-512, 16 with AVX2, 8 baseline;
+// above the chunk widths (8 vectors: 64 columns with AVX-512, 32 with AVX2, 16 baseline;
 // 1 vector: 8, 4, 2) and on column sub-ranges. Both compute the same substitutions, the
 // vector one with fused multiply-adds and another summation order: with |L^-1| = O(1)
 // the results agree to a few ulp times k, so 1e-13 relative to max |X| is a bound with
@@ -38,7 +38,7 @@ TEST(BandCholeskySolveTest, MatchesReference) {
     for (int64_t kd : {0, 1, 3, 9}) {
       if (kd >= k) continue;
       const std::vector<double> band = RandomBand(k, kd, rng);
-      for (int64_t cols : {1, 3, 8, 17, 32, 33, 70}) {
+      for (int64_t cols : {1, 3, 8, 17, 32, 33, 64, 70, 129}) {
         for (int64_t c0 : {int64_t{0}, cols / 3}) {
           const int64_t ldb = cols + 5;
           std::vector<double> b(static_cast<size_t>(k * ldb));

@@ -20,38 +20,68 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DD = hn::ScalableTag<double>;
 
-// Forward then backward substitution over V vectors of columns starting at column c.
+// Forward then backward substitution over V (1 or 8) vectors of columns starting at
+// column c. The accumulators are named variables: GCC keeps an array of vectors indexed
+// in a loop on the stack, turning each FMA into a load-FMA-store chain.
 template <int V>
 HWY_INLINE void SolveChunk(const double* HWY_RESTRICT band, int64_t k, int64_t kd,
                            double* HWY_RESTRICT b, int64_t ldb, int64_t c) {
+  static_assert(V == 1 || V == 8, "chunks of 1 or 8 vectors");
   const DD d;
   const int64_t n = static_cast<int64_t>(hn::Lanes(d)), ld = kd + 1;
+  using Vec = hn::Vec<DD>;
+  Vec a0, a1, a2, a3, a4, a5, a6, a7;
+  auto load = [&](const double* HWY_RESTRICT row) {
+    a0 = hn::LoadU(d, row);
+    if constexpr (V == 8) {
+      a1 = hn::LoadU(d, row + n);
+      a2 = hn::LoadU(d, row + 2 * n);
+      a3 = hn::LoadU(d, row + 3 * n);
+      a4 = hn::LoadU(d, row + 4 * n);
+      a5 = hn::LoadU(d, row + 5 * n);
+      a6 = hn::LoadU(d, row + 6 * n);
+      a7 = hn::LoadU(d, row + 7 * n);
+    }
+  };
+  // a -= l * row
+  auto update = [&](Vec l, const double* HWY_RESTRICT row) {
+    a0 = hn::NegMulAdd(l, hn::LoadU(d, row), a0);
+    if constexpr (V == 8) {
+      a1 = hn::NegMulAdd(l, hn::LoadU(d, row + n), a1);
+      a2 = hn::NegMulAdd(l, hn::LoadU(d, row + 2 * n), a2);
+      a3 = hn::NegMulAdd(l, hn::LoadU(d, row + 3 * n), a3);
+      a4 = hn::NegMulAdd(l, hn::LoadU(d, row + 4 * n), a4);
+      a5 = hn::NegMulAdd(l, hn::LoadU(d, row + 5 * n), a5);
+      a6 = hn::NegMulAdd(l, hn::LoadU(d, row + 6 * n), a6);
+      a7 = hn::NegMulAdd(l, hn::LoadU(d, row + 7 * n), a7);
+    }
+  };
+  auto store = [&](Vec inv, double* HWY_RESTRICT row) {
+    hn::StoreU(hn::Mul(a0, inv), d, row);
+    if constexpr (V == 8) {
+      hn::StoreU(hn::Mul(a1, inv), d, row + n);
+      hn::StoreU(hn::Mul(a2, inv), d, row + 2 * n);
+      hn::StoreU(hn::Mul(a3, inv), d, row + 3 * n);
+      hn::StoreU(hn::Mul(a4, inv), d, row + 4 * n);
+      hn::StoreU(hn::Mul(a5, inv), d, row + 5 * n);
+      hn::StoreU(hn::Mul(a6, inv), d, row + 6 * n);
+      hn::StoreU(hn::Mul(a7, inv), d, row + 7 * n);
+    }
+  };
   // L Y = B: y_i = (b_i - sum_{i-kd <= j < i} L(i, j) y_j) / L(i, i).
   for (int64_t i = 0; i < k; ++i) {
-    double* HWY_RESTRICT bi = b + i * ldb + c;
-    hn::Vec<DD> acc[V];
-    for (int q = 0; q < V; ++q) acc[q] = hn::LoadU(d, bi + q * n);
+    load(b + i * ldb + c);
     for (int64_t j = std::max<int64_t>(0, i - kd); j < i; ++j) {
-      const auto l = hn::Set(d, band[j * ld + (i - j)]);
-      const double* HWY_RESTRICT bj = b + j * ldb + c;
-      for (int q = 0; q < V; ++q) acc[q] = hn::NegMulAdd(l, hn::LoadU(d, bj + q * n), acc[q]);
+      update(hn::Set(d, band[j * ld + (i - j)]), b + j * ldb + c);
     }
-    const auto inv = hn::Set(d, 1.0 / band[i * ld]);
-    for (int q = 0; q < V; ++q) hn::StoreU(hn::Mul(acc[q], inv), d, bi + q * n);
+    store(hn::Set(d, 1.0 / band[i * ld]), b + i * ldb + c);
   }
   // L^T X = Y: x_j = (y_j - sum_{j < i <= j+kd} L(i, j) x_i) / L(j, j).
   for (int64_t j = k - 1; j >= 0; --j) {
-    double* HWY_RESTRICT bj = b + j * ldb + c;
-    hn::Vec<DD> acc[V];
-    for (int q = 0; q < V; ++q) acc[q] = hn::LoadU(d, bj + q * n);
+    load(b + j * ldb + c);
     const int64_t last = std::min(k - 1, j + kd);
-    for (int64_t i = j + 1; i <= last; ++i) {
-      const auto l = hn::Set(d, band[j * ld + (i - j)]);
-      const double* HWY_RESTRICT bi = b + i * ldb + c;
-      for (int q = 0; q < V; ++q) acc[q] = hn::NegMulAdd(l, hn::LoadU(d, bi + q * n), acc[q]);
-    }
-    const auto inv = hn::Set(d, 1.0 / band[j * ld]);
-    for (int q = 0; q < V; ++q) hn::StoreU(hn::Mul(acc[q], inv), d, bj + q * n);
+    for (int64_t i = j + 1; i <= last; ++i) update(hn::Set(d, band[j * ld + (i - j)]), b + i * ldb + c);
+    store(hn::Set(d, 1.0 / band[j * ld]), b + j * ldb + c);
   }
 }
 

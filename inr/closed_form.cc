@@ -356,9 +356,10 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
                     m1.data() + (c0 - k0) * nx, static_cast<int>(nx));
       }
     }
-    // M rows [k0, k1) = M1 Psi_x over Psi_x's blocks (rows of Psi_x = columns of M1).
-    double* m = out + k0 * kx;
-    std::fill(m, m + rows * kx, 0.0);
+    // These rows of M = M1 Psi_x, formed transposed: M^T(:, k0:k1) = Psi_x^T M1^T (K_x x
+    // rows) over Psi_x's blocks (rows of Psi_x = columns of M1), the layout in which
+    // G_x's solve runs along K_x with the rows as contiguous right-hand sides.
+    std::vector<double> mt(static_cast<size_t>(kx * rows), 0.0);
     std::vector<double> m1_block;
     for (const BlockedFactor::Block& b : fx.blocks) {
       const int64_t rb = b.r1 - b.r0, wdt = b.c1 - b.c0;
@@ -375,23 +376,25 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
         a = m1.data() + b.r0;
         lda = nx;
       }
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
-                  static_cast<int>(wdt), static_cast<int>(rb), 1.0, a, static_cast<int>(lda),
-                  fx.panels.data() + b.offset, static_cast<int>(wdt), 1.0, m + b.c0,
-                  static_cast<int>(kx));
+      cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, static_cast<int>(wdt),
+                  static_cast<int>(rows), static_cast<int>(rb), 1.0, fx.panels.data() + b.offset,
+                  static_cast<int>(wdt), a, static_cast<int>(lda), 1.0, mt.data() + b.c0 * rows,
+                  static_cast<int>(rows));
     }
-    // T = M G_x^-1 on these rows (T^T = G_x^-1 M^T, G symmetric: the band solve runs on
-    // the transposed rows, whose columns are the right-hand sides).
+    // T^T = G_x^-1 M^T on these columns (T = M G_x^-1, G symmetric).
+    const double* tt = mt.data();
+    std::vector<double> dense_out;
     if (fx.banded) {
-      RowMatrixXd mt = Eigen::Map<const RowMatrixXd>(m, rows, kx).transpose();
       internal::BandCholeskySolve(fx.band.data(), kx, fx.kd, mt.data(), rows, 0, rows);
-      Eigen::Map<RowMatrixXd>(m, rows, kx) = mt.transpose();
     } else {
-      const RowMatrixXd mm = Eigen::Map<const RowMatrixXd>(m, rows, kx);
-      cblas_dsymm(CblasRowMajor, CblasRight, CblasUpper, static_cast<int>(rows),
-                  static_cast<int>(kx), 1.0, fx.inverse.data(), static_cast<int>(kx), mm.data(),
-                  static_cast<int>(kx), 0.0, m, static_cast<int>(kx));
+      dense_out.resize(mt.size());
+      cblas_dsymm(CblasRowMajor, CblasLeft, CblasUpper, static_cast<int>(kx),
+                  static_cast<int>(rows), 1.0, fx.inverse.data(), static_cast<int>(kx), mt.data(),
+                  static_cast<int>(rows), 0.0, dense_out.data(), static_cast<int>(rows));
+      tt = dense_out.data();
     }
+    // Rows [k0, k1) of T into the output, transposed back in 8 x 8 tiles.
+    internal::Transpose(tt, kx, rows, rows, out + k0 * kx, kx);
   }
   if (barrier != nullptr) barrier->Wait();
   // W = G_y^-1 T on columns [j0, j1), in place.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "inr/closed_form_kernels.h"
 
@@ -91,7 +92,20 @@ void BandCholeskySolveImpl(const double* band, int64_t k, int64_t kd, double* b,
   // 8 independent accumulators cover the FMA latency (4 cycles, 2 per cycle): with
   // AVX-512 a chunk is 64 columns (a 512-byte slice of kd + 1 rows stays in L1), with
   // AVX2 32. Narrower remainders take 1 vector at a time, then scalar columns.
+  // A chunk's rows are copied into a contiguous k x 8n buffer first when they lie far
+  // apart: with rows 2 KiB or more apart the kd + 1 rows in flight map to the same few
+  // L1 sets (8 ways) and evict one another.
   int64_t c = c0;
+  if (c + 8 * n <= c1 && ldb >= 256) {
+    thread_local std::vector<double> packed;
+    const int64_t w = 8 * n;
+    packed.resize(static_cast<size_t>(k * w));
+    for (; c + w <= c1; c += w) {
+      for (int64_t i = 0; i < k; ++i) std::copy_n(b + i * ldb + c, w, packed.data() + i * w);
+      SolveChunk<8>(band, k, kd, packed.data(), w, 0);
+      for (int64_t i = 0; i < k; ++i) std::copy_n(packed.data() + i * w, w, b + i * ldb + c);
+    }
+  }
   for (; c + 8 * n <= c1; c += 8 * n) SolveChunk<8>(band, k, kd, b, ldb, c);
   for (; c + n <= c1; c += n) SolveChunk<1>(band, k, kd, b, ldb, c);
   if (c < c1) BandCholeskySolveReference(band, k, kd, b, ldb, c, c1);
@@ -183,6 +197,20 @@ bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t 
     }
   }
   return true;
+}
+
+void Transpose(const double* src, int64_t rows, int64_t cols, int64_t lds, double* dst,
+               int64_t ldd) {
+  constexpr int64_t kTile = 8;
+  for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+    const int64_t i1 = std::min(rows, i0 + kTile);
+    for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+      const int64_t j1 = std::min(cols, j0 + kTile);
+      for (int64_t j = j0; j < j1; ++j) {
+        for (int64_t i = i0; i < i1; ++i) dst[j * ldd + i] = src[i * lds + j];
+      }
+    }
+  }
 }
 
 void DemoteToFloat(const double* src, int64_t n, float* dst) {

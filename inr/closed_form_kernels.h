@@ -26,6 +26,12 @@ void BandCholeskySolveReference(const double* band, int64_t k, int64_t kd, doubl
 bool AllFinite(const double* data, int64_t rows, int64_t cols, int64_t ld);
 bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t ld);
 
+// dst (cols x rows, leading dimension ldd) = src^T for src rows x cols (leading
+// dimension lds), in 8 x 8 tiles (a column walk through a row-major matrix whose rows
+// are 4 KiB apart misses the cache on every element).
+void Transpose(const double* src, int64_t rows, int64_t cols, int64_t lds, double* dst,
+               int64_t ldd);
+
 // dst[i] = (float)src[i], i < n (round to nearest).
 void DemoteToFloat(const double* src, int64_t n, float* dst);
 

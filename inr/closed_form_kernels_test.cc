@@ -27,7 +27,8 @@ std::vector<double> RandomBand(int64_t k, int64_t kd, std::mt19937_64& rng) {
 
 // The vector solve against the row-operation reference on column counts below, at and
 // above the chunk widths (8 vectors: 64 columns with AVX-512, 32 with AVX2, 16 baseline;
-// 1 vector: 8, 4, 2) and on column sub-ranges. Both compute the same substitutions, the
+// 1 vector: 8, 4, 2) and on column sub-ranges, with rows close together and far apart
+// (the latter are solved in a packed copy). Both compute the same substitutions, the
 // vector one with fused multiply-adds and another summation order: with |L^-1| = O(1)
 // the results agree to a few ulp times k, so 1e-13 relative to max |X| is a bound with
 // ~10x margin, and a wrong index or a missed row shows up at O(1).
@@ -40,7 +41,8 @@ TEST(BandCholeskySolveTest, MatchesReference) {
       const std::vector<double> band = RandomBand(k, kd, rng);
       for (int64_t cols : {1, 3, 8, 17, 32, 33, 64, 70, 129}) {
         for (int64_t c0 : {int64_t{0}, cols / 3}) {
-          const int64_t ldb = cols + 5;
+          // Rows 2 KiB or more apart take the packed path.
+          const int64_t ldb = cols + (c0 == 0 ? 5 : 300);
           std::vector<double> b(static_cast<size_t>(k * ldb));
           for (double& v : b) v = u(rng);
           std::vector<double> want = b, got = b;
@@ -114,6 +116,25 @@ TEST(AllFiniteTest, FindsEveryNonFiniteEntry) {
           t[r * ld + c] = v;
           EXPECT_FALSE(AllFinite(t.data(), rows, cols, ld)) << r << ", " << c << ": " << v;
           EXPECT_FALSE(AllFiniteReference(t.data(), rows, cols, ld));
+        }
+      }
+    }
+  }
+}
+
+// Transpose of tiles and ragged edges (sizes around the 8 x 8 tile) with padded leading
+// dimensions: an exact copy, and the padding is left alone.
+TEST(TransposeTest, MatchesElementwise) {
+  for (int64_t rows : {1, 7, 8, 9, 20}) {
+    for (int64_t cols : {1, 8, 13}) {
+      const int64_t lds = cols + 3, ldd = rows + 2;
+      std::vector<double> src(static_cast<size_t>(rows * lds));
+      for (size_t q = 0; q < src.size(); ++q) src[q] = static_cast<double>(q) + 0.5;
+      std::vector<double> dst(static_cast<size_t>(cols * ldd), -1.0);
+      Transpose(src.data(), rows, cols, lds, dst.data(), ldd);
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t i = 0; i < ldd; ++i) {
+          EXPECT_EQ(dst[j * ldd + i], i < rows ? src[i * lds + j] : -1.0) << i << ", " << j;
         }
       }
     }

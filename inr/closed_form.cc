@@ -166,7 +166,8 @@ struct BlockedFactor {
   int64_t n = 0, k = 0;
   std::vector<Block> blocks;
   std::vector<double> panels;
-  std::vector<float> panels_f;  // the same in float32 (float32_image_products)
+  std::vector<double> panels_t;  // each panel transposed (window x rows)
+  std::vector<float> panels_f;   // the same as `panels` in float32 (float32_image_products)
   // G = Psi^T Psi + lambda I is banded with bandwidth kd (from the block windows). A narrow
   // band is solved through its band Cholesky factor (O(K^2 kd) per side); a wide one
   // through the explicit inverse (O(K^3), level 3), whichever costs less.
@@ -194,32 +195,18 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
   f.n = n;
   f.k = k;
   // The same flush as FlushTails: entries below 2^-60 of the largest count as zeros.
-  double max_abs = 0.0;
-  for (int64_t r = 0; r < n; ++r) {
-    const double* row = psi.data() + r * ld;
-    for (int64_t c = 0; c < k; ++c) max_abs = std::max(max_abs, std::abs(row[c]));
-  }
-  const double floor = 0x1p-60 * max_abs;
+  const double floor = 0x1p-60 * internal::MaxAbs(psi.data(), n, k, ld);
   auto kept = [floor](double v) { return v != 0.0 && !(std::abs(v) < floor); };
+  // kept(v) <=> |v| >= threshold (the smallest subnormal stands for v != 0 when the
+  // floor underflows to 0).
+  const double threshold = std::max(floor, std::numeric_limits<double>::denorm_min());
   int64_t total = 0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
     int64_t c0 = k, c1 = 0;
     for (int64_t r = r0; r < r1; ++r) {
-      const double* row = psi.data() + r * ld;
-      int64_t lo = k, hi = 0;
-      for (int64_t c = 0; c < k; ++c) {
-        if (kept(row[c])) {
-          lo = c;
-          break;
-        }
-      }
-      for (int64_t c = k - 1; c >= lo; --c) {
-        if (kept(row[c])) {
-          hi = c + 1;
-          break;
-        }
-      }
+      int64_t lo, hi;
+      internal::RowSpan(psi.data() + r * ld, k, threshold, &lo, &hi);
       // G(a, b) != 0 needs a row holding both a and b: G's bandwidth is the widest row span.
       if (lo < hi) f.kd = std::max<int>(f.kd, static_cast<int>(hi - lo - 1));
       c0 = std::min(c0, lo);
@@ -238,6 +225,11 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
       double* dst = f.panels.data() + b.offset + (r - b.r0) * w;
       for (int64_t c = b.c0; c < b.c1; ++c) dst[c - b.c0] = kept(row[c]) ? row[c] : 0.0;
     }
+  }
+  f.panels_t.resize(f.panels.size());
+  for (const BlockedFactor::Block& b : f.blocks) {
+    internal::Transpose(f.panels.data() + b.offset, b.r1 - b.r0, b.c1 - b.c0, b.c1 - b.c0,
+                        f.panels_t.data() + b.offset, b.r1 - b.r0);
   }
   if (float_panels) {
     f.panels_f.resize(f.panels.size());
@@ -360,26 +352,21 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
     // rows) over Psi_x's blocks (rows of Psi_x = columns of M1), the layout in which
     // G_x's solve runs along K_x with the rows as contiguous right-hand sides.
     std::vector<double> mt(static_cast<size_t>(kx * rows), 0.0);
-    std::vector<double> m1_block;
+    // Both operands are laid out for a plain NN product (OpenBLAS's small-matrix TT
+    // kernel ran at half the NN rate): the panel is stored transposed, and the block of
+    // M1 is copied (float32: widened) transposed, rb x rows.
+    std::vector<double> m1t;
     for (const BlockedFactor::Block& b : fx.blocks) {
       const int64_t rb = b.r1 - b.r0, wdt = b.c1 - b.c0;
-      const double* a;
-      int64_t lda;
-      if constexpr (std::is_same_v<T, float>) {
-        m1_block.resize(static_cast<size_t>(rows * rb));
-        for (int64_t i = 0; i < rows; ++i) {
-          for (int64_t r = 0; r < rb; ++r) m1_block[i * rb + r] = m1[i * nx + b.r0 + r];
-        }
-        a = m1_block.data();
-        lda = rb;
-      } else {
-        a = m1.data() + b.r0;
-        lda = nx;
+      m1t.resize(static_cast<size_t>(rb * rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* src = m1.data() + i * nx + b.r0;
+        for (int64_t r = 0; r < rb; ++r) m1t[r * rows + i] = static_cast<double>(src[r]);
       }
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasTrans, static_cast<int>(wdt),
-                  static_cast<int>(rows), static_cast<int>(rb), 1.0, fx.panels.data() + b.offset,
-                  static_cast<int>(wdt), a, static_cast<int>(lda), 1.0, mt.data() + b.c0 * rows,
-                  static_cast<int>(rows));
+      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(wdt),
+                  static_cast<int>(rows), static_cast<int>(rb), 1.0,
+                  fx.panels_t.data() + b.offset, static_cast<int>(rb), m1t.data(),
+                  static_cast<int>(rows), 1.0, mt.data() + b.c0 * rows, static_cast<int>(rows));
     }
     // T^T = G_x^-1 M^T on these columns (T = M G_x^-1, G symmetric).
     const double* tt = mt.data();

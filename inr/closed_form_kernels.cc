@@ -130,6 +130,73 @@ bool AllFiniteImpl(const double* data, int64_t rows, int64_t cols, int64_t ld) {
   return hn::AllTrue(d, hn::Eq(hn::Add(acc0, acc1), hn::Zero(d))) && tail == 0.0;
 }
 
+double MaxAbsImpl(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  const DD d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
+  double tail = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* HWY_RESTRICT row = data + r * ld;
+    int64_t j = 0;
+    for (; j + 2 * n <= cols; j += 2 * n) {
+      acc0 = hn::Max(acc0, hn::Abs(hn::LoadU(d, row + j)));
+      acc1 = hn::Max(acc1, hn::Abs(hn::LoadU(d, row + j + n)));
+    }
+    for (; j < cols; ++j) tail = std::max(tail, std::abs(row[j]));
+  }
+  return std::max(tail, hn::GetLane(hn::MaxOfLanes(d, hn::Max(acc0, acc1))));
+}
+
+void RowSpanImpl(const double* row, int64_t k, double threshold, int64_t* lo, int64_t* hi) {
+  const DD d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const auto t = hn::Set(d, threshold);
+  int64_t first = k;
+  int64_t c = 0;
+  for (; c + n <= k; c += n) {
+    const intptr_t q = hn::FindFirstTrue(d, hn::Ge(hn::Abs(hn::LoadU(d, row + c)), t));
+    if (q >= 0) {
+      first = c + q;
+      break;
+    }
+  }
+  if (first == k) {
+    for (; c < k; ++c) {
+      if (std::abs(row[c]) >= threshold) {
+        first = c;
+        break;
+      }
+    }
+  }
+  if (first == k) {
+    *lo = k;
+    *hi = 0;
+    return;
+  }
+  // From the right: scalar over the ragged end, then whole vectors down to `first`.
+  int64_t e = k;
+  for (; e > first && (e - first) % n != 0; --e) {
+    if (std::abs(row[e - 1]) >= threshold) {
+      *lo = first;
+      *hi = e;
+      return;
+    }
+  }
+  for (; e - n >= first; e -= n) {
+    if (!hn::AllFalse(d, hn::Ge(hn::Abs(hn::LoadU(d, row + e - n)), t))) {
+      for (int64_t q = e; q > e - n; --q) {
+        if (std::abs(row[q - 1]) >= threshold) {
+          *lo = first;
+          *hi = q;
+          return;
+        }
+      }
+    }
+  }
+  *lo = first;
+  *hi = first + 1;  // not reached: row[first] itself passes
+}
+
 void DemoteToFloatImpl(const double* src, int64_t n, float* dst) {
   const DD d;
   const hn::Rebind<float, DD> df;
@@ -153,6 +220,35 @@ namespace internal {
 HWY_EXPORT(BandCholeskySolveImpl);
 HWY_EXPORT(AllFiniteImpl);
 HWY_EXPORT(DemoteToFloatImpl);
+HWY_EXPORT(MaxAbsImpl);
+HWY_EXPORT(RowSpanImpl);
+
+double MaxAbs(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  return HWY_DYNAMIC_DISPATCH(MaxAbsImpl)(data, rows, cols, ld);
+}
+
+double MaxAbsReference(const double* data, int64_t rows, int64_t cols, int64_t ld) {
+  double m = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::abs(data[r * ld + j]));
+  }
+  return m;
+}
+
+void RowSpan(const double* row, int64_t k, double threshold, int64_t* lo, int64_t* hi) {
+  HWY_DYNAMIC_DISPATCH(RowSpanImpl)(row, k, threshold, lo, hi);
+}
+
+void RowSpanReference(const double* row, int64_t k, double threshold, int64_t* lo, int64_t* hi) {
+  *lo = k;
+  *hi = 0;
+  for (int64_t c = 0; c < k; ++c) {
+    if (std::abs(row[c]) >= threshold) {
+      if (*lo == k) *lo = c;
+      *hi = c + 1;
+    }
+  }
+}
 
 void BandCholeskySolve(const double* band, int64_t k, int64_t kd, double* b, int64_t ldb,
                        int64_t c0, int64_t c1) {

@@ -26,6 +26,16 @@ void BandCholeskySolveReference(const double* band, int64_t k, int64_t kd, doubl
 bool AllFinite(const double* data, int64_t rows, int64_t cols, int64_t ld);
 bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t ld);
 
+// max |entry| of the rows x cols block (leading dimension ld); 0 when empty. Entries
+// finite.
+double MaxAbs(const double* data, int64_t rows, int64_t cols, int64_t ld);
+double MaxAbsReference(const double* data, int64_t rows, int64_t cols, int64_t ld);
+
+// [lo, hi): from the first to one past the last index c < k with |row[c]| >= threshold;
+// lo = k, hi = 0 when there is none. threshold > 0; entries finite.
+void RowSpan(const double* row, int64_t k, double threshold, int64_t* lo, int64_t* hi);
+void RowSpanReference(const double* row, int64_t k, double threshold, int64_t* lo, int64_t* hi);
+
 // dst (cols x rows, leading dimension ldd) = src^T for src rows x cols (leading
 // dimension lds), in 8 x 8 tiles (a column walk through a row-major matrix whose rows
 // are 4 KiB apart misses the cache on every element).

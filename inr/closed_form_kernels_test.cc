@@ -122,6 +122,37 @@ TEST(AllFiniteTest, FindsEveryNonFiniteEntry) {
   }
 }
 
+// MaxAbs and RowSpan are exact (comparisons only): equal to their references on random
+// sparse rows of every length around the vector widths, with kept entries placed at the
+// ends, inside and nowhere, and with subnormal entries against the smallest threshold.
+TEST(RowScanTest, MaxAbsAndRowSpanMatchReferences) {
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int64_t k = 1; k <= 40; ++k) {
+    for (int trial = 0; trial < 30; ++trial) {
+      std::vector<double> row(static_cast<size_t>(k), 0.0);
+      const double density = trial % 3 == 0 ? 0.0 : u(rng);
+      for (double& v : row) {
+        if (u(rng) < density) v = (u(rng) < 0.5 ? -1 : 1) * std::ldexp(u(rng), -static_cast<int>(u(rng) * 1100));
+      }
+      if (trial % 5 == 1) row[0] = -0.75;
+      if (trial % 5 == 2) row[k - 1] = 0.5;
+      EXPECT_EQ(MaxAbs(row.data(), 1, k, k), MaxAbsReference(row.data(), 1, k, k));
+      for (double threshold : {std::numeric_limits<double>::denorm_min(), 1e-300, 0x1p-60, 0.3}) {
+        int64_t lo, hi, want_lo, want_hi;
+        RowSpan(row.data(), k, threshold, &lo, &hi);
+        RowSpanReference(row.data(), k, threshold, &want_lo, &want_hi);
+        ASSERT_EQ(lo, want_lo) << "k=" << k << " trial " << trial << " threshold " << threshold;
+        ASSERT_EQ(hi, want_hi) << "k=" << k << " trial " << trial << " threshold " << threshold;
+      }
+    }
+  }
+  // A block with a leading dimension: the padding is not read into the maximum.
+  const std::vector<double> m = {1, -3, 99, 2, 0.5, -99};
+  EXPECT_EQ(MaxAbs(m.data(), 2, 2, 3), 3.0);
+  EXPECT_EQ(MaxAbs(m.data(), 0, 2, 3), 0.0);
+}
+
 // Transpose of tiles and ragged edges (sizes around the 8 x 8 tile) with padded leading
 // dimensions: an exact copy, and the padding is left alone.
 TEST(TransposeTest, MatchesElementwise) {

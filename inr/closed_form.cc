@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -309,6 +310,21 @@ std::pair<int64_t, int64_t> Part(int64_t n, int parts, int p) {
   return {n * p / parts, n * (p + 1) / parts};
 }
 
+// Accumulation into rows [a, b) of an output whose rows [start, *covered) are already
+// initialised: zero(lo, hi) fills a gap below a, then product(lo, hi, beta) adds into
+// the initialised part (beta 1) and overwrites the new part (beta 0).
+template <class Zero, class Product>
+void IntoRows(int64_t a, int64_t b, int64_t* covered, Zero zero, Product product) {
+  if (a > *covered) {
+    zero(*covered, a);
+    *covered = a;
+  }
+  const int64_t split = std::min(b, *covered);
+  if (a < split) product(a, split, 1);
+  if (split < b) product(std::max(a, split), b, 0);
+  *covered = std::max(*covered, b);
+}
+
 // One thread's share of W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 (K_y x K_x, written to w):
 //  A. rows [k0, k1) of M = (Psi_y^T S) Psi_x, from the y blocks whose windows meet
 //     those rows (M1 = Psi_y^T S rows [k0, k1), in T, then times Psi_x's blocks);
@@ -323,7 +339,11 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
   const int64_t rows = k1 - k0;
   double* out = w->data();
   if (rows > 0) {
-    std::vector<T> m1(static_cast<size_t>(rows * nx), T(0));
+    // M1 rows [k0, k1) over Psi_y's blocks; the windows overlap, so each product
+    // accumulates into rows an earlier block wrote and overwrites the rest (IntoRows),
+    // sparing a zero fill of the whole buffer.
+    std::unique_ptr<T[]> m1(new T[static_cast<size_t>(rows * nx)]);
+    int64_t covered = k0;
     std::vector<float> s_panel;
     for (const BlockedFactor::Block& b : fy.blocks) {
       const int64_t c0 = std::max(b.c0, k0), c1 = std::min(b.c1, k1);
@@ -335,39 +355,60 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
           internal::DemoteToFloat(s.data() + (b.r0 + r) * s.outerStride(), nx,
                                   s_panel.data() + r * nx);
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(c1 - c0),
-                    static_cast<int>(nx), static_cast<int>(rb), 1.0f,
-                    fy.panels_f.data() + b.offset + (c0 - b.c0), static_cast<int>(wdt),
-                    s_panel.data(), static_cast<int>(nx), 1.0f, m1.data() + (c0 - k0) * nx,
-                    static_cast<int>(nx));
-      } else {
-        cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(c1 - c0),
-                    static_cast<int>(nx), static_cast<int>(rb), 1.0,
-                    fy.panels.data() + b.offset + (c0 - b.c0), static_cast<int>(wdt),
-                    s.data() + b.r0 * s.outerStride(), static_cast<int>(s.outerStride()), 1.0,
-                    m1.data() + (c0 - k0) * nx, static_cast<int>(nx));
       }
+      IntoRows(
+          c0, c1, &covered,
+          [&](int64_t z0, int64_t z1) {
+            std::fill(m1.get() + (z0 - k0) * nx, m1.get() + (z1 - k0) * nx, T(0));
+          },
+          [&](int64_t p0, int64_t p1, int beta) {
+            if constexpr (std::is_same_v<T, float>) {
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                          static_cast<int>(nx), static_cast<int>(rb), 1.0f,
+                          fy.panels_f.data() + b.offset + (p0 - b.c0), static_cast<int>(wdt),
+                          s_panel.data(), static_cast<int>(nx), static_cast<float>(beta),
+                          m1.get() + (p0 - k0) * nx, static_cast<int>(nx));
+            } else {
+              cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                          static_cast<int>(nx), static_cast<int>(rb), 1.0,
+                          fy.panels.data() + b.offset + (p0 - b.c0), static_cast<int>(wdt),
+                          s.data() + b.r0 * s.outerStride(), static_cast<int>(s.outerStride()),
+                          static_cast<double>(beta), m1.get() + (p0 - k0) * nx,
+                          static_cast<int>(nx));
+            }
+          });
     }
+    std::fill(m1.get() + (covered - k0) * nx, m1.get() + rows * nx, T(0));
     // These rows of M = M1 Psi_x, formed transposed: M^T(:, k0:k1) = Psi_x^T M1^T (K_x x
     // rows) over Psi_x's blocks (rows of Psi_x = columns of M1), the layout in which
     // G_x's solve runs along K_x with the rows as contiguous right-hand sides.
-    std::vector<double> mt(static_cast<size_t>(kx * rows), 0.0);
+    std::vector<double> mt(static_cast<size_t>(kx * rows));
+    covered = 0;
     // Both operands are laid out for a plain NN product (OpenBLAS's small-matrix TT
     // kernel ran at half the NN rate): the panel is stored transposed, and the block of
     // M1 is copied (float32: widened) transposed, rb x rows.
     std::vector<double> m1t;
     for (const BlockedFactor::Block& b : fx.blocks) {
-      const int64_t rb = b.r1 - b.r0, wdt = b.c1 - b.c0;
+      const int64_t rb = b.r1 - b.r0;
       m1t.resize(static_cast<size_t>(rb * rows));
       for (int64_t i = 0; i < rows; ++i) {
-        const T* src = m1.data() + i * nx + b.r0;
+        const T* src = m1.get() + i * nx + b.r0;
         for (int64_t r = 0; r < rb; ++r) m1t[r * rows + i] = static_cast<double>(src[r]);
       }
-      cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(wdt),
-                  static_cast<int>(rows), static_cast<int>(rb), 1.0,
-                  fx.panels_t.data() + b.offset, static_cast<int>(rb), m1t.data(),
-                  static_cast<int>(rows), 1.0, mt.data() + b.c0 * rows, static_cast<int>(rows));
+      IntoRows(
+          b.c0, b.c1, &covered,
+          [&](int64_t z0, int64_t z1) {
+            std::fill(mt.data() + z0 * rows, mt.data() + z1 * rows, 0.0);
+          },
+          [&](int64_t p0, int64_t p1, int beta) {
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                        static_cast<int>(rows), static_cast<int>(rb), 1.0,
+                        fx.panels_t.data() + b.offset + (p0 - b.c0) * rb, static_cast<int>(rb),
+                        m1t.data(), static_cast<int>(rows), static_cast<double>(beta),
+                        mt.data() + p0 * rows, static_cast<int>(rows));
+          });
     }
+    std::fill(mt.data() + covered * rows, mt.data() + kx * rows, 0.0);
     // T^T = G_x^-1 M^T on these columns (T = M G_x^-1, G symmetric).
     const double* tt = mt.data();
     std::vector<double> dense_out;

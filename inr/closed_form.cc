@@ -4,17 +4,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "inr/blas.h"
+#include "inr/closed_form_kernels.h"
 
 // LAPACK's Cholesky factorisation and solve (Fortran symbols in OpenBLAS).
 extern "C" {
@@ -42,13 +48,8 @@ absl::Status CheckMatrix(const MatrixRef& m, const char* what) {
     return absl::OutOfRangeError(
         absl::StrCat(what, " is too large (", m.rows(), " x ", m.cols(), ")"));
   }
-  // A plain loop: Eigen's allFinite() is several times slower here (SSE2 build).
-  bool finite = true;
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    const double* row = m.data() + i * m.outerStride();
-    for (int64_t j = 0; j < m.cols(); ++j) finite &= std::abs(row[j]) <= std::numeric_limits<double>::max();
-  }
-  if (!finite) {
+  // A vector kernel: Eigen's allFinite() and plain loops run scalar in this SSE2 build.
+  if (!internal::AllFinite(m.data(), m.rows(), m.cols(), m.outerStride())) {
     return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite entry"));
   }
   return absl::OkStatus();
@@ -155,16 +156,22 @@ absl::Status FactorGram(RowMatrixXd& g, double lambda, int64_t n) {
 // A factor cut into blocks of rows, each with the window of columns where its nonzeros
 // lie. Shifted bases are local (a few to a few dozen nonzeros per row), so products with
 // the factor touch only these windows: Zheng et al.'s O(N K (N + K)) becomes
-// O(N b (N + K)) for bandwidth b, with every block product still a BLAS-3 call.
+// O(N b (N + K)) for bandwidth b, with every block product still a BLAS-3 call. Each
+// block's window is packed into its own row-major panel (rows x window), so the factor
+// is never copied whole.
 struct BlockedFactor {
   struct Block {
     int64_t r0, r1, c0, c1;
+    int64_t offset;  // of the panel in `panels` (and `panels_f`)
   };
-  RowMatrixXd psi;
+  int64_t n = 0, k = 0;
   std::vector<Block> blocks;
+  std::vector<double> panels;
+  std::vector<double> panels_t;  // each panel transposed (window x rows)
+  std::vector<float> panels_f;   // the same as `panels` in float32 (float32_image_products)
   // G = Psi^T Psi + lambda I is banded with bandwidth kd (from the block windows). A narrow
-  // band is solved through LAPACK's band Cholesky (O(K^2 kd) per side, level 2); a wide
-  // one through the explicit inverse (O(K^3), level 3), whichever costs less.
+  // band is solved through its band Cholesky factor (O(K^2 kd) per side); a wide one
+  // through the explicit inverse (O(K^3), level 3), whichever costs less.
   int kd = 0;
   bool banded = false;
   RowMatrixXd band;     // banded: band Cholesky factor, column-major (kd + 1) x K
@@ -176,75 +183,66 @@ struct BlockedFactor {
 // kd < K / 6 (measured at K = 256 with kd from 2 to 60).
 bool PreferBand(int64_t kd, int64_t k) { return 6 * kd < k; }
 
-// Solves G X = B in place for B row-major K x nrhs, with G = L L^T from the band factor:
-// forward then backward substitution, each step a row operation over all right-hand sides
-// (contiguous, vectorised). LAPACK's dpbtrs solves one column at a time through dtbsv,
-// whose per-call overhead dominated at K = 256.
-void SolveGram(const BlockedFactor& f, RowMatrixXd* b) {
-  const int64_t k = f.psi.cols(), nrhs = b->cols(), kd = f.kd;
-  // L(i, j), j <= i <= j + kd, is f.band(j, i - j).
-  for (int64_t j = 0; j < k; ++j) {
-    double* bj = b->data() + j * nrhs;
-    const double inv = 1.0 / f.band(j, 0);
-    for (int64_t c = 0; c < nrhs; ++c) bj[c] *= inv;
-    for (int64_t i = j + 1; i <= std::min(k - 1, j + kd); ++i) {
-      double* bi = b->data() + i * nrhs;
-      const double l = f.band(j, i - j);
-      for (int64_t c = 0; c < nrhs; ++c) bi[c] -= l * bj[c];
-    }
-  }
-  for (int64_t j = k - 1; j >= 0; --j) {
-    double* bj = b->data() + j * nrhs;
-    for (int64_t i = j + 1; i <= std::min(k - 1, j + kd); ++i) {
-      const double* bi = b->data() + i * nrhs;
-      const double l = f.band(j, i - j);
-      for (int64_t c = 0; c < nrhs; ++c) bj[c] -= l * bi[c];
-    }
-    const double inv = 1.0 / f.band(j, 0);
-    for (int64_t c = 0; c < nrhs; ++c) bj[c] *= inv;
-  }
-}
-
 constexpr int64_t kRowBlock = 32;
 
-absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda) {
+absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
+                                            bool float_panels) {
   absl::Status s = CheckMatrix(psi, "encoding factor Psi");
   if (!s.ok()) return s;
   if (!(s = CheckLambda(lambda)).ok()) return s;
   EnsureBlasKernels();
   BlockedFactor f;
-  f.psi = FlushTails(psi);
-  const int64_t n = f.psi.rows(), k = f.psi.cols();
+  const int64_t n = psi.rows(), k = psi.cols(), ld = psi.outerStride();
+  f.n = n;
+  f.k = k;
+  // The same flush as FlushTails: entries below 2^-60 of the largest count as zeros.
+  const double floor = 0x1p-60 * internal::MaxAbs(psi.data(), n, k, ld);
+  auto kept = [floor](double v) { return v != 0.0 && !(std::abs(v) < floor); };
+  // kept(v) <=> |v| >= threshold (the smallest subnormal stands for v != 0 when the
+  // floor underflows to 0).
+  const double threshold = std::max(floor, std::numeric_limits<double>::denorm_min());
+  int64_t total = 0;
   for (int64_t r0 = 0; r0 < n; r0 += kRowBlock) {
     const int64_t r1 = std::min(n, r0 + kRowBlock);
     int64_t c0 = k, c1 = 0;
     for (int64_t r = r0; r < r1; ++r) {
-      int64_t lo = k, hi = 0;
-      for (int64_t c = 0; c < k; ++c) {
-        if (f.psi(r, c) != 0.0) {
-          lo = c;
-          break;
-        }
-      }
-      for (int64_t c = k - 1; c >= lo; --c) {
-        if (f.psi(r, c) != 0.0) {
-          hi = c + 1;
-          break;
-        }
-      }
+      int64_t lo, hi;
+      internal::RowSpan(psi.data() + r * ld, k, threshold, &lo, &hi);
       // G(a, b) != 0 needs a row holding both a and b: G's bandwidth is the widest row span.
       if (lo < hi) f.kd = std::max<int>(f.kd, static_cast<int>(hi - lo - 1));
       c0 = std::min(c0, lo);
       c1 = std::max(c1, hi);
     }
-    if (c0 < c1) f.blocks.push_back({r0, r1, c0, c1});
+    if (c0 < c1) {
+      f.blocks.push_back({r0, r1, c0, c1, total});
+      total += (r1 - r0) * (c1 - c0);
+    }
+  }
+  f.panels.resize(static_cast<size_t>(total));
+  for (const BlockedFactor::Block& b : f.blocks) {
+    const int64_t w = b.c1 - b.c0;
+    for (int64_t r = b.r0; r < b.r1; ++r) {
+      const double* row = psi.data() + r * ld;
+      double* dst = f.panels.data() + b.offset + (r - b.r0) * w;
+      for (int64_t c = b.c0; c < b.c1; ++c) dst[c - b.c0] = kept(row[c]) ? row[c] : 0.0;
+    }
+  }
+  f.panels_t.resize(f.panels.size());
+  for (const BlockedFactor::Block& b : f.blocks) {
+    internal::Transpose(f.panels.data() + b.offset, b.r1 - b.r0, b.c1 - b.c0, b.c1 - b.c0,
+                        f.panels_t.data() + b.offset, b.r1 - b.r0);
+  }
+  if (float_panels) {
+    f.panels_f.resize(f.panels.size());
+    internal::DemoteToFloat(f.panels.data(), total, f.panels_f.data());
   }
   // G = Psi^T Psi, block by block on the windows (upper triangle, row-major).
   f.inverse = RowMatrixXd::Zero(k, k);
   for (const BlockedFactor::Block& b : f.blocks) {
-    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(b.c1 - b.c0),
-                static_cast<int>(b.r1 - b.r0), 1.0, f.psi.data() + b.r0 * k + b.c0,
-                static_cast<int>(k), 1.0, f.inverse.data() + b.c0 * k + b.c0, static_cast<int>(k));
+    const int w = static_cast<int>(b.c1 - b.c0);
+    cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, w, static_cast<int>(b.r1 - b.r0), 1.0,
+                f.panels.data() + b.offset, w, 1.0, f.inverse.data() + b.c0 * k + b.c0,
+                static_cast<int>(k));
   }
   f.banded = PreferBand(f.kd, k);
   if (f.banded) {
@@ -283,66 +281,195 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda)
   return f;
 }
 
-// M1 = Psi_y^T S (K_y x n_x) over Psi_y's blocks, in T (float or double).
-template <class T>
-void BlockedLeftProduct(const BlockedFactor& fy, const MatrixRef& s, RowMatrixXd* out) {
-  using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const int64_t ky = fy.psi.cols(), nx = s.cols();
-  const Mat py = fy.psi.cast<T>();
-  const Mat st = s.cast<T>();
-  Mat m1 = Mat::Zero(ky, nx);
-  for (const BlockedFactor::Block& b : fy.blocks) {
-    const int w = static_cast<int>(b.c1 - b.c0), rb = static_cast<int>(b.r1 - b.r0);
-    if constexpr (std::is_same_v<T, float>) {
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, static_cast<int>(nx), rb, 1.0f,
-                  py.data() + b.r0 * ky + b.c0, static_cast<int>(ky), st.data() + b.r0 * nx,
-                  static_cast<int>(nx), 1.0f, m1.data() + b.c0 * nx, static_cast<int>(nx));
-    } else {
-      cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, w, static_cast<int>(nx), rb, 1.0,
-                  py.data() + b.r0 * ky + b.c0, static_cast<int>(ky), st.data() + b.r0 * nx,
-                  static_cast<int>(nx), 1.0, m1.data() + b.c0 * nx, static_cast<int>(nx));
+// A reusable barrier for a fixed number of threads.
+class Barrier {
+ public:
+  explicit Barrier(int parties) : parties_(parties) {}
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    const int64_t generation = generation_;
+    if (++arrived_ == parties_) {
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
     }
+    cv_.wait(lock, [&] { return generation_ != generation; });
   }
-  *out = m1.template cast<double>();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const int parties_;
+  int arrived_ = 0;
+  int64_t generation_ = 0;
+};
+
+// [begin, end) of part p when n items are cut into `parts` nearly equal pieces.
+std::pair<int64_t, int64_t> Part(int64_t n, int parts, int p) {
+  return {n * p / parts, n * (p + 1) / parts};
 }
 
-// W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 for one channel.
-RowMatrixXd FitChannel(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s,
-                       bool float32_products) {
-  const int64_t ky = fy.psi.cols(), kx = fx.psi.cols(), nx = s.cols();
-  RowMatrixXd m1;
-  if (float32_products) {
-    BlockedLeftProduct<float>(fy, s, &m1);
-  } else {
-    BlockedLeftProduct<double>(fy, s, &m1);
+// Accumulation into rows [a, b) of an output whose rows [start, *covered) are already
+// initialised: zero(lo, hi) fills a gap below a, then product(lo, hi, beta) adds into
+// the initialised part (beta 1) and overwrites the new part (beta 0).
+template <class Zero, class Product>
+void IntoRows(int64_t a, int64_t b, int64_t* covered, Zero zero, Product product) {
+  if (a > *covered) {
+    zero(*covered, a);
+    *covered = a;
   }
-  // M = M1 Psi_x over Psi_x's blocks (rows of Psi_x = columns of M1).
-  RowMatrixXd m = RowMatrixXd::Zero(ky, kx);
-  for (const BlockedFactor::Block& b : fx.blocks) {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(ky),
-                static_cast<int>(b.c1 - b.c0), static_cast<int>(b.r1 - b.r0), 1.0,
-                m1.data() + b.r0, static_cast<int>(nx), fx.psi.data() + b.r0 * kx + b.c0,
-                static_cast<int>(kx), 1.0, m.data() + b.c0, static_cast<int>(kx));
+  const int64_t split = std::min(b, *covered);
+  if (a < split) product(a, split, 1);
+  if (split < b) product(std::max(a, split), b, 0);
+  *covered = std::max(*covered, b);
+}
+
+// One thread's share of W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 (K_y x K_x, written to w):
+//  A. rows [k0, k1) of M = (Psi_y^T S) Psi_x, from the y blocks whose windows meet
+//     those rows (M1 = Psi_y^T S rows [k0, k1), in T, then times Psi_x's blocks);
+//  B. the same rows of T = M G_x^-1 (row-wise, so still this thread's own rows);
+//  (barrier: every row of T is final)
+//  C. columns [j0, j1) of W = G_y^-1 T.
+template <class T>
+void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s, int parts,
+              int p, Barrier* barrier, RowMatrixXd* w) {
+  const int64_t ky = fy.k, kx = fx.k, nx = s.cols();
+  const auto [k0, k1] = Part(ky, parts, p);
+  const int64_t rows = k1 - k0;
+  double* out = w->data();
+  if (rows > 0) {
+    // M1 rows [k0, k1) over Psi_y's blocks; the windows overlap, so each product
+    // accumulates into rows an earlier block wrote and overwrites the rest (IntoRows),
+    // sparing a zero fill of the whole buffer.
+    std::unique_ptr<T[]> m1(new T[static_cast<size_t>(rows * nx)]);
+    int64_t covered = k0;
+    std::vector<float> s_panel;
+    for (const BlockedFactor::Block& b : fy.blocks) {
+      const int64_t c0 = std::max(b.c0, k0), c1 = std::min(b.c1, k1);
+      if (c0 >= c1) continue;
+      const int64_t wdt = b.c1 - b.c0, rb = b.r1 - b.r0;
+      if constexpr (std::is_same_v<T, float>) {
+        s_panel.resize(static_cast<size_t>(rb * nx));
+        for (int64_t r = 0; r < rb; ++r) {
+          internal::DemoteToFloat(s.data() + (b.r0 + r) * s.outerStride(), nx,
+                                  s_panel.data() + r * nx);
+        }
+      }
+      IntoRows(
+          c0, c1, &covered,
+          [&](int64_t z0, int64_t z1) {
+            std::fill(m1.get() + (z0 - k0) * nx, m1.get() + (z1 - k0) * nx, T(0));
+          },
+          [&](int64_t p0, int64_t p1, int beta) {
+            if constexpr (std::is_same_v<T, float>) {
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                          static_cast<int>(nx), static_cast<int>(rb), 1.0f,
+                          fy.panels_f.data() + b.offset + (p0 - b.c0), static_cast<int>(wdt),
+                          s_panel.data(), static_cast<int>(nx), static_cast<float>(beta),
+                          m1.get() + (p0 - k0) * nx, static_cast<int>(nx));
+            } else {
+              cblas_dgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                          static_cast<int>(nx), static_cast<int>(rb), 1.0,
+                          fy.panels.data() + b.offset + (p0 - b.c0), static_cast<int>(wdt),
+                          s.data() + b.r0 * s.outerStride(), static_cast<int>(s.outerStride()),
+                          static_cast<double>(beta), m1.get() + (p0 - k0) * nx,
+                          static_cast<int>(nx));
+            }
+          });
+    }
+    std::fill(m1.get() + (covered - k0) * nx, m1.get() + rows * nx, T(0));
+    // These rows of M = M1 Psi_x, formed transposed: M^T(:, k0:k1) = Psi_x^T M1^T (K_x x
+    // rows) over Psi_x's blocks (rows of Psi_x = columns of M1), the layout in which
+    // G_x's solve runs along K_x with the rows as contiguous right-hand sides.
+    std::vector<double> mt(static_cast<size_t>(kx * rows));
+    covered = 0;
+    // Both operands are laid out for a plain NN product (OpenBLAS's small-matrix TT
+    // kernel ran at half the NN rate): the panel is stored transposed, and the block of
+    // M1 is copied (float32: widened) transposed, rb x rows.
+    std::vector<double> m1t;
+    for (const BlockedFactor::Block& b : fx.blocks) {
+      const int64_t rb = b.r1 - b.r0;
+      m1t.resize(static_cast<size_t>(rb * rows));
+      for (int64_t i = 0; i < rows; ++i) {
+        const T* src = m1.get() + i * nx + b.r0;
+        for (int64_t r = 0; r < rb; ++r) m1t[r * rows + i] = static_cast<double>(src[r]);
+      }
+      IntoRows(
+          b.c0, b.c1, &covered,
+          [&](int64_t z0, int64_t z1) {
+            std::fill(mt.data() + z0 * rows, mt.data() + z1 * rows, 0.0);
+          },
+          [&](int64_t p0, int64_t p1, int beta) {
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(p1 - p0),
+                        static_cast<int>(rows), static_cast<int>(rb), 1.0,
+                        fx.panels_t.data() + b.offset + (p0 - b.c0) * rb, static_cast<int>(rb),
+                        m1t.data(), static_cast<int>(rows), static_cast<double>(beta),
+                        mt.data() + p0 * rows, static_cast<int>(rows));
+          });
+    }
+    std::fill(mt.data() + covered * rows, mt.data() + kx * rows, 0.0);
+    // T^T = G_x^-1 M^T on these columns (T = M G_x^-1, G symmetric).
+    const double* tt = mt.data();
+    std::vector<double> dense_out;
+    if (fx.banded) {
+      internal::BandCholeskySolve(fx.band.data(), kx, fx.kd, mt.data(), rows, 0, rows);
+    } else {
+      dense_out.resize(mt.size());
+      cblas_dsymm(CblasRowMajor, CblasLeft, CblasUpper, static_cast<int>(kx),
+                  static_cast<int>(rows), 1.0, fx.inverse.data(), static_cast<int>(kx), mt.data(),
+                  static_cast<int>(rows), 0.0, dense_out.data(), static_cast<int>(rows));
+      tt = dense_out.data();
+    }
+    // Rows [k0, k1) of T into the output, transposed back in 8 x 8 tiles.
+    internal::Transpose(tt, kx, rows, rows, out + k0 * kx, kx);
   }
-  // Right side, T = M G_x^-1 (T^T = G_x^-1 M^T, G symmetric).
-  const int ikx = static_cast<int>(kx), iky = static_cast<int>(ky);
-  RowMatrixXd t(ky, kx);
-  if (fx.banded) {
-    RowMatrixXd mt = m.transpose();
-    SolveGram(fx, &mt);
-    t = mt.transpose();
-  } else {
-    cblas_dsymm(CblasRowMajor, CblasRight, CblasUpper, iky, ikx, 1.0, fx.inverse.data(), ikx,
-                m.data(), ikx, 0.0, t.data(), ikx);
-  }
-  // Left side, W = G_y^-1 T.
+  if (barrier != nullptr) barrier->Wait();
+  // W = G_y^-1 T on columns [j0, j1), in place.
+  const auto [j0, j1] = Part(kx, parts, p);
+  if (j1 <= j0) return;
   if (fy.banded) {
-    SolveGram(fy, &t);
-    return t;
+    internal::BandCholeskySolve(fy.band.data(), ky, fy.kd, out, kx, j0, j1);
+    return;
   }
-  RowMatrixXd w(ky, kx);
-  cblas_dsymm(CblasRowMajor, CblasLeft, CblasUpper, iky, ikx, 1.0, fy.inverse.data(), iky,
-              t.data(), ikx, 0.0, w.data(), ikx);
+  RowMatrixXd t = Eigen::Map<const RowMatrixXd, 0, Eigen::OuterStride<>>(
+      out + j0, ky, j1 - j0, Eigen::OuterStride<>(kx));
+  cblas_dsymm(CblasRowMajor, CblasLeft, CblasUpper, static_cast<int>(ky),
+              static_cast<int>(j1 - j0), 1.0, fy.inverse.data(), static_cast<int>(ky), t.data(),
+              static_cast<int>(j1 - j0), 0.0, out + j0, static_cast<int>(kx));
+}
+
+// The number of threads FitChannel uses: `requested` when > 0, else up to 4 (the
+// hardware's count) once the image product is large enough to pay for a thread
+// (~20 us to start): K_y n_x >= 2^15.
+int FitThreads(int requested, int64_t ky, int64_t nx) {
+  if (requested > 0) return static_cast<int>(std::min<int64_t>(requested, std::max<int64_t>(ky, 1)));
+  if (ky * nx < (int64_t{1} << 15)) return 1;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp<unsigned>(hw, 1, 4));
+}
+
+// W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 for one channel, on `threads` threads.
+RowMatrixXd FitChannel(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s,
+                       bool float32_products, int threads) {
+  RowMatrixXd w(fy.k, fx.k);
+  auto share = [&](int p, Barrier* barrier) {
+    if (float32_products) {
+      FitShare<float>(fy, fx, s, threads, p, barrier, &w);
+    } else {
+      FitShare<double>(fy, fx, s, threads, p, barrier, &w);
+    }
+  };
+  if (threads <= 1) {
+    share(0, nullptr);
+    return w;
+  }
+  Barrier barrier(threads);
+  std::vector<std::thread> pool;
+  pool.reserve(static_cast<size_t>(threads - 1));
+  for (int p = 1; p < threads; ++p) pool.emplace_back(share, p, &barrier);
+  share(0, &barrier);
+  for (std::thread& t : pool) t.join();
   return w;
 }
 
@@ -423,6 +550,10 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
   const double lambda = options.lambda;
   if (channels.empty()) return absl::InvalidArgumentError("no channels to fit");
   if (absl::Status s = CheckRcond(options.rcond); !s.ok()) return s;
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_threads must be >= 0 (0: automatic); got ", options.num_threads));
+  }
   for (size_t c = 0; c < channels.size(); ++c) {
     absl::Status s = CheckMatrix(channels[c], "image channel");
     if (!s.ok()) return s;
@@ -452,17 +583,19 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
     }
     return weights;
   }
-  absl::StatusOr<BlockedFactor> fy = PrepareFactor(psi_y, lambda);
+  const bool f32 = options.float32_image_products;
+  absl::StatusOr<BlockedFactor> fy = PrepareFactor(psi_y, lambda, f32);
   if (!fy.ok()) return fy.status();
   const bool shared = SameMatrix(psi_y, psi_x);
   absl::StatusOr<BlockedFactor> fx_own =
-      shared ? absl::StatusOr<BlockedFactor>(BlockedFactor()) : PrepareFactor(psi_x, lambda);
+      shared ? absl::StatusOr<BlockedFactor>(BlockedFactor()) : PrepareFactor(psi_x, lambda, f32);
   if (!fx_own.ok()) return fx_own.status();
   const BlockedFactor& fx = shared ? *fy : *fx_own;
   std::vector<RowMatrixXd> weights;
   weights.reserve(channels.size());
   for (const RowMatrixXd& s : channels) {
-    weights.push_back(FitChannel(*fy, fx, s, options.float32_image_products));
+    weights.push_back(
+        FitChannel(*fy, fx, s, f32, FitThreads(options.num_threads, fy->k, s.cols())));
   }
   return weights;
 }

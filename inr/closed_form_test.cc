@@ -117,6 +117,60 @@ TEST(ClosedForm, Float32ImageProductsStayCloseToFloat64) {
   EXPECT_GT(((*w32)[0] - (*w64)[0]).norm(), 0.0);  // it really took the float32 route
 }
 
+// The fit split over threads (rows of M = Psi_y^T S Psi_x and of M G_x^-1 per thread,
+// then columns of W) against one thread. Two Gaussian pairs: sigma = half a spacing
+// (Psi_y's rows span <= 10 shifts after the 2^-60 flush, so kd <= 9 < K_y / 6 takes the
+// band solves; Psi_x, K = 40, is too narrow for them and takes the dense inverse) and
+// sigma = 3 spacings (kd ~ 55: dense on both sides); both routes of the image product;
+// thread counts that do not divide K (uneven shares, more threads than rows). The band
+// route computes each entry of W by the same operations in the same order whatever the
+// split (up to BLAS picking other kernels for narrower products): 1e-12 relative. The
+// dense route multiplies by an explicit G^-1 whose entries exceed W's by ~cond(G)
+// (~1e5 here), and BLAS sums those products in a blocking that depends on the share's
+// width, so the split moves W by ~eps cond(G) (measured up to 8e-11): 1e-9. A missed or
+// doubled share gives O(1) in both. The single-thread fit is also
+// checked against the oracle (cond(G) ~ 1e2 here: 1e-9 is ~1e5 eps * cond).
+TEST(ClosedForm, ThreadCountsGiveTheSameWeights) {
+  std::mt19937_64 rng(21);
+  for (double spacings : {0.5, 3.0}) {
+    const int64_t ny = 150, nx = 97, ky = 128, kx = 40;
+    const RowMatrixXd psi_y = GaussianFactor(ny, ky, spacings / ky);
+    const RowMatrixXd psi_x = GaussianFactor(nx, kx, spacings / kx);
+    const std::vector<RowMatrixXd> s = {Random(ny, nx, rng), Random(ny, nx, rng)};
+    for (bool f32 : {false, true}) {
+      SeparableFitOptions options;
+      options.lambda = 1e-3;
+      options.float32_image_products = f32;
+      options.num_threads = 1;
+      absl::StatusOr<std::vector<RowMatrixXd>> one = FitSeparable2D(psi_y, psi_x, s, options);
+      ASSERT_TRUE(one.ok()) << one.status();
+      if (!f32) {
+        const RowMatrixXd ay = OraclePinv(psi_y, options.lambda);
+        const RowMatrixXd ax = OraclePinv(psi_x, options.lambda);
+        for (int c = 0; c < 2; ++c) {
+          const RowMatrixXd want = ay * s[c] * ax.transpose();
+          EXPECT_LT(((*one)[c] - want).norm() / want.norm(), 1e-9) << spacings;
+        }
+      }
+      for (int threads : {2, 3, 5, 200}) {
+        options.num_threads = threads;
+        absl::StatusOr<std::vector<RowMatrixXd>> many = FitSeparable2D(psi_y, psi_x, s, options);
+        ASSERT_TRUE(many.ok()) << many.status();
+        for (int c = 0; c < 2; ++c) {
+          EXPECT_LT(((*many)[c] - (*one)[c]).norm() / (*one)[c].norm(),
+                    spacings < 1 ? 1e-12 : 1e-9)
+              << "spacings " << spacings << " f32 " << f32 << " threads " << threads;
+        }
+      }
+    }
+  }
+  SeparableFitOptions bad;
+  bad.num_threads = -1;
+  const RowMatrixXd psi = GaussianFactor(8, 4, 0.2);
+  EXPECT_EQ(FitSeparable2D(psi, psi, {RowMatrixXd::Ones(8, 8)}, bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ClosedForm, PredictIsTheKroneckerModel) {
   std::mt19937_64 rng(7);
   const RowMatrixXd psi_y = Random(8, 3, rng), psi_x = Random(5, 4, rng), w = Random(3, 4, rng);

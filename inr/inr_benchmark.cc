@@ -32,7 +32,7 @@ RowMatrixXd TestImage(int64_t n) {
 }
 
 void BM_ClosedForm512(benchmark::State& state, ShiftedBasisKind kind, double width_in_spacings,
-                      bool float32_products) {
+                      bool float32_products, int num_threads = 0) {
   const int64_t n = 512, k = state.range(0);
   std::vector<double> coords(n);
   for (int64_t i = 0; i < n; ++i) coords[i] = (i + 0.5) / n;
@@ -42,6 +42,7 @@ void BM_ClosedForm512(benchmark::State& state, ShiftedBasisKind kind, double wid
   SeparableFitOptions options;
   options.lambda = 1e-6;
   options.float32_image_products = float32_products;
+  options.num_threads = num_threads;  // 0: automatic (up to 4, the hardware's count)
   const std::vector<RowMatrixXd> channels = {image};
   RowMatrixXd last;
   for (auto _ : state) {
@@ -65,6 +66,10 @@ void BM_ClosedForm512(benchmark::State& state, ShiftedBasisKind kind, double wid
 BENCHMARK_CAPTURE(BM_ClosedForm512, gaussian_fp64, ShiftedBasisKind::kGaussian, 1.0, false)
     ->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_ClosedForm512, gaussian_mixed, ShiftedBasisKind::kGaussian, 1.0, true)
+    ->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
+// The same on one thread, for the parallel speed-up.
+BENCHMARK_CAPTURE(BM_ClosedForm512, gaussian_mixed_1thread, ShiftedBasisKind::kGaussian, 1.0,
+                  true, 1)
     ->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_ClosedForm512, triangle_fp64, ShiftedBasisKind::kTriangle, 2.0, false)
     ->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -1,3 +1,11 @@
+// The Gaussian window kernel is compiled once per instruction set by Highway
+// (foreach_target.h re-includes this file with HWY_TARGET set); everything else once.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "encodings/coordinate/shifted_basis.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+
 #include "encodings/coordinate/shifted_basis.h"
 
 #include <algorithm>
@@ -10,6 +18,76 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace gpe {
+namespace encodings {
+namespace internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// out[i] = exp(c (x - t_i)^2), t_i = lo + i spacing, for i in [first, last). The
+// argument is formed by the same IEEE operations as the reference (no contraction:
+// the BUILD compiles this file with -ffp-contract=off), so the two differ only by the
+// exponential: Highway's Exp (contrib/math, documented max error 1 ulp for arguments
+// down to -DBL_MAX). Arguments below -708, whose results are below 2^-1021 and become
+// subnormal near -708.4, are recomputed with std::exp so that the tail matches the
+// reference exactly.
+void GaussianWindowImpl(double x, double lo, double spacing, double c, int64_t first,
+                        int64_t last, double* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> d;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(d));
+  const auto vx = hn::Set(d, x), vlo = hn::Set(d, lo), vs = hn::Set(d, spacing),
+             vc = hn::Set(d, c), floor = hn::Set(d, -708.0);
+  int64_t i = first;
+  for (; i + n <= last; i += n) {
+    const auto t = hn::Add(vlo, hn::Mul(hn::Iota(d, static_cast<double>(i)), vs));
+    const auto u = hn::Sub(vx, t);
+    const auto y = hn::Mul(hn::Mul(vc, u), u);
+    hn::StoreU(hn::Exp(d, y), d, out + i);
+    if (!hn::AllFalse(d, hn::Lt(y, floor))) {
+      for (int64_t q = i; q < i + n; ++q) {
+        const double uq = x - (lo + static_cast<double>(q) * spacing);
+        const double yq = c * uq * uq;
+        if (yq < -708.0) out[q] = std::exp(yq);
+      }
+    }
+  }
+  for (; i < last; ++i) {
+    const double u = x - (lo + static_cast<double>(i) * spacing);
+    out[i] = std::exp(c * u * u);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace internal
+}  // namespace encodings
+}  // namespace gpe
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gpe {
+namespace encodings {
+namespace internal {
+
+HWY_EXPORT(GaussianWindowImpl);
+
+void GaussianWindow(double x, double lo, double spacing, double c, int64_t first, int64_t last,
+                    double* out) {
+  HWY_DYNAMIC_DISPATCH(GaussianWindowImpl)(x, lo, spacing, c, first, last, out);
+}
+
+void GaussianWindowReference(double x, double lo, double spacing, double c, int64_t first,
+                             int64_t last, double* out) {
+  for (int64_t i = first; i < last; ++i) {
+    const double u = x - (lo + static_cast<double>(i) * spacing);
+    out[i] = std::exp(c * u * u);
+  }
+}
+
+}  // namespace internal
+}  // namespace encodings
+}  // namespace gpe
 
 namespace gpe {
 namespace encodings {
@@ -91,10 +169,7 @@ void ShiftedBasis1D::EvaluateAt(double x, double* out) const {
       int64_t first, last;
       ShiftWindow(x, reach, &first, &last);
       for (int64_t i = 0; i < first; ++i) out[i] = 0.0;
-      for (int64_t i = first; i < last; ++i) {
-        const double u = x - shift(i);
-        out[i] = std::exp(c * u * u);
-      }
+      if (first < last) internal::GaussianWindow(x, lo_, spacing_, c, first, last, out);
       for (int64_t i = std::max(first, last); i < k; ++i) out[i] = 0.0;
       return;
     }
@@ -345,3 +420,4 @@ absl::StatusOr<std::vector<RowMatrixXd>> ComplexShiftedEncoder::Factors(
 
 }  // namespace encodings
 }  // namespace gpe
+#endif  // HWY_ONCE

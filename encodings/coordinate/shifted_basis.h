@@ -95,6 +95,16 @@ class ShiftedBasis1D {
   double spacing_;
 };
 
+namespace internal {
+// out[i] = exp(c (x - t_i)^2) with t_i = lo + i spacing, for first <= i < last (the
+// Gaussian kernel of EvaluateAt): vectorised, within 1 ulp of the reference, which calls
+// std::exp on the same argument.
+void GaussianWindow(double x, double lo, double spacing, double c, int64_t first, int64_t last,
+                    double* out);
+void GaussianWindowReference(double x, double lo, double spacing, double c, int64_t first,
+                             int64_t last, double* out);
+}  // namespace internal
+
 // Simple encoding (eq. 16): [psi(x_0), psi(x_1), ...], sum_d K_d features.
 class SimpleShiftedEncoder final : public CoordinateEncoder {
  public:

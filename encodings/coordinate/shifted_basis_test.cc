@@ -1,6 +1,9 @@
 #include "encodings/coordinate/shifted_basis.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -96,6 +99,58 @@ TEST(ShiftedBasis1DTest, EncodeToMatchesEncodeAndChecksShape) {
     RowMatrixXd wrong(xs.size(), 63);
     EXPECT_FALSE(b.EncodeTo(xs, wrong).ok());
   }
+}
+
+// Distance in units in the last place between two non-negative doubles (adjacent
+// doubles differ by 1; +0 and the smallest subnormal by 1).
+int64_t UlpDistance(double a, double b) {
+  int64_t ia, ib;
+  std::memcpy(&ia, &a, sizeof(a));
+  std::memcpy(&ib, &b, sizeof(b));
+  return ia > ib ? ia - ib : ib - ia;
+}
+
+// The vectorised Gaussian window against std::exp on the same arguments: at most 1 ulp
+// apart (Highway documents its double Exp to 1 ulp; the arguments are formed by the same
+// operations, so nothing else differs), over ranges whose lengths straddle the vector
+// widths (2, 4, 8 lanes) and whose arguments run from 0 down through the subnormal
+// results (-708 .. -745) to exact zeros, where the kernel must agree exactly. Entries
+// outside [first, last) are not written.
+TEST(ShiftedBasis1DTest, VectorGaussianIsWithinOneUlpOfStdExp) {
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  int64_t worst = 0, tail_hits = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t k = 1 + static_cast<int64_t>(u(rng) * 90);
+    const double lo = -1.0 + u(rng), spacing = (0.5 + u(rng)) / static_cast<double>(k);
+    const double sigma = spacing * (0.2 + 3 * u(rng));
+    const double c = -0.5 / (sigma * sigma);
+    const double x = lo + (u(rng) * 1.2 - 0.1) * spacing * static_cast<double>(k);
+    const int64_t first = static_cast<int64_t>(u(rng) * static_cast<double>(k));
+    const int64_t last = first + static_cast<int64_t>(u(rng) * static_cast<double>(k - first + 1));
+    std::vector<double> want(static_cast<size_t>(k), -1.0), got(static_cast<size_t>(k), -1.0);
+    internal::GaussianWindowReference(x, lo, spacing, c, first, last, want.data());
+    internal::GaussianWindow(x, lo, spacing, c, first, last, got.data());
+    for (int64_t i = 0; i < k; ++i) {
+      if (i < first || i >= last) {
+        ASSERT_EQ(got[i], -1.0) << "wrote outside the window at " << i;
+        continue;
+      }
+      const int64_t ulps = UlpDistance(got[i], want[i]);
+      worst = std::max(worst, ulps);
+      ASSERT_LE(ulps, 1) << "x=" << x << " i=" << i << " got " << got[i] << " want " << want[i];
+      if (want[i] < 0x1p-1021) {  // the std::exp tail: exact
+        ASSERT_EQ(got[i], want[i]);
+        ++tail_hits;
+      }
+    }
+  }
+  EXPECT_GT(tail_hits, 0);  // the trials reached the far tail (c u^2 < -708)
+  std::vector<double> tail(4);
+  internal::GaussianWindow(0.0, 0.0, 1.0, -1.0, 0, 4, tail.data());  // exp(-i^2)
+  EXPECT_EQ(tail[0], 1.0);
+  EXPECT_LE(UlpDistance(tail[2], std::exp(-4.0)), 1);
+  RecordProperty("worst_ulps", static_cast<int>(worst));
 }
 
 TEST(ShiftedBasis1DTest, ImpulseIsOneHotAtNearestShift) {

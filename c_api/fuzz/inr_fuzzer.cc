@@ -87,6 +87,12 @@ struct Tensor {
   DLTensor* p() { return &t; }
 };
 
+// a * b, or -1 where it overflows (a shape the harness will not allocate).
+int64_t Mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? -1 : r;
+}
+
 int64_t Near(FuzzInput* in, int64_t want, int64_t small = 8) {
   return in->Below(6) == 1 ? in->Size(small) : want;
 }
@@ -195,7 +201,7 @@ int32_t Task(FuzzInput* in) {
 void DataCalls(FuzzInput* in) {
   const int64_t n = Dim(in, 16);
   Tensor image({Near(in, n), Near(in, n)}), field({Near(in, n), Near(in, n), Near(in, 2, 3)});
-  Tensor grid({Near(in, n * n, 64), Near(in, 2, 3)});
+  Tensor grid({Near(in, Mul(n, n), 64), Near(in, 2, 3)});
   for (Tensor* t : {&image, &field, &grid}) t->Perturb(in);
   CheckStatus(gpe_inr_synthetic_image(Task(in), in->Read<int32_t>(), image.p()));
   CheckStatus(gpe_inr_synthetic_vector_field(Task(in), in->Below(32) == 1 ? nullptr : field.p()));
@@ -209,7 +215,7 @@ void DataCalls(FuzzInput* in) {
   CheckStatus(gpe_inr_random_split(points, tf, vf, in->Read<uint64_t>(), indices.p(),
                                    in->Below(32) == 1 ? nullptr : counts));
   const int64_t rows = Dim(in, 12), cols = Dim(in, 12);
-  Tensor grid_indices({Near(in, rows * cols, 64)}, kDLInt);
+  Tensor grid_indices({Near(in, Mul(rows, cols), 64)}, kDLInt);
   grid_indices.Perturb(in);
   CheckStatus(gpe_inr_regular_grid_split(rows, cols, grid_indices.p(),
                                          in->Below(32) == 1 ? nullptr : counts));
@@ -289,7 +295,8 @@ void ImageCalls(FuzzInput* in) {
       std::fputc(b, f);
     }
     std::fclose(f);
-    FuzzInput rest(nullptr, 0);
+    static const uint8_t kNothing = 0;  // an empty input: ReadBack's choices all read 0
+    FuzzInput rest(&kNothing, 0);
     ReadBack(&rest, path);
   }
   std::remove(path.c_str());

@@ -7,6 +7,8 @@
 // bits as one thread; and each thread's gpe_last_error_message stays its own.
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -449,6 +451,156 @@ TEST(ThreadSafety, ErrorMessagesStayPerThread) {
     EXPECT_EQ(codes[t], GPE_ERROR_INVALID_ARGUMENT) << "thread " << t;
     EXPECT_NE(after[t].find(std::to_string(-1000 - t)), std::string::npos)
         << "thread " << t << " read \"" << after[t] << "\"";
+  }
+}
+
+// 0.5.0: the INR trainers, data, metrics and image files. tag names this caller's own
+// image files (each thread writes and reads back its own), so the bytes kept are the
+// decoded pixels, identical for every caller.
+std::vector<uint8_t> RunInr05(int tag, int* failures) {
+  std::vector<uint8_t> bytes;
+  auto keep = [&](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    bytes.insert(bytes.end(), b, b + n);
+  };
+  auto check = [&](gpe_status st) {
+    if (st != GPE_OK) ++*failures;
+  };
+  constexpr int64_t kSide = 8, kPts = kSide * kSide;
+  // Data: the Spiral image, the Radial vector field, the grid and both splits.
+  std::vector<double> image(kPts), field(kPts * 2), coords(kPts * 2);
+  std::vector<int64_t> is = {kSide, kSide}, fs = {kSide, kSide, 2}, cs = {kPts, 2}, ns = {kPts};
+  DLTensor timg = Tensor(image.data(), kDLFloat, 64, &is), tfield = Tensor(field.data(), kDLFloat, 64, &fs);
+  DLTensor tcoords = Tensor(coords.data(), kDLFloat, 64, &cs);
+  check(gpe_inr_synthetic_image(GPE_SYNTHETIC_SPIRAL, 0, &timg));
+  check(gpe_inr_synthetic_vector_field(GPE_SYNTHETIC_RADIAL, &tfield));
+  check(gpe_inr_grid_coordinates(kSide, &tcoords));
+  std::vector<int64_t> idx(kPts), counts(3);
+  DLTensor tidx = Tensor(idx.data(), kDLInt, 64, &ns);
+  check(gpe_inr_random_split(kPts, 0.25, 0.25, 77, &tidx, counts.data()));
+  keep(idx.data(), idx.size() * sizeof(int64_t));
+  keep(counts.data(), counts.size() * sizeof(int64_t));
+  check(gpe_inr_regular_grid_split(kSide, kSide, &tidx, counts.data()));
+  keep(idx.data(), idx.size() * sizeof(int64_t));
+  keep(counts.data(), counts.size() * sizeof(int64_t));
+  for (const auto* v : {&image, &field, &coords}) keep(v->data(), v->size() * sizeof(double));
+
+  // The MLP (float64 and float32), seeded: init, fit on the Spiral values, predict.
+  gpe_mlp_options mo = GPE_MLP_OPTIONS_INIT;
+  mo.hidden_width = 16;
+  mo.num_hidden_layers = 2;
+  mo.steps = 20;
+  mo.seed = 5;
+  int64_t np = 0;
+  check(gpe_inr_mlp_num_parameters(&mo, 2, 1, &np));
+  if (np <= 0) {
+    ++*failures;
+    return bytes;
+  }
+  std::vector<int64_t> pshape = {np}, ys = {kPts, 1}, ls = {mo.steps};
+  std::vector<double> p64(np), loss(mo.steps), pred64(kPts);
+  DLTensor tp64 = Tensor(p64.data(), kDLFloat, 64, &pshape), ty = Tensor(image.data(), kDLFloat, 64, &ys);
+  DLTensor tloss = Tensor(loss.data(), kDLFloat, 64, &ls), tpred = Tensor(pred64.data(), kDLFloat, 64, &ys);
+  double final_loss = 0.0;
+  check(gpe_inr_mlp_fit(&mo, &tcoords, &ty, nullptr, &tp64, &tloss, &final_loss));
+  check(gpe_inr_mlp_predict(&mo, &tp64, &tcoords, &tpred));
+  for (const auto* v : {&p64, &loss, &pred64}) keep(v->data(), v->size() * sizeof(double));
+  keep(&final_loss, sizeof final_loss);
+  std::vector<float> p32(np), c32(coords.begin(), coords.end()), y32(image.begin(), image.end()),
+      pred32(kPts);
+  DLTensor tp32 = Tensor(p32.data(), kDLFloat, 32, &pshape), tc32 = Tensor(c32.data(), kDLFloat, 32, &cs);
+  DLTensor ty32 = Tensor(y32.data(), kDLFloat, 32, &ys), tpred32 = Tensor(pred32.data(), kDLFloat, 32, &ys);
+  check(gpe_inr_mlp_init(&mo, 2, 1, &tp32));
+  check(gpe_inr_mlp_fit(&mo, &tc32, &ty32, &tp32, &tp32, nullptr, &final_loss));
+  check(gpe_inr_mlp_predict(&mo, &tp32, &tc32, &tpred32));
+  for (const auto* v : {&p32, &pred32}) keep(v->data(), v->size() * sizeof(float));
+  keep(&final_loss, sizeof final_loss);
+
+  // The linear Adam fits: dense on the coordinates, separable on a shifted basis.
+  gpe_linear_adam_options ao = GPE_LINEAR_ADAM_OPTIONS_INIT;
+  ao.steps = 30;
+  ao.final_learning_rate = 1e-3;
+  std::vector<int64_t> wds = {2, 1};
+  std::vector<double> wd(2), dloss(ao.steps);
+  std::vector<int64_t> dls = {ao.steps};
+  DLTensor twd = Tensor(wd.data(), kDLFloat, 64, &wds), tdl = Tensor(dloss.data(), kDLFloat, 64, &dls);
+  check(gpe_inr_fit_dense_adam(&ao, &tcoords, &ty, &twd, &tdl, &final_loss));
+  for (const auto* v : {&wd, &dloss}) keep(v->data(), v->size() * sizeof(double));
+  keep(&final_loss, sizeof final_loss);
+  gpe_shifted_basis_options so = GPE_SHIFTED_BASIS_OPTIONS_INIT;
+  so.num_shifts = 5;
+  so.width = 0.3;
+  so.lo = -1.0;
+  so.hi = 1.0;
+  std::vector<double> axis(kSide), psi(kSide * 5), ws(25);
+  for (int64_t j = 0; j < kSide; ++j) axis[j] = coords[2 * j];  // the x_j of row 0
+  std::vector<int64_t> as = {kSide}, ps = {kSide, 5}, wss = {5, 5};
+  DLTensor tax = Tensor(axis.data(), kDLFloat, 64, &as), tpsi = Tensor(psi.data(), kDLFloat, 64, &ps);
+  DLTensor tws = Tensor(ws.data(), kDLFloat, 64, &wss);
+  check(gpe_shifted_basis_encode(&so, &tax, &tpsi));
+  check(gpe_inr_fit_separable_adam_2d(&ao, &tpsi, &tpsi, &timg, &tws, nullptr, &final_loss));
+  keep(ws.data(), ws.size() * sizeof(double));
+  keep(&final_loss, sizeof final_loss);
+
+  // Metrics.
+  double mse = 0.0, psnr = 0.0;
+  DLTensor tp1 = Tensor(pred64.data(), kDLFloat, 64, &is);
+  check(gpe_inr_mse(&timg, &tp1, &mse));
+  check(gpe_inr_psnr(&timg, &tp1, 1.0, &psnr));
+  keep(&mse, sizeof mse);
+  keep(&psnr, sizeof psnr);
+
+  // Image files: this caller's own PNG and JPEG, written and read back.
+  const char* dir = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(dir != nullptr ? dir : "/tmp") + "/gpe_thread_" +
+                           std::to_string(tag);
+  for (int jpeg = 0; jpeg < 2; ++jpeg) {
+    const std::string path = base + (jpeg ? ".jpg" : ".png");
+    check(jpeg ? gpe_image_write_jpeg(path.c_str(), &timg, 90, 0.0, 1.0)
+               : gpe_image_write_png(path.c_str(), &timg, 0.0, 1.0));
+    gpe_image* img = nullptr;
+    check(gpe_image_read(path.c_str(), 1, &img));
+    int64_t rows = 0, cols = 0, channels = 0;
+    check(gpe_image_shape(img, &rows, &cols, &channels));
+    std::vector<int64_t> shape = {rows, cols, channels};
+    std::vector<double> px(static_cast<size_t>(rows * cols * channels));
+    DLTensor tpx = Tensor(px.data(), kDLFloat, 64, &shape);
+    check(gpe_image_pixels(img, &tpx));
+    gpe_image_destroy(img);
+    keep(shape.data(), shape.size() * sizeof(int64_t));
+    keep(px.data(), px.size() * sizeof(double));
+    std::remove(path.c_str());
+  }
+  return bytes;
+}
+
+TEST(ThreadSafety, Inr05EightThreadsGiveTheBitsOfOne) {
+  int ref_failures = 0;
+  const std::vector<uint8_t> ref = RunInr05(-1, &ref_failures);
+  ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
+  ASSERT_GT(ref.size(), 0u);
+  constexpr int kRounds = 2;
+  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
+  std::vector<int> failures(kThreads, 0);
+  Barrier barrier(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        barrier.Wait();
+        got[t].push_back(RunInr05(t, &failures[t]));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    for (int r = 0; r < kRounds; ++r) {
+      ASSERT_EQ(got[t][r].size(), ref.size());
+      // Bit-identical: the fits are seeded and single-threaded per call (OPENBLAS_NUM_THREADS=1).
+      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
+          << "thread " << t << " round " << r << " differs from the single-threaded run";
+    }
   }
 }
 

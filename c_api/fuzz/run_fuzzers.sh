@@ -45,7 +45,7 @@ cflags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -DEIGEN_MPL2_ONLY -I. -Ic_api/
         -I/usr/include/eigen3 -I/usr/include/x86_64-linux-gnu/openblas-pthread
         $(pkg-config --cflags "${absl[@]}"))
 san=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
-libs=($(pkg-config --libs "${absl[@]}" openblas libhwy) -lpthread)
+libs=($(pkg-config --libs "${absl[@]}" openblas libhwy libpng libjpeg) -lpthread)
 
 start=$(date +%s)
 echo "compiling ${#srcs[@]} library sources and ${#targets[@]} fuzz targets with $cxx into $dir/obj"

@@ -1682,4 +1682,311 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
     return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw)
 end
 
+# ---- INR training, data, metrics and image files (C ABI 0.5.0) ----
+export MlpOptions, mlp_options, mlp_num_parameters, mlp_init, mlp_fit, mlp_predict,
+       LinearAdamOptions, linear_adam_options, fit_dense_adam, fit_separable_adam_2d,
+       synthetic_image, synthetic_vector_field, grid_coordinates, random_split, regular_grid_split,
+       inr_mse, inr_psnr, GPEImage, image_read, image_shape, image_pixels, image_write_png,
+       image_write_jpeg
+
+"""The MLP's architecture and Adam schedule (gpe_mlp_options; Lim et al., appendix D.2).
+Build it with `mlp_options`; progress callbacks are not exposed (C_NULL)."""
+struct MlpOptions
+    struct_size::UInt32
+    hidden_width::Int64
+    num_hidden_layers::Int64
+    steps::Int64
+    learning_rate::Float64
+    beta1::Float64
+    beta2::Float64
+    epsilon::Float64
+    seed::UInt64
+    report_every::Int64
+    progress::Ptr{Cvoid}
+    progress_user_data::Ptr{Cvoid}
+end
+"""Lim et al.'s defaults: width 128, 3 hidden layers, 500 full-batch Adam steps at 1e-3."""
+mlp_options(; hidden_width::Integer=128, num_hidden_layers::Integer=3, steps::Integer=500,
+            learning_rate::Real=1e-3, beta1::Real=0.9, beta2::Real=0.999, epsilon::Real=1e-8,
+            seed::Integer=0) =
+    MlpOptions(ssize(MlpOptions), hidden_width, num_hidden_layers, steps, learning_rate, beta1, beta2,
+               epsilon, UInt64(seed), 0, C_NULL, C_NULL)
+
+"""The flat parameter count for input_dim -> ... -> output_dim (W_0 row-major, b_0, W_1, ...)."""
+function mlp_num_parameters(o::MlpOptions, input_dim::Integer, output_dim::Integer)
+    n = Ref{Int64}(0)
+    check(ccall((:gpe_inr_mlp_num_parameters, libgpe), Int32, (Ref{MlpOptions}, Int64, Int64, Ref{Int64}),
+                o, input_dim, output_dim, n))
+    return Int(n[])
+end
+
+"""The seeded initial parameters (PyTorch's nn.Linear default from o.seed)."""
+function mlp_init(o::MlpOptions, input_dim::Integer, output_dim::Integer; T::Type=Float64)
+    p = zeros(T, mlp_num_parameters(o, input_dim, output_dim))
+    @tensor tp p vec_parts
+    GC.@preserve tp begin
+        check(ccall((:gpe_inr_mlp_init, libgpe), Int32, (Ref{MlpOptions}, Int64, Int64, Ref{DLTensor}),
+                    o, input_dim, output_dim, ref(tp)))
+    end
+    return p
+end
+
+"""Full-batch Adam on features (input_dim × N, one column per sample) and targets
+(output_dim × N), from `initial` or the seeded initialisation. Returns
+(parameters, train_loss (MSE before each step), final_loss)."""
+function mlp_fit(o::MlpOptions, features::StridedMatrix{T}, targets::StridedMatrix{T};
+                 initial::Union{Nothing,StridedVector{T}}=nothing) where {T<:Union{Float32,Float64}}
+    size(features, 2) == size(targets, 2) ||
+        argerror("features has $(size(features, 2)) columns, targets $(size(targets, 2))")
+    o.steps >= 0 || argerror("steps is $(o.steps); expected >= 0")
+    p = zeros(T, mlp_num_parameters(o, size(features, 1), size(targets, 1)))
+    initial === nothing || length(initial) == length(p) ||
+        argerror("initial has $(length(initial)) parameters; expected $(length(p))")
+    loss = zeros(Float64, o.steps)
+    final = Ref{Float64}(0.0)
+    @tensor tf features batch_parts
+    @tensor tt targets batch_parts
+    @tensor tp p vec_parts
+    @tensor tl loss vec_parts
+    ti = initial === nothing ? nothing : (@tensor ti_ initial vec_parts; ti_)
+    GC.@preserve tf tt tp tl ti begin
+        check(ccall((:gpe_inr_mlp_fit, libgpe), Int32,
+                    (Ref{MlpOptions}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{Float64}),
+                    o, ref(tf), ref(tt), tptr(ti), ref(tp), ref(tl), final))
+    end
+    return p, loss, final[]
+end
+
+"""The network's output (output_dim × N) on features (input_dim × N)."""
+function mlp_predict(o::MlpOptions, parameters::StridedVector{T}, features::StridedMatrix{T},
+                     output_dim::Integer) where {T<:Union{Float32,Float64}}
+    out = zeros(T, output_dim, size(features, 2))
+    @tensor tp parameters vec_parts
+    @tensor tf features batch_parts
+    @tensor to out batch_parts
+    GC.@preserve tp tf to begin
+        check(ccall((:gpe_inr_mlp_predict, libgpe), Int32, (Ref{MlpOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}),
+                    o, ref(tp), ref(tf), ref(to)))
+    end
+    return out
+end
+
+"""Adam on a linear layer over a fixed encoding (gpe_linear_adam_options; Zheng et al.
+sec. 6.2), the learning rate decayed exponentially to final_learning_rate."""
+struct LinearAdamOptions
+    struct_size::UInt32
+    steps::Int64
+    learning_rate::Float64
+    final_learning_rate::Float64
+    beta1::Float64
+    beta2::Float64
+    epsilon::Float64
+    report_every::Int64
+    progress::Ptr{Cvoid}
+    progress_user_data::Ptr{Cvoid}
+end
+linear_adam_options(; steps::Integer=2000, learning_rate::Real=1e-2, final_learning_rate::Real=learning_rate,
+                    beta1::Real=0.9, beta2::Real=0.999, epsilon::Real=1e-8) =
+    LinearAdamOptions(ssize(LinearAdamOptions), steps, learning_rate, final_learning_rate, beta1, beta2, epsilon,
+                      0, C_NULL, C_NULL)
+
+"""Dense model Y_hat = Phi W (Zheng et al. eq. 16): features N × F, targets N × C.
+Returns (W (F × C), train_loss, final_loss)."""
+function fit_dense_adam(o::LinearAdamOptions, features::StridedMatrix{Float64}, targets::StridedMatrix{Float64})
+    o.steps >= 1 || argerror("steps is $(o.steps); expected >= 1")
+    w = zeros(Float64, size(features, 2), size(targets, 2))
+    loss = zeros(Float64, o.steps)
+    final = Ref{Float64}(0.0)
+    @tensor tf features mat_parts
+    @tensor tt targets mat_parts
+    @tensor tw w mat_parts
+    @tensor tl loss vec_parts
+    GC.@preserve tf tt tw tl begin
+        check(ccall((:gpe_inr_fit_dense_adam, libgpe), Int32,
+                    (Ref{LinearAdamOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{Float64}),
+                    o, ref(tf), ref(tt), ref(tw), ref(tl), final))
+    end
+    return w, loss, final[]
+end
+
+"""Separable model S_hat = Psi_y W Psi_x' (Zheng et al. eq. 10): psi_y Ny × Ky,
+psi_x Nx × Kx, image Ny × Nx. Returns (W (Ky × Kx), train_loss, final_loss)."""
+function fit_separable_adam_2d(o::LinearAdamOptions, psi_y::StridedMatrix{Float64}, psi_x::StridedMatrix{Float64},
+                               image::StridedMatrix{Float64})
+    o.steps >= 1 || argerror("steps is $(o.steps); expected >= 1")
+    w = zeros(Float64, size(psi_y, 2), size(psi_x, 2))
+    loss = zeros(Float64, o.steps)
+    final = Ref{Float64}(0.0)
+    @tensor ty psi_y mat_parts
+    @tensor tx psi_x mat_parts
+    @tensor ti image mat_parts
+    @tensor tw w mat_parts
+    @tensor tl loss vec_parts
+    GC.@preserve ty tx ti tw tl begin
+        check(ccall((:gpe_inr_fit_separable_adam_2d, libgpe), Int32,
+                    (Ref{LinearAdamOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{Float64}),
+                    o, ref(ty), ref(tx), ref(ti), ref(tw), ref(tl), final))
+    end
+    return w, loss, final[]
+end
+
+function synthetic_code(task::Symbol)
+    task === :radial && return Int32(0)
+    task === :spiral && return Int32(1)
+    argerror("task must be :radial or :spiral; got $task")
+end
+
+"""Lim et al.'s analytic image (appendix D.1) on n × n pixel centres of [-1, 1]^2, row i
+at y_i, column j at x_j: :radial |sin(15 sqrt(r))|, :spiral |sin(30 sqrt(0.1 r) + theta)|
+(`signed=true`: the signed sine)."""
+function synthetic_image(task::Symbol, n::Integer; signed::Bool=false)
+    out = zeros(Float64, n, n)
+    @tensor to out mat_parts
+    GC.@preserve to begin
+        check(ccall((:gpe_inr_synthetic_image, libgpe), Int32, (Int32, Int32, Ref{DLTensor}),
+                    synthetic_code(task), signed ? 1 : 0, ref(to)))
+    end
+    return out
+end
+
+"""The vector field (eqs. 30, 31): out[i, j, :] = f(r, theta) (cos theta, sin theta), n × n × 2."""
+function synthetic_vector_field(task::Symbol, n::Integer)
+    out = zeros(Float64, n, n, 2)
+    @tensor to out arr3_parts
+    GC.@preserve to begin
+        check(ccall((:gpe_inr_synthetic_vector_field, libgpe), Int32, (Int32, Ref{DLTensor}),
+                    synthetic_code(task), ref(to)))
+    end
+    return out
+end
+
+"""The pixel centres as 2 × n² (column i * n + j + 1 is (x_j, y_i): row-major pixel order)."""
+function grid_coordinates(n::Integer)
+    out = zeros(Float64, 2, n * n)
+    @tensor to out batch_parts
+    GC.@preserve to begin
+        check(ccall((:gpe_inr_grid_coordinates, libgpe), Int32, (Int64, Ref{DLTensor}), n, ref(to)))
+    end
+    return out
+end
+
+function split_parts(idx::Vector{Int64}, counts::Vector{Int64})
+    a, b = counts[1], counts[1] + counts[2]
+    return (train=idx[1:a], validation=idx[a+1:b], test=idx[b+1:end])
+end
+
+"""Lim et al. D.2: random train / validation / test parts of the 0-based pixel indices
+0:num_points-1, each ascending; deterministic in seed."""
+function random_split(num_points::Integer, train_fraction::Real, validation_fraction::Real, seed::Integer)
+    idx = zeros(Int64, num_points)
+    counts = zeros(Int64, 3)
+    @tensor ti idx vec_parts
+    GC.@preserve ti counts begin
+        check(ccall((:gpe_inr_random_split, libgpe), Int32, (Int64, Float64, Float64, UInt64, Ref{DLTensor}, Ptr{Int64}),
+                    num_points, train_fraction, validation_fraction, UInt64(seed), ref(ti), pointer(counts)))
+    end
+    return split_parts(idx, counts)
+end
+
+"""Zheng et al.: train on the [::2] x [::2] sub-grid of a rows × cols image (0-based
+row-major indices), test on the rest; validation is empty."""
+function regular_grid_split(rows::Integer, cols::Integer)
+    idx = zeros(Int64, rows * cols)
+    counts = zeros(Int64, 3)
+    @tensor ti idx vec_parts
+    GC.@preserve ti counts begin
+        check(ccall((:gpe_inr_regular_grid_split, libgpe), Int32, (Int64, Int64, Ref{DLTensor}, Ptr{Int64}),
+                    rows, cols, ref(ti), pointer(counts)))
+    end
+    return split_parts(idx, counts)
+end
+
+# A 1- to 3-D array as the C tensor of its own dimensions and strides.
+arr_parts(a::StridedArray) = (Int64[size(a)...], Int64[strides(a)...])
+
+"""Mean of (a - b)^2 over two Float64 arrays of one shape (1 to 3 dimensions)."""
+function inr_mse(a::StridedArray{Float64}, b::StridedArray{Float64})
+    out = Ref{Float64}(0.0)
+    @tensor ta a arr_parts
+    @tensor tb b arr_parts
+    GC.@preserve ta tb begin
+        check(ccall((:gpe_inr_mse, libgpe), Int32, (Ref{DLTensor}, Ref{DLTensor}, Ref{Float64}), ref(ta), ref(tb), out))
+    end
+    return out[]
+end
+
+"""PSNR = 10 log10(peak^2 / MSE) in dB (Inf when a == b)."""
+function inr_psnr(a::StridedArray{Float64}, b::StridedArray{Float64}; peak::Real=1.0)
+    out = Ref{Float64}(0.0)
+    @tensor ta a arr_parts
+    @tensor tb b arr_parts
+    GC.@preserve ta tb begin
+        check(ccall((:gpe_inr_psnr, libgpe), Int32, (Ref{DLTensor}, Ref{DLTensor}, Float64, Ref{Float64}),
+                    ref(ta), ref(tb), peak, out))
+    end
+    return out[]
+end
+
+"""A decoded PNG or JPEG file (gpe_image), values in [0, 1]."""
+mutable struct GPEImage
+    ptr::Ptr{Cvoid}
+end
+function Base.close(im::GPEImage)
+    im.ptr == C_NULL && return
+    ccall((:gpe_image_destroy, libgpe), Cvoid, (Ptr{Cvoid},), im.ptr)
+    im.ptr = C_NULL
+    return
+end
+
+"""Reads a PNG or JPEG; `grayscale=true` gives one channel, otherwise three (RGB)."""
+function image_read(path::AbstractString; grayscale::Bool=false)
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    check(ccall((:gpe_image_read, libgpe), Int32, (Cstring, Int32, Ref{Ptr{Cvoid}}), path, grayscale ? 1 : 0, out))
+    im = GPEImage(out[])
+    finalizer(close, im)
+    return im
+end
+
+"""(rows, cols, channels)."""
+function image_shape(im::GPEImage)
+    r, c, ch = Ref{Int64}(0), Ref{Int64}(0), Ref{Int64}(0)
+    GC.@preserve im begin
+        check(ccall((:gpe_image_shape, libgpe), Int32, (Ptr{Cvoid}, Ref{Int64}, Ref{Int64}, Ref{Int64}), im.ptr, r, c, ch))
+    end
+    return (Int(r[]), Int(c[]), Int(ch[]))
+end
+
+"""The pixels as rows × cols × channels (Float32 or Float64)."""
+function image_pixels(im::GPEImage; T::Type=Float64)
+    out = zeros(T, image_shape(im)...)
+    @tensor to out arr3_parts
+    GC.@preserve to im begin
+        check(ccall((:gpe_image_pixels, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}), im.ptr, ref(to)))
+    end
+    return out
+end
+
+"""Writes pixels (rows × cols, or rows × cols × 1 or 3) as an 8-bit PNG, [lo, hi] to 0..255."""
+function image_write_png(path::AbstractString, pixels::StridedArray{T}; lo::Real=0.0, hi::Real=1.0) where {T<:Union{Float32,Float64}}
+    @tensor tp pixels arr_parts
+    GC.@preserve tp begin
+        check(ccall((:gpe_image_write_png, libgpe), Int32, (Cstring, Ref{DLTensor}, Float64, Float64),
+                    path, ref(tp), lo, hi))
+    end
+    return nothing
+end
+
+"""As `image_write_png`, as a baseline JPEG of the given quality (1..100; lossy)."""
+function image_write_jpeg(path::AbstractString, pixels::StridedArray{T}; quality::Integer=90, lo::Real=0.0,
+                          hi::Real=1.0) where {T<:Union{Float32,Float64}}
+    @tensor tp pixels arr_parts
+    GC.@preserve tp begin
+        check(ccall((:gpe_image_write_jpeg, libgpe), Int32, (Cstring, Ref{DLTensor}, Int32, Float64, Float64),
+                    path, ref(tp), quality, lo, hi))
+    end
+    return nothing
+end
+
 end # module

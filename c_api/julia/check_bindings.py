@@ -85,6 +85,8 @@ def parse_header(text):
         if params == ["void"]:
             params = []
         protos[m.group(2)] = (ret, params)
+    for m in re.finditer(r"typedef\s+[^;{}()]*?\(\s*\*\s*(\w+)\s*\)\s*\(", text):
+        FUNCTION_POINTERS.add(m.group(1))
     structs = {}
     for m in re.finditer(r"typedef\s+struct\s+(gpe_\w+)\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
         fields = []
@@ -128,9 +130,15 @@ C_SCALARS = {
 }
 
 
+# Function-pointer typedefs of gpe.h (gpe_progress_callback): pointers (Ptr{Cvoid} in Julia).
+FUNCTION_POINTERS = set()
+
+
 def c_kind(ctype):
     """('ptr', pointee) or ('scalar', kind) of a C parameter or field type (name removed)."""
     t = ctype.replace("const", " ")
+    if " ".join(t.split()) in FUNCTION_POINTERS:
+        return ("ptr", "void")
     stars = t.count("*")
     base = " ".join(t.replace("*", " ").split())
     if stars:

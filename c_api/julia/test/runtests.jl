@@ -318,4 +318,108 @@ Random.seed!(20261123)
         @test_throws GPEError shifted_basis_encode([0.5]; num_shifts=4, width=-1.0)
         @test_throws GPEError so_rep_apply(so_rep_planes(4), Int64[0, 1], zeros(4, 3))
     end
+    @testset "INR data, splits and metrics (0.5)" begin
+        # Lim et al. D.1 written here; 1e-12: the same closed forms in double.
+        n = 9
+        c(k) = -1 + (2k + 1) / n
+        for task in (:radial, :spiral)
+            img = synthetic_image(task, n; signed=true)
+            mag = synthetic_image(task, n)
+            field = synthetic_vector_field(task, n)
+            @test size(field) == (n, n, 2)
+            for i in 0:n-1, j in 0:n-1
+                x, y = c(j), c(i)
+                r, th = hypot(x, y), atan(y, x)
+                f = task === :radial ? sin(15 * sqrt(r)) : sin(30 * sqrt(0.1 * r) + th)
+                @test abs(img[i+1, j+1] - f) < 1e-12
+                @test abs(mag[i+1, j+1] - abs(f)) < 1e-12
+                @test abs(field[i+1, j+1, 1] - f * cos(th)) < 1e-12
+                @test abs(field[i+1, j+1, 2] - f * sin(th)) < 1e-12
+            end
+        end
+        g = grid_coordinates(5)
+        @test size(g) == (2, 25)
+        # Column i * n + j + 1 is (x_j, y_i); 1e-15: one division each.
+        @test maximum(abs.(g[:, 2 * 5 + 3 + 1] - [-1 + 7 / 5, -1 + 5 / 5])) < 1e-15
+        s = random_split(101, 0.05, 0.4, 7)
+        @test (length(s.train), length(s.validation), length(s.test)) == (5, 40, 56)
+        @test sort(vcat(s.train, s.validation, s.test)) == collect(0:100)
+        @test issorted(s.train) && issorted(s.validation) && issorted(s.test)
+        @test random_split(101, 0.05, 0.4, 7) == s
+        gs = regular_grid_split(5, 6)
+        @test gs.train == [k for k in 0:29 if iseven(div(k, 6)) && iseven(k % 6)]
+        @test isempty(gs.validation) && length(gs.test) == 30 - length(gs.train)
+        a, b = randn(4, 5), randn(4, 5)
+        m = sum((a .- b) .^ 2) / 20
+        # 1e-14 relative: 20 squares summed in another order.
+        @test abs(inr_mse(a, b) - m) <= 1e-14 * m
+        @test abs(inr_psnr(a, b; peak=2.0) - 10 * log10(4 / m)) < 1e-12
+        @test inr_psnr(a, a) == Inf
+        @test_throws GPEError inr_mse(a, randn(5, 4))
+        @test_throws GPEError random_split(10, 0.7, 0.4, 1)
+    end
+
+    @testset "INR fits report the losses of their outputs (0.5)" begin
+        n = 12
+        y = reshape(permutedims(synthetic_image(:spiral, n)), 1, :)  # row-major pixel order
+        xy = grid_coordinates(n)
+        o = mlp_options(hidden_width=32, num_hidden_layers=2, steps=200, learning_rate=1e-2, seed=42)
+        @test mlp_num_parameters(o, 2, 1) == (2 * 32 + 32) + (32 * 32 + 32) + (32 + 1)
+        p0 = mlp_init(o, 2, 1)
+        p, loss, final = mlp_fit(o, xy, y)
+        @test length(loss) == 200
+        # 1e-12 relative: the same double arithmetic, another summation order.
+        l0 = sum((mlp_predict(o, p0, xy, 1) .- y) .^ 2) / length(y)
+        lf = sum((mlp_predict(o, p, xy, 1) .- y) .^ 2) / length(y)
+        @test abs(loss[1] - l0) <= 1e-12 * l0
+        @test abs(final - lf) <= 1e-12 * lf
+        @test final < 0.5 * loss[1]
+        @test mlp_fit(o, xy, y; initial=p0)[1] == p
+        # No hidden layer: X W + b with W (in × out) row-major then b (1e-13).
+        o0 = mlp_options(num_hidden_layers=0)
+        q = randn(4 * 2 + 2)
+        x = randn(4, 6)
+        W = permutedims(reshape(q[1:8], 2, 4))  # row-major [4, 2]
+        @test maximum(abs.(mlp_predict(o0, q, x, 2) - (W' * x .+ q[9:10]))) < 1e-13
+
+        # Adam on a consistent, well-conditioned linear system recovers W to 1e-2.
+        phi, wt = randn(40, 3), randn(3, 2)
+        lo = linear_adam_options(steps=400, learning_rate=5e-2, final_learning_rate=1e-3)
+        w, dl, df = fit_dense_adam(lo, phi, phi * wt)
+        @test abs(dl[1] - sum((phi * wt) .^ 2) / 80) <= 1e-12 * dl[1]
+        # The final MSE to 1e-12 of the data's scale (the residual's rounding scales with it).
+        @test abs(df - sum((phi * w - phi * wt) .^ 2) / 80) <= 1e-12 * dl[1]
+        @test maximum(abs.(w - wt)) < 1e-2
+        py, px, w2 = randn(9, 3), randn(8, 2), randn(3, 2)
+        img = py * w2 * px'
+        ws, sl, sf = fit_separable_adam_2d(lo, py, px, img)
+        @test size(ws) == (3, 2)
+        @test abs(sf - sum((py * ws * px' - img) .^ 2) / 72) <= 1e-12 * sl[1]
+        @test sf < 1e-3 * sl[1]
+    end
+
+    @testset "image files round trip (0.5)" begin
+        dir = mktempdir()
+        v = 0.5 .+ 0.5 .* (2 .* rand(6, 7) .- 1)
+        path = joinpath(dir, "gray.png")
+        image_write_png(path, v)
+        im = image_read(path; grayscale=true)
+        @test image_shape(im) == (6, 7, 1)
+        # 8-bit: round(255 v) / 255, decoded to 1e-12.
+        @test maximum(abs.(image_pixels(im)[:, :, 1] - round.(255 .* v) ./ 255)) < 1e-12
+        rgb = image_pixels(image_read(path))
+        @test size(rgb) == (6, 7, 3) && rgb[:, :, 1] == rgb[:, :, 3]
+        smooth = [0.2 + 0.6 * j / 16 for i in 1:16, j in 0:15, c in 1:3]
+        jpg = joinpath(dir, "rgb.jpg")
+        image_write_jpeg(jpg, smooth; quality=95)
+        # Lossy: within 4/255 on a smooth ramp at quality 95.
+        @test maximum(abs.(image_pixels(image_read(jpg)) - smooth)) < 4 / 255
+        err = try
+            image_read(joinpath(dir, "missing.png"))
+            nothing
+        catch e
+            e
+        end
+        @test err isa GPEError && occursin("missing.png", err.message)
+    end
 end

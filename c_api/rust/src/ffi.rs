@@ -1018,3 +1018,135 @@ extern "C" {
         grads: *const gpe_attention_param_grads,
     ) -> gpe_status;
 }
+
+// ---- INR training, data and metrics (since 0.5.0) ----------------------------------
+
+pub type gpe_progress_callback = Option<unsafe extern "C" fn(user_data: *mut c_void, step: i64, train_loss: f64)>;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_mlp_options {
+    pub struct_size: u32,
+    pub hidden_width: i64,
+    pub num_hidden_layers: i64,
+    pub steps: i64,
+    pub learning_rate: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub epsilon: f64,
+    pub seed: u64,
+    pub report_every: i64,
+    pub progress: gpe_progress_callback,
+    pub progress_user_data: *mut c_void,
+}
+impl gpe_mlp_options {
+    /// GPE_MLP_OPTIONS_INIT.
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            hidden_width: 128,
+            num_hidden_layers: 3,
+            steps: 500,
+            learning_rate: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            seed: 0,
+            report_every: 0,
+            progress: None,
+            progress_user_data: std::ptr::null_mut(),
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_linear_adam_options {
+    pub struct_size: u32,
+    pub steps: i64,
+    pub learning_rate: f64,
+    pub final_learning_rate: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub epsilon: f64,
+    pub report_every: i64,
+    pub progress: gpe_progress_callback,
+    pub progress_user_data: *mut c_void,
+}
+impl gpe_linear_adam_options {
+    /// GPE_LINEAR_ADAM_OPTIONS_INIT.
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            steps: 2000,
+            learning_rate: 1e-2,
+            final_learning_rate: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            epsilon: 1e-8,
+            report_every: 0,
+            progress: None,
+            progress_user_data: std::ptr::null_mut(),
+        }
+    }
+}
+
+pub const GPE_SYNTHETIC_RADIAL: i32 = 0;
+pub const GPE_SYNTHETIC_SPIRAL: i32 = 1;
+
+#[repr(C)]
+pub struct gpe_image {
+    _opaque: [u8; 0],
+}
+
+extern "C" {
+    pub fn gpe_inr_mlp_num_parameters(options: *const gpe_mlp_options, input_dim: i64, output_dim: i64, out: *mut i64) -> gpe_status;
+    pub fn gpe_inr_mlp_init(options: *const gpe_mlp_options, input_dim: i64, output_dim: i64, parameters: *mut DLTensor) -> gpe_status;
+    pub fn gpe_inr_mlp_fit(
+        options: *const gpe_mlp_options,
+        features: *const DLTensor,
+        targets: *const DLTensor,
+        initial_parameters: *const DLTensor,
+        parameters: *mut DLTensor,
+        train_loss: *mut DLTensor,
+        final_loss: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_mlp_predict(options: *const gpe_mlp_options, parameters: *const DLTensor, features: *const DLTensor, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_inr_fit_dense_adam(
+        options: *const gpe_linear_adam_options,
+        features: *const DLTensor,
+        targets: *const DLTensor,
+        w: *mut DLTensor,
+        train_loss: *mut DLTensor,
+        final_loss: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_fit_separable_adam_2d(
+        options: *const gpe_linear_adam_options,
+        psi_y: *const DLTensor,
+        psi_x: *const DLTensor,
+        image: *const DLTensor,
+        w: *mut DLTensor,
+        train_loss: *mut DLTensor,
+        final_loss: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_synthetic_image(task: i32, signed_values: i32, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_inr_synthetic_vector_field(task: i32, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_inr_grid_coordinates(n: i64, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_inr_random_split(
+        num_points: i64,
+        train_fraction: f64,
+        validation_fraction: f64,
+        seed: u64,
+        indices: *mut DLTensor,
+        counts: *mut i64,
+    ) -> gpe_status;
+    pub fn gpe_inr_regular_grid_split(rows: i64, cols: i64, indices: *mut DLTensor, counts: *mut i64) -> gpe_status;
+    pub fn gpe_inr_mse(a: *const DLTensor, b: *const DLTensor, out: *mut f64) -> gpe_status;
+    pub fn gpe_inr_psnr(a: *const DLTensor, b: *const DLTensor, peak: f64, out: *mut f64) -> gpe_status;
+    pub fn gpe_image_read(path: *const c_char, grayscale: i32, out: *mut *mut gpe_image) -> gpe_status;
+    pub fn gpe_image_destroy(image: *mut gpe_image);
+    pub fn gpe_image_shape(image: *const gpe_image, rows: *mut i64, cols: *mut i64, channels: *mut i64) -> gpe_status;
+    pub fn gpe_image_pixels(image: *const gpe_image, out: *mut DLTensor) -> gpe_status;
+    pub fn gpe_image_write_png(path: *const c_char, pixels: *const DLTensor, lo: f64, hi: f64) -> gpe_status;
+    pub fn gpe_image_write_jpeg(path: *const c_char, pixels: *const DLTensor, quality: i32, lo: f64, hi: f64) -> gpe_status;
+}

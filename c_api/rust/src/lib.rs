@@ -12,6 +12,7 @@
 pub mod attention;
 pub mod coordinate;
 pub mod ffi;
+pub mod inr;
 pub mod sequence;
 
 pub use attention::{
@@ -24,6 +25,11 @@ pub use coordinate::{
     fit_separable_3d, laplacian_eigenvectors, predict_blended_2d, predict_separable_3d, BesselTerm, BlendedFit, BlendedFitOptions,
     CoordinateEncoder, Embedder, FourierKind, FourierOptions, FrequencyConvention, LaplacianKind, SeparableFitOptions, ShiftedForm,
     So2BesselOptions, Tensor3,
+};
+pub use inr::{
+    fit_dense_adam, fit_separable_adam_2d, grid_coordinates, mlp_fit, mlp_init, mlp_num_parameters, mlp_predict, mse, psnr, random_split,
+    regular_grid_split, synthetic_image, synthetic_vector_field, write_jpeg, write_png, Image, LinearAdamOptions, LinearFit, MlpFit, MlpOptions,
+    Split, SyntheticTask,
 };
 pub use sequence::{
     algebraic_periodic_apply, locality_scale, shaw_value_output, shaw_value_output_backward, transformer_xl_score_terms,

@@ -1178,6 +1178,27 @@ void InrSolverCases(const AddCase& add) {
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     return s.Read(s.File("truncated.png", bytes.substr(0, 40)));
   });
+  add("img_read_declares_huge_png", e, [](Fixture&) {
+    // A valid small PNG whose header (CRC fixed up) then claims 60000 x 60000 pixels:
+    // refused from the file's size before anything that size is allocated.
+    InrCall s;
+    if (s.WritePng() != GPE_OK) return gpe_status{-1};
+    std::ifstream in(s.dir + "/bad_inputs.png", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (bytes.size() < 33 || bytes.substr(12, 4) != "IHDR") return gpe_status{-1};
+    auto put32 = [&bytes](size_t at, uint32_t v) {
+      for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>((v >> (24 - 8 * i)) & 0xff);
+    };
+    put32(16, 60000);
+    put32(20, 60000);
+    uint32_t c = 0xffffffffu;  // CRC-32 (ISO 3309) of the chunk type and data
+    for (size_t i = 12; i < 29; ++i) {
+      c ^= static_cast<unsigned char>(bytes[i]);
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+    }
+    put32(29, c ^ 0xffffffffu);
+    return s.Read(s.File("huge.png", bytes));
+  });
   add("img_read_corrupt_jpeg", e, [](Fixture&) {
     InrCall s;
     return s.Read(s.File("corrupt.jpg", std::string("\xff\xd8\xff\xe0", 4) + std::string(64, '\x01')));

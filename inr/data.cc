@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -85,6 +86,23 @@ absl::Status QuantiseChannels(const std::vector<ImageMatrix>& channels, double l
   return absl::OkStatus();
 }
 
+// Bounds on the pixels a file of a given size can hold, checked before the decoded image
+// is allocated, so that a tiny file declaring a huge image is refused rather than making
+// the reader allocate up to 65536^2 pixels. PNG: deflate compresses at most about 1032:1
+// (RFC 1951: a 258-byte match per 2-bit code at best) and the densest pixel format packs 8
+// pixels per byte (1-bit gray). JPEG (Huffman-coded, ITU T.81): every 8 x 8 block of a
+// component costs at least a DC code and an end-of-block code, 2 bits, i.e. 256 pixels per
+// byte for gray; a further 4x margin.
+constexpr int64_t kMaxPngPixelsPerByte = 8 * 1032;
+constexpr int64_t kMaxJpegPixelsPerByte = 4 * 256;
+
+// The file's size in bytes; -1 where it cannot be read (the decoder then reports it).
+int64_t FileBytes(const std::string& path) {
+  std::error_code ec;
+  const std::uintmax_t n = std::filesystem::file_size(path, ec);
+  return ec ? -1 : static_cast<int64_t>(n);
+}
+
 // libjpeg reports fatal errors through error_exit, which must not return: it longjmps
 // back to the setjmp in DecodeJpeg / EncodeJpeg. Only libjpeg's C frames lie between the
 // two, so no C++ destructor is skipped; the functions keep no C++ objects of their own.
@@ -112,8 +130,9 @@ void InitJpegError(JpegError* err) {
 
 // Decodes into *pixels (interleaved, *components per pixel). False with err->message set
 // on failure, including data that libjpeg could only decode with warnings.
-bool DecodeJpeg(std::FILE* file, bool grayscale, std::vector<unsigned char>* pixels,
-                int64_t* width, int64_t* height, int* components, JpegError* err) {
+bool DecodeJpeg(std::FILE* file, int64_t file_bytes, bool grayscale,
+                std::vector<unsigned char>* pixels, int64_t* width, int64_t* height,
+                int* components, JpegError* err) {
   jpeg_decompress_struct cinfo;
   InitJpegError(err);
   cinfo.err = &err->mgr;
@@ -126,6 +145,14 @@ bool DecodeJpeg(std::FILE* file, bool grayscale, std::vector<unsigned char>* pix
   jpeg_read_header(&cinfo, TRUE);
   if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
     std::snprintf(err->message, sizeof(err->message), "CMYK JPEGs are not supported");
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  const int64_t declared = static_cast<int64_t>(cinfo.image_width) * cinfo.image_height;
+  if (file_bytes >= 0 && declared > kMaxJpegPixelsPerByte * file_bytes) {
+    std::snprintf(err->message, sizeof(err->message),
+                  "the header declares %u x %u pixels, more than a %lld-byte JPEG can encode",
+                  cinfo.image_width, cinfo.image_height, static_cast<long long>(file_bytes));
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
@@ -255,6 +282,14 @@ absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale) {
     return absl::InvalidArgumentError(absl::StrCat("PNG '", path, "' has unsupported size ",
                                                    image.width, " x ", image.height));
   }
+  const int64_t file_bytes = FileBytes(path);
+  if (file_bytes >= 0 && static_cast<int64_t>(image.width) * image.height >
+                             kMaxPngPixelsPerByte * file_bytes) {
+    png_image_free(&image);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PNG '", path, "': the header declares ", image.width, " x ", image.height,
+        " pixels, more than a ", file_bytes, "-byte PNG can encode"));
+  }
   std::vector<png_byte> buffer(PNG_IMAGE_SIZE(image));
   if (!png_image_finish_read(&image, nullptr, buffer.data(), 0, nullptr)) {
     const std::string message = image.message;
@@ -300,7 +335,7 @@ absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale) {
   int64_t w = 0, h = 0;
   int nc = 0;
   JpegError err;
-  if (!DecodeJpeg(file.get(), grayscale, &pixels, &w, &h, &nc, &err)) {
+  if (!DecodeJpeg(file.get(), FileBytes(path), grayscale, &pixels, &w, &h, &nc, &err)) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot decode JPEG '", path, "': ", err.message));
   }

@@ -1,6 +1,7 @@
 #include "inr/data.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -189,6 +190,82 @@ TEST(Jpeg, BadFilesAndArgumentsAreRefused) {
   EXPECT_FALSE(WriteJpeg(path, rgb, 101).ok());
   EXPECT_FALSE(WriteJpeg(path, {rgb[0], rgb[1]}, 90).ok());
   EXPECT_FALSE(WriteJpeg(TempPath("no/such/dir.jpg"), rgb, 90).ok());
+}
+
+std::string ReadBytes(const std::string& path) {
+  std::string bytes;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return bytes;
+  char buf[4096];
+  size_t got;
+  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) bytes.append(buf, got);
+  std::fclose(f);
+  return bytes;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  std::fwrite(bytes.data(), 1, bytes.size(), f);
+  std::fclose(f);
+}
+
+// CRC-32 of PNG chunks (ISO 3309 / ITU-T V.42 polynomial, reflected), bit by bit.
+uint32_t Crc32(const std::string& data) {
+  uint32_t c = 0xffffffffu;
+  for (unsigned char byte : data) {
+    c ^= byte;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xffffffffu;
+}
+
+void PutBigEndian(std::string* s, size_t at, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) (*s)[at + i] = static_cast<char>((v >> (8 * (bytes - 1 - i))) & 0xff);
+}
+
+TEST(Images, TinyFilesDeclaringHugeImagesAreRefusedBeforeAllocating) {
+  // A valid 8 x 8 file whose header then claims 60000 x 60000 pixels (3.6e9, 86 GB as
+  // doubles): refused from the file's size alone, with the declared size in the message.
+  std::vector<ImageMatrix> gray = {ImageMatrix::Constant(8, 8, 0.5)};
+  const std::string png = TempPath("small.png");
+  ASSERT_TRUE(WritePng(png, gray).ok());
+  std::string bytes = ReadBytes(png);
+  ASSERT_GT(bytes.size(), 33u);
+  ASSERT_EQ(bytes.substr(12, 4), "IHDR");
+  PutBigEndian(&bytes, 16, 60000, 4);  // width
+  PutBigEndian(&bytes, 20, 60000, 4);  // height
+  PutBigEndian(&bytes, 29, Crc32(bytes.substr(12, 17)), 4);  // chunk type + data
+  const std::string huge_png = TempPath("huge.png");
+  WriteBytes(huge_png, bytes);
+  absl::StatusOr<Image> r = ReadPng(huge_png, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("declares 60000 x 60000"), std::string::npos)
+      << r.status().message();
+
+  const std::string jpg = TempPath("small.jpg");
+  ASSERT_TRUE(WriteJpeg(jpg, gray, 90).ok());
+  bytes = ReadBytes(jpg);
+  size_t sof = std::string::npos;
+  for (size_t i = 0; i + 9 < bytes.size(); ++i) {
+    if (static_cast<unsigned char>(bytes[i]) == 0xff &&
+        static_cast<unsigned char>(bytes[i + 1]) == 0xc0) {
+      sof = i;
+      break;
+    }
+  }
+  ASSERT_NE(sof, std::string::npos) << "no baseline SOF0 marker";
+  PutBigEndian(&bytes, sof + 5, 60000, 2);  // height
+  PutBigEndian(&bytes, sof + 7, 60000, 2);  // width
+  const std::string huge_jpg = TempPath("huge.jpg");
+  WriteBytes(huge_jpg, bytes);
+  r = ReadJpeg(huge_jpg, true);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("declares 60000 x 60000"), std::string::npos)
+      << r.status().message();
+  // The unpatched files still read (the bounds are far above real images).
+  EXPECT_TRUE(ReadPng(png, true).ok());
+  EXPECT_TRUE(ReadJpeg(jpg, true).ok());
 }
 
 TEST(Images, ReadImageReadsPngsAsReadPngDoes) {

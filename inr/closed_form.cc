@@ -335,7 +335,10 @@ template <class T>
 void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s, int parts,
               int p, Barrier* barrier, RowMatrixXd* w) {
   const int64_t ky = fy.k, kx = fx.k, nx = s.cols();
-  const auto [k0, k1] = Part(ky, parts, p);
+  // (Plain variables, not a structured binding: lambdas below capture them, which C++17
+  // allows only for variables.)
+  const std::pair<int64_t, int64_t> k_range = Part(ky, parts, p);
+  const int64_t k0 = k_range.first, k1 = k_range.second;
   const int64_t rows = k1 - k0;
   double* out = w->data();
   if (rows > 0) {
@@ -426,7 +429,8 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
   }
   if (barrier != nullptr) barrier->Wait();
   // W = G_y^-1 T on columns [j0, j1), in place.
-  const auto [j0, j1] = Part(kx, parts, p);
+  const std::pair<int64_t, int64_t> j_range = Part(kx, parts, p);
+  const int64_t j0 = j_range.first, j1 = j_range.second;
   if (j1 <= j0) return;
   if (fy.banded) {
     internal::BandCholeskySolve(fy.band.data(), ky, fy.kd, out, kx, j0, j1);

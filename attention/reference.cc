@@ -79,6 +79,10 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
                  const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink,
                  const ReferenceBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(a); !s.ok()) return s;
+  // No query and no key token: nothing to write (every output has zero elements). Returned
+  // before any loop over the sequences, whose count an empty batch does not bound (a
+  // batch of 2^39 empty sequences would be walked several times).
+  if (a.num_q_tokens() == 0 && a.num_k_tokens() == 0) return absl::OkStatus();
   const bool backward = d_o != nullptr;
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
   const int64_t group = hq / hkv;

@@ -95,11 +95,35 @@ std::vector<T> Compact(const TensorView& v) {
   return out;
 }
 
-// An int64 tensor of `ndim` dimensions as a row-major vector, with its view.
+// Index tensors are copied before they are checked, so their sizes are bounded first by
+// what the call's memory-backed tensors imply: `rows` (>= 0) is the leading size the
+// tensor must have (one entry or row per token, ...), `max_cols` (>= 0) bounds the second
+// dimension. A list whose length nothing bounds (cu_seqlens, tree children) must be
+// materialised: a zero stride over more than one entry (a broadcast view) would let a few
+// bytes describe 2^39 entries, whose copy and walk would exhaust memory or time.
+absl::Status CheckIndexSizes(const TensorView& v, const char* name, int64_t rows,
+                             int64_t max_cols) {
+  if (rows >= 0 && v.shape[0] != rows) {
+    return Bad(absl::StrCat(name, " has ", v.shape[0], " entries (rows), expected ", rows));
+  }
+  if (max_cols >= 0 && v.shape.size() > 1 && v.shape[1] > max_cols) {
+    return Bad(absl::StrCat(name, " has ", v.shape[1], " columns, at most ", max_cols));
+  }
+  if (rows < 0 && v.shape[0] > 1 && v.strides[0] == 0) {
+    return Bad(absl::StrCat(name, " repeats one entry (stride 0) over ", v.shape[0],
+                            " entries; pass it materialised (contiguous)"));
+  }
+  return absl::OkStatus();
+}
+
+// An int64 tensor of `ndim` dimensions as a row-major vector, with its view; sizes as
+// CheckIndexSizes (-1: unbounded).
 absl::StatusOr<TensorView> Int64Table(const DLTensor* t, const char* name, int ndim,
-                                      std::vector<int64_t>* out) {
+                                      std::vector<int64_t>* out, int64_t rows = -1,
+                                      int64_t max_cols = -1) {
   absl::StatusOr<TensorView> v = ViewTensor(t, name, ndim, kInt);
   if (!v.ok()) return v.status();
+  if (absl::Status s = CheckIndexSizes(*v, name, rows, max_cols); !s.ok()) return s;
   *out = Compact<int64_t>(*v);
   return v;
 }
@@ -143,9 +167,11 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
   }
   int64_t axes = 0;
   if (o.q_axes != nullptr) {
-    absl::StatusOr<TensorView> qa = Int64Table(o.q_axes, "q_axes", 2, &c->axes_q);
+    absl::StatusOr<TensorView> qa =
+        Int64Table(o.q_axes, "q_axes", 2, &c->axes_q, a.num_q_tokens(), 3);
     if (!qa.ok()) return qa.status();
-    absl::StatusOr<TensorView> ka = Int64Table(o.k_axes, "k_axes", 2, &c->axes_k);
+    absl::StatusOr<TensorView> ka =
+        Int64Table(o.k_axes, "k_axes", 2, &c->axes_k, a.num_k_tokens(), 3);
     if (!ka.ok()) return ka.status();
     axes = qa->shape[1];
     if (ka->shape[1] != axes) {
@@ -156,12 +182,12 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     a.k_structured.coords = c->axes_k;
   }
   if (trees == 4) {
-    for (auto [t, name, out] :
-         {std::tuple{o.q_tree_offsets, "q_tree_offsets", &c->tree_off_q},
-          std::tuple{o.q_tree_children, "q_tree_children", &c->tree_ch_q},
-          std::tuple{o.k_tree_offsets, "k_tree_offsets", &c->tree_off_k},
-          std::tuple{o.k_tree_children, "k_tree_children", &c->tree_ch_k}}) {
-      absl::StatusOr<TensorView> v = Int64Table(t, name, 1, out);
+    for (auto [t, name, out, rows] :
+         {std::tuple{o.q_tree_offsets, "q_tree_offsets", &c->tree_off_q, a.num_q_tokens() + 1},
+          std::tuple{o.q_tree_children, "q_tree_children", &c->tree_ch_q, int64_t{-1}},
+          std::tuple{o.k_tree_offsets, "k_tree_offsets", &c->tree_off_k, a.num_k_tokens() + 1},
+          std::tuple{o.k_tree_children, "k_tree_children", &c->tree_ch_k, int64_t{-1}}}) {
+      absl::StatusOr<TensorView> v = Int64Table(t, name, 1, out, rows);
       if (!v.ok()) return v.status();
     }
     a.q_structured.tree_offsets = c->tree_off_q;
@@ -191,7 +217,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     absl::StatusOr<seq::RopeFrequencies> f;
     absl::StatusOr<std::vector<int>> plane_axes;
     if (o.rope_sections != nullptr) {
-      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections);
+      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections, -1, -1);
       if (!sv.ok()) return sv.status();
       if (o.rope_axes > 1 && o.rope_axes != static_cast<int32_t>(sections.size())) {
         return Bad(absl::StrCat("rope_axes (", o.rope_axes, ") disagrees with the ",
@@ -353,9 +379,12 @@ absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorVi
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* name) {
+// An int64 vector's entries; `entries` as CheckIndexSizes's rows (-1: unbounded).
+absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* name,
+                                                 int64_t entries = -1) {
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 1, kInt);
   if (!v.ok()) return v.status();
+  if (absl::Status s = CheckIndexSizes(*v, name, entries, -1); !s.ok()) return s;
   std::vector<int64_t> storage;
   absl::Span<const int64_t> s = ContiguousPositions(*v, &storage);
   return std::vector<int64_t>(s.begin(), s.end());
@@ -448,9 +477,9 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   a.causal = o.causal == 1;
   if (o.softmax_scale > 0) a.softmax_scale = o.softmax_scale;
   if (o.q_positions != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> pq = Int64Vector(o.q_positions, "q_positions");
+    absl::StatusOr<std::vector<int64_t>> pq = Int64Vector(o.q_positions, "q_positions", a.num_q_tokens());
     if (!pq.ok()) return pq.status();
-    absl::StatusOr<std::vector<int64_t>> pk = Int64Vector(o.k_positions, "k_positions");
+    absl::StatusOr<std::vector<int64_t>> pk = Int64Vector(o.k_positions, "k_positions", a.num_k_tokens());
     if (!pk.ok()) return pk.status();
     c->pos_q = *std::move(pq);
     c->pos_k = *std::move(pk);
@@ -562,6 +591,10 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
     const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    // No query and no key token: o and lse hold no element, nothing to compute. Returned
+    // here, before the kernels, which walk the sequences (planning, default positions):
+    // a bshd batch of 2^39 empty sequences fits in no memory bound and would take minutes.
+    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) return absl::OkStatus();
     if (c.dtype == DType::kFloat64) {
       // The exact oracle (reference.h): double throughout, single-threaded.
       return att::ReferenceForward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
@@ -743,9 +776,9 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
     const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dx, packed);
     const int64_t tokens = query ? a.num_q_tokens() : a.num_k_tokens();
     const int64_t heads = query ? a.num_q_heads : a.num_kv_heads;
-    const std::vector<int64_t> pos = EffectivePositions(a, query);
     const int64_t n = tokens * heads;
-    if (n == 0) continue;
+    if (n == 0) continue;  // before EffectivePositions, which walks every sequence
+    const std::vector<int64_t> pos = EffectivePositions(a, query);
     std::vector<double> in(static_cast<size_t>(n * d)), g(in.size()), gr(in.size());
     std::vector<int64_t> p(static_cast<size_t>(n));
     for (int64_t t = 0; t < tokens; ++t) {
@@ -878,6 +911,21 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
     };
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    if (c.dtype == DType::kBFloat16 && (gak->data != nullptr || gav->data != nullptr)) {
+      return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
+                 "bfloat16 gives dq, dk and dv only");
+    }
+    // No query and no key token: dq, dk and dv hold no element, and no loss term depends
+    // on a parameter, so the parameter gradients are zero (the Shaw tables' cleared here,
+    // the bias's and GRAPE-M's by finish() from their zeroed accumulators). Returned
+    // before the kernels, which walk the sequences: a bshd batch of 2^39 empty sequences
+    // fits in no memory bound and would take minutes.
+    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) {
+      for (const TensorView* t : {&*gak, &*gav}) {
+        if (t->data != nullptr) std::fill_n(t->typed<double>(), t->numel(), 0.0);
+      }
+      return finish();
+    }
     if (c.dtype == DType::kFloat64) {
       // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
       att::ReferenceBackwardExtras rex;
@@ -907,10 +955,6 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
         return st;
       }
       return finish();
-    }
-    if (gak->data != nullptr || gav->data != nullptr) {
-      return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
-                 "bfloat16 gives dq, dk and dv only");
     }
     if (absl::Status st = att::CpuBackward(
             c.args, c.q.typed<const BF>(), c.k.typed<const BF>(), c.v.typed<const BF>(),

@@ -2,6 +2,7 @@
 // written here from the formulas (RoPE of Su et al. eq. 34 half-split, ALiBi slopes of
 // Press et al. for a power of two, softmax in double), plus the bad-input table.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -805,6 +806,124 @@ TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {
     for (int64_t i = 0; i < s * h; ++i) {
       EXPECT_EQ(bits == 64 ? lse[i] : lf[i], -std::numeric_limits<double>::infinity()) << bits;
     }
+  }
+}
+
+// A batch of 2^39 sequences, every one empty (bshd [2^39, 0, h, d], data NULL): nothing to
+// compute or write, so every entry point returns GPE_OK at once instead of walking the
+// batch (the attention fuzzer found the float64 reference spending minutes on such a
+// call). Covered: forward and backward (o / lse given or recomputed) in float32, bfloat16
+// and float64, with RoPE, explicit (empty) positions, causal ALiBi, an algebraic grid over
+// (empty) per-axis positions, Shaw tables, and the parameter gradients of
+// gpe_attention_backward_with_parameters (bias and GRAPE-M), which must come back zero: no
+// query means no loss term depends on them. Each call is timed: walking 2^39 sequences
+// takes minutes even at one nanosecond each, so 20 s separates the two outcomes by far.
+TEST(AttentionAbi, HugeBatchOfEmptySequencesReturnsAtOnce) {
+  const int64_t batch = int64_t{1} << 39, h = 2, d = 4, kmax = 2;
+  std::vector<int64_t> qs = {batch, 0, h, d}, ls = {0, h}, ps = {0}, axs = {0, 2};
+  std::vector<int64_t> tab_shape = {2 * kmax + 1, d}, gs = {1, d}, ws = {1}, slope_shape = {h};
+  auto timed = [](const char* what, const std::function<gpe_status()>& call) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const gpe_status st = call();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(st, GPE_OK) << what << ": " << gpe_last_error_message();
+    EXPECT_LT(secs, 20.0) << what;
+  };
+  BiasPtr alibi = MakeAlibi(h, GPE_ALIBI_CAUSAL);
+  const std::vector<double> ga0 = {0.3, -0.2, 0.1, 0.4}, gb0 = {-0.1, 0.5, 0.2, 0.3}, gw0 = {0.7};
+  gpe_grape_m_options go = GPE_GRAPE_M_OPTIONS_INIT;
+  go.dim = d;
+  go.num_generators = 1;
+  go.a = ga0.data();
+  go.b = gb0.data();
+  go.omega = gw0.data();
+  gpe_grape_m* gm_raw = nullptr;
+  ASSERT_EQ(gpe_grape_m_create(&go, &gm_raw), GPE_OK) << gpe_last_error_message();
+  std::unique_ptr<gpe_grape_m, void (*)(gpe_grape_m*)> gm(gm_raw, gpe_grape_m_destroy);
+  // Two 2x2 skew generators (axes * m = 2 * 2 = head_dim) for the algebraic grid.
+  std::vector<double> skew = {0, 0.5, -0.5, 0, 0, -0.3, 0.3, 0};
+  std::vector<int64_t> skew_shape = {2, 2, 2};
+  DLTensor tskew = Tensor(skew.data(), kDLFloat, 64, &skew_shape);
+  std::vector<double> key_table(5 * d, 0.25), value_table(5 * d, -0.5);
+  DLTensor tkt = Tensor(key_table.data(), kDLFloat, 64, &tab_shape),
+           tvt = Tensor(value_table.data(), kDLFloat, 64, &tab_shape);
+  DLTensor tpos = Tensor(nullptr, kDLInt, 64, &ps), taxes = Tensor(nullptr, kDLInt, 64, &axs);
+  struct Dt {
+    DLDataTypeCode code;
+    int bits;
+    int lse_bits;
+  };
+  for (const Dt dt : {Dt{kDLFloat, 32, 32}, Dt{kDLBfloat, 16, 32}, Dt{kDLFloat, 64, 64}}) {
+    SCOPED_TRACE(dt.bits == 64 ? "float64" : dt.bits == 32 ? "float32" : "bfloat16");
+    DLTensor x = Tensor(nullptr, dt.code, dt.bits, &qs);
+    DLTensor o = x, g = x, dq = x, dk = x, dv = x;  // distinct structs, all empty
+    DLTensor lse = Tensor(nullptr, kDLFloat, dt.lse_bits, &ls);
+    std::vector<gpe_attention_options> variants;
+    gpe_attention_options base = GPE_ATTENTION_OPTIONS_INIT;
+    variants.push_back(base);
+    gpe_attention_options rope = base;
+    rope.rope_dim = d;
+    rope.causal = 1;
+    rope.bias = alibi.get();
+    rope.q_positions = rope.k_positions = &tpos;
+    variants.push_back(rope);
+    gpe_attention_options grid = base;
+    grid.algebraic_grid = &tskew;
+    grid.q_axes = grid.k_axes = &taxes;
+    variants.push_back(grid);
+    gpe_attention_options shaw = base;
+    shaw.shaw_max_distance = kmax;
+    shaw.shaw_key_table = &tkt;
+    shaw.shaw_value_table = &tvt;
+    variants.push_back(shaw);
+    for (size_t i = 0; i < variants.size(); ++i) {
+      SCOPED_TRACE(i);
+      const gpe_attention_options& opt = variants[i];
+      timed("forward", [&] { return gpe_attention_forward(&opt, &x, &x, &x, &o, &lse); });
+      timed("backward (recomputed o)", [&] {
+        return gpe_attention_backward(&opt, &x, &x, &x, nullptr, nullptr, &g, &dq, &dk, &dv);
+      });
+      timed("backward (given o, lse)", [&] {
+        return gpe_attention_backward(&opt, &x, &x, &x, &o, &lse, &g, &dq, &dk, &dv);
+      });
+    }
+    // Parameter gradients: prefilled with 9, overwritten with 0.
+    std::vector<double> gkt(5 * d, 9.0), gvt(5 * d, 9.0), gslope(h, 9.0), gga(d, 9.0),
+        ggb(d, 9.0), ggw(1, 9.0);
+    DLTensor tgkt = Tensor(gkt.data(), kDLFloat, 64, &tab_shape),
+             tgvt = Tensor(gvt.data(), kDLFloat, 64, &tab_shape),
+             tslope = Tensor(gslope.data(), kDLFloat, 64, &slope_shape),
+             tga = Tensor(gga.data(), kDLFloat, 64, &gs), tgb = Tensor(ggb.data(), kDLFloat, 64, &gs),
+             tgw = Tensor(ggw.data(), kDLFloat, 64, &ws);
+    if (dt.bits != 16) {  // bfloat16 gives no Shaw table gradients (a documented error)
+      timed("backward_v2 (Shaw gradients)", [&] {
+        return gpe_attention_backward_v2(&variants[3], &x, &x, &x, nullptr, nullptr, &g, &dq, &dk,
+                                         &dv, &tgkt, &tgvt);
+      });
+      for (size_t j = 0; j < gkt.size(); ++j) {
+        EXPECT_EQ(gkt[j], 0.0) << j;
+        EXPECT_EQ(gvt[j], 0.0) << j;
+      }
+    }
+    gpe_attention_options params = base;
+    params.bias = alibi.get();
+    params.grape_m = gm.get();
+    gpe_attention_param_grads pg = GPE_ATTENTION_PARAM_GRADS_INIT;
+    pg.d_bias_a = &tslope;
+    pg.d_grape_a = &tga;
+    pg.d_grape_b = &tgb;
+    pg.d_grape_omega = &tgw;
+    timed("backward_with_parameters", [&] {
+      return gpe_attention_backward_with_parameters(&params, &x, &x, &x, nullptr, nullptr, &g,
+                                                    &dq, &dk, &dv, &pg);
+    });
+    for (double e : gslope) EXPECT_EQ(e, 0.0);
+    for (size_t j = 0; j < gga.size(); ++j) {
+      EXPECT_EQ(gga[j], 0.0) << j;
+      EXPECT_EQ(ggb[j], 0.0) << j;
+    }
+    EXPECT_EQ(ggw[0], 0.0);
   }
 }
 

@@ -584,6 +584,31 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.att.cu_seqlens_k = &f.v3.cu_t;
     return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
   });
+  // A broadcast cu_seqlens (stride 0): 2^39 + 1 entries over one zero describe 2^39 empty
+  // sequences in 8 bytes; refused before the entries are copied or walked.
+  add("attention_cu_seqlens_broadcast", e, [](Fixture& f) {
+    static const int64_t zero = 0;
+    f.v3.shapes.push_back({0, 2, 8});
+    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
+    f.v3.q.shape = f.v3.o.shape = f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({0});  // the stride
+    f.v3.cu_t.strides = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({(int64_t{1} << 39) + 1});
+    f.v3.cu_t.shape = f.v3.shapes.back().data();
+    f.v3.cu_t.data = const_cast<int64_t*>(&zero);
+    f.v3.att.cu_seqlens_q = f.v3.att.cu_seqlens_k = &f.v3.cu_t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  // Positions whose count differs from the tokens' (here a 2^39-entry broadcast for 4
+  // tokens): refused before the entries are copied.
+  add("attention_positions_count", e, [](Fixture& f) {
+    f.v3.shapes.push_back({0});  // the stride
+    f.v3.pos_t.strides = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({int64_t{1} << 39});
+    f.v3.pos_t.shape = f.v3.shapes.back().data();
+    f.v3.att.q_positions = f.v3.att.k_positions = &f.v3.pos_t;
+    return f.v3.Forward();
+  });
   add("attention_bias_heads_mismatch", e, [](Fixture& f) -> gpe_status {
     f.v3.alibi_opt.num_heads = 3;
     gpe_bias_destroy(f.v3.alibi);

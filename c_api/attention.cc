@@ -217,7 +217,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     absl::StatusOr<seq::RopeFrequencies> f;
     absl::StatusOr<std::vector<int>> plane_axes;
     if (o.rope_sections != nullptr) {
-      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections, -1, -1);
+      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections);
       if (!sv.ok()) return sv.status();
       if (o.rope_axes > 1 && o.rope_axes != static_cast<int32_t>(sections.size())) {
         return Bad(absl::StrCat("rope_axes (", o.rope_axes, ") disagrees with the ",
@@ -477,9 +477,11 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   a.causal = o.causal == 1;
   if (o.softmax_scale > 0) a.softmax_scale = o.softmax_scale;
   if (o.q_positions != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> pq = Int64Vector(o.q_positions, "q_positions", a.num_q_tokens());
+    absl::StatusOr<std::vector<int64_t>> pq =
+        Int64Vector(o.q_positions, "q_positions", a.num_q_tokens());
     if (!pq.ok()) return pq.status();
-    absl::StatusOr<std::vector<int64_t>> pk = Int64Vector(o.k_positions, "k_positions", a.num_k_tokens());
+    absl::StatusOr<std::vector<int64_t>> pk =
+        Int64Vector(o.k_positions, "k_positions", a.num_k_tokens());
     if (!pk.ok()) return pk.status();
     c->pos_q = *std::move(pq);
     c->pos_k = *std::move(pk);

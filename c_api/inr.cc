@@ -15,6 +15,7 @@
 #include "c_api/coordinate_handles.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
+#include "c_api/matrices.h"
 #include "c_api/tensor_view.h"
 #include "encodings/analysis/stable_rank.h"
 #include "encodings/coordinate/shifted_basis.h"
@@ -24,27 +25,15 @@
 using gpe::c_api::CheckStructSize;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
+using gpe::c_api::MatrixContents;
+using gpe::c_api::ReadFloat64Matrix;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 
 namespace {
 
-using RowMatrixXd = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using RowMatrixXd = gpe::c_api::RowMatrix<double>;
 const DType kF64[] = {DType::kFloat64};
-
-// A validated float64 matrix view copied into a compact row-major Eigen matrix.
-absl::StatusOr<RowMatrixXd> ReadMatrix(const DLTensor* t, const char* name) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
-  if (!v.ok()) return v.status();
-  RowMatrixXd m(v->shape[0], v->shape[1]);
-  const double* src = v->typed<const double>();
-  // An empty matrix may still have billions of rows (e.g. [2^33, 0]): no row loop then.
-  if (m.size() == 0) return m;
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = src[i * v->strides[0] + j * v->strides[1]];
-  }
-  return m;
-}
 
 // Writes m into a float64 [rows, cols] output view, checking its shape.
 absl::Status WriteMatrix(const RowMatrixXd& m, DLTensor* t, const char* name) {
@@ -57,7 +46,7 @@ absl::Status WriteMatrix(const RowMatrixXd& m, DLTensor* t, const char* name) {
   }
   if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
   double* dst = v->typed<double>();
-  if (m.size() == 0) return absl::OkStatus();  // see ReadMatrix
+  if (m.size() == 0) return absl::OkStatus();  // [2^33, 0] has no row to loop over
   for (int64_t i = 0; i < m.rows(); ++i) {
     for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
   }
@@ -188,7 +177,7 @@ absl::StatusOr<BlendedInputs> ReadBlendedInputs(const gpe_coordinate_encoder* en
   if (!gy.ok()) return gy.status();
   in.gx = *std::move(gx);
   in.gy = *std::move(gy);
-  absl::StatusOr<RowMatrixXd> p = ReadMatrix(points, "points");
+  absl::StatusOr<RowMatrixXd> p = ReadFloat64Matrix(points, "points", MatrixContents::kAny);
   if (!p.ok()) return p.status();
   if (p->cols() != 2) {
     return absl::InvalidArgumentError(
@@ -223,7 +212,7 @@ gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options, co
     const DLTensor* in[3] = {psi_0, psi_1, psi_2};
     const char* names[3] = {"psi_0", "psi_1", "psi_2"};
     for (int d = 0; d < 3; ++d) {
-      absl::StatusOr<RowMatrixXd> m = ReadMatrix(in[d], names[d]);
+      absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(in[d], names[d], MatrixContents::kAny);
       if (!m.ok()) return m.status();
       psi[d] = *std::move(m);
     }
@@ -243,7 +232,7 @@ gpe_status gpe_inr_predict_separable_3d(const DLTensor* psi_0, const DLTensor* p
     const DLTensor* in[3] = {psi_0, psi_1, psi_2};
     const char* names[3] = {"psi_0", "psi_1", "psi_2"};
     for (int d = 0; d < 3; ++d) {
-      absl::StatusOr<RowMatrixXd> m = ReadMatrix(in[d], names[d]);
+      absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(in[d], names[d], MatrixContents::kAny);
       if (!m.ok()) return m.status();
       psi[d] = *std::move(m);
     }
@@ -305,7 +294,7 @@ gpe_status gpe_inr_predict_blended_2d(const gpe_coordinate_encoder* encoder_x,
     absl::StatusOr<BlendedInputs> in =
         ReadBlendedInputs(encoder_x, encoder_y, grid_x, grid_y, points);
     if (!in.ok()) return in.status();
-    absl::StatusOr<RowMatrixXd> wm = ReadMatrix(w, "w");
+    absl::StatusOr<RowMatrixXd> wm = ReadFloat64Matrix(w, "w", MatrixContents::kAny);
     if (!wm.ok()) return wm.status();
     absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 1, kF64);
     if (!ov.ok()) return ov.status();
@@ -373,7 +362,7 @@ gpe_status gpe_shifted_basis_encode(const gpe_shifted_basis_options* options,
 gpe_status gpe_stable_rank(const DLTensor* matrix, double* out) {
   return Guard([&]() -> absl::Status {
     if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    absl::StatusOr<RowMatrixXd> m = ReadMatrix(matrix, "matrix");
+    absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(matrix, "matrix", MatrixContents::kAny);
     if (!m.ok()) return m.status();
     absl::StatusOr<double> r = gpe::encodings::StableRank(*m);
     if (!r.ok()) return r.status();
@@ -387,11 +376,11 @@ gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options, co
   return Guard([&]() -> absl::Status {
     absl::StatusOr<gpe::inr::SeparableFitOptions> fit = ReadFitOptions(options);
     if (!fit.ok()) return fit.status();
-    absl::StatusOr<RowMatrixXd> py = ReadMatrix(psi_y, "psi_y");
+    absl::StatusOr<RowMatrixXd> py = ReadFloat64Matrix(psi_y, "psi_y", MatrixContents::kAny);
     if (!py.ok()) return py.status();
-    absl::StatusOr<RowMatrixXd> px = ReadMatrix(psi_x, "psi_x");
+    absl::StatusOr<RowMatrixXd> px = ReadFloat64Matrix(psi_x, "psi_x", MatrixContents::kAny);
     if (!px.ok()) return px.status();
-    absl::StatusOr<RowMatrixXd> s = ReadMatrix(image, "image");
+    absl::StatusOr<RowMatrixXd> s = ReadFloat64Matrix(image, "image", MatrixContents::kAny);
     if (!s.ok()) return s.status();
     absl::StatusOr<std::vector<RowMatrixXd>> weights =
         gpe::inr::FitSeparable2D(*py, *px, std::vector<RowMatrixXd>{*s}, *fit);
@@ -403,11 +392,11 @@ gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options, co
 gpe_status gpe_inr_predict_separable_2d(const DLTensor* psi_y, const DLTensor* psi_x,
                                         const DLTensor* w, DLTensor* out) {
   return Guard([&]() -> absl::Status {
-    absl::StatusOr<RowMatrixXd> py = ReadMatrix(psi_y, "psi_y");
+    absl::StatusOr<RowMatrixXd> py = ReadFloat64Matrix(psi_y, "psi_y", MatrixContents::kAny);
     if (!py.ok()) return py.status();
-    absl::StatusOr<RowMatrixXd> px = ReadMatrix(psi_x, "psi_x");
+    absl::StatusOr<RowMatrixXd> px = ReadFloat64Matrix(psi_x, "psi_x", MatrixContents::kAny);
     if (!px.ok()) return px.status();
-    absl::StatusOr<RowMatrixXd> wm = ReadMatrix(w, "w");
+    absl::StatusOr<RowMatrixXd> wm = ReadFloat64Matrix(w, "w", MatrixContents::kAny);
     if (!wm.ok()) return wm.status();
     absl::StatusOr<RowMatrixXd> s = gpe::inr::PredictSeparable2D(*py, *px, *wm);
     if (!s.ok()) return s.status();

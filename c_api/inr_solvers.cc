@@ -17,6 +17,7 @@
 #include "c_api/checks.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
+#include "c_api/matrices.h"
 #include "c_api/tensor_view.h"
 #include "inr/closed_form.h"
 #include "inr/data.h"
@@ -24,8 +25,11 @@
 #include "inr/mlp.h"
 
 using gpe::c_api::CheckStructSize;
+using gpe::c_api::CopyMatrix;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
+using gpe::c_api::MatrixContents;
+using gpe::c_api::ReadFloat64Matrix;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 
@@ -58,38 +62,6 @@ absl::Status AsArgumentError(const absl::Status& s) {
     default:
       return s;
   }
-}
-
-// Elements of a validated view, row-major, as Scalar (the view's own dtype).
-template <typename Scalar>
-Scalar At(const TensorView& v, int64_t i, int64_t j) {
-  return v.typed<const Scalar>()[i * v.strides[0] + j * v.strides[1]];
-}
-
-// A validated [rows, cols] view of dtype Scalar copied into a compact matrix.
-template <typename Scalar>
-RowMatrix<Scalar> CopyMatrix(const TensorView& v) {
-  RowMatrix<Scalar> m(v.shape[0], v.shape[1]);
-  if (m.size() == 0) return m;  // an empty matrix may still have billions of rows
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = At<Scalar>(v, i, j);
-  }
-  return m;
-}
-
-// A float64 [rows, cols] input, finite and non-empty.
-absl::StatusOr<RowMatrixXd> ReadFiniteMatrix(const DLTensor* t, const char* name) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] < 1 || v->shape[1] < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " is empty ([", v->shape[0], ", ",
-                                                   v->shape[1], "]); it needs >= 1 row and column"));
-  }
-  RowMatrixXd m = CopyMatrix<double>(*v);
-  if (!m.allFinite()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has a non-finite entry"));
-  }
-  return m;
 }
 
 // Writes m into a [rows, cols] output view of dtype Scalar, checking shape and overlap
@@ -580,9 +552,11 @@ gpe_status gpe_inr_fit_dense_adam(const gpe_linear_adam_options* options, const 
   return Guard([&]() -> absl::Status {
     absl::StatusOr<gpe::inr::LinearAdamOptions> o = ReadLinearAdamOptions(options);
     if (!o.ok()) return o.status();
-    absl::StatusOr<RowMatrixXd> phi = ReadFiniteMatrix(features, "features");
+    absl::StatusOr<RowMatrixXd> phi =
+        ReadFloat64Matrix(features, "features", MatrixContents::kFiniteNonEmpty);
     if (!phi.ok()) return phi.status();
-    absl::StatusOr<RowMatrixXd> y = ReadFiniteMatrix(targets, "targets");
+    absl::StatusOr<RowMatrixXd> y =
+        ReadFloat64Matrix(targets, "targets", MatrixContents::kFiniteNonEmpty);
     if (!y.ok()) return y.status();
     if (y->rows() != phi->rows()) {
       return absl::InvalidArgumentError(absl::StrCat("targets has ", y->rows(),
@@ -604,11 +578,14 @@ gpe_status gpe_inr_fit_separable_adam_2d(const gpe_linear_adam_options* options,
   return Guard([&]() -> absl::Status {
     absl::StatusOr<gpe::inr::LinearAdamOptions> o = ReadLinearAdamOptions(options);
     if (!o.ok()) return o.status();
-    absl::StatusOr<RowMatrixXd> py = ReadFiniteMatrix(psi_y, "psi_y");
+    absl::StatusOr<RowMatrixXd> py =
+        ReadFloat64Matrix(psi_y, "psi_y", MatrixContents::kFiniteNonEmpty);
     if (!py.ok()) return py.status();
-    absl::StatusOr<RowMatrixXd> px = ReadFiniteMatrix(psi_x, "psi_x");
+    absl::StatusOr<RowMatrixXd> px =
+        ReadFloat64Matrix(psi_x, "psi_x", MatrixContents::kFiniteNonEmpty);
     if (!px.ok()) return px.status();
-    absl::StatusOr<RowMatrixXd> s = ReadFiniteMatrix(image, "image");
+    absl::StatusOr<RowMatrixXd> s =
+        ReadFloat64Matrix(image, "image", MatrixContents::kFiniteNonEmpty);
     if (!s.ok()) return s.status();
     if (s->rows() != py->rows() || s->cols() != px->rows()) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -1,0 +1,47 @@
+// Matrices read from DLPack views for the C ABI's INR entry points (inr.cc,
+// inr_solvers.cc): a validated [rows, cols] view copied into a compact row-major Eigen
+// matrix, with the optional content checks both files share.
+#ifndef GPE_C_API_MATRICES_H_
+#define GPE_C_API_MATRICES_H_
+
+#include <cstdint>
+
+#include <Eigen/Dense>
+#include "absl/status/statusor.h"
+#include "c_api/tensor_view.h"
+#include "dlpack/dlpack.h"
+
+namespace gpe::c_api {
+
+template <typename Scalar>
+using RowMatrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// A validated [rows, cols] view of dtype Scalar (any strides) copied into a compact
+// matrix. An empty matrix may still have billions of rows (e.g. [2^33, 0]): no row loop
+// then.
+template <typename Scalar>
+RowMatrix<Scalar> CopyMatrix(const TensorView& v) {
+  RowMatrix<Scalar> m(v.shape[0], v.shape[1]);
+  if (m.size() == 0) return m;
+  const Scalar* src = v.typed<const Scalar>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = src[i * v.strides[0] + j * v.strides[1]];
+  }
+  return m;
+}
+
+// What ReadFloat64Matrix requires of the entries beyond ViewTensor's checks.
+enum class MatrixContents {
+  kAny,             // any shape (empty included), any values
+  kFiniteNonEmpty,  // >= 1 row and column, every entry finite
+};
+
+// A float64 [rows, cols] input (named `name` in messages) as a compact row-major matrix.
+// kFiniteNonEmpty refuses "NAME is empty ([r, c]); it needs >= 1 row and column" and
+// "NAME has a non-finite entry" (GPE_ERROR_INVALID_ARGUMENT).
+absl::StatusOr<RowMatrix<double>> ReadFloat64Matrix(const DLTensor* t, const char* name,
+                                                    MatrixContents contents);
+
+}  // namespace gpe::c_api
+
+#endif  // GPE_C_API_MATRICES_H_

@@ -333,24 +333,24 @@ impl Rope {
         self.run(tokens, p, p, dy.len(), dy.len(), T::BITS, shape, true)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn run(
-        &self,
-        tokens: &Tokens,
-        x: *const c_void,
-        out: *mut c_void,
-        x_len: usize,
-        out_len: usize,
-        bits: u8,
-        shape: &[usize],
-        backward: bool,
-    ) -> Result<()> {
-        expect_len("x", x_len, product(shape))?;
-        expect_len("out", out_len, x_len)?;
-        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
-        let mut os = xs.clone();
-        let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
-        let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);
+    /// A cos/sin table for the tokens of a tensor shaped like `like` (`shape`; its values
+    /// are not read), built once and reused for q, k and every layer with the same tokens
+    /// (gpe_rope_table_create). The table copies what it needs: `self` and the token
+    /// slices may go afterwards. A float64 table serves f64 tensors; a float32 one f32.
+    pub fn table<T: Real>(&self, tokens: &Tokens, like: &[T], shape: &[usize]) -> Result<RopeTable> {
+        expect_len("like", like.len(), product(shape))?;
+        let mut ls: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let tl = real_tensor(like, &mut ls);
+        let mut raw = ptr::null_mut();
+        self.with_tokens(tokens, |t| {
+            // SAFETY: like holds product(shape) values (checked); t's tensors are alive.
+            check(unsafe { ffi::gpe_rope_table_create(self.raw, t, &tl, &mut raw) })
+        })?;
+        Ok(RopeTable { raw, bits: T::BITS })
+    }
+
+    // Calls `f` with the C token description (its position tensors alive for the call).
+    fn with_tokens(&self, tokens: &Tokens, f: impl FnOnce(&ffi::gpe_rope_tokens) -> Result<()>) -> Result<()> {
         let mut t = ffi::gpe_rope_tokens::init();
         t.layout = match tokens.layout {
             RopeLayout::Bshd => ffi::GPE_ROPE_LAYOUT_BSHD,
@@ -381,15 +381,108 @@ impl Rope {
         t.position_ids = ids_t.as_ref().map_or(ptr::null(), |t| t as *const _);
         t.offsets = off_t.as_ref().map_or(ptr::null(), |t| t as *const _);
         t.cu_seqlens = cu_t.as_ref().map_or(ptr::null(), |t| t as *const _);
-        // SAFETY: x and out hold product(shape) values (checked); out is x or disjoint
-        // from it (a fresh vector); the position slices' shapes are their lengths.
+        f(&t)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        tokens: &Tokens,
+        x: *const c_void,
+        out: *mut c_void,
+        x_len: usize,
+        out_len: usize,
+        bits: u8,
+        shape: &[usize],
+        backward: bool,
+    ) -> Result<()> {
+        expect_len("x", x_len, product(shape))?;
+        expect_len("out", out_len, x_len)?;
+        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let mut os = xs.clone();
+        let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
+        let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);
+        self.with_tokens(tokens, |t| {
+            // SAFETY: x and out hold product(shape) values (checked); out is x or disjoint
+            // from it (a fresh vector); the position slices' shapes are their lengths.
+            check(unsafe {
+                if backward {
+                    ffi::gpe_rope_backward(self.raw, t, &tx, &mut to)
+                } else {
+                    ffi::gpe_rope_forward(self.raw, t, &tx, &mut to)
+                }
+            })
+        })
+    }
+}
+
+/// RoPE's cos/sin rows for one token numbering (`Rope::table`, gpe_rope_table): forming
+/// the angles costs far more than applying them, so build one per forward pass and apply
+/// it to q, k and every layer. Tensors have the table's layout and token count and any
+/// number of heads (`shape` as `Rope::forward`).
+pub struct RopeTable {
+    raw: *mut ffi::gpe_rope_table,
+    bits: u8,
+}
+// SAFETY: tables are immutable after creation (gpe.h, thread safety).
+unsafe impl Send for RopeTable {}
+unsafe impl Sync for RopeTable {}
+
+impl RopeTable {
+    /// Whether the table was built from f64 (it serves f64) or f32 (it serves f32).
+    pub fn is_float64(&self) -> bool {
+        self.bits == 64
+    }
+
+    /// `Rope::forward` with the table's tokens.
+    pub fn forward<T: Real>(&self, x: &[T], shape: &[usize]) -> Result<Vec<T>> {
+        let mut out = vec![T::default(); x.len()];
+        self.run(x.as_ptr() as *const c_void, out.as_mut_ptr() as *mut c_void, x.len(), out.len(), T::BITS, shape, false)?;
+        Ok(out)
+    }
+
+    /// `Rope::backward` with the table's tokens.
+    pub fn backward<T: Real>(&self, dy: &[T], shape: &[usize]) -> Result<Vec<T>> {
+        let mut dx = vec![T::default(); dy.len()];
+        self.run(dy.as_ptr() as *const c_void, dx.as_mut_ptr() as *mut c_void, dy.len(), dx.len(), T::BITS, shape, true)?;
+        Ok(dx)
+    }
+
+    /// `forward` in place.
+    pub fn forward_in_place<T: Real>(&self, x: &mut [T], shape: &[usize]) -> Result<()> {
+        let p = x.as_mut_ptr() as *mut c_void;
+        self.run(p, p, x.len(), x.len(), T::BITS, shape, false)
+    }
+
+    /// `backward` in place.
+    pub fn backward_in_place<T: Real>(&self, dy: &mut [T], shape: &[usize]) -> Result<()> {
+        let p = dy.as_mut_ptr() as *mut c_void;
+        self.run(p, p, dy.len(), dy.len(), T::BITS, shape, true)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run(&self, x: *const c_void, out: *mut c_void, x_len: usize, out_len: usize, bits: u8, shape: &[usize], backward: bool) -> Result<()> {
+        expect_len("x", x_len, product(shape))?;
+        expect_len("out", out_len, x_len)?;
+        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let mut os = xs.clone();
+        let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
+        let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);
+        // SAFETY: x and out hold product(shape) values (checked); out is x or a fresh vector.
         check(unsafe {
             if backward {
-                ffi::gpe_rope_backward(self.raw, &t, &tx, &mut to)
+                ffi::gpe_rope_table_backward(self.raw, &tx, &mut to)
             } else {
-                ffi::gpe_rope_forward(self.raw, &t, &tx, &mut to)
+                ffi::gpe_rope_table_forward(self.raw, &tx, &mut to)
             }
         })
+    }
+}
+
+impl Drop for RopeTable {
+    fn drop(&mut self) {
+        // SAFETY: created by gpe_rope_table_create.
+        unsafe { ffi::gpe_rope_table_destroy(self.raw) }
     }
 }
 
@@ -671,8 +764,21 @@ pub struct AttentionHeads {
     pub head_dim: usize,
 }
 
-/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M and an algebraic
-/// encoding, and at most one bias, all applied inside the kernel.
+/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M, an algebraic
+/// encoding (sequence, tree or grid), and at most one bias, all applied inside the kernel.
+///
+/// Structured positions (the encoding's group element is not one integer; q_positions /
+/// k_positions, or the default, still order the tokens for causal masks, biases and Shaw
+/// labels): per-axis coordinates `q_axes` / `k_axes` ([tokens, axes] row-major) for axial
+/// RoPE (`rope_axes` 2 or 3), M-RoPE (`rope_sections`) and algebraic grids
+/// (`algebraic_grid`), where axes is the encoding's axis count (rope_sections.len(),
+/// else rope_axes when > 1, else algebraic_grid.len()); tree addresses `q_tree` /
+/// `k_tree` (one list of 0-based child indices per token) for algebraic trees
+/// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
+/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], row r for label r - k,
+/// shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
+/// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
+/// gradients.
 #[derive(Clone, Copy)]
 pub struct AttentionOptions<'a> {
     pub causal: bool,
@@ -689,6 +795,29 @@ pub struct AttentionOptions<'a> {
     /// Explicit positions, [tokens_q] and [tokens_k] (both or neither).
     pub q_positions: Option<&'a [i64]>,
     pub k_positions: Option<&'a [i64]>,
+    /// Axial RoPE over 2 or 3 axes with rope_dim (0 or 1: one axis).
+    pub rope_axes: i32,
+    /// M-RoPE with rope_dim: rotation planes per axis, summing to rope_dim / 2 (e.g.
+    /// Qwen2-VL's [16, 24, 24]), default frequencies.
+    pub rope_sections: Option<&'a [i64]>,
+    /// M-RoPE's interleaved plane layout (Qwen3-VL) instead of contiguous sections.
+    pub rope_sections_interleaved: bool,
+    /// Per-axis coordinates [tokens_q, axes] and [tokens_k, axes] (both or neither).
+    pub q_axes: Option<&'a [i64]>,
+    pub k_axes: Option<&'a [i64]>,
+    /// Tree addresses, one per token, for `algebraic_tree` (both or neither).
+    pub q_tree: Option<&'a [&'a [i64]]>,
+    pub k_tree: Option<&'a [&'a [i64]]>,
+    /// Kogkalidis et al.'s tree encoding: one skew generator (head_dim x head_dim) per
+    /// branch, W_c = exp(S_c), an address acting by the path product.
+    pub algebraic_tree: Option<&'a [Matrix]>,
+    /// Kogkalidis et al.'s grid encoding: 2 or 3 skew generators of m x m (axes * m =
+    /// head_dim), blockdiag of exp(x_a S_a).
+    pub algebraic_grid: Option<&'a [Matrix]>,
+    /// Shaw et al.'s clipping distance k >= 0 (read with a table).
+    pub shaw_max_distance: i64,
+    pub shaw_key_table: Option<&'a Matrix>,
+    pub shaw_value_table: Option<&'a Matrix>,
 }
 
 impl<'a> Default for AttentionOptions<'a> {
@@ -705,6 +834,18 @@ impl<'a> Default for AttentionOptions<'a> {
             bias: None,
             q_positions: None,
             k_positions: None,
+            rope_axes: 0,
+            rope_sections: None,
+            rope_sections_interleaved: false,
+            q_axes: None,
+            k_axes: None,
+            q_tree: None,
+            k_tree: None,
+            algebraic_tree: None,
+            algebraic_grid: None,
+            shaw_max_distance: 0,
+            shaw_key_table: None,
+            shaw_value_table: None,
         }
     }
 }
@@ -748,8 +889,46 @@ fn count(shape: &[i64]) -> usize {
     shape.iter().map(|&s| s as usize).product()
 }
 
-// Calls `f` with the C options (positions and cu_seqlens tensors alive for the call).
-fn with_options<R>(options: &AttentionOptions, layout: &AttentionLayout, f: impl FnOnce(&ffi::gpe_attention_options) -> R) -> R {
+// Skew generators as one float64 [count, m, m] row-major buffer (all square, one size).
+fn skew_stack(name: &str, skews: &[Matrix]) -> Result<(Vec<f64>, [i64; 3])> {
+    let m = skews.first().map_or(0, |s| s.rows);
+    let mut flat = Vec::with_capacity(skews.len() * m * m);
+    for (i, s) in skews.iter().enumerate() {
+        if s.rows != m || s.cols != m || s.data.len() != m * m {
+            return Err(invalid(format!("{}[{}] is {} x {}; every generator must be {} x {}", name, i, s.rows, s.cols, m, m)));
+        }
+        flat.extend_from_slice(&s.data);
+    }
+    Ok((flat, [skews.len() as i64, m as i64, m as i64]))
+}
+
+// Tree addresses as CSR: token t's address is children[offsets[t] .. offsets[t + 1]).
+fn tree_csr(addresses: &[&[i64]]) -> (Vec<i64>, Vec<i64>) {
+    let mut offsets = Vec::with_capacity(addresses.len() + 1);
+    let mut children = Vec::new();
+    offsets.push(0);
+    for a in addresses {
+        children.extend_from_slice(a);
+        offsets.push(children.len() as i64);
+    }
+    (offsets, children)
+}
+
+// The axis count per-axis coordinates are read with (AttentionOptions' documentation).
+fn position_axes(options: &AttentionOptions) -> usize {
+    if let Some(s) = options.rope_sections {
+        s.len().max(1)
+    } else if options.rope_axes > 1 {
+        options.rope_axes as usize
+    } else if let Some(g) = options.algebraic_grid {
+        g.len().max(1)
+    } else {
+        1
+    }
+}
+
+// Calls `f` with the C options (every tensor they point to alive for the call).
+fn with_options(options: &AttentionOptions, layout: &AttentionLayout, f: impl FnOnce(&ffi::gpe_attention_options) -> Result<()>) -> Result<()> {
     let mut o = ffi::gpe_attention_options::init();
     o.causal = options.causal as i32;
     o.softmax_scale = options.softmax_scale;
@@ -777,6 +956,57 @@ fn with_options<R>(options: &AttentionOptions, layout: &AttentionLayout, f: impl
     };
     o.cu_seqlens_q = cq.as_ref().map_or(ptr::null(), |t| t as *const _);
     o.cu_seqlens_k = ck.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Multi-axis RoPE.
+    o.rope_axes = options.rope_axes;
+    o.rope_sections_interleaved = options.rope_sections_interleaved as i32;
+    let mut secs = [options.rope_sections.map_or(0, |s| s.len() as i64)];
+    let sec_t = options.rope_sections.map(|s| i64_tensor(s, &mut secs));
+    o.rope_sections = sec_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Per-axis coordinates, [tokens, axes].
+    let axes = position_axes(options);
+    let axes_shape = |name: &str, c: Option<&[i64]>| -> Result<[i64; 2]> {
+        let n = c.map_or(0, |c| c.len());
+        if n % axes != 0 {
+            return Err(invalid(format!("{} has {} values, not a multiple of the encoding's {} axes", name, n, axes)));
+        }
+        Ok([(n / axes) as i64, axes as i64])
+    };
+    let (mut qas, mut kas) = (axes_shape("q_axes", options.q_axes)?, axes_shape("k_axes", options.k_axes)?);
+    let qa = options.q_axes.map(|c| i64_tensor(c, &mut qas));
+    let ka = options.k_axes.map(|c| i64_tensor(c, &mut kas));
+    o.q_axes = qa.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.k_axes = ka.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Tree addresses as CSR (the library takes all four tensors or none).
+    if options.q_tree.is_some() != options.k_tree.is_some() {
+        return Err(invalid("give both q_tree and k_tree, or neither".to_string()));
+    }
+    let (qo, qc) = tree_csr(options.q_tree.unwrap_or(&[]));
+    let (ko, kc) = tree_csr(options.k_tree.unwrap_or(&[]));
+    let (mut qos, mut qcs, mut kos, mut kcs) = ([qo.len() as i64], [qc.len() as i64], [ko.len() as i64], [kc.len() as i64]);
+    let trees = options.q_tree.map(|_| {
+        (i64_tensor(&qo, &mut qos), i64_tensor(&qc, &mut qcs), i64_tensor(&ko, &mut kos), i64_tensor(&kc, &mut kcs))
+    });
+    if let Some((a, b, c, d)) = trees.as_ref() {
+        o.q_tree_offsets = a;
+        o.q_tree_children = b;
+        o.k_tree_offsets = c;
+        o.k_tree_children = d;
+    }
+    // Algebraic tree / grid generators, [count, m, m].
+    let tree_skews = options.algebraic_tree.map(|s| skew_stack("algebraic_tree", s)).transpose()?;
+    let grid_skews = options.algebraic_grid.map(|s| skew_stack("algebraic_grid", s)).transpose()?;
+    let (mut tss, mut gss) = (tree_skews.as_ref().map_or([0; 3], |t| t.1), grid_skews.as_ref().map_or([0; 3], |g| g.1));
+    let tt = tree_skews.as_ref().map(|t| crate::f64_tensor(&t.0, &mut tss));
+    let gt = grid_skews.as_ref().map(|g| crate::f64_tensor(&g.0, &mut gss));
+    o.algebraic_tree = tt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.algebraic_grid = gt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Shaw tables.
+    o.shaw_max_distance = options.shaw_max_distance;
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let skt = options.shaw_key_table.map(|m| crate::matrix_tensor(m, &mut sks)).transpose()?;
+    let svt = options.shaw_value_table.map(|m| crate::matrix_tensor(m, &mut svs)).transpose()?;
+    o.shaw_key_table = skt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.shaw_value_table = svt.as_ref().map_or(ptr::null(), |t| t as *const _);
     f(&o)
 }
 
@@ -854,7 +1084,8 @@ pub fn attention_backward<T: Real>(
 /// The encoding's parameter gradients from `attention_backward_with_parameters` (None
 /// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
-/// `bias_a`, dL/du in `bias_b`), and GRAPE-M's generators (a, b [m, head_dim], omega [m]).
+/// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
+/// and the Shaw tables ([2 shaw_max_distance + 1, head_dim]).
 #[derive(Clone, Debug, Default)]
 pub struct ParameterGrads {
     pub bias_a: Option<Vec<f64>>,
@@ -862,6 +1093,9 @@ pub struct ParameterGrads {
     pub grape_a: Option<Matrix>,
     pub grape_b: Option<Matrix>,
     pub grape_omega: Option<Vec<f64>>,
+    /// Shaw tables' gradients, [2 shaw_max_distance + 1, head_dim], for the tables given.
+    pub shaw_key_table: Option<Matrix>,
+    pub shaw_value_table: Option<Matrix>,
 }
 
 /// `attention_backward` plus the gradients of the encoding's learnable parameters
@@ -905,6 +1139,8 @@ pub fn attention_backward_with_parameters<T: Real>(
         p.grape_b = Some(Matrix::zeros(m, dim));
         p.grape_omega = Some(vec![0.0; m]);
     }
+    p.shaw_key_table = options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols));
+    p.shaw_value_table = options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols));
     let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
     let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
@@ -923,12 +1159,17 @@ pub fn attention_backward_with_parameters<T: Real>(
     let mut tga = p.grape_a.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gas));
     let mut tgb = p.grape_b.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gbs));
     let mut tgo = p.grape_omega.as_mut().map(|w| crate::f64_tensor_mut(w, &mut gos));
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let mut tsk = p.shaw_key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
+    let mut tsv = p.shaw_value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
     let mut grads = ffi::gpe_attention_param_grads::init();
     grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_grape_a = tga.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_grape_b = tgb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_grape_omega = tgo.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_shaw_key_table = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_shaw_value_table = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
     let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
     // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.

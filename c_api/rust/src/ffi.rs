@@ -436,6 +436,22 @@ pub struct gpe_attention_options {
     pub k_positions: *const DLTensor,
     pub cu_seqlens_q: *const DLTensor,
     pub cu_seqlens_k: *const DLTensor,
+    // Structured positions and Shaw labels (the library reads them when struct_size
+    // covers them).
+    pub rope_axes: i32,
+    pub rope_sections_interleaved: i32,
+    pub rope_sections: *const DLTensor,
+    pub algebraic_tree: *const DLTensor,
+    pub algebraic_grid: *const DLTensor,
+    pub q_axes: *const DLTensor,
+    pub k_axes: *const DLTensor,
+    pub q_tree_offsets: *const DLTensor,
+    pub q_tree_children: *const DLTensor,
+    pub k_tree_offsets: *const DLTensor,
+    pub k_tree_children: *const DLTensor,
+    pub shaw_max_distance: i64,
+    pub shaw_key_table: *const DLTensor,
+    pub shaw_value_table: *const DLTensor,
 }
 
 impl gpe_rope_options {
@@ -534,6 +550,20 @@ impl gpe_attention_options {
             k_positions: std::ptr::null(),
             cu_seqlens_q: std::ptr::null(),
             cu_seqlens_k: std::ptr::null(),
+            rope_axes: 0,
+            rope_sections_interleaved: 0,
+            rope_sections: std::ptr::null(),
+            algebraic_tree: std::ptr::null(),
+            algebraic_grid: std::ptr::null(),
+            q_axes: std::ptr::null(),
+            k_axes: std::ptr::null(),
+            q_tree_offsets: std::ptr::null(),
+            q_tree_children: std::ptr::null(),
+            k_tree_offsets: std::ptr::null(),
+            k_tree_children: std::ptr::null(),
+            shaw_max_distance: 0,
+            shaw_key_table: std::ptr::null(),
+            shaw_value_table: std::ptr::null(),
         }
     }
 }

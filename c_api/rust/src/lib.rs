@@ -17,7 +17,7 @@ pub mod sequence;
 
 pub use attention::{
     attention_backward, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
-    RopeLayout, RopeOptions, Schedule, ScheduleKind, Tokens, Xpos,
+    RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos,
 };
 
 pub use coordinate::{

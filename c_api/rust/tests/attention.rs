@@ -302,3 +302,268 @@ fn attention_rejects_bad_input() {
     let packed = AttentionLayout::Packed { cu_seqlens_q: &[0, 2, 1, 2], cu_seqlens_k: &[0, 1, 1, 2] };
     assert!(attention_forward(&AttentionOptions::default(), &packed, &heads, &q, &kv, &kv).is_err());
 }
+
+#[test]
+fn rope_table_equals_rope_forward_and_backward() {
+    let rope = Rope::new(&RopeOptions::new(8)).unwrap();
+    // Two sequences of 5 tokens, the second starting at position 4 (a KV-cache offset).
+    let tokens = Tokens { offsets: Some(&[0, 4]), ..Tokens::bshd() };
+    let like_shape = [2, 5, 3, 8];
+    let like = vec![0.0f64; 2 * 5 * 3 * 8];
+    let table = rope.table(&tokens, &like, &like_shape).unwrap();
+    assert!(table.is_float64());
+    // Applied to a tensor with another head count (the table is per token).
+    let shape = [2, 5, 1, 8];
+    let x = Rng(21).vec(2 * 5 * 8);
+    let want = rope.forward(&tokens, &x, &shape).unwrap();
+    // Both form the angles p theta_i in double (p < 9, theta <= 1): a few ulps apart.
+    let y = table.forward(&x, &shape).unwrap();
+    assert!(max_abs_diff(&y, &want) < 1e-14);
+    assert!(max_abs_diff(&table.backward(&y, &shape).unwrap(), &x) < 1e-14);
+    let mut z = x.clone();
+    table.forward_in_place(&mut z, &shape).unwrap();
+    assert!(max_abs_diff(&z, &want) < 1e-14);
+    table.backward_in_place(&mut z, &shape).unwrap();
+    assert!(max_abs_diff(&z, &x) < 1e-14);
+    // A float32 table for float32 tensors: float32 rounding of values below ~1.5.
+    let like32 = vec![0.0f32; like.len()];
+    let table32 = rope.table(&tokens, &like32, &like_shape).unwrap();
+    assert!(!table32.is_float64());
+    let x32: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let y32: Vec<f64> = table32.forward(&x32, &shape).unwrap().iter().map(|&v| v as f64).collect();
+    assert!(max_abs_diff(&y32, &want) < 1e-6);
+    // A float64 table does not serve float32, nor another token count.
+    assert_eq!(table.forward(&x32, &shape).err().unwrap().status, Status::InvalidArgument);
+    assert!(table.forward(&x[..32], &[2, 2, 1, 8]).is_err());
+    // A slice shorter than `like`'s shape never reaches C.
+    let e = rope.table(&tokens, &like[1..], &like_shape).err().unwrap();
+    assert!(e.message.contains("like has"), "{}", e.message);
+}
+
+// exp(S) by scaling and squaring a 30-term Taylor series (|S / 2^8| < 1 for the small
+// generators below): double-rounding accurate, independent of the library.
+fn expm(s: &Matrix) -> Matrix {
+    let n = s.rows;
+    let mul = |a: &Matrix, b: &Matrix| {
+        let mut c = Matrix::zeros(n, n);
+        for i in 0..n {
+            for k in 0..n {
+                for j in 0..n {
+                    c.data[i * n + j] += a.at(i, k) * b.at(k, j);
+                }
+            }
+        }
+        c
+    };
+    let a = Matrix::new(n, n, s.data.iter().map(|x| x / 256.0).collect()).unwrap();
+    let mut term = Matrix::new(n, n, (0..n * n).map(|i| if i % (n + 1) == 0 { 1.0 } else { 0.0 }).collect()).unwrap();
+    let mut sum = term.clone();
+    for k in 1..30 {
+        term = mul(&term, &a);
+        term.data.iter_mut().for_each(|x| *x /= k as f64);
+        sum.data.iter_mut().zip(&term.data).for_each(|(x, t)| *x += t);
+    }
+    for _ in 0..8 {
+        sum = mul(&sum, &sum);
+    }
+    sum
+}
+
+// A random skew-symmetric m x m matrix times `scale`.
+fn skew(rng: &mut Rng, m: usize, scale: f64) -> Matrix {
+    let a = rng.vec(m * m);
+    Matrix::new(m, m, (0..m * m).map(|i| scale * (a[i] - a[(i % m) * m + i / m])).collect()).unwrap()
+}
+
+// Rows x[(t * h + head) * d ..] multiplied by rot(t) (d x d).
+fn rotate_rows(x: &[f64], s: usize, h: usize, d: usize, rot: &dyn Fn(usize) -> Matrix) -> Vec<f64> {
+    let mut y = vec![0.0; x.len()];
+    for t in 0..s {
+        let r = rot(t);
+        for hh in 0..h {
+            let row = (t * h + hh) * d;
+            for i in 0..d {
+                y[row + i] = (0..d).map(|j| r.at(i, j) * x[row + j]).sum();
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn attention_axial_and_mrope_positions_rotate_as_written_out() {
+    // Axial 2D RoPE (the rope_dim / 2 half-split planes in 2 blocks, each with the
+    // default frequencies of dimension rope_dim / 2) and M-RoPE sections [2, 3, 3]
+    // (default frequencies of rope_dim, contiguous sections), against the rotation by
+    // hand (Su et al. eq. 34 per plane, angle = the plane's axis coordinate * theta).
+    let (s, h, d) = (9usize, 2usize, 16usize);
+    let mut rng = Rng(22);
+    let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let sections = [2i64, 3, 3];
+    for axes in [2usize, 3] {
+        let coords: Vec<i64> = (0..s * axes).map(|_| (rng.next() * 20.0).round() as i64).collect();
+        let (theta, plane_axis): (Vec<f64>, Vec<usize>) = if axes == 2 {
+            let m = d / (2 * axes);
+            (0..d / 2).map(|i| (10000f64.powf(-2.0 * (i % m) as f64 / (d / axes) as f64), i / m)).unzip()
+        } else {
+            let owner: Vec<usize> = sections.iter().enumerate().flat_map(|(a, &n)| std::iter::repeat(a).take(n as usize)).collect();
+            (0..d / 2).map(|i| (10000f64.powf(-2.0 * i as f64 / d as f64), owner[i])).unzip()
+        };
+        let rot = |t: usize| {
+            let mut r = Matrix::zeros(d, d);
+            for i in 0..d / 2 {
+                let a = coords[t * axes + plane_axis[i]] as f64 * theta[i];
+                let (c, sn) = (a.cos(), a.sin());
+                r.data[i * d + i] = c;
+                r.data[i * d + i + d / 2] = -sn;
+                r.data[(i + d / 2) * d + i] = sn;
+                r.data[(i + d / 2) * d + i + d / 2] = c;
+            }
+            r
+        };
+        let want = attention_by_hand(&rotate_rows(&q, s, h, d, &rot), &rotate_rows(&k, s, h, d, &rot), &v, s, h, h, d, true, &|_, _, _| 0.0);
+        let mut options = AttentionOptions { causal: true, rope_dim: d as i64, q_axes: Some(&coords), k_axes: Some(&coords), ..Default::default() };
+        if axes == 2 {
+            options.rope_axes = 2;
+        } else {
+            options.rope_sections = Some(&sections);
+        }
+        // float64: the exact reference; angles up to 20 rad and 16-term dots: 1e-12.
+        let (o, _) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+        assert!(max_abs_diff(&o, &want) < 1e-12, "axes {}", axes);
+        // float32: the optimised kernel, float32 rounding of the same sums: 1e-5.
+        let f = |x: &[f64]| x.iter().map(|&t| t as f32).collect::<Vec<f32>>();
+        let (o32, _) = attention_forward(&options, &layout, &heads, &f(&q), &f(&k), &f(&v)).unwrap();
+        let o32: Vec<f64> = o32.iter().map(|&t| t as f64).collect();
+        assert!(max_abs_diff(&o32, &want) < 1e-5, "axes {}", axes);
+    }
+    // Per-axis coordinates whose length is not a multiple of the axes: refused here.
+    let bad = AttentionOptions { rope_dim: d as i64, rope_axes: 2, q_axes: Some(&[0, 1, 2]), k_axes: Some(&[0, 1, 2]), ..Default::default() };
+    let e = attention_forward(&bad, &layout, &heads, &q, &k, &v).err().unwrap();
+    assert!(e.message.contains("q_axes has 3 values"), "{}", e.message);
+}
+
+#[test]
+fn attention_algebraic_tree_and_grid_match_exponentials_by_hand() {
+    // Kogkalidis et al.: a tree address (c_1, ..., c_m) acts by W_c1 ... W_cm with
+    // W_c = exp(S_c) (sec. 3.2); a grid coordinate (x, y) by blockdiag(exp(x S_0),
+    // exp(y S_1)) (sec. 3.3). float64 runs the exact reference: 1e-12 against the
+    // Taylor exponentials here (orthogonal factors, entries below 1).
+    let (s, h, d) = (7usize, 2usize, 8usize);
+    let mut rng = Rng(23);
+    let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let tree = [skew(&mut rng, d, 0.4), skew(&mut rng, d, 0.4)];
+    let w: Vec<Matrix> = tree.iter().map(expm).collect();
+    let addresses: Vec<Vec<i64>> = (0..s).map(|t| (0..t % 4).map(|i| ((t + i) % 2) as i64).collect()).collect();
+    let address_refs: Vec<&[i64]> = addresses.iter().map(|a| a.as_slice()).collect();
+    let node = |t: usize| {
+        let mut m = Matrix::new(d, d, (0..d * d).map(|i| if i % (d + 1) == 0 { 1.0 } else { 0.0 }).collect()).unwrap();
+        for &c in &addresses[t] {
+            let wc = &w[c as usize];
+            let mut next = Matrix::zeros(d, d);
+            for i in 0..d {
+                for j in 0..d {
+                    next.data[i * d + j] = (0..d).map(|l| m.at(i, l) * wc.at(l, j)).sum();
+                }
+            }
+            m = next;
+        }
+        m
+    };
+    let options = AttentionOptions { causal: true, algebraic_tree: Some(&tree), q_tree: Some(&address_refs), k_tree: Some(&address_refs), ..Default::default() };
+    let (o, _) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+    let want = attention_by_hand(&rotate_rows(&q, s, h, d, &node), &rotate_rows(&k, s, h, d, &node), &v, s, h, h, d, true, &|_, _, _| 0.0);
+    assert!(max_abs_diff(&o, &want) < 1e-12);
+    let grid = [skew(&mut rng, 4, 0.5), skew(&mut rng, 4, 0.5)];
+    let coords: Vec<i64> = (0..s * 2).map(|i| (i as i64 * 7) % 11 - 5).collect();
+    let block = |t: usize| {
+        let mut m = Matrix::zeros(d, d);
+        for a in 0..2 {
+            let e = expm(&Matrix::new(4, 4, grid[a].data.iter().map(|x| x * coords[t * 2 + a] as f64).collect()).unwrap());
+            for i in 0..4 {
+                for j in 0..4 {
+                    m.data[(4 * a + i) * d + 4 * a + j] = e.at(i, j);
+                }
+            }
+        }
+        m
+    };
+    let options = AttentionOptions { algebraic_grid: Some(&grid), q_axes: Some(&coords), k_axes: Some(&coords), ..Default::default() };
+    let (o, _) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+    let want = attention_by_hand(&rotate_rows(&q, s, h, d, &block), &rotate_rows(&k, s, h, d, &block), &v, s, h, h, d, false, &|_, _, _| 0.0);
+    assert!(max_abs_diff(&o, &want) < 1e-12);
+    // Tree addresses on one side only: refused here.
+    let half = AttentionOptions { algebraic_tree: Some(&tree), q_tree: Some(&address_refs), ..Default::default() };
+    assert!(attention_forward(&half, &layout, &heads, &q, &k, &v).is_err());
+    // Generators of different sizes: refused here.
+    let mixed = [skew(&mut rng, d, 0.4), skew(&mut rng, 4, 0.4)];
+    let bad = AttentionOptions { algebraic_tree: Some(&mixed), q_tree: Some(&address_refs), k_tree: Some(&address_refs), ..Default::default() };
+    let e = attention_forward(&bad, &layout, &heads, &q, &k, &v).err().unwrap();
+    assert!(e.message.contains("algebraic_tree[1]"), "{}", e.message);
+}
+
+// Shaw et al. (eqs. 3-4) by hand, one head, causal, positions 0..s-1: label r =
+// clip(j - i, -kmax, kmax) + kmax; s_ij = scale <q_i, k_j + aK_r>, o_i = sum_j p_ij (v_j + aV_r).
+#[allow(clippy::too_many_arguments)]
+fn shaw_by_hand(q: &[f64], k: &[f64], v: &[f64], s: usize, d: usize, kmax: i64, ak: &[f64], av: &[f64]) -> Vec<f64> {
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut o = vec![0.0; s * d];
+    for i in 0..s {
+        let label = |j: usize| ((j as i64 - i as i64).clamp(-kmax, kmax) + kmax) as usize;
+        let scores: Vec<f64> = (0..=i).map(|j| scale * (0..d).map(|c| q[i * d + c] * (k[j * d + c] + ak[label(j) * d + c])).sum::<f64>()).collect();
+        let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = scores.iter().map(|x| (x - m).exp()).sum();
+        for j in 0..=i {
+            let p = (scores[j] - m).exp() / z;
+            for c in 0..d {
+                o[i * d + c] += p * (v[j * d + c] + av[label(j) * d + c]);
+            }
+        }
+    }
+    o
+}
+
+#[test]
+fn attention_shaw_tables_and_their_gradients() {
+    let (s, d, kmax) = (7usize, 4usize, 2i64);
+    let rows = (2 * kmax + 1) as usize;
+    let mut rng = Rng(24);
+    let (q, k, v, w) = (rng.vec(s * d), rng.vec(s * d), rng.vec(s * d), rng.vec(s * d));
+    let (ak, av) = (Matrix::new(rows, d, rng.vec(rows * d)).unwrap(), Matrix::new(rows, d, rng.vec(rows * d)).unwrap());
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: 1, heads_kv: 1, head_dim: d };
+    let options = |ak: &Matrix, av: &Matrix| -> Vec<f64> {
+        let o = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(ak), shaw_value_table: Some(av), ..Default::default() };
+        attention_forward(&o, &layout, &heads, &q, &k, &v).unwrap().0
+    };
+    // float64: the exact reference against the formula, double rounding: 1e-12.
+    let o = options(&ak, &av);
+    assert!(max_abs_diff(&o, &shaw_by_hand(&q, &k, &v, s, d, kmax, &ak.data, &av.data)) < 1e-12);
+    let opts = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(&ak), shaw_value_table: Some(&av), ..Default::default() };
+    let (_, p) = attention_backward_with_parameters(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    let (gk, gv) = (p.shaw_key_table.unwrap(), p.shaw_value_table.unwrap());
+    assert_eq!((gk.rows, gk.cols, gv.rows, gv.cols), (rows, d, rows, d));
+    // Central differences of L = <w, o>, step 1e-6: truncation ~1e-12, rounding
+    // ~1e-16 / 1e-6 = 1e-10, so 1e-7 absolute (gradients are O(1)).
+    let loss = |o: &[f64]| o.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>();
+    for which in 0..2 {
+        for i in 0..rows * d {
+            let (mut up, mut down) = (if which == 0 { ak.clone() } else { av.clone() }, if which == 0 { ak.clone() } else { av.clone() });
+            up.data[i] += 1e-6;
+            down.data[i] -= 1e-6;
+            let (lu, ld) = if which == 0 { (loss(&options(&up, &av)), loss(&options(&down, &av))) } else { (loss(&options(&ak, &up)), loss(&options(&ak, &down))) };
+            let got = if which == 0 { gk.data[i] } else { gv.data[i] };
+            assert!((got - (lu - ld) / 2e-6).abs() < 1e-7, "table {} entry {}: {} vs {}", which, i, got, (lu - ld) / 2e-6);
+        }
+    }
+    // A table of 3 rows for shaw_max_distance 2 (5 rows expected): the library refuses it.
+    let short = Matrix::new(3, d, vec![0.0; 3 * d]).unwrap();
+    let bad = AttentionOptions { shaw_max_distance: kmax, shaw_key_table: Some(&short), ..Default::default() };
+    let e = attention_forward(&bad, &layout, &heads, &q, &k, &v).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("shaw_key_table"), "{}", e.message);
+}

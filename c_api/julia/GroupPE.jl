@@ -1195,6 +1195,7 @@ end
 # ==== Since 0.3.0 (with 0.4.0's GRAPE-A, published schedules and parameter gradients):
 # ==== RoPE, additive biases, attention ====
 export Rope, rope_shape, rope_frequencies, rope_forward, rope_backward, published_schedule,
+       RopeTable, rope_table, rope_table_forward, rope_table_backward,
        Bias, bias_alibi, bias_t5, bias_fox, bias_grape_ap, bias_grape_a, bias_info, bias_alibi_slopes,
        bias_fill_tile, bias_accumulate_gradient!, bias_fox_logit_gradient, bias_grape_a_lift,
        attention_forward, attention_backward, attention_backward_with_parameters
@@ -1283,7 +1284,8 @@ struct GrapeAOptions
     first_position::Int64
     gate_logits::Ptr{Float64}
 end
-# The 0.3.0 prefix of gpe_attention_options (struct_size says which fields exist).
+# gpe_attention_options, structured positions and Shaw labels included (struct_size
+# tells the library which fields exist).
 struct AttentionOptions
     struct_size::UInt32
     causal::Int32
@@ -1299,6 +1301,20 @@ struct AttentionOptions
     k_positions::Ptr{DLTensor}
     cu_seqlens_q::Ptr{DLTensor}
     cu_seqlens_k::Ptr{DLTensor}
+    rope_axes::Int32
+    rope_sections_interleaved::Int32
+    rope_sections::Ptr{DLTensor}
+    algebraic_tree::Ptr{DLTensor}
+    algebraic_grid::Ptr{DLTensor}
+    q_axes::Ptr{DLTensor}
+    k_axes::Ptr{DLTensor}
+    q_tree_offsets::Ptr{DLTensor}
+    q_tree_children::Ptr{DLTensor}
+    k_tree_offsets::Ptr{DLTensor}
+    k_tree_children::Ptr{DLTensor}
+    shaw_max_distance::Int64
+    shaw_key_table::Ptr{DLTensor}
+    shaw_value_table::Ptr{DLTensor}
 end
 struct AttentionParamGrads
     struct_size::UInt32
@@ -1436,6 +1452,60 @@ rope_forward(r::Rope, x::StridedArray; layout::Symbol=:bshd, key::Bool=false, po
 """The backward pass (the transposed rotation) of `rope_forward`, same arguments."""
 rope_backward(r::Rope, dy::StridedArray; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing, offsets=nothing,
               cu_seqlens=nothing) = rope_call(true, r, dy, layout, key, position_ids, offsets, cu_seqlens)
+
+"""RoPE's cos/sin table for one token numbering (gpe_rope_table), built once by
+`rope_table` and applied to q, k and every layer with the same tokens (any number of
+heads): forming the angles costs far more than applying them. A table built from a
+Float64 array serves Float64 arrays; one built from Float32 serves Float32."""
+mutable struct RopeTable
+    ptr::Ptr{Cvoid}
+end
+function Base.close(t::RopeTable)
+    t.ptr == C_NULL && return
+    ccall((:gpe_rope_table_destroy, libgpe), Cvoid, (Ptr{Cvoid},), t.ptr)
+    t.ptr = C_NULL
+    return
+end
+"""The table for the tokens of `like` (an array shaped and typed as the ones to rotate;
+its values are not read), with `rope_forward`'s keywords (layout, key, position_ids,
+offsets, cu_seqlens). It copies what it needs: `r` may be closed afterwards."""
+function rope_table(r::Rope, like::StridedArray{T}; layout::Symbol=:bshd, key::Bool=false, position_ids=nothing,
+                    offsets=nothing, cu_seqlens=nothing) where {T<:Union{Float32,Float64}}
+    l = findfirst(==(layout), (:bshd, :sbhd, :thd))
+    l === nothing && argerror("layout must be :bshd, :sbhd or :thd; got $layout")
+    out = Ref{Ptr{Cvoid}}(C_NULL)
+    @tensor tl like rev_parts
+    tid = position_ids === nothing ? nothing : (@tensor t_ position_ids rev_parts; t_)
+    toff = offsets === nothing ? nothing : (@tensor t_ offsets vec_parts; t_)
+    tcu = cu_seqlens === nothing ? nothing : (@tensor t_ cu_seqlens vec_parts; t_)
+    GC.@preserve tl tid toff tcu r begin
+        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu))
+        check(ccall((:gpe_rope_table_create, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{Ptr{Cvoid}}),
+                    r.ptr, tok, ref(tl), out))
+    end
+    t = RopeTable(out[])
+    finalizer(close, t)
+    return t
+end
+function rope_table_call(backward::Bool, t::RopeTable, x::StridedArray{T}) where {T<:Union{Float32,Float64}}
+    out = similar(x, T, size(x))
+    @tensor tx x rev_parts
+    @tensor to out rev_parts
+    GC.@preserve tx to t begin
+        if backward
+            check(ccall((:gpe_rope_table_backward, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}),
+                        t.ptr, ref(tx), ref(to)))
+        else
+            check(ccall((:gpe_rope_table_forward, libgpe), Int32, (Ptr{Cvoid}, Ref{DLTensor}, Ref{DLTensor}),
+                        t.ptr, ref(tx), ref(to)))
+        end
+    end
+    return out
+end
+"""`rope_forward` with the table's tokens: x has the table's layout and token count."""
+rope_table_forward(t::RopeTable, x::StridedArray) = rope_table_call(false, t, x)
+"""`rope_backward` with the table's tokens."""
+rope_table_backward(t::RopeTable, dy::StridedArray) = rope_table_call(true, t, dy)
 
 """An additive attention bias b_h(i, j) (gpe_bias); `grad_size` is the shape of
 `bias_accumulate_gradient!`'s gradient (Julia order)."""
@@ -1581,26 +1651,82 @@ function bias_grape_a_lift(b::Bias, head::Integer, positions::Vector{Int64}, x::
     return out
 end
 
-# Builds the options struct (with the position tensors it points to kept alive by `keep`).
+# Tree addresses (one vector of 0-based child indices per token) as CSR offsets and
+# children: token t's address is children[offsets[t] + 1 : offsets[t + 1]].
+function tree_csr(addresses::Vector{Vector{Int64}})
+    offsets = zeros(Int64, length(addresses) + 1)
+    children = Int64[]
+    for (t, a) in enumerate(addresses)
+        append!(children, a)
+        offsets[t+1] = length(children)
+    end
+    return offsets, children
+end
+# Skew generators as the C tensor [count, m, m] (row-major matrices).
+function skew_tensor(skews::Vector{Matrix{Float64}})
+    m = isempty(skews) ? 0 : size(skews[1], 1)
+    all(s -> size(s) == (m, m), skews) || argerror("skew generators must all be $m × $m")
+    return rowmajor(skews), Int64[length(skews), m, m], Int64[m * m, m, 1]
+end
+
+# Builds the options struct (with the tensors it points to kept alive by `keep`).
+# Structured positions: q_axes / k_axes are axes × tokens Int64 matrices, q_tree / k_tree
+# one address per token; Shaw tables are head_dim × (2 shaw_max_distance + 1).
 function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale::Real=0.0, num_threads::Integer=0,
                            rope_dim::Integer=0, rope_base::Real=10000.0, rope_pairing::Symbol=:half_split,
                            grape_m::Union{Nothing,GrapeM}=nothing, algebraic::Union{Nothing,AlgebraicSequence}=nothing,
                            bias::Union{Nothing,Bias}=nothing, q_positions=nothing, k_positions=nothing,
-                           cu_seqlens_q=nothing, cu_seqlens_k=nothing)
+                           cu_seqlens_q=nothing, cu_seqlens_k=nothing, rope_axes::Integer=0,
+                           rope_sections::Union{Nothing,Vector{Int64}}=nothing, rope_sections_interleaved::Bool=false,
+                           q_axes::Union{Nothing,StridedMatrix{Int64}}=nothing,
+                           k_axes::Union{Nothing,StridedMatrix{Int64}}=nothing,
+                           q_tree::Union{Nothing,Vector{Vector{Int64}}}=nothing,
+                           k_tree::Union{Nothing,Vector{Vector{Int64}}}=nothing,
+                           algebraic_tree::Union{Nothing,Vector{Matrix{Float64}}}=nothing,
+                           algebraic_grid::Union{Nothing,Vector{Matrix{Float64}}}=nothing,
+                           shaw_max_distance::Integer=0,
+                           shaw_key_table::Union{Nothing,StridedMatrix{Float64}}=nothing,
+                           shaw_value_table::Union{Nothing,StridedMatrix{Float64}}=nothing)
     mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
+    mkb(x) = x === nothing ? nothing : (@tensor t_ x batch_parts; push!(keep, t_); t_)
+    function mks(skews)
+        skews === nothing && return nothing
+        flat, shape, strides = skew_tensor(skews)
+        t_ = (dl(flat, shape, strides), shape, strides, flat)
+        push!(keep, t_)
+        return t_
+    end
     tqp, tkp, tcq, tck = mk(q_positions), mk(k_positions), mk(cu_seqlens_q), mk(cu_seqlens_k)
     push!(keep, grape_m, algebraic, bias)
+    (q_tree === nothing) == (k_tree === nothing) || argerror("give both q_tree and k_tree, or neither")
+    tqo, tqc, tko, tkc = nothing, nothing, nothing, nothing
+    if q_tree !== nothing
+        qo, qc = tree_csr(q_tree)
+        ko, kc = tree_csr(k_tree)
+        tqo, tqc, tko, tkc = mk(qo), mk(qc), mk(ko), mk(kc)
+    end
     return AttentionOptions(ssize(AttentionOptions), causal ? 1 : 0, softmax_scale, num_threads, rope_dim, rope_base,
                             rope_pairing == :interleaved ? 0 : 1, grape_m === nothing ? C_NULL : grape_m.ptr,
                             algebraic === nothing ? C_NULL : algebraic.ptr, bias === nothing ? C_NULL : bias.ptr,
-                            tptr(tqp), tptr(tkp), tptr(tcq), tptr(tck))
+                            tptr(tqp), tptr(tkp), tptr(tcq), tptr(tck), rope_axes, rope_sections_interleaved ? 1 : 0,
+                            tptr(mk(rope_sections)), tptr(mks(algebraic_tree)), tptr(mks(algebraic_grid)),
+                            tptr(mkb(q_axes)), tptr(mkb(k_axes)), tptr(tqo), tptr(tqc), tptr(tko), tptr(tkc),
+                            shaw_max_distance, tptr(mkb(shaw_key_table)), tptr(mkb(shaw_value_table)))
 end
 
 """Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,
 k and v head_dim × heads_kv × seq_k × batch (or head_dim × heads × tokens with
 cu_seqlens_q / cu_seqlens_k). Returns (o like q, lse heads_q × tokens_q). Keywords:
 causal, softmax_scale, num_threads, rope_dim, rope_base, rope_pairing, grape_m,
-algebraic, bias, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k."""
+algebraic, bias, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k; structured
+positions (q_positions / k_positions still order the tokens for masks, biases and Shaw
+labels): q_axes / k_axes (axes × tokens Int64) for axial RoPE (rope_axes = 2 or 3 with
+rope_dim), M-RoPE (rope_sections, planes per axis summing to rope_dim / 2;
+rope_sections_interleaved) and algebraic_grid (skew generators, axes × m = head_dim);
+q_tree / k_tree (one 0-based child-index vector per token) for algebraic_tree (one skew
+generator per branch, head_dim × head_dim); Shaw et al.'s shaw_max_distance with
+shaw_key_table / shaw_value_table (head_dim × (2 shaw_max_distance + 1), column r for
+label r - k, shared by every head)."""
 function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
     o = similar(q, T, size(q))
     lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))
@@ -1646,8 +1772,9 @@ function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedAr
 end
 
 """`attention_backward` plus the encoding's parameter gradients: (dq, dk, dv, params)
-with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP)
-and params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M."""
+with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP),
+params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M, and
+params.shaw_key_table / shaw_value_table (shaped like the tables given)."""
 function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T},
                                             d_o::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
@@ -1658,6 +1785,9 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
     ga = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
     gb = gm === nothing ? nothing : zeros(Float64, gm.dim, gm.m)
     gw = gm === nothing ? nothing : zeros(Float64, gm.m)
+    skt, svt = get(kwargs, :shaw_key_table, nothing), get(kwargs, :shaw_value_table, nothing)
+    gsk = skt === nothing ? nothing : zeros(Float64, size(skt))
+    gsv = svt === nothing ? nothing : zeros(Float64, size(svt))
     keep = Any[]
     mk(a) = a === nothing ? nothing : (@tensor t_ a rev_parts; push!(keep, t_); t_)
     @tensor tq q rev_parts
@@ -1667,19 +1797,21 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
     @tensor tdq dq rev_parts
     @tensor tdk dk rev_parts
     @tensor tdv dv rev_parts
-    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw begin
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw gsk gsv begin
         opts = attention_options(keep; kwargs...)
         tba, tbb, tga, tgb, tgw = mk(ba), mk(bb), mk(ga), mk(gb), mk(gw)
+        tsk, tsv = mk(gsk), mk(gsv)
         GC.@preserve keep begin
             grads = AttentionParamGrads(ssize(AttentionParamGrads), tptr(tba), tptr(tbb), tptr(tga), tptr(tgb), tptr(tgw),
-                                        C_NULL, C_NULL)
+                                        tptr(tsk), tptr(tsv))
             check(ccall((:gpe_attention_backward_with_parameters, libgpe), Int32,
                         (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
                          Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{AttentionParamGrads}),
                         opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv), grads))
         end
     end
-    return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw)
+    return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw, shaw_key_table=gsk,
+                        shaw_value_table=gsv)
 end
 
 # ---- INR training, data, metrics and image files (C ABI 0.5.0) ----

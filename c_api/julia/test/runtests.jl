@@ -304,6 +304,67 @@ Random.seed!(20261123)
         @test size(dq) == size(qa)
     end
 
+    @testset "RoPE tables, structured positions and Shaw tables" begin
+        r = Rope(8)
+        t = rope_table(r, zeros(8, 3, 5, 2); offsets=Int64[0, 4])   # 2 sequences of 5 tokens
+        x = randn(8, 1, 5, 2)                                        # another head count
+        want = rope_forward(r, x; offsets=Int64[0, 4])
+        # Both form the angles p θ_i in double (p < 9, θ_i <= 1): a few ulps apart.
+        @test maximum(abs.(rope_table_forward(t, x) - want)) < 1e-14
+        @test maximum(abs.(rope_table_backward(t, want) - x)) < 1e-14
+        @test_throws GPEError rope_table_forward(t, Float32.(x))    # a Float64 table
+        close(t)
+
+        # Rotations written out, then plain attention (float64: the exact reference on
+        # both sides, so 1e-12 covers the rounding of the rotated 8-term dots).
+        d, s = 8, 6
+        q, k, v = randn(d, 1, s, 1), randn(d, 1, s, 1), randn(d, 1, s, 1)
+        rotate(x, m) = (y = copy(x); for tt in 1:s; y[:, 1, tt, 1] = m(tt) * x[:, 1, tt, 1]; end; y)
+        attend(m; kw...) = attention_forward(rotate(q, m), rotate(k, m), v; kw...)[1]
+        # Axial 2D RoPE: half-split planes i (pairs (i, i + d/2)) in 2 blocks of d/4, plane i
+        # of block b turning by coords[b, t] θ_j, j = i mod d/4, θ_j = 10000^(-2j / (d/2)).
+        coords = Int64[mod(3tt + 5a, 7) - 3 for a in 1:2, tt in 1:s]    # axes × tokens
+        function axial(tt)
+            m = Matrix{Float64}(I, d, d)
+            for i in 0:(d÷2-1)
+                b, j = divrem(i, d ÷ 4)
+                a = coords[b+1, tt] * 10000.0^(-2j / (d ÷ 2))
+                m[i+1, i+1], m[i+1, i+1+d÷2] = cos(a), -sin(a)
+                m[i+1+d÷2, i+1], m[i+1+d÷2, i+1+d÷2] = sin(a), cos(a)
+            end
+            return m
+        end
+        o, _ = attention_forward(q, k, v; causal=true, rope_dim=d, rope_axes=2, q_axes=coords, k_axes=coords)
+        @test maximum(abs.(o - attend(axial; causal=true))) < 1e-12
+        # Kogkalidis et al.: a tree address acts by the path product of W_c = exp(S_c)
+        # (sec. 3.2), a grid coordinate by blockdiag(exp(x S_1), exp(y S_2)) (sec. 3.3).
+        tree = [0.4 * (a - a') for a in (randn(d, d), randn(d, d))]
+        addresses = [Int64[mod(tt + i, 2) for i in 1:mod(tt, 4)] for tt in 1:s]
+        node(tt) = foldl(*, (exp(tree[c+1]) for c in addresses[tt]); init=Matrix{Float64}(I, d, d))
+        o, _ = attention_forward(q, k, v; causal=true, algebraic_tree=tree, q_tree=addresses, k_tree=addresses)
+        @test maximum(abs.(o - attend(node; causal=true))) < 1e-12
+        grid = [0.5 * (a - a') for a in (randn(4, 4), randn(4, 4))]
+        block(tt) = cat(exp(coords[1, tt] * grid[1]), exp(coords[2, tt] * grid[2]); dims=(1, 2))
+        o, _ = attention_forward(q, k, v; algebraic_grid=grid, q_axes=coords, k_axes=coords)
+        @test maximum(abs.(o - attend(block))) < 1e-12
+        @test_throws GPEError attention_forward(q, k, v; algebraic_tree=tree, q_tree=addresses)
+
+        # Shaw et al.: tables d × (2k + 1); their gradients against central differences
+        # of L = <d_o, o> (step 1e-6: truncation ~1e-12, rounding ~1e-10; 1e-7 absolute).
+        kmax = 2
+        ak, av, d_o = randn(d, 2kmax + 1), randn(d, 2kmax + 1), randn(d, 1, s, 1)
+        shaw(a, b) = sum(d_o .* attention_forward(q, k, v; causal=true, shaw_max_distance=kmax,
+                                                  shaw_key_table=a, shaw_value_table=b)[1])
+        _, _, _, params = attention_backward_with_parameters(q, k, v, d_o; causal=true, shaw_max_distance=kmax,
+                                                             shaw_key_table=ak, shaw_value_table=av)
+        for i in eachindex(ak)
+            e = zeros(size(ak)); e[i] = 1e-6
+            @test abs(params.shaw_key_table[i] - (shaw(ak + e, av) - shaw(ak - e, av)) / 2e-6) < 1e-7
+            @test abs(params.shaw_value_table[i] - (shaw(ak, av + e) - shaw(ak, av - e)) / 2e-6) < 1e-7
+        end
+        @test_throws GPEError attention_forward(q, k, v; shaw_max_distance=kmax, shaw_key_table=randn(d, 3))
+    end
+
     @testset "bad input" begin
         err = try
             so_rep_planes(1)

@@ -95,12 +95,25 @@ std::vector<T> Compact(const TensorView& v) {
   return out;
 }
 
+// A tensor the call copies whose size nothing else bounds (skew generators, Shaw tables,
+// cu_seqlens, tree children) must be materialised: a zero stride over more than one entry
+// (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
+// would exhaust memory or time.
+absl::Status CheckMaterialised(const TensorView& v, const char* name) {
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1 && v.strides[i] == 0) {
+      return Bad(absl::StrCat(name, " repeats entries (stride 0 in dimension ", i, ", of size ",
+                              v.shape[i], "); pass it materialised (contiguous)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Index tensors are copied before they are checked, so their sizes are bounded first by
 // what the call's memory-backed tensors imply: `rows` (>= 0) is the leading size the
 // tensor must have (one entry or row per token, ...), `max_cols` (>= 0) bounds the second
-// dimension. A list whose length nothing bounds (cu_seqlens, tree children) must be
-// materialised: a zero stride over more than one entry (a broadcast view) would let a few
-// bytes describe 2^39 entries, whose copy and walk would exhaust memory or time.
+// dimension. A list whose length nothing bounds (rows < 0: cu_seqlens, tree children)
+// must be materialised (CheckMaterialised).
 absl::Status CheckIndexSizes(const TensorView& v, const char* name, int64_t rows,
                              int64_t max_cols) {
   if (rows >= 0 && v.shape[0] != rows) {
@@ -109,11 +122,7 @@ absl::Status CheckIndexSizes(const TensorView& v, const char* name, int64_t rows
   if (max_cols >= 0 && v.shape.size() > 1 && v.shape[1] > max_cols) {
     return Bad(absl::StrCat(name, " has ", v.shape[1], " columns, at most ", max_cols));
   }
-  if (rows < 0 && v.shape[0] > 1 && v.strides[0] == 0) {
-    return Bad(absl::StrCat(name, " repeats one entry (stride 0) over ", v.shape[0],
-                            " entries; pass it materialised (contiguous)"));
-  }
-  return absl::OkStatus();
+  return rows < 0 ? CheckMaterialised(v, name) : absl::OkStatus();
 }
 
 // An int64 tensor of `ndim` dimensions as a row-major vector, with its view; sizes as
@@ -135,6 +144,7 @@ absl::StatusOr<std::vector<Eigen::MatrixXd>> Skews(const DLTensor* t, const char
   if (v->shape[1] != v->shape[2] || v->shape[0] < 1 || v->shape[1] < 1) {
     return Bad(absl::StrCat(name, " must be [count >= 1, m, m] skew matrices, got ", ShapeOf(*v)));
   }
+  if (absl::Status s = CheckMaterialised(*v, name); !s.ok()) return s;
   const std::vector<double> x = Compact<double>(*v);
   const int64_t m = v->shape[1];
   std::vector<Eigen::MatrixXd> out;
@@ -306,6 +316,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
         return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, head_dim] = [",
                                 rows, ", ", a.head_dim, "], got ", ShapeOf(*v)));
       }
+      if (absl::Status s = CheckMaterialised(*v, name[i]); !s.ok()) return s;
       const std::vector<double> x = Compact<double>(*v);
       tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, a.head_dim);
     }

@@ -1689,6 +1689,15 @@ std::map<std::string, Case> Cases() {
   add("attn_shaw_distance_negative", e, [](Fixture& f) { f.attn.opt.shaw_max_distance = -1; return f.attn.Forward(); });
   add("attn_shaw_table_shape", e, [](Fixture& f) { f.attn.opt.shaw_max_distance = 2; return f.attn.Forward(); });
   add("attn_shaw_table_nan", e, [](Fixture& f) { f.attn.table[5] = kNaN; return f.attn.Forward(); });
+  // A broadcast table (stride 0 over its 2^30 + 1 rows) would be copied into 64 GiB.
+  add("attn_shaw_table_broadcast", e, [](Fixture& f) {
+    f.attn.opt.shaw_max_distance = int64_t{1} << 29;
+    f.attn.shapes.push_back({(int64_t{1} << 30) + 1, AttentionInputs::kD});
+    f.attn.t_table.shape = f.attn.shapes.back().data();
+    f.attn.shapes.push_back({0, 1});  // the strides
+    f.attn.t_table.strides = f.attn.shapes.back().data();
+    return f.attn.Forward();
+  });
   e = "gpe_attention_backward_v2";
   add("attn_v2_table_grad_without_table", e, [](Fixture& f) {
     f.attn.opt.shaw_value_table = nullptr;

@@ -113,7 +113,8 @@ std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 <<
 // One attention problem in bshd layout with random inputs (normal, seed 1).
 struct Problem {
   att::AttentionArgs args;
-  std::vector<float> q, k, v, o;
+  std::vector<float> q, o;
+  LargeFloats k, v;  // 2 MiB pages (as the triad's arrays): decoding streams them
   int64_t b = 1, hq = 1, hkv = 1, sq = 1, sk = 1, d = 1;
   bool causal = false;
 
@@ -153,8 +154,8 @@ std::unique_ptr<Problem> MakeProblem(int64_t b, int64_t hq, int64_t hkv, int64_t
   std::normal_distribution<float> normal(0.0f, 1.0f);
   p->q.resize(static_cast<size_t>(b * sq * hq * d));
   p->o.resize(p->q.size());
-  p->k.resize(static_cast<size_t>(b * sk * hkv * d));
-  p->v.resize(p->k.size());
+  p->k = LargeFloats(b * sk * hkv * d);
+  p->v = LargeFloats(b * sk * hkv * d);
   for (float& x : p->q) x = normal(rng);
   for (float& x : p->k) x = normal(rng);
   for (float& x : p->v) x = normal(rng);
@@ -266,7 +267,10 @@ absl::StatusOr<double> RopeQkSeconds(int64_t s, int64_t h, int64_t d, int thread
   absl::StatusOr<seq::Rope> rope = seq::Rope::Create(o, *freqs);
   if (!rope.ok()) return rope.status();
   const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
-  std::vector<float> q(static_cast<size_t>(s * h * d), 0.5f), k(q.size(), -0.25f);
+  // In 2 MiB pages, as the triad's arrays (LargeFloats): a bandwidth ratio of like memory.
+  LargeFloats q(s * h * d), k(s * h * d);
+  std::fill(q.begin(), q.end(), 0.5f);
+  std::fill(k.begin(), k.end(), -0.25f);
   const std::vector<int64_t> offsets = {0};
   // One table for q and k (same positions), built once, as a model reuses it per layer.
   absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});

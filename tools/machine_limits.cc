@@ -2,11 +2,14 @@
 
 #include <immintrin.h>
 #include <sched.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <memory>
 #include <string>
 #include <thread>
@@ -192,10 +195,37 @@ double FmaPeakGflops(int threads) {
   return best;
 }
 
+LargeFloats::LargeFloats(int64_t n) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(float) + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: plain pages where refused
+#endif
+  data_ = static_cast<float*>(p);
+  size_ = n;
+}
+LargeFloats::LargeFloats(LargeFloats&& other) noexcept : data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+LargeFloats& LargeFloats::operator=(LargeFloats&& other) noexcept {
+  if (this != &other) {
+    std::free(data_);
+    data_ = other.data_;
+    size_ = other.size_;
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+  return *this;
+}
+LargeFloats::~LargeFloats() { std::free(data_); }
+
 double TriadBandwidthGBs(int threads, int64_t bytes_per_array) {
   threads = std::max(1, threads);
   const int64_t n = std::max<int64_t>(bytes_per_array / 4, 1024 * threads);
-  std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+  LargeFloats a(n), b(n), c(n);
   const int64_t chunk = (n + threads - 1) / threads;
   // First touch by the thread that later streams the chunk (NUMA-friendly).
   TimeParallel(threads, [&](int t) {
@@ -211,9 +241,9 @@ double TriadBandwidthGBs(int threads, int64_t bytes_per_array) {
   for (int rep = 0; rep < 5; ++rep) {
     const double seconds = TimeParallel(threads, [&](int t) {
       const int64_t lo = t * chunk, hi = std::min(n, lo + chunk);
-      float* __restrict pa = a.get();
-      const float* __restrict pb = b.get();
-      const float* __restrict pc = c.get();
+      float* __restrict pa = a.data();
+      const float* __restrict pb = b.data();
+      const float* __restrict pc = c.data();
       for (int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
     });
     best = std::max(best, 12.0 * static_cast<double>(n) / seconds * 1e-9);

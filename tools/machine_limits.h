@@ -9,7 +9,9 @@
 //   than the last-level cache, on `threads` threads; counts 12 bytes per element (two
 //   reads, one write), as STREAM does.
 // Both take the best of a few repetitions, so they estimate what the machine can do, not
-// an average disturbed by other processes.
+// an average disturbed by other processes. The triad's arrays are LargeFloats (2 MiB pages
+// where the kernel grants them): bandwidth-bound benchmarks put their data in the same
+// kind of memory, so that their fraction of the triad compares like with like.
 #ifndef TOOLS_MACHINE_LIMITS_H_
 #define TOOLS_MACHINE_LIMITS_H_
 
@@ -18,6 +20,35 @@
 
 namespace gpe {
 namespace tools {
+
+// n floats (uninitialised: the first touch, e.g. by the threads that will stream them,
+// places the pages) aligned to 2 MiB, advised for transparent huge pages
+// (madvise(MADV_HUGEPAGE): granted where /sys/kernel/mm/transparent_hugepage/enabled is
+// "madvise" or "always"; plain 4 KiB pages otherwise). Streams over huge pages need no
+// page walk per 4 KiB and let the hardware prefetchers run across 4 KiB boundaries: a
+// one-stream read measured up to 30% faster here. Move-only.
+class LargeFloats {
+ public:
+  LargeFloats() = default;
+  explicit LargeFloats(int64_t n);
+  LargeFloats(LargeFloats&& other) noexcept;
+  LargeFloats& operator=(LargeFloats&& other) noexcept;
+  LargeFloats(const LargeFloats&) = delete;
+  LargeFloats& operator=(const LargeFloats&) = delete;
+  ~LargeFloats();
+
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  int64_t size() const { return size_; }
+  float* begin() { return data_; }
+  float* end() { return data_ + size_; }
+  float& operator[](int64_t i) { return data_[i]; }
+  const float& operator[](int64_t i) const { return data_[i]; }
+
+ private:
+  float* data_ = nullptr;
+  int64_t size_ = 0;
+};
 
 // "avx512", "avx2" or "sse2": the ISA FmaPeakGflops uses on this CPU.
 std::string WidestVectorIsa();

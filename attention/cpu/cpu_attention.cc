@@ -46,6 +46,10 @@ constexpr int64_t kDirectRows = 16;
 constexpr int64_t kDecodeMinKeys = 1024;
 // Bytes of key and value rows (every kv head) in one decoding block.
 constexpr int64_t kDecodeBlockBytes = int64_t{256} << 10;
+// Decoding's software prefetch distance (cpu::PrefetchAhead): the key and value streams
+// are requested this many bytes ahead of the block being read.
+// 16 to 128 KiB measured alike (process CPU time 30% below no prefetching).
+constexpr int64_t kDecodePrefetchBytes = int64_t{32} << 10;
 constexpr double kLog2e = 1.4426950408889634;
 constexpr double kLn2 = 0.6931471805599453;
 
@@ -702,7 +706,8 @@ class Forward {
           const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
           const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
           const int64_t gr = group * lq;  // rows per kv head
-          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk);
+          cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
+                           Ahead(k_, a_.k, kb, j0, nk, k1));
           for (int64_t g = 0; g < hkv; ++g) {
             kblk.g = g;
             if (absl::Status st =
@@ -713,7 +718,7 @@ class Forward {
           }
           cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
           cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp,
-                                w.alpha.get(), w.oacc.get(), dp);
+                                w.alpha.get(), w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
           continue;
         }
       }
@@ -753,6 +758,21 @@ class Forward {
       }
     }
     return absl::OkStatus();
+  }
+
+  // The bytes of a key or value tensor read kDecodePrefetchBytes after block [j0, j0 + nk)
+  // of the rows [.., k1) of the sequence starting at kb, where its rows (every kv head of a
+  // token) are one contiguous range (bshd/thd without padding); empty otherwise.
+  cpu::PrefetchAhead Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0, int64_t nk,
+                           int64_t k1) const {
+    const int64_t hkv = a_.num_kv_heads, row = hkv * p_.d;
+    if (st.head != p_.d || st.token != row) return {};
+    const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
+    const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));
+    const int64_t bytes = nk * row * static_cast<int64_t>(sizeof(T));
+    if (end - first <= kDecodePrefetchBytes) return {};
+    first += kDecodePrefetchBytes;
+    return {first, std::min<int64_t>(bytes, end - first)};
   }
 
   // o and lse of every (token, head) from the chunks' states: M = max m_c,
@@ -1556,6 +1576,9 @@ template <class T>
 absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
                          float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  // No query and no key token (e.g. a bshd batch of 2^39 empty sequences): nothing to
+  // write; returned before the plan's loops over the sequences, which nothing else bounds.
+  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) return absl::OkStatus();
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   if (args.num_q_tokens() > 0 && (q == nullptr || o == nullptr)) {
@@ -1591,6 +1614,22 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
                           const BiasGradientSink& bias_sink, const CpuAttentionOptions& options,
                           const CpuBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  // No query and no key token: only the requested Shaw table gradients (zero) to write;
+  // returned before the plan's loops over the sequences, as in ForwardImpl.
+  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) {
+    if ((o == nullptr) != (lse == nullptr)) {
+      return Bad("give both o and lse from the forward, or neither (recomputed)");
+    }
+    for (auto [grad, table] : {std::pair{extras.shaw_key_table_grad, args.shaw_keys},
+                               std::pair{extras.shaw_value_table_grad, args.shaw_values}}) {
+      if (grad == nullptr) continue;
+      if (table == nullptr) {
+        return Bad("a Shaw table gradient was requested without its shaw_keys / shaw_values");
+      }
+      std::fill_n(grad, table->num_labels() * args.head_dim, 0.0);
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
@@ -1735,6 +1774,7 @@ absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFl
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
                                                  const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
+  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) return int64_t{0};  // as ForwardImpl
   absl::StatusOr<Plan> plan = MakePlan(args, options);
   if (!plan.ok()) return plan.status();
   const int64_t items = static_cast<int64_t>(MakeItems(args, *plan).size());

@@ -236,22 +236,28 @@ void BM_CpuDecode(benchmark::State& state) {
   a.k = a.v = ContiguousStrides(Layout::kBSHD, cache, hkv, d);
   a.causal = true;
   std::vector<float> q(static_cast<size_t>(hq * d), 0.5f), o(q.size());
-  std::vector<float> k(static_cast<size_t>(cache * hkv * d)), v(k.size());
+  // huge: the cache in 2 MiB pages (tools::LargeFloats, as the triad's arrays), else in
+  // whatever pages std::vector gets.
+  const bool huge = state.range(2) != 0;
+  const int64_t n = cache * hkv * d;
+  std::vector<float> plain(huge ? 0 : static_cast<size_t>(2 * n));
+  tools::LargeFloats large(huge ? 2 * n : 0);
+  float* k = huge ? large.data() : plain.data();
+  float* v = k + n;
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (float& x : k) x = u(rng);
-  for (float& x : v) x = u(rng);
+  for (int64_t i = 0; i < 2 * n; ++i) k[i] = u(rng);
   CpuAttentionOptions opt;
   opt.num_threads = threads;
   for (auto _ : state) {
-    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+    absl::Status st = CpuForward(a, q.data(), k, v, o.data(), nullptr, opt);
     if (!st.ok()) {
       state.SkipWithError(st.ToString().c_str());
       return;
     }
     benchmark::DoNotOptimize(o.data());
   }
-  const double bytes = 2.0 * double(k.size()) * sizeof(float);
+  const double bytes = 2.0 * double(n) * sizeof(float);
   const double triad = TriadGBs(threads);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["triad_GB/s"] = triad;
@@ -262,6 +268,7 @@ void BM_CpuDecode(benchmark::State& state) {
 // The decode kernels alone on one thread: scores and P V of 8 kv heads x 4 query rows
 // over blocks of 32 tokens (d 128), over a KV cache of `tokens` tokens (32: the block stays
 // in L1/L2; 32768: streamed from memory). Isolates the kernels' rate from the memory's.
+// prefetch: 1 requests the cache 32 KiB ahead (cpu::PrefetchAhead), as RunDecode does.
 void BM_DecodeKernels(benchmark::State& state) {
   const int64_t tokens = state.range(0), hkv = 8, rows = 4, d = 128, nk = 32, bk = 128;
   std::vector<float> k(static_cast<size_t>(tokens * hkv * d)), v(k.size());
@@ -272,23 +279,35 @@ void BM_DecodeKernels(benchmark::State& state) {
   std::vector<float> q(static_cast<size_t>(hkv * rows * d), 0.01f), s(static_cast<size_t>(hkv * rows * bk));
   std::vector<float> o(static_cast<size_t>(hkv * rows * d)), alpha(static_cast<size_t>(hkv * rows), 1.0f);
   const int which = static_cast<int>(state.range(1));
+  const bool prefetch = state.range(2) != 0;
+  const int64_t row = hkv * d, ahead = (int64_t{32} << 10) / sizeof(float);
+  auto range = [&](const std::vector<float>& x, int64_t j0) {
+    const int64_t first = j0 * row + ahead, end = static_cast<int64_t>(x.size());
+    if (!prefetch || first >= end) return cpu::PrefetchAhead{};
+    return cpu::PrefetchAhead{x.data() + first, std::min(nk * row, end - first) * 4};
+  };
   for (auto _ : state) {
     for (int64_t j0 = 0; j0 < tokens; j0 += nk) {
-      if (which & 1) cpu::ScoreDecode(q.data(), d, rows, hkv, d, k.data() + j0 * hkv * d, hkv * d, d, nk, s.data(), bk);
-      if (which & 2) cpu::AccumulateDecode(s.data(), bk, rows, hkv, nk, v.data() + j0 * hkv * d, hkv * d, d, d, alpha.data(), o.data(), d);
+      if (which & 1) cpu::ScoreDecode(q.data(), d, rows, hkv, d, k.data() + j0 * hkv * d, hkv * d, d, nk, s.data(), bk, range(k, j0));
+      if (which & 2) cpu::AccumulateDecode(s.data(), bk, rows, hkv, nk, v.data() + j0 * hkv * d, hkv * d, d, d, alpha.data(), o.data(), d, range(v, j0));
     }
     benchmark::DoNotOptimize(o.data());
   }
   const double bytes = (((which & 1) ? 1.0 : 0.0) + ((which & 2) ? 1.0 : 0.0)) * double(k.size()) * sizeof(float);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_DecodeKernels)->ArgsProduct({{32, 4096, 32768}, {1, 2, 3}})->UseRealTime();
+BENCHMARK(BM_DecodeKernels)
+    ->ArgNames({"tokens", "which", "prefetch"})
+    ->ArgsProduct({{32, 32768}, {1, 2, 3}, {0, 1}})
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 BENCHMARK(BM_CpuDecode)
-    ->ArgNames({"cache", "threads"})
-    ->Args({32768, 2})
-    ->Args({32768, 1})
-    ->Args({4096, 2})  // a short cache: a call of ~1 ms, where per-call costs show
+    ->ArgNames({"cache", "threads", "huge"})
+    ->Args({32768, 2, 1})
+    ->Args({32768, 2, 0})
+    ->Args({32768, 1, 1})
+    ->Args({4096, 2, 1})  // a short cache: a call of ~1 ms, where per-call costs show
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

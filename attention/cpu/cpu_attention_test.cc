@@ -9,6 +9,7 @@
 #include <Eigen/Dense>
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -330,8 +331,13 @@ TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
               alpha[i] = i % 3 == 0 ? 1.0f : (i % 3 == 1 ? unit(rng) : 0.0f);
             }
             const std::vector<float> o0 = o;
+            // Odd cases also prefetch (an unaligned range of v, not a whole number of
+            // lines): requests only, the results must not change.
+            const cpu::PrefetchAhead ahead =
+                nk % 2 == 1 ? cpu::PrefetchAhead{v.data() + 3, static_cast<int64_t>(v.size() - 3) * 4 - 5}
+                            : cpu::PrefetchAhead{};
             cpu::AccumulateDecode(p.data(), lds, rows, heads, nk, v.data(), ldv, ldh, dp,
-                                  alpha.data(), o.data(), ldo);
+                                  alpha.data(), o.data(), ldo, ahead);
             for (int64_t g = 0; g < heads; ++g) {
               for (int64_t r = 0; r < rows; ++r) {
                 const int64_t row = g * rows + r;
@@ -382,8 +388,11 @@ TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
             std::vector<float> q = RandomF(heads * rows * ldq, &rng);
             std::vector<float> keys = RandomF(nk * ldk, &rng);
             std::vector<float> s(heads * rows * lds, -7.0f);
+            const cpu::PrefetchAhead ahead =  // odd cases also prefetch (see above)
+                nk % 2 == 1 ? cpu::PrefetchAhead{keys.data() + 1, static_cast<int64_t>(keys.size() - 1) * 4 - 3}
+                            : cpu::PrefetchAhead{};
             cpu::ScoreDecode(q.data(), ldq, rows, heads, d, keys.data(), ldk, ldh, nk, s.data(),
-                             lds);
+                             lds, ahead);
             for (int64_t g = 0; g < heads; ++g) {
               for (int64_t r = 0; r < rows; ++r) {
                 const int64_t row = g * rows + r;
@@ -634,6 +643,34 @@ TEST(CpuForward, VarlenWithEmptyAndSingleTokenSequences) {
     a.causal = causal;
     CheckAgainstReference(a, opt, causal ? 61 : 60, causal ? "varlen causal" : "varlen");
   }
+}
+
+TEST(CpuForward, HugeBatchOfEmptySequencesReturnsAtOnce) {
+  // bshd, batch 2^39, no query and no key token: the plan's loops over the sequences
+  // would walk 2^39 entries (minutes); every entry point returns at once, with null
+  // tensors (nothing to read or write). A wall-clock bound of seconds, not a timing:
+  // the walk takes minutes, the early return microseconds.
+  AttentionArgs a;
+  a.batch = int64_t{1} << 39;
+  a.seq_len_q = a.seq_len_k = 0;
+  a.num_q_heads = a.num_kv_heads = 2;
+  a.head_dim = 8;
+  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, 0, 2, 8);
+  a.q.batch = a.o.batch = a.k.batch = a.v.batch = 16;  // distinct (empty) sequences
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(CpuForward(a, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr).ok());
+  EXPECT_TRUE(CpuBackward(a, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr,
+                          nullptr, nullptr, nullptr, nullptr, nullptr)
+                  .ok());
+  absl::StatusOr<int64_t> ws = CpuForwardWorkspaceBytes(a, {});
+  ASSERT_TRUE(ws.ok()) << ws.status();
+  EXPECT_EQ(*ws, 0);
+  // The o / lse pairing is still checked.
+  float lse = 0.0f;
+  EXPECT_FALSE(CpuBackward(a, static_cast<const float*>(nullptr), nullptr, nullptr, nullptr,
+                           &lse, nullptr, nullptr, nullptr, nullptr)
+                   .ok());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
 }
 
 TEST(CpuForward, ExplicitPositionsMaskRowsWithNoKey) {

@@ -363,15 +363,43 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 }
 #endif
 
+// Walks a PrefetchAhead range: Step() requests the next `per_step` cache lines, with
+// per_step chosen so that `steps` calls cover the range.
+class PrefetchCursor {
+ public:
+  PrefetchCursor(PrefetchAhead ahead, int64_t steps) {
+    if (ahead.begin == nullptr || ahead.bytes <= 0 || steps <= 0) return;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(ahead.begin) & ~uintptr_t{63};
+    const uintptr_t last = reinterpret_cast<uintptr_t>(ahead.begin) + static_cast<uintptr_t>(ahead.bytes);
+    lines_ = static_cast<int64_t>((last - first + 63) / 64);
+    next_ = first;
+    per_step_ = (lines_ + steps - 1) / steps;
+  }
+  HWY_INLINE void Step() {
+    const int64_t n = std::min(per_step_, lines_);
+    for (int64_t i = 0; i < n; ++i) {
+      __builtin_prefetch(reinterpret_cast<const void*>(next_), 0, 2);  // prefetcht1 on x86
+      next_ += 64;
+    }
+    lines_ -= n;
+  }
+
+ private:
+  uintptr_t next_ = 0;
+  int64_t lines_ = 0, per_step_ = 0;
+};
+
 void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
                      const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
-                     int64_t lds) {
+                     int64_t lds, PrefetchAhead ahead) {
   const DF df;
   int64_t j = 0;
+  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
 #if HWY_TARGET <= HWY_AVX3
   if (rows % 4 == 0) {  // four keys at a time
     for (; j + 4 <= nk; j += 4) {
       for (int64_t g = 0; g < heads; ++g) {
+        pf.Step();
         const float* k = keys + j * ldk + g * ldh;
         for (int64_t r = 0; r < rows; r += 4) {
           Dot4x4(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + j, lds);
@@ -382,6 +410,7 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
 #endif
   for (; j < nk; ++j) {
     for (int64_t g = 0; g < heads; ++g) {
+      if (j % 4 == 0) pf.Step();
       const float* k = keys + j * ldk + g * ldh;
       const float* qg = q + g * rows * ldq;
       float* sg = s + g * rows * lds + j;
@@ -610,9 +639,10 @@ HWY_INLINE void AccDecodeStep(const float* HWY_RESTRICT p, int64_t lds,
 
 void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
                           const float* v, int64_t ldv, int64_t ldh, int64_t dp,
-                          const float* alpha, float* o, int64_t ldo) {
+                          const float* alpha, float* o, int64_t ldo, PrefetchAhead ahead) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
   for (int64_t i = 0; i < heads * rows; ++i) {
     if (alpha[i] == 1.0f) continue;  // lazy rescaling leaves most rows alone
     const VF a = hn::Set(df, alpha[i]);
@@ -622,6 +652,7 @@ void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t hea
   int64_t j = 0;
   for (; j + 4 <= nk; j += 4) {
     for (int64_t g = 0; g < heads; ++g) {
+      pf.Step();
       const float* vg = v + j * ldv + g * ldh;
       int64_t r = 0;
       for (; r + 4 <= rows; r += 4) {
@@ -646,6 +677,7 @@ void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t hea
   }
   for (; j < nk; ++j) {  // the last nk % 4 tokens, one at a time
     for (int64_t g = 0; g < heads; ++g) {
+      if (j % 4 == 0) pf.Step();
       const float* vr = v + j * ldv + g * ldh;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t row = g * rows + r;
@@ -697,8 +729,9 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
   HWY_DYNAMIC_DISPATCH(ScoreDirectImpl)(q, ldq, mq, d, keys, ldk, nk, s, lds);
 }
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
-                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds) {
-  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds);
+                 const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,
+                 PrefetchAhead ahead) {
+  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, ahead);
 }
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {
@@ -717,9 +750,9 @@ void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const 
 }
 void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
                       const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,
-                      float* o, int64_t ldo) {
+                      float* o, int64_t ldo, PrefetchAhead ahead) {
   HWY_DYNAMIC_DISPATCH(AccumulateDecodeImpl)(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o,
-                                             ldo);
+                                             ldo, ahead);
 }
 void Exp2InPlace(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Exp2InPlaceImpl)(x, n); }
 const char* KernelTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }

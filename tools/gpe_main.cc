@@ -516,7 +516,8 @@ int RunBench(bool quick, bool peers) {
       return 1;
     }
     const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
-    std::vector<float> x(static_cast<size_t>(s * h * d), 0.5f);
+    t::LargeFloats x(s * h * d);  // 2 MiB pages, as the triad's arrays
+    std::fill(x.begin(), x.end(), 0.5f);
     const std::vector<int64_t> offsets = {0};
     absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
     if (!table.ok()) {
@@ -524,7 +525,7 @@ int RunBench(bool quick, bool peers) {
       return 1;
     }
     const double sec = BestSeconds(reps, [&] { (void)rope->Apply<float>(*table, tensor, x.data(), x.data()); });
-    const double gbs = 2.0 * x.size() * sizeof(float) / sec * 1e-9;
+    const double gbs = 2.0 * static_cast<double>(x.size()) * sizeof(float) / sec * 1e-9;
     std::printf("| RoPE in place, %lld x %lld x %lld float32 | %.1f GB/s | | | %.2f of triad |\n",
                 static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d),
                 gbs, gbs / triad);

@@ -2,7 +2,7 @@
 # Builds and runs examples/consumer, a separate Bazel workspace that depends on this
 # repository as @grouppe (local_repository): the check that GroupPE is consumable from
 # another workspace. Not part of `bazel test //...` (a nested Bazel server and a cold
-# build of libgpe cost minutes of CI); run it by hand or in a separate CI step:
+# build of what main.cc needs cost minutes); .ci/run calls it after the fuzzers, or by hand:
 #
 #   examples/consumer/build.sh
 #

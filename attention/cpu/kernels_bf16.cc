@@ -153,6 +153,156 @@ GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, 
   }
 }
 
+// GCC 12's unmasked shuffle, shift and widening intrinsics start from a deliberately
+// undefined register (_mm512_undefined_epi32), which -Wmaybe-uninitialized reports once
+// inlined here; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#define GPE_BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// The first n of 32 16-bit lanes (n clamped to [0, 32]).
+inline __mmask32 FirstLanes16(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << n) - 1u);
+}
+// The first n of 16 32-bit lanes (n clamped to [0, 16]).
+inline __mmask16 FirstLanes32(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// In place: r[i] lane k <- r[k] lane i, 32-bit lanes (4 stages of 2-input shuffles:
+// 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds of 128-bit lane
+// selections).
+GPE_BW_TARGET inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // t[k] (0x88: lanes 0, 2 of each input): columns k and 8 + k of rows 0-7 (8-15 for
+  // t[8 + k]); t[4 + k] (0xdd: lanes 1, 3): columns 4 + k and 12 + k.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);
+    t[8 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);
+  }
+}
+
+// The key panel layout is a transpose of 32-bit words (bf16 pairs): word (c / 2, j) of
+// the panel is word c / 2 of key j. Blocks of 16 keys x 16 pairs: masked loads zero the
+// components past d (an odd d's last pair gets a zero high half) and keys past nk.
+GPE_BW_TARGET void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                                     uint16_t* panels) {
+  const int64_t pairs = (d + 1) / 2, num_panels = (nk + kPanel - 1) / kPanel;
+  for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
+    uint16_t* out = panels + pnl * pairs * 2 * kPanel;
+    const int64_t j0 = pnl * kPanel, nj = nk - j0 < kPanel ? nk - j0 : kPanel;
+    for (int64_t jb = 0; jb < kPanel; jb += 16) {
+      for (int64_t cb = 0; cb < pairs; cb += 16) {
+        const __mmask32 m = FirstLanes16(d - 2 * cb);
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          r[i] = jb + i < nj ? _mm512_maskz_loadu_epi16(m, keys + (j0 + jb + i) * ld + 2 * cb)
+                             : _mm512_setzero_si512();
+        }
+        Transpose16x16(r);
+        const int64_t nc = pairs - cb < 16 ? pairs - cb : 16;
+        for (int64_t k = 0; k < nc; ++k) {
+          _mm512_storeu_si512(out + (cb + k) * 2 * kPanel + 2 * jb, r[k]);
+        }
+      }
+    }
+  }
+}
+
+// Value pairs: rows 2 i and 2 i + 1 interleaved at 16-bit granularity (vpermt2w), 32
+// columns per pair of loads; masked loads zero the columns past d and a missing last key.
+GPE_BW_TARGET void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                                      int64_t dp, uint16_t* pairs) {
+  alignas(64) static constexpr uint16_t kLo[32] = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const int64_t np = (nk + 1) / 2;
+  for (int64_t j2 = 0; j2 < np; ++j2) {
+    const uint16_t* a = vals + 2 * j2 * ld;
+    const bool has_b = 2 * j2 + 1 < nk;
+    uint16_t* out = pairs + j2 * 2 * dp;
+    for (int64_t cb = 0; cb < dp; cb += 32) {
+      const __mmask32 m = FirstLanes16(d - cb);
+      const __m512i va = m != 0 ? _mm512_maskz_loadu_epi16(m, a + cb) : _mm512_setzero_si512();
+      const __m512i vb = m != 0 && has_b ? _mm512_maskz_loadu_epi16(m, a + ld + cb)
+                                         : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + 2 * cb, _mm512_permutex2var_epi16(va, lo, vb));
+      if (cb + 16 < dp) {
+        _mm512_storeu_si512(out + 2 * cb + 32, _mm512_permutex2var_epi16(va, hi, vb));
+      }
+    }
+  }
+}
+
+GPE_BW_TARGET void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes32(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+    const __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(u));
+  }
+}
+
+// rope.cc's ToBFloat16 per lane: u + 0x7fff + (bit 16 of u), high half; NaN (magnitude
+// above infinity's pattern): high half with the quiet bit 0x0040 set.
+GPE_BW_TARGET void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+  const __m512i quiet = _mm512_set1_epi32(0x0040);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes32(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(high, one)), 16);
+    const __m512i r = _mm512_mask_or_epi32(rounded, nan, high, quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, r);
+  }
+}
+
+bool HasAvx512Bw() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+#pragma GCC diagnostic pop
+
 }  // namespace
 
 namespace {
@@ -238,8 +388,8 @@ bool HasBf16DotProduct() {
   return has;
 }
 
-void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
-                       uint16_t* panels) {
+void PackKeyPanelsBf16Reference(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                                uint16_t* panels) {
   const int64_t pairs = (d + 1) / 2, num_panels = (nk + kPanel - 1) / kPanel;
   for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
     uint16_t* out = panels + pnl * pairs * 2 * kPanel;
@@ -254,14 +404,60 @@ void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
   }
 }
 
-void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
-                        uint16_t* pairs) {
+void PackValuePairsBf16Reference(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                                 int64_t dp, uint16_t* pairs) {
   const int64_t np = (nk + 1) / 2;
   std::memset(pairs, 0, static_cast<size_t>(np * 2 * dp) * sizeof(uint16_t));
   for (int64_t j = 0; j < nk; ++j) {
     uint16_t* o = pairs + (j / 2) * 2 * dp + j % 2;
     const uint16_t* row = vals + j * ld;
     for (int64_t c = 0; c < d; ++c) o[2 * c] = row[c];
+  }
+}
+
+void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                       uint16_t* panels) {
+  if (HasAvx512Bw()) {
+    PackKeyPanelsImpl(keys, nk, ld, d, panels);
+  } else {
+    PackKeyPanelsBf16Reference(keys, nk, ld, d, panels);
+  }
+}
+
+void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
+                        uint16_t* pairs) {
+  if (HasAvx512Bw()) {
+    PackValuePairsImpl(vals, nk, ld, d, dp, pairs);
+  } else {
+    PackValuePairsBf16Reference(vals, nk, ld, d, dp, pairs);
+  }
+}
+
+void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
+  if (HasAvx512Bw()) {
+    WidenImpl(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(dst + i, &u, sizeof(u));
+  }
+}
+
+void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
+  if (HasAvx512Bw()) {
+    RoundImpl(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {  // rope.cc's ToBFloat16
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof(u));
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+      dst[i] = static_cast<uint16_t>((u >> 16) | 0x0040u);
+      continue;
+    }
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    dst[i] = static_cast<uint16_t>(u >> 16);
   }
 }
 

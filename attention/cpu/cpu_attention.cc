@@ -849,7 +849,12 @@ class Forward {
       }
     }
     if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
-    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
+      cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
+                                /*keep_float=*/vmass != nullptr);
+    } else {
+      cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    }
     if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
       const int64_t nl = p_.nlv;
       for (int64_t r = 0; r < rows; ++r) {
@@ -869,8 +874,7 @@ class Forward {
         }
       }
     }
-    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
-      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
+    if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
       cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
     } else {
       cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);

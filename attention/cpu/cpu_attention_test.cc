@@ -1615,6 +1615,53 @@ TEST(KernelsBf16, RowConversionsMatchToBFloat16BitForBit) {
   }
 }
 
+// The fused softmax + rounding against the two kernels it replaces (kernels.h's
+// SoftmaxTile, then RoundRowsBf16) on the same tiles: the same operations in the same
+// order, so m, l, alpha, the bf16 probabilities and (keep_float) the float ones must
+// agree bit for bit (no tolerance). Tiles below / at / above 64 columns; rows with no
+// allowed score yet (m = -inf), masked scores (-inf), rows that must rescale (scores
+// far above m) and rows that keep their reference (alpha = 1).
+TEST(KernelsBf16, FusedSoftmaxRoundingMatchesSoftmaxThenRoundingBitForBit) {
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937_64 rng(24);
+  std::uniform_real_distribution<float> u(-20.0f, 20.0f);
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  auto bits = [](const std::vector<float>& x) {
+    std::vector<uint32_t> b(x.size());
+    std::memcpy(b.data(), x.data(), x.size() * sizeof(float));
+    return b;
+  };
+  for (int64_t n : {16, 48, 64, 128}) {
+    for (int64_t mq : {1, 7}) {
+      for (bool keep_float : {false, true}) {
+        const int64_t lds = n + 16;
+        std::vector<float> s(mq * lds), m(mq), l(mq * cpu::kSumLanes), alpha(mq, -1.0f);
+        for (float& x : s) x = rng() % 5 == 0 ? kNegInf : u(rng);
+        for (int64_t r = 0; r < mq; ++r) {
+          // Row kinds by r % 4: first tile (m = -inf), no rescale (m above every score),
+          // rescale (m far below), a row masked entirely with m = -inf.
+          m[r] = r % 4 == 0 || r % 4 == 3 ? kNegInf : (r % 4 == 1 ? 25.0f : -40.0f);
+          if (r % 4 == 3) std::fill(s.begin() + r * lds, s.begin() + r * lds + n, kNegInf);
+          for (int64_t i = 0; i < cpu::kSumLanes; ++i) l[r * cpu::kSumLanes + i] = m[r] == kNegInf ? 0.0f : std::fabs(u(rng));
+        }
+        std::vector<float> s2 = s, m2 = m, l2 = l, alpha2 = alpha;
+        std::vector<uint16_t> p16(mq * lds, 0xA5A5), p16_2(mq * lds, 0xA5A5);
+        cpu::SoftmaxTile(s.data(), lds, mq, n, m.data(), l.data(), alpha.data());
+        cpu::RoundRowsBf16(s.data(), lds, mq, n, p16.data(), lds);
+        cpu::SoftmaxRoundTileBf16(s2.data(), lds, mq, n, m2.data(), l2.data(), alpha2.data(),
+                                  p16_2.data(), lds, keep_float);
+        EXPECT_EQ(bits(m2), bits(m)) << n << " " << mq;
+        EXPECT_EQ(bits(l2), bits(l)) << n << " " << mq;
+        EXPECT_EQ(bits(alpha2), bits(alpha)) << n << " " << mq;
+        EXPECT_EQ(p16_2, p16) << n << " " << mq;
+        if (keep_float) {
+          EXPECT_EQ(bits(s2), bits(s)) << n << " " << mq;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
   // With AVX512_BF16 the bf16 forward rounds q (after RoPE and scaling) and the
   // probabilities to bf16 for the dot products. Against the double reference on the same

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attention/cpu/kernels.h"
 
@@ -18,6 +20,12 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 namespace {
+
+// GCC 12's unmasked AVX-512 intrinsics (shuffles, shifts, widening, max, roundscale) start from a deliberately
+// undefined register (_mm512_undefined_epi32), which -Wmaybe-uninitialized reports once
+// inlined here; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define GPE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -139,6 +147,73 @@ GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int6
   }
 }
 
+// kernels.cc's Exp2 on AVX-512, operation for operation (the same rounding, polynomial
+// and vscalefps), so the fused softmax below gives the float path's probabilities bit for
+// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p a degree-7 fit; 0 below
+// 2^-126.
+GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-126.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// kernels.h's SoftmaxTile (same steps, same order of operations) with the probabilities
+// rounded to bf16 as they are made (RoundRowsBf16's vcvtneps2bf16): one pass over the
+// tile instead of two; the float probabilities are stored back only when keep_float.
+GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m,
+                                      float* l, float* alpha, uint16_t* p16, int64_t ldp,
+                                      bool keep_float) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < mq; ++r) {
+    float* row = s + r * lds;
+    uint16_t* out = p16 + r * ldp;
+    float* lr = l + r * kSumLanes;
+    __m512 vmax0 = _mm512_set1_ps(kNegInf), vmax1 = vmax0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+      vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+      vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + j + 16));
+    }
+    for (; j < n; j += 16) vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+    vmax0 = _mm512_max_ps(vmax0, vmax1);
+    alpha[r] = 1.0f;
+    // Lazy rescaling, as SoftmaxTile (kernels.h: kRescaleSlack).
+    if (_mm512_cmp_ps_mask(vmax0, _mm512_set1_ps(m[r] + kRescaleSlack), _CMP_GT_OQ) != 0) {
+      const float m_new = _mm512_reduce_max_ps(vmax0);
+      const float diff = m[r] - m_new;
+      const float a = diff < -126.0f ? 0.0f : std::exp2(diff);
+      for (int64_t i = 0; i < kSumLanes; ++i) lr[i] *= a;
+      alpha[r] = a;
+      m[r] = m_new;
+    }
+    if (m[r] == kNegInf) {  // nothing allowed yet in this row
+      std::memset(out, 0, static_cast<size_t>(n) * sizeof(uint16_t));
+      if (keep_float) std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
+    const __m512 vm = _mm512_set1_ps(m[r]);
+    __m512 vsum = _mm512_setzero_ps();
+    for (j = 0; j < n; j += 16) {
+      const __m512 p = Exp2(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+      if (keep_float) _mm512_storeu_ps(row + j, p);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), (__m256i)_mm512_cvtneps_pbh(p));
+      vsum = _mm512_add_ps(vsum, p);
+    }
+    _mm512_storeu_ps(lr, _mm512_add_ps(vsum, _mm512_loadu_ps(lr)));
+  }
+}
+
 GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                                     const uint16_t* pairs, int64_t dp, const float* alpha,
                                     float* o, int64_t ldo) {
@@ -152,12 +227,6 @@ GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, 
     default: break;
   }
 }
-
-// GCC 12's unmasked shuffle, shift and widening intrinsics start from a deliberately
-// undefined register (_mm512_undefined_epi32), which -Wmaybe-uninitialized reports once
-// inlined here; the value is never read.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define GPE_BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
@@ -469,6 +538,11 @@ void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
                    int64_t ldo) {
   RoundRowsImpl(p, ldp, mq, n, out, ldo);
+}
+
+void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                          float* alpha, uint16_t* p16, int64_t ldp, bool keep_float) {
+  SoftmaxRoundImpl(s, lds, mq, n, m, l, alpha, p16, ldp, keep_float);
 }
 
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,

@@ -59,6 +59,12 @@ void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
 // j < n (n a multiple of 16).
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
                    int64_t ldo);
+// kernels.h's SoftmaxTile on an mq x n tile (n a multiple of 16) with the probabilities
+// written as bf16 rows (p16[r * ldp + j], as RoundRowsBf16 would round them) in the same
+// pass; s keeps the scores unless keep_float, which stores the float probabilities too.
+// m, l and alpha as SoftmaxTile's, bit for bit on AVX-512 hosts (the same operations).
+void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                          float* alpha, uint16_t* p16, int64_t ldp, bool keep_float);
 // o[r * ldo + c] <- alpha[r] o + sum_{j < nk} p[r * ldp + j] v[j][c] for c < dp (a multiple
 // of 16), p bf16 rows (ldp even), v as value pairs of dp columns.
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,

@@ -68,7 +68,7 @@ GPE_BF16_TARGET void ScoreMicro(const uint16_t* q, int64_t ldq, int64_t pairs,
 template <int MR, int NV>
 GPE_BF16_TARGET void AccMicro(const uint16_t* p, int64_t ldp, int64_t pairs,
                               const uint16_t* vp, int64_t dp, const float* alpha, float* o,
-                              int64_t ldo) {
+                              int64_t ldo, const float* next_o) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -77,6 +77,12 @@ GPE_BF16_TARGET void AccMicro(const uint16_t* p, int64_t ldp, int64_t pairs,
     for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * ldo + 16 * c));
   }
   for (int64_t j2 = 0; j2 < pairs; ++j2) {
+    // The next tile's o rows (an L2 round trip each: a query tile's o outgrows L1),
+    // one cache line per iteration.
+    if (j2 < MR * NV) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_o + (j2 / NV) * ldo + 16 * (j2 % NV)),
+                   _MM_HINT_T0);
+    }
     const uint16_t* row = vp + j2 * 2 * dp;
     __m512bh vv[NV];
 #pragma GCC unroll 4
@@ -101,16 +107,19 @@ GPE_BF16_TARGET void AccColumns(const uint16_t* p, int64_t ldp, int64_t mq, int6
                                 int64_t ldo) {
   int64_t r = 0;
   for (; r + kRows <= mq; r += kRows) {
-    AccMicro<kRows, NV>(p + r * ldp, ldp, pairs, vp, dp, alpha + r, o + r * ldo, ldo);
+    // Prefetch target: the next row group's o (the last group's: its own, already cached).
+    const int64_t next = r + 2 * kRows <= mq ? r + kRows : r;
+    AccMicro<kRows, NV>(p + r * ldp, ldp, pairs, vp, dp, alpha + r, o + r * ldo, ldo,
+                        o + next * ldo);
   }
   const uint16_t* pr = p + r * ldp;
   float* orow = o + r * ldo;
   switch (mq - r) {
-    case 1: AccMicro<1, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 2: AccMicro<2, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 3: AccMicro<3, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 4: AccMicro<4, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 5: AccMicro<5, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
+    case 1: AccMicro<1, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 2: AccMicro<2, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 3: AccMicro<3, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 4: AccMicro<4, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 5: AccMicro<5, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
     default: break;
   }
 }

@@ -1564,7 +1564,8 @@ TEST(KernelsBf16, VectorPacksMatchTheReferenceLoopsBitForBit) {
           std::vector<uint16_t> vwant(nval + kGuard, kSentinel), vgot(nval + kGuard, kSentinel);
           cpu::PackValuePairsBf16Reference(src.data(), nk, ld, d, dp, vwant.data());
           cpu::PackValuePairsBf16(src.data(), nk, ld, d, dp, vgot.data());
-          ASSERT_EQ(vgot, vwant) << "values nk " << nk << " d " << d << " ld " << ld << " dp " << dp;
+          ASSERT_EQ(vgot, vwant) << "values nk " << nk << " d " << d << " ld " << ld
+                                 << " dp " << dp;
         }
       }
     }
@@ -1642,7 +1643,9 @@ TEST(KernelsBf16, FusedSoftmaxRoundingMatchesSoftmaxThenRoundingBitForBit) {
           // rescale (m far below), a row masked entirely with m = -inf.
           m[r] = r % 4 == 0 || r % 4 == 3 ? kNegInf : (r % 4 == 1 ? 25.0f : -40.0f);
           if (r % 4 == 3) std::fill(s.begin() + r * lds, s.begin() + r * lds + n, kNegInf);
-          for (int64_t i = 0; i < cpu::kSumLanes; ++i) l[r * cpu::kSumLanes + i] = m[r] == kNegInf ? 0.0f : std::fabs(u(rng));
+          for (int64_t i = 0; i < cpu::kSumLanes; ++i) {
+            l[r * cpu::kSumLanes + i] = m[r] == kNegInf ? 0.0f : std::fabs(u(rng));
+          }
         }
         std::vector<float> s2 = s, m2 = m, l2 = l, alpha2 = alpha;
         std::vector<uint16_t> p16(mq * lds, 0xA5A5), p16_2(mq * lds, 0xA5A5);

@@ -21,9 +21,9 @@ namespace attention {
 namespace cpu {
 namespace {
 
-// GCC 12's unmasked AVX-512 intrinsics (shuffles, shifts, widening, max, roundscale) start from a deliberately
-// undefined register (_mm512_undefined_epi32), which -Wmaybe-uninitialized reports once
-// inlined here; the value is never read.
+// GCC 12's unmasked AVX-512 intrinsics (shuffles, shifts, widening, max, roundscale)
+// start from a deliberately undefined register (_mm512_undefined_epi32), which
+// -Wmaybe-uninitialized reports once inlined here; the value is never read.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
@@ -158,8 +158,8 @@ GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int6
 
 // kernels.cc's Exp2 on AVX-512, operation for operation (the same rounding, polynomial
 // and vscalefps), so the fused softmax below gives the float path's probabilities bit for
-// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p a degree-7 fit; 0 below
-// 2^-126.
+// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p the degree-7 Taylor
+// polynomial of 2^f (in f ln 2); exactly 0 below -126 (masked scores, -inf, included).
 GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-126.0f);
   const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
@@ -177,7 +177,8 @@ GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-// kernels.h's SoftmaxTile (same steps, same order of operations) with the probabilities
+// kernels.h's SoftmaxTile, the online softmax of flash attention (Dao et al. 2022, Alg. 1)
+// with lazy rescaling (same steps, same order of operations), with the probabilities
 // rounded to bf16 as they are made (RoundRowsBf16's vcvtneps2bf16): one pass over the
 // tile instead of two; the float probabilities are stored back only when keep_float.
 GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m,

@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "attention/cpu/kernels.h"
+#include "encodings/sequence/rope.h"
 
 namespace gpe {
 namespace attention {
@@ -518,8 +519,7 @@ void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
     return;
   }
   for (int64_t i = 0; i < n; ++i) {
-    const uint32_t u = static_cast<uint32_t>(src[i]) << 16;
-    std::memcpy(dst + i, &u, sizeof(u));
+    dst[i] = encodings::sequence::ToFloat(encodings::sequence::BFloat16{src[i]});
   }
 }
 
@@ -528,16 +528,7 @@ void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
     RoundImpl(src, dst, n);
     return;
   }
-  for (int64_t i = 0; i < n; ++i) {  // rope.cc's ToBFloat16
-    uint32_t u;
-    std::memcpy(&u, src + i, sizeof(u));
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-      dst[i] = static_cast<uint16_t>((u >> 16) | 0x0040u);
-      continue;
-    }
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    dst[i] = static_cast<uint16_t>(u >> 16);
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
 }
 
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,

@@ -74,16 +74,16 @@ template <class T>
 void LoadRow(const T* src, float* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = ToF(src[i]);
+  } else {  // bf16 bits shifted up, 16 lanes at a time where the CPU has AVX-512
+    cpu::WidenBf16Row(reinterpret_cast<const uint16_t*>(src), dst, n);
   }
 }
 template <class T>
 void StoreRow(const float* src, T* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]);
+  } else {  // ToBFloat16's rounding, 16 lanes at a time where the CPU has AVX-512
+    cpu::RoundBf16Row(src, reinterpret_cast<uint16_t*>(dst), n);
   }
 }
 
@@ -573,9 +573,7 @@ class Forward {
             tmp.resize(static_cast<size_t>(nk * d));
             rows16 = tmp.data();
           }
-          for (int64_t i = 0; i < nk * d; ++i) {
-            rows16[i] = encodings::sequence::ToBFloat16(w.rows[i]).bits;
-          }
+          cpu::RoundBf16Row(w.rows.get(), rows16, nk * d);
           cpu::PackKeyPanelsBf16(rows16, nk, d, d, panels16);
         } else {
           cpu::PackKeyPanelsBf16(reinterpret_cast<const uint16_t*>(k_ + a_.KOffset(a_.k, kb + j0, g)),
@@ -871,7 +869,12 @@ class Forward {
       }
     }
     if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
-    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
+      cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
+                                /*keep_float=*/vmass != nullptr);
+    } else {
+      cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    }
     if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
       const int64_t nl = p_.nlv;
       for (int64_t r = 0; r < rows; ++r) {
@@ -891,8 +894,7 @@ class Forward {
         }
       }
     }
-    if (kb.pairs16 != nullptr) {  // probabilities rounded to bf16 for the dot products
-      cpu::RoundRowsBf16(s, bk, rows, kb.ncols, w.p16.get(), bk);
+    if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
       cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
     } else {
       cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
@@ -980,7 +982,7 @@ class Forward {
       const int64_t deven = RoundUp(d, 2);
       for (int64_t r = 0; r < rows; ++r) {
         uint16_t* out = w.q16.get() + r * deven;
-        for (int64_t c = 0; c < d; ++c) out[c] = encodings::sequence::ToBFloat16(qb[r * d + c]).bits;
+        cpu::RoundBf16Row(qb + r * d, out, d);
         if (deven > d) out[d] = 0;
       }
     }

@@ -10,14 +10,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "attention/cpu/kernels.h"
+#include "encodings/sequence/rope.h"
 
 namespace gpe {
 namespace attention {
 namespace cpu {
 namespace {
+
+// GCC 12's unmasked AVX-512 intrinsics (shuffles, shifts, widening, max, roundscale)
+// start from a deliberately undefined register (_mm512_undefined_epi32), which
+// -Wmaybe-uninitialized reports once inlined here; the value is never read.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #define GPE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
@@ -60,7 +69,7 @@ GPE_BF16_TARGET void ScoreMicro(const uint16_t* q, int64_t ldq, int64_t pairs,
 template <int MR, int NV>
 GPE_BF16_TARGET void AccMicro(const uint16_t* p, int64_t ldp, int64_t pairs,
                               const uint16_t* vp, int64_t dp, const float* alpha, float* o,
-                              int64_t ldo) {
+                              int64_t ldo, const float* next_o) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 8
   for (int r = 0; r < MR; ++r) {
@@ -69,6 +78,12 @@ GPE_BF16_TARGET void AccMicro(const uint16_t* p, int64_t ldp, int64_t pairs,
     for (int c = 0; c < NV; ++c) acc[r][c] = _mm512_mul_ps(a, _mm512_loadu_ps(o + r * ldo + 16 * c));
   }
   for (int64_t j2 = 0; j2 < pairs; ++j2) {
+    // The next tile's o rows (an L2 round trip each: a query tile's o outgrows L1),
+    // one cache line per iteration.
+    if (j2 < MR * NV) {
+      _mm_prefetch(reinterpret_cast<const char*>(next_o + (j2 / NV) * ldo + 16 * (j2 % NV)),
+                   _MM_HINT_T0);
+    }
     const uint16_t* row = vp + j2 * 2 * dp;
     __m512bh vv[NV];
 #pragma GCC unroll 4
@@ -93,16 +108,19 @@ GPE_BF16_TARGET void AccColumns(const uint16_t* p, int64_t ldp, int64_t mq, int6
                                 int64_t ldo) {
   int64_t r = 0;
   for (; r + kRows <= mq; r += kRows) {
-    AccMicro<kRows, NV>(p + r * ldp, ldp, pairs, vp, dp, alpha + r, o + r * ldo, ldo);
+    // Prefetch target: the next row group's o (the last group's: its own, already cached).
+    const int64_t next = r + 2 * kRows <= mq ? r + kRows : r;
+    AccMicro<kRows, NV>(p + r * ldp, ldp, pairs, vp, dp, alpha + r, o + r * ldo, ldo,
+                        o + next * ldo);
   }
   const uint16_t* pr = p + r * ldp;
   float* orow = o + r * ldo;
   switch (mq - r) {
-    case 1: AccMicro<1, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 2: AccMicro<2, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 3: AccMicro<3, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 4: AccMicro<4, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
-    case 5: AccMicro<5, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo); break;
+    case 1: AccMicro<1, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 2: AccMicro<2, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 3: AccMicro<3, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 4: AccMicro<4, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
+    case 5: AccMicro<5, NV>(pr, ldp, pairs, vp, dp, alpha + r, orow, ldo, orow); break;
     default: break;
   }
 }
@@ -139,6 +157,74 @@ GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int6
   }
 }
 
+// kernels.cc's Exp2 on AVX-512, operation for operation (the same rounding, polynomial
+// and vscalefps), so the fused softmax below gives the float path's probabilities bit for
+// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p the degree-7 Taylor
+// polynomial of 2^f (in f ln 2); exactly 0 below -126 (masked scores, -inf, included).
+GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
+  const __m512 lo = _mm512_set1_ps(-126.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
+  x = _mm512_max_ps(x, lo);
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, n);
+}
+
+// kernels.h's SoftmaxTile, the online softmax of flash attention (Dao et al. 2022, Alg. 1)
+// with lazy rescaling (same steps, same order of operations), with the probabilities
+// rounded to bf16 as they are made (RoundRowsBf16's vcvtneps2bf16): one pass over the
+// tile instead of two; the float probabilities are stored back only when keep_float.
+GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m,
+                                      float* l, float* alpha, uint16_t* p16, int64_t ldp,
+                                      bool keep_float) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < mq; ++r) {
+    float* row = s + r * lds;
+    uint16_t* out = p16 + r * ldp;
+    float* lr = l + r * kSumLanes;
+    __m512 vmax0 = _mm512_set1_ps(kNegInf), vmax1 = vmax0;
+    int64_t j = 0;
+    for (; j + 32 <= n; j += 32) {
+      vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+      vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + j + 16));
+    }
+    for (; j < n; j += 16) vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + j));
+    vmax0 = _mm512_max_ps(vmax0, vmax1);
+    alpha[r] = 1.0f;
+    // Lazy rescaling, as SoftmaxTile (kernels.h: kRescaleSlack).
+    if (_mm512_cmp_ps_mask(vmax0, _mm512_set1_ps(m[r] + kRescaleSlack), _CMP_GT_OQ) != 0) {
+      const float m_new = _mm512_reduce_max_ps(vmax0);
+      const float diff = m[r] - m_new;
+      const float a = diff < -126.0f ? 0.0f : std::exp2(diff);
+      for (int64_t i = 0; i < kSumLanes; ++i) lr[i] *= a;
+      alpha[r] = a;
+      m[r] = m_new;
+    }
+    if (m[r] == kNegInf) {  // nothing allowed yet in this row
+      std::memset(out, 0, static_cast<size_t>(n) * sizeof(uint16_t));
+      if (keep_float) std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
+    const __m512 vm = _mm512_set1_ps(m[r]);
+    __m512 vsum = _mm512_setzero_ps();
+    for (j = 0; j < n; j += 16) {
+      const __m512 p = Exp2(_mm512_sub_ps(_mm512_loadu_ps(row + j), vm));
+      if (keep_float) _mm512_storeu_ps(row + j, p);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + j), (__m256i)_mm512_cvtneps_pbh(p));
+      vsum = _mm512_add_ps(vsum, p);
+    }
+    _mm512_storeu_ps(lr, _mm512_add_ps(vsum, _mm512_loadu_ps(lr)));
+  }
+}
+
 GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                                     const uint16_t* pairs, int64_t dp, const float* alpha,
                                     float* o, int64_t ldo) {
@@ -152,6 +238,150 @@ GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, 
     default: break;
   }
 }
+
+#define GPE_BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// The first n of 32 16-bit lanes (n clamped to [0, 32]).
+inline __mmask32 FirstLanes16(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << n) - 1u);
+}
+// The first n of 16 32-bit lanes (n clamped to [0, 16]).
+inline __mmask16 FirstLanes32(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// In place: r[i] lane k <- r[k] lane i, 32-bit lanes (4 stages of 2-input shuffles:
+// 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds of 128-bit lane
+// selections).
+GPE_BW_TARGET inline void Transpose16x16(__m512i r[16]) {
+  __m512i t[16];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + k], 128-bit lane L: column 4L + k of rows 4g .. 4g + 3.
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    r[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    r[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  // t[k] (0x88: lanes 0, 2 of each input): columns k and 8 + k of rows 0-7 (8-15 for
+  // t[8 + k]); t[4 + k] (0xdd: lanes 1, 3): columns 4 + k and 12 + k.
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    t[k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0x88);
+    t[4 + k] = _mm512_shuffle_i32x4(r[k], r[4 + k], 0xdd);
+    t[8 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0x88);
+    t[12 + k] = _mm512_shuffle_i32x4(r[8 + k], r[12 + k], 0xdd);
+  }
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    r[k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0x88);
+    r[8 + k] = _mm512_shuffle_i32x4(t[k], t[8 + k], 0xdd);
+    r[4 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0x88);
+    r[12 + k] = _mm512_shuffle_i32x4(t[4 + k], t[12 + k], 0xdd);
+  }
+}
+
+// The key panel layout is a transpose of 32-bit words (bf16 pairs): word (c / 2, j) of
+// the panel is word c / 2 of key j. Blocks of 16 keys x 16 pairs: masked loads zero the
+// components past d (an odd d's last pair gets a zero high half) and keys past nk.
+GPE_BW_TARGET void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                                     uint16_t* panels) {
+  const int64_t pairs = (d + 1) / 2, num_panels = (nk + kPanel - 1) / kPanel;
+  for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
+    uint16_t* out = panels + pnl * pairs * 2 * kPanel;
+    const int64_t j0 = pnl * kPanel, nj = nk - j0 < kPanel ? nk - j0 : kPanel;
+    for (int64_t jb = 0; jb < kPanel; jb += 16) {
+      for (int64_t cb = 0; cb < pairs; cb += 16) {
+        const __mmask32 m = FirstLanes16(d - 2 * cb);
+        __m512i r[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          r[i] = jb + i < nj ? _mm512_maskz_loadu_epi16(m, keys + (j0 + jb + i) * ld + 2 * cb)
+                             : _mm512_setzero_si512();
+        }
+        Transpose16x16(r);
+        const int64_t nc = pairs - cb < 16 ? pairs - cb : 16;
+        for (int64_t k = 0; k < nc; ++k) {
+          _mm512_storeu_si512(out + (cb + k) * 2 * kPanel + 2 * jb, r[k]);
+        }
+      }
+    }
+  }
+}
+
+// Value pairs: rows 2 i and 2 i + 1 interleaved at 16-bit granularity (vpermt2w), 32
+// columns per pair of loads; masked loads zero the columns past d and a missing last key.
+GPE_BW_TARGET void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                                      int64_t dp, uint16_t* pairs) {
+  alignas(64) static constexpr uint16_t kLo[32] = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const int64_t np = (nk + 1) / 2;
+  for (int64_t j2 = 0; j2 < np; ++j2) {
+    const uint16_t* a = vals + 2 * j2 * ld;
+    const bool has_b = 2 * j2 + 1 < nk;
+    uint16_t* out = pairs + j2 * 2 * dp;
+    for (int64_t cb = 0; cb < dp; cb += 32) {
+      const __mmask32 m = FirstLanes16(d - cb);
+      const __m512i va = m != 0 ? _mm512_maskz_loadu_epi16(m, a + cb) : _mm512_setzero_si512();
+      const __m512i vb = m != 0 && has_b ? _mm512_maskz_loadu_epi16(m, a + ld + cb)
+                                         : _mm512_setzero_si512();
+      _mm512_storeu_si512(out + 2 * cb, _mm512_permutex2var_epi16(va, lo, vb));
+      if (cb + 16 < dp) {
+        _mm512_storeu_si512(out + 2 * cb + 32, _mm512_permutex2var_epi16(va, hi, vb));
+      }
+    }
+  }
+}
+
+GPE_BW_TARGET void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes32(n - i);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
+    const __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+    _mm512_mask_storeu_ps(dst + i, m, _mm512_castsi512_ps(u));
+  }
+}
+
+// rope.cc's ToBFloat16 per lane: u + 0x7fff + (bit 16 of u), high half; NaN (magnitude
+// above infinity's pattern): high half with the quiet bit 0x0040 set.
+GPE_BW_TARGET void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
+  const __m512i quiet = _mm512_set1_epi32(0x0040);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = FirstLanes32(n - i);
+    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+    const __m512i high = _mm512_srli_epi32(u, 16);
+    const __m512i rounded = _mm512_srli_epi32(
+        _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(high, one)), 16);
+    const __m512i r = _mm512_mask_or_epi32(rounded, nan, high, quiet);
+    _mm512_mask_cvtepi32_storeu_epi16(dst + i, m, r);
+  }
+}
+
+bool HasAvx512Bw() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl");
+  }();
+  return has;
+}
+
+#pragma GCC diagnostic pop
 
 }  // namespace
 
@@ -238,8 +468,8 @@ bool HasBf16DotProduct() {
   return has;
 }
 
-void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
-                       uint16_t* panels) {
+void PackKeyPanelsBf16Reference(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                                uint16_t* panels) {
   const int64_t pairs = (d + 1) / 2, num_panels = (nk + kPanel - 1) / kPanel;
   for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
     uint16_t* out = panels + pnl * pairs * 2 * kPanel;
@@ -254,8 +484,8 @@ void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
   }
 }
 
-void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
-                        uint16_t* pairs) {
+void PackValuePairsBf16Reference(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                                 int64_t dp, uint16_t* pairs) {
   const int64_t np = (nk + 1) / 2;
   std::memset(pairs, 0, static_cast<size_t>(np * 2 * dp) * sizeof(uint16_t));
   for (int64_t j = 0; j < nk; ++j) {
@@ -263,6 +493,42 @@ void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
     const uint16_t* row = vals + j * ld;
     for (int64_t c = 0; c < d; ++c) o[2 * c] = row[c];
   }
+}
+
+void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                       uint16_t* panels) {
+  if (HasAvx512Bw()) {
+    PackKeyPanelsImpl(keys, nk, ld, d, panels);
+  } else {
+    PackKeyPanelsBf16Reference(keys, nk, ld, d, panels);
+  }
+}
+
+void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
+                        uint16_t* pairs) {
+  if (HasAvx512Bw()) {
+    PackValuePairsImpl(vals, nk, ld, d, dp, pairs);
+  } else {
+    PackValuePairsBf16Reference(vals, nk, ld, d, dp, pairs);
+  }
+}
+
+void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
+  if (HasAvx512Bw()) {
+    WidenImpl(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = encodings::sequence::ToFloat(encodings::sequence::BFloat16{src[i]});
+  }
+}
+
+void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
+  if (HasAvx512Bw()) {
+    RoundImpl(src, dst, n);
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
 }
 
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
@@ -273,6 +539,11 @@ void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
                    int64_t ldo) {
   RoundRowsImpl(p, ldp, mq, n, out, ldo);
+}
+
+void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                          float* alpha, uint16_t* p16, int64_t ldp, bool keep_float) {
+  SoftmaxRoundImpl(s, lds, mq, n, m, l, alpha, p16, ldp, keep_float);
 }
 
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,

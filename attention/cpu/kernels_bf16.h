@@ -28,12 +28,29 @@ double Bf16DotProductSpeedup();
 // Bf16DotProductSpeedup() > 1.25, measured once per process and cached.
 bool Bf16DotProductsFaster();
 
-// nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels.
+// nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels. With
+// AVX512BW a 32-bit transpose of each panel (16 x 16 blocks of bf16 pairs), else the
+// reference.
 void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
                        uint16_t* panels);
-// nk value rows (row j at vals + j * ld, d components) into ceil(nk / 2) pair rows of dp.
+// nk value rows (row j at vals + j * ld, d components) into ceil(nk / 2) pair rows of dp
+// (dp >= d, a multiple of 16). With AVX512BW two rows interleaved per vector permute,
+// else the reference.
 void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
                         uint16_t* pairs);
+// Element-by-element loops of the two packs: the references the vector ones must match
+// bit for bit.
+void PackKeyPanelsBf16Reference(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                                uint16_t* panels);
+void PackValuePairsBf16Reference(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                                 int64_t dp, uint16_t* pairs);
+
+// n bf16 values widened to float (exact: the bits shifted up by 16).
+void WidenBf16Row(const uint16_t* src, float* dst, int64_t n);
+// n floats rounded to bf16 exactly as encodings/sequence/rope.h's ToBFloat16: to nearest
+// even on the bit pattern (subnormals kept, overflow to infinity), a NaN stays a NaN
+// (quiet bit set, sign and top payload kept). With AVX512BW 16 lanes at a time.
+void RoundBf16Row(const float* src, uint16_t* dst, int64_t n);
 // s[r * lds + j] = sum_c q[r * ldq + c] key_j[c] (float accumulation) for r < mq and the
 // keys of num_panels panels; q rows padded to even length (ldq even).
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
@@ -42,6 +59,12 @@ void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
 // j < n (n a multiple of 16).
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
                    int64_t ldo);
+// kernels.h's SoftmaxTile on an mq x n tile (n a multiple of 16) with the probabilities
+// written as bf16 rows (p16[r * ldp + j], as RoundRowsBf16 would round them) in the same
+// pass; s keeps the scores unless keep_float, which stores the float probabilities too.
+// m, l and alpha as SoftmaxTile's, bit for bit on AVX-512 hosts (the same operations).
+void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
+                          float* alpha, uint16_t* p16, int64_t ldp, bool keep_float);
 // o[r * ldo + c] <- alpha[r] o + sum_{j < nk} p[r * ldp + j] v[j][c] for c < dp (a multiple
 // of 16), p bf16 rows (ldp even), v as value pairs of dp columns.
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,

@@ -1196,8 +1196,8 @@ class Backward {
            float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu,
            float* dk_rotated)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
-        dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu),
-        dk_rot_(dk_rotated) {}
+        dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
+        sink_mu_(sink_mu), dk_rot_(dk_rotated) {}
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
@@ -1418,8 +1418,8 @@ class Backward {
             }
           }
           // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
-          float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r0) * hq + h) * dp;
-          cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, hq * dp);
+          float* dq = dq_acc_ + it.chunk * chunk_stride_ + (h * nq_ + qb + r0) * dp;
+          cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, dp);
           cpu::AccumulateTileT(ds, bk, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
         }
       }
@@ -1450,16 +1450,16 @@ class Backward {
   // sum_i M_ir Qs_i / log2 e (= scale sum_i M_ir q'_i), dL/daV_r += sum_i P_ir dO_i.
   void ShawItemGradients(const KeyItem& it, int64_t lq, BackwardWorkspace& w) const {
     const int64_t d = p_.d, dp = p_.dp, nlk = p_.nlk, nlv = p_.nlv;
-    const int64_t group = a_.num_q_heads / a_.num_kv_heads, hq = a_.num_q_heads;
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads;
     const int64_t qb = a_.q_begin(it.b);
     std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
     std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
     const double unscale = 1.0 / kLog2e;
     // dQ'_i += sum_r M_ir aK_r, head by head (rows r * group + hi of kmass).
     for (int64_t hi = 0; hi < group && nlk > 0; ++hi) {
-      float* dq = dq_acc_ + it.chunk * chunk_stride_ + (qb * hq + it.g * group + hi) * dp;
+      float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((it.g * group + hi) * nq_ + qb) * dp;
       AddLabelRows(w.kmass.data() + hi * nlk, group * nlk, lq, nlk, shaw_.k, dp,
-                   w.lab_ones.data(), dq, hq * dp);
+                   w.lab_ones.data(), dq, dp);
     }
     for (int64_t r = 0; r < lq; ++r) {
       for (int64_t hi = 0; hi < group; ++hi) {
@@ -1497,8 +1497,12 @@ class Backward {
   const float* lse_;
   const T* do_;
   T *dk_, *dv_;
+  // dQ' partial sums, [chunk][q head][token][dp]: each head's rows contiguous, so a query
+  // tile's rows are one stream (token-major rows of all heads would put them hq * dp
+  // floats apart, a page or more, one TLB entry per row).
   float* dq_acc_;
   int64_t chunk_stride_;
+  int64_t nq_;
   const BiasGradientSink& sink_;
   std::mutex* sink_mu_;
   float* dk_rot_;
@@ -1679,7 +1683,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     if (extras.dq_rotated != nullptr) {
       for (int64_t t = 0; t < nq; ++t) {
         for (int64_t h = 0; h < hq; ++h) {
-          std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), acc + (t * hq + h) * dp,
+          std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), acc + (h * nq + t) * dp,
                       static_cast<size_t>(d) * sizeof(float));
         }
       }
@@ -1687,12 +1691,12 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     if (dq == nullptr) return absl::OkStatus();
     if (const PreparedRowTransform* tq = bwd.q_transform(); tq != nullptr) {
       for (int64_t h = 0; h < hq; ++h) {
-        if (absl::Status s = tq->Backward(0, nq, acc + h * dp, hq * dp); !s.ok()) return s;
+        if (absl::Status s = tq->Backward(0, nq, acc + h * nq * dp, dp); !s.ok()) return s;
       }
     }
     for (int64_t t = 0; t < nq; ++t) {
       for (int64_t h = 0; h < hq; ++h) {
-        StoreRow(acc + (t * hq + h) * dp, dq + args.QOffset(args.q, t, h), d);
+        StoreRow(acc + (h * nq + t) * dp, dq + args.QOffset(args.q, t, h), d);
       }
     }
   }

@@ -1297,8 +1297,31 @@ class Backward {
           if (a_.causal && kmin > qmax) continue;  // the whole tile is in the future
           const float* qrows = w.qs.get() + r0 * ld + hi * dp;
           const float* drows = w.dout.get() + r0 * ld + hi * dp;
+          // The next tile's rows of Qs and dO (requested during S = Q K^T) and of dQ'
+          // (during dP = dO V^T): next in this loop's order, or the first of the next key
+          // block. Read a tile later from L2 rather than from memory.
+          cpu::PrefetchRows ahead_q, ahead_dq;
+          {
+            int64_t nhi = hi, nr0 = r0 + bq;
+            if (nr0 >= lq) {
+              nr0 = 0;
+              nhi = hi + 1 < group ? hi + 1 : 0;
+            }
+            const int64_t rows = std::min(bq, lq - nr0);
+            ahead_q.num = 2;
+            ahead_q.base[0] = w.qs.get() + nr0 * ld + nhi * dp;
+            ahead_q.base[1] = w.dout.get() + nr0 * ld + nhi * dp;
+            ahead_q.rows = rows;
+            ahead_q.ld = ld;
+            ahead_q.row_floats = d;
+            ahead_dq.num = 1;
+            ahead_dq.base[0] = dq_acc_ + it.chunk * chunk_stride_ + ((it.g * group + nhi) * nq_ + qb + nr0) * dp;
+            ahead_dq.rows = rows;
+            ahead_dq.ld = dp;
+            ahead_dq.row_floats = d;
+          }
           float* s = w.s.get();
-          cpu::ScoreTile(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk);
+          cpu::ScoreTileAhead(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk, ahead_q);
           if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
             for (int64_t r = 0; r < nr; ++r) {
               const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * ldl;
@@ -1366,7 +1389,7 @@ class Backward {
           cpu::AccumulateTileT(s, bk, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
           // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
           float* dpt = w.dp.get();
-          cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
+          cpu::ScoreTileAhead(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk, ahead_dq);
           if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
             for (int64_t r = 0; r < nr; ++r) {
               const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;

@@ -306,6 +306,44 @@ TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
   }
 }
 
+TEST(Kernels, ScoreTileAheadGivesScoreTilesBitsOnEveryTargetAndRemainder) {
+  // The prefetching variant changes no arithmetic: bit-equal to ScoreTile (itself checked
+  // against loops above) on every compiled instruction set, for row counts below, at and
+  // above the register tile, one and several panels, and prefetch regions with fewer
+  // lines than the kernel has steps, as many, and more (the rest issued at the end).
+  std::mt19937_64 rng(33);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t d : {1, 7, 32, 129}) {
+      for (int64_t mq : {1, 5, 6, 7, 12, 13}) {
+        for (int64_t nk : {1, 64, 70}) {
+          for (int64_t ahead_rows : {0, 1, 40, 2000}) {
+            const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel;
+            const int64_t lds = panels * cpu::kPanel + 3;
+            std::vector<float> q = RandomF(mq * d, &rng), keys = RandomF(nk * d, &rng);
+            auto packed = hwy::AllocateAligned<float>(panels * cpu::kPanel * d);
+            cpu::PackKeyPanels(keys.data(), nk, d, d, packed.get());
+            std::vector<float> region = RandomF(std::max<int64_t>(ahead_rows, 1) * (d + 5), &rng);
+            cpu::PrefetchRows ahead;
+            ahead.num = ahead_rows > 0 ? 2 : 0;
+            ahead.base[0] = ahead.base[1] = region.data();
+            ahead.rows = ahead_rows;
+            ahead.ld = d + 5;
+            ahead.row_floats = d;
+            std::vector<float> want(mq * lds, -7.0f), got(mq * lds, -7.0f);
+            cpu::ScoreTile(q.data(), d, mq, d, packed.get(), panels, want.data(), lds);
+            cpu::ScoreTileAhead(q.data(), d, mq, d, packed.get(), panels, got.data(), lds, ahead);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << hwy::TargetName(target) << " d " << d << " mq " << mq << " nk " << nk
+                << " ahead " << ahead_rows;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
   // Token-order decoding P V: every compiled instruction set (four tokens per step, four
   // rows per register block), rows per head below/at/above 4, tokens below/at/above 4

@@ -15,6 +15,7 @@
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,11 +111,56 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
   }
 }
 
-// MR x (NV vectors) block of S for the keys at panel column offset col.
-template <int MR, int NV>
+// Walks the cache lines of a PrefetchRows, one request per Next() (region by region, row
+// by row), into L2 (prefetcht1: the lines are read a whole tile later, after more than
+// L1 holds has passed through it).
+class LineCursor {
+ public:
+  explicit LineCursor(const PrefetchRows& p) : p_(p) {}
+  int64_t Lines() const {
+    return p_.num * p_.rows * ((p_.row_floats + kLineFloats - 1) / kLineFloats);
+  }
+  HWY_INLINE void Next() {
+    if (i_ >= p_.num) return;
+    __builtin_prefetch(p_.base[i_] + r_ * p_.ld + c_, 0, 2);
+    c_ += kLineFloats;
+    if (c_ >= p_.row_floats) {
+      c_ = 0;
+      if (++r_ >= p_.rows) {
+        r_ = 0;
+        ++i_;
+      }
+    }
+  }
+  void Rest() {
+    while (i_ < p_.num) Next();
+  }
+
+ private:
+  static constexpr int64_t kLineFloats = 16;  // 64-byte lines
+  const PrefetchRows& p_;
+  int i_ = 0;
+  int64_t r_ = 0, c_ = 0;
+};
+
+// Issues one LineCursor request every `every` calls of Tick().
+struct PrefetchPacer {
+  LineCursor* cursor = nullptr;
+  int64_t every = 1, left = 1;
+  HWY_INLINE void Tick() {
+    if (--left == 0) {
+      left = every;
+      cursor->Next();
+    }
+  }
+};
+
+// MR x (NV vectors) block of S for the keys at panel column offset col. kAhead: one
+// PrefetchPacer tick per component c (the arithmetic is the same).
+template <int MR, int NV, bool kAhead = false>
 HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
                            const float* HWY_RESTRICT panel, float* HWY_RESTRICT s,
-                           int64_t lds) {
+                           int64_t lds, PrefetchPacer* pacer = nullptr) {
   const DF df;
   constexpr size_t N = hn::MaxLanes(DF());
   VF acc[MR][NV];
@@ -124,6 +170,7 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
     for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
   }
   for (int64_t c = 0; c < d; ++c) {
+    if constexpr (kAhead) pacer->Tick();
     VF k[NV];
     HWY_UNROLL(32)
     for (int v = 0; v < NV; ++v) k[v] = hn::Load(df, panel + c * kPanel + v * N);
@@ -142,18 +189,19 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 }
 
 // One panel (kPanel keys) against MR query rows.
-template <int MR>
+template <int MR, bool kAhead = false>
 HWY_INLINE void ScorePanelRows(const float* q, int64_t ldq, int64_t d, const float* panel,
-                               float* s, int64_t lds) {
+                               float* s, int64_t lds, PrefetchPacer* pacer = nullptr) {
   constexpr int64_t kCols = kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF()));
   static_assert(kPanel % kCols == 0, "a panel holds whole register tiles");
   for (int64_t col = 0; col < kPanel; col += kCols) {
-    ScoreMicro<MR, kScoreVecs>(q, ldq, d, panel + col, s + col, lds);
+    ScoreMicro<MR, kScoreVecs, kAhead>(q, ldq, d, panel + col, s + col, lds, pacer);
   }
 }
 
-void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
-                   int64_t num_panels, float* s, int64_t lds) {
+template <bool kAhead>
+void ScoreTileAll(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                  int64_t num_panels, float* s, int64_t lds, PrefetchPacer* pacer) {
   // Panels outer: one panel (kPanel x d floats, 32 KiB at d = 128) stays in L1 while
   // every row tile of the query block streams past it.
   for (int64_t p = 0; p < num_panels; ++p) {
@@ -161,14 +209,14 @@ void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const flo
     float* sp = s + p * kPanel;
     int64_t r = 0;
     for (; r + kScoreRows <= mq; r += kScoreRows) {
-      ScorePanelRows<kScoreRows>(q + r * ldq, ldq, d, panel, sp + r * lds, lds);
+      ScorePanelRows<kScoreRows, kAhead>(q + r * ldq, ldq, d, panel, sp + r * lds, lds, pacer);
     }
     const float* qr = q + r * ldq;
     float* sr = sp + r * lds;
     switch (mq - r) {  // the remainder, one tile of fewer rows
-#define GPE_SCORE_CASE(k)                                                          \
-  case k:                                                                          \
-    if constexpr (k < kScoreRows) ScorePanelRows<k>(qr, ldq, d, panel, sr, lds);   \
+#define GPE_SCORE_CASE(k)                                                                   \
+  case k:                                                                                   \
+    if constexpr (k < kScoreRows) ScorePanelRows<k, kAhead>(qr, ldq, d, panel, sr, lds, pacer); \
     break;
       GPE_SCORE_CASE(1)
       GPE_SCORE_CASE(2)
@@ -186,6 +234,30 @@ void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const flo
         break;
     }
   }
+}
+
+void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                   int64_t num_panels, float* s, int64_t lds) {
+  ScoreTileAll<false>(q, ldq, mq, d, panels, num_panels, s, lds, nullptr);
+}
+
+void ScoreTileAheadImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                        int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead) {
+  LineCursor cursor(ahead);
+  const int64_t lines = cursor.Lines();
+  if (lines <= 0) {
+    ScoreTileAll<false>(q, ldq, mq, d, panels, num_panels, s, lds, nullptr);
+    return;
+  }
+  // One request per `every` components of the micro-tiles: spread evenly over the call
+  // (a burst of requests would fill the miss queues and stall the loads the FMAs need).
+  const int64_t col_tiles = kPanel / (kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF())));
+  const int64_t steps = num_panels * col_tiles * ((mq + kScoreRows - 1) / kScoreRows) * d;
+  PrefetchPacer pacer;
+  pacer.cursor = &cursor;
+  pacer.every = pacer.left = std::max<int64_t>(1, steps / lines);
+  ScoreTileAll<true>(q, ldq, mq, d, panels, num_panels, s, lds, &pacer);
+  cursor.Rest();  // whatever the steps did not cover
 }
 
 // Scores straight from key rows (no panel): per key, up to 4 query rows share each
@@ -675,6 +747,7 @@ namespace cpu {
 
 HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(ScoreTileImpl);
+HWY_EXPORT(ScoreTileAheadImpl);
 HWY_EXPORT(ScoreDirectImpl);
 HWY_EXPORT(ScoreDecodeImpl);
 HWY_EXPORT(SoftmaxTileImpl);
@@ -691,6 +764,10 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
+}
+void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                    int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead) {
+  HWY_DYNAMIC_DISPATCH(ScoreTileAheadImpl)(q, ldq, mq, d, panels, num_panels, s, lds, ahead);
 }
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
                  int64_t ldk, int64_t nk, float* s, int64_t lds) {

@@ -33,6 +33,20 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds);
 
+// Rows a kernel requests into the L2 cache (software prefetch) while it computes, spread
+// over its inner iterations: rows [0, rows) of each of `num` regions, row r of region i at
+// base[i] + r * ld, row_floats floats each. The backward names the next query tile's rows
+// (first read from memory otherwise, with the FMA units waiting on them).
+struct PrefetchRows {
+  const float* base[3] = {nullptr, nullptr, nullptr};
+  int num = 0;
+  int64_t rows = 0, ld = 0, row_floats = 0;
+};
+
+// ScoreTile's scores (bit for bit) while requesting `ahead` into L2.
+void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                    int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead);
+
 // The same scores read from key rows in place (row j at keys + j * ldk), j < nk, for
 // few query rows per key (decoding); nothing is written past column nk.
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,

@@ -1299,7 +1299,7 @@ class Backward {
           const float* drows = w.dout.get() + r0 * ld + hi * dp;
           // The next tile's rows of Qs and dO (requested during S = Q K^T) and of dQ'
           // (during dP = dO V^T): next in this loop's order, or the first of the next key
-          // block. Read a tile later from L2 rather than from memory.
+          // block. Read a tile later from cache rather than from memory.
           cpu::PrefetchRows ahead_q, ahead_dq;
           {
             int64_t nhi = hi, nr0 = r0 + bq;

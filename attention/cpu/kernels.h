@@ -33,7 +33,7 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds);
 
-// Rows a kernel requests into the L2 cache (software prefetch) while it computes, spread
+// Rows a kernel requests into the caches (software prefetch) while it computes, spread
 // over its inner iterations: rows [0, rows) of each of `num` regions, row r of region i at
 // base[i] + r * ld, row_floats floats each. The backward names the next query tile's rows
 // (first read from memory otherwise, with the FMA units waiting on them).
@@ -43,7 +43,7 @@ struct PrefetchRows {
   int64_t rows = 0, ld = 0, row_floats = 0;
 };
 
-// ScoreTile's scores (bit for bit) while requesting `ahead` into L2.
+// ScoreTile's scores (bit for bit) while requesting the lines of `ahead`.
 void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                     int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead);
 

@@ -1144,9 +1144,9 @@ BackwardPlan MakeKeyItems(const AttentionArgs& a, const Plan& p) {
 struct BackwardWorkspace {
   // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
   // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
-  // panels, dK and dV accumulators; per tile: S/P, dP, dS, transposes, bias, locality.
+  // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality.
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
-      s, dp, ds, bias, loc, ones, shift;
+      s, dp, bias, loc, ones, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
   // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
@@ -1155,7 +1155,7 @@ struct BackwardWorkspace {
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
-    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
+    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 4 * p.bq * p.bk +
            2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
   }
 
@@ -1173,7 +1173,6 @@ struct BackwardWorkspace {
     dv = alloc(p.bk * p.dp);
     s = alloc(p.bq * p.bk);
     dp = alloc(p.bq * p.bk);
-    ds = alloc(p.bq * p.bk);
     bias = alloc(p.bq * p.bk);
     loc = alloc(p.bq * p.bk);
     const int64_t m = std::max(p.bq, p.bk);
@@ -1400,13 +1399,10 @@ class Backward {
               }
             }
           }
-          float* ds = w.ds.get();
-          for (int64_t r = 0; r < nr; ++r) {
-            const float dsum = w.dsum[(r0 + r) * group + hi];
-            for (int64_t j = 0; j < nk; ++j) {
-              ds[r * bk + j] = s[r * bk + j] * (dpt[r * bk + j] - dsum);
-            }
-          }
+          // dS over dP's buffer (one tile less in L2; dP is not needed after).
+          float* ds = dpt;
+          for (int64_t r = 0; r < nr; ++r) w.shift[r] = w.dsum[(r0 + r) * group + hi];
+          cpu::SoftmaxGradTile(s, bk, ds, bk, nr, ncols, w.shift.get());
           if (sink_) {
             std::vector<double>& g = w.grad;
             g.resize(static_cast<size_t>(nr * nk));

@@ -344,6 +344,33 @@ TEST(Kernels, ScoreTileAheadGivesScoreTilesBitsOnEveryTargetAndRemainder) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(Kernels, SoftmaxGradTileMatchesLoopsOnEveryTarget) {
+  // dS = P (dP - D), one subtraction and one multiplication per element: the kernel rounds
+  // as the loop does, so the results are bit-equal (tolerance 0), on widths of one vector
+  // (AVX2's 8, AVX-512's 16), several, and row strides wider than the width.
+  std::mt19937_64 rng(34);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 5, 6, 7, 13}) {
+      for (int64_t n : {16, 64, 128}) {
+        const int64_t ldp = n + 16, ldd = n + 32;
+        std::vector<float> p = RandomF(mq * ldp, &rng), dp = RandomF(mq * ldd, &rng);
+        std::vector<float> dsum = RandomF(mq, &rng), want = dp;
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            want[r * ldd + j] = p[r * ldp + j] * (dp[r * ldd + j] - dsum[r]);
+          }
+        }
+        cpu::SoftmaxGradTile(p.data(), ldp, dp.data(), ldd, mq, n, dsum.data());
+        // Columns past n (the stride's padding) keep their values.
+        ASSERT_EQ(0, std::memcmp(want.data(), dp.data(), want.size() * sizeof(float)))
+            << hwy::TargetName(target) << " mq " << mq << " n " << n;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
   // Token-order decoding P V: every compiled instruction set (four tokens per step, four
   // rows per register block), rows per head below/at/above 4, tokens below/at/above 4

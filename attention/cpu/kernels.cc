@@ -541,6 +541,20 @@ void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shif
   }
 }
 
+void SoftmaxGradTileImpl(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq,
+                         int64_t n, const float* dsum) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < mq; ++r) {
+    const float* pr = p + r * ldp;
+    float* dr = dp + r * ldd;
+    const VF vd = hn::Set(df, dsum[r]);
+    for (int64_t j = 0; j < n; j += N) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, pr + j), hn::Sub(hn::LoadU(df, dr + j), vd)), df, dr + j);
+    }
+  }
+}
+
 // kTrans: the probabilities are read transposed, p[j * ldp + r] (o = P^T V).
 // prefetch: request value rows kPrefetchRows ahead (rows far apart and not yet cached).
 template <int MR, int NV, bool kTrans>
@@ -754,6 +768,7 @@ HWY_EXPORT(ScoreDirectImpl);
 HWY_EXPORT(ScoreDecodeImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
+HWY_EXPORT(SoftmaxGradTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(AccumulateTileTImpl);
 HWY_EXPORT(AccumulateDecodeImpl);
@@ -785,6 +800,10 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
 }
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);
+}
+void SoftmaxGradTile(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq, int64_t n,
+                     const float* dsum) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradTileImpl)(p, ldp, dp, ldd, mq, n, dsum);
 }
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {

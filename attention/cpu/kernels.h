@@ -92,6 +92,12 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
 // Rows with shift = -inf (no allowed key) become 0.
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
 
+// The softmax gradient in place of dP (FlashAttention-2, Dao 2023, Alg. 2:
+// dS_ij = P_ij (dP_ij - D_i)): dp[r * ldd + j] <- p[r * ldp + j] * (dp[r * ldd + j] - dsum[r])
+// for r < mq, j < n (n a multiple of the vector width), rounded as that expression is.
+void SoftmaxGradTile(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq, int64_t n,
+                     const float* dsum);
+
 // o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
 // for r < mq, c < dp (dp a multiple of kVecPad; ldv and ldo any strides >= dp). Value
 // rows far apart (ldv > 2 dp, e.g. a KV cache read in place) are requested a few rows

@@ -1146,7 +1146,7 @@ struct BackwardWorkspace {
   // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
   // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality.
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
-      s, dp, bias, loc, ones, shift;
+      s, dp, bias, loc, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
   // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
@@ -1156,7 +1156,7 @@ struct BackwardWorkspace {
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
     return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 4 * p.bq * p.bk +
-           2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
+           std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
   }
 
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
@@ -1176,8 +1176,6 @@ struct BackwardWorkspace {
     bias = alloc(p.bq * p.bk);
     loc = alloc(p.bq * p.bk);
     const int64_t m = std::max(p.bq, p.bk);
-    ones = alloc(m);
-    std::fill(ones.get(), ones.get() + m, 1.0f);
     shift = alloc(m);
     qlab.resize(static_cast<size_t>(p.nlk > 0 ? qn * p.ldl : 0));
     kmass.resize(static_cast<size_t>(qn * p.nlk));
@@ -1385,7 +1383,7 @@ class Backward {
             }
           }
           // dV += P^T dO.
-          cpu::AccumulateTileT(s, bk, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
+          cpu::AccumulateTileTAdd(s, bk, nk, nr, drows, ld, dp, w.dv.get(), dp);
           // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
           float* dpt = w.dp.get();
           cpu::ScoreTileAhead(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk, ahead_dq);
@@ -1438,8 +1436,8 @@ class Backward {
           }
           // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
           float* dq = dq_acc_ + it.chunk * chunk_stride_ + (h * nq_ + qb + r0) * dp;
-          cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, dp);
-          cpu::AccumulateTileT(ds, bk, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
+          cpu::AccumulateTileAdd(ds, bk, nr, nk, w.krows.get(), dp, dp, dq, dp);
+          cpu::AccumulateTileTAdd(ds, bk, nk, nr, qrows, ld, dp, w.dk.get(), dp);
         }
       }
       // dK = T^T (dK' / log2 e), dV as is.

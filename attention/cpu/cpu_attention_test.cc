@@ -516,6 +516,43 @@ TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
   }
 }
 
+TEST(Kernels, AccumulateTileAddGivesTheBitsOfAlphaOneOnEveryTargetAndRemainder) {
+  // o += P V and o += P^T V without the scaling: alpha = 1 multiplies exactly, so the
+  // results must equal AccumulateTile(T)'s with alpha = 1 bit for bit (tolerance 0; those
+  // are checked against loops above), for row counts below, at and above the register
+  // tiles (AVX-512 6 rows, AVX2 3), column counts of one, three, four and more vectors, and
+  // reduction lengths 1 to past a tile.
+  std::mt19937_64 rng(35);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 2, 3, 5, 6, 7, 13}) {
+      for (int64_t dp : {16, 48, 64, 128}) {
+        for (int64_t nk : {1, 7, 96}) {
+          for (bool trans : {false, true}) {
+            const int64_t ldp = trans ? mq + 3 : nk + 3, ldv = dp + 16, ldo = dp + 32;
+            std::vector<float> p = RandomF((trans ? nk : mq) * ldp, &rng);
+            std::vector<float> v = RandomF(nk * ldv, &rng), o = RandomF(mq * ldo, &rng);
+            std::vector<float> ones(mq, 1.0f), want = o;
+            if (trans) {
+              cpu::AccumulateTileT(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                   want.data(), ldo);
+              cpu::AccumulateTileTAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            } else {
+              cpu::AccumulateTile(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                  want.data(), ldo);
+              cpu::AccumulateTileAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            }
+            ASSERT_EQ(0, std::memcmp(want.data(), o.data(), o.size() * sizeof(float)))
+                << hwy::TargetName(target) << " mq " << mq << " dp " << dp << " nk " << nk
+                << " trans " << trans;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
   std::mt19937_64 rng(5);
   const int64_t mq = 6, n = 64, lds = 70;

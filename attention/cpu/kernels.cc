@@ -557,7 +557,8 @@ void SoftmaxGradTileImpl(const float* p, int64_t ldp, float* dp, int64_t ldd, in
 
 // kTrans: the probabilities are read transposed, p[j * ldp + r] (o = P^T V).
 // prefetch: request value rows kPrefetchRows ahead (rows far apart and not yet cached).
-template <int MR, int NV, bool kTrans>
+// kScale false: alpha is not read (null) and o is accumulated as it is (o += P V).
+template <int MR, int NV, bool kTrans, bool kScale = true>
 HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
                          const float* HWY_RESTRICT v, int64_t ldv,
                          const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo,
@@ -567,9 +568,14 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   VF acc[MR][NV];
   HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
-    const VF a = hn::Set(df, alpha[r]);
-    HWY_UNROLL(32)
-    for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
+    if constexpr (kScale) {
+      const VF a = hn::Set(df, alpha[r]);
+      HWY_UNROLL(32)
+      for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
+    } else {
+      HWY_UNROLL(32)
+      for (int c = 0; c < NV; ++c) acc[r][c] = hn::LoadU(df, o + r * ldo + c * N);
+    }
   }
   for (int64_t j = 0; j < nk; ++j) {
     if (prefetch && j + kPrefetchRows < nk) {  // rows may be a page apart (ScoreDirectRows)
@@ -594,16 +600,18 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   }
 }
 
-template <int NV, bool kTrans>
+template <int NV, bool kTrans, bool kScale = true>
 HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                            int64_t ldv, const float* alpha, float* o, int64_t ldo,
                            bool prefetch) {
   // Row r of the output starts its probabilities at p + r * ldp (or p + r transposed).
   const int64_t row_step = kTrans ? 1 : ldp;
+  // Row r's factor (alpha is null without kScale: no offset applied to it).
+  auto alpha_at = [alpha](int64_t r) { return kScale ? alpha + r : nullptr; };
   int64_t r = 0;
   for (; r + kAccRows <= mq; r += kAccRows) {
-    AccMicro<kAccRows, NV, kTrans>(p + r * row_step, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo,
-                                   prefetch);
+    AccMicro<kAccRows, NV, kTrans, kScale>(p + r * row_step, ldp, nk, v, ldv, alpha_at(r),
+                                           o + r * ldo, ldo, prefetch);
   }
   const float* pr = p + r * row_step;
   float* orow = o + r * ldo;
@@ -611,7 +619,7 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
 #define GPE_ACC_CASE(k)                                                                      \
   case k:                                                                                    \
     if constexpr (k < kAccRows)                                                              \
-      AccMicro<k, NV, kTrans>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo, prefetch);            \
+      AccMicro<k, NV, kTrans, kScale>(pr, ldp, nk, v, ldv, alpha_at(r), orow, ldo, prefetch); \
     break;
     GPE_ACC_CASE(1)
     GPE_ACC_CASE(2)
@@ -624,7 +632,7 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
   }
 }
 
-template <bool kTrans>
+template <bool kTrans, bool kScale = true>
 void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
@@ -633,20 +641,20 @@ void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const fl
   const int64_t vecs = dp / N;
   int64_t c = 0;
   for (; c + kAccVecs <= vecs; c += kAccVecs) {
-    AccColumns<kAccVecs, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+    AccColumns<kAccVecs, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
   }
   switch (vecs - c) {
     case 1:
-      AccColumns<1, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<1, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     case 2:
-      AccColumns<2, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<2, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     case 3:
-      AccColumns<3, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<3, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     default:
@@ -662,6 +670,16 @@ void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, con
 void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                          int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+
+void AccumulateTileAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                           int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  AccumulateAll<false, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
+}
+
+void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                            int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  AccumulateAll<true, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
 }
 
 // Decoding's P V in token order (see AccumulateDecode in kernels.h). Four tokens per
@@ -771,6 +789,8 @@ HWY_EXPORT(ExpTileImpl);
 HWY_EXPORT(SoftmaxGradTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(AccumulateTileTImpl);
+HWY_EXPORT(AccumulateTileAddImpl);
+HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(AccumulateDecodeImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
@@ -812,6 +832,14 @@ void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const f
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileTImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                       int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileAddImpl)(p, ldp, mq, nk, v, ldv, dp, o, ldo);
+}
+void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileTAddImpl)(p, ldp, mq, nk, v, ldv, dp, o, ldo);
 }
 void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
                       const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,

@@ -110,6 +110,13 @@ void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const f
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
 
+// AccumulateTile and AccumulateTileT with alpha = 1 (o += P V, o += P^T V; the same bits):
+// the backward's accumulations, without a multiplication per output vector per call.
+void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                       int64_t ldv, int64_t dp, float* o, int64_t ldo);
+void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, float* o, int64_t ldo);
+
 // exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
 void Exp2InPlace(float* x, int64_t n);
 

@@ -1649,7 +1649,17 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   BackwardPlan bp = MakeKeyItems(args, *plan);
   const int64_t dp = plan->dp;
   const int64_t chunk_stride = nq * hq * dp;
-  std::vector<float> dq_acc(static_cast<size_t>(std::max<int64_t>(bp.chunks, 1) * chunk_stride), 0.0f);
+  // Zeroed by all threads (tens of MiB at long sequences: first touch and clearing in
+  // parallel rather than on the calling thread while the others wait).
+  const int64_t acc_floats = std::max<int64_t>(bp.chunks, 1) * chunk_stride;
+  hwy::AlignedFreeUniquePtr<float[]> dq_acc = hwy::AllocateAligned<float>(std::max<int64_t>(acc_floats, 1));
+  {
+    constexpr int64_t kZeroBlock = int64_t{1} << 18;  // floats per parallel item (1 MiB)
+    ParallelItems(plan->threads, (acc_floats + kZeroBlock - 1) / kZeroBlock, [&](int64_t i, int) {
+      const int64_t b = i * kZeroBlock;
+      std::fill(dq_acc.get() + b, dq_acc.get() + std::min(acc_floats, b + kZeroBlock), 0.0f);
+    });
+  }
   // o for the backward: the caller's (strides args.o) or the recomputed one re-laid out
   // with args.o's strides into a buffer of the same extent.
   std::vector<T> o_strided;
@@ -1671,7 +1681,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     lse_use = lse_own.data();
   }
   std::mutex sink_mu, shaw_mu;
-  Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
+  Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.get(), chunk_stride,
                bias_sink, &sink_mu, extras.dk_rotated);
   if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
   bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
@@ -1688,34 +1698,36 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
       [&](int64_t i, BackwardWorkspace& w) { return bwd.RunItem(bp.items[i], w); });
   if (!first.ok()) return first;
   // dK, dV of keys no item covered do not exist (every key belongs to an item); dq:
-  // sum the chunks' partial sums, times scale, then the transpose of the q transform.
+  // sum the chunks' partial sums, times scale, then the transpose of the q transform,
+  // one q head per parallel item (each head's rows are contiguous in dq_acc).
   if ((dq != nullptr || extras.dq_rotated != nullptr) && nq > 0) {
-    float* acc = dq_acc.data();
-    for (int64_t c = 1; c < bp.chunks; ++c) {
-      const float* part = acc + c * chunk_stride;
-      for (int64_t i = 0; i < chunk_stride; ++i) acc[i] += part[i];
-    }
+    float* acc = dq_acc.get();
     const float scale = static_cast<float>(args.scale());
-    for (int64_t i = 0; i < chunk_stride; ++i) acc[i] *= scale;
-    if (extras.dq_rotated != nullptr) {
-      for (int64_t t = 0; t < nq; ++t) {
-        for (int64_t h = 0; h < hq; ++h) {
-          std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), acc + (h * nq + t) * dp,
-                      static_cast<size_t>(d) * sizeof(float));
-        }
-      }
-    }
-    if (dq == nullptr) return absl::OkStatus();
-    if (const PreparedRowTransform* tq = bwd.q_transform(); tq != nullptr) {
-      for (int64_t h = 0; h < hq; ++h) {
-        if (absl::Status s = tq->Backward(0, nq, acc + h * nq * dp, dp); !s.ok()) return s;
-      }
-    }
-    for (int64_t t = 0; t < nq; ++t) {
-      for (int64_t h = 0; h < hq; ++h) {
-        StoreRow(acc + (h * nq + t) * dp, dq + args.QOffset(args.q, t, h), d);
-      }
-    }
+    const PreparedRowTransform* tq = bwd.q_transform();
+    const int64_t head = nq * dp;  // floats per head in one chunk
+    struct NoWorkspace {};
+    return RunItems<NoWorkspace>(
+        plan->threads, hq, [] { return std::make_unique<NoWorkspace>(); },
+        [&](int64_t h, NoWorkspace&) -> absl::Status {
+          float* rows = acc + h * head;
+          for (int64_t c = 1; c < bp.chunks; ++c) {
+            const float* part = acc + c * chunk_stride + h * head;
+            for (int64_t i = 0; i < head; ++i) rows[i] += part[i];
+          }
+          for (int64_t i = 0; i < head; ++i) rows[i] *= scale;
+          if (extras.dq_rotated != nullptr) {
+            for (int64_t t = 0; t < nq; ++t) {
+              std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), rows + t * dp,
+                          static_cast<size_t>(d) * sizeof(float));
+            }
+          }
+          if (dq == nullptr) return absl::OkStatus();
+          if (tq != nullptr) {
+            if (absl::Status st = tq->Backward(0, nq, rows, dp); !st.ok()) return st;
+          }
+          for (int64_t t = 0; t < nq; ++t) StoreRow(rows + t * dp, dq + args.QOffset(args.q, t, h), d);
+          return absl::OkStatus();
+        });
   }
   // Keys of sequences with no queries still get their (zero) gradients: items cover
   // every key, so nothing else to do.

@@ -1256,12 +1256,28 @@ class Backward {
     const encodings::sequence::AdditiveBias* bias =
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
     const float kNegInf = -std::numeric_limits<float>::infinity();
+    // The first query tile a key block with smallest position kmin computes (causal
+    // skips the tiles wholly before it): where the next tile's prefetch goes at a wrap.
+    auto first_tile = [&](int64_t kmin) -> int64_t {
+      if (!a_.causal) return 0;
+      for (int64_t r0 = 0; r0 < lq; r0 += bq) {
+        const int64_t* qpos = pq_.data() + qb + r0;
+        if (*std::max_element(qpos, qpos + std::min(bq, lq - r0)) >= kmin) return r0;
+      }
+      return 0;
+    };
     for (int64_t j0 = it.k0; j0 < it.k1; j0 += bk) {
       const int64_t nk = std::min(bk, it.k1 - j0);
       const int64_t panels = (nk + kPanel - 1) / kPanel, ncols = panels * kPanel;
       const int64_t* kpos = pk_.data() + kb + j0;
       const int64_t kmin = *std::min_element(kpos, kpos + nk);
       const int64_t kmax = *std::max_element(kpos, kpos + nk);
+      const int64_t first_r0 = first_tile(kmin);
+      int64_t next_first_r0 = 0;
+      if (j0 + bk < it.k1) {
+        const int64_t* next = kpos + bk;
+        next_first_r0 = first_tile(*std::min_element(next, next + std::min(bk, it.k1 - j0 - bk)));
+      }
       const bool ksorted = std::is_sorted(kpos, kpos + nk);
       // Key rows (transformed, padded), their panels, and the value panels.
       for (int64_t j = 0; j < nk; ++j) {
@@ -1295,14 +1311,14 @@ class Backward {
           const float* qrows = w.qs.get() + r0 * ld + hi * dp;
           const float* drows = w.dout.get() + r0 * ld + hi * dp;
           // The next tile's rows of Qs and dO (requested during S = Q K^T) and of dQ'
-          // (during dP = dO V^T): next in this loop's order, or the first of the next key
-          // block. Read a tile later from cache rather than from memory.
+          // (during dP = dO V^T): next in this loop's order, or the first computed one of
+          // the next head or key block. Read a tile later from cache rather than memory.
           cpu::PrefetchRows ahead_q, ahead_dq;
           {
             int64_t nhi = hi, nr0 = r0 + bq;
             if (nr0 >= lq) {
-              nr0 = 0;
               nhi = hi + 1 < group ? hi + 1 : 0;
+              nr0 = hi + 1 < group ? first_r0 : next_first_r0;
             }
             const int64_t rows = std::min(bq, lq - nr0);
             ahead_q.num = 2;

@@ -1166,9 +1166,9 @@ BackwardPlan MakeKeyItems(const AttentionArgs& a, const Plan& p) {
 struct BackwardWorkspace {
   // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
   // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
-  // panels, dK and dV accumulators; per tile: S/P, dP, dS, transposes, bias, locality.
+  // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality.
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
-      s, dp, ds, bias, loc, ones, shift;
+      s, dp, bias, loc, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
   // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
@@ -1177,8 +1177,8 @@ struct BackwardWorkspace {
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group) {
     const int64_t qn = max_lq * group;
-    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
-           2 * std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
+    return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 4 * p.bq * p.bk +
+           std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
   }
 
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
@@ -1195,12 +1195,9 @@ struct BackwardWorkspace {
     dv = alloc(p.bk * p.dp);
     s = alloc(p.bq * p.bk);
     dp = alloc(p.bq * p.bk);
-    ds = alloc(p.bq * p.bk);
     bias = alloc(p.bq * p.bk);
     loc = alloc(p.bq * p.bk);
     const int64_t m = std::max(p.bq, p.bk);
-    ones = alloc(m);
-    std::fill(ones.get(), ones.get() + m, 1.0f);
     shift = alloc(m);
     qlab.resize(static_cast<size_t>(p.nlk > 0 ? qn * p.ldl : 0));
     kmass.resize(static_cast<size_t>(qn * p.nlk));
@@ -1218,8 +1215,8 @@ class Backward {
            float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu,
            float* dk_rotated)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
-        dq_acc_(dq_acc), chunk_stride_(chunk_stride), sink_(sink), sink_mu_(sink_mu),
-        dk_rot_(dk_rotated) {}
+        dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
+        sink_mu_(sink_mu), dk_rot_(dk_rotated) {}
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
@@ -1281,12 +1278,28 @@ class Backward {
     const encodings::sequence::AdditiveBias* bias =
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
     const float kNegInf = -std::numeric_limits<float>::infinity();
+    // The first query tile a key block with smallest position kmin computes (causal
+    // skips the tiles wholly before it): where the next tile's prefetch goes at a wrap.
+    auto first_tile = [&](int64_t kmin) -> int64_t {
+      if (!a_.causal) return 0;
+      for (int64_t r0 = 0; r0 < lq; r0 += bq) {
+        const int64_t* qpos = pq_.data() + qb + r0;
+        if (*std::max_element(qpos, qpos + std::min(bq, lq - r0)) >= kmin) return r0;
+      }
+      return 0;
+    };
     for (int64_t j0 = it.k0; j0 < it.k1; j0 += bk) {
       const int64_t nk = std::min(bk, it.k1 - j0);
       const int64_t panels = (nk + kPanel - 1) / kPanel, ncols = panels * kPanel;
       const int64_t* kpos = pk_.data() + kb + j0;
       const int64_t kmin = *std::min_element(kpos, kpos + nk);
       const int64_t kmax = *std::max_element(kpos, kpos + nk);
+      const int64_t first_r0 = first_tile(kmin);
+      int64_t next_first_r0 = 0;
+      if (j0 + bk < it.k1) {
+        const int64_t* next = kpos + bk;
+        next_first_r0 = first_tile(*std::min_element(next, next + std::min(bk, it.k1 - j0 - bk)));
+      }
       const bool ksorted = std::is_sorted(kpos, kpos + nk);
       // Key rows (transformed, padded), their panels, and the value panels.
       for (int64_t j = 0; j < nk; ++j) {
@@ -1319,8 +1332,31 @@ class Backward {
           if (a_.causal && kmin > qmax) continue;  // the whole tile is in the future
           const float* qrows = w.qs.get() + r0 * ld + hi * dp;
           const float* drows = w.dout.get() + r0 * ld + hi * dp;
+          // The next tile's rows of Qs and dO (requested during S = Q K^T) and of dQ'
+          // (during dP = dO V^T): next in this loop's order, or the first computed one of
+          // the next head or key block. Read a tile later from cache rather than memory.
+          cpu::PrefetchRows ahead_q, ahead_dq;
+          {
+            int64_t nhi = hi, nr0 = r0 + bq;
+            if (nr0 >= lq) {
+              nhi = hi + 1 < group ? hi + 1 : 0;
+              nr0 = hi + 1 < group ? first_r0 : next_first_r0;
+            }
+            const int64_t rows = std::min(bq, lq - nr0);
+            ahead_q.num = 2;
+            ahead_q.base[0] = w.qs.get() + nr0 * ld + nhi * dp;
+            ahead_q.base[1] = w.dout.get() + nr0 * ld + nhi * dp;
+            ahead_q.rows = rows;
+            ahead_q.ld = ld;
+            ahead_q.row_floats = d;
+            ahead_dq.num = 1;
+            ahead_dq.base[0] = dq_acc_ + it.chunk * chunk_stride_ + ((it.g * group + nhi) * nq_ + qb + nr0) * dp;
+            ahead_dq.rows = rows;
+            ahead_dq.ld = dp;
+            ahead_dq.row_floats = d;
+          }
           float* s = w.s.get();
-          cpu::ScoreTile(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk);
+          cpu::ScoreTileAhead(qrows, ld, nr, d, w.kpanels.get(), panels, s, bk, ahead_q);
           if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
             for (int64_t r = 0; r < nr; ++r) {
               const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * ldl;
@@ -1385,10 +1421,10 @@ class Backward {
             }
           }
           // dV += P^T dO.
-          cpu::AccumulateTileT(s, bk, nk, nr, drows, ld, dp, w.ones.get(), w.dv.get(), dp);
+          cpu::AccumulateTileTAdd(s, bk, nk, nr, drows, ld, dp, w.dv.get(), dp);
           // dP = dO V^T; dS = P (dP - D) (the gradient of the natural-log score).
           float* dpt = w.dp.get();
-          cpu::ScoreTile(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk);
+          cpu::ScoreTileAhead(drows, ld, nr, d, w.vpanels.get(), panels, dpt, bk, ahead_dq);
           if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
             for (int64_t r = 0; r < nr; ++r) {
               const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;
@@ -1399,13 +1435,10 @@ class Backward {
               }
             }
           }
-          float* ds = w.ds.get();
-          for (int64_t r = 0; r < nr; ++r) {
-            const float dsum = w.dsum[(r0 + r) * group + hi];
-            for (int64_t j = 0; j < nk; ++j) {
-              ds[r * bk + j] = s[r * bk + j] * (dpt[r * bk + j] - dsum);
-            }
-          }
+          // dS over dP's buffer (one tile less in L2; dP is not needed after).
+          float* ds = dpt;
+          for (int64_t r = 0; r < nr; ++r) w.shift[r] = w.dsum[(r0 + r) * group + hi];
+          cpu::SoftmaxGradTile(s, bk, ds, bk, nr, ncols, w.shift.get());
           if (sink_) {
             std::vector<double>& g = w.grad;
             g.resize(static_cast<size_t>(nr * nk));
@@ -1440,9 +1473,9 @@ class Backward {
             }
           }
           // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
-          float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((qb + r0) * hq + h) * dp;
-          cpu::AccumulateTile(ds, bk, nr, nk, w.krows.get(), dp, dp, w.ones.get(), dq, hq * dp);
-          cpu::AccumulateTileT(ds, bk, nk, nr, qrows, ld, dp, w.ones.get(), w.dk.get(), dp);
+          float* dq = dq_acc_ + it.chunk * chunk_stride_ + (h * nq_ + qb + r0) * dp;
+          cpu::AccumulateTileAdd(ds, bk, nr, nk, w.krows.get(), dp, dp, dq, dp);
+          cpu::AccumulateTileTAdd(ds, bk, nk, nr, qrows, ld, dp, w.dk.get(), dp);
         }
       }
       // dK = T^T (dK' / log2 e), dV as is.
@@ -1472,16 +1505,16 @@ class Backward {
   // sum_i M_ir Qs_i / log2 e (= scale sum_i M_ir q'_i), dL/daV_r += sum_i P_ir dO_i.
   void ShawItemGradients(const KeyItem& it, int64_t lq, BackwardWorkspace& w) const {
     const int64_t d = p_.d, dp = p_.dp, nlk = p_.nlk, nlv = p_.nlv;
-    const int64_t group = a_.num_q_heads / a_.num_kv_heads, hq = a_.num_q_heads;
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads;
     const int64_t qb = a_.q_begin(it.b);
     std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
     std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
     const double unscale = 1.0 / kLog2e;
     // dQ'_i += sum_r M_ir aK_r, head by head (rows r * group + hi of kmass).
     for (int64_t hi = 0; hi < group && nlk > 0; ++hi) {
-      float* dq = dq_acc_ + it.chunk * chunk_stride_ + (qb * hq + it.g * group + hi) * dp;
+      float* dq = dq_acc_ + it.chunk * chunk_stride_ + ((it.g * group + hi) * nq_ + qb) * dp;
       AddLabelRows(w.kmass.data() + hi * nlk, group * nlk, lq, nlk, shaw_.k, dp,
-                   w.lab_ones.data(), dq, hq * dp);
+                   w.lab_ones.data(), dq, dp);
     }
     for (int64_t r = 0; r < lq; ++r) {
       for (int64_t hi = 0; hi < group; ++hi) {
@@ -1519,8 +1552,12 @@ class Backward {
   const float* lse_;
   const T* do_;
   T *dk_, *dv_;
+  // dQ' partial sums, [chunk][q head][token][dp]: each head's rows contiguous, so a query
+  // tile's rows are one stream (token-major rows of all heads would put them hq * dp
+  // floats apart, a page or more, one TLB entry per row).
   float* dq_acc_;
   int64_t chunk_stride_;
+  int64_t nq_;
   const BiasGradientSink& sink_;
   std::mutex* sink_mu_;
   float* dk_rot_;
@@ -1669,7 +1706,17 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   BackwardPlan bp = MakeKeyItems(args, *plan);
   const int64_t dp = plan->dp;
   const int64_t chunk_stride = nq * hq * dp;
-  std::vector<float> dq_acc(static_cast<size_t>(std::max<int64_t>(bp.chunks, 1) * chunk_stride), 0.0f);
+  // Zeroed by all threads (tens of MiB at long sequences: first touch and clearing in
+  // parallel rather than on the calling thread while the others wait).
+  const int64_t acc_floats = std::max<int64_t>(bp.chunks, 1) * chunk_stride;
+  hwy::AlignedFreeUniquePtr<float[]> dq_acc = hwy::AllocateAligned<float>(std::max<int64_t>(acc_floats, 1));
+  {
+    constexpr int64_t kZeroBlock = int64_t{1} << 18;  // floats per parallel item (1 MiB)
+    ParallelItems(plan->threads, (acc_floats + kZeroBlock - 1) / kZeroBlock, [&](int64_t i, int) {
+      const int64_t b = i * kZeroBlock;
+      std::fill(dq_acc.get() + b, dq_acc.get() + std::min(acc_floats, b + kZeroBlock), 0.0f);
+    });
+  }
   // o for the backward: the caller's (strides args.o) or the recomputed one re-laid out
   // with args.o's strides into a buffer of the same extent.
   std::vector<T> o_strided;
@@ -1691,7 +1738,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     lse_use = lse_own.data();
   }
   std::mutex sink_mu, shaw_mu;
-  Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.data(), chunk_stride,
+  Backward<T> bwd(args, *plan, q, k, v, o_use, lse_use, d_o, dk, dv, dq_acc.get(), chunk_stride,
                bias_sink, &sink_mu, extras.dk_rotated);
   if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
   bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
@@ -1708,34 +1755,36 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
       [&](int64_t i, BackwardWorkspace& w) { return bwd.RunItem(bp.items[i], w); });
   if (!first.ok()) return first;
   // dK, dV of keys no item covered do not exist (every key belongs to an item); dq:
-  // sum the chunks' partial sums, times scale, then the transpose of the q transform.
+  // sum the chunks' partial sums, times scale, then the transpose of the q transform,
+  // one q head per parallel item (each head's rows are contiguous in dq_acc).
   if ((dq != nullptr || extras.dq_rotated != nullptr) && nq > 0) {
-    float* acc = dq_acc.data();
-    for (int64_t c = 1; c < bp.chunks; ++c) {
-      const float* part = acc + c * chunk_stride;
-      for (int64_t i = 0; i < chunk_stride; ++i) acc[i] += part[i];
-    }
+    float* acc = dq_acc.get();
     const float scale = static_cast<float>(args.scale());
-    for (int64_t i = 0; i < chunk_stride; ++i) acc[i] *= scale;
-    if (extras.dq_rotated != nullptr) {
-      for (int64_t t = 0; t < nq; ++t) {
-        for (int64_t h = 0; h < hq; ++h) {
-          std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), acc + (t * hq + h) * dp,
-                      static_cast<size_t>(d) * sizeof(float));
-        }
-      }
-    }
-    if (dq == nullptr) return absl::OkStatus();
-    if (const PreparedRowTransform* tq = bwd.q_transform(); tq != nullptr) {
-      for (int64_t h = 0; h < hq; ++h) {
-        if (absl::Status s = tq->Backward(0, nq, acc + h * dp, hq * dp); !s.ok()) return s;
-      }
-    }
-    for (int64_t t = 0; t < nq; ++t) {
-      for (int64_t h = 0; h < hq; ++h) {
-        StoreRow(acc + (t * hq + h) * dp, dq + args.QOffset(args.q, t, h), d);
-      }
-    }
+    const PreparedRowTransform* tq = bwd.q_transform();
+    const int64_t head = nq * dp;  // floats per head in one chunk
+    struct NoWorkspace {};
+    return RunItems<NoWorkspace>(
+        plan->threads, hq, [] { return std::make_unique<NoWorkspace>(); },
+        [&](int64_t h, NoWorkspace&) -> absl::Status {
+          float* rows = acc + h * head;
+          for (int64_t c = 1; c < bp.chunks; ++c) {
+            const float* part = acc + c * chunk_stride + h * head;
+            for (int64_t i = 0; i < head; ++i) rows[i] += part[i];
+          }
+          for (int64_t i = 0; i < head; ++i) rows[i] *= scale;
+          if (extras.dq_rotated != nullptr) {
+            for (int64_t t = 0; t < nq; ++t) {
+              std::memcpy(extras.dq_rotated + args.QOffset(args.q, t, h), rows + t * dp,
+                          static_cast<size_t>(d) * sizeof(float));
+            }
+          }
+          if (dq == nullptr) return absl::OkStatus();
+          if (tq != nullptr) {
+            if (absl::Status st = tq->Backward(0, nq, rows, dp); !st.ok()) return st;
+          }
+          for (int64_t t = 0; t < nq; ++t) StoreRow(rows + t * dp, dq + args.QOffset(args.q, t, h), d);
+          return absl::OkStatus();
+        });
   }
   // Keys of sequences with no queries still get their (zero) gradients: items cover
   // every key, so nothing else to do.

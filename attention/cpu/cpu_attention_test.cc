@@ -307,6 +307,71 @@ TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
   }
 }
 
+TEST(Kernels, ScoreTileAheadGivesScoreTilesBitsOnEveryTargetAndRemainder) {
+  // The prefetching variant changes no arithmetic: bit-equal to ScoreTile (itself checked
+  // against loops above) on every compiled instruction set, for row counts below, at and
+  // above the register tile, one and several panels, and prefetch regions with fewer
+  // lines than the kernel has steps, as many, and more (the rest issued at the end).
+  std::mt19937_64 rng(33);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t d : {1, 7, 32, 129}) {
+      for (int64_t mq : {1, 5, 6, 7, 12, 13}) {
+        for (int64_t nk : {1, 64, 70}) {
+          for (int64_t ahead_rows : {0, 1, 40, 2000}) {
+            const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel;
+            const int64_t lds = panels * cpu::kPanel + 3;
+            std::vector<float> q = RandomF(mq * d, &rng), keys = RandomF(nk * d, &rng);
+            auto packed = hwy::AllocateAligned<float>(panels * cpu::kPanel * d);
+            cpu::PackKeyPanels(keys.data(), nk, d, d, packed.get());
+            std::vector<float> region = RandomF(std::max<int64_t>(ahead_rows, 1) * (d + 5), &rng);
+            cpu::PrefetchRows ahead;
+            ahead.num = ahead_rows > 0 ? 2 : 0;
+            ahead.base[0] = ahead.base[1] = region.data();
+            ahead.rows = ahead_rows;
+            ahead.ld = d + 5;
+            ahead.row_floats = d;
+            std::vector<float> want(mq * lds, -7.0f), got(mq * lds, -7.0f);
+            cpu::ScoreTile(q.data(), d, mq, d, packed.get(), panels, want.data(), lds);
+            cpu::ScoreTileAhead(q.data(), d, mq, d, packed.get(), panels, got.data(), lds, ahead);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << hwy::TargetName(target) << " d " << d << " mq " << mq << " nk " << nk
+                << " ahead " << ahead_rows;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Kernels, SoftmaxGradTileMatchesLoopsOnEveryTarget) {
+  // dS = P (dP - D), one subtraction and one multiplication per element: the kernel rounds
+  // as the loop does, so the results are bit-equal (tolerance 0), on widths of one vector
+  // (AVX2's 8, AVX-512's 16), several, and row strides wider than the width.
+  std::mt19937_64 rng(34);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 5, 6, 7, 13}) {
+      for (int64_t n : {16, 64, 128}) {
+        const int64_t ldp = n + 16, ldd = n + 32;
+        std::vector<float> p = RandomF(mq * ldp, &rng), dp = RandomF(mq * ldd, &rng);
+        std::vector<float> dsum = RandomF(mq, &rng), want = dp;
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            want[r * ldd + j] = p[r * ldp + j] * (dp[r * ldd + j] - dsum[r]);
+          }
+        }
+        cpu::SoftmaxGradTile(p.data(), ldp, dp.data(), ldd, mq, n, dsum.data());
+        // Columns past n (the stride's padding) keep their values.
+        ASSERT_EQ(0, std::memcmp(want.data(), dp.data(), want.size() * sizeof(float)))
+            << hwy::TargetName(target) << " mq " << mq << " n " << n;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
   // Token-order decoding P V: every compiled instruction set (four tokens per step, four
   // rows per register block), rows per head below/at/above 4, tokens below/at/above 4
@@ -458,6 +523,43 @@ TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
       }
     }
   }
+}
+
+TEST(Kernels, AccumulateTileAddGivesTheBitsOfAlphaOneOnEveryTargetAndRemainder) {
+  // o += P V and o += P^T V without the scaling: alpha = 1 multiplies exactly, so the
+  // results must equal AccumulateTile(T)'s with alpha = 1 bit for bit (tolerance 0; those
+  // are checked against loops above), for row counts below, at and above the register
+  // tiles (AVX-512 6 rows, AVX2 3), column counts of one, three, four and more vectors, and
+  // reduction lengths 1 to past a tile.
+  std::mt19937_64 rng(35);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 2, 3, 5, 6, 7, 13}) {
+      for (int64_t dp : {16, 48, 64, 128}) {
+        for (int64_t nk : {1, 7, 96}) {
+          for (bool trans : {false, true}) {
+            const int64_t ldp = trans ? mq + 3 : nk + 3, ldv = dp + 16, ldo = dp + 32;
+            std::vector<float> p = RandomF((trans ? nk : mq) * ldp, &rng);
+            std::vector<float> v = RandomF(nk * ldv, &rng), o = RandomF(mq * ldo, &rng);
+            std::vector<float> ones(mq, 1.0f), want = o;
+            if (trans) {
+              cpu::AccumulateTileT(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                   want.data(), ldo);
+              cpu::AccumulateTileTAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            } else {
+              cpu::AccumulateTile(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                  want.data(), ldo);
+              cpu::AccumulateTileAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            }
+            ASSERT_EQ(0, std::memcmp(want.data(), o.data(), o.size() * sizeof(float)))
+                << hwy::TargetName(target) << " mq " << mq << " dp " << dp << " nk " << nk
+                << " trans " << trans;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(Kernels, SoftmaxTileIsOneOnlineStep) {

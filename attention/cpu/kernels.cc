@@ -15,6 +15,7 @@
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,11 +111,58 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
   }
 }
 
-// MR x (NV vectors) block of S for the keys at panel column offset col.
-template <int MR, int NV>
+// Walks the cache lines of a PrefetchRows, one request per Next() (region by region, row
+// by row). prefetcht0 although the lines are read a whole tile later, after more than L1
+// holds has passed through it (they are then found in L2): on Zen 4, which documents
+// prefetcht1 as L2-only, t1 requests are often dropped, and the backward measured ~4%
+// faster with t0 than with t1 (which barely beat no prefetch).
+class LineCursor {
+ public:
+  explicit LineCursor(const PrefetchRows& p) : p_(p) {}
+  int64_t Lines() const {
+    return p_.num * p_.rows * ((p_.row_floats + kLineFloats - 1) / kLineFloats);
+  }
+  HWY_INLINE void Next() {
+    if (i_ >= p_.num) return;
+    hwy::Prefetch(p_.base[i_] + r_ * p_.ld + c_);
+    c_ += kLineFloats;
+    if (c_ >= p_.row_floats) {
+      c_ = 0;
+      if (++r_ >= p_.rows) {
+        r_ = 0;
+        ++i_;
+      }
+    }
+  }
+  void Rest() {
+    while (i_ < p_.num) Next();
+  }
+
+ private:
+  static constexpr int64_t kLineFloats = 16;  // 64-byte lines
+  const PrefetchRows& p_;
+  int i_ = 0;
+  int64_t r_ = 0, c_ = 0;
+};
+
+// Issues one LineCursor request every `every` calls of Tick().
+struct PrefetchPacer {
+  LineCursor* cursor = nullptr;
+  int64_t every = 1, left = 1;
+  HWY_INLINE void Tick() {
+    if (--left == 0) {
+      left = every;
+      cursor->Next();
+    }
+  }
+};
+
+// MR x (NV vectors) block of S for the keys at panel column offset col. kAhead: one
+// PrefetchPacer tick per component c (the arithmetic is the same).
+template <int MR, int NV, bool kAhead = false>
 HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
                            const float* HWY_RESTRICT panel, float* HWY_RESTRICT s,
-                           int64_t lds) {
+                           int64_t lds, PrefetchPacer* pacer = nullptr) {
   const DF df;
   constexpr size_t N = hn::MaxLanes(DF());
   VF acc[MR][NV];
@@ -124,6 +172,7 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
     for (int v = 0; v < NV; ++v) acc[r][v] = hn::Zero(df);
   }
   for (int64_t c = 0; c < d; ++c) {
+    if constexpr (kAhead) pacer->Tick();
     VF k[NV];
     HWY_UNROLL(32)
     for (int v = 0; v < NV; ++v) k[v] = hn::Load(df, panel + c * kPanel + v * N);
@@ -142,18 +191,19 @@ HWY_INLINE void ScoreMicro(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 }
 
 // One panel (kPanel keys) against MR query rows.
-template <int MR>
+template <int MR, bool kAhead = false>
 HWY_INLINE void ScorePanelRows(const float* q, int64_t ldq, int64_t d, const float* panel,
-                               float* s, int64_t lds) {
+                               float* s, int64_t lds, PrefetchPacer* pacer = nullptr) {
   constexpr int64_t kCols = kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF()));
   static_assert(kPanel % kCols == 0, "a panel holds whole register tiles");
   for (int64_t col = 0; col < kPanel; col += kCols) {
-    ScoreMicro<MR, kScoreVecs>(q, ldq, d, panel + col, s + col, lds);
+    ScoreMicro<MR, kScoreVecs, kAhead>(q, ldq, d, panel + col, s + col, lds, pacer);
   }
 }
 
-void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
-                   int64_t num_panels, float* s, int64_t lds) {
+template <bool kAhead>
+void ScoreTileAll(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                  int64_t num_panels, float* s, int64_t lds, PrefetchPacer* pacer) {
   // Panels outer: one panel (kPanel x d floats, 32 KiB at d = 128) stays in L1 while
   // every row tile of the query block streams past it.
   for (int64_t p = 0; p < num_panels; ++p) {
@@ -161,14 +211,14 @@ void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const flo
     float* sp = s + p * kPanel;
     int64_t r = 0;
     for (; r + kScoreRows <= mq; r += kScoreRows) {
-      ScorePanelRows<kScoreRows>(q + r * ldq, ldq, d, panel, sp + r * lds, lds);
+      ScorePanelRows<kScoreRows, kAhead>(q + r * ldq, ldq, d, panel, sp + r * lds, lds, pacer);
     }
     const float* qr = q + r * ldq;
     float* sr = sp + r * lds;
     switch (mq - r) {  // the remainder, one tile of fewer rows
-#define GPE_SCORE_CASE(k)                                                          \
-  case k:                                                                          \
-    if constexpr (k < kScoreRows) ScorePanelRows<k>(qr, ldq, d, panel, sr, lds);   \
+#define GPE_SCORE_CASE(k)                                                                   \
+  case k:                                                                                   \
+    if constexpr (k < kScoreRows) ScorePanelRows<k, kAhead>(qr, ldq, d, panel, sr, lds, pacer); \
     break;
       GPE_SCORE_CASE(1)
       GPE_SCORE_CASE(2)
@@ -186,6 +236,30 @@ void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const flo
         break;
     }
   }
+}
+
+void ScoreTileImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                   int64_t num_panels, float* s, int64_t lds) {
+  ScoreTileAll<false>(q, ldq, mq, d, panels, num_panels, s, lds, nullptr);
+}
+
+void ScoreTileAheadImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                        int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead) {
+  LineCursor cursor(ahead);
+  const int64_t lines = cursor.Lines();
+  if (lines <= 0) {
+    ScoreTileAll<false>(q, ldq, mq, d, panels, num_panels, s, lds, nullptr);
+    return;
+  }
+  // One request per `every` components of the micro-tiles: spread evenly over the call
+  // (a burst of requests would fill the miss queues and stall the loads the FMAs need).
+  const int64_t col_tiles = kPanel / (kScoreVecs * static_cast<int64_t>(hn::MaxLanes(DF())));
+  const int64_t steps = num_panels * col_tiles * ((mq + kScoreRows - 1) / kScoreRows) * d;
+  PrefetchPacer pacer;
+  pacer.cursor = &cursor;
+  pacer.every = pacer.left = std::max<int64_t>(1, steps / lines);
+  ScoreTileAll<true>(q, ldq, mq, d, panels, num_panels, s, lds, &pacer);
+  cursor.Rest();  // whatever the steps did not cover
 }
 
 // Scores straight from key rows (no panel): per key, up to 4 query rows share each
@@ -496,9 +570,24 @@ void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shif
   }
 }
 
+void SoftmaxGradTileImpl(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq,
+                         int64_t n, const float* dsum) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < mq; ++r) {
+    const float* pr = p + r * ldp;
+    float* dr = dp + r * ldd;
+    const VF vd = hn::Set(df, dsum[r]);
+    for (int64_t j = 0; j < n; j += N) {
+      hn::StoreU(hn::Mul(hn::LoadU(df, pr + j), hn::Sub(hn::LoadU(df, dr + j), vd)), df, dr + j);
+    }
+  }
+}
+
 // kTrans: the probabilities are read transposed, p[j * ldp + r] (o = P^T V).
 // prefetch: request value rows kPrefetchRows ahead (rows far apart and not yet cached).
-template <int MR, int NV, bool kTrans>
+// kScale false: alpha is not read (null) and o is accumulated as it is (o += P V).
+template <int MR, int NV, bool kTrans, bool kScale = true>
 HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
                          const float* HWY_RESTRICT v, int64_t ldv,
                          const float* HWY_RESTRICT alpha, float* HWY_RESTRICT o, int64_t ldo,
@@ -508,9 +597,14 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   VF acc[MR][NV];
   HWY_UNROLL(32)
   for (int r = 0; r < MR; ++r) {
-    const VF a = hn::Set(df, alpha[r]);
-    HWY_UNROLL(32)
-    for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
+    if constexpr (kScale) {
+      const VF a = hn::Set(df, alpha[r]);
+      HWY_UNROLL(32)
+      for (int c = 0; c < NV; ++c) acc[r][c] = hn::Mul(a, hn::LoadU(df, o + r * ldo + c * N));
+    } else {
+      HWY_UNROLL(32)
+      for (int c = 0; c < NV; ++c) acc[r][c] = hn::LoadU(df, o + r * ldo + c * N);
+    }
   }
   for (int64_t j = 0; j < nk; ++j) {
     if (prefetch && j + kPrefetchRows < nk) {  // rows may be a page apart (ScoreDirectRows)
@@ -535,16 +629,18 @@ HWY_INLINE void AccMicro(const float* HWY_RESTRICT p, int64_t ldp, int64_t nk,
   }
 }
 
-template <int NV, bool kTrans>
+template <int NV, bool kTrans, bool kScale = true>
 HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                            int64_t ldv, const float* alpha, float* o, int64_t ldo,
                            bool prefetch) {
   // Row r of the output starts its probabilities at p + r * ldp (or p + r transposed).
   const int64_t row_step = kTrans ? 1 : ldp;
+  // Row r's factor (alpha is null without kScale: no offset applied to it).
+  auto alpha_at = [alpha](int64_t r) { return kScale ? alpha + r : nullptr; };
   int64_t r = 0;
   for (; r + kAccRows <= mq; r += kAccRows) {
-    AccMicro<kAccRows, NV, kTrans>(p + r * row_step, ldp, nk, v, ldv, alpha + r, o + r * ldo, ldo,
-                                   prefetch);
+    AccMicro<kAccRows, NV, kTrans, kScale>(p + r * row_step, ldp, nk, v, ldv, alpha_at(r),
+                                           o + r * ldo, ldo, prefetch);
   }
   const float* pr = p + r * row_step;
   float* orow = o + r * ldo;
@@ -552,7 +648,7 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
 #define GPE_ACC_CASE(k)                                                                      \
   case k:                                                                                    \
     if constexpr (k < kAccRows)                                                              \
-      AccMicro<k, NV, kTrans>(pr, ldp, nk, v, ldv, alpha + r, orow, ldo, prefetch);            \
+      AccMicro<k, NV, kTrans, kScale>(pr, ldp, nk, v, ldv, alpha_at(r), orow, ldo, prefetch); \
     break;
     GPE_ACC_CASE(1)
     GPE_ACC_CASE(2)
@@ -565,7 +661,7 @@ HWY_INLINE void AccColumns(const float* p, int64_t ldp, int64_t mq, int64_t nk, 
   }
 }
 
-template <bool kTrans>
+template <bool kTrans, bool kScale = true>
 void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                    int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(DF()));
@@ -574,20 +670,20 @@ void AccumulateAll(const float* p, int64_t ldp, int64_t mq, int64_t nk, const fl
   const int64_t vecs = dp / N;
   int64_t c = 0;
   for (; c + kAccVecs <= vecs; c += kAccVecs) {
-    AccColumns<kAccVecs, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+    AccColumns<kAccVecs, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
   }
   switch (vecs - c) {
     case 1:
-      AccColumns<1, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<1, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     case 2:
-      AccColumns<2, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<2, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     case 3:
-      AccColumns<3, kTrans>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
+      AccColumns<3, kTrans, kScale>(p, ldp, mq, nk, v + c * N, ldv, alpha, o + c * N, ldo,
                                   prefetch);
       break;
     default:
@@ -603,6 +699,16 @@ void AccumulateTileImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, con
 void AccumulateTileTImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                          int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   AccumulateAll<true>(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+
+void AccumulateTileAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                           int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  AccumulateAll<false, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
+}
+
+void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                            int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  AccumulateAll<true, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
 }
 
 // Decoding's P V in token order (see AccumulateDecode in kernels.h). Four tokens per
@@ -707,12 +813,16 @@ namespace cpu {
 
 HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(ScoreTileImpl);
+HWY_EXPORT(ScoreTileAheadImpl);
 HWY_EXPORT(ScoreDirectImpl);
 HWY_EXPORT(ScoreDecodeImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
+HWY_EXPORT(SoftmaxGradTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(AccumulateTileTImpl);
+HWY_EXPORT(AccumulateTileAddImpl);
+HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(AccumulateDecodeImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
@@ -723,6 +833,10 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds) {
   HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
+}
+void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                    int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead) {
+  HWY_DYNAMIC_DISPATCH(ScoreTileAheadImpl)(q, ldq, mq, d, panels, num_panels, s, lds, ahead);
 }
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
                  int64_t ldk, int64_t nk, float* s, int64_t lds) {
@@ -740,6 +854,10 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);
 }
+void SoftmaxGradTile(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq, int64_t n,
+                     const float* dsum) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradTileImpl)(p, ldp, dp, ldd, mq, n, dsum);
+}
 void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                     int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
@@ -747,6 +865,14 @@ void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const f
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateTileTImpl)(p, ldp, mq, nk, v, ldv, dp, alpha, o, ldo);
+}
+void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                       int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileAddImpl)(p, ldp, mq, nk, v, ldv, dp, o, ldo);
+}
+void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, float* o, int64_t ldo) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTileTAddImpl)(p, ldp, mq, nk, v, ldv, dp, o, ldo);
 }
 void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
                       const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,

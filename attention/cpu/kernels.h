@@ -33,6 +33,20 @@ void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* 
 void ScoreTile(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
                int64_t num_panels, float* s, int64_t lds);
 
+// Rows a kernel requests into the caches (software prefetch) while it computes, spread
+// over its inner iterations: rows [0, rows) of each of `num` regions, row r of region i at
+// base[i] + r * ld, row_floats floats each. The backward names the next query tile's rows
+// (first read from memory otherwise, with the FMA units waiting on them).
+struct PrefetchRows {
+  const float* base[3] = {nullptr, nullptr, nullptr};
+  int num = 0;
+  int64_t rows = 0, ld = 0, row_floats = 0;
+};
+
+// ScoreTile's scores (bit for bit) while requesting the lines of `ahead`.
+void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* panels,
+                    int64_t num_panels, float* s, int64_t lds, const PrefetchRows& ahead);
+
 // The same scores read from key rows in place (row j at keys + j * ldk), j < nk, for
 // few query rows per key (decoding); nothing is written past column nk.
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
@@ -92,6 +106,12 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
 // Rows with shift = -inf (no allowed key) become 0.
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
 
+// The softmax gradient in place of dP (FlashAttention-2, Dao 2023, Alg. 2:
+// dS_ij = P_ij (dP_ij - D_i)): dp[r * ldd + j] <- p[r * ldp + j] * (dp[r * ldd + j] - dsum[r])
+// for r < mq, j < n (n a multiple of the vector width), rounded as that expression is.
+void SoftmaxGradTile(const float* p, int64_t ldp, float* dp, int64_t ldd, int64_t mq, int64_t n,
+                     const float* dsum);
+
 // o[r * ldo + c] <- alpha[r] * o[r * ldo + c] + sum_{j < nk} p[r * ldp + j] * v[j * ldv + c]
 // for r < mq, c < dp (dp a multiple of kVecPad; ldv and ldo any strides >= dp). Value
 // rows far apart (ldv > 2 dp, e.g. a KV cache read in place) are requested a few rows
@@ -103,6 +123,13 @@ void AccumulateTile(const float* p, int64_t ldp, int64_t mq, int64_t nk, const f
 // r < mq and reduction index j < nk (the backward's dV += P^T dO and dK += dS^T Q).
 void AccumulateTileT(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                      int64_t ldv, int64_t dp, const float* alpha, float* o, int64_t ldo);
+
+// AccumulateTile and AccumulateTileT with alpha = 1 (o += P V, o += P^T V; the same bits):
+// the backward's accumulations, without a multiplication per output vector per call.
+void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                       int64_t ldv, int64_t dp, float* o, int64_t ldo);
+void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
+                        int64_t ldv, int64_t dp, float* o, int64_t ldo);
 
 // exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
 void Exp2InPlace(float* x, int64_t n);

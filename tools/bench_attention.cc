@@ -318,6 +318,35 @@ absl::StatusOr<Compared> BackToBack(
   return c;
 }
 
+// Bandwidth-bound rows: the triad measured just before each round's GroupPE run as well,
+// since the memory bandwidth a shared host leaves swings by 1.5x within minutes (35 to
+// 67 GB/s here); the row gives, besides the fraction of the run's best triad, the median
+// over rounds of GB/s over the triad beside it.
+class TriadBeside {
+ public:
+  TriadBeside(int threads, bool quick) : threads_(threads), quick_(quick) {}
+  // Measures the triad now; returns it.
+  double Measure() {
+    last_ = TriadBandwidthGBs(threads_, quick_ ? (int64_t{16} << 20) : (int64_t{256} << 20));
+    return last_;
+  }
+  // GB/s of the round just run, over the triad Measure() took before it.
+  void Add(double gbs) { ratios_.push_back(gbs / last_); }
+  std::string Cell(double gbs, double best_triad) const {
+    std::vector<double> r = ratios_;
+    std::sort(r.begin(), r.end());
+    const double median = r.empty() ? 0.0 : r[r.size() / 2];
+    return absl::StrFormat("%.0f%% of triad; %.0f%% of the triad measured beside it (median of %d rounds)",
+                           100.0 * gbs / best_triad, 100.0 * median, static_cast<int>(r.size()));
+  }
+
+ private:
+  int threads_;
+  bool quick_;
+  double last_ = 0.0;
+  std::vector<double> ratios_;
+};
+
 }  // namespace
 
 AttentionBenchOptions AttentionBenchDefaults(const std::string& out_dir) {
@@ -509,18 +538,14 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     const double kv_bytes = p->KvBytes();
     progress(name);
     measure_limits();
-    // The triad measured just before each round's decoding as well: the memory bandwidth a
-    // shared host leaves swings by 1.5x within minutes, so besides the run's best triad the
-    // row gives the median over rounds of decode / the triad beside it.
-    std::vector<double> beside;
+    TriadBeside beside(o.threads, q);
     absl::StatusOr<Compared> c = BackToBack(
         q ? rounds : 5,
         [&]() -> absl::StatusOr<std::vector<double>> {
-          const double tr = TriadBandwidthGBs(o.threads, q ? (int64_t{16} << 20) : (int64_t{256} << 20));
-          triad = std::max(triad, tr);
+          triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = TimeForward(*p, o.threads, decode_reps);
           if (!t.ok()) return t.status();
-          beside.push_back(kv_bytes / *t * 1e-9 / tr);
+          beside.Add(kv_bytes / *t * 1e-9);
           return std::vector<double>{*t};
         },
         [&] { return peer.Run({p->PeerCase("sdpa")}, decode_reps); });
@@ -530,9 +555,6 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     const double sec = c->ours[0], gbs = kv_bytes / sec * 1e-9;
     const double peer_sec = JsonNumber(c->peer[0], "seconds");
     const std::string line = c->peer[0], workspace = Mib(*ws);
-    std::sort(beside.begin(), beside.end());
-    const double paired = beside.empty() ? 0.0 : beside[beside.size() / 2];
-    const int paired_rounds = static_cast<int>(beside.size());
     rows.push_back([=, &peer, &triad] {
       Row(name, absl::StrFormat("%.2f ms, %.1f GB/s of K and V", sec * 1e3, gbs),
           std::isfinite(peer_sec)
@@ -540,10 +562,7 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
                                 kv_bytes / peer_sec * 1e-9,
                                 100.0 * kv_bytes / peer_sec * 1e-9 / triad)
               : peer.Why(line),
-          Ratio(peer_sec, sec),
-          absl::StrFormat("%.0f%% of triad; %.0f%% of the triad measured beside it (median of %d rounds)",
-                          100.0 * gbs / triad, 100.0 * paired, paired_rounds),
-          workspace);
+          Ratio(peer_sec, sec), beside.Cell(gbs, triad), workspace);
     });
   }
 
@@ -610,11 +629,14 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     const std::string name = absl::StrFormat("RoPE on q and k, %d x %d x %d f32 each", rs, rh, rd);
     progress(name);
     measure_limits();
+    TriadBeside beside(o.threads, q);
     absl::StatusOr<Compared> c = BackToBack(
         rounds,
         [&]() -> absl::StatusOr<std::vector<double>> {
+          triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = RopeQkSeconds(rs, rh, rd, o.threads, reps);
           if (!t.ok()) return t.status();
+          beside.Add(bytes / *t * 1e-9);
           return std::vector<double>{*t};
         },
         [&] { return peer.Run({base, base + ",compile=1"}, reps); });
@@ -630,7 +652,7 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
                                                 bytes / ps * 1e-9,
                                                 100.0 * bytes / ps * 1e-9 / triad)
                               : (k == 0 ? "eager: " : "torch.compile: ") + peer.Why(line),
-            Ratio(ps, sec), absl::StrFormat("%.0f%% of triad", 100.0 * gbs / triad), "");
+            Ratio(ps, sec), beside.Cell(gbs, triad), "");
       });
     }
   }

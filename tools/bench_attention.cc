@@ -330,8 +330,13 @@ class TriadBeside {
     last_ = TriadBandwidthGBs(threads_, quick_ ? (int64_t{16} << 20) : (int64_t{256} << 20));
     return last_;
   }
-  // GB/s of the round just run, over the triad Measure() took before it.
-  void Add(double gbs) { ratios_.push_back(gbs / last_); }
+  // GB/s of the round just run, over the triad Measure() took before it (both also on
+  // stderr, with the progress lines).
+  void Add(double gbs) {
+    ratios_.push_back(gbs / last_);
+    std::fprintf(stderr, "gpe bench:   round %d: triad %.1f GB/s, then %.1f GB/s (%.0f%%)\n",
+                 static_cast<int>(ratios_.size()), last_, gbs, 100.0 * gbs / last_);
+  }
   std::string Cell(double gbs, double best_triad) const {
     std::vector<double> r = ratios_;
     std::sort(r.begin(), r.end());

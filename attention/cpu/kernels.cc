@@ -113,9 +113,10 @@ void PackKeyPanelsImpl(const float* keys, int64_t nk, int64_t ld, int64_t d, flo
 
 // Walks the cache lines of a PrefetchRows, one request per Next() (region by region, row
 // by row). prefetcht0 although the lines are read a whole tile later, after more than L1
-// holds has passed through it (they are then found in L2): on Zen 4, which documents
-// prefetcht1 as L2-only, t1 requests are often dropped, and the backward measured ~4%
-// faster with t0 than with t1 (which barely beat no prefetch).
+// holds has passed through it (they are then found in L2): on this Zen 4 the backward
+// measured ~4% faster with t0 than with t1 (which barely beat no prefetch). Decoding's
+// PrefetchCursor measured the opposite (t1 ahead of t0 by ~20%): its stream runs 32 KiB
+// ahead, as much as L1 holds, so t0 lines would evict the block being read.
 class LineCursor {
  public:
   explicit LineCursor(const PrefetchRows& p) : p_(p) {}

@@ -530,15 +530,7 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
     // kRescaleSlack, so probabilities stay <= 2^kRescaleSlack and most tiles need no
     // horizontal maximum and no rescaling of l and o (alpha = 1).
     if (!hn::AllFalse(df, hn::Gt(vmax0, hn::Set(df, m[r] + kRescaleSlack)))) {
-      const float m_new = hn::GetLane(hn::MaxOfLanes(df, vmax0));
-      // 0 on the first allowed tile; also 0 (not a subnormal) when the old reference is
-      // more than 126 below: subnormal accumulators would cost a microcode assist on
-      // every FMA that reads them.
-      const float diff = m[r] - m_new;
-      const float a = diff < -126.0f ? 0.0f : std::exp2(diff);
-      for (int64_t i = 0; i < kSumLanes; ++i) lr[i] *= a;
-      alpha[r] = a;
-      m[r] = m_new;
+      MoveRowReference(hn::GetLane(hn::MaxOfLanes(df, vmax0)), &m[r], lr, &alpha[r]);
     }
     if (m[r] == kNegInf) {  // nothing allowed yet in this row
       std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));

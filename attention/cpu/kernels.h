@@ -14,6 +14,7 @@
 #ifndef ATTENTION_CPU_KERNELS_H_
 #define ATTENTION_CPU_KERNELS_H_
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -89,6 +90,19 @@ inline constexpr int64_t kSumLanes = 16;
 // The reference maximum of a row moves only when a score exceeds it by more than this
 // (base-2 units), bounding unnormalised probabilities by 2^8 (lazy rescaling).
 inline constexpr float kRescaleSlack = 8.0f;
+
+// Lazy rescaling's move of row r's reference maximum to m_new (SoftmaxTile and the bf16
+// softmax): alpha = exp2(m - m_new), the row's kSumLanes partial sums scaled by it, m =
+// m_new. alpha is 0 on the first allowed tile, and also (not a subnormal) when the old
+// reference is more than 126 below: subnormal accumulators would cost a microcode assist
+// on every FMA that reads them.
+inline void MoveRowReference(float m_new, float* m, float* l, float* alpha) {
+  const float diff = *m - m_new;
+  const float a = diff < -126.0f ? 0.0f : std::exp2(diff);
+  for (int64_t i = 0; i < kSumLanes; ++i) l[i] *= a;
+  *alpha = a;
+  *m = m_new;
+}
 
 // One online-softmax step over an mq x n tile (n a multiple of the vector width, e.g. of
 // kPanel; masked scores are -inf). Per row r with reference maximum m[r] (-inf before

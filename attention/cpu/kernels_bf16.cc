@@ -201,12 +201,7 @@ GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t
     alpha[r] = 1.0f;
     // Lazy rescaling, as SoftmaxTile (kernels.h: kRescaleSlack).
     if (_mm512_cmp_ps_mask(vmax0, _mm512_set1_ps(m[r] + kRescaleSlack), _CMP_GT_OQ) != 0) {
-      const float m_new = _mm512_reduce_max_ps(vmax0);
-      const float diff = m[r] - m_new;
-      const float a = diff < -126.0f ? 0.0f : std::exp2(diff);
-      for (int64_t i = 0; i < kSumLanes; ++i) lr[i] *= a;
-      alpha[r] = a;
-      m[r] = m_new;
+      MoveRowReference(_mm512_reduce_max_ps(vmax0), &m[r], lr, &alpha[r]);
     }
     if (m[r] == kNegInf) {  // nothing allowed yet in this row
       std::memset(out, 0, static_cast<size_t>(n) * sizeof(uint16_t));
@@ -412,12 +407,25 @@ constexpr int64_t kProbeIters = 4096;
     OP(a6); OP(a7); OP(a8); OP(a9); OP(a10); OP(a11); \
   } while (0)
 
+// a0 .. a11 = 0, 1, .., 11 in every lane.
+#define GPE_PROBE_ACCUMULATORS                                                        \
+  __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1.0f), a2 = _mm512_set1_ps(2.0f),  \
+         a3 = _mm512_set1_ps(3.0f), a4 = _mm512_set1_ps(4.0f), a5 = _mm512_set1_ps(5.0f),  \
+         a6 = _mm512_set1_ps(6.0f), a7 = _mm512_set1_ps(7.0f), a8 = _mm512_set1_ps(8.0f),  \
+         a9 = _mm512_set1_ps(9.0f), a10 = _mm512_set1_ps(10.0f), a11 = _mm512_set1_ps(11.0f)
+
+// Lane 0 of the accumulators' sum (after the timed loop: the result keeps it alive).
+GPE_BF16_TARGET float FirstLaneOfSum(const __m512 (&a)[kProbeAcc]) {
+  __m512 s = a[0];
+  for (int i = 1; i < kProbeAcc; ++i) s = _mm512_add_ps(s, a[i]);
+  float lanes[16];
+  _mm512_storeu_ps(lanes, s);
+  return lanes[0];
+}
+
 GPE_BF16_TARGET float ProbeDot() {
   static_assert(kProbeAcc == 12, "GPE_PROBE_STEP names twelve accumulators");
-  __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1.0f), a2 = _mm512_set1_ps(2.0f),
-         a3 = _mm512_set1_ps(3.0f), a4 = _mm512_set1_ps(4.0f), a5 = _mm512_set1_ps(5.0f),
-         a6 = _mm512_set1_ps(6.0f), a7 = _mm512_set1_ps(7.0f), a8 = _mm512_set1_ps(8.0f),
-         a9 = _mm512_set1_ps(9.0f), a10 = _mm512_set1_ps(10.0f), a11 = _mm512_set1_ps(11.0f);
+  GPE_PROBE_ACCUMULATORS;
   const __m512bh x = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1, 1) in bf16
   const __m512bh y = (__m512bh)_mm512_set1_epi32(0x3c003c00);  // (2^-7, 2^-7): sums stay small
 #define GPE_DOT(acc)                       \
@@ -425,35 +433,21 @@ GPE_BF16_TARGET float ProbeDot() {
   __asm__ volatile("" : "+v"(acc))
   for (int64_t it = 0; it < kProbeIters; ++it) GPE_PROBE_STEP(GPE_DOT);
 #undef GPE_DOT
-  const __m512 s = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                    _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
-      _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  float lanes[16];
-  _mm512_storeu_ps(lanes, s);
-  return lanes[0];
+  return FirstLaneOfSum({a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11});
 }
 
 GPE_BF16_TARGET float ProbeFma() {
-  __m512 a0 = _mm512_set1_ps(0.0f), a1 = _mm512_set1_ps(1.0f), a2 = _mm512_set1_ps(2.0f),
-         a3 = _mm512_set1_ps(3.0f), a4 = _mm512_set1_ps(4.0f), a5 = _mm512_set1_ps(5.0f),
-         a6 = _mm512_set1_ps(6.0f), a7 = _mm512_set1_ps(7.0f), a8 = _mm512_set1_ps(8.0f),
-         a9 = _mm512_set1_ps(9.0f), a10 = _mm512_set1_ps(10.0f), a11 = _mm512_set1_ps(11.0f);
+  GPE_PROBE_ACCUMULATORS;
   const __m512 x = _mm512_set1_ps(1.0f), y = _mm512_set1_ps(1e-30f);
 #define GPE_FMA(acc)                       \
   acc = _mm512_fmadd_ps(x, y, acc);        \
   __asm__ volatile("" : "+v"(acc))
   for (int64_t it = 0; it < kProbeIters; ++it) GPE_PROBE_STEP(GPE_FMA);
 #undef GPE_FMA
-  const __m512 s = _mm512_add_ps(
-      _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
-                    _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7))),
-      _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
-  float lanes[16];
-  _mm512_storeu_ps(lanes, s);
-  return lanes[0];
+  return FirstLaneOfSum({a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11});
 }
 #undef GPE_PROBE_STEP
+#undef GPE_PROBE_ACCUMULATORS
 
 }  // namespace
 

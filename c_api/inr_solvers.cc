@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "c_api/checks.h"
 #include "c_api/error.h"
 #include "c_api/include/gpe/gpe.h"
@@ -200,13 +201,131 @@ absl::Status MlpInit(const gpe::inr::MlpShape& shape, uint64_t seed, const Tenso
   return absl::OkStatus();
 }
 
+// The number of evaluations TrainFullBatch (inr/mlp.cc) makes: after every `every`
+// updates and after the last; once (at step 0) when there are no updates.
+int64_t NumEvaluations(int64_t steps, int64_t every) {
+  if (steps == 0 || every == 0) return 1;
+  return steps / every + (steps % every != 0 ? 1 : 0);
+}
+
+// gpe_mlp_options.steps and .report_every, as gpe_inr_mlp_fit accepts them.
+absl::Status CheckSchedule(const gpe_mlp_options& o) {
+  if (o.steps < 0 || o.steps > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(absl::StrCat("steps must be in 0..2^31; got ", o.steps));
+  }
+  if (o.report_every < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("report_every must be >= 0; got ", o.report_every));
+  }
+  return absl::OkStatus();
+}
+
+// The checked views of a gpe_mlp_validation (all null without a validation set).
+struct ValidationViews {
+  std::unique_ptr<TensorView> features, targets, steps, loss;
+};
+
+// Reads `validation` (may be null) for a fit of `shape` in dtype `dt` with `evaluations`
+// evaluations. `others` are the fit's other tensors, which the outputs must not overlap.
+absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validation, DType dt,
+                                               const gpe::inr::MlpShape& shape,
+                                               int64_t evaluations,
+                                               std::initializer_list<const TensorView*> others) {
+  ValidationViews out;
+  if (validation == nullptr) return out;
+  if (absl::Status s = CheckStructSize(validation->struct_size, sizeof(gpe_mlp_validation),
+                                       sizeof(gpe_mlp_validation), "gpe_mlp_validation");
+      !s.ok()) {
+    return s;
+  }
+  const gpe_mlp_validation& v = *validation;
+  if ((v.features == nullptr) != (v.targets == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation->features and validation->targets: give both or neither; got only ",
+        v.features != nullptr ? "features" : "targets"));
+  }
+  if (v.features == nullptr) {
+    if (v.steps != nullptr || v.loss != nullptr) {
+      return absl::InvalidArgumentError(
+          "validation->steps and validation->loss need a validation set (validation->features "
+          "and validation->targets)");
+    }
+    return out;
+  }
+  const DType same[] = {dt};
+  absl::StatusOr<TensorView> fv = ViewTensor(v.features, "validation->features", 2, same);
+  if (!fv.ok()) return fv.status();
+  absl::StatusOr<TensorView> tv = ViewTensor(v.targets, "validation->targets", 2, same);
+  if (!tv.ok()) return tv.status();
+  if (fv->shape[0] < 1) {
+    return absl::InvalidArgumentError("validation->features is empty (M = 0)");
+  }
+  if (tv->shape[0] != fv->shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("validation->targets has ", tv->shape[0],
+                                                   " rows; validation->features has ",
+                                                   fv->shape[0]));
+  }
+  if (fv->shape[1] != shape.input_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation->features has ", fv->shape[1], " columns; features has ", shape.input_dim));
+  }
+  if (tv->shape[1] != shape.output_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "validation->targets has ", tv->shape[1], " columns; targets has ", shape.output_dim));
+  }
+  out.features = std::make_unique<TensorView>(*std::move(fv));
+  out.targets = std::make_unique<TensorView>(*std::move(tv));
+  const auto output = [&](DLTensor* t, const char* name,
+                          absl::Span<const DType> dtype) -> absl::StatusOr<std::unique_ptr<TensorView>> {
+    if (t == nullptr) return std::unique_ptr<TensorView>();
+    absl::StatusOr<TensorView> view = ViewTensor(t, name, 1, dtype);
+    if (!view.ok()) return view.status();
+    if (view->shape[0] != evaluations) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " must have shape [", evaluations,
+          "] (one entry per evaluation: gpe_inr_mlp_num_evaluations); got [", view->shape[0],
+          "]"));
+    }
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*view, name); !s.ok()) return s;
+    return std::make_unique<TensorView>(*std::move(view));
+  };
+  absl::StatusOr<std::unique_ptr<TensorView>> sv = output(v.steps, "validation->steps", kI64);
+  if (!sv.ok()) return sv.status();
+  out.steps = *std::move(sv);
+  absl::StatusOr<std::unique_ptr<TensorView>> lv = output(v.loss, "validation->loss", kF64);
+  if (!lv.ok()) return lv.status();
+  out.loss = *std::move(lv);
+  for (const auto& [o, name] : {std::pair<const TensorView*, const char*>{out.steps.get(),
+                                                                          "validation->steps"},
+                                {out.loss.get(), "validation->loss"}}) {
+    if (o == nullptr) continue;
+    std::vector<const TensorView*> rest(others);
+    rest.push_back(out.features.get());
+    rest.push_back(out.targets.get());
+    if (o == out.steps.get()) rest.push_back(out.loss.get());
+    for (const TensorView* r : rest) {
+      if (r != nullptr && gpe::c_api::Overlaps(*o, *r)) {
+        return absl::InvalidArgumentError(absl::StrCat(name, " overlaps another argument"));
+      }
+    }
+  }
+  return out;
+}
+
 template <typename Scalar>
 absl::Status MlpFit(const gpe_mlp_options& o, const gpe::inr::MlpShape& shape,
                     const TensorView& features, const TensorView& targets,
                     const TensorView* initial, const TensorView& parameters,
-                    const TensorView* history, double* final_loss) {
+                    const TensorView* history, double* final_loss,
+                    const ValidationViews& validation) {
   const RowMatrix<Scalar> x = CopyMatrix<Scalar>(features);
   const RowMatrix<Scalar> y = CopyMatrix<Scalar>(targets);
+  const bool has_validation = validation.features != nullptr;
+  RowMatrix<Scalar> vx, vy;
+  if (has_validation) {
+    vx = CopyMatrix<Scalar>(*validation.features);
+    vy = CopyMatrix<Scalar>(*validation.targets);
+  }
   absl::StatusOr<gpe::inr::MlpT<Scalar>> mlp = gpe::inr::MlpT<Scalar>::Create(shape, o.seed);
   if (!mlp.ok()) return mlp.status();
   if (initial != nullptr) {
@@ -222,6 +341,11 @@ absl::Status MlpFit(const gpe_mlp_options& o, const gpe::inr::MlpShape& shape,
   train.adam.beta1 = o.beta1;
   train.adam.beta2 = o.beta2;
   train.adam.epsilon = o.epsilon;
+  if (has_validation) {
+    train.validation_features = &vx;
+    train.validation_targets = &vy;
+    train.eval_every = o.report_every;
+  }
   if (o.progress != nullptr) {
     train.eval_every = o.report_every;
     const gpe_progress_callback fn = o.progress;
@@ -233,9 +357,21 @@ absl::Status MlpFit(const gpe_mlp_options& o, const gpe::inr::MlpShape& shape,
   absl::StatusOr<gpe::inr::TrainHistory> h =
       gpe::inr::TrainFullBatch<Scalar>(&*mlp, x, y, train);
   if (!h.ok()) return AsArgumentError(h.status());
+  if (has_validation && static_cast<int64_t>(h->validation_loss.size()) !=
+                            NumEvaluations(o.steps, o.report_every)) {
+    return absl::InternalError(absl::StrCat("the trainer made ", h->validation_loss.size(),
+                                            " validation evaluations; expected ",
+                                            NumEvaluations(o.steps, o.report_every)));
+  }
   WriteVector<Scalar>(mlp->parameters(), parameters);
   WriteHistory(h->train_loss, history);
   if (final_loss != nullptr) *final_loss = h->final_train_loss;
+  if (const TensorView* v = validation.steps.get(); v != nullptr) {
+    for (size_t i = 0; i < h->validation_steps.size(); ++i) {
+      v->typed<int64_t>()[i * v->strides[0]] = h->validation_steps[i];
+    }
+  }
+  WriteHistory(h->validation_loss, validation.loss.get());
   return absl::OkStatus();
 }
 
@@ -470,9 +606,33 @@ gpe_status gpe_inr_mlp_init(const gpe_mlp_options* options, int64_t input_dim,
   });
 }
 
+gpe_status gpe_inr_mlp_num_evaluations(const gpe_mlp_options* options, int64_t* out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(
+            options->struct_size, offsetof(gpe_mlp_options, progress_user_data) + sizeof(void*),
+            sizeof(gpe_mlp_options), "gpe_mlp_options");
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckSchedule(*options); !s.ok()) return s;
+    *out = NumEvaluations(options->steps, options->report_every);
+    return absl::OkStatus();
+  });
+}
+
 gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options, const DLTensor* features,
                            const DLTensor* targets, const DLTensor* initial_parameters,
                            DLTensor* parameters, DLTensor* train_loss, double* final_loss) {
+  return gpe_inr_mlp_fit_v2(options, features, targets, initial_parameters, parameters,
+                            train_loss, final_loss, nullptr);
+}
+
+gpe_status gpe_inr_mlp_fit_v2(const gpe_mlp_options* options, const DLTensor* features,
+                              const DLTensor* targets, const DLTensor* initial_parameters,
+                              DLTensor* parameters, DLTensor* train_loss, double* final_loss,
+                              const gpe_mlp_validation* validation) {
   return Guard([&]() -> absl::Status {
     absl::StatusOr<TensorView> fv = ViewTensor(features, "features", 2, kF32F64);
     if (!fv.ok()) return fv.status();
@@ -504,24 +664,22 @@ gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options, const DLTensor* featu
         !s.ok()) {
       return s;
     }
-    if (options->steps < 0 || options->steps > (int64_t{1} << 31)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("steps must be in 0..2^31; got ", options->steps));
-    }
-    if (options->report_every < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("report_every must be >= 0; got ", options->report_every));
-    }
+    if (absl::Status s = CheckSchedule(*options); !s.ok()) return s;
     absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, options->steps);
     if (!hv.ok()) return hv.status();
     if (*hv != nullptr && (gpe::c_api::Overlaps(**hv, *pv) || gpe::c_api::Overlaps(**hv, *fv) ||
                            gpe::c_api::Overlaps(**hv, *tv))) {
       return absl::InvalidArgumentError("train_loss overlaps another argument");
     }
+    absl::StatusOr<ValidationViews> vv =
+        ReadValidation(validation, dt, *shape, NumEvaluations(options->steps, options->report_every),
+                       {&*pv, &*fv, &*tv, init.get(), hv->get()});
+    if (!vv.ok()) return vv.status();
     return dt == DType::kFloat32
-               ? MlpFit<float>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(), final_loss)
+               ? MlpFit<float>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(), final_loss,
+                               *vv)
                : MlpFit<double>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(),
-                                final_loss);
+                                final_loss, *vv);
   });
 }
 

@@ -132,6 +132,198 @@ void MlpMatchesCpp() {
 TEST(InrMlp, Float32MatchesTheCppTrainerBitForBit) { MlpMatchesCpp<float>(); }
 TEST(InrMlp, Float64MatchesTheCppTrainerBitForBit) { MlpMatchesCpp<double>(); }
 
+// The validation MSE of `params` on vx [m, 2] / vy [m, 2], evaluated directly: predict
+// through C, then sum the squared differences (formed in T, as MseLoss does) in double.
+template <typename T>
+double DirectValidationMse(gpe_mlp_options o, std::vector<T>* params, std::vector<T>* vx,
+                           const std::vector<T>& vy, int64_t m) {
+  std::vector<T> pred(m * 2);
+  std::vector<int64_t> ps = {static_cast<int64_t>(params->size())}, vs = {m, 2};
+  DLTensor tp = Tensor(params->data(), &ps), tx = Tensor(vx->data(), &vs),
+           tpred = Tensor(pred.data(), &vs);
+  EXPECT_EQ(gpe_inr_mlp_predict(&o, &tp, &tx, &tpred), GPE_OK) << gpe_last_error_message();
+  double sum = 0.0;
+  for (int64_t i = 0; i < m * 2; ++i) {
+    const double d = static_cast<double>(static_cast<T>(pred[i] - vy[i]));
+    sum += d * d;
+  }
+  return sum / static_cast<double>(m * 2);
+}
+
+// gpe_inr_mlp_fit_v2's validation curve equals TrainFullBatch's history (steps and losses)
+// bit for bit; the training is unchanged by it; each validation loss is the MSE of the
+// network after that many updates on the held-out points.
+template <typename T>
+void MlpValidationMatchesCpp() {
+  const int64_t n = 40, m = 15, steps = 25;
+  std::vector<T> all_x, all_y;
+  MakeData(n + m, &all_x, &all_y);
+  // Rows 0..n-1 train, rows n..n+m-1 are held out.
+  std::vector<T> x(all_x.begin(), all_x.begin() + 2 * n), y(all_y.begin(), all_y.begin() + 2 * n);
+  std::vector<T> vx(all_x.begin() + 2 * n, all_x.end()), vy(all_y.begin() + 2 * n, all_y.end());
+  // The validation targets as a column-major view (strides {1, m}): the boundary's copy
+  // must follow the strides.
+  std::vector<T> vy_cm(m * 2);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < 2; ++j) vy_cm[j * m + i] = vy[i * 2 + j];
+  }
+  gpe_mlp_options o = GPE_MLP_OPTIONS_INIT;
+  o.hidden_width = 16;
+  o.num_hidden_layers = 2;
+  o.steps = steps;
+  o.learning_rate = 5e-3;
+  o.seed = 11;
+  o.report_every = 10;  // evaluations after 10, 20 and 25 updates
+  int64_t count = 0, k = 0;
+  ASSERT_EQ(gpe_inr_mlp_num_parameters(&o, 2, 2, &count), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(gpe_inr_mlp_num_evaluations(&o, &k), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(k, 3);
+  std::vector<T> params(count), plain(count);
+  std::vector<double> loss(steps), plain_loss(steps), vloss(k, -1.0);
+  std::vector<int64_t> vsteps(k, -1);
+  std::vector<int64_t> xs = {n, 2}, vs = {m, 2}, ps = {count}, ls = {steps}, ks = {k};
+  std::vector<int64_t> cm_strides = {1, m};
+  DLTensor tx = Tensor(x.data(), &xs), ty = Tensor(y.data(), &xs), tp = Tensor(params.data(), &ps),
+           tl = Tensor(loss.data(), &ls), tvx = Tensor(vx.data(), &vs),
+           tvy = Tensor(vy_cm.data(), &vs), tvs = Tensor(vsteps.data(), &ks),
+           tvl = Tensor(vloss.data(), &ks);
+  tvy.strides = cm_strides.data();
+  gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+  val.features = &tvx;
+  val.targets = &tvy;
+  val.steps = &tvs;
+  val.loss = &tvl;
+  std::vector<int64_t> reported;
+  o.progress = [](void* user, int64_t step, double) {
+    static_cast<std::vector<int64_t>*>(user)->push_back(step);
+  };
+  o.progress_user_data = &reported;
+  double final_loss = 0;
+  ASSERT_EQ(gpe_inr_mlp_fit_v2(&o, &tx, &ty, nullptr, &tp, &tl, &final_loss, &val), GPE_OK)
+      << gpe_last_error_message();
+  EXPECT_EQ(reported, (std::vector<int64_t>{10, 20, 25}));  // the same schedule
+  EXPECT_EQ(vsteps, (std::vector<int64_t>{10, 20, 25}));
+
+  // The C++ trainer with the same validation set.
+  absl::StatusOr<gpe::inr::MlpT<T>> mlp = gpe::inr::MlpT<T>::Create({2, 16, 2, 2}, 11);
+  ASSERT_TRUE(mlp.ok());
+  const RowMatrix<T> fx = Eigen::Map<const RowMatrix<T>>(x.data(), n, 2);
+  const RowMatrix<T> fy = Eigen::Map<const RowMatrix<T>>(y.data(), n, 2);
+  const RowMatrix<T> fvx = Eigen::Map<const RowMatrix<T>>(vx.data(), m, 2);
+  const RowMatrix<T> fvy = Eigen::Map<const RowMatrix<T>>(vy.data(), m, 2);
+  gpe::inr::TrainOptionsT<T> train;
+  train.steps = steps;
+  train.adam.learning_rate = 5e-3;
+  train.validation_features = &fvx;
+  train.validation_targets = &fvy;
+  train.eval_every = 10;
+  absl::StatusOr<gpe::inr::TrainHistory> h = gpe::inr::TrainFullBatch<T>(&*mlp, fx, fy, train);
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(vsteps, h->validation_steps);
+  ASSERT_EQ(h->validation_loss.size(), 3u);
+  for (int64_t i = 0; i < k; ++i) EXPECT_EQ(vloss[i], h->validation_loss[i]) << i;  // bits
+  for (int64_t s = 0; s < steps; ++s) ASSERT_EQ(loss[s], h->train_loss[s]) << s;
+  for (int64_t i = 0; i < count; ++i) ASSERT_EQ(params[i], mlp->parameters()[i]) << i;
+  EXPECT_EQ(final_loss, h->final_train_loss);
+  EXPECT_LT(vloss[2], vloss[0]);  // the held-out error falls as the network trains
+
+  // The validation set does not change the training: gpe_inr_mlp_fit gives the same bits.
+  DLTensor tplain = Tensor(plain.data(), &ps), tplain_loss = Tensor(plain_loss.data(), &ls);
+  o.progress = nullptr;
+  ASSERT_EQ(gpe_inr_mlp_fit(&o, &tx, &ty, nullptr, &tplain, &tplain_loss, nullptr), GPE_OK);
+  EXPECT_EQ(plain, params);
+  EXPECT_EQ(plain_loss, loss);
+
+  // Each validation loss is the held-out MSE of the network after vsteps[i] updates:
+  // refit for exactly that many steps (the same seed and constant rate: the same network
+  // bits) and evaluate it directly on vx, vy. Tolerance 1e-13 relative: the per-entry
+  // squared errors are the same doubles, only the summation order differs (30 terms,
+  // error <= 30 * 2^-53 relative). The training-set MSE of the same network is far from
+  // it: the curve is measured on the held-out rows.
+  for (int64_t i = 0; i < k; ++i) {
+    gpe_mlp_options oi = o;
+    oi.steps = vsteps[i];
+    oi.report_every = 0;
+    std::vector<T> pi(count);
+    std::vector<double> li(1);
+    std::vector<int64_t> one = {1};
+    DLTensor tpi = Tensor(pi.data(), &ps), tvli = Tensor(li.data(), &one);
+    gpe_mlp_validation vi = GPE_MLP_VALIDATION_INIT;
+    vi.features = &tvx;
+    vi.targets = &tvy;
+    vi.loss = &tvli;
+    double train_mse = 0;
+    ASSERT_EQ(gpe_inr_mlp_fit_v2(&oi, &tx, &ty, nullptr, &tpi, nullptr, &train_mse, &vi), GPE_OK)
+        << gpe_last_error_message();
+    EXPECT_EQ(li[0], vloss[i]) << i;  // the final evaluation of the shorter run
+    const double direct = DirectValidationMse<T>(oi, &pi, &vx, vy, m);
+    EXPECT_NEAR(vloss[i], direct, 1e-13 * direct) << i;
+    EXPECT_GT(std::abs(train_mse - direct), 1e-6 * direct) << i;
+  }
+
+  // No updates: one evaluation, at step 0, of the initial network.
+  o.steps = 0;
+  ASSERT_EQ(gpe_inr_mlp_num_evaluations(&o, &k), GPE_OK);
+  ASSERT_EQ(k, 1);
+  std::vector<int64_t> ks1 = {1}, zero = {0};
+  tvs = Tensor(vsteps.data(), &ks1);
+  tvl = Tensor(vloss.data(), &ks1);
+  ASSERT_EQ(gpe_inr_mlp_fit_v2(&o, &tx, &ty, nullptr, &tp, nullptr, nullptr, &val), GPE_OK)
+      << gpe_last_error_message();
+  EXPECT_EQ(vsteps[0], 0);
+  const double initial = DirectValidationMse<T>(o, &params, &vx, vy, m);
+  EXPECT_NEAR(vloss[0], initial, 1e-13 * initial);
+}
+
+TEST(InrMlp, Float32ValidationCurveMatchesTheCppTrainer) { MlpValidationMatchesCpp<float>(); }
+TEST(InrMlp, Float64ValidationCurveMatchesTheCppTrainer) { MlpValidationMatchesCpp<double>(); }
+
+// gpe_inr_mlp_num_evaluations equals the number of evaluations TrainFullBatch makes, for
+// every (steps, report_every) pair near the boundaries (a multiple or not, every 0 or
+// above steps).
+TEST(InrMlp, NumEvaluationsMatchesTheTrainersSchedule) {
+  const int64_t n = 3;
+  std::vector<double> x = {0.1, 0.2, -0.3, 0.4, 0.5, -0.6}, y = {1, 2, 3};
+  std::vector<int64_t> xs = {n, 2}, ys = {n, 1};
+  DLTensor tx = Tensor(x.data(), &xs), ty = Tensor(y.data(), &ys);
+  for (int64_t steps : {0, 1, 5, 6, 7}) {
+    for (int64_t every : {0, 1, 3, 6, 10}) {
+      gpe_mlp_options o = GPE_MLP_OPTIONS_INIT;
+      o.hidden_width = 2;
+      o.num_hidden_layers = 0;
+      o.steps = steps;
+      o.report_every = every;
+      int64_t k = 0, count = 0;
+      ASSERT_EQ(gpe_inr_mlp_num_evaluations(&o, &k), GPE_OK) << gpe_last_error_message();
+      ASSERT_EQ(gpe_inr_mlp_num_parameters(&o, 2, 1, &count), GPE_OK);
+      std::vector<double> p(count), vl(k);
+      std::vector<int64_t> vs(k), ps = {count}, ks = {k};
+      DLTensor tp = Tensor(p.data(), &ps), tvs = Tensor(vs.data(), &ks),
+               tvl = Tensor(vl.data(), &ks);
+      gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+      val.features = &tx;  // the training rows double as a validation set here
+      val.targets = &ty;
+      val.steps = &tvs;
+      val.loss = &tvl;
+      ASSERT_EQ(gpe_inr_mlp_fit_v2(&o, &tx, &ty, nullptr, &tp, nullptr, nullptr, &val), GPE_OK)
+          << gpe_last_error_message();
+      absl::StatusOr<gpe::inr::MlpD> mlp = gpe::inr::MlpD::Create({2, 2, 0, 1}, 0);
+      ASSERT_TRUE(mlp.ok());
+      const RowMatrixXd fx = Eigen::Map<const RowMatrixXd>(x.data(), n, 2);
+      const RowMatrixXd fy = Eigen::Map<const RowMatrixXd>(y.data(), n, 1);
+      gpe::inr::TrainOptionsT<double> train;
+      train.steps = steps;
+      train.eval_every = every;
+      train.validation_features = &fx;
+      train.validation_targets = &fy;
+      absl::StatusOr<gpe::inr::TrainHistory> h = gpe::inr::TrainFullBatch<double>(&*mlp, fx, fy, train);
+      ASSERT_TRUE(h.ok()) << h.status();
+      EXPECT_EQ(vs, h->validation_steps) << steps << " " << every;
+      EXPECT_EQ(vl, h->validation_loss) << steps << " " << every;
+    }
+  }
+}
+
 TEST(InrMlp, DivergenceIsReportedAndLeavesOutputsUnwritten) {
   const int64_t n = 20;
   std::vector<double> x, y;

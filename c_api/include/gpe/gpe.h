@@ -1088,6 +1088,38 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options,
 GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_predict(const gpe_mlp_options* options,
                                                      const DLTensor* parameters,
                                                      const DLTensor* features, DLTensor* out);
+/* A held-out validation set for gpe_inr_mlp_fit_v2: the MSE of the network on it is
+ * evaluated after every options->report_every updates and after the last (report_every
+ * = 0: after the last only; steps = 0: once, at step 0, on the initial network): the
+ * schedule of the progress callback, whose train_loss is unchanged. K, the number of
+ * evaluations, is what gpe_inr_mlp_num_evaluations returns.
+ *  - features [M, input_dim] and targets [M, output_dim]: the fit's dtype, finite,
+ *    M >= 1; both or neither (neither: no validation, and no outputs below). They may
+ *    share memory with the training features and targets.
+ *  - steps (optional output, int64 [K]): the update count after which each evaluation
+ *    was made, increasing; loss (optional output, float64 [K]): the validation MSE
+ *    (accumulated in double) at each. Written only when the fit succeeds. */
+typedef struct gpe_mlp_validation {
+  uint32_t struct_size;     /* sizeof(gpe_mlp_validation) */
+  const DLTensor* features; /* [M, input_dim] */
+  const DLTensor* targets;  /* [M, output_dim] */
+  DLTensor* steps;          /* optional out: int64 [K] */
+  DLTensor* loss;           /* optional out: float64 [K] */
+} gpe_mlp_validation;
+#define GPE_MLP_VALIDATION_INIT { (uint32_t)sizeof(gpe_mlp_validation), NULL, NULL, NULL, NULL }
+
+/* K, the number of validation evaluations (and progress calls) of a fit with
+ * options->steps (0..2^31) and options->report_every (>= 0):
+ * floor(steps / report_every) when report_every > 0, plus one unless the last step is a
+ * multiple of report_every; 1 when steps = 0. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_num_evaluations(const gpe_mlp_options* options,
+                                                             int64_t* out);
+/* gpe_inr_mlp_fit with an optional validation set (validation NULL: exactly
+ * gpe_inr_mlp_fit). The training bits do not depend on the validation set. */
+GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_fit_v2(
+    const gpe_mlp_options* options, const DLTensor* features, const DLTensor* targets,
+    const DLTensor* initial_parameters, DLTensor* parameters, DLTensor* train_loss,
+    double* final_loss, const gpe_mlp_validation* validation);
 
 /* -- Gradient descent on the linear layer over a fixed encoding (Zheng et al. sec. 6.2) --
  * Adam from W = 0 on the MSE, full batch, float64, with the learning rate decayed

@@ -908,6 +908,12 @@ struct InrCall {
   std::vector<float> x32 = std::vector<float>(12, 0.5f);
   gpe_mlp_options mlp = GPE_MLP_OPTIONS_INIT;
   DLTensor tx, ty, tp, tl, tpred;
+  // The MLP's validation set: 4 held-out points, one evaluation (3 steps, report_every 0).
+  std::vector<double> vx = {0.3, -0.1, 0.2, 0.7, -0.5, 0.1, 0.0, 0.9}, vy = {2, 3, 1, 4},
+                      vloss = std::vector<double>(1, 0.0);
+  std::vector<int64_t> vsteps = std::vector<int64_t>(1, 0);
+  gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+  DLTensor tvx, tvy, tvs, tvl;
   // Linear Adam: Phi [6, 2] (x), Y [6, 1] (y), W [2, 1]; Psi_y [4, 2], Psi_x [3, 2],
   // image [4, 3], W [2, 2]; 3 steps.
   std::vector<double> w = std::vector<double>(4, 0.0), psi_y = {1, 0, 0, 1, 1, 1, 0.5, 0.2},
@@ -938,6 +944,14 @@ struct InrCall {
     tp = F64(&params, {17});
     tl = F64(&loss, {3});
     tpred = F64(&pred, {6, 1});
+    tvx = F64(&vx, {4, 2});
+    tvy = F64(&vy, {4, 1});
+    tvs = Make(vsteps.data(), kDLInt, 64, {1});
+    tvl = F64(&vloss, {1});
+    val.features = &tvx;
+    val.targets = &tvy;
+    val.steps = &tvs;
+    val.loss = &tvl;
     tw = F64(&w, {2, 1});
     tpy = F64(&psi_y, {4, 2});
     tpx = F64(&psi_x, {3, 2});
@@ -953,6 +967,9 @@ struct InrCall {
   }
   ~InrCall() { gpe_image_destroy(image_handle); }
   gpe_status MlpFit() { return gpe_inr_mlp_fit(&mlp, &tx, &ty, nullptr, &tp, &tl, nullptr); }
+  gpe_status MlpFitV2() {
+    return gpe_inr_mlp_fit_v2(&mlp, &tx, &ty, nullptr, &tp, &tl, nullptr, &val);
+  }
   gpe_status MlpPredict() { return gpe_inr_mlp_predict(&mlp, &tp, &tx, &tpred); }
   gpe_status Dense() { return gpe_inr_fit_dense_adam(&adam, &tx, &ty, &tw, &tl, nullptr); }
   gpe_status Separable() {
@@ -1063,6 +1080,132 @@ void InrSolverCases(const AddCase& add) {
     InrCall s;
     for (double& v : s.y) v = 1e200;  // squared errors overflow double
     return s.MlpFit();
+  });
+  e = "gpe_inr_mlp_num_evaluations";
+  add("mlp_evals_out_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_num_evaluations(&s.mlp, nullptr);
+  });
+  add("mlp_evals_options_null", e, [](Fixture&) {
+    InrCall s;
+    return gpe_inr_mlp_num_evaluations(nullptr, &s.count);
+  });
+  add("mlp_evals_struct_size_newer", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.struct_size += 8;
+    return gpe_inr_mlp_num_evaluations(&s.mlp, &s.count);
+  });
+  add("mlp_evals_steps_negative", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.steps = -1;
+    return gpe_inr_mlp_num_evaluations(&s.mlp, &s.count);
+  });
+  add("mlp_evals_report_every_negative", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.report_every = -2;
+    return gpe_inr_mlp_num_evaluations(&s.mlp, &s.count);
+  });
+  e = "gpe_inr_mlp_fit_v2";
+  add("mlp_fit_v2_features_nan", e, [](Fixture&) { InrCall s; s.x[0] = kNaN; return s.MlpFitV2(); });
+  add("mlp_fit_v2_validation_struct_size_small", e, [](Fixture&) {
+    InrCall s;
+    s.val.struct_size = 4;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_struct_size_newer", e, [](Fixture&) {
+    InrCall s;
+    s.val.struct_size += 8;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_targets_only", e, [](Fixture&) {
+    InrCall s;
+    s.val.features = nullptr;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_features_only", e, [](Fixture&) {
+    InrCall s;
+    s.val.targets = nullptr;
+    s.val.steps = s.val.loss = nullptr;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_outputs_without_set", e, [](Fixture&) {
+    InrCall s;
+    s.val.features = s.val.targets = nullptr;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_empty", e, [](Fixture&) {
+    InrCall s;
+    s.tvx = s.F64(&s.vx, {0, 2});
+    s.tvy = s.F64(&s.vy, {0, 1});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_rows_mismatch", e, [](Fixture&) {
+    InrCall s;
+    s.tvy = s.F64(&s.vy, {3, 1});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_features_width", e, [](Fixture&) {
+    InrCall s;
+    s.tvx = s.F64(&s.vx, {2, 4});
+    s.tvy = s.F64(&s.vy, {2, 1});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_targets_width", e, [](Fixture&) {
+    InrCall s;
+    s.tvy = s.F64(&s.vx, {4, 2});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_dtype_mismatch", e, [](Fixture&) {
+    InrCall s;
+    s.tvx = s.Make(s.x32.data(), kDLFloat, 32, {4, 2});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_features_nan", e, [](Fixture&) {
+    InrCall s;
+    s.vx[5] = kNaN;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_targets_inf", e, [](Fixture&) {
+    InrCall s;
+    s.vy[2] = -kInf;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_loss_wrong_length", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.report_every = 1;  // 3 evaluations; loss has 1 entry
+    s.val.steps = nullptr;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_steps_float64", e, [](Fixture&) {
+    InrCall s;
+    s.tvs = s.F64(&s.vloss, {1});
+    s.val.loss = nullptr;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_loss_overlaps_parameters", e, [](Fixture&) {
+    InrCall s;
+    s.tvl = s.F64(&s.params, {1});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_loss_overlaps_features", e, [](Fixture&) {
+    InrCall s;
+    s.tvl = s.F64(&s.vx, {1});
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_loss_self_overlap", e, [](Fixture&) {
+    InrCall s;
+    s.mlp.report_every = 1;  // 3 evaluations, all written to one element
+    std::vector<int64_t> steps3(3);
+    s.tvs = s.Make(steps3.data(), kDLInt, 64, {3});
+    s.tvl = s.F64(&s.vloss, {3});
+    static int64_t zero_stride = 0;
+    s.tvl.strides = &zero_stride;
+    return s.MlpFitV2();
+  });
+  add("mlp_fit_v2_validation_diverges", e, [](Fixture&) {
+    InrCall s;
+    for (double& v : s.y) v = 1e200;  // the training diverges; the curve is left unwritten
+    return s.MlpFitV2();
   });
   e = "gpe_inr_mlp_predict";
   add("mlp_predict_options_null", e, [](Fixture&) {
@@ -1291,6 +1434,17 @@ TEST(BadInputs, InrBaselinesAreValid) {
   EXPECT_EQ(s.count, 17);
   EXPECT_EQ(gpe_inr_mlp_init(&s.mlp, 2, 1, &s.tp), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(s.MlpFit(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_inr_mlp_num_evaluations(&s.mlp, &s.count), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.count, 1);
+  EXPECT_EQ(s.MlpFitV2(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(s.vsteps[0], 3);
+  EXPECT_GT(s.vloss[0], 0.0);
+  s.val.steps = s.val.loss = nullptr;  // the curve is optional
+  EXPECT_EQ(s.MlpFitV2(), GPE_OK) << gpe_last_error_message();
+  s.val.features = s.val.targets = nullptr;  // no validation set: gpe_inr_mlp_fit
+  EXPECT_EQ(s.MlpFitV2(), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_inr_mlp_fit_v2(&s.mlp, &s.tx, &s.ty, nullptr, &s.tp, &s.tl, nullptr, nullptr), GPE_OK)
+      << gpe_last_error_message();
   EXPECT_EQ(s.MlpPredict(), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(s.Dense(), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(s.Separable(), GPE_OK) << gpe_last_error_message();

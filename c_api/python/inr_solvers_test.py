@@ -149,6 +149,69 @@ class MlpTest(unittest.TestCase):
         np.testing.assert_allclose(loss2, want, rtol=1e-11)  # as test_float64_fit_...
         np.testing.assert_allclose(net.predict(self.x).shape, (50, 2))
 
+    def test_validation_curve_is_the_held_out_mse(self):
+        rng = np.random.default_rng(5)
+        vx = rng.uniform(-1, 1, (20, 3))  # held out: not among the training rows
+        vy = np.stack([np.sin(3 * vx[:, 0]) * vx[:, 1], vx[:, 2] ** 2], axis=1)
+        kw = dict(steps=25, learning_rate=1e-2, seed=6, report_every=10)
+        self.assertEqual(gpe.mlp_num_evaluations(25, 10), 3)
+        self.assertEqual(gpe.mlp_num_evaluations(20, 10), 2)
+        self.assertEqual(gpe.mlp_num_evaluations(0, 10), 1)
+        fit = gpe.mlp_fit(self.x, self.y, 12, 2, validation=(vx, vy), **kw)
+        self.assertIsInstance(fit, gpe.ValidatedFit)
+        np.testing.assert_array_equal(fit.validation_steps, [10, 20, 25])
+        # The validation set leaves the training's bits alone.
+        plain = gpe.mlp_fit(self.x, self.y, 12, 2, **kw)
+        np.testing.assert_array_equal(fit.weights, plain.weights)
+        np.testing.assert_array_equal(fit.train_loss, plain.train_loss)
+
+        def held_out_mse(p):
+            h = vx
+            layers = mlp_layers(p, self.dims)
+            for l, (w, b) in enumerate(layers):
+                h = h @ w + b
+                if l + 1 < len(layers):
+                    h = np.maximum(h, 0)
+            return np.mean((h - vy) ** 2)
+
+        # Each entry is the NumPy forward pass's MSE on the held-out rows of the network
+        # after that many updates (a refit of exactly that many steps: the same bits, as
+        # the last evaluation of the shorter run shows). float64 both sides with different
+        # summation orders (OpenBLAS vs NumPy), ~1e-16 relative per product through three
+        # layers: 1e-12 relative is ample, while the training-set MSE is far away.
+        for k, step in enumerate(fit.validation_steps):
+            short = gpe.mlp_fit(self.x, self.y, 12, 2, validation=(vx, vy),
+                                **dict(kw, steps=int(step), report_every=0))
+            self.assertEqual(short.validation_loss[-1], fit.validation_loss[k])
+            want = held_out_mse(short.weights)
+            self.assertAlmostEqual(fit.validation_loss[k], want, delta=1e-12 * want)
+            self.assertGreater(abs(short.final_loss - want), 1e-6 * want)
+        self.assertLess(fit.validation_loss[-1], fit.validation_loss[0])
+        # The Mlp class: four results with a validation set; float32 also works.
+        net = gpe.Mlp(3, 2, 12, 2, seed=6, dtype=np.float32)
+        loss, final, vs, vl = net.fit(self.x, self.y, steps=5, validation=(vx, vy),
+                                      report_every=2)
+        np.testing.assert_array_equal(vs, [2, 4, 5])
+        self.assertEqual(vl.dtype, np.float64)
+        self.assertTrue(np.all(np.isfinite(vl)))
+
+    def test_validation_bad_input_raises(self):
+        vx, vy = self.x[:10], self.y[:10]
+        with self.assertRaisesRegex(gpe.GpeError, "columns"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation=(vx[:, :2], vy))
+        with self.assertRaisesRegex(gpe.GpeError, "rows"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation=(vx, vy[:-1]))
+        with self.assertRaisesRegex(gpe.GpeError, "non-finite"):
+            bad = vy.copy()
+            bad[3, 1] = np.inf
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation=(vx, bad))
+        with self.assertRaisesRegex(gpe.GpeError, "empty"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation=(vx[:0], vy[:0]))
+        with self.assertRaises(ValueError):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation=(vx,))
+        with self.assertRaisesRegex(gpe.GpeError, "report_every"):
+            gpe.mlp_num_evaluations(3, -1)
+
     def test_bad_input_raises(self):
         with self.assertRaisesRegex(gpe.GpeError, "non-finite"):
             x = self.x.copy()

@@ -10,10 +10,11 @@ from gpe.attention import attention, attention_backward, merge_attention
 from gpe.bias import AdditiveBias, Alibi, FoxBias, GrapeABias, GrapeApBias, T5Bias
 from gpe.inr import (fit_blended_2d, fit_separable_2d, fit_separable_3d, predict_blended_2d,
                      predict_separable_2d, predict_separable_3d, shifted_basis, stable_rank)
-from gpe.inr_solvers import (Fit, Mlp, fit_dense_adam, fit_separable_adam_2d, grid_coordinates,
-                             image_read, image_write_jpeg, image_write_png, mlp_fit, mlp_init,
-                             mlp_num_parameters, mlp_predict, mse, psnr, random_split,
-                             regular_grid_split, synthetic_image, synthetic_vector_field)
+from gpe.inr_solvers import (Fit, Mlp, ValidatedFit, fit_dense_adam, fit_separable_adam_2d,
+                             grid_coordinates, image_read, image_write_jpeg, image_write_png,
+                             mlp_fit, mlp_init, mlp_num_evaluations, mlp_num_parameters,
+                             mlp_predict, mse, psnr, random_split, regular_grid_split,
+                             synthetic_image, synthetic_vector_field)
 from gpe.coordinate import (CoordinateEncoder, FourierFeatures, ShiftedEncoder, So2Bessel,
                             SphericalHarmonics, bessel_j, condition_number,
                             embedded_distance_matrix, embedder_distance, embedder_stable_rank,
@@ -29,6 +30,7 @@ from gpe.so import SoRepresentation
 __all__ = [
     "Fit",
     "Mlp",
+    "ValidatedFit",
     "fit_dense_adam",
     "fit_separable_adam_2d",
     "grid_coordinates",
@@ -37,6 +39,7 @@ __all__ = [
     "image_write_png",
     "mlp_fit",
     "mlp_init",
+    "mlp_num_evaluations",
     "mlp_num_parameters",
     "mlp_predict",
     "mse",

@@ -136,6 +136,17 @@ class MlpOptions(ctypes.Structure):
                 ("progress", ProgressCallback), ("progress_user_data", ctypes.c_void_p)]
 
 
+class MlpValidation(ctypes.Structure):
+    """gpe_mlp_validation: the held-out set (inputs) and the curve (optional outputs)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("features", ctypes.POINTER(DLTensor)),
+                ("targets", ctypes.POINTER(DLTensor)), ("steps", ctypes.POINTER(DLTensor)),
+                ("loss", ctypes.POINTER(DLTensor))]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(MlpValidation)
+
+
 class LinearAdamOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("steps", ctypes.c_int64),
                 ("learning_rate", ctypes.c_double), ("final_learning_rate", ctypes.c_double),
@@ -440,6 +451,10 @@ def _declare(lib):
         "gpe_inr_mlp_fit": (st, [ctypes.POINTER(MlpOptions), t, t, t, t, t,
                                  ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_mlp_predict": (st, [ctypes.POINTER(MlpOptions), t, t, t]),
+        "gpe_inr_mlp_num_evaluations": (st, [ctypes.POINTER(MlpOptions), i64p]),
+        "gpe_inr_mlp_fit_v2": (st, [ctypes.POINTER(MlpOptions), t, t, t, t, t,
+                                    ctypes.POINTER(ctypes.c_double),
+                                    ctypes.POINTER(MlpValidation)]),
         "gpe_inr_fit_dense_adam": (st, [ctypes.POINTER(LinearAdamOptions), t, t, t, t,
                                         ctypes.POINTER(ctypes.c_double)]),
         "gpe_inr_fit_separable_adam_2d": (st, [ctypes.POINTER(LinearAdamOptions), t, t, t, t,

@@ -31,6 +31,10 @@ TASKS = {"radial": 0, "spiral": 1}
 # The result of an iterative fit: the weights (or flat MLP parameters), the training MSE
 # before each update, and the MSE after the last.
 Fit = collections.namedtuple("Fit", ["weights", "train_loss", "final_loss"])
+# mlp_fit with a validation set: Fit's fields, then the validation curve: the update count
+# of each evaluation (int64 [K]) and the held-out MSE after it (float64 [K]).
+ValidatedFit = collections.namedtuple(
+    "ValidatedFit", ["weights", "train_loss", "final_loss", "validation_steps", "validation_loss"])
 
 
 def _progress(callback):
@@ -77,21 +81,50 @@ def mlp_init(input_dim, output_dim, hidden_width=128, num_hidden_layers=3, seed=
     return out
 
 
+def mlp_num_evaluations(steps, report_every=0):
+    """K, the number of validation evaluations (and progress calls) of a fit: after every
+    report_every updates and after the last (report_every 0: the last only); 1 when
+    steps is 0 (the initial network)."""
+    o, _ = _mlp_options(1, 0, steps, report_every=report_every)
+    n = ctypes.c_int64()
+    check(lib().gpe_inr_mlp_num_evaluations(ctypes.byref(o), ctypes.byref(n)))
+    return n.value
+
+
 def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
             learning_rate=1e-3, betas=(0.9, 0.999), eps=1e-8, seed=0,
-            initial_parameters=None, progress=None, report_every=0):
+            initial_parameters=None, progress=None, report_every=0, validation=None):
     """Full-batch Adam on the MSE of a ReLU MLP features [N, D] -> targets [N, C].
 
     features and targets share a dtype: float32 trains the float32 network (the fast
     path), float64 the same network in float64. initial_parameters (flat, that dtype)
     default to mlp_init(..., seed). progress(step, train_loss) is called every
     report_every steps (0: after the last only). Returns Fit(parameters, train_loss
-    [steps], final_loss). Raises GpeError on bad input or divergence."""
+    [steps], final_loss). Raises GpeError on bad input or divergence.
+
+    validation=(features [M, D], targets [M, C]): a held-out set, evaluated on the
+    progress schedule (mlp_num_evaluations(steps, report_every) times); the training is
+    unchanged by it. Returns ValidatedFit(..., validation_steps, validation_loss)."""
     features = np.asarray(features)
     dtype = _float_dtype(features.dtype)
     targets = np.asarray(targets, dtype=dtype)
     if features.ndim != 2 or targets.ndim != 2:
         raise ValueError("features and targets must be 2-dimensional [N, D], [N, C]")
+    val = None
+    if validation is not None:
+        if len(validation) != 2:
+            raise ValueError("validation must be a (features, targets) pair")
+        vx = np.asarray(validation[0], dtype=dtype)
+        vy = np.asarray(validation[1], dtype=dtype)
+        if vx.ndim != 2 or vy.ndim != 2:
+            raise ValueError("validation features and targets must be 2-dimensional [M, D], "
+                             "[M, C]")
+        k = mlp_num_evaluations(steps, report_every)
+        vsteps = np.empty(k, dtype=np.int64)
+        vloss = np.empty(k, dtype=np.float64)
+        views = [_ffi.as_dltensor(a) for a in (vx, vy, vsteps, vloss)]
+        val = _ffi.MlpValidation()
+        val.features, val.targets, val.steps, val.loss = [ctypes.pointer(t) for t, _ in views]
     o, cb = _mlp_options(hidden_width, num_hidden_layers, steps, learning_rate, betas, eps,
                          seed, report_every, progress)
     count = mlp_num_parameters(features.shape[1], targets.shape[1], hidden_width,
@@ -108,9 +141,12 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
         ip = np.asarray(initial_parameters, dtype=dtype)
         ti, ki = _ffi.as_dltensor(ip)
         init = ctypes.byref(ti)
-    check(lib().gpe_inr_mlp_fit(ctypes.byref(o), ctypes.byref(tf), ctypes.byref(tt), init,
-                                ctypes.byref(tp), ctypes.byref(tl), ctypes.byref(final)))
-    return Fit(params, loss, final.value)
+    check(lib().gpe_inr_mlp_fit_v2(ctypes.byref(o), ctypes.byref(tf), ctypes.byref(tt), init,
+                                   ctypes.byref(tp), ctypes.byref(tl), ctypes.byref(final),
+                                   None if val is None else ctypes.byref(val)))
+    if val is None:
+        return Fit(params, loss, final.value)
+    return ValidatedFit(params, loss, final.value, vsteps, vloss)
 
 
 def mlp_predict(parameters, features, output_dim, hidden_width=128, num_hidden_layers=3):
@@ -164,15 +200,19 @@ class Mlp:
         return self.parameters[off + fan_in * fan_out:off + (fan_in + 1) * fan_out]
 
     def fit(self, features, targets, steps=500, learning_rate=1e-3, betas=(0.9, 0.999),
-            eps=1e-8, progress=None, report_every=0):
+            eps=1e-8, progress=None, report_every=0, validation=None):
         """Trains from the current parameters (a fresh Adam state); returns
-        (train_loss [steps], final_loss) and updates `parameters`."""
+        (train_loss [steps], final_loss) and updates `parameters`. With
+        validation=(features, targets) (see mlp_fit) it returns (train_loss, final_loss,
+        validation_steps, validation_loss)."""
         r = mlp_fit(np.asarray(features, dtype=self.parameters.dtype), targets,
                     self.hidden_width, self.num_hidden_layers, steps, learning_rate, betas, eps,
                     initial_parameters=self.parameters, progress=progress,
-                    report_every=report_every)
+                    report_every=report_every, validation=validation)
         self.parameters = r.weights
-        return r.train_loss, r.final_loss
+        if validation is None:
+            return r.train_loss, r.final_loss
+        return r.train_loss, r.final_loss, r.validation_steps, r.validation_loss
 
     def predict(self, features):
         return mlp_predict(self.parameters, features, self.output_dim, self.hidden_width,

@@ -1089,6 +1089,29 @@ impl gpe_mlp_options {
     }
 }
 
+/// gpe_mlp_validation: a held-out set (inputs) and the validation curve (optional outputs).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gpe_mlp_validation {
+    pub struct_size: u32,
+    pub features: *const DLTensor,
+    pub targets: *const DLTensor,
+    pub steps: *mut DLTensor,
+    pub loss: *mut DLTensor,
+}
+impl gpe_mlp_validation {
+    /// GPE_MLP_VALIDATION_INIT.
+    pub fn init() -> Self {
+        Self {
+            struct_size: struct_size!(Self),
+            features: std::ptr::null(),
+            targets: std::ptr::null(),
+            steps: std::ptr::null_mut(),
+            loss: std::ptr::null_mut(),
+        }
+    }
+}
+
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gpe_linear_adam_options {
@@ -1140,6 +1163,17 @@ extern "C" {
         parameters: *mut DLTensor,
         train_loss: *mut DLTensor,
         final_loss: *mut f64,
+    ) -> gpe_status;
+    pub fn gpe_inr_mlp_num_evaluations(options: *const gpe_mlp_options, out: *mut i64) -> gpe_status;
+    pub fn gpe_inr_mlp_fit_v2(
+        options: *const gpe_mlp_options,
+        features: *const DLTensor,
+        targets: *const DLTensor,
+        initial_parameters: *const DLTensor,
+        parameters: *mut DLTensor,
+        train_loss: *mut DLTensor,
+        final_loss: *mut f64,
+        validation: *const gpe_mlp_validation,
     ) -> gpe_status;
     pub fn gpe_inr_mlp_predict(options: *const gpe_mlp_options, parameters: *const DLTensor, features: *const DLTensor, out: *mut DLTensor) -> gpe_status;
     pub fn gpe_inr_fit_dense_adam(

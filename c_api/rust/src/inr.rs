@@ -126,6 +126,86 @@ pub fn mlp_fit<T: Real>(
     Ok(MlpFit { parameters, train_loss, final_loss })
 }
 
+/// A held-out validation set for `mlp_fit_validated`: features [m, input_dim] and
+/// targets [m, output_dim] (row-major, m >= 1, finite), evaluated after every
+/// `eval_every` updates and after the last (0: after the last only).
+#[derive(Clone, Copy, Debug)]
+pub struct MlpValidation<'a, T> {
+    pub features: &'a [T],
+    pub targets: &'a [T],
+    pub eval_every: i64,
+}
+
+/// A fit with its validation curve: after `validation_steps[k]` updates the network's
+/// MSE on the held-out set was `validation_loss[k]` (accumulated in double).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlpValidatedFit<T> {
+    pub fit: MlpFit<T>,
+    pub validation_steps: Vec<i64>,
+    pub validation_loss: Vec<f64>,
+}
+
+/// The number of validation evaluations of a fit of `steps` updates evaluated every
+/// `eval_every` (see MlpValidation): 1 when steps is 0 (the initial network).
+pub fn mlp_num_evaluations(steps: i64, eval_every: i64) -> Result<usize> {
+    let mut o = ffi::gpe_mlp_options::init();
+    o.steps = steps;
+    o.report_every = eval_every;
+    let mut k = 0i64;
+    // SAFETY: plain values and one out pointer.
+    check(unsafe { ffi::gpe_inr_mlp_num_evaluations(&o, &mut k) })?;
+    Ok(k as usize)
+}
+
+/// `mlp_fit` with a held-out validation set (gpe_inr_mlp_fit_v2). The training is the
+/// same, bit for bit; the curve comes back beside it.
+pub fn mlp_fit_validated<T: Real>(
+    options: &MlpOptions,
+    features: &[T],
+    input_dim: usize,
+    targets: &[T],
+    output_dim: usize,
+    initial: Option<&[T]>,
+    validation: &MlpValidation<T>,
+) -> Result<MlpValidatedFit<T>> {
+    let n = rows_of("features", features.len(), input_dim)?;
+    expect_len("targets", targets.len(), n * output_dim)?;
+    let m = rows_of("validation features", validation.features.len(), input_dim)?;
+    expect_len("validation targets", validation.targets.len(), m * output_dim)?;
+    let p = mlp_num_parameters(options, input_dim, output_dim)?;
+    if let Some(init) = initial {
+        expect_len("initial parameters", init.len(), p)?;
+    }
+    let k = mlp_num_evaluations(options.steps, validation.eval_every)?;
+    let mut o = options.ffi();
+    o.report_every = validation.eval_every;
+    let mut parameters = vec![T::default(); p];
+    let mut train_loss = vec![0.0; options.steps as usize];
+    let mut validation_steps = vec![0i64; k];
+    let mut validation_loss = vec![0.0; k];
+    let (mut fs, mut ts, mut ps, mut ips, mut ls) = ([n as i64, input_dim as i64], [n as i64, output_dim as i64], [p as i64], [p as i64], [options.steps]);
+    let (mut vfs, mut vts, mut vss, mut vls) = ([m as i64, input_dim as i64], [m as i64, output_dim as i64], [k as i64], [k as i64]);
+    let tf = real_tensor(features, &mut fs);
+    let tt = real_tensor(targets, &mut ts);
+    let ti = initial.map(|init| real_tensor(init, &mut ips));
+    let mut tp = real_tensor_mut(&mut parameters, &mut ps);
+    let mut tl = f64_tensor_mut(&mut train_loss, &mut ls);
+    let tvf = real_tensor(validation.features, &mut vfs);
+    let tvt = real_tensor(validation.targets, &mut vts);
+    let mut tvs = crate::tensor(validation_steps.as_mut_ptr() as *const std::os::raw::c_void, ffi::KDL_INT, 64, &mut vss);
+    let mut tvl = f64_tensor_mut(&mut validation_loss, &mut vls);
+    let mut val = ffi::gpe_mlp_validation::init();
+    val.features = &tvf;
+    val.targets = &tvt;
+    val.steps = &mut tvs;
+    val.loss = &mut tvl;
+    let mut final_loss = 0.0;
+    let ip = ti.as_ref().map_or(ptr::null(), |t| t as *const ffi::DLTensor);
+    // SAFETY: every length checked against the shapes given; k is the library's count.
+    check(unsafe { ffi::gpe_inr_mlp_fit_v2(&o, &tf, &tt, ip, &mut tp, &mut tl, &mut final_loss, &val) })?;
+    Ok(MlpValidatedFit { fit: MlpFit { parameters, train_loss, final_loss }, validation_steps, validation_loss })
+}
+
 /// The network's output [n, output_dim] on features [n, input_dim].
 pub fn mlp_predict<T: Real>(options: &MlpOptions, parameters: &[T], features: &[T], input_dim: usize, output_dim: usize) -> Result<Vec<T>> {
     let n = rows_of("features", features.len(), input_dim)?;

@@ -27,9 +27,9 @@ pub use coordinate::{
     So2BesselOptions, Tensor3,
 };
 pub use inr::{
-    fit_dense_adam, fit_separable_adam_2d, grid_coordinates, mlp_fit, mlp_init, mlp_num_parameters, mlp_predict, mse, psnr, random_split,
-    regular_grid_split, synthetic_image, synthetic_vector_field, write_jpeg, write_png, Image, LinearAdamOptions, LinearFit, MlpFit, MlpOptions,
-    Split, SyntheticTask,
+    fit_dense_adam, fit_separable_adam_2d, grid_coordinates, mlp_fit, mlp_fit_validated, mlp_init, mlp_num_evaluations, mlp_num_parameters,
+    mlp_predict, mse, psnr, random_split, regular_grid_split, synthetic_image, synthetic_vector_field, write_jpeg, write_png, Image,
+    LinearAdamOptions, LinearFit, MlpFit, MlpOptions, MlpValidatedFit, MlpValidation, Split, SyntheticTask,
 };
 pub use sequence::{
     algebraic_periodic_apply, locality_scale, shaw_value_output, shaw_value_output_backward, transformer_xl_score_terms,

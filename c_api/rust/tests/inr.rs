@@ -204,6 +204,66 @@ fn mlp_fit_reports_the_losses_of_its_networks() {
     assert_eq!(mlp_fit::<f64>(&o, &coords.data[..5], 2, &data.data, 1, None).unwrap_err().status, Status::InvalidArgument);
 }
 
+#[test]
+fn mlp_validation_curve_is_the_held_out_mse() {
+    assert_eq!(mlp_num_evaluations(25, 10).unwrap(), 3);
+    assert_eq!(mlp_num_evaluations(20, 10).unwrap(), 2);
+    assert_eq!(mlp_num_evaluations(7, 0).unwrap(), 1);
+    assert_eq!(mlp_num_evaluations(0, 5).unwrap(), 1);
+    assert_eq!(mlp_num_evaluations(7, -1).unwrap_err().status, Status::InvalidArgument);
+    let n = 12;
+    let data = synthetic_image(SyntheticTask::Spiral, false, n).unwrap();
+    let coords = grid_coordinates(n).unwrap();
+    // Every third pixel is held out; the rest train.
+    let (mut x, mut y, mut vx, mut vy) = (vec![], vec![], vec![], vec![]);
+    for i in 0..n * n {
+        let (xs, ys) = if i % 3 == 0 { (&mut vx, &mut vy) } else { (&mut x, &mut y) };
+        xs.extend_from_slice(&coords.data[2 * i..2 * i + 2]);
+        ys.push(data.data[i]);
+    }
+    let mut o = MlpOptions::default();
+    o.hidden_width = 16;
+    o.num_hidden_layers = 2;
+    o.steps = 25;
+    o.learning_rate = 1e-2;
+    o.seed = 3;
+    let val = MlpValidation { features: &vx, targets: &vy, eval_every: 10 };
+    let fit = mlp_fit_validated::<f64>(&o, &x, 2, &y, 1, None, &val).unwrap();
+    assert_eq!(fit.validation_steps, vec![10, 20, 25]);
+    // The validation set leaves the training's bits alone.
+    assert_eq!(fit.fit, mlp_fit::<f64>(&o, &x, 2, &y, 1, None).unwrap());
+    // Each entry is the held-out MSE of the network after that many updates: a fit of
+    // exactly that many steps (the same bits: its last evaluation is the same number),
+    // predicted and scored here. 1e-12 relative: the same squared differences in double,
+    // summed in another order. The training-set MSE of that network is far from it.
+    for (k, &step) in fit.validation_steps.iter().enumerate() {
+        let mut ok = o;
+        ok.steps = step;
+        let short = mlp_fit_validated::<f64>(&ok, &x, 2, &y, 1, None, &MlpValidation { eval_every: 0, ..val }).unwrap();
+        assert_eq!(short.validation_loss, vec![fit.validation_loss[k]]);
+        let direct = mean_sq(&mlp_predict(&ok, &short.fit.parameters, &vx, 2, 1).unwrap(), &vy);
+        assert!((fit.validation_loss[k] - direct).abs() <= 1e-12 * direct, "{} vs {}", fit.validation_loss[k], direct);
+        assert!((short.fit.final_loss - direct).abs() > 1e-6 * direct);
+    }
+    // float32 trains the float32 network; the curve is still float64.
+    let (x32, y32): (Vec<f32>, Vec<f32>) = (x.iter().map(|&v| v as f32).collect(), y.iter().map(|&v| v as f32).collect());
+    let (vx32, vy32): (Vec<f32>, Vec<f32>) = (vx.iter().map(|&v| v as f32).collect(), vy.iter().map(|&v| v as f32).collect());
+    let fit32 = mlp_fit_validated::<f32>(&o, &x32, 2, &y32, 1, None, &MlpValidation { features: &vx32, targets: &vy32, eval_every: 10 }).unwrap();
+    assert_eq!(fit32.validation_steps, vec![10, 20, 25]);
+    assert!(fit32.validation_loss.iter().all(|l| l.is_finite()));
+    // Bad validation sets.
+    let short_targets = MlpValidation { targets: &vy[1..], ..val };
+    assert_eq!(mlp_fit_validated::<f64>(&o, &x, 2, &y, 1, None, &short_targets).unwrap_err().status, Status::InvalidArgument);
+    let mut nan = vx.clone();
+    nan[3] = f64::NAN;
+    let with_nan = MlpValidation { features: &nan, ..val };
+    let e = mlp_fit_validated::<f64>(&o, &x, 2, &y, 1, None, &with_nan).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("non-finite"), "{}", e.message);
+    let empty = MlpValidation { features: &vx[..0], targets: &vy[..0], eval_every: 0 };
+    assert_eq!(mlp_fit_validated::<f64>(&o, &x, 2, &y, 1, None, &empty).unwrap_err().status, Status::InvalidArgument);
+}
+
 fn matmul(a: &Matrix, b: &Matrix) -> Matrix {
     let mut c = Matrix::zeros(a.rows, b.cols);
     for i in 0..a.rows {

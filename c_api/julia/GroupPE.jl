@@ -1816,6 +1816,7 @@ end
 
 # ---- INR training, data, metrics and image files (C ABI 0.5.0) ----
 export MlpOptions, mlp_options, mlp_num_parameters, mlp_init, mlp_fit, mlp_predict,
+       mlp_num_evaluations, mlp_fit_validated,
        LinearAdamOptions, linear_adam_options, fit_dense_adam, fit_separable_adam_2d,
        synthetic_image, synthetic_vector_field, grid_coordinates, random_split, regular_grid_split,
        inr_mse, inr_psnr, GPEImage, image_read, image_shape, image_pixels, image_write_png,
@@ -1888,6 +1889,65 @@ function mlp_fit(o::MlpOptions, features::StridedMatrix{T}, targets::StridedMatr
                     o, ref(tf), ref(tt), tptr(ti), ref(tp), ref(tl), final))
     end
     return p, loss, final[]
+end
+
+# gpe_mlp_validation: the held-out set (inputs) and the validation curve (optional outputs).
+struct MlpValidation
+    struct_size::UInt32
+    features::Ptr{DLTensor}
+    targets::Ptr{DLTensor}
+    steps::Ptr{DLTensor}
+    loss::Ptr{DLTensor}
+end
+
+"""K, the number of validation evaluations of a fit of `steps` updates evaluated after
+every `eval_every` updates and after the last (0: the last only); 1 when steps is 0."""
+function mlp_num_evaluations(steps::Integer, eval_every::Integer=0)
+    o = MlpOptions(ssize(MlpOptions), 1, 0, steps, 1e-3, 0.9, 0.999, 1e-8, UInt64(0), eval_every, C_NULL, C_NULL)
+    n = Ref{Int64}(0)
+    check(ccall((:gpe_inr_mlp_num_evaluations, libgpe), Int32, (Ref{MlpOptions}, Ref{Int64}), o, n))
+    return Int(n[])
+end
+
+"""`mlp_fit` with a held-out validation set (gpe_inr_mlp_fit_v2): validation_features
+(input_dim × M) and validation_targets (output_dim × M), evaluated after every
+`eval_every` updates and after the last (0: the last only). The training is unchanged,
+bit for bit. Returns (parameters, train_loss, final_loss, validation_steps,
+validation_loss): after validation_steps[k] updates the held-out MSE was
+validation_loss[k]."""
+function mlp_fit_validated(o::MlpOptions, features::StridedMatrix{T}, targets::StridedMatrix{T},
+                           validation_features::StridedMatrix{T}, validation_targets::StridedMatrix{T};
+                           eval_every::Integer=0,
+                           initial::Union{Nothing,StridedVector{T}}=nothing) where {T<:Union{Float32,Float64}}
+    size(features, 2) == size(targets, 2) ||
+        argerror("features has $(size(features, 2)) columns, targets $(size(targets, 2))")
+    k = mlp_num_evaluations(o.steps, eval_every)
+    ov = MlpOptions(o.struct_size, o.hidden_width, o.num_hidden_layers, o.steps, o.learning_rate, o.beta1,
+                    o.beta2, o.epsilon, o.seed, eval_every, o.progress, o.progress_user_data)
+    p = zeros(T, mlp_num_parameters(o, size(features, 1), size(targets, 1)))
+    initial === nothing || length(initial) == length(p) ||
+        argerror("initial has $(length(initial)) parameters; expected $(length(p))")
+    loss = zeros(Float64, o.steps)
+    vsteps = zeros(Int64, k)
+    vloss = zeros(Float64, k)
+    final = Ref{Float64}(0.0)
+    @tensor tf features batch_parts
+    @tensor tt targets batch_parts
+    @tensor tp p vec_parts
+    @tensor tl loss vec_parts
+    @tensor tvf validation_features batch_parts
+    @tensor tvt validation_targets batch_parts
+    @tensor tvs vsteps vec_parts
+    @tensor tvl vloss vec_parts
+    ti = initial === nothing ? nothing : (@tensor ti_ initial vec_parts; ti_)
+    GC.@preserve tf tt tp tl tvf tvt tvs tvl ti begin
+        val = MlpValidation(ssize(MlpValidation), tptr(tvf), tptr(tvt), tptr(tvs), tptr(tvl))
+        check(ccall((:gpe_inr_mlp_fit_v2, libgpe), Int32,
+                    (Ref{MlpOptions}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+                     Ref{Float64}, Ref{MlpValidation}),
+                    ov, ref(tf), ref(tt), tptr(ti), ref(tp), ref(tl), final, val))
+    end
+    return p, loss, final[], vsteps, vloss
 end
 
 """The network's output (output_dim × N) on features (input_dim × N)."""

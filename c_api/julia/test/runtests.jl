@@ -436,6 +436,24 @@ Random.seed!(20261123)
         @test abs(final - lf) <= 1e-12 * lf
         @test final < 0.5 * loss[1]
         @test mlp_fit(o, xy, y; initial=p0)[1] == p
+        # A held-out set (every third pixel): the curve's entries are the held-out MSE of
+        # the network after that many updates (a fit of exactly that many steps, scored
+        # here: 1e-12 relative, another summation order); the training is unchanged.
+        held = 1:3:size(xy, 2)
+        train = setdiff(1:size(xy, 2), held)
+        ov = mlp_options(hidden_width=16, num_hidden_layers=2, steps=25, learning_rate=1e-2, seed=3)
+        @test mlp_num_evaluations(25, 10) == 3
+        pv, lv, fv, vs, vl = mlp_fit_validated(ov, xy[:, train], y[:, train], xy[:, held], y[:, held]; eval_every=10)
+        @test vs == [10, 20, 25]
+        @test (pv, lv, fv) == mlp_fit(ov, xy[:, train], y[:, train])
+        for (i, s) in enumerate(vs)
+            os = mlp_options(hidden_width=16, num_hidden_layers=2, steps=s, learning_rate=1e-2, seed=3)
+            ps, _, _, _, vls = mlp_fit_validated(os, xy[:, train], y[:, train], xy[:, held], y[:, held])
+            @test vls == [vl[i]]
+            direct = sum((mlp_predict(os, ps, xy[:, held], 1) .- y[:, held]) .^ 2) / length(held)
+            @test abs(vl[i] - direct) <= 1e-12 * direct
+        end
+        @test_throws GPEError mlp_fit_validated(ov, xy[:, train], y[:, train], xy[:, held], y[:, held[2:end]])
         # No hidden layer: X W + b with W (in × out) row-major then b (1e-13).
         o0 = mlp_options(num_hidden_layers=0)
         q = randn(4 * 2 + 2)

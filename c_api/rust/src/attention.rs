@@ -1081,6 +1081,68 @@ pub fn attention_backward<T: Real>(
     Ok(g)
 }
 
+/// The Shaw tables' gradients from `attention_backward_v2`, [2 shaw_max_distance + 1,
+/// head_dim] each, for the tables the options carry (None for a table not given).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShawTableGrads {
+    pub key_table: Option<Matrix>,
+    pub value_table: Option<Matrix>,
+}
+
+/// `attention_backward` plus the Shaw tables' gradients (gpe_attention_backward_v2):
+/// dq, dk, dv as `attention_backward` gives them, and dL/d(shaw_key_table),
+/// dL/d(shaw_value_table) for the tables in `options`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_v2<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(AttentionGrads<T>, ShawTableGrads)> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let mut tables = ShawTableGrads {
+        key_table: options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols)),
+        value_table: options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols)),
+    };
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let mut tsk = tables.key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
+    let mut tsv = tables.value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
+    let tsk_ptr = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let tsv_ptr = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers,
+    // the tables' shaped like the tables given.
+    with_options(options, layout, |c| {
+        check(unsafe { ffi::gpe_attention_backward_v2(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, tsk_ptr, tsv_ptr) })
+    })?;
+    Ok((g, tables))
+}
+
 /// The encoding's parameter gradients from `attention_backward_with_parameters` (None
 /// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in

@@ -630,6 +630,20 @@ extern "C" {
         dk: *mut DLTensor,
         dv: *mut DLTensor,
     ) -> gpe_status;
+    pub fn gpe_attention_backward_v2(
+        options: *const gpe_attention_options,
+        q: *const DLTensor,
+        k: *const DLTensor,
+        v: *const DLTensor,
+        o: *const DLTensor,
+        lse: *const DLTensor,
+        d_o: *const DLTensor,
+        dq: *mut DLTensor,
+        dk: *mut DLTensor,
+        dv: *mut DLTensor,
+        d_shaw_key_table: *mut DLTensor,
+        d_shaw_value_table: *mut DLTensor,
+    ) -> gpe_status;
 }
 
 // ---- Coordinate encoders, graph encodings, embedder analysis, INR fits (0.4.0) ----

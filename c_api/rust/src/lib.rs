@@ -16,7 +16,8 @@ pub mod inr;
 pub mod sequence;
 
 pub use attention::{
-    attention_backward, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
+    attention_backward, attention_backward_v2, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads,
+    ShawTableGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
     RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos,
 };
 

@@ -567,3 +567,69 @@ fn attention_shaw_tables_and_their_gradients() {
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("shaw_key_table"), "{}", e.message);
 }
+
+// gpe_attention_backward_v2: dq, dk, dv equal gpe_attention_backward's (the same backward,
+// bit for bit), the Shaw tables' gradients equal those of
+// gpe_attention_backward_with_parameters and central differences of the forward.
+#[test]
+fn attention_backward_v2_adds_the_shaw_table_gradients() {
+    let (s, d, kmax) = (6usize, 4usize, 2i64);
+    let rows = (2 * kmax + 1) as usize;
+    let mut rng = Rng(31);
+    // Two query heads over one kv head (GQA), so the tables' gradients sum over heads.
+    let (q, k, v, w) = (rng.vec(s * 2 * d), rng.vec(s * d), rng.vec(s * d), rng.vec(s * 2 * d));
+    let (ak, av) = (Matrix::new(rows, d, rng.vec(rows * d)).unwrap(), Matrix::new(rows, d, rng.vec(rows * d)).unwrap());
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: 2, heads_kv: 1, head_dim: d };
+    let opts = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(&ak), shaw_value_table: Some(&av), ..Default::default() };
+    let (g2, t2) = attention_backward_v2(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    let g1 = attention_backward(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    assert_eq!((&g2.dq, &g2.dk, &g2.dv), (&g1.dq, &g1.dk, &g1.dv));
+    let (_, p) = attention_backward_with_parameters(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    assert_eq!(t2.key_table, p.shaw_key_table);
+    assert_eq!(t2.value_table, p.shaw_value_table);
+    // With the forward's o and lse passed in: the same gradients (float64 recomputes).
+    let (o, lse) = attention_forward(&opts, &layout, &heads, &q, &k, &v).unwrap();
+    let (g3, t3) = attention_backward_v2(&opts, &layout, &heads, &q, &k, &v, Some((&o, &lse)), &w).unwrap();
+    assert_eq!((&g3.dq, &t3), (&g2.dq, &t2));
+    // Central differences of L = <w, o>, step 1e-6 in float64: truncation ~1e-12, rounding
+    // ~1e-16 / 1e-6 = 1e-10; gradients are O(1), so 1e-7 absolute.
+    let loss = |ak: &Matrix, av: &Matrix| -> f64 {
+        let o = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(ak), shaw_value_table: Some(av), ..Default::default() };
+        let out = attention_forward(&o, &layout, &heads, &q, &k, &v).unwrap().0;
+        out.iter().zip(&w).map(|(a, b)| a * b).sum::<f64>()
+    };
+    let (gk, gv) = (t2.key_table.unwrap(), t2.value_table.unwrap());
+    for i in 0..rows * d {
+        let (mut up, mut down) = (ak.clone(), ak.clone());
+        up.data[i] += 1e-6;
+        down.data[i] -= 1e-6;
+        let fd = (loss(&up, &av) - loss(&down, &av)) / 2e-6;
+        assert!((gk.data[i] - fd).abs() < 1e-7, "key table entry {}: {} vs {}", i, gk.data[i], fd);
+        let (mut up, mut down) = (av.clone(), av.clone());
+        up.data[i] += 1e-6;
+        down.data[i] -= 1e-6;
+        let fd = (loss(&ak, &up) - loss(&ak, &down)) / 2e-6;
+        assert!((gv.data[i] - fd).abs() < 1e-7, "value table entry {}: {} vs {}", i, gv.data[i], fd);
+    }
+    // Only the key table: its gradient alone, the same numbers.
+    let key_only = AttentionOptions { shaw_value_table: None, ..opts };
+    let (_, tk) = attention_backward_v2(&key_only, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    assert!(tk.value_table.is_none());
+    let (_, pk) = attention_backward_with_parameters(&key_only, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    assert_eq!(tk.key_table, pk.shaw_key_table);
+    // No tables, float32 kernels: exactly gpe_attention_backward, with no table gradients.
+    let plain = AttentionOptions { causal: true, num_threads: 1, ..Default::default() };
+    let (q32, k32, v32, w32): (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) = (
+        q.iter().map(|&x| x as f32).collect(),
+        k.iter().map(|&x| x as f32).collect(),
+        v.iter().map(|&x| x as f32).collect(),
+        w.iter().map(|&x| x as f32).collect(),
+    );
+    let (g32, t32) = attention_backward_v2(&plain, &layout, &heads, &q32, &k32, &v32, None, &w32).unwrap();
+    let g32_v1 = attention_backward(&plain, &layout, &heads, &q32, &k32, &v32, None, &w32).unwrap();
+    assert_eq!((&g32.dq, &g32.dk, &g32.dv), (&g32_v1.dq, &g32_v1.dk, &g32_v1.dv));
+    assert_eq!(t32, ShawTableGrads::default());
+    // Bad input keeps its status: d_o of the wrong length.
+    assert_eq!(attention_backward_v2(&opts, &layout, &heads, &q, &k, &v, None, &w[1..]).err().unwrap().status, Status::InvalidArgument);
+}

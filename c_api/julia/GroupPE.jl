@@ -882,6 +882,7 @@ end
 
 # ==== Since 0.4.0: algebraic trees, grids, periodic domains, locality; Shaw values; Transformer-XL ====
 export AlgebraicTree, algebraic_tree_shape, algebraic_tree_apply, algebraic_tree_matrix, algebraic_tree_backward,
+       algebraic_tree_node_matrices,
        AlgebraicGrid, algebraic_grid_shape, algebraic_grid_apply, algebraic_grid_backward,
        algebraic_periodic_apply, locality_scale!, shaw_value_output, shaw_value_output_backward,
        transformer_xl_score_terms, transformer_xl_score_terms_backward
@@ -973,6 +974,30 @@ function algebraic_tree_matrix(t::AlgebraicTree, address::Vector{Int64})
     GC.@preserve tm address t begin
         check(ccall((:gpe_algebraic_tree_matrix, libgpe), Int32, (Ptr{Cvoid}, Ptr{Int64}, Int64, Ref{DLTensor}),
                     t.ptr, isempty(address) ? C_NULL : pointer(address), length(address), ref(tm)))
+    end
+    return m
+end
+"""Every node of depth <= max_depth as dim × dim × count (count = Σ_{t ≤ max_depth} k^t),
+built one depth at a time (level t + 1 = level t times each W_c; Kogkalidis et al. sec.
+3.2.3), in level order: the root first, then within a depth the addresses as base-k
+numbers (m[:, :, n] is the n-th node's ρ)."""
+function algebraic_tree_node_matrices(t::AlgebraicTree, max_depth::Integer)
+    max_depth >= 0 || argerror("max_depth must be >= 0; got $max_depth")
+    # The library holds at most 2^27 doubles: stop counting well before Int overflows.
+    limit = 2^27
+    count, level = 0, 1
+    for _ in 0:max_depth
+        count += level
+        count * t.dim * t.dim <= limit || argerror("the nodes of depth <= $max_depth need more than 2^27 doubles")
+        level *= t.num_branches
+    end
+    m = zeros(Float64, t.dim, t.dim, count)
+    # The C tensor [count, row, col] over m[row, col, node].
+    ms, mst = Int64[count, t.dim, t.dim], Int64[t.dim * t.dim, 1, t.dim]
+    tm = (dl(m, ms, mst), ms, mst, m)
+    GC.@preserve tm t begin
+        check(ccall((:gpe_algebraic_tree_node_matrices, libgpe), Int32, (Ptr{Cvoid}, Int64, Ref{DLTensor}),
+                    t.ptr, max_depth, ref(tm)))
     end
     return m
 end
@@ -1198,7 +1223,7 @@ export Rope, rope_shape, rope_frequencies, rope_forward, rope_backward, publishe
        RopeTable, rope_table, rope_table_forward, rope_table_backward,
        Bias, bias_alibi, bias_t5, bias_fox, bias_grape_ap, bias_grape_a, bias_info, bias_alibi_slopes,
        bias_fill_tile, bias_accumulate_gradient!, bias_fox_logit_gradient, bias_grape_a_lift,
-       attention_forward, attention_backward, attention_backward_with_parameters
+       attention_forward, attention_backward, attention_backward_v2, attention_backward_with_parameters
 
 struct RopeOptions
     struct_size::UInt32
@@ -1769,6 +1794,38 @@ function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedAr
         end
     end
     return dq, dk, dv
+end
+
+"""`attention_backward` plus the Shaw tables' gradients (gpe_attention_backward_v2):
+(dq, dk, dv, tables) with tables.shaw_key_table / shaw_value_table shaped like the tables
+given (`nothing` for a table not given)."""
+function attention_backward_v2(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
+                               kwargs...) where {T<:Union{Float32,Float64}}
+    dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
+    skt, svt = get(kwargs, :shaw_key_table, nothing), get(kwargs, :shaw_value_table, nothing)
+    gsk = skt === nothing ? nothing : zeros(Float64, size(skt))
+    gsv = svt === nothing ? nothing : zeros(Float64, size(svt))
+    keep = Any[]
+    mk(a) = a === nothing ? nothing : (@tensor t_ a rev_parts; push!(keep, t_); t_)
+    @tensor tq q rev_parts
+    @tensor tk k rev_parts
+    @tensor tv v rev_parts
+    @tensor tdo d_o rev_parts
+    @tensor tdq dq rev_parts
+    @tensor tdk dk rev_parts
+    @tensor tdv dv rev_parts
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv gsk gsv begin
+        opts = attention_options(keep; kwargs...)
+        tsk, tsv = mk(gsk), mk(gsv)
+        GC.@preserve keep begin
+            check(ccall((:gpe_attention_backward_v2, libgpe), Int32,
+                        (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
+                         Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor}),
+                        opts, ref(tq), ref(tk), ref(tv), C_NULL, C_NULL, ref(tdo), ref(tdq), ref(tdk), ref(tdv),
+                        tptr(tsk), tptr(tsv)))
+        end
+    end
+    return dq, dk, dv, (shaw_key_table=gsk, shaw_value_table=gsv)
 end
 
 """`attention_backward` plus the encoding's parameter gradients: (dq, dk, dv, params)

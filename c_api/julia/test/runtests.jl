@@ -214,6 +214,16 @@ Random.seed!(20261123)
         @test y[:, 2] == x[:, 2]
         gx, gs = algebraic_tree_backward(t, [Int64[0, 1], Int64[]], x, ones(3, 2))
         @test size(gs) == (3, 3, 2)
+        # Every node of depth <= 2 in level order (root; 0, 1; 00, 01, 10, 11): each the
+        # product ρ(address) (1e-12: one product per node from the previous level against
+        # the direct path, orthogonal factors, so rounding stays near 1e-15).
+        nodes = algebraic_tree_node_matrices(t, 2)
+        @test size(nodes) == (3, 3, 7)
+        order = [Int64[], Int64[0], Int64[1], Int64[0, 0], Int64[0, 1], Int64[1, 0], Int64[1, 1]]
+        for (n, addr) in enumerate(order)
+            @test maximum(abs.(nodes[:, :, n] - algebraic_tree_matrix(t, addr))) < 1e-12
+        end
+        @test_throws GPEError algebraic_tree_node_matrices(t, -1)
         s1, s2 = randn(2, 2), randn(3, 3)
         g = AlgebraicGrid([s1 - s1', s2 - s2'])
         @test algebraic_grid_shape(g) == (5, 2)
@@ -362,6 +372,16 @@ Random.seed!(20261123)
             @test abs(params.shaw_key_table[i] - (shaw(ak + e, av) - shaw(ak - e, av)) / 2e-6) < 1e-7
             @test abs(params.shaw_value_table[i] - (shaw(ak, av + e) - shaw(ak, av - e)) / 2e-6) < 1e-7
         end
+        # gpe_attention_backward_v2: dq, dk, dv of attention_backward and the tables'
+        # gradients of attention_backward_with_parameters, bit for bit.
+        dq2, dk2, dv2, tables = attention_backward_v2(q, k, v, d_o; causal=true, shaw_max_distance=kmax,
+                                                      shaw_key_table=ak, shaw_value_table=av)
+        @test (dq2, dk2, dv2) == attention_backward(q, k, v, d_o; causal=true, shaw_max_distance=kmax,
+                                                    shaw_key_table=ak, shaw_value_table=av)
+        @test tables.shaw_key_table == params.shaw_key_table
+        @test tables.shaw_value_table == params.shaw_value_table
+        @test attention_backward_v2(q, k, v, d_o; causal=true, shaw_max_distance=kmax,
+                                    shaw_key_table=ak)[4].shaw_value_table === nothing
         @test_throws GPEError attention_forward(q, k, v; shaw_max_distance=kmax, shaw_key_table=randn(d, 3))
     end
 

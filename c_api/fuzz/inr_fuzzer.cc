@@ -1,5 +1,6 @@
 // Fuzz target: the 0.5.0 INR entry points that parse sizes, shapes and options: the MLP
-// (gpe_inr_mlp_num_parameters / _init / _fit / _predict with gpe_mlp_options), the
+// (gpe_inr_mlp_num_parameters / _init / _fit / _predict with gpe_mlp_options, and
+// _num_evaluations / _fit_v2 with a fuzzed gpe_mlp_validation), the
 // linear Adam fits (gpe_inr_fit_dense_adam, gpe_inr_fit_separable_adam_2d with
 // gpe_linear_adam_options), the data (gpe_inr_synthetic_image / _vector_field,
 // gpe_inr_grid_coordinates, gpe_inr_random_split, gpe_inr_regular_grid_split), the
@@ -152,6 +153,27 @@ void MlpCalls(FuzzInput* in) {
                               in->Below(2) == 0 ? nullptr : loss.p(),
                               in->Below(2) == 0 ? nullptr : &final_loss));
   CheckStatus(gpe_inr_mlp_predict(op, params.p(), x.p(), out.p()));
+  // gpe_inr_mlp_fit_v2: a fuzzed validation set (both, one or neither of features and
+  // targets; outputs sized from gpe_inr_mlp_num_evaluations, or not) and struct_size.
+  int64_t k = 0;
+  const gpe_status ks = gpe_inr_mlp_num_evaluations(op, in->Below(32) == 1 ? nullptr : &k);
+  CheckStatus(ks);
+  if (ks != GPE_OK) k = in->Size(8);
+  const int64_t m = in->Below(8) == 1 ? in->Size(16) : 1 + in->Below(8);
+  Tensor vx({Near(in, m), Near(in, din)}, kDLFloat, bits), vy({Near(in, m), Near(in, dout)}, kDLFloat, bits);
+  Tensor vsteps({Near(in, k)}, kDLInt, 64), vloss({Near(in, k)});
+  vx.Fill(in);
+  vy.Fill(in);
+  for (Tensor* t : {&vx, &vy, &vsteps, &vloss}) t->Perturb(in);
+  gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+  val.struct_size = StructSize(in, val.struct_size);
+  val.features = in->Below(8) == 1 ? nullptr : vx.p();
+  val.targets = in->Below(8) == 1 ? nullptr : vy.p();
+  val.steps = in->Below(4) == 1 ? nullptr : vsteps.p();
+  val.loss = in->Below(4) == 1 ? nullptr : vloss.p();
+  CheckStatus(gpe_inr_mlp_fit_v2(op, x.p(), y.p(), nullptr, params.p(),
+                                 in->Below(2) == 0 ? nullptr : loss.p(), &final_loss,
+                                 in->Below(16) == 1 ? nullptr : &val));
 }
 
 void LinearAdamCalls(FuzzInput* in) {

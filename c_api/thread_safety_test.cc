@@ -506,6 +506,26 @@ std::vector<uint8_t> RunInr05(int tag, int* failures) {
   check(gpe_inr_mlp_predict(&mo, &tp64, &tcoords, &tpred));
   for (const auto* v : {&p64, &loss, &pred64}) keep(v->data(), v->size() * sizeof(double));
   keep(&final_loss, sizeof final_loss);
+  // With a validation set (the Radial field's first channel as held-out targets on the
+  // same grid), evaluated every 5 steps: 4 evaluations.
+  mo.report_every = 5;
+  int64_t evals = 0;
+  check(gpe_inr_mlp_num_evaluations(&mo, &evals));
+  if (evals != 4) ++*failures;
+  std::vector<double> vtargets(kPts), vloss(4);
+  for (int64_t i = 0; i < kPts; ++i) vtargets[i] = field[2 * i];
+  std::vector<int64_t> vsteps(4), es = {4};
+  DLTensor tvy = Tensor(vtargets.data(), kDLFloat, 64, &ys), tvs = Tensor(vsteps.data(), kDLInt, 64, &es),
+           tvl = Tensor(vloss.data(), kDLFloat, 64, &es);
+  gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+  val.features = &tcoords;
+  val.targets = &tvy;
+  val.steps = &tvs;
+  val.loss = &tvl;
+  check(gpe_inr_mlp_fit_v2(&mo, &tcoords, &ty, nullptr, &tp64, nullptr, nullptr, &val));
+  mo.report_every = 0;
+  keep(vsteps.data(), vsteps.size() * sizeof(int64_t));
+  keep(vloss.data(), vloss.size() * sizeof(double));
   std::vector<float> p32(np), c32(coords.begin(), coords.end()), y32(image.begin(), image.end()),
       pred32(kPts);
   DLTensor tp32 = Tensor(p32.data(), kDLFloat, 32, &pshape), tc32 = Tensor(c32.data(), kDLFloat, 32, &cs);

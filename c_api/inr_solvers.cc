@@ -275,8 +275,9 @@ absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validat
   }
   out.features = std::make_unique<TensorView>(*std::move(fv));
   out.targets = std::make_unique<TensorView>(*std::move(tv));
+  using OutputView = absl::StatusOr<std::unique_ptr<TensorView>>;
   const auto output = [&](DLTensor* t, const char* name,
-                          absl::Span<const DType> dtype) -> absl::StatusOr<std::unique_ptr<TensorView>> {
+                          absl::Span<const DType> dtype) -> OutputView {
     if (t == nullptr) return std::unique_ptr<TensorView>();
     absl::StatusOr<TensorView> view = ViewTensor(t, name, 1, dtype);
     if (!view.ok()) return view.status();
@@ -289,10 +290,10 @@ absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validat
     if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*view, name); !s.ok()) return s;
     return std::make_unique<TensorView>(*std::move(view));
   };
-  absl::StatusOr<std::unique_ptr<TensorView>> sv = output(v.steps, "validation->steps", kI64);
+  OutputView sv = output(v.steps, "validation->steps", kI64);
   if (!sv.ok()) return sv.status();
   out.steps = *std::move(sv);
-  absl::StatusOr<std::unique_ptr<TensorView>> lv = output(v.loss, "validation->loss", kF64);
+  OutputView lv = output(v.loss, "validation->loss", kF64);
   if (!lv.ok()) return lv.status();
   out.loss = *std::move(lv);
   for (const auto& [o, name] : {std::pair<const TensorView*, const char*>{out.steps.get(),
@@ -671,9 +672,9 @@ gpe_status gpe_inr_mlp_fit_v2(const gpe_mlp_options* options, const DLTensor* fe
                            gpe::c_api::Overlaps(**hv, *tv))) {
       return absl::InvalidArgumentError("train_loss overlaps another argument");
     }
-    absl::StatusOr<ValidationViews> vv =
-        ReadValidation(validation, dt, *shape, NumEvaluations(options->steps, options->report_every),
-                       {&*pv, &*fv, &*tv, init.get(), hv->get()});
+    absl::StatusOr<ValidationViews> vv = ReadValidation(
+        validation, dt, *shape, NumEvaluations(options->steps, options->report_every),
+        {&*pv, &*fv, &*tv, init.get(), hv->get()});
     if (!vv.ok()) return vv.status();
     return dt == DType::kFloat32
                ? MlpFit<float>(*options, *shape, *fv, *tv, init.get(), *pv, hv->get(), final_loss,

@@ -316,7 +316,8 @@ TEST(InrMlp, NumEvaluationsMatchesTheTrainersSchedule) {
       train.eval_every = every;
       train.validation_features = &fx;
       train.validation_targets = &fy;
-      absl::StatusOr<gpe::inr::TrainHistory> h = gpe::inr::TrainFullBatch<double>(&*mlp, fx, fy, train);
+      absl::StatusOr<gpe::inr::TrainHistory> h =
+          gpe::inr::TrainFullBatch<double>(&*mlp, fx, fy, train);
       ASSERT_TRUE(h.ok()) << h.status();
       EXPECT_EQ(vs, h->validation_steps) << steps << " " << every;
       EXPECT_EQ(vl, h->validation_loss) << steps << " " << every;

@@ -988,7 +988,8 @@ function algebraic_tree_node_matrices(t::AlgebraicTree, max_depth::Integer)
     count, level = 0, 1
     for _ in 0:max_depth
         count += level
-        count * t.dim * t.dim <= limit || argerror("the nodes of depth <= $max_depth need more than 2^27 doubles")
+        count <= limit ÷ max(1, t.dim * t.dim) ||
+            argerror("the nodes of depth <= $max_depth need more than 2^27 doubles")
         level *= t.num_branches
     end
     m = zeros(Float64, t.dim, t.dim, count)

@@ -58,7 +58,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------- */
 
 #define GPE_VERSION_MAJOR 0
-#define GPE_VERSION_MINOR 5
+#define GPE_VERSION_MINOR 6
 #define GPE_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
 #define GPE_VERSION_NUMBER \
@@ -1088,7 +1088,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_fit(const gpe_mlp_options* options,
 GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_predict(const gpe_mlp_options* options,
                                                      const DLTensor* parameters,
                                                      const DLTensor* features, DLTensor* out);
-/* A held-out validation set for gpe_inr_mlp_fit_v2: the MSE of the network on it is
+/* (Since 0.6.0.) A held-out validation set for gpe_inr_mlp_fit_v2: the MSE of the network on it is
  * evaluated after every options->report_every updates and after the last (report_every
  * = 0: after the last only; steps = 0: once, at step 0, on the initial network): the
  * schedule of the progress callback, whose train_loss is unchanged. K, the number of

@@ -119,6 +119,19 @@ absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_po
   return DoFillTile(head, q_positions, k_positions, out, ld);
 }
 
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, float* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, double* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
+
 absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,
                                           absl::Span<const int64_t> q_positions,
                                           absl::Span<const int64_t> k_positions) {
@@ -181,8 +194,8 @@ absl::StatusOr<AlibiBias> AlibiBias::CreateStandard(int64_t num_heads, AlibiForm
 }
 
 template <class T>
-void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-                     int64_t ld) const {
+absl::Status AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                             absl::Span<const int64_t> k, T* out, int64_t ld) const {
   const double m = slopes_[head];
   const bool symmetric = form_ == AlibiForm::kSymmetric;
   for (size_t r = 0; r < q.size(); ++r) {
@@ -193,16 +206,6 @@ void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const
       row[c] = static_cast<T>(-m * (symmetric ? std::fabs(d) : d));
     }
   }
-}
-
-absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                   absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                   absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -309,8 +312,8 @@ absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table,
 }
 
 template <class T>
-void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          T* out, int64_t ld) const {
+absl::Status T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                                  absl::Span<const int64_t> k, T* out, int64_t ld) const {
   for (size_t r = 0; r < q.size(); ++r) {
     T* row = out + static_cast<int64_t>(r) * ld;
     for (size_t c = 0; c < k.size(); ++c) {
@@ -318,17 +321,6 @@ void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<
       row[c] = static_cast<T>(table_[b * num_heads_ + head]);
     }
   }
-}
-
-absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                        absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                        absl::Span<const int64_t> k, double* out,
-                                        int64_t ld) const {
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -441,8 +433,9 @@ absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
 }
 
 template <class T>
-void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-                   int64_t ld) const {
+absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                           absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   const double* c = c_.data() + head;
   const int64_t stride = num_heads_;
   // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
@@ -454,18 +447,6 @@ void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const i
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
     for (size_t col = 0; col < k.size(); ++col) row[col] = static_cast<T>(ci - ck[col]);
   }
-}
-
-absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                 absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                 absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -587,8 +568,9 @@ absl::Status GrapeApBias::CheckPositions(absl::Span<const int64_t> q,
 }
 
 template <class T>
-void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                       T* out, int64_t ld) const {
+absl::Status GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                               absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   const auto [kmin_it, kmax_it] = std::minmax_element(k.begin(), k.end());
   const int64_t kmin = *kmin_it - first_, kmax = *kmax_it - first_;
   std::vector<double> running;  // running[l - lo] = P_t(l), reused across rows
@@ -606,18 +588,6 @@ void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<con
       row[c] = static_cast<T>(pt - running[k[c] - first_ - lo]);
     }
   }
-}
-
-absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -685,6 +655,11 @@ template absl::Status GrapeApBias::AccumulateGradient<double>(int64_t, absl::Spa
                                                               const double*, int64_t,
                                                               absl::Span<double>,
                                                               absl::Span<double>) const;
+
+template class AdditiveBiasFromFill<AlibiBias>;
+template class AdditiveBiasFromFill<T5RelativeBias>;
+template class AdditiveBiasFromFill<FoxBias>;
+template class AdditiveBiasFromFill<GrapeApBias>;
 
 }  // namespace sequence
 }  // namespace encodings

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -46,10 +47,17 @@ absl::Status ValidateTile(const char* who, int64_t num_heads, int64_t head,
   return absl::OkStatus();
 }
 
-absl::Status CheckGradBuffer(const char* who, absl::Span<double> buf, int64_t expected) {
-  if (static_cast<int64_t>(buf.size()) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": gradient buffer has ", buf.size(), " entries, expected ", expected));
+// ValidateTile for a gradient tile, then the size of each gradient buffer, in order.
+absl::Status ValidateGradientTile(const char* who, int64_t num_heads, int64_t head,
+                                  absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                                  const void* grad_tile, int64_t ld, int64_t expected,
+                                  std::initializer_list<absl::Span<double>> buffers) {
+  if (absl::Status s = ValidateTile(who, num_heads, head, q, k, grad_tile, ld); !s.ok()) return s;
+  for (absl::Span<double> buf : buffers) {
+    if (static_cast<int64_t>(buf.size()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": gradient buffer has ", buf.size(),
+                                                     " entries, expected ", expected));
+    }
   }
   return absl::OkStatus();
 }
@@ -214,13 +222,12 @@ absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head, absl::Span<const i
                                                 absl::Span<const int64_t> k_positions,
                                                 const T* grad_tile, int64_t ld,
                                                 absl::Span<double> grad_slopes) const {
-  constexpr const char* kWho = "AlibiBias::AccumulateSlopeGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads(), head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("AlibiBias::AccumulateSlopeGradient", num_heads(),
+                                            head, q_positions, k_positions, grad_tile, ld,
+                                            num_heads(), {grad_slopes});
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_slopes, num_heads()); !s.ok()) return s;
   const bool symmetric = form_ == AlibiForm::kSymmetric;
   double acc = 0.0;
   for (size_t r = 0; r < q_positions.size(); ++r) {
@@ -330,13 +337,10 @@ absl::Status T5RelativeBias::AccumulateTableGradient(int64_t head,
                                                      absl::Span<const int64_t> k_positions,
                                                      const T* grad_tile, int64_t ld,
                                                      absl::Span<double> grad_table) const {
-  constexpr const char* kWho = "T5RelativeBias::AccumulateTableGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_table, config_.num_buckets * num_heads_);
+  if (absl::Status s = ValidateGradientTile("T5RelativeBias::AccumulateTableGradient",
+                                            num_heads_, head, q_positions, k_positions,
+                                            grad_tile, ld, config_.num_buckets * num_heads_,
+                                            {grad_table});
       !s.ok()) {
     return s;
   }
@@ -455,13 +459,10 @@ absl::Status FoxBias::AccumulatePrefixGradient(int64_t head, absl::Span<const in
                                                absl::Span<const int64_t> k_positions,
                                                const T* grad_tile, int64_t ld,
                                                absl::Span<double> grad_prefix) const {
-  constexpr const char* kWho = "FoxBias::AccumulatePrefixGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("FoxBias::AccumulatePrefixGradient", num_heads_,
+                                            head, q_positions, k_positions, grad_tile, ld,
+                                            length_ * num_heads_, {grad_prefix});
       !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_prefix, length_ * num_heads_); !s.ok()) {
     return s;
   }
   if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
@@ -597,15 +598,12 @@ absl::Status GrapeApBias::AccumulateGradient(int64_t head, absl::Span<const int6
                                              const T* grad_tile, int64_t ld,
                                              absl::Span<double> grad_w,
                                              absl::Span<double> grad_u) const {
-  constexpr const char* kWho = "GrapeApBias::AccumulateGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("GrapeApBias::AccumulateGradient", num_heads_, head,
+                                            q_positions, k_positions, grad_tile, ld,
+                                            length_ * num_heads_ * rank_, {grad_w, grad_u});
       !s.ok()) {
     return s;
   }
-  const int64_t size = length_ * num_heads_ * rank_;
-  if (absl::Status s = CheckGradBuffer(kWho, grad_w, size); !s.ok()) return s;
-  if (absl::Status s = CheckGradBuffer(kWho, grad_u, size); !s.ok()) return s;
   if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
   if (absl::Status s = CheckPositions(q_positions, k_positions); !s.ok()) return s;
   const auto [kmin_it, kmax_it] = std::minmax_element(k_positions.begin(), k_positions.end());

@@ -69,6 +69,20 @@ class NormalStream {
   std::normal_distribution<float> n_{0.0f, 1.0f};
 };
 
+// RoPE options rotating the whole head of d (rotary_dim = head_dim).
+RopeOptions WholeHeadRope(int64_t d) {
+  RopeOptions ro;
+  ro.head_dim = d;
+  ro.rotary_dim = d;
+  return ro;
+}
+
+// A Rope with `options` and the default frequencies (base 10000).
+absl::StatusOr<Rope> CreateRope(const RopeOptions& options) {
+  return Rope::Create(options,
+                      *encodings::sequence::DefaultRopeFrequencies(options.head_dim, 10000.0));
+}
+
 // (query, key) pairs a head of one sequence of s tokens computes.
 double AllowedPairs(int64_t s, bool causal) {
   return causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
@@ -110,10 +124,7 @@ void BM_CpuForward(benchmark::State& state) {
   const size_t total = static_cast<size_t>(b * s * h * d);
   std::vector<float> q(total), k(total), v(total), o(total);
   n.Fill({&q, &k, &v});
-  RopeOptions ro;
-  ro.head_dim = d;
-  ro.rotary_dim = d;
-  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  auto rope = CreateRope(WholeHeadRope(d));
   std::unique_ptr<RopeRowTransform> rope_tr;
   std::vector<double> planes_theta;
   std::vector<encodings::sequence::CoordinatePlane> planes;
@@ -342,14 +353,11 @@ void BM_CpuForwardPositions(benchmark::State& state) {
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<float> q(total), k(total), v(total), o(total);
   n.Fill({&q, &k, &v});
-  RopeOptions ro;
-  ro.head_dim = d;
-  ro.rotary_dim = d;
-  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
-  RopeOptions mo = ro;
+  auto rope = CreateRope(WholeHeadRope(d));
+  RopeOptions mo = WholeHeadRope(d);
   mo.num_axes = 3;
   mo.plane_axes = *encodings::sequence::MRopePlaneAxes({16, 24, 24});
-  auto mrope = Rope::Create(mo, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  auto mrope = CreateRope(mo);
   RopeRowTransform rope_tr(*rope), mrope_tr(*mrope);
   // A 32 x 32 image grid per frame: (frame, row, column) of each token.
   std::vector<int64_t> coords(static_cast<size_t>(3 * s));

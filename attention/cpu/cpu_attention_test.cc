@@ -1197,6 +1197,15 @@ struct StructuredCase {
   int64_t d;
 };
 
+// The tiles the case lists below are shaped around (block_q 16, block_k 64), on 3 threads.
+CpuAttentionOptions CaseListOptions() {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  return opt;
+}
+
 // Runs check(args, name) for every structured transform on shapes below, at and above
 // the tiles (block_q 16, block_k 64), causal and not, GQA 2/1, plus a KV-cache shape
 // (queries shorter than keys, MQA, two sequences) and a packed varlen batch.
@@ -1260,10 +1269,7 @@ void ForEachStructuredCase(const Check& check) {
 }
 
 TEST(CpuForward, StructuredTransformsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 500;
   ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
     CheckAgainstReference(a, opt, ++seed, what);
@@ -1271,10 +1277,7 @@ TEST(CpuForward, StructuredTransformsInsideTheKernel) {
 }
 
 TEST(CpuBackward, StructuredTransformsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 600;
   ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
     CheckBackward(a, opt, ++seed, what);
@@ -1351,10 +1354,7 @@ void ForEachShawCase(const Check& check) {
 }
 
 TEST(CpuForward, ShawLabelsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 700;
   ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
     CheckAgainstReference(a, opt, ++seed, what);
@@ -1362,10 +1362,7 @@ TEST(CpuForward, ShawLabelsInsideTheKernel) {
 }
 
 TEST(CpuBackward, ShawLabelsAndTableGradients) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 800;
   ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
     CheckBackward(a, opt, ++seed, what);

@@ -79,33 +79,50 @@ absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int6
 
 namespace {
 
-// The default binding: no precomputation, sub-spans of the positions.
-class UnpreparedRowTransform final : public PreparedRowTransform {
+// PreparedRowTransform's Forward and Backward overloads for a bound transform whose float
+// and double paths are one template: Derived defines (and befriends this class for)
+//   template <class T>
+//   absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride,
+//                    bool backward) const;
+template <class Derived>
+class PreparedFromRun : public PreparedRowTransform {
  public:
-  UnpreparedRowTransform(const RowTransform& t, absl::Span<const int64_t> positions)
-      : t_(t), positions_(positions) {}
   absl::Status Forward(int64_t first, int64_t count, float* rows,
-                       int64_t stride) const override {
-    absl::Status s = CheckRange(first, count);
-    return s.ok() ? t_.Forward(positions_.subspan(first, count), rows, stride) : s;
-  }
-  absl::Status Backward(int64_t first, int64_t count, float* rows,
-                        int64_t stride) const override {
-    absl::Status s = CheckRange(first, count);
-    return s.ok() ? t_.Backward(positions_.subspan(first, count), rows, stride) : s;
+                       int64_t stride) const final {
+    return self().Run(first, count, rows, stride, /*backward=*/false);
   }
   absl::Status Forward(int64_t first, int64_t count, double* rows,
-                       int64_t stride) const override {
-    absl::Status s = CheckRange(first, count);
-    return s.ok() ? t_.Forward(positions_.subspan(first, count), rows, stride) : s;
+                       int64_t stride) const final {
+    return self().Run(first, count, rows, stride, /*backward=*/false);
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows,
+                        int64_t stride) const final {
+    return self().Run(first, count, rows, stride, /*backward=*/true);
   }
   absl::Status Backward(int64_t first, int64_t count, double* rows,
-                        int64_t stride) const override {
-    absl::Status s = CheckRange(first, count);
-    return s.ok() ? t_.Backward(positions_.subspan(first, count), rows, stride) : s;
+                        int64_t stride) const final {
+    return self().Run(first, count, rows, stride, /*backward=*/true);
   }
 
  private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+// The default binding: no precomputation, sub-spans of the positions.
+class UnpreparedRowTransform final : public PreparedFromRun<UnpreparedRowTransform> {
+ public:
+  UnpreparedRowTransform(const RowTransform& t, absl::Span<const int64_t> positions)
+      : t_(t), positions_(positions) {}
+
+ private:
+  friend class PreparedFromRun<UnpreparedRowTransform>;
+  template <class T>
+  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
+    absl::Status s = CheckRange(first, count);
+    if (!s.ok()) return s;
+    const absl::Span<const int64_t> positions = positions_.subspan(first, count);
+    return backward ? t_.Backward(positions, rows, stride) : t_.Forward(positions, rows, stride);
+  }
   absl::Status CheckRange(int64_t first, int64_t count) const {
     const int64_t n = static_cast<int64_t>(positions_.size());
     if (count < 0 || first < 0 || first > n - count) {
@@ -174,32 +191,17 @@ class PreparedRope final : public PreparedRowTransform {
 // Backward rho(g_t^-1) = rho(g_t)^T (orthogonal representations), both through the
 // representation's own Apply (double arithmetic, rounded once to the row type).
 template <class Rep>
-class PreparedElements final : public PreparedRowTransform {
+class PreparedElements final : public PreparedFromRun<PreparedElements<Rep>> {
  public:
   using Element = typename Rep::Element;
   PreparedElements(const Rep& rep, std::vector<Element> elements, std::vector<Element> inverses)
       : rep_(rep), fwd_(std::move(elements)), inv_(std::move(inverses)) {}
-  absl::Status Forward(int64_t first, int64_t count, float* rows,
-                       int64_t stride) const override {
-    return Run(fwd_, first, count, rows, stride);
-  }
-  absl::Status Forward(int64_t first, int64_t count, double* rows,
-                       int64_t stride) const override {
-    return Run(fwd_, first, count, rows, stride);
-  }
-  absl::Status Backward(int64_t first, int64_t count, float* rows,
-                        int64_t stride) const override {
-    return Run(inv_, first, count, rows, stride);
-  }
-  absl::Status Backward(int64_t first, int64_t count, double* rows,
-                        int64_t stride) const override {
-    return Run(inv_, first, count, rows, stride);
-  }
 
  private:
+  friend class PreparedFromRun<PreparedElements>;
   template <class T>
-  absl::Status Run(const std::vector<Element>& e, int64_t first, int64_t count, T* rows,
-                   int64_t stride) const {
+  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
+    const std::vector<Element>& e = backward ? inv_ : fwd_;
     const int64_t n = static_cast<int64_t>(e.size());
     if (absl::Status s = CheckRows("prepared group elements", first, count, n); !s.ok()) {
       return s;
@@ -212,32 +214,17 @@ class PreparedElements final : public PreparedRowTransform {
   std::vector<Element> fwd_, inv_;
 };
 
-class PreparedPlanes final : public PreparedRowTransform {
+class PreparedPlanes final : public PreparedFromRun<PreparedPlanes> {
  public:
   PreparedPlanes(std::vector<encodings::sequence::CoordinatePlane> planes,
                  std::vector<double> cos_sin, int64_t n)
       : planes_(std::move(planes)), cs_(std::move(cos_sin)), n_(n) {}
-  absl::Status Forward(int64_t first, int64_t count, float* rows,
-                       int64_t stride) const override {
-    return Run(first, count, rows, stride, 1.0);
-  }
-  absl::Status Backward(int64_t first, int64_t count, float* rows,
-                        int64_t stride) const override {
-    return Run(first, count, rows, stride, -1.0);  // G^T = G(-p): sin changes sign
-  }
-  absl::Status Forward(int64_t first, int64_t count, double* rows,
-                       int64_t stride) const override {
-    return Run(first, count, rows, stride, 1.0);
-  }
-  absl::Status Backward(int64_t first, int64_t count, double* rows,
-                        int64_t stride) const override {
-    return Run(first, count, rows, stride, -1.0);
-  }
 
  private:
+  friend class PreparedFromRun<PreparedPlanes>;
   template <class T>
-  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride,
-                   double sign) const {
+  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
+    const double sign = backward ? -1.0 : 1.0;  // G^T = G(-p): sin changes sign
     if (count < 0 || first < 0 || first > n_ - count) {
       return Bad(absl::StrCat("prepared planes: rows [", first, ", ", first, " + ", count,
                               ") outside its ", n_, " positions"));
@@ -382,26 +369,16 @@ absl::Status RopeRowTransform::Run(absl::Span<const int64_t> positions, T* rows,
   return RunIds(positions, static_cast<int64_t>(positions.size()), rows, stride, backward);
 }
 
-absl::Status RopeRowTransform::Forward(absl::Span<const int64_t> positions, double* rows,
-                                       int64_t stride) const {
-  return Run(positions, rows, stride, false);
-}
-absl::Status RopeRowTransform::Forward(absl::Span<const int64_t> positions, float* rows,
-                                       int64_t stride) const {
-  return Run(positions, rows, stride, false);
-}
-absl::Status RopeRowTransform::Backward(absl::Span<const int64_t> positions, double* rows,
-                                        int64_t stride) const {
-  return Run(positions, rows, stride, true);
-}
-absl::Status RopeRowTransform::Backward(absl::Span<const int64_t> positions, float* rows,
-                                        int64_t stride) const {
-  return Run(positions, rows, stride, true);
-}
+template absl::Status RopeRowTransform::Run<float>(absl::Span<const int64_t>, float*, int64_t,
+                                                   bool) const;
+template absl::Status RopeRowTransform::Run<double>(absl::Span<const int64_t>, double*, int64_t,
+                                                    bool) const;
 
 template <class T>
-absl::Status AlgebraicRowTransform::Back(absl::Span<const int64_t> positions, T* rows,
-                                         int64_t stride) const {
+absl::Status AlgebraicRowTransform::Run(absl::Span<const int64_t> positions, T* rows,
+                                        int64_t stride, bool backward) const {
+  if (!backward) return e_.Apply(positions, rows, stride, rows, stride);
+  // The transpose: (W^p)^T = W^{-p}.
   std::vector<int64_t> neg(positions.size());
   for (size_t i = 0; i < positions.size(); ++i) {
     if (positions[i] == std::numeric_limits<int64_t>::min()) {
@@ -411,44 +388,41 @@ absl::Status AlgebraicRowTransform::Back(absl::Span<const int64_t> positions, T*
   }
   return e_.Apply(absl::Span<const int64_t>(neg), rows, stride, rows, stride);
 }
-template absl::Status AlgebraicRowTransform::Back<float>(absl::Span<const int64_t>, float*,
-                                                         int64_t) const;
-template absl::Status AlgebraicRowTransform::Back<double>(absl::Span<const int64_t>, double*,
-                                                          int64_t) const;
+template absl::Status AlgebraicRowTransform::Run<float>(absl::Span<const int64_t>, float*,
+                                                        int64_t, bool) const;
+template absl::Status AlgebraicRowTransform::Run<double>(absl::Span<const int64_t>, double*,
+                                                         int64_t, bool) const;
 
-namespace {
-absl::Status NeedsStructured(const char* who, const char* form) {
-  return Bad(absl::StrCat(who, ": takes ", form,
+absl::Status StructuredOnlyRowTransform::Forward(absl::Span<const int64_t>, double*,
+                                                 int64_t) const {
+  return NeedsStructured();
+}
+absl::Status StructuredOnlyRowTransform::Forward(absl::Span<const int64_t>, float*,
+                                                 int64_t) const {
+  return NeedsStructured();
+}
+absl::Status StructuredOnlyRowTransform::Backward(absl::Span<const int64_t>, double*,
+                                                  int64_t) const {
+  return NeedsStructured();
+}
+absl::Status StructuredOnlyRowTransform::Backward(absl::Span<const int64_t>, float*,
+                                                  int64_t) const {
+  return NeedsStructured();
+}
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> StructuredOnlyRowTransform::Prepare(
+    absl::Span<const int64_t>) const {
+  return NeedsStructured();
+}
+absl::Status StructuredOnlyRowTransform::NeedsStructured() const {
+  return Bad(absl::StrCat(who_, ": takes ", form_,
                           " (StructuredPositions, AttentionArgs::q_structured / k_structured), "
                           "not one int64 position per token"));
-}
-}  // namespace
-
-absl::Status AlgebraicTreeRowTransform::Forward(absl::Span<const int64_t>, double*,
-                                                int64_t) const {
-  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
-}
-absl::Status AlgebraicTreeRowTransform::Forward(absl::Span<const int64_t>, float*,
-                                                int64_t) const {
-  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
-}
-absl::Status AlgebraicTreeRowTransform::Backward(absl::Span<const int64_t>, double*,
-                                                 int64_t) const {
-  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
-}
-absl::Status AlgebraicTreeRowTransform::Backward(absl::Span<const int64_t>, float*,
-                                                 int64_t) const {
-  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
-}
-absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicTreeRowTransform::Prepare(
-    absl::Span<const int64_t>) const {
-  return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
 }
 
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>>
 AlgebraicTreeRowTransform::PrepareStructured(const StructuredPositions& positions) const {
   if (positions.form() != StructuredPositions::Form::kTree) {
-    return NeedsStructured("AlgebraicTreeRowTransform", "tree addresses");
+    return NeedsStructured();
   }
   const int64_t n = static_cast<int64_t>(positions.tree_offsets.size()) - 1;
   const group::FreeGroup& fg = tree_.representation().group();
@@ -476,32 +450,6 @@ Element GridElement(absl::Span<const int64_t> c, bool negate, std::index_sequenc
   return Element{(negate ? -c[I] : c[I])...};
 }
 }  // namespace
-
-template <class Grid>
-absl::Status AlgebraicGridRowTransform<Grid>::Forward(absl::Span<const int64_t>, double*,
-                                                      int64_t) const {
-  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
-}
-template <class Grid>
-absl::Status AlgebraicGridRowTransform<Grid>::Forward(absl::Span<const int64_t>, float*,
-                                                      int64_t) const {
-  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
-}
-template <class Grid>
-absl::Status AlgebraicGridRowTransform<Grid>::Backward(absl::Span<const int64_t>, double*,
-                                                       int64_t) const {
-  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
-}
-template <class Grid>
-absl::Status AlgebraicGridRowTransform<Grid>::Backward(absl::Span<const int64_t>, float*,
-                                                       int64_t) const {
-  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
-}
-template <class Grid>
-absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicGridRowTransform<Grid>::Prepare(
-    absl::Span<const int64_t>) const {
-  return NeedsStructured("AlgebraicGridRowTransform", "per-axis coordinates");
-}
 
 template <class Grid>
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>>

@@ -188,23 +188,71 @@ class RowTransform {
       const StructuredPositions& positions) const;
 };
 
+// RowTransform's Forward and Backward overloads for a transform whose float and double
+// paths are one template: Derived defines (and befriends this class for)
+//   template <class T>
+//   absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+//                    bool backward) const;
+// with backward applying the transpose.
+template <class Derived>
+class RowTransformFromRun : public RowTransform {
+ public:
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const final {
+    return self().Run(positions, rows, stride, /*backward=*/false);
+  }
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const final {
+    return self().Run(positions, rows, stride, /*backward=*/false);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const final {
+    return self().Run(positions, rows, stride, /*backward=*/true);
+  }
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const final {
+    return self().Run(positions, rows, stride, /*backward=*/true);
+  }
+
+ private:
+  const Derived& self() const { return static_cast<const Derived&>(*this); }
+};
+
+// A RowTransform that takes structured positions only: Forward, Backward and Prepare of
+// int64 positions return InvalidArgument naming the transform (`who`) and the `form` of
+// StructuredPositions it takes; the derived class overrides PrepareStructured.
+class StructuredOnlyRowTransform : public RowTransform {
+ public:
+  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
+                       int64_t stride) const final;
+  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
+                       int64_t stride) const final;
+  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
+                        int64_t stride) const final;
+  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
+                        int64_t stride) const final;
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const final;
+
+ protected:
+  StructuredOnlyRowTransform(const char* who, const char* form) : who_(who), form_(form) {}
+  // The InvalidArgument above, also for structured positions of the wrong form.
+  absl::Status NeedsStructured() const;
+
+ private:
+  const char* who_;
+  const char* form_;
+};
+
 // RoPE (rope.h) as a RowTransform: one axis (num_axes == 1), role picks xPos's sign.
 // Holds a reference: `rope` must outlive the adapter.
-class RopeRowTransform final : public RowTransform {
+class RopeRowTransform final : public RowTransformFromRun<RopeRowTransform> {
  public:
   explicit RopeRowTransform(
       const encodings::sequence::Rope& rope,
       encodings::sequence::RopeRole role = encodings::sequence::RopeRole::kQuery)
       : rope_(rope), role_(role) {}
   int64_t dim() const override { return rope_.options().head_dim; }
-  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
-                       int64_t stride) const override;
-  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
-                       int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
-                        int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
-                        int64_t stride) const override;
   // Builds rope.h's float cos/sin table for the positions once (O(#positions x
   // rotary_dim) memory); tiles are then rotated by table lookups. Single-axis only.
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
@@ -223,6 +271,7 @@ class RopeRowTransform final : public RowTransform {
                       bool backward) const;
 
  private:
+  friend class RowTransformFromRun<RopeRowTransform>;
   template <class T>
   absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
                    bool backward) const;
@@ -241,7 +290,7 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
     absl::Span<const int64_t> positions);
 
 template <class E>
-class GrapeMRowTransform final : public RowTransform {
+class GrapeMRowTransform final : public RowTransformFromRun<GrapeMRowTransform<E>> {
  public:
   explicit GrapeMRowTransform(const E& encoding) : e_(encoding) {}
   int64_t dim() const override { return e_.dim(); }
@@ -253,57 +302,29 @@ class GrapeMRowTransform final : public RowTransform {
       return RowTransform::Prepare(positions);
     }
   }
-  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
-                       int64_t stride) const override {
-    return e_.Apply(positions, rows, stride, rows, stride);
-  }
-  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
-                       int64_t stride) const override {
-    return e_.Apply(positions, rows, stride, rows, stride);
-  }
-  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
-                        int64_t stride) const override {
-    return Back(positions, rows, stride);
-  }
-  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
-                        int64_t stride) const override {
-    return Back(positions, rows, stride);
-  }
 
  private:
+  friend class RowTransformFromRun<GrapeMRowTransform>;
   template <class T>
-  absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
+  absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+                   bool backward) const;
   const E& e_;
 };
 
 // Kogkalidis et al.'s sequence encoding W^p = exp(p S) (algebraic.h) as a RowTransform.
 // Backward applies (W^p)^T = W^{-p} (S skew), so positions must not be INT64_MIN.
 // `encoding` must outlive the adapter; dL/dS comes from AlgebraicSequence::Backward.
-class AlgebraicRowTransform final : public RowTransform {
+class AlgebraicRowTransform final : public RowTransformFromRun<AlgebraicRowTransform> {
  public:
   explicit AlgebraicRowTransform(const encodings::sequence::AlgebraicSequence& encoding)
       : e_(encoding) {}
   int64_t dim() const override { return e_.dim(); }
-  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
-                       int64_t stride) const override {
-    return e_.Apply(positions, rows, stride, rows, stride);
-  }
-  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
-                       int64_t stride) const override {
-    return e_.Apply(positions, rows, stride, rows, stride);
-  }
-  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
-                        int64_t stride) const override {
-    return Back(positions, rows, stride);
-  }
-  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
-                        int64_t stride) const override {
-    return Back(positions, rows, stride);
-  }
 
  private:
+  friend class RowTransformFromRun<AlgebraicRowTransform>;
   template <class T>
-  absl::Status Back(absl::Span<const int64_t> positions, T* rows, int64_t stride) const;
+  absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
+                   bool backward) const;
   const encodings::sequence::AlgebraicSequence& e_;
 };
 
@@ -314,21 +335,12 @@ class AlgebraicRowTransform final : public RowTransform {
 // Relativity: <rho(a_i) q, rho(a_j) k> = <q, rho(a_i^-1 a_j) k>, the path from node i to
 // node j. O(depth d^2) per row. int64 positions are rejected (InvalidArgument).
 // `tree` must outlive the adapter; dL/dS_c come from the tree's own backward.
-class AlgebraicTreeRowTransform final : public RowTransform {
+class AlgebraicTreeRowTransform final : public StructuredOnlyRowTransform {
  public:
   explicit AlgebraicTreeRowTransform(const encodings::sequence::AlgebraicTree& tree)
-      : tree_(tree) {}
+      : StructuredOnlyRowTransform("AlgebraicTreeRowTransform", "tree addresses"),
+        tree_(tree) {}
   int64_t dim() const override { return tree_.dim(); }
-  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
-                       int64_t stride) const override;
-  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
-                       int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
-                        int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
-                        int64_t stride) const override;
-  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
-      absl::Span<const int64_t> positions) const override;
   // The tree form only: every child index in [0, branching()).
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
       const StructuredPositions& positions) const override;
@@ -344,21 +356,13 @@ class AlgebraicTreeRowTransform final : public RowTransform {
 // W^{-x} (coordinates must not be INT64_MIN). int64 positions are rejected. `grid`
 // must outlive the adapter.
 template <class Grid>
-class AlgebraicGridRowTransform final : public RowTransform {
+class AlgebraicGridRowTransform final : public StructuredOnlyRowTransform {
  public:
   static constexpr int64_t kAxes = std::tuple_size<typename Grid::Element>::value;
-  explicit AlgebraicGridRowTransform(const Grid& grid) : grid_(grid) {}
+  explicit AlgebraicGridRowTransform(const Grid& grid)
+      : StructuredOnlyRowTransform("AlgebraicGridRowTransform", "per-axis coordinates"),
+        grid_(grid) {}
   int64_t dim() const override { return grid_.dim(); }
-  absl::Status Forward(absl::Span<const int64_t> positions, double* rows,
-                       int64_t stride) const override;
-  absl::Status Forward(absl::Span<const int64_t> positions, float* rows,
-                       int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, double* rows,
-                        int64_t stride) const override;
-  absl::Status Backward(absl::Span<const int64_t> positions, float* rows,
-                        int64_t stride) const override;
-  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
-      absl::Span<const int64_t> positions) const override;
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
       const StructuredPositions& positions) const override;
 
@@ -459,8 +463,9 @@ absl::Status PrepareRowTransforms(const AttentionArgs& args, absl::Span<const in
 // ---------------------------------------------------------------------------------
 template <class E>
 template <class T>
-absl::Status GrapeMRowTransform<E>::Back(absl::Span<const int64_t> positions, T* rows,
-                                         int64_t stride) const {
+absl::Status GrapeMRowTransform<E>::Run(absl::Span<const int64_t> positions, T* rows,
+                                        int64_t stride, bool backward) const {
+  if (!backward) return e_.Apply(positions, rows, stride, rows, stride);
   // E::Backward needs the forward input only for parameter gradients, which are dropped:
   // a zero input keeps it well defined; grad_in aliases grad_out exactly (allowed).
   const int64_t d = e_.dim();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention/descriptor.h"
+#include "attention/test_util.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"
@@ -37,44 +38,11 @@ using encodings::sequence::Rope;
 using encodings::sequence::RopeOptions;
 using encodings::sequence::T5BucketConfig;
 using encodings::sequence::T5RelativeBias;
-
-std::vector<double> Random(size_t n, std::mt19937_64* rng, double lo = -1.0, double hi = 1.0) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> x(n);
-  for (double& e : x) e = u(*rng);
-  return x;
-}
-
-// Dense bshd args.
-AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d) {
-  AttentionArgs a;
-  a.layout = Layout::kBSHD;
-  a.batch = batch;
-  a.seq_len_q = lq;
-  a.seq_len_k = lk;
-  a.num_q_heads = hq;
-  a.num_kv_heads = hkv;
-  a.head_dim = d;
-  a.q = a.o = ContiguousStrides(Layout::kBSHD, lq, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kBSHD, lk, hkv, d);
-  return a;
-}
-
-AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
-                  int64_t hkv, int64_t d) {
-  AttentionArgs a;
-  a.layout = Layout::kTHD;
-  a.seq_len_q = cu_q.back();
-  a.seq_len_k = cu_k.back();
-  a.cu_seqlens_q = cu_q;
-  a.cu_seqlens_k = cu_k;
-  a.num_q_heads = hq;
-  a.num_kv_heads = hkv;
-  a.head_dim = d;
-  a.q = a.o = ContiguousStrides(Layout::kTHD, 0, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kTHD, 0, hkv, d);
-  return a;
-}
+using test::Bshd;
+using test::MakeAxesRope;
+using test::RandomSkew;
+using test::RandomUniform;
+using test::Thd;
 
 // RoPE rotation matrix written from Su et al. eq. 15 (half-split pairs (i, i + r/2),
 // theta_i = base^(-2i/r)), independent of rope.cc.
@@ -194,7 +162,8 @@ TEST(ReferenceForward, MatchesDirectOracleWithAllDescriptors) {
     a.q_positions = pq;
     a.k_positions = pk;
     const size_t nq = batch * a.q.batch, nk = batch * a.k.batch;
-    std::vector<double> q = Random(nq, &rng), k = Random(nk, &rng), v = Random(nk, &rng);
+    std::vector<double> q = RandomUniform(nq, &rng), k = RandomUniform(nk, &rng),
+                        v = RandomUniform(nk, &rng);
     std::vector<double> o(nq, 7.0), lse(batch * lq * hq);
     ASSERT_TRUE(
         ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
@@ -234,7 +203,8 @@ TEST(ReferenceForward, FloatMatchesDouble) {
   std::mt19937_64 rng(2);
   AttentionArgs a = Bshd(1, 6, 6, 2, 1, 4);
   a.causal = true;
-  std::vector<double> q = Random(24 * 2, &rng), k = Random(24, &rng), v = Random(24, &rng);
+  std::vector<double> q = RandomUniform(24 * 2, &rng), k = RandomUniform(24, &rng),
+                      v = RandomUniform(24, &rng);
   std::vector<float> qf(q.begin(), q.end()), kf(k.begin(), k.end()), vf(v.begin(), v.end());
   std::vector<double> o(48), qr(qf.begin(), qf.end()), kr(kf.begin(), kf.end()),
       vr(vf.begin(), vf.end());
@@ -253,8 +223,8 @@ TEST(ReferenceForward, GqaEqualsRepeatedKvHeads) {
   const int64_t l = 5, hq = 6, hkv = 2, d = 4, grp = hq / hkv;
   AttentionArgs g = Bshd(1, l, l, hq, hkv, d), m = Bshd(1, l, l, hq, hq, d);
   g.causal = m.causal = true;
-  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hkv * d, &rng),
-                      v = Random(l * hkv * d, &rng), dout = Random(l * hq * d, &rng);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hkv * d, &rng),
+                      v = RandomUniform(l * hkv * d, &rng), dout = RandomUniform(l * hq * d, &rng);
   std::vector<double> kr(l * hq * d), vr(l * hq * d);
   for (int64_t t = 0; t < l; ++t)
     for (int64_t h = 0; h < hq; ++h)
@@ -301,8 +271,8 @@ TEST(ReferenceForward, ThdVarlenEqualsSeparateSequences) {
   AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
   a.causal = true;
   a.q_transform = a.k_transform = &tr;
-  std::vector<double> q = Random(11 * hq * d, &rng), k = Random(12 * hkv * d, &rng),
-                      v = Random(12 * hkv * d, &rng), o(q.size(), 5.0), lse(11 * hq);
+  std::vector<double> q = RandomUniform(11 * hq * d, &rng), k = RandomUniform(12 * hkv * d, &rng),
+                      v = RandomUniform(12 * hkv * d, &rng), o(q.size(), 5.0), lse(11 * hq);
   ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
   for (size_t b = 0; b + 1 < cu_q.size(); ++b) {
     const int64_t lq = cu_q[b + 1] - cu_q[b], lk = cu_k[b + 1] - cu_k[b];
@@ -339,8 +309,8 @@ TEST(ReferenceForward, KvCacheDecodeEqualsLastRow) {
     a->biases = {&*alibi};
     a->locality = 0.95;
   }
-  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hkv * d, &rng),
-                      v = Random(l * hkv * d, &rng), of(l * hq * d), od(hq * d);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hkv * d, &rng),
+                      v = RandomUniform(l * hkv * d, &rng), of(l * hq * d), od(hq * d);
   ASSERT_TRUE(ReferenceForward<double>(full, q.data(), k.data(), v.data(), of.data()).ok());
   ASSERT_TRUE(
       ReferenceForward<double>(dec, q.data() + (l - 1) * hq * d, k.data(), v.data(), od.data())
@@ -358,8 +328,8 @@ TEST(ReferenceForward, RopeRelativityUnderPositionShift) {
   RopeRowTransform tr(rope);
   auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
   ASSERT_TRUE(alibi.ok());
-  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
-                      v = Random(l * hq * d, &rng);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hq * d, &rng),
+                      v = RandomUniform(l * hq * d, &rng);
   std::vector<double> ref;
   for (int64_t shift : {int64_t{0}, int64_t{1000003}, int64_t{1} << 31}) {
     AttentionArgs a = Bshd(1, l, l, hq, hq, d);
@@ -387,8 +357,8 @@ TEST(ReferenceForward, RopeRelativityUnderPositionShift) {
 TEST(ReferenceForward, GrapeMTransforms) {
   std::mt19937_64 rng(7);
   const int64_t l = 5, hq = 2, d = 4;
-  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
-                      v = Random(l * hq * d, &rng);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hq * d, &rng),
+                      v = RandomUniform(l * hq * d, &rng);
   // Planes (i, i + 2) with RoPE's thetas = half-split RoPE of dim 4, base 100.
   auto planes =
       GrapeMCommutingPlanes::Create(d, {CoordinatePlane{0, 2, 1.0}, CoordinatePlane{1, 3, 0.1}});
@@ -406,8 +376,9 @@ TEST(ReferenceForward, GrapeMTransforms) {
   // Both rotate by the same exactly reduced angles; rounding differences only.
   EXPECT_LT(MaxAbsDiff(og, orp), 1e-14);
 
-  auto prod = GrapeMProduct::Create({Rank2Generator{Random(d, &rng), Random(d, &rng), 0.3},
-                                     Rank2Generator{Random(d, &rng), Random(d, &rng), -0.7}});
+  auto prod =
+      GrapeMProduct::Create({Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.3},
+                             Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), -0.7}});
   ASSERT_TRUE(prod.ok()) << prod.status();
   GrapeMRowTransform<GrapeMProduct> ptr(*prod);
   a.q_transform = a.k_transform = &ptr;
@@ -428,8 +399,8 @@ TEST(ReferenceForward, GrapeALiftEqualsAlibiBias) {
   const int64_t l = 7, h = 2, d = 4, dl = d + 2;
   auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
   ASSERT_TRUE(alibi.ok());
-  std::vector<double> q = Random(l * h * d, &rng), k = Random(l * h * d, &rng),
-                      v = Random(l * h * d, &rng);
+  std::vector<double> q = RandomUniform(l * h * d, &rng), k = RandomUniform(l * h * d, &rng),
+                      v = RandomUniform(l * h * d, &rng);
   AttentionArgs a = Bshd(1, l, l, h, h, d);
   a.causal = true;
   a.softmax_scale = 1.0;  // the lift adds the bias to the raw dot product
@@ -480,8 +451,9 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   const std::vector<int64_t> cu_q = {0, 2, 3, 6}, cu_k = {0, 3, 4, 7};
   Rope rope = MakeRope(d, 4);
   RopeRowTransform rtr(rope);
-  auto prod = GrapeMProduct::Create({Rank2Generator{Random(d, &rng), Random(d, &rng), 0.4},
-                                     Rank2Generator{Random(d, &rng), Random(d, &rng), 0.9}});
+  auto prod =
+      GrapeMProduct::Create({Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.4},
+                             Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.9}});
   ASSERT_TRUE(prod.ok());
   GrapeMRowTransform<GrapeMProduct> ptr(*prod);
   auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
@@ -513,8 +485,8 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
     a.biases = {&*alibi};
     a.locality = 0.8;
     a.softmax_scale = 0.7;
-    std::vector<double> q = Random(6 * hq * d, &rng), k = Random(7 * hkv * d, &rng),
-                        v = Random(7 * hkv * d, &rng), w = Random(6 * hq * d, &rng);
+    std::vector<double> q = RandomUniform(6 * hq * d, &rng), k = RandomUniform(7 * hkv * d, &rng),
+                        v = RandomUniform(7 * hkv * d, &rng), w = RandomUniform(6 * hq * d, &rng);
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
     ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
                                           dk.data(), dv.data())
@@ -552,9 +524,9 @@ TEST(ReferenceBackward, BiasGradientSinkGivesT5TableGradient) {
   cfg.num_buckets = 6;
   cfg.max_distance = 8;
   cfg.bidirectional = true;
-  std::vector<double> table = Random(cfg.num_buckets * hq, &rng);
-  std::vector<double> q = Random(l * hq * d, &rng), k = Random(l * hq * d, &rng),
-                      v = Random(l * hq * d, &rng), w = Random(l * hq * d, &rng);
+  std::vector<double> table = RandomUniform(cfg.num_buckets * hq, &rng);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hq * d, &rng),
+                      v = RandomUniform(l * hq * d, &rng), w = RandomUniform(l * hq * d, &rng);
   auto run = [&](const std::vector<double>& tab, std::vector<double>* grad_table) {
     auto t5 = T5RelativeBias::Create(tab, hq, cfg);
     EXPECT_TRUE(t5.ok()) << t5.status();
@@ -600,9 +572,9 @@ TEST(ReferenceBackward, FoxPerSequenceBiasAndLogitGradient) {
   const int64_t hq = 2, d = 4;
   const std::vector<int64_t> cu = {0, 4, 5, 9};
   const int64_t n = 9, nseq = 3;
-  std::vector<double> q = Random(n * hq * d, &rng), k = Random(n * hq * d, &rng),
-                      v = Random(n * hq * d, &rng), w = Random(n * hq * d, &rng);
-  std::vector<double> logits = Random(n * hq, &rng, -2.0, 3.0);  // token-major [t, head]
+  std::vector<double> q = RandomUniform(n * hq * d, &rng), k = RandomUniform(n * hq * d, &rng),
+                      v = RandomUniform(n * hq * d, &rng), w = RandomUniform(n * hq * d, &rng);
+  std::vector<double> logits = RandomUniform(n * hq, &rng, -2.0, 3.0);  // token-major [t, head]
   auto run = [&](const std::vector<double>& x, std::vector<double>* o_out,
                  std::vector<double>* grad_logits) {
     std::vector<FoxBias> fox;
@@ -792,19 +764,6 @@ std::vector<int64_t> Translated(const std::vector<int64_t>& coords, const std::v
   return out;
 }
 
-Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
-                  encodings::sequence::RopeFrequencies f) {
-  RopeOptions opt;
-  opt.head_dim = d;
-  opt.rotary_dim = d;
-  opt.pairing = group::PlanePairing::kInterleaved;
-  opt.num_axes = num_axes;
-  opt.plane_axes = std::move(plane_axes);
-  auto rope = Rope::Create(opt, std::move(f));
-  EXPECT_TRUE(rope.ok()) << rope.status();
-  return *rope;
-}
-
 // Runs the reference with the structured coordinates (axes form) cq / ck and checks
 // that (1) translating every token by one per-axis offset leaves o and lse unchanged
 // (scores depend only on x_j - x_i per axis) and (2) moving one key along any single
@@ -818,8 +777,8 @@ void CheckAxesRelativity(const RowTransform& tr, int64_t axes, int64_t d, uint64
   std::vector<int64_t> cq(lq * axes), ck(lk * axes);
   for (int64_t& c : cq) c = coord(rng);
   for (int64_t& c : ck) c = coord(rng);
-  std::vector<double> q = Random(lq * hq * d, &rng), k = Random(lk * hkv * d, &rng),
-                      v = Random(lk * hkv * d, &rng);
+  std::vector<double> q = RandomUniform(lq * hq * d, &rng), k = RandomUniform(lk * hkv * d, &rng),
+                      v = RandomUniform(lk * hkv * d, &rng);
   AttentionArgs a = Bshd(1, lq, lk, hq, hkv, d);
   a.q_transform = a.k_transform = &tr;
   a.q_structured.num_axes = a.k_structured.num_axes = axes;
@@ -872,7 +831,8 @@ TEST(StructuredPositions, AxialAndMRopeDependOnlyOnPerAxisDifferences) {
     RopeRowTransform tr1(one);
     std::mt19937_64 rng(7);
     const int64_t l = 6;
-    std::vector<double> q = Random(l * d, &rng), k = Random(l * d, &rng), v = Random(l * d, &rng);
+    std::vector<double> q = RandomUniform(l * d, &rng), k = RandomUniform(l * d, &rng),
+                        v = RandomUniform(l * d, &rng);
     std::vector<int64_t> pos = {0, 3, 9, 10, 200, 1 << 20}, c3;
     for (int64_t p : pos) c3.insert(c3.end(), {p, p, p});
     AttentionArgs a = Bshd(1, l, l, 1, 1, d);
@@ -886,12 +846,6 @@ TEST(StructuredPositions, AxialAndMRopeDependOnlyOnPerAxisDifferences) {
     // The same angles from the same reduction: identical up to summation order.
     EXPECT_LT(MaxAbsDiff(flat.o, RefForward(a, q, k, v).o), 1e-13);
   }
-}
-
-Eigen::MatrixXd RandomSkew(int64_t d, double scale, std::mt19937_64* rng) {
-  std::vector<double> x = Random(d * d, rng);
-  Eigen::MatrixXd m = Eigen::Map<Eigen::MatrixXd>(x.data(), d, d);
-  return scale * (m - m.transpose());
 }
 
 TEST(StructuredPositions, AlgebraicGridScoresDependOnlyOnPerAxisDifferences) {
@@ -914,7 +868,8 @@ TEST(StructuredPositions, AlgebraicGridScoresDependOnlyOnPerAxisDifferences) {
   sk.coords = ck;
   auto pq = t2.PrepareStructured(sq), pk = t2.PrepareStructured(sk);
   ASSERT_TRUE(pq.ok() && pk.ok());
-  std::vector<double> q = Random(2 * 9, &rng), k = Random(2 * 9, &rng), qt = q, kt = k;
+  std::vector<double> q = RandomUniform(2 * 9, &rng), k = RandomUniform(2 * 9, &rng), qt = q,
+                      kt = k;
   ASSERT_TRUE((*pq)->Forward(0, 2, qt.data(), 9).ok());
   ASSERT_TRUE((*pk)->Forward(0, 2, kt.data(), 9).ok());
   for (int i = 0; i < 2; ++i) {
@@ -963,7 +918,8 @@ TEST(StructuredPositions, AlgebraicTreeScoresDependOnlyOnTheRelativePath) {
   // Transform level: <rho(a_i) q, rho(a_j) k> = <q, rho(a_i^-1 a_j) k> (sec. 3.2.2).
   auto pq = tr.PrepareStructured(sq), pk = tr.PrepareStructured(sk);
   ASSERT_TRUE(pq.ok() && pk.ok()) << pq.status() << pk.status();
-  std::vector<double> q = Random(5 * d, &rng), k = Random(7 * d, &rng), qt = q, kt = k;
+  std::vector<double> q = RandomUniform(5 * d, &rng), k = RandomUniform(7 * d, &rng), qt = q,
+                      kt = k;
   ASSERT_TRUE((*pq)->Forward(0, 5, qt.data(), d).ok());
   ASSERT_TRUE((*pk)->Forward(0, 7, kt.data(), d).ok());
   const auto& fg = tree->representation().group();
@@ -983,7 +939,8 @@ TEST(StructuredPositions, AlgebraicTreeScoresDependOnlyOnTheRelativePath) {
   EXPECT_LT(MaxAbsDiff(qt, q), 1e-12);
   // Attention level: moving every node under one common prefix keeps every relative path
   // (x a_i)^-1 (x a_j) = a_i^-1 a_j, so o and lse are unchanged; moving one key is not.
-  std::vector<double> qq = Random(5 * 2 * d, &rng), kk = Random(7 * d, &rng), vv = Random(7 * d, &rng);
+  std::vector<double> qq = RandomUniform(5 * 2 * d, &rng), kk = RandomUniform(7 * d, &rng),
+                      vv = RandomUniform(7 * d, &rng);
   AttentionArgs a = Bshd(1, 5, 7, 2, 1, d);
   a.causal = true;  // masks by the int64 positions (token order), not by the tree
   a.q_transform = a.k_transform = &tr;
@@ -1060,7 +1017,7 @@ TEST(StructuredPositions, RejectsMismatchedForms) {
 // ---- Shaw et al. relative labels on keys and values ---------------------------------
 
 encodings::sequence::RowMatrixXd Table(int64_t rows, int64_t cols, std::mt19937_64* rng) {
-  std::vector<double> x = Random(rows * cols, rng);
+  std::vector<double> x = RandomUniform(rows * cols, rng);
   return Eigen::Map<encodings::sequence::RowMatrixXd>(x.data(), rows, cols);
 }
 
@@ -1078,7 +1035,8 @@ TEST(ShawLabels, ForwardMatchesRelativeHOnMaterialisedProbabilities) {
     a.q_positions = pq;
     a.k_positions = pk;
     a.shaw_keys = a.shaw_values = &*shaw;
-    std::vector<double> q = Random(lq * hq * d, &rng), k = Random(lk * d, &rng), v = Random(lk * d, &rng);
+    std::vector<double> q = RandomUniform(lq * hq * d, &rng), k = RandomUniform(lk * d, &rng),
+                        v = RandomUniform(lk * d, &rng);
     const RefOut got = RefForward(a, q, k, v);
     for (int64_t h = 0; h < hq; ++h) {
       encodings::sequence::RowMatrixXd Q(lq, d), K(lk, d), V(lk, d);
@@ -1129,8 +1087,8 @@ TEST(ShawLabels, BackwardMatchesFiniteDifferencesIncludingTables) {
     };
     encodings::sequence::ShawRelative shaw = make();
     a.shaw_keys = a.shaw_values = &shaw;
-    std::vector<double> q = Random(8 * hq * d, &rng), k = Random(10 * hkv * d, &rng),
-                        v = Random(10 * hkv * d, &rng), w = Random(8 * hq * d, &rng);
+    std::vector<double> q = RandomUniform(8 * hq * d, &rng), k = RandomUniform(10 * hkv * d, &rng),
+                        v = RandomUniform(10 * hkv * d, &rng), w = RandomUniform(8 * hq * d, &rng);
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), gk(nl * d), gv(nl * d);
     ReferenceBackwardExtras ex;
     ex.shaw_key_table_grad = gk.data();

@@ -81,6 +81,28 @@ double BestSeconds(int reps, Fn fn) {
   return best;
 }
 
+// The best of `reps` timed runs of call() (an absl::Status); its first error instead.
+template <class Call>
+absl::StatusOr<double> BestSecondsOk(int reps, Call call) {
+  absl::Status status;
+  const double sec = BestSeconds(reps, [&] { status.Update(call()); });
+  if (!status.ok()) return status;
+  return sec;
+}
+
+// One untimed run of call() (warm-up; its error is returned), then BestSecondsOk.
+template <class Call>
+absl::StatusOr<double> WarmThenBestSeconds(int reps, Call call) {
+  if (absl::Status status = call(); !status.ok()) return status;
+  return BestSecondsOk(reps, call);
+}
+
+// One measurement as a list (what BackToBack's GroupPE side returns).
+absl::StatusOr<std::vector<double>> Single(const absl::StatusOr<double>& seconds) {
+  if (!seconds.ok()) return seconds.status();
+  return std::vector<double>{*seconds};
+}
+
 // A field of /proc/self/status in bytes (VmRSS, VmHWM); -1 where unavailable.
 int64_t ProcStatusBytes(const std::string& field) {
   std::ifstream in("/proc/self/status");
@@ -165,15 +187,9 @@ std::unique_ptr<Problem> MakeProblem(int64_t b, int64_t hq, int64_t hkv, int64_t
 absl::StatusOr<double> TimeForward(Problem& p, int threads, int reps) {
   att::CpuAttentionOptions opt;
   opt.num_threads = threads;
-  absl::Status status = att::CpuForward(p.args, p.q.data(), p.k.data(), p.v.data(),
-                                        p.o.data(), nullptr, opt);
-  if (!status.ok()) return status;  // also the warm-up run
-  const double sec = BestSeconds(reps, [&] {
-    status.Update(att::CpuForward(p.args, p.q.data(), p.k.data(), p.v.data(),
-                                  p.o.data(), nullptr, opt));
+  return WarmThenBestSeconds(reps, [&] {
+    return att::CpuForward(p.args, p.q.data(), p.k.data(), p.v.data(), p.o.data(), nullptr, opt);
   });
-  if (!status.ok()) return status;
-  return sec;
 }
 
 // The PyTorch peer, run as a child process: one JSON line per case, in order. Lines are
@@ -242,6 +258,20 @@ std::string PeerCell(const TorchPeer& peer, const std::string& line, double flop
                          flops / sec * 1e-9, 100.0 * flops / sec * 1e-9 / peak);
 }
 
+// The cells of a timed attention row: GroupPE's time and GFLOP/s, the peer's cell
+// (PeerCell, `what`), the throughput ratio and the fraction of `peak` (`peak_name`).
+struct FlopsCells {
+  std::string ours, peer, ratio, limit;
+};
+FlopsCells AttentionCells(const TorchPeer& peer, const std::string& line, double sec,
+                          double flops, double peak, const std::string& what,
+                          const std::string& peak_name = "FMA peak") {
+  const double gflops = flops / sec * 1e-9;
+  return {absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
+          PeerCell(peer, line, flops, peak, what), Ratio(JsonNumber(line, "seconds"), sec),
+          absl::StrFormat("%.0f%% of %s", 100.0 * gflops / peak, peak_name)};
+}
+
 struct SweepPoint {
   int64_t s = 0;
   bool causal = false;
@@ -275,13 +305,11 @@ absl::StatusOr<double> RopeQkSeconds(int64_t s, int64_t h, int64_t d, int thread
   // One table for q and k (same positions), built once, as a model reuses it per layer.
   absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
   if (!table.ok()) return table.status();
-  absl::Status status;
-  const double sec = BestSeconds(reps + 1, [&] {
-    status.Update(rope->Apply<float>(*table, tensor, q.data(), q.data()));
+  return BestSecondsOk(reps + 1, [&] {
+    absl::Status status = rope->Apply<float>(*table, tensor, q.data(), q.data());
     status.Update(rope->Apply<float>(*table, tensor, k.data(), k.data()));
+    return status;
   });
-  if (!status.ok()) return status;
-  return sec;
 }
 
 // GroupPE then the peer, back to back, `rounds` times; keeps the best time of each over
@@ -422,23 +450,17 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
       progress(name);
       measure_limits();
       absl::StatusOr<Compared> c = BackToBack(
-          rounds,
-          [&]() -> absl::StatusOr<std::vector<double>> {
-            absl::StatusOr<double> t = TimeForward(*p, o.threads, reps);
-            if (!t.ok()) return t.status();
-            return std::vector<double>{*t};
-          },
+          rounds, [&] { return Single(TimeForward(*p, o.threads, reps)); },
           [&] { return peer.Run({p->PeerCase(with_rope ? "rope_sdpa" : "sdpa")}, reps); });
       if (!c.ok()) return fail(c.status());
       absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o.threads, 0, 0});
       if (!ws.ok()) return fail(ws.status());
-      const double sec = c->ours[0], flops = p->Flops(), gflops = flops / sec * 1e-9;
+      const double sec = c->ours[0], flops = p->Flops();
       const std::string line = c->peer[0], workspace = Mib(*ws);
       rows.push_back([=, &peer, &peak] {
-        Row(name, absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
-            PeerCell(peer, line, flops, peak, with_rope ? "rotate-half + SDPA" : "SDPA"),
-            Ratio(JsonNumber(line, "seconds"), sec),
-            absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), workspace);
+        const FlopsCells cells = AttentionCells(peer, line, sec, flops, peak,
+                                                with_rope ? "rotate-half + SDPA" : "SDPA");
+        Row(name, cells.ours, cells.peer, cells.ratio, cells.limit, workspace);
       });
     }
   }
@@ -466,26 +488,21 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     if (!st.ok()) return fail(st);
     absl::StatusOr<Compared> c = BackToBack(
         rounds,
-        [&]() -> absl::StatusOr<std::vector<double>> {
-          absl::Status status;
-          const double sec = BestSeconds(reps, [&] {
-            status.Update(att::CpuBackward(p->args, p->q.data(), p->k.data(), p->v.data(),
-                                           p->o.data(), lse.data(), d_o.data(), dq.data(),
-                                           dk.data(), dv.data(), nullptr, opt));
-          });
-          if (!status.ok()) return status;
-          return std::vector<double>{sec};
+        [&] {
+          return Single(BestSecondsOk(reps, [&] {
+            return att::CpuBackward(p->args, p->q.data(), p->k.data(), p->v.data(), p->o.data(),
+                                    lse.data(), d_o.data(), dq.data(), dk.data(), dv.data(),
+                                    nullptr, opt);
+          }));
         },
         [&] { return peer.Run({p->PeerCase("sdpa_backward")}, reps); });
     if (!c.ok()) return fail(c.status());
     {
-      const double sec = c->ours[0], gflops = 2.5 * flops / sec * 1e-9;
+      const double sec = c->ours[0];
       const std::string line = c->peer[0];
       rows.push_back([=, &peer, &peak] {
-        Row(bwd_name, absl::StrFormat("%.1f ms, %.1f GFLOP/s", sec * 1e3, gflops),
-            PeerCell(peer, line, 2.5 * flops, peak, "SDPA bwd"),
-            Ratio(JsonNumber(line, "seconds"), sec),
-            absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak), "");
+        const FlopsCells cells = AttentionCells(peer, line, sec, 2.5 * flops, peak, "SDPA bwd");
+        Row(bwd_name, cells.ours, cells.peer, cells.ratio, cells.limit, "");
       });
     }
 
@@ -510,27 +527,24 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     }
     absl::StatusOr<Compared> cb = BackToBack(
         rounds,
-        [&]() -> absl::StatusOr<std::vector<double>> {
-          absl::Status status = att::CpuForward(p->args, qb.data(), kb.data(), vb.data(),
-                                                ob.data(), nullptr, bopt);  // warm-up
-          const double sec = BestSeconds(reps, [&] {
-            status.Update(att::CpuForward(p->args, qb.data(), kb.data(), vb.data(), ob.data(),
-                                          nullptr, bopt));
-          });
-          if (!status.ok()) return status;
-          return std::vector<double>{sec};
+        [&] {
+          return Single(WarmThenBestSeconds(reps, [&] {
+            return att::CpuForward(p->args, qb.data(), kb.data(), vb.data(), ob.data(), nullptr,
+                                   bopt);
+          }));
         },
         [&] { return peer.Run({bf16_case}, reps, peer_env); });
     if (!cb.ok()) return fail(cb.status());
-    const double sec = cb->ours[0], gflops = flops / sec * 1e-9;
+    const double sec = cb->ours[0];
     const std::string bf = cb->peer[0];
     const std::string how = att::CpuBf16AutoUsesDotProducts() ? "bf16 dot products"
                             : att::CpuHasBf16DotProducts() ? "widened to f32: dot products not faster here"
                                                            : "widened to f32: no bf16 dot products";
     rows.push_back([=, &peer, &peak] {
-      Row(bf_name, absl::StrFormat("%.1f ms, %.1f GFLOP/s (%s)", sec * 1e3, gflops, how),
-          PeerCell(peer, bf, flops, peak, "SDPA bf16") + note, Ratio(JsonNumber(bf, "seconds"), sec),
-          absl::StrFormat("%.0f%% of the f32 FMA peak", 100.0 * gflops / peak), "");
+      const FlopsCells cells =
+          AttentionCells(peer, bf, sec, flops, peak, "SDPA bf16", "the f32 FMA peak");
+      Row(bf_name, absl::StrCat(cells.ours, " (", how, ")"), cells.peer + note, cells.ratio,
+          cells.limit, "");
     });
   }
 
@@ -549,9 +563,8 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = TimeForward(*p, o.threads, decode_reps);
-          if (!t.ok()) return t.status();
-          beside.Add(kv_bytes / *t * 1e-9);
-          return std::vector<double>{*t};
+          if (t.ok()) beside.Add(kv_bytes / *t * 1e-9);
+          return Single(t);
         },
         [&] { return peer.Run({p->PeerCase("sdpa")}, decode_reps); });
     if (!c.ok()) return fail(c.status());
@@ -640,9 +653,8 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = RopeQkSeconds(rs, rh, rd, o.threads, reps);
-          if (!t.ok()) return t.status();
-          beside.Add(bytes / *t * 1e-9);
-          return std::vector<double>{*t};
+          if (t.ok()) beside.Add(bytes / *t * 1e-9);
+          return Single(t);
         },
         [&] { return peer.Run({base, base + ",compile=1"}, reps); });
     if (!c.ok()) return fail(c.status());

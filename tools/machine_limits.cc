@@ -25,110 +25,65 @@ using Clock = std::chrono::steady_clock;
 // times two FMA ports, and returns a value depending on all of them so the loop stays.
 constexpr int kAccumulators = 12;
 
-__attribute__((target("avx512f"))) float FmaLoopAvx512(int64_t iterations) {
-  __m512 a0 = _mm512_set1_ps(0.001f * 0), a1 = _mm512_set1_ps(0.001f * 1), a2 = _mm512_set1_ps(0.001f * 2), a3 = _mm512_set1_ps(0.001f * 3), a4 = _mm512_set1_ps(0.001f * 4), a5 = _mm512_set1_ps(0.001f * 5), a6 = _mm512_set1_ps(0.001f * 6), a7 = _mm512_set1_ps(0.001f * 7), a8 = _mm512_set1_ps(0.001f * 8), a9 = _mm512_set1_ps(0.001f * 9), a10 = _mm512_set1_ps(0.001f * 10), a11 = _mm512_set1_ps(0.001f * 11);
-  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iterations; ++it) {
-    a0 = _mm512_fmadd_ps(a0, m, c);
-    a1 = _mm512_fmadd_ps(a1, m, c);
-    a2 = _mm512_fmadd_ps(a2, m, c);
-    a3 = _mm512_fmadd_ps(a3, m, c);
-    a4 = _mm512_fmadd_ps(a4, m, c);
-    a5 = _mm512_fmadd_ps(a5, m, c);
-    a6 = _mm512_fmadd_ps(a6, m, c);
-    a7 = _mm512_fmadd_ps(a7, m, c);
-    a8 = _mm512_fmadd_ps(a8, m, c);
-    a9 = _mm512_fmadd_ps(a9, m, c);
-    a10 = _mm512_fmadd_ps(a10, m, c);
-    a11 = _mm512_fmadd_ps(a11, m, c);
+// The kernels differ only in their vector type V and intrinsics, so one macro writes each:
+// NAME(iterations) starts accumulator k at 0.001 k in every lane (SET1: broadcast), steps
+// every accumulator a <- STEP(a, m, c) per iteration, sums them into a0 in order (ADD)
+// and returns the sum of a0's lanes (STORE: aligned store; _mm512_reduce_add_ps trips
+// GCC 12's -Wuninitialized inside its own header). The caller puts the ISA's target
+// attribute before it.
+#define GPE_DEFINE_FMA_LOOP(NAME, V, SET1, STEP, ADD, STORE)                                      \
+  float NAME(int64_t iterations) {                                                                \
+    static_assert(kAccumulators == 12, "GPE_DEFINE_FMA_LOOP names twelve accumulators");          \
+    V a0 = SET1(0.001f * 0), a1 = SET1(0.001f * 1), a2 = SET1(0.001f * 2), a3 = SET1(0.001f * 3), \
+      a4 = SET1(0.001f * 4), a5 = SET1(0.001f * 5), a6 = SET1(0.001f * 6), a7 = SET1(0.001f * 7), \
+      a8 = SET1(0.001f * 8), a9 = SET1(0.001f * 9), a10 = SET1(0.001f * 10),                      \
+      a11 = SET1(0.001f * 11);                                                                    \
+    const V m = SET1(0.999999f), c = SET1(1e-7f);                                                 \
+    for (int64_t it = 0; it < iterations; ++it) {                                                 \
+      a0 = STEP(a0, m, c);                                                                        \
+      a1 = STEP(a1, m, c);                                                                        \
+      a2 = STEP(a2, m, c);                                                                        \
+      a3 = STEP(a3, m, c);                                                                        \
+      a4 = STEP(a4, m, c);                                                                        \
+      a5 = STEP(a5, m, c);                                                                        \
+      a6 = STEP(a6, m, c);                                                                        \
+      a7 = STEP(a7, m, c);                                                                        \
+      a8 = STEP(a8, m, c);                                                                        \
+      a9 = STEP(a9, m, c);                                                                        \
+      a10 = STEP(a10, m, c);                                                                      \
+      a11 = STEP(a11, m, c);                                                                      \
+    }                                                                                             \
+    a0 = ADD(a0, a1);                                                                             \
+    a0 = ADD(a0, a2);                                                                             \
+    a0 = ADD(a0, a3);                                                                             \
+    a0 = ADD(a0, a4);                                                                             \
+    a0 = ADD(a0, a5);                                                                             \
+    a0 = ADD(a0, a6);                                                                             \
+    a0 = ADD(a0, a7);                                                                             \
+    a0 = ADD(a0, a8);                                                                             \
+    a0 = ADD(a0, a9);                                                                             \
+    a0 = ADD(a0, a10);                                                                            \
+    a0 = ADD(a0, a11);                                                                            \
+    alignas(sizeof(V)) float lanes[sizeof(V) / sizeof(float)];                                    \
+    STORE(lanes, a0);                                                                             \
+    float total = 0;                                                                              \
+    for (float v : lanes) total += v;                                                             \
+    return total;                                                                                 \
   }
-  a0 = _mm512_add_ps(a0, a1);
-  a0 = _mm512_add_ps(a0, a2);
-  a0 = _mm512_add_ps(a0, a3);
-  a0 = _mm512_add_ps(a0, a4);
-  a0 = _mm512_add_ps(a0, a5);
-  a0 = _mm512_add_ps(a0, a6);
-  a0 = _mm512_add_ps(a0, a7);
-  a0 = _mm512_add_ps(a0, a8);
-  a0 = _mm512_add_ps(a0, a9);
-  a0 = _mm512_add_ps(a0, a10);
-  a0 = _mm512_add_ps(a0, a11);
-  // (_mm512_reduce_add_ps trips GCC 12's -Wuninitialized inside its own header.)
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, a0);
-  float total = 0;
-  for (float v : lanes) total += v;
-  return total;
-}
 
-__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iterations) {
-  __m256 a0 = _mm256_set1_ps(0.001f * 0), a1 = _mm256_set1_ps(0.001f * 1), a2 = _mm256_set1_ps(0.001f * 2), a3 = _mm256_set1_ps(0.001f * 3), a4 = _mm256_set1_ps(0.001f * 4), a5 = _mm256_set1_ps(0.001f * 5), a6 = _mm256_set1_ps(0.001f * 6), a7 = _mm256_set1_ps(0.001f * 7), a8 = _mm256_set1_ps(0.001f * 8), a9 = _mm256_set1_ps(0.001f * 9), a10 = _mm256_set1_ps(0.001f * 10), a11 = _mm256_set1_ps(0.001f * 11);
-  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iterations; ++it) {
-    a0 = _mm256_fmadd_ps(a0, m, c);
-    a1 = _mm256_fmadd_ps(a1, m, c);
-    a2 = _mm256_fmadd_ps(a2, m, c);
-    a3 = _mm256_fmadd_ps(a3, m, c);
-    a4 = _mm256_fmadd_ps(a4, m, c);
-    a5 = _mm256_fmadd_ps(a5, m, c);
-    a6 = _mm256_fmadd_ps(a6, m, c);
-    a7 = _mm256_fmadd_ps(a7, m, c);
-    a8 = _mm256_fmadd_ps(a8, m, c);
-    a9 = _mm256_fmadd_ps(a9, m, c);
-    a10 = _mm256_fmadd_ps(a10, m, c);
-    a11 = _mm256_fmadd_ps(a11, m, c);
-  }
-  a0 = _mm256_add_ps(a0, a1);
-  a0 = _mm256_add_ps(a0, a2);
-  a0 = _mm256_add_ps(a0, a3);
-  a0 = _mm256_add_ps(a0, a4);
-  a0 = _mm256_add_ps(a0, a5);
-  a0 = _mm256_add_ps(a0, a6);
-  a0 = _mm256_add_ps(a0, a7);
-  a0 = _mm256_add_ps(a0, a8);
-  a0 = _mm256_add_ps(a0, a9);
-  a0 = _mm256_add_ps(a0, a10);
-  a0 = _mm256_add_ps(a0, a11);
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, a0);
-  float total = 0;
-  for (float v : lanes) total += v;
-  return total;
-}
+__attribute__((target("avx512f")))
+GPE_DEFINE_FMA_LOOP(FmaLoopAvx512, __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps,
+                    _mm512_store_ps)
+
+__attribute__((target("avx2,fma")))
+GPE_DEFINE_FMA_LOOP(FmaLoopAvx2, __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps,
+                    _mm256_store_ps)
 
 // Without FMA: a multiply and an add, counted as 2 flops per lane.
-float FmaLoopSse2(int64_t iterations) {
-  __m128 a0 = _mm_set1_ps(0.001f * 0), a1 = _mm_set1_ps(0.001f * 1), a2 = _mm_set1_ps(0.001f * 2), a3 = _mm_set1_ps(0.001f * 3), a4 = _mm_set1_ps(0.001f * 4), a5 = _mm_set1_ps(0.001f * 5), a6 = _mm_set1_ps(0.001f * 6), a7 = _mm_set1_ps(0.001f * 7), a8 = _mm_set1_ps(0.001f * 8), a9 = _mm_set1_ps(0.001f * 9), a10 = _mm_set1_ps(0.001f * 10), a11 = _mm_set1_ps(0.001f * 11);
-  const __m128 m = _mm_set1_ps(0.999999f), c = _mm_set1_ps(1e-7f);
-  for (int64_t it = 0; it < iterations; ++it) {
-    a0 = _mm_add_ps(_mm_mul_ps(a0, m), c);
-    a1 = _mm_add_ps(_mm_mul_ps(a1, m), c);
-    a2 = _mm_add_ps(_mm_mul_ps(a2, m), c);
-    a3 = _mm_add_ps(_mm_mul_ps(a3, m), c);
-    a4 = _mm_add_ps(_mm_mul_ps(a4, m), c);
-    a5 = _mm_add_ps(_mm_mul_ps(a5, m), c);
-    a6 = _mm_add_ps(_mm_mul_ps(a6, m), c);
-    a7 = _mm_add_ps(_mm_mul_ps(a7, m), c);
-    a8 = _mm_add_ps(_mm_mul_ps(a8, m), c);
-    a9 = _mm_add_ps(_mm_mul_ps(a9, m), c);
-    a10 = _mm_add_ps(_mm_mul_ps(a10, m), c);
-    a11 = _mm_add_ps(_mm_mul_ps(a11, m), c);
-  }
-  a0 = _mm_add_ps(a0, a1);
-  a0 = _mm_add_ps(a0, a2);
-  a0 = _mm_add_ps(a0, a3);
-  a0 = _mm_add_ps(a0, a4);
-  a0 = _mm_add_ps(a0, a5);
-  a0 = _mm_add_ps(a0, a6);
-  a0 = _mm_add_ps(a0, a7);
-  a0 = _mm_add_ps(a0, a8);
-  a0 = _mm_add_ps(a0, a9);
-  a0 = _mm_add_ps(a0, a10);
-  a0 = _mm_add_ps(a0, a11);
-  alignas(16) float lanes[4];
-  _mm_store_ps(lanes, a0);
-  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
-}
+inline __m128 MulAddSse2(__m128 a, __m128 m, __m128 c) { return _mm_add_ps(_mm_mul_ps(a, m), c); }
+GPE_DEFINE_FMA_LOOP(FmaLoopSse2, __m128, _mm_set1_ps, MulAddSse2, _mm_add_ps, _mm_store_ps)
+
+#undef GPE_DEFINE_FMA_LOOP
 
 int Lanes(const std::string& isa) { return isa == "avx512" ? 16 : isa == "avx2" ? 8 : 4; }
 

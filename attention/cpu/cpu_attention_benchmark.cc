@@ -6,6 +6,8 @@
 // Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
 // 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
 // commuting planes (RoPE's thetas as learned frequencies).
+#include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -38,11 +40,8 @@ double PeakGflops(int threads) {
   return it->second;
 }
 
-void BM_CpuForward(benchmark::State& state) {
-  const int64_t b = state.range(0), h = state.range(1), s = state.range(2), d = state.range(3);
-  const bool causal = state.range(4) != 0;
-  const int encoding = static_cast<int>(state.range(5));
-  const int threads = static_cast<int>(state.range(6));
+// Self-attention in bshd layout: b sequences of s tokens, h query and key/value heads of d.
+AttentionArgs SelfAttention(int64_t b, int64_t s, int64_t h, int64_t d, bool causal) {
   AttentionArgs a;
   a.batch = b;
   a.seq_len_q = a.seq_len_k = s;
@@ -50,17 +49,82 @@ void BM_CpuForward(benchmark::State& state) {
   a.head_dim = d;
   a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
   a.causal = causal;
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  const size_t total = static_cast<size_t>(b * s * h * d);
-  std::vector<float> q(total), k(total), v(total), o(total);
-  for (float& x : q) x = n(rng);
-  for (float& x : k) x = n(rng);
-  for (float& x : v) x = n(rng);
+  return a;
+}
+
+// N(0, 1) floats from one seeded stream: the order of the draws is part of each input.
+class NormalStream {
+ public:
+  explicit NormalStream(uint64_t seed) : rng_(seed) {}
+  float operator()() { return n_(rng_); }
+  // Fills the vectors in turn.
+  void Fill(std::initializer_list<std::vector<float>*> vectors) {
+    for (std::vector<float>* v : vectors) {
+      for (float& x : *v) x = (*this)();
+    }
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::normal_distribution<float> n_{0.0f, 1.0f};
+};
+
+// RoPE options rotating the whole head of d (rotary_dim = head_dim).
+RopeOptions WholeHeadRope(int64_t d) {
   RopeOptions ro;
   ro.head_dim = d;
   ro.rotary_dim = d;
-  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  return ro;
+}
+
+// A Rope with `options` and the default frequencies (base 10000).
+absl::StatusOr<Rope> CreateRope(const RopeOptions& options) {
+  return Rope::Create(options,
+                      *encodings::sequence::DefaultRopeFrequencies(options.head_dim, 10000.0));
+}
+
+// (query, key) pairs a head of one sequence of s tokens computes.
+double AllowedPairs(int64_t s, bool causal) {
+  return causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
+}
+
+// The timed loop: call() (an absl::Status) once per iteration, `out` kept alive. False,
+// the benchmark skipped with the error, when a call fails.
+template <class Call>
+bool TimeCalls(benchmark::State& state, const void* out, Call call) {
+  for (auto _ : state) {
+    absl::Status st = call();
+    if (!st.ok()) {
+      state.SkipWithError(st.ToString().c_str());
+      return false;
+    }
+    benchmark::DoNotOptimize(out);
+  }
+  return true;
+}
+
+// GFLOP/s, the FMA peak on `threads` threads and the fraction of it (counter `fraction`).
+void SetFlopCounters(benchmark::State& state, double flops, int threads,
+                     const char* fraction = "frac_of_peak") {
+  const double peak = PeakGflops(threads);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["peak_GFLOP/s"] = peak;
+  state.counters[fraction] =
+      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void BM_CpuForward(benchmark::State& state) {
+  const int64_t b = state.range(0), h = state.range(1), s = state.range(2), d = state.range(3);
+  const bool causal = state.range(4) != 0;
+  const int encoding = static_cast<int>(state.range(5));
+  const int threads = static_cast<int>(state.range(6));
+  AttentionArgs a = SelfAttention(b, s, h, d, causal);
+  NormalStream n(1);
+  const size_t total = static_cast<size_t>(b * s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  n.Fill({&q, &k, &v});
+  auto rope = CreateRope(WholeHeadRope(d));
   std::unique_ptr<RopeRowTransform> rope_tr;
   std::vector<double> planes_theta;
   std::vector<encodings::sequence::CoordinatePlane> planes;
@@ -71,7 +135,7 @@ void BM_CpuForward(benchmark::State& state) {
   std::unique_ptr<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>> gm_tr;
   auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
   std::vector<double> gates(static_cast<size_t>(s * h));
-  for (double& x : gates) x = 2.0 + n(rng);
+  for (double& x : gates) x = 2.0 + n();
   std::vector<FoxBias> fox;
   if (encoding == 1) {
     rope_tr = std::make_unique<RopeRowTransform>(*rope);
@@ -87,22 +151,12 @@ void BM_CpuForward(benchmark::State& state) {
   }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  for (auto _ : state) {
-    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(o.data());
+  if (!TimeCalls(state, o.data(), [&] {
+        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+      })) {
+    return;
   }
-  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
-  const double flops = 4.0 * double(d) * pairs * double(b * h);
-  const double peak = PeakGflops(threads);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_GFLOP/s"] = peak;
-  state.counters["frac_of_peak"] =
-      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, 4.0 * double(d) * AllowedPairs(s, causal) * double(b * h), threads);
   state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
   state.SetLabel(CpuAttentionIsa());
 }
@@ -113,45 +167,25 @@ void BM_CpuBackward(benchmark::State& state) {
   const int64_t s = state.range(0), h = 16, d = 128;
   const bool causal = state.range(1) != 0;
   const int threads = static_cast<int>(state.range(2));
-  AttentionArgs a;
-  a.batch = 1;
-  a.seq_len_q = a.seq_len_k = s;
-  a.num_q_heads = a.num_kv_heads = h;
-  a.head_dim = d;
-  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
-  a.causal = causal;
-  std::mt19937_64 rng(2);
-  std::normal_distribution<float> n(0.0f, 1.0f);
+  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  NormalStream n(2);
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<float> q(total), k(total), v(total), o(total), g(total), dq(total), dk(total),
       dv(total), lse(static_cast<size_t>(s * h));
-  for (float& x : q) x = n(rng);
-  for (float& x : k) x = n(rng);
-  for (float& x : v) x = n(rng);
-  for (float& x : g) x = n(rng);
+  n.Fill({&q, &k, &v, &g});
   CpuAttentionOptions opt;
   opt.num_threads = threads;
   if (!CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok()) {
     state.SkipWithError("forward failed");
     return;
   }
-  for (auto _ : state) {
-    absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
-                                  dq.data(), dk.data(), dv.data(), nullptr, opt);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(dq.data());
+  if (!TimeCalls(state, dq.data(), [&] {
+        return CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
+                           dq.data(), dk.data(), dv.data(), nullptr, opt);
+      })) {
+    return;
   }
-  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
-  const double flops = 2.5 * 4.0 * double(d) * pairs * double(h);
-  const double peak = PeakGflops(threads);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_GFLOP/s"] = peak;
-  state.counters["frac_of_peak"] =
-      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, 2.5 * 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads);
   state.SetLabel(CpuAttentionIsa());
 }
 
@@ -169,40 +203,24 @@ void BM_CpuForwardBf16(benchmark::State& state) {
   const bool causal = state.range(1) != 0;
   const bool dot = state.range(2) != 0;
   const int threads = static_cast<int>(state.range(3));
-  AttentionArgs a;
-  a.batch = 1;
-  a.seq_len_q = a.seq_len_k = s;
-  a.num_q_heads = a.num_kv_heads = h;
-  a.head_dim = d;
-  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
-  a.causal = causal;
-  std::mt19937_64 rng(4);
-  std::normal_distribution<float> n(0.0f, 1.0f);
+  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  NormalStream n(4);
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<encodings::sequence::BFloat16> q(total), k(total), v(total), o(total);
   for (auto* t : {&q, &k, &v}) {
-    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n(rng));
+    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
   }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
   opt.bf16_arithmetic = dot ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
                             : CpuAttentionOptions::Bf16Arithmetic::kWiden;
-  for (auto _ : state) {
-    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(o.data());
+  if (!TimeCalls(state, o.data(), [&] {
+        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+      })) {
+    return;
   }
-  const double pairs = causal ? 0.5 * double(s) * double(s + 1) : double(s) * double(s);
-  const double flops = 4.0 * double(d) * pairs * double(h);
-  const double peak = PeakGflops(threads);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_GFLOP/s"] = peak;
-  state.counters["frac_of_fp32_peak"] =
-      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads,
+                  "frac_of_fp32_peak");
 }
 
 BENCHMARK(BM_CpuForwardBf16)
@@ -249,13 +267,9 @@ void BM_CpuDecode(benchmark::State& state) {
   for (int64_t i = 0; i < 2 * n; ++i) k[i] = u(rng);
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  for (auto _ : state) {
-    absl::Status st = CpuForward(a, q.data(), k, v, o.data(), nullptr, opt);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(o.data());
+  if (!TimeCalls(state, o.data(),
+                 [&] { return CpuForward(a, q.data(), k, v, o.data(), nullptr, opt); })) {
+    return;
   }
   const double bytes = 2.0 * double(n) * sizeof(float);
   const double triad = TriadGBs(threads);
@@ -334,28 +348,16 @@ void BM_CpuForwardPositions(benchmark::State& state) {
   const int64_t s = state.range(0), h = 16, d = 128;
   const int encoding = static_cast<int>(state.range(1));
   const int threads = static_cast<int>(state.range(2));
-  AttentionArgs a;
-  a.batch = 1;
-  a.seq_len_q = a.seq_len_k = s;
-  a.num_q_heads = a.num_kv_heads = h;
-  a.head_dim = d;
-  a.q = a.o = a.k = a.v = ContiguousStrides(Layout::kBSHD, s, h, d);
-  a.causal = true;
-  std::mt19937_64 rng(3);
-  std::normal_distribution<float> n(0.0f, 1.0f);
+  AttentionArgs a = SelfAttention(1, s, h, d, /*causal=*/true);
+  NormalStream n(3);
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<float> q(total), k(total), v(total), o(total);
-  for (float& x : q) x = n(rng);
-  for (float& x : k) x = n(rng);
-  for (float& x : v) x = n(rng);
-  RopeOptions ro;
-  ro.head_dim = d;
-  ro.rotary_dim = d;
-  auto rope = Rope::Create(ro, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
-  RopeOptions mo = ro;
+  n.Fill({&q, &k, &v});
+  auto rope = CreateRope(WholeHeadRope(d));
+  RopeOptions mo = WholeHeadRope(d);
   mo.num_axes = 3;
   mo.plane_axes = *encodings::sequence::MRopePlaneAxes({16, 24, 24});
-  auto mrope = Rope::Create(mo, *encodings::sequence::DefaultRopeFrequencies(d, 10000.0));
+  auto mrope = CreateRope(mo);
   RopeRowTransform rope_tr(*rope), mrope_tr(*mrope);
   // A 32 x 32 image grid per frame: (frame, row, column) of each token.
   std::vector<int64_t> coords(static_cast<size_t>(3 * s));
@@ -366,7 +368,7 @@ void BM_CpuForwardPositions(benchmark::State& state) {
   }
   const int64_t kmax = 16, nl = 2 * kmax + 1;
   encodings::sequence::RowMatrixXd table(nl, d);
-  for (int64_t i = 0; i < nl * d; ++i) table.data()[i] = 0.1 * n(rng);
+  for (int64_t i = 0; i < nl * d; ++i) table.data()[i] = 0.1 * n();
   auto shaw = encodings::sequence::ShawRelative::Create(kmax, table, table);
   if (encoding == 1) {
     a.q_transform = a.k_transform = &rope_tr;
@@ -379,21 +381,12 @@ void BM_CpuForwardPositions(benchmark::State& state) {
   }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  for (auto _ : state) {
-    absl::Status st = CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
-    if (!st.ok()) {
-      state.SkipWithError(st.ToString().c_str());
-      return;
-    }
-    benchmark::DoNotOptimize(o.data());
+  if (!TimeCalls(state, o.data(), [&] {
+        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+      })) {
+    return;
   }
-  const double flops = 4.0 * double(d) * 0.5 * double(s) * double(s + 1) * double(h);
-  const double peak = PeakGflops(threads);
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["peak_GFLOP/s"] = peak;
-  state.counters["frac_of_peak"] =
-      benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+  SetFlopCounters(state, 4.0 * double(d) * AllowedPairs(s, true) * double(h), threads);
   state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
   state.SetLabel(CpuAttentionIsa());
 }

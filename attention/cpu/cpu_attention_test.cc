@@ -24,6 +24,7 @@
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
+#include "attention/test_util.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
@@ -48,48 +49,17 @@ using encodings::sequence::Rope;
 using encodings::sequence::RopeOptions;
 using encodings::sequence::T5BucketConfig;
 using encodings::sequence::T5RelativeBias;
+using test::Bshd;
+using test::MakeAxesRope;
+using test::RandomSkew;
+using test::RandomUniform;
+using test::Thd;
 
 std::vector<float> RandomF(size_t n, std::mt19937_64* rng, double scale = 1.0) {
   std::normal_distribution<double> u(0.0, scale);
   std::vector<float> x(n);
   for (float& e : x) e = static_cast<float>(u(*rng));
   return x;
-}
-std::vector<double> RandomD(size_t n, std::mt19937_64* rng) {
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  std::vector<double> x(n);
-  for (double& e : x) e = u(*rng);
-  return x;
-}
-
-AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hkv, int64_t d) {
-  AttentionArgs a;
-  a.layout = Layout::kBSHD;
-  a.batch = batch;
-  a.seq_len_q = lq;
-  a.seq_len_k = lk;
-  a.num_q_heads = hq;
-  a.num_kv_heads = hkv;
-  a.head_dim = d;
-  a.q = a.o = ContiguousStrides(Layout::kBSHD, lq, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kBSHD, lk, hkv, d);
-  return a;
-}
-
-AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
-                  int64_t hkv, int64_t d) {
-  AttentionArgs a;
-  a.layout = Layout::kTHD;
-  a.seq_len_q = cu_q.back();
-  a.seq_len_k = cu_k.back();
-  a.cu_seqlens_q = cu_q;
-  a.cu_seqlens_k = cu_k;
-  a.num_q_heads = hq;
-  a.num_kv_heads = hkv;
-  a.head_dim = d;
-  a.q = a.o = ContiguousStrides(Layout::kTHD, 0, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kTHD, 0, hkv, d);
-  return a;
 }
 
 Rope MakeRope(int64_t d, int64_t r, group::PlanePairing pairing) {
@@ -833,8 +803,9 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
   }
   std::mt19937_64 rng(9);
   const int64_t d = 16;
-  auto prod = GrapeMProduct::Create({Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), 0.3},
-                                     Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), -0.7}});
+  auto prod =
+      GrapeMProduct::Create({Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.3},
+                             Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), -0.7}});
   ASSERT_TRUE(prod.ok()) << prod.status();
   GrapeMRowTransform<GrapeMProduct> gm(*prod);
   AttentionArgs a = Bshd(2, 30, 30, 2, 2, d);
@@ -871,14 +842,14 @@ TEST(CpuForward, BiasesAndLocalityOnTheFly) {
   T5BucketConfig cfg;
   cfg.num_buckets = 8;
   cfg.max_distance = 20;
-  auto t5 = T5RelativeBias::Create(RandomD(8 * hq, &rng), hq, cfg);
+  auto t5 = T5RelativeBias::Create(RandomUniform(8 * hq, &rng), hq, cfg);
   ASSERT_TRUE(t5.ok()) << t5.status();
   a.biases = {&*t5};
   a.locality = 0.97;
   CheckAgainstReference(a, opt, 102, "t5 + locality");
   a.locality.reset();
   // FoX: one bias per sequence (content-dependent log forget gates).
-  std::vector<double> logits = RandomD(45 * hq, &rng);
+  std::vector<double> logits = RandomUniform(45 * hq, &rng);
   for (double& x : logits) x = 3.0 * x + 1.0;
   auto f0 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
   auto f1 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
@@ -1177,12 +1148,6 @@ TEST(CpuBackward, TransformsBiasesAndLocality) {
 
 // ---- Structured positions (multi-axis RoPE, algebraic trees and grids) -------------
 
-Eigen::MatrixXd RandomSkew(int64_t d, double scale, std::mt19937_64* rng) {
-  std::vector<double> x = RandomD(d * d, rng);
-  Eigen::MatrixXd m = Eigen::Map<Eigen::MatrixXd>(x.data(), d, d);
-  return scale * (m - m.transpose());
-}
-
 // Owns per-token structured positions for q and k: axes form (axes >= 1, coordinates
 // in [-30, 30]) or tree addresses (axes == 0: depth 0..4, children < branching).
 struct Structured {
@@ -1232,18 +1197,13 @@ struct StructuredCase {
   int64_t d;
 };
 
-// Multi-axis RoPE with plane_axes over the full head (interleaved pairs).
-Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
-                  encodings::sequence::RopeFrequencies f) {
-  RopeOptions opt;
-  opt.head_dim = d;
-  opt.rotary_dim = d;
-  opt.pairing = group::PlanePairing::kInterleaved;
-  opt.num_axes = num_axes;
-  opt.plane_axes = std::move(plane_axes);
-  auto rope = Rope::Create(opt, std::move(f));
-  EXPECT_TRUE(rope.ok()) << rope.status();
-  return *rope;
+// The tiles the case lists below are shaped around (block_q 16, block_k 64), on 3 threads.
+CpuAttentionOptions CaseListOptions() {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 3;
+  return opt;
 }
 
 // Runs check(args, name) for every structured transform on shapes below, at and above
@@ -1309,10 +1269,7 @@ void ForEachStructuredCase(const Check& check) {
 }
 
 TEST(CpuForward, StructuredTransformsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 500;
   ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
     CheckAgainstReference(a, opt, ++seed, what);
@@ -1320,10 +1277,7 @@ TEST(CpuForward, StructuredTransformsInsideTheKernel) {
 }
 
 TEST(CpuBackward, StructuredTransformsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 600;
   ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
     CheckBackward(a, opt, ++seed, what);
@@ -1334,7 +1288,7 @@ TEST(CpuBackward, StructuredTransformsInsideTheKernel) {
 
 encodings::sequence::ShawRelative MakeShaw(int64_t kmax, int64_t d, std::mt19937_64* rng) {
   const int64_t n = 2 * kmax + 1;
-  std::vector<double> tk = RandomD(n * d, rng), tv = RandomD(n * d, rng);
+  std::vector<double> tk = RandomUniform(n * d, rng), tv = RandomUniform(n * d, rng);
   auto s = encodings::sequence::ShawRelative::Create(
       kmax, Eigen::Map<encodings::sequence::RowMatrixXd>(tk.data(), n, d),
       Eigen::Map<encodings::sequence::RowMatrixXd>(tv.data(), n, d));
@@ -1400,10 +1354,7 @@ void ForEachShawCase(const Check& check) {
 }
 
 TEST(CpuForward, ShawLabelsInsideTheKernel) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 700;
   ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
     CheckAgainstReference(a, opt, ++seed, what);
@@ -1411,10 +1362,7 @@ TEST(CpuForward, ShawLabelsInsideTheKernel) {
 }
 
 TEST(CpuBackward, ShawLabelsAndTableGradients) {
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 3;
+  const CpuAttentionOptions opt = CaseListOptions();
   uint64_t seed = 800;
   ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
     CheckBackward(a, opt, ++seed, what);
@@ -1441,7 +1389,7 @@ TEST(CpuBackward, BiasGradientSinkMatchesReference) {
   T5BucketConfig cfg;
   cfg.num_buckets = 8;
   cfg.max_distance = 20;
-  auto t5 = T5RelativeBias::Create(RandomD(8 * hq, &rng), hq, cfg);
+  auto t5 = T5RelativeBias::Create(RandomUniform(8 * hq, &rng), hq, cfg);
   ASSERT_TRUE(t5.ok());
   AttentionArgs a = Bshd(2, 33, 33, hq, 1, 16);
   a.causal = true;
@@ -1484,8 +1432,9 @@ TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {
   // reference's loss L = sum(w * o).
   std::mt19937_64 rng(77);
   const int64_t d = 8, l = 20, hq = 2;
-  std::vector<Rank2Generator> gens = {Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), 0.4},
-                                      Rank2Generator{RandomD(d, &rng), RandomD(d, &rng), -0.9}};
+  std::vector<Rank2Generator> gens = {
+      Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.4},
+      Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), -0.9}};
   AttentionArgs a = Bshd(1, l, l, hq, hq, d);
   a.causal = true;
   const size_t n = Extent(a, a.q, true);

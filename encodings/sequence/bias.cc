@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -46,10 +47,17 @@ absl::Status ValidateTile(const char* who, int64_t num_heads, int64_t head,
   return absl::OkStatus();
 }
 
-absl::Status CheckGradBuffer(const char* who, absl::Span<double> buf, int64_t expected) {
-  if (static_cast<int64_t>(buf.size()) != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who, ": gradient buffer has ", buf.size(), " entries, expected ", expected));
+// ValidateTile for a gradient tile, then the size of each gradient buffer, in order.
+absl::Status ValidateGradientTile(const char* who, int64_t num_heads, int64_t head,
+                                  absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                                  const void* grad_tile, int64_t ld, int64_t expected,
+                                  std::initializer_list<absl::Span<double>> buffers) {
+  if (absl::Status s = ValidateTile(who, num_heads, head, q, k, grad_tile, ld); !s.ok()) return s;
+  for (absl::Span<double> buf : buffers) {
+    if (static_cast<int64_t>(buf.size()) != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": gradient buffer has ", buf.size(),
+                                                     " entries, expected ", expected));
+    }
   }
   return absl::OkStatus();
 }
@@ -119,6 +127,19 @@ absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_po
   return DoFillTile(head, q_positions, k_positions, out, ld);
 }
 
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, float* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, double* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
+
 absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,
                                           absl::Span<const int64_t> q_positions,
                                           absl::Span<const int64_t> k_positions) {
@@ -181,8 +202,8 @@ absl::StatusOr<AlibiBias> AlibiBias::CreateStandard(int64_t num_heads, AlibiForm
 }
 
 template <class T>
-void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-                     int64_t ld) const {
+absl::Status AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                             absl::Span<const int64_t> k, T* out, int64_t ld) const {
   const double m = slopes_[head];
   const bool symmetric = form_ == AlibiForm::kSymmetric;
   for (size_t r = 0; r < q.size(); ++r) {
@@ -193,16 +214,6 @@ void AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const
       row[c] = static_cast<T>(-m * (symmetric ? std::fabs(d) : d));
     }
   }
-}
-
-absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                   absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status AlibiBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                   absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -211,13 +222,12 @@ absl::Status AlibiBias::AccumulateSlopeGradient(int64_t head, absl::Span<const i
                                                 absl::Span<const int64_t> k_positions,
                                                 const T* grad_tile, int64_t ld,
                                                 absl::Span<double> grad_slopes) const {
-  constexpr const char* kWho = "AlibiBias::AccumulateSlopeGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads(), head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("AlibiBias::AccumulateSlopeGradient", num_heads(),
+                                            head, q_positions, k_positions, grad_tile, ld,
+                                            num_heads(), {grad_slopes});
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_slopes, num_heads()); !s.ok()) return s;
   const bool symmetric = form_ == AlibiForm::kSymmetric;
   double acc = 0.0;
   for (size_t r = 0; r < q_positions.size(); ++r) {
@@ -309,8 +319,8 @@ absl::StatusOr<T5RelativeBias> T5RelativeBias::Create(std::vector<double> table,
 }
 
 template <class T>
-void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          T* out, int64_t ld) const {
+absl::Status T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                                  absl::Span<const int64_t> k, T* out, int64_t ld) const {
   for (size_t r = 0; r < q.size(); ++r) {
     T* row = out + static_cast<int64_t>(r) * ld;
     for (size_t c = 0; c < k.size(); ++c) {
@@ -318,17 +328,6 @@ void T5RelativeBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<
       row[c] = static_cast<T>(table_[b * num_heads_ + head]);
     }
   }
-}
-
-absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                        absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status T5RelativeBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                        absl::Span<const int64_t> k, double* out,
-                                        int64_t ld) const {
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -338,13 +337,10 @@ absl::Status T5RelativeBias::AccumulateTableGradient(int64_t head,
                                                      absl::Span<const int64_t> k_positions,
                                                      const T* grad_tile, int64_t ld,
                                                      absl::Span<double> grad_table) const {
-  constexpr const char* kWho = "T5RelativeBias::AccumulateTableGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_table, config_.num_buckets * num_heads_);
+  if (absl::Status s = ValidateGradientTile("T5RelativeBias::AccumulateTableGradient",
+                                            num_heads_, head, q_positions, k_positions,
+                                            grad_tile, ld, config_.num_buckets * num_heads_,
+                                            {grad_table});
       !s.ok()) {
     return s;
   }
@@ -441,8 +437,9 @@ absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
 }
 
 template <class T>
-void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-                   int64_t ld) const {
+absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                           absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   const double* c = c_.data() + head;
   const int64_t stride = num_heads_;
   // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
@@ -454,18 +451,6 @@ void FoxBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const i
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
     for (size_t col = 0; col < k.size(); ++col) row[col] = static_cast<T>(ci - ck[col]);
   }
-}
-
-absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                 absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status FoxBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                 absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -474,13 +459,10 @@ absl::Status FoxBias::AccumulatePrefixGradient(int64_t head, absl::Span<const in
                                                absl::Span<const int64_t> k_positions,
                                                const T* grad_tile, int64_t ld,
                                                absl::Span<double> grad_prefix) const {
-  constexpr const char* kWho = "FoxBias::AccumulatePrefixGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("FoxBias::AccumulatePrefixGradient", num_heads_,
+                                            head, q_positions, k_positions, grad_tile, ld,
+                                            length_ * num_heads_, {grad_prefix});
       !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckGradBuffer(kWho, grad_prefix, length_ * num_heads_); !s.ok()) {
     return s;
   }
   if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
@@ -587,8 +569,9 @@ absl::Status GrapeApBias::CheckPositions(absl::Span<const int64_t> q,
 }
 
 template <class T>
-void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                       T* out, int64_t ld) const {
+absl::Status GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q,
+                               absl::Span<const int64_t> k, T* out, int64_t ld) const {
+  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   const auto [kmin_it, kmax_it] = std::minmax_element(k.begin(), k.end());
   const int64_t kmin = *kmin_it - first_, kmax = *kmax_it - first_;
   std::vector<double> running;  // running[l - lo] = P_t(l), reused across rows
@@ -606,18 +589,6 @@ void GrapeApBias::Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<con
       row[c] = static_cast<T>(pt - running[k[c] - first_ - lo]);
     }
   }
-}
-
-absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
-  return absl::OkStatus();
-}
-absl::Status GrapeApBias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                     absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  Fill(head, q, k, out, ld);
   return absl::OkStatus();
 }
 
@@ -627,15 +598,12 @@ absl::Status GrapeApBias::AccumulateGradient(int64_t head, absl::Span<const int6
                                              const T* grad_tile, int64_t ld,
                                              absl::Span<double> grad_w,
                                              absl::Span<double> grad_u) const {
-  constexpr const char* kWho = "GrapeApBias::AccumulateGradient";
-  if (absl::Status s =
-          ValidateTile(kWho, num_heads_, head, q_positions, k_positions, grad_tile, ld);
+  if (absl::Status s = ValidateGradientTile("GrapeApBias::AccumulateGradient", num_heads_, head,
+                                            q_positions, k_positions, grad_tile, ld,
+                                            length_ * num_heads_ * rank_, {grad_w, grad_u});
       !s.ok()) {
     return s;
   }
-  const int64_t size = length_ * num_heads_ * rank_;
-  if (absl::Status s = CheckGradBuffer(kWho, grad_w, size); !s.ok()) return s;
-  if (absl::Status s = CheckGradBuffer(kWho, grad_u, size); !s.ok()) return s;
   if (q_positions.empty() || k_positions.empty()) return absl::OkStatus();
   if (absl::Status s = CheckPositions(q_positions, k_positions); !s.ok()) return s;
   const auto [kmin_it, kmax_it] = std::minmax_element(k_positions.begin(), k_positions.end());
@@ -685,6 +653,11 @@ template absl::Status GrapeApBias::AccumulateGradient<double>(int64_t, absl::Spa
                                                               const double*, int64_t,
                                                               absl::Span<double>,
                                                               absl::Span<double>) const;
+
+template class AdditiveBiasFromFill<AlibiBias>;
+template class AdditiveBiasFromFill<T5RelativeBias>;
+template class AdditiveBiasFromFill<FoxBias>;
+template class AdditiveBiasFromFill<GrapeApBias>;
 
 }  // namespace sequence
 }  // namespace encodings

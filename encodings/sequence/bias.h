@@ -88,6 +88,21 @@ class AdditiveBias {
                                   absl::Span<const int64_t> k, double* out, int64_t ld) const = 0;
 };
 
+// AdditiveBias's two DoFillTile overloads for a bias whose float and double tiles come
+// from one template: Derived defines (and befriends this class for)
+//   template <class T>
+//   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+//                     T* out, int64_t ld) const;
+// Instantiated in bias.cc for the biases of this file.
+template <class Derived>
+class AdditiveBiasFromFill : public AdditiveBias {
+ protected:
+  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          float* out, int64_t ld) const final;
+  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                          double* out, int64_t ld) const final;
+};
+
 // Reference for tests: the full |q| x |k| matrix of one head (a single FillTile in double).
 absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,
                                           absl::Span<const int64_t> q_positions,
@@ -107,7 +122,7 @@ enum class AlibiForm {
   kSymmetric,  // -m_h |i - j|: bidirectional, not a group action
 };
 
-class AlibiBias final : public AdditiveBias {
+class AlibiBias final : public AdditiveBiasFromFill<AlibiBias> {
  public:
   // One finite slope per head (at least one head).
   static absl::StatusOr<AlibiBias> Create(std::vector<double> slopes, AlibiForm form);
@@ -129,17 +144,12 @@ class AlibiBias final : public AdditiveBias {
                                        absl::Span<const int64_t> k_positions, const T* grad_tile,
                                        int64_t ld, absl::Span<double> grad_slopes) const;
 
- protected:
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          float* out, int64_t ld) const override;
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          double* out, int64_t ld) const override;
-
  private:
   AlibiBias(std::vector<double> slopes, AlibiForm form) : slopes_(std::move(slopes)), form_(form) {}
+  friend class AdditiveBiasFromFill<AlibiBias>;
   template <class T>
-  void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-            int64_t ld) const;
+  absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                    T* out, int64_t ld) const;
   std::vector<double> slopes_;
   AlibiForm form_;
 };
@@ -164,7 +174,7 @@ absl::Status ValidateT5BucketConfig(const T5BucketConfig& config);
 // (nb - max_exact)), nb - 1). Evaluated in double. Assumes a valid config.
 int64_t T5Bucket(int64_t rel, const T5BucketConfig& config);
 
-class T5RelativeBias final : public AdditiveBias {
+class T5RelativeBias final : public AdditiveBiasFromFill<T5RelativeBias> {
  public:
   // table: num_buckets x num_heads, row-major ([bucket, head]), finite.
   static absl::StatusOr<T5RelativeBias> Create(std::vector<double> table, int64_t num_heads,
@@ -185,18 +195,13 @@ class T5RelativeBias final : public AdditiveBias {
                                        absl::Span<const int64_t> k_positions, const T* grad_tile,
                                        int64_t ld, absl::Span<double> grad_table) const;
 
- protected:
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          float* out, int64_t ld) const override;
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          double* out, int64_t ld) const override;
-
  private:
   T5RelativeBias(std::vector<double> table, int64_t num_heads, T5BucketConfig config)
       : table_(std::move(table)), num_heads_(num_heads), config_(config) {}
+  friend class AdditiveBiasFromFill<T5RelativeBias>;
   template <class T>
-  void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-            int64_t ld) const;
+  absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                    T* out, int64_t ld) const;
   std::vector<double> table_;
   int64_t num_heads_;
   T5BucketConfig config_;
@@ -209,7 +214,7 @@ class T5RelativeBias final : public AdditiveBias {
 // ln sigmoid(x), stable for any finite x (no exp overflow, no log(0)).
 double LogSigmoid(double x);
 
-class FoxBias final : public AdditiveBias {
+class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
  public:
   // gate_logits: length x num_heads, row-major (token-major, as a projection w^T x_t + b
   // produces them), all finite; token t has position first_position + t. Prefix sums
@@ -244,18 +249,13 @@ class FoxBias final : public AdditiveBias {
   // (d ln sigmoid(x) / dx = sigmoid(-x)). Returns length x num_heads, row-major.
   absl::StatusOr<std::vector<double>> LogitGradient(absl::Span<const double> grad_prefix) const;
 
- protected:
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          float* out, int64_t ld) const override;
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          double* out, int64_t ld) const override;
-
  private:
   FoxBias() = default;
   absl::Status CheckPositions(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const;
+  friend class AdditiveBiasFromFill<FoxBias>;
   template <class T>
-  void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-            int64_t ld) const;
+  absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                    T* out, int64_t ld) const;
   std::vector<double> logits_;      // length x num_heads
   std::vector<double> c_;           // length x num_heads, row-major
   std::vector<double> sum_, comp_;  // per head: compensated running sum state
@@ -281,7 +281,7 @@ class FoxBias final : public AdditiveBias {
 // is linear (one running sum per row, over the positions the tile's row spans); work per
 // row is O((max(t, k_max) - min(t, k_min)) r). A kernel that walks key tiles from the
 // diagonal leftwards can carry P_t across tiles; this reference-grade FillTile does not.
-class GrapeApBias final : public AdditiveBias {
+class GrapeApBias final : public AdditiveBiasFromFill<GrapeApBias> {
  public:
   // w, u: length x num_heads x rank, row-major, finite; token t has position
   // first_position + t.
@@ -306,25 +306,25 @@ class GrapeApBias final : public AdditiveBias {
                                   int64_t ld, absl::Span<double> grad_w,
                                   absl::Span<double> grad_u) const;
 
- protected:
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          float* out, int64_t ld) const override;
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          double* out, int64_t ld) const override;
-
  private:
   GrapeApBias() = default;
   absl::Status CheckPositions(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const;
   double Dot(int64_t head, int64_t t, int64_t l) const;
+  friend class AdditiveBiasFromFill<GrapeApBias>;
   template <class T>
-  void Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k, T* out,
-            int64_t ld) const;
+  absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
+                    T* out, int64_t ld) const;
   std::vector<double> w_, u_;
   int64_t length_ = 0;
   int64_t num_heads_ = 0;
   int64_t rank_ = 0;
   int64_t first_ = 0;
 };
+
+extern template class AdditiveBiasFromFill<AlibiBias>;
+extern template class AdditiveBiasFromFill<T5RelativeBias>;
+extern template class AdditiveBiasFromFill<FoxBias>;
+extern template class AdditiveBiasFromFill<GrapeApBias>;
 
 }  // namespace sequence
 }  // namespace encodings

@@ -346,37 +346,48 @@ absl::StatusOr<Compared> BackToBack(
   return c;
 }
 
-// Bandwidth-bound rows: the triad measured just before each round's GroupPE run as well,
-// since the memory bandwidth a shared host leaves swings by 1.5x within minutes (35 to
-// 67 GB/s here); the row gives, besides the fraction of the run's best triad, the median
-// over rounds of GB/s over the triad beside it.
+// Bandwidth-bound rows: the triad measured just before and just after each round's GroupPE
+// run as well, since the memory bandwidth a shared host leaves swings by 1.5-2x within
+// seconds (30 to 67 GB/s here); the row gives, besides the fraction of the run's best
+// triad, the median over rounds of GB/s over the larger of the two triads beside it.
 class TriadBeside {
  public:
   TriadBeside(int threads, bool quick) : threads_(threads), quick_(quick) {}
-  // Measures the triad now; returns it.
+  // Measures the triad now (before a round); returns it.
   double Measure() {
-    last_ = TriadBandwidthGBs(threads_, quick_ ? (int64_t{16} << 20) : (int64_t{256} << 20));
-    return last_;
+    before_ = Triad();
+    return before_;
   }
-  // GB/s of the round just run, over the triad Measure() took before it (both also on
-  // stderr, with the progress lines).
-  void Add(double gbs) {
-    ratios_.push_back(gbs / last_);
-    std::fprintf(stderr, "gpe bench:   round %d: triad %.1f GB/s, then %.1f GB/s (%.0f%%)\n",
-                 static_cast<int>(ratios_.size()), last_, gbs, 100.0 * gbs / last_);
+  // Measures the triad again after the round just run, which read `gbs`; the round's
+  // ratio is gbs over the larger triad (also on stderr, with the progress lines). Returns
+  // the triad measured after.
+  double Add(double gbs) {
+    const double after = Triad(), beside = std::max(before_, after);
+    ratios_.push_back(gbs / beside);
+    std::fprintf(stderr,
+                 "gpe bench:   round %d: triad %.1f GB/s, then %.1f GB/s, then triad %.1f GB/s "
+                 "(%.0f%% of the larger)\n",
+                 static_cast<int>(ratios_.size()), before_, gbs, after, 100.0 * gbs / beside);
+    return after;
   }
   std::string Cell(double gbs, double best_triad) const {
     std::vector<double> r = ratios_;
     std::sort(r.begin(), r.end());
-    const double median = r.empty() ? 0.0 : r[r.size() / 2];
-    return absl::StrFormat("%.0f%% of triad; %.0f%% of the triad measured beside it (median of %d rounds)",
-                           100.0 * gbs / best_triad, 100.0 * median, static_cast<int>(r.size()));
+    if (r.empty()) return absl::StrFormat("%.0f%% of triad", 100.0 * gbs / best_triad);
+    return absl::StrFormat(
+        "%.0f%% of triad; %.0f%% of the triad measured beside it (median of %d rounds, %.0f-%.0f%%)",
+        100.0 * gbs / best_triad, 100.0 * r[r.size() / 2], static_cast<int>(r.size()),
+        100.0 * r.front(), 100.0 * r.back());
   }
 
  private:
+  double Triad() const {
+    return TriadBandwidthGBs(threads_, quick_ ? (int64_t{16} << 20) : (int64_t{256} << 20));
+  }
+
   int threads_;
   bool quick_;
-  double last_ = 0.0;
+  double before_ = 0.0;
   std::vector<double> ratios_;
 };
 
@@ -559,11 +570,11 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     measure_limits();
     TriadBeside beside(o.threads, q);
     absl::StatusOr<Compared> c = BackToBack(
-        q ? rounds : 5,
+        q ? rounds : 7,
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = TimeForward(*p, o.threads, decode_reps);
-          if (t.ok()) beside.Add(kv_bytes / *t * 1e-9);
+          if (t.ok()) triad = std::max(triad, beside.Add(kv_bytes / *t * 1e-9));
           return Single(t);
         },
         [&] { return peer.Run({p->PeerCase("sdpa")}, decode_reps); });
@@ -653,7 +664,7 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = RopeQkSeconds(rs, rh, rd, o.threads, reps);
-          if (t.ok()) beside.Add(bytes / *t * 1e-9);
+          if (t.ok()) triad = std::max(triad, beside.Add(bytes / *t * 1e-9));
           return Single(t);
         },
         [&] { return peer.Run({base, base + ",compile=1"}, reps); });

@@ -758,19 +758,32 @@ class Forward {
     return absl::OkStatus();
   }
 
-  // The bytes of a key or value tensor read kDecodePrefetchBytes after block [j0, j0 + nk)
-  // of the rows [.., k1) of the sequence starting at kb, where its rows (every kv head of a
-  // token) are one contiguous range (bshd/thd without padding); empty otherwise.
+  // What the decode kernels request ahead (cpu::PrefetchAhead) while they read block
+  // [j0, j0 + nk) of a key or value tensor, of the rows [.., k1) of the sequence starting
+  // at kb:
+  //  - token-major caches (bshd/thd without padding: every kv head of a token, then the
+  //    next token, one contiguous range): the bytes kDecodePrefetchBytes past the block;
+  //  - head-major caches (each kv head's rows contiguous, heads further apart, e.g. bhsd):
+  //    the next block's rows of every head, head after head (the kernels walk heads
+  //    outermost there: see cpu::ScoreDecode);
+  // empty otherwise.
   cpu::PrefetchAhead Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0, int64_t nk,
                            int64_t k1) const {
-    const int64_t hkv = a_.num_kv_heads, row = hkv * p_.d;
-    if (st.head != p_.d || st.token != row) return {};
-    const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
-    const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));
-    const int64_t bytes = nk * row * static_cast<int64_t>(sizeof(T));
-    if (end - first <= kDecodePrefetchBytes) return {};
-    first += kDecodePrefetchBytes;
-    return {first, std::min<int64_t>(bytes, end - first)};
+    const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
+    const int64_t size = static_cast<int64_t>(sizeof(T));
+    if (st.head == d && st.token == row) {
+      const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
+      const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));
+      const int64_t bytes = nk * row * size;
+      if (end - first <= kDecodePrefetchBytes) return {};
+      first += kDecodePrefetchBytes;
+      return {first, std::min<int64_t>(bytes, end - first)};
+    }
+    if (st.token == d && st.head > d && j0 + nk < k1) {
+      const int64_t next = std::min(nk, k1 - j0 - nk);
+      return {x + a_.KOffset(st, kb + j0 + nk, 0), next * d * size, hkv, st.head * size};
+    }
+    return {};
   }
 
   // o and lse of every (token, head) from the chunks' states: M = max m_c,

@@ -252,6 +252,8 @@ void BM_CpuDecode(benchmark::State& state) {
   a.head_dim = d;
   a.q = a.o = ContiguousStrides(Layout::kBSHD, 1, hq, d);
   a.k = a.v = ContiguousStrides(Layout::kBSHD, cache, hkv, d);
+  // bhsd: each kv head's cache contiguous (PyTorch's layout), as strides.
+  if (state.range(3) != 0) a.k = a.v = Strides{hkv * cache * d, d, cache * d};
   a.causal = true;
   std::vector<float> q(static_cast<size_t>(hq * d), 0.5f), o(q.size());
   // huge: the cache in 2 MiB pages (tools::LargeFloats, as the triad's arrays), else in
@@ -317,11 +319,12 @@ BENCHMARK(BM_DecodeKernels)
     ->MeasureProcessCPUTime();
 
 BENCHMARK(BM_CpuDecode)
-    ->ArgNames({"cache", "threads", "huge"})
-    ->Args({32768, 2, 1})
-    ->Args({32768, 2, 0})
-    ->Args({32768, 1, 1})
-    ->Args({4096, 2, 1})  // a short cache: a call of ~1 ms, where per-call costs show
+    ->ArgNames({"cache", "threads", "huge", "bhsd"})
+    ->Args({32768, 2, 1, 0})
+    ->Args({32768, 2, 1, 1})
+    ->Args({32768, 2, 0, 0})
+    ->Args({32768, 1, 1, 0})
+    ->Args({4096, 2, 1, 0})  // a short cache: a call of ~1 ms, where per-call costs show
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -356,10 +356,14 @@ TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
       for (int64_t rows : {1, 3, 4, 5, 8}) {
         for (int64_t heads : {1, 3}) {
           for (int64_t nk : {1, 3, 4, 5, 9, 16}) {
-            const int64_t ldh = dp + 16, ldv = heads * ldh + 8, lds = nk + 6, ldo = dp + 3;
+           for (bool head_major : {false, true}) {
+            // Token-major (kv heads of a token adjacent) or head-major (each head's rows
+            // adjacent, heads further apart: the kernel walks heads outermost).
+            const int64_t ldh = head_major ? nk * (dp + 16) + 8 : dp + 16;
+            const int64_t ldv = head_major ? dp + 16 : heads * ldh + 8, lds = nk + 6, ldo = dp + 3;
             std::vector<float> p(heads * rows * lds);
             for (float& x : p) x = unit(rng);
-            std::vector<float> v = RandomF(nk * ldv, &rng);
+            std::vector<float> v = RandomF(head_major ? heads * ldh : nk * ldv, &rng);
             std::vector<float> o = RandomF(heads * rows * ldo, &rng);
             std::vector<float> alpha(heads * rows);
             for (size_t i = 0; i < alpha.size(); ++i) {
@@ -368,9 +372,14 @@ TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
             const std::vector<float> o0 = o;
             // Odd cases also prefetch (an unaligned range of v, not a whole number of
             // lines): requests only, the results must not change.
-            const cpu::PrefetchAhead ahead =
-                nk % 2 == 1 ? cpu::PrefetchAhead{v.data() + 3, static_cast<int64_t>(v.size() - 3) * 4 - 5}
-                            : cpu::PrefetchAhead{};
+            // Head-major odd cases request one run per head.
+            cpu::PrefetchAhead ahead;
+            if (nk % 2 == 1) {
+              ahead = head_major ? cpu::PrefetchAhead{v.data() + 3, (nk * ldv - 3) * 4 - 5,
+                                                      heads, ldh * 4}
+                                 : cpu::PrefetchAhead{v.data() + 3,
+                                                      static_cast<int64_t>(v.size() - 3) * 4 - 5};
+            }
             cpu::AccumulateDecode(p.data(), lds, rows, heads, nk, v.data(), ldv, ldh, dp,
                                   alpha.data(), o.data(), ldo, ahead);
             for (int64_t g = 0; g < heads; ++g) {
@@ -391,12 +400,13 @@ TEST(Kernels, AccumulateDecodeMatchesLoopsOnEveryTargetAndRemainder) {
                   // Float sums of nk + 1 terms in any order: error <= (nk + 1) eps mass.
                   ASSERT_NEAR(o[row * ldo + c], want, 1.2e-7 * (nk + 2) * mass + 1e-30)
                       << hwy::TargetName(target) << " dp " << dp << " rows " << rows
-                      << " heads " << heads << " nk " << nk << " g " << g << " r " << r
-                      << " c " << c;
+                      << " heads " << heads << " nk " << nk << " head_major " << head_major
+                      << " g " << g << " r " << r << " c " << c;
                 }
               }
             }
             ++runs;
+           }
           }
         }
       }
@@ -419,13 +429,19 @@ TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
       for (int64_t rows : {1, 3, 4, 5, 8}) {
         for (int64_t heads : {1, 3}) {
           for (int64_t nk : {1, 3, 4, 5, 9, 16}) {
-            const int64_t ldh = d + 2, ldk = heads * ldh + 5, ldq = d + 1, lds = nk + 6;
+           for (bool head_major : {false, true}) {  // as in the test above
+            const int64_t ldh = head_major ? nk * (d + 2) + 5 : d + 2;
+            const int64_t ldk = head_major ? d + 2 : heads * ldh + 5, ldq = d + 1, lds = nk + 6;
             std::vector<float> q = RandomF(heads * rows * ldq, &rng);
-            std::vector<float> keys = RandomF(nk * ldk, &rng);
+            std::vector<float> keys = RandomF(head_major ? heads * ldh : nk * ldk, &rng);
             std::vector<float> s(heads * rows * lds, -7.0f);
-            const cpu::PrefetchAhead ahead =  // odd cases also prefetch (see above)
-                nk % 2 == 1 ? cpu::PrefetchAhead{keys.data() + 1, static_cast<int64_t>(keys.size() - 1) * 4 - 3}
-                            : cpu::PrefetchAhead{};
+            cpu::PrefetchAhead ahead;  // odd cases also prefetch (see above)
+            if (nk % 2 == 1) {
+              ahead = head_major ? cpu::PrefetchAhead{keys.data() + 1, (nk * ldk - 1) * 4 - 3,
+                                                      heads, ldh * 4}
+                                 : cpu::PrefetchAhead{keys.data() + 1,
+                                                      static_cast<int64_t>(keys.size() - 1) * 4 - 3};
+            }
             cpu::ScoreDecode(q.data(), ldq, rows, heads, d, keys.data(), ldk, ldh, nk, s.data(),
                              lds, ahead);
             for (int64_t g = 0; g < heads; ++g) {
@@ -444,10 +460,12 @@ TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
                   // d * eps * sum |terms| (sum |terms| <~ d), as for ScoreTile.
                   ASSERT_NEAR(s[row * lds + j], want, 1e-6 * d * 4 + 1e-6)
                       << hwy::TargetName(target) << " d " << d << " rows " << rows << " heads "
-                      << heads << " nk " << nk << " g " << g << " r " << r << " j " << j;
+                      << heads << " nk " << nk << " head_major " << head_major << " g " << g
+                      << " r " << r << " j " << j;
                 }
               }
             }
+           }
           }
         }
       }
@@ -683,13 +701,18 @@ TEST(CpuForward, GqaMqaKvCacheAndStrides) {
       for (auto [hq, hkv, d] : {std::tuple<int64_t, int64_t, int64_t>{8, 2, 48}, {6, 2, 16},
                                 {8, 2, 128}}) {
         for (int64_t lq : {1, 2}) {
-          AttentionArgs dec = Bshd(1, lq, 1100, hq, hkv, d);
-          dec.causal = true;
-          if (hq == 8) dec.biases = {&*alibi};
-          CheckAgainstReference(dec, two, ++seed,
-                                std::string("token-order decode ") + hwy::TargetName(target) +
-                                    " hq " + std::to_string(hq) + " d " + std::to_string(d) +
-                                    " lq " + std::to_string(lq));
+          for (bool bhsd : {false, true}) {
+            AttentionArgs dec = Bshd(1, lq, 1100, hq, hkv, d);
+            // bhsd: each kv head's cache contiguous (heads walked outermost, the next
+            // block of every head requested ahead).
+            if (bhsd) dec.k = dec.v = Strides{hkv * 1100 * d, d, 1100 * d};
+            dec.causal = true;
+            if (hq == 8) dec.biases = {&*alibi};
+            CheckAgainstReference(dec, two, ++seed,
+                                  std::string("token-order decode ") + hwy::TargetName(target) +
+                                      " hq " + std::to_string(hq) + " d " + std::to_string(d) +
+                                      " lq " + std::to_string(lq) + (bhsd ? " bhsd" : ""));
+          }
         }
       }
     }

@@ -438,30 +438,46 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 }
 #endif
 
-// Walks a PrefetchAhead range: Step() requests the next `per_step` cache lines, with
-// per_step chosen so that `steps` calls cover the range.
+// Whether a decode kernel walks kv heads outermost (see ScoreDecode in kernels.h).
+HWY_INLINE bool HeadMajor(int64_t ld, int64_t ldh) { return ldh > ld; }
+
+// Walks a PrefetchAhead's runs in order: Step() requests the next `per_step` cache lines,
+// with per_step chosen so that `steps` calls cover them all.
 class PrefetchCursor {
  public:
   PrefetchCursor(PrefetchAhead ahead, int64_t steps) {
-    if (ahead.begin == nullptr || ahead.bytes <= 0 || steps <= 0) return;
-    const uintptr_t first = reinterpret_cast<uintptr_t>(ahead.begin) & ~uintptr_t{63};
-    const uintptr_t last = reinterpret_cast<uintptr_t>(ahead.begin) + static_cast<uintptr_t>(ahead.bytes);
-    lines_ = static_cast<int64_t>((last - first + 63) / 64);
-    next_ = first;
-    per_step_ = (lines_ + steps - 1) / steps;
+    if (ahead.begin == nullptr || ahead.bytes <= 0 || ahead.runs <= 0 || steps <= 0) return;
+    begin_ = reinterpret_cast<uintptr_t>(ahead.begin);
+    bytes_ = static_cast<uintptr_t>(ahead.bytes);
+    stride_ = static_cast<uintptr_t>(ahead.stride);
+    runs_ = ahead.runs;
+    StartRun();
+    // Lines in all runs (a run's start rounded down to its line adds at most one).
+    const int64_t total = runs_ * ((ahead.bytes + 63) / 64 + 1);
+    per_step_ = (total + steps - 1) / steps;
   }
   HWY_INLINE void Step() {
-    const int64_t n = std::min(per_step_, lines_);
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = 0; i < per_step_ && run_ < runs_; ++i) {
       __builtin_prefetch(reinterpret_cast<const void*>(next_), 0, 2);  // prefetcht1 on x86
       next_ += 64;
+      if (--lines_ == 0) {
+        ++run_;
+        StartRun();
+      }
     }
-    lines_ -= n;
   }
 
  private:
-  uintptr_t next_ = 0;
-  int64_t lines_ = 0, per_step_ = 0;
+  // Points next_ at run run_'s first line; lines_: its line count.
+  void StartRun() {
+    if (run_ >= runs_) return;
+    const uintptr_t start = begin_ + static_cast<uintptr_t>(run_) * stride_;
+    next_ = start & ~uintptr_t{63};
+    lines_ = static_cast<int64_t>((start + bytes_ - next_ + 63) / 64);
+  }
+
+  uintptr_t begin_ = 0, bytes_ = 0, stride_ = 0, next_ = 0;
+  int64_t runs_ = 0, run_ = 0, lines_ = 0, per_step_ = 0;
 };
 
 void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
@@ -472,15 +488,24 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
   PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
 #if HWY_TARGET <= HWY_AVX3
   if (rows % 4 == 0) {  // four keys at a time
-    for (; j + 4 <= nk; j += 4) {
+    const int64_t n4 = nk / 4 * 4;
+    auto step = [&](int64_t jj, int64_t g) {
+      pf.Step();
+      const float* k = keys + jj * ldk + g * ldh;
+      for (int64_t r = 0; r < rows; r += 4) {
+        Dot4x4(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + jj, lds);
+      }
+    };
+    if (HeadMajor(ldk, ldh)) {
       for (int64_t g = 0; g < heads; ++g) {
-        pf.Step();
-        const float* k = keys + j * ldk + g * ldh;
-        for (int64_t r = 0; r < rows; r += 4) {
-          Dot4x4(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + j, lds);
-        }
+        for (int64_t jj = 0; jj < n4; jj += 4) step(jj, g);
+      }
+    } else {
+      for (int64_t jj = 0; jj < n4; jj += 4) {
+        for (int64_t g = 0; g < heads; ++g) step(jj, g);
       }
     }
+    j = n4;
   }
 #endif
   for (; j < nk; ++j) {
@@ -748,32 +773,40 @@ void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t hea
     float* orow = o + i * ldo;
     for (int64_t c = 0; c < dp; c += N) hn::StoreU(hn::Mul(a, hn::LoadU(df, orow + c)), df, orow + c);
   }
-  int64_t j = 0;
-  for (; j + 4 <= nk; j += 4) {
-    for (int64_t g = 0; g < heads; ++g) {
-      pf.Step();
-      const float* vg = v + j * ldv + g * ldh;
-      int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) {
-        const int64_t row = g * rows + r;
-        AccDecodeStep<4>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
-      }
+  const int64_t n4 = nk / 4 * 4;
+  auto step = [&](int64_t jj, int64_t g) {
+    pf.Step();
+    const float* vg = v + jj * ldv + g * ldh;
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
       const int64_t row = g * rows + r;
-      switch (rows - r) {
-        case 1:
-          AccDecodeStep<1>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
-          break;
-        case 2:
-          AccDecodeStep<2>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
-          break;
-        case 3:
-          AccDecodeStep<3>(p + row * lds + j, lds, vg, ldv, dp, o + row * ldo, ldo);
-          break;
-        default:
-          break;
-      }
+      AccDecodeStep<4>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+    }
+    const int64_t row = g * rows + r;
+    switch (rows - r) {
+      case 1:
+        AccDecodeStep<1>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        break;
+      case 2:
+        AccDecodeStep<2>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        break;
+      case 3:
+        AccDecodeStep<3>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        break;
+      default:
+        break;
+    }
+  };
+  if (HeadMajor(ldv, ldh)) {  // (each row's tokens still in increasing order)
+    for (int64_t g = 0; g < heads; ++g) {
+      for (int64_t jj = 0; jj < n4; jj += 4) step(jj, g);
+    }
+  } else {
+    for (int64_t jj = 0; jj < n4; jj += 4) {
+      for (int64_t g = 0; g < heads; ++g) step(jj, g);
     }
   }
+  int64_t j = n4;
   for (; j < nk; ++j) {  // the last nk % 4 tokens, one at a time
     for (int64_t g = 0; g < heads; ++g) {
       if (j % 4 == 0) pf.Step();

@@ -66,15 +66,24 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
 // and rejected: 1.25-1.4x the arithmetic time with the block in L2, and the whole decode
 // at 0.5-0.65 of the triad against 0.85 for these. Prefetches never fault, but the range
 // must lie inside the caller's tensor (no pointer leaves its object). Empty: none.
+// `runs` ranges of `bytes` each, `stride` bytes apart, are requested in order (a KV cache
+// with each kv head's rows contiguous: the next block of every head, head after head).
 struct PrefetchAhead {
   const void* begin = nullptr;
   int64_t bytes = 0;
+  int64_t runs = 1;
+  int64_t stride = 0;
 };
 
 // Decoding scores for `heads` kv heads at once, keys read in token order:
 // s[(g * rows + r) * lds + j] = sum_c q[(g * rows + r) * ldq + c] * keys[j * ldk + g * ldh + c]
 // for g < heads, r < rows, j < nk. In a KV cache (bshd/thd) the kv heads of a token are
-// adjacent (ldh = d), so the key rows are one contiguous stream.
+// adjacent (ldh = d), so the key rows are one contiguous stream, read token after token.
+// Where heads lie further apart than tokens (ldh > ldk: each head's rows contiguous, as
+// in bhsd), the kernel walks heads outermost, each head's block one run: a pass over all
+// heads per four tokens keeps a stream per head live at addresses a power of two apart in
+// common cache lengths (the same L1/L2 sets), measured 2.5x slower. AccumulateDecode
+// orders its loops the same way (ldh > ldv).
 // `ahead`: see PrefetchAhead.
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
                  const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,

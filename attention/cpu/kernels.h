@@ -80,10 +80,12 @@ struct PrefetchAhead {
 // for g < heads, r < rows, j < nk. In a KV cache (bshd/thd) the kv heads of a token are
 // adjacent (ldh = d), so the key rows are one contiguous stream, read token after token.
 // Where heads lie further apart than tokens (ldh > ldk: each head's rows contiguous, as
-// in bhsd), the kernel walks heads outermost, each head's block one run: a pass over all
-// heads per four tokens keeps a stream per head live at addresses a power of two apart in
-// common cache lengths (the same L1/L2 sets), measured 2.5x slower. AccumulateDecode
-// orders its loops the same way (ldh > ldv).
+// in bhsd), the kernel walks heads outermost, each head's block one run, in the order
+// PrefetchAhead's runs request the next block. (Decoding a bhsd cache of 32768 tokens,
+// GQA 32/8, d 128, 2 threads: 59 ms in token order without requests, 20.6 ms head after
+// head, 8.9 ms with the next block requested: the bshd figure; a pass over all heads per
+// four tokens keeps a stream per head live, 16 MiB apart, in the same L1/L2 sets.)
+// AccumulateDecode orders its loops the same way (ldh > ldv).
 // `ahead`: see PrefetchAhead.
 void ScoreDecode(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
                  const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s, int64_t lds,

@@ -559,12 +559,16 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     });
   }
 
-  // Decode: one query against a long KV cache; reading K and V is the whole cost.
-  {
+  // Decode: one query against a long KV cache; reading K and V is the whole cost. The
+  // cache as bshd (every kv head of a token adjacent) and as bhsd (each head's rows
+  // adjacent: PyTorch's layout, the peer's own).
+  for (const bool bhsd : {false, true}) {
     std::unique_ptr<Problem> p = MakeProblem(1, q ? 8 : 32, q ? 2 : 8, 1, q ? 2048 : 32768,
                                              d, false);
+    if (bhsd) p->args.k = p->args.v = att::Strides{p->hkv * p->sk * d, d, p->sk * d};
     const int decode_reps = q ? reps : 10;
-    const std::string name = absl::StrFormat("decode f32 %s (GQA)", p->Shape());
+    const std::string name =
+        absl::StrFormat("decode f32 %s (GQA, %s cache)", p->Shape(), bhsd ? "bhsd" : "bshd");
     const double kv_bytes = p->KvBytes();
     progress(name);
     measure_limits();

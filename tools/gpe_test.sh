@@ -67,12 +67,16 @@ done
 out="$("$gpe" bench --quick --no-peers)" || fail "bench --quick failed: $out"
 grep -q "| RoPE in place" <<<"$out" || fail "bench lacks the RoPE row: $out"
 grep -q "| INR closed form" <<<"$out" || fail "bench lacks the INR row: $out"
-# The attention harness (tools/bench_attention.h): every row, peers marked as not run,
-# backward and bf16 as not yet, and the sweeps' JSON for the plots.
-for row in "attention fwd f32 .* d64 | [0-9.]* ms" "attention fwd f32 .* causal | " \
-           "RoPE in kernel | [0-9.]* ms" "attention bwd f32 .* | not yet" "attention fwd bf16 .* | not yet" \
-           "decode f32 .*(GQA) | [0-9.]* ms" "memory: attention .* causal | .* floats per token x d" \
-           "scaling: attention .* threads vs 1 | " "RoPE on q and k, .* | [0-9.]* ms, [0-9.]* GB/s"; do
+# The attention harness (tools/bench_attention.h): every row with its time, peers marked
+# as not run, and the sweeps' JSON for the plots. ('|' escaped: a table cell boundary.)
+for row in "attention fwd f32 [^|]* d64 \\| [0-9.]+ ms" "attention fwd f32 [^|]* causal \\| [0-9.]+ ms" \
+           "attention fwd f32 [^|]*, RoPE in kernel \\| [0-9.]+ ms" \
+           "attention bwd f32 [^|]* \\| [0-9.]+ ms" "attention fwd bf16 [^|]* \\| [0-9.]+ ms" \
+           "decode f32 [^|]*\\(GQA, bshd cache\\) \\| [0-9.]+ ms" \
+           "decode f32 [^|]*\\(GQA, bhsd cache\\) \\| [0-9.]+ ms" \
+           "memory: attention [^|]* causal \\| .* floats per token x d" \
+           "scaling: attention [^|]* threads vs 1 \\| [0-9.]+ ms vs [0-9.]+ ms" \
+           "RoPE on q and k, [^|]* \\| [0-9.]+ ms, [0-9.]+ GB/s"; do
   grep -qE "^\| $row" <<<"$out" || fail "bench lacks the row '$row': $out"
 done
 grep -q "not run (--no-peers)" <<<"$out" || fail "bench ran the peers under --no-peers: $out"

@@ -276,6 +276,20 @@ class TorchAttentionTest(unittest.TestCase):
         torch.testing.assert_close(f(q, k, v), gt.attention(q, k, v, causal=True, rope_dim=8),
                                    atol=0, rtol=0)
 
+    def test_decode_head_major_cache_view(self):
+        # A KV cache kept as [b, h, s, d] and passed as its transpose (a view: decoding's
+        # head-major path, 1100 keys so the keys are split across threads) gives what the
+        # same values copied token-major give: the same float32 operations in the same
+        # order per output row, so 1e-6 (a few float32 ulps of O(1) outputs) is ample,
+        # far below a wrong head or stride (O(1)).
+        q = torch.randn(1, 1, 8, 16)
+        k_cache, v_cache = torch.randn(1, 2, 1100, 16), torch.randn(1, 2, 1100, 16)
+        k, v = k_cache.transpose(1, 2), v_cache.transpose(1, 2)
+        self.assertFalse(k.is_contiguous())
+        o = gt.attention(q, k, v, causal=True)  # (no RoPE: keys read as stored)
+        want = gt.attention(q, k.contiguous(), v.contiguous(), causal=True)
+        torch.testing.assert_close(o, want, atol=1e-6, rtol=0)
+
     def bias_cases(self, s, h):
         """(name, bias object, causal) for the additive biases (one sequence of s tokens)."""
         t5 = gpe.T5Bias(self.rng.standard_normal((8, h)), max_distance=6)

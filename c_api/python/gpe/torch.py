@@ -15,7 +15,10 @@ whose head_dim is not contiguous are made contiguous first):
 
 Layouts and options are gpe.attention's (gpe.h, "Attention"): q [batch, seq_q, heads_q,
 head_dim], k, v [batch, seq_k, heads_kv, head_dim] (heads_q a multiple of heads_kv), or
-packed [tokens, heads, head_dim] with cu_seqlens_q / cu_seqlens_k (int64 [batch + 1]);
+packed [tokens, heads, head_dim] with cu_seqlens_q / cu_seqlens_k (int64 [batch + 1]).
+Any strides with head_dim contiguous are read in place: a KV cache kept as PyTorch's
+[batch, heads, seq, head_dim] is passed as k.transpose(1, 2), a view (decoding reads such
+head-major caches head after head, as fast as token-major ones);
 q_positions / k_positions (int64, one per token) are global positions, so a shard of a
 long sequence keeps its encoding and causal mask. Encodings: rope_dim (RoPE), alibi,
 or encoding = a gpe.GrapeM / gpe.AlgebraicSequence; additive bias: alibi, or bias = a

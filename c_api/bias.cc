@@ -21,10 +21,10 @@
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
 using gpe::c_api::CheckNoSelfOverlap;
-using gpe::c_api::CheckStructSize;
 using gpe::c_api::ContiguousPositions;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
@@ -65,12 +65,6 @@ absl::StatusOr<std::vector<double>> Params(const double* p, int64_t n, const cha
   if (n > 0 && p == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
   if (absl::Status s = CheckFinite(p, n, name); !s.ok()) return s;
   return std::vector<double>(p, p + n);
-}
-
-absl::Status CheckOut(gpe_bias** out) {
-  if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-  *out = nullptr;
-  return absl::OkStatus();
 }
 
 bool Compact(const TensorView& v) {
@@ -208,10 +202,7 @@ extern "C" {
 
 gpe_status gpe_bias_create_alibi(const gpe_alibi_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_alibi_options),
-                                         sizeof(gpe_alibi_options), "gpe_alibi_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_alibi_options), "gpe_alibi_options");
         !s.ok()) {
       return s;
     }
@@ -245,10 +236,7 @@ gpe_status gpe_bias_create_alibi(const gpe_alibi_options* options, gpe_bias** ou
 
 gpe_status gpe_bias_create_t5(const gpe_t5_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_t5_options),
-                                         sizeof(gpe_t5_options), "gpe_t5_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_t5_options), "gpe_t5_options");
         !s.ok()) {
       return s;
     }
@@ -278,10 +266,7 @@ gpe_status gpe_bias_create_t5(const gpe_t5_options* options, gpe_bias** out) {
 
 gpe_status gpe_bias_create_fox(const gpe_fox_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_fox_options),
-                                         sizeof(gpe_fox_options), "gpe_fox_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_fox_options), "gpe_fox_options");
         !s.ok()) {
       return s;
     }
@@ -307,10 +292,8 @@ gpe_status gpe_bias_create_fox(const gpe_fox_options* options, gpe_bias** out) {
 
 gpe_status gpe_bias_create_grape_ap(const gpe_grape_ap_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_grape_ap_options),
-                                         sizeof(gpe_grape_ap_options), "gpe_grape_ap_options");
+    if (absl::Status s =
+            CheckCreate(out, options, sizeof(gpe_grape_ap_options), "gpe_grape_ap_options");
         !s.ok()) {
       return s;
     }
@@ -487,10 +470,8 @@ gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias, const DLTensor* gra
 
 gpe_status gpe_bias_create_grape_a(const gpe_grape_a_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_grape_a_options),
-                                         sizeof(gpe_grape_a_options), "gpe_grape_a_options");
+    if (absl::Status s =
+            CheckCreate(out, options, sizeof(gpe_grape_a_options), "gpe_grape_a_options");
         !s.ok()) {
       return s;
     }

@@ -27,9 +27,9 @@ struct gpe_so_rep {
   std::unique_ptr<gpe::c_api::SoRep> impl;
 };
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckFinite;
-using gpe::c_api::CheckStructSize;
 
 extern "C" {
 
@@ -61,12 +61,9 @@ const char* gpe_status_name(gpe_status status) {
 
 gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so_rep** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    absl::Status s = CheckStructSize(options->struct_size,
-                                     offsetof(gpe_so_planes_options, thetas) + sizeof(void*),
-                                     sizeof(gpe_so_planes_options), "gpe_so_planes_options");
+    absl::Status s =
+        CheckCreate(out, options, offsetof(gpe_so_planes_options, thetas) + sizeof(void*),
+                    "gpe_so_planes_options");
     if (!s.ok()) return s;
     const gpe_so_planes_options& o = *options;
     if (!(s = CheckDim(o.dim, "dim")).ok()) return s;
@@ -106,12 +103,9 @@ gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so
 
 gpe_status gpe_so_rep_create_rank2(const gpe_so_rank2_options* options, gpe_so_rep** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    absl::Status s = CheckStructSize(options->struct_size,
-                                     offsetof(gpe_so_rank2_options, omega) + sizeof(double),
-                                     sizeof(gpe_so_rank2_options), "gpe_so_rank2_options");
+    absl::Status s =
+        CheckCreate(out, options, offsetof(gpe_so_rank2_options, omega) + sizeof(double),
+                    "gpe_so_rank2_options");
     if (!s.ok()) return s;
     const gpe_so_rank2_options& o = *options;
     if (!(s = CheckDim(o.dim, "dim")).ok()) return s;

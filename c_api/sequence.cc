@@ -27,6 +27,7 @@
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
@@ -583,12 +584,9 @@ gpe_status gpe_learned_positions_backward(const gpe_learned_positions* table,
 
 gpe_status gpe_grape_m_create(const gpe_grape_m_options* options, gpe_grape_m** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size,
-                                         offsetof(gpe_grape_m_options, omega) + sizeof(void*),
-                                         sizeof(gpe_grape_m_options), "gpe_grape_m_options");
+    if (absl::Status s =
+            CheckCreate(out, options, offsetof(gpe_grape_m_options, omega) + sizeof(void*),
+                        "gpe_grape_m_options");
         !s.ok()) {
       return s;
     }
@@ -710,12 +708,9 @@ gpe_status gpe_grape_m_backward(const gpe_grape_m* grape, const DLTensor* positi
 gpe_status gpe_algebraic_sequence_create(const gpe_algebraic_sequence_options* options,
                                          gpe_algebraic_sequence** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(
-            options->struct_size, offsetof(gpe_algebraic_sequence_options, skew) + sizeof(void*),
-            sizeof(gpe_algebraic_sequence_options), "gpe_algebraic_sequence_options");
+    if (absl::Status s = CheckCreate(out, options,
+                                     offsetof(gpe_algebraic_sequence_options, skew) + sizeof(void*),
+                                     "gpe_algebraic_sequence_options");
         !s.ok()) {
       return s;
     }
@@ -1112,12 +1107,8 @@ extern "C" {
 gpe_status gpe_algebraic_tree_create(const gpe_algebraic_tree_options* options,
                                      gpe_algebraic_tree** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_algebraic_tree_options),
-                                         sizeof(gpe_algebraic_tree_options),
-                                         "gpe_algebraic_tree_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_algebraic_tree_options),
+                                     "gpe_algebraic_tree_options");
         !s.ok()) {
       return s;
     }
@@ -1248,12 +1239,8 @@ gpe_status gpe_algebraic_tree_backward(const gpe_algebraic_tree* tree, const DLT
 gpe_status gpe_algebraic_grid_create(const gpe_algebraic_grid_options* options,
                                      gpe_algebraic_grid** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_algebraic_grid_options),
-                                         sizeof(gpe_algebraic_grid_options),
-                                         "gpe_algebraic_grid_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_algebraic_grid_options),
+                                     "gpe_algebraic_grid_options");
         !s.ok()) {
       return s;
     }

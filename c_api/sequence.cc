@@ -220,6 +220,21 @@ absl::Status WriteRowsAny(const TensorView& v, bool gather, Fn fn) {
   return v.dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
 }
 
+// Checks `out` (one float32/float64 row per position of the int64 [N] view `p`) is
+// disjoint from p and from itself, then writes fn(positions, rows, stride) into it.
+template <class Fn>
+absl::Status WritePositionRows(const TensorView& p, const TensorView& out, Fn fn) {
+  if (gpe::c_api::Overlaps(p, out)) {
+    return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
+  }
+  if (absl::Status s = CheckNoSelfOverlap(out, "out"); !s.ok()) return s;
+  if (p.shape[0] == 0) return absl::OkStatus();
+  std::vector<int64_t> pstore;
+  absl::Span<const int64_t> ps = ContiguousPositions(p, &pstore);
+  return WriteRowsAny(out, /*gather=*/false,
+                      [&](auto* rows, int64_t stride) { return fn(ps, rows, stride); });
+}
+
 // Runs fn(in, in_stride, out, out_stride) on T rows of `x` and `out` (compact buffers
 // for strided views; out == x in place), then writes the rows back into `out`.
 template <class T, class Fn>
@@ -450,14 +465,8 @@ gpe_status gpe_sinusoidal_encode(const gpe_sinusoidal_options* options, const DL
       return absl::InvalidArgumentError(absl::StrCat("out has ", ov->shape[0],
                                                      " rows but positions has ", p->shape[0]));
     }
-    if (gpe::c_api::Overlaps(*p, *ov)) {
-      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
-    }
-    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    if (p->shape[0] == 0) return absl::OkStatus();
-    std::vector<int64_t> pstore;
-    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
-    return WriteRowsAny(*ov, /*gather=*/false, [&](auto* rows, int64_t stride) {
+    return WritePositionRows(*p, *ov, [&](absl::Span<const int64_t> ps, auto* rows,
+                                          int64_t stride) {
       using T = std::remove_pointer_t<decltype(rows)>;
       return seq::SinusoidalEncoding<T>(ps, dim, options->base, rows, stride);
     });
@@ -521,14 +530,8 @@ gpe_status gpe_learned_positions_lookup(const gpe_learned_positions* table,
     if (!p.ok()) return p.status();
     absl::StatusOr<TensorView> ov = ViewBatch(out, "out", *p, table->impl.dim());
     if (!ov.ok()) return ov.status();
-    if (gpe::c_api::Overlaps(*p, *ov)) {
-      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
-    }
-    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    if (p->shape[0] == 0) return absl::OkStatus();
-    std::vector<int64_t> pstore;
-    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
-    return WriteRowsAny(*ov, /*gather=*/false, [&](auto* rows, int64_t stride) {
+    return WritePositionRows(*p, *ov, [&](absl::Span<const int64_t> ps, auto* rows,
+                                          int64_t stride) {
       using T = std::remove_pointer_t<decltype(rows)>;
       return table->impl.Lookup<T>(ps, rows, stride);
     });

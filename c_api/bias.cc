@@ -33,13 +33,12 @@ using gpe::c_api::RowsOf;
 using gpe::c_api::ScatterRows;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 namespace {
-
-constexpr DType kInt[] = {DType::kInt64};
-constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
-constexpr DType kF64[] = {DType::kFloat64};
 
 // n = a * b * c without int64 overflow, each factor >= 0, and n <= 2^40 (a parameter
 // array the library copies).

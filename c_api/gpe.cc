@@ -21,6 +21,9 @@ using gpe::c_api::DType;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 
 // The opaque handle behind gpe_so_rep*.
 struct gpe_so_rep {
@@ -140,8 +143,6 @@ gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, co
                             DLTensor* out) {
   return Guard([&]() -> absl::Status {
     if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
-    const DType kInt[] = {DType::kInt64};
-    const DType kFloat[] = {DType::kFloat32, DType::kFloat64};
     absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
     if (!p.ok()) return p.status();
     absl::StatusOr<TensorView> xv = ViewTensor(x, "x", 2, kFloat);
@@ -174,7 +175,6 @@ gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, co
 gpe_status gpe_so_rep_matrix(const gpe_so_rep* rep, int64_t position, DLTensor* out) {
   return Guard([&]() -> absl::Status {
     if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
-    const DType kF64[] = {DType::kFloat64};
     absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
     if (!ov.ok()) return ov.status();
     const int64_t dim = rep->impl->dim();

@@ -31,6 +31,7 @@ using gpe::c_api::DTypeName;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 struct gpe_rope {
@@ -48,7 +49,6 @@ struct gpe_rope_table {
 
 namespace {
 
-constexpr DType kInt[] = {DType::kInt64};
 constexpr DType kRopeTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
                                 DType::kFloat16};
 

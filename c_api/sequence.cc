@@ -41,14 +41,13 @@ using gpe::c_api::RowsOf;
 using gpe::c_api::ScatterRows;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 
 namespace {
-
-constexpr DType kInt[] = {DType::kInt64};
-constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
-constexpr DType kF64[] = {DType::kFloat64};
 
 std::string Shape(const TensorView& v) {
   std::string s = absl::StrCat(DTypeName(v.dtype), " [");

@@ -13,24 +13,12 @@
 #include <vector>
 
 #include "c_api/include/gpe/gpe.h"
+#include "c_api/test_util.h"
 #include "gtest/gtest.h"
 
 namespace {
 
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
+using gpe::c_api_test::Tensor;
 
 // An ALiBi bias handle with Press et al.'s slopes, destroyed with the pointer.
 using BiasPtr = std::unique_ptr<gpe_bias, void (*)(gpe_bias*)>;

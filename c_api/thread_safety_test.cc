@@ -15,25 +15,15 @@
 #include <thread>
 #include <vector>
 
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
 namespace {
 
-constexpr int kThreads = 8;
+using gpe::c_api_test::Tensor;
 
-DLTensor Tensor(const void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = const_cast<void*>(data);
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  return t;
-}
+constexpr int kThreads = 8;
 
 std::vector<double> Uniform(size_t n, double lo, double hi, std::mt19937_64* rng) {
   std::uniform_real_distribution<double> u(lo, hi);

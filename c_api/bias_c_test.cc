@@ -18,6 +18,7 @@
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
 using gpe::c_api_test::HasMessage;
 using gpe::c_api_test::Random;
 using gpe::c_api_test::Tensor;
@@ -218,13 +219,7 @@ void CheckGradient(const std::function<gpe_bias*(const std::vector<double>&)>& m
   const double h = 1e-5;
   bool any_nonzero = false;
   for (size_t i = 0; i < params.size(); ++i) {
-    const double keep = params[i];
-    params[i] = keep + h;
-    const double lp = loss(params);
-    params[i] = keep - h;
-    const double lm = loss(params);
-    params[i] = keep;
-    const double fd = (lp - lm) / (2 * h);
+    const double fd = CentralDifference(&params, i, h, [&] { return loss(params); });
     EXPECT_NEAR(grad[i], fd, 1e-7 * std::max(1.0, std::abs(fd))) << "param " << i;
     any_nonzero = any_nonzero || std::abs(fd) > 1e-3;
   }

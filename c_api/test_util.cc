@@ -27,6 +27,17 @@ std::vector<double> Random(std::mt19937_64* rng, size_t n, double scale) {
   return v;
 }
 
+double CentralDifference(std::vector<double>* param, size_t i, double h,
+                         const std::function<double()>& loss) {
+  const double keep = (*param)[i];
+  (*param)[i] = keep + h;
+  const double lp = loss();
+  (*param)[i] = keep - h;
+  const double lm = loss();
+  (*param)[i] = keep;
+  return (lp - lm) / (2 * h);
+}
+
 bool HasMessage(const char* part) {
   return std::string(gpe_last_error_message()).find(part) != std::string::npos;
 }

@@ -1,10 +1,11 @@
 // Helpers shared by the C ABI's C++ tests (testonly): DLPack descriptions of test
-// buffers, normal draws, and a look at the thread's last error message.
+// buffers, normal draws, central differences, and a look at the thread's last error message.
 #ifndef GPE_C_API_TEST_UTIL_H_
 #define GPE_C_API_TEST_UTIL_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -20,6 +21,11 @@ DLTensor Tensor(const void* data, DLDataTypeCode code, int bits, std::vector<int
 
 // n draws of N(0, scale^2) from `rng`.
 std::vector<double> Random(std::mt19937_64* rng, size_t n, double scale = 1.0);
+
+// The central difference (loss at p + h e_i - loss at p - h e_i) / (2 h) in the entry
+// (*param)[i], which is restored exactly afterwards; `loss` reads *param.
+double CentralDifference(std::vector<double>* param, size_t i, double h,
+                         const std::function<double()>& loss);
 
 // True when gpe_last_error_message() contains `part`.
 bool HasMessage(const char* part);

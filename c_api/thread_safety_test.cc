@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -376,6 +377,34 @@ class Barrier {
   std::atomic<int> generation_{0};
 };
 
+// Runs run(thread, &failures) on kThreads threads at once, `rounds` times on each (every
+// round starts on all threads together), and expects no failures and, every time, the
+// bytes of `ref` (the single-threaded run).
+void ExpectBitsOfOne(const std::vector<uint8_t>& ref, int rounds,
+                     const std::function<std::vector<uint8_t>(int, int*)>& run) {
+  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
+  std::vector<int> failures(kThreads, 0);
+  Barrier barrier(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < rounds; ++r) {
+        barrier.Wait();
+        got[t].push_back(run(t, &failures[t]));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    for (int r = 0; r < rounds; ++r) {
+      ASSERT_EQ(got[t][r].size(), ref.size());
+      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
+          << "thread " << t << " round " << r << " differs from the single-threaded run";
+    }
+  }
+}
+
 TEST(ThreadSafety, EightThreadsGiveTheBitsOfOne) {
   Shared shared;
   int ref_failures = 0;
@@ -383,29 +412,8 @@ TEST(ThreadSafety, EightThreadsGiveTheBitsOfOne) {
   ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
   ASSERT_GT(ref.size(), 0u);
 
-  constexpr int kRounds = 3;
-  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
-  std::vector<int> failures(kThreads, 0);
-  Barrier barrier(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r) {
-        barrier.Wait();  // every round starts on all threads together
-        got[t].push_back(RunAll(shared, &failures[t]));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    for (int r = 0; r < kRounds; ++r) {
-      ASSERT_EQ(got[t][r].size(), ref.size());
-      // Bit-identical: no shared mutable state, and no work split that depends on timing.
-      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
-          << "thread " << t << " round " << r << " differs from the single-threaded run";
-    }
-  }
+  // Bit-identical: no shared mutable state, and no work split that depends on timing.
+  ExpectBitsOfOne(ref, /*rounds=*/3, [&](int, int* failures) { return RunAll(shared, failures); });
 }
 
 TEST(ThreadSafety, ErrorMessagesStayPerThread) {
@@ -589,29 +597,8 @@ TEST(ThreadSafety, Inr05EightThreadsGiveTheBitsOfOne) {
   const std::vector<uint8_t> ref = RunInr05(-1, &ref_failures);
   ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
   ASSERT_GT(ref.size(), 0u);
-  constexpr int kRounds = 2;
-  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
-  std::vector<int> failures(kThreads, 0);
-  Barrier barrier(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r) {
-        barrier.Wait();
-        got[t].push_back(RunInr05(t, &failures[t]));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    for (int r = 0; r < kRounds; ++r) {
-      ASSERT_EQ(got[t][r].size(), ref.size());
-      // Bit-identical: the fits are seeded and single-threaded per call (OPENBLAS_NUM_THREADS=1).
-      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
-          << "thread " << t << " round " << r << " differs from the single-threaded run";
-    }
-  }
+  // Bit-identical: the fits are seeded and single-threaded per call (OPENBLAS_NUM_THREADS=1).
+  ExpectBitsOfOne(ref, /*rounds=*/2, RunInr05);
 }
 
 }  // namespace

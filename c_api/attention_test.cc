@@ -617,23 +617,29 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
     o.causal = 1;
     o.bias = b.get();
-    std::vector<std::vector<double>> grads;
     std::vector<std::vector<int64_t>> gshapes;
-    for (const auto& p : kind.p) {
-      grads.emplace_back(p.size(), -7.0);  // overwritten
+    for (size_t which = 0; which < kind.p.size(); ++which) {
       gshapes.push_back(std::strcmp(kind.name, "alibi") == 0 ? std::vector<int64_t>{h}
                         : std::strcmp(kind.name, "t5") == 0 ? std::vector<int64_t>{8, h}
                         : std::strcmp(kind.name, "fox") == 0 ? std::vector<int64_t>{s, h}
                                                              : std::vector<int64_t>{s, h, rank});
     }
-    DLTensor ga = Tensor(grads[0].data(), kDLFloat, 64, &gshapes[0]);
-    DLTensor gb = grads.size() > 1 ? Tensor(grads[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
-    gpe_attention_param_grads pgr = GPE_ATTENTION_PARAM_GRADS_INIT;
-    pgr.d_bias_a = &ga;
-    pgr.d_bias_b = grads.size() > 1 ? &gb : nullptr;
-    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg,
-                                                     nullptr, nullptr, nullptr, &pgr),
-              GPE_OK)
+    // The bias parameters' gradients (float64, first filled with `fill`) from the
+    // backward on (q_t, k_t, v_t, g_t).
+    auto param_grads = [&](DLTensor* q_t, DLTensor* k_t, DLTensor* v_t, DLTensor* g_t, double fill,
+                           std::vector<std::vector<double>>* grads) {
+      for (const auto& p : kind.p) grads->emplace_back(p.size(), fill);
+      DLTensor ga = Tensor((*grads)[0].data(), kDLFloat, 64, &gshapes[0]);
+      DLTensor gb =
+          grads->size() > 1 ? Tensor((*grads)[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+      gpe_attention_param_grads pg = GPE_ATTENTION_PARAM_GRADS_INIT;
+      pg.d_bias_a = &ga;
+      pg.d_bias_b = grads->size() > 1 ? &gb : nullptr;
+      return gpe_attention_backward_with_parameters(&o, q_t, k_t, v_t, nullptr, nullptr, g_t,
+                                                    nullptr, nullptr, nullptr, &pg);
+    };
+    std::vector<std::vector<double>> grads;
+    ASSERT_EQ(param_grads(&tq, &tk, &tv, &tg, -7.0 /* overwritten */, &grads), GPE_OK)
         << gpe_last_error_message();
     for (size_t which = 0; which < kind.p.size(); ++which) {
       for (size_t i = 0; i < kind.p[which].size(); ++i) {
@@ -650,16 +656,7 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     DLTensor fq = Tensor(q32.data(), kDLFloat, 32, &shape), fk = Tensor(k32.data(), kDLFloat, 32, &shape),
              fv = Tensor(v32.data(), kDLFloat, 32, &shape), fg = Tensor(g32.data(), kDLFloat, 32, &shape);
     std::vector<std::vector<double>> g32s;
-    for (const auto& p : kind.p) g32s.emplace_back(p.size(), 0.0);
-    DLTensor ga32 = Tensor(g32s[0].data(), kDLFloat, 64, &gshapes[0]);
-    DLTensor gb32 = g32s.size() > 1 ? Tensor(g32s[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
-    gpe_attention_param_grads pg32 = GPE_ATTENTION_PARAM_GRADS_INIT;
-    pg32.d_bias_a = &ga32;
-    pg32.d_bias_b = g32s.size() > 1 ? &gb32 : nullptr;
-    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &fq, &fk, &fv, nullptr, nullptr, &fg,
-                                                     nullptr, nullptr, nullptr, &pg32),
-              GPE_OK)
-        << gpe_last_error_message();
+    ASSERT_EQ(param_grads(&fq, &fk, &fv, &fg, 0.0, &g32s), GPE_OK) << gpe_last_error_message();
     for (size_t which = 0; which < grads.size(); ++which) {
       double scale = 1e-30;
       for (double x : grads[which]) scale = std::max(scale, std::abs(x));

@@ -144,17 +144,27 @@ struct Shared {
   }
 };
 
+// keep(p, n) appends the n bytes at p to *bytes.
+auto KeepBytes(std::vector<uint8_t>* bytes) {
+  return [bytes](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    bytes->insert(bytes->end(), b, b + n);
+  };
+}
+
+// check(status) counts a status other than GPE_OK in *failures.
+auto CountFailures(int* failures) {
+  return [failures](gpe_status st) {
+    if (st != GPE_OK) ++*failures;
+  };
+}
+
 // Every family's calls once; returns all outputs as raw bytes, and counts failures.
 std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
   using S = Shared;
   std::vector<uint8_t> bytes;
-  auto keep = [&](const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  auto check = [&](gpe_status st) {
-    if (st != GPE_OK) ++*failures;
-  };
+  const auto keep = KeepBytes(&bytes);
+  const auto check = CountFailures(failures);
   std::vector<int64_t> ps = {S::kN}, xs = {S::kN, S::kDim}, ms = {S::kDim, S::kDim};
   DLTensor tp = Tensor(s.positions.data(), kDLInt, 64, &ps);
   DLTensor tx64 = Tensor(s.x64.data(), kDLFloat, 64, &xs);
@@ -457,13 +467,8 @@ TEST(ThreadSafety, ErrorMessagesStayPerThread) {
 // decoded pixels, identical for every caller.
 std::vector<uint8_t> RunInr05(int tag, int* failures) {
   std::vector<uint8_t> bytes;
-  auto keep = [&](const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  auto check = [&](gpe_status st) {
-    if (st != GPE_OK) ++*failures;
-  };
+  const auto keep = KeepBytes(&bytes);
+  const auto check = CountFailures(failures);
   constexpr int64_t kSide = 8, kPts = kSide * kSide;
   // Data: the Spiral image, the Radial vector field, the grid and both splits.
   std::vector<double> image(kPts), field(kPts * 2), coords(kPts * 2);

@@ -18,6 +18,7 @@
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
 using gpe::c_api_test::Tensor;
 
 // An ALiBi bias handle with Press et al.'s slopes, destroyed with the pointer.
@@ -749,13 +750,8 @@ TEST(AttentionAbi, GrapeMGeneratorGradientsMatchFiniteDifferences) {
     std::vector<double>& p = which == 0 ? a : which == 1 ? b : w;
     const std::vector<double>& got = which == 0 ? ga : which == 1 ? gb : gw;
     for (size_t i = 0; i < p.size(); ++i) {
-      const double keep = p[i];
-      p[i] = keep + 1e-6;
-      const double up = loss(a, b, w);
-      p[i] = keep - 1e-6;
-      const double down = loss(a, b, w);
-      p[i] = keep;
-      EXPECT_NEAR(got[i], (up - down) / 2e-6, 1e-7) << "parameter " << which << "[" << i << "]";
+      EXPECT_NEAR(got[i], CentralDifference(&p, i, 1e-6, [&] { return loss(a, b, w); }), 1e-7)
+          << "parameter " << which << "[" << i << "]";
     }
   }
   // Without dk the generator gradients cannot be formed: a clear error.

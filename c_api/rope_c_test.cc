@@ -19,6 +19,7 @@
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
 using gpe::c_api_test::HasMessage;
 using gpe::c_api_test::Random;
 using gpe::c_api_test::Tensor;
@@ -331,13 +332,7 @@ TEST(RopeC, BackwardMatchesCentralDifferences) {
   ASSERT_EQ(gpe_rope_backward(rope, &tok, &tg, &tdx), GPE_OK) << gpe_last_error_message();
   const double eps = 1e-3;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + eps;
-    const double lp = loss();
-    x[i] = keep - eps;
-    const double lm = loss();
-    x[i] = keep;
-    EXPECT_NEAR(dx[i], (lp - lm) / (2 * eps), 1e-8) << "i=" << i;
+    EXPECT_NEAR(dx[i], CentralDifference(&x, i, eps, loss), 1e-8) << "i=" << i;
   }
   gpe_rope_destroy(rope);
 }

@@ -443,13 +443,7 @@ TEST(GrapeM, BackwardMatchesFiniteDifferences) {
   auto check = [&](std::vector<double>* param, const std::vector<double>& grad,
                    const char* name, auto loss) {
     for (size_t i = 0; i < param->size(); ++i) {
-      const double keep = (*param)[i];
-      (*param)[i] = keep + step;
-      const double lp = loss();
-      (*param)[i] = keep - step;
-      const double lm = loss();
-      (*param)[i] = keep;
-      const double fd = (lp - lm) / (2 * step);
+      const double fd = CentralDifference(param, i, step, loss);
       EXPECT_NEAR(grad[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << name << "[" << i << "]";
     }
   };
@@ -657,15 +651,7 @@ TEST(AlgebraicSequence, BackwardMatchesFiniteDifferences) {
   // S = A - A^T, so dL/dA = X - X^T with X = grad_skew (unprojected). Central
   // differences, h = 1e-5: truncation ~1e-10 |p|^3, rounding ~1e-11; tolerance 1e-7.
   const double step = 1e-5;
-  auto fd = [&](std::vector<double>* v, size_t i) {
-    const double keep = (*v)[i];
-    (*v)[i] = keep + step;
-    const double lp = loss();
-    (*v)[i] = keep - step;
-    const double lm = loss();
-    (*v)[i] = keep;
-    return (lp - lm) / (2 * step);
-  };
+  auto fd = [&](std::vector<double>* v, size_t i) { return CentralDifference(v, i, step, loss); };
   for (int64_t i = 0; i < d; ++i) {
     for (int64_t j = 0; j < d; ++j) {
       const double want = fd(&a, i * d + j);
@@ -966,11 +952,7 @@ TEST(GrapeM, Float32StridedBackwardMatchesFloat64) {
 // ---- Algebraic trees, grids, periodic domains, locality -------------------------------
 
 Matrix RandomSkewMatrix(std::mt19937_64* rng, int64_t d, double scale) {
-  Matrix a = Random(rng, d * d, scale), s(d * d);
-  for (int64_t i = 0; i < d; ++i) {
-    for (int64_t j = 0; j < d; ++j) s[i * d + j] = a[i * d + j] - a[j * d + i];
-  }
-  return s;
+  return SkewOf(Random(rng, d * d, scale), d);
 }
 
 struct TreeFixture {

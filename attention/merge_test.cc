@@ -13,6 +13,7 @@
 
 #include "attention/descriptor.h"
 #include "attention/reference.h"
+#include "attention/test_util.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/rope.h"
 #include "gtest/gtest.h"
@@ -67,17 +68,7 @@ struct Problem {
       }
     }
     const std::vector<int64_t> cu_q = {0, nq}, cu_k = {0, nk};
-    AttentionArgs a;
-    a.layout = Layout::kTHD;
-    a.seq_len_q = nq;
-    a.seq_len_k = nk;
-    a.cu_seqlens_q = cu_q;
-    a.cu_seqlens_k = cu_k;
-    a.num_q_heads = kHq;
-    a.num_kv_heads = kHkv;
-    a.head_dim = kD;
-    a.q = a.o = ContiguousStrides(Layout::kTHD, 0, kHq, kD);
-    a.k = a.v = ContiguousStrides(Layout::kTHD, 0, kHkv, kD);
+    AttentionArgs a = test::Thd(cu_q, cu_k, kHq, kHkv, kD);
     a.causal = true;
     a.q_positions = q_pos;
     a.k_positions = k_pos;

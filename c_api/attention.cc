@@ -39,15 +39,15 @@ using gpe::c_api::Guard;
 using gpe::c_api::NamedView;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kInt;
 namespace att = gpe::attention;
 namespace seq = gpe::encodings::sequence;
 
 namespace {
 
 constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64};
-constexpr DType kInt[] = {DType::kInt64};
 constexpr DType kF32[] = {DType::kFloat32};
-constexpr DType kF64[] = {DType::kFloat64};
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
 

@@ -13,24 +13,13 @@
 #include <vector>
 
 #include "c_api/include/gpe/gpe.h"
+#include "c_api/test_util.h"
 #include "gtest/gtest.h"
 
 namespace {
 
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
+using gpe::c_api_test::CentralDifference;
+using gpe::c_api_test::Tensor;
 
 // An ALiBi bias handle with Press et al.'s slopes, destroyed with the pointer.
 using BiasPtr = std::unique_ptr<gpe_bias, void (*)(gpe_bias*)>;
@@ -629,23 +618,29 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
     o.causal = 1;
     o.bias = b.get();
-    std::vector<std::vector<double>> grads;
     std::vector<std::vector<int64_t>> gshapes;
-    for (const auto& p : kind.p) {
-      grads.emplace_back(p.size(), -7.0);  // overwritten
+    for (size_t which = 0; which < kind.p.size(); ++which) {
       gshapes.push_back(std::strcmp(kind.name, "alibi") == 0 ? std::vector<int64_t>{h}
                         : std::strcmp(kind.name, "t5") == 0 ? std::vector<int64_t>{8, h}
                         : std::strcmp(kind.name, "fox") == 0 ? std::vector<int64_t>{s, h}
                                                              : std::vector<int64_t>{s, h, rank});
     }
-    DLTensor ga = Tensor(grads[0].data(), kDLFloat, 64, &gshapes[0]);
-    DLTensor gb = grads.size() > 1 ? Tensor(grads[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
-    gpe_attention_param_grads pgr = GPE_ATTENTION_PARAM_GRADS_INIT;
-    pgr.d_bias_a = &ga;
-    pgr.d_bias_b = grads.size() > 1 ? &gb : nullptr;
-    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg,
-                                                     nullptr, nullptr, nullptr, &pgr),
-              GPE_OK)
+    // The bias parameters' gradients (float64, first filled with `fill`) from the
+    // backward on (q_t, k_t, v_t, g_t).
+    auto param_grads = [&](DLTensor* q_t, DLTensor* k_t, DLTensor* v_t, DLTensor* g_t, double fill,
+                           std::vector<std::vector<double>>* grads) {
+      for (const auto& p : kind.p) grads->emplace_back(p.size(), fill);
+      DLTensor ga = Tensor((*grads)[0].data(), kDLFloat, 64, &gshapes[0]);
+      DLTensor gb =
+          grads->size() > 1 ? Tensor((*grads)[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
+      gpe_attention_param_grads pg = GPE_ATTENTION_PARAM_GRADS_INIT;
+      pg.d_bias_a = &ga;
+      pg.d_bias_b = grads->size() > 1 ? &gb : nullptr;
+      return gpe_attention_backward_with_parameters(&o, q_t, k_t, v_t, nullptr, nullptr, g_t,
+                                                    nullptr, nullptr, nullptr, &pg);
+    };
+    std::vector<std::vector<double>> grads;
+    ASSERT_EQ(param_grads(&tq, &tk, &tv, &tg, -7.0 /* overwritten */, &grads), GPE_OK)
         << gpe_last_error_message();
     for (size_t which = 0; which < kind.p.size(); ++which) {
       for (size_t i = 0; i < kind.p[which].size(); ++i) {
@@ -662,16 +657,7 @@ TEST(AttentionAbi, BiasParameterGradientsMatchFiniteDifferences) {
     DLTensor fq = Tensor(q32.data(), kDLFloat, 32, &shape), fk = Tensor(k32.data(), kDLFloat, 32, &shape),
              fv = Tensor(v32.data(), kDLFloat, 32, &shape), fg = Tensor(g32.data(), kDLFloat, 32, &shape);
     std::vector<std::vector<double>> g32s;
-    for (const auto& p : kind.p) g32s.emplace_back(p.size(), 0.0);
-    DLTensor ga32 = Tensor(g32s[0].data(), kDLFloat, 64, &gshapes[0]);
-    DLTensor gb32 = g32s.size() > 1 ? Tensor(g32s[1].data(), kDLFloat, 64, &gshapes[1]) : DLTensor{};
-    gpe_attention_param_grads pg32 = GPE_ATTENTION_PARAM_GRADS_INIT;
-    pg32.d_bias_a = &ga32;
-    pg32.d_bias_b = g32s.size() > 1 ? &gb32 : nullptr;
-    ASSERT_EQ(gpe_attention_backward_with_parameters(&o, &fq, &fk, &fv, nullptr, nullptr, &fg,
-                                                     nullptr, nullptr, nullptr, &pg32),
-              GPE_OK)
-        << gpe_last_error_message();
+    ASSERT_EQ(param_grads(&fq, &fk, &fv, &fg, 0.0, &g32s), GPE_OK) << gpe_last_error_message();
     for (size_t which = 0; which < grads.size(); ++which) {
       double scale = 1e-30;
       for (double x : grads[which]) scale = std::max(scale, std::abs(x));
@@ -764,13 +750,8 @@ TEST(AttentionAbi, GrapeMGeneratorGradientsMatchFiniteDifferences) {
     std::vector<double>& p = which == 0 ? a : which == 1 ? b : w;
     const std::vector<double>& got = which == 0 ? ga : which == 1 ? gb : gw;
     for (size_t i = 0; i < p.size(); ++i) {
-      const double keep = p[i];
-      p[i] = keep + 1e-6;
-      const double up = loss(a, b, w);
-      p[i] = keep - 1e-6;
-      const double down = loss(a, b, w);
-      p[i] = keep;
-      EXPECT_NEAR(got[i], (up - down) / 2e-6, 1e-7) << "parameter " << which << "[" << i << "]";
+      EXPECT_NEAR(got[i], CentralDifference(&p, i, 1e-6, [&] { return loss(a, b, w); }), 1e-7)
+          << "parameter " << which << "[" << i << "]";
     }
   }
   // Without dk the generator gradients cannot be formed: a clear error.

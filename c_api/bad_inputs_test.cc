@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
@@ -34,16 +35,7 @@ std::string g_table_path;  // argv[1]
 DLTensor MakeTensor(std::deque<std::vector<int64_t>>* shapes, void* data, DLDataTypeCode code,
                     int bits, std::vector<int64_t> shape) {
   shapes->push_back(std::move(shape));
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shapes->back().size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shapes->back().data();
-  return t;
+  return gpe::c_api_test::Tensor(data, code, bits, &shapes->back());
 }
 
 

@@ -21,10 +21,10 @@
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
 using gpe::c_api::CheckNoSelfOverlap;
-using gpe::c_api::CheckStructSize;
 using gpe::c_api::ContiguousPositions;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
@@ -33,13 +33,12 @@ using gpe::c_api::RowsOf;
 using gpe::c_api::ScatterRows;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 namespace {
-
-constexpr DType kInt[] = {DType::kInt64};
-constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
-constexpr DType kF64[] = {DType::kFloat64};
 
 // n = a * b * c without int64 overflow, each factor >= 0, and n <= 2^40 (a parameter
 // array the library copies).
@@ -65,12 +64,6 @@ absl::StatusOr<std::vector<double>> Params(const double* p, int64_t n, const cha
   if (n > 0 && p == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, " is NULL"));
   if (absl::Status s = CheckFinite(p, n, name); !s.ok()) return s;
   return std::vector<double>(p, p + n);
-}
-
-absl::Status CheckOut(gpe_bias** out) {
-  if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-  *out = nullptr;
-  return absl::OkStatus();
 }
 
 bool Compact(const TensorView& v) {
@@ -208,10 +201,7 @@ extern "C" {
 
 gpe_status gpe_bias_create_alibi(const gpe_alibi_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_alibi_options),
-                                         sizeof(gpe_alibi_options), "gpe_alibi_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_alibi_options), "gpe_alibi_options");
         !s.ok()) {
       return s;
     }
@@ -245,10 +235,7 @@ gpe_status gpe_bias_create_alibi(const gpe_alibi_options* options, gpe_bias** ou
 
 gpe_status gpe_bias_create_t5(const gpe_t5_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_t5_options),
-                                         sizeof(gpe_t5_options), "gpe_t5_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_t5_options), "gpe_t5_options");
         !s.ok()) {
       return s;
     }
@@ -278,10 +265,7 @@ gpe_status gpe_bias_create_t5(const gpe_t5_options* options, gpe_bias** out) {
 
 gpe_status gpe_bias_create_fox(const gpe_fox_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_fox_options),
-                                         sizeof(gpe_fox_options), "gpe_fox_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_fox_options), "gpe_fox_options");
         !s.ok()) {
       return s;
     }
@@ -307,10 +291,8 @@ gpe_status gpe_bias_create_fox(const gpe_fox_options* options, gpe_bias** out) {
 
 gpe_status gpe_bias_create_grape_ap(const gpe_grape_ap_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_grape_ap_options),
-                                         sizeof(gpe_grape_ap_options), "gpe_grape_ap_options");
+    if (absl::Status s =
+            CheckCreate(out, options, sizeof(gpe_grape_ap_options), "gpe_grape_ap_options");
         !s.ok()) {
       return s;
     }
@@ -487,10 +469,8 @@ gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bias, const DLTensor* gra
 
 gpe_status gpe_bias_create_grape_a(const gpe_grape_a_options* options, gpe_bias** out) {
   return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckOut(out); !s.ok()) return s;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_grape_a_options),
-                                         sizeof(gpe_grape_a_options), "gpe_grape_a_options");
+    if (absl::Status s =
+            CheckCreate(out, options, sizeof(gpe_grape_a_options), "gpe_grape_a_options");
         !s.ok()) {
       return s;
     }

@@ -5,7 +5,6 @@
 // message.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -13,38 +12,18 @@
 #include <vector>
 
 #include "encodings/sequence/bias.h"
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
+using gpe::c_api_test::HasMessage;
+using gpe::c_api_test::Random;
+using gpe::c_api_test::Tensor;
+
 namespace seq = gpe::encodings::sequence;
-
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
-
-std::vector<double> Random(std::mt19937_64* rng, size_t n, double scale = 1.0) {
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(*rng);
-  return v;
-}
-
-bool HasMessage(const char* part) {
-  return std::string(gpe_last_error_message()).find(part) != std::string::npos;
-}
 
 // A tile of positions for one call (q and k as int64 vectors) and its double output.
 struct Tile {
@@ -240,13 +219,7 @@ void CheckGradient(const std::function<gpe_bias*(const std::vector<double>&)>& m
   const double h = 1e-5;
   bool any_nonzero = false;
   for (size_t i = 0; i < params.size(); ++i) {
-    const double keep = params[i];
-    params[i] = keep + h;
-    const double lp = loss(params);
-    params[i] = keep - h;
-    const double lm = loss(params);
-    params[i] = keep;
-    const double fd = (lp - lm) / (2 * h);
+    const double fd = CentralDifference(&params, i, h, [&] { return loss(params); });
     EXPECT_NEAR(grad[i], fd, 1e-7 * std::max(1.0, std::abs(fd))) << "param " << i;
     any_nonzero = any_nonzero || std::abs(fd) > 1e-3;
   }

@@ -22,6 +22,16 @@ inline constexpr int64_t kMaxDim = int64_t{1} << 20;
 // size (`min_size`), at most this library's (`size`); VERSION_MISMATCH when larger.
 absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
                              const char* name);
+// What every gpe_*_create checks first, in this order: `out` non-null (then *out set to
+// NULL), `options` non-null, and options->struct_size by CheckStructSize against
+// [min_size, sizeof(Options)].
+template <class Options, class Out>
+absl::Status CheckCreate(Out** out, const Options* options, size_t min_size, const char* name) {
+  if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+  *out = nullptr;
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  return CheckStructSize(options->struct_size, min_size, sizeof(Options), name);
+}
 // min_dim <= dim <= kMaxDim (OutOfRange above).
 absl::Status CheckDim(int64_t dim, const char* name, int64_t min_dim = 2);
 // Every v[i] finite; the message names name[i].

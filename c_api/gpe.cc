@@ -21,15 +21,18 @@ using gpe::c_api::DType;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 
 // The opaque handle behind gpe_so_rep*.
 struct gpe_so_rep {
   std::unique_ptr<gpe::c_api::SoRep> impl;
 };
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckFinite;
-using gpe::c_api::CheckStructSize;
 
 extern "C" {
 
@@ -61,12 +64,9 @@ const char* gpe_status_name(gpe_status status) {
 
 gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so_rep** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    absl::Status s = CheckStructSize(options->struct_size,
-                                     offsetof(gpe_so_planes_options, thetas) + sizeof(void*),
-                                     sizeof(gpe_so_planes_options), "gpe_so_planes_options");
+    absl::Status s =
+        CheckCreate(out, options, offsetof(gpe_so_planes_options, thetas) + sizeof(void*),
+                    "gpe_so_planes_options");
     if (!s.ok()) return s;
     const gpe_so_planes_options& o = *options;
     if (!(s = CheckDim(o.dim, "dim")).ok()) return s;
@@ -106,12 +106,9 @@ gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so
 
 gpe_status gpe_so_rep_create_rank2(const gpe_so_rank2_options* options, gpe_so_rep** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    absl::Status s = CheckStructSize(options->struct_size,
-                                     offsetof(gpe_so_rank2_options, omega) + sizeof(double),
-                                     sizeof(gpe_so_rank2_options), "gpe_so_rank2_options");
+    absl::Status s =
+        CheckCreate(out, options, offsetof(gpe_so_rank2_options, omega) + sizeof(double),
+                    "gpe_so_rank2_options");
     if (!s.ok()) return s;
     const gpe_so_rank2_options& o = *options;
     if (!(s = CheckDim(o.dim, "dim")).ok()) return s;
@@ -146,8 +143,6 @@ gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, co
                             DLTensor* out) {
   return Guard([&]() -> absl::Status {
     if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
-    const DType kInt[] = {DType::kInt64};
-    const DType kFloat[] = {DType::kFloat32, DType::kFloat64};
     absl::StatusOr<TensorView> p = ViewTensor(positions, "positions", 1, kInt);
     if (!p.ok()) return p.status();
     absl::StatusOr<TensorView> xv = ViewTensor(x, "x", 2, kFloat);
@@ -180,7 +175,6 @@ gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, co
 gpe_status gpe_so_rep_matrix(const gpe_so_rep* rep, int64_t position, DLTensor* out) {
   return Guard([&]() -> absl::Status {
     if (rep == nullptr) return absl::InvalidArgumentError("rep is NULL");
-    const DType kF64[] = {DType::kFloat64};
     absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
     if (!ov.ok()) return ov.status();
     const int64_t dim = rep->impl->dim();

@@ -12,24 +12,12 @@
 #include <thread>
 #include <vector>
 
+#include "c_api/test_util.h"
 #include "gtest/gtest.h"
 
 namespace {
 
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
+using gpe::c_api_test::Tensor;
 
 gpe_so_rep* MakePlanes(int64_t dim, int64_t rotary_dim, int pairing, double base = 10000.0) {
   gpe_so_planes_options o = GPE_SO_PLANES_OPTIONS_INIT;

@@ -29,28 +29,26 @@ using gpe::c_api::MatrixContents;
 using gpe::c_api::ReadFloat64Matrix;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::WriteMatrix;
 
 namespace {
 
 using RowMatrixXd = gpe::c_api::RowMatrix<double>;
 const DType kF64[] = {DType::kFloat64};
 
-// Writes m into a float64 [rows, cols] output view, checking its shape.
-absl::Status WriteMatrix(const RowMatrixXd& m, DLTensor* t, const char* name) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] != m.rows() || v->shape[1] != m.cols()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", m.rows(), ", ",
-                                                   m.cols(), "]; got [", v->shape[0], ", ",
-                                                   v->shape[1], "]"));
+// The three factor matrices psi_0, psi_1, psi_2 of a 3-D separable call (float64, any
+// contents).
+absl::StatusOr<std::array<RowMatrixXd, 3>> ReadPsi3(const DLTensor* psi_0, const DLTensor* psi_1,
+                                                    const DLTensor* psi_2) {
+  std::array<RowMatrixXd, 3> psi;
+  const DLTensor* in[3] = {psi_0, psi_1, psi_2};
+  const char* names[3] = {"psi_0", "psi_1", "psi_2"};
+  for (int d = 0; d < 3; ++d) {
+    absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(in[d], names[d], MatrixContents::kAny);
+    if (!m.ok()) return m.status();
+    psi[d] = *std::move(m);
   }
-  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
-  double* dst = v->typed<double>();
-  if (m.size() == 0) return absl::OkStatus();  // [2^33, 0] has no row to loop over
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
-  }
-  return absl::OkStatus();
+  return psi;
 }
 
 // The separable-fit options a caller's struct carries (rcond only from headers that
@@ -208,18 +206,12 @@ gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options, co
   return Guard([&]() -> absl::Status {
     absl::StatusOr<gpe::inr::SeparableFitOptions> fit = ReadFitOptions(options);
     if (!fit.ok()) return fit.status();
-    std::array<RowMatrixXd, 3> psi;
-    const DLTensor* in[3] = {psi_0, psi_1, psi_2};
-    const char* names[3] = {"psi_0", "psi_1", "psi_2"};
-    for (int d = 0; d < 3; ++d) {
-      absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(in[d], names[d], MatrixContents::kAny);
-      if (!m.ok()) return m.status();
-      psi[d] = *std::move(m);
-    }
+    absl::StatusOr<std::array<RowMatrixXd, 3>> psi = ReadPsi3(psi_0, psi_1, psi_2);
+    if (!psi.ok()) return psi.status();
     absl::StatusOr<gpe::inr::Tensor3> v = ReadTensor3(volume, "volume");
     if (!v.ok()) return v.status();
     absl::StatusOr<gpe::inr::Tensor3> weights =
-        gpe::inr::FitSeparable3D(psi, *v, fit->lambda, fit->rcond);
+        gpe::inr::FitSeparable3D(*psi, *v, fit->lambda, fit->rcond);
     if (!weights.ok()) return AsArgumentError(weights.status());
     return WriteTensor3(*weights, w, "w");
   });
@@ -228,17 +220,11 @@ gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options, co
 gpe_status gpe_inr_predict_separable_3d(const DLTensor* psi_0, const DLTensor* psi_1,
                                         const DLTensor* psi_2, const DLTensor* w, DLTensor* out) {
   return Guard([&]() -> absl::Status {
-    std::array<RowMatrixXd, 3> psi;
-    const DLTensor* in[3] = {psi_0, psi_1, psi_2};
-    const char* names[3] = {"psi_0", "psi_1", "psi_2"};
-    for (int d = 0; d < 3; ++d) {
-      absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(in[d], names[d], MatrixContents::kAny);
-      if (!m.ok()) return m.status();
-      psi[d] = *std::move(m);
-    }
+    absl::StatusOr<std::array<RowMatrixXd, 3>> psi = ReadPsi3(psi_0, psi_1, psi_2);
+    if (!psi.ok()) return psi.status();
     absl::StatusOr<gpe::inr::Tensor3> wt = ReadTensor3(w, "w");
     if (!wt.ok()) return wt.status();
-    absl::StatusOr<gpe::inr::Tensor3> v = gpe::inr::PredictSeparable3D(psi, *wt);
+    absl::StatusOr<gpe::inr::Tensor3> v = gpe::inr::PredictSeparable3D(*psi, *wt);
     if (!v.ok()) return v.status();
     return WriteTensor3(*v, out, "out");
   });

@@ -33,6 +33,7 @@ using gpe::c_api::MatrixContents;
 using gpe::c_api::ReadFloat64Matrix;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::WriteMatrix;
 
 // A decoded image: the channels of inr/data.h's Image, immutable after gpe_image_read.
 struct gpe_image {
@@ -63,34 +64,6 @@ absl::Status AsArgumentError(const absl::Status& s) {
     default:
       return s;
   }
-}
-
-// Writes m into a [rows, cols] output view of dtype Scalar, checking shape and overlap
-// with `inputs`.
-template <typename Scalar>
-absl::Status WriteMatrix(const RowMatrix<Scalar>& m, DLTensor* t, const char* name,
-                         std::initializer_list<const TensorView*> inputs = {}) {
-  const DType dt = sizeof(Scalar) == 4 ? DType::kFloat32 : DType::kFloat64;
-  const DType allowed[] = {dt};
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, allowed);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] != m.rows() || v->shape[1] != m.cols()) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", m.rows(), ", ",
-                                                   m.cols(), "]; got [", v->shape[0], ", ",
-                                                   v->shape[1], "]"));
-  }
-  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
-  for (const TensorView* in : inputs) {
-    if (in != nullptr && gpe::c_api::Overlaps(*in, *v)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " overlaps an input"));
-    }
-  }
-  if (m.size() == 0) return absl::OkStatus();
-  Scalar* dst = v->typed<Scalar>();
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
-  }
-  return absl::OkStatus();
 }
 
 // An optional float64 [n] output for a loss history: checked before the fit runs.

@@ -7,7 +7,6 @@ namespace gpe::c_api {
 
 absl::StatusOr<RowMatrix<double>> ReadFloat64Matrix(const DLTensor* t, const char* name,
                                                     MatrixContents contents) {
-  static constexpr DType kF64[] = {DType::kFloat64};
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
   if (!v.ok()) return v.status();
   const bool checked = contents == MatrixContents::kFiniteNonEmpty;

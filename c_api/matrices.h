@@ -1,13 +1,18 @@
-// Matrices read from DLPack views for the C ABI's INR entry points (inr.cc,
-// inr_solvers.cc): a validated [rows, cols] view copied into a compact row-major Eigen
-// matrix, with the optional content checks both files share.
+// Matrices read from and written to DLPack views for the C ABI's INR entry points
+// (inr.cc, inr_solvers.cc): a validated [rows, cols] view copied into a compact
+// row-major Eigen matrix, with the optional content checks both files share, and a
+// matrix written into a checked output view.
 #ifndef GPE_C_API_MATRICES_H_
 #define GPE_C_API_MATRICES_H_
 
 #include <cstdint>
+#include <initializer_list>
 
 #include <Eigen/Dense>
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "c_api/checks.h"
 #include "c_api/tensor_view.h"
 #include "dlpack/dlpack.h"
 
@@ -41,6 +46,34 @@ enum class MatrixContents {
 // "NAME has a non-finite entry" (GPE_ERROR_INVALID_ARGUMENT).
 absl::StatusOr<RowMatrix<double>> ReadFloat64Matrix(const DLTensor* t, const char* name,
                                                     MatrixContents contents);
+
+// Writes m into a [rows, cols] output view of dtype Scalar, checking shape and overlap
+// with `inputs`.
+template <typename Scalar>
+absl::Status WriteMatrix(const RowMatrix<Scalar>& m, DLTensor* t, const char* name,
+                         std::initializer_list<const TensorView*> inputs = {}) {
+  const DType dt = sizeof(Scalar) == 4 ? DType::kFloat32 : DType::kFloat64;
+  const DType allowed[] = {dt};
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, allowed);
+  if (!v.ok()) return v.status();
+  if (v->shape[0] != m.rows() || v->shape[1] != m.cols()) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", m.rows(), ", ",
+                                                   m.cols(), "]; got [", v->shape[0], ", ",
+                                                   v->shape[1], "]"));
+  }
+  if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
+  for (const TensorView* in : inputs) {
+    if (in != nullptr && Overlaps(*in, *v)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " overlaps an input"));
+    }
+  }
+  if (m.size() == 0) return absl::OkStatus();
+  Scalar* dst = v->typed<Scalar>();
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) dst[i * v->strides[0] + j * v->strides[1]] = m(i, j);
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace gpe::c_api
 

@@ -22,6 +22,7 @@
 #include "c_api/tensor_view.h"
 #include "encodings/sequence/rope.h"
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckNoSelfOverlap;
 using gpe::c_api::CheckStructSize;
@@ -30,6 +31,7 @@ using gpe::c_api::DTypeName;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 struct gpe_rope {
@@ -47,7 +49,6 @@ struct gpe_rope_table {
 
 namespace {
 
-constexpr DType kInt[] = {DType::kInt64};
 constexpr DType kRopeTypes[] = {DType::kFloat32, DType::kFloat64, DType::kBFloat16,
                                 DType::kFloat16};
 
@@ -450,11 +451,7 @@ extern "C" {
 
 gpe_status gpe_rope_create(const gpe_rope_options* options, gpe_rope** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_rope_options),
-                                         sizeof(gpe_rope_options), "gpe_rope_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_rope_options), "gpe_rope_options");
         !s.ok()) {
       return s;
     }

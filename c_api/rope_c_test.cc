@@ -13,38 +13,18 @@
 #include <vector>
 
 #include "encodings/sequence/rope.h"
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
+using gpe::c_api_test::HasMessage;
+using gpe::c_api_test::Random;
+using gpe::c_api_test::Tensor;
+
 namespace seq = gpe::encodings::sequence;
-
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
-
-std::vector<double> Random(std::mt19937_64* rng, size_t n) {
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(*rng);
-  return v;
-}
-
-bool HasMessage(const char* part) {
-  return std::string(gpe_last_error_message()).find(part) != std::string::npos;
-}
 
 // The C options for each schedule, and the same frequencies from the C++ API.
 struct Schedule {
@@ -352,13 +332,7 @@ TEST(RopeC, BackwardMatchesCentralDifferences) {
   ASSERT_EQ(gpe_rope_backward(rope, &tok, &tg, &tdx), GPE_OK) << gpe_last_error_message();
   const double eps = 1e-3;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + eps;
-    const double lp = loss();
-    x[i] = keep - eps;
-    const double lm = loss();
-    x[i] = keep;
-    EXPECT_NEAR(dx[i], (lp - lm) / (2 * eps), 1e-8) << "i=" << i;
+    EXPECT_NEAR(dx[i], CentralDifference(&x, i, eps, loss), 1e-8) << "i=" << i;
   }
   gpe_rope_destroy(rope);
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
 
+using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
 using gpe::c_api::CheckDisjoint;
 using gpe::c_api::CheckFinite;
@@ -39,14 +41,13 @@ using gpe::c_api::RowsOf;
 using gpe::c_api::ScatterRows;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::kF64;
+using gpe::c_api::kFloat;
+using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
 
 
 namespace {
-
-constexpr DType kInt[] = {DType::kInt64};
-constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
-constexpr DType kF64[] = {DType::kFloat64};
 
 std::string Shape(const TensorView& v) {
   std::string s = absl::StrCat(DTypeName(v.dtype), " [");
@@ -88,13 +89,12 @@ absl::Status CheckLike(const TensorView& other, const char* name, const TensorVi
   return absl::OkStatus();
 }
 
-// An optional float64 output of exactly `shape`: *present is false (and *out untouched)
-// when t is NULL.
-absl::Status ViewParamGrad(DLTensor* t, const char* name, std::vector<int64_t> shape,
-                           TensorView* out, bool* present) {
-  *present = t != nullptr;
-  if (t == nullptr) return absl::OkStatus();
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+// A tensor of exactly `shape` (1-D or 2-D), named `name`, of an `allowed` dtype
+// (float32/float64 unless given).
+absl::StatusOr<TensorView> ViewShaped(const DLTensor* t, const char* name,
+                                      const std::vector<int64_t>& shape,
+                                      absl::Span<const DType> allowed = kFloat) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), allowed);
   if (!v.ok()) return v.status();
   if (v->shape != shape) {
     TensorView want = *v;
@@ -102,9 +102,40 @@ absl::Status ViewParamGrad(DLTensor* t, const char* name, std::vector<int64_t> s
     return absl::InvalidArgumentError(
         absl::StrCat(name, " must have shape ", Shape(want), "; got ", Shape(*v)));
   }
+  return v;
+}
+
+// An optional output of exactly `shape`: *present says whether it was given (*out is
+// untouched when t is NULL).
+absl::Status ViewOptionalOut(DLTensor* t, const char* name, const std::vector<int64_t>& shape,
+                             TensorView* out, bool* present,
+                             absl::Span<const DType> allowed = kFloat) {
+  *present = t != nullptr;
+  if (t == nullptr) return absl::OkStatus();
+  absl::StatusOr<TensorView> v = ViewShaped(t, name, shape, allowed);
+  if (!v.ok()) return v.status();
   if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
   *out = std::move(*v);
   return absl::OkStatus();
+}
+
+absl::Status CheckFiniteMatrix(const seq::RowMatrixXd& m, const char* name) {
+  for (int64_t i = 0; i < m.rows(); ++i) {
+    for (int64_t j = 0; j < m.cols(); ++j) {
+      if (!std::isfinite(m(i, j))) {
+        return absl::InvalidArgumentError(absl::StrCat(name, "[", i, ", ", j, "] is ", m(i, j),
+                                                       "; values must be finite"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// An optional float64 output of exactly `shape`: *present is false (and *out untouched)
+// when t is NULL.
+absl::Status ViewParamGrad(DLTensor* t, const char* name, const std::vector<int64_t>& shape,
+                           TensorView* out, bool* present) {
+  return ViewOptionalOut(t, name, shape, out, present, kF64);
 }
 
 // Validated views of an apply call: positions [N], x and out [N, dim], same dtype and
@@ -172,6 +203,82 @@ absl::StatusOr<BackwardViews> ViewBackward(const DLTensor* positions, const DLTe
   return v;
 }
 
+// Runs fn(rows, stride) on the float32/float64 [N, dim] view `v` as T rows (a compact
+// buffer when strided, filled from v when `gather`), then writes the rows back into v.
+template <class Fn>
+absl::Status WriteRowsAny(const TensorView& v, bool gather, Fn fn) {
+  auto run = [&](auto zero) -> absl::Status {
+    using T = decltype(zero);
+    std::vector<T> buf;
+    int64_t stride = 0;
+    T* rows = RowsOf<T>(v, gather, &buf, &stride);
+    if (absl::Status s = fn(rows, stride); !s.ok()) return s;
+    ScatterRows<T>(rows, v);
+    return absl::OkStatus();
+  };
+  return v.dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
+}
+
+// Checks `out` (one float32/float64 row per position of the int64 [N] view `p`) is
+// disjoint from p and from itself, then writes fn(positions, rows, stride) into it.
+template <class Fn>
+absl::Status WritePositionRows(const TensorView& p, const TensorView& out, Fn fn) {
+  if (gpe::c_api::Overlaps(p, out)) {
+    return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
+  }
+  if (absl::Status s = CheckNoSelfOverlap(out, "out"); !s.ok()) return s;
+  if (p.shape[0] == 0) return absl::OkStatus();
+  std::vector<int64_t> pstore;
+  absl::Span<const int64_t> ps = ContiguousPositions(p, &pstore);
+  return WriteRowsAny(out, /*gather=*/false,
+                      [&](auto* rows, int64_t stride) { return fn(ps, rows, stride); });
+}
+
+// Runs fn(in, in_stride, out, out_stride) on T rows of `x` and `out` (compact buffers
+// for strided views; out == x in place), then writes the rows back into `out`.
+template <class T, class Fn>
+absl::Status OnRows(const TensorView& x, const TensorView& out, Fn fn) {
+  std::vector<T> xs, os;
+  int64_t xst = 0, ost = 0;
+  T* in = RowsOf<T>(x, /*gather=*/true, &xs, &xst);
+  T* dst = nullptr;
+  if (gpe::c_api::SameLayout(x, out)) {
+    dst = in;
+    ost = xst;
+  } else {
+    dst = RowsOf<T>(out, /*gather=*/false, &os, &ost);
+  }
+  if (absl::Status s = fn(in, xst, dst, ost); !s.ok()) return s;
+  ScatterRows<T>(dst, out);
+  return absl::OkStatus();
+}
+
+// Runs fn(in, in_stride, grad_out, grad_out_stride, grad_x, grad_x_stride) on T rows of
+// `x` and `grad_out` and, when `grad_x` is given, of *grad_x (grad_x == grad_out in
+// place), then writes grad_x back. Pointers are null when there are no rows; strides
+// not set from a view are `unset_stride`.
+template <class T, class Fn>
+absl::Status OnBackwardRows(const TensorView& x, const TensorView& grad_out,
+                            const TensorView* grad_x, int64_t unset_stride, Fn fn) {
+  const bool empty = x.shape[0] == 0;
+  std::vector<T> xs, gs, gxs;
+  int64_t xst = unset_stride, gst = unset_stride, gxst = unset_stride;
+  T* in = empty ? nullptr : RowsOf<T>(x, true, &xs, &xst);
+  T* go = empty ? nullptr : RowsOf<T>(grad_out, true, &gs, &gst);
+  T* gx = nullptr;
+  if (grad_x != nullptr && !empty) {
+    if (gpe::c_api::SameLayout(*grad_x, grad_out)) {
+      gx = go;
+      gxst = gst;
+    } else {
+      gx = RowsOf<T>(*grad_x, false, &gxs, &gxst);
+    }
+  }
+  if (absl::Status s = fn(in, xst, go, gst, gx, gxst); !s.ok()) return s;
+  if (gx != nullptr) ScatterRows<T>(gx, *grad_x);
+  return absl::OkStatus();
+}
+
 // out = rep(positions) x for any Rep with Apply<T>(positions, in, in_stride, out,
 // out_stride) (strided views go through compact buffers).
 template <class T, class Rep>
@@ -179,19 +286,9 @@ absl::Status ApplyTyped(const Rep& rep, const ApplyViews& v) {
   if (v.x.shape[0] == 0) return absl::OkStatus();
   std::vector<int64_t> pstore;
   absl::Span<const int64_t> p = ContiguousPositions(v.p, &pstore);
-  std::vector<T> xs, os;
-  int64_t xst = 0, ost = 0;
-  T* in = RowsOf<T>(v.x, /*gather=*/true, &xs, &xst);
-  T* dst = nullptr;
-  if (gpe::c_api::SameLayout(v.x, v.out)) {
-    dst = in;
-    ost = xst;
-  } else {
-    dst = RowsOf<T>(v.out, /*gather=*/false, &os, &ost);
-  }
-  if (absl::Status s = rep.template Apply<T>(p, in, xst, dst, ost); !s.ok()) return s;
-  ScatterRows<T>(dst, v.out);
-  return absl::OkStatus();
+  return OnRows<T>(v.x, v.out, [&](T* in, int64_t xst, T* dst, int64_t ost) {
+    return rep.template Apply<T>(p, in, xst, dst, ost);
+  });
 }
 
 template <class Rep>
@@ -205,25 +302,11 @@ template <class T, class Rep, class Grads>
 absl::Status BackwardTyped(const Rep& rep, const BackwardViews& v, Grads* grads) {
   std::vector<int64_t> pstore;
   absl::Span<const int64_t> p = ContiguousPositions(v.p, &pstore);
-  std::vector<T> xs, gs, gxs;
-  int64_t xst = 0, gst = 0, gxst = 0;
-  const bool empty = v.x.shape[0] == 0;
-  T* in = empty ? nullptr : RowsOf<T>(v.x, true, &xs, &xst);
-  T* go = empty ? nullptr : RowsOf<T>(v.grad_out, true, &gs, &gst);
-  T* gx = nullptr;
-  if (v.has_grad_x && !empty) {
-    if (gpe::c_api::SameLayout(v.grad_x, v.grad_out)) {
-      gx = go;
-      gxst = gst;
-    } else {
-      gx = RowsOf<T>(v.grad_x, false, &gxs, &gxst);
-    }
-  }
-  if (absl::Status s = rep.template Backward<T>(p, in, xst, go, gst, gx, gxst, grads); !s.ok()) {
-    return s;
-  }
-  if (gx != nullptr) ScatterRows<T>(gx, v.grad_x);
-  return absl::OkStatus();
+  return OnBackwardRows<T>(
+      v.x, v.grad_out, v.has_grad_x ? &v.grad_x : nullptr, /*unset_stride=*/0,
+      [&](T* in, int64_t xst, T* go, int64_t gst, T* gx, int64_t gxst) {
+        return rep.template Backward<T>(p, in, xst, go, gst, gx, gxst, grads);
+      });
 }
 
 // A dense matrix into a float64 [rows, cols] view.
@@ -292,6 +375,32 @@ void StoreMatrix(const seq::RowMatrixXd& m, const TensorView& v, bool add) {
   }
 }
 
+// The views every Shaw call shares: query_positions and key_positions (int64 [N]) and
+// label_table (float32/float64 [2k + 1, width], `width_name` in messages), into
+// in->qp, in->kp, in->table and in->k.
+template <class Inputs>
+absl::Status ViewLabelTable(const DLTensor* label_table, const DLTensor* query_positions,
+                            const DLTensor* key_positions, const char* width_name,
+                            Inputs* in) {
+  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in->qp = std::move(*v);
+  v = ViewTensor(key_positions, "key_positions", 1, kInt);
+  if (!v.ok()) return v.status();
+  in->kp = std::move(*v);
+  v = ViewTensor(label_table, "label_table", 2, kFloat);
+  if (!v.ok()) return v.status();
+  in->table = std::move(*v);
+  const int64_t rows = in->table.shape[0];
+  if (rows < 1 || rows % 2 == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in->table)));
+  }
+  if (absl::Status s = CheckDim(in->table.shape[1], width_name, 1); !s.ok()) return s;
+  in->k = (rows - 1) / 2;
+  return absl::OkStatus();
+}
+
 // Validated inputs of the Shaw key-score calls, and the ShawRelative built from them.
 struct ShawInputs {
   TensorView q, table, qp, kp;
@@ -301,25 +410,12 @@ absl::StatusOr<ShawInputs> ViewShaw(const DLTensor* q, const DLTensor* label_tab
                                     const DLTensor* query_positions,
                                     const DLTensor* key_positions) {
   ShawInputs in;
-  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
-  if (!v.ok()) return v.status();
-  in.qp = std::move(*v);
-  v = ViewTensor(key_positions, "key_positions", 1, kInt);
-  if (!v.ok()) return v.status();
-  in.kp = std::move(*v);
-  v = ViewTensor(label_table, "label_table", 2, kFloat);
-  if (!v.ok()) return v.status();
-  in.table = std::move(*v);
-  const int64_t rows = in.table.shape[0];
-  if (rows < 1 || rows % 2 == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in.table)));
-  }
-  if (absl::Status s = CheckDim(in.table.shape[1], "label_table's second size (d)", 1); !s.ok()) {
+  if (absl::Status s = ViewLabelTable(label_table, query_positions, key_positions,
+                                      "label_table's second size (d)", &in);
+      !s.ok()) {
     return s;
   }
-  in.k = (rows - 1) / 2;
-  v = ViewTensor(q, "q", 2, kFloat);
+  absl::StatusOr<TensorView> v = ViewTensor(q, "q", 2, kFloat);
   if (!v.ok()) return v.status();
   in.q = std::move(*v);
   if (in.q.shape[0] != in.qp.shape[0] || in.q.shape[1] != in.table.shape[1]) {
@@ -332,14 +428,7 @@ absl::StatusOr<ShawInputs> ViewShaw(const DLTensor* q, const DLTensor* label_tab
 
 absl::StatusOr<seq::ShawRelative> MakeShaw(const ShawInputs& in) {
   seq::RowMatrixXd table = ReadMatrix(in.table);
-  for (int64_t i = 0; i < table.rows(); ++i) {
-    for (int64_t j = 0; j < table.cols(); ++j) {
-      if (!std::isfinite(table(i, j))) {
-        return absl::InvalidArgumentError(absl::StrCat("label_table[", i, ", ", j, "] is ",
-                                                       table(i, j), "; values must be finite"));
-      }
-    }
-  }
+  if (absl::Status s = CheckFiniteMatrix(table, "label_table"); !s.ok()) return s;
   // Only the key side is used here: the value table is a placeholder column.
   return seq::ShawRelative::Create(in.k, std::move(table),
                                    seq::RowMatrixXd::Zero(2 * in.k + 1, 1));
@@ -375,26 +464,11 @@ gpe_status gpe_sinusoidal_encode(const gpe_sinusoidal_options* options, const DL
       return absl::InvalidArgumentError(absl::StrCat("out has ", ov->shape[0],
                                                      " rows but positions has ", p->shape[0]));
     }
-    if (gpe::c_api::Overlaps(*p, *ov)) {
-      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
-    }
-    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    if (p->shape[0] == 0) return absl::OkStatus();
-    std::vector<int64_t> pstore;
-    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
-    auto run = [&](auto zero) -> absl::Status {
-      using T = decltype(zero);
-      std::vector<T> buf;
-      int64_t stride = 0;
-      T* rows = RowsOf<T>(*ov, false, &buf, &stride);
-      if (absl::Status s = seq::SinusoidalEncoding<T>(ps, dim, options->base, rows, stride);
-          !s.ok()) {
-        return s;
-      }
-      ScatterRows<T>(rows, *ov);
-      return absl::OkStatus();
-    };
-    return ov->dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
+    return WritePositionRows(*p, *ov, [&](absl::Span<const int64_t> ps, auto* rows,
+                                          int64_t stride) {
+      using T = std::remove_pointer_t<decltype(rows)>;
+      return seq::SinusoidalEncoding<T>(ps, dim, options->base, rows, stride);
+    });
   });
 }
 
@@ -455,23 +529,11 @@ gpe_status gpe_learned_positions_lookup(const gpe_learned_positions* table,
     if (!p.ok()) return p.status();
     absl::StatusOr<TensorView> ov = ViewBatch(out, "out", *p, table->impl.dim());
     if (!ov.ok()) return ov.status();
-    if (gpe::c_api::Overlaps(*p, *ov)) {
-      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
-    }
-    if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    if (p->shape[0] == 0) return absl::OkStatus();
-    std::vector<int64_t> pstore;
-    absl::Span<const int64_t> ps = ContiguousPositions(*p, &pstore);
-    auto run = [&](auto zero) -> absl::Status {
-      using T = decltype(zero);
-      std::vector<T> buf;
-      int64_t stride = 0;
-      T* rows = RowsOf<T>(*ov, false, &buf, &stride);
-      if (absl::Status s = table->impl.Lookup<T>(ps, rows, stride); !s.ok()) return s;
-      ScatterRows<T>(rows, *ov);
-      return absl::OkStatus();
-    };
-    return ov->dtype == DType::kFloat32 ? run(0.0f) : run(0.0);
+    return WritePositionRows(*p, *ov, [&](absl::Span<const int64_t> ps, auto* rows,
+                                          int64_t stride) {
+      using T = std::remove_pointer_t<decltype(rows)>;
+      return table->impl.Lookup<T>(ps, rows, stride);
+    });
   });
 }
 
@@ -524,12 +586,9 @@ gpe_status gpe_learned_positions_backward(const gpe_learned_positions* table,
 
 gpe_status gpe_grape_m_create(const gpe_grape_m_options* options, gpe_grape_m** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size,
-                                         offsetof(gpe_grape_m_options, omega) + sizeof(void*),
-                                         sizeof(gpe_grape_m_options), "gpe_grape_m_options");
+    if (absl::Status s =
+            CheckCreate(out, options, offsetof(gpe_grape_m_options, omega) + sizeof(void*),
+                        "gpe_grape_m_options");
         !s.ok()) {
       return s;
     }
@@ -651,12 +710,9 @@ gpe_status gpe_grape_m_backward(const gpe_grape_m* grape, const DLTensor* positi
 gpe_status gpe_algebraic_sequence_create(const gpe_algebraic_sequence_options* options,
                                          gpe_algebraic_sequence** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(
-            options->struct_size, offsetof(gpe_algebraic_sequence_options, skew) + sizeof(void*),
-            sizeof(gpe_algebraic_sequence_options), "gpe_algebraic_sequence_options");
+    if (absl::Status s = CheckCreate(out, options,
+                                     offsetof(gpe_algebraic_sequence_options, skew) + sizeof(void*),
+                                     "gpe_algebraic_sequence_options");
         !s.ok()) {
       return s;
     }
@@ -996,40 +1052,13 @@ template <class T, class Fn>
 absl::Status ApplyRowsTyped(const RowIndexViews& v, Fn fn) {
   if (v.x.shape[0] == 0) return fn(static_cast<T*>(nullptr), int64_t{1}, static_cast<T*>(nullptr),
                                    int64_t{1});
-  std::vector<T> xs, os;
-  int64_t xst = 0, ost = 0;
-  T* in = RowsOf<T>(v.x, /*gather=*/true, &xs, &xst);
-  T* dst = nullptr;
-  if (gpe::c_api::SameLayout(v.x, v.out)) {
-    dst = in;
-    ost = xst;
-  } else {
-    dst = RowsOf<T>(v.out, /*gather=*/false, &os, &ost);
-  }
-  if (absl::Status s = fn(in, xst, dst, ost); !s.ok()) return s;
-  ScatterRows<T>(dst, v.out);
-  return absl::OkStatus();
+  return OnRows<T>(v.x, v.out, fn);
 }
 
 template <class T, class Fn>
 absl::Status BackwardRowsTyped(const RowIndexViews& v, Fn fn) {
-  const bool empty = v.x.shape[0] == 0;
-  std::vector<T> xs, gs, gxs;
-  int64_t xst = v.x.shape[1], gst = v.x.shape[1], gxst = v.x.shape[1];
-  T* in = empty ? nullptr : RowsOf<T>(v.x, true, &xs, &xst);
-  T* go = empty ? nullptr : RowsOf<T>(v.grad_out, true, &gs, &gst);
-  T* gx = nullptr;
-  if (v.has_out && !empty) {
-    if (gpe::c_api::SameLayout(v.out, v.grad_out)) {
-      gx = go;
-      gxst = gst;
-    } else {
-      gx = RowsOf<T>(v.out, false, &gxs, &gxst);
-    }
-  }
-  if (absl::Status s = fn(in, xst, go, gst, gx, gxst); !s.ok()) return s;
-  if (gx != nullptr) ScatterRows<T>(gx, v.out);
-  return absl::OkStatus();
+  return OnBackwardRows<T>(v.x, v.grad_out, v.has_out ? &v.out : nullptr,
+                           /*unset_stride=*/v.x.shape[1], fn);
 }
 
 // A float64 gradient of exactly `shape`, disjoint from every view of the call.
@@ -1080,12 +1109,8 @@ extern "C" {
 gpe_status gpe_algebraic_tree_create(const gpe_algebraic_tree_options* options,
                                      gpe_algebraic_tree** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_algebraic_tree_options),
-                                         sizeof(gpe_algebraic_tree_options),
-                                         "gpe_algebraic_tree_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_algebraic_tree_options),
+                                     "gpe_algebraic_tree_options");
         !s.ok()) {
       return s;
     }
@@ -1216,12 +1241,8 @@ gpe_status gpe_algebraic_tree_backward(const gpe_algebraic_tree* tree, const DLT
 gpe_status gpe_algebraic_grid_create(const gpe_algebraic_grid_options* options,
                                      gpe_algebraic_grid** out) {
   return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size, sizeof(gpe_algebraic_grid_options),
-                                         sizeof(gpe_algebraic_grid_options),
-                                         "gpe_algebraic_grid_options");
+    if (absl::Status s = CheckCreate(out, options, sizeof(gpe_algebraic_grid_options),
+                                     "gpe_algebraic_grid_options");
         !s.ok()) {
       return s;
     }
@@ -1386,16 +1407,10 @@ gpe_status gpe_locality_scale(double c, const DLTensor* q_positions, const DLTen
     std::vector<int64_t> qs, ks;
     const absl::Span<const int64_t> q = ContiguousPositions(*qp, &qs);
     const absl::Span<const int64_t> k = ContiguousPositions(*kp, &ks);
-    auto run = [&](auto tag) -> absl::Status {
-      using T = decltype(tag);
-      std::vector<T> buf;
-      int64_t ld = 0;
-      T* rows = RowsOf<T>(*sv, /*gather=*/true, &buf, &ld);
-      if (absl::Status s = seq::ApplyLocalityScaling<T>(q, k, c, rows, ld); !s.ok()) return s;
-      ScatterRows<T>(rows, *sv);
-      return absl::OkStatus();
-    };
-    return sv->dtype == DType::kFloat32 ? run(float{}) : run(double{});
+    return WriteRowsAny(*sv, /*gather=*/true, [&](auto* rows, int64_t ld) {
+      using T = std::remove_pointer_t<decltype(rows)>;
+      return seq::ApplyLocalityScaling<T>(q, k, c, rows, ld);
+    });
   });
 }
 
@@ -1404,32 +1419,6 @@ gpe_status gpe_locality_scale(double c, const DLTensor* q_positions, const DLTen
 // ---- Shaw value terms and Transformer-XL ----------------------------------------------
 
 namespace {
-
-// A float32/float64 tensor of exactly `shape` (1-D or 2-D), named `name`.
-absl::StatusOr<TensorView> ViewShaped(const DLTensor* t, const char* name,
-                                      const std::vector<int64_t>& shape) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kFloat);
-  if (!v.ok()) return v.status();
-  if (v->shape != shape) {
-    TensorView want = *v;
-    want.shape = shape;
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " must have shape ", Shape(want), "; got ", Shape(*v)));
-  }
-  return v;
-}
-
-// An optional output of exactly `shape`; *present says whether it was given.
-absl::Status ViewOptionalOut(DLTensor* t, const char* name, const std::vector<int64_t>& shape,
-                             TensorView* out, bool* present) {
-  *present = t != nullptr;
-  if (t == nullptr) return absl::OkStatus();
-  absl::StatusOr<TensorView> v = ViewShaped(t, name, shape);
-  if (!v.ok()) return v.status();
-  if (absl::Status s = CheckNoSelfOverlap(*v, name); !s.ok()) return s;
-  *out = std::move(*v);
-  return absl::OkStatus();
-}
 
 // Every output disjoint from every input and from the other outputs.
 absl::Status CheckOutputs(absl::Span<const NamedView> inputs, absl::Span<const NamedView> outputs) {
@@ -1442,18 +1431,6 @@ absl::Status CheckOutputs(absl::Span<const NamedView> inputs, absl::Span<const N
     for (size_t j = 0; j < i; ++j) {
       const NamedView pair[] = {outputs[j], outputs[i]};
       if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckFiniteMatrix(const seq::RowMatrixXd& m, const char* name) {
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) {
-      if (!std::isfinite(m(i, j))) {
-        return absl::InvalidArgumentError(absl::StrCat(name, "[", i, ", ", j, "] is ", m(i, j),
-                                                       "; values must be finite"));
-      }
     }
   }
   return absl::OkStatus();
@@ -1488,25 +1465,13 @@ absl::StatusOr<ShawValueInputs> ViewShawValue(const DLTensor* probabilities,
                                               const DLTensor* query_positions,
                                               const DLTensor* key_positions) {
   ShawValueInputs in;
-  absl::StatusOr<TensorView> v = ViewTensor(query_positions, "query_positions", 1, kInt);
-  if (!v.ok()) return v.status();
-  in.qp = std::move(*v);
-  v = ViewTensor(key_positions, "key_positions", 1, kInt);
-  if (!v.ok()) return v.status();
-  in.kp = std::move(*v);
-  v = ViewTensor(label_table, "label_table", 2, kFloat);
-  if (!v.ok()) return v.status();
-  in.table = std::move(*v);
-  const int64_t rows = in.table.shape[0];
-  if (rows < 1 || rows % 2 == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "label_table must have an odd number 2k + 1 of rows; got ", Shape(in.table)));
-  }
-  if (absl::Status s = CheckDim(in.table.shape[1], "label_table's second size (dv)", 1); !s.ok()) {
+  if (absl::Status s = ViewLabelTable(label_table, query_positions, key_positions,
+                                      "label_table's second size (dv)", &in);
+      !s.ok()) {
     return s;
   }
-  in.k = (rows - 1) / 2;
-  v = ViewShaped(probabilities, "probabilities", {in.qp.shape[0], in.kp.shape[0]});
+  absl::StatusOr<TensorView> v =
+      ViewShaped(probabilities, "probabilities", {in.qp.shape[0], in.kp.shape[0]});
   if (!v.ok()) return v.status();
   in.p = std::move(*v);
   return in;

@@ -12,34 +12,17 @@
 #include <utility>
 #include <vector>
 
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
 namespace {
 
+using gpe::c_api_test::CentralDifference;
+using gpe::c_api_test::Random;
+using gpe::c_api_test::Tensor;
+
 using Matrix = std::vector<double>;  // row-major d x d
-
-DLTensor Tensor(void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape,
-                std::vector<int64_t>* strides = nullptr) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = data;
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  t.strides = strides ? strides->data() : nullptr;
-  return t;
-}
-
-std::vector<double> Random(std::mt19937_64* rng, size_t n, double scale = 1.0) {
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<double> v(n);
-  for (double& x : v) x = dist(*rng);
-  return v;
-}
 
 Matrix MatMul(const Matrix& a, const Matrix& b, int64_t d) {
   Matrix c(d * d, 0.0);
@@ -326,15 +309,25 @@ Matrix GrapeReference(const GrapeParams& g, int64_t p) {
   return r;
 }
 
-std::vector<double> GrapeApply(const gpe_grape_m* h, const std::vector<int64_t>& pos,
-                               const std::vector<double>& x, int64_t dim) {
+// apply(h, positions, x, out) on float64 rows [N, dim] through the C ABI (expecting
+// GPE_OK): out.
+template <class Handle>
+std::vector<double> ApplyRows(gpe_status (*apply)(const Handle*, const DLTensor*,
+                                                  const DLTensor*, DLTensor*),
+                              const Handle* h, const std::vector<int64_t>& pos,
+                              const std::vector<double>& x, int64_t dim) {
   std::vector<double> out(x.size());
   std::vector<int64_t> ps{static_cast<int64_t>(pos.size())}, xs{ps[0], dim};
-  DLTensor tp = Tensor(const_cast<int64_t*>(pos.data()), kDLInt, 64, &ps);
-  DLTensor tx = Tensor(const_cast<double*>(x.data()), kDLFloat, 64, &xs);
+  DLTensor tp = Tensor(pos.data(), kDLInt, 64, &ps);
+  DLTensor tx = Tensor(x.data(), kDLFloat, 64, &xs);
   DLTensor to = Tensor(out.data(), kDLFloat, 64, &xs);
-  EXPECT_EQ(gpe_grape_m_apply(h, &tp, &tx, &to), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(apply(h, &tp, &tx, &to), GPE_OK) << gpe_last_error_message();
   return out;
+}
+
+std::vector<double> GrapeApply(const gpe_grape_m* h, const std::vector<int64_t>& pos,
+                               const std::vector<double>& x, int64_t dim) {
+  return ApplyRows(gpe_grape_m_apply, h, pos, x, dim);
 }
 
 TEST(GrapeM, MatrixAndApplyMatchTaylorReference) {
@@ -450,13 +443,7 @@ TEST(GrapeM, BackwardMatchesFiniteDifferences) {
   auto check = [&](std::vector<double>* param, const std::vector<double>& grad,
                    const char* name, auto loss) {
     for (size_t i = 0; i < param->size(); ++i) {
-      const double keep = (*param)[i];
-      (*param)[i] = keep + step;
-      const double lp = loss();
-      (*param)[i] = keep - step;
-      const double lm = loss();
-      (*param)[i] = keep;
-      const double fd = (lp - lm) / (2 * step);
+      const double fd = CentralDifference(param, i, step, loss);
       EXPECT_NEAR(grad[i], fd, 1e-6 * std::max(1.0, std::abs(fd))) << name << "[" << i << "]";
     }
   };
@@ -592,13 +579,7 @@ Matrix SkewOf(const std::vector<double>& a, int64_t d) {
 std::vector<double> AlgebraicApply(const gpe_algebraic_sequence* h,
                                    const std::vector<int64_t>& pos, const std::vector<double>& x,
                                    int64_t d) {
-  std::vector<double> out(x.size());
-  std::vector<int64_t> ps{static_cast<int64_t>(pos.size())}, xs{ps[0], d};
-  DLTensor tp = Tensor(const_cast<int64_t*>(pos.data()), kDLInt, 64, &ps);
-  DLTensor tx = Tensor(const_cast<double*>(x.data()), kDLFloat, 64, &xs);
-  DLTensor to = Tensor(out.data(), kDLFloat, 64, &xs);
-  EXPECT_EQ(gpe_algebraic_sequence_apply(h, &tp, &tx, &to), GPE_OK) << gpe_last_error_message();
-  return out;
+  return ApplyRows(gpe_algebraic_sequence_apply, h, pos, x, d);
 }
 
 TEST(AlgebraicSequence, PowersMatchTaylorReferenceAndCompose) {
@@ -670,15 +651,7 @@ TEST(AlgebraicSequence, BackwardMatchesFiniteDifferences) {
   // S = A - A^T, so dL/dA = X - X^T with X = grad_skew (unprojected). Central
   // differences, h = 1e-5: truncation ~1e-10 |p|^3, rounding ~1e-11; tolerance 1e-7.
   const double step = 1e-5;
-  auto fd = [&](std::vector<double>* v, size_t i) {
-    const double keep = (*v)[i];
-    (*v)[i] = keep + step;
-    const double lp = loss();
-    (*v)[i] = keep - step;
-    const double lm = loss();
-    (*v)[i] = keep;
-    return (lp - lm) / (2 * step);
-  };
+  auto fd = [&](std::vector<double>* v, size_t i) { return CentralDifference(v, i, step, loss); };
   for (int64_t i = 0; i < d; ++i) {
     for (int64_t j = 0; j < d; ++j) {
       const double want = fd(&a, i * d + j);
@@ -835,14 +808,8 @@ TEST(ShawKeyScores, BackwardMatchesLoopAndFiniteDifferences) {
   const double h = 1e-5;
   for (std::vector<double>* param : {&c.q, &c.table}) {
     for (size_t i = 0; i < param->size(); ++i) {
-      const double keep = (*param)[i];
-      (*param)[i] = keep + h;
-      const double lp = loss();
-      (*param)[i] = keep - h;
-      const double lm = loss();
-      (*param)[i] = keep;
       const double want = param == &c.q ? gq[i] : gt[i] - 0.5;
-      EXPECT_NEAR((lp - lm) / (2 * h), want, 1e-8) << i;
+      EXPECT_NEAR(CentralDifference(param, i, h, loss), want, 1e-8) << i;
     }
   }
 }
@@ -985,11 +952,7 @@ TEST(GrapeM, Float32StridedBackwardMatchesFloat64) {
 // ---- Algebraic trees, grids, periodic domains, locality -------------------------------
 
 Matrix RandomSkewMatrix(std::mt19937_64* rng, int64_t d, double scale) {
-  Matrix a = Random(rng, d * d, scale), s(d * d);
-  for (int64_t i = 0; i < d; ++i) {
-    for (int64_t j = 0; j < d; ++j) s[i * d + j] = a[i * d + j] - a[j * d + i];
-  }
-  return s;
+  return SkewOf(Random(rng, d * d, scale), d);
 }
 
 struct TreeFixture {
@@ -1124,10 +1087,7 @@ TEST(AlgebraicTree, BackwardMatchesFiniteDifferences) {
   // Central differences, h = 1e-5: truncation ~1e-10, rounding ~1e-11: 1e-7.
   const double h = 1e-5;
   for (int64_t i = 0; i < n * d; ++i) {
-    std::vector<double> xp = x, xm = x;
-    xp[i] += h;
-    xm[i] -= h;
-    EXPECT_NEAR(gx[i], (loss(xp) - loss(xm)) / (2 * h), 1e-7) << "x " << i;
+    EXPECT_NEAR(gx[i], CentralDifference(&x, i, h, [&] { return loss(x); }), 1e-7) << "x " << i;
   }
   // dL/dS entrywise (S perturbed as a free matrix: exp is defined for any S, and the
   // gradient is unprojected). The handle is rebuilt from perturbed skews, so perturb
@@ -1257,10 +1217,7 @@ TEST(AlgebraicGrid, ApplyIsBlockDiagonalAndBackwardMatchesFiniteDifferences) {
   // h = 1e-5 with |p S| <~ 10: truncation ~1e-8 relative; tolerance 1e-6 max(1, |fd|).
   const double h = 1e-5;
   for (int64_t i = 0; i < n * d; ++i) {
-    std::vector<double> xp = x, xm = x;
-    xp[i] += h;
-    xm[i] -= h;
-    const double fd = (loss(grid, xp) - loss(grid, xm)) / (2 * h);
+    const double fd = CentralDifference(&x, i, h, [&] { return loss(grid, x); });
     EXPECT_NEAR(gx[i], fd, 1e-6 * std::max(1.0, std::abs(fd)));
   }
   int64_t soff = 0;
@@ -1414,17 +1371,12 @@ TEST(ShawValueOutput, MatchesDirectLoopAndBackwardMatchesFiniteDifferences) {
   // Bilinear in (p, table): central differences are exact up to rounding (1e-10).
   const double h = 1e-4;
   for (size_t i = 0; i < p.size(); ++i) {
-    std::vector<double> pp = p, pm = p;
-    pp[i] += h;
-    pm[i] -= h;
-    EXPECT_NEAR(gp[i], (loss(pp, table) - loss(pm, table)) / (2 * h), 1e-10);
+    EXPECT_NEAR(gp[i], CentralDifference(&p, i, h, [&] { return loss(p, table); }), 1e-10);
   }
   for (size_t i = 0; i < table.size(); ++i) {
-    std::vector<double> tp2 = table, tm = table;
-    tp2[i] += h;
-    tm[i] -= h;
     // grad_label_table was 1.0 before: the gradient is ADDED.
-    EXPECT_NEAR(gt[i] - 1.0, (loss(p, tp2) - loss(p, tm)) / (2 * h), 1e-10);
+    EXPECT_NEAR(gt[i] - 1.0, CentralDifference(&table, i, h, [&] { return loss(p, table); }),
+                1e-10);
   }
   // Bad input: an even number of label rows; out with the wrong shape; out aliasing p.
   std::vector<int64_t> st_even = {4, dv};
@@ -1508,13 +1460,7 @@ TEST(TransformerXL, MatchesDaiFormulaAndBackwardMatchesFiniteDifferences) {
   const double h = 1e-4;
   auto check = [&](std::vector<double>* param, const std::vector<double>& grad, const char* name) {
     for (size_t i = 0; i < param->size(); ++i) {
-      const double keep = (*param)[i];
-      (*param)[i] = keep + h;
-      const double lp = loss();
-      (*param)[i] = keep - h;
-      const double lm = loss();
-      (*param)[i] = keep;
-      EXPECT_NEAR(grad[i], (lp - lm) / (2 * h), 1e-9) << name << " " << i;
+      EXPECT_NEAR(grad[i], CentralDifference(param, i, h, loss), 1e-9) << name << " " << i;
     }
   };
   check(&q, gq, "q");

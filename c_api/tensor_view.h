@@ -17,6 +17,12 @@ enum class DType { kFloat32, kFloat64, kInt64, kBFloat16, kFloat16 };
 
 const char* DTypeName(DType dtype);
 
+// The dtype lists most entry points pass to ViewTensor: int64 (positions, indices),
+// float32 or float64 (activations), float64 (parameters and their gradients).
+inline constexpr DType kInt[] = {DType::kInt64};
+inline constexpr DType kFloat[] = {DType::kFloat32, DType::kFloat64};
+inline constexpr DType kF64[] = {DType::kFloat64};
+
 // A validated CPU tensor: shape and strides in elements (strides filled in for
 // compact row-major tensors), data pointer already offset by byte_offset.
 struct TensorView {

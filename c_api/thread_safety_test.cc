@@ -10,30 +10,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "c_api/test_util.h"
 #include "gpe/gpe.h"
 #include "gtest/gtest.h"
 
 namespace {
 
-constexpr int kThreads = 8;
+using gpe::c_api_test::Tensor;
 
-DLTensor Tensor(const void* data, DLDataTypeCode code, int bits, std::vector<int64_t>* shape) {
-  DLTensor t;
-  std::memset(&t, 0, sizeof t);
-  t.data = const_cast<void*>(data);
-  t.device.device_type = kDLCPU;
-  t.ndim = static_cast<int32_t>(shape->size());
-  t.dtype.code = static_cast<uint8_t>(code);
-  t.dtype.bits = static_cast<uint8_t>(bits);
-  t.dtype.lanes = 1;
-  t.shape = shape->data();
-  return t;
-}
+constexpr int kThreads = 8;
 
 std::vector<double> Uniform(size_t n, double lo, double hi, std::mt19937_64* rng) {
   std::uniform_real_distribution<double> u(lo, hi);
@@ -153,17 +144,27 @@ struct Shared {
   }
 };
 
+// keep(p, n) appends the n bytes at p to *bytes.
+auto KeepBytes(std::vector<uint8_t>* bytes) {
+  return [bytes](const void* p, size_t n) {
+    const uint8_t* b = static_cast<const uint8_t*>(p);
+    bytes->insert(bytes->end(), b, b + n);
+  };
+}
+
+// check(status) counts a status other than GPE_OK in *failures.
+auto CountFailures(int* failures) {
+  return [failures](gpe_status st) {
+    if (st != GPE_OK) ++*failures;
+  };
+}
+
 // Every family's calls once; returns all outputs as raw bytes, and counts failures.
 std::vector<uint8_t> RunAll(const Shared& s, int* failures) {
   using S = Shared;
   std::vector<uint8_t> bytes;
-  auto keep = [&](const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  auto check = [&](gpe_status st) {
-    if (st != GPE_OK) ++*failures;
-  };
+  const auto keep = KeepBytes(&bytes);
+  const auto check = CountFailures(failures);
   std::vector<int64_t> ps = {S::kN}, xs = {S::kN, S::kDim}, ms = {S::kDim, S::kDim};
   DLTensor tp = Tensor(s.positions.data(), kDLInt, 64, &ps);
   DLTensor tx64 = Tensor(s.x64.data(), kDLFloat, 64, &xs);
@@ -386,6 +387,34 @@ class Barrier {
   std::atomic<int> generation_{0};
 };
 
+// Runs run(thread, &failures) on kThreads threads at once, `rounds` times on each (every
+// round starts on all threads together), and expects no failures and, every time, the
+// bytes of `ref` (the single-threaded run).
+void ExpectBitsOfOne(const std::vector<uint8_t>& ref, int rounds,
+                     const std::function<std::vector<uint8_t>(int, int*)>& run) {
+  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
+  std::vector<int> failures(kThreads, 0);
+  Barrier barrier(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < rounds; ++r) {
+        barrier.Wait();
+        got[t].push_back(run(t, &failures[t]));
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(failures[t], 0) << "thread " << t;
+    for (int r = 0; r < rounds; ++r) {
+      ASSERT_EQ(got[t][r].size(), ref.size());
+      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
+          << "thread " << t << " round " << r << " differs from the single-threaded run";
+    }
+  }
+}
+
 TEST(ThreadSafety, EightThreadsGiveTheBitsOfOne) {
   Shared shared;
   int ref_failures = 0;
@@ -393,29 +422,8 @@ TEST(ThreadSafety, EightThreadsGiveTheBitsOfOne) {
   ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
   ASSERT_GT(ref.size(), 0u);
 
-  constexpr int kRounds = 3;
-  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
-  std::vector<int> failures(kThreads, 0);
-  Barrier barrier(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r) {
-        barrier.Wait();  // every round starts on all threads together
-        got[t].push_back(RunAll(shared, &failures[t]));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    for (int r = 0; r < kRounds; ++r) {
-      ASSERT_EQ(got[t][r].size(), ref.size());
-      // Bit-identical: no shared mutable state, and no work split that depends on timing.
-      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
-          << "thread " << t << " round " << r << " differs from the single-threaded run";
-    }
-  }
+  // Bit-identical: no shared mutable state, and no work split that depends on timing.
+  ExpectBitsOfOne(ref, /*rounds=*/3, [&](int, int* failures) { return RunAll(shared, failures); });
 }
 
 TEST(ThreadSafety, ErrorMessagesStayPerThread) {
@@ -459,13 +467,8 @@ TEST(ThreadSafety, ErrorMessagesStayPerThread) {
 // decoded pixels, identical for every caller.
 std::vector<uint8_t> RunInr05(int tag, int* failures) {
   std::vector<uint8_t> bytes;
-  auto keep = [&](const void* p, size_t n) {
-    const uint8_t* b = static_cast<const uint8_t*>(p);
-    bytes.insert(bytes.end(), b, b + n);
-  };
-  auto check = [&](gpe_status st) {
-    if (st != GPE_OK) ++*failures;
-  };
+  const auto keep = KeepBytes(&bytes);
+  const auto check = CountFailures(failures);
   constexpr int64_t kSide = 8, kPts = kSide * kSide;
   // Data: the Spiral image, the Radial vector field, the grid and both splits.
   std::vector<double> image(kPts), field(kPts * 2), coords(kPts * 2);
@@ -599,29 +602,8 @@ TEST(ThreadSafety, Inr05EightThreadsGiveTheBitsOfOne) {
   const std::vector<uint8_t> ref = RunInr05(-1, &ref_failures);
   ASSERT_EQ(ref_failures, 0) << gpe_last_error_message();
   ASSERT_GT(ref.size(), 0u);
-  constexpr int kRounds = 2;
-  std::vector<std::vector<std::vector<uint8_t>>> got(kThreads);
-  std::vector<int> failures(kThreads, 0);
-  Barrier barrier(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int r = 0; r < kRounds; ++r) {
-        barrier.Wait();
-        got[t].push_back(RunInr05(t, &failures[t]));
-      }
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < kThreads; ++t) {
-    EXPECT_EQ(failures[t], 0) << "thread " << t;
-    for (int r = 0; r < kRounds; ++r) {
-      ASSERT_EQ(got[t][r].size(), ref.size());
-      // Bit-identical: the fits are seeded and single-threaded per call (OPENBLAS_NUM_THREADS=1).
-      EXPECT_EQ(std::memcmp(got[t][r].data(), ref.data(), ref.size()), 0)
-          << "thread " << t << " round " << r << " differs from the single-threaded run";
-    }
-  }
+  // Bit-identical: the fits are seeded and single-threaded per call (OPENBLAS_NUM_THREADS=1).
+  ExpectBitsOfOne(ref, /*rounds=*/2, RunInr05);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include "attention/descriptor.h"
 #include "encodings/sequence/rope.h"
 #include "tools/machine_limits.h"
+#include "tools/timing.h"
 
 namespace gpe {
 namespace tools {
@@ -68,18 +69,6 @@ namespace {
 
 namespace att = gpe::attention;
 namespace seq = gpe::encodings::sequence;
-
-template <class Fn>
-double BestSeconds(int reps, Fn fn) {
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                              .count());
-  }
-  return best;
-}
 
 // The best of `reps` timed runs of call() (an absl::Status); its first error instead.
 template <class Call>

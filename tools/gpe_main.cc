@@ -43,8 +43,11 @@
 #include "tools/gpe_tour.h"
 #include "tools/bench_attention.h"
 #include "tools/machine_limits.h"
+#include "tools/timing.h"
 
 namespace {
+
+using gpe::tools::BestSeconds;
 
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
@@ -448,19 +451,6 @@ int RunInrImage(const std::string& path, bool gray, const std::string& out_dir) 
   }
   const std::string stem = std::filesystem::path(path).stem().string();
   return RunSeparableFits(path, stem.empty() ? "image" : stem, *image, out_dir);
-}
-
-// Best wall time of `reps` runs of fn, in seconds.
-template <class Fn>
-double BestSeconds(int reps, Fn fn) {
-  double best = 1e300;
-  for (int r = 0; r < reps; ++r) {
-    const auto start = std::chrono::steady_clock::now();
-    fn();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                              .count());
-  }
-  return best;
 }
 
 // Runs a command and returns its standard output ("" on failure).

@@ -13,6 +13,7 @@
 
 #include "attention/descriptor.h"
 #include "attention/reference.h"
+#include "attention/test_util.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/cuda/rope_kernels.h"
 #include "encodings/sequence/rope.h"
@@ -75,16 +76,7 @@ TEST(CudaAttention, Float32MatchesTheReference) {
     for (float& x : q) x = u(rng);
     for (float& x : k) x = u(rng);
     for (float& x : v) x = u(rng);
-    AttentionArgs args;
-    args.layout = Layout::kBSHD;
-    args.batch = c.batch;
-    args.seq_len_q = c.sq;
-    args.seq_len_k = c.sk;
-    args.num_q_heads = c.hq;
-    args.num_kv_heads = c.hkv;
-    args.head_dim = c.d;
-    args.q = args.o = ContiguousStrides(Layout::kBSHD, c.sq, c.hq, c.d);
-    args.k = args.v = ContiguousStrides(Layout::kBSHD, c.sk, c.hkv, c.d);
+    AttentionArgs args = test::Bshd(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d);
     args.causal = c.causal;
     seq::RopeOptions ro;
     ro.head_dim = c.d;
@@ -155,17 +147,7 @@ TEST(CudaAttention, PackedBf16WithPositions) {
   for (auto* t : {&q, &k, &v}) {
     for (auto& x : *t) x = seq::ToBFloat16(u(rng));
   }
-  AttentionArgs args;
-  args.layout = Layout::kTHD;
-  args.cu_seqlens_q = cu_q;
-  args.cu_seqlens_k = cu_k;
-  args.seq_len_q = tq;
-  args.seq_len_k = tk;
-  args.num_q_heads = hq;
-  args.num_kv_heads = hkv;
-  args.head_dim = d;
-  args.q = args.o = ContiguousStrides(Layout::kTHD, tq, hq, d);
-  args.k = args.v = ContiguousStrides(Layout::kTHD, tk, hkv, d);
+  AttentionArgs args = test::Thd(cu_q, cu_k, hq, hkv, d);
   args.causal = true;
   args.q_positions = pq;
   args.k_positions = pk;

@@ -127,19 +127,6 @@ absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_po
   return DoFillTile(head, q_positions, k_positions, out, ld);
 }
 
-template <class Derived>
-absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                                       absl::Span<const int64_t> k, float* out,
-                                                       int64_t ld) const {
-  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
-}
-template <class Derived>
-absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                                       absl::Span<const int64_t> k, double* out,
-                                                       int64_t ld) const {
-  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
-}
-
 absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,
                                           absl::Span<const int64_t> q_positions,
                                           absl::Span<const int64_t> k_positions) {

@@ -93,7 +93,8 @@ class AdditiveBias {
 //   template <class T>
 //   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
 //                     T* out, int64_t ld) const;
-// Instantiated in bias.cc for the biases of this file.
+// Instantiated where Derived's Fill is defined: bias.cc for the biases of this file,
+// grape_a.cc for GrapeABias.
 template <class Derived>
 class AdditiveBiasFromFill : public AdditiveBias {
  protected:
@@ -102,6 +103,19 @@ class AdditiveBiasFromFill : public AdditiveBias {
   absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
                           double* out, int64_t ld) const final;
 };
+
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, float* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
+template <class Derived>
+absl::Status AdditiveBiasFromFill<Derived>::DoFillTile(int64_t head, absl::Span<const int64_t> q,
+                                                       absl::Span<const int64_t> k, double* out,
+                                                       int64_t ld) const {
+  return static_cast<const Derived&>(*this).Fill(head, q, k, out, ld);
+}
 
 // Reference for tests: the full |q| x |k| matrix of one head (a single FillTile in double).
 absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head,

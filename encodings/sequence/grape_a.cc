@@ -277,14 +277,7 @@ absl::Status GrapeABias::Fill(int64_t head, absl::Span<const int64_t> q,
   return alibi_->FillTile(head, q, k, out, ld);
 }
 
-absl::Status GrapeABias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                    absl::Span<const int64_t> k, float* out, int64_t ld) const {
-  return Fill(head, q, k, out, ld);
-}
-absl::Status GrapeABias::DoFillTile(int64_t head, absl::Span<const int64_t> q,
-                                    absl::Span<const int64_t> k, double* out, int64_t ld) const {
-  return Fill(head, q, k, out, ld);
-}
+template class AdditiveBiasFromFill<GrapeABias>;
 
 template <class T>
 absl::Status GrapeABias::AccumulateSlopeGradient(int64_t head,

@@ -138,7 +138,7 @@ enum class GrapeAPath {
   kLifted,      // general path: lifted rows and their dot products
 };
 
-class GrapeABias final : public AdditiveBias {
+class GrapeABias final : public AdditiveBiasFromFill<GrapeABias> {
  public:
   // ALiBi-like GRAPE-A: one finite slope (GRAPE's omega_h) per head, at least one head;
   // head_dim (>= 1) is the content dimension d of the lift (rows of d + 2 elements).
@@ -186,13 +186,8 @@ class GrapeABias final : public AdditiveBias {
                                         int64_t ld, absl::Span<double> grad_prefix) const;
   absl::StatusOr<std::vector<double>> LogitGradient(absl::Span<const double> grad_prefix) const;
 
- protected:
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          float* out, int64_t ld) const override;
-  absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
-                          double* out, int64_t ld) const override;
-
  private:
+  friend class AdditiveBiasFromFill<GrapeABias>;
   GrapeABias(std::optional<AlibiBias> alibi, std::shared_ptr<const FoxBias> fox,
              int64_t head_dim, GrapeAPath path)
       : alibi_(std::move(alibi)), fox_(std::move(fox)), head_dim_(head_dim), path_(path) {}
@@ -210,6 +205,8 @@ class GrapeABias final : public AdditiveBias {
   int64_t head_dim_;
   GrapeAPath path_;
 };
+
+extern template class AdditiveBiasFromFill<GrapeABias>;
 
 }  // namespace sequence
 }  // namespace encodings

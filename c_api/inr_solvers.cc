@@ -104,15 +104,17 @@ int64_t ParameterCount(const gpe::inr::MlpShape& s) {
   return count;
 }
 
+// A gpe_mlp_options pointer: not null, and a struct_size this library reads.
+absl::Status CheckMlpOptions(const gpe_mlp_options* options) {
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  return CheckStructSize(options->struct_size,
+                         offsetof(gpe_mlp_options, progress_user_data) + sizeof(void*),
+                         sizeof(gpe_mlp_options), "gpe_mlp_options");
+}
+
 absl::StatusOr<gpe::inr::MlpShape> ReadMlpShape(const gpe_mlp_options* options, int64_t input_dim,
                                                 int64_t output_dim) {
-  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-  if (absl::Status s = CheckStructSize(
-          options->struct_size, offsetof(gpe_mlp_options, progress_user_data) + sizeof(void*),
-          sizeof(gpe_mlp_options), "gpe_mlp_options");
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = CheckMlpOptions(options); !s.ok()) return s;
   gpe::inr::MlpShape shape;
   shape.input_dim = input_dim;
   shape.output_dim = output_dim;
@@ -583,13 +585,7 @@ gpe_status gpe_inr_mlp_init(const gpe_mlp_options* options, int64_t input_dim,
 gpe_status gpe_inr_mlp_num_evaluations(const gpe_mlp_options* options, int64_t* out) {
   return Guard([&]() -> absl::Status {
     if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(
-            options->struct_size, offsetof(gpe_mlp_options, progress_user_data) + sizeof(void*),
-            sizeof(gpe_mlp_options), "gpe_mlp_options");
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = CheckMlpOptions(options); !s.ok()) return s;
     if (absl::Status s = CheckSchedule(*options); !s.ok()) return s;
     *out = NumEvaluations(options->steps, options->report_every);
     return absl::OkStatus();

@@ -889,6 +889,30 @@ fn count(shape: &[i64]) -> usize {
     shape.iter().map(|&s| s as usize).product()
 }
 
+// The backward calls' shapes, their inputs' lengths checked, and zeroed dq, dk, dv.
+#[allow(clippy::too_many_arguments)]
+fn backward_inputs<T: Real>(
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(Shapes, AttentionGrads<T>)> {
+    let s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    Ok((s, g))
+}
+
 // Skew generators as one float64 [count, m, m] row-major buffer (all square, one size).
 fn skew_stack(name: &str, skews: &[Matrix]) -> Result<(Vec<f64>, [i64; 3])> {
     let m = skews.first().map_or(0, |s| s.rows);
@@ -1051,16 +1075,7 @@ pub fn attention_backward<T: Real>(
     forward: Option<(&[T], &[T])>,
     d_o: &[T],
 ) -> Result<AttentionGrads<T>> {
-    let mut s = shapes(layout, heads)?;
-    expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    expect_len("d_o", d_o.len(), q.len())?;
-    if let Some((o, lse)) = forward {
-        expect_len("o", o.len(), q.len())?;
-        expect_len("lse", lse.len(), count(&s.lse))?;
-    }
-    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
     let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
     let tq = real_tensor(q, &mut s.q);
@@ -1103,16 +1118,7 @@ pub fn attention_backward_v2<T: Real>(
     forward: Option<(&[T], &[T])>,
     d_o: &[T],
 ) -> Result<(AttentionGrads<T>, ShawTableGrads)> {
-    let mut s = shapes(layout, heads)?;
-    expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    expect_len("d_o", d_o.len(), q.len())?;
-    if let Some((o, lse)) = forward {
-        expect_len("o", o.len(), q.len())?;
-        expect_len("lse", lse.len(), count(&s.lse))?;
-    }
-    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
     let mut tables = ShawTableGrads {
         key_table: options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols)),
         value_table: options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols)),
@@ -1173,16 +1179,7 @@ pub fn attention_backward_with_parameters<T: Real>(
     forward: Option<(&[T], &[T])>,
     d_o: &[T],
 ) -> Result<(AttentionGrads<T>, ParameterGrads)> {
-    let mut s = shapes(layout, heads)?;
-    expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    expect_len("d_o", d_o.len(), q.len())?;
-    if let Some((o, lse)) = forward {
-        expect_len("o", o.len(), q.len())?;
-        expect_len("lse", lse.len(), count(&s.lse))?;
-    }
-    let mut g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
     let mut p = ParameterGrads::default();
     // The bias's gradient shapes are those of gpe_bias_accumulate_gradient.
     let mut bias_shape = Vec::new();

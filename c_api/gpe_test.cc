@@ -304,6 +304,9 @@ TEST(SoRep, ApplyRejectsBadTensors) {
   DLTensor shifted = Tensor(xf.data() + 1, kDLFloat, 32, &xs);  // overlaps x by one element
   std::vector<int64_t> huge_stride = {int64_t{1} << 61, 1};
   DLTensor xhuge = Tensor(xf.data(), kDLFloat, 32, &xs, &huge_stride);
+  // The one stride with no negation (a fuzzing find: UBSan flagged |INT64_MIN|).
+  std::vector<int64_t> min_stride = {std::numeric_limits<int64_t>::min(), 1};
+  DLTensor xmin = Tensor(xf.data(), kDLFloat, 32, &xs, &min_stride);
   const Case cases[] = {
       {"positions int32", GPE_ERROR_INVALID_ARGUMENT, p32, tx, ty},
       {"x on a GPU", GPE_ERROR_UNSUPPORTED, tp, gpu, ty},
@@ -315,6 +318,7 @@ TEST(SoRep, ApplyRejectsBadTensors) {
       {"negative size", GPE_ERROR_INVALID_ARGUMENT, tp, xneg, xneg},
       {"partial overlap", GPE_ERROR_INVALID_ARGUMENT, tp, tx, shifted},
       {"stride overflow", GPE_ERROR_OUT_OF_RANGE, tp, xhuge, ty},
+      {"stride INT64_MIN", GPE_ERROR_OUT_OF_RANGE, tp, xmin, ty},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(gpe_so_rep_apply(rep, &c.p, &c.x, const_cast<DLTensor*>(&c.y)), c.code) << c.what;

@@ -147,9 +147,12 @@ absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int n
     const int64_t limit = (int64_t{1} << 62) / 8;
     int64_t reach = 0;
     for (int i = 0; i < ndim; ++i) {
+      // INT64_MIN has no negation: rejected before |stride| is formed (found by fuzzing).
+      if (v.strides[i] == std::numeric_limits<int64_t>::min()) {
+        return absl::OutOfRangeError(absl::StrCat(name, " has a stride out of range"));
+      }
       const int64_t st = v.strides[i] < 0 ? -v.strides[i] : v.strides[i];
-      if (v.strides[i] == std::numeric_limits<int64_t>::min() ||
-          (v.shape[i] > 1 && st > limit / (v.shape[i] - 1))) {
+      if (v.shape[i] > 1 && st > limit / (v.shape[i] - 1)) {
         return absl::OutOfRangeError(absl::StrCat(name, " has a stride out of range"));
       }
       reach += st * (v.shape[i] - 1);

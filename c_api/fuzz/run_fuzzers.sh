@@ -11,7 +11,8 @@
 # at a time; objects and corpora live in $GPE_FUZZ_DIR (default: a temporary directory;
 # a kept directory makes later runs recompile only changed sources). A crash, leak or
 # slow input (over 25 s) leaves its input there as <target>-crash-* (or -leak-,
-# -timeout-, -oom-) and fails the script.
+# -timeout-, -oom-) and fails the script. Inputs under c_api/fuzz/corpus/<target>/ (past
+# findings, each named for what it found) run first on every run.
 #
 # Prints one line per target, "FUZZ PASSED: <target> ..." or "FUZZ FAILED: <target> ...",
 # which .ci/run counts, then a summary.
@@ -78,11 +79,16 @@ failed=()
 for target in "${targets[@]}"; do
   mkdir -p "$dir/corpus_$target"
   rm -f "$dir/$target"-{crash,leak,timeout,oom}-*
+  # Committed inputs (c_api/fuzz/corpus/<target>/: past findings, kept as regressions)
+  # are read as a second corpus; new inputs go to the first.
+  seeds=()
+  [[ -d "$root/c_api/fuzz/corpus/$target" ]] && seeds=("$root/c_api/fuzz/corpus/$target")
   echo "=== $target: ${seconds} s of libFuzzer ==="
   rc=0
   (cd "$dir" && OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 \
      "./${target}_fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
      -artifact_prefix="$dir/$target-" -print_final_stats=1 "corpus_$target" \
+     ${seeds[@]+"${seeds[@]}"} \
      >"$dir/$target.log" 2>&1) || rc=$?
   grep -E '^#|DONE|ERROR|SUMMARY|stat::number_of_executed_units|stat::new_units_added|Test unit written' \
     "$dir/$target.log" | tail -8 || true

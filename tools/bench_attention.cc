@@ -652,8 +652,10 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options) {
     progress(name);
     measure_limits();
     TriadBeside beside(o.threads, q);
+    // Seven rounds, as decode: the host's bandwidth swings within seconds, and the median of
+    // the paired ratios is what the row reports.
     absl::StatusOr<Compared> c = BackToBack(
-        rounds,
+        q ? rounds : 7,
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad = std::max(triad, beside.Measure());
           absl::StatusOr<double> t = RopeQkSeconds(rs, rh, rd, o.threads, reps);

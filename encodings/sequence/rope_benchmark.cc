@@ -147,6 +147,40 @@ void BM_RopeApplyQK(benchmark::State& state) {
   best.SetCounters(state, bytes, static_cast<int>(state.range(5)));
 }
 
+// The ceiling of RoPE's access pattern: the simplest in-place kernel, x = a x + b, over q
+// and k split among the same threads as Apply splits tokens. In-place work moves the bytes
+// it counts (no write-allocate read, which the triad's store costs but does not count), so
+// on this kind of host both it and RoPE run above the triad; RoPE's best_GB/s over this
+// row's says how close Apply is to what the pattern allows.
+// args: batch, seq, heads, head_dim, (unused), threads.
+void BM_InPlaceScaleQK(benchmark::State& state) {
+  const int64_t n = state.range(0) * state.range(1) * state.range(2) * state.range(3);
+  const int threads = static_cast<int>(state.range(5));
+  tools::LargeFloats q(n), k(n);
+  std::fill(q.begin(), q.end(), 0.5f);
+  std::fill(k.begin(), k.end(), -0.25f);
+  auto scale = [&](int t) {
+    const int64_t lo = n * t / threads, hi = n * (t + 1) / threads;
+    for (float* x : {q.data(), k.data()}) {
+      float* __restrict p = x;
+      for (int64_t i = lo; i < hi; ++i) p[i] = p[i] * 0.999f + 0.0001f;
+    }
+  };
+  BestIteration best;
+  for (auto _ : state) {
+    best.Start();
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(scale, t);
+    scale(0);
+    for (std::thread& th : pool) th.join();
+    benchmark::ClobberMemory();
+    best.Stop();
+  }
+  const int64_t bytes = 4 * n * static_cast<int64_t>(sizeof(float));
+  SetBandwidthCounters(state, bytes, threads);
+  best.SetCounters(state, bytes, threads);
+}
+
 // 4096 x 32 x 128 float32 = 64 MiB.
 BENCHMARK(BM_RopeApplyInPlace)
     ->Args({1, 4096, 32, 128, 0, 1})
@@ -157,6 +191,11 @@ BENCHMARK(BM_RopeApplyInPlace)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_RopeApplyQK)
+    ->Args({1, 4096, 32, 128, 0, 1})
+    ->Args({1, 4096, 32, 128, 0, 2})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_InPlaceScaleQK)
     ->Args({1, 4096, 32, 128, 0, 1})
     ->Args({1, 4096, 32, 128, 0, 2})
     ->UseRealTime()

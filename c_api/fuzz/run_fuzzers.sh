@@ -14,6 +14,11 @@
 # -timeout-, -oom-) and fails the script. Inputs under c_api/fuzz/corpus/<target>/ (past
 # findings, each named for what it found) run first on every run.
 #
+# GPE_FUZZ_SEED fixes libFuzzer's random seed. CI sets it (.ci/run), so a submission meets
+# the same mutation sequence a developer's seeded run met before it: CI's short runs are a
+# regression check, not a lottery. Exploration is the unseeded long run, e.g.
+# `c_api/fuzz/run_fuzzers.sh 300`, whose findings go into c_api/fuzz/corpus/ with the fix.
+#
 # Prints one line per target, "FUZZ PASSED: <target> ..." or "FUZZ FAILED: <target> ...",
 # which .ci/run counts, then a summary.
 set -euo pipefail
@@ -87,6 +92,7 @@ for target in "${targets[@]}"; do
   rc=0
   (cd "$dir" && OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 \
      "./${target}_fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
+     ${GPE_FUZZ_SEED:+-seed="$GPE_FUZZ_SEED"} \
      -artifact_prefix="$dir/$target-" -print_final_stats=1 "corpus_$target" \
      ${seeds[@]+"${seeds[@]}"} \
      >"$dir/$target.log" 2>&1) || rc=$?

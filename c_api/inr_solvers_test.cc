@@ -363,20 +363,20 @@ void ValidationProgressReportsEachEvaluation() {
   };
 
   // Both callbacks, logging into one sequence.
-  std::vector<ProgressEvent> log;
+  std::vector<ProgressEvent> events;
   gpe_mlp_options both = o;
   both.progress = RecordTrainProgress;
-  both.progress_user_data = &log;
+  both.progress_user_data = &events;
   gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
   val.progress = RecordValidationProgress;
-  val.progress_user_data = &log;
+  val.progress_user_data = &events;
   Outputs with;
   ASSERT_EQ(fit(both, val, &with), GPE_OK) << gpe_last_error_message();
   EXPECT_EQ(with.vsteps, (std::vector<int64_t>{5, 10, 15, 20, 23}));
-  ASSERT_EQ(log.size(), static_cast<size_t>(2 * k));
+  ASSERT_EQ(events.size(), static_cast<size_t>(2 * k));
   for (int64_t i = 0; i < k; ++i) {
-    const ProgressEvent& train = log[2 * i];
-    const ProgressEvent& v = log[2 * i + 1];
+    const ProgressEvent& train = events[2 * i];
+    const ProgressEvent& v = events[2 * i + 1];
     EXPECT_FALSE(train.validation) << i;  // options->progress first
     ASSERT_TRUE(v.validation) << i;
     EXPECT_EQ(v.step, with.vsteps[i]) << i;
@@ -398,14 +398,15 @@ void ValidationProgressReportsEachEvaluation() {
   ASSERT_EQ(alone.size(), static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) {
     EXPECT_TRUE(alone[i].validation);
-    EXPECT_EQ(alone[i].step, log[2 * i + 1].step) << i;
-    EXPECT_EQ(Bits(alone[i].train_loss), Bits(log[2 * i + 1].train_loss)) << i;
-    EXPECT_EQ(Bits(alone[i].validation_loss), Bits(log[2 * i + 1].validation_loss)) << i;
+    EXPECT_EQ(alone[i].step, events[2 * i + 1].step) << i;
+    EXPECT_EQ(Bits(alone[i].train_loss), Bits(events[2 * i + 1].train_loss)) << i;
+    EXPECT_EQ(Bits(alone[i].validation_loss), Bits(events[2 * i + 1].validation_loss)) << i;
   }
 
   // Without any callback: the same bits (the callback observes, never steers).
+  const gpe_mlp_validation no_progress = GPE_MLP_VALIDATION_INIT;
   Outputs plain;
-  ASSERT_EQ(fit(o, GPE_MLP_VALIDATION_INIT, &plain), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(fit(o, no_progress, &plain), GPE_OK) << gpe_last_error_message();
   same_fit(plain, with);
 
   // A 0.6.0 caller: struct_size ends before progress; whatever lies beyond it (here a
@@ -429,7 +430,7 @@ void ValidationProgressReportsEachEvaluation() {
   // No updates: one call, at step 0, with the initial network's losses.
   gpe_mlp_options none = both;
   none.steps = 0;
-  log.clear();
+  events.clear();
   std::vector<double> vl0(1, -1.0);
   std::vector<int64_t> one = {1};
   DLTensor tvl0 = Tensor(vl0.data(), &one);
@@ -440,12 +441,12 @@ void ValidationProgressReportsEachEvaluation() {
   double final0 = 0.0;
   ASSERT_EQ(gpe_inr_mlp_fit_v2(&none, &tx, &ty, nullptr, &tp, nullptr, &final0, &val0), GPE_OK)
       << gpe_last_error_message();
-  ASSERT_EQ(log.size(), 2u);
-  EXPECT_FALSE(log[0].validation);
-  ASSERT_TRUE(log[1].validation);
-  EXPECT_EQ(log[1].step, 0);
-  EXPECT_EQ(Bits(log[1].train_loss), Bits(final0));  // the loss of the initial network
-  EXPECT_EQ(Bits(log[1].validation_loss), Bits(vl0[0]));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].validation);
+  ASSERT_TRUE(events[1].validation);
+  EXPECT_EQ(events[1].step, 0);
+  EXPECT_EQ(Bits(events[1].train_loss), Bits(final0));  // the loss of the initial network
+  EXPECT_EQ(Bits(events[1].validation_loss), Bits(vl0[0]));
 }
 
 TEST(InrMlp, Float32ValidationProgressReportsEachEvaluation) {

@@ -267,8 +267,8 @@ fn fit_validated<T: Real>(
     // SAFETY: every length checked against the shapes given; k is the library's count;
     // `state` outlives the call and is reached only through progress_user_data during it.
     let status = unsafe { ffi::gpe_inr_mlp_fit_v2(&o, &tf, &tt, ip, &mut tp, &mut tl, &mut final_loss, &val) };
-    if let Some(p) = state.and_then(|s| s.panic) {
-        panic::resume_unwind(p);
+    if let Some(payload) = state.and_then(|s| s.panic) {
+        panic::resume_unwind(payload);
     }
     check(status)?;
     Ok(MlpValidatedFit { fit: MlpFit { parameters, train_loss, final_loss }, validation_steps, validation_loss })

@@ -1125,6 +1125,13 @@ void InrSolverCases(const AddCase& add) {
     s.val.features = s.val.targets = nullptr;
     return s.MlpFitV2();
   });
+  add("mlp_fit_v2_validation_progress_without_set", e, [](Fixture&) {
+    InrCall s;
+    s.val.features = s.val.targets = nullptr;
+    s.val.steps = s.val.loss = nullptr;
+    s.val.progress = [](void*, int64_t, double, double) {};
+    return s.MlpFitV2();
+  });
   add("mlp_fit_v2_validation_empty", e, [](Fixture&) {
     InrCall s;
     s.tvx = s.F64(&s.vx, {0, 2});

@@ -195,10 +195,18 @@ absl::Status CheckSchedule(const gpe_mlp_options& o) {
   return absl::OkStatus();
 }
 
-// The checked views of a gpe_mlp_validation (all null without a validation set).
+// The checked views of a gpe_mlp_validation (all null without a validation set), and its
+// validation progress callback (null when not given or not in the caller's struct).
 struct ValidationViews {
   std::unique_ptr<TensorView> features, targets, steps, loss;
+  gpe_validation_progress_callback progress = nullptr;
+  void* progress_user_data = nullptr;
 };
+
+// gpe_mlp_validation's size in 0.6.0, before progress and progress_user_data.
+constexpr size_t kMlpValidationV060Size = offsetof(gpe_mlp_validation, progress);
+static_assert(kMlpValidationV060Size == offsetof(gpe_mlp_validation, loss) + sizeof(DLTensor*),
+              "0.6.0's gpe_mlp_validation ended with loss");
 
 // Reads `validation` (may be null) for a fit of `shape` in dtype `dt` with `evaluations`
 // evaluations. `others` are the fit's other tensors, which the outputs must not overlap.
@@ -208,12 +216,18 @@ absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validat
                                                std::initializer_list<const TensorView*> others) {
   ValidationViews out;
   if (validation == nullptr) return out;
-  if (absl::Status s = CheckStructSize(validation->struct_size, sizeof(gpe_mlp_validation),
+  if (absl::Status s = CheckStructSize(validation->struct_size, kMlpValidationV060Size,
                                        sizeof(gpe_mlp_validation), "gpe_mlp_validation");
       !s.ok()) {
     return s;
   }
   const gpe_mlp_validation& v = *validation;
+  // progress and progress_user_data were appended in 0.7.0: read them (as a pair) only
+  // from a struct that has both; an older caller's struct ends before them.
+  if (v.struct_size >= offsetof(gpe_mlp_validation, progress_user_data) + sizeof(void*)) {
+    out.progress = v.progress;
+    out.progress_user_data = v.progress_user_data;
+  }
   if ((v.features == nullptr) != (v.targets == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "validation->features and validation->targets: give both or neither; got only ",
@@ -224,6 +238,11 @@ absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validat
       return absl::InvalidArgumentError(
           "validation->steps and validation->loss need a validation set (validation->features "
           "and validation->targets)");
+    }
+    if (out.progress != nullptr) {
+      return absl::InvalidArgumentError(
+          "validation->progress needs a validation set (validation->features and "
+          "validation->targets): without one there is no validation loss to report");
     }
     return out;
   }
@@ -322,12 +341,21 @@ absl::Status MlpFit(const gpe_mlp_options& o, const gpe::inr::MlpShape& shape,
     train.validation_targets = &vy;
     train.eval_every = o.report_every;
   }
-  if (o.progress != nullptr) {
+  // Both callbacks see each evaluation, options->progress first (gpe.h); the validation
+  // one gets the loss the trainer just appended to its history, so it equals
+  // validation->loss[k] bit for bit.
+  const gpe_progress_callback fn = o.progress;
+  void* const user = o.progress_user_data;
+  const gpe_validation_progress_callback vfn = validation.progress;
+  void* const vuser = validation.progress_user_data;
+  if (fn != nullptr || vfn != nullptr) {
     train.eval_every = o.report_every;
-    const gpe_progress_callback fn = o.progress;
-    void* user = o.progress_user_data;
-    train.progress = [fn, user](const gpe::inr::TrainProgress& p) {
-      fn(user, p.step, p.train_loss);
+    train.progress = [fn, user, vfn, vuser](const gpe::inr::TrainProgress& p) {
+      if (fn != nullptr) fn(user, p.step, p.train_loss);
+      // ReadValidation admits vfn only with a validation set, so the loss is present.
+      if (vfn != nullptr && p.validation_loss.has_value()) {
+        vfn(vuser, p.step, p.train_loss, *p.validation_loss);
+      }
     };
   }
   absl::StatusOr<gpe::inr::TrainHistory> h =

@@ -3,6 +3,8 @@
 // code on copies of the same inputs (one OpenBLAS thread), so results must agree bit for
 // bit; any difference means the boundary reordered, truncated or mis-strided something.
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -277,6 +279,182 @@ void MlpValidationMatchesCpp() {
 
 TEST(InrMlp, Float32ValidationCurveMatchesTheCppTrainer) { MlpValidationMatchesCpp<float>(); }
 TEST(InrMlp, Float64ValidationCurveMatchesTheCppTrainer) { MlpValidationMatchesCpp<double>(); }
+
+// One call of either progress callback, in the order the fit made them.
+struct ProgressEvent {
+  bool validation;  // gpe_mlp_validation.progress (else gpe_mlp_options.progress)
+  int64_t step;
+  double train_loss;
+  double validation_loss;  // validation events only
+};
+
+void RecordTrainProgress(void* user, int64_t step, double train_loss) {
+  static_cast<std::vector<ProgressEvent>*>(user)->push_back({false, step, train_loss, 0.0});
+}
+
+void RecordValidationProgress(void* user, int64_t step, double train_loss,
+                              double validation_loss) {
+  static_cast<std::vector<ProgressEvent>*>(user)->push_back(
+      {true, step, train_loss, validation_loss});
+}
+
+// A callback that must never run: it counts its calls in *user.
+void CountUnexpectedCall(void* user, int64_t, double, double) { ++*static_cast<int*>(user); }
+
+uint64_t Bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// gpe_mlp_validation.progress (0.7.0): called once per evaluation, after
+// options->progress, with the step and train loss that callback gets and the validation
+// loss written to validation->loss, bit for bit; the training does not depend on it;
+// a struct from a 0.6.0 header (struct_size ending before it) is accepted and its bytes
+// beyond struct_size are never read. All comparisons are exact: the callback is handed
+// the very doubles the trainer stores.
+template <typename T>
+void ValidationProgressReportsEachEvaluation() {
+  const int64_t n = 30, m = 12, steps = 23;
+  std::vector<T> all_x, all_y;
+  MakeData(n + m, &all_x, &all_y);
+  std::vector<T> x(all_x.begin(), all_x.begin() + 2 * n), y(all_y.begin(), all_y.begin() + 2 * n);
+  std::vector<T> vx(all_x.begin() + 2 * n, all_x.end()), vy(all_y.begin() + 2 * n, all_y.end());
+  gpe_mlp_options o = GPE_MLP_OPTIONS_INIT;
+  o.hidden_width = 8;
+  o.num_hidden_layers = 1;
+  o.steps = steps;
+  o.learning_rate = 1e-2;
+  o.seed = 5;
+  o.report_every = 5;  // evaluations after 5, 10, 15, 20 and 23 updates
+  int64_t count = 0, k = 0;
+  ASSERT_EQ(gpe_inr_mlp_num_parameters(&o, 2, 2, &count), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(gpe_inr_mlp_num_evaluations(&o, &k), GPE_OK) << gpe_last_error_message();
+  ASSERT_EQ(k, 5);
+  std::vector<int64_t> xs = {n, 2}, vs = {m, 2}, ps = {count}, ls = {steps}, ks = {k};
+  DLTensor tx = Tensor(x.data(), &xs), ty = Tensor(y.data(), &xs), tvx = Tensor(vx.data(), &vs),
+           tvy = Tensor(vy.data(), &vs);
+  // One fit's outputs.
+  struct Outputs {
+    std::vector<T> params;
+    std::vector<double> loss, vloss;
+    std::vector<int64_t> vsteps;
+    double final_loss = 0.0;
+  };
+  const auto fit = [&](const gpe_mlp_options& opts, gpe_mlp_validation val, Outputs* out) {
+    out->params.assign(count, T(-1));
+    out->loss.assign(steps, -1.0);
+    out->vloss.assign(k, -1.0);
+    out->vsteps.assign(k, -1);
+    DLTensor tp = Tensor(out->params.data(), &ps), tl = Tensor(out->loss.data(), &ls),
+             tvs = Tensor(out->vsteps.data(), &ks), tvl = Tensor(out->vloss.data(), &ks);
+    val.features = &tvx;
+    val.targets = &tvy;
+    val.steps = &tvs;
+    val.loss = &tvl;
+    return gpe_inr_mlp_fit_v2(&opts, &tx, &ty, nullptr, &tp, &tl, &out->final_loss, &val);
+  };
+  const auto same_fit = [](const Outputs& a, const Outputs& b) {
+    EXPECT_EQ(a.params, b.params);  // exact: the same training
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_EQ(a.vsteps, b.vsteps);
+    EXPECT_EQ(a.vloss, b.vloss);
+    EXPECT_EQ(Bits(a.final_loss), Bits(b.final_loss));
+  };
+
+  // Both callbacks, logging into one sequence.
+  std::vector<ProgressEvent> events;
+  gpe_mlp_options both = o;
+  both.progress = RecordTrainProgress;
+  both.progress_user_data = &events;
+  gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
+  val.progress = RecordValidationProgress;
+  val.progress_user_data = &events;
+  Outputs with;
+  ASSERT_EQ(fit(both, val, &with), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(with.vsteps, (std::vector<int64_t>{5, 10, 15, 20, 23}));
+  ASSERT_EQ(events.size(), static_cast<size_t>(2 * k));
+  for (int64_t i = 0; i < k; ++i) {
+    const ProgressEvent& train = events[2 * i];
+    const ProgressEvent& v = events[2 * i + 1];
+    EXPECT_FALSE(train.validation) << i;  // options->progress first
+    ASSERT_TRUE(v.validation) << i;
+    EXPECT_EQ(v.step, with.vsteps[i]) << i;
+    EXPECT_EQ(train.step, v.step) << i;
+    EXPECT_EQ(Bits(v.train_loss), Bits(train.train_loss)) << i;
+    EXPECT_EQ(Bits(v.validation_loss), Bits(with.vloss[i])) << i;
+    // The training loss of the forward pass behind update `step` (train_loss[step - 1]).
+    EXPECT_EQ(Bits(v.train_loss), Bits(with.loss[v.step - 1])) << i;
+  }
+
+  // Only the validation callback: the same K calls and values.
+  std::vector<ProgressEvent> alone;
+  gpe_mlp_validation val_only = GPE_MLP_VALIDATION_INIT;
+  val_only.progress = RecordValidationProgress;
+  val_only.progress_user_data = &alone;
+  Outputs only;
+  ASSERT_EQ(fit(o, val_only, &only), GPE_OK) << gpe_last_error_message();
+  same_fit(only, with);
+  ASSERT_EQ(alone.size(), static_cast<size_t>(k));
+  for (int64_t i = 0; i < k; ++i) {
+    EXPECT_TRUE(alone[i].validation);
+    EXPECT_EQ(alone[i].step, events[2 * i + 1].step) << i;
+    EXPECT_EQ(Bits(alone[i].train_loss), Bits(events[2 * i + 1].train_loss)) << i;
+    EXPECT_EQ(Bits(alone[i].validation_loss), Bits(events[2 * i + 1].validation_loss)) << i;
+  }
+
+  // Without any callback: the same bits (the callback observes, never steers).
+  const gpe_mlp_validation no_progress = GPE_MLP_VALIDATION_INIT;
+  Outputs plain;
+  ASSERT_EQ(fit(o, no_progress, &plain), GPE_OK) << gpe_last_error_message();
+  same_fit(plain, with);
+
+  // A 0.6.0 caller: struct_size ends before progress; whatever lies beyond it (here a
+  // callback that counts calls) is not read, with or without a validation set.
+  int unexpected = 0;
+  gpe_mlp_validation old = GPE_MLP_VALIDATION_INIT;
+  old.struct_size = static_cast<uint32_t>(offsetof(gpe_mlp_validation, progress));
+  old.progress = CountUnexpectedCall;
+  old.progress_user_data = &unexpected;
+  Outputs from_old;
+  ASSERT_EQ(fit(o, old, &from_old), GPE_OK) << gpe_last_error_message();
+  same_fit(from_old, with);
+  std::vector<T> p(count);
+  DLTensor tp = Tensor(p.data(), &ps);
+  gpe_mlp_validation old_empty = old;  // no set: a read progress would be an error
+  ASSERT_EQ(gpe_inr_mlp_fit_v2(&o, &tx, &ty, nullptr, &tp, nullptr, nullptr, &old_empty), GPE_OK)
+      << gpe_last_error_message();
+  EXPECT_EQ(p, with.params);
+  EXPECT_EQ(unexpected, 0);
+
+  // No updates: one call, at step 0, with the initial network's losses.
+  gpe_mlp_options none = both;
+  none.steps = 0;
+  events.clear();
+  std::vector<double> vl0(1, -1.0);
+  std::vector<int64_t> one = {1};
+  DLTensor tvl0 = Tensor(vl0.data(), &one);
+  gpe_mlp_validation val0 = val;
+  val0.features = &tvx;
+  val0.targets = &tvy;
+  val0.loss = &tvl0;
+  double final0 = 0.0;
+  ASSERT_EQ(gpe_inr_mlp_fit_v2(&none, &tx, &ty, nullptr, &tp, nullptr, &final0, &val0), GPE_OK)
+      << gpe_last_error_message();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_FALSE(events[0].validation);
+  ASSERT_TRUE(events[1].validation);
+  EXPECT_EQ(events[1].step, 0);
+  EXPECT_EQ(Bits(events[1].train_loss), Bits(final0));  // the loss of the initial network
+  EXPECT_EQ(Bits(events[1].validation_loss), Bits(vl0[0]));
+}
+
+TEST(InrMlp, Float32ValidationProgressReportsEachEvaluation) {
+  ValidationProgressReportsEachEvaluation<float>();
+}
+TEST(InrMlp, Float64ValidationProgressReportsEachEvaluation) {
+  ValidationProgressReportsEachEvaluation<double>();
+}
 
 // gpe_inr_mlp_num_evaluations equals the number of evaluations TrainFullBatch makes, for
 // every (steps, report_every) pair near the boundaries (a multiple or not, every 0 or

@@ -1,6 +1,6 @@
 // Fuzz target: the 0.5.0 INR entry points that parse sizes, shapes and options: the MLP
 // (gpe_inr_mlp_num_parameters / _init / _fit / _predict with gpe_mlp_options, and
-// _num_evaluations / _fit_v2 with a fuzzed gpe_mlp_validation), the
+// _num_evaluations / _fit_v2 with a fuzzed gpe_mlp_validation and its progress), the
 // linear Adam fits (gpe_inr_fit_dense_adam, gpe_inr_fit_separable_adam_2d with
 // gpe_linear_adam_options), the data (gpe_inr_synthetic_image / _vector_field,
 // gpe_inr_grid_coordinates, gpe_inr_random_split, gpe_inr_regular_grid_split), the
@@ -13,6 +13,7 @@
 // milliseconds. Each call must return a known status and leave a message on failure.
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -114,6 +115,9 @@ int64_t Dim(FuzzInput* in, int64_t small) {
 }
 
 void ProgressSink(void* user_data, int64_t, double) { ++*static_cast<int64_t*>(user_data); }
+void ValidationProgressSink(void* user_data, int64_t, double, double) {
+  ++*static_cast<int64_t*>(user_data);
+}
 
 void MlpCalls(FuzzInput* in) {
   gpe_mlp_options o = GPE_MLP_OPTIONS_INIT;
@@ -154,7 +158,8 @@ void MlpCalls(FuzzInput* in) {
                               in->Below(2) == 0 ? nullptr : &final_loss));
   CheckStatus(gpe_inr_mlp_predict(op, params.p(), x.p(), out.p()));
   // gpe_inr_mlp_fit_v2: a fuzzed validation set (both, one or neither of features and
-  // targets; outputs sized from gpe_inr_mlp_num_evaluations, or not) and struct_size.
+  // targets; outputs sized from gpe_inr_mlp_num_evaluations, or not; a validation
+  // progress callback or not) and struct_size (0.6.0's, which ends before the progress).
   int64_t k = 0;
   const gpe_status ks = gpe_inr_mlp_num_evaluations(op, in->Below(32) == 1 ? nullptr : &k);
   CheckStatus(ks);
@@ -166,11 +171,17 @@ void MlpCalls(FuzzInput* in) {
   vy.Fill(in);
   for (Tensor* t : {&vx, &vy, &vsteps, &vloss}) t->Perturb(in);
   gpe_mlp_validation val = GPE_MLP_VALIDATION_INIT;
-  val.struct_size = StructSize(in, val.struct_size);
+  const uint32_t v060_size = static_cast<uint32_t>(offsetof(gpe_mlp_validation, progress));
+  val.struct_size = in->Below(4) == 1 ? v060_size : StructSize(in, val.struct_size);
   val.features = in->Below(8) == 1 ? nullptr : vx.p();
   val.targets = in->Below(8) == 1 ? nullptr : vy.p();
   val.steps = in->Below(4) == 1 ? nullptr : vsteps.p();
   val.loss = in->Below(4) == 1 ? nullptr : vloss.p();
+  int64_t validation_calls = 0;
+  if (in->Below(2) == 0) {
+    val.progress = ValidationProgressSink;
+    val.progress_user_data = &validation_calls;
+  }
   CheckStatus(gpe_inr_mlp_fit_v2(op, x.p(), y.p(), nullptr, params.p(),
                                  in->Below(2) == 0 ? nullptr : loss.p(), &final_loss,
                                  in->Below(16) == 1 ? nullptr : &val));

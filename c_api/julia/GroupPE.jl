@@ -1949,13 +1949,36 @@ function mlp_fit(o::MlpOptions, features::StridedMatrix{T}, targets::StridedMatr
     return p, loss, final[]
 end
 
-# gpe_mlp_validation: the held-out set (inputs) and the validation curve (optional outputs).
+# gpe_mlp_validation: the held-out set (inputs), the validation curve (optional outputs)
+# and (0.7.0) the progress callback that also gets the validation loss.
 struct MlpValidation
     struct_size::UInt32
     features::Ptr{DLTensor}
     targets::Ptr{DLTensor}
     steps::Ptr{DLTensor}
     loss::Ptr{DLTensor}
+    progress::Ptr{Cvoid}
+    progress_user_data::Ptr{Cvoid}
+end
+
+# The Julia function behind gpe_mlp_validation.progress_user_data, and the first exception
+# it threw (an exception must not unwind through the library's C frames: it is kept and
+# thrown once the fit has returned).
+mutable struct ValidationProgressState
+    f::Any
+    error::Any
+end
+
+function validation_progress_trampoline(user::Ptr{Cvoid}, step::Int64, train_loss::Float64,
+                                        validation_loss::Float64)::Cvoid
+    state = unsafe_pointer_to_objref(user)::ValidationProgressState
+    state.error === nothing || return nothing
+    try
+        state.f(step, train_loss, validation_loss)
+    catch e
+        state.error = e
+    end
+    return nothing
 end
 
 """K, the number of validation evaluations of a fit of `steps` updates evaluated after
@@ -1972,11 +1995,14 @@ end
 `eval_every` updates and after the last (0: the last only). The training is unchanged,
 bit for bit. Returns (parameters, train_loss, final_loss, validation_steps,
 validation_loss): after validation_steps[k] updates the held-out MSE was
-validation_loss[k]."""
+validation_loss[k]. `validation_progress(step, train_loss, validation_loss)` (C ABI 0.7.0)
+is called at each evaluation as it is made, with validation_loss[k]; an exception thrown
+in it stops the calls and is thrown when the fit returns."""
 function mlp_fit_validated(o::MlpOptions, features::StridedMatrix{T}, targets::StridedMatrix{T},
                            validation_features::StridedMatrix{T}, validation_targets::StridedMatrix{T};
                            eval_every::Integer=0,
-                           initial::Union{Nothing,StridedVector{T}}=nothing) where {T<:Union{Float32,Float64}}
+                           initial::Union{Nothing,StridedVector{T}}=nothing,
+                           validation_progress=nothing) where {T<:Union{Float32,Float64}}
     size(features, 2) == size(targets, 2) ||
         argerror("features has $(size(features, 2)) columns, targets $(size(targets, 2))")
     k = mlp_num_evaluations(o.steps, eval_every)
@@ -1998,13 +2024,19 @@ function mlp_fit_validated(o::MlpOptions, features::StridedMatrix{T}, targets::S
     @tensor tvs vsteps vec_parts
     @tensor tvl vloss vec_parts
     ti = initial === nothing ? nothing : (@tensor ti_ initial vec_parts; ti_)
-    GC.@preserve tf tt tp tl tvf tvt tvs tvl ti begin
-        val = MlpValidation(ssize(MlpValidation), tptr(tvf), tptr(tvt), tptr(tvs), tptr(tvl))
-        check(ccall((:gpe_inr_mlp_fit_v2, libgpe), Int32,
-                    (Ref{MlpOptions}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
-                     Ref{Float64}, Ref{MlpValidation}),
-                    ov, ref(tf), ref(tt), tptr(ti), ref(tp), ref(tl), final, val))
+    state = validation_progress === nothing ? nothing : ValidationProgressState(validation_progress, nothing)
+    cb = state === nothing ? C_NULL :
+         @cfunction(validation_progress_trampoline, Cvoid, (Ptr{Cvoid}, Int64, Float64, Float64))
+    status = GC.@preserve tf tt tp tl tvf tvt tvs tvl ti state begin
+        user = state === nothing ? C_NULL : pointer_from_objref(state)
+        val = MlpValidation(ssize(MlpValidation), tptr(tvf), tptr(tvt), tptr(tvs), tptr(tvl), cb, user)
+        ccall((:gpe_inr_mlp_fit_v2, libgpe), Int32,
+              (Ref{MlpOptions}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ref{DLTensor}, Ref{DLTensor},
+               Ref{Float64}, Ref{MlpValidation}),
+              ov, ref(tf), ref(tt), tptr(ti), ref(tp), ref(tl), final, val)
     end
+    state === nothing || state.error === nothing || throw(state.error)
+    check(status)
     return p, loss, final[], vsteps, vloss
 end
 

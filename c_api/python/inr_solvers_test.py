@@ -195,6 +195,66 @@ class MlpTest(unittest.TestCase):
         self.assertEqual(vl.dtype, np.float64)
         self.assertTrue(np.all(np.isfinite(vl)))
 
+    def test_validation_progress_reports_each_evaluation(self):
+        rng = np.random.default_rng(8)
+        vx = rng.uniform(-1, 1, (15, 3))
+        vy = np.stack([np.cos(2 * vx[:, 0]), vx[:, 1] * vx[:, 2]], axis=1)
+        kw = dict(steps=23, learning_rate=1e-2, seed=2, report_every=5, validation=(vx, vy))
+        events = []
+        fit = gpe.mlp_fit(self.x, self.y, 8, 1,
+                          progress=lambda s, l: events.append(("train", s, l)),
+                          validation_progress=lambda s, l, v: events.append(("val", s, l, v)),
+                          **kw)
+        # K = 5 evaluations (after 5, 10, 15, 20, 23 updates), each reported by both
+        # callbacks, progress first, with the same step and train loss; the validation
+        # loss is the curve's entry exactly (the same double the library stores).
+        k = gpe.mlp_num_evaluations(23, 5)
+        self.assertEqual(k, 5)
+        self.assertEqual(len(events), 2 * k)
+        for i in range(k):
+            train, val = events[2 * i], events[2 * i + 1]
+            self.assertEqual(train[0], "train")
+            self.assertEqual(val[0], "val")
+            self.assertEqual(val[1], fit.validation_steps[i])
+            self.assertEqual(val[1:3], train[1:3])
+            self.assertEqual(val[3], fit.validation_loss[i])
+            self.assertEqual(val[2], fit.train_loss[val[1] - 1])
+        # The callback leaves the training's bits alone.
+        plain = gpe.mlp_fit(self.x, self.y, 8, 1, **kw)
+        np.testing.assert_array_equal(fit.weights, plain.weights)
+        np.testing.assert_array_equal(fit.train_loss, plain.train_loss)
+        np.testing.assert_array_equal(fit.validation_loss, plain.validation_loss)
+        # Through the Mlp class too.
+        net = gpe.Mlp(3, 2, 8, 1, seed=2, dtype=np.float64)
+        seen = []
+        _, _, vs, vl = net.fit(self.x, self.y, steps=23, learning_rate=1e-2, report_every=5,
+                               validation=(vx, vy),
+                               validation_progress=lambda s, l, v: seen.append((s, v)))
+        self.assertEqual(seen, list(zip(vs.tolist(), vl.tolist())))
+
+    def test_callback_exceptions_are_raised_after_the_fit(self):
+        vx, vy = self.x[:10], self.y[:10]
+        calls = []
+
+        def fail(step, train_loss, validation_loss):
+            calls.append(step)
+            raise RuntimeError("stop at %d" % step)
+
+        # The first exception is raised once the fit returns; no callback runs after it.
+        with self.assertRaisesRegex(RuntimeError, "stop at 2"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=6, report_every=2, validation=(vx, vy),
+                        validation_progress=fail)
+        self.assertEqual(calls, [2])
+        with self.assertRaisesRegex(ZeroDivisionError, "division"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=4, report_every=2,
+                        progress=lambda s, l: 1 / 0)
+        with self.assertRaisesRegex(KeyError, "dense"):
+            gpe.fit_dense_adam(self.x, self.y, steps=3, report_every=1,
+                               progress=lambda s, l: {}["dense"])
+        # A validation progress needs a validation set.
+        with self.assertRaisesRegex(ValueError, "validation_progress needs validation"):
+            gpe.mlp_fit(self.x, self.y, 4, 1, steps=2, validation_progress=fail)
+
     def test_validation_bad_input_raises(self):
         vx, vy = self.x[:10], self.y[:10]
         with self.assertRaisesRegex(gpe.GpeError, "columns"):

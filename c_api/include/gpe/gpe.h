@@ -58,7 +58,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------- */
 
 #define GPE_VERSION_MAJOR 0
-#define GPE_VERSION_MINOR 6
+#define GPE_VERSION_MINOR 7
 #define GPE_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
 #define GPE_VERSION_NUMBER \
@@ -1098,15 +1098,29 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_mlp_predict(const gpe_mlp_options* opti
  *    share memory with the training features and targets.
  *  - steps (optional output, int64 [K]): the update count after which each evaluation
  *    was made, increasing; loss (optional output, float64 [K]): the validation MSE
- *    (accumulated in double) at each. Written only when the fit succeeds. */
+ *    (accumulated in double) at each. Written only when the fit succeeds.
+ *  - progress (Since 0.7.0; optional, with progress_user_data): called on the calling
+ *    thread at each evaluation, K times, after options->progress when both are set, with
+ *    the step and train_loss options->progress gets and the validation MSE just
+ *    evaluated (the value written to loss[k] when the fit succeeds). A progress without
+ *    features and targets is GPE_ERROR_INVALID_ARGUMENT. */
+/* The validation progress of gpe_mlp_validation.progress (since 0.7.0): gpe_progress_callback's
+ * arguments, then the held-out MSE of the network after `step` updates. */
+typedef void (*gpe_validation_progress_callback)(void* user_data, int64_t step, double train_loss,
+                                                 double validation_loss);
 typedef struct gpe_mlp_validation {
   uint32_t struct_size;     /* sizeof(gpe_mlp_validation) */
   const DLTensor* features; /* [M, input_dim] */
   const DLTensor* targets;  /* [M, output_dim] */
   DLTensor* steps;          /* optional out: int64 [K] */
   DLTensor* loss;           /* optional out: float64 [K] */
+  /* (Since 0.7.0; a struct_size of 0.6.0's sizeof, offsetof(gpe_mlp_validation, progress),
+   * is still accepted and these two are then not read.) */
+  gpe_validation_progress_callback progress; /* optional; needs features and targets */
+  void* progress_user_data;
 } gpe_mlp_validation;
-#define GPE_MLP_VALIDATION_INIT { (uint32_t)sizeof(gpe_mlp_validation), NULL, NULL, NULL, NULL }
+#define GPE_MLP_VALIDATION_INIT \
+  { (uint32_t)sizeof(gpe_mlp_validation), NULL, NULL, NULL, NULL, NULL, NULL }
 
 /* K, the number of validation evaluations (and progress calls) of a fit with
  * options->steps (0..2^31) and options->report_every (>= 0):

@@ -474,6 +474,16 @@ Random.seed!(20261123)
             @test abs(vl[i] - direct) <= 1e-12 * direct
         end
         @test_throws GPEError mlp_fit_validated(ov, xy[:, train], y[:, train], xy[:, held], y[:, held[2:end]])
+        # The validation progress (0.7.0): one call per evaluation with the curve's values.
+        seen = Tuple{Int64,Float64,Float64}[]
+        got = mlp_fit_validated(ov, xy[:, train], y[:, train], xy[:, held], y[:, held]; eval_every=10,
+                                validation_progress=(s, t, v) -> push!(seen, (s, t, v)))
+        @test got == (pv, lv, fv, vs, vl)
+        @test [e[1] for e in seen] == vs
+        @test [e[3] for e in seen] == vl
+        @test [e[2] for e in seen] == lv[vs]
+        @test_throws ErrorException mlp_fit_validated(ov, xy[:, train], y[:, train], xy[:, held], y[:, held];
+                                                      validation_progress=(s, t, v) -> error("stop"))
         # No hidden layer: X W + b with W (in × out) row-major then b (1e-13).
         o0 = mlp_options(num_hidden_layers=0)
         q = randn(4 * 2 + 2)

@@ -136,11 +136,19 @@ class MlpOptions(ctypes.Structure):
                 ("progress", ProgressCallback), ("progress_user_data", ctypes.c_void_p)]
 
 
+# void (*)(void* user_data, int64_t step, double train_loss, double validation_loss) (0.7.0)
+ValidationProgressCallback = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64,
+                                              ctypes.c_double, ctypes.c_double)
+
+
 class MlpValidation(ctypes.Structure):
-    """gpe_mlp_validation: the held-out set (inputs) and the curve (optional outputs)."""
+    """gpe_mlp_validation: the held-out set (inputs), the curve (optional outputs) and,
+    since 0.7.0, a progress callback that also gets the validation loss."""
     _fields_ = [("struct_size", ctypes.c_uint32), ("features", ctypes.POINTER(DLTensor)),
                 ("targets", ctypes.POINTER(DLTensor)), ("steps", ctypes.POINTER(DLTensor)),
-                ("loss", ctypes.POINTER(DLTensor))]
+                ("loss", ctypes.POINTER(DLTensor)),
+                ("progress", ValidationProgressCallback),
+                ("progress_user_data", ctypes.c_void_p)]
 
     def __init__(self):
         super().__init__()

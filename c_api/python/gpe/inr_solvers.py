@@ -12,6 +12,9 @@ since 0.5.0).
 - mse() / psnr(): the metrics.
 - image_read() / image_write_png() / image_write_jpeg(): PNG and JPEG files.
 
+Progress callbacks (progress=, validation_progress=) run on the calling thread during the
+fit; an exception raised in one is raised when the fit returns (the fit is not cut short).
+
 Adam throughout (Kingma & Ba 2015, Algorithm 1, as torch.optim.Adam):
 m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2,
 p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
@@ -37,11 +40,51 @@ ValidatedFit = collections.namedtuple(
     "ValidatedFit", ["weights", "train_loss", "final_loss", "validation_steps", "validation_loss"])
 
 
-def _progress(callback):
+class _CallbackErrors:
+    """The first exception raised by a Python callback during one C call.
+
+    A callback runs inside the C call, which an exception cannot cross (ctypes would print
+    it and carry on). The wrappers made here store the first exception, skip the callbacks
+    after it, and reraise() raises it once the C call has returned."""
+
+    def __init__(self):
+        self.error = None
+
+    def wrap(self, callback, *convert):
+        def call(_user, *args):
+            if self.error is not None:
+                return
+            try:
+                callback(*[c(a) for c, a in zip(convert, args)])
+            except BaseException as e:  # re-raised by reraise() after the C call
+                self.error = e
+        return call
+
+    def reraise(self):
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+
+
+def _progress(callback, errors):
     """A C progress callback calling callback(step, train_loss), or a null one."""
     if callback is None:
         return _ffi.ProgressCallback()
-    return _ffi.ProgressCallback(lambda _user, step, loss: callback(int(step), float(loss)))
+    return _ffi.ProgressCallback(errors.wrap(callback, int, float))
+
+
+def _validation_progress(callback, errors):
+    """A C validation progress callback calling callback(step, train_loss, validation_loss),
+    or a null one."""
+    if callback is None:
+        return _ffi.ValidationProgressCallback()
+    return _ffi.ValidationProgressCallback(errors.wrap(callback, int, float, float))
+
+
+def _call(errors, status):
+    """check(status) of a call that ran Python callbacks: a callback's exception first."""
+    errors.reraise()
+    check(status)
 
 
 def _float_dtype(dtype):
@@ -52,8 +95,9 @@ def _float_dtype(dtype):
 
 
 def _mlp_options(hidden_width, num_hidden_layers, steps=0, learning_rate=1e-3,
-                 betas=(0.9, 0.999), eps=1e-8, seed=0, report_every=0, progress=None):
-    cb = _progress(progress)
+                 betas=(0.9, 0.999), eps=1e-8, seed=0, report_every=0, progress=None,
+                 errors=None):
+    cb = _progress(progress, errors)
     o = _ffi.MlpOptions(ctypes.sizeof(_ffi.MlpOptions), hidden_width, num_hidden_layers, steps,
                         learning_rate, betas[0], betas[1], eps, seed, report_every, cb, None)
     return o, cb  # keep cb referenced while the call runs
@@ -93,7 +137,8 @@ def mlp_num_evaluations(steps, report_every=0):
 
 def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
             learning_rate=1e-3, betas=(0.9, 0.999), eps=1e-8, seed=0,
-            initial_parameters=None, progress=None, report_every=0, validation=None):
+            initial_parameters=None, progress=None, report_every=0, validation=None,
+            validation_progress=None):
     """Full-batch Adam on the MSE of a ReLU MLP features [N, D] -> targets [N, C].
 
     features and targets share a dtype: float32 trains the float32 network (the fast
@@ -104,13 +149,23 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
 
     validation=(features [M, D], targets [M, C]): a held-out set, evaluated on the
     progress schedule (mlp_num_evaluations(steps, report_every) times); the training is
-    unchanged by it. Returns ValidatedFit(..., validation_steps, validation_loss)."""
+    unchanged by it. Returns ValidatedFit(..., validation_steps, validation_loss).
+    validation_progress(step, train_loss, validation_loss) (needs validation=) is called
+    at each evaluation, after progress, with validation_loss[k] as it is measured.
+
+    The callbacks run on this thread during the fit. An exception raised in one stops
+    the callbacks (the fit itself runs to its end) and is raised when the fit returns."""
     features = np.asarray(features)
     dtype = _float_dtype(features.dtype)
     targets = np.asarray(targets, dtype=dtype)
     if features.ndim != 2 or targets.ndim != 2:
         raise ValueError("features and targets must be 2-dimensional [N, D], [N, C]")
+    if validation_progress is not None and validation is None:
+        raise ValueError("validation_progress needs validation=(features, targets): it reports "
+                         "the loss on that set")
+    errors = _CallbackErrors()
     val = None
+    vcb = None
     if validation is not None:
         if len(validation) != 2:
             raise ValueError("validation must be a (features, targets) pair")
@@ -125,8 +180,10 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
         views = [_ffi.as_dltensor(a) for a in (vx, vy, vsteps, vloss)]
         val = _ffi.MlpValidation()
         val.features, val.targets, val.steps, val.loss = [ctypes.pointer(t) for t, _ in views]
+        vcb = _validation_progress(validation_progress, errors)  # referenced until the call ends
+        val.progress = vcb
     o, cb = _mlp_options(hidden_width, num_hidden_layers, steps, learning_rate, betas, eps,
-                         seed, report_every, progress)
+                         seed, report_every, progress, errors)
     count = mlp_num_parameters(features.shape[1], targets.shape[1], hidden_width,
                                num_hidden_layers)
     params = np.empty(count, dtype=dtype)
@@ -141,9 +198,10 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
         ip = np.asarray(initial_parameters, dtype=dtype)
         ti, ki = _ffi.as_dltensor(ip)
         init = ctypes.byref(ti)
-    check(lib().gpe_inr_mlp_fit_v2(ctypes.byref(o), ctypes.byref(tf), ctypes.byref(tt), init,
-                                   ctypes.byref(tp), ctypes.byref(tl), ctypes.byref(final),
-                                   None if val is None else ctypes.byref(val)))
+    _call(errors, lib().gpe_inr_mlp_fit_v2(ctypes.byref(o), ctypes.byref(tf), ctypes.byref(tt),
+                                           init, ctypes.byref(tp), ctypes.byref(tl),
+                                           ctypes.byref(final),
+                                           None if val is None else ctypes.byref(val)))
     if val is None:
         return Fit(params, loss, final.value)
     return ValidatedFit(params, loss, final.value, vsteps, vloss)
@@ -200,15 +258,16 @@ class Mlp:
         return self.parameters[off + fan_in * fan_out:off + (fan_in + 1) * fan_out]
 
     def fit(self, features, targets, steps=500, learning_rate=1e-3, betas=(0.9, 0.999),
-            eps=1e-8, progress=None, report_every=0, validation=None):
+            eps=1e-8, progress=None, report_every=0, validation=None, validation_progress=None):
         """Trains from the current parameters (a fresh Adam state); returns
         (train_loss [steps], final_loss) and updates `parameters`. With
-        validation=(features, targets) (see mlp_fit) it returns (train_loss, final_loss,
-        validation_steps, validation_loss)."""
+        validation=(features, targets) (see mlp_fit, also for validation_progress) it
+        returns (train_loss, final_loss, validation_steps, validation_loss)."""
         r = mlp_fit(np.asarray(features, dtype=self.parameters.dtype), targets,
                     self.hidden_width, self.num_hidden_layers, steps, learning_rate, betas, eps,
                     initial_parameters=self.parameters, progress=progress,
-                    report_every=report_every, validation=validation)
+                    report_every=report_every, validation=validation,
+                    validation_progress=validation_progress)
         self.parameters = r.weights
         if validation is None:
             return r.train_loss, r.final_loss
@@ -220,8 +279,8 @@ class Mlp:
 
 
 def _linear_options(steps, learning_rate, final_learning_rate, betas, eps, report_every,
-                    progress):
-    cb = _progress(progress)
+                    progress, errors):
+    cb = _progress(progress, errors)
     o = _ffi.LinearAdamOptions(ctypes.sizeof(_ffi.LinearAdamOptions), steps, learning_rate,
                                learning_rate if final_learning_rate is None
                                else final_learning_rate, betas[0], betas[1], eps,
@@ -246,14 +305,16 @@ def fit_dense_adam(features, targets, steps=2000, learning_rate=1e-2, final_lear
     targets = np.asarray(targets, dtype=np.float64)
     squeeze = targets.ndim == 1
     targets = _f64_2d(targets[:, None] if squeeze else targets, "targets")
+    errors = _CallbackErrors()
     o, cb = _linear_options(steps, learning_rate, final_learning_rate, betas, eps, report_every,
-                            progress)
+                            progress, errors)
     w = np.empty((features.shape[1], targets.shape[1]), dtype=np.float64)
     loss = np.empty(steps, dtype=np.float64)
     final = ctypes.c_double()
     ts = [_ffi.as_dltensor(a) for a in (features, targets, w, loss)]
-    check(lib().gpe_inr_fit_dense_adam(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts],
-                                       ctypes.byref(final)))
+    _call(errors, lib().gpe_inr_fit_dense_adam(ctypes.byref(o),
+                                               *[ctypes.byref(t) for t, _ in ts],
+                                               ctypes.byref(final)))
     return Fit(w[:, 0] if squeeze else w, loss, final.value)
 
 
@@ -265,15 +326,16 @@ def fit_separable_adam_2d(psi_y, psi_x, image, steps=2000, learning_rate=1e-2,
     train_loss [steps], final_loss)."""
     psi_y, psi_x = _f64_2d(psi_y, "psi_y"), _f64_2d(psi_x, "psi_x")
     image = _f64_2d(image, "image")
+    errors = _CallbackErrors()
     o, cb = _linear_options(steps, learning_rate, final_learning_rate, betas, eps, report_every,
-                            progress)
+                            progress, errors)
     w = np.empty((psi_y.shape[1], psi_x.shape[1]), dtype=np.float64)
     loss = np.empty(steps, dtype=np.float64)
     final = ctypes.c_double()
     ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, image, w, loss)]
-    check(lib().gpe_inr_fit_separable_adam_2d(ctypes.byref(o),
-                                              *[ctypes.byref(t) for t, _ in ts],
-                                              ctypes.byref(final)))
+    _call(errors, lib().gpe_inr_fit_separable_adam_2d(ctypes.byref(o),
+                                                      *[ctypes.byref(t) for t, _ in ts],
+                                                      ctypes.byref(final)))
     return Fit(w, loss, final.value)
 
 

@@ -1103,7 +1103,12 @@ impl gpe_mlp_options {
     }
 }
 
-/// gpe_mlp_validation: a held-out set (inputs) and the validation curve (optional outputs).
+/// gpe_validation_progress_callback (0.7.0): step, train loss, validation loss.
+pub type gpe_validation_progress_callback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, step: i64, train_loss: f64, validation_loss: f64)>;
+
+/// gpe_mlp_validation: a held-out set (inputs), the validation curve (optional outputs)
+/// and (0.7.0) a progress callback that also gets the validation loss.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gpe_mlp_validation {
@@ -1112,6 +1117,8 @@ pub struct gpe_mlp_validation {
     pub targets: *const DLTensor,
     pub steps: *mut DLTensor,
     pub loss: *mut DLTensor,
+    pub progress: gpe_validation_progress_callback,
+    pub progress_user_data: *mut c_void,
 }
 impl gpe_mlp_validation {
     /// GPE_MLP_VALIDATION_INIT.
@@ -1122,6 +1129,8 @@ impl gpe_mlp_validation {
             targets: std::ptr::null(),
             steps: std::ptr::null_mut(),
             loss: std::ptr::null_mut(),
+            progress: None,
+            progress_user_data: std::ptr::null_mut(),
         }
     }
 }

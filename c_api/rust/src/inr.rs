@@ -4,11 +4,15 @@
 //! eq. 10), Lim et al.'s analytic images and vector fields (appendix D.1, eqs. 30, 31),
 //! the papers' train/validation/test splits, MSE and PSNR, and PNG/JPEG files.
 //!
-//! Progress callbacks are not exposed: every fit here runs to the end and returns the
-//! per-step training loss instead.
+//! Every fit here runs to the end and returns the per-step training loss; the one
+//! progress callback exposed is the validated MLP fit's
+//! (`mlp_fit_validated_with_progress`), which sees the validation loss as it is measured.
 use crate::{check, expect_len, f64_tensor, f64_tensor_mut, invalid, matrix_tensor, matrix_tensor_mut, real_tensor, real_tensor_mut};
 use crate::{ffi, Matrix, Real, Result, Tensor3};
+use std::any::Any;
 use std::ffi::CString;
+use std::os::raw::c_void;
+use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
 fn rows_of(name: &str, len: usize, cols: usize) -> Result<usize> {
@@ -168,6 +172,60 @@ pub fn mlp_fit_validated<T: Real>(
     initial: Option<&[T]>,
     validation: &MlpValidation<T>,
 ) -> Result<MlpValidatedFit<T>> {
+    fit_validated(options, features, input_dim, targets, output_dim, initial, validation, None)
+}
+
+/// `mlp_fit_validated` that also calls `progress(step, train_loss, validation_loss)` on
+/// this thread at each evaluation, as it is made (gpe_mlp_validation.progress, C ABI
+/// 0.7.0): `validation_loss` is the entry `validation_loss[k]` of the result, bit for bit,
+/// and `train_loss` the MSE of the forward pass behind update `step`. The training is the
+/// same as without it. A panic in `progress` stops the calls; the fit runs to its end
+/// and the panic then resumes here.
+#[allow(clippy::too_many_arguments)]
+pub fn mlp_fit_validated_with_progress<T: Real, F: FnMut(i64, f64, f64)>(
+    options: &MlpOptions,
+    features: &[T],
+    input_dim: usize,
+    targets: &[T],
+    output_dim: usize,
+    initial: Option<&[T]>,
+    validation: &MlpValidation<T>,
+    mut progress: F,
+) -> Result<MlpValidatedFit<T>> {
+    fit_validated(options, features, input_dim, targets, output_dim, initial, validation, Some(&mut progress))
+}
+
+// The closure behind gpe_mlp_validation.progress_user_data, and the first panic it raised
+// (a panic must not unwind through the library's C frames).
+struct ValidationProgress<'a> {
+    callback: &'a mut dyn FnMut(i64, f64, f64),
+    panic: Option<Box<dyn Any + Send + 'static>>,
+}
+
+unsafe extern "C" fn validation_progress_trampoline(user_data: *mut c_void, step: i64, train_loss: f64, validation_loss: f64) {
+    // SAFETY: user_data is the &mut ValidationProgress that fit_validated passes with this
+    // function; the library calls it only during that call, on that thread.
+    let state = &mut *(user_data as *mut ValidationProgress<'_>);
+    if state.panic.is_some() {
+        return;
+    }
+    let result = panic::catch_unwind(AssertUnwindSafe(|| (state.callback)(step, train_loss, validation_loss)));
+    if let Err(p) = result {
+        state.panic = Some(p);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fit_validated<T: Real>(
+    options: &MlpOptions,
+    features: &[T],
+    input_dim: usize,
+    targets: &[T],
+    output_dim: usize,
+    initial: Option<&[T]>,
+    validation: &MlpValidation<T>,
+    progress: Option<&mut dyn FnMut(i64, f64, f64)>,
+) -> Result<MlpValidatedFit<T>> {
     let n = rows_of("features", features.len(), input_dim)?;
     expect_len("targets", targets.len(), n * output_dim)?;
     let m = rows_of("validation features", validation.features.len(), input_dim)?;
@@ -199,10 +257,20 @@ pub fn mlp_fit_validated<T: Real>(
     val.targets = &tvt;
     val.steps = &mut tvs;
     val.loss = &mut tvl;
+    let mut state = progress.map(|callback| ValidationProgress { callback, panic: None });
+    if let Some(s) = state.as_mut() {
+        val.progress = Some(validation_progress_trampoline);
+        val.progress_user_data = s as *mut ValidationProgress<'_> as *mut c_void;
+    }
     let mut final_loss = 0.0;
     let ip = ti.as_ref().map_or(ptr::null(), |t| t as *const ffi::DLTensor);
-    // SAFETY: every length checked against the shapes given; k is the library's count.
-    check(unsafe { ffi::gpe_inr_mlp_fit_v2(&o, &tf, &tt, ip, &mut tp, &mut tl, &mut final_loss, &val) })?;
+    // SAFETY: every length checked against the shapes given; k is the library's count;
+    // `state` outlives the call and is reached only through progress_user_data during it.
+    let status = unsafe { ffi::gpe_inr_mlp_fit_v2(&o, &tf, &tt, ip, &mut tp, &mut tl, &mut final_loss, &val) };
+    if let Some(payload) = state.and_then(|s| s.panic) {
+        panic::resume_unwind(payload);
+    }
+    check(status)?;
     Ok(MlpValidatedFit { fit: MlpFit { parameters, train_loss, final_loss }, validation_steps, validation_loss })
 }
 

@@ -28,7 +28,7 @@ pub use coordinate::{
     So2BesselOptions, Tensor3,
 };
 pub use inr::{
-    fit_dense_adam, fit_separable_adam_2d, grid_coordinates, mlp_fit, mlp_fit_validated, mlp_init, mlp_num_evaluations, mlp_num_parameters,
+    fit_dense_adam, fit_separable_adam_2d, grid_coordinates, mlp_fit, mlp_fit_validated, mlp_fit_validated_with_progress, mlp_init, mlp_num_evaluations, mlp_num_parameters,
     mlp_predict, mse, psnr, random_split, regular_grid_split, synthetic_image, synthetic_vector_field, write_jpeg, write_png, Image,
     LinearAdamOptions, LinearFit, MlpFit, MlpOptions, MlpValidatedFit, MlpValidation, Split, SyntheticTask,
 };

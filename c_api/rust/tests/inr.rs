@@ -285,6 +285,42 @@ fn transpose(a: &Matrix) -> Matrix {
 }
 
 #[test]
+fn mlp_validation_progress_reports_each_evaluation() {
+    let mut r = Rng(11);
+    let (x, y, vx, vy) = (r.vec(40 * 2), r.vec(40), r.vec(12 * 2), r.vec(12));
+    let mut o = MlpOptions::default();
+    o.hidden_width = 8;
+    o.num_hidden_layers = 1;
+    o.steps = 23;
+    o.learning_rate = 1e-2;
+    o.seed = 4;
+    let val = MlpValidation { features: &vx, targets: &vy, eval_every: 5 };
+    assert_eq!(mlp_num_evaluations(23, 5).unwrap(), 5);
+    let mut seen: Vec<(i64, f64, f64)> = vec![];
+    let fit = mlp_fit_validated_with_progress::<f64, _>(&o, &x, 2, &y, 1, None, &val, |s, t, v| seen.push((s, t, v))).unwrap();
+    // One call per evaluation, as the curve records it: the same doubles, bit for bit.
+    assert_eq!(seen.iter().map(|e| e.0).collect::<Vec<_>>(), fit.validation_steps);
+    assert_eq!(fit.validation_steps, vec![5, 10, 15, 20, 23]);
+    for (k, &(step, train, validation)) in seen.iter().enumerate() {
+        assert_eq!(validation.to_bits(), fit.validation_loss[k].to_bits(), "{}", k);
+        assert_eq!(train.to_bits(), fit.fit.train_loss[step as usize - 1].to_bits(), "{}", k);
+    }
+    // The callback leaves the training's bits alone.
+    assert_eq!(fit, mlp_fit_validated::<f64>(&o, &x, 2, &y, 1, None, &val).unwrap());
+    // A panic stops the calls and resumes once the fit has returned.
+    let mut calls = 0;
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        mlp_fit_validated_with_progress::<f64, _>(&o, &x, 2, &y, 1, None, &val, |step, _, _| {
+            calls += 1;
+            panic!("stop at {}", step)
+        })
+    }));
+    let payload = caught.unwrap_err();
+    assert_eq!(payload.downcast_ref::<String>().map(String::as_str), Some("stop at 5"));
+    assert_eq!(calls, 1);
+}
+
+#[test]
 fn linear_adam_fits_reach_a_known_model() {
     let mut rng = Rng(5);
     let phi = Matrix::new(40, 3, rng.vec(120)).unwrap();

@@ -8,8 +8,9 @@
 # Needs clang-14 and libclang-rt-14-dev (Debian 12; the runtime holds libFuzzer and the
 # sanitizers); exits 0 with a SKIPPED message where they are missing. The library's
 # sources are those of //c_api:gpe_impl (asked of Bazel), compiled here with clang, two
-# at a time; objects and corpora live in $GPE_FUZZ_DIR (default: a temporary directory;
-# a kept directory makes later runs recompile only changed sources). A crash, leak or
+# at a time; objects and corpora live in $GPE_FUZZ_DIR (default: a temporary directory,
+# removed at the end unless a target found something; a kept directory makes later runs
+# recompile only changed sources). A crash, leak or
 # slow input (over 25 s) leaves its input there as <target>-crash-* (or -leak-,
 # -timeout-, -oom-) and fails the script. Inputs under c_api/fuzz/corpus/<target>/ (past
 # findings, each named for what it found) run first on every run.
@@ -39,7 +40,14 @@ if ! "$cxx" -fsanitize=fuzzer,address "$probe/p.cc" -o "$probe/p" 2>/dev/null; t
 fi
 rm -rf "$probe"
 
-dir="${GPE_FUZZ_DIR:-$(mktemp -d)}"
+dir="${GPE_FUZZ_DIR:-}"
+if [[ -z "$dir" ]]; then
+  # A temporary directory (objects and five ~140 MiB targets: about 1 GiB) is removed on
+  # every exit except a finding, whose input it keeps.
+  dir="$(mktemp -d)"
+  keep_dir=0
+  trap '[[ $keep_dir == 1 ]] || rm -rf "$dir"' EXIT
+fi
 mkdir -p "$dir/obj"
 # The library's own sources (not the system libraries'): //pkg:file.cc -> pkg/file.cc.
 mapfile -t srcs < <(./bazelw query 'kind("source file", deps(//c_api:gpe_impl))' 2>/dev/null |
@@ -110,7 +118,8 @@ for target in "${targets[@]}"; do
 done
 echo "fuzzing wall time: $(( $(date +%s) - start )) s"
 if ((${#failed[@]})); then
-  echo "FAILED: ${failed[*]}"
+  keep_dir=1
+  echo "FAILED: ${failed[*]} (inputs kept in $dir)"
   exit 1
 fi
 echo "PASS: ${#targets[@]} fuzz targets ran ${seconds} s each without a finding"

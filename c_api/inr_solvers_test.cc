@@ -63,6 +63,20 @@ void MakeData(int64_t n, std::vector<T>* x, std::vector<T>* y) {
   }
 }
 
+// MakeData's n + m points split in row order: the first n train, the last m are held out.
+template <typename T>
+struct HeldOutSplit {
+  std::vector<T> x, y, vx, vy;
+  HeldOutSplit(int64_t n, int64_t m) {
+    std::vector<T> all_x, all_y;
+    MakeData(n + m, &all_x, &all_y);
+    x.assign(all_x.begin(), all_x.begin() + 2 * n);
+    y.assign(all_y.begin(), all_y.begin() + 2 * n);
+    vx.assign(all_x.begin() + 2 * n, all_x.end());
+    vy.assign(all_y.begin() + 2 * n, all_y.end());
+  }
+};
+
 template <typename T>
 void MlpMatchesCpp() {
   const int64_t n = 40, steps = 25;
@@ -158,11 +172,9 @@ double DirectValidationMse(gpe_mlp_options o, std::vector<T>* params, std::vecto
 template <typename T>
 void MlpValidationMatchesCpp() {
   const int64_t n = 40, m = 15, steps = 25;
-  std::vector<T> all_x, all_y;
-  MakeData(n + m, &all_x, &all_y);
   // Rows 0..n-1 train, rows n..n+m-1 are held out.
-  std::vector<T> x(all_x.begin(), all_x.begin() + 2 * n), y(all_y.begin(), all_y.begin() + 2 * n);
-  std::vector<T> vx(all_x.begin() + 2 * n, all_x.end()), vy(all_y.begin() + 2 * n, all_y.end());
+  HeldOutSplit<T> split(n, m);
+  std::vector<T>& x = split.x, &y = split.y, &vx = split.vx, &vy = split.vy;
   // The validation targets as a column-major view (strides {1, m}): the boundary's copy
   // must follow the strides.
   std::vector<T> vy_cm(m * 2);
@@ -316,10 +328,8 @@ uint64_t Bits(double v) {
 template <typename T>
 void ValidationProgressReportsEachEvaluation() {
   const int64_t n = 30, m = 12, steps = 23;
-  std::vector<T> all_x, all_y;
-  MakeData(n + m, &all_x, &all_y);
-  std::vector<T> x(all_x.begin(), all_x.begin() + 2 * n), y(all_y.begin(), all_y.begin() + 2 * n);
-  std::vector<T> vx(all_x.begin() + 2 * n, all_x.end()), vy(all_y.begin() + 2 * n, all_y.end());
+  HeldOutSplit<T> split(n, m);
+  std::vector<T>& x = split.x, &y = split.y, &vx = split.vx, &vy = split.vy;
   gpe_mlp_options o = GPE_MLP_OPTIONS_INIT;
   o.hidden_width = 8;
   o.num_hidden_layers = 1;

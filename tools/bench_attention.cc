@@ -22,11 +22,16 @@
 #include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
 #include "encodings/sequence/rope.h"
-#include "tools/machine_limits.h"
-#include "tools/timing.h"
+#include "measure/machine_limits.h"
+#include "measure/timing.h"
 
 namespace gpe {
 namespace tools {
+
+using measure::BestSeconds;
+using measure::FmaPeakGflops;
+using measure::LargeFloats;
+using measure::TriadBandwidthGBs;
 
 double AttentionPairs(int64_t sq, int64_t sk, bool causal) {
   const double q = static_cast<double>(sq), k = static_cast<double>(sk);

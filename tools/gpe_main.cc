@@ -42,12 +42,12 @@
 #include "tools/gpe_inr.h"
 #include "tools/gpe_tour.h"
 #include "tools/bench_attention.h"
-#include "tools/machine_limits.h"
-#include "tools/timing.h"
+#include "measure/machine_limits.h"
+#include "measure/timing.h"
 
 namespace {
 
-using gpe::tools::BestSeconds;
+using gpe::measure::BestSeconds;
 
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
@@ -643,12 +643,12 @@ int main(int argc, char** argv) {
     std::printf("\n");
     if (RunInrSpiral(OutputDir("")) != 0) return 1;
     std::printf("\n");
-    if (gpe::tools::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
+    if (gpe::measure::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
     std::printf("\n");
-    return gpe::tools::RunMainAttention(quick);
+    return gpe::measure::RunMainAttention(quick);
   }
   if (command == "inr") {
-    return gpe::tools::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
+    return gpe::measure::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (command == "inr-image") {
     std::string out, path;

@@ -22,10 +22,14 @@
 #include "gpe/gpe.h"
 #include "inr/data.h"
 #include "inr/mlp.h"
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 namespace gpe {
 namespace tools {
+
+using measure::AvailableThreads;
+using measure::FmaPeakGflops;
+
 namespace {
 
 namespace enc = gpe::encodings;

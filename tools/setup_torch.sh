@@ -8,14 +8,14 @@
 # PyPI's torch wheel (the only index reachable) is about 5.4 GB with the CUDA libraries it
 # pulls, and takes minutes to download: it is installed ONCE per machine into a shared
 # directory under $HOME (GPE_TORCH_SITE overrides it), keyed by the interpreter version and
-# c_api/python/requirements-torch.txt, and every checkout's .venv reaches it through a .pth
+# bindings/python/requirements-torch.txt, and every checkout's .venv reaches it through a .pth
 # file, so a fresh clone (CI) costs nothing after the first run on a machine.
 # GPE_TORCH=0 skips all of this (the torch tests then skip with a message).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${GPE_VENV:-$root/.venv}"
-req="$root/c_api/python/requirements-torch.txt"
+req="$root/bindings/python/requirements-torch.txt"
 check_only=0
 case "${1:-}" in
   "") ;;

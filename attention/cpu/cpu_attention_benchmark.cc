@@ -1,5 +1,5 @@
 // CpuForward throughput as a fraction of the machine's float32 FMA peak, measured by the
-// same binary (tools/machine_limits.h), and its extra memory. Flops: 4 * d per allowed
+// same binary (measure/machine_limits.h), and its extra memory. Flops: 4 * d per allowed
 // (query, key) pair and head (q.k and p.v, 2 flops per multiply-add); causal counts the
 // allowed pairs only, s (s + 1) / 2 per head.
 //
@@ -21,7 +21,7 @@
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 namespace gpe {
 namespace attention {
@@ -36,7 +36,7 @@ using encodings::sequence::RopeOptions;
 double PeakGflops(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);
-  if (it == cache->end()) it = cache->emplace(threads, tools::FmaPeakGflops(threads)).first;
+  if (it == cache->end()) it = cache->emplace(threads, measure::FmaPeakGflops(threads)).first;
   return it->second;
 }
 
@@ -233,7 +233,7 @@ BENCHMARK(BM_CpuForwardBf16)
 double TriadGBs(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);
-  if (it == cache->end()) it = cache->emplace(threads, tools::TriadBandwidthGBs(threads)).first;
+  if (it == cache->end()) it = cache->emplace(threads, measure::TriadBandwidthGBs(threads)).first;
   return it->second;
 }
 
@@ -256,12 +256,12 @@ void BM_CpuDecode(benchmark::State& state) {
   if (state.range(3) != 0) a.k = a.v = Strides{hkv * cache * d, d, cache * d};
   a.causal = true;
   std::vector<float> q(static_cast<size_t>(hq * d), 0.5f), o(q.size());
-  // huge: the cache in 2 MiB pages (tools::LargeFloats, as the triad's arrays), else in
+  // huge: the cache in 2 MiB pages (measure::LargeFloats, as the triad's arrays), else in
   // whatever pages std::vector gets.
   const bool huge = state.range(2) != 0;
   const int64_t n = cache * hkv * d;
   std::vector<float> plain(huge ? 0 : static_cast<size_t>(2 * n));
-  tools::LargeFloats large(huge ? 2 * n : 0);
+  measure::LargeFloats large(huge ? 2 * n : 0);
   float* k = huge ? large.data() : plain.data();
   float* v = k + n;
   std::mt19937_64 rng(3);

@@ -16,7 +16,7 @@
 
 #include "benchmark/benchmark.h"
 #include "encodings/sequence/rope.h"
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 namespace gpe {
 namespace encodings {
@@ -24,7 +24,7 @@ namespace sequence {
 namespace {
 
 // The machine's triad bandwidth for `threads` threads, measured once per thread count
-// in this binary (tools/machine_limits.h: 3 x 256 MiB arrays, beyond the last-level cache).
+// in this binary (measure/machine_limits.h: 3 x 256 MiB arrays, beyond the last-level cache).
 double TriadGBs(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);
@@ -32,7 +32,7 @@ double TriadGBs(int threads) {
     // The best of five measurements (each itself a best of a few repetitions): on a
     // shared machine one measurement can land entirely inside another process's burst.
     double best = 0;
-    for (int r = 0; r < 5; ++r) best = std::max(best, tools::TriadBandwidthGBs(threads));
+    for (int r = 0; r < 5; ++r) best = std::max(best, measure::TriadBandwidthGBs(threads));
     it = cache->emplace(threads, best).first;
   }
   return it->second;
@@ -49,7 +49,7 @@ void SetBandwidthCounters(benchmark::State& state, int64_t bytes, int threads) {
 }
 
 // The fastest iteration's bandwidth beside the triad's, which is also a best of several
-// repetitions (tools/machine_limits.h): on a shared machine the mean of either is
+// repetitions (measure/machine_limits.h): on a shared machine the mean of either is
 // mostly a measure of the other processes, the best of each is what the machine can do.
 class BestIteration {
  public:
@@ -73,7 +73,7 @@ struct Case {
   Rope rope;
   RopeTensor tensor;
   std::vector<int64_t> offsets;
-  tools::LargeFloats x;  // 2 MiB pages, as the triad's arrays (machine_limits.h)
+  measure::LargeFloats x;  // 2 MiB pages, as the triad's arrays (machine_limits.h)
 };
 
 Case MakeCase(int64_t b, int64_t s, int64_t h, int64_t d, PlanePairing pairing, int threads) {
@@ -86,7 +86,7 @@ Case MakeCase(int64_t b, int64_t s, int64_t h, int64_t d, PlanePairing pairing, 
          RopeTensor::Contiguous(RopeLayout::kBSHD, b, s, h, d), std::vector<int64_t>(b, 0), {}};
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal;
-  c.x = tools::LargeFloats(b * s * h * d);
+  c.x = measure::LargeFloats(b * s * h * d);
   for (float& v : c.x) v = normal(rng);
   for (int64_t k = 0; k < b; ++k) c.offsets[k] = 1000 * k;
   return c;
@@ -131,7 +131,7 @@ void BM_RopeApplyQK(benchmark::State& state) {
   const PlanePairing pairing = state.range(4) ? PlanePairing::kInterleaved : PlanePairing::kHalfSplit;
   Case q = MakeCase(state.range(0), state.range(1), state.range(2), state.range(3), pairing,
                     static_cast<int>(state.range(5)));
-  tools::LargeFloats k(q.x.size());
+  measure::LargeFloats k(q.x.size());
   std::copy(q.x.begin(), q.x.end(), k.begin());
   const RopeTable<float> table = *q.rope.MakeTable<float>(q.tensor, {{}, q.offsets});
   BestIteration best;
@@ -156,7 +156,7 @@ void BM_RopeApplyQK(benchmark::State& state) {
 void BM_InPlaceScaleQK(benchmark::State& state) {
   const int64_t n = state.range(0) * state.range(1) * state.range(2) * state.range(3);
   const int threads = static_cast<int>(state.range(5));
-  tools::LargeFloats q(n), k(n);
+  measure::LargeFloats q(n), k(n);
   std::fill(q.begin(), q.end(), 0.5f);
   std::fill(k.begin(), k.end(), -0.25f);
   auto scale = [&](int t) {

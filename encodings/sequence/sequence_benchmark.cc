@@ -1,6 +1,6 @@
 // GRAPE-M and the algebraic encodings applied to (b, s, h, d) float32 tensors, reported
 // as GB/s beside a STREAM-style triad (McCalpin) measured in the same binary
-// (tools/machine_limits.h), and the FMA peak for the O(d^2) encodings:
+// (measure/machine_limits.h), and the FMA peak for the O(d^2) encodings:
 //   ./bazelw run -c opt //encodings/sequence:sequence_benchmark -- --benchmark_min_time=0.2
 // Each row of the tensor (one token of one head, d contiguous floats) is transformed at
 // its token's position (s index; every head of a token shares it), out of place into a
@@ -23,7 +23,7 @@
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/grape_m.h"
 #include "group/so_planes.h"
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 namespace gpe {
 namespace encodings {
@@ -34,13 +34,13 @@ double TriadGBs() {
   // The best of five measurements (each a best of a few repetitions), as rope_benchmark.
   static const double triad = [] {
     double best = 0;
-    for (int r = 0; r < 5; ++r) best = std::max(best, tools::TriadBandwidthGBs(1));
+    for (int r = 0; r < 5; ++r) best = std::max(best, measure::TriadBandwidthGBs(1));
     return best;
   }();
   return triad;
 }
 double FmaPeakGflops() {
-  static const double peak = tools::FmaPeakGflops(1);
+  static const double peak = measure::FmaPeakGflops(1);
   return peak;
 }
 

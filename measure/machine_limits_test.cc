@@ -1,11 +1,11 @@
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 #include <cmath>
 
 #include "gtest/gtest.h"
 
 namespace gpe {
-namespace tools {
+namespace measure {
 namespace {
 
 // Only sanity: speed itself is a benchmark's business, not a test's. An FMA peak below
@@ -24,5 +24,5 @@ TEST(MachineLimits, MeasuresPlausiblePositiveFigures) {
 }
 
 }  // namespace
-}  // namespace tools
+}  // namespace measure
 }  // namespace gpe

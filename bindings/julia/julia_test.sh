@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the Julia bindings' tests (c_api/julia/test/runtests.jl) against the Bazel-built
+# Runs the Julia bindings' tests (bindings/julia/test/runtests.jl) against the Bazel-built
 # libgpe.so where a julia binary exists; skips with a message where none does (Debian 12
 # ships no julia package).
 #

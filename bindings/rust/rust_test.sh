@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `cargo test --offline` of the Rust bindings (c_api/rust) against the Bazel-built
+# `cargo test --offline` of the Rust bindings (bindings/rust) against the Bazel-built
 # libgpe.so. Prefers Debian's cargo and rustc (the cargo package ./bazelw installs);
 # skips with a message where no cargo exists. Everything cargo writes stays in
 # TEST_TMPDIR: a copy of the crate, its target dir and CARGO_HOME.

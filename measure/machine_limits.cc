@@ -1,4 +1,4 @@
-#include "tools/machine_limits.h"
+#include "measure/machine_limits.h"
 
 #include <immintrin.h>
 #include <sched.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 namespace gpe {
-namespace tools {
+namespace measure {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -207,5 +207,5 @@ double TriadBandwidthGBs(int threads, int64_t bytes_per_array) {
   return best;
 }
 
-}  // namespace tools
+}  // namespace measure
 }  // namespace gpe

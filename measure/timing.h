@@ -1,12 +1,12 @@
 // Wall-clock timing shared by the tools' measurements (gpe bench, bench_attention).
-#ifndef GPE_TOOLS_TIMING_H_
-#define GPE_TOOLS_TIMING_H_
+#ifndef GPE_MEASURE_TIMING_H_
+#define GPE_MEASURE_TIMING_H_
 
 #include <algorithm>
 #include <chrono>
 
 namespace gpe {
-namespace tools {
+namespace measure {
 
 // Best wall time of `reps` runs of fn, in seconds.
 template <class Fn>
@@ -21,7 +21,7 @@ double BestSeconds(int reps, Fn fn) {
   return best;
 }
 
-}  // namespace tools
+}  // namespace measure
 }  // namespace gpe
 
-#endif  // GPE_TOOLS_TIMING_H_
+#endif  // GPE_MEASURE_TIMING_H_

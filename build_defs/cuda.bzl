@@ -8,7 +8,7 @@ CUDA sources must not include Abseil: the GPU machines build them without it.
 """
 
 load("@local_cuda//:defs.bzl", "CUDA_AVAILABLE", "NVCC")
-load("//tools:copts.bzl", "GPE_COPTS")
+load("//build_defs:copts.bzl", "GPE_COPTS")
 
 CUDA_ARCH_FLAGS = [
     "-gencode=arch=compute_80,code=sm_80",

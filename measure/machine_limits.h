@@ -12,14 +12,14 @@
 // an average disturbed by other processes. The triad's arrays are LargeFloats (2 MiB pages
 // where the kernel grants them): bandwidth-bound benchmarks put their data in the same
 // kind of memory, so that their fraction of the triad compares like with like.
-#ifndef TOOLS_MACHINE_LIMITS_H_
-#define TOOLS_MACHINE_LIMITS_H_
+#ifndef MEASURE_MACHINE_LIMITS_H_
+#define MEASURE_MACHINE_LIMITS_H_
 
 #include <cstdint>
 #include <string>
 
 namespace gpe {
-namespace tools {
+namespace measure {
 
 // n floats (uninitialised: the first touch, e.g. by the threads that will stream them,
 // places the pages) aligned to 2 MiB, advised for transparent huge pages
@@ -62,7 +62,7 @@ double TriadBandwidthGBs(int threads, int64_t bytes_per_array = int64_t{256} << 
 // Hardware threads available to this process (at least 1).
 int AvailableThreads();
 
-}  // namespace tools
+}  // namespace measure
 }  // namespace gpe
 
-#endif  // TOOLS_MACHINE_LIMITS_H_
+#endif  // MEASURE_MACHINE_LIMITS_H_

@@ -4,14 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -21,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "inr/blas.h"
 #include "inr/closed_form_kernels.h"
+#include "parallel/thread_pool.h"
 
 // LAPACK's Cholesky factorisation and solve (Fortran symbols in OpenBLAS).
 extern "C" {
@@ -281,30 +279,6 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
   return f;
 }
 
-// A reusable barrier for a fixed number of threads.
-class Barrier {
- public:
-  explicit Barrier(int parties) : parties_(parties) {}
-  void Wait() {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int64_t generation = generation_;
-    if (++arrived_ == parties_) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-      return;
-    }
-    cv_.wait(lock, [&] { return generation_ != generation; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const int parties_;
-  int arrived_ = 0;
-  int64_t generation_ = 0;
-};
-
 // [begin, end) of part p when n items are cut into `parts` nearly equal pieces.
 std::pair<int64_t, int64_t> Part(int64_t n, int parts, int p) {
   return {n * p / parts, n * (p + 1) / parts};
@@ -325,15 +299,16 @@ void IntoRows(int64_t a, int64_t b, int64_t* covered, Zero zero, Product product
   *covered = std::max(*covered, b);
 }
 
-// One thread's share of W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 (K_y x K_x, written to w):
+// Share p of W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 (K_y x K_x, written to w), in two
+// phases, each one parallel region (the regions' boundary is the barrier):
 //  A. rows [k0, k1) of M = (Psi_y^T S) Psi_x, from the y blocks whose windows meet
 //     those rows (M1 = Psi_y^T S rows [k0, k1), in T, then times Psi_x's blocks);
 //  B. the same rows of T = M G_x^-1 (row-wise, so still this thread's own rows);
-//  (barrier: every row of T is final)
-//  C. columns [j0, j1) of W = G_y^-1 T.
+//  (end of the first region: every row of T is final)
+//  C. columns [j0, j1) of W = G_y^-1 T (FitShareColumns).
 template <class T>
-void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s, int parts,
-              int p, Barrier* barrier, RowMatrixXd* w) {
+void FitShareRows(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s,
+                  int parts, int p, RowMatrixXd* w) {
   const int64_t ky = fy.k, kx = fx.k, nx = s.cols();
   // (Plain variables, not a structured binding: lambdas below capture them, which C++17
   // allows only for variables.)
@@ -427,8 +402,12 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
     // Rows [k0, k1) of T into the output, transposed back in 8 x 8 tiles.
     internal::Transpose(tt, kx, rows, rows, out + k0 * kx, kx);
   }
-  if (barrier != nullptr) barrier->Wait();
-  // W = G_y^-1 T on columns [j0, j1), in place.
+}
+
+// Phase C of share p: W = G_y^-1 T on columns [j0, j1), in place.
+void FitShareColumns(const BlockedFactor& fy, int parts, int p, RowMatrixXd* w) {
+  const int64_t ky = fy.k, kx = w->cols();
+  double* out = w->data();
   const std::pair<int64_t, int64_t> j_range = Part(kx, parts, p);
   const int64_t j0 = j_range.first, j1 = j_range.second;
   if (j1 <= j0) return;
@@ -443,37 +422,28 @@ void FitShare(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef&
               static_cast<int>(j1 - j0), 0.0, out + j0, static_cast<int>(kx));
 }
 
-// The number of threads FitChannel uses: `requested` when > 0, else up to 4 (the
-// hardware's count) once the image product is large enough to pay for a thread
-// (~20 us to start): K_y n_x >= 2^15.
+// The number of shares FitChannel uses: `requested` when > 0, else up to 4 (the pool's
+// thread count, parallel::DefaultThreads) once the image product is large enough to pay
+// for a parallel region: K_y n_x >= 2^15.
 int FitThreads(int requested, int64_t ky, int64_t nx) {
   if (requested > 0) return static_cast<int>(std::min<int64_t>(requested, std::max<int64_t>(ky, 1)));
   if (ky * nx < (int64_t{1} << 15)) return 1;
-  const unsigned hw = std::thread::hardware_concurrency();
-  return static_cast<int>(std::clamp<unsigned>(hw, 1, 4));
+  return std::clamp(parallel::DefaultThreads(), 1, 4);
 }
 
-// W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 for one channel, on `threads` threads.
+// W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1 for one channel, in `threads` shares on the
+// library pool.
 RowMatrixXd FitChannel(const BlockedFactor& fy, const BlockedFactor& fx, const MatrixRef& s,
                        bool float32_products, int threads) {
   RowMatrixXd w(fy.k, fx.k);
-  auto share = [&](int p, Barrier* barrier) {
+  parallel::Run(threads, [&](int p) {
     if (float32_products) {
-      FitShare<float>(fy, fx, s, threads, p, barrier, &w);
+      FitShareRows<float>(fy, fx, s, threads, p, &w);
     } else {
-      FitShare<double>(fy, fx, s, threads, p, barrier, &w);
+      FitShareRows<double>(fy, fx, s, threads, p, &w);
     }
-  };
-  if (threads <= 1) {
-    share(0, nullptr);
-    return w;
-  }
-  Barrier barrier(threads);
-  std::vector<std::thread> pool;
-  pool.reserve(static_cast<size_t>(threads - 1));
-  for (int p = 1; p < threads; ++p) pool.emplace_back(share, p, &barrier);
-  share(0, &barrier);
-  for (std::thread& t : pool) t.join();
+  });
+  parallel::Run(threads, [&](int p) { FitShareColumns(fy, threads, p, &w); });
   return w;
 }
 

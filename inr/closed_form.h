@@ -77,10 +77,10 @@ struct SeparableFitOptions {
   // 0: Cholesky route (singular factors are errors). In (0, 1): truncated SVD
   // pseudo-inverse dropping singular values below rcond * s_max (see above).
   double rcond = 0.0;
-  // Threads for the Cholesky route's products and solves: 0 picks up to 4 (the hardware's
-  // count) for images with K_y n_x >= 2^15, one below; n > 0 uses n (at most K_y). Every
-  // count gives the same W up to rounding (each thread owns whole rows, then whole
-  // columns, of the result).
+  // Shares of the Cholesky route's products and solves, run on the library pool
+  // (parallel/thread_pool.h): 0 picks up to 4 (the pool's thread count) for images with
+  // K_y n_x >= 2^15, one below; n > 0 uses n (at most K_y). Every count gives the same W
+  // up to rounding (each share owns whole rows, then whole columns, of the result).
   int num_threads = 0;
 };
 

@@ -74,6 +74,7 @@ def gpe_dependencies(grouppe_path = "."):
         header_dirs = ["absl"],
         packages = {
             "absl/base": ["core_headers", "base"],
+            "absl/functional": ["function_ref"],
             "absl/status": ["status", "statusor"],
             "absl/strings": ["strings", "str_format"],
             "absl/types": ["span", "optional", "variant"],

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "group/angle.h"
+#include "parallel/thread_pool.h"
 
 namespace gpe {
 namespace encodings {
@@ -54,24 +54,6 @@ std::vector<double> BaseThetas(int64_t rotary_dim, double base) {
     t[i] = std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(rotary_dim));
   }
   return t;
-}
-
-// Runs fn(begin, end) on `threads` contiguous chunks of [0, n), the first on the
-// calling thread.
-template <class Fn>
-void ParallelFor(int threads_wanted, int64_t n, const Fn& fn) {
-  const int64_t threads = std::min<int64_t>(threads_wanted, n);
-  if (threads <= 1) {
-    fn(int64_t{0}, n);
-    return;
-  }
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (int64_t k = 1; k < threads; ++k) {
-    pool.emplace_back([&fn, k, n, threads] { fn(n * k / threads, n * (k + 1) / threads); });
-  }
-  fn(int64_t{0}, n / threads);
-  for (std::thread& th : pool) th.join();
 }
 
 #define GPE_RETURN_IF_ERROR(expr)             \
@@ -575,7 +557,7 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
     }
   }
   };
-  ParallelFor(options_.num_threads, table.num_rows_, fill);
+  parallel::ParallelForChunks(options_.num_threads, table.num_rows_, fill);
   return table;
 }
 
@@ -777,7 +759,7 @@ absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& ten
       }
     }
   };
-  ParallelFor(options_.num_threads, n, run);
+  parallel::ParallelForChunks(options_.num_threads, n, run);
   return absl::OkStatus();
 }
 

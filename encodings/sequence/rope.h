@@ -234,7 +234,7 @@ struct RopeOptions {
   std::vector<int> plane_axes;
   int num_axes = 1;  // 1 .. 8
   XposOptions xpos;  // single-axis only
-  int num_threads = 1;  // std::threads over tokens in Apply (1 .. 256)
+  int num_threads = 1;  // slots over tokens in Apply, on the library pool (1 .. 256)
 };
 
 // Per-distinct-position cos/sin rows in T (already multiplied by the attention factor

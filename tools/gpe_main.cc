@@ -310,7 +310,7 @@ int RunVersion() {
 }
 
 int RunMachine() {
-  namespace t = gpe::tools;
+  namespace t = gpe::measure;
   const int all = t::AvailableThreads();
   std::printf("Widest vector ISA: %s, %d hardware threads\n\n", t::WidestVectorIsa().c_str(), all);
   std::printf("| measure | 1 thread | %d threads |\n|---|---|---|\n", all);
@@ -476,7 +476,7 @@ double JsonNumber(const std::string& json, const std::string& key) {
 // peers users would pick instead, all measured in this one run (timings differ between
 // machines; only ratios taken together compare).
 int RunBench(bool quick, bool peers) {
-  namespace t = gpe::tools;
+  namespace t = gpe::measure;
   namespace seq = gpe::encodings::sequence;
   namespace inr = gpe::inr;
   namespace enc = gpe::encodings;
@@ -643,12 +643,12 @@ int main(int argc, char** argv) {
     std::printf("\n");
     if (RunInrSpiral(OutputDir("")) != 0) return 1;
     std::printf("\n");
-    if (gpe::measure::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
+    if (gpe::tools::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
     std::printf("\n");
-    return gpe::measure::RunMainAttention(quick);
+    return gpe::tools::RunMainAttention(quick);
   }
   if (command == "inr") {
-    return gpe::measure::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
+    return gpe::tools::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (command == "inr-image") {
     std::string out, path;

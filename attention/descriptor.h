@@ -1,5 +1,6 @@
-// The attention API shared by every implementation (reference/ now; cpu/ and cuda/ later).
-// ARCHITECTURE.md, "attention/" and "How encodings meet attention".
+// The attention API shared by every implementation (reference.h, cpu/; cuda/ follows the
+// same semantics with its own argument struct). docs/ARCHITECTURE.md, "attention/" and
+// "How encodings meet attention".
 //
 // WHAT IS COMPUTED
 // ----------------
@@ -34,8 +35,9 @@
 // Token numbering ("token index") is b * seq_len + t for bshd and the packed row for thd;
 // positions, lse and bias per-sequence objects are indexed by it.
 // Gradients (dq, dk, dv) use the strides of q, k, v; do uses the strides of o.
-// Element types: float32 (and float64, which the tests' finite differences use) now;
-// bfloat16 inputs (rope.h's BFloat16) are the next addition, with float accumulation.
+// Element types are each implementation's: the reference takes float32 and float64 (which
+// the tests' finite differences use); cpu/ takes float32 and bfloat16 (rope.h's
+// BFloat16), with float accumulation.
 //
 // POSITIONS
 // ---------

@@ -1,7 +1,8 @@
 // Commuting plane rotations in SO(d): RoPE and the Z_n (periodic) encoding.
 //
 // The generator is a sum of rank-2 generators on disjoint coordinate planes,
-// S = sum_i theta_i L_i (GRAPE summary, L_RoPE), so G(p) = exp(p S) is a product of
+// S = sum_i theta_i L_i (RoPE as Multiplicative GRAPE, Zhang et al.), so
+// G(p) = exp(p S) is a product of
 // independent 2x2 rotations and costs O(d) per vector.
 //
 // Conventions (shared with the C ABI):

@@ -1,8 +1,8 @@
 // Rank-2 rotations in SO(d) (GRAPE-M with one rank-2 generator), applied in O(d).
 //
-// Generator L = a b^T - b a^T (GRAPE summary, L(a, b)); position p acts by
-// G(p) = exp(p omega L). With s0 = sqrt(|a|^2 |b|^2 - (a.b)^2) (the papers' README
-// erratum), L^2 = -s0^2 on span{a, b}, and the Rodrigues-type closed form
+// Generator L = a b^T - b a^T (Zhang et al., GRAPE's L(a, b)); position p acts by
+// G(p) = exp(p omega L). With s0 = sqrt(|a|^2 |b|^2 - (a.b)^2) (the norm of a wedge b),
+// L^2 = -s0^2 on span{a, b}, and the Rodrigues-type closed form
 //   exp(p omega L) = I + (sin s / s) p omega L + ((1 - cos s) / s^2) (p omega L)^2,
 //   s = |p omega| s0
 // rotates span{a, b} by the angle theta = p * phi, phi = omega * s0, and fixes its

@@ -1,6 +1,7 @@
 // Unipotent representations in GL(d) (GRAPE-A): nilpotent generators with A^2 = 0.
 //
-// exp(t A) = I + t A exactly when A^2 = 0 (GRAPE summary, G_add(n) = I + n omega A).
+// exp(t A) = I + t A exactly when A^2 = 0 (Additive GRAPE's G(n) = I + n omega A,
+// Zhang et al.).
 // Position p acts by G(p) = I + p omega A on column vectors; G(p)^-1 = G(-p). Vectors
 // are lifted to homogeneous coordinates [x; 1] so a translation becomes linear
 // (A = [[0, u], [0, 0]] translates x by p omega u).

@@ -12,7 +12,7 @@
 // which for lambda = 0 and full column rank factors is exactly pinv(Psi_y) S pinv(Psi_x)^T,
 // the minimiser of |Psi_y W Psi_x^T - S|_F. Regularisation choice: ridge lambda on each
 // factor (lambda = 0 is plain least squares); this is not ridge on the full Kronecker
-// system (papers/README.md notes the paper leaves it open). 3D volumes use mode-n
+// system (Zheng et al. leave the regularisation open). 3D volumes use mode-n
 // products.
 //
 // FitSeparable2D computes W = G_y^-1 (Psi_y^T S Psi_x) G_x^-1, G = Psi^T Psi + lambda I,

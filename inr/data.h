@@ -27,8 +27,9 @@ std::vector<double> GridAxis(int64_t n);
 enum class SyntheticTask { kRadial, kSpiral };
 
 // Lim et al. appendix D.1. Radial: sin(15 sqrt(r)); Spiral: sin(30 sqrt(0.1 r) + theta).
-// The images are the magnitude of the vector fields (papers/README.md: the appendix's
-// parenthesis drops the absolute value); `signed_values` gives the signed sine instead.
+// The images are the magnitude of the vector fields (the appendix's formula drops the
+// absolute value; with it, a plain MLP lands near Table 2's errors); `signed_values`
+// gives the signed sine instead.
 ImageMatrix SyntheticImage(SyntheticTask task, int64_t n, bool signed_values = false);
 // The vector fields (eqs. 30, 31): channel 0 is v_x, channel 1 is v_y.
 std::vector<ImageMatrix> SyntheticVectorField(SyntheticTask task, int64_t n);

@@ -60,7 +60,7 @@ void BM_ClosedForm512(benchmark::State& state, ShiftedBasisKind kind, double wid
   const double psnr = *Psnr(*PredictSeparable2D(psi, psi, last), image);
   state.counters["PSNR_dB"] = psnr;
   // The fit exploits the bases' bandwidth, so its flop count depends on the basis; the
-  // figure to compare is the time itself, beside NumPy's dense solve (issue: gpe bench).
+  // figure to compare is the time itself, beside NumPy's dense solve (`gpe bench`).
 }
 
 BENCHMARK_CAPTURE(BM_ClosedForm512, gaussian_fp64, ShiftedBasisKind::kGaussian, 1.0, false)

@@ -5,9 +5,9 @@
 // Two models, both without a bias term (the closed forms have none either):
 // - Dense: Y_hat = Phi W with Phi (N x F) any materialised encoding (the simple
 //   embedder, eq. 16), W (F x C), targets Y (N x C).
-// - Separable (the complex / Kronecker embedder on a grid, eq. 10 with the transposes of
-//   papers/README.md): S_hat = Psi_y W Psi_x^T with Psi_y (n_y x K_y), Psi_x (n_x x K_x),
-//   W (K_y x K_x), never forming the Kronecker product.
+// - Separable (the complex / Kronecker embedder on a grid, eq. 10 with the transposes its
+//   shapes need, as in closed_form.h): S_hat = Psi_y W Psi_x^T with Psi_y (n_y x K_y),
+//   Psi_x (n_x x K_x), W (K_y x K_x), never forming the Kronecker product.
 // Loss: MSE, the mean over all entries of (prediction - target)^2 (mlp.h's MseLoss), so
 //   dense:     dL/dW = 2 / (N C)     Phi^T (Phi W - Y)
 //   separable: dL/dW = 2 / (n_y n_x) Psi_y^T (S_hat - S) Psi_x.

@@ -1,37 +1,32 @@
 """Keeps the Julia module's ccalls true to gpe.h without a julia binary.
 
-Parses every `ccall((:name, libgpe), Ret, (Args...), ...)` of GroupPE.jl and checks:
+Parses every `ccall((:name, libgpe), Ret, (Args...), ...)` of GroupPE.jl and checks,
+against the header model (bindings/header_model.py: gpe.h, the headers it includes,
+dlpack.h):
   - the name is in exported_symbols.txt and has a prototype in gpe.h;
   - the argument count equals the prototype's parameter count;
   - each argument and the return type agree in kind with the C type (a pointer for a
-    pointer; Int64 for int64_t; Int32 / Cint for int32_t / int / gpe_status; Float64 for
-    double; UInt64 for uint64_t), and pointees agree where Julia names them (Ref{Float64}
-    for double*, Ref{DLTensor} for DLTensor*, Ref{SomeOptions} for a gpe_*_options*);
-  - every Julia option struct (first field struct_size) passed by Ref{...} matches the C
+    pointer or a callback; Int64 for int64_t; Int32 / Cint for int32_t / int /
+    gpe_status; Float64 for double; UInt64 for uint64_t), and pointees agree where Julia
+    names them (Ref{Float64} for double*, Ref{DLTensor} for DLTensor*, Ref{SomeOptions}
+    for a gpe_*_options*);
+  - every Julia struct passed by Ref{...} (the option structs, DLTensor) matches the C
     struct it is passed as: the same field names in order, with matching types, for as
-    many fields as the Julia struct has (a prefix: struct_size tells the library which).
-Usage: check_bindings.py GroupPE.jl gpe.h exported_symbols.txt
+    many fields as the Julia struct has (a prefix: struct_size tells the library which);
+    structs nested by value (DLTensor's DLDevice, DLDataType) likewise;
+  - every exported symbol is called, or listed in UNDECLARED below with a reason.
+Usage: check_bindings.py GroupPE.jl gpe.h dlpack.h exported_symbols.txt
 """
+import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import header_model  # noqa: E402
+from header_model import split_top  # noqa: E402
 
-def split_top(s):
-    """Splits s at commas outside (), {} and []."""
-    parts, depth, cur = [], 0, []
-    for ch in s:
-        if ch in "({[":
-            depth += 1
-        elif ch in ")}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(cur).strip())
-            cur = []
-        else:
-            cur.append(ch)
-    if "".join(cur).strip():
-        parts.append("".join(cur).strip())
-    return parts
+# Exported symbols the Julia module deliberately does not call: {name: why}.
+UNDECLARED = {}
 
 
 def matching(s, i):
@@ -71,41 +66,6 @@ def parse_ccalls(text):
     return calls
 
 
-def strip_c_comments(s):
-    s = re.sub(r"/\*.*?\*/", " ", s, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", s)
-
-
-def parse_header(text):
-    text = strip_c_comments(text)
-    protos = {}
-    for m in re.finditer(r"GPE_API\s+(?:GPE_NODISCARD\s+)?([^;(]*?)\b(gpe_\w+)\s*\(([^;]*?)\)\s*;", text, flags=re.S):
-        ret = " ".join(m.group(1).split())
-        params = [" ".join(p.split()) for p in split_top(m.group(3))]
-        if params == ["void"]:
-            params = []
-        protos[m.group(2)] = (ret, params)
-    for m in re.finditer(r"typedef\s+[^;{}()]*?\(\s*\*\s*(\w+)\s*\)\s*\(", text):
-        FUNCTION_POINTERS.add(m.group(1))
-    structs = {}
-    for m in re.finditer(r"typedef\s+struct\s+(gpe_\w+)\s*\{(.*?)\}\s*(\w+)\s*;", text, flags=re.S):
-        fields = []
-        for decl in m.group(2).split(";"):
-            decl = " ".join(decl.split())
-            if not decl:
-                continue
-            # "double lo, hi" declares two fields of one type.
-            head, *more = [d.strip() for d in decl.split(",")]
-            hm = re.match(r"(.*?)([\w]+)$", head)
-            ctype = hm.group(1).strip()
-            names = [hm.group(2)] + more
-            for n in names:
-                star = n.count("*")
-                fields.append((n.strip("* "), (ctype + " " + "*" * star).strip()))
-        structs[m.group(3)] = fields
-    return protos, structs
-
-
 def parse_julia_structs(text):
     structs = {}
     for m in re.finditer(r"^(?:mutable\s+)?struct\s+(\w+)\s*\n(.*?)^end", text, flags=re.S | re.M):
@@ -119,44 +79,30 @@ def parse_julia_structs(text):
 
 
 SCALARS = {
-    "Int64": "int64", "Clonglong": "int64", "Int32": "int32", "Cint": "int32",
-    "Float64": "double", "Cdouble": "double", "UInt64": "uint64", "Culonglong": "uint64",
-    "UInt32": "uint32", "Cuint": "uint32", "UInt8": "uint8", "UInt16": "uint16", "Cvoid": "void",
+    "Int64": "int64_t", "Clonglong": "int64_t", "Int32": "int32_t", "Cint": "int32_t",
+    "Float64": "double", "Cdouble": "double", "Float32": "float", "Cfloat": "float",
+    "UInt64": "uint64_t", "Culonglong": "uint64_t", "Csize_t": "uint64_t",
+    "UInt32": "uint32_t", "Cuint": "uint32_t", "UInt8": "uint8_t", "UInt16": "uint16_t",
+    "Int8": "int8_t", "Int16": "int16_t", "Cchar": "char", "Cvoid": "void",
 }
-C_SCALARS = {
-    "int64_t": "int64", "int32_t": "int32", "int": "int32", "gpe_status": "int32",
-    "double": "double", "uint64_t": "uint64", "uint32_t": "uint32", "size_t": "uint64",
-    "uint8_t": "uint8", "uint16_t": "uint16", "void": "void",
-}
-
-
-# Function-pointer typedefs of gpe.h (gpe_progress_callback): pointers (Ptr{Cvoid} in Julia).
-FUNCTION_POINTERS = set()
 
 
 def c_kind(ctype):
-    """('ptr', pointee) or ('scalar', kind) of a C parameter or field type (name removed)."""
-    t = ctype.replace("const", " ")
-    if " ".join(t.split()) in FUNCTION_POINTERS:
-        return ("ptr", "void")
-    stars = t.count("*")
-    base = " ".join(t.replace("*", " ").split())
-    if stars:
-        pointee = base if stars == 1 else "ptr"
-        return ("ptr", pointee)
-    return ("scalar", C_SCALARS.get(base, base))
-
-
-def c_param_type(param):
-    """The type part of a C parameter declaration ('const DLTensor* x' -> 'const DLTensor*')."""
-    m = re.match(r"(.*?[\s*])(\w+)$", param)
-    return m.group(1).strip() if m else param
+    """('ptr', pointee CType) or ('scalar', name) of a C type: a callback is a pointer
+    (Ptr{Cvoid} in Julia); a struct passed by value is ('scalar', its name)."""
+    if ctype.kind == "ptr":
+        return ("ptr", ctype.pointee)
+    if ctype.kind == "fnptr":
+        return ("ptr", header_model.VOID)
+    if ctype.kind == "void":
+        return ("scalar", "void")
+    return ("scalar", ctype.name)
 
 
 def julia_kind(jt):
     jt = jt.strip()
     if jt == "Cstring":
-        return ("ptr", "char")
+        return ("ptr", "Cchar")
     m = re.match(r"(Ptr|Ref)\{(.*)\}$", jt)
     if m:
         inner = m.group(2).strip()
@@ -166,55 +112,65 @@ def julia_kind(jt):
     return ("scalar", SCALARS.get(jt, jt))
 
 
-def pointee_ok(jinner, cpointee, jstructs, cstructs, errors, where):
-    """Does Julia's pointee name agree with C's? Unknown or opaque ones are accepted."""
-    if jinner in ("Cvoid", "Nothing", "ptr") or cpointee in ("void", "ptr"):
+def kinds_agree(jk, ck):
+    return jk[0] == ck[0] and (jk[0] == "ptr" or jk[1] == ck[1])
+
+
+def pointee_ok(jinner, cpointee, jstructs, model, errors, where, seen):
+    """Does Julia's pointee name agree with C's? Unknown or opaque ones are accepted (an
+    opaque handle is Ptr{Cvoid}); a Julia struct is checked against the C struct."""
+    if jinner in ("Cvoid", "Nothing", "ptr") or cpointee.kind in ("void", "ptr", "opaque"):
         return True
     if jinner in SCALARS:
-        return SCALARS[jinner] == C_SCALARS.get(cpointee, cpointee)
-    if jinner == "DLTensor":
-        return cpointee == "DLTensor"
+        return cpointee.kind == "scalar" and SCALARS[jinner] == cpointee.name
     if jinner in jstructs:
-        if cpointee not in cstructs:
+        if cpointee.kind != "record":
             return False
-        check_struct(jinner, jstructs[jinner], cpointee, cstructs[cpointee], errors, where)
+        check_struct(jinner, jstructs, cpointee.name, model, errors, where, seen)
         return True
     return True
 
 
-def check_struct(jname, jfields, cname, cfields, errors, where):
-    if len(jfields) > len(cfields):
-        errors.append("%s: Julia struct %s has %d fields, C %s only %d" % (where, jname, len(jfields), cname, len(cfields)))
+def check_struct(jname, jstructs, cname, model, errors, where, seen):
+    """The Julia struct's fields are a prefix of the C struct's (struct_size tells the
+    library which), by name and kind; nested structs (DLTensor's DLDevice) likewise.
+    seen: the (Julia, C) pairs already checked (each is reported once, where first met)."""
+    if (jname, cname) in seen:
         return
-    for (jn, jt), (cn, ct) in zip(jfields, cfields):
-        if jn != cn:
-            errors.append("%s: %s.%s is %s.%s in gpe.h (field order)" % (where, jname, jn, cname, cn))
+    seen.add((jname, cname))
+    jfields, cfields = jstructs[jname], model.records[cname]
+    if len(jfields) > len(cfields):
+        errors.append("%s: Julia struct %s has %d fields, C %s only %d"
+                      % (where, jname, len(jfields), cname, len(cfields)))
+        return
+    for (jn, jt), cf in zip(jfields, cfields):
+        if jn != cf.name:
+            errors.append("%s: %s.%s is %s.%s in gpe.h (field order)"
+                          % (where, jname, jn, cname, cf.name))
             return
-        jk, ck = julia_kind(jt), c_kind(ct)
-        if jk[0] != ck[0] or (jk[0] == "scalar" and jk[1] != ck[1]):
-            errors.append("%s: %s.%s is %s; gpe.h has %s" % (where, jname, jn, jt, ct))
-        elif jk[0] == "ptr" and jk[1] in SCALARS and not pointee_ok(jk[1], ck[1], {}, {}, errors, where):
-            errors.append("%s: %s.%s is %s; gpe.h has %s" % (where, jname, jn, jt, ct))
+        jk, ck = julia_kind(jt), c_kind(cf.type)
+        if not kinds_agree(jk, ck):
+            errors.append("%s: %s.%s is %s; gpe.h has %s" % (where, jname, jn, jt, cf.type))
+        elif jk[0] == "ptr" and jk[1] in SCALARS and not pointee_ok(
+                jk[1], ck[1], {}, model, errors, where, seen):
+            errors.append("%s: %s.%s is %s; gpe.h has %s" % (where, jname, jn, jt, cf.type))
+        elif jk[0] == "scalar" and cf.type.kind == "record" and jt.strip() in jstructs:
+            check_struct(jt.strip(), jstructs, cf.type.name, model, errors, where, seen)
 
 
-def main(argv):
-    jl_path, header_path, symbols_path = argv[1:4]
-    jl = open(jl_path, encoding="utf-8").read()
-    protos, cstructs = parse_header(open(header_path, encoding="utf-8").read())
-    exported = {l.strip() for l in open(symbols_path) if l.strip() and not l.startswith("#")}
+def check(jl, model, exported, undeclared=None):
+    """The errors of GroupPE.jl's text against the header model, and its ccalls."""
     jstructs = parse_julia_structs(jl)
     calls = parse_ccalls(jl)
+    protos = model.functions
     errors = []
+    seen = set()
     # Every ccall names its function literally (ccall needs a constant; the checks need it).
     for m in re.finditer(r"ccall\(", jl):
         if not re.match(r"ccall\(\(:\w+,\s*libgpe\)", jl[m.start():]):
             line = jl[: m.start()].count("\n") + 1
             if not jl[max(0, m.start() - 1)] == "`":  # prose in a docstring
                 errors.append("GroupPE.jl:%d: a ccall without a literal (:name, libgpe)" % line)
-    if len(calls) < 10:
-        errors.append("only %d ccalls found in %s: the parser is out of date" % (len(calls), jl_path))
-    if len(protos) < 50:
-        errors.append("only %d prototypes parsed from %s" % (len(protos), header_path))
     for name, ret, args, line in calls:
         where = "GroupPE.jl:%d %s" % (line, name)
         if name not in exported:
@@ -222,24 +178,51 @@ def main(argv):
         if name not in protos:
             errors.append("%s: no prototype in gpe.h" % where)
             continue
-        cret, cparams = protos[name]
-        if len(args) != len(cparams):
-            errors.append("%s: %d argument types; gpe.h has %d parameters (%s)" % (where, len(args), len(cparams), ", ".join(cparams)))
+        fn = protos[name]
+        if len(args) != len(fn.params):
+            errors.append("%s: %d argument types; gpe.h has %d parameters (%s)" % (
+                where, len(args), len(fn.params), ", ".join(map(repr, fn.params))))
             continue
-        rk, crk = julia_kind(ret), c_kind(cret)
-        if rk[0] != crk[0] or (rk[0] == "scalar" and rk[1] != crk[1]):
-            errors.append("%s: returns %s; gpe.h returns %s" % (where, ret, cret))
-        for i, (jt, cp) in enumerate(zip(args, cparams)):
-            ct = c_param_type(cp)
-            jk, ck = julia_kind(jt), c_kind(ct)
-            if jk[0] != ck[0] or (jk[0] == "scalar" and jk[1] != ck[1]):
-                errors.append("%s: argument %d is %s; gpe.h has %s" % (where, i + 1, jt, cp))
-            elif jk[0] == "ptr" and not pointee_ok(jk[1], ck[1], jstructs, cstructs, errors, where):
-                errors.append("%s: argument %d points to %s; gpe.h has %s" % (where, i + 1, jk[1], cp))
+        if not kinds_agree(julia_kind(ret), c_kind(fn.ret)):
+            errors.append("%s: returns %s; gpe.h returns %s" % (where, ret, fn.ret))
+        for i, (jt, cp) in enumerate(zip(args, fn.params)):
+            jk, ck = julia_kind(jt), c_kind(cp.type)
+            if not kinds_agree(jk, ck):
+                errors.append("%s: argument %d is %s; gpe.h has %r" % (where, i + 1, jt, cp))
+            elif jk[0] == "ptr" and not pointee_ok(jk[1], ck[1], jstructs, model, errors, where,
+                                                   seen):
+                errors.append("%s: argument %d points to %s; gpe.h has %r"
+                              % (where, i + 1, jk[1], cp))
+    errors += header_model.coverage_errors(
+        "GroupPE.jl", {c[0] for c in calls}, exported,
+        UNDECLARED if undeclared is None else undeclared)
+    return errors, calls
+
+
+def _read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def main(argv):
+    if len(argv) != 5:
+        print(__doc__)
+        return 2
+    jl_path, header_path, dlpack, symbols_path = argv[1:5]
+    jl = _read(jl_path)
+    model = header_model.load(header_path, [dlpack])
+    exported = header_model.read_symbols(symbols_path)
+    errors, calls = check(jl, model, exported)
+    if len(calls) < 10:
+        errors.append("only %d ccalls found in %s: the parser is out of date"
+                      % (len(calls), jl_path))
+    if len(model.functions) < 50:
+        errors.append("only %d prototypes parsed from %s" % (len(model.functions), header_path))
     for e in errors:
         print("ERROR:", e)
-    print("%d ccalls of %d distinct entry points checked against %d prototypes: %s" % (
-        len(calls), len({c[0] for c in calls}), len(protos), "FAILED" if errors else "OK"))
+    print("%d ccalls of %d distinct entry points checked against %d prototypes of %s: %s" % (
+        len(calls), len({c[0] for c in calls}), len(model.functions),
+        ", ".join(os.path.basename(h) for h in model.headers), "FAILED" if errors else "OK"))
     return 1 if errors else 0
 
 

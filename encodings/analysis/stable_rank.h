@@ -3,8 +3,8 @@
 // a rank surrogate that does not need a singular-value threshold. 1 <= srank <= rank(A).
 // Zheng et al. use it to quantify an embedder's capacity to memorise (Prop. 1).
 //
-// Closed forms for embedders sampled densely on [0, 1] (Zheng et al. appendix A, with
-// the corrections in papers/README.md); N is the number of embedded points:
+// Closed forms for embedders sampled densely on [0, 1] (Zheng et al. appendix A, the
+// results of its derivations, eqs. 23-38); N is the number of embedded points:
 //   Gaussian, std sigma              min(N, 1 / (2 sqrt(pi) sigma))   (Prop. 2, eq. 23)
 //   RFF [cos 2 pi b x, sin 2 pi b x],
 //     b ~ N(0, sigma^2)              min(N, sqrt(2 pi) sigma)          (Prop. 3, eq. 26)

@@ -28,7 +28,7 @@
 // Psi(y) (x) Psi(x) (appendix B.1) for (x, y) points. For a 2D image stored row-major
 // with rows = y (axis 1) and columns = x (axis 0), a weight matrix W (K_1 x K_0) read
 // row-major is the weight vector, and the image on a separable grid is
-// Psi_y W Psi_x^T (eq. 10, with the transposes fixed; see papers/README.md).
+// Psi_y W Psi_x^T (eq. 10, with the transposes its shapes need, rows = y).
 #ifndef ENCODINGS_COORDINATE_SHIFTED_BASIS_H_
 #define ENCODINGS_COORDINATE_SHIFTED_BASIS_H_
 

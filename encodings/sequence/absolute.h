@@ -1,7 +1,7 @@
 // Absolute positional encodings: added to the token inputs, never seen by attention
-// kernels (ARCHITECTURE.md, "How encodings meet attention").
+// kernels (docs/ARCHITECTURE.md, "Absolute encodings").
 //
-// Sinusoidal (Vaswani et al., sec. 3.5; FORMULAS.md):
+// Sinusoidal (Vaswani et al., sec. 3.5):
 //   PE(p, 2i) = sin(p theta_i),  PE(p, 2i + 1) = cos(p theta_i),  theta_i = base^(-2i/d),
 // base = 10000 by default. Column c uses frequency index i = floor(c / 2); an odd d
 // ends with a sin column. Angles p * theta_i are reduced exactly (group/angle.h), so

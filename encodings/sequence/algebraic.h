@@ -1,9 +1,10 @@
 // Algebraic orthogonal positional encodings (Kogkalidis, Bernardy, Garg, "Algebraic
-// Positional Encodings"; paper 002): a position is a group element (a path), its
+// Positional Encodings"): a position is a group element (a path), its
 // encoding an orthogonal matrix, applied to queries and keys alike so that
 //   <rho(g) q, rho(h) k> = <q, rho(g^-1 h) k>     (sec. 3.1.3, 3.2.2)
 // and the score depends only on the relative path. Every structure here is built on
-// group/ (ARCHITECTURE.md, "Multiplicative" descriptors):
+// group/ and reaches attention as a row transform (docs/ARCHITECTURE.md, "Row transforms
+// (multiplicative)"):
 //
 // - Sequences (sec. 3.1): W = exp(S) for a learned skew S, position p -> W^p = exp(p S),
 //   applied through group::SchurRotation (angles p * phi_k reduced exactly), orthogonal

@@ -1,6 +1,7 @@
 // Additive relative biases for attention: ALiBi, T5 buckets, FoX, GRAPE-AP.
 //
-// THE TILE-BIAS INTERFACE (what attention kernels consume; ARCHITECTURE.md, "Additive")
+// THE TILE-BIAS INTERFACE (what attention kernels consume; docs/ARCHITECTURE.md,
+// "Tile biases (additive)")
 // ------------------------------------------------------------------------------------
 // An additive bias adds b_h(i, j) to the score of query i and key j in head h. Kernels
 // never materialise the s x s matrix: they ask an `AdditiveBias` for one tile at a time,
@@ -123,7 +124,7 @@ absl::StatusOr<Eigen::MatrixXd> DenseBias(const AdditiveBias& bias, int64_t head
                                           absl::Span<const int64_t> k_positions);
 
 // ---------------------------------------------------------------------------------
-// ALiBi (Press et al., "Train Short, Test Long"; FORMULAS.md).
+// ALiBi (Press et al., "Train Short, Test Long").
 // ---------------------------------------------------------------------------------
 
 // Slopes m_1..m_n for n >= 1 heads: n a power of two gives m_h = 2^(-8h/n); otherwise,
@@ -169,8 +170,8 @@ class AlibiBias final : public AdditiveBiasFromFill<AlibiBias> {
 };
 
 // ---------------------------------------------------------------------------------
-// T5 relative buckets (Raffel et al., "Exploring the Limits of Transfer Learning";
-// FORMULAS.md). rel = j - i (key minus query).
+// T5 relative buckets (Raffel et al., "Exploring the Limits of Transfer Learning").
+// rel = j - i (key minus query).
 // ---------------------------------------------------------------------------------
 
 struct T5BucketConfig {
@@ -222,7 +223,7 @@ class T5RelativeBias final : public AdditiveBiasFromFill<T5RelativeBias> {
 };
 
 // ---------------------------------------------------------------------------------
-// FoX, the Forgetting Transformer (Lin et al.; FORMULAS.md).
+// FoX, the Forgetting Transformer (Lin et al.).
 // ---------------------------------------------------------------------------------
 
 // ln sigmoid(x), stable for any finite x (no exp overflow, no log(0)).
@@ -279,11 +280,11 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
 };
 
 // ---------------------------------------------------------------------------------
-// GRAPE-AP, path-integral additive GRAPE (Zhang et al., arXiv 2512.07805; the GRAPE
-// summary 004_*: b_h(t, j) = sum_{l = j+1..t} psi_h(t, l)).
+// GRAPE-AP, path-integral additive GRAPE (Zhang et al., "Group Representational Position
+// Encoding", arXiv 2512.07805): b_h(t, j) = sum_{l = j+1..t} psi_h(t, l).
 // ---------------------------------------------------------------------------------
-// The summary leaves psi open ("a dynamic value related to content"). GroupPE's
-// documented choice is a rank-r bilinear log-gate,
+// psi is a content-dependent log-gate; GroupPE's documented choice is a rank-r bilinear
+// one,
 //   psi_h(t, l) = -softplus(<w_{t,h}, u_{l,h}>) = ln sigmoid(-<w_{t,h}, u_{l,h}>) <= 0,
 // with a query-side vector w_t and a key-side vector u_l (r entries each, per head): a
 // forget gate on step l that the query t may modulate. When w_t is the same for every t

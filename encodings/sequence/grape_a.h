@@ -1,5 +1,5 @@
 // GRAPE-A: additive biases as unipotent actions on lifted queries and keys (Zhang et al.,
-// "Group Representational Position Encoding", additive GRAPE; the GRAPE summary 004_*).
+// "Group Representational Position Encoding", arXiv 2512.07805, Additive GRAPE).
 //
 // Lift: d-dimensional rows go to d + 2 dimensions (two extra slots, indices d and d+1):
 //   q~ = [q; 1; 0],   k~ = [k; 0; 1],   so <q~, k~> = <q, k>.
@@ -7,7 +7,7 @@
 // G(p) = exp(p m A) = I + p m A (group/unipotent.h), and <q~, A k~> = 1.
 // A query at position i is transformed by G(i)^-T and a key at j by G(j), giving
 //   <G(i)^-T q~, G(j) k~> = q~^T G(j - i) k~ = <q, k> + m (j - i) = <q, k> - m (i - j),
-// ALiBi's causal bias with Press et al.'s sign (FORMULAS.md). In closed form the lifted
+// ALiBi's causal bias with Press et al.'s sign (bias.h). In closed form the lifted
 // rows are [q; 1; -m i] and [k; m j; 1]. Two extra dimensions are needed because a
 // single homogeneous slot would have to carry both the constant 1 of q~ and of k~
 // (adding 1 to every score) and be the source and target of A (not nilpotent). The

@@ -1,12 +1,13 @@
-// Multiplicative GRAPE (GRAPE-M; GRAPE summary 004, "Multiplicative GRAPE"): position n
-// acts on queries and keys by G(n) = exp(n omega L) in SO(d), with rank-2 skew
-// generators L(a, b) = a b^T - b a^T (group/so_rank2.h for the closed form).
+// Multiplicative GRAPE (GRAPE-M; Zhang et al., "Group Representational Position
+// Encoding", arXiv 2512.07805): position n acts on queries and keys by
+// G(n) = exp(n omega L) in SO(d), with rank-2 skew generators L(a, b) = a b^T - b a^T
+// (group/so_rank2.h for the closed form).
 //
 // Two families:
 //
 // 1. GrapeMCommutingPlanes: rank-2 generators on disjoint coordinate planes,
-//    L_RoPE = sum_k omega_k L_k (004, eq. for L_RoPE). Because the planes are disjoint the
-//    L_k commute and G(n) = prod_k exp(n omega_k L_k) exactly: a homomorphism of Z,
+//    L_RoPE = sum_k omega_k L_k (GRAPE's form of RoPE). Because the planes are disjoint
+//    the L_k commute and G(n) = prod_k exp(n omega_k L_k) exactly: a homomorphism of Z,
 //    so <G(i) q, G(j) k> = <q, G(j - i) k>. Applied in O(d).
 //    Sign convention. L(a, b) rotates a toward -b (exp(t L(a, b)) a = cos t a - sin t b
 //    for orthonormal a, b), whereas RoPE's block exp(t J), J = [[0, -1], [1, 0]], rotates
@@ -14,7 +15,7 @@
 //    generator omega L(e_second, e_first) = omega (e_second e_first^T - e_first e_second^T),
 //    which is exactly RoPE's block: with first = 2i, second = 2i + 1, omega = theta_i
 //    the encoding equals group::CommutingPlanes bit for bit (FromRoPE, and the test).
-//    Written in the a, b of the summary, RoPE is a = e_{2i+1}, b = e_{2i}, omega = theta_i
+//    Written in GRAPE's L(a, b), RoPE is a = e_{2i+1}, b = e_{2i}, omega = theta_i
 //    (equivalently a = e_{2i}, b = e_{2i+1}, omega = -theta_i).
 //
 // 2. GrapeMProduct: learned, generally non-commuting rank-2 generators (a_k, b_k, omega_k),

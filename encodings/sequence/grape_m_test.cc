@@ -86,7 +86,7 @@ TEST(GrapeMCommutingPlanesTest, ReproducesRopeExactly) {
 }
 
 TEST(GrapeMCommutingPlanesTest, RopeInSummaryCoordinatesThroughRank2Rotations) {
-  // Written with the summary's L(a, b): RoPE's plane i is a = e_{2i+1}, b = e_{2i},
+  // Written with GRAPE's L(a, b): RoPE's plane i is a = e_{2i+1}, b = e_{2i},
   // omega = theta_i; the general rank-2 closed form (a different formula) agrees to
   // rounding. Swapping a and b reverses the rotation: RoPE at -p.
   const int64_t dim = 8;

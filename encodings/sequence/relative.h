@@ -1,15 +1,16 @@
 // Relative positional encodings that add learned or sinusoidal terms to attention.
 //
-// Shaw et al. ("Self-Attention with Relative Position Representations"; FORMULAS.md):
+// Shaw et al. ("Self-Attention with Relative Position Representations", eqs. 3-4):
 // labels clip(j - i, -k, k) for query position i and key position j, 2k + 1 learned
 // vectors per table. On keys, the score of (i, j) gains q_i . aK_{clip(j-i)}; on values,
 // output row i gains sum_j p_ij aV_{clip(j-i)}, p the attention probabilities. Table row
 // r holds label r - k. Both are computed the way the attention kernels consume them
-// (ARCHITECTURE.md): q_i is dotted with the 2k + 1 key labels once per query row and the
+// (docs/ARCHITECTURE.md, "Tile biases (additive)" and "Output-side terms (Shaw values)"):
+// q_i is dotted with the 2k + 1 key labels once per query row and the
 // results gathered by label; on the value side the probability mass of each row is
 // accumulated per label, then multiplied by the table.
 //
-// Transformer-XL (Dai et al., sec. 3.3; FORMULAS.md): the score of query i and key j is
+// Transformer-XL (Dai et al., sec. 3.3): the score of query i and key j is
 //   q_i^T k_j + q_i^T W_R R_{i-j} + u^T k_j + v^T W_R R_{i-j},
 // R the sinusoidal encoding of the distance i - j. TransformerXLScoreTerms returns the
 // last three terms (the content term q_i^T k_j is the attention kernel's). R uses

@@ -4,8 +4,9 @@
 // ids or per-sequence offsets, xPos scaling, axial 2D/3D RoPE and M-RoPE sections, and
 // the backward pass.
 //
-// RoPE is the representation of Z by commuting plane rotations (group/so_planes.h,
-// GRAPE summary L_RoPE; Su et al., RoFormer eq. 13-15). Conventions:
+// RoPE is the representation of Z by commuting plane rotations (group/so_planes.h;
+// Multiplicative GRAPE on canonical planes, Zhang et al.; Su et al., RoFormer eq. 13-15).
+// Conventions:
 // - Plane i (i = 0 .. rotary_dim/2 - 1) pairs coordinates
 //     kInterleaved: (2i, 2i + 1)        kHalfSplit: (i, i + rotary_dim / 2)
 //   and rotates by a = p * theta_i (p an int64 position):
@@ -52,8 +53,8 @@ using group::PlanePairing;
 // ---------------------------------------------------------------------------------
 // Frequency schedules. Each returns rotary_dim / 2 frequencies (radians per position)
 // and an attention factor that scales cos and sin. Definitions follow the published
-// formulas (papers/FORMULAS.md; Hugging Face transformers' RoPE utilities are the
-// reference users compare against) but are computed in double.
+// formulas (the papers cited at each schedule; Hugging Face transformers' RoPE utilities
+// are the reference users compare against) but are computed in double.
 // ---------------------------------------------------------------------------------
 struct RopeFrequencies {
   std::vector<double> thetas;

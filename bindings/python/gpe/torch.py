@@ -58,13 +58,15 @@ lse carries no gradient (it is marked non-differentiable).
 """
 
 import ctypes
-import weakref
 from typing import List, Optional, Tuple
 
 import torch
 
 from gpe import _ffi
 from gpe._core import check, lib
+# Shared with gpe.torch_sequence (and named here too: gpe.context_parallel and callers
+# reach them as gpe.torch._register, gpe.torch._LearnableBias).
+from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
 
 __all__ = ["AlibiBias", "FoxBias", "GrapeABias", "GrapeApBias", "GrapeMEncoding", "T5Bias",
            "attention", "rope"]
@@ -73,20 +75,6 @@ _PAIRING = {"interleaved": 0, "half": 1}
 # DLPack type codes (dlpack.h): float 2, bfloat 4.
 _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
            torch.int64: (0, 64)}
-
-# Encoding and bias objects cannot cross a torch.library schema; they travel as a key
-# into this table (id of the object, alive while the caller holds it).
-_ENCODINGS = weakref.WeakValueDictionary()
-
-
-@torch.compiler.assume_constant_result
-def _register(obj):
-    """The key under which the operators find obj (0 for None). Under torch.compile it runs
-    once while tracing and the key becomes a constant of the graph."""
-    if obj is None:
-        return 0
-    _ENCODINGS[id(obj)] = obj
-    return id(obj)
 
 
 def _dltensor(t, name, keep):
@@ -129,18 +117,6 @@ def _as_param(module, name, t):
 def _doubles(t):
     """A float64 NumPy copy of a parameter tensor (the library copies it again at creation)."""
     return t.detach().to(device="cpu", dtype=torch.float64).contiguous().numpy()
-
-
-class _LearnableBias(torch.nn.Module):
-    """An additive bias whose parameters are torch tensors (tensors() gives them as (a, b):
-    the ABI's d_bias_a / d_bias_b slots); build(a, b) makes the library's handle from the
-    values the operator was given."""
-
-    def tensors(self):
-        raise NotImplementedError
-
-    def build(self, a, b, heads, head_dim):
-        raise NotImplementedError
 
 
 class AlibiBias(_LearnableBias):

@@ -39,9 +39,9 @@ gpe.torch.attention does.
 import numpy as np
 import torch
 
-import gpe.torch as _gt
 from gpe import bias as _bias
 from gpe import sequence as _seq
+from gpe._torch_base import _ENCODINGS, _LearnableBias, _register
 
 __all__ = ["algebraic_grid", "algebraic_periodic", "algebraic_sequence", "algebraic_tree",
            "bias_tile", "grape_m", "learned_positions", "locality_scale", "shaw_key_scores",
@@ -66,7 +66,7 @@ class _Op:
 
     def __init__(self, name, args, forward, fake, backward=None, diff=(), keys=()):
         self.forward, self.backward, self.diff = forward, backward, tuple(diff)
-        self.keys = tuple(keys)  # arguments that are gpe.torch._register keys
+        self.keys = tuple(keys)  # arguments that are _register keys
         sig = ", ".join("%s %s" % (t, n) for n, t in args)
         self.op = torch.library.custom_op("gpe::" + name, forward, mutates_args=(),
                                           device_types="cpu", schema="(%s) -> Tensor" % sig)
@@ -94,7 +94,7 @@ class _Op:
     def hold(self, ctx, inputs):
         """Keeps the registered objects of a call alive until its backward (their keys
         alone would dangle once a caller's temporary object is gone)."""
-        ctx.objects = [_gt._ENCODINGS.get(inputs[i]) for i in self.keys]
+        ctx.objects = [_ENCODINGS.get(inputs[i]) for i in self.keys]
 
     def _answer(self, needs, inputs, grads):
         out = [None] * len(inputs)
@@ -304,10 +304,10 @@ def learned_positions(table, positions):
 
 
 def _bias_handle(key, a, b):
-    obj = _gt._ENCODINGS.get(key)
+    obj = _ENCODINGS.get(key)
     if obj is None:
         raise ValueError("the bias object was freed before the call")
-    if isinstance(obj, _gt._LearnableBias):
+    if isinstance(obj, _LearnableBias):
         return obj.build(a, b, None, 1)
     return obj
 
@@ -349,14 +349,14 @@ def bias_tile(bias, q_positions, k_positions):
     causal biases continue their closed form above the diagonal."""
     qp = torch.as_tensor(q_positions, dtype=torch.int64)
     kp = torch.as_tensor(k_positions, dtype=torch.int64)
-    if isinstance(bias, _gt._LearnableBias):
+    if isinstance(bias, _LearnableBias):
         a, b = bias.tensors()
         heads = bias.build(a, b, None, 1).num_heads
-        return _BIAS_TILE(a, b, qp, kp, _gt._register(bias), heads)
+        return _BIAS_TILE(a, b, qp, kp, _register(bias), heads)
     if not isinstance(bias, _bias.AdditiveBias):
         raise TypeError("bias must be a gpe.torch learnable bias or a gpe.bias object")
     return _BIAS_TILE(torch.zeros(0, dtype=torch.float64), None, qp, kp,
-                      _gt._register(bias), bias.num_heads)
+                      _register(bias), bias.num_heads)
 
 
 # ---- Relative terms: Shaw et al., Transformer-XL, locality ------------------------------

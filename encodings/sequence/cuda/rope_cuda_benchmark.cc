@@ -1,4 +1,4 @@
-// Standalone RoPE on q and k on the GPU (issue target: bf16 (1, 4096, 32 heads, 128) at
+// Standalone RoPE on q and k on the GPU (the goal: bf16 (1, 4096, 32 heads, 128) at
 // >= 85% of the GPU's memory bandwidth), beside a copy kernel of the same bytes in the
 // same binary. Times come from CUDA events around 20 launches; bytes count every element
 // of q and k read once and written once.

@@ -36,12 +36,12 @@ import sys
 
 # The order of the layers; an area's `uses` may name only areas of lower layers, or of its
 # own layer where the row says why (checked by layering_test: no cycle, nothing upward).
-LAYERS = ("third_party", "build_defs", "measure", "group", "encodings", "attention, inr",
+LAYERS = ("third_party", "build_defs", "measure, parallel", "group", "encodings", "attention, inr",
           "c_api", "top")
 
 Rule = collections.namedtuple("Rule", "area layer uses")
 
-_FOUNDATION = ("third_party", "build_defs", "measure")
+_FOUNDATION = ("third_party", "build_defs", "measure", "parallel")
 _ENCODINGS = ("encodings/sequence", "encodings/coordinate", "encodings/analysis")
 _CORE = _FOUNDATION + ("group",) + _ENCODINGS + ("attention", "inr")
 
@@ -51,7 +51,9 @@ RULES = (
     # Bazel definitions (copts, the CUDA rule): load only external rules.
     Rule("build_defs", "build_defs", ("third_party",)),
     # Machine limits and timing, for the benchmarks of every layer above.
-    Rule("measure", "measure", ("third_party", "build_defs")),
+    Rule("measure", "measure, parallel", ("third_party", "build_defs")),
+    # The library-wide thread pool, for every threaded layer above.
+    Rule("parallel", "measure, parallel", ("third_party", "build_defs")),
     # Group theory: representations, generators, exponentials.
     Rule("group", "group", _FOUNDATION),
     # Sequence encodings (RoPE, GRAPE, biases) over group.

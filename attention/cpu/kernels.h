@@ -1,7 +1,10 @@
 // SIMD tile kernels of the CPU attention (cpu_attention.h), compiled once per
 // instruction set with Highway (kernels.cc: AVX-512, AVX2 and a portable baseline) and
-// chosen at run time from the CPU's features (HWY_DYNAMIC_DISPATCH). Internal to
-// attention/cpu; the tests call them directly against plain loops.
+// chosen at run time from the CPU's features (HWY_DYNAMIC_DISPATCH: the best target the
+// CPU supports, on each call). kernels_bf16.h's kernels are dispatched the same way, over
+// the same targets. Tests force each target of CompiledTargets() in turn with
+// hwy::SetSupportedTargetsForTest (0 restores the CPU's own). Internal to attention/cpu;
+// the tests call them directly against plain loops.
 //
 // Conventions shared by every function here (row-major, strides in floats):
 //  - Scores live in the base-2 log domain: the driver multiplies q by

@@ -1,26 +1,53 @@
-// AVX512_BF16 implementations of kernels_bf16.h. Every function that uses the
-// instructions carries the target attribute, so this file builds with the project's
-// baseline flags and the code runs only after HasBf16DotProduct() says it may.
+// Highway per-target implementations of kernels_bf16.h, dispatched as kernels.cc's:
+// foreach_target.h re-includes this file once per instruction set (HWY_TARGET set), and
+// HWY_EXPORT / HWY_DYNAMIC_DISPATCH call the best compiled one the CPU runs.
+//
+// The AVX3 target's code is AVX-512 intrinsics: Highway 1.0.3 has no op for vdpbf16ps or
+// vcvtneps2bf16 (its bf16 DemoteTo truncates; ReorderWidenMulAccumulate widens and makes
+// two FMAs into two sums, another rounding) and no target that implies AVX512_BF16
+// (AVX3_ZEN4 and AVX3_SPR come in later releases). So the dot-product functions carry the AVX3 target's
+// flags plus avx512bf16 (GPE_BF16_TARGET) and run only where HasBf16DotProductImpl, the
+// one CPUID check left, says so (each kernel checks on entry and otherwise aborts); the
+// packs and conversions need AVX512BW only, which the AVX3 target itself guarantees.
+// Every other target runs the element loops and has no dot products.
 //
 // Register tiles as kernels.cc's float ones (6 rows x 4 vectors, 24 accumulators), each
 // vdpbf16ps doing 32 multiply-adds (16 lanes x a pair) where vfmadd231ps does 16.
-#include "attention/cpu/kernels_bf16.h"
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/cpu/kernels_bf16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
 
+#if HWY_ARCH_X86
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_bf16.h"
 #include "encodings/sequence/rope.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace gpe {
 namespace attention {
 namespace cpu {
+namespace HWY_NAMESPACE {
+// Internal linkage, as for code outside HWY_NAMESPACE: HWY_EXPORT below takes the
+// addresses; the helpers inline as the compiler sees fit.
 namespace {
+
+// A dot-product kernel called where HasBf16DotProduct() is false stops here with a
+// message (instead of an illegal instruction).
+#define GPE_NO_BF16_DOT(name) \
+  HWY_ABORT("%s needs AVX512_BF16: call it only where HasBf16DotProduct()", name)
+
+#if HWY_TARGET <= HWY_AVX3
 
 // GCC 12's unmasked AVX-512 intrinsics (shuffles, shifts, widening, max, roundscale)
 // start from a deliberately undefined register (_mm512_undefined_epi32), which
@@ -28,7 +55,19 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define GPE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// This target's instruction sets plus AVX512_BF16 (a superset of the target's, so its
+// inline helpers still inline).
+#define GPE_BF16_TARGET __attribute__((target(HWY_TARGET_STR ",avx512bf16")))
+
+// AVX3 guarantees AVX512F/VL/DQ/BW and the OS's saving of their registers; the bf16 dot
+// product is the one feature beyond it (Zen 4, Cooper Lake, Sapphire Rapids and later).
+bool HasBf16DotProductImpl() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bf16") != 0;
+  }();
+  return has;
+}
 
 constexpr int kRows = 6;
 
@@ -128,6 +167,7 @@ GPE_BF16_TARGET void AccColumns(const uint16_t* p, int64_t ldp, int64_t mq, int6
 GPE_BF16_TARGET void ScoreTileImpl(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
                                    const uint16_t* panels, int64_t num_panels, float* s,
                                    int64_t lds) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("ScoreTileBf16");
   const int64_t pairs = (d + 1) / 2;
   for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
     const uint16_t* panel = panels + pnl * pairs * 2 * kPanel;
@@ -149,6 +189,7 @@ GPE_BF16_TARGET void ScoreTileImpl(const uint16_t* q, int64_t ldq, int64_t mq, i
 
 GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int64_t n,
                                    uint16_t* out, int64_t ldo) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("RoundRowsBf16");
   for (int64_t r = 0; r < mq; ++r) {
     for (int64_t j = 0; j < n; j += 16) {
       const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(p + r * ldp + j));
@@ -185,6 +226,7 @@ GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
 GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m,
                                       float* l, float* alpha, uint16_t* p16, int64_t ldp,
                                       bool keep_float) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("SoftmaxRoundTileBf16");
   const float kNegInf = -std::numeric_limits<float>::infinity();
   for (int64_t r = 0; r < mq; ++r) {
     float* row = s + r * lds;
@@ -223,6 +265,7 @@ GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t
 GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                                     const uint16_t* pairs, int64_t dp, const float* alpha,
                                     float* o, int64_t ldo) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("AccumulateTileBf16");
   const int64_t np = (nk + 1) / 2, vecs = dp / 16;
   int64_t c = 0;
   for (; c + 4 <= vecs; c += 4) AccColumns<4>(p, ldp, mq, np, pairs + 32 * c, dp, alpha, o + 16 * c, ldo);
@@ -233,8 +276,6 @@ GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, 
     default: break;
   }
 }
-
-#define GPE_BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 // The first n of 32 16-bit lanes (n clamped to [0, 32]).
 inline __mmask32 FirstLanes16(int64_t n) {
@@ -250,7 +291,7 @@ inline __mmask16 FirstLanes32(int64_t n) {
 // In place: r[i] lane k <- r[k] lane i, 32-bit lanes (4 stages of 2-input shuffles:
 // 32-bit and 64-bit unpacks within 128-bit lanes, then two rounds of 128-bit lane
 // selections).
-GPE_BW_TARGET inline void Transpose16x16(__m512i r[16]) {
+inline void Transpose16x16(__m512i r[16]) {
   __m512i t[16];
 #pragma GCC unroll 8
   for (int i = 0; i < 8; ++i) {
@@ -286,8 +327,8 @@ GPE_BW_TARGET inline void Transpose16x16(__m512i r[16]) {
 // The key panel layout is a transpose of 32-bit words (bf16 pairs): word (c / 2, j) of
 // the panel is word c / 2 of key j. Blocks of 16 keys x 16 pairs: masked loads zero the
 // components past d (an odd d's last pair gets a zero high half) and keys past nk.
-GPE_BW_TARGET void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
-                                     uint16_t* panels) {
+void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                       uint16_t* panels) {
   const int64_t pairs = (d + 1) / 2, num_panels = (nk + kPanel - 1) / kPanel;
   for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
     uint16_t* out = panels + pnl * pairs * 2 * kPanel;
@@ -313,8 +354,8 @@ GPE_BW_TARGET void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t l
 
 // Value pairs: rows 2 i and 2 i + 1 interleaved at 16-bit granularity (vpermt2w), 32
 // columns per pair of loads; masked loads zero the columns past d and a missing last key.
-GPE_BW_TARGET void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
-                                      int64_t dp, uint16_t* pairs) {
+void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                        int64_t dp, uint16_t* pairs) {
   alignas(64) static constexpr uint16_t kLo[32] = {
       0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
       8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
@@ -340,7 +381,7 @@ GPE_BW_TARGET void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t 
   }
 }
 
-GPE_BW_TARGET void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
+void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = FirstLanes32(n - i);
     const __m256i h = _mm256_maskz_loadu_epi16(m, src + i);
@@ -351,7 +392,7 @@ GPE_BW_TARGET void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
 
 // rope.cc's ToBFloat16 per lane: u + 0x7fff + (bit 16 of u), high half; NaN (magnitude
 // above infinity's pattern): high half with the quiet bit 0x0040 set.
-GPE_BW_TARGET void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
   const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
   const __m512i quiet = _mm512_set1_epi32(0x0040);
@@ -367,20 +408,7 @@ GPE_BW_TARGET void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-bool HasAvx512Bw() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  }();
-  return has;
-}
-
 #pragma GCC diagnostic pop
-
-}  // namespace
-
-namespace {
 
 // Best seconds of `reps` runs of fn.
 template <class Fn>
@@ -449,10 +477,8 @@ GPE_BF16_TARGET float ProbeFma() {
 #undef GPE_PROBE_STEP
 #undef GPE_PROBE_ACCUMULATORS
 
-}  // namespace
-
-double Bf16DotProductSpeedup() {
-  if (!HasBf16DotProduct()) return 0.0;
+double Bf16DotProductSpeedupImpl() {
+  if (!HasBf16DotProductImpl()) return 0.0;
   volatile float sink = 0.0f;
   // Warm up (clock ramp, first use of the wide units), then the best of 7 of each.
   sink = sink + ProbeDot() + ProbeFma();
@@ -462,21 +488,101 @@ double Bf16DotProductSpeedup() {
   return (32.0 / dot) / (16.0 / fma);
 }
 
-bool Bf16DotProductsFaster() {
+// Cached per target (this function's static), so a test that forces a target without
+// the instruction first does not fix the answer for the process.
+bool Bf16DotProductsFasterImpl() {
   // Measured once per process (about 0.3 ms). A margin of 1.25: where the dot products
   // only match the float FMAs, the widening path is as fast and more exact.
-  static const bool faster = Bf16DotProductSpeedup() > 1.25;
+  static const bool faster = Bf16DotProductSpeedupImpl() > 1.25;
   return faster;
 }
 
-bool HasBf16DotProduct() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return has;
+#undef GPE_BF16_TARGET
+
+#else  // HWY_TARGET <= HWY_AVX3
+
+// Without AVX-512: the element loops (bit for bit what the AVX3 code gives) and no dot
+// products (HasBf16DotProduct() is false here).
+void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
+                       uint16_t* panels) {
+  PackKeyPanelsBf16Reference(keys, nk, ld, d, panels);
 }
+
+void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
+                        int64_t dp, uint16_t* pairs) {
+  PackValuePairsBf16Reference(vals, nk, ld, d, dp, pairs);
+}
+
+void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dst[i] = encodings::sequence::ToFloat(encodings::sequence::BFloat16{src[i]});
+  }
+}
+
+void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
+}
+
+void ScoreTileImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                   float*, int64_t) {
+  GPE_NO_BF16_DOT("ScoreTileBf16");
+}
+
+void RoundRowsImpl(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t) {
+  GPE_NO_BF16_DOT("RoundRowsBf16");
+}
+
+void SoftmaxRoundImpl(float*, int64_t, int64_t, int64_t, float*, float*, float*, uint16_t*,
+                      int64_t, bool) {
+  GPE_NO_BF16_DOT("SoftmaxRoundTileBf16");
+}
+
+void AccumulateImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
+                    const float*, float*, int64_t) {
+  GPE_NO_BF16_DOT("AccumulateTileBf16");
+}
+
+bool HasBf16DotProductImpl() { return false; }
+double Bf16DotProductSpeedupImpl() { return 0.0; }
+bool Bf16DotProductsFasterImpl() { return false; }
+
+#endif  // HWY_TARGET <= HWY_AVX3
+
+#undef GPE_NO_BF16_DOT
+
+const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+HWY_EXPORT(PackKeyPanelsImpl);
+HWY_EXPORT(PackValuePairsImpl);
+HWY_EXPORT(WidenImpl);
+HWY_EXPORT(RoundImpl);
+HWY_EXPORT(ScoreTileImpl);
+HWY_EXPORT(RoundRowsImpl);
+HWY_EXPORT(SoftmaxRoundImpl);
+HWY_EXPORT(AccumulateImpl);
+HWY_EXPORT(HasBf16DotProductImpl);
+HWY_EXPORT(Bf16DotProductSpeedupImpl);
+HWY_EXPORT(Bf16DotProductsFasterImpl);
+HWY_EXPORT(TargetNameImpl);
+
+bool HasBf16DotProduct() { return HWY_DYNAMIC_DISPATCH(HasBf16DotProductImpl)(); }
+
+double Bf16DotProductSpeedup() { return HWY_DYNAMIC_DISPATCH(Bf16DotProductSpeedupImpl)(); }
+
+bool Bf16DotProductsFaster() { return HWY_DYNAMIC_DISPATCH(Bf16DotProductsFasterImpl)(); }
 
 void PackKeyPanelsBf16Reference(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
                                 uint16_t* panels) {
@@ -507,61 +613,48 @@ void PackValuePairsBf16Reference(const uint16_t* vals, int64_t nk, int64_t ld, i
 
 void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
                        uint16_t* panels) {
-  if (HasAvx512Bw()) {
-    PackKeyPanelsImpl(keys, nk, ld, d, panels);
-  } else {
-    PackKeyPanelsBf16Reference(keys, nk, ld, d, panels);
-  }
+  HWY_DYNAMIC_DISPATCH(PackKeyPanelsImpl)(keys, nk, ld, d, panels);
 }
 
 void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
                         uint16_t* pairs) {
-  if (HasAvx512Bw()) {
-    PackValuePairsImpl(vals, nk, ld, d, dp, pairs);
-  } else {
-    PackValuePairsBf16Reference(vals, nk, ld, d, dp, pairs);
-  }
+  HWY_DYNAMIC_DISPATCH(PackValuePairsImpl)(vals, nk, ld, d, dp, pairs);
 }
 
 void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
-  if (HasAvx512Bw()) {
-    WidenImpl(src, dst, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    dst[i] = encodings::sequence::ToFloat(encodings::sequence::BFloat16{src[i]});
-  }
+  HWY_DYNAMIC_DISPATCH(WidenImpl)(src, dst, n);
 }
 
 void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
-  if (HasAvx512Bw()) {
-    RoundImpl(src, dst, n);
-    return;
-  }
-  for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
+  HWY_DYNAMIC_DISPATCH(RoundImpl)(src, dst, n);
 }
 
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
                    const uint16_t* panels, int64_t num_panels, float* s, int64_t lds) {
-  ScoreTileImpl(q, ldq, mq, d, panels, num_panels, s, lds);
+  HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
 }
 
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,
                    int64_t ldo) {
-  RoundRowsImpl(p, ldp, mq, n, out, ldo);
+  HWY_DYNAMIC_DISPATCH(RoundRowsImpl)(p, ldp, mq, n, out, ldo);
 }
 
 void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                           float* alpha, uint16_t* p16, int64_t ldp, bool keep_float) {
-  SoftmaxRoundImpl(s, lds, mq, n, m, l, alpha, p16, ldp, keep_float);
+  HWY_DYNAMIC_DISPATCH(SoftmaxRoundImpl)(s, lds, mq, n, m, l, alpha, p16, ldp, keep_float);
 }
 
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                         const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
                         int64_t ldo) {
-  AccumulateImpl(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
+  HWY_DYNAMIC_DISPATCH(AccumulateImpl)(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
 }
+
+std::vector<int64_t> CompiledTargetsBf16() { return hwy::SupportedAndGeneratedTargets(); }
+
+const char* KernelTargetNameBf16() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
 }  // namespace cpu
 }  // namespace attention
 }  // namespace gpe
+#endif  // HWY_ONCE

@@ -1,8 +1,22 @@
 // bfloat16 tile kernels with the CPU's bf16 dot-product instruction (AVX512_BF16,
 // vdpbf16ps: two bf16 products summed into each float lane, twice the float32 FMA
-// rate), for bfloat16 attention. Chosen at run time (HasBf16DotProduct); without the
-// instruction the bf16 path widens to float and runs kernels.h. Internal to
-// attention/cpu. bf16 values are their uint16 bit patterns.
+// rate), for bfloat16 attention, and the bf16 packs and row conversions both bf16 paths
+// use. Without the instruction the bf16 path widens to float and runs kernels.h.
+// Internal to attention/cpu. bf16 values are their uint16 bit patterns.
+//
+// Dispatch, as kernels.h's: Highway compiles kernels_bf16.cc once per target (AVX3,
+// AVX2 and the portable baseline, the set kernels.cc has) and HWY_DYNAMIC_DISPATCH runs,
+// on each call, the best one the CPU supports. On AVX3 the packs and row conversions
+// use AVX512BW; on the other targets they are the element loops (the references below,
+// the same bits). Highway 1.0.3 (Debian 12) has no target that implies AVX512_BF16, so
+// the dot-product kernels live in the AVX3 target with avx512bf16 added, and
+// HasBf16DotProduct(), itself dispatched, is false on every other target and on AVX3
+// checks that one CPUID bit; callers use the dot-product kernels (ScoreTileBf16,
+// RoundRowsBf16, SoftmaxRoundTileBf16, AccumulateTileBf16) only where it is true
+// (elsewhere they abort with a message). Tests force each target t of CompiledTargetsBf16() with
+// hwy::SetSupportedTargetsForTest(t) (0 restores the CPU's own), which moves every
+// function here, HasBf16DotProduct() included, to t's code: AVX3 runs the dot products
+// on a CPU with AVX512_BF16, AVX2 and the baseline the widening path and the loops.
 //
 // Layouts (pairs along the reduction dimension, which is what vdpbf16ps consumes):
 //  - key panels: kPanel keys, [ceil(d / 2)][kPanel][2]: element (j, c) at
@@ -14,28 +28,30 @@
 #define ATTENTION_CPU_KERNELS_BF16_H_
 
 #include <cstdint>
+#include <vector>
 
 namespace gpe {
 namespace attention {
 namespace cpu {
 
-// True when the CPU (and OS) run AVX512F/BW/VL with AVX512_BF16.
+// True when the dispatched target is AVX3 (AVX512F/VL/DQ/BW, saved by the OS) and the
+// CPU has AVX512_BF16.
 bool HasBf16DotProduct();
 // Multiply-adds per second of vdpbf16ps over those of vfmadd231ps on this core (2 where
 // the dot product issues at the FMA's rate, e.g. AMD Zen 4; 1 where at half the rate),
 // from two short register-only loops timed now; 0 without the instruction.
 double Bf16DotProductSpeedup();
-// Bf16DotProductSpeedup() > 1.25, measured once per process and cached.
+// Bf16DotProductSpeedup() > 1.25, measured once per process and cached (false wherever
+// HasBf16DotProduct() is false).
 bool Bf16DotProductsFaster();
 
-// nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels. With
-// AVX512BW a 32-bit transpose of each panel (16 x 16 blocks of bf16 pairs), else the
-// reference.
+// nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels. On AVX3
+// a 32-bit transpose of each panel (16 x 16 blocks of bf16 pairs), else the reference.
 void PackKeyPanelsBf16(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
                        uint16_t* panels);
 // nk value rows (row j at vals + j * ld, d components) into ceil(nk / 2) pair rows of dp
-// (dp >= d, a multiple of 16). With AVX512BW two rows interleaved per vector permute,
-// else the reference.
+// (dp >= d, a multiple of 16). On AVX3 two rows interleaved per vector permute, else
+// the reference.
 void PackValuePairsBf16(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d, int64_t dp,
                         uint16_t* pairs);
 // Element-by-element loops of the two packs: the references the vector ones must match
@@ -49,7 +65,7 @@ void PackValuePairsBf16Reference(const uint16_t* vals, int64_t nk, int64_t ld, i
 void WidenBf16Row(const uint16_t* src, float* dst, int64_t n);
 // n floats rounded to bf16 exactly as encodings/sequence/rope.h's ToBFloat16: to nearest
 // even on the bit pattern (subnormals kept, overflow to infinity), a NaN stays a NaN
-// (quiet bit set, sign and top payload kept). With AVX512BW 16 lanes at a time.
+// (quiet bit set, sign and top payload kept). On AVX3 16 lanes at a time.
 void RoundBf16Row(const float* src, uint16_t* dst, int64_t n);
 // s[r * lds + j] = sum_c q[r * ldq + c] key_j[c] (float accumulation) for r < mq and the
 // keys of num_panels panels; q rows padded to even length (ldq even).
@@ -70,6 +86,13 @@ void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                         const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
                         int64_t ldo);
+
+// The Highway targets (hwy::TargetName) kernels_bf16.cc was compiled for that this CPU
+// runs, best first (as kernels.h's CompiledTargets); tests force each in turn.
+std::vector<int64_t> CompiledTargetsBf16();
+
+// Name of the target the dispatcher picks for these kernels now (e.g. "AVX3", "AVX2").
+const char* KernelTargetNameBf16();
 
 }  // namespace cpu
 }  // namespace attention

@@ -27,7 +27,6 @@ constexpr int64_t kDecodePrefetchBytes = int64_t{32} << 10;
 
 }  // namespace
 
-
 // Decoding (split-KV, "flash decoding"): key rows [k0, k1) of sequence b for every kv
 // head, so a thread streams one contiguous range of the KV cache (all heads of each
 // token are adjacent in bshd/thd); the unnormalised state (m, l, o) of every (token,
@@ -35,27 +34,15 @@ constexpr int64_t kDecodePrefetchBytes = int64_t{32} << 10;
 template <class T>
 absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk,
                                        float* partial, Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
-  const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads;
+  const int64_t d = p_.d, bk = p_.bk;
+  const int64_t hq = a_.num_q_heads;
   const int64_t t0 = a_.q_begin(b), lq = a_.q_end(b) - t0, kb = a_.k_begin(b);
-  const int64_t rows = hq * lq;  // row h * lq + r: head h, token t0 + r
-  float* qb = w.qblk.get();
-  for (int64_t h = 0; h < hq; ++h) {
-    float* qh = qb + h * lq * d;
-    for (int64_t r = 0; r < lq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h), qh + r * d, d);
-    if (tq_ != nullptr) {
-      if (absl::Status s = tq_->Forward(t0, lq, qh, d); !s.ok()) return s;
-    }
-  }
-  const float qscale = static_cast<float>(a_.scale() * kLog2e);
-  for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+  // Row h * lq + r: head h, token t0 + r.
+  if (absl::Status s = LoadQueries(0, hq, t0, lq, /*direct=*/true, w); !s.ok()) return s;
   const int64_t* qpos = pq_.data() + t0;
   const int64_t qmin = *std::min_element(qpos, qpos + lq);
   const int64_t qmax = *std::max_element(qpos, qpos + lq);
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  std::fill(w.m.get(), w.m.get() + rows, kNegInf);
-  std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
-  std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
+  StartRows(hq * lq, w);
   // Blocks of db tokens (keys and values of every kv head about kDecodeBlockBytes):
   // the score tile of every head for one block stays in L1/L2 between the scores, the
   // softmax and P V.
@@ -77,54 +64,89 @@ absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_
     kblk.ncols = RoundUp(nk, kVecPad);
     if constexpr (std::is_same_v<T, float>) {
       if (tk_ == nullptr && p_.direct_v) {
-        // Keys and values as stored: scores of every kv head in token order (one
-        // stream through the block's keys, which the hardware prefetchers follow),
-        // then per kv head the masks and P V (value rows requested a few ahead).
-        // Software prefetching of the keys and of the values during the scores was
-        // measured slower: it filled the miss buffers the demand loads needed.
-        float* s = w.s.get();
-        const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
-        const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
-        const int64_t gr = group * lq;  // rows per kv head
-        cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
-                         Ahead(k_, a_.k, kb, j0, nk, k1));
-        for (int64_t g = 0; g < hkv; ++g) {
-          kblk.g = g;
-          if (absl::Status st =
-                  AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
-              !st.ok()) {
-            return st;
-          }
+        if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
+          return st;
         }
-        cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
-        cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp,
-                              w.alpha.get(), w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
         continue;
       }
     }
-    for (int64_t g = 0; g < hkv; ++g) {
-      kblk.g = g;
-      auto keys = DirectKeys(g, kb, j0, nk, w);
-      if (!keys.ok()) return keys.status();
-      kblk.krows = keys->first;
-      kblk.ldk = keys->second;
-      CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
-      kblk.vals = w.values.get() + j0 * dp;
-      if constexpr (std::is_same_v<T, float>) {
-        if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
-      }
-      kblk.ldv = p_.direct_v ? a_.v.token : dp;
-      // Every head of the group in one tile (rows g * group * lq ..): one pass over
-      // the block's key and value rows.
-      const int64_t r0 = g * group * lq;
-      if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin,
-                                     w.m.get() + r0, w.l.get() + r0 * kSumLanes,
-                                     w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
-          !st.ok()) {
-        return st;
-      }
+    if (absl::Status st = DecodeBlockByHead(kblk, j0, qpos, lq, qmin, w); !st.ok()) return st;
+  }
+  StoreDecodeState(t0, lq, chunk, partial, w);
+  return absl::OkStatus();
+}
+
+// Keys and values as stored (float, no key transform, value rows unpadded): scores of
+// every kv head in token order (one stream through the block's keys, which the hardware
+// prefetchers follow), then per kv head the masks and P V (value rows requested a few
+// ahead). Software prefetching of the keys and of the values during the scores was
+// measured slower: it filled the miss buffers the demand loads needed.
+template <class T>
+absl::Status Forward<T>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
+                                         const int64_t* qpos, int64_t lq, int64_t qmin,
+                                         Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kblk.nk;
+  const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads, hkv = a_.num_kv_heads;
+  const int64_t kb = a_.k_begin(kblk.b);
+  const int64_t rows = hq * lq;
+  const float* qb = w.qblk.get();
+  float* s = w.s.get();
+  const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
+  const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
+  const int64_t gr = group * lq;  // rows per kv head
+  cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
+                   Ahead(k_, a_.k, kb, j0, nk, k1));
+  for (int64_t g = 0; g < hkv; ++g) {
+    kblk.g = g;
+    if (absl::Status st = AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
+        !st.ok()) {
+      return st;
     }
   }
+  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+  cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
+                        w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
+  return absl::OkStatus();
+}
+
+// The block kv head by kv head, every query head of the group in one tile (rows
+// g * group * lq ..): one pass over the block's key and value rows per kv head.
+template <class T>
+absl::Status Forward<T>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
+                                           int64_t lq, int64_t qmin, Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp, nk = kblk.nk;
+  const int64_t group = a_.num_q_heads / a_.num_kv_heads, hkv = a_.num_kv_heads;
+  const int64_t kb = a_.k_begin(kblk.b);
+  const float* qb = w.qblk.get();
+  for (int64_t g = 0; g < hkv; ++g) {
+    kblk.g = g;
+    auto keys = DirectKeys(g, kb, j0, nk, w);
+    if (!keys.ok()) return keys.status();
+    kblk.krows = keys->first;
+    kblk.ldk = keys->second;
+    CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
+    kblk.vals = w.values.get() + j0 * dp;
+    if constexpr (std::is_same_v<T, float>) {
+      if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
+    }
+    kblk.ldv = p_.direct_v ? a_.v.token : dp;
+    const int64_t r0 = g * group * lq;
+    if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin,
+                                   w.m.get() + r0, w.l.get() + r0 * kSumLanes,
+                                   w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The item's state of every (head, token) row, (m, l, o), to partial[(chunk, token,
+// head)].
+template <class T>
+void Forward<T>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
+                                  const Workspace& w) const {
+  const int64_t dp = p_.dp, hq = a_.num_q_heads;
   const int64_t nq = a_.num_q_tokens(), stride = dp + 2;
   for (int64_t h = 0; h < hq; ++h) {
     for (int64_t r = 0; r < lq; ++r) {
@@ -137,7 +159,6 @@ absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_
       std::memcpy(out + 2, w.oacc.get() + row * dp, static_cast<size_t>(dp) * sizeof(float));
     }
   }
-  return absl::OkStatus();
 }
 
 // What the decode kernels request ahead (cpu::PrefetchAhead) while they read block

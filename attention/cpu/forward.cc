@@ -110,34 +110,10 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
 template <class T>
 absl::Status Forward<T>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
                                    int64_t kb, int64_t lk, bool direct, Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, bq = p_.bq;
-  const int64_t rows = nh * mq;
-  float* qb = w.qblk.get();
-  for (int64_t hi = 0; hi < nh; ++hi) {
-    float* qh = qb + hi * mq * d;
-    for (int64_t r = 0; r < mq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
-    if (tq_ != nullptr) {
-      if (absl::Status s = tq_->Forward(t0, mq, qh, d); !s.ok()) return s;
-    }
-  }
-  const float qscale = static_cast<float>(a_.scale() * kLog2e);
-  for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
-  if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
-  std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
-  if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
-    const int64_t deven = RoundUp(d, 2);
-    for (int64_t r = 0; r < rows; ++r) {
-      uint16_t* out = w.q16.get() + r * deven;
-      cpu::RoundBf16Row(qb + r * d, out, d);
-      if (deven > d) out[d] = 0;
-    }
-  }
+  const int64_t bk = p_.bk, bq = p_.bq;
+  if (absl::Status s = LoadQueries(h0, nh, t0, mq, direct, w); !s.ok()) return s;
   const int64_t* qpos = pq_.data() + t0;
-  // Tiles: up to bq rows of one head; their position ranges (causal skipping, masks).
-  struct Tile {
-    int64_t head, row, n, pmin, pmax;  // row: first buffer row; positions of its tokens
-  };
-  Tile tile[kPassRows];
+  QueryTile tile[kPassRows];
   int64_t tiles = 0;
   for (int64_t hi = 0; hi < nh; ++hi) {
     for (int64_t r0 = 0; r0 < mq; r0 += bq) {
@@ -148,90 +124,120 @@ absl::Status Forward<T>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64
   }
   int64_t qmax = std::numeric_limits<int64_t>::min();
   for (int64_t t = 0; t < tiles; ++t) qmax = std::max(qmax, tile[t].pmax);
-  const float kNegInf = -std::numeric_limits<float>::infinity();
-  std::fill(w.m.get(), w.m.get() + rows, kNegInf);
-  std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
-  std::fill(w.oacc.get(), w.oacc.get() + rows * dp, 0.0f);
+  StartRows(nh * mq, w);
   const int64_t blocks = (lk + bk - 1) / bk;
   for (int64_t blk = 0; blk < blocks; ++blk) {
     if (a_.causal && w.kmin[blk] > qmax) continue;  // entirely in every row's future
-    const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
-    const int64_t* kpos = pk_.data() + kb + j0;
-    const float* krows = nullptr;
-    int64_t ldk = 0, ncols = 0;
-    const float* panels = w.panels.get() + blk * bk * d;
-    int64_t num_panels = 0;
-    if (direct) {
-      auto keys = DirectKeys(it.g, kb, j0, nk, w);
-      if (!keys.ok()) return keys.status();
-      krows = keys->first;
-      ldk = keys->second;
-      CopyValues(it.g, kb, j0, nk, w, /*in_place=*/true);
-      ncols = RoundUp(nk, kVecPad);
-    } else {
-      if (!w.packed[blk]) {
-        if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
-      }
-      num_panels = (nk + kPanel - 1) / kPanel;
-      ncols = num_panels * kPanel;
-    }
-    KeyBlock kblk;
-    kblk.b = it.b;
-    kblk.g = it.g;
-    kblk.nk = nk;
-    kblk.kpos = kpos;
-    kblk.kmin = w.kmin[blk];
-    kblk.kmax = w.kmax[blk];
-    kblk.sorted = w.ksorted[blk];
-    kblk.direct = direct;
-    kblk.krows = krows;
-    kblk.ldk = ldk;
-    kblk.panels = panels;
-    kblk.num_panels = num_panels;
-    kblk.ncols = ncols;
-    kblk.vals = w.values.get() + j0 * dp;
-    kblk.ldv = dp;
-    if constexpr (std::is_same_v<T, float>) {
-      if (direct && p_.direct_v) {
-        kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
-        kblk.ldv = a_.v.token;
-      }
-    }
-    if (p_.bf16_dot && !direct) {
-      kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
-      kblk.pairs16 = w.pairs16.get() + j0 * dp;
-    }
-    if (direct && tiles == nh) {  // one tile per head: every head in one TileStep
-      int64_t pmin = tile[0].pmin, pmax = tile[0].pmax;
-      for (int64_t t = 1; t < tiles; ++t) {
-        pmin = std::min(pmin, tile[t].pmin);
-        pmax = std::max(pmax, tile[t].pmax);
-      }
-      if (a_.causal && kblk.kmin > pmax) continue;
-      if (absl::Status st = TileStep(kblk, h0, nh, qb, qpos, mq, pmin, w.m.get(), w.l.get(),
-                                     w.alpha.get(), w.oacc.get(), w, nullptr,
-                                     p_.nlk > 0 ? w.qlab.data() : nullptr,
-                                     p_.nlv > 0 ? w.vmass.data() : nullptr);
-          !st.ok()) {
-        return st;
-      }
-      continue;
-    }
-    for (int64_t t = 0; t < tiles; ++t) {
-      if (a_.causal && kblk.kmin > tile[t].pmax) continue;
-      const int64_t r0 = tile[t].row, h = tile[t].head;
-      const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
-      const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
-      if (absl::Status st = TileStep(
-              kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
-              w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
-              p_.nlk > 0 ? w.qlab.data() + r0 * p_.ldl : nullptr,
-              p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
-          !st.ok()) {
-        return st;
-      }
+    absl::StatusOr<KeyBlock> kblk = ItemKeyBlock(it, blk, kb, lk, direct, w);
+    if (!kblk.ok()) return kblk.status();
+    if (absl::Status st = BlockTiles(*kblk, tile, tiles, h0, nh, mq, qpos, direct, w); !st.ok()) {
+      return st;
     }
   }
+  StoreRows(h0, nh, t0, mq, w);
+  return absl::OkStatus();
+}
+
+// Key block blk of the item as its tiles see it: key rows read in place or rotated
+// (direct), else packed into panels on first use.
+template <class T>
+absl::StatusOr<typename Forward<T>::KeyBlock> Forward<T>::ItemKeyBlock(const Item& it, int64_t blk,
+                                                                       int64_t kb, int64_t lk,
+                                                                       bool direct,
+                                                                       Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
+  const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
+  const int64_t* kpos = pk_.data() + kb + j0;
+  const float* krows = nullptr;
+  int64_t ldk = 0, ncols = 0;
+  const float* panels = w.panels.get() + blk * bk * d;
+  int64_t num_panels = 0;
+  if (direct) {
+    auto keys = DirectKeys(it.g, kb, j0, nk, w);
+    if (!keys.ok()) return keys.status();
+    krows = keys->first;
+    ldk = keys->second;
+    CopyValues(it.g, kb, j0, nk, w, /*in_place=*/true);
+    ncols = RoundUp(nk, kVecPad);
+  } else {
+    if (!w.packed[blk]) {
+      if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
+    }
+    num_panels = (nk + kPanel - 1) / kPanel;
+    ncols = num_panels * kPanel;
+  }
+  KeyBlock kblk;
+  kblk.b = it.b;
+  kblk.g = it.g;
+  kblk.nk = nk;
+  kblk.kpos = kpos;
+  kblk.kmin = w.kmin[blk];
+  kblk.kmax = w.kmax[blk];
+  kblk.sorted = w.ksorted[blk];
+  kblk.direct = direct;
+  kblk.krows = krows;
+  kblk.ldk = ldk;
+  kblk.panels = panels;
+  kblk.num_panels = num_panels;
+  kblk.ncols = ncols;
+  kblk.vals = w.values.get() + j0 * dp;
+  kblk.ldv = dp;
+  if constexpr (std::is_same_v<T, float>) {
+    if (direct && p_.direct_v) {
+      kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
+      kblk.ldv = a_.v.token;
+    }
+  }
+  if (p_.bf16_dot && !direct) {
+    kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
+    kblk.pairs16 = w.pairs16.get() + j0 * dp;
+  }
+  return kblk;
+}
+
+// The query tiles (QueryRows' buffer rows, positions qpos of its mq tokens) against one
+// key block, those in its causal past only; in direct mode with one tile per head, every
+// head in one TileStep.
+template <class T>
+absl::Status Forward<T>::BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles,
+                                    int64_t h0, int64_t nh, int64_t mq, const int64_t* qpos,
+                                    bool direct, Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp;
+  const float* qb = w.qblk.get();
+  if (direct && tiles == nh) {  // one tile per head: every head in one TileStep
+    int64_t pmin = tile[0].pmin, pmax = tile[0].pmax;
+    for (int64_t t = 1; t < tiles; ++t) {
+      pmin = std::min(pmin, tile[t].pmin);
+      pmax = std::max(pmax, tile[t].pmax);
+    }
+    if (a_.causal && kblk.kmin > pmax) return absl::OkStatus();
+    return TileStep(kblk, h0, nh, qb, qpos, mq, pmin, w.m.get(), w.l.get(), w.alpha.get(),
+                    w.oacc.get(), w, nullptr, p_.nlk > 0 ? w.qlab.data() : nullptr,
+                    p_.nlv > 0 ? w.vmass.data() : nullptr);
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    if (a_.causal && kblk.kmin > tile[t].pmax) continue;
+    const int64_t r0 = tile[t].row, h = tile[t].head;
+    const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
+    const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
+    if (absl::Status st = TileStep(
+            kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
+            w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
+            p_.nlk > 0 ? w.qlab.data() + r0 * p_.ldl : nullptr,
+            p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// QueryRows' rows done: Shaw value labels added, o = acc / l stored, and lse.
+template <class T>
+void Forward<T>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp;
+  const int64_t rows = nh * mq;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
   // Shaw value labels: o_i += sum_r (mass of row i on label r) aV_r (unnormalised).
   if (p_.nlv > 0) {
     AddLabelRows(w.vmass.data(), p_.nlv, rows, p_.nlv, shaw_.v, dp, w.lab_ones.data(),
@@ -252,7 +258,6 @@ absl::Status Forward<T>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64
                    : kNegInf;
     }
   }
-  return absl::OkStatus();
 }
 
 template <class T>

@@ -81,6 +81,12 @@ class Forward {
     const uint16_t* pairs16 = nullptr;
   };
 
+  // Up to bq query rows of one head, and the range of their positions (causal skipping,
+  // masks).
+  struct QueryTile {
+    int64_t head, row, n, pmin, pmax;  // row: first buffer row
+  };
+
   // ---- Query items (forward.cc).
 
   // Rotates, transposes and copies key block blk of the item's sequence (kv head g).
@@ -92,8 +98,32 @@ class Forward {
   // online-softmax state per row. Buffer row hi * mq + r is head h0 + hi, token t0 + r.
   absl::Status QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
                          int64_t kb, int64_t lk, bool direct, Workspace& w) const;
+  absl::StatusOr<KeyBlock> ItemKeyBlock(const Item& it, int64_t blk, int64_t kb, int64_t lk,
+                                        bool direct, Workspace& w) const;
+  absl::Status BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles, int64_t h0,
+                          int64_t nh, int64_t mq, const int64_t* qpos, bool direct,
+                          Workspace& w) const;
+  void StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const;
 
-  // ---- The tile step (tile_step.cc).
+  // ---- Split-key decoding (decode.cc).
+
+  absl::Status TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1, const int64_t* qpos,
+                               int64_t lq, int64_t qmin, Workspace& w) const;
+  absl::Status DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos, int64_t lq,
+                                 int64_t qmin, Workspace& w) const;
+  void StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
+                        const Workspace& w) const;
+
+  // ---- The tile step and what both drivers do around it (tile_step.cc).
+
+  // Query rows [t0, t0 + mq) of heads [h0, h0 + nh) into w.qblk (row hi * mq + r: head
+  // h0 + hi, token t0 + r), transformed and scaled, with their Shaw label dot products
+  // and (bf16 dot products, unless direct) bf16 copies.
+  absl::Status LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+                           Workspace& w) const;
+
+  // m = -inf, l = 0, o = 0 for rows [0, rows).
+  void StartRows(int64_t rows, Workspace& w) const;
 
   // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
   // (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop

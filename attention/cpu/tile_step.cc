@@ -1,5 +1,6 @@
-// The forward's tile step: one query tile against one key block (scores, encodings,
-// mask, online softmax, O += P V), and the key and value rows it reads.
+// The forward's tile step, one query tile against one key block (scores, encodings,
+// mask, online softmax, O += P V), and what both drivers do around it: query rows
+// loaded and scaled, the rows' softmax state started, key and value rows read.
 #include <algorithm>
 #include <limits>
 #include <type_traits>
@@ -9,10 +10,51 @@
 #include "attention/cpu/kernels_bf16.h"
 #include "encodings/sequence/relative.h"
 
-
 namespace gpe {
 namespace attention {
 namespace cpu {
+
+// Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) into w.qblk (buffer
+// row hi * mq + r: head h0 + hi, token t0 + r): transformed, times softmax_scale *
+// log2(e); with Shaw key labels, their label dot products; and (bf16 dot products, not
+// direct) rounded to bf16.
+template <class T>
+absl::Status Forward<T>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+                                     Workspace& w) const {
+  const int64_t d = p_.d;
+  const int64_t rows = nh * mq;
+  float* qb = w.qblk.get();
+  for (int64_t hi = 0; hi < nh; ++hi) {
+    float* qh = qb + hi * mq * d;
+    for (int64_t r = 0; r < mq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
+    if (tq_ != nullptr) {
+      if (absl::Status s = tq_->Forward(t0, mq, qh, d); !s.ok()) return s;
+    }
+  }
+  const float qscale = static_cast<float>(a_.scale() * kLog2e);
+  for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+  if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
+  std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
+  if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
+    const int64_t deven = RoundUp(d, 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* out = w.q16.get() + r * deven;
+      cpu::RoundBf16Row(qb + r * d, out, d);
+      if (deven > d) out[d] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The online-softmax state of `rows` rows before their first key block: m = -inf,
+// l = 0, o = 0.
+template <class T>
+void Forward<T>::StartRows(int64_t rows, Workspace& w) const {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  std::fill(w.m.get(), w.m.get() + rows, kNegInf);
+  std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
+  std::fill(w.oacc.get(), w.oacc.get() + rows * p_.dp, 0.0f);
+}
 
 // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
 // (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop

@@ -22,6 +22,7 @@
 
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_bf16.h"
+#include "attention/cpu/kernels_decode.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
 #include "attention/test_util.h"

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "attention/cpu/element_rows.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_decode.h"
 #include "attention/cpu/parallel_items.h"
 
 

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_decode.h"
 #include "attention/cpu/plan.h"
 #include "attention/cpu/tile_encodings.h"
 #include "attention/cpu/workspace.h"

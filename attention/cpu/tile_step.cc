@@ -8,6 +8,7 @@
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/forward.h"
 #include "attention/cpu/kernels_bf16.h"
+#include "attention/cpu/kernels_decode.h"
 #include "encodings/sequence/relative.h"
 
 namespace gpe {

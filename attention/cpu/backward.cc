@@ -16,7 +16,6 @@
 #include "encodings/sequence/relative.h"
 #include "hwy/aligned_allocator.h"
 
-
 namespace gpe {
 namespace attention {
 namespace cpu {

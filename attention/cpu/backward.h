@@ -10,7 +10,6 @@
 #include "attention/cpu/plan.h"
 #include "attention/descriptor.h"
 
-
 namespace gpe {
 namespace attention {
 namespace cpu {
@@ -23,7 +22,6 @@ absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const T* q
                          const T* v, const T* o, const float* lse, const T* d_o, T* dq, T* dk,
                          T* dv, const BiasGradientSink& bias_sink,
                          const CpuBackwardExtras& extras);
-
 
 }  // namespace cpu
 }  // namespace attention

@@ -1,3 +1,7 @@
+// The entry points of cpu_attention.h: arguments checked and empty calls returned at
+// once, then the dispatch: split-key decoding (decode.cc) for decoding shapes, query items
+// (forward.cc) otherwise; the backward (backward.cc) once o and lse are at hand,
+// recomputed by one forward pass when not given.
 #include "attention/cpu/cpu_attention.h"
 
 #include <algorithm>

@@ -13,7 +13,6 @@
 #include "attention/cpu/kernels_decode.h"
 #include "attention/cpu/parallel_items.h"
 
-
 namespace gpe {
 namespace attention {
 namespace cpu {

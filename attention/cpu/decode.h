@@ -12,7 +12,6 @@
 #include "attention/cpu/plan.h"
 #include "attention/descriptor.h"
 
-
 namespace gpe {
 namespace attention {
 namespace cpu {
@@ -21,7 +20,6 @@ namespace cpu {
 template <class T>
 absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
                        int64_t total_k);
-
 
 }  // namespace cpu
 }  // namespace attention

@@ -1,6 +1,8 @@
 // The forward's query items: a chunk of query rows of one kv head (every query head of
 // its group) against every key block their positions allow, key blocks packed into
 // panels on first use and shared by the group (GQA).
+#include "attention/cpu/forward.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -9,10 +11,8 @@
 #include <vector>
 
 #include "attention/cpu/element_rows.h"
-#include "attention/cpu/forward.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/parallel_items.h"
-
 
 namespace gpe {
 namespace attention {

@@ -21,7 +21,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-
 // Scores straight from key rows (no panel): per key, up to 4 query rows share each
 // vector load of the key; one horizontal sum per (row, key). For few query rows per key
 // block (decoding), where packing panels would cost more than it saves.

@@ -12,7 +12,6 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-
 // ScoreTile's scores (kernels.h) read from key rows in place (row j at keys + j * ldk),
 // j < nk, for few query rows per key (decoding); nothing is written past column nk.
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,

@@ -1,12 +1,13 @@
 // The forward's tile step, one query tile against one key block (scores, encodings,
 // mask, online softmax, O += P V), and what both drivers do around it: query rows
 // loaded and scaled, the rows' softmax state started, key and value rows read.
+#include "attention/cpu/forward.h"
+
 #include <algorithm>
 #include <limits>
 #include <type_traits>
 
 #include "attention/cpu/element_rows.h"
-#include "attention/cpu/forward.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/kernels_decode.h"
 #include "encodings/sequence/relative.h"

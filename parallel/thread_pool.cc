@@ -3,147 +3,33 @@
 #include <pthread.h>
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "parallel/worker_pool.h"
+
 namespace gpe {
 namespace parallel {
 namespace {
 
-// The built-in pool: workers started on demand (a region of s slots needs s - 1 of them,
-// slot 0 running on the caller), parked on a condition variable between regions, joined
-// by Shutdown. A region's slots are claimed from an atomic counter by the caller and the
-// workers alike, so the caller finishes its own region even when every worker is busy
-// (nested or concurrent regions cannot deadlock).
-class BuiltInPool {
- public:
-  ~BuiltInPool() { Shutdown(); }
-
-  void Run(int slots, absl::FunctionRef<void(int)> fn) {
-    auto job = std::make_shared<Job>(fn, slots);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      while (static_cast<int>(workers_.size()) < slots - 1) {
-        workers_.emplace_back(&BuiltInPool::Loop, this);
-      }
-      queue_.push_back(job);
-    }
-    cv_.notify_all();
-    fn(0);
-    for (int slot = job->next.fetch_add(1); slot < slots; slot = job->next.fetch_add(1)) {
-      fn(slot);
-      job->Finish();
-    }
-    Remove(job.get());
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->done == slots - 1; });
-  }
-
-  // Stops and joins every worker; idempotent. Called with no region running.
-  void Shutdown() {
-    std::vector<std::thread> workers;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      workers.swap(workers_);
-    }
-    cv_.notify_all();
-    for (std::thread& t : workers) t.join();
-  }
-
-  int WorkerCount() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(workers_.size());
-  }
-
- private:
-  struct Job {
-    Job(absl::FunctionRef<void(int)> f, int n) : fn(f), slots(n) {}
-    void Finish() {
-      std::lock_guard<std::mutex> lock(mu);
-      if (++done == slots - 1) cv.notify_all();
-    }
-    const absl::FunctionRef<void(int)> fn;
-    const int slots;
-    std::atomic<int> next{1};
-    std::mutex mu;
-    std::condition_variable cv;
-    int done = 0;  // slots 1.. finished (guarded by mu)
-  };
-
-  void Remove(const Job* job) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      if (it->get() == job) {
-        queue_.erase(it);
-        return;
-      }
-    }
-  }
-
-  void Loop() {
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stop_ and nothing left to help with
-        job = queue_.front();
-      }
-      const int slot = job->next.fetch_add(1);
-      if (slot >= job->slots) {  // every slot taken: off the queue
-        Remove(job.get());
-        continue;
-      }
-      job->fn(slot);
-      job->Finish();
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> queue_;
-  std::vector<std::thread> workers_;
-  bool stop_ = false;
-};
-
-// The process's pools. The built-in pool lives behind a pointer so that a forked child,
-// which inherits the pool's memory but none of its threads, can start afresh: the
-// parent's object is abandoned there (joining threads that do not exist would hang).
+// The application's pool, when one is installed. Its lock is held across fork() so that a
+// child never inherits it locked by a thread that does not exist there.
 struct Pools {
   std::mutex mu;
-  BuiltInPool* built_in = nullptr;                 // created on first use
   std::shared_ptr<const ExternalPool> external;  // null: the built-in pool serves
 
   Pools() {
-    pthread_atfork(
-        [] { State().mu.lock(); }, [] { State().mu.unlock(); },
-        [] {
-          Pools& p = State();
-          p.built_in = nullptr;  // the parent's workers do not exist here
-          p.mu.unlock();
-        });
+    pthread_atfork([] { State().mu.lock(); }, [] { State().mu.unlock(); },
+                   [] { State().mu.unlock(); });
   }
-  // Library unload or process exit: the workers stop and are joined.
-  ~Pools() { delete built_in; }
 
   static Pools& State() {
-    static Pools pools;
-    return pools;
+    static Pools* pools = new Pools();  // never destroyed: calls may come during exit
+    return *pools;
   }
 };
-
-BuiltInPool& GetBuiltIn() {
-  Pools& p = Pools::State();
-  std::lock_guard<std::mutex> lock(p.mu);
-  if (p.built_in == nullptr) p.built_in = new BuiltInPool();
-  return *p.built_in;
-}
 
 std::shared_ptr<const ExternalPool> GetExternal() {
   Pools& p = Pools::State();
@@ -183,7 +69,7 @@ void Run(int slots, absl::FunctionRef<void(int)> fn) {
     ext->parallel_for(ext->user_data, slots, &RunTask, &fn);
     return;
   }
-  GetBuiltIn().Run(slots, fn);
+  WorkerPool::Shared().Run(slots, [&fn](int slot) { fn(slot); });
 }
 
 void ParallelForChunks(int chunks, int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) {
@@ -192,7 +78,7 @@ void ParallelForChunks(int chunks, int64_t n, absl::FunctionRef<void(int64_t, in
 }
 
 namespace internal {
-int BuiltInWorkerCount() { return GetBuiltIn().WorkerCount(); }
+int BuiltInWorkerCount() { return WorkerPool::Shared().NumWorkers(); }
 }  // namespace internal
 
 }  // namespace parallel

@@ -1,7 +1,8 @@
 // The one thread pool every threaded GroupPE computation runs on: the attention kernels,
-// RoPE's Apply, the closed-form INR fits. Built in (workers started on first use, joined
-// when the library is unloaded or the process exits), or supplied by the application
-// (an inference engine that owns its threads hands GroupPE a parallel-for callback).
+// RoPE's Apply, the closed-form INR fits. Built in (worker_pool.h: workers started on
+// first use, joined when the library is unloaded or the process exits, started afresh in
+// a forked child), or supplied by the application (an inference engine that owns its
+// threads hands GroupPE a parallel-for callback).
 //
 // The work model is deliberately small, so any pool can serve it: a parallel region is
 // `slots` independent tasks, fn(0) .. fn(slots - 1). Tasks may run concurrently on any

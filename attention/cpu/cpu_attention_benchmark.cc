@@ -15,6 +15,7 @@
 
 #include "attention/cpu/cpu_attention.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_decode.h"
 #include "attention/descriptor.h"
 #include "benchmark/benchmark.h"
 #include "encodings/sequence/bias.h"

@@ -1,0 +1,611 @@
+#include "attention/cpu/backward.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <vector>
+
+#include "attention/cpu/element_rows.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/parallel_items.h"
+#include "attention/cpu/tile_encodings.h"
+#include "attention/cpu/workspace.h"
+#include "encodings/sequence/relative.h"
+#include "hwy/aligned_allocator.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+namespace {
+
+template <class T>
+class Backward {
+ public:
+  Backward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v,
+           const T* o, const float* lse, const T* d_o, T* dk, T* dv,
+           float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu,
+           float* dk_rotated)
+      : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
+        dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
+        sink_mu_(sink_mu), dk_rot_(dk_rotated) {}
+
+  absl::Status Prepare() {
+    shaw_ = MakeShawTables(a_, p_);
+    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+  }
+
+  // dL/daK and dL/daV (Shaw tables, [labels][d], zeroed by the caller; null to skip):
+  // each item adds its rows' share under `mu`.
+  void SetShawGradients(double* gak, double* gav, std::mutex* mu) {
+    gak_ = gak;
+    gav_ = gav;
+    shaw_mu_ = mu;
+  }
+
+  const PreparedRowTransform* q_transform() const { return tq_.get(); }
+
+  // Keys [it.k0, it.k1) of kv head it.g against every query of its group: their dK and
+  // dV, the chunk's share of dQ', and (Shaw labels) the item's share of the tables'
+  // gradients.
+  absl::Status RunItem(const KeyItem& it, BackwardWorkspace& w) const {
+    if (absl::Status st = LoadQueries(it, w); !st.ok()) return st;
+    for (int64_t j0 = it.k0; j0 < it.k1; j0 += p_.bk) {
+      if (absl::Status st = KeyBlockGradients(it, j0, w); !st.ok()) return st;
+    }
+    const int64_t lq = a_.q_end(it.b) - a_.q_begin(it.b);
+    if (p_.nlk > 0 || p_.nlv > 0) ShawItemGradients(it, lq, w);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Keys [j0, j0 + nk) of an item's sequence (indices within it), as its query tiles
+  // see them.
+  struct KeyBlock {
+    int64_t j0 = 0, nk = 0;
+    int64_t panels = 0, ncols = 0;  // key panels, and score columns (padding masked)
+    const int64_t* kpos = nullptr;
+    int64_t kmin = 0, kmax = 0;
+    bool sorted = false;  // key positions non-decreasing
+    // The first query tile computed against this block and against the next one (causal
+    // skips the tiles wholly before a block): where the prefetch goes at a wrap.
+    int64_t first_r0 = 0, next_first_r0 = 0;
+  };
+
+  // Query rows [r0, r0 + nr) (tokens qb + r0 ..) of query head h, the group's head hi.
+  struct QueryTile {
+    int64_t hi = 0, h = 0, r0 = 0, nr = 0;
+    const int64_t* qpos = nullptr;
+    int64_t qmin = 0, qmax = 0;
+    const float* qrows = nullptr;  // Qs and dO rows (stride group * dp)
+    const float* drows = nullptr;
+  };
+
+  int64_t Group() const { return a_.num_q_heads / a_.num_kv_heads; }
+
+  // The item's dQ' rows of query head h from token t (stride dp).
+  float* DqRows(const KeyItem& it, int64_t h, int64_t t) const {
+    return dq_acc_ + it.chunk * chunk_stride_ + (h * nq_ + t) * p_.dp;
+  }
+
+  // The group's queries: q' scale log2(e) (Qs), dO, lse log2(e), D = rowsum(dO o), and
+  // (Shaw labels) their label dot products, the per-label sums cleared.
+  absl::Status LoadQueries(const KeyItem& it, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp;
+    const int64_t group = Group(), hq = a_.num_q_heads;
+    const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
+    const int64_t ld = group * dp;  // row stride of one head in qs / dout
+    const float scale = static_cast<float>(a_.scale());
+    const float log2e = static_cast<float>(kLog2e);
+    std::fill(w.qs.get(), w.qs.get() + lq * ld, 0.0f);
+    std::fill(w.dout.get(), w.dout.get() + lq * ld, 0.0f);
+    for (int64_t hi = 0; hi < group; ++hi) {
+      const int64_t h = it.g * group + hi;
+      for (int64_t r = 0; r < lq; ++r) {
+        float* qrow = w.qs.get() + r * ld + hi * dp;
+        float* drow = w.dout.get() + r * ld + hi * dp;
+        const T* orow = o_ + a_.QOffset(a_.o, qb + r, h);
+        LoadRow(q_ + a_.QOffset(a_.q, qb + r, h), qrow, d);
+        LoadRow(do_ + a_.QOffset(a_.o, qb + r, h), drow, d);
+        float dsum = 0.0f;
+        for (int64_t c = 0; c < d; ++c) dsum += drow[c] * ToF(orow[c]);
+        w.dsum[r * group + hi] = dsum;
+        const float l = lse_[(qb + r) * hq + h];
+        w.lse2[r * group + hi] = l * log2e;  // -inf stays -inf
+      }
+      if (tq_ != nullptr && lq > 0) {
+        if (absl::Status st = tq_->Forward(qb, lq, w.qs.get() + hi * dp, ld); !st.ok()) return st;
+      }
+    }
+    const float qscale = scale * log2e;
+    for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
+    // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride dp.
+    const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
+    if (nlk > 0) {
+      LabelDots(w.qs.get(), dp, lq * group, d, shaw_.k, w.qlab.data(), ldl);
+      std::fill(w.kmass.begin(), w.kmass.begin() + lq * group * nlk, 0.0f);
+    }
+    if (nlv > 0) {
+      LabelDots(w.dout.get(), dp, lq * group, d, shaw_.v, w.dolab.data(), ldl);
+      std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
+    }
+    return absl::OkStatus();
+  }
+
+  // The first query tile (its first row) that a key block with smallest position kmin
+  // computes: causal skips the tiles wholly before it.
+  int64_t FirstTile(const KeyItem& it, int64_t kmin) const {
+    const int64_t bq = p_.bq;
+    const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
+    if (!a_.causal) return 0;
+    for (int64_t r0 = 0; r0 < lq; r0 += bq) {
+      const int64_t* qpos = pq_.data() + qb + r0;
+      if (*std::max_element(qpos, qpos + std::min(bq, lq - r0)) >= kmin) return r0;
+    }
+    return 0;
+  }
+
+  KeyBlock MakeKeyBlock(const KeyItem& it, int64_t j0) const {
+    const int64_t bk = p_.bk;
+    KeyBlock kb;
+    kb.j0 = j0;
+    kb.nk = std::min(bk, it.k1 - j0);
+    kb.panels = (kb.nk + kPanel - 1) / kPanel;
+    kb.ncols = kb.panels * kPanel;
+    kb.kpos = pk_.data() + a_.k_begin(it.b) + j0;
+    kb.kmin = *std::min_element(kb.kpos, kb.kpos + kb.nk);
+    kb.kmax = *std::max_element(kb.kpos, kb.kpos + kb.nk);
+    kb.first_r0 = FirstTile(it, kb.kmin);
+    if (j0 + bk < it.k1) {
+      const int64_t* next = kb.kpos + bk;
+      kb.next_first_r0 =
+          FirstTile(it, *std::min_element(next, next + std::min(bk, it.k1 - j0 - bk)));
+    }
+    kb.sorted = std::is_sorted(kb.kpos, kb.kpos + kb.nk);
+    return kb;
+  }
+
+  // Key rows (transformed, padded), their panels, and the value panels; dK' and dV
+  // cleared.
+  absl::Status LoadKeyBlock(const KeyItem& it, const KeyBlock& kb, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, nk = kb.nk, j0 = kb.j0;
+    const int64_t ks = a_.k_begin(it.b);
+    for (int64_t j = 0; j < nk; ++j) {
+      float* row = w.krows.get() + j * dp;
+      LoadRow(k_ + a_.KOffset(a_.k, ks + j0 + j, it.g), row, d);
+      std::fill(row + d, row + dp, 0.0f);
+    }
+    if (tk_ != nullptr) {
+      if (absl::Status st = tk_->Forward(ks + j0, nk, w.krows.get(), dp); !st.ok()) return st;
+    }
+    cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
+    if constexpr (std::is_same_v<T, float>) {
+      cpu::PackKeyPanels(v_ + a_.KOffset(a_.v, ks + j0, it.g), nk, a_.v.token, d,
+                         w.vpanels.get());
+    } else {  // widened through dv's buffer, which is cleared next
+      for (int64_t j = 0; j < nk; ++j) {
+        LoadRow(v_ + a_.KOffset(a_.v, ks + j0 + j, it.g), w.dv.get() + j * dp, d);
+      }
+      cpu::PackKeyPanels(w.dv.get(), nk, dp, d, w.vpanels.get());
+    }
+    std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
+    std::fill(w.dv.get(), w.dv.get() + nk * dp, 0.0f);
+    return absl::OkStatus();
+  }
+
+  // One key block of an item against every allowed query tile of the group, then its
+  // dK and dV stored.
+  absl::Status KeyBlockGradients(const KeyItem& it, int64_t j0, BackwardWorkspace& w) const {
+    const int64_t dp = p_.dp, bq = p_.bq;
+    const int64_t group = Group();
+    const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
+    const int64_t ld = group * dp;
+    const KeyBlock kb = MakeKeyBlock(it, j0);
+    if (absl::Status st = LoadKeyBlock(it, kb, w); !st.ok()) return st;
+    for (int64_t hi = 0; hi < group; ++hi) {
+      for (int64_t r0 = 0; r0 < lq; r0 += bq) {
+        QueryTile qt;
+        qt.hi = hi;
+        qt.h = it.g * group + hi;
+        qt.r0 = r0;
+        qt.nr = std::min(bq, lq - r0);
+        qt.qpos = pq_.data() + qb + r0;
+        qt.qmin = *std::min_element(qt.qpos, qt.qpos + qt.nr);
+        qt.qmax = *std::max_element(qt.qpos, qt.qpos + qt.nr);
+        if (a_.causal && kb.kmin > qt.qmax) continue;  // the whole tile is in the future
+        qt.qrows = w.qs.get() + r0 * ld + hi * dp;
+        qt.drows = w.dout.get() + r0 * ld + hi * dp;
+        if (absl::Status st = TileGradients(it, kb, qt, w); !st.ok()) return st;
+      }
+    }
+    return StoreKeyBlock(it, kb, w);
+  }
+
+  // The next tile's rows of Qs and dO (requested during S = Q K^T) and of dQ' (during
+  // dP = dO V^T): next in KeyBlockGradients' order, or the first computed one of the
+  // next head or key block. Read a tile later from cache rather than memory.
+  void NextTileAhead(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
+                     const BackwardWorkspace& w, cpu::PrefetchRows* ahead_q,
+                     cpu::PrefetchRows* ahead_dq) const {
+    const int64_t d = p_.d, dp = p_.dp, bq = p_.bq;
+    const int64_t group = Group();
+    const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
+    const int64_t ld = group * dp;
+    int64_t nhi = qt.hi, nr0 = qt.r0 + bq;
+    if (nr0 >= lq) {
+      nhi = qt.hi + 1 < group ? qt.hi + 1 : 0;
+      nr0 = qt.hi + 1 < group ? kb.first_r0 : kb.next_first_r0;
+    }
+    const int64_t rows = std::min(bq, lq - nr0);
+    ahead_q->num = 2;
+    ahead_q->base[0] = w.qs.get() + nr0 * ld + nhi * dp;
+    ahead_q->base[1] = w.dout.get() + nr0 * ld + nhi * dp;
+    ahead_q->rows = rows;
+    ahead_q->ld = ld;
+    ahead_q->row_floats = d;
+    ahead_dq->num = 1;
+    ahead_dq->base[0] = DqRows(it, it.g * group + nhi, qb + nr0);
+    ahead_dq->rows = rows;
+    ahead_dq->ld = dp;
+    ahead_dq->row_floats = d;
+  }
+
+  // One query tile against one key block: P recomputed (Probabilities), then dV += P^T dO,
+  // dS (ScoreGradients), dQ' += dS K and dK' += dS^T Qs.
+  absl::Status TileGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
+                             BackwardWorkspace& w) const {
+    const int64_t dp = p_.dp, bk = p_.bk;
+    const int64_t ld = Group() * dp;
+    cpu::PrefetchRows ahead_q, ahead_dq;
+    NextTileAhead(it, kb, qt, w, &ahead_q, &ahead_dq);
+    if (absl::Status st = Probabilities(it, kb, qt, ahead_q, w); !st.ok()) return st;
+    // dV += P^T dO.
+    cpu::AccumulateTileTAdd(w.s.get(), bk, kb.nk, qt.nr, qt.drows, ld, dp, w.dv.get(), dp);
+    if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w); !st.ok()) return st;
+    // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
+    const float* ds = w.dp.get();
+    float* dq = DqRows(it, qt.h, a_.q_begin(it.b) + qt.r0);
+    cpu::AccumulateTileAdd(ds, bk, qt.nr, kb.nk, w.krows.get(), dp, dp, dq, dp);
+    cpu::AccumulateTileTAdd(ds, bk, kb.nk, qt.nr, qt.qrows, ld, dp, w.dk.get(), dp);
+    return absl::OkStatus();
+  }
+
+  // P = exp2(S - lse2) of the tile into w.s, S as the forward formed it (Shaw key labels,
+  // locality factors (kept in w.loc for dS), biases, the causal mask, padding at -inf);
+  // and (Shaw value labels, for dL/daV) P's mass per label.
+  absl::Status Probabilities(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
+                             const cpu::PrefetchRows& ahead_q, BackwardWorkspace& w) const {
+    using encodings::sequence::ShawRelative;
+    const int64_t d = p_.d, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
+    const int64_t group = Group(), ld = group * p_.dp;
+    const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
+    const int64_t* kpos = kb.kpos;
+    const int64_t* qpos = qt.qpos;
+    const float log2e = static_cast<float>(kLog2e);
+    const float kNegInf = -std::numeric_limits<float>::infinity();
+    const encodings::sequence::AdditiveBias* bias =
+        a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
+    float* s = w.s.get();
+    cpu::ScoreTileAhead(qt.qrows, ld, nr, d, w.kpanels.get(), kb.panels, s, bk, ahead_q);
+    if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * ldl;
+        const int64_t one = BlockLabel(qpos[r], kb.kmin, kb.kmax, shaw_.k.kmax);
+        for (int64_t j = 0; j < nk; ++j) {
+          s[r * bk + j] +=
+              ql[one >= 0 ? one : ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.k.kmax)];
+        }
+      }
+    }
+    if (a_.locality.has_value()) {
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) {
+          auto f = encodings::sequence::LocalityFactor(Distance(qpos[r], kpos[j]), *a_.locality);
+          if (!f.ok()) return f.status();
+          w.loc[r * bk + j] = static_cast<float>(*f);
+          s[r * bk + j] *= w.loc[r * bk + j];
+        }
+      }
+    }
+    if (bias != nullptr) {
+      if (absl::Status st =
+              FillBias(*bias, qt.h, qpos, nr, kpos, nk, w.bias.get(), bk, &w.bias_scratch);
+          !st.ok()) {
+        return st;
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) s[r * bk + j] += log2e * w.bias[r * bk + j];
+      }
+    }
+    if (a_.causal && kb.kmax > qt.qmin) {
+      for (int64_t r = 0; r < nr; ++r) {
+        float* sr = s + r * bk;
+        if (kb.sorted) {
+          const int64_t first = std::upper_bound(kpos, kpos + nk, qpos[r]) - kpos;
+          std::fill(sr + first, sr + nk, kNegInf);
+        } else {
+          for (int64_t j = 0; j < nk; ++j) {
+            if (kpos[j] > qpos[r]) sr[j] = kNegInf;
+          }
+        }
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
+      w.shift[r] = w.lse2[(r0 + r) * group + hi];
+    }
+    cpu::ExpTile(s, bk, nr, kb.ncols, w.shift.get());  // P
+    if (nlv > 0 && gav_ != nullptr) {  // per-label P mass for dL/daV
+      for (int64_t r = 0; r < nr; ++r) {
+        float* pm = w.pmass.data() + ((r0 + r) * group + hi) * nlv;
+        const int64_t one = BlockLabel(qpos[r], kb.kmin, kb.kmax, shaw_.v.kmax);
+        if (one >= 0) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < nk; ++j) sum += s[r * bk + j];
+          pm[one] += sum;
+          continue;
+        }
+        for (int64_t j = 0; j < nk; ++j) {
+          pm[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.v.kmax)] += s[r * bk + j];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // dS = P (dP - D) into w.dp (over dP: one tile less in L2; dP is not needed after),
+  // with dP = dO V^T (+ Shaw value labels): the gradient of the natural-log score, given
+  // to the bias sink, then times the locality factors; and (Shaw key labels) dS's mass
+  // per label.
+  absl::Status ScoreGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
+                              const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w) const {
+    using encodings::sequence::ShawRelative;
+    const int64_t d = p_.d, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
+    const int64_t group = Group(), ld = group * p_.dp;
+    const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
+    const int64_t* kpos = kb.kpos;
+    const int64_t* qpos = qt.qpos;
+    const float* s = w.s.get();
+    float* dpt = w.dp.get();
+    cpu::ScoreTileAhead(qt.drows, ld, nr, d, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
+    if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;
+        const int64_t one = BlockLabel(qpos[r], kb.kmin, kb.kmax, shaw_.v.kmax);
+        for (int64_t j = 0; j < nk; ++j) {
+          dpt[r * bk + j] +=
+              dl[one >= 0 ? one : ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.v.kmax)];
+        }
+      }
+    }
+    float* ds = dpt;
+    for (int64_t r = 0; r < nr; ++r) w.shift[r] = w.dsum[(r0 + r) * group + hi];
+    cpu::SoftmaxGradTile(s, bk, ds, bk, nr, kb.ncols, w.shift.get());
+    if (sink_) {
+      std::vector<double>& g = w.grad;
+      g.resize(static_cast<size_t>(nr * nk));
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) g[r * nk + j] = ds[r * bk + j];
+      }
+      std::lock_guard<std::mutex> lock(*sink_mu_);
+      if (absl::Status st = sink_(it.b, qt.h, absl::MakeConstSpan(qpos, nr),
+                                  absl::MakeConstSpan(kpos, nk), g.data(), nk);
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (a_.locality.has_value()) {
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) ds[r * bk + j] *= w.loc[r * bk + j];
+      }
+    }
+    if (nlk > 0) {  // per-label dS mass: dQ' and dL/daK at the end of the item
+      for (int64_t r = 0; r < nr; ++r) {
+        float* km = w.kmass.data() + ((r0 + r) * group + hi) * nlk;
+        const int64_t one = BlockLabel(qpos[r], kb.kmin, kb.kmax, shaw_.k.kmax);
+        if (one >= 0) {
+          float sum = 0.0f;
+          for (int64_t j = 0; j < nk; ++j) sum += ds[r * bk + j];
+          km[one] += sum;
+          continue;
+        }
+        for (int64_t j = 0; j < nk; ++j) {
+          km[ShawRelative::LabelIndex(qpos[r], kpos[j], shaw_.k.kmax)] += ds[r * bk + j];
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // dK = T^T (dK' / log2 e) (and dK' itself where asked for), dV as is, into the
+  // tensors.
+  absl::Status StoreKeyBlock(const KeyItem& it, const KeyBlock& kb, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, nk = kb.nk, j0 = kb.j0;
+    const int64_t ks = a_.k_begin(it.b);
+    const float unscale = static_cast<float>(1.0 / kLog2e);
+    for (int64_t i = 0; i < nk * dp; ++i) w.dk[i] *= unscale;
+    if (dk_rot_ != nullptr) {
+      for (int64_t j = 0; j < nk; ++j) {
+        std::memcpy(dk_rot_ + a_.KOffset(a_.k, ks + j0 + j, it.g), w.dk.get() + j * dp,
+                    static_cast<size_t>(d) * sizeof(float));
+      }
+    }
+    if (tk_ != nullptr) {
+      if (absl::Status st = tk_->Backward(ks + j0, nk, w.dk.get(), dp); !st.ok()) return st;
+    }
+    for (int64_t j = 0; j < nk; ++j) {
+      if (dk_ != nullptr) StoreRow(w.dk.get() + j * dp, dk_ + a_.KOffset(a_.k, ks + j0 + j, it.g), d);
+      if (dv_ != nullptr) StoreRow(w.dv.get() + j * dp, dv_ + a_.KOffset(a_.v, ks + j0 + j, it.g), d);
+    }
+    return absl::OkStatus();
+  }
+
+  // Shaw labels at the end of an item, from its rows' per-label sums (descriptor.h):
+  // dQ'_i += sum_r M_ir aK_r (scaled with the rest of dQ' later), dL/daK_r +=
+  // sum_i M_ir Qs_i / log2 e (= scale sum_i M_ir q'_i), dL/daV_r += sum_i P_ir dO_i.
+  void ShawItemGradients(const KeyItem& it, int64_t lq, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, nlk = p_.nlk, nlv = p_.nlv;
+    const int64_t group = a_.num_q_heads / a_.num_kv_heads;
+    const int64_t qb = a_.q_begin(it.b);
+    std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
+    std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
+    const double unscale = 1.0 / kLog2e;
+    // dQ'_i += sum_r M_ir aK_r, head by head (rows r * group + hi of kmass).
+    for (int64_t hi = 0; hi < group && nlk > 0; ++hi) {
+      float* dq = DqRows(it, it.g * group + hi, qb);
+      AddLabelRows(w.kmass.data() + hi * nlk, group * nlk, lq, nlk, shaw_.k, dp,
+                   w.lab_ones.data(), dq, dp);
+    }
+    for (int64_t r = 0; r < lq; ++r) {
+      for (int64_t hi = 0; hi < group; ++hi) {
+        const int64_t row = r * group + hi;
+        if (!gk.empty()) {
+          const float* km = w.kmass.data() + row * nlk;
+          const float* qs = w.qs.get() + row * dp;
+          for (int64_t t = 0; t < nlk; ++t) {
+            if (km[t] == 0.0f) continue;
+            for (int64_t c = 0; c < d; ++c) gk[t * d + c] += unscale * km[t] * qs[c];
+          }
+        }
+        if (!gv.empty()) {
+          const float* pm = w.pmass.data() + row * nlv;
+          const float* dout = w.dout.get() + row * dp;
+          for (int64_t t = 0; t < nlv; ++t) {
+            if (pm[t] == 0.0f) continue;
+            for (int64_t c = 0; c < d; ++c) gv[t * d + c] += double(pm[t]) * dout[c];
+          }
+        }
+      }
+    }
+    if (gk.empty() && gv.empty()) return;
+    std::lock_guard<std::mutex> lock(*shaw_mu_);
+    for (size_t i = 0; i < gk.size(); ++i) gak_[i] += gk[i];
+    for (size_t i = 0; i < gv.size(); ++i) gav_[i] += gv[i];
+  }
+
+  const AttentionArgs& a_;
+  const Plan& p_;
+  const T *q_, *k_, *v_, *o_;
+  const float* lse_;
+  const T* do_;
+  T *dk_, *dv_;
+  // dQ' partial sums, [chunk][q head][token][dp]: each head's rows contiguous, so a query
+  // tile's rows are one stream (token-major rows of all heads would put them hq * dp
+  // floats apart, a page or more, one TLB entry per row).
+  float* dq_acc_;
+  int64_t chunk_stride_;
+  int64_t nq_;
+  const BiasGradientSink& sink_;
+  std::mutex* sink_mu_;
+  float* dk_rot_;
+  std::vector<int64_t> pq_, pk_;
+  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  ShawTables shaw_;
+  double *gak_ = nullptr, *gav_ = nullptr;
+  std::mutex* shaw_mu_ = nullptr;
+};
+
+// A [chunks][q head][token][dp] dQ' accumulator of `floats` floats, zeroed by all
+// threads (tens of MiB at long sequences: first touch and clearing in parallel rather
+// than on the calling thread while the others wait).
+hwy::AlignedFreeUniquePtr<float[]> ZeroedDqAccumulator(int threads, int64_t acc_floats) {
+  hwy::AlignedFreeUniquePtr<float[]> dq_acc = hwy::AllocateAligned<float>(std::max<int64_t>(acc_floats, 1));
+  constexpr int64_t kZeroBlock = int64_t{1} << 18;  // floats per parallel item (1 MiB)
+  ParallelItems(threads, (acc_floats + kZeroBlock - 1) / kZeroBlock, [&](int64_t i, int) {
+    const int64_t b = i * kZeroBlock;
+    std::fill(dq_acc.get() + b, dq_acc.get() + std::min(acc_floats, b + kZeroBlock), 0.0f);
+  });
+  return dq_acc;
+}
+
+// dq (and dq_rotated) from the key chunks' dQ' partial sums in acc: their sum, times
+// scale, then the transpose of the q transform tq, one q head per parallel item (each
+// head's rows are contiguous in acc).
+template <class T>
+absl::Status FinishDq(const AttentionArgs& args, const Plan& plan, int64_t chunks,
+                      int64_t chunk_stride, float* acc, const PreparedRowTransform* tq, T* dq,
+                      float* dq_rotated) {
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.head_dim;
+  const int64_t dp = plan.dp;
+  const float scale = static_cast<float>(args.scale());
+  const int64_t head = nq * dp;  // floats per head in one chunk
+  struct NoWorkspace {};
+  return RunItems<NoWorkspace>(
+      plan.threads, hq, [] { return std::make_unique<NoWorkspace>(); },
+      [&](int64_t h, NoWorkspace&) -> absl::Status {
+        float* rows = acc + h * head;
+        for (int64_t c = 1; c < chunks; ++c) {
+          const float* part = acc + c * chunk_stride + h * head;
+          for (int64_t i = 0; i < head; ++i) rows[i] += part[i];
+        }
+        for (int64_t i = 0; i < head; ++i) rows[i] *= scale;
+        if (dq_rotated != nullptr) {
+          for (int64_t t = 0; t < nq; ++t) {
+            std::memcpy(dq_rotated + args.QOffset(args.q, t, h), rows + t * dp,
+                        static_cast<size_t>(d) * sizeof(float));
+          }
+        }
+        if (dq == nullptr) return absl::OkStatus();
+        if (tq != nullptr) {
+          if (absl::Status st = tq->Backward(0, nq, rows, dp); !st.ok()) return st;
+        }
+        for (int64_t t = 0; t < nq; ++t) StoreRow(rows + t * dp, dq + args.QOffset(args.q, t, h), d);
+        return absl::OkStatus();
+      });
+}
+
+}  // namespace
+
+template <class T>
+absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const T* q, const T* k,
+                         const T* v, const T* o, const float* lse, const T* d_o, T* dq, T* dk,
+                         T* dv, const BiasGradientSink& bias_sink,
+                         const CpuBackwardExtras& extras) {
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads;
+  const BackwardPlan bp = MakeKeyItems(args, plan);
+  const int64_t chunk_stride = nq * hq * plan.dp;
+  hwy::AlignedFreeUniquePtr<float[]> dq_acc =
+      ZeroedDqAccumulator(plan.threads, std::max<int64_t>(bp.chunks, 1) * chunk_stride);
+  std::mutex sink_mu, shaw_mu;
+  Backward<T> bwd(args, plan, q, k, v, o, lse, d_o, dk, dv, dq_acc.get(), chunk_stride,
+                  bias_sink, &sink_mu, extras.dk_rotated);
+  if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
+  bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
+  int64_t max_lq = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+  }
+  const int64_t group = hq / args.num_kv_heads;
+  const int threads = static_cast<int>(
+      std::min<int64_t>(plan.threads, std::max<int64_t>(static_cast<int64_t>(bp.items.size()), 1)));
+  absl::Status first = RunItems<BackwardWorkspace>(
+      threads, static_cast<int64_t>(bp.items.size()),
+      [&] { return std::make_unique<BackwardWorkspace>(plan, max_lq, group); },
+      [&](int64_t i, BackwardWorkspace& w) { return bwd.RunItem(bp.items[i], w); });
+  if (!first.ok()) return first;
+  // dK, dV: every key belongs to an item, so all are written (keys of sequences with no
+  // queries get their zero gradients there too); dq from the chunks' partial sums.
+  if ((dq != nullptr || extras.dq_rotated != nullptr) && nq > 0) {
+    return FinishDq(args, plan, bp.chunks, chunk_stride, dq_acc.get(), bwd.q_transform(), dq,
+                    extras.dq_rotated);
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const float* q,
+                                  const float* k, const float* v, const float* o, const float* lse,
+                                  const float* d_o, float* dq, float* dk, float* dv,
+                                  const BiasGradientSink& bias_sink,
+                                  const CpuBackwardExtras& extras);
+template absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const BFloat16* q,
+                                  const BFloat16* k, const BFloat16* v, const BFloat16* o,
+                                  const float* lse, const BFloat16* d_o, BFloat16* dq, BFloat16* dk,
+                                  BFloat16* dv, const BiasGradientSink& bias_sink,
+                                  const CpuBackwardExtras& extras);
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe

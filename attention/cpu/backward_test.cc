@@ -1,0 +1,255 @@
+// CpuBackward (backward.cc) against the double reference with the flash-attention
+// accuracy criterion (test_util.h) for dq, dk, dv and the Shaw tables' gradients:
+// shapes below, at and above the tiles, GQA, varlen, KV caches, positions, transforms,
+// biases, locality, Shaw labels; the bias-gradient sink against the reference's, and
+// GRAPE-M generator gradients through the kernel against central differences.
+#include "attention/cpu/cpu_attention.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cpu/test_util.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "attention/test_util.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::AlibiBias;
+using encodings::sequence::AlibiForm;
+using encodings::sequence::GrapeMProduct;
+using encodings::sequence::Rank2Generator;
+using encodings::sequence::Rope;
+using encodings::sequence::T5BucketConfig;
+using encodings::sequence::T5RelativeBias;
+using test::Bshd;
+using test::CaseListOptions;
+using test::CheckBackward;
+using test::Extent;
+using test::ForEachShawCase;
+using test::ForEachStructuredCase;
+using test::MakeRope;
+using test::RandomF;
+using test::RandomUniform;
+using test::Thd;
+
+TEST(CpuBackward, ShapesBelowAtAndAboveTiles) {
+  CpuAttentionOptions small;
+  small.block_q = 16;
+  small.block_k = 64;
+  small.num_threads = 3;
+  int seed = 200;
+  for (int64_t d : {32, 80, 128}) {
+    for (int64_t l : {1, 17, 64, 65, 130}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
+        a.causal = causal;
+        CheckBackward(a, small, ++seed,
+                      "d " + std::to_string(d) + " l " + std::to_string(l) + (causal ? " causal" : ""));
+      }
+    }
+  }
+  AttentionArgs a = Bshd(1, 150, 150, 2, 2, 64);
+  a.causal = true;
+  CheckBackward(a, {}, ++seed, "default tiles");
+}
+
+TEST(CpuBackward, GqaVarlenKvCacheAndPositions) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 64;
+  opt.num_threads = 2;
+  AttentionArgs a = Bshd(2, 21, 40, 6, 2, 40);
+  a.causal = true;
+  CheckBackward(a, opt, 300, "gqa 6/2 kv cache");
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 20, 57};
+  const std::vector<int64_t> cu_k = {0, 3, 4, 40, 40, 77};
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, 48);
+  t.causal = true;
+  CheckBackward(t, opt, 301, "varlen");
+  AttentionArgs e = Bshd(1, 9, 40, 2, 2, 32);
+  e.causal = true;
+  std::vector<int64_t> pk(40), pq = {-5, 100, 3, 17, 39, 0, 20, 21, 8};
+  for (int64_t j = 0; j < 40; ++j) pk[j] = (j * 17) % 40;
+  e.q_positions = pq;
+  e.k_positions = pk;
+  CheckBackward(e, opt, 302, "explicit positions");
+}
+
+TEST(CpuBackward, TransformsBiasesAndLocality) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  Rope rope = MakeRope(64, 48, group::PlanePairing::kInterleaved);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, 64);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  CheckBackward(a, opt, 400, "rope partial");
+  a.q_transform = a.k_transform = nullptr;
+  auto alibi = AlibiBias::CreateStandard(4, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  a.biases = {&*alibi};
+  a.locality = 0.98;
+  CheckBackward(a, opt, 401, "alibi + locality");
+}
+
+TEST(CpuBackward, StructuredTransformsInsideTheKernel) {
+  const CpuAttentionOptions opt = CaseListOptions();
+  uint64_t seed = 600;
+  ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckBackward(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuBackward, ShawLabelsAndTableGradients) {
+  const CpuAttentionOptions opt = CaseListOptions();
+  uint64_t seed = 800;
+  ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckBackward(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuBackward, BiasGradientSinkMatchesReference) {
+  // T5 table gradient through the sink equals the reference's.
+  std::mt19937_64 rng(12);
+  const int64_t hq = 2;
+  T5BucketConfig cfg;
+  cfg.num_buckets = 8;
+  cfg.max_distance = 20;
+  auto t5 = T5RelativeBias::Create(RandomUniform(8 * hq, &rng), hq, cfg);
+  ASSERT_TRUE(t5.ok());
+  AttentionArgs a = Bshd(2, 33, 33, hq, 1, 16);
+  a.causal = true;
+  a.biases = {&*t5};
+  const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(nk, &rng), v = RandomF(nk, &rng),
+                     dout = RandomF(n, &rng);
+  std::vector<double> g_cpu(8 * hq, 0.0), g_ref(8 * hq, 0.0);
+  BiasGradientSink cpu_sink = [&](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+    return t5->AccumulateTableGradient(head, qp, kp, g, ld, absl::MakeSpan(g_cpu));
+  };
+  BiasGradientSink ref_sink = [&](int64_t, int64_t head, absl::Span<const int64_t> qp,
+                                  absl::Span<const int64_t> kp, const double* g, int64_t ld) {
+    return t5->AccumulateTableGradient(head, qp, kp, g, ld, absl::MakeSpan(g_ref));
+  };
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 64;
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, dout.data(), nullptr,
+                          nullptr, nullptr, cpu_sink, opt)
+                  .ok());
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end()),
+      dod(dout.begin(), dout.end());
+  ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(), nullptr,
+                                        nullptr, nullptr, ref_sink)
+                  .ok());
+  for (size_t i = 0; i < g_ref.size(); ++i) {
+    // Sums of ~500 float products of O(1) values: 1e-4 absolute is ~100 float ulps.
+    EXPECT_NEAR(g_cpu[i], g_ref[i], 1e-4) << i;
+  }
+  double total = 0;
+  for (double x : g_ref) total += std::fabs(x);
+  EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
+}
+
+TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {
+  // dL/d(a, b, omega) of learned GRAPE-M generators: dq', dk' from the kernel, then
+  // GrapeMProduct::Backward on each side, against central differences of the double
+  // reference's loss L = sum(w * o).
+  std::mt19937_64 rng(77);
+  const int64_t d = 8, l = 20, hq = 2;
+  std::vector<Rank2Generator> gens = {
+      Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.4},
+      Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), -0.9}};
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.causal = true;
+  const size_t n = Extent(a, a.q, true);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
+                     w = RandomF(n, &rng);
+  auto prod = GrapeMProduct::Create(gens);
+  ASSERT_TRUE(prod.ok());
+  GrapeMRowTransform<GrapeMProduct> tr(*prod);
+  a.q_transform = a.k_transform = &tr;
+  std::vector<float> dq_rot(n), dk_rot(n);
+  CpuBackwardExtras extras;
+  extras.dq_rotated = dq_rot.data();
+  extras.dk_rotated = dk_rot.data();
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(), nullptr,
+                          nullptr, nullptr, nullptr, {}, extras)
+                  .ok());
+  std::vector<int64_t> pos(l);
+  for (int64_t t = 0; t < l; ++t) pos[t] = t;
+  // Rows of one head at a time (token-major with hq heads: stride hq * d).
+  GrapeMProduct::Gradients total;
+  for (int64_t h = 0; h < hq; ++h) {
+    for (const auto* side : {&q, &k}) {
+      const std::vector<float>& grad = side == &q ? dq_rot : dk_rot;
+      GrapeMProduct::Gradients g;
+      ASSERT_TRUE(prod->Backward(pos, side->data() + h * d, hq * d, grad.data() + h * d, hq * d,
+                                 static_cast<float*>(nullptr), 0, &g)
+                      .ok());
+      if (total.generators.empty()) {
+        total = g;
+      } else {
+        for (size_t i = 0; i < g.generators.size(); ++i) {
+          for (int64_t e = 0; e < d; ++e) {
+            total.generators[i].a[e] += g.generators[i].a[e];
+            total.generators[i].b[e] += g.generators[i].b[e];
+          }
+          total.generators[i].omega += g.generators[i].omega;
+        }
+      }
+    }
+  }
+  std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
+  auto loss = [&](const std::vector<Rank2Generator>& gs) {
+    auto p = GrapeMProduct::Create(gs);
+    EXPECT_TRUE(p.ok());
+    GrapeMRowTransform<GrapeMProduct> t(*p);
+    AttentionArgs b = a;
+    b.q_transform = b.k_transform = &t;
+    std::vector<double> o(n);
+    EXPECT_TRUE(ReferenceForward<double>(b, qd.data(), kd.data(), vd.data(), o.data()).ok());
+    double s = 0;
+    for (size_t i = 0; i < n; ++i) s += w[i] * o[i];
+    return s;
+  };
+  // Central differences in double, step 1e-5: truncation and rounding ~1e-9; the kernel's
+  // float32 gradients carry ~1e-6 relative error on sums of O(10) terms: 2e-4 absolute.
+  const double hstep = 1e-5;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    for (int64_t e = 0; e < d; e += 3) {
+      auto plus = gens, minus = gens;
+      plus[i].a[e] += hstep;
+      minus[i].a[e] -= hstep;
+      EXPECT_NEAR(total.generators[i].a[e], (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+          << "a " << i << " " << e;
+      plus = gens;
+      minus = gens;
+      plus[i].b[e] += hstep;
+      minus[i].b[e] -= hstep;
+      EXPECT_NEAR(total.generators[i].b[e], (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+          << "b " << i << " " << e;
+    }
+    auto plus = gens, minus = gens;
+    plus[i].omega += hstep;
+    minus[i].omega -= hstep;
+    EXPECT_NEAR(total.generators[i].omega, (loss(plus) - loss(minus)) / (2 * hstep), 2e-4)
+        << "omega " << i;
+  }
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

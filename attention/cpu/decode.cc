@@ -1,0 +1,282 @@
+#include "attention/cpu/decode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "attention/cpu/element_rows.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_decode.h"
+#include "attention/cpu/parallel_items.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+namespace {
+
+// Bytes of key and value rows (every kv head) in one decoding block.
+constexpr int64_t kDecodeBlockBytes = int64_t{256} << 10;
+// Decoding's software prefetch distance (cpu::PrefetchAhead): the key and value streams
+// are requested this many bytes ahead of the block being read.
+// 16 to 128 KiB measured alike (process CPU time 30% below no prefetching).
+constexpr int64_t kDecodePrefetchBytes = int64_t{32} << 10;
+
+}  // namespace
+
+// Decoding (split-KV, "flash decoding"): key rows [k0, k1) of sequence b for every kv
+// head, so a thread streams one contiguous range of the KV cache (all heads of each
+// token are adjacent in bshd/thd); the unnormalised state (m, l, o) of every (token,
+// head) row goes to partial[(chunk, token, head)], combined by CombineDecode.
+template <class T>
+absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk,
+                                       float* partial, Workspace& w) const {
+  const int64_t d = p_.d, bk = p_.bk;
+  const int64_t hq = a_.num_q_heads;
+  const int64_t t0 = a_.q_begin(b), lq = a_.q_end(b) - t0, kb = a_.k_begin(b);
+  // Row h * lq + r: head h, token t0 + r.
+  if (absl::Status s = LoadQueries(0, hq, t0, lq, /*direct=*/true, w); !s.ok()) return s;
+  const int64_t* qpos = pq_.data() + t0;
+  const int64_t qmin = *std::min_element(qpos, qpos + lq);
+  const int64_t qmax = *std::max_element(qpos, qpos + lq);
+  StartRows(hq * lq, w);
+  // Blocks of db tokens (keys and values of every kv head about kDecodeBlockBytes):
+  // the score tile of every head for one block stays in L1/L2 between the scores, the
+  // softmax and P V.
+  const int64_t hkv = a_.num_kv_heads;
+  const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(T));
+  const int64_t db = std::clamp<int64_t>(kDecodeBlockBytes / row_bytes / kVecPad * kVecPad,
+                                         kVecPad, bk);
+  for (int64_t j0 = k0; j0 < k1; j0 += db) {
+    const int64_t nk = std::min(db, k1 - j0);
+    KeyBlock kblk;
+    kblk.b = b;
+    kblk.nk = nk;
+    kblk.kpos = pk_.data() + kb + j0;
+    kblk.kmin = *std::min_element(kblk.kpos, kblk.kpos + nk);
+    kblk.kmax = *std::max_element(kblk.kpos, kblk.kpos + nk);
+    if (a_.causal && kblk.kmin > qmax) continue;
+    kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
+    kblk.direct = true;
+    kblk.ncols = RoundUp(nk, kVecPad);
+    if constexpr (std::is_same_v<T, float>) {
+      if (tk_ == nullptr && p_.direct_v) {
+        if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
+          return st;
+        }
+        continue;
+      }
+    }
+    if (absl::Status st = DecodeBlockByHead(kblk, j0, qpos, lq, qmin, w); !st.ok()) return st;
+  }
+  StoreDecodeState(t0, lq, chunk, partial, w);
+  return absl::OkStatus();
+}
+
+// Keys and values as stored (float, no key transform, value rows unpadded): scores of
+// every kv head in token order (one stream through the block's keys, which the hardware
+// prefetchers follow), then per kv head the masks and P V (value rows requested a few
+// ahead). Software prefetching of the keys and of the values during the scores was
+// measured slower: it filled the miss buffers the demand loads needed.
+template <class T>
+absl::Status Forward<T>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
+                                         const int64_t* qpos, int64_t lq, int64_t qmin,
+                                         Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kblk.nk;
+  const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads, hkv = a_.num_kv_heads;
+  const int64_t kb = a_.k_begin(kblk.b);
+  const int64_t rows = hq * lq;
+  const float* qb = w.qblk.get();
+  float* s = w.s.get();
+  const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
+  const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
+  const int64_t gr = group * lq;  // rows per kv head
+  cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
+                   Ahead(k_, a_.k, kb, j0, nk, k1));
+  for (int64_t g = 0; g < hkv; ++g) {
+    kblk.g = g;
+    if (absl::Status st = AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
+        !st.ok()) {
+      return st;
+    }
+  }
+  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+  cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
+                        w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
+  return absl::OkStatus();
+}
+
+// The block kv head by kv head, every query head of the group in one tile (rows
+// g * group * lq ..): one pass over the block's key and value rows per kv head.
+template <class T>
+absl::Status Forward<T>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
+                                           int64_t lq, int64_t qmin, Workspace& w) const {
+  const int64_t d = p_.d, dp = p_.dp, nk = kblk.nk;
+  const int64_t group = a_.num_q_heads / a_.num_kv_heads, hkv = a_.num_kv_heads;
+  const int64_t kb = a_.k_begin(kblk.b);
+  const float* qb = w.qblk.get();
+  for (int64_t g = 0; g < hkv; ++g) {
+    kblk.g = g;
+    auto keys = DirectKeys(g, kb, j0, nk, w);
+    if (!keys.ok()) return keys.status();
+    kblk.krows = keys->first;
+    kblk.ldk = keys->second;
+    CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
+    kblk.vals = w.values.get() + j0 * dp;
+    if constexpr (std::is_same_v<T, float>) {
+      if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
+    }
+    kblk.ldv = p_.direct_v ? a_.v.token : dp;
+    const int64_t r0 = g * group * lq;
+    if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin,
+                                   w.m.get() + r0, w.l.get() + r0 * kSumLanes,
+                                   w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The item's state of every (head, token) row, (m, l, o), to partial[(chunk, token,
+// head)].
+template <class T>
+void Forward<T>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
+                                  const Workspace& w) const {
+  const int64_t dp = p_.dp, hq = a_.num_q_heads;
+  const int64_t nq = a_.num_q_tokens(), stride = dp + 2;
+  for (int64_t h = 0; h < hq; ++h) {
+    for (int64_t r = 0; r < lq; ++r) {
+      const int64_t row = h * lq + r;
+      float* out = partial + ((chunk * nq + t0 + r) * hq + h) * stride;
+      float l = 0.0f;
+      for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
+      out[0] = w.m[row];
+      out[1] = l;
+      std::memcpy(out + 2, w.oacc.get() + row * dp, static_cast<size_t>(dp) * sizeof(float));
+    }
+  }
+}
+
+// What the decode kernels request ahead (cpu::PrefetchAhead) while they read block
+// [j0, j0 + nk) of a key or value tensor, of the rows [.., k1) of the sequence starting
+// at kb:
+//  - token-major caches (bshd/thd without padding: every kv head of a token, then the
+//    next token, one contiguous range): the bytes kDecodePrefetchBytes past the block;
+//  - head-major caches (each kv head's rows contiguous, heads further apart, e.g. bhsd):
+//    the next block's rows of every head, head after head (the kernels walk heads
+//    outermost there: see cpu::ScoreDecode);
+// empty otherwise.
+template <class T>
+cpu::PrefetchAhead Forward<T>::Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0,
+                                     int64_t nk, int64_t k1) const {
+  const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
+  const int64_t size = static_cast<int64_t>(sizeof(T));
+  if (st.head == d && st.token == row) {
+    const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
+    const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));
+    const int64_t bytes = nk * row * size;
+    if (end - first <= kDecodePrefetchBytes) return {};
+    first += kDecodePrefetchBytes;
+    return {first, std::min<int64_t>(bytes, end - first)};
+  }
+  if (st.token == d && st.head > d && j0 + nk < k1) {
+    const int64_t next = std::min(nk, k1 - j0 - nk);
+    return {x + a_.KOffset(st, kb + j0 + nk, 0), next * d * size, hkv, st.head * size};
+  }
+  return {};
+}
+
+// o and lse of every (token, head) from the chunks' states: M = max m_c,
+// l = sum l_c 2^(m_c - M), o = sum o_c 2^(m_c - M) / l (base-2 log domain).
+template <class T>
+void Forward<T>::CombineDecode(const float* partial, int64_t chunks) const {
+  const int64_t hq = a_.num_q_heads, nq = a_.num_q_tokens(), d = p_.d, dp = p_.dp;
+  const int64_t stride = dp + 2;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> acc(static_cast<size_t>(d));
+  for (int64_t t = 0; t < nq; ++t) {
+    for (int64_t h = 0; h < hq; ++h) {
+      float mx = kNegInf;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const float* st = partial + ((c * nq + t) * hq + h) * stride;
+        if (st[1] > 0.0f) mx = std::max(mx, st[0]);
+      }
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      float l = 0.0f;
+      if (mx != kNegInf) {
+        for (int64_t c = 0; c < chunks; ++c) {
+          const float* st = partial + ((c * nq + t) * hq + h) * stride;
+          if (!(st[1] > 0.0f)) continue;
+          const float f = std::exp2(st[0] - mx);
+          l += f * st[1];
+          for (int64_t e = 0; e < d; ++e) acc[e] += f * st[2 + e];
+        }
+      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
+      StoreRow(acc.data(), o_ + a_.QOffset(a_.o, t, h), d);
+      if (lse_ != nullptr) {
+        lse_[t * hq + h] =
+            l > 0.0f ? static_cast<float>((static_cast<double>(mx) + std::log2(static_cast<double>(l))) * kLn2)
+                     : kNegInf;
+      }
+    }
+  }
+}
+
+template <class T>
+absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
+                       int64_t total_k) {
+  // Chunks of about total_k / (4 threads) keys (whole key blocks), per sequence.
+  const int64_t chunk = std::max(plan.bk, RoundUp(total_k / (4 * plan.threads) + 1, plan.bk));
+  struct DecodeItem {
+    int64_t b, k0, k1, chunk;
+  };
+  std::vector<DecodeItem> items;
+  int64_t chunks = 1;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    if (args.q_end(b) == args.q_begin(b)) continue;
+    const int64_t lk = args.k_end(b) - args.k_begin(b);
+    int64_t c = 0;
+    for (int64_t k0 = 0; k0 < lk; k0 += chunk, ++c) {
+      items.push_back({b, k0, std::min(lk, k0 + chunk), c});
+    }
+    chunks = std::max(chunks, c);
+  }
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, stride = plan.dp + 2;
+  // Unused states (sequences with fewer chunks, or no keys) keep l = 0: no contribution.
+  std::vector<float> partial(static_cast<size_t>(chunks * nq * hq * stride), 0.0f);
+  const int threads =
+      static_cast<int>(std::min<int64_t>(plan.threads, std::max<size_t>(items.size(), 1)));
+  Plan wplan = plan;
+  int64_t max_lq = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+  }
+  wplan.rows = std::max(plan.rows, hq * max_lq);
+  wplan.tile_rows = hq * max_lq;
+  absl::Status first = RunItems<Workspace>(
+      threads, static_cast<int64_t>(items.size()),
+      [&] { return std::make_unique<Workspace>(wplan); },
+      [&](int64_t i, Workspace& w) {
+        const DecodeItem& it = items[i];
+        return fwd.RunDecodeItem(it.b, it.k0, it.k1, it.chunk, partial.data(), w);
+      });
+  if (!first.ok()) return first;
+  fwd.CombineDecode(partial.data(), chunks);
+  return absl::OkStatus();
+}
+
+template absl::Status RunDecode(const Forward<float>& fwd, const AttentionArgs& args,
+                                const Plan& plan, int64_t total_k);
+template absl::Status RunDecode(const Forward<BFloat16>& fwd, const AttentionArgs& args,
+                                const Plan& plan, int64_t total_k);
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe

@@ -1,0 +1,28 @@
+// Split-key decoding ("flash decoding"): for decoding shapes (few query rows per kv head,
+// long KV caches) each item is a range of keys of one sequence for every kv head, so a
+// thread streams one contiguous range of the cache; the ranges' unnormalised softmax
+// states are combined at the end.
+#ifndef ATTENTION_CPU_DECODE_H_
+#define ATTENTION_CPU_DECODE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "attention/cpu/forward.h"
+#include "attention/cpu/plan.h"
+#include "attention/descriptor.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+// The whole forward of the call by split keys (total_k: keys of every sequence).
+template <class T>
+absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
+                       int64_t total_k);
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_DECODE_H_

@@ -1,0 +1,49 @@
+// Rows in and out of the kernels' float buffers: float32 tensors copied, bfloat16 ones
+// widened on load and rounded on store.
+#ifndef ATTENTION_CPU_ELEMENT_ROWS_H_
+#define ATTENTION_CPU_ELEMENT_ROWS_H_
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "attention/cpu/kernels_bf16.h"
+#include "encodings/sequence/rope.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+using encodings::sequence::BFloat16;
+
+// Element conversions at the kernel's edges: inputs widened to float once, outputs
+// rounded once (bfloat16: to nearest even, rope.h's ToBFloat16).
+inline float ToF(float x) { return x; }
+inline float ToF(BFloat16 x) {
+  const uint32_t u = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
+template <class T>
+inline void LoadRow(const T* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {  // bf16 bits shifted up, 16 lanes at a time where the CPU has AVX-512
+    cpu::WidenBf16Row(reinterpret_cast<const uint16_t*>(src), dst, n);
+  }
+}
+template <class T>
+inline void StoreRow(const float* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else {  // ToBFloat16's rounding, 16 lanes at a time where the CPU has AVX-512
+    cpu::RoundBf16Row(src, reinterpret_cast<uint16_t*>(dst), n);
+  }
+}
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_ELEMENT_ROWS_H_

@@ -1,0 +1,178 @@
+// One call's forward pass: its inputs, the encodings prepared for them, and the step
+// every driver repeats, one query tile against one key block (tile_step.cc). Two drivers
+// run it: query items, each a chunk of query rows of one kv head against every allowed
+// key block (forward.cc), and split-key decoding, each item a range of keys of every kv
+// head (decode.cc). T is float or encodings::sequence::BFloat16 (float arithmetic).
+#ifndef ATTENTION_CPU_FORWARD_H_
+#define ATTENTION_CPU_FORWARD_H_
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_decode.h"
+#include "attention/cpu/plan.h"
+#include "attention/cpu/tile_encodings.h"
+#include "attention/cpu/workspace.h"
+#include "attention/descriptor.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+template <class T>
+class Forward {
+ public:
+  Forward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v, T* o,
+          float* lse)
+      : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
+
+  absl::Status Prepare() {
+    shaw_ = MakeShawTables(a_, p_);
+    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+  }
+
+  // Query rows [it.q0, it.q1) of every query head of kv head it.g against every allowed
+  // key block (forward.cc).
+  absl::Status RunItem(const Item& it, Workspace& w) const;
+
+  // Split-key decoding (decode.cc): key rows [k0, k1) of sequence b for every kv head,
+  // so a thread streams one contiguous range of the KV cache (all heads of each token
+  // are adjacent in bshd/thd); the unnormalised state (m, l, o) of every (token, head)
+  // row goes to partial[(chunk, token, head)], combined by CombineDecode.
+  absl::Status RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk, float* partial,
+                             Workspace& w) const;
+
+  // What the decode kernels request ahead (cpu::PrefetchAhead) while they read block
+  // [j0, j0 + nk) of a key or value tensor, of the rows [.., k1) of the sequence starting
+  // at kb:
+  //  - token-major caches (bshd/thd without padding: every kv head of a token, then the
+  //    next token, one contiguous range): the bytes kDecodePrefetchBytes past the block;
+  //  - head-major caches (each kv head's rows contiguous, heads further apart, e.g. bhsd):
+  //    the next block's rows of every head, head after head (the kernels walk heads
+  //    outermost there: see cpu::ScoreDecode);
+  // empty otherwise.
+  cpu::PrefetchAhead Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0, int64_t nk,
+                           int64_t k1) const;
+
+  // o and lse of every (token, head) from the chunks' states: M = max m_c,
+  // l = sum l_c 2^(m_c - M), o = sum o_c 2^(m_c - M) / l (base-2 log domain).
+  void CombineDecode(const float* partial, int64_t chunks) const;
+
+ private:
+  // One key block as the tiles see it.
+  struct KeyBlock {
+    int64_t b = 0, g = 0, nk = 0;
+    const int64_t* kpos = nullptr;
+    int64_t kmin = 0, kmax = 0;
+    bool sorted = false;
+    bool direct = false;             // scores from key rows (krows, ldk) or panels
+    const float* krows = nullptr;
+    int64_t ldk = 0;
+    const float* panels = nullptr;
+    int64_t num_panels = 0;
+    int64_t ncols = 0;               // score columns (padding masked)
+    const float* vals = nullptr;     // value rows of the block
+    int64_t ldv = 0;
+    const uint16_t* panels16 = nullptr;  // bf16 dot-product path (else null)
+    const uint16_t* pairs16 = nullptr;
+  };
+
+  // Up to bq query rows of one head, and the range of their positions (causal skipping,
+  // masks).
+  struct QueryTile {
+    int64_t head, row, n, pmin, pmax;  // row: first buffer row
+  };
+
+  // ---- Query items (forward.cc).
+
+  // Rotates, transposes and copies key block blk of the item's sequence (kv head g).
+  absl::Status PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk, Workspace& w) const;
+
+  // Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) (nh * mq <= rows)
+  // against every allowed key block: key blocks outer, query tiles of up to bq rows of
+  // one head inner (one L2 load of each key block per pass, shared by the group's heads),
+  // online-softmax state per row. Buffer row hi * mq + r is head h0 + hi, token t0 + r.
+  absl::Status QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
+                         int64_t kb, int64_t lk, bool direct, Workspace& w) const;
+  absl::StatusOr<KeyBlock> ItemKeyBlock(const Item& it, int64_t blk, int64_t kb, int64_t lk,
+                                        bool direct, Workspace& w) const;
+  absl::Status BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles, int64_t h0,
+                          int64_t nh, int64_t mq, const int64_t* qpos, bool direct,
+                          Workspace& w) const;
+  void StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const;
+
+  // ---- Split-key decoding (decode.cc).
+
+  absl::Status TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1, const int64_t* qpos,
+                               int64_t lq, int64_t qmin, Workspace& w) const;
+  absl::Status DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos, int64_t lq,
+                                 int64_t qmin, Workspace& w) const;
+  void StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
+                        const Workspace& w) const;
+
+  // ---- The tile step and what both drivers do around it (tile_step.cc).
+
+  // Query rows [t0, t0 + mq) of heads [h0, h0 + nh) into w.qblk (row hi * mq + r: head
+  // h0 + hi, token t0 + r), transformed and scaled, with their Shaw label dot products
+  // and (bf16 dot products, unless direct) bf16 copies.
+  absl::Status LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+                           Workspace& w) const;
+
+  // m = -inf, l = 0, o = 0 for rows [0, rows).
+  void StartRows(int64_t rows, Workspace& w) const;
+
+  // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
+  // (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop
+  // cost TLB misses on every tile); decoding reads them in place when it can (in_place).
+  void CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
+                  bool in_place = false) const;
+
+  // Key rows of block blk for direct scoring: in place (float, no transform) or rotated
+  // into the rows buffer. Returns the rows and their stride.
+  absl::StatusOr<std::pair<const float*, int64_t>> DirectKeys(int64_t g, int64_t kb,
+                                                              int64_t j0, int64_t nk,
+                                                              Workspace& w) const;
+
+  // One query tile (nr tokens of each of the nh heads h .. h + nh - 1, row hi * nr + r
+  // for head h + hi and token r: scaled rotated q rows, positions tpos of the nr tokens,
+  // smallest pmin) against one key block: scores, locality, bias, mask, online softmax,
+  // O += P V. Several heads share a tile only in direct (decoding) mode, where the heads
+  // of a group then share every load of a key and value row. qlab / vmass (Shaw labels,
+  // null without): the tile rows' key-label dot products and value-label probability
+  // mass (p_.nlk / p_.nlv per row, in the tile's row order).
+  absl::Status TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
+                        const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
+                        float* alpha, float* oacc, Workspace& w,
+                        const uint16_t* q16 = nullptr, const float* qlab = nullptr,
+                        float* vmass = nullptr) const;
+
+  // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
+  // final: locality factors, additive biases (log2 e times), the causal mask and -inf
+  // past the block's keys up to kb.ncols.
+  absl::Status AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh, const int64_t* tpos,
+                            int64_t nr, int64_t pmin, float* s, Workspace& w) const;
+
+  const AttentionArgs& a_;
+  const Plan& p_;
+  const T *q_, *k_, *v_;
+  T* o_;
+  float* lse_;
+  std::vector<int64_t> pq_, pk_;
+  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  ShawTables shaw_;
+};
+
+// Runs every query item of the call on plan.threads threads (forward.cc).
+template <class T>
+absl::Status RunForwardItems(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan);
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_FORWARD_H_

@@ -1,0 +1,279 @@
+// CpuForward's query items (forward.cc, tile_step.cc) against the double reference
+// (reference.h) with the flash-attention accuracy criterion (test_util.h): shapes
+// below, at and above the tiles, GQA and KV caches, varlen, explicit positions, row
+// transforms, biases, locality and Shaw labels inside the kernel, every compiled
+// instruction set.
+#include "attention/cpu/cpu_attention.h"
+
+#include <Eigen/Dense>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/test_util.h"
+#include "attention/descriptor.h"
+#include "attention/test_util.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::AlgebraicSequence;
+using encodings::sequence::AlibiBias;
+using encodings::sequence::AlibiForm;
+using encodings::sequence::FoxBias;
+using encodings::sequence::GrapeMProduct;
+using encodings::sequence::Rank2Generator;
+using encodings::sequence::Rope;
+using encodings::sequence::T5BucketConfig;
+using encodings::sequence::T5RelativeBias;
+using test::Bshd;
+using test::CaseListOptions;
+using test::CheckAgainstReference;
+using test::ForEachShawCase;
+using test::ForEachStructuredCase;
+using test::MakeRope;
+using test::RandomF;
+using test::RandomUniform;
+using test::Thd;
+
+TEST(CpuForward, ShapesBelowAtAndAboveTiles) {
+  // Small tiles (16 x 32) so that short sequences cross several of them; head_dim 32 to
+  // 256 including ones that are not multiples of the vector width.
+  CpuAttentionOptions small;
+  small.block_q = 16;
+  small.block_k = 32;
+  small.num_threads = 3;
+  int seed = 0;
+  for (int64_t d : {32, 80, 128, 256}) {
+    for (int64_t l : {1, 15, 16, 17, 33, 64, 71}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(2, l, l, 2, 2, d);
+        a.causal = causal;
+        CheckAgainstReference(a, small, ++seed,
+                              "d " + std::to_string(d) + " l " + std::to_string(l) +
+                                  (causal ? " causal" : ""));
+      }
+    }
+  }
+  // The default tiles (96 x 128) with lengths around them.
+  for (int64_t l : {95, 96, 97, 129, 200}) {
+    AttentionArgs a = Bshd(1, l, l, 2, 1, 64);
+    a.causal = (l % 2) == 1;
+    CheckAgainstReference(a, {}, ++seed, "default tiles l " + std::to_string(l));
+  }
+}
+
+TEST(CpuForward, GqaMqaKvCacheAndStrides) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 32;
+  for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {8, 2}, {6, 1}}) {
+    AttentionArgs a = Bshd(2, 21, 21, hq, hkv, 40);
+    a.causal = true;
+    CheckAgainstReference(a, opt, 10 + hq * 10 + hkv, "gqa " + std::to_string(hq) + "/" + std::to_string(hkv));
+  }
+  // KV cache: 3 queries at the end of 50 keys (default positions), and one decode token.
+  for (int64_t lq : {1, 3}) {
+    AttentionArgs a = Bshd(2, lq, 50, 4, 2, 64);
+    a.causal = true;
+    CheckAgainstReference(a, opt, 40 + lq, "kv cache lq " + std::to_string(lq));
+  }
+  // Decoding (few query rows per key block: scores from key rows in place) with RoPE,
+  // ALiBi and a head_dim that is not a multiple of the vector width.
+  {
+    Rope rope = MakeRope(40, 40, group::PlanePairing::kHalfSplit);
+    RopeRowTransform tr(rope);
+    auto alibi = AlibiBias::CreateStandard(8, AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    for (int64_t lq : {1, 2}) {
+      AttentionArgs dec = Bshd(2, lq, 300, 8, 2, 40);
+      dec.causal = true;
+      dec.q_transform = dec.k_transform = &tr;
+      dec.biases = {&*alibi};
+      CheckAgainstReference(dec, opt, 45 + lq, "decode lq " + std::to_string(lq));
+    }
+  }
+  // Padded, non-contiguous strides on every tensor.
+  AttentionArgs a = Bshd(2, 19, 23, 4, 2, 24);
+  a.q = a.o = Strides{19 * (4 * (24 + 3) + 5) + 11, 4 * (24 + 3) + 5, 24 + 3};
+  a.k = a.v = Strides{23 * (2 * (24 + 1) + 7) + 2, 2 * (24 + 1) + 7, 24 + 1};
+  a.softmax_scale = 0.3;
+  CheckAgainstReference(a, opt, 50, "strided");
+}
+
+TEST(CpuForward, VarlenWithEmptyAndSingleTokenSequences) {
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 32;
+  opt.num_threads = 2;
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 20, 57};
+  const std::vector<int64_t> cu_k = {0, 3, 4, 40, 40, 77};
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Thd(cu_q, cu_k, 4, 2, 48);
+    a.causal = causal;
+    CheckAgainstReference(a, opt, causal ? 61 : 60, causal ? "varlen causal" : "varlen");
+  }
+}
+
+TEST(CpuForward, ExplicitPositionsMaskRowsWithNoKey) {
+  // Shuffled positions: causal masks by position, not index; query 0 sees no key.
+  AttentionArgs a = Bshd(1, 9, 40, 2, 2, 32);
+  a.causal = true;
+  std::vector<int64_t> pk(40), pq = {-5, 100, 3, 17, 39, 0, 20, 21, 8};
+  for (int64_t j = 0; j < 40; ++j) pk[j] = (j * 17) % 40;
+  a.q_positions = pq;
+  a.k_positions = pk;
+  CpuAttentionOptions opt;
+  opt.block_q = 4;
+  opt.block_k = 32;
+  CheckAgainstReference(a, opt, 70, "explicit positions");
+}
+
+TEST(CpuForward, RowTransformsInsideTheKernel) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  int seed = 80;
+  for (auto pairing : {group::PlanePairing::kHalfSplit, group::PlanePairing::kInterleaved}) {
+    for (int64_t rot : {64, 32}) {  // full and partial rotary
+      Rope rope = MakeRope(64, rot, pairing);
+      RopeRowTransform tr(rope);
+      AttentionArgs a = Bshd(1, 50, 50, 4, 2, 64);
+      a.causal = true;
+      a.q_transform = a.k_transform = &tr;
+      // Positions near 2^31 (angles reduced exactly in the prepared table).
+      std::vector<int64_t> pos(50);
+      for (int64_t t = 0; t < 50; ++t) pos[t] = (int64_t{1} << 31) - 60 + t;
+      a.q_positions = a.k_positions = pos;
+      CheckAgainstReference(a, opt, ++seed, "rope rot " + std::to_string(rot));
+    }
+  }
+  {
+    // GRAPE-M commuting planes (learned frequencies on arbitrary disjoint planes) through
+    // its prepared table, which must equal the plain Apply bit for bit.
+    std::vector<encodings::sequence::CoordinatePlane> planes = {{0, 5, 0.3}, {2, 7, -1.1},
+                                                                {9, 1, 0.02}, {12, 15, 2.5}};
+    auto cp = encodings::sequence::GrapeMCommutingPlanes::Create(16, planes);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes> ct(*cp);
+    std::vector<int64_t> pos = {0, 5, -3, int64_t{1} << 31, 77};
+    std::mt19937_64 r2(3);
+    std::vector<float> x = RandomF(pos.size() * 16, &r2), y = x, z = x;
+    ASSERT_TRUE(ct.Forward(pos, y.data(), 16).ok());
+    auto prepared = ct.Prepare(pos);
+    ASSERT_TRUE(prepared.ok());
+    ASSERT_TRUE((*prepared)->Forward(0, 5, z.data(), 16).ok());
+    EXPECT_EQ(y, z);
+    ASSERT_TRUE((*prepared)->Backward(0, 5, z.data(), 16).ok());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(z[i], x[i], 1e-6);  // G^T G = I
+    AttentionArgs ca = Bshd(1, 40, 40, 2, 2, 16);
+    ca.causal = true;
+    ca.q_transform = ca.k_transform = &ct;
+    CheckAgainstReference(ca, opt, 89, "grape-m commuting planes");
+  }
+  std::mt19937_64 rng(9);
+  const int64_t d = 16;
+  auto prod =
+      GrapeMProduct::Create({Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), 0.3},
+                             Rank2Generator{RandomUniform(d, &rng), RandomUniform(d, &rng), -0.7}});
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  GrapeMRowTransform<GrapeMProduct> gm(*prod);
+  AttentionArgs a = Bshd(2, 30, 30, 2, 2, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &gm;
+  CheckAgainstReference(a, opt, 90, "grape-m product");
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = 0.1 * (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform at(*alg);
+  a.q_transform = a.k_transform = &at;
+  a.causal = false;
+  CheckAgainstReference(a, opt, 91, "algebraic");
+}
+
+TEST(CpuForward, BiasesAndLocalityOnTheFly) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  const int64_t hq = 4, d = 32;
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  AttentionArgs a = Bshd(2, 45, 45, hq, 2, d);
+  a.causal = true;
+  a.biases = {&*alibi};
+  CheckAgainstReference(a, opt, 100, "alibi");
+  auto sym = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
+  ASSERT_TRUE(sym.ok());
+  a.causal = false;
+  a.biases = {&*sym};
+  CheckAgainstReference(a, opt, 101, "alibi symmetric");
+  std::mt19937_64 rng(11);
+  T5BucketConfig cfg;
+  cfg.num_buckets = 8;
+  cfg.max_distance = 20;
+  auto t5 = T5RelativeBias::Create(RandomUniform(8 * hq, &rng), hq, cfg);
+  ASSERT_TRUE(t5.ok()) << t5.status();
+  a.biases = {&*t5};
+  a.locality = 0.97;
+  CheckAgainstReference(a, opt, 102, "t5 + locality");
+  a.locality.reset();
+  // FoX: one bias per sequence (content-dependent log forget gates).
+  std::vector<double> logits = RandomUniform(45 * hq, &rng);
+  for (double& x : logits) x = 3.0 * x + 1.0;
+  auto f0 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
+  auto f1 = FoxBias::Create(absl::MakeConstSpan(logits), 45, hq);
+  ASSERT_TRUE(f0.ok() && f1.ok());
+  a.causal = true;
+  a.biases = {&*f0, &*f1};
+  CheckAgainstReference(a, opt, 103, "fox");
+}
+
+TEST(CpuForward, EveryCompiledInstructionSetAgrees) {
+  // One binary, several code paths: run each target this CPU supports (AVX-512, AVX2,
+  // the portable baseline) through the same checks.
+  AttentionArgs a = Bshd(1, 37, 37, 2, 1, 72);
+  a.causal = true;
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 32;
+  int runs = 0;
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    EXPECT_EQ(CpuAttentionIsa(), hwy::TargetName(target));
+    CheckAgainstReference(a, opt, 120 + runs, std::string("target ") + hwy::TargetName(target));
+    ++runs;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  EXPECT_GE(runs, 2) << "expected the AVX2 path and the baseline at least";
+}
+
+TEST(CpuForward, StructuredTransformsInsideTheKernel) {
+  const CpuAttentionOptions opt = CaseListOptions();
+  uint64_t seed = 500;
+  ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckAgainstReference(a, opt, ++seed, what);
+  });
+}
+
+TEST(CpuForward, ShawLabelsInsideTheKernel) {
+  const CpuAttentionOptions opt = CaseListOptions();
+  uint64_t seed = 700;
+  ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckAgainstReference(a, opt, ++seed, what);
+  });
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

@@ -1,0 +1,265 @@
+// The SIMD tile kernels (kernels.h) against plain loops, on shapes below, at and above
+// every register tile, on every compiled instruction set where the test says so.
+#include "attention/cpu/kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "attention/cpu/test_util.h"
+#include "gtest/gtest.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/targets.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using test::RandomF;
+
+TEST(Kernels, Exp2IsAccurateAndUnderflowsToZero) {
+  std::vector<float> x;
+  for (float t = -130.0f; t <= 0.0f; t += 0.0137f) x.push_back(t);
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(0.0f);
+  std::vector<float> y = x;
+  cpu::Exp2InPlace(y.data(), static_cast<int64_t>(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = std::exp2(static_cast<double>(x[i]));
+    if (x[i] < -126.0f) {
+      EXPECT_EQ(y[i], 0.0f) << x[i];
+    } else {
+      // Polynomial truncation < 6e-9 plus ~8 float roundings in Horner's scheme: 4 ulps.
+      EXPECT_NEAR(y[i], want, 4.8e-7 * want) << x[i];
+    }
+  }
+}
+
+TEST(Kernels, ScoreTileMatchesLoopsOnEveryRemainder) {
+  std::mt19937_64 rng(3);
+  for (int64_t d : {1, 7, 32, 129}) {
+    for (int64_t mq : {1, 5, 6, 7, 11, 12, 13, 25}) {
+      for (int64_t nk : {1, 31, 32, 33, 70}) {
+        const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel, lds = panels * cpu::kPanel + 3;
+        std::vector<float> q = RandomF(mq * d, &rng), keys = RandomF(nk * (d + 2), &rng);
+        auto packed = hwy::AllocateAligned<float>(panels * cpu::kPanel * d);
+        cpu::PackKeyPanels(keys.data(), nk, d + 2, d, packed.get());
+        std::vector<float> s(mq * lds, -7.0f);
+        cpu::ScoreTile(q.data(), d, mq, d, packed.get(), panels, s.data(), lds);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < panels * cpu::kPanel; ++j) {
+            double want = 0.0;
+            if (j < nk) {
+              for (int64_t c = 0; c < d; ++c) want += double(q[r * d + c]) * keys[j * (d + 2) + c];
+            }
+            // Float sums of d products of N(0,1) values: error <~ d * eps * sum |terms|.
+            ASSERT_NEAR(s[r * lds + j], want, 1e-6 * d * 4 + 1e-6)
+                << "d " << d << " mq " << mq << " nk " << nk << " r " << r << " j " << j;
+          }
+          ASSERT_EQ(s[r * lds + panels * cpu::kPanel], -7.0f);  // nothing past the panels
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, ScoreTileAheadGivesScoreTilesBitsOnEveryTargetAndRemainder) {
+  // The prefetching variant changes no arithmetic: bit-equal to ScoreTile (itself checked
+  // against loops above) on every compiled instruction set, for row counts below, at and
+  // above the register tile, one and several panels, and prefetch regions with fewer
+  // lines than the kernel has steps, as many, and more (the rest issued at the end).
+  std::mt19937_64 rng(33);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t d : {1, 7, 32, 129}) {
+      for (int64_t mq : {1, 5, 6, 7, 12, 13}) {
+        for (int64_t nk : {1, 64, 70}) {
+          for (int64_t ahead_rows : {0, 1, 40, 2000}) {
+            const int64_t panels = (nk + cpu::kPanel - 1) / cpu::kPanel;
+            const int64_t lds = panels * cpu::kPanel + 3;
+            std::vector<float> q = RandomF(mq * d, &rng), keys = RandomF(nk * d, &rng);
+            auto packed = hwy::AllocateAligned<float>(panels * cpu::kPanel * d);
+            cpu::PackKeyPanels(keys.data(), nk, d, d, packed.get());
+            std::vector<float> region = RandomF(std::max<int64_t>(ahead_rows, 1) * (d + 5), &rng);
+            cpu::PrefetchRows ahead;
+            ahead.num = ahead_rows > 0 ? 2 : 0;
+            ahead.base[0] = ahead.base[1] = region.data();
+            ahead.rows = ahead_rows;
+            ahead.ld = d + 5;
+            ahead.row_floats = d;
+            std::vector<float> want(mq * lds, -7.0f), got(mq * lds, -7.0f);
+            cpu::ScoreTile(q.data(), d, mq, d, packed.get(), panels, want.data(), lds);
+            cpu::ScoreTileAhead(q.data(), d, mq, d, packed.get(), panels, got.data(), lds, ahead);
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+                << hwy::TargetName(target) << " d " << d << " mq " << mq << " nk " << nk
+                << " ahead " << ahead_rows;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Kernels, SoftmaxGradTileMatchesLoopsOnEveryTarget) {
+  // dS = P (dP - D), one subtraction and one multiplication per element: the kernel rounds
+  // as the loop does, so the results are bit-equal (tolerance 0), on widths of one vector
+  // (AVX2's 8, AVX-512's 16), several, and row strides wider than the width.
+  std::mt19937_64 rng(34);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 5, 6, 7, 13}) {
+      for (int64_t n : {16, 64, 128}) {
+        const int64_t ldp = n + 16, ldd = n + 32;
+        std::vector<float> p = RandomF(mq * ldp, &rng), dp = RandomF(mq * ldd, &rng);
+        std::vector<float> dsum = RandomF(mq, &rng), want = dp;
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            want[r * ldd + j] = p[r * ldp + j] * (dp[r * ldd + j] - dsum[r]);
+          }
+        }
+        cpu::SoftmaxGradTile(p.data(), ldp, dp.data(), ldd, mq, n, dsum.data());
+        // Columns past n (the stride's padding) keep their values.
+        ASSERT_EQ(0, std::memcmp(want.data(), dp.data(), want.size() * sizeof(float)))
+            << hwy::TargetName(target) << " mq " << mq << " n " << n;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
+  std::mt19937_64 rng(4);
+  for (int64_t dp : {16, 32, 48, 64, 80, 128, 144}) {
+    for (int64_t mq : {1, 2, 3, 4, 5, 6, 7, 13}) {
+      for (int64_t nk : {1, 17, 64}) {
+        const int64_t ldp = nk + 5, ldv = dp + 16, ldo = dp + 32;
+        std::vector<float> p = RandomF(mq * ldp, &rng), v = RandomF(nk * ldv, &rng);
+        std::vector<float> o = RandomF(mq * ldo, &rng), alpha = RandomF(mq, &rng);
+        std::vector<float> o2 = o;
+        cpu::AccumulateTile(p.data(), ldp, mq, nk, v.data(), ldv, dp, alpha.data(), o2.data(), ldo);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t c = 0; c < ldo; ++c) {
+            double want = o[r * ldo + c];
+            if (c < dp) {
+              want *= alpha[r];
+              for (int64_t j = 0; j < nk; ++j) want += double(p[r * ldp + j]) * v[j * ldv + c];
+            }
+            ASSERT_NEAR(o2[r * ldo + c], want, 1e-6 * (nk + 1) * 4)
+                << "dp " << dp << " mq " << mq << " nk " << nk << " r " << r << " c " << c;
+          }
+        }
+        // Transposed probabilities: pt[j * ldpt + r] holds p[r][j].
+        const int64_t ldpt = mq + 3;
+        std::vector<float> pt(nk * ldpt, 9.0f), o3 = o;
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < nk; ++j) pt[j * ldpt + r] = p[r * ldp + j];
+        }
+        cpu::AccumulateTileT(pt.data(), ldpt, mq, nk, v.data(), ldv, dp, alpha.data(), o3.data(), ldo);
+        for (size_t i = 0; i < o3.size(); ++i) {
+          // Same products summed in the same order: identical results.
+          ASSERT_EQ(o3[i], o2[i]) << "transposed dp " << dp << " mq " << mq << " nk " << nk;
+        }
+      }
+    }
+  }
+}
+
+TEST(Kernels, AccumulateTileAddGivesTheBitsOfAlphaOneOnEveryTargetAndRemainder) {
+  // o += P V and o += P^T V without the scaling: alpha = 1 multiplies exactly, so the
+  // results must equal AccumulateTile(T)'s with alpha = 1 bit for bit (tolerance 0; those
+  // are checked against loops above), for row counts below, at and above the register
+  // tiles (AVX-512 6 rows, AVX2 3), column counts of one, three, four and more vectors, and
+  // reduction lengths 1 to past a tile.
+  std::mt19937_64 rng(35);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t mq : {1, 2, 3, 5, 6, 7, 13}) {
+      for (int64_t dp : {16, 48, 64, 128}) {
+        for (int64_t nk : {1, 7, 96}) {
+          for (bool trans : {false, true}) {
+            const int64_t ldp = trans ? mq + 3 : nk + 3, ldv = dp + 16, ldo = dp + 32;
+            std::vector<float> p = RandomF((trans ? nk : mq) * ldp, &rng);
+            std::vector<float> v = RandomF(nk * ldv, &rng), o = RandomF(mq * ldo, &rng);
+            std::vector<float> ones(mq, 1.0f), want = o;
+            if (trans) {
+              cpu::AccumulateTileT(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                   want.data(), ldo);
+              cpu::AccumulateTileTAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            } else {
+              cpu::AccumulateTile(p.data(), ldp, mq, nk, v.data(), ldv, dp, ones.data(),
+                                  want.data(), ldo);
+              cpu::AccumulateTileAdd(p.data(), ldp, mq, nk, v.data(), ldv, dp, o.data(), ldo);
+            }
+            ASSERT_EQ(0, std::memcmp(want.data(), o.data(), o.size() * sizeof(float)))
+                << hwy::TargetName(target) << " mq " << mq << " dp " << dp << " nk " << nk
+                << " trans " << trans;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
+  std::mt19937_64 rng(5);
+  const int64_t mq = 6, n = 64, lds = 70;
+  std::vector<float> s = RandomF(mq * lds, &rng, 3.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < n; ++j) s[4 * lds + j] = -inf;  // row 4 fully masked
+  s[1 * lds + 7] = -inf;
+  // Reference maxima: none yet (rows 0, 3, 4), far below the scores (row 1: rescale),
+  // above them (row 2: no rescale), within the slack below the tile's max (row 5).
+  std::vector<float> m = {-inf, -20.0f, 100.0f, -inf, -inf, 0.0f};
+  float row5_max = -inf;
+  for (int64_t j = 0; j < n; ++j) row5_max = std::max(row5_max, s[5 * lds + j]);
+  m[5] = row5_max - 0.5f * cpu::kRescaleSlack;
+  std::vector<float> l(mq * cpu::kSumLanes);
+  for (int64_t r = 0; r < mq; ++r) {
+    for (int64_t i = 0; i < cpu::kSumLanes; ++i) l[r * cpu::kSumLanes + i] = std::isinf(m[r]) ? 0.0f : 0.25f;
+  }
+  std::vector<float> alpha(mq), s2 = s, m2 = m, l2 = l;
+  cpu::SoftmaxTile(s2.data(), lds, mq, n, m2.data(), l2.data(), alpha.data());
+  for (int64_t r = 0; r < mq; ++r) {
+    SCOPED_TRACE(r);
+    double mx = -inf;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, double(s[r * lds + j]));
+    double l_old = 0.0, l_new = 0.0;
+    for (int64_t i = 0; i < cpu::kSumLanes; ++i) {
+      l_old += l[r * cpu::kSumLanes + i];
+      l_new += l2[r * cpu::kSumLanes + i];
+    }
+    if (std::isinf(mx) && std::isinf(m[r])) {  // nothing allowed at all
+      EXPECT_EQ(alpha[r], 1.0f);
+      EXPECT_EQ(l_new, 0.0);
+      for (int64_t j = 0; j < n; ++j) EXPECT_EQ(s2[r * lds + j], 0.0f);
+      continue;
+    }
+    const bool rescale = mx > double(m[r]) + cpu::kRescaleSlack;
+    EXPECT_EQ(rescale, r == 0 || r == 1 || r == 3) << "rows chosen to rescale or not";
+    const float ref = rescale ? float(mx) : m[r];
+    EXPECT_EQ(m2[r], ref);
+    const double a = rescale ? std::exp2(double(m[r] - float(mx))) : 1.0;  // float difference, as p
+    EXPECT_NEAR(alpha[r], a, 2e-7 * a);
+    double sum = 0.0;
+    for (int64_t j = 0; j < n; ++j) {
+      // The kernel forms s - m in float (scores are float; its rounding is theirs); exp2
+      // of that float difference is what it must get, to 4 ulps.
+      const double p = std::exp2(double(s[r * lds + j] - ref));
+      sum += p;
+      EXPECT_NEAR(s2[r * lds + j], p, 5e-7 * p) << j;
+      EXPECT_LE(s2[r * lds + j], std::exp2(cpu::kRescaleSlack));
+    }
+    // 64 float additions in 16 lanes plus the old sum: 1e-6 relative is ample.
+    EXPECT_NEAR(l_new, a * l_old + sum, 1e-6 * (a * l_old + sum));
+    for (int64_t j = n; j < lds; ++j) EXPECT_EQ(s2[r * lds + j], s[r * lds + j]);
+  }
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

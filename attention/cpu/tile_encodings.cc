@@ -1,0 +1,93 @@
+#include "attention/cpu/tile_encodings.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+namespace {
+
+bool Consecutive(const int64_t* p, int64_t n) {
+  for (int64_t i = 1; i < n; ++i) {
+    if (p[i] != p[0] + i) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
+                              std::vector<int64_t>* pk,
+                              std::unique_ptr<PreparedRowTransform>* tq,
+                              std::unique_ptr<PreparedRowTransform>* tk) {
+  *pq = EffectiveQPositions(a);
+  *pk = EffectiveKPositions(a);
+  // Int64 or structured positions (descriptor.h): either way tiles index tokens.
+  if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, tq, tk); !s.ok()) return s;
+  if (a.locality.has_value()) {
+    auto f = encodings::sequence::LocalityFactor(0, *a.locality);
+    if (!f.ok()) return f.status();
+  }
+  return absl::OkStatus();
+}
+
+// out[r * ld + c] = b_head(qpos[r], kpos[c]), r < nr, c < nk. A relative bias of
+// positions only (ALiBi, T5) on consecutive query and key positions is a Toeplitz tile,
+// b(q0 + r, k0 + c) = g(k0 - q0 + c - r): one FillTile row of the nr + nk - 1 distinct
+// differences (query q0 against keys k0 - (nr - 1) + t), copied shifted into each row.
+absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
+                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
+                      float* out, int64_t ld, BiasScratch* scratch) {
+  if (bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
+      Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr) {
+    const int64_t width = nr + nk - 1;
+    scratch->keys.resize(static_cast<size_t>(width));
+    scratch->diagonal.resize(static_cast<size_t>(width));
+    for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
+    if (absl::Status s = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
+                                       scratch->diagonal.data(), width);
+        !s.ok()) {
+      return s;
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      std::memcpy(out + r * ld, scratch->diagonal.data() + (nr - 1 - r),
+                  static_cast<size_t>(nk) * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+  return bias.FillTile(head, absl::MakeConstSpan(qpos, nr), absl::MakeConstSpan(kpos, nk), out,
+                       ld);
+}
+
+ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
+  ShawTables t;
+  const int64_t d = a.head_dim;
+  auto make = [&](const encodings::sequence::RowMatrixXd& m, int64_t kmax, ShawTable* out) {
+    const int64_t n = m.rows();
+    out->kmax = kmax;
+    out->rows.resize(static_cast<size_t>(n * d));
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t c = 0; c < d; ++c) out->rows[r * d + c] = static_cast<float>(m(r, c));
+    }
+    out->num_panels = (n + kPanel - 1) / kPanel;
+    out->panels = hwy::AllocateAligned<float>(out->num_panels * kPanel * d);
+    cpu::PackKeyPanels(out->rows.data(), n, d, d, out->panels.get());
+    out->padded = hwy::AllocateAligned<float>(n * p.dp);
+    for (int64_t r = 0; r < n; ++r) {
+      float* row = out->padded.get() + r * p.dp;
+      std::copy(out->rows.begin() + r * d, out->rows.begin() + (r + 1) * d, row);
+      std::fill(row + d, row + p.dp, 0.0f);
+    }
+  };
+  if (a.shaw_keys != nullptr) make(a.shaw_keys->key_table(), a.shaw_keys->max_distance(), &t.k);
+  if (a.shaw_values != nullptr) {
+    make(a.shaw_values->value_table(), a.shaw_values->max_distance(), &t.v);
+  }
+  return t;
+}
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe

@@ -1,0 +1,91 @@
+// The encodings as the tiles meet them, prepared once per call and shared by every
+// thread: the positions and the row transforms bound to them, additive-bias tiles, and
+// Shaw et al.'s relative-label tables (descriptor.h, SHAW LABELS).
+#ifndef ATTENTION_CPU_TILE_ENCODINGS_H_
+#define ATTENTION_CPU_TILE_ENCODINGS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/plan.h"
+#include "attention/descriptor.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/relative.h"
+#include "hwy/aligned_allocator.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+// The positions actually used and the q and k transforms bound to them (once per call,
+// shared by every thread); checks the locality factor once (per-pair factors come from
+// the same function as the reference).
+absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
+                              std::vector<int64_t>* pk,
+                              std::unique_ptr<PreparedRowTransform>* tq,
+                              std::unique_ptr<PreparedRowTransform>* tk);
+
+// |a - b| without overflow (the locality factor's distance).
+inline uint64_t Distance(int64_t a, int64_t b) {
+  return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
+                : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+}
+
+// Scratch for FillBias.
+struct BiasScratch {
+  std::vector<int64_t> keys;
+  std::vector<float> diagonal;
+};
+
+// out[r * ld + c] = b_head(qpos[r], kpos[c]), r < nr, c < nk. A relative bias of
+// positions only (ALiBi, T5) on consecutive query and key positions is a Toeplitz tile,
+// filled from one FillTile row of its nr + nk - 1 distinct differences.
+absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
+                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
+                      float* out, int64_t ld, BiasScratch* scratch);
+
+// Shaw et al.'s tables (descriptor.h, SHAW LABELS) in float: rows [labels][d] (scalar
+// parts), key panels (label dot products by ScoreTile) and rows padded to dp (label mass
+// times the table by AccumulateTile); kmax the clip distance.
+struct ShawTable {
+  std::vector<float> rows;
+  hwy::AlignedFreeUniquePtr<float[]> panels, padded;
+  int64_t num_panels = 0, kmax = 0;
+};
+struct ShawTables {
+  ShawTable k, v;
+};
+ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p);
+
+// The Shaw label every key of a block shares for query position p (block keys in
+// [kmin, kmax]), or -1 when they span several: LabelIndex is non-decreasing in the key
+// position, so equal labels at both ends mean one label. Far from the diagonal (all but
+// O(k) keys of a row) a whole block has one label, gathered as one per-row constant.
+inline int64_t BlockLabel(int64_t p, int64_t kmin, int64_t kmax, int64_t max_distance) {
+  const int64_t lo = encodings::sequence::ShawRelative::LabelIndex(p, kmin, max_distance);
+  return lo == encodings::sequence::ShawRelative::LabelIndex(p, kmax, max_distance) ? lo : -1;
+}
+
+// out[i * ldl + r] = <rows_i, table_r> for i < n (rows of width d, stride ld) and every
+// label r (columns past the labels hold zeros' products): each row's 2k + 1 label dot
+// products at once (Shaw et al. eq. 4's q_i . aK), by the score kernel.
+inline void LabelDots(const float* rows, int64_t ld, int64_t n, int64_t d, const ShawTable& table,
+               float* out, int64_t ldl) {
+  if (n > 0) cpu::ScoreTile(rows, ld, n, d, table.panels.get(), table.num_panels, out, ldl);
+}
+
+// o[i * ldo + :] = o + sum_r mass[i * lm + r] table_r for i < n: label mass times the
+// table, by the P V kernel (ones: n ones, the kernel's rescale factors).
+inline void AddLabelRows(const float* mass, int64_t lm, int64_t n, int64_t nl, const ShawTable& table,
+                  int64_t dp, const float* ones, float* o, int64_t ldo) {
+  if (n > 0) cpu::AccumulateTile(mass, lm, n, nl, table.padded.get(), dp, dp, ones, o, ldo);
+}
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_TILE_ENCODINGS_H_

@@ -1,0 +1,237 @@
+// The forward's tile step, one query tile against one key block (scores, encodings,
+// mask, online softmax, O += P V), and what both drivers do around it: query rows
+// loaded and scaled, the rows' softmax state started, key and value rows read.
+#include "attention/cpu/forward.h"
+
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+
+#include "attention/cpu/element_rows.h"
+#include "attention/cpu/kernels_bf16.h"
+#include "attention/cpu/kernels_decode.h"
+#include "encodings/sequence/relative.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+// Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) into w.qblk (buffer
+// row hi * mq + r: head h0 + hi, token t0 + r): transformed, times softmax_scale *
+// log2(e); with Shaw key labels, their label dot products; and (bf16 dot products, not
+// direct) rounded to bf16.
+template <class T>
+absl::Status Forward<T>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+                                     Workspace& w) const {
+  const int64_t d = p_.d;
+  const int64_t rows = nh * mq;
+  float* qb = w.qblk.get();
+  for (int64_t hi = 0; hi < nh; ++hi) {
+    float* qh = qb + hi * mq * d;
+    for (int64_t r = 0; r < mq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
+    if (tq_ != nullptr) {
+      if (absl::Status s = tq_->Forward(t0, mq, qh, d); !s.ok()) return s;
+    }
+  }
+  const float qscale = static_cast<float>(a_.scale() * kLog2e);
+  for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+  if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
+  std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
+  if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
+    const int64_t deven = RoundUp(d, 2);
+    for (int64_t r = 0; r < rows; ++r) {
+      uint16_t* out = w.q16.get() + r * deven;
+      cpu::RoundBf16Row(qb + r * d, out, d);
+      if (deven > d) out[d] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The online-softmax state of `rows` rows before their first key block: m = -inf,
+// l = 0, o = 0.
+template <class T>
+void Forward<T>::StartRows(int64_t rows, Workspace& w) const {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  std::fill(w.m.get(), w.m.get() + rows, kNegInf);
+  std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
+  std::fill(w.oacc.get(), w.oacc.get() + rows * p_.dp, 0.0f);
+}
+
+// Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
+// (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop
+// cost TLB misses on every tile); decoding reads them in place when it can (in_place).
+template <class T>
+void Forward<T>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
+                            bool in_place) const {
+  if (in_place && p_.direct_v) return;
+  float* vals = w.values.get() + j0 * p_.dp;
+  constexpr int64_t kAhead = 8;  // value rows are a token stride apart: fetch ahead
+  for (int64_t j = 0; j < nk; ++j) {
+    if (j + kAhead < nk) {
+      const char* ahead = reinterpret_cast<const char*>(v_ + a_.KOffset(a_.v, kb + j0 + j + kAhead, g));
+      for (int64_t b = 0; b < p_.d * static_cast<int64_t>(sizeof(T)); b += 64) {
+        __builtin_prefetch(ahead + b);
+      }
+    }
+    float* row = vals + j * p_.dp;
+    LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.d);
+    std::fill(row + p_.d, row + p_.dp, 0.0f);
+  }
+}
+
+// Key rows of block blk for direct scoring: in place (float, no transform) or rotated
+// into the rows buffer. Returns the rows and their stride.
+template <class T>
+absl::StatusOr<std::pair<const float*, int64_t>> Forward<T>::DirectKeys(int64_t g, int64_t kb,
+                                                                        int64_t j0, int64_t nk,
+                                                                        Workspace& w) const {
+  const int64_t d = p_.d;
+  if constexpr (std::is_same_v<T, float>) {
+    if (tk_ == nullptr) return std::make_pair(k_ + a_.KOffset(a_.k, kb + j0, g), a_.k.token);
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+  }
+  if (tk_ != nullptr) {
+    if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+  }
+  return std::make_pair(static_cast<const float*>(w.rows.get()), d);
+}
+
+// One query tile (nr tokens of each of the nh heads h .. h + nh - 1, row hi * nr + r
+// for head h + hi and token r: scaled rotated q rows, positions tpos of the nr tokens,
+// smallest pmin) against one key block: scores, locality, bias, mask, online softmax,
+// O += P V. Several heads share a tile only in direct (decoding) mode, where the heads
+// of a group then share every load of a key and value row. qlab / vmass (Shaw labels,
+// null without): the tile rows' key-label dot products and value-label probability
+// mass (p_.nlk / p_.nlv per row, in the tile's row order).
+template <class T>
+absl::Status Forward<T>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
+                                  const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
+                                  float* alpha, float* oacc, Workspace& w, const uint16_t* q16,
+                                  const float* qlab, float* vmass) const {
+  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
+  const int64_t rows = nh * nr;
+  float* s = w.s.get();
+  if (kb.panels16 != nullptr) {
+    cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
+  } else if (kb.direct) {
+    cpu::ScoreDirect(qrows, d, rows, d, kb.krows, kb.ldk, nk, s, bk);
+  } else {
+    cpu::ScoreTile(qrows, d, rows, d, kb.panels, kb.num_panels, s, bk);
+  }
+  if (qlab != nullptr) {  // + <q'_i, aK_r(i,j)> (q rows carry scale log2 e), gathered
+    for (int64_t r = 0; r < rows; ++r) {
+      float* sr = s + r * bk;
+      const float* ql = qlab + r * p_.ldl;
+      const int64_t one = BlockLabel(tpos[r % nr], kb.kmin, kb.kmax, shaw_.k.kmax);
+      if (one >= 0) {
+        const float c = ql[one];
+        for (int64_t j = 0; j < nk; ++j) sr[j] += c;
+        continue;
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        sr[j] += ql[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j],
+                                                                 shaw_.k.kmax)];
+      }
+    }
+  }
+  if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
+  if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
+    cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
+                              /*keep_float=*/vmass != nullptr);
+  } else {
+    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+  }
+  if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
+    const int64_t nl = p_.nlv;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* vm = vmass + r * nl;
+      const float* pr = s + r * bk;
+      for (int64_t t = 0; t < nl; ++t) vm[t] *= alpha[r];
+      const int64_t one = BlockLabel(tpos[r % nr], kb.kmin, kb.kmax, shaw_.v.kmax);
+      if (one >= 0) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < nk; ++j) sum += pr[j];
+        vm[one] += sum;
+        continue;
+      }
+      for (int64_t j = 0; j < nk; ++j) {
+        vm[encodings::sequence::ShawRelative::LabelIndex(tpos[r % nr], kb.kpos[j], shaw_.v.kmax)] +=
+            pr[j];
+      }
+    }
+  }
+  if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
+    cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
+  } else {
+    cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+  }
+  return absl::OkStatus();
+}
+
+// The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
+// final: locality factors, additive biases (log2 e times), the causal mask and -inf
+// past the block's keys up to kb.ncols.
+template <class T>
+absl::Status Forward<T>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
+                                      const int64_t* tpos, int64_t nr, int64_t pmin, float* s,
+                                      Workspace& w) const {
+  const int64_t bk = p_.bk, nk = kb.nk;
+  const int64_t rows = nh * nr;
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  if (a_.locality.has_value()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < nk; ++j) {
+        auto f = encodings::sequence::LocalityFactor(Distance(tpos[r % nr], kb.kpos[j]),
+                                                     *a_.locality);
+        if (!f.ok()) return f.status();
+        s[r * bk + j] *= static_cast<float>(*f);
+      }
+    }
+  }
+  const encodings::sequence::AdditiveBias* bias =
+      a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
+  if (bias != nullptr) {
+    float* bt = w.bias.get();
+    const float c = static_cast<float>(kLog2e);
+    for (int64_t hi = 0; hi < nh; ++hi) {
+      if (absl::Status st =
+              FillBias(*bias, h + hi, tpos, nr, kb.kpos, nk, bt, bk, &w.bias_scratch);
+          !st.ok()) {
+        return st;
+      }
+      for (int64_t r = 0; r < nr; ++r) {
+        float* sr = s + (hi * nr + r) * bk;
+        const float* br = bt + r * bk;
+        for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
+      }
+    }
+  }
+  if (a_.causal && kb.kmax > pmin) {  // some pair in the future
+    for (int64_t r = 0; r < rows; ++r) {
+      float* sr = s + r * bk;
+      const int64_t pos = tpos[r % nr];
+      if (kb.sorted) {  // the future is a suffix of the block
+        const int64_t first = std::upper_bound(kb.kpos, kb.kpos + nk, pos) - kb.kpos;
+        std::fill(sr + first, sr + nk, kNegInf);
+      } else {
+        for (int64_t j = 0; j < nk; ++j) {
+          if (kb.kpos[j] > pos) sr[j] = kNegInf;
+        }
+      }
+    }
+  }
+  if (nk < kb.ncols) {
+    for (int64_t r = 0; r < rows; ++r) std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
+  }
+  return absl::OkStatus();
+}
+
+template class Forward<float>;
+template class Forward<BFloat16>;
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe

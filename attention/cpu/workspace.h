@@ -1,0 +1,57 @@
+// The buffers each thread holds while it runs items (aligned for the kernels' vector
+// loads): the forward's packed keys and values, query block, score tile and
+// online-softmax state; the backward's group queries, dO, key block and gradient tiles.
+#ifndef ATTENTION_CPU_WORKSPACE_H_
+#define ATTENTION_CPU_WORKSPACE_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "attention/cpu/plan.h"
+#include "attention/cpu/tile_encodings.h"
+#include "hwy/aligned_allocator.h"
+
+namespace gpe {
+namespace attention {
+namespace cpu {
+
+// Per-thread buffers (aligned for the kernels' vector loads).
+struct Workspace {
+  hwy::AlignedFreeUniquePtr<float[]> panels, values, rows, qblk, s, bias, oacc, m, l, alpha;
+  // Shaw labels per query row: key-label dot products (stride ldl) and value-label
+  // probability mass (stride nlv); ones for the accumulation.
+  std::vector<float> qlab, vmass, lab_ones;
+  // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities.
+  hwy::AlignedFreeUniquePtr<uint16_t[]> panels16, pairs16, q16, p16;
+  std::vector<char> packed;
+  std::vector<int64_t> kmin, kmax;
+  std::vector<char> ksorted;  // key positions non-decreasing within the block
+  BiasScratch bias_scratch;
+
+  // Floats one workspace holds (CpuForwardWorkspaceBytes).
+  static int64_t Floats(const Plan& p);
+  explicit Workspace(const Plan& p);
+};
+
+// Per-thread buffers of the backward.
+struct BackwardWorkspace {
+  // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
+  // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
+  // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality.
+  hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
+      s, dp, bias, loc, shift;
+  std::vector<double> grad;  // bias-gradient tile for the sink
+  BiasScratch bias_scratch;
+  // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
+  // value-label dots of dO (stride ldl), the per-label sums of dS (keys) and P (values).
+  std::vector<float> qlab, dolab, kmass, pmass, lab_ones;
+
+  static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group);
+  BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group);
+};
+
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+
+#endif  // ATTENTION_CPU_WORKSPACE_H_

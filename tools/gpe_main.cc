@@ -310,14 +310,14 @@ int RunVersion() {
 }
 
 int RunMachine() {
-  namespace t = gpe::tools;
-  const int all = t::AvailableThreads();
-  std::printf("Widest vector ISA: %s, %d hardware threads\n\n", t::WidestVectorIsa().c_str(), all);
+  namespace m = gpe::measure;
+  const int all = m::AvailableThreads();
+  std::printf("Widest vector ISA: %s, %d hardware threads\n\n", m::WidestVectorIsa().c_str(), all);
   std::printf("| measure | 1 thread | %d threads |\n|---|---|---|\n", all);
-  std::printf("| float32 FMA peak (GFLOP/s) | %.1f | %.1f |\n", t::FmaPeakGflops(1),
-              t::FmaPeakGflops(all));
-  std::printf("| triad bandwidth (GB/s) | %.1f | %.1f |\n", t::TriadBandwidthGBs(1),
-              t::TriadBandwidthGBs(all));
+  std::printf("| float32 FMA peak (GFLOP/s) | %.1f | %.1f |\n", m::FmaPeakGflops(1),
+              m::FmaPeakGflops(all));
+  std::printf("| triad bandwidth (GB/s) | %.1f | %.1f |\n", m::TriadBandwidthGBs(1),
+              m::TriadBandwidthGBs(all));
   return 0;
 }
 
@@ -477,15 +477,16 @@ double JsonNumber(const std::string& json, const std::string& key) {
 // machines; only ratios taken together compare).
 int RunBench(bool quick, bool peers) {
   namespace t = gpe::tools;
+  namespace m = gpe::measure;
   namespace seq = gpe::encodings::sequence;
   namespace inr = gpe::inr;
   namespace enc = gpe::encodings;
-  const int threads = t::AvailableThreads();
+  const int threads = m::AvailableThreads();
   const int reps = quick ? 2 : 5;
   std::printf("gpe bench%s: %d threads, widest ISA %s\n\n", quick ? " --quick" : "", threads,
-              t::WidestVectorIsa().c_str());
-  const double peak = t::FmaPeakGflops(threads);
-  const double triad = t::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
+              m::WidestVectorIsa().c_str());
+  const double peak = m::FmaPeakGflops(threads);
+  const double triad = m::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
   std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit | extra memory |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
@@ -506,7 +507,7 @@ int RunBench(bool quick, bool peers) {
       return 1;
     }
     const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
-    t::LargeFloats x(s * h * d);  // 2 MiB pages, as the triad's arrays
+    m::LargeFloats x(s * h * d);  // 2 MiB pages, as the triad's arrays
     std::fill(x.begin(), x.end(), 0.5f);
     const std::vector<int64_t> offsets = {0};
     absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
@@ -643,12 +644,12 @@ int main(int argc, char** argv) {
     std::printf("\n");
     if (RunInrSpiral(OutputDir("")) != 0) return 1;
     std::printf("\n");
-    if (gpe::measure::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
+    if (gpe::tools::RunMainMlpFits(OutputDir(""), quick) != 0) return 1;
     std::printf("\n");
-    return gpe::measure::RunMainAttention(quick);
+    return gpe::tools::RunMainAttention(quick);
   }
   if (command == "inr") {
-    return gpe::measure::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
+    return gpe::tools::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   }
   if (command == "inr-image") {
     std::string out, path;

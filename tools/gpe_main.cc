@@ -10,7 +10,9 @@
 //   gpe --help
 //
 // This file parses the command line and runs the command; each command lives in its own
-// file (gpe_check_groups, gpe_separable_fits, gpe_tour, gpe_inr, gpe_bench).
+// file (gpe_check_groups, gpe_separable_fits, gpe_tour, gpe_inr, gpe_bench). At start the
+// tool chooses OpenBLAS's kernels where OpenBLAS fell back to generic ones
+// (blas_kernels.h): a process-wide choice the library leaves to the program.
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -21,6 +23,7 @@
 
 #include "gpe/gpe.h"
 #include "measure/machine_limits.h"
+#include "tools/blas_kernels.h"
 #include "tools/gpe_bench.h"
 #include "tools/gpe_check_groups.h"
 #include "tools/gpe_inr.h"
@@ -200,6 +203,8 @@ int CheckGroupsCommand(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before the tool starts threads or calls BLAS: setenv is safe only then.
+  t::SelectBlasKernels();
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -75,17 +74,15 @@ absl::Status BenchRopeInPlace(bool quick, int threads, int reps, double triad) {
 // ("seconds", "psnr_db"), "" when the interpreter or NumPy is missing.
 std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k, double sigma,
                             double lambda, int reps) {
-  const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
-  const std::string root = ws != nullptr ? ws : ".";
-  const char* py = std::getenv("GPE_PEER_PYTHON");
-  const std::string python = py != nullptr ? py : root + "/.venv/bin/python3";
+  // The interpreter and the peers' directory the attention peers use.
+  const AttentionBenchOptions where = AttentionBenchDefaults("");
   const std::string raw = (std::filesystem::temp_directory_path() / "gpe_bench_image.f64").string();
   if (FILE* f = std::fopen(raw.c_str(), "wb")) {
     std::fwrite(image.data(), sizeof(double), static_cast<size_t>(image.size()), f);
     std::fclose(f);
   }
-  return Capture(absl::StrCat(python, " ", root, "/tools/peers/inr_closed_form.py ", raw, " ", n,
-                              " ", k, " ", absl::StrFormat("%.17g", sigma), " ",
+  return Capture(absl::StrCat(where.python, " ", where.peers_dir, "/inr_closed_form.py ", raw,
+                              " ", n, " ", k, " ", absl::StrFormat("%.17g", sigma), " ",
                               absl::StrFormat("%.17g", lambda), " ", reps, " 2>/dev/null"));
 }
 

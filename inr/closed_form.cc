@@ -16,7 +16,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "inr/blas.h"
 #include "inr/closed_form_kernels.h"
 #include "parallel/thread_pool.h"
 
@@ -72,7 +71,6 @@ absl::Status CheckLambda(double lambda) {
 // C = op(A) op(B), row-major, with leading dimensions in elements.
 void Gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
-  EnsureBlasKernels();
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
               static_cast<int>(k), 1.0, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0,
@@ -188,7 +186,6 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
   absl::Status s = CheckMatrix(psi, "encoding factor Psi");
   if (!s.ok()) return s;
   if (!(s = CheckLambda(lambda)).ok()) return s;
-  EnsureBlasKernels();
   BlockedFactor f;
   const int64_t n = psi.rows(), k = psi.cols(), ld = psi.outerStride();
   f.n = n;
@@ -489,7 +486,6 @@ absl::StatusOr<RowMatrixXd> RidgePinvTransposed(const MatrixRef& psi, double lam
   if (!(s = CheckLambda(lambda)).ok()) return s;
   if (!(s = CheckRcond(rcond)).ok()) return s;
   if (rcond > 0.0) return TruncatedPinvTransposed(psi, lambda, rcond);
-  EnsureBlasKernels();
   const int n = static_cast<int>(psi.rows());
   const int k = static_cast<int>(psi.cols());
   const RowMatrixXd p = FlushTails(psi);

@@ -4,9 +4,10 @@
 // Prints the wall time (encoding, training and evaluation on all 65536 points) and the
 // MSEs, and the OpenBLAS kernel in use. Not a test.
 //
-// Measured on the 2-core development VM (shared, load ~5), OPENBLAS_NUM_THREADS=1, before
-// inr/blas.h corrected OpenBLAS's kernel choice: Prescott (its fallback on this VM) ~41 s,
-// Haswell ~20 s, SkylakeX ~13 s.
+// Measured on the 2-core development VM (shared, load ~5), OPENBLAS_NUM_THREADS=1, per
+// kernel family (OPENBLAS_CORETYPE): Prescott (OpenBLAS's fallback on this VM) ~41 s,
+// Haswell ~20 s, SkylakeX ~13 s. The library keeps whatever family OpenBLAS chose; where
+// it printed a fallback, run this with OPENBLAS_CORETYPE set (README.md).
 
 #include <chrono>
 #include <cstdio>

@@ -15,7 +15,8 @@
 //   - scaling: every thread against 1 thread;
 //   - RoPE on q and k (4096 x 32 x 128 float32) against PyTorch eager and torch.compile.
 // Then two sweeps, written to <out_dir>/bench.json and drawn by tools/peers/plot_bench.py
-// (matplotlib) as attention_vs_seqlen.png and rope_bandwidth.png.
+// (matplotlib) as attention_vs_seqlen.png and rope_bandwidth.png. How each row is measured
+// (back to back with the peer, the triad beside it) is tools/bench_harness.h.
 //
 // Conventions: time is the best wall time of N runs (the machine is shared and noisy);
 // "GroupPE / peer" is a throughput ratio (peer time / GroupPE time, > 1: GroupPE faster).
@@ -59,12 +60,6 @@ absl::Status RunAttentionBench(const AttentionBenchOptions& options);
 // with the queries the last sq of the sk positions (descriptor.h's KV-cache default), so
 // query i sees sk - sq + i + 1 keys (none below zero). sq, sk >= 0.
 double AttentionPairs(int64_t sq, int64_t sk, bool causal);
-
-// A number after "key": in a one-line JSON object; NaN when absent or not a number.
-double JsonNumber(const std::string& json, const std::string& key);
-
-// The string after "key": in a one-line JSON object ("" when absent; escapes are kept).
-std::string JsonString(const std::string& json, const std::string& key);
 
 }  // namespace tools
 }  // namespace gpe

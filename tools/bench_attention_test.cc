@@ -36,19 +36,6 @@ TEST(AttentionPairsTest, MatchesCountingOnRandomShapes) {
   EXPECT_EQ(AttentionPairs(4096, 4096, true), 4096.0 * 4097.0 / 2.0);
 }
 
-TEST(JsonTest, ReadsThePeersLines) {
-  const std::string line =
-      R"({"seconds": 0.0125, "case": "sdpa,hq=4", "torch": "2.5.0", "n":-3e2, "bad": x})";
-  EXPECT_EQ(JsonNumber(line, "seconds"), 0.0125);
-  EXPECT_EQ(JsonNumber(line, "n"), -300.0);
-  EXPECT_TRUE(std::isnan(JsonNumber(line, "missing")));
-  EXPECT_TRUE(std::isnan(JsonNumber(line, "bad")));
-  EXPECT_TRUE(std::isnan(JsonNumber("", "seconds")));
-  EXPECT_EQ(JsonString(line, "case"), "sdpa,hq=4");
-  EXPECT_EQ(JsonString(R"({"error":"a \"b\" c"})", "error"), R"(a \"b\" c)");
-  EXPECT_EQ(JsonString(line, "missing"), "");
-}
-
 TEST(RunAttentionBenchTest, RejectsBadOptions) {
   AttentionBenchOptions o = AttentionBenchDefaults(::testing::TempDir() + "/bench");
   o.peers = false;

@@ -1,0 +1,173 @@
+#include "tools/bench_harness.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "measure/machine_limits.h"
+
+namespace gpe {
+namespace tools {
+
+absl::StatusOr<std::vector<double>> Single(const absl::StatusOr<double>& seconds) {
+  if (!seconds.ok()) return seconds.status();
+  return std::vector<double>{*seconds};
+}
+
+int64_t ProcStatusBytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field + ":", 0) == 0) {
+      return std::strtoll(line.c_str() + field.size() + 1, nullptr, 10) * 1024;
+    }
+  }
+  return -1;
+}
+
+int64_t PeakRssGrowth(const std::function<void()>& fn) {
+  {
+    std::ofstream reset("/proc/self/clear_refs");
+    reset << "5";
+    if (!reset) return -1;
+  }
+  const int64_t before = ProcStatusBytes("VmRSS");
+  fn();
+  const int64_t peak = ProcStatusBytes("VmHWM");
+  return before < 0 || peak < 0 ? -1 : std::max<int64_t>(0, peak - before);
+}
+
+double JsonNumber(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return std::nan("");
+  const char* start = json.c_str() + at + needle.size();
+  char* end = nullptr;
+  const double v = std::strtod(start, &end);
+  return end == start ? std::nan("") : v;
+}
+
+std::string JsonString(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\": \"";
+  size_t at = json.find(needle);
+  size_t skip = needle.size();
+  if (at == std::string::npos) {
+    at = json.find("\"" + key + "\":\"");
+    skip = key.size() + 4;
+  }
+  if (at == std::string::npos) return "";
+  std::string out;
+  for (size_t i = at + skip; i < json.size() && json[i] != '"'; ++i) {
+    if (json[i] == '\\' && i + 1 < json.size()) out += json[i++];
+    out += json[i];
+  }
+  return out;
+}
+
+TorchPeer::TorchPeer(bool enabled, std::string python, std::string peers_dir, int threads)
+    : enabled_(enabled),
+      python_(std::move(python)),
+      peers_dir_(std::move(peers_dir)),
+      threads_(threads) {}
+
+std::vector<std::string> TorchPeer::Run(const std::vector<std::string>& cases, int reps,
+                                        const std::string& env) const {
+  std::vector<std::string> lines(cases.size());
+  if (!enabled_ || cases.empty()) return lines;
+  std::string command = absl::StrCat(env, env.empty() ? "" : " ", python_, " ", peers_dir_,
+                                     "/attention_torch.py ", threads_, " ", reps);
+  for (const std::string& c : cases) absl::StrAppend(&command, " '", c, "'");
+  absl::StrAppend(&command, " 2>/dev/null");
+  std::string out;
+  if (FILE* pipe = popen(command.c_str(), "r")) {
+    char buffer[4096];
+    size_t got;
+    while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+    pclose(pipe);
+  }
+  size_t i = 0;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    if (i < lines.size()) lines[i++] = std::string(line);
+  }
+  return lines;
+}
+
+std::string TorchPeer::RunOne(const std::string& c, int reps, const std::string& env) const {
+  return Run({c}, reps, env)[0];
+}
+
+std::string TorchPeer::Why(const std::string& line) const {
+  if (!enabled_) return "not run (--no-peers)";
+  if (line.empty()) return "PyTorch died or is missing (tools/setup_peers.sh)";
+  std::string why = JsonString(line, "error");
+  if (why.empty()) why = JsonString(line, "skipped");
+  if (why.rfind("no torch", 0) == 0) return "PyTorch not installed (tools/setup_peers.sh)";
+  return "PyTorch: " + why;
+}
+
+absl::StatusOr<Compared> BackToBack(
+    int rounds, const std::function<absl::StatusOr<std::vector<double>>()>& ours,
+    const std::function<std::vector<std::string>()>& peer) {
+  Compared c;
+  bool peer_timed = true;
+  for (int r = 0; r < rounds; ++r) {
+    absl::StatusOr<std::vector<double>> t = ours();
+    if (!t.ok()) return t.status();
+    if (c.ours.empty()) c.ours = *t;
+    for (size_t i = 0; i < t->size() && i < c.ours.size(); ++i) {
+      c.ours[i] = std::min(c.ours[i], (*t)[i]);
+    }
+    if (!peer_timed) continue;
+    const std::vector<std::string> lines = peer();
+    if (c.peer.empty()) c.peer = lines;
+    peer_timed = false;
+    for (size_t i = 0; i < lines.size() && i < c.peer.size(); ++i) {
+      const double now = JsonNumber(lines[i], "seconds"), best = JsonNumber(c.peer[i], "seconds");
+      if (std::isfinite(now) && !(best <= now)) c.peer[i] = lines[i];
+      peer_timed = peer_timed || std::isfinite(now);
+    }
+  }
+  return c;
+}
+
+double TriadBeside::Measure() {
+  before_ = Triad();
+  return before_;
+}
+
+double TriadBeside::Add(double gbs) {
+  const double after = Triad(), beside = std::max(before_, after);
+  ratios_.push_back(gbs / beside);
+  std::fprintf(stderr,
+               "gpe bench:   round %d: triad %.1f GB/s, then %.1f GB/s, then triad %.1f GB/s "
+               "(%.0f%% of the larger)\n",
+               static_cast<int>(ratios_.size()), before_, gbs, after, 100.0 * gbs / beside);
+  return after;
+}
+
+std::string TriadBeside::Cell(double gbs, double best_triad) const {
+  std::vector<double> r = ratios_;
+  std::sort(r.begin(), r.end());
+  if (r.empty()) return absl::StrFormat("%.0f%% of triad", 100.0 * gbs / best_triad);
+  return absl::StrFormat(
+      "%.0f%% of triad; %.0f%% of the triad measured beside it (median of %d rounds, %.0f-%.0f%%)",
+      100.0 * gbs / best_triad, 100.0 * r[r.size() / 2], static_cast<int>(r.size()),
+      100.0 * r.front(), 100.0 * r.back());
+}
+
+double TriadBeside::Triad() const {
+  return measure::TriadBandwidthGBs(threads_,
+                                    quick_ ? (int64_t{16} << 20) : (int64_t{256} << 20));
+}
+
+}  // namespace tools
+}  // namespace gpe

@@ -1,0 +1,117 @@
+// How `gpe bench` measures a GroupPE workload beside a peer: best-of-n timing that keeps
+// the first error, GroupPE and the peer run back to back over rounds, the triad measured
+// beside bandwidth-bound runs, the growth of peak RSS, and the PyTorch peer as a child
+// process (tools/peers/attention_torch.py) that answers one JSON line per case.
+#ifndef TOOLS_BENCH_HARNESS_H_
+#define TOOLS_BENCH_HARNESS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "measure/timing.h"
+
+namespace gpe {
+namespace tools {
+
+// The best of `reps` timed runs of call() (an absl::Status); its first error instead.
+template <class Call>
+absl::StatusOr<double> BestSecondsOk(int reps, Call call) {
+  absl::Status status;
+  const double sec = measure::BestSeconds(reps, [&] { status.Update(call()); });
+  if (!status.ok()) return status;
+  return sec;
+}
+
+// One untimed run of call() (warm-up; its error is returned), then BestSecondsOk.
+template <class Call>
+absl::StatusOr<double> WarmThenBestSeconds(int reps, Call call) {
+  if (absl::Status status = call(); !status.ok()) return status;
+  return BestSecondsOk(reps, call);
+}
+
+// One measurement as a list (what BackToBack's GroupPE side returns).
+absl::StatusOr<std::vector<double>> Single(const absl::StatusOr<double>& seconds);
+
+// A field of /proc/self/status in bytes (VmRSS, VmHWM); -1 where unavailable.
+int64_t ProcStatusBytes(const std::string& field);
+
+// Growth of the peak resident set while fn runs (bytes), measured by resetting the peak
+// to the current RSS (Linux clear_refs "5") first; -1 where the kernel does not allow it.
+int64_t PeakRssGrowth(const std::function<void()>& fn);
+
+// A number after "key": in a one-line JSON object; NaN when absent or not a number.
+double JsonNumber(const std::string& json, const std::string& key);
+
+// The string after "key": in a one-line JSON object ("" when absent; escapes are kept).
+std::string JsonString(const std::string& json, const std::string& key);
+
+// The PyTorch peer, run as a child process: one JSON line per case, in order. Lines are
+// empty where the child died before printing them (e.g. a crash inside torch).
+class TorchPeer {
+ public:
+  // enabled: false under --no-peers (every line empty, Why says so); python: the
+  // interpreter; peers_dir: the directory of attention_torch.py; threads: its thread count.
+  TorchPeer(bool enabled, std::string python, std::string peers_dir, int threads);
+
+  // The lines for `cases` (attention_torch.py's case strings), each the best of `reps`
+  // runs; `env` ("NAME=value ...") prefixes the command.
+  std::vector<std::string> Run(const std::vector<std::string>& cases, int reps,
+                               const std::string& env = "") const;
+  std::string RunOne(const std::string& c, int reps, const std::string& env = "") const;
+
+  bool enabled() const { return enabled_; }
+
+  // What the peer column says when the line has no time.
+  std::string Why(const std::string& line) const;
+
+ private:
+  bool enabled_;
+  std::string python_, peers_dir_;
+  int threads_;
+};
+
+// GroupPE then the peer, back to back, `rounds` times; keeps the best time of each over
+// the rounds (for the peer, per case the line with the least "seconds"), so that a burst
+// of load from other processes hits both or is outlasted. A peer with no time in the first
+// round (missing, failing) is not asked again.
+struct Compared {
+  std::vector<double> ours;       // best seconds per GroupPE measurement
+  std::vector<std::string> peer;  // per peer case, its best line
+};
+absl::StatusOr<Compared> BackToBack(
+    int rounds, const std::function<absl::StatusOr<std::vector<double>>()>& ours,
+    const std::function<std::vector<std::string>()>& peer);
+
+// Bandwidth-bound rows: the triad measured just before and just after each round's GroupPE
+// run as well, since the memory bandwidth a shared host leaves swings by 1.5-2x within
+// seconds (30 to 67 GB/s here); the row gives, besides the fraction of the run's best
+// triad, the median over rounds of GB/s over the larger of the two triads beside it.
+class TriadBeside {
+ public:
+  TriadBeside(int threads, bool quick) : threads_(threads), quick_(quick) {}
+  // Measures the triad now (before a round); returns it.
+  double Measure();
+  // Measures the triad again after the round just run, which read `gbs`; the round's
+  // ratio is gbs over the larger triad (also on stderr, with the progress lines). Returns
+  // the triad measured after.
+  double Add(double gbs);
+  // The row's cell: gbs as a fraction of best_triad, then the median ratio over rounds.
+  std::string Cell(double gbs, double best_triad) const;
+
+ private:
+  double Triad() const;
+
+  int threads_;
+  bool quick_;
+  double before_ = 0.0;
+  std::vector<double> ratios_;
+};
+
+}  // namespace tools
+}  // namespace gpe
+
+#endif  // TOOLS_BENCH_HARNESS_H_

@@ -1,0 +1,193 @@
+#include "tools/gpe_bench.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/types/span.h"
+#include "encodings/coordinate/shifted_basis.h"
+#include "encodings/sequence/rope.h"
+#include "inr/blended.h"
+#include "inr/closed_form.h"
+#include "inr/data.h"
+#include "measure/machine_limits.h"
+#include "measure/timing.h"
+#include "tools/bench_attention.h"
+#include "tools/bench_harness.h"
+
+namespace gpe {
+namespace tools {
+namespace {
+
+namespace enc = gpe::encodings;
+namespace seq = gpe::encodings::sequence;
+using measure::BestSeconds;
+
+// Runs a command and returns its standard output ("" on failure).
+std::string Capture(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
+  if (pclose(pipe) != 0) return "";
+  return out;
+}
+
+// RoPE applied in place to q-shaped float32 tensors (seq x heads x head_dim), as a
+// fraction of the triad.
+absl::Status BenchRopeInPlace(bool quick, int threads, int reps, double triad) {
+  const int64_t s = quick ? 256 : 16384, h = quick ? 8 : 32, d = 128;
+  seq::RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  o.num_threads = threads;
+  absl::StatusOr<seq::RopeFrequencies> freqs = seq::DefaultRopeFrequencies(d, 10000.0);
+  absl::StatusOr<seq::Rope> rope =
+      freqs.ok() ? seq::Rope::Create(o, *freqs) : absl::StatusOr<seq::Rope>(freqs.status());
+  if (!rope.ok()) return rope.status();
+  const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
+  measure::LargeFloats x(s * h * d);  // 2 MiB pages, as the triad's arrays
+  std::fill(x.begin(), x.end(), 0.5f);
+  const std::vector<int64_t> offsets = {0};
+  absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
+  if (!table.ok()) return table.status();
+  const double sec = BestSeconds(reps, [&] { (void)rope->Apply<float>(*table, tensor, x.data(), x.data()); });
+  const double gbs = 2.0 * static_cast<double>(x.size()) * sizeof(float) / sec * 1e-9;
+  std::printf("| RoPE in place, %lld x %lld x %lld float32 | %.1f GB/s | | | %.2f of triad |\n",
+              static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d),
+              gbs, gbs / triad);
+  return absl::OkStatus();
+}
+
+// NumPy's closed form of the same fit (tools/peers/inr_closed_form.py): its one-line JSON
+// ("seconds", "psnr_db"), "" when the interpreter or NumPy is missing.
+std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k, double sigma,
+                            double lambda, int reps) {
+  // The interpreter and the peers' directory the attention peers use.
+  const AttentionBenchOptions where = AttentionBenchDefaults("");
+  const std::string raw = (std::filesystem::temp_directory_path() / "gpe_bench_image.f64").string();
+  if (FILE* f = std::fopen(raw.c_str(), "wb")) {
+    std::fwrite(image.data(), sizeof(double), static_cast<size_t>(image.size()), f);
+    std::fclose(f);
+  }
+  return Capture(absl::StrCat(where.python, " ", where.peers_dir, "/inr_closed_form.py ", raw,
+                              " ", n, " ", k, " ", absl::StrFormat("%.17g", sigma), " ",
+                              absl::StrFormat("%.17g", lambda), " ", reps, " 2>/dev/null"));
+}
+
+// Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis, beside NumPy.
+void BenchInrClosedForm(bool quick, bool peers, int reps) {
+  const int64_t n = quick ? 64 : 512, k = quick ? 32 : 256;
+  const double sigma = 1.0 / static_cast<double>(k), lambda = 1e-6;
+  inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
+  std::vector<double> coords(n);
+  for (int64_t i = 0; i < n; ++i) coords[i] = (i + 0.5) / static_cast<double>(n);
+  const enc::ShiftedBasis1D basis =
+      *enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, k, sigma, 0.0, 1.0);
+  inr::SeparableFitOptions options;
+  options.lambda = lambda;
+  options.float32_image_products = true;
+  const std::vector<inr::RowMatrixXd> channels = {image};
+  std::vector<inr::RowMatrixXd> w;
+  const double sec = BestSeconds(reps, [&] {
+    const inr::RowMatrixXd psi = *basis.Encode(coords);
+    w = *inr::FitSeparable2D(psi, psi, channels, options);
+  });
+  const inr::RowMatrixXd psi = *basis.Encode(coords);
+  const double psnr = *inr::Psnr(*inr::PredictSeparable2D(psi, psi, w[0]), image);
+  std::string peer = "not run", ratio = "";
+  if (peers) {
+    const std::string json = NumpyClosedForm(image, n, k, sigma, lambda, reps);
+    const double peer_sec = JsonNumber(json, "seconds"), peer_psnr = JsonNumber(json, "psnr_db");
+    if (std::isfinite(peer_sec)) {
+      peer = absl::StrFormat("NumPy %.2f ms, %.2f dB", peer_sec * 1e3, peer_psnr);
+      ratio = absl::StrFormat("%.1fx faster, PSNR %+.3f dB", peer_sec / sec, psnr - peer_psnr);
+    } else {
+      peer = "NumPy unavailable (run ./bazelw once to make .venv)";
+    }
+  }
+  std::printf("| INR closed form, %lldx%lld, K = %lld Gaussian | %.2f ms, %.2f dB | %s | %s | |\n",
+              static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(k),
+              sec * 1e3, psnr, peer.c_str(), ratio.c_str());
+}
+
+// Zheng et al.'s blended fit of 25% random pixels on a virtual grid.
+void BenchInrBlended(bool quick) {
+  const int64_t n = quick ? 64 : 512, g = quick ? 32 : 128;
+  const inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
+  std::mt19937_64 rng(1);
+  std::vector<double> px, py, vals;
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (rng() % 4 != 0) continue;
+      px.push_back((j + 0.5) / n);
+      py.push_back((i + 0.5) / n);
+      vals.push_back(image(i, j));
+    }
+  }
+  std::vector<double> grid(g);
+  for (int64_t i = 0; i < g; ++i) grid[i] = static_cast<double>(i) / (g - 1);
+  const enc::ShiftedBasis1D basis = *enc::ShiftedBasis1D::Create(
+      enc::ShiftedBasisKind::kGaussian, g, 1.0 / g, 0.0, 1.0 + 1.0 / g);
+  const inr::AxisEncoder e = [&](absl::Span<const double> c) { return basis.Encode(c); };
+  inr::BlendedFitOptions options;
+  options.lambda = 1e-4;
+  options.tolerance = 1e-4;
+  int iterations = 0;
+  const double sec = BestSeconds(quick ? 1 : 2, [&] {
+    iterations = inr::FitBlended2D(e, e, grid, grid, px, py, vals, options)->iterations;
+  });
+  std::printf("| INR blended fit, 25%% of %lldx%lld, %lld^2 virtual grid | %.0f ms, %d iterations | | | |\n",
+              static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(g),
+              sec * 1e3, iterations);
+}
+
+}  // namespace
+
+int RunBench(bool quick, bool peers, const std::string& out_dir) {
+  const int threads = measure::AvailableThreads();
+  const int reps = quick ? 2 : 5;
+  std::printf("gpe bench%s: %d threads, widest ISA %s\n\n", quick ? " --quick" : "", threads,
+              measure::WidestVectorIsa().c_str());
+  const double peak = measure::FmaPeakGflops(threads);
+  const double triad =
+      measure::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
+  std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit | extra memory |\n");
+  std::printf("|---|---|---|---|---|---|\n");
+  std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
+  std::printf("| triad bandwidth | %.1f GB/s | | | 1.00 |\n", triad);
+
+  if (absl::Status s = BenchRopeInPlace(quick, threads, reps, triad); !s.ok()) {
+    std::fprintf(stderr, "gpe bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  BenchInrClosedForm(quick, peers, reps);
+  BenchInrBlended(quick);
+
+  // Attention and RoPE against PyTorch, then the sweeps and plots (tools/bench_attention.h).
+  AttentionBenchOptions attention = AttentionBenchDefaults(out_dir);
+  attention.quick = quick;
+  attention.peers = peers;
+  attention.threads = threads;
+  attention.fma_peak_gflops = peak;
+  attention.triad_gbs = triad;
+  if (const absl::Status s = RunAttentionBench(attention); !s.ok()) {
+    std::fprintf(stderr, "gpe bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace tools
+}  // namespace gpe

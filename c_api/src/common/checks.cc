@@ -1,10 +1,10 @@
-#include "c_api/checks.h"
+#include "c_api/src/common/checks.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "c_api/error.h"
+#include "c_api/src/common/error.h"
 #include "c_api/include/gpe/gpe.h"
 
 namespace gpe::c_api {

@@ -1,4 +1,4 @@
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/tensor_view.h"
 
 #include <cstring>
 #include <limits>

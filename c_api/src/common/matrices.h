@@ -2,8 +2,8 @@
 // (inr.cc, inr_solvers.cc): a validated [rows, cols] view copied into a compact
 // row-major Eigen matrix, with the optional content checks both files share, and a
 // matrix written into a checked output view.
-#ifndef GPE_C_API_MATRICES_H_
-#define GPE_C_API_MATRICES_H_
+#ifndef GPE_C_API_SRC_COMMON_MATRICES_H_
+#define GPE_C_API_SRC_COMMON_MATRICES_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "c_api/checks.h"
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/tensor_view.h"
 #include "dlpack/dlpack.h"
 
 namespace gpe::c_api {
@@ -77,4 +77,4 @@ absl::Status WriteMatrix(const RowMatrix<Scalar>& m, DLTensor* t, const char* na
 
 }  // namespace gpe::c_api
 
-#endif  // GPE_C_API_MATRICES_H_
+#endif  // GPE_C_API_SRC_COMMON_MATRICES_H_

@@ -1,4 +1,4 @@
-#include "c_api/matrices.h"
+#include "c_api/src/common/matrices.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"

@@ -1,6 +1,6 @@
 // Validation of DLPack tensors passed through the C ABI.
-#ifndef GPE_C_API_TENSOR_VIEW_H_
-#define GPE_C_API_TENSOR_VIEW_H_
+#ifndef GPE_C_API_SRC_COMMON_TENSOR_VIEW_H_
+#define GPE_C_API_SRC_COMMON_TENSOR_VIEW_H_
 
 #include <cstdint>
 #include <string>
@@ -53,4 +53,4 @@ bool Overlaps(const TensorView& a, const TensorView& b);
 
 }  // namespace gpe::c_api
 
-#endif  // GPE_C_API_TENSOR_VIEW_H_
+#endif  // GPE_C_API_SRC_COMMON_TENSOR_VIEW_H_

@@ -1,4 +1,4 @@
-#include "c_api/error.h"
+#include "c_api/src/common/error.h"
 
 #include <string>
 

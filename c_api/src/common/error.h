@@ -1,7 +1,7 @@
 // Status plumbing for the C ABI: converts absl::Status and C++ exceptions into
 // gpe_status codes plus the thread-local message that gpe_last_error_message returns.
-#ifndef GPE_C_API_ERROR_H_
-#define GPE_C_API_ERROR_H_
+#ifndef GPE_C_API_SRC_COMMON_ERROR_H_
+#define GPE_C_API_SRC_COMMON_ERROR_H_
 
 #include <exception>
 #include <new>
@@ -39,4 +39,4 @@ gpe_status Guard(Fn&& fn) noexcept {
 
 }  // namespace gpe::c_api
 
-#endif  // GPE_C_API_ERROR_H_
+#endif  // GPE_C_API_SRC_COMMON_ERROR_H_

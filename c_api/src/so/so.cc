@@ -12,10 +12,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "c_api/checks.h"
-#include "c_api/error.h"
-#include "c_api/so_rep.h"
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/error.h"
+#include "c_api/src/so/so_rep.h"
+#include "c_api/src/common/tensor_view.h"
 
 using gpe::c_api::DType;
 using gpe::c_api::Guard;

@@ -1,8 +1,8 @@
 // The opaque coordinate-encoder handle of gpe.h, shared by the entry points that create
 // and apply it (coordinate.cc) and the INR solvers that take 1-D encoders (inr.cc).
 // Internal to c_api.
-#ifndef GPE_C_API_COORDINATE_HANDLES_H_
-#define GPE_C_API_COORDINATE_HANDLES_H_
+#ifndef GPE_C_API_SRC_COORDINATE_ENCODER_HANDLE_H_
+#define GPE_C_API_SRC_COORDINATE_ENCODER_HANDLE_H_
 
 #include <memory>
 
@@ -18,4 +18,4 @@ struct gpe_coordinate_encoder {
   const gpe::encodings::So2BesselEncoder* so2 = nullptr;
 };
 
-#endif  // GPE_C_API_COORDINATE_HANDLES_H_
+#endif  // GPE_C_API_SRC_COORDINATE_ENCODER_HANDLE_H_

@@ -1,7 +1,7 @@
 // The opaque sequence-encoding handles of gpe.h, shared by the entry points that create
 // them (sequence.cc) and those that consume them (attention.cc). Internal to c_api.
-#ifndef GPE_C_API_SEQUENCE_HANDLES_H_
-#define GPE_C_API_SEQUENCE_HANDLES_H_
+#ifndef GPE_C_API_SRC_SEQUENCE_HANDLES_H_
+#define GPE_C_API_SRC_SEQUENCE_HANDLES_H_
 
 #include <cstdint>
 #include <optional>
@@ -56,4 +56,4 @@ struct gpe_bias {
   }
 };
 
-#endif  // GPE_C_API_SEQUENCE_HANDLES_H_
+#endif  // GPE_C_API_SRC_SEQUENCE_HANDLES_H_

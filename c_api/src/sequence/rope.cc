@@ -16,10 +16,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "c_api/checks.h"
-#include "c_api/error.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/error.h"
 #include "c_api/include/gpe/gpe.h"
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/tensor_view.h"
 #include "encodings/sequence/rope.h"
 
 using gpe::c_api::CheckCreate;

@@ -1,7 +1,7 @@
 // The implementations behind the gpe_so_rep handle: adapters from validated DLPack
 // views to group/'s SO(n) representations.
-#ifndef GPE_C_API_SO_REP_H_
-#define GPE_C_API_SO_REP_H_
+#ifndef GPE_C_API_SRC_SO_SO_REP_H_
+#define GPE_C_API_SRC_SO_SO_REP_H_
 
 #include <cstdint>
 #include <memory>
@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/tensor_view.h"
 
 namespace gpe::c_api {
 
@@ -34,4 +34,4 @@ absl::StatusOr<std::unique_ptr<SoRep>> MakeRank2Rep(std::vector<double> a, std::
 
 }  // namespace gpe::c_api
 
-#endif  // GPE_C_API_SO_REP_H_
+#endif  // GPE_C_API_SRC_SO_SO_REP_H_

@@ -1,7 +1,7 @@
 // Argument checks shared by the C ABI's entry points (gpe.cc, sequence.cc), and the
 // batch helpers that hand validated [N, dim] views to group/ and encodings/ code.
-#ifndef GPE_C_API_CHECKS_H_
-#define GPE_C_API_CHECKS_H_
+#ifndef GPE_C_API_SRC_COMMON_CHECKS_H_
+#define GPE_C_API_SRC_COMMON_CHECKS_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "c_api/tensor_view.h"
+#include "c_api/src/common/tensor_view.h"
 
 namespace gpe::c_api {
 
@@ -91,4 +91,4 @@ void ScatterRows(const T* rows, const TensorView& v) {
 
 }  // namespace gpe::c_api
 
-#endif  // GPE_C_API_CHECKS_H_
+#endif  // GPE_C_API_SRC_COMMON_CHECKS_H_

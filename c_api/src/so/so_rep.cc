@@ -1,4 +1,4 @@
-#include "c_api/so_rep.h"
+#include "c_api/src/so/so_rep.h"
 
 #include <cstdint>
 #include <memory>
@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "c_api/checks.h"
+#include "c_api/src/common/checks.h"
 #include "group/so_planes.h"
 #include "group/so_rank2.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/include/gpe/common.h"
 
 namespace gpe::c_api {
 

@@ -1,5 +1,5 @@
-// Argument checks shared by the C ABI's entry points (gpe.cc, sequence.cc), and the
-// batch helpers that hand validated [N, dim] views to group/ and encodings/ code.
+// Argument checks shared by the C ABI's entry points, and the batch helpers that hand
+// validated [N, dim] views to group/ and encodings/ code.
 #ifndef GPE_C_API_SRC_COMMON_CHECKS_H_
 #define GPE_C_API_SRC_COMMON_CHECKS_H_
 

@@ -50,3 +50,22 @@ gpe_status Report(const absl::Status& status) {
 const char* LastErrorMessage() { return ThreadMessage().c_str(); }
 
 }  // namespace gpe::c_api
+
+extern "C" {
+
+const char* gpe_last_error_message(void) { return gpe::c_api::LastErrorMessage(); }
+
+const char* gpe_status_name(gpe_status status) {
+  switch (status) {
+    case GPE_OK: return "GPE_OK";
+    case GPE_ERROR_INVALID_ARGUMENT: return "GPE_ERROR_INVALID_ARGUMENT";
+    case GPE_ERROR_OUT_OF_RANGE: return "GPE_ERROR_OUT_OF_RANGE";
+    case GPE_ERROR_UNSUPPORTED: return "GPE_ERROR_UNSUPPORTED";
+    case GPE_ERROR_OUT_OF_MEMORY: return "GPE_ERROR_OUT_OF_MEMORY";
+    case GPE_ERROR_INTERNAL: return "GPE_ERROR_INTERNAL";
+    case GPE_ERROR_VERSION_MISMATCH: return "GPE_ERROR_VERSION_MISMATCH";
+    default: return "GPE_ERROR_UNKNOWN";
+  }
+}
+
+}  // extern "C"

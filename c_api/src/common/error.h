@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/include/gpe/common.h"
 
 namespace gpe::c_api {
 

@@ -1,12 +1,13 @@
-// Matrices read from and written to DLPack views for the C ABI's INR entry points
-// (inr.cc, inr_solvers.cc): a validated [rows, cols] view copied into a compact
-// row-major Eigen matrix, with the optional content checks both files share, and a
-// matrix written into a checked output view.
+// Matrices read from and written to DLPack views for the C ABI's coordinate, analysis
+// and INR entry points: a validated [rows, cols] view copied into a compact row-major
+// Eigen matrix, with optional content checks, and a matrix written into a checked
+// output view.
 #ifndef GPE_C_API_SRC_COMMON_MATRICES_H_
 #define GPE_C_API_SRC_COMMON_MATRICES_H_
 
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include <Eigen/Dense>
 #include "absl/status/status.h"
@@ -74,6 +75,21 @@ absl::Status WriteMatrix(const RowMatrix<Scalar>& m, DLTensor* t, const char* na
   }
   return absl::OkStatus();
 }
+
+// A float64 [rows, cols] output of exactly that shape, free of self-overlap: checked
+// before a long computation (a fit), so a wrong output fails at once.
+absl::Status CheckOutputShape(const DLTensor* t, const char* name, int64_t rows, int64_t cols);
+
+// A view's shape for messages, e.g. "[2, 3]".
+std::string ShapeString(const TensorView& v);
+
+// A float64 [rows, cols] output view of exactly the given shape, free of self-overlap
+// and of overlap with `input` (when given).
+absl::StatusOr<TensorView> OutputMatrix(DLTensor* t, const char* name, int64_t rows, int64_t cols,
+                                        const TensorView* input, const char* input_name);
+
+// Writes m into a float64 view of m's shape (checked by the caller: OutputMatrix).
+void WriteMatrix(const RowMatrix<double>& m, const TensorView& v);
 
 }  // namespace gpe::c_api
 

@@ -1,7 +1,7 @@
-// The C ABI's coordinate encoders, graph encodings and embedder analysis (gpe.h,
-// "Coordinate encoders, graph encodings and embedder analysis"): one opaque handle over
-// encodings/coordinate/'s CoordinateEncoder implementations, plus the free functions
-// of encodings/coordinate/laplacian_eigenvectors.h and encodings/analysis/.
+// The C ABI's coordinate encodings (gpe/coordinate.h): Zheng et al.'s shifted bases, and
+// one opaque handle over encodings/coordinate/'s CoordinateEncoder implementations, plus
+// the free functions of encodings/coordinate/laplacian_eigenvectors.h. Every entry point
+// runs under Guard.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -20,24 +20,26 @@
 #include "c_api/src/common/checks.h"
 #include "c_api/src/coordinate/encoder_handle.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/src/common/matrices.h"
+#include "c_api/include/gpe/coordinate.h"
 #include "c_api/src/common/tensor_view.h"
-#include "encodings/analysis/distance_preservation.h"
-#include "encodings/analysis/stable_rank.h"
 #include "encodings/coordinate/encoder.h"
 #include "encodings/coordinate/fourier_features.h"
 #include "encodings/coordinate/laplacian_eigenvectors.h"
 #include "encodings/coordinate/shifted_basis.h"
 #include "encodings/coordinate/so2_bessel.h"
 #include "encodings/coordinate/spherical_harmonics.h"
-#include "inr/closed_form.h"
 
 namespace enc = gpe::encodings;
 using gpe::c_api::CheckStructSize;
+using gpe::c_api::CopyMatrix;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
+using gpe::c_api::OutputMatrix;
+using gpe::c_api::ShapeString;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
+using gpe::c_api::WriteMatrix;
 
 namespace {
 
@@ -46,49 +48,6 @@ const DType kF64[] = {DType::kFloat64};
 const DType kI64[] = {DType::kInt64};
 // Entries of a Fourier-feature handle's frequency matrix (512 MiB of float64).
 constexpr int64_t kMaxFrequencyEntries = int64_t{1} << 26;
-
-std::string ShapeString(const TensorView& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v.shape[i]);
-  return s + "]";
-}
-
-// A float64 [rows, cols] view (either size may be checked by the caller) copied into a
-// compact row-major matrix.
-RowMatrixXd CopyMatrix(const TensorView& v) {
-  RowMatrixXd m(v.shape[0], v.shape[1]);
-  if (m.size() == 0) return m;
-  const double* src = v.typed<const double>();
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) m(i, j) = src[i * v.strides[0] + j * v.strides[1]];
-  }
-  return m;
-}
-
-// A float64 [rows, cols] output view of exactly the given shape, free of self-overlap
-// and of overlap with `input` (when given).
-absl::StatusOr<TensorView> OutputMatrix(DLTensor* t, const char* name, int64_t rows, int64_t cols,
-                                        const TensorView* input, const char* input_name) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] != rows || v->shape[1] != cols) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", rows, ", ", cols,
-                                                   "]; got ", ShapeString(*v)));
-  }
-  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
-  if (input != nullptr && gpe::c_api::Overlaps(*input, *v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, " overlaps ", input_name, "; pass disjoint memory"));
-  }
-  return v;
-}
-
-void WriteMatrix(const RowMatrixXd& m, const TensorView& v) {
-  double* dst = v.typed<double>();
-  for (int64_t i = 0; i < m.rows(); ++i) {
-    for (int64_t j = 0; j < m.cols(); ++j) dst[i * v.strides[0] + j * v.strides[1]] = m(i, j);
-  }
-}
 
 // Points [N, D] of a handle: N >= 1, D the encoder's input width (finiteness and the
 // encoder's own domain, e.g. non-zero directions, are checked by the encoder).
@@ -147,17 +106,56 @@ absl::StatusOr<std::vector<T>> ReadVector(const DLTensor* t, const char* name,
   return out;
 }
 
-absl::Status CheckEmbedder(int32_t embedder) {
-  if (embedder < GPE_EMBEDDER_GAUSSIAN || embedder > GPE_EMBEDDER_RFF) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("embedder must be one of GPE_EMBEDDER_* (0..3); got ", embedder));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 extern "C" {
+
+gpe_status gpe_shifted_basis_encode(const gpe_shifted_basis_options* options,
+                                    const DLTensor* coords, DLTensor* out) {
+  return Guard([&]() -> absl::Status {
+    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+    if (absl::Status s = CheckStructSize(options->struct_size,
+                                         offsetof(gpe_shifted_basis_options, hi) + sizeof(double),
+                                         sizeof(gpe_shifted_basis_options),
+                                         "gpe_shifted_basis_options");
+        !s.ok()) {
+      return s;
+    }
+    const gpe_shifted_basis_options& o = *options;
+    if (o.kind < GPE_SHIFTED_GAUSSIAN || o.kind > GPE_SHIFTED_SQUARE) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kind must be one of GPE_SHIFTED_* (0..5); got ", o.kind));
+    }
+    if (o.num_shifts < 1 || o.num_shifts > gpe::c_api::kMaxDim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("num_shifts must be in 1..", gpe::c_api::kMaxDim, "; got ", o.num_shifts));
+    }
+    absl::StatusOr<gpe::encodings::ShiftedBasis1D> basis = gpe::encodings::ShiftedBasis1D::Create(
+        static_cast<gpe::encodings::ShiftedBasisKind>(o.kind), o.num_shifts, o.width, o.lo, o.hi);
+    if (!basis.ok()) return basis.status();
+    absl::StatusOr<TensorView> c = ViewTensor(coords, "coords", 1, kF64);
+    if (!c.ok()) return c.status();
+    std::vector<double> x(static_cast<size_t>(c->shape[0]));
+    for (int64_t i = 0; i < c->shape[0]; ++i) x[i] = c->typed<const double>()[i * c->strides[0]];
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (!std::isfinite(x[i])) {
+        return absl::InvalidArgumentError(absl::StrCat("coords[", i, "] is not finite"));
+      }
+    }
+    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
+    if (!ov.ok()) return ov.status();
+    if (gpe::c_api::Overlaps(*c, *ov)) return absl::InvalidArgumentError("out overlaps coords");
+    if (x.empty()) {
+      if (ov->shape[0] != 0 || ov->shape[1] != o.num_shifts) {
+        return absl::InvalidArgumentError("out must have shape [0, num_shifts]");
+      }
+      return absl::OkStatus();
+    }
+    absl::StatusOr<RowMatrixXd> e = basis->Encode(x);
+    if (!e.ok()) return e.status();
+    return WriteMatrix(*e, out, "out");
+  });
+}
 
 void gpe_coordinate_encoder_destroy(gpe_coordinate_encoder* encoder) { delete encoder; }
 
@@ -180,7 +178,7 @@ gpe_status gpe_coordinate_encode(const gpe_coordinate_encoder* encoder, const DL
     absl::StatusOr<TensorView> o =
         OutputMatrix(features, "features", p->shape[0], encoder->impl->output_dim(), &*p, "points");
     if (!o.ok()) return o.status();
-    absl::StatusOr<RowMatrixXd> f = encoder->impl->Encode(CopyMatrix(*p));
+    absl::StatusOr<RowMatrixXd> f = encoder->impl->Encode(CopyMatrix<double>(*p));
     if (!f.ok()) return f.status();
     WriteMatrix(*f, *o);
     return absl::OkStatus();
@@ -206,7 +204,7 @@ gpe_status gpe_coordinate_backward(const gpe_coordinate_encoder* encoder, const 
     if (gpe::c_api::Overlaps(*g, *o)) {
       return absl::InvalidArgumentError("grad_points overlaps grad_features; pass disjoint memory");
     }
-    absl::StatusOr<RowMatrixXd> d = encoder->impl->Backward(CopyMatrix(*p), CopyMatrix(*g));
+    absl::StatusOr<RowMatrixXd> d = encoder->impl->Backward(CopyMatrix<double>(*p), CopyMatrix<double>(*g));
     if (!d.ok()) return d.status();
     WriteMatrix(*d, *o);
     return absl::OkStatus();
@@ -294,7 +292,7 @@ gpe_status gpe_fourier_features_create_from_frequencies(const DLTensor* frequenc
       return absl::OutOfRangeError(absl::StrCat("frequencies is too large: ", ShapeString(*v)));
     }
     absl::StatusOr<enc::FourierFeatures> f =
-        enc::FourierFeatures::Create(CopyMatrix(*v), Convention(convention));
+        enc::FourierFeatures::Create(CopyMatrix<double>(*v), Convention(convention));
     if (!f.ok()) return f.status();
     *out = NewHandle(*std::move(f));
     return absl::OkStatus();
@@ -574,84 +572,6 @@ gpe_status gpe_laplacian_eigenvectors(const gpe_laplacian_options* options, int6
     if (!pairs.ok()) return pairs.status();
     for (int64_t i = 0; i < k; ++i) val->typed<double>()[i * val->strides[0]] = pairs->eigenvalues[i];
     WriteMatrix(pairs->eigenvectors, *vec);
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_embedded_distance_matrix(const DLTensor* features, double sample_spacing,
-                                        DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    absl::StatusOr<TensorView> f = ViewTensor(features, "features", 2, kF64);
-    if (!f.ok()) return f.status();
-    if (f->shape[0] < 1 || f->shape[1] < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("features must be [N, F] with N, F >= 1; got ", ShapeString(*f)));
-    }
-    if (f->shape[0] > 65536) {
-      return absl::OutOfRangeError(absl::StrCat(
-          "features has ", f->shape[0], " rows; the N x N output is limited to N <= 65536"));
-    }
-    absl::StatusOr<TensorView> o =
-        OutputMatrix(out, "out", f->shape[0], f->shape[0], &*f, "features");
-    if (!o.ok()) return o.status();
-    absl::StatusOr<Eigen::MatrixXd> d = enc::EmbeddedDistanceMatrix(CopyMatrix(*f), sample_spacing);
-    if (!d.ok()) return d.status();
-    WriteMatrix(*d, *o);
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_embedder_stable_rank(int32_t embedder, double parameter, int64_t num_points,
-                                    double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    if (absl::Status s = CheckEmbedder(embedder); !s.ok()) return s;
-    absl::StatusOr<double> r = absl::InternalError("unset");
-    switch (embedder) {
-      case GPE_EMBEDDER_GAUSSIAN: r = enc::GaussianEmbedderStableRank(parameter, num_points); break;
-      case GPE_EMBEDDER_RECTANGLE: r = enc::RectangleEmbedderStableRank(parameter, num_points); break;
-      case GPE_EMBEDDER_TRIANGLE: r = enc::TriangleEmbedderStableRank(parameter, num_points); break;
-      default: r = enc::RffStableRank(parameter, num_points); break;
-    }
-    if (!r.ok()) return r.status();
-    *out = *r;
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_embedder_distance(int32_t embedder, double parameter, double delta, double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    if (absl::Status s = CheckEmbedder(embedder); !s.ok()) return s;
-    absl::StatusOr<double> r = absl::InternalError("unset");
-    switch (embedder) {
-      case GPE_EMBEDDER_GAUSSIAN: r = enc::GaussianEmbedderDistance(parameter, delta); break;
-      case GPE_EMBEDDER_RECTANGLE: r = enc::RectangleEmbedderDistance(parameter, delta); break;
-      case GPE_EMBEDDER_TRIANGLE: r = enc::TriangleEmbedderDistance(parameter, delta); break;
-      default: r = enc::RffExpectedDistance(parameter, delta); break;
-    }
-    if (!r.ok()) return r.status();
-    *out = *r;
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_inr_condition_number(const DLTensor* psi, double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    absl::StatusOr<TensorView> v = ViewTensor(psi, "psi", 2, kF64);
-    if (!v.ok()) return v.status();
-    if (v->shape[0] < 1 || v->shape[1] < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("psi must be [N, K] with N, K >= 1; got ", ShapeString(*v)));
-    }
-    if (std::min(v->shape[0], v->shape[1]) > 8192) {
-      return absl::OutOfRangeError(absl::StrCat("psi is too large for a dense SVD: ",
-                                                ShapeString(*v), " (min side <= 8192)"));
-    }
-    absl::StatusOr<double> c = gpe::inr::ConditionNumber(CopyMatrix(*v));
-    if (!c.ok()) return c.status();
-    *out = *c;
     return absl::OkStatus();
   });
 }

@@ -1,6 +1,6 @@
-// The opaque coordinate-encoder handle of gpe.h, shared by the entry points that create
-// and apply it (coordinate.cc) and the INR solvers that take 1-D encoders (inr.cc).
-// Internal to c_api.
+// The opaque coordinate-encoder handle of gpe/coordinate.h, shared by the entry points
+// that create and apply it (coordinate.cc) and the INR fits that take 1-D encoders
+// (c_api/src/inr/least_squares.cc). Internal to c_api.
 #ifndef GPE_C_API_SRC_COORDINATE_ENCODER_HANDLE_H_
 #define GPE_C_API_SRC_COORDINATE_ENCODER_HANDLE_H_
 

@@ -1,5 +1,7 @@
-// The C ABI's coordinate-encoding, analysis and INR entry points (gpe.h, "Coordinate
-// encodings, analysis and INR solvers").
+// The C ABI's least-squares fits of implicit neural representations (gpe/inr.h): the
+// separable 2-D and 3-D closed forms and the blended fit of scattered samples over
+// inr/closed_form.h and inr/blended.h, and the condition number of a factor. Every entry
+// point runs under Guard.
 #include <array>
 #include <cmath>
 #include <cstddef>
@@ -14,19 +16,20 @@
 #include "c_api/src/common/checks.h"
 #include "c_api/src/coordinate/encoder_handle.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/include/gpe/inr.h"
 #include "c_api/src/common/matrices.h"
 #include "c_api/src/common/tensor_view.h"
-#include "encodings/analysis/stable_rank.h"
-#include "encodings/coordinate/shifted_basis.h"
+#include "encodings/coordinate/encoder.h"
 #include "inr/blended.h"
 #include "inr/closed_form.h"
 
 using gpe::c_api::CheckStructSize;
+using gpe::c_api::CopyMatrix;
 using gpe::c_api::DType;
 using gpe::c_api::Guard;
 using gpe::c_api::MatrixContents;
 using gpe::c_api::ReadFloat64Matrix;
+using gpe::c_api::ShapeString;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 using gpe::c_api::WriteMatrix;
@@ -298,65 +301,6 @@ gpe_status gpe_inr_predict_blended_2d(const gpe_coordinate_encoder* encoder_x,
   });
 }
 
-gpe_status gpe_shifted_basis_encode(const gpe_shifted_basis_options* options,
-                                    const DLTensor* coords, DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
-    if (absl::Status s = CheckStructSize(options->struct_size,
-                                         offsetof(gpe_shifted_basis_options, hi) + sizeof(double),
-                                         sizeof(gpe_shifted_basis_options),
-                                         "gpe_shifted_basis_options");
-        !s.ok()) {
-      return s;
-    }
-    const gpe_shifted_basis_options& o = *options;
-    if (o.kind < GPE_SHIFTED_GAUSSIAN || o.kind > GPE_SHIFTED_SQUARE) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("kind must be one of GPE_SHIFTED_* (0..5); got ", o.kind));
-    }
-    if (o.num_shifts < 1 || o.num_shifts > gpe::c_api::kMaxDim) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("num_shifts must be in 1..", gpe::c_api::kMaxDim, "; got ", o.num_shifts));
-    }
-    absl::StatusOr<gpe::encodings::ShiftedBasis1D> basis = gpe::encodings::ShiftedBasis1D::Create(
-        static_cast<gpe::encodings::ShiftedBasisKind>(o.kind), o.num_shifts, o.width, o.lo, o.hi);
-    if (!basis.ok()) return basis.status();
-    absl::StatusOr<TensorView> c = ViewTensor(coords, "coords", 1, kF64);
-    if (!c.ok()) return c.status();
-    std::vector<double> x(static_cast<size_t>(c->shape[0]));
-    for (int64_t i = 0; i < c->shape[0]; ++i) x[i] = c->typed<const double>()[i * c->strides[0]];
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (!std::isfinite(x[i])) {
-        return absl::InvalidArgumentError(absl::StrCat("coords[", i, "] is not finite"));
-      }
-    }
-    absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 2, kF64);
-    if (!ov.ok()) return ov.status();
-    if (gpe::c_api::Overlaps(*c, *ov)) return absl::InvalidArgumentError("out overlaps coords");
-    if (x.empty()) {
-      if (ov->shape[0] != 0 || ov->shape[1] != o.num_shifts) {
-        return absl::InvalidArgumentError("out must have shape [0, num_shifts]");
-      }
-      return absl::OkStatus();
-    }
-    absl::StatusOr<RowMatrixXd> e = basis->Encode(x);
-    if (!e.ok()) return e.status();
-    return WriteMatrix(*e, out, "out");
-  });
-}
-
-gpe_status gpe_stable_rank(const DLTensor* matrix, double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    absl::StatusOr<RowMatrixXd> m = ReadFloat64Matrix(matrix, "matrix", MatrixContents::kAny);
-    if (!m.ok()) return m.status();
-    absl::StatusOr<double> r = gpe::encodings::StableRank(*m);
-    if (!r.ok()) return r.status();
-    *out = *r;
-    return absl::OkStatus();
-  });
-}
-
 gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options, const DLTensor* psi_y,
                                     const DLTensor* psi_x, const DLTensor* image, DLTensor* w) {
   return Guard([&]() -> absl::Status {
@@ -387,6 +331,26 @@ gpe_status gpe_inr_predict_separable_2d(const DLTensor* psi_y, const DLTensor* p
     absl::StatusOr<RowMatrixXd> s = gpe::inr::PredictSeparable2D(*py, *px, *wm);
     if (!s.ok()) return s.status();
     return WriteMatrix(*s, out, "out");
+  });
+}
+
+gpe_status gpe_inr_condition_number(const DLTensor* psi, double* out) {
+  return Guard([&]() -> absl::Status {
+    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+    absl::StatusOr<TensorView> v = ViewTensor(psi, "psi", 2, kF64);
+    if (!v.ok()) return v.status();
+    if (v->shape[0] < 1 || v->shape[1] < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("psi must be [N, K] with N, K >= 1; got ", ShapeString(*v)));
+    }
+    if (std::min(v->shape[0], v->shape[1]) > 8192) {
+      return absl::OutOfRangeError(absl::StrCat("psi is too large for a dense SVD: ",
+                                                ShapeString(*v), " (min side <= 8192)"));
+    }
+    absl::StatusOr<double> c = gpe::inr::ConditionNumber(CopyMatrix<double>(*v));
+    if (!c.ok()) return c.status();
+    *out = *c;
+    return absl::OkStatus();
   });
 }
 

@@ -1,6 +1,5 @@
-// The C ABI's INR training, data and metric entry points (gpe.h, "INR training, data and
-// metrics"): the MLP trainer and Adam on the linear layer, Lim et al.'s analytic data,
-// the papers' splits, MSE / PSNR, and image files, over inr/ (mlp.h, linear_gd.h, data.h).
+// The C ABI's INR training entry points (gpe/inr_training.h): the MLP trainer and Adam on
+// the linear layer over inr/ (mlp.h, linear_gd.h). Every entry point runs under Guard.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -11,20 +10,23 @@
 #include <vector>
 
 #include <Eigen/Dense>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "c_api/include/gpe/inr_training.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
 #include "c_api/src/common/matrices.h"
 #include "c_api/src/common/tensor_view.h"
+#include "c_api/src/inr/argument_error.h"
 #include "inr/closed_form.h"
-#include "inr/data.h"
 #include "inr/linear_gd.h"
 #include "inr/mlp.h"
 
+using gpe::c_api::AsArgumentError;
+using gpe::c_api::CheckOutputShape;
 using gpe::c_api::CheckStructSize;
 using gpe::c_api::CopyMatrix;
 using gpe::c_api::DType;
@@ -34,11 +36,6 @@ using gpe::c_api::ReadFloat64Matrix;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 using gpe::c_api::WriteMatrix;
-
-// A decoded image: the channels of inr/data.h's Image, immutable after gpe_image_read.
-struct gpe_image {
-  gpe::inr::Image image;
-};
 
 namespace {
 
@@ -51,20 +48,6 @@ using Vector = gpe::inr::Vector<Scalar>;
 const DType kF64[] = {DType::kFloat64};
 const DType kI64[] = {DType::kInt64};
 const DType kF32F64[] = {DType::kFloat32, DType::kFloat64};
-
-// Failures the solvers report as FailedPrecondition (divergence) or the image writers as
-// Internal / Unavailable (an unwritable path) are the caller's argument problems.
-absl::Status AsArgumentError(const absl::Status& s) {
-  switch (s.code()) {
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kInternal:
-    case absl::StatusCode::kUnavailable:
-    case absl::StatusCode::kNotFound:
-      return absl::InvalidArgumentError(s.message());
-    default:
-      return s;
-  }
-}
 
 // An optional float64 [n] output for a loss history: checked before the fit runs.
 absl::StatusOr<std::unique_ptr<TensorView>> LossHistoryView(DLTensor* t, int64_t n) {
@@ -434,149 +417,6 @@ absl::Status WriteLinearFit(const gpe::inr::LinearAdamFit& fit, DLTensor* w,
   return absl::OkStatus();
 }
 
-// Checks w's shape before a long fit, so a wrong output fails at once.
-absl::Status CheckOutputShape(const DLTensor* t, const char* name, int64_t rows, int64_t cols) {
-  absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] != rows || v->shape[1] != cols) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " must have shape [", rows, ", ", cols,
-                                                   "]; got [", v->shape[0], ", ", v->shape[1],
-                                                   "]"));
-  }
-  return gpe::c_api::CheckNoSelfOverlap(*v, name);
-}
-
-// ---- Data ----
-
-absl::StatusOr<gpe::inr::SyntheticTask> ReadTask(int32_t task) {
-  if (task == GPE_SYNTHETIC_RADIAL) return gpe::inr::SyntheticTask::kRadial;
-  if (task == GPE_SYNTHETIC_SPIRAL) return gpe::inr::SyntheticTask::kSpiral;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "task must be GPE_SYNTHETIC_RADIAL (0) or GPE_SYNTHETIC_SPIRAL (1); got ", task));
-}
-
-// Grids above 2^15 a side (2^30 pixels) are refused before anything is allocated.
-constexpr int64_t kMaxGridSide = int64_t{1} << 15;
-
-absl::Status CheckGridSide(int64_t n, const char* name) {
-  if (n < 1) return absl::InvalidArgumentError(absl::StrCat(name, " must be >= 1; got ", n));
-  if (n > kMaxGridSide) {
-    return absl::OutOfRangeError(
-        absl::StrCat(name, " is ", n, "; at most ", kMaxGridSide, " is supported"));
-  }
-  return absl::OkStatus();
-}
-
-// Writes a split's concatenated indices and its three sizes.
-absl::Status WriteSplit(const gpe::inr::Split& split, int64_t num_points, DLTensor* indices,
-                        int64_t* counts) {
-  absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
-  if (!v.ok()) return v.status();
-  if (v->shape[0] != num_points) {
-    return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", num_points,
-                                                   "] (every point once); got [", v->shape[0],
-                                                   "]"));
-  }
-  if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "indices"); !s.ok()) return s;
-  int64_t k = 0;
-  for (const std::vector<int64_t>* part : {&split.train, &split.validation, &split.test}) {
-    for (int64_t i : *part) v->typed<int64_t>()[(k++) * v->strides[0]] = i;
-  }
-  counts[0] = static_cast<int64_t>(split.train.size());
-  counts[1] = static_cast<int64_t>(split.validation.size());
-  counts[2] = static_cast<int64_t>(split.test.size());
-  return absl::OkStatus();
-}
-
-// Two float64 tensors of one shape (1 to 3 dimensions, >= 1 entry, finite), flattened.
-absl::Status ReadPair(const DLTensor* a, const DLTensor* b, RowMatrixXd* fa, RowMatrixXd* fb) {
-  if (a == nullptr) return absl::InvalidArgumentError("a is NULL");
-  if (b == nullptr) return absl::InvalidArgumentError("b is NULL");
-  if (a->ndim < 1 || a->ndim > 3) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a must have 1 to 3 dimensions; got ", a->ndim));
-  }
-  absl::StatusOr<TensorView> va = ViewTensor(a, "a", a->ndim, kF64);
-  if (!va.ok()) return va.status();
-  absl::StatusOr<TensorView> vb = ViewTensor(b, "b", a->ndim, kF64);
-  if (!vb.ok()) return vb.status();
-  if (va->shape != vb->shape) {
-    return absl::InvalidArgumentError("a and b must have the same shape");
-  }
-  const int64_t n = va->numel();
-  if (n < 1) return absl::InvalidArgumentError("a and b are empty");
-  if (n > (int64_t{1} << 34)) return absl::OutOfRangeError("a has more than 2^34 entries");
-  fa->resize(1, n);
-  fb->resize(1, n);
-  // Row-major walk of up to 3 dimensions (missing leading ones have size 1).
-  std::vector<int64_t> shape(3, 1), sa(3, 0), sb(3, 0);
-  const int d0 = 3 - a->ndim;
-  for (int d = 0; d < a->ndim; ++d) {
-    shape[d0 + d] = va->shape[d];
-    sa[d0 + d] = va->strides[d];
-    sb[d0 + d] = vb->strides[d];
-  }
-  int64_t k = 0;
-  for (int64_t i = 0; i < shape[0]; ++i) {
-    for (int64_t j = 0; j < shape[1]; ++j) {
-      for (int64_t l = 0; l < shape[2]; ++l, ++k) {
-        (*fa)(0, k) = va->typed<const double>()[i * sa[0] + j * sa[1] + l * sa[2]];
-        (*fb)(0, k) = vb->typed<const double>()[i * sb[0] + j * sb[1] + l * sb[2]];
-      }
-    }
-  }
-  if (!fa->allFinite()) return absl::InvalidArgumentError("a has a non-finite entry");
-  if (!fb->allFinite()) return absl::InvalidArgumentError("b has a non-finite entry");
-  return absl::OkStatus();
-}
-
-// ---- Images ----
-
-absl::Status CheckPath(const char* path) {
-  if (path == nullptr) return absl::InvalidArgumentError("path is NULL");
-  if (path[0] == '\0') return absl::InvalidArgumentError("path is empty");
-  return absl::OkStatus();
-}
-
-// pixels [rows, cols] or [rows, cols, 1 | 3], float32 or float64, finite, as channels.
-absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> ReadPixels(const DLTensor* t) {
-  if (t == nullptr) return absl::InvalidArgumentError("pixels is NULL");
-  if (t->ndim != 2 && t->ndim != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pixels must be [rows, cols] or [rows, cols, channels]; got ", t->ndim, " dimensions"));
-  }
-  absl::StatusOr<TensorView> v = ViewTensor(t, "pixels", t->ndim, kF32F64);
-  if (!v.ok()) return v.status();
-  const int64_t rows = v->shape[0], cols = v->shape[1];
-  const int64_t nc = t->ndim == 3 ? v->shape[2] : 1;
-  if (nc != 1 && nc != 3) {
-    return absl::InvalidArgumentError(absl::StrCat("pixels must have 1 or 3 channels; got ", nc));
-  }
-  if (rows < 1 || cols < 1 || rows > 65536 || cols > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("pixels is ", rows, " x ", cols,
-                                                   "; images are 1..65536 pixels a side"));
-  }
-  const int64_t sc = t->ndim == 3 ? v->strides[2] : 0;
-  std::vector<gpe::inr::ImageMatrix> channels(static_cast<size_t>(nc),
-                                              gpe::inr::ImageMatrix(rows, cols));
-  for (int64_t c = 0; c < nc; ++c) {
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        const int64_t off = i * v->strides[0] + j * v->strides[1] + c * sc;
-        const double x = v->dtype == DType::kFloat32
-                             ? static_cast<double>(v->typed<const float>()[off])
-                             : v->typed<const double>()[off];
-        if (!std::isfinite(x)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("pixels[", i, ", ", j, ", ", c, "] is not finite"));
-        }
-        channels[c](i, j) = x;
-      }
-    }
-  }
-  return channels;
-}
-
 }  // namespace
 
 extern "C" {
@@ -755,207 +595,6 @@ gpe_status gpe_inr_fit_separable_adam_2d(const gpe_linear_adam_options* options,
         gpe::inr::FitSeparableAdam2D(*py, *px, *s, *o);
     if (!fit.ok()) return AsArgumentError(fit.status());
     return WriteLinearFit(*fit, w, hv->get(), final_loss);
-  });
-}
-
-// ---- Data ----
-
-gpe_status gpe_inr_synthetic_image(int32_t task, int32_t signed_values, DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    absl::StatusOr<gpe::inr::SyntheticTask> t = ReadTask(task);
-    if (!t.ok()) return t.status();
-    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 2, kF64);
-    if (!v.ok()) return v.status();
-    if (v->shape[0] != v->shape[1]) {
-      return absl::InvalidArgumentError(absl::StrCat("out must be square [n, n]; got [",
-                                                     v->shape[0], ", ", v->shape[1], "]"));
-    }
-    if (absl::Status s = CheckGridSide(v->shape[0], "n"); !s.ok()) return s;
-    return WriteMatrix<double>(gpe::inr::SyntheticImage(*t, v->shape[0], signed_values != 0), out,
-                               "out");
-  });
-}
-
-gpe_status gpe_inr_synthetic_vector_field(int32_t task, DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    absl::StatusOr<gpe::inr::SyntheticTask> t = ReadTask(task);
-    if (!t.ok()) return t.status();
-    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 3, kF64);
-    if (!v.ok()) return v.status();
-    const int64_t n = v->shape[0];
-    if (v->shape[1] != n || v->shape[2] != 2) {
-      return absl::InvalidArgumentError(absl::StrCat("out must have shape [n, n, 2]; got [",
-                                                     v->shape[0], ", ", v->shape[1], ", ",
-                                                     v->shape[2], "]"));
-    }
-    if (absl::Status s = CheckGridSide(n, "n"); !s.ok()) return s;
-    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "out"); !s.ok()) return s;
-    const std::vector<gpe::inr::ImageMatrix> field = gpe::inr::SyntheticVectorField(*t, n);
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        for (int64_t c = 0; c < 2; ++c) {
-          v->typed<double>()[i * v->strides[0] + j * v->strides[1] + c * v->strides[2]] =
-              field[c](i, j);
-        }
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_inr_grid_coordinates(int64_t n, DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckGridSide(n, "n"); !s.ok()) return s;
-    if (absl::Status s = CheckOutputShape(out, "out", n * n, 2); !s.ok()) return s;
-    return WriteMatrix<double>(gpe::inr::GridCoordinates(n), out, "out");
-  });
-}
-
-gpe_status gpe_inr_random_split(int64_t num_points, double train_fraction,
-                                double validation_fraction, uint64_t seed, DLTensor* indices,
-                                int64_t* counts) {
-  return Guard([&]() -> absl::Status {
-    if (counts == nullptr) return absl::InvalidArgumentError("counts is NULL");
-    if (num_points < 0 || num_points > (int64_t{1} << 34)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("num_points must be in 0..2^34; got ", num_points));
-    }
-    if (!std::isfinite(train_fraction) || !std::isfinite(validation_fraction)) {
-      return absl::InvalidArgumentError("fractions must be finite");
-    }
-    // Check the output before shuffling num_points indices.
-    absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
-    if (!v.ok()) return v.status();
-    if (v->shape[0] != num_points) {
-      return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", num_points,
-                                                     "] (every point once); got [",
-                                                     v->shape[0], "]"));
-    }
-    absl::StatusOr<gpe::inr::Split> split =
-        gpe::inr::RandomSplit(num_points, train_fraction, validation_fraction, seed);
-    if (!split.ok()) return split.status();
-    return WriteSplit(*split, num_points, indices, counts);
-  });
-}
-
-gpe_status gpe_inr_regular_grid_split(int64_t rows, int64_t cols, DLTensor* indices,
-                                      int64_t* counts) {
-  return Guard([&]() -> absl::Status {
-    if (counts == nullptr) return absl::InvalidArgumentError("counts is NULL");
-    if (absl::Status s = CheckGridSide(rows, "rows"); !s.ok()) return s;
-    if (absl::Status s = CheckGridSide(cols, "cols"); !s.ok()) return s;
-    absl::StatusOr<TensorView> v = ViewTensor(indices, "indices", 1, kI64);
-    if (!v.ok()) return v.status();
-    if (v->shape[0] != rows * cols) {
-      return absl::InvalidArgumentError(absl::StrCat("indices must have shape [", rows * cols,
-                                                     "] (rows * cols); got [", v->shape[0], "]"));
-    }
-    return WriteSplit(gpe::inr::RegularGridSplit(rows, cols), rows * cols, indices, counts);
-  });
-}
-
-gpe_status gpe_inr_mse(const DLTensor* a, const DLTensor* b, double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    RowMatrixXd fa, fb;
-    if (absl::Status s = ReadPair(a, b, &fa, &fb); !s.ok()) return s;
-    absl::StatusOr<double> mse = gpe::inr::MeanSquaredError(fa, fb);
-    if (!mse.ok()) return mse.status();
-    *out = *mse;
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_inr_psnr(const DLTensor* a, const DLTensor* b, double peak, double* out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    if (!std::isfinite(peak) || peak <= 0.0) {
-      return absl::InvalidArgumentError(absl::StrCat("peak must be finite and > 0; got ", peak));
-    }
-    RowMatrixXd fa, fb;
-    if (absl::Status s = ReadPair(a, b, &fa, &fb); !s.ok()) return s;
-    absl::StatusOr<double> psnr = gpe::inr::Psnr(fa, fb, peak);
-    if (!psnr.ok()) return psnr.status();
-    *out = *psnr;
-    return absl::OkStatus();
-  });
-}
-
-// ---- Images ----
-
-gpe_status gpe_image_read(const char* path, int32_t grayscale, gpe_image** out) {
-  return Guard([&]() -> absl::Status {
-    if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
-    *out = nullptr;
-    if (absl::Status s = CheckPath(path); !s.ok()) return s;
-    absl::StatusOr<gpe::inr::Image> image = gpe::inr::ReadImage(path, grayscale != 0);
-    if (!image.ok()) return AsArgumentError(image.status());
-    auto handle = std::make_unique<gpe_image>();
-    handle->image = *std::move(image);
-    *out = handle.release();
-    return absl::OkStatus();
-  });
-}
-
-void gpe_image_destroy(gpe_image* image) { delete image; }
-
-gpe_status gpe_image_shape(const gpe_image* image, int64_t* rows, int64_t* cols,
-                           int64_t* channels) {
-  return Guard([&]() -> absl::Status {
-    if (image == nullptr) return absl::InvalidArgumentError("image is NULL");
-    if (rows != nullptr) *rows = image->image.rows();
-    if (cols != nullptr) *cols = image->image.cols();
-    if (channels != nullptr) *channels = static_cast<int64_t>(image->image.channels.size());
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_image_pixels(const gpe_image* image, DLTensor* out) {
-  return Guard([&]() -> absl::Status {
-    if (image == nullptr) return absl::InvalidArgumentError("image is NULL");
-    absl::StatusOr<TensorView> v = ViewTensor(out, "out", 3, kF32F64);
-    if (!v.ok()) return v.status();
-    const gpe::inr::Image& im = image->image;
-    const int64_t nc = static_cast<int64_t>(im.channels.size());
-    if (v->shape[0] != im.rows() || v->shape[1] != im.cols() || v->shape[2] != nc) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "out must have shape [", im.rows(), ", ", im.cols(), ", ", nc, "]; got [", v->shape[0],
-          ", ", v->shape[1], ", ", v->shape[2], "]"));
-    }
-    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "out"); !s.ok()) return s;
-    for (int64_t c = 0; c < nc; ++c) {
-      for (int64_t i = 0; i < im.rows(); ++i) {
-        for (int64_t j = 0; j < im.cols(); ++j) {
-          const int64_t off = i * v->strides[0] + j * v->strides[1] + c * v->strides[2];
-          const double x = im.channels[c](i, j);
-          if (v->dtype == DType::kFloat32) {
-            v->typed<float>()[off] = static_cast<float>(x);
-          } else {
-            v->typed<double>()[off] = x;
-          }
-        }
-      }
-    }
-    return absl::OkStatus();
-  });
-}
-
-gpe_status gpe_image_write_png(const char* path, const DLTensor* pixels, double lo, double hi) {
-  return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckPath(path); !s.ok()) return s;
-    absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> channels = ReadPixels(pixels);
-    if (!channels.ok()) return channels.status();
-    return AsArgumentError(gpe::inr::WritePng(path, *channels, lo, hi));
-  });
-}
-
-gpe_status gpe_image_write_jpeg(const char* path, const DLTensor* pixels, int32_t quality,
-                                double lo, double hi) {
-  return Guard([&]() -> absl::Status {
-    if (absl::Status s = CheckPath(path); !s.ok()) return s;
-    absl::StatusOr<std::vector<gpe::inr::ImageMatrix>> channels = ReadPixels(pixels);
-    if (!channels.ok()) return channels.status();
-    return AsArgumentError(gpe::inr::WriteJpeg(path, *channels, quality, lo, hi));
   });
 }
 

@@ -1,4 +1,4 @@
-// The C ABI's additive attention biases (gpe.h, "Additive attention biases"): option
+// The C ABI's additive attention biases (gpe/bias.h): option
 // structs and DLPack views validated here, then handed to encodings/sequence/bias.h.
 // Every entry point runs under Guard.
 #include <algorithm>
@@ -15,8 +15,8 @@
 #include "absl/types/span.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
-#include "c_api/src/sequence/handles.h"
+#include "c_api/include/gpe/bias.h"
+#include "c_api/src/sequence/bias_handle.h"
 #include "c_api/src/common/tensor_view.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"

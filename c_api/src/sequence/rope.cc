@@ -1,4 +1,4 @@
-// The C ABI's RoPE (gpe.h, "RoPE"): option structs and DLPack views validated here,
+// The C ABI's RoPE (gpe/rope.h): option structs and DLPack views validated here,
 // then handed to encodings/sequence/rope.h. Every entry point runs under Guard.
 #include <algorithm>
 #include <cmath>
@@ -18,7 +18,7 @@
 #include "absl/types/span.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/include/gpe/rope.h"
 #include "c_api/src/common/tensor_view.h"
 #include "encodings/sequence/rope.h"
 

@@ -1,7 +1,8 @@
-// The C ABI's entry points. Each validates its arguments, calls into group/ (and,
-// later, encodings/, attention/, inr/), and converts every failure into a status code
-// plus a thread-local message; no exception crosses the boundary (see error.h).
-#include "c_api/include/gpe/gpe.h"
+// The C ABI's SO(n) representations of the integers (gpe/so.h): options and DLPack views
+// validated here, then handed to group/ through so_rep.h. Every entry point runs under
+// Guard: failures become a status code plus the thread-local message, and no exception
+// crosses the boundary (see common/error.h).
+#include "c_api/include/gpe/so.h"
 
 #include <cmath>
 #include <cstddef>
@@ -17,7 +18,6 @@
 #include "c_api/src/so/so_rep.h"
 #include "c_api/src/common/tensor_view.h"
 
-using gpe::c_api::DType;
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
@@ -35,32 +35,6 @@ using gpe::c_api::CheckDim;
 using gpe::c_api::CheckFinite;
 
 extern "C" {
-
-int gpe_version(void) { return GPE_VERSION_NUMBER; }
-
-const char* gpe_version_string(void) {
-#define GPE_STR2(x) #x
-#define GPE_STR(x) GPE_STR2(x)
-  return GPE_STR(GPE_VERSION_MAJOR) "." GPE_STR(GPE_VERSION_MINOR) "." GPE_STR(
-      GPE_VERSION_PATCH);
-#undef GPE_STR
-#undef GPE_STR2
-}
-
-const char* gpe_last_error_message(void) { return gpe::c_api::LastErrorMessage(); }
-
-const char* gpe_status_name(gpe_status status) {
-  switch (status) {
-    case GPE_OK: return "GPE_OK";
-    case GPE_ERROR_INVALID_ARGUMENT: return "GPE_ERROR_INVALID_ARGUMENT";
-    case GPE_ERROR_OUT_OF_RANGE: return "GPE_ERROR_OUT_OF_RANGE";
-    case GPE_ERROR_UNSUPPORTED: return "GPE_ERROR_UNSUPPORTED";
-    case GPE_ERROR_OUT_OF_MEMORY: return "GPE_ERROR_OUT_OF_MEMORY";
-    case GPE_ERROR_INTERNAL: return "GPE_ERROR_INTERNAL";
-    case GPE_ERROR_VERSION_MISMATCH: return "GPE_ERROR_VERSION_MISMATCH";
-    default: return "GPE_ERROR_UNKNOWN";
-  }
-}
 
 gpe_status gpe_so_rep_create_planes(const gpe_so_planes_options* options, gpe_so_rep** out) {
   return Guard([&]() -> absl::Status {

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "c_api/src/common/error.h"
 #include "c_api/include/gpe/common.h"
+#include "c_api/src/common/error.h"
 
 namespace gpe::c_api {
 

@@ -13,11 +13,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "c_api/include/gpe/bias.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/bias.h"
-#include "c_api/src/sequence/bias_handle.h"
 #include "c_api/src/common/tensor_view.h"
+#include "c_api/src/sequence/bias_handle.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_a.h"
 

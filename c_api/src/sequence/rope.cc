@@ -16,9 +16,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "c_api/include/gpe/rope.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/include/gpe/rope.h"
 #include "c_api/src/common/tensor_view.h"
 #include "encodings/sequence/rope.h"
 

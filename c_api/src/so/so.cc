@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
-#include "c_api/src/so/so_rep.h"
 #include "c_api/src/common/tensor_view.h"
+#include "c_api/src/so/so_rep.h"
 
 using gpe::c_api::Guard;
 using gpe::c_api::TensorView;

@@ -222,7 +222,7 @@ struct Fixture {
   double f64 = 0.0;
   std::vector<int64_t> qpos_data = {0, 5}, kpos_data = {1, 2, 9};
 
-  // -- Coordinate encoders, graph encodings, embedder analysis (coordinate.cc) --
+  // -- Coordinate encoders, graph encodings, embedder analysis (src/coordinate/, analysis/) --
   // A Fourier handle (D = 2, F = 8), spherical harmonics (D = 3, F = 4), a polar SO(2)
   // handle (D = 2, F = 4); a 4-cycle graph; points [4, 2], features [4, 8].
   std::vector<double> pts_data = std::vector<double>(8, 0.3), feat_data = std::vector<double>(32, 0.0),
@@ -1945,7 +1945,7 @@ std::map<std::string, Case> Cases() {
     return gpe_inr_predict_blended_2d(f.axis1, f.axis1, &f.coords, &f.coords, &f.bpts, &f.bw, &f.lvals);
   });
 
-  // -- Coordinate encoders, graph encodings, embedder analysis (coordinate.cc) --
+  // -- Coordinate encoders, graph encodings, embedder analysis (src/coordinate/, analysis/) --
   e = "gpe_fourier_features_create";
   add("ff_out_null", e, [](Fixture& f) { return gpe_fourier_features_create(&f.ff_opt, nullptr); });
   add("ff_options_null", e, [](Fixture& f) { return gpe_fourier_features_create(nullptr, &f.made); });

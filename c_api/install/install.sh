@@ -4,7 +4,7 @@
 #   ./bazelw run //c_api:install -- PREFIX
 #
 # writes
-#   PREFIX/include/gpe/gpe.h
+#   PREFIX/include/gpe/gpe.h and the per-area headers it includes (common.h, so.h, ...)
 #   PREFIX/include/gpe/dlpack/dlpack.h   (the DLPack header libgpe was built against)
 #   PREFIX/lib/libgpe.so.MAJOR.MINOR.PATCH, libgpe.so.MAJOR -> it, libgpe.so -> libgpe.so.MAJOR
 #   PREFIX/lib/pkgconfig/gpe.pc
@@ -12,12 +12,18 @@
 # PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix). The library's
 # soname is libgpe.so.MAJOR and its symbols carry the version node of c_api/gpe.lds.
 #
-# Bazel passes the first three arguments (the files to install); PREFIX comes last.
+# Bazel passes the files to install: the library, dlpack.h, then every public header
+# (c_api/include/gpe/*.h); PREFIX comes last.
 set -euo pipefail
 
-header="$1" dlpack="$2" lib="$3"
-shift 3
-if [[ $# -ne 1 || -z "$1" || "$1" == -* ]]; then
+lib="$1" dlpack="$2"
+shift 2
+headers=()
+while [[ $# -gt 0 && "$1" == *.h ]]; do
+  headers+=("$1")
+  shift
+done
+if [[ ${#headers[@]} -eq 0 || $# -ne 1 || -z "$1" || "$1" == -* ]]; then
   echo "usage: bazel run //c_api:install -- PREFIX" >&2
   exit 2
 fi
@@ -27,11 +33,12 @@ if [[ "$prefix" != /* && -n "${BUILD_WORKING_DIRECTORY:-}" ]]; then
   prefix="$BUILD_WORKING_DIRECTORY/$prefix"
 fi
 
-# The version comes from the header, so the file names and gpe.pc follow it.
+# The version comes from the headers (gpe/common.h), so the file names and gpe.pc follow
+# it.
 version_part() {
   local v
-  v="$(sed -n "s/^#define GPE_VERSION_$1 \([0-9][0-9]*\).*/\1/p" "$header")"
-  [[ -n "$v" ]] || { echo "install: no GPE_VERSION_$1 in $header" >&2; exit 1; }
+  v="$(sed -n "s/^#define GPE_VERSION_$1 \([0-9][0-9]*\).*/\1/p" "${headers[@]}")"
+  [[ -n "$v" ]] || { echo "install: no GPE_VERSION_$1 in ${headers[*]}" >&2; exit 1; }
   echo "$v"
 }
 major="$(version_part MAJOR)"
@@ -41,7 +48,9 @@ version="$major.$minor.$patch"
 
 mkdir -p "$prefix/include/gpe/dlpack" "$prefix/lib/pkgconfig"
 prefix="$(cd "$prefix" && pwd)"
-install -m 0644 "$header" "$prefix/include/gpe/gpe.h"
+for h in "${headers[@]}"; do
+  install -m 0644 "$h" "$prefix/include/gpe/$(basename "$h")"
+done
 install -m 0644 "$dlpack" "$prefix/include/gpe/dlpack/dlpack.h"
 install -m 0755 "$lib" "$prefix/lib/libgpe.so.$version"
 ln -sf "libgpe.so.$version" "$prefix/lib/libgpe.so.$major"

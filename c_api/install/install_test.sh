@@ -3,10 +3,14 @@
 # //c_api:install -- PREFIX` runs), then builds and runs a small C program against the
 # installed copy using only pkg-config: the path of a user without Bazel.
 #
-# Arguments (from Bazel): install.sh, gpe.h, dlpack.h, the shared library, consumer.c.
+# Arguments (from Bazel): install.sh, the shared library, dlpack.h, every public header
+# (gpe.h and the per-area headers), consumer.c.
 set -euo pipefail
 
-install_sh="$1" header="$2" dlpack="$3" lib="$4" consumer="$5"
+install_sh="$1" lib="$2" dlpack="$3"
+shift 3
+consumer="${@: -1}"
+headers=("${@:1:$#-1}")
 for tool in cc pkg-config; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIPPED: $tool is not installed; nothing to check the install with"
@@ -16,15 +20,21 @@ done
 
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 prefix="$tmp/prefix"  # no spaces: pkg-config output is split on them
-"$install_sh" "$header" "$dlpack" "$lib" "$prefix"
+"$install_sh" "$lib" "$dlpack" "${headers[@]}" "$prefix"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 for f in include/gpe/gpe.h include/gpe/dlpack/dlpack.h lib/libgpe.so lib/pkgconfig/gpe.pc; do
   [[ -e "$prefix/$f" ]] || fail "install wrote no $f"
 done
-cmp -s "$header" "$prefix/include/gpe/gpe.h" || fail "installed gpe.h differs from the source"
+# Every public header, as in the source (the consumer below compiles against them all
+# through gpe.h's includes).
+for h in "${headers[@]}"; do
+  cmp -s "$h" "$prefix/include/gpe/$(basename "$h")" ||
+    fail "installed $(basename "$h") differs from the source (or is missing)"
+done
+version_part() { sed -n "s/^#define GPE_VERSION_$1 \([0-9]*\).*/\1/p" "${headers[@]}"; }
 
-major="$(sed -n 's/^#define GPE_VERSION_MAJOR \([0-9]*\).*/\1/p' "$header")"
+major="$(version_part MAJOR)"
 if command -v readelf >/dev/null; then
   soname="$(readelf -d "$prefix/lib/libgpe.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')"
   [[ "$soname" == "libgpe.so.$major" ]] || fail "soname is '$soname'; expected libgpe.so.$major"
@@ -40,8 +50,8 @@ if command -v readelf >/dev/null; then
 fi
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-[[ "$(pkg-config --modversion gpe)" == "$(sed -n 's/^#define GPE_VERSION_MAJOR \([0-9]*\).*/\1/p' "$header").$(sed -n 's/^#define GPE_VERSION_MINOR \([0-9]*\).*/\1/p' "$header").$(sed -n 's/^#define GPE_VERSION_PATCH \([0-9]*\).*/\1/p' "$header")" ]] ||
-  fail "pkg-config --modversion gpe disagrees with gpe.h"
+[[ "$(pkg-config --modversion gpe)" == "$major.$(version_part MINOR).$(version_part PATCH)" ]] ||
+  fail "pkg-config --modversion gpe disagrees with gpe/common.h"
 # Compiled as strict C99 outside Bazel, with only what pkg-config says.
 # shellcheck disable=SC2046
 eval "cc -std=c99 -Wall -Wextra -Werror -o \"$tmp/consumer\" \"$consumer\" $(pkg-config --cflags --libs gpe) -lm"

@@ -1,0 +1,156 @@
+/* GroupPE's C ABI: multi-head attention with the positional encoding inside the kernel
+ * (attention/). The encodings it takes are made by gpe/sequence.h (GRAPE-M),
+ * gpe/algebraic.h and gpe/bias.h. One part of gpe/gpe.h (include that); valid C99 on
+ * its own.
+ */
+#ifndef GPE_ATTENTION_H_
+#define GPE_ATTENTION_H_
+
+#include "gpe/common.h"
+#include "gpe/algebraic.h"
+#include "gpe/bias.h"
+#include "gpe/sequence.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ----------------------------------------------------------------------------------
+ * Attention (attention/cpu): multi-head scaled dot-product attention with the
+ * positional encoding applied inside the kernel (flash-style tiles, linear memory).
+ *
+ * Tensors (float32, bfloat16 or float64 for all of q, k, v, o and the gradients; lse float32,
+ * or float64 with float64 tensors). float32 and bfloat16 run the optimised kernels (float32
+ * arithmetic); float64 runs the exact reference (attention/reference.h: double throughout,
+ * the scores materialised one row at a time, single-threaded, O(len_q len_k d) per head),
+ * meant for gradient checks and as an oracle, with every option below supported; its
+ * backward recomputes the forward (o and lse, if given, are checked but not read).
+ *  - padded batch: q [batch, seq_q, heads_q, head_dim], k and v
+ *    [batch, seq_k, heads_kv, head_dim], o like q;
+ *  - packed variable-length (cu_seqlens_q and cu_seqlens_k given, int64 [batch + 1],
+ *    starting at 0, non-decreasing): q [tokens_q, heads_q, head_dim], k, v
+ *    [tokens_k, heads_kv, head_dim].
+ * Any strides with head_dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
+ * s_ij = scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j); o_i = sum_j softmax_j(s_ij) v_j;
+ * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln sum_j
+ * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Causal: key j allowed iff
+ * p_j <= p_i. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of them
+ * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
+ * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b
+ * (a gpe_bias handle, applied tile by tile: no s x s matrix).
+ *
+ * Structured positions (options from rope_axes on): encodings whose group element is not
+ * one int64 take per-token positions of their own, while q_positions / k_positions (or
+ * the default) keep ordering the tokens for causal masks, biases and Shaw labels:
+ *  - per-axis coordinates q_axes [tokens_q, axes], k_axes [tokens_k, axes] (int64) for
+ *    axial 2D/3D RoPE (rope_axes = 2 or 3: the rope_dim / 2 planes split evenly over the
+ *    axes, each block with the default frequencies of dimension rope_dim / axes), M-RoPE
+ *    (rope_sections: planes per axis, summing to rope_dim / 2, default frequencies;
+ *    e.g. Qwen2-VL's [16, 24, 24]) and algebraic grids (algebraic_grid);
+ *  - tree addresses (0-based child indices from the root) for algebraic trees, as CSR:
+ *    token t's address is children[offsets[t] .. offsets[t + 1]) (q_tree_offsets int64
+ *    [tokens_q + 1] from 0, non-decreasing, ending at the length of q_tree_children).
+ * Kogkalidis et al.'s algebraic encodings are given by their skew generators (float64):
+ * algebraic_tree [branching, head_dim, head_dim] (W_c = exp(S_c), rho(address) the path
+ * product), algebraic_grid [axes (2 or 3), m, m] with axes * m = head_dim
+ * (blockdiag of exp(x_a S_a)).
+ * Shaw et al.'s relative labels (shaw_max_distance k >= 0; tables float64
+ * [2k + 1, head_dim], row r for label r - k, shared by every head): with
+ * r = clip(p_j - p_i, -k, k), shaw_key_table adds scale <T q_i, aK_r> to s_ij and
+ * shaw_value_table adds sum_j p_ij aV_r to o_i. gpe_attention_backward_v2 also returns
+ * the tables' gradients.
+ * ---------------------------------------------------------------------------------- */
+typedef struct gpe_attention_options {
+  uint32_t struct_size;  /* sizeof(gpe_attention_options) */
+  int32_t causal;        /* 0 or 1 */
+  double softmax_scale;  /* > 0, finite; 0 means 1 / sqrt(head_dim) */
+  int32_t num_threads;   /* 0: every hardware thread */
+  int64_t rope_dim;      /* 0: no RoPE; else even, <= head_dim (partial rotary) */
+  double rope_base;      /* RoPE's theta base (default 10000) */
+  int32_t rope_pairing;  /* GPE_PAIRING_* */
+  const gpe_grape_m* grape_m;               /* optional: GRAPE-M rotations of q and k */
+  const gpe_algebraic_sequence* algebraic;  /* optional: W^p of q and k */
+  const gpe_bias* bias;  /* optional additive bias (gpe_bias_create_*): ALiBi and T5 for any
+                            batch; FoX and GRAPE-AP read one sequence's tokens: batch 1 */
+  const DLTensor* q_positions;              /* optional int64 [tokens_q] */
+  const DLTensor* k_positions;              /* optional int64 [tokens_k] (both or neither) */
+  const DLTensor* cu_seqlens_q;             /* optional int64 [batch + 1]: packed layout */
+  const DLTensor* cu_seqlens_k;
+  /* Structured positions and Shaw labels (read only when struct_size covers them; an
+   * older caller's smaller struct leaves them 0 / NULL). */
+  int32_t rope_axes;                  /* 0 or 1: one axis; 2 or 3: axial RoPE (q_axes) */
+  int32_t rope_sections_interleaved;  /* M-RoPE: 0 contiguous sections, 1 interleaved */
+  const DLTensor* rope_sections;      /* optional int64 [axes]: M-RoPE planes per axis */
+  const DLTensor* algebraic_tree;     /* optional float64 [branching, head_dim, head_dim] */
+  const DLTensor* algebraic_grid;     /* optional float64 [axes, m, m], axes * m = head_dim */
+  const DLTensor* q_axes;             /* optional int64 [tokens_q, axes] (both or neither) */
+  const DLTensor* k_axes;             /* optional int64 [tokens_k, axes] */
+  const DLTensor* q_tree_offsets;     /* optional int64 [tokens_q + 1] (all four or none) */
+  const DLTensor* q_tree_children;    /* int64 [children of every q address] */
+  const DLTensor* k_tree_offsets;     /* int64 [tokens_k + 1] */
+  const DLTensor* k_tree_children;
+  int64_t shaw_max_distance;          /* k >= 0 for the Shaw tables */
+  const DLTensor* shaw_key_table;     /* optional float64 [2k + 1, head_dim] */
+  const DLTensor* shaw_value_table;   /* optional float64 [2k + 1, head_dim] */
+} gpe_attention_options;
+#define GPE_ATTENTION_OPTIONS_INIT                                                     \
+  { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
+    NULL, NULL, NULL, 0, NULL, NULL }
+
+/* o (and lse if non-NULL) from q, k, v. */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,
+                                                       const DLTensor* q, const DLTensor* k,
+                                                       const DLTensor* v, DLTensor* o,
+                                                       DLTensor* lse);
+/* dq, dk, dv (each may be NULL to skip) from d_o, with respect to q, k, v before the
+ * encoding. o and lse are the forward's (both given, or both NULL to recompute them). */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv);
+/* gpe_attention_backward plus the Shaw tables' gradients: d_shaw_key_table and
+ * d_shaw_value_table (float64 [2k + 1, head_dim], overwritten; each may be NULL to skip,
+ * and needs its table in the options). */
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+    DLTensor* d_shaw_value_table);
+/* The gradients of the positional encoding's learnable parameters (since 0.4.0), beside
+ * dq, dk, dv as gpe_attention_backward gives them. Every field is an optional float64
+ * output (NULL to skip; any strides; overwritten):
+ *  - d_bias_a / d_bias_b, for options->bias, accumulated over every tile inside the kernels:
+ *      ALiBi, slope-form GRAPE-A: dL/dslopes [num_heads] in d_bias_a;
+ *      T5:                         dL/dtable [num_buckets, num_heads] in d_bias_a;
+ *      FoX, gated GRAPE-A:         dL/dgate_logits [length, num_heads] in d_bias_a;
+ *      GRAPE-AP:                   dL/dw in d_bias_a and dL/du in d_bias_b,
+ *                                  [length, num_heads, rank] each;
+ *    d_bias_b is refused for the other kinds;
+ *  - d_grape_a, d_grape_b [m, head_dim], d_grape_omega [m], for options->grape_m (GRAPE-M's
+ *    generators L_k = omega_k (a_k b_k^T - b_k a_k^T)): from dL/dq' = G(p) dq and
+ *    dL/dk' = G(p) dk, summed over every token and head of q and k; they need dq and dk;
+ *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2. */
+typedef struct gpe_attention_param_grads {
+  uint32_t struct_size; /* sizeof(gpe_attention_param_grads) */
+  DLTensor* d_bias_a;
+  DLTensor* d_bias_b;
+  DLTensor* d_grape_a;
+  DLTensor* d_grape_b;
+  DLTensor* d_grape_omega;
+  DLTensor* d_shaw_key_table;
+  DLTensor* d_shaw_value_table;
+} gpe_attention_param_grads;
+#define GPE_ATTENTION_PARAM_GRADS_INIT \
+  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+
+GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_with_parameters(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* GPE_ATTENTION_H_ */

@@ -1,0 +1,225 @@
+// The C ABI's attention backward (gpe/attention.h): the call validated (call.h), then
+// attention/cpu's CpuBackward (float32, bfloat16) or the exact ReferenceBackward<double>
+// (float64), with the encoding parameters' gradients (parameter_gradients.h). Every
+// entry point runs under Guard.
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attention/cpu/cpu_attention.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "c_api/include/gpe/attention.h"
+#include "c_api/src/attention/call.h"
+#include "c_api/src/attention/parameter_gradients.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/error.h"
+#include "c_api/src/common/tensor_view.h"
+#include "c_api/src/sequence/handles.h"
+#include "dlpack/dlpack.h"
+
+using gpe::c_api::CheckStructSize;
+using gpe::c_api::DType;
+using gpe::c_api::Guard;
+using gpe::c_api::NamedView;
+using gpe::c_api::TensorView;
+using gpe::c_api::attn::Call;
+using gpe::c_api::attn::CheckOutputs;
+using gpe::c_api::attn::LseOf;
+using gpe::c_api::attn::OutputLike;
+using gpe::c_api::attn::Prepare;
+using gpe::c_api::attn::StridesOf;
+using gpe::c_api::attn::Bad;
+using gpe::c_api::attn::BiasParameterGrads;
+using gpe::c_api::attn::CheckSameLayout;
+using gpe::c_api::attn::GrapeMParameterGrads;
+using gpe::c_api::attn::TableGradient;
+using gpe::c_api::attn::View;
+using BF = gpe::c_api::attn::BF;
+namespace att = gpe::attention;
+
+namespace {
+
+absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* q,
+                          const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                          const DLTensor* lse, const DLTensor* d_o, DLTensor* dq, DLTensor* dk,
+                          DLTensor* dv, DLTensor* d_shaw_key_table, DLTensor* d_shaw_value_table,
+                          DLTensor* d_bias_a = nullptr, DLTensor* d_bias_b = nullptr,
+                          const gpe_attention_param_grads* pgrads = nullptr) {
+  {
+    Call c;
+    if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
+    const bool packed = c.args.layout == att::Layout::kTHD;
+    if ((o == nullptr) != (lse == nullptr)) {
+      return Bad("give both o and lse from the forward, or neither (recomputed)");
+    }
+    absl::StatusOr<TensorView> gv = OutputLike(d_o, "d_o", c.q, "q", packed);
+    if (!gv.ok()) return gv.status();
+    c.args.o = StridesOf(*gv, packed);  // o and d_o share these strides
+    TensorView ov;
+    if (o != nullptr) {
+      absl::StatusOr<TensorView> t = OutputLike(o, "o", c.q, "q", packed);
+      if (!t.ok()) return t.status();
+      if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
+      ov = *t;
+    }
+    absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
+    if (!lv.ok()) return lv.status();
+    if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
+    // Gradients take the strides of their inputs.
+    TensorView dqv, dkv, dvv;
+    struct Out {
+      DLTensor* t;
+      const char* name;
+      const TensorView* like;
+      const char* like_name;
+      TensorView* view;
+    } grads[] = {{dq, "dq", &c.q, "q", &dqv}, {dk, "dk", &c.k, "k", &dkv}, {dv, "dv", &c.v, "v", &dvv}};
+    for (const Out& out : grads) {
+      if (out.t == nullptr) continue;
+      absl::StatusOr<TensorView> t = View(out.t, out.name, packed);
+      if (!t.ok()) return t.status();
+      if (absl::Status s = CheckSameLayout(*t, out.name, *out.like, out.like_name); !s.ok()) {
+        return s;
+      }
+      *out.view = *t;
+    }
+    const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}, {&*gv, "d_o"},
+                             {o != nullptr ? &ov : nullptr, "o"}};
+    absl::StatusOr<TensorView> gak =
+        TableGradient(d_shaw_key_table, "d_shaw_key_table", c.args.shaw_keys, c.args);
+    if (!gak.ok()) return gak.status();
+    absl::StatusOr<TensorView> gav =
+        TableGradient(d_shaw_value_table, "d_shaw_value_table", c.args.shaw_values, c.args);
+    if (!gav.ok()) return gav.status();
+    BiasParameterGrads pg;
+    if (absl::Status s = pg.Init(options->bias, d_bias_a, d_bias_b); !s.ok()) return s;
+    const NamedView outs[] = {{dq != nullptr ? &dqv : nullptr, "dq"},
+                              {dk != nullptr ? &dkv : nullptr, "dk"},
+                              {dv != nullptr ? &dvv : nullptr, "dv"},
+                              {gak->data != nullptr ? &*gak : nullptr, "d_shaw_key_table"},
+                              {gav->data != nullptr ? &*gav : nullptr, "d_shaw_value_table"},
+                              {pg.va.data != nullptr ? &pg.va : nullptr, "d_bias_a"},
+                              {pg.vb.data != nullptr ? &pg.vb : nullptr, "d_bias_b"}};
+    const att::BiasGradientSink sink = pg.Sink();
+    const bool grape_grads = pgrads != nullptr && (pgrads->d_grape_a != nullptr ||
+                                                   pgrads->d_grape_b != nullptr ||
+                                                   pgrads->d_grape_omega != nullptr);
+    if (grape_grads) {
+      if (options->grape_m == nullptr) {
+        return Bad("d_grape_a / d_grape_b / d_grape_omega are given but options->grape_m is NULL");
+      }
+      if (dq == nullptr || dk == nullptr) {
+        return Bad("GRAPE-M generator gradients are formed from dq and dk: pass both");
+      }
+      for (const DLTensor* t : {pgrads->d_grape_a, pgrads->d_grape_b, pgrads->d_grape_omega}) {
+        if (t == nullptr) continue;
+        for (const TensorView* in : {&c.q, &c.k, &c.v, &*gv, &dqv, &dkv}) {
+          if (t->data != nullptr && t->data == in->data) {
+            return Bad("GRAPE-M gradients must not share memory with the tensors");
+          }
+        }
+      }
+    }
+    auto finish = [&]() -> absl::Status {
+      if (absl::Status st = pg.Finish(); !st.ok()) return st;
+      if (!grape_grads) return absl::OkStatus();
+      return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
+    };
+    if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    if (c.dtype == DType::kBFloat16 && (gak->data != nullptr || gav->data != nullptr)) {
+      return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
+                 "bfloat16 gives dq, dk and dv only");
+    }
+    // No query and no key token: dq, dk and dv hold no element, and no loss term depends
+    // on a parameter, so the parameter gradients are zero (the Shaw tables' cleared here,
+    // the bias's and GRAPE-M's by finish() from their zeroed accumulators). Returned
+    // before the kernels, which walk the sequences: a bshd batch of 2^39 empty sequences
+    // fits in no memory bound and would take minutes.
+    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) {
+      for (const TensorView* t : {&*gak, &*gav}) {
+        if (t->data != nullptr) std::fill_n(t->typed<double>(), t->numel(), 0.0);
+      }
+      return finish();
+    }
+    if (c.dtype == DType::kFloat64) {
+      // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
+      att::ReferenceBackwardExtras rex;
+      rex.shaw_key_table_grad = gak->typed<double>();
+      rex.shaw_value_table_grad = gav->typed<double>();
+      const absl::Status ref = att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
+                                    c.v.typed<const double>(), gv->typed<const double>(),
+                                    dq ? dqv.typed<double>() : nullptr,
+                                    dk ? dkv.typed<double>() : nullptr,
+                                    dv ? dvv.typed<double>() : nullptr, sink, rex);
+      if (absl::Status st = ref; !st.ok()) return st;
+      return finish();
+    }
+    const float* l = lv->typed<const float>();
+    att::CpuAttentionOptions opt;
+    opt.num_threads = options->num_threads;
+    if (c.dtype == DType::kFloat32) {
+      att::CpuBackwardExtras ex;
+      ex.shaw_key_table_grad = gak->typed<double>();
+      ex.shaw_value_table_grad = gav->typed<double>();
+      if (absl::Status st = att::CpuBackward(
+              c.args, c.q.typed<const float>(), c.k.typed<const float>(),
+              c.v.typed<const float>(), o != nullptr ? ov.typed<const float>() : nullptr, l,
+              gv->typed<const float>(), dq ? dqv.typed<float>() : nullptr,
+              dk ? dkv.typed<float>() : nullptr, dv ? dvv.typed<float>() : nullptr, sink, opt, ex);
+          !st.ok()) {
+        return st;
+      }
+      return finish();
+    }
+    if (absl::Status st = att::CpuBackward(
+            c.args, c.q.typed<const BF>(), c.k.typed<const BF>(), c.v.typed<const BF>(),
+            o != nullptr ? ov.typed<const BF>() : nullptr, l, gv->typed<const BF>(),
+            dq ? dqv.typed<BF>() : nullptr, dk ? dkv.typed<BF>() : nullptr,
+            dv ? dvv.typed<BF>() : nullptr, sink, opt);
+        !st.ok()) {
+      return st;
+    }
+    return finish();
+  }
+}
+
+}  // namespace
+
+gpe_status gpe_attention_backward(const gpe_attention_options* options, const DLTensor* q,
+                                  const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                  const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
+                                  DLTensor* dk, DLTensor* dv) {
+  return Guard([&]() -> absl::Status {
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, nullptr, nullptr);
+  });
+}
+
+gpe_status gpe_attention_backward_v2(const gpe_attention_options* options, const DLTensor* q,
+                                     const DLTensor* k, const DLTensor* v, const DLTensor* o,
+                                     const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
+                                     DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
+                                     DLTensor* d_shaw_value_table) {
+  return Guard([&]() -> absl::Status {
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
+                        d_shaw_value_table);
+  });
+}
+
+gpe_status gpe_attention_backward_with_parameters(
+    const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+    const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
+    DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads) {
+  return Guard([&]() -> absl::Status {
+    if (grads == nullptr) return Bad("grads is NULL (use GPE_ATTENTION_PARAM_GRADS_INIT)");
+    if (absl::Status s = CheckStructSize(grads->struct_size, sizeof(gpe_attention_param_grads),
+                                         sizeof(gpe_attention_param_grads),
+                                         "gpe_attention_param_grads");
+        !s.ok()) {
+      return s;
+    }
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, grads->d_shaw_key_table,
+                        grads->d_shaw_value_table, grads->d_bias_a, grads->d_bias_b, grads);
+  });
+}

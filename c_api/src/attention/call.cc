@@ -1,0 +1,559 @@
+// An attention call of the C ABI validated into attention/'s AttentionArgs (call.h): the
+// options (an older, shorter struct included), the q, k, v layout, the positions and the
+// encoding they describe (RoPE in one or several axes, GRAPE-M, algebraic sequence / tree
+// / grid rotations with int64 or structured positions; any gpe_bias; Shaw labels).
+#include "c_api/src/attention/call.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Dense>
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "attention/descriptor.h"
+#include "c_api/include/gpe/attention.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/tensor_view.h"
+#include "c_api/src/sequence/bias_handle.h"
+#include "c_api/src/sequence/handles.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/grape_m.h"
+#include "encodings/sequence/relative.h"
+#include "encodings/sequence/rope.h"
+
+namespace gpe::c_api::attn {
+namespace {
+
+constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64};
+constexpr DType kF32[] = {DType::kFloat32};
+
+// The options struct of the first release ends at cu_seqlens_k; later fields are read
+// only when struct_size covers them (zero / NULL otherwise).
+constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
+
+// A row-major copy of a tensor of any strides (validated by ViewTensor).
+template <class T>
+std::vector<T> Compact(const TensorView& v) {
+  const int64_t n = v.numel();
+  std::vector<T> out(static_cast<size_t>(n));
+  std::vector<int64_t> idx(v.shape.size(), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t off = 0;
+    for (size_t a = 0; a < idx.size(); ++a) off += idx[a] * v.strides[a];
+    out[i] = v.typed<const T>()[off];
+    for (size_t a = idx.size(); a-- > 0;) {
+      if (++idx[a] < v.shape[a]) break;
+      idx[a] = 0;
+    }
+  }
+  return out;
+}
+
+// A tensor the call copies whose size nothing else bounds (skew generators, Shaw tables,
+// cu_seqlens, tree children) must be materialised: a zero stride over more than one entry
+// (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
+// would exhaust memory or time.
+absl::Status CheckMaterialised(const TensorView& v, const char* name) {
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1 && v.strides[i] == 0) {
+      return Bad(absl::StrCat(name, " repeats entries (stride 0 in dimension ", i, ", of size ",
+                              v.shape[i], "); pass it materialised (contiguous)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Index tensors are copied before they are checked, so their sizes are bounded first by
+// what the call's memory-backed tensors imply: `rows` (>= 0) is the leading size the
+// tensor must have (one entry or row per token, ...), `max_cols` (>= 0) bounds the second
+// dimension. A list whose length nothing bounds (rows < 0: cu_seqlens, tree children)
+// must be materialised (CheckMaterialised).
+absl::Status CheckIndexSizes(const TensorView& v, const char* name, int64_t rows,
+                             int64_t max_cols) {
+  if (rows >= 0 && v.shape[0] != rows) {
+    return Bad(absl::StrCat(name, " has ", v.shape[0], " entries (rows), expected ", rows));
+  }
+  if (max_cols >= 0 && v.shape.size() > 1 && v.shape[1] > max_cols) {
+    return Bad(absl::StrCat(name, " has ", v.shape[1], " columns, at most ", max_cols));
+  }
+  return rows < 0 ? CheckMaterialised(v, name) : absl::OkStatus();
+}
+
+// An int64 tensor of `ndim` dimensions as a row-major vector, with its view; sizes as
+// CheckIndexSizes (-1: unbounded).
+absl::StatusOr<TensorView> Int64Table(const DLTensor* t, const char* name, int ndim,
+                                      std::vector<int64_t>* out, int64_t rows = -1,
+                                      int64_t max_cols = -1) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, ndim, kInt);
+  if (!v.ok()) return v.status();
+  if (absl::Status s = CheckIndexSizes(*v, name, rows, max_cols); !s.ok()) return s;
+  *out = Compact<int64_t>(*v);
+  return v;
+}
+
+// float64 skew generators [count, m, m] as matrices.
+absl::StatusOr<std::vector<Eigen::MatrixXd>> Skews(const DLTensor* t, const char* name) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 3, kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape[1] != v->shape[2] || v->shape[0] < 1 || v->shape[1] < 1) {
+    return Bad(absl::StrCat(name, " must be [count >= 1, m, m] skew matrices, got ", ShapeOf(*v)));
+  }
+  if (absl::Status s = CheckMaterialised(*v, name); !s.ok()) return s;
+  const std::vector<double> x = Compact<double>(*v);
+  const int64_t m = v->shape[1];
+  std::vector<Eigen::MatrixXd> out;
+  for (int64_t c = 0; c < v->shape[0]; ++c) {
+    Eigen::MatrixXd s(m, m);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < m; ++j) s(i, j) = x[(c * m + i) * m + j];
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The structured positions, algebraic tree / grid, multi-axis RoPE and Shaw options
+// (read from a struct at least kAttentionOptionsV1Size + the new fields long).
+absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* encodings) {
+  att::AttentionArgs& a = c->args;
+  // Structured positions: per-axis coordinates or tree addresses, for q and k alike.
+  if ((o.q_axes == nullptr) != (o.k_axes == nullptr)) {
+    return Bad("give both q_axes and k_axes or neither");
+  }
+  const int trees = (o.q_tree_offsets != nullptr) + (o.q_tree_children != nullptr) +
+                    (o.k_tree_offsets != nullptr) + (o.k_tree_children != nullptr);
+  if (trees != 0 && trees != 4) {
+    return Bad("give all of q_tree_offsets, q_tree_children, k_tree_offsets and "
+               "k_tree_children, or none");
+  }
+  if (o.q_axes != nullptr && trees != 0) {
+    return Bad("give per-axis positions (q_axes, k_axes) or tree addresses, not both");
+  }
+  int64_t axes = 0;
+  if (o.q_axes != nullptr) {
+    absl::StatusOr<TensorView> qa =
+        Int64Table(o.q_axes, "q_axes", 2, &c->axes_q, a.num_q_tokens(), 3);
+    if (!qa.ok()) return qa.status();
+    absl::StatusOr<TensorView> ka =
+        Int64Table(o.k_axes, "k_axes", 2, &c->axes_k, a.num_k_tokens(), 3);
+    if (!ka.ok()) return ka.status();
+    axes = qa->shape[1];
+    if (ka->shape[1] != axes) {
+      return Bad(absl::StrCat("q_axes has ", axes, " axes but k_axes has ", ka->shape[1]));
+    }
+    a.q_structured.num_axes = a.k_structured.num_axes = axes;
+    a.q_structured.coords = c->axes_q;
+    a.k_structured.coords = c->axes_k;
+  }
+  if (trees == 4) {
+    for (auto [t, name, out, rows] :
+         {std::tuple{o.q_tree_offsets, "q_tree_offsets", &c->tree_off_q, a.num_q_tokens() + 1},
+          std::tuple{o.q_tree_children, "q_tree_children", &c->tree_ch_q, int64_t{-1}},
+          std::tuple{o.k_tree_offsets, "k_tree_offsets", &c->tree_off_k, a.num_k_tokens() + 1},
+          std::tuple{o.k_tree_children, "k_tree_children", &c->tree_ch_k, int64_t{-1}}}) {
+      absl::StatusOr<TensorView> v = Int64Table(t, name, 1, out, rows);
+      if (!v.ok()) return v.status();
+    }
+    a.q_structured.tree_offsets = c->tree_off_q;
+    a.q_structured.tree_children = c->tree_ch_q;
+    a.k_structured.tree_offsets = c->tree_off_k;
+    a.k_structured.tree_children = c->tree_ch_k;
+  }
+  const bool structured = axes > 0 || trees == 4;
+  // Multi-axis RoPE: axial (rope_axes) or M-RoPE (rope_sections).
+  if (o.rope_axes < 0 || o.rope_axes > 3) {
+    return Bad(absl::StrCat("rope_axes must be 0, 1, 2 or 3, got ", o.rope_axes));
+  }
+  if (o.rope_sections_interleaved != 0 && o.rope_sections_interleaved != 1) {
+    return Bad("rope_sections_interleaved must be 0 or 1");
+  }
+  if ((o.rope_axes > 1 || o.rope_sections != nullptr) && o.rope_dim == 0) {
+    return Bad("rope_axes / rope_sections need rope_dim");
+  }
+  if (o.algebraic_tree != nullptr) ++*encodings;
+  if (o.algebraic_grid != nullptr) ++*encodings;
+  if (*encodings > 1) {
+    return Bad("at most one of rope_dim, grape_m, algebraic, algebraic_tree and algebraic_grid "
+               "may be set");
+  }
+  if (o.rope_dim != 0 && (o.rope_axes > 1 || o.rope_sections != nullptr)) {
+    std::vector<int64_t> sections;
+    absl::StatusOr<seq::RopeFrequencies> f;
+    absl::StatusOr<std::vector<int>> plane_axes;
+    if (o.rope_sections != nullptr) {
+      absl::StatusOr<TensorView> sv = Int64Table(o.rope_sections, "rope_sections", 1, &sections);
+      if (!sv.ok()) return sv.status();
+      if (o.rope_axes > 1 && o.rope_axes != static_cast<int32_t>(sections.size())) {
+        return Bad(absl::StrCat("rope_axes (", o.rope_axes, ") disagrees with the ",
+                                sections.size(), " rope_sections; leave it 0"));
+      }
+      f = seq::DefaultRopeFrequencies(o.rope_dim, o.rope_base);
+      plane_axes = seq::MRopePlaneAxes(sections, o.rope_sections_interleaved == 1);
+    } else {
+      f = seq::AxialRopeFrequencies(o.rope_dim, o.rope_axes, o.rope_base);
+      plane_axes = seq::AxialPlaneAxes(o.rope_dim / 2, o.rope_axes);
+    }
+    if (!f.ok()) return f.status();
+    if (!plane_axes.ok()) return plane_axes.status();
+    const int64_t want = o.rope_sections != nullptr ? static_cast<int64_t>(sections.size())
+                                                     : o.rope_axes;
+    if (axes != want) {
+      return Bad(absl::StrCat("multi-axis RoPE with ", want,
+                              " axes needs q_axes / k_axes of [tokens, ", want, "]"));
+    }
+    seq::RopeOptions ro = c->rope->options();
+    ro.num_axes = static_cast<int>(want);
+    ro.plane_axes = *std::move(plane_axes);
+    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *std::move(f));
+    if (!rope.ok()) return rope.status();
+    c->transform.reset();
+    c->rope.emplace(*std::move(rope));
+    c->transform = std::make_unique<att::RopeRowTransform>(*c->rope);
+  } else if (o.algebraic_tree != nullptr) {
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> s = Skews(o.algebraic_tree, "algebraic_tree");
+    if (!s.ok()) return s.status();
+    if ((*s)[0].rows() != a.head_dim) {
+      return Bad(absl::StrCat("algebraic_tree generators are ", (*s)[0].rows(), " x ",
+                              (*s)[0].rows(), " but head_dim is ", a.head_dim));
+    }
+    absl::StatusOr<seq::AlgebraicTree> t = seq::AlgebraicTree::Create(*s);
+    if (!t.ok()) return t.status();
+    if (trees != 4) return Bad("algebraic_tree needs tree addresses (q_tree_offsets, ...)");
+    c->tree.emplace(*std::move(t));
+    c->transform = std::make_unique<att::AlgebraicTreeRowTransform>(*c->tree);
+  } else if (o.algebraic_grid != nullptr) {
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> s = Skews(o.algebraic_grid, "algebraic_grid");
+    if (!s.ok()) return s.status();
+    const int64_t n = static_cast<int64_t>(s->size()), m = (*s)[0].rows();
+    if (n != 2 && n != 3) return Bad(absl::StrCat("algebraic_grid must have 2 or 3 axes, got ", n));
+    if (n * m != a.head_dim) {
+      return Bad(absl::StrCat("algebraic_grid has ", n, " axes of ", m, " but head_dim is ",
+                              a.head_dim, " (axes * m must equal it)"));
+    }
+    if (axes != n) {
+      return Bad(absl::StrCat("algebraic_grid with ", n, " axes needs q_axes / k_axes of [tokens, ",
+                              n, "]"));
+    }
+    if (n == 2) {
+      auto g = seq::MakeAlgebraicGrid2D((*s)[0], (*s)[1]);
+      if (!g.ok()) return g.status();
+      c->grid2.emplace(*std::move(g));
+      c->transform = std::make_unique<att::AlgebraicGridRowTransform<seq::AlgebraicGrid2D>>(*c->grid2);
+    } else {
+      auto g = seq::MakeAlgebraicGrid3D((*s)[0], (*s)[1], (*s)[2]);
+      if (!g.ok()) return g.status();
+      c->grid3.emplace(*std::move(g));
+      c->transform = std::make_unique<att::AlgebraicGridRowTransform<seq::AlgebraicGrid3D>>(*c->grid3);
+    }
+  } else if (structured && c->transform == nullptr) {
+    return Bad("q_axes / tree addresses feed an encoding: set rope_axes or rope_sections with "
+               "rope_dim, algebraic_tree or algebraic_grid");
+  }
+  // Shaw et al.'s labels.
+  if (o.shaw_key_table != nullptr || o.shaw_value_table != nullptr) {
+    if (o.shaw_max_distance < 0 || o.shaw_max_distance > (int64_t{1} << 30)) {
+      return Bad(absl::StrCat("shaw_max_distance must be in [0, 2^30], got ",
+                              o.shaw_max_distance));
+    }
+    const int64_t rows = 2 * o.shaw_max_distance + 1;
+    seq::RowMatrixXd tables[2];
+    const DLTensor* src[2] = {o.shaw_key_table, o.shaw_value_table};
+    const char* name[2] = {"shaw_key_table", "shaw_value_table"};
+    for (int i = 0; i < 2; ++i) {
+      if (src[i] == nullptr) {
+        tables[i] = seq::RowMatrixXd::Zero(rows, a.head_dim);  // unused side
+        continue;
+      }
+      absl::StatusOr<TensorView> v = ViewTensor(src[i], name[i], 2, kF64);
+      if (!v.ok()) return v.status();
+      if (v->shape[0] != rows || v->shape[1] != a.head_dim) {
+        return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, head_dim] = [",
+                                rows, ", ", a.head_dim, "], got ", ShapeOf(*v)));
+      }
+      if (absl::Status s = CheckMaterialised(*v, name[i]); !s.ok()) return s;
+      const std::vector<double> x = Compact<double>(*v);
+      tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, a.head_dim);
+    }
+    absl::StatusOr<seq::ShawRelative> shaw =
+        seq::ShawRelative::Create(o.shaw_max_distance, tables[0], tables[1]);
+    if (!shaw.ok()) return shaw.status();
+    c->shaw.emplace(*std::move(shaw));
+    if (o.shaw_key_table != nullptr) a.shaw_keys = &*c->shaw;
+    if (o.shaw_value_table != nullptr) a.shaw_values = &*c->shaw;
+  }
+  return absl::OkStatus();
+}
+
+// An int64 vector's entries; `entries` as CheckIndexSizes's rows (-1: unbounded).
+absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* name,
+                                                 int64_t entries = -1) {
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, 1, kInt);
+  if (!v.ok()) return v.status();
+  if (absl::Status s = CheckIndexSizes(*v, name, entries, -1); !s.ok()) return s;
+  std::vector<int64_t> storage;
+  absl::Span<const int64_t> s = ContiguousPositions(*v, &storage);
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+}  // namespace
+
+absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+std::string ShapeOf(const TensorView& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v.shape[i]);
+  return s + "]";
+}
+
+absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed) {
+  if (t == nullptr) return Bad(absl::StrCat(name, " is NULL"));
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, packed ? 3 : 4, kAttnTypes);
+  if (!v.ok()) return v.status();
+  if (v->numel() == 0) {
+    // An empty tensor has no layout (NumPy and PyTorch may give it any strides): take the
+    // compact row-major one, so an empty sequence or key shard is never rejected for it.
+    // Sizes beyond 2^40 are refused even here: with a zero elsewhere they describe no
+    // element, but a batch of 2^60 empty sequences would still be walked.
+    for (size_t i = 0; i < v->shape.size(); ++i) {
+      if (v->shape[i] > (int64_t{1} << 40)) {
+        return absl::OutOfRangeError(absl::StrCat(name, " has size ", v->shape[i],
+                                                  " in dimension ", i, "; at most 2^40"));
+      }
+    }
+    int64_t stride = 1;
+    for (size_t i = v->shape.size(); i-- > 0;) {
+      v->strides[i] = stride;
+      if (__builtin_mul_overflow(stride, std::max<int64_t>(v->shape[i], 1), &stride)) {
+        stride = std::numeric_limits<int64_t>::max();
+      }
+    }
+    return v;
+  }
+  if (v->shape.back() > 1 && v->strides.back() != 1) {
+    return Bad(absl::StrCat(name, ": head_dim must be contiguous (stride 1), got stride ",
+                            v->strides.back()));
+  }
+  return v;
+}
+
+att::Strides StridesOf(const TensorView& v, bool packed) {
+  att::Strides s;
+  if (packed) {
+    s.token = v.strides[0];
+    s.head = v.strides[1];
+  } else {
+    s.batch = v.strides[0];
+    s.token = v.strides[1];
+    s.head = v.strides[2];
+  }
+  return s;
+}
+
+absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorView& b,
+                             const char* bn) {
+  if (a.dtype != b.dtype) {
+    return Bad(absl::StrCat(an, " is ", gpe::c_api::DTypeName(a.dtype), " but ", bn, " is ",
+                            gpe::c_api::DTypeName(b.dtype)));
+  }
+  if (a.shape != b.shape) {
+    return Bad(absl::StrCat(an, " has shape ", ShapeOf(a), ", ", bn, " has ", ShapeOf(b)));
+  }
+  if (a.strides != b.strides) {
+    return Bad(absl::StrCat(an, " must have the strides of ", bn));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, Call* c) {
+  if (options == nullptr) return Bad("options is NULL");
+  if (absl::Status s = CheckStructSize(options->struct_size, kAttentionOptionsV1Size,
+                                       sizeof(gpe_attention_options), "gpe_attention_options");
+      !s.ok()) {
+    return s;
+  }
+  // The caller's struct (an older, shorter one included), later fields zero / NULL.
+  gpe_attention_options o;
+  std::memset(&o, 0, sizeof o);
+  std::memcpy(&o, options, options->struct_size);
+  if (o.causal != 0 && o.causal != 1) return Bad("causal must be 0 or 1");
+  if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0) {
+    return Bad(absl::StrCat("softmax_scale must be finite and >= 0 (0: default), got ",
+                            o.softmax_scale));
+  }
+  if (o.num_threads < 0 || o.num_threads > 1024) {
+    return Bad(absl::StrCat("num_threads must be in [0, 1024], got ", o.num_threads));
+  }
+  if ((o.cu_seqlens_q == nullptr) != (o.cu_seqlens_k == nullptr)) {
+    return Bad("give both cu_seqlens_q and cu_seqlens_k (packed layout) or neither");
+  }
+  if ((o.q_positions == nullptr) != (o.k_positions == nullptr)) {
+    return Bad("give both q_positions and k_positions or neither");
+  }
+  const bool packed = o.cu_seqlens_q != nullptr;
+  absl::StatusOr<TensorView> qv = View(q, "q", packed);
+  if (!qv.ok()) return qv.status();
+  absl::StatusOr<TensorView> kv = View(k, "k", packed);
+  if (!kv.ok()) return kv.status();
+  absl::StatusOr<TensorView> vv = View(v, "v", packed);
+  if (!vv.ok()) return vv.status();
+  c->q = *qv;
+  c->k = *kv;
+  c->v = *vv;
+  c->dtype = qv->dtype;
+  if (kv->dtype != c->dtype || vv->dtype != c->dtype) {
+    return Bad("q, k and v must have one dtype (float32, bfloat16 or float64)");
+  }
+  if (kv->shape != vv->shape) {
+    return Bad(absl::StrCat("k has shape ", ShapeOf(*kv), ", v has ", ShapeOf(*vv)));
+  }
+  const size_t n = qv->shape.size();
+  if (kv->shape[n - 1] != qv->shape[n - 1]) {
+    return Bad(absl::StrCat("head_dim differs: q ", ShapeOf(*qv), ", k ", ShapeOf(*kv)));
+  }
+  att::AttentionArgs& a = c->args;
+  a.layout = packed ? att::Layout::kTHD : att::Layout::kBSHD;
+  if (packed) {
+    absl::StatusOr<std::vector<int64_t>> cq = Int64Vector(o.cu_seqlens_q, "cu_seqlens_q");
+    if (!cq.ok()) return cq.status();
+    absl::StatusOr<std::vector<int64_t>> ck = Int64Vector(o.cu_seqlens_k, "cu_seqlens_k");
+    if (!ck.ok()) return ck.status();
+    c->cu_q = *std::move(cq);
+    c->cu_k = *std::move(ck);
+    if (c->cu_q.size() != c->cu_k.size()) {
+      return Bad(absl::StrCat("cu_seqlens_q has ", c->cu_q.size(), " entries, cu_seqlens_k ",
+                              c->cu_k.size()));
+    }
+    a.cu_seqlens_q = c->cu_q;
+    a.cu_seqlens_k = c->cu_k;
+    a.batch = static_cast<int64_t>(c->cu_q.size()) - 1;
+    a.seq_len_q = qv->shape[0];
+    a.seq_len_k = kv->shape[0];
+    a.num_q_heads = qv->shape[1];
+    a.num_kv_heads = kv->shape[1];
+    a.head_dim = qv->shape[2];
+  } else {
+    if (kv->shape[0] != qv->shape[0]) {
+      return Bad(absl::StrCat("batch differs: q ", ShapeOf(*qv), ", k ", ShapeOf(*kv)));
+    }
+    a.batch = qv->shape[0];
+    a.seq_len_q = qv->shape[1];
+    a.seq_len_k = kv->shape[1];
+    a.num_q_heads = qv->shape[2];
+    a.num_kv_heads = kv->shape[2];
+    a.head_dim = qv->shape[3];
+  }
+  if (a.head_dim < 1) return Bad("head_dim must be >= 1");
+  a.q = StridesOf(*qv, packed);
+  a.k = StridesOf(*kv, packed);
+  a.v = StridesOf(*vv, packed);
+  a.causal = o.causal == 1;
+  if (o.softmax_scale > 0) a.softmax_scale = o.softmax_scale;
+  if (o.q_positions != nullptr) {
+    absl::StatusOr<std::vector<int64_t>> pq =
+        Int64Vector(o.q_positions, "q_positions", a.num_q_tokens());
+    if (!pq.ok()) return pq.status();
+    absl::StatusOr<std::vector<int64_t>> pk =
+        Int64Vector(o.k_positions, "k_positions", a.num_k_tokens());
+    if (!pk.ok()) return pk.status();
+    c->pos_q = *std::move(pq);
+    c->pos_k = *std::move(pk);
+    // With no query or no key tokens every row is empty whatever the positions; the
+    // descriptor reads an empty list as "default", so drop both rather than reject an
+    // empty shard's (correctly) empty positions.
+    const bool no_rows = (c->pos_q.empty() && a.num_q_tokens() == 0) ||
+                         (c->pos_k.empty() && a.num_k_tokens() == 0);
+    if (!no_rows) {
+      a.q_positions = c->pos_q;
+      a.k_positions = c->pos_k;
+    }
+  }
+  int encodings = (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);
+  if (encodings > 1) return Bad("at most one of rope_dim, grape_m and algebraic may be set");
+  if (o.rope_dim != 0) {
+    if (o.rope_pairing != GPE_PAIRING_INTERLEAVED && o.rope_pairing != GPE_PAIRING_HALF_SPLIT) {
+      return Bad(absl::StrCat("rope_pairing must be GPE_PAIRING_*, got ", o.rope_pairing));
+    }
+    absl::StatusOr<seq::RopeFrequencies> f = seq::DefaultRopeFrequencies(o.rope_dim, o.rope_base);
+    if (!f.ok()) return f.status();
+    seq::RopeOptions ro;
+    ro.head_dim = a.head_dim;
+    ro.rotary_dim = o.rope_dim;
+    ro.pairing = o.rope_pairing == GPE_PAIRING_INTERLEAVED ? gpe::group::PlanePairing::kInterleaved
+                                                           : gpe::group::PlanePairing::kHalfSplit;
+    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *std::move(f));
+    if (!rope.ok()) return rope.status();
+    c->rope.emplace(*std::move(rope));
+    c->transform = std::make_unique<att::RopeRowTransform>(*c->rope);
+  } else if (o.grape_m != nullptr) {
+    c->transform =
+        std::make_unique<att::GrapeMRowTransform<seq::GrapeMProduct>>(o.grape_m->impl);
+  } else if (o.algebraic != nullptr) {
+    c->transform = std::make_unique<att::AlgebraicRowTransform>(o.algebraic->impl);
+  }
+  if (absl::Status s = PrepareStructured(o, c, &encodings); !s.ok()) return s;
+  a.q_transform = a.k_transform = c->transform.get();
+  if (o.bias != nullptr) a.biases = {&o.bias->base()};
+  return absl::OkStatus();
+}
+
+// lse: [tokens_q, heads_q], compact row-major; float64 when q is float64, else float32.
+// Returns the view (data null when `t` is null).
+absl::StatusOr<TensorView> LseOf(const DLTensor* t, const att::AttentionArgs& a, DType dtype) {
+  if (t == nullptr) return TensorView{};
+  const bool f64 = dtype == DType::kFloat64;
+  absl::StatusOr<TensorView> v = ViewTensor(t, "lse", 2, f64 ? absl::Span<const DType>(kF64)
+                                                               : absl::Span<const DType>(kF32));
+  if (!v.ok()) {
+    return Bad(absl::StrCat(v.status().message(), " (lse is ", f64 ? "float64" : "float32",
+                            " for ", gpe::c_api::DTypeName(dtype), " q, k, v)"));
+  }
+  if (v->shape[0] != a.num_q_tokens() || v->shape[1] != a.num_q_heads) {
+    return Bad(absl::StrCat("lse must be [", a.num_q_tokens(), ", ", a.num_q_heads, "], got ",
+                            ShapeOf(*v)));
+  }
+  if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.num_q_heads)) {
+    return Bad("lse must be compact row-major");
+  }
+  return v;
+}
+
+absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const TensorView& like,
+                                      const char* like_name, bool packed) {
+  absl::StatusOr<TensorView> v = View(t, name, packed);
+  if (!v.ok()) return v.status();
+  if (v->dtype != like.dtype || v->shape != like.shape) {
+    return Bad(absl::StrCat(name, " must have the dtype and shape of ", like_name, " ",
+                            ShapeOf(like), ", got ", ShapeOf(*v)));
+  }
+  return v;
+}
+
+absl::Status CheckOutputs(absl::Span<const NamedView> outputs, absl::Span<const NamedView> inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].first == nullptr) continue;
+    for (const NamedView& in : inputs) {
+      const NamedView pair[] = {outputs[i], in};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      const NamedView pair[] = {outputs[i], outputs[j]};
+      if (absl::Status s = CheckDisjoint(pair); !s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gpe::c_api::attn

@@ -1,0 +1,84 @@
+// An attention call of the C ABI (gpe/attention.h) validated into attention/'s
+// AttentionArgs (call.cc): the options, q, k and v, and the encoding they describe, with
+// the checks of outputs that the forward (forward.cc) and the backward (backward.cc)
+// share. Internal to c_api.
+#ifndef GPE_C_API_SRC_ATTENTION_CALL_H_
+#define GPE_C_API_SRC_ATTENTION_CALL_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "attention/descriptor.h"
+#include "c_api/include/gpe/attention.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/tensor_view.h"
+#include "dlpack/dlpack.h"
+#include "encodings/sequence/algebraic.h"
+#include "encodings/sequence/relative.h"
+#include "encodings/sequence/rope.h"
+
+namespace gpe::c_api::attn {
+
+namespace att = ::gpe::attention;
+namespace seq = ::gpe::encodings::sequence;
+
+// InvalidArgument with `msg`.
+absl::Status Bad(const std::string& msg);
+
+// A view's shape for messages, e.g. "[2, 3]".
+std::string ShapeOf(const TensorView& v);
+
+// Everything one call needs, owning the encodings and position copies it points to
+// (the encodings are declared before the transform that refers to them).
+struct Call {
+  att::AttentionArgs args;
+  DType dtype = DType::kFloat32;
+  TensorView q, k, v;
+  std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
+  std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
+  std::optional<seq::Rope> rope;
+  std::optional<seq::AlgebraicTree> tree;
+  std::optional<seq::AlgebraicGrid2D> grid2;
+  std::optional<seq::AlgebraicGrid3D> grid3;
+  std::optional<seq::ShawRelative> shaw;
+  std::unique_ptr<att::RowTransform> transform;
+};
+
+using BF = seq::BFloat16;
+
+// Options and q, k, v into `c`.
+absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
+                     const DLTensor* v, Call* c);
+
+// A q-side or k-side tensor of the layout: its view and strides.
+absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed);
+
+// The strides of a q-side or k-side view (padded: batch, token, head; packed: token,
+// head).
+att::Strides StridesOf(const TensorView& v, bool packed);
+
+// `a` (named `an`) must have the dtype, shape and strides of `b` (named `bn`).
+absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorView& b,
+                             const char* bn);
+
+// lse: [tokens_q, heads_q], compact row-major; float64 when q is float64, else float32.
+// Returns the view (data null when `t` is null).
+absl::StatusOr<TensorView> LseOf(const DLTensor* t, const att::AttentionArgs& a, DType dtype);
+
+// An output of the layout (o, d_o) with the dtype and shape of `like`.
+absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const TensorView& like,
+                                      const char* like_name, bool packed);
+
+// Inputs may share memory (q = k = v is fine); each output must be disjoint from every
+// input and every other output. Null entries are skipped.
+absl::Status CheckOutputs(absl::Span<const NamedView> outputs, absl::Span<const NamedView> inputs);
+
+}  // namespace gpe::c_api::attn
+
+#endif  // GPE_C_API_SRC_ATTENTION_CALL_H_

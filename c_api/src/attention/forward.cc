@@ -1,0 +1,65 @@
+// The C ABI's attention forward (gpe/attention.h): the call validated (call.h), then
+// attention/cpu's CpuForward (float32, bfloat16) or the exact ReferenceForward<double>
+// (float64). Runs under Guard.
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "attention/cpu/cpu_attention.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "c_api/include/gpe/attention.h"
+#include "c_api/src/attention/call.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/error.h"
+#include "c_api/src/common/tensor_view.h"
+#include "dlpack/dlpack.h"
+
+using gpe::c_api::DType;
+using gpe::c_api::Guard;
+using gpe::c_api::NamedView;
+using gpe::c_api::TensorView;
+using gpe::c_api::attn::Call;
+using gpe::c_api::attn::CheckOutputs;
+using gpe::c_api::attn::LseOf;
+using gpe::c_api::attn::OutputLike;
+using gpe::c_api::attn::Prepare;
+using gpe::c_api::attn::StridesOf;
+using BF = gpe::c_api::attn::BF;
+namespace att = gpe::attention;
+
+gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLTensor* q,
+                                 const DLTensor* k, const DLTensor* v, DLTensor* o,
+                                 DLTensor* lse) {
+  return Guard([&]() -> absl::Status {
+    Call c;
+    if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
+    const bool packed = c.args.layout == att::Layout::kTHD;
+    absl::StatusOr<TensorView> ov = OutputLike(o, "o", c.q, "q", packed);
+    if (!ov.ok()) return ov.status();
+    c.args.o = StridesOf(*ov, packed);
+    absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
+    if (!lv.ok()) return lv.status();
+    if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
+    const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
+    const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
+    if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    // No query and no key token: o and lse hold no element, nothing to compute. Returned
+    // here, before the kernels, which walk the sequences (planning, default positions):
+    // a bshd batch of 2^39 empty sequences fits in no memory bound and would take minutes.
+    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) return absl::OkStatus();
+    if (c.dtype == DType::kFloat64) {
+      // The exact oracle (reference.h): double throughout, single-threaded.
+      return att::ReferenceForward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
+                                   c.v.typed<const double>(), ov->typed<double>(),
+                                   lv->typed<double>());
+    }
+    att::CpuAttentionOptions opt;
+    opt.num_threads = options->num_threads;
+    if (c.dtype == DType::kFloat32) {
+      return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
+                             c.v.typed<const float>(), ov->typed<float>(), lv->typed<float>(),
+                             opt);
+    }
+    return att::CpuForward(c.args, c.q.typed<const BF>(), c.k.typed<const BF>(),
+                           c.v.typed<const BF>(), ov->typed<BF>(), lv->typed<float>(), opt);
+  });
+}

@@ -1,0 +1,96 @@
+#include "c_api/src/common/checks.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "c_api/include/gpe/common.h"
+#include "c_api/src/common/error.h"
+
+namespace gpe::c_api {
+
+absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
+                             const char* name) {
+  if (struct_size < min_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".struct_size is ", struct_size, "; set it to sizeof(", name,
+        ") (use the _INIT macro)"));
+  }
+  if (struct_size > size) {
+    return VersionMismatchError(absl::StrCat(
+        name, ".struct_size is ", struct_size, " but this library (", gpe_version_string(),
+        ") knows ", size, " bytes: the header is newer than the library"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDim(int64_t dim, const char* name, int64_t min_dim) {
+  if (dim < min_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " must be >= ", min_dim, "; got ", dim));
+  }
+  if (dim > kMaxDim) {
+    return absl::OutOfRangeError(absl::StrCat(name, " is ", dim, "; at most ", kMaxDim,
+                                              " is supported"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFinite(const double* v, int64_t n, const char* name) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, "[", i, "] is ", v[i], "; values must be finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDisjoint(absl::Span<const NamedView> views) {
+  for (size_t i = 0; i < views.size(); ++i) {
+    for (size_t j = i + 1; j < views.size(); ++j) {
+      if (views[i].first == nullptr || views[j].first == nullptr) continue;
+      if (Overlaps(*views[i].first, *views[j].first)) {
+        return absl::InvalidArgumentError(absl::StrCat(views[i].second, " and ", views[j].second,
+                                                       " overlap; pass disjoint memory"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name) {
+  if (v.numel() == 0) return absl::OkStatus();
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1) dims.emplace_back(v.strides[i] < 0 ? -v.strides[i] : v.strides[i], v.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // largest offset reachable with the smaller dimensions
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, " has strides under which distinct indices share an element (e.g. a zero "
+                "stride); outputs must not overlap themselves"));
+    }
+    reach += stride * (size - 1);  // bounded: ViewTensor checked the extent
+  }
+  return absl::OkStatus();
+}
+
+absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage) {
+  const int64_t n = p.shape[0];
+  const int64_t* data = p.typed<const int64_t>();
+  if (n <= 1 || p.strides[0] == 1) return absl::MakeConstSpan(data, static_cast<size_t>(n));
+  storage->resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) (*storage)[i] = data[i * p.strides[0]];
+  return *storage;
+}
+
+bool DirectRows(const TensorView& v) {
+  const bool unit_cols = v.shape[1] <= 1 || v.strides[1] == 1;
+  const bool rows_apart = v.shape[0] <= 1 || v.strides[0] >= v.shape[1];
+  return unit_cols && rows_apart;
+}
+
+}  // namespace gpe::c_api

@@ -1,0 +1,94 @@
+// Argument checks shared by the C ABI's entry points, and the batch helpers that hand
+// validated [N, dim] views to group/ and encodings/ code.
+#ifndef GPE_C_API_SRC_COMMON_CHECKS_H_
+#define GPE_C_API_SRC_COMMON_CHECKS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "c_api/src/common/tensor_view.h"
+
+namespace gpe::c_api {
+
+// Largest vector length accepted: keeps dim * dim * 8 bytes (a dense matrix) and all
+// index arithmetic far from int64 overflow.
+inline constexpr int64_t kMaxDim = int64_t{1} << 20;
+
+// An option struct's leading struct_size field: at least the first released version's
+// size (`min_size`), at most this library's (`size`); VERSION_MISMATCH when larger.
+absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
+                             const char* name);
+// What every gpe_*_create checks first, in this order: `out` non-null (then *out set to
+// NULL), `options` non-null, and options->struct_size by CheckStructSize against
+// [min_size, sizeof(Options)].
+template <class Options, class Out>
+absl::Status CheckCreate(Out** out, const Options* options, size_t min_size, const char* name) {
+  if (out == nullptr) return absl::InvalidArgumentError("out is NULL");
+  *out = nullptr;
+  if (options == nullptr) return absl::InvalidArgumentError("options is NULL");
+  return CheckStructSize(options->struct_size, min_size, sizeof(Options), name);
+}
+// min_dim <= dim <= kMaxDim (OutOfRange above).
+absl::Status CheckDim(int64_t dim, const char* name, int64_t min_dim = 2);
+// Every v[i] finite; the message names name[i].
+absl::Status CheckFinite(const double* v, int64_t n, const char* name);
+
+// A named view, for the pairwise checks below.
+using NamedView = std::pair<const TensorView*, const char*>;
+// InvalidArgument when two of `views` (null entries skipped) share memory.
+absl::Status CheckDisjoint(absl::Span<const NamedView> views);
+
+// InvalidArgument when the output view `v` maps two indices to one element (e.g. a
+// zero stride). The test is the usual sufficient one: sorted by |stride|, each
+// dimension's stride clears the whole extent of the smaller ones.
+absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
+
+// Positions [N] as a contiguous span: the tensor's own memory when it is compact,
+// otherwise a gathered copy in `storage`.
+absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage);
+
+// True when the rows of a [N, dim] view can be passed as (pointer, row stride in
+// elements) to group/ and encodings/ batch code: unit column stride and, for more than
+// one row, a row stride >= dim.
+bool DirectRows(const TensorView& v);
+
+// A [N, dim] view as (pointer, row stride): the view's own memory when DirectRows,
+// otherwise a compact row-major copy in `storage` (gathered when `gather`).
+template <class T>
+T* RowsOf(const TensorView& v, bool gather, std::vector<T>* storage, int64_t* stride) {
+  if (DirectRows(v)) {
+    *stride = v.shape[0] > 1 ? v.strides[0] : v.shape[1];
+    return v.typed<T>();
+  }
+  const int64_t n = v.shape[0], dim = v.shape[1];
+  storage->assign(static_cast<size_t>(n * dim), T(0));
+  if (gather) {
+    const T* src = v.typed<const T>();
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < dim; ++j) {
+        (*storage)[i * dim + j] = src[i * v.strides[0] + j * v.strides[1]];
+      }
+    }
+  }
+  *stride = dim;
+  return storage->data();
+}
+
+// Copies a compact [N, dim] buffer back into `v` (a no-op when `rows` is v's memory).
+template <class T>
+void ScatterRows(const T* rows, const TensorView& v) {
+  if (rows == v.typed<const T>() && DirectRows(v)) return;
+  const int64_t n = v.shape[0], dim = v.shape[1];
+  T* dst = v.typed<T>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < dim; ++j) dst[i * v.strides[0] + j * v.strides[1]] = rows[i * dim + j];
+  }
+}
+
+}  // namespace gpe::c_api
+
+#endif  // GPE_C_API_SRC_COMMON_CHECKS_H_

@@ -22,7 +22,9 @@
  * - Symbols are exported only through GPE_API; everything else in the shared library
  *   is hidden.
  * - Thread safety: every function may be called from any number of threads at once.
- *   The library has no global mutable state; handles are immutable, so calls may share
+ *   The library's only process-wide state is its thread pool (gpe/thread_pool.h: the
+ *   built-in workers, or the pool the application installed); it never changes the
+ *   environment or other libraries' settings. Handles are immutable, so calls may share
  *   a handle and read-only inputs, and give the same bits as when made one at a time
  *   (no work split depends on timing; the INR solvers' BLAS follows its own thread
  *   setting, e.g. OPENBLAS_NUM_THREADS). Output tensors and a handle being destroyed
@@ -46,6 +48,8 @@
  *   gpe/inr_data.h      INR data, splits and error metrics
  *   gpe/image.h         PNG and JPEG files
  *   gpe/attention.h     attention with the positional encoding inside the kernel
+ *   gpe/thread_pool.h   the thread pool of every threaded call: the library's or the
+ *                       application's own (gpe_set_thread_pool)
  */
 #ifndef GPE_GPE_H_
 #define GPE_GPE_H_
@@ -64,5 +68,6 @@
 #include "gpe/inr_data.h"
 #include "gpe/image.h"
 #include "gpe/attention.h"
+#include "gpe/thread_pool.h"
 
 #endif /* GPE_GPE_H_ */

@@ -5,9 +5,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "c_api/checks.h"
-#include "c_api/error.h"
-#include "c_api/include/gpe/gpe.h"
+#include "c_api/src/common/checks.h"
+#include "c_api/src/common/error.h"
+#include "c_api/include/gpe/thread_pool.h"
 #include "parallel/thread_pool.h"
 
 using gpe::c_api::CheckStructSize;

@@ -185,7 +185,7 @@ const char* LimEncodingStem(LimEncoding e) {
 struct LimArgs {
   LimConfig cfg;
   std::string cameraman, retina, task_list;
-  // Fixed hyperparameters (papers/README.md: Lim et al.'s search settles near these).
+  // Fixed hyperparameters (Lim et al.'s hyperparameter search settles near these on most tasks).
   LimHyper fixed[3] = {{0, 2, 5e-3}, {5, 2, 1e-3}, {25, 2, 1e-3}};
 };
 

@@ -7,8 +7,8 @@
 // o = 0 and lse = -inf).
 //
 // The kernel (attention_kernels.cu) is a SIMT flash-style forward: exact and linear in
-// memory, but without tensor cores; the tensor-core kernels of the CUDA issue are still
-// to come, and will be tested against this one. No backward yet.
+// memory, but without tensor cores; tensor-core kernels are not written yet, and will be
+// tested against this one. No backward yet.
 //
 // Streams: CudaAttentionForward only enqueues on the caller's stream; it allocates
 // nothing and never synchronises. Device pointers are checked to be device memory.

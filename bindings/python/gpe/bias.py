@@ -193,7 +193,7 @@ class GrapeApBias(AdditiveBias):
 
 
 class GrapeABias(AdditiveBias):
-    """Additive GRAPE (GRAPE summary, "Additive GRAPE"): rows lift to head_dim + 2
+    """Additive GRAPE (Zhang et al., GRAPE, "Additive GRAPE"): rows lift to head_dim + 2
     dimensions, q~ = [q; 1; 0], k~ = [k; 0; 1], moved by G(p) = I + p m A with
     A = E_{d, d+1}: queries by G(i)^-T, keys by G(j). <lift_q(i), lift_k(j)> =
     <q, k> + b(i, j), b = -m_h (i - j) (causal ALiBi with slopes m_h; slopes=None gives

@@ -405,7 +405,7 @@ pub struct GrapeMGrads {
     pub omega: Vec<f64>,
 }
 
-/// GRAPE-M: G(p) = prod_k exp(p omega_k (a_k b_k^T - b_k a_k^T)) (GRAPE summary 004).
+/// GRAPE-M: G(p) = prod_k exp(p omega_k (a_k b_k^T - b_k a_k^T)) (Zhang et al., GRAPE, "Multiplicative GRAPE").
 pub struct GrapeM {
     raw: *mut ffi::gpe_grape_m,
     dim: usize,

@@ -1,6 +1,7 @@
 //! Sequence encodings added in the 0.4.0 ABI: Kogkalidis et al.'s algebraic encodings of
-//! trees, grids and periodic domains and their locality scaling (paper 002), Shaw et
-//! al.'s relative value terms and Transformer-XL's relative score terms.
+//! trees, grids and periodic domains and their locality scaling ("Algebraic Positional
+//! Encodings"), Shaw et al.'s relative value terms and Transformer-XL's relative score
+//! terms.
 //!
 //! Batches are `[n, dim]` row-major slices (float32 or float64, arithmetic in double);
 //! parameter gradients are float64, overwritten, summed over the batch.

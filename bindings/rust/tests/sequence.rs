@@ -280,7 +280,7 @@ fn grape_a_is_alibi_through_a_unipotent_lift() {
         // The lifted path agrees bit for bit for power-of-two slopes (gpe.h).
         assert_eq!(lifted.fill_tile(h as i64, &qp, &kp).unwrap(), tile);
     }
-    // <lift_q(i), lift_k(j)> = <q, k> + b_h(i, j) (GRAPE summary, additive GRAPE).
+    // <lift_q(i), lift_k(j)> = <q, k> + b_h(i, j) (Zhang et al., GRAPE, "Additive GRAPE").
     let mut rng = Rng(7);
     let (q, k) = (rng.matrix(3, 3), rng.matrix(4, 3));
     let (lq, lk) = (closed.grape_a_lift(1, false, &qp, &q).unwrap(), closed.grape_a_lift(1, true, &kp, &k).unwrap());

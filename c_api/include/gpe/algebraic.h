@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-/* -- Algebraic sequence encoding (Kogkalidis et al., paper 002, sec. 3.1) --
+/* -- Algebraic sequence encoding (Kogkalidis et al., "Algebraic Positional Encodings", sec. 3.1) --
  * Position p acts by W^p = exp(p S) for a learned skew-symmetric S (dim x dim): an
  * orthogonal homomorphism of Z, so <W^i q, W^j k> = <q, W^(j - i) k>. */
 typedef struct gpe_algebraic_sequence gpe_algebraic_sequence;
@@ -48,7 +48,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_algebraic_sequence_backward(
 
 /* ---- Algebraic trees, grids, periodic domains and locality (since 0.3.0) -------------
  *
- * Kogkalidis et al. ("Algebraic Positional Encodings", paper 002; encodings/sequence/
+ * Kogkalidis et al. ("Algebraic Positional Encodings"; encodings/sequence/
  * algebraic.h). Batches are float32 or float64 [N, dim] (any strides, out may be x
  * itself); arithmetic in double, one rounding to the output dtype. Parameter gradients
  * are float64, overwritten, summed over the batch, entrywise and unprojected (for a

@@ -110,7 +110,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bia
 
 /* ---- GRAPE-A as an additive bias (since 0.3.0) --------------------------------------
  *
- * Additive GRAPE (GRAPE summary 004, "Additive GRAPE"): rows of q and k are lifted to
+ * Additive GRAPE (Zhang et al., GRAPE, arXiv 2512.07805, "Additive GRAPE"): rows of q and k are lifted to
  * head_dim + 2 dimensions, q~ = [q; 1; 0], k~ = [k; 0; 1], and moved by the unipotent
  * action G(p) = I + p m_h A, A = E_{d, d+1} (A^2 = 0): queries by G(i)^-T, keys by G(j).
  * The lifted score is <q, k> + b_h(i, j) with

@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* -- Shaw et al. relative key scores ("Self-Attention with Relative Position
- * Representations"; FORMULAS.md) --
+ * Representations") --
  *   scores[a, b] = q[a, :] . label_table[clip(kp[b] - qp[a], -k, k) + k, :]
  * with qp = query_positions, kp = key_positions and k = (label_table rows - 1) / 2: row r
  * of the table holds label r - k. kp[b] - qp[a] is formed exactly for any int64 values.
@@ -35,7 +35,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_shaw_key_scores_backward(
     const DLTensor* key_positions, const DLTensor* grad_scores, DLTensor* grad_q,
     DLTensor* grad_label_table);
 
-/* -- Shaw et al. relative value terms (eq. 3; FORMULAS.md) --
+/* -- Shaw et al. relative value terms (eq. 3) --
  *   out[a, :] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k, :]
  * (the term attention adds to output row a; k = (label_table rows - 1) / 2).
  * probabilities: float32 or float64 [Lq, Lk]; label_table: float32 or float64 [2k + 1, dv]
@@ -53,7 +53,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_shaw_value_output_backward(
     const DLTensor* key_positions, const DLTensor* grad_out, DLTensor* grad_probabilities,
     DLTensor* grad_label_table);
 
-/* -- Transformer-XL relative terms (Dai et al., sec. 3.3; FORMULAS.md) --
+/* -- Transformer-XL relative terms (Dai et al., sec. 3.3) --
  *   terms[a, b] = q_a^T W_R R_{i_a - j_b} + u^T k_b + v^T W_R R_{i_a - j_b}
  * with R_t the sinusoidal encoding of t (gpe_sinusoidal_encode's layout, d_r columns) and
  * i = query_positions, j = key_positions (the content term q_a^T k_b is attention's own).

@@ -60,7 +60,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_learned_positions_backward(
     const gpe_learned_positions* table, const DLTensor* positions, const DLTensor* grad_out,
     DLTensor* grad_table);
 
-/* -- GRAPE-M product of rank-2 generators (GRAPE summary 004, "Multiplicative GRAPE") --
+/* -- GRAPE-M product of rank-2 generators (Zhang et al., GRAPE, arXiv 2512.07805, "Multiplicative GRAPE") --
  * G(p) = G_1(p) G_2(p) ... G_m(p), G_k(p) = exp(p omega_k (a_k b_k^T - b_k a_k^T)).
  * Orthogonal; a homomorphism of Z (relative scores) only when the generators commute
  * (m = 1, or mutually orthogonal planes). */

@@ -1,8 +1,11 @@
-"""Keeps the Rust crate's declarations (src/ffi.rs) true to gpe.h without a Rust build.
+"""Keeps the Rust crate's declarations (src/ffi.rs and its modules) true to gpe.h without
+a Rust build.
 
-Reads ffi.rs's `extern "C" { ... }` blocks, its #[repr(C)] structs and its `pub type`
-aliases, and checks against the header model (bindings/header_model.py: gpe.h, the
-headers it includes, dlpack.h):
+Reads the `extern "C" { ... }` blocks, #[repr(C)] structs and `pub type` aliases of
+ffi.rs and of every module file it declares (`mod so;` -> ffi/so.rs or ffi/so/mod.rs,
+`#[path = "..."]` followed, recursively; a declared module without its file is an
+error), and checks them, as one set of declarations, against the header model
+(bindings/header_model.py: gpe.h, the headers it includes, dlpack.h):
   - every declared function has a prototype in gpe.h and is exported;
   - the argument count, each argument type and the return type agree: i32 / c_int for
     int32_t, f64 for double, u64 for uint64_t (usize too), *const T for const T* and
@@ -13,7 +16,9 @@ headers it includes, dlpack.h):
   - every #[repr(C)] struct matches the C struct of its name: all the fields, by name
     (r#type for type), in order, with agreeing types; a zero-sized one is an opaque
     handle of gpe.h;
+  - no function or struct is declared in two files;
   - every exported symbol is declared, or listed in UNDECLARED below with a reason.
+Errors name the file that declares the item (ffi.rs, ffi/so.rs, ...).
 Usage: check_bindings.py ffi.rs gpe.h dlpack.h exported_symbols.txt
 """
 import os
@@ -45,7 +50,7 @@ PRIMITIVES = {
 
 class RustType:
     """kind: "prim" (name: a C fixed-width name), "void" (c_void, ()), "ptr" (const,
-    inner), "named" (name: a struct or alias of ffi.rs), "fn" (ret, params, nullable),
+    inner), "named" (name: a struct or alias of the crate), "fn" (ret, params, nullable),
     "other" (text)."""
 
     def __init__(self, kind, name="", inner=None, const=False, ret=None, params=(),
@@ -101,15 +106,37 @@ def _params(text):
 
 
 class Crate:
-    """The FFI declarations of one Rust source file."""
+    """The FFI declarations of Rust source files: `sources` is the text of one file
+    (named ffi.rs) or a list of (name, text), the files of one module tree (root first).
+    `file_of` maps ("fn" | "struct", name) to the file that declares it; `where` names
+    the whole tree in messages about it."""
 
-    def __init__(self, text):
-        text = strip_comments(text)
-        self.aliases = {m.group(1): parse_type(m.group(2))
-                        for m in re.finditer(r"\bpub\s+type\s+(\w+)\s*=\s*([^;]*);", text)}
-        self.structs, self.opaque, self.plain_structs = {}, set(), set()
+    def __init__(self, sources):
+        if isinstance(sources, str):
+            sources = [("ffi.rs", sources)]
+        self.files = [name for name, _ in sources]
+        self.where = self.files[0] if len(self.files) == 1 else "%s (with its modules)" % (
+            self.files[0])
+        self.aliases, self.structs, self.opaque, self.plain_structs = {}, {}, set(), set()
+        self.functions, self.file_of, self.unparsed, self.duplicates = {}, {}, [], []
+        for name, text in sources:
+            self._read(name, strip_comments(text))
+
+    def _declare(self, kind, name, path):
+        """Records that `path` declares `name`; False (and an error) if another file did."""
+        first = self.file_of.setdefault((kind, name), path)
+        if first != path:
+            self.duplicates.append("%s %s %s: also declared in %s" % (path, kind, name, first))
+            return False
+        return True
+
+    def _read(self, path, text):
+        self.aliases.update((m.group(1), parse_type(m.group(2)))
+                            for m in re.finditer(r"\bpub\s+type\s+(\w+)\s*=\s*([^;]*);", text))
         for m in re.finditer(r"((?:#\[[^\]]*\]\s*)*)pub\s+struct\s+(\w+)\s*\{([^{}]*)\}", text):
             attrs, name, body = m.groups()
+            if not self._declare("struct", name, path):
+                continue
             if not re.search(r"#\[repr\(C\)\]", attrs):
                 self.plain_structs.add(name)
                 continue
@@ -124,7 +151,6 @@ class Crate:
                 self.opaque.add(name)
             else:
                 self.structs[name] = fields
-        self.functions = {}
         for block in re.finditer(r'(?:unsafe\s+)?extern\s+"C"\s*\{', text):
             depth, i = 1, block.end()
             while depth:
@@ -137,9 +163,11 @@ class Crate:
                 fm = re.match(r"(?:pub(?:\([^)]*\))?\s+)?(?:safe\s+|unsafe\s+)?fn\s+(\w+)\s*"
                               r"\((.*)\)\s*(?:->\s*(.*))?$", decl, flags=re.S)
                 if not fm:
-                    self.functions.setdefault("<unparsed>", []).append(decl)
+                    self.unparsed.append((path, decl))
                     continue
-                self.functions[fm.group(1)] = (_params(fm.group(2)), parse_type(fm.group(3) or ""))
+                if self._declare("fn", fm.group(1), path):
+                    self.functions[fm.group(1)] = (_params(fm.group(2)),
+                                                   parse_type(fm.group(3) or ""))
 
     def resolve(self, t, seen=()):
         """t with `pub type` aliases replaced (gpe_status -> i32)."""
@@ -177,13 +205,13 @@ class Checker:
             if r.kind != "named" or r.name != c.name:
                 return "is %s; gpe.h has the struct %s" % (r, c)
             if r.name not in self.crate.structs:
-                return "is %s, not a #[repr(C)] struct with fields in ffi.rs" % r
+                return "is %s, not a #[repr(C)] struct with fields in %s" % (r, self.crate.where)
             return None  # its fields are compared once, in check_structs
         if c.kind == "opaque":
             if r.kind != "named" or r.name != c.name:
                 return "is %s; gpe.h has the opaque %s" % (r, c)
             if r.name not in self.crate.opaque:
-                return "is %s, not a zero-sized #[repr(C)] struct in ffi.rs" % r
+                return "is %s, not a zero-sized #[repr(C)] struct in %s" % (r, self.crate.where)
             return None
         if c.kind == "ptr":
             if r.kind != "ptr":
@@ -195,7 +223,7 @@ class Checker:
         return "is %s; gpe.h has %s" % (r, c)
 
     def check_function(self, name, params, ret, exported):
-        where = "ffi.rs fn %s" % name
+        where = "%s fn %s" % (self.crate.file_of["fn", name], name)
         if name not in self.model.functions:
             self.errors.append("%s: no prototype in gpe.h" % where)
             return
@@ -216,7 +244,7 @@ class Checker:
 
     def check_structs(self):
         for name, fields in sorted(self.crate.structs.items()):
-            where = "ffi.rs struct %s" % name
+            where = "%s struct %s" % (self.crate.file_of["struct", name], name)
             if name not in self.model.records:
                 what = "an opaque handle" if name in self.model.opaque else "no struct"
                 self.errors.append("%s: gpe.h has %s of that name" % (where, what))
@@ -235,26 +263,76 @@ class Checker:
                     where, len(fields), len(cfields), ", ".join(f.name for f in cfields)))
         for name in sorted(self.crate.opaque):
             if name not in self.model.opaque:
-                self.errors.append("ffi.rs opaque struct %s: gpe.h has no opaque %s" % (name, name))
+                self.errors.append("%s opaque struct %s: gpe.h has no opaque %s" % (
+                    self.crate.file_of["struct", name], name, name))
 
 
-def check(text, model, exported, undeclared=None):
-    """The errors of ffi.rs's text against the header model."""
-    crate = Crate(text)
+def check(sources, model, exported, undeclared=None):
+    """The errors of the crate's declarations (ffi.rs's text, or the (name, text) list of
+    read_module_tree) against the header model."""
+    crate = Crate(sources)
     checker = Checker(model, crate)
-    for decl in crate.functions.pop("<unparsed>", []):
-        checker.errors.append("ffi.rs: cannot parse the extern declaration %r" % decl[:80])
+    for path, decl in crate.unparsed:
+        checker.errors.append("%s: cannot parse the extern declaration %r" % (path, decl[:80]))
+    checker.errors += crate.duplicates
     for name, (params, ret) in sorted(crate.functions.items()):
         checker.check_function(name, params, ret, exported)
     checker.check_structs()
     checker.errors += header_model.coverage_errors(
-        "ffi.rs", crate.functions, exported, UNDECLARED if undeclared is None else undeclared)
+        crate.where, crate.functions, exported, UNDECLARED if undeclared is None else undeclared)
     return checker.errors, crate
 
 
 def _read(path):
     with open(path, encoding="utf-8") as f:
         return f.read()
+
+
+def module_files(path, text):
+    """The files of the `mod name;` declarations in `text` (the file at `path`), by
+    Rust's rules: [(name, [candidate paths])] with the first existing candidate the
+    module's file. ffi.rs's modules sit in ffi/, mod.rs's (and lib.rs's) beside it;
+    #[path = "p"] is relative to the declaring file's directory."""
+    text = strip_comments(text)
+    base, stem = os.path.split(path)
+    stem = os.path.splitext(stem)[0]
+    subdir = base if stem in ("mod", "lib", "main") else os.path.join(base, stem)
+    out = []
+    for m in re.finditer(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\s*\([^)]*\))?\s+)?mod\s+(\w+)\s*;", text):
+        attrs, name = m.groups()
+        pm = re.search(r'#\[\s*path\s*=\s*"([^"]*)"\s*\]', attrs)
+        if pm:
+            out.append((name, [os.path.join(base, pm.group(1))]))
+        else:
+            out.append((name, [os.path.join(subdir, name + ".rs"),
+                               os.path.join(subdir, name, "mod.rs")]))
+    return out
+
+
+def read_module_tree(root):
+    """([(name, text)], errors): the file `root` and, depth first in declaration order,
+    the files of the modules it declares, named relative to root's directory (ffi.rs,
+    ffi/so.rs); an error for each declared module whose file is missing."""
+    top = os.path.dirname(root)
+    sources, errors = [], []
+
+    def visit(path):
+        name = os.path.relpath(path, top)
+        text = _read(path)
+        sources.append((name, text))
+        for mod, candidates in module_files(path, text):
+            found = [c for c in candidates if os.path.isfile(c)]
+            if found and os.path.relpath(found[0], top) in [n for n, _ in sources]:
+                errors.append("%s: mod %s; names %s, read already" % (
+                    name, mod, os.path.relpath(found[0], top)))
+            elif found:
+                visit(found[0])
+            else:
+                errors.append("%s: mod %s; has no file (%s)" % (
+                    name, mod, " or ".join(os.path.relpath(c, top) for c in candidates)))
+
+    visit(root)
+    return sources, errors
 
 
 def main(argv):
@@ -264,14 +342,17 @@ def main(argv):
     rs_path, header, dlpack, symbols = argv[1:5]
     model = header_model.load(header, [dlpack])
     exported = header_model.read_symbols(symbols)
-    errors, crate = check(_read(rs_path), model, exported)
+    sources, missing = read_module_tree(rs_path)
+    errors, crate = check(sources, model, exported)
+    errors = missing + errors
     if len(model.functions) < 50:
         errors.append("only %d prototypes parsed from %s" % (len(model.functions), header))
     for e in errors:
         print("ERROR:", e)
-    print("%d extern functions, %d structs and %d opaque handles checked against %d "
-          "prototypes of %s: %s" % (
-              len(crate.functions), len(crate.structs), len(crate.opaque), len(model.functions),
+    print("%d extern functions, %d structs and %d opaque handles in %d file%s checked "
+          "against %d prototypes of %s: %s" % (
+              len(crate.functions), len(crate.structs), len(crate.opaque), len(sources),
+              "" if len(sources) == 1 else "s", len(model.functions),
               ", ".join(os.path.basename(h) for h in model.headers),
               "FAILED" if errors else "OK"))
     return 1 if errors else 0

@@ -1,8 +1,10 @@
 """check_bindings.py (the Rust drift check) on a small ffi.rs against the fake split
 headers of bindings/fake_headers.py: it passes when they agree and fails on each kind of
-drift."""
+drift, in ffi.rs itself or in a module file it declares (ffi/so.rs)."""
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -182,6 +184,121 @@ class RustDrift(unittest.TestCase):
         self.drift("#[repr(C)]\n#[derive(Clone, Copy)]\npub struct gpe_so_options",
                    "#[derive(Clone, Copy)]\npub struct gpe_so_options",
                    "is gpe_so_options, not a #[repr(C)] struct with fields in ffi.rs")
+
+
+# GOOD as a module tree: ffi.rs declares common (ffi/common.rs: DLPack) and so
+# (ffi/so.rs: the rest), as src/ffi.rs declares one module per header.
+SPLIT_AT = "#[repr(C)]\npub struct gpe_so_rep {"
+ROOT = '''
+//! Declarations of gpe.h, one module per header.
+#![allow(non_camel_case_types)]
+
+mod common;
+// mod ghost; (a comment, not a module)
+pub(crate) mod so;
+
+pub use common::*;
+pub use so::*;
+'''
+SO_PRELUDE = "//! gpe/so.h.\nuse super::common::*;\nuse std::os::raw::{c_char, c_void};\n"
+
+
+class RustModuleTree(unittest.TestCase):
+    def setUp(self):
+        self.h = fake_headers.FakeHeaders()
+        self.addCleanup(self.h.cleanup)
+        self.model = header_model.load(self.h.gpe_h, [self.h.dlpack_h])
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+        self.root = os.path.join(self.dir, "src", "ffi.rs")
+        i = GOOD.index(SPLIT_AT)
+        self.write("ffi.rs", ROOT)
+        self.write("ffi/common.rs", GOOD[:i])
+        self.write("ffi/so.rs", SO_PRELUDE + GOOD[i:])
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, "src", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def errors(self):
+        sources, missing = check_bindings.read_module_tree(self.root)
+        errors, _ = check_bindings.check(sources, self.model, fake_headers.EXPORTED, {})
+        return missing + errors
+
+    def drift(self, name, old, new, *expected):
+        path = os.path.join(self.dir, "src", name)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        self.assertIn(old, text)
+        self.write(name, text.replace(old, new, 1))
+        errors = self.errors()
+        self.assertTrue(errors, "no error for %r -> %r in %s" % (old, new, name))
+        for e in expected:
+            self.assertTrue(any(e in x for x in errors), "%r not in %s" % (e, errors))
+
+    def test_files_in_declaration_order(self):
+        sources, missing = check_bindings.read_module_tree(self.root)
+        self.assertEqual(missing, [])
+        self.assertEqual([n for n, _ in sources], ["ffi.rs", "ffi/common.rs", "ffi/so.rs"])
+
+    def test_agreeing_tree_passes(self):
+        self.assertEqual(self.errors(), [])
+        sources, _ = check_bindings.read_module_tree(self.root)
+        crate = check_bindings.Crate(sources)
+        self.assertEqual(sorted(crate.functions), fake_headers.EXPORTED)
+        self.assertEqual(crate.file_of["fn", "gpe_so_apply"], "ffi/so.rs")
+        self.assertEqual(crate.file_of["struct", "DLTensor"], "ffi/common.rs")
+
+    def test_mod_rs_and_nested_modules(self):
+        # so as ffi/so/mod.rs declaring ffi/so/inner.rs, which holds the declarations.
+        so = os.path.join(self.dir, "src", "ffi", "so.rs")
+        with open(so, encoding="utf-8") as f:
+            text = f.read()
+        os.remove(so)
+        self.write("ffi/so/mod.rs", "mod inner;\npub use inner::*;\n")
+        self.write("ffi/so/inner.rs", text)
+        sources, missing = check_bindings.read_module_tree(self.root)
+        self.assertEqual(missing, [])
+        self.assertEqual([n for n, _ in sources],
+                         ["ffi.rs", "ffi/common.rs", "ffi/so/mod.rs", "ffi/so/inner.rs"])
+        self.assertEqual(self.errors(), [])
+        self.drift("ffi/so/inner.rs", "rep: *const gpe_so_rep,", "rep: *mut gpe_so_rep,",
+                   "ffi/so/inner.rs fn gpe_so_apply: parameter 1 (rep) is *mut gpe_so_rep")
+
+    def test_drift_in_a_module_file(self):
+        self.drift("ffi/so.rs", "        position: i64,\n", "        position: i32,\n",
+                   "ffi/so.rs fn gpe_so_apply: parameter 2 (position) is i32; gpe.h has int64_t")
+
+    def test_struct_drift_in_a_module_file(self):
+        self.drift("ffi/so.rs", "pub pairing: i32,", "pub pairs: i32,",
+                   "ffi/so.rs struct gpe_so_options: field 1 is pairs; gpe.h has pairing there")
+        self.drift("ffi/common.rs", "pub ndim: i32,", "pub ndim: i64,",
+                   "ffi/common.rs struct DLTensor: field ndim is i64")
+
+    def test_missing_module_file(self):
+        os.remove(os.path.join(self.dir, "src", "ffi", "so.rs"))
+        errors = self.errors()
+        self.assertIn("ffi.rs: mod so; has no file (ffi/so.rs or ffi/so/mod.rs)", errors)
+        self.assertTrue(any("ffi.rs (with its modules) does not declare exported gpe_so_apply"
+                            in e for e in errors), errors)
+
+    def test_undeclared_module(self):
+        self.drift("ffi.rs", "pub(crate) mod so;", "// pub(crate) mod so;",
+                   "ffi.rs (with its modules) does not declare exported gpe_so_destroy")
+
+    def test_declared_twice(self):
+        self.drift("ffi/common.rs", "pub type gpe_status = i32;\n",
+                   "pub type gpe_status = i32;\nextern \"C\" {\n"
+                   "    pub fn gpe_so_destroy(rep: *mut gpe_so_rep);\n}\n",
+                   "ffi/so.rs fn gpe_so_destroy: also declared in ffi/common.rs")
+
+    def test_struct_missing_from_every_file(self):
+        self.drift("ffi/so.rs", "pub struct gpe_so_options {", "pub struct gpe_so_opts {",
+                   "ffi/so.rs struct gpe_so_opts: gpe.h has no struct of that name",
+                   "is gpe_so_options, not a #[repr(C)] struct with fields in ffi.rs "
+                   "(with its modules)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ pub mod ffi;
 pub mod inr;
 pub mod sequence;
 
+// Listed as re-exports of gpe::attention, where they are documented (rustdoc would
+// otherwise copy their pages here: their modules under attention/ are private).
+#[doc(no_inline)]
 pub use attention::{
     attention_backward, attention_backward_v2, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads,
     ShawTableGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,

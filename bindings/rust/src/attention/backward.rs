@@ -1,0 +1,218 @@
+//! The attention backward passes: dq, dk and dv (gpe_attention_backward), with the Shaw
+//! tables' gradients (gpe_attention_backward_v2) or with every learnable parameter's
+//! (gpe_attention_backward_with_parameters), and the gradients' types.
+
+use std::ptr;
+
+use super::options::{count, shapes, with_options, Shapes};
+use super::{AttentionHeads, AttentionLayout, AttentionOptions, BiasKind};
+use crate::{check, expect_len, ffi, real_tensor, real_tensor_mut, Matrix, Real, Result};
+
+/// Gradients of `attention_backward`, shaped like q, k and v.
+pub struct AttentionGrads<T> {
+    pub dq: Vec<T>,
+    pub dk: Vec<T>,
+    pub dv: Vec<T>,
+}
+
+// The backward calls' shapes, their inputs' lengths checked, and zeroed dq, dk, dv.
+#[allow(clippy::too_many_arguments)]
+fn backward_inputs<T: Real>(
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(Shapes, AttentionGrads<T>)> {
+    let s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    expect_len("d_o", d_o.len(), q.len())?;
+    if let Some((o, lse)) = forward {
+        expect_len("o", o.len(), q.len())?;
+        expect_len("lse", lse.len(), count(&s.lse))?;
+    }
+    let g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
+    Ok((s, g))
+}
+
+/// dq, dk, dv from d_o (shaped like q), with respect to q, k and v before the encoding.
+/// `forward` is the forward's (o, lse), or None to recompute them.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<AttentionGrads<T>> {
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh vectors.
+    with_options(options, layout, |c| {
+        check(unsafe { ffi::gpe_attention_backward(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv) })
+    })?;
+    Ok(g)
+}
+
+/// The Shaw tables' gradients from `attention_backward_v2`, [2 shaw_max_distance + 1,
+/// head_dim] each, for the tables the options carry (None for a table not given).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ShawTableGrads {
+    pub key_table: Option<Matrix>,
+    pub value_table: Option<Matrix>,
+}
+
+/// `attention_backward` plus the Shaw tables' gradients (gpe_attention_backward_v2):
+/// dq, dk, dv as `attention_backward` gives them, and dL/d(shaw_key_table),
+/// dL/d(shaw_value_table) for the tables in `options`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_v2<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(AttentionGrads<T>, ShawTableGrads)> {
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
+    let mut tables = ShawTableGrads {
+        key_table: options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols)),
+        value_table: options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols)),
+    };
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let mut tsk = tables.key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
+    let mut tsv = tables.value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
+    let tsk_ptr = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let tsv_ptr = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers,
+    // the tables' shaped like the tables given.
+    with_options(options, layout, |c| {
+        check(unsafe { ffi::gpe_attention_backward_v2(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, tsk_ptr, tsv_ptr) })
+    })?;
+    Ok((g, tables))
+}
+
+/// The encoding's parameter gradients from `attention_backward_with_parameters` (None
+/// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
+/// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
+/// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
+/// and the Shaw tables ([2 shaw_max_distance + 1, head_dim]).
+#[derive(Clone, Debug, Default)]
+pub struct ParameterGrads {
+    pub bias_a: Option<Vec<f64>>,
+    pub bias_b: Option<Vec<f64>>,
+    pub grape_a: Option<Matrix>,
+    pub grape_b: Option<Matrix>,
+    pub grape_omega: Option<Vec<f64>>,
+    /// Shaw tables' gradients, [2 shaw_max_distance + 1, head_dim], for the tables given.
+    pub shaw_key_table: Option<Matrix>,
+    pub shaw_value_table: Option<Matrix>,
+}
+
+/// `attention_backward` plus the gradients of the encoding's learnable parameters
+/// (gpe_attention_backward_with_parameters), accumulated inside the kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward_with_parameters<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    forward: Option<(&[T], &[T])>,
+    d_o: &[T],
+) -> Result<(AttentionGrads<T>, ParameterGrads)> {
+    let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
+    let mut p = ParameterGrads::default();
+    // The bias's gradient shapes are those of gpe_bias_accumulate_gradient.
+    let mut bias_shape = Vec::new();
+    if let Some(b) = options.bias {
+        bias_shape = b.grad_shape.clone();
+        p.bias_a = Some(vec![0.0; count(&bias_shape)]);
+        if b.kind == BiasKind::GrapeAp {
+            p.bias_b = Some(vec![0.0; count(&bias_shape)]);
+        }
+    }
+    let mut grape_shape = [0i64; 2];
+    if let Some(gm) = options.grape_m {
+        let (dim, m) = gm.shape()?;
+        grape_shape = [m as i64, dim as i64];
+        p.grape_a = Some(Matrix::zeros(m, dim));
+        p.grape_b = Some(Matrix::zeros(m, dim));
+        p.grape_omega = Some(vec![0.0; m]);
+    }
+    p.shaw_key_table = options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols));
+    p.shaw_value_table = options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols));
+    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
+    let (mut gas, mut gbs, mut gos) = (grape_shape, grape_shape, [grape_shape[0]]);
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let tdo = real_tensor(d_o, &mut dos);
+    let to = forward.map(|(o, _)| real_tensor(o, &mut os));
+    let tl = forward.map(|(_, lse)| real_tensor(lse, &mut s.lse));
+    let mut tdq = real_tensor_mut(&mut g.dq, &mut dqs);
+    let mut tdk = real_tensor_mut(&mut g.dk, &mut dks);
+    let mut tdv = real_tensor_mut(&mut g.dv, &mut dvs);
+    let mut tba = p.bias_a.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bas));
+    let mut tbb = p.bias_b.as_mut().map(|b| crate::f64_tensor_mut(b, &mut bbs));
+    let mut tga = p.grape_a.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gas));
+    let mut tgb = p.grape_b.as_mut().map(|m| crate::f64_tensor_mut(&mut m.data, &mut gbs));
+    let mut tgo = p.grape_omega.as_mut().map(|w| crate::f64_tensor_mut(w, &mut gos));
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let mut tsk = p.shaw_key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
+    let mut tsv = p.shaw_value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
+    let mut grads = ffi::gpe_attention_param_grads::init();
+    grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_a = tga.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_b = tgb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_grape_omega = tgo.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_shaw_key_table = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_shaw_value_table = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.
+    with_options(options, layout, |c| {
+        check(unsafe {
+            ffi::gpe_attention_backward_with_parameters(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, &grads)
+        })
+    })?;
+    Ok((g, p))
+}

@@ -1,0 +1,33 @@
+//! The attention forward pass (gpe_attention_forward): o and the rows' log-sum-exp.
+
+use super::options::{count, shapes, with_options};
+use super::{AttentionHeads, AttentionLayout, AttentionOptions};
+use crate::{check, expect_len, ffi, real_tensor, real_tensor_mut, Real, Result};
+
+/// o = softmax(scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j)) v, and the per-row
+/// log-sum-exp lse [tokens_q, heads_q] (-inf for rows with no allowed key). float32
+/// runs the optimised kernels; float64 the exact reference.
+pub fn attention_forward<T: Real>(
+    options: &AttentionOptions,
+    layout: &AttentionLayout,
+    heads: &AttentionHeads,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+) -> Result<(Vec<T>, Vec<T>)> {
+    let mut s = shapes(layout, heads)?;
+    expect_len("q", q.len(), count(&s.q))?;
+    expect_len("k", k.len(), count(&s.kv))?;
+    expect_len("v", v.len(), count(&s.kv))?;
+    let mut o = vec![T::default(); q.len()];
+    let mut lse = vec![T::default(); count(&s.lse)];
+    let (mut ks, mut vs, mut os) = (s.kv.clone(), s.kv.clone(), s.q.clone());
+    let tq = real_tensor(q, &mut s.q);
+    let tk = real_tensor(k, &mut ks);
+    let tv = real_tensor(v, &mut vs);
+    let mut to = real_tensor_mut(&mut o, &mut os);
+    let mut tl = real_tensor_mut(&mut lse, &mut s.lse);
+    // SAFETY: every slice holds its shape's values (checked); outputs are fresh vectors.
+    with_options(options, layout, |c| check(unsafe { ffi::gpe_attention_forward(c, &tq, &tk, &tv, &mut to, &mut tl) }))?;
+    Ok((o, lse))
+}

@@ -1,0 +1,266 @@
+//! What an attention call is given: the layout of q, k and v (`AttentionLayout`), the
+//! head counts (`AttentionHeads`) and `AttentionOptions`, with the tensor shapes they
+//! imply and their C form (gpe_attention_options, built for the length of one call).
+
+use std::ptr;
+
+use super::pairing_code;
+use super::Bias;
+use crate::{ffi, i64_tensor, invalid, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
+
+/// How q, k and v are laid out (gpe_attention_forward).
+#[derive(Clone, Copy, Debug)]
+pub enum AttentionLayout<'a> {
+    /// q [batch, seq_q, heads_q, head_dim]; k, v [batch, seq_k, heads_kv, head_dim].
+    Padded { batch: usize, seq_q: usize, seq_k: usize },
+    /// q [tokens_q, heads_q, head_dim]; k, v [tokens_k, heads_kv, head_dim]; sequences
+    /// delimited by the cumulative lengths ([batch + 1], from 0).
+    Packed { cu_seqlens_q: &'a [i64], cu_seqlens_k: &'a [i64] },
+}
+
+/// Head counts and size: heads_q a multiple of heads_kv (GQA, MQA).
+#[derive(Clone, Copy, Debug)]
+pub struct AttentionHeads {
+    pub heads_q: usize,
+    pub heads_kv: usize,
+    pub head_dim: usize,
+}
+
+/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M, an algebraic
+/// encoding (sequence, tree or grid), and at most one bias, all applied inside the kernel.
+///
+/// Structured positions (the encoding's group element is not one integer; q_positions /
+/// k_positions, or the default, still order the tokens for causal masks, biases and Shaw
+/// labels): per-axis coordinates `q_axes` / `k_axes` ([tokens, axes] row-major) for axial
+/// RoPE (`rope_axes` 2 or 3), M-RoPE (`rope_sections`) and algebraic grids
+/// (`algebraic_grid`), where axes is the encoding's axis count (rope_sections.len(),
+/// else rope_axes when > 1, else algebraic_grid.len()); tree addresses `q_tree` /
+/// `k_tree` (one list of 0-based child indices per token) for algebraic trees
+/// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
+/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], row r for label r - k,
+/// shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
+/// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
+/// gradients.
+#[derive(Clone, Copy)]
+pub struct AttentionOptions<'a> {
+    pub causal: bool,
+    /// 0: 1 / sqrt(head_dim).
+    pub softmax_scale: f64,
+    /// 0: every hardware thread.
+    pub num_threads: i32,
+    pub rope_dim: i64,
+    pub rope_base: f64,
+    pub rope_pairing: Pairing,
+    pub grape_m: Option<&'a GrapeM>,
+    pub algebraic: Option<&'a AlgebraicSequence>,
+    pub bias: Option<&'a Bias>,
+    /// Explicit positions, [tokens_q] and [tokens_k] (both or neither).
+    pub q_positions: Option<&'a [i64]>,
+    pub k_positions: Option<&'a [i64]>,
+    /// Axial RoPE over 2 or 3 axes with rope_dim (0 or 1: one axis).
+    pub rope_axes: i32,
+    /// M-RoPE with rope_dim: rotation planes per axis, summing to rope_dim / 2 (e.g.
+    /// Qwen2-VL's [16, 24, 24]), default frequencies.
+    pub rope_sections: Option<&'a [i64]>,
+    /// M-RoPE's interleaved plane layout (Qwen3-VL) instead of contiguous sections.
+    pub rope_sections_interleaved: bool,
+    /// Per-axis coordinates [tokens_q, axes] and [tokens_k, axes] (both or neither).
+    pub q_axes: Option<&'a [i64]>,
+    pub k_axes: Option<&'a [i64]>,
+    /// Tree addresses, one per token, for `algebraic_tree` (both or neither).
+    pub q_tree: Option<&'a [&'a [i64]]>,
+    pub k_tree: Option<&'a [&'a [i64]]>,
+    /// Kogkalidis et al.'s tree encoding: one skew generator (head_dim x head_dim) per
+    /// branch, W_c = exp(S_c), an address acting by the path product.
+    pub algebraic_tree: Option<&'a [Matrix]>,
+    /// Kogkalidis et al.'s grid encoding: 2 or 3 skew generators of m x m (axes * m =
+    /// head_dim), blockdiag of exp(x_a S_a).
+    pub algebraic_grid: Option<&'a [Matrix]>,
+    /// Shaw et al.'s clipping distance k >= 0 (read with a table).
+    pub shaw_max_distance: i64,
+    pub shaw_key_table: Option<&'a Matrix>,
+    pub shaw_value_table: Option<&'a Matrix>,
+}
+
+impl<'a> Default for AttentionOptions<'a> {
+    fn default() -> Self {
+        AttentionOptions {
+            causal: false,
+            softmax_scale: 0.0,
+            num_threads: 0,
+            rope_dim: 0,
+            rope_base: 10000.0,
+            rope_pairing: Pairing::HalfSplit,
+            grape_m: None,
+            algebraic: None,
+            bias: None,
+            q_positions: None,
+            k_positions: None,
+            rope_axes: 0,
+            rope_sections: None,
+            rope_sections_interleaved: false,
+            q_axes: None,
+            k_axes: None,
+            q_tree: None,
+            k_tree: None,
+            algebraic_tree: None,
+            algebraic_grid: None,
+            shaw_max_distance: 0,
+            shaw_key_table: None,
+            shaw_value_table: None,
+        }
+    }
+}
+
+// The tensors' shapes and token counts of a layout.
+pub(super) struct Shapes {
+    pub(super) q: Vec<i64>,
+    pub(super) kv: Vec<i64>,
+    pub(super) lse: [i64; 2],
+}
+
+pub(super) fn shapes(layout: &AttentionLayout, heads: &AttentionHeads) -> Result<Shapes> {
+    let (hq, hk, d) = (heads.heads_q as i64, heads.heads_kv as i64, heads.head_dim as i64);
+    let last = |cu: &[i64], name: &str| -> Result<i64> {
+        match cu.last() {
+            Some(&t) if t >= 0 => Ok(t),
+            _ => Err(invalid(format!("{} must have batch + 1 >= 1 values, the last >= 0", name))),
+        }
+    };
+    Ok(match *layout {
+        AttentionLayout::Padded { batch, seq_q, seq_k } => Shapes {
+            q: vec![batch as i64, seq_q as i64, hq, d],
+            kv: vec![batch as i64, seq_k as i64, hk, d],
+            lse: [(batch * seq_q) as i64, hq],
+        },
+        AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
+            let (tq, tk) = (last(cu_seqlens_q, "cu_seqlens_q")?, last(cu_seqlens_k, "cu_seqlens_k")?);
+            Shapes { q: vec![tq, hq, d], kv: vec![tk, hk, d], lse: [tq, hq] }
+        }
+    })
+}
+
+pub(super) fn count(shape: &[i64]) -> usize {
+    shape.iter().map(|&s| s as usize).product()
+}
+
+// Skew generators as one float64 [count, m, m] row-major buffer (all square, one size).
+fn skew_stack(name: &str, skews: &[Matrix]) -> Result<(Vec<f64>, [i64; 3])> {
+    let m = skews.first().map_or(0, |s| s.rows);
+    let mut flat = Vec::with_capacity(skews.len() * m * m);
+    for (i, s) in skews.iter().enumerate() {
+        if s.rows != m || s.cols != m || s.data.len() != m * m {
+            return Err(invalid(format!("{}[{}] is {} x {}; every generator must be {} x {}", name, i, s.rows, s.cols, m, m)));
+        }
+        flat.extend_from_slice(&s.data);
+    }
+    Ok((flat, [skews.len() as i64, m as i64, m as i64]))
+}
+
+// Tree addresses as CSR: token t's address is children[offsets[t] .. offsets[t + 1]).
+fn tree_csr(addresses: &[&[i64]]) -> (Vec<i64>, Vec<i64>) {
+    let mut offsets = Vec::with_capacity(addresses.len() + 1);
+    let mut children = Vec::new();
+    offsets.push(0);
+    for a in addresses {
+        children.extend_from_slice(a);
+        offsets.push(children.len() as i64);
+    }
+    (offsets, children)
+}
+
+// The axis count per-axis coordinates are read with (AttentionOptions' documentation).
+fn position_axes(options: &AttentionOptions) -> usize {
+    if let Some(s) = options.rope_sections {
+        s.len().max(1)
+    } else if options.rope_axes > 1 {
+        options.rope_axes as usize
+    } else if let Some(g) = options.algebraic_grid {
+        g.len().max(1)
+    } else {
+        1
+    }
+}
+
+// Calls `f` with the C options (every tensor they point to alive for the call).
+pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout, f: impl FnOnce(&ffi::gpe_attention_options) -> Result<()>) -> Result<()> {
+    let mut o = ffi::gpe_attention_options::init();
+    o.causal = options.causal as i32;
+    o.softmax_scale = options.softmax_scale;
+    o.num_threads = options.num_threads;
+    o.rope_dim = options.rope_dim;
+    o.rope_base = options.rope_base;
+    o.rope_pairing = pairing_code(options.rope_pairing);
+    o.grape_m = options.grape_m.map_or(ptr::null(), |g| g.raw as *const _);
+    o.algebraic = options.algebraic.map_or(ptr::null(), |a| a.raw as *const _);
+    o.bias = options.bias.map_or(ptr::null(), |b| b.raw as *const _);
+    let mut qps = [options.q_positions.map_or(0, |p| p.len() as i64)];
+    let mut kps = [options.k_positions.map_or(0, |p| p.len() as i64)];
+    let qp = options.q_positions.map(|p| i64_tensor(p, &mut qps));
+    let kp = options.k_positions.map(|p| i64_tensor(p, &mut kps));
+    o.q_positions = qp.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.k_positions = kp.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let (mut cqs, mut cks) = ([0i64], [0i64]);
+    let (cq, ck) = match *layout {
+        AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
+            cqs[0] = cu_seqlens_q.len() as i64;
+            cks[0] = cu_seqlens_k.len() as i64;
+            (Some(i64_tensor(cu_seqlens_q, &mut cqs)), Some(i64_tensor(cu_seqlens_k, &mut cks)))
+        }
+        AttentionLayout::Padded { .. } => (None, None),
+    };
+    o.cu_seqlens_q = cq.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.cu_seqlens_k = ck.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Multi-axis RoPE.
+    o.rope_axes = options.rope_axes;
+    o.rope_sections_interleaved = options.rope_sections_interleaved as i32;
+    let mut secs = [options.rope_sections.map_or(0, |s| s.len() as i64)];
+    let sec_t = options.rope_sections.map(|s| i64_tensor(s, &mut secs));
+    o.rope_sections = sec_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Per-axis coordinates, [tokens, axes].
+    let axes = position_axes(options);
+    let axes_shape = |name: &str, c: Option<&[i64]>| -> Result<[i64; 2]> {
+        let n = c.map_or(0, |c| c.len());
+        if n % axes != 0 {
+            return Err(invalid(format!("{} has {} values, not a multiple of the encoding's {} axes", name, n, axes)));
+        }
+        Ok([(n / axes) as i64, axes as i64])
+    };
+    let (mut qas, mut kas) = (axes_shape("q_axes", options.q_axes)?, axes_shape("k_axes", options.k_axes)?);
+    let qa = options.q_axes.map(|c| i64_tensor(c, &mut qas));
+    let ka = options.k_axes.map(|c| i64_tensor(c, &mut kas));
+    o.q_axes = qa.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.k_axes = ka.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Tree addresses as CSR (the library takes all four tensors or none).
+    if options.q_tree.is_some() != options.k_tree.is_some() {
+        return Err(invalid("give both q_tree and k_tree, or neither".to_string()));
+    }
+    let (qo, qc) = tree_csr(options.q_tree.unwrap_or(&[]));
+    let (ko, kc) = tree_csr(options.k_tree.unwrap_or(&[]));
+    let (mut qos, mut qcs, mut kos, mut kcs) = ([qo.len() as i64], [qc.len() as i64], [ko.len() as i64], [kc.len() as i64]);
+    let trees = options.q_tree.map(|_| {
+        (i64_tensor(&qo, &mut qos), i64_tensor(&qc, &mut qcs), i64_tensor(&ko, &mut kos), i64_tensor(&kc, &mut kcs))
+    });
+    if let Some((a, b, c, d)) = trees.as_ref() {
+        o.q_tree_offsets = a;
+        o.q_tree_children = b;
+        o.k_tree_offsets = c;
+        o.k_tree_children = d;
+    }
+    // Algebraic tree / grid generators, [count, m, m].
+    let tree_skews = options.algebraic_tree.map(|s| skew_stack("algebraic_tree", s)).transpose()?;
+    let grid_skews = options.algebraic_grid.map(|s| skew_stack("algebraic_grid", s)).transpose()?;
+    let (mut tss, mut gss) = (tree_skews.as_ref().map_or([0; 3], |t| t.1), grid_skews.as_ref().map_or([0; 3], |g| g.1));
+    let tt = tree_skews.as_ref().map(|t| crate::f64_tensor(&t.0, &mut tss));
+    let gt = grid_skews.as_ref().map(|g| crate::f64_tensor(&g.0, &mut gss));
+    o.algebraic_tree = tt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.algebraic_grid = gt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Shaw tables.
+    o.shaw_max_distance = options.shaw_max_distance;
+    let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
+    let skt = options.shaw_key_table.map(|m| crate::matrix_tensor(m, &mut sks)).transpose()?;
+    let svt = options.shaw_value_table.map(|m| crate::matrix_tensor(m, &mut svs)).transpose()?;
+    o.shaw_key_table = skt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    o.shaw_value_table = svt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    f(&o)
+}

@@ -46,38 +46,46 @@ double) elsewhere: exact, at the cost of span x heads float64 of gate table per 
 head shard) and use the whole sequence's FoX bias.
 
 Learnable parameters get gradients (autograd, into the tensors the modules hold): each
-rank computes its share, the gradient over its blocks' (query, key) pairs with the
-GLOBAL lse and positions, and backward sums the shares over ranks with an all_reduce, so
-every rank receives the unsharded gradient (replicated parameters: do not average it
-again over the context-parallel group). "ring" does this inside its backward node;
-"all_gather" and "ulysses" pass the parameters through one collective node (_Collect)
-beside the K/V gather, so every rank runs the collectives in one order. Under
-"ulysses" a rank owns heads h0 .. h0 + H/W: per-head slopes and T5 table columns are
-sliced to them (the other entries of its share are zero) and GRAPE-M's generators, shared
-by the heads, get its heads' share. FoX gate logits: b_ij = c_i - c_j gives dL/dc_t =
-sum_j dS_tj - sum_i dS_it, and the transpose of the cross-rank prefix scan is a suffix
-sum across ranks, dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t; the ring's backward
-gathers every rank's logits once, gives each block the FoX bias over its span with the
-tokens' own logits (its kernel returns the block's part of that suffix sum at every
-position of the span) and all-reduces the table (see _RingAttention.backward);
-"all_gather" reduce-scatters and "ulysses" all-to-alls the logit gradient back.
-Whether a parameter requires grad must agree on every rank (the sum is a collective).
-Refused: GRAPE-AP, fixed or learnable (psi(i, l) depends on the query, so its bias is a
-running sum over every key between j and i, not a difference of prefix sums), and FoX
-or gated GRAPE-A as a bias object (one contiguous run of logits, not a rank's two
-chunks: pass fox_gate_logits).
+rank computes its share, the gradient over its blocks' (query, key) pairs with the GLOBAL
+lse and positions, and backward sums the shares over ranks with an all_reduce, so every
+rank receives the unsharded gradient (replicated parameters: do not average it again over
+the context-parallel group). "ring" does this inside its backward node; "all_gather" and
+"ulysses" pass the parameters through one collective node (_Collect,
+gpe/_context_parallel_comm.py) beside the K/V gather, so every rank runs the collectives
+in one order. Under "ulysses" a rank owns heads h0 .. h0 + H/W: per-head slopes and T5
+table columns are sliced to them (the other entries of its share are zero) and GRAPE-M's
+generators, shared by the heads, get its heads' share. FoX gate logits: b_ij = c_i - c_j
+gives dL/dc_t = sum_j dS_tj - sum_i dS_it, and the transpose of the cross-rank prefix
+scan is a suffix sum across ranks, dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t; the
+ring's backward gathers every rank's logits once, gives each block the FoX bias over its
+span with the tokens' own logits (its kernel returns the block's part of that suffix sum
+at every position of the span) and all-reduces the table (see _RingAttention.backward in
+gpe/_context_parallel_ring.py); "all_gather" reduce-scatters and "ulysses" all-to-alls
+the logit gradient back. Whether a parameter requires grad must agree on every rank (the
+sum is a collective). Refused: GRAPE-AP, fixed or learnable (psi(i, l) depends on the
+query, so its bias is a running sum over every key between j and i, not a difference of
+prefix sums), and FoX or gated GRAPE-A as a bias object (one contiguous run of logits,
+not a rank's two chunks: pass fox_gate_logits).
 
 dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference). The float64
 reference's backward recomputes o and lse from the keys it is given instead of reading
 the global ones, so the float64 ring backward gives it each block's keys plus one
 phantom key standing for the rest of the ring (two extra features carry its score and
-value; see _ring_block_grads_f64): exact, with no change to the C ABI. A learnable bias's
-gradient there has the phantom column's share subtracted (the bias object accumulates
-it), and GRAPE-M, applied outside that kernel, gets its generator gradients from
-gpe.torch.grape_m's VJP.
+value; see _ring_block_grads_f64 in gpe/_context_parallel_ring_f64.py): exact, with no
+change to the C ABI. A learnable bias's gradient there has the phantom column's share
+subtracted (the bias object accumulates it), and GRAPE-M, applied outside that kernel,
+gets its generator gradients from gpe.torch.grape_m's VJP.
 
 The same code runs on the gloo backend (CPU tensors, as GroupPE's kernels here) and
 takes whichever backend the process group has.
+
+This module holds attention() and its argument checks; the parts are private modules:
+_context_parallel_shard (shard_positions, shard, unshard, chunk_bounds: re-exported
+here), _context_parallel_comm (the process group and the shared collectives),
+_context_parallel_fox (FoX across ranks; fox_global_prefix is re-exported here),
+_context_parallel_config (one call's options and learnable tensors), one module per
+method (_context_parallel_ring, _context_parallel_all_gather, _context_parallel_ulysses)
+and _context_parallel_ring_f64 (the float64 ring backward).
 """
 
 import torch

@@ -3,8 +3,8 @@
 Reads GroupPE.jl and every file it includes (each `include("path")` line, the path
 relative to the including file, followed recursively; a missing file, or an include whose
 path is not a string literal, is an error), parses every
-`ccall((:name, libgpe), Ret, (Args...), ...)` of them and checks, against the header model (bindings/header_model.py: gpe.h, the headers it includes,
-dlpack.h):
+`ccall((:name, libgpe), Ret, (Args...), ...)` of them and checks, against the header
+model (bindings/header_model.py: gpe.h, the headers it includes, dlpack.h):
   - the name is in exported_symbols.txt and has a prototype in gpe.h;
   - the argument count equals the prototype's parameter count;
   - each argument and the return type agree in kind with the C type (a pointer for a

@@ -1,8 +1,10 @@
 """Keeps the Julia module's ccalls true to gpe.h without a julia binary.
 
-Parses every `ccall((:name, libgpe), Ret, (Args...), ...)` of GroupPE.jl and checks,
-against the header model (bindings/header_model.py: gpe.h, the headers it includes,
-dlpack.h):
+Reads GroupPE.jl and every file it includes (each `include("path")` line, the path
+relative to the including file, followed recursively; a missing file, or an include whose
+path is not a string literal, is an error), parses every
+`ccall((:name, libgpe), Ret, (Args...), ...)` of them and checks, against the header
+model (bindings/header_model.py: gpe.h, the headers it includes, dlpack.h):
   - the name is in exported_symbols.txt and has a prototype in gpe.h;
   - the argument count equals the prototype's parameter count;
   - each argument and the return type agree in kind with the C type (a pointer for a
@@ -15,6 +17,7 @@ dlpack.h):
     many fields as the Julia struct has (a prefix: struct_size tells the library which);
     structs nested by value (DLTensor's DLDevice, DLDataType) likewise;
   - every exported symbol is called, or listed in UNDECLARED below with a reason.
+Errors name the file (relative to GroupPE.jl's directory) and line.
 Usage: check_bindings.py GroupPE.jl gpe.h dlpack.h exported_symbols.txt
 """
 import os
@@ -163,21 +166,73 @@ def check_struct(jname, jstructs, cname, model, errors, where, seen):
             check_struct(jt.strip(), jstructs, cf.type.name, model, errors, where, seen)
 
 
-def check(jl, model, exported, undeclared=None):
-    """The errors of GroupPE.jl's text against the header model, and its ccalls."""
-    jstructs = parse_julia_structs(jl)
-    calls = parse_ccalls(jl)
+def _docstring_spans(text):
+    """(start, end) of each triple-quoted string: prose, whatever it shows."""
+    return [(m.start(), m.end()) for m in re.finditer(r'"""(?:.|\n)*?"""', text)]
+
+
+def read_module(path):
+    """The Julia module file and every file it includes, in include order, as [(name,
+    text)] with names relative to the module file's directory, and the errors met: an
+    `include(...)` line (outside docstrings) whose argument is not a string literal, or
+    that names no file. Paths are relative to the including file, as Julia resolves
+    them; a file included twice is read once."""
+    top = os.path.dirname(path) or "."
+    sources, errors, done = [], [], set()
+
+    def visit(p):
+        name = os.path.relpath(p, top)
+        key = os.path.normpath(p)
+        if key in done:
+            return
+        done.add(key)
+        text = _read(p)
+        sources.append((name.replace(os.sep, "/"), text))
+        spans = _docstring_spans(text)
+        for m in re.finditer(r"^[ \t]*include\((.*)\)[ \t]*(?:#.*)?$", text, flags=re.M):
+            if any(a <= m.start() < b for a, b in spans):
+                continue
+            line = text[: m.start()].count("\n") + 1
+            lit = re.match(r'^"([^"\\$]+)"$', m.group(1).strip())
+            if not lit:
+                errors.append("%s:%d: include(%s) without a literal path: the check cannot "
+                              "follow it" % (name, line, m.group(1).strip()))
+                continue
+            target = os.path.join(os.path.dirname(p), lit.group(1))
+            if not os.path.isfile(target):
+                errors.append('%s:%d: include("%s"): no such file (%s)'
+                              % (name, line, lit.group(1), target))
+                continue
+            visit(target)
+
+    visit(path)
+    return sources, errors
+
+
+def check(sources, model, exported, undeclared=None):
+    """The errors of the Julia module against the header model, and its ccalls as (name,
+    ret, args, line, file). sources: [(file name, text)], the module file first (as
+    read_module gives them), or one text, named GroupPE.jl. The module's structs are
+    known in every file (Julia includes them into one module)."""
+    if isinstance(sources, str):
+        sources = [("GroupPE.jl", sources)]
+    jstructs = {}
+    for _, text in sources:
+        jstructs.update(parse_julia_structs(text))
+    calls = [c + (fname,) for fname, text in sources for c in parse_ccalls(text)]
     protos = model.functions
     errors = []
     seen = set()
     # Every ccall names its function literally (ccall needs a constant; the checks need it).
-    for m in re.finditer(r"ccall\(", jl):
-        if not re.match(r"ccall\(\(:\w+,\s*libgpe\)", jl[m.start():]):
-            line = jl[: m.start()].count("\n") + 1
-            if not jl[max(0, m.start() - 1)] == "`":  # prose in a docstring
-                errors.append("GroupPE.jl:%d: a ccall without a literal (:name, libgpe)" % line)
-    for name, ret, args, line in calls:
-        where = "GroupPE.jl:%d %s" % (line, name)
+    for fname, jl in sources:
+        for m in re.finditer(r"ccall\(", jl):
+            if not re.match(r"ccall\(\(:\w+,\s*libgpe\)", jl[m.start():]):
+                line = jl[: m.start()].count("\n") + 1
+                if not jl[max(0, m.start() - 1)] == "`":  # prose in a docstring
+                    errors.append("%s:%d: a ccall without a literal (:name, libgpe)"
+                                  % (fname, line))
+    for name, ret, args, line, fname in calls:
+        where = "%s:%d %s" % (fname, line, name)
         if name not in exported:
             errors.append("%s: not in exported_symbols.txt" % where)
         if name not in protos:
@@ -199,7 +254,7 @@ def check(jl, model, exported, undeclared=None):
                 errors.append("%s: argument %d points to %s; gpe.h has %r"
                               % (where, i + 1, jk[1], cp))
     errors += header_model.coverage_errors(
-        "GroupPE.jl", {c[0] for c in calls}, exported,
+        sources[0][0], {c[0] for c in calls}, exported,
         UNDECLARED if undeclared is None else undeclared)
     return errors, calls
 
@@ -214,19 +269,22 @@ def main(argv):
         print(__doc__)
         return 2
     jl_path, header_path, dlpack, symbols_path = argv[1:5]
-    jl = _read(jl_path)
+    sources, errors = read_module(jl_path)
     model = header_model.load(header_path, [dlpack])
     exported = header_model.read_symbols(symbols_path)
-    errors, calls = check(jl, model, exported)
+    check_errors, calls = check(sources, model, exported)
+    errors += check_errors
     if len(calls) < 10:
-        errors.append("only %d ccalls found in %s: the parser is out of date"
-                      % (len(calls), jl_path))
+        errors.append("only %d ccalls found in %s and the files it includes: the parser is "
+                      "out of date" % (len(calls), jl_path))
     if len(model.functions) < 50:
         errors.append("only %d prototypes parsed from %s" % (len(model.functions), header_path))
     for e in errors:
         print("ERROR:", e)
-    print("%d ccalls of %d distinct entry points checked against %d prototypes of %s: %s" % (
-        len(calls), len({c[0] for c in calls}), len(model.functions),
+    print("%d ccalls of %d distinct entry points in %d Julia file%s checked against %d "
+          "prototypes of %s: %s" % (
+        len(calls), len({c[0] for c in calls}), len(sources), "" if len(sources) == 1 else "s",
+        len(model.functions),
         ", ".join(os.path.basename(h) for h in model.headers), "FAILED" if errors else "OK"))
     return 1 if errors else 0
 

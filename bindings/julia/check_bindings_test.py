@@ -1,8 +1,10 @@
 """check_bindings.py (the Julia drift check) on a small GroupPE.jl against the fake split
 headers of bindings/fake_headers.py: it passes when they agree and fails on each kind of
-drift."""
+drift, in GroupPE.jl or in a file it includes."""
 import os
+import shutil
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -119,6 +121,89 @@ class JuliaDrift(unittest.TestCase):
     def test_ccall_without_a_literal_name(self):
         self.drift("ccall((:gpe_so_destroy, libgpe)", "ccall((name, libgpe)",
                    "a ccall without a literal (:name, libgpe)")
+
+
+# GOOD as a module file that includes src/so.jl, which holds the SO calls (the struct they
+# pass stays in the module file, as GroupPE.jl's DLTensor does).
+_HEAD, _REST = GOOD.split("create(o) = ", 1)
+ROOT_JL = _HEAD + 'include("src/so.jl")\nend\n'
+SO_JL = "# The SO area.\ncreate(o) = " + _REST.rsplit("end\n", 1)[0]
+
+
+class IncludedFiles(unittest.TestCase):
+    def setUp(self):
+        self.h = fake_headers.FakeHeaders()
+        self.addCleanup(self.h.cleanup)
+        self.model = header_model.load(self.h.gpe_h, [self.h.dlpack_h])
+        self.dir = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def run_check(self, root=ROOT_JL, so=SO_JL):
+        """(read errors, check errors, file names) of the module written to self.dir."""
+        if so is not None:
+            self.write("src/so.jl", so)
+        sources, read_errors = check_bindings.read_module(self.write("GroupPE.jl", root))
+        errors, _ = check_bindings.check(sources, self.model, fake_headers.EXPORTED, {})
+        return read_errors, errors, [name for name, _ in sources]
+
+    def assert_error(self, errors, expected):
+        self.assertTrue(any(expected in e for e in errors), "%r not in %s" % (expected, errors))
+
+    def test_agreeing_files_pass(self):
+        read_errors, errors, names = self.run_check()
+        self.assertEqual((read_errors, errors), ([], []))
+        self.assertEqual(names, ["GroupPE.jl", "src/so.jl"])
+
+    def test_drift_in_an_included_file(self):
+        old, new = "Int64, Ref{DLTensor}", "Int32, Ref{DLTensor}"
+        self.assertIn(old, SO_JL)
+        so = SO_JL.replace(old, new, 1)
+        line = so[: so.index("ccall((:gpe_so_apply")].count("\n") + 1
+        read_errors, errors, _ = self.run_check(so=so)
+        self.assertEqual(read_errors, [])
+        self.assert_error(errors, "src/so.jl:%d gpe_so_apply: argument 2 is Int32" % line)
+
+    def test_struct_of_the_module_file_checked_where_passed(self):
+        read_errors, errors, _ = self.run_check(root=ROOT_JL.replace("pairing::", "pairs::"))
+        self.assertEqual(read_errors, [])
+        self.assert_error(errors, "src/so.jl:2 gpe_so_create: SoOptions.pairs is "
+                                  "gpe_so_options.pairing in gpe.h")
+
+    def test_missing_included_file(self):
+        line = ROOT_JL[: ROOT_JL.index("include(")].count("\n") + 1
+        read_errors, errors, names = self.run_check(so=None)
+        self.assertEqual(names, ["GroupPE.jl"])
+        self.assertEqual(len(read_errors), 1, read_errors)
+        self.assert_error(read_errors, 'GroupPE.jl:%d: include("src/so.jl"): no such file' % line)
+        # And the calls it held are missing: the exported functions only it called.
+        self.assert_error(errors, "GroupPE.jl does not declare exported gpe_so_destroy")
+
+    def test_include_relative_to_the_including_file(self):
+        destroy = [l for l in SO_JL.splitlines(True) if l.startswith("destroy(")][0]
+        self.write("src/more.jl", destroy)
+        self.write("more.jl", "not Julia: never read\n")
+        so = SO_JL.replace(destroy, 'include("more.jl")\n')
+        read_errors, errors, names = self.run_check(so=so)
+        self.assertEqual((read_errors, errors), ([], []))
+        self.assertEqual(names, ["GroupPE.jl", "src/so.jl", "src/more.jl"])
+
+    def test_include_without_a_literal_path(self):
+        root = ROOT_JL.replace('include("src/so.jl")', 'include(joinpath(@__DIR__, "src/so.jl"))')
+        read_errors, _, _ = self.run_check(root=root)
+        self.assert_error(read_errors, 'include(joinpath(@__DIR__, "src/so.jl")) without a '
+                                       'literal path')
+
+    def test_include_in_a_docstring_is_prose(self):
+        root = ROOT_JL.replace("module GroupPE\n", 'module GroupPE\n"""\ninclude("gone.jl")\n"""\n')
+        read_errors, errors, _ = self.run_check(root=root)
+        self.assertEqual((read_errors, errors), ([], []))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ if [[ -z "$julia" ]]; then
   echo "SKIPPED: no julia binary on PATH (set JULIA=/path/to/julia to run the Julia tests)"
   exit 0
 fi
-# The module sits next to test/: include it from the real (non-runfiles) tree.
+# The module (GroupPE.jl and the src/ files it includes) sits next to test/: include it
+# from the real (non-runfiles) tree.
 export GPE_LIBRARY="$lib"
 export JULIA_DEPOT_PATH="${TEST_TMPDIR:-$(mktemp -d)}/julia_depot:"
 exec "$julia" --startup-file=no --history-file=no "$tests"

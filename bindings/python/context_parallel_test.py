@@ -233,11 +233,11 @@ def _worker(rank, world, port, methods):
             # float64: the FoX prefix scan and the positions are exact, not just close.
             count += _run_case(rank, world, method, "fox float64", 9, dict(causal=True),
                                True, torch.float64, 1, heads_kv)
-        # float64 through the ring's phantom-key backward (gpe.context_parallel
-        # _ring_block_grads_f64) with each bias and encoding path it treats differently:
-        # RoPE in the kernel with ALiBi (bias at the phantom subtracted), symmetric ALiBi
-        # without a mask, GRAPE-M applied outside the kernel with T5; odd lengths, and 3
-        # tokens on 4 ranks (empty shards).
+        # float64 through the ring's phantom-key backward (_ring_block_grads_f64 in
+        # gpe/_context_parallel_ring_f64.py) with each bias and encoding path it treats
+        # differently: RoPE in the kernel with ALiBi (bias at the phantom subtracted),
+        # symmetric ALiBi without a mask, GRAPE-M applied outside the kernel with T5; odd
+        # lengths, and 3 tokens on 4 ranks (empty shards).
         if "ring" in methods:
             for name, lengths, kw in (
                     ("rope + alibi causal float64", (11, 3),

@@ -1,0 +1,54 @@
+"""All-gather KV for gpe.context_parallel, method="all_gather" (internal): every rank's K/V
+(and FoX gate logits) gathered by one _Collect node, then one attention call over the
+whole sequence; backward reduce-scatters dK/dV back to their owners.
+"""
+
+import math
+
+import torch
+
+from gpe._context_parallel_comm import _Collect, _all_gather_sizes, _all_gather_var
+from gpe._context_parallel_config import _learnable_tensors, _rebuilt
+from gpe._context_parallel_fox import _check_tiled
+
+
+def _all_gather_attention(cfg, q, k, v, pos, fox_logits):
+    g, gt = cfg.g, cfg.gt
+    batch = q.shape[0]
+    sizes = _all_gather_sizes(g, k.shape[1])
+    params = _learnable_tensors(cfg)
+    present = [t for t in params if t is not None]
+    gathered = [torch.stack([k, v])]
+    dims = [2]
+    if fox_logits is not None:  # FoX: every rank's gate logits, differentiable
+        gathered.append(fox_logits.to(torch.float64))
+        dims.append(0)
+    outs = _Collect.apply(g, sizes, tuple(dims), *gathered, *present)
+    kv, xf = outs[0], (outs[1] if fox_logits is not None else None)
+    it = iter(outs[len(dims):])
+    bias_a, *grape = [None if t is None else next(it) for t in params]
+    bias, enc = _rebuilt(cfg, bias_a, grape)
+    kf, vf = kv[0], kv[1]
+    pf = _all_gather_var(g, pos, sizes)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if q.shape[1] == 0 or pf.numel() == 0:
+        # No rows here: o = 0, with every collected tensor kept in the graph (the node's
+        # backward, a collective, must run on every rank).
+        o = q * 0.0 + sum(t.sum() for t in outs).to(q.dtype) * 0.0
+        return o, torch.full(q.shape[:3], -math.inf, dtype=lse_dtype)
+    order = torch.argsort(pf)  # keys in position order (tiles skip masked ranges)
+    kf, vf, pf = kf.index_select(1, order), vf.index_select(1, order), pf[order]
+    if xf is not None:
+        # With every key here the FoX bias is the whole sequence's: c_t from the logits
+        # of every token (Lin et al.), its gradient reaching each rank's logits through
+        # _Collect's reduce-scatter.
+        _check_tiled(pf)
+        bias = gt.FoxBias(xf.index_select(0, order), first_position=int(pf[0]))
+    o, lse = gt.attention(q, kf, vf, causal=cfg.causal, scale=cfg.scale or None,
+                          rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
+                          rope_pairing=cfg.rope_pairing,
+                          alibi=(cfg.alibi or None) if bias is None else None,
+                          bias=bias, encoding=enc,
+                          q_positions=pos.repeat(batch), k_positions=pf.repeat(batch),
+                          threads=cfg.threads, return_lse=True)
+    return o, lse.view(q.shape[:3])

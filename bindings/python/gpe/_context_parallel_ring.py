@@ -1,0 +1,236 @@
+"""Ring attention (Liu et al.) for gpe.context_parallel, method="ring" (internal): K/V
+blocks travel around the ring by isend/irecv, overlapped with the block in flight, and
+partial results merge by log-sum-exp; the backward passes dK/dV accumulators around the
+ring with the blocks and sums the parameter gradients over ranks (_RingAttention).
+"""
+
+import math
+
+import torch
+import torch.distributed as dist
+
+from gpe._context_parallel_comm import _all_gather_sizes
+from gpe._context_parallel_fox import _dense_fox_logits, _fox_block_bias
+from gpe._context_parallel_ring_f64 import _ring_block_grads_f64
+
+
+def _merge(o_a, lse_a, o_b, lse_b):
+    """Exact merge of two partial attentions over disjoint keys (lse [b, s, h])."""
+    lse = torch.logaddexp(lse_a, lse_b)
+    ref = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)  # -inf only if both are
+    return (o_a * torch.exp(lse_a - ref)[..., None] + o_b * torch.exp(lse_b - ref)[..., None],
+            lse)
+
+
+class _Ring:
+    """Point-to-point exchange with the ring neighbours; zero-size blocks are not sent."""
+
+    def __init__(self, g):
+        self.g = g
+        self.next = g.global_rank(g.rank + 1)
+        self.prev = g.global_rank(g.rank - 1)
+
+    def exchange(self, tensors, send, recv_like):
+        """Starts sending `tensors` (if send) to the next rank and receiving tensors shaped
+        like recv_like (None: nothing arrives) from the previous one; returns (requests,
+        received buffers)."""
+        reqs, bufs = [], []
+        if send:
+            for t in tensors:
+                reqs.append(dist.isend(t.contiguous(), self.next, group=self.g.group))
+        if recv_like is not None:
+            for shape, dtype in recv_like:
+                b = torch.empty(shape, dtype=dtype)
+                reqs.append(dist.irecv(b, self.prev, group=self.g.group))
+                bufs.append(b)
+        return reqs, bufs
+
+
+def _kv_message(k, v, pos, fox):
+    msg = [torch.stack([k, v]), pos]
+    if fox is not None:
+        msg.append(fox)
+    return msg
+
+
+def _kv_like(k, n, fox):
+    like = [((2, k.shape[0], n) + tuple(k.shape[2:]), k.dtype), ((n,), torch.int64)]
+    if fox is not None:
+        like.append(((n,) + tuple(fox.shape[1:]), torch.float64))
+    return like
+
+
+def _block_bias(cfg, q_pos, q_fox, k_pos, k_fox):
+    return None if q_fox is None else _fox_block_bias(q_pos, q_fox, k_pos, k_fox)
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, pos, fox, fox_logits, cfg, bias_a, grape_a, grape_b,
+                grape_omega):
+        g, ring = cfg.g, _Ring(cfg.g)
+        gt = cfg.gt
+        batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
+        sizes = _all_gather_sizes(g, k.shape[1])
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+        o = torch.zeros(q.shape, dtype=acc)
+        lse = torch.full((batch, s_q, heads), -math.inf, dtype=acc)
+        cur = (k, v, pos, fox)
+        for step in range(g.size):
+            src = (g.rank - step) % g.size
+            last = step + 1 == g.size
+            nxt_n = sizes[(g.rank - step - 1) % g.size]
+            reqs, bufs = ([], None) if last else ring.exchange(
+                _kv_message(*cur), sizes[src] > 0,
+                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+            kb, vb, pb, fb = cur
+            if not cfg.masked(pos, pb):
+                bias = _block_bias(cfg, pos, fox, pb, fb)
+                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias),
+                                         *cfg.param_args())
+                o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
+            for r in reqs:
+                r.wait()
+            if not last:
+                if nxt_n > 0:
+                    kv = bufs[0]
+                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
+                else:
+                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
+                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
+                           torch.empty(0, dtype=torch.int64),
+                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+        o = o.to(q.dtype)
+        lse_out = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
+        ctx.save_for_backward(q, k, v, pos, o, lse_out)
+        ctx.fox, ctx.cfg, ctx.sizes = fox, cfg, sizes
+        ctx.param_like = (fox_logits, bias_a, grape_a, grape_b, grape_omega)
+        ctx.mark_non_differentiable(lse_out)
+        return o, lse_out
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        q, k, v, pos, o, lse = ctx.saved_tensors
+        fox, cfg, sizes = ctx.fox, ctx.cfg, ctx.sizes
+        f64 = q.dtype == torch.float64
+        g, ring, gt = cfg.g, _Ring(cfg.g), cfg.gt
+        batch, s_q = q.shape[0], q.shape[1]
+        # needs_input_grad: (q, k, v, pos, fox, fox_logits, cfg, bias_a, a, b, omega); the
+        # same on every rank (the parameters' all_reduce below is a collective).
+        want_fox = bool(ctx.needs_input_grad[5])
+        want = (bool(ctx.needs_input_grad[7]) or want_fox,) + tuple(
+            bool(x) for x in ctx.needs_input_grad[8:11])
+        d_o = d_o.contiguous()
+        lse_flat = lse.reshape(batch * s_q, lse.shape[-1]).contiguous()
+        acc_dtype = torch.float64 if f64 else torch.float32
+        dq = torch.zeros(q.shape, dtype=acc_dtype)
+        pgrads = [None] * 4  # bias_a (or the dense FoX logit table), grape a, b, omega
+        if want_fox:
+            # FoX (Lin et al., eq. for D_ij = sum_{l=j+1..i} ln f_l, f_l = sigmoid(x_l)):
+            # b_ij = c_i - c_j, c_t = sum_{l <= t} ln sigmoid(x_l), so dL/dc_t = sum_j dS_tj
+            # - sum_i dS_it, and since the forward's c is an exclusive prefix scan across
+            # ranks plus a local one, its transpose is a suffix sum across ranks:
+            # dL/dx_l = sigmoid(-x_l) sum_{t >= l} dL/dc_t, every t of the whole sequence.
+            # Each block's kernel takes its FoX bias over the block's span of positions
+            # with every token's own logit (the dense table of all ranks' logits) and
+            # returns sigmoid(-x_l) sum_{t >= l, t in the block} dL/dc_t for each l of the
+            # span, i.e. the suffix sum restricted to the block's pairs (j < l <= i);
+            # the suffix sum over the whole sequence is the sum of these over blocks
+            # (linear in dS), taken over ranks by one all_reduce of the table.
+            table, lo = _dense_fox_logits(g, pos, fox[:, :, 0], sizes)
+            pgrads[0] = torch.zeros_like(table)
+        cur = (k, v, pos, fox)
+        acc, acc_bufs, acc_reqs = None, None, []
+        for step in range(g.size):
+            src = (g.rank - step) % g.size
+            last = step + 1 == g.size
+            nxt_n = sizes[(g.rank - step - 1) % g.size]
+            reqs, bufs = ([], None) if last else ring.exchange(
+                _kv_message(*cur), sizes[src] > 0,
+                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+            kb, vb, pb, fb = cur
+            grad = torch.zeros((2,) + tuple(kb.shape), dtype=acc_dtype)
+            if not cfg.masked(pos, pb):
+                bias_a, span = None, None
+                if want_fox:
+                    b_lo = min(int(pos.min()), int(pb.min()))
+                    b_hi = max(int(pos.max()), int(pb.max()))
+                    span = slice(b_lo - lo, b_hi - lo + 1)
+                    bias_a = table[span]
+                    bias = gt.FoxBias(bias_a, first_position=b_lo)
+                else:
+                    bias = _block_bias(cfg, pos, fox, pb, fb)
+                if f64:
+                    out = _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
+                                                bias_a if want_fox else cfg.params[0], want)
+                else:
+                    out = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
+                                           *cfg.op_args(pos, pb, batch, bias),
+                                           *cfg.param_args(bias_a), None, None,
+                                           param_grads=(want[0], False) + want[1:]
+                                           + (False, False))
+                    if any(want):
+                        out = out[:3] + (out[3],) + tuple(out[5:8])
+                dqb, dkb, dvb = out[:3]
+                dq += dqb
+                grad[0] += dkb
+                grad[1] += dvb
+                for i, pg in enumerate(out[3:7]):
+                    if pg is None or not want[i]:
+                        continue
+                    if i == 0 and want_fox:
+                        pgrads[0][span] += pg
+                    else:
+                        pgrads[i] = pg if pgrads[i] is None else pgrads[i] + pg
+            # The accumulator of this block arrived from the previous rank (step > 0).
+            for r in acc_reqs:
+                r.wait()
+            acc = grad if step == 0 else grad + acc_bufs[0]
+            for r in reqs:
+                r.wait()
+            if g.size == 1:
+                break
+            # Pass dK/dV on with the block: after world_size hops it is home.
+            recv_n = nxt_n  # the block the previous rank just finished
+            acc_reqs, acc_bufs = ring.exchange(
+                [acc], sizes[src] > 0,
+                [((2, batch, recv_n) + tuple(k.shape[2:]), acc_dtype)] if recv_n > 0
+                else None)
+            if not recv_n:
+                acc_bufs = [torch.zeros((2, batch, 0) + tuple(k.shape[2:]), dtype=acc_dtype)]
+            if not last:
+                if nxt_n > 0:
+                    kv = bufs[0]
+                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
+                else:
+                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
+                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
+                           torch.empty(0, dtype=torch.int64),
+                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+        if g.size > 1:
+            for r in acc_reqs:
+                r.wait()
+            acc = acc_bufs[0]
+        # Each rank holds its blocks' share of the parameter gradients (global lse and
+        # positions): their sum over ranks is the unsharded gradient.
+        fox_logits, bias_a, grape_a, grape_b, grape_omega = ctx.param_like
+        targets = (fox_logits if want_fox else bias_a, grape_a, grape_b, grape_omega)
+        totals = [None] * 4
+        for i in range(4):
+            if not want[i]:
+                continue
+            shape = table.shape if i == 0 and want_fox else targets[i].shape
+            total = (pgrads[i] if pgrads[i] is not None
+                     else torch.zeros(shape, dtype=torch.float64)).to(torch.float64)
+            total = total.contiguous()
+            dist.all_reduce(total, group=g.group)
+            totals[i] = total
+        d_fox = d_bias = None
+        if want_fox:
+            d_fox = totals[0][pos - lo].to(fox_logits.dtype)
+        elif want[0]:
+            d_bias = totals[0].to(bias_a.dtype)
+        d_grape = tuple(None if t is None else t.to(p.dtype)
+                        for t, p in zip(totals[1:], targets[1:]))
+        return ((dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, d_fox,
+                 None, d_bias) + d_grape)

@@ -718,6 +718,21 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
   return absl::OkStatus();
 }
 
+absl::Status ZeroShawTableGradients(const AttentionArgs& a, double* key_table_grad,
+                                    double* value_table_grad) {
+  if ((key_table_grad != nullptr && a.shaw_keys == nullptr) ||
+      (value_table_grad != nullptr && a.shaw_values == nullptr)) {
+    return Bad("a Shaw table gradient was requested without its shaw_keys / shaw_values");
+  }
+  if (key_table_grad != nullptr) {
+    std::fill_n(key_table_grad, a.shaw_keys->num_labels() * a.head_dim, 0.0);
+  }
+  if (value_table_grad != nullptr) {
+    std::fill_n(value_table_grad, a.shaw_values->num_labels() * a.head_dim, 0.0);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64_t> pq,
                                   absl::Span<const int64_t> pk,
                                   std::unique_ptr<PreparedRowTransform>* tq,

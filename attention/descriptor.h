@@ -418,6 +418,11 @@ struct AttentionArgs {
   int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
   int64_t num_q_tokens() const;
   int64_t num_k_tokens() const;
+  // No query and no key token: every output holds zero elements. Every implementation
+  // (reference, CPU; the C ABI relies on it) returns at once on such a call, after
+  // ValidateAttention and before any loop over the sequences, whose count an empty batch
+  // does not bound (a bshd batch of 2^39 empty sequences would take minutes to walk).
+  bool empty() const { return num_q_tokens() == 0 && num_k_tokens() == 0; }
   // Token ranges of sequence b (token indices, see LAYOUTS).
   int64_t q_begin(int64_t b) const;
   int64_t q_end(int64_t b) const;
@@ -449,6 +454,14 @@ Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t
 // non-decreasing, end at total), bshd cu_seqlens empty, finite scale, positions sizes, transform
 // dims, bias head counts and the number of bias objects, locality in (0, 1].
 absl::Status ValidateAttention(const AttentionArgs& args);
+
+// The backward's Shaw table gradients (dL/daK, dL/daV; num_labels x head_dim, row-major;
+// either may be null to skip): InvalidArgument when one is requested without its table
+// (shaw_keys / shaw_values), else each requested one set to zero, where every backward
+// then adds to it (zero is also the answer of an empty call or of rows with no allowed
+// key). The one check and initialisation the reference and CPU backwards share.
+absl::Status ZeroShawTableGradients(const AttentionArgs& args, double* key_table_grad,
+                                    double* value_table_grad);
 
 // Positions actually used (explicit ones, or the documented default), one per token.
 std::vector<int64_t> EffectiveQPositions(const AttentionArgs& args);

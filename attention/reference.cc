@@ -79,10 +79,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
                  const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink,
                  const ReferenceBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(a); !s.ok()) return s;
-  // No query and no key token: nothing to write (every output has zero elements). Returned
-  // before any loop over the sequences, whose count an empty batch does not bound (a
-  // batch of 2^39 empty sequences would be walked several times).
-  if (a.num_q_tokens() == 0 && a.num_k_tokens() == 0) return absl::OkStatus();
+  if (a.empty()) return absl::OkStatus();  // nothing to write (AttentionArgs::empty)
   const bool backward = d_o != nullptr;
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
   const int64_t group = hq / hkv;
@@ -277,18 +274,11 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
   if (d_o == nullptr && args.num_q_tokens() > 0) {
     return absl::InvalidArgumentError("attention: null gradient tensor d_o");
   }
-  if ((extras.shaw_key_table_grad != nullptr && args.shaw_keys == nullptr) ||
-      (extras.shaw_value_table_grad != nullptr && args.shaw_values == nullptr)) {
-    return absl::InvalidArgumentError(
-        "attention: a Shaw table gradient was requested without its shaw_keys / shaw_values");
-  }
   // Table gradients start at zero (also when no row has an allowed key).
-  if (extras.shaw_key_table_grad != nullptr) {
-    std::fill_n(extras.shaw_key_table_grad, args.shaw_keys->num_labels() * args.head_dim, 0.0);
-  }
-  if (extras.shaw_value_table_grad != nullptr) {
-    std::fill_n(extras.shaw_value_table_grad, args.shaw_values->num_labels() * args.head_dim,
-                0.0);
+  if (absl::Status s = ZeroShawTableGradients(args, extras.shaw_key_table_grad,
+                                              extras.shaw_value_table_grad);
+      !s.ok()) {
+    return s;
   }
   if (d_o == nullptr) {  // nothing flows back; gradients are zero
     static const T kZero = T(0);

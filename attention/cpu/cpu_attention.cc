@@ -26,9 +26,7 @@ template <class T>
 absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
                          float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
-  // No query and no key token (e.g. a bshd batch of 2^39 empty sequences): nothing to
-  // write; returned before the plan's loops over the sequences, which nothing else bounds.
-  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) return absl::OkStatus();
+  if (args.empty()) return absl::OkStatus();  // nothing to write (AttentionArgs::empty)
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   if (args.num_q_tokens() > 0 && (q == nullptr || o == nullptr)) {
@@ -91,41 +89,21 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
                           const BiasGradientSink& bias_sink, const CpuAttentionOptions& options,
                           const CpuBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
-  // No query and no key token: only the requested Shaw table gradients (zero) to write;
-  // returned before the plan's loops over the sequences, as in ForwardImpl.
-  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) {
-    if ((o == nullptr) != (lse == nullptr)) {
-      return Bad("give both o and lse from the forward, or neither (recomputed)");
-    }
-    for (auto [grad, table] : {std::pair{extras.shaw_key_table_grad, args.shaw_keys},
-                               std::pair{extras.shaw_value_table_grad, args.shaw_values}}) {
-      if (grad == nullptr) continue;
-      if (table == nullptr) {
-        return Bad("a Shaw table gradient was requested without its shaw_keys / shaw_values");
-      }
-      std::fill_n(grad, table->num_labels() * args.head_dim, 0.0);
-    }
-    return absl::OkStatus();
+  if ((o == nullptr) != (lse == nullptr)) {
+    return Bad("give both o and lse from the forward, or neither (recomputed)");
   }
+  // Table gradients start at zero (items add to them; an empty call leaves them so).
+  if (absl::Status s = ZeroShawTableGradients(args, extras.shaw_key_table_grad,
+                                              extras.shaw_value_table_grad);
+      !s.ok()) {
+    return s;
+  }
+  if (args.empty()) return absl::OkStatus();  // nothing else to write (AttentionArgs::empty)
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
   if (!plan.ok()) return plan.status();
   const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
   if (nq > 0 && (q == nullptr || d_o == nullptr)) return Bad("null q or d_o tensor");
   if (nkt > 0 && (k == nullptr || v == nullptr)) return Bad("null k or v tensor");
-  if ((extras.shaw_key_table_grad != nullptr && args.shaw_keys == nullptr) ||
-      (extras.shaw_value_table_grad != nullptr && args.shaw_values == nullptr)) {
-    return Bad("a Shaw table gradient was requested without its shaw_keys / shaw_values");
-  }
-  // Table gradients start at zero (items add to them).
-  if (extras.shaw_key_table_grad != nullptr) {
-    std::fill_n(extras.shaw_key_table_grad, plan->nlk * args.head_dim, 0.0);
-  }
-  if (extras.shaw_value_table_grad != nullptr) {
-    std::fill_n(extras.shaw_value_table_grad, plan->nlv * args.head_dim, 0.0);
-  }
-  if ((o == nullptr) != (lse == nullptr)) {
-    return Bad("give both o and lse from the forward, or neither (recomputed)");
-  }
   // Without the forward's o and lse, recompute them (one forward pass).
   std::vector<T> o_strided;
   std::vector<float> lse_own;
@@ -178,7 +156,7 @@ absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFl
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
                                                  const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
-  if (args.num_q_tokens() == 0 && args.num_k_tokens() == 0) return int64_t{0};  // as ForwardImpl
+  if (args.empty()) return int64_t{0};  // as ForwardImpl
   absl::StatusOr<cpu::Plan> plan = cpu::MakePlan(args, options);
   if (!plan.ok()) return plan.status();
   const int64_t items = static_cast<int64_t>(cpu::MakeItems(args, *plan).size());

@@ -60,6 +60,11 @@ struct CpuAttentionOptions {
   Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kAuto;
 };
 
+// InvalidArgument naming the field when an option is out of its range above (num_threads,
+// block_q, block_k). Every entry point checks its options so; callers that hold options
+// before they hold a call (the C ABI) check them here too.
+absl::Status ValidateCpuAttentionOptions(const CpuAttentionOptions& options);
+
 // o (strides args.o) and, if non-null, lse (num_q_tokens x num_q_heads row-major, natural
 // log, -inf for rows with no allowed key), as ReferenceForward. Errors: everything
 // ValidateAttention rejects, null tensors, bad options, and any error of a transform or

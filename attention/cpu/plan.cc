@@ -24,15 +24,7 @@ absl::Status Bad(const std::string& msg) {
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
                               bool float_inputs) {
-  if (opt.num_threads < 0 || opt.num_threads > 1024) {
-    return Bad(absl::StrCat("num_threads must be in [0, 1024], got ", opt.num_threads));
-  }
-  if (opt.block_q < 0 || opt.block_q > kMaxBlock) {
-    return Bad(absl::StrCat("block_q must be in [0, ", kMaxBlock, "], got ", opt.block_q));
-  }
-  if (opt.block_k < 0 || opt.block_k > kMaxBlock) {
-    return Bad(absl::StrCat("block_k must be in [0, ", kMaxBlock, "], got ", opt.block_k));
-  }
+  if (absl::Status s = ValidateCpuAttentionOptions(opt); !s.ok()) return s;
   Plan p;
   p.threads = opt.num_threads > 0
                   ? opt.num_threads
@@ -120,5 +112,21 @@ BackwardPlan MakeKeyItems(const AttentionArgs& a, const Plan& p) {
 }
 
 }  // namespace cpu
+
+absl::Status ValidateCpuAttentionOptions(const CpuAttentionOptions& opt) {
+  if (opt.num_threads < 0 || opt.num_threads > 1024) {
+    return cpu::Bad(absl::StrCat("num_threads must be in [0, 1024], got ", opt.num_threads));
+  }
+  if (opt.block_q < 0 || opt.block_q > cpu::kMaxBlock) {
+    return cpu::Bad(
+        absl::StrCat("block_q must be in [0, ", cpu::kMaxBlock, "], got ", opt.block_q));
+  }
+  if (opt.block_k < 0 || opt.block_k > cpu::kMaxBlock) {
+    return cpu::Bad(
+        absl::StrCat("block_k must be in [0, ", cpu::kMaxBlock, "], got ", opt.block_k));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace attention
 }  // namespace gpe

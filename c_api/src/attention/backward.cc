@@ -1,8 +1,7 @@
-// The C ABI's attention backward (gpe/attention.h): the call validated (call.h), then
-// attention/cpu's CpuBackward (float32, bfloat16) or the exact ReferenceBackward<double>
-// (float64), with the encoding parameters' gradients (parameter_gradients.h). Every
-// entry point runs under Guard.
-#include <algorithm>
+// The C ABI's attention backward (gpe/attention.h): the tensors and options checked
+// (call.h), then attention/cpu's CpuBackward (float32, bfloat16) or the exact
+// ReferenceBackward<double> (float64), which check the call itself, with the encoding
+// parameters' gradients (parameter_gradients.h). Every entry point runs under Guard.
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -66,7 +65,6 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     }
     absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
     if (!lv.ok()) return lv.status();
-    if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
     // Gradients take the strides of their inputs.
     TensorView dqv, dkv, dvv;
     struct Out {
@@ -132,17 +130,9 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
                  "bfloat16 gives dq, dk and dv only");
     }
-    // No query and no key token: dq, dk and dv hold no element, and no loss term depends
-    // on a parameter, so the parameter gradients are zero (the Shaw tables' cleared here,
-    // the bias's and GRAPE-M's by finish() from their zeroed accumulators). Returned
-    // before the kernels, which walk the sequences: a bshd batch of 2^39 empty sequences
-    // fits in no memory bound and would take minutes.
-    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) {
-      for (const TensorView* t : {&*gak, &*gav}) {
-        if (t->data != nullptr) std::fill_n(t->typed<double>(), t->numel(), 0.0);
-      }
-      return finish();
-    }
+    // The backwards check the call (ValidateAttention) and the Shaw table gradients, and
+    // return at once on an empty call with those gradients zero; finish() then gives the
+    // bias's and GRAPE-M's (zero, from their zeroed accumulators).
     if (c.dtype == DType::kFloat64) {
       // The exact oracle recomputes the forward itself: o and lse, checked above, are unused.
       att::ReferenceBackwardExtras rex;

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/common/checks.h"
@@ -393,8 +394,12 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     return Bad(absl::StrCat("softmax_scale must be finite and >= 0 (0: default), got ",
                             o.softmax_scale));
   }
-  if (o.num_threads < 0 || o.num_threads > 1024) {
-    return Bad(absl::StrCat("num_threads must be in [0, 1024], got ", o.num_threads));
+  {
+    gpe::attention::CpuAttentionOptions cpu_options;
+    cpu_options.num_threads = o.num_threads;
+    if (absl::Status s = gpe::attention::ValidateCpuAttentionOptions(cpu_options); !s.ok()) {
+      return s;
+    }
   }
   if ((o.cu_seqlens_q == nullptr) != (o.cu_seqlens_k == nullptr)) {
     return Bad("give both cu_seqlens_q and cu_seqlens_k (packed layout) or neither");

@@ -1,6 +1,7 @@
-// The C ABI's attention forward (gpe/attention.h): the call validated (call.h), then
-// attention/cpu's CpuForward (float32, bfloat16) or the exact ReferenceForward<double>
-// (float64). Runs under Guard.
+// The C ABI's attention forward (gpe/attention.h): the tensors and options checked
+// (call.h), then attention/cpu's CpuForward (float32, bfloat16) or the exact
+// ReferenceForward<double> (float64), which check the call itself (ValidateAttention) and
+// return at once on an empty one. Runs under Guard.
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attention/cpu/cpu_attention.h"
@@ -38,14 +39,9 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     c.args.o = StridesOf(*ov, packed);
     absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
     if (!lv.ok()) return lv.status();
-    if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
     const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
-    // No query and no key token: o and lse hold no element, nothing to compute. Returned
-    // here, before the kernels, which walk the sequences (planning, default positions):
-    // a bshd batch of 2^39 empty sequences fits in no memory bound and would take minutes.
-    if (c.args.num_q_tokens() == 0 && c.args.num_k_tokens() == 0) return absl::OkStatus();
     if (c.dtype == DType::kFloat64) {
       // The exact oracle (reference.h): double throughout, single-threaded.
       return att::ReferenceForward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),

@@ -109,7 +109,8 @@ absl::StatusOr<std::vector<Eigen::MatrixXd>> Skews(const DLTensor* t, const char
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 3, kF64);
   if (!v.ok()) return v.status();
   if (v->shape[1] != v->shape[2] || v->shape[0] < 1 || v->shape[1] < 1) {
-    return Bad(absl::StrCat(name, " must be [count >= 1, m, m] skew matrices, got ", ShapeOf(*v)));
+    return Bad(
+        absl::StrCat(name, " must be [count >= 1, m, m] skew matrices, got ", ShapeString(*v)));
   }
   if (absl::Status s = CheckMaterialised(*v, name); !s.ok()) return s;
   const std::vector<double> x = Compact<double>(*v);
@@ -281,7 +282,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
       if (!v.ok()) return v.status();
       if (v->shape[0] != rows || v->shape[1] != a.head_dim) {
         return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, head_dim] = [",
-                                rows, ", ", a.head_dim, "], got ", ShapeOf(*v)));
+                                rows, ", ", a.head_dim, "], got ", ShapeString(*v)));
       }
       if (absl::Status s = CheckMaterialised(*v, name[i]); !s.ok()) return s;
       const std::vector<double> x = Compact<double>(*v);
@@ -311,12 +312,6 @@ absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* 
 }  // namespace
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
-
-std::string ShapeOf(const TensorView& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.shape.size(); ++i) absl::StrAppend(&s, i ? ", " : "", v.shape[i]);
-  return s + "]";
-}
 
 absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed) {
   if (t == nullptr) return Bad(absl::StrCat(name, " is NULL"));
@@ -369,7 +364,7 @@ absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorVi
                             gpe::c_api::DTypeName(b.dtype)));
   }
   if (a.shape != b.shape) {
-    return Bad(absl::StrCat(an, " has shape ", ShapeOf(a), ", ", bn, " has ", ShapeOf(b)));
+    return Bad(absl::StrCat(an, " has shape ", ShapeString(a), ", ", bn, " has ", ShapeString(b)));
   }
   if (a.strides != b.strides) {
     return Bad(absl::StrCat(an, " must have the strides of ", bn));
@@ -422,11 +417,11 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     return Bad("q, k and v must have one dtype (float32, bfloat16 or float64)");
   }
   if (kv->shape != vv->shape) {
-    return Bad(absl::StrCat("k has shape ", ShapeOf(*kv), ", v has ", ShapeOf(*vv)));
+    return Bad(absl::StrCat("k has shape ", ShapeString(*kv), ", v has ", ShapeString(*vv)));
   }
   const size_t n = qv->shape.size();
   if (kv->shape[n - 1] != qv->shape[n - 1]) {
-    return Bad(absl::StrCat("head_dim differs: q ", ShapeOf(*qv), ", k ", ShapeOf(*kv)));
+    return Bad(absl::StrCat("head_dim differs: q ", ShapeString(*qv), ", k ", ShapeString(*kv)));
   }
   att::AttentionArgs& a = c->args;
   a.layout = packed ? att::Layout::kTHD : att::Layout::kBSHD;
@@ -451,7 +446,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     a.head_dim = qv->shape[2];
   } else {
     if (kv->shape[0] != qv->shape[0]) {
-      return Bad(absl::StrCat("batch differs: q ", ShapeOf(*qv), ", k ", ShapeOf(*kv)));
+      return Bad(absl::StrCat("batch differs: q ", ShapeString(*qv), ", k ", ShapeString(*kv)));
     }
     a.batch = qv->shape[0];
     a.seq_len_q = qv->shape[1];
@@ -527,7 +522,7 @@ absl::StatusOr<TensorView> LseOf(const DLTensor* t, const att::AttentionArgs& a,
   }
   if (v->shape[0] != a.num_q_tokens() || v->shape[1] != a.num_q_heads) {
     return Bad(absl::StrCat("lse must be [", a.num_q_tokens(), ", ", a.num_q_heads, "], got ",
-                            ShapeOf(*v)));
+                            ShapeString(*v)));
   }
   if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.num_q_heads)) {
     return Bad("lse must be compact row-major");
@@ -541,7 +536,7 @@ absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const
   if (!v.ok()) return v.status();
   if (v->dtype != like.dtype || v->shape != like.shape) {
     return Bad(absl::StrCat(name, " must have the dtype and shape of ", like_name, " ",
-                            ShapeOf(like), ", got ", ShapeOf(*v)));
+                            ShapeString(like), ", got ", ShapeString(*v)));
   }
   return v;
 }

@@ -17,6 +17,7 @@
 #include "attention/descriptor.h"
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/common/checks.h"
+#include "c_api/src/common/matrices.h"
 #include "c_api/src/common/tensor_view.h"
 #include "dlpack/dlpack.h"
 #include "encodings/sequence/algebraic.h"
@@ -30,9 +31,6 @@ namespace seq = ::gpe::encodings::sequence;
 
 // InvalidArgument with `msg`.
 absl::Status Bad(const std::string& msg);
-
-// A view's shape for messages, e.g. "[2, 3]".
-std::string ShapeOf(const TensorView& v);
 
 // Everything one call needs, owning the encodings and position copies it points to
 // (the encodings are declared before the transform that refers to them).

@@ -64,7 +64,7 @@ absl::StatusOr<TensorView> TableGradient(const DLTensor* t, const char* name,
   if (!v.ok()) return v.status();
   if (v->shape[0] != table->num_labels() || v->shape[1] != a.head_dim) {
     return Bad(absl::StrCat(name, " must be [", table->num_labels(), ", ", a.head_dim, "], got ",
-                            ShapeOf(*v)));
+                            ShapeString(*v)));
   }
   if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.head_dim)) {
     return Bad(absl::StrCat(name, " must be compact row-major"));
@@ -103,7 +103,7 @@ absl::Status BiasParameterGrads::Init(const gpe_bias* handle, DLTensor* da, DLTe
       std::string want;
       for (int64_t d : shape) absl::StrAppend(&want, want.empty() ? "" : ", ", d);
       return Bad(absl::StrCat(name, " must be float64 [", want, "] for this bias; got ",
-                              ShapeOf(*v)));
+                              ShapeString(*v)));
     }
     *view = *v;
   }
@@ -204,7 +204,7 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
     if (v->shape != shape) {
       return Bad(absl::StrCat(name, " must be float64 ", rows > 0 ? absl::StrCat("[", m, ", ", d, "]")
                                                                   : absl::StrCat("[", m, "]"),
-                              "; got ", ShapeOf(*v)));
+                              "; got ", ShapeString(*v)));
     }
     double* dst = v->typed<double>();
     for (int64_t i = 0; i < static_cast<int64_t>(src->size()); ++i) {

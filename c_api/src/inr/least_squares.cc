@@ -75,8 +75,9 @@ absl::StatusOr<gpe::inr::SeparableFitOptions> ReadFitOptions(
   return fit;
 }
 
-// Singular factors come back as FailedPrecondition: a caller's argument problem.
-absl::Status AsArgumentError(const absl::Status& s) {
+// Singular factors come back as FailedPrecondition: a caller's argument problem. (Only
+// that code: argument_error.h's AsArgumentError also maps the image writers' codes.)
+absl::Status SingularAsArgumentError(const absl::Status& s) {
   return s.code() == absl::StatusCode::kFailedPrecondition
              ? absl::InvalidArgumentError(s.message())
              : s;
@@ -215,7 +216,7 @@ gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options, co
     if (!v.ok()) return v.status();
     absl::StatusOr<gpe::inr::Tensor3> weights =
         gpe::inr::FitSeparable3D(*psi, *v, fit->lambda, fit->rcond);
-    if (!weights.ok()) return AsArgumentError(weights.status());
+    if (!weights.ok()) return SingularAsArgumentError(weights.status());
     return WriteTensor3(*weights, w, "w");
   });
 }
@@ -267,7 +268,7 @@ gpe_status gpe_inr_fit_blended_2d(const gpe_blended_fit_options* options,
     o.tolerance = options->tolerance;
     absl::StatusOr<gpe::inr::BlendedFit> fit = gpe::inr::FitBlended2D(
         in->ex, in->ey, in->gx, in->gy, in->px, in->py, *vals, o);
-    if (!fit.ok()) return AsArgumentError(fit.status());
+    if (!fit.ok()) return SingularAsArgumentError(fit.status());
     if (absl::Status s = WriteMatrix(fit->weights, w, "w"); !s.ok()) return s;
     if (iterations != nullptr) *iterations = fit->iterations;
     if (rms_residual != nullptr) *rms_residual = fit->rms_residual;
@@ -314,7 +315,7 @@ gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options, co
     if (!s.ok()) return s.status();
     absl::StatusOr<std::vector<RowMatrixXd>> weights =
         gpe::inr::FitSeparable2D(*py, *px, std::vector<RowMatrixXd>{*s}, *fit);
-    if (!weights.ok()) return AsArgumentError(weights.status());
+    if (!weights.ok()) return SingularAsArgumentError(weights.status());
     return WriteMatrix((*weights)[0], w, "w");
   });
 }

@@ -28,6 +28,7 @@ mod inr_training;
 mod inr_data;
 mod image;
 mod attention;
+mod thread_pool;
 
 pub use common::*;
 pub use so::*;
@@ -43,3 +44,4 @@ pub use inr_training::*;
 pub use inr_data::*;
 pub use image::*;
 pub use attention::*;
+pub use thread_pool::*;

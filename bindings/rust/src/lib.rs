@@ -14,6 +14,7 @@ pub mod coordinate;
 pub mod ffi;
 pub mod inr;
 pub mod sequence;
+pub mod thread_pool;
 
 // Listed as re-exports of gpe::attention, where they are documented (rustdoc would
 // otherwise copy their pages here: their modules under attention/ are private).
@@ -39,6 +40,7 @@ pub use sequence::{
     algebraic_periodic_apply, locality_scale, shaw_value_output, shaw_value_output_backward, transformer_xl_score_terms,
     transformer_xl_score_terms_backward, AlgebraicGrid, AlgebraicTree, TransformerXl, TransformerXlGrads,
 };
+pub use thread_pool::{set_thread_pool, thread_pool_num_threads, ThreadPool};
 
 use std::ffi::CStr;
 use std::fmt;

@@ -25,12 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import header_model  # noqa: E402
 
 # Exported symbols the Python package deliberately does not declare: {name: why}.
-UNDECLARED = {
-    # 0.8.0: a C callback interface for engines that own their threads (C/C++ callers
-    # install their pool directly); not wrapped in this binding yet.
-    "gpe_set_thread_pool": "the application's thread pool: C/C++ engines only, not wrapped yet",
-    "gpe_thread_pool_num_threads": "pairs with gpe_set_thread_pool; not wrapped yet",
-}
+UNDECLARED = {}
 
 _SIGNED, _UNSIGNED = "bhilq", "BHILQ"
 

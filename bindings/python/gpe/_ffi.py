@@ -343,6 +343,26 @@ class TransformerXLOptions(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("base", ctypes.c_double)]
 
 
+# ---- The thread pool (gpe/thread_pool.h, 0.8.0) ---------------------------------------
+# gpe_pool_task: void (*)(void* task_ctx, int64_t index)
+PoolTask = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+# gpe_thread_pool.parallel_for: void (*)(void* user_data, int64_t n, gpe_pool_task task,
+# void* task_ctx)
+PoolParallelFor = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, PoolTask,
+                                   ctypes.c_void_p)
+
+
+class ThreadPool(ctypes.Structure):
+    """gpe_thread_pool: the application's pool (num_threads in 1 .. 1024)."""
+    _fields_ = [("struct_size", ctypes.c_uint32), ("num_threads", ctypes.c_int32),
+                ("user_data", ctypes.c_void_p), ("parallel_for", PoolParallelFor)]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_size = ctypes.sizeof(ThreadPool)
+        self.num_threads = 1
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -544,6 +564,9 @@ def _declare(lib):
         "gpe_transformer_xl_score_terms_backward": (st, [ctypes.POINTER(TransformerXLOptions),
                                                          t, t, t, t, t, t, t, t, t, t, t, t,
                                                          t]),
+        # The thread pool (0.8.0).
+        "gpe_set_thread_pool": (st, [ctypes.POINTER(ThreadPool)]),
+        "gpe_thread_pool_num_threads": (st, [ctypes.POINTER(ctypes.c_int32)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)

@@ -26,6 +26,7 @@ from gpe.sequence import (AlgebraicGrid, AlgebraicTree, algebraic_periodic,  # n
                           transformer_xl_score_terms, transformer_xl_score_terms_backward)
 from gpe.rope import Rope, RopeTable
 from gpe.so import SoRepresentation
+from gpe.thread_pool import set_thread_pool, thread_pool_num_threads
 
 __all__ = [
     "Fit",
@@ -85,6 +86,7 @@ __all__ = [
     "predict_blended_2d",
     "predict_separable_2d",
     "predict_separable_3d",
+    "set_thread_pool",
     "shaw_key_scores",
     "shaw_key_scores_backward",
     "shaw_value_output",
@@ -92,6 +94,7 @@ __all__ = [
     "shifted_basis",
     "sinusoidal",
     "stable_rank",
+    "thread_pool_num_threads",
     "transformer_xl_score_terms",
     "transformer_xl_score_terms_backward",
     "version",

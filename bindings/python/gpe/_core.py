@@ -1,5 +1,7 @@
 """Library handle, errors and version (internal)."""
 
+import threading
+
 from gpe import _ffi
 
 _lib = None
@@ -20,7 +22,24 @@ class GpeError(RuntimeError):
         self.status = status
 
 
+# The first exception of an application thread pool's batch (gpe.thread_pool) on this
+# thread, which the C library cannot carry: check() raises it after the call that ran the
+# batch (the library calls parallel_for on the thread that made the call).
+_pool_errors = threading.local()
+
+
+def defer_pool_error(error):
+    if getattr(_pool_errors, "error", None) is None:
+        _pool_errors.error = error
+
+
 def check(code):
+    """Raises a thread pool's deferred exception (see above), else GpeError for a failed
+    status."""
+    error = getattr(_pool_errors, "error", None)
+    if error is not None:
+        _pool_errors.error = None
+        raise error
     if code != 0:
         l = lib()
         raise GpeError(l.gpe_status_name(code).decode(), l.gpe_last_error_message().decode())

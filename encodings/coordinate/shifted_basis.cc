@@ -44,7 +44,14 @@ void GaussianWindowImpl(double x, double lo, double spacing, double c, int64_t f
     const auto t = hn::Add(vlo, hn::Mul(hn::Iota(d, static_cast<double>(i)), vs));
     const auto u = hn::Sub(vx, t);
     const auto y = hn::Mul(hn::Mul(vc, u), u);
-    hn::StoreU(hn::Exp(d, y), d, out + i);
+    // A NaN argument (a NaN coordinate) gives NaN, as std::exp does. It is kept from
+    // Exp, which gives a number for it on AVX2 and AVX-512 and converts it to int32 on
+    // the way, undefined for NaN where the conversion is C++ (EMU128, what CPUs without
+    // AVX2 run; options_fuzzer found it there). IsNaN, not Ne(y, y): Highway's Ne is an
+    // ordered compare on x86, false for NaN.
+    const auto is_nan = hn::IsNaN(y);
+    const auto e = hn::Exp(d, hn::IfThenZeroElse(is_nan, y));
+    hn::StoreU(hn::IfThenElse(is_nan, y, e), d, out + i);
     if (!hn::AllFalse(d, hn::Lt(y, floor))) {
       for (int64_t q = i; q < i + n; ++q) {
         const double uq = x - (lo + static_cast<double>(q) * spacing);

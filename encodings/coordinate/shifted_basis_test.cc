@@ -10,6 +10,7 @@
 
 #include "encodings/coordinate/test_util.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 
 namespace gpe {
 namespace encodings {
@@ -151,6 +152,23 @@ TEST(ShiftedBasis1DTest, VectorGaussianIsWithinOneUlpOfStdExp) {
   EXPECT_EQ(tail[0], 1.0);
   EXPECT_LE(UlpDistance(tail[2], std::exp(-4.0)), 1);
   RecordProperty("worst_ulps", static_cast<int>(worst));
+}
+
+// A NaN coordinate gives NaN features on every compiled Highway target, the dispatched
+// one and the fallbacks (EMU128 is what a CPU without AVX2 runs): non-finite inputs
+// propagate, as std::exp's do. EMU128's Exp converts its argument to int32 in C++, which
+// is undefined for NaN; the sanitizer run runs this test under UBSan (options_fuzzer
+// found it there). 19 values: below, at and above every vector width (2, 4, 8 doubles).
+TEST(ShiftedBasis1DTest, NanCoordinateGivesNanOnEveryTarget) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    std::vector<double> got(19, 0.0);
+    internal::GaussianWindow(std::nan(""), -1.0, 0.25, -3.0, 0, 19, got.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(std::isnan(got[i])) << hwy::TargetName(target) << " value " << i;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 TEST(ShiftedBasis1DTest, ImpulseIsOneHotAtNearestShift) {

@@ -85,6 +85,15 @@ absl::StatusOr<Rank2Rotation> Rank2Rotation::Create(std::vector<double> a,
       r.phi_ = omega * r.s0_;
     }
   }
+  // The angle per position must be a number: a finite omega times a finite |a ^ b| can
+  // still overflow (a = (2, 0), b = (0, 1), omega = 1e308), and every position, 0
+  // included, would then rotate by NaN.
+  if (!std::isfinite(norm_a) || !std::isfinite(norm_b) || !std::isfinite(r.s0_) ||
+      !std::isfinite(r.phi_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Rank2Rotation: the angle per position omega |a ^ b| overflows (omega = ", omega,
+        ", |a| = ", norm_a, ", |b| = ", norm_b, "); scale a, b or omega down"));
+  }
   r.a_ = std::move(a);
   r.b_ = std::move(b);
   return r;

@@ -34,7 +34,8 @@ class Rank2Rotation {
  public:
   using Element = int64_t;
 
-  // a and b of equal size d >= 2, finite; omega finite.
+  // a and b of equal size d >= 2, finite; omega finite; |a|^2, |b|^2 and the angle per
+  // position phi = omega |a ^ b| within double's range (InvalidArgument otherwise).
   static absl::StatusOr<Rank2Rotation> Create(std::vector<double> a, std::vector<double> b,
                                               double omega);
 

@@ -168,6 +168,11 @@ TEST(Rank2RotationTest, BadInput) {
   EXPECT_FALSE(Rank2Rotation::Create({1}, {2}, 1.0).ok());
   EXPECT_FALSE(Rank2Rotation::Create({1, 2}, {2, 1}, INFINITY).ok());
   EXPECT_FALSE(Rank2Rotation::Create({1, NAN}, {2, 1}, 1.0).ok());
+  // Finite inputs whose angle per position overflows: omega |a ^ b| = 2e308, and |a|^2
+  // beyond double's range. The largest omega that fits is accepted.
+  EXPECT_FALSE(Rank2Rotation::Create({2, 0}, {0, 1}, 1e308).ok());
+  EXPECT_FALSE(Rank2Rotation::Create({1e200, 0}, {0, 1}, 1.0).ok());
+  EXPECT_TRUE(Rank2Rotation::Create({1, 0}, {0, 1}, 1e308).ok());
   const Rank2Rotation r = *Rank2Rotation::Create({1, 0}, {0, 1}, 1.0);
   std::vector<double> buf(8);
   const std::vector<int64_t> pos = {1, 2};

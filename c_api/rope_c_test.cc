@@ -531,6 +531,15 @@ TEST(RopeC, BadTensorsRejected) {
   fails(&x3, &o3, "monotone");
   cu = {0, 2, 4, 5};  // ends before the 6 tokens
   fails(&x3, &o3, "total tokens");
+  // A broadcast cu_seqlens (stride 0 over 2^40 entries: 8 bytes of memory) is refused
+  // before it is copied, which would take 8 TiB.
+  std::vector<int64_t> huge_shape = {int64_t{1} << 40}, zero_stride = {0};
+  DLTensor tcu_broadcast = tcu;
+  tcu_broadcast.shape = huge_shape.data();
+  tcu_broadcast.strides = zero_stride.data();
+  tok.cu_seqlens = &tcu_broadcast;
+  fails(&x3, &o3, "repeats entries");
+  tok.cu_seqlens = &tcu;
   tok.cu_seqlens = nullptr;
   fails(&x3, &o3, "cu_seqlens");
   tok.layout = 7;

@@ -62,20 +62,6 @@ std::vector<T> Compact(const TensorView& v) {
   return out;
 }
 
-// A tensor the call copies whose size nothing else bounds (skew generators, Shaw tables,
-// cu_seqlens, tree children) must be materialised: a zero stride over more than one entry
-// (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
-// would exhaust memory or time.
-absl::Status CheckMaterialised(const TensorView& v, const char* name) {
-  for (size_t i = 0; i < v.shape.size(); ++i) {
-    if (v.shape[i] > 1 && v.strides[i] == 0) {
-      return Bad(absl::StrCat(name, " repeats entries (stride 0 in dimension ", i, ", of size ",
-                              v.shape[i], "); pass it materialised (contiguous)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // Index tensors are copied before they are checked, so their sizes are bounded first by
 // what the call's memory-backed tensors imply: `rows` (>= 0) is the leading size the
 // tensor must have (one entry or row per token, ...), `max_cols` (>= 0) bounds the second

@@ -59,6 +59,17 @@ absl::Status CheckDisjoint(absl::Span<const NamedView> views) {
   return absl::OkStatus();
 }
 
+absl::Status CheckMaterialised(const TensorView& v, const char* name) {
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1 && v.strides[i] == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " repeats entries (stride 0 in dimension ", i, ", of size ",
+                       v.shape[i], "); pass it materialised (contiguous)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name) {
   if (v.numel() == 0) return absl::OkStatus();
   std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1

@@ -47,6 +47,12 @@ absl::Status CheckDisjoint(absl::Span<const NamedView> views);
 // dimension's stride clears the whole extent of the smaller ones.
 absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
 
+// A tensor a call copies whose size nothing else bounds (skew generators, Shaw tables,
+// cu_seqlens, tree children) must be materialised: a zero stride over more than one entry
+// (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
+// would exhaust memory or time. InvalidArgument naming it otherwise.
+absl::Status CheckMaterialised(const TensorView& v, const char* name);
+
 // Positions [N] as a contiguous span: the tensor's own memory when it is compact,
 // otherwise a gathered copy in `storage`.
 absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage);

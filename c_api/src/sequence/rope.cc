@@ -24,6 +24,7 @@
 
 using gpe::c_api::CheckCreate;
 using gpe::c_api::CheckDim;
+using gpe::c_api::CheckMaterialised;
 using gpe::c_api::CheckNoSelfOverlap;
 using gpe::c_api::CheckStructSize;
 using gpe::c_api::DType;
@@ -295,6 +296,8 @@ absl::StatusOr<RopeCall> ViewRopeCall(const gpe_rope* rope, const gpe_rope_token
     if (cv->shape[0] < 1) {
       return absl::InvalidArgumentError("cu_seqlens needs batch + 1 >= 1 entries; got 0");
     }
+    // Copied before the checks of its entries: its size must be backed by memory.
+    if (absl::Status s = CheckMaterialised(*cv, "cu_seqlens"); !s.ok()) return s;
     c.cu = Gather(*cv);
     c.tensor.batch = cv->shape[0] - 1;
     c.tensor.cu_seqlens = c.cu;

@@ -20,6 +20,20 @@
 // lse = -inf, and contributes no gradient. Masking is the kernel's job, never the
 // bias's (bias.h): causal biases return finite values above the diagonal.
 //
+// NON-FINITE VALUES (every implementation, every element type; docs/ARCHITECTURE.md,
+// "Non-finite values in attention")
+//  - A NaN score s_ij of an allowed key (a NaN in q, k or a bias; inf * 0 in the dot
+//    product) or a +inf score makes row i NaN: o and lse NaN, as PyTorch's softmax.
+//    The backward then gives NaN to dq of the row and to dk, dv of its allowed keys.
+//  - A -inf score (a -inf bias) gives its key probability 0. A row whose every score is
+//    -inf is a row with no allowed key (o = 0, lse = -inf).
+//  - A masked key (causal future, other sequence) and a key of probability exactly 0
+//    contribute nothing, whatever its k and v hold (0 * inf is not formed); a non-finite
+//    value row of a key with probability > 0 reaches the row's o (inf or NaN).
+//  - Scores are formed in float with the scale folded into q (cpu/: times log2 e); a
+//    finite logit whose scaled score exceeds float's range is +inf there (a NaN row),
+//    as PyTorch's float32 q k^T overflows first for head_dim >= 3.
+//
 // LAYOUTS (strides in elements; head_dim is always contiguous, stride 1)
 // ---------------------------------------------------------------------
 //  - kBSHD: q is [batch, seq_len_q, num_q_heads, head_dim], k and v are

@@ -31,10 +31,10 @@ absl::Status MergeAttention(int64_t rows, int64_t head_dim, absl::Span<const T* 
     }
     for (int64_t r = 0; r < rows; ++r) {
       const T l = lse_parts[i][r];
-      if (std::isnan(l) || l == std::numeric_limits<T>::infinity()) {
+      if (l == std::numeric_limits<T>::infinity()) {
         return absl::InvalidArgumentError(
             absl::StrCat("lse of part ", i, ", row ", r, " is ", static_cast<double>(l),
-                         "; it must be finite or -inf"));
+                         "; it must be finite, -inf or NaN"));
       }
     }
   }
@@ -43,7 +43,16 @@ absl::Status MergeAttention(int64_t rows, int64_t head_dim, absl::Span<const T* 
   std::vector<double> w(n);
   for (int64_t r = 0; r < rows; ++r) {
     double m = -std::numeric_limits<double>::infinity();
-    for (size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(lse_parts[i][r]));
+    bool nan = false;
+    for (size_t i = 0; i < n; ++i) {
+      nan = nan || std::isnan(lse_parts[i][r]);
+      m = std::max(m, static_cast<double>(lse_parts[i][r]));
+    }
+    if (nan) {  // a part's row saw NaN scores: the whole row is NaN
+      std::fill(o + r * head_dim, o + (r + 1) * head_dim, std::numeric_limits<T>::quiet_NaN());
+      lse[r] = std::numeric_limits<T>::quiet_NaN();
+      continue;
+    }
     std::fill(row.begin(), row.end(), 0.0);
     double out_lse = m;
     if (m != -std::numeric_limits<double>::infinity()) {

@@ -31,9 +31,11 @@ namespace attention {
 // o_parts[i] and lse_parts[i] hold part i (same number of parts, >= 1, non-null). o and lse
 // receive the merge; o may be the same pointer as one of o_parts (and lse as one of
 // lse_parts): each row is formed in a scratch row before it is stored. Other partial
-// overlaps are not allowed. lse_parts values must be finite or -inf (NaN or +inf is
-// InvalidArgument, checked before anything is written). T is float or double; sums are
-// formed in double either way.
+// overlaps are not allowed. lse_parts values must be finite, -inf or NaN (+inf is
+// InvalidArgument, checked before anything is written: no attention gives it). A NaN
+// lse_i, what a part gives for a row whose scores held NaN (descriptor.h, "Non-finite
+// values"), makes the merged row NaN, o and lse, as that row would be unsplit. T is
+// float or double; sums are formed in double either way.
 template <class T>
 absl::Status MergeAttention(int64_t rows, int64_t head_dim, absl::Span<const T* const> o_parts,
                             absl::Span<const T* const> lse_parts, T* o, T* lse);

@@ -189,12 +189,28 @@ TEST(MergeAttention, RejectsBadInput) {
   EXPECT_FALSE(MergeAttention<double>(2, 3, two, lone, o.data(), lse.data()).ok());
   EXPECT_FALSE(MergeAttention<double>(2, 3, none, lone, o.data(), lse.data()).ok());
   EXPECT_FALSE(MergeAttention<double>(2, 3, one, lone, nullptr, lse.data()).ok());
-  l[1] = std::numeric_limits<double>::quiet_NaN();
+  l[1] = std::numeric_limits<double>::infinity();
   absl::Status s = MergeAttention<double>(2, 3, one, lone, o.data(), lse.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("row 1"), std::string::npos) << s.message();
-  l[1] = std::numeric_limits<double>::infinity();
-  EXPECT_FALSE(MergeAttention<double>(2, 3, one, lone, o.data(), lse.data()).ok());
+}
+
+// A part's NaN lse (its row saw a NaN score) makes that merged row NaN, o and lse, as the
+// unsplit row would be; the other rows merge as usual. Before, NaN was refused, so a
+// split computation failed where the unsplit one returned NaN.
+TEST(MergeAttention, NaNPartMakesItsRowNaN) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> x0 = {1, 2, 3, 4}, x1 = {5, 6, 7, 8};
+  std::vector<double> l0 = {0.0, nan}, l1 = {0.0, 1.0};
+  const double* os[] = {x0.data(), x1.data()};
+  const double* ls[] = {l0.data(), l1.data()};
+  std::vector<double> o(4), lse(2);
+  ASSERT_TRUE(MergeAttention<double>(2, 2, os, ls, o.data(), lse.data()).ok());
+  // Row 0: equal weights, exact in double (means of small integers; lse = ln 2).
+  EXPECT_DOUBLE_EQ(o[0], 3.0);
+  EXPECT_DOUBLE_EQ(o[1], 4.0);
+  EXPECT_DOUBLE_EQ(lse[0], std::log(2.0));
+  EXPECT_TRUE(std::isnan(o[2]) && std::isnan(o[3]) && std::isnan(lse[1]));
 }
 
 }  // namespace

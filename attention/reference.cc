@@ -170,7 +170,9 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           double dot = shaw_k ? qlab[lab_k[j]] : 0.0;
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
           score[j] = loc[j] * scale * dot + bias[j];
-          m = std::max(m, score[j]);
+          // A NaN score makes the row NaN (std::max would drop it); +inf gives NaN below.
+          m = std::isnan(score[j]) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN()
+                                                     : std::max(m, score[j]);
         }
         double* oi = out.data() + (i * hq + h) * d;
         if (m == kNegInf) {  // no allowed key (or every score -inf): o = 0, no gradient

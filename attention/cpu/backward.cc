@@ -1,6 +1,7 @@
 #include "attention/cpu/backward.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
 #include "attention/cpu/tile_encodings.h"
 #include "attention/cpu/workspace.h"
@@ -182,14 +184,17 @@ class Backward {
       if (absl::Status st = tk_->Forward(ks + j0, nk, w.krows.get(), dp); !st.ok()) return st;
     }
     cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
+    w.kv_finite = cpu::RowsAllFinite(w.krows.get(), nk, dp, d);
     if constexpr (std::is_same_v<T, float>) {
-      cpu::PackKeyPanels(v_ + a_.KOffset(a_.v, ks + j0, it.g), nk, a_.v.token, d,
-                         w.vpanels.get());
+      const float* vrows = v_ + a_.KOffset(a_.v, ks + j0, it.g);
+      cpu::PackKeyPanels(vrows, nk, a_.v.token, d, w.vpanels.get());
+      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(vrows, nk, a_.v.token, d);
     } else {  // widened through dv's buffer, which is cleared next
       for (int64_t j = 0; j < nk; ++j) {
         LoadRow(v_ + a_.KOffset(a_.v, ks + j0 + j, it.g), w.dv.get() + j * dp, d);
       }
       cpu::PackKeyPanels(w.dv.get(), nk, dp, d, w.vpanels.get());
+      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(w.dv.get(), nk, dp, d);
     }
     std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
     std::fill(w.dv.get(), w.dv.get() + nk * dp, 0.0f);
@@ -262,15 +267,41 @@ class Backward {
     cpu::PrefetchRows ahead_q, ahead_dq;
     NextTileAhead(it, kb, qt, w, &ahead_q, &ahead_dq);
     if (absl::Status st = Probabilities(it, kb, qt, ahead_q, w); !st.ok()) return st;
-    // dV += P^T dO.
-    cpu::AccumulateTileTAdd(w.s.get(), bk, kb.nk, qt.nr, qt.drows, ld, dp, w.dv.get(), dp);
-    if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w); !st.ok()) return st;
-    // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
+    const bool careful = NeedsCare(kb, qt, w);
+    const float* p = w.s.get();
     const float* ds = w.dp.get();
     float* dq = DqRows(it, qt.h, a_.q_begin(it.b) + qt.r0);
+    if (careful) {  // masked entries and non-finite inputs: skip P = 0 (nonfinite.h)
+      const int64_t d = p_.d, nk = kb.nk, nr = qt.nr;
+      cpu::AccumulateSkippingZeros(p, 1, bk, p, 1, bk, nk, nr, qt.drows, ld, d, nullptr,
+                                   w.dv.get(), dp);
+      if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, careful); !st.ok()) return st;
+      cpu::AccumulateSkippingZeros(ds, bk, 1, p, bk, 1, nr, nk, w.krows.get(), dp, d, nullptr,
+                                   dq, dp);
+      cpu::AccumulateSkippingZeros(ds, 1, bk, p, 1, bk, nk, nr, qt.qrows, ld, d, nullptr,
+                                   w.dk.get(), dp);
+      return absl::OkStatus();
+    }
+    // dV += P^T dO.
+    cpu::AccumulateTileTAdd(p, bk, kb.nk, qt.nr, qt.drows, ld, dp, w.dv.get(), dp);
+    if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, careful); !st.ok()) return st;
+    // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
     cpu::AccumulateTileAdd(ds, bk, qt.nr, kb.nk, w.krows.get(), dp, dp, dq, dp);
     cpu::AccumulateTileTAdd(ds, bk, kb.nk, qt.nr, qt.qrows, ld, dp, w.dk.get(), dp);
     return absl::OkStatus();
+  }
+
+  // Whether the tile takes the careful path (nonfinite.h): it may have masked entries
+  // (the causal future, biases, which may be -inf, rows without an allowed key or NaN
+  // rows) and some operand (keys, values, Qs, dO) is not finite, so that 0 * x would
+  // carry a NaN to where a masked key must contribute nothing.
+  bool NeedsCare(const KeyBlock& kb, const QueryTile& qt, const BackwardWorkspace& w) const {
+    bool maybe_masked = (a_.causal && kb.kmax > qt.qmin) || !a_.biases.empty();
+    for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
+    if (!maybe_masked) return false;
+    const int64_t ld = Group() * p_.dp;
+    return !(w.kv_finite && cpu::RowsAllFinite(qt.qrows, qt.nr, ld, p_.d) &&
+             cpu::RowsAllFinite(qt.drows, qt.nr, ld, p_.d));
   }
 
   // P = exp2(S - lse2) of the tile into w.s, S as the forward formed it (Shaw key labels,
@@ -361,7 +392,8 @@ class Backward {
   // to the bias sink, then times the locality factors; and (Shaw key labels) dS's mass
   // per label.
   absl::Status ScoreGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
-                              const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w) const {
+                              const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w,
+                              bool careful) const {
     using encodings::sequence::ShawRelative;
     const int64_t d = p_.d, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
     const int64_t group = Group(), ld = group * p_.dp;
@@ -384,6 +416,13 @@ class Backward {
     float* ds = dpt;
     for (int64_t r = 0; r < nr; ++r) w.shift[r] = w.dsum[(r0 + r) * group + hi];
     cpu::SoftmaxGradTile(s, bk, ds, bk, nr, kb.ncols, w.shift.get());
+    if (careful) {  // dS = 0 where P = 0, whatever dP holds (nonfinite.h)
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < kb.ncols; ++j) {
+          if (s[r * bk + j] == 0.0f) ds[r * bk + j] = 0.0f;
+        }
+      }
+    }
     if (sink_) {
       std::vector<double>& g = w.grad;
       g.resize(static_cast<size_t>(nr * nk));

@@ -11,6 +11,7 @@
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_decode.h"
+#include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
 
 namespace gpe {
@@ -105,6 +106,22 @@ absl::Status Forward<T>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
     }
   }
   cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+  if ((a_.causal && kblk.kmax > qmin) || !a_.biases.empty()) {
+    // Masked entries: a non-finite value row must not reach them (nonfinite.h).
+    bool finite = true;
+    for (int64_t g = 0; g < hkv && finite; ++g) {
+      finite = cpu::RowsAllFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, d);
+    }
+    if (!finite) {
+      for (int64_t g = 0; g < hkv; ++g) {
+        const int64_t r0 = g * gr;
+        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk,
+                                     v_ + a_.KOffset(a_.v, kb + j0, g), a_.v.token, d,
+                                     w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp);
+      }
+      return absl::OkStatus();
+    }
+  }
   cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
                         w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
   return absl::OkStatus();
@@ -202,13 +219,18 @@ void Forward<T>::CombineDecode(const float* partial, int64_t chunks) const {
   for (int64_t t = 0; t < nq; ++t) {
     for (int64_t h = 0; h < hq; ++h) {
       float mx = kNegInf;
+      bool nan = false;  // a chunk with a NaN or +inf score (NaN l): the row is NaN
       for (int64_t c = 0; c < chunks; ++c) {
         const float* st = partial + ((c * nq + t) * hq + h) * stride;
+        if (std::isnan(st[1])) nan = true;
         if (st[1] > 0.0f) mx = std::max(mx, st[0]);
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
       float l = 0.0f;
-      if (mx != kNegInf) {
+      if (nan) {
+        l = std::numeric_limits<float>::quiet_NaN();
+        std::fill(acc.begin(), acc.end(), l);
+      } else if (mx != kNegInf) {
         for (int64_t c = 0; c < chunks; ++c) {
           const float* st = partial + ((c * nq + t) * hq + h) * stride;
           if (!(st[1] > 0.0f)) continue;
@@ -217,13 +239,14 @@ void Forward<T>::CombineDecode(const float* partial, int64_t chunks) const {
           for (int64_t e = 0; e < d; ++e) acc[e] += f * st[2 + e];
         }
       }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const bool empty = l == 0.0f;  // no allowed key: o = 0, lse = -inf
+      const float inv = empty ? 0.0f : 1.0f / l;
       for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
       StoreRow(acc.data(), o_ + a_.QOffset(a_.o, t, h), d);
       if (lse_ != nullptr) {
         lse_[t * hq + h] =
-            l > 0.0f ? static_cast<float>((static_cast<double>(mx) + std::log2(static_cast<double>(l))) * kLn2)
-                     : kNegInf;
+            empty ? kNegInf
+                  : static_cast<float>((static_cast<double>(mx) + std::log2(static_cast<double>(l))) * kLn2);
       }
     }
   }

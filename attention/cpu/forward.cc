@@ -12,6 +12,7 @@
 
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels_bf16.h"
+#include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
 
 namespace gpe {
@@ -76,8 +77,12 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
         cpu::PackKeyPanelsBf16(reinterpret_cast<const uint16_t*>(k_ + a_.KOffset(a_.k, kb + j0, g)),
                                nk, a_.k.token, d, panels16);
       }
-      cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(v_ + a_.KOffset(a_.v, kb + j0, g)),
-                              nk, a_.v.token, d, p_.dp, w.pairs16.get() + j0 * p_.dp);
+      const T* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
+      cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(vsrc), nk, a_.v.token, d, p_.dp,
+                              w.pairs16.get() + j0 * p_.dp);
+      // Non-finite values: float copies too, for the careful accumulation (nonfinite.h).
+      w.vfinite[blk] = cpu::RowsFinite(vsrc, nk, a_.v.token, d);
+      if (!w.vfinite[blk]) CopyValues(g, kb, j0, nk, w);
       w.packed[blk] = 1;
       return absl::OkStatus();
     }
@@ -99,6 +104,7 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
     cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
   }
   CopyValues(g, kb, j0, nk, w);
+  w.vfinite[blk] = cpu::RowsAllFinite(w.values.get() + j0 * p_.dp, nk, p_.dp, d);
   w.packed[blk] = 1;
   return absl::OkStatus();
 }
@@ -192,6 +198,10 @@ absl::StatusOr<typename Forward<T>::KeyBlock> Forward<T>::ItemKeyBlock(const Ite
     kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
     kblk.pairs16 = w.pairs16.get() + j0 * dp;
   }
+  if (!direct) {
+    kblk.values_checked = true;
+    kblk.values_finite = w.vfinite[blk] != 0;
+  }
   return kblk;
 }
 
@@ -249,13 +259,16 @@ void Forward<T>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Works
     float* acc = w.oacc.get() + row * dp;
     float l = 0.0f;
     for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no allowed key: o = 0
+    // l = 0: no allowed key, o = 0 and lse = -inf. l is NaN when a score was NaN or +inf
+    // (kernels.h, SoftmaxTile): o and lse NaN.
+    const bool empty = l == 0.0f;
+    const float inv = empty ? 0.0f : 1.0f / l;
     for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
     StoreRow(acc, out, d);
     if (lse_ != nullptr) {
       lse_[(t0 + r) * a_.num_q_heads + h] =
-          l > 0.0f ? static_cast<float>((static_cast<double>(w.m[row]) + std::log2(static_cast<double>(l))) * kLn2)
-                   : kNegInf;
+          empty ? kNegInf
+                : static_cast<float>((static_cast<double>(w.m[row]) + std::log2(static_cast<double>(l))) * kLn2);
     }
   }
 }

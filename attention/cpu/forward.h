@@ -80,6 +80,9 @@ class Forward {
     int64_t ldv = 0;
     const uint16_t* panels16 = nullptr;  // bf16 dot-product path (else null)
     const uint16_t* pairs16 = nullptr;
+    // Packed blocks: whether vals holds only finite values (checked when packed); direct
+    // blocks check on demand (TileStep, masked entries only).
+    bool values_checked = false, values_finite = true;
   };
 
   // Up to bq query rows of one head, and the range of their positions (causal skipping,

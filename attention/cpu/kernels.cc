@@ -47,11 +47,23 @@ constexpr int kAccVecs = 4;
 // polynomial of degree 7 in f ln 2 (truncation < 6e-9 relative, below float's 6e-8),
 // times 2^n (AVX-512: vscalefps; otherwise assembled in the exponent field). x < -126
 // gives exactly 0 (2^-126 is float's smallest normal; such probabilities are < 1e-38 of
-// the row maximum, which is 1), so masked scores (-inf) get probability 0.
+// the row maximum, which is 1), so masked scores (-inf) get probability 0. NaN gives NaN
+// (a NaN score must reach the row's sum and output: docs/ARCHITECTURE.md, "Non-finite
+// values in attention").
 HWY_INLINE VF Exp2(DF df, VF x) {
   const VF lo = hn::Set(df, -126.0f);
+#if HWY_TARGET <= HWY_AVX3
+  // Not-less-than, unordered: true for NaN. vmaxps returns its second operand when either
+  // is NaN, so max(lo, x) keeps a NaN x (and clamps -inf, whose lanes keep drops).
+  const __mmask16 keep = _mm512_cmp_ps_mask(x.raw, lo.raw, _CMP_NLT_UQ);
+  x = VF{_mm512_max_ps(lo.raw, x.raw)};
+#else
+  const auto nan = hn::IsNaN(x);
   const auto keep = hn::Ge(x, lo);
-  x = hn::Max(x, lo);
+  const VF x_in = x;
+  x = hn::Max(x, lo);  // never NaN here (the int32 conversion below must not see one)
+  x = hn::IfThenElse(nan, lo, x);
+#endif
   const VF n = hn::Round(x);
   const VF f = hn::Sub(x, n);
   VF p = hn::Set(df, 1.525273380405984e-05f);
@@ -63,11 +75,11 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
   p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
 #if HWY_TARGET <= HWY_AVX3
-  return VF{_mm512_maskz_scalef_ps(keep.raw, p.raw, n.raw)};
+  return VF{_mm512_maskz_scalef_ps(keep, p.raw, n.raw)};
 #else
   const hn::RebindToSigned<DF> di;
   const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits)));
+  return hn::IfThenElse(nan, x_in, hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits))));
 #endif
 }
 
@@ -284,7 +296,9 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
     if (!hn::AllFalse(df, hn::Gt(vmax0, hn::Set(df, m[r] + kRescaleSlack)))) {
       MoveRowReference(hn::GetLane(hn::MaxOfLanes(df, vmax0)), &m[r], lr, &alpha[r]);
     }
-    if (m[r] == kNegInf) {  // nothing allowed yet in this row
+    if (m[r] == kNegInf && AnyNaN(row, n)) {
+      m[r] = std::numeric_limits<float>::quiet_NaN();  // a NaN score: the row is NaN
+    } else if (m[r] == kNegInf) {  // nothing allowed yet in this row
       std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
       continue;
     }
@@ -306,6 +320,12 @@ void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shif
     float* row = s + r * lds;
     if (shift[r] == -std::numeric_limits<float>::infinity()) {
       std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
+      continue;
+    }
+    if (std::isnan(shift[r])) {  // a NaN row: NaN where allowed, masked scores (-inf) 0
+      for (int64_t j = 0; j < n; ++j) {
+        row[j] = row[j] == -std::numeric_limits<float>::infinity() ? 0.0f : shift[r];
+      }
       continue;
     }
     const VF vm = hn::Set(df, shift[r]);
@@ -456,6 +476,42 @@ void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk,
   AccumulateAll<true, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
 }
 
+// Rows finite: x * 0 is 0 for finite x and NaN for +-inf and NaN, summed per lane.
+bool RowsAllFiniteImpl(const float* x, int64_t rows, int64_t ld, int64_t d) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF zero = hn::Zero(df);
+  VF acc = zero;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * ld;
+    int64_t c = 0;
+    for (; c + N <= d; c += N) acc = hn::MulAdd(hn::LoadU(df, xr + c), zero, acc);
+    for (; c < d; ++c) {
+      if (!std::isfinite(xr[c])) return false;
+    }
+  }
+  return hn::AllFalse(df, hn::IsNaN(acc));
+}
+
+// bfloat16 rows finite: the largest |x| bit pattern (sign cleared) below 0x7f80, the
+// exponent field of infinity and NaN.
+bool RowsAllFiniteBf16Impl(const uint16_t* x, int64_t rows, int64_t ld, int64_t d) {
+  // As int16: the magnitudes (sign cleared) are 0 .. 0x7fff, non-negative.
+  const hn::ScalableTag<int16_t> di;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(di));
+  const auto magnitude = hn::Set(di, int16_t{0x7fff});
+  auto acc = hn::Zero(di);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int16_t* xr = reinterpret_cast<const int16_t*>(x + r * ld);
+    int64_t c = 0;
+    for (; c + N <= d; c += N) acc = hn::Max(acc, hn::And(hn::LoadU(di, xr + c), magnitude));
+    for (; c < d; ++c) {
+      if ((x[r * ld + c] & 0x7fffu) >= 0x7f80u) return false;
+    }
+  }
+  return hn::AllFalse(di, hn::Gt(acc, hn::Set(di, int16_t{0x7f7f})));
+}
+
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
 
 // NOLINTNEXTLINE(google-readability-namespace-comments)
@@ -482,6 +538,15 @@ HWY_EXPORT(AccumulateTileAddImpl);
 HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
+HWY_EXPORT(RowsAllFiniteImpl);
+HWY_EXPORT(RowsAllFiniteBf16Impl);
+
+bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d) {
+  return HWY_DYNAMIC_DISPATCH(RowsAllFiniteImpl)(x, rows, ld, d);
+}
+bool RowsAllFiniteBf16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d) {
+  return HWY_DYNAMIC_DISPATCH(RowsAllFiniteBf16Impl)(x, rows, ld, d);
+}
 
 void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* panels) {
   HWY_DYNAMIC_DISPATCH(PackKeyPanelsImpl)(keys, nk, ld, d, panels);

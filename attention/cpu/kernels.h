@@ -73,20 +73,34 @@ inline void MoveRowReference(float m_new, float* m, float* l, float* alpha) {
   *m = m_new;
 }
 
+// Whether any of x[0 .. n) is NaN: the softmax's rare path for a row with nothing
+// allowed yet (m = -inf), where a NaN score, which no maximum sees, must still make the
+// row NaN rather than empty.
+inline bool AnyNaN(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) return true;
+  }
+  return false;
+}
+
 // One online-softmax step over an mq x n tile (n a multiple of the vector width, e.g. of
 // kPanel; masked scores are -inf). Per row r with reference maximum m[r] (-inf before
 // any allowed score) and partial sums l[r * kSumLanes .. + kSumLanes):
 //  - if some score exceeds m[r] + kRescaleSlack: m' = max_j s, alpha[r] = exp2(m[r] - m'),
 //    l *= alpha, m[r] = m'; otherwise alpha[r] = 1 and m[r] stays;
 //  - s <- exp2(s - m[r]) (unnormalised probabilities, <= 2^kRescaleSlack), l += their sum.
-// A row with m[r] = -inf (nothing allowed yet) gets s = 0, alpha = 1 and keeps l = 0.
+// A row with m[r] = -inf (nothing allowed yet) gets s = 0, alpha = 1 and keeps l = 0,
+// unless one of its scores is NaN: then m[r] = NaN. NaN scores give NaN probabilities
+// (so l and o become NaN: the row's output and lse are NaN, as PyTorch's), +inf scores
+// make m[r] = +inf and their probabilities NaN (inf - inf), -inf scores give 0.
 // Every alpha is exp2 of a non-positive difference, so o and l only ever shrink.
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha);
 
 // s[r * lds + j] <- exp2(s[r * lds + j] - shift[r]) for r < mq, j < n (n a multiple of
 // the vector width): probabilities from scores and the forward's base-2 log-sum-exp.
-// Rows with shift = -inf (no allowed key) become 0.
+// Rows with shift = -inf (no allowed key) become 0; rows with shift = NaN (the forward
+// row was NaN) become NaN except where the score is -inf (masked), which stays 0.
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift);
 
 // The softmax gradient in place of dP (FlashAttention-2, Dao 2023, Alg. 2:
@@ -113,6 +127,11 @@ void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, cons
                        int64_t ldv, int64_t dp, float* o, int64_t ldo);
 void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                         int64_t ldv, int64_t dp, float* o, int64_t ldo);
+
+// Whether rows [0, rows) of x (stride ld, d elements each) are all finite: float, and
+// bfloat16 bit patterns. For the careful path of non-finite inputs (nonfinite.h).
+bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d);
+bool RowsAllFiniteBf16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d);
 
 // exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
 void Exp2InPlace(float* x, int64_t n);

@@ -201,11 +201,12 @@ GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int6
 // kernels.cc's Exp2 on AVX-512, operation for operation (the same rounding, polynomial
 // and vscalefps), so the fused softmax below gives the float path's probabilities bit for
 // bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p the degree-7 Taylor
-// polynomial of 2^f (in f ln 2); exactly 0 below -126 (masked scores, -inf, included).
+// polynomial of 2^f (in f ln 2); exactly 0 below -126 (masked scores, -inf, included),
+// NaN for NaN.
 GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-126.0f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_GE_OQ);
-  x = _mm512_max_ps(x, lo);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lo, _CMP_NLT_UQ);  // NaN kept
+  x = _mm512_max_ps(lo, x);  // the second operand when either is NaN: NaN stays
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
@@ -245,7 +246,9 @@ GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t
     if (_mm512_cmp_ps_mask(vmax0, _mm512_set1_ps(m[r] + kRescaleSlack), _CMP_GT_OQ) != 0) {
       MoveRowReference(_mm512_reduce_max_ps(vmax0), &m[r], lr, &alpha[r]);
     }
-    if (m[r] == kNegInf) {  // nothing allowed yet in this row
+    if (m[r] == kNegInf && AnyNaN(row, n)) {
+      m[r] = std::numeric_limits<float>::quiet_NaN();  // a NaN score: the row is NaN
+    } else if (m[r] == kNegInf) {  // nothing allowed yet in this row
       std::memset(out, 0, static_cast<size_t>(n) * sizeof(uint16_t));
       if (keep_float) std::memset(row, 0, static_cast<size_t>(n) * sizeof(float));
       continue;

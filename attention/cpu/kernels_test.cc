@@ -38,21 +38,27 @@ TEST(Kernels, Exp2IsAccurateAndUnderflowsToZero) {
   }
 }
 
-// NaN lanes give 0 on every compiled target (Exp2 keeps only x >= -126, which NaN is not;
-// what a NaN score means for a row is the softmax's business), the other lanes their
-// usual values. NaN must not reach the conversion to int32, which is C++ on EMU128 and
-// undefined for NaN there (Max(x, -126) keeps it away today); the sanitizer run runs
-// this under UBSan. 37 lanes: below, at and above the 4-, 8- and 16-lane vectors.
-TEST(Kernels, Exp2OfNaNLanesIsZeroOnEveryTarget) {
+// NaN lanes give NaN on every compiled target (a NaN score must reach its row's sum and
+// output, as PyTorch's softmax gives NaN), the other lanes their usual values, and -inf
+// still 0. NaN must not reach the conversion to int32, which is C++ on EMU128 and
+// undefined for NaN there (the lanes are clamped first); the sanitizer run runs this
+// under UBSan. 37 lanes: below, at and above the 4-, 8- and 16-lane vectors. Before the
+// NaN rule every target gave 0 for the NaN lanes.
+TEST(Kernels, Exp2OfNaNLanesIsNaNOnEveryTarget) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float neg_inf = -std::numeric_limits<float>::infinity();
   std::vector<float> x(37);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = i % 3 == 0 ? nan : -0.25f * static_cast<float>(i);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = i % 3 == 0 ? nan : (i % 5 == 0 ? neg_inf : -0.25f * static_cast<float>(i));
+  }
   for (int64_t target : cpu::CompiledTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     std::vector<float> y = x;
     cpu::Exp2InPlace(y.data(), static_cast<int64_t>(y.size()));
     for (size_t i = 0; i < x.size(); ++i) {
-      if (i % 3 == 0) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(y[i])) << hwy::TargetName(target) << " lane " << i << ": " << y[i];
+      } else if (x[i] == neg_inf) {
         EXPECT_EQ(y[i], 0.0f) << hwy::TargetName(target) << " lane " << i;
       } else {
         // As Exp2IsAccurateAndUnderflowsToZero: 4 ulps.

@@ -10,6 +10,7 @@
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/kernels_decode.h"
+#include "attention/cpu/nonfinite.h"
 #include "encodings/sequence/relative.h"
 
 namespace gpe {
@@ -138,9 +139,15 @@ absl::Status Forward<T>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, con
     }
   }
   if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
+  // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
+  // them (nonfinite.h), as a masked key contributes nothing.
+  bool careful = false;
+  if ((a_.causal && kb.kmax > pmin) || !a_.biases.empty()) {
+    careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, d));
+  }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
-                              /*keep_float=*/vmass != nullptr);
+                              /*keep_float=*/vmass != nullptr || careful);
   } else {
     cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
   }
@@ -163,7 +170,9 @@ absl::Status Forward<T>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, con
       }
     }
   }
-  if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
+  if (careful) {
+    cpu::AccumulateSkippingZeros(s, bk, 1, s, bk, 1, rows, nk, kb.vals, kb.ldv, d, alpha, oacc, dp);
+  } else if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
     cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
   } else {
     cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);

@@ -36,6 +36,7 @@ Workspace::Workspace(const Plan& p) {
   kmin.resize(static_cast<size_t>(blocks));
   kmax.resize(static_cast<size_t>(blocks));
   ksorted.resize(static_cast<size_t>(blocks));
+  vfinite.resize(static_cast<size_t>(blocks));
   qlab.resize(static_cast<size_t>(p.nlk > 0 ? p.rows * p.ldl : 0));
   vmass.resize(static_cast<size_t>(p.rows * p.nlv));
   lab_ones.assign(static_cast<size_t>(p.nlv > 0 ? p.rows : 0), 1.0f);

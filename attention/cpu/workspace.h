@@ -26,6 +26,7 @@ struct Workspace {
   std::vector<char> packed;
   std::vector<int64_t> kmin, kmax;
   std::vector<char> ksorted;  // key positions non-decreasing within the block
+  std::vector<char> vfinite;  // the packed block's values are all finite (nonfinite.h)
   BiasScratch bias_scratch;
 
   // Floats one workspace holds (CpuForwardWorkspaceBytes).
@@ -42,6 +43,7 @@ struct BackwardWorkspace {
       s, dp, bias, loc, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
+  bool kv_finite = true;  // the key block's keys and values are all finite (nonfinite.h)
   // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
   // value-label dots of dO (stride ldl), the per-label sums of dS (keys) and P (values).
   std::vector<float> qlab, dolab, kmass, pmass, lab_ones;

@@ -33,7 +33,11 @@ extern "C" {
  * Any strides with head_dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
  * s_ij = scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j); o_i = sum_j softmax_j(s_ij) v_j;
  * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln sum_j
- * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Causal: key j allowed iff
+ * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Non-finite inputs propagate
+ * as PyTorch's do: a NaN (or +inf) score of an allowed key makes its row's o and lse NaN
+ * (and, backward, dq of the row and dk, dv of the row's allowed keys); masked keys and
+ * keys of probability 0 contribute nothing whatever their k and v hold (the rule in full:
+ * attention/descriptor.h, "NON-FINITE VALUES"). Causal: key j allowed iff
  * p_j <= p_i. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of them
  * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
  * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b

@@ -1,0 +1,246 @@
+// Non-finite inputs in the CPU kernels against the double reference (descriptor.h,
+// "NON-FINITE VALUES"): NaN and infinite queries, keys and values, causal and not, on
+// lengths below, at and above the tiles (block_q 16, block_k 64), the decoding path, the
+// backward, float32 and bfloat16, every compiled instruction set. Before the rule, a NaN
+// or +inf key was dropped (the row equal to attention without it), a NaN query row gave
+// o = 0 and lse = -inf, a non-finite value in a masked key's row reached the rows of its
+// tile, and the backward gave NaN dq with finite dk and dv.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cpu/cpu_attention.h"
+#include "attention/cpu/kernels.h"
+#include "attention/cpu/test_util.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "attention/test_util.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+#include "hwy/targets.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+using encodings::sequence::BFloat16;
+using test::Bf;
+using test::Bshd;
+using test::Fl;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Where the reference is finite the kernel must be finite and close; where it is not,
+// the kernel must not be finite either (NaN against inf is allowed: a non-finite value
+// times a probability that float rounds to 0 and double does not). tol: absolute, on
+// outputs of size O(1) (averages of N(0, 1) values).
+void ExpectSamePattern(const std::vector<double>& want, const std::vector<float>& got, double tol,
+                       const std::string& what) {
+  ASSERT_EQ(want.size(), got.size());
+  int bad = 0;
+  for (size_t i = 0; i < want.size() && bad < 5; ++i) {
+    if (std::isfinite(want[i])) {
+      if (!(std::abs(got[i] - want[i]) <= tol)) {
+        ++bad;
+        ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " want " << want[i];
+      }
+    } else if (std::isfinite(got[i])) {
+      ++bad;
+      ADD_FAILURE() << what << " [" << i << "]: " << got[i] << " want non-finite " << want[i];
+    }
+  }
+}
+
+struct Inputs {
+  std::vector<float> q, k, v;
+};
+
+Inputs Random(const AttentionArgs& a, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  Inputs in;
+  in.q = test::RandomF(test::Extent(a, a.q, true), &rng);
+  in.k = test::RandomF(test::Extent(a, a.k, false), &rng);
+  in.v = test::RandomF(test::Extent(a, a.v, false), &rng);
+  return in;
+}
+
+std::vector<double> Widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// The forward on every compiled target and element type against the reference.
+void CheckForward(const AttentionArgs& a, const Inputs& in, const std::string& what) {
+  const size_t no = test::Extent(a, a.o, true);
+  const size_t nl = static_cast<size_t>(a.num_q_tokens() * a.num_q_heads);
+  std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v);
+  std::vector<double> o_ref(no), lse_ref(nl);
+  ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), o_ref.data(),
+                                       lse_ref.data())
+                  .ok());
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 2;
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string at = what + " on " + hwy::TargetName(target);
+    std::vector<float> o(no, 7.0f), lse(nl, 7.0f);
+    ASSERT_TRUE(CpuForward(a, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), opt).ok());
+    // float32 against double on d = 32 sums of O(1) terms: errors ~1e-6; 1e-4 leaves
+    // room and still catches a dropped key (changes of O(1 / length)).
+    ExpectSamePattern(o_ref, o, 1e-4, at + " o");
+    ExpectSamePattern(lse_ref, lse, 1e-4, at + " lse");
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  // bfloat16: the inputs' bf16 roundings (exact, non-finite kept) against the reference
+  // on those roundings; the output's rounding alone is 2^-9 relative, and the bf16 dot
+  // products round q, k and P to bf16: 2e-2 absolute on O(1) outputs.
+  std::vector<BFloat16> q16(in.q.size()), k16(in.k.size()), v16(in.v.size());
+  std::vector<double> qr(in.q.size()), kr(in.k.size()), vr(in.v.size());
+  for (size_t i = 0; i < in.q.size(); ++i) qr[i] = Fl(q16[i].bits = Bf(in.q[i]));
+  for (size_t i = 0; i < in.k.size(); ++i) kr[i] = Fl(k16[i].bits = Bf(in.k[i]));
+  for (size_t i = 0; i < in.v.size(); ++i) vr[i] = Fl(v16[i].bits = Bf(in.v[i]));
+  ASSERT_TRUE(ReferenceForward<double>(a, qr.data(), kr.data(), vr.data(), o_ref.data(),
+                                       lse_ref.data())
+                  .ok());
+  using Arith = CpuAttentionOptions::Bf16Arithmetic;
+  for (Arith arith : {Arith::kWiden, Arith::kDotProducts}) {
+    opt.bf16_arithmetic = arith;
+    const std::string at = what + (arith == Arith::kWiden ? " bf16 widened" : " bf16 dot");
+    std::vector<BFloat16> o16(no, BFloat16{Bf(7.0f)});
+    std::vector<float> lse(nl, 7.0f);
+    ASSERT_TRUE(CpuForward(a, q16.data(), k16.data(), v16.data(), o16.data(), lse.data(), opt).ok());
+    std::vector<float> o(no);
+    for (size_t i = 0; i < no; ++i) o[i] = Fl(o16[i].bits);
+    ExpectSamePattern(o_ref, o, 2e-2, at + " o");
+    ExpectSamePattern(lse_ref, lse, 2e-2, at + " lse");
+  }
+}
+
+// Lengths below, at and above the 16 x 64 tiles; a poisoned token in the middle.
+const int64_t kLengths[] = {5, 17, 64, 70, 130};
+
+TEST(NonFinite, NaNOrInfiniteKeyReachesExactlyTheRowsThatSeeIt) {
+  for (int64_t l : kLengths) {
+    for (bool causal : {false, true}) {
+      for (float bad : {kNaN, kInf, -kInf}) {
+        AttentionArgs a = Bshd(1, l, l, 2, 1, 32);
+        a.causal = causal;
+        Inputs in = Random(a, static_cast<uint64_t>(l));
+        const int64_t j = l / 2;
+        in.k[static_cast<size_t>(j * a.k.token + 3)] = bad;
+        CheckForward(a, in, "key " + std::to_string(bad) + " l " + std::to_string(l) +
+                                (causal ? " causal" : ""));
+      }
+    }
+  }
+}
+
+TEST(NonFinite, NaNQueryRowIsNaNNotEmpty) {
+  for (int64_t l : kLengths) {
+    for (bool causal : {false, true}) {
+      AttentionArgs a = Bshd(1, l, l, 2, 2, 32);
+      a.causal = causal;
+      Inputs in = Random(a, static_cast<uint64_t>(l) + 100);
+      // Every element of one query row NaN (no maximum sees it), and one element of
+      // another.
+      for (int64_t c = 0; c < 32; ++c) in.q[static_cast<size_t>((l - 1) * a.q.token + c)] = kNaN;
+      in.q[static_cast<size_t>(a.q.head + 5)] = kNaN;
+      CheckForward(a, in, "query l " + std::to_string(l) + (causal ? " causal" : ""));
+    }
+  }
+}
+
+TEST(NonFinite, MaskedValueRowContributesNothing) {
+  for (int64_t l : kLengths) {
+    for (bool causal : {false, true}) {
+      for (float bad : {kNaN, kInf}) {
+        AttentionArgs a = Bshd(1, l, l, 4, 2, 32);
+        a.causal = causal;
+        Inputs in = Random(a, static_cast<uint64_t>(l) + 200);
+        const int64_t j = l / 2;
+        in.v[static_cast<size_t>(j * a.v.token + a.v.head + 1)] = bad;
+        CheckForward(a, in, "value " + std::to_string(bad) + " l " + std::to_string(l) +
+                                (causal ? " causal" : ""));
+      }
+    }
+  }
+}
+
+// Decoding: few queries against many keys (the split-key path), the last queries of a
+// causal KV cache, so that the earlier queries mask the later keys.
+TEST(NonFinite, DecodingPropagatesAndMasks) {
+  for (int64_t lq : {1, 3}) {
+    AttentionArgs a = Bshd(1, lq, 300, 4, 2, 32);
+    a.causal = true;
+    Inputs in = Random(a, static_cast<uint64_t>(lq) + 300);
+    in.v[static_cast<size_t>(299 * a.v.token + 2)] = kInf;  // masked for all but the last query
+    CheckForward(a, in, "decode value lq " + std::to_string(lq));
+    in = Random(a, static_cast<uint64_t>(lq) + 400);
+    in.k[static_cast<size_t>(150 * a.k.token + 2)] = kNaN;
+    CheckForward(a, in, "decode key lq " + std::to_string(lq));
+  }
+}
+
+// A finite logit beyond float's range after scaling reads as +inf, a NaN row: never as a
+// row without allowed keys (before: o = 0, lse = -inf).
+TEST(NonFinite, OverflowingScoreIsNaNNotEmpty) {
+  AttentionArgs a = Bshd(1, 4, 4, 1, 1, 32);
+  Inputs in = Random(a, 9);
+  for (int64_t c = 0; c < 32; ++c) {
+    in.q[static_cast<size_t>(c)] = 3e37f;
+    in.k[static_cast<size_t>(c)] = 3e37f;
+  }
+  std::vector<float> o(in.q.size()), lse(4);
+  ASSERT_TRUE(CpuForward(a, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()).ok());
+  EXPECT_TRUE(std::isnan(lse[0])) << lse[0];
+  EXPECT_TRUE(std::isnan(o[0])) << o[0];
+  EXPECT_TRUE(std::isfinite(lse[1]) && std::isfinite(o[a.q.token])) << lse[1];
+}
+
+// The backward against the reference's gradients: a NaN key, and an infinite value of a
+// key that earlier (causal) rows mask, whose dq, and the other keys' dk, dv, stay finite.
+TEST(NonFinite, BackwardFollowsTheRule) {
+  for (int64_t l : {17, 70}) {
+    for (int poison : {0, 1, 2}) {
+      AttentionArgs a = Bshd(1, l, l, 2, 1, 32);
+      a.causal = true;
+      Inputs in = Random(a, static_cast<uint64_t>(l) + 500 + poison);
+      std::mt19937_64 rng(static_cast<uint64_t>(l) + 600);
+      std::vector<float> d_o = test::RandomF(test::Extent(a, a.o, true), &rng);
+      const int64_t j = l / 2;
+      if (poison == 0) in.k[static_cast<size_t>(j * a.k.token + 1)] = kNaN;
+      if (poison == 1) in.v[static_cast<size_t>(j * a.v.token + 1)] = kInf;
+      if (poison == 2) d_o[static_cast<size_t>(j * a.o.token + 1)] = kNaN;
+      std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v), dod = Widen(d_o);
+      std::vector<double> dq_ref(qd.size()), dk_ref(kd.size()), dv_ref(vd.size());
+      ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
+                                            dq_ref.data(), dk_ref.data(), dv_ref.data())
+                      .ok());
+      CpuAttentionOptions opt;
+      opt.block_q = 16;
+      opt.block_k = 64;
+      opt.num_threads = 2;
+      for (int64_t target : cpu::CompiledTargets()) {
+        hwy::SetSupportedTargetsForTest(target);
+        const std::string at = "poison " + std::to_string(poison) + " l " + std::to_string(l) +
+                               " on " + hwy::TargetName(target);
+        std::vector<float> dq(qd.size()), dk(kd.size()), dv(vd.size());
+        ASSERT_TRUE(CpuBackward(a, in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr,
+                                d_o.data(), dq.data(), dk.data(), dv.data(), nullptr, opt)
+                        .ok());
+        // Gradients of O(1) inputs over <= 70 keys: float errors ~1e-5; 1e-3 absolute.
+        ExpectSamePattern(dq_ref, dq, 1e-3, at + " dq");
+        ExpectSamePattern(dk_ref, dk, 1e-3, at + " dk");
+        ExpectSamePattern(dv_ref, dv, 1e-3, at + " dv");
+      }
+      hwy::SetSupportedTargetsForTest(0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

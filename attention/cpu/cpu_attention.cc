@@ -22,12 +22,15 @@ namespace attention {
 namespace cpu {
 namespace {
 
-template <class T>
-absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v, T* o,
+template <class T, class KV = T>
+absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
                          float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
   if (args.empty()) return absl::OkStatus();  // nothing to write (AttentionArgs::empty)
-  absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
+  absl::StatusOr<Plan> plan =
+      MakePlan(args, options, std::is_same_v<KV, float>,
+               std::is_same_v<T, encodings::sequence::BFloat16> &&
+                   std::is_same_v<KV, encodings::sequence::BFloat16>);
   if (!plan.ok()) return plan.status();
   if (args.num_q_tokens() > 0 && (q == nullptr || o == nullptr)) {
     return Bad("null q or o tensor");
@@ -35,7 +38,7 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const T* k, cons
   if (args.num_k_tokens() > 0 && (k == nullptr || v == nullptr)) {
     return Bad("null k or v tensor");
   }
-  Forward<T> fwd(args, *plan, q, k, v, o, lse);
+  Forward<T, KV> fwd(args, *plan, q, k, v, o, lse);
   if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
   // Decoding shapes (few query rows per kv head, long KV caches): split the keys.
   int64_t max_lq = 0, total_k = 0;
@@ -99,7 +102,8 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     return s;
   }
   if (args.empty()) return absl::OkStatus();  // nothing else to write (AttentionArgs::empty)
-  absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>);
+  absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>,
+                                       std::is_same_v<T, encodings::sequence::BFloat16>);
   if (!plan.ok()) return plan.status();
   const int64_t nq = args.num_q_tokens(), nkt = args.num_k_tokens();
   if (nq > 0 && (q == nullptr || d_o == nullptr)) return Bad("null q or d_o tensor");
@@ -124,6 +128,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
 }  // namespace cpu
 
 using encodings::sequence::BFloat16;
+using encodings::sequence::Float16;
 
 absl::Status CpuForward(const AttentionArgs& args, const float* q, const float* k, const float* v,
                         float* o, float* lse, const CpuAttentionOptions& options) {
@@ -133,6 +138,21 @@ absl::Status CpuForward(const AttentionArgs& args, const BFloat16* q, const BFlo
                         const BFloat16* v, BFloat16* o, float* lse,
                         const CpuAttentionOptions& options) {
   return cpu::ForwardImpl<BFloat16>(args, q, k, v, o, lse, options);
+}
+absl::Status CpuForward(const AttentionArgs& args, const float* q, const BFloat16* k,
+                        const BFloat16* v, float* o, float* lse,
+                        const CpuAttentionOptions& options) {
+  return cpu::ForwardImpl<float, BFloat16>(args, q, k, v, o, lse, options);
+}
+absl::Status CpuForward(const AttentionArgs& args, const float* q, const Float16* k,
+                        const Float16* v, float* o, float* lse,
+                        const CpuAttentionOptions& options) {
+  return cpu::ForwardImpl<float, Float16>(args, q, k, v, o, lse, options);
+}
+absl::Status CpuForward(const AttentionArgs& args, const BFloat16* q, const Float16* k,
+                        const Float16* v, BFloat16* o, float* lse,
+                        const CpuAttentionOptions& options) {
+  return cpu::ForwardImpl<BFloat16, Float16>(args, q, k, v, o, lse, options);
 }
 absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
                          const float* v, const float* o, const float* lse, const float* d_o,

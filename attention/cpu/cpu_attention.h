@@ -118,6 +118,26 @@ absl::Status CpuForward(const AttentionArgs& args, const encodings::sequence::BF
                         const encodings::sequence::BFloat16* v,
                         encodings::sequence::BFloat16* o, float* lse = nullptr,
                         const CpuAttentionOptions& options = {});
+
+// 16-bit KV caches: k and v in bfloat16 or IEEE float16 (half the bytes a decoding step
+// reads), q and o float32 (or, with a float16 cache, bfloat16). Keys and values are
+// widened to float exactly as tiles load (float16: F16C's vcvtph2ps) and every product is
+// float32, so the result equals CpuForward on the widened k and v; with a bfloat16 q
+// and a bfloat16 cache use the overload above. Forward only (inference).
+absl::Status CpuForward(const AttentionArgs& args, const float* q,
+                        const encodings::sequence::BFloat16* k,
+                        const encodings::sequence::BFloat16* v, float* o, float* lse = nullptr,
+                        const CpuAttentionOptions& options = {});
+absl::Status CpuForward(const AttentionArgs& args, const float* q,
+                        const encodings::sequence::Float16* k,
+                        const encodings::sequence::Float16* v, float* o, float* lse = nullptr,
+                        const CpuAttentionOptions& options = {});
+absl::Status CpuForward(const AttentionArgs& args, const encodings::sequence::BFloat16* q,
+                        const encodings::sequence::Float16* k,
+                        const encodings::sequence::Float16* v,
+                        encodings::sequence::BFloat16* o, float* lse = nullptr,
+                        const CpuAttentionOptions& options = {});
+
 absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::BFloat16* q,
                          const encodings::sequence::BFloat16* k,
                          const encodings::sequence::BFloat16* v,

@@ -33,8 +33,8 @@ constexpr int64_t kDecodePrefetchBytes = int64_t{32} << 10;
 // head, so a thread streams one contiguous range of the KV cache (all heads of each
 // token are adjacent in bshd/thd); the unnormalised state (m, l, o) of every (token,
 // head) row goes to partial[(chunk, token, head)], combined by CombineDecode.
-template <class T>
-absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk,
+template <class T, class KV>
+absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk,
                                        float* partial, Workspace& w) const {
   const int64_t d = p_.d, bk = p_.bk;
   const int64_t hq = a_.num_q_heads;
@@ -64,7 +64,7 @@ absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_
     kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
     kblk.direct = true;
     kblk.ncols = RoundUp(nk, kVecPad);
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<KV, float>) {
       if (tk_ == nullptr && p_.direct_v) {
         if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
           return st;
@@ -83,8 +83,8 @@ absl::Status Forward<T>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_
 // prefetchers follow), then per kv head the masks and P V (value rows requested a few
 // ahead). Software prefetching of the keys and of the values during the scores was
 // measured slower: it filled the miss buffers the demand loads needed.
-template <class T>
-absl::Status Forward<T>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
+template <class T, class KV>
+absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
                                          const int64_t* qpos, int64_t lq, int64_t qmin,
                                          Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kblk.nk;
@@ -129,8 +129,8 @@ absl::Status Forward<T>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
 
 // The block kv head by kv head, every query head of the group in one tile (rows
 // g * group * lq ..): one pass over the block's key and value rows per kv head.
-template <class T>
-absl::Status Forward<T>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
+template <class T, class KV>
+absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
                                            int64_t lq, int64_t qmin, Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp, nk = kblk.nk;
   const int64_t group = a_.num_q_heads / a_.num_kv_heads, hkv = a_.num_kv_heads;
@@ -144,7 +144,7 @@ absl::Status Forward<T>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int6
     kblk.ldk = keys->second;
     CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
     kblk.vals = w.values.get() + j0 * dp;
-    if constexpr (std::is_same_v<T, float>) {
+    if constexpr (std::is_same_v<KV, float>) {
       if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
     }
     kblk.ldv = p_.direct_v ? a_.v.token : dp;
@@ -161,8 +161,8 @@ absl::Status Forward<T>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int6
 
 // The item's state of every (head, token) row, (m, l, o), to partial[(chunk, token,
 // head)].
-template <class T>
-void Forward<T>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
+template <class T, class KV>
+void Forward<T, KV>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
                                   const Workspace& w) const {
   const int64_t dp = p_.dp, hq = a_.num_q_heads;
   const int64_t nq = a_.num_q_tokens(), stride = dp + 2;
@@ -188,8 +188,8 @@ void Forward<T>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* 
 //    the next block's rows of every head, head after head (the kernels walk heads
 //    outermost there: see cpu::ScoreDecode);
 // empty otherwise.
-template <class T>
-cpu::PrefetchAhead Forward<T>::Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0,
+template <class T, class KV>
+cpu::PrefetchAhead Forward<T, KV>::Ahead(const KV* x, const Strides& st, int64_t kb, int64_t j0,
                                      int64_t nk, int64_t k1) const {
   const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
   const int64_t size = static_cast<int64_t>(sizeof(T));
@@ -210,8 +210,8 @@ cpu::PrefetchAhead Forward<T>::Ahead(const T* x, const Strides& st, int64_t kb, 
 
 // o and lse of every (token, head) from the chunks' states: M = max m_c,
 // l = sum l_c 2^(m_c - M), o = sum o_c 2^(m_c - M) / l (base-2 log domain).
-template <class T>
-void Forward<T>::CombineDecode(const float* partial, int64_t chunks) const {
+template <class T, class KV>
+void Forward<T, KV>::CombineDecode(const float* partial, int64_t chunks) const {
   const int64_t hq = a_.num_q_heads, nq = a_.num_q_tokens(), d = p_.d, dp = p_.dp;
   const int64_t stride = dp + 2;
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -252,8 +252,8 @@ void Forward<T>::CombineDecode(const float* partial, int64_t chunks) const {
   }
 }
 
-template <class T>
-absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
+template <class T, class KV>
+absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan,
                        int64_t total_k) {
   // Chunks of about total_k / (4 threads) keys (whole key blocks), per sequence.
   const int64_t chunk = std::max(plan.bk, RoundUp(total_k / (4 * plan.threads) + 1, plan.bk));
@@ -295,9 +295,15 @@ absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const P
   return absl::OkStatus();
 }
 
-template absl::Status RunDecode(const Forward<float>& fwd, const AttentionArgs& args,
+template absl::Status RunDecode(const Forward<float, float>& fwd, const AttentionArgs& args,
                                 const Plan& plan, int64_t total_k);
-template absl::Status RunDecode(const Forward<BFloat16>& fwd, const AttentionArgs& args,
+template absl::Status RunDecode(const Forward<BFloat16, BFloat16>& fwd, const AttentionArgs& args,
+                                const Plan& plan, int64_t total_k);
+template absl::Status RunDecode(const Forward<float, BFloat16>& fwd, const AttentionArgs& args,
+                                const Plan& plan, int64_t total_k);
+template absl::Status RunDecode(const Forward<float, Float16>& fwd, const AttentionArgs& args,
+                                const Plan& plan, int64_t total_k);
+template absl::Status RunDecode(const Forward<BFloat16, Float16>& fwd, const AttentionArgs& args,
                                 const Plan& plan, int64_t total_k);
 
 }  // namespace cpu

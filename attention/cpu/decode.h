@@ -17,8 +17,8 @@ namespace attention {
 namespace cpu {
 
 // The whole forward of the call by split keys (total_k: keys of every sequence).
-template <class T>
-absl::Status RunDecode(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan,
+template <class T, class KV>
+absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan,
                        int64_t total_k);
 
 }  // namespace cpu

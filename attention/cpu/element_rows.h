@@ -1,5 +1,5 @@
 // Rows in and out of the kernels' float buffers: float32 tensors copied, bfloat16 ones
-// widened on load and rounded on store.
+// widened on load and rounded on store, float16 ones (KV caches: loaded only) widened.
 #ifndef ATTENTION_CPU_ELEMENT_ROWS_H_
 #define ATTENTION_CPU_ELEMENT_ROWS_H_
 
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "encodings/sequence/rope.h"
 
@@ -15,6 +16,7 @@ namespace attention {
 namespace cpu {
 
 using encodings::sequence::BFloat16;
+using encodings::sequence::Float16;
 
 // Element conversions at the kernel's edges: inputs widened to float once, outputs
 // rounded once (bfloat16: to nearest even, rope.h's ToBFloat16).
@@ -25,10 +27,13 @@ inline float ToF(BFloat16 x) {
   std::memcpy(&f, &u, sizeof(f));
   return f;
 }
+inline float ToF(Float16 x) { return encodings::sequence::ToFloat(x); }
 template <class T>
 inline void LoadRow(const T* src, float* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
     std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  } else if constexpr (std::is_same_v<T, Float16>) {  // KV caches only: F16C where present
+    cpu::WidenF16Row(reinterpret_cast<const uint16_t*>(src), dst, n);
   } else {  // bf16 bits shifted up, 16 lanes at a time where the CPU has AVX-512
     cpu::WidenBf16Row(reinterpret_cast<const uint16_t*>(src), dst, n);
   }

@@ -19,8 +19,8 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-template <class T>
-absl::Status Forward<T>::RunItem(const Item& it, Workspace& w) const {
+template <class T, class KV>
+absl::Status Forward<T, KV>::RunItem(const Item& it, Workspace& w) const {
   const int64_t kb = a_.k_begin(it.b), lk = a_.k_end(it.b) - kb;
   const int64_t qbase = a_.q_begin(it.b);
   const int64_t blocks = (lk + p_.bk - 1) / p_.bk;
@@ -51,12 +51,12 @@ absl::Status Forward<T>::RunItem(const Item& it, Workspace& w) const {
 }
 
 // Rotates, transposes and copies key block blk of the item's sequence (kv head g).
-template <class T>
-absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk,
+template <class T, class KV>
+absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk,
                                    Workspace& w) const {
   const int64_t j0 = blk * p_.bk, nk = std::min(p_.bk, lk - j0);
   const int64_t d = p_.d;
-  if constexpr (std::is_same_v<T, BFloat16>) {
+  if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<KV, BFloat16>) {
     if (p_.bf16_dot) {  // bf16 panels of (rotated, then rounded) keys and value pairs
       const int64_t deven = RoundUp(d, 2);
       uint16_t* panels16 = w.panels16.get() + blk * p_.bk * deven;
@@ -77,7 +77,7 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
         cpu::PackKeyPanelsBf16(reinterpret_cast<const uint16_t*>(k_ + a_.KOffset(a_.k, kb + j0, g)),
                                nk, a_.k.token, d, panels16);
       }
-      const T* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
+      const KV* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
       cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(vsrc), nk, a_.v.token, d, p_.dp,
                               w.pairs16.get() + j0 * p_.dp);
       // Non-finite values: float copies too, for the careful accumulation (nonfinite.h).
@@ -94,7 +94,7 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
     }
     if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
     cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
-  } else if constexpr (std::is_same_v<T, float>) {
+  } else if constexpr (std::is_same_v<KV, float>) {
     // Key rows are (token, head) rows of k: consecutive tokens are a.k.token apart.
     cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
   } else {
@@ -113,8 +113,8 @@ absl::Status Forward<T>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t bl
 // against every allowed key block: key blocks outer, query tiles of up to bq rows of
 // one head inner (one L2 load of each key block per pass, shared by the group's heads),
 // online-softmax state per row. Buffer row hi * mq + r is head h0 + hi, token t0 + r.
-template <class T>
-absl::Status Forward<T>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
+template <class T, class KV>
+absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
                                    int64_t kb, int64_t lk, bool direct, Workspace& w) const {
   const int64_t bk = p_.bk, bq = p_.bq;
   if (absl::Status s = LoadQueries(h0, nh, t0, mq, direct, w); !s.ok()) return s;
@@ -146,8 +146,8 @@ absl::Status Forward<T>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64
 
 // Key block blk of the item as its tiles see it: key rows read in place or rotated
 // (direct), else packed into panels on first use.
-template <class T>
-absl::StatusOr<typename Forward<T>::KeyBlock> Forward<T>::ItemKeyBlock(const Item& it, int64_t blk,
+template <class T, class KV>
+absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(const Item& it, int64_t blk,
                                                                        int64_t kb, int64_t lk,
                                                                        bool direct,
                                                                        Workspace& w) const {
@@ -188,7 +188,7 @@ absl::StatusOr<typename Forward<T>::KeyBlock> Forward<T>::ItemKeyBlock(const Ite
   kblk.ncols = ncols;
   kblk.vals = w.values.get() + j0 * dp;
   kblk.ldv = dp;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<KV, float>) {
     if (direct && p_.direct_v) {
       kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
       kblk.ldv = a_.v.token;
@@ -208,8 +208,8 @@ absl::StatusOr<typename Forward<T>::KeyBlock> Forward<T>::ItemKeyBlock(const Ite
 // The query tiles (QueryRows' buffer rows, positions qpos of its mq tokens) against one
 // key block, those in its causal past only; in direct mode with one tile per head, every
 // head in one TileStep.
-template <class T>
-absl::Status Forward<T>::BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles,
+template <class T, class KV>
+absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles,
                                     int64_t h0, int64_t nh, int64_t mq, const int64_t* qpos,
                                     bool direct, Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp;
@@ -243,8 +243,8 @@ absl::Status Forward<T>::BlockTiles(const KeyBlock& kblk, const QueryTile* tile,
 }
 
 // QueryRows' rows done: Shaw value labels added, o = acc / l stored, and lse.
-template <class T>
-void Forward<T>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const {
+template <class T, class KV>
+void Forward<T, KV>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp;
   const int64_t rows = nh * mq;
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -273,8 +273,8 @@ void Forward<T>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Works
   }
 }
 
-template <class T>
-absl::Status RunForwardItems(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan) {
+template <class T, class KV>
+absl::Status RunForwardItems(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan) {
   const std::vector<Item> items = MakeItems(args, plan);
   const int threads = static_cast<int>(std::min<int64_t>(plan.threads, std::max<size_t>(items.size(), 1)));
   return RunItems<Workspace>(
@@ -282,10 +282,16 @@ absl::Status RunForwardItems(const Forward<T>& fwd, const AttentionArgs& args, c
       [&](int64_t i, Workspace& w) { return fwd.RunItem(items[i], w); });
 }
 
-template absl::Status RunForwardItems(const Forward<float>& fwd, const AttentionArgs& args,
-                                      const Plan& plan);
-template absl::Status RunForwardItems(const Forward<BFloat16>& fwd, const AttentionArgs& args,
-                                      const Plan& plan);
+template absl::Status RunForwardItems(const Forward<float, float>& fwd,
+                                      const AttentionArgs& args, const Plan& plan);
+template absl::Status RunForwardItems(const Forward<BFloat16, BFloat16>& fwd,
+                                      const AttentionArgs& args, const Plan& plan);
+template absl::Status RunForwardItems(const Forward<float, BFloat16>& fwd,
+                                      const AttentionArgs& args, const Plan& plan);
+template absl::Status RunForwardItems(const Forward<float, Float16>& fwd,
+                                      const AttentionArgs& args, const Plan& plan);
+template absl::Status RunForwardItems(const Forward<BFloat16, Float16>& fwd,
+                                      const AttentionArgs& args, const Plan& plan);
 
 }  // namespace cpu
 }  // namespace attention

@@ -2,7 +2,8 @@
 // every driver repeats, one query tile against one key block (tile_step.cc). Two drivers
 // run it: query items, each a chunk of query rows of one kv head against every allowed
 // key block (forward.cc), and split-key decoding, each item a range of keys of every kv
-// head (decode.cc). T is float or encodings::sequence::BFloat16 (float arithmetic).
+// head (decode.cc). T (q and o) is float or encodings::sequence::BFloat16, KV (k and v)
+// T, or a 16-bit KV cache: BFloat16 or Float16 (float arithmetic throughout).
 #ifndef ATTENTION_CPU_FORWARD_H_
 #define ATTENTION_CPU_FORWARD_H_
 
@@ -24,10 +25,10 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-template <class T>
+template <class T, class KV = T>
 class Forward {
  public:
-  Forward(const AttentionArgs& a, const Plan& p, const T* q, const T* k, const T* v, T* o,
+  Forward(const AttentionArgs& a, const Plan& p, const T* q, const KV* k, const KV* v, T* o,
           float* lse)
       : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse) {}
 
@@ -56,7 +57,7 @@ class Forward {
   //    the next block's rows of every head, head after head (the kernels walk heads
   //    outermost there: see cpu::ScoreDecode);
   // empty otherwise.
-  cpu::PrefetchAhead Ahead(const T* x, const Strides& st, int64_t kb, int64_t j0, int64_t nk,
+  cpu::PrefetchAhead Ahead(const KV* x, const Strides& st, int64_t kb, int64_t j0, int64_t nk,
                            int64_t k1) const;
 
   // o and lse of every (token, head) from the chunks' states: M = max m_c,
@@ -162,7 +163,8 @@ class Forward {
 
   const AttentionArgs& a_;
   const Plan& p_;
-  const T *q_, *k_, *v_;
+  const T* q_;
+  const KV *k_, *v_;
   T* o_;
   float* lse_;
   std::vector<int64_t> pq_, pk_;
@@ -171,8 +173,8 @@ class Forward {
 };
 
 // Runs every query item of the call on plan.threads threads (forward.cc).
-template <class T>
-absl::Status RunForwardItems(const Forward<T>& fwd, const AttentionArgs& args, const Plan& plan);
+template <class T, class KV>
+absl::Status RunForwardItems(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan);
 
 }  // namespace cpu
 }  // namespace attention

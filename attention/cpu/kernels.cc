@@ -493,9 +493,11 @@ bool RowsAllFiniteImpl(const float* x, int64_t rows, int64_t ld, int64_t d) {
   return hn::AllFalse(df, hn::IsNaN(acc));
 }
 
-// bfloat16 rows finite: the largest |x| bit pattern (sign cleared) below 0x7f80, the
-// exponent field of infinity and NaN.
-bool RowsAllFiniteBf16Impl(const uint16_t* x, int64_t rows, int64_t ld, int64_t d) {
+// 16-bit float rows finite (bfloat16 or IEEE half bit patterns): the largest magnitude
+// bit pattern (sign cleared) at most max_finite (0x7f7f bf16, 0x7bff half), below the
+// patterns of infinity and NaN.
+bool RowsAllFinite16Impl(const uint16_t* x, int64_t rows, int64_t ld, int64_t d,
+                         int16_t max_finite) {
   // As int16: the magnitudes (sign cleared) are 0 .. 0x7fff, non-negative.
   const hn::ScalableTag<int16_t> di;
   const int64_t N = static_cast<int64_t>(hn::Lanes(di));
@@ -506,10 +508,47 @@ bool RowsAllFiniteBf16Impl(const uint16_t* x, int64_t rows, int64_t ld, int64_t 
     int64_t c = 0;
     for (; c + N <= d; c += N) acc = hn::Max(acc, hn::And(hn::LoadU(di, xr + c), magnitude));
     for (; c < d; ++c) {
-      if ((x[r * ld + c] & 0x7fffu) >= 0x7f80u) return false;
+      if (static_cast<int16_t>(x[r * ld + c] & 0x7fffu) > max_finite) return false;
     }
   }
-  return hn::AllFalse(di, hn::Gt(acc, hn::Set(di, int16_t{0x7f7f})));
+  return hn::AllFalse(di, hn::Gt(acc, hn::Set(di, max_finite)));
+}
+
+// IEEE half to float, exact (F16C's vcvtph2ps on AVX2 and AVX-512). The portable
+// baseline decodes the bits itself: Highway's scalar PromoteTo reads the infinity and
+// NaN patterns (exponent 31) as numbers (kernels_test: 0x7c00 gave 65536).
+void WidenF16RowImpl(const uint16_t* src, float* dst, int64_t n) {
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = src[i], sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
+                   mantissa = h & 0x3ffu;
+    uint32_t bits;
+    if (exponent == 0x1f) {  // infinity, NaN (payload kept)
+      bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {  // normal: rebias 15 -> 127
+      bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    } else {  // zero, subnormal: mantissa * 2^-24, exact in float
+      const float f = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
+      std::memcpy(&bits, &f, sizeof(bits));
+      bits |= sign;
+    }
+    std::memcpy(dst + i, &bits, sizeof(bits));
+  }
+#else
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const hwy::float16_t* h = reinterpret_cast<const hwy::float16_t*>(src);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, h + i)), df, dst + i);
+  if (i < n) {
+    HWY_ALIGN hwy::float16_t buf[hn::MaxLanes(DF())] = {};
+    HWY_ALIGN float out[hn::MaxLanes(DF())];
+    std::memcpy(buf, h + i, static_cast<size_t>(n - i) * sizeof(uint16_t));
+    hn::Store(hn::PromoteTo(df, hn::Load(dh, buf)), df, out);
+    std::memcpy(dst + i, out, static_cast<size_t>(n - i) * sizeof(float));
+  }
+#endif
 }
 
 const char* TargetNameImpl() { return hwy::TargetName(HWY_TARGET); }
@@ -539,13 +578,20 @@ HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(RowsAllFiniteImpl);
-HWY_EXPORT(RowsAllFiniteBf16Impl);
+HWY_EXPORT(RowsAllFinite16Impl);
+HWY_EXPORT(WidenF16RowImpl);
 
 bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d) {
   return HWY_DYNAMIC_DISPATCH(RowsAllFiniteImpl)(x, rows, ld, d);
 }
 bool RowsAllFiniteBf16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d) {
-  return HWY_DYNAMIC_DISPATCH(RowsAllFiniteBf16Impl)(x, rows, ld, d);
+  return HWY_DYNAMIC_DISPATCH(RowsAllFinite16Impl)(x, rows, ld, d, int16_t{0x7f7f});
+}
+bool RowsAllFiniteF16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d) {
+  return HWY_DYNAMIC_DISPATCH(RowsAllFinite16Impl)(x, rows, ld, d, int16_t{0x7bff});
+}
+void WidenF16Row(const uint16_t* src, float* dst, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(WidenF16RowImpl)(src, dst, n);
 }
 
 void PackKeyPanels(const float* keys, int64_t nk, int64_t ld, int64_t d, float* panels) {

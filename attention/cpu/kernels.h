@@ -132,6 +132,11 @@ void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, con
 // bfloat16 bit patterns. For the careful path of non-finite inputs (nonfinite.h).
 bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d);
 bool RowsAllFiniteBf16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d);
+bool RowsAllFiniteF16(const uint16_t* x, int64_t rows, int64_t ld, int64_t d);
+
+// n IEEE half-precision bit patterns widened to float (exact; F16C where the target has
+// it): float16 KV caches.
+void WidenF16Row(const uint16_t* src, float* dst, int64_t n);
 
 // exp2 of n floats in place with the kernels' polynomial (for the tests' accuracy check).
 void Exp2InPlace(float* x, int64_t n);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/cpu/test_util.h"
@@ -290,6 +291,98 @@ TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
     EXPECT_NEAR(l_new, a * l_old + sum, 1e-6 * (a * l_old + sum));
     for (int64_t j = n; j < lds; ++j) EXPECT_EQ(s2[r * lds + j], s[r * lds + j]);
   }
+}
+
+// RowsAllFinite and its 16-bit forms against a plain check: one non-finite element
+// placed at every index of rows of length 1 .. 40 (below, at and above the 4-, 8-, 16-
+// and 32-lane vectors), two rows with a stride, on every compiled target; and rows with
+// the largest finite values (0x7f7f bf16, 0x7bff half), which must pass.
+TEST(Kernels, RowsAllFiniteFindsEveryNonFiniteElement) {
+  const float bad_f[] = {std::numeric_limits<float>::quiet_NaN(),
+                         std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity()};
+  const uint16_t bad_bf[] = {0x7fc0, 0x7f80, 0xff80, 0x7f81};
+  const uint16_t bad_h[] = {0x7e00, 0x7c00, 0xfc00, 0x7c01};
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const std::string t = hwy::TargetName(target);
+    for (int64_t d = 1; d <= 40; ++d) {
+      const int64_t ld = d + 3;
+      std::vector<float> x(static_cast<size_t>(2 * ld), 3.0e38f);
+      std::vector<uint16_t> bf(static_cast<size_t>(2 * ld), 0xff7f), h(static_cast<size_t>(2 * ld), 0xfbff);
+      EXPECT_TRUE(cpu::RowsAllFinite(x.data(), 2, ld, d)) << t << " d " << d;
+      EXPECT_TRUE(cpu::RowsAllFiniteBf16(bf.data(), 2, ld, d)) << t << " d " << d;
+      EXPECT_TRUE(cpu::RowsAllFiniteF16(h.data(), 2, ld, d)) << t << " d " << d;
+      // Past each row's d elements (the stride's gap) nothing is read as part of a row.
+      x[static_cast<size_t>(d)] = bad_f[0];
+      bf[static_cast<size_t>(d)] = bad_bf[0];
+      h[static_cast<size_t>(d)] = bad_h[0];
+      EXPECT_TRUE(cpu::RowsAllFinite(x.data(), 2, ld, d)) << t << " d " << d << " gap";
+      EXPECT_TRUE(cpu::RowsAllFiniteBf16(bf.data(), 2, ld, d)) << t << " d " << d << " gap";
+      EXPECT_TRUE(cpu::RowsAllFiniteF16(h.data(), 2, ld, d)) << t << " d " << d << " gap";
+      for (int64_t r = 0; r < 2; ++r) {
+        for (int64_t c = 0; c < d; ++c) {
+          const size_t i = static_cast<size_t>(r * ld + c);
+          for (float b : bad_f) {
+            std::vector<float> y = x;
+            y[i] = b;
+            EXPECT_FALSE(cpu::RowsAllFinite(y.data(), 2, ld, d)) << t << " d " << d << " at " << i;
+          }
+          for (size_t k = 0; k < 4; ++k) {
+            std::vector<uint16_t> y = bf, z = h;
+            y[i] = bad_bf[k];
+            z[i] = bad_h[k];
+            EXPECT_FALSE(cpu::RowsAllFiniteBf16(y.data(), 2, ld, d)) << t << " d " << d << " at " << i;
+            EXPECT_FALSE(cpu::RowsAllFiniteF16(z.data(), 2, ld, d)) << t << " d " << d << " at " << i;
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// Half to float against a plain decoding of the IEEE binary16 format (exact: every half
+// is a float), on every 16-bit pattern (normals, subnormals, zeros, infinities, NaNs),
+// in lengths that leave every remainder, on every compiled target.
+TEST(Kernels, WidenF16RowIsExactOnEveryPattern) {
+  auto plain = [](uint16_t hbits) {
+    const int sign = hbits >> 15, exponent = (hbits >> 10) & 0x1f, mantissa = hbits & 0x3ff;
+    double v;
+    if (exponent == 0) {
+      v = std::ldexp(mantissa, -24);
+    } else if (exponent == 31) {
+      v = mantissa == 0 ? std::numeric_limits<double>::infinity()
+                        : std::numeric_limits<double>::quiet_NaN();
+    } else {
+      v = std::ldexp(1024 + mantissa, exponent - 25);
+    }
+    return static_cast<float>(sign ? -v : v);
+  };
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{16}, int64_t{17}, int64_t{65536}}) {
+      for (int64_t start = 0; start + n <= 65536; start += (n == 65536 ? 1 : 4099)) {
+        std::vector<float> out(static_cast<size_t>(n) + 1, -7.0f);
+        cpu::WidenF16Row(all.data() + start, out.data(), n);
+        EXPECT_EQ(out[static_cast<size_t>(n)], -7.0f) << "wrote past n";
+        int bad = 0;
+        for (int64_t i = 0; i < n && bad < 3; ++i) {
+          const float want = plain(all[static_cast<size_t>(start + i)]);
+          const float got = out[static_cast<size_t>(i)];
+          if (std::isnan(want) ? !std::isnan(got) : std::memcmp(&want, &got, sizeof(float)) != 0) {
+            ++bad;
+            ADD_FAILURE() << hwy::TargetName(target) << " pattern " << std::hex
+                          << all[static_cast<size_t>(start + i)] << ": " << got << " want " << want;
+          }
+        }
+        if (n == 65536) break;
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

@@ -24,6 +24,8 @@ template <class T>
 bool RowsFinite(const T* x, int64_t rows, int64_t ld, int64_t d) {
   if constexpr (std::is_same_v<T, float>) {
     return RowsAllFinite(x, rows, ld, d);
+  } else if constexpr (std::is_same_v<T, Float16>) {
+    return RowsAllFiniteF16(reinterpret_cast<const uint16_t*>(x), rows, ld, d);
   } else {
     return RowsAllFiniteBf16(reinterpret_cast<const uint16_t*>(x), rows, ld, d);
   }

@@ -23,7 +23,7 @@ absl::Status Bad(const std::string& msg) {
 }
 
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
-                              bool float_inputs) {
+                              bool float_kv, bool bf16_all) {
   if (absl::Status s = ValidateCpuAttentionOptions(opt); !s.ok()) return s;
   Plan p;
   p.threads = opt.num_threads > 0
@@ -34,8 +34,8 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
-  p.direct_v = float_inputs && p.dp == p.d;
-  if (!float_inputs) {
+  p.direct_v = float_kv && p.dp == p.d;
+  if (bf16_all) {
     using A = CpuAttentionOptions::Bf16Arithmetic;
     const bool dot = opt.bf16_arithmetic == A::kDotProducts ||
                      (opt.bf16_arithmetic == A::kAuto && cpu::Bf16DotProductsFaster());

@@ -47,10 +47,11 @@ struct Plan {
   int64_t ldl = 0;           // row stride of label dot products: whole key panels
 };
 
-// The plan for these arguments and options (float_inputs: float32 tensors, else
-// bfloat16); rejects options out of range.
+// The plan for these arguments and options; rejects options out of range. float_kv: k
+// and v are float32 (decoding may read value rows in place); bf16_all: q, k, v and o
+// are all bfloat16 (the bf16 dot products may serve them).
 absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions& opt,
-                              bool float_inputs = true);
+                              bool float_kv = true, bool bf16_all = false);
 
 // Rows of one score tile: a query tile, or every head of a group in direct mode.
 int64_t TileRows(const Plan& p);

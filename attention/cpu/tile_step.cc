@@ -21,8 +21,8 @@ namespace cpu {
 // row hi * mq + r: head h0 + hi, token t0 + r): transformed, times softmax_scale *
 // log2(e); with Shaw key labels, their label dot products; and (bf16 dot products, not
 // direct) rounded to bf16.
-template <class T>
-absl::Status Forward<T>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+template <class T, class KV>
+absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
                                      Workspace& w) const {
   const int64_t d = p_.d;
   const int64_t rows = nh * mq;
@@ -51,8 +51,8 @@ absl::Status Forward<T>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t
 
 // The online-softmax state of `rows` rows before their first key block: m = -inf,
 // l = 0, o = 0.
-template <class T>
-void Forward<T>::StartRows(int64_t rows, Workspace& w) const {
+template <class T, class KV>
+void Forward<T, KV>::StartRows(int64_t rows, Workspace& w) const {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   std::fill(w.m.get(), w.m.get() + rows, kNegInf);
   std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
@@ -62,8 +62,8 @@ void Forward<T>::StartRows(int64_t rows, Workspace& w) const {
 // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
 // (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop
 // cost TLB misses on every tile); decoding reads them in place when it can (in_place).
-template <class T>
-void Forward<T>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
+template <class T, class KV>
+void Forward<T, KV>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
                             bool in_place) const {
   if (in_place && p_.direct_v) return;
   float* vals = w.values.get() + j0 * p_.dp;
@@ -83,12 +83,12 @@ void Forward<T>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Works
 
 // Key rows of block blk for direct scoring: in place (float, no transform) or rotated
 // into the rows buffer. Returns the rows and their stride.
-template <class T>
-absl::StatusOr<std::pair<const float*, int64_t>> Forward<T>::DirectKeys(int64_t g, int64_t kb,
+template <class T, class KV>
+absl::StatusOr<std::pair<const float*, int64_t>> Forward<T, KV>::DirectKeys(int64_t g, int64_t kb,
                                                                         int64_t j0, int64_t nk,
                                                                         Workspace& w) const {
   const int64_t d = p_.d;
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<KV, float>) {
     if (tk_ == nullptr) return std::make_pair(k_ + a_.KOffset(a_.k, kb + j0, g), a_.k.token);
   }
   for (int64_t j = 0; j < nk; ++j) {
@@ -107,8 +107,8 @@ absl::StatusOr<std::pair<const float*, int64_t>> Forward<T>::DirectKeys(int64_t 
 // of a group then share every load of a key and value row. qlab / vmass (Shaw labels,
 // null without): the tile rows' key-label dot products and value-label probability
 // mass (p_.nlk / p_.nlv per row, in the tile's row order).
-template <class T>
-absl::Status Forward<T>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
+template <class T, class KV>
+absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
                                   const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
                                   float* alpha, float* oacc, Workspace& w, const uint16_t* q16,
                                   const float* qlab, float* vmass) const {
@@ -183,8 +183,8 @@ absl::Status Forward<T>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, con
 // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
 // final: locality factors, additive biases (log2 e times), the causal mask and -inf
 // past the block's keys up to kb.ncols.
-template <class T>
-absl::Status Forward<T>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
+template <class T, class KV>
+absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
                                       const int64_t* tpos, int64_t nr, int64_t pmin, float* s,
                                       Workspace& w) const {
   const int64_t bk = p_.bk, nk = kb.nk;
@@ -238,8 +238,11 @@ absl::Status Forward<T>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
   return absl::OkStatus();
 }
 
-template class Forward<float>;
-template class Forward<BFloat16>;
+template class Forward<float, float>;
+template class Forward<BFloat16, BFloat16>;
+template class Forward<float, BFloat16>;
+template class Forward<float, Float16>;
+template class Forward<BFloat16, Float16>;
 
 }  // namespace cpu
 }  // namespace attention

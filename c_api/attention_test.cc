@@ -174,6 +174,83 @@ TEST(AttentionAbi, PackedBfloat16AndBackward) {
   EXPECT_NEAR(fd, an, 2e-2 * std::max(1.0, std::fabs(an)));
 }
 
+// 16-bit KV caches: float32 q against bfloat16 and float16 k, v (and bfloat16 q against
+// float16) equal the float32 call on the same values; values are multiples of 1/32 below
+// 4 in magnitude (7 significant bits), exact in bfloat16, float16 and float32, so only
+// the kernels' summation order differs (float32 on d = 16 over 40 keys: 1e-5 absolute;
+// bfloat16 output: its rounding, 2^-9 of |o| < 4, 8e-3). The backward refuses a cache.
+TEST(AttentionAbi, SixteenBitKvCacheForward) {
+  const int64_t sq = 3, sk = 40, hq = 4, hkv = 2, d = 16;
+  auto grid = [](std::vector<float> x) {
+    for (float& e : x) e = std::round(std::clamp(e, -3.8f, 3.8f) * 32.0f) / 32.0f;
+    return x;
+  };
+  std::vector<float> q = grid(Random(sq * hq * d, 11)), k = grid(Random(sk * hkv * d, 12)),
+                     v = grid(Random(sk * hkv * d, 13));
+  auto bits16 = [](const std::vector<float>& x, bool half) {
+    std::vector<uint16_t> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      if (!half) {
+        y[i] = static_cast<uint16_t>(u >> 16);  // exact: the low half is zero
+      } else if ((u & 0x7fffffffu) == 0) {
+        y[i] = static_cast<uint16_t>(u >> 16);
+      } else {  // a normal half: rebias 127 -> 15, top 10 mantissa bits (the rest zero)
+        const uint32_t e = ((u >> 23) & 0xff) - 112;
+        y[i] = static_cast<uint16_t>(((u >> 16) & 0x8000u) | (e << 10) | ((u >> 13) & 0x3ffu));
+      }
+    }
+    return y;
+  };
+  std::vector<int64_t> qs = {1, sq, hq, d}, ks = {1, sk, hkv, d};
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  std::vector<float> want(q.size()), got(q.size());
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+           tv = Tensor(v.data(), kDLFloat, 32, &ks), to = Tensor(want.data(), kDLFloat, 32, &qs);
+  ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  for (bool half : {false, true}) {
+    std::vector<uint16_t> k16 = bits16(k, half), v16 = bits16(v, half);
+    const DLDataTypeCode code = half ? kDLFloat : kDLBfloat;
+    DLTensor ck = Tensor(k16.data(), code, 16, &ks), cv = Tensor(v16.data(), code, 16, &ks),
+             go = Tensor(got.data(), kDLFloat, 32, &qs);
+    ASSERT_EQ(gpe_attention_forward(&opt, &tq, &ck, &cv, &go, nullptr), GPE_OK)
+        << gpe_last_error_message();
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << half << " " << i;
+    std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
+    DLTensor tdq = Tensor(dq.data(), kDLFloat, 32, &qs), tdk = Tensor(dk.data(), kDLFloat, 32, &ks),
+             tdv = Tensor(dv.data(), kDLFloat, 32, &ks);
+    EXPECT_EQ(gpe_attention_backward(&opt, &tq, &ck, &cv, nullptr, nullptr, &to, &tdq, &tdk, &tdv),
+              GPE_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::strstr(gpe_last_error_message(), "forward only"), nullptr)
+        << gpe_last_error_message();
+  }
+  // bfloat16 q (exact: 7 significant bits) and o against a float16 cache.
+  std::vector<uint16_t> qb = bits16(q, false), ob(q.size()), kh = bits16(k, true),
+                        vh = bits16(v, true);
+  DLTensor bq = Tensor(qb.data(), kDLBfloat, 16, &qs), bo = Tensor(ob.data(), kDLBfloat, 16, &qs),
+           hk = Tensor(kh.data(), kDLFloat, 16, &ks), hv = Tensor(vh.data(), kDLFloat, 16, &ks);
+  ASSERT_EQ(gpe_attention_forward(&opt, &bq, &hk, &hv, &bo, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  for (size_t i = 0; i < ob.size(); ++i) {
+    uint32_t u = uint32_t(ob[i]) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    ASSERT_NEAR(f, want[i], 8e-3) << i;
+  }
+  // Refused: float16 q; k and v of different dtypes; float32 k, v for bfloat16 q (not a
+  // 16-bit cache).
+  std::vector<uint16_t> qh = bits16(q, true), oh(q.size());
+  DLTensor hq16 = Tensor(qh.data(), kDLFloat, 16, &qs), ho = Tensor(oh.data(), kDLFloat, 16, &qs);
+  EXPECT_EQ(gpe_attention_forward(&opt, &hq16, &hk, &hv, &ho, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<uint16_t> kb = bits16(k, false);
+  DLTensor bk = Tensor(kb.data(), kDLBfloat, 16, &ks);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &bk, &hv, &to, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_attention_forward(&opt, &bq, &tk, &tv, &bo, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+}
+
 // float64 runs the exact reference: against the double oracle to rounding, its lse against
 // the float32 kernel's, and its backward against central differences of its own forward.
 TEST(AttentionAbi, Float64IsExactWithGradients) {

@@ -20,7 +20,9 @@ extern "C" {
  * positional encoding applied inside the kernel (flash-style tiles, linear memory).
  *
  * Tensors (float32, bfloat16 or float64 for all of q, k, v, o and the gradients; lse float32,
- * or float64 with float64 tensors). float32 and bfloat16 run the optimised kernels (float32
+ * or float64 with float64 tensors). The forward also takes a 16-bit KV cache: k and v
+ * bfloat16 or float16 with float32 q and o, or float16 with bfloat16 q and o (half the
+ * bytes a decoding step reads; widened exactly to float32 as tiles load). float32 and bfloat16 run the optimised kernels (float32
  * arithmetic); float64 runs the exact reference (attention/reference.h: double throughout,
  * the scores materialised one row at a time, single-threaded, O(len_q len_k d) per head),
  * meant for gradient checks and as an oracle, with every option below supported; its

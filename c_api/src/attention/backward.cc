@@ -49,6 +49,12 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
   {
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
+    if (c.kv_dtype != c.dtype) {
+      return Bad(absl::StrCat("q is ", gpe::c_api::DTypeName(c.dtype), " but k and v are ",
+                              gpe::c_api::DTypeName(c.kv_dtype),
+                              ": 16-bit KV caches are forward only; the backward takes one "
+                              "dtype for q, k and v"));
+    }
     const bool packed = c.args.layout == att::Layout::kTHD;
     if ((o == nullptr) != (lse == nullptr)) {
       return Bad("give both o and lse from the forward, or neither (recomputed)");

@@ -37,7 +37,9 @@
 namespace gpe::c_api::attn {
 namespace {
 
-constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64};
+// float16 only as a KV cache (k and v of a forward with float32 or bfloat16 q).
+constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64,
+                                DType::kFloat16};
 constexpr DType kF32[] = {DType::kFloat32};
 
 // The options struct of the first release ends at cu_seqlens_k; later fields are read
@@ -399,8 +401,27 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   c->k = *kv;
   c->v = *vv;
   c->dtype = qv->dtype;
-  if (kv->dtype != c->dtype || vv->dtype != c->dtype) {
-    return Bad("q, k and v must have one dtype (float32, bfloat16 or float64)");
+  c->kv_dtype = kv->dtype;
+  if (vv->dtype != kv->dtype) {
+    return Bad(absl::StrCat("k is ", gpe::c_api::DTypeName(kv->dtype), " but v is ",
+                            gpe::c_api::DTypeName(vv->dtype), "; they must have one dtype"));
+  }
+  // One dtype (float32, bfloat16 or float64), or a 16-bit KV cache of the forward: float32
+  // q with bfloat16 or float16 k, v; bfloat16 q with float16 k, v (the forward checks
+  // that it is one; the backward refuses any).
+  const bool cache = (c->dtype == DType::kFloat32 &&
+                      (c->kv_dtype == DType::kBFloat16 || c->kv_dtype == DType::kFloat16)) ||
+                     (c->dtype == DType::kBFloat16 && c->kv_dtype == DType::kFloat16);
+  if (c->kv_dtype != c->dtype && !cache) {
+    return Bad(absl::StrCat(
+        "q is ", gpe::c_api::DTypeName(c->dtype), " but k and v are ",
+        gpe::c_api::DTypeName(c->kv_dtype),
+        ": q, k and v take one dtype (float32, bfloat16 or float64), or k and v are a 16-bit "
+        "KV cache (bfloat16 or float16 for float32 q, float16 for bfloat16 q)"));
+  }
+  if (c->dtype == DType::kFloat16) {
+    return Bad("q is float16: float16 serves only as a KV cache (k and v) of float32 or "
+               "bfloat16 queries");
   }
   if (kv->shape != vv->shape) {
     return Bad(absl::StrCat("k has shape ", ShapeString(*kv), ", v has ", ShapeString(*vv)));

@@ -36,7 +36,8 @@ absl::Status Bad(const std::string& msg);
 // (the encodings are declared before the transform that refers to them).
 struct Call {
   att::AttentionArgs args;
-  DType dtype = DType::kFloat32;
+  DType dtype = DType::kFloat32;     // q's (and o's, and the gradients')
+  DType kv_dtype = DType::kFloat32;  // k's and v's: dtype, or a 16-bit KV cache's
   TensorView q, k, v;
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
   std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
@@ -49,6 +50,7 @@ struct Call {
 };
 
 using BF = seq::BFloat16;
+using F16 = seq::Float16;
 
 // Options and q, k, v into `c`.
 absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,

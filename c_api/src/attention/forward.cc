@@ -25,6 +25,7 @@ using gpe::c_api::attn::OutputLike;
 using gpe::c_api::attn::Prepare;
 using gpe::c_api::attn::StridesOf;
 using BF = gpe::c_api::attn::BF;
+using F16 = gpe::c_api::attn::F16;
 namespace att = gpe::attention;
 
 gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLTensor* q,
@@ -50,6 +51,19 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     }
     att::CpuAttentionOptions opt;
     opt.num_threads = options->num_threads;
+    if (c.kv_dtype != c.dtype) {  // a 16-bit KV cache (Prepare admitted only those)
+      if (c.dtype == DType::kFloat32 && c.kv_dtype == DType::kBFloat16) {
+        return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const BF>(),
+                               c.v.typed<const BF>(), ov->typed<float>(), lv->typed<float>(), opt);
+      }
+      if (c.dtype == DType::kFloat32) {
+        return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const F16>(),
+                               c.v.typed<const F16>(), ov->typed<float>(), lv->typed<float>(),
+                               opt);
+      }
+      return att::CpuForward(c.args, c.q.typed<const BF>(), c.k.typed<const F16>(),
+                             c.v.typed<const F16>(), ov->typed<BF>(), lv->typed<float>(), opt);
+    }
     if (c.dtype == DType::kFloat32) {
       return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const float>(),
                              c.v.typed<const float>(), ov->typed<float>(), lv->typed<float>(),

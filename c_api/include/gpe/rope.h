@@ -20,8 +20,12 @@ extern "C" {
  * (i, i + rotary_dim / 2) (half-split) and rotates them by a = p * theta_i (the rotation
  * convention of gpe/gpe.h); both outputs are then multiplied by the schedule's attention
  * factor m (and by the xPos scale). Features rotary_dim .. head_dim - 1 pass through.
- * cos and sin are formed in double and rounded once to the tensor's type (float32 for
- * bfloat16 / float16 tensors, which are rotated in float32 and rounded once on store).
+ * The angle p * theta_i is reduced exactly mod 2 pi for every int64 p and every finite
+ * theta_i (after the schedule's scaling), exactly relative to theta_i as the double the
+ * schedule computed (its own rounding, up to |p| ulp(theta_i) / 2 rad, is part of the
+ * encoding). cos and sin are formed in double and rounded once to the tensor's type
+ * (float32 for bfloat16 / float16 tensors, which are rotated in float32 and rounded once
+ * on store).
  */
 typedef struct gpe_rope gpe_rope;
 

@@ -4,6 +4,11 @@
 // message. A case without a row, or a row without a case, fails too.
 //
 // Usage (Bazel passes it): bad_inputs_test <path to BAD_INPUTS.md>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1406,6 +1411,33 @@ void InrSolverCases(const AddCase& add) {
     InrCall s;
     return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 1.0, 1.0);
   });
+  // A target that is not a regular file is refused and left alone (issue 24: a fifo hung
+  // the writer, a directory gave GPE_ERROR_INTERNAL).
+  add("png_target_directory", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_dir.png";
+    mkdir(path.c_str(), 0700);
+    return gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0);
+  });
+  // A write that fails part-way (here a 16-byte file-size limit, as a full disk would)
+  // leaves the old file whole and no temporary file (issue 24: libpng removed the old
+  // file and the call gave GPE_ERROR_INTERNAL); inr/data_test checks the bytes.
+  add("png_write_fails_part_way", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_limit.png";
+    if (gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0) != GPE_OK) return gpe_status{-1};
+    rlimit saved, limit;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    limit = saved;
+    limit.rlim_cur = 16;
+    const sighandler_t handler = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &limit);
+    s.pixels[0] = 1.0;  // different bytes from the file already there
+    const gpe_status status = gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, handler);
+    return status;
+  });
   add("png_hi_nan", e, [](Fixture&) {
     InrCall s;
     return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 0.0, kNaN);
@@ -1418,6 +1450,12 @@ void InrSolverCases(const AddCase& add) {
   add("jpeg_unwritable_path", e, [](Fixture&) {
     InrCall s;
     return gpe_image_write_jpeg("/nonexistent-directory/out.jpg", &s.tpix, 90, 0.0, 1.0);
+  });
+  add("jpeg_target_fifo", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_fifo.jpg";
+    mkfifo(path.c_str(), 0600);
+    return gpe_image_write_jpeg(path.c_str(), &s.tpix, 90, 0.0, 1.0);
   });
   add("jpeg_pixels_inf", e, [](Fixture&) {
     InrCall s;

@@ -492,6 +492,17 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.tokens.cu_seqlens = &f.v3.cu_t;
     return f.v3.RopeForward();
   });
+  // Issue 24: float32 xPos scales past float32's range gave inf and NaN with GPE_OK.
+  add("rope_forward_xpos_scale_overflows", e, [](Fixture& f) {
+    f.v3.rope_opt.xpos = 1;
+    gpe_rope* r = nullptr;
+    if (gpe_rope_create(&f.v3.rope_opt, &r) != GPE_OK) return gpe_status{-1};
+    f.v3.ids = {-50000, -50000, -50000, -50000};  // queries 50,000 before the centre
+    f.v3.tokens.position_ids = &f.v3.ids_t;
+    const gpe_status s = gpe_rope_forward(r, &f.v3.tokens, &f.v3.q, &f.v3.o);
+    gpe_rope_destroy(r);
+    return s;
+  });
   add("rope_forward_dtype_mismatch", e, [](Fixture& f) {
     return gpe_rope_forward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
   });

@@ -186,8 +186,12 @@ struct RopePositions {
 // zeta_i^(-(p - centre) / B), zeta_i = (2i/r + gamma) / (1 + gamma). The common centre
 // cancels in every q.k score (plane i gains zeta_i^((p_q - p_k) / B)). Scales are
 // formed in double and stay inside float32's range while
-// |p - centre| < 88 B / ln(1 / zeta_0) (~3.6e4 for B = 512, gamma = 0.4): pick the
-// centre of the sequence or tile, as xPos implementations do.
+// |p - centre| < 88 B / ln(1 / zeta_0) (~3.6e4 for B = 512, gamma = 0.4) on the side
+// where they grow (queries before the centre, keys after it); float64 tables reach
+// 709 B / ln(1 / zeta_0). A call that would store a scale beyond its table type's range
+// (and give inf and NaN outputs) is refused with InvalidArgument naming the reach:
+// pick the centre of the sequence or tile, as xPos implementations do. Outputs near
+// that reach may still overflow for large inputs, as any float product does.
 struct XposOptions {
   bool enabled = false;
   double gamma = 0.4;        // finite > 0

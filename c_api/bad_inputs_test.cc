@@ -4,6 +4,11 @@
 // message. A case without a row, or a row without a case, fails too.
 //
 // Usage (Bazel passes it): bad_inputs_test <path to BAD_INPUTS.md>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -472,6 +477,31 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.x.ndim = f.v3.y.ndim = 3;
     f.v3.x.shape = f.v3.y.shape = f.v3.shapes.back().data();
     return f.v3.RopeForward();
+  });
+  // A broadcast cu_seqlens (stride 0: 8 bytes describing 2^40 entries) is refused before
+  // it is copied (issue 24: the copy tried to allocate 8 TiB).
+  add("rope_forward_thd_cu_seqlens_broadcast", e, [](Fixture& f) {
+    f.v3.tokens.layout = GPE_ROPE_LAYOUT_THD;
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.x.ndim = f.v3.y.ndim = 3;
+    f.v3.x.shape = f.v3.y.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({int64_t{1} << 40});
+    f.v3.cu_t.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({0});
+    f.v3.cu_t.strides = f.v3.shapes.back().data();
+    f.v3.tokens.cu_seqlens = &f.v3.cu_t;
+    return f.v3.RopeForward();
+  });
+  // Issue 24: float32 xPos scales past float32's range gave inf and NaN with GPE_OK.
+  add("rope_forward_xpos_scale_overflows", e, [](Fixture& f) {
+    f.v3.rope_opt.xpos = 1;
+    gpe_rope* r = nullptr;
+    if (gpe_rope_create(&f.v3.rope_opt, &r) != GPE_OK) return gpe_status{-1};
+    f.v3.ids = {-50000, -50000, -50000, -50000};  // queries 50,000 before the centre
+    f.v3.tokens.position_ids = &f.v3.ids_t;
+    const gpe_status s = gpe_rope_forward(r, &f.v3.tokens, &f.v3.q, &f.v3.o);
+    gpe_rope_destroy(r);
+    return s;
   });
   add("rope_forward_dtype_mismatch", e, [](Fixture& f) {
     return gpe_rope_forward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
@@ -1406,6 +1436,33 @@ void InrSolverCases(const AddCase& add) {
     InrCall s;
     return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 1.0, 1.0);
   });
+  // A target that is not a regular file is refused and left alone (issue 24: a fifo hung
+  // the writer, a directory gave GPE_ERROR_INTERNAL).
+  add("png_target_directory", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_dir.png";
+    mkdir(path.c_str(), 0700);
+    return gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0);
+  });
+  // A write that fails part-way (here a 16-byte file-size limit, as a full disk would)
+  // leaves the old file whole and no temporary file (issue 24: libpng removed the old
+  // file and the call gave GPE_ERROR_INTERNAL); inr/data_test checks the bytes.
+  add("png_write_fails_part_way", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_limit.png";
+    if (gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0) != GPE_OK) return gpe_status{-1};
+    rlimit saved, limit;
+    getrlimit(RLIMIT_FSIZE, &saved);
+    limit = saved;
+    limit.rlim_cur = 16;
+    const sighandler_t handler = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &limit);
+    s.pixels[0] = 1.0;  // different bytes from the file already there
+    const gpe_status status = gpe_image_write_png(path.c_str(), &s.tpix, 0.0, 1.0);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, handler);
+    return status;
+  });
   add("png_hi_nan", e, [](Fixture&) {
     InrCall s;
     return gpe_image_write_png((s.dir + "/p.png").c_str(), &s.tpix, 0.0, kNaN);
@@ -1418,6 +1475,12 @@ void InrSolverCases(const AddCase& add) {
   add("jpeg_unwritable_path", e, [](Fixture&) {
     InrCall s;
     return gpe_image_write_jpeg("/nonexistent-directory/out.jpg", &s.tpix, 90, 0.0, 1.0);
+  });
+  add("jpeg_target_fifo", e, [](Fixture&) {
+    InrCall s;
+    const std::string path = s.dir + "/bad_inputs_fifo.jpg";
+    mkfifo(path.c_str(), 0600);
+    return gpe_image_write_jpeg(path.c_str(), &s.tpix, 90, 0.0, 1.0);
   });
   add("jpeg_pixels_inf", e, [](Fixture&) {
     InrCall s;
@@ -1497,6 +1560,14 @@ std::map<std::string, Case> Cases() {
   add("rank2_a_null", e, [](Fixture& f) { f.rank2_opt.a = nullptr; return f.Rank2(); });
   add("rank2_b_nan", e, [](Fixture& f) { f.ab[f.kDim + 2] = kNaN; return f.Rank2(); });
   add("rank2_omega_inf", e, [](Fixture& f) { f.rank2_opt.omega = kInf; return f.Rank2(); });
+  // Finite inputs whose angle per position overflows (issue 24; NaN at every position,
+  // 0 included, before): omega |a ^ b| = 1e308 * 2, and |a|^2 = 1e400.
+  add("rank2_angle_overflows", e, [](Fixture& f) {
+    f.ab[0] = 2.0;
+    f.rank2_opt.omega = 1e308;
+    return f.Rank2();
+  });
+  add("rank2_norm_overflows", e, [](Fixture& f) { f.ab[0] = 1e200; return f.Rank2(); });
   e = "gpe_so_rep_dim";
   add("so_dim_rep_null", e, [](Fixture& f) { return gpe_so_rep_dim(nullptr, &f.i64); });
   add("so_dim_out_null", e, [](Fixture& f) { return gpe_so_rep_dim(f.rep, nullptr); });
@@ -1548,6 +1619,17 @@ std::map<std::string, Case> Cases() {
     f.x.shape = f.out.shape = f.shapes.back().data();
     f.pos.shape = f.shapes.back().data();
     f.out.data = f.x_data.data() + 1;
+    return f.Apply();
+  });
+  // Issue 24: positions viewing out's memory gave a wrong result with GPE_OK (rows were
+  // written over positions not yet read). An out that overlaps itself is refused too.
+  add("apply_positions_overlap_out", e, [](Fixture& f) {
+    f.pos.data = f.out_data.data();  // 4 int64 over out's first 4 doubles
+    return f.Apply();
+  });
+  add("apply_out_zero_stride", e, [](Fixture& f) {
+    f.shapes.push_back({0, 1});
+    f.out.strides = f.shapes.back().data();
     return f.Apply();
   });
   e = "gpe_so_rep_matrix";
@@ -1646,6 +1728,11 @@ std::map<std::string, Case> Cases() {
     return f.GrapeCreate();
   });
   add("grape_omega_null", e, [](Fixture& f) { f.grape_opt.omega = nullptr; return f.GrapeCreate(); });
+  add("grape_angle_overflows", e, [](Fixture& f) {
+    f.ab[0] = 2.0;
+    f.omega[0] = 1e308;
+    return f.GrapeCreate();
+  });
   add("grape_a_nan", e, [](Fixture& f) { f.ab[3] = kNaN; return f.GrapeCreate(); });
   e = "gpe_grape_m_shape";
   add("grape_shape_handle_null", e, [](Fixture& f) { return gpe_grape_m_shape(nullptr, &f.i64, &f.j64); });
@@ -1653,6 +1740,10 @@ std::map<std::string, Case> Cases() {
   add("grape_apply_wrong_dim", e, [](Fixture& f) {
     f.shapes.push_back({f.kN, 4});
     f.x.shape = f.out.shape = f.shapes.back().data();
+    return gpe_grape_m_apply(f.grape, &f.pos, &f.x, &f.out);
+  });
+  add("grape_apply_positions_overlap_out", e, [](Fixture& f) {
+    f.pos.data = f.out_data.data();
     return gpe_grape_m_apply(f.grape, &f.pos, &f.x, &f.out);
   });
   e = "gpe_grape_m_matrix";
@@ -1685,6 +1776,10 @@ std::map<std::string, Case> Cases() {
   e = "gpe_algebraic_sequence_apply";
   add("alg_apply_handle_null", e, [](Fixture& f) {
     return gpe_algebraic_sequence_apply(nullptr, &f.pos, &f.x, &f.out);
+  });
+  add("alg_apply_positions_overlap_out", e, [](Fixture& f) {
+    f.pos.data = f.out_data.data();
+    return gpe_algebraic_sequence_apply(f.alg, &f.pos, &f.x, &f.out);
   });
   e = "gpe_algebraic_sequence_matrix";
   add("alg_matrix_wrong_shape", e, [](Fixture& f) { return gpe_algebraic_sequence_matrix(f.alg, 1, &f.x); });
@@ -2188,9 +2283,19 @@ std::vector<Row> ReadTable(const std::string& path) {
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.rfind("| `gpe_", 0) != 0) continue;
-    std::vector<std::string> cells;
-    std::stringstream ss(line.substr(1));
-    for (std::string cell; std::getline(ss, cell, '|');) cells.push_back(cell);
+    // Cells split at '|', except GitHub's escaped "\|" inside a message.
+    std::vector<std::string> cells(1);
+    for (size_t i = 1; i < line.size(); ++i) {
+      if (line[i] == '\\' && i + 1 < line.size() && line[i + 1] == '|') {
+        cells.back() += '|';
+        ++i;
+      } else if (line[i] == '|') {
+        cells.emplace_back();
+      } else {
+        cells.back() += line[i];
+      }
+    }
+    if (!cells.empty() && cells.back().empty()) cells.pop_back();
     EXPECT_GE(cells.size(), 4u) << path << ":" << n << ": expected 4 cells";
     if (cells.size() < 4) continue;
     rows.push_back({n, Unquote(cells[0]), Unquote(cells[1]), Unquote(cells[3])});

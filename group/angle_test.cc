@@ -93,7 +93,69 @@ TEST(ReducedAngleTest, SmallCases) {
   EXPECT_NEAR(ReducedAngle(4, 1.0), 4.0 - kTwoPi, 1e-15);
   EXPECT_TRUE(std::isnan(ReducedAngle(3, NAN)));
   EXPECT_TRUE(std::isnan(ReducedAngle(3, INFINITY)));
-  EXPECT_TRUE(std::isnan(ReducedAngle(INT64_MAX, 1e300)));
+  // A finite theta whose product with p overflows double is still an exact real number:
+  // it is reduced (it gave NaN before the Payne-Hanek path).
+  EXPECT_TRUE(std::isfinite(ReducedAngle(INT64_MAX, 1e300)));
+}
+
+// Beyond |p theta| = 2^100 binary128 cannot serve as the oracle: these expected angles
+// were computed with mpmath at 4,000 bits (the exact product of the int64 and the double,
+// minus the nearest multiple of 2 pi), a computation independent of the library's table
+// of 1/(2 pi) bits. Tolerance: the contract, 1 ulp of the result plus 2^-90 (kAngleTol).
+// Before the Payne-Hanek path (issue 24), products well past 2^100 came out as exactly
+// +-pi (the Cody-Waite multiple k of 2 pi outgrew its 212-bit 2 pi and was clamped):
+// (3, 1e300) gave -pi for -0.268, (-123456789012345, 1e20) -pi for -2.546; products past
+// double's range gave NaN; the law below failed at theta = 4e118.
+//
+//   import mpmath; mpmath.mp.prec = 4000
+//   x = mpmath.mpf(p) * mpmath.mpf(theta); r = x - 2*mpmath.pi*mpmath.nint(x/(2*mpmath.pi))
+TEST(ReducedAngleTest, ExactBeyondTwoToTheHundred) {
+  struct Case {
+    int64_t p;
+    double theta, expected;
+  };
+  const Case cases[] = {
+    {INT64_MAX, 0x1.0000000000000p+40, 0x1.0f4724ffad779p-1},
+    {INT64_MAX, 0x1.0000000000001p+37, 0x1.46b0479f01d90p+1},
+    {INT64_MAX, 0x1.fffffffffffffp+36, -0x1.91735dabf1c2dp-1},
+    {int64_t{3}, 0x1.7e43c8800759cp+996, -0x1.12dfe054a4296p-2},
+    {INT64_MAX, 0x1.7e43c8800759cp+996, 0x1.02e2ae4d40422p+1},
+    {INT64_MIN, 0x1.fffffffffffffp+1023, -0x1.b98713f0ffbeep+0},
+    {INT64_MAX, -0x1.fffffffffffffp+1023, 0x1.6973267686dd7p+0},
+    {int64_t{-123456789012345}, 0x1.5af1d78b58c40p+66, -0x1.45e168637f7b3p+1},
+    {int64_t{1}, 0x1.0000000000000p+200, -0x1.523368f8e348fp+1},
+    {int64_t{1}, 0x1.93e5939a08ceap+99, 0x1.90edee187c331p+1},
+    {int64_t{4611686018427400249}, 0x1.6666666666666p+69, 0x1.7b6c6e38ec9a1p+1},
+    {int64_t{1000003}, 0x1.fe185ca57c517p+78, 0x1.d88e3e9f210b1p-1},
+  };
+  for (const Case& c : cases) {
+    const double r = ReducedAngle(c.p, c.theta);
+    EXPECT_LE(CircleDistance(r, c.expected), kAngleTol)
+        << "p=" << c.p << " theta=" << c.theta << " got " << r << " want " << c.expected;
+    EXPECT_LE(std::fabs(r), kPi);
+  }
+}
+
+// Relations the exact product obeys, over random inputs spanning every exponent a finite
+// theta can have: (2p) theta == p (2 theta) exactly, and the homomorphism
+// angle(p) + angle(q) == angle(p + q) mod 2 pi. Each angle is within kAngleTol of the
+// exact one, so the first holds to 2 kAngleTol and the second to 3 kAngleTol plus the
+// wrap's error (std::remainder by fl(2 pi), 2.4e-16 off 2 pi): 4 kAngleTol for both.
+TEST(ReducedAngleTest, LargeProductsObeyTheGroupLaw) {
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> unit(0.5, 1.0);
+  std::uniform_int_distribution<int> exponent(-40, 960);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const double theta = (trial % 2 ? -1.0 : 1.0) * std::ldexp(unit(rng), exponent(rng));
+    const int64_t p = static_cast<int64_t>(rng() >> 2) - (int64_t{1} << 61);  // |2p| < 2^63
+    const int64_t q = static_cast<int64_t>(rng() >> 2) - (int64_t{1} << 61);
+    ASSERT_LE(CircleDistance(ReducedAngle(2 * p, theta), ReducedAngle(p, 2 * theta)),
+              4 * kAngleTol)
+        << "p=" << p << " theta=" << theta;
+    const double sum = std::remainder(ReducedAngle(p, theta) + ReducedAngle(q, theta), 2 * kPi);
+    ASSERT_LE(CircleDistance(sum, ReducedAngle(p + q, theta)), 4 * kAngleTol)
+        << "p=" << p << " q=" << q << " theta=" << theta;
+  }
 }
 
 TEST(ReducedAngleTest, SinCosMatchesAngle) {

@@ -8,9 +8,16 @@
 
 #include <csetjmp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -212,6 +219,103 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
+// The process's umask, read without changing it (umask(2) would set it for every thread
+// for a moment): Linux reports it in /proc/self/status since 4.7; 022 where it does not.
+mode_t CurrentUmask() {
+  FilePtr status(std::fopen("/proc/self/status", "r"));
+  if (status != nullptr) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), status.get()) != nullptr) {
+      unsigned int mask = 0;
+      if (std::sscanf(line, "Umask: %o", &mask) == 1) return static_cast<mode_t>(mask);
+    }
+  }
+  return 022;
+}
+
+// Writes `path` all or nothing: the encoder writes into a new file of a unique name in
+// the same directory (mkstemp), which is flushed, fsync'd and renamed over `path` only
+// once complete, so a reader sees the old file or the new one, never a part of either.
+// On any failure the temporary file is removed and `path` is untouched. A `path` that
+// exists and is not a regular file (directory, device, fifo, socket) is refused. A
+// symbolic link is followed to the file it names, which is replaced (the link stays), as
+// writing through fopen did; a dangling one is refused. A new file gets the mode fopen
+// would give it (0666 less the umask); a replaced one keeps its mode.
+// `encode` returns false with its message in *error when it fails.
+template <class Encode>
+absl::Status WriteFileAtomically(const std::string& path, const char* kind, Encode encode) {
+  struct stat target;
+  bool exists = false;
+  if (::lstat(path.c_str(), &target) == 0) {
+    if (S_ISLNK(target.st_mode)) {
+      char resolved[PATH_MAX];
+      if (::realpath(path.c_str(), resolved) == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot write ", kind, " '", path,
+                                                       "': it is a symbolic link that ",
+                                                       "cannot be resolved (",
+                                                       std::strerror(errno), ")"));
+      }
+      return WriteFileAtomically(std::string(resolved), kind, encode);
+    }
+    if (!S_ISREG(target.st_mode)) {
+      const char* what = S_ISDIR(target.st_mode)    ? "a directory"
+                         : S_ISFIFO(target.st_mode) ? "a fifo"
+                         : S_ISCHR(target.st_mode) || S_ISBLK(target.st_mode) ? "a device"
+                         : S_ISSOCK(target.st_mode) ? "a socket"
+                                                    : "not a regular file";
+      return absl::InvalidArgumentError(absl::StrCat("cannot write ", kind, " '", path,
+                                                     "': it exists and is ", what,
+                                                     "; only regular files are replaced"));
+    }
+    exists = true;
+  } else if (errno != ENOENT) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", kind, " '", path, "': ", std::strerror(errno)));
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::string temp = (slash == std::string::npos ? std::string() : dir) + "." + base + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("cannot create a temporary file beside ", kind,
+                                               " '", path, "': ", std::strerror(errno)));
+  }
+  std::string error;
+  auto fail = [&](const std::string& why) {
+    ::unlink(temp.c_str());
+    return absl::UnavailableError(absl::StrCat("cannot write ", kind, " '", path, "': ", why,
+                                               "; the old file, if any, is unchanged"));
+  };
+  const mode_t mode = exists ? (target.st_mode & 07777) : (0666 & ~CurrentUmask());
+  if (::fchmod(fd, mode) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return fail(why);
+  }
+  std::FILE* file = ::fdopen(fd, "wb");
+  if (file == nullptr) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return fail(why);
+  }
+  const bool encoded = encode(file, &error);
+  // Flush and sync before the rename, so the name never points at unwritten data.
+  bool ok = encoded && std::fflush(file) == 0 && !std::ferror(file);
+  if (ok && ::fsync(fd) != 0) ok = false;
+  const int saved_errno = errno;
+  if (std::fclose(file) != 0) ok = false;
+  if (!ok) return fail(!encoded ? error : std::strerror(errno != 0 ? errno : saved_errno));
+  if (::rename(temp.c_str(), path.c_str()) != 0) return fail(std::strerror(errno));
+  // Make the rename itself durable; a directory that cannot be synced is not an error.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<double> GridAxis(int64_t n) {
@@ -320,10 +424,14 @@ absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& c
   image.width = static_cast<png_uint_32>(w);
   image.height = static_cast<png_uint_32>(h);
   image.format = nc == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  if (!png_image_write_to_file(&image, path.c_str(), 0, buffer.data(), 0, nullptr)) {
-    return absl::InternalError(absl::StrCat("cannot write PNG '", path, "': ", image.message));
-  }
-  return absl::OkStatus();
+  // Not png_image_write_to_file: it writes the target in place and removes it on failure.
+  return WriteFileAtomically(path, "PNG", [&](std::FILE* file, std::string* error) {
+    if (!png_image_write_to_stdio(&image, file, 0, buffer.data(), 0, nullptr)) {
+      *error = image.message;
+      return false;
+    }
+    return true;
+  });
 }
 
 absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale) {
@@ -380,17 +488,15 @@ absl::Status WriteJpeg(const std::string& path, const std::vector<ImageMatrix>& 
   if (channels[0].rows() > 65500 || channels[0].cols() > 65500) {
     return absl::InvalidArgumentError("WriteJpeg: JPEG images are at most 65500 pixels a side");
   }
-  FilePtr file(std::fopen(path.c_str(), "wb"));
-  if (file == nullptr) return absl::UnavailableError(absl::StrCat("cannot create '", path, "'"));
-  JpegError err;
-  if (!EncodeJpeg(file.get(), pixels.data(), channels[0].cols(), channels[0].rows(),
-                  static_cast<int>(channels.size()), quality, &err)) {
-    return absl::InternalError(absl::StrCat("cannot write JPEG '", path, "': ", err.message));
-  }
-  if (std::fclose(file.release()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot write JPEG '", path, "'"));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, "JPEG", [&](std::FILE* file, std::string* error) {
+    JpegError err;
+    if (!EncodeJpeg(file, pixels.data(), channels[0].cols(), channels[0].rows(),
+                    static_cast<int>(channels.size()), quality, &err)) {
+      *error = err.message;
+      return false;
+    }
+    return true;
+  });
 }
 
 }  // namespace inr

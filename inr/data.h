@@ -61,6 +61,14 @@ absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale);
 absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale);
 // Reads a PNG or a JPEG, told apart by the file's signature (not its name).
 absl::StatusOr<Image> ReadImage(const std::string& path, bool grayscale);
+// The writers below replace `path` all or nothing: they write a temporary file of a
+// unique name in the same directory (mkstemp), fsync it and rename it over `path` only
+// when complete. On any failure (a full disk, a file-size limit, an encoder error) the
+// temporary file is removed and an existing file at `path` is left as it was. A `path`
+// that exists and is not a regular file (a directory, device, fifo, socket) or is a
+// symbolic link is refused (InvalidArgument) and left alone; a failed write is
+// Unavailable. A new file gets mode 0666 less the umask, a replaced one keeps its mode.
+//
 // Writes 1 or 3 equal-sized channels as a baseline JPEG of `quality` (1..100), mapping
 // [lo, hi] to 0..255 as WritePng does. Lossy: a round trip is close, not exact.
 absl::Status WriteJpeg(const std::string& path, const std::vector<ImageMatrix>& channels,

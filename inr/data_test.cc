@@ -1,11 +1,21 @@
 #include "inr/data.h"
 
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -276,6 +286,142 @@ TEST(Images, ReadImageReadsPngsAsReadPngDoes) {
   absl::StatusOr<Image> dispatched = ReadImage(path, true);
   ASSERT_TRUE(direct.ok() && dispatched.ok());
   EXPECT_EQ(direct->channels[0], dispatched->channels[0]);
+}
+
+
+// ---- All-or-nothing writes (issue 24) ----
+
+std::string FileBytesOf(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::set<std::string> DirectoryEntries(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+// A fresh, empty directory under TEST_TMPDIR.
+std::string FreshDirectory(const std::string& name) {
+  const std::string dir = TempPath(name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// Uniform noise compresses to ~1 byte per pixel and channel: 64 x 64 RGB is ~12 KB as
+// PNG or JPEG, far above the file-size limit below.
+std::vector<ImageMatrix> NoiseRgb() {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<ImageMatrix> rgb(3, ImageMatrix(64, 64));
+  for (auto& m : rgb) {
+    for (int64_t i = 0; i < 64; ++i) {
+      for (int64_t j = 0; j < 64; ++j) m(i, j) = unit(rng);
+    }
+  }
+  return rgb;
+}
+
+// Forces a write to fail part-way, as a full disk would: RLIMIT_FSIZE (which binds root
+// too) makes write(2) fail with EFBIG past `bytes`; SIGXFSZ is ignored meanwhile.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_;
+  sighandler_t old_handler_;
+};
+
+// Before the fix, a failed PNG write removed the file it was to replace (libpng's
+// png_image_write_to_file deletes its target on error) and a failed JPEG write left it
+// truncated (it was opened "wb" first): here the old PNG was gone (read back empty) and
+// the old JPEG held the first bytes of the new one; both gave Internal.
+TEST(ImageWrite, AFailedWriteLeavesTheOldFileWholeAndNoTemporaryFile) {
+  const std::string dir = FreshDirectory("atomic_failed_write");
+  const std::vector<ImageMatrix> old_image = SmoothRgb(), new_image = NoiseRgb();
+  for (const bool png : {true, false}) {
+    const std::string path = dir + (png ? "/image.png" : "/image.jpg");
+    auto write = [&](const std::vector<ImageMatrix>& image) {
+      return png ? WritePng(path, image) : WriteJpeg(path, image, 95);
+    };
+    ASSERT_TRUE(write(old_image).ok());
+    const std::string old_bytes = FileBytesOf(path);
+    ASSERT_GT(old_bytes.size(), 100u);
+    absl::Status failed;
+    {
+      FileSizeLimit limit(4096);
+      failed = write(new_image);
+    }
+    EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+    EXPECT_NE(failed.message().find("unchanged"), std::string::npos) << failed;
+    EXPECT_EQ(FileBytesOf(path), old_bytes) << path;
+    // Once the limit is lifted the same write succeeds and replaces the file whole.
+    ASSERT_TRUE(write(new_image).ok());
+    EXPECT_NE(FileBytesOf(path), old_bytes);
+    EXPECT_TRUE((png ? ReadPng(path, false) : ReadJpeg(path, false)).ok());
+  }
+  EXPECT_EQ(DirectoryEntries(dir), (std::set<std::string>{"image.jpg", "image.png"}));
+}
+
+// A target that is not a regular file is refused and left as it was. Before the fix a
+// directory gave Internal ("Is a directory") and a fifo hung the writer (fopen of a fifo
+// with no reader blocks).
+TEST(ImageWrite, TargetsThatAreNotRegularFilesAreRefused) {
+  const std::string dir = FreshDirectory("atomic_not_regular");
+  const std::vector<ImageMatrix> image = SmoothRgb();
+  const std::string sub = dir + "/sub.png", fifo = dir + "/fifo.jpg";
+  ASSERT_TRUE(std::filesystem::create_directory(sub));
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const absl::Status to_dir = WritePng(sub, image);
+  EXPECT_EQ(to_dir.code(), absl::StatusCode::kInvalidArgument) << to_dir;
+  EXPECT_NE(to_dir.message().find("directory"), std::string::npos) << to_dir;
+  const absl::Status to_fifo = WriteJpeg(fifo, image, 90);
+  EXPECT_EQ(to_fifo.code(), absl::StatusCode::kInvalidArgument) << to_fifo;
+  EXPECT_NE(to_fifo.message().find("fifo"), std::string::npos) << to_fifo;
+  EXPECT_TRUE(std::filesystem::is_directory(sub));
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_EQ(DirectoryEntries(dir), (std::set<std::string>{"fifo.jpg", "sub.png"}));
+}
+
+// A symbolic link is followed: the file it names is replaced, the link stays a link.
+// A replaced file keeps its mode; a new one gets 0666 less the umask.
+TEST(ImageWrite, LinksAreFollowedAndModesKept) {
+  const std::string dir = FreshDirectory("atomic_links");
+  const std::vector<ImageMatrix> image = SmoothRgb();
+  const std::string real = dir + "/real.png", link = dir + "/link.png";
+  ASSERT_TRUE(WritePng(real, {image[0]}).ok());
+  ASSERT_EQ(chmod(real.c_str(), 0640), 0);
+  std::filesystem::create_symlink("real.png", link);
+  ASSERT_TRUE(WritePng(link, image).ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  absl::StatusOr<Image> read = ReadPng(real, false);
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ(read->channels.size(), 3u);
+  struct stat st;
+  ASSERT_EQ(stat(real.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  const mode_t mask = umask(022);
+  umask(mask);
+  const std::string fresh = dir + "/fresh.png";
+  ASSERT_TRUE(WritePng(fresh, image).ok());
+  ASSERT_EQ(stat(fresh.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u & ~mask);
+  EXPECT_EQ(DirectoryEntries(dir), (std::set<std::string>{"fresh.png", "link.png", "real.png"}));
 }
 
 }  // namespace

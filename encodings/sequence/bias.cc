@@ -399,6 +399,7 @@ absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
   }
   logits_.insert(logits_.end(), gate_logits.begin(), gate_logits.end());
   c_.reserve(c_.size() + size);
+  c_lo_.reserve(c_lo_.size() + size);
   for (int64_t t = 0; t < added; ++t) {
     for (int64_t h = 0; h < num_heads_; ++h) {
       // Neumaier-compensated prefix sums: the running sum grows like t while each term
@@ -410,7 +411,13 @@ absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
       const double next = sum + term;
       comp_[h] += std::fabs(sum) >= std::fabs(term) ? (sum - next) + term : (term - next) + sum;
       sum = next;
-      c_.push_back(sum + comp_[h]);
+      // c_t kept as hi + lo = sum + comp exactly (Knuth's TwoSum): one rounded double
+      // would lose every later gate once one term is huge (a logit of -1e16 makes
+      // ulp(c) = 2, and c_i - c_j of later tokens a multiple of 2).
+      const double hi = sum + comp_[h];
+      const double bb = hi - sum;
+      c_.push_back(hi);
+      c_lo_.push_back((sum - (hi - bb)) + (comp_[h] - bb));
     }
   }
   length_ += added;
@@ -428,15 +435,24 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
                            absl::Span<const int64_t> k, T* out, int64_t ld) const {
   if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
   const double* c = c_.data() + head;
+  const double* c_lo = c_lo_.data() + head;
   const int64_t stride = num_heads_;
   // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
-  std::vector<double> ck(k.size());
-  for (size_t col = 0; col < k.size(); ++col) ck[col] = c[(k[col] - first_) * stride];
+  std::vector<double> ck(k.size()), ck_lo(k.size());
+  for (size_t col = 0; col < k.size(); ++col) {
+    ck[col] = c[(k[col] - first_) * stride];
+    ck_lo[col] = c_lo[(k[col] - first_) * stride];
+  }
   for (size_t r = 0; r < q.size(); ++r) {
     const double ci = c[(q[r] - first_) * stride];
+    const double ci_lo = c_lo[(q[r] - first_) * stride];
     T* row = out + static_cast<int64_t>(r) * ld;
-    // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f).
-    for (size_t col = 0; col < k.size(); ++col) row[col] = static_cast<T>(ci - ck[col]);
+    // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f), in
+    // double-double: the leading parts' difference is exact when c_i and c_j are close
+    // (Sterbenz), and the low parts carry the gates a single double would round away.
+    for (size_t col = 0; col < k.size(); ++col) {
+      row[col] = static_cast<T>((ci - ck[col]) + (ci_lo - ck_lo[col]));
+    }
   }
   return absl::OkStatus();
 }

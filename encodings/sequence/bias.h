@@ -233,8 +233,11 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
  public:
   // gate_logits: length x num_heads, row-major (token-major, as a projection w^T x_t + b
   // produces them), all finite; token t has position first_position + t. Prefix sums
-  // c_t = sum_{l <= t} ln sigmoid(x_l) are formed once, in double, with LogSigmoid, so
-  // c_i - c_j keeps ~1e-16 relative accuracy of |c| even when |c| ~ 1e5.
+  // c_t = sum_{l <= t} ln sigmoid(x_l) are formed once with LogSigmoid, compensated
+  // (Neumaier) and kept as a double-double (hi + lo), so c_i - c_j keeps ~1e-16 relative
+  // accuracy of |c_i - c_j| itself, not of |c|: after one very negative logit (-1e16,
+  // where ulp(c) = 2) the later gates still count in every difference between later
+  // tokens.
   static absl::StatusOr<FoxBias> Create(absl::Span<const double> gate_logits, int64_t length,
                                         int64_t num_heads, int64_t first_position = 0);
 
@@ -244,7 +247,8 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
   bool causal() const override { return true; }
   int64_t length() const { return length_; }
   int64_t first_position() const { return first_; }
-  // c_t for head h (t a token index in [0, length)).
+  // c_t for head h (t a token index in [0, length)), rounded to one double (hi + lo); the
+  // tiles use both parts.
   double PrefixSum(int64_t head, int64_t t) const { return c_[t * num_heads_ + head]; }
 
   // Decoding with a KV cache: appends tokens (k x num_heads logits, row-major, finite)
@@ -272,7 +276,8 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
                     T* out, int64_t ld) const;
   std::vector<double> logits_;      // length x num_heads
-  std::vector<double> c_;           // length x num_heads, row-major
+  std::vector<double> c_;           // length x num_heads, row-major: c_t rounded
+  std::vector<double> c_lo_;        // the same layout: c_t - c_ exactly
   std::vector<double> sum_, comp_;  // per head: compensated running sum state
   int64_t length_ = 0;
   int64_t num_heads_ = 0;

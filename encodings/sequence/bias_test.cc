@@ -507,6 +507,32 @@ TEST(FoxBiasTest, LongSequenceKeepsLocalDifferencesAccurate) {
   }
 }
 
+// Issue 24: one very negative logit (-1e16: ln f = -1e16, where ulp(c) = 2) made every
+// later c_t round to the grid of multiples of 2, so every bias between later tokens came
+// out 0 or a multiple of 2 and their gates were lost. With c_t kept as a double-double
+// the bias between later tokens is the sum of their own gates. Before the fix D(3, 2)
+// here was 0 instead of -0.127 and D(4, 3) -4 instead of -3.05. Tolerance: the reference is a direct
+// sum of at most 3 log-sigmoids (a few ulps of ~4); the double-double difference is
+// within ~t ulp(|partial sums of the small gates|) of exact: 1e-14 covers both.
+TEST(FoxBiasTest, OneHugeNegativeLogitKeepsLaterGates) {
+  for (const double huge : {-1e16, -1e20, -1e300}) {
+    const std::vector<double> logits = {1.0, huge, 1.0, 2.0, -3.0, 0.5};
+    FoxBias fox = *FoxBias::Create(logits, 6, 1);
+    const std::vector<int64_t> pos = {0, 1, 2, 3, 4, 5};
+    const Matrix d = *DenseBias(fox, 0, pos, pos);
+    for (int64_t i = 2; i < 6; ++i) {
+      for (int64_t j = 1; j <= i; ++j) {
+        EXPECT_NEAR(d(i, j), FoxReference(logits, 1, 0, i, j), 1e-14)
+            << "huge=" << huge << " i=" << i << " j=" << j;
+      }
+    }
+    // Across the huge gate the bias is that gate plus the rest, to double's precision.
+    // (FoxReference's log(1 / (1 + e^-x)) overflows at x = huge, so that gate is added
+    // as itself: ln sigmoid(x) = x to double precision there.)
+    EXPECT_NEAR(d(5, 0), huge + FoxReference(logits, 1, 0, 5, 1), 4e-16 * std::abs(huge));
+  }
+}
+
 TEST(FoxBiasTest, LogitGradientMatchesFiniteDifferences) {
   std::mt19937_64 rng(6);
   const int64_t heads = 2, length = 30;

@@ -86,7 +86,11 @@ class GrapeALift {
   group::UnipotentRepresentation key_rep_;    // generator A, omega m: G(j)
 };
 
-// FoX (one head of a FoxBias) as the content-gated unipotent lift.
+// FoX (one head of a FoxBias) as the content-gated unipotent lift. The lifted rows carry
+// the prefix sums rounded to one double each (FoxBias::PrefixSum), so their dot product
+// is c_i - c_j to within half an ulp of |c_i| and of |c_j|; FoxBias's own tiles (and
+// GrapeABias's closed form) take the difference in double-double, exact to ~1e-16 of
+// |c_i - c_j| however large |c| grows (issue 24).
 class GrapeAGatedLift {
  public:
   // fox must outlive the lift. head in [0, fox.num_heads()), head_dim >= 1.

@@ -257,6 +257,29 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
   }
   const double role_sign = role == RopeRole::kQuery ? 1.0 : -1.0;
   const double m = freqs_.attention_factor;
+  // xPos scales grow as zeta_0^(-|p - centre| / B) on one side of the centre (queries
+  // before it, keys after it; zeta_i < 1, and plane 0 has the smallest). Past the table
+  // type's range they would be stored as inf and give inf and NaN outputs: refuse the
+  // call instead, naming the position and the range that fits (issue 24).
+  if (options_.xpos.enabled && planes > 0) {
+    const double log_max = std::log(static_cast<double>(std::numeric_limits<T>::max()));
+    for (const int64_t token : row_token) {
+      const int64_t p = keys[token * axes];
+      const double rel = (static_cast<double>(p) - static_cast<double>(options_.xpos.centre)) /
+                         options_.xpos.scale_base;
+      const double log_scale = std::log(m) + role_sign * rel * log_zeta[0];
+      if (!(log_scale < log_max)) {
+        const double reach = (log_max - std::log(m)) * options_.xpos.scale_base / -log_zeta[0];
+        return InvalidArgumentError(StrCat(
+            "Rope::MakeTable: the xPos scale of a ", role == RopeRole::kQuery ? "query" : "key",
+            " at position ", p, " (centre ", options_.xpos.centre, ") is e^", log_scale,
+            ", beyond the ", sizeof(T) == 4 ? "float32" : "float64",
+            " table's range: xPos scales stay finite while the position is at most ",
+            static_cast<int64_t>(reach), " ", role == RopeRole::kQuery ? "before" : "after",
+            " the centre; set xpos.centre near the positions in use"));
+      }
+    }
+  }
   // Exact reduction + sincos costs ~0.2 us per (row, plane): rows are split over threads.
   auto fill = [&](int64_t row_begin, int64_t row_end) {
   for (int64_t row = row_begin; row < row_end; ++row) {

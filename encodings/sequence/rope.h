@@ -14,11 +14,14 @@
 //   then both outputs are multiplied by the schedule's attention factor m (and, with
 //   xPos, by the per-plane scale s_i(p)). Coordinates rotary_dim .. head_dim - 1 pass
 //   through unchanged (not scaled).
-// - Angles p * theta_i are reduced exactly mod 2 pi (group/angle.h) in double; cos/sin
-//   are taken in double, multiplied by m (and s_i), and rounded once to the tensor's
-//   element type T (float for BFloat16 / Float16) in a table with one row per distinct
-//   position. The rotation itself runs in that type. A float32 result therefore has
-//   relative error ~1e-7 at any position. Building a table costs ~0.2 us per
+// - Angles p * theta_i are reduced exactly mod 2 pi (group/angle.h) in double, for every
+//   int64 p and every finite theta_i (after any schedule's scaling); cos/sin are taken
+//   in double, multiplied by m (and s_i), and rounded once to the tensor's element type T
+//   (float for BFloat16 / Float16) in a table with one row per distinct position. The
+//   rotation itself runs in that type. A float32 result therefore has relative error
+//   ~1e-7 at any position, relative to the rotation by the double-precision theta_i: the
+//   frequencies are themselves doubles (base^(-2i/r) rounded), and that rounding, up to
+//   |p| ulp(theta_i) / 2 radians, is part of the encoding, not an error of the reduction. Building a table costs ~0.2 us per
 //   (position, plane) for the exact reduction: build it once per forward pass and reuse
 //   it for q, k and every layer (Rope::MakeTable + Rope::Apply); Apply alone runs at
 //   memory bandwidth (rope_benchmark).
@@ -183,8 +186,12 @@ struct RopePositions {
 // zeta_i^(-(p - centre) / B), zeta_i = (2i/r + gamma) / (1 + gamma). The common centre
 // cancels in every q.k score (plane i gains zeta_i^((p_q - p_k) / B)). Scales are
 // formed in double and stay inside float32's range while
-// |p - centre| < 88 B / ln(1 / zeta_0) (~3.6e4 for B = 512, gamma = 0.4): pick the
-// centre of the sequence or tile, as xPos implementations do.
+// |p - centre| < 88 B / ln(1 / zeta_0) (~3.6e4 for B = 512, gamma = 0.4) on the side
+// where they grow (queries before the centre, keys after it); float64 tables reach
+// 709 B / ln(1 / zeta_0). A call that would store a scale beyond its table type's range
+// (and give inf and NaN outputs) is refused with InvalidArgument naming the reach:
+// pick the centre of the sequence or tile, as xPos implementations do. Outputs near
+// that reach may still overflow for large inputs, as any float product does.
 struct XposOptions {
   bool enabled = false;
   double gamma = 0.4;        // finite > 0

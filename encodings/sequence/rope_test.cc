@@ -709,6 +709,45 @@ TEST(RopeXpos, ScoreDependsOnlyOnOffsetAndScalesAreAsPublished) {
   }
 }
 
+// Issue 24: a float32 key at p = 5e4 (centre 0, B = 512, gamma = 0.4) has plane 0 scaled
+// by zeta_0^(-5e4/512) = e^122 > FLT_MAX: the call returned OK with [nan, -inf, 4e32, ...].
+// It is now refused, naming the reach (88.7 B / ln(1 / zeta_0) = 36,260 positions from
+// the centre), and leaves x as it was; the side of the centre where scales shrink, and a
+// float64 table (reach 709.8 B / ln(1 / zeta_0) ~ 2.9e5), still work.
+TEST(RopeXpos, ScalesBeyondTheTableTypeAreRefusedAtTheCall) {
+  const int64_t d = 8;
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  o.xpos.enabled = true;
+  const Rope rope = *Rope::Create(o, *DefaultRopeFrequencies(d));
+  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 1, 1, d);
+  auto forward_f = [&](int64_t p, RopeRole role, std::vector<float>* x) {
+    const std::vector<int64_t> ids = {p};
+    return rope.Forward<float>(t, {ids, {}}, x->data(), x->data(), role);
+  };
+  const std::vector<float> ones(d, 1.0f);
+  for (const auto& [p, role] : {std::pair<int64_t, RopeRole>{50000, RopeRole::kKey},
+                                {-50000, RopeRole::kQuery}, {36300, RopeRole::kKey}}) {
+    std::vector<float> x = ones;
+    const absl::Status s = forward_f(p, role, &x);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p;
+    EXPECT_NE(s.message().find("36260"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("xpos.centre"), std::string::npos) << s;
+    EXPECT_EQ(x, ones);
+  }
+  for (const auto& [p, role] : {std::pair<int64_t, RopeRole>{30000, RopeRole::kKey},
+                                {50000, RopeRole::kQuery}, {-50000, RopeRole::kKey}}) {
+    std::vector<float> x = ones;
+    ASSERT_TRUE(forward_f(p, role, &x).ok()) << p;
+    for (float v : x) EXPECT_TRUE(std::isfinite(v)) << p;
+  }
+  std::vector<double> xd(d, 1.0);
+  const std::vector<int64_t> ids = {50000};
+  ASSERT_TRUE(rope.Forward<double>(t, {ids, {}}, xd.data(), xd.data(), RopeRole::kKey).ok());
+  for (double v : xd) EXPECT_TRUE(std::isfinite(v));
+}
+
 // ---------------------------------------------------------------------------------
 // Axial and M-RoPE.
 // ---------------------------------------------------------------------------------

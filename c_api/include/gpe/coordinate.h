@@ -146,7 +146,11 @@ GPE_API GPE_NODISCARD gpe_status gpe_spherical_harmonics_create(int32_t max_degr
 /* Laplacian eigenvector encodings of an undirected graph: the k smallest eigenpairs
  * (ascending), each vector's first entry of largest magnitude (ties within 1e-9
  * relative) made positive; within a repeated eigenvalue the basis is arbitrary (see
- * encodings/coordinate/laplacian_eigenvectors.h). */
+ * encodings/coordinate/laplacian_eigenvectors.h). Edge weights w > 0, duplicate edges
+ * add, self-loops are rejected. GPE_LAPLACIAN_SYMMETRIC: an isolated node (degree 0,
+ * where D^-1/2 is undefined) gets a zero row and column of L, as networkx's
+ * normalized_laplacian_matrix does (not the 1 of I on its diagonal), so each isolated
+ * node adds one eigenvalue 0, its unit vector lying in that eigenspace. */
 enum { GPE_LAPLACIAN_COMBINATORIAL = 0 /* D - A */, GPE_LAPLACIAN_SYMMETRIC = 1 /* I - D^-1/2 A D^-1/2 */ };
 typedef struct gpe_laplacian_options {
   uint32_t struct_size; /* sizeof(gpe_laplacian_options) */

@@ -29,7 +29,15 @@ GPE_API GPE_NODISCARD gpe_status gpe_image_shape(const gpe_image* image, int64_t
 GPE_API GPE_NODISCARD gpe_status gpe_image_pixels(const gpe_image* image, DLTensor* out);
 /* Writes pixels (float32 or float64 [rows, cols] or [rows, cols, 1 or 3], finite, at most
  * 65536 a side) as an 8-bit PNG, clamping to [lo, hi] (finite, lo < hi) and mapping that
- * range to 0..255 (rounded). An unwritable path is GPE_ERROR_INVALID_ARGUMENT. */
+ * range to 0..255 (rounded). An unwritable path is GPE_ERROR_INVALID_ARGUMENT.
+ * All or nothing: the image goes to a temporary file of a unique name in path's
+ * directory, which is fsync'd and renamed over path only when complete; on any failure
+ * (a full disk, a file-size limit) the temporary file is removed, an existing file at
+ * path is left whole and GPE_ERROR_INVALID_ARGUMENT is returned. A path that exists and
+ * is not a regular file (directory, device, fifo, socket) is refused
+ * (GPE_ERROR_INVALID_ARGUMENT) and left alone; a symbolic link is followed and the file
+ * it names replaced. A new file gets mode 0666 less the umask; a replaced one keeps its
+ * mode. */
 GPE_API GPE_NODISCARD gpe_status gpe_image_write_png(const char* path, const DLTensor* pixels,
                                                      double lo, double hi);
 /* As gpe_image_write_png, as a baseline JPEG of the given quality (1..100; lossy). */

@@ -20,8 +20,12 @@ extern "C" {
  * (i, i + rotary_dim / 2) (half-split) and rotates them by a = p * theta_i (the rotation
  * convention of gpe/gpe.h); both outputs are then multiplied by the schedule's attention
  * factor m (and by the xPos scale). Features rotary_dim .. head_dim - 1 pass through.
- * cos and sin are formed in double and rounded once to the tensor's type (float32 for
- * bfloat16 / float16 tensors, which are rotated in float32 and rounded once on store).
+ * The angle p * theta_i is reduced exactly mod 2 pi for every int64 p and every finite
+ * theta_i (after the schedule's scaling), exactly relative to theta_i as the double the
+ * schedule computed (its own rounding, up to |p| ulp(theta_i) / 2 rad, is part of the
+ * encoding). cos and sin are formed in double and rounded once to the tensor's type
+ * (float32 for bfloat16 / float16 tensors, which are rotated in float32 and rounded once
+ * on store).
  */
 typedef struct gpe_rope gpe_rope;
 
@@ -77,7 +81,12 @@ typedef struct gpe_rope_options {
   double low_freq_factor, high_freq_factor;
   /* xPos (Sun et al., eq. 9-10; single axis only): nonzero enables; queries are scaled
    * by zeta_i^((p - centre) / scale_base), keys by its inverse,
-   * zeta_i = (2i / rotary_dim + gamma) / (1 + gamma). */
+   * zeta_i = (2i / rotary_dim + gamma) / (1 + gamma). The scales are stored in the
+   * table's type (float32 for float32 / bfloat16 / float16 tensors): a call whose scale
+   * would pass float32's range (|p - centre| > 88.7 scale_base / ln(1 / zeta_0), ~36,260
+   * for the defaults, queries before the centre, keys after it) is refused with
+   * GPE_ERROR_INVALID_ARGUMENT rather than returning inf and NaN; set xpos_centre near
+   * the positions in use. */
   int32_t xpos;
   double xpos_gamma;      /* finite > 0 */
   double xpos_scale_base; /* finite > 0 */

@@ -55,7 +55,8 @@ GPE_API GPE_NODISCARD gpe_status gpe_so_rep_dim(const gpe_so_rep* rep, int64_t* 
 /* out[n, :] = rho(positions[n]) x[n, :].
  * positions: int64, shape [N]. x and out: float32 or float64 (the same dtype), shape
  * [N, dim], any strides. out may be x itself (same data, offset and strides: in place);
- * any other overlap between out and x is rejected. N may be 0. */
+ * any other overlap between out and x, out overlapping itself, and out overlapping
+ * positions are rejected (GPE_ERROR_INVALID_ARGUMENT). N may be 0. */
 GPE_API GPE_NODISCARD gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions,
                                                   const DLTensor* x, DLTensor* out);
 

@@ -138,9 +138,15 @@ gpe_status gpe_so_rep_apply(const gpe_so_rep* rep, const DLTensor* positions, co
           "out must match x (", DTypeName(xv->dtype), " [", xv->shape[0], ", ", xv->shape[1],
           "]); got ", DTypeName(ov->dtype), " [", ov->shape[0], ", ", ov->shape[1], "]"));
     }
+    // The same checks as every other apply's (ViewApply, c_api/src/sequence/batch.cc):
+    // out must not overlap itself or the positions it is computed from.
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
     if (!gpe::c_api::SameLayout(*xv, *ov) && gpe::c_api::Overlaps(*xv, *ov)) {
       return absl::InvalidArgumentError(
           "out overlaps x without being x itself: pass out = x for in place, or disjoint memory");
+    }
+    if (gpe::c_api::Overlaps(*p, *ov)) {
+      return absl::InvalidArgumentError("out overlaps positions; pass disjoint memory");
     }
     return rep->impl->Apply(*p, *xv, *ov);
   });

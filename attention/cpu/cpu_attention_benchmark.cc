@@ -241,10 +241,13 @@ double TriadGBs(int threads) {
 
 // Decoding: one query token per sequence against a KV cache of `cache` tokens, GQA
 // 32 query heads over 8 kv heads, d = 128, default positions (queries last). Bound by
-// reading K and V once: reported as a fraction of the triad bandwidth.
+// reading K and V once: reported as a fraction of the triad bandwidth, in the bytes the
+// cache holds (kv: 0 float32; 1 bfloat16, 2 float16: half the bytes, widened as tiles
+// load).
 void BM_CpuDecode(benchmark::State& state) {
   const int64_t cache = state.range(0), hq = 32, hkv = 8, d = 128;
   const int threads = static_cast<int>(state.range(1));
+  const int kv = static_cast<int>(state.range(4));
   AttentionArgs a;
   a.batch = 1;
   a.seq_len_q = 1;
@@ -259,23 +262,41 @@ void BM_CpuDecode(benchmark::State& state) {
   a.causal = true;
   std::vector<float> q(static_cast<size_t>(hq * d), 0.5f), o(q.size());
   // huge: the cache in 2 MiB pages (measure::LargeFloats, as the triad's arrays), else in
-  // whatever pages std::vector gets.
+  // whatever pages std::vector gets. A 16-bit cache takes half the floats.
   const bool huge = state.range(2) != 0;
   const int64_t n = cache * hkv * d;
-  std::vector<float> plain(huge ? 0 : static_cast<size_t>(2 * n));
-  measure::LargeFloats large(huge ? 2 * n : 0);
-  float* k = huge ? large.data() : plain.data();
-  float* v = k + n;
+  const int64_t floats = kv == 0 ? 2 * n : n;
+  std::vector<float> plain(huge ? 0 : static_cast<size_t>(floats));
+  measure::LargeFloats large(huge ? floats : 0);
+  float* base = huge ? large.data() : plain.data();
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (int64_t i = 0; i < 2 * n; ++i) k[i] = u(rng);
   CpuAttentionOptions opt;
   opt.num_threads = threads;
-  if (!TimeCalls(state, o.data(),
-                 [&] { return CpuForward(a, q.data(), k, v, o.data(), nullptr, opt); })) {
-    return;
+  bool ok = false;
+  if (kv == 0) {
+    float* k = base;
+    float* v = k + n;
+    for (int64_t i = 0; i < 2 * n; ++i) k[i] = u(rng);
+    ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, v, o.data(), nullptr, opt); });
+  } else {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(base);
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
+                        : encodings::sequence::ToFloat16(u(rng)).bits;
+    }
+    if (kv == 1) {
+      const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
+      ok = TimeCalls(state, o.data(),
+                     [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
+    } else {
+      const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
+      ok = TimeCalls(state, o.data(),
+                     [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
+    }
   }
-  const double bytes = 2.0 * double(n) * sizeof(float);
+  if (!ok) return;
+  const double bytes = 2.0 * double(n) * (kv == 0 ? 4.0 : 2.0);
   const double triad = TriadGBs(threads);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["triad_GB/s"] = triad;
@@ -321,12 +342,15 @@ BENCHMARK(BM_DecodeKernels)
     ->MeasureProcessCPUTime();
 
 BENCHMARK(BM_CpuDecode)
-    ->ArgNames({"cache", "threads", "huge", "bhsd"})
-    ->Args({32768, 2, 1, 0})
-    ->Args({32768, 2, 1, 1})
-    ->Args({32768, 2, 0, 0})
-    ->Args({32768, 1, 1, 0})
-    ->Args({4096, 2, 1, 0})  // a short cache: a call of ~1 ms, where per-call costs show
+    ->ArgNames({"cache", "threads", "huge", "bhsd", "kv"})
+    ->Args({32768, 2, 1, 0, 0})
+    ->Args({32768, 2, 1, 1, 0})
+    ->Args({32768, 2, 0, 0, 0})
+    ->Args({32768, 1, 1, 0, 0})
+    ->Args({4096, 2, 1, 0, 0})  // a short cache: a call of ~1 ms, where per-call costs show
+    ->Args({32768, 2, 1, 0, 1})  // bfloat16 and float16 caches
+    ->Args({32768, 2, 1, 0, 2})
+    ->Args({32768, 1, 1, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -18,6 +18,8 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
+using encodings::sequence::Float16;
+
 namespace {
 
 // Bytes of key and value rows (every kv head) in one decoding block.
@@ -49,7 +51,7 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
   // the score tile of every head for one block stays in L1/L2 between the scores, the
   // softmax and P V.
   const int64_t hkv = a_.num_kv_heads;
-  const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(T));
+  const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(KV));
   const int64_t db = std::clamp<int64_t>(kDecodeBlockBytes / row_bytes / kVecPad * kVecPad,
                                          kVecPad, bk);
   for (int64_t j0 = k0; j0 < k1; j0 += db) {
@@ -64,13 +66,13 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
     kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
     kblk.direct = true;
     kblk.ncols = RoundUp(nk, kVecPad);
-    if constexpr (std::is_same_v<KV, float>) {
-      if (tk_ == nullptr && p_.direct_v) {
-        if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
-          return st;
-        }
-        continue;
+    // Keys as stored and value rows unpadded (d == dp): read in place, in token order
+    // (a 16-bit cache widened in registers).
+    if (tk_ == nullptr && p_.d == p_.dp) {
+      if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
+        return st;
       }
+      continue;
     }
     if (absl::Status st = DecodeBlockByHead(kblk, j0, qpos, lq, qmin, w); !st.ok()) return st;
   }
@@ -93,11 +95,17 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
   const int64_t rows = hq * lq;
   const float* qb = w.qblk.get();
   float* s = w.s.get();
-  const float* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
-  const float* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
+  const KV* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
+  const KV* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
   const int64_t gr = group * lq;  // rows per kv head
-  cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
-                   Ahead(k_, a_.k, kb, j0, nk, k1));
+  if constexpr (std::is_same_v<KV, float>) {
+    cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
+                     Ahead(k_, a_.k, kb, j0, nk, k1));
+  } else {
+    cpu::ScoreDecode16(qb, d, gr, hkv, d, reinterpret_cast<const uint16_t*>(kblock), a_.k.token,
+                       a_.k.head, nk, s, bk, std::is_same_v<KV, Float16>,
+                       Ahead(k_, a_.k, kb, j0, nk, k1));
+  }
   for (int64_t g = 0; g < hkv; ++g) {
     kblk.g = g;
     if (absl::Status st = AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
@@ -110,20 +118,29 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
     // Masked entries: a non-finite value row must not reach them (nonfinite.h).
     bool finite = true;
     for (int64_t g = 0; g < hkv && finite; ++g) {
-      finite = cpu::RowsAllFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, d);
+      finite = cpu::RowsFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, d);
     }
     if (!finite) {
       for (int64_t g = 0; g < hkv; ++g) {
         const int64_t r0 = g * gr;
-        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk,
-                                     v_ + a_.KOffset(a_.v, kb + j0, g), a_.v.token, d,
+        float* vals = w.values.get();  // the head's value rows widened (rare path)
+        for (int64_t j = 0; j < nk; ++j) {
+          LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), vals + j * dp, d);
+        }
+        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk, vals, dp, d,
                                      w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp);
       }
       return absl::OkStatus();
     }
   }
-  cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
-                        w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
+  if constexpr (std::is_same_v<KV, float>) {
+    cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
+                          w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
+  } else {
+    cpu::AccumulateDecode16(s, bk, gr, hkv, nk, reinterpret_cast<const uint16_t*>(vblock),
+                            a_.v.token, a_.v.head, dp, w.alpha.get(), w.oacc.get(), dp,
+                            std::is_same_v<KV, Float16>, Ahead(v_, a_.v, kb, j0, nk, k1));
+  }
   return absl::OkStatus();
 }
 
@@ -192,7 +209,7 @@ template <class T, class KV>
 cpu::PrefetchAhead Forward<T, KV>::Ahead(const KV* x, const Strides& st, int64_t kb, int64_t j0,
                                      int64_t nk, int64_t k1) const {
   const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
-  const int64_t size = static_cast<int64_t>(sizeof(T));
+  const int64_t size = static_cast<int64_t>(sizeof(KV));
   if (st.head == d && st.token == row) {
     const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
     const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));

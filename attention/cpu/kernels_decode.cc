@@ -7,6 +7,8 @@
 #include "hwy/cache_control.h"
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_decode.h"
@@ -20,6 +22,87 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+
+// The KV cache's element types (kernels_decode.h: float32, bfloat16, IEEE half), widened
+// to float exactly in registers as the kernels load them. E::T is the stored type.
+struct F32 {
+  using T = float;
+};
+struct Bf16 {
+  using T = uint16_t;
+};
+struct F16 {
+  using T = uint16_t;
+};
+
+// IEEE half bits to float, exact (the portable targets' loads; Highway's scalar
+// PromoteTo misreads infinity and NaN).
+HWY_INLINE float HalfBitsToFloat(uint16_t hbits) {
+  const uint32_t h = hbits, sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
+                 mantissa = h & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else {
+    const float f = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+template <class E>
+HWY_INLINE float ToScalar(const typename E::T* p) {
+  if constexpr (std::is_same_v<E, F32>) {
+    return *p;
+  } else if constexpr (std::is_same_v<E, Bf16>) {
+    const uint32_t u = static_cast<uint32_t>(*p) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    return f;
+  } else {
+    return HalfBitsToFloat(*p);
+  }
+}
+
+// One vector of floats from the cache at p.
+template <class E>
+HWY_INLINE VF LoadKV(DF df, const typename E::T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<E, F32>) {
+    return hn::LoadU(df, p);
+  } else if constexpr (std::is_same_v<E, Bf16>) {
+    const hn::Rebind<uint16_t, DF> d16;
+    const hn::RebindToUnsigned<DF> du;
+    return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+  } else {
+#if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
+    HWY_ALIGN float buf[hn::MaxLanes(DF())];
+    for (size_t i = 0; i < hn::Lanes(df); ++i) buf[i] = HalfBitsToFloat(p[i]);
+    return hn::Load(df, buf);
+#else
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+#endif
+  }
+}
+
+#if HWY_TARGET <= HWY_AVX3
+template <class E>
+HWY_INLINE __m512 Load512(const typename E::T* p) {
+  if constexpr (std::is_same_v<E, F32>) {
+    return _mm512_loadu_ps(p);
+  } else if constexpr (std::is_same_v<E, Bf16>) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+}
+#endif
 
 // Scores straight from key rows (no panel): per key, up to 4 query rows share each
 // vector load of the key; one horizontal sum per (row, key). For few query rows per key
@@ -98,9 +181,10 @@ HWY_INLINE void StoreLaneSums(DF df, const VF* v, float* HWY_RESTRICT out, int64
 
 // R query rows against one key row k: out[r * lds] = q_r . k. Two accumulators per row
 // (even and odd vectors of the row) halve the chains of dependent FMAs.
-template <int R>
+template <class E, int R>
 HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
-                        const float* HWY_RESTRICT k, float* HWY_RESTRICT out, int64_t lds) {
+                        const typename E::T* HWY_RESTRICT k, float* HWY_RESTRICT out,
+                        int64_t lds) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const int64_t dv = d / N * N;
@@ -109,7 +193,7 @@ HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
   for (int r = 0; r < R; ++r) a0[r] = a1[r] = hn::Zero(df);
   int64_t c = 0;
   for (; c + 2 * N <= dv; c += 2 * N) {
-    const VF k0 = hn::LoadU(df, k + c), k1 = hn::LoadU(df, k + c + N);
+    const VF k0 = LoadKV<E>(df, k + c), k1 = LoadKV<E>(df, k + c + N);
     HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) {
       a0[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c), k0, a0[r]);
@@ -117,7 +201,7 @@ HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
     }
   }
   if (c < dv) {
-    const VF k0 = hn::LoadU(df, k + c);
+    const VF k0 = LoadKV<E>(df, k + c);
     HWY_UNROLL(4)
     for (int r = 0; r < R; ++r) a0[r] = hn::MulAdd(hn::LoadU(df, q + r * ldq + c), k0, a0[r]);
   }
@@ -127,7 +211,7 @@ HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
   if (dv < d) {
     for (int r = 0; r < R; ++r) {
       float tail = 0.0f;
-      for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * k[e];
+      for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * ToScalar<E>(k + e);
       out[r * lds] += tail;
     }
   }
@@ -137,8 +221,9 @@ HWY_INLINE void DotRows(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 // Four query rows against four consecutive keys (rows k, k + ldk, ...): 16 dot products
 // with 16 independent accumulators (each vector of q and k loaded once per four FMAs),
 // then one transposing reduction of the 16 vectors: s[r * lds + t] = q_r . k_t.
+template <class E>
 HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
-                       const float* HWY_RESTRICT k, int64_t ldk, float* HWY_RESTRICT s,
+                       const typename E::T* HWY_RESTRICT k, int64_t ldk, float* HWY_RESTRICT s,
                        int64_t lds) {
   constexpr int64_t N = 16;
   const int64_t dv = d / N * N;
@@ -148,7 +233,7 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
   for (int64_t c = 0; c < dv; c += N) {
     __m512 kv[4], qv[4];
     HWY_UNROLL(16)
-    for (int t = 0; t < 4; ++t) kv[t] = _mm512_loadu_ps(k + t * ldk + c);
+    for (int t = 0; t < 4; ++t) kv[t] = Load512<E>(k + t * ldk + c);
     HWY_UNROLL(16)
     for (int r = 0; r < 4; ++r) qv[r] = _mm512_loadu_ps(q + r * ldq + c);
     HWY_UNROLL(16)
@@ -188,7 +273,7 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
       HWY_UNROLL(16)
       for (int t = 0; t < 4; ++t) {
         float tail = 0.0f;
-        for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * k[t * ldk + e];
+        for (int64_t e = dv; e < d; ++e) tail += q[r * ldq + e] * ToScalar<E>(k + t * ldk + e);
         s[r * lds + t] += tail;
       }
     }
@@ -238,9 +323,10 @@ class PrefetchCursor {
   int64_t runs_ = 0, run_ = 0, lines_ = 0, per_step_ = 0;
 };
 
-void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
-                     const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
-                     int64_t lds, PrefetchAhead ahead) {
+template <class E>
+void ScoreDecodeT(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                  const typename E::T* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                  int64_t lds, PrefetchAhead ahead) {
   const DF df;
   int64_t j = 0;
   PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
@@ -249,9 +335,9 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
     const int64_t n4 = nk / 4 * 4;
     auto step = [&](int64_t jj, int64_t g) {
       pf.Step();
-      const float* k = keys + jj * ldk + g * ldh;
+      const typename E::T* k = keys + jj * ldk + g * ldh;
       for (int64_t r = 0; r < rows; r += 4) {
-        Dot4x4(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + jj, lds);
+        Dot4x4<E>(q + (g * rows + r) * ldq, ldq, d, k, ldk, s + (g * rows + r) * lds + jj, lds);
       }
     };
     if (HeadMajor(ldk, ldh)) {
@@ -269,20 +355,20 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
   for (; j < nk; ++j) {
     for (int64_t g = 0; g < heads; ++g) {
       if (j % 4 == 0) pf.Step();
-      const float* k = keys + j * ldk + g * ldh;
+      const typename E::T* k = keys + j * ldk + g * ldh;
       const float* qg = q + g * rows * ldq;
       float* sg = s + g * rows * lds + j;
       int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) DotRows<4>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+      for (; r + 4 <= rows; r += 4) DotRows<E, 4>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
       switch (rows - r) {
         case 1:
-          DotRows<1>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          DotRows<E, 1>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
           break;
         case 2:
-          DotRows<2>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          DotRows<E, 2>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
           break;
         case 3:
-          DotRows<3>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
+          DotRows<E, 3>(qg + r * ldq, ldq, d, k, sg + r * lds, lds);
           break;
         default:
           break;
@@ -292,14 +378,29 @@ void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, i
   (void)df;
 }
 
+void ScoreDecodeImpl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                     const float* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                     int64_t lds, PrefetchAhead ahead) {
+  ScoreDecodeT<F32>(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, ahead);
+}
+void ScoreDecode16Impl(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                       const uint16_t* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                       int64_t lds, PrefetchAhead ahead, bool half) {
+  if (half) {
+    ScoreDecodeT<F16>(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, ahead);
+  } else {
+    ScoreDecodeT<Bf16>(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds, ahead);
+  }
+}
+
 // Decoding's P V in token order (see AccumulateDecode in kernels_decode.h). Four tokens per
 // step: their probabilities for MR rows of one kv head sit in registers (4 MR
 // broadcasts), and every output vector takes four FMAs per load and store. The value
 // rows of the four tokens are read head after head, i.e. four contiguous streams
 // (one per token's row of kv heads) that the hardware prefetchers follow.
-template <int MR>
+template <class E, int MR>
 HWY_INLINE void AccDecodeStep(const float* HWY_RESTRICT p, int64_t lds,
-                              const float* HWY_RESTRICT v, int64_t ldv, int64_t dp,
+                              const typename E::T* HWY_RESTRICT v, int64_t ldv, int64_t dp,
                               float* HWY_RESTRICT o, int64_t ldo) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -310,8 +411,8 @@ HWY_INLINE void AccDecodeStep(const float* HWY_RESTRICT p, int64_t lds,
     for (int t = 0; t < 4; ++t) pb[r][t] = hn::Set(df, p[r * lds + t]);
   }
   for (int64_t c = 0; c < dp; c += N) {
-    const VF v0 = hn::LoadU(df, v + c), v1 = hn::LoadU(df, v + ldv + c);
-    const VF v2 = hn::LoadU(df, v + 2 * ldv + c), v3 = hn::LoadU(df, v + 3 * ldv + c);
+    const VF v0 = LoadKV<E>(df, v + c), v1 = LoadKV<E>(df, v + ldv + c);
+    const VF v2 = LoadKV<E>(df, v + 2 * ldv + c), v3 = LoadKV<E>(df, v + 3 * ldv + c);
     HWY_UNROLL(16)
     for (int r = 0; r < MR; ++r) {
       float* orow = o + r * ldo + c;
@@ -324,9 +425,10 @@ HWY_INLINE void AccDecodeStep(const float* HWY_RESTRICT p, int64_t lds,
   }
 }
 
-void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
-                          const float* v, int64_t ldv, int64_t ldh, int64_t dp,
-                          const float* alpha, float* o, int64_t ldo, PrefetchAhead ahead) {
+template <class E>
+void AccumulateDecodeT(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                       const typename E::T* v, int64_t ldv, int64_t ldh, int64_t dp,
+                       const float* alpha, float* o, int64_t ldo, PrefetchAhead ahead) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
@@ -339,22 +441,22 @@ void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t hea
   const int64_t n4 = nk / 4 * 4;
   auto step = [&](int64_t jj, int64_t g) {
     pf.Step();
-    const float* vg = v + jj * ldv + g * ldh;
+    const typename E::T* vg = v + jj * ldv + g * ldh;
     int64_t r = 0;
     for (; r + 4 <= rows; r += 4) {
       const int64_t row = g * rows + r;
-      AccDecodeStep<4>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+      AccDecodeStep<E, 4>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
     }
     const int64_t row = g * rows + r;
     switch (rows - r) {
       case 1:
-        AccDecodeStep<1>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        AccDecodeStep<E, 1>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
         break;
       case 2:
-        AccDecodeStep<2>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        AccDecodeStep<E, 2>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
         break;
       case 3:
-        AccDecodeStep<3>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
+        AccDecodeStep<E, 3>(p + row * lds + jj, lds, vg, ldv, dp, o + row * ldo, ldo);
         break;
       default:
         break;
@@ -373,16 +475,32 @@ void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t hea
   for (; j < nk; ++j) {  // the last nk % 4 tokens, one at a time
     for (int64_t g = 0; g < heads; ++g) {
       if (j % 4 == 0) pf.Step();
-      const float* vr = v + j * ldv + g * ldh;
+      const typename E::T* vr = v + j * ldv + g * ldh;
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t row = g * rows + r;
         const VF pj = hn::Set(df, p[row * lds + j]);
         float* orow = o + row * ldo;
         for (int64_t c = 0; c < dp; c += N) {
-          hn::StoreU(hn::MulAdd(pj, hn::LoadU(df, vr + c), hn::LoadU(df, orow + c)), df, orow + c);
+          hn::StoreU(hn::MulAdd(pj, LoadKV<E>(df, vr + c), hn::LoadU(df, orow + c)), df, orow + c);
         }
       }
     }
+  }
+}
+
+void AccumulateDecodeImpl(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                          const float* v, int64_t ldv, int64_t ldh, int64_t dp,
+                          const float* alpha, float* o, int64_t ldo, PrefetchAhead ahead) {
+  AccumulateDecodeT<F32>(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o, ldo, ahead);
+}
+void AccumulateDecode16Impl(const float* p, int64_t lds, int64_t rows, int64_t heads,
+                            int64_t nk, const uint16_t* v, int64_t ldv, int64_t ldh, int64_t dp,
+                            const float* alpha, float* o, int64_t ldo, PrefetchAhead ahead,
+                            bool half) {
+  if (half) {
+    AccumulateDecodeT<F16>(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o, ldo, ahead);
+  } else {
+    AccumulateDecodeT<Bf16>(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o, ldo, ahead);
   }
 }
 
@@ -401,6 +519,8 @@ namespace cpu {
 HWY_EXPORT(ScoreDirectImpl);
 HWY_EXPORT(ScoreDecodeImpl);
 HWY_EXPORT(AccumulateDecodeImpl);
+HWY_EXPORT(ScoreDecode16Impl);
+HWY_EXPORT(AccumulateDecode16Impl);
 
 void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float* keys,
                  int64_t ldk, int64_t nk, float* s, int64_t lds) {
@@ -416,6 +536,19 @@ void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, 
                       float* o, int64_t ldo, PrefetchAhead ahead) {
   HWY_DYNAMIC_DISPATCH(AccumulateDecodeImpl)(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha, o,
                                              ldo, ahead);
+}
+void ScoreDecode16(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                   const uint16_t* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                   int64_t lds, bool half, PrefetchAhead ahead) {
+  HWY_DYNAMIC_DISPATCH(ScoreDecode16Impl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds,
+                                          ahead, half);
+}
+void AccumulateDecode16(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                        const uint16_t* v, int64_t ldv, int64_t ldh, int64_t dp,
+                        const float* alpha, float* o, int64_t ldo, bool half,
+                        PrefetchAhead ahead) {
+  HWY_DYNAMIC_DISPATCH(AccumulateDecode16Impl)(p, lds, rows, heads, nk, v, ldv, ldh, dp, alpha,
+                                               o, ldo, ahead, half);
 }
 
 }  // namespace cpu

@@ -65,6 +65,18 @@ void AccumulateDecode(const float* p, int64_t lds, int64_t rows, int64_t heads, 
                       const float* v, int64_t ldv, int64_t ldh, int64_t dp, const float* alpha,
                       float* o, int64_t ldo, PrefetchAhead ahead = {});
 
+// ScoreDecode and AccumulateDecode over a 16-bit KV cache (half: IEEE float16, else
+// bfloat16 bit patterns; strides in elements), each vector widened exactly to float in
+// registers as it loads (bfloat16: a shift; float16: F16C's vcvtph2ps), the arithmetic
+// that of the float32 kernels: half the bytes read per token.
+void ScoreDecode16(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                   const uint16_t* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                   int64_t lds, bool half, PrefetchAhead ahead = {});
+void AccumulateDecode16(const float* p, int64_t lds, int64_t rows, int64_t heads, int64_t nk,
+                        const uint16_t* v, int64_t ldv, int64_t ldh, int64_t dp,
+                        const float* alpha, float* o, int64_t ldo, bool half,
+                        PrefetchAhead ahead = {});
+
 }  // namespace cpu
 }  // namespace attention
 }  // namespace gpe

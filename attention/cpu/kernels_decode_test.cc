@@ -4,6 +4,7 @@
 #include "attention/cpu/kernels_decode.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -150,6 +151,76 @@ TEST(Kernels, ScoreDecodeMatchesLoopsOnEveryTargetAndRemainder) {
   }
   hwy::SetSupportedTargetsForTest(0);
   EXPECT_GE(runs, 2);
+}
+
+// The 16-bit cache kernels against the float32 ones on the same values widened: the
+// same operations in the same order on the same floats (the widening is exact), so the
+// outputs are bit for bit equal, on every target, for bfloat16 and float16 bit patterns
+// (random 16-bit patterns with the non-finite ones replaced), shapes below, at and above
+// the 4 x 4 register blocks, head_dim 16 to 128 with and without a tail, both cache orders.
+TEST(Kernels, SixteenBitCacheKernelsEqualFloatKernelsOnWidenedValues) {
+  std::mt19937_64 rng(41);
+  std::uniform_int_distribution<int> bits(0, 0xffff);
+  auto widen = [](uint16_t b, bool half) {
+    float f;
+    if (!half) {
+      const uint32_t u = static_cast<uint32_t>(b) << 16;
+      std::memcpy(&f, &u, 4);
+    } else {
+      cpu::WidenF16Row(&b, &f, 1);
+    }
+    return f;
+  };
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (bool half : {false, true}) {
+      // Magnitudes kept moderate (exponent field limited) so sums stay finite.
+      auto draw = [&]() {
+        uint16_t b = static_cast<uint16_t>(bits(rng));
+        return half ? static_cast<uint16_t>((b & 0x83ff) | (((b >> 10) % 8 + 11) << 10))
+                    : static_cast<uint16_t>((b & 0x807f) | (((b >> 7) % 8 + 123) << 7));
+      };
+      for (int64_t d : {int64_t{16}, int64_t{20}, int64_t{128}}) {
+        for (int64_t rows : {1, 4, 5}) {
+          for (int64_t heads : {1, 3}) {
+            for (int64_t nk : {1, 4, 5, 9}) {
+              for (bool head_major : {false, true}) {
+                const int64_t ldh = head_major ? nk * (d + 8) + 8 : d + 8;
+                const int64_t ldk = head_major ? d + 8 : heads * ldh + 8, lds = nk + 3;
+                const size_t n = static_cast<size_t>(head_major ? heads * ldh : nk * ldk);
+                std::vector<uint16_t> k16(n), v16(n);
+                std::vector<float> kf(n), vf(n);
+                for (size_t i = 0; i < n; ++i) {
+                  k16[i] = draw();
+                  v16[i] = draw();
+                  kf[i] = widen(k16[i], half);
+                  vf[i] = widen(v16[i], half);
+                }
+                std::vector<float> q = RandomF(static_cast<size_t>(heads * rows * d), &rng);
+                std::vector<float> s32(static_cast<size_t>(heads * rows * lds), 0.0f), s16 = s32;
+                cpu::ScoreDecode(q.data(), d, rows, heads, d, kf.data(), ldk, ldh, nk, s32.data(), lds);
+                cpu::ScoreDecode16(q.data(), d, rows, heads, d, k16.data(), ldk, ldh, nk, s16.data(),
+                                   lds, half);
+                ASSERT_EQ(s32, s16) << hwy::TargetName(target) << " scores half " << half << " d " << d
+                                    << " rows " << rows << " heads " << heads << " nk " << nk;
+                if (d % 16 != 0) continue;  // P V takes dp, a multiple of the vector width
+                std::vector<float> p = RandomF(static_cast<size_t>(heads * rows * lds), &rng);
+                std::vector<float> alpha(static_cast<size_t>(heads * rows), 0.5f);
+                std::vector<float> o32 = RandomF(static_cast<size_t>(heads * rows * d), &rng), o16 = o32;
+                cpu::AccumulateDecode(p.data(), lds, rows, heads, nk, vf.data(), ldk, ldh, d,
+                                      alpha.data(), o32.data(), d);
+                cpu::AccumulateDecode16(p.data(), lds, rows, heads, nk, v16.data(), ldk, ldh, d,
+                                        alpha.data(), o16.data(), d, half);
+                ASSERT_EQ(o32, o16) << hwy::TargetName(target) << " P V half " << half << " d " << d
+                                    << " rows " << rows << " heads " << heads << " nk " << nk;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace

@@ -221,7 +221,14 @@ def bessel_j(order, x):
 def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatorial",
                            skip_first=False):
     """The k smallest eigenpairs of the graph Laplacian: (eigenvalues [k], vectors
-    [num_nodes, k]); each vector's largest-magnitude entry is positive."""
+    [num_nodes, k]); each vector's largest-magnitude entry is positive.
+
+    kind "combinatorial": L = D - A; "symmetric": L = I - D^-1/2 A D^-1/2, where an
+    isolated node (no edges, degree 0) gets a zero row and column, not the 1 of I on
+    the diagonal (as networkx's normalized_laplacian_matrix does): each isolated node
+    adds an eigenvalue 0 whose eigenvector is that node's indicator (up to the basis
+    choice within eigenvalue 0). Edges: int [E, 2] node ids, no self-loops; weights
+    (float64 [E], > 0) default to 1, duplicate edges add."""
     if kind not in LAPLACIANS:
         raise ValueError("kind must be one of %s" % sorted(LAPLACIANS))
     edges = np.ascontiguousarray(_ffi.int64_array(edges, "edges")).reshape(-1, 2)

@@ -234,6 +234,17 @@ class LaplacianTest(unittest.TestCase):
                 # Vector error ~ eps / gap ~ 1e-13: 1e-9 with margin.
                 np.testing.assert_allclose(vecs, ref, rtol=0, atol=1e-9)
 
+    def test_symmetric_isolated_node_rule_is_documented_and_holds(self):
+        # Issue 24: the docstring did not say what the symmetric Laplacian does with an
+        # isolated node (I - D^-1/2 A D^-1/2 is undefined at degree 0).
+        doc = gpe.laplacian_eigenvectors.__doc__
+        self.assertIn("isolated node", doc)
+        self.assertIn("zero row and column", doc)
+        vals, vecs = gpe.laplacian_eigenvectors(3, [[0, 1]], 3, kind="symmetric")
+        np.testing.assert_allclose(vals, [0.0, 0.0, 2.0], atol=1e-12)
+        # Node 2 (isolated) spans its own eigenvalue-0 vector.
+        self.assertAlmostEqual(float(np.abs(vecs[2, :2]).max()), 1.0, places=12)
+
 
 class AnalysisTest(unittest.TestCase):
     def test_distance_matrix_and_closed_forms(self):

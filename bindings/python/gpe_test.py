@@ -117,5 +117,133 @@ class SoRepresentationTest(unittest.TestCase):
             gpe.SoRepresentation.rank2([1.0, np.nan], [0.0, 1.0])
 
 
+class NothingSilentlyWrongTest(unittest.TestCase):
+    """Issue 24: inputs the ctypes layer used to pass on wrapped, truncated or written
+    through. Each case says what happened before the check."""
+
+    def test_read_only_outputs_are_refused_before_the_call(self):
+        rep = gpe.SoRepresentation.planes(8)
+        pos, x = np.arange(3), np.ones((3, 8))
+        ro = np.zeros((3, 8))
+        ro.flags.writeable = False
+        # Before: the library wrote the rotated rows into the read-only array.
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            rep.apply(pos, x, out=ro)
+        self.assertEqual(np.count_nonzero(ro), 0)
+        # Before: sinusoidal() overwrote the immutable bytes object behind the array.
+        raw = bytes(3 * 4 * 8)
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            gpe.sinusoidal(np.arange(3), 4, out=np.frombuffer(raw, dtype=np.float64)
+                           .reshape(3, 4))
+        self.assertEqual(raw, bytes(3 * 4 * 8))
+        # In-place applies and gradient accumulators are outputs too.
+        scores = np.ones((2, 2))
+        scores.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            gpe.locality_scale(scores, [0, 1], [0, 1])
+        grad = np.zeros(4)
+        grad.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            gpe.Alibi(4).accumulate_gradient(0, [1], [0], np.ones((1, 1)), grad)
+        rope = gpe.Rope(8)
+        xr = np.ones((1, 2, 1, 8), dtype=np.float32)
+        xr.flags.writeable = False
+        with self.assertRaisesRegex(ValueError, "read-only"):
+            rope.forward(xr, out=xr)
+        # A read-only input is fine.
+        np.testing.assert_allclose(rope.forward(xr), rope.forward(np.array(xr)))
+
+    def test_read_only_memmap_output_does_not_crash(self):
+        # Before: the library wrote into a PROT_READ mapping: SIGSEGV, interpreter gone.
+        # Run in a child so that a regression fails this test instead of killing it.
+        code = (
+            "import os, sys, tempfile, numpy as np, gpe\n"
+            "path = os.path.join(tempfile.mkdtemp(), 'm')\n"
+            "np.zeros((3, 8)).tofile(path)\n"
+            "m = np.memmap(path, dtype=np.float64, mode='r', shape=(3, 8))\n"
+            "try:\n"
+            "    gpe.SoRepresentation.planes(8).apply(np.arange(3), np.ones((3, 8)), out=m)\n"
+            "except ValueError as e:\n"
+            "    print('refused:', e)\n"
+            "    sys.exit(0)\n"
+            "sys.exit(3)\n")
+        import os
+        import subprocess
+        import sys
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [os.path.dirname(os.path.dirname(os.path.abspath(gpe.__file__)))]
+            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("read-only", r.stdout)
+
+    def test_integers_beyond_int64_are_refused(self):
+        # Before: ctypes stored 2**64 + 64 modulo 2^64, a 64-dimensional RoPE.
+        with self.assertRaises(OverflowError):
+            gpe.Rope(2**64 + 64)
+        # Before: an 8-head ALiBi.
+        with self.assertRaises(OverflowError):
+            gpe.Alibi(2**64 + 8)
+        with self.assertRaises(OverflowError):
+            gpe.SoRepresentation.planes(2**64 + 8)
+        rep = gpe.SoRepresentation.planes(8)
+        # Before: the matrix at position 1.
+        with self.assertRaises(OverflowError):
+            rep.matrix(2**64 + 1)
+        # Before: int(1.5) silently gave the matrix at 1.
+        with self.assertRaises(TypeError):
+            rep.matrix(1.5)
+        # A 32-bit field: before, 2**32 + 1 threads became 1.
+        with self.assertRaises(OverflowError):
+            gpe.bessel_j(2**32, [1.0])
+        self.assertEqual(gpe.Rope(64).shape, (64, 64, 1))
+
+    def test_positions_at_or_above_2_63_are_refused(self):
+        rep = gpe.SoRepresentation.planes(8)
+        x = np.ones((1, 8))
+        # Before: uint64 2^63 became int64 -2^63, a different rotation.
+        for pos in (np.array([2**63], dtype=np.uint64), [2**63], [2**64 - 1]):
+            with self.assertRaises(OverflowError):
+                rep.apply(pos, x)
+            with self.assertRaises(OverflowError):
+                gpe.sinusoidal(pos, 4)
+        # Beyond uint64 NumPy makes an object array; mixed signs a float64 one.
+        for pos in ([2**64], [-1, 2**63]):
+            with self.assertRaises(OverflowError):
+                rep.apply(pos, np.ones((len(pos), 8)))
+        # Other integer dtypes convert exactly; uint64 below 2^63 is fine.
+        want = rep.apply(np.array([2**63 - 1]), x)
+        np.testing.assert_array_equal(rep.apply(np.array([2**63 - 1], np.uint64), x), want)
+        np.testing.assert_array_equal(rep.apply(np.array([7], np.uint8), x),
+                                      rep.apply([7], x))
+        # Before: attention's positions went through astype(int64): 2^63 wrapped and
+        # 0.5 truncated to 0.
+        q = np.ones((1, 1, 1, 4), np.float32)
+        with self.assertRaises(OverflowError):
+            gpe.attention(q, q, q, q_positions=np.array([2**63], np.uint64),
+                          k_positions=[0])
+        with self.assertRaises(TypeError):
+            gpe.attention(q, q, q, q_positions=[0.5], k_positions=[0])
+
+    def test_none_and_wrongly_typed_tensors_name_the_argument(self):
+        q = np.ones((1, 2, 1, 4), np.float32)
+        # Before: IndexError (tuple index out of range) from np.asarray(None).shape[-2].
+        with self.assertRaisesRegex(TypeError, r"\bq\b"):
+            gpe.attention(None, q, q)
+        with self.assertRaisesRegex(TypeError, r"\bk\b"):
+            gpe.attention(q, None, q)
+        with self.assertRaisesRegex(TypeError, r"\bv\b"):
+            gpe.attention(q, q, "v")
+        with self.assertRaisesRegex(TypeError, r"\bd_o\b"):
+            gpe.attention_backward(q, q, q, None)
+        # Before: AttributeError ('str' object has no attribute '_handle').
+        with self.assertRaisesRegex(TypeError, "bias"):
+            gpe.attention(q, q, q, bias="alibi")
+        with self.assertRaisesRegex(TypeError, "positions"):
+            gpe.SoRepresentation.planes(4).apply(None, np.ones((1, 4)))
+
+
 if __name__ == "__main__":
     unittest.main()

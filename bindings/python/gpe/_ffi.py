@@ -1,6 +1,7 @@
 """ctypes declarations of gpe.h and the shared-library loader (internal)."""
 
 import ctypes
+import operator
 import os
 import pathlib
 
@@ -33,15 +34,22 @@ KDL_CPU = 1
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
 
 
-def as_dltensor(array):
+def as_dltensor(array, *, output):
     """Describes a NumPy array as a DLTensor without copying.
 
+    `output`: whether the library writes into the array (an out= argument, an in-place
+    apply, a gradient accumulator). Every caller says which, so that a read-only output
+    (a read-only view, np.frombuffer over bytes, a read-only np.memmap, which the library
+    would write through or crash on) is refused here with ValueError before any C call.
     Returns (tensor, keepalive); keep `keepalive` referenced while the C call runs.
     Strides are converted from bytes to elements; arrays whose strides are not whole
     elements are rejected.
     """
     if not isinstance(array, np.ndarray):
         raise TypeError("expected a numpy.ndarray, got %s" % type(array).__name__)
+    if output and not array.flags.writeable:
+        raise ValueError("output array is read-only (flags.writeable is False): the library "
+                         "would write into it; pass a writeable array")
     itemsize = array.dtype.itemsize
     if array.dtype.kind not in _DL_CODES or array.dtype.byteorder not in ("=", "|", "<"):
         raise TypeError("unsupported dtype %s" % array.dtype)
@@ -61,6 +69,100 @@ def as_dltensor(array):
     t.strides = strides
     t.byte_offset = 0
     return t, (array, shape, strides)
+
+
+# ---- Integers: Python ints are unbounded, C's are not ----------------------------------
+# ctypes stores an out-of-range int in a c_int64 / c_int32 field or argument modulo 2^n
+# without a word (2**64 + 64 becomes 64). checked_int refuses it instead; the option
+# Structures below and the library functions (_declare) run every integer through it.
+
+_INT_RANGES = {}
+for _t in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64, ctypes.c_int):
+    _INT_RANGES[_t] = (-(1 << (8 * ctypes.sizeof(_t) - 1)), (1 << (8 * ctypes.sizeof(_t) - 1)) - 1)
+for _t in (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint):
+    _INT_RANGES[_t] = (0, (1 << (8 * ctypes.sizeof(_t))) - 1)
+_C_NAMES = {}
+for _t in _INT_RANGES:
+    _C_NAMES.setdefault(_t, ("uint%d_t" if _t._type_.isupper() else "int%d_t")
+                        % (8 * ctypes.sizeof(_t)))
+
+
+def checked_int(value, name, ctype=ctypes.c_int64):
+    """value as a Python int that `ctype` holds exactly: TypeError for a non-integer
+    (a float, None, a string; bool and NumPy integers are integers), OverflowError
+    outside ctype's range (int64 by default)."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an integer; got %s" % (name, type(value).__name__)) from None
+    lo, hi = _INT_RANGES[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError("%s = %d is outside the range of %s [%d, %d]"
+                            % (name, v, _C_NAMES[ctype], lo, hi))
+    return v
+
+
+_INT64_MAX = (1 << 63) - 1
+
+
+def int64_array(values, name):
+    """An integer array (positions, offsets, indices) as int64, without a copy when it
+    already is one (any strides kept).
+
+    Other integer dtypes are converted exactly; uint64 (NumPy's dtype for Python ints
+    >= 2^63) only when every value is below 2^63, else OverflowError, since the
+    conversion would wrap them to negative numbers. Floats, booleans, None and other
+    non-integers raise TypeError (the library takes integer positions only); an empty
+    sequence of any dtype gives an empty int64 array."""
+    if values is None:
+        raise TypeError("%s must be an integer array; got None" % name)
+    given = values
+    values = np.asarray(values)
+    kind = values.dtype.kind
+    if kind == "i":
+        return values if values.dtype == np.int64 else values.astype(np.int64)
+    if kind == "u":
+        if values.dtype.itemsize == 8 and values.size and int(values.max()) > _INT64_MAX:
+            raise OverflowError("%s holds %d, beyond int64 (positions and indices must be "
+                                "below 2^63)" % (name, int(values.max())))
+        return values.astype(np.int64)
+    if values.size == 0 and kind in "fO":
+        return values.astype(np.int64)
+    if kind in "fO" and not isinstance(given, np.ndarray):
+        # A list NumPy could not store as integers: Python ints beyond 64 bits (object),
+        # or negative ints mixed with ints >= 2^63 (float64). Name the culprit.
+        for v in np.asarray(given, dtype=object).ravel():
+            checked_int(v, "an entry of %s" % name)
+    raise TypeError("%s must be integers; got dtype %s" % (name, values.dtype))
+
+
+def array_arg(value, name):
+    """np.asarray(value) for an array argument named `name`, with TypeError naming it when
+    value is None or not numeric (an object or string array), instead of the IndexError
+    or AttributeError the shape arithmetic after it would raise."""
+    if value is None:
+        raise TypeError("%s must be an array; got None" % name)
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "biufc":
+        raise TypeError("%s must be a numeric array; got %s (dtype %s)"
+                        % (name, type(value).__name__, arr.dtype))
+    return arr
+
+
+def _check_struct_ints(cls):
+    """Gives a Structure a __setattr__ (used by its constructor too) that runs values of
+    its integer fields through checked_int, named Structure.field."""
+    ranges = {f[0]: f[1] for f in cls._fields_ if f[1] in _INT_RANGES}
+    base = ctypes.Structure.__setattr__
+
+    def __setattr__(self, name, value):
+        ctype = ranges.get(name)
+        if ctype is not None:
+            value = checked_int(value, name, ctype)
+        base(self, name, value)
+
+    cls.__setattr__ = __setattr__
+    return cls
 
 
 # ---- Option structs ------------------------------------------------------------------
@@ -363,6 +465,12 @@ class ThreadPool(ctypes.Structure):
         self.num_threads = 1
 
 
+# Every Structure above refuses integers its C fields cannot hold (see checked_int).
+for _cls in list(globals().values()):
+    if isinstance(_cls, type) and issubclass(_cls, ctypes.Structure) and "_fields_" in vars(_cls):
+        _check_struct_ints(_cls)
+
+
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
@@ -572,4 +680,21 @@ def _declare(lib):
         fn = getattr(lib, name)
         fn.restype = res
         fn.argtypes = args
+        ints = [(i, a) for i, a in enumerate(args) if a in _INT_RANGES]
+        if ints:
+            setattr(lib, name, _checked_call(fn, name, ints))
     return lib
+
+
+def _checked_call(fn, name, ints):
+    """fn with its integer arguments (positions `ints`, with their ctypes) run through
+    checked_int first: ctypes itself would pass 2**64 + 1 as 1."""
+
+    def call(*args):
+        for i, ctype in ints:
+            if not isinstance(args[i], ctypes._SimpleCData):
+                checked_int(args[i], "%s argument %d" % (name, i + 1), ctype)
+        return fn(*args)
+
+    call.__name__ = name
+    return call

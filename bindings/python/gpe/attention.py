@@ -46,12 +46,23 @@ class _Keep:
     def __init__(self):
         self.items = []
 
-    def __call__(self, array):
+    def __call__(self, array, output=False):
         if array is None:
             return None
-        t, keep = _ffi.as_dltensor(array)
+        t, keep = _ffi.as_dltensor(array, output=output)
         self.items.append((t, keep))
         return ctypes.pointer(t)
+
+    def out(self, array):
+        """An array the library writes into (refused when read-only)."""
+        return self(array, output=True)
+
+
+def _ints(x, name):
+    """An optional integer array argument as int64 (None stays None)."""
+    if x is None:
+        return None
+    return np.ascontiguousarray(_ffi.int64_array(x, name))
 
 
 def _tree_csr(addresses):
@@ -59,7 +70,7 @@ def _tree_csr(addresses):
     offsets = np.zeros(len(addresses) + 1, dtype=np.int64)
     children = []
     for t, a in enumerate(addresses):
-        children.extend(int(c) for c in a)
+        children.extend(_ffi.checked_int(c, "a tree address entry") for c in a)
         offsets[t + 1] = len(children)
     return offsets, np.asarray(children, dtype=np.int64)
 
@@ -67,15 +78,14 @@ def _tree_csr(addresses):
 def _structured(keep, o, rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
                 q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance,
                 shaw_key_table, shaw_value_table):
-    ints = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.int64)
     f64 = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.float64)
-    o.rope_axes = int(rope_axes)
+    o.rope_axes = _ffi.checked_int(rope_axes, "rope_axes", ctypes.c_int32)
     o.rope_sections_interleaved = 1 if rope_sections_interleaved else 0
-    o.rope_sections = keep(ints(rope_sections))
+    o.rope_sections = keep(_ints(rope_sections, "rope_sections"))
     o.algebraic_tree = keep(f64(algebraic_tree))
     o.algebraic_grid = keep(f64(algebraic_grid))
-    o.q_axes = keep(ints(q_axes))
-    o.k_axes = keep(ints(k_axes))
+    o.q_axes = keep(_ints(q_axes, "q_axes"))
+    o.k_axes = keep(_ints(k_axes, "k_axes"))
     if (q_tree is None) != (k_tree is None):
         raise ValueError("give both q_tree and k_tree, or neither")
     if q_tree is not None:
@@ -85,7 +95,8 @@ def _structured(keep, o, rope_axes, rope_sections, rope_sections_interleaved, q_
         o.k_tree_offsets, o.k_tree_children = keep(ko), keep(kc)
     if (shaw_key_table is not None or shaw_value_table is not None) and shaw_max_distance is None:
         raise ValueError("Shaw tables need shaw_max_distance")
-    o.shaw_max_distance = 0 if shaw_max_distance is None else int(shaw_max_distance)
+    o.shaw_max_distance = (0 if shaw_max_distance is None
+                           else _ffi.checked_int(shaw_max_distance, "shaw_max_distance"))
     o.shaw_key_table = keep(f64(shaw_key_table))
     o.shaw_value_table = keep(f64(shaw_value_table))
 
@@ -97,8 +108,8 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     o.struct_size = ctypes.sizeof(o)
     o.causal = 1 if causal else 0
     o.softmax_scale = 0.0 if scale is None else float(scale)
-    o.num_threads = int(threads)
-    o.rope_dim = int(rope_dim)
+    o.num_threads = _ffi.checked_int(threads, "threads", ctypes.c_int32)
+    o.rope_dim = _ffi.checked_int(rope_dim, "rope_dim")
     o.rope_base = float(rope_base)
     if rope_pairing not in _PAIRING:
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
@@ -112,6 +123,10 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
         bias = Alibi(heads, symmetric=alibi == "symmetric")
         keep.items.append(bias)  # alive for the call
     if bias is not None:
+        from gpe.bias import AdditiveBias
+        if not isinstance(bias, AdditiveBias):
+            raise TypeError("bias must be a gpe bias object (gpe.Alibi, gpe.T5Bias, ...); got %s"
+                            % type(bias).__name__)
         o.bias = bias._handle
     if isinstance(encoding, GrapeM):
         o.grape_m = encoding._handle
@@ -119,11 +134,10 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
         o.algebraic = encoding._handle
     elif encoding is not None:
         raise TypeError("encoding must be a GrapeM or AlgebraicSequence")
-    ints = lambda x: None if x is None else np.ascontiguousarray(x, dtype=np.int64)
-    o.q_positions = keep(ints(q_positions))
-    o.k_positions = keep(ints(k_positions))
-    o.cu_seqlens_q = keep(ints(cu_seqlens_q))
-    o.cu_seqlens_k = keep(ints(cu_seqlens_k))
+    o.q_positions = keep(_ints(q_positions, "q_positions"))
+    o.k_positions = keep(_ints(k_positions, "k_positions"))
+    o.cu_seqlens_q = keep(_ints(cu_seqlens_q, "cu_seqlens_q"))
+    o.cu_seqlens_k = keep(_ints(cu_seqlens_k, "cu_seqlens_k"))
     _structured(keep, o, **(structured or _STRUCTURED_DEFAULTS))
     return o
 
@@ -143,6 +157,16 @@ def _split_structured(kwargs):
     return merged
 
 
+def _qkv(q, k, v):
+    """q, k, v as arrays (TypeError naming a None or non-numeric one); q must have the
+    heads axis (3 or 4 dimensions) that the defaults are computed from."""
+    q, k, v = (_ffi.array_arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
+    if q.ndim not in (3, 4):
+        raise ValueError("q must be [batch, seq, heads, head_dim] or (packed) [tokens, heads, "
+                         "head_dim]; got %d dimensions" % q.ndim)
+    return q, k, v
+
+
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
@@ -155,7 +179,7 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
     shaw_value_table."""
     keep = _Keep()
-    q = np.asarray(q)
+    q, k, v = _qkv(q, k, v)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                     _split_structured(structured))
@@ -167,8 +191,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
         heads = q.shape[-2]
         lse = np.empty((tokens, heads),
                        dtype=np.float64 if q.dtype == np.float64 else np.float32)
-    check(lib().gpe_attention_forward(ctypes.byref(opts), keep(q), keep(np.asarray(k)),
-                                      keep(np.asarray(v)), keep(out), keep(lse)))
+    check(lib().gpe_attention_forward(ctypes.byref(opts), keep(q), keep(k), keep(v),
+                                      keep.out(out), keep.out(lse)))
     return (out, lse) if return_lse else out
 
 
@@ -188,7 +212,10 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
     other kinds)."""
     keep = _Keep()
-    q, k, v, d_o = (np.asarray(x) for x in (q, k, v, d_o))
+    q, k, v = _qkv(q, k, v)
+    d_o = _ffi.array_arg(d_o, "d_o")
+    o = None if o is None else _ffi.array_arg(o, "o")
+    lse = None if lse is None else _ffi.array_arg(lse, "lse")
     st = _split_structured(structured)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
@@ -196,8 +223,8 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     if not shaw_table_grads and not bias_grads:
         check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),
-                                           keep(o), keep(lse), keep(d_o), keep(dq), keep(dk),
-                                           keep(dv)))
+                                           keep(o), keep(lse), keep(d_o), keep.out(dq),
+                                           keep.out(dk), keep.out(dv)))
         return dq, dk, dv
     like = lambda t: None if t is None else np.empty(np.shape(t), dtype=np.float64)
     gk, gv = like(st["shaw_key_table"]), like(st["shaw_value_table"])
@@ -207,16 +234,16 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
         ga, gb = (np.empty(s_, dtype=np.float64) if s_ is not None else None
                   for s_ in _bias_grad_shapes(bias))
         pg = _ffi.AttentionParamGrads()
-        pg.d_bias_a, pg.d_bias_b = keep(ga), keep(gb)
+        pg.d_bias_a, pg.d_bias_b = keep.out(ga), keep.out(gb)
         if shaw_table_grads:
-            pg.d_shaw_key_table, pg.d_shaw_value_table = keep(gk), keep(gv)
+            pg.d_shaw_key_table, pg.d_shaw_value_table = keep.out(gk), keep.out(gv)
         check(lib().gpe_attention_backward_with_parameters(
             ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o), keep(lse), keep(d_o),
-            keep(dq), keep(dk), keep(dv), ctypes.byref(pg)))
+            keep.out(dq), keep.out(dk), keep.out(dv), ctypes.byref(pg)))
         return (dq, dk, dv) + ((gk, gv) if shaw_table_grads else ()) + (ga, gb)
     check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
-                                          keep(lse), keep(d_o), keep(dq), keep(dk), keep(dv),
-                                          keep(gk), keep(gv)))
+                                          keep(lse), keep(d_o), keep.out(dq), keep.out(dk),
+                                          keep.out(dv), keep.out(gk), keep.out(gv)))
     return dq, dk, dv, gk, gv
 
 

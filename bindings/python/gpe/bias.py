@@ -56,19 +56,23 @@ class AdditiveBias(_Handle):
     def fill_tile(self, head, q_positions, k_positions, out=None, dtype=np.float64):
         """out[r, c] = b_head(q_positions[r], k_positions[c]); a new [M, N] array of `dtype`
         (float32 or float64) unless `out` (any strides) is given."""
-        qp, kp = _positions(q_positions), _positions(k_positions)
+        qp = _positions(q_positions, "q_positions")
+        kp = _positions(k_positions, "k_positions")
         if out is None:
             out = np.empty((qp.shape[0], kp.shape[0]), dtype=dtype)
         t = _Call()
-        check(lib().gpe_bias_fill_tile(self._handle, int(head), t(qp), t(kp), t(out)))
+        check(lib().gpe_bias_fill_tile(self._handle, _ffi.checked_int(head, "head"), t(qp),
+                                       t(kp), t.out(out)))
         return out
 
     def _accumulate(self, head, q_positions, k_positions, grad_tile, grad_a, grad_b=None):
-        qp, kp = _positions(q_positions), _positions(k_positions)
+        qp = _positions(q_positions, "q_positions")
+        kp = _positions(k_positions, "k_positions")
         grad_tile = np.asarray(grad_tile)
         t = _Call()
-        check(lib().gpe_bias_accumulate_gradient(self._handle, int(head), t(qp), t(kp),
-                                                 t(grad_tile), t(grad_a), t(grad_b)))
+        check(lib().gpe_bias_accumulate_gradient(self._handle, _ffi.checked_int(head, "head"),
+                                                 t(qp), t(kp),
+                                                 t(grad_tile), t.out(grad_a), t.out(grad_b)))
 
 
 class Alibi(AdditiveBias):
@@ -159,7 +163,7 @@ class FoxBias(AdditiveBias):
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)
         t = _Call()
-        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t(out)))
+        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t.out(out)))
         return out
 
 
@@ -266,8 +270,9 @@ class GrapeABias(AdditiveBias):
             raise ValueError("x must be [N, head_dim]")
         out = np.empty((x.shape[0], self.head_dim + 2), dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_bias_grape_a_lift(self._handle, int(head), 0 if role == "query" else 1,
-                                          t(p), t(x), t(out)))
+        check(lib().gpe_bias_grape_a_lift(self._handle, _ffi.checked_int(head, "head"),
+                                          0 if role == "query" else 1,
+                                          t(p), t(x), t.out(out)))
         return out
 
     def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad=None):
@@ -285,5 +290,5 @@ class GrapeABias(AdditiveBias):
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)
         t = _Call()
-        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t(out)))
+        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t.out(out)))
         return out

@@ -32,12 +32,16 @@ class _Call:
     def __init__(self):
         self._keep = []
 
-    def __call__(self, array):
+    def __call__(self, array, output=False):
         if array is None:
             return None
-        t, keep = _ffi.as_dltensor(array)
+        t, keep = _ffi.as_dltensor(array, output=output)
         self._keep.append((t, keep))
         return ctypes.byref(t)
+
+    def out(self, array):
+        """An array the library writes into (refused when read-only)."""
+        return self(array, output=True)
 
 
 def _f64(a, name, ndim):
@@ -81,7 +85,7 @@ class CoordinateEncoder:
         points = _f64(points, "points", 2)
         out = np.empty((points.shape[0], self.dims[1]), dtype=np.float64)
         t = _Call()
-        check(lib().gpe_coordinate_encode(self._handle, t(points), t(out)))
+        check(lib().gpe_coordinate_encode(self._handle, t(points), t.out(out)))
         return out
 
     __call__ = encode
@@ -92,7 +96,7 @@ class CoordinateEncoder:
         grad_features = _f64(grad_features, "grad_features", 2)
         out = np.empty(points.shape, dtype=np.float64)
         t = _Call()
-        check(lib().gpe_coordinate_backward(self._handle, t(points), t(grad_features), t(out)))
+        check(lib().gpe_coordinate_backward(self._handle, t(points), t(grad_features), t.out(out)))
         return out
 
 
@@ -135,7 +139,7 @@ class FourierFeatures(CoordinateEncoder):
         d, f = self.dims
         out = np.empty((f // 2, d), dtype=np.float64)
         t = _Call()
-        check(lib().gpe_fourier_features_angular_frequencies(self._handle, t(out)))
+        check(lib().gpe_fourier_features_angular_frequencies(self._handle, t.out(out)))
         return out
 
 
@@ -151,9 +155,9 @@ class So2Bessel(CoordinateEncoder):
         out = ctypes.c_void_p()
         if terms is not None:
             orders, scales, weights = terms
-            orders = np.ascontiguousarray(orders, dtype=np.int64)
+            orders = np.ascontiguousarray(_ffi.int64_array(orders, "orders"))
             scales = np.ascontiguousarray(scales, dtype=np.float64)
-            weights = np.ascontiguousarray(weights, dtype=np.int64)
+            weights = np.ascontiguousarray(_ffi.int64_array(weights, "weights"))
             t = _Call()
             check(lib().gpe_so2_bessel_create(t(orders), t(scales), t(weights),
                                               1 if polar else 0, ctypes.byref(out)))
@@ -169,7 +173,7 @@ class So2Bessel(CoordinateEncoder):
         n = self.dims[1] // 2
         m, c, k = (np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.int64))
         t = _Call()
-        check(lib().gpe_so2_bessel_terms(self._handle, t(m), t(c), t(k)))
+        check(lib().gpe_so2_bessel_terms(self._handle, t.out(m), t.out(c), t.out(k)))
         return m, c, k
 
 
@@ -210,17 +214,24 @@ def bessel_j(order, x):
     x = _f64(x, "x", 1)
     out = np.empty_like(x)
     t = _Call()
-    check(lib().gpe_bessel_j(order, t(x), t(out)))
+    check(lib().gpe_bessel_j(order, t(x), t.out(out)))
     return out
 
 
 def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatorial",
                            skip_first=False):
     """The k smallest eigenpairs of the graph Laplacian: (eigenvalues [k], vectors
-    [num_nodes, k]); each vector's largest-magnitude entry is positive."""
+    [num_nodes, k]); each vector's largest-magnitude entry is positive.
+
+    kind "combinatorial": L = D - A; "symmetric": L = I - D^-1/2 A D^-1/2, where an
+    isolated node (no edges, degree 0) gets a zero row and column, not the 1 of I on
+    the diagonal (as networkx's normalized_laplacian_matrix does): each isolated node
+    adds an eigenvalue 0 whose eigenvector is that node's indicator (up to the basis
+    choice within eigenvalue 0). Edges: int [E, 2] node ids, no self-loops; weights
+    (float64 [E], > 0) default to 1, duplicate edges add."""
     if kind not in LAPLACIANS:
         raise ValueError("kind must be one of %s" % sorted(LAPLACIANS))
-    edges = np.ascontiguousarray(edges, dtype=np.int64).reshape(-1, 2)
+    edges = np.ascontiguousarray(_ffi.int64_array(edges, "edges")).reshape(-1, 2)
     if weights is not None:
         weights = _f64(weights, "weights", 1)
     vals = np.empty(k, dtype=np.float64)
@@ -229,7 +240,7 @@ def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatoria
                               1 if skip_first else 0)
     t = _Call()
     check(lib().gpe_laplacian_eigenvectors(ctypes.byref(o), num_nodes, t(edges), t(weights),
-                                           t(vals), t(vecs)))
+                                           t.out(vals), t.out(vecs)))
     return vals, vecs
 
 
@@ -238,7 +249,7 @@ def embedded_distance_matrix(features, sample_spacing=1.0):
     features = _f64(features, "features", 2)
     out = np.empty((features.shape[0], features.shape[0]), dtype=np.float64)
     t = _Call()
-    check(lib().gpe_embedded_distance_matrix(t(features), sample_spacing, t(out)))
+    check(lib().gpe_embedded_distance_matrix(t(features), sample_spacing, t.out(out)))
     return out
 
 

@@ -27,6 +27,13 @@ def _f64(a, name, ndim):
     return a
 
 
+def _tensors(inputs, outputs):
+    """(DLTensor, keepalive) pairs for the inputs, then the outputs (which must be
+    writeable), in argument order."""
+    return ([_ffi.as_dltensor(a, output=False) for a in inputs]
+            + [_ffi.as_dltensor(a, output=True) for a in outputs])
+
+
 def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
     """Psi[n, i] = psi(t_i - coords[n]), t_i = lo + i (hi - lo) / num_shifts."""
     if kind not in KINDS:
@@ -35,8 +42,8 @@ def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
     out = np.empty((coords.shape[0], num_shifts), dtype=np.float64)
     o = _ffi.ShiftedBasisOptions(ctypes.sizeof(_ffi.ShiftedBasisOptions), KINDS[kind],
                                  num_shifts, width, lo, hi)
-    tc, kc = _ffi.as_dltensor(coords)
-    to, ko = _ffi.as_dltensor(out)
+    tc, kc = _ffi.as_dltensor(coords, output=False)
+    to, ko = _ffi.as_dltensor(out, output=True)
     check(lib().gpe_shifted_basis_encode(ctypes.byref(o), ctypes.byref(tc), ctypes.byref(to)))
     return out
 
@@ -44,7 +51,7 @@ def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
 def stable_rank(matrix):
     """|A|_F^2 / |A|_2^2."""
     matrix = _f64(matrix, "matrix", 2)
-    t, keep = _ffi.as_dltensor(matrix)
+    t, keep = _ffi.as_dltensor(matrix, output=False)
     r = ctypes.c_double()
     check(lib().gpe_stable_rank(ctypes.byref(t), ctypes.byref(r)))
     return r.value
@@ -61,7 +68,7 @@ def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False,
     w = np.empty((psi_y.shape[1], psi_x.shape[1]), dtype=np.float64)
     o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions),
                                  1 if float32_image_products else 0, lam, rcond)
-    ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, image, w)]
+    ts = _tensors((psi_y, psi_x, image), (w,))
     check(lib().gpe_inr_fit_separable_2d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
     return w
 
@@ -70,7 +77,7 @@ def predict_separable_2d(psi_y, psi_x, w):
     """Psi_y W Psi_x^T."""
     psi_y, psi_x, w = _f64(psi_y, "psi_y", 2), _f64(psi_x, "psi_x", 2), _f64(w, "w", 2)
     out = np.empty((psi_y.shape[0], psi_x.shape[0]), dtype=np.float64)
-    ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, w, out)]
+    ts = _tensors((psi_y, psi_x, w), (out,))
     check(lib().gpe_inr_predict_separable_2d(*[ctypes.byref(t) for t, _ in ts]))
     return out
 
@@ -83,7 +90,7 @@ def fit_separable_3d(psi, volume, lam=0.0, rcond=0.0):
     volume = _f64(volume, "volume", 3)
     w = np.empty(tuple(p.shape[1] for p in psi), dtype=np.float64)
     o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions), 0, lam, rcond)
-    ts = [_ffi.as_dltensor(a) for a in (*psi, volume, w)]
+    ts = _tensors((*psi, volume), (w,))
     check(lib().gpe_inr_fit_separable_3d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
     return w
 
@@ -93,7 +100,7 @@ def predict_separable_3d(psi, w):
     psi = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
     w = _f64(w, "w", 3)
     out = np.empty(tuple(p.shape[0] for p in psi), dtype=np.float64)
-    ts = [_ffi.as_dltensor(a) for a in (*psi, w, out)]
+    ts = _tensors((*psi, w), (out,))
     check(lib().gpe_inr_predict_separable_3d(*[ctypes.byref(t) for t, _ in ts]))
     return out
 
@@ -110,7 +117,7 @@ def fit_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, values, lam=1e-
     o = _ffi.BlendedFitOptions(ctypes.sizeof(_ffi.BlendedFitOptions), max_iterations, lam,
                                tolerance)
     it, rms = ctypes.c_int32(), ctypes.c_double()
-    ts = [_ffi.as_dltensor(a) for a in (grid_x, grid_y, points, values, w)]
+    ts = _tensors((grid_x, grid_y, points, values), (w,))
     check(lib().gpe_inr_fit_blended_2d(ctypes.byref(o), encoder_x._handle, encoder_y._handle,
                                        *[ctypes.byref(t) for t, _ in ts], ctypes.byref(it),
                                        ctypes.byref(rms)))
@@ -122,7 +129,7 @@ def predict_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, w):
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, w = _f64(points, "points", 2), _f64(w, "w", 2)
     out = np.empty(points.shape[0], dtype=np.float64)
-    ts = [_ffi.as_dltensor(a) for a in (grid_x, grid_y, points, w, out)]
+    ts = _tensors((grid_x, grid_y, points, w), (out,))
     check(lib().gpe_inr_predict_blended_2d(encoder_x._handle, encoder_y._handle,
                                            *[ctypes.byref(t) for t, _ in ts]))
     return out

@@ -87,6 +87,13 @@ def _call(errors, status):
     check(status)
 
 
+def _tensors(inputs, outputs):
+    """(DLTensor, keepalive) pairs for the inputs, then the outputs (which must be
+    writeable), in argument order."""
+    return ([_ffi.as_dltensor(a, output=False) for a in inputs]
+            + [_ffi.as_dltensor(a, output=True) for a in outputs])
+
+
 def _float_dtype(dtype):
     dtype = np.dtype(dtype)
     if dtype not in (np.float32, np.float64):
@@ -120,7 +127,7 @@ def mlp_init(input_dim, output_dim, hidden_width=128, num_hidden_layers=3, seed=
     o, _ = _mlp_options(hidden_width, num_hidden_layers, seed=seed)
     out = np.empty(mlp_num_parameters(input_dim, output_dim, hidden_width, num_hidden_layers),
                    dtype=dtype)
-    t, keep = _ffi.as_dltensor(out)
+    t, keep = _ffi.as_dltensor(out, output=True)
     check(lib().gpe_inr_mlp_init(ctypes.byref(o), input_dim, output_dim, ctypes.byref(t)))
     return out
 
@@ -177,7 +184,7 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
         k = mlp_num_evaluations(steps, report_every)
         vsteps = np.empty(k, dtype=np.int64)
         vloss = np.empty(k, dtype=np.float64)
-        views = [_ffi.as_dltensor(a) for a in (vx, vy, vsteps, vloss)]
+        views = _tensors((vx, vy), (vsteps, vloss))
         val = _ffi.MlpValidation()
         val.features, val.targets, val.steps, val.loss = [ctypes.pointer(t) for t, _ in views]
         vcb = _validation_progress(validation_progress, errors)  # referenced until the call ends
@@ -189,14 +196,11 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
     params = np.empty(count, dtype=dtype)
     loss = np.empty(steps, dtype=np.float64)
     final = ctypes.c_double()
-    tf, kf = _ffi.as_dltensor(features)
-    tt, kt = _ffi.as_dltensor(targets)
-    tp, kp = _ffi.as_dltensor(params)
-    tl, kl = _ffi.as_dltensor(loss)
+    (tf, kf), (tt, kt), (tp, kp), (tl, kl) = _tensors((features, targets), (params, loss))
     init = None
     if initial_parameters is not None:
         ip = np.asarray(initial_parameters, dtype=dtype)
-        ti, ki = _ffi.as_dltensor(ip)
+        ti, ki = _ffi.as_dltensor(ip, output=False)
         init = ctypes.byref(ti)
     _call(errors, lib().gpe_inr_mlp_fit_v2(ctypes.byref(o), ctypes.byref(tf), ctypes.byref(tt),
                                            init, ctypes.byref(tp), ctypes.byref(tl),
@@ -216,7 +220,7 @@ def mlp_predict(parameters, features, output_dim, hidden_width=128, num_hidden_l
         raise ValueError("features must be 2-dimensional [N, D]")
     o, _ = _mlp_options(hidden_width, num_hidden_layers)
     out = np.empty((features.shape[0], output_dim), dtype=dtype)
-    ts = [_ffi.as_dltensor(a) for a in (parameters, features, out)]
+    ts = _tensors((parameters, features), (out,))
     check(lib().gpe_inr_mlp_predict(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
     return out
 
@@ -311,7 +315,7 @@ def fit_dense_adam(features, targets, steps=2000, learning_rate=1e-2, final_lear
     w = np.empty((features.shape[1], targets.shape[1]), dtype=np.float64)
     loss = np.empty(steps, dtype=np.float64)
     final = ctypes.c_double()
-    ts = [_ffi.as_dltensor(a) for a in (features, targets, w, loss)]
+    ts = _tensors((features, targets), (w, loss))
     _call(errors, lib().gpe_inr_fit_dense_adam(ctypes.byref(o),
                                                *[ctypes.byref(t) for t, _ in ts],
                                                ctypes.byref(final)))
@@ -332,7 +336,7 @@ def fit_separable_adam_2d(psi_y, psi_x, image, steps=2000, learning_rate=1e-2,
     w = np.empty((psi_y.shape[1], psi_x.shape[1]), dtype=np.float64)
     loss = np.empty(steps, dtype=np.float64)
     final = ctypes.c_double()
-    ts = [_ffi.as_dltensor(a) for a in (psi_y, psi_x, image, w, loss)]
+    ts = _tensors((psi_y, psi_x, image), (w, loss))
     _call(errors, lib().gpe_inr_fit_separable_adam_2d(ctypes.byref(o),
                                                       *[ctypes.byref(t) for t, _ in ts],
                                                       ctypes.byref(final)))
@@ -349,7 +353,7 @@ def synthetic_image(task, n, signed=False):
     """Lim et al. D.1 on the n x n grid (rows = y): "radial" |sin(15 sqrt(r))|, "spiral"
     |sin(30 sqrt(0.1 r) + theta)|; signed=True drops the absolute value. [n, n] float64."""
     out = np.empty((n, n), dtype=np.float64)
-    t, keep = _ffi.as_dltensor(out)
+    t, keep = _ffi.as_dltensor(out, output=True)
     check(lib().gpe_inr_synthetic_image(_task(task), 1 if signed else 0, ctypes.byref(t)))
     return out
 
@@ -358,7 +362,7 @@ def synthetic_vector_field(task, n):
     """Lim et al. eqs. 30, 31: f(r, theta) (cos theta, sin theta) with f the signed sine of
     synthetic_image. [n, n, 2] float64 (v_x, v_y)."""
     out = np.empty((n, n, 2), dtype=np.float64)
-    t, keep = _ffi.as_dltensor(out)
+    t, keep = _ffi.as_dltensor(out, output=True)
     check(lib().gpe_inr_synthetic_vector_field(_task(task), ctypes.byref(t)))
     return out
 
@@ -366,7 +370,7 @@ def synthetic_vector_field(task, n):
 def grid_coordinates(n):
     """[n * n, 2]: row i * n + j holds (x_j, y_i), x_j = -1 + (2 j + 1) / n."""
     out = np.empty((n * n, 2), dtype=np.float64)
-    t, keep = _ffi.as_dltensor(out)
+    t, keep = _ffi.as_dltensor(out, output=True)
     check(lib().gpe_inr_grid_coordinates(n, ctypes.byref(t)))
     return out
 
@@ -374,7 +378,7 @@ def grid_coordinates(n):
 def _split(call, num_points):
     idx = np.empty(num_points, dtype=np.int64)
     counts = (ctypes.c_int64 * 3)()
-    t, keep = _ffi.as_dltensor(idx)
+    t, keep = _ffi.as_dltensor(idx, output=True)
     check(call(ctypes.byref(t), counts))
     a, b = counts[0], counts[0] + counts[1]
     return idx[:a], idx[a:b], idx[b:]
@@ -397,7 +401,7 @@ def regular_grid_split(rows, cols):
 
 def _pair(a, b):
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    return _ffi.as_dltensor(a), _ffi.as_dltensor(b)
+    return _ffi.as_dltensor(a, output=False), _ffi.as_dltensor(b, output=False)
 
 
 def mse(a, b):
@@ -427,7 +431,7 @@ def image_read(path, grayscale=False, dtype=np.float64):
         rows, cols, ch = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
         check(lib().gpe_image_shape(h, ctypes.byref(rows), ctypes.byref(cols), ctypes.byref(ch)))
         out = np.empty((rows.value, cols.value, ch.value), dtype=dtype)
-        t, keep = _ffi.as_dltensor(out)
+        t, keep = _ffi.as_dltensor(out, output=True)
         check(lib().gpe_image_pixels(h, ctypes.byref(t)))
     finally:
         lib().gpe_image_destroy(h)
@@ -444,11 +448,11 @@ def _pixels(pixels):
 def image_write_png(path, pixels, lo=0.0, hi=1.0):
     """Writes [rows, cols] or [rows, cols, 1 | 3] values (finite) as an 8-bit PNG, clamping
     to [lo, hi] and mapping it to 0..255."""
-    t, keep = _ffi.as_dltensor(_pixels(pixels))
+    t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
     check(lib().gpe_image_write_png(os.fsencode(path), ctypes.byref(t), lo, hi))
 
 
 def image_write_jpeg(path, pixels, quality=95, lo=0.0, hi=1.0):
     """As image_write_png, as a baseline JPEG of the given quality (1..100; lossy)."""
-    t, keep = _ffi.as_dltensor(_pixels(pixels))
+    t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
     check(lib().gpe_image_write_jpeg(os.fsencode(path), ctypes.byref(t), quality, lo, hi))

@@ -112,7 +112,7 @@ class Rope(_Handle):
         if axial_axes is not None:
             o.axes, o.num_axes = 1, axial_axes
         if mrope_sections is not None:
-            sec = np.ascontiguousarray(mrope_sections, dtype=np.int64).ravel()
+            sec = np.ascontiguousarray(_ffi.int64_array(mrope_sections, "mrope_sections")).ravel()
             keep.append(sec)
             o.axes = 3 if mrope_interleaved else 2
             o.mrope_sections = sec.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
@@ -142,7 +142,7 @@ class Rope(_Handle):
         x, out = _arrays(x, out, bfloat16)
         tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
         tx, kx = _tensor(x, bfloat16)
-        tout, kout = _tensor(out, bfloat16)
+        tout, kout = _tensor(out, bfloat16, output=True)
         check(fn(self._handle, ctypes.byref(tok), ctypes.byref(tx), ctypes.byref(tout)))
         del keep, kx, kout
         return out
@@ -194,7 +194,7 @@ class RopeTable(_Handle):
     def _run(self, fn, x, out, bfloat16):
         x, out = _arrays(x, out, bfloat16)
         tx, kx = _tensor(x, bfloat16)
-        tout, kout = _tensor(out, bfloat16)
+        tout, kout = _tensor(out, bfloat16, output=True)
         check(fn(self._handle, ctypes.byref(tx), ctypes.byref(tout)))
         del kx, kout
         return out
@@ -218,8 +218,8 @@ def _arrays(x, out, bfloat16):
     return x, out
 
 
-def _tensor(array, bfloat16):
-    t, keep = _ffi.as_dltensor(array)
+def _tensor(array, bfloat16, output=False):
+    t, keep = _ffi.as_dltensor(array, output=output)
     if bfloat16:
         t.dtype.code = _KDL_BFLOAT
     return t, keep
@@ -234,7 +234,7 @@ def _tokens(positions, offsets, cu_seqlens, layout, role):
     for field, value in (("position_ids", positions), ("offsets", offsets),
                          ("cu_seqlens", cu_seqlens)):
         if value is not None:
-            tensor, alive = _ffi.as_dltensor(_positions(value))
+            tensor, alive = _ffi.as_dltensor(_positions(value, field), output=False)
             keep.append((tensor, alive))
             setattr(tok, field, ctypes.pointer(tensor))
     return tok, keep

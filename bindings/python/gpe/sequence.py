@@ -18,13 +18,10 @@ from gpe import _ffi
 from gpe._core import check, lib
 
 
-def _positions(positions):
-    positions = np.asarray(positions)
-    if positions.dtype != np.int64:
-        if positions.dtype.kind not in "iu":
-            raise TypeError("positions must be integers")
-        positions = positions.astype(np.int64)
-    return positions
+def _positions(positions, name="positions"):
+    """Integer positions as int64 (gpe._ffi.int64_array: uint64 values >= 2^63 and
+    non-integers refused rather than wrapped or truncated)."""
+    return _ffi.int64_array(positions, name)
 
 
 def _doubles(values, name, ndim):
@@ -40,12 +37,16 @@ class _Call:
     def __init__(self):
         self._keep = []
 
-    def __call__(self, array):
+    def __call__(self, array, output=False):
         if array is None:
             return None
-        t, keep = _ffi.as_dltensor(array)
+        t, keep = _ffi.as_dltensor(array, output=output)
         self._keep.append((t, keep))
         return ctypes.byref(t)
+
+    def out(self, array):
+        """An array the library writes into (refused when read-only)."""
+        return self(array, output=True)
 
 
 def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
@@ -59,7 +60,7 @@ def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
     opts.struct_size = ctypes.sizeof(opts)
     opts.base = base
     t = _Call()
-    check(lib().gpe_sinusoidal_encode(ctypes.byref(opts), t(positions), t(out)))
+    check(lib().gpe_sinusoidal_encode(ctypes.byref(opts), t(positions), t.out(out)))
     return out
 
 
@@ -67,12 +68,13 @@ def shaw_key_scores(q, label_table, query_positions, key_positions, out=None):
     """scores[a, b] = q[a] . label_table[clip(kp[b] - qp[a], -k, k) + k], k = (rows - 1) / 2.
 
     q: [Lq, d]; label_table: [2k + 1, d]; returns float64 [Lq, Lk] (or fills `out`)."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     q, label_table = np.asarray(q), np.asarray(label_table)
     if out is None:
         out = np.empty((qp.shape[0], kp.shape[0]), dtype=np.float64)
     t = _Call()
-    check(lib().gpe_shaw_key_scores(t(q), t(label_table), t(qp), t(kp), t(out)))
+    check(lib().gpe_shaw_key_scores(t(q), t(label_table), t(qp), t(kp), t.out(out)))
     return out
 
 
@@ -80,7 +82,8 @@ def shaw_key_scores_backward(q, label_table, query_positions, key_positions, gra
                              grad_label_table=None):
     """Returns (grad_q, grad_label_table); dL/dlabel_table is added into grad_label_table
     (a new float64 zero array when None)."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     q, label_table = np.asarray(q), np.asarray(label_table)
     grad_scores = np.asarray(grad_scores)
     grad_q = np.empty(q.shape, dtype=np.float64)
@@ -88,7 +91,7 @@ def shaw_key_scores_backward(q, label_table, query_positions, key_positions, gra
         grad_label_table = np.zeros(label_table.shape, dtype=np.float64)
     t = _Call()
     check(lib().gpe_shaw_key_scores_backward(t(q), t(label_table), t(qp), t(kp), t(grad_scores),
-                                             t(grad_q), t(grad_label_table)))
+                                             t.out(grad_q), t.out(grad_label_table)))
     return grad_q, grad_label_table
 
 
@@ -122,13 +125,13 @@ class _Handle:
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(fn(self._handle, t(positions), t(x), t(out)))
+        check(fn(self._handle, t(positions), t(x), t.out(out)))
         return out
 
     def _matrix(self, fn, position, dim):
         out = np.empty((dim, dim), dtype=np.float64)
         t = _Call()
-        check(fn(self._handle, int(position), t(out)))
+        check(fn(self._handle, _ffi.checked_int(position, "position"), t.out(out)))
         return out
 
 
@@ -157,7 +160,7 @@ class LearnedPositions(_Handle):
         if out is None:
             out = np.empty((positions.shape[0], self.shape[1]), dtype=dtype)
         t = _Call()
-        check(lib().gpe_learned_positions_lookup(self._handle, t(positions), t(out)))
+        check(lib().gpe_learned_positions_lookup(self._handle, t(positions), t.out(out)))
         return out
 
     def backward(self, positions, grad_out, grad_table=None):
@@ -169,7 +172,7 @@ class LearnedPositions(_Handle):
             grad_table = np.zeros(self.shape, dtype=np.float64)
         t = _Call()
         check(lib().gpe_learned_positions_backward(self._handle, t(positions), t(grad_out),
-                                                   t(grad_table)))
+                                                   t.out(grad_table)))
         return grad_table
 
 
@@ -223,7 +226,8 @@ class GrapeM(_Handle):
         grad_omega = np.empty(m)
         t = _Call()
         check(lib().gpe_grape_m_backward(self._handle, t(positions), t(x), t(grad_out),
-                                         t(grad_x), t(grad_a), t(grad_b), t(grad_omega)))
+                                         t.out(grad_x), t.out(grad_a), t.out(grad_b),
+                                         t.out(grad_omega)))
         return grad_x, grad_a, grad_b, grad_omega
 
 
@@ -266,7 +270,7 @@ class AlgebraicSequence(_Handle):
         grad_skew = np.empty((d, d))
         t = _Call()
         check(lib().gpe_algebraic_sequence_backward(self._handle, t(positions), t(x),
-                                                    t(grad_out), t(grad_x), t(grad_skew)))
+                                                    t(grad_out), t.out(grad_x), t.out(grad_skew)))
         return grad_x, grad_skew
 
 
@@ -314,26 +318,43 @@ class AlgebraicTree(_Handle):
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_algebraic_tree_apply(self._handle, t(a), t(x), t(out)))
+        check(lib().gpe_algebraic_tree_apply(self._handle, t(a), t(x), t.out(out)))
         return out
 
     def matrix(self, path):
-        path = np.ascontiguousarray(path, dtype=np.int64)
+        path = np.ascontiguousarray(_ffi.int64_array(path, "path"))
         out = np.empty((self.dim, self.dim))
         t = _Call()
         check(lib().gpe_algebraic_tree_matrix(
             self._handle, path.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), path.shape[0],
-            t(out)))
+            t.out(out)))
         return out
 
     def node_matrices(self, max_depth):
         """Every node of depth <= max_depth, built one depth at a time, in level order
         (root first; within a depth, addresses as base-k numbers): [count, dim, dim]."""
+        max_depth = _ffi.checked_int(max_depth, "max_depth")
         k = self.num_branches
-        count = sum(k ** t for t in range(max_depth + 1))
+        # 1 + k + ... + k^max_depth, refused once it passes any array's size (summing
+        # term by term for a huge max_depth would never end).
+        limit = np.iinfo(np.int64).max // max(self.dim * self.dim * 8, 1)
+        if max_depth < 0:
+            count = 0
+        elif k == 1:
+            count = max_depth + 1
+        else:
+            count, level = 0, 1
+            for _ in range(max_depth + 1):
+                count += level
+                level *= k
+                if count > limit:
+                    break
+        if count > limit:
+            raise ValueError("max_depth %d gives more node matrices than an array can hold"
+                             % max_depth)
         out = np.empty((count, self.dim, self.dim))
         t = _Call()
-        check(lib().gpe_algebraic_tree_node_matrices(self._handle, int(max_depth), t(out)))
+        check(lib().gpe_algebraic_tree_node_matrices(self._handle, max_depth, t.out(out)))
         return out
 
     def backward(self, addresses, x, grad_out):
@@ -343,8 +364,8 @@ class AlgebraicTree(_Handle):
         grad_x = np.empty(x.shape, dtype=x.dtype)
         grad_skews = np.empty((self.num_branches, self.dim, self.dim))
         t = _Call()
-        check(lib().gpe_algebraic_tree_backward(self._handle, t(a), t(x), t(grad_out), t(grad_x),
-                                                t(grad_skews)))
+        check(lib().gpe_algebraic_tree_backward(self._handle, t(a), t(x), t(grad_out),
+                                                t.out(grad_x), t.out(grad_skews)))
         return grad_x, grad_skews
 
 
@@ -378,7 +399,7 @@ class AlgebraicGrid(_Handle):
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_algebraic_grid_apply(self._handle, t(p), t(x), t(out)))
+        check(lib().gpe_algebraic_grid_apply(self._handle, t(p), t(x), t.out(out)))
         return out
 
     def backward(self, positions, x, grad_out):
@@ -388,8 +409,8 @@ class AlgebraicGrid(_Handle):
         grad_x = np.empty(x.shape, dtype=x.dtype)
         flat = np.empty(int((self.dims ** 2).sum()))
         t = _Call()
-        check(lib().gpe_algebraic_grid_backward(self._handle, t(p), t(x), t(grad_out), t(grad_x),
-                                                t(flat)))
+        check(lib().gpe_algebraic_grid_backward(self._handle, t(p), t(x), t(grad_out),
+                                                t.out(grad_x), t.out(flat)))
         grads, off = [], 0
         for d in self.dims:
             grads.append(flat[off:off + d * d].reshape(d, d))
@@ -403,7 +424,7 @@ def algebraic_periodic(positions, x, period, multipliers, out=None):
     the same call at -p."""
     p = _positions(positions)
     x = np.asarray(x)
-    mult = np.ascontiguousarray(multipliers, dtype=np.int64)
+    mult = np.ascontiguousarray(_ffi.int64_array(multipliers, "multipliers"))
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)
     opts = _ffi.AlgebraicPeriodicOptions()
@@ -414,16 +435,17 @@ def algebraic_periodic(positions, x, period, multipliers, out=None):
     if mult.shape[0] != opts.dim // 2:
         raise ValueError("multipliers must have dim / 2 = %d entries" % (opts.dim // 2))
     t = _Call()
-    check(lib().gpe_algebraic_periodic_apply(ctypes.byref(opts), t(p), t(x), t(out)))
+    check(lib().gpe_algebraic_periodic_apply(ctypes.byref(opts), t(p), t(x), t.out(out)))
     return out
 
 
 def locality_scale(scores, q_positions, k_positions, c=0.98):
     """scores[r, c] *= c^|q_positions[r] - k_positions[c]| in place (Kogkalidis et al.,
     sec. 4); returns scores. Its backward is the same scaling of dL/dscores."""
-    qp, kp = _positions(q_positions), _positions(k_positions)
+    qp = _positions(q_positions, "q_positions")
+    kp = _positions(k_positions, "k_positions")
     t = _Call()
-    check(lib().gpe_locality_scale(float(c), t(qp), t(kp), t(scores)))
+    check(lib().gpe_locality_scale(float(c), t(qp), t(kp), t.out(scores)))
     return scores
 
 
@@ -433,11 +455,12 @@ def locality_scale(scores, q_positions, k_positions, c=0.98):
 def shaw_value_output(probabilities, label_table, query_positions, key_positions):
     """out[a] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k]
     (Shaw et al., eq. 3: the value-side term of output row a). Returns float64 [Lq, dv]."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     p, table = np.asarray(probabilities), np.asarray(label_table)
     out = np.empty((qp.shape[0], table.shape[1] if table.ndim == 2 else 0))
     t = _Call()
-    check(lib().gpe_shaw_value_output(t(p), t(table), t(qp), t(kp), t(out)))
+    check(lib().gpe_shaw_value_output(t(p), t(table), t(qp), t(kp), t.out(out)))
     return out
 
 
@@ -445,7 +468,8 @@ def shaw_value_output_backward(probabilities, label_table, query_positions, key_
                                grad_out, grad_label_table=None):
     """Returns (grad_probabilities, grad_label_table); dL/dlabel_table is added into
     grad_label_table (a new float64 zero array when None)."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     p, table = np.asarray(probabilities), np.asarray(label_table)
     grad_out = np.asarray(grad_out)
     grad_p = np.empty(p.shape)
@@ -453,7 +477,7 @@ def shaw_value_output_backward(probabilities, label_table, query_positions, key_
         grad_label_table = np.zeros(table.shape)
     t = _Call()
     check(lib().gpe_shaw_value_output_backward(t(p), t(table), t(qp), t(kp), t(grad_out),
-                                               t(grad_p), t(grad_label_table)))
+                                               t.out(grad_p), t.out(grad_label_table)))
     return grad_p, grad_label_table
 
 
@@ -468,21 +492,23 @@ def transformer_xl_score_terms(q, k, query_positions, key_positions, w_r, u, v, 
     """Dai et al., sec. 3.3: terms[a, b] = q_a^T W_R R_{i-j} + u^T k_b + v^T W_R R_{i-j}
     (R the sinusoidal encoding of i - j, gpe.sinusoidal's layout). Returns float64
     [Lq, Lk]."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
     out = np.empty((qp.shape[0], kp.shape[0]))
     t = _Call()
     o = _txl_options(base)
     check(lib().gpe_transformer_xl_score_terms(ctypes.byref(o), t(arrays[0]), t(arrays[1]),
                                                t(qp), t(kp), t(arrays[2]), t(arrays[3]),
-                                               t(arrays[4]), t(out)))
+                                               t(arrays[4]), t.out(out)))
     return out
 
 
 def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_r, u, v,
                                         grad_terms, base=10000.0):
     """Returns (grad_q, grad_k, grad_w_r, grad_u, grad_v), float64."""
-    qp, kp = _positions(query_positions), _positions(key_positions)
+    qp = _positions(query_positions, "query_positions")
+    kp = _positions(key_positions, "key_positions")
     arrays = [np.asarray(a) for a in (q, k, w_r, u, v)]
     grads = [np.empty(a.shape) for a in arrays]
     g = np.asarray(grad_terms)
@@ -490,5 +516,5 @@ def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_
     o = _txl_options(base)
     check(lib().gpe_transformer_xl_score_terms_backward(
         ctypes.byref(o), t(arrays[0]), t(arrays[1]), t(qp), t(kp), t(arrays[2]), t(arrays[3]),
-        t(arrays[4]), t(g), *[t(x) for x in grads]))
+        t(arrays[4]), t(g), *[t.out(x) for x in grads]))
     return tuple(grads)

@@ -96,18 +96,13 @@ class SoRepresentation:
 
         `out=x` rotates in place. Without `out`, a new array of x's dtype is returned.
         Inputs are passed without copies (any strides)."""
-        positions = np.asarray(positions)
-        if positions.dtype != np.int64:
-            if positions.dtype.kind not in "iu":
-                raise TypeError("positions must be integers")
-            positions = positions.astype(np.int64)
-        if not isinstance(x, np.ndarray):
-            x = np.asarray(x)
+        positions = _ffi.int64_array(positions, "positions")
+        x = _ffi.array_arg(x, "x")
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
-        tp, kp = _ffi.as_dltensor(positions)
-        tx, kx = _ffi.as_dltensor(x)
-        to, ko = _ffi.as_dltensor(out)
+        tp, kp = _ffi.as_dltensor(positions, output=False)
+        tx, kx = _ffi.as_dltensor(x, output=False)
+        to, ko = _ffi.as_dltensor(out, output=True)
         check(lib().gpe_so_rep_apply(self._handle, ctypes.byref(tp), ctypes.byref(tx),
                                      ctypes.byref(to)))
         del kp, kx, ko
@@ -117,7 +112,8 @@ class SoRepresentation:
         """The dense float64 matrix rho(position)."""
         d = self.dim
         out = np.empty((d, d), dtype=np.float64)
-        t, keep = _ffi.as_dltensor(out)
-        check(lib().gpe_so_rep_matrix(self._handle, int(position), ctypes.byref(t)))
+        t, keep = _ffi.as_dltensor(out, output=True)
+        check(lib().gpe_so_rep_matrix(self._handle, _ffi.checked_int(position, "position"),
+                                      ctypes.byref(t)))
         del keep
         return out

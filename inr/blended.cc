@@ -41,9 +41,12 @@ struct Operator {
   int64_t n() const { return psi_x.rows(); }
   int64_t m() const { return psi_y.rows(); }
 
-  // y = B (Psi_y W Psi_x^T) at the samples.
-  void Forward(const RowMatrixXd& w, std::vector<double>* y) const {
-    const RowMatrixXd v = *PredictSeparable2D(psi_y, psi_x, w);  // M x N, shapes checked
+  // y = B (Psi_y W Psi_x^T) at the samples. PredictSeparable2D's refusals (a non-finite
+  // W, from the caller or from iterates that overflowed) are returned, never dereferenced.
+  absl::Status Forward(const RowMatrixXd& w, std::vector<double>* y) const {
+    absl::StatusOr<RowMatrixXd> grid = PredictSeparable2D(psi_y, psi_x, w);  // M x N
+    if (!grid.ok()) return grid.status();
+    const RowMatrixXd& v = *grid;
     const size_t p = bx.cell.size();
     y->resize(p);
     for (size_t q = 0; q < p; ++q) {
@@ -51,10 +54,11 @@ struct Operator {
       (*y)[q] = by.w0[q] * (bx.w0[q] * v(j, i) + bx.w1[q] * v(j, i + 1)) +
                 by.w1[q] * (bx.w0[q] * v(j + 1, i) + bx.w1[q] * v(j + 1, i + 1));
     }
+    return absl::OkStatus();
   }
 
   // g = Psi_y^T (B^T r) Psi_x.
-  RowMatrixXd Adjoint(const std::vector<double>& r) const {
+  absl::StatusOr<RowMatrixXd> Adjoint(const std::vector<double>& r) const {
     RowMatrixXd grid = RowMatrixXd::Zero(m(), n());
     for (size_t q = 0; q < r.size(); ++q) {
       const int64_t i = bx.cell[q], j = by.cell[q];
@@ -63,9 +67,17 @@ struct Operator {
       grid(j + 1, i) += by.w1[q] * bx.w0[q] * r[q];
       grid(j + 1, i + 1) += by.w1[q] * bx.w1[q] * r[q];
     }
-    return *PredictSeparable2D(psi_y_t, psi_x_t, grid);  // Psi_y^T G Psi_x
+    return PredictSeparable2D(psi_y_t, psi_x_t, grid);  // Psi_y^T G Psi_x
   }
 };
+
+// The fit's iterates left double's range (finite values and encodings whose products
+// overflow): said so, rather than returning the refusal of an intermediate.
+absl::Status Overflowed(const absl::Status& s) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the blended fit's iterates are not finite (values or encodings too large for double): ",
+      s.message()));
+}
 
 absl::StatusOr<Operator> MakeOperator(const AxisEncoder& encoder_x, const AxisEncoder& encoder_y,
                                       absl::Span<const double> grid_x,
@@ -216,7 +228,9 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
   // CGLS for min |A z - s|^2 + lambda |z|^2 (Hestenes-Stiefel on the normal equations).
   std::vector<double> r(values.begin(), values.end());  // s - A z, z = 0
   RowMatrixXd w = RowMatrixXd::Zero(ky, kx);
-  RowMatrixXd grad = op->Adjoint(r);                     // A^T r - lambda z
+  absl::StatusOr<RowMatrixXd> grad0 = op->Adjoint(r);   // A^T r - lambda z
+  if (!grad0.ok()) return Overflowed(grad0.status());
+  RowMatrixXd grad = *std::move(grad0);
   RowMatrixXd dir = grad;
   double gamma = grad.squaredNorm();
   const double gamma0 = gamma;
@@ -225,13 +239,15 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
   int it = 0;
   while (it < options.max_iterations && gamma > options.tolerance * options.tolerance * gamma0 &&
          gamma0 > 0) {
-    op->Forward(dir, &q);
+    if (absl::Status s = op->Forward(dir, &q); !s.ok()) return Overflowed(s);
     const double delta = Dot(q, q) + lambda * dir.squaredNorm();
     if (!(delta > 0)) break;
     const double alpha = gamma / delta;
     w += alpha * dir;
     for (size_t i = 0; i < r.size(); ++i) r[i] -= alpha * q[i];
-    grad = op->Adjoint(r) - lambda * w;
+    absl::StatusOr<RowMatrixXd> adj = op->Adjoint(r);
+    if (!adj.ok()) return Overflowed(adj.status());
+    grad = *adj - lambda * w;
     const double gamma_new = grad.squaredNorm();
     dir = grad + (gamma_new / gamma) * dir;
     gamma = gamma_new;
@@ -261,7 +277,7 @@ absl::StatusOr<std::vector<double>> PredictBlended2D(
                                                    op->psi_y.cols(), " x ", op->psi_x.cols()));
   }
   std::vector<double> y;
-  op->Forward(RowMatrixXd(weights), &y);
+  if (absl::Status s = op->Forward(RowMatrixXd(weights), &y); !s.ok()) return s;
   return y;
 }
 

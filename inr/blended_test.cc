@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <Eigen/Dense>
@@ -135,6 +136,29 @@ TEST(FitBlended2D, RejectsBadInput) {
   o.lambda = -1;
   EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, o).ok());
   EXPECT_FALSE(FitBlended2D(AxisEncoder(), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, BlendedFitOptions()).ok());
+}
+
+// Non-finite weights, and finite values whose fit leaves double's range, give a clear
+// InvalidArgument: before, the blended operator dereferenced PredictSeparable2D's refusal
+// and the process aborted ("Attempting to fetch value instead of handling error").
+TEST(PredictBlended2D, NonFiniteWeightsAreRefusedNotACrash) {
+  const ShiftedBasis1D b = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 5, 0.2);
+  const std::vector<double> g = Linspace(0, 1, 5);
+  for (double bad : {NAN, INFINITY}) {
+    RowMatrixXd w = RowMatrixXd::Ones(5, 5);
+    w(2, 3) = bad;
+    absl::StatusOr<std::vector<double>> f =
+        PredictBlended2D(Encoder(b), Encoder(b), g, g, {0.5, 0.25}, {0.5, 0.75}, w);
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(f.status().message().find("non-finite"), std::string::npos) << f.status().message();
+  }
+  BlendedFitOptions o;
+  absl::StatusOr<BlendedFit> fit =
+      FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5, 0.1}, {0.5, 0.9}, {1e308, -1e308}, o);
+  if (!fit.ok()) {
+    EXPECT_EQ(fit.status().code(), absl::StatusCode::kInvalidArgument) << fit.status().message();
+  }
 }
 
 }  // namespace

@@ -835,13 +835,10 @@ class InrTest(Case):
         self.check_variants(data, lambda pts, vals: gpe.fit_blended_2d(
             ex, ex, grid, grid, pts, vals, max_iterations=20)[0],
             floats={"pts": pts, "vals": vals}, f32=False, rtol=1e-8)
-        # KNOWN LIBRARY CRASH (C side, not the binding): gpe_inr_predict_blended_2d with a
-        # non-finite W aborts the process ("Attempting to fetch value instead of handling
-        # error INVALID_ARGUMENT: weights W has a non-finite entry", absl StatusOr). Not
-        # drawn until c_api fixes it; drop `skip` then.
+        # A non-finite W once aborted the process here (inr/blended.cc dereferenced a
+        # refused StatusOr); it is drawn like every other variant.
         self.check_variants(data, lambda pts, w: gpe.predict_blended_2d(ex, ex, grid, grid, pts, w),
-                            floats={"pts": pts, "w": np.ones((3, 3))}, f32=False,
-                            skip=("nan", "inf"))
+                            floats={"pts": pts, "w": np.ones((3, 3))}, f32=False)
 
     @given(st.data())
     def test_mlp(self, data):

@@ -119,6 +119,24 @@ class AttentionTest(unittest.TestCase):
             sl = slice(cu[b], cu[b + 1])
             np.testing.assert_allclose(o2[sl], reference(q2[sl], k2[sl], v2[sl], True), atol=1e-5)
 
+    def test_float16_kv_cache(self):
+        # A float16 KV cache with float32 queries: the float32 call on the same (widened)
+        # values, up to the summation order of the two paths (1e-5 on O(1) outputs over
+        # 300 keys); the backward refuses a cache (forward only).
+        q = self.randn(1, 2, 4, 32)
+        k16 = self.randn(1, 300, 2, 32).astype(np.float16)
+        v16 = self.randn(1, 300, 2, 32).astype(np.float16)
+        o16, lse16 = gpe.attention(q, k16, v16, causal=True, rope_dim=32, return_lse=True)
+        o32, lse32 = gpe.attention(q, k16.astype(np.float32), v16.astype(np.float32),
+                                   causal=True, rope_dim=32, return_lse=True)
+        self.assertEqual(o16.dtype, np.float32)
+        np.testing.assert_allclose(o16, o32, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(lse16, lse32, rtol=0, atol=1e-5)
+        with self.assertRaises(gpe.GpeError):
+            gpe.attention_backward(q, k16, v16, np.ones_like(q))
+        with self.assertRaises(gpe.GpeError):  # float16 queries: a cache type only
+            gpe.attention(q.astype(np.float16), k16, v16)
+
     def test_backward_matches_finite_differences(self):
         q, k, v = self.randn(1, 12, 2, 8), self.randn(1, 12, 2, 8), self.randn(1, 12, 2, 8)
         w = self.randn(*q.shape)
@@ -180,8 +198,15 @@ class AttentionTest(unittest.TestCase):
             self.assertEqual((o.dtype, lse.shape), (dtype, want_lse.shape))
             np.testing.assert_allclose(o, want, rtol=0, atol=tol)
             np.testing.assert_allclose(lse, want_lse, rtol=0, atol=tol * 10)
+        # A part's NaN lse (its row saw a NaN score) makes that row NaN, as unsplit
+        # attention would be (attention/merge.h); +inf is refused.
+        nan_lse = lse.copy()
+        nan_lse[0] = np.nan
+        mo, ml = gpe.merge_attention([o, o], [lse, nan_lse])
+        self.assertTrue(np.isnan(mo[0]).all() and np.isnan(ml[0]).all())
+        self.assertTrue(np.isfinite(mo[1:]).all())
         with self.assertRaises(ValueError):
-            gpe.merge_attention([o], [np.full(lse.shape, np.nan)])
+            gpe.merge_attention([o], [np.full(lse.shape, np.inf)])
         with self.assertRaises(ValueError):
             gpe.merge_attention([o, o], [lse])
 

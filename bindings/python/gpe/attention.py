@@ -174,7 +174,9 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
-    allowed key. Keyword arguments of the module docstring's structured positions and
+    allowed key, NaN for rows whose scores hold a NaN (NaN or infinite inputs propagate as
+    PyTorch's do; masked keys contribute nothing). k and v may be a 16-bit KV cache:
+    float16 (or, through DLPack, bfloat16) with float32 q; the result is float32. Keyword arguments of the module docstring's structured positions and
     Shaw labels: rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
     q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
     shaw_value_table."""
@@ -272,7 +274,9 @@ def merge_attention(o_list, lse_list):
     (o, lse) of the attention over the union:
         lse = logsumexp_i lse_i,   o = sum_i exp(lse_i - lse) o_i;
     parts with lse_i = -inf contribute nothing, rows empty in every part get o = 0 and
-    lse = -inf. Sums in float64; results in the dtype of o_list[0] / lse_list[0].
+    lse = -inf; a NaN lse_i (a row that saw a NaN score) makes that row NaN, o and lse,
+    as unsplit attention would be; +inf is refused. Sums in float64; results in the
+    dtype of o_list[0] / lse_list[0].
     """
     if len(o_list) == 0 or len(o_list) != len(lse_list):
         raise ValueError("need as many o parts as lse parts (>= 1), got %d and %d"
@@ -283,9 +287,11 @@ def merge_attention(o_list, lse_list):
         raise ValueError("every o part must have one shape [..., head_dim]")
     ls = [np.asarray(l, dtype=np.float64).reshape(shape[:-1]) for l in lse_list]
     for i, l in enumerate(ls):
-        if np.isnan(l).any() or (l == np.inf).any():
-            raise ValueError("lse of part %d holds NaN or +inf (must be finite or -inf)" % i)
+        if (l == np.inf).any():
+            raise ValueError("lse of part %d holds +inf (must be finite, -inf or NaN)" % i)
     stack = np.stack(ls)                          # [parts, ...rows]
+    nan_rows = np.isnan(stack).any(axis=0)
+    stack = np.where(nan_rows, -np.inf, stack)    # merged as empty, then set to NaN below
     m = stack.max(axis=0)
     empty = m == -np.inf
     m_safe = np.where(empty, 0.0, m)
@@ -297,6 +303,8 @@ def merge_attention(o_list, lse_list):
     for ci, oi in zip(c, os_):
         # Rows where a part is empty carry any value there (0 by convention): skip them.
         o += np.where(ci[..., None] > 0, ci[..., None] * oi.astype(np.float64), 0.0)
+    o[nan_rows] = np.nan
+    lse = np.where(nan_rows, np.nan, lse)
     lse_dtype = np.asarray(lse_list[0]).dtype
     return (o.astype(os_[0].dtype),
             lse.reshape(np.asarray(lse_list[0]).shape).astype(lse_dtype))

@@ -107,6 +107,17 @@ absl::StatusOr<double> TimeForward(Problem& p, int threads, int reps) {
   });
 }
 
+// As TimeForward with k and v holding bfloat16 bit patterns in their first halves.
+absl::StatusOr<double> TimeForwardBf16Cache(Problem& p, int threads, int reps) {
+  att::CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  const auto* k = reinterpret_cast<const seq::BFloat16*>(p.k.data());
+  const auto* v = reinterpret_cast<const seq::BFloat16*>(p.v.data());
+  return WarmThenBestSeconds(reps, [&] {
+    return att::CpuForward(p.args, p.q.data(), k, v, p.o.data(), nullptr, opt);
+  });
+}
+
 // RoPE applied in place to q and k (s x h x d float32 each, bshd) with one shared table.
 absl::StatusOr<double> RopeQkSeconds(int64_t s, int64_t h, int64_t d, int threads, int reps) {
   seq::RopeOptions o;
@@ -211,6 +222,7 @@ class AttentionBench {
     for (absl::Status (AttentionBench::*step)() :
          {&AttentionBench::BenchForward, &AttentionBench::BenchBackwardAndBf16,
           &AttentionBench::BenchDecodeBshd, &AttentionBench::BenchDecodeBhsd,
+          &AttentionBench::BenchDecodeBf16Cache,
           &AttentionBench::BenchMemory, &AttentionBench::BenchScaling,
           &AttentionBench::BenchRope}) {
       if (absl::Status s = (this->*step)(); !s.ok()) return Prefixed(s);
@@ -387,15 +399,26 @@ class AttentionBench {
   // adjacent: PyTorch's layout, the peer's own).
   absl::Status BenchDecodeBshd() { return BenchDecode(/*bhsd=*/false); }
   absl::Status BenchDecodeBhsd() { return BenchDecode(/*bhsd=*/true); }
-  absl::Status BenchDecode(bool bhsd) {
+  // A bfloat16 KV cache read by float32 queries (half the bytes; widened in registers)
+  // against the peer's bfloat16 decoding, which reads the same bytes.
+  absl::Status BenchDecodeBf16Cache() { return BenchDecode(/*bhsd=*/false, /*bf16_cache=*/true); }
+  absl::Status BenchDecode(bool bhsd, bool bf16_cache = false) {
     const int64_t d = head_dim_;
     std::unique_ptr<Problem> p = MakeProblem(1, q_ ? 8 : 32, q_ ? 2 : 8, 1, q_ ? 2048 : 32768,
                                              d, false);
     if (bhsd) p->args.k = p->args.v = att::Strides{p->hkv * p->sk * d, d, p->sk * d};
+    if (bf16_cache) {  // rounded in place: element i's 2 bytes land before element i is read
+      for (LargeFloats* x : {&p->k, &p->v}) {
+        uint16_t* bits = reinterpret_cast<uint16_t*>(x->data());
+        for (int64_t i = 0; i < x->size(); ++i) bits[i] = seq::ToBFloat16((*x)[i]).bits;
+      }
+    }
     const int decode_reps = q_ ? reps_ : 10;
     const std::string name =
-        absl::StrFormat("decode f32 %s (GQA, %s cache)", p->Shape(), bhsd ? "bhsd" : "bshd");
-    const double kv_bytes = p->KvBytes();
+        bf16_cache ? absl::StrFormat("decode f32 q, bf16 cache %s (GQA, bshd cache)", p->Shape())
+                   : absl::StrFormat("decode f32 %s (GQA, %s cache)", p->Shape(),
+                                     bhsd ? "bhsd" : "bshd");
+    const double kv_bytes = p->KvBytes() / (bf16_cache ? 2.0 : 1.0);
     Progress(name);
     MeasureLimits();
     TriadBeside beside(o_.threads, q_);
@@ -403,11 +426,15 @@ class AttentionBench {
         q_ ? rounds_ : 7,
         [&]() -> absl::StatusOr<std::vector<double>> {
           triad_ = std::max(triad_, beside.Measure());
-          absl::StatusOr<double> t = TimeForward(*p, o_.threads, decode_reps);
+          absl::StatusOr<double> t = bf16_cache ? TimeForwardBf16Cache(*p, o_.threads, decode_reps)
+                                                : TimeForward(*p, o_.threads, decode_reps);
           if (t.ok()) triad_ = std::max(triad_, beside.Add(kv_bytes / *t * 1e-9));
           return Single(t);
         },
-        [&] { return peer_.Run({p->PeerCase("sdpa")}, decode_reps); });
+        [&] {
+          return peer_.Run({p->PeerCase("sdpa", bf16_cache ? "bfloat16" : "float32")},
+                           decode_reps);
+        });
     if (!c.ok()) return c.status();
     absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o_.threads, 0, 0});
     if (!ws.ok()) return ws.status();
@@ -529,6 +556,13 @@ class AttentionBench {
         "1.00", "");
     Row("triad bandwidth, best in this run", absl::StrFormat("%.1f GB/s", triad_), "", "",
         "1.00", "");
+    // The paths the rows below took: the attention kernels' instruction set (Highway's
+    // run-time choice) and the bfloat16 arithmetic.
+    Row("paths chosen at run time",
+        absl::StrCat("f32 kernels: ", att::CpuAttentionIsa(), "; bf16: ",
+                     att::CpuBf16AutoUsesDotProducts() ? "vdpbf16ps dot products"
+                                                       : "widened to f32 (no faster bf16 dots)"),
+        "", "", "", "");
     for (const std::function<void()>& row : rows_) row();
   }
 

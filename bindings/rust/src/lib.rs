@@ -187,7 +187,7 @@ mod private {
 
 // A compact row-major DLTensor over `data`; `shape` must outlive the call. Shapes are
 // this crate's arrays of at most 4 extents or Rope's caller-given shape, whose length
-// `rope::shape_i64` checks, so `shape.len() as i32` cannot wrap.
+// attention/rope.rs's `shape_i64` checks, so `shape.len() as i32` cannot wrap.
 fn tensor(data: *const c_void, code: u8, bits: u8, shape: &mut [i64]) -> ffi::DLTensor {
     ffi::DLTensor {
         data: data as *mut c_void,

@@ -121,7 +121,7 @@ fn checked_count(name: &str, dims: &[usize]) -> Result<usize> {
         n = n
             .checked_mul(d)
             .filter(|&n| n <= i64::MAX as usize)
-            .ok_or_else(|| invalid(format!("{} has shape {:?}: more than {} elements", name, dims, i64::MAX)))?;
+            .ok_or_else(|| invalid(format!("{} has shape {:?}: its element count exceeds the C ABI's int64_t ({} at most)", name, dims, i64::MAX)))?;
     }
     Ok(n)
 }

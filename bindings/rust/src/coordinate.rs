@@ -4,7 +4,7 @@
 //! Points are row-major `Matrix` values `[N, D]`, features `[N, F]` with `(D, F)` from
 //! `CoordinateEncoder::dims`. `backward` is the vector-Jacobian product with respect to
 //! the points.
-use crate::{check, expect_len, f64_tensor, f64_tensor_mut, ffi, i64_tensor, invalid, matrix_tensor, matrix_tensor_mut, Matrix, Result, ShiftedBasisOptions, ShiftedKind};
+use crate::{check, checked_count, expect_len, f64_tensor, f64_tensor_mut, ffi, i64_tensor, invalid, matrix_tensor, matrix_tensor_mut, to_i64, Matrix, Result, ShiftedBasisOptions, ShiftedKind};
 use std::os::raw::c_void;
 use std::ptr;
 
@@ -210,9 +210,10 @@ impl CoordinateEncoder {
 
     /// Features [N, F] of points [N, D].
     pub fn encode(&self, points: &Matrix) -> Result<Matrix> {
-        let mut out = Matrix::zeros(points.rows, self.output_dim);
         let (mut ps, mut os) = ([0i64; 2], [0i64; 2]);
         let tp = matrix_tensor(points, &mut ps)?;
+        checked_count("features", &[points.rows, self.output_dim])?;
+        let mut out = Matrix::zeros(points.rows, self.output_dim);
         let mut to = matrix_tensor_mut(&mut out, &mut os)?;
         // SAFETY: lengths match the shapes; the library checks widths.
         check(unsafe { ffi::gpe_coordinate_encode(self.ptr, &tp, &mut to) })?;
@@ -298,6 +299,10 @@ pub fn laplacian_eigenvectors(
         LaplacianKind::Symmetric => ffi::GPE_LAPLACIAN_SYMMETRIC,
     };
     o.skip_first = skip_first as i32;
+    // Before anything is allocated: above i64::MAX these wrapped to negative counts.
+    let n = to_i64(num_nodes, "num_nodes")?;
+    let k64 = to_i64(k, "k")?;
+    checked_count("eigenvectors", &[num_nodes, k])?;
     let flat: Vec<i64> = edges.iter().flat_map(|&(a, b)| [a, b]).collect();
     let mut es = [edges.len() as i64, 2];
     let te = i64_tensor(&flat, &mut es);
@@ -312,12 +317,12 @@ pub fn laplacian_eigenvectors(
     };
     let mut values = vec![0.0; k];
     let mut vectors = Matrix::zeros(num_nodes, k);
-    let (mut vs, mut ms) = ([k as i64], [0i64; 2]);
+    let (mut vs, mut ms) = ([k64], [0i64; 2]);
     let mut tv = f64_tensor_mut(&mut values, &mut vs);
     let mut tm = matrix_tensor_mut(&mut vectors, &mut ms)?;
     let tw_ptr = tw.as_ref().map_or(ptr::null(), |t| t as *const ffi::DLTensor);
     // SAFETY: every buffer matches its shape; weights NULL or one per edge.
-    check(unsafe { ffi::gpe_laplacian_eigenvectors(&o, num_nodes as i64, &te, tw_ptr, &mut tv, &mut tm) })?;
+    check(unsafe { ffi::gpe_laplacian_eigenvectors(&o, n, &te, tw_ptr, &mut tv, &mut tm) })?;
     Ok((values, vectors))
 }
 
@@ -421,11 +426,13 @@ pub struct Tensor3 {
 }
 impl Tensor3 {
     pub fn new(dims: [usize; 3], data: Vec<f64>) -> Result<Tensor3> {
-        expect_len("tensor data", data.len(), dims[0] * dims[1] * dims[2])?;
+        expect_len("tensor data", data.len(), checked_count("tensor", &dims)?)?;
         Ok(Tensor3 { dims, data })
     }
+    /// Panics when the element count overflows usize (as `vec!` does past its capacity).
     pub fn zeros(dims: [usize; 3]) -> Tensor3 {
-        Tensor3 { dims, data: vec![0.0; dims[0] * dims[1] * dims[2]] }
+        let n = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).expect("Tensor3::zeros: the element count overflows usize");
+        Tensor3 { dims, data: vec![0.0; n] }
     }
     pub fn at(&self, i: usize, j: usize, l: usize) -> f64 {
         self.data[(i * self.dims[1] + j) * self.dims[2] + l]
@@ -433,7 +440,8 @@ impl Tensor3 {
 }
 
 fn tensor3_shape(t: &Tensor3) -> Result<[i64; 3]> {
-    expect_len("tensor data", t.data.len(), t.dims[0] * t.dims[1] * t.dims[2])?;
+    expect_len("tensor data", t.data.len(), checked_count("tensor", &t.dims)?)?;
+    // checked_count: every extent fits int64_t.
     Ok([t.dims[0] as i64, t.dims[1] as i64, t.dims[2] as i64])
 }
 
@@ -441,10 +449,11 @@ fn tensor3_shape(t: &Tensor3) -> Result<[i64; 3]> {
 /// [n_d, K_d] and volume [n_0, n_1, n_2].
 pub fn fit_separable_3d(options: &SeparableFitOptions, psi: [&Matrix; 3], volume: &Tensor3) -> Result<Tensor3> {
     let o = options.ffi();
-    let mut w = Tensor3::zeros([psi[0].cols, psi[1].cols, psi[2].cols]);
     let mut ss = [[0i64; 2]; 3];
     let [s0, s1, s2] = &mut ss;
     let (t0, t1, t2) = (matrix_tensor(psi[0], s0)?, matrix_tensor(psi[1], s1)?, matrix_tensor(psi[2], s2)?);
+    checked_count("w", &[psi[0].cols, psi[1].cols, psi[2].cols])?;
+    let mut w = Tensor3::zeros([psi[0].cols, psi[1].cols, psi[2].cols]);
     let mut vs = tensor3_shape(volume)?;
     let tv = f64_tensor(&volume.data, &mut vs);
     let mut wsh = tensor3_shape(&w)?;
@@ -456,10 +465,11 @@ pub fn fit_separable_3d(options: &SeparableFitOptions, psi: [&Matrix; 3], volume
 
 /// W x_0 psi_0 x_1 psi_1 x_2 psi_2: [n_0, n_1, n_2].
 pub fn predict_separable_3d(psi: [&Matrix; 3], w: &Tensor3) -> Result<Tensor3> {
-    let mut out = Tensor3::zeros([psi[0].rows, psi[1].rows, psi[2].rows]);
     let mut ss = [[0i64; 2]; 3];
     let [s0, s1, s2] = &mut ss;
     let (t0, t1, t2) = (matrix_tensor(psi[0], s0)?, matrix_tensor(psi[1], s1)?, matrix_tensor(psi[2], s2)?);
+    checked_count("output", &[psi[0].rows, psi[1].rows, psi[2].rows])?;
+    let mut out = Tensor3::zeros([psi[0].rows, psi[1].rows, psi[2].rows]);
     let mut wsh = tensor3_shape(w)?;
     let tw = f64_tensor(&w.data, &mut wsh);
     let mut osh = tensor3_shape(&out)?;
@@ -536,10 +546,12 @@ pub fn predict_blended_2d(
     points: &Matrix,
     w: &Matrix,
 ) -> Result<Vec<f64>> {
-    let mut out = vec![0.0; points.rows];
-    let (mut gxs, mut gys, mut ps, mut ws, mut os) = ([grid_x.len() as i64], [grid_y.len() as i64], [0i64; 2], [0i64; 2], [points.rows as i64]);
+    let (mut gxs, mut gys, mut ps, mut ws, mut os) = ([grid_x.len() as i64], [grid_y.len() as i64], [0i64; 2], [0i64; 2], [0i64; 1]);
     let (tgx, tgy) = (f64_tensor(grid_x, &mut gxs), f64_tensor(grid_y, &mut gys));
+    // Checks points (its rows within int64_t) before allocating one value per row.
     let tp = matrix_tensor(points, &mut ps)?;
+    os[0] = ps[0];
+    let mut out = vec![0.0; points.rows];
     let tw = matrix_tensor(w, &mut ws)?;
     let mut to = f64_tensor_mut(&mut out, &mut os);
     // SAFETY: every buffer matches its shape; both handles are live.

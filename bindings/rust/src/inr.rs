@@ -7,7 +7,7 @@
 //! Every fit here runs to the end and returns the per-step training loss; the one
 //! progress callback exposed is the validated MLP fit's
 //! (`mlp_fit_validated_with_progress`), which sees the validation loss as it is measured.
-use crate::{check, expect_len, f64_tensor, f64_tensor_mut, invalid, matrix_tensor, matrix_tensor_mut, real_tensor, real_tensor_mut};
+use crate::{check, checked_count, expect_len, f64_tensor, f64_tensor_mut, invalid, matrix_tensor, matrix_tensor_mut, real_tensor, real_tensor_mut, to_i64};
 use crate::{ffi, Matrix, Real, Result, Tensor3};
 use std::any::Any;
 use std::ffi::CString;
@@ -69,21 +69,23 @@ impl MlpOptions {
 /// The length of the flat parameter vector (W_0 row-major, b_0, W_1, b_1, ...).
 pub fn mlp_num_parameters(options: &MlpOptions, input_dim: usize, output_dim: usize) -> Result<usize> {
     let o = options.ffi();
+    let (din, dout) = (to_i64(input_dim, "input_dim")?, to_i64(output_dim, "output_dim")?);
     let mut n = 0i64;
     // SAFETY: plain values and one out pointer.
-    check(unsafe { ffi::gpe_inr_mlp_num_parameters(&o, input_dim as i64, output_dim as i64, &mut n) })?;
+    check(unsafe { ffi::gpe_inr_mlp_num_parameters(&o, din, dout, &mut n) })?;
     Ok(n as usize)
 }
 
 /// The seeded initial parameters (float32 or float64).
 pub fn mlp_init<T: Real>(options: &MlpOptions, input_dim: usize, output_dim: usize) -> Result<Vec<T>> {
     let p = mlp_num_parameters(options, input_dim, output_dim)?;
+    let (din, dout) = (to_i64(input_dim, "input_dim")?, to_i64(output_dim, "output_dim")?);
     let o = options.ffi();
     let mut out = vec![T::default(); p];
     let mut ps = [p as i64];
     let mut t = real_tensor_mut(&mut out, &mut ps);
     // SAFETY: out holds p values, the count the library computed for these dims.
-    check(unsafe { ffi::gpe_inr_mlp_init(&o, input_dim as i64, output_dim as i64, &mut t) })?;
+    check(unsafe { ffi::gpe_inr_mlp_init(&o, din, dout, &mut t) })?;
     Ok(out)
 }
 
@@ -105,8 +107,10 @@ pub fn mlp_fit<T: Real>(
     output_dim: usize,
     initial: Option<&[T]>,
 ) -> Result<MlpFit<T>> {
+    let (din, dout) = (to_i64(input_dim, "input_dim")?, to_i64(output_dim, "output_dim")?);
+    // n, m and p below are at most a slice's length or the library's count: they fit.
     let n = rows_of("features", features.len(), input_dim)?;
-    expect_len("targets", targets.len(), n * output_dim)?;
+    expect_len("targets", targets.len(), checked_count("targets", &[n, output_dim])?)?;
     let p = mlp_num_parameters(options, input_dim, output_dim)?;
     if let Some(init) = initial {
         expect_len("initial parameters", init.len(), p)?;
@@ -117,7 +121,7 @@ pub fn mlp_fit<T: Real>(
     let o = options.ffi();
     let mut parameters = vec![T::default(); p];
     let mut train_loss = vec![0.0; options.steps as usize];
-    let (mut fs, mut ts, mut ps, mut ips, mut ls) = ([n as i64, input_dim as i64], [n as i64, output_dim as i64], [p as i64], [p as i64], [options.steps]);
+    let (mut fs, mut ts, mut ps, mut ips, mut ls) = ([n as i64, din], [n as i64, dout], [p as i64], [p as i64], [options.steps]);
     let tf = real_tensor(features, &mut fs);
     let tt = real_tensor(targets, &mut ts);
     let ti = initial.map(|init| real_tensor(init, &mut ips));
@@ -226,13 +230,17 @@ fn fit_validated<T: Real>(
     validation: &MlpValidation<T>,
     progress: Option<&mut dyn FnMut(i64, f64, f64)>,
 ) -> Result<MlpValidatedFit<T>> {
+    let (din, dout) = (to_i64(input_dim, "input_dim")?, to_i64(output_dim, "output_dim")?);
     let n = rows_of("features", features.len(), input_dim)?;
-    expect_len("targets", targets.len(), n * output_dim)?;
+    expect_len("targets", targets.len(), checked_count("targets", &[n, output_dim])?)?;
     let m = rows_of("validation features", validation.features.len(), input_dim)?;
-    expect_len("validation targets", validation.targets.len(), m * output_dim)?;
+    expect_len("validation targets", validation.targets.len(), checked_count("validation targets", &[m, output_dim])?)?;
     let p = mlp_num_parameters(options, input_dim, output_dim)?;
     if let Some(init) = initial {
         expect_len("initial parameters", init.len(), p)?;
+    }
+    if options.steps < 0 {
+        return Err(invalid(format!("steps is {}; expected >= 0", options.steps)));
     }
     let k = mlp_num_evaluations(options.steps, validation.eval_every)?;
     let mut o = options.ffi();
@@ -241,8 +249,8 @@ fn fit_validated<T: Real>(
     let mut train_loss = vec![0.0; options.steps as usize];
     let mut validation_steps = vec![0i64; k];
     let mut validation_loss = vec![0.0; k];
-    let (mut fs, mut ts, mut ps, mut ips, mut ls) = ([n as i64, input_dim as i64], [n as i64, output_dim as i64], [p as i64], [p as i64], [options.steps]);
-    let (mut vfs, mut vts, mut vss, mut vls) = ([m as i64, input_dim as i64], [m as i64, output_dim as i64], [k as i64], [k as i64]);
+    let (mut fs, mut ts, mut ps, mut ips, mut ls) = ([n as i64, din], [n as i64, dout], [p as i64], [p as i64], [options.steps]);
+    let (mut vfs, mut vts, mut vss, mut vls) = ([m as i64, din], [m as i64, dout], [k as i64], [k as i64]);
     let tf = real_tensor(features, &mut fs);
     let tt = real_tensor(targets, &mut ts);
     let ti = initial.map(|init| real_tensor(init, &mut ips));
@@ -276,12 +284,13 @@ fn fit_validated<T: Real>(
 
 /// The network's output [n, output_dim] on features [n, input_dim].
 pub fn mlp_predict<T: Real>(options: &MlpOptions, parameters: &[T], features: &[T], input_dim: usize, output_dim: usize) -> Result<Vec<T>> {
+    let (din, dout) = (to_i64(input_dim, "input_dim")?, to_i64(output_dim, "output_dim")?);
     let n = rows_of("features", features.len(), input_dim)?;
     let p = mlp_num_parameters(options, input_dim, output_dim)?;
     expect_len("parameters", parameters.len(), p)?;
     let o = options.ffi();
-    let mut out = vec![T::default(); n * output_dim];
-    let (mut ps, mut fs, mut os) = ([p as i64], [n as i64, input_dim as i64], [n as i64, output_dim as i64]);
+    let mut out = vec![T::default(); checked_count("output", &[n, output_dim])?];
+    let (mut ps, mut fs, mut os) = ([p as i64], [n as i64, din], [n as i64, dout]);
     let tp = real_tensor(parameters, &mut ps);
     let tf = real_tensor(features, &mut fs);
     let mut to = real_tensor_mut(&mut out, &mut os);
@@ -329,7 +338,7 @@ impl LinearAdamOptions {
         if self.steps < 1 {
             return Err(invalid(format!("steps is {}; expected >= 1", self.steps)));
         }
-        Ok(self.steps as usize)
+        Ok(self.steps as usize) // steps >= 1: fits; `steps as i64` below gives it back
     }
 }
 
@@ -397,6 +406,7 @@ impl SyntheticTask {
 /// The task's n x n image over the pixel centres of [-1, 1]^2 (rows = y); `signed`
 /// gives the signed sine instead of its magnitude.
 pub fn synthetic_image(task: SyntheticTask, signed: bool, n: usize) -> Result<Matrix> {
+    checked_count("image", &[n, n])?;
     let mut out = Matrix::zeros(n, n);
     let mut s = [0i64; 2];
     let mut t = matrix_tensor_mut(&mut out, &mut s)?;
@@ -407,8 +417,10 @@ pub fn synthetic_image(task: SyntheticTask, signed: bool, n: usize) -> Result<Ma
 
 /// The task's vector field [n, n, 2]: f(r, theta) (cos theta, sin theta).
 pub fn synthetic_vector_field(task: SyntheticTask, n: usize) -> Result<Tensor3> {
+    checked_count("vector field", &[n, n, 2])?;
+    let n64 = to_i64(n, "n")?;
     let mut out = Tensor3::zeros([n, n, 2]);
-    let mut s = [n as i64, n as i64, 2];
+    let mut s = [n64, n64, 2];
     let mut t = f64_tensor_mut(&mut out.data, &mut s);
     // SAFETY: out holds n * n * 2 values.
     check(unsafe { ffi::gpe_inr_synthetic_vector_field(task.code(), &mut t) })?;
@@ -417,11 +429,13 @@ pub fn synthetic_vector_field(task: SyntheticTask, n: usize) -> Result<Tensor3> 
 
 /// The pixel centres (x_j, y_i) in row-major pixel order: [n * n, 2].
 pub fn grid_coordinates(n: usize) -> Result<Matrix> {
+    let n64 = to_i64(n, "n")?;
+    checked_count("grid coordinates", &[n, n, 2])?;
     let mut out = Matrix::zeros(n * n, 2);
     let mut s = [0i64; 2];
     let mut t = matrix_tensor_mut(&mut out, &mut s)?;
     // SAFETY: out is [n * n, 2].
-    check(unsafe { ffi::gpe_inr_grid_coordinates(n as i64, &mut t) })?;
+    check(unsafe { ffi::gpe_inr_grid_coordinates(n64, &mut t) })?;
     Ok(out)
 }
 
@@ -439,23 +453,26 @@ fn split_from(indices: Vec<i64>, counts: [i64; 3]) -> Split {
 
 /// Lim et al. D.2: uniformly random fractions of 0..num_points, deterministic in seed.
 pub fn random_split(num_points: usize, train_fraction: f64, validation_fraction: f64, seed: u64) -> Result<Split> {
+    let n = to_i64(num_points, "num_points")?;
     let mut indices = vec![0i64; num_points];
     let mut counts = [0i64; 3];
-    let mut s = [num_points as i64];
+    let mut s = [n];
     let mut t = crate::tensor(indices.as_mut_ptr() as *const std::os::raw::c_void, ffi::KDL_INT, 64, &mut s);
     // SAFETY: indices holds num_points values, counts 3.
-    check(unsafe { ffi::gpe_inr_random_split(num_points as i64, train_fraction, validation_fraction, seed, &mut t, counts.as_mut_ptr()) })?;
+    check(unsafe { ffi::gpe_inr_random_split(n, train_fraction, validation_fraction, seed, &mut t, counts.as_mut_ptr()) })?;
     Ok(split_from(indices, counts))
 }
 
 /// Zheng et al.: train on the [::2] x [::2] sub-grid, test on the rest (no validation).
 pub fn regular_grid_split(rows: usize, cols: usize) -> Result<Split> {
-    let mut indices = vec![0i64; rows * cols];
+    let (r, c) = (to_i64(rows, "rows")?, to_i64(cols, "cols")?);
+    let count = checked_count("grid", &[rows, cols])?;
+    let mut indices = vec![0i64; count];
     let mut counts = [0i64; 3];
-    let mut s = [(rows * cols) as i64];
+    let mut s = [count as i64];
     let mut t = crate::tensor(indices.as_mut_ptr() as *const std::os::raw::c_void, ffi::KDL_INT, 64, &mut s);
     // SAFETY: indices holds rows * cols values, counts 3.
-    check(unsafe { ffi::gpe_inr_regular_grid_split(rows as i64, cols as i64, &mut t, counts.as_mut_ptr()) })?;
+    check(unsafe { ffi::gpe_inr_regular_grid_split(r, c, &mut t, counts.as_mut_ptr()) })?;
     Ok(split_from(indices, counts))
 }
 
@@ -529,7 +546,8 @@ impl Drop for Image {
 }
 
 fn pixel_tensor<'a>(pixels: &'a [f64], rows: usize, cols: usize, channels: usize, shape: &'a mut [i64; 3]) -> Result<ffi::DLTensor> {
-    expect_len("pixels", pixels.len(), rows * cols * channels)?;
+    expect_len("pixels", pixels.len(), checked_count("pixels", &[rows, cols, channels])?)?;
+    // checked_count: every extent fits int64_t.
     *shape = [rows as i64, cols as i64, channels as i64];
     Ok(f64_tensor(pixels, shape))
 }

@@ -105,6 +105,27 @@ fn invalid(message: String) -> Error {
     Error { status: Status::InvalidArgument, code: ffi::GPE_ERROR_INVALID_ARGUMENT, message }
 }
 
+// A caller's count or size as the C ABI's int64_t (issue 24): above i64::MAX it is an
+// InvalidArgument error naming the argument, never a wrap to a negative value. Lengths of
+// existing slices need no check: a slice holds at most isize::MAX bytes, so its len() fits.
+fn to_i64(value: usize, name: &str) -> Result<i64> {
+    i64::try_from(value).map_err(|_| invalid(format!("{} is {}; the C ABI's int64_t holds at most {}", name, value, i64::MAX)))
+}
+
+// The element count of a shape given by the caller, each extent and the product within
+// int64_t (so also within usize): an InvalidArgument error instead of a wrapped product.
+fn checked_count(name: &str, dims: &[usize]) -> Result<usize> {
+    let mut n: usize = 1;
+    for &d in dims {
+        to_i64(d, name)?;
+        n = n
+            .checked_mul(d)
+            .filter(|&n| n <= i64::MAX as usize)
+            .ok_or_else(|| invalid(format!("{} has shape {:?}: its element count exceeds the C ABI's int64_t ({} at most)", name, dims, i64::MAX)))?;
+    }
+    Ok(n)
+}
+
 fn expect_len(name: &str, got: usize, want: usize) -> Result<()> {
     if got == want {
         Ok(())
@@ -135,11 +156,13 @@ pub struct Matrix {
 
 impl Matrix {
     pub fn new(rows: usize, cols: usize, data: Vec<f64>) -> Result<Matrix> {
-        expect_len("matrix data", data.len(), rows * cols)?;
+        expect_len("matrix data", data.len(), checked_count("matrix", &[rows, cols])?)?;
         Ok(Matrix { rows, cols, data })
     }
+    /// Panics when rows * cols overflows usize (as `vec!` does past its capacity).
     pub fn zeros(rows: usize, cols: usize) -> Matrix {
-        Matrix { rows, cols, data: vec![0.0; rows * cols] }
+        let n = rows.checked_mul(cols).expect("Matrix::zeros: rows * cols overflows usize");
+        Matrix { rows, cols, data: vec![0.0; n] }
     }
     pub fn at(&self, r: usize, c: usize) -> f64 {
         self.data[r * self.cols + c]
@@ -162,7 +185,9 @@ mod private {
     impl Sealed for f64 {}
 }
 
-// A compact row-major DLTensor over `data`; `shape` must outlive the call.
+// A compact row-major DLTensor over `data`; `shape` must outlive the call. Shapes are
+// this crate's arrays of at most 4 extents or Rope's caller-given shape, whose length
+// attention/rope.rs's `shape_i64` checks, so `shape.len() as i32` cannot wrap.
 fn tensor(data: *const c_void, code: u8, bits: u8, shape: &mut [i64]) -> ffi::DLTensor {
     ffi::DLTensor {
         data: data as *mut c_void,
@@ -187,16 +212,16 @@ fn f64_tensor_mut(data: &mut [f64], shape: &mut [i64]) -> ffi::DLTensor {
     tensor(data.as_mut_ptr() as *const c_void, ffi::KDL_FLOAT, 64, shape)
 }
 fn matrix_tensor_mut(m: &mut Matrix, shape: &mut [i64; 2]) -> Result<ffi::DLTensor> {
-    expect_len("matrix data", m.data.len(), m.rows * m.cols)?;
-    *shape = [m.rows as i64, m.cols as i64];
+    expect_len("matrix data", m.data.len(), checked_count("matrix", &[m.rows, m.cols])?)?;
+    *shape = [m.rows as i64, m.cols as i64]; // checked_count: both fit int64_t
     Ok(f64_tensor_mut(&mut m.data, shape))
 }
 fn i64_tensor(data: &[i64], shape: &mut [i64]) -> ffi::DLTensor {
     tensor(data.as_ptr() as *const c_void, ffi::KDL_INT, 64, shape)
 }
 fn matrix_tensor(m: &Matrix, shape: &mut [i64; 2]) -> Result<ffi::DLTensor> {
-    expect_len("matrix data", m.data.len(), m.rows * m.cols)?;
-    *shape = [m.rows as i64, m.cols as i64];
+    expect_len("matrix data", m.data.len(), checked_count("matrix", &[m.rows, m.cols])?)?;
+    *shape = [m.rows as i64, m.cols as i64]; // checked_count: both fit int64_t
     Ok(f64_tensor(&m.data, shape))
 }
 
@@ -331,8 +356,9 @@ impl Drop for SoRep {
 pub fn sinusoidal_encode<T: Real>(base: f64, positions: &[i64], dim: usize) -> Result<Vec<T>> {
     let mut o = ffi::gpe_sinusoidal_options::init();
     o.base = base;
-    let mut out = vec![T::default(); positions.len() * dim];
-    let (mut ps, mut os) = ([positions.len() as i64], [positions.len() as i64, dim as i64]);
+    let d = to_i64(dim, "dim")?;
+    let mut out = vec![T::default(); checked_count("output", &[positions.len(), dim])?];
+    let (mut ps, mut os) = ([positions.len() as i64], [positions.len() as i64, d]);
     let tp = i64_tensor(positions, &mut ps);
     let mut to = real_tensor_mut(&mut out, &mut os);
     // SAFETY: out holds n * dim values.
@@ -423,15 +449,16 @@ unsafe impl Sync for GrapeM {}
 impl GrapeM {
     /// a, b: [m, dim]; omega: m values.
     pub fn new(a: &Matrix, b: &Matrix, omega: &[f64]) -> Result<GrapeM> {
-        expect_len("a", a.data.len(), a.rows * a.cols)?;
-        expect_len("b", b.data.len(), a.rows * a.cols)?;
+        let n = checked_count("a", &[a.rows, a.cols])?;
+        expect_len("a", a.data.len(), n)?;
+        expect_len("b", b.data.len(), n)?;
         expect_len("omega", omega.len(), a.rows)?;
         if b.rows != a.rows || b.cols != a.cols {
             return Err(invalid(format!("b is {} x {}; a is {} x {}", b.rows, b.cols, a.rows, a.cols)));
         }
         let mut o = ffi::gpe_grape_m_options::init();
-        o.dim = a.cols as i64;
-        o.num_generators = a.rows as i64;
+        o.dim = to_i64(a.cols, "a's columns")?;
+        o.num_generators = to_i64(a.rows, "a's rows")?;
         o.a = a.data.as_ptr();
         o.b = b.data.as_ptr();
         o.omega = omega.as_ptr();
@@ -514,9 +541,9 @@ impl AlgebraicSequence {
         if skew.rows != skew.cols {
             return Err(invalid(format!("skew is {} x {}; it must be square", skew.rows, skew.cols)));
         }
-        expect_len("skew", skew.data.len(), skew.rows * skew.cols)?;
+        expect_len("skew", skew.data.len(), checked_count("skew", &[skew.rows, skew.cols])?)?;
         let mut o = ffi::gpe_algebraic_sequence_options::init();
-        o.dim = skew.rows as i64;
+        o.dim = to_i64(skew.rows, "skew's rows")?;
         o.skew = skew.data.as_ptr();
         let mut raw = ptr::null_mut();
         // SAFETY: dim * dim values.

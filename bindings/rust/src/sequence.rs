@@ -5,7 +5,7 @@
 //!
 //! Batches are `[n, dim]` row-major slices (float32 or float64, arithmetic in double);
 //! parameter gradients are float64, overwritten, summed over the batch.
-use crate::{check, expect_len, f64_tensor, f64_tensor_mut, ffi, i64_tensor, invalid, matrix_tensor, matrix_tensor_mut, real_tensor, real_tensor_mut, Matrix, Real, Result};
+use crate::{check, checked_count, expect_len, f64_tensor, f64_tensor_mut, ffi, i64_tensor, invalid, matrix_tensor, matrix_tensor_mut, real_tensor, real_tensor_mut, to_i64, Matrix, Real, Result};
 use std::ptr;
 
 fn batch_rows(name: &str, len: usize, dim: usize) -> Result<usize> {
@@ -41,16 +41,17 @@ impl AlgebraicTree {
     /// skews: num_branches skew-symmetric [dim, dim] matrices.
     pub fn new(skews: &[Matrix]) -> Result<AlgebraicTree> {
         let dim = skews.first().map_or(0, |s| s.rows);
-        let mut flat = Vec::with_capacity(skews.len() * dim * dim);
+        let d2 = checked_count("skews[0]", &[dim, dim])?;
+        let mut flat = Vec::new();
         for (c, s) in skews.iter().enumerate() {
-            if s.rows != dim || s.cols != dim || s.data.len() != dim * dim {
+            if s.rows != dim || s.cols != dim || s.data.len() != d2 {
                 return Err(invalid(format!("skews[{}] is {} x {}; expected {} x {}", c, s.rows, s.cols, dim, dim)));
             }
             flat.extend_from_slice(&s.data);
         }
         let mut o = ffi::gpe_algebraic_tree_options::init();
-        o.dim = dim as i64;
-        o.num_branches = skews.len() as i64;
+        o.dim = to_i64(dim, "skews' dim")?;
+        o.num_branches = skews.len() as i64; // a slice's length: fits
         o.skews = if flat.is_empty() { ptr::null() } else { flat.as_ptr() };
         let mut raw = ptr::null_mut();
         // SAFETY: flat holds num_branches * dim * dim values.
@@ -133,12 +134,13 @@ unsafe impl Sync for AlgebraicGrid {}
 impl AlgebraicGrid {
     /// skews: one skew-symmetric [d_a, d_a] matrix per axis.
     pub fn new(skews: &[Matrix]) -> Result<AlgebraicGrid> {
-        let dims: Vec<i64> = skews.iter().map(|s| s.rows as i64).collect();
+        let mut dims: Vec<i64> = Vec::with_capacity(skews.len());
         let mut flat = Vec::new();
         for (a, s) in skews.iter().enumerate() {
-            if s.cols != s.rows || s.data.len() != s.rows * s.cols {
+            if s.cols != s.rows || s.data.len() != checked_count("skews", &[s.rows, s.cols])? {
                 return Err(invalid(format!("skews[{}] is {} x {}: not square", a, s.rows, s.cols)));
             }
+            dims.push(s.rows as i64); // checked_count: fits int64_t
             flat.extend_from_slice(&s.data);
         }
         let mut o = ffi::gpe_algebraic_grid_options::init();
@@ -210,7 +212,7 @@ impl Drop for AlgebraicGrid {
 /// 2 pi multipliers[i] p / period (dim = 2 multipliers.len()). The backward pass is
 /// this at -p.
 pub fn algebraic_periodic_apply<T: Real>(period: i64, multipliers: &[i64], positions: &[i64], x: &[T]) -> Result<Vec<T>> {
-    let dim = 2 * multipliers.len();
+    let dim = 2 * multipliers.len(); // a slice of i64 has at most isize::MAX / 8 values: no overflow
     expect_len("x", x.len(), positions.len() * dim)?;
     let mut o = ffi::gpe_algebraic_periodic_options::init();
     o.dim = dim as i64;

@@ -4,7 +4,7 @@
 
 use std::ptr;
 
-use crate::{check, expect_len, ffi, i64_tensor, invalid, Matrix, Result};
+use crate::{check, checked_count, expect_len, ffi, i64_tensor, invalid, to_i64, Matrix, Result};
 
 /// Which additive bias a `Bias` is (GPE_BIAS_*).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +35,7 @@ impl Bias {
     pub fn alibi(num_heads: usize, symmetric: bool, slopes: Option<&[f64]>) -> Result<Bias> {
         let mut o = ffi::gpe_alibi_options::init();
         o.form = if symmetric { ffi::GPE_ALIBI_SYMMETRIC } else { ffi::GPE_ALIBI_CAUSAL };
-        o.num_heads = num_heads as i64;
+        o.num_heads = to_i64(num_heads, "num_heads")?;
         if let Some(s) = slopes {
             expect_len("slopes", s.len(), num_heads)?;
             o.slopes = s.as_ptr();
@@ -43,17 +43,18 @@ impl Bias {
         let mut raw = ptr::null_mut();
         // SAFETY: slopes holds num_heads values (checked).
         check(unsafe { ffi::gpe_bias_create_alibi(&o, &mut raw) })?;
-        Ok(Bias { raw, kind: BiasKind::Alibi, num_heads, grad_shape: vec![num_heads as i64] })
+        Ok(Bias { raw, kind: BiasKind::Alibi, num_heads, grad_shape: vec![o.num_heads] })
     }
 
     /// T5's bucketed relative bias: table [num_buckets, num_heads].
     pub fn t5(bidirectional: bool, num_buckets: usize, max_distance: i64, table: &Matrix) -> Result<Bias> {
-        expect_len("table data", table.data.len(), table.rows * table.cols)?;
+        expect_len("table data", table.data.len(), checked_count("table", &[table.rows, table.cols])?)?;
         if table.rows != num_buckets {
             return Err(invalid(format!("table has {} rows; expected num_buckets = {}", table.rows, num_buckets)));
         }
         let mut o = ffi::gpe_t5_options::init();
         o.bidirectional = bidirectional as i32;
+        // checked_count: both extents fit int64_t, and num_buckets == table.rows.
         o.num_heads = table.cols as i64;
         o.num_buckets = num_buckets as i64;
         o.max_distance = max_distance;
@@ -67,7 +68,8 @@ impl Bias {
     /// FoX (Lin et al.): c_i - c_j with c_t = sum_{l <= t} ln sigmoid(x_{l,h});
     /// gate_logits [length, num_heads]; token t has position first_position + t.
     pub fn fox(first_position: i64, gate_logits: &Matrix) -> Result<Bias> {
-        expect_len("gate_logits data", gate_logits.data.len(), gate_logits.rows * gate_logits.cols)?;
+        expect_len("gate_logits data", gate_logits.data.len(), checked_count("gate_logits", &[gate_logits.rows, gate_logits.cols])?)?;
+        // checked_count: both extents fit int64_t.
         let mut o = ffi::gpe_fox_options::init();
         o.length = gate_logits.rows as i64;
         o.num_heads = gate_logits.cols as i64;
@@ -87,7 +89,8 @@ impl Bias {
     /// GRAPE-AP: sum_{l = j+1..i} -softplus(<w_{i,h}, u_{l,h}>); w and u
     /// [length, num_heads, rank] row-major.
     pub fn grape_ap(num_heads: usize, rank: usize, first_position: i64, w: &[f64], u: &[f64]) -> Result<Bias> {
-        if num_heads == 0 || rank == 0 || w.len() % (num_heads * rank) != 0 {
+        let (heads, r) = (to_i64(num_heads, "num_heads")?, to_i64(rank, "rank")?);
+        if num_heads == 0 || rank == 0 || w.len() % checked_count("[num_heads, rank]", &[num_heads, rank])? != 0 {
             return Err(invalid(format!(
                 "w has {} values: not a whole number of [num_heads = {}, rank = {}] rows",
                 w.len(),
@@ -98,9 +101,9 @@ impl Bias {
         expect_len("u", u.len(), w.len())?;
         let length = w.len() / (num_heads * rank);
         let mut o = ffi::gpe_grape_ap_options::init();
-        o.length = length as i64;
-        o.num_heads = num_heads as i64;
-        o.rank = rank as i64;
+        o.length = length as i64; // at most w.len()
+        o.num_heads = heads;
+        o.rank = r;
         o.first_position = first_position;
         o.w = w.as_ptr();
         o.u = u.as_ptr();
@@ -111,7 +114,7 @@ impl Bias {
             raw,
             kind: BiasKind::GrapeAp,
             num_heads,
-            grad_shape: vec![length as i64, num_heads as i64, rank as i64],
+            grad_shape: vec![length as i64, heads, r],
         })
     }
 
@@ -128,23 +131,23 @@ impl Bias {
     ) -> Result<Bias> {
         let mut o = ffi::gpe_grape_a_options::init();
         o.path = if lifted { ffi::GPE_GRAPE_A_LIFTED } else { ffi::GPE_GRAPE_A_CLOSED_FORM };
-        o.num_heads = num_heads as i64;
-        o.head_dim = head_dim as i64;
+        o.num_heads = to_i64(num_heads, "num_heads")?;
+        o.head_dim = to_i64(head_dim, "head_dim")?;
         if let Some(s) = slopes {
             expect_len("slopes", s.len(), num_heads)?;
             o.slopes = s.as_ptr();
         }
-        let mut grad_shape = vec![num_heads as i64];
+        let mut grad_shape = vec![o.num_heads];
         if let Some((first_position, logits)) = gates {
-            expect_len("gate_logits data", logits.data.len(), logits.rows * logits.cols)?;
+            expect_len("gate_logits data", logits.data.len(), checked_count("gate_logits", &[logits.rows, logits.cols])?)?;
             if logits.cols != num_heads {
                 return Err(invalid(format!("gate_logits has {} columns; expected num_heads = {}", logits.cols, num_heads)));
             }
             o.gated = 1;
-            o.length = logits.rows as i64;
+            o.length = logits.rows as i64; // checked_count: fits int64_t
             o.first_position = first_position;
             o.gate_logits = logits.data.as_ptr();
-            grad_shape = vec![logits.rows as i64, num_heads as i64];
+            grad_shape = vec![o.length, o.num_heads];
         }
         let mut raw = ptr::null_mut();
         // SAFETY: slopes and gate_logits hold what the sizes say (checked).

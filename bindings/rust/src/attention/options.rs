@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::pairing_code;
 use super::Bias;
-use crate::{ffi, i64_tensor, invalid, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
+use crate::{checked_count, ffi, i64_tensor, invalid, to_i64, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
 
 /// How q, k and v are laid out (gpe_attention_forward).
 #[derive(Clone, Copy, Debug)]
@@ -120,26 +120,33 @@ pub(super) struct Shapes {
 }
 
 pub(super) fn shapes(layout: &AttentionLayout, heads: &AttentionHeads) -> Result<Shapes> {
-    let (hq, hk, d) = (heads.heads_q as i64, heads.heads_kv as i64, heads.head_dim as i64);
+    let (hq, hk, d) = (to_i64(heads.heads_q, "heads_q")?, to_i64(heads.heads_kv, "heads_kv")?, to_i64(heads.head_dim, "head_dim")?);
     let last = |cu: &[i64], name: &str| -> Result<i64> {
         match cu.last() {
             Some(&t) if t >= 0 => Ok(t),
             _ => Err(invalid(format!("{} must have batch + 1 >= 1 values, the last >= 0", name))),
         }
     };
-    Ok(match *layout {
-        AttentionLayout::Padded { batch, seq_q, seq_k } => Shapes {
-            q: vec![batch as i64, seq_q as i64, hq, d],
-            kv: vec![batch as i64, seq_k as i64, hk, d],
-            lse: [(batch * seq_q) as i64, hq],
-        },
+    let s = match *layout {
+        AttentionLayout::Padded { batch, seq_q, seq_k } => {
+            let (b, sq, sk) = (to_i64(batch, "batch")?, to_i64(seq_q, "seq_q")?, to_i64(seq_k, "seq_k")?);
+            let bq = checked_count("batch * seq_q", &[batch, seq_q])? as i64;
+            Shapes { q: vec![b, sq, hq, d], kv: vec![b, sk, hk, d], lse: [bq, hq] }
+        }
         AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
             let (tq, tk) = (last(cu_seqlens_q, "cu_seqlens_q")?, last(cu_seqlens_k, "cu_seqlens_k")?);
             Shapes { q: vec![tq, hq, d], kv: vec![tk, hk, d], lse: [tq, hq] }
         }
-    })
+    };
+    // Every extent is >= 0 here; the element counts must fit too, so that `count` is exact.
+    for (name, shape) in [("q", &s.q[..]), ("k and v", &s.kv[..]), ("lse", &s.lse[..])] {
+        checked_count(name, &shape.iter().map(|&e| e as usize).collect::<Vec<_>>())?;
+    }
+    Ok(s)
 }
 
+// Exact for the shapes `shapes` returns (their counts checked there) and gradient shapes
+// of a Bias (built from checked extents).
 pub(super) fn count(shape: &[i64]) -> usize {
     shape.iter().map(|&s| s as usize).product()
 }

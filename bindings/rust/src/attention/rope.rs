@@ -6,10 +6,17 @@ use std::os::raw::c_void;
 use std::ptr;
 
 use super::pairing_code;
-use crate::{check, expect_len, ffi, i64_tensor, invalid, real_tensor, tensor, Pairing, Real, Result};
+use crate::{check, checked_count, expect_len, ffi, i64_tensor, invalid, real_tensor, tensor, Pairing, Real, Result};
 
-fn product(shape: &[usize]) -> usize {
-    shape.iter().product()
+// A caller's tensor shape: its element count and its extents as int64_t. Each extent and
+// the count must fit int64_t (issue 24: `s as i64` wrapped, and the product overflowed),
+// and the number of extents DLTensor.ndim (an i32).
+fn shape_i64(name: &str, shape: &[usize]) -> Result<(usize, Vec<i64>)> {
+    if shape.len() > i32::MAX as usize {
+        return Err(invalid(format!("{} has {} axes; DLTensor.ndim holds at most {}", name, shape.len(), i32::MAX)));
+    }
+    let n = checked_count(name, shape)?;
+    Ok((n, shape.iter().map(|&s| s as i64).collect()))
 }
 
 /// RoPE's frequency schedule (GPE_ROPE_*), with each schedule's parameters.
@@ -326,8 +333,8 @@ impl Rope {
     /// (gpe_rope_table_create). The table copies what it needs: `self` and the token
     /// slices may go afterwards. A float64 table serves f64 tensors; a float32 one f32.
     pub fn table<T: Real>(&self, tokens: &Tokens, like: &[T], shape: &[usize]) -> Result<RopeTable> {
-        expect_len("like", like.len(), product(shape))?;
-        let mut ls: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
+        let (n, mut ls) = shape_i64("shape", shape)?;
+        expect_len("like", like.len(), n)?;
         let tl = real_tensor(like, &mut ls);
         let mut raw = ptr::null_mut();
         self.with_tokens(tokens, |t| {
@@ -384,9 +391,9 @@ impl Rope {
         shape: &[usize],
         backward: bool,
     ) -> Result<()> {
-        expect_len("x", x_len, product(shape))?;
+        let (n, mut xs) = shape_i64("shape", shape)?;
+        expect_len("x", x_len, n)?;
         expect_len("out", out_len, x_len)?;
-        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
         let mut os = xs.clone();
         let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
         let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);
@@ -450,9 +457,9 @@ impl RopeTable {
 
     #[allow(clippy::too_many_arguments)]
     fn run(&self, x: *const c_void, out: *mut c_void, x_len: usize, out_len: usize, bits: u8, shape: &[usize], backward: bool) -> Result<()> {
-        expect_len("x", x_len, product(shape))?;
+        let (n, mut xs) = shape_i64("shape", shape)?;
+        expect_len("x", x_len, n)?;
         expect_len("out", out_len, x_len)?;
-        let mut xs: Vec<i64> = shape.iter().map(|&s| s as i64).collect();
         let mut os = xs.clone();
         let tx = tensor(x, ffi::KDL_FLOAT, bits, &mut xs);
         let mut to = tensor(out as *const c_void, ffi::KDL_FLOAT, bits, &mut os);

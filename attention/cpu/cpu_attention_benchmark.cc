@@ -6,6 +6,7 @@
 // Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
 // 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
 // commuting planes (RoPE's thetas as learned frequencies).
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -18,6 +19,7 @@
 #include "attention/cpu/kernels_decode.h"
 #include "attention/descriptor.h"
 #include "benchmark/benchmark.h"
+#include "hwy/aligned_allocator.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
@@ -426,6 +428,62 @@ BENCHMARK(BM_CpuForwardPositions)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
+
+// Where the forward's time goes: its three tile kernels alone on one thread, on a tile
+// that stays in L1/L2 (bq query rows against bk keys of head_dim d, the default tiles
+// 96 x 128 and d 128): 1 ScoreTile (S = Q K^T on packed panels), 2 SoftmaxTile (the
+// online softmax: max, exp2, sum; alpha = 1 after the first call, as most tiles),
+// 4 AccumulateTile (O += P V), 7 all three in sequence, as a tile step. GFLOP/s counts
+// 2 d flops per (row, key) for each product; frac_of_peak is against one thread's FMA
+// peak; ns_per_score is the time per (row, key) pair (the softmax's figure).
+void BM_TileKernels(benchmark::State& state) {
+  const int64_t bq = state.range(0), bk = state.range(1), d = state.range(2);
+  const int which = static_cast<int>(state.range(3));
+  NormalStream n(5);
+  std::vector<float> q(static_cast<size_t>(bq * d)), keys(static_cast<size_t>(bk * d)),
+      vals(static_cast<size_t>(bk * d));
+  n.Fill({&q, &keys, &vals});
+  for (float& x : q) x *= 0.1f;
+  auto panels = hwy::AllocateAligned<float>(static_cast<size_t>(bk * d));
+  cpu::PackKeyPanels(keys.data(), bk, d, d, panels.get());
+  // Values, scores and outputs 64-byte aligned, as the forward's workspace holds them.
+  auto aligned = [](const std::vector<float>& x) {
+    auto a = hwy::AllocateAligned<float>(x.size());
+    std::copy(x.begin(), x.end(), a.get());
+    return a;
+  };
+  auto vals_a = aligned(vals);
+  auto s_a = aligned(std::vector<float>(static_cast<size_t>(bq * bk)));
+  auto o_a = aligned(std::vector<float>(static_cast<size_t>(bq * d), 0.0f));
+  float* sp = s_a.get();
+  float* op = o_a.get();
+  std::vector<float> m(static_cast<size_t>(bq), 0.0f), alpha(static_cast<size_t>(bq), 1.0f);
+  std::vector<float> l(static_cast<size_t>(bq * cpu::kSumLanes), 0.0f);
+  cpu::ScoreTile(q.data(), d, bq, d, panels.get(), bk / cpu::kPanel, sp, bk);
+  const std::vector<float> scores(sp, sp + bq * bk);
+  for (auto _ : state) {
+    if (which & 1) cpu::ScoreTile(q.data(), d, bq, d, panels.get(), bk / cpu::kPanel, sp, bk);
+    if (which & 2) {
+      if (!(which & 1)) std::copy(scores.begin(), scores.end(), sp);
+      cpu::SoftmaxTile(sp, bk, bq, bk, m.data(), l.data(), alpha.data());
+    }
+    if (which & 4) cpu::AccumulateTile(sp, bk, bq, bk, vals_a.get(), d, d, alpha.data(), op, d);
+    benchmark::DoNotOptimize(op);
+    benchmark::DoNotOptimize(sp);
+  }
+  const double products = ((which & 1) ? 1.0 : 0.0) + ((which & 4) ? 1.0 : 0.0);
+  if (products > 0) SetFlopCounters(state, products * 2.0 * double(d) * double(bq * bk), 1);
+  state.counters["ns_per_score"] = benchmark::Counter(
+      double(bq * bk), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.SetLabel(CpuAttentionIsa());
+}
+BENCHMARK(BM_TileKernels)
+    ->ArgNames({"bq", "bk", "d", "which"})
+    ->ArgsProduct({{96}, {128}, {128}, {1, 2, 4, 7}})
+    ->Args({48, 128, 128, 7})
+    ->Args({96, 256, 128, 7})
+    ->Args({96, 128, 64, 7})
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace attention

@@ -57,6 +57,12 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   // is NaN, so max(lo, x) keeps a NaN x (and clamps -inf, whose lanes keep drops).
   const __mmask16 keep = _mm512_cmp_ps_mask(x.raw, lo.raw, _CMP_NLT_UQ);
   x = VF{_mm512_max_ps(lo.raw, x.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  // As AVX-512, with the mask as a vector: no instruction more than keeping NaN as 0 took.
+  // A NaN lane reaches the int32 conversion, vcvttps2dq, defined for NaN in hardware (the
+  // integer indefinite); p is NaN there, so the lane stays NaN.
+  const auto keep = hn::MaskFromVec(VF{_mm256_cmp_ps(x.raw, lo.raw, _CMP_NLT_UQ)});
+  x = VF{_mm256_max_ps(lo.raw, x.raw)};
 #else
   const auto nan = hn::IsNaN(x);
   const auto keep = hn::Ge(x, lo);
@@ -76,6 +82,10 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
 #if HWY_TARGET <= HWY_AVX3
   return VF{_mm512_maskz_scalef_ps(keep, p.raw, n.raw)};
+#elif HWY_TARGET == HWY_AVX2
+  const hn::RebindToSigned<DF> di;
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  return hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits)));
 #else
   const hn::RebindToSigned<DF> di;
   const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));

@@ -644,7 +644,26 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.lse.shape = f.v3.shapes.back().data();
     return f.v3.Forward();
   });
+  // 16-bit KV caches: k and v share a dtype; float16 only as a cache.
+  add("attention_kv_dtypes_differ", e, [](Fixture& f) {
+    f.v3.k.dtype = {kDLBfloat, 16, 1};
+    f.v3.v.dtype = {kDLFloat, 16, 1};
+    return f.v3.Forward();
+  });
+  add("attention_q_float16", e, [](Fixture& f) {
+    f.v3.q.dtype = f.v3.k.dtype = f.v3.v.dtype = f.v3.o.dtype = {kDLFloat, 16, 1};
+    return f.v3.Forward();
+  });
+  add("attention_float32_cache_for_bfloat16_q", e, [](Fixture& f) {
+    f.v3.q.dtype = f.v3.o.dtype = {kDLBfloat, 16, 1};  // k, v float32: not a 16-bit cache
+    return f.v3.Forward();
+  });
   e = "gpe_attention_backward";
+  add("attention_backward_kv_cache", e, [](Fixture& f) {
+    f.v3.k.dtype = f.v3.v.dtype = {kDLBfloat, 16, 1};  // a cache: forward only
+    return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr, nullptr,
+                                  &f.v3.o, &f.v3.dq, nullptr, nullptr);
+  });
   add("attention_backward_o_without_lse", e, [](Fixture& f) {
     return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr,
                                   &f.v3.o, &f.v3.dq, nullptr, nullptr);

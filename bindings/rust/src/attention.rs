@@ -19,7 +19,7 @@ pub use backward::{
     attention_backward, attention_backward_v2, attention_backward_with_parameters, AttentionGrads, ParameterGrads, ShawTableGrads,
 };
 pub use bias::{Bias, BiasKind};
-pub use forward::attention_forward;
+pub use forward::{attention_forward, attention_forward_kv16, KvCache};
 pub use options::{AttentionHeads, AttentionLayout, AttentionOptions};
 pub use rope::{Axes, Rope, RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos};
 

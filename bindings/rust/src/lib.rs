@@ -20,8 +20,8 @@ pub mod thread_pool;
 // otherwise copy their pages here: their modules under attention/ are private).
 #[doc(no_inline)]
 pub use attention::{
-    attention_backward, attention_backward_v2, attention_backward_with_parameters, attention_forward, AttentionGrads, ParameterGrads,
-    ShawTableGrads, AttentionHeads, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
+    attention_backward, attention_backward_v2, attention_backward_with_parameters, attention_forward, attention_forward_kv16, AttentionGrads, ParameterGrads,
+    ShawTableGrads, AttentionHeads, KvCache, AttentionLayout, AttentionOptions, Axes, Bias, BiasKind, Rope,
     RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos,
 };
 

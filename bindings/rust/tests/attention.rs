@@ -232,6 +232,42 @@ fn attention_matches_the_formula_with_alibi_and_gqa() {
     assert!(max_abs_diff(&o32, &want) < 1e-5);
 }
 
+// A 16-bit KV cache with float32 queries equals the float32 call on the widened values:
+// values on a grid of 1/32 below 4 in magnitude are exact in bfloat16, float16 and
+// float32, so only the kernels' summation order differs (1e-5 on O(1) outputs).
+#[test]
+fn attention_with_a_16_bit_kv_cache_equals_float32() {
+    let (s, hq, hk, d) = (40usize, 4usize, 2usize, 16usize);
+    let mut rng = Rng(9);
+    let grid = |x: Vec<f64>| x.iter().map(|&t| ((t * 3.5 * 32.0).round() / 32.0) as f32).collect::<Vec<f32>>();
+    let (q, k, v) = (grid(rng.vec(s * hq * d)), grid(rng.vec(s * hk * d)), grid(rng.vec(s * hk * d)));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let options = AttentionOptions { causal: true, ..Default::default() };
+    let (want, want_lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+    let bf16 = |x: &[f32]| x.iter().map(|t| (t.to_bits() >> 16) as u16).collect::<Vec<u16>>();
+    let half = |x: &[f32]| {
+        x.iter()
+            .map(|t| {
+                let u = t.to_bits();
+                if u & 0x7fff_ffff == 0 {
+                    (u >> 16) as u16
+                } else {
+                    (((u >> 16) & 0x8000) | ((((u >> 23) & 0xff) - 112) << 10) | ((u >> 13) & 0x3ff)) as u16
+                }
+            })
+            .collect::<Vec<u16>>()
+    };
+    for (cache, kk, vv) in vec![(KvCache::BFloat16, bf16(&k), bf16(&v)), (KvCache::Float16, half(&k), half(&v))] {
+        let (o, lse) = attention_forward_kv16(&options, &layout, &heads, &q, &kk, &vv, cache).unwrap();
+        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(diff(&o, &want) < 1e-5, "{:?}", cache);
+        assert!(diff(&lse, &want_lse) < 1e-5, "{:?}", cache);
+    }
+    // A cache of the wrong length is refused before C is called.
+    assert!(attention_forward_kv16(&options, &layout, &heads, &q, &bf16(&k)[1..], &bf16(&v), KvCache::BFloat16).is_err());
+}
+
 #[test]
 fn attention_with_rope_equals_rope_then_attention() {
     let (s, h, d) = (6usize, 2usize, 8usize);

@@ -341,14 +341,11 @@ class Backward {
         }
       }
     }
-    if (bias != nullptr) {
-      if (absl::Status st =
-              FillBias(*bias, qt.h, qpos, nr, kpos, nk, w.bias.get(), bk, &w.bias_scratch);
+    if (bias != nullptr) {  // as the forward: the same scores, bit for bit
+      if (absl::Status st = AddBias(*bias, qt.h, qpos, nr, kpos, nk, log2e, s, bk, w.bias.get(),
+                                    bk, &w.bias_scratch);
           !st.ok()) {
         return st;
-      }
-      for (int64_t r = 0; r < nr; ++r) {
-        for (int64_t j = 0; j < nk; ++j) s[r * bk + j] += log2e * w.bias[r * bk + j];
       }
     }
     if (a_.causal && kb.kmax > qt.qmin) {
@@ -541,7 +538,7 @@ class Backward {
   std::mutex* sink_mu_;
   float* dk_rot_;
   std::vector<int64_t> pq_, pk_;
-  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  std::shared_ptr<const PreparedRowTransform> tq_, tk_;
   ShawTables shaw_;
   double *gak_ = nullptr, *gav_ = nullptr;
   std::mutex* shaw_mu_ = nullptr;

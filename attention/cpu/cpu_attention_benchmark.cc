@@ -366,6 +366,9 @@ BENCHMARK(BM_CpuForward)
     ->Args({1, 16, 1024, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 64, 0, 0, 2})
+    // The encodings' overhead on one thread (where the other core is busy, the ratios to
+    // enc 0 still hold): none, RoPE, ALiBi, GRAPE-M planes; causal and not.
+    ->ArgsProduct({{1}, {8}, {2048}, {128}, {0, 1}, {0, 1, 2, 4}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

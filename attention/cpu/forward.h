@@ -168,7 +168,7 @@ class Forward {
   T* o_;
   float* lse_;
   std::vector<int64_t> pq_, pk_;
-  std::unique_ptr<PreparedRowTransform> tq_, tk_;
+  std::shared_ptr<const PreparedRowTransform> tq_, tk_;
   ShawTables shaw_;
 };
 

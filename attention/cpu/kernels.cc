@@ -486,6 +486,22 @@ void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk,
   AccumulateAll<true, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
 }
 
+// dst[i] += c * src[i], the product rounded before the sum (as the scalar loop it
+// replaces: both passes of the kernel form scores this way, bit for bit).
+void AddScaledRowImpl(float* dst, const float* src, int64_t n, float c) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vc = hn::Set(df, c);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(hn::Add(hn::LoadU(df, dst + i), hn::Mul(vc, hn::LoadU(df, src + i))), df, dst + i);
+  }
+  for (; i < n; ++i) {
+    const float prod = c * src[i];
+    dst[i] = dst[i] + prod;
+  }
+}
+
 // Rows finite: x * 0 is 0 for finite x and NaN for +-inf and NaN, summed per lane.
 bool RowsAllFiniteImpl(const float* x, int64_t rows, int64_t ld, int64_t d) {
   const DF df;
@@ -588,9 +604,13 @@ HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(RowsAllFiniteImpl);
+HWY_EXPORT(AddScaledRowImpl);
 HWY_EXPORT(RowsAllFinite16Impl);
 HWY_EXPORT(WidenF16RowImpl);
 
+void AddScaledRow(float* dst, const float* src, int64_t n, float c) {
+  HWY_DYNAMIC_DISPATCH(AddScaledRowImpl)(dst, src, n, c);
+}
 bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d) {
   return HWY_DYNAMIC_DISPATCH(RowsAllFiniteImpl)(x, rows, ld, d);
 }

@@ -128,6 +128,10 @@ void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, cons
 void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                         int64_t ldv, int64_t dp, float* o, int64_t ldo);
 
+// dst[i] += c * src[i] for i < n, the product rounded before the sum (not fused): the
+// additive biases' log2 e b added to score rows, identically in forward and backward.
+void AddScaledRow(float* dst, const float* src, int64_t n, float c);
+
 // Whether rows [0, rows) of x (stride ld, d elements each) are all finite: float, and
 // bfloat16 bit patterns. For the careful path of non-finite inputs (nonfinite.h).
 bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d);

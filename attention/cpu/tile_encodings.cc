@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "attention/cpu/kernels.h"
+
 namespace gpe {
 namespace attention {
 namespace cpu {
@@ -20,12 +22,23 @@ bool Consecutive(const int64_t* p, int64_t n) {
 
 absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
-                              std::unique_ptr<PreparedRowTransform>* tq,
-                              std::unique_ptr<PreparedRowTransform>* tk) {
+                              std::shared_ptr<const PreparedRowTransform>* tq,
+                              std::shared_ptr<const PreparedRowTransform>* tk) {
   *pq = EffectiveQPositions(a);
   *pk = EffectiveKPositions(a);
-  // Int64 or structured positions (descriptor.h): either way tiles index tokens.
-  if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, tq, tk); !s.ok()) return s;
+  if (a.q_transform != nullptr && a.q_transform == a.k_transform && a.q_structured.empty() &&
+      a.k_structured.empty() && *pq == *pk) {
+    absl::StatusOr<std::unique_ptr<PreparedRowTransform>> t = a.q_transform->Prepare(*pq);
+    if (!t.ok()) return t.status();
+    *tq = std::shared_ptr<const PreparedRowTransform>(*std::move(t));
+    *tk = *tq;
+  } else {
+    // Int64 or structured positions (descriptor.h): either way tiles index tokens.
+    std::unique_ptr<PreparedRowTransform> uq, uk;
+    if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, &uq, &uk); !s.ok()) return s;
+    *tq = std::move(uq);
+    *tk = std::move(uk);
+  }
   if (a.locality.has_value()) {
     auto f = encodings::sequence::LocalityFactor(0, *a.locality);
     if (!f.ok()) return f.status();
@@ -59,6 +72,33 @@ absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t hea
   }
   return bias.FillTile(head, absl::MakeConstSpan(qpos, nr), absl::MakeConstSpan(kpos, nk), out,
                        ld);
+}
+
+absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
+                     const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
+                     float scale, float* s, int64_t lds, float* tile, int64_t ldt,
+                     BiasScratch* scratch) {
+  if (bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
+      Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr) {
+    const int64_t width = nr + nk - 1;  // as FillBias's Toeplitz case
+    scratch->keys.resize(static_cast<size_t>(width));
+    scratch->diagonal.resize(static_cast<size_t>(width));
+    for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
+    if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
+                                        scratch->diagonal.data(), width);
+        !st.ok()) {
+      return st;
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      AddScaledRow(s + r * lds, scratch->diagonal.data() + (nr - 1 - r), nk, scale);
+    }
+    return absl::OkStatus();
+  }
+  if (absl::Status st = FillBias(bias, head, qpos, nr, kpos, nk, tile, ldt, scratch); !st.ok()) {
+    return st;
+  }
+  for (int64_t r = 0; r < nr; ++r) AddScaledRow(s + r * lds, tile + r * ldt, nk, scale);
+  return absl::OkStatus();
 }
 
 ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {

@@ -22,11 +22,13 @@ namespace cpu {
 
 // The positions actually used and the q and k transforms bound to them (once per call,
 // shared by every thread); checks the locality factor once (per-pair factors come from
-// the same function as the reference).
+// the same function as the reference). Self-attention with one transform object for q
+// and k and the same positions (the default) prepares it once: tk is tq (RoPE's exact
+// cos / sin table is most of a transform's cost, O(positions x rotary_dim)).
 absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
-                              std::unique_ptr<PreparedRowTransform>* tq,
-                              std::unique_ptr<PreparedRowTransform>* tk);
+                              std::shared_ptr<const PreparedRowTransform>* tq,
+                              std::shared_ptr<const PreparedRowTransform>* tk);
 
 // |a - b| without overflow (the locality factor's distance).
 inline uint64_t Distance(int64_t a, int64_t b) {
@@ -46,6 +48,16 @@ struct BiasScratch {
 absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
                       const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
                       float* out, int64_t ld, BiasScratch* scratch);
+
+// s[r * lds + c] += scale * b_head(qpos[r], kpos[c]) for r < nr, c < nk (scores gaining
+// the bias in the base-2 domain, scale = log2 e), product rounded before the sum. The
+// Toeplitz tile of a relative bias (FillBias) is added straight from its nr + nk - 1
+// differences, row r from offset nr - 1 - r, without forming the tile; otherwise the
+// tile goes through `tile` (stride ldt).
+absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
+                     const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
+                     float scale, float* s, int64_t lds, float* tile, int64_t ldt,
+                     BiasScratch* scratch);
 
 // Shaw et al.'s tables (descriptor.h, SHAW LABELS) in float: rows [labels][d] (scalar
 // parts), key panels (label dot products by ScoreTile) and rows padded to dp (label mass

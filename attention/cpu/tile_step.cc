@@ -202,19 +202,13 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
   }
   const encodings::sequence::AdditiveBias* bias =
       a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
-  if (bias != nullptr) {
-    float* bt = w.bias.get();
+  if (bias != nullptr) {  // s += log2(e) b, tile by tile (AddBias: Toeplitz tiles direct)
     const float c = static_cast<float>(kLog2e);
     for (int64_t hi = 0; hi < nh; ++hi) {
-      if (absl::Status st =
-              FillBias(*bias, h + hi, tpos, nr, kb.kpos, nk, bt, bk, &w.bias_scratch);
+      if (absl::Status st = AddBias(*bias, h + hi, tpos, nr, kb.kpos, nk, c, s + hi * nr * bk, bk,
+                                    w.bias.get(), bk, &w.bias_scratch);
           !st.ok()) {
         return st;
-      }
-      for (int64_t r = 0; r < nr; ++r) {
-        float* sr = s + (hi * nr + r) * bk;
-        const float* br = bt + r * bk;
-        for (int64_t j = 0; j < nk; ++j) sr[j] += c * br[j];
       }
     }
   }

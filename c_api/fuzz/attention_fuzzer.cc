@@ -333,7 +333,10 @@ void AttentionCalls(FuzzInput* in) {
   o.bias = bias;
   // Shaw's relative-position tables (float64 [2k + 1, head_dim]), sometimes misshapen.
   const int64_t shaw_k = in->Size(4);
-  const int64_t shaw_rows = in->Below(6) == 0 ? in->Size(9) : SatMul(shaw_k, 2) + 1;
+  const int64_t two_k = SatMul(shaw_k, 2);  // saturated: 2k + 1 must not overflow either
+  const int64_t shaw_rows =
+      in->Below(6) == 0 ? in->Size(9)
+                        : (two_k == std::numeric_limits<int64_t>::max() ? two_k : two_k + 1);
   const int64_t shaw_cols = in->Below(6) == 0 ? in->Size(10) : d;
   Tensor skt({shaw_rows, shaw_cols}, kDLFloat, 64), svt({shaw_rows, shaw_cols}, kDLFloat, 64);
   if (in->Below(4) == 0) {

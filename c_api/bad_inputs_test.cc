@@ -1977,6 +1977,14 @@ std::map<std::string, Case> Cases() {
   });
   add("fit_rcond_negative", "gpe_inr_fit_separable_2d", [](Fixture& f) { f.fit_opt.rcond = -1e-3; return f.Fit(); });
   add("fit_rcond_one", "gpe_inr_fit_separable_2d", [](Fixture& f) { f.fit_opt.rcond = 1.0; return f.Fit(); });
+  // Finite image values beyond float32's range (issue 24): the float32 products would
+  // hold inf and W inf and NaN; refused instead of returned with GPE_OK.
+  add("fit_float32_image_overflow", "gpe_inr_fit_separable_2d", [](Fixture& f) {
+    for (int64_t i = 0; i < 5; ++i) f.psi_data[i * 4 + i % 4] = 1.0;
+    f.image_data.assign(25, 1e39);
+    f.fit_opt.float32_image_products = 1;
+    return f.Fit();
+  });
   e = "gpe_inr_condition_number";
   add("cond_out_null", e, [](Fixture& f) { return gpe_inr_condition_number(&f.psi, nullptr); });
   add("cond_psi_nan", e, [](Fixture& f) { f.psi_data[3] = kNaN; return gpe_inr_condition_number(&f.psi, &f.f64); });

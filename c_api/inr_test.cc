@@ -1,4 +1,5 @@
 // The coordinate-encoding, analysis and INR entry points through gpe.h only.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -133,6 +134,52 @@ TEST(SeparableFit, SingularFactorIsReportedNotReturned) {
   DLTensor tb = F64(s.data(), &bad);
   o.lambda = 1e-3;
   EXPECT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &tb, &tw), GPE_ERROR_INVALID_ARGUMENT);
+}
+
+// Issue 24: finite image values that float32 cannot hold (beyond 3.4e38), or products
+// psi_y * image whose sums pass it, made the float32 image products inf and W inf and
+// NaN, returned with GPE_OK. Now GPE_ERROR_INVALID_ARGUMENT naming the image, w
+// untouched; the float64 products still fit the same image; a NaN image stays refused as
+// before ("has a non-finite entry": the documented contract).
+TEST(SeparableFit, Float32ImageProductsRefuseOverflowInsteadOfReturningInf) {
+  const int64_t n = 20, k = 6;
+  std::vector<double> x(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = (i + 0.5) / n;
+  std::vector<double> psi = Encode(GPE_SHIFTED_GAUSSIAN, k, 0.12, x);
+  std::vector<int64_t> ps = {n, k}, ss = {n, n}, ws = {k, k};
+  std::vector<double> s(n * n), w(k * k);
+  DLTensor tp = F64(psi.data(), &ps), ts = F64(s.data(), &ss), tw = F64(w.data(), &ws);
+  gpe_separable_fit_options o = GPE_SEPARABLE_FIT_OPTIONS_INIT;
+  o.float32_image_products = 1;
+  // 1e39: every value beyond float32; 3e38: each fits, the sums of products do not
+  // (the Gaussian factor's columns sum to > 1.2 over the rows).
+  for (double big : {1e39, -1e39, 3e38}) {
+    s.assign(n * n, big);
+    s[7] = 0.25;
+    std::fill(w.begin(), w.end(), -7.0);
+    EXPECT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &ts, &tw), GPE_ERROR_INVALID_ARGUMENT) << big;
+    const std::string msg = gpe_last_error_message();
+    EXPECT_NE(msg.find("image"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("float32"), std::string::npos) << msg;
+    EXPECT_EQ(w[0], -7.0);  // untouched
+    o.float32_image_products = 0;
+    ASSERT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &ts, &tw), GPE_OK) << gpe_last_error_message();
+    for (double v : w) EXPECT_TRUE(std::isfinite(v)) << big;
+    o.float32_image_products = 1;
+  }
+  // Ordinary values near float32's top still fit in float32.
+  s.assign(n * n, 1e37);
+  ASSERT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &ts, &tw), GPE_OK) << gpe_last_error_message();
+  for (double v : w) EXPECT_TRUE(std::isfinite(v));
+  // The float64 route refuses its own overflow the same way.
+  o.float32_image_products = 0;
+  s.assign(n * n, 1.7e308);
+  EXPECT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &ts, &tw), GPE_ERROR_INVALID_ARGUMENT);
+  // NaN in: refused as before (the header's contract: finite inputs).
+  s.assign(n * n, 0.5);
+  s[3] = NAN;
+  o.float32_image_products = 1;
+  EXPECT_EQ(gpe_inr_fit_separable_2d(&o, &tp, &tp, &ts, &tw), GPE_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

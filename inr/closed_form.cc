@@ -504,6 +504,49 @@ absl::StatusOr<RowMatrixXd> RidgePinvTransposed(const MatrixRef& psi, double lam
   return a_t;
 }
 
+namespace {
+
+// Every input of FitSeparable2D was checked finite, so a non-finite W can only come from
+// an intermediate that overflowed: with float32_image_products, Psi_y^T S in float32
+// (|x| <= FLT_MAX ~3.4e38: an image or factor entry beyond it, or a sum of n_y products
+// psi_y * s beyond it); otherwise float64's range (~1.8e308). Returned as an error naming
+// the input instead of a W of inf and NaN. Checking W (K_y K_x values) is exact (no
+// finite W is refused) and costs nothing next to the products; the maxima for the
+// message are computed only on this failure path.
+absl::Status CheckWeightsFinite(const MatrixRef& psi_y, const MatrixRef& psi_x,
+                                const std::vector<RowMatrixXd>& channels,
+                                const std::vector<RowMatrixXd>& weights, bool f32) {
+  for (size_t c = 0; c < weights.size(); ++c) {
+    const RowMatrixXd& w = weights[c];
+    if (internal::AllFinite(w.data(), w.rows(), w.cols(), w.cols())) continue;
+    const RowMatrixXd& s = channels[c];
+    const double max_s = internal::MaxAbs(s.data(), s.rows(), s.cols(), s.outerStride());
+    const double max_y =
+        internal::MaxAbs(psi_y.data(), psi_y.rows(), psi_y.cols(), psi_y.outerStride());
+    const double max_x =
+        internal::MaxAbs(psi_x.data(), psi_x.rows(), psi_x.cols(), psi_x.outerStride());
+    const std::string sizes =
+        absl::StrCat("max |image| = ", max_s, ", max |Psi_y| = ", max_y, ", max |Psi_x| = ", max_x);
+    if (f32) {
+      const double limit = std::numeric_limits<float>::max();
+      const char* culprit = max_s > limit   ? "image channel has values beyond"
+                            : max_y > limit ? "Psi_y has values beyond"
+                            : max_x > limit ? "Psi_x has values beyond"
+                                            : "image channel times Psi_y overflows";
+      return absl::InvalidArgumentError(absl::StrCat(
+          culprit, " float32's range (|x| <= ", limit, ") in the float32 image products (",
+          sizes, ", channel ", c, "; the products sum ", psi_y.rows(),
+          " terms psi_y * image): scale the image down or set float32_image_products = 0"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image channel times the factors overflows float64's range (", sizes, ", channel ", c,
+        "): the weights W would be non-finite; scale the image down"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
                                                         const MatrixRef& psi_x,
                                                         const std::vector<RowMatrixXd>& channels,
@@ -551,6 +594,9 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
       Gemm(false, false, ky, kx, nx, t.data(), nx, ax_t->data(), kx, w.data(), kx);
       weights.push_back(std::move(w));
     }
+    if (absl::Status s = CheckWeightsFinite(psi_y, psi_x, channels, weights, false); !s.ok()) {
+      return s;
+    }
     return weights;
   }
   const bool f32 = options.float32_image_products;
@@ -566,6 +612,9 @@ absl::StatusOr<std::vector<RowMatrixXd>> FitSeparable2D(const MatrixRef& psi_y,
   for (const RowMatrixXd& s : channels) {
     weights.push_back(
         FitChannel(*fy, fx, s, f32, FitThreads(options.num_threads, fy->k, s.cols())));
+  }
+  if (absl::Status s = CheckWeightsFinite(psi_y, psi_x, channels, weights, f32); !s.ok()) {
+    return s;
   }
   return weights;
 }

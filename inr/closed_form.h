@@ -72,7 +72,11 @@ struct SeparableFitOptions {
   double lambda = 0.0;  // ridge on each factor, finite, >= 0
   // Form the image-sized product Psi_y^T S in float32 (twice the throughput; the Gram
   // factorisations and solves stay float64). Relative error of W ~1e-6 cond(G), far below
-  // 8-bit image quantisation; the benchmark checks PSNR is unchanged.
+  // 8-bit image quantisation; the benchmark checks PSNR is unchanged. The float32 sums
+  // of n_y products psi_y * s must stay within |x| <= FLT_MAX ~3.4e38 (sufficient:
+  // n_y max|Psi_y| max|S| <= 3.4e38); past it FitSeparable2D returns InvalidArgument
+  // naming the image instead of a non-finite W. Values below FLT_MIN ~1.2e-38 lose
+  // precision (subnormals, then zero).
   bool float32_image_products = false;
   // 0: Cholesky route (singular factors are errors). In (0, 1): truncated SVD
   // pseudo-inverse dropping singular values below rcond * s_max (see above).
@@ -84,7 +88,9 @@ struct SeparableFitOptions {
   int num_threads = 0;
 };
 
-// W = A_y S A_x^T for one channel. s: n_y x n_x.
+// W = A_y S A_x^T for one channel. s: n_y x n_x. Every input must be finite; finite
+// inputs whose products overflow (float32 or float64, see float32_image_products) are
+// InvalidArgument: a W holding inf or NaN is never returned.
 absl::StatusOr<RowMatrixXd> FitSeparable2D(const MatrixRef& psi_y, const MatrixRef& psi_x,
                                            const MatrixRef& s, double lambda);
 // The same for several channels (RGB), sharing the factorisations.

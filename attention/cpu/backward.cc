@@ -59,7 +59,11 @@ class Backward {
       if (absl::Status st = KeyBlockGradients(it, j0, w); !st.ok()) return st;
     }
     const int64_t lq = a_.q_end(it.b) - a_.q_begin(it.b);
-    if (p_.nlk > 0 || p_.nlv > 0) ShawItemGradients(it, lq, w);
+    // A sequence without queries adds nothing to the tables' gradients; skipping it also
+    // keeps ShawItemGradients from offsetting the label buffers, empty (data() NULL) when
+    // no sequence has a query: UB that libFuzzer found (corpus/attention/
+    // backward-shaw-no-queries-null-offset).
+    if ((p_.nlk > 0 || p_.nlv > 0) && lq > 0) ShawItemGradients(it, lq, w);
     return absl::OkStatus();
   }
 

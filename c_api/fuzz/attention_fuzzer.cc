@@ -2,7 +2,9 @@
 // (gpe_rope_create with every schedule's fields, gpe_rope_forward / _backward and the
 // tables on fuzzed layouts and positions), the additive biases (gpe_bias_create_*,
 // gpe_bias_fill_tile) and attention (gpe_attention_forward / _backward on fuzzed shapes,
-// dtypes, layouts, positions, cu_seqlens, encodings and biases). The harness keeps its
+// dtypes, layouts, positions, cu_seqlens, encodings and biases; 16-bit KV caches with
+// float32 or bfloat16 q; Shaw tables; gpe_attention_backward_v2 and
+// gpe_attention_backward_with_parameters with fuzzed gradient outputs). The harness keeps its
 // side of the contract: a tensor's data holds every element its shape promises, or is
 // NULL when the shape is negative or too large to allocate (the library must reject it
 // before reading). Each call must return a known status and leave a message on failure.
@@ -277,7 +279,24 @@ void AttentionCalls(FuzzInput* in) {
   std::vector<int64_t> qs = packed ? std::vector<int64_t>{sq, hq, d} : std::vector<int64_t>{batch, sq, hq, d};
   std::vector<int64_t> ks = packed ? std::vector<int64_t>{sk, hkv, d} : std::vector<int64_t>{batch, sk, hkv, d};
   if (in->Below(8) == 0) ks.back() = in->Size(10);  // mismatched head_dim
-  Tensor q(qs, code, bits), k(ks, code, bits), v(ks, code, bits), out(qs, code, bits);
+  // K and V: mostly q's dtype; sometimes a 16-bit KV cache (bfloat16 or float16 k and v
+  // with float32 q, float16 with bfloat16 q: the accepted pairs) or any other pair,
+  // occasionally k and v of different dtypes (refused).
+  uint8_t kcode = code, kbits = bits, vcode = code, vbits = bits;
+  switch (in->Below(4)) {
+    case 0:
+      kcode = vcode = in->Below(2) ? kDLBfloat : kDLFloat;
+      kbits = vbits = 16;
+      break;
+    case 1:
+      FloatType(in, &kcode, &kbits);
+      vcode = kcode;
+      vbits = kbits;
+      if (in->Below(4) == 0) FloatType(in, &vcode, &vbits);
+      break;
+    default: break;
+  }
+  Tensor q(qs, code, bits), k(ks, kcode, kbits), v(ks, vcode, vbits), out(qs, code, bits);
   q.FillReal(in);
   k.FillReal(in);
   v.FillReal(in);
@@ -312,12 +331,64 @@ void AttentionCalls(FuzzInput* in) {
   std::vector<double> params;
   gpe_bias* bias = in->Below(3) == 0 ? MakeBias(in, &params) : nullptr;
   o.bias = bias;
+  // Shaw's relative-position tables (float64 [2k + 1, head_dim]), sometimes misshapen.
+  const int64_t shaw_k = in->Size(4);
+  const int64_t two_k = SatMul(shaw_k, 2);  // saturated: 2k + 1 must not overflow either
+  const int64_t shaw_rows =
+      in->Below(6) == 0 ? in->Size(9)
+                        : (two_k == std::numeric_limits<int64_t>::max() ? two_k : two_k + 1);
+  const int64_t shaw_cols = in->Below(6) == 0 ? in->Size(10) : d;
+  Tensor skt({shaw_rows, shaw_cols}, kDLFloat, 64), svt({shaw_rows, shaw_cols}, kDLFloat, 64);
+  if (in->Below(4) == 0) {
+    o.shaw_max_distance = shaw_k;
+    skt.FillReal(in);
+    svt.FillReal(in);
+    if (in->Below(3) != 0) o.shaw_key_table = &skt.t;
+    if (in->Below(3) != 0) o.shaw_value_table = &svt.t;
+  }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
-  CheckStatus(gpe_attention_forward(&o, &q.t, &k.t, &v.t, &out.t, in->Below(2) ? &lse.t : nullptr));
+  const bool with_lse = in->Below(2) != 0;
+  const gpe_status fs =
+      gpe_attention_forward(&o, &q.t, &k.t, &v.t, &out.t, with_lse ? &lse.t : nullptr);
+  CheckStatus(fs);
   if (in->Below(2)) {
-    Tensor dq(qs, code, bits), dk(ks, code, bits), dv(ks, code, bits);
-    CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, nullptr, nullptr, &out.t, &dq.t,
-                                       in->Below(2) ? &dk.t : nullptr, &dv.t));
+    Tensor dq(qs, code, bits), dk(ks, kcode, kbits), dv(ks, vcode, vbits);
+    Tensor d_o(qs, code, bits);
+    d_o.FillReal(in);
+    // o and lse from the forward (both or neither), or recomputed.
+    const bool saved = fs == GPE_OK && with_lse && in->Below(2) != 0;
+    const DLTensor* o_in = saved ? &out.t : nullptr;
+    const DLTensor* lse_in = saved ? &lse.t : nullptr;
+    DLTensor* dk_out = in->Below(2) ? &dk.t : nullptr;
+    Tensor dskt({shaw_rows, shaw_cols}, kDLFloat, 64), dsvt({shaw_rows, shaw_cols}, kDLFloat, 64);
+    Tensor dba({in->Size(8), in->Below(2) ? in->Size(4) : hq}, kDLFloat, 64);
+    Tensor dbb({in->Size(8)}, kDLFloat, 64);
+    switch (in->Below(3)) {
+      case 0:
+        CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, o_in, lse_in, &d_o.t, &dq.t,
+                                           dk_out, &dv.t));
+        break;
+      case 1:
+      {
+        DLTensor* dsk = in->Below(2) ? &dskt.t : nullptr;
+        DLTensor* dsv = in->Below(2) ? &dsvt.t : nullptr;
+        CheckStatus(gpe_attention_backward_v2(&o, &q.t, &k.t, &v.t, o_in, lse_in, &d_o.t, &dq.t,
+                                              dk_out, &dv.t, dsk, dsv));
+        break;
+      }
+      default: {
+        gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+        g.struct_size = StructSize(in, g.struct_size);
+        if (in->Below(2)) g.d_bias_a = &dba.t;
+        if (in->Below(3) == 0) g.d_bias_b = &dbb.t;
+        if (in->Below(3) == 0) g.d_shaw_key_table = &dskt.t;
+        if (in->Below(3) == 0) g.d_shaw_value_table = &dsvt.t;
+        const gpe_attention_param_grads* gp = in->Below(8) == 0 ? nullptr : &g;
+        CheckStatus(gpe_attention_backward_with_parameters(&o, &q.t, &k.t, &v.t, o_in, lse_in,
+                                                           &d_o.t, &dq.t, dk_out, &dv.t, gp));
+        break;
+      }
+    }
   }
   gpe_bias_destroy(bias);
 }

@@ -1,6 +1,7 @@
 // Fuzz target: the option structs of every gpe_*_create* and option-taking entry point
-// (so_rep planes and rank-2, GRAPE-M, algebraic, sinusoidal, shifted basis, separable
-// fit), with fuzzed struct_size, sizes, enums and values (NaN, infinities, huge). The
+// (so_rep planes and rank-2, GRAPE-M, algebraic sequences and trees with fuzzed
+// addresses, sinusoidal, shifted basis, separable fit: a W returned with GPE_OK must be
+// finite), with fuzzed struct_size, sizes, enums and values (NaN, infinities, huge). The
 // harness keeps its side of the contract: every pointer it passes holds as many values
 // as the fields it sets promise (sizes above the library's limits get NULL, which the
 // library must reject before reading). Each call must return a known status, leave a
@@ -159,6 +160,75 @@ void Algebraic(FuzzInput* in) {
   gpe_algebraic_sequence_destroy(seq);
 }
 
+// Algebraic trees: the options (dim, num_branches, k skews), then apply with fuzzed
+// addresses (int64 [N, L]: child indices, -1 padding; mostly in [-1, k], sometimes
+// anything) and a float32 or float64 batch; tree_matrix with a fuzzed address.
+void AlgebraicTree(FuzzInput* in) {
+  gpe_algebraic_tree_options o = GPE_ALGEBRAIC_TREE_OPTIONS_INIT;
+  o.struct_size = StructSize(in, o.struct_size);
+  o.dim = in->Size(8);
+  o.num_branches = in->Size(4);
+  std::vector<double> s;
+  if (o.dim >= 0 && o.dim <= 64 && o.num_branches >= 0 && o.num_branches <= 8) {
+    const int64_t d = o.dim;
+    s = Values(in, o.num_branches * d * d);
+    if (in->Read<uint8_t>() % 4 != 0) {  // mostly exactly skew: creation gets past the check
+      for (int64_t c = 0; c < o.num_branches; ++c) {
+        double* m = s.data() + c * d * d;
+        for (int64_t i = 0; i < d; ++i) {
+          for (int64_t j = 0; j < i; ++j) m[j * d + i] = -m[i * d + j];
+          m[i * d + i] = 0.0;
+        }
+      }
+    }
+    o.skews = s.data();
+  }
+  gpe_algebraic_tree* tree = nullptr;
+  const gpe_status cs = gpe_algebraic_tree_create(&o, &tree);
+  CheckStatus(cs);
+  if ((cs == GPE_OK) != (tree != nullptr)) __builtin_trap();
+  if (tree == nullptr) return;
+  const int64_t n = in->Size(6), depth = in->Size(6);
+  std::vector<int64_t> as = {n, depth}, xs = {n, o.dim};
+  const bool ok_shape = n >= 0 && depth >= 0 && n <= 64 && depth <= 64;
+  std::vector<int64_t> addr(ok_shape ? static_cast<size_t>(n * depth) : 0);
+  const bool wild = in->Read<uint8_t>() % 4 == 0;
+  for (int64_t& a : addr) {
+    a = wild ? in->Read<int64_t>() : static_cast<int64_t>(in->Read<uint8_t>() % (o.num_branches + 2)) - 1;
+  }
+  const bool f32 = in->Read<uint8_t>() % 2;
+  std::vector<double> x(ok_shape ? static_cast<size_t>(n * o.dim) : 0), y(x.size());
+  for (double& v : x) v = in->Real();
+  if (f32) {  // the same buffers hold n * dim floats in their first half
+    float* xf = reinterpret_cast<float*>(x.data());
+    for (size_t i = 0; i < x.size(); ++i) xf[i] = static_cast<float>(x[i]);
+  }
+  DLTensor ta{}, tx{}, ty{};
+  ta.data = ok_shape && !addr.empty() ? addr.data() : nullptr;
+  ta.device.device_type = kDLCPU;
+  ta.ndim = 2;
+  ta.dtype = {kDLInt, 64, 1};
+  ta.shape = as.data();
+  tx = ta;
+  tx.data = ok_shape && !x.empty() ? x.data() : nullptr;
+  tx.dtype = {kDLFloat, static_cast<uint8_t>(f32 ? 32 : 64), 1};
+  tx.shape = xs.data();
+  ty = tx;
+  ty.data = ok_shape && !y.empty() ? y.data() : nullptr;
+  if (in->Read<uint8_t>() % 4 == 0) ty.data = tx.data;  // in place
+  CheckStatus(gpe_algebraic_tree_apply(tree, &ta, &tx, &ty));
+  // rho(address) for the first row's address (depth values, or NULL when 0).
+  std::vector<double> m(static_cast<size_t>(o.dim * o.dim));
+  std::vector<int64_t> ms = {o.dim, o.dim};
+  DLTensor tm = tx;
+  tm.data = m.data();
+  tm.dtype = {kDLFloat, 64, 1};
+  tm.shape = ms.data();
+  const int64_t* first = addr.size() >= static_cast<size_t>(depth) && depth > 0 ? addr.data() : nullptr;
+  CheckStatus(gpe_algebraic_tree_matrix(tree, first, first ? depth : 0, &tm));
+  gpe_algebraic_tree_destroy(tree);
+}
+
 void Sinusoidal(FuzzInput* in) {
   gpe_sinusoidal_options o = GPE_SINUSOIDAL_OPTIONS_INIT;
   o.struct_size = StructSize(in, o.struct_size);
@@ -217,6 +287,13 @@ void ShiftedAndFit(FuzzInput* in) {
   tpr.shape = is.data();
   const gpe_status fs = gpe_inr_fit_separable_2d(&f, &te, &te, &ti, &tw);
   CheckStatus(fs);
+  // Nothing silently wrong (issue 24): every input was finite or the call refused it, so
+  // a W returned with GPE_OK is finite (float32 image products included).
+  if (fs == GPE_OK) {
+    for (double v : w) {
+      if (!(v - v == 0.0)) __builtin_trap();
+    }
+  }
   if (fs == GPE_OK) CheckStatus(gpe_inr_predict_separable_2d(&te, &te, &tw, &tpr));
   double rank = 0.0;
   CheckStatus(gpe_stable_rank(&te, &rank));
@@ -226,12 +303,13 @@ void ShiftedAndFit(FuzzInput* in) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzInput in(data, size);
-  switch (in.Below(6)) {
+  switch (in.Below(7)) {
     case 0: Planes(&in); break;
     case 1: Rank2(&in); break;
     case 2: GrapeM(&in); break;
     case 3: Algebraic(&in); break;
     case 4: Sinusoidal(&in); break;
+    case 5: AlgebraicTree(&in); break;
     default: ShiftedAndFit(&in); break;
   }
   return 0;

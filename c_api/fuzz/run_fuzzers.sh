@@ -13,7 +13,9 @@
 # recompile only changed sources). A crash, leak or
 # slow input (over 25 s) leaves its input there as <target>-crash-* (or -leak-,
 # -timeout-, -oom-) and fails the script. Inputs under c_api/fuzz/corpus/<target>/ (past
-# findings, each named for what it found) run first on every run.
+# findings, each named for what it found, and seeds of formats the harness parses, e.g.
+# small PNG and JPEG files for inr) run first on every run; c_api/fuzz/<target>.dict, where
+# it exists, is the target's libFuzzer dictionary.
 #
 # GPE_FUZZ_SEED fixes libFuzzer's random seed. CI sets it (.ci/run), so a submission meets
 # the same mutation sequence a developer's seeded run met before it: CI's short runs are a
@@ -102,11 +104,14 @@ for target in "${targets[@]}"; do
   # are read as a second corpus; new inputs go to the first.
   seeds=()
   [[ -d "$root/c_api/fuzz/corpus/$target" ]] && seeds=("$root/c_api/fuzz/corpus/$target")
+  # A dictionary of the format's tokens (c_api/fuzz/<target>.dict), where one exists.
+  dict=()
+  [[ -f "$root/c_api/fuzz/$target.dict" ]] && dict=(-dict="$root/c_api/fuzz/$target.dict")
   echo "=== $target: ${seconds} s of libFuzzer ==="
   rc=0
   (cd "$dir" && OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1 \
      "./${target}_fuzzer" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 \
-     ${GPE_FUZZ_SEED:+-seed="$GPE_FUZZ_SEED"} \
+     ${GPE_FUZZ_SEED:+-seed="$GPE_FUZZ_SEED"} ${dict[@]+"${dict[@]}"} \
      -artifact_prefix="$dir/$target-" -print_final_stats=1 "corpus_$target" \
      ${seeds[@]+"${seeds[@]}"} \
      >"$dir/$target.log" 2>&1) || rc=$?

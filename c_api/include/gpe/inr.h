@@ -17,7 +17,13 @@ extern "C" {
 
 typedef struct gpe_separable_fit_options {
   uint32_t struct_size;           /* sizeof(gpe_separable_fit_options) */
-  int32_t float32_image_products; /* nonzero: the image-sized product in float32 */
+  /* nonzero: the image-sized product Psi_y^T image in float32. Its sums of n_y products
+   * psi_y * image must stay within float32's range, |x| <= 3.4e38 (sufficient:
+   * n_y max|psi_y| max|image| <= 3.4e38; in particular every image and psi entry below
+   * 3.4e38); past it the call is GPE_ERROR_INVALID_ARGUMENT naming the image, never a
+   * non-finite W. Values below ~1e-38 lose precision (float32 subnormals); use 0 for
+   * such data. */
+  int32_t float32_image_products;
   double lambda;                  /* ridge on each factor, finite, >= 0 */
   /* Added after 0.3.0 (older callers' structs end before it and get 0): in [0, 1). 0: the
    * Cholesky route, which refuses singular factors. > 0: each factor's pseudo-inverse
@@ -36,7 +42,11 @@ typedef struct gpe_separable_fit_options {
  * lambda I) above ~4e12) is GPE_ERROR_INVALID_ARGUMENT with a message suggesting
  * lambda > 0 or rcond > 0; no garbage is returned. A factor can be well-posed yet
  * ill-conditioned (the exact minimiser then interpolates the samples with weights that
- * explode between them): check gpe_inr_condition_number and use rcond or lambda. */
+ * explode between them): check gpe_inr_condition_number and use rcond or lambda.
+ * Every input must be finite (a NaN or inf is GPE_ERROR_INVALID_ARGUMENT). Finite inputs
+ * whose products overflow (float32_image_products: past 3.4e38, see above; otherwise
+ * past float64's 1.8e308) are GPE_ERROR_INVALID_ARGUMENT and leave w untouched: a W with
+ * an inf or NaN is never returned with GPE_OK. */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_2d(const gpe_separable_fit_options* options,
                                                           const DLTensor* psi_y,
                                                           const DLTensor* psi_x,

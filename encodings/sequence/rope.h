@@ -141,9 +141,12 @@ absl::StatusOr<std::vector<int>> AxialPlaneAxes(int64_t num_planes, int64_t num_
 // plane -> axis for M-RoPE (Qwen2-VL): sections (e.g. {16, 24, 24}, summing to r/2) of
 // contiguous planes for axes 0, 1, 2, ... With interleaved = true (Qwen3-VL) plane i
 // goes to axis a > 0 when i % n == a and i < n * sections[a] (n = number of sections),
-// and to axis 0 otherwise.
+// and to axis 0 otherwise. num_planes >= 0 (rotary_dim / 2, where the caller knows it):
+// the sections must sum to it, checked before anything is allocated; the sum is at most
+// 2^29 either way (rotary_dim's bound).
 absl::StatusOr<std::vector<int>> MRopePlaneAxes(absl::Span<const int64_t> sections,
-                                                bool interleaved = false);
+                                                bool interleaved = false,
+                                                int64_t num_planes = -1);
 
 // ---------------------------------------------------------------------------------
 // Tensors and positions.

@@ -236,7 +236,7 @@ absl::StatusOr<std::vector<int>> AxialPlaneAxes(int64_t num_planes, int64_t num_
 }
 
 absl::StatusOr<std::vector<int>> MRopePlaneAxes(absl::Span<const int64_t> sections,
-                                                bool interleaved) {
+                                                bool interleaved, int64_t num_planes) {
   const int64_t n = static_cast<int64_t>(sections.size());
   if (n < 1 || n > 8) {
     return InvalidArgumentError(StrCat("MRopePlaneAxes: need 1 to 8 sections, got ", n));
@@ -249,6 +249,16 @@ absl::StatusOr<std::vector<int>> MRopePlaneAxes(absl::Span<const int64_t> sectio
     total += s;
   }
   if (total < 1) return InvalidArgumentError("MRopePlaneAxes: sections sum to 0");
+  // Before the allocation: eight sections of 2^29 asked for 16 GiB (found by
+  // attention_fuzzer through gpe_rope_create).
+  if (total > (int64_t{1} << 29)) {
+    return InvalidArgumentError(
+        StrCat("MRopePlaneAxes: sections sum to ", total, " planes; at most 2^29 (rotary_dim <= 2^30)"));
+  }
+  if (num_planes >= 0 && total != num_planes) {
+    return InvalidArgumentError(StrCat("MRopePlaneAxes: sections sum to ", total,
+                                       " planes, but rotary_dim / 2 = ", num_planes));
+  }
   std::vector<int> axes(total, 0);
   if (!interleaved) {
     int64_t i = 0;

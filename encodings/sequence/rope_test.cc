@@ -201,6 +201,13 @@ TEST(RopeSchedules, RejectsBadParameters) {
   EXPECT_FALSE(LinearRopeFrequencies(8, 10000.0, inf).ok());
   EXPECT_FALSE(AxialRopeFrequencies(8, 3).ok());
   EXPECT_FALSE(MRopePlaneAxes({16, -1, 24}).ok());
+  // Sections whose sum no RoPE can have are refused before the plane table is allocated
+  // (eight sections of 2^29 asked for 16 GiB: the attention fuzzer ran out of memory),
+  // and so are sections that do not sum to the planes the caller has.
+  const int64_t big = int64_t{1} << 29;
+  EXPECT_FALSE(MRopePlaneAxes({big, big, big, big, big, big, big, big}).ok());
+  EXPECT_FALSE(MRopePlaneAxes({16, 24, 24}, false, 63).ok());
+  EXPECT_TRUE(MRopePlaneAxes({16, 24, 24}, false, 64).ok());
 }
 
 // ---------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
                                 sections.size(), " rope_sections; leave it 0"));
       }
       f = seq::DefaultRopeFrequencies(o.rope_dim, o.rope_base);
-      plane_axes = seq::MRopePlaneAxes(sections, o.rope_sections_interleaved == 1);
+      plane_axes = seq::MRopePlaneAxes(sections, o.rope_sections_interleaved == 1, o.rope_dim / 2);
     } else {
       f = seq::AxialRopeFrequencies(o.rope_dim, o.rope_axes, o.rope_base);
       plane_axes = seq::AxialPlaneAxes(o.rope_dim / 2, o.rope_axes);

@@ -171,7 +171,7 @@ absl::StatusOr<seq::Rope> MakeRope(const gpe_rope_options& o) {
       if (o.mrope_sections == nullptr) return absl::InvalidArgumentError("mrope_sections is NULL");
       std::vector<int64_t> sections(o.mrope_sections, o.mrope_sections + o.num_mrope_sections);
       absl::StatusOr<std::vector<int>> axes =
-          seq::MRopePlaneAxes(sections, o.axes == GPE_ROPE_AXES_MROPE_INTERLEAVED);
+          seq::MRopePlaneAxes(sections, o.axes == GPE_ROPE_AXES_MROPE_INTERLEAVED, r / 2);
       if (!axes.ok()) return axes.status();
       ro.plane_axes = std::move(*axes);
       ro.num_axes = static_cast<int>(o.num_mrope_sections);

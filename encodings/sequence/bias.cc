@@ -39,8 +39,12 @@ absl::Status ValidateTile(const char* who, int64_t num_heads, int64_t head,
   if (tile == nullptr) return absl::InvalidArgumentError(absl::StrCat(who, ": null tile"));
   const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
   const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
+  // Both signs: biases take q - k (ALiBi) or k - q (T5, FoX); they differ in range only
+  // at -2^63, whose negation overflows (an unseeded attention_fuzzer run found T5's
+  // k - q = 2^63 after q - k = -2^63 had passed).
   int64_t d;
-  if (__builtin_sub_overflow(*qmax, *kmin, &d) || __builtin_sub_overflow(*qmin, *kmax, &d)) {
+  if (__builtin_sub_overflow(*qmax, *kmin, &d) || __builtin_sub_overflow(*qmin, *kmax, &d) ||
+      __builtin_sub_overflow(*kmax, *qmin, &d) || __builtin_sub_overflow(*kmin, *qmax, &d)) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": query minus key position overflows int64"));
   }

@@ -176,6 +176,13 @@ TEST(AlibiBiasTest, BadInput) {
   std::vector<int64_t> far_q = {std::numeric_limits<int64_t>::max()};
   std::vector<int64_t> far_k = {-5};
   EXPECT_FALSE(alibi.FillTile(0, far_q, far_k, out.data(), 1).ok());
+  // q - k = -2^63 fits but k - q = 2^63 does not (T5 and FoX take k - q): refused for
+  // every bias (UBSan found T5's overflow from an unseeded attention_fuzzer run).
+  std::vector<int64_t> low_q = {std::numeric_limits<int64_t>::min() + 5};
+  std::vector<int64_t> high_k = {5};
+  EXPECT_FALSE(alibi.FillTile(0, low_q, high_k, out.data(), 1).ok());
+  T5RelativeBias t5 = *T5RelativeBias::Create(std::vector<double>(32, 0.5), 1, T5BucketConfig{});
+  EXPECT_FALSE(t5.FillTile(0, low_q, high_k, out.data(), 1).ok());
   // Empty tiles are a no-op, even with a null buffer.
   EXPECT_TRUE(alibi.FillTile(0, {}, k, static_cast<float*>(nullptr), 3).ok());
 }

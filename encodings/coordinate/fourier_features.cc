@@ -18,6 +18,19 @@ namespace {
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 // Bounds the feature matrix so sizes never overflow int64 or exhaust memory silently.
 constexpr int64_t kMaxFrequencies = int64_t{1} << 24;
+// Entries of the frequency matrix B (frequencies x dim, doubles): 2^25 is 256 MiB, as
+// many as 2^24 frequencies in 2 dimensions (TxT, the largest count) need.
+// AxisAligned's B is (dim K) x dim, mostly zeros; without the bound a dim of 2^10 with
+// 64 octaves built half a GiB and an unseeded coordinate_fuzzer run timed out in it.
+constexpr int64_t kMaxEntries = int64_t{1} << 25;
+
+absl::Status CheckEntries(int64_t rows, int64_t cols, const char* what) {
+  if (rows > 0 && cols > kMaxEntries / rows) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": the frequency matrix would be ", rows, " x ", cols, "; at most 2^25 entries"));
+  }
+  return absl::OkStatus();
+}
 
 absl::Status CheckDims(int64_t dim, int64_t count, const char* what) {
   if (dim < 1) return absl::InvalidArgumentError(absl::StrCat(what, ": dim must be >= 1"));
@@ -50,6 +63,10 @@ absl::StatusOr<FourierFeatures> FourierFeatures::Create(RowMatrixXd frequencies,
   if (frequencies.rows() > kMaxFrequencies) {
     return absl::InvalidArgumentError("FourierFeatures: more than 2^24 frequencies");
   }
+  if (absl::Status s = CheckEntries(frequencies.rows(), frequencies.cols(), "FourierFeatures");
+      !s.ok()) {
+    return s;
+  }
   RowMatrixXd angular =
       convention == FrequencyConvention::kTwoPi ? RowMatrixXd(kTwoPi * frequencies) : frequencies;
   if (!angular.allFinite()) {
@@ -68,6 +85,9 @@ absl::StatusOr<FourierFeatures> FourierFeatures::Gaussian(int64_t dim, int64_t n
   if (!(std::isfinite(scale) && scale > 0)) {
     return absl::InvalidArgumentError(
         absl::StrCat("FourierFeatures::Gaussian: scale must be finite and > 0, got ", scale));
+  }
+  if (absl::Status s = CheckEntries(num_frequencies, dim, "FourierFeatures::Gaussian"); !s.ok()) {
+    return s;
   }
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, scale);
@@ -90,6 +110,9 @@ absl::StatusOr<FourierFeatures> FourierFeatures::AxisAligned(int64_t dim,
   if (absl::Status s = CheckDims(dim, k, "FourierFeatures::AxisAligned"); !s.ok()) return s;
   if (dim > kMaxFrequencies / k) {
     return absl::InvalidArgumentError("FourierFeatures::AxisAligned: dim * K exceeds 2^24");
+  }
+  if (absl::Status s = CheckEntries(dim * k, dim, "FourierFeatures::AxisAligned"); !s.ok()) {
+    return s;
   }
   RowMatrixXd b = RowMatrixXd::Zero(dim * k, dim);
   for (int64_t d = 0; d < dim; ++d) {

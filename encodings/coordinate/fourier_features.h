@@ -35,7 +35,8 @@ enum class FrequencyConvention {
 
 class FourierFeatures final : public CoordinateEncoder {
  public:
-  // frequencies: F x D (F, D >= 1), finite; row f is the frequency vector b_f.
+  // frequencies: F x D (F, D >= 1, F <= 2^24, F D <= 2^25: every constructor's bound),
+  // finite; row f is the frequency vector b_f.
   static absl::StatusOr<FourierFeatures> Create(RowMatrixXd frequencies,
                                                 FrequencyConvention convention);
 

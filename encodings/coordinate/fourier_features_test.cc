@@ -142,6 +142,12 @@ TEST(FourierFeaturesTest, RejectsBadInput) {
   EXPECT_FALSE(FourierFeatures::Nerf(2, 0).ok());
   EXPECT_FALSE(FourierFeatures::LinearlySpaced(2, 0, 3.0).ok());
   EXPECT_FALSE(FourierFeatures::AxisAligned(2, {}, FrequencyConvention::kTwoPi).ok());
+  // The frequency matrix is bounded (2^25 entries) before it is allocated: NeRF's 64
+  // octaves on 1024 axes asked for a (2^16 x 2^10) matrix, half a GiB (an unseeded
+  // coordinate_fuzzer run timed out in it); the Gaussian's F x D likewise.
+  EXPECT_FALSE(FourierFeatures::Nerf(1024, 64).ok());
+  EXPECT_FALSE(FourierFeatures::Gaussian(int64_t{1} << 20, 128, 1.0, FrequencyConvention::kTwoPi, 1).ok());
+  EXPECT_TRUE(FourierFeatures::Nerf(3, 64).ok());
 
   auto ff = FourierFeatures::Gaussian(2, 4, 1.0, FrequencyConvention::kTwoPi, 1);
   ASSERT_TRUE(ff.ok());

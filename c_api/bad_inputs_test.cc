@@ -644,6 +644,14 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.lse.shape = f.v3.shapes.back().data();
     return f.v3.Forward();
   });
+  // A Shaw value table of the wrong shape with the key table missing and a huge clip
+  // distance: refused for its shape before the missing side's zeros (2^31 x head_dim
+  // doubles) are allocated (an unseeded attention_fuzzer run ran out of memory there).
+  add("attention_shaw_table_shape_huge_distance", e, [](Fixture& f) {
+    f.v3.att.shaw_max_distance = int64_t{1} << 30;
+    f.v3.att.shaw_value_table = &f.v3.tile_t;  // [2, 3], not [2^31 + 1, head_dim]
+    return f.v3.Forward();
+  });
   // 16-bit KV caches: k and v share a dtype; float16 only as a cache.
   add("attention_kv_dtypes_differ", e, [](Fixture& f) {
     f.v3.k.dtype = {kDLBfloat, 16, 1};

@@ -262,10 +262,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     const DLTensor* src[2] = {o.shaw_key_table, o.shaw_value_table};
     const char* name[2] = {"shaw_key_table", "shaw_value_table"};
     for (int i = 0; i < 2; ++i) {
-      if (src[i] == nullptr) {
-        tables[i] = seq::RowMatrixXd::Zero(rows, a.head_dim);  // unused side
-        continue;
-      }
+      if (src[i] == nullptr) continue;  // the unused side, once the given one is checked
       absl::StatusOr<TensorView> v = ViewTensor(src[i], name[i], 2, kF64);
       if (!v.ok()) return v.status();
       if (v->shape[0] != rows || v->shape[1] != a.head_dim) {
@@ -275,6 +272,13 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
       if (absl::Status s = CheckMaterialised(*v, name[i]); !s.ok()) return s;
       const std::vector<double> x = Compact<double>(*v);
       tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, a.head_dim);
+    }
+    // The unused side, zeros of the given table's shape: allocated only now that a table
+    // of that shape exists in memory (before, a huge shaw_max_distance with the key
+    // table missing allocated its zeros ahead of the value table's check: 10 GB in an
+    // unseeded attention_fuzzer run).
+    for (int i = 0; i < 2; ++i) {
+      if (src[i] == nullptr) tables[i] = seq::RowMatrixXd::Zero(rows, a.head_dim);
     }
     absl::StatusOr<seq::ShawRelative> shaw =
         seq::ShawRelative::Create(o.shaw_max_distance, tables[0], tables[1]);

@@ -267,6 +267,74 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
       std::vector<encodings::sequence::CoordinatePlane>(pl.begin(), pl.end()), std::move(cs), n));
 }
 
+namespace {
+
+class PreparedRank2Product final : public PreparedFromRun<PreparedRank2Product> {
+ public:
+  PreparedRank2Product(const encodings::sequence::GrapeMProduct& product,
+                       std::vector<double> cos_sin, int64_t n)
+      : e_(product), cs_(std::move(cos_sin)), n_(n) {}
+
+ private:
+  friend class PreparedFromRun<PreparedRank2Product>;
+  // z <- G_k z with (c, s) for G_k(p) (s negated: G_k(p)^T), as Rank2Rotation::Apply's
+  // RotateInPlane: the same operations in the same order.
+  void Rotate(int64_t k, double c, double s, std::vector<double>* z) const {
+    const group::Rank2Rotation& f = e_.factor(k);
+    if (f.degenerate()) return;  // the identity
+    const absl::Span<const double> u = f.u(), v = f.v();
+    const size_t n = u.size();
+    double alpha = 0.0, beta = 0.0;
+    for (size_t i = 0; i < n; ++i) alpha += u[i] * (*z)[i];
+    for (size_t i = 0; i < n; ++i) beta += v[i] * (*z)[i];
+    const double cu = (c - 1.0) * alpha + s * beta;
+    const double cv = (c - 1.0) * beta - s * alpha;
+    for (size_t i = 0; i < n; ++i) (*z)[i] = (*z)[i] + cu * u[i] + cv * v[i];
+  }
+  template <class T>
+  absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
+    if (count < 0 || first < 0 || first > n_ - count) {
+      return Bad(absl::StrCat("prepared GRAPE-M product: rows [", first, ", ", first, " + ",
+                              count, ") outside its ", n_, " positions"));
+    }
+    const int64_t m = e_.num_generators(), d = e_.dim();
+    std::vector<double> z(static_cast<size_t>(d));
+    for (int64_t r = 0; r < count; ++r) {
+      T* x = rows + r * stride;
+      for (int64_t i = 0; i < d; ++i) z[i] = static_cast<double>(x[i]);
+      const double* cs = cs_.data() + static_cast<size_t>(first + r) * 2 * m;
+      if (!backward) {  // G_0 G_1 ... G_{m-1} x, the last factor first (Apply's order)
+        for (int64_t k = m - 1; k >= 0; --k) Rotate(k, cs[2 * k], cs[2 * k + 1], &z);
+      } else {  // the transpose: G_{m-1}^T ... G_0^T g
+        for (int64_t k = 0; k < m; ++k) Rotate(k, cs[2 * k], -cs[2 * k + 1], &z);
+      }
+      for (int64_t i = 0; i < d; ++i) x[i] = static_cast<T>(z[i]);
+    }
+    return absl::OkStatus();
+  }
+  const encodings::sequence::GrapeMProduct& e_;
+  std::vector<double> cs_;  // [position][generator][cos, sin]
+  int64_t n_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareRank2Product(
+    const encodings::sequence::GrapeMProduct& product, absl::Span<const int64_t> positions) {
+  const int64_t n = static_cast<int64_t>(positions.size()), m = product.num_generators();
+  std::vector<double> cs(static_cast<size_t>(n * 2 * m));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t k = 0; k < m; ++k) {
+      // The same reduced angle and cos / sin as Rank2Rotation::Apply.
+      const group::SinCos sc = group::SinCosOfMultiple(positions[t], product.factor(k).frequency());
+      cs[(t * m + k) * 2] = sc.cos;
+      cs[(t * m + k) * 2 + 1] = sc.sin;
+    }
+  }
+  return std::unique_ptr<PreparedRowTransform>(
+      new PreparedRank2Product(product, std::move(cs), n));
+}
+
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RowTransform::Prepare(
     absl::Span<const int64_t> positions) const {
   return std::unique_ptr<PreparedRowTransform>(new UnpreparedRowTransform(*this, positions));

@@ -304,6 +304,12 @@ class RopeRowTransform final : public RowTransformFromRun<RopeRowTransform> {
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
     const encodings::sequence::GrapeMCommutingPlanes& planes,
     absl::Span<const int64_t> positions);
+// GRAPE-M's product of rank-2 rotations bound to positions: the cos and sin of every
+// (position, generator) computed once (GrapeMProduct::Apply computes them per row on
+// every call, i.e. per head and per pass), then the same double arithmetic as Apply, so
+// the forward equals Apply bit for bit; the backward applies the transposes in reverse.
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareRank2Product(
+    const encodings::sequence::GrapeMProduct& product, absl::Span<const int64_t> positions);
 
 template <class E>
 class GrapeMRowTransform final : public RowTransformFromRun<GrapeMRowTransform<E>> {
@@ -314,6 +320,8 @@ class GrapeMRowTransform final : public RowTransformFromRun<GrapeMRowTransform<E
       absl::Span<const int64_t> positions) const override {
     if constexpr (std::is_same_v<E, encodings::sequence::GrapeMCommutingPlanes>) {
       return PrepareCommutingPlanes(e_, positions);
+    } else if constexpr (std::is_same_v<E, encodings::sequence::GrapeMProduct>) {
+      return PrepareRank2Product(e_, positions);
     } else {
       return RowTransform::Prepare(positions);
     }

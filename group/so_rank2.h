@@ -47,6 +47,11 @@ class Rank2Rotation {
   double plane_norm() const { return s0_; }
   double frequency() const { return phi_; }
   bool degenerate() const { return s0_ == 0.0; }
+  // The orthonormal basis (u, v) of span{a, b} the rotation turns (empty when degenerate):
+  // G(p) x = x + ((c - 1)(u.x) + s (v.x)) u + ((c - 1)(v.x) - s (u.x)) v, (c, s) the
+  // cos and sin of p frequency() (SinCosOfMultiple).
+  absl::Span<const double> u() const { return u_; }
+  absl::Span<const double> v() const { return v_; }
 
   // omega * L, dim x dim.
   Eigen::MatrixXd Generator() const;

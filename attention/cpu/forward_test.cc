@@ -176,6 +176,29 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
     EXPECT_EQ(y, z);
     ASSERT_TRUE((*prepared)->Backward(0, 5, z.data(), 16).ok());
     for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(z[i], x[i], 1e-6);  // G^T G = I
+    // GRAPE-M's product of rank-2 rotations: its prepared table (angles once per call)
+    // equals the plain Apply bit for bit too, one generator degenerate (a parallel to b).
+    std::mt19937_64 r3(4);
+    std::vector<Rank2Generator> gens;
+    for (int g = 0; g < 4; ++g) {
+      std::vector<double> a(16), b(16);
+      for (int i = 0; i < 16; ++i) {
+        a[i] = std::normal_distribution<double>()(r3);
+        b[i] = g == 2 ? 2.0 * a[i] : std::normal_distribution<double>()(r3);
+      }
+      gens.push_back({a, b, 0.1 * (g + 1)});
+    }
+    auto prod = GrapeMProduct::Create(gens);
+    ASSERT_TRUE(prod.ok()) << prod.status();
+    GrapeMRowTransform<GrapeMProduct> pt(*prod);
+    std::vector<float> py = x, pz = x;
+    ASSERT_TRUE(pt.Forward(pos, py.data(), 16).ok());
+    auto pprep = pt.Prepare(pos);
+    ASSERT_TRUE(pprep.ok());
+    ASSERT_TRUE((*pprep)->Forward(0, 5, pz.data(), 16).ok());
+    EXPECT_EQ(py, pz);
+    ASSERT_TRUE((*pprep)->Backward(0, 5, pz.data(), 16).ok());
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(pz[i], x[i], 1e-5);  // G^T G = I
     AttentionArgs ca = Bshd(1, 40, 40, 2, 2, 16);
     ca.causal = true;
     ca.q_transform = ca.k_transform = &ct;

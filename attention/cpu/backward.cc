@@ -300,7 +300,7 @@ class Backward {
   // rows) and some operand (keys, values, Qs, dO) is not finite, so that 0 * x would
   // carry a NaN to where a masked key must contribute nothing.
   bool NeedsCare(const KeyBlock& kb, const QueryTile& qt, const BackwardWorkspace& w) const {
-    bool maybe_masked = (a_.causal && kb.kmax > qt.qmin) || !a_.biases.empty();
+    bool maybe_masked = cpu::MayHaveMaskedEntries(a_, kb.kmax, qt.qmin);
     for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
     if (!maybe_masked) return false;
     const int64_t ld = Group() * p_.dp;

@@ -114,7 +114,7 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
     }
   }
   cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
-  if ((a_.causal && kblk.kmax > qmin) || !a_.biases.empty()) {
+  if (cpu::MayHaveMaskedEntries(a_, kblk.kmax, qmin)) {
     // Masked entries: a non-finite value row must not reach them (nonfinite.h).
     bool finite = true;
     for (int64_t g = 0; g < hkv && finite; ++g) {

@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "attention/cpu/kernels.h"
+#include "encodings/sequence/rope.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gpe {
@@ -541,25 +542,11 @@ bool RowsAllFinite16Impl(const uint16_t* x, int64_t rows, int64_t ld, int64_t d,
 }
 
 // IEEE half to float, exact (F16C's vcvtph2ps on AVX2 and AVX-512). The portable
-// baseline decodes the bits itself: Highway's scalar PromoteTo reads the infinity and
-// NaN patterns (exponent 31) as numbers (kernels_test: 0x7c00 gave 65536).
+// baseline uses rope.h's ToFloat: Highway's scalar PromoteTo reads the infinity and NaN
+// patterns (exponent 31) as numbers (kernels_test: 0x7c00 gave 65536).
 void WidenF16RowImpl(const uint16_t* src, float* dst, int64_t n) {
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
-  for (int64_t i = 0; i < n; ++i) {
-    const uint32_t h = src[i], sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
-                   mantissa = h & 0x3ffu;
-    uint32_t bits;
-    if (exponent == 0x1f) {  // infinity, NaN (payload kept)
-      bits = sign | 0x7f800000u | (mantissa << 13);
-    } else if (exponent != 0) {  // normal: rebias 15 -> 127
-      bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-    } else {  // zero, subnormal: mantissa * 2^-24, exact in float
-      const float f = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
-      std::memcpy(&bits, &f, sizeof(bits));
-      bits |= sign;
-    }
-    std::memcpy(dst + i, &bits, sizeof(bits));
-  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToFloat(encodings::sequence::Float16{src[i]});
 #else
   const DF df;
   const hn::Rebind<hwy::float16_t, DF> dh;

@@ -12,6 +12,7 @@
 
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_decode.h"
+#include "encodings/sequence/rope.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace gpe {
@@ -35,26 +36,6 @@ struct F16 {
   using T = uint16_t;
 };
 
-// IEEE half bits to float, exact (the portable targets' loads; Highway's scalar
-// PromoteTo misreads infinity and NaN).
-HWY_INLINE float HalfBitsToFloat(uint16_t hbits) {
-  const uint32_t h = hbits, sign = (h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
-                 mantissa = h & 0x3ffu;
-  uint32_t bits;
-  if (exponent == 0x1f) {
-    bits = sign | 0x7f800000u | (mantissa << 13);
-  } else if (exponent != 0) {
-    bits = sign | ((exponent + 112) << 23) | (mantissa << 13);
-  } else {
-    const float f = static_cast<float>(mantissa) * 5.9604644775390625e-08f;
-    std::memcpy(&bits, &f, sizeof(bits));
-    bits |= sign;
-  }
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
 template <class E>
 HWY_INLINE float ToScalar(const typename E::T* p) {
   if constexpr (std::is_same_v<E, F32>) {
@@ -65,7 +46,7 @@ HWY_INLINE float ToScalar(const typename E::T* p) {
     std::memcpy(&f, &u, sizeof(f));
     return f;
   } else {
-    return HalfBitsToFloat(*p);
+    return encodings::sequence::ToFloat(encodings::sequence::Float16{*p});
   }
 }
 
@@ -81,7 +62,10 @@ HWY_INLINE VF LoadKV(DF df, const typename E::T* HWY_RESTRICT p) {
   } else {
 #if HWY_TARGET == HWY_SCALAR || HWY_TARGET == HWY_EMU128
     HWY_ALIGN float buf[hn::MaxLanes(DF())];
-    for (size_t i = 0; i < hn::Lanes(df); ++i) buf[i] = HalfBitsToFloat(p[i]);
+    // rope.h's exact decoding: Highway's scalar PromoteTo misreads infinity and NaN.
+    for (size_t i = 0; i < hn::Lanes(df); ++i) {
+      buf[i] = encodings::sequence::ToFloat(encodings::sequence::Float16{p[i]});
+    }
     return hn::Load(df, buf);
 #else
     const hn::Rebind<hwy::float16_t, DF> dh;

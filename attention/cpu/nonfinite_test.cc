@@ -70,6 +70,15 @@ Inputs Random(const AttentionArgs& a, uint64_t seed) {
 
 std::vector<double> Widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
+// Tiles of 16 x 64 on 2 threads: the lengths below cross them.
+CpuAttentionOptions SmallTiles() {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  opt.num_threads = 2;
+  return opt;
+}
+
 // The forward on every compiled target and element type against the reference.
 void CheckForward(const AttentionArgs& a, const Inputs& in, const std::string& what) {
   const size_t no = test::Extent(a, a.o, true);
@@ -79,10 +88,7 @@ void CheckForward(const AttentionArgs& a, const Inputs& in, const std::string& w
   ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), o_ref.data(),
                                        lse_ref.data())
                   .ok());
-  CpuAttentionOptions opt;
-  opt.block_q = 16;
-  opt.block_k = 64;
-  opt.num_threads = 2;
+  CpuAttentionOptions opt = SmallTiles();
   for (int64_t target : cpu::CompiledTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     const std::string at = what + " on " + hwy::TargetName(target);
@@ -219,10 +225,7 @@ TEST(NonFinite, BackwardFollowsTheRule) {
       ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
                                             dq_ref.data(), dk_ref.data(), dv_ref.data())
                       .ok());
-      CpuAttentionOptions opt;
-      opt.block_q = 16;
-      opt.block_k = 64;
-      opt.num_threads = 2;
+      const CpuAttentionOptions opt = SmallTiles();
       for (int64_t target : cpu::CompiledTargets()) {
         hwy::SetSupportedTargetsForTest(target);
         const std::string at = "poison " + std::to_string(poison) + " l " + std::to_string(l) +

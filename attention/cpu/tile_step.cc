@@ -142,7 +142,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
   // them (nonfinite.h), as a masked key contributes nothing.
   bool careful = false;
-  if ((a_.causal && kb.kmax > pmin) || !a_.biases.empty()) {
+  if (cpu::MayHaveMaskedEntries(a_, kb.kmax, pmin)) {
     careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, d));
   }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass

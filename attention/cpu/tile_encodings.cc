@@ -50,51 +50,48 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
 // positions only (ALiBi, T5) on consecutive query and key positions is a Toeplitz tile,
 // b(q0 + r, k0 + c) = g(k0 - q0 + c - r): one FillTile row of the nr + nk - 1 distinct
 // differences (query q0 against keys k0 - (nr - 1) + t), copied shifted into each row.
-absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
-                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
-                      float* out, int64_t ld, BiasScratch* scratch) {
-  if (bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
-      Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr) {
-    const int64_t width = nr + nk - 1;
-    scratch->keys.resize(static_cast<size_t>(width));
-    scratch->diagonal.resize(static_cast<size_t>(width));
-    for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
-    if (absl::Status s = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
-                                       scratch->diagonal.data(), width);
-        !s.ok()) {
-      return s;
-    }
-    for (int64_t r = 0; r < nr; ++r) {
-      std::memcpy(out + r * ld, scratch->diagonal.data() + (nr - 1 - r),
-                  static_cast<size_t>(nk) * sizeof(float));
-    }
-    return absl::OkStatus();
+namespace {
+
+// A relative bias of positions only (ALiBi, T5) on consecutive query and key positions is
+// a Toeplitz tile: its nr + nk - 1 distinct values (query q0 against keys k0 - (nr - 1)
+// + t) into scratch->diagonal, row r starting at offset nr - 1 - r. False (nothing
+// filled) when the tile is not one.
+absl::StatusOr<bool> ToeplitzDiagonal(const encodings::sequence::AdditiveBias& bias,
+                                      int64_t head, const int64_t* qpos, int64_t nr,
+                                      const int64_t* kpos, int64_t nk, BiasScratch* scratch) {
+  if (!(bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
+        Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr)) {
+    return false;
   }
-  return bias.FillTile(head, absl::MakeConstSpan(qpos, nr), absl::MakeConstSpan(kpos, nk), out,
-                       ld);
+  const int64_t width = nr + nk - 1;
+  scratch->keys.resize(static_cast<size_t>(width));
+  scratch->diagonal.resize(static_cast<size_t>(width));
+  for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
+  if (absl::Status s = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
+                                     scratch->diagonal.data(), width);
+      !s.ok()) {
+    return s;
+  }
+  return true;
 }
+
+}  // namespace
 
 absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
                      float scale, float* s, int64_t lds, float* tile, int64_t ldt,
                      BiasScratch* scratch) {
-  if (bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
-      Consecutive(kpos, nk) && kpos[0] >= std::numeric_limits<int64_t>::min() + nr) {
-    const int64_t width = nr + nk - 1;  // as FillBias's Toeplitz case
-    scratch->keys.resize(static_cast<size_t>(width));
-    scratch->diagonal.resize(static_cast<size_t>(width));
-    for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
-    if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
-                                        scratch->diagonal.data(), width);
-        !st.ok()) {
-      return st;
-    }
+  absl::StatusOr<bool> toeplitz = ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch);
+  if (!toeplitz.ok()) return toeplitz.status();
+  if (*toeplitz) {  // straight from the diagonal, no tile formed
     for (int64_t r = 0; r < nr; ++r) {
       AddScaledRow(s + r * lds, scratch->diagonal.data() + (nr - 1 - r), nk, scale);
     }
     return absl::OkStatus();
   }
-  if (absl::Status st = FillBias(bias, head, qpos, nr, kpos, nk, tile, ldt, scratch); !st.ok()) {
+  if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
+                                      absl::MakeConstSpan(kpos, nk), tile, ldt);
+      !st.ok()) {
     return st;
   }
   for (int64_t r = 0; r < nr; ++r) AddScaledRow(s + r * lds, tile + r * ldt, nk, scale);

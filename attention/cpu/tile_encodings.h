@@ -36,24 +36,18 @@ inline uint64_t Distance(int64_t a, int64_t b) {
                 : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
 }
 
-// Scratch for FillBias.
+// Scratch for AddBias.
 struct BiasScratch {
   std::vector<int64_t> keys;
   std::vector<float> diagonal;
 };
 
-// out[r * ld + c] = b_head(qpos[r], kpos[c]), r < nr, c < nk. A relative bias of
-// positions only (ALiBi, T5) on consecutive query and key positions is a Toeplitz tile,
-// filled from one FillTile row of its nr + nk - 1 distinct differences.
-absl::Status FillBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
-                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
-                      float* out, int64_t ld, BiasScratch* scratch);
-
 // s[r * lds + c] += scale * b_head(qpos[r], kpos[c]) for r < nr, c < nk (scores gaining
 // the bias in the base-2 domain, scale = log2 e), product rounded before the sum. The
-// Toeplitz tile of a relative bias (FillBias) is added straight from its nr + nk - 1
-// differences, row r from offset nr - 1 - r, without forming the tile; otherwise the
-// tile goes through `tile` (stride ldt).
+// Toeplitz tile of a relative bias of positions only (ALiBi, T5) on consecutive query
+// and key positions is added straight from its nr + nk - 1 differences, row r from
+// offset nr - 1 - r, without forming the tile; otherwise the tile goes through `tile`
+// (stride ldt).
 absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
                      float scale, float* s, int64_t lds, float* tile, int64_t ldt,

@@ -648,6 +648,13 @@ Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t
   return s;
 }
 
+KeyMask KeyMask::Of(const AttentionArgs& a) {
+  KeyMask m;
+  m.left = a.window_left;
+  m.right = a.causal ? 0 : a.window_right;
+  return m;
+}
+
 absl::Status ValidateAttention(const AttentionArgs& a) {
   if (a.num_q_heads < 1) return Bad(absl::StrCat("num_q_heads must be >= 1, got ", a.num_q_heads));
   if (a.num_kv_heads < 1) {
@@ -773,6 +780,17 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
                  "k_transform");
     }
   }
+  if (a.window_left < -1 || a.window_right < -1) {
+    return Bad(absl::StrCat("window_left and window_right must be -1 (unbounded) or >= 0, got (",
+                            a.window_left, ", ", a.window_right, ")"));
+  }
+  if (a.softcap.has_value() && !(std::isfinite(*a.softcap) && *a.softcap > 0.0)) {
+    return Bad(absl::StrCat("softcap must be finite and > 0, got ", *a.softcap));
+  }
+  if (!a.sinks.empty() && static_cast<int64_t>(a.sinks.size()) != a.num_q_heads) {
+    return Bad(absl::StrCat("sinks has ", a.sinks.size(), " logits, expected one per query head (",
+                            a.num_q_heads, ")"));
+  }
   const encodings::sequence::ShawRelative* shaw[2] = {a.shaw_keys, a.shaw_values};
   const char* shaw_name[2] = {"shaw_keys (key_table)", "shaw_values (value_table)"};
   for (int i = 0; i < 2; ++i) {
@@ -783,6 +801,13 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
                               a.head_dim));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status ZeroSinkGradient(const AttentionArgs& a, double* sink_grad) {
+  if (sink_grad == nullptr) return absl::OkStatus();
+  if (a.sinks.empty()) return Bad("a sink gradient was requested without sinks");
+  std::fill_n(sink_grad, a.num_q_heads, 0.0);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,9 @@
 //   o_{i,h} = sum_j softmax_j(s_ij) v_{j,g}   over the keys j of sequence b that are allowed
 //   lse_{i,h} = ln sum_j exp(s_ij)            (optional output)
 // Causal masking uses the explicit positions: key j is allowed iff pos_k(j) <= pos_q(i).
+// A sliding window (WINDOW, SOFTCAP AND SINKS below) narrows the allowed keys further,
+// a logit softcap bounds the q.k part of s_ij, and attention sinks add one logit per
+// head to every row's softmax denominator.
 // With a KV cache the queries are the LAST tokens of the sequence: give their absolute
 // positions (or leave positions empty, see below) and decoding a single query at
 // position L-1 against L cached keys equals the last row of full causal attention.
@@ -33,6 +36,29 @@
 //  - Scores are formed in float with the scale folded into q (cpu/: times log2 e); a
 //    finite logit whose scaled score exceeds float's range is +inf there (a NaN row),
 //    as PyTorch's float32 q k^T overflows first for head_dim >= 3.
+//
+// WINDOW, SOFTCAP AND SINKS (what inference engines use; flash-attn's window_size and
+// softcap, gpt-oss's sinks)
+// ---------------------------------------------------------------------------------
+//  - Sliding window (window_left, window_right; -1 is unbounded on that side): key j is
+//    allowed for query i only if pos_q(i) - window_left <= pos_k(j) <= pos_q(i) +
+//    window_right, on top of the causal rule (causal with window_left = W - 1 is
+//    Mistral's window of W tokens; flash-attn's window_size = (left, right) with the same
+//    meaning). Compared in exact integer arithmetic for any int64 positions. Key tiles
+//    wholly outside every row's window are skipped: the cost follows the window.
+//  - Logit softcap c > 0 (Gemma 2, Team Gemma 2024, sec. 2): the q.k part of the score
+//    becomes c * tanh(x / c), x = a(i, j) * scale * <q'_i, k'_j (+ aK)>, and the bias
+//    is added after it:  s_ij = c tanh(x_ij / c) + b_h(i, j). (flash-attn and ggml cap
+//    the scaled product the same way, before ALiBi or the mask.) The backward multiplies
+//    dL/ds by 1 - tanh^2(x / c).
+//  - Sinks: one logit z_h per query head (natural units; OpenAI's gpt-oss, a learned
+//    "sink" per head; StreamingLLM's role without a token) joins every row's softmax
+//    denominator and attends to nothing:
+//      o_i = sum_j e^{s_ij} v_j / (e^{z_h} + sum_j e^{s_ij}),  lse_i = ln(e^{z_h} + sum_j e^{s_ij}).
+//    A row with no allowed key has o = 0 and lse = z_h. A NaN or +inf z_h makes its rows
+//    NaN (the softmax over [s_i, z_h] would be NaN); -inf is no sink. With lse given
+//    back to the backward, the probabilities exp(s_ij - lse_i) already hold the sink's
+//    share, and dL/dz_h = -sum_i exp(z_h - lse_i) <dL/do_i, o_i> (rows of head h).
 //
 // LAYOUTS (strides in elements; head_dim is always contiguous, stride 1)
 // ---------------------------------------------------------------------
@@ -435,6 +461,12 @@ struct AttentionArgs {
   // equal head_dim).
   const encodings::sequence::ShawRelative* shaw_keys = nullptr;
   const encodings::sequence::ShawRelative* shaw_values = nullptr;
+  // WINDOW, SOFTCAP AND SINKS above. Window bounds -1 (unbounded) or >= 0; softcap
+  // finite and > 0; sinks empty or one logit per query head.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  std::optional<double> softcap;
+  absl::Span<const float> sinks;
 
   double scale() const;           // the effective softmax scale
   int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
@@ -465,6 +497,34 @@ using BiasGradientSink = std::function<absl::Status(
     int64_t sequence, int64_t head, absl::Span<const int64_t> q_positions,
     absl::Span<const int64_t> k_positions, const double* grad, int64_t ld)>;
 
+// Which (query position, key position) pairs are allowed: the causal rule and the
+// sliding window (WINDOW, SOFTCAP AND SINKS) as one interval of pos_k - pos_q,
+// [-left, right] with -1 for an open side (causal closes the right side at 0). Exact for
+// every int64 position (differences taken in uint64). Every implementation masks with it.
+struct KeyMask {
+  int64_t left = -1;
+  int64_t right = -1;
+  static KeyMask Of(const AttentionArgs& args);
+  bool none() const { return left < 0 && right < 0; }
+  bool Allowed(int64_t pq, int64_t pk) const {
+    if (pk < pq) {
+      return left < 0 ||
+             static_cast<uint64_t>(pq) - static_cast<uint64_t>(pk) <= static_cast<uint64_t>(left);
+    }
+    return right < 0 ||
+           static_cast<uint64_t>(pk) - static_cast<uint64_t>(pq) <= static_cast<uint64_t>(right);
+  }
+  // Whether every pair of query positions in [qmin, qmax] and key positions in
+  // [kmin, kmax] is masked (a tile to skip) ...
+  bool AllMasked(int64_t qmin, int64_t qmax, int64_t kmin, int64_t kmax) const {
+    return (kmax < qmin && !Allowed(qmin, kmax)) || (kmin > qmax && !Allowed(qmax, kmin));
+  }
+  // ... and whether some pair may be masked (a tile that needs the mask applied).
+  bool AnyMasked(int64_t qmin, int64_t qmax, int64_t kmin, int64_t kmax) const {
+    return !Allowed(qmax, kmin) || !Allowed(qmin, kmax);
+  }
+};
+
 // Dense strides for the layout: bshd [batch, seq_len, heads, head_dim]; thd
 // [total, heads, head_dim].
 Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t head_dim);
@@ -484,6 +544,10 @@ absl::Status ValidateAttention(const AttentionArgs& args);
 // key). The one check and initialisation the reference and CPU backwards share.
 absl::Status ZeroShawTableGradients(const AttentionArgs& args, double* key_table_grad,
                                     double* value_table_grad);
+
+// The backward's sink gradient dL/dz (num_q_heads doubles; null to skip): InvalidArgument
+// when requested without args.sinks, else set to zero (every backward then adds to it).
+absl::Status ZeroSinkGradient(const AttentionArgs& args, double* sink_grad);
 
 // Positions actually used (explicit ones, or the documented default), one per token.
 std::vector<int64_t> EffectiveQPositions(const AttentionArgs& args);

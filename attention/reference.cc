@@ -118,8 +118,11 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   }
   std::vector<double> out(static_cast<size_t>(a.num_q_tokens() * hq * d), 0.0);
   const double kNegInf = -std::numeric_limits<double>::infinity();
-  std::vector<double> bias, loc, score, prob, grad;
+  std::vector<double> bias, loc, score, prob, grad, capd;
   std::vector<char> allowed;
+  const KeyMask mask = KeyMask::Of(a);
+  std::vector<double> g_sink;
+  if (backward && extras.sink_grad != nullptr) g_sink.assign(static_cast<size_t>(hq), 0.0);
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     const int64_t qb = a.q_begin(b), qe = a.q_end(b), kb = a.k_begin(b), ke = a.k_end(b);
     const int64_t lk = ke - kb;
@@ -131,6 +134,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
     score.assign(static_cast<size_t>(lk), 0.0);
     prob.assign(static_cast<size_t>(lk), 0.0);
     grad.assign(static_cast<size_t>(lk), 0.0);
+    capd.assign(static_cast<size_t>(lk), 1.0);
     allowed.assign(static_cast<size_t>(lk), 1);
     lab_k.assign(static_cast<size_t>(lk), 0);
     lab_v.assign(static_cast<size_t>(lk), 0);
@@ -138,7 +142,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
       const int64_t pi = p.pq[i];
       absl::Span<const int64_t> qpos(&p.pq[i], 1);
       for (int64_t j = 0; j < lk; ++j) {
-        allowed[j] = !a.causal || p.pk[kb + j] <= pi;
+        allowed[j] = mask.Allowed(pi, p.pk[kb + j]);
         if (shaw_k) lab_k[j] = encodings::sequence::ShawRelative::LabelIndex(
                         pi, p.pk[kb + j], shaw_k->max_distance());
         if (shaw_v) lab_v[j] = encodings::sequence::ShawRelative::LabelIndex(
@@ -169,21 +173,34 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           const double* kj = p.k.data() + ((kb + j) * hkv + g) * d;
           double dot = shaw_k ? qlab[lab_k[j]] : 0.0;
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
-          score[j] = loc[j] * scale * dot + bias[j];
+          double x = loc[j] * scale * dot;
+          if (a.softcap.has_value()) {  // Gemma 2's cap of the q.k part (descriptor.h)
+            const double t = std::tanh(x / *a.softcap);
+            x = *a.softcap * t;
+            capd[j] = 1.0 - t * t;
+          }
+          score[j] = x + bias[j];
           // A NaN score makes the row NaN (std::max would drop it); +inf gives NaN below.
           m = std::isnan(score[j]) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN()
                                                      : std::max(m, score[j]);
         }
         double* oi = out.data() + (i * hq + h) * d;
+        // The head's sink logit joins the denominator (descriptor.h, SINKS); NaN or +inf
+        // makes the row NaN.
+        const double z = a.sinks.empty() ? kNegInf : static_cast<double>(a.sinks[h]);
+        const bool nan_sink = std::isnan(z) || z == std::numeric_limits<double>::infinity();
+        if (nan_sink) m = std::numeric_limits<double>::quiet_NaN();
         if (m == kNegInf) {  // no allowed key (or every score -inf): o = 0, no gradient
-          if (lse != nullptr) lse[i * hq + h] = static_cast<T>(kNegInf);
+          if (lse != nullptr) lse[i * hq + h] = static_cast<T>(z);
           if (backward && sink != nullptr && *sink && lk > 0) {
             std::fill(grad.begin(), grad.end(), 0.0);
             if (absl::Status s = (*sink)(b, h, qpos, kpos, grad.data(), lk); !s.ok()) return s;
           }
           continue;
         }
-        double sum = 0.0;
+        if (!std::isnan(m)) m = std::max(m, z);
+        double sum = z == kNegInf ? 0.0 : std::exp(z - m);
+        const double sink_mass = sum;
         for (int64_t j = 0; j < lk; ++j) {
           prob[j] = allowed[j] ? std::exp(score[j] - m) : 0.0;
           sum += prob[j];
@@ -197,12 +214,15 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
             for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * shaw_v->value_table()(lab_v[j], e);
           }
         }
+        if (nan_sink) std::fill(oi, oi + d, std::numeric_limits<double>::quiet_NaN());
         if (lse != nullptr) lse[i * hq + h] = static_cast<T>(m + std::log(sum));
         if (!backward) continue;
         // dL/ds_j = p_j (dL/dp_j - sum_l p_l dL/dp_l), dL/dp_j = <do_i, v_j>.
         const double* doi = go.data() + (i * hq + h) * d;
         double dsum = 0.0;
         for (int64_t e = 0; e < d; ++e) dsum += doi[e] * oi[e];
+        // dL/dz_h = -p_sink dsum: the sink's value is zero (descriptor.h, SINKS).
+        if (!g_sink.empty()) g_sink[h] -= sink_mass / sum * dsum;
         double* gqi = gq.data() + (i * hq + h) * d;
         for (int64_t r = 0; r < nlv; ++r) {
           double dot = 0.0;
@@ -219,7 +239,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           for (int64_t e = 0; e < d; ++e) dp += doi[e] * vj[e];
           const double ds = prob[j] * (dp - dsum);
           grad[j] = ds;
-          const double gdot = ds * loc[j] * scale;
+          const double gdot = ds * capd[j] * loc[j] * scale;
           const double* kj = p.k.data() + row;
           double* gkj = gk.data() + row;
           double* gvj = gv.data() + row;
@@ -254,6 +274,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   if (absl::Status s = Transform(tk.get(), nk, hkv, d, true, &gk); !s.ok()) return s;
   if (!g_ak.empty()) std::copy(g_ak.begin(), g_ak.end(), extras.shaw_key_table_grad);
   if (!g_av.empty()) std::copy(g_av.begin(), g_av.end(), extras.shaw_value_table_grad);
+  if (!g_sink.empty()) std::copy(g_sink.begin(), g_sink.end(), extras.sink_grad);
   Scatter(a, gq, a.q, true, hq, dq);
   Scatter(a, gk, a.k, false, hkv, dk);
   Scatter(a, gv, a.v, false, hkv, dv);
@@ -282,6 +303,7 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ZeroSinkGradient(args, extras.sink_grad); !s.ok()) return s;
   if (d_o == nullptr) {  // nothing flows back; gradients are zero
     static const T kZero = T(0);
     d_o = &kZero;

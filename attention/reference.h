@@ -39,9 +39,12 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
 // Optional outputs of ReferenceBackward: dL/daK (args.shaw_keys' key table) and dL/daV
 // (args.shaw_values' value table), each [2k + 1, head_dim] row-major double, overwritten.
 // Asking for one without its table is InvalidArgument.
+// sink_grad: dL/dz_h for args.sinks (num_q_heads doubles, overwritten; InvalidArgument
+// without sinks).
 struct ReferenceBackwardExtras {
   double* shaw_key_table_grad = nullptr;
   double* shaw_value_table_grad = nullptr;
+  double* sink_grad = nullptr;
 };
 template <class T>
 absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k, const T* v,

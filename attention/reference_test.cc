@@ -70,6 +70,13 @@ struct DirectSpec {
   std::function<Eigen::MatrixXd(int64_t)> rq, rk;         // empty: identity
   std::function<double(int64_t, int64_t, int64_t)> bias;  // (head, pos_q, pos_k)
   double locality = 0;                                    // 0: off
+  int64_t left = -1, right = -1;                          // window, -1 unbounded
+  double softcap = 0;                                     // 0: off
+  std::vector<double> sinks;                              // per head; empty: none
+  // Written from the definitions (descriptor.h): causal, then |window| bounds.
+  bool Masked(int64_t i, int64_t j) const {
+    return (causal && j > i) || (left >= 0 && i - j > left) || (right >= 0 && j - i > right);
+  }
 };
 std::vector<double> Direct(const DirectSpec& s, const std::vector<double>& q,
                            const std::vector<double>& k, const std::vector<double>& v,
@@ -91,25 +98,28 @@ std::vector<double> Direct(const DirectSpec& s, const std::vector<double>& q,
       std::vector<long double> sc(lk);
       long double m = -std::numeric_limits<long double>::infinity();
       for (int64_t j = 0; j < lk; ++j) {
-        if (s.causal && pk[j] > pq[i]) continue;
+        if (s.Masked(pq[i], pk[j])) continue;
         long double dot = 0;
         for (int64_t e = 0; e < d; ++e) dot += (long double)qr(i, e) * kr(j, e);
         long double a = s.locality > 0 ? std::pow((long double)s.locality,
                                                   (long double)std::llabs(pq[i] - pk[j]))
                                        : 1.0L;
-        sc[j] = a * s.scale * dot + (s.bias ? s.bias(h, pq[i], pk[j]) : 0.0);
+        long double x = a * s.scale * dot;
+        if (s.softcap > 0) x = s.softcap * std::tanh(x / s.softcap);  // Gemma 2
+        sc[j] = x + (s.bias ? s.bias(h, pq[i], pk[j]) : 0.0);
         m = std::max(m, sc[j]);
       }
       if (std::isinf(m)) continue;
-      long double z = 0;
+      // The sink's e^z joins the denominator only (gpt-oss).
+      long double z = s.sinks.empty() ? 0.0L : std::exp((long double)s.sinks[h] - m);
       for (int64_t j = 0; j < lk; ++j) {
-        if (s.causal && pk[j] > pq[i]) continue;
+        if (s.Masked(pq[i], pk[j])) continue;
         z += std::exp(sc[j] - m);
       }
       for (int64_t e = 0; e < d; ++e) {
         long double acc = 0;
         for (int64_t j = 0; j < lk; ++j) {
-          if (s.causal && pk[j] > pq[i]) continue;
+          if (s.Masked(pq[i], pk[j])) continue;
           acc += std::exp(sc[j] - m) / z * v[(j * s.hkv + g) * d + e];
         }
         o[(i * s.hq + h) * d + e] = static_cast<double>(acc);
@@ -195,6 +205,118 @@ TEST(ReferenceForward, MatchesDirectOracleWithAllDescriptors) {
     // Padding between rows is never written.
     EXPECT_EQ(o[d], 7.0);
     for (double x : lse) EXPECT_TRUE(std::isfinite(x));
+  }
+}
+
+// Sliding windows (left, right, both, with and without causal), Gemma 2's softcap and
+// per-head sinks, with RoPE, ALiBi and GQA, against the direct oracle; the window
+// compared for positions near the int64 extremes too.
+TEST(ReferenceForward, WindowSoftcapAndSinksMatchDirectOracle) {
+  std::mt19937_64 rng(11);
+  const int64_t lq = 6, lk = 9, hq = 4, hkv = 2, d = 8;
+  Rope rope = MakeRope(d, 8);
+  RopeRowTransform tr(rope);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
+  ASSERT_TRUE(alibi.ok());
+  const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, -std::numeric_limits<float>::infinity()};
+  struct Case {
+    bool causal;
+    int64_t left, right;
+    double softcap;
+    bool sinks;
+  };
+  const Case cases[] = {{false, 2, -1, 0, false}, {false, -1, 1, 0, false}, {false, 1, 2, 0, false},
+                        {true, 3, -1, 0, false},  {true, 0, -1, 0, false},  {true, 2, 5, 0, false},
+                        {false, -1, -1, 0.8, false}, {true, -1, -1, 0, true},
+                        {true, 2, -1, 0.8, true}, {false, 1, 1, 0.5, true}};
+  for (const Case& c : cases) {
+    AttentionArgs a = Bshd(1, lq, lk, hq, hkv, d);
+    a.causal = c.causal;
+    a.window_left = c.left;
+    a.window_right = c.right;
+    if (c.softcap > 0) a.softcap = c.softcap;
+    if (c.sinks) a.sinks = sinks;
+    a.q_transform = a.k_transform = &tr;
+    a.biases = {&*alibi};
+    const std::vector<double> q = RandomUniform(lq * hq * d, &rng, -3.0, 3.0),
+                              k = RandomUniform(lk * hkv * d, &rng, -3.0, 3.0),
+                              v = RandomUniform(lk * hkv * d, &rng);
+    DirectSpec s(hq, hkv, d);
+    s.causal = c.causal;
+    s.left = c.left;
+    s.right = c.right;
+    s.softcap = c.softcap;
+    if (c.sinks) s.sinks.assign(sinks.begin(), sinks.end());
+    s.scale = 1.0 / std::sqrt(8.0);
+    s.rq = s.rk = [&](int64_t p) { return RopeMatrix(d, 8, 100.0, p); };
+    const std::vector<double> slopes(alibi->slopes().begin(), alibi->slopes().end());
+    s.bias = [&](int64_t h, int64_t i, int64_t j) { return -slopes[h] * std::abs(double(i - j)); };
+    // Queries the last lq of lk positions (the default), then the same around 2^62.
+    for (int64_t shift : {int64_t{0}, int64_t{1} << 62}) {
+      std::vector<int64_t> pq(lq), pk(lk);
+      for (int64_t t = 0; t < lk; ++t) pk[t] = shift + t;
+      for (int64_t t = 0; t < lq; ++t) pq[t] = shift + lk - lq + t;
+      a.q_positions = pq;
+      a.k_positions = pk;
+      std::vector<double> o(q.size()), lse(lq * hq);
+      ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+      std::vector<int64_t> rel_q(lq), rel_k(lk);  // RoPE and ALiBi are relative
+      for (int64_t t = 0; t < lq; ++t) rel_q[t] = pq[t] - shift;
+      for (int64_t t = 0; t < lk; ++t) rel_k[t] = pk[t] - shift;
+      if (shift != 0) {  // RoPE at 2^62 is another rotation: compare the mask alone there
+        a.q_transform = a.k_transform = nullptr;
+        a.biases.clear();
+        std::vector<double> o2(q.size());
+        ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o2.data()).ok());
+        a.q_positions = rel_q;
+        a.k_positions = rel_k;
+        std::vector<double> o3(q.size());
+        ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o3.data()).ok());
+        // The same masks at both offsets: identical arithmetic, identical results.
+        EXPECT_EQ(o2, o3) << "causal " << c.causal << " window " << c.left << "," << c.right;
+        a.q_transform = a.k_transform = &tr;
+        a.biases = {&*alibi};
+        continue;
+      }
+      const std::vector<double> want = Direct(s, q, k, v, rel_q, rel_k);
+      // As MatchesDirectOracleWithAllDescriptors: summation order and rounding only.
+      EXPECT_LT(MaxAbsDiff(o, want), 1e-13)
+          << "causal " << c.causal << " window " << c.left << "," << c.right << " cap "
+          << c.softcap << " sinks " << c.sinks;
+      // A row with no allowed key has lse = its head's sink (or -inf): none here is empty
+      // (the window always holds the diagonal), so every lse is finite.
+      for (double x : lse) EXPECT_TRUE(std::isfinite(x));
+    }
+  }
+}
+
+// Sinks: lse = ln(e^z + sum e^s) for a row, z for a row with no allowed key; NaN and +inf
+// sinks make their head's rows NaN, -inf is no sink.
+TEST(ReferenceForward, SinkEdgeCases) {
+  const int64_t lq = 3, lk = 3, hq = 4, d = 2;
+  AttentionArgs a = Bshd(1, lq, lk, hq, hq, d);
+  const std::vector<int64_t> pq = {0, 1, 2}, pk = {1, 2, 3};  // query 0 sees no key
+  a.q_positions = pq;
+  a.k_positions = pk;
+  a.causal = true;
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> sinks = {0.25f, nan, inf, -inf};
+  a.sinks = sinks;
+  std::vector<double> q(lq * hq * d, 0.0), k(lk * hq * d, 0.0), v(lk * hq * d, 1.0);
+  std::vector<double> o(q.size()), lse(lq * hq);
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  for (int64_t i = 0; i < lq; ++i) {
+    // Head 0: scores 0 for the i allowed keys, so lse = ln(e^0.25 + i), o = i / (e^0.25 + i).
+    const double den = std::exp(0.25) + double(i);
+    EXPECT_NEAR(lse[i * hq + 0], std::log(den), 1e-15) << i;
+    EXPECT_NEAR(o[(i * hq + 0) * d], double(i) / den, 1e-15) << i;
+    for (int h : {1, 2}) {
+      EXPECT_TRUE(std::isnan(lse[i * hq + h])) << i << " " << h;
+      EXPECT_TRUE(std::isnan(o[(i * hq + h) * d])) << i << " " << h;
+    }
+    // Head 3: no sink; the empty row 0 has o = 0, lse = -inf.
+    EXPECT_EQ(lse[i * hq + 3], i == 0 ? -inf : std::log(double(i))) << i;
+    EXPECT_EQ(o[(i * hq + 3) * d], i == 0 ? 0.0 : 1.0) << i;
   }
 }
 
@@ -515,6 +637,77 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   }
 }
 
+// Window, softcap and sinks in the backward: dq, dk, dv (through the softcap's
+// 1 - tanh^2) and dL/dz of the sinks against central differences.
+TEST(ReferenceBackward, WindowSoftcapAndSinksMatchFiniteDifferences) {
+  std::mt19937_64 rng(12);
+  const int64_t hq = 4, hkv = 2, d = 4;
+  const std::vector<int64_t> cu_q = {0, 2, 3, 6}, cu_k = {0, 3, 4, 7};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform rtr(rope);
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  for (int config = 0; config < 3; ++config) {
+    AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
+    a.causal = config != 1;
+    a.window_left = config == 2 ? 0 : 1;  // config 2: a row sees its own key only
+    a.window_right = config == 1 ? 1 : -1;
+    a.softcap = config == 2 ? 0.6 : 1.5;
+    std::vector<float> sinks = {0.3f, -0.7f, 1.1f, -0.2f};
+    a.sinks = sinks;
+    a.q_transform = a.k_transform = &rtr;
+    a.biases = {&*alibi};
+    std::vector<double> q = RandomUniform(6 * hq * d, &rng, -2.0, 2.0),
+                        k = RandomUniform(7 * hkv * d, &rng, -2.0, 2.0),
+                        v = RandomUniform(7 * hkv * d, &rng), w = RandomUniform(6 * hq * d, &rng);
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), dz(hq, 9.0);
+    ReferenceBackwardExtras extras;
+    extras.sink_grad = dz.data();
+    ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                          dk.data(), dv.data(), nullptr, extras)
+                    .ok());
+    auto loss = [&]() {
+      std::vector<double> o(w.size());
+      EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+      double s = 0;
+      for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+      return s;
+    };
+    // As MatchesFiniteDifferences: truncation ~1e-10, rounding ~1e-11, gradients O(0.01..1).
+    const double h = 1e-5;
+    for (auto [x, g] : {std::pair{&q, &dq}, std::pair{&k, &dk}, std::pair{&v, &dv}}) {
+      for (size_t i = 0; i < x->size(); ++i) {
+        const double x0 = (*x)[i];
+        (*x)[i] = x0 + h;
+        const double lp = loss();
+        (*x)[i] = x0 - h;
+        const double lm = loss();
+        (*x)[i] = x0;
+        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "config " << config << " i " << i;
+      }
+    }
+    // Sinks are float: steps of 2^-10 are exact in float; truncation ~h^2 ~ 1e-6 relative
+    // to L''' = O(1), so 1e-5.
+    for (int64_t hh = 0; hh < hq; ++hh) {
+      const float z0 = sinks[hh], step = 1.0f / 1024;
+      sinks[hh] = z0 + step;
+      const double lp = loss();
+      sinks[hh] = z0 - step;
+      const double lm = loss();
+      sinks[hh] = z0;
+      EXPECT_NEAR(dz[hh], (lp - lm) / (2 * step), 1e-5) << "config " << config << " head " << hh;
+    }
+  }
+  // A sink gradient without sinks is refused.
+  AttentionArgs a = Thd(cu_q, cu_k, hq, hkv, d);
+  std::vector<double> x(7 * hq * d), dz(hq);
+  ReferenceBackwardExtras extras;
+  extras.sink_grad = dz.data();
+  EXPECT_FALSE(ReferenceBackward<double>(a, x.data(), x.data(), x.data(), x.data(), nullptr,
+                                         nullptr, nullptr, nullptr, extras)
+                   .ok());
+}
+
 // dL/dbias tiles through the sink into T5's table gradient, against finite differences
 // of the table entries.
 TEST(ReferenceBackward, BiasGradientSinkGivesT5TableGradient) {
@@ -672,6 +865,25 @@ TEST(ValidateAttention, RejectsBadInputs) {
     AttentionArgs a = Thd(cu_ok, cu_ok, 2, 1, 4);
     a.seq_len_q = 5;
     expect_bad(a, "end at the total");
+  }
+  {
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.window_left = -2;
+    expect_bad(a, "window_left and window_right");
+    a.window_left = 0;
+    a.window_right = -5;
+    expect_bad(a, "window_left and window_right");
+    a.window_right = 0;
+    EXPECT_TRUE(ValidateAttention(a).ok());
+    for (double c : {0.0, -1.0, std::numeric_limits<double>::infinity(),
+                     std::numeric_limits<double>::quiet_NaN()}) {
+      a.softcap = c;
+      expect_bad(a, "softcap");
+    }
+    a.softcap.reset();
+    const std::vector<float> three = {0.f, 1.f, 2.f};
+    a.sinks = three;
+    expect_bad(a, "sinks has 3 logits");
   }
   {
     AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);

@@ -56,7 +56,11 @@ struct Fixture03 {
   std::vector<double> xr, yr, slopes = {0.5, 0.25}, t5_table, fox_logits, ap_w, ap_u, tile;
   std::vector<int64_t> ids = {0, 1, 2, 3}, offsets = {2}, cu = {0, 2, 4}, bad_cu = {0, 3, 2},
                        tpos = {0, 1, 2, 3}, tq = {1, 3}, tk = {0, 1, 2};
-  DLTensor q, k, v, o, lse, dq, x, y, ids_t, offsets_t, cu_t, bad_cu_t, pos_t, tq_t, tk_t, tile_t;
+  // One sink logit per query head (float32) and its gradient (float64), 0.9.0.
+  std::vector<float> sinks = {0.5f, -1.0f};
+  std::vector<double> d_sinks = {0.0, 0.0};
+  DLTensor q, k, v, o, lse, dq, x, y, ids_t, offsets_t, cu_t, bad_cu_t, pos_t, tq_t, tk_t, tile_t,
+      sinks_t, d_sinks_t;
   gpe_rope_options rope_opt = GPE_ROPE_OPTIONS_INIT;
   gpe_rope_tokens tokens = GPE_ROPE_TOKENS_INIT;
   gpe_alibi_options alibi_opt = GPE_ALIBI_OPTIONS_INIT;
@@ -95,6 +99,8 @@ struct Fixture03 {
     tk_t = Make(tk.data(), kDLInt, 64, {3});
     tile.assign(2 * 3, 0.0);
     tile_t = Make(tile.data(), kDLFloat, 64, {2, 3});
+    sinks_t = Make(sinks.data(), kDLFloat, 32, {kH});
+    d_sinks_t = Make(d_sinks.data(), kDLFloat, 64, {kH});
     rope_opt.head_dim = kD;
     alibi_opt.num_heads = kH;
     t5_table.assign(32 * kH, 0.1);
@@ -136,6 +142,23 @@ struct Fixture03 {
   gpe_status Forward() { return gpe_attention_forward(&att, &q, &k, &v, &o, &lse); }
   gpe_status Backward() {
     return gpe_attention_backward(&att, &q, &k, &v, &o, &lse, &o, &dq, nullptr, nullptr);
+  }
+  // The backward with parameter gradients `g` (o and lse recomputed).
+  gpe_status BackwardParams(const gpe_attention_param_grads& g) {
+    return gpe_attention_backward_with_parameters(&att, &q, &k, &v, nullptr, nullptr, &o, &dq,
+                                                  nullptr, nullptr, &g);
+  }
+  // A forward with a gpe_rope handle made from rope_opt after `edit`.
+  template <class Edit>
+  gpe_status ForwardWithRope(Edit edit) {
+    gpe_rope_options ro = rope_opt;
+    edit(ro);
+    gpe_rope* r = nullptr;
+    if (gpe_rope_create(&ro, &r) != GPE_OK) return GPE_ERROR_INTERNAL;
+    att.rope = r;
+    const gpe_status s = Forward();
+    gpe_rope_destroy(r);
+    return s;
   }
 };
 
@@ -665,6 +688,100 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   add("attention_float32_cache_for_bfloat16_q", e, [](Fixture& f) {
     f.v3.q.dtype = f.v3.o.dtype = {kDLBfloat, 16, 1};  // k, v float32: not a 16-bit cache
     return f.v3.Forward();
+  });
+  // 0.9.0: a gpe_rope handle, the sliding window, the softcap and the sinks.
+  add("attention_rope_handle_with_rope_dim", e, [](Fixture& f) {
+    f.v3.att.rope = f.v3.rope;
+    f.v3.att.rope_dim = 8;
+    return f.v3.Forward();
+  });
+  add("attention_rope_handle_head_dim", e, [](Fixture& f) {
+    return f.v3.ForwardWithRope([](gpe_rope_options& o) { o.head_dim = 4; });
+  });
+  add("attention_rope_handle_with_rope_axes", e, [](Fixture& f) {
+    f.v3.att.rope = f.v3.rope;
+    f.v3.att.rope_axes = 2;
+    return f.v3.Forward();
+  });
+  add("attention_rope_handle_multi_axis_without_axes", e, [](Fixture& f) {
+    return f.v3.ForwardWithRope([](gpe_rope_options& o) {
+      o.axes = GPE_ROPE_AXES_AXIAL;
+      o.num_axes = 2;
+    });
+  });
+  add("attention_window_flag_2", e, [](Fixture& f) { f.v3.att.window = 2; return f.v3.Forward(); });
+  add("attention_window_bounds_without_flag", e, [](Fixture& f) {
+    f.v3.att.window_left = 3;  // window is still 0: refused, not ignored
+    return f.v3.Forward();
+  });
+  add("attention_window_left_below_minus_1", e, [](Fixture& f) {
+    f.v3.att.window = 1;
+    f.v3.att.window_left = -2;
+    return f.v3.Forward();
+  });
+  add("attention_window_right_below_minus_1", e, [](Fixture& f) {
+    f.v3.att.window = 1;
+    f.v3.att.window_right = std::numeric_limits<int64_t>::min();
+    return f.v3.Forward();
+  });
+  add("attention_softcap_nan", e, [](Fixture& f) { f.v3.att.softcap = kNaN; return f.v3.Forward(); });
+  add("attention_softcap_inf", e, [](Fixture& f) { f.v3.att.softcap = kInf; return f.v3.Forward(); });
+  add("attention_softcap_negative", e, [](Fixture& f) { f.v3.att.softcap = -30.0; return f.v3.Forward(); });
+  add("attention_sinks_float64", e, [](Fixture& f) {
+    f.v3.att.sinks = &f.v3.d_sinks_t;  // float64 [2]: sinks are float32
+    return f.v3.Forward();
+  });
+  add("attention_sinks_wrong_count", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1});
+    f.v3.sinks_t.shape = f.v3.shapes.back().data();  // 1 logit for 2 query heads
+    f.v3.att.sinks = &f.v3.sinks_t;
+    return f.v3.Forward();
+  });
+  add("attention_sinks_2d", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, 2});
+    f.v3.sinks_t.ndim = 2;
+    f.v3.sinks_t.shape = f.v3.shapes.back().data();
+    f.v3.att.sinks = &f.v3.sinks_t;
+    return f.v3.Forward();
+  });
+  e = "gpe_attention_backward_with_parameters";
+  add("attention_params_d_sinks_without_sinks", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_sinks = &f.v3.d_sinks_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_sinks_float32", e, [](Fixture& f) {
+    f.v3.att.sinks = &f.v3.sinks_t;
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_sinks = &f.v3.sinks_t;  // float32: the gradient is float64
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_sinks_wrong_count", e, [](Fixture& f) {
+    f.v3.att.sinks = &f.v3.sinks_t;
+    f.v3.shapes.push_back({3});
+    f.v3.d_sinks_t.shape = f.v3.shapes.back().data();
+    f.v3.d_sinks.resize(3);
+    f.v3.d_sinks_t.data = f.v3.d_sinks.data();
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_sinks = &f.v3.d_sinks_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_sinks_overlaps_dq", e, [](Fixture& f) {
+    f.v3.att.sinks = &f.v3.sinks_t;
+    f.v3.d_sinks_t.data = f.v3.dqa.data();  // 16 bytes inside dq
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_sinks = &f.v3.d_sinks_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_struct_size_small", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.struct_size = 8;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_struct_size_newer", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.struct_size += 8;
+    return f.v3.BackwardParams(g);
   });
   e = "gpe_attention_backward";
   add("attention_backward_kv_cache", e, [](Fixture& f) {

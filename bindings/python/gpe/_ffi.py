@@ -294,7 +294,7 @@ class AttentionParamGrads(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32)] + [
         (name, ctypes.POINTER(DLTensor)) for name in
         ("d_bias_a", "d_bias_b", "d_grape_a", "d_grape_b", "d_grape_omega", "d_shaw_key_table",
-         "d_shaw_value_table")]
+         "d_shaw_value_table", "d_sinks")]
 
     def __init__(self):
         super().__init__()
@@ -332,6 +332,14 @@ class AttentionOptions(ctypes.Structure):
         ("shaw_max_distance", ctypes.c_int64),
         ("shaw_key_table", ctypes.POINTER(DLTensor)),
         ("shaw_value_table", ctypes.POINTER(DLTensor)),
+        # 0.9.0: a gpe_rope handle, the sliding window, the softcap and the sinks (zero /
+        # NULL: none of them).
+        ("rope", ctypes.c_void_p),
+        ("window", ctypes.c_int32),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_double),
+        ("sinks", ctypes.POINTER(DLTensor)),
     ]
 
 

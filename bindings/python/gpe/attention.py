@@ -30,6 +30,22 @@ Shaw et al.'s relative labels: shaw_key_table and/or shaw_value_table (float64
 [2 shaw_max_distance + 1, head_dim], row r for label r - k, shared by every head) add
 scale q . aK[clip(j - i)] to the scores and sum_j p_ij aV[clip(j - i)] to the outputs;
 attention_backward(..., shaw_table_grads=True) also returns their gradients.
+
+Any RoPE schedule inside the kernel: rope=gpe.Rope(...) (Llama 3, YaRN with its
+attention factor, LongRoPE, dynamic NTK, linear, xPos, partial rotary, either pairing,
+axial / M-RoPE with q_axes, k_axes) in place of rope_dim; q is rotated in the query role
+and k in the key role, exactly as rope.forward(q, role="query") and
+rope.forward(k, role="key") would, so the schedule's attention factor m multiplies both
+(scores carry m^2, as in Hugging Face transformers).
+What inference engines add (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS"):
+- window_size=(left, right): flash-attn's sliding window, -1 unbounded on a side; key j
+  is allowed for query i only if pos_i - left <= pos_j <= pos_i + right (with causal=True
+  and left = W - 1: Mistral's window of W tokens);
+- softcap=c: Gemma 2's logit softcap, scores c tanh(x / c) of the scaled q.k part x (0 or
+  None: none), biases added after it;
+- sinks: gpt-oss's attention sinks, one logit per query head (float32 [heads_q]) in every
+  row's softmax denominator, attending to nothing; attention_backward(...,
+  sink_grad=True) also returns dL/dsinks.
 """
 
 import ctypes
@@ -142,6 +158,40 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     return o
 
 
+def _window(window_size):
+    """flash-attn's window_size (left, right) as the options' (window, left, right); None
+    is no window."""
+    if window_size is None:
+        return 0, -1, -1
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise TypeError("window_size must be a pair (left, right) of ints, -1 for an "
+                        "unbounded side; got %r" % (window_size,)) from None
+    return (1, _ffi.checked_int(left, "window_size[0]"),
+            _ffi.checked_int(right, "window_size[1]"))
+
+
+def _rope_window_softcap(o, keep_items, rope, window_size, softcap):
+    """Sets the 0.9.0 options but the sinks: a gpe.Rope handle (kept alive in keep_items
+    for the call), the sliding window and the softcap (None or 0: none)."""
+    if rope is not None:
+        from gpe.rope import Rope  # noqa: lazy, as the encodings above
+        if not isinstance(rope, Rope):
+            raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
+        o.rope = rope._handle
+        keep_items.append(rope)
+    o.window, o.window_left, o.window_right = _window(window_size)
+    o.softcap = 0.0 if softcap is None else float(softcap)
+
+
+def _sinks_array(sinks):
+    """sinks as the float32 vector the library reads (None stays None)."""
+    if sinks is None:
+        return None
+    return np.ascontiguousarray(_ffi.array_arg(sinks, "sinks"), dtype=np.float32)
+
+
 _STRUCTURED_DEFAULTS = dict(rope_axes=0, rope_sections=None, rope_sections_interleaved=False,
                             q_axes=None, k_axes=None, q_tree=None, k_tree=None,
                             algebraic_tree=None, algebraic_grid=None, shaw_max_distance=None,
@@ -170,13 +220,16 @@ def _qkv(q, k, v):
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False, out=None, **structured):
+              return_lse=False, out=None, rope=None, window_size=None, softcap=None,
+              sinks=None, **structured):
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
-    allowed key, NaN for rows whose scores hold a NaN (NaN or infinite inputs propagate as
-    PyTorch's do; masked keys contribute nothing). k and v may be a 16-bit KV cache:
-    float16 (or, through DLPack, bfloat16) with float32 q; the result is float32. Keyword arguments of the module docstring's structured positions and
+    allowed key (the sink logit with sinks), NaN for rows whose scores hold a NaN (NaN or
+    infinite inputs propagate as PyTorch's do; masked keys contribute nothing). k and v
+    may be a 16-bit KV cache: float16 (or, through DLPack, bfloat16) with float32 q; the
+    result is float32. rope (a gpe.Rope), window_size, softcap and sinks: the module
+    docstring. Keyword arguments of the module docstring's structured positions and
     Shaw labels: rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
     q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
     shaw_value_table."""
@@ -185,6 +238,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                     _split_structured(structured))
+    _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
+    opts.sinks = keep(_sinks_array(sinks))
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     lse = None
@@ -203,6 +258,7 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                        encoding=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, threads=0, shaw_table_grads=False, bias_grads=False,
+                       rope=None, window_size=None, softcap=None, sinks=None, sink_grad=False,
                        **structured):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
@@ -212,7 +268,8 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     also appends the bias's parameter gradients (d_a, d_b), float64, accumulated inside
     the kernels: ALiBi / slope GRAPE-A dL/dslopes [heads]; T5 dL/dtable; FoX / gated
     GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
-    other kinds)."""
+    other kinds). With sink_grad=True (sinks given; float32 and float64 inputs), appends
+    dL/dsinks (float64 [heads_q]) last."""
     keep = _Keep()
     q, k, v = _qkv(q, k, v)
     d_o = _ffi.array_arg(d_o, "d_o")
@@ -222,27 +279,36 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                     st)
+    _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
+    sinks = _sinks_array(sinks)
+    opts.sinks = keep(sinks)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    if not shaw_table_grads and not bias_grads:
+    if not shaw_table_grads and not bias_grads and not sink_grad:
         check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),
                                            keep(o), keep(lse), keep(d_o), keep.out(dq),
                                            keep.out(dk), keep.out(dv)))
         return dq, dk, dv
     like = lambda t: None if t is None else np.empty(np.shape(t), dtype=np.float64)
     gk, gv = like(st["shaw_key_table"]), like(st["shaw_value_table"])
-    if bias_grads:
-        if bias is None:
+    if bias_grads or sink_grad:
+        if bias_grads and bias is None:
             raise ValueError("bias_grads=True needs a bias object (bias=...)")
-        ga, gb = (np.empty(s_, dtype=np.float64) if s_ is not None else None
-                  for s_ in _bias_grad_shapes(bias))
+        if sink_grad and sinks is None:
+            raise ValueError("sink_grad=True needs sinks (sinks=...)")
+        ga, gb = (None, None) if not bias_grads else (
+            np.empty(s_, dtype=np.float64) if s_ is not None else None
+            for s_ in _bias_grad_shapes(bias))
+        gs = like(sinks) if sink_grad else None
         pg = _ffi.AttentionParamGrads()
         pg.d_bias_a, pg.d_bias_b = keep.out(ga), keep.out(gb)
+        pg.d_sinks = keep.out(gs)
         if shaw_table_grads:
             pg.d_shaw_key_table, pg.d_shaw_value_table = keep.out(gk), keep.out(gv)
         check(lib().gpe_attention_backward_with_parameters(
             ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o), keep(lse), keep(d_o),
             keep.out(dq), keep.out(dk), keep.out(dv), ctypes.byref(pg)))
-        return (dq, dk, dv) + ((gk, gv) if shaw_table_grads else ()) + (ga, gb)
+        return ((dq, dk, dv) + ((gk, gv) if shaw_table_grads else ())
+                + ((ga, gb) if bias_grads else ()) + ((gs,) if sink_grad else ()))
     check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                           keep(lse), keep(d_o), keep.out(dq), keep.out(dk),
                                           keep.out(dv), keep.out(gk), keep.out(gv)))

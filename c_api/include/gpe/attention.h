@@ -1,7 +1,7 @@
 /* GroupPE's C ABI: multi-head attention with the positional encoding inside the kernel
- * (attention/). The encodings it takes are made by gpe/sequence.h (GRAPE-M),
- * gpe/algebraic.h and gpe/bias.h. One part of gpe/gpe.h (include that); valid C99 on
- * its own.
+ * (attention/). The encodings it takes are made by gpe/rope.h, gpe/sequence.h
+ * (GRAPE-M), gpe/algebraic.h and gpe/bias.h. One part of gpe/gpe.h (include that);
+ * valid C99 on its own.
  */
 #ifndef GPE_ATTENTION_H_
 #define GPE_ATTENTION_H_
@@ -9,6 +9,7 @@
 #include "gpe/common.h"
 #include "gpe/algebraic.h"
 #include "gpe/bias.h"
+#include "gpe/rope.h"
 #include "gpe/sequence.h"
 
 #ifdef __cplusplus
@@ -33,17 +34,21 @@ extern "C" {
  *    starting at 0, non-decreasing): q [tokens_q, heads_q, head_dim], k, v
  *    [tokens_k, heads_kv, head_dim].
  * Any strides with head_dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
- * s_ij = scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j); o_i = sum_j softmax_j(s_ij) v_j;
- * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln sum_j
- * exp(s_ij), -inf (and o = 0) for rows with no allowed key. Non-finite inputs propagate
+ * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
+ * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with
+ * Z_i = sum_j e^{s_ij} (+ e^{z_h} with a sink logit z_h for the row's head);
+ * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln Z_i,
+ * -inf (and o = 0) for rows with no allowed key (z_h with a sink). Non-finite inputs propagate
  * as PyTorch's do: a NaN (or +inf) score of an allowed key makes its row's o and lse NaN
  * (and, backward, dq of the row and dk, dv of the row's allowed keys); masked keys and
  * keys of probability 0 contribute nothing whatever their k and v hold (the rule in full:
  * attention/descriptor.h, "NON-FINITE VALUES"). Causal: key j allowed iff
- * p_j <= p_i. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of them
- * for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
- * At most one multiplicative encoding T (RoPE, GRAPE-M, algebraic) and one bias b
- * (a gpe_bias handle, applied tile by tile: no s x s matrix).
+ * p_j <= p_i; a sliding window further requires p_i - window_left <= p_j <=
+ * p_i + window_right. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of
+ * them for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.
+ * At most one multiplicative encoding T (RoPE by rope_dim or by a gpe_rope handle,
+ * GRAPE-M, algebraic) and one bias b (a gpe_bias handle, applied tile by tile: no s x s
+ * matrix).
  *
  * Structured positions (options from rope_axes on): encodings whose group element is not
  * one int64 take per-token positions of their own, while q_positions / k_positions (or
@@ -65,6 +70,35 @@ extern "C" {
  * r = clip(p_j - p_i, -k, k), shaw_key_table adds scale <T q_i, aK_r> to s_ij and
  * shaw_value_table adds sum_j p_ij aV_r to o_i. gpe_attention_backward_v2 also returns
  * the tables' gradients.
+ *
+ * Since 0.9.0 (the fields after shaw_value_table; attention/descriptor.h, "WINDOW,
+ * SOFTCAP AND SINKS"). Zero / NULL, as GPE_ATTENTION_OPTIONS_INIT, a zeroed struct and
+ * an older caller's smaller struct leave them, is none of them:
+ *  - rope: a gpe_rope handle (gpe/rope.h: every frequency schedule, pairing, partial
+ *    rotary, xPos, axial / M-RoPE) applied to q and k inside the kernel, in place of
+ *    rope_dim / rope_base / rope_pairing (rope with rope_dim is refused, as are
+ *    rope_axes and rope_sections, which describe rope_dim's RoPE: the handle carries its
+ *    own axes). Its head_dim must be the call's. q rows are rotated in the query role and
+ *    k rows in the key role (gpe_rope_tokens' role: xPos scales them inversely), each
+ *    exactly as gpe_rope_forward would, so the result equals gpe_rope_forward on q and k
+ *    followed by attention without an encoding. The schedule's attention factor m
+ *    (YaRN's 0.1 ln(factor) + 1 or mscale ratio, LongRoPE's) is in that rotation and so
+ *    multiplies both q and k: the q.k part of the scores carries m^2, as in Hugging Face
+ *    transformers, where cos and sin carry m. A single-axis handle reads the int64
+ *    positions; a multi-axis one (num_axes > 1) reads q_axes / k_axes [tokens,
+ *    num_axes]. The handle must outlive the call.
+ *  - window = 1: sliding window (flash-attn's window_size, Mistral's W tokens with
+ *    causal and window_left = W - 1): key j is allowed only if p_i - window_left <= p_j
+ *    <= p_i + window_right, on top of the causal rule; -1 leaves a side unbounded.
+ *    Compared exactly for any int64 positions. With window = 0 the bounds are not read
+ *    and must be 0 or -1 (a zeroed struct's or GPE_ATTENTION_OPTIONS_INIT's values), so
+ *    that bounds set without window = 1 are refused rather than ignored.
+ *  - softcap c > 0 (Gemma 2's logit softcap): the q.k part of the score x (scale and
+ *    Shaw key labels included) becomes c tanh(x / c); the bias is added after it.
+ *  - sinks: one logit z_h per query head (gpt-oss's learned attention sinks), float32
+ *    [heads_q], in the softmax's denominator of every row of head h and attending to
+ *    nothing (Z_i above). A NaN or +inf z_h makes its rows NaN; -inf is no sink.
+ *    gpe_attention_backward_with_parameters returns dL/dz (d_sinks).
  * ---------------------------------------------------------------------------------- */
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
@@ -98,11 +132,19 @@ typedef struct gpe_attention_options {
   int64_t shaw_max_distance;          /* k >= 0 for the Shaw tables */
   const DLTensor* shaw_key_table;     /* optional float64 [2k + 1, head_dim] */
   const DLTensor* shaw_value_table;   /* optional float64 [2k + 1, head_dim] */
+  /* Since 0.9.0: RoPE handles, sliding windows, softcap, sinks (read only when
+   * struct_size covers them; the paragraph above). */
+  const gpe_rope* rope;   /* optional: any RoPE of gpe/rope.h (not with rope_dim) */
+  int32_t window;         /* 0: no window; 1: window_left / window_right apply */
+  int64_t window_left;    /* -1 unbounded, else >= 0: keys with p_j >= p_i - window_left */
+  int64_t window_right;   /* -1 unbounded, else >= 0: keys with p_j <= p_i + window_right */
+  double softcap;         /* 0: none; else finite > 0 */
+  const DLTensor* sinks;  /* optional float32 [heads_q]: one sink logit per query head */
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
-    NULL, NULL, NULL, 0, NULL, NULL }
+    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,
@@ -136,7 +178,10 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
  *  - d_grape_a, d_grape_b [m, head_dim], d_grape_omega [m], for options->grape_m (GRAPE-M's
  *    generators L_k = omega_k (a_k b_k^T - b_k a_k^T)): from dL/dq' = G(p) dq and
  *    dL/dk' = G(p) dk, summed over every token and head of q and k; they need dq and dk;
- *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2. */
+ *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2;
+ *  - d_sinks (since 0.9.0; read only when struct_size covers it): dL/dz [heads_q] for
+ *    options->sinks, dL/dz_h = -sum_i exp(z_h - lse_i) <dL/do_i, o_i> over the rows of
+ *    head h; float32 and float64 calls (bfloat16 gives dq, dk, dv only). */
 typedef struct gpe_attention_param_grads {
   uint32_t struct_size; /* sizeof(gpe_attention_param_grads) */
   DLTensor* d_bias_a;
@@ -146,9 +191,10 @@ typedef struct gpe_attention_param_grads {
   DLTensor* d_grape_omega;
   DLTensor* d_shaw_key_table;
   DLTensor* d_shaw_value_table;
+  DLTensor* d_sinks; /* float64 [heads_q] (since 0.9.0) */
 } gpe_attention_param_grads;
 #define GPE_ATTENTION_PARAM_GRADS_INIT \
-  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
 
 GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_with_parameters(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,

@@ -2,10 +2,14 @@
 // (call.h), then attention/cpu's CpuBackward (float32, bfloat16) or the exact
 // ReferenceBackward<double> (float64), which check the call itself, with the encoding
 // parameters' gradients (parameter_gradients.h). Every entry point runs under Guard.
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
@@ -14,6 +18,7 @@
 #include "c_api/src/attention/parameter_gradients.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
+#include "c_api/src/common/matrices.h"
 #include "c_api/src/common/tensor_view.h"
 #include "c_api/src/sequence/handles.h"
 #include "dlpack/dlpack.h"
@@ -35,10 +40,44 @@ using gpe::c_api::attn::CheckSameLayout;
 using gpe::c_api::attn::GrapeMParameterGrads;
 using gpe::c_api::attn::TableGradient;
 using gpe::c_api::attn::View;
+using gpe::c_api::kF64;
+using gpe::c_api::ShapeString;
+using gpe::c_api::ViewTensor;
 using BF = gpe::c_api::attn::BF;
 namespace att = gpe::attention;
 
 namespace {
+
+// gpe_attention_param_grads of 0.4.0 ends at d_shaw_value_table; d_sinks (0.9.0) is read
+// only when struct_size covers it.
+constexpr size_t kParamGradsV1Size = offsetof(gpe_attention_param_grads, d_sinks);
+
+// The sinks' gradient dL/dz: float64 [heads_q] (any stride) for a call with sinks,
+// computed into `values` and copied out by Finish. Data null when not asked.
+struct SinkGradient {
+  TensorView view;
+  std::vector<double> values;
+
+  absl::Status Init(DLTensor* t, const Call& c) {
+    if (t == nullptr) return absl::OkStatus();
+    if (!c.has_sinks()) return Bad("d_sinks is given but options->sinks is NULL");
+    absl::StatusOr<TensorView> v = ViewTensor(t, "d_sinks", 1, kF64);
+    if (!v.ok()) return v.status();
+    if (v->shape[0] != c.args.num_q_heads) {
+      return Bad(absl::StrCat("d_sinks must be float64 [heads_q] = [", c.args.num_q_heads,
+                              "], got ", ShapeString(*v)));
+    }
+    view = *v;
+    values.assign(static_cast<size_t>(c.args.num_q_heads), 0.0);
+    return absl::OkStatus();
+  }
+  double* data() { return view.data != nullptr ? values.data() : nullptr; }
+  void Finish() {
+    if (view.data == nullptr) return;
+    double* dst = view.typed<double>();
+    for (size_t h = 0; h < values.size(); ++h) dst[h * view.strides[0]] = values[h];
+  }
+};
 
 absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* q,
                           const DLTensor* k, const DLTensor* v, const DLTensor* o,
@@ -99,13 +138,20 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     if (!gav.ok()) return gav.status();
     BiasParameterGrads pg;
     if (absl::Status s = pg.Init(options->bias, d_bias_a, d_bias_b); !s.ok()) return s;
+    SinkGradient sink_grad;
+    if (absl::Status s = sink_grad.Init(pgrads != nullptr ? pgrads->d_sinks : nullptr, c);
+        !s.ok()) {
+      return s;
+    }
     const NamedView outs[] = {{dq != nullptr ? &dqv : nullptr, "dq"},
                               {dk != nullptr ? &dkv : nullptr, "dk"},
                               {dv != nullptr ? &dvv : nullptr, "dv"},
                               {gak->data != nullptr ? &*gak : nullptr, "d_shaw_key_table"},
                               {gav->data != nullptr ? &*gav : nullptr, "d_shaw_value_table"},
                               {pg.va.data != nullptr ? &pg.va : nullptr, "d_bias_a"},
-                              {pg.vb.data != nullptr ? &pg.vb : nullptr, "d_bias_b"}};
+                              {pg.vb.data != nullptr ? &pg.vb : nullptr, "d_bias_b"},
+                              {sink_grad.view.data != nullptr ? &sink_grad.view : nullptr,
+                               "d_sinks"}};
     const att::BiasGradientSink sink = pg.Sink();
     const bool grape_grads = pgrads != nullptr && (pgrads->d_grape_a != nullptr ||
                                                    pgrads->d_grape_b != nullptr ||
@@ -128,12 +174,17 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     }
     auto finish = [&]() -> absl::Status {
       if (absl::Status st = pg.Finish(); !st.ok()) return st;
+      sink_grad.Finish();
       if (!grape_grads) return absl::OkStatus();
       return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
     };
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
     if (c.dtype == DType::kBFloat16 && (gak->data != nullptr || gav->data != nullptr)) {
       return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
+                 "bfloat16 gives dq, dk and dv only");
+    }
+    if (c.dtype == DType::kBFloat16 && sink_grad.data() != nullptr) {
+      return Bad("the sinks' gradient (d_sinks) is computed for float32 and float64 inputs; "
                  "bfloat16 gives dq, dk and dv only");
     }
     // The backwards check the call (ValidateAttention) and the Shaw table gradients, and
@@ -144,6 +195,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       att::ReferenceBackwardExtras rex;
       rex.shaw_key_table_grad = gak->typed<double>();
       rex.shaw_value_table_grad = gav->typed<double>();
+      rex.sink_grad = sink_grad.data();
       const absl::Status ref = att::ReferenceBackward(c.args, c.q.typed<const double>(), c.k.typed<const double>(),
                                     c.v.typed<const double>(), gv->typed<const double>(),
                                     dq ? dqv.typed<double>() : nullptr,
@@ -209,13 +261,17 @@ gpe_status gpe_attention_backward_with_parameters(
     DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads) {
   return Guard([&]() -> absl::Status {
     if (grads == nullptr) return Bad("grads is NULL (use GPE_ATTENTION_PARAM_GRADS_INIT)");
-    if (absl::Status s = CheckStructSize(grads->struct_size, sizeof(gpe_attention_param_grads),
+    if (absl::Status s = CheckStructSize(grads->struct_size, kParamGradsV1Size,
                                          sizeof(gpe_attention_param_grads),
                                          "gpe_attention_param_grads");
         !s.ok()) {
       return s;
     }
-    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, grads->d_shaw_key_table,
-                        grads->d_shaw_value_table, grads->d_bias_a, grads->d_bias_b, grads);
+    // The caller's struct (0.4.0's shorter one included), later fields NULL.
+    gpe_attention_param_grads g;
+    std::memset(&g, 0, sizeof g);
+    std::memcpy(&g, grads, grads->struct_size);
+    return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, g.d_shaw_key_table,
+                        g.d_shaw_value_table, g.d_bias_a, g.d_bias_b, &g);
   });
 }

@@ -29,6 +29,7 @@
 #include "c_api/src/common/tensor_view.h"
 #include "c_api/src/sequence/bias_handle.h"
 #include "c_api/src/sequence/handles.h"
+#include "c_api/src/sequence/rope_handle.h"
 #include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
@@ -43,7 +44,8 @@ constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat
 constexpr DType kF32[] = {DType::kFloat32};
 
 // The options struct of the first release ends at cu_seqlens_k; later fields are read
-// only when struct_size covers them (zero / NULL otherwise).
+// only when struct_size covers them (zero / NULL otherwise: 0.4.0's structured positions
+// and Shaw tables, 0.9.0's rope handle, window, softcap and sinks).
 constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 
 // A row-major copy of a tensor of any strides (validated by ViewTensor).
@@ -169,14 +171,30 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
   if (o.rope_sections_interleaved != 0 && o.rope_sections_interleaved != 1) {
     return Bad("rope_sections_interleaved must be 0 or 1");
   }
+  if ((o.rope_axes > 1 || o.rope_sections != nullptr) && o.rope != nullptr) {
+    return Bad("rope_axes / rope_sections describe rope_dim's RoPE; a gpe_rope handle carries "
+               "its own axes (gpe_rope_options.axes): leave them 0 / NULL");
+  }
   if ((o.rope_axes > 1 || o.rope_sections != nullptr) && o.rope_dim == 0) {
     return Bad("rope_axes / rope_sections need rope_dim");
   }
   if (o.algebraic_tree != nullptr) ++*encodings;
   if (o.algebraic_grid != nullptr) ++*encodings;
   if (*encodings > 1) {
-    return Bad("at most one of rope_dim, grape_m, algebraic, algebraic_tree and algebraic_grid "
-               "may be set");
+    return Bad("at most one of rope_dim, rope, grape_m, algebraic, algebraic_tree and "
+               "algebraic_grid may be set");
+  }
+  if (o.rope != nullptr) {
+    // The handle's axes: a multi-axis RoPE reads per-axis coordinates of its own count.
+    const int64_t want = o.rope->impl.options().num_axes;
+    if (want > 1 && axes != want) {
+      return Bad(absl::StrCat("this gpe_rope has ", want, " axes: give q_axes / k_axes of "
+                              "[tokens, ", want, "]"));
+    }
+    if (want == 1 && axes > 1) {
+      return Bad(absl::StrCat("this gpe_rope has one axis (it reads the int64 positions) but "
+                              "q_axes / k_axes have ", axes));
+    }
   }
   if (o.rope_dim != 0 && (o.rope_axes > 1 || o.rope_sections != nullptr)) {
     std::vector<int64_t> sections;
@@ -286,6 +304,48 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     c->shaw.emplace(*std::move(shaw));
     if (o.shaw_key_table != nullptr) a.shaw_keys = &*c->shaw;
     if (o.shaw_value_table != nullptr) a.shaw_values = &*c->shaw;
+  }
+  return absl::OkStatus();
+}
+
+// The sliding window, the logit softcap and the sinks (read from a struct of any
+// accepted size: zero / NULL when it ends before them). args' head counts are set.
+absl::Status PrepareWindowSoftcapSinks(const gpe_attention_options& o, Call* c) {
+  att::AttentionArgs& a = c->args;
+  if (o.window != 0 && o.window != 1) {
+    return Bad(absl::StrCat("window must be 0 (none) or 1 (window_left / window_right apply), "
+                            "got ", o.window));
+  }
+  const auto unset = [](int64_t bound) { return bound == 0 || bound == -1; };
+  if (o.window == 0 && !(unset(o.window_left) && unset(o.window_right))) {
+    return Bad(absl::StrCat("window_left / window_right are (", o.window_left, ", ",
+                            o.window_right, ") but window is 0: set window = 1 to apply them"));
+  }
+  if (o.window == 1) {
+    if (o.window_left < -1 || o.window_right < -1) {
+      return Bad(absl::StrCat("window_left and window_right must be -1 (unbounded) or >= 0, "
+                              "got (", o.window_left, ", ", o.window_right, ")"));
+    }
+    a.window_left = o.window_left;
+    a.window_right = o.window_right;
+  }
+  if (o.softcap != 0.0) {
+    if (!(std::isfinite(o.softcap) && o.softcap > 0.0)) {
+      return Bad(absl::StrCat("softcap must be 0 (none) or finite and > 0, got ", o.softcap));
+    }
+    a.softcap = o.softcap;
+  }
+  if (o.sinks != nullptr) {
+    absl::StatusOr<TensorView> v = ViewTensor(o.sinks, "sinks", 1, kF32);
+    if (!v.ok()) {
+      return Bad(absl::StrCat(v.status().message(), " (sinks: float32 [heads_q])"));
+    }
+    if (v->shape[0] != a.num_q_heads) {
+      return Bad(absl::StrCat("sinks must be float32 [heads_q] = [", a.num_q_heads,
+                              "], one logit per query head; got ", ShapeString(*v)));
+    }
+    c->sinks = Compact<float>(*v);
+    a.sinks = c->sinks;
   }
   return absl::OkStatus();
 }
@@ -491,9 +551,26 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
       a.k_positions = c->pos_k;
     }
   }
-  int encodings = (o.rope_dim != 0) + (o.grape_m != nullptr) + (o.algebraic != nullptr);
-  if (encodings > 1) return Bad("at most one of rope_dim, grape_m and algebraic may be set");
-  if (o.rope_dim != 0) {
+  if (o.rope != nullptr && o.rope_dim != 0) {
+    return Bad("give rope (a gpe_rope handle) or rope_dim, not both: the handle supersedes "
+               "rope_dim / rope_base / rope_pairing");
+  }
+  int encodings = (o.rope_dim != 0) + (o.rope != nullptr) + (o.grape_m != nullptr) +
+                  (o.algebraic != nullptr);
+  if (encodings > 1) return Bad("at most one of rope_dim, rope, grape_m and algebraic may be set");
+  if (absl::Status s = PrepareWindowSoftcapSinks(o, c); !s.ok()) return s;
+  if (o.rope != nullptr) {
+    // Each side exactly as gpe_rope_forward rotates it in its role (xPos: q and k scaled
+    // inversely); the table carries the schedule's attention factor (descriptor.h's
+    // RopeRowTransform over rope.h's tables).
+    const seq::Rope& rope = o.rope->impl;
+    if (rope.options().head_dim != a.head_dim) {
+      return Bad(absl::StrCat("rope has head_dim ", rope.options().head_dim,
+                              " but q and k have head_dim ", a.head_dim));
+    }
+    c->transform = std::make_unique<att::RopeRowTransform>(rope, seq::RopeRole::kQuery);
+    c->key_transform = std::make_unique<att::RopeRowTransform>(rope, seq::RopeRole::kKey);
+  } else if (o.rope_dim != 0) {
     if (o.rope_pairing != GPE_PAIRING_INTERLEAVED && o.rope_pairing != GPE_PAIRING_HALF_SPLIT) {
       return Bad(absl::StrCat("rope_pairing must be GPE_PAIRING_*, got ", o.rope_pairing));
     }
@@ -515,7 +592,8 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     c->transform = std::make_unique<att::AlgebraicRowTransform>(o.algebraic->impl);
   }
   if (absl::Status s = PrepareStructured(o, c, &encodings); !s.ok()) return s;
-  a.q_transform = a.k_transform = c->transform.get();
+  a.q_transform = c->transform.get();
+  a.k_transform = c->key_transform != nullptr ? c->key_transform.get() : c->transform.get();
   if (o.bias != nullptr) a.biases = {&o.bias->base()};
   return absl::OkStatus();
 }

@@ -33,7 +33,7 @@ namespace seq = ::gpe::encodings::sequence;
 absl::Status Bad(const std::string& msg);
 
 // Everything one call needs, owning the encodings and position copies it points to
-// (the encodings are declared before the transform that refers to them).
+// (the encodings are declared before the transforms that refer to them).
 struct Call {
   att::AttentionArgs args;
   DType dtype = DType::kFloat32;     // q's (and o's, and the gradients')
@@ -41,12 +41,17 @@ struct Call {
   TensorView q, k, v;
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
   std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
+  std::vector<float> sinks;  // options->sinks, compact
   std::optional<seq::Rope> rope;
   std::optional<seq::AlgebraicTree> tree;
   std::optional<seq::AlgebraicGrid2D> grid2;
   std::optional<seq::AlgebraicGrid3D> grid3;
   std::optional<seq::ShawRelative> shaw;
+  // q's transform, and k's when it differs (a gpe_rope handle's key role: xPos); null
+  // key_transform means `transform` serves k too.
   std::unique_ptr<att::RowTransform> transform;
+  std::unique_ptr<att::RowTransform> key_transform;
+  bool has_sinks() const { return !args.sinks.empty(); }
 };
 
 using BF = seq::BFloat16;

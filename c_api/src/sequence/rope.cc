@@ -20,6 +20,7 @@
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
 #include "c_api/src/common/tensor_view.h"
+#include "c_api/src/sequence/rope_handle.h"
 #include "encodings/sequence/rope.h"
 
 using gpe::c_api::CheckCreate;
@@ -34,10 +35,6 @@ using gpe::c_api::TensorView;
 using gpe::c_api::ViewTensor;
 using gpe::c_api::kInt;
 namespace seq = gpe::encodings::sequence;
-
-struct gpe_rope {
-  seq::Rope impl;
-};
 
 // A cos/sin table for one token numbering, with its own copy of the encoding.
 struct gpe_rope_table {

@@ -31,7 +31,7 @@ class Backward {
            const T* o, const float* lse, const T* d_o, T* dk, T* dv,
            float* dq_acc, int64_t chunk_stride, const BiasGradientSink& sink, std::mutex* sink_mu,
            float* dk_rotated)
-      : a_(a), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
+      : a_(a), mask_(KeyMask::Of(a)), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
         sink_mu_(sink_mu), dk_rot_(dk_rotated) {}
 
@@ -141,15 +141,16 @@ class Backward {
     return absl::OkStatus();
   }
 
-  // The first query tile (its first row) that a key block with smallest position kmin
-  // computes: causal skips the tiles wholly before it.
-  int64_t FirstTile(const KeyItem& it, int64_t kmin) const {
+  // The first query tile (its first row) that a key block at positions [kmin, kmax]
+  // computes: the mask (causal, window) skips the tiles wholly outside it.
+  int64_t FirstTile(const KeyItem& it, int64_t kmin, int64_t kmax) const {
     const int64_t bq = p_.bq;
     const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
-    if (!a_.causal) return 0;
+    if (mask_.none()) return 0;
     for (int64_t r0 = 0; r0 < lq; r0 += bq) {
       const int64_t* qpos = pq_.data() + qb + r0;
-      if (*std::max_element(qpos, qpos + std::min(bq, lq - r0)) >= kmin) return r0;
+      const auto [lo, hi] = std::minmax_element(qpos, qpos + std::min(bq, lq - r0));
+      if (!mask_.AllMasked(*lo, *hi, kmin, kmax)) return r0;
     }
     return 0;
   }
@@ -164,11 +165,11 @@ class Backward {
     kb.kpos = pk_.data() + a_.k_begin(it.b) + j0;
     kb.kmin = *std::min_element(kb.kpos, kb.kpos + kb.nk);
     kb.kmax = *std::max_element(kb.kpos, kb.kpos + kb.nk);
-    kb.first_r0 = FirstTile(it, kb.kmin);
+    kb.first_r0 = FirstTile(it, kb.kmin, kb.kmax);
     if (j0 + bk < it.k1) {
       const int64_t* next = kb.kpos + bk;
-      kb.next_first_r0 =
-          FirstTile(it, *std::min_element(next, next + std::min(bk, it.k1 - j0 - bk)));
+      const auto [lo, hi] = std::minmax_element(next, next + std::min(bk, it.k1 - j0 - bk));
+      kb.next_first_r0 = FirstTile(it, *lo, *hi);
     }
     kb.sorted = std::is_sorted(kb.kpos, kb.kpos + kb.nk);
     return kb;
@@ -224,7 +225,7 @@ class Backward {
         qt.qpos = pq_.data() + qb + r0;
         qt.qmin = *std::min_element(qt.qpos, qt.qpos + qt.nr);
         qt.qmax = *std::max_element(qt.qpos, qt.qpos + qt.nr);
-        if (a_.causal && kb.kmin > qt.qmax) continue;  // the whole tile is in the future
+        if (mask_.AllMasked(qt.qmin, qt.qmax, kb.kmin, kb.kmax)) continue;  // no allowed pair
         qt.qrows = w.qs.get() + r0 * ld + hi * dp;
         qt.drows = w.dout.get() + r0 * ld + hi * dp;
         if (absl::Status st = TileGradients(it, kb, qt, w); !st.ok()) return st;
@@ -300,7 +301,7 @@ class Backward {
   // rows) and some operand (keys, values, Qs, dO) is not finite, so that 0 * x would
   // carry a NaN to where a masked key must contribute nothing.
   bool NeedsCare(const KeyBlock& kb, const QueryTile& qt, const BackwardWorkspace& w) const {
-    bool maybe_masked = cpu::MayHaveMaskedEntries(a_, kb.kmax, qt.qmin);
+    bool maybe_masked = cpu::MayHaveMaskedEntries(a_, qt.qmin, qt.qmax, kb.kmin, kb.kmax);
     for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
     if (!maybe_masked) return false;
     const int64_t ld = Group() * p_.dp;
@@ -309,7 +310,8 @@ class Backward {
   }
 
   // P = exp2(S - lse2) of the tile into w.s, S as the forward formed it (Shaw key labels,
-  // locality factors (kept in w.loc for dS), biases, the causal mask, padding at -inf);
+  // locality factors (kept in w.loc for dS), the softcap (its derivative kept in w.capd),
+  // biases, the mask (causal, window), padding at -inf);
   // and (Shaw value labels, for dL/daV) P's mass per label.
   absl::Status Probabilities(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
                              const cpu::PrefetchRows& ahead_q, BackwardWorkspace& w) const {
@@ -345,6 +347,9 @@ class Backward {
         }
       }
     }
+    if (a_.softcap.has_value()) {  // as the forward, keeping 1 - tanh^2 for dS
+      cpu::SoftcapTile(s, bk, nr, nk, static_cast<float>(*a_.softcap * kLog2e), w.capd.get(), bk);
+    }
     if (bias != nullptr) {  // as the forward: the same scores, bit for bit
       if (absl::Status st = AddBias(*bias, qt.h, qpos, nr, kpos, nk, log2e, s, bk, w.bias.get(),
                                     bk, &w.bias_scratch);
@@ -352,18 +357,8 @@ class Backward {
         return st;
       }
     }
-    if (a_.causal && kb.kmax > qt.qmin) {
-      for (int64_t r = 0; r < nr; ++r) {
-        float* sr = s + r * bk;
-        if (kb.sorted) {
-          const int64_t first = std::upper_bound(kpos, kpos + nk, qpos[r]) - kpos;
-          std::fill(sr + first, sr + nk, kNegInf);
-        } else {
-          for (int64_t j = 0; j < nk; ++j) {
-            if (kpos[j] > qpos[r]) sr[j] = kNegInf;
-          }
-        }
-      }
+    if (mask_.AnyMasked(qt.qmin, qt.qmax, kb.kmin, kb.kmax)) {
+      for (int64_t r = 0; r < nr; ++r) MaskRow(mask_, qpos[r], kpos, nk, kb.sorted, s + r * bk);
     }
     for (int64_t r = 0; r < nr; ++r) {
       std::fill(s + r * bk + nk, s + r * bk + kb.ncols, kNegInf);
@@ -435,6 +430,11 @@ class Backward {
                                   absl::MakeConstSpan(kpos, nk), g.data(), nk);
           !st.ok()) {
         return st;
+      }
+    }
+    if (a_.softcap.has_value()) {  // through c tanh(x / c): times 1 - tanh^2
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < nk; ++j) ds[r * bk + j] *= w.capd[r * bk + j];
       }
     }
     if (a_.locality.has_value()) {
@@ -527,6 +527,7 @@ class Backward {
   }
 
   const AttentionArgs& a_;
+  const KeyMask mask_;
   const Plan& p_;
   const T *q_, *k_, *v_, *o_;
   const float* lse_;

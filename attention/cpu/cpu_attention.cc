@@ -5,12 +5,15 @@
 #include "attention/cpu/cpu_attention.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "attention/cpu/backward.h"
 #include "attention/cpu/decode.h"
+#include "attention/cpu/element_rows.h"
 #include "attention/cpu/forward.h"
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_bf16.h"
@@ -41,16 +44,15 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
   Forward<T, KV> fwd(args, *plan, q, k, v, o, lse);
   if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
   // Decoding shapes (few query rows per kv head, long KV caches): split the keys.
-  int64_t max_lq = 0, total_k = 0;
+  int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
     max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
-    total_k += args.k_end(b) - args.k_begin(b);
   }
   const int64_t group = args.num_q_heads / args.num_kv_heads;
   // (Shaw labels keep per-row label sums the split-KV states do not carry.)
   if (max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys && plan->nlk == 0 &&
       plan->nlv == 0) {
-    return RunDecode(fwd, args, *plan, total_k);
+    return RunDecode(fwd, args, *plan);
   }
   return RunForwardItems(fwd, args, *plan);
 }
@@ -86,6 +88,27 @@ absl::Status RecomputeOutputs(const AttentionArgs& args, const T* q, const T* k,
   return absl::OkStatus();
 }
 
+// dL/dz_h = -sum_i p_sink(i) D_i with p_sink(i) = exp(z_h - lse_i) and D_i = <do_i, o_i>
+// over the rows i of head h (descriptor.h, SINKS), added to grad in double. A -inf sink
+// takes no share (and no gradient).
+template <class T>
+void SinkGradient(const AttentionArgs& args, const T* o, const float* lse, const T* d_o,
+                  double* grad) {
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.head_dim;
+  for (int64_t t = 0; t < nq; ++t) {
+    for (int64_t h = 0; h < hq; ++h) {
+      const double z = args.sinks[h];
+      if (z == -std::numeric_limits<double>::infinity()) continue;
+      const int64_t at = args.QOffset(args.o, t, h);
+      double dsum = 0.0;
+      for (int64_t c = 0; c < d; ++c) {
+        dsum += static_cast<double>(ToF(d_o[at + c])) * static_cast<double>(ToF(o[at + c]));
+      }
+      grad[h] -= std::exp(z - static_cast<double>(lse[t * hq + h])) * dsum;
+    }
+  }
+}
+
 template <class T>
 absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, const T* v,
                           const T* o, const float* lse, const T* d_o, T* dq, T* dk, T* dv,
@@ -101,6 +124,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ZeroSinkGradient(args, extras.sink_grad); !s.ok()) return s;
   if (args.empty()) return absl::OkStatus();  // nothing else to write (AttentionArgs::empty)
   absl::StatusOr<Plan> plan = MakePlan(args, options, std::is_same_v<T, float>,
                                        std::is_same_v<T, encodings::sequence::BFloat16>);
@@ -121,6 +145,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     o_use = o_strided.data();
     lse_use = lse_own.data();
   }
+  if (extras.sink_grad != nullptr) SinkGradient(args, o_use, lse_use, d_o, extras.sink_grad);
   return RunBackward(args, *plan, q, k, v, o_use, lse_use, d_o, dq, dk, dv, bias_sink, extras);
 }
 

@@ -99,11 +99,14 @@ absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float*
 // shaw_key_table_grad / shaw_value_table_grad receive dL/daK and dL/daV for
 // args.shaw_keys / shaw_values (descriptor.h, SHAW LABELS): [2k + 1, head_dim]
 // row-major double, overwritten; float arithmetic per item, summed in double.
+// sink_grad receives dL/dz for args.sinks (num_q_heads doubles, overwritten; descriptor.h,
+// SINKS): -sum_i exp(z_h - lse_i) <dL/do_i, o_i> over the rows of head h, in double.
 struct CpuBackwardExtras {
   float* dq_rotated = nullptr;
   float* dk_rotated = nullptr;
   double* shaw_key_table_grad = nullptr;
   double* shaw_value_table_grad = nullptr;
+  double* sink_grad = nullptr;
 };
 absl::Status CpuBackward(const AttentionArgs& args, const float* q, const float* k,
                          const float* v, const float* o, const float* lse, const float* d_o,

@@ -310,36 +310,52 @@ void BM_CpuDecode(benchmark::State& state) {
 // over blocks of 32 tokens (d 128), over a KV cache of `tokens` tokens (32: the block stays
 // in L1/L2; 32768: streamed from memory). Isolates the kernels' rate from the memory's.
 // prefetch: 1 requests the cache 32 KiB ahead (cpu::PrefetchAhead), as RunDecode does.
+// kv: the cache's type, 0 float32, 1 bfloat16, 2 float16 (GB/s counts the bytes read).
 void BM_DecodeKernels(benchmark::State& state) {
   const int64_t tokens = state.range(0), hkv = 8, rows = 4, d = 128, nk = 32, bk = 128;
+  const int kv = static_cast<int>(state.range(3));
+  const int64_t elem = kv == 0 ? 4 : 2;
   std::vector<float> k(static_cast<size_t>(tokens * hkv * d)), v(k.size());
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& x : k) x = u(rng);
   for (float& x : v) x = u(rng);
+  std::vector<uint16_t> k16(kv == 0 ? 0 : k.size()), v16(k16.size());
+  for (size_t i = 0; i < k16.size(); ++i) {
+    k16[i] = kv == 1 ? encodings::sequence::ToBFloat16(k[i]).bits : encodings::sequence::ToFloat16(k[i]).bits;
+    v16[i] = kv == 1 ? encodings::sequence::ToBFloat16(v[i]).bits : encodings::sequence::ToFloat16(v[i]).bits;
+  }
   std::vector<float> q(static_cast<size_t>(hkv * rows * d), 0.01f), s(static_cast<size_t>(hkv * rows * bk));
   std::vector<float> o(static_cast<size_t>(hkv * rows * d)), alpha(static_cast<size_t>(hkv * rows), 1.0f);
   const int which = static_cast<int>(state.range(1));
   const bool prefetch = state.range(2) != 0;
-  const int64_t row = hkv * d, ahead = (int64_t{32} << 10) / sizeof(float);
-  auto range = [&](const std::vector<float>& x, int64_t j0) {
-    const int64_t first = j0 * row + ahead, end = static_cast<int64_t>(x.size());
+  const int64_t row = hkv * d, ahead = (int64_t{32} << 10) / elem;
+  auto range = [&](const void* base, int64_t j0) {
+    const int64_t first = j0 * row + ahead, end = tokens * row;
     if (!prefetch || first >= end) return cpu::PrefetchAhead{};
-    return cpu::PrefetchAhead{x.data() + first, std::min(nk * row, end - first) * 4};
+    return cpu::PrefetchAhead{static_cast<const char*>(base) + first * elem,
+                              std::min(nk * row, end - first) * elem};
   };
   for (auto _ : state) {
     for (int64_t j0 = 0; j0 < tokens; j0 += nk) {
-      if (which & 1) cpu::ScoreDecode(q.data(), d, rows, hkv, d, k.data() + j0 * hkv * d, hkv * d, d, nk, s.data(), bk, range(k, j0));
-      if (which & 2) cpu::AccumulateDecode(s.data(), bk, rows, hkv, nk, v.data() + j0 * hkv * d, hkv * d, d, d, alpha.data(), o.data(), d, range(v, j0));
+      const int64_t at = j0 * hkv * d;
+      if (kv == 0) {
+        if (which & 1) cpu::ScoreDecode(q.data(), d, rows, hkv, d, k.data() + at, hkv * d, d, nk, s.data(), bk, range(k.data(), j0));
+        if (which & 2) cpu::AccumulateDecode(s.data(), bk, rows, hkv, nk, v.data() + at, hkv * d, d, d, alpha.data(), o.data(), d, range(v.data(), j0));
+      } else {
+        if (which & 1) cpu::ScoreDecode16(q.data(), d, rows, hkv, d, k16.data() + at, hkv * d, d, nk, s.data(), bk, kv == 2, range(k16.data(), j0));
+        if (which & 2) cpu::AccumulateDecode16(s.data(), bk, rows, hkv, nk, v16.data() + at, hkv * d, d, d, alpha.data(), o.data(), d, kv == 2, range(v16.data(), j0));
+      }
     }
     benchmark::DoNotOptimize(o.data());
   }
-  const double bytes = (((which & 1) ? 1.0 : 0.0) + ((which & 2) ? 1.0 : 0.0)) * double(k.size()) * sizeof(float);
+  const double bytes = (((which & 1) ? 1.0 : 0.0) + ((which & 2) ? 1.0 : 0.0)) * double(k.size()) * double(elem);
   state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeKernels)
-    ->ArgNames({"tokens", "which", "prefetch"})
-    ->ArgsProduct({{32, 32768}, {1, 2, 3}, {0, 1}})
+    ->ArgNames({"tokens", "which", "prefetch", "kv"})
+    ->ArgsProduct({{32, 32768}, {1, 2, 3}, {0, 1}, {0}})
+    ->ArgsProduct({{32, 32768}, {1, 2, 3}, {1}, {1, 2}})
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 

@@ -62,19 +62,21 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
     kblk.kpos = pk_.data() + kb + j0;
     kblk.kmin = *std::min_element(kblk.kpos, kblk.kpos + nk);
     kblk.kmax = *std::max_element(kblk.kpos, kblk.kpos + nk);
-    if (a_.causal && kblk.kmin > qmax) continue;
+    if (KeyMask::Of(a_).AllMasked(qmin, qmax, kblk.kmin, kblk.kmax)) continue;
     kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
     kblk.direct = true;
     kblk.ncols = RoundUp(nk, kVecPad);
     // Keys as stored and value rows unpadded (d == dp): read in place, in token order
     // (a 16-bit cache widened in registers).
     if (tk_ == nullptr && p_.d == p_.dp) {
-      if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, w); !st.ok()) {
+      if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, qmax, w); !st.ok()) {
         return st;
       }
       continue;
     }
-    if (absl::Status st = DecodeBlockByHead(kblk, j0, qpos, lq, qmin, w); !st.ok()) return st;
+    if (absl::Status st = DecodeBlockByHead(kblk, j0, qpos, lq, qmin, qmax, w); !st.ok()) {
+      return st;
+    }
   }
   StoreDecodeState(t0, lq, chunk, partial, w);
   return absl::OkStatus();
@@ -88,7 +90,7 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
 template <class T, class KV>
 absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
                                          const int64_t* qpos, int64_t lq, int64_t qmin,
-                                         Workspace& w) const {
+                                         int64_t qmax, Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kblk.nk;
   const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads, hkv = a_.num_kv_heads;
   const int64_t kb = a_.k_begin(kblk.b);
@@ -108,13 +110,14 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
   }
   for (int64_t g = 0; g < hkv; ++g) {
     kblk.g = g;
-    if (absl::Status st = AdjustScores(kblk, g * group, group, qpos, lq, qmin, s + g * gr * bk, w);
+    if (absl::Status st =
+            AdjustScores(kblk, g * group, group, qpos, lq, qmin, qmax, s + g * gr * bk, w);
         !st.ok()) {
       return st;
     }
   }
   cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
-  if (cpu::MayHaveMaskedEntries(a_, kblk.kmax, qmin)) {
+  if (cpu::MayHaveMaskedEntries(a_, qmin, qmax, kblk.kmin, kblk.kmax)) {
     // Masked entries: a non-finite value row must not reach them (nonfinite.h).
     bool finite = true;
     for (int64_t g = 0; g < hkv && finite; ++g) {
@@ -148,7 +151,8 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
 // g * group * lq ..): one pass over the block's key and value rows per kv head.
 template <class T, class KV>
 absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
-                                           int64_t lq, int64_t qmin, Workspace& w) const {
+                                           int64_t lq, int64_t qmin, int64_t qmax,
+                                           Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp, nk = kblk.nk;
   const int64_t group = a_.num_q_heads / a_.num_kv_heads, hkv = a_.num_kv_heads;
   const int64_t kb = a_.k_begin(kblk.b);
@@ -166,7 +170,7 @@ absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const 
     }
     kblk.ldv = p_.direct_v ? a_.v.token : dp;
     const int64_t r0 = g * group * lq;
-    if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin,
+    if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin, qmax,
                                    w.m.get() + r0, w.l.get() + r0 * kSumLanes,
                                    w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
         !st.ok()) {
@@ -174,6 +178,25 @@ absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const 
     }
   }
   return absl::OkStatus();
+}
+
+// Keys [first, end) of sequence b (indices within it) that its queries may attend to:
+// with a mask (causal, window) and keys in position order, those not wholly outside
+// every query's interval (two binary searches); else every key.
+template <class T, class KV>
+std::pair<int64_t, int64_t> Forward<T, KV>::DecodeKeyRange(int64_t b) const {
+  const int64_t kb = a_.k_begin(b), lk = a_.k_end(b) - kb;
+  const KeyMask mask = KeyMask::Of(a_);
+  const int64_t* kpos = pk_.data() + kb;
+  const int64_t q0 = a_.q_begin(b), q1 = a_.q_end(b);
+  if (mask.none() || q0 == q1 || !std::is_sorted(kpos, kpos + lk)) return {0, lk};
+  const auto [lo, hi] = std::minmax_element(pq_.data() + q0, pq_.data() + q1);
+  const int64_t qmin = *lo, qmax = *hi;
+  const int64_t* first = std::partition_point(
+      kpos, kpos + lk, [&](int64_t k) { return k < qmin && !mask.Allowed(qmin, k); });
+  const int64_t* end = std::partition_point(
+      first, kpos + lk, [&](int64_t k) { return !(k > qmax && !mask.Allowed(qmax, k)); });
+  return {first - kpos, end - kpos};
 }
 
 // The item's state of every (head, token) row, (m, l, o), to partial[(chunk, token,
@@ -256,22 +279,22 @@ void Forward<T, KV>::CombineDecode(const float* partial, int64_t chunks) const {
           for (int64_t e = 0; e < d; ++e) acc[e] += f * st[2 + e];
         }
       }
-      const bool empty = l == 0.0f;  // no allowed key: o = 0, lse = -inf
-      const float inv = empty ? 0.0f : 1.0f / l;
-      for (int64_t e = 0; e < d; ++e) acc[e] *= inv;
+      const float lse = FinishRow(mx, l, a_.sinks.empty() ? kNegInf : a_.sinks[h], acc.data(), d);
       StoreRow(acc.data(), o_ + a_.QOffset(a_.o, t, h), d);
-      if (lse_ != nullptr) {
-        lse_[t * hq + h] =
-            empty ? kNegInf
-                  : static_cast<float>((static_cast<double>(mx) + std::log2(static_cast<double>(l))) * kLn2);
-      }
+      if (lse_ != nullptr) lse_[t * hq + h] = lse;
     }
   }
 }
 
 template <class T, class KV>
-absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan,
-                       int64_t total_k) {
+absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan) {
+  std::vector<std::pair<int64_t, int64_t>> range(static_cast<size_t>(args.num_sequences()));
+  int64_t total_k = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    if (args.q_end(b) == args.q_begin(b)) continue;
+    range[b] = fwd.DecodeKeyRange(b);
+    total_k += range[b].second - range[b].first;
+  }
   // Chunks of about total_k / (4 threads) keys (whole key blocks), per sequence.
   const int64_t chunk = std::max(plan.bk, RoundUp(total_k / (4 * plan.threads) + 1, plan.bk));
   struct DecodeItem {
@@ -281,10 +304,10 @@ absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, con
   int64_t chunks = 1;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
     if (args.q_end(b) == args.q_begin(b)) continue;
-    const int64_t lk = args.k_end(b) - args.k_begin(b);
+    const auto [first, end] = range[b];
     int64_t c = 0;
-    for (int64_t k0 = 0; k0 < lk; k0 += chunk, ++c) {
-      items.push_back({b, k0, std::min(lk, k0 + chunk), c});
+    for (int64_t k0 = first; k0 < end; k0 += chunk, ++c) {
+      items.push_back({b, k0, std::min(end, k0 + chunk), c});
     }
     chunks = std::max(chunks, c);
   }
@@ -313,15 +336,15 @@ absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, con
 }
 
 template absl::Status RunDecode(const Forward<float, float>& fwd, const AttentionArgs& args,
-                                const Plan& plan, int64_t total_k);
+                                const Plan& plan);
 template absl::Status RunDecode(const Forward<BFloat16, BFloat16>& fwd, const AttentionArgs& args,
-                                const Plan& plan, int64_t total_k);
+                                const Plan& plan);
 template absl::Status RunDecode(const Forward<float, BFloat16>& fwd, const AttentionArgs& args,
-                                const Plan& plan, int64_t total_k);
+                                const Plan& plan);
 template absl::Status RunDecode(const Forward<float, Float16>& fwd, const AttentionArgs& args,
-                                const Plan& plan, int64_t total_k);
+                                const Plan& plan);
 template absl::Status RunDecode(const Forward<BFloat16, Float16>& fwd, const AttentionArgs& args,
-                                const Plan& plan, int64_t total_k);
+                                const Plan& plan);
 
 }  // namespace cpu
 }  // namespace attention

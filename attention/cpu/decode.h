@@ -16,10 +16,10 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-// The whole forward of the call by split keys (total_k: keys of every sequence).
+// The whole forward of the call by split keys: each sequence's keys that its queries may
+// attend to (Forward::DecodeKeyRange: a window's) in chunks spread over the threads.
 template <class T, class KV>
-absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan,
-                       int64_t total_k);
+absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan);
 
 }  // namespace cpu
 }  // namespace attention

@@ -128,12 +128,16 @@ absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, i
                        *std::max_element(qpos + r0, qpos + r0 + n)};
     }
   }
-  int64_t qmax = std::numeric_limits<int64_t>::min();
-  for (int64_t t = 0; t < tiles; ++t) qmax = std::max(qmax, tile[t].pmax);
+  int64_t qmin = std::numeric_limits<int64_t>::max(), qmax = std::numeric_limits<int64_t>::min();
+  for (int64_t t = 0; t < tiles; ++t) {
+    qmin = std::min(qmin, tile[t].pmin);
+    qmax = std::max(qmax, tile[t].pmax);
+  }
+  const KeyMask mask = KeyMask::Of(a_);
   StartRows(nh * mq, w);
   const int64_t blocks = (lk + bk - 1) / bk;
   for (int64_t blk = 0; blk < blocks; ++blk) {
-    if (a_.causal && w.kmin[blk] > qmax) continue;  // entirely in every row's future
+    if (mask.AllMasked(qmin, qmax, w.kmin[blk], w.kmax[blk])) continue;  // no allowed pair
     absl::StatusOr<KeyBlock> kblk = ItemKeyBlock(it, blk, kb, lk, direct, w);
     if (!kblk.ok()) return kblk.status();
     if (absl::Status st = BlockTiles(*kblk, tile, tiles, h0, nh, mq, qpos, direct, w); !st.ok()) {
@@ -214,24 +218,25 @@ absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* t
                                     bool direct, Workspace& w) const {
   const int64_t d = p_.d, dp = p_.dp;
   const float* qb = w.qblk.get();
+  const KeyMask mask = KeyMask::Of(a_);
   if (direct && tiles == nh) {  // one tile per head: every head in one TileStep
     int64_t pmin = tile[0].pmin, pmax = tile[0].pmax;
     for (int64_t t = 1; t < tiles; ++t) {
       pmin = std::min(pmin, tile[t].pmin);
       pmax = std::max(pmax, tile[t].pmax);
     }
-    if (a_.causal && kblk.kmin > pmax) return absl::OkStatus();
-    return TileStep(kblk, h0, nh, qb, qpos, mq, pmin, w.m.get(), w.l.get(), w.alpha.get(),
+    if (mask.AllMasked(pmin, pmax, kblk.kmin, kblk.kmax)) return absl::OkStatus();
+    return TileStep(kblk, h0, nh, qb, qpos, mq, pmin, pmax, w.m.get(), w.l.get(), w.alpha.get(),
                     w.oacc.get(), w, nullptr, p_.nlk > 0 ? w.qlab.data() : nullptr,
                     p_.nlv > 0 ? w.vmass.data() : nullptr);
   }
   for (int64_t t = 0; t < tiles; ++t) {
-    if (a_.causal && kblk.kmin > tile[t].pmax) continue;
+    if (mask.AllMasked(tile[t].pmin, tile[t].pmax, kblk.kmin, kblk.kmax)) continue;
     const int64_t r0 = tile[t].row, h = tile[t].head;
     const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
     const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
     if (absl::Status st = TileStep(
-            kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, w.m.get() + r0,
+            kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, tile[t].pmax, w.m.get() + r0,
             w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
             p_.nlk > 0 ? w.qlab.data() + r0 * p_.ldl : nullptr,
             p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
@@ -259,18 +264,40 @@ void Forward<T, KV>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, W
     float* acc = w.oacc.get() + row * dp;
     float l = 0.0f;
     for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
-    // l = 0: no allowed key, o = 0 and lse = -inf. l is NaN when a score was NaN or +inf
-    // (kernels.h, SoftmaxTile): o and lse NaN.
+    // l is NaN when a score was NaN or +inf (kernels.h, SoftmaxTile): o and lse NaN.
+    const float lse = FinishRow(w.m[row], l, a_.sinks.empty() ? kNegInf : a_.sinks[h], acc, d);
+    StoreRow(acc, out, d);
+    if (lse_ != nullptr) lse_[(t0 + r) * a_.num_q_heads + h] = lse;
+  }
+}
+
+float FinishRow(float m, float l, float z, float* acc, int64_t d) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  if (std::isnan(z) || z == std::numeric_limits<float>::infinity()) {
+    std::fill(acc, acc + d, std::numeric_limits<float>::quiet_NaN());
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  if (z == kNegInf) {  // no sink: l = 0 is a row with no allowed key, o = 0, lse = -inf
     const bool empty = l == 0.0f;
     const float inv = empty ? 0.0f : 1.0f / l;
     for (int64_t c = 0; c < d; ++c) acc[c] *= inv;
-    StoreRow(acc, out, d);
-    if (lse_ != nullptr) {
-      lse_[(t0 + r) * a_.num_q_heads + h] =
-          empty ? kNegInf
-                : static_cast<float>((static_cast<double>(w.m[row]) + std::log2(static_cast<double>(l))) * kLn2);
-    }
+    return empty ? kNegInf
+                 : static_cast<float>((static_cast<double>(m) + std::log2(static_cast<double>(l))) *
+                                      kLn2);
   }
+  // In double: 2^(z2 - M) and l 2^(m - M) in (0, 1] and [0, l], L in (1, l + 1].
+  const bool empty = l == 0.0f;
+  if (empty) {
+    for (int64_t c = 0; c < d; ++c) acc[c] *= 0.0f;
+    return z;
+  }
+  const double z2 = static_cast<double>(z) * kLog2e;
+  const double mm = std::max<double>(m, z2);
+  const double keys = std::exp2(static_cast<double>(m) - mm);
+  const double big_l = static_cast<double>(l) * keys + std::exp2(z2 - mm);
+  const float f = static_cast<float>(keys / big_l);
+  for (int64_t c = 0; c < d; ++c) acc[c] *= f;
+  return static_cast<float>((mm + std::log2(big_l)) * kLn2);
 }
 
 template <class T, class KV>

@@ -25,6 +25,15 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
+// The end of one row's online softmax: acc (d floats, the unnormalised o) scaled to o,
+// and the row's lse (natural log) returned, from its base-2 state m (max) and l (sum of
+// 2^(s - m); 0: no allowed key, NaN: a NaN row) and the head's sink logit z (natural
+// units, -inf: no sink; descriptor.h, SINKS): in double, with z2 = z log2 e and
+// M = max(m, z2),
+//   L = l 2^(m - M) + 2^(z2 - M),  o = acc 2^(m - M) / L,  lse = (M + log2 L) ln 2.
+// A row with no allowed key has o = 0 and lse = z exactly; a NaN or +inf z gives NaN.
+float FinishRow(float m, float l, float z, float* acc, int64_t d);
+
 template <class T, class KV = T>
 class Forward {
  public:
@@ -47,6 +56,9 @@ class Forward {
   // row goes to partial[(chunk, token, head)], combined by CombineDecode.
   absl::Status RunDecodeItem(int64_t b, int64_t k0, int64_t k1, int64_t chunk, float* partial,
                              Workspace& w) const;
+  // Keys [first, end) of sequence b (indices within it) its queries may attend to
+  // (decode.cc): the window's keys where the mask and the key order allow.
+  std::pair<int64_t, int64_t> DecodeKeyRange(int64_t b) const;
 
   // What the decode kernels request ahead (cpu::PrefetchAhead) while they read block
   // [j0, j0 + nk) of a key or value tensor, of the rows [.., k1) of the sequence starting
@@ -113,9 +125,9 @@ class Forward {
   // ---- Split-key decoding (decode.cc).
 
   absl::Status TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1, const int64_t* qpos,
-                               int64_t lq, int64_t qmin, Workspace& w) const;
+                               int64_t lq, int64_t qmin, int64_t qmax, Workspace& w) const;
   absl::Status DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos, int64_t lq,
-                                 int64_t qmin, Workspace& w) const;
+                                 int64_t qmin, int64_t qmax, Workspace& w) const;
   void StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
                         const Workspace& w) const;
 
@@ -144,22 +156,24 @@ class Forward {
 
   // One query tile (nr tokens of each of the nh heads h .. h + nh - 1, row hi * nr + r
   // for head h + hi and token r: scaled rotated q rows, positions tpos of the nr tokens,
-  // smallest pmin) against one key block: scores, locality, bias, mask, online softmax,
+  // in [pmin, pmax]) against one key block: scores, locality, bias, mask, online softmax,
   // O += P V. Several heads share a tile only in direct (decoding) mode, where the heads
   // of a group then share every load of a key and value row. qlab / vmass (Shaw labels,
   // null without): the tile rows' key-label dot products and value-label probability
   // mass (p_.nlk / p_.nlv per row, in the tile's row order).
   absl::Status TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
-                        const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
+                        const int64_t* tpos, int64_t nr, int64_t pmin, int64_t pmax, float* m,
+                        float* l,
                         float* alpha, float* oacc, Workspace& w,
                         const uint16_t* q16 = nullptr, const float* qlab = nullptr,
                         float* vmass = nullptr) const;
 
   // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
-  // final: locality factors, additive biases (log2 e times), the causal mask and -inf
-  // past the block's keys up to kb.ncols.
+  // final: locality factors, the softcap, additive biases (log2 e times), the mask
+  // (KeyMask: causal, window) and -inf past the block's keys up to kb.ncols.
   absl::Status AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh, const int64_t* tpos,
-                            int64_t nr, int64_t pmin, float* s, Workspace& w) const;
+                            int64_t nr, int64_t pmin, int64_t pmax, float* s,
+                            Workspace& w) const;
 
   const AttentionArgs& a_;
   const Plan& p_;

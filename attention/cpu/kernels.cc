@@ -14,6 +14,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
+#include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
 #include <cmath>
@@ -324,6 +325,30 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
   }
 }
 
+void SoftcapTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,
+                     int64_t ldd) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const VF vc = hn::Set(df, cap), vinv = hn::Set(df, 1.0f / cap), one = hn::Set(df, 1.0f);
+  for (int64_t r = 0; r < mq; ++r) {
+    float* row = s + r * lds;
+    float* drow = deriv == nullptr ? nullptr : deriv + r * ldd;
+    int64_t j = 0;
+    for (; j + N <= n; j += N) {
+      const VF x = hn::LoadU(df, row + j);
+      // Highway's tanh does not promise NaN in, NaN out: NaN lanes are put back.
+      const VF t = hn::IfThenElse(hn::IsNaN(x), x, hn::Tanh(df, hn::Mul(x, vinv)));
+      hn::StoreU(hn::Mul(vc, t), df, row + j);
+      if (drow != nullptr) hn::StoreU(hn::NegMulAdd(t, t, one), df, drow + j);
+    }
+    for (; j < n; ++j) {
+      const float t = std::tanh(row[j] / cap);
+      row[j] = cap * t;
+      if (drow != nullptr) drow[j] = 1.0f - t * t;
+    }
+  }
+}
+
 void ExpTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -583,6 +608,7 @@ HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(ScoreTileAheadImpl);
 HWY_EXPORT(SoftmaxTileImpl);
 HWY_EXPORT(ExpTileImpl);
+HWY_EXPORT(SoftcapTileImpl);
 HWY_EXPORT(SoftmaxGradTileImpl);
 HWY_EXPORT(AccumulateTileImpl);
 HWY_EXPORT(AccumulateTileTImpl);
@@ -625,6 +651,10 @@ void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const fl
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha);
+}
+void SoftcapTile(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,
+                 int64_t ldd) {
+  HWY_DYNAMIC_DISPATCH(SoftcapTileImpl)(s, lds, mq, n, cap, deriv, ldd);
 }
 void ExpTile(float* s, int64_t lds, int64_t mq, int64_t n, const float* shift) {
   HWY_DYNAMIC_DISPATCH(ExpTileImpl)(s, lds, mq, n, shift);

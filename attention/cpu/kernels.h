@@ -97,6 +97,14 @@ inline bool AnyNaN(const float* x, int64_t n) {
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
                  float* alpha);
 
+// Gemma 2's logit softcap (descriptor.h, SOFTCAP) on a tile: s[r * lds + j] <-
+// cap * tanh(s[r * lds + j] / cap) for r < mq, j < n (any n), cap > 0; where deriv is
+// non-null, deriv[r * ldd + j] <- 1 - tanh^2, the derivative the backward multiplies
+// dS by. NaN stays NaN (its derivative NaN); +-inf become +-cap (derivative 0).
+// Highway's tanh (4 ulp) on the vectors, std::tanh on a tail shorter than one.
+void SoftcapTile(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,
+                 int64_t ldd);
+
 // s[r * lds + j] <- exp2(s[r * lds + j] - shift[r]) for r < mq, j < n (n a multiple of
 // the vector width): probabilities from scores and the forward's base-2 log-sum-exp.
 // Rows with shift = -inf (no allowed key) become 0; rows with shift = NaN (the forward

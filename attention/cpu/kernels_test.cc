@@ -164,6 +164,51 @@ TEST(Kernels, SoftmaxGradTileMatchesLoopsOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(Kernels, SoftcapTileMatchesTanhOnEveryTargetAndRemainder) {
+  // c tanh(x / c) and 1 - tanh^2 against std::tanh in double: Highway's tanh is within
+  // 4 ulp, the products add an ulp or two, so 1e-6 relative to c (plus 2e-7 absolute on
+  // the derivative, in [0, 1]) holds with room, while a wrong formula (no cap, tanh of x
+  // instead of x / c, a missed tail) is off by O(0.1). Scores up to +-40: both the linear
+  // region and saturation; NaN stays NaN, +-inf become +-c; columns past n untouched.
+  std::mt19937_64 rng(35);
+  std::uniform_real_distribution<float> u(-40.0f, 40.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t n : {1, 7, 16, 17, 40}) {
+      for (float cap : {0.5f, 5.0f, 30.0f}) {
+        const int64_t mq = 3, lds = n + 5, ldd = n + 3;
+        std::vector<float> s(mq * lds), d(mq * ldd, -7.0f);
+        for (float& x : s) x = u(rng);
+        s[0] = nan;
+        if (n > 2) s[1] = inf, s[2] = -inf;
+        const std::vector<float> in = s;
+        cpu::SoftcapTile(s.data(), lds, mq, n, cap, d.data(), ldd);
+        for (int64_t r = 0; r < mq; ++r) {
+          for (int64_t j = 0; j < lds; ++j) {
+            const float x = in[r * lds + j], got = s[r * lds + j];
+            const std::string at = std::string(hwy::TargetName(target)) + " n " + std::to_string(n) +
+                                   " cap " + std::to_string(cap) + " at " + std::to_string(r * lds + j);
+            if (j >= n) {  // past n: untouched
+              ASSERT_EQ(std::memcmp(&got, &x, sizeof(float)), 0) << at;
+              continue;
+            }
+            if (std::isnan(x)) {
+              EXPECT_TRUE(std::isnan(got) && std::isnan(d[r * ldd + j])) << at;
+              continue;
+            }
+            const double t = std::tanh(double(x) / cap);
+            EXPECT_NEAR(got, cap * t, 1e-6 * cap) << at;
+            EXPECT_NEAR(d[r * ldd + j], 1.0 - t * t, 2e-6) << at;
+          }
+          for (int64_t j = n; j < ldd; ++j) ASSERT_EQ(d[r * ldd + j], -7.0f);
+        }
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
   std::mt19937_64 rng(4);
   for (int64_t dp : {16, 32, 48, 64, 80, 128, 144}) {

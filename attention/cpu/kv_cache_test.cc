@@ -123,6 +123,15 @@ void CheckShapes(double tol, const std::string& name) {
     a.causal = true;
     Check<Q, KV>(a, ++seed, tol, name + " prefill l " + std::to_string(l));
   }
+  {  // a sliding window, the softcap and sinks: the split covers the window's keys only
+    const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+    AttentionArgs a = test::Bshd(2, 1, 1100, 4, 2, 32);
+    a.causal = true;
+    a.window_left = 200;
+    a.softcap = 1.5;
+    a.sinks = sinks;
+    Check<Q, KV>(a, ++seed, tol, name + " decode window softcap sinks");
+  }
   {  // RoPE on the (widened) keys inside the kernel
     encodings::sequence::Rope rope = test::MakeRope(32, 32, group::PlanePairing::kHalfSplit);
     AttentionArgs a = test::Bshd(1, 2, 500, 4, 2, 32);
@@ -136,6 +145,9 @@ void CheckShapes(double tol, const std::string& name) {
 
 TEST(KvCache, Float32QueriesBFloat16Cache) { CheckShapes<float, BFloat16>(kTolF32, "f32/bf16"); }
 TEST(KvCache, Float32QueriesFloat16Cache) { CheckShapes<float, Float16>(kTolF32, "f32/f16"); }
+TEST(KvCache, BFloat16QueriesBFloat16Cache) {
+  CheckShapes<BFloat16, BFloat16>(kTolBf16Out, "bf16/bf16");
+}
 TEST(KvCache, BFloat16QueriesFloat16Cache) {
   CheckShapes<BFloat16, Float16>(kTolBf16Out, "bf16/f16");
 }

@@ -20,6 +20,13 @@ namespace attention {
 namespace test {
 namespace {
 
+// Gemma 2's softcap of the q.k part (descriptor.h), in float; identity without one.
+float Softcap(const AttentionArgs& a, float x) {
+  if (!a.softcap.has_value()) return x;
+  const float c = static_cast<float>(*a.softcap);
+  return c * std::tanh(x / c);
+}
+
 using encodings::sequence::AlibiBias;
 using encodings::sequence::AlibiForm;
 using encodings::sequence::DefaultRopeFrequencies;
@@ -66,6 +73,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
   std::unique_ptr<PreparedRowTransform> tq, tk;
   ASSERT_TRUE(PrepareRowTransforms(a, pq, pk, &tq, &tk).ok());
   const float scale = static_cast<float>(a.scale());
+  const KeyMask mask = KeyMask::Of(a);
   const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
   std::vector<float> qt(nq * hq * d), kt(nk * hkv * d), gq(nq * hq * d, 0.0f), gk(nk * hkv * d, 0.0f),
       gv(nk * hkv * d, 0.0f);
@@ -89,7 +97,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
       for (int64_t h = 0; h < hq; ++h) {
         const int64_t g = h / (hq / hkv);
         const float* qi = qt.data() + (i * hq + h) * d;
-        std::vector<float> brow(lk, 0.0f), p(lk, 0.0f), loc(lk, 1.0f);
+        std::vector<float> brow(lk, 0.0f), p(lk, 0.0f), loc(lk, 1.0f), capd(lk, 1.0f);
         if (bias != nullptr && lk > 0) {
           ASSERT_TRUE(bias->FillTile(h, absl::MakeConstSpan(&pq[i], 1),
                                      absl::MakeConstSpan(pk.data() + kb, lk), brow.data(), lk)
@@ -97,7 +105,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
         }
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < lk; ++j) {
-          if (a.causal && pk[kb + j] > pq[i]) continue;
+          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
           if (a.locality.has_value()) {
             loc[j] = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
           }
@@ -106,13 +114,20 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
           for (int64_t e = 0; e < d; ++e) {
             dot += qi[e] * (kt[((kb + j) * hkv + g) * d + e] + (lab >= 0 ? KeyLabel(a, lab, e) : 0.0f));
           }
-          p[j] = loc[j] * scale * dot + brow[j];
+          const float x = loc[j] * scale * dot;
+          p[j] = Softcap(a, x) + brow[j];
+          if (a.softcap.has_value()) {
+            const float t = std::tanh(x / static_cast<float>(*a.softcap));
+            capd[j] = 1.0f - t * t;
+          }
           m = std::max(m, p[j]);
         }
         if (m == -std::numeric_limits<float>::infinity()) continue;
-        float z = 0.0f;
+        const float sink = a.sinks.empty() ? -std::numeric_limits<float>::infinity() : a.sinks[h];
+        m = std::max(m, sink);
+        float z = std::exp(sink - m);
         for (int64_t j = 0; j < lk; ++j) {
-          if (a.causal && pk[kb + j] > pq[i]) {
+          if (!mask.Allowed(pq[i], pk[kb + j])) {
             p[j] = 0.0f;
             continue;
           }
@@ -133,7 +148,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
         }
         for (int64_t j = 0; j < lk; ++j) {
           if (p[j] == 0.0f) continue;
-          const float ds = p[j] * (dp[j] - dsum) * loc[j] * scale;
+          const float ds = p[j] * (dp[j] - dsum) * capd[j] * loc[j] * scale;
           float* gkj = gk.data() + ((kb + j) * hkv + g) * d;
           float* gvj = gv.data() + ((kb + j) * hkv + g) * d;
           const float* kj = kt.data() + ((kb + j) * hkv + g) * d;
@@ -266,6 +281,7 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
   const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
   const std::vector<int64_t> pq = EffectiveQPositions(a), pk = EffectiveKPositions(a);
   const float scale = static_cast<float>(a.scale());
+  const KeyMask mask = KeyMask::Of(a);
   std::unique_ptr<PreparedRowTransform> tq, tk;
   ASSERT_TRUE(PrepareRowTransforms(a, pq, pk, &tq, &tk).ok());
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
@@ -298,7 +314,7 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
         }
         float m = -std::numeric_limits<float>::infinity();
         for (int64_t j = 0; j < lk; ++j) {
-          if (a.causal && pk[kb + j] > pq[i]) continue;
+          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
           float dot = 0.0f;
           const int64_t lab = ShawLabel(a.shaw_keys, pq[i], pk[kb + j]);
           for (int64_t e = 0; e < d; ++e) {
@@ -308,20 +324,22 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
           if (a.locality.has_value()) {
             loc = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
           }
-          s[j] = loc * scale * dot + bias_row[j];
+          s[j] = Softcap(a, loc * scale * dot) + bias_row[j];
           m = std::max(m, s[j]);
         }
         float* out = o->data() + a.QOffset(a.o, i, h);
         std::fill(out, out + d, 0.0f);
         if (m == -std::numeric_limits<float>::infinity()) continue;
-        float z = 0.0f;
+        const float sink = a.sinks.empty() ? -std::numeric_limits<float>::infinity() : a.sinks[h];
+        m = std::max(m, sink);
+        float z = std::exp(sink - m);
         for (int64_t j = 0; j < lk; ++j) {
-          if (a.causal && pk[kb + j] > pq[i]) continue;
+          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
           s[j] = std::exp(s[j] - m);
           z += s[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
-          if (a.causal && pk[kb + j] > pq[i]) continue;
+          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
           const int64_t lab = ShawLabel(a.shaw_values, pq[i], pk[kb + j]);
           for (int64_t e = 0; e < d; ++e) {
             out[e] += s[j] / z * (vr[j * d + e] + (lab >= 0 ? ValueLabel(a, lab, e) : 0.0f));
@@ -398,6 +416,9 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
   ReferenceBackwardExtras rex;
   if (ntk > 0) cex.shaw_key_table_grad = cak.data(), rex.shaw_key_table_grad = rak.data();
   if (ntv > 0) cex.shaw_value_table_grad = cav.data(), rex.shaw_value_table_grad = rav.data();
+  // Sink gradients (when the args carry sinks): kernel and reference.
+  std::vector<double> cz(a.sinks.size(), -1.0), rz(a.sinks.size());
+  if (!a.sinks.empty()) cex.sink_grad = cz.data(), rex.sink_grad = rz.data();
   absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
                                 dq.data(), dk.data(), dv.data(), nullptr, opt, cex);
   ASSERT_TRUE(st.ok()) << st;
@@ -436,6 +457,13 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
   if (ntv > 0) {
     const double e = max_diff(cav, rav), en = max_diff(nav, rav);
     EXPECT_LE(e, 2 * en + 4e-6 * scale_of(rav)) << "daV: cpu " << e << " naive " << en;
+  }
+  // dL/dz_h sums exp(z_h - lse_i) <do_i, o_i> over the head's rows in double from the
+  // float o and lse: per row, float rounding of lse (~1e-6 |lse|) and o (~1e-6) gives
+  // ~1e-5 relative on terms of |<do, o>| <~ 10, so 1e-4 per row of the head bounds it.
+  const double rows_per_head = static_cast<double>(a.num_q_tokens());
+  for (size_t h = 0; h < rz.size(); ++h) {
+    EXPECT_NEAR(cz[h], rz[h], 1e-4 * rows_per_head) << "dz head " << h;
   }
   // Recomputing o and lse inside gives the same gradients up to the forward's rounding
   // (it runs the same kernels on the same inputs: bit-identical o and lse).

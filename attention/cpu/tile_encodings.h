@@ -4,7 +4,9 @@
 #ifndef ATTENTION_CPU_TILE_ENCODINGS_H_
 #define ATTENTION_CPU_TILE_ENCODINGS_H_
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -34,6 +36,26 @@ absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
 inline uint64_t Distance(int64_t a, int64_t b) {
   return a >= b ? static_cast<uint64_t>(a) - static_cast<uint64_t>(b)
                 : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
+}
+
+// -inf into sr[j], j < nk, for every key whose position kpos[j] the mask refuses to a
+// query at position pq. sorted (kpos non-decreasing): the allowed keys are one run,
+// found by two binary searches; else key by key.
+inline void MaskRow(const KeyMask& mask, int64_t pq, const int64_t* kpos, int64_t nk,
+                    bool sorted, float* sr) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  if (sorted) {
+    const int64_t* lo = std::partition_point(
+        kpos, kpos + nk, [&](int64_t k) { return k < pq && !mask.Allowed(pq, k); });
+    const int64_t* hi = std::partition_point(
+        lo, kpos + nk, [&](int64_t k) { return k <= pq || mask.Allowed(pq, k); });
+    std::fill(sr, sr + (lo - kpos), kNegInf);
+    std::fill(sr + (hi - kpos), sr + nk, kNegInf);
+    return;
+  }
+  for (int64_t j = 0; j < nk; ++j) {
+    if (!mask.Allowed(pq, kpos[j])) sr[j] = kNegInf;
+  }
 }
 
 // Scratch for AddBias.

@@ -109,7 +109,8 @@ absl::StatusOr<std::pair<const float*, int64_t>> Forward<T, KV>::DirectKeys(int6
 // mass (p_.nlk / p_.nlv per row, in the tile's row order).
 template <class T, class KV>
 absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh, const float* qrows,
-                                  const int64_t* tpos, int64_t nr, int64_t pmin, float* m, float* l,
+                                  const int64_t* tpos, int64_t nr, int64_t pmin, int64_t pmax,
+                                  float* m, float* l,
                                   float* alpha, float* oacc, Workspace& w, const uint16_t* q16,
                                   const float* qlab, float* vmass) const {
   const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
@@ -138,11 +139,13 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
       }
     }
   }
-  if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, s, w); !st.ok()) return st;
+  if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, pmax, s, w); !st.ok()) {
+    return st;
+  }
   // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
   // them (nonfinite.h), as a masked key contributes nothing.
   bool careful = false;
-  if (cpu::MayHaveMaskedEntries(a_, kb.kmax, pmin)) {
+  if (cpu::MayHaveMaskedEntries(a_, pmin, pmax, kb.kmin, kb.kmax)) {
     careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, d));
   }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
@@ -181,12 +184,12 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
 }
 
 // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
-// final: locality factors, additive biases (log2 e times), the causal mask and -inf
-// past the block's keys up to kb.ncols.
+// final: locality factors, the softcap, additive biases (log2 e times), the mask
+// (KeyMask: causal, window) and -inf past the block's keys up to kb.ncols.
 template <class T, class KV>
 absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
-                                      const int64_t* tpos, int64_t nr, int64_t pmin, float* s,
-                                      Workspace& w) const {
+                                      const int64_t* tpos, int64_t nr, int64_t pmin,
+                                      int64_t pmax, float* s, Workspace& w) const {
   const int64_t bk = p_.bk, nk = kb.nk;
   const int64_t rows = nh * nr;
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -200,6 +203,9 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
       }
     }
   }
+  if (a_.softcap.has_value()) {  // c tanh(x / c) in base 2 (descriptor.h, SOFTCAP)
+    cpu::SoftcapTile(s, bk, rows, nk, static_cast<float>(*a_.softcap * kLog2e), nullptr, 0);
+  }
   const encodings::sequence::AdditiveBias* bias =
       a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
   if (bias != nullptr) {  // s += log2(e) b, tile by tile (AddBias: Toeplitz tiles direct)
@@ -212,18 +218,10 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
       }
     }
   }
-  if (a_.causal && kb.kmax > pmin) {  // some pair in the future
+  const KeyMask mask = KeyMask::Of(a_);
+  if (mask.AnyMasked(pmin, pmax, kb.kmin, kb.kmax)) {  // some pair outside causal/window
     for (int64_t r = 0; r < rows; ++r) {
-      float* sr = s + r * bk;
-      const int64_t pos = tpos[r % nr];
-      if (kb.sorted) {  // the future is a suffix of the block
-        const int64_t first = std::upper_bound(kb.kpos, kb.kpos + nk, pos) - kb.kpos;
-        std::fill(sr + first, sr + nk, kNegInf);
-      } else {
-        for (int64_t j = 0; j < nk; ++j) {
-          if (kb.kpos[j] > pos) sr[j] = kNegInf;
-        }
-      }
+      MaskRow(mask, tpos[r % nr], kb.kpos, nk, kb.sorted, s + r * bk);
     }
   }
   if (nk < kb.ncols) {

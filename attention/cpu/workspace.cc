@@ -54,7 +54,7 @@ Workspace::Workspace(const Plan& p) {
 
 int64_t BackwardWorkspace::Floats(const Plan& p, int64_t max_lq, int64_t group) {
   const int64_t qn = max_lq * group;
-  return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 4 * p.bq * p.bk +
+  return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
          std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
 }
 
@@ -74,6 +74,7 @@ BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t grou
   dp = alloc(p.bq * p.bk);
   bias = alloc(p.bq * p.bk);
   loc = alloc(p.bq * p.bk);
+  capd = alloc(p.bq * p.bk);
   const int64_t m = std::max(p.bq, p.bk);
   shift = alloc(m);
   qlab.resize(static_cast<size_t>(p.nlk > 0 ? qn * p.ldl : 0));

@@ -38,9 +38,10 @@ struct Workspace {
 struct BackwardWorkspace {
   // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
   // base-2 log-sum-exp and D, each [lq][group][.]; per key block: key rows, key and value
-  // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality.
+  // panels, dK and dV accumulators; per tile: S/P, dP (then dS in place), bias, locality,
+  // the softcap's derivative.
   hwy::AlignedFreeUniquePtr<float[]> qs, dout, lse2, dsum, krows, kpanels, vpanels, dk, dv,
-      s, dp, bias, loc, shift;
+      s, dp, bias, loc, capd, shift;
   std::vector<double> grad;  // bias-gradient tile for the sink
   BiasScratch bias_scratch;
   bool kv_finite = true;  // the key block's keys and values are all finite (nonfinite.h)

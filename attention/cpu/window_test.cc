@@ -1,0 +1,160 @@
+// Sliding windows, Gemma 2's logit softcap and per-head sinks (descriptor.h, WINDOW,
+// SOFTCAP AND SINKS) in the CPU kernels against the double reference: the query-item
+// forward and the backward on shapes below, at and above the tiles (block_q 16, block_k
+// 64), causal and not, GQA, windows narrower than, equal to and wider than a tile, with
+// RoPE and ALiBi; the split-key decoding path (one or three queries against 1100 keys,
+// where only the window's keys are split over the threads); unsorted explicit positions;
+// positions near 2^62; and the sink's gradient.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention/cpu/cpu_attention.h"
+#include "attention/cpu/test_util.h"
+#include "attention/descriptor.h"
+#include "attention/reference.h"
+#include "attention/test_util.h"
+#include "encodings/sequence/bias.h"
+#include "encodings/sequence/rope.h"
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace attention {
+namespace {
+
+struct Features {
+  int64_t left, right;
+  double softcap;  // 0: none
+  bool sinks;
+  std::string Name() const {
+    return "window (" + std::to_string(left) + ", " + std::to_string(right) + ")" +
+           (softcap > 0 ? " softcap " + std::to_string(softcap) : "") + (sinks ? " sinks" : "");
+  }
+};
+
+// Sink logits around the scores' scale: some rows give the sink most of their mass.
+const std::vector<float>& Sinks() {
+  static const std::vector<float> z = {0.7f, -1.5f, 2.5f, -std::numeric_limits<float>::infinity()};
+  return z;
+}
+
+void Apply(const Features& f, AttentionArgs* a) {
+  a->window_left = f.left;
+  a->window_right = f.right;
+  if (f.softcap > 0) a->softcap = f.softcap;
+  if (f.sinks) a->sinks = Sinks();
+}
+
+// Windows: the diagonal alone, narrower than a query tile, about one key tile, wider than
+// every sequence, one-sided right, two-sided; with and without softcap and sinks.
+std::vector<Features> FeatureList() {
+  return {{0, -1, 0, false},  {5, -1, 1.0, true}, {64, -1, 0, true},  {70, 3, 2.0, false},
+          {-1, 3, 1.0, true}, {3, 3, 0, false},   {100, 100, 1.0, true}, {-1, -1, 1.0, true}};
+}
+
+TEST(WindowSoftcapSinks, ForwardAndBackwardMatchTheReference) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  uint64_t seed = 100;
+  for (const Features& f : FeatureList()) {
+    for (int64_t l : {10, 64, 150}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = test::Bshd(2, l, l, 4, 2, 32);
+        a.causal = causal;
+        Apply(f, &a);
+        const std::string what =
+            f.Name() + " l " + std::to_string(l) + (causal ? " causal" : "");
+        test::CheckAgainstReference(a, opt, ++seed, what);
+        test::CheckBackward(a, opt, ++seed, what);
+      }
+    }
+  }
+}
+
+TEST(WindowSoftcapSinks, WithRopeAlibiAndVarlen) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  encodings::sequence::Rope rope = test::MakeRope(32, 32, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  auto alibi = encodings::sequence::AlibiBias::CreateStandard(4, encodings::sequence::AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  const std::vector<int64_t> cu_q = {0, 70, 71, 200}, cu_k = {0, 70, 300, 429};
+  uint64_t seed = 200;
+  for (const Features& f : FeatureList()) {
+    AttentionArgs a = test::Thd(cu_q, cu_k, 4, 1, 32);
+    a.causal = true;
+    a.q_transform = a.k_transform = &tr;
+    a.biases = {&*alibi};
+    Apply(f, &a);
+    test::CheckAgainstReference(a, opt, ++seed, f.Name() + " rope alibi varlen");
+    test::CheckBackward(a, opt, ++seed, f.Name() + " rope alibi varlen");
+  }
+}
+
+// Few queries against a long cache: the split-key path, whose items cover only the keys
+// the window allows.
+TEST(WindowSoftcapSinks, DecodingSplitsOnlyTheWindow) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  uint64_t seed = 300;
+  for (const Features& f : {Features{300, -1, 0, false}, Features{300, -1, 1.0, true},
+                            Features{63, -1, 0, true}, Features{0, -1, 1.0, true},
+                            Features{-1, -1, 0, true}}) {
+    for (int64_t lq : {1, 3}) {
+      AttentionArgs a = test::Bshd(2, lq, 1100, 4, 1, 32);
+      a.causal = true;
+      Apply(f, &a);
+      test::CheckAgainstReference(a, opt, ++seed, f.Name() + " decode lq " + std::to_string(lq));
+    }
+  }
+}
+
+// Explicit positions: unsorted keys (the masks' key-by-key path) and positions near 2^62
+// (differences beyond int32 and near int64's end: exact uint64 arithmetic).
+TEST(WindowSoftcapSinks, ExplicitPositions) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  std::mt19937_64 rng(5);
+  for (int64_t shift : {int64_t{0}, int64_t{1} << 62, std::numeric_limits<int64_t>::max() - 400}) {
+    for (bool shuffled : {false, true}) {
+      for (int64_t lq : {1, 40}) {
+        const int64_t lk = lq == 1 ? 1100 : 130;
+        AttentionArgs a = test::Bshd(1, lq, lk, 4, 2, 16);
+        std::vector<int64_t> pq(lq), pk(lk);
+        for (int64_t t = 0; t < lk; ++t) pk[t] = shift - lk + t;
+        if (shuffled) std::shuffle(pk.begin(), pk.end(), rng);
+        for (int64_t t = 0; t < lq; ++t) pq[t] = shift - lq + t;
+        a.q_positions = pq;
+        a.k_positions = pk;
+        a.causal = true;
+        Apply(Features{37, -1, 1.0, true}, &a);
+        const std::string what = "shift " + std::to_string(shift) + (shuffled ? " shuffled" : "") +
+                                 " lq " + std::to_string(lq);
+        test::CheckAgainstReference(a, opt, 400 + lq, what);
+        if (lq > 1) test::CheckBackward(a, opt, 500 + lq, what);
+      }
+    }
+  }
+}
+
+// Windows and sinks change which keys a row sees and its denominator: a row whose window
+// holds no key (keys only in the future of its window) has o = 0 and lse = its sink.
+TEST(WindowSoftcapSinks, RowsWithNoKeyInTheirWindow) {
+  AttentionArgs a = test::Bshd(1, 2, 3, 4, 4, 8);
+  const std::vector<int64_t> pq = {0, 10}, pk = {20, 21, 22};  // every key after the queries
+  a.q_positions = pq;
+  a.k_positions = pk;
+  a.window_left = 2;
+  a.window_right = 5;  // query 0 sees nothing, query 10 nothing: 20 - 10 > 5
+  a.sinks = Sinks();
+  std::vector<float> q(2 * 4 * 8, 1.0f), k(3 * 4 * 8, 1.0f), v(3 * 4 * 8, 1.0f), o(q.size(), 7.0f),
+      lse(2 * 4);
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  for (float x : o) EXPECT_EQ(x, 0.0f);
+  for (int64_t t = 0; t < 2; ++t) {
+    for (int64_t h = 0; h < 4; ++h) EXPECT_EQ(lse[t * 4 + h], Sinks()[h]) << t << " " << h;
+  }
+}
+
+}  // namespace
+}  // namespace attention
+}  // namespace gpe

@@ -211,6 +211,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       att::CpuBackwardExtras ex;
       ex.shaw_key_table_grad = gak->typed<double>();
       ex.shaw_value_table_grad = gav->typed<double>();
+      ex.sink_grad = sink_grad.data();
       if (absl::Status st = att::CpuBackward(
               c.args, c.q.typed<const float>(), c.k.typed<const float>(),
               c.v.typed<const float>(), o != nullptr ? ov.typed<const float>() : nullptr, l,

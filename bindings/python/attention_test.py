@@ -347,5 +347,168 @@ class AttentionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpe.attention_backward(q, k, v, d_o, bias_grads=True)
 
+def window_softcap_sinks_reference(q, k, v, d_o, causal, window=None, softcap=None,
+                                   sinks=None, scale=None):
+    """One sequence [s, h, d] with the default positions, in float64, from the formulas of
+    attention/descriptor.h ("WINDOW, SOFTCAP AND SINKS"): x = scale q.k, s = cap(x),
+    masked by the causal rule and the window, Z = sum e^s (+ e^z), o = sum e^s v / Z;
+    the backward through p = e^(s - lse): dS = p (dP - D), dx = dS (1 - tanh^2(x / c)),
+    dz = -sum_i e^(z - lse_i) D_i. Returns o, lse [s_q, h], dq, dk, dv, dz."""
+    q, k, v, d_o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, d_o))
+    s_q, hq, d = q.shape
+    s_k, hkv, _ = k.shape
+    scale = 1.0 / np.sqrt(d) if scale is None else scale
+    pq = np.arange(s_k - s_q, s_k)[:, None]
+    pk = np.arange(s_k)[None, :]
+    allowed = np.ones((s_q, s_k), dtype=bool)
+    if causal:
+        allowed &= pk <= pq
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            allowed &= pk >= pq - left
+        if right >= 0:
+            allowed &= pk <= pq + right
+    o, lse = np.zeros_like(q), np.zeros((s_q, hq))
+    dq, dk, dv, dz = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v), np.zeros(hq)
+    for h in range(hq):
+        g = h // (hq // hkv)
+        x = scale * q[:, h] @ k[:, g].T
+        t = np.tanh(x / softcap) if softcap else None
+        s = softcap * t if softcap else x
+        s = np.where(allowed, s, -np.inf)
+        z = -np.inf if sinks is None else float(sinks[h])
+        m = np.maximum(s.max(axis=1), z)
+        m = np.where(np.isinf(m), 0.0, m)
+        total = np.exp(s - m[:, None]).sum(axis=1) + np.exp(z - m)
+        lse[:, h] = np.where(total > 0, m + np.log(np.where(total > 0, total, 1.0)), -np.inf)
+        p = np.exp(s - lse[:, h][:, None])
+        p = np.where(allowed, p, 0.0)
+        o[:, h] = p @ v[:, g]
+        dsum = (d_o[:, h] * o[:, h]).sum(axis=1)
+        dp = d_o[:, h] @ v[:, g].T
+        dx = p * (dp - dsum[:, None])
+        if softcap:
+            dx = dx * (1.0 - t * t)
+        dq[:, h] += scale * dx @ k[:, g]
+        dk[:, g] += scale * dx.T @ q[:, h]
+        dv[:, g] += p.T @ d_o[:, h]
+        if sinks is not None:
+            dz[h] = -(np.exp(z - lse[:, h]) * dsum).sum()
+    return o, lse, dq, dk, dv, dz
+
+
+class RopeHandleTest(unittest.TestCase):
+    """attention(..., rope=gpe.Rope(...)) equals Rope.forward on q (query role) and k (key
+    role) followed by attention without an encoding, forward and backward."""
+
+    def schedules(self, d):
+        return {
+            "default": gpe.Rope(d),
+            "llama3": gpe.Rope(d, base=500000.0, schedule="llama3", original_max_position=16),
+            "yarn": gpe.Rope(d, schedule="yarn", factor=4.0, original_max_position=16),
+            "xpos": gpe.Rope(d, xpos=True, xpos_scale_base=16.0, xpos_centre=12),
+            "linear partial interleaved": gpe.Rope(d, rotary_dim=d // 2, schedule="linear",
+                                                   factor=2.0, pairing="interleaved"),
+        }
+
+    def test_fused_equals_rope_then_attention(self):
+        # float64: both sides in double (the exact reference, double tables), differing in
+        # rounding order only (~1e-15): 1e-11. float32: the same float tables on both sides,
+        # then the float32 kernels, each ~1e-6 on these O(1) outputs and gradients: 5e-5,
+        # far below a wrong role, a missing attention factor or angle (>= 1e-2).
+        rng = np.random.default_rng(1)
+        b, sq, sk, hq, hk, d = 2, 5, 9, 4, 2, 16
+        offs_q, offs_k = np.full(b, sk - sq), np.zeros(b, dtype=np.int64)
+        for dtype, tol in ((np.float64, 1e-11), (np.float32, 5e-5)):
+            q = rng.standard_normal((b, sq, hq, d)).astype(dtype)
+            k = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+            v = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+            w = rng.standard_normal((b, sq, hq, d)).astype(dtype)
+            for name, r in self.schedules(d).items():
+                with self.subTest(name=name, dtype=dtype.__name__):
+                    o = gpe.attention(q, k, v, causal=True, rope=r)
+                    dq, dk, dv = gpe.attention_backward(q, k, v, w, causal=True, rope=r)
+                    qr = r.forward(q, offsets=offs_q, role="query")
+                    kr = r.forward(k, offsets=offs_k, role="key")
+                    want = gpe.attention(qr, kr, v, causal=True)
+                    gq, gk, gv = gpe.attention_backward(qr, kr, v, w, causal=True)
+                    np.testing.assert_allclose(o, want, atol=tol, rtol=0)
+                    np.testing.assert_allclose(dq, r.backward(gq, offsets=offs_q, role="query"),
+                                               atol=tol, rtol=0)
+                    np.testing.assert_allclose(dk, r.backward(gk, offsets=offs_k, role="key"),
+                                               atol=tol, rtol=0)
+                    np.testing.assert_allclose(dv, gv, atol=tol, rtol=0)
+
+    def test_mrope_handle_with_axes(self):
+        # As above (float64, 1e-11), a multi-axis handle reading q_axes / k_axes.
+        rng = np.random.default_rng(2)
+        s, h, d = 6, 2, 16
+        r = gpe.Rope(d, mrope_sections=[2, 3, 3])
+        q, k, v, w = (rng.standard_normal((1, s, h, d)) for _ in range(4))
+        qa, ka = rng.integers(0, 10, (s, 3)), rng.integers(0, 10, (s, 3))
+        o = gpe.attention(q, k, v, causal=True, rope=r, q_axes=qa, k_axes=ka)
+        want = gpe.attention(r.forward(q, positions=qa.T, role="query"),
+                             r.forward(k, positions=ka.T, role="key"), v, causal=True)
+        np.testing.assert_allclose(o, want, atol=1e-11, rtol=0)
+
+    def test_rope_with_rope_dim_is_refused(self):
+        q = np.zeros((1, 4, 2, 8), dtype=np.float32)
+        with self.assertRaisesRegex(gpe.GpeError, "rope_dim"):
+            gpe.attention(q, q, q, rope=gpe.Rope(8), rope_dim=8)
+        with self.assertRaises(TypeError):
+            gpe.attention(q, q, q, rope="yarn")
+
+
+class WindowSoftcapSinksTest(unittest.TestCase):
+    def test_match_numpy_formulas(self):
+        # float64 runs the exact reference: against the NumPy formulas (both double,
+        # ~1e-15 apart), 1e-10. float32 kernels: ~1e-6 on these O(1) values (q drawn at
+        # scale 2: scores up to ~10): 5e-5 on o and lse, 2e-4 on gradients and dL/dsinks
+        # (sums of <= 11 and 2 x 7 terms). A window off by one key, a cap after the mask
+        # or a sink missing from the denominator moves them by >= 1e-2.
+        rng = np.random.default_rng(3)
+        sq, sk, hq, hk, d = 7, 11, 4, 2, 16
+        sinks = np.array([0.5, -2.0, 3.0, 1.25], dtype=np.float32)
+        cases = [dict(causal=True, window=(3, -1)), dict(causal=False, window=(2, 1)),
+                 dict(causal=True, softcap=5.0), dict(causal=True, sinks=sinks),
+                 dict(causal=False, sinks=sinks),
+                 dict(causal=True, window=(4, -1), softcap=20.0, sinks=sinks)]
+        for dtype, tol, gtol in ((np.float64, 1e-10, 1e-10), (np.float32, 5e-5, 2e-4)):
+            q = (2 * rng.standard_normal((1, sq, hq, d))).astype(dtype)
+            k = rng.standard_normal((1, sk, hk, d)).astype(dtype)
+            v = rng.standard_normal((1, sk, hk, d)).astype(dtype)
+            w = rng.standard_normal((1, sq, hq, d)).astype(dtype)
+            for c in cases:
+                with self.subTest(dtype=dtype.__name__, **{n: str(x) for n, x in c.items()}):
+                    kw = dict(causal=c["causal"], window_size=c.get("window"),
+                              softcap=c.get("softcap"), sinks=c.get("sinks"))
+                    o, lse = gpe.attention(q, k, v, return_lse=True, **kw)
+                    grads = gpe.attention_backward(q, k, v, w, o=o, lse=lse,
+                                                   sink_grad=c.get("sinks") is not None, **kw)
+                    want = window_softcap_sinks_reference(q[0], k[0], v[0], w[0], c["causal"],
+                                                          c.get("window"), c.get("softcap"),
+                                                          c.get("sinks"))
+                    np.testing.assert_allclose(o[0], want[0], atol=tol, rtol=0)
+                    np.testing.assert_allclose(lse, want[1], atol=tol, rtol=0)
+                    for g, r in zip(grads[:3], want[2:5]):
+                        np.testing.assert_allclose(g[0], r, atol=gtol, rtol=0)
+                    if c.get("sinks") is not None:
+                        np.testing.assert_allclose(grads[3], want[5], atol=gtol, rtol=0)
+
+    def test_bad_values_raise(self):
+        q = np.zeros((1, 4, 2, 8), dtype=np.float32)
+        with self.assertRaisesRegex(gpe.GpeError, "window_left"):
+            gpe.attention(q, q, q, window_size=(-3, 0))
+        with self.assertRaises(TypeError):
+            gpe.attention(q, q, q, window_size=4)
+        with self.assertRaisesRegex(gpe.GpeError, "softcap"):
+            gpe.attention(q, q, q, softcap=float("nan"))
+        with self.assertRaisesRegex(gpe.GpeError, "sinks"):
+            gpe.attention(q, q, q, sinks=np.zeros(3, dtype=np.float32))
+        with self.assertRaises(ValueError):
+            gpe.attention_backward(q, q, q, q, sink_grad=True)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -3,8 +3,10 @@
 // tables on fuzzed layouts and positions), the additive biases (gpe_bias_create_*,
 // gpe_bias_fill_tile) and attention (gpe_attention_forward / _backward on fuzzed shapes,
 // dtypes, layouts, positions, cu_seqlens, encodings and biases; 16-bit KV caches with
-// float32 or bfloat16 q; Shaw tables; gpe_attention_backward_v2 and
-// gpe_attention_backward_with_parameters with fuzzed gradient outputs). The harness keeps its
+// float32 or bfloat16 q; Shaw tables; 0.9.0's gpe_rope handles (any schedule, xPos,
+// M-RoPE with per-axis coordinates), sliding windows, softcaps and sinks;
+// gpe_attention_backward_v2 and gpe_attention_backward_with_parameters with fuzzed
+// gradient outputs, the sinks' included). The harness keeps its
 // side of the contract: a tensor's data holds every element its shape promises, or is
 // NULL when the shape is negative or too large to allocate (the library must reject it
 // before reading). Each call must return a known status and leave a message on failure.
@@ -260,6 +262,31 @@ void BiasCalls(FuzzInput* in) {
   gpe_bias_destroy(bias);
 }
 
+// A gpe_rope handle for attention (NULL when creation fails): head_dim mostly the call's,
+// a fuzzed schedule with its published parameters, sometimes xPos or M-RoPE sections.
+gpe_rope* MakeAttentionRope(FuzzInput* in, int64_t head_dim) {
+  gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+  o.head_dim = in->Below(6) == 0 ? in->Size(12) : head_dim;
+  if (in->Below(3) == 0) o.rotary_dim = in->Size(12);
+  o.pairing = static_cast<int32_t>(in->Below(2));
+  if (gpe_rope_options_use_schedule(static_cast<int32_t>(in->Below(6)), &o) != GPE_OK) {
+    return nullptr;
+  }
+  if (in->Below(2)) o.factor = in->Below(4) == 0 ? in->Real() : 2.0;
+  if (in->Below(2)) o.original_max_position = in->Size(16);
+  o.xpos = static_cast<int32_t>(in->Below(4) == 0);
+  static const int64_t kSections[] = {1, 1, 2};
+  if (in->Below(4) == 0) {
+    o.axes = GPE_ROPE_AXES_MROPE;
+    o.mrope_sections = kSections;
+    o.num_mrope_sections = 1 + in->Below(3);
+  }
+  gpe_rope* rope = nullptr;
+  const gpe_status s = gpe_rope_create(&o, &rope);
+  CheckStatus(s);
+  return s == GPE_OK ? rope : nullptr;
+}
+
 void AttentionCalls(FuzzInput* in) {
   gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
   o.struct_size = StructSize(in, o.struct_size);
@@ -346,6 +373,30 @@ void AttentionCalls(FuzzInput* in) {
     if (in->Below(3) != 0) o.shaw_key_table = &skt.t;
     if (in->Below(3) != 0) o.shaw_value_table = &svt.t;
   }
+  // 0.9.0: a gpe_rope handle (sometimes with rope_dim as well, refused) and its per-axis
+  // coordinates; the window (flag 0, 1 or bad; bounds from -2 up, or any int64); the
+  // softcap (any double); the sinks (float32 [heads_q], sometimes misshapen or float64).
+  gpe_rope* rope = in->Below(4) == 0 ? MakeAttentionRope(in, d) : nullptr;
+  o.rope = rope;
+  const int64_t axes = 1 + in->Below(3);
+  Tensor qa({tq, axes}, kDLInt, 64), ka({tk, axes}, kDLInt, 64);
+  if (rope != nullptr && in->Below(2)) {
+    qa.FillInt(in, 16);
+    ka.FillInt(in, 16);
+    o.q_axes = &qa.t;
+    o.k_axes = &ka.t;
+  }
+  if (in->Below(3) == 0) {
+    o.window = static_cast<int32_t>(in->Below(3));
+    o.window_left = in->Below(4) == 0 ? in->Read<int64_t>() : in->Size(12) - 2;
+    o.window_right = in->Below(4) == 0 ? in->Read<int64_t>() : in->Size(12) - 2;
+  }
+  if (in->Below(4) == 0) o.softcap = in->Real();
+  Tensor sinks({in->Below(6) == 0 ? in->Size(4) : hq}, kDLFloat, in->Below(8) == 0 ? 64 : 32);
+  if (in->Below(3) == 0) {
+    sinks.FillReal(in);
+    o.sinks = &sinks.t;
+  }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
   const bool with_lse = in->Below(2) != 0;
   const gpe_status fs =
@@ -363,6 +414,7 @@ void AttentionCalls(FuzzInput* in) {
     Tensor dskt({shaw_rows, shaw_cols}, kDLFloat, 64), dsvt({shaw_rows, shaw_cols}, kDLFloat, 64);
     Tensor dba({in->Size(8), in->Below(2) ? in->Size(4) : hq}, kDLFloat, 64);
     Tensor dbb({in->Size(8)}, kDLFloat, 64);
+    Tensor dsinks({in->Below(6) == 0 ? in->Size(4) : hq}, kDLFloat, 64);
     switch (in->Below(3)) {
       case 0:
         CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, o_in, lse_in, &d_o.t, &dq.t,
@@ -383,6 +435,7 @@ void AttentionCalls(FuzzInput* in) {
         if (in->Below(3) == 0) g.d_bias_b = &dbb.t;
         if (in->Below(3) == 0) g.d_shaw_key_table = &dskt.t;
         if (in->Below(3) == 0) g.d_shaw_value_table = &dsvt.t;
+        if (in->Below(3) == 0) g.d_sinks = &dsinks.t;
         const gpe_attention_param_grads* gp = in->Below(8) == 0 ? nullptr : &g;
         CheckStatus(gpe_attention_backward_with_parameters(&o, &q.t, &k.t, &v.t, o_in, lse_in,
                                                            &d_o.t, &dq.t, dk_out, &dv.t, gp));
@@ -391,6 +444,7 @@ void AttentionCalls(FuzzInput* in) {
     }
   }
   gpe_bias_destroy(bias);
+  gpe_rope_destroy(rope);
 }
 
 }  // namespace

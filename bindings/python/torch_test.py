@@ -557,12 +557,256 @@ class TorchAttentionTest(unittest.TestCase):
             gt.attention(k, k, k, alibi="sideways")
         with self.assertRaises(TypeError):
             gt.attention(k, k, k, encoding="rope")
-        with self.assertRaises(TypeError):
-            gt.attention(k.half(), k.half(), k.half())
+        with self.assertRaisesRegex(gpe.GpeError, "float16"):
+            gt.attention(k.half(), k.half(), k.half())  # float16 only as a KV cache
         with self.assertRaises(TypeError):
             gt.attention(k, k, k, bias="alibi")
         with self.assertRaises(ValueError):
             gt.attention(k, k, k, alibi="causal", bias=gpe.Alibi(2))
+
+
+# ---- What inference engines add: RoPE handles, windows, softcap, sinks, SDPA's names --
+
+
+def repeat_kv(x, hq):
+    """[b, s, hkv, d] -> [b, hq, s, d] with each kv head repeated for its query heads (SDPA's
+    layout, GQA expanded)."""
+    return x.transpose(1, 2).repeat_interleave(hq // x.shape[2], 1)
+
+
+def window_mask(s_q, s_k, left, right, causal):
+    """flash-attn's window on the KV-cache positions: query i at s_k - s_q + i may see key j
+    iff pos_i - left <= j <= pos_i + right (-1: that side unbounded), and j <= pos_i if
+    causal. Boolean [s_q, s_k], True where allowed (SDPA's convention)."""
+    pq = torch.arange(s_k - s_q, s_k)[:, None]
+    pk = torch.arange(s_k)[None, :]
+    m = torch.ones(s_q, s_k, dtype=torch.bool)
+    if left >= 0:
+        m &= pk >= pq - left
+    if right >= 0:
+        m &= pk <= pq + right
+    if causal:
+        m &= pk <= pq
+    return m
+
+
+def gemma2_softcap_attention(q, k, v, cap, causal):
+    """Gemma 2's attention with a logit softcap, written out (bshd in, bshd out):
+    scores = q k^T * scale; scores = cap * tanh(scores / cap); mask; softmax; @ v."""
+    hq, d = q.shape[2], q.shape[3]
+    qh, kh, vh = q.transpose(1, 2), repeat_kv(k, hq), repeat_kv(v, hq)
+    scores = qh @ kh.transpose(-1, -2) * d ** -0.5
+    scores = cap * torch.tanh(scores / cap)
+    if causal:
+        scores = scores.masked_fill(~window_mask(q.shape[1], k.shape[1], -1, -1, True),
+                                    float("-inf"))
+    return (torch.softmax(scores, dim=-1) @ vh).transpose(1, 2)
+
+
+def gpt_oss_sink_attention(q, k, v, sinks, sliding_window=0):
+    """gpt-oss's causal attention with sinks (openai/gpt-oss, torch model's sdpa): the
+    per-head sink logit is concatenated to every row of scores as an extra column, the
+    row softmaxed, the column dropped; sliding_window W > 0 masks keys W or more behind.
+    Equal lengths, bshd in and out."""
+    b, s, hq, d = q.shape
+    qh, kh, vh = q.transpose(1, 2), repeat_kv(k, hq), repeat_kv(v, hq)
+    mask = torch.triu(q.new_full((s, s), float("-inf")), diagonal=1)
+    if sliding_window > 0:
+        mask += torch.tril(mask.new_full((s, s), float("-inf")), diagonal=-sliding_window)
+    qk = qh @ kh.transpose(-1, -2) * d ** -0.5 + mask
+    sink_col = sinks.to(q.dtype).reshape(1, hq, 1, 1).expand(b, hq, s, 1)
+    w = torch.softmax(torch.cat([qk, sink_col], dim=-1), dim=-1)[..., :-1]
+    return (w @ vh).transpose(1, 2)
+
+
+@needs_torch
+class TorchInferenceOptionsTest(unittest.TestCase):
+    # float32 parity with PyTorch, the criterion of test_float32_matches_sdpa: each side's
+    # float32 error is ~1e-6 on these O(1) outputs and gradients (head_dim 32, 64 tokens;
+    # measured <= 4e-6 with the softcap's scores at |x| ~ 10 and for the sinks' gradient,
+    # which sums 2 x 64 rows per head), so 2e-5 on outputs and 1e-4 on gradients leave
+    # margin while a window off by one key, a cap applied after the mask or a sink left out
+    # of the denominator moves them by >= 1e-2.
+    O_TOL, G_TOL = 2e-5, 1e-4
+
+    def setUp(self):
+        torch.manual_seed(0)
+
+    def qkv(self, b=2, sq=64, sk=64, hq=4, hkv=2, d=32, scale=1.0):
+        q = (scale * torch.randn(b, sq, hq, d)).requires_grad_()
+        k = torch.randn(b, sk, hkv, d, requires_grad=True)
+        v = torch.randn(b, sk, hkv, d, requires_grad=True)
+        return q, k, v
+
+    def check(self, o, want, inputs, o_tol, g_tol):
+        torch.testing.assert_close(o, want, atol=o_tol, rtol=0)
+        w = torch.randn_like(o)
+        got = torch.autograd.grad((o * w).sum(), inputs)
+        ref = torch.autograd.grad((want * w).sum(), inputs)
+        for g, r in zip(got, ref):
+            torch.testing.assert_close(g, r, atol=g_tol, rtol=0)
+
+    def test_window_matches_sdpa_with_boolean_mask(self):
+        # SDPA's names (is_causal, scale, enable_gqa) and flash-attn's window_size against
+        # SDPA with the equivalent explicit boolean mask; fewer queries than keys (the
+        # KV-cache positions), GQA.
+        for left, right, causal, sq in ((15, -1, True, 64), (8, 4, False, 64), (6, 0, False, 40),
+                                        (-1, 3, False, 40), (0, 0, True, 40)):
+            q, k, v = self.qkv(sq=sq)
+            with self.subTest(window=(left, right), causal=causal, sq=sq):
+                o = gt.attention(q, k, v, is_causal=causal, scale=0.2, enable_gqa=True,
+                                 window_size=(left, right))
+                mask = window_mask(sq, 64, left, right, causal)
+                want = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), repeat_kv(k, 4), repeat_kv(v, 4), attn_mask=mask,
+                    scale=0.2).transpose(1, 2)
+                self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
+
+    def test_softcap_matches_gemma2(self):
+        for causal, cap in ((True, 5.0), (False, 20.0)):
+            q, k, v = self.qkv(scale=3.0)
+            with self.subTest(causal=causal, cap=cap):
+                o = gt.attention(q, k, v, causal=causal, softcap=cap)
+                want = gemma2_softcap_attention(q, k, v, cap, causal)
+                self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
+
+    def test_sinks_match_gpt_oss(self):
+        # Forward and backward, the sinks' gradient included, through autograd; gpt-oss's
+        # sliding window W is window_size=(W - 1, 0) with causal.
+        for window in (0, 16):
+            q, k, v = self.qkv()
+            sinks = torch.tensor([0.5, -2.0, 3.0, 1.25], requires_grad=True)
+            with self.subTest(sliding_window=window):
+                o = gt.attention(q, k, v, causal=True, sinks=sinks,
+                                 window_size=(window - 1, 0) if window else None)
+                want = gpt_oss_sink_attention(q, k, v, sinks, window)
+                self.check(o, want, (q, k, v, sinks), self.O_TOL, self.G_TOL)
+
+    def test_window_softcap_sinks_together_float64(self):
+        # All three at once in float64 (the exact reference). torch.autograd.gradcheck in q,
+        # k, v (central differences eps 1e-6: ~1e-9 on these O(1) Jacobians, inside atol
+        # 1e-5 / rtol 1e-3, while a wrong term is O(0.1)). The sinks are float32 logits (a
+        # 1e-6 step is lost to their rounding), so their gradient is checked against
+        # autograd through the eager formulas instead, both double (~1e-15): 1e-10.
+        q = torch.randn(1, 6, 4, 8, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(1, 9, 2, 8, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(1, 9, 2, 8, dtype=torch.float64, requires_grad=True)
+        z = torch.tensor([0.5, -1.0, 2.0, 0.0], dtype=torch.float64, requires_grad=True)
+        kw = dict(causal=True, window_size=(3, -1), softcap=2.0)
+        self.assertTrue(torch.autograd.gradcheck(
+            lambda q, k, v: gt.attention(q, k, v, sinks=z.detach(), **kw), (q, k, v),
+            fast_mode=True))
+        o = gt.attention(q, k, v, sinks=z, **kw)
+        scores = 2.0 * torch.tanh(q.transpose(1, 2) @ repeat_kv(k, 4).transpose(-1, -2)
+                                  * 8 ** -0.5 / 2.0)
+        scores = scores.masked_fill(~window_mask(6, 9, 3, -1, True), float("-inf"))
+        col = z.reshape(1, 4, 1, 1).expand(1, 4, 6, 1)
+        w = torch.softmax(torch.cat([scores, col], -1), -1)[..., :-1]
+        want = (w @ repeat_kv(v, 4)).transpose(1, 2)
+        torch.testing.assert_close(o, want, atol=1e-10, rtol=0)
+        d_o = torch.randn_like(o)
+        for g, r in zip(torch.autograd.grad((o * d_o).sum(), (q, k, v, z)),
+                        torch.autograd.grad((want * d_o).sum(), (q, k, v, z))):
+            torch.testing.assert_close(g, r, atol=1e-10, rtol=0)
+
+    def test_attention_sinks_module_learns(self):
+        sinks = gt.AttentionSinks(4)
+        self.assertEqual(tuple(sinks.logits.shape), (4,))
+        self.assertTrue(torch.equal(sinks.logits.detach(), torch.zeros(4)))
+        q, k, v = self.qkv(b=1, sq=16, sk=16)
+        o = gt.attention(q, k, v, causal=True, sinks=sinks)
+        want = gpt_oss_sink_attention(q, k, v, sinks.logits)
+        torch.testing.assert_close(o, want, atol=self.O_TOL, rtol=0)
+        o.square().sum().backward()
+        self.assertEqual(sinks.logits.grad.shape, (4,))
+        self.assertTrue(bool((sinks.logits.grad != 0).all()))
+
+    def test_alibi_slopes_match_flash_attn_bias(self):
+        # flash-attn's alibi_slopes: -slope |i + s_k - s_q - j| added to the scores (SDPA's
+        # float mask here), causal; slopes learnable (gradient against eager autograd).
+        q, k, v = self.qkv(sq=40)
+        slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625], requires_grad=True)
+        o = gt.attention(q, k, v, causal=True, alibi_slopes=slopes)
+        pq = torch.arange(24, 64)[:, None]
+        pk = torch.arange(64)[None, :]
+        bias = -slopes[:, None, None] * (pq - pk).abs().float()
+        bias = bias.masked_fill(~window_mask(40, 64, -1, -1, True), float("-inf"))
+        want = F.scaled_dot_product_attention(q.transpose(1, 2), repeat_kv(k, 4),
+                                              repeat_kv(v, 4), attn_mask=bias).transpose(1, 2)
+        self.check(o, want, (q, k, v, slopes), self.O_TOL, self.G_TOL)
+
+    def test_rope_handle_equals_rope_operator_then_attention(self):
+        # gpe.Rope inside the kernel against gt.rope on q (query role) and k (key role) then
+        # attention without an encoding: float64 (both the exact reference, 1e-10) and
+        # float32 (the same float tables, 2e-5 / 1e-4 as above), forward and gradients.
+        d = 16
+        ropes = {"yarn": gpe.Rope(d, schedule="yarn", factor=4.0, original_max_position=16),
+                 "xpos": gpe.Rope(d, xpos=True, xpos_scale_base=16.0, xpos_centre=12),
+                 "llama3": gpe.Rope(d, base=500000.0, schedule="llama3",
+                                    original_max_position=16)}
+        for dtype, o_tol, g_tol in ((torch.float64, 1e-10, 1e-10),
+                                    (torch.float32, self.O_TOL, self.G_TOL)):
+            for name, r in ropes.items():
+                q = torch.randn(2, 5, 4, d, dtype=dtype, requires_grad=True)
+                k = torch.randn(2, 9, 2, d, dtype=dtype, requires_grad=True)
+                v = torch.randn(2, 9, 2, d, dtype=dtype, requires_grad=True)
+                with self.subTest(rope=name, dtype=dtype):
+                    o = gt.attention(q, k, v, causal=True, rope=r)
+                    qr = gt.rope(q, r, offsets=[4, 4], role="query")
+                    kr = gt.rope(k, r, offsets=[0, 0], role="key")
+                    want = gt.attention(qr, kr, v, causal=True)
+                    self.check(o, want, (q, k, v), o_tol, g_tol)
+
+    def test_float16_kv_cache_forward(self):
+        # float32 q over a float16 cache: the cache widened exactly as tiles load, the same
+        # float32 kernels as on the widened tensors (summation order aside: 1e-5).
+        q = torch.randn(1, 1, 4, 32)
+        k, v = torch.randn(1, 50, 2, 32).half(), torch.randn(1, 50, 2, 32).half()
+        o = gt.attention(q, k, v, causal=True, window_size=(15, -1), softcap=10.0)
+        want = gt.attention(q, k.float(), v.float(), causal=True, window_size=(15, -1),
+                            softcap=10.0)
+        torch.testing.assert_close(o, want, atol=1e-5, rtol=0)
+
+    def test_registration_with_sinks_and_compile(self):
+        # gpe::attention_forward with sinks, a gpe.Rope, a window and a softcap passes
+        # opcheck (schema, fake tensors, autograd through
+        # gpe::attention_backward_with_parameters), and a compiled call (the Rope built
+        # outside it, as modules are) gives the eager outputs and gradients bitwise
+        # (aot_eager: the same library calls).
+        q = torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True)
+        sinks = torch.tensor([0.3, -0.4], requires_grad=True)
+        r = gpe.Rope(8, xpos=True)
+        args = (q, k, k, None, None, None, None, True, 0.0, 0, 10000.0, "half", "", 0, 0, 1, 0,
+                None, None, None, None, None, None, None, sinks, gt._register(r), 2, -1, 3.0)
+        torch.library.opcheck(torch.ops.gpe.attention_forward.default, args)
+        fn = lambda q, k, z: gt.attention(q, k, k, causal=True, rope=r, window_size=(2, -1),
+                                          softcap=3.0, sinks=z)
+        f = torch.compile(fn, backend="aot_eager", fullgraph=True)
+        o, want = f(q, k, sinks), fn(q, k, sinks)
+        self.assertTrue(torch.equal(o, want))
+        for a, b in zip(torch.autograd.grad(o.sum(), (q, sinks)),
+                        torch.autograd.grad(want.sum(), (q, sinks))):
+            self.assertTrue(torch.equal(a, b))
+
+    def test_refused_names(self):
+        q, k, v = self.qkv(b=1, sq=4, sk=4)
+        with self.assertRaisesRegex(ValueError, "attn_mask"):
+            gt.attention(q, k, v, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+        with self.assertRaisesRegex(ValueError, "dropout"):
+            gt.attention(q, k, v, dropout_p=0.1)
+        with self.assertRaisesRegex(ValueError, "enable_gqa"):
+            gt.attention(q, k, v, enable_gqa=False)
+        with self.assertRaisesRegex(ValueError, "per-batch"):
+            gt.attention(q, k, v, alibi_slopes=torch.ones(1, 4))
+        with self.assertRaisesRegex(ValueError, "scale"):
+            gt.attention(q, k, v, scale=0.1, softmax_scale=0.2)
+        with self.assertRaisesRegex(gpe.GpeError, "window"):
+            gt.attention(q, k, v, window_size=(-2, 0))
+        with self.assertRaisesRegex(gpe.GpeError, "sinks"):
+            gt.attention(q, k, v, sinks=torch.zeros(3))
+        with self.assertRaisesRegex(gpe.GpeError, "rope_dim"):
+            gt.attention(q, k, v, rope=gpe.Rope(32), rope_dim=32)
 
 
 if __name__ == "__main__":

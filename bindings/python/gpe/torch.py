@@ -41,6 +41,17 @@ algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table, shaw_value_ta
 the Shaw tables may be tensors with requires_grad (their gradients come from the same
 backward), the rest are constants of the call.
 
+Any RoPE schedule inside the kernel: rope=gpe.Rope(...) in place of rope_dim (q in the
+query role, k in the key role: gpe.attention's docstring). Inference-engine options,
+under flash-attn's and SDPA's names (the layout stays [batch, seq, heads, head_dim],
+flash-attn's): window_size=(left, right) (sliding window, -1 unbounded), softcap
+(Gemma 2), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
+positions; learnable when it requires grad), is_causal (SDPA's causal), softmax_scale
+(flash-attn's scale), enable_gqa (SDPA's: heads_q a multiple of heads_kv is always
+allowed; False refuses it as SDPA does); attn_mask and dropout_p are refused. sinks: one
+logit per query head (gpt-oss), a tensor [heads_q] whose gradient comes from the same
+backward (requires_grad); AttentionSinks(num_heads) holds learnable ones.
+
 rope(x, gpe.Rope(...), positions / offsets) applies any RoPE schedule (linear, dynamic
 NTK, YaRN, LongRoPE, Llama 3), xPos or partial rotary as an operator (gpe::rope_forward /
 gpe::rope_backward), differentiable in x.
@@ -68,13 +79,13 @@ from gpe._core import check, lib
 # reach them as gpe.torch._register, gpe.torch._LearnableBias).
 from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
 
-__all__ = ["AlibiBias", "FoxBias", "GrapeABias", "GrapeApBias", "GrapeMEncoding", "T5Bias",
-           "attention", "rope"]
+__all__ = ["AlibiBias", "AttentionSinks", "FoxBias", "GrapeABias", "GrapeApBias",
+           "GrapeMEncoding", "T5Bias", "attention", "rope"]
 
 _PAIRING = {"interleaved": 0, "half": 1}
-# DLPack type codes (dlpack.h): float 2, bfloat 4.
+# DLPack type codes (dlpack.h): float 2, bfloat 4. float16: a KV cache's k and v (forward).
 _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
-           torch.int64: (0, 64)}
+           torch.float16: (2, 16), torch.int64: (0, 64)}
 
 
 def _dltensor(t, name, keep):
@@ -238,6 +249,19 @@ class GrapeMEncoding(torch.nn.Module):
         return GrapeM(_doubles(a), _doubles(b), _doubles(omega))
 
 
+class AttentionSinks(torch.nn.Module):
+    """gpt-oss's attention sinks: one learnable logit per query head (zeros at start, a
+    float32 Parameter `logits` [num_heads]) in every row's softmax denominator, attending
+    to nothing. Pass it (or its logits) as attention(..., sinks=...)."""
+
+    def __init__(self, num_heads, dtype=torch.float32):
+        super().__init__()
+        self.logits = torch.nn.Parameter(torch.zeros(int(num_heads), dtype=dtype))
+
+    def forward(self):
+        return self.logits
+
+
 class _Structured:
     """gpe.attention's structured-position keyword arguments (constants of a call), as the
     NumPy arrays its option builder reads; Shaw tables travel as operator tensors."""
@@ -259,10 +283,10 @@ class _Structured:
 
 def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
              rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-             structured_key, params, heads, head_dim):
-    from gpe.attention import _Keep, _structured
+             structured_key, params, heads, head_dim, extras=None):
+    from gpe.attention import _Keep, _rope_window_softcap, _structured
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
-    bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v = params
+    bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v, sinks = params
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
     o.causal = 1 if causal else 0
@@ -311,6 +335,17 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         if holder is None:
             raise ValueError("the structured positions were freed before the call")
         st.update(holder.kwargs)
+    rope_key, window_left, window_right, softcap = extras or _EXTRA_DEFAULTS
+    rope = None
+    if rope_key:
+        rope = _ENCODINGS.get(rope_key)
+        if rope is None:
+            raise ValueError("the gpe.Rope object was freed before the call")
+    window = None if (window_left, window_right) == (-1, -1) else (window_left, window_right)
+    _rope_window_softcap(o, keep, rope, window, softcap)
+    if sinks is not None:
+        o.sinks = _dltensor(sinks.detach().to(device="cpu", dtype=torch.float32).contiguous(),
+                            "sinks", keep)
     st["shaw_key_table"] = None if shaw_k is None else _doubles(shaw_k)
     st["shaw_value_table"] = None if shaw_v is None else _doubles(shaw_v)
     k2 = _Keep()
@@ -328,14 +363,17 @@ def _lse_like(q, packed):
 def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                  rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                  structured_key=0, bias_a=None, bias_b=None, grape_a=None, grape_b=None,
-                 grape_omega=None, shaw_key_table=None, shaw_value_table=None):
+                 grape_omega=None, shaw_key_table=None, shaw_value_table=None, sinks=None,
+                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0):
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
     called directly by eager autograd and gpe.context_parallel."""
     keep = []
-    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table)
+    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
+              sinks)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-                    structured_key, params, q.shape[-2], q.shape[-1])
+                    structured_key, params, q.shape[-2], q.shape[-1],
+                    (rope_key, window_left, window_right, softcap))
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = _lse_like(q, cu_seqlens_q is not None)
     check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
@@ -355,12 +393,15 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 grape_b: Optional[torch.Tensor] = None,
                 grape_omega: Optional[torch.Tensor] = None,
                 shaw_key_table: Optional[torch.Tensor] = None,
-                shaw_value_table: Optional[torch.Tensor] = None
+                shaw_value_table: Optional[torch.Tensor] = None,
+                sinks: Optional[torch.Tensor] = None, rope_key: int = 0, window_left: int = -1,
+                window_right: int = -1, softcap: float = 0.0
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                         scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
                         threads, structured_key, bias_a, bias_b, grape_a, grape_b, grape_omega,
-                        shaw_key_table, shaw_value_table)
+                        shaw_key_table, shaw_value_table, sinks, rope_key, window_left,
+                        window_right, softcap)
 
 
 @_forward_op.register_fake
@@ -373,18 +414,22 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
                   causal, scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key,
                   bias_key, threads, structured_key=0, bias_a=None, bias_b=None, grape_a=None,
                   grape_b=None, grape_omega=None, shaw_key_table=None, shaw_value_table=None,
-                  param_grads=(False,) * 7):
+                  sinks=None, param_grads=(False,) * 8, rope_key=0, window_left=-1,
+                  window_right=-1, softcap=0.0):
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
     bfloat16 kernels read them; the float64 reference recomputes its own). With any of
     param_grads set (one flag per parameter: bias_a, bias_b, grape_a, grape_b,
-    grape_omega, shaw_key_table, shaw_value_table), returns (dq, dk, dv) + seven float64
-    parameter gradients (None where not asked) through
-    gpe_attention_backward_with_parameters."""
+    grape_omega, shaw_key_table, shaw_value_table, sinks; seven flags leave the sinks'
+    out), returns (dq, dk, dv) + eight float64 parameter gradients (None where not asked)
+    through gpe_attention_backward_with_parameters."""
     keep = []
-    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table)
+    params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
+              sinks)
+    param_grads = tuple(param_grads) + (False,) * (len(params) - len(param_grads))
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-                    structured_key, params, q.shape[-2], q.shape[-1])
+                    structured_key, params, q.shape[-2], q.shape[-1],
+                    (rope_key, window_left, window_right, softcap))
     # The ABI wants d_o with o's strides and gradients with their inputs' strides.
     d_o = d_o.contiguous()
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
@@ -436,14 +481,16 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         grape_omega: Optional[torch.Tensor],
                         shaw_key_table: Optional[torch.Tensor],
                         shaw_value_table: Optional[torch.Tensor],
-                        param_grads: List[bool]) -> List[torch.Tensor]:
-    """dq, dk, dv and the seven parameter gradients (float64; a 0-element tensor where not
+                        sinks: Optional[torch.Tensor],
+                        param_grads: List[bool], rope_key: int = 0, window_left: int = -1,
+                        window_right: int = -1, softcap: float = 0.0) -> List[torch.Tensor]:
+    """dq, dk, dv and the eight parameter gradients (float64; a 0-element tensor where not
     asked: a schema returns no None)."""
     out = backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
                         cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
                         encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
-                        grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
-                        tuple(param_grads))
+                        grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table, sinks,
+                        tuple(param_grads), rope_key, window_left, window_right, softcap)
     grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
     return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
                             for g in grads]
@@ -451,7 +498,7 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
 
 @_backward_params_op.register_fake
 def _(q, k, v, o, lse, d_o, *args):
-    params, want = args[14:21], args[21]
+    params, want = args[14:22], args[22]
     return ([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v)]
             + [q.new_empty(p.shape if w and p is not None else (0,), dtype=torch.float64)
                for p, w in zip(params, want)])
@@ -461,21 +508,28 @@ _OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "
                  "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "bias_key",
                  "threads", "structured_key")
 _PARAM_NAMES = ("bias_a", "bias_b", "grape_a", "grape_b", "grape_omega", "shaw_key_table",
-                "shaw_value_table")
-_NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES)
+                "shaw_value_table", "sinks")
+# Scalar options after the parameters (0.9.0): the gpe.Rope's key, the window, the softcap.
+_EXTRA_NAMES = ("rope_key", "window_left", "window_right", "softcap")
+_EXTRA_DEFAULTS = (0, -1, -1, 0.0)
+_NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES) + len(_EXTRA_NAMES)
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     o, lse = output
-    n = len(_OPTION_NAMES)
-    params = tuple(inputs[3 + n:]) + (None,) * (len(_PARAM_NAMES) - len(inputs[3 + n:]))
+    n, m = len(_OPTION_NAMES), len(_PARAM_NAMES)
+    params = tuple(inputs[3 + n:3 + n + m])
+    params += (None,) * (m - len(params))
+    extras = tuple(inputs[3 + n + m:])
+    ctx.extras = extras + _EXTRA_DEFAULTS[len(extras):]
     ctx.save_for_backward(q, k, v, o, lse, *params)
     ctx.options = tuple(inputs[3:3 + n])
-    # Hold the encoding, bias and structured objects until backward: their keys alone
+    # Hold the encoding, bias, structured and RoPE objects until backward: their keys alone
     # would dangle once a caller's temporary object is gone.
     ctx.objects = [_ENCODINGS.get(ctx.options[_OPTION_NAMES.index(name)])
                    for name in ("encoding_key", "bias_key", "structured_key")]
+    ctx.objects.append(_ENCODINGS.get(ctx.extras[0]))
     ctx.mark_non_differentiable(lse)
 
 
@@ -490,6 +544,7 @@ def _grads_out(ctx, dq, dk, dv, pgrads, params):
     out = [dq, dk, dv] + [None] * len(_OPTION_NAMES)
     for g, p, want in zip(pgrads, params, _param_flags(ctx)):
         out.append(g.to(p.dtype) if want and p is not None else None)
+    out += [None] * len(_EXTRA_NAMES)
     return tuple(out[:len(ctx.needs_input_grad)])
 
 
@@ -498,7 +553,7 @@ def _backward(ctx, d_o, d_lse):
     flags = _param_flags(ctx)
     if not any(ctx.needs_input_grad[:3]) and not any(flags):
         return (None,) * len(ctx.needs_input_grad)
-    out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params, flags)
+    out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params, flags, *ctx.extras)
     return _grads_out(ctx, out[0], out[1], out[2], out[3:], params)
 
 
@@ -522,26 +577,69 @@ class _EagerAttention(torch.autograd.Function):
         flags = _param_flags(ctx)
         if not any(ctx.needs_input_grad[:3]) and not any(flags):
             return (None,) * len(ctx.needs_input_grad)
-        out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params, param_grads=flags)
-        return _grads_out(ctx, out[0], out[1], out[2], out[3:] if any(flags) else (None,) * 7,
-                          params)
+        out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params, param_grads=flags,
+                            **dict(zip(_EXTRA_NAMES, ctx.extras)))
+        return _grads_out(ctx, out[0], out[1], out[2],
+                          out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
 
 
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False, **structured):
+              return_lse=False, rope=None, window_size=None, softcap=None, sinks=None,
+              alibi_slopes=None, is_causal=None, softmax_scale=None, enable_gqa=None,
+              attn_mask=None, dropout_p=0.0, **structured):
     """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v and in the
     tensors of a learnable bias / encoding (AlibiBias, T5Bias, FoxBias, GrapeABias,
-    GrapeApBias, GrapeMEncoding) and of Shaw tables.
+    GrapeApBias, GrapeMEncoding), of Shaw tables and of the sinks.
 
-    Arguments as gpe.attention (module docstring), structured positions included;
-    positions and cu_seqlens may be int64 tensors or anything torch.as_tensor takes.
-    Returns o (like q), or (o, lse)."""
+    Arguments as gpe.attention (module docstring), structured positions, rope=gpe.Rope,
+    window_size, softcap and sinks included; positions and cu_seqlens may be int64
+    tensors or anything torch.as_tensor takes. flash-attn's alibi_slopes and
+    softmax_scale and SDPA's is_causal and enable_gqa are accepted under their names
+    (module docstring); attn_mask and dropout_p != 0 are refused. sinks: a tensor
+    [heads_q] (any float dtype, read as float32) or an AttentionSinks. Returns o (like
+    q), or (o, lse)."""
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not supported: express the mask as causal, "
+                         "window_size and positions (q_positions / k_positions, cu_seqlens), "
+                         "and additive terms as a bias object")
+    if dropout_p:
+        raise ValueError("dropout_p must be 0: attention dropout is not supported")
+    if is_causal is not None:
+        if causal and not is_causal:
+            raise ValueError("causal=True and is_causal=False disagree")
+        causal = bool(is_causal) or bool(causal)
+    if softmax_scale is not None:
+        if scale is not None and float(scale) != float(softmax_scale):
+            raise ValueError("give scale or softmax_scale, not both")
+        scale = softmax_scale
+    if enable_gqa is not None and not enable_gqa and q.shape[-2] != k.shape[-2]:
+        raise ValueError("enable_gqa=False but q has %d heads and k %d (grouped-query "
+                         "attention needs enable_gqa=True, as in SDPA)"
+                         % (q.shape[-2], k.shape[-2]))
+    if alibi_slopes is not None:
+        if alibi or bias is not None:
+            raise ValueError("give one of alibi, bias and alibi_slopes")
+        slopes = torch.as_tensor(alibi_slopes)
+        if slopes.dim() != 1:
+            raise ValueError("alibi_slopes must be [heads_q] (one slope per query head); "
+                             "per-batch slopes [batch, heads_q] are not supported")
+        # flash-attn's bias -slope |i + seqlen_k - seqlen_q - j|: symmetric ALiBi on the
+        # KV-cache positions (the default ones here).
+        bias = AlibiBias(slopes, symmetric=True)
+    if isinstance(sinks, AttentionSinks):
+        sinks = sinks.logits
+    if sinks is not None and not isinstance(sinks, torch.Tensor):
+        sinks = torch.as_tensor(sinks, dtype=torch.float32)
     if rope_pairing not in _PAIRING:
         raise ValueError("rope_pairing must be 'half' or 'interleaved'")
     if alibi not in (None, "causal", "symmetric"):
         raise ValueError("alibi must be None, 'causal' or 'symmetric'")
+    if rope is not None:
+        from gpe.rope import Rope  # noqa: lazy
+        if not isinstance(rope, Rope):
+            raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
     grape = (None, None, None)
     if encoding is not None:
         from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy
@@ -563,6 +661,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
     shaw = (structured.pop("shaw_key_table", None), structured.pop("shaw_value_table", None))
     shaw = tuple(None if t is None else torch.as_tensor(t) for t in shaw)
+    from gpe.attention import _window
+    _, window_left, window_right = _window(window_size)
     holder = _Structured(structured) if structured else None
 
     def rows(x):
@@ -574,7 +674,9 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                   as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
                   0.0 if scale is None else float(scale), int(rope_dim), float(rope_base),
                   rope_pairing, alibi or "", _register(encoding), _register(bias),
-                  int(threads), _register(holder), *bias_ab, *grape, *shaw)
+                  int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
+                  _register(rope), window_left, window_right,
+                  0.0 if softcap is None else float(softcap))
     return (o, lse) if return_lse else o
 
 

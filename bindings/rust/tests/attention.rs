@@ -669,3 +669,121 @@ fn attention_backward_v2_adds_the_shaw_table_gradients() {
     // Bad input keeps its status: d_o of the wrong length.
     assert_eq!(attention_backward_v2(&opts, &layout, &heads, &q, &k, &v, None, &w[1..]).err().unwrap().status, Status::InvalidArgument);
 }
+
+// ---- 0.9.0: RoPE handles, sliding windows, the logit softcap and sinks ----------------
+
+// One sequence [s, h, d] by hand with a window (left, right; -1 unbounded), a softcap c
+// (0: none) and sink logits z (one per query head): o, lse and dL/dz for L = sum(w * o),
+// dz_h = -sum_i exp(z_h - lse_i) <w_i, o_i> (attention/descriptor.h's formulas).
+#[allow(clippy::too_many_arguments)]
+fn window_softcap_sinks_by_hand(
+    q: &[f64],
+    k: &[f64],
+    v: &[f64],
+    w: &[f64],
+    (s, hq, hk, d): (usize, usize, usize, usize),
+    causal: bool,
+    (left, right): (i64, i64),
+    cap: f64,
+    z: &[f32],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut o = vec![0.0; q.len()];
+    let mut lse = vec![0.0; s * hq];
+    let mut dz = vec![0.0; hq];
+    let scale = 1.0 / (d as f64).sqrt();
+    for h in 0..hq {
+        let kh = h / (hq / hk);
+        for i in 0..s {
+            let qi = &q[(i * hq + h) * d..][..d];
+            let mut scores = Vec::new();
+            for j in 0..s {
+                let (pi, pj) = (i as i64, j as i64);
+                if (causal && pj > pi) || (left >= 0 && pj < pi - left) || (right >= 0 && pj > pi + right) {
+                    continue;
+                }
+                let kj = &k[(j * hk + kh) * d..][..d];
+                let x = scale * qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f64>();
+                scores.push((j, if cap > 0.0 { cap * (x / cap).tanh() } else { x }));
+            }
+            let zh = z[h] as f64;
+            let m = scores.iter().map(|x| x.1).fold(zh, f64::max);
+            let total: f64 = scores.iter().map(|x| (x.1 - m).exp()).sum::<f64>() + (zh - m).exp();
+            let l = m + total.ln();
+            lse[i * hq + h] = l;
+            let row = (i * hq + h) * d;
+            for &(j, sc) in &scores {
+                let p = (sc - l).exp();
+                for t in 0..d {
+                    o[row + t] += p * v[(j * hk + kh) * d + t];
+                }
+            }
+            let dot: f64 = (0..d).map(|t| w[row + t] * o[row + t]).sum();
+            dz[h] -= (zh - l).exp() * dot;
+        }
+    }
+    (o, lse, dz)
+}
+
+#[test]
+fn attention_window_softcap_and_sinks_match_the_formula() {
+    let (s, hq, hk, d) = (9usize, 4usize, 2usize, 8usize);
+    let mut rng = Rng(11);
+    let q: Vec<f64> = rng.vec(s * hq * d).iter().map(|x| 3.0 * x).collect();
+    let (k, v, w) = (rng.vec(s * hk * d), rng.vec(s * hk * d), rng.vec(s * hq * d));
+    let z = [0.5f32, -2.0, 3.0, 1.25];
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    for &(causal, window, cap) in &[(true, (3i64, -1i64), 2.0), (false, (2, 1), 0.0), (false, (-1, 0), 5.0)] {
+        let options = AttentionOptions { causal, window: Some(window), softcap: cap, sinks: Some(&z), ..Default::default() };
+        let (o, lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+        let (want_o, want_lse, want_dz) = window_softcap_sinks_by_hand(&q, &k, &v, &w, (s, hq, hk, d), causal, window, cap, &z);
+        // float64 runs the exact reference: both double, short sums (~1e-15); 1e-12
+        // fails for a window off by one key, a cap after the mask or a missing sink.
+        assert!(max_abs_diff(&o, &want_o) < 1e-12, "{:?}", window);
+        assert!(max_abs_diff(&lse, &want_lse) < 1e-12, "{:?}", window);
+        let (_, p) = attention_backward_with_parameters(&options, &layout, &heads, &q, &k, &v, Some((&o, &lse)), &w).unwrap();
+        assert!(max_abs_diff(p.sinks.as_ref().unwrap(), &want_dz) < 1e-12, "{:?}", window);
+        // float32 kernels: float32 rounding of scores up to ~10 and 9-term sums stays
+        // under 1e-4 on these O(1) values.
+        let f = |x: &[f64]| x.iter().map(|&t| t as f32).collect::<Vec<f32>>();
+        let (o32, _) = attention_forward(&options, &layout, &heads, &f(&q), &f(&k), &f(&v)).unwrap();
+        let o32: Vec<f64> = o32.iter().map(|&t| t as f64).collect();
+        assert!(max_abs_diff(&o32, &want_o) < 1e-4, "{:?}", window);
+    }
+    // Sinks of the wrong count and bad window bounds are errors.
+    let bad = AttentionOptions { sinks: Some(&z[..3]), ..Default::default() };
+    assert!(attention_forward(&bad, &layout, &heads, &q, &k, &v).is_err());
+    let bad = AttentionOptions { window: Some((-2, 0)), ..Default::default() };
+    assert!(attention_forward(&bad, &layout, &heads, &q, &k, &v).is_err());
+    let bad = AttentionOptions { softcap: f64::NAN, ..Default::default() };
+    assert!(attention_forward(&bad, &layout, &heads, &q, &k, &v).is_err());
+}
+
+#[test]
+fn attention_with_a_rope_handle_equals_rope_then_attention() {
+    // xPos scales q and k inversely: the handle rotates q in the query role and k in the
+    // key role, as Rope::forward does with Tokens { key, .. }.
+    let (s, h, d) = (6usize, 2usize, 8usize);
+    let mut rng = Rng(12);
+    let (q, k, v, w) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let rope = Rope::new(&RopeOptions { xpos: Some(Xpos { gamma: 0.4, scale_base: 16.0, centre: 3 }), ..RopeOptions::new(d as i64) }).unwrap();
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let fused = AttentionOptions { causal: true, rope: Some(&rope), ..Default::default() };
+    let (o, _) = attention_forward(&fused, &layout, &heads, &q, &k, &v).unwrap();
+    let shape = [1, s, h, d];
+    let keys = Tokens { key: true, ..Tokens::bshd() };
+    let (rq, rk) = (rope.forward(&Tokens::bshd(), &q, &shape).unwrap(), rope.forward(&keys, &k, &shape).unwrap());
+    let want = attention_by_hand(&rq, &rk, &v, s, h, h, d, true, &|_, _, _| 0.0);
+    // Both in double (the reference; the rotation's double table): 1e-12.
+    assert!(max_abs_diff(&o, &want) < 1e-12);
+    // The backward: dq = R_q^T dq' of the attention on the rotated rows.
+    let g = attention_backward(&fused, &layout, &heads, &q, &k, &v, None, &w).unwrap();
+    let plain = AttentionOptions { causal: true, ..Default::default() };
+    let gr = attention_backward(&plain, &layout, &heads, &rq, &rk, &v, None, &w).unwrap();
+    assert!(max_abs_diff(&g.dq, &rope.backward(&Tokens::bshd(), &gr.dq, &shape).unwrap()) < 1e-12);
+    assert!(max_abs_diff(&g.dk, &rope.backward(&keys, &gr.dk, &shape).unwrap()) < 1e-12);
+    // A handle with rope_dim as well is refused.
+    let both = AttentionOptions { rope: Some(&rope), rope_dim: d as i64, ..Default::default() };
+    assert!(attention_forward(&both, &layout, &heads, &q, &k, &v).is_err());
+}

@@ -130,7 +130,8 @@ pub fn attention_backward_v2<T: Real>(
 /// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
 /// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
-/// and the Shaw tables ([2 shaw_max_distance + 1, head_dim]).
+/// the Shaw tables ([2 shaw_max_distance + 1, head_dim]) and the sinks ([heads_q]; float32
+/// and float64 calls).
 #[derive(Clone, Debug, Default)]
 pub struct ParameterGrads {
     pub bias_a: Option<Vec<f64>>,
@@ -141,6 +142,8 @@ pub struct ParameterGrads {
     /// Shaw tables' gradients, [2 shaw_max_distance + 1, head_dim], for the tables given.
     pub shaw_key_table: Option<Matrix>,
     pub shaw_value_table: Option<Matrix>,
+    /// dL/dsinks, [heads_q], for the sinks given (0.9.0).
+    pub sinks: Option<Vec<f64>>,
 }
 
 /// `attention_backward` plus the gradients of the encoding's learnable parameters
@@ -177,6 +180,8 @@ pub fn attention_backward_with_parameters<T: Real>(
     }
     p.shaw_key_table = options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols));
     p.shaw_value_table = options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols));
+    p.sinks = options.sinks.map(|z| vec![0.0; z.len()]);
+    let mut sink_shape = [options.sinks.map_or(0, |z| z.len() as i64)];
     let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
     let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
@@ -198,6 +203,7 @@ pub fn attention_backward_with_parameters<T: Real>(
     let (mut sks, mut svs) = ([0i64; 2], [0i64; 2]);
     let mut tsk = p.shaw_key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
     let mut tsv = p.shaw_value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
+    let mut tsg = p.sinks.as_mut().map(|z| crate::f64_tensor_mut(z, &mut sink_shape));
     let mut grads = ffi::gpe_attention_param_grads::init();
     grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
@@ -206,6 +212,7 @@ pub fn attention_backward_with_parameters<T: Real>(
     grads.d_grape_omega = tgo.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_shaw_key_table = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_shaw_value_table = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_sinks = tsg.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
     let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
     // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.

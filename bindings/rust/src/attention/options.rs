@@ -5,7 +5,7 @@
 use std::ptr;
 
 use super::pairing_code;
-use super::Bias;
+use super::{Bias, Rope};
 use crate::{checked_count, ffi, i64_tensor, invalid, to_i64, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
 
 /// How q, k and v are laid out (gpe_attention_forward).
@@ -41,6 +41,16 @@ pub struct AttentionHeads {
 /// shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
 /// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
 /// gradients.
+///
+/// Since 0.9.0 (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS"): `rope`, any
+/// `Rope` (every schedule, xPos, partial rotary, axial / M-RoPE with q_axes / k_axes)
+/// applied to q in the query role and k in the key role, exactly as `Rope::forward`
+/// would (the schedule's attention factor multiplies both), in place of rope_dim (both
+/// are refused); `window`, flash-attn's window_size (left, right), -1 unbounded: key j is
+/// allowed for query i only if p_i - left <= p_j <= p_i + right, on top of the causal
+/// rule; `softcap` c > 0 (0: none), Gemma 2's c tanh(x / c) of the scaled q.k part; `sinks`,
+/// gpt-oss's one logit per query head in every row's softmax denominator
+/// (`attention_backward_with_parameters` returns their gradient).
 #[derive(Clone, Copy)]
 pub struct AttentionOptions<'a> {
     pub causal: bool,
@@ -80,6 +90,14 @@ pub struct AttentionOptions<'a> {
     pub shaw_max_distance: i64,
     pub shaw_key_table: Option<&'a Matrix>,
     pub shaw_value_table: Option<&'a Matrix>,
+    /// Any RoPE inside the kernel (not with rope_dim).
+    pub rope: Option<&'a Rope>,
+    /// Sliding window (left, right), -1 unbounded on that side.
+    pub window: Option<(i64, i64)>,
+    /// Logit softcap c > 0; 0: none.
+    pub softcap: f64,
+    /// One sink logit per query head, [heads_q].
+    pub sinks: Option<&'a [f32]>,
 }
 
 impl<'a> Default for AttentionOptions<'a> {
@@ -108,6 +126,10 @@ impl<'a> Default for AttentionOptions<'a> {
             shaw_max_distance: 0,
             shaw_key_table: None,
             shaw_value_table: None,
+            rope: None,
+            window: None,
+            softcap: 0.0,
+            sinks: None,
         }
     }
 }
@@ -269,5 +291,16 @@ pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout,
     let svt = options.shaw_value_table.map(|m| crate::matrix_tensor(m, &mut svs)).transpose()?;
     o.shaw_key_table = skt.as_ref().map_or(ptr::null(), |t| t as *const _);
     o.shaw_value_table = svt.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // RoPE handle, window, softcap, sinks.
+    o.rope = options.rope.map_or(ptr::null(), |r| r.raw as *const _);
+    if let Some((left, right)) = options.window {
+        o.window = 1;
+        o.window_left = left;
+        o.window_right = right;
+    }
+    o.softcap = options.softcap;
+    let mut sink_shape = [options.sinks.map_or(0, |z| z.len() as i64)];
+    let sink_t = options.sinks.map(|z| crate::real_tensor(z, &mut sink_shape));
+    o.sinks = sink_t.as_ref().map_or(ptr::null(), |t| t as *const _);
     f(&o)
 }

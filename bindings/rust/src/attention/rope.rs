@@ -189,7 +189,7 @@ impl<'a> Tokens<'a> {
 
 /// A RoPE encoding: rotates plane i of every head by p * theta_i (gpe.h's convention).
 pub struct Rope {
-    raw: *mut ffi::gpe_rope,
+    pub(crate) raw: *mut ffi::gpe_rope,
     head_dim: usize,
     rotary_dim: usize,
     num_axes: usize,

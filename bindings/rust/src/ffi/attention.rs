@@ -2,9 +2,10 @@
 //! inside the kernel: gpe_attention_options (the encodings of ffi/sequence.rs,
 //! ffi/algebraic.rs and ffi/bias.rs, structured positions, Shaw tables), forward, and
 //! the backward passes with (0.4.0) the encoding's parameter gradients
-//! (gpe_attention_param_grads).
+//! (gpe_attention_param_grads); (0.9.0) gpe_rope handles, sliding windows, the logit
+//! softcap and sinks.
 
-use super::{gpe_algebraic_sequence, gpe_bias, gpe_grape_m, gpe_status, DLTensor, GPE_PAIRING_HALF_SPLIT};
+use super::{gpe_algebraic_sequence, gpe_bias, gpe_grape_m, gpe_rope, gpe_status, DLTensor, GPE_PAIRING_HALF_SPLIT};
 
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -39,6 +40,13 @@ pub struct gpe_attention_options {
     pub shaw_max_distance: i64,
     pub shaw_key_table: *const DLTensor,
     pub shaw_value_table: *const DLTensor,
+    // 0.9.0: a RoPE handle, the sliding window, the softcap, the sinks (zero / null: none).
+    pub rope: *const gpe_rope,
+    pub window: i32,
+    pub window_left: i64,
+    pub window_right: i64,
+    pub softcap: f64,
+    pub sinks: *const DLTensor,
 }
 impl gpe_attention_options {
     pub fn init() -> Self {
@@ -71,6 +79,12 @@ impl gpe_attention_options {
             shaw_max_distance: 0,
             shaw_key_table: std::ptr::null(),
             shaw_value_table: std::ptr::null(),
+            rope: std::ptr::null(),
+            window: 0,
+            window_left: -1,
+            window_right: -1,
+            softcap: 0.0,
+            sinks: std::ptr::null(),
         }
     }
 }
@@ -125,6 +139,8 @@ pub struct gpe_attention_param_grads {
     pub d_grape_omega: *mut DLTensor,
     pub d_shaw_key_table: *mut DLTensor,
     pub d_shaw_value_table: *mut DLTensor,
+    // 0.9.0: dL/dsinks.
+    pub d_sinks: *mut DLTensor,
 }
 impl gpe_attention_param_grads {
     pub fn init() -> Self {
@@ -138,6 +154,7 @@ impl gpe_attention_param_grads {
             d_grape_omega: null,
             d_shaw_key_table: null,
             d_shaw_value_table: null,
+            d_sinks: null,
         }
     }
 }

@@ -155,6 +155,26 @@ TEST(WindowSoftcapSinks, RowsWithNoKeyInTheirWindow) {
   }
 }
 
+// A NaN or +inf sink makes its head's rows NaN (o and lse), other heads untouched; the
+// forward and the decoding path.
+TEST(WindowSoftcapSinks, NonFiniteSinksMakeTheirRowsNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> sinks = {nan, inf, -inf, 1.0f};
+  for (int64_t lk : {5, 1100}) {
+    AttentionArgs a = test::Bshd(1, 1, lk, 4, 2, 16);
+    a.causal = true;
+    a.sinks = sinks;
+    std::mt19937_64 rng(9);
+    std::vector<float> q = test::RandomF(4 * 16, &rng), k = test::RandomF(lk * 2 * 16, &rng),
+                       v = test::RandomF(lk * 2 * 16, &rng), o(4 * 16), lse(4);
+    ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+    for (int64_t h = 0; h < 4; ++h) {
+      EXPECT_EQ(std::isnan(lse[h]), h < 2) << "lk " << lk << " head " << h;
+      for (int64_t e = 0; e < 16; ++e) EXPECT_EQ(std::isnan(o[h * 16 + e]), h < 2) << h;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

@@ -623,7 +623,10 @@ int64_t AttentionArgs::k_begin(int64_t b) const {
   return layout == Layout::kBSHD ? b * seq_len_k : cu_seqlens_k[b];
 }
 int64_t AttentionArgs::k_end(int64_t b) const {
-  return layout == Layout::kBSHD ? (b + 1) * seq_len_k : cu_seqlens_k[b + 1];
+  if (layout == Layout::kBSHD) {
+    return b * seq_len_k + (kv_lengths.empty() ? seq_len_k : kv_lengths[b]);
+  }
+  return cu_seqlens_k[b + 1];
 }
 
 namespace {
@@ -681,7 +684,22 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
       return Bad("batch * seq_len overflows int64");
     }
     // Offset() divides by the per-sequence length.
+    if (!a.kv_lengths.empty()) {
+      if (static_cast<int64_t>(a.kv_lengths.size()) != a.batch) {
+        return Bad(absl::StrCat("kv_lengths has ", a.kv_lengths.size(),
+                                " entries, expected one per sequence (batch = ", a.batch, ")"));
+      }
+      for (size_t b = 0; b < a.kv_lengths.size(); ++b) {
+        if (a.kv_lengths[b] < 0 || a.kv_lengths[b] > a.seq_len_k) {
+          return Bad(absl::StrCat("kv_lengths[", b, "] = ", a.kv_lengths[b],
+                                  " must lie in [0, seq_len_k = ", a.seq_len_k, "]"));
+        }
+      }
+    }
   } else {
+    if (!a.kv_lengths.empty()) {
+      return Bad("kv_lengths is for the bshd layout (thd: cu_seqlens_k gives every length)");
+    }
     if (a.cu_seqlens_q.size() != a.cu_seqlens_k.size()) {
       return Bad(absl::StrCat("cu_seqlens_q has ", a.cu_seqlens_q.size(),
                               " entries but cu_seqlens_k has ", a.cu_seqlens_k.size(),

@@ -65,6 +65,11 @@
 //  - kBSHD: q is [batch, seq_len_q, num_q_heads, head_dim], k and v are
 //    [batch, seq_len_k, num_kv_heads, head_dim], o like q. element (b, t, h, d) is at
 //    b * batch_stride + t * token_stride + h * head_stride + d.
+//    kv_lengths (bshd only; empty or one entry per sequence, 0 <= kv_lengths[b] <=
+//    seq_len_k): sequence b's keys are only its first kv_lengths[b] tokens (a batch of
+//    KV caches of different lengths in one tensor, flash-attn's cache_seqlens; also a
+//    key padding mask). The rest of each cache is never read; the backward's dk and dv
+//    are zero there. Default positions and len_k(b) below use kv_lengths[b].
 //  - kTHD (packed variable-length): q is [total_q, num_q_heads, head_dim] with sequence b
 //    occupying tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]); k, v likewise with
 //    cu_seqlens_k. batch = cu_seqlens_q.size() - 1 = cu_seqlens_k.size() - 1; both start
@@ -441,6 +446,7 @@ struct AttentionArgs {
   int64_t head_dim = 0;      // >= 1
   absl::Span<const int64_t> cu_seqlens_q;  // thd only
   absl::Span<const int64_t> cu_seqlens_k;  // thd only
+  absl::Span<const int64_t> kv_lengths;    // bshd only: keys used per sequence (LAYOUTS)
   Strides q, k, v, o;
   bool causal = false;
   // Default 1 / sqrt(head_dim); must be finite.

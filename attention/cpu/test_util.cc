@@ -406,7 +406,9 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
                      dout = RandomF(nq, &rng);
   std::vector<float> o(nq), lse(a.num_q_tokens() * a.num_q_heads);
   ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
-  std::vector<float> dq(nq, 0.0f), dk(nk, 0.0f), dv(nk, 0.0f);
+  // Gradients are overwritten: a canary where the backward might not write (rows of no
+  // sequence, rows without an allowed key) would show in the comparison.
+  std::vector<float> dq(nq, 1e6f), dk(nk, 1e6f), dv(nk, 1e6f);
   // Shaw table gradients (when the args carry tables): kernel, reference, naive float.
   const int64_t d = a.head_dim;
   const size_t ntk = a.shaw_keys ? a.shaw_keys->num_labels() * d : 0;

@@ -175,6 +175,28 @@ TEST(WindowSoftcapSinks, NonFiniteSinksMakeTheirRowsNaN) {
   }
 }
 
+// A bshd batch of KV caches of different lengths (kv_lengths): decoding (split keys),
+// prefill and the backward of a key-padded batch, with a window and sinks on some.
+TEST(KvLengths, MatchTheReference) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  const std::vector<int64_t> lengths = {1100, 0, 63, 700};
+  for (bool window : {false, true}) {
+    AttentionArgs a = test::Bshd(4, 1, 1100, 4, 1, 32);
+    a.causal = true;
+    a.kv_lengths = lengths;
+    if (window) Apply(Features{100, -1, 1.0, true}, &a);
+    test::CheckAgainstReference(a, opt, 600 + window, std::string("decode") + (window ? " window" : ""));
+  }
+  const std::vector<int64_t> padded = {70, 30, 0};
+  for (bool causal : {false, true}) {
+    AttentionArgs a = test::Bshd(3, 70, 70, 4, 2, 32);
+    a.causal = causal;
+    a.kv_lengths = padded;
+    test::CheckAgainstReference(a, opt, 610 + causal, "padded batch");
+    test::CheckBackward(a, opt, 620 + causal, "padded batch");
+  }
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

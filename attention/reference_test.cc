@@ -290,6 +290,60 @@ TEST(ReferenceForward, WindowSoftcapAndSinksMatchDirectOracle) {
   }
 }
 
+// SDPA's attn_mask: an additive mask broadcast over the batch, and a boolean mask per head
+// (keys masked as -inf), against the direct oracle whose bias is the mask.
+TEST(ReferenceForward, ScoreMasksMatchDirectOracle) {
+  std::mt19937_64 rng(13);
+  const int64_t batch = 2, l = 6, hq = 2, d = 4;
+  const std::vector<double> add = RandomUniform(hq * l * l, &rng, -2.0, 2.0);
+  std::vector<float> addf(add.begin(), add.end());
+  std::vector<uint8_t> allow(batch * hq * l * l);
+  std::bernoulli_distribution keep(0.6);
+  for (uint8_t& x : allow) x = keep(rng) ? 1 : 0;
+  for (bool boolean : {false, true}) {
+    AttentionArgs a = Bshd(batch, l, l, hq, hq, d);
+    if (boolean) {
+      a.mask.allowed = allow.data();
+      a.mask.batch = hq * l * l;
+    } else {
+      a.mask.additive = addf.data();  // batch stride 0: one mask for both sequences
+    }
+    a.mask.head = l * l;
+    a.mask.query = l;
+    const std::vector<double> q = RandomUniform(batch * l * hq * d, &rng),
+                              k = RandomUniform(batch * l * hq * d, &rng),
+                              v = RandomUniform(batch * l * hq * d, &rng);
+    std::vector<double> o(q.size());
+    ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+    for (int64_t b = 0; b < batch; ++b) {
+      DirectSpec s(hq, hq, d);
+      s.scale = 0.5;
+      s.bias = [&](int64_t h, int64_t i, int64_t j) -> double {
+        if (!boolean) return double(addf[(h * l + i) * l + j]);
+        return allow[((b * hq + h) * l + i) * l + j] ? 0.0 : -std::numeric_limits<double>::infinity();
+      };
+      const size_t n = l * hq * d;
+      std::vector<double> qb(q.begin() + b * n, q.begin() + (b + 1) * n),
+          kb(k.begin() + b * n, k.begin() + (b + 1) * n), vb(v.begin() + b * n, v.begin() + (b + 1) * n);
+      std::vector<int64_t> pos(l);
+      for (int64_t t = 0; t < l; ++t) pos[t] = t;
+      const std::vector<double> want = Direct(s, qb, kb, vb, pos, pos);
+      std::vector<double> got(o.begin() + b * n, o.begin() + (b + 1) * n);
+      // As MatchesDirectOracleWithAllDescriptors (rows fully masked are 0 in both).
+      EXPECT_LT(MaxAbsDiff(got, want), 1e-13) << "boolean " << boolean << " b " << b;
+    }
+  }
+  AttentionArgs bad = Bshd(1, 2, 2, 1, 1, 4);
+  bad.mask.additive = addf.data();
+  bad.mask.allowed = allow.data();
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  bad.mask.allowed = nullptr;
+  bad.mask.query = -1;
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  bad.mask.query = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(ValidateAttention(bad).ok());  // the offset of query 1 overflows
+}
+
 // Sinks: lse = ln(e^z + sum e^s) for a row, z for a row with no allowed key; NaN and +inf
 // sinks make their head's rows NaN, -inf is no sink.
 TEST(ReferenceForward, SinkEdgeCases) {

@@ -197,6 +197,58 @@ TEST(KvLengths, MatchTheReference) {
   }
 }
 
+// SDPA's attn_mask: additive (random, some -inf) and boolean (40% masked), per head or
+// broadcast over the batch and heads, a key-padding form (query stride 0), with causal,
+// a window and sinks; query items, decoding, varlen and the backward.
+TEST(ScoreMask, MatchesTheReference) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  std::mt19937_64 rng(21);
+  const int64_t hq = 4, max_l = 1100;
+  std::vector<float> add(static_cast<size_t>(3 * hq * 150 * 150));  // up to 3 sequences
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (float& x : add) x = u(rng);
+  for (size_t i = 0; i < add.size(); i += 7) add[i] = -std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> allow(static_cast<size_t>(2 * hq * 150 * max_l));
+  std::bernoulli_distribution keep(0.6);
+  for (uint8_t& x : allow) x = keep(rng) ? 1 : 0;
+  uint64_t seed = 700;
+  for (int form = 0; form < 4; ++form) {
+    for (int64_t l : {10, 64, 150}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = test::Bshd(2, l, l, hq, 2, 32);
+        a.causal = causal;
+        if (form == 0) {  // additive, per sequence and head
+          a.mask = {add.data(), nullptr, hq * l * l, l * l, l, 1};
+        } else if (form == 1) {  // boolean, broadcast over the batch and heads
+          a.mask = {nullptr, allow.data(), 0, 0, l, 1};
+        } else if (form == 2) {  // boolean key padding: one row per sequence
+          a.mask = {nullptr, allow.data(), l, 0, 0, 1};
+        } else {  // additive with a window and sinks
+          a.mask = {add.data(), nullptr, 0, l * l, l, 1};
+          Apply(Features{20, -1, 1.0, true}, &a);
+        }
+        const std::string what = "form " + std::to_string(form) + " l " + std::to_string(l) +
+                                 (causal ? " causal" : "");
+        test::CheckAgainstReference(a, opt, ++seed, what);
+        test::CheckBackward(a, opt, ++seed, what);
+      }
+    }
+  }
+  // Decoding: one and three queries against 1100 keys (split keys), and varlen.
+  for (int64_t lq : {1, 3}) {
+    AttentionArgs a = test::Bshd(2, lq, max_l, hq, 1, 32);
+    a.causal = true;
+    a.mask = {nullptr, allow.data(), hq * lq * max_l, lq * max_l, max_l, 1};
+    test::CheckAgainstReference(a, opt, ++seed, "decode lq " + std::to_string(lq));
+  }
+  const std::vector<int64_t> cu_q = {0, 70, 71, 150}, cu_k = {0, 70, 140, 150};
+  AttentionArgs a = test::Thd(cu_q, cu_k, hq, 2, 32);
+  a.causal = true;
+  a.mask = {add.data(), nullptr, hq * 150 * 150, 150 * 150, 150, 1};
+  test::CheckAgainstReference(a, opt, ++seed, "varlen");
+  test::CheckBackward(a, opt, ++seed, "varlen");
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

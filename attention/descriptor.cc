@@ -623,7 +623,10 @@ int64_t AttentionArgs::k_begin(int64_t b) const {
   return layout == Layout::kBSHD ? b * seq_len_k : cu_seqlens_k[b];
 }
 int64_t AttentionArgs::k_end(int64_t b) const {
-  return layout == Layout::kBSHD ? (b + 1) * seq_len_k : cu_seqlens_k[b + 1];
+  if (layout == Layout::kBSHD) {
+    return b * seq_len_k + (kv_lengths.empty() ? seq_len_k : kv_lengths[b]);
+  }
+  return cu_seqlens_k[b + 1];
 }
 
 namespace {
@@ -681,7 +684,22 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
       return Bad("batch * seq_len overflows int64");
     }
     // Offset() divides by the per-sequence length.
+    if (!a.kv_lengths.empty()) {
+      if (static_cast<int64_t>(a.kv_lengths.size()) != a.batch) {
+        return Bad(absl::StrCat("kv_lengths has ", a.kv_lengths.size(),
+                                " entries, expected one per sequence (batch = ", a.batch, ")"));
+      }
+      for (size_t b = 0; b < a.kv_lengths.size(); ++b) {
+        if (a.kv_lengths[b] < 0 || a.kv_lengths[b] > a.seq_len_k) {
+          return Bad(absl::StrCat("kv_lengths[", b, "] = ", a.kv_lengths[b],
+                                  " must lie in [0, seq_len_k = ", a.seq_len_k, "]"));
+        }
+      }
+    }
   } else {
+    if (!a.kv_lengths.empty()) {
+      return Bad("kv_lengths is for the bshd layout (thd: cu_seqlens_k gives every length)");
+    }
     if (a.cu_seqlens_q.size() != a.cu_seqlens_k.size()) {
       return Bad(absl::StrCat("cu_seqlens_q has ", a.cu_seqlens_q.size(),
                               " entries but cu_seqlens_k has ", a.cu_seqlens_k.size(),
@@ -786,6 +804,30 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
   }
   if (a.softcap.has_value() && !(std::isfinite(*a.softcap) && *a.softcap > 0.0)) {
     return Bad(absl::StrCat("softcap must be finite and > 0, got ", *a.softcap));
+  }
+  if (!a.mask.empty()) {  // the largest mask offset fits in int64
+    int64_t max_lq = 0, max_lk = 0;
+    if (bshd) {
+      max_lq = a.seq_len_q;
+      max_lk = a.seq_len_k;
+    } else {
+      for (int64_t b = 0; b < a.num_sequences(); ++b) {
+        max_lq = std::max(max_lq, a.q_end(b) - a.q_begin(b));
+        max_lk = std::max(max_lk, a.k_end(b) - a.k_begin(b));
+      }
+    }
+    const __int128 last = static_cast<__int128>(std::max<int64_t>(a.num_sequences() - 1, 0)) * a.mask.batch +
+                          static_cast<__int128>(a.num_q_heads - 1) * a.mask.head +
+                          static_cast<__int128>(std::max<int64_t>(max_lq - 1, 0)) * a.mask.query +
+                          static_cast<__int128>(std::max<int64_t>(max_lk - 1, 0)) * a.mask.key;
+    if (last > std::numeric_limits<int64_t>::max()) return Bad("mask: the largest offset overflows int64");
+  }
+  if (a.mask.additive != nullptr && a.mask.allowed != nullptr) {
+    return Bad("mask: give the additive or the boolean mask, not both");
+  }
+  if (a.mask.batch < 0 || a.mask.head < 0 || a.mask.query < 0 || a.mask.key < 0) {
+    return Bad(absl::StrCat("mask strides must be >= 0, got (", a.mask.batch, ", ", a.mask.head,
+                            ", ", a.mask.query, ", ", a.mask.key, ")"));
   }
   if (!a.sinks.empty() && static_cast<int64_t>(a.sinks.size()) != a.num_q_heads) {
     return Bad(absl::StrCat("sinks has ", a.sinks.size(), " logits, expected one per query head (",

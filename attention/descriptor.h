@@ -60,11 +60,29 @@
 //    back to the backward, the probabilities exp(s_ij - lse_i) already hold the sink's
 //    share, and dL/dz_h = -sum_i exp(z_h - lse_i) <dL/do_i, o_i> (rows of head h).
 //
+// SCORE MASK (PyTorch SDPA's attn_mask)
+// ---------------------------------------
+// A dense mask over (sequence b, query head h, query i, key j), i and j counted within
+// the sequence (0 .. len_q(b) - 1, 0 .. len_k(b) - 1), at element
+//   b * batch + h * head + i * query + j * key   (strides in elements; 0 broadcasts),
+// either additive (float, natural units: s_ij += mask, after the softcap and the bias;
+// -inf masks the key) or boolean (uint8: 0 masks the key, nonzero allows it, as SDPA's
+// True = "takes part"). Masked entries are masked keys in every sense above (nothing
+// from their k and v reaches the row). The mask has no gradient. A row whose every key
+// is masked has o = 0 and lse = -inf (its sink's logit), where SDPA's math path gives
+// NaN. Tiles read the mask in place: O(len_q len_k) bytes per head, the price of a dense
+// mask; windows and causal masks are cheaper as such.
+//
 // LAYOUTS (strides in elements; head_dim is always contiguous, stride 1)
 // ---------------------------------------------------------------------
 //  - kBSHD: q is [batch, seq_len_q, num_q_heads, head_dim], k and v are
 //    [batch, seq_len_k, num_kv_heads, head_dim], o like q. element (b, t, h, d) is at
 //    b * batch_stride + t * token_stride + h * head_stride + d.
+//    kv_lengths (bshd only; empty or one entry per sequence, 0 <= kv_lengths[b] <=
+//    seq_len_k): sequence b's keys are only its first kv_lengths[b] tokens (a batch of
+//    KV caches of different lengths in one tensor, flash-attn's cache_seqlens; also a
+//    key padding mask). The rest of each cache is never read; the backward's dk and dv
+//    are zero there. Default positions and len_k(b) below use kv_lengths[b].
 //  - kTHD (packed variable-length): q is [total_q, num_q_heads, head_dim] with sequence b
 //    occupying tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]); k, v likewise with
 //    cu_seqlens_k. batch = cu_seqlens_q.size() - 1 = cu_seqlens_k.size() - 1; both start
@@ -424,6 +442,17 @@ extern template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGr
 
 enum class Layout { kBSHD, kTHD };
 
+// SCORE MASK above: at most one of additive / allowed set.
+struct ScoreMask {
+  const float* additive = nullptr;
+  const uint8_t* allowed = nullptr;
+  int64_t batch = 0, head = 0, query = 0, key = 1;  // strides in elements, >= 0
+  bool empty() const { return additive == nullptr && allowed == nullptr; }
+  int64_t Offset(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return b * batch + h * head + i * query + j * key;
+  }
+};
+
 // Strides in elements of one tensor (head_dim contiguous).
 struct Strides {
   int64_t batch = 0;  // bshd only
@@ -441,6 +470,7 @@ struct AttentionArgs {
   int64_t head_dim = 0;      // >= 1
   absl::Span<const int64_t> cu_seqlens_q;  // thd only
   absl::Span<const int64_t> cu_seqlens_k;  // thd only
+  absl::Span<const int64_t> kv_lengths;    // bshd only: keys used per sequence (LAYOUTS)
   Strides q, k, v, o;
   bool causal = false;
   // Default 1 / sqrt(head_dim); must be finite.
@@ -467,6 +497,7 @@ struct AttentionArgs {
   int64_t window_right = -1;
   std::optional<double> softcap;
   absl::Span<const float> sinks;
+  ScoreMask mask;  // SCORE MASK above
 
   double scale() const;           // the effective softmax scale
   int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)

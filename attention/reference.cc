@@ -119,7 +119,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   std::vector<double> out(static_cast<size_t>(a.num_q_tokens() * hq * d), 0.0);
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> bias, loc, score, prob, grad, capd;
-  std::vector<char> allowed;
+  std::vector<char> allowed, ok;
   const KeyMask mask = KeyMask::Of(a);
   std::vector<double> g_sink;
   if (backward && extras.sink_grad != nullptr) g_sink.assign(static_cast<size_t>(hq), 0.0);
@@ -136,6 +136,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
     grad.assign(static_cast<size_t>(lk), 0.0);
     capd.assign(static_cast<size_t>(lk), 1.0);
     allowed.assign(static_cast<size_t>(lk), 1);
+    ok.assign(static_cast<size_t>(lk), 1);
     lab_k.assign(static_cast<size_t>(lk), 0);
     lab_v.assign(static_cast<size_t>(lk), 0);
     for (int64_t i = qb; i < qe; ++i) {
@@ -167,9 +168,15 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * shaw_k->key_table()(r, e);
           qlab[r] = dot;
         }
+        // The keys this head's row may see: the causal rule and window, then a boolean
+        // mask (descriptor.h, SCORE MASK).
+        for (int64_t j = 0; j < lk; ++j) {
+          ok[j] = allowed[j] && (a.mask.allowed == nullptr ||
+                                 a.mask.allowed[a.mask.Offset(b, h, i - qb, j)] != 0);
+        }
         double m = kNegInf;
         for (int64_t j = 0; j < lk; ++j) {
-          if (!allowed[j]) continue;
+          if (!ok[j]) continue;
           const double* kj = p.k.data() + ((kb + j) * hkv + g) * d;
           double dot = shaw_k ? qlab[lab_k[j]] : 0.0;
           for (int64_t e = 0; e < d; ++e) dot += qi[e] * kj[e];
@@ -180,6 +187,9 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
             capd[j] = 1.0 - t * t;
           }
           score[j] = x + bias[j];
+          if (a.mask.additive != nullptr) {  // SDPA's additive attn_mask (descriptor.h)
+            score[j] += a.mask.additive[a.mask.Offset(b, h, i - qb, j)];
+          }
           // A NaN score makes the row NaN (std::max would drop it); +inf gives NaN below.
           m = std::isnan(score[j]) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN()
                                                      : std::max(m, score[j]);
@@ -202,7 +212,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         double sum = z == kNegInf ? 0.0 : std::exp(z - m);
         const double sink_mass = sum;
         for (int64_t j = 0; j < lk; ++j) {
-          prob[j] = allowed[j] ? std::exp(score[j] - m) : 0.0;
+          prob[j] = ok[j] ? std::exp(score[j] - m) : 0.0;
           sum += prob[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
@@ -231,7 +241,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         }
         for (int64_t j = 0; j < lk; ++j) {
           grad[j] = 0.0;
-          if (!allowed[j]) continue;
+          if (!ok[j]) continue;
           const int64_t row = ((kb + j) * hkv + g) * d;
           const double* vj = p.v.data() + row;
           // dL/dp_j = <do_i, v_j + aV_r>.

@@ -290,6 +290,60 @@ TEST(ReferenceForward, WindowSoftcapAndSinksMatchDirectOracle) {
   }
 }
 
+// SDPA's attn_mask: an additive mask broadcast over the batch, and a boolean mask per head
+// (keys masked as -inf), against the direct oracle whose bias is the mask.
+TEST(ReferenceForward, ScoreMasksMatchDirectOracle) {
+  std::mt19937_64 rng(13);
+  const int64_t batch = 2, l = 6, hq = 2, d = 4;
+  const std::vector<double> add = RandomUniform(hq * l * l, &rng, -2.0, 2.0);
+  std::vector<float> addf(add.begin(), add.end());
+  std::vector<uint8_t> allow(batch * hq * l * l);
+  std::bernoulli_distribution keep(0.6);
+  for (uint8_t& x : allow) x = keep(rng) ? 1 : 0;
+  for (bool boolean : {false, true}) {
+    AttentionArgs a = Bshd(batch, l, l, hq, hq, d);
+    if (boolean) {
+      a.mask.allowed = allow.data();
+      a.mask.batch = hq * l * l;
+    } else {
+      a.mask.additive = addf.data();  // batch stride 0: one mask for both sequences
+    }
+    a.mask.head = l * l;
+    a.mask.query = l;
+    const std::vector<double> q = RandomUniform(batch * l * hq * d, &rng),
+                              k = RandomUniform(batch * l * hq * d, &rng),
+                              v = RandomUniform(batch * l * hq * d, &rng);
+    std::vector<double> o(q.size());
+    ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
+    for (int64_t b = 0; b < batch; ++b) {
+      DirectSpec s(hq, hq, d);
+      s.scale = 0.5;
+      s.bias = [&](int64_t h, int64_t i, int64_t j) -> double {
+        if (!boolean) return double(addf[(h * l + i) * l + j]);
+        return allow[((b * hq + h) * l + i) * l + j] ? 0.0 : -std::numeric_limits<double>::infinity();
+      };
+      const size_t n = l * hq * d;
+      std::vector<double> qb(q.begin() + b * n, q.begin() + (b + 1) * n),
+          kb(k.begin() + b * n, k.begin() + (b + 1) * n), vb(v.begin() + b * n, v.begin() + (b + 1) * n);
+      std::vector<int64_t> pos(l);
+      for (int64_t t = 0; t < l; ++t) pos[t] = t;
+      const std::vector<double> want = Direct(s, qb, kb, vb, pos, pos);
+      std::vector<double> got(o.begin() + b * n, o.begin() + (b + 1) * n);
+      // As MatchesDirectOracleWithAllDescriptors (rows fully masked are 0 in both).
+      EXPECT_LT(MaxAbsDiff(got, want), 1e-13) << "boolean " << boolean << " b " << b;
+    }
+  }
+  AttentionArgs bad = Bshd(1, 2, 2, 1, 1, 4);
+  bad.mask.additive = addf.data();
+  bad.mask.allowed = allow.data();
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  bad.mask.allowed = nullptr;
+  bad.mask.query = -1;
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  bad.mask.query = std::numeric_limits<int64_t>::max();
+  EXPECT_FALSE(ValidateAttention(bad).ok());  // the offset of query 1 overflows
+}
+
 // Sinks: lse = ln(e^z + sum e^s) for a row, z for a row with no allowed key; NaN and +inf
 // sinks make their head's rows NaN, -inf is no sink.
 TEST(ReferenceForward, SinkEdgeCases) {
@@ -439,6 +493,82 @@ TEST(ReferenceForward, KvCacheDecodeEqualsLastRow) {
           .ok());
   std::vector<double> last(of.end() - hq * d, of.end());
   EXPECT_EQ(MaxAbsDiff(last, od), 0.0);  // same positions, same arithmetic: bit-identical
+}
+
+// kv_lengths: a bshd batch of caches of different lengths equals the packed (thd) batch
+// of the keys each sequence uses, forward and backward; the unused cache rows get zero
+// gradients and are never read (NaN there changes nothing).
+TEST(ReferenceForward, KvLengthsEqualThePackedBatchOfTheUsedKeys) {
+  std::mt19937_64 rng(6);
+  const int64_t batch = 3, cap = 7, lq = 2, hq = 2, hkv = 1, d = 4;
+  const std::vector<int64_t> used = {7, 0, 3};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Bshd(batch, lq, cap, hq, hkv, d);
+  a.kv_lengths = used;
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  std::vector<int64_t> cu_q = {0}, cu_k = {0};
+  for (int64_t b = 0; b < batch; ++b) {
+    cu_q.push_back(cu_q.back() + lq);
+    cu_k.push_back(cu_k.back() + used[b]);
+  }
+  AttentionArgs p = Thd(cu_q, cu_k, hq, hkv, d);
+  p.causal = true;
+  p.q_transform = p.k_transform = &tr;
+  std::vector<double> q = RandomUniform(batch * lq * hq * d, &rng),
+                      k = RandomUniform(batch * cap * hkv * d, &rng),
+                      v = RandomUniform(batch * cap * hkv * d, &rng), w = RandomUniform(q.size(), &rng);
+  std::vector<double> kp, vp;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < cap; ++t) {
+      for (int64_t e = 0; e < hkv * d; ++e) {
+        const size_t at = (b * cap + t) * hkv * d + e;
+        if (t < used[b]) {
+          kp.push_back(k[at]);
+          vp.push_back(v[at]);
+        } else {
+          k[at] = v[at] = std::numeric_limits<double>::quiet_NaN();  // never read
+        }
+      }
+    }
+  }
+  std::vector<double> o(q.size()), op(q.size()), lse(batch * lq * hq), lsep(lse.size());
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  ASSERT_TRUE(ReferenceForward<double>(p, q.data(), kp.data(), vp.data(), op.data(), lsep.data()).ok());
+  EXPECT_EQ(o, op);  // the same keys, positions and arithmetic: bit-identical
+  EXPECT_EQ(lse, lsep);
+  std::vector<double> dq(q.size()), dk(k.size(), 5.0), dv(v.size(), 5.0), dqp(q.size()),
+      dkp(kp.size()), dvp(vp.size());
+  ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                        dk.data(), dv.data()).ok());
+  ASSERT_TRUE(ReferenceBackward<double>(p, q.data(), kp.data(), vp.data(), w.data(), dqp.data(),
+                                        dkp.data(), dvp.data()).ok());
+  EXPECT_EQ(dq, dqp);
+  size_t at_p = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < cap; ++t) {
+      for (int64_t e = 0; e < hkv * d; ++e) {
+        const size_t at = (b * cap + t) * hkv * d + e;
+        if (t < used[b]) {
+          EXPECT_EQ(dk[at], dkp[at_p]);
+          EXPECT_EQ(dv[at], dvp[at_p]);
+          ++at_p;
+        } else {
+          EXPECT_EQ(dk[at], 0.0);
+          EXPECT_EQ(dv[at], 0.0);
+        }
+      }
+    }
+  }
+  AttentionArgs bad = a;
+  const std::vector<int64_t> too_long = {7, 8, 0}, two = {1, 1};
+  bad.kv_lengths = too_long;
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  bad.kv_lengths = two;
+  EXPECT_FALSE(ValidateAttention(bad).ok());
+  p.kv_lengths = used;
+  EXPECT_FALSE(ValidateAttention(p).ok());  // thd has cu_seqlens_k
 }
 
 // Relativity: with RoPE (and ALiBi, locality) shifting every position by a constant,

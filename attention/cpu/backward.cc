@@ -357,6 +357,10 @@ class Backward {
         return st;
       }
     }
+    if (!a_.mask.empty()) {  // as the forward
+      ApplyScoreMask(a_.mask, it.b, qt.h, 1, (qpos - pq_.data()) - a_.q_begin(it.b), nr,
+                     (kpos - pk_.data()) - a_.k_begin(it.b), nk, s, bk);
+    }
     if (mask_.AnyMasked(qt.qmin, qt.qmax, kb.kmin, kb.kmax)) {
       for (int64_t r = 0; r < nr; ++r) MaskRow(mask_, qpos[r], kpos, nk, kb.sorted, s + r * bk);
     }

@@ -146,7 +146,23 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
     lse_use = lse_own.data();
   }
   if (extras.sink_grad != nullptr) SinkGradient(args, o_use, lse_use, d_o, extras.sink_grad);
-  return RunBackward(args, *plan, q, k, v, o_use, lse_use, d_o, dq, dk, dv, bias_sink, extras);
+  if (absl::Status s =
+          RunBackward(args, *plan, q, k, v, o_use, lse_use, d_o, dq, dk, dv, bias_sink, extras);
+      !s.ok()) {
+    return s;
+  }
+  // Cache rows past kv_lengths[b] belong to no sequence: their gradients are zero.
+  for (int64_t b = 0; b < args.num_sequences() && !args.kv_lengths.empty(); ++b) {
+    for (int64_t t = args.k_end(b); t < (b + 1) * args.seq_len_k; ++t) {
+      for (int64_t g = 0; g < args.num_kv_heads; ++g) {
+        const int64_t d = args.head_dim;
+        if (dk != nullptr) std::fill_n(dk + args.KOffset(args.k, t, g), d, T{});
+        if (dv != nullptr) std::fill_n(dv + args.KOffset(args.v, t, g), d, T{});
+        if (extras.dk_rotated != nullptr) std::fill_n(extras.dk_rotated + args.KOffset(args.k, t, g), d, 0.0f);
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -12,9 +12,10 @@
 // each key block is rotated by the prepared k transform, transposed into panels and its
 // values copied, on first use. Per query head, blocks of block_q rows are rotated by the
 // prepared q transform, multiplied by softmax_scale * log2(e), and run against every key
-// block their positions allow (blocks entirely in the causal future are skipped, blocks
-// entirely in the past are not masked): S = Q K^T, locality factor, bias tile
-// (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V. The SIMD kernels
+// block their positions allow (blocks wholly outside the causal mask and the sliding
+// window are skipped, blocks wholly inside are not masked): S = Q K^T, locality factor,
+// softcap, bias tile (AdditiveBias::FillTile), mask, online softmax in base 2, O += P V;
+// each row ends with its head's sink in the denominator (descriptor.h). The SIMD kernels
 // (kernels.h) are compiled for AVX-512, AVX2 and a portable baseline and chosen at run
 // time. float32 or bfloat16 inputs and outputs, float32 arithmetic and accumulation.
 // Transforms are bound to their tokens' int64 or structured positions once per call

@@ -152,6 +152,10 @@ void BM_CpuForward(benchmark::State& state) {
     gm_tr = std::make_unique<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>>(*gm);
     a.q_transform = a.k_transform = gm_tr.get();
   }
+  // 5: Gemma 2's logit softcap (50, its attention value); 6: a sink logit per head.
+  const std::vector<float> sinks(static_cast<size_t>(h), 0.5f);
+  if (encoding == 5) a.softcap = 50.0;
+  if (encoding == 6) a.sinks = sinks;
   CpuAttentionOptions opt;
   opt.num_threads = threads;
   if (!TimeCalls(state, o.data(), [&] {
@@ -246,6 +250,38 @@ double TriadGBs(int threads) {
 // reading K and V once: reported as a fraction of the triad bandwidth, in the bytes the
 // cache holds (kv: 0 float32; 1 bfloat16, 2 float16: half the bytes, widened as tiles
 // load).
+// A causal sliding window of w keys over s tokens (mode 0) against the same work without
+// a window: s / w sequences of w tokens, each query seeing all w keys (mode 1; as many
+// (query, key) pairs as the window allows, up to the first w rows). The time ratio of
+// mode 0 to mode 1 is the window's cost over attention on w keys (target: <= 1.2);
+// GFLOP/s counts the allowed pairs of each.
+void BM_CpuWindow(benchmark::State& state) {
+  const int64_t s = state.range(0), w = state.range(1), h = 8, d = 128;
+  const bool dense = state.range(2) != 0;
+  const int threads = static_cast<int>(state.range(3));
+  AttentionArgs a = dense ? SelfAttention(s / w, w, h, d, false) : SelfAttention(1, s, h, d, true);
+  if (!dense) a.window_left = w - 1;
+  NormalStream n(4);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  n.Fill({&q, &k, &v});
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  if (!TimeCalls(state, o.data(), [&] {
+        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+      })) {
+    return;
+  }
+  const double pairs = dense ? double(s) * double(w) : double(s) * double(w) - 0.5 * double(w) * double(w - 1);
+  SetFlopCounters(state, 4.0 * double(d) * pairs * double(h), threads);
+}
+BENCHMARK(BM_CpuWindow)
+    ->ArgNames({"s", "window", "dense", "threads"})
+    ->ArgsProduct({{16384}, {1024}, {0, 1}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 void BM_CpuDecode(benchmark::State& state) {
   const int64_t cache = state.range(0), hq = 32, hkv = 8, d = 128;
   const int threads = static_cast<int>(state.range(1));
@@ -377,7 +413,7 @@ BENCHMARK(BM_CpuDecode)
 // then smaller sequences and 1 thread for scaling.
 BENCHMARK(BM_CpuForward)
     ->ArgNames({"b", "h", "s", "d", "causal", "enc", "threads"})
-    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 3, 4}, {2}})
+    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 3, 4, 5, 6}, {2}})
     ->Args({1, 16, 4096, 128, 0, 0, 1})
     ->Args({1, 16, 1024, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 128, 0, 0, 2})

@@ -20,12 +20,13 @@ namespace attention {
 namespace cpu {
 
 // Whether a tile of keys at positions [kmin, kmax] against queries at [qmin, qmax] may
-// hold masked entries (the causal future, outside the window, or biases, which may be
-// -inf): the tiles where a non-finite operand needs the careful path. Rows without any
+// hold masked entries (the causal future, outside the window, a score mask, or biases,
+// which may be -inf): the tiles where a non-finite operand needs the careful path. Rows without any
 // allowed key, or NaN rows, are the callers' to add.
 inline bool MayHaveMaskedEntries(const AttentionArgs& a, int64_t qmin, int64_t qmax,
                                  int64_t kmin, int64_t kmax) {
-  return KeyMask::Of(a).AnyMasked(qmin, qmax, kmin, kmax) || !a.biases.empty();
+  return KeyMask::Of(a).AnyMasked(qmin, qmax, kmin, kmax) || !a.biases.empty() ||
+         !a.mask.empty();
 }
 
 // Whether rows [0, rows) of x (stride ld) are finite in their first d elements

@@ -20,6 +20,18 @@ namespace attention {
 namespace test {
 namespace {
 
+// The score mask's entry for (sequence b, head h, token i, key token j) (descriptor.h,
+// SCORE MASK): whether the boolean mask allows the pair, and the additive term.
+bool MaskAllows(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return a.mask.allowed == nullptr ||
+         a.mask.allowed[a.mask.Offset(b, h, i - a.q_begin(b), j - a.k_begin(b))] != 0;
+}
+float MaskTerm(const AttentionArgs& a, int64_t b, int64_t h, int64_t i, int64_t j) {
+  return a.mask.additive == nullptr
+             ? 0.0f
+             : a.mask.additive[a.mask.Offset(b, h, i - a.q_begin(b), j - a.k_begin(b))];
+}
+
 // Gemma 2's softcap of the q.k part (descriptor.h), in float; identity without one.
 float Softcap(const AttentionArgs& a, float x) {
   if (!a.softcap.has_value()) return x;
@@ -104,8 +116,11 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
                           .ok());
         }
         float m = -std::numeric_limits<float>::infinity();
+        auto allowed = [&](int64_t j) {
+          return mask.Allowed(pq[i], pk[kb + j]) && MaskAllows(a, b, h, i, kb + j);
+        };
         for (int64_t j = 0; j < lk; ++j) {
-          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
+          if (!allowed(j)) continue;
           if (a.locality.has_value()) {
             loc[j] = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
           }
@@ -115,7 +130,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
             dot += qi[e] * (kt[((kb + j) * hkv + g) * d + e] + (lab >= 0 ? KeyLabel(a, lab, e) : 0.0f));
           }
           const float x = loc[j] * scale * dot;
-          p[j] = Softcap(a, x) + brow[j];
+          p[j] = Softcap(a, x) + brow[j] + MaskTerm(a, b, h, i, kb + j);
           if (a.softcap.has_value()) {
             const float t = std::tanh(x / static_cast<float>(*a.softcap));
             capd[j] = 1.0f - t * t;
@@ -127,7 +142,7 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
         m = std::max(m, sink);
         float z = std::exp(sink - m);
         for (int64_t j = 0; j < lk; ++j) {
-          if (!mask.Allowed(pq[i], pk[kb + j])) {
+          if (!allowed(j)) {
             p[j] = 0.0f;
             continue;
           }
@@ -313,8 +328,11 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
                           .ok());
         }
         float m = -std::numeric_limits<float>::infinity();
+        auto allowed = [&](int64_t j) {
+          return mask.Allowed(pq[i], pk[kb + j]) && MaskAllows(a, b, h, i, kb + j);
+        };
         for (int64_t j = 0; j < lk; ++j) {
-          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
+          if (!allowed(j)) continue;
           float dot = 0.0f;
           const int64_t lab = ShawLabel(a.shaw_keys, pq[i], pk[kb + j]);
           for (int64_t e = 0; e < d; ++e) {
@@ -324,7 +342,7 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
           if (a.locality.has_value()) {
             loc = static_cast<float>(std::pow(*a.locality, std::fabs(double(pq[i] - pk[kb + j]))));
           }
-          s[j] = Softcap(a, loc * scale * dot) + bias_row[j];
+          s[j] = Softcap(a, loc * scale * dot) + bias_row[j] + MaskTerm(a, b, h, i, kb + j);
           m = std::max(m, s[j]);
         }
         float* out = o->data() + a.QOffset(a.o, i, h);
@@ -334,12 +352,12 @@ void NaiveFloat(const AttentionArgs& a, const std::vector<float>& q, const std::
         m = std::max(m, sink);
         float z = std::exp(sink - m);
         for (int64_t j = 0; j < lk; ++j) {
-          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
+          if (!allowed(j)) continue;
           s[j] = std::exp(s[j] - m);
           z += s[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
-          if (!mask.Allowed(pq[i], pk[kb + j])) continue;
+          if (!allowed(j)) continue;
           const int64_t lab = ShawLabel(a.shaw_values, pq[i], pk[kb + j]);
           for (int64_t e = 0; e < d; ++e) {
             out[e] += s[j] / z * (vr[j * d + e] + (lab >= 0 ? ValueLabel(a, lab, e) : 0.0f));
@@ -406,7 +424,9 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
                      dout = RandomF(nq, &rng);
   std::vector<float> o(nq), lse(a.num_q_tokens() * a.num_q_heads);
   ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
-  std::vector<float> dq(nq, 0.0f), dk(nk, 0.0f), dv(nk, 0.0f);
+  // Gradients are overwritten: a canary where the backward might not write (rows of no
+  // sequence, rows without an allowed key) would show in the comparison.
+  std::vector<float> dq(nq, 1e6f), dk(nk, 1e6f), dv(nk, 1e6f);
   // Shaw table gradients (when the args carry tables): kernel, reference, naive float.
   const int64_t d = a.head_dim;
   const size_t ntk = a.shaw_keys ? a.shaw_keys->num_labels() * d : 0;

@@ -125,6 +125,27 @@ ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
   return t;
 }
 
+void ApplyScoreMask(const ScoreMask& mask, int64_t b, int64_t h, int64_t nh, int64_t i0,
+                    int64_t nr, int64_t j0, int64_t nk, float* s, int64_t lds) {
+  const float kNegInf = -std::numeric_limits<float>::infinity();
+  const float log2e = static_cast<float>(kLog2e);
+  for (int64_t hi = 0; hi < nh; ++hi) {
+    for (int64_t r = 0; r < nr; ++r) {
+      float* sr = s + (hi * nr + r) * lds;
+      const int64_t at = mask.Offset(b, h + hi, i0 + r, j0);
+      if (mask.additive != nullptr) {
+        const float* mr = mask.additive + at;
+        for (int64_t j = 0; j < nk; ++j) sr[j] += log2e * mr[j * mask.key];
+      } else {
+        const uint8_t* mr = mask.allowed + at;
+        for (int64_t j = 0; j < nk; ++j) {
+          if (mr[j * mask.key] == 0) sr[j] = kNegInf;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace cpu
 }  // namespace attention
 }  // namespace gpe

@@ -58,6 +58,12 @@ inline void MaskRow(const KeyMask& mask, int64_t pq, const int64_t* kpos, int64_
   }
 }
 
+// The score mask on a tile (descriptor.h, SCORE MASK): rows hi * nr + r (head h + hi,
+// the sequence's query i0 + r) and columns j (its key j0 + j), j < nk, stride lds:
+// + log2(e) times the additive mask, or -inf where the boolean mask is 0.
+void ApplyScoreMask(const ScoreMask& mask, int64_t b, int64_t h, int64_t nh, int64_t i0,
+                    int64_t nr, int64_t j0, int64_t nk, float* s, int64_t lds);
+
 // Scratch for AddBias.
 struct BiasScratch {
   std::vector<int64_t> keys;

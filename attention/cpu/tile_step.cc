@@ -218,6 +218,11 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
       }
     }
   }
+  if (!a_.mask.empty()) {  // SDPA's attn_mask, indexed by token within the sequence
+    const int64_t i0 = (tpos - pq_.data()) - a_.q_begin(kb.b);
+    const int64_t j0 = (kb.kpos - pk_.data()) - a_.k_begin(kb.b);
+    ApplyScoreMask(a_.mask, kb.b, h, nh, i0, nr, j0, nk, s, bk);
+  }
   const KeyMask mask = KeyMask::Of(a_);
   if (mask.AnyMasked(pmin, pmax, kb.kmin, kb.kmax)) {  // some pair outside causal/window
     for (int64_t r = 0; r < rows; ++r) {

@@ -155,6 +155,100 @@ TEST(WindowSoftcapSinks, RowsWithNoKeyInTheirWindow) {
   }
 }
 
+// A NaN or +inf sink makes its head's rows NaN (o and lse), other heads untouched; the
+// forward and the decoding path.
+TEST(WindowSoftcapSinks, NonFiniteSinksMakeTheirRowsNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> sinks = {nan, inf, -inf, 1.0f};
+  for (int64_t lk : {5, 1100}) {
+    AttentionArgs a = test::Bshd(1, 1, lk, 4, 2, 16);
+    a.causal = true;
+    a.sinks = sinks;
+    std::mt19937_64 rng(9);
+    std::vector<float> q = test::RandomF(4 * 16, &rng), k = test::RandomF(lk * 2 * 16, &rng),
+                       v = test::RandomF(lk * 2 * 16, &rng), o(4 * 16), lse(4);
+    ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+    for (int64_t h = 0; h < 4; ++h) {
+      EXPECT_EQ(std::isnan(lse[h]), h < 2) << "lk " << lk << " head " << h;
+      for (int64_t e = 0; e < 16; ++e) EXPECT_EQ(std::isnan(o[h * 16 + e]), h < 2) << h;
+    }
+  }
+}
+
+// A bshd batch of KV caches of different lengths (kv_lengths): decoding (split keys),
+// prefill and the backward of a key-padded batch, with a window and sinks on some.
+TEST(KvLengths, MatchTheReference) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  const std::vector<int64_t> lengths = {1100, 0, 63, 700};
+  for (bool window : {false, true}) {
+    AttentionArgs a = test::Bshd(4, 1, 1100, 4, 1, 32);
+    a.causal = true;
+    a.kv_lengths = lengths;
+    if (window) Apply(Features{100, -1, 1.0, true}, &a);
+    test::CheckAgainstReference(a, opt, 600 + window, std::string("decode") + (window ? " window" : ""));
+  }
+  const std::vector<int64_t> padded = {70, 30, 0};
+  for (bool causal : {false, true}) {
+    AttentionArgs a = test::Bshd(3, 70, 70, 4, 2, 32);
+    a.causal = causal;
+    a.kv_lengths = padded;
+    test::CheckAgainstReference(a, opt, 610 + causal, "padded batch");
+    test::CheckBackward(a, opt, 620 + causal, "padded batch");
+  }
+}
+
+// SDPA's attn_mask: additive (random, some -inf) and boolean (40% masked), per head or
+// broadcast over the batch and heads, a key-padding form (query stride 0), with causal,
+// a window and sinks; query items, decoding, varlen and the backward.
+TEST(ScoreMask, MatchesTheReference) {
+  const CpuAttentionOptions opt = test::CaseListOptions();
+  std::mt19937_64 rng(21);
+  const int64_t hq = 4, max_l = 1100;
+  std::vector<float> add(static_cast<size_t>(3 * hq * 150 * 150));  // up to 3 sequences
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (float& x : add) x = u(rng);
+  for (size_t i = 0; i < add.size(); i += 7) add[i] = -std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> allow(static_cast<size_t>(2 * hq * 150 * max_l));
+  std::bernoulli_distribution keep(0.6);
+  for (uint8_t& x : allow) x = keep(rng) ? 1 : 0;
+  uint64_t seed = 700;
+  for (int form = 0; form < 4; ++form) {
+    for (int64_t l : {10, 64, 150}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = test::Bshd(2, l, l, hq, 2, 32);
+        a.causal = causal;
+        if (form == 0) {  // additive, per sequence and head
+          a.mask = {add.data(), nullptr, hq * l * l, l * l, l, 1};
+        } else if (form == 1) {  // boolean, broadcast over the batch and heads
+          a.mask = {nullptr, allow.data(), 0, 0, l, 1};
+        } else if (form == 2) {  // boolean key padding: one row per sequence
+          a.mask = {nullptr, allow.data(), l, 0, 0, 1};
+        } else {  // additive with a window and sinks
+          a.mask = {add.data(), nullptr, 0, l * l, l, 1};
+          Apply(Features{20, -1, 1.0, true}, &a);
+        }
+        const std::string what = "form " + std::to_string(form) + " l " + std::to_string(l) +
+                                 (causal ? " causal" : "");
+        test::CheckAgainstReference(a, opt, ++seed, what);
+        test::CheckBackward(a, opt, ++seed, what);
+      }
+    }
+  }
+  // Decoding: one and three queries against 1100 keys (split keys), and varlen.
+  for (int64_t lq : {1, 3}) {
+    AttentionArgs a = test::Bshd(2, lq, max_l, hq, 1, 32);
+    a.causal = true;
+    a.mask = {nullptr, allow.data(), hq * lq * max_l, lq * max_l, max_l, 1};
+    test::CheckAgainstReference(a, opt, ++seed, "decode lq " + std::to_string(lq));
+  }
+  const std::vector<int64_t> cu_q = {0, 70, 71, 150}, cu_k = {0, 70, 140, 150};
+  AttentionArgs a = test::Thd(cu_q, cu_k, hq, 2, 32);
+  a.causal = true;
+  a.mask = {add.data(), nullptr, hq * 150 * 150, 150 * 150, 150, 1};
+  test::CheckAgainstReference(a, opt, ++seed, "varlen");
+  test::CheckBackward(a, opt, ++seed, "varlen");
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

@@ -38,11 +38,11 @@ extern "C" {
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with
  * Z_i = sum_j e^{s_ij} (+ e^{z_h} with a sink logit z_h for the row's head);
  * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln Z_i,
- * -inf (and o = 0) for rows with no allowed key (z_h with a sink). Non-finite inputs propagate
- * as PyTorch's do: a NaN (or +inf) score of an allowed key makes its row's o and lse NaN
- * (and, backward, dq of the row and dk, dv of the row's allowed keys); masked keys and
- * keys of probability 0 contribute nothing whatever their k and v hold (the rule in full:
- * attention/descriptor.h, "NON-FINITE VALUES"). Causal: key j allowed iff
+ * -inf (and o = 0) for rows with no allowed key (z_h with a sink). Non-finite inputs
+ * propagate as PyTorch's do: a NaN (or +inf) score of an allowed key makes its row's o
+ * and lse NaN (and, backward, dq of the row and dk, dv of the row's allowed keys); masked
+ * keys and keys of probability 0 contribute nothing whatever their k and v hold (the rule
+ * in full: attention/descriptor.h, "NON-FINITE VALUES"). Causal: key j allowed iff
  * p_j <= p_i; a sliding window further requires p_i - window_left <= p_j <=
  * p_i + window_right. Positions default to 0..seq_k-1 for keys and to the LAST seq_q of
  * them for queries (KV-cache decoding); explicit ones are int64 [tokens] in token order.

@@ -59,6 +59,35 @@ absl::Status CheckTensor(const char* name, const Strides& s, bool has_batch, int
   return absl::OkStatus();
 }
 
+// A paged KV cache's geometry and the page ids every sequence reads (LAYOUTS).
+absl::Status CheckPages(const AttentionArgs& a) {
+  const PagedKv& p = a.pages;
+  if (a.layout != Layout::kBSHD) return Bad("pages: a paged KV cache needs the bshd layout");
+  if (p.page_size < 1) return Bad(absl::StrCat("pages.page_size must be >= 1, got ", p.page_size));
+  if (a.seq_len_k % p.page_size != 0) {
+    return Bad(absl::StrCat("pages: seq_len_k (", a.seq_len_k, ", each sequence's capacity) must be ",
+                            "a multiple of page_size (", p.page_size, ")"));
+  }
+  if (p.num_pages < 0) return Bad(absl::StrCat("pages.num_pages must be >= 0, got ", p.num_pages));
+  const int64_t per_seq = a.seq_len_k / p.page_size;
+  int64_t entries = 0;
+  if (!MulOk(a.batch, per_seq, &entries) || static_cast<int64_t>(p.block_table.size()) != entries) {
+    return Bad(absl::StrCat("pages.block_table has ", p.block_table.size(), " entries, expected batch (",
+                            a.batch, ") x pages per sequence (", per_seq, ")"));
+  }
+  for (int64_t b = 0; b < a.batch; ++b) {
+    const int64_t used = a.kv_lengths.empty() ? a.seq_len_k : a.kv_lengths[b];
+    for (int64_t i = 0; i < (used + p.page_size - 1) / p.page_size; ++i) {
+      const int64_t page = p.block_table[b * per_seq + i];
+      if (page < 0 || page >= p.num_pages) {
+        return Bad(absl::StrCat("pages.block_table[", b, "][", i, "] = ", page,
+                                " is not a page id in [0, num_pages = ", p.num_pages, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int64_t total) {
   if (cu.empty()) return Bad(absl::StrCat(name, " must have batch + 1 >= 1 entries for thd"));
   if (cu[0] != 0) return Bad(absl::StrCat(name, "[0] must be 0, got ", cu[0]));
@@ -640,6 +669,11 @@ int64_t AttentionArgs::QOffset(const Strides& s, int64_t token, int64_t head) co
   return OffsetIn(layout, seq_len_q, s, token, head);
 }
 int64_t AttentionArgs::KOffset(const Strides& s, int64_t token, int64_t head) const {
+  if (pages.enabled()) {  // bshd: token b * seq_len_k + t, t in page t / page_size of b
+    const int64_t b = token / seq_len_k, t = token % seq_len_k;
+    const int64_t page = pages.block_table[b * (seq_len_k / pages.page_size) + t / pages.page_size];
+    return page * s.batch + (t % pages.page_size) * s.token + head * s.head;
+  }
   return OffsetIn(layout, seq_len_k, s, token, head);
 }
 
@@ -727,8 +761,15 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
                  {"k", &a.k, tk, a.num_kv_heads},
                  {"v", &a.v, tk, a.num_kv_heads},
                  {"o", &a.o, tq, a.num_q_heads}};
+  if (a.pages.enabled()) {
+    if (absl::Status s = CheckPages(a); !s.ok()) return s;
+  }
   for (const auto& t : tensors) {
-    if (absl::Status s = CheckTensor(t.name, *t.s, bshd, bq, t.tokens, t.heads, a.head_dim);
+    const bool kv = t.s == &a.k || t.s == &a.v;
+    // A paged k and v are num_pages pages of page_size tokens (LAYOUTS).
+    const int64_t batches = kv && a.pages.enabled() ? a.pages.num_pages : bq;
+    const int64_t tokens = kv && a.pages.enabled() ? a.pages.page_size : t.tokens;
+    if (absl::Status s = CheckTensor(t.name, *t.s, bshd, batches, tokens, t.heads, a.head_dim);
         !s.ok()) {
       return s;
     }

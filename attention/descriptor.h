@@ -83,6 +83,14 @@
 //    KV caches of different lengths in one tensor, flash-attn's cache_seqlens; also a
 //    key padding mask). The rest of each cache is never read; the backward's dk and dv
 //    are zero there. Default positions and len_k(b) below use kv_lengths[b].
+//    Paged KV caches (vLLM's and FlashInfer's block tables; bshd only, `pages`): k and v
+//    are [num_pages, page_size, num_kv_heads, head_dim] with k.batch / v.batch the PAGE
+//    stride, and sequence b's key token t lives in page
+//    block_table[b * pages_per_sequence + t / page_size] at slot t % page_size, where
+//    seq_len_k = pages_per_sequence * page_size is each sequence's capacity (kv_lengths
+//    its use). Pages may be shared between sequences and in any order; entries of pages
+//    past a sequence's length are not read (any value). Forward only: the backward
+//    refuses a paged cache.
 //  - kTHD (packed variable-length): q is [total_q, num_q_heads, head_dim] with sequence b
 //    occupying tokens [cu_seqlens_q[b], cu_seqlens_q[b+1]); k, v likewise with
 //    cu_seqlens_k. batch = cu_seqlens_q.size() - 1 = cu_seqlens_k.size() - 1; both start
@@ -442,6 +450,14 @@ extern template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGr
 
 enum class Layout { kBSHD, kTHD };
 
+// Paged KV cache (LAYOUTS): page_size 0 is no paging.
+struct PagedKv {
+  absl::Span<const int64_t> block_table;  // [batch, pages_per_sequence] row-major page ids
+  int64_t page_size = 0;                  // tokens per page
+  int64_t num_pages = 0;                  // pages in k and v
+  bool enabled() const { return page_size > 0; }
+};
+
 // SCORE MASK above: at most one of additive / allowed set.
 struct ScoreMask {
   const float* additive = nullptr;
@@ -471,6 +487,7 @@ struct AttentionArgs {
   absl::Span<const int64_t> cu_seqlens_q;  // thd only
   absl::Span<const int64_t> cu_seqlens_k;  // thd only
   absl::Span<const int64_t> kv_lengths;    // bshd only: keys used per sequence (LAYOUTS)
+  PagedKv pages;                           // bshd only: a paged KV cache (LAYOUTS)
   Strides q, k, v, o;
   bool causal = false;
   // Default 1 / sqrt(head_dim); must be finite.

@@ -20,6 +20,12 @@ uint64_t Distance(int64_t a, int64_t b) {
                 : static_cast<uint64_t>(b) - static_cast<uint64_t>(a);
 }
 
+// Whether key token t belongs to its sequence (bshd rows past kv_lengths do not).
+bool UsedKey(const AttentionArgs& a, int64_t t) {
+  if (a.layout != Layout::kBSHD || a.kv_lengths.empty()) return true;
+  return t < a.k_end(t / a.seq_len_k);
+}
+
 // Packed double copies [tokens, heads, head_dim] of the inputs, q and k transformed.
 struct Prepared {
   std::vector<double> q, k, v;
@@ -35,6 +41,7 @@ absl::Status Gather(const AttentionArgs& a, const T* src, const Strides& s, bool
   if (n * heads == 0) return absl::OkStatus();
   if (src == nullptr) return absl::InvalidArgumentError("attention: null input tensor");
   for (int64_t t = 0; t < n; ++t) {
+    if (!q_side && !UsedKey(a, t)) continue;  // past kv_lengths: never read (maybe no page)
     for (int64_t h = 0; h < heads; ++h) {
       const T* row = src + (q_side ? a.QOffset(s, t, h) : a.KOffset(s, t, h));
       double* out = dst->data() + (t * heads + h) * d;
@@ -51,7 +58,8 @@ void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strid
   const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
   const int64_t d = a.head_dim;
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
+    const bool used = q_side || UsedKey(a, t);
+    for (int64_t h = 0; h < heads && (used || !a.pages.enabled()); ++h) {
       T* row = dst + (q_side ? a.QOffset(s, t, h) : a.KOffset(s, t, h));
       const double* in = src.data() + (t * heads + h) * d;
       for (int64_t e = 0; e < d; ++e) row[e] = static_cast<T>(in[e]);
@@ -306,6 +314,10 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
                                const ReferenceBackwardExtras& extras) {
   if (d_o == nullptr && args.num_q_tokens() > 0) {
     return absl::InvalidArgumentError("attention: null gradient tensor d_o");
+  }
+  if (args.pages.enabled()) {
+    return absl::InvalidArgumentError(
+        "attention: a paged KV cache is for the forward (inference) only");
   }
   // Table gradients start at zero (also when no row has an allowed key).
   if (absl::Status s = ZeroShawTableGradients(args, extras.shaw_key_table_grad,

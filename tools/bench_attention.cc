@@ -223,6 +223,7 @@ class AttentionBench {
          {&AttentionBench::BenchForward, &AttentionBench::BenchBackwardAndBf16,
           &AttentionBench::BenchDecodeBshd, &AttentionBench::BenchDecodeBhsd,
           &AttentionBench::BenchDecodeBf16Cache,
+          &AttentionBench::BenchEngineFeatures,
           &AttentionBench::BenchMemory, &AttentionBench::BenchScaling,
           &AttentionBench::BenchRope}) {
       if (absl::Status s = (this->*step)(); !s.ok()) return Prefixed(s);
@@ -482,6 +483,70 @@ class AttentionBench {
           absl::StrFormat("s x s float scores would take %s", Mib(scores)), "",
           absl::StrFormat("%.0f%% of FMA peak", 100.0 * gflops / peak_), memory);
     });
+    return absl::OkStatus();
+  }
+
+  // What inference engines add, against the same kernel without it, alternated
+  // (descriptor.h, WINDOW, SOFTCAP AND SINKS): a causal sliding window of w keys over s
+  // tokens against s / w sequences of w keys (the same allowed pairs, without a window:
+  // the cost of w keys per query; target <= 1.2x); the softcap (Gemma 2's 50) and a sink
+  // per head on the causal forward (target <= 5% each).
+  absl::Status BenchEngineFeatures() {
+    const int64_t w = q_ ? 128 : 1024, sl = q_ ? 1024 : 16384, h = q_ ? 4 : 8, d = head_dim_;
+    {
+      std::unique_ptr<Problem> win = MakeProblem(1, h, h, sl, sl, d, true);
+      win->args.window_left = w - 1;
+      std::unique_ptr<Problem> dense = MakeProblem(sl / w, h, h, w, w, d, false);
+      const std::string name =
+          absl::StrFormat("attention fwd f32 %s causal, window %d vs %d keys per query",
+                          win->Shape(), w, w);
+      Progress(name);
+      MeasureLimits();
+      absl::StatusOr<Compared> c = BackToBack(
+          rounds_,
+          [&]() -> absl::StatusOr<std::vector<double>> {
+            absl::StatusOr<double> a = TimeForward(*win, o_.threads, reps_);
+            if (!a.ok()) return a.status();
+            absl::StatusOr<double> b = TimeForward(*dense, o_.threads, reps_);
+            if (!b.ok()) return b.status();
+            return std::vector<double>{*a, *b};
+          },
+          [] { return std::vector<std::string>{}; });
+      if (!c.ok()) return c.status();
+      const double tw = c->ours[0], td = c->ours[1];
+      const double flops = 4.0 * double(d) * double(h) * (double(sl) * w - 0.5 * double(w) * (w - 1));
+      rows_.push_back([=] {
+        Row(name, absl::StrFormat("%.1f ms vs %.1f ms: %.2fx the dense time", tw * 1e3, td * 1e3, tw / td),
+            "", "", absl::StrFormat("%.0f%% of FMA peak", 100.0 * flops / tw * 1e-9 / peak_), "");
+      });
+    }
+    const std::vector<float> sinks(static_cast<size_t>(heads_), 0.5f);
+    for (const int feature : {0, 1}) {
+      std::unique_ptr<Problem> with = MakeProblem(1, heads_, heads_, seq_len_, seq_len_, d, true);
+      std::unique_ptr<Problem> without = MakeProblem(1, heads_, heads_, seq_len_, seq_len_, d, true);
+      if (feature == 0) with->args.softcap = 50.0;
+      if (feature == 1) with->args.sinks = sinks;
+      const std::string name = absl::StrFormat("attention fwd f32 %s causal, %s vs none",
+                                               with->Shape(), feature == 0 ? "softcap" : "sinks");
+      Progress(name);
+      MeasureLimits();
+      absl::StatusOr<Compared> c = BackToBack(
+          rounds_,
+          [&]() -> absl::StatusOr<std::vector<double>> {
+            absl::StatusOr<double> a = TimeForward(*with, o_.threads, reps_);
+            if (!a.ok()) return a.status();
+            absl::StatusOr<double> b = TimeForward(*without, o_.threads, reps_);
+            if (!b.ok()) return b.status();
+            return std::vector<double>{*a, *b};
+          },
+          [] { return std::vector<std::string>{}; });
+      if (!c.ok()) return c.status();
+      const double ta = c->ours[0], tb = c->ours[1];
+      rows_.push_back([=] {
+        Row(name, absl::StrFormat("%.1f ms vs %.1f ms: %+.1f%%", ta * 1e3, tb * 1e3, 100.0 * (ta / tb - 1.0)),
+            "", "", "", "");
+      });
+    }
     return absl::OkStatus();
   }
 

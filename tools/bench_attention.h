@@ -10,6 +10,9 @@
 //     until those kernels land;
 //   - decode: 1 query, KV cache 32768, GQA 32 query heads over 8 KV heads, d128, as a
 //     fraction of triad bandwidth for reading K and V once;
+//   - engine features against the same kernel without them: a causal sliding window of
+//     1024 keys over s16384 against 16 sequences of 1024 (the same pairs, no window), and
+//     the logit softcap and per-head sinks on the causal forward;
 //   - memory: s = 65536 causal, CpuForwardWorkspaceBytes and the measured growth of the
 //     process's peak RSS, against the s x s score matrix a naive kernel would form;
 //   - scaling: every thread against 1 thread;

@@ -27,6 +27,13 @@ namespace {
 
 template <class T, class KV = T>
 absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
+                         float* lse, const CpuAttentionOptions& options);
+template <class T, class KV>
+absl::Status GatheredPages(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
+                           float* lse, const CpuAttentionOptions& options);
+
+template <class T, class KV>
+absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
                          float* lse, const CpuAttentionOptions& options) {
   if (absl::Status s = ValidateAttention(args); !s.ok()) return s;
   if (args.empty()) return absl::OkStatus();  // nothing to write (AttentionArgs::empty)
@@ -54,7 +61,30 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
       plan->nlv == 0) {
     return RunDecode(fwd, args, *plan);
   }
+  if (args.pages.enabled()) return GatheredPages(args, q, k, v, o, lse, options);
   return RunForwardItems(fwd, args, *plan);
+}
+
+// A paged cache outside the decoding path (a prefill or a chunk of it against the
+// cache): each sequence's used keys and values gathered into one dense bshd cache
+// (O(batch x seq_len_k) rows of KV), then the dense forward.
+template <class T, class KV>
+absl::Status GatheredPages(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
+                           float* lse, const CpuAttentionOptions& options) {
+  const int64_t hkv = args.num_kv_heads, d = args.head_dim;
+  AttentionArgs dense = args;
+  dense.pages = {};
+  dense.k = dense.v = ContiguousStrides(Layout::kBSHD, args.seq_len_k, hkv, d);
+  std::vector<KV> kd(static_cast<size_t>(args.num_k_tokens() * hkv * d), KV{}), vd(kd.size(), KV{});
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    for (int64_t t = args.k_begin(b); t < args.k_end(b); ++t) {
+      for (int64_t g = 0; g < hkv; ++g) {
+        std::copy_n(k + args.KOffset(args.k, t, g), d, kd.data() + dense.KOffset(dense.k, t, g));
+        std::copy_n(v + args.KOffset(args.v, t, g), d, vd.data() + dense.KOffset(dense.v, t, g));
+      }
+    }
+  }
+  return ForwardImpl<T, KV>(dense, q, kd.data(), vd.data(), o, lse, options);
 }
 
 // o and lse by one forward pass, for a backward given neither: o laid out with args.o's
@@ -118,6 +148,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
   if ((o == nullptr) != (lse == nullptr)) {
     return Bad("give both o and lse from the forward, or neither (recomputed)");
   }
+  if (args.pages.enabled()) return Bad("a paged KV cache is for the forward (inference) only");
   // Table gradients start at zero (items add to them; an empty call leaves them so).
   if (absl::Status s = ZeroShawTableGradients(args, extras.shaw_key_table_grad,
                                               extras.shaw_value_table_grad);

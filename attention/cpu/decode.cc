@@ -54,8 +54,11 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
   const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(KV));
   const int64_t db = std::clamp<int64_t>(kDecodeBlockBytes / row_bytes / kVecPad * kVecPad,
                                          kVecPad, bk);
-  for (int64_t j0 = k0; j0 < k1; j0 += db) {
-    const int64_t nk = std::min(db, k1 - j0);
+  const int64_t page = a_.pages.page_size;
+  for (int64_t j0 = k0, nk = 0; j0 < k1; j0 += nk) {
+    nk = std::min(db, k1 - j0);
+    // A paged cache: a block never leaves its page (rows a token stride apart inside it).
+    if (page > 0) nk = std::min(nk, page - j0 % page);
     KeyBlock kblk;
     kblk.b = b;
     kblk.nk = nk;
@@ -233,6 +236,12 @@ cpu::PrefetchAhead Forward<T, KV>::Ahead(const KV* x, const Strides& st, int64_t
                                      int64_t nk, int64_t k1) const {
   const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
   const int64_t size = static_cast<int64_t>(sizeof(KV));
+  if (a_.pages.enabled()) {  // the next block of the sequence, in whatever page it lies
+    const int64_t page = a_.pages.page_size, j1 = j0 + nk;
+    if (st.head != d || st.token != row || j1 >= k1) return {};
+    const int64_t next = std::min({nk, k1 - j1, page - j1 % page});
+    return {x + a_.KOffset(st, kb + j1, 0), next * row * size};
+  }
   if (st.head == d && st.token == row) {
     const char* end = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + k1 - 1, 0) + row);
     const char* first = reinterpret_cast<const char*>(x + a_.KOffset(st, kb + j0, 0));

@@ -342,6 +342,84 @@ void BM_CpuDecode(benchmark::State& state) {
       benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// Decoding as engines batch it, as a fraction of the triad counting the K and V bytes
+// read: mode 0, one sequence of 32768 tokens in a paged cache (pages of 64 tokens in
+// shuffled order, vLLM's block table); mode 1, 16 sequences of mixed lengths (1024 to
+// 8191 tokens) in one call over a bshd cache of capacity 8192 (kv_lengths). GQA 32/8,
+// d 128; kv: 0 float32, 1 bfloat16, 2 float16.
+void BM_CpuDecodeEngine(benchmark::State& state) {
+  const int mode = static_cast<int>(state.range(0));
+  const int kv = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  const int64_t hq = 32, hkv = 8, d = 128, page = 64;
+  const int64_t batch = mode == 0 ? 1 : 16, cap = mode == 0 ? 32768 : 8192;
+  std::vector<int64_t> lengths(static_cast<size_t>(batch));
+  int64_t used = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    lengths[b] = mode == 0 ? cap : 1024 + (b * 7919) % 7168;
+    used += lengths[b];
+  }
+  AttentionArgs a;
+  a.batch = batch;
+  a.seq_len_q = 1;
+  a.seq_len_k = cap;
+  a.num_q_heads = hq;
+  a.num_kv_heads = hkv;
+  a.head_dim = d;
+  a.q = a.o = ContiguousStrides(Layout::kBSHD, 1, hq, d);
+  a.k = a.v = ContiguousStrides(Layout::kBSHD, cap, hkv, d);
+  a.causal = true;
+  a.kv_lengths = lengths;
+  std::vector<int64_t> table;
+  if (mode == 0) {
+    table.resize(static_cast<size_t>(cap / page));
+    for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
+    std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+    a.pages = {table, page, cap / page};
+    a.k = a.v = Strides{page * hkv * d, hkv * d, d};
+  }
+  const int64_t n = batch * cap * hkv * d;
+  std::vector<float> q(static_cast<size_t>(batch * hq * d), 0.5f), o(q.size());
+  measure::LargeFloats large(kv == 0 ? 2 * n : n);
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  bool ok = false;
+  if (kv == 0) {
+    for (int64_t i = 0; i < 2 * n; ++i) large.data()[i] = u(rng);
+    ok = TimeCalls(state, o.data(), [&] {
+      return CpuForward(a, q.data(), large.data(), large.data() + n, o.data(), nullptr, opt);
+    });
+  } else {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(large.data());
+    for (int64_t i = 0; i < 2 * n; ++i) {
+      bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
+                        : encodings::sequence::ToFloat16(u(rng)).bits;
+    }
+    if (kv == 1) {
+      const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
+      ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
+    } else {
+      const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
+      ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
+    }
+  }
+  if (!ok) return;
+  const double bytes = 2.0 * double(used * hkv * d) * (kv == 0 ? 4.0 : 2.0);
+  const double triad = TriadGBs(threads);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["triad_GB/s"] = triad;
+  state.counters["frac_of_triad"] =
+      benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_CpuDecodeEngine)
+    ->ArgNames({"batched", "kv", "threads"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 // The decode kernels alone on one thread: scores and P V of 8 kv heads x 4 query rows
 // over blocks of 32 tokens (d 128), over a KV cache of `tokens` tokens (32: the block stays
 // in L1/L2; 32768: streamed from memory). Isolates the kernels' rate from the memory's.

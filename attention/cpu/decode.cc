@@ -119,7 +119,7 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
       return st;
     }
   }
-  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get());
+  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get(), FusedCap(kblk));
   if (cpu::MayHaveMaskedEntries(a_, qmin, qmax, kblk.kmin, kblk.kmax)) {
     // Masked entries: a non-finite value row must not reach them (nonfinite.h).
     bool finite = true;

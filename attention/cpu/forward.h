@@ -175,6 +175,15 @@ class Forward {
                             int64_t nr, int64_t pmin, int64_t pmax, float* s,
                             Workspace& w) const;
 
+  // The softcap (base 2) SoftmaxTile applies in its maxima pass for this block, or 0
+  // where AdjustScores applies it: fused when nothing comes between the softcap and the
+  // softmax (no bias, no additive mask) and the float softmax runs (not the bf16 one).
+  float FusedCap(const KeyBlock& kb) const {
+    const bool fused = a_.softcap.has_value() && a_.biases.empty() &&
+                       a_.mask.additive == nullptr && kb.pairs16 == nullptr;
+    return fused ? static_cast<float>(*a_.softcap * kLog2e) : 0.0f;
+  }
+
   const AttentionArgs& a_;
   const Plan& p_;
   const T* q_;

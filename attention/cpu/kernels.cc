@@ -284,16 +284,50 @@ void ScoreTileAheadImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, cons
   cursor.Rest();  // whatever the steps did not cover
 }
 
+// Gemma 2's softcap c tanh(x / c) of one vector (SoftcapTile): tanh(y) = 1 - 2 / (1 +
+// e^{2y}), y = x / c, by one Exp2 (as the softmax's) and a reciprocal refined by one
+// Newton step (no division), the exponent clamped to +-64 (tanh is +-1 in float long
+// before). Absolute error of tanh about 2e-7: on a score, c times that, the size of the
+// product's own rounding. NaN stays NaN; t receives tanh(y).
+struct Softcapper {
+  VF c, k, one, two, lo, hi;
+  explicit Softcapper(DF df, float cap)
+      : c(hn::Set(df, cap)),
+        k(hn::Set(df, static_cast<float>(2.0 * 1.4426950408889634 / static_cast<double>(cap)))),
+        one(hn::Set(df, 1.0f)),
+        two(hn::Set(df, 2.0f)),
+        lo(hn::Set(df, -64.0f)),
+        hi(hn::Set(df, 64.0f)) {}
+  HWY_INLINE VF Tanh(DF df, VF x) const {
+    const VF e = Exp2(df, hn::Min(hn::Max(hn::Mul(x, k), lo), hi));
+    const VF den = hn::Add(e, one);
+    VF rcp = hn::ApproximateReciprocal(den);
+    rcp = hn::Mul(rcp, hn::NegMulAdd(den, rcp, two));
+    // NaN in, NaN out (the clamps above may have dropped it).
+    return hn::IfThenElse(hn::IsNaN(x), x, hn::NegMulAdd(two, rcp, one));
+  }
+};
+
 void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
-                     float* alpha) {
+                     float* alpha, float cap) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const float kNegInf = -std::numeric_limits<float>::infinity();
+  const Softcapper sc(df, cap > 0.0f ? cap : 1.0f);
+  const VF neg_inf = hn::Set(df, kNegInf);
   for (int64_t r = 0; r < mq; ++r) {
     float* row = s + r * lds;
     float* lr = l + r * kSumLanes;
     VF vmax0 = hn::Set(df, kNegInf), vmax1 = vmax0;
     int64_t j = 0;
+    if (cap > 0.0f) {  // cap the scores where they are loaded for the maxima
+      for (; j < n; j += N) {
+        const VF x = hn::LoadU(df, row + j);
+        const VF y = hn::IfThenElse(hn::Eq(x, neg_inf), x, hn::Mul(sc.c, sc.Tanh(df, x)));
+        hn::StoreU(y, df, row + j);
+        vmax0 = hn::Max(vmax0, y);
+      }
+    }
     for (; j + 2 * N <= n; j += 2 * N) {
       vmax0 = hn::Max(vmax0, hn::LoadU(df, row + j));
       vmax1 = hn::Max(vmax1, hn::LoadU(df, row + j + N));
@@ -326,30 +360,17 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
 
 void SoftcapTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,
                      int64_t ldd) {
-  // tanh(y) = 1 - 2 / (1 + e^{2y}), y = x / cap: one Exp2 (as the softmax's) and a
-  // reciprocal refined by one Newton step (no division), the exponent clamped to +-64
-  // (tanh is +-1 in float long before). Absolute error of tanh about 2e-7: on a score,
-  // cap times that, the size of the product's own rounding.
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vc = hn::Set(df, cap), one = hn::Set(df, 1.0f), two = hn::Set(df, 2.0f);
-  const double two_log2e = 2.0 * 1.4426950408889634;  // e^{2y} = 2^{x (2 log2 e / cap)}
-  const VF k = hn::Set(df, static_cast<float>(two_log2e / static_cast<double>(cap)));
-  const VF hi = hn::Set(df, 64.0f), lo = hn::Set(df, -64.0f);
+  const Softcapper sc(df, cap);
   for (int64_t r = 0; r < mq; ++r) {
     float* row = s + r * lds;
     float* drow = deriv == nullptr ? nullptr : deriv + r * ldd;
     int64_t j = 0;
     for (; j + N <= n; j += N) {
-      const VF x = hn::LoadU(df, row + j);
-      const VF e = Exp2(df, hn::Min(hn::Max(hn::Mul(x, k), lo), hi));
-      const VF den = hn::Add(e, one);
-      VF rcp = hn::ApproximateReciprocal(den);
-      rcp = hn::Mul(rcp, hn::NegMulAdd(den, rcp, two));
-      // NaN in, NaN out (the clamps above may have dropped it).
-      const VF t = hn::IfThenElse(hn::IsNaN(x), x, hn::NegMulAdd(two, rcp, one));
-      hn::StoreU(hn::Mul(vc, t), df, row + j);
-      if (drow != nullptr) hn::StoreU(hn::NegMulAdd(t, t, one), df, drow + j);
+      const VF t = sc.Tanh(df, hn::LoadU(df, row + j));
+      hn::StoreU(hn::Mul(sc.c, t), df, row + j);
+      if (drow != nullptr) hn::StoreU(hn::NegMulAdd(t, t, sc.one), df, drow + j);
     }
     for (; j < n; ++j) {
       const float t = std::tanh(row[j] / cap);
@@ -659,8 +680,8 @@ void ScoreTileAhead(const float* q, int64_t ldq, int64_t mq, int64_t d, const fl
   HWY_DYNAMIC_DISPATCH(ScoreTileAheadImpl)(q, ldq, mq, d, panels, num_panels, s, lds, ahead);
 }
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
-                 float* alpha) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha);
+                 float* alpha, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxTileImpl)(s, lds, mq, n, m, l, alpha, cap);
 }
 void SoftcapTile(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,
                  int64_t ldd) {

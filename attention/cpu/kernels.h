@@ -94,8 +94,12 @@ inline bool AnyNaN(const float* x, int64_t n) {
 // (so l and o become NaN: the row's output and lse are NaN, as PyTorch's), +inf scores
 // make m[r] = +inf and their probabilities NaN (inf - inf), -inf scores give 0.
 // Every alpha is exp2 of a non-positive difference, so o and l only ever shrink.
+// cap > 0 first applies SoftcapTile's cap (cap tanh(s / cap)) to every score that is not
+// -inf, in the pass that finds the maxima (no pass of its own; masked scores stay -inf):
+// for scores that take nothing between the softcap and the softmax (no bias, no additive
+// mask).
 void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* l,
-                 float* alpha);
+                 float* alpha, float cap = 0.0f);
 
 // Gemma 2's logit softcap (descriptor.h, SOFTCAP) on a tile: s[r * lds + j] <-
 // cap * tanh(s[r * lds + j] / cap) for r < mq, j < n (any n), cap > 0; where deriv is

@@ -283,6 +283,40 @@ TEST(Kernels, AccumulateTileAddGivesTheBitsOfAlphaOneOnEveryTargetAndRemainder) 
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(Kernels, SoftmaxTileWithCapIsSoftcapTileThenSoftmaxTileOnEveryTarget) {
+  // The cap applied in the maxima pass is the same vector arithmetic as SoftcapTile's, so
+  // the fused step equals the two passes bit for bit (tolerance 0), -inf kept masked.
+  std::mt19937_64 rng(36);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    const int64_t mq = 5, n = 64, lds = 80;
+    std::vector<float> s = RandomF(mq * lds, &rng, 20.0);
+    for (int64_t j = 0; j < n; ++j) s[3 * lds + j] = -inf;  // a masked row
+    s[1 * lds + 5] = -inf;
+    std::vector<float> two = s;
+    std::vector<float> m1(mq, -inf), l1(mq * cpu::kSumLanes, 0.0f), a1(mq);
+    std::vector<float> m2 = m1, l2 = l1, a2 = a1;
+    const float cap = 7.0f;
+    cpu::SoftmaxTile(s.data(), lds, mq, n, m1.data(), l1.data(), a1.data(), cap);
+    // Two passes: the cap on allowed scores only (as the fused pass, -inf stays -inf).
+    std::vector<float> masked(two.size());
+    for (size_t i = 0; i < two.size(); ++i) masked[i] = two[i] == -inf ? 1.0f : 0.0f;
+    cpu::SoftcapTile(two.data(), lds, mq, n, cap, nullptr, 0);
+    for (size_t i = 0; i < two.size(); ++i) {
+      if (masked[i] != 0.0f) two[i] = -inf;
+    }
+    cpu::SoftmaxTile(two.data(), lds, mq, n, m2.data(), l2.data(), a2.data());
+    for (int64_t r = 0; r < mq; ++r) {
+      ASSERT_EQ(0, std::memcmp(s.data() + r * lds, two.data() + r * lds, n * sizeof(float)))
+          << hwy::TargetName(target) << " row " << r;
+    }
+    EXPECT_EQ(m1, m2);
+    EXPECT_EQ(l1, l2);
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, SoftmaxTileIsOneOnlineStep) {
   std::mt19937_64 rng(5);
   const int64_t mq = 6, n = 64, lds = 70;

@@ -32,6 +32,9 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   p.bq = opt.block_q > 0 ? opt.block_q : kDefaultBlockQ;
   p.rows = p.bq * std::max<int64_t>(1, kPassRows / p.bq);
   p.bk = RoundUp(opt.block_k > 0 ? opt.block_k : kDefaultBlockK, kPanel);
+  // A sliding window computes about (block_q + block_k) keys per row beyond its own
+  // (the partly masked blocks at both ends): one-panel key blocks halve that part.
+  if (opt.block_k == 0 && a.window_left >= 0 && a.window_left < kWindowSmallKeys) p.bk = kPanel;
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
   p.direct_v = float_kv && p.dp == p.d;

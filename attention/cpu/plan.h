@@ -20,6 +20,8 @@ namespace cpu {
 // Query rows that share one pass over the key blocks: each key/value block is loaded
 // into L2 once per kPassRows rows rather than once per query tile.
 constexpr int64_t kPassRows = 384;
+// Windows narrower than this many keys take key blocks of one panel (MakePlan).
+constexpr int64_t kWindowSmallKeys = 4096;
 // At most this many query rows (heads of a group x tokens) per item: scores from key
 // rows in place instead of packed panels (decoding).
 constexpr int64_t kDirectRows = 16;

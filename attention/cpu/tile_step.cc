@@ -152,7 +152,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
                               /*keep_float=*/vmass != nullptr || careful);
   } else {
-    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha);
+    cpu::SoftmaxTile(s, bk, rows, kb.ncols, m, l, alpha, FusedCap(kb));
   }
   if (vmass != nullptr) {  // per-label probability mass, rescaled like o (alpha)
     const int64_t nl = p_.nlv;
@@ -203,7 +203,7 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
       }
     }
   }
-  if (a_.softcap.has_value()) {  // c tanh(x / c) in base 2 (descriptor.h, SOFTCAP)
+  if (a_.softcap.has_value() && FusedCap(kb) == 0.0f) {  // c tanh(x / c), base 2 (SOFTCAP)
     cpu::SoftcapTile(s, bk, rows, nk, static_cast<float>(*a_.softcap * kLog2e), nullptr, 0);
   }
   const encodings::sequence::AdditiveBias* bias =

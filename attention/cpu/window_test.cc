@@ -92,6 +92,21 @@ TEST(WindowSoftcapSinks, WithRopeAlibiAndVarlen) {
   }
 }
 
+// Default tiles: a narrow window takes one-panel key blocks (plan.cc); a wide one the
+// default blocks.
+TEST(WindowSoftcapSinks, DefaultTiles) {
+  CpuAttentionOptions opt;
+  opt.num_threads = 2;
+  uint64_t seed = 250;
+  for (int64_t left : {50, 5000}) {
+    AttentionArgs a = test::Bshd(1, 300, 300, 4, 2, 32);
+    a.causal = true;
+    a.window_left = left;
+    test::CheckAgainstReference(a, opt, ++seed, "window " + std::to_string(left));
+    test::CheckBackward(a, opt, ++seed, "window " + std::to_string(left));
+  }
+}
+
 // Few queries against a long cache: the split-key path, whose items cover only the keys
 // the window allows.
 TEST(WindowSoftcapSinks, DecodingSplitsOnlyTheWindow) {

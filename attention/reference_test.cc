@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "attention/descriptor.h"
@@ -697,6 +698,36 @@ TEST(ReferenceForward, GrapeALiftEqualsAlibiBias) {
 // Central finite differences of L = <w, o> in double for every element of q, k and v,
 // with ALiBi, locality, GQA, varlen, causal or not, and row transforms: RoPE on q with
 // GRAPE-M product on k, xPos (query and key roles), Kogkalidis et al.'s exp(p S).
+// dq, dk, dv of L = <w, o> against central differences of the reference forward, every
+// element of q, k and v perturbed in turn (restored after). h = 1e-5: truncation error
+// ~h^2 |L'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11; 1e-8 is far below the O(0.01..1)
+// gradients, so any wrong term fails.
+void ExpectCentralDifferences(const AttentionArgs& a, std::vector<double>* q,
+                              std::vector<double>* k, std::vector<double>* v,
+                              const std::vector<double>& w, const std::vector<double>& dq,
+                              const std::vector<double>& dk, const std::vector<double>& dv,
+                              const std::string& what) {
+  auto loss = [&]() {
+    std::vector<double> o(w.size());
+    EXPECT_TRUE(ReferenceForward<double>(a, q->data(), k->data(), v->data(), o.data()).ok());
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
+    return s;
+  };
+  const double h = 1e-5;
+  for (auto [x, g] : {std::pair{q, &dq}, std::pair{k, &dk}, std::pair{v, &dv}}) {
+    for (size_t i = 0; i < x->size(); ++i) {
+      const double x0 = (*x)[i];
+      (*x)[i] = x0 + h;
+      const double lp = loss();
+      (*x)[i] = x0 - h;
+      const double lm = loss();
+      (*x)[i] = x0;
+      EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << what << " i " << i;
+    }
+  }
+}
+
 TEST(ReferenceBackward, MatchesFiniteDifferences) {
   std::mt19937_64 rng(8);
   const int64_t hq = 4, hkv = 2, d = 4;
@@ -743,27 +774,7 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
     ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
                                           dk.data(), dv.data())
                     .ok());
-    auto loss = [&]() {
-      std::vector<double> o(w.size());
-      EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
-      double s = 0;
-      for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
-      return s;
-    };
-    // h = 1e-5: truncation error ~h^2 * |L'''| ~ 1e-10, rounding ~1e-16 / h ~ 1e-11;
-    // 1e-8 is far below the O(0.01..1) gradients, so any wrong term fails.
-    const double h = 1e-5;
-    for (auto [x, g] : {std::pair{&q, &dq}, std::pair{&k, &dk}, std::pair{&v, &dv}}) {
-      for (size_t i = 0; i < x->size(); ++i) {
-        const double x0 = (*x)[i];
-        (*x)[i] = x0 + h;
-        const double lp = loss();
-        (*x)[i] = x0 - h;
-        const double lm = loss();
-        (*x)[i] = x0;
-        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "config " << config << " i " << i;
-      }
-    }
+    ExpectCentralDifferences(a, &q, &k, &v, w, dq, dk, dv, "config " + std::to_string(config));
   }
 }
 
@@ -796,6 +807,7 @@ TEST(ReferenceBackward, WindowSoftcapAndSinksMatchFiniteDifferences) {
     ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
                                           dk.data(), dv.data(), nullptr, extras)
                     .ok());
+    ExpectCentralDifferences(a, &q, &k, &v, w, dq, dk, dv, "config " + std::to_string(config));
     auto loss = [&]() {
       std::vector<double> o(w.size());
       EXPECT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data()).ok());
@@ -803,19 +815,6 @@ TEST(ReferenceBackward, WindowSoftcapAndSinksMatchFiniteDifferences) {
       for (size_t i = 0; i < o.size(); ++i) s += w[i] * o[i];
       return s;
     };
-    // As MatchesFiniteDifferences: truncation ~1e-10, rounding ~1e-11, gradients O(0.01..1).
-    const double h = 1e-5;
-    for (auto [x, g] : {std::pair{&q, &dq}, std::pair{&k, &dk}, std::pair{&v, &dv}}) {
-      for (size_t i = 0; i < x->size(); ++i) {
-        const double x0 = (*x)[i];
-        (*x)[i] = x0 + h;
-        const double lp = loss();
-        (*x)[i] = x0 - h;
-        const double lm = loss();
-        (*x)[i] = x0;
-        EXPECT_NEAR((*g)[i], (lp - lm) / (2 * h), 1e-8) << "config " << config << " i " << i;
-      }
-    }
     // Sinks are float: steps of 2^-10 are exact in float; truncation ~h^2 ~ 1e-6 relative
     // to L''' = O(1), so 1e-5.
     for (int64_t hh = 0; hh < hq; ++hh) {

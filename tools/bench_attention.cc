@@ -486,6 +486,20 @@ class AttentionBench {
     return absl::OkStatus();
   }
 
+  // GroupPE's forward on two problems, alternated (ours[0], ours[1]), no peer.
+  absl::StatusOr<Compared> OursTwice(Problem& first, Problem& second) {
+    return BackToBack(
+        rounds_,
+        [&]() -> absl::StatusOr<std::vector<double>> {
+          absl::StatusOr<double> a = TimeForward(first, o_.threads, reps_);
+          if (!a.ok()) return a.status();
+          absl::StatusOr<double> b = TimeForward(second, o_.threads, reps_);
+          if (!b.ok()) return b.status();
+          return std::vector<double>{*a, *b};
+        },
+        [] { return std::vector<std::string>{}; });
+  }
+
   // What inference engines add, against the same kernel without it, alternated
   // (descriptor.h, WINDOW, SOFTCAP AND SINKS): a causal sliding window of w keys over s
   // tokens against s / w sequences of w keys (the same allowed pairs, without a window:
@@ -502,16 +516,7 @@ class AttentionBench {
                           win->Shape(), w, w);
       Progress(name);
       MeasureLimits();
-      absl::StatusOr<Compared> c = BackToBack(
-          rounds_,
-          [&]() -> absl::StatusOr<std::vector<double>> {
-            absl::StatusOr<double> a = TimeForward(*win, o_.threads, reps_);
-            if (!a.ok()) return a.status();
-            absl::StatusOr<double> b = TimeForward(*dense, o_.threads, reps_);
-            if (!b.ok()) return b.status();
-            return std::vector<double>{*a, *b};
-          },
-          [] { return std::vector<std::string>{}; });
+      absl::StatusOr<Compared> c = OursTwice(*win, *dense);
       if (!c.ok()) return c.status();
       const double tw = c->ours[0], td = c->ours[1];
       const double flops = 4.0 * double(d) * double(h) * (double(sl) * w - 0.5 * double(w) * (w - 1));
@@ -530,16 +535,7 @@ class AttentionBench {
                                                with->Shape(), feature == 0 ? "softcap" : "sinks");
       Progress(name);
       MeasureLimits();
-      absl::StatusOr<Compared> c = BackToBack(
-          rounds_,
-          [&]() -> absl::StatusOr<std::vector<double>> {
-            absl::StatusOr<double> a = TimeForward(*with, o_.threads, reps_);
-            if (!a.ok()) return a.status();
-            absl::StatusOr<double> b = TimeForward(*without, o_.threads, reps_);
-            if (!b.ok()) return b.status();
-            return std::vector<double>{*a, *b};
-          },
-          [] { return std::vector<std::string>{}; });
+      absl::StatusOr<Compared> c = OursTwice(*with, *without);
       if (!c.ok()) return c.status();
       const double ta = c->ours[0], tb = c->ours[1];
       rows_.push_back([=] {

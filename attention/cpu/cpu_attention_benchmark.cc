@@ -282,19 +282,63 @@ BENCHMARK(BM_CpuWindow)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
-void BM_CpuDecode(benchmark::State& state) {
-  const int64_t cache = state.range(0), hq = 32, hkv = 8, d = 128;
-  const int threads = static_cast<int>(state.range(1));
-  const int kv = static_cast<int>(state.range(4));
+// GB/s of `bytes` read per iteration, the triad on `threads` threads and the fraction.
+void SetTriadCounters(benchmark::State& state, double bytes, int threads) {
+  const double triad = TriadGBs(threads);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["triad_GB/s"] = triad;
+  state.counters["frac_of_triad"] =
+      benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// One query token per sequence against a bshd KV cache of `cap` tokens (decoding).
+AttentionArgs DecodeArgs(int64_t batch, int64_t cap, int64_t hq, int64_t hkv, int64_t d) {
   AttentionArgs a;
-  a.batch = 1;
+  a.batch = batch;
   a.seq_len_q = 1;
-  a.seq_len_k = cache;
+  a.seq_len_k = cap;
   a.num_q_heads = hq;
   a.num_kv_heads = hkv;
   a.head_dim = d;
   a.q = a.o = ContiguousStrides(Layout::kBSHD, 1, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kBSHD, cache, hkv, d);
+  a.k = a.v = ContiguousStrides(Layout::kBSHD, cap, hkv, d);
+  a.causal = true;
+  return a;
+}
+
+// Fills k (base) and v (n elements further) with U(-1, 1) in the cache's type (kv: 0
+// float32, 1 bfloat16, 2 float16; a 16-bit cache in the first half of the floats) and
+// times CpuForward on them.
+bool FillAndTimeDecode(benchmark::State& state, const AttentionArgs& a, int kv, float* base,
+                       int64_t n, const std::vector<float>& q, std::vector<float>* o,
+                       int threads) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  float* out = o->data();
+  if (kv == 0) {
+    for (int64_t i = 0; i < 2 * n; ++i) base[i] = u(rng);
+    return TimeCalls(state, out, [&] { return CpuForward(a, q.data(), base, base + n, out, nullptr, opt); });
+  }
+  uint16_t* bits = reinterpret_cast<uint16_t*>(base);
+  for (int64_t i = 0; i < 2 * n; ++i) {
+    bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
+                      : encodings::sequence::ToFloat16(u(rng)).bits;
+  }
+  if (kv == 1) {
+    const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
+    return TimeCalls(state, out, [&] { return CpuForward(a, q.data(), k, k + n, out, nullptr, opt); });
+  }
+  const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
+  return TimeCalls(state, out, [&] { return CpuForward(a, q.data(), k, k + n, out, nullptr, opt); });
+}
+
+void BM_CpuDecode(benchmark::State& state) {
+  const int64_t cache = state.range(0), hq = 32, hkv = 8, d = 128;
+  const int threads = static_cast<int>(state.range(1));
+  const int kv = static_cast<int>(state.range(4));
+  AttentionArgs a = DecodeArgs(1, cache, hq, hkv, d);
   // bhsd: each kv head's cache contiguous (PyTorch's layout), as strides.
   if (state.range(3) != 0) a.k = a.v = Strides{hkv * cache * d, d, cache * d};
   a.causal = true;
@@ -307,39 +351,10 @@ void BM_CpuDecode(benchmark::State& state) {
   std::vector<float> plain(huge ? 0 : static_cast<size_t>(floats));
   measure::LargeFloats large(huge ? floats : 0);
   float* base = huge ? large.data() : plain.data();
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  CpuAttentionOptions opt;
-  opt.num_threads = threads;
-  bool ok = false;
-  if (kv == 0) {
-    float* k = base;
-    float* v = k + n;
-    for (int64_t i = 0; i < 2 * n; ++i) k[i] = u(rng);
-    ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, v, o.data(), nullptr, opt); });
-  } else {
-    uint16_t* bits = reinterpret_cast<uint16_t*>(base);
-    for (int64_t i = 0; i < 2 * n; ++i) {
-      bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
-                        : encodings::sequence::ToFloat16(u(rng)).bits;
-    }
-    if (kv == 1) {
-      const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
-      ok = TimeCalls(state, o.data(),
-                     [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
-    } else {
-      const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
-      ok = TimeCalls(state, o.data(),
-                     [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
-    }
-  }
+  const bool ok = FillAndTimeDecode(state, a, kv, base, n, q, &o, threads);
   if (!ok) return;
   const double bytes = 2.0 * double(n) * (kv == 0 ? 4.0 : 2.0);
-  const double triad = TriadGBs(threads);
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["triad_GB/s"] = triad;
-  state.counters["frac_of_triad"] =
-      benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
+  SetTriadCounters(state, bytes, threads);
 }
 
 // Decoding as engines batch it, as a fraction of the triad counting the K and V bytes
@@ -359,16 +374,7 @@ void BM_CpuDecodeEngine(benchmark::State& state) {
     lengths[b] = mode == 0 ? cap : 1024 + (b * 7919) % 7168;
     used += lengths[b];
   }
-  AttentionArgs a;
-  a.batch = batch;
-  a.seq_len_q = 1;
-  a.seq_len_k = cap;
-  a.num_q_heads = hq;
-  a.num_kv_heads = hkv;
-  a.head_dim = d;
-  a.q = a.o = ContiguousStrides(Layout::kBSHD, 1, hq, d);
-  a.k = a.v = ContiguousStrides(Layout::kBSHD, cap, hkv, d);
-  a.causal = true;
+  AttentionArgs a = DecodeArgs(batch, cap, hq, hkv, d);
   a.kv_lengths = lengths;
   std::vector<int64_t> table;
   if (mode == 0) {
@@ -381,37 +387,10 @@ void BM_CpuDecodeEngine(benchmark::State& state) {
   const int64_t n = batch * cap * hkv * d;
   std::vector<float> q(static_cast<size_t>(batch * hq * d), 0.5f), o(q.size());
   measure::LargeFloats large(kv == 0 ? 2 * n : n);
-  std::mt19937_64 rng(3);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  CpuAttentionOptions opt;
-  opt.num_threads = threads;
-  bool ok = false;
-  if (kv == 0) {
-    for (int64_t i = 0; i < 2 * n; ++i) large.data()[i] = u(rng);
-    ok = TimeCalls(state, o.data(), [&] {
-      return CpuForward(a, q.data(), large.data(), large.data() + n, o.data(), nullptr, opt);
-    });
-  } else {
-    uint16_t* bits = reinterpret_cast<uint16_t*>(large.data());
-    for (int64_t i = 0; i < 2 * n; ++i) {
-      bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
-                        : encodings::sequence::ToFloat16(u(rng)).bits;
-    }
-    if (kv == 1) {
-      const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
-      ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
-    } else {
-      const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
-      ok = TimeCalls(state, o.data(), [&] { return CpuForward(a, q.data(), k, k + n, o.data(), nullptr, opt); });
-    }
-  }
+  const bool ok = FillAndTimeDecode(state, a, kv, large.data(), n, q, &o, threads);
   if (!ok) return;
   const double bytes = 2.0 * double(used * hkv * d) * (kv == 0 ? 4.0 : 2.0);
-  const double triad = TriadGBs(threads);
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["triad_GB/s"] = triad;
-  state.counters["frac_of_triad"] =
-      benchmark::Counter(bytes * 1e-9 / triad, benchmark::Counter::kIsIterationInvariantRate);
+  SetTriadCounters(state, bytes, threads);
 }
 BENCHMARK(BM_CpuDecodeEngine)
     ->ArgNames({"batched", "kv", "threads"})

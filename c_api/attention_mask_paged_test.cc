@@ -5,7 +5,7 @@
 // mask and the boolean one, bool and uint8, a strided mask and its compact copy,
 // kv_lengths and the packed layout of the keys used, a paged cache with shuffled pages
 // and the same keys contiguous, float32 and 16-bit KV caches); the struct size before
-// these fields.
+// these fields; the packed layout's mask indexed within each sequence.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -195,6 +195,65 @@ TEST(AttentionMaskC, MatchesOracleEveryKind) {
       ExpectOut(Call<float>(opt, qf, kf, vf, wf), want, 2e-5);
     }
   }
+}
+
+// The packed layout indexes the mask within each sequence: [sequences, heads_q, max_lq,
+// max_lk]. Sequences of 5 and 3 queries over 12 and 7 keys (no causal mask: each query row
+// stands alone) against the oracle's padded rows with kv_lengths {12, 7}; tolerances as
+// above.
+TEST(AttentionMaskC, PackedIndexesWithinSequences) {
+  const Mask m;
+  const std::vector<int64_t> lens = {kSk, 7}, lq = {kSq, 3};
+  const auto q = Draw<double>(kB * kSq * kHq * kD, 51), k = Draw<double>(kB * kSk * kHk * kD, 52),
+             v = Draw<double>(kB * kSk * kHk * kD, 53), w = Draw<double>(q.size(), 54);
+  const Out want = Oracle(q, k, v, w, m, true, lens);
+  std::vector<double> qp, kp, vp;
+  for (int64_t b = 0; b < kB; ++b) {
+    qp.insert(qp.end(), q.begin() + b * kSq * kHq * kD, q.begin() + (b * kSq + lq[b]) * kHq * kD);
+    kp.insert(kp.end(), k.begin() + b * kSk * kHk * kD, k.begin() + (b * kSk + lens[b]) * kHk * kD);
+    vp.insert(vp.end(), v.begin() + b * kSk * kHk * kD, v.begin() + (b * kSk + lens[b]) * kHk * kD);
+  }
+  std::vector<int64_t> cu_q = {0, lq[0], lq[0] + lq[1]}, cu_k = {0, lens[0], lens[0] + lens[1]};
+  std::vector<int64_t> cs = {3}, ms = {kB, kHq, kSq, kSk}, qs = {cu_q.back(), kHq, kD},
+                       ks = {cu_k.back(), kHk, kD};
+  DLTensor tcq = Tensor(cu_q.data(), kDLInt, 64, &cs), tck = Tensor(cu_k.data(), kDLInt, 64, &cs),
+           tm = Tensor(m.add.data(), kDLFloat, 32, &ms);
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.cu_seqlens_q = &tcq;
+  opt.cu_seqlens_k = &tck;
+  opt.attn_mask = &tm;
+  for (int bits : {64, 32}) {
+    SCOPED_TRACE(bits);
+    std::vector<double> o64(qp.size());
+    std::vector<float> qf(qp.begin(), qp.end()), kf(kp.begin(), kp.end()), vf(vp.begin(), vp.end()),
+        of(qp.size());
+    DLTensor tq = bits == 64 ? Tensor(qp.data(), kDLFloat, 64, &qs) : Tensor(qf.data(), kDLFloat, 32, &qs);
+    DLTensor tk = bits == 64 ? Tensor(kp.data(), kDLFloat, 64, &ks) : Tensor(kf.data(), kDLFloat, 32, &ks);
+    DLTensor tv = bits == 64 ? Tensor(vp.data(), kDLFloat, 64, &ks) : Tensor(vf.data(), kDLFloat, 32, &ks);
+    DLTensor to = bits == 64 ? Tensor(o64.data(), kDLFloat, 64, &qs) : Tensor(of.data(), kDLFloat, 32, &qs);
+    ASSERT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, nullptr), GPE_OK)
+        << gpe_last_error_message();
+    const double tol = bits == 64 ? 1e-12 : 2e-5;
+    size_t at = 0;
+    for (int64_t b = 0; b < kB; ++b) {
+      for (int64_t n = 0; n < lq[b] * kHq * kD; ++n, ++at) {
+        const double x = want.o[static_cast<size_t>(b * kSq * kHq * kD + n)];
+        const double y = bits == 64 ? o64[at] : of[at];
+        EXPECT_NEAR(y, x, tol * (1 + std::abs(x))) << b << " " << n;
+      }
+    }
+  }
+  // A mask sized for the padded call's 12 keys in sequence 1 is fine (max_lk is 12); one
+  // of 13 keys is refused.
+  std::vector<int64_t> bad = {kB, kHq, kSq, kSk + 1};
+  std::vector<float> big(kB * kHq * kSq * (kSk + 1), 0.0f);
+  DLTensor tb = Tensor(big.data(), kDLFloat, 32, &bad);
+  opt.attn_mask = &tb;
+  std::vector<double> o(qp.size());
+  DLTensor tq = Tensor(qp.data(), kDLFloat, 64, &qs), tk = Tensor(kp.data(), kDLFloat, 64, &ks),
+           to = Tensor(o.data(), kDLFloat, 64, &qs);
+  EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tk, &to, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("max_lk")) << gpe_last_error_message();
 }
 
 // Broadcast dimensions (size 1, any stride) and a strided mask read as their compact

@@ -396,9 +396,9 @@ absl::Status PrepareMask(const DLTensor* t, Call* c) {
   for (int i = 0; i < 4; ++i) {
     if (v->shape[i] != want[i] && v->shape[i] != 1) {
       return Bad(absl::StrCat("attn_mask has shape ", ShapeString(*v), ": dimension ", i,
-                              " must be ", dims[i], " = ", want[i], " or 1 (broadcast); expected [",
-                              want[0], " or 1, ", want[1], " or 1, ", want[2], " or 1, ", want[3],
-                              " or 1]"));
+                              " must be ", dims[i], " = ", want[i], " or 1 (broadcast); the call's "
+                              "extents are [", want[0], ", ", want[1], ", ", want[2], ", ",
+                              want[3], "]"));
     }
   }
   int64_t strides[4];

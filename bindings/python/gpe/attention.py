@@ -52,7 +52,7 @@ Masks and caches (attention/descriptor.h, "SCORE MASK" and "LAYOUTS"):
   2 to 4 dimensions broadcastable to [batch, heads_q, seq_q, seq_k] (packed:
   [sequences, heads_q, max_lq, max_lk], counted within each sequence); size-1 dimensions
   broadcast without copies. No gradient. A row with every key masked gives o = 0 and
-  lse = -inf (SDPA gives NaN there);
+  lse = -inf (as PyTorch 2.15's SDPA; older versions' math path gives NaN);
 - kv_lengths: int [batch] (padded layout): sequence b uses only its first kv_lengths[b]
   keys (flash-attn's cache_seqlens; a key padding mask);
 - block_table: int [batch, pages_per_sequence], a paged KV cache (vLLM, FlashInfer;

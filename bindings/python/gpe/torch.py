@@ -50,7 +50,7 @@ positions; learnable when it requires grad), is_causal (SDPA's causal), softmax_
 (flash-attn's scale), enable_gqa (SDPA's: heads_q a multiple of heads_kv is always
 allowed; False refuses it as SDPA does), attn_mask (SDPA's: bool, True takes part, or
 float added to the scores; broadcastable to [batch, heads_q, seq_q, seq_k]; no gradient;
-a row with every key masked gives o = 0 where SDPA gives NaN); dropout_p is refused. sinks: one
+a row with every key masked gives o = 0, as PyTorch 2.15's SDPA; older SDPA gives NaN); dropout_p is refused. sinks: one
 logit per query head (gpt-oss), a tensor [heads_q] whose gradient comes from the same
 backward (requires_grad); AttentionSinks(num_heads) holds learnable ones.
 

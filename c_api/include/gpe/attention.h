@@ -108,7 +108,7 @@ extern "C" {
  *    max_lk or 1] with the query and key counted within each sequence (max_lq, max_lk
  *    the longest sequence's). A dimension of size 1 broadcasts. No gradient (the
  *    backward reads it as the forward). A row whose every key is masked has o = 0 and
- *    lse = -inf, where SDPA gives NaN.
+ *    lse = -inf (as PyTorch 2.15's SDPA; older versions' math path gives NaN).
  *  - kv_lengths (bshd; flash-attn's cache_seqlens, also a key padding mask): int64
  *    [batch], 0 <= kv_lengths[b] <= seq_k: sequence b's keys are its first kv_lengths[b]
  *    tokens; the rest of k and v is not read (backward: dk, dv zero there). Default

@@ -744,6 +744,70 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.att.sinks = &f.v3.sinks_t;
     return f.v3.Forward();
   });
+  // attn_mask, kv_lengths and block_table (0.9.0); the mask is [1, 2, 4, 4] when valid.
+  add("attention_mask_float64", e, [](Fixture& f) {
+    std::vector<double> m(2 * 4 * 4, 0.0);
+    DLTensor t = f.v3.Make(m.data(), kDLFloat, 64, {1, 2, 4, 4});
+    f.v3.att.attn_mask = &t;  // additive masks are float32
+    return f.v3.Forward();
+  });
+  add("attention_mask_3d", e, [](Fixture& f) {
+    std::vector<uint8_t> m(2 * 4 * 4, 1);
+    DLTensor t = f.v3.Make(m.data(), kDLUInt, 8, {2, 4, 4});
+    f.v3.att.attn_mask = &t;
+    return f.v3.Forward();
+  });
+  add("attention_mask_key_extent", e, [](Fixture& f) {
+    std::vector<uint8_t> m(2 * 4 * 5, 1);
+    DLTensor t = f.v3.Make(m.data(), kDLUInt, 8, {1, 2, 4, 5});  // 5 keys for seq_k 4
+    f.v3.att.attn_mask = &t;
+    return f.v3.Forward();
+  });
+  add("attention_mask_negative_stride", e, [](Fixture& f) {
+    std::vector<float> m(4 * 4, 0.0f);
+    DLTensor t = f.v3.Make(m.data() + 12, kDLFloat, 32, {1, 1, 4, 4});
+    f.v3.shapes.push_back({0, 0, -4, 1});  // queries in reverse row order
+    t.strides = f.v3.shapes.back().data();
+    f.v3.att.attn_mask = &t;
+    return f.v3.Forward();
+  });
+  add("attention_kv_lengths_above_seq_k", e, [](Fixture& f) {
+    std::vector<int64_t> l = {5};
+    DLTensor t = f.v3.Make(l.data(), kDLInt, 64, {1});
+    f.v3.att.kv_lengths = &t;
+    return f.v3.Forward();
+  });
+  add("attention_kv_lengths_wrong_count", e, [](Fixture& f) {
+    std::vector<int64_t> l = {4, 4};
+    DLTensor t = f.v3.Make(l.data(), kDLInt, 64, {2});  // batch is 1
+    f.v3.att.kv_lengths = &t;
+    return f.v3.Forward();
+  });
+  add("attention_block_table_page_outside_pool", e, [](Fixture& f) {
+    std::vector<int64_t> b = {3};  // k is one page of 4 tokens
+    DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {1, 1});
+    f.v3.att.block_table = &t;
+    return f.v3.Forward();
+  });
+  add("attention_block_table_wrong_batch", e, [](Fixture& f) {
+    std::vector<int64_t> b = {0, 0};
+    DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {2, 1});
+    f.v3.att.block_table = &t;
+    return f.v3.Forward();
+  });
+  add("attention_block_table_float64", e, [](Fixture& f) {
+    std::vector<double> b = {0.0};
+    DLTensor t = f.v3.Make(b.data(), kDLFloat, 64, {1, 1});
+    f.v3.att.block_table = &t;
+    return f.v3.Forward();
+  });
+  e = "gpe_attention_backward";
+  add("attention_backward_paged", e, [](Fixture& f) {
+    std::vector<int64_t> b = {0};
+    DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {1, 1});
+    f.v3.att.block_table = &t;  // valid for the forward
+    return f.v3.Backward();
+  });
   e = "gpe_attention_backward_with_parameters";
   add("attention_params_d_sinks_without_sinks", e, [](Fixture& f) {
     gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;

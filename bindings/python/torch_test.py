@@ -620,6 +620,82 @@ def gpt_oss_sink_attention(q, k, v, sinks, sliding_window=0):
 
 
 @needs_torch
+@needs_torch
+class TorchAttnMaskTest(unittest.TestCase):
+    """SDPA's attn_mask against torch.nn.functional.scaled_dot_product_attention with the
+    same mask, forward and q, k, v gradients, float32: 1e-5 (float32 kernels against
+    PyTorch's float32 math over 16 keys of O(1) values; both round differently)."""
+
+    def qkv(self, seed, b=2, sq=6, sk=16, hq=4, hkv=2, d=16):
+        g = torch.Generator().manual_seed(seed)
+        make = lambda *s: torch.randn(*s, generator=g, dtype=torch.float32).requires_grad_()
+        return make(b, sq, hq, d), make(b, sk, hkv, d), make(b, sk, hkv, d)
+
+    def sdpa(self, q, k, v, mask):
+        hq = q.shape[2]
+        return F.scaled_dot_product_attention(
+            q.transpose(1, 2), repeat_kv(k, hq), repeat_kv(v, hq),
+            attn_mask=mask).transpose(1, 2)
+
+    def check(self, q, k, v, mask, tol=1e-5):
+        o = gt.attention(q, k, v, attn_mask=mask)
+        want = self.sdpa(q, k, v, mask)
+        torch.testing.assert_close(o, want, rtol=tol, atol=tol)
+        w = torch.randn_like(o)
+        got = torch.autograd.grad((o * w).sum(), (q, k, v))
+        ref = torch.autograd.grad((want * w).sum(), (q, k, v))
+        for a, b in zip(got, ref):
+            torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+    def test_masks_match_sdpa(self):
+        g = torch.Generator().manual_seed(3)
+        q, k, v = self.qkv(1)
+        b, sq, hq, sk = 2, 6, 4, 16
+        allowed = torch.rand(b, hq, sq, sk, generator=g) > 0.4
+        allowed[..., 0] = True  # no fully masked row (tested below)
+        cases = {
+            "bool [B, H, Lq, Lk]": allowed,
+            "bool [Lq, Lk] (2-D, broadcast)": allowed[0, 0],
+            "bool [B, 1, Lq, Lk] expanded over heads (stride 0)":
+                allowed[:, :1].expand(b, hq, sq, sk),
+            "float [H, Lq, Lk] (3-D)": torch.randn(hq, sq, sk, generator=g),
+            "float with -inf, [B, 1, 1, Lk] (key padding)":
+                torch.where(allowed[:, :1, :1], torch.zeros(()), torch.tensor(-math.inf)),
+            "float transposed (strided)": torch.randn(b, hq, sk, sq, generator=g).transpose(2, 3),
+        }
+        for name, mask in cases.items():
+            with self.subTest(name):
+                self.check(q, k, v, mask)
+
+    def test_fully_masked_row_is_zero(self):
+        # A row with no allowed key: GroupPE gives o = 0 (descriptor.h, SCORE MASK) and no
+        # gradient through it; SDPA gives 0 too in PyTorch 2.15 and NaN in older versions'
+        # math path; the other rows match SDPA.
+        q, k, v = self.qkv(4)
+        mask = torch.ones(6, 16, dtype=torch.bool)
+        mask[2] = False
+        o = gt.attention(q, k, v, attn_mask=mask)
+        self.assertTrue(torch.equal(o[:, 2], torch.zeros_like(o[:, 2])))
+        want = self.sdpa(q, k, v, mask)
+        self.assertTrue((torch.isnan(want[:, 2]) | (want[:, 2] == 0)).all())
+        keep = [0, 1, 3, 4, 5]
+        torch.testing.assert_close(o[:, keep], want[:, keep], rtol=1e-5, atol=1e-5)
+        dq, = torch.autograd.grad(o.sum(), q)
+        self.assertTrue(torch.equal(dq[:, 2], torch.zeros_like(dq[:, 2])))
+
+    def test_mask_under_compile(self):
+        q, k, v = self.qkv(5)
+        mask = torch.rand(6, 16, generator=torch.Generator().manual_seed(6)) > 0.3
+        mask[:, 0] = True
+        fn = lambda q, k, v, m: gt.attention(q, k, v, attn_mask=m)
+        f = torch.compile(fn, backend="aot_eager", fullgraph=True)
+        o, want = f(q, k, v, mask), fn(q, k, v, mask)
+        self.assertTrue(torch.equal(o, want))
+        for a, b in zip(torch.autograd.grad(o.sum(), (q, k, v)),
+                        torch.autograd.grad(want.sum(), (q, k, v))):
+            self.assertTrue(torch.equal(a, b))
+
+
 class TorchInferenceOptionsTest(unittest.TestCase):
     # float32 parity with PyTorch, the criterion of test_float32_matches_sdpa: each side's
     # float32 error is ~1e-6 on these O(1) outputs and gradients (head_dim 32, 64 tokens;
@@ -791,8 +867,8 @@ class TorchInferenceOptionsTest(unittest.TestCase):
 
     def test_refused_names(self):
         q, k, v = self.qkv(b=1, sq=4, sk=4)
-        with self.assertRaisesRegex(ValueError, "attn_mask"):
-            gt.attention(q, k, v, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+        with self.assertRaisesRegex(ValueError, "attn_mask requires grad"):
+            gt.attention(q, k, v, attn_mask=torch.zeros(4, 4, requires_grad=True))
         with self.assertRaisesRegex(ValueError, "dropout"):
             gt.attention(q, k, v, dropout_p=0.1)
         with self.assertRaisesRegex(ValueError, "enable_gqa"):

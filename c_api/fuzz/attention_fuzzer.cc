@@ -4,7 +4,8 @@
 // gpe_bias_fill_tile) and attention (gpe_attention_forward / _backward on fuzzed shapes,
 // dtypes, layouts, positions, cu_seqlens, encodings and biases; 16-bit KV caches with
 // float32 or bfloat16 q; Shaw tables; 0.9.0's gpe_rope handles (any schedule, xPos,
-// M-RoPE with per-axis coordinates), sliding windows, softcaps and sinks;
+// M-RoPE with per-axis coordinates), sliding windows, softcaps, sinks, score masks, KV
+// lengths and paged caches;
 // gpe_attention_backward_v2 and gpe_attention_backward_with_parameters with fuzzed
 // gradient outputs, the sinks' included). The harness keeps its
 // side of the contract: a tensor's data holds every element its shape promises, or is
@@ -396,6 +397,40 @@ void AttentionCalls(FuzzInput* in) {
   if (in->Below(3) == 0) {
     sinks.FillReal(in);
     o.sinks = &sinks.t;
+  }
+  // 0.9.0 too: attn_mask (float32 additive, uint8 or bool allowed, sometimes float64;
+  // each dimension the call's extent or 1, sometimes any size; sometimes zero strides),
+  // kv_lengths ([batch], any values) and block_table (k and v read as [num_pages,
+  // page_size, ...] pages; [batch, any], page ids in and out of range).
+  std::vector<int64_t> ms = {in->Below(2) ? batch : 1, in->Below(2) ? hq : 1,
+                             in->Below(2) ? sq : 1, in->Below(2) ? sk : 1};
+  if (in->Below(6) == 0) ms[in->Below(4)] = in->Size(9);
+  const uint32_t mk = in->Below(4);  // float32, uint8, bool, float64
+  Tensor mask(ms, mk == 0 || mk == 3 ? kDLFloat : mk == 1 ? kDLUInt : 6,
+              mk == 0 ? 32 : mk == 3 ? 64 : 8);
+  std::vector<int64_t> mask_strides = {0, 0, ms[3], 1};
+  if (in->Below(3) == 0) {
+    if (mk == 1 || mk == 2) {
+      if (mask.t.data != nullptr) {
+        uint8_t* m = static_cast<uint8_t*>(mask.t.data);
+        for (size_t i = 0; i < mask.storage.size() && !in->empty(); ++i) m[i] = in->Read<uint8_t>();
+      }
+    } else {
+      mask.FillReal(in);
+    }
+    // Batch and head strides 0 (broadcast) read only the first [sq, sk] block.
+    if (in->Below(4) == 0) mask.t.strides = mask_strides.data();
+    o.attn_mask = &mask.t;
+  }
+  Tensor kv_lengths({in->Below(6) == 0 ? in->Size(4) : batch}, kDLInt, 64);
+  if (in->Below(4) == 0) {
+    kv_lengths.FillInt(in, in->Below(2) && sk >= 0 && sk < (int64_t{1} << 20) ? sk + 2 : 0);
+    o.kv_lengths = &kv_lengths.t;
+  }
+  Tensor block_table({in->Below(6) == 0 ? in->Size(4) : batch, in->Size(4)}, kDLInt, 64);
+  if (in->Below(5) == 0) {
+    block_table.FillInt(in, in->Below(2) && batch >= 0 && batch < (int64_t{1} << 20) ? batch + 1 : 0);
+    o.block_table = &block_table.t;
   }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
   const bool with_lse = in->Below(2) != 0;

@@ -340,6 +340,11 @@ class AttentionOptions(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("softcap", ctypes.c_double),
         ("sinks", ctypes.POINTER(DLTensor)),
+        # 0.9.0, after sinks: the score mask, KV lengths and a paged cache's block table
+        # (NULL: none of them).
+        ("attn_mask", ctypes.POINTER(DLTensor)),
+        ("kv_lengths", ctypes.POINTER(DLTensor)),
+        ("block_table", ctypes.POINTER(DLTensor)),
     ]
 
 

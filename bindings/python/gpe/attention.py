@@ -46,6 +46,19 @@ What inference engines add (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS")
 - sinks: gpt-oss's attention sinks, one logit per query head (float32 [heads_q]) in every
   row's softmax denominator, attending to nothing; attention_backward(...,
   sink_grad=True) also returns dL/dsinks.
+Masks and caches (attention/descriptor.h, "SCORE MASK" and "LAYOUTS"):
+- attn_mask: PyTorch SDPA's attn_mask, float (additive, natural-log units, -inf masks the
+  key; read as float32) or bool / uint8 (False / 0 masks the key, True takes part), of
+  2 to 4 dimensions broadcastable to [batch, heads_q, seq_q, seq_k] (packed:
+  [sequences, heads_q, max_lq, max_lk], counted within each sequence); size-1 dimensions
+  broadcast without copies. No gradient. A row with every key masked gives o = 0 and
+  lse = -inf (as PyTorch 2.15's SDPA; older versions' math path gives NaN);
+- kv_lengths: int [batch] (padded layout): sequence b uses only its first kv_lengths[b]
+  keys (flash-attn's cache_seqlens; a key padding mask);
+- block_table: int [batch, pages_per_sequence], a paged KV cache (vLLM, FlashInfer;
+  attention() only): k and v are [num_pages, page_size, heads_kv, head_dim], and
+  sequence b's key t is in page block_table[b, t // page_size] at slot t % page_size;
+  seq_k = pages_per_sequence * page_size (kv_lengths: how much of it is used).
 """
 
 import ctypes
@@ -185,6 +198,32 @@ def _rope_window_softcap(o, keep_items, rope, window_size, softcap):
     o.softcap = 0.0 if softcap is None else float(softcap)
 
 
+def _mask_array(attn_mask):
+    """attn_mask as the 4-D float32 or uint8 array the library reads (None stays None):
+    leading size-1 axes added (views), bool viewed as uint8, other floats as float32."""
+    if attn_mask is None:
+        return None
+    m = _ffi.array_arg(attn_mask, "attn_mask")
+    if not 2 <= m.ndim <= 4:
+        raise ValueError("attn_mask must have 2 to 4 dimensions, broadcastable to [batch, "
+                         "heads_q, seq_q, seq_k]; got shape %s" % (m.shape,))
+    m = m[(None,) * (4 - m.ndim)]
+    if m.dtype == np.bool_:
+        return m.view(np.uint8)
+    if m.dtype == np.uint8 or m.dtype == np.float32:
+        return m
+    if m.dtype.kind == "f":
+        return m.astype(np.float32)
+    raise TypeError("attn_mask must be bool, uint8 or float (additive); got %s" % m.dtype)
+
+
+def _masks(o, keep, attn_mask, kv_lengths, block_table=None):
+    """Sets the options' attn_mask, kv_lengths and block_table (None: none)."""
+    o.attn_mask = keep(_mask_array(attn_mask))
+    o.kv_lengths = keep(_ints(kv_lengths, "kv_lengths"))
+    o.block_table = keep(_ints(block_table, "block_table"))
+
+
 def _sinks_array(sinks):
     """sinks as the float32 vector the library reads (None stays None)."""
     if sinks is None:
@@ -221,15 +260,15 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
               return_lse=False, out=None, rope=None, window_size=None, softcap=None,
-              sinks=None, **structured):
+              sinks=None, attn_mask=None, kv_lengths=None, block_table=None, **structured):
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
     allowed key (the sink logit with sinks), NaN for rows whose scores hold a NaN (NaN or
     infinite inputs propagate as PyTorch's do; masked keys contribute nothing). k and v
     may be a 16-bit KV cache: float16 (or, through DLPack, bfloat16) with float32 q; the
-    result is float32. rope (a gpe.Rope), window_size, softcap and sinks: the module
-    docstring. Keyword arguments of the module docstring's structured positions and
+    result is float32. rope (a gpe.Rope), window_size, softcap, sinks, attn_mask,
+    kv_lengths and block_table: the module docstring. Keyword arguments of the module docstring's structured positions and
     Shaw labels: rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
     q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
     shaw_value_table."""
@@ -240,6 +279,7 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                     _split_structured(structured))
     _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
     opts.sinks = keep(_sinks_array(sinks))
+    _masks(opts, keep, attn_mask, kv_lengths, block_table)
     if out is None:
         out = np.empty(q.shape, dtype=q.dtype)
     lse = None
@@ -259,7 +299,7 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, threads=0, shaw_table_grads=False, bias_grads=False,
                        rope=None, window_size=None, softcap=None, sinks=None, sink_grad=False,
-                       **structured):
+                       attn_mask=None, kv_lengths=None, **structured):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
     o and lse from attention(..., return_lse=True) skip recomputing the forward. With
@@ -269,7 +309,9 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     the kernels: ALiBi / slope GRAPE-A dL/dslopes [heads]; T5 dL/dtable; FoX / gated
     GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
     other kinds). With sink_grad=True (sinks given; float32 and float64 inputs), appends
-    dL/dsinks (float64 [heads_q]) last."""
+    dL/dsinks (float64 [heads_q]) last. attn_mask and kv_lengths as the forward's (the
+    mask has no gradient; keys past kv_lengths get dk = dv = 0); a paged cache has no
+    backward."""
     keep = _Keep()
     q, k, v = _qkv(q, k, v)
     d_o = _ffi.array_arg(d_o, "d_o")
@@ -282,6 +324,7 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
     sinks = _sinks_array(sinks)
     opts.sinks = keep(sinks)
+    _masks(opts, keep, attn_mask, kv_lengths)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
     if not shaw_table_grads and not bias_grads and not sink_grad:
         check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),

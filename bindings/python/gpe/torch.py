@@ -48,7 +48,9 @@ flash-attn's): window_size=(left, right) (sliding window, -1 unbounded), softcap
 (Gemma 2), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
 positions; learnable when it requires grad), is_causal (SDPA's causal), softmax_scale
 (flash-attn's scale), enable_gqa (SDPA's: heads_q a multiple of heads_kv is always
-allowed; False refuses it as SDPA does); attn_mask and dropout_p are refused. sinks: one
+allowed; False refuses it as SDPA does), attn_mask (SDPA's: bool, True takes part, or
+float added to the scores; broadcastable to [batch, heads_q, seq_q, seq_k]; no gradient;
+a row with every key masked gives o = 0, as PyTorch 2.15's SDPA; older SDPA gives NaN); dropout_p is refused. sinks: one
 logit per query head (gpt-oss), a tensor [heads_q] whose gradient comes from the same
 backward (requires_grad); AttentionSinks(num_heads) holds learnable ones.
 
@@ -85,7 +87,7 @@ __all__ = ["AlibiBias", "AttentionSinks", "FoxBias", "GrapeABias", "GrapeApBias"
 _PAIRING = {"interleaved": 0, "half": 1}
 # DLPack type codes (dlpack.h): float 2, bfloat 4. float16: a KV cache's k and v (forward).
 _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
-           torch.float16: (2, 16), torch.int64: (0, 64)}
+           torch.float16: (2, 16), torch.int64: (0, 64), torch.uint8: (1, 8)}
 
 
 def _dltensor(t, name, keep):
@@ -335,7 +337,8 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         if holder is None:
             raise ValueError("the structured positions were freed before the call")
         st.update(holder.kwargs)
-    rope_key, window_left, window_right, softcap = extras or _EXTRA_DEFAULTS
+    rope_key, window_left, window_right, softcap, attn_mask = (
+        tuple(extras or ()) + _EXTRA_DEFAULTS[len(extras or ()):])
     rope = None
     if rope_key:
         rope = _ENCODINGS.get(rope_key)
@@ -343,6 +346,8 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
             raise ValueError("the gpe.Rope object was freed before the call")
     window = None if (window_left, window_right) == (-1, -1) else (window_left, window_right)
     _rope_window_softcap(o, keep, rope, window, softcap)
+    if attn_mask is not None:  # 4-D float32 or uint8 (attention() prepared it)
+        o.attn_mask = _dltensor(attn_mask, "attn_mask", keep)
     if sinks is not None:
         o.sinks = _dltensor(sinks.detach().to(device="cpu", dtype=torch.float32).contiguous(),
                             "sinks", keep)
@@ -364,7 +369,7 @@ def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, 
                  rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                  structured_key=0, bias_a=None, bias_b=None, grape_a=None, grape_b=None,
                  grape_omega=None, shaw_key_table=None, shaw_value_table=None, sinks=None,
-                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0):
+                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0, attn_mask=None):
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
     called directly by eager autograd and gpe.context_parallel."""
     keep = []
@@ -373,7 +378,7 @@ def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, 
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
-                    (rope_key, window_left, window_right, softcap))
+                    (rope_key, window_left, window_right, softcap, attn_mask))
     o = torch.empty_like(q, memory_format=torch.contiguous_format)
     lse = _lse_like(q, cu_seqlens_q is not None)
     check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
@@ -395,13 +400,14 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 shaw_key_table: Optional[torch.Tensor] = None,
                 shaw_value_table: Optional[torch.Tensor] = None,
                 sinks: Optional[torch.Tensor] = None, rope_key: int = 0, window_left: int = -1,
-                window_right: int = -1, softcap: float = 0.0
+                window_right: int = -1, softcap: float = 0.0,
+                attn_mask: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                         scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
                         threads, structured_key, bias_a, bias_b, grape_a, grape_b, grape_omega,
                         shaw_key_table, shaw_value_table, sinks, rope_key, window_left,
-                        window_right, softcap)
+                        window_right, softcap, attn_mask)
 
 
 @_forward_op.register_fake
@@ -415,7 +421,7 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
                   bias_key, threads, structured_key=0, bias_a=None, bias_b=None, grape_a=None,
                   grape_b=None, grape_omega=None, shaw_key_table=None, shaw_value_table=None,
                   sinks=None, param_grads=(False,) * 8, rope_key=0, window_left=-1,
-                  window_right=-1, softcap=0.0):
+                  window_right=-1, softcap=0.0, attn_mask=None):
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
     bfloat16 kernels read them; the float64 reference recomputes its own). With any of
     param_grads set (one flag per parameter: bias_a, bias_b, grape_a, grape_b,
@@ -429,7 +435,7 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
-                    (rope_key, window_left, window_right, softcap))
+                    (rope_key, window_left, window_right, softcap, attn_mask))
     # The ABI wants d_o with o's strides and gradients with their inputs' strides.
     d_o = d_o.contiguous()
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
@@ -483,14 +489,16 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         shaw_value_table: Optional[torch.Tensor],
                         sinks: Optional[torch.Tensor],
                         param_grads: List[bool], rope_key: int = 0, window_left: int = -1,
-                        window_right: int = -1, softcap: float = 0.0) -> List[torch.Tensor]:
+                        window_right: int = -1, softcap: float = 0.0,
+                        attn_mask: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
     """dq, dk, dv and the eight parameter gradients (float64; a 0-element tensor where not
     asked: a schema returns no None)."""
     out = backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
                         cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
                         encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
                         grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table, sinks,
-                        tuple(param_grads), rope_key, window_left, window_right, softcap)
+                        tuple(param_grads), rope_key, window_left, window_right, softcap,
+                        attn_mask)
     grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
     return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
                             for g in grads]
@@ -509,9 +517,10 @@ _OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "
                  "threads", "structured_key")
 _PARAM_NAMES = ("bias_a", "bias_b", "grape_a", "grape_b", "grape_omega", "shaw_key_table",
                 "shaw_value_table", "sinks")
-# Scalar options after the parameters (0.9.0): the gpe.Rope's key, the window, the softcap.
-_EXTRA_NAMES = ("rope_key", "window_left", "window_right", "softcap")
-_EXTRA_DEFAULTS = (0, -1, -1, 0.0)
+# Options after the parameters (0.9.0): the gpe.Rope's key, the window, the softcap, the
+# score mask (a constant tensor: no gradient).
+_EXTRA_NAMES = ("rope_key", "window_left", "window_right", "softcap", "attn_mask")
+_EXTRA_DEFAULTS = (0, -1, -1, 0.0, None)
 _NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES) + len(_EXTRA_NAMES)
 
 
@@ -583,6 +592,33 @@ class _EagerAttention(torch.autograd.Function):
                           out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
 
 
+def _sdpa_mask(attn_mask):
+    """SDPA's attn_mask as the library's: 4-D (leading size-1 dimensions added, which
+    broadcast), bool as uint8 (True takes part), floats as float32 (additive); None stays
+    None. A mask that requires grad is refused: the library gives it no gradient."""
+    if attn_mask is None:
+        return None
+    if not isinstance(attn_mask, torch.Tensor):
+        attn_mask = torch.as_tensor(attn_mask)
+    if attn_mask.requires_grad:
+        raise ValueError("attn_mask requires grad, but the mask has no gradient here (it is a "
+                         "constant of the call); pass attn_mask.detach(), or express a "
+                         "learnable additive term as a learnable bias (gpe.torch.AlibiBias, "
+                         "T5Bias, ...)")
+    if not 2 <= attn_mask.dim() <= 4:
+        raise ValueError("attn_mask must have 2 to 4 dimensions, broadcastable to [batch, "
+                         "heads_q, seq_q, seq_k]; got shape %s" % (tuple(attn_mask.shape),))
+    m = attn_mask.cpu()
+    m = m.reshape((1,) * (4 - m.dim()) + tuple(m.shape)) if m.dim() < 4 else m
+    if m.dtype == torch.bool:
+        return m.view(torch.uint8)
+    if m.dtype == torch.uint8 or m.dtype == torch.float32:
+        return m
+    if m.is_floating_point():
+        return m.to(torch.float32)
+    raise TypeError("attn_mask must be bool, uint8 or floating point; got %s" % m.dtype)
+
+
 def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
               k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
@@ -597,13 +633,11 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     window_size, softcap and sinks included; positions and cu_seqlens may be int64
     tensors or anything torch.as_tensor takes. flash-attn's alibi_slopes and
     softmax_scale and SDPA's is_causal and enable_gqa are accepted under their names
-    (module docstring); attn_mask and dropout_p != 0 are refused. sinks: a tensor
+    (module docstring), SDPA's attn_mask too (module docstring); dropout_p != 0 is
+    refused. sinks: a tensor
     [heads_q] (any float dtype, read as float32) or an AttentionSinks. Returns o (like
     q), or (o, lse)."""
-    if attn_mask is not None:
-        raise ValueError("attn_mask is not supported: express the mask as causal, "
-                         "window_size and positions (q_positions / k_positions, cu_seqlens), "
-                         "and additive terms as a bias object")
+    attn_mask = _sdpa_mask(attn_mask)
     if dropout_p:
         raise ValueError("dropout_p must be 0: attention dropout is not supported")
     if is_causal is not None:
@@ -676,7 +710,7 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                   rope_pairing, alibi or "", _register(encoding), _register(bias),
                   int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
                   _register(rope), window_left, window_right,
-                  0.0 if softcap is None else float(softcap))
+                  0.0 if softcap is None else float(softcap), attn_mask)
     return (o, lse) if return_lse else o
 
 

@@ -787,3 +787,87 @@ fn attention_with_a_rope_handle_equals_rope_then_attention() {
     let both = AttentionOptions { rope: Some(&rope), rope_dim: d as i64, ..Default::default() };
     assert!(attention_forward(&both, &layout, &heads, &q, &k, &v).is_err());
 }
+
+// ---- 0.9.0: SDPA's attn_mask, kv_lengths, paged KV caches -----------------------------
+
+// Padded [b, s, h, d] by hand: scores q.k / sqrt(d) + add[b, h, i, j] (add broadcast
+// from [1, h, sq, sk]; -inf masks), keys j < lens[b] only.
+fn masked_by_hand(q: &[f64], k: &[f64], v: &[f64], dims: (usize, usize, usize, usize, usize, usize), add: &[f64], lens: &[usize]) -> Vec<f64> {
+    let (b, sq, sk, hq, hk, d) = dims;
+    let mut o = vec![0.0; q.len()];
+    for bi in 0..b {
+        for h in 0..hq {
+            let g = h / (hq / hk);
+            for i in 0..sq {
+                let qi = ((bi * sq + i) * hq + h) * d;
+                let s: Vec<f64> = (0..lens[bi])
+                    .map(|j| {
+                        let kj = ((bi * sk + j) * hk + g) * d;
+                        (0..d).map(|e| q[qi + e] * k[kj + e]).sum::<f64>() / (d as f64).sqrt() + add[(h * sq + i) * sk + j]
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
+                for (j, x) in s.iter().enumerate() {
+                    let p = (x - m).exp() / z;
+                    let vj = ((bi * sk + j) * hk + g) * d;
+                    for e in 0..d {
+                        o[qi + e] += p * v[vj + e];
+                    }
+                }
+            }
+        }
+    }
+    o
+}
+
+#[test]
+fn attention_mask_kv_lengths_and_pages_match() {
+    let (b, sq, sk, hq, hk, d) = (2usize, 3usize, 8usize, 2usize, 1usize, 4usize);
+    let mut rng = Rng(21);
+    let (q, k, v) = (rng.vec(b * sq * hq * d), rng.vec(b * sk * hk * d), rng.vec(b * sk * hk * d));
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let layout = AttentionLayout::Padded { batch: b, seq_q: sq, seq_k: sk };
+    // [1, hq, sq, sk]: every third key masked (key 0 always allowed), values in (-1, 1).
+    let allowed: Vec<u8> = (0..hq * sq * sk).map(|n| (n % sk == 0 || n % 3 != 1) as u8).collect();
+    let add: Vec<f32> = (0..hq * sq * sk).map(|n| if allowed[n] == 1 { rng.next() as f32 } else { f32::NEG_INFINITY }).collect();
+    let lens = [5i64, 8];
+    let ulens = [5usize, 8];
+    let shape = [1, hq, sq, sk];
+    let options = AttentionOptions { attn_mask: Some(AttnMask { values: MaskValues::Additive(&add), shape }), kv_lengths: Some(&lens), ..Default::default() };
+    let (o, _) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
+    let add64: Vec<f64> = add.iter().map(|&x| x as f64).collect();
+    let want = masked_by_hand(&q, &k, &v, (b, sq, sk, hq, hk, d), &add64, &ulens);
+    // float64 runs the exact reference: double throughout, <= 8-term sums (~1e-15).
+    assert!(max_abs_diff(&o, &want) < 1e-12);
+    // The boolean mask equals the additive one of 0 / -inf (1e-12: the same reference).
+    let zero_inf: Vec<f64> = allowed.iter().map(|&a| if a == 1 { 0.0 } else { f64::NEG_INFINITY }).collect();
+    let boolean = AttentionOptions { attn_mask: Some(AttnMask { values: MaskValues::Allowed(&allowed), shape }), kv_lengths: Some(&lens), ..Default::default() };
+    let (ob, _) = attention_forward(&boolean, &layout, &heads, &q, &k, &v).unwrap();
+    assert!(max_abs_diff(&ob, &masked_by_hand(&q, &k, &v, (b, sq, sk, hq, hk, d), &zero_inf, &ulens)) < 1e-12);
+    // The same keys as a paged cache: pages of 4 tokens, shuffled into a pool of 5 with
+    // an unused page of NaN; equal to the contiguous call (the reference reads the same
+    // values in the same order: 1e-12).
+    let page = 4usize;
+    let table = [3i64, 0, 4, 1]; // [b, 2]
+    let row = page * hk * d;
+    let (mut kp, mut vp) = (vec![f64::NAN; 5 * row], vec![f64::NAN; 5 * row]);
+    for (n, &p) in table.iter().enumerate() {
+        let p = p as usize;
+        kp[p * row..(p + 1) * row].copy_from_slice(&k[n * row..(n + 1) * row]);
+        vp[p * row..(p + 1) * row].copy_from_slice(&v[n * row..(n + 1) * row]);
+    }
+    let paged = AttentionLayout::Paged { batch: b, seq_q: sq, num_pages: 5, page_size: page, block_table: &table };
+    let (op, _) = attention_forward(&options, &paged, &heads, &q, &kp, &vp).unwrap();
+    assert!(max_abs_diff(&op, &o) < 1e-12);
+    // Bad input: a mask of the wrong extent, a length past seq_k, a page outside the pool,
+    // the backward of a paged cache.
+    let bad = AttentionOptions { attn_mask: Some(AttnMask { values: MaskValues::Allowed(&allowed), shape: [1, hq, sk, sq] }), ..Default::default() };
+    assert!(attention_forward(&bad, &layout, &heads, &q, &k, &v).is_err());
+    let bad = AttentionOptions { kv_lengths: Some(&[9, 1]), ..Default::default() };
+    assert!(attention_forward(&bad, &layout, &heads, &q, &k, &v).is_err());
+    let far = [3i64, 0, 4, 5];
+    let bad_pages = AttentionLayout::Paged { batch: b, seq_q: sq, num_pages: 5, page_size: page, block_table: &far };
+    assert!(attention_forward(&AttentionOptions::default(), &bad_pages, &heads, &q, &kp, &vp).is_err());
+    assert!(attention_backward(&AttentionOptions::default(), &paged, &heads, &q, &kp, &vp, None, &q).is_err());
+}

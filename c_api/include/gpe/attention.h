@@ -72,7 +72,7 @@ extern "C" {
  * the tables' gradients.
  *
  * Since 0.9.0 (the fields after shaw_value_table; attention/descriptor.h, "WINDOW,
- * SOFTCAP AND SINKS"). Zero / NULL, as GPE_ATTENTION_OPTIONS_INIT, a zeroed struct and
+ * SOFTCAP AND SINKS", "SCORE MASK" and "LAYOUTS"). Zero / NULL, as GPE_ATTENTION_OPTIONS_INIT, a zeroed struct and
  * an older caller's smaller struct leave them, is none of them:
  *  - rope: a gpe_rope handle (gpe/rope.h: every frequency schedule, pairing, partial
  *    rotary, xPos, axial / M-RoPE) applied to q and k inside the kernel, in place of
@@ -99,6 +99,27 @@ extern "C" {
  *    [heads_q], in the softmax's denominator of every row of head h and attending to
  *    nothing (Z_i above). A NaN or +inf z_h makes its rows NaN; -inf is no sink.
  *    gpe_attention_backward_with_parameters returns dL/dz (d_sinks).
+ *  - attn_mask (PyTorch SDPA's attn_mask; attention/descriptor.h, "SCORE MASK"): float32
+ *    additive (natural-log units, added to s_ij after the softcap and the bias; -inf
+ *    masks the key) or bool / uint8 (0 masks the key, nonzero lets it take part, as
+ *    SDPA's True). 4-D with any strides (NULL strides: compact; stride 0 broadcasts):
+ *    bshd [batch or 1, heads_q or 1, seq_q or 1, seq_k or 1] over (sequence, query head,
+ *    query token, key token); packed [sequences or 1, heads_q or 1, max_lq or 1,
+ *    max_lk or 1] with the query and key counted within each sequence (max_lq, max_lk
+ *    the longest sequence's). A dimension of size 1 broadcasts. No gradient (the
+ *    backward reads it as the forward). A row whose every key is masked has o = 0 and
+ *    lse = -inf (as PyTorch 2.15's SDPA; older versions' math path gives NaN).
+ *  - kv_lengths (bshd; flash-attn's cache_seqlens, also a key padding mask): int64
+ *    [batch], 0 <= kv_lengths[b] <= seq_k: sequence b's keys are its first kv_lengths[b]
+ *    tokens; the rest of k and v is not read (backward: dk, dv zero there). Default
+ *    positions then put the queries at the last seq_q of those kv_lengths[b] keys.
+ *  - block_table (paged KV cache, vLLM's and FlashInfer's; bshd, forward only): int64
+ *    [batch, pages_per_sequence]; k and v are [num_pages, page_size, heads_kv, head_dim]
+ *    (any strides, head_dim contiguous), and sequence b's key token t is in page
+ *    block_table[b][t / page_size] at slot t % page_size. seq_k = pages_per_sequence *
+ *    page_size is each sequence's capacity (kv_lengths its use); page ids of pages a
+ *    sequence uses must lie in [0, num_pages), the others are not read. Pages may be
+ *    shared and in any order; 16-bit KV caches as above. The backward refuses it.
  * ---------------------------------------------------------------------------------- */
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
@@ -140,11 +161,18 @@ typedef struct gpe_attention_options {
   int64_t window_right;   /* -1 unbounded, else >= 0: keys with p_j <= p_i + window_right */
   double softcap;         /* 0: none; else finite > 0 */
   const DLTensor* sinks;  /* optional float32 [heads_q]: one sink logit per query head */
+  /* Since 0.9.0, after sinks: score masks, KV lengths, paged KV caches (read only when
+   * struct_size covers them; the paragraph above). */
+  const DLTensor* attn_mask;    /* optional float32 (additive) or bool / uint8 (allowed)
+                                   [B or 1, heads_q or 1, Lq or 1, Lk or 1] */
+  const DLTensor* kv_lengths;   /* optional int64 [batch] (bshd): keys used per sequence */
+  const DLTensor* block_table;  /* optional int64 [batch, pages_per_sequence] (bshd,
+                                   forward only): k and v are pages */
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
-    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL }
+    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL, NULL, NULL, NULL }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,

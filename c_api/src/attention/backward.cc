@@ -88,6 +88,11 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
   {
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
+    if (c.paged()) {
+      return Bad("block_table: a paged KV cache is for the forward (inference) only; the "
+                 "backward takes contiguous k and v ([batch, seq_k, heads_kv, head_dim], "
+                 "kv_lengths for sequences of different lengths)");
+    }
     if (c.kv_dtype != c.dtype) {
       return Bad(absl::StrCat("q is ", gpe::c_api::DTypeName(c.dtype), " but k and v are ",
                               gpe::c_api::DTypeName(c.kv_dtype),

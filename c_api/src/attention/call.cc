@@ -42,10 +42,13 @@ namespace {
 constexpr DType kAttnTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat64,
                                 DType::kFloat16};
 constexpr DType kF32[] = {DType::kFloat32};
+// attn_mask: additive float32, or boolean (bool or uint8: nonzero allows the key).
+constexpr DType kMaskTypes[] = {DType::kFloat32, DType::kBool, DType::kUInt8};
 
 // The options struct of the first release ends at cu_seqlens_k; later fields are read
 // only when struct_size covers them (zero / NULL otherwise: 0.4.0's structured positions
-// and Shaw tables, 0.9.0's rope handle, window, softcap and sinks).
+// and Shaw tables, 0.9.0's rope handle, window, softcap, sinks, attn_mask, kv_lengths
+// and block_table).
 constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 
 // A row-major copy of a tensor of any strides (validated by ViewTensor).
@@ -361,6 +364,98 @@ absl::StatusOr<std::vector<int64_t>> Int64Vector(const DLTensor* t, const char* 
   return std::vector<int64_t>(s.begin(), s.end());
 }
 
+// attn_mask (descriptor.h, SCORE MASK): 4-D over (sequence, query head, query, key),
+// each dimension the call's extent or 1 (broadcast: stride 0), so every element the
+// kernels read lies in the tensor. Needs the layout, batch and heads (and thd's
+// cu_seqlens) in c->args.
+absl::Status PrepareMask(const DLTensor* t, Call* c) {
+  att::AttentionArgs& a = c->args;
+  absl::StatusOr<TensorView> v = ViewTensor(t, "attn_mask", 4, kMaskTypes);
+  if (!v.ok()) {
+    return absl::Status(v.status().code(),
+                        absl::StrCat(v.status().message(),
+                                     " (attn_mask: float32 additive, or bool / uint8 with "
+                                     "nonzero = the key takes part; 4-D)"));
+  }
+  int64_t max_lq = a.seq_len_q, max_lk = a.seq_len_k;
+  if (a.layout == att::Layout::kTHD) {
+    // The longest sequence's lengths (pairs out of order are refused by ValidateAttention
+    // before anything reads the mask).
+    max_lq = max_lk = 0;
+    for (size_t b = 0; b + 1 < c->cu_q.size(); ++b) {
+      int64_t dq = 0, dk = 0;
+      if (!__builtin_sub_overflow(c->cu_q[b + 1], c->cu_q[b], &dq)) max_lq = std::max(max_lq, dq);
+      if (!__builtin_sub_overflow(c->cu_k[b + 1], c->cu_k[b], &dk)) max_lk = std::max(max_lk, dk);
+    }
+  }
+  const bool packed = a.layout == att::Layout::kTHD;
+  const int64_t want[4] = {a.num_sequences(), a.num_q_heads, max_lq, max_lk};
+  const char* dims[4] = {packed ? "sequences" : "batch", "heads_q",
+                         packed ? "max_lq (the longest query sequence)" : "seq_q",
+                         packed ? "max_lk (the longest key sequence)" : "seq_k"};
+  for (int i = 0; i < 4; ++i) {
+    if (v->shape[i] != want[i] && v->shape[i] != 1) {
+      return Bad(absl::StrCat("attn_mask has shape ", ShapeString(*v), ": dimension ", i,
+                              " must be ", dims[i], " = ", want[i], " or 1 (broadcast); the call's "
+                              "extents are [", want[0], ", ", want[1], ", ", want[2], ", ",
+                              want[3], "]"));
+    }
+  }
+  int64_t strides[4];
+  for (int i = 0; i < 4; ++i) {
+    strides[i] = v->shape[i] == 1 ? 0 : v->strides[i];
+    if (strides[i] < 0) {
+      return Bad(absl::StrCat("attn_mask strides must be >= 0, got ", v->strides[i],
+                              " in dimension ", i));
+    }
+  }
+  if (v->numel() == 0) return absl::OkStatus();  // no (row, key) pair to mask
+  att::ScoreMask& m = a.mask;
+  if (v->dtype == DType::kFloat32) {
+    m.additive = v->typed<const float>();
+  } else {
+    m.allowed = v->typed<const uint8_t>();
+  }
+  m.batch = strides[0];
+  m.head = strides[1];
+  m.query = strides[2];
+  m.key = strides[3];
+  return absl::OkStatus();
+}
+
+// kv_lengths and attn_mask (after the layout is known; block_table is read with the
+// shapes in Prepare).
+absl::Status PrepareMaskAndLengths(const gpe_attention_options& o, Call* c) {
+  att::AttentionArgs& a = c->args;
+  if (o.kv_lengths != nullptr) {
+    if (a.layout == att::Layout::kTHD) {
+      return Bad("kv_lengths is for the padded (bshd) layout; with cu_seqlens the packed "
+                 "sequences already have their own lengths");
+    }
+    absl::StatusOr<TensorView> v = ViewTensor(o.kv_lengths, "kv_lengths", 1, kInt);
+    if (!v.ok()) {
+      return absl::Status(v.status().code(), absl::StrCat(v.status().message(),
+                                                          " (kv_lengths: int64 [batch])"));
+    }
+    if (v->shape[0] != a.batch) {
+      return Bad(absl::StrCat("kv_lengths must be int64 [batch] = [", a.batch, "], got ",
+                              ShapeString(*v)));
+    }
+    std::vector<int64_t> storage;
+    absl::Span<const int64_t> s = ContiguousPositions(*v, &storage);
+    c->kv_lengths.assign(s.begin(), s.end());
+    for (size_t b = 0; b < c->kv_lengths.size(); ++b) {
+      if (c->kv_lengths[b] < 0 || c->kv_lengths[b] > a.seq_len_k) {
+        return Bad(absl::StrCat("kv_lengths[", b, "] = ", c->kv_lengths[b], " must lie in [0, ",
+                                "seq_k = ", a.seq_len_k, "]"));
+      }
+    }
+    a.kv_lengths = c->kv_lengths;
+  }
+  if (o.attn_mask != nullptr) return PrepareMask(o.attn_mask, c);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
@@ -455,6 +550,10 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     return Bad("give both q_positions and k_positions or neither");
   }
   const bool packed = o.cu_seqlens_q != nullptr;
+  const bool paged = o.block_table != nullptr;
+  if (paged && packed) {
+    return Bad("block_table (a paged KV cache) needs the padded (bshd) layout, not cu_seqlens");
+  }
   absl::StatusOr<TensorView> qv = View(q, "q", packed);
   if (!qv.ok()) return qv.status();
   absl::StatusOr<TensorView> kv = View(k, "k", packed);
@@ -515,6 +614,40 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     a.num_q_heads = qv->shape[1];
     a.num_kv_heads = kv->shape[1];
     a.head_dim = qv->shape[2];
+  } else if (paged) {
+    // k and v are [num_pages, page_size, heads_kv, head_dim]; each sequence reads
+    // block_table[b] (LAYOUTS), seq_k = pages_per_sequence * page_size.
+    a.batch = qv->shape[0];
+    a.seq_len_q = qv->shape[1];
+    absl::StatusOr<TensorView> bt = ViewTensor(o.block_table, "block_table", 2, kInt);
+    if (!bt.ok()) {
+      return absl::Status(bt.status().code(),
+                          absl::StrCat(bt.status().message(),
+                                       " (block_table: int64 [batch, pages_per_sequence])"));
+    }
+    if (bt->shape[0] != a.batch) {
+      return Bad(absl::StrCat("block_table must be int64 [batch = ", a.batch,
+                              ", pages_per_sequence], got ", ShapeString(*bt)));
+    }
+    if (absl::Status s = CheckMaterialised(*bt, "block_table"); !s.ok()) return s;
+    const int64_t page_size = kv->shape[1];
+    if (page_size < 1) {
+      return Bad(absl::StrCat("with block_table, k and v are [num_pages, page_size, heads_kv, "
+                              "head_dim] with page_size >= 1; got k ", ShapeString(*kv)));
+    }
+    if (__builtin_mul_overflow(bt->shape[1], page_size, &a.seq_len_k) ||
+        a.seq_len_k > (int64_t{1} << 40)) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "block_table: pages_per_sequence (", bt->shape[1], ") x page_size (", page_size,
+          ") keys per sequence; at most 2^40"));
+    }
+    c->block_table = Compact<int64_t>(*bt);
+    a.pages.block_table = c->block_table;
+    a.pages.page_size = page_size;
+    a.pages.num_pages = kv->shape[0];
+    a.num_q_heads = qv->shape[2];
+    a.num_kv_heads = kv->shape[2];
+    a.head_dim = qv->shape[3];
   } else {
     if (kv->shape[0] != qv->shape[0]) {
       return Bad(absl::StrCat("batch differs: q ", ShapeString(*qv), ", k ", ShapeString(*kv)));
@@ -527,6 +660,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     a.head_dim = qv->shape[3];
   }
   if (a.head_dim < 1) return Bad("head_dim must be >= 1");
+  if (absl::Status s = PrepareMaskAndLengths(o, c); !s.ok()) return s;
   a.q = StridesOf(*qv, packed);
   a.k = StridesOf(*kv, packed);
   a.v = StridesOf(*vv, packed);

@@ -42,6 +42,7 @@ struct Call {
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
   std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
   std::vector<float> sinks;  // options->sinks, compact
+  std::vector<int64_t> kv_lengths, block_table;  // options->kv_lengths / block_table, compact
   std::optional<seq::Rope> rope;
   std::optional<seq::AlgebraicTree> tree;
   std::optional<seq::AlgebraicGrid2D> grid2;
@@ -52,6 +53,7 @@ struct Call {
   std::unique_ptr<att::RowTransform> transform;
   std::unique_ptr<att::RowTransform> key_transform;
   bool has_sinks() const { return !args.sinks.empty(); }
+  bool paged() const { return args.pages.enabled(); }
 };
 
 using BF = seq::BFloat16;

@@ -16,6 +16,9 @@ bool FromDL(DLDataType t, DType* out) {
   if (t.code == kDLFloat && t.bits == 16) { *out = DType::kFloat16; return true; }
   if (t.code == kDLBfloat && t.bits == 16) { *out = DType::kBFloat16; return true; }
   if (t.code == kDLInt && t.bits == 64) { *out = DType::kInt64; return true; }
+  if (t.code == kDLUInt && t.bits == 8) { *out = DType::kUInt8; return true; }
+  // kDLBool (code 6 since DLPack 0.8; this header predates it): one byte per element.
+  if (t.code == 6 && t.bits == 8) { *out = DType::kBool; return true; }
   return false;
 }
 
@@ -26,6 +29,8 @@ int64_t SizeOf(DType d) {
     case DType::kInt64: return 8;
     case DType::kBFloat16: return 2;
     case DType::kFloat16: return 2;
+    case DType::kUInt8: return 1;
+    case DType::kBool: return 1;
   }
   return 0;
 }
@@ -50,6 +55,8 @@ const char* DTypeName(DType dtype) {
     case DType::kInt64: return "int64";
     case DType::kBFloat16: return "bfloat16";
     case DType::kFloat16: return "float16";
+    case DType::kUInt8: return "uint8";
+    case DType::kBool: return "bool";
   }
   return "unknown";
 }

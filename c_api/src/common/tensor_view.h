@@ -13,7 +13,8 @@
 
 namespace gpe::c_api {
 
-enum class DType { kFloat32, kFloat64, kInt64, kBFloat16, kFloat16 };
+// kUInt8 and kBool (DLPack's kDLUInt / kDLBool of 8 bits) are boolean masks only.
+enum class DType { kFloat32, kFloat64, kInt64, kBFloat16, kFloat16, kUInt8, kBool };
 
 const char* DTypeName(DType dtype);
 

@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::pairing_code;
 use super::{Bias, Rope};
-use crate::{checked_count, ffi, i64_tensor, invalid, to_i64, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
+use crate::{checked_count, expect_len, ffi, i64_tensor, invalid, to_i64, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
 
 /// How q, k and v are laid out (gpe_attention_forward).
 #[derive(Clone, Copy, Debug)]
@@ -16,6 +16,31 @@ pub enum AttentionLayout<'a> {
     /// q [tokens_q, heads_q, head_dim]; k, v [tokens_k, heads_kv, head_dim]; sequences
     /// delimited by the cumulative lengths ([batch + 1], from 0).
     Packed { cu_seqlens_q: &'a [i64], cu_seqlens_k: &'a [i64] },
+    /// A paged KV cache (vLLM's and FlashInfer's block tables; forward only): q
+    /// [batch, seq_q, heads_q, head_dim]; k, v [num_pages, page_size, heads_kv, head_dim];
+    /// block_table [batch, pages_per_sequence] row-major, sequence b's key t in page
+    /// block_table[b * pages_per_sequence + t / page_size] at slot t % page_size. Each
+    /// sequence holds pages_per_sequence * page_size keys (kv_lengths: how many it uses).
+    Paged { batch: usize, seq_q: usize, num_pages: usize, page_size: usize, block_table: &'a [i64] },
+}
+
+/// PyTorch SDPA's attn_mask (since 0.9.0; attention/descriptor.h, "SCORE MASK"): compact
+/// row-major over `shape` = [batch or 1, heads_q or 1, seq_q or 1, seq_k or 1] (packed:
+/// [sequences or 1, heads_q or 1, max_lq or 1, max_lk or 1], counted within each
+/// sequence); a dimension of 1 broadcasts. No gradient; a row with every key masked gives
+/// o = 0, lse = -inf.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMask<'a> {
+    pub values: MaskValues<'a>,
+    pub shape: [usize; 4],
+}
+
+/// The mask's values: added to the scores (natural-log units, -inf masks the key), or
+/// whether each key takes part (0 masks it, as SDPA's False).
+#[derive(Clone, Copy, Debug)]
+pub enum MaskValues<'a> {
+    Additive(&'a [f32]),
+    Allowed(&'a [u8]),
 }
 
 /// Head counts and size: heads_q a multiple of heads_kv (GQA, MQA).
@@ -50,7 +75,9 @@ pub struct AttentionHeads {
 /// allowed for query i only if p_i - left <= p_j <= p_i + right, on top of the causal
 /// rule; `softcap` c > 0 (0: none), Gemma 2's c tanh(x / c) of the scaled q.k part; `sinks`,
 /// gpt-oss's one logit per query head in every row's softmax denominator
-/// (`attention_backward_with_parameters` returns their gradient).
+/// (`attention_backward_with_parameters` returns their gradient); `attn_mask` (SDPA's,
+/// `AttnMask`) and `kv_lengths` ([batch], padded layouts: sequence b uses its first
+/// kv_lengths[b] keys, flash-attn's cache_seqlens).
 #[derive(Clone, Copy)]
 pub struct AttentionOptions<'a> {
     pub causal: bool,
@@ -98,6 +125,10 @@ pub struct AttentionOptions<'a> {
     pub softcap: f64,
     /// One sink logit per query head, [heads_q].
     pub sinks: Option<&'a [f32]>,
+    /// SDPA's attn_mask.
+    pub attn_mask: Option<AttnMask<'a>>,
+    /// Keys used per sequence, [batch] (padded and paged layouts).
+    pub kv_lengths: Option<&'a [i64]>,
 }
 
 impl<'a> Default for AttentionOptions<'a> {
@@ -130,6 +161,8 @@ impl<'a> Default for AttentionOptions<'a> {
             window: None,
             softcap: 0.0,
             sinks: None,
+            attn_mask: None,
+            kv_lengths: None,
         }
     }
 }
@@ -158,6 +191,12 @@ pub(super) fn shapes(layout: &AttentionLayout, heads: &AttentionHeads) -> Result
         AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
             let (tq, tk) = (last(cu_seqlens_q, "cu_seqlens_q")?, last(cu_seqlens_k, "cu_seqlens_k")?);
             Shapes { q: vec![tq, hq, d], kv: vec![tk, hk, d], lse: [tq, hq] }
+        }
+        AttentionLayout::Paged { batch, seq_q, num_pages, page_size, .. } => {
+            let (b, sq) = (to_i64(batch, "batch")?, to_i64(seq_q, "seq_q")?);
+            let (np, ps) = (to_i64(num_pages, "num_pages")?, to_i64(page_size, "page_size")?);
+            let bq = checked_count("batch * seq_q", &[batch, seq_q])? as i64;
+            Shapes { q: vec![b, sq, hq, d], kv: vec![np, ps, hk, d], lse: [bq, hq] }
         }
     };
     // Every extent is >= 0 here; the element counts must fit too, so that `count` is exact.
@@ -236,8 +275,21 @@ pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout,
             cks[0] = cu_seqlens_k.len() as i64;
             (Some(i64_tensor(cu_seqlens_q, &mut cqs)), Some(i64_tensor(cu_seqlens_k, &mut cks)))
         }
-        AttentionLayout::Padded { .. } => (None, None),
+        AttentionLayout::Padded { .. } | AttentionLayout::Paged { .. } => (None, None),
     };
+    // A paged cache's block table, [batch, pages_per_sequence].
+    let mut bts = [0i64; 2];
+    let bt = match *layout {
+        AttentionLayout::Paged { batch, block_table, .. } => {
+            if (batch == 0 && !block_table.is_empty()) || (batch > 0 && block_table.len() % batch != 0) {
+                return Err(invalid(format!("block_table has {} entries, not batch ({}) x pages_per_sequence", block_table.len(), batch)));
+            }
+            bts = [to_i64(batch, "batch")?, if batch == 0 { 0 } else { (block_table.len() / batch) as i64 }];
+            Some(i64_tensor(block_table, &mut bts))
+        }
+        _ => None,
+    };
+    o.block_table = bt.as_ref().map_or(ptr::null(), |t| t as *const _);
     o.cu_seqlens_q = cq.as_ref().map_or(ptr::null(), |t| t as *const _);
     o.cu_seqlens_k = ck.as_ref().map_or(ptr::null(), |t| t as *const _);
     // Multi-axis RoPE.
@@ -302,5 +354,30 @@ pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout,
     let mut sink_shape = [options.sinks.map_or(0, |z| z.len() as i64)];
     let sink_t = options.sinks.map(|z| crate::real_tensor(z, &mut sink_shape));
     o.sinks = sink_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+    // Score mask and KV lengths.
+    let mut mask_shape = [0i64; 4];
+    let mask_t = match options.attn_mask {
+        Some(m) => {
+            let n = checked_count("attn_mask", &m.shape)?;
+            for (i, &e) in m.shape.iter().enumerate() {
+                mask_shape[i] = to_i64(e, "attn_mask shape")?;
+            }
+            Some(match m.values {
+                MaskValues::Additive(x) => {
+                    expect_len("attn_mask", x.len(), n)?;
+                    crate::real_tensor(x, &mut mask_shape)
+                }
+                MaskValues::Allowed(x) => {
+                    expect_len("attn_mask", x.len(), n)?;
+                    crate::tensor(x.as_ptr() as *const std::os::raw::c_void, ffi::KDL_UINT, 8, &mut mask_shape)
+                }
+            })
+        }
+        None => None,
+    };
+    o.attn_mask = mask_t.as_ref().map_or(ptr::null(), |t| t as *const _);
+    let mut len_shape = [options.kv_lengths.map_or(0, |l| l.len() as i64)];
+    let len_t = options.kv_lengths.map(|l| i64_tensor(l, &mut len_shape));
+    o.kv_lengths = len_t.as_ref().map_or(ptr::null(), |t| t as *const _);
     f(&o)
 }

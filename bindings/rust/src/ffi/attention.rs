@@ -47,6 +47,10 @@ pub struct gpe_attention_options {
     pub window_right: i64,
     pub softcap: f64,
     pub sinks: *const DLTensor,
+    // 0.9.0, after sinks: the score mask, KV lengths, a paged cache's block table.
+    pub attn_mask: *const DLTensor,
+    pub kv_lengths: *const DLTensor,
+    pub block_table: *const DLTensor,
 }
 impl gpe_attention_options {
     pub fn init() -> Self {
@@ -85,6 +89,9 @@ impl gpe_attention_options {
             window_right: -1,
             softcap: 0.0,
             sinks: std::ptr::null(),
+            attn_mask: std::ptr::null(),
+            kv_lengths: std::ptr::null(),
+            block_table: std::ptr::null(),
         }
     }
 }

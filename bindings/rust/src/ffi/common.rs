@@ -18,6 +18,7 @@ pub const GPE_PAIRING_HALF_SPLIT: i32 = 1;
 // ---- DLPack 0.6 ----
 pub const KDL_CPU: i32 = 1;
 pub const KDL_INT: u8 = 0;
+pub const KDL_UINT: u8 = 1;
 pub const KDL_FLOAT: u8 = 2;
 // Since 0.3.0.
 pub const KDL_BFLOAT: u8 = 4;

@@ -69,8 +69,8 @@
 // -inf masks the key) or boolean (uint8: 0 masks the key, nonzero allows it, as SDPA's
 // True = "takes part"). Masked entries are masked keys in every sense above (nothing
 // from their k and v reaches the row). The mask has no gradient. A row whose every key
-// is masked has o = 0 and lse = -inf (its sink's logit), where SDPA's math path gives
-// NaN. Tiles read the mask in place: O(len_q len_k) bytes per head, the price of a dense
+// is masked has o = 0 and lse = -inf (its sink's logit), as PyTorch 2.15's SDPA gives
+// (older versions' math path gave NaN). Tiles read the mask in place: O(len_q len_k) bytes per head, the price of a dense
 // mask; windows and causal masks are cheaper as such.
 //
 // LAYOUTS (strides in elements; head_dim is always contiguous, stride 1)

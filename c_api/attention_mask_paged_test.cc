@@ -22,6 +22,8 @@
 namespace {
 
 using gpe::c_api_test::HasMessage;
+using gpe::c_api_test::Bits;
+using gpe::c_api_test::Draw;
 using gpe::c_api_test::Tensor;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -29,15 +31,6 @@ constexpr auto kDLBoolCode = static_cast<DLDataTypeCode>(6);  // DLPack 0.8's kD
 
 // Padded [batch, s, heads, d] problem, compact.
 constexpr int64_t kB = 2, kSq = 5, kSk = 12, kHq = 4, kHk = 2, kD = 8;
-
-template <class T>
-std::vector<T> Draw(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<T> x(n);
-  for (T& e : x) e = static_cast<T>(dist(rng));
-  return x;
-}
 
 // The mask of the tests, [kB, kHq, kSq, kSk] compact: additive values (some -inf) and
 // whether each key is allowed (additive != -inf). Every row keeps at least one key.
@@ -122,11 +115,6 @@ Out Oracle(const std::vector<double>& q, const std::vector<double>& k,
     }
   }
   return r;
-}
-
-template <class T>
-constexpr int Bits() {
-  return 8 * static_cast<int>(sizeof(T));
 }
 
 // Forward (o, lse) then backward (dq, dk, dv) of a padded compact call.

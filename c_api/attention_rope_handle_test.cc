@@ -18,6 +18,8 @@
 namespace {
 
 using gpe::c_api_test::HasMessage;
+using gpe::c_api_test::Bits;
+using gpe::c_api_test::Draw;
 using gpe::c_api_test::Tensor;
 
 using RopePtr = std::unique_ptr<gpe_rope, void (*)(gpe_rope*)>;
@@ -72,20 +74,6 @@ std::vector<Schedule> Schedules(int64_t d) {
     o.current_length = 24;
   });
   return out;
-}
-
-template <class T>
-std::vector<T> Draw(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  std::vector<T> x(n);
-  for (T& e : x) e = static_cast<T>(dist(rng));
-  return x;
-}
-
-template <class T>
-constexpr int Bits() {
-  return 8 * static_cast<int>(sizeof(T));
 }
 
 // One attention problem: q [tokens_q, hq, d] and k, v [tokens_k, hk, d] seen as bshd

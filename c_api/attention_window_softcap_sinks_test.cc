@@ -21,6 +21,8 @@
 
 namespace {
 
+using gpe::c_api_test::Bits;
+using gpe::c_api_test::Draw;
 using gpe::c_api_test::Tensor;
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
@@ -176,15 +178,6 @@ Out<double> Oracle(const Problem& p, const Config& c, const std::vector<double>&
   return r;
 }
 
-template <class T>
-std::vector<T> Draw(size_t n, double scale, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> dist(0.0, scale);
-  std::vector<T> x(n);
-  for (T& e : x) e = static_cast<T>(dist(rng));
-  return x;
-}
-
 // The C options for (p, c), with the tensors they point to.
 struct Options {
   gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
@@ -222,11 +215,6 @@ struct Options {
   }
   ~Options() { gpe_bias_destroy(alibi); }
 };
-
-template <class T>
-constexpr int Bits() {
-  return 8 * static_cast<int>(sizeof(T));
-}
 
 // Forward, then backward_with_parameters (o, lse given) with d_sinks when there are sinks.
 template <class T>
@@ -284,10 +272,10 @@ template <class T>
 void CheckConfig(const Problem& p, const Config& c, double tol, double grad_tol) {
   SCOPED_TRACE(c.name + (p.packed ? " packed " : " padded ") + (Bits<T>() == 64 ? "f64" : "f32"));
   // float-representable inputs, so both dtypes and the oracle see the same values.
-  const std::vector<float> qf = Draw<float>(p.tq() * p.hq * p.d, 2.0, 1),
-                           kf = Draw<float>(p.tk() * p.hk * p.d, 1.0, 2),
-                           vf = Draw<float>(p.tk() * p.hk * p.d, 1.0, 3),
-                           wf = Draw<float>(p.tq() * p.hq * p.d, 1.0, 4);
+  const std::vector<float> qf = Draw<float>(p.tq() * p.hq * p.d, 1, 2.0),
+                           kf = Draw<float>(p.tk() * p.hk * p.d, 2, 1.0),
+                           vf = Draw<float>(p.tk() * p.hk * p.d, 3, 1.0),
+                           wf = Draw<float>(p.tq() * p.hq * p.d, 4, 1.0);
   // Sink logits of both signs, one large enough to take most of its rows' mass.
   const std::vector<float> z = {0.5f, -2.0f, 3.0f, 1.25f};
   ASSERT_EQ(static_cast<int64_t>(z.size()), p.hq);
@@ -324,9 +312,9 @@ TEST(AttentionWindowSoftcapSinks, OracleSeesEveryOption) {
   // The comparisons above can fail: each option changes the oracle's outputs by far more
   // than the tolerances (the same inputs without the option).
   const Problem p = Padded();
-  const std::vector<float> qf = Draw<float>(p.tq() * p.hq * p.d, 2.0, 1),
-                           kf = Draw<float>(p.tk() * p.hk * p.d, 1.0, 2),
-                           vf = Draw<float>(p.tk() * p.hk * p.d, 1.0, 3);
+  const std::vector<float> qf = Draw<float>(p.tq() * p.hq * p.d, 1, 2.0),
+                           kf = Draw<float>(p.tk() * p.hk * p.d, 2, 1.0),
+                           vf = Draw<float>(p.tk() * p.hk * p.d, 3, 1.0);
   const std::vector<double> q(qf.begin(), qf.end()), k(kf.begin(), kf.end()),
       v(vf.begin(), vf.end()), w(q.size(), 1.0);
   const std::vector<float> z = {0.5f, -2.0f, 3.0f, 1.25f};
@@ -347,9 +335,9 @@ TEST(AttentionWindowSoftcapSinks, Float16KvCacheTakesTheOptions) {
   const Problem p = Padded();
   const Config c = Configs()[6];
   const std::vector<float> z = {0.5f, -2.0f, 3.0f, 1.25f};
-  const std::vector<float> q = Draw<float>(p.tq() * p.hq * p.d, 2.0, 5);
-  std::vector<float> k = Draw<float>(p.tk() * p.hk * p.d, 1.0, 6),
-                     v = Draw<float>(p.tk() * p.hk * p.d, 1.0, 7);
+  const std::vector<float> q = Draw<float>(p.tq() * p.hq * p.d, 5, 2.0);
+  std::vector<float> k = Draw<float>(p.tk() * p.hk * p.d, 6, 1.0),
+                     v = Draw<float>(p.tk() * p.hk * p.d, 7, 1.0);
   // Values on float16's grid (multiples of 2^-8 in [-4, 4]): the widening is exact.
   for (std::vector<float>* x : {&k, &v}) {
     for (float& e : *x) e = std::round(std::clamp(e, -4.0f, 4.0f) * 256.0f) / 256.0f;
@@ -396,8 +384,8 @@ TEST(AttentionWindowSoftcapSinks, OlderAndZeroedStructsMeanNone) {
   // read, whatever the caller's memory holds there) give what GPE_ATTENTION_OPTIONS_INIT
   // gives: bit-identical outputs (the same call).
   const Problem p = Padded();
-  const std::vector<float> q = Draw<float>(p.tq() * p.hq * p.d, 1.0, 8),
-                           k = Draw<float>(p.tk() * p.hk * p.d, 1.0, 9);
+  const std::vector<float> q = Draw<float>(p.tq() * p.hq * p.d, 8, 1.0),
+                           k = Draw<float>(p.tk() * p.hk * p.d, 9, 1.0);
   std::vector<float> want(q.size()), got(q.size());
   std::vector<int64_t> qs = p.QShape(), ks = p.KShape();
   DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),

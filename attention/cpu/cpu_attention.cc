@@ -48,8 +48,6 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
   if (args.num_k_tokens() > 0 && (k == nullptr || v == nullptr)) {
     return Bad("null k or v tensor");
   }
-  Forward<T, KV> fwd(args, *plan, q, k, v, o, lse);
-  if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
   // Decoding shapes (few query rows per kv head, long KV caches): split the keys.
   int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
@@ -57,11 +55,12 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
   }
   const int64_t group = args.num_q_heads / args.num_kv_heads;
   // (Shaw labels keep per-row label sums the split-KV states do not carry.)
-  if (max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys && plan->nlk == 0 &&
-      plan->nlv == 0) {
-    return RunDecode(fwd, args, *plan);
-  }
-  if (args.pages.enabled()) return GatheredPages(args, q, k, v, o, lse, options);
+  const bool decode = max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys &&
+                      plan->nlk == 0 && plan->nlv == 0;
+  if (!decode && args.pages.enabled()) return GatheredPages(args, q, k, v, o, lse, options);
+  Forward<T, KV> fwd(args, *plan, q, k, v, o, lse);
+  if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
+  if (decode) return RunDecode(fwd, args, *plan);
   return RunForwardItems(fwd, args, *plan);
 }
 

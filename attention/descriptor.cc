@@ -703,6 +703,9 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
                             ") for grouped-query attention"));
   }
   if (a.head_dim < 1) return Bad(absl::StrCat("head_dim must be >= 1, got ", a.head_dim));
+  if (a.head_dim_v < 0) {
+    return Bad(absl::StrCat("head_dim_v must be >= 0 (0: head_dim), got ", a.head_dim_v));
+  }
   if (a.seq_len_q < 0 || a.seq_len_k < 0) {
     return Bad(absl::StrCat("sequence lengths must be >= 0, got seq_len_q = ", a.seq_len_q,
                             ", seq_len_k = ", a.seq_len_k));
@@ -769,7 +772,8 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
     // A paged k and v are num_pages pages of page_size tokens (LAYOUTS).
     const int64_t batches = kv && a.pages.enabled() ? a.pages.num_pages : bq;
     const int64_t tokens = kv && a.pages.enabled() ? a.pages.page_size : t.tokens;
-    if (absl::Status s = CheckTensor(t.name, *t.s, bshd, batches, tokens, t.heads, a.head_dim);
+    const int64_t width = t.s == &a.v || t.s == &a.o ? a.value_dim() : a.head_dim;
+    if (absl::Status s = CheckTensor(t.name, *t.s, bshd, batches, tokens, t.heads, width);
         !s.ok()) {
       return s;
     }
@@ -879,9 +883,10 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
   for (int i = 0; i < 2; ++i) {
     if (shaw[i] == nullptr) continue;
     const int64_t cols = i == 0 ? shaw[i]->key_table().cols() : shaw[i]->value_table().cols();
-    if (cols != a.head_dim) {
-      return Bad(absl::StrCat(shaw_name[i], " has ", cols, " columns but head_dim is ",
-                              a.head_dim));
+    const int64_t want = i == 0 ? a.head_dim : a.value_dim();
+    if (cols != want) {
+      return Bad(absl::StrCat(shaw_name[i], " has ", cols, " columns but ",
+                              i == 0 ? "head_dim" : "the value head size", " is ", want));
     }
   }
   return absl::OkStatus();
@@ -904,7 +909,7 @@ absl::Status ZeroShawTableGradients(const AttentionArgs& a, double* key_table_gr
     std::fill_n(key_table_grad, a.shaw_keys->num_labels() * a.head_dim, 0.0);
   }
   if (value_table_grad != nullptr) {
-    std::fill_n(value_table_grad, a.shaw_values->num_labels() * a.head_dim, 0.0);
+    std::fill_n(value_table_grad, a.shaw_values->num_labels() * a.value_dim(), 0.0);
   }
   return absl::OkStatus();
 }

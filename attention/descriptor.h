@@ -101,6 +101,11 @@
 // Token numbering ("token index") is b * seq_len + t for bshd and the packed row for thd;
 // positions, lse and bias per-sequence objects are indexed by it.
 // Gradients (dq, dk, dv) use the strides of q, k, v; do uses the strides of o.
+// VALUE HEAD SIZE: v, o, dv and do rows hold value_dim() = head_dim_v (when > 0)
+// components, q and k rows head_dim; everything above holds with head_dim read as
+// value_dim() for v and o. The encodings act on q and k only; Shaw's value table has
+// value_dim() columns. The default scale stays 1 / sqrt(head_dim) (the dot products'
+// size), as in PyTorch's SDPA for E != Ev.
 // Element types are each implementation's: the reference takes float32 and float64 (which
 // the tests' finite differences use); cpu/ takes float32 and bfloat16 (rope.h's
 // BFloat16), with float accumulation.
@@ -483,7 +488,10 @@ struct AttentionArgs {
   int64_t seq_len_k = 0;     // bshd: per sequence; thd: total_k
   int64_t num_q_heads = 0;   // >= 1, multiple of num_kv_heads (GQA; MQA: num_kv_heads 1)
   int64_t num_kv_heads = 0;  // >= 1
-  int64_t head_dim = 0;      // >= 1
+  int64_t head_dim = 0;      // >= 1: the size of q and k rows (the scores' dot products)
+  // The size of v and o rows (VALUE HEAD SIZE); 0: head_dim. DeepSeek-V2/V3's MLA heads
+  // score with 192 components (128 + 64 rotary) and carry 128-component values.
+  int64_t head_dim_v = 0;
   absl::Span<const int64_t> cu_seqlens_q;  // thd only
   absl::Span<const int64_t> cu_seqlens_k;  // thd only
   absl::Span<const int64_t> kv_lengths;    // bshd only: keys used per sequence (LAYOUTS)
@@ -517,6 +525,7 @@ struct AttentionArgs {
   ScoreMask mask;  // SCORE MASK above
 
   double scale() const;           // the effective softmax scale
+  int64_t value_dim() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
   int64_t num_sequences() const;  // batch (thd: cu_seqlens_q.size() - 1, 0 if empty)
   int64_t num_q_tokens() const;
   int64_t num_k_tokens() const;

@@ -26,7 +26,8 @@ bool UsedKey(const AttentionArgs& a, int64_t t) {
   return t < a.k_end(t / a.seq_len_k);
 }
 
-// Packed double copies [tokens, heads, head_dim] of the inputs, q and k transformed.
+// Packed double copies [tokens, heads, width] of the inputs (width head_dim for q and k,
+// value_dim() for v), q and k transformed.
 struct Prepared {
   std::vector<double> q, k, v;
   std::vector<int64_t> pq, pk;
@@ -34,9 +35,8 @@ struct Prepared {
 
 template <class T>
 absl::Status Gather(const AttentionArgs& a, const T* src, const Strides& s, bool q_side,
-                    int64_t heads, std::vector<double>* dst) {
+                    int64_t heads, int64_t d, std::vector<double>* dst) {
   const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
-  const int64_t d = a.head_dim;
   dst->assign(static_cast<size_t>(n * heads * d), 0.0);
   if (n * heads == 0) return absl::OkStatus();
   if (src == nullptr) return absl::InvalidArgumentError("attention: null input tensor");
@@ -53,10 +53,9 @@ absl::Status Gather(const AttentionArgs& a, const T* src, const Strides& s, bool
 
 template <class T>
 void Scatter(const AttentionArgs& a, const std::vector<double>& src, const Strides& s, bool q_side,
-             int64_t heads, T* dst) {
+             int64_t heads, int64_t d, T* dst) {
   if (dst == nullptr) return;
   const int64_t n = q_side ? a.num_q_tokens() : a.num_k_tokens();
-  const int64_t d = a.head_dim;
   for (int64_t t = 0; t < n; ++t) {
     const bool used = q_side || UsedKey(a, t);
     for (int64_t h = 0; h < heads && (used || !a.pages.enabled()); ++h) {
@@ -84,20 +83,21 @@ absl::Status Transform(const PreparedRowTransform* tr, int64_t tokens, int64_t h
 // Forward (and, when d_o is set, backward) in double over the packed buffers.
 template <class T>
 absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* o, T* lse,
-                 const T* d_o, T* dq, T* dk, T* dv, const BiasGradientSink* sink,
+                 const T* d_o, T* dq, T* dk, T* dv_out, const BiasGradientSink* sink,
                  const ReferenceBackwardExtras& extras = {}) {
   if (absl::Status s = ValidateAttention(a); !s.ok()) return s;
   if (a.empty()) return absl::OkStatus();  // nothing to write (AttentionArgs::empty)
   const bool backward = d_o != nullptr;
-  const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim;
+  // d: q and k rows; dv: v and o rows (descriptor.h, VALUE HEAD SIZE).
+  const int64_t hq = a.num_q_heads, hkv = a.num_kv_heads, d = a.head_dim, dv = a.value_dim();
   const int64_t group = hq / hkv;
   const double scale = a.scale();
   Prepared p;
   p.pq = EffectiveQPositions(a);
   p.pk = EffectiveKPositions(a);
-  if (absl::Status s = Gather(a, q, a.q, true, hq, &p.q); !s.ok()) return s;
-  if (absl::Status s = Gather(a, k, a.k, false, hkv, &p.k); !s.ok()) return s;
-  if (absl::Status s = Gather(a, v, a.v, false, hkv, &p.v); !s.ok()) return s;
+  if (absl::Status s = Gather(a, q, a.q, true, hq, d, &p.q); !s.ok()) return s;
+  if (absl::Status s = Gather(a, k, a.k, false, hkv, d, &p.k); !s.ok()) return s;
+  if (absl::Status s = Gather(a, v, a.v, false, hkv, dv, &p.v); !s.ok()) return s;
   std::unique_ptr<PreparedRowTransform> tq, tk;
   if (absl::Status s = PrepareRowTransforms(a, p.pq, p.pk, &tq, &tk); !s.ok()) return s;
   const int64_t nq = a.num_q_tokens(), nk = a.num_k_tokens();
@@ -113,18 +113,18 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   std::vector<double> g_ak, g_av;
   if (backward) {
     if (extras.shaw_key_table_grad != nullptr) g_ak.assign(static_cast<size_t>(nlk * d), 0.0);
-    if (extras.shaw_value_table_grad != nullptr) g_av.assign(static_cast<size_t>(nlv * d), 0.0);
+    if (extras.shaw_value_table_grad != nullptr) g_av.assign(static_cast<size_t>(nlv * dv), 0.0);
   }
   std::vector<double> go, gq, gk, gv;
   if (backward) {
-    if (absl::Status s = Gather(a, d_o, a.o, true, hq, &go); !s.ok()) return s;
+    if (absl::Status s = Gather(a, d_o, a.o, true, hq, dv, &go); !s.ok()) return s;
     gq.assign(p.q.size(), 0.0);
     gk.assign(p.k.size(), 0.0);
     gv.assign(p.v.size(), 0.0);
   } else if (o == nullptr && a.num_q_tokens() > 0) {
     return absl::InvalidArgumentError("attention: null output tensor o");
   }
-  std::vector<double> out(static_cast<size_t>(a.num_q_tokens() * hq * d), 0.0);
+  std::vector<double> out(static_cast<size_t>(a.num_q_tokens() * hq * dv), 0.0);
   const double kNegInf = -std::numeric_limits<double>::infinity();
   std::vector<double> bias, loc, score, prob, grad, capd;
   std::vector<char> allowed, ok;
@@ -202,7 +202,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           m = std::isnan(score[j]) || std::isnan(m) ? std::numeric_limits<double>::quiet_NaN()
                                                      : std::max(m, score[j]);
         }
-        double* oi = out.data() + (i * hq + h) * d;
+        double* oi = out.data() + (i * hq + h) * dv;
         // The head's sink logit joins the denominator (descriptor.h, SINKS); NaN or +inf
         // makes the row NaN.
         const double z = a.sinks.empty() ? kNegInf : static_cast<double>(a.sinks[h]);
@@ -226,46 +226,46 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         for (int64_t j = 0; j < lk; ++j) {
           prob[j] /= sum;
           if (prob[j] == 0.0) continue;
-          const double* vj = p.v.data() + ((kb + j) * hkv + g) * d;
-          for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * vj[e];
+          const double* vj = p.v.data() + ((kb + j) * hkv + g) * dv;
+          for (int64_t e = 0; e < dv; ++e) oi[e] += prob[j] * vj[e];
           if (shaw_v) {
-            for (int64_t e = 0; e < d; ++e) oi[e] += prob[j] * shaw_v->value_table()(lab_v[j], e);
+            for (int64_t e = 0; e < dv; ++e) oi[e] += prob[j] * shaw_v->value_table()(lab_v[j], e);
           }
         }
-        if (nan_sink) std::fill(oi, oi + d, std::numeric_limits<double>::quiet_NaN());
+        if (nan_sink) std::fill(oi, oi + dv, std::numeric_limits<double>::quiet_NaN());
         if (lse != nullptr) lse[i * hq + h] = static_cast<T>(m + std::log(sum));
         if (!backward) continue;
         // dL/ds_j = p_j (dL/dp_j - sum_l p_l dL/dp_l), dL/dp_j = <do_i, v_j>.
-        const double* doi = go.data() + (i * hq + h) * d;
+        const double* doi = go.data() + (i * hq + h) * dv;
         double dsum = 0.0;
-        for (int64_t e = 0; e < d; ++e) dsum += doi[e] * oi[e];
+        for (int64_t e = 0; e < dv; ++e) dsum += doi[e] * oi[e];
         // dL/dz_h = -p_sink dsum: the sink's value is zero (descriptor.h, SINKS).
         if (!g_sink.empty()) g_sink[h] -= sink_mass / sum * dsum;
         double* gqi = gq.data() + (i * hq + h) * d;
         for (int64_t r = 0; r < nlv; ++r) {
           double dot = 0.0;
-          for (int64_t e = 0; e < d; ++e) dot += doi[e] * shaw_v->value_table()(r, e);
+          for (int64_t e = 0; e < dv; ++e) dot += doi[e] * shaw_v->value_table()(r, e);
           dolab[r] = dot;
         }
         for (int64_t j = 0; j < lk; ++j) {
           grad[j] = 0.0;
           if (!ok[j]) continue;
-          const int64_t row = ((kb + j) * hkv + g) * d;
-          const double* vj = p.v.data() + row;
+          const int64_t row = ((kb + j) * hkv + g) * d, vrow = ((kb + j) * hkv + g) * dv;
+          const double* vj = p.v.data() + vrow;
           // dL/dp_j = <do_i, v_j + aV_r>.
           double dp = shaw_v ? dolab[lab_v[j]] : 0.0;
-          for (int64_t e = 0; e < d; ++e) dp += doi[e] * vj[e];
+          for (int64_t e = 0; e < dv; ++e) dp += doi[e] * vj[e];
           const double ds = prob[j] * (dp - dsum);
           grad[j] = ds;
           const double gdot = ds * capd[j] * loc[j] * scale;
           const double* kj = p.k.data() + row;
           double* gkj = gk.data() + row;
-          double* gvj = gv.data() + row;
+          double* gvj = gv.data() + vrow;
           for (int64_t e = 0; e < d; ++e) {
             gqi[e] += gdot * kj[e];
             gkj[e] += gdot * qi[e];
-            gvj[e] += prob[j] * doi[e];
           }
+          for (int64_t e = 0; e < dv; ++e) gvj[e] += prob[j] * doi[e];
           if (shaw_k) {  // s_ij gains a scale <q'_i, aK_r>
             const int64_t r = lab_k[j];
             for (int64_t e = 0; e < d; ++e) gqi[e] += gdot * shaw_k->key_table()(r, e);
@@ -275,7 +275,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           }
           if (!g_av.empty()) {  // o_i gains p_ij aV_r
             const int64_t r = lab_v[j];
-            for (int64_t e = 0; e < d; ++e) g_av[r * d + e] += prob[j] * doi[e];
+            for (int64_t e = 0; e < dv; ++e) g_av[r * dv + e] += prob[j] * doi[e];
           }
         }
         if (sink != nullptr && *sink && lk > 0) {
@@ -285,7 +285,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
     }
   }
   if (!backward) {
-    Scatter(a, out, a.o, true, hq, o);
+    Scatter(a, out, a.o, true, hq, dv, o);
     return absl::OkStatus();
   }
   if (absl::Status s = Transform(tq.get(), nq, hq, d, true, &gq); !s.ok()) return s;
@@ -293,9 +293,9 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
   if (!g_ak.empty()) std::copy(g_ak.begin(), g_ak.end(), extras.shaw_key_table_grad);
   if (!g_av.empty()) std::copy(g_av.begin(), g_av.end(), extras.shaw_value_table_grad);
   if (!g_sink.empty()) std::copy(g_sink.begin(), g_sink.end(), extras.sink_grad);
-  Scatter(a, gq, a.q, true, hq, dq);
-  Scatter(a, gk, a.k, false, hkv, dk);
-  Scatter(a, gv, a.v, false, hkv, dv);
+  Scatter(a, gq, a.q, true, hq, d, dq);
+  Scatter(a, gk, a.k, false, hkv, d, dk);
+  Scatter(a, gv, a.v, false, hkv, dv, dv_out);
   return absl::OkStatus();
 }
 

@@ -37,7 +37,8 @@ absl::Status ReferenceBackward(const AttentionArgs& args, const T* q, const T* k
                                const BiasGradientSink& bias_sink = nullptr);
 
 // Optional outputs of ReferenceBackward: dL/daK (args.shaw_keys' key table) and dL/daV
-// (args.shaw_values' value table), each [2k + 1, head_dim] row-major double, overwritten.
+// (args.shaw_values' value table), [2k + 1, head_dim] and [2k + 1, value_dim()] row-major
+// double, overwritten.
 // Asking for one without its table is InvalidArgument.
 // sink_grad: dL/dz_h for args.sinks (num_q_heads doubles, overwritten; InvalidArgument
 // without sinks).

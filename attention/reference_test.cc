@@ -778,6 +778,128 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   }
 }
 
+// A value head size of its own (descriptor.h, VALUE HEAD SIZE) against the same call
+// with the narrower side zero-padded, an exact identity in double: v padded with zero
+// columns gives o (and dv) padded with zeros; q and k padded with zero components keep
+// every dot product (the scale given explicitly, as the default follows head_dim). The
+// encodings stay on the unpadded side: RoPE and Shaw key labels when v is padded, Shaw
+// value labels (a table of value_dim() columns), ALiBi and sinks on both.
+TEST(ReferenceForward, ValueHeadSizeEqualsZeroPaddedCall) {
+  std::mt19937_64 rng(31);
+  const int64_t hq = 4, hkv = 2, lq = 5, lk = 7;
+  auto alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  const std::vector<float> sinks = {0.2f, -0.5f, 1.0f, 0.0f};
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{6, 3}, {3, 7}}) {
+    SCOPED_TRACE(testing::Message() << "d " << d << " dv " << dv);
+    const int64_t w = std::max(d, dv);  // the padded call's head_dim
+    const int64_t kmax = 2, nl = 2 * kmax + 1;
+    std::vector<double> tk = RandomUniform(nl * d, &rng), tv = RandomUniform(nl * dv, &rng);
+    std::vector<double> tk_pad(nl * w, 0.0), tv_pad(nl * w, 0.0);
+    for (int64_t r = 0; r < nl; ++r) {
+      for (int64_t e = 0; e < d; ++e) tk_pad[r * w + e] = tk[r * d + e];
+      for (int64_t e = 0; e < dv; ++e) tv_pad[r * w + e] = tv[r * dv + e];
+    }
+    using encodings::sequence::RowMatrixXd;
+    auto shaw = encodings::sequence::ShawRelative::Create(
+        kmax, Eigen::Map<RowMatrixXd>(tk.data(), nl, d), Eigen::Map<RowMatrixXd>(tv.data(), nl, dv));
+    auto shaw_pad = encodings::sequence::ShawRelative::Create(
+        kmax, Eigen::Map<RowMatrixXd>(tk_pad.data(), nl, w),
+        Eigen::Map<RowMatrixXd>(tv_pad.data(), nl, w));
+    ASSERT_TRUE(shaw.ok() && shaw_pad.ok());
+    Rope rope = MakeRope(6, 6);  // used where d = 6
+    RopeRowTransform rtr(rope);
+    AttentionArgs a = test::WithValueDim(Bshd(2, lq, lk, hq, hkv, d), dv);
+    AttentionArgs p = Bshd(2, lq, lk, hq, hkv, w);
+    for (AttentionArgs* x : {&a, &p}) {
+      x->causal = true;
+      x->softmax_scale = 0.6;
+      x->biases = {&*alibi};
+      x->sinks = sinks;
+    }
+    a.shaw_keys = a.shaw_values = &*shaw;
+    p.shaw_keys = p.shaw_values = &*shaw_pad;
+    if (dv < d) a.q_transform = a.k_transform = p.q_transform = p.k_transform = &rtr;
+    const int64_t nq = 2 * lq, nk = 2 * lk;
+    std::vector<double> q = RandomUniform(nq * hq * d, &rng), k = RandomUniform(nk * hkv * d, &rng),
+                        v = RandomUniform(nk * hkv * dv, &rng), g = RandomUniform(nq * hq * dv, &rng);
+    // Row r of x (width n) into row r of width w, zeros after.
+    auto pad = [w](const std::vector<double>& x, int64_t n) {
+      std::vector<double> y(x.size() / n * w, 0.0);
+      for (size_t r = 0; r < x.size() / n; ++r) {
+        std::copy_n(x.begin() + r * n, n, y.begin() + r * w);
+      }
+      return y;
+    };
+    std::vector<double> o(nq * hq * dv), lse(nq * hq), o_pad(nq * hq * w), lse_pad(nq * hq);
+    ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+    const std::vector<double> qp = pad(q, d), kp = pad(k, d), vp = pad(v, dv), gp = pad(g, dv);
+    ASSERT_TRUE(ReferenceForward<double>(p, qp.data(), kp.data(), vp.data(), o_pad.data(),
+                                         lse_pad.data())
+                    .ok());
+    // Identical arithmetic up to the order of additions of zeros: 1e-14.
+    for (size_t r = 0; r < o.size() / dv; ++r) {
+      for (int64_t e = 0; e < w; ++e) {
+        EXPECT_NEAR(o_pad[r * w + e], e < dv ? o[r * dv + e] : 0.0, 1e-14) << r << " " << e;
+      }
+    }
+    for (size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(lse[i], lse_pad[i], 1e-14);
+    std::vector<double> dq(q.size()), dk(k.size()), dvg(v.size()), dq_p(qp.size()),
+        dk_p(kp.size()), dv_p(vp.size());
+    std::vector<double> gak(nl * d), gav(nl * dv), gak_p(nl * w), gav_p(nl * w);
+    ReferenceBackwardExtras ex, ex_p;
+    ex.shaw_key_table_grad = gak.data();
+    ex.shaw_value_table_grad = gav.data();
+    ex_p.shaw_key_table_grad = gak_p.data();
+    ex_p.shaw_value_table_grad = gav_p.data();
+    ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), g.data(), dq.data(),
+                                          dk.data(), dvg.data(), nullptr, ex)
+                    .ok());
+    ASSERT_TRUE(ReferenceBackward<double>(p, qp.data(), kp.data(), vp.data(), gp.data(),
+                                          dq_p.data(), dk_p.data(), dv_p.data(), nullptr, ex_p)
+                    .ok());
+    auto expect_padded = [&](const std::vector<double>& x, int64_t n, const std::vector<double>& y,
+                             const char* what) {
+      for (size_t r = 0; r < x.size() / n; ++r) {
+        for (int64_t e = 0; e < n; ++e) {
+          EXPECT_NEAR(y[r * w + e], x[r * n + e], 1e-13) << what << " " << r << " " << e;
+        }
+      }
+    };
+    expect_padded(dq, d, dq_p, "dq");
+    expect_padded(dk, d, dk_p, "dk");
+    expect_padded(dvg, dv, dv_p, "dv");
+    expect_padded(gak, d, gak_p, "daK");
+    expect_padded(gav, dv, gav_p, "daV");
+  }
+}
+
+// A value head size of its own in the backward: dq, dk, dv against central differences,
+// packed sequences, GQA, RoPE, window, softcap and sinks, dv wider and narrower than d.
+TEST(ReferenceBackward, ValueHeadSizeMatchesFiniteDifferences) {
+  std::mt19937_64 rng(41);
+  const int64_t hq = 4, hkv = 2, d = 4;
+  const std::vector<int64_t> cu_q = {0, 2, 3, 6}, cu_k = {0, 3, 4, 7};
+  Rope rope = MakeRope(d, 4);
+  RopeRowTransform rtr(rope);
+  std::vector<float> sinks = {0.3f, -0.7f, 1.1f, -0.2f};
+  for (int64_t dv : {2, 6}) {
+    AttentionArgs a = test::WithValueDim(Thd(cu_q, cu_k, hq, hkv, d), dv);
+    a.causal = true;
+    a.window_left = 1;
+    a.softcap = 1.5;
+    a.sinks = sinks;
+    a.q_transform = a.k_transform = &rtr;
+    std::vector<double> q = RandomUniform(6 * hq * d, &rng), k = RandomUniform(7 * hkv * d, &rng),
+                        v = RandomUniform(7 * hkv * dv, &rng), w = RandomUniform(6 * hq * dv, &rng);
+    std::vector<double> dq(q.size()), dk(k.size()), dvg(v.size());
+    ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                          dk.data(), dvg.data())
+                    .ok());
+    ExpectCentralDifferences(a, &q, &k, &v, w, dq, dk, dvg, "dv " + std::to_string(dv));
+  }
+}
+
 // Window, softcap and sinks in the backward: dq, dk, dv (through the softcap's
 // 1 - tanh^2) and dL/dz of the sinks against central differences.
 TEST(ReferenceBackward, WindowSoftcapAndSinksMatchFiniteDifferences) {
@@ -1013,6 +1135,25 @@ TEST(ValidateAttention, RejectsBadInputs) {
     const std::vector<float> three = {0.f, 1.f, 2.f};
     a.sinks = three;
     expect_bad(a, "sinks has 3 logits");
+  }
+  {  // a value head size of its own: v and o strides follow it, Shaw value tables too
+    AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);
+    a.head_dim_v = -1;
+    expect_bad(a, "head_dim_v must be >= 0");
+    a.head_dim_v = 16;  // v and o laid out for 8: rows of 16 overlap
+    expect_bad(a, "overlaps");
+    EXPECT_TRUE(ValidateAttention(test::WithValueDim(a, 16)).ok());
+    EXPECT_TRUE(ValidateAttention(test::WithValueDim(a, 3)).ok());
+    std::vector<double> t8(3 * 8, 0.1);
+    using encodings::sequence::RowMatrixXd;
+    auto shaw = encodings::sequence::ShawRelative::Create(
+        1, Eigen::Map<RowMatrixXd>(t8.data(), 3, 8), Eigen::Map<RowMatrixXd>(t8.data(), 3, 8));
+    ASSERT_TRUE(shaw.ok());
+    AttentionArgs b = test::WithValueDim(a, 3);
+    b.shaw_keys = &*shaw;
+    EXPECT_TRUE(ValidateAttention(b).ok());
+    b.shaw_values = &*shaw;
+    expect_bad(b, "value_table) has 8 columns but the value head size is 3");
   }
   {
     AttentionArgs a = Bshd(1, 3, 3, 2, 2, 8);

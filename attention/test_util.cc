@@ -51,6 +51,13 @@ AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& 
   return a;
 }
 
+AttentionArgs WithValueDim(AttentionArgs a, int64_t dv) {
+  a.head_dim_v = dv;
+  a.v = ContiguousStrides(a.layout, a.seq_len_k, a.num_kv_heads, dv);
+  a.o = ContiguousStrides(a.layout, a.seq_len_q, a.num_q_heads, dv);
+  return a;
+}
+
 encodings::sequence::Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,
                                        encodings::sequence::RopeFrequencies f) {
   encodings::sequence::RopeOptions opt;

@@ -31,6 +31,10 @@ AttentionArgs Bshd(int64_t batch, int64_t lq, int64_t lk, int64_t hq, int64_t hk
 AttentionArgs Thd(const std::vector<int64_t>& cu_q, const std::vector<int64_t>& cu_k, int64_t hq,
                   int64_t hkv, int64_t d);
 
+// a with value rows of dv components (descriptor.h, VALUE HEAD SIZE): head_dim_v set and
+// v and o dense in a's layout.
+AttentionArgs WithValueDim(AttentionArgs a, int64_t dv);
+
 // Multi-axis RoPE with plane_axes over the full head (interleaved pairs); a failed
 // creation fails the test.
 encodings::sequence::Rope MakeAxesRope(int64_t d, int num_axes, std::vector<int> plane_axes,

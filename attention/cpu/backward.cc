@@ -86,11 +86,15 @@ class Backward {
     int64_t hi = 0, h = 0, r0 = 0, nr = 0;
     const int64_t* qpos = nullptr;
     int64_t qmin = 0, qmax = 0;
-    const float* qrows = nullptr;  // Qs and dO rows (stride group * dp)
+    const float* qrows = nullptr;  // Qs and dO rows (stride group * Pitch())
     const float* drows = nullptr;
   };
 
   int64_t Group() const { return a_.num_q_heads / a_.num_kv_heads; }
+  // Floats per (token, head) row of Qs and dO: one pitch for both (head_dim and
+  // value_dim() padded, whichever is wider), so a tile's rows of either are group *
+  // Pitch() apart.
+  int64_t Pitch() const { return std::max(p_.dp, p_.dvp); }
 
   // The item's dQ' rows of query head h from token t (stride dp).
   float* DqRows(const KeyItem& it, int64_t h, int64_t t) const {
@@ -100,10 +104,10 @@ class Backward {
   // The group's queries: q' scale log2(e) (Qs), dO, lse log2(e), D = rowsum(dO o), and
   // (Shaw labels) their label dot products, the per-label sums cleared.
   absl::Status LoadQueries(const KeyItem& it, BackwardWorkspace& w) const {
-    const int64_t d = p_.d, dp = p_.dp;
+    const int64_t d = p_.d, dv = p_.dv, pitch = Pitch();
     const int64_t group = Group(), hq = a_.num_q_heads;
     const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
-    const int64_t ld = group * dp;  // row stride of one head in qs / dout
+    const int64_t ld = group * pitch;  // row stride of one head in qs / dout
     const float scale = static_cast<float>(a_.scale());
     const float log2e = static_cast<float>(kLog2e);
     std::fill(w.qs.get(), w.qs.get() + lq * ld, 0.0f);
@@ -111,31 +115,34 @@ class Backward {
     for (int64_t hi = 0; hi < group; ++hi) {
       const int64_t h = it.g * group + hi;
       for (int64_t r = 0; r < lq; ++r) {
-        float* qrow = w.qs.get() + r * ld + hi * dp;
-        float* drow = w.dout.get() + r * ld + hi * dp;
+        float* qrow = w.qs.get() + r * ld + hi * pitch;
+        float* drow = w.dout.get() + r * ld + hi * pitch;
         const T* orow = o_ + a_.QOffset(a_.o, qb + r, h);
         LoadRow(q_ + a_.QOffset(a_.q, qb + r, h), qrow, d);
-        LoadRow(do_ + a_.QOffset(a_.o, qb + r, h), drow, d);
+        LoadRow(do_ + a_.QOffset(a_.o, qb + r, h), drow, dv);
         float dsum = 0.0f;
-        for (int64_t c = 0; c < d; ++c) dsum += drow[c] * ToF(orow[c]);
+        for (int64_t c = 0; c < dv; ++c) dsum += drow[c] * ToF(orow[c]);
         w.dsum[r * group + hi] = dsum;
         const float l = lse_[(qb + r) * hq + h];
         w.lse2[r * group + hi] = l * log2e;  // -inf stays -inf
       }
       if (tq_ != nullptr && lq > 0) {
-        if (absl::Status st = tq_->Forward(qb, lq, w.qs.get() + hi * dp, ld); !st.ok()) return st;
+        if (absl::Status st = tq_->Forward(qb, lq, w.qs.get() + hi * pitch, ld); !st.ok()) {
+          return st;
+        }
       }
     }
     const float qscale = scale * log2e;
     for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
-    // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride dp.
+    // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride
+    // pitch.
     const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
     if (nlk > 0) {
-      LabelDots(w.qs.get(), dp, lq * group, d, shaw_.k, w.qlab.data(), ldl);
+      LabelDots(w.qs.get(), pitch, lq * group, d, shaw_.k, w.qlab.data(), ldl);
       std::fill(w.kmass.begin(), w.kmass.begin() + lq * group * nlk, 0.0f);
     }
     if (nlv > 0) {
-      LabelDots(w.dout.get(), dp, lq * group, d, shaw_.v, w.dolab.data(), ldl);
+      LabelDots(w.dout.get(), pitch, lq * group, dv, shaw_.v, w.dolab.data(), ldl);
       std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
     }
     return absl::OkStatus();
@@ -178,7 +185,7 @@ class Backward {
   // Key rows (transformed, padded), their panels, and the value panels; dK' and dV
   // cleared.
   absl::Status LoadKeyBlock(const KeyItem& it, const KeyBlock& kb, BackwardWorkspace& w) const {
-    const int64_t d = p_.d, dp = p_.dp, nk = kb.nk, j0 = kb.j0;
+    const int64_t d = p_.d, dp = p_.dp, dv = p_.dv, dvp = p_.dvp, nk = kb.nk, j0 = kb.j0;
     const int64_t ks = a_.k_begin(it.b);
     for (int64_t j = 0; j < nk; ++j) {
       float* row = w.krows.get() + j * dp;
@@ -192,27 +199,27 @@ class Backward {
     w.kv_finite = cpu::RowsAllFinite(w.krows.get(), nk, dp, d);
     if constexpr (std::is_same_v<T, float>) {
       const float* vrows = v_ + a_.KOffset(a_.v, ks + j0, it.g);
-      cpu::PackKeyPanels(vrows, nk, a_.v.token, d, w.vpanels.get());
-      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(vrows, nk, a_.v.token, d);
+      cpu::PackKeyPanels(vrows, nk, a_.v.token, dv, w.vpanels.get());
+      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(vrows, nk, a_.v.token, dv);
     } else {  // widened through dv's buffer, which is cleared next
       for (int64_t j = 0; j < nk; ++j) {
-        LoadRow(v_ + a_.KOffset(a_.v, ks + j0 + j, it.g), w.dv.get() + j * dp, d);
+        LoadRow(v_ + a_.KOffset(a_.v, ks + j0 + j, it.g), w.dv.get() + j * dvp, dv);
       }
-      cpu::PackKeyPanels(w.dv.get(), nk, dp, d, w.vpanels.get());
-      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(w.dv.get(), nk, dp, d);
+      cpu::PackKeyPanels(w.dv.get(), nk, dvp, dv, w.vpanels.get());
+      w.kv_finite = w.kv_finite && cpu::RowsAllFinite(w.dv.get(), nk, dvp, dv);
     }
     std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
-    std::fill(w.dv.get(), w.dv.get() + nk * dp, 0.0f);
+    std::fill(w.dv.get(), w.dv.get() + nk * dvp, 0.0f);
     return absl::OkStatus();
   }
 
   // One key block of an item against every allowed query tile of the group, then its
   // dK and dV stored.
   absl::Status KeyBlockGradients(const KeyItem& it, int64_t j0, BackwardWorkspace& w) const {
-    const int64_t dp = p_.dp, bq = p_.bq;
+    const int64_t pitch = Pitch(), bq = p_.bq;
     const int64_t group = Group();
     const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
-    const int64_t ld = group * dp;
+    const int64_t ld = group * pitch;
     const KeyBlock kb = MakeKeyBlock(it, j0);
     if (absl::Status st = LoadKeyBlock(it, kb, w); !st.ok()) return st;
     for (int64_t hi = 0; hi < group; ++hi) {
@@ -226,8 +233,8 @@ class Backward {
         qt.qmin = *std::min_element(qt.qpos, qt.qpos + qt.nr);
         qt.qmax = *std::max_element(qt.qpos, qt.qpos + qt.nr);
         if (mask_.AllMasked(qt.qmin, qt.qmax, kb.kmin, kb.kmax)) continue;  // no allowed pair
-        qt.qrows = w.qs.get() + r0 * ld + hi * dp;
-        qt.drows = w.dout.get() + r0 * ld + hi * dp;
+        qt.qrows = w.qs.get() + r0 * ld + hi * pitch;
+        qt.drows = w.dout.get() + r0 * ld + hi * pitch;
         if (absl::Status st = TileGradients(it, kb, qt, w); !st.ok()) return st;
       }
     }
@@ -240,10 +247,10 @@ class Backward {
   void NextTileAhead(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
                      const BackwardWorkspace& w, cpu::PrefetchRows* ahead_q,
                      cpu::PrefetchRows* ahead_dq) const {
-    const int64_t d = p_.d, dp = p_.dp, bq = p_.bq;
+    const int64_t d = p_.d, dp = p_.dp, pitch = Pitch(), bq = p_.bq;
     const int64_t group = Group();
     const int64_t qb = a_.q_begin(it.b), lq = a_.q_end(it.b) - qb;
-    const int64_t ld = group * dp;
+    const int64_t ld = group * pitch;
     int64_t nhi = qt.hi, nr0 = qt.r0 + bq;
     if (nr0 >= lq) {
       nhi = qt.hi + 1 < group ? qt.hi + 1 : 0;
@@ -251,11 +258,11 @@ class Backward {
     }
     const int64_t rows = std::min(bq, lq - nr0);
     ahead_q->num = 2;
-    ahead_q->base[0] = w.qs.get() + nr0 * ld + nhi * dp;
-    ahead_q->base[1] = w.dout.get() + nr0 * ld + nhi * dp;
+    ahead_q->base[0] = w.qs.get() + nr0 * ld + nhi * pitch;
+    ahead_q->base[1] = w.dout.get() + nr0 * ld + nhi * pitch;
     ahead_q->rows = rows;
     ahead_q->ld = ld;
-    ahead_q->row_floats = d;
+    ahead_q->row_floats = std::max(d, p_.dv);
     ahead_dq->num = 1;
     ahead_dq->base[0] = DqRows(it, it.g * group + nhi, qb + nr0);
     ahead_dq->rows = rows;
@@ -267,8 +274,8 @@ class Backward {
   // dS (ScoreGradients), dQ' += dS K and dK' += dS^T Qs.
   absl::Status TileGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
                              BackwardWorkspace& w) const {
-    const int64_t dp = p_.dp, bk = p_.bk;
-    const int64_t ld = Group() * dp;
+    const int64_t dp = p_.dp, dvp = p_.dvp, bk = p_.bk;
+    const int64_t ld = Group() * Pitch();
     cpu::PrefetchRows ahead_q, ahead_dq;
     NextTileAhead(it, kb, qt, w, &ahead_q, &ahead_dq);
     if (absl::Status st = Probabilities(it, kb, qt, ahead_q, w); !st.ok()) return st;
@@ -278,8 +285,8 @@ class Backward {
     float* dq = DqRows(it, qt.h, a_.q_begin(it.b) + qt.r0);
     if (careful) {  // masked entries and non-finite inputs: skip P = 0 (nonfinite.h)
       const int64_t d = p_.d, nk = kb.nk, nr = qt.nr;
-      cpu::AccumulateSkippingZeros(p, 1, bk, p, 1, bk, nk, nr, qt.drows, ld, d, nullptr,
-                                   w.dv.get(), dp);
+      cpu::AccumulateSkippingZeros(p, 1, bk, p, 1, bk, nk, nr, qt.drows, ld, p_.dv, nullptr,
+                                   w.dv.get(), dvp);
       if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, careful); !st.ok()) return st;
       cpu::AccumulateSkippingZeros(ds, bk, 1, p, bk, 1, nr, nk, w.krows.get(), dp, d, nullptr,
                                    dq, dp);
@@ -288,7 +295,7 @@ class Backward {
       return absl::OkStatus();
     }
     // dV += P^T dO.
-    cpu::AccumulateTileTAdd(p, bk, kb.nk, qt.nr, qt.drows, ld, dp, w.dv.get(), dp);
+    cpu::AccumulateTileTAdd(p, bk, kb.nk, qt.nr, qt.drows, ld, dvp, w.dv.get(), dvp);
     if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, careful); !st.ok()) return st;
     // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
     cpu::AccumulateTileAdd(ds, bk, qt.nr, kb.nk, w.krows.get(), dp, dp, dq, dp);
@@ -304,9 +311,9 @@ class Backward {
     bool maybe_masked = cpu::MayHaveMaskedEntries(a_, qt.qmin, qt.qmax, kb.kmin, kb.kmax);
     for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
     if (!maybe_masked) return false;
-    const int64_t ld = Group() * p_.dp;
+    const int64_t ld = Group() * Pitch();
     return !(w.kv_finite && cpu::RowsAllFinite(qt.qrows, qt.nr, ld, p_.d) &&
-             cpu::RowsAllFinite(qt.drows, qt.nr, ld, p_.d));
+             cpu::RowsAllFinite(qt.drows, qt.nr, ld, p_.dv));
   }
 
   // P = exp2(S - lse2) of the tile into w.s, S as the forward formed it (Shaw key labels,
@@ -317,7 +324,7 @@ class Backward {
                              const cpu::PrefetchRows& ahead_q, BackwardWorkspace& w) const {
     using encodings::sequence::ShawRelative;
     const int64_t d = p_.d, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
-    const int64_t group = Group(), ld = group * p_.dp;
+    const int64_t group = Group(), ld = group * Pitch();
     const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
     const int64_t* kpos = kb.kpos;
     const int64_t* qpos = qt.qpos;
@@ -395,14 +402,14 @@ class Backward {
                               const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w,
                               bool careful) const {
     using encodings::sequence::ShawRelative;
-    const int64_t d = p_.d, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
-    const int64_t group = Group(), ld = group * p_.dp;
+    const int64_t dv = p_.dv, bk = p_.bk, nk = kb.nk, nr = qt.nr, r0 = qt.r0, hi = qt.hi;
+    const int64_t group = Group(), ld = group * Pitch();
     const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
     const int64_t* kpos = kb.kpos;
     const int64_t* qpos = qt.qpos;
     const float* s = w.s.get();
     float* dpt = w.dp.get();
-    cpu::ScoreTileAhead(qt.drows, ld, nr, d, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
+    cpu::ScoreTileAhead(qt.drows, ld, nr, dv, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
     if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
       for (int64_t r = 0; r < nr; ++r) {
         const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;
@@ -482,7 +489,9 @@ class Backward {
     }
     for (int64_t j = 0; j < nk; ++j) {
       if (dk_ != nullptr) StoreRow(w.dk.get() + j * dp, dk_ + a_.KOffset(a_.k, ks + j0 + j, it.g), d);
-      if (dv_ != nullptr) StoreRow(w.dv.get() + j * dp, dv_ + a_.KOffset(a_.v, ks + j0 + j, it.g), d);
+      if (dv_ != nullptr) {
+        StoreRow(w.dv.get() + j * p_.dvp, dv_ + a_.KOffset(a_.v, ks + j0 + j, it.g), p_.dv);
+      }
     }
     return absl::OkStatus();
   }
@@ -491,11 +500,11 @@ class Backward {
   // dQ'_i += sum_r M_ir aK_r (scaled with the rest of dQ' later), dL/daK_r +=
   // sum_i M_ir Qs_i / log2 e (= scale sum_i M_ir q'_i), dL/daV_r += sum_i P_ir dO_i.
   void ShawItemGradients(const KeyItem& it, int64_t lq, BackwardWorkspace& w) const {
-    const int64_t d = p_.d, dp = p_.dp, nlk = p_.nlk, nlv = p_.nlv;
+    const int64_t d = p_.d, dp = p_.dp, dv = p_.dv, pitch = Pitch(), nlk = p_.nlk, nlv = p_.nlv;
     const int64_t group = a_.num_q_heads / a_.num_kv_heads;
     const int64_t qb = a_.q_begin(it.b);
     std::vector<double> gk(static_cast<size_t>(gak_ != nullptr ? nlk * d : 0), 0.0);
-    std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * d : 0), 0.0);
+    std::vector<double> gv(static_cast<size_t>(gav_ != nullptr ? nlv * dv : 0), 0.0);
     const double unscale = 1.0 / kLog2e;
     // dQ'_i += sum_r M_ir aK_r, head by head (rows r * group + hi of kmass).
     for (int64_t hi = 0; hi < group && nlk > 0; ++hi) {
@@ -508,7 +517,7 @@ class Backward {
         const int64_t row = r * group + hi;
         if (!gk.empty()) {
           const float* km = w.kmass.data() + row * nlk;
-          const float* qs = w.qs.get() + row * dp;
+          const float* qs = w.qs.get() + row * pitch;
           for (int64_t t = 0; t < nlk; ++t) {
             if (km[t] == 0.0f) continue;
             for (int64_t c = 0; c < d; ++c) gk[t * d + c] += unscale * km[t] * qs[c];
@@ -516,10 +525,10 @@ class Backward {
         }
         if (!gv.empty()) {
           const float* pm = w.pmass.data() + row * nlv;
-          const float* dout = w.dout.get() + row * dp;
+          const float* dout = w.dout.get() + row * pitch;
           for (int64_t t = 0; t < nlv; ++t) {
             if (pm[t] == 0.0f) continue;
-            for (int64_t c = 0; c < d; ++c) gv[t * d + c] += double(pm[t]) * dout[c];
+            for (int64_t c = 0; c < dv; ++c) gv[t * dv + c] += double(pm[t]) * dout[c];
           }
         }
       }

@@ -70,16 +70,18 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
 template <class T, class KV>
 absl::Status GatheredPages(const AttentionArgs& args, const T* q, const KV* k, const KV* v, T* o,
                            float* lse, const CpuAttentionOptions& options) {
-  const int64_t hkv = args.num_kv_heads, d = args.head_dim;
+  const int64_t hkv = args.num_kv_heads, d = args.head_dim, dv = args.value_dim();
   AttentionArgs dense = args;
   dense.pages = {};
-  dense.k = dense.v = ContiguousStrides(Layout::kBSHD, args.seq_len_k, hkv, d);
-  std::vector<KV> kd(static_cast<size_t>(args.num_k_tokens() * hkv * d), KV{}), vd(kd.size(), KV{});
+  dense.k = ContiguousStrides(Layout::kBSHD, args.seq_len_k, hkv, d);
+  dense.v = ContiguousStrides(Layout::kBSHD, args.seq_len_k, hkv, dv);
+  std::vector<KV> kd(static_cast<size_t>(args.num_k_tokens() * hkv * d), KV{});
+  std::vector<KV> vd(static_cast<size_t>(args.num_k_tokens() * hkv * dv), KV{});
   for (int64_t b = 0; b < args.num_sequences(); ++b) {
     for (int64_t t = args.k_begin(b); t < args.k_end(b); ++t) {
       for (int64_t g = 0; g < hkv; ++g) {
         std::copy_n(k + args.KOffset(args.k, t, g), d, kd.data() + dense.KOffset(dense.k, t, g));
-        std::copy_n(v + args.KOffset(args.v, t, g), d, vd.data() + dense.KOffset(dense.v, t, g));
+        std::copy_n(v + args.KOffset(args.v, t, g), dv, vd.data() + dense.KOffset(dense.v, t, g));
       }
     }
   }
@@ -92,7 +94,7 @@ template <class T>
 absl::Status RecomputeOutputs(const AttentionArgs& args, const T* q, const T* k, const T* v,
                               const CpuAttentionOptions& options, std::vector<T>* o_strided,
                               std::vector<float>* lse_own) {
-  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.head_dim;
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.value_dim();
   std::vector<T> o_own;
   AttentionArgs fa = args;
   fa.o = fa.layout == Layout::kBSHD ? ContiguousStrides(Layout::kBSHD, args.seq_len_q, hq, d)
@@ -123,7 +125,7 @@ absl::Status RecomputeOutputs(const AttentionArgs& args, const T* q, const T* k,
 template <class T>
 void SinkGradient(const AttentionArgs& args, const T* o, const float* lse, const T* d_o,
                   double* grad) {
-  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.head_dim;
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, d = args.value_dim();
   for (int64_t t = 0; t < nq; ++t) {
     for (int64_t h = 0; h < hq; ++h) {
       const double z = args.sinks[h];
@@ -187,7 +189,7 @@ absl::Status BackwardImpl(const AttentionArgs& args, const T* q, const T* k, con
       for (int64_t g = 0; g < args.num_kv_heads; ++g) {
         const int64_t d = args.head_dim;
         if (dk != nullptr) std::fill_n(dk + args.KOffset(args.k, t, g), d, T{});
-        if (dv != nullptr) std::fill_n(dv + args.KOffset(args.v, t, g), d, T{});
+        if (dv != nullptr) std::fill_n(dv + args.KOffset(args.v, t, g), args.value_dim(), T{});
         if (extras.dk_rotated != nullptr) std::fill_n(extras.dk_rotated + args.KOffset(args.k, t, g), d, 0.0f);
       }
     }

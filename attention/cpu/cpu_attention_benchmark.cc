@@ -399,6 +399,34 @@ BENCHMARK(BM_CpuDecodeEngine)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
+// Decoding with a value head size of its own (DeepSeek-V2/V3's heads without MLA's
+// weight absorption: keys of 192, values of 128; 16 heads, MHA), one query against a
+// cache of 8192 tokens, as a fraction of the triad counting the K and V bytes read; kv:
+// 0 float32, 1 bfloat16.
+void BM_CpuDecodeValueDim(benchmark::State& state) {
+  const int64_t cap = 8192, h = 16, d = 192, dv = 128;
+  const int kv = static_cast<int>(state.range(0));
+  const int threads = static_cast<int>(state.range(1));
+  AttentionArgs a = DecodeArgs(1, cap, h, h, d);
+  a.head_dim_v = dv;
+  a.v = ContiguousStrides(Layout::kBSHD, cap, h, dv);
+  a.o = ContiguousStrides(Layout::kBSHD, 1, h, dv);
+  // k then v in one buffer: FillAndTimeDecode places v n elements after k, n = k's size
+  // (v's dv < d elements fit in that span).
+  const int64_t n = cap * h * d;
+  std::vector<float> q(static_cast<size_t>(h * d), 0.5f), o(static_cast<size_t>(h * dv));
+  measure::LargeFloats large(kv == 0 ? 2 * n : n);
+  if (!FillAndTimeDecode(state, a, kv, large.data(), n, q, &o, threads)) return;
+  const double bytes = double(cap * h * (d + dv)) * (kv == 0 ? 4.0 : 2.0);
+  SetTriadCounters(state, bytes, threads);
+}
+BENCHMARK(BM_CpuDecodeValueDim)
+    ->ArgNames({"kv", "threads"})
+    ->ArgsProduct({{0, 1}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 // The decode kernels alone on one thread: scores and P V of 8 kv heads x 4 query rows
 // over blocks of 32 tokens (d 128), over a KV cache of `tokens` tokens (32: the block stays
 // in L1/L2; 32768: streamed from memory). Isolates the kernels' rate from the memory's.

@@ -51,7 +51,7 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
   // the score tile of every head for one block stays in L1/L2 between the scores, the
   // softmax and P V.
   const int64_t hkv = a_.num_kv_heads;
-  const int64_t row_bytes = 2 * hkv * d * static_cast<int64_t>(sizeof(KV));
+  const int64_t row_bytes = hkv * (d + p_.dv) * static_cast<int64_t>(sizeof(KV));
   const int64_t db = std::clamp<int64_t>(kDecodeBlockBytes / row_bytes / kVecPad * kVecPad,
                                          kVecPad, bk);
   const int64_t page = a_.pages.page_size;
@@ -69,9 +69,9 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
     kblk.sorted = std::is_sorted(kblk.kpos, kblk.kpos + nk);
     kblk.direct = true;
     kblk.ncols = RoundUp(nk, kVecPad);
-    // Keys as stored and value rows unpadded (d == dp): read in place, in token order
-    // (a 16-bit cache widened in registers).
-    if (tk_ == nullptr && p_.d == p_.dp) {
+    // Keys as stored and rows unpadded (d == dp, dv == dvp): read in place, in token
+    // order (a 16-bit cache widened in registers).
+    if (tk_ == nullptr && p_.d == p_.dp && p_.dv == p_.dvp) {
       if (absl::Status st = TokenOrderBlock(kblk, j0, k1, qpos, lq, qmin, qmax, w); !st.ok()) {
         return st;
       }
@@ -94,7 +94,7 @@ template <class T, class KV>
 absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t k1,
                                          const int64_t* qpos, int64_t lq, int64_t qmin,
                                          int64_t qmax, Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kblk.nk;
+  const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp, bk = p_.bk, nk = kblk.nk;
   const int64_t hq = a_.num_q_heads, group = hq / a_.num_kv_heads, hkv = a_.num_kv_heads;
   const int64_t kb = a_.k_begin(kblk.b);
   const int64_t rows = hq * lq;
@@ -124,27 +124,27 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
     // Masked entries: a non-finite value row must not reach them (nonfinite.h).
     bool finite = true;
     for (int64_t g = 0; g < hkv && finite; ++g) {
-      finite = cpu::RowsFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, d);
+      finite = cpu::RowsFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, dv);
     }
     if (!finite) {
       for (int64_t g = 0; g < hkv; ++g) {
         const int64_t r0 = g * gr;
         float* vals = w.values.get();  // the head's value rows widened (rare path)
         for (int64_t j = 0; j < nk; ++j) {
-          LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), vals + j * dp, d);
+          LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), vals + j * dvp, dv);
         }
-        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk, vals, dp, d,
-                                     w.alpha.get() + r0, w.oacc.get() + r0 * dp, dp);
+        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk, vals, dvp,
+                                     dv, w.alpha.get() + r0, w.oacc.get() + r0 * dvp, dvp);
       }
       return absl::OkStatus();
     }
   }
   if constexpr (std::is_same_v<KV, float>) {
-    cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dp, w.alpha.get(),
-                          w.oacc.get(), dp, Ahead(v_, a_.v, kb, j0, nk, k1));
+    cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dvp, w.alpha.get(),
+                          w.oacc.get(), dvp, Ahead(v_, a_.v, kb, j0, nk, k1));
   } else {
     cpu::AccumulateDecode16(s, bk, gr, hkv, nk, reinterpret_cast<const uint16_t*>(vblock),
-                            a_.v.token, a_.v.head, dp, w.alpha.get(), w.oacc.get(), dp,
+                            a_.v.token, a_.v.head, dvp, w.alpha.get(), w.oacc.get(), dvp,
                             std::is_same_v<KV, Float16>, Ahead(v_, a_.v, kb, j0, nk, k1));
   }
   return absl::OkStatus();
@@ -156,7 +156,7 @@ template <class T, class KV>
 absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const int64_t* qpos,
                                            int64_t lq, int64_t qmin, int64_t qmax,
                                            Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp, nk = kblk.nk;
+  const int64_t d = p_.d, dvp = p_.dvp, nk = kblk.nk;
   const int64_t group = a_.num_q_heads / a_.num_kv_heads, hkv = a_.num_kv_heads;
   const int64_t kb = a_.k_begin(kblk.b);
   const float* qb = w.qblk.get();
@@ -167,15 +167,15 @@ absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const 
     kblk.krows = keys->first;
     kblk.ldk = keys->second;
     CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
-    kblk.vals = w.values.get() + j0 * dp;
+    kblk.vals = w.values.get() + j0 * dvp;
     if constexpr (std::is_same_v<KV, float>) {
       if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
     }
-    kblk.ldv = p_.direct_v ? a_.v.token : dp;
+    kblk.ldv = p_.direct_v ? a_.v.token : dvp;
     const int64_t r0 = g * group * lq;
     if (absl::Status st = TileStep(kblk, g * group, group, qb + r0 * d, qpos, lq, qmin, qmax,
                                    w.m.get() + r0, w.l.get() + r0 * kSumLanes,
-                                   w.alpha.get() + r0, w.oacc.get() + r0 * dp, w);
+                                   w.alpha.get() + r0, w.oacc.get() + r0 * dvp, w);
         !st.ok()) {
       return st;
     }
@@ -207,8 +207,8 @@ std::pair<int64_t, int64_t> Forward<T, KV>::DecodeKeyRange(int64_t b) const {
 template <class T, class KV>
 void Forward<T, KV>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, float* partial,
                                   const Workspace& w) const {
-  const int64_t dp = p_.dp, hq = a_.num_q_heads;
-  const int64_t nq = a_.num_q_tokens(), stride = dp + 2;
+  const int64_t dvp = p_.dvp, hq = a_.num_q_heads;
+  const int64_t nq = a_.num_q_tokens(), stride = dvp + 2;
   for (int64_t h = 0; h < hq; ++h) {
     for (int64_t r = 0; r < lq; ++r) {
       const int64_t row = h * lq + r;
@@ -217,7 +217,7 @@ void Forward<T, KV>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, flo
       for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
       out[0] = w.m[row];
       out[1] = l;
-      std::memcpy(out + 2, w.oacc.get() + row * dp, static_cast<size_t>(dp) * sizeof(float));
+      std::memcpy(out + 2, w.oacc.get() + row * dvp, static_cast<size_t>(dvp) * sizeof(float));
     }
   }
 }
@@ -234,7 +234,8 @@ void Forward<T, KV>::StoreDecodeState(int64_t t0, int64_t lq, int64_t chunk, flo
 template <class T, class KV>
 cpu::PrefetchAhead Forward<T, KV>::Ahead(const KV* x, const Strides& st, int64_t kb, int64_t j0,
                                      int64_t nk, int64_t k1) const {
-  const int64_t hkv = a_.num_kv_heads, d = p_.d, row = hkv * d;
+  // Row width of the tensor read: head_dim for keys, value_dim() for values.
+  const int64_t hkv = a_.num_kv_heads, d = &st == &a_.v ? p_.dv : p_.d, row = hkv * d;
   const int64_t size = static_cast<int64_t>(sizeof(KV));
   if (a_.pages.enabled()) {  // the next block of the sequence, in whatever page it lies
     const int64_t page = a_.pages.page_size, j1 = j0 + nk;
@@ -261,8 +262,8 @@ cpu::PrefetchAhead Forward<T, KV>::Ahead(const KV* x, const Strides& st, int64_t
 // l = sum l_c 2^(m_c - M), o = sum o_c 2^(m_c - M) / l (base-2 log domain).
 template <class T, class KV>
 void Forward<T, KV>::CombineDecode(const float* partial, int64_t chunks) const {
-  const int64_t hq = a_.num_q_heads, nq = a_.num_q_tokens(), d = p_.d, dp = p_.dp;
-  const int64_t stride = dp + 2;
+  const int64_t hq = a_.num_q_heads, nq = a_.num_q_tokens(), d = p_.dv, dvp = p_.dvp;
+  const int64_t stride = dvp + 2;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   std::vector<float> acc(static_cast<size_t>(d));
   for (int64_t t = 0; t < nq; ++t) {
@@ -320,7 +321,7 @@ absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, con
     }
     chunks = std::max(chunks, c);
   }
-  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, stride = plan.dp + 2;
+  const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, stride = plan.dvp + 2;
   // Unused states (sequences with fewer chunks, or no keys) keep l = 0: no contribution.
   std::vector<float> partial(static_cast<size_t>(chunks * nq * hq * stride), 0.0f);
   const int threads =

@@ -78,10 +78,10 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
                                nk, a_.k.token, d, panels16);
       }
       const KV* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
-      cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(vsrc), nk, a_.v.token, d, p_.dp,
-                              w.pairs16.get() + j0 * p_.dp);
+      cpu::PackValuePairsBf16(reinterpret_cast<const uint16_t*>(vsrc), nk, a_.v.token, p_.dv,
+                              p_.dvp, w.pairs16.get() + j0 * p_.dvp);
       // Non-finite values: float copies too, for the careful accumulation (nonfinite.h).
-      w.vfinite[blk] = cpu::RowsFinite(vsrc, nk, a_.v.token, d);
+      w.vfinite[blk] = cpu::RowsFinite(vsrc, nk, a_.v.token, p_.dv);
       if (!w.vfinite[blk]) CopyValues(g, kb, j0, nk, w);
       w.packed[blk] = 1;
       return absl::OkStatus();
@@ -104,7 +104,7 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
     cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
   }
   CopyValues(g, kb, j0, nk, w);
-  w.vfinite[blk] = cpu::RowsAllFinite(w.values.get() + j0 * p_.dp, nk, p_.dp, d);
+  w.vfinite[blk] = cpu::RowsAllFinite(w.values.get() + j0 * p_.dvp, nk, p_.dvp, p_.dv);
   w.packed[blk] = 1;
   return absl::OkStatus();
 }
@@ -155,7 +155,7 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
                                                                        int64_t kb, int64_t lk,
                                                                        bool direct,
                                                                        Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk;
+  const int64_t d = p_.d, dvp = p_.dvp, bk = p_.bk;
   const int64_t j0 = blk * bk, nk = std::min(bk, lk - j0);
   const int64_t* kpos = pk_.data() + kb + j0;
   const float* krows = nullptr;
@@ -190,8 +190,8 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   kblk.panels = panels;
   kblk.num_panels = num_panels;
   kblk.ncols = ncols;
-  kblk.vals = w.values.get() + j0 * dp;
-  kblk.ldv = dp;
+  kblk.vals = w.values.get() + j0 * dvp;
+  kblk.ldv = dvp;
   if constexpr (std::is_same_v<KV, float>) {
     if (direct && p_.direct_v) {
       kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, it.g);
@@ -200,7 +200,7 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   }
   if (p_.bf16_dot && !direct) {
     kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
-    kblk.pairs16 = w.pairs16.get() + j0 * dp;
+    kblk.pairs16 = w.pairs16.get() + j0 * dvp;
   }
   if (!direct) {
     kblk.values_checked = true;
@@ -216,7 +216,7 @@ template <class T, class KV>
 absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* tile, int64_t tiles,
                                     int64_t h0, int64_t nh, int64_t mq, const int64_t* qpos,
                                     bool direct, Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp;
+  const int64_t d = p_.d, dvp = p_.dvp;
   const float* qb = w.qblk.get();
   const KeyMask mask = KeyMask::Of(a_);
   if (direct && tiles == nh) {  // one tile per head: every head in one TileStep
@@ -237,7 +237,7 @@ absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* t
     const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
     if (absl::Status st = TileStep(
             kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, tile[t].pmax, w.m.get() + r0,
-            w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dp, w, q16,
+            w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dvp, w, q16,
             p_.nlk > 0 ? w.qlab.data() + r0 * p_.ldl : nullptr,
             p_.nlv > 0 ? w.vmass.data() + r0 * p_.nlv : nullptr);
         !st.ok()) {
@@ -250,23 +250,23 @@ absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* t
 // QueryRows' rows done: Shaw value labels added, o = acc / l stored, and lse.
 template <class T, class KV>
 void Forward<T, KV>::StoreRows(int64_t h0, int64_t nh, int64_t t0, int64_t mq, Workspace& w) const {
-  const int64_t d = p_.d, dp = p_.dp;
+  const int64_t dv = p_.dv, dvp = p_.dvp;
   const int64_t rows = nh * mq;
   const float kNegInf = -std::numeric_limits<float>::infinity();
   // Shaw value labels: o_i += sum_r (mass of row i on label r) aV_r (unnormalised).
   if (p_.nlv > 0) {
-    AddLabelRows(w.vmass.data(), p_.nlv, rows, p_.nlv, shaw_.v, dp, w.lab_ones.data(),
-                 w.oacc.get(), dp);
+    AddLabelRows(w.vmass.data(), p_.nlv, rows, p_.nlv, shaw_.v, dvp, w.lab_ones.data(),
+                 w.oacc.get(), dvp);
   }
   for (int64_t row = 0; row < rows; ++row) {
     const int64_t h = h0 + row / mq, r = row % mq;
     T* out = o_ + a_.QOffset(a_.o, t0 + r, h);
-    float* acc = w.oacc.get() + row * dp;
+    float* acc = w.oacc.get() + row * dvp;
     float l = 0.0f;
     for (int64_t i = 0; i < kSumLanes; ++i) l += w.l[row * kSumLanes + i];
     // l is NaN when a score was NaN or +inf (kernels.h, SoftmaxTile): o and lse NaN.
-    const float lse = FinishRow(w.m[row], l, a_.sinks.empty() ? kNegInf : a_.sinks[h], acc, d);
-    StoreRow(acc, out, d);
+    const float lse = FinishRow(w.m[row], l, a_.sinks.empty() ? kNegInf : a_.sinks[h], acc, dv);
+    StoreRow(acc, out, dv);
     if (lse_ != nullptr) lse_[(t0 + r) * a_.num_q_heads + h] = lse;
   }
 }

@@ -1,8 +1,8 @@
 // 16-bit KV caches (cpu_attention.h): float32 or bfloat16 queries against bfloat16 or
 // float16 keys and values, against the double reference on the widened cache, on the
 // decoding path (few queries, keys split across threads: lengths below, at and above the
-// 64-key blocks and the split), the query-item path (prefill, causal, GQA), with RoPE,
-// on every compiled instruction set.
+// 64-key blocks and the split), the query-item path (prefill, causal, GQA), with RoPE and
+// value rows of their own size, on every compiled instruction set.
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -46,11 +46,12 @@ template <class Q, class KV>
 void Check(const AttentionArgs& a, uint64_t seed, double tol, const std::string& what) {
   std::mt19937_64 rng(seed);
   const size_t nq = test::Extent(a, a.q, true), nk = test::Extent(a, a.k, false);
+  const size_t nv = test::Extent(a, a.v, false);
   std::vector<float> qf = test::RandomF(nq, &rng), kf = test::RandomF(nk, &rng),
-                     vf = test::RandomF(nk, &rng);
+                     vf = test::RandomF(nv, &rng);
   std::vector<Q> q(nq);
-  std::vector<KV> k(nk), v(nk);
-  std::vector<double> qd(nq), kd(nk), vd(nk);
+  std::vector<KV> k(nk), v(nv);
+  std::vector<double> qd(nq), kd(nk), vd(nv);
   for (size_t i = 0; i < nq; ++i) {
     if constexpr (std::is_same_v<Q, float>) {
       q[i] = qf[i];
@@ -62,8 +63,10 @@ void Check(const AttentionArgs& a, uint64_t seed, double tol, const std::string&
   }
   for (size_t i = 0; i < nk; ++i) {
     k[i] = Round<KV>(kf[i]);
-    v[i] = Round<KV>(vf[i]);
     kd[i] = ToFloat(k[i]);
+  }
+  for (size_t i = 0; i < nv; ++i) {
+    v[i] = Round<KV>(vf[i]);
     vd[i] = ToFloat(v[i]);
   }
   const size_t no = test::Extent(a, a.o, true);
@@ -131,6 +134,17 @@ void CheckShapes(double tol, const std::string& name) {
     a.softcap = 1.5;
     a.sinks = sinks;
     Check<Q, KV>(a, ++seed, tol, name + " decode window softcap sinks");
+  }
+  // A value head size of its own (DeepSeek's 192/128: rows read in place in token
+  // order; 40/24: padded rows, copied), decoding and prefill.
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{192, 128}, {40, 24}}) {
+    for (int64_t lq : {1, 70}) {
+      AttentionArgs a = test::WithValueDim(test::Bshd(1, lq, lq == 1 ? 1100 : 70, 4, 2, d), dv);
+      a.causal = true;
+      Check<Q, KV>(a, ++seed, tol,
+                   name + " d " + std::to_string(d) + " dv " + std::to_string(dv) + " lq " +
+                       std::to_string(lq));
+    }
   }
   {  // RoPE on the (widened) keys inside the kernel
     encodings::sequence::Rope rope = test::MakeRope(32, 32, group::PlanePairing::kHalfSplit);

@@ -37,7 +37,9 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   if (opt.block_k == 0 && a.window_left >= 0 && a.window_left < kWindowSmallKeys) p.bk = kPanel;
   p.d = a.head_dim;
   p.dp = RoundUp(a.head_dim, kVecPad);
-  p.direct_v = float_kv && p.dp == p.d;
+  p.dv = a.value_dim();
+  p.dvp = RoundUp(p.dv, kVecPad);
+  p.direct_v = float_kv && p.dvp == p.dv;
   if (bf16_all) {
     using A = CpuAttentionOptions::Bf16Arithmetic;
     const bool dot = opt.bf16_arithmetic == A::kDotProducts ||

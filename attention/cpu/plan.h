@@ -40,9 +40,10 @@ struct Plan {
   int threads = 1;
   int64_t bq = 0, bk = 0;  // bk a multiple of kPanel
   int64_t rows = 0;        // query rows per pass over the keys: a multiple of bq
-  int64_t d = 0, dp = 0;   // head_dim and its padding to kVecPad
+  int64_t d = 0, dp = 0;   // head_dim (q, k) and its padding to kVecPad
+  int64_t dv = 0, dvp = 0;  // value_dim() (v, o; descriptor.h) and its padding
   int64_t max_lk = 0;      // longest key sequence
-  bool direct_v = false;   // decoding reads value rows in place (d == dp): no copy
+  bool direct_v = false;   // decoding reads value rows in place (dv == dvp): no copy
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
   int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
   int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)

@@ -28,7 +28,8 @@ std::vector<float> RandomF(size_t n, std::mt19937_64* rng, double scale = 1.0);
 // a failed creation fails the test.
 encodings::sequence::Rope MakeRope(int64_t d, int64_t r, group::PlanePairing pairing);
 
-// Extent (elements) of a tensor with strides s over the args' tokens and heads.
+// Extent (elements) of a tensor with strides s (one of a.q, a.k, a.v, a.o: rows of
+// head_dim, or value_dim() for a.v and a.o) over the args' tokens and heads.
 size_t Extent(const AttentionArgs& a, const Strides& s, bool q_side);
 
 // bf16 bit patterns of floats (round to nearest even) and back.

@@ -100,8 +100,9 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
 
 ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
   ShawTables t;
-  const int64_t d = a.head_dim;
-  auto make = [&](const encodings::sequence::RowMatrixXd& m, int64_t kmax, ShawTable* out) {
+  // Key tables have head_dim columns, value tables value_dim() (descriptor.h).
+  auto make = [&](const encodings::sequence::RowMatrixXd& m, int64_t kmax, int64_t d, int64_t dp,
+                  ShawTable* out) {
     const int64_t n = m.rows();
     out->kmax = kmax;
     out->rows.resize(static_cast<size_t>(n * d));
@@ -111,16 +112,18 @@ ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
     out->num_panels = (n + kPanel - 1) / kPanel;
     out->panels = hwy::AllocateAligned<float>(out->num_panels * kPanel * d);
     cpu::PackKeyPanels(out->rows.data(), n, d, d, out->panels.get());
-    out->padded = hwy::AllocateAligned<float>(n * p.dp);
+    out->padded = hwy::AllocateAligned<float>(n * dp);
     for (int64_t r = 0; r < n; ++r) {
-      float* row = out->padded.get() + r * p.dp;
+      float* row = out->padded.get() + r * dp;
       std::copy(out->rows.begin() + r * d, out->rows.begin() + (r + 1) * d, row);
-      std::fill(row + d, row + p.dp, 0.0f);
+      std::fill(row + d, row + dp, 0.0f);
     }
   };
-  if (a.shaw_keys != nullptr) make(a.shaw_keys->key_table(), a.shaw_keys->max_distance(), &t.k);
+  if (a.shaw_keys != nullptr) {
+    make(a.shaw_keys->key_table(), a.shaw_keys->max_distance(), p.d, p.dp, &t.k);
+  }
   if (a.shaw_values != nullptr) {
-    make(a.shaw_values->value_table(), a.shaw_values->max_distance(), &t.v);
+    make(a.shaw_values->value_table(), a.shaw_values->max_distance(), p.dv, p.dvp, &t.v);
   }
   return t;
 }

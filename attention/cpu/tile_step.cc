@@ -56,7 +56,7 @@ void Forward<T, KV>::StartRows(int64_t rows, Workspace& w) const {
   const float kNegInf = -std::numeric_limits<float>::infinity();
   std::fill(w.m.get(), w.m.get() + rows, kNegInf);
   std::fill(w.l.get(), w.l.get() + rows * kSumLanes, 0.0f);
-  std::fill(w.oacc.get(), w.oacc.get() + rows * p_.dp, 0.0f);
+  std::fill(w.oacc.get(), w.oacc.get() + rows * p_.dvp, 0.0f);
 }
 
 // Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
@@ -66,18 +66,18 @@ template <class T, class KV>
 void Forward<T, KV>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
                             bool in_place) const {
   if (in_place && p_.direct_v) return;
-  float* vals = w.values.get() + j0 * p_.dp;
+  float* vals = w.values.get() + j0 * p_.dvp;
   constexpr int64_t kAhead = 8;  // value rows are a token stride apart: fetch ahead
   for (int64_t j = 0; j < nk; ++j) {
     if (j + kAhead < nk) {
       const char* ahead = reinterpret_cast<const char*>(v_ + a_.KOffset(a_.v, kb + j0 + j + kAhead, g));
-      for (int64_t b = 0; b < p_.d * static_cast<int64_t>(sizeof(T)); b += 64) {
+      for (int64_t b = 0; b < p_.dv * static_cast<int64_t>(sizeof(KV)); b += 64) {
         __builtin_prefetch(ahead + b);
       }
     }
-    float* row = vals + j * p_.dp;
-    LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.d);
-    std::fill(row + p_.d, row + p_.dp, 0.0f);
+    float* row = vals + j * p_.dvp;
+    LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.dv);
+    std::fill(row + p_.dv, row + p_.dvp, 0.0f);
   }
 }
 
@@ -113,7 +113,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
                                   float* m, float* l,
                                   float* alpha, float* oacc, Workspace& w, const uint16_t* q16,
                                   const float* qlab, float* vmass) const {
-  const int64_t d = p_.d, dp = p_.dp, bk = p_.bk, nk = kb.nk;
+  const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp, bk = p_.bk, nk = kb.nk;
   const int64_t rows = nh * nr;
   float* s = w.s.get();
   if (kb.panels16 != nullptr) {
@@ -146,7 +146,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   // them (nonfinite.h), as a masked key contributes nothing.
   bool careful = false;
   if (cpu::MayHaveMaskedEntries(a_, pmin, pmax, kb.kmin, kb.kmax)) {
-    careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, d));
+    careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, dv));
   }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
@@ -174,11 +174,12 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
     }
   }
   if (careful) {
-    cpu::AccumulateSkippingZeros(s, bk, 1, s, bk, 1, rows, nk, kb.vals, kb.ldv, d, alpha, oacc, dp);
+    cpu::AccumulateSkippingZeros(s, bk, 1, s, bk, 1, rows, nk, kb.vals, kb.ldv, dv, alpha, oacc,
+                                 dvp);
   } else if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
-    cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dp, alpha, oacc, dp);
+    cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dvp, alpha, oacc, dvp);
   } else {
-    cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dp, alpha, oacc, dp);
+    cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dvp, alpha, oacc, dvp);
   }
   return absl::OkStatus();
 }

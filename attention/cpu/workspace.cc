@@ -11,11 +11,11 @@ namespace cpu {
 int64_t Workspace::Floats(const Plan& p) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
   // (bf16 buffers counted in floats: two bf16 per float.)
-  const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dp) +
+  const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dvp) +
                                      p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
                                   : 0;
-  return blocks * p.bk * p.d + blocks * p.bk * p.dp + p.bk * p.d + p.rows * p.d +
-         2 * TileRows(p) * p.bk + p.rows * p.dp + (2 + kSumLanes) * p.rows + bf16 +
+  return blocks * p.bk * p.d + blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
+         2 * TileRows(p) * p.bk + p.rows * p.dvp + (2 + kSumLanes) * p.rows + bf16 +
          p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
 }
 
@@ -23,12 +23,12 @@ Workspace::Workspace(const Plan& p) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
   auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
   panels = alloc(blocks * p.bk * p.d);
-  values = alloc(blocks * p.bk * p.dp);
+  values = alloc(blocks * p.bk * p.dvp);
   rows = alloc(p.bk * p.d);
   qblk = alloc(p.rows * p.d);
   s = alloc(TileRows(p) * p.bk);
   bias = alloc(TileRows(p) * p.bk);
-  oacc = alloc(p.rows * p.dp);
+  oacc = alloc(p.rows * p.dvp);
   m = alloc(p.rows);
   l = alloc(p.rows * kSumLanes);
   alpha = alloc(p.rows);
@@ -46,30 +46,33 @@ Workspace::Workspace(const Plan& p) {
   if (p.bf16_dot) {
     const int64_t deven = RoundUp(p.d, 2);
     panels16 = alloc16(blocks * p.bk * deven);
-    pairs16 = alloc16(blocks * p.bk * p.dp);
+    pairs16 = alloc16(blocks * p.bk * p.dvp);
     q16 = alloc16(p.rows * deven);
     p16 = alloc16(p.bq * p.bk);
   }
 }
 
 int64_t BackwardWorkspace::Floats(const Plan& p, int64_t max_lq, int64_t group) {
-  const int64_t qn = max_lq * group;
-  return 2 * qn * p.dp + 2 * qn + 3 * p.bk * p.dp + 2 * p.bk * p.d + 5 * p.bq * p.bk +
+  const int64_t qn = max_lq * group, pitch = std::max(p.dp, p.dvp);
+  return 2 * qn * pitch + 2 * qn + 2 * p.bk * p.dp + p.bk * p.dvp + p.bk * (p.d + p.dv) +
+         5 * p.bq * p.bk +
          std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
 }
 
 BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
   auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
   const int64_t qn = max_lq * group;
-  qs = alloc(qn * p.dp);
-  dout = alloc(qn * p.dp);
+  // Qs and dO rows share one pitch (backward.cc): the wider of head_dim and value_dim().
+  const int64_t pitch = std::max(p.dp, p.dvp);
+  qs = alloc(qn * pitch);
+  dout = alloc(qn * pitch);
   lse2 = alloc(qn);
   dsum = alloc(qn);
   krows = alloc(p.bk * p.dp);
   kpanels = alloc(p.bk * p.d);
-  vpanels = alloc(p.bk * p.d);
+  vpanels = alloc(p.bk * p.dv);
   dk = alloc(p.bk * p.dp);
-  dv = alloc(p.bk * p.dp);
+  dv = alloc(p.bk * p.dvp);
   s = alloc(p.bq * p.bk);
   dp = alloc(p.bq * p.bk);
   bias = alloc(p.bq * p.bk);

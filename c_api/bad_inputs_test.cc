@@ -662,6 +662,18 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.att.bias = f.v3.alibi;  // 3 bias heads, 2 query heads
     return f.v3.Forward();
   });
+  // A value head size of its own (0.10.0): v may differ from k in its last dim only,
+  // and o then ends in v's.
+  add("attention_v_shape_beyond_head_size", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, f.v3.kS - 1, f.v3.kHk, f.v3.kD});
+    f.v3.v.shape = f.v3.shapes.back().data();
+    return f.v3.Forward();
+  });
+  add("attention_o_without_value_head_size", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, f.v3.kS, f.v3.kHk, f.v3.kD / 2});
+    f.v3.v.shape = f.v3.shapes.back().data();  // o keeps head_dim
+    return f.v3.Forward();
+  });
   add("attention_lse_wrong_shape", e, [](Fixture& f) {
     f.v3.shapes.push_back({f.v3.kH, f.v3.kS});
     f.v3.lse.shape = f.v3.shapes.back().data();

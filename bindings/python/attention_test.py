@@ -33,7 +33,7 @@ def reference(q, k, v, causal, rotary_dim=0, alibi=False):
     pk = np.arange(s_k, dtype=np.float64)
     if rotary_dim:
         q, k = rope(q, pq, rotary_dim, 10000.0), rope(k, pk, rotary_dim, 10000.0)
-    o = np.zeros((s_q, hq, d))
+    o = np.zeros((s_q, hq, v.shape[-1]))  # v's head size may differ from d
     for h in range(hq):
         g = h // (hq // hkv)
         scores = q[:, h, :] @ k[:, g, :].T / np.sqrt(d)
@@ -71,7 +71,7 @@ def attend(qr, kr, v, causal, scale=None, key_labels=None, value_labels=None, la
     s_q, hq, d = qr.shape
     hkv = kr.shape[1]
     scale = 1.0 / np.sqrt(d) if scale is None else scale
-    o = np.zeros((s_q, hq, d))
+    o = np.zeros((s_q, hq, v.shape[-1]))  # v's head size may differ from d
     for h in range(hq):
         g = h // (hq // hkv)
         scores = qr[:, h, :] @ kr[:, g, :].T
@@ -118,6 +118,29 @@ class AttentionTest(unittest.TestCase):
         for b in range(2):
             sl = slice(cu[b], cu[b + 1])
             np.testing.assert_allclose(o2[sl], reference(q2[sl], k2[sl], v2[sl], True), atol=1e-5)
+
+    def test_value_head_size_of_its_own(self):
+        # v and o of 24 components against q and k of 40 (and 8 against 16, packed), with
+        # a Shaw value table of v's width: float32 kernels against float64 formulas, 1e-5
+        # as in test_forward_matches_reference.
+        q, k, v = self.randn(1, 30, 4, 40), self.randn(1, 30, 2, 40), self.randn(1, 30, 2, 24)
+        o = gpe.attention(q, k, v, causal=True)
+        self.assertEqual(o.shape, (1, 30, 4, 24))
+        np.testing.assert_allclose(o[0], attend(q[0].astype(np.float64), k[0], v[0], True),
+                                   atol=1e-5)
+        q2, k2, v2 = self.randn(7, 2, 16), self.randn(9, 1, 16), self.randn(9, 1, 8)
+        cu_q, cu_k = np.array([0, 3, 7]), np.array([0, 4, 9])
+        table = self.rng.standard_normal((5, 8))
+        o2 = gpe.attention(q2, k2, v2, causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k,
+                           shaw_max_distance=2, shaw_value_table=table)
+        for b in range(2):
+            sq, sk = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+            lq, lk = cu_q[b + 1] - cu_q[b], cu_k[b + 1] - cu_k[b]
+            pq, pk = np.arange(lk - lq, lk), np.arange(lk)
+            labels = np.clip(pk[None, :] - pq[:, None], -2, 2) + 2
+            want = attend(q2[sq].astype(np.float64), k2[sk], v2[sk], True,
+                          value_labels=table, labels=labels)
+            np.testing.assert_allclose(o2[sq], want, atol=1e-5)
 
     def test_float16_kv_cache(self):
         # A float16 KV cache with float32 queries: the float32 call on the same (widened)

@@ -738,6 +738,26 @@ class TorchInferenceOptionsTest(unittest.TestCase):
                     scale=0.2).transpose(1, 2)
                 self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
 
+    def test_value_head_size_matches_sdpa(self):
+        # v (and o) with a head size of their own (DeepSeek's MLA: 192 / 128; here 48 / 32
+        # and 16 / 40), GQA, causal, against SDPA (whose math path takes Ev != E), forward
+        # and backward; float64 gradcheck through the exact reference.
+        for d, dv in ((48, 32), (16, 40)):
+            q, k, _ = self.qkv(d=d)
+            v = torch.randn(2, 64, 2, dv, requires_grad=True)
+            with self.subTest(d=d, dv=dv):
+                o = gt.attention(q, k, v, is_causal=True, enable_gqa=True)
+                self.assertEqual(tuple(o.shape), (2, 64, 4, dv))
+                want = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), repeat_kv(k, 4), repeat_kv(v, 4),
+                    is_causal=True).transpose(1, 2)
+                self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
+        q = torch.randn(1, 5, 2, 6, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(1, 7, 1, 6, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(1, 7, 1, 3, dtype=torch.float64, requires_grad=True)
+        self.assertTrue(torch.autograd.gradcheck(
+            lambda q, k, v: gt.attention(q, k, v, causal=True), (q, k, v), fast_mode=True))
+
     def test_softcap_matches_gemma2(self):
         for causal, cap in ((True, 5.0), (False, 20.0)):
             q, k, v = self.qkv(scale=3.0)

@@ -478,6 +478,23 @@ void AttentionCalls(FuzzInput* in) {
       }
     }
   }
+  // A value head size of its own (0.10.0): v, o, d_o and dv of another last dim (o's
+  // sometimes wrong), drawn after everything above so that older inputs keep their
+  // meaning.
+  if (in->Below(3) == 1) {
+    std::vector<int64_t> vs = ks, os = qs;
+    vs.back() = in->Size(10);
+    os.back() = in->Below(6) == 0 ? in->Size(10) : vs.back();
+    Tensor v2(vs, vcode, vbits), o2(os, code, bits);
+    v2.FillReal(in);
+    CheckStatus(gpe_attention_forward(&o, &q.t, &k.t, &v2.t, &o2.t, with_lse ? &lse.t : nullptr));
+    if (in->Below(2)) {
+      Tensor d2(os, code, bits), dq2(qs, code, bits), dv2(vs, vcode, vbits);
+      d2.FillReal(in);
+      CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v2.t, nullptr, nullptr, &d2.t, &dq2.t,
+                                         nullptr, &dv2.t));
+    }
+  }
   gpe_bias_destroy(bias);
   gpe_rope_destroy(rope);
 }

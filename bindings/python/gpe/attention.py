@@ -280,8 +280,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
     opts.sinks = keep(_sinks_array(sinks))
     _masks(opts, keep, attn_mask, kv_lengths, block_table)
-    if out is None:
-        out = np.empty(q.shape, dtype=q.dtype)
+    if out is None:  # q's shape with v's head size last (v may differ from k there)
+        out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
     lse = None
     if return_lse:
         tokens = q.shape[0] if cu_seqlens_q is not None else q.shape[0] * q.shape[1]

@@ -359,6 +359,12 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     return o
 
 
+def _o_like(q, v):
+    """An empty contiguous o: q's shape with v's head size last (the value head size may
+    differ from q's and k's, e.g. DeepSeek's 192/128)."""
+    return q.new_empty(q.shape[:-1] + v.shape[-1:])
+
+
 def _lse_like(q, packed):
     tokens = q.shape[0] if packed else q.shape[0] * q.shape[1]
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -379,7 +385,7 @@ def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, 
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
                     (rope_key, window_left, window_right, softcap, attn_mask))
-    o = torch.empty_like(q, memory_format=torch.contiguous_format)
+    o = _o_like(q, v)
     lse = _lse_like(q, cu_seqlens_q is not None)
     check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
                                       _dltensor(k, "k", keep), _dltensor(v, "v", keep),
@@ -412,8 +418,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 @_forward_op.register_fake
 def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, *args, **kwargs):
-    return (torch.empty_like(q, memory_format=torch.contiguous_format),
-            _lse_like(q, cu_seqlens_q is not None))
+    return _o_like(q, v), _lse_like(q, cu_seqlens_q is not None)
 
 
 def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,

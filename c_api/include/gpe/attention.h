@@ -33,7 +33,10 @@ extern "C" {
  *  - packed variable-length (cu_seqlens_q and cu_seqlens_k given, int64 [batch + 1],
  *    starting at 0, non-decreasing): q [tokens_q, heads_q, head_dim], k, v
  *    [tokens_k, heads_kv, head_dim].
- * Any strides with head_dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
+ * v's last dim may differ from k's (since 0.10.0): the value head size head_dim_v
+ * (DeepSeek-V2/V3's MLA: head_dim 192, head_dim_v 128); o, d_o and dv then end in
+ * head_dim_v, q, k, dq and dk in head_dim, and the default scale stays 1 / sqrt(head_dim).
+ * Any strides with the last dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
  * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with
  * Z_i = sum_j e^{s_ij} (+ e^{z_h} with a sink logit z_h for the row's head);
@@ -66,7 +69,8 @@ extern "C" {
  * product), algebraic_grid [axes (2 or 3), m, m] with axes * m = head_dim
  * (blockdiag of exp(x_a S_a)).
  * Shaw et al.'s relative labels (shaw_max_distance k >= 0; tables float64
- * [2k + 1, head_dim], row r for label r - k, shared by every head): with
+ * [2k + 1, head_dim] for keys and [2k + 1, head_dim_v] for values, row r for label
+ * r - k, shared by every head): with
  * r = clip(p_j - p_i, -k, k), shaw_key_table adds scale <T q_i, aK_r> to s_ij and
  * shaw_value_table adds sum_j p_ij aV_r to o_i. gpe_attention_backward_v2 also returns
  * the tables' gradients.
@@ -152,7 +156,7 @@ typedef struct gpe_attention_options {
   const DLTensor* k_tree_children;
   int64_t shaw_max_distance;          /* k >= 0 for the Shaw tables */
   const DLTensor* shaw_key_table;     /* optional float64 [2k + 1, head_dim] */
-  const DLTensor* shaw_value_table;   /* optional float64 [2k + 1, head_dim] */
+  const DLTensor* shaw_value_table;   /* optional float64 [2k + 1, head_dim_v] */
   /* Since 0.9.0: RoPE handles, sliding windows, softcap, sinks (read only when
    * struct_size covers them; the paragraph above). */
   const gpe_rope* rope;   /* optional: any RoPE of gpe/rope.h (not with rope_dim) */
@@ -186,8 +190,8 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward(
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
     DLTensor* dq, DLTensor* dk, DLTensor* dv);
 /* gpe_attention_backward plus the Shaw tables' gradients: d_shaw_key_table and
- * d_shaw_value_table (float64 [2k + 1, head_dim], overwritten; each may be NULL to skip,
- * and needs its table in the options). */
+ * d_shaw_value_table (float64 [2k + 1, head_dim] and [2k + 1, head_dim_v], overwritten;
+ * each may be NULL to skip, and needs its table in the options). */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,

@@ -103,12 +103,13 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     if ((o == nullptr) != (lse == nullptr)) {
       return Bad("give both o and lse from the forward, or neither (recomputed)");
     }
-    absl::StatusOr<TensorView> gv = OutputLike(d_o, "d_o", c.q, "q", packed);
+    const TensorView o_shape = c.OutputShape();
+    absl::StatusOr<TensorView> gv = OutputLike(d_o, "d_o", o_shape, "q with v's head size", packed);
     if (!gv.ok()) return gv.status();
     c.args.o = StridesOf(*gv, packed);  // o and d_o share these strides
     TensorView ov;
     if (o != nullptr) {
-      absl::StatusOr<TensorView> t = OutputLike(o, "o", c.q, "q", packed);
+      absl::StatusOr<TensorView> t = OutputLike(o, "o", o_shape, "q with v's head size", packed);
       if (!t.ok()) return t.status();
       if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
       ov = *t;
@@ -136,10 +137,11 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}, {&*gv, "d_o"},
                              {o != nullptr ? &ov : nullptr, "o"}};
     absl::StatusOr<TensorView> gak =
-        TableGradient(d_shaw_key_table, "d_shaw_key_table", c.args.shaw_keys, c.args);
+        TableGradient(d_shaw_key_table, "d_shaw_key_table", c.args.shaw_keys, c.args.head_dim);
     if (!gak.ok()) return gak.status();
     absl::StatusOr<TensorView> gav =
-        TableGradient(d_shaw_value_table, "d_shaw_value_table", c.args.shaw_values, c.args);
+        TableGradient(d_shaw_value_table, "d_shaw_value_table", c.args.shaw_values,
+                      c.args.value_dim());
     if (!gav.ok()) return gav.status();
     BiasParameterGrads pg;
     if (absl::Status s = pg.Init(options->bias, d_bias_a, d_bias_b); !s.ok()) return s;

@@ -282,24 +282,27 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
     seq::RowMatrixXd tables[2];
     const DLTensor* src[2] = {o.shaw_key_table, o.shaw_value_table};
     const char* name[2] = {"shaw_key_table", "shaw_value_table"};
+    // Key labels have head_dim columns, value labels v's head size.
+    const int64_t cols[2] = {a.head_dim, a.value_dim()};
+    const char* cols_name[2] = {"head_dim", "head_dim_v"};
     for (int i = 0; i < 2; ++i) {
       if (src[i] == nullptr) continue;  // the unused side, once the given one is checked
       absl::StatusOr<TensorView> v = ViewTensor(src[i], name[i], 2, kF64);
       if (!v.ok()) return v.status();
-      if (v->shape[0] != rows || v->shape[1] != a.head_dim) {
-        return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, head_dim] = [",
-                                rows, ", ", a.head_dim, "], got ", ShapeString(*v)));
+      if (v->shape[0] != rows || v->shape[1] != cols[i]) {
+        return Bad(absl::StrCat(name[i], " must be [2 shaw_max_distance + 1, ", cols_name[i],
+                                "] = [", rows, ", ", cols[i], "], got ", ShapeString(*v)));
       }
       if (absl::Status s = CheckMaterialised(*v, name[i]); !s.ok()) return s;
       const std::vector<double> x = Compact<double>(*v);
-      tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, a.head_dim);
+      tables[i] = Eigen::Map<const seq::RowMatrixXd>(x.data(), rows, cols[i]);
     }
     // The unused side, zeros of the given table's shape: allocated only now that a table
     // of that shape exists in memory (before, a huge shaw_max_distance with the key
     // table missing allocated its zeros ahead of the value table's check: 10 GB in an
     // unseeded attention_fuzzer run).
     for (int i = 0; i < 2; ++i) {
-      if (src[i] == nullptr) tables[i] = seq::RowMatrixXd::Zero(rows, a.head_dim);
+      if (src[i] == nullptr) tables[i] = seq::RowMatrixXd::Zero(rows, cols[i]);
     }
     absl::StatusOr<seq::ShawRelative> shaw =
         seq::ShawRelative::Create(o.shaw_max_distance, tables[0], tables[1]);
@@ -586,10 +589,12 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     return Bad("q is float16: float16 serves only as a KV cache (k and v) of float32 or "
                "bfloat16 queries");
   }
-  if (kv->shape != vv->shape) {
-    return Bad(absl::StrCat("k has shape ", ShapeString(*kv), ", v has ", ShapeString(*vv)));
-  }
   const size_t n = qv->shape.size();
+  // v may differ from k in its last dim only: the value head size (DeepSeek's 192/128).
+  if (!std::equal(kv->shape.begin(), kv->shape.end() - 1, vv->shape.begin())) {
+    return Bad(absl::StrCat("k has shape ", ShapeString(*kv), ", v has ", ShapeString(*vv),
+                            "; they may differ only in the last dim (the value head size)"));
+  }
   if (kv->shape[n - 1] != qv->shape[n - 1]) {
     return Bad(absl::StrCat("head_dim differs: q ", ShapeString(*qv), ", k ", ShapeString(*kv)));
   }
@@ -660,6 +665,8 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     a.head_dim = qv->shape[3];
   }
   if (a.head_dim < 1) return Bad("head_dim must be >= 1");
+  a.head_dim_v = vv->shape[n - 1];
+  if (a.head_dim_v < 1) return Bad("v's head size (its last dim) must be >= 1");
   if (absl::Status s = PrepareMaskAndLengths(o, c); !s.ok()) return s;
   a.q = StridesOf(*qv, packed);
   a.k = StridesOf(*kv, packed);
@@ -751,6 +758,12 @@ absl::StatusOr<TensorView> LseOf(const DLTensor* t, const att::AttentionArgs& a,
     return Bad("lse must be compact row-major");
   }
   return v;
+}
+
+TensorView Call::OutputShape() const {
+  TensorView o = q;
+  o.shape.back() = args.value_dim();
+  return o;
 }
 
 absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const TensorView& like,

@@ -53,6 +53,8 @@ struct Call {
   std::unique_ptr<att::RowTransform> transform;
   std::unique_ptr<att::RowTransform> key_transform;
   bool has_sinks() const { return !args.sinks.empty(); }
+  // The shape (and dtype) of o and d_o: q's with v's head size last.
+  TensorView OutputShape() const;
   bool paged() const { return args.pages.enabled(); }
 };
 

@@ -35,7 +35,8 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
     const bool packed = c.args.layout == att::Layout::kTHD;
-    absl::StatusOr<TensorView> ov = OutputLike(o, "o", c.q, "q", packed);
+    absl::StatusOr<TensorView> ov =
+        OutputLike(o, "o", c.OutputShape(), "q with v's head size", packed);
     if (!ov.ok()) return ov.status();
     c.args.o = StridesOf(*ov, packed);
     absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);

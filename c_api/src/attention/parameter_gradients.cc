@@ -54,19 +54,18 @@ void LoadRow(const TensorView& v, DType dtype, const att::Strides& s, const att:
 }  // namespace
 
 absl::StatusOr<TensorView> TableGradient(const DLTensor* t, const char* name,
-                                         const seq::ShawRelative* table,
-                                         const att::AttentionArgs& a) {
+                                         const seq::ShawRelative* table, int64_t cols) {
   if (t == nullptr) return TensorView{};
   if (table == nullptr) {
     return Bad(absl::StrCat(name, " is given but its table (", name + 2, ") is not"));
   }
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 2, kF64);
   if (!v.ok()) return v.status();
-  if (v->shape[0] != table->num_labels() || v->shape[1] != a.head_dim) {
-    return Bad(absl::StrCat(name, " must be [", table->num_labels(), ", ", a.head_dim, "], got ",
+  if (v->shape[0] != table->num_labels() || v->shape[1] != cols) {
+    return Bad(absl::StrCat(name, " must be [", table->num_labels(), ", ", cols, "], got ",
                             ShapeString(*v)));
   }
-  if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != a.head_dim)) {
+  if (v->numel() > 1 && (v->strides[1] != 1 || v->strides[0] != cols)) {
     return Bad(absl::StrCat(name, " must be compact row-major"));
   }
   return v;

@@ -19,11 +19,11 @@
 
 namespace gpe::c_api::attn {
 
-// A Shaw table gradient output: float64 [2k + 1, head_dim] row-major, for a table that
-// is in the options. Data null when `t` is null.
+// A Shaw table gradient output: float64 [2k + 1, cols] row-major (cols: head_dim for the
+// key table, value_dim() for the value table), for a table that is in the options. Data
+// null when `t` is null.
 absl::StatusOr<TensorView> TableGradient(const DLTensor* t, const char* name,
-                                         const seq::ShawRelative* table,
-                                         const att::AttentionArgs& a);
+                                         const seq::ShawRelative* table, int64_t cols);
 
 // The attention bias's parameter gradients (gpe_attention_backward_with_parameters):
 // the shapes of gpe_bias_accumulate_gradient's outputs, accumulated tile by tile from the

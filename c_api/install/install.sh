@@ -7,17 +7,24 @@
 #   PREFIX/include/gpe/gpe.h and the per-area headers it includes (common.h, so.h, ...)
 #   PREFIX/include/gpe/dlpack/dlpack.h   (the DLPack header libgpe was built against)
 #   PREFIX/lib/libgpe.so.MAJOR.MINOR.PATCH, libgpe.so.MAJOR -> it, libgpe.so -> libgpe.so.MAJOR
+#   PREFIX/lib/libgpe.a                  (the static library: GroupPE's objects, C++ inside)
 #   PREFIX/lib/pkgconfig/gpe.pc
-# so that `cc prog.c $(pkg-config --cflags --libs gpe)` builds against it (with
-# PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix). The library's
-# soname is libgpe.so.MAJOR and its symbols carry the version node of c_api/gpe.lds.
+#   PREFIX/lib/cmake/GroupPE/GroupPEConfig.cmake, GroupPEConfigVersion.cmake
+# so that `cc prog.c $(pkg-config --cflags --libs gpe)` builds against the shared library
+# (with PKG_CONFIG_PATH=PREFIX/lib/pkgconfig when PREFIX is not a system prefix), and
+# CMake's `find_package(GroupPE)` (CMAKE_PREFIX_PATH=PREFIX) gives the imported targets
+# GroupPE::gpe (shared) and GroupPE::gpe_static (static, with the system libraries it
+# needs: Abseil, Highway, OpenBLAS, libpng, libjpeg, the C++ runtime). The shared
+# library's soname is libgpe.so.MAJOR and its symbols carry the version node of
+# c_api/gpe.lds; the static library holds every object of the implementation.
 #
-# Bazel passes the files to install: the library, dlpack.h, then every public header
-# (c_api/include/gpe/*.h); PREFIX comes last.
+# Bazel passes the files to install: the shared library, the static library, its link
+# flags (a file), dlpack.h, then every public header (c_api/include/gpe/*.h); PREFIX
+# comes last.
 set -euo pipefail
 
-lib="$1" dlpack="$2"
-shift 2
+lib="$1" static="$2" static_linkopts="$3" dlpack="$4"
+shift 4
 headers=()
 while [[ $# -gt 0 && "$1" == *.h ]]; do
   headers+=("$1")
@@ -55,6 +62,10 @@ install -m 0644 "$dlpack" "$prefix/include/gpe/dlpack/dlpack.h"
 install -m 0755 "$lib" "$prefix/lib/libgpe.so.$version"
 ln -sf "libgpe.so.$version" "$prefix/lib/libgpe.so.$major"
 ln -sf "libgpe.so.$major" "$prefix/lib/libgpe.so"
+install -m 0644 "$static" "$prefix/lib/libgpe.a"
+# The static library's own dependencies (the C++ runtime last: libgpe.a is C++ inside,
+# and a C program's link does not add it).
+private="$(cat "$static_linkopts") -lstdc++ -lm"
 
 cat >"$prefix/lib/pkgconfig/gpe.pc" <<PC
 prefix=$prefix
@@ -66,8 +77,57 @@ Description: GroupPE positional encodings from group theory: the stable C ABI
 Version: $version
 Cflags: -I\${includedir} -I\${includedir}/gpe
 Libs: -L\${libdir} -lgpe
+Libs.private: $private
 PC
+
+# CMake's package: the two imported targets, from the prefix the files sit in (so a
+# relocated prefix still works), and a version file that accepts any request with the
+# same major version and a minor version no newer (the ABI's rule, gpe/common.h).
+cmake_dir="$prefix/lib/cmake/GroupPE"
+mkdir -p "$cmake_dir"
+# The static link flags as a CMake list: -l and -L flags and -pthread pass to the linker as
+# given; --push-state groups stay in order.
+cmake_libs="$(sed 's/  */;/g; s/^;//; s/;$//' <<<"$private")"
+cat >"$cmake_dir/GroupPEConfig.cmake" <<CMAKE
+# GroupPE $version: find_package(GroupPE) gives
+#   GroupPE::gpe         the shared library libgpe.so.$major (the stable C ABI, gpe/gpe.h)
+#   GroupPE::gpe_static  the static library libgpe.a with the system libraries it needs
+# Written by GroupPE's install.sh.
+get_filename_component(_gpe_prefix "\${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
+if(NOT TARGET GroupPE::gpe)
+  add_library(GroupPE::gpe SHARED IMPORTED)
+  set_target_properties(GroupPE::gpe PROPERTIES
+    IMPORTED_LOCATION "\${_gpe_prefix}/lib/libgpe.so.$version"
+    IMPORTED_SONAME "libgpe.so.$major"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe")
+endif()
+if(NOT TARGET GroupPE::gpe_static)
+  find_package(Threads REQUIRED)
+  add_library(GroupPE::gpe_static STATIC IMPORTED)
+  set_target_properties(GroupPE::gpe_static PROPERTIES
+    IMPORTED_LOCATION "\${_gpe_prefix}/lib/libgpe.a"
+    IMPORTED_LINK_INTERFACE_LANGUAGES "CXX"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe"
+    INTERFACE_LINK_LIBRARIES "Threads::Threads;$cmake_libs")
+endif()
+unset(_gpe_prefix)
+set(GroupPE_VERSION "$version")
+CMAKE
+cat >"$cmake_dir/GroupPEConfigVersion.cmake" <<CMAKE
+# GroupPE $version: compatible with requests for $major.x where x <= $minor.
+set(PACKAGE_VERSION "$version")
+if(PACKAGE_FIND_VERSION_MAJOR STREQUAL "$major" AND
+   NOT PACKAGE_FIND_VERSION VERSION_GREATER PACKAGE_VERSION)
+  set(PACKAGE_VERSION_COMPATIBLE TRUE)
+  if(PACKAGE_FIND_VERSION VERSION_EQUAL PACKAGE_VERSION)
+    set(PACKAGE_VERSION_EXACT TRUE)
+  endif()
+else()
+  set(PACKAGE_VERSION_COMPATIBLE FALSE)
+endif()
+CMAKE
 
 echo "installed GroupPE $version into $prefix"
 echo "  build: cc prog.c \$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs gpe)"
 echo "  run:   LD_LIBRARY_PATH=$prefix/lib ./a.out   (or link with -Wl,-rpath,$prefix/lib)"
+echo "  CMake: find_package(GroupPE) with CMAKE_PREFIX_PATH=$prefix; GroupPE::gpe or GroupPE::gpe_static"

@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Installs the C ABI into a temporary prefix with install.sh (what `bazel run
 # //c_api:install -- PREFIX` runs), then builds and runs a small C program against the
-# installed copy using only pkg-config: the path of a user without Bazel.
+# installed copy using only pkg-config: the path of a user without Bazel; then (where
+# cmake is installed) c_api/install/cmake_consumer, a C++ program found through
+# find_package(GroupPE), linked once to the shared and once to the static library.
 #
-# Arguments (from Bazel): install.sh, the shared library, dlpack.h, every public header
-# (gpe.h and the per-area headers), consumer.c.
+# Arguments (from Bazel): install.sh, the shared library, the static library, its link
+# flags, dlpack.h, every public header (gpe.h and the per-area headers), consumer.c, then
+# the CMake example's CMakeLists.txt and main.cc.
 set -euo pipefail
 
-install_sh="$1" lib="$2" dlpack="$3"
-shift 3
-consumer="${@: -1}"
-headers=("${@:1:$#-1}")
+install_sh="$1" lib="$2" static="$3" static_linkopts="$4" dlpack="$5"
+shift 5
+cmake_lists="${@: -2:1}" cmake_main="${@: -1}"
+consumer="${@: -3:1}"
+headers=("${@:1:$#-3}")
 for tool in cc pkg-config; do
   if ! command -v "$tool" >/dev/null; then
     echo "SKIPPED: $tool is not installed; nothing to check the install with"
@@ -20,10 +24,12 @@ done
 
 tmp="${TEST_TMPDIR:-$(mktemp -d)}"
 prefix="$tmp/prefix"  # no spaces: pkg-config output is split on them
-"$install_sh" "$lib" "$dlpack" "${headers[@]}" "$prefix"
+"$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" "$prefix"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
-for f in include/gpe/gpe.h include/gpe/dlpack/dlpack.h lib/libgpe.so lib/pkgconfig/gpe.pc; do
+for f in include/gpe/gpe.h include/gpe/dlpack/dlpack.h lib/libgpe.so lib/libgpe.a \
+         lib/pkgconfig/gpe.pc lib/cmake/GroupPE/GroupPEConfig.cmake \
+         lib/cmake/GroupPE/GroupPEConfigVersion.cmake; do
   [[ -e "$prefix/$f" ]] || fail "install wrote no $f"
 done
 # Every public header, as in the source (the consumer below compiles against them all
@@ -61,3 +67,39 @@ if command -v readelf >/dev/null; then
 fi
 LD_LIBRARY_PATH="$prefix/lib" "$tmp/consumer"
 echo "PASS: installed into '$prefix', built with pkg-config, ran"
+
+# The same C program linked statically with what `pkg-config --static` says: it must not
+# need libgpe.so at run time.
+# shellcheck disable=SC2046
+eval "cc -std=c99 -Wall -Wextra -Werror -o \"$tmp/consumer_static\" \"$consumer\" \
+  $(pkg-config --cflags gpe) \"$prefix/lib/libgpe.a\" $(pkg-config --static --libs gpe | sed 's/-lgpe\( \|$\)/\1/')"
+if command -v readelf >/dev/null && readelf -d "$tmp/consumer_static" | grep -q 'NEEDED.*libgpe'; then
+  fail "the statically linked program still needs libgpe.so"
+fi
+"$tmp/consumer_static"
+echo "PASS: linked with libgpe.a and pkg-config --static, ran"
+
+if ! command -v cmake >/dev/null; then
+  echo "SKIPPED: cmake is not installed; the CMake package is not checked"
+  exit 0
+fi
+# c_api/install/cmake_consumer as a user would build it: a copy outside the source tree,
+# CMAKE_PREFIX_PATH pointing at the prefix, nothing else.
+src="$tmp/cmake_consumer"
+mkdir -p "$src"
+cp "$cmake_lists" "$src/CMakeLists.txt"
+cp "$cmake_main" "$src/main.cc"
+cmake -S "$src" -B "$tmp/cmake_build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "cmake could not configure the example"; }
+cmake --build "$tmp/cmake_build" >>"$tmp/cmake.log" 2>&1 ||
+  { cat "$tmp/cmake.log"; fail "the CMake example did not build"; }
+if command -v readelf >/dev/null; then
+  readelf -d "$tmp/cmake_build/consumer_shared" | grep -q "NEEDED.*\[libgpe.so.$major\]" ||
+    fail "GroupPE::gpe did not link libgpe.so.$major"
+  if readelf -d "$tmp/cmake_build/consumer_static" | grep -q 'NEEDED.*libgpe'; then
+    fail "GroupPE::gpe_static linked libgpe.so"
+  fi
+fi
+LD_LIBRARY_PATH="$prefix/lib" "$tmp/cmake_build/consumer_shared"
+"$tmp/cmake_build/consumer_static"
+echo "PASS: find_package(GroupPE) from CMake, shared and static, ran"

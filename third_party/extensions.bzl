@@ -19,7 +19,8 @@ def _gpe_local_impl(_ctx):
         pkg_config_modules = ["libjpeg"],
         header_dirs = [],
     )
-    # No BCR module ships OpenBLAS: use the system's, as the WORKSPACE does.
+    # The system's OpenBLAS, as the WORKSPACE uses (MODULE.bazel says why not the
+    # registry's module).
     system_library_repository(
         name = "openblas",
         build_file = Label("//third_party:openblas.BUILD"),

@@ -120,7 +120,12 @@ def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_k
 
 def _learnable(kind, heads, d, dtype):
     """Fresh leaf tensors of one learnable kind (same values every call) and the keyword
-    arguments that use them."""
+    arguments that use them; "<kind> window" adds a sliding window, (3, 0) under causal,
+    else (2, 3) (the float64 ring then cuts its queries into runs, one phantom key each,
+    and subtracts each phantom's bias gradient)."""
+    if kind.endswith(" window"):
+        ts, kw = _learnable(kind[:-len(" window")], heads, d, dtype)
+        return ts, dict(kw, window_size=(3, 0) if kw.get("causal") else (2, 3))
     rng = np.random.default_rng(7)
     leaf = lambda a: torch.tensor(a, dtype=dtype, requires_grad=True)
     if kind == "alibi":
@@ -159,7 +164,8 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
     """Gradients of the learnable tensors of `kind` through cp.attention against the
     unsharded gt.attention (and dq, dk, dv, the output on the way)."""
     heads_q, d = 4, 8
-    batch = 1 if kind == "fox" else 2
+    fox = kind.startswith("fox")
+    batch = 1 if fox else 2
     g = torch.Generator().manual_seed(seq_len * 1000 + world + 17)
     q, k, v, w = (torch.randn(batch, seq_len, h, d, generator=g, dtype=dtype)
                   for h in (heads_q, heads_kv, heads_kv, heads_q))
@@ -171,29 +177,29 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
         ts, kw = _learnable(kind, heads_q, d, dtype)
         kw["threads"] = 1
         xs = [x.clone().requires_grad_() for x in (q, k, v)]
-        if kind == "fox":
+        if fox:
             logits = ts[0][:seq_len]
         if sharded:
-            if kind == "fox":
+            if fox:
                 kw["fox_gate_logits"] = logits[pos]
             o = cp.attention(*(cp.shard(x, world, rank) for x in xs), pos, method=method, **kw)
             loss = (o * cp.shard(w, world, rank)).sum()
         else:
-            if kind == "fox":
+            if fox:
                 kw["bias"] = gt.FoxBias(logits)
             o = gt.attention(*xs, **kw)
             loss = (o * w).sum()
         grads = torch.autograd.grad(loss, xs + ts)
         if sharded:  # this rank's rows (the unsharded run's rows are every rank's)
             grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
-            if kind == "fox":  # the logits' gradient reaches this rank's tokens only
+            if fox:  # the logits' gradient reaches this rank's tokens only
                 mask = torch.zeros(64, dtype=torch.bool)
                 mask[pos] = True
                 assert not bool(grads[3][~mask].any()), where
                 grads[3] = grads[3][pos]
         else:
             grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
-            if kind == "fox":
+            if fox:
                 grads[3] = grads[3][pos]
         results.append(grads)
     f64 = dtype == torch.float64
@@ -208,7 +214,8 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
     return 1
 
 
-LEARNABLE = ("alibi", "alibi symmetric", "grape_a", "t5", "grape_m", "fox")
+LEARNABLE = ("alibi", "alibi symmetric", "grape_a", "t5", "grape_m", "fox", "alibi window",
+             "t5 window", "fox window")
 
 
 def _worker(rank, world, port, methods):

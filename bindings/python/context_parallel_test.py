@@ -5,8 +5,9 @@ attention and its gradients, runs its shard through each method (ring, all_gathe
 ulysses) and compares its rows of the output and of dq, dk, dv, and the gradients of
 learnable tensors (gpe.torch ALiBi slopes, GRAPE-A slopes, T5 table, GRAPE-M a, b, omega;
 FoX gate logits), which every rank must receive whole (summed over ranks). Lengths are
-odd, and short enough that some ranks hold no token. Skips with a message without
-PyTorch.
+odd, and short enough that some ranks hold no token. Issue 25's options too: gpe.Rope
+handles, sliding windows (and the ring's skipped blocks, counted), sinks and their
+gradient, packed sequences (cu_seqlens). Skips with a message without PyTorch.
 """
 
 import os
@@ -375,6 +376,39 @@ def _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks, dt
     return 1
 
 
+def _run_packed_param_case(rank, world, method, kind, dtype, heads_kv):
+    """Learnable parameters (ALiBi slopes, GRAPE-M generators) with packed sequences and a
+    window: dq, dk, dv and the parameters' gradients against the unsharded packed
+    gt.attention (tolerances as _run_param_case's)."""
+    seq_len, cu = (13, [0, 5, 6, 13]) if world == 2 else (11, [0, 4, 5, 11])
+    g = torch.Generator().manual_seed(world + 41)
+    q, k, v, w = (torch.randn(seq_len, h, 8, generator=g, dtype=dtype)
+                  for h in (4, heads_kv, heads_kv, 4))
+    pos = cp.packed_shard_positions(cu, world, rank)
+    results = []
+    for sharded in (False, True):
+        ts, kw = _learnable(kind, 4, 8, dtype)
+        kw.update(threads=1, window_size=(2, 0) if kw.get("causal") else (3, 1))
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        if sharded:
+            o = cp.attention(*(x[pos] for x in xs), pos, method=method, cu_seqlens=cu, **kw)
+            loss = (o * w[pos]).sum()
+        else:
+            o = gt.attention(*xs, cu_seqlens_q=cu, cu_seqlens_k=cu, **kw)
+            loss = (o * w).sum()
+        grads = torch.autograd.grad(loss, xs + ts)
+        results.append([gr[pos] for gr in grads[:3]] + list(grads[3:]))
+    where = "%s / packed learnable %s / %s / rank %d of %d" % (method, kind, dtype, rank, world)
+    f64 = dtype == torch.float64
+    for i, (want, got) in enumerate(zip(*results)):
+        if i < 3:
+            atol, rtol = (ATOL_F64, 0) if f64 else (ATOL_GRAD, 0)
+        else:
+            atol, rtol = (ATOL_F64, ATOL_F64) if f64 else (ATOL_PARAM, RTOL_PARAM)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol,
+                                   msg=lambda m: "gradient %d, %s: %s" % (i, where, m))
+
+
 def _check_ring_skips(rank, world):
     """Ring steps with no allowed pair make no attention call, and the result stays exact:
     contiguous shards of 4 tokens, causal with window (1, 0), so rank r's first query
@@ -453,6 +487,9 @@ def _worker_features(rank, world, port):
                         () if with_sinks else (torch.bfloat16,)):
                     _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks,
                                       dtype, heads_kv)
+            for kind in ("alibi", "grape_m"):
+                for dtype in (torch.float32, torch.float64):
+                    _run_packed_param_case(rank, world, method, kind, dtype, heads_kv)
         _check_ring_skips(rank, world)
         _check_feature_refusals(rank)
     finally:

@@ -5,6 +5,10 @@
     q_r, k_r, v_r = (cp.shard(x, world, rank) for x in (q, k, v))   # [batch, seq, heads, d]
     o_r = cp.attention(q_r, k_r, v_r, pos, causal=True, rope_dim=64, method="ring")
     o = cp.unshard([o_0, o_1, ...], seq_len)                 # where all shards are at hand
+    o_r = cp.attention(q_r, k_r, v_r, pos, causal=True, rope=gpe.Rope(64, schedule="yarn",
+                       factor=4.0), window_size=(1023, 0), sinks=sinks)  # any method
+    pos = cp.packed_shard_positions(cu_seqlens, world, rank)  # packed: part of each sequence
+    o_r = cp.attention(q[pos], k[pos], v[pos], pos, causal=True, cu_seqlens=cu_seqlens)
 
 Every rank holds the tokens at `positions` (int64 global ids, any order, possibly none) of
 one self-attention sequence: q, k, v [batch, tokens, heads, head_dim] (heads_q a

@@ -462,6 +462,18 @@ def _check_feature_refusals(rank):
             assert err in str(e), str(e)
         else:
             raise AssertionError("expected a ValueError for %s" % bad)
+    # Checked across ranks (one all_gather, the same answer everywhere): cu_seqlens that
+    # differ between ranks, and shards that do not hold cu_seqlens[-1] tokens together.
+    world = dist.get_world_size()
+    for bad, err in ((dict(cu_seqlens=[0, 2 * world] if rank else [0, 1, 2 * world]),
+                      "differs across ranks"),
+                     (dict(cu_seqlens=[0, 2 * world + 1]), "hold %d tokens" % (2 * world))):
+        try:
+            cp.attention(x, x, x, pos, **bad)
+        except ValueError as e:
+            assert err in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for %s" % bad)
     y = torch.zeros(2, 2, 4, 8)  # packed sequences share one token dimension: batch 1
     try:
         cp.attention(y, y, y, pos, cu_seqlens=[0, 8])

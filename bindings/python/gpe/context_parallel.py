@@ -96,7 +96,8 @@ Issue 25's options, on every method, forward and backward:
   computes it itself.
 - cu_seqlens: packed variable-length sequences (flash-attn's varlen batch). Sequences are
   packed in one token dimension of total length T = cu_seqlens[-1] (int64 [S + 1], 0 =
-  cu[0] <= ... <= cu[S], the same on every rank); q, k, v are [1, tokens, heads,
+  cu[0] <= ... <= cu[S], the same on every rank: one small all_gather checks it and that
+  the ranks hold T tokens together); q, k, v are [1, tokens, heads,
   head_dim] or [tokens, heads, head_dim] and `positions` are the PACKED indices (0 .. T-1)
   of the rank's tokens, in any order. Token t belongs to the sequence s with cu[s] <= t <
   cu[s + 1] and its encoding position is t - cu[s] (positions restart at 0 in every
@@ -214,6 +215,25 @@ def _cu_seqlens_arg(cu_seqlens, positions, batch):
     return cu
 
 
+def _check_packed_agreement(g, cu, tokens):
+    """One small all_gather: every rank must give the same cu_seqlens, and the ranks'
+    tokens together must be the T = cu_seqlens[-1] packed tokens (raised on every rank
+    alike, since every rank sees the same summaries)."""
+    i = torch.arange(1, cu.numel() + 1, dtype=torch.int64)
+    mine = torch.tensor([tokens, cu.numel(), int(cu[-1]), int(cu.sum()), int((cu * i).sum())],
+                        dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(g.size)]
+    dist.all_gather(every, mine, group=g.group)
+    every = torch.stack(every)
+    if bool((every[:, 1:] != every[0, 1:]).any()):
+        raise ValueError("cu_seqlens differs across ranks (every rank must pass the same "
+                         "global boundaries)")
+    if int(every[:, 0].sum()) != int(cu[-1]):
+        raise ValueError("cu_seqlens: the ranks hold %d tokens together, but cu_seqlens[-1] = "
+                         "%d (every packed token must be on exactly one rank)"
+                         % (int(every[:, 0].sum()), int(cu[-1])))
+
+
 def packed_shard_positions(cu_seqlens, world_size, rank, layout="load_balanced"):
     """Packed token indices (int64, ascending) that `rank` holds when every sequence of a
     packed batch (boundaries cu_seqlens) is sharded on its own: shard_positions of each
@@ -323,6 +343,8 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
             q, k, v = (x.index_select(1, order) for x in (q, k, v))
             positions = positions[order]
     g = _Group(group)
+    if cu is not None:
+        _check_packed_agreement(g, cu, positions.numel())
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
                   threads, rope, window, sinks, cu)
     learnable = _learnable_tensors(cfg)

@@ -97,9 +97,9 @@ Issue 25's options, on every method, forward and backward:
 - cu_seqlens: packed variable-length sequences (flash-attn's varlen batch). Sequences are
   packed in one token dimension of total length T = cu_seqlens[-1] (int64 [S + 1], 0 =
   cu[0] <= ... <= cu[S], the same on every rank: one small all_gather checks it and that
-  the ranks hold T tokens together); q, k, v are [1, tokens, heads,
-  head_dim] or [tokens, heads, head_dim] and `positions` are the PACKED indices (0 .. T-1)
-  of the rank's tokens, in any order. Token t belongs to the sequence s with cu[s] <= t <
+  the ranks hold T tokens together); q, k, v are [1, tokens, heads, head_dim] or
+  [tokens, heads, head_dim] and `positions` are the PACKED indices (0 .. T-1) of the
+  rank's tokens, in any order. Token t belongs to the sequence s with cu[s] <= t <
   cu[s + 1] and its encoding position is t - cu[s] (positions restart at 0 in every
   sequence, as gpe.attention's packed layout numbers them); keys attend only to queries
   of their own sequence. packed_shard_positions(cu_seqlens, W, r) shards every sequence

@@ -5,8 +5,9 @@ attention and its gradients, runs its shard through each method (ring, all_gathe
 ulysses) and compares its rows of the output and of dq, dk, dv, and the gradients of
 learnable tensors (gpe.torch ALiBi slopes, GRAPE-A slopes, T5 table, GRAPE-M a, b, omega;
 FoX gate logits), which every rank must receive whole (summed over ranks). Lengths are
-odd, and short enough that some ranks hold no token. Skips with a message without
-PyTorch.
+odd, and short enough that some ranks hold no token. Issue 25's options too: gpe.Rope
+handles, sliding windows (and the ring's skipped blocks, counted), sinks and their
+gradient, packed sequences (cu_seqlens). Skips with a message without PyTorch.
 """
 
 import os
@@ -120,7 +121,12 @@ def _run_case(rank, world, method, name, seq_len, kw, fox, dtype, batch, heads_k
 
 def _learnable(kind, heads, d, dtype):
     """Fresh leaf tensors of one learnable kind (same values every call) and the keyword
-    arguments that use them."""
+    arguments that use them; "<kind> window" adds a sliding window, (3, 0) under causal,
+    else (2, 3) (the float64 ring then cuts its queries into runs, one phantom key each,
+    and subtracts each phantom's bias gradient)."""
+    if kind.endswith(" window"):
+        ts, kw = _learnable(kind[:-len(" window")], heads, d, dtype)
+        return ts, dict(kw, window_size=(3, 0) if kw.get("causal") else (2, 3))
     rng = np.random.default_rng(7)
     leaf = lambda a: torch.tensor(a, dtype=dtype, requires_grad=True)
     if kind == "alibi":
@@ -159,7 +165,8 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
     """Gradients of the learnable tensors of `kind` through cp.attention against the
     unsharded gt.attention (and dq, dk, dv, the output on the way)."""
     heads_q, d = 4, 8
-    batch = 1 if kind == "fox" else 2
+    fox = kind.startswith("fox")
+    batch = 1 if fox else 2
     g = torch.Generator().manual_seed(seq_len * 1000 + world + 17)
     q, k, v, w = (torch.randn(batch, seq_len, h, d, generator=g, dtype=dtype)
                   for h in (heads_q, heads_kv, heads_kv, heads_q))
@@ -171,29 +178,29 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
         ts, kw = _learnable(kind, heads_q, d, dtype)
         kw["threads"] = 1
         xs = [x.clone().requires_grad_() for x in (q, k, v)]
-        if kind == "fox":
+        if fox:
             logits = ts[0][:seq_len]
         if sharded:
-            if kind == "fox":
+            if fox:
                 kw["fox_gate_logits"] = logits[pos]
             o = cp.attention(*(cp.shard(x, world, rank) for x in xs), pos, method=method, **kw)
             loss = (o * cp.shard(w, world, rank)).sum()
         else:
-            if kind == "fox":
+            if fox:
                 kw["bias"] = gt.FoxBias(logits)
             o = gt.attention(*xs, **kw)
             loss = (o * w).sum()
         grads = torch.autograd.grad(loss, xs + ts)
         if sharded:  # this rank's rows (the unsharded run's rows are every rank's)
             grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
-            if kind == "fox":  # the logits' gradient reaches this rank's tokens only
+            if fox:  # the logits' gradient reaches this rank's tokens only
                 mask = torch.zeros(64, dtype=torch.bool)
                 mask[pos] = True
                 assert not bool(grads[3][~mask].any()), where
                 grads[3] = grads[3][pos]
         else:
             grads = [cp.shard(gr, world, rank) for gr in grads[:3]] + list(grads[3:])
-            if kind == "fox":
+            if fox:
                 grads[3] = grads[3][pos]
         results.append(grads)
     f64 = dtype == torch.float64
@@ -208,7 +215,8 @@ def _run_param_case(rank, world, method, kind, seq_len, dtype, heads_kv):
     return 1
 
 
-LEARNABLE = ("alibi", "alibi symmetric", "grape_a", "t5", "grape_m", "fox")
+LEARNABLE = ("alibi", "alibi symmetric", "grape_a", "t5", "grape_m", "fox", "alibi window",
+             "t5 window", "fox window")
 
 
 def _worker(rank, world, port, methods):
@@ -287,6 +295,219 @@ def _worker(rank, world, port, methods):
         dist.destroy_process_group()
 
 
+# Issue 25's options under context parallelism: a gpe.Rope handle (any schedule), sliding
+# windows, sinks and packed sequences, each against the unsharded gt.attention with the
+# same option. Tolerances as above: ATOL_O / ATOL_GRAD (float32: reordered float32 sums
+# over <= 13 keys and <= 4 blocks), ATOL_F64 (float64: both sides exact to ~1e-14); the
+# sinks' gradient is a parameter gradient, a sum of exp(z - lse_i) <dO_i, o_i> over every
+# row (O(1-10) here): ATOL_PARAM + RTOL_PARAM in float32 (a missing or doubled rank's
+# share, or a sink added once per block, changes it by O(0.1-1)), ATOL_F64 in float64.
+# Sink logits are exact in float32 (the kernels read them as float32).
+SINKS = (0.5, -1.25, 2.0, 0.0)
+
+
+def _feature_cases(world):
+    """(name, kwargs, packed cu_seqlens or None, sinks?). Lengths 13 (2 ranks) and 11 (4
+    ranks); packed batches hold a 1-token sequence (some ranks get none of it) and, in one
+    case, an empty one."""
+    n = 13 if world == 2 else 11
+    llama3 = gpe.Rope(8, schedule="llama3", factor=8.0, original_max_position=8)
+    yarn = gpe.Rope(8, schedule="yarn", factor=4.0, original_max_position=4)
+    return n, [
+        ("llama3 rope causal", dict(causal=True, rope=llama3), None, False),
+        ("yarn rope, window (3, 0) causal", dict(causal=True, rope=yarn, window_size=(3, 0)),
+         None, False),
+        ("xpos rope, window (2, 3), alibi symmetric",
+         dict(window_size=(2, 3), alibi="symmetric",
+              rope=gpe.Rope(8, xpos=True, xpos_scale_base=16.0)), None, False),
+        ("sinks + rope causal", dict(causal=True, rope_dim=8), None, True),
+        ("packed causal + llama3 rope + window (4, 0) + sinks",
+         dict(causal=True, rope=llama3, window_size=(4, 0)), [0, 5, 6, n], True),
+        ("packed, empty sequence, not causal", dict(rope_dim=4), [0, 3, 3, n], False),
+    ]
+
+
+def _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks, dtype,
+                      heads_kv):
+    heads_q, d = 4, 8
+    batch = 1 if cu is not None else 2
+    g = torch.Generator().manual_seed(seq_len * 1000 + world + 29)
+    q, k, v, w = (torch.randn(batch, seq_len, h, d, generator=g, dtype=dtype)
+                  for h in (heads_q, heads_kv, heads_kv, heads_q))
+    kw = dict(kw, threads=1)
+    sink_leaf = lambda: [torch.tensor(SINKS, dtype=dtype, requires_grad=True)] \
+        if with_sinks else []
+    full = [x.clone().requires_grad_() for x in (q, k, v)] + sink_leaf()
+    sinks = full[3] if with_sinks else None
+    if cu is None:
+        o_ref = gt.attention(*full[:3], sinks=sinks, **kw)
+        loss = (o_ref * w).sum()
+        pos = cp.shard_positions(seq_len, world, rank)
+    else:  # the packed layout [tokens, heads, head_dim], positions within each sequence
+        o_ref = gt.attention(*(x[0] for x in full[:3]), cu_seqlens_q=cu, cu_seqlens_k=cu,
+                             sinks=sinks, **kw)[None]
+        loss = (o_ref * w).sum()
+        # Every sequence sharded on its own, given in reverse order (the module regroups
+        # the tokens by sequence and puts the rows back).
+        pos = cp.packed_shard_positions(cu, world, rank).flip(0)
+    grads_ref = torch.autograd.grad(loss, full)
+    mine = [x.index_select(1, pos).clone().requires_grad_() for x in (q, k, v)] + sink_leaf()
+    sinks = mine[3] if with_sinks else None
+    if cu is None:
+        o = cp.attention(*mine[:3], pos, method=method, sinks=sinks, **kw)
+    else:  # packed [tokens, heads, head_dim] in, the same layout out
+        o = cp.attention(*(x[0] for x in mine[:3]), pos, method=method, sinks=sinks,
+                         cu_seqlens=cu, **kw)[None]
+    grads = torch.autograd.grad((o * w.index_select(1, pos)).sum(), mine)
+    where = "%s / %s / L=%d / %s / rank %d of %d" % (method, name, seq_len, dtype, rank, world)
+    f64 = dtype == torch.float64
+    atol_o, atol_g = {torch.float64: (ATOL_F64, ATOL_F64),
+                      torch.bfloat16: (ATOL_BF16_O, ATOL_BF16_GRAD)}.get(dtype,
+                                                                        (ATOL_O, ATOL_GRAD))
+    torch.testing.assert_close(o, o_ref.index_select(1, pos).detach(), atol=atol_o, rtol=0,
+                               msg=lambda m: "output, %s: %s" % (where, m))
+    for label, got, want in zip(("dq", "dk", "dv"), grads, grads_ref):
+        torch.testing.assert_close(got, want.index_select(1, pos), atol=atol_g, rtol=0,
+                                   msg=lambda m: "%s, %s: %s" % (label, where, m))
+    if with_sinks:
+        atol, rtol = (ATOL_F64, ATOL_F64) if f64 else (ATOL_PARAM, RTOL_PARAM)
+        torch.testing.assert_close(grads[3], grads_ref[3], atol=atol, rtol=rtol,
+                                   msg=lambda m: "d sinks, %s: %s" % (where, m))
+    return 1
+
+
+def _run_packed_param_case(rank, world, method, kind, dtype, heads_kv):
+    """Learnable parameters (ALiBi slopes, GRAPE-M generators) with packed sequences and a
+    window: dq, dk, dv and the parameters' gradients against the unsharded packed
+    gt.attention (tolerances as _run_param_case's)."""
+    seq_len, cu = (13, [0, 5, 6, 13]) if world == 2 else (11, [0, 4, 5, 11])
+    g = torch.Generator().manual_seed(world + 41)
+    q, k, v, w = (torch.randn(seq_len, h, 8, generator=g, dtype=dtype)
+                  for h in (4, heads_kv, heads_kv, 4))
+    pos = cp.packed_shard_positions(cu, world, rank)
+    results = []
+    for sharded in (False, True):
+        ts, kw = _learnable(kind, 4, 8, dtype)
+        kw.update(threads=1, window_size=(2, 0) if kw.get("causal") else (3, 1))
+        xs = [x.clone().requires_grad_() for x in (q, k, v)]
+        if sharded:
+            o = cp.attention(*(x[pos] for x in xs), pos, method=method, cu_seqlens=cu, **kw)
+            loss = (o * w[pos]).sum()
+        else:
+            o = gt.attention(*xs, cu_seqlens_q=cu, cu_seqlens_k=cu, **kw)
+            loss = (o * w).sum()
+        grads = torch.autograd.grad(loss, xs + ts)
+        results.append([gr[pos] for gr in grads[:3]] + list(grads[3:]))
+    where = "%s / packed learnable %s / %s / rank %d of %d" % (method, kind, dtype, rank, world)
+    f64 = dtype == torch.float64
+    for i, (want, got) in enumerate(zip(*results)):
+        if i < 3:
+            atol, rtol = (ATOL_F64, 0) if f64 else (ATOL_GRAD, 0)
+        else:
+            atol, rtol = (ATOL_F64, ATOL_F64) if f64 else (ATOL_PARAM, RTOL_PARAM)
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol,
+                                   msg=lambda m: "gradient %d, %s: %s" % (i, where, m))
+
+
+def _check_ring_skips(rank, world):
+    """Ring steps with no allowed pair make no attention call, and the result stays exact:
+    contiguous shards of 4 tokens, causal with window (1, 0), so rank r's first query
+    reaches back exactly to rank r - 1's last key and no further: 1 call on rank 0, 2
+    elsewhere (not r + 1 as the causal rule alone gives), in forward and in backward."""
+    seq_len, heads = 4 * world, 2
+    expected = 1 if rank == 0 else 2
+    for dtype in (torch.float32, torch.float64):
+        g = torch.Generator().manual_seed(world)
+        q, k, v, w = (torch.randn(1, seq_len, heads, 8, generator=g, dtype=dtype)
+                      for _ in range(4))
+        kw = dict(causal=True, window_size=(1, 0), rope_dim=8, threads=1)
+        full = [x.clone().requires_grad_() for x in (q, k, v)]
+        o_ref = gt.attention(*full, **kw)
+        grads_ref = torch.autograd.grad((o_ref * w).sum(), full)
+        pos = cp.shard_positions(seq_len, world, rank, layout="contiguous")
+        mine = [x.index_select(1, pos).clone().requires_grad_() for x in (q, k, v)]
+        calls = cp._RING_BLOCK_CALLS
+        calls["forward"] = calls["backward"] = 0
+        o = cp.attention(*mine, pos, method="ring", **kw)
+        grads = torch.autograd.grad((o * w.index_select(1, pos)).sum(), mine)
+        where = "ring skips / %s / rank %d of %d" % (dtype, rank, world)
+        assert calls == {"forward": expected, "backward": expected}, (where, calls)
+        atol_o, atol_g = ((ATOL_F64, ATOL_F64) if dtype == torch.float64
+                          else (ATOL_O, ATOL_GRAD))
+        torch.testing.assert_close(o, o_ref.index_select(1, pos).detach(), atol=atol_o,
+                                   rtol=0, msg=lambda m: "output, %s: %s" % (where, m))
+        for label, got, want in zip(("dq", "dk", "dv"), grads, grads_ref):
+            torch.testing.assert_close(got, want.index_select(1, pos), atol=atol_g, rtol=0,
+                                       msg=lambda m: "%s, %s: %s" % (label, where, m))
+
+
+def _check_feature_refusals(rank):
+    x = torch.zeros(1, 2, 4, 8)
+    pos = torch.arange(2) + 2 * rank
+    for bad, err in ((dict(window_size=(-2, 0)), "window_size"),
+                     (dict(window_size=(3,)), "window_size"),
+                     (dict(window_size=(1.5, 0)), "window_size"),
+                     (dict(sinks=torch.zeros(3)), "sinks"),
+                     (dict(sinks=torch.tensor([0.0, float("nan"), 0.0, 0.0])), "sinks"),
+                     (dict(cu_seqlens=[1, 4, 8]), "cu_seqlens"),
+                     (dict(cu_seqlens=[0, 5, 3]), "cu_seqlens"),
+                     (dict(cu_seqlens=[0, 2]), "cu_seqlens"),  # rank 1's tokens 2, 3
+                     (dict(rope=gpe.Rope(8), rope_dim=8), "one positional rotation"),
+                     (dict(rope=gpe.Rope(4)), "head_dim")):
+        if rank == 0 and "cu_seqlens" in bad and bad["cu_seqlens"] == [0, 2]:
+            bad = dict(cu_seqlens=[0, 1])  # rank 0 holds tokens 0, 1: index 1 is outside
+        try:
+            cp.attention(x, x, x, pos, **bad)
+        except ValueError as e:
+            assert err in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for %s" % bad)
+    # Checked across ranks (one all_gather, the same answer everywhere): cu_seqlens that
+    # differ between ranks, and shards that do not hold cu_seqlens[-1] tokens together.
+    world = dist.get_world_size()
+    for bad, err in ((dict(cu_seqlens=[0, 2 * world] if rank else [0, 1, 2 * world]),
+                      "differs across ranks"),
+                     (dict(cu_seqlens=[0, 2 * world + 1]), "hold %d tokens" % (2 * world))):
+        try:
+            cp.attention(x, x, x, pos, **bad)
+        except ValueError as e:
+            assert err in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for %s" % bad)
+    y = torch.zeros(2, 2, 4, 8)  # packed sequences share one token dimension: batch 1
+    try:
+        cp.attention(y, y, y, pos, cu_seqlens=[0, 8])
+    except ValueError as e:
+        assert "batch" in str(e), str(e)
+    else:
+        raise AssertionError("expected a ValueError for batch 2 with cu_seqlens")
+
+
+def _worker_features(rank, world, port):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=world)
+    try:
+        heads_kv = 2 if world == 2 else 4  # GQA with 2 ranks; ulysses needs heads % world
+        seq_len, cases = _feature_cases(world)
+        for method in cp.METHODS:
+            for name, kw, cu, with_sinks in cases:
+                # bfloat16 (ATOL_BF16_*) where the unsharded reference has every gradient:
+                # the kernels give no sink gradient in bfloat16.
+                for dtype in (torch.float32, torch.float64) + (
+                        () if with_sinks else (torch.bfloat16,)):
+                    _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks,
+                                      dtype, heads_kv)
+            for kind in ("alibi", "grape_m"):
+                for dtype in (torch.float32, torch.float64):
+                    _run_packed_param_case(rank, world, method, kind, dtype, heads_kv)
+        _check_ring_skips(rank, world)
+        _check_feature_refusals(rank)
+    finally:
+        dist.destroy_process_group()
+
+
 @needs_torch
 class ContextParallelTest(unittest.TestCase):
     def spawn(self, world, methods):
@@ -299,6 +520,22 @@ class ContextParallelTest(unittest.TestCase):
 
     def test_four_ranks_every_method(self):
         self.spawn(4, cp.METHODS)
+
+    def test_two_ranks_rope_window_sinks_packed(self):
+        mp.start_processes(_worker_features, args=(2, _free_port()), nprocs=2, join=True,
+                           start_method="fork")
+
+    def test_four_ranks_rope_window_sinks_packed(self):
+        mp.start_processes(_worker_features, args=(4, _free_port()), nprocs=4, join=True,
+                           start_method="fork")
+
+    def test_packed_shard_positions(self):
+        # Each sequence load-balanced on its own, offset by its start.
+        # The 1-token sequence's chunks are [0, 0), [0, 0), [0, 0), [0, 1): rank 0's.
+        self.assertEqual(cp.packed_shard_positions([0, 4, 5, 9], 2, 0).tolist(),
+                         [0, 3, 4, 5, 8])
+        self.assertEqual(cp.packed_shard_positions([0, 4, 5, 9], 2, 1).tolist(),
+                         [1, 2, 6, 7])
 
     def test_shard_unshard_round_trip(self):
         # Load-balanced chunks: rank r holds chunks r and 2W-1-r; unshard inverts shard.

@@ -12,12 +12,23 @@ from gpe._context_parallel_config import _learnable_tensors, _rebuilt
 from gpe._context_parallel_fox import _check_tiled
 
 
-def _all_gather_attention(cfg, q, k, v, pos, fox_logits):
+def _packed_call(cfg, q, kf, vf, pos, pf):
+    """gt.attention's packed-layout arguments for queries at `pos` and keys at `pf` (both
+    grouped by sequence): q, k, v [tokens, heads, head_dim] and the per-sequence positions
+    and cu_seqlens, which keep every key to its own sequence's queries."""
+    (qs, ql), (ks, kl) = cfg.seq_local(pos), cfg.seq_local(pf)
+    return (cfg.rows(q), cfg.rows(kf), cfg.rows(vf),
+            dict(q_positions=ql, k_positions=kl, cu_seqlens_q=cfg.block_cu(qs),
+                 cu_seqlens_k=cfg.block_cu(ks)))
+
+
+def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     g, gt = cfg.g, cfg.gt
     batch = q.shape[0]
     sizes = _all_gather_sizes(g, k.shape[1])
     params = _learnable_tensors(cfg)
-    present = [t for t in params if t is not None]
+    # The sinks ride with the learnable tensors: _Collect sums their gradient over ranks.
+    present = [t for t in params if t is not None] + ([sinks] if sinks is not None else [])
     gathered = [torch.stack([k, v])]
     dims = [2]
     if fox_logits is not None:  # FoX: every rank's gate logits, differentiable
@@ -27,6 +38,7 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits):
     kv, xf = outs[0], (outs[1] if fox_logits is not None else None)
     it = iter(outs[len(dims):])
     bias_a, *grape = [None if t is None else next(it) for t in params]
+    sinks = next(it) if sinks is not None else None
     bias, enc = _rebuilt(cfg, bias_a, grape)
     kf, vf = kv[0], kv[1]
     pf = _all_gather_var(g, pos, sizes)
@@ -44,11 +56,15 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits):
         # _Collect's reduce-scatter.
         _check_tiled(pf)
         bias = gt.FoxBias(xf.index_select(0, order), first_position=int(pf[0]))
-    o, lse = gt.attention(q, kf, vf, causal=cfg.causal, scale=cfg.scale or None,
+    if cfg.cu_seqlens is None:
+        qx, kx, vx = q, kf, vf
+        layout = dict(q_positions=pos.repeat(batch), k_positions=pf.repeat(batch))
+    else:
+        qx, kx, vx, layout = _packed_call(cfg, q, kf, vf, pos, pf)
+    o, lse = gt.attention(qx, kx, vx, causal=cfg.causal, scale=cfg.scale or None,
                           rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
                           rope_pairing=cfg.rope_pairing,
                           alibi=(cfg.alibi or None) if bias is None else None,
-                          bias=bias, encoding=enc,
-                          q_positions=pos.repeat(batch), k_positions=pf.repeat(batch),
-                          threads=cfg.threads, return_lse=True)
-    return o, lse.view(q.shape[:3])
+                          bias=bias, encoding=enc, rope=cfg.rope, window_size=cfg.window,
+                          sinks=sinks, threads=cfg.threads, return_lse=True, **layout)
+    return o.view(q.shape), lse.view(q.shape[:3])

@@ -1,13 +1,16 @@
 """What gpe.context_parallel's methods share about one call (internal): its options
-(_Config: encodings, bias, RoPE, one block's operator arguments, the causal skip) and the
+(_Config: encodings, bias, RoPE, window, sinks, packed sequences, one block's operator
+arguments, the skip of blocks with no allowed pair) and the
 learnable modules' tensors, taken out (_learnable_tensors) and rebuilt over the collected
 copies through which their gradients are summed over ranks (_rebuilt).
 """
 
+import torch
+
 
 class _Config:
     def __init__(self, g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias,
-                 encoding, threads):
+                 encoding, threads, rope=None, window=None, sinks=None, cu_seqlens=None):
         import gpe.torch as gt
         self.g = g
         self.causal = bool(causal)
@@ -20,6 +23,16 @@ class _Config:
         self.encoding = encoding
         self.threads = int(threads)
         self.gt = gt
+        self.rope = rope                  # a single-axis gpe.Rope or None
+        self.window = window              # (left, right), -1 unbounded, or None
+        # Sink logits as the kernels read them (float32 values), float64; the tensor the
+        # caller gave (it may require grad) is passed to the methods separately.
+        self.sinks = None if sinks is None else sinks.detach().to(torch.float32).to(
+            torch.float64)
+        # Packed sequences: global boundaries (int64 [S + 1]) and the longest length.
+        self.cu_seqlens = cu_seqlens
+        self.max_len = 0 if cu_seqlens is None else int((cu_seqlens[1:] - cu_seqlens[:-1])
+                                                        .max().clamp(min=1))
         # Learnable tensors (bias_a, grape_a, grape_b, grape_omega), detached: the values
         # the library's handles are rebuilt from at every block.
         self.params = (None,) * 4
@@ -31,19 +44,74 @@ class _Config:
         return (0, pa if bias_a is None else bias_a, None, ga, gb, gw)
 
     def op_args(self, q_pos, k_pos, batch, bias=None):
-        """The trailing arguments of gpe::attention_forward / _backward for one block."""
+        """The trailing arguments of gpe::attention_forward / _backward for one block. Packed
+        sequences: positions within each sequence and the block's own cu_seqlens (the
+        block's tokens grouped by sequence, as the callers keep them), for the packed
+        layout [tokens, heads, head_dim] (rows())."""
         gt = self.gt
         bias = self.bias if bias is None else bias
-        return (q_pos.repeat(batch), k_pos.repeat(batch), None, None, self.causal, self.scale,
-                self.rope_dim, self.rope_base, self.rope_pairing,
-                self.alibi if bias is None else "", gt._register(self.encoding),
-                gt._register(bias), self.threads)
+        if self.cu_seqlens is None:
+            layout = (q_pos.repeat(batch), k_pos.repeat(batch), None, None)
+        else:
+            (qs, ql), (ks, kl) = self.seq_local(q_pos), self.seq_local(k_pos)
+            layout = (ql, kl, self.block_cu(qs), self.block_cu(ks))
+        return layout + (self.causal, self.scale, self.rope_dim, self.rope_base,
+                         self.rope_pairing, self.alibi if bias is None else "",
+                         gt._register(self.encoding), gt._register(bias), self.threads)
+
+    def extras(self):
+        """Keyword arguments of forward_impl / backward_impl after the parameters: the RoPE
+        handle and the window (the sinks are added once per row by the ring itself)."""
+        left, right = self.window or (-1, -1)
+        return dict(rope_key=self.gt._register(self.rope), window_left=left,
+                    window_right=right)
+
+    def rows(self, x):
+        """x [1, tokens, ...] as the packed layout's [tokens, ...] (packed calls only)."""
+        return x if self.cu_seqlens is None else x[0]
+
+    def seq_local(self, positions):
+        """(sequence id, position within the sequence) of packed token indices."""
+        cu = self.cu_seqlens
+        seq = torch.searchsorted(cu[1:], positions, right=True)
+        return seq, positions - cu[seq]
+
+    def block_cu(self, seq):
+        """cu_seqlens of tokens already grouped by sequence, over every sequence (empty
+        ones included, so a block's queries and keys pair sequence by sequence)."""
+        counts = torch.bincount(seq, minlength=self.cu_seqlens.numel() - 1)
+        return torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
 
     def masked(self, q_pos, k_pos):
-        """True when no (query, key) pair of the block is allowed (or the block is empty)."""
+        """True when no (query, key) pair of the block is allowed (or the block is empty):
+        exact for the causal rule, the window and packed sequences. Query i admits keys
+        with lo_i <= p_j <= hi_i in its own sequence (hi_i = p_i under causal, p_i + right
+        with a window; lo_i = p_i - left); one binary search per query over the block's
+        keys (sorted by (sequence, position)) tells whether any lies in that range."""
         if q_pos.numel() == 0 or k_pos.numel() == 0:
             return True
-        return self.causal and int(k_pos.min()) > int(q_pos.max())
+        left, right = self.window or (-1, -1)
+        if not self.causal and (left, right) == (-1, -1) and self.cu_seqlens is None:
+            return False
+        cap = 1 << 62  # positions are taken to lie within +-2^62 (no int64 overflow)
+        if self.cu_seqlens is None:
+            qs, ql, ks, kl = 0, q_pos, 0, k_pos
+        else:
+            (qs, ql), (ks, kl) = self.seq_local(q_pos), self.seq_local(k_pos)
+        kmin, kmax = int(kl.min()), int(kl.max())
+        lo = ql - min(left, cap) if left >= 0 else torch.full_like(ql, kmin)
+        hi = ql + min(right, cap) if right >= 0 else torch.full_like(ql, kmax)
+        if self.causal:
+            hi = torch.minimum(hi, ql)
+        if self.cu_seqlens is not None:  # (sequence, position) as one sortable integer
+            m = self.max_len
+            lo, hi = qs * m + lo.clamp(0, m - 1), qs * m + hi.clamp(0, m - 1)
+            kl = ks * m + kl
+        keys = torch.sort(kl).values
+        # Keys in [lo, hi] (none when lo > hi: the difference is then <= 0).
+        found = (torch.searchsorted(keys, hi, right=True)
+                 - torch.searchsorted(keys, lo, right=False)) > 0
+        return not bool(found.any())
 
 
 def _learnable_tensors(cfg):

@@ -11,7 +11,12 @@ import torch.distributed as dist
 
 from gpe._context_parallel_comm import _all_gather_sizes
 from gpe._context_parallel_fox import _dense_fox_logits, _fox_block_bias
-from gpe._context_parallel_ring_f64 import _ring_block_grads_f64
+from gpe._context_parallel_ring_f64 import _ring_block_grads_split
+
+
+# Kernel calls made for ring blocks, for tests: a block with no allowed (query, key) pair
+# (causal, window, packed sequences: _Config.masked) is skipped without one.
+BLOCK_CALLS = {"forward": 0, "backward": 0}
 
 
 def _merge(o_a, lse_a, o_b, lse_b):
@@ -64,10 +69,30 @@ def _block_bias(cfg, q_pos, q_fox, k_pos, k_fox):
     return None if q_fox is None else _fox_block_bias(q_pos, q_fox, k_pos, k_fox)
 
 
+def _add_sinks(cfg, o, lse):
+    """The sink logit z_h enters each row's denominator once, after every block's merge:
+    lse' = logaddexp(lse, z_h), o' = o exp(lse - lse') (gpt-oss's sinks: a key of value
+    0); rows with no key and no sink (lse' = -inf) keep o = 0."""
+    z = cfg.sinks.to(lse.dtype)
+    lse_s = torch.logaddexp(lse, z.expand_as(lse))
+    w = torch.where(torch.isinf(lse_s), torch.zeros_like(lse), torch.exp(lse - lse_s))
+    return o * w[..., None], lse_s
+
+
+def _sink_grad(cfg, o, lse, d_o):
+    """dL/dz_h = -sum_i exp(z_h - lse_i) <dO_i, o_i> over this rank's rows of head h (the
+    sink is a key of value 0: dS = P (0 - D), D_i = <dO_i, o_i>), float64."""
+    z = cfg.sinks
+    lse64 = lse.to(torch.float64)
+    p_sink = torch.where(torch.isinf(lse64), torch.zeros_like(lse64), torch.exp(z - lse64))
+    dsum = (d_o.to(torch.float64) * o.to(torch.float64)).sum(-1)
+    return -(p_sink * dsum).sum((0, 1))
+
+
 class _RingAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, pos, fox, fox_logits, cfg, bias_a, grape_a, grape_b,
-                grape_omega):
+                grape_omega, sinks=None):
         g, ring = cfg.g, _Ring(cfg.g)
         gt = cfg.gt
         batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
@@ -86,9 +111,12 @@ class _RingAttention(torch.autograd.Function):
             kb, vb, pb, fb = cur
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
-                ob, lb = gt.forward_impl(q, kb, vb, *cfg.op_args(pos, pb, batch, bias),
-                                         *cfg.param_args())
-                o, lse = _merge(o, lse, ob.to(acc), lb.view(batch, s_q, heads).to(acc))
+                BLOCK_CALLS["forward"] += 1
+                ob, lb = gt.forward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
+                                         *cfg.op_args(pos, pb, batch, bias),
+                                         *cfg.param_args(), **cfg.extras())
+                o, lse = _merge(o, lse, ob.view(q.shape).to(acc),
+                                lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
                 r.wait()
             if not last:
@@ -100,11 +128,13 @@ class _RingAttention(torch.autograd.Function):
                            v.new_empty((batch, 0) + tuple(v.shape[2:])),
                            torch.empty(0, dtype=torch.int64),
                            None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+        if cfg.sinks is not None:
+            o, lse = _add_sinks(cfg, o, lse)
         o = o.to(q.dtype)
         lse_out = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32)
         ctx.save_for_backward(q, k, v, pos, o, lse_out)
         ctx.fox, ctx.cfg, ctx.sizes = fox, cfg, sizes
-        ctx.param_like = (fox_logits, bias_a, grape_a, grape_b, grape_omega)
+        ctx.param_like = (fox_logits, bias_a, grape_a, grape_b, grape_omega, sinks)
         ctx.mark_non_differentiable(lse_out)
         return o, lse_out
 
@@ -120,6 +150,7 @@ class _RingAttention(torch.autograd.Function):
         want_fox = bool(ctx.needs_input_grad[5])
         want = (bool(ctx.needs_input_grad[7]) or want_fox,) + tuple(
             bool(x) for x in ctx.needs_input_grad[8:11])
+        want_sinks = len(ctx.needs_input_grad) > 11 and bool(ctx.needs_input_grad[11])
         d_o = d_o.contiguous()
         lse_flat = lse.reshape(batch * s_q, lse.shape[-1]).contiguous()
         acc_dtype = torch.float64 if f64 else torch.float32
@@ -160,15 +191,21 @@ class _RingAttention(torch.autograd.Function):
                     bias = gt.FoxBias(bias_a, first_position=b_lo)
                 else:
                     bias = _block_bias(cfg, pos, fox, pb, fb)
+                BLOCK_CALLS["backward"] += 1
                 if f64:
-                    out = _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
-                                                bias_a if want_fox else cfg.params[0], want)
+                    out = _ring_block_grads_split(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
+                                                  bias_a if want_fox else cfg.params[0], want)
                 else:
-                    out = gt.backward_impl(q, kb, vb, o, lse_flat, d_o,
+                    # The global o and lse (the sinks' mass included) give each block's
+                    # exact share: P_ij = exp(s_ij - lse_i), D_i = <dO_i, o_i>.
+                    out = gt.backward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
+                                           cfg.rows(o), lse_flat, cfg.rows(d_o),
                                            *cfg.op_args(pos, pb, batch, bias),
                                            *cfg.param_args(bias_a), None, None,
                                            param_grads=(want[0], False) + want[1:]
-                                           + (False, False))
+                                           + (False, False), **cfg.extras())
+                    out = (out[0].view(q.shape), out[1].view(kb.shape),
+                           out[2].view(vb.shape)) + tuple(out[3:])
                     if any(want):
                         out = out[:3] + (out[3],) + tuple(out[5:8])
                 dqb, dkb, dvb = out[:3]
@@ -213,7 +250,7 @@ class _RingAttention(torch.autograd.Function):
             acc = acc_bufs[0]
         # Each rank holds its blocks' share of the parameter gradients (global lse and
         # positions): their sum over ranks is the unsharded gradient.
-        fox_logits, bias_a, grape_a, grape_b, grape_omega = ctx.param_like
+        fox_logits, bias_a, grape_a, grape_b, grape_omega, sinks = ctx.param_like
         targets = (fox_logits if want_fox else bias_a, grape_a, grape_b, grape_omega)
         totals = [None] * 4
         for i in range(4):
@@ -232,5 +269,10 @@ class _RingAttention(torch.autograd.Function):
             d_bias = totals[0].to(bias_a.dtype)
         d_grape = tuple(None if t is None else t.to(p.dtype)
                         for t, p in zip(totals[1:], targets[1:]))
+        d_sinks = None
+        if want_sinks:  # each rank's rows' share, summed over ranks (after the others)
+            d_sinks = _sink_grad(cfg, o, lse, d_o).contiguous()
+            dist.all_reduce(d_sinks, group=g.group)
+            d_sinks = d_sinks.to(sinks.dtype)
         return ((dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, d_fox,
-                 None, d_bias) + d_grape)
+                 None, d_bias) + d_grape + (d_sinks,))

@@ -26,6 +26,17 @@ def _encode_rows(enc, x, pos, transpose=False):
     return torch.from_numpy(np.ascontiguousarray(out)).view(b, s, h, d)
 
 
+def _rope_rows(rope, x, pos, role, transpose=False):
+    """m R(p theta) x (or its transpose) for a gpe.Rope on x [b, s, h, d] in the query or key
+    role (xPos scales them inversely): the float64 ring backward applies RoPE outside the
+    kernel, whose head_dim + 2 features a Rope handle of head_dim would refuse."""
+    b = x.shape[0]
+    rows = np.ascontiguousarray(x.detach().numpy())
+    fn = rope.backward if transpose else rope.forward
+    out = fn(rows, positions=pos.repeat(b).numpy(), layout="bshd", role=role)
+    return torch.from_numpy(np.ascontiguousarray(out))
+
+
 def _grape_vjp(cfg, x, pos, dx_enc):
     """dL/d(a, b, omega) of T(p) x given dL/d(T(p) x) (GRAPE-M applied outside the float64
     ring's kernel): the VJP of gpe.torch.grape_m, differentiable in its generators."""
@@ -38,8 +49,65 @@ def _grape_vjp(cfg, x, pos, dx_enc):
         return torch.autograd.grad(y, leaves, dx_enc.reshape(-1, d).to(y.dtype))
 
 
+def _phantom_groups(cfg, q_pos):
+    """The block's queries (positions ascending) cut into runs that one phantom position
+    p* serves: p* must be an allowed key for every query of the run, p_i - L <= p* <=
+    p_i + R (L = left, R = 0 under causal, else right; -1: unbounded), which a run with
+    max - min <= L + R admits at p* = max(min, max - L). Yields (slice, p*), p* None
+    (the default) without a window."""
+    n = q_pos.numel()
+    if cfg.window is None:
+        yield slice(0, n), None
+        return
+    left, right = cfg.window
+    inf = float("inf")
+    lw = inf if left < 0 else left
+    rw = 0 if cfg.causal else (inf if right < 0 else right)
+    p = q_pos.tolist()
+    start = 0
+    for i in range(1, n + 1):
+        if i == n or p[i] - p[start] > lw + rw:
+            lo, hi = p[start], p[i - 1]
+            yield slice(start, i), (lo if lw == inf else max(lo, hi - int(lw)))
+            start = i
+
+
+def _ring_block_grads_split(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=None,
+                            want=(False,) * 4):
+    """_ring_block_grads_f64 per packed sequence and per run of queries one phantom serves
+    under a window (_phantom_groups): the phantom key must be allowed for every query it
+    stands for, and keys see queries of their own sequence only. Same results as
+    _ring_block_grads_f64 (the shares add up: dq row by row, dk, dv and the parameters'
+    gradients over the runs)."""
+    if cfg.cu_seqlens is None and cfg.window is None:
+        return _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a, want)
+    if cfg.cu_seqlens is None:
+        qs, ql = torch.zeros_like(pos), pos
+        ks, kl = torch.zeros_like(pb), pb
+    else:
+        (qs, ql), (ks, kl) = cfg.seq_local(pos), cfg.seq_local(pb)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(kb), torch.zeros_like(vb)
+    pgrads = [None] * 4
+    for seq in sorted(set(qs.tolist()) & set(ks.tolist())):
+        iq = torch.nonzero(qs == seq).flatten()
+        ik = torch.nonzero(ks == seq).flatten()
+        iq = iq[torch.argsort(ql[iq])]
+        for part, p_star in _phantom_groups(cfg, ql[iq]):
+            qi = iq[part]
+            out = _ring_block_grads_f64(cfg, q[:, qi], kb[:, ik], vb[:, ik], ql[qi], kl[ik],
+                                        o[:, qi], lse[:, qi], d_o[:, qi], bias, bias_a, want,
+                                        p_star)
+            dq.index_add_(1, qi, out[0])
+            dk.index_add_(1, ik, out[1])
+            dv.index_add_(1, ik, out[2])
+            for i, g in enumerate(out[3:7]):
+                if g is not None:
+                    pgrads[i] = g if pgrads[i] is None else pgrads[i] + g
+    return (dq, dk, dv) + tuple(pgrads)
+
+
 def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=None,
-                          want=(False,) * 4):
+                          want=(False,) * 4, p_star=None):
     """This block's exact share of dq, dk, dv in float64 (Liu et al.'s ring backward), and
     of the learnable tensors flagged in `want` (bias_a, grape a, b, omega; None where not
     wanted).
@@ -56,9 +124,12 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     phantom), and dO_B = dO . o_rest = (D - alpha dO . o_b) / (1 - alpha), so the
     recomputed D equals the global D. Real keys have A = B = 0 and the phantom has no
     real features, so dq, dk, dv over the real features are exactly the block's share.
-    RoPE (on the first rope_dim features) stays in the kernel; GRAPE-M / algebraic
-    encodings act on all head_dim features and are applied outside (T q, T k in; T^T dq,
-    T^T dk out; learnable GRAPE-M's generator gradients by the VJP of gpe.torch.grape_m).
+    RoPE by rope_dim (on the first rope_dim features) stays in the kernel; GRAPE-M /
+    algebraic encodings act on all head_dim features and a gpe.Rope handle has the call's
+    head_dim, so they are applied outside (T q, T k in; T^T dq, T^T dk out; learnable
+    GRAPE-M's generator gradients by the VJP of gpe.torch.grape_m). The window is the
+    kernel's; p_star (the phantom's position) must be an allowed key for every query
+    (_phantom_groups), by default min(pos, pb), which the causal rule allows.
     A learnable bias's gradient from the kernel also holds the phantom column's term
     sum_i dS_i* db(i, p*)/dtheta with dS_i* = P_i* (dO_B,i - D_i) (flash-attention's dS),
     P_i* = 1 - alpha_i: it is accumulated by the bias object itself and subtracted."""
@@ -73,13 +144,18 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
         enc = enc.build(*cfg.params[1:])
     if enc is not None:
         q, kb = _encode_rows(enc, q, pos), _encode_rows(enc, kb, pb)
+    if cfg.rope is not None:
+        q, kb = _rope_rows(cfg.rope, q, pos, "query"), _rope_rows(cfg.rope, kb, pb, "key")
+    left, right = cfg.window or (-1, -1)
+    window = dict(window_left=left, window_right=right)
     if bias is None and cfg.alibi:
         bias = Alibi(heads, symmetric=cfg.alibi == "symmetric")
     elif bias is None:
         bias = cfg.bias
     learnable = isinstance(bias, gt._LearnableBias)
     bias_obj = bias.build(bias_a, None, heads, d) if learnable else bias
-    p_star = min(int(pos.min()), int(pb.min()))  # allowed for every query under causal
+    if p_star is None:
+        p_star = min(int(pos.min()), int(pb.min()))  # allowed for every query under causal
     pk = torch.cat([torch.tensor([p_star]), pb])
 
     def args(k_pos):
@@ -87,7 +163,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
                 cfg.rope_dim, cfg.rope_base, cfg.rope_pairing, "", 0, gt._register(bias),
                 cfg.threads, 0, bias_a if learnable else None)
 
-    ob, lb = gt.forward_impl(q, kb, vb, *args(pb))
+    ob, lb = gt.forward_impl(q, kb, vb, *args(pb), **window)
     lb = lb.view(batch, s_q, heads)
     empty = torch.isinf(lse) | torch.isinf(lb)     # no global mass, or none in this block
     diff = torch.where(empty, torch.zeros_like(lb), lb - lse)
@@ -117,7 +193,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     v_aug = torch.cat([phantom_v, torch.cat([vb, zk], -1)], 1)
     want_bias = bool(want[0]) and learnable
     out = gt.backward_impl(q_aug, k_aug, v_aug, None, None, d_o_aug, *args(pk),
-                           param_grads=(want_bias,) + (False,) * 6)
+                           param_grads=(want_bias,) + (False,) * 6, **window)
     dq, dk, dv = out[0][..., :d], out[1][:, 1:, :, :d], out[2][:, 1:, :, :d]
     g_bias = None
     if want_bias:
@@ -140,4 +216,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
             gq = _grape_vjp(cfg, q0, pos, dq_enc)
             gk = _grape_vjp(cfg, k0, pb, dk_enc)
             g_grape = tuple(a + b if w else None for a, b, w in zip(gq, gk, want[1:]))
+    if cfg.rope is not None:
+        dq, dk = _rope_rows(cfg.rope, dq, pos, "query", True), _rope_rows(cfg.rope, dk, pb,
+                                                                          "key", True)
     return (dq, dk, dv, g_bias) + g_grape

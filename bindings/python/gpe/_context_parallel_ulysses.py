@@ -56,7 +56,7 @@ class _HeadsToSeq(torch.autograd.Function):
         return _seq_to_heads(ctx.g, grad.contiguous(), ctx.sizes), None, None
 
 
-def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
+def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     from gpe.bias import Alibi, T5Bias
     g, gt = cfg.g, cfg.gt
     batch, heads_q, heads_kv = q.shape[0], q.shape[2], k.shape[2]
@@ -83,10 +83,12 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
     # slopes or table columns h0 .. h0 + hw, the rest zero; GRAPE-M's generators, shared
     # by the heads, get this shard's heads' share): summed over ranks by _Collect.
     params = _learnable_tensors(cfg)
-    present = [t for t in params if t is not None]
+    # The sinks too: this head shard's entries get its rows' gradient, the rest zero.
+    present = [t for t in params if t is not None] + ([sinks] if sinks is not None else [])
     outs = _Collect.apply(g, sizes, (), *present) if present else ()
     it = iter(outs)
     bias_a, *grape = [None if t is None else next(it) for t in params]
+    sinks = next(it)[h0:h0 + hw] if sinks is not None else None
     bias, enc = _rebuilt(cfg, bias_a, grape, slice(h0, h0 + hw))
     alibi = cfg.alibi
     if alibi or isinstance(bias, Alibi):
@@ -107,9 +109,22 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits):
             outs = tuple(outs) + (x,)
     if pf.numel() == 0:  # an empty sequence
         return q * 0.0 + (k.sum() + v.sum() + sum(t.sum() for t in outs)).to(q.dtype) * 0.0
-    o = gt.attention(qh, kh, vh, causal=cfg.causal, scale=cfg.scale or None,
-                     rope_dim=cfg.rope_dim, rope_base=cfg.rope_base,
-                     rope_pairing=cfg.rope_pairing, alibi=alibi or None, bias=bias,
-                     encoding=enc, q_positions=pf.repeat(batch),
-                     k_positions=pf.repeat(batch), threads=cfg.threads)
+    common = dict(causal=cfg.causal, scale=cfg.scale or None, rope_dim=cfg.rope_dim,
+                  rope_base=cfg.rope_base, rope_pairing=cfg.rope_pairing,
+                  alibi=alibi or None, bias=bias, encoding=enc, rope=cfg.rope,
+                  window_size=cfg.window, sinks=sinks, threads=cfg.threads)
+    if cfg.cu_seqlens is None:
+        o = gt.attention(qh, kh, vh, q_positions=pf.repeat(batch),
+                         k_positions=pf.repeat(batch), **common)
+    else:
+        # Packed: the whole sequence's tokens arrive in rank order; grouped by sequence
+        # (packed index order) for the kernel's packed layout, and put back after.
+        order = torch.argsort(pf)
+        ps = pf[order]
+        qh, kh, vh = (t.index_select(1, order) for t in (qh, kh, vh))
+        (qs, ql) = cfg.seq_local(ps)
+        cu = cfg.block_cu(qs)
+        o = gt.attention(qh[0], kh[0], vh[0], q_positions=ql, k_positions=ql,
+                         cu_seqlens_q=cu, cu_seqlens_k=cu, **common)
+        o = o[None].index_select(1, torch.argsort(order))
     return _HeadsToSeq.apply(o, g, sizes)

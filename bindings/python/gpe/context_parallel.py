@@ -5,6 +5,10 @@
     q_r, k_r, v_r = (cp.shard(x, world, rank) for x in (q, k, v))   # [batch, seq, heads, d]
     o_r = cp.attention(q_r, k_r, v_r, pos, causal=True, rope_dim=64, method="ring")
     o = cp.unshard([o_0, o_1, ...], seq_len)                 # where all shards are at hand
+    o_r = cp.attention(q_r, k_r, v_r, pos, causal=True, rope=gpe.Rope(64, schedule="yarn",
+                       factor=4.0), window_size=(1023, 0), sinks=sinks)  # any method
+    pos = cp.packed_shard_positions(cu_seqlens, world, rank)  # packed: part of each sequence
+    o_r = cp.attention(q[pos], k[pos], v[pos], pos, causal=True, cu_seqlens=cu_seqlens)
 
 Every rank holds the tokens at `positions` (int64 global ids, any order, possibly none) of
 one self-attention sequence: q, k, v [batch, tokens, heads, head_dim] (heads_q a
@@ -67,12 +71,53 @@ query, so its bias is a running sum over every key between j and i, not a differ
 prefix sums), and FoX or gated GRAPE-A as a bias object (one contiguous run of logits,
 not a rank's two chunks: pass fox_gate_logits).
 
+Issue 25's options, on every method, forward and backward:
+- rope = a gpe.Rope handle (any schedule: Llama 3, YaRN with its attention factor,
+  LongRoPE, linear, dynamic NTK, xPos, partial rotary; single-axis), in place of rope_dim:
+  q rotated in the query role and k in the key role at their global positions.
+- window_size = (left, right): flash-attn's sliding window (-1: unbounded side; other
+  negative values are refused), key j allowed for query i iff p_i - left <= p_j <= p_i +
+  right (and p_j <= p_i under causal). "ring" skips, with no attention call (forward or
+  backward), every step whose key block holds no key allowed for any local query (causal
+  rule, window, packed sequences: an exact test, one binary search per query); the K/V
+  still travel. BLOCK_CALLS in gpe/_context_parallel_ring.py counts the calls made, for
+  tests.
+- sinks: gpt-oss's sink logits z_h, [heads_q] (read as float32, as the kernels do; a
+  tensor that may require grad, or a gpe.torch.AttentionSinks). Each row's denominator
+  gains e^{z_h} once: "ring" merges the blocks by log-sum-exp without the sink and then
+  adds it, lse' = logaddexp(lse, z_h), o' = o e^{lse - lse'}; its backward runs each block
+  with that global lse (so P_ij already holds the sink's share) and gives dL/dz_h =
+  -sum_i e^{z_h - lse'_i} <dO_i, o'_i> over the rank's rows (the sink is a key of value
+  0), summed over ranks by an all_reduce. "all_gather" and "ulysses" pass the sinks to
+  their one attention call (Ulysses: the head shard's) through _Collect, which sums
+  their gradient over ranks like the learnable parameters'. bfloat16: the kernels give
+  no sink gradient, so there the backward of "all_gather" and "ulysses" stops with the
+  library's error when the sinks require grad (as gpe.torch.attention's does); "ring"
+  computes it itself.
+- cu_seqlens: packed variable-length sequences (flash-attn's varlen batch). Sequences are
+  packed in one token dimension of total length T = cu_seqlens[-1] (int64 [S + 1], 0 =
+  cu[0] <= ... <= cu[S], the same on every rank: one small all_gather checks it and that
+  the ranks hold T tokens together); q, k, v are [1, tokens, heads, head_dim] or
+  [tokens, heads, head_dim] and `positions` are the PACKED indices (0 .. T-1) of the
+  rank's tokens, in any order. Token t belongs to the sequence s with cu[s] <= t <
+  cu[s + 1] and its encoding position is t - cu[s] (positions restart at 0 in every
+  sequence, as gpe.attention's packed layout numbers them); keys attend only to queries
+  of their own sequence. packed_shard_positions(cu_seqlens, W, r) shards every sequence
+  on its own (load-balanced per sequence, so each rank holds part of each sequence);
+  shard_positions(T, W, r) on the packed dimension works too. Internally the rank's
+  tokens are put in packed order (output rows go back to the caller's order), and each
+  ring block, or the single call of "all_gather" / "ulysses", runs the kernels' packed
+  layout with per-block cu_seqlens. Not with FoX (one sequence's gates).
+
 dtypes: float32 and bfloat16 (optimised kernels), float64 (exact reference). The float64
 reference's backward recomputes o and lse from the keys it is given instead of reading
 the global ones, so the float64 ring backward gives it each block's keys plus one
 phantom key standing for the rest of the ring (two extra features carry its score and
 value; see _ring_block_grads_f64 in gpe/_context_parallel_ring_f64.py): exact, with no
-change to the C ABI. A learnable bias's gradient there has the phantom column's share
+change to the C ABI. The phantom must be an allowed key for every query it serves: under
+a window the queries are cut into runs one phantom position serves, and packed blocks go
+sequence by sequence (_ring_block_grads_split); a gpe.Rope handle is applied outside
+that kernel, like GRAPE-M. A learnable bias's gradient there has the phantom column's share
 subtracted (the bias object accumulates it), and GRAPE-M, applied outside that kernel,
 gets its generator gradients from gpe.torch.grape_m's VJP.
 
@@ -95,20 +140,117 @@ from gpe._context_parallel_all_gather import _all_gather_attention
 from gpe._context_parallel_comm import _Group
 from gpe._context_parallel_config import _Config, _learnable_tensors
 from gpe._context_parallel_fox import fox_global_prefix
+from gpe._context_parallel_ring import BLOCK_CALLS as _RING_BLOCK_CALLS  # noqa: F401
 from gpe._context_parallel_ring import _RingAttention
 from gpe._context_parallel_shard import (LAYOUTS, chunk_bounds, shard,  # noqa: F401
                                          shard_positions, unshard)
 from gpe._context_parallel_ulysses import _ulysses_attention
 
-__all__ = ["METHODS", "attention", "chunk_bounds", "fox_global_prefix", "shard",
-           "shard_positions", "unshard"]
+__all__ = ["METHODS", "attention", "chunk_bounds", "fox_global_prefix",
+           "packed_shard_positions", "shard", "shard_positions", "unshard"]
 
 METHODS = ("ring", "all_gather", "ulysses")
 
 
+def _window_arg(window_size):
+    """flash-attn's window_size as (left, right), or None for no window ((-1, -1) too)."""
+    if window_size is None:
+        return None
+    try:
+        left, right = (int(x) if int(x) == x else None for x in window_size)
+        if left is None or right is None:
+            raise TypeError
+    except (TypeError, ValueError):
+        raise ValueError("window_size must be a pair (left, right) of ints, -1 for an "
+                         "unbounded side; got %r" % (window_size,)) from None
+    if left < -1 or right < -1:
+        raise ValueError("window_size: each side must be -1 (unbounded) or >= 0; got (%d, %d)"
+                         % (left, right))
+    return None if (left, right) == (-1, -1) else (left, right)
+
+
+def _sinks_arg(sinks, heads_q):
+    """The sink logits as a floating tensor [heads_q] (the caller's, so a tensor that
+    requires grad keeps its graph), or None."""
+    if sinks is None:
+        return None
+    from gpe.torch import AttentionSinks
+    if isinstance(sinks, AttentionSinks):
+        sinks = sinks.logits
+    if not isinstance(sinks, torch.Tensor):
+        sinks = torch.as_tensor(sinks, dtype=torch.float32)
+    if not sinks.is_floating_point():
+        sinks = sinks.to(torch.float32)
+    if sinks.dim() != 1 or sinks.shape[0] != heads_q:
+        raise ValueError("sinks must hold one logit per query head, [heads_q] = [%d]; got "
+                         "shape %s" % (heads_q, tuple(sinks.shape)))
+    z = sinks.detach()
+    if bool(torch.isnan(z).any()) or bool((z == float("inf")).any()):
+        raise ValueError("sinks must be finite (or -inf: no sink for that head)")
+    return sinks
+
+
+def _cu_seqlens_arg(cu_seqlens, positions, batch):
+    """cu_seqlens as int64 [S + 1] (0 = cu[0] <= cu[1] <= ... <= cu[S]), checked against
+    this rank's packed token indices."""
+    cu = torch.as_tensor(cu_seqlens)
+    if cu.is_floating_point() or cu.dtype == torch.bool:
+        raise ValueError("cu_seqlens must be integers")
+    cu = cu.to(torch.int64).flatten()
+    if cu.numel() < 2 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError("cu_seqlens must be [0, ..., total_tokens], non-decreasing, with at "
+                         "least one sequence; got %s" % cu.tolist())
+    if batch != 1:
+        raise ValueError("cu_seqlens: packed sequences share one token dimension, so q, k, "
+                         "v are [1, tokens, heads, head_dim] or [tokens, heads, head_dim]; "
+                         "got batch %d" % batch)
+    if positions.numel() and (int(positions.min()) < 0 or
+                              int(positions.max()) >= int(cu[-1])):
+        raise ValueError("cu_seqlens: positions are packed token indices in [0, %d) (= "
+                         "cu_seqlens[-1]); got %d .. %d" % (int(cu[-1]), int(positions.min()),
+                                                            int(positions.max())))
+    if positions.numel() > 1 and bool((torch.sort(positions).values[1:]
+                                       == torch.sort(positions).values[:-1]).any()):
+        raise ValueError("cu_seqlens: a packed token index repeats within this rank's shard")
+    return cu
+
+
+def _check_packed_agreement(g, cu, tokens):
+    """One small all_gather: every rank must give the same cu_seqlens, and the ranks'
+    tokens together must be the T = cu_seqlens[-1] packed tokens (raised on every rank
+    alike, since every rank sees the same summaries)."""
+    i = torch.arange(1, cu.numel() + 1, dtype=torch.int64)
+    mine = torch.tensor([tokens, cu.numel(), int(cu[-1]), int(cu.sum()), int((cu * i).sum())],
+                        dtype=torch.int64)
+    every = [torch.zeros_like(mine) for _ in range(g.size)]
+    dist.all_gather(every, mine, group=g.group)
+    every = torch.stack(every)
+    if bool((every[:, 1:] != every[0, 1:]).any()):
+        raise ValueError("cu_seqlens differs across ranks (every rank must pass the same "
+                         "global boundaries)")
+    if int(every[:, 0].sum()) != int(cu[-1]):
+        raise ValueError("cu_seqlens: the ranks hold %d tokens together, but cu_seqlens[-1] = "
+                         "%d (every packed token must be on exactly one rank)"
+                         % (int(every[:, 0].sum()), int(cu[-1])))
+
+
+def packed_shard_positions(cu_seqlens, world_size, rank, layout="load_balanced"):
+    """Packed token indices (int64, ascending) that `rank` holds when every sequence of a
+    packed batch (boundaries cu_seqlens) is sharded on its own: shard_positions of each
+    sequence's length, offset by its start, so every rank holds a part of every sequence
+    (load-balanced: causal work balanced sequence by sequence)."""
+    cu = torch.as_tensor(cu_seqlens, dtype=torch.int64).flatten()
+    if cu.numel() < 2 or int(cu[0]) != 0 or bool((cu[1:] < cu[:-1]).any()):
+        raise ValueError("cu_seqlens must be [0, ..., total_tokens], non-decreasing")
+    return torch.cat([torch.empty(0, dtype=torch.int64)] + [
+        shard_positions(int(b - a), world_size, rank, layout) + int(a)
+        for a, b in zip(cu[:-1], cu[1:])])
+
+
 def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               rope_pairing="half", alibi=None, bias=None, encoding=None, fox_gate_logits=None,
-              method="ring", group=None, threads=0, return_lse=False):
+              method="ring", group=None, threads=0, return_lse=False, rope=None,
+              window_size=None, sinks=None, cu_seqlens=None):
     """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
 
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at
@@ -118,7 +260,9 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     gpe.torch modules (bias = AlibiBias, T5Bias, GrapeABias(slopes=); encoding =
     GrapeMEncoding), whose gradients are summed over ranks (the unsharded gradient).
     return_lse=True (ring and all_gather) also returns lse [batch, tokens, heads_q] over
-    the whole sequence."""
+    the whole sequence. rope (a single-axis gpe.Rope, any schedule), window_size
+    ((left, right), -1 unbounded), sinks ([heads_q], may require grad) and cu_seqlens
+    (packed sequences; positions are then packed token indices): the module docstring."""
     from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
     import gpe.torch as gt
@@ -127,9 +271,14 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
     if not dist.is_available() or not dist.is_initialized():
         raise RuntimeError("gpe.context_parallel needs an initialised torch.distributed "
                            "process group (torch.distributed.init_process_group)")
+    packed_3d = cu_seqlens is not None and all(isinstance(x, torch.Tensor) and x.dim() == 3
+                                               for x in (q, k, v))
+    if packed_3d:  # [tokens, heads, head_dim]: one packed batch
+        q, k, v = q[None], k[None], v[None]
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            raise ValueError("%s must be a 4-D tensor [batch, tokens, heads, head_dim]" % name)
+            raise ValueError("%s must be a 4-D tensor [batch, tokens, heads, head_dim] (or, "
+                             "with cu_seqlens, [tokens, heads, head_dim])" % name)
     positions = torch.as_tensor(positions, dtype=torch.int64).flatten()
     if not (q.shape[1] == k.shape[1] == v.shape[1] == positions.numel()):
         raise ValueError("q, k, v and positions must hold the same tokens (self-attention "
@@ -162,9 +311,42 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
                         else "bias must be a gpe.bias object or a learnable gpe.torch bias")
     if sum(x is not None for x in (alibi, bias, fox_gate_logits)) > 1:
         raise ValueError("give at most one of alibi, bias and fox_gate_logits")
+    if rope is not None:
+        from gpe.rope import Rope
+        if not isinstance(rope, Rope):
+            raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
+        if rope_dim or encoding is not None:
+            raise ValueError("give one positional rotation: rope (a gpe.Rope), rope_dim or "
+                             "encoding")
+        head_dim, _, axes = rope.shape
+        if axes != 1:
+            raise ValueError("rope: a multi-axis gpe.Rope (axial / M-RoPE) reads per-axis "
+                             "coordinates, which gpe.context_parallel does not shard; use a "
+                             "single-axis one")
+        if head_dim != q.shape[3]:
+            raise ValueError("rope: the gpe.Rope's head_dim (%d) must be q's (%d)"
+                             % (head_dim, q.shape[3]))
+    window = _window_arg(window_size)
+    sinks = _sinks_arg(sinks, q.shape[2])
+    cu, order = None, None
+    if cu_seqlens is not None:
+        if fox_gate_logits is not None:
+            raise ValueError("cu_seqlens: FoX (fox_gate_logits) reads one sequence's gates; "
+                             "packed sequences are not supported with it")
+        cu = _cu_seqlens_arg(cu_seqlens, positions, q.shape[0])
+        # Tokens grouped by sequence (packed index order), as the kernels' packed layout
+        # needs them; the outputs are put back in the caller's order at the end.
+        order = torch.argsort(positions)
+        if bool((order == torch.arange(order.numel())).all()):
+            order = None
+        else:
+            q, k, v = (x.index_select(1, order) for x in (q, k, v))
+            positions = positions[order]
     g = _Group(group)
+    if cu is not None:
+        _check_packed_agreement(g, cu, positions.numel())
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
-                  threads)
+                  threads, rope, window, sinks, cu)
     learnable = _learnable_tensors(cfg)
     cfg.params = tuple(None if t is None else t.detach() for t in learnable)
     fox, fox_logits = None, None
@@ -183,12 +365,19 @@ def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_bas
             raise ValueError("fox_gate_logits must be finite")
         if method == "ring":
             fox = torch.stack([x, fox_global_prefix(g, positions, x)], -1)
+    lse = None
     if method == "ring":
-        o, lse = _RingAttention.apply(q, k, v, positions, fox, fox_logits, cfg, *learnable)
+        o, lse = _RingAttention.apply(q, k, v, positions, fox, fox_logits, cfg, *learnable,
+                                      sinks)
     elif method == "all_gather":
-        o, lse = _all_gather_attention(cfg, q, k, v, positions, fox_logits)
+        o, lse = _all_gather_attention(cfg, q, k, v, positions, fox_logits, sinks)
     else:
         if return_lse:
             raise ValueError("return_lse is available with method='ring' or 'all_gather'")
-        return _ulysses_attention(cfg, q, k, v, positions, fox_logits)
+        o = _ulysses_attention(cfg, q, k, v, positions, fox_logits, sinks)
+    if order is not None:
+        back = torch.argsort(order)
+        o, lse = o.index_select(1, back), (None if lse is None else lse.index_select(1, back))
+    if packed_3d:
+        o, lse = o[0], (None if lse is None else lse[0])
     return (o, lse) if return_lse else o

@@ -85,6 +85,10 @@ RULES = (
     Rule("", "top", None),
 )
 
+# Files of the root package that any layer may name: the project's own documents (the
+# wheel carries them), not code, so no dependency points up through them.
+ROOT_DOCUMENTS = ("//:LICENSE", "//:README.md")
+
 # Include paths that live under an area's include root rather than at their path.
 INCLUDE_ROOTS = {"gpe": "c_api"}
 
@@ -326,6 +330,8 @@ def check_layering(root, rules=RULES):
                     violations.append(Violation(path, e.lineno, "cannot parse: %s" % e.msg))
                     continue
                 for label, line in labels:
+                    if label in ROOT_DOCUMENTS:
+                        continue
                     dst_pkg = label_package(label, pkg)
                     if dst_pkg is None:
                         continue

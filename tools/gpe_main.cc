@@ -3,7 +3,8 @@
 //   gpe [--quick]       the main job: version, the group laws on random elements, INR fits
 //                       of the Spiral image in closed form and by an MLP (PNGs in gpe_out/),
 //                       and a short attention benchmark with RoPE, ALiBi and GRAPE-M
-//   gpe version         the library version (header and shared library agree)
+//   gpe version         the library version (header and shared library agree); also
+//                       gpe --version, gpe -V
 //   gpe check-groups [--seed N] [--trials N]
 //                       the group laws of every representation, on random elements
 //   gpe inr-spiral, inr-image FILE, inr COMMAND, bench, machine   (see kUsage)
@@ -42,7 +43,7 @@ constexpr char kUsage[] =
     "                  (closed form and MLP), a short attention benchmark (RoPE, ALiBi,\n"
     "                  GRAPE-M inside the kernel); PNGs in gpe_out/\n"
     "                    --quick      small sizes (seconds)\n"
-    "  version         the library version\n"
+    "  version         the library version (also --version, -V)\n"
     "  check-groups    check the group laws of every representation on random elements\n"
     "                    --seed N     random seed (default 1)\n"
     "                    --trials N   random elements per law (default 20, 1..100000)\n"
@@ -214,7 +215,7 @@ int main(int argc, char** argv) {
   if (command == "inr") return t::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   if (command == "inr-image") return InrImageCommand(argc, argv);
   if (command == "inr-spiral") return InrSpiralCommand(argc, argv);
-  if (command == "version") return RunVersion();
+  if (command == "version" || command == "--version" || command == "-V") return RunVersion();
   if (command == "machine") return RunMachine();
   if (command == "bench") return BenchCommand(argc, argv);
   if (command == "check-groups") return CheckGroupsCommand(argc, argv);

@@ -10,6 +10,11 @@ cd "${TEST_TMPDIR:-$(mktemp -d)}" || fail "no scratch directory"
 out="$("$gpe" --quick)" || fail "the main job exited $?: $out"
 grep -q "All group laws hold." <<<"$out" || fail "main job output lacks the verdict: $out"
 grep -q "^GroupPE 0\." <<<"$out" || fail "main job output lacks the version: $out"
+# gpe version, --version and -V print one line, the same.
+v="$("$gpe" version)" || fail "gpe version exited $?"
+grep -qE "^GroupPE [0-9]+\.[0-9]+\.[0-9]+ \(header [0-9]+\.[0-9]+\.[0-9]+\)$" <<<"$v" ||
+  fail "gpe version printed '$v'"
+[[ "$("$gpe" --version)" == "$v" && "$("$gpe" -V)" == "$v" ]] || fail "gpe --version / -V differ from gpe version"
 # Every law row passed; a FAIL row would also have made the exit code non-zero.
 if grep -q "FAIL" <<<"$out"; then fail "a law failed: $out"; fi
 

@@ -226,27 +226,19 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
   std::vector<double> ga(static_cast<size_t>(m * d), 0.0), gb(ga.size(), 0.0),
       gw(static_cast<size_t>(m), 0.0);
   for (const bool query : {true, false}) {
-    const TensorView& x = query ? c.q : c.k;
-    const TensorView& dx = query ? dqv : dkv;
-    const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dx, packed);
-    const int64_t tokens = query ? a.num_q_tokens() : a.num_k_tokens();
-    const int64_t heads = query ? a.num_q_heads : a.num_kv_heads;
-    const int64_t n = tokens * heads;
+    const SideRows side = LoadSide(c, packed, query, query ? dqv : dkv);
+    const int64_t n = side.rows;
     if (n == 0) continue;  // before EffectivePositions, which walks every sequence
     const std::vector<int64_t> pos = EffectivePositions(a, query);
-    std::vector<double> in(static_cast<size_t>(n * d)), g(in.size()), gr(in.size());
     std::vector<int64_t> p(static_cast<size_t>(n));
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t r = t * heads + h;
-        p[r] = pos[t];
-        LoadRow(x, c.dtype, xs, a, query, t, h, in.data() + r * d);
-        LoadRow(dx, c.dtype, dxs, a, query, t, h, g.data() + r * d);
-      }
+    for (int64_t r = 0; r < n; ++r) p[r] = pos[side.token(r)];
+    std::vector<double> gr(side.dx.size());
+    if (absl::Status s = grape.Apply<double>(p, side.dx.data(), d, gr.data(), d); !s.ok()) {
+      return s;
     }
-    if (absl::Status s = grape.Apply<double>(p, g.data(), d, gr.data(), d); !s.ok()) return s;
     seq::GrapeMProduct::Gradients part;
-    if (absl::Status s = grape.Backward<double>(p, in.data(), d, gr.data(), d, nullptr, 0, &part);
+    if (absl::Status s =
+            grape.Backward<double>(p, side.x.data(), d, gr.data(), d, nullptr, 0, &part);
         !s.ok()) {
       return s;
     }
@@ -258,25 +250,9 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
       gw[k] += part.generators[k].omega;
     }
   }
-  for (auto [t, name, src, rows] :
-       {std::tuple<DLTensor*, const char*, const std::vector<double>*, int64_t>{pg.d_grape_a, "d_grape_a", &ga, m},
-        {pg.d_grape_b, "d_grape_b", &gb, m}, {pg.d_grape_omega, "d_grape_omega", &gw, 0}}) {
-    if (t == nullptr) continue;
-    const std::vector<int64_t> shape = rows > 0 ? std::vector<int64_t>{m, d} : std::vector<int64_t>{m};
-    absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
-    if (!v.ok()) return v.status();
-    if (v->shape != shape) {
-      return Bad(absl::StrCat(name, " must be float64 ", rows > 0 ? absl::StrCat("[", m, ", ", d, "]")
-                                                                  : absl::StrCat("[", m, "]"),
-                              "; got ", ShapeString(*v)));
-    }
-    double* dst = v->typed<double>();
-    for (int64_t i = 0; i < static_cast<int64_t>(src->size()); ++i) {
-      const int64_t off = rows > 0 ? (i / d) * v->strides[0] + (i % d) * v->strides[1] : i * v->strides[0];
-      dst[off] = (*src)[i];
-    }
-  }
-  return absl::OkStatus();
+  if (absl::Status s = WriteGradient(pg.d_grape_a, "d_grape_a", {m, d}, ga); !s.ok()) return s;
+  if (absl::Status s = WriteGradient(pg.d_grape_b, "d_grape_b", {m, d}, gb); !s.ok()) return s;
+  return WriteGradient(pg.d_grape_omega, "d_grape_omega", {m}, gw);
 }
 
 absl::Status AlgebraicParameterGrads(const Call& c, const gpe_attention_options& o, bool packed,

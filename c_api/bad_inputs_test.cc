@@ -849,6 +849,75 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     g.d_sinks = &f.v3.d_sinks_t;
     return f.v3.BackwardParams(g);
   });
+  // The algebraic generators' gradients (0.10.0): each needs its option and its shape.
+  add("attention_params_d_algebraic_without_algebraic", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic = &f.v3.tile_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_algebraic_tree_without_tree", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic_tree = &f.v3.tile_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_algebraic_grid_without_grid", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic_grid = &f.v3.tile_t;
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_algebraic_wrong_shape", e, [](Fixture& f) {
+    std::vector<double> zero(f.v3.kD * f.v3.kD, 0.0);
+    gpe_algebraic_sequence_options so = GPE_ALGEBRAIC_SEQUENCE_OPTIONS_INIT;
+    so.dim = f.v3.kD;
+    so.skew = zero.data();
+    gpe_algebraic_sequence* seq = nullptr;
+    EXPECT_EQ(gpe_algebraic_sequence_create(&so, &seq), GPE_OK) << gpe_last_error_message();
+    f.v3.att.algebraic = seq;
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic = &f.v3.tile_t;  // [2, 3]; the generator is [8, 8]
+    const gpe_status st = f.v3.BackwardParams(g);
+    gpe_algebraic_sequence_destroy(seq);
+    return st;
+  });
+  add("attention_params_d_algebraic_without_dk", e, [](Fixture& f) {
+    std::vector<double> zero(f.v3.kD * f.v3.kD, 0.0), grad(zero.size());
+    gpe_algebraic_sequence_options so = GPE_ALGEBRAIC_SEQUENCE_OPTIONS_INIT;
+    so.dim = f.v3.kD;
+    so.skew = zero.data();
+    gpe_algebraic_sequence* seq = nullptr;
+    EXPECT_EQ(gpe_algebraic_sequence_create(&so, &seq), GPE_OK) << gpe_last_error_message();
+    f.v3.att.algebraic = seq;
+    DLTensor t = f.v3.Make(grad.data(), kDLFloat, 64, {f.v3.kD, f.v3.kD});
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic = &t;
+    const gpe_status st = f.v3.BackwardParams(g);  // dq only
+    gpe_algebraic_sequence_destroy(seq);
+    return st;
+  });
+  add("attention_params_d_algebraic_tree_wrong_shape", e, [](Fixture& f) {
+    std::vector<double> skews(2 * f.v3.kD * f.v3.kD, 0.0);
+    std::vector<int64_t> off = {0, 0, 0, 0, 1}, ch = {1};
+    DLTensor ts = f.v3.Make(skews.data(), kDLFloat, 64, {2, f.v3.kD, f.v3.kD}),
+             to = f.v3.Make(off.data(), kDLInt, 64, {5}), tc = f.v3.Make(ch.data(), kDLInt, 64, {1});
+    f.v3.att.algebraic_tree = &ts;
+    f.v3.att.q_tree_offsets = f.v3.att.k_tree_offsets = &to;
+    f.v3.att.q_tree_children = f.v3.att.k_tree_children = &tc;
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic_tree = &f.v3.tile_t;  // 2-D; the generators are [2, 8, 8]
+    return f.v3.BackwardParams(g);
+  });
+  add("attention_params_d_algebraic_grid_wrong_shape", e, [](Fixture& f) {
+    std::vector<double> skews(2 * 4 * 4, 0.0), grad(2 * 4 * 3);
+    std::vector<int64_t> coords(2 * f.v3.kS, 1);
+    DLTensor ts = f.v3.Make(skews.data(), kDLFloat, 64, {2, 4, 4}),
+             tc = f.v3.Make(coords.data(), kDLInt, 64, {f.v3.kS, 2}),
+             tg = f.v3.Make(grad.data(), kDLFloat, 64, {2, 4, 3});
+    f.v3.att.algebraic_grid = &ts;
+    f.v3.att.q_axes = f.v3.att.k_axes = &tc;
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_algebraic_grid = &tg;
+    return f.v3.BackwardParams(g);
+  });
   add("attention_params_struct_size_small", e, [](Fixture& f) {
     gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
     g.struct_size = 8;

@@ -55,7 +55,7 @@ std::vector<long double> RopeOracle(const std::vector<double>& x, int64_t p, int
 
 TEST(Version, HeaderMatchesLibrary) {
   EXPECT_EQ(gpe_version(), GPE_VERSION_NUMBER);
-  EXPECT_STREQ(gpe_version_string(), "0.9.0");
+  EXPECT_STREQ(gpe_version_string(), "0.10.0");
 }
 
 TEST(Errors, NamesAndNeverNullMessage) {

@@ -370,6 +370,88 @@ class AttentionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpe.attention_backward(q, k, v, d_o, bias_grads=True)
 
+    def test_encoding_parameter_gradients_match_finite_differences(self):
+        # GRAPE-M's (a, b, omega) and Kogkalidis et al.'s skew generators (sequence, tree,
+        # grid) from attention_backward(..., encoding_grads=True), against central
+        # differences of L = <d_o, o> in float64 (the exact reference), step 1e-6
+        # (truncation ~1e-12 times the third derivative, rounding ~1e-10): 1e-7 absolute.
+        # Skew generators move in skew directions (S_ij += h, S_ji -= h), whose derivative
+        # is X_ij - X_ji for the entrywise gradient X. GQA (4 query heads over 2), padded
+        # and packed.
+        rng = np.random.default_rng(31)
+        s, d = 5, 6
+        q, d_o = (rng.standard_normal((1, s, 4, d)) for _ in range(2))
+        k, v = (rng.standard_normal((1, s, 2, d)) for _ in range(2))
+        packed = dict(cu_seqlens_q=[0, 2, 5], cu_seqlens_k=[0, 2, 5])
+
+        def skews(*shape):
+            a = 0.3 * rng.standard_normal(shape)
+            return a - np.swapaxes(a, -1, -2)
+
+        def check_skew(grad, param, loss):
+            self.assertGreater(np.abs(grad).max(), 1e-3)  # a vanishing gradient proves nothing
+            for idx in np.ndindex(param.shape):
+                *c, i, j = idx
+                if i >= j:
+                    continue
+                up, down = param.copy(), param.copy()
+                up[(*c, i, j)] += 1e-6
+                up[(*c, j, i)] -= 1e-6
+                down[(*c, i, j)] -= 1e-6
+                down[(*c, j, i)] += 1e-6
+                fd = (loss(up) - loss(down)) / 2e-6
+                self.assertAlmostEqual(grad[(*c, i, j)] - grad[(*c, j, i)], fd, delta=1e-7)
+
+        tree = [list(rng.integers(0, 2, size=rng.integers(0, 4))) for _ in range(s)]
+        coords = rng.integers(-3, 4, size=(s, 2))
+        for layout in ({}, packed):
+            x = (lambda t: t[0]) if layout else (lambda t: t)
+            qq, kk, vv, gg = x(q), x(k), x(v), x(d_o)
+
+            def loss_of(**kw):
+                return float(np.sum(gpe.attention(qq, kk, vv, causal=True, **layout, **kw) * gg))
+
+            # GRAPE-M.
+            ps = [rng.standard_normal((2, d)), rng.standard_normal((2, d)), np.array([0.6, -0.3])]
+            out = gpe.attention_backward(qq, kk, vv, gg, causal=True, encoding=gpe.GrapeM(*ps),
+                                         encoding_grads=True, **layout)
+            self.assertEqual(len(out), 6)
+            for which, grad in enumerate(out[3:]):
+                self.assertEqual(grad.shape, ps[which].shape)
+                for idx in np.ndindex(ps[which].shape):
+                    moved = []
+                    for h in (1e-6, -1e-6):
+                        p = [t.copy() for t in ps]
+                        p[which][idx] += h
+                        moved.append(loss_of(encoding=gpe.GrapeM(*p)))
+                    self.assertAlmostEqual(grad[idx], (moved[0] - moved[1]) / 2e-6, delta=1e-7)
+            # Algebraic sequence, tree, grid.
+            seq = skews(d, d)
+            *_, g = gpe.attention_backward(qq, kk, vv, gg, causal=True,
+                                           encoding=gpe.AlgebraicSequence(seq),
+                                           encoding_grads=True, **layout)
+            self.assertEqual(g.shape, (d, d))
+            check_skew(g, seq, lambda p: loss_of(encoding=gpe.AlgebraicSequence(p)))
+            tr = skews(2, d, d)
+            *_, g = gpe.attention_backward(qq, kk, vv, gg, causal=True, algebraic_tree=tr,
+                                           q_tree=tree, k_tree=tree, encoding_grads=True,
+                                           **layout)
+            self.assertEqual(g.shape, (2, d, d))
+            check_skew(g, tr, lambda p: loss_of(algebraic_tree=p, q_tree=tree, k_tree=tree))
+            gr = skews(2, 3, 3)
+            *_, g = gpe.attention_backward(qq, kk, vv, gg, causal=True, algebraic_grid=gr,
+                                           q_axes=coords, k_axes=coords, encoding_grads=True,
+                                           **layout)
+            self.assertEqual(g.shape, (2, 3, 3))
+            check_skew(g, gr, lambda p: loss_of(algebraic_grid=p, q_axes=coords, k_axes=coords))
+        # Beside other gradients, the encoding's come last; without one it is refused.
+        out = gpe.attention_backward(q, k, v, d_o, encoding=gpe.AlgebraicSequence(skews(d, d)),
+                                     sinks=np.zeros(4, np.float32), sink_grad=True,
+                                     encoding_grads=True)
+        self.assertEqual([t.shape for t in out[3:]], [(4,), (d, d)])
+        with self.assertRaises(ValueError):
+            gpe.attention_backward(q, k, v, d_o, encoding_grads=True)
+
 def window_softcap_sinks_reference(q, k, v, d_o, causal, window=None, softcap=None,
                                    sinks=None, scale=None):
     """One sequence [s, h, d] with the default positions, in float64, from the formulas of

@@ -53,8 +53,8 @@ def rank2_reference(a, b, omega, p):
 
 class VersionTest(unittest.TestCase):
     def test_version(self):
-        self.assertEqual(gpe.version(), (0, 9, 0))
-        self.assertEqual(gpe.version_string(), "0.9.0")
+        self.assertEqual(gpe.version(), (0, 10, 0))
+        self.assertEqual(gpe.version_string(), "0.10.0")
 
 
 class SoRepresentationTest(unittest.TestCase):

@@ -5,9 +5,9 @@
 // dtypes, layouts, positions, cu_seqlens, encodings and biases; 16-bit KV caches with
 // float32 or bfloat16 q; Shaw tables; 0.9.0's gpe_rope handles (any schedule, xPos,
 // M-RoPE with per-axis coordinates), sliding windows, softcaps, sinks, score masks, KV
-// lengths and paged caches;
+// lengths and paged caches; 0.10.0's algebraic sequences, trees and grids;
 // gpe_attention_backward_v2 and gpe_attention_backward_with_parameters with fuzzed
-// gradient outputs, the sinks' included). The harness keeps its
+// gradient outputs, the sinks' and the algebraic generators' included). The harness keeps its
 // side of the contract: a tensor's data holds every element its shape promises, or is
 // NULL when the shape is negative or too large to allocate (the library must reject it
 // before reading). Each call must return a known status and leave a message on failure.
@@ -288,6 +288,27 @@ gpe_rope* MakeAttentionRope(FuzzInput* in, int64_t head_dim) {
   return s == GPE_OK ? rope : nullptr;
 }
 
+// count skew m x m matrices ([count, m, m] row-major) in t: mostly skew-symmetric from
+// fuzzed values (NaN and infinities included), sometimes any values (refused).
+void FillSkews(FuzzInput* in, Tensor* t) {
+  if (t->t.data == nullptr || t->shape.size() != 3) return;
+  if (in->Below(6) == 0) {
+    t->FillReal(in);
+    return;
+  }
+  double* s = static_cast<double*>(t->t.data);
+  const int64_t count = t->shape[0], m = t->shape[1];
+  for (int64_t c = 0; c < count; ++c) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = i + 1; j < m && !in->empty(); ++j) {
+        const double v = in->Real();
+        s[(c * m + i) * m + j] = v;
+        s[(c * m + j) * m + i] = -v;
+      }
+    }
+  }
+}
+
 void AttentionCalls(FuzzInput* in) {
   gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
   o.struct_size = StructSize(in, o.struct_size);
@@ -432,6 +453,59 @@ void AttentionCalls(FuzzInput* in) {
     block_table.FillInt(in, in->Below(2) && batch >= 0 && batch < (int64_t{1} << 20) ? batch + 1 : 0);
     o.block_table = &block_table.t;
   }
+  // 0.10.0: one of Kogkalidis et al.'s algebraic encodings, so that the generator
+  // gradients below meet their option (or its absence): a sequence handle of dimension
+  // mostly head_dim; a tree's branch generators with addresses (depth 1, child indices
+  // sometimes out of range); a grid's axes (2 or 3, of head_dim / axes, sometimes any
+  // size) with per-axis coordinates.
+  const int64_t alg_m = in->Below(6) == 0 ? in->Size(10) : d;
+  const int64_t branches = 1 + in->Below(3), grid_axes = 2 + in->Below(2);
+  const int64_t grid_m = in->Below(6) == 0 ? in->Size(6) : (d > 0 ? d / grid_axes : 0);
+  Tensor alg_skew({1, alg_m, alg_m}, kDLFloat, 64), tree_skews({branches, d, d}, kDLFloat, 64),
+      grid_skews({grid_axes, grid_m, grid_m}, kDLFloat, 64);
+  Tensor tq_off({tq == std::numeric_limits<int64_t>::max() ? tq : tq + 1}, kDLInt, 64),
+      tk_off({tk == std::numeric_limits<int64_t>::max() ? tk : tk + 1}, kDLInt, 64),
+      tq_ch({tq}, kDLInt, 64), tk_ch({tk}, kDLInt, 64), gq({tq, grid_axes}, kDLInt, 64),
+      gk({tk, grid_axes}, kDLInt, 64);
+  gpe_algebraic_sequence* alg = nullptr;
+  switch (in->Below(6)) {
+    case 0:
+      FillSkews(in, &alg_skew);
+      if (alg_skew.t.data != nullptr) {
+        gpe_algebraic_sequence_options ao = GPE_ALGEBRAIC_SEQUENCE_OPTIONS_INIT;
+        ao.dim = alg_m;
+        ao.skew = static_cast<const double*>(alg_skew.t.data);
+        const gpe_status as = gpe_algebraic_sequence_create(&ao, &alg);
+        CheckStatus(as);
+        if (as != GPE_OK) alg = nullptr;
+      }
+      o.algebraic = alg;
+      break;
+    case 1:
+      FillSkews(in, &tree_skews);
+      for (Tensor* off : {&tq_off, &tk_off}) {
+        if (off->t.data == nullptr) continue;
+        int64_t* p = static_cast<int64_t*>(off->t.data);
+        for (int64_t i = 0; i < off->shape[0]; ++i) p[i] = i;  // every node at depth 1
+      }
+      tq_ch.FillInt(in, branches + in->Below(2));
+      tk_ch.FillInt(in, branches + in->Below(2));
+      o.algebraic_tree = &tree_skews.t;
+      o.q_tree_offsets = &tq_off.t;
+      o.k_tree_offsets = &tk_off.t;
+      o.q_tree_children = &tq_ch.t;
+      o.k_tree_children = &tk_ch.t;
+      break;
+    case 2:
+      FillSkews(in, &grid_skews);
+      gq.FillInt(in, 16);
+      gk.FillInt(in, 16);
+      o.algebraic_grid = &grid_skews.t;
+      o.q_axes = &gq.t;
+      o.k_axes = &gk.t;
+      break;
+    default: break;
+  }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
   const bool with_lse = in->Below(2) != 0;
   const gpe_status fs =
@@ -450,6 +524,10 @@ void AttentionCalls(FuzzInput* in) {
     Tensor dba({in->Size(8), in->Below(2) ? in->Size(4) : hq}, kDLFloat, 64);
     Tensor dbb({in->Size(8)}, kDLFloat, 64);
     Tensor dsinks({in->Below(6) == 0 ? in->Size(4) : hq}, kDLFloat, 64);
+    // The generators' gradients, mostly of their encoding's shape.
+    Tensor dalg({in->Below(6) == 0 ? in->Size(10) : alg_m, alg_m}, kDLFloat, 64),
+        dtree({branches, d, in->Below(6) == 0 ? in->Size(10) : d}, kDLFloat, 64),
+        dgrid({in->Below(6) == 0 ? in->Size(4) : grid_axes, grid_m, grid_m}, kDLFloat, 64);
     switch (in->Below(3)) {
       case 0:
         CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, o_in, lse_in, &d_o.t, &dq.t,
@@ -471,6 +549,9 @@ void AttentionCalls(FuzzInput* in) {
         if (in->Below(3) == 0) g.d_shaw_key_table = &dskt.t;
         if (in->Below(3) == 0) g.d_shaw_value_table = &dsvt.t;
         if (in->Below(3) == 0) g.d_sinks = &dsinks.t;
+        if (in->Below(3) == 0) g.d_algebraic = &dalg.t;
+        if (in->Below(3) == 0) g.d_algebraic_tree = &dtree.t;
+        if (in->Below(3) == 0) g.d_algebraic_grid = &dgrid.t;
         const gpe_attention_param_grads* gp = in->Below(8) == 0 ? nullptr : &g;
         CheckStatus(gpe_attention_backward_with_parameters(&o, &q.t, &k.t, &v.t, o_in, lse_in,
                                                            &d_o.t, &dq.t, dk_out, &dv.t, gp));
@@ -497,6 +578,7 @@ void AttentionCalls(FuzzInput* in) {
   }
   gpe_bias_destroy(bias);
   gpe_rope_destroy(rope);
+  gpe_algebraic_sequence_destroy(alg);
 }
 
 }  // namespace

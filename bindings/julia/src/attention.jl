@@ -32,6 +32,17 @@ struct AttentionOptions
     shaw_max_distance::Int64
     shaw_key_table::Ptr{DLTensor}
     shaw_value_table::Ptr{DLTensor}
+    # 0.9.0: a RoPE handle, the sliding window, the softcap, the sinks; the score mask,
+    # KV lengths and a paged cache's block table.
+    rope::Ptr{Cvoid}
+    window::Int32
+    window_left::Int64
+    window_right::Int64
+    softcap::Float64
+    sinks::Ptr{DLTensor}
+    attn_mask::Ptr{DLTensor}
+    kv_lengths::Ptr{DLTensor}
+    block_table::Ptr{DLTensor}
 end
 struct AttentionParamGrads
     struct_size::UInt32
@@ -42,7 +53,16 @@ struct AttentionParamGrads
     d_grape_omega::Ptr{DLTensor}
     d_shaw_key_table::Ptr{DLTensor}
     d_shaw_value_table::Ptr{DLTensor}
+    # 0.9.0: dL/dsinks; 0.10.0: the algebraic encodings' skew generators.
+    d_sinks::Ptr{DLTensor}
+    d_algebraic::Ptr{DLTensor}
+    d_algebraic_tree::Ptr{DLTensor}
+    d_algebraic_grid::Ptr{DLTensor}
 end
+
+# The score mask's element types: float32 (additive) and uint8 / Bool (0 masks the key).
+dlcode(::Type{UInt8}) = (UInt8(1), UInt8(8))
+dlcode(::Type{Bool}) = (UInt8(6), UInt8(8))
 
 # Tree addresses (one vector of 0-based child indices per token) as CSR offsets and
 # children: token t's address is children[offsets[t] + 1 : offsets[t + 1]].
@@ -79,7 +99,13 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                            algebraic_grid::Union{Nothing,Vector{Matrix{Float64}}}=nothing,
                            shaw_max_distance::Integer=0,
                            shaw_key_table::Union{Nothing,StridedMatrix{Float64}}=nothing,
-                           shaw_value_table::Union{Nothing,StridedMatrix{Float64}}=nothing)
+                           shaw_value_table::Union{Nothing,StridedMatrix{Float64}}=nothing,
+                           rope::Union{Nothing,Rope}=nothing,
+                           window::Union{Nothing,Tuple{Integer,Integer}}=nothing, softcap::Real=0.0,
+                           sinks::Union{Nothing,StridedVector{Float32}}=nothing,
+                           attn_mask::Union{Nothing,StridedArray{Float32,4},StridedArray{UInt8,4},StridedArray{Bool,4}}=nothing,
+                           kv_lengths::Union{Nothing,StridedVector{Int64}}=nothing,
+                           block_table::Union{Nothing,StridedMatrix{Int64}}=nothing)
     mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
     mkb(x) = x === nothing ? nothing : (@tensor t_ x batch_parts; push!(keep, t_); t_)
     function mks(skews)
@@ -89,8 +115,9 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
         push!(keep, t_)
         return t_
     end
+    mkr(x) = x === nothing ? nothing : (@tensor t_ x rev_parts; push!(keep, t_); t_)
     tqp, tkp, tcq, tck = mk(q_positions), mk(k_positions), mk(cu_seqlens_q), mk(cu_seqlens_k)
-    push!(keep, grape_m, algebraic, bias)
+    push!(keep, grape_m, algebraic, bias, rope)
     (q_tree === nothing) == (k_tree === nothing) || argerror("give both q_tree and k_tree, or neither")
     tqo, tqc, tko, tkc = nothing, nothing, nothing, nothing
     if q_tree !== nothing
@@ -104,7 +131,10 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                             tptr(tqp), tptr(tkp), tptr(tcq), tptr(tck), rope_axes, rope_sections_interleaved ? 1 : 0,
                             tptr(mk(rope_sections)), tptr(mks(algebraic_tree)), tptr(mks(algebraic_grid)),
                             tptr(mkb(q_axes)), tptr(mkb(k_axes)), tptr(tqo), tptr(tqc), tptr(tko), tptr(tkc),
-                            shaw_max_distance, tptr(mkb(shaw_key_table)), tptr(mkb(shaw_value_table)))
+                            shaw_max_distance, tptr(mkb(shaw_key_table)), tptr(mkb(shaw_value_table)),
+                            rope === nothing ? C_NULL : rope.ptr, window === nothing ? 0 : 1,
+                            window === nothing ? -1 : window[1], window === nothing ? -1 : window[2], softcap,
+                            tptr(mk(sinks)), tptr(mkr(attn_mask)), tptr(mk(kv_lengths)), tptr(mkr(block_table)))
 end
 
 """Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,
@@ -119,7 +149,15 @@ rope_sections_interleaved) and algebraic_grid (skew generators, axes × m = head
 q_tree / k_tree (one 0-based child-index vector per token) for algebraic_tree (one skew
 generator per branch, head_dim × head_dim); Shaw et al.'s shaw_max_distance with
 shaw_key_table / shaw_value_table (head_dim × (2 shaw_max_distance + 1), column r for
-label r - k, shared by every head)."""
+label r - k, shared by every head). Since 0.9.0: rope (a `Rope` applied inside the
+kernel, q in the query role and k in the key role, in place of rope_dim), window =
+(left, right) (flash-attn's sliding window, -1 unbounded on a side), softcap (Gemma 2's
+logit softcap, 0: none), sinks (gpt-oss's, one Float32 logit per query head), attn_mask
+(SDPA's: Float32 additive or UInt8 / Bool allowed, seq_k × seq_q × heads_q × batch with
+any dimension 1 to broadcast; packed: max_lk × max_lq × heads_q × sequences), kv_lengths
+(keys used per sequence, padded layout) and block_table (forward only: a paged cache,
+pages_per_sequence × batch page ids; k and v are then head_dim × heads_kv × page_size ×
+num_pages)."""
 function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
     o = similar(q, T, size(q))
     lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))
@@ -198,8 +236,13 @@ end
 
 """`attention_backward` plus the encoding's parameter gradients: (dq, dk, dv, params)
 with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP),
-params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M, and
-params.shaw_key_table / shaw_value_table (shaped like the tables given)."""
+params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M,
+params.shaw_key_table / shaw_value_table (shaped like the tables given), params.sinks
+(dL/dsinks, heads_q; Float32 and Float64 calls) and Kogkalidis et al.'s skew generators'
+dL/dS (entrywise, unprojected: for S = A - Aᵀ, dL/dA = X - Xᵀ): params.algebraic
+(dim × dim, for `algebraic`), params.algebraic_tree / algebraic_grid (one matrix per
+branch or axis, like the generators given). `nothing` where the options carry no such
+parameter."""
 function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T},
                                             d_o::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
@@ -213,8 +256,21 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
     skt, svt = get(kwargs, :shaw_key_table, nothing), get(kwargs, :shaw_value_table, nothing)
     gsk = skt === nothing ? nothing : zeros(Float64, size(skt))
     gsv = svt === nothing ? nothing : zeros(Float64, size(svt))
+    sinks = get(kwargs, :sinks, nothing)
+    gz = sinks === nothing ? nothing : zeros(Float64, length(sinks))
+    # Skew generators' gradients: alg (dim × dim, described as C's [dim, dim] with
+    # column-major strides) and gen (m × m × count, C's [count, m, m]).
+    alg_h = get(kwargs, :algebraic, nothing)
+    galg = alg_h === nothing ? nothing : zeros(Float64, alg_h.dim, alg_h.dim)
+    gen_stack(gens) = gens === nothing ? nothing : zeros(Float64, size(gens[1], 1), size(gens[1], 1), length(gens))
+    gtree, ggrid = gen_stack(get(kwargs, :algebraic_tree, nothing)), gen_stack(get(kwargs, :algebraic_grid, nothing))
+    unstack(g) = g === nothing ? nothing : [g[:, :, c] for c in 1:size(g, 3)]
+    stack_parts(g) = (Int64[size(g, 3), size(g, 1), size(g, 2)], Int64[stride(g, 3), stride(g, 1), stride(g, 2)])
     keep = Any[]
     mk(a) = a === nothing ? nothing : (@tensor t_ a rev_parts; push!(keep, t_); t_)
+    mkv(a) = a === nothing ? nothing : (@tensor t_ a vec_parts; push!(keep, t_); t_)
+    mkm(a) = a === nothing ? nothing : (@tensor t_ a mat_parts; push!(keep, t_); t_)
+    mks(a) = a === nothing ? nothing : (@tensor t_ a stack_parts; push!(keep, t_); t_)
     @tensor tq q rev_parts
     @tensor tk k rev_parts
     @tensor tv v rev_parts
@@ -222,13 +278,14 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
     @tensor tdq dq rev_parts
     @tensor tdk dk rev_parts
     @tensor tdv dv rev_parts
-    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw gsk gsv begin
+    GC.@preserve keep tq tk tv tdo tdq tdk tdv ba bb ga gb gw gsk gsv gz galg gtree ggrid begin
         opts = attention_options(keep; kwargs...)
         tba, tbb, tga, tgb, tgw = mk(ba), mk(bb), mk(ga), mk(gb), mk(gw)
         tsk, tsv = mk(gsk), mk(gsv)
+        tgz, talg, ttree, tgrid = mkv(gz), mkm(galg), mks(gtree), mks(ggrid)
         GC.@preserve keep begin
             grads = AttentionParamGrads(ssize(AttentionParamGrads), tptr(tba), tptr(tbb), tptr(tga), tptr(tgb), tptr(tgw),
-                                        tptr(tsk), tptr(tsv))
+                                        tptr(tsk), tptr(tsv), tptr(tgz), tptr(talg), tptr(ttree), tptr(tgrid))
             check(ccall((:gpe_attention_backward_with_parameters, libgpe), Int32,
                         (Ref{AttentionOptions}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ptr{DLTensor}, Ptr{DLTensor},
                          Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{DLTensor}, Ref{AttentionParamGrads}),
@@ -236,5 +293,6 @@ function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{
         end
     end
     return dq, dk, dv, (bias_a=ba, bias_b=bb, grape_a=ga, grape_b=gb, grape_omega=gw, shaw_key_table=gsk,
-                        shaw_value_table=gsv)
+                        shaw_value_table=gsv, sinks=gz, algebraic=galg, algebraic_tree=unstack(gtree),
+                        algebraic_grid=unstack(ggrid))
 end

@@ -383,6 +383,44 @@ Random.seed!(20261123)
         @test attention_backward_v2(q, k, v, d_o; causal=true, shaw_max_distance=kmax,
                                     shaw_key_table=ak)[4].shaw_value_table === nothing
         @test_throws GPEError attention_forward(q, k, v; shaw_max_distance=kmax, shaw_key_table=randn(d, 3))
+
+        # 0.10.0: dL/dS of the skew generators against central differences in the skew
+        # directions S_ij += h, S_ji -= h (the generators must stay skew), whose
+        # derivative is X_ij - X_ji for the entrywise gradient X (step 1e-6: 1e-7).
+        function skew_fd(gens, got, lossof)
+            for c in eachindex(gens), i in 1:size(gens[c], 1), j in i+1:size(gens[c], 1)
+                moved(h) = (g = deepcopy(gens); g[c][i, j] += h; g[c][j, i] -= h; lossof(g))
+                @test abs(got[c][i, j] - got[c][j, i] - (moved(1e-6) - moved(-1e-6)) / 2e-6) < 1e-7
+            end
+        end
+        lossof(; kw...) = sum(d_o .* attention_forward(q, k, v; causal=true, kw...)[1])
+        _, _, _, params = attention_backward_with_parameters(q, k, v, d_o; causal=true, algebraic_tree=tree,
+                                                             q_tree=addresses, k_tree=addresses)
+        @test params.algebraic === nothing && length(params.algebraic_tree) == 2
+        skew_fd(tree, params.algebraic_tree, g -> lossof(algebraic_tree=g, q_tree=addresses, k_tree=addresses))
+        _, _, _, params = attention_backward_with_parameters(q, k, v, d_o; causal=true, algebraic_grid=grid,
+                                                             q_axes=coords, k_axes=coords)
+        skew_fd(grid, params.algebraic_grid, g -> lossof(algebraic_grid=g, q_axes=coords, k_axes=coords))
+        seq = [0.3 * (a - a') for a in (randn(d, d),)]
+        _, _, _, params = attention_backward_with_parameters(q, k, v, d_o; causal=true,
+                                                             algebraic=AlgebraicSequence(seq[1]))
+        @test size(params.algebraic) == (d, d)
+        skew_fd(seq, [params.algebraic], g -> lossof(algebraic=AlgebraicSequence(g[1])))
+
+        # 0.9.0's options: a causal window of 2 keys equals a Bool mask (seq_k × seq_q ×
+        # 1 × 1, true where allowed); the sinks' gradient against central differences.
+        allowed = reshape([j <= i && j >= i - 1 for j in 1:s, i in 1:s], s, s, 1, 1)
+        o1, _ = attention_forward(q, k, v; causal=true, window=(1, 0))
+        o2, _ = attention_forward(q, k, v; attn_mask=allowed)
+        @test maximum(abs.(o1 - o2)) < 1e-14
+        z = Float32[0.5]
+        _, _, _, params = attention_backward_with_parameters(q, k, v, d_o; causal=true, sinks=z, softcap=5.0)
+        sinkloss(x) = sum(d_o .* attention_forward(q, k, v; causal=true, sinks=Float32[x], softcap=5.0)[1])
+        # The sink logit is read as Float32: a step of 2^-10 is exact in it (truncation ~1e-7).
+        @test abs(params.sinks[1] - (sinkloss(0.5 + 2.0^-10) - sinkloss(0.5 - 2.0^-10)) / 2.0^-9) < 1e-5
+        # kv_lengths: the keys past 4 are not read, as if k and v ended there.
+        o3, _ = attention_forward(q, k, v; kv_lengths=Int64[4])
+        @test maximum(abs.(o3 - attention_forward(q, k[:, :, 1:4, :], v[:, :, 1:4, :])[1])) < 1e-14
     end
 
     @testset "bad input" begin

@@ -294,7 +294,9 @@ class AttentionParamGrads(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32)] + [
         (name, ctypes.POINTER(DLTensor)) for name in
         ("d_bias_a", "d_bias_b", "d_grape_a", "d_grape_b", "d_grape_omega", "d_shaw_key_table",
-         "d_shaw_value_table", "d_sinks")]
+         "d_shaw_value_table", "d_sinks",
+         # 0.10.0: the algebraic encodings' skew generators.
+         "d_algebraic", "d_algebraic_tree", "d_algebraic_grid")]
 
     def __init__(self):
         super().__init__()

@@ -46,6 +46,11 @@ What inference engines add (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS")
 - sinks: gpt-oss's attention sinks, one logit per query head (float32 [heads_q]) in every
   row's softmax denominator, attending to nothing; attention_backward(...,
   sink_grad=True) also returns dL/dsinks.
+The encoding's own parameters: attention_backward(..., encoding_grads=True) also returns
+GRAPE-M's dL/da, dL/db, dL/domega (encoding=gpe.GrapeM) or dL/dS of Kogkalidis et al.'s
+skew generators (encoding=gpe.AlgebraicSequence: [dim, dim]; algebraic_tree: [branching,
+head_dim, head_dim]; algebraic_grid: [axes, m, m]; entrywise and unprojected, as
+AlgebraicSequence.backward's).
 Masks and caches (attention/descriptor.h, "SCORE MASK" and "LAYOUTS"):
 - attn_mask: PyTorch SDPA's attn_mask, float (additive, natural-log units, -inf masks the
   key; read as float32) or bool / uint8 (False / 0 masks the key, True takes part), of
@@ -299,7 +304,7 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
                        q_positions=None, k_positions=None, cu_seqlens_q=None,
                        cu_seqlens_k=None, threads=0, shaw_table_grads=False, bias_grads=False,
                        rope=None, window_size=None, softcap=None, sinks=None, sink_grad=False,
-                       attn_mask=None, kv_lengths=None, **structured):
+                       attn_mask=None, kv_lengths=None, encoding_grads=False, **structured):
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
     o and lse from attention(..., return_lse=True) skip recomputing the forward. With
@@ -309,9 +314,14 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     the kernels: ALiBi / slope GRAPE-A dL/dslopes [heads]; T5 dL/dtable; FoX / gated
     GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
     other kinds). With sink_grad=True (sinks given; float32 and float64 inputs), appends
-    dL/dsinks (float64 [heads_q]) last. attn_mask and kv_lengths as the forward's (the
-    mask has no gradient; keys past kv_lengths get dk = dv = 0); a paged cache has no
-    backward."""
+    dL/dsinks (float64 [heads_q]). With encoding_grads=True, appends the encoding's
+    parameter gradients last (float64, summed over the tokens and heads of q and k):
+    (dL/da, dL/db, dL/domega) for encoding=gpe.GrapeM ([m, head_dim], [m, head_dim],
+    [m]); dL/dS for encoding=gpe.AlgebraicSequence ([dim, dim]), algebraic_tree
+    ([branching, head_dim, head_dim]) or algebraic_grid ([axes, m, m]), entrywise and
+    unprojected (for S = A - A^T, dL/dA = X - X^T). attn_mask and kv_lengths as the
+    forward's (the mask has no gradient; keys past kv_lengths get dk = dv = 0); a paged
+    cache has no backward."""
     keep = _Keep()
     q, k, v = _qkv(q, k, v)
     d_o = _ffi.array_arg(d_o, "d_o")
@@ -326,14 +336,15 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
     opts.sinks = keep(sinks)
     _masks(opts, keep, attn_mask, kv_lengths)
     dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-    if not shaw_table_grads and not bias_grads and not sink_grad:
+    enc_grads = _encoding_grads(encoding, st) if encoding_grads else {}
+    if not shaw_table_grads and not bias_grads and not sink_grad and not encoding_grads:
         check(lib().gpe_attention_backward(ctypes.byref(opts), keep(q), keep(k), keep(v),
                                            keep(o), keep(lse), keep(d_o), keep.out(dq),
                                            keep.out(dk), keep.out(dv)))
         return dq, dk, dv
     like = lambda t: None if t is None else np.empty(np.shape(t), dtype=np.float64)
     gk, gv = like(st["shaw_key_table"]), like(st["shaw_value_table"])
-    if bias_grads or sink_grad:
+    if bias_grads or sink_grad or encoding_grads:
         if bias_grads and bias is None:
             raise ValueError("bias_grads=True needs a bias object (bias=...)")
         if sink_grad and sinks is None:
@@ -345,17 +356,38 @@ def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None,
         pg = _ffi.AttentionParamGrads()
         pg.d_bias_a, pg.d_bias_b = keep.out(ga), keep.out(gb)
         pg.d_sinks = keep.out(gs)
+        for field, g in enc_grads.items():
+            setattr(pg, field, keep.out(g))
         if shaw_table_grads:
             pg.d_shaw_key_table, pg.d_shaw_value_table = keep.out(gk), keep.out(gv)
         check(lib().gpe_attention_backward_with_parameters(
             ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o), keep(lse), keep(d_o),
             keep.out(dq), keep.out(dk), keep.out(dv), ctypes.byref(pg)))
         return ((dq, dk, dv) + ((gk, gv) if shaw_table_grads else ())
-                + ((ga, gb) if bias_grads else ()) + ((gs,) if sink_grad else ()))
+                + ((ga, gb) if bias_grads else ()) + ((gs,) if sink_grad else ())
+                + tuple(enc_grads.values()))
     check(lib().gpe_attention_backward_v2(ctypes.byref(opts), keep(q), keep(k), keep(v), keep(o),
                                           keep(lse), keep(d_o), keep.out(dq), keep.out(dk),
                                           keep.out(dv), keep.out(gk), keep.out(gv)))
     return dq, dk, dv, gk, gv
+
+
+def _encoding_grads(encoding, st):
+    """{gpe_attention_param_grads field: float64 output} for the call's encoding (in the
+    order attention_backward returns them); ValueError when it has no parameters here."""
+    from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as _options
+    if isinstance(encoding, GrapeM):
+        m, d = encoding.shape
+        return {"d_grape_a": np.empty((m, d)), "d_grape_b": np.empty((m, d)),
+                "d_grape_omega": np.empty(m)}
+    if isinstance(encoding, AlgebraicSequence):
+        d = encoding.dim
+        return {"d_algebraic": np.empty((d, d))}
+    for name in ("algebraic_tree", "algebraic_grid"):
+        if st[name] is not None:
+            return {"d_" + name: np.empty(np.shape(st[name]), dtype=np.float64)}
+    raise ValueError("encoding_grads=True needs an encoding with parameters: encoding="
+                     "gpe.GrapeM or gpe.AlgebraicSequence, algebraic_tree or algebraic_grid")
 
 
 def _bias_grad_shapes(bias):

@@ -27,7 +27,8 @@ gpe.sequence objects hold copies of their parameters, which stay fixed.
 
 Learnable encodings: bias = AlibiBias(slopes), T5Bias(table), FoxBias(gate_logits),
 GrapeABias(slopes= or gate_logits=), GrapeApBias(w, u), and encoding =
-GrapeMEncoding(a, b, omega) take torch tensors (nn.Parameters, or activations such as
+GrapeMEncoding(a, b, omega) or AlgebraicSequenceEncoding(weight) (Kogkalidis et al.'s
+W^p = exp(p S), S = weight - weight^T) take torch tensors (nn.Parameters, or activations such as
 gate logits computed from the tokens). They are torch.nn.Modules (a Parameter given to
 one is registered), rebuilt into the library's handle from the tensors' current values
 at every call, and their tensors receive gradients through
@@ -38,8 +39,10 @@ function (as modules usually are) and pass them in.
 Structured positions and Shaw labels take gpe.attention's keyword arguments (rope_axes,
 rope_sections, rope_sections_interleaved, q_axes, k_axes, q_tree, k_tree,
 algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table, shaw_value_table);
-the Shaw tables may be tensors with requires_grad (their gradients come from the same
-backward), the rest are constants of the call.
+the Shaw tables and the algebraic tree's or grid's skew generators (algebraic_tree,
+algebraic_grid; keep them skew, e.g. A - A^T of a Parameter A) may be tensors with
+requires_grad (their gradients come from the same backward), the rest are constants of
+the call.
 
 Any RoPE schedule inside the kernel: rope=gpe.Rope(...) in place of rope_dim (q in the
 query role, k in the key role: gpe.attention's docstring). Inference-engine options,
@@ -81,8 +84,8 @@ from gpe._core import check, lib
 # reach them as gpe.torch._register, gpe.torch._LearnableBias).
 from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
 
-__all__ = ["AlibiBias", "AttentionSinks", "FoxBias", "GrapeABias", "GrapeApBias",
-           "GrapeMEncoding", "T5Bias", "attention", "rope"]
+__all__ = ["AlgebraicSequenceEncoding", "AlibiBias", "AttentionSinks", "FoxBias", "GrapeABias",
+           "GrapeApBias", "GrapeMEncoding", "T5Bias", "attention", "rope"]
 
 _PAIRING = {"interleaved": 0, "half": 1}
 # DLPack type codes (dlpack.h): float 2, bfloat 4. float16: a KV cache's k and v (forward).
@@ -251,6 +254,28 @@ class GrapeMEncoding(torch.nn.Module):
         return GrapeM(_doubles(a), _doubles(b), _doubles(omega))
 
 
+class AlgebraicSequenceEncoding(torch.nn.Module):
+    """Kogkalidis et al.'s sequence encoding with a learnable generator: position p acts by
+    W^p = exp(p S) on q and k inside the kernels (sec. 3.1), S = A - A^T skew-symmetric
+    for any square `weight` A [head_dim, head_dim] (a Parameter is registered), so that
+    every update keeps S skew. The kernels' entrywise dL/dS reaches A through that
+    subtraction (dL/dA = X - X^T)."""
+
+    def __init__(self, weight):
+        super().__init__()
+        _as_param(self, "weight", weight)
+
+    def skew(self):
+        return self.weight - self.weight.transpose(-1, -2)
+
+    def tensors(self):
+        return (self.skew(),)
+
+    def build(self, skew):
+        from gpe.sequence import AlgebraicSequence
+        return AlgebraicSequence(_doubles(skew))
+
+
 class AttentionSinks(torch.nn.Module):
     """gpt-oss's attention sinks: one learnable logit per query head (zeros at start, a
     float32 Parameter `logits` [num_heads]) in every row's softmax denominator, attending
@@ -274,10 +299,16 @@ class _Structured:
         for name in ("q_axes", "k_axes", "rope_sections"):
             if isinstance(st[name], torch.Tensor):
                 st[name] = st[name].detach().cpu().numpy()
+        # A tree's or grid's generators given as a tensor travel as the operator's
+        # `algebraic` tensor (their gradient comes from the backward); the name says which.
+        self.algebraic_param = None
+        self.algebraic = None
         for name in ("algebraic_tree", "algebraic_grid"):
             if isinstance(st[name], torch.Tensor):
-                st[name] = _doubles(st[name])
-        if st["algebraic_tree"] is not None and st["q_tree"] is None:
+                self.algebraic_param, self.algebraic = name, st[name]
+                st[name] = None
+        if ((st["algebraic_tree"] is not None or self.algebraic_param == "algebraic_tree")
+                and st["q_tree"] is None):
             raise ValueError("algebraic_tree needs q_tree and k_tree (tree addresses)")
         self.kwargs = {k: v for k, v in st.items()
                        if k not in ("shaw_key_table", "shaw_value_table")}
@@ -288,7 +319,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
              structured_key, params, heads, head_dim, extras=None):
     from gpe.attention import _Keep, _rope_window_softcap, _structured
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
-    bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v, sinks = params
+    bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v, sinks, algebraic = params
     o = _ffi.AttentionOptions()
     o.struct_size = ctypes.sizeof(o)
     o.causal = 1 if causal else 0
@@ -321,6 +352,11 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         if isinstance(enc, GrapeMEncoding):
             enc = enc.build(grape_a, grape_b, grape_omega)
             keep.append(enc)
+        elif isinstance(enc, AlgebraicSequenceEncoding):
+            if algebraic is None:
+                raise ValueError("a learnable algebraic encoding needs its generator tensor")
+            enc = enc.build(algebraic)
+            keep.append(enc)
         if isinstance(enc, GrapeM):
             o.grape_m = enc._handle
         elif isinstance(enc, AlgebraicSequence):
@@ -337,6 +373,11 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
         if holder is None:
             raise ValueError("the structured positions were freed before the call")
         st.update(holder.kwargs)
+        if holder.algebraic_param is not None:
+            if algebraic is None:
+                raise ValueError("%s was given as a tensor but not passed to the operator"
+                                 % holder.algebraic_param)
+            st[holder.algebraic_param] = _doubles(algebraic)
     rope_key, window_left, window_right, softcap, attn_mask = (
         tuple(extras or ()) + _EXTRA_DEFAULTS[len(extras or ()):])
     rope = None
@@ -375,12 +416,13 @@ def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, 
                  rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                  structured_key=0, bias_a=None, bias_b=None, grape_a=None, grape_b=None,
                  grape_omega=None, shaw_key_table=None, shaw_value_table=None, sinks=None,
-                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0, attn_mask=None):
+                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0, attn_mask=None,
+                 algebraic=None):
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
     called directly by eager autograd and gpe.context_parallel."""
     keep = []
     params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
-              sinks)
+              sinks, algebraic)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
@@ -407,13 +449,14 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 shaw_value_table: Optional[torch.Tensor] = None,
                 sinks: Optional[torch.Tensor] = None, rope_key: int = 0, window_left: int = -1,
                 window_right: int = -1, softcap: float = 0.0,
-                attn_mask: Optional[torch.Tensor] = None
+                attn_mask: Optional[torch.Tensor] = None,
+                algebraic: Optional[torch.Tensor] = None
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                         scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
                         threads, structured_key, bias_a, bias_b, grape_a, grape_b, grape_omega,
                         shaw_key_table, shaw_value_table, sinks, rope_key, window_left,
-                        window_right, softcap, attn_mask)
+                        window_right, softcap, attn_mask, algebraic)
 
 
 @_forward_op.register_fake
@@ -425,17 +468,20 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
                   causal, scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key,
                   bias_key, threads, structured_key=0, bias_a=None, bias_b=None, grape_a=None,
                   grape_b=None, grape_omega=None, shaw_key_table=None, shaw_value_table=None,
-                  sinks=None, param_grads=(False,) * 8, rope_key=0, window_left=-1,
-                  window_right=-1, softcap=0.0, attn_mask=None):
+                  sinks=None, param_grads=(False,) * 9, rope_key=0, window_left=-1,
+                  window_right=-1, softcap=0.0, attn_mask=None, algebraic=None):
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
     bfloat16 kernels read them; the float64 reference recomputes its own). With any of
     param_grads set (one flag per parameter: bias_a, bias_b, grape_a, grape_b,
-    grape_omega, shaw_key_table, shaw_value_table, sinks; seven flags leave the sinks'
-    out), returns (dq, dk, dv) + eight float64 parameter gradients (None where not asked)
-    through gpe_attention_backward_with_parameters."""
+    grape_omega, shaw_key_table, shaw_value_table, sinks, algebraic; missing trailing
+    flags are False), returns (dq, dk, dv) + nine float64 parameter gradients (None where
+    not asked) through gpe_attention_backward_with_parameters. algebraic: the generators
+    of the algebraic encoding (an AlgebraicSequenceEncoding's skew, or a tree's or grid's
+    generators given as a tensor); its gradient is d_algebraic, d_algebraic_tree or
+    d_algebraic_grid, whichever the options hold."""
     keep = []
     params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
-              sinks)
+              sinks, algebraic)
     param_grads = tuple(param_grads) + (False,) * (len(params) - len(param_grads))
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
@@ -454,7 +500,10 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
     grads = [torch.empty(p.shape, dtype=torch.float64) if want and p is not None else None
              for p, want in zip(params, param_grads)]
     pg = _ffi.AttentionParamGrads()
-    for name, g in zip(_PARAM_NAMES, grads):  # the struct's fields are d_<name>
+    for name, g in zip(_PARAM_NAMES, grads):  # the struct's fields are d_<name> ...
+        if name == "algebraic":  # ... but the algebraic generators' field names the kind
+            name = ("algebraic_tree" if opts.algebraic_tree else
+                    "algebraic_grid" if opts.algebraic_grid else "algebraic")
         setattr(pg, "d_" + name, None if g is None else _dltensor(g, "d_" + name, keep))
     check(lib().gpe_attention_backward_with_parameters(*args, ctypes.byref(pg)))
     return (dq, dk, dv) + tuple(grads)
@@ -495,15 +544,16 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         sinks: Optional[torch.Tensor],
                         param_grads: List[bool], rope_key: int = 0, window_left: int = -1,
                         window_right: int = -1, softcap: float = 0.0,
-                        attn_mask: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
-    """dq, dk, dv and the eight parameter gradients (float64; a 0-element tensor where not
+                        attn_mask: Optional[torch.Tensor] = None,
+                        algebraic: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+    """dq, dk, dv and the nine parameter gradients (float64; a 0-element tensor where not
     asked: a schema returns no None)."""
     out = backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
                         cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
                         encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
                         grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table, sinks,
                         tuple(param_grads), rope_key, window_left, window_right, softcap,
-                        attn_mask)
+                        attn_mask, algebraic)
     grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
     return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
                             for g in grads]
@@ -511,7 +561,8 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
 
 @_backward_params_op.register_fake
 def _(q, k, v, o, lse, d_o, *args):
-    params, want = args[14:22], args[22]
+    # 14 options, 8 parameters, the flags, 5 extras, then the algebraic generators.
+    params, want = tuple(args[14:22]) + (args[28] if len(args) > 28 else None,), args[22]
     return ([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v)]
             + [q.new_empty(p.shape if w and p is not None else (0,), dtype=torch.float64)
                for p, w in zip(params, want)])
@@ -521,7 +572,7 @@ _OPTION_NAMES = ("q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k", "
                  "rope_dim", "rope_base", "rope_pairing", "alibi", "encoding_key", "bias_key",
                  "threads", "structured_key")
 _PARAM_NAMES = ("bias_a", "bias_b", "grape_a", "grape_b", "grape_omega", "shaw_key_table",
-                "shaw_value_table", "sinks")
+                "shaw_value_table", "sinks", "algebraic")
 # Options after the parameters (0.9.0): the gpe.Rope's key, the window, the softcap, the
 # score mask (a constant tensor: no gradient).
 _EXTRA_NAMES = ("rope_key", "window_left", "window_right", "softcap", "attn_mask")
@@ -529,13 +580,21 @@ _EXTRA_DEFAULTS = (0, -1, -1, 0.0, None)
 _NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES) + len(_EXTRA_NAMES)
 
 
+def _param_input(i):
+    """The operator input of parameter i: the first eight follow the options; the algebraic
+    generators (0.10.0) come last, after the extras, so that earlier positional calls of
+    gpe::attention_forward keep their meaning."""
+    n = 3 + len(_OPTION_NAMES)
+    return n + i if i < 8 else n + 8 + len(_EXTRA_NAMES) + (i - 8)
+
+
 def _setup_context(ctx, inputs, output):
     q, k, v = inputs[:3]
     o, lse = output
     n, m = len(_OPTION_NAMES), len(_PARAM_NAMES)
-    params = tuple(inputs[3 + n:3 + n + m])
-    params += (None,) * (m - len(params))
-    extras = tuple(inputs[3 + n + m:])
+    params = tuple(inputs[_param_input(i)] if _param_input(i) < len(inputs) else None
+                   for i in range(m))
+    extras = tuple(inputs[3 + n + 8:3 + n + 8 + len(_EXTRA_NAMES)])
     ctx.extras = extras + _EXTRA_DEFAULTS[len(extras):]
     ctx.save_for_backward(q, k, v, o, lse, *params)
     ctx.options = tuple(inputs[3:3 + n])
@@ -548,17 +607,17 @@ def _setup_context(ctx, inputs, output):
 
 
 def _param_flags(ctx):
-    n = 3 + len(_OPTION_NAMES)
-    return [bool(ctx.needs_input_grad[n + i]) if n + i < len(ctx.needs_input_grad) else False
+    return [bool(ctx.needs_input_grad[_param_input(i)])
+            if _param_input(i) < len(ctx.needs_input_grad) else False
             for i in range(len(_PARAM_NAMES))]
 
 
 def _grads_out(ctx, dq, dk, dv, pgrads, params):
     """The autograd answer: parameter gradients cast to their tensors' dtypes."""
-    out = [dq, dk, dv] + [None] * len(_OPTION_NAMES)
-    for g, p, want in zip(pgrads, params, _param_flags(ctx)):
-        out.append(g.to(p.dtype) if want and p is not None else None)
-    out += [None] * len(_EXTRA_NAMES)
+    out = [None] * _NUM_INPUTS
+    out[:3] = [dq, dk, dv]
+    for i, (g, p, want) in enumerate(zip(pgrads, params, _param_flags(ctx))):
+        out[_param_input(i)] = g.to(p.dtype) if want and p is not None else None
     return tuple(out[:len(ctx.needs_input_grad)])
 
 
@@ -567,7 +626,8 @@ def _backward(ctx, d_o, d_lse):
     flags = _param_flags(ctx)
     if not any(ctx.needs_input_grad[:3]) and not any(flags):
         return (None,) * len(ctx.needs_input_grad)
-    out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params, flags, *ctx.extras)
+    out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params[:8], flags,
+                              *ctx.extras, params[8])
     return _grads_out(ctx, out[0], out[1], out[2], out[3:], params)
 
 
@@ -591,8 +651,9 @@ class _EagerAttention(torch.autograd.Function):
         flags = _param_flags(ctx)
         if not any(ctx.needs_input_grad[:3]) and not any(flags):
             return (None,) * len(ctx.needs_input_grad)
-        out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params, param_grads=flags,
-                            **dict(zip(_EXTRA_NAMES, ctx.extras)))
+        *params8, algebraic = params
+        out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params8, param_grads=flags,
+                            algebraic=algebraic, **dict(zip(_EXTRA_NAMES, ctx.extras)))
         return _grads_out(ctx, out[0], out[1], out[2],
                           out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
 
@@ -632,7 +693,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
               attn_mask=None, dropout_p=0.0, **structured):
     """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v and in the
     tensors of a learnable bias / encoding (AlibiBias, T5Bias, FoxBias, GrapeABias,
-    GrapeApBias, GrapeMEncoding), of Shaw tables and of the sinks.
+    GrapeApBias, GrapeMEncoding, AlgebraicSequenceEncoding), of Shaw tables, of an
+    algebraic tree's or grid's generators and of the sinks.
 
     Arguments as gpe.attention (module docstring), structured positions, rope=gpe.Rope,
     window_size, softcap and sinks included; positions and cu_seqlens may be int64
@@ -679,14 +741,16 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
         from gpe.rope import Rope  # noqa: lazy
         if not isinstance(rope, Rope):
             raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
-    grape = (None, None, None)
+    grape, algebraic = (None, None, None), None
     if encoding is not None:
         from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy
         if isinstance(encoding, GrapeMEncoding):
             grape = encoding.tensors()
+        elif isinstance(encoding, AlgebraicSequenceEncoding):
+            algebraic, = encoding.tensors()
         elif not isinstance(encoding, (GrapeM, AlgebraicSequence)):
-            raise TypeError("encoding must be a gpe.GrapeM, gpe.AlgebraicSequence or "
-                            "gpe.torch.GrapeMEncoding")
+            raise TypeError("encoding must be a gpe.GrapeM, gpe.AlgebraicSequence, "
+                            "gpe.torch.GrapeMEncoding or gpe.torch.AlgebraicSequenceEncoding")
     bias_ab = (None, None)
     if bias is not None:
         from gpe.bias import AdditiveBias  # noqa: lazy
@@ -703,6 +767,10 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
     from gpe.attention import _window
     _, window_left, window_right = _window(window_size)
     holder = _Structured(structured) if structured else None
+    if holder is not None and holder.algebraic is not None:
+        if algebraic is not None:
+            raise ValueError("give one algebraic encoding")
+        algebraic = holder.algebraic
 
     def rows(x):
         # The kernels need head_dim contiguous; anything else is copied once here.
@@ -715,7 +783,7 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                   rope_pairing, alibi or "", _register(encoding), _register(bias),
                   int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
                   _register(rope), window_left, window_right,
-                  0.0 if softcap is None else float(softcap), attn_mask)
+                  0.0 if softcap is None else float(softcap), attn_mask, algebraic)
     return (o, lse) if return_lse else o
 
 

@@ -213,7 +213,15 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
  *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2;
  *  - d_sinks (since 0.9.0; read only when struct_size covers it): dL/dz [heads_q] for
  *    options->sinks, dL/dz_h = -sum_i exp(z_h - lse_i) <dL/do_i, o_i> over the rows of
- *    head h; float32 and float64 calls (bfloat16 gives dq, dk, dv only). */
+ *    head h; float32 and float64 calls (bfloat16 gives dq, dk, dv only);
+ *  - d_algebraic, d_algebraic_tree, d_algebraic_grid (since 0.10.0; read only when
+ *    struct_size covers them): dL/dS of Kogkalidis et al.'s skew generators, for
+ *    options->algebraic (float64 [dim, dim], dim = head_dim, as
+ *    gpe_algebraic_sequence_backward's grad_skew), options->algebraic_tree ([branching,
+ *    head_dim, head_dim]) and options->algebraic_grid ([axes, m, m]). As GRAPE-M's: from
+ *    dL/dq' = rho(p) dq and dL/dk' = rho(p) dk, summed over every token and head of q
+ *    and k; they need dq and dk. Entrywise and unprojected, as gpe/algebraic.h's
+ *    backwards (for S = A - A^T, dL/dA = X - X^T with X the returned gradient). */
 typedef struct gpe_attention_param_grads {
   uint32_t struct_size; /* sizeof(gpe_attention_param_grads) */
   DLTensor* d_bias_a;
@@ -224,9 +232,14 @@ typedef struct gpe_attention_param_grads {
   DLTensor* d_shaw_key_table;
   DLTensor* d_shaw_value_table;
   DLTensor* d_sinks; /* float64 [heads_q] (since 0.9.0) */
+  /* Since 0.10.0: the algebraic encodings' skew generators. */
+  DLTensor* d_algebraic;      /* float64 [head_dim, head_dim] for options->algebraic */
+  DLTensor* d_algebraic_tree; /* float64 [branching, head_dim, head_dim] */
+  DLTensor* d_algebraic_grid; /* float64 [axes, m, m] */
 } gpe_attention_param_grads;
-#define GPE_ATTENTION_PARAM_GRADS_INIT \
-  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL }
+#define GPE_ATTENTION_PARAM_GRADS_INIT                                                      \
+  { (uint32_t)sizeof(gpe_attention_param_grads), NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, \
+    NULL, NULL, NULL }
 
 GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_with_parameters(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,

@@ -32,7 +32,7 @@ extern "C" {
 /* ---- Version ------------------------------------------------------------------- */
 
 #define GPE_VERSION_MAJOR 0
-#define GPE_VERSION_MINOR 9
+#define GPE_VERSION_MINOR 10
 #define GPE_VERSION_PATCH 0
 /* MAJOR * 10000 + MINOR * 100 + PATCH; compare with gpe_version() at run time. */
 #define GPE_VERSION_NUMBER \

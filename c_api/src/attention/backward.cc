@@ -35,6 +35,7 @@ using gpe::c_api::attn::OutputLike;
 using gpe::c_api::attn::Prepare;
 using gpe::c_api::attn::StridesOf;
 using gpe::c_api::attn::Bad;
+using gpe::c_api::attn::AlgebraicParameterGrads;
 using gpe::c_api::attn::BiasParameterGrads;
 using gpe::c_api::attn::CheckSameLayout;
 using gpe::c_api::attn::GrapeMParameterGrads;
@@ -48,8 +49,8 @@ namespace att = gpe::attention;
 
 namespace {
 
-// gpe_attention_param_grads of 0.4.0 ends at d_shaw_value_table; d_sinks (0.9.0) is read
-// only when struct_size covers it.
+// gpe_attention_param_grads of 0.4.0 ends at d_shaw_value_table; d_sinks (0.9.0) and the
+// algebraic generators' gradients (0.10.0) are read only when struct_size covers them.
 constexpr size_t kParamGradsV1Size = offsetof(gpe_attention_param_grads, d_sinks);
 
 // The sinks' gradient dL/dz: float64 [heads_q] (any stride) for a call with sinks,
@@ -179,9 +180,63 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
         }
       }
     }
+    // The algebraic generators' gradients (0.10.0), each for its own option.
+    bool algebraic_grads = false;
+    if (pgrads != nullptr) {
+      const struct {
+        const DLTensor* grad;
+        const char* name;
+        bool has_option;
+        const char* option;
+      } wanted[] = {
+          {pgrads->d_algebraic, "d_algebraic", options->algebraic != nullptr, "algebraic"},
+          {pgrads->d_algebraic_tree, "d_algebraic_tree", c.tree.has_value(), "algebraic_tree"},
+          {pgrads->d_algebraic_grid, "d_algebraic_grid", !c.grid_skews.empty(),
+           "algebraic_grid"}};
+      for (const auto& w : wanted) {
+        if (w.grad == nullptr) continue;
+        if (!w.has_option) {
+          return Bad(absl::StrCat(w.name, " is given but options->", w.option, " is NULL"));
+        }
+        algebraic_grads = true;
+        // Checked before the kernels run: float64 of the generators' shape.
+        const int64_t d = c.args.head_dim;
+        const std::vector<int64_t> shape =
+            w.grad == pgrads->d_algebraic        ? std::vector<int64_t>{d, d}
+            : w.grad == pgrads->d_algebraic_tree ? std::vector<int64_t>{c.tree->branching(), d, d}
+                                                 : std::vector<int64_t>{
+                                                       static_cast<int64_t>(c.grid_skews.size()),
+                                                       c.grid_skews[0].rows(),
+                                                       c.grid_skews[0].rows()};
+        absl::StatusOr<TensorView> view =
+            ViewTensor(w.grad, w.name, static_cast<int>(shape.size()), kF64);
+        if (!view.ok()) return view.status();
+        if (view->shape != shape) {
+          TensorView want;
+          want.shape = shape;
+          return Bad(absl::StrCat(w.name, " must be float64 ", ShapeString(want), ", got ",
+                                  ShapeString(*view)));
+        }
+        for (const TensorView* in : {&c.q, &c.k, &c.v, &*gv, &dqv, &dkv}) {
+          if (w.grad->data != nullptr && w.grad->data == in->data) {
+            return Bad(absl::StrCat(w.name, " must not share memory with the tensors"));
+          }
+        }
+      }
+      if (algebraic_grads && (dq == nullptr || dk == nullptr)) {
+        return Bad("the algebraic generators' gradients are formed from dq and dk: pass both");
+      }
+    }
     auto finish = [&]() -> absl::Status {
       if (absl::Status st = pg.Finish(); !st.ok()) return st;
       sink_grad.Finish();
+      if (algebraic_grads) {
+        if (absl::Status st =
+                AlgebraicParameterGrads(c, *options, packed, dqv, dkv, *pgrads);
+            !st.ok()) {
+          return st;
+        }
+      }
       if (!grape_grads) return absl::OkStatus();
       return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
     };

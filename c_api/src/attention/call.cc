@@ -257,6 +257,7 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
       return Bad(absl::StrCat("algebraic_grid with ", n, " axes needs q_axes / k_axes of [tokens, ",
                               n, "]"));
     }
+    c->grid_skews = *s;
     if (n == 2) {
       auto g = seq::MakeAlgebraicGrid2D((*s)[0], (*s)[1]);
       if (!g.ok()) return g.status();

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Dense>
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -47,6 +48,7 @@ struct Call {
   std::optional<seq::AlgebraicTree> tree;
   std::optional<seq::AlgebraicGrid2D> grid2;
   std::optional<seq::AlgebraicGrid3D> grid3;
+  std::vector<Eigen::MatrixXd> grid_skews;  // options->algebraic_grid's S_a, for gradients
   std::optional<seq::ShawRelative> shaw;
   // q's transform, and k's when it differs (a gpe_rope handle's key role: xPos); null
   // key_transform means `transform` serves k too.

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include <Eigen/Dense>
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -14,8 +15,10 @@
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/attention/call.h"
 #include "c_api/src/common/tensor_view.h"
+#include "c_api/src/sequence/handles.h"
 #include "c_api/src/sequence/bias_handle.h"
 #include "encodings/sequence/bias.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
 #include "encodings/sequence/rope.h"
@@ -47,6 +50,67 @@ void LoadRow(const TensorView& v, DType dtype, const att::Strides& s, const att:
       case DType::kFloat64: out[c] = v.typed<const double>()[off + c]; break;
       case DType::kFloat32: out[c] = v.typed<const float>()[off + c]; break;
       default: out[c] = seq::ToFloat(v.typed<const seq::BFloat16>()[off + c]); break;
+    }
+  }
+}
+
+// One side (q or k) of a call as rows r = token * heads + head (token order): the
+// encoding's inputs x and the loss's gradients dx w.r.t. them (the kernels' dq or dk,
+// before the encoding), widened to double, head_dim apart.
+struct SideRows {
+  int64_t heads = 0;
+  int64_t rows = 0;
+  std::vector<double> x, dx;
+  int64_t token(int64_t r) const { return r / heads; }
+};
+
+SideRows LoadSide(const Call& c, bool packed, bool query, const TensorView& dxv) {
+  const att::AttentionArgs& a = c.args;
+  const int64_t d = a.head_dim;
+  SideRows out;
+  out.heads = query ? a.num_q_heads : a.num_kv_heads;
+  out.rows = (query ? a.num_q_tokens() : a.num_k_tokens()) * out.heads;
+  out.x.resize(static_cast<size_t>(out.rows * d));
+  out.dx.resize(out.x.size());
+  const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dxv, packed);
+  for (int64_t r = 0; r < out.rows; ++r) {
+    LoadRow(query ? c.q : c.k, c.dtype, xs, a, query, out.token(r), r % out.heads,
+            out.x.data() + r * d);
+    LoadRow(dxv, c.dtype, dxs, a, query, out.token(r), r % out.heads, out.dx.data() + r * d);
+  }
+  return out;
+}
+
+// A gradient output: float64 with `shape` (any strides), filled from `src` in row-major
+// order. Skipped when `t` is null.
+absl::Status WriteGradient(DLTensor* t, const char* name, const std::vector<int64_t>& shape,
+                           const std::vector<double>& src) {
+  if (t == nullptr) return absl::OkStatus();
+  absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+  if (!v.ok()) return v.status();
+  if (v->shape != shape) {
+    std::string want;
+    for (int64_t e : shape) absl::StrAppend(&want, want.empty() ? "" : ", ", e);
+    return Bad(absl::StrCat(name, " must be float64 [", want, "]; got ", ShapeString(*v)));
+  }
+  double* dst = v->typed<double>();
+  for (int64_t i = 0; i < static_cast<int64_t>(src.size()); ++i) {
+    int64_t off = 0, rem = i;
+    for (int64_t e = static_cast<int64_t>(shape.size()) - 1; e >= 0; --e) {
+      off += (rem % shape[e]) * v->strides[e];
+      rem /= shape[e];
+    }
+    dst[off] = src[i];
+  }
+  return absl::OkStatus();
+}
+
+// Adds the matrices `part` (each m x m) to `sum` ([count, m, m] row-major).
+void AddMatrices(const std::vector<Eigen::MatrixXd>& part, std::vector<double>* sum) {
+  int64_t i = 0;
+  for (const Eigen::MatrixXd& g : part) {
+    for (int64_t r = 0; r < g.rows(); ++r) {
+      for (int64_t col = 0; col < g.cols(); ++col) (*sum)[i++] += g(r, col);
     }
   }
 }
@@ -161,27 +225,19 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
   std::vector<double> ga(static_cast<size_t>(m * d), 0.0), gb(ga.size(), 0.0),
       gw(static_cast<size_t>(m), 0.0);
   for (const bool query : {true, false}) {
-    const TensorView& x = query ? c.q : c.k;
-    const TensorView& dx = query ? dqv : dkv;
-    const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dx, packed);
-    const int64_t tokens = query ? a.num_q_tokens() : a.num_k_tokens();
-    const int64_t heads = query ? a.num_q_heads : a.num_kv_heads;
-    const int64_t n = tokens * heads;
+    const SideRows side = LoadSide(c, packed, query, query ? dqv : dkv);
+    const int64_t n = side.rows;
     if (n == 0) continue;  // before EffectivePositions, which walks every sequence
     const std::vector<int64_t> pos = EffectivePositions(a, query);
-    std::vector<double> in(static_cast<size_t>(n * d)), g(in.size()), gr(in.size());
     std::vector<int64_t> p(static_cast<size_t>(n));
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t r = t * heads + h;
-        p[r] = pos[t];
-        LoadRow(x, c.dtype, xs, a, query, t, h, in.data() + r * d);
-        LoadRow(dx, c.dtype, dxs, a, query, t, h, g.data() + r * d);
-      }
+    for (int64_t r = 0; r < n; ++r) p[r] = pos[side.token(r)];
+    std::vector<double> gr(side.dx.size());
+    if (absl::Status s = grape.Apply<double>(p, side.dx.data(), d, gr.data(), d); !s.ok()) {
+      return s;
     }
-    if (absl::Status s = grape.Apply<double>(p, g.data(), d, gr.data(), d); !s.ok()) return s;
     seq::GrapeMProduct::Gradients part;
-    if (absl::Status s = grape.Backward<double>(p, in.data(), d, gr.data(), d, nullptr, 0, &part);
+    if (absl::Status s =
+            grape.Backward<double>(p, side.x.data(), d, gr.data(), d, nullptr, 0, &part);
         !s.ok()) {
       return s;
     }
@@ -193,25 +249,94 @@ absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape
       gw[k] += part.generators[k].omega;
     }
   }
-  for (auto [t, name, src, rows] :
-       {std::tuple<DLTensor*, const char*, const std::vector<double>*, int64_t>{pg.d_grape_a, "d_grape_a", &ga, m},
-        {pg.d_grape_b, "d_grape_b", &gb, m}, {pg.d_grape_omega, "d_grape_omega", &gw, 0}}) {
-    if (t == nullptr) continue;
-    const std::vector<int64_t> shape = rows > 0 ? std::vector<int64_t>{m, d} : std::vector<int64_t>{m};
-    absl::StatusOr<TensorView> v = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
-    if (!v.ok()) return v.status();
-    if (v->shape != shape) {
-      return Bad(absl::StrCat(name, " must be float64 ", rows > 0 ? absl::StrCat("[", m, ", ", d, "]")
-                                                                  : absl::StrCat("[", m, "]"),
-                              "; got ", ShapeString(*v)));
-    }
-    double* dst = v->typed<double>();
-    for (int64_t i = 0; i < static_cast<int64_t>(src->size()); ++i) {
-      const int64_t off = rows > 0 ? (i / d) * v->strides[0] + (i % d) * v->strides[1] : i * v->strides[0];
-      dst[off] = (*src)[i];
+  if (absl::Status s = WriteGradient(pg.d_grape_a, "d_grape_a", {m, d}, ga); !s.ok()) return s;
+  if (absl::Status s = WriteGradient(pg.d_grape_b, "d_grape_b", {m, d}, gb); !s.ok()) return s;
+  return WriteGradient(pg.d_grape_omega, "d_grape_omega", {m}, gw);
+}
+
+absl::Status AlgebraicParameterGrads(const Call& c, const gpe_attention_options& o, bool packed,
+                                     const TensorView& dqv, const TensorView& dkv,
+                                     const gpe_attention_param_grads& pg) {
+  const att::AttentionArgs& a = c.args;
+  const int64_t d = a.head_dim;
+  // Which encoding, and the shape of its generators' gradient.
+  std::vector<int64_t> shape;
+  std::vector<seq::AlgebraicSequence> grid_axes;
+  if (pg.d_algebraic != nullptr) {
+    shape = {d, d};
+  } else if (pg.d_algebraic_tree != nullptr) {
+    shape = {c.tree->branching(), d, d};
+  } else {
+    const int64_t m = c.grid_skews[0].rows();
+    shape = {static_cast<int64_t>(c.grid_skews.size()), m, m};
+    for (const Eigen::MatrixXd& s : c.grid_skews) {
+      absl::StatusOr<seq::AlgebraicSequence> axis = seq::AlgebraicSequence::Create(s);
+      if (!axis.ok()) return axis.status();
+      grid_axes.push_back(*std::move(axis));
     }
   }
-  return absl::OkStatus();
+  std::vector<double> sum(static_cast<size_t>(shape[0] * shape[1] * (shape.size() > 2 ? shape[2] : 1)),
+                          0.0);
+  for (const bool query : {true, false}) {
+    SideRows side = LoadSide(c, packed, query, query ? dqv : dkv);
+    const int64_t n = side.rows;
+    if (n == 0) continue;  // before EffectivePositions, which walks every sequence
+    double* g = side.dx.data();
+    std::vector<Eigen::MatrixXd> part;
+    if (pg.d_algebraic != nullptr) {
+      // Sequences (sec. 3.1): W^p = exp(p S) at the kernels' int64 positions.
+      const std::vector<int64_t> pos = EffectivePositions(a, query);
+      std::vector<int64_t> p(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) p[r] = pos[side.token(r)];
+      const seq::AlgebraicSequence& e = o.algebraic->impl;
+      if (absl::Status s = e.Apply<double>(p, g, d, g, d); !s.ok()) return s;
+      part.emplace_back();
+      if (absl::Status s = e.Backward<double>(p, side.x.data(), d, g, d, nullptr, 0, &part[0]);
+          !s.ok()) {
+        return s;
+      }
+    } else if (pg.d_algebraic_tree != nullptr) {
+      // Trees (sec. 3.2): rho(address) the path product of the branch generators.
+      const att::StructuredPositions& sp = query ? a.q_structured : a.k_structured;
+      std::vector<seq::AlgebraicTree::Address> addr(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) {
+        const absl::Span<const int64_t> t = sp.Address(side.token(r));
+        addr[r].assign(t.begin(), t.end());
+      }
+      if (absl::Status s = c.tree->Apply<double>(addr, g, d, g, d); !s.ok()) return s;
+      if (absl::Status s = c.tree->Backward<double>(addr, side.x.data(), d, g, d, nullptr, 0, &part);
+          !s.ok()) {
+        return s;
+      }
+    } else {
+      // Grids (sec. 3.3): blockdiag over the axes of W_a^{x_a}, one sequence per block.
+      const att::StructuredPositions& sp = query ? a.q_structured : a.k_structured;
+      const int64_t axes = static_cast<int64_t>(grid_axes.size()), m = shape[1];
+      std::vector<int64_t> coords(static_cast<size_t>(n * axes)), axis_pos(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) {
+        const absl::Span<const int64_t> x = sp.Coords(side.token(r));
+        for (int64_t ax = 0; ax < axes; ++ax) coords[r * axes + ax] = x[ax];
+      }
+      for (int64_t ax = 0; ax < axes; ++ax) {
+        for (int64_t r = 0; r < n; ++r) axis_pos[r] = coords[r * axes + ax];
+        if (absl::Status s = grid_axes[ax].Apply<double>(axis_pos, g + ax * m, d, g + ax * m, d);
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (absl::Status s = seq::AlgebraicGridBackward<double>(grid_axes, coords, side.x.data(), d,
+                                                              g, d, nullptr, 0, &part);
+          !s.ok()) {
+        return s;
+      }
+    }
+    AddMatrices(part, &sum);
+  }
+  if (pg.d_algebraic != nullptr) return WriteGradient(pg.d_algebraic, "d_algebraic", shape, sum);
+  if (pg.d_algebraic_tree != nullptr) {
+    return WriteGradient(pg.d_algebraic_tree, "d_algebraic_tree", shape, sum);
+  }
+  return WriteGradient(pg.d_algebraic_grid, "d_algebraic_grid", shape, sum);
 }
 
 }  // namespace gpe::c_api::attn

@@ -14,6 +14,7 @@
 #include "c_api/src/attention/call.h"
 #include "c_api/src/common/tensor_view.h"
 #include "dlpack/dlpack.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
 
@@ -54,6 +55,15 @@ struct BiasParameterGrads {
 absl::Status GrapeMParameterGrads(const Call& c, const seq::GrapeMProduct& grape, bool packed,
                                   const TensorView& dqv, const TensorView& dkv,
                                   const gpe_attention_param_grads& pg);
+
+// Kogkalidis et al.'s skew generators (gpe_attention_param_grads' d_algebraic,
+// d_algebraic_tree, d_algebraic_grid, each for its option): as GRAPE-M's, dL/dq' =
+// rho(p) dq and dL/dk' = rho(p) dk (rho orthogonal), then the encoding's own backward
+// (AlgebraicSequence::Backward, AlgebraicTree::Backward, AlgebraicGridBackward) gives
+// dL/dS through x' = rho(p) x, summed over q's and k's tokens and heads.
+absl::Status AlgebraicParameterGrads(const Call& c, const gpe_attention_options& o, bool packed,
+                                     const TensorView& dqv, const TensorView& dkv,
+                                     const gpe_attention_param_grads& pg);
 
 }  // namespace gpe::c_api::attn
 

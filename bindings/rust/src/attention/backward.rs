@@ -130,8 +130,10 @@ pub fn attention_backward_v2<T: Real>(
 /// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
 /// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
-/// the Shaw tables ([2 shaw_max_distance + 1, head_dim]) and the sinks ([heads_q]; float32
-/// and float64 calls).
+/// the Shaw tables ([2 shaw_max_distance + 1, head_dim]), the sinks ([heads_q]; float32
+/// and float64 calls) and (0.10.0) Kogkalidis et al.'s skew generators: dL/dS entrywise
+/// and unprojected (for S = A - A^T, dL/dA = X - X^T), summed over q's and k's tokens
+/// and heads.
 #[derive(Clone, Debug, Default)]
 pub struct ParameterGrads {
     pub bias_a: Option<Vec<f64>>,
@@ -144,6 +146,27 @@ pub struct ParameterGrads {
     pub shaw_value_table: Option<Matrix>,
     /// dL/dsinks, [heads_q], for the sinks given (0.9.0).
     pub sinks: Option<Vec<f64>>,
+    /// dL/dS of `algebraic`'s generator, [dim, dim] (0.10.0).
+    pub algebraic: Option<Matrix>,
+    /// dL/dS_c of `algebraic_tree`'s branch generators, one [head_dim, head_dim] each.
+    pub algebraic_tree: Option<Vec<Matrix>>,
+    /// dL/dS_a of `algebraic_grid`'s axes, one [m, m] each.
+    pub algebraic_grid: Option<Vec<Matrix>>,
+}
+
+// A stack of n m x m float64 gradients, [n, m, m] row-major, and its shape.
+struct Stack {
+    data: Vec<f64>,
+    shape: [i64; 3],
+}
+impl Stack {
+    fn new(n: usize, m: usize) -> Stack {
+        Stack { data: vec![0.0; n * m * m], shape: [n as i64, m as i64, m as i64] }
+    }
+    fn matrices(self) -> Vec<Matrix> {
+        let m = self.shape[1] as usize;
+        self.data.chunks(m * m).map(|c| Matrix { rows: m, cols: m, data: c.to_vec() }).collect()
+    }
 }
 
 /// `attention_backward` plus the gradients of the encoding's learnable parameters
@@ -182,6 +205,15 @@ pub fn attention_backward_with_parameters<T: Real>(
     p.shaw_value_table = options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols));
     p.sinks = options.sinks.map(|z| vec![0.0; z.len()]);
     let mut sink_shape = [options.sinks.map_or(0, |z| z.len() as i64)];
+    // The algebraic generators' gradients: [dim, dim] for a sequence, [count, m, m] for a
+    // tree's branches or a grid's axes.
+    let mut alg = match options.algebraic {
+        Some(a) => Some(Stack::new(1, a.dim())),
+        None => None,
+    };
+    let mut alg_shape = [0i64; 2];
+    let mut tree = options.algebraic_tree.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
+    let mut grid = options.algebraic_grid.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
     let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
     let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
@@ -204,6 +236,12 @@ pub fn attention_backward_with_parameters<T: Real>(
     let mut tsk = p.shaw_key_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut sks)).transpose()?;
     let mut tsv = p.shaw_value_table.as_mut().map(|m| crate::matrix_tensor_mut(m, &mut svs)).transpose()?;
     let mut tsg = p.sinks.as_mut().map(|z| crate::f64_tensor_mut(z, &mut sink_shape));
+    let mut talg = alg.as_mut().map(|a| {
+        alg_shape = [a.shape[1], a.shape[2]];
+        crate::f64_tensor_mut(&mut a.data, &mut alg_shape)
+    });
+    let mut ttree = tree.as_mut().map(|t| crate::f64_tensor_mut(&mut t.data, &mut t.shape));
+    let mut tgrid = grid.as_mut().map(|t| crate::f64_tensor_mut(&mut t.data, &mut t.shape));
     let mut grads = ffi::gpe_attention_param_grads::init();
     grads.d_bias_a = tba.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_bias_b = tbb.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
@@ -213,6 +251,9 @@ pub fn attention_backward_with_parameters<T: Real>(
     grads.d_shaw_key_table = tsk.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_shaw_value_table = tsv.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     grads.d_sinks = tsg.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_algebraic = talg.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_algebraic_tree = ttree.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
+    grads.d_algebraic_grid = tgrid.as_mut().map_or(ptr::null_mut(), |t| t as *mut _);
     let to_ptr = to.as_ref().map_or(ptr::null(), |t| t as *const _);
     let tl_ptr = tl.as_ref().map_or(ptr::null(), |t| t as *const _);
     // SAFETY: every slice holds its shape's values (checked); gradients are fresh buffers.
@@ -221,5 +262,8 @@ pub fn attention_backward_with_parameters<T: Real>(
             ffi::gpe_attention_backward_with_parameters(c, &tq, &tk, &tv, to_ptr, tl_ptr, &tdo, &mut tdq, &mut tdk, &mut tdv, &grads)
         })
     })?;
+    p.algebraic = alg.map(|a| a.matrices().remove(0));
+    p.algebraic_tree = tree.map(Stack::matrices);
+    p.algebraic_grid = grid.map(Stack::matrices);
     Ok((g, p))
 }

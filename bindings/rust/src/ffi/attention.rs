@@ -148,6 +148,10 @@ pub struct gpe_attention_param_grads {
     pub d_shaw_value_table: *mut DLTensor,
     // 0.9.0: dL/dsinks.
     pub d_sinks: *mut DLTensor,
+    // 0.10.0: dL/dS of the algebraic encodings' skew generators.
+    pub d_algebraic: *mut DLTensor,
+    pub d_algebraic_tree: *mut DLTensor,
+    pub d_algebraic_grid: *mut DLTensor,
 }
 impl gpe_attention_param_grads {
     pub fn init() -> Self {
@@ -162,6 +166,9 @@ impl gpe_attention_param_grads {
             d_shaw_key_table: null,
             d_shaw_value_table: null,
             d_sinks: null,
+            d_algebraic: null,
+            d_algebraic_tree: null,
+            d_algebraic_grid: null,
         }
     }
 }

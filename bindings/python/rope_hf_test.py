@@ -1,6 +1,6 @@
-"""gpe.Rope.from_hf_config against Hugging Face transformers' own RoPE: its
-ROPE_INIT_FUNCTIONS (inverse frequencies and attention factor, every rope_type it
-defines) and its apply_rotary_pos_emb.
+"""gpe.Rope.from_hf_config and gpe.torch.RotaryEmbedding against Hugging Face transformers'
+own RoPE: its ROPE_INIT_FUNCTIONS (inverse frequencies and attention factor, every
+rope_type it defines), its apply_rotary_pos_emb, and LlamaRotaryEmbedding end to end.
 
 transformers (bindings/python/requirements-hf.txt, installed by tools/setup_transformers.sh)
 and PyTorch are optional: without them the golden tests skip with a message, and the tests
@@ -21,6 +21,7 @@ import gpe  # noqa: E402
 
 try:
     import torch  # noqa: E402
+    import gpe.torch as gt  # noqa: E402
     _NO_TORCH = None
 except ImportError as e:
     torch = None
@@ -252,6 +253,43 @@ class HfGoldenTest(unittest.TestCase):
                                            rtol=0, atol=1e-12)
                 np.testing.assert_allclose(rope.forward(k, positions=positions, role="key"),
                                            k_hf, rtol=0, atol=1e-12)
+
+    def test_rotary_embedding_matches_llama_rotary_embedding(self):
+        # LlamaRotaryEmbedding + apply_rotary_pos_emb end to end, float32, for llama3 and
+        # yarn configs. transformers forms p * inv_freq in float32: the angle (|p theta| <=
+        # p_max, theta <= 1) is rounded by up to ulp(p_max) / 2 and carries the float32
+        # frequency's error (<= 2 * 2^-24 relative, see above); gpe's angles are exact.
+        # Each output is m (x1 cos - x2 sin) or m (x1 sin + x2 cos), so it moves by at most
+        # 2 m max|x| times the angle error: atol = 2 m max|x| (ulp(p_max) / 2 + 2^-23 p_max)
+        # (measured about 10x below it).
+        rng = np.random.default_rng(2)
+        for name in ("llama3", "yarn", "yarn_deepseek_mscale"):
+            params = dict(next(c for c in CASES if c[0] == name)[1])
+            with self.subTest(name):
+                config = hf_config(params)
+                hf_rope = LlamaRotaryEmbedding(config)
+                ours = gt.RotaryEmbedding.from_hf_config(config)
+                m = ours.rope.frequencies()[1]
+                for seq in (64, 600):
+                    q = torch.tensor(rng.standard_normal((2, seq, 4, HEAD_DIM)),
+                                     dtype=torch.float32)
+                    k = torch.tensor(rng.standard_normal((2, seq, 2, HEAD_DIM)),
+                                     dtype=torch.float32)
+                    p_max = seq - 1
+                    ulp = float(np.spacing(np.float32(p_max)))
+                    x_max = float(max(q.abs().max(), k.abs().max()))
+                    atol = 2 * m * x_max * (ulp / 2 + 2.0 ** -23 * p_max)
+                    ids = torch.arange(seq)[None].expand(2, seq)
+                    cos, sin = hf_rope(q, ids)
+                    q_hf, k_hf = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2),
+                                                      cos, sin)
+                    torch.testing.assert_close(ours(q), q_hf.transpose(1, 2), rtol=0,
+                                               atol=atol)
+                    torch.testing.assert_close(ours(k, role="key"), k_hf.transpose(1, 2),
+                                               rtol=0, atol=atol)
+                    # torchtune-style input_pos [batch, seq]: the same positions.
+                    torch.testing.assert_close(ours(q, input_pos=ids), q_hf.transpose(1, 2),
+                                               rtol=0, atol=atol)
 
 
 if __name__ == "__main__":

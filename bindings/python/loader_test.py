@@ -110,6 +110,13 @@ class LoaderOrderTest(unittest.TestCase):
         self.assertIn("package directory", msg)
 
 
+class PackageTest(unittest.TestCase):
+    def test_py_typed_ships_with_the_package(self):
+        # PEP 561: type checkers read the package's hints only when py.typed is beside
+        # it (the py_library's data, so also in Bazel's runfiles).
+        self.assertTrue((pathlib.Path(gpe.__file__).parent / "py.typed").is_file())
+
+
 @unittest.skipIf(REAL is None, "no built libgpe.so to load")
 class RealLibraryTest(unittest.TestCase):
     def test_package_directory_symlink_loads(self):

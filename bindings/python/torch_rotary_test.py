@@ -4,6 +4,9 @@ table, torchtune's input_pos, strided (head-major) views, and bad input. Its com
 with transformers' LlamaRotaryEmbedding is in rope_hf_test.py. Skips with a message
 where PyTorch is not installed."""
 
+import copy
+import gc
+import pickle
 import unittest
 
 import sanitizer_preload
@@ -132,6 +135,18 @@ class RotaryEmbeddingTest(unittest.TestCase):
                                                   "rope_theta": 10000.0}})
         np.testing.assert_array_equal(from_cfg(x).numpy(), module(x).numpy())
         self.assertIn("rotary_dim=16", repr(module))
+
+    def test_deepcopy_and_pickle(self):
+        # Models are deep-copied (EMA, checkpoints): the copy rebuilds its gpe.Rope and
+        # table and gives the same bits after the original is gone.
+        module = gt.RotaryEmbedding(16, schedule="llama3", base=500000.0)
+        x = self.randn(2, 4, 2, 16)
+        want = module(x)
+        copies = [copy.deepcopy(module), pickle.loads(pickle.dumps(module))]
+        del module
+        gc.collect()
+        for c in copies:
+            torch.testing.assert_close(c(x), want, rtol=0, atol=0)
 
     def test_compile_falls_back_to_eager(self):
         module = gt.RotaryEmbedding(16, schedule="yarn", factor=4.0, original_max_position=8)

@@ -80,6 +80,8 @@ class Rope(_Handle):
                  xpos_gamma: float = 0.4, xpos_scale_base: float = 512.0, xpos_centre: int = 0,
                  axial_axes: Optional[int] = None, mrope_sections: Optional[Sequence[int]] = None,
                  mrope_interleaved: bool = False, num_threads: int = 1) -> None:
+        # Kept for copies (__reduce__): a copy builds its own handle from them.
+        self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         o = _ffi.RopeOptions()
         o.struct_size = ctypes.sizeof(o)
         o.pairing = _choice(_PAIRINGS, pairing, "pairing")
@@ -156,6 +158,12 @@ class Rope(_Handle):
                                     current_length=current_length, pairing=pairing),
                    num_threads=num_threads)
 
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        # copy.deepcopy and pickle (a model holding a Rope, e.g. in gpe.torch's
+        # RotaryEmbedding) rebuild the encoding from its arguments: copying the handle
+        # would free it twice.
+        return (_rebuild_rope, (type(self), self._args))
+
     @property
     def shape(self) -> Tuple[int, int, int]:
         """(head_dim, rotary_dim, num_axes)."""
@@ -229,6 +237,10 @@ class RopeTable(_Handle):
         del keep, kl
         super().__init__(out.value)
 
+    def __reduce__(self) -> Any:
+        raise TypeError("a RopeTable cannot be copied or pickled (it owns a library handle); "
+                        "build another with Rope.table")
+
     def _run(self, fn, x, out, bfloat16):
         x, out = _arrays(x, out, bfloat16)
         tx, kx = _tensor(x, bfloat16)
@@ -246,6 +258,10 @@ class RopeTable(_Handle):
                  bfloat16: bool = False) -> np.ndarray:
         """Rope.backward with this table's tokens."""
         return self._run(lib().gpe_rope_table_backward, dy, out, bfloat16)
+
+
+def _rebuild_rope(cls, args):
+    return cls(**args)
 
 
 def _arrays(x, out, bfloat16):

@@ -130,6 +130,14 @@ class RotaryEmbedding(torch.nn.Module):
                                    num_threads=num_threads)
         return cls(rope.shape[0], rope=rope)
 
+    def __getstate__(self) -> Any:
+        # copy.deepcopy / pickle: the Rope rebuilds itself (gpe.Rope.__reduce__); the
+        # cached table is left behind and rebuilt on the next call.
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__
+        state = dict(state)
+        state["_cache"] = None
+        return state
+
     def extra_repr(self) -> str:
         head_dim, rotary_dim, axes = self.rope.shape
         return "dim=%d, rotary_dim=%d" % (head_dim, rotary_dim)

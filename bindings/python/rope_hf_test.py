@@ -291,6 +291,33 @@ class HfGoldenTest(unittest.TestCase):
                     torch.testing.assert_close(ours(q, input_pos=ids), q_hf.transpose(1, 2),
                                                rtol=0, atol=atol)
 
+    def test_length_tracking_matches_llama_rotary_embedding(self):
+        # transformers' RoPE modules change dynamic NTK's base (the longest length seen,
+        # reset below max_position_embeddings) and LongRoPE's factors (long beyond L0) with
+        # each call's largest position; RotaryEmbedding.from_hf_config follows the same
+        # rule. Calls of growing and shrinking length; atol as above.
+        rng = np.random.default_rng(3)
+        cases = (("dynamic_init", [100, 300, 280, 100, 600]),
+                 ("longrope_short", [50, 100, 60, 200]))
+        for name, lengths in cases:
+            params = dict(next(c for c in CASES if c[0] == name)[1])
+            config = hf_config(params)
+            hf_rope = LlamaRotaryEmbedding(config)
+            ours = gt.RotaryEmbedding.from_hf_config(config)
+            m = ours.rope.frequencies()[1]
+            for seq in lengths:
+                with self.subTest(name, seq=seq):
+                    q = torch.tensor(rng.standard_normal((1, seq, 2, HEAD_DIM)),
+                                     dtype=torch.float32)
+                    ids = torch.arange(seq)[None]
+                    cos, sin = hf_rope(q, ids)
+                    q_hf, _ = apply_rotary_pos_emb(q.transpose(1, 2), q.transpose(1, 2), cos,
+                                                   sin)
+                    ulp = float(np.spacing(np.float32(seq - 1)))
+                    atol = 2 * m * float(q.abs().max()) * (ulp / 2 + 2.0 ** -23 * (seq - 1))
+                    torch.testing.assert_close(ours(q), q_hf.transpose(1, 2), rtol=0,
+                                               atol=atol)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -136,6 +136,31 @@ class RotaryEmbeddingTest(unittest.TestCase):
         np.testing.assert_array_equal(from_cfg(x).numpy(), module(x).numpy())
         self.assertIn("rotary_dim=16", repr(module))
 
+    def test_track_length(self):
+        # Each call's frequencies are those of gpe.Rope with the current_length the rule
+        # gives (L = largest position + 1, L0 = 16): longrope long while L > L0; dynamic
+        # NTK grows with the longest L and resets below L0.
+        common = dict(original_max_position=16, track_length=True)
+        lr = dict(schedule="longrope", max_position=64, short_factor=[1.0] * 8,
+                  long_factor=[2.0 + 0.5 * i for i in range(8)])
+        for kw, steps in ((dict(schedule="dynamic_ntk", factor=2.0),
+                           [(10, 0), (40, 40), (30, 40), (60, 60), (12, 0), (17, 17)]),
+                          (lr, [(10, 0), (40, 40), (30, 30), (12, 0), (17, 17)])):
+            module = gt.RotaryEmbedding(16, **kw, **common)
+            params = {k: v for k, v in kw.items()}
+            for length, current in steps:
+                with self.subTest(kw["schedule"], length=length):
+                    x = self.randn(1, 3, 2, 16)
+                    pos = torch.tensor([0, length // 2, length - 1])
+                    want = gpe.Rope(16, original_max_position=16, current_length=current,
+                                    **params).forward(x.numpy(), positions=pos.numpy())
+                    np.testing.assert_array_equal(module(x, input_pos=pos).numpy(), want)
+        # Off by default: the given current_length stays.
+        module = gt.RotaryEmbedding(16, schedule="dynamic_ntk", factor=2.0,
+                                    original_max_position=16)
+        module(self.randn(1, 40, 1, 16))
+        self.assertEqual(module.rope._args["current_length"], 0)
+
     def test_deepcopy_and_pickle(self):
         # Models are deep-copied (EMA, checkpoints): the copy rebuilds its gpe.Rope and
         # table and gives the same bits after the original is gone.

@@ -28,6 +28,8 @@ __all__ = ["RotaryEmbedding"]
 
 _PAIRINGS = {"half": "half_split", "half_split": "half_split", "interleaved": "interleaved"}
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+# Schedules whose frequencies depend on the length (RotaryEmbedding's track_length).
+_TRACKED = ("dynamic_ntk", "longrope")
 
 
 def _array(t: torch.Tensor) -> np.ndarray:
@@ -88,6 +90,13 @@ class RotaryEmbedding(torch.nn.Module):
     must be dim). max_seq_len is accepted for torchtune's signature and not needed: the
     angles are exact at every int64 position, nothing is precomputed up to a length.
 
+    track_length=True (from_hf_config's default) follows the length as transformers'
+    RoPE modules do for the schedules whose frequencies depend on it, from L = the
+    largest position of a call + 1: "longrope" takes long_factor while L > L0, and
+    "dynamic_ntk" rescales its base for the longest L seen, until a call with L < L0
+    returns to the original frequencies. Each change builds a new gpe.Rope. Otherwise
+    the schedule's current_length stays as given.
+
     The module holds no parameters; forward(x, input_pos=None, role="query") is
     documented in the module docstring (role matters only for xPos).
     """
@@ -96,7 +105,7 @@ class RotaryEmbedding(torch.nn.Module):
                  schedule: str = "default", rotary_dim: Optional[int] = None,
                  partial_rotary_factor: Optional[float] = None, pairing: str = "half",
                  rope: Optional[Rope] = None, num_threads: int = 1,
-                 **schedule_params: Any) -> None:
+                 track_length: bool = False, **schedule_params: Any) -> None:
         super().__init__()
         if rope is not None:
             if not isinstance(rope, Rope):
@@ -117,18 +126,39 @@ class RotaryEmbedding(torch.nn.Module):
         self.rope = rope
         self.dim = int(dim)
         self.max_seq_len = max_seq_len
+        self.track_length = bool(track_length) and rope._args["schedule"] in _TRACKED
+        if self.track_length and rope._args["original_max_position"] is None:
+            raise ValueError("track_length needs the schedule's original_max_position")
         # (shape, dtype class, role), positions, table: the last call's table.
         self._cache: Optional[Tuple[Any, Optional[torch.Tensor], RopeTable]] = None
 
     @classmethod
     def from_hf_config(cls, config: Any, *, layer_type: Optional[str] = None,
                        current_length: Optional[int] = None, pairing: str = "half",
-                       num_threads: int = 1) -> "RotaryEmbedding":
-        """The RoPE of a Hugging Face transformers config (gpe.Rope.from_hf_config)."""
+                       num_threads: int = 1, track_length: bool = True) -> "RotaryEmbedding":
+        """The RoPE of a Hugging Face transformers config (gpe.Rope.from_hf_config),
+        following the length as transformers does (track_length)."""
         rope = Rope.from_hf_config(config, layer_type=layer_type, current_length=current_length,
                                    pairing=_PAIRINGS.get(pairing, pairing),
                                    num_threads=num_threads)
-        return cls(rope.shape[0], rope=rope)
+        return cls(rope.shape[0], rope=rope, track_length=track_length)
+
+    def _follow_length(self, x: torch.Tensor, pos: Optional[torch.Tensor]) -> None:
+        """track_length: the Rope for this call's length (class docstring)."""
+        args = self.rope._args
+        length = x.shape[1] if pos is None else int(pos.max()) + 1 if pos.numel() else 0
+        current = args["current_length"]
+        l0 = args["original_max_position"]
+        # Lengths up to L0 all mean "not extended" (0): a new Rope only when that changes.
+        if args["schedule"] == "longrope":
+            current = length if length > l0 else 0
+        elif length > max(current, l0):  # dynamic NTK: grow
+            current = length
+        elif length < l0 < current:  # back below the original context: reset
+            current = 0
+        if current != args["current_length"]:
+            self.rope = Rope(**dict(args, current_length=current))
+            self._cache = None
 
     def __getstate__(self) -> Any:
         # copy.deepcopy / pickle: the Rope rebuilds itself (gpe.Rope.__reduce__); the
@@ -160,6 +190,8 @@ class RotaryEmbedding(torch.nn.Module):
         """The gpe.RopeTable forward uses for x's tokens (cached: see the module
         docstring)."""
         pos = self._positions(x, input_pos)
+        if self.track_length:
+            self._follow_length(x, pos)
         wide = x.dtype == torch.float64
         key = (tuple(x.shape[:2]), wide, role)
         if self._cache is not None:

@@ -318,6 +318,48 @@ class HfGoldenTest(unittest.TestCase):
                     torch.testing.assert_close(ours(q), q_hf.transpose(1, 2), rtol=0,
                                                atol=atol)
 
+    def test_partial_proportional(self):
+        # transformers' "proportional" type with partial_rotary_factor 0.5: planes j < 8
+        # of the half-split over the whole head rotate with base^(-2j / 32) / factor, the
+        # other 8 have frequency 0. gpe.Rope.from_hf_config refuses it (it needs two axes);
+        # RotaryEmbedding.from_hf_config holds the second M-RoPE section at position 0.
+        # Frequencies as test_frequencies_and_attention_factor (rtol 3e-7); the map
+        # against apply_rotary_pos_emb on float64 cos/sin at 1e-12, and against
+        # LlamaRotaryEmbedding (which runs this type) with the float32 bound above.
+        config = hf_config({"rope_type": "proportional", "rope_theta": 10000.0, "factor": 2.0,
+                            "partial_rotary_factor": 0.5})
+        inv, m_hf = ROPE_INIT_FUNCTIONS["proportional"](config, "cpu")
+        inv = inv.double()
+        k = HEAD_DIM // 4
+        self.assertTrue(bool((inv[:k] > 0).all()) and bool((inv[k:] == 0).all()))
+        with self.assertRaisesRegex(NotImplementedError, "RotaryEmbedding.from_hf_config"):
+            gpe.Rope.from_hf_config(config)
+        ours = gt.RotaryEmbedding.from_hf_config(config)
+        thetas, m = ours.rope.frequencies()
+        np.testing.assert_allclose(thetas[:k], inv[:k].numpy(), rtol=3e-7, atol=0)
+        self.assertEqual((m, float(m_hf)), (1.0, 1.0))
+
+        rng = np.random.default_rng(4)
+        x = torch.tensor(rng.standard_normal((2, 9, 3, HEAD_DIM)))
+        pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [5, 6, 7, 100, 101, 102, 400, 401, 402]])
+        freqs = pos.double()[..., None] * torch.cat([torch.tensor(thetas[:k]),
+                                                      torch.zeros(HEAD_DIM // 2 - k,
+                                                                  dtype=torch.float64)])
+        emb = torch.cat([freqs, freqs], dim=-1)
+        want, _ = apply_rotary_pos_emb(x.transpose(1, 2), x.transpose(1, 2), emb.cos(),
+                                       emb.sin())
+        torch.testing.assert_close(ours(x, input_pos=pos), want.transpose(1, 2), rtol=0,
+                                   atol=1e-12)
+        torch.testing.assert_close(ours(x)[0], ours(x, input_pos=pos[0])[0], rtol=0, atol=0)
+
+        xf = x.float()
+        cos, sin = LlamaRotaryEmbedding(config)(xf, pos)
+        want, _ = apply_rotary_pos_emb(xf.transpose(1, 2), xf.transpose(1, 2), cos, sin)
+        ulp = float(np.spacing(np.float32(401)))
+        atol = 2 * float(xf.abs().max()) * (ulp / 2 + 2.0 ** -23 * 402)
+        torch.testing.assert_close(ours(xf, input_pos=pos), want.transpose(1, 2), rtol=0,
+                                   atol=atol)
+
 
 if __name__ == "__main__":
     unittest.main()

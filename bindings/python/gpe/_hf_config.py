@@ -93,12 +93,14 @@ def _head_dim(config: Any) -> int:
 
 
 def rope_arguments(config: Any, layer_type: Optional[str] = None,
-                   current_length: Optional[int] = None,
-                   pairing: str = "half_split") -> Dict[str, Any]:
+                   current_length: Optional[int] = None, pairing: str = "half_split",
+                   still_planes: bool = False) -> Dict[str, Any]:
     """gpe.Rope keyword arguments equivalent to the config's RoPE (see the module
     docstring). current_length is transformers' seq_len (dynamic NTK rescales the base
     beyond max_position_embeddings, LongRoPE takes long_factor beyond L0); None is the
-    model at initialisation (transformers' seq_len=None)."""
+    model at initialisation (transformers' seq_len=None). still_planes: partial
+    "proportional" RoPE as two M-RoPE sections whose second axis the caller holds at
+    position 0 (the arguments then include mrope_sections); else NotImplementedError."""
     params = _rope_parameters(config, layer_type)
     rope_type = params.get("rope_type", params.get("type", "default")) or "default"
     if rope_type not in _SCHEDULES:
@@ -114,18 +116,23 @@ def rope_arguments(config: Any, layer_type: Optional[str] = None,
     if rope_type == "proportional":
         # transformers' "proportional" type: the first int(prf * head_dim / 2) planes of a
         # half-split over the WHOLE head (pairs (j, j + head_dim / 2)) rotate with
-        # base^(-2j / head_dim) / factor, the others have frequency 0 (identity). Only prf
-        # giving every plane is a gpe.Rope (the linear schedule); partial proportional RoPE
-        # would need planes of frequency 0 inside the half-split, which gpe_rope_options
-        # cannot express.
+        # base^(-2j / head_dim) / factor, the others have frequency 0 (identity). When
+        # every plane rotates it is the linear schedule. Otherwise a single-axis gpe.Rope
+        # cannot hold frequency-0 planes inside the half-split; M-RoPE sections can: the
+        # rotated planes on axis 0 (the positions), the others on axis 1, whose positions
+        # the caller sets to 0 (still_planes=True asks for that form).
+        args["factor"] = float(params.get("factor") or 1.0)
         planes = int(prf * head_dim // 2)
         if planes != head_dim // 2:
-            raise NotImplementedError(
-                "rope_type 'proportional' with partial_rotary_factor %g (%d of %d planes "
-                "rotated, pairs (j, j + head_dim / 2)) is not expressible as a gpe.Rope: "
-                "its other planes have frequency 0 inside the half-split pairing"
-                % (prf, planes, head_dim // 2))
-        args["factor"] = float(params.get("factor") or 1.0)
+            if not still_planes:
+                raise NotImplementedError(
+                    "rope_type 'proportional' with partial_rotary_factor %g (%d of %d "
+                    "planes rotated, pairs (j, j + head_dim / 2)) is not a single-axis "
+                    "gpe.Rope: its other planes have frequency 0 inside the half-split "
+                    "pairing. gpe.torch.RotaryEmbedding.from_hf_config supports it (M-RoPE "
+                    "sections [%d, %d] with the second axis at position 0)"
+                    % (prf, planes, head_dim // 2, planes, head_dim // 2 - planes))
+            args["mrope_sections"] = [planes, head_dim // 2 - planes]
         return args
     rotary_dim = int(head_dim * prf)
     if rotary_dim % 2:

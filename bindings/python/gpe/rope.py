@@ -144,8 +144,9 @@ class Rope(_Handle):
         configs), for every rope_type transformers defines: "default", "linear",
         "dynamic", "yarn", "longrope", "llama3", and "proportional" where every plane
         rotates (partial proportional RoPE raises NotImplementedError: its unrotated
-        planes sit inside the half-split pairing). How HF's names map to this class's
-        is in gpe/_hf_config.py.
+        planes sit inside the half-split pairing, which takes two axes here;
+        gpe.torch.RotaryEmbedding.from_hf_config supports it). How HF's names map to
+        this class's is in gpe/_hf_config.py.
 
         current_length is transformers' seq_len: dynamic NTK rescales its base, and
         LongRoPE takes long_factor, once it exceeds their original context; None gives

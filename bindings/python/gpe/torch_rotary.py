@@ -105,7 +105,8 @@ class RotaryEmbedding(torch.nn.Module):
                  schedule: str = "default", rotary_dim: Optional[int] = None,
                  partial_rotary_factor: Optional[float] = None, pairing: str = "half",
                  rope: Optional[Rope] = None, num_threads: int = 1,
-                 track_length: bool = False, **schedule_params: Any) -> None:
+                 track_length: bool = False, _still_axis: bool = False,
+                 **schedule_params: Any) -> None:
         super().__init__()
         if rope is not None:
             if not isinstance(rope, Rope):
@@ -114,6 +115,9 @@ class RotaryEmbedding(torch.nn.Module):
                 raise ValueError("give rope= or the schedule's parameters, not both")
             if rope.shape[0] != dim:
                 raise ValueError("rope has head_dim %d but dim is %d" % (rope.shape[0], dim))
+            if rope.shape[2] != (2 if _still_axis else 1):
+                raise ValueError("RotaryEmbedding takes single-axis RoPE (one position per "
+                                 "token); rope has %d axes" % rope.shape[2])
         else:
             if pairing not in _PAIRINGS:
                 raise ValueError("pairing must be 'half' or 'interleaved'; got %r" % (pairing,))
@@ -124,6 +128,8 @@ class RotaryEmbedding(torch.nn.Module):
             rope = Rope(dim, rotary_dim=rotary_dim, base=base, pairing=_PAIRINGS[pairing],
                         schedule=schedule, num_threads=num_threads, **schedule_params)
         self.rope = rope
+        # Partial "proportional" RoPE (from_hf_config): a second axis held at position 0.
+        self._still_axis = bool(_still_axis)
         self.dim = int(dim)
         self.max_seq_len = max_seq_len
         self.track_length = bool(track_length) and rope._args["schedule"] in _TRACKED
@@ -137,11 +143,15 @@ class RotaryEmbedding(torch.nn.Module):
                        current_length: Optional[int] = None, pairing: str = "half",
                        num_threads: int = 1, track_length: bool = True) -> "RotaryEmbedding":
         """The RoPE of a Hugging Face transformers config (gpe.Rope.from_hf_config),
-        following the length as transformers does (track_length)."""
-        rope = Rope.from_hf_config(config, layer_type=layer_type, current_length=current_length,
-                                   pairing=_PAIRINGS.get(pairing, pairing),
-                                   num_threads=num_threads)
-        return cls(rope.shape[0], rope=rope, track_length=track_length)
+        following the length as transformers does (track_length). Partial
+        "proportional" RoPE too: its frequency-0 planes are M-RoPE's second section,
+        held at position 0."""
+        from gpe._hf_config import rope_arguments  # noqa: lazy, pure Python
+        args = rope_arguments(config, layer_type=layer_type, current_length=current_length,
+                              pairing=_PAIRINGS.get(pairing, pairing), still_planes=True)
+        rope = Rope(**args, num_threads=num_threads)
+        return cls(rope.shape[0], rope=rope, track_length=track_length,
+                   _still_axis="mrope_sections" in args)
 
     def _follow_length(self, x: torch.Tensor, pos: Optional[torch.Tensor]) -> None:
         """track_length: the Rope for this call's length (class docstring)."""
@@ -201,8 +211,11 @@ class RotaryEmbedding(torch.nn.Module):
                 return table
         like = np.empty((x.shape[0], x.shape[1], 1, self.dim),
                         dtype=np.float64 if wide else np.float32)
-        table = self.rope.table(like, positions=None if pos is None else pos.numpy(),
-                                role=role)
+        positions = None if pos is None else pos.numpy()
+        if self._still_axis:
+            first = pos if pos is not None else torch.arange(x.shape[1]).repeat(x.shape[0])
+            positions = torch.stack([first, torch.zeros_like(first)]).numpy()
+        table = self.rope.table(like, positions=positions, role=role)
         self._cache = (key, pos, table)
         return table
 

@@ -197,6 +197,8 @@ class RotaryEmbeddingTest(unittest.TestCase):
             gt.RotaryEmbedding(8, rope=gpe.Rope(16))
         with self.assertRaisesRegex(ValueError, "not both"):
             gt.RotaryEmbedding(16, rope=gpe.Rope(16), factor=2.0)
+        with self.assertRaisesRegex(ValueError, "single-axis.*2 axes"):
+            gt.RotaryEmbedding(16, rope=gpe.Rope(16, mrope_sections=[4, 4]))
         with self.assertRaises(gpe.GpeError):  # the library's own check: odd rotary_dim
             gt.RotaryEmbedding(16, rotary_dim=5)
 

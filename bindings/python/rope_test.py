@@ -2,7 +2,10 @@
 formulas (RoFormer's rotation; the frequency rules of position interpolation, dynamic
 NTK, YaRN, LongRoPE and Llama 3), run by `bazel test`."""
 
+import copy
+import gc
 import math
+import pickle
 import unittest
 
 import sanitizer_preload
@@ -244,6 +247,24 @@ class ApplyTest(unittest.TestCase):
         np.testing.assert_array_equal(table.backward(k), rope.backward(k, offsets=offsets))
         with self.assertRaises(gpe.GpeError):
             table.forward(q.astype(np.float64))  # a float32 table
+
+    def test_copies_own_their_handles(self):
+        # copy.deepcopy and pickle rebuild the encoding from its arguments (a copied handle
+        # would be freed twice); the copies give the original's bits after it is gone. A
+        # table refuses to be copied.
+        rope = gpe.Rope(16, rotary_dim=12, schedule="longrope", original_max_position=8,
+                        max_position=64, current_length=9, short_factor=[1.0] * 6,
+                        long_factor=np.linspace(1.0, 3.0, 6), pairing="interleaved")
+        x = self.rng.standard_normal((1, 4, 2, 16))
+        want = rope.forward(x, offsets=[5])
+        copies = [copy.deepcopy(rope), pickle.loads(pickle.dumps(rope))]
+        self.assertNotEqual(copies[0]._handle.value, rope._handle.value)
+        del rope
+        gc.collect()
+        for c in copies:
+            np.testing.assert_array_equal(c.forward(x, offsets=[5]), want)
+        with self.assertRaisesRegex(TypeError, "RopeTable cannot be copied"):
+            copy.deepcopy(copies[0].table(x))
 
     def test_mrope_and_axial(self):
         d = 16

@@ -1,9 +1,12 @@
 """ctypes declarations of gpe.h and the shared-library loader (internal)."""
 
 import ctypes
+import ctypes.util
 import operator
 import os
 import pathlib
+import warnings
+from typing import Iterator
 
 import numpy as np
 
@@ -489,15 +492,28 @@ for _cls in list(globals().values()):
 # ---- Library loading -----------------------------------------------------------------
 
 _LIB_NAME = "libgpe.so"
+# The ABI's major version (GPE_VERSION_MAJOR): the installed library's soname is
+# libgpe.so.<major> (c_api/BUILD, //c_api:libgpe.so.0). loader_test checks it against the
+# loaded library's gpe_version().
+ABI_MAJOR = 0
+SONAME = "%s.%d" % (_LIB_NAME, ABI_MAJOR)
 
 
-def _candidates():
+def _package_dir() -> pathlib.Path:
+    """The directory of the gpe package (where a wheel puts libgpe.so)."""
+    return pathlib.Path(__file__).resolve().parent
+
+
+def _candidates() -> Iterator[pathlib.Path]:
+    """Files that may hold the library, in the order load_library tries them: the package
+    directory, $GPE_LIBRARY, then the build tree (Bazel's runfiles under bazel test /
+    bazel run, bazel-bin of a source checkout). The system's loader path comes after
+    these (load_library, by soname)."""
+    here = _package_dir()
+    yield here / _LIB_NAME
     env = os.environ.get("GPE_LIBRARY")
     if env:
         yield pathlib.Path(env)
-        return
-    here = pathlib.Path(__file__).resolve().parent
-    yield here / _LIB_NAME
     # Under `bazel test`/`bazel run`: the library is a data dependency in the runfiles.
     for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
         root = os.environ.get(var)
@@ -509,13 +525,48 @@ def _candidates():
         yield parent / "bazel-bin" / "c_api" / _LIB_NAME
 
 
-def load_library():
+def _open(name: str) -> ctypes.CDLL:
+    """dlopen (a path, or a bare name searched on the system's loader path)."""
+    return ctypes.CDLL(name)
+
+
+def _system_names() -> Iterator[str]:
+    """Bare names for the system's dynamic loader (LD_LIBRARY_PATH, the ld.so cache, the
+    default directories): the soname of this ABI, then whatever ctypes.util.find_library
+    reports for "gpe" when that is the same major version (an installed libgpe.so.1 would
+    be another ABI)."""
+    yield SONAME
+    found = ctypes.util.find_library("gpe")
+    if found and found != SONAME and found.startswith(SONAME):
+        yield found
+
+
+def load_library() -> ctypes.CDLL:
+    """Loads libgpe.so: the package directory, then $GPE_LIBRARY, then the build tree,
+    then the system by soname (libgpe.so.<major>). OSError lists every place tried."""
     tried = []
+    env = os.environ.get("GPE_LIBRARY")
+    if env and not pathlib.Path(env).is_file():
+        warnings.warn("GPE_LIBRARY=%s is not a file; looking elsewhere for %s"
+                      % (env, _LIB_NAME), RuntimeWarning, stacklevel=2)
     for path in _candidates():
-        tried.append(str(path))
         if path.is_file():
-            return _declare(ctypes.CDLL(str(path)))
-    raise OSError("cannot find %s (set GPE_LIBRARY); tried: %s" % (_LIB_NAME, ", ".join(tried)))
+            return _declare(_open(str(path)))
+        tried.append("%s (%s)" % (path, "GPE_LIBRARY: no such file"
+                                  if env and str(path) == env else "no such file"))
+    for name in _system_names():
+        try:
+            lib = _open(name)
+        except OSError as e:
+            tried.append("%s on the system's loader path (%s)" % (name, e))
+            continue
+        return _declare(lib)
+    raise OSError("cannot find %s. Put it in the gpe package directory (as a wheel does), "
+                  "set GPE_LIBRARY to the file, build it in this checkout (./bazelw build "
+                  "//c_api:libgpe.so), or install it where the dynamic loader finds %s "
+                  "(./bazelw run //c_api:install -- PREFIX, then ldconfig or "
+                  "LD_LIBRARY_PATH). Tried, in order:\n  %s"
+                  % (_LIB_NAME, SONAME, "\n  ".join(tried)))
 
 
 def _declare(lib):

@@ -18,6 +18,7 @@ is accurate.
 """
 
 import ctypes
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -65,13 +66,22 @@ class Rope(_Handle):
 
     _destroy = "gpe_rope_destroy"
 
-    def __init__(self, head_dim, rotary_dim=None, base=10000.0, pairing="half_split",
-                 schedule="default", factor=None, original_max_position=None, current_length=0,
-                 beta_fast=None, beta_slow=None, truncate=True, mscale=None, mscale_all_dim=None,
-                 attention_factor=None, short_factor=None, long_factor=None,
-                 max_position=None, low_freq_factor=None, high_freq_factor=None, xpos=False,
-                 xpos_gamma=0.4, xpos_scale_base=512.0, xpos_centre=0, axial_axes=None,
-                 mrope_sections=None, mrope_interleaved=False, num_threads=1):
+    def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
+                 pairing: str = "half_split", schedule: str = "default",
+                 factor: Optional[float] = None, original_max_position: Optional[int] = None,
+                 current_length: int = 0, beta_fast: Optional[float] = None,
+                 beta_slow: Optional[float] = None, truncate: bool = True,
+                 mscale: Optional[float] = None, mscale_all_dim: Optional[float] = None,
+                 attention_factor: Optional[float] = None,
+                 short_factor: Optional[Sequence[float]] = None,
+                 long_factor: Optional[Sequence[float]] = None,
+                 max_position: Optional[int] = None, low_freq_factor: Optional[float] = None,
+                 high_freq_factor: Optional[float] = None, xpos: bool = False,
+                 xpos_gamma: float = 0.4, xpos_scale_base: float = 512.0, xpos_centre: int = 0,
+                 axial_axes: Optional[int] = None, mrope_sections: Optional[Sequence[int]] = None,
+                 mrope_interleaved: bool = False, num_threads: int = 1) -> None:
+        # Kept for copies (__reduce__): a copy builds its own handle from them.
+        self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         o = _ffi.RopeOptions()
         o.struct_size = ctypes.sizeof(o)
         o.pairing = _choice(_PAIRINGS, pairing, "pairing")
@@ -121,14 +131,48 @@ class Rope(_Handle):
         check(lib().gpe_rope_create(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
 
+    @classmethod
+    def from_hf_config(cls, config: Any, *, layer_type: Optional[str] = None,
+                       current_length: Optional[int] = None, pairing: str = "half_split",
+                       num_threads: int = 1) -> "Rope":
+        """The RoPE of a Hugging Face transformers model config: a PretrainedConfig, any
+        object with its attributes, or a config.json dict.
+
+        Reads head_dim (or hidden_size // num_attention_heads), partial_rotary_factor,
+        max_position_embeddings, rope_theta and rope_parameters (transformers 5, with
+        rope_theta inside; nested by layer type: pass layer_type) or rope_scaling (older
+        configs), for every rope_type transformers defines: "default", "linear",
+        "dynamic", "yarn", "longrope", "llama3", and "proportional" where every plane
+        rotates (partial proportional RoPE raises NotImplementedError: its unrotated
+        planes sit inside the half-split pairing, which takes two axes here;
+        gpe.torch.RotaryEmbedding.from_hf_config supports it). How HF's names map to
+        this class's is in gpe/_hf_config.py.
+
+        current_length is transformers' seq_len: dynamic NTK rescales its base, and
+        LongRoPE takes long_factor, once it exceeds their original context; None gives
+        the frequencies transformers builds at initialisation. transformers rotates
+        half-split pairs (rotate_half); pairing="interleaved" serves models whose own
+        code pairs (2i, 2i + 1).
+        """
+        from gpe._hf_config import rope_arguments  # noqa: lazy, pure Python
+        return cls(**rope_arguments(config, layer_type=layer_type,
+                                    current_length=current_length, pairing=pairing),
+                   num_threads=num_threads)
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Any, ...]]:
+        # copy.deepcopy and pickle (a model holding a Rope, e.g. in gpe.torch's
+        # RotaryEmbedding) rebuild the encoding from its arguments: copying the handle
+        # would free it twice.
+        return (_rebuild_rope, (type(self), self._args))
+
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, int, int]:
         """(head_dim, rotary_dim, num_axes)."""
         v = [ctypes.c_int64() for _ in range(3)]
         check(lib().gpe_rope_shape(self._handle, *[ctypes.byref(x) for x in v]))
         return tuple(x.value for x in v)
 
-    def frequencies(self):
+    def frequencies(self) -> Tuple[np.ndarray, float]:
         """(thetas [rotary_dim / 2] in radians per position, attention_factor)."""
         n = self.shape[1] // 2
         thetas = np.empty(n, dtype=np.float64)
@@ -147,15 +191,17 @@ class Rope(_Handle):
         del keep, kx, kout
         return out
 
-    def table(self, like, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
-              role="query", bfloat16=False):
+    def table(self, like: np.ndarray, positions: Any = None, offsets: Any = None,
+              cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
+              bfloat16: bool = False) -> "RopeTable":
         """A RopeTable: the cos/sin rows for the tokens of `like` (an array of the shape and
         dtype to be rotated; its values are not read), built once and reused for q, k
         and every layer with the same tokens (any number of heads)."""
         return RopeTable(self, like, positions, offsets, cu_seqlens, layout, role, bfloat16)
 
-    def forward(self, x, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
-                role="query", out=None, bfloat16=False):
+    def forward(self, x: np.ndarray, positions: Any = None, offsets: Any = None,
+                cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
+                out: Optional[np.ndarray] = None, bfloat16: bool = False) -> np.ndarray:
         """out = m R(p theta) x for every token and head.
 
         positions: int [num_tokens] (tokens numbered b * seq + s, or by row for "thd") or
@@ -166,8 +212,9 @@ class Rope(_Handle):
         return self._run(lib().gpe_rope_forward, x, positions, offsets, cu_seqlens, layout, role,
                          out, bfloat16)
 
-    def backward(self, dy, positions=None, offsets=None, cu_seqlens=None, layout="bshd",
-                 role="query", out=None, bfloat16=False):
+    def backward(self, dy: np.ndarray, positions: Any = None, offsets: Any = None,
+                 cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
+                 out: Optional[np.ndarray] = None, bfloat16: bool = False) -> np.ndarray:
         """dx = (m R(p theta))^T dy, the gradient of forward; arguments as forward."""
         return self._run(lib().gpe_rope_backward, dy, positions, offsets, cu_seqlens, layout,
                          role, out, bfloat16)
@@ -191,6 +238,10 @@ class RopeTable(_Handle):
         del keep, kl
         super().__init__(out.value)
 
+    def __reduce__(self) -> Any:
+        raise TypeError("a RopeTable cannot be copied or pickled (it owns a library handle); "
+                        "build another with Rope.table")
+
     def _run(self, fn, x, out, bfloat16):
         x, out = _arrays(x, out, bfloat16)
         tx, kx = _tensor(x, bfloat16)
@@ -199,13 +250,19 @@ class RopeTable(_Handle):
         del kx, kout
         return out
 
-    def forward(self, x, out=None, bfloat16=False):
+    def forward(self, x: np.ndarray, out: Optional[np.ndarray] = None,
+                bfloat16: bool = False) -> np.ndarray:
         """Rope.forward with this table's tokens; out=x works in place."""
         return self._run(lib().gpe_rope_table_forward, x, out, bfloat16)
 
-    def backward(self, dy, out=None, bfloat16=False):
+    def backward(self, dy: np.ndarray, out: Optional[np.ndarray] = None,
+                 bfloat16: bool = False) -> np.ndarray:
         """Rope.backward with this table's tokens."""
         return self._run(lib().gpe_rope_table_backward, dy, out, bfloat16)
+
+
+def _rebuild_rope(cls, args):
+    return cls(**args)
 
 
 def _arrays(x, out, bfloat16):

@@ -893,13 +893,15 @@ def rope(x, rope, positions=None, offsets=None, cu_seqlens=None, layout="bshd", 
                 str(role), _register(rope))
 
 
-# ---- Every sequence encoding as an operator (gpe.torch_sequence) ------------------------
+# ---- RoPE as an nn.Module (gpe.torch_rotary) and every sequence encoding as an operator
+# (gpe.torch_sequence) -----------------------------------------------------------------
 
+from gpe.torch_rotary import RotaryEmbedding  # noqa: E402
 from gpe.torch_sequence import (  # noqa: E402
     algebraic_grid, algebraic_periodic, algebraic_sequence, algebraic_tree, bias_tile, grape_m,
     learned_positions, locality_scale, shaw_key_scores, shaw_value_output, sinusoidal,
     transformer_xl_score_terms)
 
-__all__ += ["algebraic_grid", "algebraic_periodic", "algebraic_sequence", "algebraic_tree",
-            "bias_tile", "grape_m", "learned_positions", "locality_scale", "shaw_key_scores",
-            "shaw_value_output", "sinusoidal", "transformer_xl_score_terms"]
+__all__ += ["RotaryEmbedding", "algebraic_grid", "algebraic_periodic", "algebraic_sequence",
+            "algebraic_tree", "bias_tile", "grape_m", "learned_positions", "locality_scale",
+            "shaw_key_scores", "shaw_value_output", "sinusoidal", "transformer_xl_score_terms"]

@@ -905,3 +905,9 @@ from gpe.torch_sequence import (  # noqa: E402
 __all__ += ["RotaryEmbedding", "algebraic_grid", "algebraic_periodic", "algebraic_sequence",
             "algebraic_tree", "bias_tile", "grape_m", "learned_positions", "locality_scale",
             "shaw_key_scores", "shaw_value_output", "sinusoidal", "transformer_xl_score_terms"]
+
+# ---- Hugging Face transformers' attention interface (gpe.torch_hf) ----------------------
+
+from gpe.torch_hf import register_hf_attention  # noqa: E402
+
+__all__ += ["register_hf_attention"]

@@ -1,8 +1,9 @@
 """The wheel as a user gets it: packaging/build_wheel.py builds it (auditwheel bundling
 the shared libraries), pip installs it into a fresh virtual environment, and a script
 run there with no environment variables (no GPE_LIBRARY, no Bazel runfiles, nothing but
-PATH) imports gpe and gpe.torch and runs a RoPE, an attention forward and backward and
-an INR fit, each checked against a value computed another way.
+PATH) imports gpe and gpe.torch and runs a RoPE, an attention forward and backward, an
+INR fit, gpe.torch's attention and RotaryEmbedding from a Hugging Face config, each
+checked against a value computed another way.
 
 The fresh environment reaches NumPy (and PyTorch, where the project's .venv has it)
 through a .pth file naming the project environment's site-packages, as
@@ -72,6 +73,19 @@ SMOKE = textwrap.dedent("""
         ot = gt.attention(qt, torch.tensor(k), torch.tensor(v), is_causal=True)
         ot.sum().backward()
         assert qt.grad is not None and torch.isfinite(qt.grad).all(), "gpe.torch backward"
+        # RotaryEmbedding and a Hugging Face config (a Llama 3.1 rope_scaling dict): the
+        # module's rotation equals gpe.Rope's forward on the same rows (one code path: 0).
+        config = {"hidden_size": 256, "num_attention_heads": 4, "rope_theta": 500000.0,
+                  "max_position_embeddings": 131072,
+                  "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 8192}}
+        rope = gpe.Rope.from_hf_config(config)
+        module = gt.RotaryEmbedding.from_hf_config(config)
+        xt = torch.randn(1, 8, 4, 64, dtype=torch.float64)
+        got = module(xt)
+        want = rope.forward(xt.numpy())
+        assert np.abs(got.numpy() - want).max() == 0.0, "RotaryEmbedding"
     print("wheel smoke test passed:", gpe.version_string())
 """)
 

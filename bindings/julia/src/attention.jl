@@ -84,7 +84,8 @@ end
 
 # Builds the options struct (with the tensors it points to kept alive by `keep`).
 # Structured positions: q_axes / k_axes are axes × tokens Int64 matrices, q_tree / k_tree
-# one address per token; Shaw tables are head_dim × (2 shaw_max_distance + 1).
+# one address per token; Shaw tables are head_dim × (2 shaw_max_distance + 1), the value
+# table head_dim_v × (2 shaw_max_distance + 1).
 function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale::Real=0.0, num_threads::Integer=0,
                            rope_dim::Integer=0, rope_base::Real=10000.0, rope_pairing::Symbol=:half_split,
                            grape_m::Union{Nothing,GrapeM}=nothing, algebraic::Union{Nothing,AlgebraicSequence}=nothing,
@@ -138,8 +139,11 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
 end
 
 """Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,
-k and v head_dim × heads_kv × seq_k × batch (or head_dim × heads × tokens with
-cu_seqlens_q / cu_seqlens_k). Returns (o like q, lse heads_q × tokens_q). Keywords:
+k head_dim × heads_kv × seq_k × batch and v head_dim_v × heads_kv × seq_k × batch (or
+… × heads × tokens with cu_seqlens_q / cu_seqlens_k). Returns (o head_dim_v × heads_q ×
+seq_q × batch, like q with v's head size; lse heads_q × tokens_q). head_dim_v is v's
+first dimension (since 0.10.0 it may differ from head_dim, as DeepSeek-V2/V3's 192 /
+128; the default softmax_scale stays 1 / √head_dim). Keywords:
 causal, softmax_scale, num_threads, rope_dim, rope_base, rope_pairing, grape_m,
 algebraic, bias, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k; structured
 positions (q_positions / k_positions still order the tokens for masks, biases and Shaw
@@ -148,8 +152,8 @@ rope_dim), M-RoPE (rope_sections, planes per axis summing to rope_dim / 2;
 rope_sections_interleaved) and algebraic_grid (skew generators, axes × m = head_dim);
 q_tree / k_tree (one 0-based child-index vector per token) for algebraic_tree (one skew
 generator per branch, head_dim × head_dim); Shaw et al.'s shaw_max_distance with
-shaw_key_table / shaw_value_table (head_dim × (2 shaw_max_distance + 1), column r for
-label r - k, shared by every head). Since 0.9.0: rope (a `Rope` applied inside the
+shaw_key_table / shaw_value_table (head_dim × (2 shaw_max_distance + 1), head_dim_v rows
+for the value table; column r for label r - k, shared by every head). Since 0.9.0: rope (a `Rope` applied inside the
 kernel, q in the query role and k in the key role, in place of rope_dim), window =
 (left, right) (flash-attn's sliding window, -1 unbounded on a side), softcap (Gemma 2's
 logit softcap, 0: none), sinks (gpt-oss's, one Float32 logit per query head), attn_mask
@@ -159,7 +163,7 @@ any dimension 1 to broadcast; packed: max_lk × max_lq × heads_q × sequences),
 pages_per_sequence × batch page ids; k and v are then head_dim × heads_kv × page_size ×
 num_pages)."""
 function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
-    o = similar(q, T, size(q))
+    o = similar(q, T, (size(v, 1), Base.tail(size(q))...))
     lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))
     keep = Any[]
     @tensor tq q rev_parts
@@ -178,7 +182,8 @@ function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArr
     return o, lse
 end
 
-"""(dq, dk, dv) from d_o (like q), o and lse recomputed; same keywords as attention_forward."""
+"""(dq, dk, dv) from d_o (like o: head_dim_v × the rest of q's size), o and lse
+recomputed; dq, dk, dv shaped like q, k, v. Same keywords as attention_forward."""
 function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
                             kwargs...) where {T<:Union{Float32,Float64}}
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))

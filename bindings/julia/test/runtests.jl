@@ -314,6 +314,54 @@ Random.seed!(20261123)
         @test size(dq) == size(qa)
     end
 
+    @testset "attention with v's own head size" begin
+        # head_dim_v (v's first dimension, C ABI 0.10.0) apart from head_dim, both ways
+        # round, with GQA and Shaw tables (the value table head_dim_v × 5). The call equals
+        # the same call with the narrower side zero-padded: zero v columns give zero o and
+        # dv rows, zero q and k components add only + 0.0 to the dot products, so Float64
+        # (the exact reference) agrees bit for bit. The scale is explicit: its default
+        # follows head_dim, which the padding changes in the second case.
+        s, hq, hk, kmax = 6, 4, 2, 2
+        pad(x, n) = vcat(x, zeros(eltype(x), n - size(x, 1), Base.tail(size(x))...))
+        cut(x, n) = x[1:n, ntuple(_ -> Colon(), ndims(x) - 1)...]
+        for (d, dv) in ((24, 16), (16, 24))
+            w = max(d, dv)
+            q, k, v, d_o = randn(d, hq, s, 1), randn(d, hk, s, 1), randn(dv, hk, s, 1), randn(dv, hq, s, 1)
+            ak, av = randn(d, 2kmax + 1), randn(dv, 2kmax + 1)
+            kw = (causal=true, softmax_scale=0.2, shaw_max_distance=kmax)
+            o, lse = attention_forward(q, k, v; kw..., shaw_key_table=ak, shaw_value_table=av)
+            ow, lsew = attention_forward(pad(q, w), pad(k, w), pad(v, w); kw..., shaw_key_table=pad(ak, w),
+                                         shaw_value_table=pad(av, w))
+            @test size(o) == (dv, hq, s, 1)
+            @test cut(ow, dv) == o && all(ow[dv+1:end, :, :, :] .== 0) && lse == lsew
+            dq, dk, dvv, params = attention_backward_with_parameters(q, k, v, d_o; kw..., shaw_key_table=ak,
+                                                                     shaw_value_table=av)
+            dqw, dkw, dvw, pw = attention_backward_with_parameters(pad(q, w), pad(k, w), pad(v, w), pad(d_o, w); kw...,
+                                                                   shaw_key_table=pad(ak, w), shaw_value_table=pad(av, w))
+            @test (cut(dqw, d), cut(dkw, d), cut(dvw, dv)) == (dq, dk, dvv)
+            @test size(params.shaw_value_table) == (dv, 2kmax + 1)
+            @test cut(pw.shaw_key_table, d) == params.shaw_key_table && cut(pw.shaw_value_table, dv) == params.shaw_value_table
+            @test attention_backward(q, k, v, d_o; kw..., shaw_key_table=ak, shaw_value_table=av) == (dq, dk, dvv)
+            @test attention_backward_v2(q, k, v, d_o; kw..., shaw_key_table=ak, shaw_value_table=av)[4].shaw_value_table ==
+                  params.shaw_value_table
+            # Float32 (the optimised kernels) against Float64, without Shaw tables: values of
+            # randn, sums of at most 24 products and softmaxes over at most 6 keys; float32
+            # rounding stays under 1e-4 for o and 1e-3 for the gradients.
+            f = x -> Float32.(x)
+            o64, _ = attention_forward(q, k, v; causal=true, softmax_scale=0.2)
+            o32, _ = attention_forward(f(q), f(k), f(v); causal=true, softmax_scale=0.2)
+            @test maximum(abs.(o32 - o64)) < 1e-4
+            g64 = attention_backward(q, k, v, d_o; causal=true, softmax_scale=0.2)
+            g32 = attention_backward(f(q), f(k), f(v), f(d_o); causal=true, softmax_scale=0.2)
+            @test all(maximum(abs.(a - b)) < 1e-3 for (a, b) in zip(g32, g64))
+            # d_o of head_dim rows, a value table of head_dim rows and a v of other tokens
+            # than k are refused.
+            @test_throws GPEError attention_backward(q, k, v, randn(d, hq, s, 1); causal=true)
+            @test_throws GPEError attention_forward(q, k, v; shaw_max_distance=kmax, shaw_value_table=randn(d, 2kmax + 1))
+            @test_throws GPEError attention_forward(q, k, randn(dv, hk, s - 1, 1))
+        end
+    end
+
     @testset "RoPE tables, structured positions and Shaw tables" begin
         r = Rope(8)
         t = rope_table(r, zeros(8, 3, 5, 2); offsets=Int64[0, 4])   # 2 sequences of 5 tokens

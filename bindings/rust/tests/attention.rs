@@ -218,7 +218,7 @@ fn attention_matches_the_formula_with_alibi_and_gqa() {
     let slopes = alibi.alibi_slopes().unwrap();
     let options = AttentionOptions { causal: true, bias: Some(&alibi), ..Default::default() };
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d, head_dim_v: None };
     let (o, lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
     assert_eq!(lse.len(), s * hq);
     let want = attention_by_hand(&q, &k, &v, s, hq, hk, d, true, &|h, i, j| -slopes[h] * (i as f64 - j as f64));
@@ -242,7 +242,7 @@ fn attention_with_a_16_bit_kv_cache_equals_float32() {
     let grid = |x: Vec<f64>| x.iter().map(|&t| ((t * 3.5 * 32.0).round() / 32.0) as f32).collect::<Vec<f32>>();
     let (q, k, v) = (grid(rng.vec(s * hq * d)), grid(rng.vec(s * hk * d)), grid(rng.vec(s * hk * d)));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d, head_dim_v: None };
     let options = AttentionOptions { causal: true, ..Default::default() };
     let (want, want_lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
     let bf16 = |x: &[f32]| x.iter().map(|t| (t.to_bits() >> 16) as u16).collect::<Vec<u16>>();
@@ -274,7 +274,7 @@ fn attention_with_rope_equals_rope_then_attention() {
     let mut rng = Rng(4);
     let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
     let fused = AttentionOptions { rope_dim: d as i64, ..Default::default() };
     let (o, _) = attention_forward(&fused, &layout, &heads, &q, &k, &v).unwrap();
     let rope = Rope::new(&RopeOptions::new(d as i64)).unwrap();
@@ -290,7 +290,7 @@ fn attention_backward_matches_finite_differences() {
     let mut rng = Rng(5);
     let (q, k, v, d_o) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
     let options = AttentionOptions { causal: true, rope_dim: d as i64, ..Default::default() };
     let g = attention_backward(&options, &layout, &heads, &q, &k, &v, None, &d_o).unwrap();
     // L = <d_o, o>; central differences with step 1e-6 in double: truncation error
@@ -315,14 +315,14 @@ fn attention_backward_matches_finite_differences() {
 
 #[test]
 fn attention_rejects_bad_input() {
-    let heads = AttentionHeads { heads_q: 3, heads_kv: 2, head_dim: 4 };
+    let heads = AttentionHeads { heads_q: 3, heads_kv: 2, head_dim: 4, head_dim_v: None };
     let layout = AttentionLayout::Padded { batch: 1, seq_q: 2, seq_k: 2 };
     let q = vec![0.0f64; 2 * 3 * 4];
     let kv = vec![0.0f64; 2 * 2 * 4];
     // 3 query heads over 2 kv heads: not a multiple.
     let e = attention_forward(&AttentionOptions::default(), &layout, &heads, &q, &kv, &kv).err().unwrap();
     assert_eq!(e.status, Status::InvalidArgument);
-    let heads = AttentionHeads { heads_q: 2, heads_kv: 2, head_dim: 4 };
+    let heads = AttentionHeads { heads_q: 2, heads_kv: 2, head_dim: 4, head_dim_v: None };
     let q = vec![0.0f64; 2 * 2 * 4];
     // An odd rope_dim.
     let opts = AttentionOptions { rope_dim: 3, ..Default::default() };
@@ -436,7 +436,7 @@ fn attention_axial_and_mrope_positions_rotate_as_written_out() {
     let mut rng = Rng(22);
     let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
     let sections = [2i64, 3, 3];
     for axes in [2usize, 3] {
         let coords: Vec<i64> = (0..s * axes).map(|_| (rng.next() * 20.0).round() as i64).collect();
@@ -491,7 +491,7 @@ fn attention_algebraic_tree_and_grid_match_exponentials_by_hand() {
     let mut rng = Rng(23);
     let (q, k, v) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
     let tree = [skew(&mut rng, d, 0.4), skew(&mut rng, d, 0.4)];
     let w: Vec<Matrix> = tree.iter().map(expm).collect();
     let addresses: Vec<Vec<i64>> = (0..s).map(|t| (0..t % 4).map(|i| ((t + i) % 2) as i64).collect()).collect();
@@ -571,7 +571,7 @@ fn attention_shaw_tables_and_their_gradients() {
     let (q, k, v, w) = (rng.vec(s * d), rng.vec(s * d), rng.vec(s * d), rng.vec(s * d));
     let (ak, av) = (Matrix::new(rows, d, rng.vec(rows * d)).unwrap(), Matrix::new(rows, d, rng.vec(rows * d)).unwrap());
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: 1, heads_kv: 1, head_dim: d };
+    let heads = AttentionHeads { heads_q: 1, heads_kv: 1, head_dim: d, head_dim_v: None };
     let options = |ak: &Matrix, av: &Matrix| -> Vec<f64> {
         let o = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(ak), shaw_value_table: Some(av), ..Default::default() };
         attention_forward(&o, &layout, &heads, &q, &k, &v).unwrap().0
@@ -616,7 +616,7 @@ fn attention_backward_v2_adds_the_shaw_table_gradients() {
     let (q, k, v, w) = (rng.vec(s * 2 * d), rng.vec(s * d), rng.vec(s * d), rng.vec(s * 2 * d));
     let (ak, av) = (Matrix::new(rows, d, rng.vec(rows * d)).unwrap(), Matrix::new(rows, d, rng.vec(rows * d)).unwrap());
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: 2, heads_kv: 1, head_dim: d };
+    let heads = AttentionHeads { heads_q: 2, heads_kv: 1, head_dim: d, head_dim_v: None };
     let opts = AttentionOptions { causal: true, shaw_max_distance: kmax, shaw_key_table: Some(&ak), shaw_value_table: Some(&av), ..Default::default() };
     let (g2, t2) = attention_backward_v2(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
     let g1 = attention_backward(&opts, &layout, &heads, &q, &k, &v, None, &w).unwrap();
@@ -732,7 +732,7 @@ fn attention_window_softcap_and_sinks_match_the_formula() {
     let (k, v, w) = (rng.vec(s * hk * d), rng.vec(s * hk * d), rng.vec(s * hq * d));
     let z = [0.5f32, -2.0, 3.0, 1.25];
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d, head_dim_v: None };
     for &(causal, window, cap) in &[(true, (3i64, -1i64), 2.0), (false, (2, 1), 0.0), (false, (-1, 0), 5.0)] {
         let options = AttentionOptions { causal, window: Some(window), softcap: cap, sinks: Some(&z), ..Default::default() };
         let (o, lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
@@ -768,7 +768,7 @@ fn attention_with_a_rope_handle_equals_rope_then_attention() {
     let (q, k, v, w) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
     let rope = Rope::new(&RopeOptions { xpos: Some(Xpos { gamma: 0.4, scale_base: 16.0, centre: 3 }), ..RopeOptions::new(d as i64) }).unwrap();
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
     let fused = AttentionOptions { causal: true, rope: Some(&rope), ..Default::default() };
     let (o, _) = attention_forward(&fused, &layout, &heads, &q, &k, &v).unwrap();
     let shape = [1, s, h, d];
@@ -826,7 +826,7 @@ fn attention_mask_kv_lengths_and_pages_match() {
     let (b, sq, sk, hq, hk, d) = (2usize, 3usize, 8usize, 2usize, 1usize, 4usize);
     let mut rng = Rng(21);
     let (q, k, v) = (rng.vec(b * sq * hq * d), rng.vec(b * sk * hk * d), rng.vec(b * sk * hk * d));
-    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d, head_dim_v: None };
     let layout = AttentionLayout::Padded { batch: b, seq_q: sq, seq_k: sk };
     // [1, hq, sq, sk]: every third key masked (key 0 always allowed), values in (-1, 1).
     let allowed: Vec<u8> = (0..hq * sq * sk).map(|n| (n % sk == 0 || n % 3 != 1) as u8).collect();
@@ -886,7 +886,7 @@ fn attention_algebraic_generator_gradients_match_finite_differences() {
     let mut rng = Rng(57);
     let (q, k, v, w) = (rng.vec(s * 4 * d), rng.vec(s * 2 * d), rng.vec(s * 2 * d), rng.vec(s * 4 * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: 4, heads_kv: 2, head_dim: d };
+    let heads = AttentionHeads { heads_q: 4, heads_kv: 2, head_dim: d, head_dim_v: None };
     let addresses: Vec<Vec<i64>> = (0..s).map(|t| (0..t % 3).map(|i| ((t + i) % 2) as i64).collect()).collect();
     let tree_refs: Vec<&[i64]> = addresses.iter().map(|a| a.as_slice()).collect();
     let coords: Vec<i64> = (0..s * 2).map(|i| (i as i64 * 5) % 7 - 3).collect();
@@ -945,4 +945,104 @@ fn attention_algebraic_generator_gradients_match_finite_differences() {
     check(&g, &grid, &|gs: &[Matrix]| {
         loss(&AttentionOptions { algebraic_grid: Some(gs), q_axes: Some(&coords), k_axes: Some(&coords), ..Default::default() })
     });
+}
+
+// Rows of `from` values widened to `to` with zeros (to >= from), or cut to their first
+// `to` values (to < from).
+fn resize_rows(x: &[f64], from: usize, to: usize) -> Vec<f64> {
+    x.chunks(from).flat_map(|r| (0..to).map(move |i| if i < from { r[i] } else { 0.0 })).collect()
+}
+
+// v's head size apart from q's and k's (head_dim_v, C ABI 0.10.0; DeepSeek's MLA), both
+// ways round: d 24 / dv 16 and d 16 / dv 24, GQA and Shaw tables (the value table's rows
+// of dv). The call equals the same call with the narrower side zero-padded to the wider
+// (head_dim_v None): zero value columns give zero o and dv columns, zero q and k
+// components leave every dot product (only + 0.0 terms), so in float64 (the exact
+// reference) the outputs agree bit for bit. The scale is explicit: its default follows
+// head_dim, which the padding changes in the second case.
+#[test]
+fn attention_with_a_value_head_size_of_its_own() {
+    // Shaw et al.'s clipping distance 2 (opts below): tables of 5 rows.
+    let (s, hq, hk, rows) = (6usize, 4usize, 2usize, 5usize);
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    for (seed, d, dv) in [(41u64, 24usize, 16usize), (42, 16, 24)] {
+        let w = d.max(dv);
+        let mut rng = Rng(seed);
+        let (q, k, v, d_o) = (rng.vec(s * hq * d), rng.vec(s * hk * d), rng.vec(s * hk * dv), rng.vec(s * hq * dv));
+        let (ak, av) = (Matrix::new(rows, d, rng.vec(rows * d)).unwrap(), Matrix::new(rows, dv, rng.vec(rows * dv)).unwrap());
+        let heads = AttentionHeads::new(hq, hk, d).with_head_dim_v(dv);
+        assert_eq!((heads.head_dim_v, heads.value_dim()), (Some(dv), dv));
+        let wide = AttentionHeads::new(hq, hk, w);
+        let (qw, kw, vw, dow) = (resize_rows(&q, d, w), resize_rows(&k, d, w), resize_rows(&v, dv, w), resize_rows(&d_o, dv, w));
+        let akw = Matrix::new(rows, w, resize_rows(&ak.data, d, w)).unwrap();
+        let avw = Matrix::new(rows, w, resize_rows(&av.data, dv, w)).unwrap();
+        fn opts<'a>(ak: &'a Matrix, av: &'a Matrix) -> AttentionOptions<'a> {
+            AttentionOptions { causal: true, softmax_scale: 0.2, shaw_max_distance: 2, shaw_key_table: Some(ak), shaw_value_table: Some(av), ..Default::default() }
+        }
+        let (o, lse) = attention_forward(&opts(&ak, &av), &layout, &heads, &q, &k, &v).unwrap();
+        let (ow, lsew) = attention_forward(&opts(&akw, &avw), &layout, &wide, &qw, &kw, &vw).unwrap();
+        assert_eq!(o.len(), s * hq * dv);
+        assert_eq!(resize_rows(&ow, w, dv), o, "d {} dv {}", d, dv);
+        assert_eq!(resize_rows(&o, dv, w), ow, "o's padded columns are zero");
+        assert_eq!(lse, lsew);
+        // The three backward entry points, with and without the forward's o and lse.
+        let g = attention_backward(&opts(&ak, &av), &layout, &heads, &q, &k, &v, Some((&o, &lse)), &d_o).unwrap();
+        let gw = attention_backward(&opts(&akw, &avw), &layout, &wide, &qw, &kw, &vw, None, &dow).unwrap();
+        assert_eq!((g.dq.len(), g.dk.len(), g.dv.len()), (q.len(), k.len(), v.len()));
+        assert_eq!(resize_rows(&gw.dq, w, d), g.dq);
+        assert_eq!(resize_rows(&gw.dk, w, d), g.dk);
+        assert_eq!(resize_rows(&gw.dv, w, dv), g.dv);
+        let (g2, t) = attention_backward_v2(&opts(&ak, &av), &layout, &heads, &q, &k, &v, None, &d_o).unwrap();
+        let (_, tw) = attention_backward_v2(&opts(&akw, &avw), &layout, &wide, &qw, &kw, &vw, None, &dow).unwrap();
+        assert_eq!((&g2.dq, &g2.dk, &g2.dv), (&g.dq, &g.dk, &g.dv));
+        let (tk, tv) = (t.key_table.unwrap(), t.value_table.unwrap());
+        assert_eq!((tk.rows, tk.cols, tv.rows, tv.cols), (rows, d, rows, dv));
+        assert_eq!(resize_rows(&tw.key_table.unwrap().data, w, d), tk.data);
+        assert_eq!(resize_rows(&tw.value_table.unwrap().data, w, dv), tv.data);
+        let (g3, p) = attention_backward_with_parameters(&opts(&ak, &av), &layout, &heads, &q, &k, &v, None, &d_o).unwrap();
+        assert_eq!((&g3.dq, &g3.dk, &g3.dv), (&g.dq, &g.dk, &g.dv));
+        assert_eq!((p.shaw_key_table.unwrap().data, p.shaw_value_table.unwrap().data), (tk.data, tv.data));
+
+        // float32 (the optimised kernels) against float64, without the Shaw tables: values
+        // below 1 in magnitude, sums of at most 24 products and softmaxes over at most 6
+        // keys, so float32 rounding stays under 1e-5 for o and 1e-4 for the gradients
+        // (whose sums run over the keys' and the grouped heads' terms as well).
+        let plain = AttentionOptions { causal: true, softmax_scale: 0.2, ..Default::default() };
+        let f = |x: &[f64]| x.iter().map(|&t| t as f32).collect::<Vec<f32>>();
+        let up = |x: &[f32]| x.iter().map(|&t| t as f64).collect::<Vec<f64>>();
+        let (o64, _) = attention_forward(&plain, &layout, &heads, &q, &k, &v).unwrap();
+        let (o32, _) = attention_forward(&plain, &layout, &heads, &f(&q), &f(&k), &f(&v)).unwrap();
+        assert!(max_abs_diff(&up(&o32), &o64) < 1e-5, "d {} dv {}", d, dv);
+        let g64 = attention_backward(&plain, &layout, &heads, &q, &k, &v, None, &d_o).unwrap();
+        let g32 = attention_backward(&plain, &layout, &heads, &f(&q), &f(&k), &f(&v), None, &f(&d_o)).unwrap();
+        for (a, b) in [(&g32.dq, &g64.dq), (&g32.dk, &g64.dk), (&g32.dv, &g64.dv)] {
+            assert!(max_abs_diff(&up(a), b) < 1e-4, "d {} dv {}", d, dv);
+        }
+        // A 16-bit cache (bfloat16 patterns of values on a grid of 1/32 below 4, exact in
+        // bfloat16 and float32) against the float32 call: summation order only, 1e-5.
+        let grid = |x: &[f64]| x.iter().map(|&t| ((t * 3.5 * 32.0).round() / 32.0) as f32).collect::<Vec<f32>>();
+        let (kg, vg) = (grid(&k), grid(&v));
+        let bf16 = |x: &[f32]| x.iter().map(|t| (t.to_bits() >> 16) as u16).collect::<Vec<u16>>();
+        let (want, _) = attention_forward(&plain, &layout, &heads, &f(&q), &kg, &vg).unwrap();
+        let (o16, _) = attention_forward_kv16(&plain, &layout, &heads, &f(&q), &bf16(&kg), &bf16(&vg), KvCache::BFloat16).unwrap();
+        assert_eq!(o16.len(), s * hq * dv);
+        assert!(max_abs_diff(&up(&o16), &up(&want)) < 1e-5);
+
+        // v, d_o and o of head_dim rows are refused before C is called; a value table of
+        // head_dim columns by the library.
+        let v_d = resize_rows(&v, dv, d);
+        let e = attention_forward(&plain, &layout, &heads, &q, &k, &v_d).err().unwrap();
+        assert!(e.message.contains("v has"), "{}", e.message);
+        assert!(attention_forward_kv16(&plain, &layout, &heads, &f(&q), &bf16(&kg), &bf16(&f(&v_d)), KvCache::BFloat16).is_err());
+        let e = attention_backward(&plain, &layout, &heads, &q, &k, &v_d, None, &d_o).err().unwrap();
+        assert!(e.message.contains("v has"), "{}", e.message);
+        let e = attention_backward(&plain, &layout, &heads, &q, &k, &v, None, &q).err().unwrap();
+        assert!(e.message.contains("d_o has"), "{}", e.message);
+        let e = attention_backward_v2(&plain, &layout, &heads, &q, &k, &v, Some((&q, &lse)), &d_o).err().unwrap();
+        assert!(e.message.contains("o has"), "{}", e.message);
+        let bad = opts(&ak, &ak);
+        let e = attention_forward(&bad, &layout, &heads, &q, &k, &v).err().unwrap();
+        assert_eq!(e.status, Status::InvalidArgument);
+        assert!(e.message.contains("shaw_value_table"), "{}", e.message);
+    }
 }

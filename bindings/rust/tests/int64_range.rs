@@ -99,15 +99,21 @@ fn attention_sizes_beyond_int64() {
     assert_range_error(Bias::grape_ap(1 << 32, 1 << 32, 0, &[], &[]), "[num_heads, rank]");
     assert_range_error(Bias::fox(0, &empty(BIG, 0)), "gate_logits");
     // Before: batch as i64 / heads as i64 wrapped; the shape products overflowed.
-    let heads = AttentionHeads { heads_q: 1, heads_kv: 1, head_dim: 1 };
+    let heads = AttentionHeads { heads_q: 1, heads_kv: 1, head_dim: 1, head_dim_v: None };
     let o = AttentionOptions::default();
     let big = AttentionLayout::Padded { batch: BIG, seq_q: 0, seq_k: 0 };
     assert_range_error(attention_forward::<f64>(&o, &big, &heads, &[], &[], &[]), "batch");
     let wide = AttentionLayout::Padded { batch: 1 << 32, seq_q: 1 << 32, seq_k: 0 };
     assert_range_error(attention_forward::<f64>(&o, &wide, &heads, &[], &[], &[]), "batch * seq_q");
-    let many = AttentionHeads { heads_q: usize::MAX, heads_kv: 1, head_dim: 1 };
+    let many = AttentionHeads { heads_q: usize::MAX, heads_kv: 1, head_dim: 1, head_dim_v: None };
     let one = AttentionLayout::Padded { batch: 1, seq_q: 1, seq_k: 1 };
     assert_range_error(attention_forward::<f64>(&o, &one, &many, &[], &[], &[]), "heads_q");
+    // v's head size is range-checked as the others are, and its shapes' counts too.
+    let wide_v = AttentionHeads::new(1, 1, 1).with_head_dim_v(usize::MAX);
+    assert_range_error(attention_forward::<f64>(&o, &one, &wide_v, &[], &[], &[]), "head_dim_v is");
+    let big_v = AttentionHeads::new(1, 1, 1).with_head_dim_v(1 << 40);
+    let long = AttentionLayout::Padded { batch: 1, seq_q: 1 << 30, seq_k: 1 };
+    assert_range_error(attention_forward::<f64>(&o, &long, &big_v, &[], &[], &[]), "o has shape");
     // Before: shape's extents cast with `as i64` and multiplied unchecked.
     let rope = Rope::new(&RopeOptions::new(4)).unwrap();
     assert_range_error(rope.forward::<f64>(&Tokens::bshd(), &[], &[BIG, 0, 1, 4]), "shape");

@@ -344,7 +344,7 @@ fn the_crate_targets_the_librarys_abi() {
 fn attention_parameter_gradients_match_differences() {
     // float64 runs the exact reference: L = <d_o, o> differentiated by central
     // differences in the slopes (h = 1e-6: softmax is smooth, error ~1e-10).
-    let heads = AttentionHeads { heads_q: 2, heads_kv: 2, head_dim: 4 };
+    let heads = AttentionHeads { heads_q: 2, heads_kv: 2, head_dim: 4, head_dim_v: None };
     let layout = AttentionLayout::Padded { batch: 1, seq_q: 5, seq_k: 5 };
     let mut rng = Rng(8);
     let (q, k, v, d_o) = (rng.vec(40), rng.vec(40), rng.vec(40), rng.vec(40));

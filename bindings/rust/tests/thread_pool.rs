@@ -112,7 +112,7 @@ fn workload(attention_threads: i32) -> Vec<Vec<u32>> {
     let mut rng = Rng(20261127);
     let (q, k, v) = (rng.vec(s * hq * d), rng.vec(s * hk * d), rng.vec(s * hk * d));
     let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
-    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d };
+    let heads = AttentionHeads { heads_q: hq, heads_kv: hk, head_dim: d, head_dim_v: None };
     let options = AttentionOptions { num_threads: attention_threads, ..Default::default() };
     let (o, lse) = attention_forward(&options, &layout, &heads, &q, &k, &v).unwrap();
 

@@ -8,7 +8,8 @@ use super::options::{count, shapes, with_options, Shapes};
 use super::{AttentionHeads, AttentionLayout, AttentionOptions, BiasKind};
 use crate::{check, expect_len, ffi, real_tensor, real_tensor_mut, Matrix, Real, Result};
 
-/// Gradients of `attention_backward`, shaped like q, k and v.
+/// Gradients of `attention_backward`, shaped like q, k and v (dv's rows of
+/// `AttentionHeads::value_dim()`).
 pub struct AttentionGrads<T> {
     pub dq: Vec<T>,
     pub dk: Vec<T>,
@@ -28,18 +29,19 @@ fn backward_inputs<T: Real>(
 ) -> Result<(Shapes, AttentionGrads<T>)> {
     let s = shapes(layout, heads)?;
     expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    expect_len("d_o", d_o.len(), q.len())?;
+    expect_len("k", k.len(), count(&s.k))?;
+    expect_len("v", v.len(), count(&s.v))?;
+    expect_len("d_o", d_o.len(), count(&s.o))?;
     if let Some((o, lse)) = forward {
-        expect_len("o", o.len(), q.len())?;
+        expect_len("o", o.len(), count(&s.o))?;
         expect_len("lse", lse.len(), count(&s.lse))?;
     }
     let g = AttentionGrads { dq: vec![T::default(); q.len()], dk: vec![T::default(); k.len()], dv: vec![T::default(); v.len()] };
     Ok((s, g))
 }
 
-/// dq, dk, dv from d_o (shaped like q), with respect to q, k and v before the encoding.
+/// dq, dk, dv from d_o (shaped like o: q's with rows of `heads.value_dim()`), with
+/// respect to q, k and v before the encoding.
 /// `forward` is the forward's (o, lse), or None to recompute them.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward<T: Real>(
@@ -53,8 +55,8 @@ pub fn attention_backward<T: Real>(
     d_o: &[T],
 ) -> Result<AttentionGrads<T>> {
     let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
-    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
-    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut ks, mut vs, mut os, mut dos) = (s.k.clone(), s.v.clone(), s.o.clone(), s.o.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.k.clone(), s.v.clone());
     let tq = real_tensor(q, &mut s.q);
     let tk = real_tensor(k, &mut ks);
     let tv = real_tensor(v, &mut vs);
@@ -73,8 +75,9 @@ pub fn attention_backward<T: Real>(
     Ok(g)
 }
 
-/// The Shaw tables' gradients from `attention_backward_v2`, [2 shaw_max_distance + 1,
-/// head_dim] each, for the tables the options carry (None for a table not given).
+/// The Shaw tables' gradients from `attention_backward_v2`, shaped like the tables the
+/// options carry ([2 shaw_max_distance + 1, head_dim] for keys, [2 shaw_max_distance + 1,
+/// head_dim_v] for values; None for a table not given).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ShawTableGrads {
     pub key_table: Option<Matrix>,
@@ -100,8 +103,8 @@ pub fn attention_backward_v2<T: Real>(
         key_table: options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols)),
         value_table: options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols)),
     };
-    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
-    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut ks, mut vs, mut os, mut dos) = (s.k.clone(), s.v.clone(), s.o.clone(), s.o.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.k.clone(), s.v.clone());
     let tq = real_tensor(q, &mut s.q);
     let tk = real_tensor(k, &mut ks);
     let tv = real_tensor(v, &mut vs);
@@ -130,10 +133,10 @@ pub fn attention_backward_v2<T: Real>(
 /// where the options carry no such parameter): the bias's (ALiBi and slope-form GRAPE-A
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
 /// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
-/// the Shaw tables ([2 shaw_max_distance + 1, head_dim]), the sinks ([heads_q]; float32
-/// and float64 calls) and (0.10.0) Kogkalidis et al.'s skew generators: dL/dS entrywise
-/// and unprojected (for S = A - A^T, dL/dA = X - X^T), summed over q's and k's tokens
-/// and heads.
+/// the Shaw tables (shaped like the tables: head_dim columns for keys, head_dim_v for
+/// values), the sinks ([heads_q]; float32 and float64 calls) and (0.10.0) Kogkalidis et
+/// al.'s skew generators: dL/dS entrywise and unprojected (for S = A - A^T, dL/dA = X -
+/// X^T), summed over q's and k's tokens and heads.
 #[derive(Clone, Debug, Default)]
 pub struct ParameterGrads {
     pub bias_a: Option<Vec<f64>>,
@@ -141,7 +144,8 @@ pub struct ParameterGrads {
     pub grape_a: Option<Matrix>,
     pub grape_b: Option<Matrix>,
     pub grape_omega: Option<Vec<f64>>,
-    /// Shaw tables' gradients, [2 shaw_max_distance + 1, head_dim], for the tables given.
+    /// Shaw tables' gradients, shaped like the tables given ([2 shaw_max_distance + 1,
+    /// head_dim] for keys, [2 shaw_max_distance + 1, head_dim_v] for values).
     pub shaw_key_table: Option<Matrix>,
     pub shaw_value_table: Option<Matrix>,
     /// dL/dsinks, [heads_q], for the sinks given (0.9.0).
@@ -214,8 +218,8 @@ pub fn attention_backward_with_parameters<T: Real>(
     let mut alg_shape = [0i64; 2];
     let mut tree = options.algebraic_tree.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
     let mut grid = options.algebraic_grid.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
-    let (mut ks, mut vs, mut os, mut dos) = (s.kv.clone(), s.kv.clone(), s.q.clone(), s.q.clone());
-    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.kv.clone(), s.kv.clone());
+    let (mut ks, mut vs, mut os, mut dos) = (s.k.clone(), s.v.clone(), s.o.clone(), s.o.clone());
+    let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.k.clone(), s.v.clone());
     let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
     let (mut gas, mut gbs, mut gos) = (grape_shape, grape_shape, [grape_shape[0]]);
     let tq = real_tensor(q, &mut s.q);

@@ -6,8 +6,9 @@ use crate::{check, expect_len, ffi, real_tensor, real_tensor_mut, tensor, Real, 
 use std::os::raw::c_void;
 
 /// o = softmax(scale <T(p_i) q_i, T(p_j) k_j> + b(p_i, p_j)) v, and the per-row
-/// log-sum-exp lse [tokens_q, heads_q] (-inf for rows with no allowed key). float32
-/// runs the optimised kernels; float64 the exact reference.
+/// log-sum-exp lse [tokens_q, heads_q] (-inf for rows with no allowed key). o is shaped
+/// like q with rows of `heads.value_dim()`, v's row length. float32 runs the optimised
+/// kernels; float64 the exact reference.
 pub fn attention_forward<T: Real>(
     options: &AttentionOptions,
     layout: &AttentionLayout,
@@ -18,11 +19,11 @@ pub fn attention_forward<T: Real>(
 ) -> Result<(Vec<T>, Vec<T>)> {
     let mut s = shapes(layout, heads)?;
     expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    let mut o = vec![T::default(); q.len()];
+    expect_len("k", k.len(), count(&s.k))?;
+    expect_len("v", v.len(), count(&s.v))?;
+    let mut o = vec![T::default(); count(&s.o)];
     let mut lse = vec![T::default(); count(&s.lse)];
-    let (mut ks, mut vs, mut os) = (s.kv.clone(), s.kv.clone(), s.q.clone());
+    let (mut ks, mut vs, mut os) = (s.k.clone(), s.v.clone(), s.o.clone());
     let tq = real_tensor(q, &mut s.q);
     let tk = real_tensor(k, &mut ks);
     let tv = real_tensor(v, &mut vs);
@@ -58,11 +59,11 @@ pub fn attention_forward_kv16(
 ) -> Result<(Vec<f32>, Vec<f32>)> {
     let mut s = shapes(layout, heads)?;
     expect_len("q", q.len(), count(&s.q))?;
-    expect_len("k", k.len(), count(&s.kv))?;
-    expect_len("v", v.len(), count(&s.kv))?;
-    let mut o = vec![0.0f32; q.len()];
+    expect_len("k", k.len(), count(&s.k))?;
+    expect_len("v", v.len(), count(&s.v))?;
+    let mut o = vec![0.0f32; count(&s.o)];
     let mut lse = vec![0.0f32; count(&s.lse)];
-    let (mut ks, mut vs, mut os) = (s.kv.clone(), s.kv.clone(), s.q.clone());
+    let (mut ks, mut vs, mut os) = (s.k.clone(), s.v.clone(), s.o.clone());
     let code = match cache {
         KvCache::BFloat16 => ffi::KDL_BFLOAT,
         KvCache::Float16 => ffi::KDL_FLOAT,

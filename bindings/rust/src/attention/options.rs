@@ -8,7 +8,8 @@ use super::pairing_code;
 use super::{Bias, Rope};
 use crate::{checked_count, expect_len, ffi, i64_tensor, invalid, to_i64, AlgebraicSequence, GrapeM, Matrix, Pairing, Result};
 
-/// How q, k and v are laid out (gpe_attention_forward).
+/// How q, k and v are laid out (gpe_attention_forward). v, o and d_o end in
+/// `AttentionHeads::value_dim()` where this says head_dim.
 #[derive(Clone, Copy, Debug)]
 pub enum AttentionLayout<'a> {
     /// q [batch, seq_q, heads_q, head_dim]; k, v [batch, seq_k, heads_kv, head_dim].
@@ -43,12 +44,33 @@ pub enum MaskValues<'a> {
     Allowed(&'a [u8]),
 }
 
-/// Head counts and size: heads_q a multiple of heads_kv (GQA, MQA).
-#[derive(Clone, Copy, Debug)]
+/// Head counts and sizes: heads_q a multiple of heads_kv (GQA, MQA). q and k rows have
+/// head_dim values; v rows, and so o, d_o and dv, have `head_dim_v` (since 0.10.0;
+/// None: head_dim), as DeepSeek-V2/V3's MLA with head_dim 192 and head_dim_v 128. The
+/// default softmax scale stays 1 / sqrt(head_dim).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionHeads {
     pub heads_q: usize,
     pub heads_kv: usize,
     pub head_dim: usize,
+    pub head_dim_v: Option<usize>,
+}
+
+impl AttentionHeads {
+    /// heads_q and heads_kv heads of head_dim values each, v included.
+    pub fn new(heads_q: usize, heads_kv: usize, head_dim: usize) -> AttentionHeads {
+        AttentionHeads { heads_q, heads_kv, head_dim, head_dim_v: None }
+    }
+
+    /// The same heads with v's rows (and o's) of `head_dim_v` values.
+    pub fn with_head_dim_v(self, head_dim_v: usize) -> AttentionHeads {
+        AttentionHeads { head_dim_v: Some(head_dim_v), ..self }
+    }
+
+    /// The length of v's, o's, d_o's and dv's rows: head_dim_v, else head_dim.
+    pub fn value_dim(&self) -> usize {
+        self.head_dim_v.unwrap_or(self.head_dim)
+    }
 }
 
 /// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M, an algebraic
@@ -62,8 +84,8 @@ pub struct AttentionHeads {
 /// else rope_axes when > 1, else algebraic_grid.len()); tree addresses `q_tree` /
 /// `k_tree` (one list of 0-based child indices per token) for algebraic trees
 /// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
-/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], row r for label r - k,
-/// shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
+/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], the value table's rows of
+/// `AttentionHeads::value_dim()`; row r for label r - k, shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
 /// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
 /// gradients.
 ///
@@ -167,40 +189,51 @@ impl<'a> Default for AttentionOptions<'a> {
     }
 }
 
-// The tensors' shapes and token counts of a layout.
+// The tensors' shapes and token counts of a layout: q (and dq), k (and dk), v (and
+// dv), o (and d_o), lse.
 pub(super) struct Shapes {
     pub(super) q: Vec<i64>,
-    pub(super) kv: Vec<i64>,
+    pub(super) k: Vec<i64>,
+    pub(super) v: Vec<i64>,
+    pub(super) o: Vec<i64>,
     pub(super) lse: [i64; 2],
 }
 
 pub(super) fn shapes(layout: &AttentionLayout, heads: &AttentionHeads) -> Result<Shapes> {
     let (hq, hk, d) = (to_i64(heads.heads_q, "heads_q")?, to_i64(heads.heads_kv, "heads_kv")?, to_i64(heads.head_dim, "head_dim")?);
+    let dv = to_i64(heads.value_dim(), "head_dim_v")?;
     let last = |cu: &[i64], name: &str| -> Result<i64> {
         match cu.last() {
             Some(&t) if t >= 0 => Ok(t),
             _ => Err(invalid(format!("{} must have batch + 1 >= 1 values, the last >= 0", name))),
         }
     };
-    let s = match *layout {
+    // q's and k's shapes; v's and o's are k's and q's with dv last.
+    let (q, k, lse) = match *layout {
         AttentionLayout::Padded { batch, seq_q, seq_k } => {
             let (b, sq, sk) = (to_i64(batch, "batch")?, to_i64(seq_q, "seq_q")?, to_i64(seq_k, "seq_k")?);
             let bq = checked_count("batch * seq_q", &[batch, seq_q])? as i64;
-            Shapes { q: vec![b, sq, hq, d], kv: vec![b, sk, hk, d], lse: [bq, hq] }
+            (vec![b, sq, hq, d], vec![b, sk, hk, d], [bq, hq])
         }
         AttentionLayout::Packed { cu_seqlens_q, cu_seqlens_k } => {
             let (tq, tk) = (last(cu_seqlens_q, "cu_seqlens_q")?, last(cu_seqlens_k, "cu_seqlens_k")?);
-            Shapes { q: vec![tq, hq, d], kv: vec![tk, hk, d], lse: [tq, hq] }
+            (vec![tq, hq, d], vec![tk, hk, d], [tq, hq])
         }
         AttentionLayout::Paged { batch, seq_q, num_pages, page_size, .. } => {
             let (b, sq) = (to_i64(batch, "batch")?, to_i64(seq_q, "seq_q")?);
             let (np, ps) = (to_i64(num_pages, "num_pages")?, to_i64(page_size, "page_size")?);
             let bq = checked_count("batch * seq_q", &[batch, seq_q])? as i64;
-            Shapes { q: vec![b, sq, hq, d], kv: vec![np, ps, hk, d], lse: [bq, hq] }
+            (vec![b, sq, hq, d], vec![np, ps, hk, d], [bq, hq])
         }
     };
+    let with_last = |shape: &[i64], last: i64| {
+        let mut s = shape.to_vec();
+        *s.last_mut().unwrap() = last;
+        s
+    };
+    let s = Shapes { v: with_last(&k, dv), o: with_last(&q, dv), q, k, lse };
     // Every extent is >= 0 here; the element counts must fit too, so that `count` is exact.
-    for (name, shape) in [("q", &s.q[..]), ("k and v", &s.kv[..]), ("lse", &s.lse[..])] {
+    for (name, shape) in [("q", &s.q[..]), ("k", &s.k[..]), ("v", &s.v[..]), ("o", &s.o[..]), ("lse", &s.lse[..])] {
         checked_count(name, &shape.iter().map(|&e| e as usize).collect::<Vec<_>>())?;
     }
     Ok(s)

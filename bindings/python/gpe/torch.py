@@ -911,3 +911,9 @@ __all__ += ["RotaryEmbedding", "algebraic_grid", "algebraic_periodic", "algebrai
 from gpe.torch_hf import register_hf_attention  # noqa: E402
 
 __all__ += ["register_hf_attention"]
+
+# ---- Coordinate encoders as operators and a module (gpe.torch_coordinate) ----------------
+
+from gpe.torch_coordinate import CoordinateEncoding, coordinate_encode  # noqa: E402
+
+__all__ += ["CoordinateEncoding", "coordinate_encode"]

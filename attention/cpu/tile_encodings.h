@@ -83,7 +83,8 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
 
 // Shaw et al.'s tables (descriptor.h, SHAW LABELS) in float: rows [labels][d] (scalar
 // parts), key panels (label dot products by ScoreTile) and rows padded to dp (label mass
-// times the table by AccumulateTile); kmax the clip distance.
+// times the table by AccumulateTile); kmax the clip distance. d and dp are the plan's d,
+// dp for the key table and dv, dvp for the value table (VALUE HEAD SIZE).
 struct ShawTable {
   std::vector<float> rows;
   hwy::AlignedFreeUniquePtr<float[]> panels, padded;

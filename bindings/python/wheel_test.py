@@ -2,8 +2,9 @@
 the shared libraries), pip installs it into a fresh virtual environment, and a script
 run there with no environment variables (no GPE_LIBRARY, no Bazel runfiles, nothing but
 PATH) imports gpe and gpe.torch and runs a RoPE, an attention forward and backward, an
-INR fit, gpe.torch's attention and RotaryEmbedding from a Hugging Face config, each
-checked against a value computed another way.
+INR fit, gpe.torch's attention, RotaryEmbedding from a Hugging Face config, a coordinate
+encoder as a torch layer and (where transformers is installed) a tiny Llama through
+register_hf_attention, each checked against a value computed another way.
 
 The fresh environment reaches NumPy (and PyTorch, where the project's .venv has it)
 through a .pth file naming the project environment's site-packages, as
@@ -86,6 +87,30 @@ SMOKE = textwrap.dedent("""
         got = module(xt)
         want = rope.forward(xt.numpy())
         assert np.abs(got.numpy() - want).max() == 0.0, "RotaryEmbedding"
+        # A coordinate encoder as a torch layer: its features equal the encoder's own.
+        enc = gpe.FourierFeatures("gaussian", dim=2, num_frequencies=8)
+        pts = torch.rand(5, 2, dtype=torch.float64)
+        assert torch.equal(gt.CoordinateEncoding(enc)(pts),
+                           torch.from_numpy(enc.encode(pts.numpy()))), "CoordinateEncoding"
+        # transformers' attention interface, where transformers is installed: a tiny random
+        # Llama gives the same logits with "gpe" as with "sdpa" (float32, 1e-4).
+        try:
+            from transformers import LlamaConfig, LlamaForCausalLM
+        except ImportError:
+            print("register_hf_attention not checked: no transformers")
+        else:
+            def config():
+                return LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=1, num_attention_heads=4,
+                                   num_key_value_heads=2)
+            torch.manual_seed(0)
+            ref = LlamaForCausalLM._from_config(config(), attn_implementation="sdpa").eval()
+            ours = LlamaForCausalLM._from_config(config(), attn_implementation=gt.register_hf_attention()).eval()
+            ours.load_state_dict(ref.state_dict())
+            ids = torch.randint(0, 50, (1, 9))
+            with torch.no_grad():
+                diff = (ref(ids).logits - ours(ids).logits).abs().max().item()
+            assert diff < 1e-4, "register_hf_attention: %g" % diff
     print("wheel smoke test passed:", gpe.version_string())
 """)
 

@@ -1,13 +1,17 @@
 """Library handle, errors and version (internal)."""
 
+from __future__ import annotations
+
+import ctypes
 import threading
+from typing import Optional, Tuple
 
 from gpe import _ffi
 
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     global _lib
     if _lib is None:
         _lib = _ffi.load_library()
@@ -17,9 +21,9 @@ def lib():
 class GpeError(RuntimeError):
     """A GroupPE call failed. `status` is the gpe_status name, str() the message."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.status: str = status
 
 
 # The first exception of an application thread pool's batch (gpe.thread_pool) on this
@@ -28,12 +32,12 @@ class GpeError(RuntimeError):
 _pool_errors = threading.local()
 
 
-def defer_pool_error(error):
+def defer_pool_error(error: BaseException) -> None:
     if getattr(_pool_errors, "error", None) is None:
         _pool_errors.error = error
 
 
-def check(code):
+def check(code: int) -> None:
     """Raises a thread pool's deferred exception (see above), else GpeError for a failed
     status."""
     error = getattr(_pool_errors, "error", None)
@@ -45,11 +49,11 @@ def check(code):
         raise GpeError(l.gpe_status_name(code).decode(), l.gpe_last_error_message().decode())
 
 
-def version():
+def version() -> Tuple[int, int, int]:
     """(major, minor, patch) of the loaded library."""
     v = lib().gpe_version()
     return (v // 10000, (v // 100) % 100, v % 100)
 
 
-def version_string():
+def version_string() -> str:
     return lib().gpe_version_string().decode()

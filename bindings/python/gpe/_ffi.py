@@ -1,14 +1,17 @@
 """ctypes declarations of gpe.h and the shared-library loader (internal)."""
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import operator
 import os
 import pathlib
 import warnings
-from typing import Iterator
+from typing import Any, Dict, Iterator, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 # ---- DLPack 0.6 structs (dlpack/dlpack.h) ------------------------------------------
 
@@ -37,7 +40,7 @@ KDL_CPU = 1
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
 
 
-def as_dltensor(array, *, output):
+def as_dltensor(array: Any, *, output: bool) -> Tuple[DLTensor, Any]:
     """Describes a NumPy array as a DLTensor without copying.
 
     `output`: whether the library writes into the array (an out= argument, an in-place
@@ -79,18 +82,19 @@ def as_dltensor(array, *, output):
 # without a word (2**64 + 64 becomes 64). checked_int refuses it instead; the option
 # Structures below and the library functions (_declare) run every integer through it.
 
-_INT_RANGES = {}
+_INT_RANGES: Dict[Any, Tuple[int, int]] = {}
+_t: Any
 for _t in (ctypes.c_int8, ctypes.c_int16, ctypes.c_int32, ctypes.c_int64, ctypes.c_int):
     _INT_RANGES[_t] = (-(1 << (8 * ctypes.sizeof(_t) - 1)), (1 << (8 * ctypes.sizeof(_t) - 1)) - 1)
 for _t in (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64, ctypes.c_uint):
     _INT_RANGES[_t] = (0, (1 << (8 * ctypes.sizeof(_t))) - 1)
-_C_NAMES = {}
+_C_NAMES: Dict[Any, str] = {}
 for _t in _INT_RANGES:
     _C_NAMES.setdefault(_t, ("uint%d_t" if _t._type_.isupper() else "int%d_t")
                         % (8 * ctypes.sizeof(_t)))
 
 
-def checked_int(value, name, ctype=ctypes.c_int64):
+def checked_int(value: Any, name: str, ctype: Any = ctypes.c_int64) -> int:
     """value as a Python int that `ctype` holds exactly: TypeError for a non-integer
     (a float, None, a string; bool and NumPy integers are integers), OverflowError
     outside ctype's range (int64 by default)."""
@@ -108,7 +112,7 @@ def checked_int(value, name, ctype=ctypes.c_int64):
 _INT64_MAX = (1 << 63) - 1
 
 
-def int64_array(values, name):
+def int64_array(values: Any, name: str) -> npt.NDArray[np.int64]:
     """An integer array (positions, offsets, indices) as int64, without a copy when it
     already is one (any strides kept).
 
@@ -139,7 +143,7 @@ def int64_array(values, name):
     raise TypeError("%s must be integers; got dtype %s" % (name, values.dtype))
 
 
-def array_arg(value, name):
+def array_arg(value: Any, name: str) -> npt.NDArray[Any]:
     """np.asarray(value) for an array argument named `name`, with TypeError naming it when
     value is None or not numeric (an object or string array), instead of the IndexError
     or AttributeError the shape arithmetic after it would raise."""

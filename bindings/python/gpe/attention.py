@@ -66,14 +66,25 @@ Masks and caches (attention/descriptor.h, "SCORE MASK" and "LAYOUTS"):
   seq_k = pages_per_sequence * page_size (kv_lengths: how much of it is used).
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
 
+if TYPE_CHECKING:  # imported lazily at run time (gpe.sequence, gpe.bias, gpe.rope)
+    from gpe.bias import AdditiveBias
+    from gpe.rope import Rope
+    from gpe.sequence import AlgebraicSequence, GrapeM
+
 _PAIRING = {"interleaved": 0, "half": 1}
+RopePairing = Literal["half", "interleaved"]
+AlibiForm = Literal["causal", "symmetric"]
 
 
 class _Keep:
@@ -251,7 +262,8 @@ def _split_structured(kwargs):
     return merged
 
 
-def _qkv(q, k, v):
+def _qkv(q: Any, k: Any, v: Any
+         ) -> Tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
     """q, k, v as arrays (TypeError naming a None or non-numeric one); q must have the
     heads axis (3 or 4 dimensions) that the defaults are computed from."""
     q, k, v = (_ffi.array_arg(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v")))
@@ -261,11 +273,22 @@ def _qkv(q, k, v):
     return q, k, v
 
 
-def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
-              rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
-              k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False, out=None, rope=None, window_size=None, softcap=None,
-              sinks=None, attn_mask=None, kv_lengths=None, block_table=None, **structured):
+def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, causal: bool = False,
+              scale: Optional[float] = None, rope_dim: int = 0, rope_base: float = 10000.0,
+              rope_pairing: RopePairing = "half", alibi: Optional[AlibiForm] = None,
+              bias: Optional[AdditiveBias] = None,
+              encoding: Optional[Union[GrapeM, AlgebraicSequence]] = None,
+              q_positions: Optional[npt.ArrayLike] = None,
+              k_positions: Optional[npt.ArrayLike] = None,
+              cu_seqlens_q: Optional[npt.ArrayLike] = None,
+              cu_seqlens_k: Optional[npt.ArrayLike] = None, threads: int = 0,
+              return_lse: bool = False, out: Optional[npt.NDArray[Any]] = None,
+              rope: Optional[Rope] = None, window_size: Optional[Tuple[int, int]] = None,
+              softcap: Optional[float] = None, sinks: Optional[npt.ArrayLike] = None,
+              attn_mask: Optional[npt.ArrayLike] = None,
+              kv_lengths: Optional[npt.ArrayLike] = None,
+              block_table: Optional[npt.ArrayLike] = None, **structured: Any
+              ) -> Union[npt.NDArray[Any], Tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
@@ -295,16 +318,28 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
                        dtype=np.float64 if q.dtype == np.float64 else np.float32)
     check(lib().gpe_attention_forward(ctypes.byref(opts), keep(q), keep(k), keep(v),
                                       keep.out(out), keep.out(lse)))
-    return (out, lse) if return_lse else out
+    return (out, lse) if lse is not None else out  # lse is set exactly when return_lse
 
 
-def attention_backward(q, k, v, d_o, o=None, lse=None, causal=False, scale=None, rope_dim=0,
-                       rope_base=10000.0, rope_pairing="half", alibi=None, bias=None,
-                       encoding=None,
-                       q_positions=None, k_positions=None, cu_seqlens_q=None,
-                       cu_seqlens_k=None, threads=0, shaw_table_grads=False, bias_grads=False,
-                       rope=None, window_size=None, softcap=None, sinks=None, sink_grad=False,
-                       attn_mask=None, kv_lengths=None, encoding_grads=False, **structured):
+def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
+                       d_o: npt.ArrayLike, o: Optional[npt.ArrayLike] = None,
+                       lse: Optional[npt.ArrayLike] = None, causal: bool = False,
+                       scale: Optional[float] = None, rope_dim: int = 0,
+                       rope_base: float = 10000.0, rope_pairing: RopePairing = "half",
+                       alibi: Optional[AlibiForm] = None, bias: Optional[AdditiveBias] = None,
+                       encoding: Optional[Union[GrapeM, AlgebraicSequence]] = None,
+                       q_positions: Optional[npt.ArrayLike] = None,
+                       k_positions: Optional[npt.ArrayLike] = None,
+                       cu_seqlens_q: Optional[npt.ArrayLike] = None,
+                       cu_seqlens_k: Optional[npt.ArrayLike] = None, threads: int = 0,
+                       shaw_table_grads: bool = False, bias_grads: bool = False,
+                       rope: Optional[Rope] = None,
+                       window_size: Optional[Tuple[int, int]] = None,
+                       softcap: Optional[float] = None, sinks: Optional[npt.ArrayLike] = None,
+                       sink_grad: bool = False, attn_mask: Optional[npt.ArrayLike] = None,
+                       kv_lengths: Optional[npt.ArrayLike] = None,
+                       encoding_grads: bool = False, **structured: Any
+                       ) -> Tuple[Optional[npt.NDArray[Any]], ...]:
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
     o and lse from attention(..., return_lse=True) skip recomputing the forward. With
@@ -405,7 +440,8 @@ def _bias_grad_shapes(bias):
     return (tuple(bias.logits_shape) if bias.logits_shape is not None else (bias.num_heads,)), None
 
 
-def merge_attention(o_list, lse_list):
+def merge_attention(o_list: Sequence[npt.ArrayLike], lse_list: Sequence[npt.ArrayLike]
+                    ) -> Tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Exact merge of attention over disjoint key sets (attention/merge.h's formula).
 
     o_list[i]: part i's output, any shape [..., head_dim] (e.g. [tokens, heads, head_dim]

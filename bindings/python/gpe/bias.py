@@ -18,9 +18,13 @@ float64 arrays, so summing over tiles gives the full gradient. Parameters are co
 creation.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
@@ -41,19 +45,22 @@ class AdditiveBias(_Handle):
         return self._KINDS[kind.value], heads.value, bool(causal.value)
 
     @property
-    def kind(self):
+    def kind(self) -> str:
+        """The kind of bias: "alibi", "t5", "fox", "grape_ap" or "grape_a"."""
         return self._info()[0]
 
     @property
-    def num_heads(self):
+    def num_heads(self) -> int:
         return self._info()[1]
 
     @property
-    def causal(self):
+    def causal(self) -> bool:
         """True when only keys j <= i are meaningful (the caller masks j > i)."""
         return self._info()[2]
 
-    def fill_tile(self, head, q_positions, k_positions, out=None, dtype=np.float64):
+    def fill_tile(self, head: int, q_positions: npt.ArrayLike, k_positions: npt.ArrayLike,
+                  out: Optional[npt.NDArray[Any]] = None,
+                  dtype: npt.DTypeLike = np.float64) -> npt.NDArray[Any]:
         """out[r, c] = b_head(q_positions[r], k_positions[c]); a new [M, N] array of `dtype`
         (float32 or float64) unless `out` (any strides) is given."""
         qp = _positions(q_positions, "q_positions")
@@ -81,7 +88,8 @@ class Alibi(AdditiveBias):
     Standard slopes: 2^(-8h/n) for n a power of two; otherwise the c = 2^floor(log2 n)
     slopes of c heads followed by the 1st, 3rd, 5th, ... slopes of 2c heads."""
 
-    def __init__(self, num_heads, slopes=None, symmetric=False):
+    def __init__(self, num_heads: int, slopes: Optional[npt.ArrayLike] = None,
+                 symmetric: bool = False) -> None:
         o = _ffi.AlibiOptions()
         o.struct_size = ctypes.sizeof(o)
         o.form = 1 if symmetric else 0
@@ -96,14 +104,17 @@ class Alibi(AdditiveBias):
         super().__init__(out.value)
 
     @property
-    def slopes(self):
+    def slopes(self) -> npt.NDArray[np.float64]:
         n = self.num_heads
         s = np.empty(n)
         check(lib().gpe_bias_alibi_slopes(self._handle,
                                           s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
         return s
 
-    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_slopes=None):
+    def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
+                            k_positions: npt.ArrayLike, grad_tile: npt.ArrayLike,
+                            grad_slopes: Optional[npt.NDArray[np.float64]] = None
+                            ) -> npt.NDArray[np.float64]:
         """grad_slopes[head] += sum of grad_tile * db/dm (a new zero array when None)."""
         if grad_slopes is None:
             grad_slopes = np.zeros(self.num_heads)
@@ -114,7 +125,8 @@ class Alibi(AdditiveBias):
 class T5Bias(AdditiveBias):
     """T5 relative buckets: table [num_buckets, num_heads] (row-major, copied)."""
 
-    def __init__(self, table, max_distance=128, bidirectional=True):
+    def __init__(self, table: npt.ArrayLike, max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
         arr, ptr = _doubles(table, "table", 2)
         o = _ffi.T5Options()
         o.struct_size = ctypes.sizeof(o)
@@ -125,9 +137,12 @@ class T5Bias(AdditiveBias):
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_t5(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
-        self.table_shape = arr.shape
+        self.table_shape: Tuple[int, ...] = arr.shape
 
-    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_table=None):
+    def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
+                            k_positions: npt.ArrayLike, grad_tile: npt.ArrayLike,
+                            grad_table: Optional[npt.NDArray[np.float64]] = None
+                            ) -> npt.NDArray[np.float64]:
         """grad_table[bucket, head] += the tile's dL/db summed per bucket."""
         if grad_table is None:
             grad_table = np.zeros(self.table_shape)
@@ -138,7 +153,7 @@ class T5Bias(AdditiveBias):
 class FoxBias(AdditiveBias):
     """FoX: gate_logits [length, num_heads]; token t sits at first_position + t."""
 
-    def __init__(self, gate_logits, first_position=0):
+    def __init__(self, gate_logits: npt.ArrayLike, first_position: int = 0) -> None:
         arr, ptr = _doubles(gate_logits, "gate_logits", 2)
         o = _ffi.FoxOptions()
         o.struct_size = ctypes.sizeof(o)
@@ -148,9 +163,12 @@ class FoxBias(AdditiveBias):
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_fox(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
-        self.logits_shape = arr.shape
+        self.logits_shape: Tuple[int, ...] = arr.shape
 
-    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_prefix=None):
+    def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
+                            k_positions: npt.ArrayLike, grad_tile: npt.ArrayLike,
+                            grad_prefix: Optional[npt.NDArray[np.float64]] = None
+                            ) -> npt.NDArray[np.float64]:
         """grad_prefix[t, head] += dL/dc_t from this tile; after all tiles, pass it to
         logit_gradient."""
         if grad_prefix is None:
@@ -158,7 +176,7 @@ class FoxBias(AdditiveBias):
         self._accumulate(head, q_positions, k_positions, grad_tile, grad_prefix)
         return grad_prefix
 
-    def logit_gradient(self, grad_prefix):
+    def logit_gradient(self, grad_prefix: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """dL/dx[l, h] = sigmoid(-x[l, h]) * sum_{t >= l} grad_prefix[t, h]."""
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)
@@ -170,7 +188,7 @@ class FoxBias(AdditiveBias):
 class GrapeApBias(AdditiveBias):
     """GRAPE-AP: w, u [length, num_heads, rank]; psi_h(t, l) = -softplus(<w_t, u_l>)."""
 
-    def __init__(self, w, u, first_position=0):
+    def __init__(self, w: npt.ArrayLike, u: npt.ArrayLike, first_position: int = 0) -> None:
         w_arr, w_ptr = _doubles(w, "w", 3)
         u_arr, u_ptr = _doubles(u, "u", 3)
         if w_arr.shape != u_arr.shape:
@@ -183,10 +201,13 @@ class GrapeApBias(AdditiveBias):
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_grape_ap(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
-        self.param_shape = w_arr.shape
+        self.param_shape: Tuple[int, ...] = w_arr.shape
 
-    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad_w=None,
-                            grad_u=None):
+    def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
+                            k_positions: npt.ArrayLike, grad_tile: npt.ArrayLike,
+                            grad_w: Optional[npt.NDArray[np.float64]] = None,
+                            grad_u: Optional[npt.NDArray[np.float64]] = None
+                            ) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """(grad_w, grad_u) += dL/dw, dL/du from this tile (new zero arrays when None)."""
         if grad_w is None:
             grad_w = np.zeros(self.param_shape)
@@ -208,15 +229,17 @@ class GrapeABias(AdditiveBias):
 
     _PATHS = {"closed_form": 0, "lifted": 1}
 
-    def __init__(self, num_heads=None, head_dim=1, slopes=None, gate_logits=None,
-                 first_position=0, path="closed_form"):
+    def __init__(self, num_heads: Optional[int] = None, head_dim: int = 1,
+                 slopes: Optional[Union[Sequence[float], npt.NDArray[Any]]] = None,
+                 gate_logits: Optional[npt.ArrayLike] = None, first_position: int = 0,
+                 path: Literal["closed_form", "lifted"] = "closed_form") -> None:
         if path not in self._PATHS:
             raise ValueError("path must be 'closed_form' or 'lifted'")
         o = _ffi.GrapeAOptions()
         o.struct_size = ctypes.sizeof(o)
         o.path = self._PATHS[path]
         o.head_dim = head_dim
-        self.logits_shape = None
+        self.logits_shape: Optional[Tuple[int, ...]] = None
         if gate_logits is not None:
             if slopes is not None:
                 raise ValueError("slopes are for the ungated form; pass one of slopes, gate_logits")
@@ -242,14 +265,14 @@ class GrapeABias(AdditiveBias):
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_grape_a(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
-        self.head_dim = head_dim
+        self.head_dim: int = head_dim
 
     @property
-    def gated(self):
+    def gated(self) -> bool:
         return self.logits_shape is not None
 
     @property
-    def slopes(self):
+    def slopes(self) -> npt.NDArray[np.float64]:
         """The per-head slopes m_h (ungated form)."""
         n = self.num_heads
         s = np.empty(n)
@@ -257,7 +280,8 @@ class GrapeABias(AdditiveBias):
                                           s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
         return s
 
-    def lift(self, head, positions, x, role="query"):
+    def lift(self, head: int, positions: npt.ArrayLike, x: npt.ArrayLike,
+             role: Literal["query", "key"] = "query") -> npt.NDArray[Any]:
         """The lifted rows [N, head_dim + 2] of x [N, head_dim] (float32 or float64):
         role "query" gives G(i)^-T [q; 1; 0], "key" gives G(j) [k; 0; 1]."""
         if role not in ("query", "key"):
@@ -275,17 +299,21 @@ class GrapeABias(AdditiveBias):
                                           t(p), t(x), t.out(out)))
         return out
 
-    def accumulate_gradient(self, head, q_positions, k_positions, grad_tile, grad=None):
+    def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
+                            k_positions: npt.ArrayLike, grad_tile: npt.ArrayLike,
+                            grad: Optional[npt.NDArray[np.float64]] = None
+                            ) -> npt.NDArray[np.float64]:
         """Ungated: grad[head] += dL/dm_head ([num_heads]); gated: grad += dL/dc
         ([length, num_heads], then logit_gradient). New zero arrays when None."""
         if grad is None:
-            grad = np.zeros(self.logits_shape if self.gated else self.num_heads)
+            grad = np.zeros(self.logits_shape if self.logits_shape is not None
+                            else self.num_heads)
         self._accumulate(head, q_positions, k_positions, grad_tile, grad)
         return grad
 
-    def logit_gradient(self, grad_prefix):
+    def logit_gradient(self, grad_prefix: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """Gated: dL/dx[l, h] = sigmoid(-x[l, h]) * sum_{t >= l} grad_prefix[t, h]."""
-        if not self.gated:
+        if self.logits_shape is None:  # not self.gated
             raise ValueError("logit_gradient is for the gated form")
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)

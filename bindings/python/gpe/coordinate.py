@@ -12,9 +12,13 @@ Functions: bessel_j, laplacian_eigenvectors, embedded_distance_matrix,
 embedder_stable_rank, embedder_distance, condition_number.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
@@ -24,6 +28,12 @@ FOURIER_KINDS = {"gaussian": 0, "linear": 1, "log_linear": 2, "nerf": 3, "txt": 
 CONVENTIONS = {"two_pi": 0, "angular": 1}
 EMBEDDERS = {"gaussian": 0, "rectangle": 1, "triangle": 2, "rff": 3}
 LAPLACIANS = {"combinatorial": 0, "symmetric": 1}
+
+FourierKind = Literal["gaussian", "linear", "log_linear", "nerf", "txt"]
+Convention = Literal["two_pi", "angular"]
+Embedder = Literal["gaussian", "rectangle", "triangle", "rff"]
+_E = TypeVar("_E", bound="CoordinateEncoder")
+_F = TypeVar("_F", bound="FourierFeatures")
 
 
 class _Call:
@@ -44,7 +54,7 @@ class _Call:
         return self(array, output=True)
 
 
-def _f64(a, name, ndim):
+def _f64(a: Any, name: str, ndim: int) -> npt.NDArray[np.float64]:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != ndim:
         raise ValueError("%s must be %d-dimensional" % (name, ndim))
@@ -54,34 +64,36 @@ def _f64(a, name, ndim):
 class CoordinateEncoder:
     """A gpe_coordinate_encoder handle: points [N, D] -> features [N, F]."""
 
-    def __init__(self, handle):
+    def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the library handle (idempotent; also done when garbage-collected)."""
         if self._handle:
             lib().gpe_coordinate_encoder_destroy(self._handle)
             self._handle = ctypes.c_void_p()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
             pass
 
-    def __enter__(self):
+    def __enter__(self: _E) -> _E:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def dims(self):
+    def dims(self) -> Tuple[int, int]:
         """(D, F): input and output widths."""
         d, f = ctypes.c_int64(), ctypes.c_int64()
         check(lib().gpe_coordinate_encoder_dims(self._handle, ctypes.byref(d), ctypes.byref(f)))
         return d.value, f.value
 
-    def encode(self, points):
+    def encode(self, points: npt.ArrayLike) -> npt.NDArray[np.float64]:
+        """features [N, F] of points [N, D] (float64)."""
         points = _f64(points, "points", 2)
         out = np.empty((points.shape[0], self.dims[1]), dtype=np.float64)
         t = _Call()
@@ -90,7 +102,8 @@ class CoordinateEncoder:
 
     __call__ = encode
 
-    def backward(self, points, grad_features):
+    def backward(self, points: npt.ArrayLike,
+                 grad_features: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """dL/dpoints from dL/dfeatures (the vector-Jacobian product)."""
         points = _f64(points, "points", 2)
         grad_features = _f64(grad_features, "grad_features", 2)
@@ -107,7 +120,8 @@ class FourierFeatures(CoordinateEncoder):
     (sigma = scale), "log_linear" (sigma = scale), "nerf", or "txt" (dim 2, no 2 pi).
     num_frequencies is the total for gaussian/txt and per axis for the others."""
 
-    def __init__(self, kind, dim, num_frequencies, scale=1.0, convention="two_pi", seed=0):
+    def __init__(self, kind: FourierKind, dim: int, num_frequencies: int, scale: float = 1.0,
+                 convention: Convention = "two_pi", seed: int = 0) -> None:
         if kind not in FOURIER_KINDS:
             raise ValueError("kind must be one of %s" % sorted(FOURIER_KINDS))
         if convention not in CONVENTIONS:
@@ -120,7 +134,8 @@ class FourierFeatures(CoordinateEncoder):
         super().__init__(out.value)
 
     @classmethod
-    def from_frequencies(cls, frequencies, convention="two_pi"):
+    def from_frequencies(cls: Type[_F], frequencies: npt.ArrayLike,
+                         convention: Convention = "two_pi") -> _F:
         """Rows of `frequencies` [F, D] are the b_f; angle 2 pi b . x or b . x."""
         if convention not in CONVENTIONS:
             raise ValueError("convention must be one of %s" % sorted(CONVENTIONS))
@@ -134,7 +149,7 @@ class FourierFeatures(CoordinateEncoder):
         return self
 
     @property
-    def angular_frequencies(self):
+    def angular_frequencies(self) -> npt.NDArray[np.float64]:
         """w [F, D] with angle = w . x."""
         d, f = self.dims
         out = np.empty((f // 2, d), dtype=np.float64)
@@ -150,8 +165,10 @@ class So2Bessel(CoordinateEncoder):
     from explicit `terms` = (orders, scales, weights). polar=True takes (r, theta) points,
     otherwise Cartesian (x, y)."""
 
-    def __init__(self, num_terms=16, max_scale=1.0, max_k=2, order_m=0, seed=0, polar=False,
-                 terms=None):
+    def __init__(self, num_terms: int = 16, max_scale: float = 1.0, max_k: int = 2,
+                 order_m: int = 0, seed: int = 0, polar: bool = False,
+                 terms: Optional[Tuple[npt.ArrayLike, npt.ArrayLike, npt.ArrayLike]] = None
+                 ) -> None:
         out = ctypes.c_void_p()
         if terms is not None:
             orders, scales, weights = terms
@@ -168,7 +185,8 @@ class So2Bessel(CoordinateEncoder):
         super().__init__(out.value)
 
     @property
-    def terms(self):
+    def terms(self) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
+                             npt.NDArray[np.int64]]:
         """(orders int64 [T], scales float64 [T], weights int64 [T])."""
         n = self.dims[1] // 2
         m, c, k = (np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.int64))
@@ -182,7 +200,8 @@ class ShiftedEncoder(CoordinateEncoder):
     num_shifts, width, lo (0), hi (1). form "simple" concatenates (eq. 16), "complex"
     takes the Kronecker product with axis 0 fastest (eq. 17)."""
 
-    def __init__(self, axes, form="complex"):
+    def __init__(self, axes: Sequence[Mapping[str, Any]],
+                 form: Literal["simple", "complex"] = "complex") -> None:
         if form not in ("simple", "complex"):
             raise ValueError("form must be 'simple' or 'complex'")
         arr = (_ffi.ShiftedBasisOptions * max(len(axes), 1))()
@@ -203,13 +222,13 @@ class SphericalHarmonics(CoordinateEncoder):
     """Real orthonormal Y_lm, l <= max_degree, index l^2 + l + m, no Condon-Shortley
     phase; points are non-zero 3-vectors (only the direction matters)."""
 
-    def __init__(self, max_degree):
+    def __init__(self, max_degree: int) -> None:
         out = ctypes.c_void_p()
         check(lib().gpe_spherical_harmonics_create(max_degree, ctypes.byref(out)))
         super().__init__(out.value)
 
 
-def bessel_j(order, x):
+def bessel_j(order: int, x: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """J_order(x) for x >= 0 (order 0..20)."""
     x = _f64(x, "x", 1)
     out = np.empty_like(x)
@@ -218,8 +237,11 @@ def bessel_j(order, x):
     return out
 
 
-def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatorial",
-                           skip_first=False):
+def laplacian_eigenvectors(num_nodes: int, edges: npt.ArrayLike, k: int,
+                           weights: Optional[npt.ArrayLike] = None,
+                           kind: Literal["combinatorial", "symmetric"] = "combinatorial",
+                           skip_first: bool = False
+                           ) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """The k smallest eigenpairs of the graph Laplacian: (eigenvalues [k], vectors
     [num_nodes, k]); each vector's largest-magnitude entry is positive.
 
@@ -244,7 +266,8 @@ def laplacian_eigenvectors(num_nodes, edges, k, weights=None, kind="combinatoria
     return vals, vecs
 
 
-def embedded_distance_matrix(features, sample_spacing=1.0):
+def embedded_distance_matrix(features: npt.ArrayLike,
+                             sample_spacing: float = 1.0) -> npt.NDArray[np.float64]:
     """D[i, j] = s * features[i] . features[j] (Zheng et al. eq. 6)."""
     features = _f64(features, "features", 2)
     out = np.empty((features.shape[0], features.shape[0]), dtype=np.float64)
@@ -253,7 +276,7 @@ def embedded_distance_matrix(features, sample_spacing=1.0):
     return out
 
 
-def embedder_stable_rank(embedder, parameter, num_points):
+def embedder_stable_rank(embedder: Embedder, parameter: float, num_points: int) -> float:
     """The closed-form stable rank of a densely sampled embedder (Zheng et al. App. A)."""
     if embedder not in EMBEDDERS:
         raise ValueError("embedder must be one of %s" % sorted(EMBEDDERS))
@@ -263,7 +286,7 @@ def embedder_stable_rank(embedder, parameter, num_points):
     return r.value
 
 
-def embedder_distance(embedder, parameter, delta):
+def embedder_distance(embedder: Embedder, parameter: float, delta: float) -> float:
     """The closed-form distance preservation D(delta) of an embedder."""
     if embedder not in EMBEDDERS:
         raise ValueError("embedder must be one of %s" % sorted(EMBEDDERS))
@@ -272,7 +295,7 @@ def embedder_distance(embedder, parameter, delta):
     return r.value
 
 
-def condition_number(psi):
+def condition_number(psi: npt.ArrayLike) -> float:
     """s_max / s_min of an encoding factor (inf when rank deficient)."""
     psi = _f64(psi, "psi", 2)
     r = ctypes.c_double()

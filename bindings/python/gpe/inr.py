@@ -10,17 +10,25 @@ encodings, analysis and INR solvers").
 Matrices are float64 NumPy arrays (any strides).
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import TYPE_CHECKING, Any, Literal, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
 
+if TYPE_CHECKING:  # gpe.coordinate imports this module (KINDS)
+    from gpe.coordinate import CoordinateEncoder
+
 KINDS = {"gaussian": 0, "triangle": 1, "rectangle": 2, "impulse": 3, "sine": 4, "square": 5}
+ShiftedKind = Literal["gaussian", "triangle", "rectangle", "impulse", "sine", "square"]
 
 
-def _f64(a, name, ndim):
+def _f64(a: Any, name: str, ndim: int) -> npt.NDArray[np.float64]:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != ndim:
         raise ValueError("%s must be %d-dimensional" % (name, ndim))
@@ -34,7 +42,8 @@ def _tensors(inputs, outputs):
             + [_ffi.as_dltensor(a, output=True) for a in outputs])
 
 
-def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
+def shifted_basis(coords: npt.ArrayLike, kind: ShiftedKind, num_shifts: int, width: float,
+                  lo: float = 0.0, hi: float = 1.0) -> npt.NDArray[np.float64]:
     """Psi[n, i] = psi(t_i - coords[n]), t_i = lo + i (hi - lo) / num_shifts."""
     if kind not in KINDS:
         raise ValueError("kind must be one of %s" % sorted(KINDS))
@@ -48,7 +57,7 @@ def shifted_basis(coords, kind, num_shifts, width, lo=0.0, hi=1.0):
     return out
 
 
-def stable_rank(matrix):
+def stable_rank(matrix: npt.ArrayLike) -> float:
     """|A|_F^2 / |A|_2^2."""
     matrix = _f64(matrix, "matrix", 2)
     t, keep = _ffi.as_dltensor(matrix, output=False)
@@ -57,7 +66,9 @@ def stable_rank(matrix):
     return r.value
 
 
-def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False, rcond=0.0):
+def fit_separable_2d(psi_y: npt.ArrayLike, psi_x: npt.ArrayLike, image: npt.ArrayLike,
+                     lam: float = 0.0, float32_image_products: bool = False,
+                     rcond: float = 0.0) -> npt.NDArray[np.float64]:
     """W [Ky, Kx] minimising |Psi_y W Psi_x^T - image|^2 with ridge lam on each factor.
 
     rcond > 0 takes each factor's pseudo-inverse from its SVD, dropping singular values
@@ -73,7 +84,8 @@ def fit_separable_2d(psi_y, psi_x, image, lam=0.0, float32_image_products=False,
     return w
 
 
-def predict_separable_2d(psi_y, psi_x, w):
+def predict_separable_2d(psi_y: npt.ArrayLike, psi_x: npt.ArrayLike,
+                         w: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """Psi_y W Psi_x^T."""
     psi_y, psi_x, w = _f64(psi_y, "psi_y", 2), _f64(psi_x, "psi_x", 2), _f64(w, "w", 2)
     out = np.empty((psi_y.shape[0], psi_x.shape[0]), dtype=np.float64)
@@ -82,31 +94,35 @@ def predict_separable_2d(psi_y, psi_x, w):
     return out
 
 
-def fit_separable_3d(psi, volume, lam=0.0, rcond=0.0):
+def fit_separable_3d(psi: Sequence[npt.ArrayLike], volume: npt.ArrayLike, lam: float = 0.0,
+                     rcond: float = 0.0) -> npt.NDArray[np.float64]:
     """W [K0, K1, K2] = V x_0 A_0 x_1 A_1 x_2 A_2 for factors psi = (Psi_0, Psi_1, Psi_2)."""
-    psi = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
-    if len(psi) != 3:
+    factors = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
+    if len(factors) != 3:
         raise ValueError("psi must hold three factors")
     volume = _f64(volume, "volume", 3)
-    w = np.empty(tuple(p.shape[1] for p in psi), dtype=np.float64)
+    w = np.empty(tuple(p.shape[1] for p in factors), dtype=np.float64)
     o = _ffi.SeparableFitOptions(ctypes.sizeof(_ffi.SeparableFitOptions), 0, lam, rcond)
-    ts = _tensors((*psi, volume), (w,))
+    ts = _tensors((*factors, volume), (w,))
     check(lib().gpe_inr_fit_separable_3d(ctypes.byref(o), *[ctypes.byref(t) for t, _ in ts]))
     return w
 
 
-def predict_separable_3d(psi, w):
+def predict_separable_3d(psi: Sequence[npt.ArrayLike],
+                         w: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """W x_0 Psi_0 x_1 Psi_1 x_2 Psi_2."""
-    psi = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
+    factors = [_f64(p, "psi_%d" % d, 2) for d, p in enumerate(psi)]
     w = _f64(w, "w", 3)
-    out = np.empty(tuple(p.shape[0] for p in psi), dtype=np.float64)
-    ts = _tensors((*psi, w), (out,))
+    out = np.empty(tuple(p.shape[0] for p in factors), dtype=np.float64)
+    ts = _tensors((*factors, w), (out,))
     check(lib().gpe_inr_predict_separable_3d(*[ctypes.byref(t) for t, _ in ts]))
     return out
 
 
-def fit_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, values, lam=1e-6,
-                   max_iterations=500, tolerance=1e-6):
+def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
+                   grid_x: npt.ArrayLike, grid_y: npt.ArrayLike, points: npt.ArrayLike,
+                   values: npt.ArrayLike, lam: float = 1e-6, max_iterations: int = 500,
+                   tolerance: float = 1e-6) -> Tuple[npt.NDArray[np.float64], int, float]:
     """Zheng et al.'s blended fit of scattered samples (points [P, 2] as (x, y), values
     [P]) through the virtual grid grid_y x grid_x; encoders are 1-D gpe coordinate
     encoders. Returns (W [Ky, Kx], iterations, rms residual at the samples)."""
@@ -124,7 +140,9 @@ def fit_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, values, lam=1e-
     return w, it.value, rms.value
 
 
-def predict_blended_2d(encoder_x, encoder_y, grid_x, grid_y, points, w):
+def predict_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
+                       grid_x: npt.ArrayLike, grid_y: npt.ArrayLike, points: npt.ArrayLike,
+                       w: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """f(points) for weights W through the same blending."""
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, w = _f64(points, "points", 2), _f64(w, "w", 2)

@@ -20,24 +20,41 @@ m <- b1 m + (1 - b1) g, v <- b2 v + (1 - b2) g^2,
 p <- p - lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
 """
 
-import collections
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import Any, Callable, Literal, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
 
 TASKS = {"radial": 0, "spiral": 1}
+Task = Literal["radial", "spiral"]
+# progress(step, train_loss) and validation_progress(step, train_loss, validation_loss).
+Progress = Callable[[int, float], object]
+ValidationProgress = Callable[[int, float, float], object]
 
-# The result of an iterative fit: the weights (or flat MLP parameters), the training MSE
-# before each update, and the MSE after the last.
-Fit = collections.namedtuple("Fit", ["weights", "train_loss", "final_loss"])
-# mlp_fit with a validation set: Fit's fields, then the validation curve: the update count
-# of each evaluation (int64 [K]) and the held-out MSE after it (float64 [K]).
-ValidatedFit = collections.namedtuple(
-    "ValidatedFit", ["weights", "train_loss", "final_loss", "validation_steps", "validation_loss"])
+
+class Fit(NamedTuple):
+    """The result of an iterative fit: the weights (or flat MLP parameters), the training
+    MSE before each update, and the MSE after the last."""
+    weights: npt.NDArray[Any]
+    train_loss: npt.NDArray[np.float64]
+    final_loss: float
+
+
+class ValidatedFit(NamedTuple):
+    """mlp_fit with a validation set: Fit's fields, then the validation curve: the update
+    count of each evaluation (int64 [K]) and the held-out MSE after it (float64 [K])."""
+    weights: npt.NDArray[Any]
+    train_loss: npt.NDArray[np.float64]
+    final_loss: float
+    validation_steps: npt.NDArray[np.int64]
+    validation_loss: npt.NDArray[np.float64]
 
 
 class _CallbackErrors:
@@ -110,7 +127,8 @@ def _mlp_options(hidden_width, num_hidden_layers, steps=0, learning_rate=1e-3,
     return o, cb  # keep cb referenced while the call runs
 
 
-def mlp_num_parameters(input_dim, output_dim, hidden_width=128, num_hidden_layers=3):
+def mlp_num_parameters(input_dim: int, output_dim: int, hidden_width: int = 128,
+                       num_hidden_layers: int = 3) -> int:
     """The number of entries of the flat parameter vector (W_0, b_0, W_1, b_1, ...)."""
     o, _ = _mlp_options(hidden_width, num_hidden_layers)
     n = ctypes.c_int64()
@@ -119,8 +137,9 @@ def mlp_num_parameters(input_dim, output_dim, hidden_width=128, num_hidden_layer
     return n.value
 
 
-def mlp_init(input_dim, output_dim, hidden_width=128, num_hidden_layers=3, seed=0,
-             dtype=np.float32):
+def mlp_init(input_dim: int, output_dim: int, hidden_width: int = 128,
+             num_hidden_layers: int = 3, seed: int = 0,
+             dtype: npt.DTypeLike = np.float32) -> npt.NDArray[np.floating[Any]]:
     """PyTorch's nn.Linear default initialisation, W, b ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)),
     from a seeded std::mt19937_64: the flat parameters (float32 or float64)."""
     dtype = _float_dtype(dtype)
@@ -132,7 +151,7 @@ def mlp_init(input_dim, output_dim, hidden_width=128, num_hidden_layers=3, seed=
     return out
 
 
-def mlp_num_evaluations(steps, report_every=0):
+def mlp_num_evaluations(steps: int, report_every: int = 0) -> int:
     """K, the number of validation evaluations (and progress calls) of a fit: after every
     report_every updates and after the last (report_every 0: the last only); 1 when
     steps is 0 (the initial network)."""
@@ -142,10 +161,14 @@ def mlp_num_evaluations(steps, report_every=0):
     return n.value
 
 
-def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
-            learning_rate=1e-3, betas=(0.9, 0.999), eps=1e-8, seed=0,
-            initial_parameters=None, progress=None, report_every=0, validation=None,
-            validation_progress=None):
+def mlp_fit(features: npt.ArrayLike, targets: npt.ArrayLike, hidden_width: int = 128,
+            num_hidden_layers: int = 3, steps: int = 500, learning_rate: float = 1e-3,
+            betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, seed: int = 0,
+            initial_parameters: Optional[npt.ArrayLike] = None,
+            progress: Optional[Progress] = None, report_every: int = 0,
+            validation: Optional[Tuple[npt.ArrayLike, npt.ArrayLike]] = None,
+            validation_progress: Optional[ValidationProgress] = None
+            ) -> Union[Fit, ValidatedFit]:
     """Full-batch Adam on the MSE of a ReLU MLP features [N, D] -> targets [N, C].
 
     features and targets share a dtype: float32 trains the float32 network (the fast
@@ -211,7 +234,9 @@ def mlp_fit(features, targets, hidden_width=128, num_hidden_layers=3, steps=500,
     return ValidatedFit(params, loss, final.value, vsteps, vloss)
 
 
-def mlp_predict(parameters, features, output_dim, hidden_width=128, num_hidden_layers=3):
+def mlp_predict(parameters: npt.ArrayLike, features: npt.ArrayLike, output_dim: int,
+                hidden_width: int = 128, num_hidden_layers: int = 3
+                ) -> npt.NDArray[np.floating[Any]]:
     """The network's output [N, output_dim] on features [N, D] (parameters' dtype)."""
     parameters = np.asarray(parameters)
     dtype = _float_dtype(parameters.dtype)
@@ -232,12 +257,15 @@ class Mlp:
     parameters are one flat vector `parameters` (W_0 row-major, b_0, W_1, b_1, ...);
     weight(l) and bias(l) are views of it."""
 
-    def __init__(self, input_dim, output_dim, hidden_width=128, num_hidden_layers=3, seed=0,
-                 dtype=np.float32):
-        self.input_dim, self.output_dim = input_dim, output_dim
-        self.hidden_width, self.num_hidden_layers = hidden_width, num_hidden_layers
-        self.parameters = mlp_init(input_dim, output_dim, hidden_width, num_hidden_layers, seed,
-                                   dtype)
+    def __init__(self, input_dim: int, output_dim: int, hidden_width: int = 128,
+                 num_hidden_layers: int = 3, seed: int = 0,
+                 dtype: npt.DTypeLike = np.float32) -> None:
+        self.input_dim: int = input_dim
+        self.output_dim: int = output_dim
+        self.hidden_width: int = hidden_width
+        self.num_hidden_layers: int = num_hidden_layers
+        self.parameters: npt.NDArray[Any] = mlp_init(input_dim, output_dim, hidden_width,
+                                                     num_hidden_layers, seed, dtype)
 
     def _layer(self, l):
         layers = self.num_hidden_layers + 1
@@ -251,18 +279,24 @@ class Mlp:
                 off += (fan_in + 1) * fan_out
         return off, fan_in, fan_out
 
-    def weight(self, l):
+    def weight(self, l: int) -> npt.NDArray[Any]:
         """W_l [fan_in, fan_out], a view of `parameters`."""
         off, fan_in, fan_out = self._layer(l)
         return self.parameters[off:off + fan_in * fan_out].reshape(fan_in, fan_out)
 
-    def bias(self, l):
+    def bias(self, l: int) -> npt.NDArray[Any]:
         """b_l [fan_out], a view of `parameters`."""
         off, fan_in, fan_out = self._layer(l)
         return self.parameters[off + fan_in * fan_out:off + (fan_in + 1) * fan_out]
 
-    def fit(self, features, targets, steps=500, learning_rate=1e-3, betas=(0.9, 0.999),
-            eps=1e-8, progress=None, report_every=0, validation=None, validation_progress=None):
+    def fit(self, features: npt.ArrayLike, targets: npt.ArrayLike, steps: int = 500,
+            learning_rate: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+            eps: float = 1e-8, progress: Optional[Progress] = None, report_every: int = 0,
+            validation: Optional[Tuple[npt.ArrayLike, npt.ArrayLike]] = None,
+            validation_progress: Optional[ValidationProgress] = None
+            ) -> Union[Tuple[npt.NDArray[np.float64], float],
+                       Tuple[npt.NDArray[np.float64], float, npt.NDArray[np.int64],
+                             npt.NDArray[np.float64]]]:
         """Trains from the current parameters (a fresh Adam state); returns
         (train_loss [steps], final_loss) and updates `parameters`. With
         validation=(features, targets) (see mlp_fit, also for validation_progress) it
@@ -275,9 +309,10 @@ class Mlp:
         self.parameters = r.weights
         if validation is None:
             return r.train_loss, r.final_loss
+        assert isinstance(r, ValidatedFit)  # what mlp_fit returns given validation
         return r.train_loss, r.final_loss, r.validation_steps, r.validation_loss
 
-    def predict(self, features):
+    def predict(self, features: npt.ArrayLike) -> npt.NDArray[Any]:
         return mlp_predict(self.parameters, features, self.output_dim, self.hidden_width,
                            self.num_hidden_layers)
 
@@ -292,15 +327,17 @@ def _linear_options(steps, learning_rate, final_learning_rate, betas, eps, repor
     return o, cb
 
 
-def _f64_2d(a, name):
+def _f64_2d(a: Any, name: str) -> npt.NDArray[np.float64]:
     a = np.asarray(a, dtype=np.float64)
     if a.ndim != 2:
         raise ValueError("%s must be 2-dimensional" % name)
     return a
 
 
-def fit_dense_adam(features, targets, steps=2000, learning_rate=1e-2, final_learning_rate=None,
-                   betas=(0.9, 0.999), eps=1e-8, progress=None, report_every=0):
+def fit_dense_adam(features: npt.ArrayLike, targets: npt.ArrayLike, steps: int = 2000,
+                   learning_rate: float = 1e-2, final_learning_rate: Optional[float] = None,
+                   betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                   progress: Optional[Progress] = None, report_every: int = 0) -> Fit:
     """Adam from W = 0 on MSE(Phi W, Y): features Phi [N, F], targets Y [N, C] (or [N]),
     float64. The learning rate decays exponentially from learning_rate (step 1) to
     final_learning_rate (the last step; None: constant). Returns Fit(W [F, C],
@@ -322,9 +359,11 @@ def fit_dense_adam(features, targets, steps=2000, learning_rate=1e-2, final_lear
     return Fit(w[:, 0] if squeeze else w, loss, final.value)
 
 
-def fit_separable_adam_2d(psi_y, psi_x, image, steps=2000, learning_rate=1e-2,
-                          final_learning_rate=None, betas=(0.9, 0.999), eps=1e-8, progress=None,
-                          report_every=0):
+def fit_separable_adam_2d(psi_y: npt.ArrayLike, psi_x: npt.ArrayLike, image: npt.ArrayLike,
+                          steps: int = 2000, learning_rate: float = 1e-2,
+                          final_learning_rate: Optional[float] = None,
+                          betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                          progress: Optional[Progress] = None, report_every: int = 0) -> Fit:
     """Adam from W = 0 on MSE(Psi_y W Psi_x^T, S) (Zheng et al. eq. 10, no Kronecker
     product): psi_y [Ny, Ky], psi_x [Nx, Kx], image S [Ny, Nx]. Returns Fit(W [Ky, Kx],
     train_loss [steps], final_loss)."""
@@ -349,7 +388,7 @@ def _task(task):
     return TASKS[task]
 
 
-def synthetic_image(task, n, signed=False):
+def synthetic_image(task: Task, n: int, signed: bool = False) -> npt.NDArray[np.float64]:
     """Lim et al. D.1 on the n x n grid (rows = y): "radial" |sin(15 sqrt(r))|, "spiral"
     |sin(30 sqrt(0.1 r) + theta)|; signed=True drops the absolute value. [n, n] float64."""
     out = np.empty((n, n), dtype=np.float64)
@@ -358,7 +397,7 @@ def synthetic_image(task, n, signed=False):
     return out
 
 
-def synthetic_vector_field(task, n):
+def synthetic_vector_field(task: Task, n: int) -> npt.NDArray[np.float64]:
     """Lim et al. eqs. 30, 31: f(r, theta) (cos theta, sin theta) with f the signed sine of
     synthetic_image. [n, n, 2] float64 (v_x, v_y)."""
     out = np.empty((n, n, 2), dtype=np.float64)
@@ -367,7 +406,7 @@ def synthetic_vector_field(task, n):
     return out
 
 
-def grid_coordinates(n):
+def grid_coordinates(n: int) -> npt.NDArray[np.float64]:
     """[n * n, 2]: row i * n + j holds (x_j, y_i), x_j = -1 + (2 j + 1) / n."""
     out = np.empty((n * n, 2), dtype=np.float64)
     t, keep = _ffi.as_dltensor(out, output=True)
@@ -375,7 +414,8 @@ def grid_coordinates(n):
     return out
 
 
-def _split(call, num_points):
+def _split(call: Callable[[Any, Any], int], num_points: int
+           ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     idx = np.empty(num_points, dtype=np.int64)
     counts = (ctypes.c_int64 * 3)()
     t, keep = _ffi.as_dltensor(idx, output=True)
@@ -384,7 +424,10 @@ def _split(call, num_points):
     return idx[:a], idx[a:b], idx[b:]
 
 
-def random_split(num_points, train_fraction=0.05, validation_fraction=0.4, seed=0):
+def random_split(num_points: int, train_fraction: float = 0.05,
+                 validation_fraction: float = 0.4, seed: int = 0
+                 ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
+                            npt.NDArray[np.int64]]:
     """Lim et al. D.2: (train, validation, test) index arrays, each ascending, sizes
     round(fraction * num_points), the rest test; deterministic in seed."""
     return _split(lambda t, c: lib().gpe_inr_random_split(num_points, train_fraction,
@@ -392,7 +435,8 @@ def random_split(num_points, train_fraction=0.05, validation_fraction=0.4, seed=
                   num_points)
 
 
-def regular_grid_split(rows, cols):
+def regular_grid_split(rows: int, cols: int
+                       ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """Zheng et al.: (train, test) row-major indices: train on the [::2] x [::2] sub-grid."""
     train, _, test = _split(lambda t, c: lib().gpe_inr_regular_grid_split(rows, cols, t, c),
                             rows * cols)
@@ -404,7 +448,7 @@ def _pair(a, b):
     return _ffi.as_dltensor(a, output=False), _ffi.as_dltensor(b, output=False)
 
 
-def mse(a, b):
+def mse(a: npt.ArrayLike, b: npt.ArrayLike) -> float:
     """Mean over all entries of (a - b)^2 (1 to 3 dimensions, finite)."""
     (ta, ka), (tb, kb) = _pair(a, b)
     r = ctypes.c_double()
@@ -412,7 +456,7 @@ def mse(a, b):
     return r.value
 
 
-def psnr(a, b, peak=1.0):
+def psnr(a: npt.ArrayLike, b: npt.ArrayLike, peak: float = 1.0) -> float:
     """10 log10(peak^2 / mse(a, b)) in dB (inf when a == b)."""
     (ta, ka), (tb, kb) = _pair(a, b)
     r = ctypes.c_double()
@@ -420,7 +464,9 @@ def psnr(a, b, peak=1.0):
     return r.value
 
 
-def image_read(path, grayscale=False, dtype=np.float64):
+def image_read(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
+               grayscale: bool = False,
+               dtype: npt.DTypeLike = np.float64) -> npt.NDArray[np.floating[Any]]:
     """A PNG or JPEG file (told apart by its signature) as values in [0, 1]: [rows, cols]
     when grayscale (colour converted to luma by libpng / libjpeg), else [rows, cols, 3]
     (gray files expand to three equal channels)."""
@@ -445,14 +491,17 @@ def _pixels(pixels):
     return pixels
 
 
-def image_write_png(path, pixels, lo=0.0, hi=1.0):
+def image_write_png(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
+                    pixels: npt.ArrayLike, lo: float = 0.0, hi: float = 1.0) -> None:
     """Writes [rows, cols] or [rows, cols, 1 | 3] values (finite) as an 8-bit PNG, clamping
     to [lo, hi] and mapping it to 0..255."""
     t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
     check(lib().gpe_image_write_png(os.fsencode(path), ctypes.byref(t), lo, hi))
 
 
-def image_write_jpeg(path, pixels, quality=95, lo=0.0, hi=1.0):
+def image_write_jpeg(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
+                     pixels: npt.ArrayLike, quality: int = 95, lo: float = 0.0,
+                     hi: float = 1.0) -> None:
     """As image_write_png, as a baseline JPEG of the given quality (1..100; lossy)."""
     t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
     check(lib().gpe_image_write_jpeg(os.fsencode(path), ctypes.byref(t), quality, lo, hi))

@@ -17,10 +17,13 @@ attention factor. Angles are reduced exactly mod 2 pi in double, so any int64 po
 is accurate.
 """
 
+from __future__ import annotations
+
 import ctypes
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, List, Literal, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
@@ -32,6 +35,11 @@ _SCHEDULES = {"default": 0, "linear": 1, "dynamic_ntk": 2, "yarn": 3, "longrope"
 _LAYOUTS = {"bshd": 0, "sbhd": 1, "thd": 2}
 _ROLES = {"query": 0, "key": 1}
 _KDL_BFLOAT = 4
+
+Pairing = Literal["interleaved", "half_split"]
+Schedule = Literal["default", "linear", "dynamic_ntk", "yarn", "longrope", "llama3"]
+Layout = Literal["bshd", "sbhd", "thd"]
+Role = Literal["query", "key"]
 
 
 def _choice(table, value, name):
@@ -67,7 +75,7 @@ class Rope(_Handle):
     _destroy = "gpe_rope_destroy"
 
     def __init__(self, head_dim: int, rotary_dim: Optional[int] = None, base: float = 10000.0,
-                 pairing: str = "half_split", schedule: str = "default",
+                 pairing: Pairing = "half_split", schedule: Schedule = "default",
                  factor: Optional[float] = None, original_max_position: Optional[int] = None,
                  current_length: int = 0, beta_fast: Optional[float] = None,
                  beta_slow: Optional[float] = None, truncate: bool = True,
@@ -106,7 +114,7 @@ class Rope(_Handle):
         o.mscale_all_dim = 1.0 if mscale_all_dim is None else mscale_all_dim
         o.has_attention_factor = 0 if attention_factor is None else 1
         o.attention_factor = 1.0 if attention_factor is None else attention_factor
-        keep = []
+        keep: List[Any] = []
         for name in ("short_factor", "long_factor"):
             values = locals()[name]
             if values is not None:
@@ -133,8 +141,8 @@ class Rope(_Handle):
 
     @classmethod
     def from_hf_config(cls, config: Any, *, layer_type: Optional[str] = None,
-                       current_length: Optional[int] = None, pairing: str = "half_split",
-                       num_threads: int = 1) -> "Rope":
+                       current_length: Optional[int] = None, pairing: Pairing = "half_split",
+                       num_threads: int = 1) -> Rope:
         """The RoPE of a Hugging Face transformers model config: a PretrainedConfig, any
         object with its attributes, or a config.json dict.
 
@@ -170,9 +178,9 @@ class Rope(_Handle):
         """(head_dim, rotary_dim, num_axes)."""
         v = [ctypes.c_int64() for _ in range(3)]
         check(lib().gpe_rope_shape(self._handle, *[ctypes.byref(x) for x in v]))
-        return tuple(x.value for x in v)
+        return v[0].value, v[1].value, v[2].value
 
-    def frequencies(self) -> Tuple[np.ndarray, float]:
+    def frequencies(self) -> Tuple[npt.NDArray[np.float64], float]:
         """(thetas [rotary_dim / 2] in radians per position, attention_factor)."""
         n = self.shape[1] // 2
         thetas = np.empty(n, dtype=np.float64)
@@ -191,17 +199,20 @@ class Rope(_Handle):
         del keep, kx, kout
         return out
 
-    def table(self, like: np.ndarray, positions: Any = None, offsets: Any = None,
-              cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
-              bfloat16: bool = False) -> "RopeTable":
+    def table(self, like: npt.ArrayLike, positions: Optional[npt.ArrayLike] = None,
+              offsets: Optional[npt.ArrayLike] = None,
+              cu_seqlens: Optional[npt.ArrayLike] = None, layout: Layout = "bshd",
+              role: Role = "query", bfloat16: bool = False) -> RopeTable:
         """A RopeTable: the cos/sin rows for the tokens of `like` (an array of the shape and
         dtype to be rotated; its values are not read), built once and reused for q, k
         and every layer with the same tokens (any number of heads)."""
         return RopeTable(self, like, positions, offsets, cu_seqlens, layout, role, bfloat16)
 
-    def forward(self, x: np.ndarray, positions: Any = None, offsets: Any = None,
-                cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
-                out: Optional[np.ndarray] = None, bfloat16: bool = False) -> np.ndarray:
+    def forward(self, x: npt.ArrayLike, positions: Optional[npt.ArrayLike] = None,
+                offsets: Optional[npt.ArrayLike] = None,
+                cu_seqlens: Optional[npt.ArrayLike] = None, layout: Layout = "bshd",
+                role: Role = "query", out: Optional[npt.NDArray[Any]] = None,
+                bfloat16: bool = False) -> npt.NDArray[Any]:
         """out = m R(p theta) x for every token and head.
 
         positions: int [num_tokens] (tokens numbered b * seq + s, or by row for "thd") or
@@ -212,9 +223,11 @@ class Rope(_Handle):
         return self._run(lib().gpe_rope_forward, x, positions, offsets, cu_seqlens, layout, role,
                          out, bfloat16)
 
-    def backward(self, dy: np.ndarray, positions: Any = None, offsets: Any = None,
-                 cu_seqlens: Any = None, layout: str = "bshd", role: str = "query",
-                 out: Optional[np.ndarray] = None, bfloat16: bool = False) -> np.ndarray:
+    def backward(self, dy: npt.ArrayLike, positions: Optional[npt.ArrayLike] = None,
+                 offsets: Optional[npt.ArrayLike] = None,
+                 cu_seqlens: Optional[npt.ArrayLike] = None, layout: Layout = "bshd",
+                 role: Role = "query", out: Optional[npt.NDArray[Any]] = None,
+                 bfloat16: bool = False) -> npt.NDArray[Any]:
         """dx = (m R(p theta))^T dy, the gradient of forward; arguments as forward."""
         return self._run(lib().gpe_rope_backward, dy, positions, offsets, cu_seqlens, layout,
                          role, out, bfloat16)
@@ -228,7 +241,9 @@ class RopeTable(_Handle):
 
     _destroy = "gpe_rope_table_destroy"
 
-    def __init__(self, rope, like, positions, offsets, cu_seqlens, layout, role, bfloat16):
+    def __init__(self, rope: Rope, like: npt.ArrayLike, positions: Optional[npt.ArrayLike],
+                 offsets: Optional[npt.ArrayLike], cu_seqlens: Optional[npt.ArrayLike],
+                 layout: Layout, role: Role, bfloat16: bool) -> None:
         like, _ = _arrays(like, like, bfloat16)
         tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
         tl, kl = _tensor(like, bfloat16)
@@ -238,7 +253,7 @@ class RopeTable(_Handle):
         del keep, kl
         super().__init__(out.value)
 
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a RopeTable cannot be copied or pickled (it owns a library handle); "
                         "build another with Rope.table")
 
@@ -250,13 +265,13 @@ class RopeTable(_Handle):
         del kx, kout
         return out
 
-    def forward(self, x: np.ndarray, out: Optional[np.ndarray] = None,
-                bfloat16: bool = False) -> np.ndarray:
+    def forward(self, x: npt.ArrayLike, out: Optional[npt.NDArray[Any]] = None,
+                bfloat16: bool = False) -> npt.NDArray[Any]:
         """Rope.forward with this table's tokens; out=x works in place."""
         return self._run(lib().gpe_rope_table_forward, x, out, bfloat16)
 
-    def backward(self, dy: np.ndarray, out: Optional[np.ndarray] = None,
-                 bfloat16: bool = False) -> np.ndarray:
+    def backward(self, dy: npt.ArrayLike, out: Optional[npt.NDArray[Any]] = None,
+                 bfloat16: bool = False) -> npt.NDArray[Any]:
         """Rope.backward with this table's tokens."""
         return self._run(lib().gpe_rope_table_backward, dy, out, bfloat16)
 

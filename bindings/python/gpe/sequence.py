@@ -10,21 +10,25 @@ Batches are NumPy arrays [N, dim] of float32 or float64 (any strides, passed wit
 copies); positions are integers [N]. Parameters and parameter gradients are float64.
 """
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
 
 
-def _positions(positions, name="positions"):
+def _positions(positions: Any, name: str = "positions") -> npt.NDArray[np.int64]:
     """Integer positions as int64 (gpe._ffi.int64_array: uint64 values >= 2^63 and
     non-integers refused rather than wrapped or truncated)."""
     return _ffi.int64_array(positions, name)
 
 
-def _doubles(values, name, ndim):
+def _doubles(values: Any, name: str, ndim: int) -> Tuple[npt.NDArray[np.float64], Any]:
     arr = np.ascontiguousarray(values, dtype=np.float64)
     if arr.ndim != ndim:
         raise ValueError("%s must be %d-dimensional" % (name, ndim))
@@ -49,7 +53,9 @@ class _Call:
         return self(array, output=True)
 
 
-def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
+def sinusoidal(positions: npt.ArrayLike, dim: int, base: float = 10000.0,
+               dtype: npt.DTypeLike = np.float64,
+               out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
     """PE[n, 2i] = sin(p theta_i), PE[n, 2i + 1] = cos(p theta_i), theta_i = base^(-2i/dim).
 
     Returns an [N, dim] array of `dtype` (or fills `out`)."""
@@ -64,7 +70,9 @@ def sinusoidal(positions, dim, base=10000.0, dtype=np.float64, out=None):
     return out
 
 
-def shaw_key_scores(q, label_table, query_positions, key_positions, out=None):
+def shaw_key_scores(q: npt.ArrayLike, label_table: npt.ArrayLike,
+                    query_positions: npt.ArrayLike, key_positions: npt.ArrayLike,
+                    out: Optional[npt.NDArray[np.float64]] = None) -> npt.NDArray[np.float64]:
     """scores[a, b] = q[a] . label_table[clip(kp[b] - qp[a], -k, k) + k], k = (rows - 1) / 2.
 
     q: [Lq, d]; label_table: [2k + 1, d]; returns float64 [Lq, Lk] (or fills `out`)."""
@@ -78,8 +86,11 @@ def shaw_key_scores(q, label_table, query_positions, key_positions, out=None):
     return out
 
 
-def shaw_key_scores_backward(q, label_table, query_positions, key_positions, grad_scores,
-                             grad_label_table=None):
+def shaw_key_scores_backward(
+        q: npt.ArrayLike, label_table: npt.ArrayLike, query_positions: npt.ArrayLike,
+        key_positions: npt.ArrayLike, grad_scores: npt.ArrayLike,
+        grad_label_table: Optional[npt.NDArray[np.float64]] = None
+) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Returns (grad_q, grad_label_table); dL/dlabel_table is added into grad_label_table
     (a new float64 zero array when None)."""
     qp = _positions(query_positions, "query_positions")
@@ -95,27 +106,33 @@ def shaw_key_scores_backward(q, label_table, query_positions, key_positions, gra
     return grad_q, grad_label_table
 
 
-class _Handle:
-    _destroy = None
+_H = TypeVar("_H", bound="_Handle")
 
-    def __init__(self, handle):
+
+class _Handle:
+    # The library's destroy function for this handle type (set by each subclass).
+    _destroy: Optional[str] = None
+
+    def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the library handle (idempotent; also done when garbage-collected)."""
         if self._handle:
-            getattr(lib(), self._destroy)(self._handle)
+            # _destroy is a str in every subclass that holds a handle.
+            getattr(lib(), self._destroy)(self._handle)  # type: ignore[arg-type]
             self._handle = ctypes.c_void_p()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
             pass
 
-    def __enter__(self):
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _apply(self, fn, positions, x, out):
@@ -140,7 +157,7 @@ class LearnedPositions(_Handle):
 
     _destroy = "gpe_learned_positions_destroy"
 
-    def __init__(self, table):
+    def __init__(self, table: npt.ArrayLike) -> None:
         table = np.asarray(table)
         out = ctypes.c_void_p()
         t = _Call()
@@ -148,13 +165,15 @@ class LearnedPositions(_Handle):
         super().__init__(out.value)
 
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, int]:
+        """(max_positions, dim)."""
         rows, dim = ctypes.c_int64(), ctypes.c_int64()
         check(lib().gpe_learned_positions_shape(self._handle, ctypes.byref(rows),
                                                 ctypes.byref(dim)))
         return (rows.value, dim.value)
 
-    def lookup(self, positions, dtype=np.float64, out=None):
+    def lookup(self, positions: npt.ArrayLike, dtype: npt.DTypeLike = np.float64,
+               out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """out[n] = table[positions[n]]."""
         positions = _positions(positions)
         if out is None:
@@ -163,7 +182,8 @@ class LearnedPositions(_Handle):
         check(lib().gpe_learned_positions_lookup(self._handle, t(positions), t.out(out)))
         return out
 
-    def backward(self, positions, grad_out, grad_table=None):
+    def backward(self, positions: npt.ArrayLike, grad_out: npt.ArrayLike,
+                 grad_table: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """grad_table[positions[n]] += grad_out[n] (accumulates; a new float64 zero table
         when grad_table is None). Returns grad_table."""
         positions = _positions(positions)
@@ -183,7 +203,7 @@ class GrapeM(_Handle):
 
     _destroy = "gpe_grape_m_destroy"
 
-    def __init__(self, a, b, omega):
+    def __init__(self, a: npt.ArrayLike, b: npt.ArrayLike, omega: npt.ArrayLike) -> None:
         a_arr, a_ptr = _doubles(np.atleast_2d(a), "a", 2)
         b_arr, b_ptr = _doubles(np.atleast_2d(b), "b", 2)
         w_arr, w_ptr = _doubles(np.atleast_1d(omega), "omega", 1)
@@ -199,24 +219,27 @@ class GrapeM(_Handle):
         super().__init__(out.value)
 
     @property
-    def shape(self):
+    def shape(self) -> Tuple[int, int]:
         """(num_generators, dim)."""
         d, m = ctypes.c_int64(), ctypes.c_int64()
         check(lib().gpe_grape_m_shape(self._handle, ctypes.byref(d), ctypes.byref(m)))
         return (m.value, d.value)
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         return self.shape[1]
 
-    def apply(self, positions, x, out=None):
+    def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
+              out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """out[n] = G(positions[n]) x[n]; out=x works in place."""
         return self._apply(lib().gpe_grape_m_apply, positions, x, out)
 
-    def matrix(self, position):
+    def matrix(self, position: int) -> npt.NDArray[np.float64]:
         return self._matrix(lib().gpe_grape_m_matrix, position, self.dim)
 
-    def backward(self, positions, x, grad_out):
+    def backward(self, positions: npt.ArrayLike, x: npt.ArrayLike, grad_out: npt.ArrayLike
+                 ) -> Tuple[npt.NDArray[Any], npt.NDArray[np.float64], npt.NDArray[np.float64],
+                            npt.NDArray[np.float64]]:
         """Returns (grad_x, grad_a, grad_b, grad_omega) for dL/d(apply(positions, x))."""
         positions = _positions(positions)
         x, grad_out = np.asarray(x), np.asarray(grad_out)
@@ -236,7 +259,7 @@ class AlgebraicSequence(_Handle):
 
     _destroy = "gpe_algebraic_sequence_destroy"
 
-    def __init__(self, skew):
+    def __init__(self, skew: npt.ArrayLike) -> None:
         s_arr, s_ptr = _doubles(skew, "skew", 2)
         if s_arr.shape[0] != s_arr.shape[1]:
             raise ValueError("skew must be square; got %s" % (s_arr.shape,))
@@ -249,19 +272,21 @@ class AlgebraicSequence(_Handle):
         super().__init__(out.value)
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         d = ctypes.c_int64()
         check(lib().gpe_algebraic_sequence_dim(self._handle, ctypes.byref(d)))
         return d.value
 
-    def apply(self, positions, x, out=None):
+    def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
+              out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """out[n] = W^positions[n] x[n]; out=x works in place."""
         return self._apply(lib().gpe_algebraic_sequence_apply, positions, x, out)
 
-    def matrix(self, position):
+    def matrix(self, position: int) -> npt.NDArray[np.float64]:
         return self._matrix(lib().gpe_algebraic_sequence_matrix, position, self.dim)
 
-    def backward(self, positions, x, grad_out):
+    def backward(self, positions: npt.ArrayLike, x: npt.ArrayLike, grad_out: npt.ArrayLike
+                 ) -> Tuple[npt.NDArray[Any], npt.NDArray[np.float64]]:
         """Returns (grad_x, grad_skew); grad_skew is dL/dS entrywise (unprojected)."""
         positions = _positions(positions)
         x, grad_out = np.asarray(x), np.asarray(grad_out)
@@ -283,7 +308,7 @@ class AlgebraicTree(_Handle):
 
     _destroy = "gpe_algebraic_tree_destroy"
 
-    def __init__(self, skews):
+    def __init__(self, skews: npt.ArrayLike) -> None:
         arr, ptr = _doubles(skews, "skews", 3)
         if arr.shape[1] != arr.shape[2]:
             raise ValueError("skews must be [k, dim, dim]; got %s" % (arr.shape,))
@@ -294,10 +319,11 @@ class AlgebraicTree(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_algebraic_tree_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
-        self.dim, self.num_branches = arr.shape[1], arr.shape[0]
+        self.dim: int = arr.shape[1]
+        self.num_branches: int = arr.shape[0]
 
     @staticmethod
-    def addresses(paths):
+    def addresses(paths: Sequence[Sequence[int]]) -> npt.NDArray[np.int64]:
         """A list of child-index paths as the int64 [N, L] array the library reads
         (rows padded with -1)."""
         depth = max((len(p) for p in paths), default=0)
@@ -311,7 +337,9 @@ class AlgebraicTree(_Handle):
             return _positions(addresses)
         return self.addresses(addresses)
 
-    def apply(self, addresses, x, out=None):
+    def apply(self, addresses: Union[Sequence[Sequence[int]], npt.NDArray[np.integer]],
+              x: npt.ArrayLike,
+              out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """out[n] = rho(address n) x[n]; addresses: list of paths or int64 [N, L]."""
         a = self._index(addresses)
         x = np.asarray(x)
@@ -321,7 +349,7 @@ class AlgebraicTree(_Handle):
         check(lib().gpe_algebraic_tree_apply(self._handle, t(a), t(x), t.out(out)))
         return out
 
-    def matrix(self, path):
+    def matrix(self, path: npt.ArrayLike) -> npt.NDArray[np.float64]:
         path = np.ascontiguousarray(_ffi.int64_array(path, "path"))
         out = np.empty((self.dim, self.dim))
         t = _Call()
@@ -330,7 +358,7 @@ class AlgebraicTree(_Handle):
             t.out(out)))
         return out
 
-    def node_matrices(self, max_depth):
+    def node_matrices(self, max_depth: int) -> npt.NDArray[np.float64]:
         """Every node of depth <= max_depth, built one depth at a time, in level order
         (root first; within a depth, addresses as base-k numbers): [count, dim, dim]."""
         max_depth = _ffi.checked_int(max_depth, "max_depth")
@@ -357,7 +385,9 @@ class AlgebraicTree(_Handle):
         check(lib().gpe_algebraic_tree_node_matrices(self._handle, max_depth, t.out(out)))
         return out
 
-    def backward(self, addresses, x, grad_out):
+    def backward(self, addresses: Union[Sequence[Sequence[int]], npt.NDArray[np.integer]],
+                 x: npt.ArrayLike, grad_out: npt.ArrayLike
+                 ) -> Tuple[npt.NDArray[Any], npt.NDArray[np.float64]]:
         """Returns (grad_x, grad_skews [k, dim, dim]); dL/dS_c entrywise (unprojected)."""
         a = self._index(addresses)
         x, grad_out = np.asarray(x), np.asarray(grad_out)
@@ -375,12 +405,12 @@ class AlgebraicGrid(_Handle):
 
     _destroy = "gpe_algebraic_grid_destroy"
 
-    def __init__(self, skews):
+    def __init__(self, skews: Sequence[npt.ArrayLike]) -> None:
         mats = [np.ascontiguousarray(s, dtype=np.float64) for s in skews]
         for m in mats:
             if m.ndim != 2 or m.shape[0] != m.shape[1]:
                 raise ValueError("each axis's skew must be square")
-        self.dims = np.array([m.shape[0] for m in mats], dtype=np.int64)
+        self.dims: npt.NDArray[np.int64] = np.array([m.shape[0] for m in mats], dtype=np.int64)
         flat = np.ascontiguousarray(np.concatenate([m.ravel() for m in mats]))
         opts = _ffi.AlgebraicGridOptions()
         opts.struct_size = ctypes.sizeof(opts)
@@ -390,9 +420,10 @@ class AlgebraicGrid(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_algebraic_grid_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
-        self.dim = int(self.dims.sum())
+        self.dim: int = int(self.dims.sum())
 
-    def apply(self, positions, x, out=None):
+    def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
+              out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """positions: int64 [N, num_axes]; out[n] = rho(positions[n]) x[n]."""
         p = _positions(positions)
         x = np.asarray(x)
@@ -402,7 +433,8 @@ class AlgebraicGrid(_Handle):
         check(lib().gpe_algebraic_grid_apply(self._handle, t(p), t(x), t.out(out)))
         return out
 
-    def backward(self, positions, x, grad_out):
+    def backward(self, positions: npt.ArrayLike, x: npt.ArrayLike, grad_out: npt.ArrayLike
+                 ) -> Tuple[npt.NDArray[Any], List[npt.NDArray[np.float64]]]:
         """Returns (grad_x, [dL/dS_a per axis]) (entrywise, unprojected)."""
         p = _positions(positions)
         x, grad_out = np.asarray(x), np.asarray(grad_out)
@@ -418,7 +450,9 @@ class AlgebraicGrid(_Handle):
         return grad_x, grads
 
 
-def algebraic_periodic(positions, x, period, multipliers, out=None):
+def algebraic_periodic(positions: npt.ArrayLike, x: npt.ArrayLike, period: int,
+                       multipliers: npt.ArrayLike,
+                       out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
     """Periodic domain (Kogkalidis et al., sec. 3.4.2): plane i of x [N, dim] rotates by
     2 pi multipliers[i] p / period (exact residues), so W^period = I. The backward pass is
     the same call at -p."""
@@ -439,7 +473,8 @@ def algebraic_periodic(positions, x, period, multipliers, out=None):
     return out
 
 
-def locality_scale(scores, q_positions, k_positions, c=0.98):
+def locality_scale(scores: npt.NDArray[Any], q_positions: npt.ArrayLike,
+                   k_positions: npt.ArrayLike, c: float = 0.98) -> npt.NDArray[Any]:
     """scores[r, c] *= c^|q_positions[r] - k_positions[c]| in place (Kogkalidis et al.,
     sec. 4); returns scores. Its backward is the same scaling of dL/dscores."""
     qp = _positions(q_positions, "q_positions")
@@ -452,7 +487,9 @@ def locality_scale(scores, q_positions, k_positions, c=0.98):
 # ---- Shaw value terms and Transformer-XL ----------------------------------------------
 
 
-def shaw_value_output(probabilities, label_table, query_positions, key_positions):
+def shaw_value_output(probabilities: npt.ArrayLike, label_table: npt.ArrayLike,
+                      query_positions: npt.ArrayLike,
+                      key_positions: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """out[a] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a], -k, k) + k]
     (Shaw et al., eq. 3: the value-side term of output row a). Returns float64 [Lq, dv]."""
     qp = _positions(query_positions, "query_positions")
@@ -464,8 +501,11 @@ def shaw_value_output(probabilities, label_table, query_positions, key_positions
     return out
 
 
-def shaw_value_output_backward(probabilities, label_table, query_positions, key_positions,
-                               grad_out, grad_label_table=None):
+def shaw_value_output_backward(
+        probabilities: npt.ArrayLike, label_table: npt.ArrayLike,
+        query_positions: npt.ArrayLike, key_positions: npt.ArrayLike, grad_out: npt.ArrayLike,
+        grad_label_table: Optional[npt.NDArray[np.float64]] = None
+) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Returns (grad_probabilities, grad_label_table); dL/dlabel_table is added into
     grad_label_table (a new float64 zero array when None)."""
     qp = _positions(query_positions, "query_positions")
@@ -488,7 +528,10 @@ def _txl_options(base):
     return o
 
 
-def transformer_xl_score_terms(q, k, query_positions, key_positions, w_r, u, v, base=10000.0):
+def transformer_xl_score_terms(q: npt.ArrayLike, k: npt.ArrayLike,
+                               query_positions: npt.ArrayLike, key_positions: npt.ArrayLike,
+                               w_r: npt.ArrayLike, u: npt.ArrayLike, v: npt.ArrayLike,
+                               base: float = 10000.0) -> npt.NDArray[np.float64]:
     """Dai et al., sec. 3.3: terms[a, b] = q_a^T W_R R_{i-j} + u^T k_b + v^T W_R R_{i-j}
     (R the sinusoidal encoding of i - j, gpe.sinusoidal's layout). Returns float64
     [Lq, Lk]."""
@@ -504,8 +547,12 @@ def transformer_xl_score_terms(q, k, query_positions, key_positions, w_r, u, v, 
     return out
 
 
-def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_r, u, v,
-                                        grad_terms, base=10000.0):
+def transformer_xl_score_terms_backward(
+        q: npt.ArrayLike, k: npt.ArrayLike, query_positions: npt.ArrayLike,
+        key_positions: npt.ArrayLike, w_r: npt.ArrayLike, u: npt.ArrayLike, v: npt.ArrayLike,
+        grad_terms: npt.ArrayLike, base: float = 10000.0
+) -> Tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64],
+           npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Returns (grad_q, grad_k, grad_w_r, grad_u, grad_v), float64."""
     qp = _positions(query_positions, "query_positions")
     kp = _positions(key_positions, "key_positions")
@@ -517,4 +564,5 @@ def transformer_xl_score_terms_backward(q, k, query_positions, key_positions, w_
     check(lib().gpe_transformer_xl_score_terms_backward(
         ctypes.byref(o), t(arrays[0]), t(arrays[1]), t(qp), t(kp), t(arrays[2]), t(arrays[3]),
         t(arrays[4]), t(g), *[t.out(x) for x in grads]))
-    return tuple(grads)
+    grad_q, grad_k, grad_w_r, grad_u, grad_v = grads
+    return grad_q, grad_k, grad_w_r, grad_u, grad_v

@@ -1,8 +1,12 @@
 """SO(n) representations of the integers: RoPE planes and rank-2 GRAPE-M rotations."""
 
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Literal, Optional, Type, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from gpe import _ffi
 from gpe._core import check, lib
@@ -10,6 +14,7 @@ from gpe._core import check, lib
 INTERLEAVED = 0
 HALF_SPLIT = 1
 _PAIRINGS = {"interleaved": INTERLEAVED, "half_split": HALF_SPLIT}
+_S = TypeVar("_S", bound="SoRepresentation")
 
 
 def _doubles(values, name):
@@ -26,11 +31,13 @@ class SoRepresentation:
     (GRAPE-M's exp(p omega (a b^T - b a^T))).
     """
 
-    def __init__(self, handle):
+    def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
 
     @classmethod
-    def planes(cls, dim, rotary_dim=0, base=10000.0, thetas=None, pairing="interleaved"):
+    def planes(cls: Type[_S], dim: int, rotary_dim: int = 0, base: float = 10000.0,
+               thetas: Optional[npt.ArrayLike] = None,
+               pairing: Literal["interleaved", "half_split"] = "interleaved") -> _S:
         """RoPE: rotary_dim / 2 planes with frequencies `thetas` (default base^(-2i/r))."""
         if pairing not in _PAIRINGS:
             raise ValueError("pairing must be one of %s" % sorted(_PAIRINGS))
@@ -52,7 +59,7 @@ class SoRepresentation:
         return cls(out.value)
 
     @classmethod
-    def rank2(cls, a, b, omega=1.0):
+    def rank2(cls: Type[_S], a: npt.ArrayLike, b: npt.ArrayLike, omega: float = 1.0) -> _S:
         """GRAPE-M rank-2 rotation exp(p omega (a b^T - b a^T))."""
         a_arr, a_ptr = _doubles(a, "a")
         b_arr, b_ptr = _doubles(b, "b")
@@ -68,30 +75,32 @@ class SoRepresentation:
         check(lib().gpe_so_rep_create_rank2(ctypes.byref(opts), ctypes.byref(out)))
         return cls(out.value)
 
-    def close(self):
+    def close(self) -> None:
+        """Frees the library handle (idempotent; also done when garbage-collected)."""
         if self._handle:
             lib().gpe_so_rep_destroy(self._handle)
             self._handle = ctypes.c_void_p()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:  # interpreter shutdown
             pass
 
-    def __enter__(self):
+    def __enter__(self: _S) -> _S:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     @property
-    def dim(self):
+    def dim(self) -> int:
         d = ctypes.c_int64()
         check(lib().gpe_so_rep_dim(self._handle, ctypes.byref(d)))
         return d.value
 
-    def apply(self, positions, x, out=None):
+    def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
+              out: Optional[npt.NDArray[Any]] = None) -> npt.NDArray[Any]:
         """out[n] = rho(positions[n]) x[n] for x of shape [N, dim], float32 or float64.
 
         `out=x` rotates in place. Without `out`, a new array of x's dtype is returned.
@@ -108,7 +117,7 @@ class SoRepresentation:
         del kp, kx, ko
         return out
 
-    def matrix(self, position):
+    def matrix(self, position: int) -> npt.NDArray[np.float64]:
         """The dense float64 matrix rho(position)."""
         d = self.dim
         out = np.empty((d, d), dtype=np.float64)

@@ -36,16 +36,19 @@ The C library may still be running a batch on a pool after set_thread_pool repla
 ctypes callback, is kept alive until the process exits.
 """
 
+from __future__ import annotations
+
 import ctypes
 import operator
 import threading
+from typing import Any, Callable, List, Optional, Tuple
 
 from gpe import _core, _ffi
 from gpe._core import check, lib
 
 # Every pool ever installed: (struct, ctypes callback, Python callable). Never emptied:
 # the library may still be calling any of them.
-_INSTALLED = []
+_INSTALLED: List[Tuple[Any, Any, Callable[..., Any]]] = []
 _INSTALL_LOCK = threading.Lock()
 
 
@@ -118,7 +121,8 @@ def _c_parallel_for(parallel_for):
     return _ffi.PoolParallelFor(call)
 
 
-def set_thread_pool(parallel_for=None, num_threads=None):
+def set_thread_pool(parallel_for: Optional[Callable[[int, Callable[[int], None]], object]] = None,
+                    num_threads: Optional[int] = None) -> None:
     """Installs the application's pool for every later call of the process, or restores
     the built-in pool (parallel_for None, num_threads omitted).
 
@@ -153,7 +157,7 @@ def set_thread_pool(parallel_for=None, num_threads=None):
     check(status)
 
 
-def thread_pool_num_threads():
+def thread_pool_num_threads() -> int:
     """The thread count a call that asks for every thread uses now: the installed pool's
     num_threads, else the hardware's thread count."""
     n = ctypes.c_int32()

@@ -4,12 +4,14 @@ the whole sharded sequence, a ring block's exact FoX bias over its span, the den
 every rank's gate logits for the ring's backward, and the check that shards tile one range.
 """
 
+from __future__ import annotations
+
 import math
 
 import numpy as np
 import torch
 
-from gpe._context_parallel_comm import _all_gather_sizes, _all_gather_var
+from gpe._context_parallel_comm import _all_gather_sizes, _all_gather_var, _Group
 
 
 # ln sigmoid(1e4) = -log1p(exp(-1e4)) is exactly 0.0 in double: a neutral gate.
@@ -20,7 +22,8 @@ def _log_sigmoid(x):
     return torch.nn.functional.logsigmoid(x.to(torch.float64))
 
 
-def fox_global_prefix(g, positions, gate_logits):
+def fox_global_prefix(g: _Group, positions: torch.Tensor,
+                      gate_logits: torch.Tensor) -> torch.Tensor:
     """c_t = sum_{l <= t} ln sigmoid(x_l) (Lin et al., Forgetting Transformer) for the local
     tokens, summed over the WHOLE sharded sequence: per-run totals all-gathered, then an
     exclusive prefix scan over the runs in position order. float64 [tokens, heads]."""

@@ -3,13 +3,18 @@ positions each rank holds, load-balanced for causal attention or contiguous, and
 unshard of a tensor. No process group is needed.
 """
 
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Sequence
+
 import torch
 
 
 LAYOUTS = ("load_balanced", "contiguous")
+Layout = Literal["load_balanced", "contiguous"]
 
 
-def chunk_bounds(seq_len, num_chunks):
+def chunk_bounds(seq_len: int, num_chunks: int) -> List[int]:
     """[0, floor(L / n), floor(2L / n), ..., L]: n chunks whose sizes differ by at most 1."""
     if seq_len < 0 or num_chunks < 1:
         raise ValueError("need seq_len >= 0 and num_chunks >= 1, got %d and %d"
@@ -17,7 +22,8 @@ def chunk_bounds(seq_len, num_chunks):
     return [(c * seq_len) // num_chunks for c in range(num_chunks + 1)]
 
 
-def shard_positions(seq_len, world_size, rank, layout="load_balanced"):
+def shard_positions(seq_len: int, world_size: int, rank: int,
+                    layout: Layout = "load_balanced") -> torch.Tensor:
     """Global positions (int64, ascending) of the tokens `rank` holds.
 
     "load_balanced": chunks rank and 2 world_size - 1 - rank of 2 world_size (causal work
@@ -34,12 +40,14 @@ def shard_positions(seq_len, world_size, rank, layout="load_balanced"):
     raise ValueError("layout must be one of %s, got %r" % (LAYOUTS, layout))
 
 
-def shard(x, world_size, rank, dim=1, layout="load_balanced"):
+def shard(x: torch.Tensor, world_size: int, rank: int, dim: int = 1,
+          layout: Layout = "load_balanced") -> torch.Tensor:
     """The tokens of x (sequence along `dim`) that `rank` holds (differentiable)."""
     return x.index_select(dim, shard_positions(x.shape[dim], world_size, rank, layout))
 
 
-def unshard(shards, seq_len=None, dim=1, layout="load_balanced"):
+def unshard(shards: Sequence[torch.Tensor], seq_len: Optional[int] = None, dim: int = 1,
+            layout: Layout = "load_balanced") -> torch.Tensor:
     """Inverse of shard: every rank's shard, in rank order, back into one sequence."""
     world = len(shards)
     if seq_len is None:

@@ -133,6 +133,11 @@ method (_context_parallel_ring, _context_parallel_all_gather, _context_parallel_
 and _context_parallel_ring_f64 (the float64 ring backward).
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
+
+import numpy.typing as npt
 import torch
 import torch.distributed as dist
 
@@ -145,6 +150,16 @@ from gpe._context_parallel_ring import _RingAttention
 from gpe._context_parallel_shard import (LAYOUTS, chunk_bounds, shard,  # noqa: F401
                                          shard_positions, unshard)
 from gpe._context_parallel_ulysses import _ulysses_attention
+
+if TYPE_CHECKING:  # imported lazily at run time, as attention() does
+    from gpe._torch_base import _LearnableBias
+    from gpe.bias import AdditiveBias
+    from gpe.rope import Rope
+    from gpe.sequence import AlgebraicSequence, GrapeM
+    from gpe.torch import AttentionSinks, GrapeMEncoding
+
+# A tensor, or anything torch.as_tensor takes.
+_TensorLike = Union[torch.Tensor, npt.ArrayLike]
 
 __all__ = ["METHODS", "attention", "chunk_bounds", "fox_global_prefix",
            "packed_shard_positions", "shard", "shard_positions", "unshard"]
@@ -234,7 +249,9 @@ def _check_packed_agreement(g, cu, tokens):
                          % (int(every[:, 0].sum()), int(cu[-1])))
 
 
-def packed_shard_positions(cu_seqlens, world_size, rank, layout="load_balanced"):
+def packed_shard_positions(cu_seqlens: _TensorLike, world_size: int, rank: int,
+                           layout: Literal["load_balanced", "contiguous"] = "load_balanced"
+                           ) -> torch.Tensor:
     """Packed token indices (int64, ascending) that `rank` holds when every sequence of a
     packed batch (boundaries cu_seqlens) is sharded on its own: shard_positions of each
     sequence's length, offset by its start, so every rank holds a part of every sequence
@@ -247,10 +264,20 @@ def packed_shard_positions(cu_seqlens, world_size, rank, layout="load_balanced")
         for a, b in zip(cu[:-1], cu[1:])])
 
 
-def attention(q, k, v, positions, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
-              rope_pairing="half", alibi=None, bias=None, encoding=None, fox_gate_logits=None,
-              method="ring", group=None, threads=0, return_lse=False, rope=None,
-              window_size=None, sinks=None, cu_seqlens=None):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _TensorLike,
+              causal: bool = False, scale: Optional[float] = None, rope_dim: int = 0,
+              rope_base: float = 10000.0, rope_pairing: Literal["half", "interleaved"] = "half",
+              alibi: Optional[Literal["causal", "symmetric"]] = None,
+              bias: Optional[Union[AdditiveBias, _LearnableBias]] = None,
+              encoding: Optional[Union[GrapeM, AlgebraicSequence, GrapeMEncoding]] = None,
+              fox_gate_logits: Optional[_TensorLike] = None,
+              method: Literal["ring", "all_gather", "ulysses"] = "ring",
+              group: Optional[dist.ProcessGroup] = None, threads: int = 0,
+              return_lse: bool = False,
+              rope: Optional[Rope] = None, window_size: Optional[Tuple[int, int]] = None,
+              sinks: Optional[Union[_TensorLike, AttentionSinks]] = None,
+              cu_seqlens: Optional[_TensorLike] = None
+              ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
 
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at

@@ -74,8 +74,9 @@ lse carries no gradient (it is marked non-differentiable).
 """
 
 import ctypes
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Literal, Optional, Sequence, Tuple, Union, cast
 
+import numpy.typing as npt
 import torch
 
 from gpe import _ffi
@@ -83,6 +84,25 @@ from gpe._core import check, lib
 # Shared with gpe.torch_sequence (and named here too: gpe.context_parallel and callers
 # reach them as gpe.torch._register, gpe.torch._LearnableBias).
 from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
+
+# No `from __future__ import annotations` here: torch.library.custom_op reads the
+# operators' annotations as objects to infer their schemas. Names imported for annotations
+# only are therefore quoted.
+if TYPE_CHECKING:  # imported lazily at run time, as the code below does
+    from gpe.bias import AdditiveBias as _AdditiveBias
+    from gpe.bias import Alibi as _Alibi
+    from gpe.bias import FoxBias as _GpeFoxBias
+    from gpe.bias import GrapeABias as _GpeGrapeABias
+    from gpe.bias import GrapeApBias as _GpeGrapeApBias
+    from gpe.bias import T5Bias as _GpeT5Bias
+    from gpe.rope import Layout as _Layout
+    from gpe.rope import Role as _Role
+    from gpe.rope import Rope as _Rope
+    from gpe.sequence import AlgebraicSequence as _AlgebraicSequence
+    from gpe.sequence import GrapeM as _GrapeM
+
+# A tensor, or anything torch.as_tensor takes.
+_TensorLike = Union[torch.Tensor, npt.ArrayLike]
 
 __all__ = ["AlgebraicSequenceEncoding", "AlibiBias", "AttentionSinks", "FoxBias", "GrapeABias",
            "GrapeApBias", "GrapeMEncoding", "T5Bias", "attention", "rope"]
@@ -140,20 +160,21 @@ class AlibiBias(_LearnableBias):
     -m_h |i - j| with symmetric=True. AlibiBias.press(heads) starts from Press et al.'s
     slopes as a Parameter."""
 
-    def __init__(self, slopes, symmetric=False):
+    def __init__(self, slopes: _TensorLike, symmetric: bool = False) -> None:
         super().__init__()
         _as_param(self, "slopes", slopes)
         self.symmetric = bool(symmetric)
 
     @classmethod
-    def press(cls, num_heads, symmetric=False):
+    def press(cls, num_heads: int, symmetric: bool = False) -> "AlibiBias":
         from gpe.bias import Alibi
         return cls(torch.nn.Parameter(torch.as_tensor(Alibi(num_heads).slopes)), symmetric)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, None]:
         return self.slopes, None
 
-    def build(self, a, b, heads, head_dim):
+    def build(self, a: torch.Tensor, b: Optional[torch.Tensor], heads: Optional[int],
+              head_dim: int) -> "_Alibi":
         from gpe.bias import Alibi
         return Alibi(a.shape[0], slopes=_doubles(a), symmetric=self.symmetric)
 
@@ -162,15 +183,17 @@ class T5Bias(_LearnableBias):
     """T5 relative buckets (Raffel et al., sec. 2.1): b = table[bucket(j - i), h], table
     [num_buckets, heads] learnable."""
 
-    def __init__(self, table, max_distance=128, bidirectional=True):
+    def __init__(self, table: _TensorLike, max_distance: int = 128,
+                 bidirectional: bool = True) -> None:
         super().__init__()
         _as_param(self, "table", table)
         self.max_distance, self.bidirectional = int(max_distance), bool(bidirectional)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, None]:
         return self.table, None
 
-    def build(self, a, b, heads, head_dim):
+    def build(self, a: torch.Tensor, b: Optional[torch.Tensor], heads: Optional[int],
+              head_dim: int) -> "_GpeT5Bias":
         from gpe.bias import T5Bias as _T5
         return _T5(_doubles(a), max_distance=self.max_distance,
                    bidirectional=self.bidirectional)
@@ -180,15 +203,16 @@ class FoxBias(_LearnableBias):
     """FoX (Lin et al., Forgetting Transformer): b = c_i - c_j, c_t = sum_{l <= t} ln
     sigmoid(x_l), gate logits x [length, heads] (token t at first_position + t; batch 1)."""
 
-    def __init__(self, gate_logits, first_position=0):
+    def __init__(self, gate_logits: _TensorLike, first_position: int = 0) -> None:
         super().__init__()
         _as_param(self, "gate_logits", gate_logits)
         self.first_position = int(first_position)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, None]:
         return self.gate_logits, None
 
-    def build(self, a, b, heads, head_dim):
+    def build(self, a: torch.Tensor, b: Optional[torch.Tensor], heads: Optional[int],
+              head_dim: int) -> "_GpeFoxBias":
         from gpe.bias import FoxBias as _Fox
         return _Fox(_doubles(a), first_position=self.first_position)
 
@@ -198,7 +222,9 @@ class GrapeABias(_LearnableBias):
     gate_logits [length, heads], FoX's content-gated c_i - c_j; path "closed_form" or
     "lifted" (the lift to head_dim + 2 dimensions)."""
 
-    def __init__(self, slopes=None, gate_logits=None, first_position=0, path="closed_form"):
+    def __init__(self, slopes: Optional[_TensorLike] = None,
+                 gate_logits: Optional[_TensorLike] = None, first_position: int = 0,
+                 path: Literal["closed_form", "lifted"] = "closed_form") -> None:
         super().__init__()
         if (slopes is None) == (gate_logits is None):
             raise ValueError("GrapeABias takes slopes or gate_logits (one of them)")
@@ -206,10 +232,11 @@ class GrapeABias(_LearnableBias):
         _as_param(self, "gate_logits", gate_logits)
         self.first_position, self.path = int(first_position), path
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, None]:
         return (self.slopes if self.gate_logits is None else self.gate_logits), None
 
-    def build(self, a, b, heads, head_dim):
+    def build(self, a: torch.Tensor, b: Optional[torch.Tensor], heads: Optional[int],
+              head_dim: int) -> "_GpeGrapeABias":
         from gpe.bias import GrapeABias as _GrapeA
         if self.gate_logits is None:
             return _GrapeA(head_dim=head_dim, slopes=_doubles(a), path=self.path)
@@ -221,16 +248,17 @@ class GrapeApBias(_LearnableBias):
     """Path-integral additive GRAPE: b(t, j) = sum_{l = j+1..t} -softplus(<w_t, u_l>), w, u
     [length, heads, rank] learnable (batch 1)."""
 
-    def __init__(self, w, u, first_position=0):
+    def __init__(self, w: _TensorLike, u: _TensorLike, first_position: int = 0) -> None:
         super().__init__()
         _as_param(self, "w", w)
         _as_param(self, "u", u)
         self.first_position = int(first_position)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, torch.Tensor]:
         return self.w, self.u
 
-    def build(self, a, b, heads, head_dim):
+    def build(self, a: torch.Tensor, b: Optional[torch.Tensor], heads: Optional[int],
+              head_dim: int) -> "_GpeGrapeApBias":
         from gpe.bias import GrapeApBias as _Ap
         return _Ap(_doubles(a), _doubles(b), first_position=self.first_position)
 
@@ -240,16 +268,16 @@ class GrapeMEncoding(torch.nn.Module):
     a_k^T)) (GRAPE, multiplicative), a, b [m, head_dim], omega [m], applied to q and k
     inside the kernels."""
 
-    def __init__(self, a, b, omega):
+    def __init__(self, a: _TensorLike, b: _TensorLike, omega: _TensorLike) -> None:
         super().__init__()
         _as_param(self, "a", a)
         _as_param(self, "b", b)
         _as_param(self, "omega", omega)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.a, self.b, self.omega
 
-    def build(self, a, b, omega):
+    def build(self, a: torch.Tensor, b: torch.Tensor, omega: torch.Tensor) -> "_GrapeM":
         from gpe.sequence import GrapeM
         return GrapeM(_doubles(a), _doubles(b), _doubles(omega))
 
@@ -261,17 +289,18 @@ class AlgebraicSequenceEncoding(torch.nn.Module):
     every update keeps S skew. The kernels' entrywise dL/dS reaches A through that
     subtraction (dL/dA = X - X^T)."""
 
-    def __init__(self, weight):
+    def __init__(self, weight: _TensorLike) -> None:
         super().__init__()
         _as_param(self, "weight", weight)
 
-    def skew(self):
+    def skew(self) -> torch.Tensor:
+        """S = A - A^T of the current weight A."""
         return self.weight - self.weight.transpose(-1, -2)
 
-    def tensors(self):
+    def tensors(self) -> Tuple[torch.Tensor]:
         return (self.skew(),)
 
-    def build(self, skew):
+    def build(self, skew: torch.Tensor) -> "_AlgebraicSequence":
         from gpe.sequence import AlgebraicSequence
         return AlgebraicSequence(_doubles(skew))
 
@@ -281,11 +310,11 @@ class AttentionSinks(torch.nn.Module):
     float32 Parameter `logits` [num_heads]) in every row's softmax denominator, attending
     to nothing. Pass it (or its logits) as attention(..., sinks=...)."""
 
-    def __init__(self, num_heads, dtype=torch.float32):
+    def __init__(self, num_heads: int, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.logits = torch.nn.Parameter(torch.zeros(int(num_heads), dtype=dtype))
 
-    def forward(self):
+    def forward(self) -> torch.Tensor:
         return self.logits
 
 
@@ -412,15 +441,25 @@ def _lse_like(q, packed):
     return q.new_empty((tokens, q.shape[-2]), dtype=dtype)
 
 
-def forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                 rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-                 structured_key=0, bias_a=None, bias_b=None, grape_a=None, grape_b=None,
-                 grape_omega=None, shaw_key_table=None, shaw_value_table=None, sinks=None,
-                 rope_key=0, window_left=-1, window_right=-1, softcap=0.0, attn_mask=None,
-                 algebraic=None):
+def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
+                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+                 causal: bool, scale: float, rope_dim: int, rope_base: float,
+                 rope_pairing: str, alibi: str, encoding_key: int, bias_key: int,
+                 threads: int, structured_key: int = 0, bias_a: Optional[torch.Tensor] = None,
+                 bias_b: Optional[torch.Tensor] = None, grape_a: Optional[torch.Tensor] = None,
+                 grape_b: Optional[torch.Tensor] = None,
+                 grape_omega: Optional[torch.Tensor] = None,
+                 shaw_key_table: Optional[torch.Tensor] = None,
+                 shaw_value_table: Optional[torch.Tensor] = None,
+                 sinks: Optional[torch.Tensor] = None, rope_key: int = 0,
+                 window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                 attn_mask: Optional[torch.Tensor] = None,
+                 algebraic: Optional[torch.Tensor] = None
+                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
     called directly by eager autograd and gpe.context_parallel."""
-    keep = []
+    keep: List[Any] = []
     params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
               sinks, algebraic)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
@@ -464,12 +503,23 @@ def _(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, *args, **kw
     return _o_like(q, v), _lse_like(q, cu_seqlens_q is not None)
 
 
-def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
-                  causal, scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key,
-                  bias_key, threads, structured_key=0, bias_a=None, bias_b=None, grape_a=None,
-                  grape_b=None, grape_omega=None, shaw_key_table=None, shaw_value_table=None,
-                  sinks=None, param_grads=(False,) * 9, rope_key=0, window_left=-1,
-                  window_right=-1, softcap=0.0, attn_mask=None, algebraic=None):
+def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                  lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
+                  k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
+                  cu_seqlens_k: Optional[torch.Tensor], causal: bool, scale: float,
+                  rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
+                  encoding_key: int, bias_key: int, threads: int, structured_key: int = 0,
+                  bias_a: Optional[torch.Tensor] = None, bias_b: Optional[torch.Tensor] = None,
+                  grape_a: Optional[torch.Tensor] = None, grape_b: Optional[torch.Tensor] = None,
+                  grape_omega: Optional[torch.Tensor] = None,
+                  shaw_key_table: Optional[torch.Tensor] = None,
+                  shaw_value_table: Optional[torch.Tensor] = None,
+                  sinks: Optional[torch.Tensor] = None,
+                  param_grads: Sequence[bool] = (False,) * 9, rope_key: int = 0,
+                  window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                  attn_mask: Optional[torch.Tensor] = None,
+                  algebraic: Optional[torch.Tensor] = None
+                  ) -> Tuple[Optional[torch.Tensor], ...]:
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
     bfloat16 kernels read them; the float64 reference recomputes its own). With any of
     param_grads set (one flag per parameter: bias_a, bias_b, grape_a, grape_b,
@@ -479,7 +529,7 @@ def backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q, 
     of the algebraic encoding (an AlgebraicSequenceEncoding's skew, or a tree's or grid's
     generators given as a tensor); its gradient is d_algebraic, d_algebraic_tree or
     d_algebraic_grid, whichever the options hold."""
-    keep = []
+    keep: List[Any] = []
     params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
               sinks, algebraic)
     param_grads = tuple(param_grads) + (False,) * (len(params) - len(param_grads))
@@ -517,9 +567,11 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
                  rope_dim: int, rope_base: float, rope_pairing: str, alibi: str,
                  encoding_key: int, bias_key: int,
                  threads: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
-                         cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing, alibi,
-                         encoding_key, bias_key, threads)
+    # Without parameter gradients backward_impl returns exactly (dq, dk, dv).
+    return cast(Tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+                backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
+                              cu_seqlens_k, causal, scale, rope_dim, rope_base, rope_pairing,
+                              alibi, encoding_key, bias_key, threads))
 
 
 @_backward_op.register_fake
@@ -685,12 +737,24 @@ def _sdpa_mask(attn_mask):
     raise TypeError("attn_mask must be bool, uint8 or floating point; got %s" % m.dtype)
 
 
-def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
-              rope_pairing="half", alibi=None, bias=None, encoding=None, q_positions=None,
-              k_positions=None, cu_seqlens_q=None, cu_seqlens_k=None, threads=0,
-              return_lse=False, rope=None, window_size=None, softcap=None, sinks=None,
-              alibi_slopes=None, is_causal=None, softmax_scale=None, enable_gqa=None,
-              attn_mask=None, dropout_p=0.0, **structured):
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+              scale: Optional[float] = None, rope_dim: int = 0, rope_base: float = 10000.0,
+              rope_pairing: Literal["half", "interleaved"] = "half",
+              alibi: Optional[Literal["causal", "symmetric"]] = None,
+              bias: Optional[Union[_LearnableBias, "_AdditiveBias"]] = None,
+              encoding: Optional[Union["GrapeMEncoding", "AlgebraicSequenceEncoding",
+                                       "_GrapeM", "_AlgebraicSequence"]] = None,
+              q_positions: Optional[_TensorLike] = None,
+              k_positions: Optional[_TensorLike] = None,
+              cu_seqlens_q: Optional[_TensorLike] = None,
+              cu_seqlens_k: Optional[_TensorLike] = None, threads: int = 0,
+              return_lse: bool = False, rope: Optional["_Rope"] = None,
+              window_size: Optional[Tuple[int, int]] = None, softcap: Optional[float] = None,
+              sinks: Optional[Union[_TensorLike, "AttentionSinks"]] = None,
+              alibi_slopes: Optional[_TensorLike] = None, is_causal: Optional[bool] = None,
+              softmax_scale: Optional[float] = None, enable_gqa: Optional[bool] = None,
+              attn_mask: Optional[_TensorLike] = None, dropout_p: float = 0.0,
+              **structured: Any) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v and in the
     tensors of a learnable bias / encoding (AlibiBias, T5Bias, FoxBias, GrapeABias,
     GrapeApBias, GrapeMEncoding, AlgebraicSequenceEncoding), of Shaw tables, of an
@@ -762,7 +826,8 @@ def attention(q, k, v, causal=False, scale=None, rope_dim=0, rope_base=10000.0,
         if alibi:
             raise ValueError("give alibi or bias, not both")
     as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
-    shaw = (structured.pop("shaw_key_table", None), structured.pop("shaw_value_table", None))
+    shaw: Tuple[Any, ...] = (structured.pop("shaw_key_table", None),
+                             structured.pop("shaw_value_table", None))
     shaw = tuple(None if t is None else torch.as_tensor(t) for t in shaw)
     from gpe.attention import _window
     _, window_left, window_right = _window(window_size)
@@ -876,7 +941,9 @@ class _EagerRope(torch.autograd.Function):
         return (_rope_impl(True, dy, *ctx.options),) + (None,) * len(ctx.options)
 
 
-def rope(x, rope, positions=None, offsets=None, cu_seqlens=None, layout="bshd", role="query"):
+def rope(x: torch.Tensor, rope: "_Rope", positions: Optional[_TensorLike] = None,
+         offsets: Optional[_TensorLike] = None, cu_seqlens: Optional[_TensorLike] = None,
+         layout: "_Layout" = "bshd", role: "_Role" = "query") -> torch.Tensor:
     """gpe.Rope `rope` applied to x (its forward: every schedule, pairing, partial rotary,
     xPos, multi-axis), differentiable in x through the library's RoPE backward.
 

@@ -67,7 +67,7 @@ class CoordinateEncoding(torch.nn.Module):
     """A gpe.CoordinateEncoder as a layer: forward(points [..., in_features]) ->
     features [..., out_features] (coordinate_encode)."""
 
-    def __init__(self, encoder: CoordinateEncoder):
+    def __init__(self, encoder: CoordinateEncoder) -> None:
         super().__init__()
         if not isinstance(encoder, CoordinateEncoder):
             raise TypeError("encoder must be a gpe.CoordinateEncoder, got %s"

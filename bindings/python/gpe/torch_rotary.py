@@ -17,16 +17,17 @@ the rotation); the backward is itself differentiable. Dtypes: float32, float64 (
 table), bfloat16, float16 (float32 tables; results rounded once). CPU tensors.
 """
 
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple
 
 import numpy as np
 import torch
 
-from gpe.rope import Rope, RopeTable
+from gpe.rope import Pairing, Role, Rope, RopeTable, Schedule
 
 __all__ = ["RotaryEmbedding"]
 
-_PAIRINGS = {"half": "half_split", "half_split": "half_split", "interleaved": "interleaved"}
+_PAIRINGS: Dict[str, Pairing] = {"half": "half_split", "half_split": "half_split",
+                                 "interleaved": "interleaved"}
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 # Schedules whose frequencies depend on the length (RotaryEmbedding's track_length).
 _TRACKED = ("dynamic_ntk", "longrope")
@@ -102,8 +103,9 @@ class RotaryEmbedding(torch.nn.Module):
     """
 
     def __init__(self, dim: int, max_seq_len: Optional[int] = None, base: float = 10000.0, *,
-                 schedule: str = "default", rotary_dim: Optional[int] = None,
-                 partial_rotary_factor: Optional[float] = None, pairing: str = "half",
+                 schedule: Schedule = "default", rotary_dim: Optional[int] = None,
+                 partial_rotary_factor: Optional[float] = None,
+                 pairing: Literal["half", "half_split", "interleaved"] = "half",
                  rope: Optional[Rope] = None, num_threads: int = 1,
                  track_length: bool = False, _still_axis: bool = False,
                  **schedule_params: Any) -> None:
@@ -140,7 +142,8 @@ class RotaryEmbedding(torch.nn.Module):
 
     @classmethod
     def from_hf_config(cls, config: Any, *, layer_type: Optional[str] = None,
-                       current_length: Optional[int] = None, pairing: str = "half",
+                       current_length: Optional[int] = None,
+                       pairing: Literal["half", "half_split", "interleaved"] = "half",
                        num_threads: int = 1, track_length: bool = True) -> "RotaryEmbedding":
         """The RoPE of a Hugging Face transformers config (gpe.Rope.from_hf_config),
         following the length as transformers does (track_length). Partial
@@ -196,7 +199,7 @@ class RotaryEmbedding(torch.nn.Module):
                              % (batch, seq, tuple(pos.shape)))
         return pos.to(torch.int64).reshape(-1).contiguous()
 
-    def table(self, x: torch.Tensor, input_pos: Any = None, role: str = "query") -> RopeTable:
+    def table(self, x: torch.Tensor, input_pos: Any = None, role: Role = "query") -> RopeTable:
         """The gpe.RopeTable forward uses for x's tokens (cached: see the module
         docstring)."""
         pos = self._positions(x, input_pos)
@@ -220,7 +223,7 @@ class RotaryEmbedding(torch.nn.Module):
         return table
 
     def forward(self, x: torch.Tensor, input_pos: Any = None, *,
-                role: str = "query") -> torch.Tensor:
+                role: Role = "query") -> torch.Tensor:
         """x [batch, seq, heads, dim] rotated at its tokens' positions (module docstring)."""
         if not isinstance(x, torch.Tensor):
             raise TypeError("x must be a torch.Tensor")
@@ -238,5 +241,5 @@ class RotaryEmbedding(torch.nn.Module):
     # break, run eagerly. gpe.torch.rope(x, module.rope, positions=...) is the traceable
     # operator (it forms the angles per call).
     @torch.compiler.disable
-    def _rotate(self, x: torch.Tensor, input_pos: Any, role: str) -> torch.Tensor:
+    def _rotate(self, x: torch.Tensor, input_pos: Any, role: Role) -> torch.Tensor:
         return _TableRope.apply(x, self.table(x, input_pos, role))

@@ -36,12 +36,20 @@ implementations, so torch.compile traces them; eager calls skip the custom-op la
 gpe.torch.attention does.
 """
 
+from __future__ import annotations
+
+from typing import Sequence, Union
+
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from gpe import bias as _bias
 from gpe import sequence as _seq
 from gpe._torch_base import _ENCODINGS, _LearnableBias, _register
+
+# A tensor, or anything torch.as_tensor takes.
+_TensorLike = Union[torch.Tensor, npt.ArrayLike]
 
 __all__ = ["algebraic_grid", "algebraic_periodic", "algebraic_sequence", "algebraic_tree",
            "bias_tile", "grape_m", "learned_positions", "locality_scale", "shaw_key_scores",
@@ -166,7 +174,8 @@ _GRAPE_M = _Op(
     diff=(0, 2, 3, 4))
 
 
-def grape_m(x, positions, a, b, omega):
+def grape_m(x: torch.Tensor, positions: _TensorLike, a: _TensorLike, b: _TensorLike,
+            omega: _TensorLike) -> torch.Tensor:
     """G(p) x with G(p) = prod_k exp(p omega_k (a_k b_k^T - b_k a_k^T)) (GRAPE-M); a, b
     [m, dim], omega [m]; differentiable in x, a, b and omega."""
     rows, pos, shape = _rows(x, positions, "grape_m")
@@ -188,7 +197,8 @@ _ALG_SEQ = _Op(
     diff=(0, 2))
 
 
-def algebraic_sequence(x, positions, skew):
+def algebraic_sequence(x: torch.Tensor, positions: _TensorLike,
+                       skew: torch.Tensor) -> torch.Tensor:
     """W^p x, W = exp(S) for a skew-symmetric S [dim, dim] (Kogkalidis et al., sec. 3.1);
     differentiable in x and S (parametrise S = A - A^T to keep it skew)."""
     rows, pos, shape = _rows(x, positions, "algebraic_sequence")
@@ -206,7 +216,10 @@ _ALG_TREE = _Op(
     diff=(0, 2))
 
 
-def algebraic_tree(x, addresses, skews):
+def algebraic_tree(x: torch.Tensor,
+                   addresses: Union[torch.Tensor, npt.NDArray[np.integer],
+                                    Sequence[Sequence[int]]],
+                   skews: torch.Tensor) -> torch.Tensor:
     """rho(address) x: the product W_{c_1} ... W_{c_m}, W_c = exp(S_c), along each token's
     path from the root (Kogkalidis et al., sec. 3.2). addresses: a list of child-index
     paths or int64 [N, L] padded with -1; skews [branches, dim, dim]; differentiable in x
@@ -222,17 +235,23 @@ def algebraic_tree(x, addresses, skews):
     return out if shape is None else out.view(shape)
 
 
+def _grid_grads(g, x, p, s):
+    """[dL/dx, dL/dskews [axes, m, m]] of algebraic_grid."""
+    gx, gs = _seq.AlgebraicGrid(list(_f64(s))).backward(_np(p), _np(x), _np(g.to(x.dtype)))
+    return [_t(gx), _t(np.stack(gs))]
+
+
 _ALG_GRID = _Op(
     "algebraic_grid_apply",
     [("x", "Tensor"), ("positions", "Tensor"), ("skews", "Tensor")],
     lambda x, p, s: _t(_seq.AlgebraicGrid(list(_f64(s))).apply(_np(p), _np(x))),
     _like_x,
-    lambda g, x, p, s: (lambda gx, gs: [_t(gx), _t(np.stack(gs))])(
-        *_seq.AlgebraicGrid(list(_f64(s))).backward(_np(p), _np(x), _np(g.to(x.dtype)))),
+    lambda g, x, p, s: _grid_grads(g, x, p, s),
     diff=(0, 2))
 
 
-def algebraic_grid(x, positions, skews):
+def algebraic_grid(x: torch.Tensor, positions: _TensorLike,
+                   skews: torch.Tensor) -> torch.Tensor:
     """blockdiag(exp(p_1 S_1), ..., exp(p_A S_A)) x (Kogkalidis et al., sec. 3.3);
     positions int64 [N, A], skews [A, m, m] with A m = dim; differentiable in x and the
     skews."""
@@ -259,7 +278,8 @@ _ALG_PERIODIC = _Op(
     diff=(0,))
 
 
-def algebraic_periodic(x, positions, period, multipliers):
+def algebraic_periodic(x: torch.Tensor, positions: _TensorLike, period: int,
+                       multipliers: _TensorLike) -> torch.Tensor:
     """Plane i of x rotated by 2 pi multipliers[i] p / period (Kogkalidis et al., sec.
     3.4.2; W^period = I exactly); differentiable in x."""
     rows, pos, shape = _rows(x, positions, "algebraic_periodic")
@@ -278,7 +298,8 @@ _SINUSOIDAL = _Op(
     lambda p, dim, base: p.new_empty((p.shape[0], dim), dtype=torch.float64))
 
 
-def sinusoidal(positions, dim, base=10000.0, dtype=torch.float64):
+def sinusoidal(positions: _TensorLike, dim: int, base: float = 10000.0,
+               dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """PE[n, 2i] = sin(p theta_i), PE[n, 2i + 1] = cos(p theta_i), theta_i =
     base^(-2i/dim) (Vaswani et al., sec. 3.5), [N, dim]."""
     out = _SINUSOIDAL(torch.as_tensor(positions, dtype=torch.int64), int(dim), float(base))
@@ -294,7 +315,7 @@ _LEARNED = _Op(
     diff=(0,))
 
 
-def learned_positions(table, positions):
+def learned_positions(table: torch.Tensor, positions: _TensorLike) -> torch.Tensor:
     """table[positions[n]] (a learned absolute table [max_positions, dim]; Gehring et al.);
     differentiable in the table (scatter-add)."""
     return _LEARNED(table, torch.as_tensor(positions, dtype=torch.int64))
@@ -342,7 +363,8 @@ _BIAS_TILE = _Op(
     diff=(0, 1), keys=(4,))
 
 
-def bias_tile(bias, q_positions, k_positions):
+def bias_tile(bias: Union[_LearnableBias, _bias.AdditiveBias], q_positions: _TensorLike,
+              k_positions: _TensorLike) -> torch.Tensor:
     """The tile b_h(q_positions[r], k_positions[c]), float64 [heads, M, N], of an additive
     bias: a learnable gpe.torch bias (AlibiBias, T5Bias, FoxBias, GrapeABias, GrapeApBias;
     differentiable in its tensors) or a gpe.bias object (constant). Nothing is masked:
@@ -376,7 +398,8 @@ _SHAW_KEY = _Op(
     diff=(0, 1))
 
 
-def shaw_key_scores(q, table, q_positions, k_positions):
+def shaw_key_scores(q: torch.Tensor, table: torch.Tensor, q_positions: _TensorLike,
+                    k_positions: _TensorLike) -> torch.Tensor:
     """scores[a, b] = q[a] . table[clip(kp[b] - qp[a], -k, k) + k] (Shaw et al., eq. 4's
     key term), float64 [Lq, Lk]; differentiable in q and the table."""
     return _SHAW_KEY(q, table, _ints(q_positions), _ints(k_positions))
@@ -393,7 +416,8 @@ _SHAW_VALUE = _Op(
     diff=(0, 1))
 
 
-def shaw_value_output(probabilities, table, q_positions, k_positions):
+def shaw_value_output(probabilities: torch.Tensor, table: torch.Tensor,
+                      q_positions: _TensorLike, k_positions: _TensorLike) -> torch.Tensor:
     """out[a] = sum_b probabilities[a, b] table[clip(kp[b] - qp[a], -k, k) + k] (Shaw et
     al., eq. 3's value term), float64 [Lq, dv]; differentiable in both inputs."""
     return _SHAW_VALUE(probabilities, table, _ints(q_positions), _ints(k_positions))
@@ -412,7 +436,9 @@ _TXL = _Op(
     diff=(0, 1, 4, 5, 6))
 
 
-def transformer_xl_score_terms(q, k, q_positions, k_positions, w_r, u, v, base=10000.0):
+def transformer_xl_score_terms(q: torch.Tensor, k: torch.Tensor, q_positions: _TensorLike,
+                               k_positions: _TensorLike, w_r: torch.Tensor, u: torch.Tensor,
+                               v: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """terms[a, b] = q_a^T W_R R_{i-j} + u^T k_b + v^T W_R R_{i-j} (Dai et al., sec. 3.3;
     R sinusoidal), float64 [Lq, Lk]; differentiable in q, k, w_r, u, v."""
     return _TXL(q, k, _ints(q_positions), _ints(k_positions), w_r, u, v, float(base))
@@ -433,7 +459,8 @@ _LOCALITY = _Op(
     diff=(0,))
 
 
-def locality_scale(scores, q_positions, k_positions, c=0.98):
+def locality_scale(scores: torch.Tensor, q_positions: _TensorLike, k_positions: _TensorLike,
+                   c: float = 0.98) -> torch.Tensor:
     """scores[r, c] c^|qp[r] - kp[c]| (Kogkalidis et al., sec. 4; a new tensor);
     differentiable in scores."""
     return _LOCALITY(scores, _ints(q_positions), _ints(k_positions), float(c))

@@ -1,0 +1,120 @@
+"""Fetches the test photographs the natural-image experiments use from scikit-image's
+data module, centre-crops each to a square and writes it as an 8-bit PNG:
+
+    ./bazelw run //experiments/natural_images:fetch_images -- OUT_DIR
+
+The images are Lim et al.'s Cameraman and Retina (their Table 2) and the photographs that
+stand in for Zheng et al.'s 512 x 512 natural-image set (their Table 1; that set is not
+on PyPI). They come from an installed `skimage` when there is one, else from the
+scikit-image wheel itself (`pip download --no-deps`, no install, no SciPy), pinned to
+SKIMAGE_VERSION so every run reads the same pixels. Prints one line per image: name,
+size, SHA-256 of the source file (the tables quote them).
+"""
+
+import argparse
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+import numpy as np
+
+import gpe
+
+SKIMAGE_VERSION = "0.26.0"
+
+# name -> file in skimage/data. Cameraman and Retina are Lim et al.'s; the colour and
+# gray photographs stand in for Zheng et al.'s natural images (portraits, animals, a
+# product shot, an astronomical plate, a cityscape rocket launch).
+IMAGES = {
+    "cameraman": "camera.png",
+    "retina": "retina.jpg",
+    "astronaut": "astronaut.png",
+    "coffee": "coffee.png",
+    "chelsea": "chelsea.png",
+    "rocket": "rocket.jpg",
+    "hubble": "hubble_deep_field.jpg",
+    "moon": "moon.png",
+}
+
+
+def _from_installed():
+    """The data folder of an installed skimage, or None."""
+    try:
+        import skimage.data  # noqa: F401 (only its location is used)
+    except ImportError:
+        return None
+    folder = os.path.dirname(sys.modules["skimage.data"].__file__)
+    if all(os.path.isfile(os.path.join(folder, f)) for f in IMAGES.values()):
+        return {name: open(os.path.join(folder, f), "rb").read() for name, f in IMAGES.items()}
+    return None
+
+
+def _from_wheel(tmp):
+    """The files read out of scikit-image's wheel, downloaded (not installed) by pip."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    "--only-binary", ":all:", "--disable-pip-version-check", "-d", tmp,
+                    "scikit-image==" + SKIMAGE_VERSION], check=True)
+    wheels = [f for f in os.listdir(tmp) if f.endswith(".whl")]
+    if len(wheels) != 1:
+        raise SystemExit("fetch_images: expected one scikit-image wheel in %s, found %s"
+                         % (tmp, wheels))
+    with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
+        return {name: z.read("skimage/data/" + f) for name, f in IMAGES.items()}
+
+
+def centre_square(pixels):
+    """The largest centred square of an [rows, cols(, ch)] image."""
+    rows, cols = pixels.shape[:2]
+    n = min(rows, cols)
+    r0, c0 = (rows - n) // 2, (cols - n) // 2
+    return pixels[r0:r0 + n, c0:c0 + n]
+
+
+def _from_dir(folder):
+    """The files of a folder that holds skimage's data files (an unpacked wheel's
+    skimage/data, Debian's python3-skimage data folder, a copy made offline)."""
+    missing = [f for f in IMAGES.values() if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise SystemExit("fetch_images: %s lacks %s" % (folder, ", ".join(missing)))
+    return {name: open(os.path.join(folder, f), "rb").read() for name, f in IMAGES.items()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", help="where the PNG files go (created)")
+    parser.add_argument("--from-dir", metavar="DIR",
+                        help="read skimage's data files from DIR instead (offline)")
+    args = parser.parse_args(argv)
+    out = os.path.abspath(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""),
+                                       args.out_dir))
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.from_dir:
+            files = _from_dir(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""),
+                                           args.from_dir))
+        else:
+            files = _from_installed() or _from_wheel(tmp)
+        for name, data in files.items():
+            ext = os.path.splitext(IMAGES[name])[1]
+            src = os.path.join(tmp, name + ext)
+            with open(src, "wb") as f:
+                f.write(data)
+            pixels = centre_square(gpe.image_read(src))
+            if np.array_equal(pixels[..., 0], pixels[..., 1]) and \
+                    np.array_equal(pixels[..., 0], pixels[..., 2]):
+                pixels = pixels[..., 0]  # a gray file stays one channel
+            dst = os.path.join(out, name + ".png")
+            # Written beside and renamed: an interrupted run leaves no truncated PNG.
+            gpe.image_write_png(dst + ".tmp", pixels)
+            os.replace(dst + ".tmp", dst)
+            print("%-10s %4d x %4d  sha256 %s  %s" % (
+                name, pixels.shape[0], pixels.shape[1], hashlib.sha256(data).hexdigest(),
+                IMAGES[name]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

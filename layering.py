@@ -78,6 +78,10 @@ RULES = (
     # The CLI (gpe), its benchmarks and peers: over c_api and any layer below; not over
     # the bindings (it is C++, and the bindings are its peers, not its base).
     Rule("tools", "top", _CORE + ("c_api",)),
+    # The papers' experiments as commands: scripts over the Python bindings, and the gpe
+    # tool as data they run.
+    Rule("experiments", "top", ("third_party", "build_defs", "c_api", "bindings",
+                                "bindings/python", "tools")),
     # Examples of use: the bindings and the C ABI, as a user sees them.
     Rule("examples", "top", ("third_party", "build_defs", "c_api", "bindings",
                              "bindings/python", "bindings/rust", "bindings/julia")),

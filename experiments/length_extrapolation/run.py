@@ -537,6 +537,7 @@ def plot(summary, meta, path):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401
     except ImportError:
         print("length_extrapolation: matplotlib not installed; no plot (tools/setup_peers.sh "
               "installs it)")
@@ -545,12 +546,16 @@ def plot(summary, meta, path):
     f = meta["factors"]
     xs = [meta["seq"] * x for x in f]
     fig, ax = plt.subplots(figsize=(9, 6))
-    styles = ["-", "--", "-.", ":"]
+    colors = plt.get_cmap("tab20").colors
     for i, (name, s) in enumerate(summary.items()):
+        # The eval-time RoPE schedules dashed: they are the trained RoPE model.
         ax.errorbar(xs, [s[x][0] for x in f], yerr=[s[x][1] for x in f], label=name,
-                    marker="o", ms=3, capsize=3, ls=styles[(i // 10) % len(styles)])
+                    marker="o", ms=3, capsize=3, color=colors[i % len(colors)],
+                    ls="--" if name in SCHEDULES else "-")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xticks(xs)
     ax.set_xticklabels(["%d (%dL)" % (a, x) for a, x in zip(xs, f)])
     ax.set_xlabel("evaluation length (tokens)")
@@ -581,7 +586,7 @@ def parse(argv=None):
     p.add_argument("--encodings", default=",".join(ENCODINGS),
                    help="comma-separated subset of: " + ", ".join(ENCODINGS))
     p.add_argument("--seeds", type=int, default=None, help="full 3, quick 1")
-    p.add_argument("--steps", type=int, default=None, help="full 600, quick 10")
+    p.add_argument("--steps", type=int, default=None, help="full 300, quick 10")
     p.add_argument("--seq", type=int, default=None, help="training length L (full 64, quick 16)")
     p.add_argument("--batch", type=int, default=None, help="full 16, quick 4")
     p.add_argument("--chars", type=int, default=None, help="corpus bytes (full 2e6, quick 2e5)")
@@ -596,7 +601,26 @@ def parse(argv=None):
                    help="training processes (full: the cores, at most 2; quick: 1)")
     p.add_argument("--timing-steps", type=int, default=None, help="full 40, quick 6")
     p.add_argument("--intro", default=None, help="a file whose text opens the report")
+    p.add_argument("--from-json", default=None,
+                   help="rewrite the report and plot in --out from a run's "
+                        "length_extrapolation.json (no training)")
     return p.parse_args(argv)
+
+
+def rewrite(path, out, intro):
+    """The report and plot again from a run's raw numbers (e.g. with an introduction)."""
+    raw = json.loads(path.read_text())
+    rows, meta = raw["rows"], raw["meta"]
+    for r in rows:
+        r["ppl"] = {int(k): v for k, v in r["ppl"].items()}
+    meta["factors"] = tuple(meta["factors"])
+    summary = summarise(rows, meta["factors"])
+    text = report(summary, {}, raw["timing"], meta, intro)
+    write_atomic(out / "length_extrapolation.md", text)
+    plotted = plot(summary, meta, out / "length_extrapolation.png")
+    print(text)
+    return {"rows": rows, "summary": summary, "timing": raw["timing"], "meta": meta,
+            "out": out, "report": text, "plotted": plotted}
 
 
 def main(argv=None):
@@ -610,7 +634,7 @@ def main(argv=None):
         if e not in ENCODINGS:
             sys.exit("unknown encoding %r (known: %s)" % (e, ", ".join(ENCODINGS)))
     cfg = {"d_model": args.d_model, "heads": args.heads, "layers": args.layers,
-           "seq": pick(args.seq, 64, 16), "steps": pick(args.steps, 600, 10),
+           "seq": pick(args.seq, 64, 16), "steps": pick(args.steps, 300, 10),
            "batch": pick(args.batch, 16, 4), "lr": args.lr, "threads": 1,
            "shaw_k": args.shaw_k, "factors": (1, 2) if q else (1, 2, 4, 8),
            "eval_tokens": pick(args.eval_tokens, 32768, 512), "encodings": encodings}
@@ -627,6 +651,10 @@ def main(argv=None):
     else:
         out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+
+    intro = pathlib.Path(args.intro).read_text() if args.intro else ""
+    if args.from_json:
+        return rewrite(pathlib.Path(args.from_json), out, intro)
 
     t_start = time.perf_counter()
     torch.set_num_threads(1)
@@ -664,7 +692,6 @@ def main(argv=None):
                 torch=torch.__version__, corpus=corpus, n_train=n_train,
                 n_eval=data.numel() - n_train, eval_tokens=rows[0]["eval_tokens"] if rows else 0,
                 command="run.py " + " ".join(argv if argv is not None else sys.argv[1:]))
-    intro = pathlib.Path(args.intro).read_text() if args.intro else ""
     text = report(summary, {}, timing, meta, intro)
     md = out / "length_extrapolation.md"
     write_atomic(md, text)

@@ -72,6 +72,19 @@ class LengthExtrapolationTest(unittest.TestCase):
         else:
             print("matplotlib not installed: the plot is not checked")
 
+    def test_report_rewritten_from_json(self):
+        # --from-json rebuilds the same report from the per-seed numbers (how an
+        # introduction is added to a full run's report without training again).
+        with tempfile.TemporaryDirectory() as out:
+            intro = os.path.join(out, "intro.txt")
+            with open(intro, "w", encoding="utf-8") as f:
+                f.write("An introduction.\n")
+            again = run.main(["--from-json", os.path.join(self.tmp.name,
+                                                          "length_extrapolation.json"),
+                              "--out", out, "--intro", intro])
+        self.assertEqual(again["report"].replace("An introduction.\n\n", ""),
+                         self.result["report"])
+
     def test_initial_loss_is_uniform(self):
         # Untrained, every model predicts nearly uniformly: the final LayerNorm gives unit
         # variance features and the head's default init U(-1/8, 1/8) (fan-in 64) gives

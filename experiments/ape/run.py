@@ -34,7 +34,8 @@ label of node t - 1, so the structure of the output is given and the labels are 
 Encodings (all inside gpe.torch.attention except the additive sinusoidal one):
 - sinusoidal: Vaswani et al.'s table added to the embeddings (flat positions);
 - shaw: Shaw et al.'s key and value tables, clipping distance fixed at the length
-  distribution's mean (appendix B), shared by the layers and heads;
+  distribution's mean (appendix B; repeat: the targets' mean, twice it), shared by the
+  layers and heads;
 - rope: gpe.Rope(head_dim), base 10000;
 - algebraic: W^p = exp(p S) (sec. 3.1), one learnable S shared by the layers (sec. 4.2)
   and, as gpe.torch.AlgebraicSequenceEncoding takes one [head_dim, head_dim] generator,
@@ -61,8 +62,15 @@ Writes ape_sequences.md, ape_trees.md and their .json (per-seed numbers) into --
 (full: docs/measured/ of the workspace; --quick: a temporary directory); --from-json
 rewrites the reports from the numbers without training.
 
-Budget: see the report's Run section; the full configuration's cost per step was timed
-on a handful of steps and extrapolated (the docstring of `FULL` below).
+Budget (an extrapolation, not a full run): 20 training steps of the full configuration
+per encoding (copy; tree rotation, breadth-first), one thread, on this project's 2-core
+Xeon while other jobs kept its load average at 3-4: s/step sinusoidal 1.06, shaw 2.06,
+rope 0.83, algebraic 3.12, algebraic_local 2.32 (sequences); sinusoidal 0.41, rope 0.43,
+algebraic 2.90, algebraic_tree 2.03 (trees). Times 1500 steps x tasks x orders x 3 seeds:
+about 230,000 s of single-thread training, some 32 hours on two workers (repeat's
+targets are twice as long, so a little more); an idle machine should do better, by an
+unmeasured factor. --time-steps N repeats this estimate; --suites / --encodings /
+--steps cut the run down. --quick takes about 25 s.
 """
 
 import argparse
@@ -138,7 +146,8 @@ PAPER_T2 = {
 
 # The configurations. FULL: the paper's lengths and depths and its optimiser schedule, with
 # a smaller transformer than Table 4's (d_model 512, FFN 2048, 8 heads) so that the run
-# fits two CPU cores; QUICK: a smoke run.
+# fits two CPU cores (the budget: the module docstring); the paper gives no step count or
+# batch size, these are ours. QUICK: a smoke run.
 FULL = {"d_model": 64, "ffn": 256, "heads": 4, "layers": 2, "steps": 1500, "batch": 16,
         "train": 4000, "test": 500, "seq_mean": 100.0, "seq_std": 10.0, "depth_mean": 7.0,
         "depth_std": 1.0, "depth_min": 3, "depth_max": 9, "branch": 0.75, "seeds": 3}
@@ -341,19 +350,30 @@ def make_model(cfg, encoding, seed, shaw_k):
 
         def local(self, q, k, v, qs, ks, causal):
             # Sec. 4.2's locality scaling: score(i, j) c^|i - j| on the orthogonally
-            # encoded q . k, then softmax; one [tokens_q, tokens_k] matrix per head with
-            # tokens of different sequences masked out.
+            # encoded q . k, then softmax. The packed tokens are scattered into a padded
+            # [sequences, length] grid (positions are 0.. within each sequence), so that
+            # the scores are [sequences, heads, Lq, Lk] blocks, padding masked out.
             skew = self.seq.skew()
             qe = gt.algebraic_sequence(q, qs["pos"], skew)
             ke = gt.algebraic_sequence(k, ks["pos"], skew)
-            scores = torch.einsum("qhd,khd->hqk", qe, ke) / math.sqrt(hd)
-            ones = torch.ones(q.shape[0], k.shape[0])
-            factor = gt.locality_scale(ones, qs["pos"], ks["pos"], LOCALITY)
-            allowed = qs["seg"][:, None] == ks["seg"][None, :]
+            nb = qs["cu"].numel() - 1
+            lq, lk = int(qs["pos"].max()) + 1, int(ks["pos"].max()) + 1
+
+            def pad(x, side, length):
+                out = x.new_zeros(nb, length, heads, hd)
+                return out.index_put((side["seg"], side["pos"]), x)
+
+            qp, kp, vp = pad(qe, qs, lq), pad(ke, ks, lk), pad(v, ks, lk)
+            scores = torch.einsum("bqhd,bkhd->bhqk", qp, kp) / math.sqrt(hd)
+            factor = gt.locality_scale(torch.ones(lq, lk), torch.arange(lq), torch.arange(lk),
+                                       LOCALITY)
+            lengths = ks["cu"][1:] - ks["cu"][:-1]
+            allowed = (torch.arange(lk)[None, :] < lengths[:, None])[:, None, None, :]
             if causal:
-                allowed = allowed & (qs["pos"][:, None] >= ks["pos"][None, :])
+                allowed = allowed & (torch.arange(lq)[:, None] >= torch.arange(lk)[None, :])
             scores = (scores * factor).masked_fill(~allowed, float("-inf"))
-            return torch.einsum("hqk,khd->qhd", torch.softmax(scores, -1), v)
+            o = torch.einsum("bhqk,bkhd->bqhd", torch.softmax(scores, -1), vp)
+            return o[qs["seg"], qs["pos"]]
 
     class Model(nn.Module):
         def __init__(self):
@@ -574,7 +594,10 @@ def report_sequences(rows, meta, intro=""):
               "`algebraic_local`; `algebraic` is the same encoding inside the fused kernel, "
               "which cannot apply the multiplicative locality scaling. The paper's Relative "
               "row stands beside `shaw`. Repeat: the target is the input written twice (the "
-              "paper does not define the task further)."]
+              "paper does not define the task further). The orthogonal generators are "
+              "shared by the layers (as the paper) and by the heads (the paper: one per "
+              "head; gpe.torch.AlgebraicSequenceEncoding takes one [head_dim, head_dim] "
+              "generator)."]
     return "\n".join(lines + run_section(meta, "sequences")) + "\n"
 
 
@@ -607,7 +630,8 @@ def report_trees(rows, meta, intro=""):
     lines += ["", "Our tree rows run without the locality scaling (gpe.torch.locality_scale "
               "takes integer positions; the fused kernel has no multiplicative score term). "
               "RoPE's copy/depth cell is printed in the paper's text copy as the same "
-              "85.46 ± 2.0 as its reorder/depth cell; transcribed as printed."]
+              "85.46 ± 2.0 as its reorder/depth cell; transcribed as printed. The generators "
+              "are shared by the layers and the heads (the paper: one set per head)."]
     return "\n".join(lines + run_section(meta, "trees")) + "\n"
 
 

@@ -146,20 +146,26 @@ class ModelTest(unittest.TestCase):
         # The unfused path (gpe.torch.algebraic_sequence + plain softmax) equals the fused
         # kernel's AlgebraicSequenceEncoding when the locality factor is 1, so the two
         # orthogonal rows differ by the scaling only (float32: 1e-4).
-        model = run.make_model(self.CFG, "algebraic_local", 0, 10)
-        b = self.batch("copy")
-        s = b["src"]
-        q, k, v = (torch.randn(s["tok"].numel(), 2, 8) for _ in range(3))
-        old = run.LOCALITY
-        try:
-            run.LOCALITY = 1.0
-            got = model.pe.local(q, k, v, s, s, True)
-        finally:
-            run.LOCALITY = old
+        # Causal self-attention, and cross-attention between sequences of other lengths
+        # (repeat: targets twice the sources). At c = 0.98 the outputs differ.
         import gpe.torch as gt
-        want = gt.attention(q, k, v, causal=True, cu_seqlens_q=s["cu"], cu_seqlens_k=s["cu"],
-                            q_positions=s["pos"], k_positions=s["pos"], encoding=model.pe.seq)
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        model = run.make_model(self.CFG, "algebraic_local", 0, 10)
+        b = self.batch("repeat")
+        for qs, ks, causal in ((b["src"], b["src"], True), (b["tgt"], b["src"], False)):
+            q = torch.randn(qs["tok"].numel(), 2, 8)
+            k, v = (torch.randn(ks["tok"].numel(), 2, 8) for _ in range(2))
+            want = gt.attention(q, k, v, causal=causal, cu_seqlens_q=qs["cu"],
+                                cu_seqlens_k=ks["cu"], q_positions=qs["pos"],
+                                k_positions=ks["pos"], encoding=model.pe.seq)
+            old = run.LOCALITY
+            try:
+                run.LOCALITY = 1.0
+                got = model.pe.local(q, k, v, qs, ks, causal)
+            finally:
+                run.LOCALITY = old
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+            scaled = model.pe.local(q, k, v, qs, ks, causal)
+            self.assertGreater(float((scaled - want).abs().max()), 1e-3)
 
     def test_near_identity_skew(self):
         s = run.near_identity_skew(8, torch.Generator().manual_seed(0)).double()

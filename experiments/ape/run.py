@@ -290,7 +290,8 @@ def make_model(cfg, encoding, seed, shaw_k):
     class EncLayer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.n1, self.n2, self.att, self.ff = nn.LayerNorm(d), nn.LayerNorm(d), Attention(), ff()
+            self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.att, self.ff = Attention(), ff()
 
         def forward(self, x, s, enc):
             h = self.n1(x)

@@ -1,7 +1,7 @@
 """Finds the CUDA toolkit (nvcc) and describes it to the build.
 
 With nvcc present (at $CUDA_PATH, else /usr/local/cuda) the generated @local_cuda
-provides `cudart` and `defs.bzl` with CUDA_AVAILABLE = True and the nvcc path. Without
+provides `cudart`, `cublas`, `cusolver` and `defs.bzl` with CUDA_AVAILABLE = True and the nvcc path. Without
 it, every CUDA target is marked incompatible, so `bazel test //...` skips them and the
 rest of GroupPE still builds.
 """
@@ -36,6 +36,20 @@ cc_library(
     linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcudart"],
     deps = [":cuda_headers"],
 )
+
+# cuBLAS and cuSOLVER: linked, never bundled (hundreds of MB); a GPU machine supplies its
+# own copies (tools/cuda_check/run_gpu_check.sh finds them).
+cc_library(
+    name = "cublas",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcublas", "-lcublasLt"],
+    deps = [":cudart"],
+)
+
+cc_library(
+    name = "cusolver",
+    linkopts = ["-L{lib}", "-Wl,-rpath,{lib}", "-lcusolver"],
+    deps = [":cublas"],
+)
 """.format(lib = cuda_path + "/lib64")
     else:
         build = """
@@ -50,6 +64,16 @@ cc_library(
 
 cc_library(
     name = "cudart",
+    target_compatible_with = ["@platforms//:incompatible"],
+)
+
+cc_library(
+    name = "cublas",
+    target_compatible_with = ["@platforms//:incompatible"],
+)
+
+cc_library(
+    name = "cusolver",
     target_compatible_with = ["@platforms//:incompatible"],
 )
 """

@@ -87,14 +87,6 @@ __global__ void RopeKernel(RopeKernelArgs a) {
   }
 }
 
-__global__ void CopyKernel(const uint4* in, uint4* out, int64_t n) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    out[i] = in[i];
-  }
-}
-
 int Blocks(int64_t work, int64_t cap) {
   return static_cast<int>(work < 1 ? 1 : (work < cap ? work : cap));
 }
@@ -116,17 +108,6 @@ std::string LaunchRope(const RopeKernelArgs& args, void* stream) {
       RopeKernel<__half><<<blocks, kThreads, 0, s>>>(args);
       break;
   }
-  const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? std::string() : ErrorText(e);
-}
-
-std::string LaunchCopy(const void* in, void* out, int64_t bytes, void* stream) {
-  if (bytes % 16 != 0) return "LaunchCopy: bytes must be a multiple of 16";
-  const int64_t n = bytes / 16;
-  if (n == 0) return "";
-  CopyKernel<<<Blocks((n + kThreads - 1) / kThreads, 1 << 16), kThreads, 0,
-               static_cast<cudaStream_t>(stream)>>>(static_cast<const uint4*>(in),
-                                                     static_cast<uint4*>(out), n);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? std::string() : ErrorText(e);
 }

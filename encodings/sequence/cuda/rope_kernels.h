@@ -53,10 +53,6 @@ constexpr int64_t kMaxRotaryDim = 2048;  // the kernel keeps cos/sin of a token 
 // or the CUDA runtime's error text. Arguments are assumed checked (rope_cuda.h does).
 std::string LaunchRope(const RopeKernelArgs& args, void* stream);
 
-// out[0 .. bytes) = in[0 .. bytes) by a plain copy kernel: the bandwidth reference of the
-// benchmark. in and out are device memory, 16-byte aligned.
-std::string LaunchCopy(const void* in, void* out, int64_t bytes, void* stream);
-
 // CUDA devices visible to this process (0 without GPU or driver; `why` says why).
 int CudaDeviceCount(std::string* why);
 

@@ -79,17 +79,24 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(AttentionKernelArgs
   }
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + warp;  // within the sequence
   const bool active = row < lq;
-  const int64_t qtok = a.cu_seqlens_q != nullptr ? q0 + row : b * a.seq_q + row;
-  const int64_t ktok0 = a.cu_seqlens_k != nullptr ? k0 : b * a.seq_k;
-  const int64_t qbatch = a.cu_seqlens_q != nullptr ? 0 : b;
-  const int64_t kbatch = a.cu_seqlens_k != nullptr ? 0 : b;
+  // Tokens: qtok / ktok0 + j number the query and key tokens of the whole call (lse
+  // rows, position arrays); within the tensors a padded sequence is reached through the
+  // batch stride and its own token index, a packed one through its packed row alone.
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const int64_t qtok = packed ? q0 + row : b * a.seq_q + row;
+  const int64_t ktok0 = packed ? k0 : b * a.seq_k;
+  const int64_t q_off = packed ? qtok * a.sq.token : b * a.sq.batch + row * a.sq.token;
+  const int64_t o_off = packed ? qtok * a.so.token : b * a.so.batch + row * a.so.token;
+  const int64_t kv_first = packed ? k0 : 0;  // the sequence's first row in k and v
+  const int64_t k_off = packed ? 0 : b * a.sk.batch;
+  const int64_t v_off = packed ? 0 : b * a.sv.batch;
   // Positions: explicit, else keys 0..lk-1 and queries the last lq of them.
   const int64_t pi = !active ? 0 : a.q_positions != nullptr ? a.q_positions[qtok] : lk - lq + row;
 
   // The warp's query row, rotated and scaled by scale * log2(e) (base-2 softmax).
   float* qrow = qs + warp * d;
   if (active) {
-    const T* src = static_cast<const T*>(a.q) + qbatch * a.sq.batch + qtok * a.sq.token + h * a.sq.head;
+    const T* src = static_cast<const T*>(a.q) + q_off + h * a.sq.head;
     for (int64_t c = lane; c < d; c += 32) qrow[c] = Load(src + c);
   }
   __syncwarp();
@@ -119,11 +126,9 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(AttentionKernelArgs
     }
     for (int64_t idx = threadIdx.x; idx < nk * d; idx += blockDim.x) {
       const int64_t j = idx / d, c = idx - j * d;
-      const int64_t tok = ktok0 + j0 + j;
-      kt[idx] = Load(static_cast<const T*>(a.k) + kbatch * a.sk.batch + tok * a.sk.token +
-                     g * a.sk.head + c);
-      vt[idx] = Load(static_cast<const T*>(a.v) + kbatch * a.sv.batch + tok * a.sv.token +
-                     g * a.sv.head + c);
+      const int64_t row_kv = kv_first + j0 + j;
+      kt[idx] = Load(static_cast<const T*>(a.k) + k_off + row_kv * a.sk.token + g * a.sk.head + c);
+      vt[idx] = Load(static_cast<const T*>(a.v) + v_off + row_kv * a.sv.token + g * a.sv.head + c);
     }
     __syncthreads();
     if (a.rope_dim > 0) {
@@ -160,7 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(AttentionKernelArgs
     }
   }
   if (!active) return;
-  T* dst = static_cast<T*>(a.o) + qbatch * a.so.batch + qtok * a.so.token + h * a.so.head;
+  T* dst = static_cast<T*>(a.o) + o_off + h * a.so.head;
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
   for (int e = 0; e < kMaxPerLane; ++e) {

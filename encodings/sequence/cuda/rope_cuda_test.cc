@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -77,7 +78,9 @@ TEST(RopeCuda, Float32MatchesTheCpuRope) {
   for (const Case& c : {Case{1, 1, 0, 64, 64, PlanePairing::kHalfSplit, false},
                         Case{37, 4, 2, 64, 32, PlanePairing::kInterleaved, true},
                         Case{300, 8, 1, 128, 128, PlanePairing::kHalfSplit, true},
-                        Case{5, 3, 3, 80, 48, PlanePairing::kHalfSplit, false}}) {
+                        Case{5, 3, 3, 80, 48, PlanePairing::kHalfSplit, false},
+                        // The scalar fallback: a 66-float head is not 16-byte aligned.
+                        Case{9, 2, 2, 66, 6, PlanePairing::kHalfSplit, false}}) {
     SCOPED_TRACE(::testing::Message() << "tokens " << c.tokens << " heads " << c.heads_q << "/"
                                       << c.heads_k << " d " << c.head_dim << " r " << c.rotary_dim);
     const Rope rope = MakeRope(c.head_dim, c.rotary_dim, c.pairing, c.yarn);
@@ -124,48 +127,58 @@ TEST(RopeCuda, Float32MatchesTheCpuRope) {
 // bfloat16 and float16: the float32 result rounded once; the GPU's and the CPU's float32
 // intermediates differ by a few float32 ulps, which can flip one rounding: at most 1 ulp
 // of the 16-bit type, which is <= |w| 2^-7 for bfloat16 and <= |w| 2^-10 for float16.
+// Shapes on both kernels: 16-byte vectors (d64 half-split, d64 r48 interleaved) and the
+// scalar fallback (d36 r12: a head is 72 bytes, not a multiple of 16).
 TEST(RopeCuda, SixteenBitTypesRoundOnce) {
   SKIP_WITHOUT_GPU();
-  const Rope rope = MakeRope(64, 64, PlanePairing::kHalfSplit, false);
-  absl::StatusOr<RopeCuda> gpu = RopeCuda::Create(rope);
-  ASSERT_TRUE(gpu.ok()) << gpu.status();
-  const int64_t tokens = 19, heads = 2, n = tokens * heads * 64;
-  std::vector<int64_t> positions(tokens);
-  for (int64_t t = 0; t < tokens; ++t) positions[t] = 1000000 + 7 * t;
-  std::mt19937_64 rng(9);
-  std::normal_distribution<float> normal;
-  std::vector<BFloat16> xb(n);
-  std::vector<Float16> xh(n);
-  for (int64_t i = 0; i < n; ++i) {
-    xb[i] = ToBFloat16(normal(rng));
-    xh[i] = ToFloat16(normal(rng));
-  }
-  DeviceVector<int64_t> dpos(positions);
-  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, tokens, heads, 64);
-  {
-    DeviceVector<BFloat16> d(xb);
-    ASSERT_TRUE(gpu->Apply(RopeDType::kBFloat16, tokens, dpos.p,
-                           RopeKernelTensor{d.p, d.p, heads, heads * 64, 64}, nullptr, false,
-                           nullptr).ok());
-    std::vector<BFloat16> want(n);
-    ASSERT_TRUE(rope.Forward(t, RopePositions{positions, {}}, xb.data(), want.data()).ok());
-    const std::vector<BFloat16> got = d.Get();
+  for (const auto& [d, rot, pairing] :
+       {std::tuple{int64_t{64}, int64_t{64}, PlanePairing::kHalfSplit},
+        std::tuple{int64_t{64}, int64_t{48}, PlanePairing::kInterleaved},
+        std::tuple{int64_t{36}, int64_t{12}, PlanePairing::kHalfSplit}}) {
+    SCOPED_TRACE(::testing::Message() << "d " << d << " r " << rot);
+    const Rope rope = MakeRope(d, rot, pairing, false);
+    absl::StatusOr<RopeCuda> gpu = RopeCuda::Create(rope);
+    ASSERT_TRUE(gpu.ok()) << gpu.status();
+    const int64_t tokens = 19, heads = 2, n = tokens * heads * d;
+    std::vector<int64_t> positions(tokens);
+    for (int64_t t = 0; t < tokens; ++t) positions[t] = 1000000 + 7 * t;
+    std::mt19937_64 rng(9);
+    std::normal_distribution<float> normal;
+    std::vector<BFloat16> xb(n);
+    std::vector<Float16> xh(n);
     for (int64_t i = 0; i < n; ++i) {
-      const float w = ToFloat(want[i]);
-      ASSERT_NEAR(ToFloat(got[i]), w, std::abs(w) * 0x1p-7f + 1e-30f) << "bf16 element " << i;
+      xb[i] = ToBFloat16(normal(rng));
+      xh[i] = ToFloat16(normal(rng));
     }
-  }
-  {
-    DeviceVector<Float16> d(xh);
-    ASSERT_TRUE(gpu->Apply(RopeDType::kFloat16, tokens, dpos.p,
-                           RopeKernelTensor{d.p, d.p, heads, heads * 64, 64}, nullptr, false,
-                           nullptr).ok());
-    std::vector<Float16> want(n);
-    ASSERT_TRUE(rope.Forward(t, RopePositions{positions, {}}, xh.data(), want.data()).ok());
-    const std::vector<Float16> got = d.Get();
-    for (int64_t i = 0; i < n; ++i) {
-      const float w = ToFloat(want[i]);
-      ASSERT_NEAR(ToFloat(got[i]), w, std::abs(w) * 0x1p-10f + 0x1p-24f) << "fp16 element " << i;
+    DeviceVector<int64_t> dpos(positions);
+    const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, tokens, heads, d);
+    {
+      DeviceVector<BFloat16> dev(xb);
+      ASSERT_TRUE(gpu->Apply(RopeDType::kBFloat16, tokens, dpos.p,
+                             RopeKernelTensor{dev.p, dev.p, heads, heads * d, d}, nullptr, false,
+                             nullptr)
+                      .ok());
+      std::vector<BFloat16> want(n);
+      ASSERT_TRUE(rope.Forward(t, RopePositions{positions, {}}, xb.data(), want.data()).ok());
+      const std::vector<BFloat16> got = dev.Get();
+      for (int64_t i = 0; i < n; ++i) {
+        const float w = ToFloat(want[i]);
+        ASSERT_NEAR(ToFloat(got[i]), w, std::abs(w) * 0x1p-7f + 1e-30f) << "bf16 element " << i;
+      }
+    }
+    {
+      DeviceVector<Float16> dev(xh);
+      ASSERT_TRUE(gpu->Apply(RopeDType::kFloat16, tokens, dpos.p,
+                             RopeKernelTensor{dev.p, dev.p, heads, heads * d, d}, nullptr, false,
+                             nullptr)
+                      .ok());
+      std::vector<Float16> want(n);
+      ASSERT_TRUE(rope.Forward(t, RopePositions{positions, {}}, xh.data(), want.data()).ok());
+      const std::vector<Float16> got = dev.Get();
+      for (int64_t i = 0; i < n; ++i) {
+        const float w = ToFloat(want[i]);
+        ASSERT_NEAR(ToFloat(got[i]), w, std::abs(w) * 0x1p-10f + 0x1p-24f) << "fp16 element " << i;
+      }
     }
   }
 }

@@ -50,8 +50,16 @@ struct AttentionKernelArgs {
   bool alibi_symmetric = false;
 };
 
-// Enqueues the forward on `stream` (a cudaStream_t). Returns "" or the runtime's error.
+// Enqueues the SIMT forward (attention_kernels.cu: any dtype and head_dim <= kMaxHeadDim)
+// on `stream` (a cudaStream_t). Returns "" or the runtime's error.
 std::string LaunchAttentionForward(const AttentionKernelArgs& args, void* stream);
+
+// The tensor-core forward (attention_mma.cu: bfloat16 / float16, mma.sync on sm_80+).
+// MmaIneligibility says why it cannot take `args` ("" when it can): dtype bfloat16 or
+// float16, head_dim 64 or 128, q / k / v / o 16-byte aligned and every stride a multiple
+// of 8 elements. LaunchAttentionForwardMma enqueues it; "" or the error.
+std::string MmaIneligibility(const AttentionKernelArgs& args);
+std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream);
 
 }  // namespace gpe::attention::cuda
 

@@ -112,7 +112,12 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
     if (p == nullptr) continue;
     if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
   }
-  const std::string err = LaunchAttentionForward(k, stream);
+  const std::string why_not_mma = MmaIneligibility(k);
+  if (a.kernel == CudaAttentionKernel::kTensorCore && !why_not_mma.empty()) {
+    return Bad(absl::StrCat("kernel = kTensorCore: ", why_not_mma));
+  }
+  const bool mma = a.kernel != CudaAttentionKernel::kSimt && why_not_mma.empty();
+  const std::string err = mma ? LaunchAttentionForwardMma(k, stream) : LaunchAttentionForward(k, stream);
   if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", err));
   return absl::OkStatus();
 }

@@ -6,9 +6,10 @@
 // queries the last len_q of them; causal iff p_j <= p_i; rows with no allowed key give
 // o = 0 and lse = -inf).
 //
-// The kernel (attention_kernels.cu) is a SIMT flash-style forward: exact and linear in
-// memory, but without tensor cores; tensor-core kernels are not written yet, and will be
-// tested against this one. No backward yet.
+// Two kernels: a tensor-core FlashAttention-2-style forward for bfloat16 / float16
+// (attention_mma.cu, mma.sync with float32 accumulation; P rounded to 16 bits before P V)
+// and a SIMT flash-style forward for every dtype and head_dim (attention_kernels.cu,
+// float32 throughout). CudaAttentionArgs::kernel chooses. No backward yet.
 //
 // Streams: CudaAttentionForward only enqueues on the caller's stream; it allocates
 // nothing and never synchronises. Device pointers are checked to be device memory.
@@ -23,7 +24,15 @@
 
 namespace gpe::attention::cuda {
 
+// Which kernel runs: kAuto takes the tensor-core kernel where it applies (bfloat16 /
+// float16, head_dim 64 or 128, 16-byte-aligned tensors and strides; see
+// attention_kernels.h) and the SIMT kernel otherwise; kTensorCore refuses, with the
+// reason, arguments it cannot take; kSimt always runs the SIMT kernel (the reference the
+// tensor-core kernel is tested against, with the double CPU reference).
+enum class CudaAttentionKernel : int { kAuto = 0, kSimt = 1, kTensorCore = 2 };
+
 struct CudaAttentionArgs {
+  CudaAttentionKernel kernel = CudaAttentionKernel::kAuto;
   CudaDType dtype = CudaDType::kFloat32;
   // Padded: batch sequences of seq_q queries and seq_k keys. Packed: num_seqs =
   // cu_seqlens size - 1 (device arrays, both given, [num_seqs + 1], from 0,

@@ -1,5 +1,6 @@
 // The CUDA attention forward on the shape (bf16, b1 h16 s4096 d128, causal or not,
-// no encoding / RoPE / ALiBi inside the kernel), reported beside the cuBLAS bf16 GEMM rate
+// no encoding / RoPE / ALiBi inside the kernel; the tensor-core kernel, and the SIMT one
+// once for scale), reported beside the cuBLAS bf16 GEMM rate
 // measured in this binary (measure/cuda/gpu_limits.h). Flops count the two products
 // (4 d per allowed query-key pair: s(s+1)/2 pairs per head when causal). Inputs are
 // random in [-1, 1); times are medians of CUDA-event-timed launches.
@@ -34,7 +35,8 @@ double GemmTflops() {
 
 enum Encoding : int { kNone = 0, kRope = 1, kAlibi = 2 };
 
-// args: seq, heads, head_dim, causal (0/1), encoding (Encoding).
+// args: seq, heads, head_dim, causal (0/1), encoding (Encoding), kernel
+// (CudaAttentionKernel: 0 auto = tensor cores for these shapes, 1 SIMT).
 void BM_Forward(benchmark::State& state) {
   std::string why;
   if (seq::cuda::CudaDeviceCount(&why) == 0) {
@@ -78,6 +80,7 @@ void BM_Forward(benchmark::State& state) {
   a.causal = causal;
   if (enc == kRope) a.rope = &*grope;
   if (enc == kAlibi) a.alibi_slopes = slopes;
+  a.kernel = static_cast<CudaAttentionKernel>(state.range(5));
   std::string err;
   double sec = 0;
   for (auto _ : state) {
@@ -103,12 +106,14 @@ void BM_Forward(benchmark::State& state) {
   cudaFree(slopes);
 }
 BENCHMARK(BM_Forward)
-    ->ArgNames({"s", "h", "d", "causal", "enc"})
-    ->Args({4096, 16, 128, 0, kNone})
-    ->Args({4096, 16, 128, 1, kNone})
-    ->Args({4096, 16, 128, 1, kRope})
-    ->Args({4096, 16, 128, 1, kAlibi})
-    ->Args({4096, 16, 64, 1, kNone})
+    ->ArgNames({"s", "h", "d", "causal", "enc", "kernel"})
+    ->Args({4096, 16, 128, 0, kNone, 0})
+    ->Args({4096, 16, 128, 1, kNone, 0})
+    ->Args({4096, 16, 128, 1, kRope, 0})
+    ->Args({4096, 16, 128, 1, kAlibi, 0})
+    ->Args({4096, 16, 64, 0, kNone, 0})
+    ->Args({4096, 16, 64, 1, kNone, 0})
+    ->Args({4096, 16, 128, 1, kNone, 1})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

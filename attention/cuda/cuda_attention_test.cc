@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention/descriptor.h"
@@ -118,6 +119,7 @@ TEST(CudaAttention, Float32MatchesTheReference) {
     g.causal = c.causal;
     if (c.rope) g.rope = &*grope;
     if (c.alibi) g.alibi_slopes = dslopes.p;
+    g.kernel = CudaAttentionKernel::kSimt;
     ASSERT_TRUE(CudaAttentionForward(g, nullptr).ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const std::vector<float> got = dout.Get(), got_lse = dlse.Get();
@@ -179,10 +181,199 @@ TEST(CudaAttention, PackedBf16WithPositions) {
   g.causal = true;
   g.q_positions = dpq.p;
   g.k_positions = dpk.p;
+  g.kernel = CudaAttentionKernel::kSimt;  // float32 inside; the tensor-core test is below
   ASSERT_TRUE(CudaAttentionForward(g, nullptr).ok());
   const std::vector<seq::BFloat16> got = dout.Get();
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_NEAR(seq::ToFloat(got[i]), want[i], std::abs(want[i]) * 0x1p-7 + 1e-5) << i;
+  }
+}
+
+// The tensor-core kernel (bfloat16 and float16) against the double reference on the
+// 16-bit inputs widened. Lengths below, at and above its tiles (64 query rows, 64 keys),
+// more queries than keys (rows with no allowed key: o = 0, lse = -inf), GQA, RoPE
+// (partial rotary, half-split and interleaved), ALiBi, padded batches of 2, packed
+// sequences with explicit positions. The output starts as NaN, so an unwritten element
+// fails.
+// Tolerances, for inputs in [-1, 1): the kernel rounds the rotated q and k and the
+// probabilities P to 16 bits (relative 2^-9 for bfloat16, 2^-12 for float16), and the
+// output once. A score moves by at most scale * sum_c |q_c k_c| * 2 u <= 0.1 * 128 * 2u
+// (u the unit roundoff), which shifts lse by as much and o by under twice that times
+// max|v| = 1; P's rounding adds u. So max |o - o_ref| <= 0.03 (bfloat16) / 0.004
+// (float16), lse the same; these errors are independent across terms, so their RMS is
+// far smaller: RMS(o - o_ref) <= 0.004 / 0.0006 catches a single dropped or doubled key
+// (~1 / 64 of a row's weight), which the max bound alone might not.
+template <class T>
+void CheckTensorCore(CudaDType dtype, double max_tol, double rms_tol) {
+  struct TcCase {
+    int64_t batch, sq, sk, hq, hkv, d;
+    bool causal, rope, interleaved, alibi;
+  };
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  auto to16 = [](float x) {
+    if constexpr (std::is_same_v<T, seq::BFloat16>) return seq::ToBFloat16(x);
+    else return seq::ToFloat16(x);
+  };
+  for (const TcCase& c : {TcCase{1, 1, 1, 1, 1, 64, false, false, false, false},
+                          TcCase{2, 63, 64, 4, 2, 64, true, true, false, false},
+                          TcCase{1, 64, 65, 2, 1, 128, true, true, true, true},
+                          TcCase{1, 65, 130, 4, 4, 128, false, false, false, true},
+                          TcCase{2, 130, 200, 2, 2, 64, true, false, false, false},
+                          TcCase{1, 100, 40, 2, 1, 128, true, true, false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "b" << c.batch << " sq" << c.sq << " sk" << c.sk << " h"
+                                      << c.hq << "/" << c.hkv << " d" << c.d << " causal "
+                                      << c.causal << " rope " << c.rope << " alibi " << c.alibi);
+    std::vector<T> q(c.batch * c.sq * c.hq * c.d), k(c.batch * c.sk * c.hkv * c.d), v(k.size());
+    for (auto* t : {&q, &k, &v}) {
+      for (T& x : *t) x = to16(u(rng));
+    }
+    auto widen = [](const std::vector<T>& x) {
+      std::vector<double> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = seq::ToFloat(x[i]);
+      return y;
+    };
+    AttentionArgs args = test::Bshd(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d);
+    args.causal = c.causal;
+    seq::RopeOptions ro;
+    ro.head_dim = c.d;
+    ro.rotary_dim = c.d / 2;
+    if (c.interleaved) ro.pairing = seq::PlanePairing::kInterleaved;
+    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
+    ASSERT_TRUE(rope.ok()) << rope.status();
+    RopeRowTransform tq(*rope), tk(*rope, seq::RopeRole::kKey);
+    if (c.rope) {
+      args.q_transform = &tq;
+      args.k_transform = &tk;
+    }
+    absl::StatusOr<seq::AlibiBias> alibi = seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    if (c.alibi) args.biases = {&*alibi};
+    const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v);
+    std::vector<double> want(qd.size()), want_lse(c.batch * c.sq * c.hq);
+    ASSERT_TRUE(ReferenceForward<double>(args, qd.data(), kd.data(), vd.data(), want.data(),
+                                         want_lse.data()).ok());
+    absl::StatusOr<seq::cuda::RopeCuda> grope = seq::cuda::RopeCuda::Create(*rope);
+    ASSERT_TRUE(grope.ok()) << grope.status();
+    std::vector<float> slopes(alibi->slopes().begin(), alibi->slopes().end());
+    DeviceVector<T> dq(q), dk(k), dv(v), dout(std::vector<T>(q.size(), to16(std::nanf(""))));
+    DeviceVector<float> dlse(std::vector<float>(want_lse.size(), std::nanf(""))), dslopes(slopes);
+    CudaAttentionArgs g;
+    g.kernel = CudaAttentionKernel::kTensorCore;
+    g.dtype = dtype;
+    g.batch = c.batch;
+    g.seq_q = c.sq;
+    g.seq_k = c.sk;
+    g.heads_q = c.hq;
+    g.heads_kv = c.hkv;
+    g.head_dim = c.d;
+    g.q = dq.p;
+    g.k = dk.p;
+    g.v = dv.p;
+    g.o = dout.p;
+    g.lse = dlse.p;
+    g.sq = g.so = CudaStrides{c.sq * c.hq * c.d, c.hq * c.d, c.d};
+    g.sk = g.sv = CudaStrides{c.sk * c.hkv * c.d, c.hkv * c.d, c.d};
+    g.causal = c.causal;
+    if (c.rope) g.rope = &*grope;
+    if (c.alibi) g.alibi_slopes = dslopes.p;
+    const absl::Status st = CudaAttentionForward(g, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<T> got = dout.Get();
+    const std::vector<float> got_lse = dlse.Get();
+    double sq_err = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double e = seq::ToFloat(got[i]) - want[i];
+      ASSERT_LE(std::abs(e), max_tol) << "o " << i << ": " << seq::ToFloat(got[i]) << " vs " << want[i];
+      sq_err += e * e;
+    }
+    EXPECT_LE(std::sqrt(sq_err / want.size()), rms_tol);
+    for (size_t i = 0; i < want_lse.size(); ++i) {
+      if (std::isinf(want_lse[i])) {
+        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i << ": " << got_lse[i];
+      } else {
+        ASSERT_NEAR(got_lse[i], want_lse[i], max_tol) << "lse " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaAttention, TensorCoreBf16MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  CheckTensorCore<seq::BFloat16>(CudaDType::kBFloat16, 0.03, 0.004);
+}
+
+TEST(CudaAttention, TensorCoreFp16MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  CheckTensorCore<seq::Float16>(CudaDType::kFloat16, 0.004, 0.0006);
+}
+
+// Packed sequences (lengths 0, 1, 70 queries; 3, 1, 90 keys) with explicit, unordered key
+// positions on the tensor-core kernel; the same tolerances as above for bfloat16.
+TEST(CudaAttention, TensorCorePackedWithPositions) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int64_t> cu_q = {0, 0, 1, 71}, cu_k = {0, 3, 4, 94};
+  const int64_t hq = 4, hkv = 2, d = 128, tq = cu_q.back(), tk = cu_k.back();
+  std::vector<int64_t> pq(tq), pk(tk);
+  for (int64_t t = 0; t < tk; ++t) pk[t] = (int64_t{1} << 31) + (t * 37) % 101;
+  for (int64_t t = 0; t < tq; ++t) pq[t] = (int64_t{1} << 31) + 30 + t;
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<seq::BFloat16> q(tq * hq * d), k(tk * hkv * d), v(k.size());
+  for (auto* t : {&q, &k, &v}) {
+    for (auto& x : *t) x = seq::ToBFloat16(u(rng));
+  }
+  AttentionArgs args = test::Thd(cu_q, cu_k, hq, hkv, d);
+  args.causal = true;
+  args.q_positions = pq;
+  args.k_positions = pk;
+  seq::RopeOptions ro;
+  ro.head_dim = d;
+  ro.rotary_dim = d;
+  absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(d));
+  ASSERT_TRUE(rope.ok());
+  RopeRowTransform tqf(*rope), tkf(*rope, seq::RopeRole::kKey);
+  args.q_transform = &tqf;
+  args.k_transform = &tkf;
+  auto widen = [](const std::vector<seq::BFloat16>& x) {
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = seq::ToFloat(x[i]);
+    return y;
+  };
+  const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v);
+  std::vector<double> want(qd.size());
+  ASSERT_TRUE(ReferenceForward<double>(args, qd.data(), kd.data(), vd.data(), want.data()).ok());
+  absl::StatusOr<seq::cuda::RopeCuda> grope = seq::cuda::RopeCuda::Create(*rope);
+  ASSERT_TRUE(grope.ok());
+  DeviceVector<seq::BFloat16> dq(q), dk(k), dv(v),
+      dout(std::vector<seq::BFloat16>(q.size(), seq::ToBFloat16(std::nanf(""))));
+  DeviceVector<int64_t> dcq(cu_q), dck(cu_k), dpq(pq), dpk(pk);
+  CudaAttentionArgs g;
+  g.kernel = CudaAttentionKernel::kTensorCore;
+  g.dtype = CudaDType::kBFloat16;
+  g.cu_seqlens_q = dcq.p;
+  g.cu_seqlens_k = dck.p;
+  g.num_seqs = 3;
+  g.max_seq_q = 70;
+  g.heads_q = hq;
+  g.heads_kv = hkv;
+  g.head_dim = d;
+  g.q = dq.p;
+  g.k = dk.p;
+  g.v = dv.p;
+  g.o = dout.p;
+  g.sq = g.so = CudaStrides{0, hq * d, d};
+  g.sk = g.sv = CudaStrides{0, hkv * d, d};
+  g.causal = true;
+  g.q_positions = dpq.p;
+  g.k_positions = dpk.p;
+  g.rope = &*grope;
+  const absl::Status st = CudaAttentionForward(g, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  const std::vector<seq::BFloat16> got = dout.Get();
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(seq::ToFloat(got[i]), want[i], 0.03) << i;
   }
 }
 
@@ -208,6 +399,11 @@ TEST(CudaAttention, RejectsBadInput) {
   g.q = d.p;
   g.softmax_scale = std::nan("");
   EXPECT_EQ(CudaAttentionForward(g, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  g.softmax_scale = 0.0;
+  g.kernel = CudaAttentionKernel::kTensorCore;  // float32 is not a tensor-core dtype here
+  const absl::Status tc = CudaAttentionForward(g, nullptr);
+  EXPECT_EQ(tc.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(tc.message().find("bfloat16 or float16"), std::string::npos) << tc;
 }
 
 }  // namespace

@@ -113,6 +113,22 @@ for name, rows in res["benchmarks"].items():
               + " ".join(f"{k}={r[k]:.3g}" for k in keys) + (f" ERROR {err}" if err else ""))
 p = res["peers"] or {}
 print("peers:", {k: p.get(k) for k in ("torch", "copy_GBps", "bf16_gemm_TFLOPs")})
+# GroupPE's forward against PyTorch's on the same shape, same run, same GPU.
+import re
+sdpa = {(r["d"], r["causal"]): r for r in p.get("sdpa", [])}
+for rows in res["benchmarks"].values():
+    for r in rows:
+        m = re.search(r"s:(\d+)/h:(\d+)/d:(\d+)/causal:(\d)/enc:(\d)/kernel:(\d)", r["name"])
+        if not m or "TFLOPs" not in r:
+            continue
+        d, causal, enc = int(m.group(3)), m.group(4) == "1", int(m.group(5))
+        peer = sdpa.get((d, causal))
+        if not peer:
+            continue
+        key = "rope_then_sdpa_TFLOPs" if enc == 1 else "fwd_TFLOPs"
+        if key in peer:
+            print(f"vs torch: d{d} causal={causal} enc={enc} kernel={m.group(6)}: "
+                  f"{r['TFLOPs']:.1f} / {peer[key]:.1f} TFLOP/s = {r['TFLOPs'] / peer[key]:.3f}x ({key})")
 for r in p.get("sdpa", []):
     print("  sdpa", {k: (round(v, 3) if isinstance(v, float) else v) for k, v in r.items()})
 for r in p.get("rope", []):

@@ -44,6 +44,8 @@ struct AttentionKernelArgs {
   bool rope_interleaved = false;
   float rope_attention_factor = 1.0f;
   const double* rope_thetas = nullptr;  // device, rope_dim / 2
+  // k already rotated (LaunchRotateKeys into a workspace): RoPE is applied to q only.
+  bool k_prerotated = false;
   // ALiBi (Press et al.) inside the kernel: b_h = -slope_h (p_i - p_j), or -slope_h
   // |p_i - p_j| when symmetric. null: no bias.
   const float* alibi_slopes = nullptr;  // device, heads_q
@@ -59,6 +61,11 @@ std::string LaunchAttentionForward(const AttentionKernelArgs& args, void* stream
 // float16, head_dim 64 or 128, q / k / v / o 16-byte aligned and every stride a multiple
 // of 8 elements. LaunchAttentionForwardMma enqueues it; "" or the error.
 std::string MmaIneligibility(const AttentionKernelArgs& args);
+// Writes R(p_j) k_j (RoPE on the keys, args' rope fields and key positions) for every key
+// token of the call into `out`, dense [key tokens, heads_kv, head_dim] of args.dtype
+// (padded: token b * seq_k + j; packed: the packed row), for the tensor-core kernel to
+// read with k_prerotated. One pass over k instead of one rotation per query block.
+std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* stream);
 std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream);
 
 }  // namespace gpe::attention::cuda

@@ -3,13 +3,16 @@
 // stays on chip, key/value tiles stream through shared memory, online softmax with one
 // rescale per tile) on warp-level mma.sync m16n8k16 with float32 accumulation.
 //
-// Block: 4 warps, kBr = 64 query rows (16 per warp) of one head of one sequence; key and
-// value tiles of kBc = 64 rows. Shared memory holds Q, K and V tiles as 16-bit values,
-// rows padded by 8 elements (16 bytes) so that the fragment loads below hit 32 distinct
-// banks. Encodings inside the kernel:
-//   - RoPE: the query tile once per block, each key tile after it lands, rotated in
-//     float32 from the 16-bit inputs and rounded once back to 16 bits (angles reduced in
-//     double, encodings/sequence/cuda/reduced_angle.cuh);
+// Block: 4 warps, kBr = 128 query rows (32 per warp: two m16 tiles sharing every K and V
+// fragment) of one head of one sequence; key and value tiles of kBc = 64 rows, double
+// buffered: cp.async brings tile j + 1 while tile j is multiplied. Shared memory holds
+// the Q tile and two K and V stages as 16-bit values, rows padded by 8 elements (16
+// bytes) so that the ldmatrix row addresses hit distinct banks. Encodings inside:
+//   - RoPE: the query tile once per block, rotated in float32 from the 16-bit inputs and
+//     rounded once back to 16 bits (angles reduced in double,
+//     encodings/sequence/cuda/reduced_angle.cuh); the keys either once per call into a
+//     workspace (LaunchRotateKeys, then k_prerotated) or, without one, each key tile after
+//     it lands (once per query block: the slower path);
 //   - ALiBi: -slope_h (p_i - p_j) (or |p_i - p_j|) added to the float32 scores;
 //   - causal masking by positions (p_j <= p_i); with the default positions the tiles
 //     entirely past the block's last query are never loaded.
@@ -35,9 +38,11 @@
 namespace gpe::attention::cuda {
 namespace {
 
-constexpr int kBr = 64;        // query rows per block
+constexpr int kBr = 128;       // query rows per block
 constexpr int kBc = 64;        // keys per tile
-constexpr int kWarpsMma = 4;   // 16 query rows each
+constexpr int kWarpsMma = 4;   // 32 query rows (two m16 tiles) each
+constexpr int kRowsPerWarp = kBr / kWarpsMma;
+constexpr int kMTiles = kRowsPerWarp / 16;
 constexpr int kThreadsMma = kWarpsMma * 32;
 constexpr int kPad = 8;        // elements of padding per shared row
 constexpr float kLog2eMma = 1.4426950408889634f;
@@ -68,6 +73,13 @@ __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
   return static_cast<uint32_t>(lb) | (static_cast<uint32_t>(hb) << 16);
 }
 
+// 2^x by the special-function unit (relative error ~2^-22; exp2(-inf) = 0).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // c += a b on one m16n8k16 tile, float32 accumulators.
 template <class T>
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -86,10 +98,17 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
   }
 }
 
-// Four 8 x 8 16-bit matrices from shared memory, transposed (ldmatrix .trans): lane l
-// gives the address of row l % 8 of matrix l / 8; register i receives, for matrix i, the
-// elements (2t, g) and (2t + 1, g) of the stored matrix: a B fragment of a row-major
-// [k][n] tile.
+// Four 8 x 8 16-bit matrices from shared memory (ldmatrix): lane l gives the address of
+// row l % 8 of matrix l / 8. Plain: register i holds, for matrix i, the elements (g, 2t)
+// and (g, 2t + 1) of the stored matrix (an A fragment's quarter, or a B fragment of a
+// row-major [n][k] tile). Transposed: (2t, g) and (2t + 1, g) (a B fragment of a
+// row-major [k][n] tile).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_addr) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_addr) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(row_addr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -97,7 +116,16 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* ro
                : "r"(addr));
 }
 
-__device__ __forceinline__ uint32_t Lds32(const void* p) { return *static_cast<const uint32_t*>(p); }
+// 16 bytes global -> shared without passing through registers (cp.async, sm_80+); with
+// `valid` false the 16 shared bytes are zero-filled and the source is not read.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Rotates rows [0, nrows) of a shared tile (row stride ld) in place: plane i of row r by
 // angle pos(r) theta_i, both features times the attention factor.
@@ -119,17 +147,18 @@ __device__ void RotateTile(T* tile, int nrows, int ld, const AttentionKernelArgs
   }
 }
 
-// Copies rows [0, nrows) of a [rows, D] view (row r at src + r * row_stride) into a
-// shared tile with 16-byte vectors; rows nrows .. kBc - 1 are zero-filled so that
-// out-of-range keys contribute finite zeros (their scores are masked anyway).
+// Starts the copy of `rows_total` rows of a [rows, D] view (row r at src + r * row_stride)
+// into a shared tile; rows >= nrows are zero-filled, so out-of-range keys and queries hold
+// finite zeros (their scores are masked anyway). Completion: CpAsyncWait + a barrier.
 template <class T, int D>
-__device__ void LoadTile(T* tile, const T* src, int64_t row_stride, int nrows, int rows_total) {
+__device__ __forceinline__ void LoadTileAsync(T* tile, const T* src, int64_t row_stride, int nrows,
+                                              int rows_total) {
   constexpr int kVecs = D * static_cast<int>(sizeof(T)) / 16;  // 16-byte vectors per row
+  constexpr int kPerVec = 16 / static_cast<int>(sizeof(T));
   for (int idx = threadIdx.x; idx < rows_total * kVecs; idx += blockDim.x) {
     const int r = idx / kVecs, v = idx - r * kVecs;
-    uint4 val = make_uint4(0, 0, 0, 0);
-    if (r < nrows) val = *reinterpret_cast<const uint4*>(src + r * row_stride + v * (16 / sizeof(T)));
-    *reinterpret_cast<uint4*>(tile + r * (D + kPad) + v * (16 / sizeof(T))) = val;
+    const bool valid = r < nrows;
+    CpAsync16(tile + r * (D + kPad) + v * kPerVec, valid ? src + r * row_stride + v * kPerVec : src, valid);
   }
 }
 
@@ -138,13 +167,14 @@ __global__ void __launch_bounds__(kThreadsMma) MmaForwardKernel(AttentionKernelA
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = D + kPad;
   T* qs = reinterpret_cast<T*>(smem_raw);
-  T* ks = qs + kBr * ld;
-  T* vs = ks + kBc * ld;
-  int64_t* qpos = reinterpret_cast<int64_t*>(vs + kBc * ld);
-  int64_t* kpos = qpos + kBr;
+  T* ks = qs + kBr * ld;           // two stages of [kBc][ld]
+  T* vs = ks + 2 * kBc * ld;       // two stages
+  int64_t* qpos = reinterpret_cast<int64_t*>(vs + 2 * kBc * ld);
+  int64_t* kpos = qpos + kBr;      // two stages of kBc
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
+  const int mat = lane / 8, mr = lane % 8;  // ldmatrix: this lane's matrix and row
   const int64_t b = blockIdx.z, h = blockIdx.y;
   const int64_t kvh = h / (a.heads_q / a.heads_kv);
   const bool packed = a.cu_seqlens_q != nullptr;
@@ -162,179 +192,253 @@ __global__ void __launch_bounds__(kThreadsMma) MmaForwardKernel(AttentionKernelA
   const int nq = static_cast<int>(lq - r0 < kBr ? lq - r0 : kBr);
   const int64_t qtok0 = packed ? q0 + r0 : b * a.seq_q + r0;  // call-wide token index
   const int64_t ktok0 = packed ? k0 : b * a.seq_k;
-  const T* qsrc = static_cast<const T*>(a.q) + (packed ? qtok0 * a.sq.token : b * a.sq.batch + r0 * a.sq.token) + h * a.sq.head;
+  const T* qsrc = static_cast<const T*>(a.q) +
+                  (packed ? qtok0 * a.sq.token : b * a.sq.batch + r0 * a.sq.token) + h * a.sq.head;
   const T* ksrc = static_cast<const T*>(a.k) + (packed ? k0 * a.sk.token : b * a.sk.batch) + kvh * a.sk.head;
   const T* vsrc = static_cast<const T*>(a.v) + (packed ? k0 * a.sv.token : b * a.sv.batch) + kvh * a.sv.head;
 
-  // Query positions: explicit, else the last lq of 0 .. lk - 1.
-  for (int r = threadIdx.x; r < kBr; r += blockDim.x) {
-    qpos[r] = r >= nq ? 0 : a.q_positions != nullptr ? a.q_positions[qtok0 + r] : lk - lq + r0 + r;
-  }
-  LoadTile<T, D>(qs, qsrc, a.sq.token, nq, kBr);
-  __syncthreads();
-  if (a.rope_dim > 0) {
-    RotateTile(qs, nq, ld, a, [&](int r) { return qpos[r]; });
-    __syncthreads();
-  }
-  // This warp's query fragments, all D / 16 k-chunks, kept in registers.
-  uint32_t qf[D / 16][4];
-  {
-    const T* base = qs + (warp * 16) * ld;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      qf[kk][0] = Lds32(base + g * ld + kk * 16 + 2 * t4);
-      qf[kk][1] = Lds32(base + (g + 8) * ld + kk * 16 + 2 * t4);
-      qf[kk][2] = Lds32(base + g * ld + kk * 16 + 8 + 2 * t4);
-      qf[kk][3] = Lds32(base + (g + 8) * ld + kk * 16 + 8 + 2 * t4);
-    }
-  }
-  // This thread's two rows (g and g + 8 of the warp's 16) and their positions.
-  const int row_a = warp * 16 + g, row_b = row_a + 8;
-  const int64_t pa = qpos[row_a], pb = qpos[row_b];
-  const float scale2 = a.scale * kLog2eMma;  // scores in base 2
-  const float slope2 = a.alibi_slopes != nullptr ? a.alibi_slopes[h] * kLog2eMma : 0.0f;
-
-  float o[D / 8][4];
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
-
   // Keys past the block's last query position are masked for every row when causal with
-  // the default positions: those tiles are skipped.
+  // the default positions: those tiles are never loaded.
   int64_t kend = lk;
   if (a.causal && a.q_positions == nullptr) {
     const int64_t last = lk - lq + r0 + nq - 1;  // the block's largest query position
     kend = last + 1 < lk ? (last + 1 > 0 ? last + 1 : 0) : lk;
   }
-  for (int64_t j0 = 0; j0 < kend; j0 += kBc) {
+  const int64_t ntiles = (kend + kBc - 1) / kBc;
+  // Starts tile `it`'s K, V and key positions into stage it % 2.
+  auto prefetch = [&](int64_t it) {
+    const int st = static_cast<int>(it & 1);
+    const int64_t j0 = it * kBc;
     const int nk = static_cast<int>(lk - j0 < kBc ? lk - j0 : kBc);
-    __syncthreads();  // every warp is done with the previous K and V tiles
     for (int j = threadIdx.x; j < kBc; j += blockDim.x) {
-      kpos[j] = j >= nk ? 0 : a.k_positions != nullptr ? a.k_positions[ktok0 + j0 + j] : j0 + j;
+      kpos[st * kBc + j] = j >= nk ? 0 : a.k_positions != nullptr ? a.k_positions[ktok0 + j0 + j] : j0 + j;
     }
-    LoadTile<T, D>(ks, ksrc + j0 * a.sk.token, a.sk.token, nk, kBc);
-    LoadTile<T, D>(vs, vsrc + j0 * a.sv.token, a.sv.token, nk, kBc);
+    LoadTileAsync<T, D>(ks + st * kBc * ld, ksrc + j0 * a.sk.token, a.sk.token, nk, kBc);
+    LoadTileAsync<T, D>(vs + st * kBc * ld, vsrc + j0 * a.sv.token, a.sv.token, nk, kBc);
+    CpAsyncCommit();
+  };
+
+  // Query positions: explicit, else the last lq of 0 .. lk - 1.
+  for (int r = threadIdx.x; r < kBr; r += blockDim.x) {
+    qpos[r] = r >= nq ? 0 : a.q_positions != nullptr ? a.q_positions[qtok0 + r] : lk - lq + r0 + r;
+  }
+  LoadTileAsync<T, D>(qs, qsrc, a.sq.token, nq, kBr);
+  CpAsyncCommit();
+  if (ntiles > 0) prefetch(0);
+  CpAsyncWait<1>();  // the query tile has landed (tile 0 may still be in flight)
+  __syncthreads();
+  if (a.rope_dim > 0) {
+    RotateTile(qs, nq, ld, a, [&](int r) { return qpos[r]; });
     __syncthreads();
-    if (a.rope_dim > 0) {
-      RotateTile(ks, nk, ld, a, [&](int r) { return kpos[r]; });
+  }
+
+  // This thread's rows: m-tile mt, half hf (0: row g, 1: row g + 8) of the warp's 32;
+  // their positions are read from shared memory where needed (registers are short).
+  const int64_t* prow = qpos + warp * kRowsPerWarp + g;  // + mt * 16 + 8 * hf
+  const float scale2 = a.scale * kLog2eMma;  // scores in base 2
+  const float slope2 = a.alibi_slopes != nullptr ? a.alibi_slopes[h] * kLog2eMma : 0.0f;
+
+  float o[kMTiles][D / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  }
+  float m[kMTiles][2], l[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.0f;
+  }
+  const T* qwarp = qs + (warp * kRowsPerWarp) * ld;
+
+  for (int64_t it = 0; it < ntiles; ++it) {
+    const int st = static_cast<int>(it & 1);
+    const int64_t j0 = it * kBc;
+    const int nk = static_cast<int>(lk - j0 < kBc ? lk - j0 : kBc);
+    if (it + 1 < ntiles) {
+      prefetch(it + 1);  // its stage was released by the barrier that ended iteration it - 1
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();  // tile it (and its positions) visible to every warp
+    const T* kt = ks + st * kBc * ld;
+    const T* vt = vs + st * kBc * ld;
+    const int64_t* kp = kpos + st * kBc;
+    if (a.rope_dim > 0 && !a.k_prerotated) {
+      RotateTile(const_cast<T*>(kt), nk, ld, a, [&](int r) { return kp[r]; });
       __syncthreads();
     }
-    // S = Q K^T for this warp's 16 rows and the tile's 64 keys: 8 n-tiles of 8 keys.
-    float s[kBc / 8][4];
+    // S = Q K^T: per m-tile, 8 n-tiles of 8 keys; K fragments by ldmatrix, each shared by
+    // the warp's two m-tiles.
+    float s[kMTiles][kBc / 8][4];
 #pragma unroll
-    for (int n = 0; n < kBc / 8; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      const T* krow = ks + (n * 8 + g) * ld + 2 * t4;
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        Mma<T>(s[n], qf[kk], Lds32(krow + kk * 16), Lds32(krow + kk * 16 + 8));
-      }
+      for (int n = 0; n < kBc / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
     }
-    // Scale, bias, mask; row maxima over this thread's 16 entries per row, then the quad.
-    float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kBc / 8; ++n) {
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t qa[kMTiles][4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = n * 8 + 2 * t4 + (e & 1);
-        const int64_t pi = e < 2 ? pa : pb;
-        const int64_t pj = kpos[j];
-        float v = s[n][e] * scale2;
-        if (a.alibi_slopes != nullptr) {
-          const float dist = static_cast<float>(pi - pj);
-          v -= slope2 * (a.alibi_symmetric ? fabsf(dist) : dist);
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        // matrices: rows 0-7 / 8-15 of the m-tile, features kk16 + 0-7 / + 8-15.
+        LdMatrixX4(qa[mt], qwarp + (mt * 16 + (mat & 1) * 8 + mr) * ld + kk * 16 + (mat >> 1) * 8);
+      }
+#pragma unroll
+      for (int n = 0; n < kBc / 8; n += 2) {
+        // matrices: keys 8n + 0-7 features kk16 + 0-7 / + 8-15, then keys 8(n + 1) + 0-7.
+        uint32_t kb[4];
+        LdMatrixX4(kb, kt + (n * 8 + (mat >> 1) * 8 + mr) * ld + kk * 16 + (mat & 1) * 8);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma<T>(s[mt][n], qa[mt], kb[0], kb[1]);
+          Mma<T>(s[mt][n + 1], qa[mt], kb[2], kb[3]);
         }
-        if (j >= nk || (a.causal && pj > pi)) v = -INFINITY;
-        s[n][e] = v;
-        if (e < 2) mx_a = fmaxf(mx_a, v); else mx_b = fmaxf(mx_b, v);
       }
     }
+    // Scale, bias, mask (only where the tile needs it), online softmax per row.
+    const bool need_mask = nk < kBc || (a.causal && (a.q_positions != nullptr ||
+                                                     j0 + kBc - 1 > lk - lq + r0));
 #pragma unroll
-    for (int off = 1; off < 4; off *= 2) {
-      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, off));
-      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, off));
-    }
-    const float mn_a = fmaxf(m_a, mx_a), mn_b = fmaxf(m_b, mx_b);
-    // A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so every
-    // p is exp2(-inf) = 0 and nothing becomes NaN.
-    const float base_a = mn_a == -INFINITY ? 0.0f : mn_a;
-    const float base_b = mn_b == -INFINITY ? 0.0f : mn_b;
-    const float corr_a = exp2f(m_a - base_a), corr_b = exp2f(m_b - base_b);
-    m_a = mn_a;
-    m_b = mn_b;
-    l_a *= corr_a;
-    l_b *= corr_b;
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= corr_a;
-      o[n][1] *= corr_a;
-      o[n][2] *= corr_b;
-      o[n][3] *= corr_b;
-    }
-    // P (rounded to 16 bits) as A fragments: k-chunk c of 16 keys = n-tiles 2c, 2c + 1.
-    uint32_t pf[kBc / 16][4];
-#pragma unroll
-    for (int c = 0; c < kBc / 16; ++c) {
-      float p[2][4];
-#pragma unroll
-      for (int hlf = 0; hlf < 2; ++hlf) {
+      for (int n = 0; n < kBc / 8; ++n) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          p[hlf][e] = exp2f(s[2 * c + hlf][e] - (e < 2 ? base_a : base_b));
+          float v = s[mt][n][e] * scale2;
+          const int j = n * 8 + 2 * t4 + (e & 1);
+          if (a.alibi_slopes != nullptr) {
+            const float dist = static_cast<float>(prow[mt * 16 + 8 * (e >> 1)] - kp[j]);
+            v -= slope2 * (a.alibi_symmetric ? fabsf(dist) : dist);
+          }
+          if (need_mask && (j >= nk || (a.causal && kp[j] > prow[mt * 16 + 8 * (e >> 1)]))) v = -INFINITY;
+          s[mt][n][e] = v;
+          mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }
-        l_a += p[hlf][0] + p[hlf][1];
-        l_b += p[hlf][2] + p[hlf][3];
       }
-      pf[c][0] = Pack<T>(p[0][0], p[0][1]);
-      pf[c][1] = Pack<T>(p[0][2], p[0][3]);
-      pf[c][2] = Pack<T>(p[1][0], p[1][1]);
-      pf[c][3] = Pack<T>(p[1][2], p[1][3]);
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+        const float mnew = fmaxf(m[mt][hf], mx[hf]);
+        // A row with no allowed key so far keeps m = -inf: exponents use 0 instead, so
+        // every p is exp2(-inf) = 0 and nothing becomes NaN.
+        const float base = mnew == -INFINITY ? 0.0f : mnew;
+        const float corr = Exp2(m[mt][hf] - base);
+        m[mt][hf] = mnew;
+        l[mt][hf] *= corr;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          o[mt][n][2 * hf] *= corr;
+          o[mt][n][2 * hf + 1] *= corr;
+        }
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < kBc / 8; ++n) {
+          const float p0 = Exp2(s[mt][n][2 * hf] - base), p1 = Exp2(s[mt][n][2 * hf + 1] - base);
+          s[mt][n][2 * hf] = p0;
+          s[mt][n][2 * hf + 1] = p1;
+          sum += p0 + p1;
+        }
+        l[mt][hf] += sum;
+      }
     }
-    // O += P V: V tile rows are keys (k), columns features (n); ldmatrix.trans gives the B
-    // fragments of two 8-feature n-tiles at once.
+    // O += P V: P (rounded to 16 bits) as A fragments, k-chunk c of 16 keys = n-tiles 2c
+    // and 2c + 1; V fragments by ldmatrix.trans, two 8-feature n-tiles per load, shared by
+    // the warp's two m-tiles.
 #pragma unroll
     for (int c = 0; c < kBc / 16; ++c) {
+      uint32_t pa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        pa[mt][0] = Pack<T>(s[mt][2 * c][0], s[mt][2 * c][1]);
+        pa[mt][1] = Pack<T>(s[mt][2 * c][2], s[mt][2 * c][3]);
+        pa[mt][2] = Pack<T>(s[mt][2 * c + 1][0], s[mt][2 * c + 1][1]);
+        pa[mt][3] = Pack<T>(s[mt][2 * c + 1][2], s[mt][2 * c + 1][3]);
+      }
 #pragma unroll
       for (int n = 0; n < D / 8; n += 2) {
-        // lanes 0-7: keys 16c + 0..7, features 8n..; 8-15: keys 16c + 8..15, same
-        // features; 16-23 and 24-31: the same keys, features 8(n + 1)...
-        const int mat = lane / 8, r = lane % 8;
-        const T* addr = vs + (c * 16 + (mat & 1) * 8 + r) * ld + (n + (mat >> 1)) * 8;
-        uint32_t bv[4];
-        LdMatrixX4Trans(bv, addr);
-        Mma<T>(o[n], pf[c], bv[0], bv[1]);
-        Mma<T>(o[n + 1], pf[c], bv[2], bv[3]);
+        // matrices: keys 16c + 0-7 / + 8-15 at features 8n, then the same at 8(n + 1).
+        uint32_t vb[4];
+        LdMatrixX4Trans(vb, vt + (c * 16 + (mat & 1) * 8 + mr) * ld + (n + (mat >> 1)) * 8);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma<T>(o[mt][n], pa[mt], vb[0], vb[1]);
+          Mma<T>(o[mt][n + 1], pa[mt], vb[2], vb[3]);
+        }
+      }
+    }
+    __syncthreads();  // every warp is done with stage st: the next prefetch may refill it
+  }
+  // Row sums over the quad, then normalise and store.
+  T* out = static_cast<T*>(a.o) + (packed ? qtok0 * a.so.token : b * a.so.batch + r0 * a.so.token) + h * a.so.head;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float lsum = l[mt][hf];
+      lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+      lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+      const int row = warp * kRowsPerWarp + mt * 16 + g + 8 * hf;
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+      if (row < nq) {
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          *reinterpret_cast<uint32_t*>(out + row * a.so.token + n * 8 + 2 * t4) =
+              Pack<T>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
+        }
+        if (a.lse != nullptr && t4 == 0) {
+          a.lse[(qtok0 + row) * a.heads_q + h] = lsum > 0.0f ? (m[mt][hf] + log2f(lsum)) * kLn2Mma : -INFINITY;
+        }
       }
     }
   }
-  // Row sums over the quad, then normalise and store rows g and g + 8.
-#pragma unroll
-  for (int off = 1; off < 4; off *= 2) {
-    l_a += __shfl_xor_sync(0xffffffffu, l_a, off);
-    l_b += __shfl_xor_sync(0xffffffffu, l_b, off);
-  }
-  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
-  T* out = static_cast<T*>(a.o) + (packed ? qtok0 * a.so.token : b * a.so.batch + r0 * a.so.token) + h * a.so.head;
-#pragma unroll
-  for (int n = 0; n < D / 8; ++n) {
-    const int col = n * 8 + 2 * t4;
-    if (row_a < nq) {
-      *reinterpret_cast<uint32_t*>(out + row_a * a.so.token + col) = Pack<T>(o[n][0] * inv_a, o[n][1] * inv_a);
+}
+
+// One thread per (key token, kv head, plane) of one sequence (blockIdx.y), grid-stride;
+// features past rope_dim are copied. Positions as in the attention kernel.
+template <class T>
+__global__ void RotateKeysKernel(AttentionKernelArgs a, T* out) {
+  const int64_t b = blockIdx.y;
+  const bool packed = a.cu_seqlens_k != nullptr;
+  const int64_t k0 = packed ? a.cu_seqlens_k[b] : 0;
+  const int64_t lk = packed ? a.cu_seqlens_k[b + 1] - k0 : a.seq_k;
+  const int64_t ktok0 = packed ? k0 : b * a.seq_k;
+  const T* src = static_cast<const T*>(a.k) + (packed ? k0 * a.sk.token : b * a.sk.batch);
+  const int64_t d = a.head_dim, half = a.rope_dim / 2, rest = d - a.rope_dim;
+  const int64_t per_token = a.heads_kv * (half + rest);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < lk * per_token;
+       idx += stride) {
+    const int64_t j = idx / per_token, rem = idx - j * per_token;
+    const int64_t hh = rem / (half + rest), w = rem - hh * (half + rest);
+    const T* x = src + j * a.sk.token + hh * a.sk.head;
+    T* y = out + ((ktok0 + j) * a.heads_kv + hh) * d;
+    if (w >= half) {  // a feature past the rotary ones
+      const int64_t c = a.rope_dim + (w - half);
+      y[c] = x[c];
+      continue;
     }
-    if (row_b < nq) {
-      *reinterpret_cast<uint32_t*>(out + row_b * a.so.token + col) = Pack<T>(o[n][2] * inv_b, o[n][3] * inv_b);
-    }
-  }
-  if (a.lse != nullptr && t4 == 0) {
-    if (row_a < nq) a.lse[(qtok0 + row_a) * a.heads_q + h] = l_a > 0.0f ? (m_a + log2f(l_a)) * kLn2Mma : -INFINITY;
-    if (row_b < nq) a.lse[(qtok0 + row_b) * a.heads_q + h] = l_b > 0.0f ? (m_b + log2f(l_b)) * kLn2Mma : -INFINITY;
+    const int64_t pj = a.k_positions != nullptr ? a.k_positions[ktok0 + j] : j;
+    float sn, cn;
+    sincosf(ReducedAngle(pj, a.rope_thetas[w]), &sn, &cn);
+    cn *= a.rope_attention_factor;
+    sn *= a.rope_attention_factor;
+    const int64_t c1 = a.rope_interleaved ? 2 * w : w;
+    const int64_t c2 = a.rope_interleaved ? 2 * w + 1 : w + half;
+    const float x1 = ToF(x[c1]), x2 = ToF(x[c2]);
+    y[c1] = FromF<T>(x1 * cn - x2 * sn);
+    y[c2] = FromF<T>(x1 * sn + x2 * cn);
   }
 }
 
 template <class T, int D>
 std::string Launch(const AttentionKernelArgs& args, cudaStream_t s) {
   constexpr int ld = D + kPad;
-  const size_t shared = static_cast<size_t>(kBr + 2 * kBc) * ld * sizeof(T) + (kBr + kBc) * sizeof(int64_t);
+  const size_t shared = static_cast<size_t>(kBr + 4 * kBc) * ld * sizeof(T) + (kBr + 2 * kBc) * sizeof(int64_t);
   cudaError_t e = cudaFuncSetAttribute(MmaForwardKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared));
   if (e != cudaSuccess) return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
@@ -363,6 +467,22 @@ std::string MmaIneligibility(const AttentionKernelArgs& a) {
     }
   }
   return "";
+}
+
+std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* stream) {
+  if (args.num_seqs == 0) return "";
+  if (args.dtype != CudaDType::kBFloat16 && args.dtype != CudaDType::kFloat16) {
+    return "LaunchRotateKeys takes bfloat16 or float16";
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const dim3 grid(512, static_cast<unsigned>(args.num_seqs));
+  if (args.dtype == CudaDType::kBFloat16) {
+    RotateKeysKernel<__nv_bfloat16><<<grid, 256, 0, s>>>(args, static_cast<__nv_bfloat16*>(out));
+  } else {
+    RotateKeysKernel<__half><<<grid, 256, 0, s>>>(args, static_cast<__half*>(out));
+  }
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream) {

@@ -28,6 +28,16 @@ absl::Status CheckDevice(const void* p, const char* name) {
 
 }  // namespace
 
+int64_t CudaAttentionWorkspaceBytes(const CudaAttentionArgs& a) {
+  if (a.rope == nullptr || (a.dtype != CudaDType::kBFloat16 && a.dtype != CudaDType::kFloat16) ||
+      a.kernel == CudaAttentionKernel::kSimt) {
+    return 0;
+  }
+  const int64_t tokens = a.cu_seqlens_k != nullptr ? a.tokens_k : a.batch * a.seq_k;
+  if (tokens <= 0 || a.heads_kv <= 0 || a.head_dim <= 0) return 0;
+  return tokens * a.heads_kv * a.head_dim * 2;
+}
+
 absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
   if (a.heads_q < 1 || a.heads_kv < 1 || a.heads_q % a.heads_kv != 0) {
     return Bad(absl::StrCat("heads_q (", a.heads_q, ") must be a positive multiple of heads_kv (",
@@ -117,6 +127,22 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
     return Bad(absl::StrCat("kernel = kTensorCore: ", why_not_mma));
   }
   const bool mma = a.kernel != CudaAttentionKernel::kSimt && why_not_mma.empty();
+  if (mma && a.rope != nullptr && a.workspace != nullptr) {
+    const int64_t need = CudaAttentionWorkspaceBytes(a);
+    if (need <= 0) return Bad("packed batches with a RoPE workspace must give tokens_k > 0");
+    if (a.workspace_bytes < need) {
+      return Bad(absl::StrCat("workspace_bytes (", a.workspace_bytes, ") is below the ", need,
+                              " bytes CudaAttentionWorkspaceBytes asks for"));
+    }
+    if (absl::Status s = CheckDevice(a.workspace, "workspace"); !s.ok()) return s;
+    const std::string rot = LaunchRotateKeys(k, a.workspace, stream);
+    if (!rot.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", rot));
+    // The attention reads the rotated keys, dense [key tokens, heads_kv, head_dim].
+    k.k = a.workspace;
+    k.sk = CudaStrides{packed ? 0 : a.seq_k * a.heads_kv * a.head_dim, a.heads_kv * a.head_dim,
+                       a.head_dim};
+    k.k_prerotated = true;
+  }
   const std::string err = mma ? LaunchAttentionForwardMma(k, stream) : LaunchAttentionForward(k, stream);
   if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", err));
   return absl::OkStatus();

@@ -55,7 +55,19 @@ struct CudaAttentionArgs {
   const encodings::sequence::cuda::RopeCuda* rope = nullptr;  // optional; rotary_dim <= head_dim
   const float* alibi_slopes = nullptr;  // optional device [heads_q]
   bool alibi_symmetric = false;
+  // Optional device scratch for RoPE on the tensor-core kernel: with at least
+  // CudaAttentionWorkspaceBytes(args) bytes the keys are rotated once per call into it
+  // (one pass over k) instead of once per 128-query block inside the kernel. Packed
+  // batches also give tokens_k, the total number of key tokens (cu_seqlens_k[num_seqs]).
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  int64_t tokens_k = 0;
 };
+
+// Bytes of workspace that lets the tensor-core kernel rotate the keys once per call: key
+// tokens x heads_kv x head_dim x 2 when RoPE is on and the tensor-core kernel takes the
+// call, else 0. (Packed: needs tokens_k.)
+int64_t CudaAttentionWorkspaceBytes(const CudaAttentionArgs& args);
 
 absl::Status CudaAttentionForward(const CudaAttentionArgs& args, void* stream);
 

@@ -33,7 +33,9 @@ double GemmTflops() {
   return rate;
 }
 
-enum Encoding : int { kNone = 0, kRope = 1, kAlibi = 2 };
+// kRope rotates the keys once per call into a workspace; kRopeInKernel once per query
+// block inside the kernel (no workspace).
+enum Encoding : int { kNone = 0, kRope = 1, kAlibi = 2, kRopeInKernel = 3 };
 
 // args: seq, heads, head_dim, causal (0/1), encoding (Encoding), kernel
 // (CudaAttentionKernel: 0 auto = tensor cores for these shapes, 1 SIMT).
@@ -78,9 +80,15 @@ void BM_Forward(benchmark::State& state) {
   a.o = o;
   a.sq = a.sk = a.sv = a.so = CudaStrides{s * h * d, h * d, d};
   a.causal = causal;
-  if (enc == kRope) a.rope = &*grope;
+  if (enc == kRope || enc == kRopeInKernel) a.rope = &*grope;
   if (enc == kAlibi) a.alibi_slopes = slopes;
   a.kernel = static_cast<CudaAttentionKernel>(state.range(5));
+  void* work = nullptr;
+  if (enc == kRope && CudaAttentionWorkspaceBytes(a) > 0) {
+    a.workspace_bytes = CudaAttentionWorkspaceBytes(a);
+    cudaMalloc(&work, a.workspace_bytes);
+    a.workspace = work;
+  }
   std::string err;
   double sec = 0;
   for (auto _ : state) {
@@ -102,7 +110,7 @@ void BM_Forward(benchmark::State& state) {
     state.counters["gemm_TFLOPs"] = GemmTflops();
     if (GemmTflops() > 0) state.counters["of_gemm"] = tflops / GemmTflops();
   }
-  for (void* p : {q, k, v, o}) cudaFree(p);
+  for (void* p : {q, k, v, o, work}) cudaFree(p);
   cudaFree(slopes);
 }
 BENCHMARK(BM_Forward)
@@ -110,6 +118,7 @@ BENCHMARK(BM_Forward)
     ->Args({4096, 16, 128, 0, kNone, 0})
     ->Args({4096, 16, 128, 1, kNone, 0})
     ->Args({4096, 16, 128, 1, kRope, 0})
+    ->Args({4096, 16, 128, 1, kRopeInKernel, 0})
     ->Args({4096, 16, 128, 1, kAlibi, 0})
     ->Args({4096, 16, 64, 0, kNone, 0})
     ->Args({4096, 16, 64, 1, kNone, 0})

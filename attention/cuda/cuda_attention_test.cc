@@ -43,6 +43,12 @@ struct DeviceVector {
               cudaSuccess);
     EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
   }
+  DeviceVector(const DeviceVector&) = delete;
+  DeviceVector& operator=(const DeviceVector&) = delete;
+  void Set(const std::vector<T>& h) {  // same size
+    ASSERT_EQ(h.size(), n);
+    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
   std::vector<T> Get() const {
     std::vector<T> h(n);
     EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -212,8 +218,10 @@ void CheckTensorCore(CudaDType dtype, double max_tol, double rms_tol) {
   std::mt19937_64 rng(17);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   auto to16 = [](float x) {
-    if constexpr (std::is_same_v<T, seq::BFloat16>) return seq::ToBFloat16(x);
-    else return seq::ToFloat16(x);
+    if constexpr (std::is_same_v<T, seq::BFloat16>)
+      return seq::ToBFloat16(x);
+    else
+      return seq::ToFloat16(x);
   };
   for (const TcCase& c : {TcCase{1, 1, 1, 1, 1, 64, false, false, false, false},
                           TcCase{2, 63, 64, 4, 2, 64, true, true, false, false},
@@ -239,20 +247,23 @@ void CheckTensorCore(CudaDType dtype, double max_tol, double rms_tol) {
     ro.head_dim = c.d;
     ro.rotary_dim = c.d / 2;
     if (c.interleaved) ro.pairing = seq::PlanePairing::kInterleaved;
-    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
+    absl::StatusOr<seq::Rope> rope =
+        seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
     ASSERT_TRUE(rope.ok()) << rope.status();
     RopeRowTransform tq(*rope), tk(*rope, seq::RopeRole::kKey);
     if (c.rope) {
       args.q_transform = &tq;
       args.k_transform = &tk;
     }
-    absl::StatusOr<seq::AlibiBias> alibi = seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
+    absl::StatusOr<seq::AlibiBias> alibi =
+        seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
     ASSERT_TRUE(alibi.ok());
     if (c.alibi) args.biases = {&*alibi};
     const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v);
     std::vector<double> want(qd.size()), want_lse(c.batch * c.sq * c.hq);
     ASSERT_TRUE(ReferenceForward<double>(args, qd.data(), kd.data(), vd.data(), want.data(),
-                                         want_lse.data()).ok());
+                                         want_lse.data())
+                    .ok());
     absl::StatusOr<seq::cuda::RopeCuda> grope = seq::cuda::RopeCuda::Create(*rope);
     ASSERT_TRUE(grope.ok()) << grope.status();
     std::vector<float> slopes(alibi->slopes().begin(), alibi->slopes().end());
@@ -277,23 +288,37 @@ void CheckTensorCore(CudaDType dtype, double max_tol, double rms_tol) {
     g.causal = c.causal;
     if (c.rope) g.rope = &*grope;
     if (c.alibi) g.alibi_slopes = dslopes.p;
-    const absl::Status st = CudaAttentionForward(g, nullptr);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    const std::vector<T> got = dout.Get();
-    const std::vector<float> got_lse = dlse.Get();
-    double sq_err = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double e = seq::ToFloat(got[i]) - want[i];
-      ASSERT_LE(std::abs(e), max_tol) << "o " << i << ": " << seq::ToFloat(got[i]) << " vs " << want[i];
-      sq_err += e * e;
-    }
-    EXPECT_LE(std::sqrt(sq_err / want.size()), rms_tol);
-    for (size_t i = 0; i < want_lse.size(); ++i) {
-      if (std::isinf(want_lse[i])) {
-        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i << ": " << got_lse[i];
-      } else {
-        ASSERT_NEAR(got_lse[i], want_lse[i], max_tol) << "lse " << i;
+    // With RoPE: keys rotated inside the kernel (no workspace), then once per call into a
+    // workspace; both must match.
+    for (const bool use_workspace : {false, true}) {
+      if (use_workspace && !c.rope) continue;
+      SCOPED_TRACE(use_workspace ? "keys rotated into the workspace"
+                                 : "keys rotated in the kernel");
+      DeviceVector<uint8_t> work(std::vector<uint8_t>(CudaAttentionWorkspaceBytes(g), 0));
+      g.workspace = use_workspace ? static_cast<void*>(work.p) : nullptr;
+      g.workspace_bytes = use_workspace ? CudaAttentionWorkspaceBytes(g) : 0;
+      ASSERT_EQ(use_workspace, g.workspace_bytes > 0);
+      dout.Set(std::vector<T>(q.size(), to16(std::nanf(""))));
+      const absl::Status st = CudaAttentionForward(g, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const std::vector<T> got = dout.Get();
+      const std::vector<float> got_lse = dlse.Get();
+      double sq_err = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double e = seq::ToFloat(got[i]) - want[i];
+        ASSERT_LE(std::abs(e), max_tol)
+            << "o " << i << ": " << seq::ToFloat(got[i]) << " vs " << want[i];
+        sq_err += e * e;
+      }
+      EXPECT_LE(std::sqrt(sq_err / want.size()), rms_tol);
+      for (size_t i = 0; i < want_lse.size(); ++i) {
+        if (std::isinf(want_lse[i])) {
+          EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0)
+              << "lse " << i << ": " << got_lse[i];
+        } else {
+          ASSERT_NEAR(got_lse[i], want_lse[i], max_tol) << "lse " << i;
+        }
       }
     }
   }

@@ -125,7 +125,7 @@ for rows in res["benchmarks"].values():
         peer = sdpa.get((d, causal))
         if not peer:
             continue
-        key = "rope_then_sdpa_TFLOPs" if enc == 1 else "fwd_TFLOPs"
+        key = "rope_then_sdpa_TFLOPs" if enc in (1, 3) else "fwd_TFLOPs"
         if key in peer:
             print(f"vs torch: d{d} causal={causal} enc={enc} kernel={m.group(6)}: "
                   f"{r['TFLOPs']:.1f} / {peer[key]:.1f} TFLOP/s = {r['TFLOPs'] / peer[key]:.3f}x ({key})")

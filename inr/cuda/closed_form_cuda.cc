@@ -23,11 +23,11 @@
 namespace gpe::inr::cuda {
 namespace {
 
-#define GPE_CUDA_RETURN_IF_ERROR(expr)      \
-  do {                                      \
+#define GPE_CUDA_RETURN_IF_ERROR(expr)          \
+  do {                                          \
     if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                           \
-    }                                       \
+      return _st;                               \
+    }                                           \
   } while (0)
 
 // cuBLAS and cuSOLVER take int sizes; the image check and the failure-path maxima take
@@ -54,8 +54,8 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
 
 absl::Status CublasStatus(cublasStatus_t s, const char* what) {
   if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string msg = absl::StrCat("cuBLAS: ", what, " failed: ", cublasGetStatusName(s),
-                                       " (", cublasGetStatusString(s), ")");
+  const std::string msg = absl::StrCat("cuBLAS: ", what, " failed: ", cublasGetStatusName(s), " (",
+                                       cublasGetStatusString(s), ")");
   switch (s) {
     case CUBLAS_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(msg);
@@ -69,28 +69,41 @@ absl::Status CublasStatus(cublasStatus_t s, const char* what) {
 
 const char* CusolverName(cusolverStatus_t s) {
   switch (s) {
-    case CUSOLVER_STATUS_SUCCESS: return "CUSOLVER_STATUS_SUCCESS";
-    case CUSOLVER_STATUS_NOT_INITIALIZED: return "CUSOLVER_STATUS_NOT_INITIALIZED";
-    case CUSOLVER_STATUS_ALLOC_FAILED: return "CUSOLVER_STATUS_ALLOC_FAILED";
-    case CUSOLVER_STATUS_INVALID_VALUE: return "CUSOLVER_STATUS_INVALID_VALUE";
-    case CUSOLVER_STATUS_ARCH_MISMATCH: return "CUSOLVER_STATUS_ARCH_MISMATCH";
-    case CUSOLVER_STATUS_MAPPING_ERROR: return "CUSOLVER_STATUS_MAPPING_ERROR";
-    case CUSOLVER_STATUS_EXECUTION_FAILED: return "CUSOLVER_STATUS_EXECUTION_FAILED";
-    case CUSOLVER_STATUS_INTERNAL_ERROR: return "CUSOLVER_STATUS_INTERNAL_ERROR";
+    case CUSOLVER_STATUS_SUCCESS:
+      return "CUSOLVER_STATUS_SUCCESS";
+    case CUSOLVER_STATUS_NOT_INITIALIZED:
+      return "CUSOLVER_STATUS_NOT_INITIALIZED";
+    case CUSOLVER_STATUS_ALLOC_FAILED:
+      return "CUSOLVER_STATUS_ALLOC_FAILED";
+    case CUSOLVER_STATUS_INVALID_VALUE:
+      return "CUSOLVER_STATUS_INVALID_VALUE";
+    case CUSOLVER_STATUS_ARCH_MISMATCH:
+      return "CUSOLVER_STATUS_ARCH_MISMATCH";
+    case CUSOLVER_STATUS_MAPPING_ERROR:
+      return "CUSOLVER_STATUS_MAPPING_ERROR";
+    case CUSOLVER_STATUS_EXECUTION_FAILED:
+      return "CUSOLVER_STATUS_EXECUTION_FAILED";
+    case CUSOLVER_STATUS_INTERNAL_ERROR:
+      return "CUSOLVER_STATUS_INTERNAL_ERROR";
     case CUSOLVER_STATUS_MATRIX_TYPE_NOT_SUPPORTED:
       return "CUSOLVER_STATUS_MATRIX_TYPE_NOT_SUPPORTED";
-    case CUSOLVER_STATUS_NOT_SUPPORTED: return "CUSOLVER_STATUS_NOT_SUPPORTED";
-    case CUSOLVER_STATUS_ZERO_PIVOT: return "CUSOLVER_STATUS_ZERO_PIVOT";
-    case CUSOLVER_STATUS_INVALID_LICENSE: return "CUSOLVER_STATUS_INVALID_LICENSE";
-    case CUSOLVER_STATUS_INVALID_WORKSPACE: return "CUSOLVER_STATUS_INVALID_WORKSPACE";
-    default: return "unknown cusolverStatus_t";
+    case CUSOLVER_STATUS_NOT_SUPPORTED:
+      return "CUSOLVER_STATUS_NOT_SUPPORTED";
+    case CUSOLVER_STATUS_ZERO_PIVOT:
+      return "CUSOLVER_STATUS_ZERO_PIVOT";
+    case CUSOLVER_STATUS_INVALID_LICENSE:
+      return "CUSOLVER_STATUS_INVALID_LICENSE";
+    case CUSOLVER_STATUS_INVALID_WORKSPACE:
+      return "CUSOLVER_STATUS_INVALID_WORKSPACE";
+    default:
+      return "unknown cusolverStatus_t";
   }
 }
 
 absl::Status CusolverStatus(cusolverStatus_t s, const char* what) {
   if (s == CUSOLVER_STATUS_SUCCESS) return absl::OkStatus();
-  const std::string msg =
-      absl::StrCat("cuSOLVER: ", what, " failed: ", CusolverName(s), " (", static_cast<int>(s), ")");
+  const std::string msg = absl::StrCat("cuSOLVER: ", what, " failed: ", CusolverName(s), " (",
+                                       static_cast<int>(s), ")");
   switch (s) {
     case CUSOLVER_STATUS_ALLOC_FAILED:
       return absl::ResourceExhaustedError(msg);
@@ -119,8 +132,7 @@ absl::Status CheckLambda(double lambda) {
 
 absl::Status CheckSize(int64_t rows, int64_t cols, const char* what) {
   if (rows < 1 || cols < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " is empty (", rows, " x ", cols, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " is empty (", rows, " x ", cols, ")"));
   }
   if (rows > kMaxDim || cols > kMaxDim || rows > kMaxDim / cols) {
     return absl::OutOfRangeError(absl::StrCat(what, " is too large (", rows, " x ", cols,
@@ -131,7 +143,8 @@ absl::Status CheckSize(int64_t rows, int64_t cols, const char* what) {
 
 absl::Status CheckHostMatrix(const MatrixRef& m, const char* what) {
   GPE_CUDA_RETURN_IF_ERROR(CheckSize(m.rows(), m.cols(), what));
-  if (!m.allFinite()) return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite entry"));
+  if (!m.allFinite())
+    return absl::InvalidArgumentError(absl::StrCat(what, " has a non-finite entry"));
   return absl::OkStatus();
 }
 
@@ -143,8 +156,7 @@ absl::Status CheckChannels(const MatrixRef& psi_y, const MatrixRef& psi_x,
     if (channels[c].rows() != psi_y.rows() || channels[c].cols() != psi_x.rows()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "channel ", c, " is ", channels[c].rows(), " x ", channels[c].cols(),
-          "; the factors encode ", psi_y.rows(), " rows (y) and ", psi_x.rows(),
-          " columns (x)"));
+          "; the factors encode ", psi_y.rows(), " rows (y) and ", psi_x.rows(), " columns (x)"));
     }
   }
   return absl::OkStatus();
@@ -189,9 +201,9 @@ class DeviceBuffer {
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) {
       (void)cudaGetLastError();  // an allocation failure is not sticky; clear it
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "CUDA: cudaMalloc of ", bytes, " bytes for ", what, " failed: ", cudaGetErrorName(e),
-          " (", cudaGetErrorString(e), ")"));
+      return absl::ResourceExhaustedError(absl::StrCat("CUDA: cudaMalloc of ", bytes, " bytes for ",
+                                                       what, " failed: ", cudaGetErrorName(e), " (",
+                                                       cudaGetErrorString(e), ")"));
     }
     p_ = p;
     bytes_ = bytes;
@@ -301,66 +313,69 @@ absl::Status SeparableFitterCuda::Impl::Factor(const double* psi, int64_t n, int
   GPE_CUDA_RETURN_IF_ERROR(
       KernelStatus(LaunchFlagNonFinite(psi, n * k, ints_d + kFlagIn, stream), "FlagNonFinite"));
   // psi's bytes are the column-major K x n matrix Psi^T (ld K): G = (Psi^T)(Psi^T)^T,
-  // i.e. syrk with op N. Only G's lower triangle is written (and read below).
+  // i.e. syrk with op N. Only G's lower triangle is written and read; the upper one is
+  // zeroed first so that no stale bytes (NaN patterns) sit beside it.
+  GPE_CUDA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(l, 0, static_cast<size_t>(k * k) * sizeof(double), stream),
+                 "cudaMemsetAsync (G)"));
   const double one = 1.0, zero = 0.0;
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, ik,
-                                                    static_cast<int>(n), &one, psi, ik, &zero, l,
-                                                    ik),
-                                        "cublasDsyrk (G = Psi^T Psi)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CublasStatus(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, ik, static_cast<int>(n),
+                               &one, psi, ik, &zero, l, ik),
+                   "cublasDsyrk (G = Psi^T Psi)"));
   if (options.lambda != 0.0) {
-    GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-        LaunchAddToDiagonal(l, k, k, options.lambda, stream), "AddToDiagonal (G + lambda I)"));
+    GPE_CUDA_RETURN_IF_ERROR(KernelStatus(LaunchAddToDiagonal(l, k, k, options.lambda, stream),
+                                          "AddToDiagonal (G + lambda I)"));
   }
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(cublasDcopy(blas, ik, l, ik + 1, diag_g, 1),
-                                        "cublasDcopy (diag G)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CublasStatus(cublasDcopy(blas, ik, l, ik + 1, diag_g, 1), "cublasDcopy (diag G)"));
   int lwork = 0;
-  GPE_CUDA_RETURN_IF_ERROR(CusolverStatus(
-      cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ik, l, ik, &lwork),
-      "cusolverDnDpotrf_bufferSize"));
-  GPE_CUDA_RETURN_IF_ERROR(work.Reserve(
-      static_cast<size_t>(std::max(lwork, 1)) * sizeof(double), "the Cholesky workspace"));
-  GPE_CUDA_RETURN_IF_ERROR(CusolverStatus(
-      cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ik, l, ik, work.as<double>(), lwork,
-                       ints_d + kInfo),
-      "cusolverDnDpotrf (Cholesky of G)"));
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(cublasDcopy(blas, ik, l, ik + 1, diag_l, 1),
-                                        "cublasDcopy (diag L)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CusolverStatus(cusolverDnDpotrf_bufferSize(solver, CUBLAS_FILL_MODE_LOWER, ik, l, ik, &lwork),
+                     "cusolverDnDpotrf_bufferSize"));
+  GPE_CUDA_RETURN_IF_ERROR(work.Reserve(static_cast<size_t>(std::max(lwork, 1)) * sizeof(double),
+                                        "the Cholesky workspace"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CusolverStatus(cusolverDnDpotrf(solver, CUBLAS_FILL_MODE_LOWER, ik, l, ik, work.as<double>(),
+                                      lwork, ints_d + kInfo),
+                     "cusolverDnDpotrf (Cholesky of G)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CublasStatus(cublasDcopy(blas, ik, l, ik + 1, diag_l, 1), "cublasDcopy (diag L)"));
   int host_ints[kNumInts] = {0, 0, 0};
   std::vector<double> host_diag(static_cast<size_t>(2 * k));
   GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host_ints, ints_d, sizeof(host_ints), cudaMemcpyDeviceToHost, stream),
       "cudaMemcpyAsync (potrf info)"));
-  GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(host_diag.data(), diag_g, host_diag.size() * sizeof(double),
-                      cudaMemcpyDeviceToHost, stream),
-      "cudaMemcpyAsync (Cholesky pivots)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(host_diag.data(), diag_g, host_diag.size() * sizeof(double),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "cudaMemcpyAsync (Cholesky pivots)"));
   GPE_CUDA_RETURN_IF_ERROR(Sync("the Cholesky factorisation"));
   if (host_ints[kFlagIn] != 0) {
     return absl::InvalidArgumentError(absl::StrCat(name, " has a non-finite entry"));
   }
   const int info = host_ints[kInfo];
   if (info < 0) {
-    return absl::InternalError(absl::StrCat("cuSOLVER: cusolverDnDpotrf rejected argument ",
-                                            -info, " (K = ", k, ")"));
+    return absl::InternalError(
+        absl::StrCat("cuSOLVER: cusolverDnDpotrf rejected argument ", -info, " (K = ", k, ")"));
   }
   double max_diag = 0.0;
   for (int64_t i = 0; i < k; ++i) max_diag = std::max(max_diag, host_diag[i]);
   if (max_diag == 0.0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the encoding factor ", name,
-        " is all zeros: no coordinate touches any basis function"));
+        "the encoding factor ", name, " is all zeros: no coordinate touches any basis function"));
   }
   // The CPU rule (closed_form.cc, FactorGram): diag(L)^2 above 1e3 eps of the largest
   // diagonal entry of G, i.e. cond(G) below ~4e12.
   double min_pivot = std::numeric_limits<double>::infinity();
   if (info == 0) {
-    for (int64_t i = 0; i < k; ++i) min_pivot = std::min(min_pivot, host_diag[k + i] * host_diag[k + i]);
+    for (int64_t i = 0; i < k; ++i)
+      min_pivot = std::min(min_pivot, host_diag[k + i] * host_diag[k + i]);
   }
   if (info != 0 || !(min_pivot >= 1e3 * std::numeric_limits<double>::epsilon() * max_diag)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the encoding factor ", name, " (", n, " coordinates x ", k,
-        " basis functions) is rank deficient or too ill-conditioned for lambda = ",
-        options.lambda,
+        " basis functions) is rank deficient or too ill-conditioned for lambda = ", options.lambda,
         ": use a ridge lambda > 0, fewer shifts, or a wider basis (or the CPU path's rcond > 0)"));
   }
   return absl::OkStatus();
@@ -432,19 +447,19 @@ absl::Status SeparableFitterCuda::Impl::OverflowError(const double* s) {
     // Only the image and the factor of the first product are float32.
     const bool y_first = order == Contraction::kYFirst;
     const double max_f = y_first ? *max_y : *max_x;
-    const char* culprit = *max_s > limit  ? "image channel has values beyond"
-                          : max_f > limit ? (y_first ? "Psi_y has values beyond"
-                                                     : "Psi_x has values beyond")
-                                          : "image channel times the factors overflows";
+    const char* culprit = *max_s > limit ? "image channel has values beyond"
+                          : max_f > limit
+                              ? (y_first ? "Psi_y has values beyond" : "Psi_x has values beyond")
+                              : "image channel times the factors overflows";
     const int64_t terms = y_first ? ny : nx;
     return absl::InvalidArgumentError(absl::StrCat(
         culprit, " float32's range (|x| <= ", limit, ") in the float32 image products (", sizes,
         "; the products sum ", terms,
         " terms psi * image): scale the image down or set float32_image_products = false"));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "image channel times the factors overflows float64's range (", sizes,
-      "): the weights W would be non-finite; scale the image down"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("image channel times the factors overflows float64's range (", sizes,
+                   "): the weights W would be non-finite; scale the image down"));
 }
 
 absl::Status SeparableFitterCuda::Impl::Fit(const double* s, double* w) {
@@ -463,11 +478,11 @@ absl::Status SeparableFitterCuda::Impl::Fit(const double* s, double* w) {
   const float onef = 1.0f, zerof = 0.0f;
   GPE_CUDA_RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(ints_d, 0, kNumInts * sizeof(int), stream), "cudaMemsetAsync"));
-  GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-      LaunchFlagNonFinite(s, ny * nx, ints_d + kFlagIn, stream), "FlagNonFinite (image)"));
+  GPE_CUDA_RETURN_IF_ERROR(KernelStatus(LaunchFlagNonFinite(s, ny * nx, ints_d + kFlagIn, stream),
+                                        "FlagNonFinite (image)"));
   if (f32) {
-    GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-        LaunchDemoteToFloat(s, s_f.as<float>(), ny * nx, stream), "DemoteToFloat (image)"));
+    GPE_CUDA_RETURN_IF_ERROR(KernelStatus(LaunchDemoteToFloat(s, s_f.as<float>(), ny * nx, stream),
+                                          "DemoteToFloat (image)"));
   }
   // Column-major views (see the header): Y = Psi_y^T (K_y x n_y, ld K_y),
   // X = Psi_x^T (K_x x n_x, ld K_x), S^T (n_x x n_y, ld n_x). The result w is the
@@ -480,19 +495,19 @@ absl::Status SeparableFitterCuda::Impl::Fit(const double* s, double* w) {
           cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, inx, iky, iny, &onef, s_f.as<float>(), inx,
                       psi_y_f.as<float>(), iky, &zerof, t_f.as<float>(), inx),
           "cublasSgemm (Psi_y^T S, float32)"));
-      GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-          LaunchWidenToDouble(t_f.as<float>(), td, nx * ky, stream), "WidenToDouble"));
+      GPE_CUDA_RETURN_IF_ERROR(
+          KernelStatus(LaunchWidenToDouble(t_f.as<float>(), td, nx * ky, stream), "WidenToDouble"));
     } else {
-      GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-          cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, inx, iky, iny, &one, s, inx,
-                      psi_y.as<double>(), iky, &zero, td, inx),
-          "cublasDgemm (Psi_y^T S)"));
+      GPE_CUDA_RETURN_IF_ERROR(
+          CublasStatus(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, inx, iky, iny, &one, s, inx,
+                                   psi_y.as<double>(), iky, &zero, td, inx),
+                       "cublasDgemm (Psi_y^T S)"));
     }
     // M^T = X T: K_x x K_y, ld K_x.
-    GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-        cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ikx, iky, inx, &one, psi_x.as<double>(), ikx,
-                    td, inx, &zero, w, ikx),
-        "cublasDgemm ((Psi_y^T S) Psi_x)"));
+    GPE_CUDA_RETURN_IF_ERROR(
+        CublasStatus(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ikx, iky, inx, &one,
+                                 psi_x.as<double>(), ikx, td, inx, &zero, w, ikx),
+                     "cublasDgemm ((Psi_y^T S) Psi_x)"));
   } else {
     // T = X S^T = (S Psi_x)^T: K_x x n_y, ld K_x.
     if (f32) {
@@ -500,36 +515,36 @@ absl::Status SeparableFitterCuda::Impl::Fit(const double* s, double* w) {
           cublasSgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ikx, iny, inx, &onef, psi_x_f.as<float>(),
                       ikx, s_f.as<float>(), inx, &zerof, t_f.as<float>(), ikx),
           "cublasSgemm (S Psi_x, float32)"));
-      GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-          LaunchWidenToDouble(t_f.as<float>(), td, kx * ny, stream), "WidenToDouble"));
+      GPE_CUDA_RETURN_IF_ERROR(
+          KernelStatus(LaunchWidenToDouble(t_f.as<float>(), td, kx * ny, stream), "WidenToDouble"));
     } else {
-      GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-          cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ikx, iny, inx, &one, psi_x.as<double>(),
-                      ikx, s, inx, &zero, td, ikx),
-          "cublasDgemm (S Psi_x)"));
+      GPE_CUDA_RETURN_IF_ERROR(
+          CublasStatus(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ikx, iny, inx, &one,
+                                   psi_x.as<double>(), ikx, s, inx, &zero, td, ikx),
+                       "cublasDgemm (S Psi_x)"));
     }
     // M^T = T Y^T: K_x x K_y, ld K_x.
-    GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-        cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, ikx, iky, iny, &one, td, ikx,
-                    psi_y.as<double>(), iky, &zero, w, ikx),
-        "cublasDgemm (Psi_y^T (S Psi_x))"));
+    GPE_CUDA_RETURN_IF_ERROR(
+        CublasStatus(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, ikx, iky, iny, &one, td, ikx,
+                                 psi_y.as<double>(), iky, &zero, w, ikx),
+                     "cublasDgemm (Psi_y^T (S Psi_x))"));
   }
   // W^T = G_x^-1 M^T G_y^-1 (G symmetric): potrs with L_x from the left, then from the
   // right X L_y^T = B and Y L_y = X, so Y = B L_y^-T L_y^-1 = B G_y^-1.
-  GPE_CUDA_RETURN_IF_ERROR(CusolverStatus(
-      cusolverDnDpotrs(solver, CUBLAS_FILL_MODE_LOWER, ikx, iky, l_x.as<double>(), ikx, w, ikx,
-                       ints_d + kInfo),
-      "cusolverDnDpotrs (G_x^-1 M^T)"));
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-      cublasDtrsm(blas, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T,
-                  CUBLAS_DIAG_NON_UNIT, ikx, iky, &one, l_y.as<double>(), iky, w, ikx),
-      "cublasDtrsm (times L_y^-T)"));
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-      cublasDtrsm(blas, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
-                  CUBLAS_DIAG_NON_UNIT, ikx, iky, &one, l_y.as<double>(), iky, w, ikx),
-      "cublasDtrsm (times L_y^-1)"));
-  GPE_CUDA_RETURN_IF_ERROR(KernelStatus(
-      LaunchFlagNonFinite(w, ky * kx, ints_d + kFlagOut, stream), "FlagNonFinite (W)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CusolverStatus(cusolverDnDpotrs(solver, CUBLAS_FILL_MODE_LOWER, ikx, iky, l_x.as<double>(),
+                                      ikx, w, ikx, ints_d + kInfo),
+                     "cusolverDnDpotrs (G_x^-1 M^T)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CublasStatus(cublasDtrsm(blas, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T,
+                               CUBLAS_DIAG_NON_UNIT, ikx, iky, &one, l_y.as<double>(), iky, w, ikx),
+                   "cublasDtrsm (times L_y^-T)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CublasStatus(cublasDtrsm(blas, CUBLAS_SIDE_RIGHT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
+                               CUBLAS_DIAG_NON_UNIT, ikx, iky, &one, l_y.as<double>(), iky, w, ikx),
+                   "cublasDtrsm (times L_y^-1)"));
+  GPE_CUDA_RETURN_IF_ERROR(KernelStatus(LaunchFlagNonFinite(w, ky * kx, ints_d + kFlagOut, stream),
+                                        "FlagNonFinite (W)"));
   int host_ints[kNumInts] = {0, 0, 0};
   GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(host_ints, ints_d, sizeof(host_ints), cudaMemcpyDeviceToHost, stream),
@@ -539,8 +554,8 @@ absl::Status SeparableFitterCuda::Impl::Fit(const double* s, double* w) {
     return absl::InvalidArgumentError("image channel has a non-finite entry");
   }
   if (host_ints[kInfo] != 0) {
-    return absl::InternalError(absl::StrCat("cuSOLVER: cusolverDnDpotrs returned info ",
-                                            host_ints[kInfo]));
+    return absl::InternalError(
+        absl::StrCat("cuSOLVER: cusolverDnDpotrs returned info ", host_ints[kInfo]));
   }
   if (host_ints[kFlagOut] != 0) return OverflowError(s);
   return absl::OkStatus();
@@ -586,8 +601,8 @@ absl::StatusOr<SeparableFitterCuda> SeparableFitterCuda::Create(
   if (options.device < 0) {
     GPE_CUDA_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&impl->device), "cudaGetDevice"));
   } else if (options.device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("device ", options.device, " does not exist (",
-                                                   count, " CUDA devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", options.device, " does not exist (", count, " CUDA devices)"));
   } else {
     impl->device = options.device;
   }
@@ -602,8 +617,8 @@ absl::StatusOr<SeparableFitterCuda> SeparableFitterCuda::Create(
   GPE_CUDA_RETURN_IF_ERROR(CublasStatus(cublasCreate(&impl->blas), "cublasCreate"));
   GPE_CUDA_RETURN_IF_ERROR(
       CublasStatus(cublasSetStream(impl->blas, impl->stream), "cublasSetStream"));
-  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(
-      cublasSetPointerMode(impl->blas, CUBLAS_POINTER_MODE_HOST), "cublasSetPointerMode"));
+  GPE_CUDA_RETURN_IF_ERROR(CublasStatus(cublasSetPointerMode(impl->blas, CUBLAS_POINTER_MODE_HOST),
+                                        "cublasSetPointerMode"));
   GPE_CUDA_RETURN_IF_ERROR(
       CublasStatus(cublasSetMathMode(impl->blas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode"));
   GPE_CUDA_RETURN_IF_ERROR(CusolverStatus(cusolverDnCreate(&impl->solver), "cusolverDnCreate"));
@@ -621,10 +636,10 @@ absl::Status SeparableFitterCuda::SetFactors(const MatrixRef& psi_y, const Matri
   DeviceScope scope;
   GPE_CUDA_RETURN_IF_ERROR(scope.Enter(m.device));
   // The host rows (stride outerStride) become contiguous device rows.
-  GPE_CUDA_RETURN_IF_ERROR(m.psi_y.Reserve(
-      static_cast<size_t>(psi_y.size()) * sizeof(double), "Psi_y"));
-  GPE_CUDA_RETURN_IF_ERROR(m.psi_x.Reserve(
-      static_cast<size_t>(psi_x.size()) * sizeof(double), "Psi_x"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      m.psi_y.Reserve(static_cast<size_t>(psi_y.size()) * sizeof(double), "Psi_y"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      m.psi_x.Reserve(static_cast<size_t>(psi_x.size()) * sizeof(double), "Psi_x"));
   GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
       cudaMemcpy2DAsync(m.psi_y.as<double>(), psi_y.cols() * sizeof(double), psi_y.data(),
                         psi_y.outerStride() * sizeof(double), psi_y.cols() * sizeof(double),
@@ -639,8 +654,7 @@ absl::Status SeparableFitterCuda::SetFactors(const MatrixRef& psi_y, const Matri
 }
 
 absl::Status SeparableFitterCuda::SetFactorsDevice(const double* psi_y, int64_t n_y, int64_t k_y,
-                                                   const double* psi_x, int64_t n_x,
-                                                   int64_t k_x) {
+                                                   const double* psi_x, int64_t n_x, int64_t k_x) {
   Impl& m = *impl_;
   m.ready = false;
   GPE_CUDA_RETURN_IF_ERROR(CheckSize(n_y, k_y, "encoding factor Psi_y"));
@@ -675,8 +689,8 @@ absl::StatusOr<RowMatrixXd> SeparableFitterCuda::Fit(const MatrixRef& s) {
   GPE_CUDA_RETURN_IF_ERROR(CheckSize(s.rows(), s.cols(), "image channel"));
   if (s.rows() != m.ny || s.cols() != m.nx) {
     return absl::InvalidArgumentError(absl::StrCat("the image is ", s.rows(), " x ", s.cols(),
-                                                   "; the factors encode ", m.ny,
-                                                   " rows (y) and ", m.nx, " columns (x)"));
+                                                   "; the factors encode ", m.ny, " rows (y) and ",
+                                                   m.nx, " columns (x)"));
   }
   DeviceScope scope;
   GPE_CUDA_RETURN_IF_ERROR(scope.Enter(m.device));
@@ -684,17 +698,18 @@ absl::StatusOr<RowMatrixXd> SeparableFitterCuda::Fit(const MatrixRef& s) {
       m.s_host.Reserve(static_cast<size_t>(m.ny * m.nx) * sizeof(double), "the image"));
   GPE_CUDA_RETURN_IF_ERROR(
       m.w_host.Reserve(static_cast<size_t>(m.ky * m.kx) * sizeof(double), "W"));
-  GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpy2DAsync(m.s_host.as<double>(), s.cols() * sizeof(double), s.data(),
-                        s.outerStride() * sizeof(double), s.cols() * sizeof(double), s.rows(),
-                        cudaMemcpyHostToDevice, m.stream),
-      "cudaMemcpy2DAsync (image to the device)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy2DAsync(m.s_host.as<double>(), s.cols() * sizeof(double), s.data(),
+                                   s.outerStride() * sizeof(double), s.cols() * sizeof(double),
+                                   s.rows(), cudaMemcpyHostToDevice, m.stream),
+                 "cudaMemcpy2DAsync (image to the device)"));
   GPE_CUDA_RETURN_IF_ERROR(m.Fit(m.s_host.as<double>(), m.w_host.as<double>()));
   RowMatrixXd w(m.ky, m.kx);  // row-major W = column-major W^T: the device bytes as they are
-  GPE_CUDA_RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(w.data(), m.w_host.as<double>(), static_cast<size_t>(w.size()) * sizeof(double),
-                      cudaMemcpyDeviceToHost, m.stream),
-      "cudaMemcpyAsync (W to the host)"));
+  GPE_CUDA_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(w.data(), m.w_host.as<double>(),
+                                 static_cast<size_t>(w.size()) * sizeof(double),
+                                 cudaMemcpyDeviceToHost, m.stream),
+                 "cudaMemcpyAsync (W to the host)"));
   GPE_CUDA_RETURN_IF_ERROR(m.Sync("copying W to the host"));
   return w;
 }
@@ -729,9 +744,8 @@ int SeparableFitterCuda::device() const { return impl_->device; }
 size_t SeparableFitterCuda::device_bytes() const {
   const Impl& m = *impl_;
   size_t total = 0;
-  for (const DeviceBuffer* b : {&m.psi_y, &m.psi_x, &m.psi_y_f, &m.psi_x_f, &m.l_y, &m.l_x,
-                                &m.diag, &m.ints, &m.work, &m.t, &m.t_f, &m.s_f, &m.s_host,
-                                &m.w_host}) {
+  for (const DeviceBuffer* b : {&m.psi_y, &m.psi_x, &m.psi_y_f, &m.psi_x_f, &m.l_y, &m.l_x, &m.diag,
+                                &m.ints, &m.work, &m.t, &m.t_f, &m.s_f, &m.s_host, &m.w_host}) {
     total += b->bytes();
   }
   return total;
@@ -756,9 +770,9 @@ absl::StatusOr<RowMatrixXd> FitSeparable2DCuda(const MatrixRef& psi_y, const Mat
                                                const SeparableFitCudaOptions& options) {
   GPE_CUDA_RETURN_IF_ERROR(CheckSize(s.rows(), s.cols(), "image channel"));
   if (s.rows() != psi_y.rows() || s.cols() != psi_x.rows()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "channel 0 is ", s.rows(), " x ", s.cols(), "; the factors encode ", psi_y.rows(),
-        " rows (y) and ", psi_x.rows(), " columns (x)"));
+    return absl::InvalidArgumentError(absl::StrCat("channel 0 is ", s.rows(), " x ", s.cols(),
+                                                   "; the factors encode ", psi_y.rows(),
+                                                   " rows (y) and ", psi_x.rows(), " columns (x)"));
   }
   GPE_CUDA_RETURN_IF_ERROR(CheckHostMatrix(psi_y, "encoding factor Psi_y"));
   GPE_CUDA_RETURN_IF_ERROR(CheckHostMatrix(psi_x, "encoding factor Psi_x"));

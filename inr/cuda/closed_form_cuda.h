@@ -98,8 +98,8 @@ struct SeparableFitCudaOptions {
   // ~3.4e38 (past it: InvalidArgument naming the culprit, never a non-finite W).
   bool float32_image_products = false;
   Contraction contraction = Contraction::kAuto;
-  int device = -1;          // CUDA device ordinal; -1: the caller's current device at Create
-  void* stream = nullptr;   // a cudaStream_t to run on (not owned); null: the fitter's own
+  int device = -1;         // CUDA device ordinal; -1: the caller's current device at Create
+  void* stream = nullptr;  // a cudaStream_t to run on (not owned); null: the fitter's own
 };
 
 // CUDA devices visible to this process (0 without GPU or driver; `why` then says why).
@@ -123,8 +123,8 @@ class SeparableFitterCuda {
   absl::Status SetFactors(const MatrixRef& psi_y, const MatrixRef& psi_x);
   // The same from device memory: psi_y n_y x K_y and psi_x n_x x K_x, row-major and
   // contiguous. They are copied (the caller may free them after the call).
-  absl::Status SetFactorsDevice(const double* psi_y, int64_t n_y, int64_t k_y,
-                                const double* psi_x, int64_t n_x, int64_t k_x);
+  absl::Status SetFactorsDevice(const double* psi_y, int64_t n_y, int64_t k_y, const double* psi_x,
+                                int64_t n_x, int64_t k_x);
 
   // W (K_y x K_x, row-major, contiguous, device) of the image s (n_y x n_x, row-major,
   // contiguous, device, float64), with the factors set last. s and w must not overlap.

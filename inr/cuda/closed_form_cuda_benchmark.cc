@@ -21,9 +21,10 @@
 // BM_FitCpu/n/f32 (n = 512, 1024) is the CPU fit alone, for the same table.
 // Run on a GPU machine:
 //   ./bazelw run //inr/cuda:closed_form_cuda_benchmark -- --benchmark_counters_tabular=true
-#include <cuda_runtime_api.h>
 #include <cublas_v2.h>
+#include <cuda_runtime_api.h>
 
+#include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,8 +33,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <Eigen/Dense>
 
 #include "benchmark/benchmark.h"
 #include "encodings/coordinate/shifted_basis.h"
@@ -240,7 +239,8 @@ void BM_FitCuda(benchmark::State& state) {
       e.cpu_s = 1e30;
       for (int r = 0; r < 3; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        absl::StatusOr<std::vector<RowMatrixXd>> w = FitSeparable2D(psi, psi, channels, cpu_options);
+        absl::StatusOr<std::vector<RowMatrixXd>> w =
+            FitSeparable2D(psi, psi, channels, cpu_options);
         const auto t1 = std::chrono::steady_clock::now();
         if (!w.ok()) break;
         e.cpu_s = std::min(e.cpu_s, Seconds(t0, t1));

@@ -1,12 +1,12 @@
 // Element-wise kernels of the GPU closed-form fit (closed_form_cuda_kernels.h): grid-stride
 // loops over int64 indices, 256 threads a block, at most 4096 blocks a launch.
-#include "inr/cuda/closed_form_cuda_kernels.h"
-
 #include <cuda_runtime.h>
 
 #include <cfloat>
 #include <cstdint>
 #include <string>
+
+#include "inr/cuda/closed_form_cuda_kernels.h"
 
 namespace gpe::inr::cuda {
 namespace {
@@ -27,24 +27,21 @@ std::string LaunchError() {
 
 __global__ void DemoteKernel(const double* in, float* out, int64_t n) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += step) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     out[i] = __double2float_rn(in[i]);
   }
 }
 
 __global__ void WidenKernel(const float* in, double* out, int64_t n) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += step) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     out[i] = static_cast<double>(in[i]);
   }
 }
 
 __global__ void AddToDiagonalKernel(double* a, int64_t k, int64_t ld, double value) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < k;
-       i += step) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < k; i += step) {
     a[i * (ld + 1)] += value;
   }
 }
@@ -52,8 +49,7 @@ __global__ void AddToDiagonalKernel(double* a, int64_t k, int64_t ld, double val
 __global__ void FlagNonFiniteKernel(const double* x, int64_t n, int* flag) {
   const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
   bool bad = false;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += step) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
     // False for NaN (every comparison with NaN is false) and for +-inf.
     bad |= !(fabs(x[i]) <= DBL_MAX);
   }

@@ -70,9 +70,12 @@ double RelDiff(const RowMatrixXd& a, const RowMatrixXd& b) {
 
 const char* Name(Contraction c) {
   switch (c) {
-    case Contraction::kAuto: return "auto";
-    case Contraction::kYFirst: return "y-first";
-    case Contraction::kXFirst: return "x-first";
+    case Contraction::kAuto:
+      return "auto";
+    case Contraction::kYFirst:
+      return "y-first";
+    case Contraction::kXFirst:
+      return "x-first";
   }
   return "?";
 }
@@ -84,8 +87,8 @@ struct Shape {
 // Non-square images, K_y != K_x, both GEMM orders' preferred shapes (96 x 40 with
 // K = 12 x 5 prefers x first, its transpose y first), odd sizes, and one above cuSOLVER's
 // and cuBLAS's small-matrix paths (K = 72 x 64).
-const Shape kShapes[] = {{64, 64, 8, 8},     {96, 40, 12, 5},  {40, 96, 5, 12},
-                         {33, 17, 4, 2},     {128, 80, 16, 10}, {600, 520, 72, 64}};
+const Shape kShapes[] = {{64, 64, 8, 8}, {96, 40, 12, 5},   {40, 96, 5, 12},
+                         {33, 17, 4, 2}, {128, 80, 16, 10}, {600, 520, 72, 64}};
 
 TEST(FitSeparable2DCuda, MatchesTheCpuFitInFloat64AndFloat32) {
   SKIP_WITHOUT_GPU();
@@ -112,8 +115,8 @@ TEST(FitSeparable2DCuda, MatchesTheCpuFitInFloat64AndFloat32) {
           ASSERT_EQ(gpu->rows(), sh.ky);
           ASSERT_EQ(gpu->cols(), sh.kx);
           EXPECT_LT(RelDiff(*gpu, *cpu), f32 ? kTolFloat32 : kTolFloat64)
-              << sh.ny << " x " << sh.nx << " image, K " << sh.ky << " x " << sh.kx
-              << ", lambda " << lambda << ", " << Name(order) << (f32 ? ", float32" : "");
+              << sh.ny << " x " << sh.nx << " image, K " << sh.ky << " x " << sh.kx << ", lambda "
+              << lambda << ", " << Name(order) << (f32 ? ", float32" : "");
         }
       }
     }
@@ -191,13 +194,18 @@ TEST(SeparableFitterCuda, DevicePointersMatchTheHostApi) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->stream(), static_cast<void*>(stream));
   double *d_py = nullptr, *d_px = nullptr, *d_s = nullptr, *d_w = nullptr;
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_py), psi_y.size() * sizeof(double)), cudaSuccess);
-  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_px), psi_x.size() * sizeof(double)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_py), psi_y.size() * sizeof(double)),
+            cudaSuccess);
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_px), psi_x.size() * sizeof(double)),
+            cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_s), s.size() * sizeof(double)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_w), ky * kx * sizeof(double)), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_py, psi_y.data(), psi_y.size() * sizeof(double), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_px, psi_x.data(), psi_x.size() * sizeof(double), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(d_s, s.data(), s.size() * sizeof(double), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_py, psi_y.data(), psi_y.size() * sizeof(double), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_px, psi_x.data(), psi_x.size() * sizeof(double), cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d_s, s.data(), s.size() * sizeof(double), cudaMemcpyHostToDevice),
+            cudaSuccess);
 
   // Fitting before the factors are set is an error, not garbage.
   EXPECT_EQ(f->FitDevice(d_s, d_w).code(), absl::StatusCode::kFailedPrecondition);
@@ -209,7 +217,8 @@ TEST(SeparableFitterCuda, DevicePointersMatchTheHostApi) {
   EXPECT_EQ(f->FitDevice(nullptr, d_w).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(f->FitDevice(d_s, d_w).ok());
   RowMatrixXd w_dev(ky, kx);
-  ASSERT_EQ(cudaMemcpy(w_dev.data(), d_w, ky * kx * sizeof(double), cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(w_dev.data(), d_w, ky * kx * sizeof(double), cudaMemcpyDeviceToHost),
+            cudaSuccess);
 
   const absl::StatusOr<RowMatrixXd> w_host = f->Fit(s);
   ASSERT_TRUE(w_host.ok()) << w_host.status();
@@ -295,8 +304,8 @@ TEST(FitSeparable2DCuda, NonFiniteImageAndOverflowAreInvalidArgument) {
   for (bool f32 : {false, true}) {
     SeparableFitCudaOptions o;
     o.float32_image_products = f32;
-    for (double bad : {std::numeric_limits<double>::quiet_NaN(),
-                       std::numeric_limits<double>::infinity()}) {
+    for (double bad :
+         {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
       RowMatrixXd t = s;
       t(17, 23) = bad;
       const absl::StatusOr<RowMatrixXd> w = FitSeparable2DCuda(psi_y, psi_x, t, o);
@@ -316,7 +325,8 @@ TEST(FitSeparable2DCuda, NonFiniteImageAndOverflowAreInvalidArgument) {
   EXPECT_TRUE(FitSeparable2DCuda(psi_y, psi_x, big, {}).ok());
   // Overflowing float64's range: 1e305 times sums of ~|psi| |psi| ~ 1e3..1e4 terms.
   RowMatrixXd huge = RowMatrixXd::Constant(40, 48, 1.5e307);
-  const absl::StatusOr<RowMatrixXd> w64 = FitSeparable2DCuda(psi_y * 100.0, psi_x * 100.0, huge, {});
+  const absl::StatusOr<RowMatrixXd> w64 =
+      FitSeparable2DCuda(psi_y * 100.0, psi_x * 100.0, huge, {});
   EXPECT_EQ(w64.status().code(), absl::StatusCode::kInvalidArgument) << w64.status();
   EXPECT_NE(w64.status().message().find("float64"), std::string::npos) << w64.status();
 }
@@ -365,8 +375,8 @@ TEST(SeparableFitterCuda, CreateWithoutGpuIsFailedPrecondition) {
   if (CudaDeviceCount(&why) > 0) GTEST_SKIP() << "a CUDA device is present";
   const absl::StatusOr<SeparableFitterCuda> f = SeparableFitterCuda::Create({});
   EXPECT_EQ(f.status().code(), absl::StatusCode::kFailedPrecondition) << f.status();
-  const absl::StatusOr<RowMatrixXd> w =
-      FitSeparable2DCuda(RandomNormal(40, 5, 71), RandomNormal(48, 6, 72), RandomImage(40, 48, 73), {});
+  const absl::StatusOr<RowMatrixXd> w = FitSeparable2DCuda(
+      RandomNormal(40, 5, 71), RandomNormal(48, 6, 72), RandomImage(40, 48, 73), {});
   EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition) << w.status();
 }
 

@@ -10,7 +10,8 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/b"
 tar -xf "$bundle_tar" -C "$work/b"
 for f in axpy_test cuda_attention_benchmark cuda_attention_test rope_cuda_benchmark \
-         rope_cuda_test gpu_limits_main gpu_limits_test; do
+         rope_cuda_test gpu_limits_main gpu_limits_test closed_form_cuda_benchmark \
+         closed_form_cuda_test; do
   [[ -x "$work/b/bin/$f" ]] || { echo "FAIL: bin/$f missing"; exit 1; }
 done
 [[ -f "$work/b/torch_peers.py" ]] || { echo "FAIL: torch_peers.py missing"; exit 1; }
@@ -32,7 +33,8 @@ python3 - "$work/out/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 names = set(r["tests"])
-want = {"axpy_test", "cuda_attention_test", "rope_cuda_test", "gpu_limits_test"}
+want = {"axpy_test", "cuda_attention_test", "rope_cuda_test", "gpu_limits_test",
+        "closed_form_cuda_test"}
 assert names == want, names
 for n, t in r["tests"].items():
     assert t["exit"] == 0, (n, t)

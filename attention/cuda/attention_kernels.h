@@ -68,6 +68,31 @@ std::string MmaIneligibility(const AttentionKernelArgs& args);
 std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* stream);
 std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream);
 
+// The tensor-core backward (attention_mma_bwd.cu). fwd: the forward's arguments, with o
+// its output (d_o shares o's strides, dq / dk / dv those of q / k / v) and lse its
+// log-sum-exp. Workspaces (device, float32 unless said): row_dot [tokens_q, heads_q];
+// dq_accum [tokens_q, heads_q, head_dim]; with RoPE also dk_accum [tokens_k, heads_kv,
+// head_dim] and q_rot / k_rot (fwd.dtype) dense [tokens, heads, head_dim], and
+// qk_rotated = true (RoPE requires it).
+struct AttentionBackwardKernelArgs {
+  AttentionKernelArgs fwd;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* row_dot = nullptr;
+  float* dq_accum = nullptr;
+  float* dk_accum = nullptr;
+  void* q_rot = nullptr;
+  void* k_rot = nullptr;
+  bool qk_rotated = false;
+};
+// max_seq_k: the longest key sequence; tokens_q / tokens_k: the call's query and key
+// tokens. Enqueues on `stream`; "" or the error.
+std::string LaunchAttentionBackwardMma(const AttentionBackwardKernelArgs& args, int64_t max_seq_k,
+                                       int64_t tokens_q, int64_t tokens_k, void* stream);
+
 }  // namespace gpe::attention::cuda
 
 #endif  // ATTENTION_CUDA_ATTENTION_KERNELS_H_

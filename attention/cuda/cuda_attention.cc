@@ -38,7 +38,12 @@ int64_t CudaAttentionWorkspaceBytes(const CudaAttentionArgs& a) {
   return tokens * a.heads_kv * a.head_dim * 2;
 }
 
-absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
+namespace {
+
+// Checks `a` and fills the kernels' arguments; *empty when there is nothing to compute
+// (no sequences or no query rows).
+absl::Status Prepare(const CudaAttentionArgs& a, AttentionKernelArgs* out, bool* empty) {
+  *empty = false;
   if (a.heads_q < 1 || a.heads_kv < 1 || a.heads_q % a.heads_kv != 0) {
     return Bad(absl::StrCat("heads_q (", a.heads_q, ") must be a positive multiple of heads_kv (",
                             a.heads_kv, ")"));
@@ -68,7 +73,7 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
   for (const CudaStrides* s : {&a.sq, &a.sk, &a.sv, &a.so}) {
     if (s->token < 0 || s->head < 0 || s->batch < 0) return Bad("strides must be >= 0");
   }
-  AttentionKernelArgs k;
+  AttentionKernelArgs& k = *out;
   k.dtype = a.dtype;
   k.num_seqs = seqs;
   k.seq_q = rows;
@@ -105,7 +110,10 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
   }
   k.alibi_slopes = a.alibi_slopes;
   k.alibi_symmetric = a.alibi_symmetric;
-  if (seqs == 0 || rows == 0) return absl::OkStatus();
+  if (seqs == 0 || rows == 0) {
+    *empty = true;
+    return absl::OkStatus();
+  }
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.q, "q"}, {a.o, "o"}}) {
     if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
   }
@@ -122,6 +130,16 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
     if (p == nullptr) continue;
     if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
+  AttentionKernelArgs k;
+  bool empty = false;
+  if (absl::Status s = Prepare(a, &k, &empty); !s.ok() || empty) return s;
+  const bool packed = a.cu_seqlens_q != nullptr;
   const std::string why_not_mma = MmaIneligibility(k);
   if (a.kernel == CudaAttentionKernel::kTensorCore && !why_not_mma.empty()) {
     return Bad(absl::StrCat("kernel = kTensorCore: ", why_not_mma));
@@ -145,6 +163,84 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
   }
   const std::string err = mma ? LaunchAttentionForwardMma(k, stream) : LaunchAttentionForward(k, stream);
   if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", err));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The backward's workspace, sections 256-byte aligned: row_dot, dq_accum, then with RoPE
+// dk_accum, q_rot, k_rot. Returns the total; fills `bw`'s pointers when base is given.
+int64_t BackwardLayout(const CudaAttentionBackwardArgs& b, char* base, AttentionBackwardKernelArgs* bw) {
+  const CudaAttentionArgs& a = b.forward;
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const int64_t tq = packed ? b.tokens_q : a.batch * a.seq_q;
+  const int64_t tk = packed ? b.tokens_k : a.batch * a.seq_k;
+  const int64_t d = a.head_dim;
+  int64_t off = 0;
+  auto take = [&](int64_t bytes) {
+    const int64_t at = off;
+    off += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  const int64_t row_dot = take(tq * a.heads_q * 4), dq = take(tq * a.heads_q * d * 4);
+  int64_t dk = -1, qr = -1, kr = -1;
+  if (a.rope != nullptr) {
+    dk = take(tk * a.heads_kv * d * 4);
+    qr = take(tq * a.heads_q * d * 2);
+    kr = take(tk * a.heads_kv * d * 2);
+  }
+  if (base != nullptr && bw != nullptr) {
+    bw->row_dot = reinterpret_cast<float*>(base + row_dot);
+    bw->dq_accum = reinterpret_cast<float*>(base + dq);
+    if (a.rope != nullptr) {
+      bw->dk_accum = reinterpret_cast<float*>(base + dk);
+      bw->q_rot = base + qr;
+      bw->k_rot = base + kr;
+      bw->qk_rotated = true;
+    }
+  }
+  return off;
+}
+
+}  // namespace
+
+int64_t CudaAttentionBackwardWorkspaceBytes(const CudaAttentionBackwardArgs& b) {
+  return BackwardLayout(b, nullptr, nullptr);
+}
+
+absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* stream) {
+  const CudaAttentionArgs& a = b.forward;
+  AttentionBackwardKernelArgs bw;
+  bool empty = false;
+  if (absl::Status s = Prepare(a, &bw.fwd, &empty); !s.ok()) return s;
+  const std::string why = MmaIneligibility(bw.fwd);
+  if (!why.empty()) return Bad(absl::StrCat("CudaAttentionBackward: ", why));
+  const bool packed = a.cu_seqlens_q != nullptr;
+  if (packed && (b.tokens_q < 0 || b.tokens_k < 0 || b.max_seq_k < 0)) {
+    return Bad("packed batches give tokens_q, tokens_k and max_seq_k (>= 0)");
+  }
+  if (empty) return absl::OkStatus();
+  if (a.lse == nullptr) return Bad("the backward needs the forward's lse (forward.lse)");
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{b.d_o, "d_o"}, {b.dq, "dq"}, {b.dk, "dk"},
+                                {b.dv, "dv"}, {b.workspace, "workspace"}}) {
+    if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
+  }
+  const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
+  if (b.workspace_bytes < need) {
+    return Bad(absl::StrCat("workspace_bytes (", b.workspace_bytes, ") is below the ", need,
+                            " bytes CudaAttentionBackwardWorkspaceBytes asks for"));
+  }
+  BackwardLayout(b, static_cast<char*>(b.workspace), &bw);
+  bw.d_o = b.d_o;
+  bw.lse = a.lse;
+  bw.dq = b.dq;
+  bw.dk = b.dk;
+  bw.dv = b.dv;
+  const int64_t tq = packed ? b.tokens_q : a.batch * a.seq_q;
+  const int64_t tk = packed ? b.tokens_k : a.batch * a.seq_k;
+  const int64_t max_k = packed ? b.max_seq_k : a.seq_k;
+  const std::string err = LaunchAttentionBackwardMma(bw, max_k, tq, tk, stream);
+  if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionBackward: ", err));
   return absl::OkStatus();
 }
 

@@ -9,7 +9,8 @@
 // Two kernels: a tensor-core FlashAttention-2-style forward for bfloat16 / float16
 // (attention_mma.cu, mma.sync with float32 accumulation; P rounded to 16 bits before P V)
 // and a SIMT flash-style forward for every dtype and head_dim (attention_kernels.cu,
-// float32 throughout). CudaAttentionArgs::kernel chooses. No backward yet.
+// float32 throughout). CudaAttentionArgs::kernel chooses. The backward
+// (CudaAttentionBackward) runs on tensor cores only.
 //
 // Streams: CudaAttentionForward only enqueues on the caller's stream; it allocates
 // nothing and never synchronises. Device pointers are checked to be device memory.
@@ -70,6 +71,29 @@ struct CudaAttentionArgs {
 int64_t CudaAttentionWorkspaceBytes(const CudaAttentionArgs& args);
 
 absl::Status CudaAttentionForward(const CudaAttentionArgs& args, void* stream);
+
+// The backward on the tensor-core kernel (bfloat16 / float16, head_dim 64 or 128; after
+// FlashAttention-2's backward): given dL/do, writes dL/dq, dL/dk, dL/dv with respect to
+// the inputs before RoPE (dq and dk rotated back). `forward` holds the forward's
+// arguments with o its output and lse its log-sum-exp (both required; the lse the
+// forward wrote). d_o has o's strides; dq, dk and dv those of q, k and v. ALiBi slopes
+// are constants (no gradient). workspace: device memory of at least
+// CudaAttentionBackwardWorkspaceBytes bytes (float32 accumulators for dq, and for dk
+// with RoPE, plus the rotated q and k). Packed batches give tokens_q, tokens_k (the
+// call's query and key tokens) and max_seq_k. Enqueues on `stream`; allocates nothing.
+struct CudaAttentionBackwardArgs {
+  CudaAttentionArgs forward;
+  const void* d_o = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+  int64_t tokens_q = 0, tokens_k = 0, max_seq_k = 0;  // packed batches only
+};
+
+int64_t CudaAttentionBackwardWorkspaceBytes(const CudaAttentionBackwardArgs& args);
+absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& args, void* stream);
 
 }  // namespace gpe::attention::cuda
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -400,6 +401,139 @@ TEST(CudaAttention, TensorCorePackedWithPositions) {
   for (size_t i = 0; i < want.size(); ++i) {
     ASSERT_NEAR(seq::ToFloat(got[i]), want[i], 0.03) << i;
   }
+}
+
+// The tensor-core backward against the double reference (ReferenceBackward: gradients
+// with respect to the inputs before RoPE), the GPU forward supplying o and lse. Shapes
+// below, at and above the 64-row tiles; GQA (dk, dv summed over the group); causal with
+// rows that see no key; RoPE (half-split and interleaved, partial); ALiBi.
+// Tolerances, relative to each gradient's size: the kernel rounds P and dS to 16 bits
+// for the tensor cores, uses the 16-bit o for D = rowsum(dO o O), and rounds each output
+// once; every gradient element is a sum of products each off by a few u (u = 2^-8 for
+// bfloat16, 2^-11 for float16) with independent signs. So RMS(err) <= 4u RMS(ref) and
+// max|err| <= 12u max|ref| (0.016 / 0.047 for bfloat16; 0.002 / 0.006 for float16); a
+// missing scale, a wrong sign or a dropped tile is off by O(1).
+template <class T>
+void CheckBackward(CudaDType dtype, double u) {
+  struct BwCase {
+    int64_t batch, sq, sk, hq, hkv, d;
+    bool causal, rope, interleaved, alibi;
+  };
+  std::mt19937_64 rng(23);
+  std::uniform_real_distribution<float> unif(-1.0f, 1.0f);
+  auto to16 = [](float x) {
+    if constexpr (std::is_same_v<T, seq::BFloat16>)
+      return seq::ToBFloat16(x);
+    else
+      return seq::ToFloat16(x);
+  };
+  auto widen = [](const std::vector<T>& x) {
+    std::vector<double> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = seq::ToFloat(x[i]);
+    return y;
+  };
+  for (const BwCase& c : {BwCase{1, 1, 1, 1, 1, 64, false, false, false, false},
+                          BwCase{2, 63, 64, 4, 2, 64, true, true, false, false},
+                          BwCase{1, 65, 130, 2, 1, 128, true, false, false, true},
+                          BwCase{1, 130, 70, 4, 4, 128, false, true, true, false},
+                          BwCase{1, 100, 40, 2, 1, 64, true, false, false, false}}) {
+    SCOPED_TRACE(::testing::Message() << "b" << c.batch << " sq" << c.sq << " sk" << c.sk << " h"
+                                      << c.hq << "/" << c.hkv << " d" << c.d << " causal "
+                                      << c.causal << " rope " << c.rope << " alibi " << c.alibi);
+    std::vector<T> q(c.batch * c.sq * c.hq * c.d), k(c.batch * c.sk * c.hkv * c.d), v(k.size()),
+        d_o(q.size());
+    for (auto* t : {&q, &k, &v, &d_o}) {
+      for (T& x : *t) x = to16(unif(rng));
+    }
+    AttentionArgs args = test::Bshd(c.batch, c.sq, c.sk, c.hq, c.hkv, c.d);
+    args.causal = c.causal;
+    seq::RopeOptions ro;
+    ro.head_dim = c.d;
+    ro.rotary_dim = c.d / 2;
+    if (c.interleaved) ro.pairing = seq::PlanePairing::kInterleaved;
+    absl::StatusOr<seq::Rope> rope =
+        seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
+    ASSERT_TRUE(rope.ok()) << rope.status();
+    RopeRowTransform tq(*rope), tk(*rope, seq::RopeRole::kKey);
+    if (c.rope) {
+      args.q_transform = &tq;
+      args.k_transform = &tk;
+    }
+    absl::StatusOr<seq::AlibiBias> alibi =
+        seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
+    ASSERT_TRUE(alibi.ok());
+    if (c.alibi) args.biases = {&*alibi};
+    const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v), dod = widen(d_o);
+    std::vector<double> want_dq(qd.size()), want_dk(kd.size()), want_dv(vd.size());
+    ASSERT_TRUE(ReferenceBackward<double>(args, qd.data(), kd.data(), vd.data(), dod.data(),
+                                          want_dq.data(), want_dk.data(), want_dv.data())
+                    .ok());
+    absl::StatusOr<seq::cuda::RopeCuda> grope = seq::cuda::RopeCuda::Create(*rope);
+    ASSERT_TRUE(grope.ok()) << grope.status();
+    std::vector<float> slopes(alibi->slopes().begin(), alibi->slopes().end());
+    const T nan16 = to16(std::nanf(""));
+    DeviceVector<T> dq_in(q), dk_in(k), dv_in(v), ddo(d_o), dout(std::vector<T>(q.size(), nan16)),
+        gq(std::vector<T>(q.size(), nan16)), gk(std::vector<T>(k.size(), nan16)),
+        gv(std::vector<T>(v.size(), nan16));
+    DeviceVector<float> dlse(std::vector<float>(c.batch * c.sq * c.hq, 0.0f)), dslopes(slopes);
+    CudaAttentionBackwardArgs b;
+    CudaAttentionArgs& g = b.forward;
+    g.kernel = CudaAttentionKernel::kTensorCore;
+    g.dtype = dtype;
+    g.batch = c.batch;
+    g.seq_q = c.sq;
+    g.seq_k = c.sk;
+    g.heads_q = c.hq;
+    g.heads_kv = c.hkv;
+    g.head_dim = c.d;
+    g.q = dq_in.p;
+    g.k = dk_in.p;
+    g.v = dv_in.p;
+    g.o = dout.p;
+    g.lse = dlse.p;
+    g.sq = g.so = CudaStrides{c.sq * c.hq * c.d, c.hq * c.d, c.d};
+    g.sk = g.sv = CudaStrides{c.sk * c.hkv * c.d, c.hkv * c.d, c.d};
+    g.causal = c.causal;
+    if (c.rope) g.rope = &*grope;
+    if (c.alibi) g.alibi_slopes = dslopes.p;
+    absl::Status st = CudaAttentionForward(g, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    b.d_o = ddo.p;
+    b.dq = gq.p;
+    b.dk = gk.p;
+    b.dv = gv.p;
+    DeviceVector<uint8_t> work(std::vector<uint8_t>(CudaAttentionBackwardWorkspaceBytes(b), 0xFF));
+    b.workspace = work.p;
+    b.workspace_bytes = CudaAttentionBackwardWorkspaceBytes(b);
+    st = CudaAttentionBackward(b, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const auto& [got16, want, name] :
+         {std::tuple{gq.Get(), &want_dq, "dq"}, std::tuple{gk.Get(), &want_dk, "dk"},
+          std::tuple{gv.Get(), &want_dv, "dv"}}) {
+      double max_ref = 0, sq_ref = 0, max_err = 0, sq_err = 0;
+      for (size_t i = 0; i < want->size(); ++i) {
+        const double w = (*want)[i], e = seq::ToFloat(got16[i]) - w;
+        ASSERT_FALSE(std::isnan(e)) << name << " " << i << " not written";
+        max_ref = std::max(max_ref, std::abs(w));
+        sq_ref += w * w;
+        max_err = std::max(max_err, std::abs(e));
+        sq_err += e * e;
+      }
+      EXPECT_LE(max_err, 12 * u * max_ref + 1e-6) << name;
+      EXPECT_LE(std::sqrt(sq_err), 4 * u * std::sqrt(sq_ref) + 1e-6) << name;
+    }
+  }
+}
+
+TEST(CudaAttention, TensorCoreBackwardBf16MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  CheckBackward<seq::BFloat16>(CudaDType::kBFloat16, 0x1p-8);
+}
+
+TEST(CudaAttention, TensorCoreBackwardFp16MatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  CheckBackward<seq::Float16>(CudaDType::kFloat16, 0x1p-11);
 }
 
 TEST(CudaAttention, RejectsBadInput) {

@@ -118,6 +118,14 @@ import re
 sdpa = {(r["d"], r["causal"]): r for r in p.get("sdpa", [])}
 for rows in res["benchmarks"].values():
     for r in rows:
+        mb = re.search(r"BM_Backward/s:(\d+)/h:(\d+)/d:(\d+)/causal:(\d)/enc:(\d)", r["name"])
+        if mb and "TFLOPs" in r:
+            peer = sdpa.get((int(mb.group(3)), mb.group(4) == "1"))
+            if peer and "bwd_TFLOPs" in peer:
+                print(f"vs torch: backward d{mb.group(3)} causal={mb.group(4) == '1'} enc={mb.group(5)}: "
+                      f"{r['TFLOPs']:.1f} / {peer['bwd_TFLOPs']:.1f} TFLOP/s = "
+                      f"{r['TFLOPs'] / peer['bwd_TFLOPs']:.3f}x (bwd_TFLOPs)")
+            continue
         m = re.search(r"s:(\d+)/h:(\d+)/d:(\d+)/causal:(\d)/enc:(\d)/kernel:(\d)", r["name"])
         if not m or "TFLOPs" not in r:
             continue

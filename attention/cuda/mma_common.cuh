@@ -46,12 +46,16 @@ template <>
 __device__ __forceinline__ __half FromF<__half>(float x) { return __float2half_rn(x); }
 
 // Two floats rounded to 16 bits and packed, the first in the low half (the element with
-// the lower column index, as the fragments expect).
+// the lower column index, as the fragments expect): one cvt.rn.{bf16x2,f16x2}.f32.
 template <class T>
 __device__ __forceinline__ uint32_t Pack(float lo, float hi) {
-  T l = FromF<T>(lo), h = FromF<T>(hi);
-  const uint16_t lb = *reinterpret_cast<uint16_t*>(&l), hb = *reinterpret_cast<uint16_t*>(&h);
-  return static_cast<uint32_t>(lb) | (static_cast<uint32_t>(hb) << 16);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo: the low half
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
 }
 
 // 2^x by the special-function unit (relative error ~2^-22; exp2(-inf) = 0).

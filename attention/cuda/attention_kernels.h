@@ -46,6 +46,9 @@ struct AttentionKernelArgs {
   const double* rope_thetas = nullptr;  // device, rope_dim / 2
   // k already rotated (LaunchRotateKeys into a workspace): RoPE is applied to q only.
   bool k_prerotated = false;
+  // The tensor-core kernels' configuration: 0 the default; others for the benchmark
+  // (attention_mma.cu's Cfg list, attention_mma_bwd.cu's BwdCfg list).
+  int mma_config = 0;
   // ALiBi (Press et al.) inside the kernel: b_h = -slope_h (p_i - p_j), or -slope_h
   // |p_i - p_j| when symmetric. null: no bias.
   const float* alibi_slopes = nullptr;  // device, heads_q

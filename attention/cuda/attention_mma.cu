@@ -41,12 +41,23 @@ namespace {
 
 using namespace ::gpe::attention::cuda::mma;  // mma_common.cuh
 
-constexpr int kBr = 128;       // query rows per block
-constexpr int kBc = 64;        // keys per tile
-constexpr int kWarpsMma = 4;   // 32 query rows (two m16 tiles) each
-constexpr int kRowsPerWarp = kBr / kWarpsMma;
-constexpr int kMTiles = kRowsPerWarp / 16;
-constexpr int kThreadsMma = kWarpsMma * 32;
+// A kernel configuration: warps per block, m16 tiles per warp (query rows 16 kMTiles
+// per warp, kBr per block), keys per tile, and the blocks per SM the register budget is
+// cut for. Config 0 (4 warps x 32 rows, 64-key tiles) is the default; the others exist
+// for the benchmark (AttentionKernelArgs::mma_config).
+template <int kWarps, int kMT, int kBcT, int kMinBlocks>
+struct Cfg {
+  static constexpr int kWarpsMma = kWarps;
+  static constexpr int kMTiles = kMT;
+  static constexpr int kRowsPerWarp = 16 * kMT;
+  static constexpr int kBr = kWarps * kRowsPerWarp;
+  static constexpr int kBc = kBcT;
+  static constexpr int kThreadsMma = kWarps * 32;
+  static constexpr int kBlocksPerSm = kMinBlocks;
+};
+using Cfg0 = Cfg<4, 2, 64, 1>;
+using Cfg1 = Cfg<4, 2, 32, 1>;
+using Cfg2 = Cfg<8, 1, 64, 2>;
 
 // Starts the copy of `rows_total` rows of a [rows, D] view (row r at src + r * row_stride)
 // into a shared tile; rows >= nrows are zero-filled, so out-of-range keys and queries hold
@@ -63,8 +74,9 @@ __device__ __forceinline__ void LoadTileAsync(T* tile, const T* src, int64_t row
   }
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreadsMma) MmaForwardKernel(AttentionKernelArgs a) {
+template <class T, int D, class C>
+__global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKernel(AttentionKernelArgs a) {
+  constexpr int kBr = C::kBr, kBc = C::kBc, kRowsPerWarp = C::kRowsPerWarp, kMTiles = C::kMTiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = D + kPad;
   T* qs = reinterpret_cast<T*>(smem_raw);
@@ -336,18 +348,31 @@ __global__ void RotateKeysKernel(AttentionKernelArgs a, T* out) {
   }
 }
 
-template <class T, int D>
-std::string Launch(const AttentionKernelArgs& args, cudaStream_t s) {
+template <class T, int D, class C>
+std::string LaunchCfg(const AttentionKernelArgs& args, cudaStream_t s) {
+  constexpr int kBr = C::kBr, kBc = C::kBc;
   constexpr int ld = D + kPad;
   const size_t shared = static_cast<size_t>(kBr + 4 * kBc) * ld * sizeof(T) + (kBr + 2 * kBc) * sizeof(int64_t);
-  cudaError_t e = cudaFuncSetAttribute(MmaForwardKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  cudaError_t e = cudaFuncSetAttribute(MmaForwardKernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(shared));
   if (e != cudaSuccess) return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
   const dim3 grid(static_cast<unsigned>((args.seq_q + kBr - 1) / kBr), static_cast<unsigned>(args.heads_q),
                   static_cast<unsigned>(args.num_seqs));
-  MmaForwardKernel<T, D><<<grid, kThreadsMma, shared, s>>>(args);
+  MmaForwardKernel<T, D, C><<<grid, C::kThreadsMma, shared, s>>>(args);
   e = cudaGetLastError();
   return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+}
+
+template <class T, int D>
+std::string Launch(const AttentionKernelArgs& args, cudaStream_t s) {
+  switch (args.mma_config) {
+    case 1:
+      return LaunchCfg<T, D, Cfg1>(args, s);
+    case 2:
+      return LaunchCfg<T, D, Cfg2>(args, s);
+    default:
+      return LaunchCfg<T, D, Cfg0>(args, s);
+  }
 }
 
 }  // namespace

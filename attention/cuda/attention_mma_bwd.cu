@@ -32,9 +32,16 @@ namespace {
 using namespace ::gpe::attention::cuda::mma;  // mma_common.cuh
 
 constexpr int kBq = 64;   // query rows per tile
-constexpr int kBk = 64;   // keys per block (16 per warp)
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
+
+// A configuration: warps per block (16 keys each: kBk = 16 kWarps keys per block). Config
+// 0 (4 warps, 64 keys) is the default; config 1 (8 warps, 128 keys: half the dQ atomics)
+// exists for the benchmark (AttentionKernelArgs::mma_config).
+template <int kWarpsT>
+struct BwdCfg {
+  static constexpr int kWarps = kWarpsT;
+  static constexpr int kBk = 16 * kWarpsT;
+  static constexpr int kThreads = 32 * kWarpsT;
+};
 
 std::string Err(cudaError_t e) {
   return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
@@ -72,8 +79,9 @@ __global__ void RowDotKernel(AttentionBackwardKernelArgs b, int64_t rows) {
   if (lane == 0) b.row_dot[warp] = acc;
 }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionBackwardKernelArgs bw) {
+template <class T, int D, class C>
+__global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardKernelArgs bw) {
+  constexpr int kBk = C::kBk;
   const AttentionKernelArgs& a = bw.fwd;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = D + kPad;
@@ -237,12 +245,15 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionBackwardKern
         }
       }
       __syncthreads();  // dS^T complete
-      // dQ~ rows 16 warp .. + 15 of the tile += scale dS K: A = dS (queries x keys) read
-      // transposed from dS^T, B = K as a [key][feature] tile read transposed; 32 features
-      // at a time, added to the float32 workspace.
-      const int qrow = warp * 16;
+      // dQ~ rows 16 (warp % 4) .. + 15 of the tile, features split among the warps with
+      // that row group, += scale dS K: A = dS (queries x keys) read transposed from dS^T,
+      // B = K as a [key][feature] tile read transposed; 32 features at a time, added to
+      // the float32 workspace.
+      const int qrow = (warp % 4) * 16;
+      constexpr int kSplit = C::kWarps / 4, kFeat = D / kSplit;
+      static_assert(kFeat % 32 == 0, "each warp's dQ features come in 32s");
 #pragma unroll
-      for (int f0 = 0; f0 < D; f0 += 32) {
+      for (int f0 = (warp / 4) * kFeat; f0 < (warp / 4 + 1) * kFeat; f0 += 32) {
         float acc[4][4];
 #pragma unroll
         for (int n = 0; n < 4; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -267,8 +278,13 @@ __global__ void __launch_bounds__(kThreads) BackwardKernel(AttentionBackwardKern
             const int r = qrow + g + 8 * hf;
             if (r >= nq) continue;
             float* dst = bw.dq_accum + ((qtok0 + r) * a.heads_q + h) * D + f0 + n * 8 + 2 * t4;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            // One 8-byte vector atomic (sm_90) for the two neighbouring features.
+            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[n][2 * hf] * a.scale, acc[n][2 * hf + 1] * a.scale));
+#else
             atomicAdd(dst, acc[n][2 * hf] * a.scale);
             atomicAdd(dst + 1, acc[n][2 * hf + 1] * a.scale);
+#endif
           }
         }
       }
@@ -406,9 +422,10 @@ __global__ void RotateQueriesKernel(AttentionKernelArgs a, T* out) {
   }
 }
 
-template <class T, int D>
+template <class T, int D, class C>
 std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, int64_t tokens_q,
                       int64_t tokens_k, cudaStream_t s) {
+  constexpr int kBk = C::kBk;
   const AttentionKernelArgs& a = bw.fwd;
   std::string e;
   const int64_t rows = tokens_q * a.heads_q;
@@ -426,14 +443,14 @@ std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, 
   constexpr int ld = D + kPad, lds = kBq + kPad;
   const size_t shared = static_cast<size_t>(2 * kBk + 2 * kBq) * ld * sizeof(T) + kBk * lds * sizeof(T) +
                         2 * kBq * sizeof(float) + (kBq + kBk) * sizeof(int64_t);
-  if (!(e = Err(cudaFuncSetAttribute(BackwardKernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if (!(e = Err(cudaFuncSetAttribute(BackwardKernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(shared)))).empty()) {
     return e;
   }
   const dim3 grid(static_cast<unsigned>((max_seq_k + kBk - 1) / kBk), static_cast<unsigned>(a.heads_kv),
                   static_cast<unsigned>(a.num_seqs));
   if (max_seq_k > 0) {
-    BackwardKernel<T, D><<<grid, kThreads, shared, s>>>(bw);
+    BackwardKernel<T, D, C><<<grid, C::kThreads, shared, s>>>(bw);
     if (!(e = Err(cudaGetLastError())).empty()) return e;
   }
   const int64_t fin_q = tokens_q * a.heads_q * (a.rope_dim / 2 + D - a.rope_dim);
@@ -458,12 +475,21 @@ std::string LaunchAttentionBackwardMma(const AttentionBackwardKernelArgs& bw, in
   if (std::string why = MmaIneligibility(a); !why.empty()) return why;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool bf16 = a.dtype == CudaDType::kBFloat16;
+  const bool wide = a.mma_config == 1;
   if (a.head_dim == 64) {
-    return bf16 ? LaunchBwd<__nv_bfloat16, 64>(bw, max_seq_k, tokens_q, tokens_k, s)
-                : LaunchBwd<__half, 64>(bw, max_seq_k, tokens_q, tokens_k, s);
+    if (wide) {
+      return bf16 ? LaunchBwd<__nv_bfloat16, 64, BwdCfg<8>>(bw, max_seq_k, tokens_q, tokens_k, s)
+                  : LaunchBwd<__half, 64, BwdCfg<8>>(bw, max_seq_k, tokens_q, tokens_k, s);
+    }
+    return bf16 ? LaunchBwd<__nv_bfloat16, 64, BwdCfg<4>>(bw, max_seq_k, tokens_q, tokens_k, s)
+                : LaunchBwd<__half, 64, BwdCfg<4>>(bw, max_seq_k, tokens_q, tokens_k, s);
   }
-  return bf16 ? LaunchBwd<__nv_bfloat16, 128>(bw, max_seq_k, tokens_q, tokens_k, s)
-              : LaunchBwd<__half, 128>(bw, max_seq_k, tokens_q, tokens_k, s);
+  if (wide) {
+    return bf16 ? LaunchBwd<__nv_bfloat16, 128, BwdCfg<8>>(bw, max_seq_k, tokens_q, tokens_k, s)
+                : LaunchBwd<__half, 128, BwdCfg<8>>(bw, max_seq_k, tokens_q, tokens_k, s);
+  }
+  return bf16 ? LaunchBwd<__nv_bfloat16, 128, BwdCfg<4>>(bw, max_seq_k, tokens_q, tokens_k, s)
+              : LaunchBwd<__half, 128, BwdCfg<4>>(bw, max_seq_k, tokens_q, tokens_k, s);
 }
 
 }  // namespace gpe::attention::cuda

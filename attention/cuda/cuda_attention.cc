@@ -108,6 +108,7 @@ absl::Status Prepare(const CudaAttentionArgs& a, AttentionKernelArgs* out, bool*
     k.rope_attention_factor = a.rope->attention_factor();
     k.rope_thetas = a.rope->device_thetas();
   }
+  k.mma_config = a.mma_config;
   k.alibi_slopes = a.alibi_slopes;
   k.alibi_symmetric = a.alibi_symmetric;
   if (seqs == 0 || rows == 0) {

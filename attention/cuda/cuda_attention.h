@@ -34,6 +34,9 @@ enum class CudaAttentionKernel : int { kAuto = 0, kSimt = 1, kTensorCore = 2 };
 
 struct CudaAttentionArgs {
   CudaAttentionKernel kernel = CudaAttentionKernel::kAuto;
+  // Tensor-core kernel configuration, for tuning benchmarks: 0 (the default) is the
+  // tuned one; others are alternatives kept for re-measuring on new GPUs.
+  int mma_config = 0;
   CudaDType dtype = CudaDType::kFloat32;
   // Padded: batch sequences of seq_q queries and seq_k keys. Packed: num_seqs =
   // cu_seqlens size - 1 (device arrays, both given, [num_seqs + 1], from 0,

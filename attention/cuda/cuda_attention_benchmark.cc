@@ -83,6 +83,7 @@ void BM_Forward(benchmark::State& state) {
   if (enc == kRope || enc == kRopeInKernel) a.rope = &*grope;
   if (enc == kAlibi) a.alibi_slopes = slopes;
   a.kernel = static_cast<CudaAttentionKernel>(state.range(5));
+  a.mma_config = static_cast<int>(state.range(6));
   void* work = nullptr;
   if (enc == kRope && CudaAttentionWorkspaceBytes(a) > 0) {
     a.workspace_bytes = CudaAttentionWorkspaceBytes(a);
@@ -114,15 +115,22 @@ void BM_Forward(benchmark::State& state) {
   cudaFree(slopes);
 }
 BENCHMARK(BM_Forward)
-    ->ArgNames({"s", "h", "d", "causal", "enc", "kernel"})
-    ->Args({4096, 16, 128, 0, kNone, 0})
-    ->Args({4096, 16, 128, 1, kNone, 0})
-    ->Args({4096, 16, 128, 1, kRope, 0})
-    ->Args({4096, 16, 128, 1, kRopeInKernel, 0})
-    ->Args({4096, 16, 128, 1, kAlibi, 0})
-    ->Args({4096, 16, 64, 0, kNone, 0})
-    ->Args({4096, 16, 64, 1, kNone, 0})
-    ->Args({4096, 16, 128, 1, kNone, 1})
+    ->ArgNames({"s", "h", "d", "causal", "enc", "kernel", "cfg"})
+    ->Args({4096, 16, 128, 0, kNone, 0, 0})
+    ->Args({4096, 16, 128, 1, kNone, 0, 0})
+    ->Args({4096, 16, 128, 1, kRope, 0, 0})
+    ->Args({4096, 16, 128, 1, kRopeInKernel, 0, 0})
+    ->Args({4096, 16, 128, 1, kAlibi, 0, 0})
+    ->Args({4096, 16, 64, 0, kNone, 0, 0})
+    ->Args({4096, 16, 64, 1, kNone, 0, 0})
+    ->Args({4096, 16, 128, 1, kNone, 1, 0})
+    // The alternative tensor-core configurations (attention_mma.cu's Cfg1, Cfg2).
+    ->Args({4096, 16, 128, 0, kNone, 0, 1})
+    ->Args({4096, 16, 128, 1, kNone, 0, 1})
+    ->Args({4096, 16, 64, 0, kNone, 0, 1})
+    ->Args({4096, 16, 128, 0, kNone, 0, 2})
+    ->Args({4096, 16, 128, 1, kNone, 0, 2})
+    ->Args({4096, 16, 64, 0, kNone, 0, 2})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
@@ -173,6 +181,7 @@ void BM_Backward(benchmark::State& state) {
   a.sq = a.sk = a.sv = a.so = CudaStrides{s * h * d, h * d, d};
   a.causal = causal;
   if (enc == kRope) a.rope = &*grope;
+  a.mma_config = static_cast<int>(state.range(5));
   b.d_o = d_o;
   b.dq = dq;
   b.dk = dk;
@@ -206,11 +215,14 @@ void BM_Backward(benchmark::State& state) {
   cudaFree(lse);
 }
 BENCHMARK(BM_Backward)
-    ->ArgNames({"s", "h", "d", "causal", "enc"})
-    ->Args({4096, 16, 128, 0, kNone})
-    ->Args({4096, 16, 128, 1, kNone})
-    ->Args({4096, 16, 128, 1, kRope})
-    ->Args({4096, 16, 64, 1, kNone})
+    ->ArgNames({"s", "h", "d", "causal", "enc", "cfg"})
+    ->Args({4096, 16, 128, 0, kNone, 0})
+    ->Args({4096, 16, 128, 1, kNone, 0})
+    ->Args({4096, 16, 128, 1, kRope, 0})
+    ->Args({4096, 16, 64, 1, kNone, 0})
+    ->Args({4096, 16, 128, 0, kNone, 1})
+    ->Args({4096, 16, 128, 1, kNone, 1})
+    ->Args({4096, 16, 64, 1, kNone, 1})
     ->Iterations(1)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);

@@ -291,34 +291,39 @@ void CheckTensorCore(CudaDType dtype, double max_tol, double rms_tol) {
     if (c.alibi) g.alibi_slopes = dslopes.p;
     // With RoPE: keys rotated inside the kernel (no workspace), then once per call into a
     // workspace; both must match.
-    for (const bool use_workspace : {false, true}) {
-      if (use_workspace && !c.rope) continue;
-      SCOPED_TRACE(use_workspace ? "keys rotated into the workspace"
-                                 : "keys rotated in the kernel");
-      DeviceVector<uint8_t> work(std::vector<uint8_t>(CudaAttentionWorkspaceBytes(g), 0));
-      g.workspace = use_workspace ? static_cast<void*>(work.p) : nullptr;
-      g.workspace_bytes = use_workspace ? CudaAttentionWorkspaceBytes(g) : 0;
-      ASSERT_EQ(use_workspace, g.workspace_bytes > 0);
-      dout.Set(std::vector<T>(q.size(), to16(std::nanf(""))));
-      const absl::Status st = CudaAttentionForward(g, nullptr);
-      ASSERT_TRUE(st.ok()) << st;
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const std::vector<T> got = dout.Get();
-      const std::vector<float> got_lse = dlse.Get();
-      double sq_err = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        const double e = seq::ToFloat(got[i]) - want[i];
-        ASSERT_LE(std::abs(e), max_tol)
-            << "o " << i << ": " << seq::ToFloat(got[i]) << " vs " << want[i];
-        sq_err += e * e;
-      }
-      EXPECT_LE(std::sqrt(sq_err / want.size()), rms_tol);
-      for (size_t i = 0; i < want_lse.size(); ++i) {
-        if (std::isinf(want_lse[i])) {
-          EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0)
-              << "lse " << i << ": " << got_lse[i];
-        } else {
-          ASSERT_NEAR(got_lse[i], want_lse[i], max_tol) << "lse " << i;
+    // Every kernel configuration (attention_mma.cu: 0 default, 1 and 2 alternatives).
+    for (const int config : {0, 1, 2}) {
+      g.mma_config = config;
+      SCOPED_TRACE(::testing::Message() << "config " << config);
+      for (const bool use_workspace : {false, true}) {
+        if (use_workspace && !c.rope) continue;
+        SCOPED_TRACE(use_workspace ? "keys rotated into the workspace"
+                                   : "keys rotated in the kernel");
+        DeviceVector<uint8_t> work(std::vector<uint8_t>(CudaAttentionWorkspaceBytes(g), 0));
+        g.workspace = use_workspace ? static_cast<void*>(work.p) : nullptr;
+        g.workspace_bytes = use_workspace ? CudaAttentionWorkspaceBytes(g) : 0;
+        ASSERT_EQ(use_workspace, g.workspace_bytes > 0);
+        dout.Set(std::vector<T>(q.size(), to16(std::nanf(""))));
+        const absl::Status st = CudaAttentionForward(g, nullptr);
+        ASSERT_TRUE(st.ok()) << st;
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<T> got = dout.Get();
+        const std::vector<float> got_lse = dlse.Get();
+        double sq_err = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const double e = seq::ToFloat(got[i]) - want[i];
+          ASSERT_LE(std::abs(e), max_tol)
+              << "o " << i << ": " << seq::ToFloat(got[i]) << " vs " << want[i];
+          sq_err += e * e;
+        }
+        EXPECT_LE(std::sqrt(sq_err / want.size()), rms_tol);
+        for (size_t i = 0; i < want_lse.size(); ++i) {
+          if (std::isinf(want_lse[i])) {
+            EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0)
+                << "lse " << i << ": " << got_lse[i];
+          } else {
+            ASSERT_NEAR(got_lse[i], want_lse[i], max_tol) << "lse " << i;
+          }
         }
       }
     }
@@ -502,26 +507,35 @@ void CheckBackward(CudaDType dtype, double u) {
     b.dq = gq.p;
     b.dk = gk.p;
     b.dv = gv.p;
-    DeviceVector<uint8_t> work(std::vector<uint8_t>(CudaAttentionBackwardWorkspaceBytes(b), 0xFF));
-    b.workspace = work.p;
-    b.workspace_bytes = CudaAttentionBackwardWorkspaceBytes(b);
-    st = CudaAttentionBackward(b, nullptr);
-    ASSERT_TRUE(st.ok()) << st;
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    for (const auto& [got16, want, name] :
-         {std::tuple{gq.Get(), &want_dq, "dq"}, std::tuple{gk.Get(), &want_dk, "dk"},
-          std::tuple{gv.Get(), &want_dv, "dv"}}) {
-      double max_ref = 0, sq_ref = 0, max_err = 0, sq_err = 0;
-      for (size_t i = 0; i < want->size(); ++i) {
-        const double w = (*want)[i], e = seq::ToFloat(got16[i]) - w;
-        ASSERT_FALSE(std::isnan(e)) << name << " " << i << " not written";
-        max_ref = std::max(max_ref, std::abs(w));
-        sq_ref += w * w;
-        max_err = std::max(max_err, std::abs(e));
-        sq_err += e * e;
+    // Both backward configurations (attention_mma_bwd.cu: 0 default, 1 wide).
+    for (const int config : {0, 1}) {
+      g.mma_config = config;
+      SCOPED_TRACE(::testing::Message() << "backward config " << config);
+      gq.Set(std::vector<T>(q.size(), nan16));
+      gk.Set(std::vector<T>(k.size(), nan16));
+      gv.Set(std::vector<T>(v.size(), nan16));
+      DeviceVector<uint8_t> work(
+          std::vector<uint8_t>(CudaAttentionBackwardWorkspaceBytes(b), 0xFF));
+      b.workspace = work.p;
+      b.workspace_bytes = CudaAttentionBackwardWorkspaceBytes(b);
+      st = CudaAttentionBackward(b, nullptr);
+      ASSERT_TRUE(st.ok()) << st;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      for (const auto& [got16, want, name] :
+           {std::tuple{gq.Get(), &want_dq, "dq"}, std::tuple{gk.Get(), &want_dk, "dk"},
+            std::tuple{gv.Get(), &want_dv, "dv"}}) {
+        double max_ref = 0, sq_ref = 0, max_err = 0, sq_err = 0;
+        for (size_t i = 0; i < want->size(); ++i) {
+          const double w = (*want)[i], e = seq::ToFloat(got16[i]) - w;
+          ASSERT_FALSE(std::isnan(e)) << name << " " << i << " not written";
+          max_ref = std::max(max_ref, std::abs(w));
+          sq_ref += w * w;
+          max_err = std::max(max_err, std::abs(e));
+          sq_err += e * e;
+        }
+        EXPECT_LE(max_err, 12 * u * max_ref + 1e-6) << name;
+        EXPECT_LE(std::sqrt(sq_err), 4 * u * std::sqrt(sq_ref) + 1e-6) << name;
       }
-      EXPECT_LE(max_err, 12 * u * max_ref + 1e-6) << name;
-      EXPECT_LE(std::sqrt(sq_err), 4 * u * std::sqrt(sq_ref) + 1e-6) << name;
     }
   }
 }

@@ -47,7 +47,6 @@ using namespace ::gpe::attention::cuda::mma;  // mma_common.cuh
 // for the benchmark (AttentionKernelArgs::mma_config).
 template <int kWarps, int kMT, int kBcT, int kMinBlocks>
 struct Cfg {
-  static constexpr int kWarpsMma = kWarps;
   static constexpr int kMTiles = kMT;
   static constexpr int kRowsPerWarp = 16 * kMT;
   static constexpr int kBr = kWarps * kRowsPerWarp;

@@ -507,7 +507,7 @@ void CheckBackward(CudaDType dtype, double u) {
     b.dq = gq.p;
     b.dk = gk.p;
     b.dv = gv.p;
-    // Both backward configurations (attention_mma_bwd.cu: 0 default, 1 wide).
+    // Both backward configurations (attention_mma_bwd.cu: 0 the default, 1).
     for (const int config : {0, 1}) {
       g.mma_config = config;
       SCOPED_TRACE(::testing::Message() << "backward config " << config);

@@ -216,6 +216,12 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
     // Scale, bias, mask (only where the tile needs it), online softmax per row.
     const bool need_mask = nk < kBc || (a.causal && (a.q_positions != nullptr ||
                                                      j0 + kBc - 1 > lk - lq + r0));
+    // With the default positions p_i - p_j = dbase + (row - j) for the block's local row
+    // and the tile's local key: integer arithmetic in registers instead of two int64
+    // reads from shared memory per score, exact while |dbase| < 2^23 (|row - j| < 256;
+    // the float of the integer is then the same float as of p_i - p_j).
+    const int64_t dbase = lk - lq + r0 - j0;
+    const bool local_pos = a.q_positions == nullptr && dbase > -(int64_t{1} << 23) && dbase < (int64_t{1} << 23);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       float mx[2] = {-INFINITY, -INFINITY};
@@ -225,11 +231,14 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
         for (int e = 0; e < 4; ++e) {
           float v = s[mt][n][e] * scale2;
           const int j = n * 8 + 2 * t4 + (e & 1);
+          const int rl = warp * kRowsPerWarp + mt * 16 + g + 8 * (e >> 1);  // block-local row
           if (a.alibi_slopes != nullptr) {
-            const float dist = static_cast<float>(prow[mt * 16 + 8 * (e >> 1)] - kp[j]);
+            const float dist = local_pos ? static_cast<float>(static_cast<int>(dbase) + rl - j)
+                                         : static_cast<float>(prow[mt * 16 + 8 * (e >> 1)] - kp[j]);
             v -= slope2 * (a.alibi_symmetric ? fabsf(dist) : dist);
           }
-          if (need_mask && (j >= nk || (a.causal && kp[j] > prow[mt * 16 + 8 * (e >> 1)]))) v = -INFINITY;
+          const bool future = local_pos ? j - rl > static_cast<int>(dbase) : kp[j] > prow[mt * 16 + 8 * (e >> 1)];
+          if (need_mask && (j >= nk || (a.causal && future))) v = -INFINITY;
           s[mt][n][e] = v;
           mx[e >> 1] = fmaxf(mx[e >> 1], v);
         }

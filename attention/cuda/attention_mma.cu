@@ -72,20 +72,22 @@ __device__ __forceinline__ void LoadTileAsync(T* tile, const T* src, int64_t row
   for (int idx = threadIdx.x; idx < rows_total * kVecs; idx += blockDim.x) {
     const int r = idx / kVecs, v = idx - r * kVecs;
     const bool valid = r < nrows;
-    CpAsync16(tile + r * (D + kPad) + v * kPerVec, valid ? src + r * row_stride + v * kPerVec : src, valid);
+    CpAsync16(tile + r * (D + kPad) + v * kPerVec, valid ? src + r * row_stride + v * kPerVec : src,
+              valid);
   }
 }
 
 template <class T, int D, class C>
-__global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKernel(AttentionKernelArgs a) {
+__global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm)
+    MmaForwardKernel(AttentionKernelArgs a) {
   constexpr int kBr = C::kBr, kBc = C::kBc, kRowsPerWarp = C::kRowsPerWarp, kMTiles = C::kMTiles;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   constexpr int ld = D + kPad;
   T* qs = reinterpret_cast<T*>(smem_raw);
-  T* ks = qs + kBr * ld;           // two stages of [kBc][ld]
-  T* vs = ks + 2 * kBc * ld;       // two stages
+  T* ks = qs + kBr * ld;      // two stages of [kBc][ld]
+  T* vs = ks + 2 * kBc * ld;  // two stages
   int64_t* qpos = reinterpret_cast<int64_t*>(vs + 2 * kBc * ld);
-  int64_t* kpos = qpos + kBr;      // two stages of kBc
+  int64_t* kpos = qpos + kBr;  // two stages of kBc
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -109,8 +111,10 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
   const int64_t ktok0 = packed ? k0 : b * a.seq_k;
   const T* qsrc = static_cast<const T*>(a.q) +
                   (packed ? qtok0 * a.sq.token : b * a.sq.batch + r0 * a.sq.token) + h * a.sq.head;
-  const T* ksrc = static_cast<const T*>(a.k) + (packed ? k0 * a.sk.token : b * a.sk.batch) + kvh * a.sk.head;
-  const T* vsrc = static_cast<const T*>(a.v) + (packed ? k0 * a.sv.token : b * a.sv.batch) + kvh * a.sv.head;
+  const T* ksrc =
+      static_cast<const T*>(a.k) + (packed ? k0 * a.sk.token : b * a.sk.batch) + kvh * a.sk.head;
+  const T* vsrc =
+      static_cast<const T*>(a.v) + (packed ? k0 * a.sv.token : b * a.sv.batch) + kvh * a.sv.head;
 
   // Keys past the block's last query position are masked for every row when causal with
   // the default positions: those tiles are never loaded.
@@ -126,7 +130,9 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
     const int64_t j0 = it * kBc;
     const int nk = static_cast<int>(lk - j0 < kBc ? lk - j0 : kBc);
     for (int j = threadIdx.x; j < kBc; j += blockDim.x) {
-      kpos[st * kBc + j] = j >= nk ? 0 : a.k_positions != nullptr ? a.k_positions[ktok0 + j0 + j] : j0 + j;
+      kpos[st * kBc + j] = j >= nk                    ? 0
+                           : a.k_positions != nullptr ? a.k_positions[ktok0 + j0 + j]
+                                                      : j0 + j;
     }
     LoadTileAsync<T, D>(ks + st * kBc * ld, ksrc + j0 * a.sk.token, a.sk.token, nk, kBc);
     LoadTileAsync<T, D>(vs + st * kBc * ld, vsrc + j0 * a.sv.token, a.sv.token, nk, kBc);
@@ -150,7 +156,7 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
   // This thread's rows: m-tile mt, half hf (0: row g, 1: row g + 8) of the warp's 32;
   // their positions are read from shared memory where needed (registers are short).
   const int64_t* prow = qpos + warp * kRowsPerWarp + g;  // + mt * 16 + 8 * hf
-  const float scale2 = a.scale * kLog2eMma;  // scores in base 2
+  const float scale2 = a.scale * kLog2eMma;              // scores in base 2
   const float slope2 = a.alibi_slopes != nullptr ? a.alibi_slopes[h] * kLog2eMma : 0.0f;
 
   float o[kMTiles][D / 8][4];
@@ -191,7 +197,8 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int n = 0; n < kBc / 8; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
+      for (int n = 0; n < kBc / 8; ++n)
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
     }
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -214,14 +221,15 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
       }
     }
     // Scale, bias, mask (only where the tile needs it), online softmax per row.
-    const bool need_mask = nk < kBc || (a.causal && (a.q_positions != nullptr ||
-                                                     j0 + kBc - 1 > lk - lq + r0));
+    const bool need_mask =
+        nk < kBc || (a.causal && (a.q_positions != nullptr || j0 + kBc - 1 > lk - lq + r0));
     // With the default positions p_i - p_j = dbase + (row - j) for the block's local row
     // and the tile's local key: integer arithmetic in registers instead of two int64
     // reads from shared memory per score, exact while |dbase| < 2^23 (|row - j| < 256;
     // the float of the integer is then the same float as of p_i - p_j).
     const int64_t dbase = lk - lq + r0 - j0;
-    const bool local_pos = a.q_positions == nullptr && dbase > -(int64_t{1} << 23) && dbase < (int64_t{1} << 23);
+    const bool local_pos =
+        a.q_positions == nullptr && dbase > -(int64_t{1} << 23) && dbase < (int64_t{1} << 23);
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       float mx[2] = {-INFINITY, -INFINITY};
@@ -239,8 +247,9 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
           }
           // Only tiles that need a mask evaluate it (run 8 of the GPU check: evaluating
           // it for every score cost the unmasked forward ~20%).
-          if (need_mask && (j >= nk || (a.causal && (local_pos ? j - rl > static_cast<int>(dbase)
-                                                               : kp[j] > prow[mt * 16 + 8 * (e >> 1)])))) {
+          if (need_mask &&
+              (j >= nk || (a.causal && (local_pos ? j - rl > static_cast<int>(dbase)
+                                                  : kp[j] > prow[mt * 16 + 8 * (e >> 1)])))) {
             v = -INFINITY;
           }
           s[mt][n][e] = v;
@@ -302,7 +311,8 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
     __syncthreads();  // every warp is done with stage st: the next prefetch may refill it
   }
   // Row sums over the quad, then normalise and store.
-  T* out = static_cast<T*>(a.o) + (packed ? qtok0 * a.so.token : b * a.so.batch + r0 * a.so.token) + h * a.so.head;
+  T* out = static_cast<T*>(a.o) + (packed ? qtok0 * a.so.token : b * a.so.batch + r0 * a.so.token) +
+           h * a.so.head;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -319,7 +329,8 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm) MmaForwardKer
               Pack<T>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
         }
         if (a.lse != nullptr && t4 == 0) {
-          a.lse[(qtok0 + row) * a.heads_q + h] = lsum > 0.0f ? (m[mt][hf] + log2f(lsum)) * kLn2Mma : -INFINITY;
+          a.lse[(qtok0 + row) * a.heads_q + h] =
+              lsum > 0.0f ? (m[mt][hf] + log2f(lsum)) * kLn2Mma : -INFINITY;
         }
       }
     }
@@ -339,8 +350,8 @@ __global__ void RotateKeysKernel(AttentionKernelArgs a, T* out) {
   const int64_t d = a.head_dim, half = a.rope_dim / 2, rest = d - a.rope_dim;
   const int64_t per_token = a.heads_kv * (half + rest);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < lk * per_token;
-       idx += stride) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < lk * per_token; idx += stride) {
     const int64_t j = idx / per_token, rem = idx - j * per_token;
     const int64_t hh = rem / (half + rest), w = rem - hh * (half + rest);
     const T* x = src + j * a.sk.token + hh * a.sk.head;
@@ -367,15 +378,18 @@ template <class T, int D, class C>
 std::string LaunchCfg(const AttentionKernelArgs& args, cudaStream_t s) {
   constexpr int kBr = C::kBr, kBc = C::kBc;
   constexpr int ld = D + kPad;
-  const size_t shared = static_cast<size_t>(kBr + 4 * kBc) * ld * sizeof(T) + (kBr + 2 * kBc) * sizeof(int64_t);
-  cudaError_t e = cudaFuncSetAttribute(MmaForwardKernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(shared));
+  const size_t shared =
+      static_cast<size_t>(kBr + 4 * kBc) * ld * sizeof(T) + (kBr + 2 * kBc) * sizeof(int64_t);
+  cudaError_t e =
+      cudaFuncSetAttribute(MmaForwardKernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(shared));
   if (e != cudaSuccess) return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-  const dim3 grid(static_cast<unsigned>((args.seq_q + kBr - 1) / kBr), static_cast<unsigned>(args.heads_q),
-                  static_cast<unsigned>(args.num_seqs));
+  const dim3 grid(static_cast<unsigned>((args.seq_q + kBr - 1) / kBr),
+                  static_cast<unsigned>(args.heads_q), static_cast<unsigned>(args.num_seqs));
   MmaForwardKernel<T, D, C><<<grid, C::kThreadsMma, shared, s>>>(args);
   e = cudaGetLastError();
-  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  return e == cudaSuccess ? std::string()
+                          : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 template <class T, int D>
@@ -396,7 +410,8 @@ std::string MmaIneligibility(const AttentionKernelArgs& a) {
   if (a.dtype != CudaDType::kBFloat16 && a.dtype != CudaDType::kFloat16) {
     return "the tensor-core kernel takes bfloat16 or float16 (float32 runs on the SIMT kernel)";
   }
-  if (a.head_dim != 64 && a.head_dim != 128) return "the tensor-core kernel takes head_dim 64 or 128";
+  if (a.head_dim != 64 && a.head_dim != 128)
+    return "the tensor-core kernel takes head_dim 64 or 128";
   const void* const tensors[] = {a.q, a.k, a.v, a.o};
   for (const void* p : tensors) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return "q, k, v and o must be 16-byte aligned";
@@ -423,7 +438,8 @@ std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* s
     RotateKeysKernel<__half><<<grid, 256, 0, s>>>(args, static_cast<__half*>(out));
   }
   const cudaError_t e = cudaGetLastError();
-  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  return e == cudaSuccess ? std::string()
+                          : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream) {
@@ -431,7 +447,8 @@ std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* str
   if (std::string why = MmaIneligibility(args); !why.empty()) return why;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const bool bf16 = args.dtype == CudaDType::kBFloat16;
-  if (args.head_dim == 64) return bf16 ? Launch<__nv_bfloat16, 64>(args, s) : Launch<__half, 64>(args, s);
+  if (args.head_dim == 64)
+    return bf16 ? Launch<__nv_bfloat16, 64>(args, s) : Launch<__half, 64>(args, s);
   return bf16 ? Launch<__nv_bfloat16, 128>(args, s) : Launch<__half, 128>(args, s);
 }
 

@@ -32,7 +32,7 @@ namespace {
 
 using namespace ::gpe::attention::cuda::mma;  // mma_common.cuh
 
-constexpr int kBq = 64;   // query rows per tile
+constexpr int kBq = 64;  // query rows per tile
 
 // A configuration: warps per block (16 keys each: kBk = 16 kWarps keys per block). Config
 // 0 (8 warps, 128 keys: half the dQ atomics of 64-key blocks) is the default; config 1
@@ -47,13 +47,15 @@ struct BwdCfg {
 };
 
 std::string Err(cudaError_t e) {
-  return e == cudaSuccess ? std::string() : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  return e == cudaSuccess ? std::string()
+                          : std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 // Copies rows [0, nrows) of a [rows, D] view into a shared tile by cp.async (rows past
 // nrows zero-filled); completion by CpAsyncWait + a barrier.
 template <class T, int D>
-__device__ __forceinline__ void LoadRows(T* tile, int ld, const T* src, int64_t row_stride, int nrows, int rows) {
+__device__ __forceinline__ void LoadRows(T* tile, int ld, const T* src, int64_t row_stride,
+                                         int nrows, int rows) {
   constexpr int kPer = 16 / static_cast<int>(sizeof(T));
   constexpr int kVecs = D / kPer;
   for (int idx = threadIdx.x; idx < rows * kVecs; idx += blockDim.x) {
@@ -93,11 +95,11 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
   T* vs = ks + kBk * ld;
   T* qs = vs + kBk * ld;
   T* dos = qs + kBq * ld;
-  T* dss = dos + kBq * ld;                                // [kBk][lds]
+  T* dss = dos + kBq * ld;                                  // [kBk][lds]
   float* lse2 = reinterpret_cast<float*>(dss + kBk * lds);  // [kBq] L_i log2(e), +inf: no key
-  float* dvals = lse2 + kBq;                              // [kBq]
+  float* dvals = lse2 + kBq;                                // [kBq]
   int64_t* qpos = reinterpret_cast<int64_t*>(dvals + kBq);  // [kBq]
-  int64_t* kpos = qpos + kBq;                                // [kBk]
+  int64_t* kpos = qpos + kBq;                               // [kBk]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t4 = lane % 4;
@@ -120,10 +122,12 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
   // Keys (rotated when bw.qk_rotated: dense [tokens, heads, D] in the workspace) and values.
   const T* ksrc = bw.qk_rotated
                       ? static_cast<const T*>(bw.k_rot) + (ktok0 * a.heads_kv + kvh) * D
-                      : static_cast<const T*>(a.k) + (packed ? (k0 + j0) * a.sk.token : b * a.sk.batch + j0 * a.sk.token) +
+                      : static_cast<const T*>(a.k) +
+                            (packed ? (k0 + j0) * a.sk.token : b * a.sk.batch + j0 * a.sk.token) +
                             kvh * a.sk.head;
   const int64_t kstride = bw.qk_rotated ? a.heads_kv * D : a.sk.token;
-  const T* vsrc = static_cast<const T*>(a.v) + (packed ? (k0 + j0) * a.sv.token : b * a.sv.batch + j0 * a.sv.token) +
+  const T* vsrc = static_cast<const T*>(a.v) +
+                  (packed ? (k0 + j0) * a.sv.token : b * a.sv.batch + j0 * a.sv.token) +
                   kvh * a.sv.head;
   for (int j = threadIdx.x; j < kBk; j += blockDim.x) {
     kpos[j] = j >= nk ? 0 : a.k_positions != nullptr ? a.k_positions[ktok0 + j] : j0 + j;
@@ -155,12 +159,15 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
       const int nq = static_cast<int>(lq - i0 < kBq ? lq - i0 : kBq);
       const int64_t qtok0 = qtok_seq + i0;
       __syncthreads();  // the previous tile's Q, dO and dS are no longer read
-      const T* qsrc = bw.qk_rotated ? static_cast<const T*>(bw.q_rot) + (qtok0 * a.heads_q + h) * D
-                                    : static_cast<const T*>(a.q) +
-                                          (packed ? qtok0 * a.sq.token : b * a.sq.batch + i0 * a.sq.token) + h * a.sq.head;
+      const T* qsrc = bw.qk_rotated
+                          ? static_cast<const T*>(bw.q_rot) + (qtok0 * a.heads_q + h) * D
+                          : static_cast<const T*>(a.q) +
+                                (packed ? qtok0 * a.sq.token : b * a.sq.batch + i0 * a.sq.token) +
+                                h * a.sq.head;
       const int64_t qstride = bw.qk_rotated ? a.heads_q * D : a.sq.token;
       const T* dosrc = static_cast<const T*>(bw.d_o) +
-                       (packed ? qtok0 * a.so.token : b * a.so.batch + i0 * a.so.token) + h * a.so.head;
+                       (packed ? qtok0 * a.so.token : b * a.so.batch + i0 * a.so.token) +
+                       h * a.so.head;
       LoadRows<T, D>(qs, ld, qsrc, qstride, nq, kBq);
       LoadRows<T, D>(dos, ld, dosrc, a.so.token, nq, kBq);
       CpAsyncCommit();
@@ -199,7 +206,9 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
       }
       // P^T and dS^T = P^T o (dP^T - D) in place: element (key krow + g (+8), query
       // 8n + 2t (+1)).
-      const bool need_mask = nk < kBk || nq < kBq || (a.causal && (a.q_positions != nullptr || j0 + kBk - 1 > lk - lq + i0));
+      const bool need_mask =
+          nk < kBk || nq < kBq ||
+          (a.causal && (a.q_positions != nullptr || j0 + kBk - 1 > lk - lq + i0));
 #pragma unroll
       for (int n = 0; n < kBq / 8; ++n) {
 #pragma unroll
@@ -211,7 +220,8 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
             const float dist = static_cast<float>(qpos[qi] - kpos[kj]);
             v -= slope2 * (a.alibi_symmetric ? fabsf(dist) : dist);
           }
-          if (need_mask && (kj >= nk || qi >= nq || (a.causal && kpos[kj] > qpos[qi]))) v = -INFINITY;
+          if (need_mask && (kj >= nk || qi >= nq || (a.causal && kpos[kj] > qpos[qi])))
+            v = -INFINITY;
           const float p = Exp2(v - lse2[qi]);
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - dvals[qi]);
@@ -269,7 +279,8 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
 #pragma unroll
           for (int n = 0; n < 4; n += 2) {
             uint32_t kb[4];
-            LdMatrixX4Trans(kb, ks + (c * 16 + (mat & 1) * 8 + mr) * ld + f0 + (n + (mat >> 1)) * 8);
+            LdMatrixX4Trans(kb,
+                            ks + (c * 16 + (mat & 1) * 8 + mr) * ld + f0 + (n + (mat >> 1)) * 8);
             Mma<T>(acc[n], sa, kb[0], kb[1]);
             Mma<T>(acc[n + 1], sa, kb[2], kb[3]);
           }
@@ -283,7 +294,8 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
             float* dst = bw.dq_accum + ((qtok0 + r) * a.heads_q + h) * D + f0 + n * 8 + 2 * t4;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             // One 8-byte vector atomic (sm_90) for the two neighbouring features.
-            atomicAdd(reinterpret_cast<float2*>(dst), make_float2(acc[n][2 * hf] * a.scale, acc[n][2 * hf + 1] * a.scale));
+            atomicAdd(reinterpret_cast<float2*>(dst),
+                      make_float2(acc[n][2 * hf] * a.scale, acc[n][2 * hf + 1] * a.scale));
 #else
             atomicAdd(dst, acc[n][2 * hf] * a.scale);
             atomicAdd(dst + 1, acc[n][2 * hf + 1] * a.scale);
@@ -300,10 +312,13 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
     const int j = krow + g + 8 * hf;
     if (j >= nk) continue;
     const int64_t tok = ktok0 + j;  // call-wide key token
-    T* dvrow = static_cast<T*>(bw.dv) + (packed ? tok * a.sv.token : b * a.sv.batch + (j0 + j) * a.sv.token) + kvh * a.sv.head;
+    T* dvrow = static_cast<T*>(bw.dv) +
+               (packed ? tok * a.sv.token : b * a.sv.batch + (j0 + j) * a.sv.token) +
+               kvh * a.sv.head;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<uint32_t*>(dvrow + n * 8 + 2 * t4) = Pack<T>(dv[n][2 * hf], dv[n][2 * hf + 1]);
+      *reinterpret_cast<uint32_t*>(dvrow + n * 8 + 2 * t4) =
+          Pack<T>(dv[n][2 * hf], dv[n][2 * hf + 1]);
     }
     if (a.rope_dim > 0) {
       float* dkrow = bw.dk_accum + (tok * a.heads_kv + kvh) * D;
@@ -313,7 +328,9 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
         dkrow[n * 8 + 2 * t4 + 1] = dk[n][2 * hf + 1] * a.scale;
       }
     } else {
-      T* dkrow = static_cast<T*>(bw.dk) + (packed ? tok * a.sk.token : b * a.sk.batch + (j0 + j) * a.sk.token) + kvh * a.sk.head;
+      T* dkrow = static_cast<T*>(bw.dk) +
+                 (packed ? tok * a.sk.token : b * a.sk.batch + (j0 + j) * a.sk.token) +
+                 kvh * a.sk.head;
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) {
         *reinterpret_cast<uint32_t*>(dkrow + n * 8 + 2 * t4) =
@@ -339,8 +356,8 @@ __global__ void FinishKernel(AttentionBackwardKernelArgs bw, bool is_key, int64_
   const int64_t* cu = is_key ? a.cu_seqlens_k : a.cu_seqlens_q;
   const int64_t seq_len = is_key ? a.seq_k : a.seq_q;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < tokens * per_token;
-       idx += stride) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < tokens * per_token; idx += stride) {
     const int64_t tok = idx / per_token, rem = idx - tok * per_token;
     const int64_t h = rem / (half + rest), w = rem - h * (half + rest);
     // The token's batch and row (padded) and its default position.
@@ -358,7 +375,10 @@ __global__ void FinishKernel(AttentionBackwardKernelArgs bw, bool is_key, int64_
         int64_t lo = 0, hi = a.num_seqs;
         while (hi - lo > 1) {
           const int64_t mid = (lo + hi) / 2;
-          if (cu[mid] <= tok) lo = mid; else hi = mid;
+          if (cu[mid] <= tok)
+            lo = mid;
+          else
+            hi = mid;
         }
         seq = lo;
         s0 = cu[seq];
@@ -401,8 +421,8 @@ __global__ void RotateQueriesKernel(AttentionKernelArgs a, T* out) {
   const int64_t d = a.head_dim, half = a.rope_dim / 2, rest = d - a.rope_dim;
   const int64_t per_token = a.heads_q * (half + rest);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < lq * per_token;
-       idx += stride) {
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+       idx < lq * per_token; idx += stride) {
     const int64_t j = idx / per_token, rem = idx - j * per_token;
     const int64_t hh = rem / (half + rest), w = rem - hh * (half + rest);
     const T* x = src + j * a.sq.token + hh * a.sq.head;
@@ -442,28 +462,37 @@ std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, 
     if (!(e = Err(cudaGetLastError())).empty()) return e;
     if (!(e = LaunchRotateKeys(a, bw.k_rot, s)).empty()) return e;
   }
-  if (!(e = Err(cudaMemsetAsync(bw.dq_accum, 0, tokens_q * a.heads_q * D * sizeof(float), s))).empty()) return e;
+  if (!(e = Err(cudaMemsetAsync(bw.dq_accum, 0, tokens_q * a.heads_q * D * sizeof(float), s)))
+           .empty())
+    return e;
   constexpr int ld = D + kPad, lds = kBq + kPad;
-  const size_t shared = static_cast<size_t>(2 * kBk + 2 * kBq) * ld * sizeof(T) + kBk * lds * sizeof(T) +
-                        2 * kBq * sizeof(float) + (kBq + kBk) * sizeof(int64_t);
-  if (!(e = Err(cudaFuncSetAttribute(BackwardKernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(shared)))).empty()) {
+  const size_t shared = static_cast<size_t>(2 * kBk + 2 * kBq) * ld * sizeof(T) +
+                        kBk * lds * sizeof(T) + 2 * kBq * sizeof(float) +
+                        (kBq + kBk) * sizeof(int64_t);
+  if (!(e = Err(cudaFuncSetAttribute(BackwardKernel<T, D, C>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(shared))))
+           .empty()) {
     return e;
   }
-  const dim3 grid(static_cast<unsigned>((max_seq_k + kBk - 1) / kBk), static_cast<unsigned>(a.heads_kv),
-                  static_cast<unsigned>(a.num_seqs));
+  const dim3 grid(static_cast<unsigned>((max_seq_k + kBk - 1) / kBk),
+                  static_cast<unsigned>(a.heads_kv), static_cast<unsigned>(a.num_seqs));
   if (max_seq_k > 0) {
     BackwardKernel<T, D, C><<<grid, C::kThreads, shared, s>>>(bw);
     if (!(e = Err(cudaGetLastError())).empty()) return e;
   }
   const int64_t fin_q = tokens_q * a.heads_q * (a.rope_dim / 2 + D - a.rope_dim);
   if (fin_q > 0) {
-    FinishKernel<T><<<static_cast<unsigned>(std::min<int64_t>((fin_q + 255) / 256, 65535)), 256, 0, s>>>(bw, false, tokens_q);
+    FinishKernel<T>
+        <<<static_cast<unsigned>(std::min<int64_t>((fin_q + 255) / 256, 65535)), 256, 0, s>>>(
+            bw, false, tokens_q);
     if (!(e = Err(cudaGetLastError())).empty()) return e;
   }
   const int64_t fin_k = tokens_k * a.heads_kv * (a.rope_dim / 2 + D - a.rope_dim);
   if (a.rope_dim > 0 && fin_k > 0) {
-    FinishKernel<T><<<static_cast<unsigned>(std::min<int64_t>((fin_k + 255) / 256, 65535)), 256, 0, s>>>(bw, true, tokens_k);
+    FinishKernel<T>
+        <<<static_cast<unsigned>(std::min<int64_t>((fin_k + 255) / 256, 65535)), 256, 0, s>>>(
+            bw, true, tokens_k);
     if (!(e = Err(cudaGetLastError())).empty()) return e;
   }
   return "";
@@ -471,8 +500,8 @@ std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, 
 
 }  // namespace
 
-std::string LaunchAttentionBackwardMma(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, int64_t tokens_q,
-                                       int64_t tokens_k, void* stream) {
+std::string LaunchAttentionBackwardMma(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k,
+                                       int64_t tokens_q, int64_t tokens_k, void* stream) {
   const AttentionKernelArgs& a = bw.fwd;
   if (a.num_seqs == 0) return "";
   if (std::string why = MmaIneligibility(a); !why.empty()) return why;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -93,8 +94,8 @@ absl::Status Prepare(const CudaAttentionArgs& a, AttentionKernelArgs* out, bool*
   k.sv = a.sv;
   k.so = a.so;
   k.causal = a.causal;
-  k.scale = static_cast<float>(a.softmax_scale > 0.0 ? a.softmax_scale
-                                                     : 1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  k.scale = static_cast<float>(
+      a.softmax_scale > 0.0 ? a.softmax_scale : 1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   k.q_positions = a.q_positions;
   k.k_positions = a.k_positions;
   if (a.rope != nullptr) {
@@ -102,7 +103,8 @@ absl::Status Prepare(const CudaAttentionArgs& a, AttentionKernelArgs* out, bool*
       return Bad(absl::StrCat("the RoPE encoding's head_dim (", a.rope->head_dim(),
                               ") differs from the tensors' (", a.head_dim, ")"));
     }
-    if (a.rope->num_axes() != 1) return Bad("multi-axis RoPE is not supported in the CUDA kernel yet");
+    if (a.rope->num_axes() != 1)
+      return Bad("multi-axis RoPE is not supported in the CUDA kernel yet");
     k.rope_dim = a.rope->rotary_dim();
     k.rope_interleaved = a.rope->interleaved();
     k.rope_attention_factor = a.rope->attention_factor();
@@ -125,8 +127,10 @@ absl::Status Prepare(const CudaAttentionArgs& a, AttentionKernelArgs* out, bool*
     }
   }
   for (const auto& [p, name] : {std::pair<const void*, const char*>{a.cu_seqlens_q, "cu_seqlens_q"},
-                                {a.cu_seqlens_k, "cu_seqlens_k"}, {a.q_positions, "q_positions"},
-                                {a.k_positions, "k_positions"}, {a.lse, "lse"},
+                                {a.cu_seqlens_k, "cu_seqlens_k"},
+                                {a.q_positions, "q_positions"},
+                                {a.k_positions, "k_positions"},
+                                {a.lse, "lse"},
                                 {a.alibi_slopes, "alibi_slopes"}}) {
     if (p == nullptr) continue;
     if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
@@ -154,6 +158,8 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
                               " bytes CudaAttentionWorkspaceBytes asks for"));
     }
     if (absl::Status s = CheckDevice(a.workspace, "workspace"); !s.ok()) return s;
+    if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
+      return Bad("workspace must be 16-byte aligned");
     const std::string rot = LaunchRotateKeys(k, a.workspace, stream);
     if (!rot.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", rot));
     // The attention reads the rotated keys, dense [key tokens, heads_kv, head_dim].
@@ -162,7 +168,8 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
                        a.head_dim};
     k.k_prerotated = true;
   }
-  const std::string err = mma ? LaunchAttentionForwardMma(k, stream) : LaunchAttentionForward(k, stream);
+  const std::string err =
+      mma ? LaunchAttentionForwardMma(k, stream) : LaunchAttentionForward(k, stream);
   if (!err.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", err));
   return absl::OkStatus();
 }
@@ -171,7 +178,8 @@ namespace {
 
 // The backward's workspace, sections 256-byte aligned: row_dot, dq_accum, then with RoPE
 // dk_accum, q_rot, k_rot. Returns the total; fills `bw`'s pointers when base is given.
-int64_t BackwardLayout(const CudaAttentionBackwardArgs& b, char* base, AttentionBackwardKernelArgs* bw) {
+int64_t BackwardLayout(const CudaAttentionBackwardArgs& b, char* base,
+                       AttentionBackwardKernelArgs* bw) {
   const CudaAttentionArgs& a = b.forward;
   const bool packed = a.cu_seqlens_q != nullptr;
   const int64_t tq = packed ? b.tokens_q : a.batch * a.seq_q;
@@ -222,8 +230,11 @@ absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* str
   }
   if (empty) return absl::OkStatus();
   if (a.lse == nullptr) return Bad("the backward needs the forward's lse (forward.lse)");
-  for (const auto& [p, name] : {std::pair<const void*, const char*>{b.d_o, "d_o"}, {b.dq, "dq"}, {b.dk, "dk"},
-                                {b.dv, "dv"}, {b.workspace, "workspace"}}) {
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{b.d_o, "d_o"},
+                                {b.dq, "dq"},
+                                {b.dk, "dk"},
+                                {b.dv, "dv"},
+                                {b.workspace, "workspace"}}) {
     if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
   }
   const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
@@ -231,6 +242,8 @@ absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* str
     return Bad(absl::StrCat("workspace_bytes (", b.workspace_bytes, ") is below the ", need,
                             " bytes CudaAttentionBackwardWorkspaceBytes asks for"));
   }
+  if (reinterpret_cast<uintptr_t>(b.workspace) % 16 != 0)
+    return Bad("workspace must be 16-byte aligned");
   BackwardLayout(b, static_cast<char*>(b.workspace), &bw);
   bw.d_o = b.d_o;
   bw.lse = a.lse;

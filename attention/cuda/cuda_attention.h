@@ -53,16 +53,17 @@ struct CudaAttentionArgs {
   float* lse = nullptr;  // optional, [tokens_q, heads_q]
   CudaStrides sq, sk, sv, so;
   bool causal = false;
-  double softmax_scale = 0.0;  // 0: 1 / sqrt(head_dim)
+  double softmax_scale = 0.0;            // 0: 1 / sqrt(head_dim)
   const int64_t* q_positions = nullptr;  // optional device arrays (both or neither)
   const int64_t* k_positions = nullptr;
   const encodings::sequence::cuda::RopeCuda* rope = nullptr;  // optional; rotary_dim <= head_dim
-  const float* alibi_slopes = nullptr;  // optional device [heads_q]
+  const float* alibi_slopes = nullptr;                        // optional device [heads_q]
   bool alibi_symmetric = false;
-  // Optional device scratch for RoPE on the tensor-core kernel: with at least
-  // CudaAttentionWorkspaceBytes(args) bytes the keys are rotated once per call into it
-  // (one pass over k) instead of once per 128-query block inside the kernel. Packed
-  // batches also give tokens_k, the total number of key tokens (cu_seqlens_k[num_seqs]).
+  // Optional device scratch (16-byte aligned) for RoPE on the tensor-core kernel: with
+  // at least CudaAttentionWorkspaceBytes(args) bytes the keys are rotated once per call
+  // into it (one pass over k) instead of once per 128-query block inside the kernel.
+  // Packed batches also give tokens_k, the total number of key tokens
+  // (cu_seqlens_k[num_seqs]).
   void* workspace = nullptr;
   int64_t workspace_bytes = 0;
   int64_t tokens_k = 0;
@@ -80,7 +81,7 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& args, void* stream);
 // the inputs before RoPE (dq and dk rotated back). `forward` holds the forward's
 // arguments with o its output and lse its log-sum-exp (both required; the lse the
 // forward wrote). d_o has o's strides; dq, dk and dv those of q, k and v. ALiBi slopes
-// are constants (no gradient). workspace: device memory of at least
+// are constants (no gradient). workspace: 16-byte-aligned device memory of at least
 // CudaAttentionBackwardWorkspaceBytes bytes (float32 accumulators for dq, and for dk
 // with RoPE, plus the rotated q and k). Packed batches give tokens_q, tokens_k (the
 // call's query and key tokens) and max_seq_k. Enqueues on `stream`; allocates nothing.

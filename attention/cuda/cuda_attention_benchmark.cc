@@ -93,10 +93,12 @@ void BM_Forward(benchmark::State& state) {
   std::string err;
   double sec = 0;
   for (auto _ : state) {
-    absl::StatusOr<double> t = mc::EventSeconds([&] {
-      absl::Status st = CudaAttentionForward(a, nullptr);
-      if (!st.ok() && err.empty()) err = std::string(st.message());
-    }, 5);
+    absl::StatusOr<double> t = mc::EventSeconds(
+        [&] {
+          absl::Status st = CudaAttentionForward(a, nullptr);
+          if (!st.ok() && err.empty()) err = std::string(st.message());
+        },
+        5);
     if (!t.ok() || !err.empty()) {
       state.SkipWithError((err + std::string(t.status().message())).c_str());
       break;
@@ -193,10 +195,12 @@ void BM_Backward(benchmark::State& state) {
   if (absl::Status st = CudaAttentionForward(a, nullptr); !st.ok()) err = std::string(st.message());
   double sec = 0;
   for (auto _ : state) {
-    absl::StatusOr<double> t = mc::EventSeconds([&] {
-      absl::Status st = CudaAttentionBackward(b, nullptr);
-      if (!st.ok() && err.empty()) err = std::string(st.message());
-    }, 5);
+    absl::StatusOr<double> t = mc::EventSeconds(
+        [&] {
+          absl::Status st = CudaAttentionBackward(b, nullptr);
+          if (!st.ok() && err.empty()) err = std::string(st.message());
+        },
+        5);
     if (!t.ok() || !err.empty()) {
       state.SkipWithError((err + std::string(t.status().message())).c_str());
       break;

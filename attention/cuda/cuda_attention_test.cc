@@ -26,13 +26,13 @@ namespace {
 
 namespace seq = encodings::sequence;
 
-#define SKIP_WITHOUT_GPU()                                                               \
-  do {                                                                                   \
-    std::string why;                                                                     \
-    if (seq::cuda::CudaDeviceCount(&why) == 0) {                                         \
-      GTEST_SKIP() << "no CUDA device (" << why << "): the attention kernel is built "   \
-                   << "for sm_80/sm_90 but cannot run on this machine";                  \
-    }                                                                                    \
+#define SKIP_WITHOUT_GPU()                                                             \
+  do {                                                                                 \
+    std::string why;                                                                   \
+    if (seq::cuda::CudaDeviceCount(&why) == 0) {                                       \
+      GTEST_SKIP() << "no CUDA device (" << why << "): the attention kernel is built " \
+                   << "for sm_80/sm_90 but cannot run on this machine";                \
+    }                                                                                  \
   } while (0)
 
 template <class T>
@@ -72,15 +72,13 @@ TEST(CudaAttention, Float32MatchesTheReference) {
   std::mt19937_64 rng(11);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   // Lengths below, at and above the tiles (4 query rows, 16 keys); KV-cache shapes; GQA.
-  for (const Case& c : {Case{1, 1, 1, 1, 1, 32, false, false, false},
-                        Case{2, 5, 16, 4, 2, 64, true, true, false},
-                        Case{1, 17, 33, 8, 2, 128, true, true, true},
-                        Case{3, 4, 70, 2, 1, 80, false, false, true},
-                        Case{1, 1, 300, 4, 4, 256, true, true, true}}) {
+  for (const Case& c :
+       {Case{1, 1, 1, 1, 1, 32, false, false, false}, Case{2, 5, 16, 4, 2, 64, true, true, false},
+        Case{1, 17, 33, 8, 2, 128, true, true, true}, Case{3, 4, 70, 2, 1, 80, false, false, true},
+        Case{1, 1, 300, 4, 4, 256, true, true, true}}) {
     SCOPED_TRACE(::testing::Message() << "b" << c.batch << " sq" << c.sq << " sk" << c.sk << " h"
                                       << c.hq << "/" << c.hkv << " d" << c.d);
-    std::vector<float> q(c.batch * c.sq * c.hq * c.d), k(c.batch * c.sk * c.hkv * c.d),
-        v(k.size());
+    std::vector<float> q(c.batch * c.sq * c.hq * c.d), k(c.batch * c.sk * c.hkv * c.d), v(k.size());
     for (float& x : q) x = u(rng);
     for (float& x : k) x = u(rng);
     for (float& x : v) x = u(rng);
@@ -89,20 +87,23 @@ TEST(CudaAttention, Float32MatchesTheReference) {
     seq::RopeOptions ro;
     ro.head_dim = c.d;
     ro.rotary_dim = (c.d / 4) * 2;  // partial rotary: half the features (d >= 4 here)
-    absl::StatusOr<seq::Rope> rope = seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
+    absl::StatusOr<seq::Rope> rope =
+        seq::Rope::Create(ro, *seq::DefaultRopeFrequencies(ro.rotary_dim));
     ASSERT_TRUE(rope.ok()) << rope.status();
     RopeRowTransform tq(*rope), tk(*rope, seq::RopeRole::kKey);
     if (c.rope) {
       args.q_transform = &tq;
       args.k_transform = &tk;
     }
-    absl::StatusOr<seq::AlibiBias> alibi = seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
+    absl::StatusOr<seq::AlibiBias> alibi =
+        seq::AlibiBias::CreateStandard(c.hq, seq::AlibiForm::kCausal);
     ASSERT_TRUE(alibi.ok());
     if (c.alibi) args.biases = {&*alibi};
     std::vector<double> qd(q.begin(), q.end()), kd(k.begin(), k.end()), vd(v.begin(), v.end());
     std::vector<double> want(q.size()), want_lse(c.batch * c.sq * c.hq);
     ASSERT_TRUE(ReferenceForward<double>(args, qd.data(), kd.data(), vd.data(), want.data(),
-                                         want_lse.data()).ok());
+                                         want_lse.data())
+                    .ok());
 
     absl::StatusOr<seq::cuda::RopeCuda> grope = seq::cuda::RopeCuda::Create(*rope);
     ASSERT_TRUE(grope.ok()) << grope.status();
@@ -135,7 +136,8 @@ TEST(CudaAttention, Float32MatchesTheReference) {
       if (std::isinf(want_lse[i])) {
         EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i;
       } else {
-        ASSERT_NEAR(got_lse[i], want_lse[i], 1e-5 * std::max(1.0, std::abs(want_lse[i]))) << "lse " << i;
+        ASSERT_NEAR(got_lse[i], want_lse[i], 1e-5 * std::max(1.0, std::abs(want_lse[i])))
+            << "lse " << i;
       }
     }
   }

@@ -34,16 +34,24 @@ using ::gpe::encodings::sequence::cuda::ReducedAngle;
 template <class T>
 __device__ __forceinline__ float ToF(T x);
 template <>
-__device__ __forceinline__ float ToF<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF<__nv_bfloat16>(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
 template <>
-__device__ __forceinline__ float ToF<__half>(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ToF<__half>(__half x) {
+  return __half2float(x);
+}
 
 template <class T>
 __device__ __forceinline__ T FromF(float x);
 template <>
-__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
 template <>
-__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half_rn(x); }
+__device__ __forceinline__ __half FromF<__half>(float x) {
+  return __float2half_rn(x);
+}
 
 // Two floats rounded to 16 bits and packed, the first in the low half (the element with
 // the lower column index, as the fragments expect): one cvt.rn.{bf16x2,f16x2}.f32.
@@ -67,7 +75,8 @@ __device__ __forceinline__ float Exp2(float x) {
 
 // c += a b on one m16n8k16 tile, float32 accumulators.
 template <class T>
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1) {
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
@@ -106,11 +115,14 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* ro
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, bool valid) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
+               "r"(src_bytes));
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
-__device__ __forceinline__ void CpAsyncWait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 // Rotates rows [0, nrows) of a shared tile (row stride ld) in place: plane i of row r by
 // angle pos(r) theta_i, both features times the attention factor.
@@ -131,7 +143,6 @@ __device__ void RotateTile(T* tile, int nrows, int ld, const AttentionKernelArgs
     x[c2] = FromF<T>(x1 * s + x2 * c);
   }
 }
-
 
 }  // namespace mma
 }  // namespace gpe::attention::cuda

@@ -116,10 +116,9 @@ absl::StatusOr<double> Bf16GemmTflops(int64_t n) {
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   absl::StatusOr<double> sec = EventSeconds(
       [&] {
-        const cublasStatus_t r =
-            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, a.p, CUDA_R_16BF, ni,
-                         b.p, CUDA_R_16BF, ni, &beta, c.p, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F,
-                         CUBLAS_GEMM_DEFAULT);
+        const cublasStatus_t r = cublasGemmEx(
+            h, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, ni, &alpha, a.p, CUDA_R_16BF, ni, b.p, CUDA_R_16BF,
+            ni, &beta, c.p, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (st == CUBLAS_STATUS_SUCCESS) st = r;
       },
       10);

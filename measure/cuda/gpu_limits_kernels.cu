@@ -1,11 +1,11 @@
 // The copy and fill kernels behind gpu_limits.h (compiled by nvcc; no Abseil here).
-#include "measure/cuda/gpu_limits_kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 #include <string>
+
+#include "measure/cuda/gpu_limits_kernels.h"
 
 namespace gpe::measure::cuda {
 namespace {

@@ -12,8 +12,7 @@ int main() {
     return 1;
   }
   std::printf("device: %s (sm_%d%d, %d SMs, L2 %lld MiB, %lld GiB)\n", dev->name.c_str(),
-              dev->major, dev->minor, dev->sm_count,
-              static_cast<long long>(dev->l2_bytes >> 20),
+              dev->major, dev->minor, dev->sm_count, static_cast<long long>(dev->l2_bytes >> 20),
               static_cast<long long>(dev->global_bytes >> 30));
   absl::StatusOr<double> copy = CopyBandwidthGBps();
   absl::StatusOr<double> gemm = Bf16GemmTflops();

@@ -30,10 +30,10 @@ bool HaveGpu(std::string* why) {
   return n > 0;
 }
 
-#define SKIP_WITHOUT_GPU()                                                         \
-  do {                                                                             \
-    std::string why;                                                               \
-    if (!HaveGpu(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")";          \
+#define SKIP_WITHOUT_GPU()                                                \
+  do {                                                                    \
+    std::string why;                                                      \
+    if (!HaveGpu(&why)) GTEST_SKIP() << "no CUDA device (" << why << ")"; \
   } while (0)
 
 TEST(GpuLimits, CopyCopiesEveryByte) {

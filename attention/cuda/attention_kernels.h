@@ -44,7 +44,7 @@ struct AttentionKernelArgs {
   bool rope_interleaved = false;
   float rope_attention_factor = 1.0f;
   const double* rope_thetas = nullptr;  // device, rope_dim / 2
-  // k already rotated (LaunchRotateKeys into a workspace): RoPE is applied to q only.
+  // k already rotated (LaunchRotateTokens into a workspace): RoPE is applied to q only.
   bool k_prerotated = false;
   // The tensor-core kernels' configuration: 0 the default; others for the benchmark
   // (attention_mma.cu's Cfg list, attention_mma_bwd.cu's BwdCfg list).
@@ -64,11 +64,13 @@ std::string LaunchAttentionForward(const AttentionKernelArgs& args, void* stream
 // float16, head_dim 64 or 128, q / k / v / o 16-byte aligned and every stride a multiple
 // of 8 elements. LaunchAttentionForwardMma enqueues it; "" or the error.
 std::string MmaIneligibility(const AttentionKernelArgs& args);
-// Writes R(p_j) k_j (RoPE on the keys, args' rope fields and key positions) for every key
-// token of the call into `out`, dense [key tokens, heads_kv, head_dim] of args.dtype
-// (padded: token b * seq_k + j; packed: the packed row), for the tensor-core kernel to
-// read with k_prerotated. One pass over k instead of one rotation per query block.
-std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* stream);
+// Writes R(p) x (RoPE with args' rope fields and positions) for every query (queries)
+// or key token of the call into `out`, dense [tokens, heads, head_dim] of args.dtype
+// (padded: token b * seq + j; packed: the packed row). The tensor-core forward reads the
+// rotated keys with k_prerotated (one pass over k instead of one rotation per query
+// block); the backward reads both.
+std::string LaunchRotateTokens(const AttentionKernelArgs& args, void* out, bool queries,
+                               void* stream);
 std::string LaunchAttentionForwardMma(const AttentionKernelArgs& args, void* stream);
 
 // The tensor-core backward (attention_mma_bwd.cu). fwd: the forward's arguments, with o

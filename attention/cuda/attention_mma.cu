@@ -11,7 +11,7 @@
 //   - RoPE: the query tile once per block, rotated in float32 from the 16-bit inputs and
 //     rounded once back to 16 bits (angles reduced in double,
 //     encodings/sequence/cuda/reduced_angle.cuh); the keys either once per call into a
-//     workspace (LaunchRotateKeys, then k_prerotated) or, without one, each key tile after
+//     workspace (LaunchRotateTokens, then k_prerotated) or, without one, each key tile after
 //     it lands (once per query block: the slower path);
 //   - ALiBi: -slope_h (p_i - p_j) (or |p_i - p_j|) added to the float32 scores;
 //   - causal masking by positions (p_j <= p_i); with the default positions the tiles
@@ -337,33 +337,43 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm)
   }
 }
 
-// One thread per (key token, kv head, plane) of one sequence (blockIdx.y), grid-stride;
-// features past rope_dim are copied. Positions as in the attention kernel.
+// R(p) x for every query (queries) or key token of the call into `out`, dense [tokens,
+// heads, head_dim]: one thread per (token, head, plane) of one sequence (blockIdx.y),
+// grid-stride; features past rope_dim are copied. Positions as in the attention kernel.
 template <class T>
-__global__ void RotateKeysKernel(AttentionKernelArgs a, T* out) {
+__global__ void RotateTokensKernel(AttentionKernelArgs a, T* out, bool queries) {
   const int64_t b = blockIdx.y;
-  const bool packed = a.cu_seqlens_k != nullptr;
-  const int64_t k0 = packed ? a.cu_seqlens_k[b] : 0;
-  const int64_t lk = packed ? a.cu_seqlens_k[b + 1] - k0 : a.seq_k;
-  const int64_t ktok0 = packed ? k0 : b * a.seq_k;
-  const T* src = static_cast<const T*>(a.k) + (packed ? k0 * a.sk.token : b * a.sk.batch);
+  const bool packed = a.cu_seqlens_q != nullptr;
+  const int64_t* cu = queries ? a.cu_seqlens_q : a.cu_seqlens_k;
+  const int64_t seq = queries ? a.seq_q : a.seq_k;
+  const int64_t t0 = packed ? cu[b] : 0;
+  const int64_t len = packed ? cu[b + 1] - t0 : seq;
+  const int64_t lq = packed ? a.cu_seqlens_q[b + 1] - a.cu_seqlens_q[b] : a.seq_q;
+  const int64_t lk = packed ? a.cu_seqlens_k[b + 1] - a.cu_seqlens_k[b] : a.seq_k;
+  const int64_t tok0 = packed ? t0 : b * seq;
+  const CudaStrides st = queries ? a.sq : a.sk;
+  const int64_t heads = queries ? a.heads_q : a.heads_kv;
+  const int64_t* posv = queries ? a.q_positions : a.k_positions;
+  const T* src =
+      static_cast<const T*>(queries ? a.q : a.k) + (packed ? t0 * st.token : b * st.batch);
   const int64_t d = a.head_dim, half = a.rope_dim / 2, rest = d - a.rope_dim;
-  const int64_t per_token = a.heads_kv * (half + rest);
+  const int64_t per_token = heads * (half + rest);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       idx < lk * per_token; idx += stride) {
+       idx < len * per_token; idx += stride) {
     const int64_t j = idx / per_token, rem = idx - j * per_token;
     const int64_t hh = rem / (half + rest), w = rem - hh * (half + rest);
-    const T* x = src + j * a.sk.token + hh * a.sk.head;
-    T* y = out + ((ktok0 + j) * a.heads_kv + hh) * d;
+    const T* x = src + j * st.token + hh * st.head;
+    T* y = out + ((tok0 + j) * heads + hh) * d;
     if (w >= half) {  // a feature past the rotary ones
       const int64_t c = a.rope_dim + (w - half);
       y[c] = x[c];
       continue;
     }
-    const int64_t pj = a.k_positions != nullptr ? a.k_positions[ktok0 + j] : j;
+    // Default positions: keys 0 .. lk - 1, queries the last lq of them.
+    const int64_t p = posv != nullptr ? posv[tok0 + j] : queries ? lk - lq + j : j;
     float sn, cn;
-    sincosf(ReducedAngle(pj, a.rope_thetas[w]), &sn, &cn);
+    sincosf(ReducedAngle(p, a.rope_thetas[w]), &sn, &cn);
     cn *= a.rope_attention_factor;
     sn *= a.rope_attention_factor;
     const int64_t c1 = a.rope_interleaved ? 2 * w : w;
@@ -425,17 +435,19 @@ std::string MmaIneligibility(const AttentionKernelArgs& a) {
   return "";
 }
 
-std::string LaunchRotateKeys(const AttentionKernelArgs& args, void* out, void* stream) {
+std::string LaunchRotateTokens(const AttentionKernelArgs& args, void* out, bool queries,
+                               void* stream) {
   if (args.num_seqs == 0) return "";
   if (args.dtype != CudaDType::kBFloat16 && args.dtype != CudaDType::kFloat16) {
-    return "LaunchRotateKeys takes bfloat16 or float16";
+    return "LaunchRotateTokens takes bfloat16 or float16";
   }
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   const dim3 grid(512, static_cast<unsigned>(args.num_seqs));
   if (args.dtype == CudaDType::kBFloat16) {
-    RotateKeysKernel<__nv_bfloat16><<<grid, 256, 0, s>>>(args, static_cast<__nv_bfloat16*>(out));
+    RotateTokensKernel<__nv_bfloat16>
+        <<<grid, 256, 0, s>>>(args, static_cast<__nv_bfloat16*>(out), queries);
   } else {
-    RotateKeysKernel<__half><<<grid, 256, 0, s>>>(args, static_cast<__half*>(out));
+    RotateTokensKernel<__half><<<grid, 256, 0, s>>>(args, static_cast<__half*>(out), queries);
   }
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? std::string()

@@ -408,43 +408,6 @@ __global__ void FinishKernel(AttentionBackwardKernelArgs bw, bool is_key, int64_
   }
 }
 
-// q~ = R(p) q (call-wide dense [tokens, heads_q, D]) for the backward's workspace.
-template <class T>
-__global__ void RotateQueriesKernel(AttentionKernelArgs a, T* out) {
-  const int64_t b = blockIdx.y;
-  const bool packed = a.cu_seqlens_q != nullptr;
-  const int64_t q0 = packed ? a.cu_seqlens_q[b] : 0;
-  const int64_t lq = packed ? a.cu_seqlens_q[b + 1] - q0 : a.seq_q;
-  const int64_t lk = packed ? a.cu_seqlens_k[b + 1] - a.cu_seqlens_k[b] : a.seq_k;
-  const int64_t tok0 = packed ? q0 : b * a.seq_q;
-  const T* src = static_cast<const T*>(a.q) + (packed ? q0 * a.sq.token : b * a.sq.batch);
-  const int64_t d = a.head_dim, half = a.rope_dim / 2, rest = d - a.rope_dim;
-  const int64_t per_token = a.heads_q * (half + rest);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       idx < lq * per_token; idx += stride) {
-    const int64_t j = idx / per_token, rem = idx - j * per_token;
-    const int64_t hh = rem / (half + rest), w = rem - hh * (half + rest);
-    const T* x = src + j * a.sq.token + hh * a.sq.head;
-    T* y = out + ((tok0 + j) * a.heads_q + hh) * d;
-    if (w >= half) {
-      const int64_t c = a.rope_dim + (w - half);
-      y[c] = x[c];
-      continue;
-    }
-    const int64_t pj = a.q_positions != nullptr ? a.q_positions[tok0 + j] : lk - lq + j;
-    float sn, cn;
-    sincosf(ReducedAngle(pj, a.rope_thetas[w]), &sn, &cn);
-    cn *= a.rope_attention_factor;
-    sn *= a.rope_attention_factor;
-    const int64_t c1 = a.rope_interleaved ? 2 * w : w;
-    const int64_t c2 = a.rope_interleaved ? 2 * w + 1 : w + half;
-    const float x1 = ToF(x[c1]), x2 = ToF(x[c2]);
-    y[c1] = FromF<T>(x1 * cn - x2 * sn);
-    y[c2] = FromF<T>(x1 * sn + x2 * cn);
-  }
-}
-
 template <class T, int D, class C>
 std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, int64_t tokens_q,
                       int64_t tokens_k, cudaStream_t s) {
@@ -457,10 +420,8 @@ std::string LaunchBwd(const AttentionBackwardKernelArgs& bw, int64_t max_seq_k, 
     if (!(e = Err(cudaGetLastError())).empty()) return e;
   }
   if (a.rope_dim > 0) {  // q~ and k~ into the workspace
-    const dim3 grid(512, static_cast<unsigned>(a.num_seqs));
-    RotateQueriesKernel<T><<<grid, 256, 0, s>>>(a, static_cast<T*>(bw.q_rot));
-    if (!(e = Err(cudaGetLastError())).empty()) return e;
-    if (!(e = LaunchRotateKeys(a, bw.k_rot, s)).empty()) return e;
+    if (!(e = LaunchRotateTokens(a, bw.q_rot, true, s)).empty()) return e;
+    if (!(e = LaunchRotateTokens(a, bw.k_rot, false, s)).empty()) return e;
   }
   if (!(e = Err(cudaMemsetAsync(bw.dq_accum, 0, tokens_q * a.heads_q * D * sizeof(float), s)))
            .empty())

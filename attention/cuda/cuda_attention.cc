@@ -160,7 +160,7 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
     if (absl::Status s = CheckDevice(a.workspace, "workspace"); !s.ok()) return s;
     if (reinterpret_cast<uintptr_t>(a.workspace) % 16 != 0)
       return Bad("workspace must be 16-byte aligned");
-    const std::string rot = LaunchRotateKeys(k, a.workspace, stream);
+    const std::string rot = LaunchRotateTokens(k, a.workspace, /*queries=*/false, stream);
     if (!rot.empty()) return absl::InternalError(absl::StrCat("CudaAttentionForward: ", rot));
     // The attention reads the rotated keys, dense [key tokens, heads_kv, head_dim].
     k.k = a.workspace;

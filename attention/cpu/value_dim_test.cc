@@ -165,7 +165,10 @@ TEST(ValueHeadSize, BFloat16ForwardAndBackward) {
         std::vector<BFloat16> o(no), dq(nq), dk(nk), dv_(nv);
         std::vector<float> lse(a.num_q_tokens() * a.num_q_heads);
         ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
-        EXPECT_LE(err(o, want), 8e-3) << what;
+        // The output's rounding, 2^-9 of |o| < 4: 8e-3; the dot products also round the
+        // scaled q and the probabilities to bf16 (a few more such roundings): 2e-2.
+        const bool dot = arith == CpuAttentionOptions::Bf16Arithmetic::kDotProducts;
+        EXPECT_LE(err(o, want), dot ? 2e-2 : 8e-3) << what;
         ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(),
                                 dout.data(), dq.data(), dk.data(), dv_.data(), nullptr, opt)
                         .ok());

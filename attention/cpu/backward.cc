@@ -6,11 +6,13 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
 #include "attention/cpu/tile_encodings.h"
@@ -33,7 +35,7 @@ class Backward {
            float* dk_rotated)
       : a_(a), mask_(KeyMask::Of(a)), p_(p), q_(q), k_(k), v_(v), o_(o), lse_(lse), do_(d_o), dk_(dk), dv_(dv),
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
-        sink_mu_(sink_mu), dk_rot_(dk_rotated) {}
+        sink_mu_(sink_mu), dk_rot_(dk_rotated), dot_(BackwardDotProducts(p)) {}
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
@@ -88,6 +90,9 @@ class Backward {
     int64_t qmin = 0, qmax = 0;
     const float* qrows = nullptr;  // Qs and dO rows (stride group * Pitch())
     const float* drows = nullptr;
+    // The bf16 dot products (dot_): the same rows rounded (stride group * Pitch()), and
+    // transposed: row c of Qs^T at qt16 + c * lqp, of dO^T at dt16 + c * lqp.
+    const uint16_t *q16 = nullptr, *d16 = nullptr, *qt16 = nullptr, *dt16 = nullptr;
   };
 
   int64_t Group() const { return a_.num_q_heads / a_.num_kv_heads; }
@@ -134,6 +139,7 @@ class Backward {
     }
     const float qscale = scale * log2e;
     for (int64_t i = 0; i < lq * ld; ++i) w.qs[i] *= qscale;
+    if (dot_) RoundQueries(lq, w);
     // Shaw labels: row r * group + hi of qs / dout is (token qb + r, head hi), stride
     // pitch.
     const int64_t nlk = p_.nlk, nlv = p_.nlv, ldl = p_.ldl;
@@ -146,6 +152,35 @@ class Backward {
       std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
     }
     return absl::OkStatus();
+  }
+
+  // The bf16 dot products: Qs and dO rounded to bf16 as rows and transposed, one
+  // [d or dv][lqp] block per head of the group, the column past an odd lq zero
+  // (workspace.h).
+  void RoundQueries(int64_t lq, BackwardWorkspace& w) const {
+    const int64_t pitch = Pitch(), group = Group(), ld = group * pitch;
+    const int64_t lqp = RoundUp(lq, 2);
+    w.lqp = lqp;
+    cpu::RoundBf16Row(w.qs.get(), w.qs16.get(), lq * ld);
+    cpu::RoundBf16Row(w.dout.get(), w.do16.get(), lq * ld);
+    constexpr int64_t kRowBlock = 64;  // rows per pass: their lines stay in L1
+    for (int64_t hi = 0; hi < group; ++hi) {
+      for (const auto& [src, dst, n] :
+           {std::make_tuple(w.qs16.get(), w.qst16.get() + hi * p_.d * lqp, p_.d),
+            std::make_tuple(w.do16.get(), w.dot16.get() + hi * p_.dv * lqp, p_.dv)}) {
+        for (int64_t r0 = 0; r0 < lq; r0 += kRowBlock) {
+          const int64_t r1 = std::min(lq, r0 + kRowBlock);
+          for (int64_t c = 0; c < n; ++c) {
+            const uint16_t* in = src + hi * pitch + c;
+            uint16_t* out = dst + c * lqp;
+            for (int64_t r = r0; r < r1; ++r) out[r] = in[r * ld];
+          }
+        }
+        if (lq < lqp) {
+          for (int64_t c = 0; c < n; ++c) dst[c * lqp + lq] = 0;
+        }
+      }
+    }
   }
 
   // The first query tile (its first row) that a key block at positions [kmin, kmax]
@@ -210,6 +245,19 @@ class Backward {
     }
     std::fill(w.dk.get(), w.dk.get() + nk * dp, 0.0f);
     std::fill(w.dv.get(), w.dv.get() + nk * dvp, 0.0f);
+    if constexpr (std::is_same_v<T, BFloat16>) {
+      if (dot_) {  // the keys rounded as the forward rounds them; the values as they are
+        const int64_t bk = p_.bk;
+        cpu::RoundBf16Row(w.krows.get(), w.krows16.get(), nk * dp);
+        cpu::PackKeyPanelsBf16(w.krows16.get(), nk, dp, d, w.kpanels16.get());
+        cpu::PackValuePairsBf16(w.krows16.get(), nk, dp, d, dp, w.kpairs16.get());
+        cpu::PackKeyPanelsBf16(
+            reinterpret_cast<const uint16_t*>(v_ + a_.KOffset(a_.v, ks + j0, it.g)), nk,
+            a_.v.token, dv, w.vpanels16.get());
+        std::fill(w.dkt.get(), w.dkt.get() + dp * bk, 0.0f);
+        std::fill(w.dvt.get(), w.dvt.get() + dvp * bk, 0.0f);
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -235,6 +283,12 @@ class Backward {
         if (mask_.AllMasked(qt.qmin, qt.qmax, kb.kmin, kb.kmax)) continue;  // no allowed pair
         qt.qrows = w.qs.get() + r0 * ld + hi * pitch;
         qt.drows = w.dout.get() + r0 * ld + hi * pitch;
+        if (dot_) {
+          qt.q16 = w.qs16.get() + r0 * ld + hi * pitch;
+          qt.d16 = w.do16.get() + r0 * ld + hi * pitch;
+          qt.qt16 = w.qst16.get() + hi * p_.d * w.lqp + r0;
+          qt.dt16 = w.dot16.get() + hi * p_.dv * w.lqp + r0;
+        }
         if (absl::Status st = TileGradients(it, kb, qt, w); !st.ok()) return st;
       }
     }
@@ -294,12 +348,36 @@ class Backward {
                                    w.dk.get(), dp);
       return absl::OkStatus();
     }
+    if (dot_) return DotTileGradients(it, kb, qt, ahead_dq, w);
     // dV += P^T dO.
     cpu::AccumulateTileTAdd(p, bk, kb.nk, qt.nr, qt.drows, ld, dvp, w.dv.get(), dvp);
     if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, careful); !st.ok()) return st;
     // dQ' += dS K (times scale at the end); dK' += dS^T Qs (Qs carries scale log2 e).
     cpu::AccumulateTileAdd(ds, bk, qt.nr, kb.nk, w.krows.get(), dp, dp, dq, dp);
     cpu::AccumulateTileTAdd(ds, bk, kb.nk, qt.nr, qt.qrows, ld, dp, w.dk.get(), dp);
+    return absl::OkStatus();
+  }
+
+  // TileGradients' products on the bf16 dot products (FlashAttention-2's backward with
+  // P and dS rounded to bf16 as its GPU kernels round them; float accumulation):
+  // dV^T += dO^T P, dQ' += dS K, dK'^T += Qs^T dS. The transposed sums go to dk and dv
+  // in StoreKeyBlock.
+  absl::Status DotTileGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
+                                const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w) const {
+    const int64_t d = p_.d, dp = p_.dp, dv = p_.dv, bk = p_.bk;
+    const int64_t nr = qt.nr, nc = kb.ncols, lqp = w.lqp;
+    const float* ones = w.ones.get();
+    cpu::RoundRowsBf16(w.s.get(), bk, nr, nc, w.p16.get(), bk);
+    cpu::PackValuePairsBf16(w.p16.get(), nr, bk, nc, bk, w.ppairs16.get());
+    cpu::AccumulateTileBf16(qt.dt16, lqp, dv, nr, w.ppairs16.get(), bk, ones, w.dvt.get(), bk);
+    if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, /*careful=*/false); !st.ok()) {
+      return st;
+    }
+    float* dq = DqRows(it, qt.h, a_.q_begin(it.b) + qt.r0);
+    cpu::RoundRowsBf16(w.dp.get(), bk, nr, nc, w.ds16.get(), bk);
+    cpu::AccumulateTileBf16(w.ds16.get(), bk, nr, kb.nk, w.kpairs16.get(), dp, ones, dq, dp);
+    cpu::PackValuePairsBf16(w.ds16.get(), nr, bk, nc, bk, w.dspairs16.get());
+    cpu::AccumulateTileBf16(qt.qt16, lqp, d, nr, w.dspairs16.get(), bk, ones, w.dkt.get(), bk);
     return absl::OkStatus();
   }
 
@@ -333,7 +411,11 @@ class Backward {
     const encodings::sequence::AdditiveBias* bias =
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
     float* s = w.s.get();
-    cpu::ScoreTileAhead(qt.qrows, ld, nr, d, w.kpanels.get(), kb.panels, s, bk, ahead_q);
+    if (dot_) {
+      cpu::ScoreTileBf16(qt.q16, ld, nr, d, w.kpanels16.get(), kb.panels, s, bk);
+    } else {
+      cpu::ScoreTileAhead(qt.qrows, ld, nr, d, w.kpanels.get(), kb.panels, s, bk, ahead_q);
+    }
     if (nlk > 0) {  // + <Qs_i, aK_r(i,j)>, as the forward
       for (int64_t r = 0; r < nr; ++r) {
         const float* ql = w.qlab.data() + ((r0 + r) * group + hi) * ldl;
@@ -409,7 +491,11 @@ class Backward {
     const int64_t* qpos = qt.qpos;
     const float* s = w.s.get();
     float* dpt = w.dp.get();
-    cpu::ScoreTileAhead(qt.drows, ld, nr, dv, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
+    if (dot_) {
+      cpu::ScoreTileBf16(qt.d16, ld, nr, dv, w.vpanels16.get(), kb.panels, dpt, bk);
+    } else {
+      cpu::ScoreTileAhead(qt.drows, ld, nr, dv, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
+    }
     if (nlv > 0) {  // dP_ij = <dO_i, v_j + aV_r(i,j)>
       for (int64_t r = 0; r < nr; ++r) {
         const float* dl = w.dolab.data() + ((r0 + r) * group + hi) * ldl;
@@ -477,6 +563,15 @@ class Backward {
     const int64_t d = p_.d, dp = p_.dp, nk = kb.nk, j0 = kb.j0;
     const int64_t ks = a_.k_begin(it.b);
     const float unscale = static_cast<float>(1.0 / kLog2e);
+    if (dot_) {  // the dot products' transposed sums (DotTileGradients)
+      const int64_t bk = p_.bk, dvp = p_.dvp;
+      for (int64_t c = 0; c < d; ++c) {
+        for (int64_t j = 0; j < nk; ++j) w.dk[j * dp + c] += w.dkt[c * bk + j];
+      }
+      for (int64_t c = 0; c < p_.dv; ++c) {
+        for (int64_t j = 0; j < nk; ++j) w.dv[j * dvp + c] += w.dvt[c * bk + j];
+      }
+    }
     for (int64_t i = 0; i < nk * dp; ++i) w.dk[i] *= unscale;
     if (dk_rot_ != nullptr) {
       for (int64_t j = 0; j < nk; ++j) {
@@ -555,6 +650,7 @@ class Backward {
   const BiasGradientSink& sink_;
   std::mutex* sink_mu_;
   float* dk_rot_;
+  const bool dot_;  // products on the bf16 dot products (BackwardDotProducts)
   std::vector<int64_t> pq_, pk_;
   std::shared_ptr<const PreparedRowTransform> tq_, tk_;
   ShawTables shaw_;

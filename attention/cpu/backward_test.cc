@@ -34,6 +34,7 @@ using encodings::sequence::T5RelativeBias;
 using test::Bshd;
 using test::CaseListOptions;
 using test::CheckBackward;
+using test::CheckBackwardBf16;
 using test::Extent;
 using test::ForEachShawCase;
 using test::ForEachStructuredCase;
@@ -116,6 +117,85 @@ TEST(CpuBackward, ShawLabelsAndTableGradients) {
   uint64_t seed = 800;
   ForEachShawCase([&](const AttentionArgs& a, const std::string& what) {
     CheckBackward(a, opt, ++seed, what);
+  });
+}
+
+// The bfloat16 backward on the bf16 dot products (backward.cc, DotTileGradients): tiles
+// of 16 x 64 and the default 96 x 128, lengths below, at and above each (odd lengths
+// leave a query pair or key pair half empty), GQA with a KV cache, packed sequences,
+// RoPE, ALiBi, a softcap, a window, and an odd block_q (the widened path then).
+CpuAttentionOptions DotProducts(CpuAttentionOptions opt) {
+  opt.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kDotProducts;
+  return opt;
+}
+
+TEST(CpuBackwardBf16, DotProductsBelowAtAndAboveTiles) {
+  const CpuAttentionOptions small = DotProducts(CaseListOptions());
+  uint64_t seed = 1000;
+  for (int64_t d : {32, 80, 128}) {
+    for (int64_t l : {1, 5, 17, 64, 65, 130}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
+        a.causal = causal;
+        CheckBackwardBf16(a, small, ++seed,
+                          "d " + std::to_string(d) + " l " + std::to_string(l) +
+                              (causal ? " causal" : ""));
+      }
+    }
+  }
+  CpuAttentionOptions defaults = DotProducts({});
+  defaults.num_threads = 2;
+  for (int64_t l : {95, 97, 200}) {
+    for (bool causal : {false, true}) {
+      AttentionArgs a = Bshd(1, l, l, 2, 2, 64);
+      a.causal = causal;
+      CheckBackwardBf16(a, defaults, ++seed,
+                        "default tiles l " + std::to_string(l) + (causal ? " causal" : ""));
+    }
+  }
+  CpuAttentionOptions odd = small;
+  odd.block_q = 15;
+  AttentionArgs a = Bshd(1, 40, 40, 2, 1, 32);
+  a.causal = true;
+  CheckBackwardBf16(a, odd, ++seed, "odd block_q");
+}
+
+TEST(CpuBackwardBf16, DotProductsWithGqaPackingEncodingsAndMasks) {
+  const CpuAttentionOptions opt = DotProducts(CaseListOptions());
+  AttentionArgs g = Bshd(2, 21, 40, 6, 2, 40);
+  g.causal = true;
+  CheckBackwardBf16(g, opt, 1100, "gqa 6/2 kv cache");
+  const std::vector<int64_t> cu_q = {0, 0, 1, 20, 20, 57};
+  const std::vector<int64_t> cu_k = {0, 3, 4, 40, 40, 77};
+  AttentionArgs t = Thd(cu_q, cu_k, 4, 2, 48);
+  t.causal = true;
+  CheckBackwardBf16(t, opt, 1101, "varlen");
+  Rope rope = MakeRope(64, 48, group::PlanePairing::kInterleaved);
+  RopeRowTransform tr(rope);
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, 64);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  CheckBackwardBf16(a, opt, 1102, "rope partial");
+  a.q_transform = a.k_transform = nullptr;
+  auto alibi = AlibiBias::CreateStandard(4, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  a.biases = {&*alibi};
+  CheckBackwardBf16(a, opt, 1103, "alibi");
+  a.biases = {};
+  a.softcap = 5.0;
+  CheckBackwardBf16(a, opt, 1104, "softcap");
+  a.softcap.reset();
+  a.causal = false;
+  a.window_left = 20;
+  a.window_right = 3;
+  CheckBackwardBf16(a, opt, 1105, "window");
+}
+
+TEST(CpuBackwardBf16, DotProductsWithStructuredTransforms) {
+  const CpuAttentionOptions opt = DotProducts(CaseListOptions());
+  uint64_t seed = 1200;
+  ForEachStructuredCase([&](const AttentionArgs& a, const std::string& what) {
+    CheckBackwardBf16(a, opt, ++seed, what);
   });
 }
 

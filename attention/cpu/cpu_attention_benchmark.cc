@@ -238,6 +238,48 @@ BENCHMARK(BM_CpuForwardBf16)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
+// The bfloat16 backward (given o and lse) at the same shape, flops as BM_CpuBackward's;
+// dot: 1 runs the five products on the bf16 dot products, 0 widens to float32.
+void BM_CpuBackwardBf16(benchmark::State& state) {
+  using encodings::sequence::BFloat16;
+  const int64_t s = state.range(0), h = 16, d = 128;
+  const bool causal = state.range(1) != 0;
+  const bool dot = state.range(2) != 0;
+  const int threads = static_cast<int>(state.range(3));
+  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  NormalStream n(5);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<BFloat16> q(total), k(total), v(total), o(total), g(total), dq(total), dk(total),
+      dv(total);
+  std::vector<float> lse(static_cast<size_t>(s * h));
+  for (auto* t : {&q, &k, &v, &g}) {
+    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
+  }
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  opt.bf16_arithmetic = dot ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
+                            : CpuAttentionOptions::Bf16Arithmetic::kWiden;
+  if (!CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok()) {
+    state.SkipWithError("forward failed");
+    return;
+  }
+  if (!TimeCalls(state, dq.data(), [&] {
+        return CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
+                           dq.data(), dk.data(), dv.data(), nullptr, opt);
+      })) {
+    return;
+  }
+  SetFlopCounters(state, 2.5 * 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads,
+                  "frac_of_fp32_peak");
+}
+
+BENCHMARK(BM_CpuBackwardBf16)
+    ->ArgNames({"s", "causal", "dot", "threads"})
+    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 double TriadGBs(int threads) {
   static std::map<int, double>* cache = new std::map<int, double>();
   auto it = cache->find(threads);

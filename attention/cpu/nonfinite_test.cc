@@ -240,6 +240,46 @@ TEST(NonFinite, BackwardFollowsTheRule) {
         ExpectSamePattern(dv_ref, dv, 1e-3, at + " dv");
       }
       hwy::SetSupportedTargetsForTest(0);
+      // bfloat16, both paths, against the reference on the inputs' bf16 roundings
+      // (non-finite values round to themselves): the same pattern, and 5e-2 absolute on
+      // the finite gradients (up to ~10 here: the output's rounding, 2^-9 relative, and
+      // the dot products' rounding of Qs, P and dS, each 2^-9 relative, in sums of <= 70
+      // terms).
+      auto round = [](const std::vector<float>& x, std::vector<BFloat16>* b,
+                      std::vector<double>* r) {
+        b->resize(x.size());
+        r->resize(x.size());
+        for (size_t i = 0; i < x.size(); ++i) (*r)[i] = Fl((*b)[i].bits = Bf(x[i]));
+      };
+      std::vector<BFloat16> q16, k16, v16, do16;
+      round(in.q, &q16, &qd);
+      round(in.k, &k16, &kd);
+      round(in.v, &v16, &vd);
+      round(d_o, &do16, &dod);
+      ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
+                                            dq_ref.data(), dk_ref.data(), dv_ref.data())
+                      .ok());
+      using Arith = CpuAttentionOptions::Bf16Arithmetic;
+      for (Arith arith : {Arith::kWiden, Arith::kDotProducts}) {
+        if (arith == Arith::kDotProducts && !CpuHasBf16DotProducts()) continue;
+        CpuAttentionOptions bopt = opt;
+        bopt.bf16_arithmetic = arith;
+        const std::string at = "poison " + std::to_string(poison) + " l " + std::to_string(l) +
+                               (arith == Arith::kWiden ? " bf16 widened" : " bf16 dot");
+        std::vector<BFloat16> dq16(qd.size()), dk16(kd.size()), dv16(vd.size());
+        ASSERT_TRUE(CpuBackward(a, q16.data(), k16.data(), v16.data(), nullptr, nullptr,
+                                do16.data(), dq16.data(), dk16.data(), dv16.data(), nullptr,
+                                bopt)
+                        .ok());
+        auto widen = [](const std::vector<BFloat16>& x) {
+          std::vector<float> y(x.size());
+          for (size_t i = 0; i < x.size(); ++i) y[i] = Fl(x[i].bits);
+          return y;
+        };
+        ExpectSamePattern(dq_ref, widen(dq16), 5e-2, at + " dq");
+        ExpectSamePattern(dk_ref, widen(dk16), 5e-2, at + " dk");
+        ExpectSamePattern(dv_ref, widen(dv16), 5e-2, at + " dv");
+      }
     }
   }
 }

@@ -205,7 +205,8 @@ void NaiveFloatBackward(const AttentionArgs& a, const std::vector<float>& q,
     }
 }
 
-// Max |x - y| over the rows of a tensor laid out like s (one of a.q, a.k, a.v).
+// Max |x - y| over the rows of a tensor laid out like s (one of a.q, a.k, a.v); infinity
+// where x - y is NaN.
 double MaxErr(const AttentionArgs& a, const Strides& s, const std::vector<float>& x,
               const std::vector<double>& y) {
   const bool q_side = &s == &a.q;
@@ -215,7 +216,12 @@ double MaxErr(const AttentionArgs& a, const Strides& s, const std::vector<float>
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < heads; ++h) {
       const int64_t off = q_side ? a.QOffset(s, t, h) : a.KOffset(s, t, h);
-      for (int64_t e = 0; e < RowWidth(a, s); ++e) err = std::max(err, std::fabs(double(x[off + e]) - y[off + e]));
+      for (int64_t e = 0; e < RowWidth(a, s); ++e) {
+        const double diff = std::fabs(double(x[off + e]) - y[off + e]);
+        // A NaN where the reference is finite is the largest error (std::max drops it).
+        if (std::isnan(diff)) return std::numeric_limits<double>::infinity();
+        err = std::max(err, diff);
+      }
     }
   }
   return err;
@@ -499,6 +505,58 @@ void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint6
   EXPECT_EQ(MaxErr(a, a.q, dq2, std::vector<double>(dq.begin(), dq.end())), 0.0);
   EXPECT_EQ(MaxErr(a, a.k, dk2, std::vector<double>(dk.begin(), dk.end())), 0.0);
   EXPECT_EQ(MaxErr(a, a.v, dv2, std::vector<double>(dv.begin(), dv.end())), 0.0);
+}
+
+void CheckBackwardBf16(const AttentionArgs& a, const CpuAttentionOptions& opt, uint64_t seed,
+                       const std::string& what) {
+  using encodings::sequence::BFloat16;
+  SCOPED_TRACE(what);
+  if (opt.bf16_arithmetic == CpuAttentionOptions::Bf16Arithmetic::kDotProducts &&
+      !CpuHasBf16DotProducts()) {
+    GTEST_SKIP() << "this CPU has no AVX512_BF16: the bf16 dot-product path cannot run";
+  }
+  std::mt19937_64 rng(seed);
+  const size_t nq = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+  const size_t nv = Extent(a, a.v, false), no = Extent(a, a.o, true);
+  auto draw = [&](size_t n, std::vector<BFloat16>* x, std::vector<double>* xd) {
+    const std::vector<float> f = RandomF(n, &rng);
+    x->resize(n);
+    xd->resize(n);
+    for (size_t i = 0; i < n; ++i) (*xd)[i] = Fl((*x)[i].bits = Bf(f[i]));
+  };
+  std::vector<BFloat16> q, k, v, dout;
+  std::vector<double> qd, kd, vd, dod;
+  draw(nq, &q, &qd);
+  draw(nk, &k, &kd);
+  draw(nv, &v, &vd);
+  draw(no, &dout, &dod);
+  std::vector<BFloat16> o(no);
+  std::vector<float> lse(a.num_q_tokens() * a.num_q_heads);
+  ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
+  const BFloat16 canary{Bf(1e6f)};  // where the backward might not write
+  std::vector<BFloat16> dq(nq, canary), dk(nk, canary), dv(nv, canary);
+  absl::Status st = CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                dout.data(), dq.data(), dk.data(), dv.data(), nullptr, opt);
+  ASSERT_TRUE(st.ok()) << st;
+  std::vector<double> gq(nq), gk(nk), gv(nv);
+  ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
+                                        gq.data(), gk.data(), gv.data())
+                  .ok());
+  auto widen = [](const std::vector<BFloat16>& x) {
+    std::vector<float> y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = Fl(x[i].bits);
+    return y;
+  };
+  auto scale_of = [](const std::vector<double>& g) {
+    double m = 1.0;
+    for (double x : g) m = std::max(m, std::fabs(x));
+    return m;
+  };
+  const double eq = MaxErr(a, a.q, widen(dq), gq), ek = MaxErr(a, a.k, widen(dk), gk);
+  const double ev = MaxErr(a, a.v, widen(dv), gv);
+  EXPECT_LE(eq, 2e-2 * scale_of(gq)) << "dq";
+  EXPECT_LE(ek, 2e-2 * scale_of(gk)) << "dk";
+  EXPECT_LE(ev, 2e-2 * scale_of(gv)) << "dv";
 }
 
 CpuAttentionOptions CaseListOptions() {

@@ -54,6 +54,15 @@ void CheckAgainstReference(const AttentionArgs& a, const CpuAttentionOptions& op
 void CheckBackward(const AttentionArgs& a, const CpuAttentionOptions& opt, uint64_t seed,
                    const std::string& what);
 
+// The bfloat16 backward with opt (its bf16_arithmetic says which path) against the double
+// reference on the same bf16 inputs: dq, dk and dv within 2e-2 of their largest entry
+// (at least 1). The criterion: the output's rounding is 2^-9 relative, and the dot
+// products round Qs, the rotated keys, P and dS to bf16 (each 2^-9 relative) before
+// float sums of O(1) terms; a wrong or dropped term changes a gradient by O(1 / length).
+// Skips with a message where kDotProducts is asked of a CPU without AVX512_BF16.
+void CheckBackwardBf16(const AttentionArgs& a, const CpuAttentionOptions& opt, uint64_t seed,
+                       const std::string& what);
+
 // The tiles the case lists below are shaped around (block_q 16, block_k 64), on 3 threads.
 CpuAttentionOptions CaseListOptions();
 

@@ -52,11 +52,41 @@ Workspace::Workspace(const Plan& p) {
   }
 }
 
+namespace {
+
+// Elements of each bf16 dot-product buffer of the backward (workspace.h), in the order
+// of the fields: qs16, do16, qst16, dot16, krows16, kpanels16, kpairs16, vpanels16, p16,
+// ppairs16, ds16, dspairs16; then the floats dkt, dvt, ones.
+struct BackwardDotSizes {
+  int64_t u16[12];
+  int64_t f32[3];
+};
+
+BackwardDotSizes DotSizes(const Plan& p, int64_t max_lq, int64_t group) {
+  const int64_t qn = max_lq * group, pitch = std::max(p.dp, p.dvp);
+  const int64_t lqp = RoundUp(max_lq, 2), bqe = RoundUp(p.bq, 2);
+  return {{qn * pitch, qn * pitch, group * p.d * lqp, group * p.dv * lqp, p.bk * p.dp,
+           p.bk * RoundUp(p.d, 2), p.bk * p.dp, p.bk * RoundUp(p.dv, 2), p.bq * p.bk,
+           bqe * p.bk, p.bq * p.bk, bqe * p.bk},
+          {p.dp * p.bk, p.dvp * p.bk, std::max({p.bq, p.dp, p.dvp})}};
+}
+
+int64_t BackwardDotFloats(const Plan& p, int64_t max_lq, int64_t group) {
+  const BackwardDotSizes z = DotSizes(p, max_lq, group);
+  int64_t u16 = 0, f32 = 0;
+  for (int64_t n : z.u16) u16 += n;
+  for (int64_t n : z.f32) f32 += n;
+  return f32 + (u16 + 1) / 2;  // two bf16 per float
+}
+
+}  // namespace
+
 int64_t BackwardWorkspace::Floats(const Plan& p, int64_t max_lq, int64_t group) {
   const int64_t qn = max_lq * group, pitch = std::max(p.dp, p.dvp);
   return 2 * qn * pitch + 2 * qn + 2 * p.bk * p.dp + p.bk * p.dvp + p.bk * (p.d + p.dv) +
          5 * p.bq * p.bk +
-         std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0);
+         std::max(p.bq, p.bk) + qn * (2 * p.ldl + p.nlk + p.nlv) + (p.nlk > 0 ? max_lq : 0) +
+         (BackwardDotProducts(p) ? BackwardDotFloats(p, max_lq, group) : 0);
 }
 
 BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
@@ -85,6 +115,20 @@ BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t grou
   dolab.resize(static_cast<size_t>(p.nlv > 0 ? qn * p.ldl : 0));
   pmass.resize(static_cast<size_t>(qn * p.nlv));
   lab_ones.assign(static_cast<size_t>(p.nlk > 0 ? max_lq : 0), 1.0f);
+  if (BackwardDotProducts(p)) {
+    const BackwardDotSizes z = DotSizes(p, max_lq, group);
+    auto alloc16 = [](int64_t n) {
+      return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+    };
+    hwy::AlignedFreeUniquePtr<uint16_t[]>* u16[] = {&qs16, &do16, &qst16, &dot16,
+                                                   &krows16, &kpanels16, &kpairs16, &vpanels16,
+                                                   &p16, &ppairs16, &ds16, &dspairs16};
+    for (int i = 0; i < 12; ++i) *u16[i] = alloc16(z.u16[i]);
+    dkt = alloc(z.f32[0]);
+    dvt = alloc(z.f32[1]);
+    ones = alloc(z.f32[2]);
+    std::fill(ones.get(), ones.get() + z.f32[2], 1.0f);
+  }
 }
 
 }  // namespace cpu

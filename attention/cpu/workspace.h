@@ -34,6 +34,11 @@ struct Workspace {
   explicit Workspace(const Plan& p);
 };
 
+// Whether the backward runs its products on the bf16 dot products (kernels_bf16.h):
+// bf16 inputs, plan.bf16_dot, and query tiles of even length (the transposed rows pair
+// queries from a tile's first one).
+inline bool BackwardDotProducts(const Plan& p) { return p.bf16_dot && p.bq % 2 == 0; }
+
 // Per-thread buffers of the backward.
 struct BackwardWorkspace {
   // Per item: the sequence's queries of the group, transformed and scaled (Qs), dO, the
@@ -48,6 +53,17 @@ struct BackwardWorkspace {
   // Shaw labels per query row of the item ([lq][group][labels]): key-label dots of Qs and
   // value-label dots of dO (stride ldl), the per-label sums of dS (keys) and P (values).
   std::vector<float> qlab, dolab, kmass, pmass, lab_ones;
+  // The bf16 dot-product path (BackwardDotProducts): per item, Qs and dO rounded to bf16
+  // as rows ([lq][group][pitch], for S = Qs K^T and dP = dO V^T) and transposed
+  // ([group][d or dv][lqp], lqp = lq rounded up to even, for dK^T += Qs^T dS and
+  // dV^T += dO^T P); per key block, the rounded key rows, their panels and pairs, the
+  // value panels; per tile, P and dS rounded (rows) and as row pairs; dK^T and dV^T
+  // accumulated as [d][bk] and [dv][bk] (added to dk and dv at the block's end); ones
+  // (the kernels' alpha).
+  hwy::AlignedFreeUniquePtr<uint16_t[]> qs16, do16, qst16, dot16, krows16, kpanels16,
+      kpairs16, vpanels16, p16, ppairs16, ds16, dspairs16;
+  hwy::AlignedFreeUniquePtr<float[]> dkt, dvt, ones;
+  int64_t lqp = 0;  // the current item's row stride of qst16 / dot16
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group);
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group);

@@ -59,6 +59,15 @@ double FmaPeakGflops(int threads);
 // threads >= 1; bytes_per_array defaults to 256 MiB (three arrays: 768 MiB).
 double TriadBandwidthGBs(int threads, int64_t bytes_per_array = int64_t{256} << 20);
 
+// Whether the CPU has AVX512_BF16's vdpbf16ps (and AVX512F).
+bool HasBf16DotProductInstruction();
+
+// bfloat16 dot-product throughput (vdpbf16ps: each float lane adds two bf16 products, 4
+// flops per lane per instruction) on `threads` threads, the bf16 limit of CPUs without
+// AMX; 0 where the CPU lacks the instruction. About twice FmaPeakGflops on AMD Zen 4 and
+// about half of it on Intel Xeons with AMX (whose tiles are their bf16 limit).
+double Bf16DotPeakGflops(int threads);
+
 // Hardware threads available to this process (at least 1).
 int AvailableThreads();
 

@@ -11,6 +11,7 @@
 #include <random>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -255,6 +256,7 @@ class AttentionBench {
   void MeasureLimits() {
     if (q_) return;
     peak_ = std::max(peak_, FmaPeakGflops(o_.threads));
+    bf16_peak_ = std::max(bf16_peak_, measure::Bf16DotPeakGflops(o_.threads));
     triad_ = std::max(triad_, TriadBandwidthGBs(o_.threads, int64_t{256} << 20));
   }
 
@@ -262,6 +264,7 @@ class AttentionBench {
     MeasureLimits();
     if (q_) {
       peak_ = std::max(peak_, FmaPeakGflops(o_.threads));
+      bf16_peak_ = std::max(bf16_peak_, measure::Bf16DotPeakGflops(o_.threads));
       triad_ = std::max(triad_, TriadBandwidthGBs(o_.threads, int64_t{16} << 20));
     }
   }
@@ -304,18 +307,24 @@ class AttentionBench {
     return absl::OkStatus();
   }
 
-  // The backward and the bfloat16 forward share one problem (the forward's, non-causal).
+  // The backward, float32 then bfloat16, and the bfloat16 forward, non-causal and causal
+  // (one problem each).
   absl::Status BenchBackwardAndBf16() {
-    std::unique_ptr<Problem> p =
-        MakeProblem(1, heads_, heads_, seq_len_, seq_len_, head_dim_, false);
-    if (absl::Status s = BenchBackward(*p); !s.ok()) return s;
-    return BenchBf16Forward(*p);
+    for (bool causal : {false, true}) {
+      std::unique_ptr<Problem> p =
+          MakeProblem(1, heads_, heads_, seq_len_, seq_len_, head_dim_, causal);
+      if (absl::Status s = BenchBackward(*p); !s.ok()) return s;
+      if (absl::Status s = BenchBf16(*p); !s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
+
+  static std::string CausalSuffix(const Problem& p) { return p.causal ? " causal" : ""; }
 
   // Backward (FlashAttention-2's, from the forward's o and lse), GroupPE then PyTorch.
   absl::Status BenchBackward(Problem& p) {
     const std::string name =
-        absl::StrFormat("attention bwd f32 %s (flops 2.5x fwd)", p.Shape());
+        absl::StrFormat("attention bwd f32 %s%s (flops 2.5x fwd)", p.Shape(), CausalSuffix(p));
     Progress(name);
     MeasureLimits();
     std::vector<float> lse(static_cast<size_t>(p.sq * p.hq)), d_o(p.q.size());
@@ -350,48 +359,84 @@ class AttentionBench {
     return absl::OkStatus();
   }
 
-  // bfloat16 in and out, float32 accumulation; GroupPE with the bf16 dot products
-  // (vdpbf16ps) where the CPU has them, else widened to float32.
-  absl::Status BenchBf16Forward(const Problem& p) {
-    const std::string name = absl::StrFormat("attention fwd bf16 %s", p.Shape());
-    Progress(name);
+  // bfloat16 in and out, float32 accumulation, forward then backward; GroupPE with the
+  // bf16 dot products (vdpbf16ps) where the CPU runs them faster than float FMAs, else
+  // widened to float32. Each row names the path it took and gives its fraction of the
+  // best bf16 limit of this CPU (the dot-product peak, or the FMA peak without it).
+  absl::Status BenchBf16(const Problem& p) {
+    const std::string shape = p.Shape() + CausalSuffix(p);
+    const std::string fwd_name = absl::StrFormat("attention fwd bf16 %s", shape);
+    const std::string bwd_name = absl::StrFormat("attention bwd bf16 %s (flops 2.5x fwd)", shape);
+    Progress(fwd_name + ", then the backward");
     MeasureLimits();
     std::vector<seq::BFloat16> qb(p.q.size()), kb(p.k.size()), vb(p.v.size()), ob(p.o.size());
+    std::vector<seq::BFloat16> gb(p.o.size()), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
     for (size_t i = 0; i < qb.size(); ++i) qb[i] = seq::ToBFloat16(p.q[i]);
     for (size_t i = 0; i < kb.size(); ++i) kb[i] = seq::ToBFloat16(p.k[i]);
     for (size_t i = 0; i < vb.size(); ++i) vb[i] = seq::ToBFloat16(p.v[i]);
+    {
+      std::mt19937_64 rng(3);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (seq::BFloat16& x : gb) x = seq::ToBFloat16(normal(rng));
+    }
+    std::vector<float> lse(static_cast<size_t>(p.sq * p.hq));
     // The default (kAuto): the dot products where this CPU runs them faster than FMAs.
     att::CpuAttentionOptions opt;
     opt.num_threads = o_.threads;
-    const std::string bf16_case = p.PeerCase("sdpa", "bfloat16");
+    const std::string fwd_case = p.PeerCase("sdpa", "bfloat16");
+    const std::string bwd_case = p.PeerCase("sdpa_backward", "bfloat16");
     std::string peer_env, note;
-    if (peer_.enabled() && peer_.RunOne(bf16_case, 1).empty()) {
+    if (peer_.enabled() && peer_.RunOne(fwd_case, 1).empty()) {
       // oneDNN's AMX path dies with SIGILL on VMs that list AMX but do not enable it: the
       // same kernels capped at AVX-512 BF16 still use the bf16 dot-product instructions.
       peer_env = "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16";
       note = " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)";
     }
-    absl::StatusOr<Compared> c = BackToBack(
+    absl::StatusOr<Compared> fwd = BackToBack(
         rounds_,
         [&] {
           return Single(WarmThenBestSeconds(reps_, [&] {
-            return att::CpuForward(p.args, qb.data(), kb.data(), vb.data(), ob.data(), nullptr,
-                                   opt);
+            return att::CpuForward(p.args, qb.data(), kb.data(), vb.data(), ob.data(),
+                                   lse.data(), opt);
           }));
         },
-        [&] { return peer_.Run({bf16_case}, reps_, peer_env); });
-    if (!c.ok()) return c.status();
-    const double sec = c->ours[0], flops = p.Flops();
-    const std::string line = c->peer[0];
-    const std::string how = att::CpuBf16AutoUsesDotProducts() ? "bf16 dot products"
-                            : att::CpuHasBf16DotProducts() ? "widened to f32: dot products not faster here"
-                                                           : "widened to f32: no bf16 dot products";
-    rows_.push_back([=] {
-      const FlopsCells cells =
-          AttentionCells(peer_, line, sec, flops, peak_, "SDPA bf16", "the f32 FMA peak");
-      Row(name, absl::StrCat(cells.ours, " (", how, ")"), cells.peer + note, cells.ratio,
-          cells.limit, "");
-    });
+        [&] { return peer_.Run({fwd_case}, reps_, peer_env); });
+    if (!fwd.ok()) return fwd.status();
+    absl::StatusOr<Compared> bwd = BackToBack(
+        rounds_,
+        [&] {
+          return Single(BestSecondsOk(reps_, [&] {
+            return att::CpuBackward(p.args, qb.data(), kb.data(), vb.data(), ob.data(),
+                                    lse.data(), gb.data(), dq.data(), dk.data(), dv.data(),
+                                    nullptr, opt);
+          }));
+        },
+        [&] { return peer_.Run({bwd_case}, reps_, peer_env); });
+    if (!bwd.ok()) return bwd.status();
+    const bool dot = att::CpuBf16AutoUsesDotProducts();
+    const std::string how = dot ? "bf16 dot products"
+                            : att::CpuHasBf16DotProducts()
+                                ? "widened to f32: dot products not faster here"
+                                : "widened to f32: no bf16 dot products";
+    const double flops = p.Flops();
+    for (const auto& [name, c, mult, what] :
+         {std::make_tuple(fwd_name, *fwd, 1.0, std::string("SDPA bf16")),
+          std::make_tuple(bwd_name, *bwd, 2.5, std::string("SDPA bf16 bwd"))}) {
+      const double sec = c.ours[0];
+      const std::string line = c.peer[0];
+      rows_.push_back([=, name = name, what = what, mult = mult] {
+        // The bf16 limit: the dot-product peak where the CPU has the instruction (the
+        // widened path is then measured against a limit it does not use, as it should
+        // be: the CPU could do better), else the FMA peak.
+        const bool has_dot = bf16_peak_ > 0;
+        const double limit = has_dot ? bf16_peak_ : peak_;
+        const FlopsCells cells =
+            AttentionCells(peer_, line, sec, mult * flops, limit, what,
+                           has_dot ? "the bf16 dot peak" : "the f32 FMA peak");
+        Row(name, absl::StrCat(cells.ours, " (", how, ")"), cells.peer + note, cells.ratio,
+            cells.limit, "");
+      });
+    }
     return absl::OkStatus();
   }
 
@@ -615,6 +660,11 @@ class AttentionBench {
   void PrintRows() const {
     Row("float32 FMA peak, best in this run", absl::StrFormat("%.1f GFLOP/s", peak_), "", "",
         "1.00", "");
+    Row("bfloat16 dot-product peak (vdpbf16ps), best in this run",
+        bf16_peak_ > 0 ? absl::StrFormat("%.1f GFLOP/s (%.2fx the FMA peak)", bf16_peak_,
+                                         bf16_peak_ / peak_)
+                       : std::string("no AVX512_BF16"),
+        "", "", bf16_peak_ > 0 ? "1.00" : "", "");
     Row("triad bandwidth, best in this run", absl::StrFormat("%.1f GB/s", triad_), "", "",
         "1.00", "");
     // The paths the rows below took: the attention kernels' instruction set (Highway's
@@ -760,6 +810,7 @@ class AttentionBench {
   const int64_t heads_, seq_len_, head_dim_;
   const TorchPeer peer_;
   double peak_, triad_;  // the best limits measured so far in this run
+  double bf16_peak_ = 0;  // vdpbf16ps (Bf16DotPeakGflops), 0 without the instruction
   std::vector<std::function<void()>> rows_;  // printed at the end, against peak_ and triad_
 };
 

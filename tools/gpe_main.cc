@@ -59,8 +59,9 @@ constexpr char kUsage[] =
     "                  (NumPy from .venv; tools/peers/), measured in one run\n"
     "                    --quick      tiny sizes (a smoke run)\n"
     "                    --no-peers   skip the peers\n"
-    "  machine         measure this machine's float32 FMA peak and triad bandwidth\n"
-    "                  (1 thread and all threads): the figures benchmarks divide by\n"
+    "  machine         measure this machine's float32 FMA peak, bfloat16 dot-product\n"
+    "                  peak (vdpbf16ps) and triad bandwidth (1 thread and all\n"
+    "                  threads): the figures benchmarks divide by\n"
     "  help, --help    this text\n";
 
 int RunVersion() {
@@ -81,6 +82,12 @@ int RunMachine() {
   std::printf("| measure | 1 thread | %d threads |\n|---|---|---|\n", all);
   std::printf("| float32 FMA peak (GFLOP/s) | %.1f | %.1f |\n", m::FmaPeakGflops(1),
               m::FmaPeakGflops(all));
+  if (m::HasBf16DotProductInstruction()) {
+    std::printf("| bfloat16 dot-product peak, vdpbf16ps (GFLOP/s) | %.1f | %.1f |\n",
+                m::Bf16DotPeakGflops(1), m::Bf16DotPeakGflops(all));
+  } else {
+    std::printf("| bfloat16 dot-product peak, vdpbf16ps (GFLOP/s) | no AVX512_BF16 | |\n");
+  }
   std::printf("| triad bandwidth (GB/s) | %.1f | %.1f |\n", m::TriadBandwidthGBs(1),
               m::TriadBandwidthGBs(all));
   return 0;

@@ -91,7 +91,7 @@ class Backward {
     const float* qrows = nullptr;  // Qs and dO rows (stride group * Pitch())
     const float* drows = nullptr;
     // The bf16 dot products (dot_): the same rows rounded (stride group * Pitch()), and
-    // transposed: row c of Qs^T at qt16 + c * lqp, of dO^T at dt16 + c * lqp.
+    // transposed: the tile's row c of Qs^T at qt16 + c * bq, of dO^T at dt16 + c * bq.
     const uint16_t *q16 = nullptr, *d16 = nullptr, *qt16 = nullptr, *dt16 = nullptr;
   };
 
@@ -154,30 +154,29 @@ class Backward {
     return absl::OkStatus();
   }
 
-  // The bf16 dot products: Qs and dO rounded to bf16 as rows and transposed, one
-  // [d or dv][lqp] block per head of the group, the column past an odd lq zero
+  // The bf16 dot products: Qs and dO rounded to bf16 as rows, and transposed tile by
+  // tile: per head of the group, per query tile t, a [d or dv][bq] block (rows bq apart:
+  // the products read a few of them at once), the column past a tile's odd last row zero
   // (workspace.h).
   void RoundQueries(int64_t lq, BackwardWorkspace& w) const {
-    const int64_t pitch = Pitch(), group = Group(), ld = group * pitch;
-    const int64_t lqp = RoundUp(lq, 2);
-    w.lqp = lqp;
+    const int64_t pitch = Pitch(), group = Group(), ld = group * pitch, bq = p_.bq;
+    const int64_t tiles = (lq + bq - 1) / bq;
+    w.lqt = tiles * bq;
     cpu::RoundBf16Row(w.qs.get(), w.qs16.get(), lq * ld);
     cpu::RoundBf16Row(w.dout.get(), w.do16.get(), lq * ld);
-    constexpr int64_t kRowBlock = 64;  // rows per pass: their lines stay in L1
     for (int64_t hi = 0; hi < group; ++hi) {
       for (const auto& [src, dst, n] :
-           {std::make_tuple(w.qs16.get(), w.qst16.get() + hi * p_.d * lqp, p_.d),
-            std::make_tuple(w.do16.get(), w.dot16.get() + hi * p_.dv * lqp, p_.dv)}) {
-        for (int64_t r0 = 0; r0 < lq; r0 += kRowBlock) {
-          const int64_t r1 = std::min(lq, r0 + kRowBlock);
-          for (int64_t c = 0; c < n; ++c) {
-            const uint16_t* in = src + hi * pitch + c;
-            uint16_t* out = dst + c * lqp;
-            for (int64_t r = r0; r < r1; ++r) out[r] = in[r * ld];
+           {std::make_tuple(w.qs16.get(), w.qst16.get() + hi * p_.d * w.lqt, p_.d),
+            std::make_tuple(w.do16.get(), w.dot16.get() + hi * p_.dv * w.lqt, p_.dv)}) {
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t r0 = t * bq, nr = std::min(bq, lq - r0);
+          uint16_t* block = dst + t * n * bq;
+          for (int64_t c = 0; c < n; ++c) {  // the tile's rows stay in L1 across c
+            const uint16_t* in = src + r0 * ld + hi * pitch + c;
+            uint16_t* out = block + c * bq;
+            for (int64_t r = 0; r < nr; ++r) out[r] = in[r * ld];
+            if (nr % 2 != 0) out[nr] = 0;
           }
-        }
-        if (lq < lqp) {
-          for (int64_t c = 0; c < n; ++c) dst[c * lqp + lq] = 0;
         }
       }
     }
@@ -286,8 +285,8 @@ class Backward {
         if (dot_) {
           qt.q16 = w.qs16.get() + r0 * ld + hi * pitch;
           qt.d16 = w.do16.get() + r0 * ld + hi * pitch;
-          qt.qt16 = w.qst16.get() + hi * p_.d * w.lqp + r0;
-          qt.dt16 = w.dot16.get() + hi * p_.dv * w.lqp + r0;
+          qt.qt16 = w.qst16.get() + hi * p_.d * w.lqt + r0 * p_.d;
+          qt.dt16 = w.dot16.get() + hi * p_.dv * w.lqt + r0 * p_.dv;
         }
         if (absl::Status st = TileGradients(it, kb, qt, w); !st.ok()) return st;
       }
@@ -365,11 +364,11 @@ class Backward {
   absl::Status DotTileGradients(const KeyItem& it, const KeyBlock& kb, const QueryTile& qt,
                                 const cpu::PrefetchRows& ahead_dq, BackwardWorkspace& w) const {
     const int64_t d = p_.d, dp = p_.dp, dv = p_.dv, bk = p_.bk;
-    const int64_t nr = qt.nr, nc = kb.ncols, lqp = w.lqp;
+    const int64_t nr = qt.nr, nc = kb.ncols, bq = p_.bq;
     const float* ones = w.ones.get();
     cpu::RoundRowsBf16(w.s.get(), bk, nr, nc, w.p16.get(), bk);
     cpu::PackValuePairsBf16(w.p16.get(), nr, bk, nc, bk, w.ppairs16.get());
-    cpu::AccumulateTileBf16(qt.dt16, lqp, dv, nr, w.ppairs16.get(), bk, ones, w.dvt.get(), bk);
+    cpu::AccumulateTileBf16(qt.dt16, bq, dv, nr, w.ppairs16.get(), bk, ones, w.dvt.get(), bk);
     if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, /*careful=*/false); !st.ok()) {
       return st;
     }
@@ -377,7 +376,7 @@ class Backward {
     cpu::RoundRowsBf16(w.dp.get(), bk, nr, nc, w.ds16.get(), bk);
     cpu::AccumulateTileBf16(w.ds16.get(), bk, nr, kb.nk, w.kpairs16.get(), dp, ones, dq, dp);
     cpu::PackValuePairsBf16(w.ds16.get(), nr, bk, nc, bk, w.dspairs16.get());
-    cpu::AccumulateTileBf16(qt.qt16, lqp, d, nr, w.dspairs16.get(), bk, ones, w.dkt.get(), bk);
+    cpu::AccumulateTileBf16(qt.qt16, bq, d, nr, w.dspairs16.get(), bk, ones, w.dkt.get(), bk);
     return absl::OkStatus();
   }
 

@@ -64,8 +64,8 @@ struct BackwardDotSizes {
 
 BackwardDotSizes DotSizes(const Plan& p, int64_t max_lq, int64_t group) {
   const int64_t qn = max_lq * group, pitch = std::max(p.dp, p.dvp);
-  const int64_t lqp = RoundUp(max_lq, 2), bqe = RoundUp(p.bq, 2);
-  return {{qn * pitch, qn * pitch, group * p.d * lqp, group * p.dv * lqp, p.bk * p.dp,
+  const int64_t lqt = RoundUp(max_lq, p.bq), bqe = RoundUp(p.bq, 2);
+  return {{qn * pitch, qn * pitch, group * p.d * lqt, group * p.dv * lqt, p.bk * p.dp,
            p.bk * RoundUp(p.d, 2), p.bk * p.dp, p.bk * RoundUp(p.dv, 2), p.bq * p.bk,
            bqe * p.bk, p.bq * p.bk, bqe * p.bk},
           {p.dp * p.bk, p.dvp * p.bk, std::max({p.bq, p.dp, p.dvp})}};

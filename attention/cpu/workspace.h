@@ -54,16 +54,16 @@ struct BackwardWorkspace {
   // value-label dots of dO (stride ldl), the per-label sums of dS (keys) and P (values).
   std::vector<float> qlab, dolab, kmass, pmass, lab_ones;
   // The bf16 dot-product path (BackwardDotProducts): per item, Qs and dO rounded to bf16
-  // as rows ([lq][group][pitch], for S = Qs K^T and dP = dO V^T) and transposed
-  // ([group][d or dv][lqp], lqp = lq rounded up to even, for dK^T += Qs^T dS and
-  // dV^T += dO^T P); per key block, the rounded key rows, their panels and pairs, the
-  // value panels; per tile, P and dS rounded (rows) and as row pairs; dK^T and dV^T
-  // accumulated as [d][bk] and [dv][bk] (added to dk and dv at the block's end); ones
-  // (the kernels' alpha).
+  // as rows ([lq][group][pitch], for S = Qs K^T and dP = dO V^T) and transposed per
+  // query tile ([group][tile][d or dv][bq], for dK^T += Qs^T dS and dV^T += dO^T P);
+  // per key block, the rounded key rows, their panels and pairs, the value panels; per
+  // tile, P and dS rounded (rows) and as row pairs; dK^T and dV^T accumulated as
+  // [d][bk] and [dv][bk] (added to dk and dv at the block's end); ones (the kernels'
+  // alpha).
   hwy::AlignedFreeUniquePtr<uint16_t[]> qs16, do16, qst16, dot16, krows16, kpanels16,
       kpairs16, vpanels16, p16, ppairs16, ds16, dspairs16;
   hwy::AlignedFreeUniquePtr<float[]> dkt, dvt, ones;
-  int64_t lqp = 0;  // the current item's row stride of qst16 / dot16
+  int64_t lqt = 0;  // the current item's lq rounded up to whole tiles (qst16 / dot16)
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group);
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group);

@@ -43,6 +43,14 @@ double PeakGflops(int threads) {
   return it->second;
 }
 
+// The bf16 dot-product peak (vdpbf16ps) on `threads` threads, 0 without the instruction.
+double Bf16PeakGflops(int threads) {
+  static std::map<int, double>* cache = new std::map<int, double>();
+  auto it = cache->find(threads);
+  if (it == cache->end()) it = cache->emplace(threads, measure::Bf16DotPeakGflops(threads)).first;
+  return it->second;
+}
+
 // Self-attention in bshd layout: b sequences of s tokens, h query and key/value heads of d.
 AttentionArgs SelfAttention(int64_t b, int64_t s, int64_t h, int64_t d, bool causal) {
   AttentionArgs a;
@@ -115,6 +123,17 @@ void SetFlopCounters(benchmark::State& state, double flops, int threads,
   state.counters["peak_GFLOP/s"] = peak;
   state.counters[fraction] =
       benchmark::Counter(flops * 1e-9 / peak, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// SetFlopCounters' with the fp32 peak's fraction, plus the fraction of the bf16
+// dot-product peak where the CPU has the instruction: the bf16 rows' own limit.
+void SetBf16FlopCounters(benchmark::State& state, double flops, int threads) {
+  SetFlopCounters(state, flops, threads, "frac_of_fp32_peak");
+  const double bf16 = Bf16PeakGflops(threads);
+  if (bf16 > 0) {
+    state.counters["frac_of_bf16_peak"] =
+        benchmark::Counter(flops * 1e-9 / bf16, benchmark::Counter::kIsIterationInvariantRate);
+  }
 }
 
 void BM_CpuForward(benchmark::State& state) {
@@ -205,13 +224,16 @@ BENCHMARK(BM_CpuBackward)
 
 // bfloat16 inputs and outputs (float accumulation) at the README's benchmark shape (b1
 // h16 s4096 d128); dot: 1 uses the CPU's bf16 dot products where it has them, 0 widens
-// to float32.
+// to float32; enc: 0 none, 1 RoPE inside the kernel (half-split, base 10000).
 void BM_CpuForwardBf16(benchmark::State& state) {
   const int64_t s = state.range(0), h = 16, d = 128;
   const bool causal = state.range(1) != 0;
   const bool dot = state.range(2) != 0;
   const int threads = static_cast<int>(state.range(3));
-  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  auto rope = CreateRope(WholeHeadRope(d));
+  RopeRowTransform rope_tr(*rope);
+  if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
   NormalStream n(4);
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<encodings::sequence::BFloat16> q(total), k(total), v(total), o(total);
@@ -227,26 +249,29 @@ void BM_CpuForwardBf16(benchmark::State& state) {
       })) {
     return;
   }
-  SetFlopCounters(state, 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads,
-                  "frac_of_fp32_peak");
+  SetBf16FlopCounters(state, 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads);
 }
 
 BENCHMARK(BM_CpuForwardBf16)
-    ->ArgNames({"s", "causal", "dot", "threads"})
-    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}})
+    ->ArgNames({"s", "causal", "dot", "threads", "enc"})
+    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
 // The bfloat16 backward (given o and lse) at the same shape, flops as BM_CpuBackward's;
-// dot: 1 runs the five products on the bf16 dot products, 0 widens to float32.
+// dot: 1 runs the five products on the bf16 dot products, 0 widens to float32; enc as
+// BM_CpuForwardBf16's.
 void BM_CpuBackwardBf16(benchmark::State& state) {
   using encodings::sequence::BFloat16;
   const int64_t s = state.range(0), h = 16, d = 128;
   const bool causal = state.range(1) != 0;
   const bool dot = state.range(2) != 0;
   const int threads = static_cast<int>(state.range(3));
-  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  auto rope = CreateRope(WholeHeadRope(d));
+  RopeRowTransform rope_tr(*rope);
+  if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
   NormalStream n(5);
   const size_t total = static_cast<size_t>(s * h * d);
   std::vector<BFloat16> q(total), k(total), v(total), o(total), g(total), dq(total), dk(total),
@@ -269,13 +294,13 @@ void BM_CpuBackwardBf16(benchmark::State& state) {
       })) {
     return;
   }
-  SetFlopCounters(state, 2.5 * 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads,
-                  "frac_of_fp32_peak");
+  SetBf16FlopCounters(state, 2.5 * 4.0 * double(d) * AllowedPairs(s, causal) * double(h),
+                      threads);
 }
 
 BENCHMARK(BM_CpuBackwardBf16)
-    ->ArgNames({"s", "causal", "dot", "threads"})
-    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}})
+    ->ArgNames({"s", "causal", "dot", "threads", "enc"})
+    ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

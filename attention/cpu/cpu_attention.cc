@@ -245,6 +245,14 @@ absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFl
                          const BiasGradientSink& bias_sink, const CpuAttentionOptions& options) {
   return cpu::BackwardImpl<BFloat16>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options);
 }
+absl::Status CpuBackward(const AttentionArgs& args, const BFloat16* q, const BFloat16* k,
+                         const BFloat16* v, const BFloat16* o, const float* lse,
+                         const BFloat16* d_o, BFloat16* dq, BFloat16* dk, BFloat16* dv,
+                         const BiasGradientSink& bias_sink, const CpuAttentionOptions& options,
+                         const CpuBackwardExtras& extras) {
+  return cpu::BackwardImpl<BFloat16>(args, q, k, v, o, lse, d_o, dq, dk, dv, bias_sink, options,
+                                     extras);
+}
 
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
                                                  const CpuAttentionOptions& options) {

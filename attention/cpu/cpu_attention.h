@@ -151,6 +151,16 @@ absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::B
                          encodings::sequence::BFloat16* dv,
                          const BiasGradientSink& bias_sink = nullptr,
                          const CpuAttentionOptions& options = {});
+// The same with the float32 overload's extras (Shaw table and sink gradients in double,
+// the rotated dq / dk in float).
+absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::BFloat16* q,
+                         const encodings::sequence::BFloat16* k,
+                         const encodings::sequence::BFloat16* v,
+                         const encodings::sequence::BFloat16* o, const float* lse,
+                         const encodings::sequence::BFloat16* d_o,
+                         encodings::sequence::BFloat16* dq, encodings::sequence::BFloat16* dk,
+                         encodings::sequence::BFloat16* dv, const BiasGradientSink& bias_sink,
+                         const CpuAttentionOptions& options, const CpuBackwardExtras& extras);
 
 // Extra memory CpuForward allocates for these arguments (bytes, all threads together,
 // including the prepared transforms' tables estimated at 2 floats per position and

@@ -370,7 +370,10 @@ def _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks, dt
         torch.testing.assert_close(got, want.index_select(1, pos), atol=atol_g, rtol=0,
                                    msg=lambda m: "%s, %s: %s" % (label, where, m))
     if with_sinks:
-        atol, rtol = (ATOL_F64, ATOL_F64) if f64 else (ATOL_PARAM, RTOL_PARAM)
+        # bfloat16: the gradient is in the sinks' own dtype (one rounding, 2^-9 relative, of
+        # sums of O(1-10)) and the shards' o and lse round differently from the whole's.
+        atol, rtol = {torch.float64: (ATOL_F64, ATOL_F64),
+                      torch.bfloat16: (ATOL_BF16_GRAD, 2e-2)}.get(dtype, (ATOL_PARAM, RTOL_PARAM))
         torch.testing.assert_close(grads[3], grads_ref[3], atol=atol, rtol=rtol,
                                    msg=lambda m: "d sinks, %s: %s" % (where, m))
     return 1
@@ -493,10 +496,7 @@ def _worker_features(rank, world, port):
         seq_len, cases = _feature_cases(world)
         for method in cp.METHODS:
             for name, kw, cu, with_sinks in cases:
-                # bfloat16 (ATOL_BF16_*) where the unsharded reference has every gradient:
-                # the kernels give no sink gradient in bfloat16.
-                for dtype in (torch.float32, torch.float64) + (
-                        () if with_sinks else (torch.bfloat16,)):
+                for dtype in (torch.float32, torch.float64, torch.bfloat16):
                     _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks,
                                       dtype, heads_kv)
             for kind in ("alibi", "grape_m"):

@@ -869,6 +869,25 @@ class TorchInferenceOptionsTest(unittest.TestCase):
         self.assertEqual(sinks.logits.grad.shape, (4,))
         self.assertTrue(bool((sinks.logits.grad != 0).all()))
 
+    def test_attention_sinks_gradient_in_bfloat16(self):
+        # bfloat16 q, k, v with learnable sinks (float32 logits): the sinks' gradient against
+        # gpt-oss's definition in float64 on the same (widened) bf16 inputs. It sums, over
+        # the 16 rows of each head, exp(z - lse) <dL/do, o> with o rounded to bf16 (2^-9
+        # relative) and lse from bf16 products: 2e-2 relative to the largest entry.
+        q, k, v = (x.detach().bfloat16().requires_grad_() for x in self.qkv(b=1, sq=16, sk=16))
+        z = torch.tensor([0.5, -1.0, 2.0, 0.25], requires_grad=True)
+        o = gt.attention(q, k, v, causal=True, sinks=z)
+        self.assertEqual(o.dtype, torch.bfloat16)
+        d_o = torch.randn(o.shape, generator=torch.Generator().manual_seed(3))
+        (gz,) = torch.autograd.grad((o.float() * d_o).sum(), (z,))
+        qd, kd, vd = (x.detach().double() for x in (q, k, v))
+        zd = z.detach().double().requires_grad_()
+        want = gpt_oss_sink_attention(qd, kd, vd, zd)
+        (gz_ref,) = torch.autograd.grad((want * d_o.double()).sum(), (zd,))
+        tol = 2e-2 * max(1.0, float(gz_ref.abs().max()))
+        torch.testing.assert_close(gz.double(), gz_ref, atol=tol, rtol=0)
+        self.assertTrue(bool((gz != 0).all()))
+
     def test_alibi_slopes_match_flash_attn_bias(self):
         # flash-attn's alibi_slopes: -slope |i + s_k - s_q - j| added to the scores (SDPA's
         # float mask here), causal; slopes learnable (gradient against eager autograd).

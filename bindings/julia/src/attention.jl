@@ -243,7 +243,7 @@ end
 with params.bias_a / bias_b (shaped like the bias's `grad_size`; bias_b for GRAPE-AP),
 params.grape_a / grape_b (head_dim × m) / grape_omega (m) for GRAPE-M,
 params.shaw_key_table / shaw_value_table (shaped like the tables given), params.sinks
-(dL/dsinks, heads_q; Float32 and Float64 calls) and Kogkalidis et al.'s skew generators'
+(dL/dsinks, heads_q) and Kogkalidis et al.'s skew generators'
 dL/dS (entrywise, unprojected: for S = A - Aᵀ, dL/dA = X - Xᵀ): params.algebraic
 (dim × dim, for `algebraic`), params.algebraic_tree / algebraic_grid (one matrix per
 branch or axis, like the generators given). `nothing` where the options carry no such

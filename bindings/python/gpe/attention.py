@@ -348,7 +348,7 @@ def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
     also appends the bias's parameter gradients (d_a, d_b), float64, accumulated inside
     the kernels: ALiBi / slope GRAPE-A dL/dslopes [heads]; T5 dL/dtable; FoX / gated
     GRAPE-A dL/dgate_logits [length, heads]; GRAPE-AP dL/dw and dL/du (d_b None for the
-    other kinds). With sink_grad=True (sinks given; float32 and float64 inputs), appends
+    other kinds). With sink_grad=True (sinks given), appends
     dL/dsinks (float64 [heads_q]). With encoding_grads=True, appends the encoding's
     parameter gradients last (float64, summed over the tokens and heads of q and k):
     (dL/da, dL/db, dL/domega) for encoding=gpe.GrapeM ([m, head_dim], [m, head_dim],

@@ -90,10 +90,8 @@ Issue 25's options, on every method, forward and backward:
   -sum_i e^{z_h - lse'_i} <dO_i, o'_i> over the rank's rows (the sink is a key of value
   0), summed over ranks by an all_reduce. "all_gather" and "ulysses" pass the sinks to
   their one attention call (Ulysses: the head shard's) through _Collect, which sums
-  their gradient over ranks like the learnable parameters'. bfloat16: the kernels give
-  no sink gradient, so there the backward of "all_gather" and "ulysses" stops with the
-  library's error when the sinks require grad (as gpe.torch.attention's does); "ring"
-  computes it itself.
+  their gradient over ranks like the learnable parameters' (bfloat16 too, since 0.10.0;
+  "ring" computes it itself).
 - cu_seqlens: packed variable-length sequences (flash-attn's varlen batch). Sequences are
   packed in one token dimension of total length T = cu_seqlens[-1] (int64 [S + 1], 0 =
   cu[0] <= ... <= cu[S], the same on every rank: one small all_gather checks it and that

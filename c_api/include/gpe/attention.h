@@ -191,7 +191,8 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward(
     DLTensor* dq, DLTensor* dk, DLTensor* dv);
 /* gpe_attention_backward plus the Shaw tables' gradients: d_shaw_key_table and
  * d_shaw_value_table (float64 [2k + 1, head_dim] and [2k + 1, head_dim_v], overwritten;
- * each may be NULL to skip, and needs its table in the options). */
+ * each may be NULL to skip, and needs its table in the options; for bfloat16 calls too
+ * since 0.10.0). */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
     const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
     const DLTensor* v, const DLTensor* o, const DLTensor* lse, const DLTensor* d_o,
@@ -213,7 +214,7 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
  *  - d_shaw_key_table / d_shaw_value_table: as gpe_attention_backward_v2;
  *  - d_sinks (since 0.9.0; read only when struct_size covers it): dL/dz [heads_q] for
  *    options->sinks, dL/dz_h = -sum_i exp(z_h - lse_i) <dL/do_i, o_i> over the rows of
- *    head h; float32 and float64 calls (bfloat16 gives dq, dk, dv only);
+ *    head h (float32, float64 and, since 0.10.0, bfloat16 calls);
  *  - d_algebraic, d_algebraic_tree, d_algebraic_grid (since 0.10.0; read only when
  *    struct_size covers them): dL/dS of Kogkalidis et al.'s skew generators, for
  *    options->algebraic (float64 [dim, dim], dim = head_dim, as

@@ -241,14 +241,6 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
     };
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
-    if (c.dtype == DType::kBFloat16 && (gak->data != nullptr || gav->data != nullptr)) {
-      return Bad("Shaw table gradients are computed for float32 and float64 inputs; "
-                 "bfloat16 gives dq, dk and dv only");
-    }
-    if (c.dtype == DType::kBFloat16 && sink_grad.data() != nullptr) {
-      return Bad("the sinks' gradient (d_sinks) is computed for float32 and float64 inputs; "
-                 "bfloat16 gives dq, dk and dv only");
-    }
     // The backwards check the call (ValidateAttention) and the Shaw table gradients, and
     // return at once on an empty call with those gradients zero; finish() then gives the
     // bias's and GRAPE-M's (zero, from their zeroed accumulators).
@@ -284,11 +276,15 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       }
       return finish();
     }
+    att::CpuBackwardExtras ex;  // bfloat16: the same gradients, float arithmetic inside
+    ex.shaw_key_table_grad = gak->typed<double>();
+    ex.shaw_value_table_grad = gav->typed<double>();
+    ex.sink_grad = sink_grad.data();
     if (absl::Status st = att::CpuBackward(
             c.args, c.q.typed<const BF>(), c.k.typed<const BF>(), c.v.typed<const BF>(),
             o != nullptr ? ov.typed<const BF>() : nullptr, l, gv->typed<const BF>(),
             dq ? dqv.typed<BF>() : nullptr, dk ? dkv.typed<BF>() : nullptr,
-            dv ? dvv.typed<BF>() : nullptr, sink, opt);
+            dv ? dvv.typed<BF>() : nullptr, sink, opt, ex);
         !st.ok()) {
       return st;
     }

@@ -134,7 +134,7 @@ pub fn attention_backward_v2<T: Real>(
 /// dL/dslopes; T5 dL/dtable; FoX and gated GRAPE-A dL/dgate_logits; GRAPE-AP dL/dw in
 /// `bias_a`, dL/du in `bias_b`), GRAPE-M's generators (a, b [m, head_dim], omega [m]),
 /// the Shaw tables (shaped like the tables: head_dim columns for keys, head_dim_v for
-/// values), the sinks ([heads_q]; float32 and float64 calls) and (0.10.0) Kogkalidis et
+/// values), the sinks ([heads_q]) and (0.10.0) Kogkalidis et
 /// al.'s skew generators: dL/dS entrywise and unprojected (for S = A - A^T, dL/dA = X -
 /// X^T), summed over q's and k's tokens and heads.
 #[derive(Clone, Debug, Default)]

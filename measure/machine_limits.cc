@@ -89,17 +89,34 @@ GPE_DEFINE_FMA_LOOP(FmaLoopSse2, __m128, _mm_set1_ps, MulAddSse2, _mm_add_ps, _m
 // instruction. The operands are bf16 pairs (1.0, 1.0) and (~1e-7, ~1e-7): normal numbers
 // throughout, so no denormal assist slows the loop.
 __attribute__((target("avx512f,avx512bf16"))) float Bf16DotLoop(int64_t iterations) {
-  __m512 acc[kAccumulators];
-  for (int k = 0; k < kAccumulators; ++k) acc[k] = _mm512_set1_ps(0.001f * k);
+  static_assert(kAccumulators == 12, "Bf16DotLoop names twelve accumulators");
+  // Named accumulators, as the FMA loops': an array of them is kept in memory by
+  // unoptimised and sanitizer builds, which then time loads and stores instead.
+  __m512 a0 = _mm512_set1_ps(0.000f), a1 = _mm512_set1_ps(0.001f), a2 = _mm512_set1_ps(0.002f),
+         a3 = _mm512_set1_ps(0.003f), a4 = _mm512_set1_ps(0.004f), a5 = _mm512_set1_ps(0.005f),
+         a6 = _mm512_set1_ps(0.006f), a7 = _mm512_set1_ps(0.007f), a8 = _mm512_set1_ps(0.008f),
+         a9 = _mm512_set1_ps(0.009f), a10 = _mm512_set1_ps(0.010f), a11 = _mm512_set1_ps(0.011f);
   const __m512bh m = (__m512bh)_mm512_set1_epi32(0x3F803F80);  // bf16 1.0, twice
   const __m512bh c = (__m512bh)_mm512_set1_epi32(0x33D733D7);  // bf16 ~1e-7, twice
   for (int64_t it = 0; it < iterations; ++it) {
-#pragma GCC unroll 12
-    for (int k = 0; k < kAccumulators; ++k) acc[k] = _mm512_dpbf16_ps(acc[k], m, c);
+    a0 = _mm512_dpbf16_ps(a0, m, c);
+    a1 = _mm512_dpbf16_ps(a1, m, c);
+    a2 = _mm512_dpbf16_ps(a2, m, c);
+    a3 = _mm512_dpbf16_ps(a3, m, c);
+    a4 = _mm512_dpbf16_ps(a4, m, c);
+    a5 = _mm512_dpbf16_ps(a5, m, c);
+    a6 = _mm512_dpbf16_ps(a6, m, c);
+    a7 = _mm512_dpbf16_ps(a7, m, c);
+    a8 = _mm512_dpbf16_ps(a8, m, c);
+    a9 = _mm512_dpbf16_ps(a9, m, c);
+    a10 = _mm512_dpbf16_ps(a10, m, c);
+    a11 = _mm512_dpbf16_ps(a11, m, c);
   }
-  for (int k = 1; k < kAccumulators; ++k) acc[0] = _mm512_add_ps(acc[0], acc[k]);
+  a0 = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                     _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+  a0 = _mm512_add_ps(a0, _mm512_add_ps(_mm512_add_ps(a8, a9), _mm512_add_ps(a10, a11)));
   alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, acc[0]);
+  _mm512_store_ps(lanes, a0);
   float total = 0;
   for (float v : lanes) total += v;
   return total;

@@ -23,17 +23,32 @@ TEST(MachineLimits, MeasuresPlausiblePositiveFigures) {
   EXPECT_GT(triad, 0.01);
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+#else
+constexpr bool kSanitized = false;
+#endif
+
 // The bf16 dot-product peak: 0 exactly where the CPU lacks vdpbf16ps, else positive and
 // between 0.25 and 8 times the FMA peak (one instruction does twice an FMA's flops; known
-// CPUs issue it at half to the full FMA rate: ratios of about 1 to 2).
+// CPUs issue it at half to the full FMA rate: ratios of about 1 to 2). Under the
+// sanitizers (-O1, instrumented) the two loops slow down unequally: positive only.
 TEST(MachineLimits, Bf16DotPeakIsZeroWithoutTheInstructionElsePlausible) {
   const double bf16 = Bf16DotPeakGflops(1);
   if (!HasBf16DotProductInstruction()) {
     EXPECT_EQ(bf16, 0.0);
     GTEST_SKIP() << "this CPU has no AVX512_BF16: only the zero was checked";
   }
-  const double fma = FmaPeakGflops(1);
   EXPECT_TRUE(std::isfinite(bf16));
+  EXPECT_GT(bf16, 0.1);
+  if (kSanitized) return;
+  const double fma = FmaPeakGflops(1);
   EXPECT_GT(bf16, 0.25 * fma);
   EXPECT_LT(bf16, 8.0 * fma);
 }

@@ -5,8 +5,10 @@
 //
 // Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
 // 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
-// commuting planes (RoPE's thetas as learned frequencies).
+// commuting planes (RoPE's thetas as learned frequencies), 5 softcap, 6 sinks, 7 GRAPE-M's
+// product of 8 rank-2 generators.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <map>
@@ -170,6 +172,26 @@ void BM_CpuForward(benchmark::State& state) {
   } else if (encoding == 4) {
     gm_tr = std::make_unique<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>>(*gm);
     a.q_transform = a.k_transform = gm_tr.get();
+  }
+  // 7: GRAPE-M's general product of 8 learned (here random, non-commuting) rank-2
+  // generators (GRAPE, "Multiplicative GRAPE"), as `gpe`'s tour runs it.
+  std::unique_ptr<encodings::sequence::GrapeMProduct> product;
+  std::unique_ptr<GrapeMRowTransform<encodings::sequence::GrapeMProduct>> product_tr;
+  if (encoding == 7) {
+    std::vector<encodings::sequence::Rank2Generator> gens;
+    std::mt19937_64 rng(8);
+    std::normal_distribution<double> normal(0.0, 1.0 / std::sqrt(static_cast<double>(d)));
+    for (int64_t g = 0; g < 8; ++g) {
+      std::vector<double> u(static_cast<size_t>(d)), w(static_cast<size_t>(d));
+      for (double& x : u) x = normal(rng);
+      for (double& x : w) x = normal(rng);
+      gens.push_back({u, w, std::pow(10000.0, -static_cast<double>(g) / 8.0)});
+    }
+    product = std::make_unique<encodings::sequence::GrapeMProduct>(
+        *encodings::sequence::GrapeMProduct::Create(gens));
+    product_tr =
+        std::make_unique<GrapeMRowTransform<encodings::sequence::GrapeMProduct>>(*product);
+    a.q_transform = a.k_transform = product_tr.get();
   }
   // 5: Gemma 2's logit softcap (50, its attention value); 6: a sink logit per head.
   const std::vector<float> sinks(static_cast<size_t>(h), 0.5f);
@@ -565,7 +587,7 @@ BENCHMARK(BM_CpuDecode)
 // then smaller sequences and 1 thread for scaling.
 BENCHMARK(BM_CpuForward)
     ->ArgNames({"b", "h", "s", "d", "causal", "enc", "threads"})
-    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 3, 4, 5, 6}, {2}})
+    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 3, 4, 5, 6, 7}, {2}})
     ->Args({1, 16, 4096, 128, 0, 0, 1})
     ->Args({1, 16, 1024, 128, 0, 0, 2})
     ->Args({1, 16, 2048, 128, 0, 0, 2})

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "group/angle.h"
+#include "parallel/thread_pool.h"
 
 namespace gpe {
 namespace attention {
@@ -281,20 +282,32 @@ class PreparedPlanes final : public PreparedFromRun<PreparedPlanes> {
 
 }  // namespace
 
+namespace {
+thread_local int g_prepare_threads = 1;
+}  // namespace
+
+int PrepareThreads() { return g_prepare_threads; }
+ScopedPrepareThreads::ScopedPrepareThreads(int threads) : previous_(g_prepare_threads) {
+  g_prepare_threads = std::max(1, threads);
+}
+ScopedPrepareThreads::~ScopedPrepareThreads() { g_prepare_threads = previous_; }
+
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
     const encodings::sequence::GrapeMCommutingPlanes& planes,
     absl::Span<const int64_t> positions) {
   const auto pl = planes.planes();
   const int64_t n = static_cast<int64_t>(positions.size());
   std::vector<double> cs(static_cast<size_t>(n) * 2 * pl.size());
-  for (int64_t t = 0; t < n; ++t) {
-    for (size_t k = 0; k < pl.size(); ++k) {
-      // The same reduced angle and double cos/sin as GrapeMCommutingPlanes::Apply.
-      const double angle = group::ReducedAngle(positions[t], pl[k].omega);
-      cs[(t * pl.size() + k) * 2] = std::cos(angle);
-      cs[(t * pl.size() + k) * 2 + 1] = std::sin(angle);
+  parallel::ParallelForChunks(PrepareThreads(), n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (size_t k = 0; k < pl.size(); ++k) {
+        // The same reduced angle and double cos/sin as GrapeMCommutingPlanes::Apply.
+        const double angle = group::ReducedAngle(positions[t], pl[k].omega);
+        cs[(t * pl.size() + k) * 2] = std::cos(angle);
+        cs[(t * pl.size() + k) * 2 + 1] = std::sin(angle);
+      }
     }
-  }
+  });
   return std::unique_ptr<PreparedRowTransform>(new PreparedPlanes(
       std::vector<encodings::sequence::CoordinatePlane>(pl.begin(), pl.end()), std::move(cs), n));
 }
@@ -454,14 +467,17 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareRank2Product(
     const encodings::sequence::GrapeMProduct& product, absl::Span<const int64_t> positions) {
   const int64_t n = static_cast<int64_t>(positions.size()), m = product.num_generators();
   std::vector<double> cs(static_cast<size_t>(n * 2 * m));
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t k = 0; k < m; ++k) {
-      // The same reduced angle and cos / sin as Rank2Rotation::Apply.
-      const group::SinCos sc = group::SinCosOfMultiple(positions[t], product.factor(k).frequency());
-      cs[(t * m + k) * 2] = sc.cos;
-      cs[(t * m + k) * 2 + 1] = sc.sin;
+  parallel::ParallelForChunks(PrepareThreads(), n, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t k = 0; k < m; ++k) {
+        // The same reduced angle and cos / sin as Rank2Rotation::Apply.
+        const group::SinCos sc =
+            group::SinCosOfMultiple(positions[t], product.factor(k).frequency());
+        cs[(t * m + k) * 2] = sc.cos;
+        cs[(t * m + k) * 2 + 1] = sc.sin;
+      }
     }
-  }
+  });
   return std::unique_ptr<PreparedRowTransform>(
       new PreparedRank2Product(product, std::move(cs), n));
 }
@@ -534,7 +550,8 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RopeRowTransform::PrepareS
   RopePositions p;
   p.ids = ids;
   absl::StatusOr<encodings::sequence::RopeTable<float>> table =
-      rope_.MakeTable<float>(RowsAsRopeTensor(m, d, d, cu), p, role_);
+      rope_.MakeTable<float>(RowsAsRopeTensor(m, d, d, cu), p, role_,
+                             std::max(rope_.options().num_threads, PrepareThreads()));
   if (!table.ok()) return table.status();
   return std::unique_ptr<PreparedRowTransform>(
       new PreparedRope(*this, rope_, *std::move(table), std::move(ids), axes));

@@ -186,6 +186,22 @@
 namespace gpe {
 namespace attention {
 
+// Threads a transform's Prepare may use for its per-position tables (RoPE's cos / sin,
+// GRAPE-M's angles): 1, unless a ScopedPrepareThreads lives on the calling thread. The
+// CPU attention sets its own thread count around its Prepare calls, so that a table
+// built once per call is not built on one thread while the others wait.
+int PrepareThreads();
+class ScopedPrepareThreads {
+ public:
+  explicit ScopedPrepareThreads(int threads);
+  ~ScopedPrepareThreads();
+  ScopedPrepareThreads(const ScopedPrepareThreads&) = delete;
+  ScopedPrepareThreads& operator=(const ScopedPrepareThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
 // A RowTransform bound to the positions of a list of tokens (int64 positions or
 // structured ones), with whatever per-position state it can share (RoPE's cos/sin table)
 // computed once. Kernels prepare q's and k's transforms once per call and then rotate

@@ -39,7 +39,7 @@ class Backward {
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
-    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_);
   }
 
   // dL/daK and dL/daV (Shaw tables, [labels][d], zeroed by the caller; null to skip):

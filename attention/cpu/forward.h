@@ -43,7 +43,7 @@ class Forward {
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
-    return PrepareEncodings(a_, &pq_, &pk_, &tq_, &tk_);
+    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_);
   }
 
   // Query rows [it.q0, it.q1) of every query head of kv head it.g against every allowed

@@ -20,10 +20,11 @@ bool Consecutive(const int64_t* p, int64_t n) {
 
 }  // namespace
 
-absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
+absl::Status PrepareEncodings(const AttentionArgs& a, int threads, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
                               std::shared_ptr<const PreparedRowTransform>* tq,
                               std::shared_ptr<const PreparedRowTransform>* tk) {
+  const ScopedPrepareThreads prepare_threads(threads);  // the tables on every thread
   *pq = EffectiveQPositions(a);
   *pk = EffectiveKPositions(a);
   if (a.q_transform != nullptr && a.q_transform == a.k_transform && a.q_structured.empty() &&

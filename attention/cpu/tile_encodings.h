@@ -26,8 +26,9 @@ namespace cpu {
 // shared by every thread); checks the locality factor once (per-pair factors come from
 // the same function as the reference). Self-attention with one transform object for q
 // and k and the same positions (the default) prepares it once: tk is tq (RoPE's exact
-// cos / sin table is most of a transform's cost, O(positions x rotary_dim)).
-absl::Status PrepareEncodings(const AttentionArgs& a, std::vector<int64_t>* pq,
+// cos / sin table is most of a transform's cost, O(positions x rotary_dim)), on
+// `threads` threads (ScopedPrepareThreads).
+absl::Status PrepareEncodings(const AttentionArgs& a, int threads, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
                               std::shared_ptr<const PreparedRowTransform>* tq,
                               std::shared_ptr<const PreparedRowTransform>* tk);

@@ -182,7 +182,7 @@ absl::StatusOr<Rope> Rope::Create(RopeOptions o, RopeFrequencies f) {
 template <class T>
 absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
                                              const RopePositions& positions,
-                                             RopeRole role) const {
+                                             RopeRole role, int threads) const {
   const char* who = "Rope::MakeTable";
   GPE_RETURN_IF_ERROR(TensorSpan(tensor).status());
   const int64_t n = tensor.num_tokens();
@@ -309,7 +309,8 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
     }
   }
   };
-  parallel::ParallelForChunks(options_.num_threads, table.num_rows_, fill);
+  parallel::ParallelForChunks(threads > 0 ? threads : options_.num_threads, table.num_rows_,
+                              fill);
   return table;
 }
 
@@ -587,10 +588,10 @@ absl::Status Rope::Backward(const RopeTensor& tensor, const RopePositions& posit
 
 template absl::StatusOr<RopeTable<float>> Rope::MakeTable<float>(const RopeTensor&,
                                                                  const RopePositions&,
-                                                                 RopeRole) const;
+                                                                 RopeRole, int) const;
 template absl::StatusOr<RopeTable<double>> Rope::MakeTable<double>(const RopeTensor&,
                                                                    const RopePositions&,
-                                                                   RopeRole) const;
+                                                                   RopeRole, int) const;
 
 #define GPE_ROPE_INSTANTIATE(T)                                                             \
   template absl::Status Rope::Apply<T>(const RopeTableFor<T>&, const RopeTensor&, const T*,  \

@@ -274,10 +274,13 @@ class Rope {
   double attention_factor() const { return freqs_.attention_factor; }
 
   // T is float or double. Validates the positions against the tensor's token count.
+  // threads > 0 builds the table on that many slots of the library pool instead of
+  // options().num_threads (the attention kernels pass their own thread count).
   template <class T>
   absl::StatusOr<RopeTable<T>> MakeTable(const RopeTensor& tensor,
                                          const RopePositions& positions,
-                                         RopeRole role = RopeRole::kQuery) const;
+                                         RopeRole role = RopeRole::kQuery,
+                                         int threads = 0) const;
 
   // out = m R(a) in (forward) or m R(-a) in (backward), row by row; in == out allowed
   // (fused in-place). in and out share `tensor`'s shape and strides. T is float,

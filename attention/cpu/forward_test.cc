@@ -233,6 +233,52 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
   CheckAgainstReference(a, opt, 91, "algebraic");
 }
 
+// ScopedPrepareThreads (descriptor.h) nests and restores; a transform prepared on 1 and
+// on 3 threads rotates rows identically (each table entry is the same arithmetic,
+// whichever thread computes it): RoPE, GRAPE-M planes and GRAPE-M's rank-2 product.
+TEST(PrepareThreads, ScopedAndTablesIndependentOfTheThreadCount) {
+  EXPECT_EQ(PrepareThreads(), 1);
+  {
+    const ScopedPrepareThreads three(3);
+    EXPECT_EQ(PrepareThreads(), 3);
+    {
+      const ScopedPrepareThreads none(0);  // at least 1
+      EXPECT_EQ(PrepareThreads(), 1);
+    }
+    EXPECT_EQ(PrepareThreads(), 3);
+  }
+  EXPECT_EQ(PrepareThreads(), 1);
+  const int64_t d = 16, n = 301;
+  std::vector<int64_t> pos(n);
+  for (int64_t t = 0; t < n; ++t) pos[t] = 7 * t - 40;
+  Rope rope = MakeRope(d, d, group::PlanePairing::kHalfSplit);
+  RopeRowTransform rt(rope);
+  std::vector<encodings::sequence::CoordinatePlane> planes = {{0, 5, 0.3}, {2, 7, -1.1}};
+  auto cp = encodings::sequence::GrapeMCommutingPlanes::Create(d, planes);
+  ASSERT_TRUE(cp.ok()) << cp.status();
+  GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes> ct(*cp);
+  std::mt19937_64 rng(5);
+  std::vector<Rank2Generator> gens;
+  for (int g = 0; g < 3; ++g) gens.push_back({RandomUniform(d, &rng), RandomUniform(d, &rng), 0.2 * (g + 1)});
+  auto prod = GrapeMProduct::Create(gens);
+  ASSERT_TRUE(prod.ok()) << prod.status();
+  GrapeMRowTransform<GrapeMProduct> pt(*prod);
+  const std::vector<float> x = RandomF(static_cast<size_t>(n * d), &rng);
+  for (const RowTransform* tr : std::initializer_list<const RowTransform*>{&rt, &ct, &pt}) {
+    std::vector<std::vector<float>> out;
+    for (int threads : {1, 3}) {
+      const ScopedPrepareThreads scope(threads);
+      auto prepared = tr->Prepare(pos);
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      std::vector<float> y = x;
+      ASSERT_TRUE((*prepared)->Forward(0, n, y.data(), d).ok());
+      out.push_back(y);
+    }
+    EXPECT_EQ(out[0], out[1]);
+    EXPECT_NE(out[0], x);
+  }
+}
+
 TEST(CpuForward, BiasesAndLocalityOnTheFly) {
   CpuAttentionOptions opt;
   opt.block_q = 16;

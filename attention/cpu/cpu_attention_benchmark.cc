@@ -595,6 +595,9 @@ BENCHMARK(BM_CpuForward)
     // The encodings' overhead on one thread (where the other core is busy, the ratios to
     // enc 0 still hold): none, RoPE, ALiBi, GRAPE-M planes; causal and not.
     ->ArgsProduct({{1}, {8}, {2048}, {128}, {0, 1}, {0, 1, 2, 4}, {1}})
+    // `gpe`'s tour (b1 h8 s2048 d64 causal): per-row and per-score costs weigh twice
+    // what they do at d128 and s4096.
+    ->ArgsProduct({{1}, {8}, {2048}, {64}, {1}, {0, 1, 2, 3, 7}, {2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -1,4 +1,5 @@
 #include "encodings/sequence/rope.h"
+#include "group/angle.h"
 
 #include <cmath>
 #include <cstdint>
@@ -889,6 +890,47 @@ TEST(RopeErrors, RejectsBadInput) {
   const RopeTable<float> table = *rope.MakeTable<float>(t, {ids, {}});
   const RopeTensor other = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 3, 2, 8);
   EXPECT_FALSE(rope.Apply<float>(table, other, x.data(), y.data()).ok());
+}
+
+// The float table's stepped rows (MakeTable: angle addition from an exact anchor every
+// 16 rows) equal the exact rounding of m (cos, sin)(p theta_i), bit for bit: read back
+// through Forward on rows [1 .. 1 | 0 .. 0] (half-split: y1 = cos, y2 = sin exactly), for
+// runs of consecutive positions near 0 and across 2^31, gaps, repeats, an attention
+// factor other than 1, and both 1 and 3 threads (the chunks anchor where they start).
+TEST(RopeTable, SteppedFloatTableEqualsTheExactRounding) {
+  const int64_t d = 128, planes = d / 2;
+  RopeFrequencies f = *DefaultRopeFrequencies(d, 10000.0);
+  f.attention_factor = 1.2345;
+  std::vector<int64_t> ids;
+  for (int64_t p = 0; p < 3000; ++p) ids.push_back(p);
+  for (int64_t p = (int64_t{1} << 31) - 1500; p < (int64_t{1} << 31) + 1500; ++p) ids.push_back(p);
+  for (int64_t p : {7, 7, 9, 12, 13, 14, -5, -4}) ids.push_back(p);  // repeats, gaps, negatives
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (int threads : {1, 3}) {
+    RopeOptions o;
+    o.head_dim = d;
+    o.rotary_dim = d;
+    o.pairing = PlanePairing::kHalfSplit;
+    o.num_threads = threads;
+    const Rope rope = *Rope::Create(o, f);
+    const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, n, 1, d);
+    std::vector<float> x(static_cast<size_t>(n * d), 0.0f), y(x.size());
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < planes; ++i) x[r * d + i] = 1.0f;
+    }
+    ASSERT_TRUE(rope.Forward<float>(t, {ids, {}}, x.data(), y.data()).ok());
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < planes; ++i) {
+        const group::SinCos sc = group::SinCosOfMultiple(ids[r], rope.thetas()[i]);
+        const float want_c = static_cast<float>(f.attention_factor * sc.cos);
+        const float want_s = static_cast<float>(f.attention_factor * sc.sin);
+        mismatches += y[r * d + i] != want_c;
+        mismatches += y[r * d + planes + i] != want_s;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << threads << " threads";
+  }
 }
 
 }  // namespace

@@ -244,34 +244,52 @@ BENCHMARK(BM_CpuBackward)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
 
-// bfloat16 inputs and outputs (float accumulation) at the README's benchmark shape (b1
-// h16 s4096 d128); dot: 1 uses the CPU's bf16 dot products where it has them, 0 widens
-// to float32; enc: 0 none, 1 RoPE inside the kernel (half-split, base 10000).
-void BM_CpuForwardBf16(benchmark::State& state) {
-  const int64_t s = state.range(0), h = 16, d = 128;
-  const bool causal = state.range(1) != 0;
-  const bool dot = state.range(2) != 0;
-  const int threads = static_cast<int>(state.range(3));
-  AttentionArgs a = SelfAttention(1, s, h, d, causal);
-  auto rope = CreateRope(WholeHeadRope(d));
-  RopeRowTransform rope_tr(*rope);
-  if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
-  NormalStream n(4);
-  const size_t total = static_cast<size_t>(s * h * d);
-  std::vector<encodings::sequence::BFloat16> q(total), k(total), v(total), o(total);
-  for (auto* t : {&q, &k, &v}) {
-    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
-  }
+// The bfloat16 benchmarks' problem: b1 h16 s d128 self-attention from the arguments
+// (s, causal, dot, threads, enc: dot 1 uses the CPU's bf16 dot products where it has
+// them, 0 widens to float32; enc 0 none, 1 RoPE inside the kernel, half-split, base
+// 10000), random bf16 q, k, v and dL/do, and the options.
+struct Bf16Problem {
+  static constexpr int64_t kHeads = 16, kDim = 128;
+  int64_t s;
+  bool causal;
+  int threads;
+  AttentionArgs a;
+  Rope rope;
+  RopeRowTransform rope_tr;
+  std::vector<encodings::sequence::BFloat16> q, k, v, g;
   CpuAttentionOptions opt;
-  opt.num_threads = threads;
-  opt.bf16_arithmetic = dot ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
-                            : CpuAttentionOptions::Bf16Arithmetic::kWiden;
+
+  explicit Bf16Problem(const benchmark::State& state, uint64_t seed)
+      : s(state.range(0)),
+        causal(state.range(1) != 0),
+        threads(static_cast<int>(state.range(3))),
+        a(SelfAttention(1, s, kHeads, kDim, causal)),
+        rope(*CreateRope(WholeHeadRope(kDim))),
+        rope_tr(rope) {
+    if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
+    NormalStream n(seed);
+    for (auto* t : {&q, &k, &v, &g}) {
+      t->resize(static_cast<size_t>(s * kHeads * kDim));
+      for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
+    }
+    opt.num_threads = threads;
+    opt.bf16_arithmetic = state.range(2) != 0 ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
+                                              : CpuAttentionOptions::Bf16Arithmetic::kWiden;
+  }
+  double ForwardFlops() const { return 4.0 * double(kDim) * AllowedPairs(s, causal) * double(kHeads); }
+};
+
+// bfloat16 inputs and outputs (float accumulation) at the README's benchmark shape (b1
+// h16 s4096 d128), arguments as Bf16Problem's.
+void BM_CpuForwardBf16(benchmark::State& state) {
+  Bf16Problem p(state, 4);
+  std::vector<encodings::sequence::BFloat16> o(p.q.size());
   if (!TimeCalls(state, o.data(), [&] {
-        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+        return CpuForward(p.a, p.q.data(), p.k.data(), p.v.data(), o.data(), nullptr, p.opt);
       })) {
     return;
   }
-  SetBf16FlopCounters(state, 4.0 * double(d) * AllowedPairs(s, causal) * double(h), threads);
+  SetBf16FlopCounters(state, p.ForwardFlops(), p.threads);
 }
 
 BENCHMARK(BM_CpuForwardBf16)
@@ -282,42 +300,23 @@ BENCHMARK(BM_CpuForwardBf16)
     ->MeasureProcessCPUTime();
 
 // The bfloat16 backward (given o and lse) at the same shape, flops as BM_CpuBackward's;
-// dot: 1 runs the five products on the bf16 dot products, 0 widens to float32; enc as
-// BM_CpuForwardBf16's.
+// arguments as Bf16Problem's (dot 1: the five products on the bf16 dot products).
 void BM_CpuBackwardBf16(benchmark::State& state) {
-  using encodings::sequence::BFloat16;
-  const int64_t s = state.range(0), h = 16, d = 128;
-  const bool causal = state.range(1) != 0;
-  const bool dot = state.range(2) != 0;
-  const int threads = static_cast<int>(state.range(3));
-  AttentionArgs a = SelfAttention(1, s, h, d, causal);
-  auto rope = CreateRope(WholeHeadRope(d));
-  RopeRowTransform rope_tr(*rope);
-  if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
-  NormalStream n(5);
-  const size_t total = static_cast<size_t>(s * h * d);
-  std::vector<BFloat16> q(total), k(total), v(total), o(total), g(total), dq(total), dk(total),
-      dv(total);
-  std::vector<float> lse(static_cast<size_t>(s * h));
-  for (auto* t : {&q, &k, &v, &g}) {
-    for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
-  }
-  CpuAttentionOptions opt;
-  opt.num_threads = threads;
-  opt.bf16_arithmetic = dot ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
-                            : CpuAttentionOptions::Bf16Arithmetic::kWiden;
-  if (!CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok()) {
+  Bf16Problem p(state, 5);
+  std::vector<encodings::sequence::BFloat16> o(p.q.size()), dq(o.size()), dk(o.size()),
+      dv(o.size());
+  std::vector<float> lse(static_cast<size_t>(p.s * Bf16Problem::kHeads));
+  if (!CpuForward(p.a, p.q.data(), p.k.data(), p.v.data(), o.data(), lse.data(), p.opt).ok()) {
     state.SkipWithError("forward failed");
     return;
   }
   if (!TimeCalls(state, dq.data(), [&] {
-        return CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(),
-                           dq.data(), dk.data(), dv.data(), nullptr, opt);
+        return CpuBackward(p.a, p.q.data(), p.k.data(), p.v.data(), o.data(), lse.data(),
+                           p.g.data(), dq.data(), dk.data(), dv.data(), nullptr, p.opt);
       })) {
     return;
   }
-  SetBf16FlopCounters(state, 2.5 * 4.0 * double(d) * AllowedPairs(s, causal) * double(h),
-                      threads);
+  SetBf16FlopCounters(state, 2.5 * p.ForwardFlops(), p.threads);
 }
 
 BENCHMARK(BM_CpuBackwardBf16)

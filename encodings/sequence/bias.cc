@@ -103,6 +103,26 @@ double Sigmoid(double x) {
   return e / (1.0 + e);
 }
 
+// One row of FoX's tile: row[j] = (ci - ck[j]) + (ci_lo - ck_lo[j]) rounded to T (the
+// double-double difference of prefix sums, FoxBias::Fill). Fixed blocks of 8 (GCC
+// vectorises those at -O2, not a loop of unknown length), cloned for AVX-512, AVX2 and
+// the baseline (chosen when the library loads): this runs for every score of every tile
+// the attention kernels fill.
+template <class T>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRow(
+    double ci, double ci_lo, const double* ck, const double* ck_lo, int64_t n, T* row) {
+  constexpr int64_t kBlock = 8;
+  int64_t col = 0;
+  for (; col + kBlock <= n; col += kBlock) {
+    T t[kBlock];
+    for (int64_t l = 0; l < kBlock; ++l) {
+      t[l] = static_cast<T>((ci - ck[col + l]) + (ci_lo - ck_lo[col + l]));
+    }
+    for (int64_t l = 0; l < kBlock; ++l) row[col + l] = t[l];
+  }
+  for (; col < n; ++col) row[col] = static_cast<T>((ci - ck[col]) + (ci_lo - ck_lo[col]));
+}
+
 }  // namespace
 
 // ----------------------------------- AdditiveBias ----------------------------------
@@ -454,20 +474,7 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f), in
     // double-double: the leading parts' difference is exact when c_i and c_j are close
     // (Sterbenz), and the low parts carry the gates a single double would round away.
-    // Fixed blocks of 8 (GCC vectorises those at -O2, not a loop of unknown length: this
-    // runs for every score of a tile inside the attention), then the tail.
-    constexpr size_t kBlock = 8;
-    size_t col = 0;
-    for (; col + kBlock <= k.size(); col += kBlock) {
-      T t[kBlock];
-      for (size_t l = 0; l < kBlock; ++l) {
-        t[l] = static_cast<T>((ci - ck[col + l]) + (ci_lo - ck_lo[col + l]));
-      }
-      for (size_t l = 0; l < kBlock; ++l) row[col + l] = t[l];
-    }
-    for (; col < k.size(); ++col) {
-      row[col] = static_cast<T>((ci - ck[col]) + (ci_lo - ck_lo[col]));
-    }
+    FoxRow(ci, ci_lo, ck.data(), ck_lo.data(), static_cast<int64_t>(k.size()), row);
   }
   return absl::OkStatus();
 }

@@ -324,6 +324,10 @@ def _feature_cases(world):
         ("packed causal + llama3 rope + window (4, 0) + sinks",
          dict(causal=True, rope=llama3, window_size=(4, 0)), [0, 5, 6, n], True),
         ("packed, empty sequence, not causal", dict(rope_dim=4), [0, 3, 3, n], False),
+        ("softcap 2.5 + llama3 rope causal", dict(causal=True, rope=llama3, softcap=2.5), None,
+         False),
+        ("packed softcap 4 + window (3, 1) + sinks",
+         dict(softcap=4.0, window_size=(3, 1)), [0, 5, 6, n], True),
     ]
 
 
@@ -456,7 +460,9 @@ def _check_feature_refusals(rank):
                      (dict(cu_seqlens=[0, 5, 3]), "cu_seqlens"),
                      (dict(cu_seqlens=[0, 2]), "cu_seqlens"),  # rank 1's tokens 2, 3
                      (dict(rope=gpe.Rope(8), rope_dim=8), "one positional rotation"),
-                     (dict(rope=gpe.Rope(4)), "head_dim")):
+                     (dict(rope=gpe.Rope(4)), "head_dim"),
+                     (dict(softcap=0.0), "softcap"),
+                     (dict(softcap=float("nan")), "softcap")):
         if rank == 0 and "cu_seqlens" in bad and bad["cu_seqlens"] == [0, 2]:
             bad = dict(cu_seqlens=[0, 1])  # rank 0 holds tokens 0, 1: index 1 is outside
         try:
@@ -465,6 +471,17 @@ def _check_feature_refusals(rank):
             assert err in str(e), str(e)
         else:
             raise AssertionError("expected a ValueError for %s" % bad)
+    # float64 under the ring with a softcap: refused when gradients are wanted, taken
+    # without them (the forward needs no phantom key).
+    x64 = torch.zeros(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)
+    try:
+        cp.attention(x64, x64, x64, pos, softcap=5.0)
+    except ValueError as e:
+        assert "softcap" in str(e), str(e)
+    else:
+        raise AssertionError("expected a ValueError for float64 ring softcap with gradients")
+    with torch.no_grad():
+        cp.attention(x64, x64, x64, pos, softcap=5.0)
     # Checked across ranks (one all_gather, the same answer everywhere): cu_seqlens that
     # differ between ranks, and shards that do not hold cu_seqlens[-1] tokens together.
     world = dist.get_world_size()
@@ -497,6 +514,8 @@ def _worker_features(rank, world, port):
         for method in cp.METHODS:
             for name, kw, cu, with_sinks in cases:
                 for dtype in (torch.float32, torch.float64, torch.bfloat16):
+                    if "softcap" in kw and method == "ring" and dtype == torch.float64:
+                        continue  # refused with gradients (_check_feature_refusals)
                     _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks,
                                       dtype, heads_kv)
             for kind in ("alibi", "grape_m"):

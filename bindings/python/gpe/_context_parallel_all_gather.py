@@ -66,5 +66,6 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
                           rope_pairing=cfg.rope_pairing,
                           alibi=(cfg.alibi or None) if bias is None else None,
                           bias=bias, encoding=enc, rope=cfg.rope, window_size=cfg.window,
-                          sinks=sinks, threads=cfg.threads, return_lse=True, **layout)
+                          sinks=sinks, softcap=cfg.softcap, threads=cfg.threads,
+                          return_lse=True, **layout)
     return o.view(q.shape), lse.view(q.shape[:3])

@@ -10,7 +10,8 @@ import torch
 
 class _Config:
     def __init__(self, g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias,
-                 encoding, threads, rope=None, window=None, sinks=None, cu_seqlens=None):
+                 encoding, threads, rope=None, window=None, sinks=None, cu_seqlens=None,
+                 softcap=None):
         import gpe.torch as gt
         self.g = g
         self.causal = bool(causal)
@@ -25,6 +26,7 @@ class _Config:
         self.gt = gt
         self.rope = rope                  # a single-axis gpe.Rope or None
         self.window = window              # (left, right), -1 unbounded, or None
+        self.softcap = softcap            # Gemma 2's logit cap c > 0, or None
         # Sink logits as the kernels read them (float32 values), float64; the tensor the
         # caller gave (it may require grad) is passed to the methods separately.
         self.sinks = None if sinks is None else sinks.detach().to(torch.float32).to(
@@ -61,10 +63,11 @@ class _Config:
 
     def extras(self):
         """Keyword arguments of forward_impl / backward_impl after the parameters: the RoPE
-        handle and the window (the sinks are added once per row by the ring itself)."""
+        handle, the window and the softcap (the sinks are added once per row by the ring
+        itself)."""
         left, right = self.window or (-1, -1)
         return dict(rope_key=self.gt._register(self.rope), window_left=left,
-                    window_right=right)
+                    window_right=right, softcap=self.softcap or 0.0)
 
     def rows(self, x):
         """x [1, tokens, ...] as the packed layout's [tokens, ...] (packed calls only)."""

@@ -112,7 +112,8 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     common = dict(causal=cfg.causal, scale=cfg.scale or None, rope_dim=cfg.rope_dim,
                   rope_base=cfg.rope_base, rope_pairing=cfg.rope_pairing,
                   alibi=alibi or None, bias=bias, encoding=enc, rope=cfg.rope,
-                  window_size=cfg.window, sinks=sinks, threads=cfg.threads)
+                  window_size=cfg.window, sinks=sinks, softcap=cfg.softcap,
+                  threads=cfg.threads)
     if cfg.cu_seqlens is None:
         o = gt.attention(qh, kh, vh, q_positions=pf.repeat(batch),
                          k_positions=pf.repeat(batch), **common)

@@ -75,6 +75,9 @@ Issue 25's options, on every method, forward and backward:
 - rope = a gpe.Rope handle (any schedule: Llama 3, YaRN with its attention factor,
   LongRoPE, linear, dynamic NTK, xPos, partial rotary; single-axis), in place of rope_dim:
   q rotated in the query role and k in the key role at their global positions.
+- softcap = c: Gemma 2's logit cap c tanh(s / c) on every score's q.k part, elementwise,
+  so every block caps its own scores and the merge is unchanged (float64 under "ring":
+  forward only, see attention()).
 - window_size = (left, right): flash-attn's sliding window (-1: unbounded side; other
   negative values are refused), key j allowed for query i iff p_i - left <= p_j <= p_i +
   right (and p_j <= p_i under causal). "ring" skips, with no attention call (forward or
@@ -133,9 +136,11 @@ and _context_parallel_ring_f64 (the float64 ring backward).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Literal, Optional, Tuple, Union
 
 import numpy.typing as npt
+
 import torch
 import torch.distributed as dist
 
@@ -274,7 +279,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
               return_lse: bool = False,
               rope: Optional[Rope] = None, window_size: Optional[Tuple[int, int]] = None,
               sinks: Optional[Union[_TensorLike, AttentionSinks]] = None,
-              cu_seqlens: Optional[_TensorLike] = None
+              cu_seqlens: Optional[_TensorLike] = None, softcap: Optional[float] = None
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
 
@@ -287,7 +292,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     return_lse=True (ring and all_gather) also returns lse [batch, tokens, heads_q] over
     the whole sequence. rope (a single-axis gpe.Rope, any schedule), window_size
     ((left, right), -1 unbounded), sinks ([heads_q], may require grad) and cu_seqlens
-    (packed sequences; positions are then packed token indices): the module docstring."""
+    (packed sequences; positions are then packed token indices): the module docstring.
+    softcap: Gemma 2's logit cap c tanh(s / c) on the q.k part of every score, elementwise,
+    so each shard's blocks cap their own scores (float64 inputs under method="ring" take it
+    without gradients only: that backward's phantom key would be capped too)."""
     from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
     import gpe.torch as gt
@@ -353,6 +361,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
                              % (head_dim, q.shape[3]))
     window = _window_arg(window_size)
     sinks = _sinks_arg(sinks, q.shape[2])
+    if softcap is not None:
+        softcap = float(softcap)
+        if not (math.isfinite(softcap) and softcap > 0.0):
+            raise ValueError("softcap must be a finite number > 0, got %r" % softcap)
     cu, order = None, None
     if cu_seqlens is not None:
         if fox_gate_logits is not None:
@@ -371,7 +383,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     if cu is not None:
         _check_packed_agreement(g, cu, positions.numel())
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
-                  threads, rope, window, sinks, cu)
+                  threads, rope, window, sinks, cu, softcap)
     learnable = _learnable_tensors(cfg)
     cfg.params = tuple(None if t is None else t.detach() for t in learnable)
     fox, fox_logits = None, None
@@ -390,6 +402,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
             raise ValueError("fox_gate_logits must be finite")
         if method == "ring":
             fox = torch.stack([x, fox_global_prefix(g, positions, x)], -1)
+    if softcap is not None and method == "ring" and q.dtype == torch.float64 and (
+            torch.is_grad_enabled() and any(
+                isinstance(t, torch.Tensor) and t.requires_grad
+                for t in (q, k, v, sinks, fox_logits) + tuple(learnable))):
+        raise ValueError("softcap: the float64 ring backward stands for the rest of the ring "
+                         "with one phantom key whose score the cap would change; use float32 "
+                         "or bfloat16, method='all_gather' or 'ulysses', or no gradients")
     lse = None
     if method == "ring":
         o, lse = _RingAttention.apply(q, k, v, positions, fox, fox_logits, cfg, *learnable,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -104,13 +105,11 @@ double Sigmoid(double x) {
 }
 
 // One row of FoX's tile: row[j] = (ci - ck[j]) + (ci_lo - ck_lo[j]) rounded to T (the
-// double-double difference of prefix sums, FoxBias::Fill). Fixed blocks of 8 (GCC
-// vectorises those at -O2, not a loop of unknown length), cloned for AVX-512, AVX2 and
-// the baseline (chosen when the library loads): this runs for every score of every tile
-// the attention kernels fill.
+// double-double difference of prefix sums, FoxBias::Fill), in fixed blocks of 8 (GCC
+// vectorises those at -O2, not a loop of unknown length), then the tail.
 template <class T>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRow(
-    double ci, double ci_lo, const double* ck, const double* ck_lo, int64_t n, T* row) {
+inline void FoxRowBlocks(double ci, double ci_lo, const double* ck, const double* ck_lo,
+                         int64_t n, T* row) {
   constexpr int64_t kBlock = 8;
   int64_t col = 0;
   for (; col + kBlock <= n; col += kBlock) {
@@ -121,6 +120,14 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRow(
     for (int64_t l = 0; l < kBlock; ++l) row[col + l] = t[l];
   }
   for (; col < n; ++col) row[col] = static_cast<T>((ci - ck[col]) + (ci_lo - ck_lo[col]));
+}
+
+// The float rows (the attention kernels' tiles, every score of every tile) cloned for
+// AVX-512, AVX2 and the baseline, chosen when the library loads. (A plain function, not a
+// template: clang multiversions no function templates.)
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowF32(
+    double ci, double ci_lo, const double* ck, const double* ck_lo, int64_t n, float* row) {
+  FoxRowBlocks(ci, ci_lo, ck, ck_lo, n, row);
 }
 
 }  // namespace
@@ -474,7 +481,12 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f), in
     // double-double: the leading parts' difference is exact when c_i and c_j are close
     // (Sterbenz), and the low parts carry the gates a single double would round away.
-    FoxRow(ci, ci_lo, ck.data(), ck_lo.data(), static_cast<int64_t>(k.size()), row);
+    const int64_t n = static_cast<int64_t>(k.size());
+    if constexpr (std::is_same_v<T, float>) {
+      FoxRowF32(ci, ci_lo, ck.data(), ck_lo.data(), n, row);
+    } else {
+      FoxRowBlocks(ci, ci_lo, ck.data(), ck_lo.data(), n, row);
+    }
   }
   return absl::OkStatus();
 }

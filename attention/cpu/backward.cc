@@ -229,12 +229,18 @@ class Backward {
     if (tk_ != nullptr) {
       if (absl::Status st = tk_->Forward(ks + j0, nk, w.krows.get(), dp); !st.ok()) return st;
     }
-    cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
+    // The float panels serve the float products only; the dot products pack their own
+    // below (the careful path reads the key rows, not the panels).
+    if (!dot_) cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
     w.kv_finite = cpu::RowsAllFinite(w.krows.get(), nk, dp, d);
     if constexpr (std::is_same_v<T, float>) {
       const float* vrows = v_ + a_.KOffset(a_.v, ks + j0, it.g);
       cpu::PackKeyPanels(vrows, nk, a_.v.token, dv, w.vpanels.get());
       w.kv_finite = w.kv_finite && cpu::RowsAllFinite(vrows, nk, a_.v.token, dv);
+    } else if (dot_) {  // the bf16 rows as they are (packed below)
+      w.kv_finite = w.kv_finite && cpu::RowsAllFiniteBf16(
+          reinterpret_cast<const uint16_t*>(v_ + a_.KOffset(a_.v, ks + j0, it.g)), nk,
+          a_.v.token, dv);
     } else {  // widened through dv's buffer, which is cleared next
       for (int64_t j = 0; j < nk; ++j) {
         LoadRow(v_ + a_.KOffset(a_.v, ks + j0 + j, it.g), w.dv.get() + j * dvp, dv);

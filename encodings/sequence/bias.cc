@@ -130,6 +130,20 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowF32(
   FoxRowBlocks(ci, ci_lo, ck, ck_lo, n, row);
 }
 
+// row[j] = qi + kp[j] (FoxBias::Fill's anchored float tiles), in blocks of 16 through a
+// buffer (row may be kp: the first row is finished in place), cloned as FoxRowF32.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowAnchoredF32(
+    float qi, const float* kp, int64_t n, float* row) {
+  constexpr int64_t kBlock = 16;
+  int64_t col = 0;
+  for (; col + kBlock <= n; col += kBlock) {
+    float t[kBlock];
+    for (int64_t l = 0; l < kBlock; ++l) t[l] = qi + kp[col + l];
+    for (int64_t l = 0; l < kBlock; ++l) row[col + l] = t[l];
+  }
+  for (; col < n; ++col) row[col] = qi + kp[col];
+}
+
 }  // namespace
 
 // ----------------------------------- AdditiveBias ----------------------------------
@@ -468,6 +482,36 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
   const double* c = c_.data() + head;
   const double* c_lo = c_lo_.data() + head;
   const int64_t stride = num_heads_;
+  if constexpr (std::is_same_v<T, float>) {
+    // Float tiles whose keys all precede (or all follow) its queries -- every tile of a
+    // causal attention but the diagonal ones -- split at an anchor a between them:
+    // D_ij = (c_i - c_a) + (c_a - c_j), each part in double-double once per row or column
+    // and rounded to float, then one float addition per entry. ln f <= 0 makes c
+    // non-increasing, so with a between j and i both parts have D_ij's sign and at most
+    // its magnitude: no cancellation, the sum within 2 ulp of D_ij (one rounding of the
+    // exact difference gives 1/2 ulp), whatever the gates. Tiles with interleaved
+    // positions take the per-entry double-double below (there the parts could cancel).
+    if (q.empty() || k.empty()) return absl::OkStatus();
+    const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
+    const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
+    const bool keys_first = *kmax <= *qmin, keys_last = *kmin >= *qmax;
+    if (keys_first || keys_last) {
+      const int64_t ta = (keys_first ? *kmax : *kmin) - first_;
+      const double ca = c[ta * stride], ca_lo = c_lo[ta * stride];
+      const int64_t n = static_cast<int64_t>(k.size());
+      float* kp = out;  // the first row holds c_a - c_j until it is finished last
+      for (int64_t col = 0; col < n; ++col) {
+        const int64_t tj = (k[col] - first_) * stride;
+        kp[col] = static_cast<float>((ca - c[tj]) + (ca_lo - c_lo[tj]));
+      }
+      for (int64_t r = static_cast<int64_t>(q.size()) - 1; r >= 0; --r) {
+        const int64_t ti = (q[r] - first_) * stride;
+        const float qi = static_cast<float>((c[ti] - ca) + (c_lo[ti] - ca_lo));
+        FoxRowAnchoredF32(qi, kp, n, out + r * ld);
+      }
+      return absl::OkStatus();
+    }
+  }
   // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
   std::vector<double> ck(k.size()), ck_lo(k.size());
   for (size_t col = 0; col < k.size(); ++col) {

@@ -236,10 +236,12 @@ TEST(AlibiBiasTest, SlopeGradientMatchesFiniteDifferences) {
 }
 
 // A kernel fills sub-tiles of one big buffer through row strides: stitching every block
-// of a partition must reproduce the single dense fill. ALiBi, T5 and FoX compute each
-// entry from the same numbers either way (tolerance 0); GRAPE-AP's running sums start at
-// each block's leftmost position, so entries differ by summation order (~1e-15 in double)
-// and may round to the neighbouring float: tolerance one float ulp of the largest entry.
+// of a partition must reproduce the single dense fill. ALiBi and T5 compute each entry
+// from the same numbers either way (tolerance 0); GRAPE-AP's running sums start at each
+// block's leftmost position, so entries differ by summation order (~1e-15 in double) and
+// may round to the neighbouring float; FoX's float tiles add two parts split at an anchor
+// chosen per tile (2 ulp of the entry, FloatTilesRoundEachEntryOnce): tolerance one float
+// ulp of the largest entry for both.
 void ExpectTilesStitch(const AdditiveBias& bias, int64_t first, int64_t length, bool exact = true) {
   std::vector<int64_t> pos(length);
   std::iota(pos.begin(), pos.end(), first);
@@ -269,7 +271,8 @@ TEST(AdditiveBiasTest, BlockedFillsStitchIntoTheDenseMatrix) {
   std::mt19937_64 rng(19);
   ExpectTilesStitch(*AlibiBias::CreateStandard(3, AlibiForm::kCausal), 1 << 20, 23);
   ExpectTilesStitch(*T5RelativeBias::Create(RandomNormal(64, rng), 2, {}), -9, 31);
-  ExpectTilesStitch(*FoxBias::Create(RandomNormal(2 * 26, rng), 26, 2, 4), 4, 26);
+  ExpectTilesStitch(*FoxBias::Create(RandomNormal(2 * 26, rng), 26, 2, 4), 4, 26,
+                    /*exact=*/false);
   ExpectTilesStitch(
       *GrapeApBias::Create(RandomNormal(24 * 2, rng), RandomNormal(24 * 2, rng), 24, 1, 2, 0), 0,
       24, /*exact=*/false);
@@ -537,6 +540,48 @@ TEST(FoxBiasTest, OneHugeNegativeLogitKeepsLaterGates) {
     // (FoxReference's log(1 / (1 + e^-x)) overflows at x = huge, so that gate is added
     // as itself: ln sigmoid(x) = x to double precision there.)
     EXPECT_NEAR(d(5, 0), huge + FoxReference(logits, 1, 0, 5, 1), 4e-16 * std::abs(huge));
+  }
+}
+
+// Float tiles whose keys all precede or all follow the queries are formed from two
+// parts split at an anchor between them (FoxBias::Fill); the others per entry. Each float
+// entry against the double tile, entry by entry, relative to the entry itself: 2 ulp
+// (2^-23) for the anchored tiles (two rounded parts of one sign, then their rounded sum),
+// 1/2 ulp for the per-entry ones (one rounding), plus float's smallest normal for entries
+// that are 0. Gates include one huge closed gate (ln f = -1e16) inside a key block: a
+// split at an anchor past it, with parts of opposite signs, would lose every other gate.
+TEST(FoxBiasTest, FloatTilesRoundEachEntryOnce) {
+  std::mt19937_64 rng(41);
+  const int64_t length = 200;
+  std::vector<double> logits = RandomNormal(length, rng, 3.0);
+  logits[37] = -1e16;
+  FoxBias fox = *FoxBias::Create(logits, length, 1, 1000);
+  auto span = [](int64_t lo, int64_t n) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) v[t] = 1000 + lo + t;
+    return v;
+  };
+  struct Case {
+    std::vector<int64_t> q, k;
+    double ulps;
+  };
+  const std::vector<Case> cases = {
+      {span(64, 64), span(0, 64), 2.0},      // keys first (a causal off-diagonal tile)
+      {span(150, 17), span(30, 40), 2.0},    // keys first, across the huge gate
+      {span(0, 20), span(100, 33), 2.0},     // keys last
+      {span(30, 16), span(30, 16), 0.5},     // the diagonal tile: interleaved
+      {span(40, 10), span(20, 50), 0.5},     // keys on both sides
+      {{1000 + 90, 1000 + 5}, {1000 + 5, 1000 + 90}, 0.5}};  // unsorted, interleaved
+  for (const Case& c : cases) {
+    const Tile t{c.q, c.k};
+    const Matrix dbl = FillViaTile<double>(fox, 0, t);
+    const Matrix flt = FillViaTile<float>(fox, 0, t);
+    for (int64_t r = 0; r < dbl.rows(); ++r) {
+      for (int64_t j = 0; j < dbl.cols(); ++j) {
+        const double tol = c.ulps * std::ldexp(std::abs(dbl(r, j)), -23) + 1.2e-38;
+        EXPECT_NEAR(flt(r, j), dbl(r, j), tol) << "q=" << c.q[r] << " k=" << c.k[j];
+      }
+    }
   }
 }
 

@@ -664,12 +664,14 @@ BENCHMARK(BM_CpuForwardPositions)
 // that stays in L1/L2 (bq query rows against bk keys of head_dim d, the default tiles
 // 96 x 128 and d 128): 1 ScoreTile (S = Q K^T on packed panels), 2 SoftmaxTile (the
 // online softmax: max, exp2, sum; alpha = 1 after the first call, as most tiles),
-// 4 AccumulateTile (O += P V), 7 all three in sequence, as a tile step. GFLOP/s counts
+// 4 AccumulateTile (O += P V), 7 all three in sequence, as a tile step; + 8: the softmax
+// with Gemma 2's softcap (50) fused (the softcap's own cost: 10 against 2). GFLOP/s counts
 // 2 d flops per (row, key) for each product; frac_of_peak is against one thread's FMA
 // peak; ns_per_score is the time per (row, key) pair (the softmax's figure).
 void BM_TileKernels(benchmark::State& state) {
   const int64_t bq = state.range(0), bk = state.range(1), d = state.range(2);
   const int which = static_cast<int>(state.range(3));
+  const float cap = (which & 8) ? static_cast<float>(50.0 * 1.4426950408889634) : 0.0f;
   NormalStream n(5);
   std::vector<float> q(static_cast<size_t>(bq * d)), keys(static_cast<size_t>(bk * d)),
       vals(static_cast<size_t>(bk * d));
@@ -696,7 +698,7 @@ void BM_TileKernels(benchmark::State& state) {
     if (which & 1) cpu::ScoreTile(q.data(), d, bq, d, panels.get(), bk / cpu::kPanel, sp, bk);
     if (which & 2) {
       if (!(which & 1)) std::copy(scores.begin(), scores.end(), sp);
-      cpu::SoftmaxTile(sp, bk, bq, bk, m.data(), l.data(), alpha.data());
+      cpu::SoftmaxTile(sp, bk, bq, bk, m.data(), l.data(), alpha.data(), cap);
     }
     if (which & 4) cpu::AccumulateTile(sp, bk, bq, bk, vals_a.get(), d, d, alpha.data(), op, d);
     benchmark::DoNotOptimize(op);
@@ -710,7 +712,7 @@ void BM_TileKernels(benchmark::State& state) {
 }
 BENCHMARK(BM_TileKernels)
     ->ArgNames({"bq", "bk", "d", "which"})
-    ->ArgsProduct({{96}, {128}, {128}, {1, 2, 4, 7}})
+    ->ArgsProduct({{96}, {128}, {128}, {1, 2, 4, 7, 10, 15}})
     ->Args({48, 128, 128, 7})
     ->Args({96, 256, 128, 7})
     ->Args({96, 128, 64, 7})

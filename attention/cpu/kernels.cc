@@ -44,8 +44,21 @@ constexpr int kAccRows = 3;
 #endif
 constexpr int kAccVecs = 4;
 
-// 2^x for x <= 0 (and -inf): x = n + f, n = round(x), |f| <= 1/2, 2^f by its Taylor
-// polynomial of degree 7 in f ln 2 (truncation < 6e-9 relative, below float's 6e-8),
+// 2^f for |f| <= 1/2: kExp2Poly by Estrin's scheme (kernels.h): ((c0 + c1 f) +
+// f^2 (c2 + c3 f)) + f^4 ((c4 + c5 f) + c6 f^2), three FMAs deep where Horner's scheme is
+// six: the softcapped softmax, two exponentials in a row per score, is bound by their
+// latency (the reorder window fills), not by their count.
+HWY_INLINE VF Exp2Reduced(DF df, VF f) {
+  const VF f2 = hn::Mul(f, f);
+  const VF p01 = hn::MulAdd(hn::Set(df, kExp2Poly[5]), f, hn::Set(df, kExp2Poly[6]));
+  const VF p23 = hn::MulAdd(hn::Set(df, kExp2Poly[3]), f, hn::Set(df, kExp2Poly[4]));
+  const VF p45 = hn::MulAdd(hn::Set(df, kExp2Poly[1]), f, hn::Set(df, kExp2Poly[2]));
+  const VF f4 = hn::Mul(f2, f2);
+  const VF p456 = hn::MulAdd(hn::Set(df, kExp2Poly[0]), f2, p45);
+  return hn::MulAdd(p456, f4, hn::MulAdd(p23, f2, p01));
+}
+
+// 2^x for x <= 0 (and -inf): x = n + f, n = round(x), |f| <= 1/2, 2^f by Exp2Reduced,
 // times 2^n (AVX-512: vscalefps; otherwise assembled in the exponent field). x < -126
 // gives exactly 0 (2^-126 is float's smallest normal; such probabilities are < 1e-38 of
 // the row maximum, which is 1), so masked scores (-inf) get probability 0. NaN gives NaN
@@ -72,15 +85,7 @@ HWY_INLINE VF Exp2(DF df, VF x) {
   x = hn::IfThenElse(nan, lo, x);
 #endif
   const VF n = hn::Round(x);
-  const VF f = hn::Sub(x, n);
-  VF p = hn::Set(df, 1.525273380405984e-05f);
-  p = hn::MulAdd(p, f, hn::Set(df, 1.5403530393381606e-04f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-03f));
-  p = hn::MulAdd(p, f, hn::Set(df, 9.618129107628477e-03f));
-  p = hn::MulAdd(p, f, hn::Set(df, 5.550410866482158e-02f));
-  p = hn::MulAdd(p, f, hn::Set(df, 2.402265069591007e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const VF p = Exp2Reduced(df, hn::Sub(x, n));
 #if HWY_TARGET <= HWY_AVX3
   return VF{_mm512_maskz_scalef_ps(keep, p.raw, n.raw)};
 #elif HWY_TARGET == HWY_AVX2
@@ -284,27 +289,79 @@ void ScoreTileAheadImpl(const float* q, int64_t ldq, int64_t mq, int64_t d, cons
   cursor.Rest();  // whatever the steps did not cover
 }
 
-// Gemma 2's softcap c tanh(x / c) of one vector (SoftcapTile): tanh(y) = 1 - 2 / (1 +
-// e^{2y}), y = x / c, by one Exp2 (as the softmax's) and a reciprocal refined by one
-// Newton step (no division), the exponent clamped to +-64 (tanh is +-1 in float long
-// before). Absolute error of tanh about 2e-7: on a score, c times that, the size of the
-// product's own rounding. NaN stays NaN; t receives tanh(y).
+// 2^t for finite |t| <= 64 (the softcap's tanh): no clamps, masks or NaN handling, which
+// Exp2 needs for the softmax's scores.
+HWY_INLINE VF Exp2Bounded(DF df, VF t) {
+  const VF n = hn::Round(t);
+  const VF p = Exp2Reduced(df, hn::Sub(t, n));
+#if HWY_TARGET <= HWY_AVX3
+  return VF{_mm512_scalef_ps(p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(p, hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n),
+                                                              hn::Set(di, 127)))));
+#endif
+}
+
+// Gemma 2's softcap c tanh(x / c) (SoftcapTile; SoftmaxTile's fused cap), two ways:
+//  - |x| <= 3c/4 (y = x / c within 3/4: every score of a model whose logits stay below
+//    its cap, the cap's purpose): tanh(y) = y (1 + z q(z)), z = y^2, q of degree 4 with
+//    the coefficients of least maximum relative error on z in [0, 9/16] (Remez exchange:
+//    2.9e-8 relative; 9e-8 absolute with float's steps), so c tanh(y) = x + (x z) q(z):
+//    no exponential, no reciprocal.
+//  - elsewhere: with e = e^{2y} = 2^{2 x log2(e) / c}, tanh(y) = 1 - 2 r, r = 1 / (1 + e),
+//    so c tanh(y) = c - 2c r: one Exp2Bounded (the exponent clamped to +-64: tanh is +-1
+//    in float long before, and no NaN reaches the conversion) and a reciprocal refined by
+//    one Newton step (no division). Absolute error of tanh about 2e-7.
+// On a score, c times the error of tanh: the size of the product's own rounding. A
+// vector whose lanes are all in the first range takes it alone (the second is skipped);
+// each lane's value depends on its own score only. SoftmaxTile's fused cap and
+// SoftcapTile give the same bits.
 struct Softcapper {
-  VF c, k, one, two, lo, hi;
+  VF c, two_c, k, inv_c, bound, one, two, lo, hi, lowest;
   explicit Softcapper(DF df, float cap)
       : c(hn::Set(df, cap)),
+        two_c(hn::Set(df, 2.0f * cap)),
         k(hn::Set(df, static_cast<float>(2.0 * 1.4426950408889634 / static_cast<double>(cap)))),
+        inv_c(hn::Set(df, 1.0f / cap)),
+        bound(hn::Set(df, 0.5625f)),
         one(hn::Set(df, 1.0f)),
         two(hn::Set(df, 2.0f)),
         lo(hn::Set(df, -64.0f)),
-        hi(hn::Set(df, 64.0f)) {}
-  HWY_INLINE VF Tanh(DF df, VF x) const {
-    const VF e = Exp2(df, hn::Min(hn::Max(hn::Mul(x, k), lo), hi));
-    const VF den = hn::Add(e, one);
-    VF rcp = hn::ApproximateReciprocal(den);
-    rcp = hn::Mul(rcp, hn::NegMulAdd(den, rcp, two));
-    // NaN in, NaN out (the clamps above may have dropped it).
-    return hn::IfThenElse(hn::IsNaN(x), x, hn::NegMulAdd(two, rcp, one));
+        hi(hn::Set(df, 64.0f)),
+        lowest(hn::Set(df, std::numeric_limits<float>::lowest())) {}
+  // r = 1 / (1 + e^{2x/c}); NaN lanes give a number (the callers restore them).
+  HWY_INLINE VF HalfComplement(DF df, VF x) const {
+    const VF den = hn::Add(Exp2Bounded(df, hn::Min(hn::Max(hn::Mul(x, k), lo), hi)), one);
+    const VF r = hn::ApproximateReciprocal(den);
+    return hn::Mul(r, hn::NegMulAdd(den, r, two));
+  }
+  // c tanh(x / c) of one vector. kKeepNegInf: -inf stays -inf (masked scores in the
+  // softmax), else -c (SoftcapTile: +-inf become +-c); NaN stays NaN. deriv non-null:
+  // 1 - tanh^2 there (NaN for NaN; 4 r (1 - r) in the second range).
+  template <bool kKeepNegInf>
+  HWY_INLINE VF Capped(DF df, VF x, VF* deriv) const {
+    const VF y = hn::Mul(x, inv_c);
+    const VF z = hn::Mul(y, y);
+    VF q = hn::Set(df, -4.716258030384779e-03f);
+    q = hn::MulAdd(q, z, hn::Set(df, 1.958291232585907e-02f));
+    q = hn::MulAdd(q, z, hn::Set(df, -5.334443598985672e-02f));
+    q = hn::MulAdd(q, z, hn::Set(df, 1.332540661096573e-01f));
+    q = hn::MulAdd(q, z, hn::Set(df, -3.3332958817481995e-01f));
+    const VF small = hn::MulAdd(hn::Mul(x, z), q, x);
+    const auto in_small = hn::Le(z, bound);  // false for NaN and +-inf
+    if (deriv != nullptr) {
+      const VF t = hn::MulAdd(hn::Mul(y, z), q, y);
+      *deriv = hn::NegMulAdd(t, t, one);
+    }
+    if (HWY_LIKELY(hn::AllTrue(df, in_small))) return small;
+    const VF rc = HalfComplement(df, x);
+    const auto keep = kKeepNegInf ? hn::Not(hn::Ge(x, lowest)) : hn::IsNaN(x);
+    if (deriv != nullptr) {  // 1 - tanh^2 = 4 r (1 - r)
+      const VF d = hn::Mul(hn::Mul(hn::Set(df, 4.0f), rc), hn::Sub(one, rc));
+      *deriv = hn::IfThenElse(in_small, *deriv, hn::IfThenElse(hn::IsNaN(x), x, d));
+    }
+    return hn::IfThenElse(in_small, small, hn::IfThenElse(keep, x, hn::NegMulAdd(two_c, rc, c)));
   }
 };
 
@@ -314,20 +371,24 @@ void SoftmaxTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float* m, flo
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const float kNegInf = -std::numeric_limits<float>::infinity();
   const Softcapper sc(df, cap > 0.0f ? cap : 1.0f);
-  const VF neg_inf = hn::Set(df, kNegInf);
+  if (cap > 0.0f) {
+    // The cap on the whole tile first, in a pass of its own: every vector independent of
+    // the others, so the reorder window overlaps many of them. (Fused into the rows'
+    // maxima passes, each row's chain -- cap, maximum, reference, exponentials -- was
+    // twice as long and the window held too few rows to hide it: +13% on a causal
+    // kernel at d = 128 on a CPU with full-width AVX-512 FMAs, against +7% this way.)
+    for (int64_t r = 0; r < mq; ++r) {
+      float* row = s + r * lds;
+      for (int64_t j = 0; j < n; j += N) {
+        hn::StoreU(sc.Capped<true>(df, hn::LoadU(df, row + j), nullptr), df, row + j);
+      }
+    }
+  }
   for (int64_t r = 0; r < mq; ++r) {
     float* row = s + r * lds;
     float* lr = l + r * kSumLanes;
     VF vmax0 = hn::Set(df, kNegInf), vmax1 = vmax0;
     int64_t j = 0;
-    if (cap > 0.0f) {  // cap the scores where they are loaded for the maxima
-      for (; j < n; j += N) {
-        const VF x = hn::LoadU(df, row + j);
-        const VF y = hn::IfThenElse(hn::Eq(x, neg_inf), x, hn::Mul(sc.c, sc.Tanh(df, x)));
-        hn::StoreU(y, df, row + j);
-        vmax0 = hn::Max(vmax0, y);
-      }
-    }
     for (; j + 2 * N <= n; j += 2 * N) {
       vmax0 = hn::Max(vmax0, hn::LoadU(df, row + j));
       vmax1 = hn::Max(vmax1, hn::LoadU(df, row + j + N));
@@ -368,9 +429,10 @@ void SoftcapTileImpl(float* s, int64_t lds, int64_t mq, int64_t n, float cap, fl
     float* drow = deriv == nullptr ? nullptr : deriv + r * ldd;
     int64_t j = 0;
     for (; j + N <= n; j += N) {
-      const VF t = sc.Tanh(df, hn::LoadU(df, row + j));
-      hn::StoreU(hn::Mul(sc.c, t), df, row + j);
-      if (drow != nullptr) hn::StoreU(hn::NegMulAdd(t, t, sc.one), df, drow + j);
+      VF d;
+      hn::StoreU(sc.Capped<false>(df, hn::LoadU(df, row + j), drow != nullptr ? &d : nullptr),
+                 df, row + j);
+      if (drow != nullptr) hn::StoreU(d, df, drow + j);
     }
     for (; j < n; ++j) {
       const float t = std::tanh(row[j] / cap);

@@ -200,8 +200,8 @@ GPE_BF16_TARGET void RoundRowsImpl(const float* p, int64_t ldp, int64_t mq, int6
 
 // kernels.cc's Exp2 on AVX-512, operation for operation (the same rounding, polynomial
 // and vscalefps), so the fused softmax below gives the float path's probabilities bit for
-// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p the degree-7 Taylor
-// polynomial of 2^f (in f ln 2); exactly 0 below -126 (masked scores, -inf, included),
+// bit: 2^x = 2^n p(f), n = round(x), f = x - n in [-1/2, 1/2], p kExp2Poly (kernels.h,
+// degree 6, by Estrin's scheme as Exp2Reduced); exactly 0 below -126 (masked scores, -inf, included),
 // NaN for NaN.
 GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
   const __m512 lo = _mm512_set1_ps(-126.0f);
@@ -209,14 +209,13 @@ GPE_BF16_TARGET inline __m512 Exp2(__m512 x) {
   x = _mm512_max_ps(lo, x);  // the second operand when either is NaN: NaN stays
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.525273380405984e-05f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393381606e-04f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618129107628477e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550410866482158e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265069591007e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471805599453e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  const __m512 f2 = _mm512_mul_ps(f, f);
+  const __m512 p01 = _mm512_fmadd_ps(_mm512_set1_ps(kExp2Poly[5]), f, _mm512_set1_ps(kExp2Poly[6]));
+  const __m512 p23 = _mm512_fmadd_ps(_mm512_set1_ps(kExp2Poly[3]), f, _mm512_set1_ps(kExp2Poly[4]));
+  const __m512 p45 = _mm512_fmadd_ps(_mm512_set1_ps(kExp2Poly[1]), f, _mm512_set1_ps(kExp2Poly[2]));
+  const __m512 f4 = _mm512_mul_ps(f2, f2);
+  const __m512 p456 = _mm512_fmadd_ps(_mm512_set1_ps(kExp2Poly[0]), f2, p45);
+  const __m512 p = _mm512_fmadd_ps(p456, f4, _mm512_fmadd_ps(p23, f2, p01));
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 

@@ -4,7 +4,8 @@
 // allowed pairs only, s (s + 1) / 2 per head.
 //
 // Arguments: batch, heads, seq, head_dim, causal, encoding, threads, where encoding is
-// 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi, 3 FoX (per-token gates), 4 GRAPE-M
+// 0 none, 1 RoPE (half-split, base 10000), 2 ALiBi (causal form when causal, else
+// symmetric), 3 FoX (per-token gates; meant for causal attention), 4 GRAPE-M
 // commuting planes (RoPE's thetas as learned frequencies), 5 softcap, 6 sinks, 7 GRAPE-M's
 // product of 8 rank-2 generators.
 #include <algorithm>
@@ -157,7 +158,9 @@ void BM_CpuForward(benchmark::State& state) {
   }
   auto gm = encodings::sequence::GrapeMCommutingPlanes::Create(d, planes);
   std::unique_ptr<GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes>> gm_tr;
-  auto alibi = AlibiBias::CreateStandard(h, AlibiForm::kCausal);
+  // ALiBi's causal form under a causal mask, its symmetric form without one (the causal
+  // form continued past the diagonal grows without bound: no model uses it unmasked).
+  auto alibi = AlibiBias::CreateStandard(h, causal ? AlibiForm::kCausal : AlibiForm::kSymmetric);
   std::vector<double> gates(static_cast<size_t>(s * h));
   for (double& x : gates) x = 2.0 + n();
   std::vector<FoxBias> fox;

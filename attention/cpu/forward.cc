@@ -136,7 +136,21 @@ absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, i
   const KeyMask mask = KeyMask::Of(a_);
   StartRows(nh * mq, w);
   const int64_t blocks = (lk + bk - 1) / bk;
-  for (int64_t blk = 0; blk < blocks; ++blk) {
+  // With an additive bias, the key block at the queries' own positions first (the last
+  // one starting at or before the earliest query: under a causal mask every row has keys
+  // there), then the others in order: recency
+  // biases (ALiBi, FoX, GRAPE-A, T5's near buckets) are largest there, so the rows'
+  // reference maxima are set once and later blocks seldom move them (a move costs a
+  // horizontal maximum, an exponential and a rescaling of l and o per row; walking up to
+  // the diagonal, steep heads moved them at every block).
+  int64_t first = 0;
+  if (!a_.biases.empty()) {
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      if (w.kmin[blk] <= qmin) first = blk;
+    }
+  }
+  for (int64_t step = 0; step < blocks; ++step) {
+    const int64_t blk = step == 0 ? first : (step <= first ? step - 1 : step);
     if (mask.AllMasked(qmin, qmax, w.kmin[blk], w.kmax[blk])) continue;  // no allowed pair
     absl::StatusOr<KeyBlock> kblk = ItemKeyBlock(it, blk, kb, lk, direct, w);
     if (!kblk.ok()) return kblk.status();

@@ -607,18 +607,40 @@ void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk,
 
 // dst[i] += c * src[i], the product rounded before the sum (as the scalar loop it
 // replaces: both passes of the kernel form scores this way, bit for bit).
-void AddScaledRowImpl(float* dst, const float* src, int64_t n, float c) {
-  const DF df;
+// dst[j] += c * (a + b[j]) for j < n (kSum false: dst[j] += c * b[j]); the tail past the
+// last whole vector through one padded vector, so every entry takes the same operations
+// (and the same FMA contraction by the compiler) whatever its column.
+template <bool kSum>
+HWY_INLINE void AddScaledRowTo(DF df, float* dst, float a, const float* b, int64_t n, VF vc) {
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const VF vc = hn::Set(df, c);
+  const VF va = hn::Set(df, a);
+  auto step = [&](VF d, VF x) HWY_ATTR {
+    return hn::Add(d, hn::Mul(vc, kSum ? hn::Add(va, x) : x));
+  };
   int64_t i = 0;
-  for (; i + N <= n; i += N) {
-    hn::StoreU(hn::Add(hn::LoadU(df, dst + i), hn::Mul(vc, hn::LoadU(df, src + i))), df, dst + i);
+  for (; i + N <= n; i += N) hn::StoreU(step(hn::LoadU(df, dst + i), hn::LoadU(df, b + i)), df, dst + i);
+  if (i < n) {
+    HWY_ALIGN float bd[hn::MaxLanes(DF())] = {}, bb[hn::MaxLanes(DF())] = {};
+    const size_t bytes = static_cast<size_t>(n - i) * sizeof(float);
+    std::memcpy(bd, dst + i, bytes);
+    std::memcpy(bb, b + i, bytes);
+    hn::Store(step(hn::Load(df, bd), hn::Load(df, bb)), df, bd);
+    std::memcpy(dst + i, bd, bytes);
   }
-  for (; i < n; ++i) {
-    const float prod = c * src[i];
-    dst[i] = dst[i] + prod;
-  }
+}
+
+void AddScaledTileImpl(float* s, int64_t lds, const float* t, int64_t ldt, int64_t nr,
+                       int64_t n, float c) {
+  const DF df;
+  const VF vc = hn::Set(df, c);
+  for (int64_t r = 0; r < nr; ++r) AddScaledRowTo<false>(df, s + r * lds, 0.0f, t + r * ldt, n, vc);
+}
+
+void AddSeparableTileImpl(float* s, int64_t lds, const float* u, const float* w, int64_t nr,
+                          int64_t n, float c) {
+  const DF df;
+  const VF vc = hn::Set(df, c);
+  for (int64_t r = 0; r < nr; ++r) AddScaledRowTo<true>(df, s + r * lds, u[r], w, n, vc);
 }
 
 // Rows finite: x * 0 is 0 for finite x and NaN for +-inf and NaN, summed per lane.
@@ -710,13 +732,21 @@ HWY_EXPORT(AccumulateTileTAddImpl);
 HWY_EXPORT(Exp2InPlaceImpl);
 HWY_EXPORT(TargetNameImpl);
 HWY_EXPORT(RowsAllFiniteImpl);
-HWY_EXPORT(AddScaledRowImpl);
+HWY_EXPORT(AddScaledTileImpl);
+HWY_EXPORT(AddSeparableTileImpl);
 HWY_EXPORT(RowsAllFinite16Impl);
 HWY_EXPORT(WidenF16RowImpl);
 
-void AddScaledRow(float* dst, const float* src, int64_t n, float c) {
-  HWY_DYNAMIC_DISPATCH(AddScaledRowImpl)(dst, src, n, c);
+void AddScaledTile(float* s, int64_t lds, const float* t, int64_t ldt, int64_t nr, int64_t n,
+                   float c) {
+  HWY_DYNAMIC_DISPATCH(AddScaledTileImpl)(s, lds, t, ldt, nr, n, c);
 }
+
+void AddSeparableTile(float* s, int64_t lds, const float* u, const float* w, int64_t nr,
+                      int64_t n, float c) {
+  HWY_DYNAMIC_DISPATCH(AddSeparableTileImpl)(s, lds, u, w, nr, n, c);
+}
+
 bool RowsAllFinite(const float* x, int64_t rows, int64_t ld, int64_t d) {
   return HWY_DYNAMIC_DISPATCH(RowsAllFiniteImpl)(x, rows, ld, d);
 }

@@ -150,9 +150,18 @@ void AccumulateTileAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, cons
 void AccumulateTileTAdd(const float* p, int64_t ldp, int64_t mq, int64_t nk, const float* v,
                         int64_t ldv, int64_t dp, float* o, int64_t ldo);
 
-// dst[i] += c * src[i] for i < n, the product rounded before the sum (not fused): the
-// additive biases' log2 e b added to score rows, identically in forward and backward.
-void AddScaledRow(float* dst, const float* src, int64_t n, float c);
+// s[r * lds + j] += c * t[r * ldt + j] for r < nr, j < n: the additive biases' log2 e b
+// added to score tiles, identically in forward and backward (one function: where the
+// target has FMAs the compiler may fuse the product and the sum, alike in both). ldt may be negative (a Toeplitz tile from its diagonals: t the
+// first row's start in them, ldt = -1). One dispatched call per tile.
+void AddScaledTile(float* s, int64_t lds, const float* t, int64_t ldt, int64_t nr, int64_t n,
+                   float c);
+
+// s[r * lds + j] += c * (u[r] + w[j]) for r < nr, j < n, rounded as AddScaledTile of the
+// tile u[r] + w[j] (a separable bias tile, AdditiveBias::SeparableTile, without forming
+// it).
+void AddSeparableTile(float* s, int64_t lds, const float* u, const float* w, int64_t nr,
+                      int64_t n, float c);
 
 // Whether rows [0, rows) of x (stride ld, d elements each) are all finite: float, and
 // bfloat16 bit patterns. For the careful path of non-finite inputs (nonfinite.h).

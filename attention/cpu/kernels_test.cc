@@ -285,6 +285,63 @@ TEST(Kernels, AccumulateTileAddGivesTheBitsOfAlphaOneOnEveryTargetAndRemainder) 
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(Kernels, BiasTilesAddAsTheirLoopsOnEveryTarget) {
+  // AddScaledTile against its loop, with a row stride past n and a Toeplitz tile read
+  // from its diagonals (ldt = -1); AddSeparableTile against AddScaledTile of the formed
+  // tile u[r] + w[j] (the same operations in the same order, fused alike: bit for bit).
+  // Every compiled target, widths below, at and above the vectors.
+  std::mt19937_64 rng(44);
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t n : {1, 5, 16, 17, 33, 64, 100}) {
+      const int64_t nr = 5, lds = n + 3, ldt = n + 7;
+      const float c = 1.4426950f;
+      const std::vector<float> s0 = RandomF(nr * lds, &rng, 5.0), t = RandomF(nr * ldt, &rng, 9.0),
+                               diag = RandomF(nr + n - 1, &rng, 9.0), u = RandomF(nr, &rng, 20.0),
+                               w = RandomF(n, &rng, 30.0);
+      const std::string at = std::string(hwy::TargetName(target)) + " n " + std::to_string(n);
+      auto loop = [&](const float* src, int64_t ld) {
+        std::vector<float> out = s0;
+        for (int64_t r = 0; r < nr; ++r) {
+          for (int64_t j = 0; j < n; ++j) {
+            const float prod = c * src[r * ld + j];
+            out[r * lds + j] = out[r * lds + j] + prod;
+          }
+        }
+        return out;
+      };
+      std::vector<float> got = s0;
+      cpu::AddScaledTile(got.data(), lds, t.data(), ldt, nr, n, c);
+      // The compiler may fuse c t + s into one FMA where the target has one: the product's
+      // rounding (half an ulp of |c t| <= 9 c: 6e-7) can move the sum by an ulp of itself:
+      // 2 ulp of the sum plus 2e-6 allowed, while a wrong row, stride or tail is off by
+      // O(1). Padding past n must stay as it was.
+      auto near = [&](const std::vector<float>& x, const std::vector<float>& y, const char* what) {
+        for (size_t i = 0; i < x.size(); ++i) {
+          if (static_cast<int64_t>(i % lds) >= n) {
+            ASSERT_EQ(x[i], s0[i]) << at << what << " padding " << i;
+          }
+          ASSERT_NEAR(x[i], y[i], 2.4e-7 * std::abs(y[i]) + 2e-6) << at << what << " at " << i;
+        }
+      };
+      near(got, loop(t.data(), ldt), "");
+      got = s0;
+      cpu::AddScaledTile(got.data(), lds, diag.data() + nr - 1, -1, nr, n, c);
+      near(got, loop(diag.data() + nr - 1, -1), " (Toeplitz)");
+      std::vector<float> formed(nr * n);
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int64_t j = 0; j < n; ++j) formed[r * n + j] = u[r] + w[j];
+      }
+      std::vector<float> want = s0;
+      cpu::AddScaledTile(want.data(), lds, formed.data(), n, nr, n, c);
+      got = s0;
+      cpu::AddSeparableTile(got.data(), lds, u.data(), w.data(), nr, n, c);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << at;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, SoftmaxTileWithCapIsSoftcapTileThenSoftmaxTileOnEveryTarget) {
   // The cap applied in the maxima pass is the same vector arithmetic as SoftcapTile's, so
   // the fused step equals the two passes bit for bit (tolerance 0), -inf kept masked.

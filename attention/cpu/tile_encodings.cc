@@ -82,12 +82,22 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
                      const int64_t* qpos, int64_t nr, const int64_t* kpos, int64_t nk,
                      float scale, float* s, int64_t lds, float* tile, int64_t ldt,
                      BiasScratch* scratch) {
+  // Separable tiles (FoX's off-diagonal ones): u_i + w_j added straight to the scores, as
+  // the tile FillTile would form and AddScaledTile add (the same bits), without forming it.
+  scratch->row_part.resize(static_cast<size_t>(nr));
+  scratch->col_part.resize(static_cast<size_t>(nk));
+  absl::StatusOr<bool> separable =
+      bias.SeparableTile(head, absl::MakeConstSpan(qpos, nr), absl::MakeConstSpan(kpos, nk),
+                         scratch->row_part.data(), scratch->col_part.data());
+  if (!separable.ok()) return separable.status();
+  if (*separable) {
+    AddSeparableTile(s, lds, scratch->row_part.data(), scratch->col_part.data(), nr, nk, scale);
+    return absl::OkStatus();
+  }
   absl::StatusOr<bool> toeplitz = ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch);
   if (!toeplitz.ok()) return toeplitz.status();
   if (*toeplitz) {  // straight from the diagonal, no tile formed
-    for (int64_t r = 0; r < nr; ++r) {
-      AddScaledRow(s + r * lds, scratch->diagonal.data() + (nr - 1 - r), nk, scale);
-    }
+    AddScaledTile(s, lds, scratch->diagonal.data() + (nr - 1), -1, nr, nk, scale);
     return absl::OkStatus();
   }
   if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
@@ -95,7 +105,7 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
       !st.ok()) {
     return st;
   }
-  for (int64_t r = 0; r < nr; ++r) AddScaledRow(s + r * lds, tile + r * ldt, nk, scale);
+  AddScaledTile(s, lds, tile, ldt, nr, nk, scale);
   return absl::OkStatus();
 }
 

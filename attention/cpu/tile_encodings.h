@@ -69,6 +69,7 @@ void ApplyScoreMask(const ScoreMask& mask, int64_t b, int64_t h, int64_t nh, int
 struct BiasScratch {
   std::vector<int64_t> keys;
   std::vector<float> diagonal;
+  std::vector<float> row_part, col_part;  // separable tiles (AdditiveBias::SeparableTile)
 };
 
 // s[r * lds + c] += scale * b_head(qpos[r], kpos[c]) for r < nr, c < nk (scores gaining

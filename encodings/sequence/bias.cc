@@ -475,6 +475,46 @@ absl::Status FoxBias::CheckPositions(absl::Span<const int64_t> q,
   return CheckTokenRange("FoxBias key", k, first_, length_);
 }
 
+int64_t FoxBias::Anchor(int64_t qmin, int64_t qmax, int64_t kmin, int64_t kmax) const {
+  if (kmax <= qmin) return kmax - first_;  // keys first: a = the last key
+  if (kmin >= qmax) return kmin - first_;  // keys last: a = the first key
+  return -1;
+}
+
+int64_t FoxBias::Anchor(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const {
+  if (q.empty() || k.empty()) return -1;
+  const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
+  const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
+  return Anchor(*qmin, *qmax, *kmin, *kmax);
+}
+
+absl::StatusOr<bool> FoxBias::SeparableTile(int64_t head, absl::Span<const int64_t> q,
+                                            absl::Span<const int64_t> k, float* row_part,
+                                            float* col_part) const {
+  // Called per tile and head by the kernels: one pass over each position list gives
+  // every check FillTile makes (positions inside [first, first + length), which keeps
+  // every q - k inside int64) and the anchor.
+  if (head < 0 || head >= num_heads_) {
+    return absl::InvalidArgumentError(absl::StrCat("FoxBias::SeparableTile: head ", head,
+                                                   " outside [0, ", num_heads_, ")"));
+  }
+  if (q.empty() || k.empty()) return false;
+  if (row_part == nullptr || col_part == nullptr) {
+    return absl::InvalidArgumentError("FoxBias::SeparableTile: null row or column parts");
+  }
+  const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
+  const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
+  if (*qmin < first_ || *qmax >= first_ + length_ || *kmin < first_ ||
+      *kmax >= first_ + length_) {
+    return CheckPositions(q, k);  // names the first position outside
+  }
+  const int64_t a = Anchor(*qmin, *qmax, *kmin, *kmax);
+  if (a < 0) return false;
+  for (size_t r = 0; r < q.size(); ++r) row_part[r] = DifferenceF32(head, q[r] - first_, a);
+  for (size_t c = 0; c < k.size(); ++c) col_part[c] = DifferenceF32(head, a, k[c] - first_);
+  return true;
+}
+
 template <class T>
 absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
                            absl::Span<const int64_t> k, T* out, int64_t ld) const {
@@ -483,31 +523,13 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
   const double* c_lo = c_lo_.data() + head;
   const int64_t stride = num_heads_;
   if constexpr (std::is_same_v<T, float>) {
-    // Float tiles whose keys all precede (or all follow) its queries -- every tile of a
-    // causal attention but the diagonal ones -- split at an anchor a between them:
-    // D_ij = (c_i - c_a) + (c_a - c_j), each part in double-double once per row or column
-    // and rounded to float, then one float addition per entry. ln f <= 0 makes c
-    // non-increasing, so with a between j and i both parts have D_ij's sign and at most
-    // its magnitude: no cancellation, the sum within 2 ulp of D_ij (one rounding of the
-    // exact difference gives 1/2 ulp), whatever the gates. Tiles with interleaved
-    // positions take the per-entry double-double below (there the parts could cancel).
-    if (q.empty() || k.empty()) return absl::OkStatus();
-    const auto [qmin, qmax] = std::minmax_element(q.begin(), q.end());
-    const auto [kmin, kmax] = std::minmax_element(k.begin(), k.end());
-    const bool keys_first = *kmax <= *qmin, keys_last = *kmin >= *qmax;
-    if (keys_first || keys_last) {
-      const int64_t ta = (keys_first ? *kmax : *kmin) - first_;
-      const double ca = c[ta * stride], ca_lo = c_lo[ta * stride];
+    // Separable tiles (SeparableTile): the parts, then one float addition per entry.
+    if (const int64_t a = Anchor(q, k); a >= 0) {
       const int64_t n = static_cast<int64_t>(k.size());
       float* kp = out;  // the first row holds c_a - c_j until it is finished last
-      for (int64_t col = 0; col < n; ++col) {
-        const int64_t tj = (k[col] - first_) * stride;
-        kp[col] = static_cast<float>((ca - c[tj]) + (ca_lo - c_lo[tj]));
-      }
+      for (int64_t col = 0; col < n; ++col) kp[col] = DifferenceF32(head, a, k[col] - first_);
       for (int64_t r = static_cast<int64_t>(q.size()) - 1; r >= 0; --r) {
-        const int64_t ti = (q[r] - first_) * stride;
-        const float qi = static_cast<float>((c[ti] - ca) + (c_lo[ti] - ca_lo));
-        FoxRowAnchoredF32(qi, kp, n, out + r * ld);
+        FoxRowAnchoredF32(DifferenceF32(head, q[r] - first_, a), kp, n, out + r * ld);
       }
       return absl::OkStatus();
     }

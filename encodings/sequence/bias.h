@@ -10,7 +10,8 @@
 //     out[r * ld + c] = b_h(q_positions[r], k_positions[c]),  r < m, c < n,
 //
 // with `ld` the row stride of `out` in elements (ld >= n), out float or double (values
-// are formed in double and rounded once). Positions are explicit int64 per-token ids,
+// are formed in double and rounded once; FoX's float tiles whose keys all precede or all
+// follow the queries are the rounded sum of two rounded parts, within 2 ulp: FoxBias). Positions are explicit int64 per-token ids,
 // global (the query's absolute position under a KV cache, the token's global index in a
 // shard), so a tile of a cached or sharded sequence is bit-identical to the same tile of
 // the whole sequence. They need not be sorted or contiguous; m = 0 or n = 0 is a no-op.
@@ -80,6 +81,19 @@ class AdditiveBias {
                         absl::Span<const int64_t> k_positions, float* out, int64_t ld) const;
   absl::Status FillTile(int64_t head, absl::Span<const int64_t> q_positions,
                         absl::Span<const int64_t> k_positions, double* out, int64_t ld) const;
+
+  // Separable float tiles: where this tile is b(i, j) = u_i + w_j, with FillTile's float
+  // tile exactly fl(u_i + w_j) (FoX's tiles whose keys all precede or all follow the
+  // queries), writes u to row_part[0..m), w to col_part[0..n) and returns true; returns
+  // false, writing nothing, elsewhere (the default). A kernel then adds u_i + w_j to its
+  // scores without forming the tile. Errors as FillTile's (where a bias has separable
+  // tiles; the default checks nothing: it forms none).
+  virtual absl::StatusOr<bool> SeparableTile(int64_t /*head*/,
+                                             absl::Span<const int64_t> /*q_positions*/,
+                                             absl::Span<const int64_t> /*k_positions*/,
+                                             float* /*row_part*/, float* /*col_part*/) const {
+    return false;
+  }
 
  protected:
   // Called after the shared checks; out points at an m x n tile with row stride ld.
@@ -251,6 +265,18 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
   // tiles use both parts.
   double PrefixSum(int64_t head, int64_t t) const { return c_[t * num_heads_ + head]; }
 
+  // Tiles whose keys all precede (or all follow) the queries -- every tile of a causal
+  // attention but the diagonal ones -- split at an anchor a between them (the keys' last,
+  // or first, position): u_i = c_i - c_a, w_j = c_a - c_j, each in double-double and
+  // rounded to float. ln f <= 0 makes c non-increasing, so both parts have D_ij's sign
+  // and at most its magnitude: no cancellation, fl(u_i + w_j) within 2 ulp of D_ij (one
+  // rounding of the exact difference gives 1/2), whatever the gates. FillTile's float
+  // tile is that sum there; other tiles (interleaved positions, where the parts could
+  // cancel) are not separable and FillTile rounds each entry's difference once.
+  absl::StatusOr<bool> SeparableTile(int64_t head, absl::Span<const int64_t> q_positions,
+                                     absl::Span<const int64_t> k_positions, float* row_part,
+                                     float* col_part) const override;
+
   // Decoding with a KV cache: appends tokens (k x num_heads logits, row-major, finite)
   // at positions first_position + length onwards. The prefix sums continue where they
   // stopped, so the result is bit-identical to creating the longer sequence at once.
@@ -271,6 +297,15 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
  private:
   FoxBias() = default;
   absl::Status CheckPositions(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const;
+  // SeparableTile's anchor (a token index), or -1 where the positions interleave (or a
+  // list is empty); from the positions' extremes, or from the positions.
+  int64_t Anchor(int64_t qmin, int64_t qmax, int64_t kmin, int64_t kmax) const;
+  int64_t Anchor(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const;
+  // c_t - c_u for head h (token indices) in double-double, rounded to float.
+  float DifferenceF32(int64_t head, int64_t t, int64_t u) const {
+    const int64_t a = t * num_heads_ + head, b = u * num_heads_ + head;
+    return static_cast<float>((c_[a] - c_[b]) + (c_lo_[a] - c_lo_[b]));
+  }
   friend class AdditiveBiasFromFill<FoxBias>;
   template <class T>
   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,

@@ -585,6 +585,54 @@ TEST(FoxBiasTest, FloatTilesRoundEachEntryOnce) {
   }
 }
 
+// SeparableTile: true on the tiles FillTile splits at an anchor, with parts whose float
+// sums are FillTile's float tile bit for bit (what lets a kernel skip forming it); false,
+// writing nothing, on interleaved tiles; FillTile's errors. The other biases: false.
+TEST(FoxBiasTest, SeparableTilesAreTheFloatTilesParts) {
+  std::mt19937_64 rng(43);
+  const int64_t length = 120, heads = 2, first = 500;
+  FoxBias fox = *FoxBias::Create(RandomNormal(length * heads, rng, 3.0), length, heads, first);
+  auto span = [&](int64_t lo, int64_t n) {
+    std::vector<int64_t> v(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) v[t] = first + lo + t;
+    return v;
+  };
+  const std::vector<Tile> separable = {{span(64, 33), span(0, 64)},   // keys first
+                                       {span(10, 7), span(17, 40)},   // keys last
+                                       {span(50, 1), span(50, 1)}};   // one token
+  for (const Tile& t : separable) {
+    for (int64_t h = 0; h < heads; ++h) {
+      std::vector<float> u(t.q.size(), -7.0f), w(t.k.size(), -7.0f);
+      absl::StatusOr<bool> sep = fox.SeparableTile(h, t.q, t.k, u.data(), w.data());
+      ASSERT_TRUE(sep.ok()) << sep.status();
+      ASSERT_TRUE(*sep);
+      std::vector<float> tile(t.q.size() * t.k.size());
+      ASSERT_TRUE(fox.FillTile(h, t.q, t.k, tile.data(), static_cast<int64_t>(t.k.size())).ok());
+      for (size_t r = 0; r < t.q.size(); ++r) {
+        for (size_t c = 0; c < t.k.size(); ++c) {
+          ASSERT_EQ(u[r] + w[c], tile[r * t.k.size() + c]) << "r=" << r << " c=" << c;
+        }
+      }
+    }
+  }
+  std::vector<float> u(40, -7.0f), w(40, -7.0f);
+  const Tile interleaved{span(30, 16), span(20, 20)};
+  absl::StatusOr<bool> sep = fox.SeparableTile(0, interleaved.q, interleaved.k, u.data(), w.data());
+  ASSERT_TRUE(sep.ok());
+  EXPECT_FALSE(*sep);
+  EXPECT_EQ(u, std::vector<float>(40, -7.0f));
+  EXPECT_EQ(w, std::vector<float>(40, -7.0f));
+  EXPECT_FALSE(fox.SeparableTile(2, span(64, 3), span(0, 3), u.data(), w.data()).ok());   // head
+  EXPECT_FALSE(fox.SeparableTile(0, span(118, 3), span(0, 3), u.data(), w.data()).ok());  // range
+  EXPECT_FALSE(fox.SeparableTile(0, span(64, 3), span(0, 3), nullptr, nullptr).ok());     // null
+  // Position-only biases form no separable tiles (the kernels' Toeplitz path takes them).
+  absl::StatusOr<AlibiBias> alibi = AlibiBias::CreateStandard(2, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  sep = alibi->SeparableTile(0, span(64, 3), span(0, 3), u.data(), w.data());
+  ASSERT_TRUE(sep.ok());
+  EXPECT_FALSE(*sep);
+}
+
 TEST(FoxBiasTest, LogitGradientMatchesFiniteDifferences) {
   std::mt19937_64 rng(6);
   const int64_t heads = 2, length = 30;

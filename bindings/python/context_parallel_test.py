@@ -328,17 +328,25 @@ def _feature_cases(world):
          False),
         ("packed softcap 4 + window (3, 1) + sinks",
          dict(softcap=4.0, window_size=(3, 1)), [0, 5, 6, n], True),
+        # A value head size of its own (o takes it): the ring's blocks and gradient
+        # accumulators, the all-gather and the Ulysses all-to-all carry k and v of
+        # different widths, and the float64 ring's phantom key has both.
+        ("value head size 12, alibi causal + rope + sinks",
+         dict(causal=True, rope_dim=8, alibi="causal", value_dim=12), None, True),
+        ("packed value head size 5 + window (3, 0)",
+         dict(causal=True, window_size=(3, 0), value_dim=5), [0, 5, 6, n], False),
     ]
 
 
 def _run_feature_case(rank, world, method, name, seq_len, kw, cu, with_sinks, dtype,
                       heads_kv):
     heads_q, d = 4, 8
+    kw = dict(kw, threads=1)
+    dv = kw.pop("value_dim", d)
     batch = 1 if cu is not None else 2
     g = torch.Generator().manual_seed(seq_len * 1000 + world + 29)
-    q, k, v, w = (torch.randn(batch, seq_len, h, d, generator=g, dtype=dtype)
-                  for h in (heads_q, heads_kv, heads_kv, heads_q))
-    kw = dict(kw, threads=1)
+    q, k, v, w = (torch.randn(batch, seq_len, h, e, generator=g, dtype=dtype)
+                  for h, e in ((heads_q, d), (heads_kv, d), (heads_kv, dv), (heads_q, dv)))
     sink_leaf = lambda: [torch.tensor(SINKS, dtype=dtype, requires_grad=True)] \
         if with_sinks else []
     full = [x.clone().requires_grad_() for x in (q, k, v)] + sink_leaf()
@@ -471,6 +479,17 @@ def _check_feature_refusals(rank):
             assert err in str(e), str(e)
         else:
             raise AssertionError("expected a ValueError for %s" % bad)
+    # k's head_dim must be q's; v must match k but in its last axis.
+    for kk, vv, err in ((torch.zeros(1, 2, 4, 6), x, "head_dim"),
+                        (x, torch.zeros(1, 2, 2, 8), "heads_kv"),
+                        (x, torch.zeros(1, 2, 4, 0), "value_dim")):
+        try:
+            cp.attention(x, kk, vv, pos)
+        except ValueError as e:
+            assert err in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for k %s, v %s"
+                                 % (tuple(kk.shape), tuple(vv.shape)))
     # float64 under the ring with a softcap: refused when gradients are wanted, taken
     # without them (the forward needs no phantom key).
     x64 = torch.zeros(1, 2, 4, 8, dtype=torch.float64, requires_grad=True)

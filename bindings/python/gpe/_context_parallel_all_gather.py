@@ -29,8 +29,10 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     params = _learnable_tensors(cfg)
     # The sinks ride with the learnable tensors: _Collect sums their gradient over ranks.
     present = [t for t in params if t is not None] + ([sinks] if sinks is not None else [])
-    gathered = [torch.stack([k, v])]
-    dims = [2]
+    # k and v in one gather, side by side on the last axis (their head sizes may differ).
+    dk_size = k.shape[3]
+    gathered = [torch.cat([k, v], -1)]
+    dims = [1]
     if fox_logits is not None:  # FoX: every rank's gate logits, differentiable
         gathered.append(fox_logits.to(torch.float64))
         dims.append(0)
@@ -40,13 +42,14 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     bias_a, *grape = [None if t is None else next(it) for t in params]
     sinks = next(it) if sinks is not None else None
     bias, enc = _rebuilt(cfg, bias_a, grape)
-    kf, vf = kv[0], kv[1]
+    kf, vf = kv[..., :dk_size], kv[..., dk_size:]
     pf = _all_gather_var(g, pos, sizes)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if q.shape[1] == 0 or pf.numel() == 0:
         # No rows here: o = 0, with every collected tensor kept in the graph (the node's
         # backward, a collective, must run on every rank).
-        o = q * 0.0 + sum(t.sum() for t in outs).to(q.dtype) * 0.0
+        o = (q.new_zeros(tuple(q.shape[:3]) + (v.shape[3],)) +
+             (q.sum() + sum(t.sum() for t in outs)).to(q.dtype) * 0.0)
         return o, torch.full(q.shape[:3], -math.inf, dtype=lse_dtype)
     order = torch.argsort(pf)  # keys in position order (tiles skip masked ranges)
     kf, vf, pf = kf.index_select(1, order), vf.index_select(1, order), pf[order]
@@ -68,4 +71,4 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
                           bias=bias, encoding=enc, rope=cfg.rope, window_size=cfg.window,
                           sinks=sinks, softcap=cfg.softcap, threads=cfg.threads,
                           return_lse=True, **layout)
-    return o.view(q.shape), lse.view(q.shape[:3])
+    return o.view(tuple(q.shape[:3]) + (v.shape[3],)), lse.view(q.shape[:3])

@@ -51,18 +51,48 @@ class _Ring:
         return reqs, bufs
 
 
+def _pack(a, b):
+    """a and b ([batch, n, heads, dim], dims may differ: the value head size) flattened
+    into one message."""
+    return torch.cat([a.reshape(-1), b.reshape(-1)])
+
+
+def _unpack(buf, a_like, b_like, n):
+    """_pack's inverse for blocks of n tokens shaped like a_like and b_like."""
+    a_shape = (a_like.shape[0], n) + tuple(a_like.shape[2:])
+    b_shape = (b_like.shape[0], n) + tuple(b_like.shape[2:])
+    na = math.prod(a_shape)
+    return buf[:na].view(a_shape), buf[na:].view(b_shape)
+
+
+def _packed_numel(k, v, n):
+    return k.shape[0] * n * (math.prod(k.shape[2:]) + math.prod(v.shape[2:]))
+
+
 def _kv_message(k, v, pos, fox):
-    msg = [torch.stack([k, v]), pos]
+    msg = [_pack(k, v), pos]
     if fox is not None:
         msg.append(fox)
     return msg
 
 
-def _kv_like(k, n, fox):
-    like = [((2, k.shape[0], n) + tuple(k.shape[2:]), k.dtype), ((n,), torch.int64)]
+def _kv_like(k, v, n, fox):
+    like = [((_packed_numel(k, v, n),), k.dtype), ((n,), torch.int64)]
     if fox is not None:
         like.append(((n,) + tuple(fox.shape[1:]), torch.float64))
     return like
+
+
+def _next_block(k, v, fox, bufs, n):
+    """The block that arrived (bufs from _kv_like) as (k, v, positions, fox), or an empty
+    one where the previous rank holds no tokens (n = 0)."""
+    if n > 0:
+        kb, vb = _unpack(bufs[0], k, v, n)
+        return kb, vb, bufs[1], (bufs[2] if fox is not None else None)
+    return (k.new_empty((k.shape[0], 0) + tuple(k.shape[2:])),
+            v.new_empty((v.shape[0], 0) + tuple(v.shape[2:])),
+            torch.empty(0, dtype=torch.int64),
+            None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
 
 
 def _block_bias(cfg, q_pos, q_fox, k_pos, k_fox):
@@ -98,7 +128,8 @@ class _RingAttention(torch.autograd.Function):
         batch, s_q, heads = q.shape[0], q.shape[1], q.shape[2]
         sizes = _all_gather_sizes(g, k.shape[1])
         acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-        o = torch.zeros(q.shape, dtype=acc)
+        o_shape = tuple(q.shape[:3]) + (v.shape[3],)  # the value head size last
+        o = torch.zeros(o_shape, dtype=acc)
         lse = torch.full((batch, s_q, heads), -math.inf, dtype=acc)
         cur = (k, v, pos, fox)
         for step in range(g.size):
@@ -107,7 +138,7 @@ class _RingAttention(torch.autograd.Function):
             nxt_n = sizes[(g.rank - step - 1) % g.size]
             reqs, bufs = ([], None) if last else ring.exchange(
                 _kv_message(*cur), sizes[src] > 0,
-                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+                _kv_like(k, v, nxt_n, fox) if nxt_n > 0 else None)
             kb, vb, pb, fb = cur
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
@@ -115,19 +146,12 @@ class _RingAttention(torch.autograd.Function):
                 ob, lb = gt.forward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
                                          *cfg.op_args(pos, pb, batch, bias),
                                          *cfg.param_args(), **cfg.extras())
-                o, lse = _merge(o, lse, ob.view(q.shape).to(acc),
+                o, lse = _merge(o, lse, ob.view(o_shape).to(acc),
                                 lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
                 r.wait()
             if not last:
-                if nxt_n > 0:
-                    kv = bufs[0]
-                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
-                else:
-                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
-                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
-                           torch.empty(0, dtype=torch.int64),
-                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+                cur = _next_block(k, v, fox, bufs, nxt_n)
         if cfg.sinks is not None:
             o, lse = _add_sinks(cfg, o, lse)
         o = o.to(q.dtype)
@@ -178,9 +202,10 @@ class _RingAttention(torch.autograd.Function):
             nxt_n = sizes[(g.rank - step - 1) % g.size]
             reqs, bufs = ([], None) if last else ring.exchange(
                 _kv_message(*cur), sizes[src] > 0,
-                _kv_like(k, nxt_n, fox) if nxt_n > 0 else None)
+                _kv_like(k, v, nxt_n, fox) if nxt_n > 0 else None)
             kb, vb, pb, fb = cur
-            grad = torch.zeros((2,) + tuple(kb.shape), dtype=acc_dtype)
+            grad_k = torch.zeros(kb.shape, dtype=acc_dtype)
+            grad_v = torch.zeros(vb.shape, dtype=acc_dtype)
             if not cfg.masked(pos, pb):
                 bias_a, span = None, None
                 if want_fox:
@@ -210,8 +235,8 @@ class _RingAttention(torch.autograd.Function):
                         out = out[:3] + (out[3],) + tuple(out[5:8])
                 dqb, dkb, dvb = out[:3]
                 dq += dqb
-                grad[0] += dkb
-                grad[1] += dvb
+                grad_k += dkb
+                grad_v += dvb
                 for i, pg in enumerate(out[3:7]):
                     if pg is None or not want[i]:
                         continue
@@ -222,6 +247,7 @@ class _RingAttention(torch.autograd.Function):
             # The accumulator of this block arrived from the previous rank (step > 0).
             for r in acc_reqs:
                 r.wait()
+            grad = _pack(grad_k, grad_v)  # dK and dV travel as one message
             acc = grad if step == 0 else grad + acc_bufs[0]
             for r in reqs:
                 r.wait()
@@ -231,23 +257,16 @@ class _RingAttention(torch.autograd.Function):
             recv_n = nxt_n  # the block the previous rank just finished
             acc_reqs, acc_bufs = ring.exchange(
                 [acc], sizes[src] > 0,
-                [((2, batch, recv_n) + tuple(k.shape[2:]), acc_dtype)] if recv_n > 0
-                else None)
+                [((_packed_numel(k, v, recv_n),), acc_dtype)] if recv_n > 0 else None)
             if not recv_n:
-                acc_bufs = [torch.zeros((2, batch, 0) + tuple(k.shape[2:]), dtype=acc_dtype)]
+                acc_bufs = [torch.zeros(0, dtype=acc_dtype)]
             if not last:
-                if nxt_n > 0:
-                    kv = bufs[0]
-                    cur = (kv[0], kv[1], bufs[1], bufs[2] if fox is not None else None)
-                else:
-                    cur = (k.new_empty((batch, 0) + tuple(k.shape[2:])),
-                           v.new_empty((batch, 0) + tuple(v.shape[2:])),
-                           torch.empty(0, dtype=torch.int64),
-                           None if fox is None else fox.new_empty((0,) + tuple(fox.shape[1:])))
+                cur = _next_block(k, v, fox, bufs, nxt_n)
         if g.size > 1:
             for r in acc_reqs:
                 r.wait()
             acc = acc_bufs[0]
+        acc_k, acc_v = _unpack(acc, k, v, k.shape[1])
         # Each rank holds its blocks' share of the parameter gradients (global lse and
         # positions): their sum over ranks is the unsharded gradient.
         fox_logits, bias_a, grape_a, grape_b, grape_omega, sinks = ctx.param_like
@@ -274,5 +293,5 @@ class _RingAttention(torch.autograd.Function):
             d_sinks = _sink_grad(cfg, o, lse, d_o).contiguous()
             dist.all_reduce(d_sinks, group=g.group)
             d_sinks = d_sinks.to(sinks.dtype)
-        return ((dq.to(q.dtype), acc[0].to(k.dtype), acc[1].to(v.dtype), None, None, d_fox,
+        return ((dq.to(q.dtype), acc_k.to(k.dtype), acc_v.to(v.dtype), None, None, d_fox,
                  None, d_bias) + d_grape + (d_sinks,))

@@ -136,7 +136,7 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     from gpe.bias import Alibi, FoxBias
     gt = cfg.gt
     batch, s_q, heads, d = q.shape
-    n, heads_kv = kb.shape[1], kb.shape[2]
+    n, heads_kv, dv = kb.shape[1], kb.shape[2], vb.shape[3]
     scale = cfg.scale or 1.0 / math.sqrt(d)
     enc = cfg.encoding
     q0, k0 = q, kb
@@ -181,20 +181,22 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     rest_dot = torch.where(rest_share > 0,
                            (dsum - alpha * (d_o * ob).sum(-1)) / rest_share,
                            torch.zeros_like(dsum))            # dO . o_rest
+    # Keys and queries take head_dim + 2 features, values and dO the value head size + 2
+    # (A at index head_dim of the first, B at index dv + 1 of the second).
     zq = q.new_zeros(batch, s_q, heads, 1)
     q_aug = torch.cat([q, (score / scale)[..., None], zq], -1)
     d_o_aug = torch.cat([d_o, zq, rest_dot[..., None]], -1)
     zk = kb.new_zeros(batch, n, heads_kv, 2)
     phantom_k = kb.new_zeros(batch, 1, heads_kv, d + 2)
-    phantom_v = phantom_k.clone()
+    phantom_v = vb.new_zeros(batch, 1, heads_kv, dv + 2)
     phantom_k[..., d] = 1.0
-    phantom_v[..., d + 1] = 1.0
+    phantom_v[..., dv + 1] = 1.0
     k_aug = torch.cat([phantom_k, torch.cat([kb, zk], -1)], 1)
     v_aug = torch.cat([phantom_v, torch.cat([vb, zk], -1)], 1)
     want_bias = bool(want[0]) and learnable
     out = gt.backward_impl(q_aug, k_aug, v_aug, None, None, d_o_aug, *args(pk),
                            param_grads=(want_bias,) + (False,) * 6, **window)
-    dq, dk, dv = out[0][..., :d], out[1][:, 1:, :, :d], out[2][:, 1:, :, :d]
+    dq, dk, d_v = out[0][..., :d], out[1][:, 1:, :, :d], out[2][:, 1:, :, :dv]
     g_bias = None
     if want_bias:
         # The phantom column's share (computed as the kernel does), summed over the batch.
@@ -219,4 +221,4 @@ def _ring_block_grads_f64(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias, bias_a=Non
     if cfg.rope is not None:
         dq, dk = _rope_rows(cfg.rope, dq, pos, "query", True), _rope_rows(cfg.rope, dk, pb,
                                                                           "key", True)
-    return (dq, dk, dv, g_bias) + g_grape
+    return (dq, dk, d_v, g_bias) + g_grape

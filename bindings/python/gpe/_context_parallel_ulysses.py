@@ -72,12 +72,17 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     h0 = g.rank * hw
     # q, k and v in one all-to-all (one autograd node: the same collectives in the same
     # order on every rank in backward): head group j = (q, k, v heads of group j).
-    b, s, d = q.shape[0], q.shape[1], q.shape[3]
+    # Each head group's q, k and v heads side by side in one row per group (v's head size
+    # may differ from q's and k's): [b, s, W, hw d + hkw d + hkw dv].
+    b, s, d, dv = q.shape[0], q.shape[1], q.shape[3], v.shape[3]
     w, hkw = g.size, heads_kv // g.size
-    qkv = torch.cat([q.reshape(b, s, w, hw, d), k.reshape(b, s, w, hkw, d),
-                     v.reshape(b, s, w, hkw, d)], 3).reshape(b, s, w * (hw + 2 * hkw), d)
-    qkv = _SeqToHeads.apply(qkv, g, sizes)
-    qh, kh, vh = (t.contiguous() for t in qkv.split([hw, hkw, hkw], 2))
+    qkv = torch.cat([q.reshape(b, s, w, hw * d), k.reshape(b, s, w, hkw * d),
+                     v.reshape(b, s, w, hkw * dv)], 3)
+    qkv = _SeqToHeads.apply(qkv, g, sizes)[:, :, 0]  # [b, S, row]
+    qh, kh, vh = qkv.split([hw * d, hkw * d, hkw * dv], 2)
+    n_all = qkv.shape[1]
+    qh, kh, vh = (t.reshape(b, n_all, hh, dd).contiguous()
+                  for t, hh, dd in ((qh, hw, d), (kh, hkw, d), (vh, hkw, dv)))
     pf = _all_gather_var(g, pos, sizes)
     # Learnable tensors: replicated, each rank's gradient covers its head shard (per-head
     # slopes or table columns h0 .. h0 + hw, the rest zero; GRAPE-M's generators, shared
@@ -108,7 +113,8 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
         else:
             outs = tuple(outs) + (x,)
     if pf.numel() == 0:  # an empty sequence
-        return q * 0.0 + (k.sum() + v.sum() + sum(t.sum() for t in outs)).to(q.dtype) * 0.0
+        return (q.new_zeros(tuple(q.shape[:3]) + (v.shape[3],)) +
+                (q.sum() + k.sum() + v.sum() + sum(t.sum() for t in outs)).to(q.dtype) * 0.0)
     common = dict(causal=cfg.causal, scale=cfg.scale or None, rope_dim=cfg.rope_dim,
                   rope_base=cfg.rope_base, rope_pairing=cfg.rope_pairing,
                   alibi=alibi or None, bias=bias, encoding=enc, rope=cfg.rope,

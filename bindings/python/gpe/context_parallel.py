@@ -11,8 +11,9 @@
     o_r = cp.attention(q[pos], k[pos], v[pos], pos, causal=True, cu_seqlens=cu_seqlens)
 
 Every rank holds the tokens at `positions` (int64 global ids, any order, possibly none) of
-one self-attention sequence: q, k, v [batch, tokens, heads, head_dim] (heads_q a
-multiple of heads_kv). Each rank's attention uses the global positions, so RoPE, GRAPE-M,
+one self-attention sequence: q, k [batch, tokens, heads, head_dim], v [batch, tokens,
+heads_kv, value_dim] (heads_q a multiple of heads_kv; the value head size may differ from
+head_dim, as DeepSeek's 192/128, and o takes it). Each rank's attention uses the global positions, so RoPE, GRAPE-M,
 algebraic encodings, ALiBi and the causal mask are exactly those of the unsharded
 sequence. Three methods, forward and backward (autograd):
 
@@ -283,7 +284,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
 
-    q, k, v: [batch, tokens, heads, head_dim] CPU tensors holding the tokens at
+    q, k, v: [batch, tokens, heads, head_dim] CPU tensors (v's last axis, and o's, the
+    value head size, which may differ) holding the tokens at
     `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
     fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
     "ulysses"). Differentiable in q, k, v, FoX gate logits and the tensors of learnable
@@ -312,6 +314,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise ValueError("%s must be a 4-D tensor [batch, tokens, heads, head_dim] (or, "
                              "with cu_seqlens, [tokens, heads, head_dim])" % name)
+    if q.shape[3] != k.shape[3]:
+        raise ValueError("q and k must have the same head_dim: got %d and %d"
+                         % (q.shape[3], k.shape[3]))
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]) or v.shape[3] < 1:
+        raise ValueError("v must be [batch, tokens, heads_kv, value_dim] with k's batch, "
+                         "tokens and heads (%s), value_dim >= 1; got %s"
+                         % (tuple(k.shape[:3]), tuple(v.shape)))
     positions = torch.as_tensor(positions, dtype=torch.int64).flatten()
     if not (q.shape[1] == k.shape[1] == v.shape[1] == positions.numel()):
         raise ValueError("q, k, v and positions must hold the same tokens (self-attention "

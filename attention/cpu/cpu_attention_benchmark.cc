@@ -249,8 +249,9 @@ BENCHMARK(BM_CpuBackward)
 
 // The bfloat16 benchmarks' problem: b1 h16 s d128 self-attention from the arguments
 // (s, causal, dot, threads, enc: dot 1 uses the CPU's bf16 dot products where it has
-// them, 0 widens to float32; enc 0 none, 1 RoPE inside the kernel, half-split, base
-// 10000), random bf16 q, k, v and dL/do, and the options.
+// them, 0 widens to float32; enc as BM_CpuForward's: 0 none, 1 RoPE inside the kernel,
+// half-split, base 10000, 2 ALiBi (causal form when causal, else symmetric), 3 FoX,
+// 5 softcap 50), random bf16 q, k, v and dL/do, and the options.
 struct Bf16Problem {
   static constexpr int64_t kHeads = 16, kDim = 128;
   int64_t s;
@@ -261,6 +262,8 @@ struct Bf16Problem {
   RopeRowTransform rope_tr;
   std::vector<encodings::sequence::BFloat16> q, k, v, g;
   CpuAttentionOptions opt;
+  std::unique_ptr<AlibiBias> alibi;
+  std::unique_ptr<FoxBias> fox;
 
   explicit Bf16Problem(const benchmark::State& state, uint64_t seed)
       : s(state.range(0)),
@@ -269,8 +272,21 @@ struct Bf16Problem {
         a(SelfAttention(1, s, kHeads, kDim, causal)),
         rope(*CreateRope(WholeHeadRope(kDim))),
         rope_tr(rope) {
-    if (state.range(4) == 1) a.q_transform = a.k_transform = &rope_tr;
+    const int64_t enc = state.range(4);
+    if (enc == 1) a.q_transform = a.k_transform = &rope_tr;
     NormalStream n(seed);
+    if (enc == 2) {
+      alibi = std::make_unique<AlibiBias>(*AlibiBias::CreateStandard(
+          kHeads, causal ? AlibiForm::kCausal : AlibiForm::kSymmetric));
+      a.biases = {alibi.get()};
+    } else if (enc == 3) {
+      std::vector<double> gates(static_cast<size_t>(s * kHeads));
+      for (double& x : gates) x = 2.0 + n();
+      fox = std::make_unique<FoxBias>(*FoxBias::Create(gates, s, kHeads));
+      a.biases = {fox.get()};
+    } else if (enc == 5) {
+      a.softcap = 50.0;
+    }
     for (auto* t : {&q, &k, &v, &g}) {
       t->resize(static_cast<size_t>(s * kHeads * kDim));
       for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
@@ -298,6 +314,7 @@ void BM_CpuForwardBf16(benchmark::State& state) {
 BENCHMARK(BM_CpuForwardBf16)
     ->ArgNames({"s", "causal", "dot", "threads", "enc"})
     ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}, {0, 1}})
+    ->ArgsProduct({{4096}, {0, 1}, {1}, {2}, {2, 3, 5}})  // biases and the softcap
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

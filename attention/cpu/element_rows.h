@@ -38,6 +38,14 @@ inline void LoadRow(const T* src, float* dst, int64_t n) {
     cpu::WidenBf16Row(reinterpret_cast<const uint16_t*>(src), dst, n);
   }
 }
+// Requests the row of n elements at src into the caches (rows a token stride apart sit
+// in different pages, which the hardware prefetchers do not cross: loops over such rows
+// request a few rows ahead).
+template <class T>
+inline void PrefetchRow(const T* src, int64_t n) {
+  const char* p = reinterpret_cast<const char*>(src);
+  for (int64_t b = 0; b < n * static_cast<int64_t>(sizeof(T)); b += 64) __builtin_prefetch(p + b);
+}
 template <class T>
 inline void StoreRow(const float* src, T* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) {

@@ -61,7 +61,9 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
       const int64_t deven = RoundUp(d, 2);
       uint16_t* panels16 = w.panels16.get() + blk * p_.bk * deven;
       if (tk_ != nullptr) {
+        constexpr int64_t kAhead = 8;  // key rows are a token stride apart: fetch ahead
         for (int64_t j = 0; j < nk; ++j) {
+          if (j + kAhead < nk) PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kAhead, g), d);
           LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
         }
         if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;

@@ -29,7 +29,11 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   float* qb = w.qblk.get();
   for (int64_t hi = 0; hi < nh; ++hi) {
     float* qh = qb + hi * mq * d;
-    for (int64_t r = 0; r < mq; ++r) LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
+    constexpr int64_t kAhead = 8;  // query rows are a token stride apart: fetch ahead
+    for (int64_t r = 0; r < mq; ++r) {
+      if (r + kAhead < mq) PrefetchRow(q_ + a_.QOffset(a_.q, t0 + r + kAhead, h0 + hi), d);
+      LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
+    }
     if (tq_ != nullptr) {
       if (absl::Status s = tq_->Forward(t0, mq, qh, d); !s.ok()) return s;
     }

@@ -224,6 +224,7 @@ class AttentionBench {
          {&AttentionBench::BenchForward, &AttentionBench::BenchBackwardAndBf16,
           &AttentionBench::BenchDecodeBshd, &AttentionBench::BenchDecodeBhsd,
           &AttentionBench::BenchDecodeBf16Cache,
+          &AttentionBench::BenchDecodePaged, &AttentionBench::BenchDecodeBatched,
           &AttentionBench::BenchEngineFeatures,
           &AttentionBench::BenchMemory, &AttentionBench::BenchScaling,
           &AttentionBench::BenchRope}) {
@@ -495,6 +496,66 @@ class AttentionBench {
                                 100.0 * kv_bytes / peer_sec * 1e-9 / triad_)
               : peer_.Why(line),
           Ratio(peer_sec, sec), beside.Cell(gbs, triad_), workspace);
+    });
+    return absl::OkStatus();
+  }
+
+  // Decoding as engines run it, against the triad counting the K and V bytes read (no
+  // peer: SDPA has no paged cache and no per-sequence lengths): one sequence in a paged
+  // bfloat16 cache (pages of 64 tokens in shuffled order, vLLM's block table), and 16
+  // sequences of mixed lengths (1024 to 8191 tokens; a bshd cache of capacity 8192)
+  // decoded in one call (kv_lengths), float32.
+  absl::Status BenchDecodePaged() { return BenchDecodeEngine(/*paged=*/true); }
+  absl::Status BenchDecodeBatched() { return BenchDecodeEngine(/*paged=*/false); }
+  absl::Status BenchDecodeEngine(bool paged) {
+    const int64_t d = head_dim_, page = q_ ? 16 : 64;
+    const int64_t batch = paged ? 1 : (q_ ? 4 : 16), cap = paged ? (q_ ? 2048 : 32768) : (q_ ? 512 : 8192);
+    std::unique_ptr<Problem> p = MakeProblem(batch, q_ ? 8 : 32, q_ ? 2 : 8, 1, cap, d, false);
+    std::vector<int64_t> lengths(static_cast<size_t>(batch));
+    int64_t used = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      lengths[b] = paged ? cap : cap / 8 + (b * 7919) % (cap - cap / 8);
+      used += lengths[b];
+    }
+    p->args.kv_lengths = lengths;
+    std::vector<int64_t> table;
+    if (paged) {
+      table.resize(static_cast<size_t>(cap / page));
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
+      std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
+      p->args.pages = {table, page, cap / page};
+      p->args.k = p->args.v = att::Strides{page * p->hkv * d, p->hkv * d, d};
+      for (LargeFloats* x : {&p->k, &p->v}) {  // bf16 bits in place, as BenchDecode's
+        uint16_t* bits = reinterpret_cast<uint16_t*>(x->data());
+        for (int64_t i = 0; i < x->size(); ++i) bits[i] = seq::ToBFloat16((*x)[i]).bits;
+      }
+    }
+    const double kv_bytes = 2.0 * static_cast<double>(used * p->hkv * d) * (paged ? 2.0 : 4.0);
+    const std::string name =
+        paged ? absl::StrFormat("decode f32 q, paged bf16 cache %s (GQA, pages of %d in shuffled order)",
+                                p->Shape(), page)
+              : absl::StrFormat("decode f32 b%d h%d/%d, %d sequences of %d-%d keys in one call (GQA)",
+                                batch, p->hq, p->hkv, batch, cap / 8, cap - 1);
+    const int decode_reps = q_ ? reps_ : 10;
+    Progress(name);
+    MeasureLimits();
+    TriadBeside beside(o_.threads, q_);
+    double best = 1e300;
+    for (int round = 0; round < (q_ ? rounds_ : 7); ++round) {
+      triad_ = std::max(triad_, beside.Measure());
+      absl::StatusOr<double> t = paged ? TimeForwardBf16Cache(*p, o_.threads, decode_reps)
+                                       : TimeForward(*p, o_.threads, decode_reps);
+      if (!t.ok()) return t.status();
+      triad_ = std::max(triad_, beside.Add(kv_bytes / *t * 1e-9));
+      best = std::min(best, *t);
+    }
+    absl::StatusOr<int64_t> ws = att::CpuForwardWorkspaceBytes(p->args, {o_.threads, 0, 0});
+    if (!ws.ok()) return ws.status();
+    const double gbs = kv_bytes / best * 1e-9;
+    const std::string workspace = Mib(*ws);
+    rows_.push_back([=] {
+      Row(name, absl::StrFormat("%.2f ms, %.1f GB/s of K and V", best * 1e3, gbs), "", "",
+          beside.Cell(gbs, triad_), workspace);
     });
     return absl::OkStatus();
   }

@@ -65,14 +65,13 @@ absl::StatusOr<bool> ToeplitzDiagonal(const encodings::sequence::AdditiveBias& b
     return false;
   }
   const int64_t width = nr + nk - 1;
-  scratch->keys.resize(static_cast<size_t>(width));
+  // Distances kpos[0] - (nr - 1) - qpos[0] + t; where they overflow, the tile path's
+  // FillTile reports it.
+  int64_t first;
+  if (__builtin_sub_overflow(kpos[0] - (nr - 1), qpos[0], &first)) return false;
   scratch->diagonal.resize(static_cast<size_t>(width));
-  for (int64_t t = 0; t < width; ++t) scratch->keys[t] = kpos[0] - (nr - 1) + t;
-  if (absl::Status s = bias.FillTile(head, absl::MakeConstSpan(qpos, 1), scratch->keys,
-                                     scratch->diagonal.data(), width);
-      !s.ok()) {
-    return s;
-  }
+  absl::Status s = bias.FillDistances(head, first, width, scratch->diagonal.data());
+  if (!s.ok()) return false;  // the tile path's FillTile checks and reports
   return true;
 }
 

@@ -67,7 +67,6 @@ void ApplyScoreMask(const ScoreMask& mask, int64_t b, int64_t h, int64_t nh, int
 
 // Scratch for AddBias.
 struct BiasScratch {
-  std::vector<int64_t> keys;
   std::vector<float> diagonal;
   std::vector<float> row_part, col_part;  // separable tiles (AdditiveBias::SeparableTile)
 };

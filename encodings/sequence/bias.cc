@@ -148,6 +148,36 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowAnchored
 
 // ----------------------------------- AdditiveBias ----------------------------------
 
+absl::Status AdditiveBias::FillDistances(int64_t head, int64_t first_distance, int64_t width,
+                                         float* out) const {
+  constexpr char kWho[] = "AdditiveBias::FillDistances";
+  if (!relative()) {
+    return absl::InvalidArgumentError(absl::StrCat(kWho, ": the bias is not relative"));
+  }
+  if (head < 0 || head >= num_heads()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kWho, ": head ", head, " outside [0, ", num_heads(), ")"));
+  }
+  if (width < 0) return absl::InvalidArgumentError(absl::StrCat(kWho, ": width ", width, " < 0"));
+  if (width == 0) return absl::OkStatus();
+  if (out == nullptr) return absl::InvalidArgumentError(absl::StrCat(kWho, ": null out"));
+  // Distances first .. first + width - 1, each negatable (FillTile's q - k and k - q).
+  int64_t last;
+  if (first_distance == std::numeric_limits<int64_t>::min() ||
+      __builtin_add_overflow(first_distance, width - 1, &last)) {
+    return absl::InvalidArgumentError(absl::StrCat(kWho, ": distances overflow int64"));
+  }
+  return DoFillDistances(head, first_distance, width, out);
+}
+
+absl::Status AdditiveBias::DoFillDistances(int64_t head, int64_t first_distance, int64_t width,
+                                           float* out) const {
+  std::vector<int64_t> keys(static_cast<size_t>(width));
+  for (int64_t t = 0; t < width; ++t) keys[t] = first_distance + t;
+  const int64_t zero = 0;
+  return DoFillTile(head, absl::MakeConstSpan(&zero, 1), keys, out, width);
+}
+
 absl::Status AdditiveBias::FillTile(int64_t head, absl::Span<const int64_t> q_positions,
                                     absl::Span<const int64_t> k_positions, float* out,
                                     int64_t ld) const {
@@ -245,6 +275,18 @@ absl::Status AlibiBias::Fill(int64_t head, absl::Span<const int64_t> q,
       const double d = static_cast<double>(q[r] - k[c]);
       row[c] = static_cast<T>(-m * (symmetric ? std::fabs(d) : d));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AlibiBias::DoFillDistances(int64_t head, int64_t first_distance, int64_t width,
+                                        float* out) const {
+  // Fill's arithmetic at q = 0, k = first_distance + t: d = q - k, exact in int64.
+  const double m = slopes_[head];
+  const bool symmetric = form_ == AlibiForm::kSymmetric;
+  for (int64_t t = 0; t < width; ++t) {
+    const double d = static_cast<double>(-(first_distance + t));
+    out[t] = static_cast<float>(-m * (symmetric ? std::fabs(d) : d));
   }
   return absl::OkStatus();
 }

@@ -82,6 +82,15 @@ class AdditiveBias {
   absl::Status FillTile(int64_t head, absl::Span<const int64_t> q_positions,
                         absl::Span<const int64_t> k_positions, double* out, int64_t ld) const;
 
+  // Relative biases (relative() true): out[t] = b_head(i, i + first_distance + t) for
+  // t < width, the bias at key-minus-query distance first_distance + t (any i): the
+  // nr + nk - 1 values of a Toeplitz tile, without position lists and with O(1) checks.
+  // Bit for bit what FillTile gives at those distances. Errors: a bias that is not
+  // relative, head outside [0, num_heads), width < 0, out null with width > 0, a distance
+  // (or its negation) outside int64.
+  absl::Status FillDistances(int64_t head, int64_t first_distance, int64_t width,
+                             float* out) const;
+
   // Separable float tiles: where this tile is b(i, j) = u_i + w_j, with FillTile's float
   // tile exactly fl(u_i + w_j) (FoX's tiles whose keys all precede or all follow the
   // queries), writes u to row_part[0..m), w to col_part[0..n) and returns true; returns
@@ -101,6 +110,10 @@ class AdditiveBias {
                                   absl::Span<const int64_t> k, float* out, int64_t ld) const = 0;
   virtual absl::Status DoFillTile(int64_t head, absl::Span<const int64_t> q,
                                   absl::Span<const int64_t> k, double* out, int64_t ld) const = 0;
+  // Called after FillDistances's checks; the default fills one row through DoFillTile
+  // (query 0 against keys at the distances).
+  virtual absl::Status DoFillDistances(int64_t head, int64_t first_distance, int64_t width,
+                                       float* out) const;
 };
 
 // AdditiveBias's two DoFillTile overloads for a bias whose float and double tiles come
@@ -176,6 +189,8 @@ class AlibiBias final : public AdditiveBiasFromFill<AlibiBias> {
  private:
   AlibiBias(std::vector<double> slopes, AlibiForm form) : slopes_(std::move(slopes)), form_(form) {}
   friend class AdditiveBiasFromFill<AlibiBias>;
+  absl::Status DoFillDistances(int64_t head, int64_t first_distance, int64_t width,
+                               float* out) const override;
   template <class T>
   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
                     T* out, int64_t ld) const;

@@ -267,6 +267,47 @@ void ExpectTilesStitch(const AdditiveBias& bias, int64_t first, int64_t length, 
   }
 }
 
+// FillDistances: the bias at key-minus-query distances first .. first + width - 1, bit for
+// bit FillTile's row for a query at any position against keys at those distances from it
+// (ALiBi's own loop; T5 through the default, one DoFillTile row), near int64's ends too;
+// O(1) refusals.
+TEST(AdditiveBiasTest, FillDistancesIsFillTilesRow) {
+  std::mt19937_64 rng(45);
+  const AlibiBias causal = *AlibiBias::CreateStandard(3, AlibiForm::kCausal);
+  const AlibiBias symmetric = *AlibiBias::CreateStandard(3, AlibiForm::kSymmetric);
+  const T5RelativeBias t5 = *T5RelativeBias::Create(RandomNormal(32 * 3, rng), 3, {});
+  const int64_t kMax = std::numeric_limits<int64_t>::max();
+  struct Case {
+    int64_t q, first, width;
+  };
+  const std::vector<Case> cases = {{0, -10, 21}, {1000, -300, 50}, {-7, 5, 1},
+                                   {kMax - 40, -100, 141}, {std::numeric_limits<int64_t>::min() + 200, -100, 60}};
+  for (const AdditiveBias* b : {static_cast<const AdditiveBias*>(&causal),
+                                static_cast<const AdditiveBias*>(&symmetric),
+                                static_cast<const AdditiveBias*>(&t5)}) {
+    for (const Case& c : cases) {
+      for (int64_t h = 0; h < 3; ++h) {
+        std::vector<int64_t> keys(static_cast<size_t>(c.width));
+        for (int64_t t = 0; t < c.width; ++t) keys[t] = c.q + c.first + t;
+        std::vector<float> want(keys.size()), got(keys.size(), -7.0f);
+        ASSERT_TRUE(b->FillTile(h, {c.q}, keys, want.data(), c.width).ok());
+        ASSERT_TRUE(b->FillDistances(h, c.first, c.width, got.data()).ok());
+        EXPECT_EQ(got, want) << "q " << c.q << " first " << c.first;
+      }
+    }
+  }
+  float out[4];
+  const FoxBias fox = *FoxBias::Create(RandomNormal(8, rng), 8, 1);
+  EXPECT_FALSE(fox.FillDistances(0, 0, 4, out).ok());           // not relative
+  EXPECT_FALSE(causal.FillDistances(3, 0, 4, out).ok());        // head
+  EXPECT_FALSE(causal.FillDistances(0, 0, -1, out).ok());       // width
+  EXPECT_FALSE(causal.FillDistances(0, 0, 4, nullptr).ok());    // null
+  EXPECT_FALSE(causal.FillDistances(0, kMax - 2, 4, out).ok());  // past int64
+  EXPECT_FALSE(causal.FillDistances(0, std::numeric_limits<int64_t>::min(), 4, out).ok());
+  EXPECT_TRUE(causal.FillDistances(0, kMax - 3, 4, out).ok());
+  EXPECT_TRUE(causal.FillDistances(0, 0, 0, nullptr).ok());     // nothing to fill
+}
+
 TEST(AdditiveBiasTest, BlockedFillsStitchIntoTheDenseMatrix) {
   std::mt19937_64 rng(19);
   ExpectTilesStitch(*AlibiBias::CreateStandard(3, AlibiForm::kCausal), 1 << 20, 23);

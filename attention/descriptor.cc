@@ -361,12 +361,15 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void Rank2Produ
         a[l] += uk[i] * z[i];
         b[l] += vk[i] * z[i];
       }
-      for (int64_t w = kLanes / 2; w > 0; w /= 2) {  // pairwise sums
-        for (int64_t l = 0; l < w; ++l) {
-          a[l] += a[l + w];
-          b[l] += b[l + w];
-        }
-      }
+      // Pairwise sums in loops of fixed length, which GCC turns into vector additions
+      // (a loop over the width halving left them scalar, through the stack: about half
+      // of this function's time).
+      static_assert(kLanes == 16, "the sums below halve 16 lanes");
+      for (int64_t l = 0; l < 8; ++l) a[l] += a[l + 8], b[l] += b[l + 8];
+      for (int64_t l = 0; l < 4; ++l) a[l] += a[l + 4], b[l] += b[l + 4];
+      for (int64_t l = 0; l < 2; ++l) a[l] += a[l + 2], b[l] += b[l + 2];
+      a[0] += a[1];
+      b[0] += b[1];
       const float cu = (c - 1.0f) * a[0] + sn * b[0];
       const float cv = (c - 1.0f) * b[0] - sn * a[0];
       AddTwoScaled(z, uk, vk, cu, cv, d);

@@ -108,6 +108,15 @@ absl::StatusOr<double> TimeForward(Problem& p, int threads, int reps) {
   });
 }
 
+// k and v rounded to bfloat16 in place, their bit patterns in the first halves (element
+// i's 2 bytes land before element i is read): TimeForwardBf16Cache's inputs.
+void RoundKvToBf16(Problem& p) {
+  for (LargeFloats* x : {&p.k, &p.v}) {
+    uint16_t* bits = reinterpret_cast<uint16_t*>(x->data());
+    for (int64_t i = 0; i < x->size(); ++i) bits[i] = seq::ToBFloat16((*x)[i]).bits;
+  }
+}
+
 // As TimeForward with k and v holding bfloat16 bit patterns in their first halves.
 absl::StatusOr<double> TimeForwardBf16Cache(Problem& p, int threads, int reps) {
   att::CpuAttentionOptions opt;
@@ -454,12 +463,7 @@ class AttentionBench {
     std::unique_ptr<Problem> p = MakeProblem(1, q_ ? 8 : 32, q_ ? 2 : 8, 1, q_ ? 2048 : 32768,
                                              d, false);
     if (bhsd) p->args.k = p->args.v = att::Strides{p->hkv * p->sk * d, d, p->sk * d};
-    if (bf16_cache) {  // rounded in place: element i's 2 bytes land before element i is read
-      for (LargeFloats* x : {&p->k, &p->v}) {
-        uint16_t* bits = reinterpret_cast<uint16_t*>(x->data());
-        for (int64_t i = 0; i < x->size(); ++i) bits[i] = seq::ToBFloat16((*x)[i]).bits;
-      }
-    }
+    if (bf16_cache) RoundKvToBf16(*p);
     const int decode_reps = q_ ? reps_ : 10;
     const std::string name =
         bf16_cache ? absl::StrFormat("decode f32 q, bf16 cache %s (GQA, bshd cache)", p->Shape())
@@ -525,10 +529,7 @@ class AttentionBench {
       std::shuffle(table.begin(), table.end(), std::mt19937_64(5));
       p->args.pages = {table, page, cap / page};
       p->args.k = p->args.v = att::Strides{page * p->hkv * d, p->hkv * d, d};
-      for (LargeFloats* x : {&p->k, &p->v}) {  // bf16 bits in place, as BenchDecode's
-        uint16_t* bits = reinterpret_cast<uint16_t*>(x->data());
-        for (int64_t i = 0; i < x->size(); ++i) bits[i] = seq::ToBFloat16((*x)[i]).bits;
-      }
+      RoundKvToBf16(*p);
     }
     const double kv_bytes = 2.0 * static_cast<double>(used * p->hkv * d) * (paged ? 2.0 : 4.0);
     const std::string name =

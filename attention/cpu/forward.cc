@@ -61,9 +61,10 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
       const int64_t deven = RoundUp(d, 2);
       uint16_t* panels16 = w.panels16.get() + blk * p_.bk * deven;
       if (tk_ != nullptr) {
-        constexpr int64_t kAhead = 8;  // key rows are a token stride apart: fetch ahead
-        for (int64_t j = 0; j < nk; ++j) {
-          if (j + kAhead < nk) PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kAhead, g), d);
+        for (int64_t j = 0; j < nk; ++j) {  // rows a token stride apart: fetched ahead
+          if (j + kPrefetchRows < nk) {
+            PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kPrefetchRows, g), d);
+          }
           LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
         }
         if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
@@ -140,11 +141,11 @@ absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, i
   const int64_t blocks = (lk + bk - 1) / bk;
   // With an additive bias, the key block at the queries' own positions first (the last
   // one starting at or before the earliest query: under a causal mask every row has keys
-  // there), then the others in order: recency
-  // biases (ALiBi, FoX, GRAPE-A, T5's near buckets) are largest there, so the rows'
-  // reference maxima are set once and later blocks seldom move them (a move costs a
-  // horizontal maximum, an exponential and a rescaling of l and o per row; walking up to
-  // the diagonal, steep heads moved them at every block).
+  // there), then the others in order: recency biases (ALiBi, FoX, GRAPE-A, T5's near
+  // buckets) are largest there, so the rows' reference maxima are set once and later
+  // blocks seldom move them (a move costs a horizontal maximum, an exponential and a
+  // rescaling of l and o per row; walking up to the diagonal, steep heads moved them at
+  // every block).
   int64_t first = 0;
   if (!a_.biases.empty()) {
     for (int64_t blk = 0; blk < blocks; ++blk) {

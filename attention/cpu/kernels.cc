@@ -58,6 +58,14 @@ HWY_INLINE VF Exp2Reduced(DF df, VF f) {
   return hn::MulAdd(p456, f4, hn::MulAdd(p23, f2, p01));
 }
 
+// p 2^n for integral n in [-126, 127] (the targets without vscalefps): 2^n assembled in
+// the exponent field.
+HWY_INLINE VF TimesPow2(DF df, VF p, VF n) {
+  const hn::RebindToSigned<DF> di;
+  return hn::Mul(p, hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n),
+                                                              hn::Set(di, 127)))));
+}
+
 // 2^x for x <= 0 (and -inf): x = n + f, n = round(x), |f| <= 1/2, 2^f by Exp2Reduced,
 // times 2^n (AVX-512: vscalefps; otherwise assembled in the exponent field). x < -126
 // gives exactly 0 (2^-126 is float's smallest normal; such probabilities are < 1e-38 of
@@ -89,13 +97,9 @@ HWY_INLINE VF Exp2(DF df, VF x) {
 #if HWY_TARGET <= HWY_AVX3
   return VF{_mm512_maskz_scalef_ps(keep, p.raw, n.raw)};
 #elif HWY_TARGET == HWY_AVX2
-  const hn::RebindToSigned<DF> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits)));
+  return hn::IfThenElseZero(keep, TimesPow2(df, p, n));
 #else
-  const hn::RebindToSigned<DF> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  return hn::IfThenElse(nan, x_in, hn::IfThenElseZero(keep, hn::Mul(p, hn::BitCast(df, bits))));
+  return hn::IfThenElse(nan, x_in, hn::IfThenElseZero(keep, TimesPow2(df, p, n)));
 #endif
 }
 
@@ -297,9 +301,7 @@ HWY_INLINE VF Exp2Bounded(DF df, VF t) {
 #if HWY_TARGET <= HWY_AVX3
   return VF{_mm512_scalef_ps(p.raw, n.raw)};
 #else
-  const hn::RebindToSigned<DF> di;
-  return hn::Mul(p, hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n),
-                                                              hn::Set(di, 127)))));
+  return TimesPow2(df, p, n);
 #endif
 }
 
@@ -605,8 +607,6 @@ void AccumulateTileTAddImpl(const float* p, int64_t ldp, int64_t mq, int64_t nk,
   AccumulateAll<true, false>(p, ldp, mq, nk, v, ldv, dp, nullptr, o, ldo);
 }
 
-// dst[i] += c * src[i], the product rounded before the sum (as the scalar loop it
-// replaces: both passes of the kernel form scores this way, bit for bit).
 // dst[j] += c * (a + b[j]) for j < n (kSum false: dst[j] += c * b[j]); the tail past the
 // last whole vector through one padded vector, so every entry takes the same operations
 // (and the same FMA contraction by the compiler) whatever its column.

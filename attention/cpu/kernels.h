@@ -27,7 +27,8 @@ namespace cpu {
 
 inline constexpr int64_t kPanel = 64;   // keys per transposed key panel
 inline constexpr int64_t kVecPad = 16;  // value/output rows padded to this many floats
-// Rows ahead that the kernels reading strided rows (a KV cache read in place) request.
+// Rows ahead that loops over strided rows (a token stride apart, in different pages: a KV
+// cache read in place, q / k / v rows loaded into the tiles) request.
 inline constexpr int64_t kPrefetchRows = 8;
 
 // Packs nk keys (row j at keys + j * ld, d components) into ceil(nk / kPanel) panels at

@@ -55,9 +55,9 @@ namespace {
 
 // A relative bias of positions only (ALiBi, T5) on consecutive query and key positions is
 // a Toeplitz tile: its nr + nk - 1 distinct values (query q0 against keys k0 - (nr - 1)
-// + t) into scratch->diagonal, row r starting at offset nr - 1 - r. False (nothing
-// filled) when the tile is not one.
-absl::StatusOr<bool> ToeplitzDiagonal(const encodings::sequence::AdditiveBias& bias,
+// + t) into scratch->diagonal, row r starting at offset nr - 1 - r. False when the tile
+// is not one, or its distances are refused (the tile path's FillTile then reports why).
+bool ToeplitzDiagonal(const encodings::sequence::AdditiveBias& bias,
                                       int64_t head, const int64_t* qpos, int64_t nr,
                                       const int64_t* kpos, int64_t nk, BiasScratch* scratch) {
   if (!(bias.relative() && !bias.needs_token_data() && nr > 1 && Consecutive(qpos, nr) &&
@@ -65,14 +65,10 @@ absl::StatusOr<bool> ToeplitzDiagonal(const encodings::sequence::AdditiveBias& b
     return false;
   }
   const int64_t width = nr + nk - 1;
-  // Distances kpos[0] - (nr - 1) - qpos[0] + t; where they overflow, the tile path's
-  // FillTile reports it.
-  int64_t first;
+  int64_t first;  // distances first + t = kpos[0] - (nr - 1) + t - qpos[0]
   if (__builtin_sub_overflow(kpos[0] - (nr - 1), qpos[0], &first)) return false;
   scratch->diagonal.resize(static_cast<size_t>(width));
-  absl::Status s = bias.FillDistances(head, first, width, scratch->diagonal.data());
-  if (!s.ok()) return false;  // the tile path's FillTile checks and reports
-  return true;
+  return bias.FillDistances(head, first, width, scratch->diagonal.data()).ok();
 }
 
 }  // namespace
@@ -93,9 +89,7 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
     AddSeparableTile(s, lds, scratch->row_part.data(), scratch->col_part.data(), nr, nk, scale);
     return absl::OkStatus();
   }
-  absl::StatusOr<bool> toeplitz = ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch);
-  if (!toeplitz.ok()) return toeplitz.status();
-  if (*toeplitz) {  // straight from the diagonal, no tile formed
+  if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {  // no tile formed
     AddScaledTile(s, lds, scratch->diagonal.data() + (nr - 1), -1, nr, nk, scale);
     return absl::OkStatus();
   }

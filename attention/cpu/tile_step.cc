@@ -29,9 +29,10 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   float* qb = w.qblk.get();
   for (int64_t hi = 0; hi < nh; ++hi) {
     float* qh = qb + hi * mq * d;
-    constexpr int64_t kAhead = 8;  // query rows are a token stride apart: fetch ahead
-    for (int64_t r = 0; r < mq; ++r) {
-      if (r + kAhead < mq) PrefetchRow(q_ + a_.QOffset(a_.q, t0 + r + kAhead, h0 + hi), d);
+    for (int64_t r = 0; r < mq; ++r) {  // rows a token stride apart: fetched ahead
+      if (r + kPrefetchRows < mq) {
+        PrefetchRow(q_ + a_.QOffset(a_.q, t0 + r + kPrefetchRows, h0 + hi), d);
+      }
       LoadRow(q_ + a_.QOffset(a_.q, t0 + r, h0 + hi), qh + r * d, d);
     }
     if (tq_ != nullptr) {
@@ -71,14 +72,8 @@ void Forward<T, KV>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, W
                             bool in_place) const {
   if (in_place && p_.direct_v) return;
   float* vals = w.values.get() + j0 * p_.dvp;
-  constexpr int64_t kAhead = 8;  // value rows are a token stride apart: fetch ahead
-  for (int64_t j = 0; j < nk; ++j) {
-    if (j + kAhead < nk) {
-      const char* ahead = reinterpret_cast<const char*>(v_ + a_.KOffset(a_.v, kb + j0 + j + kAhead, g));
-      for (int64_t b = 0; b < p_.dv * static_cast<int64_t>(sizeof(KV)); b += 64) {
-        __builtin_prefetch(ahead + b);
-      }
-    }
+  for (int64_t j = 0; j < nk; ++j) {  // value rows a token stride apart: fetched ahead
+    if (j + kPrefetchRows < nk) PrefetchRow(v_ + a_.KOffset(a_.v, kb + j0 + j + kPrefetchRows, g), p_.dv);
     float* row = vals + j * p_.dvp;
     LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), row, p_.dv);
     std::fill(row + p_.dv, row + p_.dvp, 0.0f);

@@ -393,22 +393,37 @@ void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
 }
 
 // rope.cc's ToBFloat16 per lane: u + 0x7fff + (bit 16 of u), high half; NaN (magnitude
-// above infinity's pattern): high half with the quiet bit 0x0040 set.
+// above infinity's pattern): high half with the quiet bit 0x0040 set. 32 floats per step:
+// the two vectors' high halves gathered into one register by a word permute (vpermt2w)
+// and stored whole. (A per-vector narrowing, vpmovdw, is folded by the compiler into its
+// store form, which is microcoded on AMD Zen 4 and 5: it took 60% of this function.)
 void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+  alignas(64) static constexpr uint16_t kHighWords[32] = {
+      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+      33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  const __m512i high_words = _mm512_load_si512(kHighWords);
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i bias = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1);
-  const __m512i quiet = _mm512_set1_epi32(0x0040);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = FirstLanes32(n - i);
-    const __m512i u = _mm512_castps_si512(_mm512_maskz_loadu_ps(m, src + i));
+  const __m512i bias = _mm512_set1_epi32(0x7FFF), bit16 = _mm512_set1_epi32(0x10000);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  // The rounded pattern (its high half is the bf16 value), 16 lanes.
+  const auto round = [&](__m512i u) {
     const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i high = _mm512_srli_epi32(u, 16);
-    const __m512i rounded = _mm512_srli_epi32(
-        _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(high, one)), 16);
-    const __m512i r = _mm512_mask_or_epi32(rounded, nan, high, quiet);
-    // Narrowed in a register, then a masked store: vpmovdw's store form is microcoded
-    // on AMD Zen 4 and 5 (about a tenth of this row's time went there).
-    _mm256_mask_storeu_epi16(dst + i, m, _mm512_cvtepi32_epi16(r));
+    const __m512i odd = _mm512_srli_epi32(_mm512_and_si512(u, bit16), 16);
+    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, bias), odd);
+    return _mm512_mask_or_epi32(rounded, nan, u, quiet);
+  };
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i a = round(_mm512_castps_si512(_mm512_loadu_ps(src + i)));
+    const __m512i b = round(_mm512_castps_si512(_mm512_loadu_ps(src + i + 16)));
+    _mm512_storeu_si512(dst + i, _mm512_permutex2var_epi16(a, high_words, b));
+  }
+  if (i < n) {
+    const __mmask16 ma = FirstLanes32(n - i), mb = FirstLanes32(n - i - 16);
+    const __m512i a = round(_mm512_castps_si512(_mm512_maskz_loadu_ps(ma, src + i)));
+    const __m512i b = round(_mm512_castps_si512(_mm512_maskz_loadu_ps(mb, src + i + 16)));
+    _mm512_mask_storeu_epi16(dst + i, FirstLanes16(n - i),
+                             _mm512_permutex2var_epi16(a, high_words, b));
   }
 }
 

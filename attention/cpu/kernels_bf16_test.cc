@@ -165,7 +165,8 @@ TEST(KernelsBf16, RowConversionsMatchToBFloat16BitForBitOnEveryTarget) {
       std::memcpy(&want, &f, sizeof(want));
       ASSERT_EQ(got, want) << hwy::TargetName(target) << " " << i - 1;
     }
-    for (int64_t n : std::vector<int64_t>{0, 1, 15, 16, 17, 33, static_cast<int64_t>(bits.size())}) {
+    for (int64_t n : std::vector<int64_t>{0, 1, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65,
+                                          static_cast<int64_t>(bits.size())}) {
       std::vector<uint16_t> got(bits.size() + 2, 0xA5A5);
       cpu::RoundBf16Row(src.data() + 1, got.data() + 1, n);
       EXPECT_EQ(got[0], 0xA5A5) << hwy::TargetName(target);

@@ -462,6 +462,8 @@ absl::StatusOr<FoxBias> FoxBias::Create(absl::Span<const double> gate_logits, in
   fox.first_ = first_position;
   fox.sum_.assign(num_heads, 0.0);
   fox.comp_.assign(num_heads, 0.0);
+  fox.c_.assign(num_heads, {});
+  fox.c_lo_.assign(num_heads, {});
   if (absl::Status s = fox.Append(gate_logits); !s.ok()) return s;
   return fox;
 }
@@ -485,8 +487,8 @@ absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
     }
   }
   logits_.insert(logits_.end(), gate_logits.begin(), gate_logits.end());
-  c_.reserve(c_.size() + size);
-  c_lo_.reserve(c_lo_.size() + size);
+  // No reserve: an exact reserve per call would copy the whole history on every
+  // one-token Append of a decoding loop; push_back's growth amortises it.
   for (int64_t t = 0; t < added; ++t) {
     for (int64_t h = 0; h < num_heads_; ++h) {
       // Neumaier-compensated prefix sums: the running sum grows like t while each term
@@ -503,8 +505,8 @@ absl::Status FoxBias::Append(absl::Span<const double> gate_logits) {
       // ulp(c) = 2, and c_i - c_j of later tokens a multiple of 2).
       const double hi = sum + comp_[h];
       const double bb = hi - sum;
-      c_.push_back(hi);
-      c_lo_.push_back((sum - (hi - bb)) + (comp_[h] - bb));
+      c_[h].push_back(hi);
+      c_lo_[h].push_back((sum - (hi - bb)) + (comp_[h] - bb));
     }
   }
   length_ += added;
@@ -561,9 +563,8 @@ template <class T>
 absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
                            absl::Span<const int64_t> k, T* out, int64_t ld) const {
   if (absl::Status s = CheckPositions(q, k); !s.ok()) return s;
-  const double* c = c_.data() + head;
-  const double* c_lo = c_lo_.data() + head;
-  const int64_t stride = num_heads_;
+  const double* c = c_[head].data();
+  const double* c_lo = c_lo_[head].data();
   if constexpr (std::is_same_v<T, float>) {
     // Separable tiles (SeparableTile): the parts, then one float addition per entry.
     if (const int64_t a = Anchor(q, k); a >= 0) {
@@ -579,12 +580,12 @@ absl::Status FoxBias::Fill(int64_t head, absl::Span<const int64_t> q,
   // The keys' prefix sums gathered once, so the row loop is a broadcast subtraction.
   std::vector<double> ck(k.size()), ck_lo(k.size());
   for (size_t col = 0; col < k.size(); ++col) {
-    ck[col] = c[(k[col] - first_) * stride];
-    ck_lo[col] = c_lo[(k[col] - first_) * stride];
+    ck[col] = c[k[col] - first_];
+    ck_lo[col] = c_lo[k[col] - first_];
   }
   for (size_t r = 0; r < q.size(); ++r) {
-    const double ci = c[(q[r] - first_) * stride];
-    const double ci_lo = c_lo[(q[r] - first_) * stride];
+    const double ci = c[q[r] - first_];
+    const double ci_lo = c_lo[q[r] - first_];
     T* row = out + static_cast<int64_t>(r) * ld;
     // Lin et al.: D_ij = c_i - c_j (a difference of prefix sums of ln f), in
     // double-double: the leading parts' difference is exact when c_i and c_j are close

@@ -278,7 +278,7 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
   int64_t first_position() const { return first_; }
   // c_t for head h (t a token index in [0, length)), rounded to one double (hi + lo); the
   // tiles use both parts.
-  double PrefixSum(int64_t head, int64_t t) const { return c_[t * num_heads_ + head]; }
+  double PrefixSum(int64_t head, int64_t t) const { return c_[head][t]; }
 
   // Tiles whose keys all precede (or all follow) the queries -- every tile of a causal
   // attention but the diagonal ones -- split at an anchor a between them (the keys' last,
@@ -318,16 +318,18 @@ class FoxBias final : public AdditiveBiasFromFill<FoxBias> {
   int64_t Anchor(absl::Span<const int64_t> q, absl::Span<const int64_t> k) const;
   // c_t - c_u for head h (token indices) in double-double, rounded to float.
   float DifferenceF32(int64_t head, int64_t t, int64_t u) const {
-    const int64_t a = t * num_heads_ + head, b = u * num_heads_ + head;
-    return static_cast<float>((c_[a] - c_[b]) + (c_lo_[a] - c_lo_[b]));
+    const double* c = c_[head].data();
+    const double* c_lo = c_lo_[head].data();
+    return static_cast<float>((c[t] - c[u]) + (c_lo[t] - c_lo[u]));
   }
   friend class AdditiveBiasFromFill<FoxBias>;
   template <class T>
   absl::Status Fill(int64_t head, absl::Span<const int64_t> q, absl::Span<const int64_t> k,
                     T* out, int64_t ld) const;
   std::vector<double> logits_;      // length x num_heads
-  std::vector<double> c_;           // length x num_heads, row-major: c_t rounded
-  std::vector<double> c_lo_;        // the same layout: c_t - c_ exactly
+  // Per head, per token (the tiles read a head's keys contiguously): c_t rounded, and
+  // c_t - c_ exactly.
+  std::vector<std::vector<double>> c_, c_lo_;
   std::vector<double> sum_, comp_;  // per head: compensated running sum state
   int64_t length_ = 0;
   int64_t num_heads_ = 0;

@@ -306,11 +306,13 @@ HWY_INLINE VF Exp2Bounded(DF df, VF t) {
 }
 
 // Gemma 2's softcap c tanh(x / c) (SoftcapTile; SoftmaxTile's fused cap), two ways:
-//  - |x| <= 3c/4 (y = x / c within 3/4: every score of a model whose logits stay below
-//    its cap, the cap's purpose): tanh(y) = y (1 + z q(z)), z = y^2, q of degree 4 with
-//    the coefficients of least maximum relative error on z in [0, 9/16] (Remez exchange:
-//    2.9e-8 relative; 9e-8 absolute with float's steps), so c tanh(y) = x + (x z) q(z):
-//    no exponential, no reciprocal.
+//  - |x| <= c/2 (y = x / c within 1/2: every score of a model whose logits stay below
+//    half its cap, the cap's purpose): tanh(y) = y (1 + z q(z)), z = y^2, q of degree 3
+//    with the coefficients of least maximum relative error on z in [0, 1/4] (Remez
+//    exchange: 1.5e-8 relative), so c tanh(y) = x + (x w) Q(w) with w = x^2 and Q's
+//    coefficients q_k / c^(2k+2) (folded in once per call): 6 operations, no exponential,
+//    no reciprocal. For caps outside [2^-12, 2^12], where those coefficients would leave
+//    float's normal range, z = (x / c)^2 and q itself (one multiplication more).
 //  - elsewhere: with e = e^{2y} = 2^{2 x log2(e) / c}, tanh(y) = 1 - 2 r, r = 1 / (1 + e),
 //    so c tanh(y) = c - 2c r: one Exp2Bounded (the exponent clamped to +-64: tanh is +-1
 //    in float long before, and no NaN reaches the conversion) and a reciprocal refined by
@@ -320,18 +322,31 @@ HWY_INLINE VF Exp2Bounded(DF df, VF t) {
 // each lane's value depends on its own score only. SoftmaxTile's fused cap and
 // SoftcapTile give the same bits.
 struct Softcapper {
+  // q's coefficients, constant term first (z in [0, 1/4]).
+  static constexpr double kQ[4] = {-3.3333143896289996e-01, 1.3325878958162518e-01,
+                                   -5.304549431107054e-02, 1.7241491569306343e-02};
   VF c, two_c, k, inv_c, bound, one, two, lo, hi, lowest;
+  VF q0, q1, q2, q3;  // Q's (scaled) or q's coefficients
+  bool scaled;
   explicit Softcapper(DF df, float cap)
       : c(hn::Set(df, cap)),
         two_c(hn::Set(df, 2.0f * cap)),
         k(hn::Set(df, static_cast<float>(2.0 * 1.4426950408889634 / static_cast<double>(cap)))),
         inv_c(hn::Set(df, 1.0f / cap)),
-        bound(hn::Set(df, 0.5625f)),
         one(hn::Set(df, 1.0f)),
         two(hn::Set(df, 2.0f)),
         lo(hn::Set(df, -64.0f)),
         hi(hn::Set(df, 64.0f)),
-        lowest(hn::Set(df, std::numeric_limits<float>::lowest())) {}
+        lowest(hn::Set(df, std::numeric_limits<float>::lowest())),
+        scaled(cap >= 0x1p-12f && cap <= 0x1p12f) {
+    const double c2 = static_cast<double>(cap) * static_cast<double>(cap);
+    const double s = scaled ? 1.0 / c2 : 1.0;  // Q_k = q_k s^(k+1)
+    q0 = hn::Set(df, static_cast<float>(kQ[0] * s));
+    q1 = hn::Set(df, static_cast<float>(kQ[1] * s * s));
+    q2 = hn::Set(df, static_cast<float>(kQ[2] * s * s * s));
+    q3 = hn::Set(df, static_cast<float>(kQ[3] * s * s * s * s));
+    bound = hn::Set(df, static_cast<float>(0.25 * (scaled ? c2 : 1.0)));
+  }
   // r = 1 / (1 + e^{2x/c}); NaN lanes give a number (the callers restore them).
   HWY_INLINE VF HalfComplement(DF df, VF x) const {
     const VF den = hn::Add(Exp2Bounded(df, hn::Min(hn::Max(hn::Mul(x, k), lo), hi)), one);
@@ -343,17 +358,15 @@ struct Softcapper {
   // 1 - tanh^2 there (NaN for NaN; 4 r (1 - r) in the second range).
   template <bool kKeepNegInf>
   HWY_INLINE VF Capped(DF df, VF x, VF* deriv) const {
-    const VF y = hn::Mul(x, inv_c);
-    const VF z = hn::Mul(y, y);
-    VF q = hn::Set(df, -4.716258030384779e-03f);
-    q = hn::MulAdd(q, z, hn::Set(df, 1.958291232585907e-02f));
-    q = hn::MulAdd(q, z, hn::Set(df, -5.334443598985672e-02f));
-    q = hn::MulAdd(q, z, hn::Set(df, 1.332540661096573e-01f));
-    q = hn::MulAdd(q, z, hn::Set(df, -3.3332958817481995e-01f));
-    const VF small = hn::MulAdd(hn::Mul(x, z), q, x);
-    const auto in_small = hn::Le(z, bound);  // false for NaN and +-inf
+    const VF w = scaled ? hn::Mul(x, x) : [&] {
+      const VF y = hn::Mul(x, inv_c);
+      return hn::Mul(y, y);
+    }();
+    const VF q = hn::MulAdd(hn::MulAdd(hn::MulAdd(q3, w, q2), w, q1), w, q0);
+    const VF small = hn::MulAdd(hn::Mul(x, w), q, x);
+    const auto in_small = hn::Le(w, bound);  // false for NaN and +-inf
     if (deriv != nullptr) {
-      const VF t = hn::MulAdd(hn::Mul(y, z), q, y);
+      const VF t = hn::Mul(small, inv_c);
       *deriv = hn::NegMulAdd(t, t, one);
     }
     if (HWY_LIKELY(hn::AllTrue(df, in_small))) return small;

@@ -113,8 +113,8 @@ void SoftmaxTile(float* s, int64_t lds, int64_t mq, int64_t n, float* m, float* 
 // cap * tanh(s[r * lds + j] / cap) for r < mq, j < n (any n), cap > 0; where deriv is
 // non-null, deriv[r * ldd + j] <- 1 - tanh^2, the derivative the backward multiplies
 // dS by. NaN stays NaN (its derivative NaN); +-inf become +-cap (derivative 0).
-// On the vectors: for |y| <= 3/4 an odd polynomial (cap tanh(y) = x + x z q(z), z =
-// y^2), else cap - 2 cap / (1 + 2^(2 y log2 e)) (the softmax's 2^f polynomial, a refined
+// On the vectors: for |y| <= 1/2 an odd polynomial (cap tanh(y) = x + x z q(z), z =
+// y^2, q of degree 3), else cap - 2 cap / (1 + 2^(2 y log2 e)) (the softmax's 2^f polynomial, a refined
 // reciprocal r; the derivative as 4 r (1 - r)); absolute error of tanh ~2e-7 (Highway's
 // tanh with its division cost 6x as much here). std::tanh on a tail shorter than one.
 void SoftcapTile(float* s, int64_t lds, int64_t mq, int64_t n, float cap, float* deriv,

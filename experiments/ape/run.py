@@ -3,6 +3,7 @@ tasks of Table 1 and the tree copy / tree rotation tasks of Table 2, as commands
 gpe.torch.
 
     ./bazelw run //experiments/ape:run            # full run, 3 seeds
+    ./bazelw run //experiments/ape:run -- --reduced  # shorter sequences and trees (~1 h)
     ./bazelw run //experiments/ape:run -- --quick # a smoke run (< 1 min)
 
 Tasks (paper, sec. 4.1 and appendix B). Vocabulary 20 (+ BOS, EOS).
@@ -151,6 +152,11 @@ PAPER_T2 = {
 FULL = {"d_model": 64, "ffn": 256, "heads": 4, "layers": 2, "steps": 1500, "batch": 16,
         "train": 4000, "test": 500, "seq_mean": 100.0, "seq_std": 10.0, "depth_mean": 7.0,
         "depth_std": 1.0, "depth_min": 3, "depth_max": 9, "branch": 0.75, "seeds": 3}
+# REDUCED: FULL's model and schedule on shorter sequences (N(20, 2)) and shallower trees
+# (N(4, 1)), 1000 steps: the whole comparison (every encoding, task and order, 3 seeds) in
+# about an hour on two idle cores, where FULL takes about 32 hours.
+REDUCED = dict(FULL, steps=1000, train=2000, test=300, seq_mean=20.0, seq_std=2.0,
+               depth_mean=4.0, depth_std=1.0, depth_min=2, depth_max=6)
 QUICK = {"d_model": 16, "ffn": 32, "heads": 2, "layers": 1, "steps": 6, "batch": 4,
          "train": 64, "test": 16, "seq_mean": 10.0, "seq_std": 1.0, "depth_mean": 3.0,
          "depth_std": 0.5, "depth_min": 2, "depth_max": 3, "branch": 0.75, "seeds": 1}
@@ -541,7 +547,11 @@ def run_section(meta, suite):
     lines = ["", "## Run", "",
              "- command: `%s`%s" % (meta["command"],
                                     " (smoke run: tiny model and data, scaled down)"
-                                    if meta["quick"] else ""),
+                                    if meta["quick"] else
+                                    " (reduced: the full model and schedule on shorter "
+                                    "sequences and shallower trees, 1000 steps, so that the "
+                                    "comparison fits about an hour on 2 cores)"
+                                    if meta.get("reduced") else ""),
              "- machine: %s, %d cores; %d worker process%s, 1 torch thread each"
              % (meta["cpu"], meta["cores"], meta["workers"],
                 "" if meta["workers"] == 1 else "es"),
@@ -642,6 +652,9 @@ def report_trees(rows, meta, intro=""):
 def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: tiny model and data, 1 seed")
+    p.add_argument("--reduced", action="store_true",
+                   help="the full comparison on shorter sequences and shallower trees, 1000 "
+                        "steps (about an hour on 2 cores; the full sizes take ~32 h)")
     p.add_argument("--out", default=None,
                    help="directory for the reports (full: docs/measured of the workspace; "
                         "--quick: a temporary directory)")
@@ -699,10 +712,12 @@ def time_budget(cfg, n):
 
 
 def main(argv=None):
+    args = parse(argv)
+    if args.quick and args.reduced:
+        sys.exit("ape: --quick and --reduced are exclusive")
     _import_torch()
     import torch
-    args = parse(argv)
-    cfg = dict(QUICK if args.quick else FULL)
+    cfg = dict(QUICK if args.quick else REDUCED if args.reduced else FULL)
     for key, v in (("seeds", args.seeds), ("steps", args.steps), ("batch", args.batch),
                    ("d_model", args.d_model)):
         if v is not None:
@@ -765,7 +780,8 @@ def main(argv=None):
             print("  %s/%s %s seed %d: %.2f (%.1f s)" % (
                 r["task"], r["order"], r["encoding"], r["seed"], r["accuracy"], r["seconds"]),
                 flush=True)
-    meta = {"cfg": cfg, "quick": bool(args.quick), "suites": suites,
+    meta = {"cfg": cfg, "quick": bool(args.quick), "reduced": bool(args.reduced),
+            "suites": suites,
             "seeds": list(range(cfg["seeds"])), "workers": workers,
             "wall": time.perf_counter() - t_start, "cpu": cpu_model(),
             "cores": os.cpu_count() or 0, "python": platform.python_version(),

@@ -102,6 +102,16 @@ class DataTest(unittest.TestCase):
                 self.assertEqual(a + (0,) in t, internal)
                 self.assertEqual(a + (1,) in t, internal)
 
+    def test_reduced_keeps_the_full_model_on_shorter_data(self):
+        # --reduced changes only the data sizes and the step count, never the model or
+        # the optimiser, so its ordering of the encodings is the full configuration's.
+        for key in ("d_model", "ffn", "heads", "layers", "batch", "seeds", "branch"):
+            self.assertEqual(run.REDUCED[key], run.FULL[key], key)
+        self.assertLess(run.REDUCED["seq_mean"], run.FULL["seq_mean"])
+        self.assertLess(run.REDUCED["depth_max"], run.FULL["depth_max"])
+        with self.assertRaises(SystemExit):
+            run.main(["--quick", "--reduced"])
+
     def test_schedule(self):
         steps = 200
         self.assertAlmostEqual(run.lr_at(0, steps), run.START_LR)

@@ -341,15 +341,20 @@ __attribute__((target_clones("avx512f", "avx2,fma", "default"))) void Rank2Produ
     float* rows, int64_t count, int64_t stride, int64_t d, int64_t m, const float* u,
     const float* v, const uint8_t* skip, const float* cs, bool backward) {
   constexpr int64_t kLanes = 16;
-  for (int64_t r = 0; r < count; ++r) {
-    float* z = rows + r * stride;
-    const float* row_cs = cs + r * 2 * m;
-    for (int64_t step = 0; step < m; ++step) {
-      const int64_t k = backward ? step : m - 1 - step;
-      if (skip[k] != 0) continue;
+  // Generators outer, rows inner: a row's steps form one chain of dependent latencies
+  // (dot products, their horizontal sums, the update the next generator reads), while
+  // different rows are independent, so consecutive iterations of the inner loop overlap
+  // in the reorder window (rows outer, the window held too little of the next row's chain
+  // to hide this one's). The rows are re-read from L1 or L2 once per generator.
+  for (int64_t step = 0; step < m; ++step) {
+    const int64_t k = backward ? step : m - 1 - step;
+    if (skip[k] != 0) continue;
+    const float* uk = u + k * d;
+    const float* vk = v + k * d;
+    for (int64_t r = 0; r < count; ++r) {
+      float* z = rows + r * stride;
+      const float* row_cs = cs + r * 2 * m;
       const float c = row_cs[2 * k], sn = backward ? -row_cs[2 * k + 1] : row_cs[2 * k + 1];
-      const float* uk = u + k * d;
-      const float* vk = v + k * d;
       float a[kLanes] = {}, b[kLanes] = {};
       int64_t i = 0;
       for (; i + kLanes <= d; i += kLanes) {

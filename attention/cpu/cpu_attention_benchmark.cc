@@ -212,6 +212,53 @@ void BM_CpuForward(benchmark::State& state) {
   state.SetLabel(CpuAttentionIsa());
 }
 
+// The tile sizes (CpuAttentionOptions::block_q, block_k) at b1 h16 s4096 d128, 2 threads,
+// float32 (bf16 0) or bfloat16 on the dot products (bf16 1): the data for choosing the
+// defaults per CPU (MakePlan: 96 x 128). Rows: bq, bk, causal, bf16.
+void BM_CpuForwardBlocks(benchmark::State& state) {
+  const int64_t s = 4096, h = 16, d = 128;
+  const bool causal = state.range(2) != 0, bf16 = state.range(3) != 0;
+  const AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  CpuAttentionOptions opt;
+  opt.num_threads = 2;
+  opt.block_q = state.range(0);
+  opt.block_k = state.range(1);
+  opt.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kDotProducts;
+  NormalStream n(6);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  n.Fill({&q, &k, &v});
+  const double flops = 4.0 * double(d) * AllowedPairs(s, causal) * double(h);
+  if (!bf16) {
+    if (!TimeCalls(state, o.data(), [&] {
+          return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+        })) {
+      return;
+    }
+    SetFlopCounters(state, flops, 2);
+    return;
+  }
+  std::vector<encodings::sequence::BFloat16> q16(total), k16(total), v16(total), o16(total);
+  for (size_t i = 0; i < total; ++i) {
+    q16[i] = encodings::sequence::ToBFloat16(q[i]);
+    k16[i] = encodings::sequence::ToBFloat16(k[i]);
+    v16[i] = encodings::sequence::ToBFloat16(v[i]);
+  }
+  if (!TimeCalls(state, o16.data(), [&] {
+        return CpuForward(a, q16.data(), k16.data(), v16.data(), o16.data(), nullptr, opt);
+      })) {
+    return;
+  }
+  SetBf16FlopCounters(state, flops, 2);
+}
+
+BENCHMARK(BM_CpuForwardBlocks)
+    ->ArgNames({"bq", "bk", "causal", "bf16"})
+    ->ArgsProduct({{48, 96, 192}, {64, 128, 256}, {0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
 // Backward (given o and lse) at the same shapes: flops counted as 2.5x the forward's
 // (five products of the same size instead of two), as FlashAttention-2 counts them.
 void BM_CpuBackward(benchmark::State& state) {

@@ -5,6 +5,8 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
+// Per target, before HWY_BEFORE_NAMESPACE (it opens the namespaces itself).
+#include "attention/cpu/sums4x4-inl.h"
 
 #include <cstdint>
 #include <cstring>
@@ -226,31 +228,7 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
       for (int r = 0; r < 4; ++r) acc[4 * t + r] = _mm512_fmadd_ps(qv[r], kv[t], acc[4 * t + r]);
     }
   }
-  // Halving steps: each adds the two halves of a pair of vectors' partial sums, so
-  // after four steps lane 4 a + b holds the full sum of acc[4 b + a] (row a, key b):
-  // 128-bit lane r of the result is row r's four scores.
-  __m512 h1[8], h2[4], h3[2];
-  HWY_UNROLL(16)
-  for (int p = 0; p < 8; ++p) {
-    h1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0x44),
-                          _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0xEE));
-  }
-  HWY_UNROLL(16)
-  for (int p = 0; p < 4; ++p) {
-    h2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0x88),
-                          _mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0xDD));
-  }
-  HWY_UNROLL(16)
-  for (int p = 0; p < 2; ++p) {
-    h3[p] = _mm512_add_ps(_mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                    _mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  _mm_storeu_ps(s, _mm512_castps512_ps128(sums));
-  _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(sums, 1));
-  _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(sums, 2));
-  _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(sums, 3));
+  StoreSums4x4(acc, s, lds);
   if (dv < d) {
     HWY_UNROLL(16)
     for (int r = 0; r < 4; ++r) {

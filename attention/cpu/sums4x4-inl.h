@@ -1,0 +1,66 @@
+// The 4 x 4 block of dot products the decode kernels accumulate (kernels_decode.cc's
+// float Dot4x4, kernels_bf16.cc's bf16 dot-product version), summed and stored: a
+// Highway "-inl" header, included once per target from inside each kernel file's
+// foreach_target pass (the guard below toggles with HWY_TARGET_TOGGLE), so both files
+// share one copy of the reduction. AVX-512 targets only. Internal to attention/cpu.
+#if defined(GPE_ATTENTION_CPU_SUMS4X4_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef GPE_ATTENTION_CPU_SUMS4X4_INL_H_
+#undef GPE_ATTENTION_CPU_SUMS4X4_INL_H_
+#else
+#define GPE_ATTENTION_CPU_SUMS4X4_INL_H_
+#endif
+
+#include <cstdint>
+
+#include "hwy/highway.h"
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace gpe {
+namespace attention {
+namespace cpu {
+namespace HWY_NAMESPACE {
+
+#if HWY_TARGET <= HWY_AVX3
+// s[r * lds + t] = the sum of the 16 lanes of acc[4 t + r] (key t, row r), r, t < 4.
+// Halving steps: each adds the two halves of a pair of vectors' partial sums, so after
+// four steps lane 4 a + b holds the full sum of acc[4 b + a] (row a, key b): 128-bit
+// lane r of the result is row r's four sums. 15 additions and 30 shuffles for the 16
+// sums (16 separate horizontal sums take about four times as many).
+HWY_INLINE void StoreSums4x4(const __m512* acc, float* HWY_RESTRICT s, int64_t lds) {
+  __m512 h1[8], h2[4], h3[2];
+  HWY_UNROLL(16)
+  for (int p = 0; p < 8; ++p) {
+    h1[p] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0x44),
+                          _mm512_shuffle_f32x4(acc[2 * p], acc[2 * p + 1], 0xEE));
+  }
+  HWY_UNROLL(16)
+  for (int p = 0; p < 4; ++p) {
+    h2[p] = _mm512_add_ps(_mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0x88),
+                          _mm512_shuffle_f32x4(h1[2 * p], h1[2 * p + 1], 0xDD));
+  }
+  HWY_UNROLL(16)
+  for (int p = 0; p < 2; ++p) {
+    h3[p] = _mm512_add_ps(_mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                          _mm512_shuffle_ps(h2[2 * p], h2[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+  const __m512 sums = _mm512_add_ps(_mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                    _mm512_shuffle_ps(h3[0], h3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  _mm_storeu_ps(s, _mm512_castps512_ps128(sums));
+  _mm_storeu_ps(s + lds, _mm512_extractf32x4_ps(sums, 1));
+  _mm_storeu_ps(s + 2 * lds, _mm512_extractf32x4_ps(sums, 2));
+  _mm_storeu_ps(s + 3 * lds, _mm512_extractf32x4_ps(sums, 3));
+}
+#endif  // HWY_TARGET <= HWY_AVX3
+
+// NOLINTNEXTLINE(google-readability-namespace-comments)
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace attention
+}  // namespace gpe
+HWY_AFTER_NAMESPACE();
+
+#endif  // GPE_ATTENTION_CPU_SUMS4X4_INL_H_

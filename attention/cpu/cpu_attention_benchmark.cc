@@ -463,8 +463,8 @@ AttentionArgs DecodeArgs(int64_t batch, int64_t cap, int64_t hq, int64_t hkv, in
 }
 
 // Fills k (base) and v (n elements further) with U(-1, 1) in the cache's type (kv: 0
-// float32, 1 bfloat16, 2 float16; a 16-bit cache in the first half of the floats) and
-// times CpuForward on them.
+// float32, 1 bfloat16, 2 float16, 3 bfloat16 with bfloat16 queries and output; a 16-bit
+// cache in the first half of the floats) and times CpuForward on them.
 bool FillAndTimeDecode(benchmark::State& state, const AttentionArgs& a, int kv, float* base,
                        int64_t n, const std::vector<float>& q, std::vector<float>* o,
                        int threads) {
@@ -479,12 +479,20 @@ bool FillAndTimeDecode(benchmark::State& state, const AttentionArgs& a, int kv, 
   }
   uint16_t* bits = reinterpret_cast<uint16_t*>(base);
   for (int64_t i = 0; i < 2 * n; ++i) {
-    bits[i] = kv == 1 ? encodings::sequence::ToBFloat16(u(rng)).bits
+    bits[i] = kv != 2 ? encodings::sequence::ToBFloat16(u(rng)).bits
                       : encodings::sequence::ToFloat16(u(rng)).bits;
   }
   if (kv == 1) {
     const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
     return TimeCalls(state, out, [&] { return CpuForward(a, q.data(), k, k + n, out, nullptr, opt); });
+  }
+  if (kv == 3) {  // a bf16 model: bf16 q and o too (the bf16 dot products where faster)
+    const auto* k = reinterpret_cast<const encodings::sequence::BFloat16*>(bits);
+    std::vector<encodings::sequence::BFloat16> q16(q.size()), o16(q.size());
+    for (size_t i = 0; i < q.size(); ++i) q16[i] = encodings::sequence::ToBFloat16(q[i]);
+    return TimeCalls(state, o16.data(), [&] {
+      return CpuForward(a, q16.data(), k, k + n, o16.data(), nullptr, opt);
+    });
   }
   const auto* k = reinterpret_cast<const encodings::sequence::Float16*>(bits);
   return TimeCalls(state, out, [&] { return CpuForward(a, q.data(), k, k + n, out, nullptr, opt); });
@@ -550,7 +558,7 @@ void BM_CpuDecodeEngine(benchmark::State& state) {
 }
 BENCHMARK(BM_CpuDecodeEngine)
     ->ArgNames({"batched", "kv", "threads"})
-    ->ArgsProduct({{0, 1}, {0, 1, 2}, {2}})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}, {2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
@@ -645,6 +653,7 @@ BENCHMARK(BM_CpuDecode)
     ->Args({4096, 2, 1, 0, 0})  // a short cache: a call of ~1 ms, where per-call costs show
     ->Args({32768, 2, 1, 0, 1})  // bfloat16 and float16 caches
     ->Args({32768, 2, 1, 0, 2})
+    ->Args({32768, 2, 1, 0, 3})  // a bf16 model: bf16 queries too (bf16 dot products)
     ->Args({32768, 1, 1, 0, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()

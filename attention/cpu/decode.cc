@@ -43,6 +43,14 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
   const int64_t t0 = a_.q_begin(b), lq = a_.q_end(b) - t0, kb = a_.k_begin(b);
   // Row h * lq + r: head h, token t0 + r.
   if (absl::Status s = LoadQueries(0, hq, t0, lq, /*direct=*/true, w); !s.ok()) return s;
+  if (DecodeOnDots()) {  // the scaled rows rounded to bf16 (as the prefill's tiles do)
+    const int64_t deven = RoundUp(d, 2);
+    for (int64_t r = 0; r < hq * lq; ++r) {
+      uint16_t* out = w.q16.get() + r * deven;
+      cpu::RoundBf16Row(w.qblk.get() + r * d, out, d);
+      if (deven > d) out[d] = 0;
+    }
+  }
   const int64_t* qpos = pq_.data() + t0;
   const int64_t qmin = *std::min_element(qpos, qpos + lq);
   const int64_t qmax = *std::max_element(qpos, qpos + lq);
@@ -103,9 +111,15 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
   const KV* kblock = k_ + a_.KOffset(a_.k, kb + j0, 0);
   const KV* vblock = v_ + a_.KOffset(a_.v, kb + j0, 0);
   const int64_t gr = group * lq;  // rows per kv head
+  const bool dot = DecodeOnDots();
+  kblk.dot16 = dot;
   if constexpr (std::is_same_v<KV, float>) {
     cpu::ScoreDecode(qb, d, gr, hkv, d, kblock, a_.k.token, a_.k.head, nk, s, bk,
                      Ahead(k_, a_.k, kb, j0, nk, k1));
+  } else if (dot) {
+    cpu::ScoreDecodeBf16(w.q16.get(), RoundUp(d, 2), gr, hkv, d,
+                         reinterpret_cast<const uint16_t*>(kblock), a_.k.token, a_.k.head, nk, s,
+                         bk, Ahead(k_, a_.k, kb, j0, nk, k1));
   } else {
     cpu::ScoreDecode16(qb, d, gr, hkv, d, reinterpret_cast<const uint16_t*>(kblock), a_.k.token,
                        a_.k.head, nk, s, bk, std::is_same_v<KV, Float16>,
@@ -119,13 +133,24 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
       return st;
     }
   }
-  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get(), FusedCap(kblk));
+  // Masked entries: a non-finite value row must not reach them (nonfinite.h).
+  bool finite = true;
   if (cpu::MayHaveMaskedEntries(a_, qmin, qmax, kblk.kmin, kblk.kmax)) {
-    // Masked entries: a non-finite value row must not reach them (nonfinite.h).
-    bool finite = true;
     for (int64_t g = 0; g < hkv && finite; ++g) {
       finite = cpu::RowsFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, dv);
     }
+  }
+  if (dot && finite) {  // probabilities rounded to bf16 in the softmax's pass, P V on dots
+    cpu::SoftmaxRoundTileBf16(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get(),
+                              w.p16.get(), bk, /*keep_float=*/false);
+    cpu::AccumulateDecodeBf16(w.p16.get(), bk, gr, hkv, nk,
+                              reinterpret_cast<const uint16_t*>(vblock), a_.v.token, a_.v.head,
+                              dv, dvp, w.alpha.get(), w.oacc.get(), dvp,
+                              Ahead(v_, a_.v, kb, j0, nk, k1));
+    return absl::OkStatus();
+  }
+  cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get(), FusedCap(kblk));
+  {
     if (!finite) {
       for (int64_t g = 0; g < hkv; ++g) {
         const int64_t r0 = g * gr;

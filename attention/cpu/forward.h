@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -93,6 +94,9 @@ class Forward {
     int64_t ldv = 0;
     const uint16_t* panels16 = nullptr;  // bf16 dot-product path (else null)
     const uint16_t* pairs16 = nullptr;
+    // Decoding on the bf16 dot products (decode.cc): probabilities rounded to bf16 after
+    // the softmax, so the softcap is not fused into it (FusedCap).
+    bool dot16 = false;
     // Packed blocks: whether vals holds only finite values (checked when packed); direct
     // blocks check on demand (TileStep, masked entries only).
     bool values_checked = false, values_finite = true;
@@ -178,9 +182,20 @@ class Forward {
   // The softcap (base 2) SoftmaxTile applies in its maxima pass for this block, or 0
   // where AdjustScores applies it: fused when nothing comes between the softcap and the
   // softmax (no bias, no additive mask) and the float softmax runs (not the bf16 one).
+  // Whether decoding (RunDecodeItem's token-order blocks: keys as stored, rows unpadded)
+  // runs on the bf16 dot products: bf16 queries and cache where the plan chose them.
+  bool DecodeOnDots() const {
+    using encodings::sequence::BFloat16;
+    if constexpr (std::is_same_v<T, BFloat16> && std::is_same_v<KV, BFloat16>) {
+      return p_.bf16_dot && tk_ == nullptr && p_.d == p_.dp && p_.dv == p_.dvp;
+    } else {
+      return false;
+    }
+  }
+
   float FusedCap(const KeyBlock& kb) const {
     const bool fused = a_.softcap.has_value() && a_.biases.empty() &&
-                       a_.mask.additive == nullptr && kb.pairs16 == nullptr;
+                       a_.mask.additive == nullptr && kb.pairs16 == nullptr && !kb.dot16;
     return fused ? static_cast<float>(*a_.softcap * kLog2e) : 0.0f;
   }
 

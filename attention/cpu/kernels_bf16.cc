@@ -17,6 +17,8 @@
 #define HWY_TARGET_INCLUDE "attention/cpu/kernels_bf16.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+// Per target, before HWY_BEFORE_NAMESPACE (it opens the namespaces itself).
+#include "attention/cpu/decode_shared-inl.h"
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
@@ -264,6 +266,155 @@ GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t
   }
 }
 
+// The first n of 32 16-bit lanes (n clamped to [0, 32]).
+inline __mmask32 FirstLanes16(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << n) - 1u);
+}
+// The first n of 16 32-bit lanes (n clamped to [0, 16]).
+inline __mmask16 FirstLanes32(int64_t n) {
+  if (n <= 0) return 0;
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
+}
+
+// Decoding on the dot products (kernels_bf16.h, ScoreDecodeBf16): R query rows of one
+// kv head against four keys read in place, 32 components per vdpbf16ps (masked loads
+// zero those past d in both operands), then kernels_decode's 4 x 4 reduction.
+template <int R>
+GPE_BF16_TARGET void DecodeDots(const uint16_t* q, int64_t ldq, int64_t d, const uint16_t* k,
+                                int64_t ldk, int64_t nt, float* s, int64_t lds) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < d; c += 32) {
+    const __mmask32 m = FirstLanes16(d - c);
+    __m512bh kv[4], qv[R];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+      kv[t] = (__m512bh)(t < nt ? _mm512_maskz_loadu_epi16(m, k + t * ldk + c)
+                                : _mm512_setzero_si512());
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; ++r) qv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, q + r * ldq + c);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; ++t) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) acc[4 * t + r] = _mm512_dpbf16_ps(acc[4 * t + r], qv[r], kv[t]);
+    }
+  }
+  if (R == 4 && nt == 4) {
+    StoreSums4x4(acc, s, lds);
+    return;
+  }
+  alignas(64) float sums[16];
+  StoreSums4x4(acc, sums, 4);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t t = 0; t < nt; ++t) s[r * lds + t] = sums[4 * r + t];
+  }
+}
+
+GPE_BF16_TARGET void ScoreDecodeImpl(const uint16_t* q, int64_t ldq, int64_t rows,
+                                     int64_t heads, int64_t d, const uint16_t* keys,
+                                     int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                                     int64_t lds, PrefetchAhead ahead) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("ScoreDecodeBf16");
+  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
+  // Heads outermost where each head's rows are contiguous (head-major caches), else
+  // tokens outermost: the cache read in the order it lies (kernels_decode.h).
+  const bool head_major = ldh > ldk;
+  const int64_t outer = head_major ? heads : (nk + 3) / 4, inner = head_major ? (nk + 3) / 4 : heads;
+  for (int64_t a = 0; a < outer; ++a) {
+    for (int64_t b = 0; b < inner; ++b) {
+      const int64_t g = head_major ? a : b, j = 4 * (head_major ? b : a);
+      pf.Step();
+      const uint16_t* k = keys + j * ldk + g * ldh;
+      const int64_t nt = nk - j < 4 ? nk - j : 4;
+      for (int64_t r = 0; r < rows; r += 4) {
+        const uint16_t* qr = q + (g * rows + r) * ldq;
+        float* sr = s + (g * rows + r) * lds + j;
+        switch (rows - r < 4 ? rows - r : 4) {
+          case 1: DecodeDots<1>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+          case 2: DecodeDots<2>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+          case 3: DecodeDots<3>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+          default: DecodeDots<4>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+        }
+      }
+    }
+  }
+}
+
+// P V for decoding on the dot products, the cache read in token order as
+// kernels_decode's AccumulateDecode16 reads it (four tokens per step, kv heads inner):
+// two tokens' value columns interleaved into pairs (vpermt2w, as PackValuePairs), each
+// row's two probabilities broadcast as one pair (the bf16 rows are zero from nk to their
+// padded width, so a last odd token pairs with a zero), o loaded and stored once per
+// four tokens.
+GPE_BF16_TARGET void AccumulateDecodeImpl(const uint16_t* p, int64_t ldp, int64_t rows,
+                                          int64_t heads, int64_t nk, const uint16_t* v,
+                                          int64_t ldv, int64_t ldh, int64_t dv, int64_t dp,
+                                          const float* alpha, float* o, int64_t ldo,
+                                          PrefetchAhead ahead) {
+  if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("AccumulateDecodeBf16");
+  alignas(64) static constexpr uint16_t kLo[32] = {
+      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static constexpr uint16_t kHi[32] = {
+      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  for (int64_t i = 0; i < heads * rows; ++i) {
+    if (alpha[i] == 1.0f) continue;  // lazy rescaling leaves most rows alone
+    const __m512 a = _mm512_set1_ps(alpha[i]);
+    float* orow = o + i * ldo;
+    for (int64_t c = 0; c < dp; c += 16) {
+      _mm512_storeu_ps(orow + c, _mm512_mul_ps(a, _mm512_loadu_ps(orow + c)));
+    }
+  }
+  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
+  const bool head_major = ldh > ldv;  // as ScoreDecodeImpl
+  const int64_t steps = (nk + 3) / 4;
+  const int64_t outer = head_major ? heads : steps, inner = head_major ? steps : heads;
+  for (int64_t a = 0; a < outer; ++a) {
+    for (int64_t b = 0; b < inner; ++b) {
+      const int64_t g = head_major ? a : b, j = 4 * (head_major ? b : a);
+      pf.Step();
+      const uint16_t* vg = v + j * ldv + g * ldh;
+      const int64_t nt = nk - j < 4 ? nk - j : 4;
+      for (int64_t c = 0; c < dp; c += 32) {
+        const __mmask32 m = FirstLanes16(dv - c);
+        __m512i t[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          t[u] = u < nt && m != 0 ? _mm512_maskz_loadu_epi16(m, vg + u * ldv + c)
+                                  : _mm512_setzero_si512();
+        }
+        // Pairs (tokens 0, 1) and (2, 3) for columns c .. c + 15 and c + 16 .. c + 31.
+        const __m512bh p01lo = (__m512bh)_mm512_permutex2var_epi16(t[0], lo, t[1]);
+        const __m512bh p01hi = (__m512bh)_mm512_permutex2var_epi16(t[0], hi, t[1]);
+        const __m512bh p23lo = (__m512bh)_mm512_permutex2var_epi16(t[2], lo, t[3]);
+        const __m512bh p23hi = (__m512bh)_mm512_permutex2var_epi16(t[2], hi, t[3]);
+        const bool two = c + 16 < dp;
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t row = g * rows + r;
+          // Tokens j .. j + 3 of the row (past nk: the row's zero padding).
+          const uint16_t* pr = p + row * ldp + j;
+          const __m512bh b01 = (__m512bh)_mm512_set1_epi32(Pair(pr));
+          const __m512bh b23 = (__m512bh)_mm512_set1_epi32(Pair(pr + 2));
+          float* orow = o + row * ldo + c;
+          __m512 a0 = _mm512_loadu_ps(orow);
+          a0 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a0, b01, p01lo), b23, p23lo);
+          _mm512_storeu_ps(orow, a0);
+          if (two) {
+            __m512 a1 = _mm512_loadu_ps(orow + 16);
+            a1 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a1, b01, p01hi), b23, p23hi);
+            _mm512_storeu_ps(orow + 16, a1);
+          }
+        }
+      }
+    }
+  }
+}
+
 GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                                     const uint16_t* pairs, int64_t dp, const float* alpha,
                                     float* o, int64_t ldo) {
@@ -277,17 +428,6 @@ GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, 
     case 3: AccColumns<3>(p, ldp, mq, np, pairs + 32 * c, dp, alpha, o + 16 * c, ldo); break;
     default: break;
   }
-}
-
-// The first n of 32 16-bit lanes (n clamped to [0, 32]).
-inline __mmask32 FirstLanes16(int64_t n) {
-  if (n <= 0) return 0;
-  return n >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint32_t{1} << n) - 1u);
-}
-// The first n of 16 32-bit lanes (n clamped to [0, 16]).
-inline __mmask16 FirstLanes32(int64_t n) {
-  if (n <= 0) return 0;
-  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1u);
 }
 
 // In place: r[i] lane k <- r[k] lane i, 32-bit lanes (4 stages of 2-input shuffles:
@@ -561,6 +701,17 @@ void AccumulateImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*,
   GPE_NO_BF16_DOT("AccumulateTileBf16");
 }
 
+void ScoreDecodeImpl(const uint16_t*, int64_t, int64_t, int64_t, int64_t, const uint16_t*,
+                     int64_t, int64_t, int64_t, float*, int64_t, PrefetchAhead) {
+  GPE_NO_BF16_DOT("ScoreDecodeBf16");
+}
+
+void AccumulateDecodeImpl(const uint16_t*, int64_t, int64_t, int64_t, int64_t,
+                          const uint16_t*, int64_t, int64_t, int64_t, int64_t, const float*,
+                          float*, int64_t, PrefetchAhead) {
+  GPE_NO_BF16_DOT("AccumulateDecodeBf16");
+}
+
 bool HasBf16DotProductImpl() { return false; }
 double Bf16DotProductSpeedupImpl() { return 0.0; }
 bool Bf16DotProductsFasterImpl() { return false; }
@@ -592,6 +743,8 @@ HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(RoundRowsImpl);
 HWY_EXPORT(SoftmaxRoundImpl);
 HWY_EXPORT(AccumulateImpl);
+HWY_EXPORT(ScoreDecodeImpl);
+HWY_EXPORT(AccumulateDecodeImpl);
 HWY_EXPORT(HasBf16DotProductImpl);
 HWY_EXPORT(Bf16DotProductSpeedupImpl);
 HWY_EXPORT(Bf16DotProductsFasterImpl);
@@ -667,6 +820,21 @@ void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                         const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
                         int64_t ldo) {
   HWY_DYNAMIC_DISPATCH(AccumulateImpl)(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
+}
+
+void ScoreDecodeBf16(const uint16_t* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                     const uint16_t* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                     int64_t lds, PrefetchAhead ahead) {
+  HWY_DYNAMIC_DISPATCH(ScoreDecodeImpl)(q, ldq, rows, heads, d, keys, ldk, ldh, nk, s, lds,
+                                        ahead);
+}
+
+void AccumulateDecodeBf16(const uint16_t* p, int64_t ldp, int64_t rows, int64_t heads,
+                          int64_t nk, const uint16_t* v, int64_t ldv, int64_t ldh, int64_t dv,
+                          int64_t dp, const float* alpha, float* o, int64_t ldo,
+                          PrefetchAhead ahead) {
+  HWY_DYNAMIC_DISPATCH(AccumulateDecodeImpl)(p, ldp, rows, heads, nk, v, ldv, ldh, dv, dp,
+                                             alpha, o, ldo, ahead);
 }
 
 std::vector<int64_t> CompiledTargetsBf16() { return hwy::SupportedAndGeneratedTargets(); }

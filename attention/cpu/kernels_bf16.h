@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "attention/cpu/kernels_decode.h"
+
 namespace gpe {
 namespace attention {
 namespace cpu {
@@ -86,6 +88,25 @@ void SoftmaxRoundTileBf16(float* s, int64_t lds, int64_t mq, int64_t n, float* m
 void AccumulateTileBf16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                         const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
                         int64_t ldo);
+
+// Decoding on the dot products (kernels_decode.h's ScoreDecode16 / AccumulateDecode16
+// for a bf16 cache, with the queries and probabilities in bf16 as the kernels above):
+// s[(g * rows + r) * lds + j] = sum_c q[(g * rows + r) * ldq + c] keys[j * ldk + g * ldh + c]
+// for g < heads, r < rows, j < nk (q rows of d bf16, keys read in place); and
+// o[(g * rows + r) * ldo + c] <- alpha[g * rows + r] o + sum_{j < nk}
+//     p[(g * rows + r) * ldp + j] v[j * ldv + g * ldh + c]
+// for c < dp (a multiple of 16; value columns past dv read as 0), p bf16 rows whose
+// entries from nk up to the next even column are 0 (as SoftmaxRoundTileBf16 leaves a
+// tile's padding: a last odd token is paired with that zero). Float
+// sums; each vdpbf16ps takes 32 components (scores) or two tokens (P V). The cache is
+// walked, and `ahead` requested, as kernels_decode.h's kernels do.
+void ScoreDecodeBf16(const uint16_t* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,
+                     const uint16_t* keys, int64_t ldk, int64_t ldh, int64_t nk, float* s,
+                     int64_t lds, PrefetchAhead ahead = {});
+void AccumulateDecodeBf16(const uint16_t* p, int64_t ldp, int64_t rows, int64_t heads,
+                          int64_t nk, const uint16_t* v, int64_t ldv, int64_t ldh, int64_t dv,
+                          int64_t dp, const float* alpha, float* o, int64_t ldo,
+                          PrefetchAhead ahead = {});
 
 // The Highway targets (hwy::TargetName) kernels_bf16.cc was compiled for that this CPU
 // runs, best first (as kernels.h's CompiledTargets); tests force each in turn.

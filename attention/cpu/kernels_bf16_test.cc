@@ -245,6 +245,86 @@ TEST(KernelsBf16, DotProductTilesMatchLoopsWhereTheTargetHasThem) {
   if (ran == 0) GTEST_SKIP() << "no target here has AVX512_BF16 dot products";
 }
 
+// The decode kernels on the dot products against double loops where the target has them:
+// bf16 x bf16 products exact in float, float sums (4e-6 per term, as above). Rows below,
+// at and above the 4-row block (1..5), key counts around the 4-key block (1, 4, 5, 9),
+// head_dim below, at and above the 32-component load (16, 20, 40, 128; value widths with
+// a 16-column half chunk), one and three kv heads, token-major and head-major caches
+// (row strides past the rows: nothing there may be read into a sum).
+TEST(KernelsBf16, DecodeKernelsMatchLoopsWhereTheTargetHasThem) {
+  int ran = 0;
+  for (int64_t target : cpu::CompiledTargetsBf16()) {
+    ForceTarget force(target);
+    if (!cpu::HasBf16DotProduct()) continue;
+    ++ran;
+    std::mt19937_64 rng(29);
+    for (int64_t d : {16, 20, 40, 128}) {
+      const int64_t dp = (d + 15) / 16 * 16;
+      for (int64_t rows : {1, 4, 5}) {
+        for (int64_t heads : {1, 3}) {
+          for (int64_t nk : {1, 4, 5, 9}) {
+            for (bool head_major : {false, true}) {
+              const int64_t ldh = head_major ? nk * (d + 8) + 8 : d + 8;
+              const int64_t ldk = head_major ? d + 8 : heads * ldh + 8, lds = nk + 3;
+              const int64_t ldq = d + 6, ldo = dp + 16;
+              const size_t n = static_cast<size_t>(head_major ? heads * ldh : nk * ldk);
+              std::vector<uint16_t> k(n), v(n), q(static_cast<size_t>(heads * rows * ldq));
+              for (uint16_t& x : k) x = Bf(RandomF(1, &rng)[0]);
+              for (uint16_t& x : v) x = Bf(RandomF(1, &rng)[0]);
+              for (uint16_t& x : q) x = Bf(RandomF(1, &rng)[0]);
+              std::vector<float> s(static_cast<size_t>(heads * rows * lds), -7.0f);
+              cpu::ScoreDecodeBf16(q.data(), ldq, rows, heads, d, k.data(), ldk, ldh, nk,
+                                   s.data(), lds);
+              std::vector<uint16_t> p(s.size(), 0);
+              for (int64_t g = 0; g < heads; ++g) {
+                for (int64_t r = 0; r < rows; ++r) {
+                  const int64_t row = g * rows + r;
+                  for (int64_t j = 0; j < lds; ++j) {
+                    if (j >= nk) {  // nothing written past nk
+                      ASSERT_EQ(s[row * lds + j], -7.0f) << hwy::TargetName(target);
+                      continue;
+                    }
+                    double want = 0.0;
+                    for (int64_t c = 0; c < d; ++c) {
+                      want += double(Fl(q[row * ldq + c])) * Fl(k[j * ldk + g * ldh + c]);
+                    }
+                    ASSERT_NEAR(s[row * lds + j], want, 4e-6 * d + 1e-6)
+                        << hwy::TargetName(target) << " d " << d << " rows " << rows
+                        << " heads " << heads << " nk " << nk << " head_major " << head_major;
+                    p[row * lds + j] = Bf(std::fabs(RandomF(1, &rng)[0]) / 3);
+                  }
+                }
+              }
+              std::vector<float> alpha = RandomF(static_cast<size_t>(heads * rows), &rng);
+              alpha[0] = 1.0f;  // the row left alone by lazy rescaling
+              std::vector<float> o = RandomF(static_cast<size_t>(heads * rows * ldo), &rng), o2 = o;
+              cpu::AccumulateDecodeBf16(p.data(), lds, rows, heads, nk, v.data(), ldk, ldh, d,
+                                        dp, alpha.data(), o2.data(), ldo);
+              for (int64_t row = 0; row < heads * rows; ++row) {
+                const int64_t g = row / rows;
+                for (int64_t c = 0; c < ldo; ++c) {
+                  if (c >= dp) {  // columns past dp untouched
+                    ASSERT_EQ(o2[row * ldo + c], o[row * ldo + c]) << hwy::TargetName(target);
+                    continue;
+                  }
+                  double want = double(alpha[row]) * o[row * ldo + c];
+                  for (int64_t j = 0; j < nk && c < d; ++j) {
+                    want += double(Fl(p[row * lds + j])) * Fl(v[j * ldk + g * ldh + c]);
+                  }
+                  ASSERT_NEAR(o2[row * ldo + c], want, 4e-6 * (nk + 1) + 1e-6)
+                      << hwy::TargetName(target) << " P V d " << d << " rows " << rows
+                      << " heads " << heads << " nk " << nk << " head_major " << head_major;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  if (ran == 0) GTEST_SKIP() << "no target here has AVX512_BF16 dot products";
+}
+
 // The fused softmax + rounding against the two kernels it replaces (kernels.h's
 // SoftmaxTile, then RoundRowsBf16) on the same tiles and the same forced target: the same
 // operations in the same order, so m, l, alpha, the bf16 probabilities and (keep_float)

@@ -6,7 +6,7 @@
 #include "hwy/highway.h"
 #include "hwy/cache_control.h"
 // Per target, before HWY_BEFORE_NAMESPACE (it opens the namespaces itself).
-#include "attention/cpu/sums4x4-inl.h"
+#include "attention/cpu/decode_shared-inl.h"
 
 #include <cstdint>
 #include <cstring>
@@ -246,44 +246,6 @@ HWY_INLINE void Dot4x4(const float* HWY_RESTRICT q, int64_t ldq, int64_t d,
 // Whether a decode kernel walks kv heads outermost (see ScoreDecode in kernels_decode.h).
 HWY_INLINE bool HeadMajor(int64_t ld, int64_t ldh) { return ldh > ld; }
 
-// Walks a PrefetchAhead's runs in order: Step() requests the next `per_step` cache lines,
-// with per_step chosen so that `steps` calls cover them all.
-class PrefetchCursor {
- public:
-  PrefetchCursor(PrefetchAhead ahead, int64_t steps) {
-    if (ahead.begin == nullptr || ahead.bytes <= 0 || ahead.runs <= 0 || steps <= 0) return;
-    begin_ = reinterpret_cast<uintptr_t>(ahead.begin);
-    bytes_ = static_cast<uintptr_t>(ahead.bytes);
-    stride_ = static_cast<uintptr_t>(ahead.stride);
-    runs_ = ahead.runs;
-    StartRun();
-    // Lines in all runs (a run's start rounded down to its line adds at most one).
-    const int64_t total = runs_ * ((ahead.bytes + 63) / 64 + 1);
-    per_step_ = (total + steps - 1) / steps;
-  }
-  HWY_INLINE void Step() {
-    for (int64_t i = 0; i < per_step_ && run_ < runs_; ++i) {
-      __builtin_prefetch(reinterpret_cast<const void*>(next_), 0, 2);  // prefetcht1 on x86
-      next_ += 64;
-      if (--lines_ == 0) {
-        ++run_;
-        StartRun();
-      }
-    }
-  }
-
- private:
-  // Points next_ at run run_'s first line; lines_: its line count.
-  void StartRun() {
-    if (run_ >= runs_) return;
-    const uintptr_t start = begin_ + static_cast<uintptr_t>(run_) * stride_;
-    next_ = start & ~uintptr_t{63};
-    lines_ = static_cast<int64_t>((start + bytes_ - next_ + 63) / 64);
-  }
-
-  uintptr_t begin_ = 0, bytes_ = 0, stride_ = 0, next_ = 0;
-  int64_t runs_ = 0, run_ = 0, lines_ = 0, per_step_ = 0;
-};
 
 template <class E>
 void ScoreDecodeT(const float* q, int64_t ldq, int64_t rows, int64_t heads, int64_t d,

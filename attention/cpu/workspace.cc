@@ -12,7 +12,7 @@ int64_t Workspace::Floats(const Plan& p) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
   // (bf16 buffers counted in floats: two bf16 per float.)
   const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dvp) +
-                                     p.rows * RoundUp(p.d, 2) + p.bq * p.bk + 1) / 2
+                                     p.rows * RoundUp(p.d, 2) + TileRows(p) * p.bk + 1) / 2
                                   : 0;
   return blocks * p.bk * p.d + blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
          2 * TileRows(p) * p.bk + p.rows * p.dvp + (2 + kSumLanes) * p.rows + bf16 +
@@ -48,7 +48,7 @@ Workspace::Workspace(const Plan& p) {
     panels16 = alloc16(blocks * p.bk * deven);
     pairs16 = alloc16(blocks * p.bk * p.dvp);
     q16 = alloc16(p.rows * deven);
-    p16 = alloc16(p.bq * p.bk);
+    p16 = alloc16(TileRows(p) * p.bk);  // decoding's tiles hold every query head
   }
 }
 

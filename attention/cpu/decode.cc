@@ -150,19 +150,17 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
     return absl::OkStatus();
   }
   cpu::SoftmaxTile(s, bk, rows, kblk.ncols, w.m.get(), w.l.get(), w.alpha.get(), FusedCap(kblk));
-  {
-    if (!finite) {
-      for (int64_t g = 0; g < hkv; ++g) {
-        const int64_t r0 = g * gr;
-        float* vals = w.values.get();  // the head's value rows widened (rare path)
-        for (int64_t j = 0; j < nk; ++j) {
-          LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), vals + j * dvp, dv);
-        }
-        cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk, vals, dvp,
-                                     dv, w.alpha.get() + r0, w.oacc.get() + r0 * dvp, dvp);
+  if (!finite) {
+    for (int64_t g = 0; g < hkv; ++g) {
+      const int64_t r0 = g * gr;
+      float* vals = w.values.get();  // the head's value rows widened (rare path)
+      for (int64_t j = 0; j < nk; ++j) {
+        LoadRow(v_ + a_.KOffset(a_.v, kb + j0 + j, g), vals + j * dvp, dv);
       }
-      return absl::OkStatus();
+      cpu::AccumulateSkippingZeros(s + r0 * bk, bk, 1, s + r0 * bk, bk, 1, gr, nk, vals, dvp,
+                                   dv, w.alpha.get() + r0, w.oacc.get() + r0 * dvp, dvp);
     }
+    return absl::OkStatus();
   }
   if constexpr (std::is_same_v<KV, float>) {
     cpu::AccumulateDecode(s, bk, gr, hkv, nk, vblock, a_.v.token, a_.v.head, dvp, w.alpha.get(),

@@ -266,6 +266,35 @@ GPE_BF16_TARGET void SoftmaxRoundImpl(float* s, int64_t lds, int64_t mq, int64_t
   }
 }
 
+// vpermt2w indices interleaving two rows a, b of 32 bf16 into pairs (a_c, b_c): columns
+// 0-15 (kPairLo) and 16-31 (kPairHi). The value-pair pack and the decode P V use them.
+alignas(64) constexpr uint16_t kPairLo[32] = {
+    0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+    8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+alignas(64) constexpr uint16_t kPairHi[32] = {
+    16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+    24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+
+// The decode kernels' walk over a block: steps of four tokens (the last nt <= 4) for
+// each kv head, heads outermost where each head's rows are contiguous (head-major
+// caches, ldh > ld), else tokens outermost, the cache read in the order it lies
+// (kernels_decode.h); one prefetch step per call of fn(g, j, nt).
+template <class Fn>
+HWY_INLINE void ForEachDecodeStep(int64_t heads, int64_t nk, int64_t ld, int64_t ldh,
+                                  PrefetchAhead ahead, Fn fn) {
+  const int64_t steps = (nk + 3) / 4;
+  PrefetchCursor pf(ahead, steps * heads);
+  const bool head_major = ldh > ld;
+  const int64_t outer = head_major ? heads : steps, inner = head_major ? steps : heads;
+  for (int64_t a = 0; a < outer; ++a) {
+    for (int64_t b = 0; b < inner; ++b) {
+      const int64_t g = head_major ? a : b, j = 4 * (head_major ? b : a);
+      pf.Step();
+      fn(g, j, nk - j < 4 ? nk - j : 4);
+    }
+  }
+}
+
 // The first n of 32 16-bit lanes (n clamped to [0, 32]).
 inline __mmask32 FirstLanes16(int64_t n) {
   if (n <= 0) return 0;
@@ -318,29 +347,20 @@ GPE_BF16_TARGET void ScoreDecodeImpl(const uint16_t* q, int64_t ldq, int64_t row
                                      int64_t ldk, int64_t ldh, int64_t nk, float* s,
                                      int64_t lds, PrefetchAhead ahead) {
   if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("ScoreDecodeBf16");
-  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
-  // Heads outermost where each head's rows are contiguous (head-major caches), else
-  // tokens outermost: the cache read in the order it lies (kernels_decode.h).
-  const bool head_major = ldh > ldk;
-  const int64_t outer = head_major ? heads : (nk + 3) / 4, inner = head_major ? (nk + 3) / 4 : heads;
-  for (int64_t a = 0; a < outer; ++a) {
-    for (int64_t b = 0; b < inner; ++b) {
-      const int64_t g = head_major ? a : b, j = 4 * (head_major ? b : a);
-      pf.Step();
-      const uint16_t* k = keys + j * ldk + g * ldh;
-      const int64_t nt = nk - j < 4 ? nk - j : 4;
-      for (int64_t r = 0; r < rows; r += 4) {
-        const uint16_t* qr = q + (g * rows + r) * ldq;
-        float* sr = s + (g * rows + r) * lds + j;
-        switch (rows - r < 4 ? rows - r : 4) {
-          case 1: DecodeDots<1>(qr, ldq, d, k, ldk, nt, sr, lds); break;
-          case 2: DecodeDots<2>(qr, ldq, d, k, ldk, nt, sr, lds); break;
-          case 3: DecodeDots<3>(qr, ldq, d, k, ldk, nt, sr, lds); break;
-          default: DecodeDots<4>(qr, ldq, d, k, ldk, nt, sr, lds); break;
-        }
+  auto step = [&](int64_t g, int64_t j, int64_t nt) GPE_BF16_TARGET {
+    const uint16_t* k = keys + j * ldk + g * ldh;
+    for (int64_t r = 0; r < rows; r += 4) {
+      const uint16_t* qr = q + (g * rows + r) * ldq;
+      float* sr = s + (g * rows + r) * lds + j;
+      switch (rows - r < 4 ? rows - r : 4) {
+        case 1: DecodeDots<1>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+        case 2: DecodeDots<2>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+        case 3: DecodeDots<3>(qr, ldq, d, k, ldk, nt, sr, lds); break;
+        default: DecodeDots<4>(qr, ldq, d, k, ldk, nt, sr, lds); break;
       }
     }
-  }
+  };
+  ForEachDecodeStep(heads, nk, ldk, ldh, ahead, step);
 }
 
 // P V for decoding on the dot products, the cache read in token order as
@@ -355,13 +375,7 @@ GPE_BF16_TARGET void AccumulateDecodeImpl(const uint16_t* p, int64_t ldp, int64_
                                           const float* alpha, float* o, int64_t ldo,
                                           PrefetchAhead ahead) {
   if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("AccumulateDecodeBf16");
-  alignas(64) static constexpr uint16_t kLo[32] = {
-      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const __m512i lo = _mm512_load_si512(kPairLo), hi = _mm512_load_si512(kPairHi);
   for (int64_t i = 0; i < heads * rows; ++i) {
     if (alpha[i] == 1.0f) continue;  // lazy rescaling leaves most rows alone
     const __m512 a = _mm512_set1_ps(alpha[i]);
@@ -370,49 +384,41 @@ GPE_BF16_TARGET void AccumulateDecodeImpl(const uint16_t* p, int64_t ldp, int64_
       _mm512_storeu_ps(orow + c, _mm512_mul_ps(a, _mm512_loadu_ps(orow + c)));
     }
   }
-  PrefetchCursor pf(ahead, (nk + 3) / 4 * heads);
-  const bool head_major = ldh > ldv;  // as ScoreDecodeImpl
-  const int64_t steps = (nk + 3) / 4;
-  const int64_t outer = head_major ? heads : steps, inner = head_major ? steps : heads;
-  for (int64_t a = 0; a < outer; ++a) {
-    for (int64_t b = 0; b < inner; ++b) {
-      const int64_t g = head_major ? a : b, j = 4 * (head_major ? b : a);
-      pf.Step();
-      const uint16_t* vg = v + j * ldv + g * ldh;
-      const int64_t nt = nk - j < 4 ? nk - j : 4;
-      for (int64_t c = 0; c < dp; c += 32) {
-        const __mmask32 m = FirstLanes16(dv - c);
-        __m512i t[4];
+  auto step = [&](int64_t g, int64_t j, int64_t nt) GPE_BF16_TARGET {
+    const uint16_t* vg = v + j * ldv + g * ldh;
+    for (int64_t c = 0; c < dp; c += 32) {
+      const __mmask32 m = FirstLanes16(dv - c);
+      __m512i t[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; ++u) {
-          t[u] = u < nt && m != 0 ? _mm512_maskz_loadu_epi16(m, vg + u * ldv + c)
-                                  : _mm512_setzero_si512();
-        }
-        // Pairs (tokens 0, 1) and (2, 3) for columns c .. c + 15 and c + 16 .. c + 31.
-        const __m512bh p01lo = (__m512bh)_mm512_permutex2var_epi16(t[0], lo, t[1]);
-        const __m512bh p01hi = (__m512bh)_mm512_permutex2var_epi16(t[0], hi, t[1]);
-        const __m512bh p23lo = (__m512bh)_mm512_permutex2var_epi16(t[2], lo, t[3]);
-        const __m512bh p23hi = (__m512bh)_mm512_permutex2var_epi16(t[2], hi, t[3]);
-        const bool two = c + 16 < dp;
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t row = g * rows + r;
-          // Tokens j .. j + 3 of the row (past nk: the row's zero padding).
-          const uint16_t* pr = p + row * ldp + j;
-          const __m512bh b01 = (__m512bh)_mm512_set1_epi32(Pair(pr));
-          const __m512bh b23 = (__m512bh)_mm512_set1_epi32(Pair(pr + 2));
-          float* orow = o + row * ldo + c;
-          __m512 a0 = _mm512_loadu_ps(orow);
-          a0 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a0, b01, p01lo), b23, p23lo);
-          _mm512_storeu_ps(orow, a0);
-          if (two) {
-            __m512 a1 = _mm512_loadu_ps(orow + 16);
-            a1 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a1, b01, p01hi), b23, p23hi);
-            _mm512_storeu_ps(orow + 16, a1);
-          }
+      for (int u = 0; u < 4; ++u) {
+        t[u] = u < nt && m != 0 ? _mm512_maskz_loadu_epi16(m, vg + u * ldv + c)
+                                : _mm512_setzero_si512();
+      }
+      // Pairs (tokens 0, 1) and (2, 3) for columns c .. c + 15 and c + 16 .. c + 31.
+      const __m512bh p01lo = (__m512bh)_mm512_permutex2var_epi16(t[0], lo, t[1]);
+      const __m512bh p01hi = (__m512bh)_mm512_permutex2var_epi16(t[0], hi, t[1]);
+      const __m512bh p23lo = (__m512bh)_mm512_permutex2var_epi16(t[2], lo, t[3]);
+      const __m512bh p23hi = (__m512bh)_mm512_permutex2var_epi16(t[2], hi, t[3]);
+      const bool two = c + 16 < dp;
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t row = g * rows + r;
+        // Tokens j .. j + 3 of the row (past nk: the row's zero padding).
+        const uint16_t* pr = p + row * ldp + j;
+        const __m512bh b01 = (__m512bh)_mm512_set1_epi32(Pair(pr));
+        const __m512bh b23 = (__m512bh)_mm512_set1_epi32(Pair(pr + 2));
+        float* orow = o + row * ldo + c;
+        __m512 a0 = _mm512_loadu_ps(orow);
+        a0 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a0, b01, p01lo), b23, p23lo);
+        _mm512_storeu_ps(orow, a0);
+        if (two) {
+          __m512 a1 = _mm512_loadu_ps(orow + 16);
+          a1 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(a1, b01, p01hi), b23, p23hi);
+          _mm512_storeu_ps(orow + 16, a1);
         }
       }
     }
-  }
+  };
+  ForEachDecodeStep(heads, nk, ldv, ldh, ahead, step);
 }
 
 GPE_BF16_TARGET void AccumulateImpl(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
@@ -498,13 +504,7 @@ void PackKeyPanelsImpl(const uint16_t* keys, int64_t nk, int64_t ld, int64_t d,
 // columns per pair of loads; masked loads zero the columns past d and a missing last key.
 void PackValuePairsImpl(const uint16_t* vals, int64_t nk, int64_t ld, int64_t d,
                         int64_t dp, uint16_t* pairs) {
-  alignas(64) static constexpr uint16_t kLo[32] = {
-      0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-      8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr uint16_t kHi[32] = {
-      16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-      24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo = _mm512_load_si512(kLo), hi = _mm512_load_si512(kHi);
+  const __m512i lo = _mm512_load_si512(kPairLo), hi = _mm512_load_si512(kPairHi);
   const int64_t np = (nk + 1) / 2;
   for (int64_t j2 = 0; j2 < np; ++j2) {
     const uint16_t* a = vals + 2 * j2 * ld;

@@ -128,6 +128,20 @@ absl::StatusOr<double> TimeForwardBf16Cache(Problem& p, int threads, int reps) {
   });
 }
 
+// As TimeForwardBf16Cache with bfloat16 queries and output too (a bf16 model: decoding
+// runs on the bf16 dot products where the CPU has faster ones).
+absl::StatusOr<double> TimeForwardBf16All(Problem& p, int threads, int reps) {
+  att::CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  const auto* k = reinterpret_cast<const seq::BFloat16*>(p.k.data());
+  const auto* v = reinterpret_cast<const seq::BFloat16*>(p.v.data());
+  std::vector<seq::BFloat16> q(static_cast<size_t>(p.q.size())), o(q.size());
+  for (size_t i = 0; i < q.size(); ++i) q[i] = seq::ToBFloat16(p.q[i]);
+  return WarmThenBestSeconds(reps, [&] {
+    return att::CpuForward(p.args, q.data(), k, v, o.data(), nullptr, opt);
+  });
+}
+
 // RoPE applied in place to q and k (s x h x d float32 each, bshd) with one shared table.
 absl::StatusOr<double> RopeQkSeconds(int64_t s, int64_t h, int64_t d, int threads, int reps) {
   seq::RopeOptions o;
@@ -233,7 +247,8 @@ class AttentionBench {
          {&AttentionBench::BenchForward, &AttentionBench::BenchBackwardAndBf16,
           &AttentionBench::BenchDecodeBshd, &AttentionBench::BenchDecodeBhsd,
           &AttentionBench::BenchDecodeBf16Cache,
-          &AttentionBench::BenchDecodePaged, &AttentionBench::BenchDecodeBatched,
+          &AttentionBench::BenchDecodePaged, &AttentionBench::BenchDecodePagedBf16,
+          &AttentionBench::BenchDecodeBatched,
           &AttentionBench::BenchEngineFeatures,
           &AttentionBench::BenchMemory, &AttentionBench::BenchScaling,
           &AttentionBench::BenchRope}) {
@@ -508,10 +523,12 @@ class AttentionBench {
   // peer: SDPA has no paged cache and no per-sequence lengths): one sequence in a paged
   // bfloat16 cache (pages of 64 tokens in shuffled order, vLLM's block table), and 16
   // sequences of mixed lengths (1024 to 8191 tokens; a bshd cache of capacity 8192)
-  // decoded in one call (kv_lengths), float32.
+  // decoded in one call (kv_lengths), float32; the paged row again with bfloat16 queries
+  // (a bf16 model, on the bf16 dot products where the CPU has faster ones).
   absl::Status BenchDecodePaged() { return BenchDecodeEngine(/*paged=*/true); }
+  absl::Status BenchDecodePagedBf16() { return BenchDecodeEngine(/*paged=*/true, /*bf16_q=*/true); }
   absl::Status BenchDecodeBatched() { return BenchDecodeEngine(/*paged=*/false); }
-  absl::Status BenchDecodeEngine(bool paged) {
+  absl::Status BenchDecodeEngine(bool paged, bool bf16_q = false) {
     const int64_t d = head_dim_, page = q_ ? 16 : 64;
     const int64_t batch = paged ? 1 : (q_ ? 4 : 16), cap = paged ? (q_ ? 2048 : 32768) : (q_ ? 512 : 8192);
     std::unique_ptr<Problem> p = MakeProblem(batch, q_ ? 8 : 32, q_ ? 2 : 8, 1, cap, d, false);
@@ -533,8 +550,8 @@ class AttentionBench {
     }
     const double kv_bytes = 2.0 * static_cast<double>(used * p->hkv * d) * (paged ? 2.0 : 4.0);
     const std::string name =
-        paged ? absl::StrFormat("decode f32 q, paged bf16 cache %s (GQA, pages of %d in shuffled order)",
-                                p->Shape(), page)
+        paged ? absl::StrFormat("decode %s q, paged bf16 cache %s (GQA, pages of %d in shuffled order)",
+                                bf16_q ? "bf16" : "f32", p->Shape(), page)
               : absl::StrFormat("decode f32 b%d h%d/%d, %d sequences of %d-%d keys in one call (GQA)",
                                 batch, p->hq, p->hkv, batch, cap / 8, cap - 1);
     const int decode_reps = q_ ? reps_ : 10;
@@ -544,8 +561,9 @@ class AttentionBench {
     double best = 1e300;
     for (int round = 0; round < (q_ ? rounds_ : 7); ++round) {
       triad_ = std::max(triad_, beside.Measure());
-      absl::StatusOr<double> t = paged ? TimeForwardBf16Cache(*p, o_.threads, decode_reps)
-                                       : TimeForward(*p, o_.threads, decode_reps);
+      absl::StatusOr<double> t = !paged  ? TimeForward(*p, o_.threads, decode_reps)
+                                 : bf16_q ? TimeForwardBf16All(*p, o_.threads, decode_reps)
+                                          : TimeForwardBf16Cache(*p, o_.threads, decode_reps);
       if (!t.ok()) return t.status();
       triad_ = std::max(triad_, beside.Add(kv_bytes / *t * 1e-9));
       best = std::min(best, *t);

@@ -79,6 +79,7 @@ for row in "attention fwd f32 [^|]* d64 \\| [0-9.]+ ms" "attention fwd f32 [^|]*
            "attention bwd f32 [^|]* \\| [0-9.]+ ms" "attention fwd bf16 [^|]* \\| [0-9.]+ ms" \
            "decode f32 [^|]*\\(GQA, bshd cache\\) \\| [0-9.]+ ms" \
            "decode f32 [^|]*\\(GQA, bhsd cache\\) \\| [0-9.]+ ms" \
+           "decode bf16 q, paged bf16 cache [^|]* \\| [0-9.]+ ms" \
            "memory: attention [^|]* causal \\| .* floats per token x d" \
            "scaling: attention [^|]* threads vs 1 \\| [0-9.]+ ms vs [0-9.]+ ms" \
            "RoPE on q and k, [^|]* \\| [0-9.]+ ms, [0-9.]+ GB/s"; do

@@ -42,15 +42,8 @@ absl::Status Forward<T, KV>::RunDecodeItem(int64_t b, int64_t k0, int64_t k1, in
   const int64_t hq = a_.num_q_heads;
   const int64_t t0 = a_.q_begin(b), lq = a_.q_end(b) - t0, kb = a_.k_begin(b);
   // Row h * lq + r: head h, token t0 + r.
-  if (absl::Status s = LoadQueries(0, hq, t0, lq, /*direct=*/true, w); !s.ok()) return s;
-  if (DecodeOnDots()) {  // the scaled rows rounded to bf16 (as the prefill's tiles do)
-    const int64_t deven = RoundUp(d, 2);
-    for (int64_t r = 0; r < hq * lq; ++r) {
-      uint16_t* out = w.q16.get() + r * deven;
-      cpu::RoundBf16Row(w.qblk.get() + r * d, out, d);
-      if (deven > d) out[d] = 0;
-    }
-  }
+  // (bf16 copies for decoding on the dot products, as the prefill's tiles have them)
+  if (absl::Status s = LoadQueries(0, hq, t0, lq, DecodeOnDots(), w); !s.ok()) return s;
   const int64_t* qpos = pq_.data() + t0;
   const int64_t qmin = *std::min_element(qpos, qpos + lq);
   const int64_t qmax = *std::max_element(qpos, qpos + lq);

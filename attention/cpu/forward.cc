@@ -120,7 +120,9 @@ template <class T, class KV>
 absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
                                    int64_t kb, int64_t lk, bool direct, Workspace& w) const {
   const int64_t bk = p_.bk, bq = p_.bq;
-  if (absl::Status s = LoadQueries(h0, nh, t0, mq, direct, w); !s.ok()) return s;
+  if (absl::Status s = LoadQueries(h0, nh, t0, mq, p_.bf16_dot && !direct, w); !s.ok()) {
+    return s;
+  }
   const int64_t* qpos = pq_.data() + t0;
   QueryTile tile[kPassRows];
   int64_t tiles = 0;

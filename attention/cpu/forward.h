@@ -139,8 +139,8 @@ class Forward {
 
   // Query rows [t0, t0 + mq) of heads [h0, h0 + nh) into w.qblk (row hi * mq + r: head
   // h0 + hi, token t0 + r), transformed and scaled, with their Shaw label dot products
-  // and (bf16 dot products, unless direct) bf16 copies.
-  absl::Status LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
+  // and, where round16 (the rows feed bf16 dot products), bf16 copies in w.q16.
+  absl::Status LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool round16,
                            Workspace& w) const;
 
   // m = -inf, l = 0, o = 0 for rows [0, rows).

@@ -19,11 +19,11 @@ namespace cpu {
 
 // Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) into w.qblk (buffer
 // row hi * mq + r: head h0 + hi, token t0 + r): transformed, times softmax_scale *
-// log2(e); with Shaw key labels, their label dot products; and (bf16 dot products, not
-// direct) rounded to bf16.
+// log2(e); with Shaw key labels, their label dot products; and (round16: the packed
+// tiles' or decoding's bf16 dot products) rounded to bf16.
 template <class T, class KV>
-absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq, bool direct,
-                                     Workspace& w) const {
+absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int64_t mq,
+                                     bool round16, Workspace& w) const {
   const int64_t d = p_.d;
   const int64_t rows = nh * mq;
   float* qb = w.qblk.get();
@@ -43,7 +43,7 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
   if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
   std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
-  if (p_.bf16_dot && !direct) {  // rows rounded to bf16, padded to even length
+  if (round16) {  // rows rounded to bf16, padded to even length
     const int64_t deven = RoundUp(d, 2);
     for (int64_t r = 0; r < rows; ++r) {
       uint16_t* out = w.q16.get() + r * deven;

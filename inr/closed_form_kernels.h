@@ -22,9 +22,12 @@ void BandCholeskySolve(const double* band, int64_t k, int64_t kd, double* b, int
 void BandCholeskySolveReference(const double* band, int64_t k, int64_t kd, double* b,
                                 int64_t ldb, int64_t c0, int64_t c1);
 
-// True iff every entry of the rows x cols block (leading dimension ld) is finite.
+// True iff every entry of the rows x cols block (leading dimension ld) is finite. Also
+// the MLP trainer's input check (mlp.cc), hence the float overloads.
 bool AllFinite(const double* data, int64_t rows, int64_t cols, int64_t ld);
 bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t ld);
+bool AllFinite(const float* data, int64_t rows, int64_t cols, int64_t ld);
+bool AllFiniteReference(const float* data, int64_t rows, int64_t cols, int64_t ld);
 
 // max |entry| of the rows x cols block (leading dimension ld); 0 when empty. Entries
 // finite.

@@ -99,20 +99,21 @@ TEST(BandCholeskySolveTest, ReferenceSolvesTheSystem) {
 
 // Exact predicate: every position of a non-finite value (inf, -inf, NaN) in blocks whose
 // widths straddle the vector widths is found, and entries outside the block are ignored.
-TEST(AllFiniteTest, FindsEveryNonFiniteEntry) {
-  const double bad[] = {std::numeric_limits<double>::infinity(),
-                        -std::numeric_limits<double>::infinity(),
-                        std::numeric_limits<double>::quiet_NaN()};
-  for (int64_t cols : {1, 7, 8, 16, 19}) {
+template <typename T>
+void CheckFindsEveryNonFiniteEntry() {
+  const T bad[] = {std::numeric_limits<T>::infinity(), -std::numeric_limits<T>::infinity(),
+                   std::numeric_limits<T>::quiet_NaN()};
+  for (int64_t cols : {1, 7, 8, 15, 16, 17, 31, 32, 33, 40}) {
     const int64_t rows = 3, ld = cols + 2;
-    std::vector<double> m(static_cast<size_t>(rows * ld), 1e308);
+    // The largest finite value: x - x must stay 0 where x + x would overflow.
+    std::vector<T> m(static_cast<size_t>(rows * ld), std::numeric_limits<T>::max());
     for (int64_t r = 0; r < rows; ++r) m[r * ld + cols] = bad[2];  // outside the block
     ASSERT_TRUE(AllFinite(m.data(), rows, cols, ld));
     ASSERT_TRUE(AllFiniteReference(m.data(), rows, cols, ld));
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
-        for (double v : bad) {
-          std::vector<double> t = m;
+        for (T v : bad) {
+          std::vector<T> t = m;
           t[r * ld + c] = v;
           EXPECT_FALSE(AllFinite(t.data(), rows, cols, ld)) << r << ", " << c << ": " << v;
           EXPECT_FALSE(AllFiniteReference(t.data(), rows, cols, ld));
@@ -121,6 +122,9 @@ TEST(AllFiniteTest, FindsEveryNonFiniteEntry) {
     }
   }
 }
+
+TEST(AllFiniteTest, FindsEveryNonFiniteEntryDouble) { CheckFindsEveryNonFiniteEntry<double>(); }
+TEST(AllFiniteTest, FindsEveryNonFiniteEntryFloat) { CheckFindsEveryNonFiniteEntry<float>(); }
 
 // MaxAbs and RowSpan are exact (comparisons only): equal to their references on random
 // sparse rows of every length around the vector widths, with kept entries placed at the

@@ -56,10 +56,20 @@ struct MlpShape {
 };
 
 // Activations kept by a forward pass for the backward pass: inputs[l] is H_l, the input
-// of layer l (inputs[0] is the batch, inputs[l] = ReLU(Z_{l-1}) for l >= 1).
+// of layer l (inputs[0] is the batch, inputs[l] = ReLU(Z_{l-1}) for l >= 1). After
+// ForwardBorrowing, inputs[0] is empty and `batch` views the caller's batch instead.
+// Buffers keep their memory between calls, so a training loop that passes the same cache
+// to every step allocates nothing after the first (a 64 MiB activation mapped afresh each
+// step costs 16k page faults).
 template <typename Scalar>
 struct MlpCache {
   std::vector<RowMatrix<Scalar>> inputs;
+  // Set by ForwardBorrowing (null after Forward): the caller's batch, batch_rows x
+  // batch_cols, rows batch_stride elements apart.
+  const Scalar* batch = nullptr;
+  int64_t batch_rows = 0, batch_cols = 0, batch_stride = 0;
+  // The backward pass's dL/dZ, walking down (two buffers, swapped layer by layer).
+  mutable RowMatrix<Scalar> grad[2];
 };
 
 template <typename Scalar>
@@ -96,6 +106,11 @@ class MlpT {
   // x: N x input_dim, N >= 1, finite. Returns N x output_dim. `cache` (optional) receives
   // the activations the backward pass needs.
   absl::StatusOr<Matrix> Forward(const MatrixRef& x, MlpCache<Scalar>* cache = nullptr) const;
+  // As Forward with a cache, but the cache views x instead of copying it (TrainFullBatch:
+  // the features stay put for the whole run, and copying them cost a pass over the
+  // largest matrix each step). x must stay alive and unchanged until the Backward that
+  // reads this cache.
+  absl::StatusOr<Matrix> ForwardBorrowing(const MatrixRef& x, MlpCache<Scalar>* cache) const;
 
   // Reverse pass for dL/dY = grad_output (N x output_dim, the N of the cached forward).
   // Writes dL/dparameters (flat layout) into *grad_parameters (resized) and, if
@@ -104,6 +119,8 @@ class MlpT {
                         Vector<Scalar>* grad_parameters, Matrix* grad_input = nullptr) const;
 
  private:
+  // The layers on a checked batch x (n rows, ldx apart); activations into c->inputs[1..].
+  Matrix ForwardLayers(const Scalar* x, int64_t n, int64_t ldx, MlpCache<Scalar>* c) const;
   MlpT(const MlpShape& shape, std::vector<int64_t> offsets, int64_t count)
       : shape_(shape), offsets_(std::move(offsets)), parameters_(count) {}
   MlpShape shape_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpe/gpe.h"
+#include "inr/blas.h"
 #include "measure/machine_limits.h"
 #include "tools/blas_kernels.h"
 #include "tools/gpe_bench.h"
@@ -78,7 +79,11 @@ int RunVersion() {
 int RunMachine() {
   namespace m = gpe::measure;
   const int all = m::AvailableThreads();
-  std::printf("Widest vector ISA: %s, %d hardware threads\n\n", m::WidestVectorIsa().c_str(), all);
+  std::printf("Widest vector ISA: %s, %d hardware threads\n", m::WidestVectorIsa().c_str(), all);
+  // The INR solvers' products run on OpenBLAS: its kernel family, as chosen at start.
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("BLAS kernels: %s%s\n\n", gpe::inr::BlasCoreName().c_str(),
+              coretype != nullptr ? " (OPENBLAS_CORETYPE set)" : "");
   std::printf("| measure | 1 thread | %d threads |\n|---|---|---|\n", all);
   std::printf("| float32 FMA peak (GFLOP/s) | %.1f | %.1f |\n", m::FmaPeakGflops(1),
               m::FmaPeakGflops(all));

@@ -114,10 +114,11 @@ def _machine(gpe):
     out = subprocess.run([gpe, "machine"], stdout=subprocess.PIPE, text=True, check=True).stdout
     fma = re.search(r"FMA peak \(GFLOP/s\) \| ([\d.]+) \| ([\d.]+)", out)
     triad = re.search(r"triad bandwidth \(GB/s\) \| ([\d.]+) \| ([\d.]+)", out)
+    blas = re.search(r"BLAS kernels: (.*)", out)
     if not fma or not triad:
         return out.strip()
-    return "float32 FMA peak %s GFLOP/s, triad %s GB/s (2 threads)" % (fma.group(2),
-                                                                      triad.group(2))
+    return "float32 FMA peak %s GFLOP/s, triad %s GB/s (2 threads); OpenBLAS kernels %s" % (
+        fma.group(2), triad.group(2), blas.group(1).strip() if blas else "unknown")
 
 
 def _demote(markdown):

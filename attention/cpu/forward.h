@@ -179,9 +179,6 @@ class Forward {
                             int64_t nr, int64_t pmin, int64_t pmax, float* s,
                             Workspace& w) const;
 
-  // The softcap (base 2) SoftmaxTile applies in its maxima pass for this block, or 0
-  // where AdjustScores applies it: fused when nothing comes between the softcap and the
-  // softmax (no bias, no additive mask) and the float softmax runs (not the bf16 one).
   // Whether decoding (RunDecodeItem's token-order blocks: keys as stored, rows unpadded)
   // runs on the bf16 dot products: bf16 queries and cache where the plan chose them.
   bool DecodeOnDots() const {
@@ -193,6 +190,9 @@ class Forward {
     }
   }
 
+  // The softcap (base 2) SoftmaxTile applies in its maxima pass for this block, or 0
+  // where AdjustScores applies it: fused when nothing comes between the softcap and the
+  // softmax (no bias, no additive mask) and the float softmax runs (not the bf16 one).
   float FusedCap(const KeyBlock& kb) const {
     const bool fused = a_.softcap.has_value() && a_.biases.empty() &&
                        a_.mask.additive == nullptr && kb.pairs16 == nullptr && !kb.dot16;

@@ -17,7 +17,9 @@
 //   (MlpD) exists so gradients can be checked against finite differences in float64.
 //   Products go through OpenBLAS's gemm (~90% of the time), which picks its kernel for
 //   the CPU at load time; where it misdetects the CPU (it takes the development VM for a
-//   Prescott) set OPENBLAS_CORETYPE, a 2-3x speed-up (numbers in mlp_benchmark.cc).
+//   Prescott) set OPENBLAS_CORETYPE, a 2-3x speed-up (numbers in mlp_benchmark.cc); where
+//   the environment sets an AVX2 family on an AVX-512 CPU, unset it (Zen 5: Haswell's
+//   kernels ~200 GFLOP/s, Cooperlake's ~360, 2 threads).
 //   A Lim-sized run (3277 points, 32 -> 3 x 128 -> 1, 500 steps) is ~350 GFLOP.
 // - Loss: MSE = mean over all N x out entries of (prediction - target)^2 (PyTorch's
 //   nn.MSELoss default; for a 2-channel vector field this is half the squared-norm

@@ -1,15 +1,17 @@
 """Lim et al.'s Table 2 on Cameraman and Retina and Zheng et al.'s Table 1 on photographs,
 as one command:
 
-    ./bazelw run //experiments/natural_images:run -- --no-mlp  # ~32 min on 2 cores
-    ./bazelw run //experiments/natural_images:run              # with the MLP rows: hours
+    ./bazelw run //experiments/natural_images:run              # ~55 min on 2 cores
+    ./bazelw run //experiments/natural_images:run -- --no-mlp  # without the MLP rows: ~30 min
     ./bazelw run //experiments/natural_images:run -- --quick   # smoke run (the CI test)
 
-Measured on a 2-core AMD Zen 5 VM (2026-12-07): Lim's table 3 minutes; Zheng's without
-the simple + MLP rows 28 minutes for the 8 images (about 45 s per channel and encoding
-for the 2000 Adam steps, the closed forms in hundredths of a second); the MLP rows add
-about 12 minutes per grayscale image (100 steps x 5 encodings at ~1.4 s a step), three
-times that per colour image.
+Measured on a 2-core AMD Zen 5 VM (2026-12-07, OpenBLAS on its Cooperlake kernels):
+Lim's table 2.5 minutes; Zheng's 53 minutes for the 8 images: per image, about 37 s per
+encoding for the 2000 Adam steps of the linear layer (per channel on colour images) and
+about 42 s per encoding for the 100 steps of the simple + MLP rows (~0.37 s a step; all
+channels in one network), the closed forms in hundredths of a second. An environment
+that forces OpenBLAS's AVX2 kernels (OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU) halves
+the MLP rows' speed: `gpe machine`'s "BLAS kernels" line, in the report, says which ran.
 
 Fetches the images (fetch_images.py: scikit-image's data module, pinned), then runs
 `gpe inr lim-table2` on Cameraman and Retina (10 seeds; Lim et al. Section 5.1: 256 x 256

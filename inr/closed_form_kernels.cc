@@ -293,30 +293,29 @@ void BandCholeskySolveReference(const double* band, int64_t k, int64_t kd, doubl
   }
 }
 
+namespace {
+template <typename T>
+bool AllFiniteLoops(const T* data, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (!std::isfinite(data[r * ld + j])) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
 bool AllFinite(const double* data, int64_t rows, int64_t cols, int64_t ld) {
   return HWY_DYNAMIC_DISPATCH(AllFiniteImpl)(data, rows, cols, ld);
 }
-
 bool AllFiniteReference(const double* data, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) {
-      if (!std::isfinite(data[r * ld + j])) return false;
-    }
-  }
-  return true;
+  return AllFiniteLoops(data, rows, cols, ld);
 }
-
 bool AllFinite(const float* data, int64_t rows, int64_t cols, int64_t ld) {
   return HWY_DYNAMIC_DISPATCH(AllFiniteFloatImpl)(data, rows, cols, ld);
 }
-
 bool AllFiniteReference(const float* data, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j) {
-      if (!std::isfinite(data[r * ld + j])) return false;
-    }
-  }
-  return true;
+  return AllFiniteLoops(data, rows, cols, ld);
 }
 
 void Transpose(const double* src, int64_t rows, int64_t cols, int64_t lds, double* dst,

@@ -49,14 +49,7 @@ absl::Status ForwardImpl(const AttentionArgs& args, const T* q, const KV* k, con
     return Bad("null k or v tensor");
   }
   // Decoding shapes (few query rows per kv head, long KV caches): split the keys.
-  int64_t max_lq = 0;
-  for (int64_t b = 0; b < args.num_sequences(); ++b) {
-    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
-  }
-  const int64_t group = args.num_q_heads / args.num_kv_heads;
-  // (Shaw labels keep per-row label sums the split-KV states do not carry.)
-  const bool decode = max_lq * group <= kDirectRows && plan->max_lk >= kDecodeMinKeys &&
-                      plan->nlk == 0 && plan->nlv == 0;
+  const bool decode = IsDecodeShape(args, *plan);
   if (!decode && args.pages.enabled()) return GatheredPages(args, q, k, v, o, lse, options);
   Forward<T, KV> fwd(args, *plan, q, k, v, o, lse);
   if (absl::Status s = fwd.Prepare(); !s.ok()) return s;
@@ -260,9 +253,16 @@ absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
   if (args.empty()) return int64_t{0};  // as ForwardImpl
   absl::StatusOr<cpu::Plan> plan = cpu::MakePlan(args, options);
   if (!plan.ok()) return plan.status();
-  const int64_t items = static_cast<int64_t>(cpu::MakeItems(args, *plan).size());
-  const int64_t threads = std::min<int64_t>(plan->threads, std::max<int64_t>(items, 1));
-  int64_t bytes = threads * cpu::Workspace::Floats(*plan) * static_cast<int64_t>(sizeof(float));
+  int64_t bytes;
+  if (cpu::IsDecodeShape(args, *plan)) {  // RunDecode: workspaces without packed panels
+    bytes = plan->threads * cpu::Workspace::Floats(cpu::DecodeWorkspacePlan(args, *plan),
+                                                   /*decode=*/true) *
+            static_cast<int64_t>(sizeof(float));
+  } else {
+    const int64_t items = static_cast<int64_t>(cpu::MakeItems(args, *plan).size());
+    const int64_t threads = std::min<int64_t>(plan->threads, std::max<int64_t>(items, 1));
+    bytes = threads * cpu::Workspace::Floats(*plan) * static_cast<int64_t>(sizeof(float));
+  }
   bytes += static_cast<int64_t>(sizeof(int64_t)) * (args.num_q_tokens() + args.num_k_tokens());
   const int64_t table = 2 * args.head_dim * static_cast<int64_t>(sizeof(float));
   if (args.q_transform != nullptr) bytes += table * args.num_q_tokens();

@@ -322,6 +322,29 @@ TEST(CpuForward, RejectsBadInput) {
   EXPECT_GT(*bytes, 0);
 }
 
+// Decoding shapes (one query token, GQA group 4, a long cache) run by split keys, whose
+// blocks are never packed: the reported workspace holds no key panels. Per thread the
+// value copies alone are lk x dv floats; a workspace with panels would add lk x d more,
+// so the bound below (values plus 25%) fails if panels come back, and the decode itself
+// still matches the reference there.
+TEST(CpuForwardWorkspaceBytes, DecodingHoldsNoKeyPanels) {
+  const int64_t lk = 8192, d = 64;
+  AttentionArgs a = Bshd(1, 1, lk, 8, 2, d);
+  a.causal = false;
+  CpuAttentionOptions opt;
+  opt.num_threads = 2;
+  absl::StatusOr<int64_t> bytes = CpuForwardWorkspaceBytes(a, opt);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const int64_t values = opt.num_threads * lk * d * static_cast<int64_t>(sizeof(float));
+  EXPECT_GE(*bytes, values);
+  EXPECT_LT(*bytes, values + values / 4);
+  // A prefill shape of the same cache keeps its panels (32 query tokens per kv head).
+  AttentionArgs prefill = Bshd(1, 32, lk, 8, 2, d);
+  absl::StatusOr<int64_t> prefill_bytes = CpuForwardWorkspaceBytes(prefill, opt);
+  ASSERT_TRUE(prefill_bytes.ok());
+  EXPECT_GT(*prefill_bytes, values + values / 2);
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

@@ -312,6 +312,30 @@ void Forward<T, KV>::CombineDecode(const float* partial, int64_t chunks) const {
   }
 }
 
+namespace {
+int64_t MaxQueryLength(const AttentionArgs& args) {
+  int64_t max_lq = 0;
+  for (int64_t b = 0; b < args.num_sequences(); ++b) {
+    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
+  }
+  return max_lq;
+}
+}  // namespace
+
+bool IsDecodeShape(const AttentionArgs& args, const Plan& plan) {
+  const int64_t group = args.num_q_heads / args.num_kv_heads;
+  return MaxQueryLength(args) * group <= kDirectRows && plan.max_lk >= kDecodeMinKeys &&
+         plan.nlk == 0 && plan.nlv == 0;
+}
+
+Plan DecodeWorkspacePlan(const AttentionArgs& args, const Plan& plan) {
+  Plan wplan = plan;
+  const int64_t rows = args.num_q_heads * MaxQueryLength(args);
+  wplan.rows = std::max(plan.rows, rows);
+  wplan.tile_rows = rows;
+  return wplan;
+}
+
 template <class T, class KV>
 absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, const Plan& plan) {
   std::vector<std::pair<int64_t, int64_t>> range(static_cast<size_t>(args.num_sequences()));
@@ -342,16 +366,10 @@ absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, con
   std::vector<float> partial(static_cast<size_t>(chunks * nq * hq * stride), 0.0f);
   const int threads =
       static_cast<int>(std::min<int64_t>(plan.threads, std::max<size_t>(items.size(), 1)));
-  Plan wplan = plan;
-  int64_t max_lq = 0;
-  for (int64_t b = 0; b < args.num_sequences(); ++b) {
-    max_lq = std::max(max_lq, args.q_end(b) - args.q_begin(b));
-  }
-  wplan.rows = std::max(plan.rows, hq * max_lq);
-  wplan.tile_rows = hq * max_lq;
+  const Plan wplan = DecodeWorkspacePlan(args, plan);
   absl::Status first = RunItems<Workspace>(
       threads, static_cast<int64_t>(items.size()),
-      [&] { return std::make_unique<Workspace>(wplan); },
+      [&] { return std::make_unique<Workspace>(wplan, /*decode=*/true); },
       [&](int64_t i, Workspace& w) {
         const DecodeItem& it = items[i];
         return fwd.RunDecodeItem(it.b, it.k0, it.k1, it.chunk, partial.data(), w);

@@ -16,6 +16,16 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
+// Whether CpuForward decodes by split keys for these arguments: few query rows per kv
+// head (a group's heads times the longest query sequence at most kDirectRows), a long
+// cache (at least kDecodeMinKeys keys) and no Shaw labels (whose per-row label sums the
+// split states do not carry).
+bool IsDecodeShape(const AttentionArgs& args, const Plan& plan);
+
+// The plan RunDecode sizes its per-thread workspaces by (Workspace(p, /*decode=*/true)):
+// every query head of a sequence's tokens in one tile.
+Plan DecodeWorkspacePlan(const AttentionArgs& args, const Plan& plan);
+
 // The whole forward of the call by split keys: each sequence's keys that its queries may
 // attend to (Forward::DecodeKeyRange: a window's) in chunks spread over the threads.
 template <class T, class KV>

@@ -8,21 +8,23 @@ namespace gpe {
 namespace attention {
 namespace cpu {
 
-int64_t Workspace::Floats(const Plan& p) {
+int64_t Workspace::Floats(const Plan& p, bool decode) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
+  const int64_t packed = decode ? 0 : blocks * p.bk;  // keys in panels / pairs
   // (bf16 buffers counted in floats: two bf16 per float.)
-  const int64_t bf16 = p.bf16_dot ? (blocks * p.bk * (RoundUp(p.d, 2) + p.dvp) +
+  const int64_t bf16 = p.bf16_dot ? (packed * (RoundUp(p.d, 2) + p.dvp) +
                                      p.rows * RoundUp(p.d, 2) + TileRows(p) * p.bk + 1) / 2
                                   : 0;
-  return blocks * p.bk * p.d + blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
+  return packed * p.d + blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
          2 * TileRows(p) * p.bk + p.rows * p.dvp + (2 + kSumLanes) * p.rows + bf16 +
          p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
 }
 
-Workspace::Workspace(const Plan& p) {
+Workspace::Workspace(const Plan& p, bool decode) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
+  const int64_t packed_keys = decode ? 0 : blocks * p.bk;  // keys in panels / pairs
   auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
-  panels = alloc(blocks * p.bk * p.d);
+  panels = alloc(packed_keys * p.d);
   values = alloc(blocks * p.bk * p.dvp);
   rows = alloc(p.bk * p.d);
   qblk = alloc(p.rows * p.d);
@@ -45,8 +47,8 @@ Workspace::Workspace(const Plan& p) {
   };
   if (p.bf16_dot) {
     const int64_t deven = RoundUp(p.d, 2);
-    panels16 = alloc16(blocks * p.bk * deven);
-    pairs16 = alloc16(blocks * p.bk * p.dvp);
+    panels16 = alloc16(packed_keys * deven);
+    pairs16 = alloc16(packed_keys * p.dvp);
     q16 = alloc16(p.rows * deven);
     p16 = alloc16(TileRows(p) * p.bk);  // decoding's tiles hold every query head
   }

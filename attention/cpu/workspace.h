@@ -29,9 +29,12 @@ struct Workspace {
   std::vector<char> vfinite;  // the packed block's values are all finite (nonfinite.h)
   BiasScratch bias_scratch;
 
-  // Floats one workspace holds (CpuForwardWorkspaceBytes).
-  static int64_t Floats(const Plan& p);
-  explicit Workspace(const Plan& p);
+  // Floats one workspace holds (CpuForwardWorkspaceBytes). decode: split-key decoding's
+  // (RunDecode), whose blocks are scored from key rows and never packed: no key panels,
+  // bf16 panels or value pairs (at 32768 keys and d 128, 16 MiB of float panels per
+  // thread, and as much again in bf16).
+  static int64_t Floats(const Plan& p, bool decode = false);
+  explicit Workspace(const Plan& p, bool decode = false);
 };
 
 // Whether the backward runs its products on the bf16 dot products (kernels_bf16.h):

@@ -29,8 +29,9 @@
 // MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
 // longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
 // transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared, and Shaw
-// labels add O(rows x (2k + 1)) per thread. No len_q x len_k matrix is ever formed.
-// CpuForwardWorkspaceBytes gives the total.
+// labels add O(rows x (2k + 1)) per thread. Decoding shapes (split keys) score from key
+// rows and keep no packed keys: O(len_k x value_dim) per thread for value copies. No
+// len_q x len_k matrix is ever formed. CpuForwardWorkspaceBytes gives the total.
 #ifndef ATTENTION_CPU_CPU_ATTENTION_H_
 #define ATTENTION_CPU_CPU_ATTENTION_H_
 

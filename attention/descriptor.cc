@@ -13,6 +13,22 @@
 #include "group/angle.h"
 #include "parallel/thread_pool.h"
 
+// target_clones, except under ThreadSanitizer: it instruments the clones' resolvers,
+// which the loader runs before the sanitizer's runtime starts (a crash at load time);
+// that build keeps the baseline clone.
+#if defined(__SANITIZE_THREAD__)  // GCC
+#define GPE_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)  // clang
+#define GPE_TSAN_BUILD 1
+#endif
+#endif
+#if defined(GPE_TSAN_BUILD)
+#define GPE_TARGET_CLONES(...)
+#else
+#define GPE_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#endif
+
 namespace gpe {
 namespace attention {
 namespace {
@@ -337,7 +353,7 @@ inline void AddTwoScaled(float* __restrict z, const float* __restrict u,
 // at AVX-512 width) rather than one chain of d dependent additions; u_k and v_k are d
 // floats at u + k * d, v + k * d; cs holds (cos, sin) per row and generator. Cloned for
 // AVX-512, AVX2 + FMA and the baseline, the best chosen when the library loads.
-__attribute__((target_clones("avx512f", "avx2,fma", "default"))) void Rank2ProductRowsF32(
+GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void Rank2ProductRowsF32(
     float* rows, int64_t count, int64_t stride, int64_t d, int64_t m, const float* u,
     const float* v, const uint8_t* skip, const float* cs, bool backward) {
   constexpr int64_t kLanes = 16;

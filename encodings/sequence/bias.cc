@@ -15,6 +15,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 
+// target_clones, except under ThreadSanitizer: it instruments the clones' resolvers,
+// which the loader runs before the sanitizer's runtime starts (a crash at load time);
+// that build keeps the baseline clone.
+#if defined(__SANITIZE_THREAD__)  // GCC
+#define GPE_TSAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)  // clang
+#define GPE_TSAN_BUILD 1
+#endif
+#endif
+#if defined(GPE_TSAN_BUILD)
+#define GPE_TARGET_CLONES(...)
+#else
+#define GPE_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#endif
+
 namespace gpe {
 namespace encodings {
 namespace sequence {
@@ -125,14 +141,14 @@ inline void FoxRowBlocks(double ci, double ci_lo, const double* ck, const double
 // The float rows (the attention kernels' tiles, every score of every tile) cloned for
 // AVX-512, AVX2 and the baseline, chosen when the library loads. (A plain function, not a
 // template: clang multiversions no function templates.)
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowF32(
+GPE_TARGET_CLONES("avx512f", "avx2", "default") void FoxRowF32(
     double ci, double ci_lo, const double* ck, const double* ck_lo, int64_t n, float* row) {
   FoxRowBlocks(ci, ci_lo, ck, ck_lo, n, row);
 }
 
 // row[j] = qi + kp[j] (FoxBias::Fill's anchored float tiles), in blocks of 16 through a
 // buffer (row may be kp: the first row is finished in place), cloned as FoxRowF32.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoxRowAnchoredF32(
+GPE_TARGET_CLONES("avx512f", "avx2", "default") void FoxRowAnchoredF32(
     float qi, const float* kp, int64_t n, float* row) {
   constexpr int64_t kBlock = 16;
   int64_t col = 0;

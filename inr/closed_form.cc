@@ -118,6 +118,19 @@ RowMatrixXd FlushTails(const MatrixRef& psi) {
   return (p.array().abs() < floor).select(0.0, p);
 }
 
+// InvalidArgument when the largest diagonal entry of Psi^T Psi + lambda I is +inf: a
+// column of Psi whose squared norm passes float64's range (entries near 1.3e154 and
+// beyond). Cholesky would accept the infinite pivots (its test is a_jj <= 0 only) and the
+// solves would divide by them, returning W = 0 for a problem whose answer is finite.
+// (Off the diagonal |G_ij| <= sqrt(G_ii G_jj): finite diagonals keep G finite.)
+absl::Status CheckGramFinite(double max_diag, int64_t n, int64_t k) {
+  if (std::isfinite(max_diag)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the encoding factor's Gram matrix Psi^T Psi (", n, " coordinates x ", k,
+      " basis functions) overflows float64's range (a column's squared norm beyond 1.8e308): "
+      "scale the factor down"));
+}
+
 // Adds lambda I to the Gram matrix g (k x k; upper triangle in row-major, i.e. lower in
 // column-major) and factors it in place (dpotrf, "L" in column-major terms).
 absl::Status FactorGram(RowMatrixXd& g, double lambda, int64_t n) {
@@ -127,6 +140,7 @@ absl::Status FactorGram(RowMatrixXd& g, double lambda, int64_t n) {
     g(i, i) += lambda;
     max_diag = std::max(max_diag, g(i, i));
   }
+  if (absl::Status s = CheckGramFinite(max_diag, n, k); !s.ok()) return s;
   if (max_diag == 0.0) {
     return absl::FailedPreconditionError(
         "the encoding factor is all zeros: no coordinate touches any basis function");
@@ -252,6 +266,7 @@ absl::StatusOr<BlockedFactor> PrepareFactor(const MatrixRef& psi, double lambda,
       }
       max_diag = std::max(max_diag, f.band(j, 0));
     }
+    if (absl::Status st = CheckGramFinite(max_diag, n, k); !st.ok()) return st;
     int info = 0;
     const int ik = static_cast<int>(k);
     if (max_diag > 0) dpbtrf_("L", &ik, &f.kd, f.band.data(), &ldab, &info);
@@ -462,7 +477,9 @@ absl::StatusOr<RowMatrixXd> TruncatedPinvTransposed(const MatrixRef& psi, double
   const double cut = rcond * sv[0];
   Eigen::VectorXd f = Eigen::VectorXd::Zero(sv.size());
   for (int64_t i = 0; i < sv.size(); ++i) {
-    if (sv[i] > cut) f[i] = sv[i] / (sv[i] * sv[i] + lambda);
+    // s / (s^2 + lambda), as 1 / (s + lambda / s) from s = 1 on: s^2 would overflow past
+    // ~1.3e154 and turn a finite 1 / s into 0.
+    if (sv[i] > cut) f[i] = sv[i] >= 1.0 ? 1.0 / (sv[i] + lambda / sv[i]) : sv[i] / (sv[i] * sv[i] + lambda);
   }
   RowMatrixXd a_t = svd.matrixU() * f.asDiagonal() * svd.matrixV().transpose();
   return a_t;

@@ -257,6 +257,41 @@ TEST(ClosedForm, SingularAndBadInputsAreReported) {
   EXPECT_EQ(FitSeparable3D(f, t, 0.0).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A factor whose Gram matrix Psi^T Psi passes float64's range (entries 1e155: squares
+// 1e310) is an error on the Cholesky routes (dense and banded), not a W of zeros: the
+// factorisation would accept infinite pivots and the solves divide by them. The exact W
+// (S / 1e155 for Psi_y = 1e155 I) is finite, and the rank-revealing route computes it
+// (s / (s^2 + lambda) as 1 / (s + lambda / s)): within 1e-12 relative, a few roundings.
+TEST(ClosedForm, FactorsWhoseGramOverflowsAreReportedNotZeroed) {
+  std::mt19937_64 rng(21);
+  const RowMatrixXd s = Random(4, 4, rng);
+  const RowMatrixXd one = RowMatrixXd::Identity(4, 4);
+  const RowMatrixXd diagonal = 1e155 * RowMatrixXd::Identity(4, 4);  // banded (kd = 0)
+  const RowMatrixXd dense = 1e155 * (Random(4, 4, rng) + 4.0 * one);
+  for (const RowMatrixXd* big : {&diagonal, &dense}) {
+    absl::StatusOr<RowMatrixXd> w = FitSeparable2D(*big, one, s, 0.0);
+    ASSERT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << w.status();
+    EXPECT_NE(std::string(w.status().message()).find("overflows"), std::string::npos);
+    EXPECT_EQ(FitSeparable2D(one, *big, s, 1e-3).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    Tensor3 t;
+    t.dims = {4, 4, 4};
+    t.data.assign(64, 1.0);
+    const std::array<RowMatrixXd, 3> f = {one, *big, one};
+    EXPECT_EQ(FitSeparable3D(f, t, 0.0).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  SeparableFitOptions o;
+  o.rcond = 1e-12;
+  absl::StatusOr<std::vector<RowMatrixXd>> w =
+      FitSeparable2D(diagonal, one, std::vector<RowMatrixXd>{s}, o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int64_t i = 0; i < 4; ++i) {
+    for (int64_t j = 0; j < 4; ++j) {
+      EXPECT_NEAR((*w)[0](i, j), s(i, j) * 1e-155, 1e-12 * std::fabs(s(i, j)) * 1e-155);
+    }
+  }
+}
+
 // Independent oracle for the rank-revealing route: the minimum-norm least-squares
 // solution of the materialised Kronecker system, by Eigen's complete orthogonal
 // decomposition (a different factorisation from the BDCSVD the solver uses).

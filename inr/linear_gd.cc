@@ -74,6 +74,11 @@ absl::StatusOr<LinearAdamFit> RunAdam(int64_t rows, int64_t cols, const LinearAd
   }
   absl::StatusOr<double> last = loss_and_grad(fit.weights, nullptr);
   if (!last.ok()) return last.status();
+  if (!std::isfinite(*last)) {  // the last update diverged (each earlier one is checked above)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "linear Adam: the loss became non-finite after the last step, ", o.steps,
+        " (learning rate too large?)"));
+  }
   fit.final_loss = *last;
   return fit;
 }

@@ -172,6 +172,14 @@ TEST(LinearGdTest, BadInputIsRefused) {
   huge.learning_rate = huge.final_learning_rate = 1e300;
   huge.steps = 50;
   EXPECT_FALSE(FitDenseAdam(1e200 * psi_y, Random(6, 1, rng), huge).ok());
+  // ... also when only the last update diverges: one step of 1e300 on features of 1
+  // gives weights near 1e300 and a final loss of inf (the loss before it was finite).
+  huge.steps = 1;
+  absl::StatusOr<LinearAdamFit> last =
+      FitDenseAdam(RowMatrixXd::Ones(6, 3), RowMatrixXd::Ones(6, 1), huge);
+  EXPECT_EQ(last.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(std::string(last.status().message()).find("after the last step"), std::string::npos)
+      << last.status();
 }
 
 }  // namespace

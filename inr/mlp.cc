@@ -325,10 +325,14 @@ absl::Status AdamT<Scalar>::Step(const Vector<Scalar>& gradient, Vector<Scalar>*
   }
   if (absl::Status s = CheckFinite(gradient, "Adam::Step: gradient"); !s.ok()) return s;
   ++step_;
+  // 1 - beta in double, then rounded: in float, a beta within 3e-8 of 1 rounds to 1.0f and
+  // 1 - (float)beta would be 0 (the moments would never move), as PyTorch computes it.
   const Scalar b1 = static_cast<Scalar>(options_.beta1);
   const Scalar b2 = static_cast<Scalar>(options_.beta2);
-  m_ = b1 * m_ + (Scalar(1) - b1) * gradient;
-  v_ = b2 * v_ + (Scalar(1) - b2) * gradient.cwiseAbs2();
+  const Scalar c1 = static_cast<Scalar>(1.0 - options_.beta1);
+  const Scalar c2 = static_cast<Scalar>(1.0 - options_.beta2);
+  m_ = b1 * m_ + c1 * gradient;
+  v_ = b2 * v_ + c2 * gradient.cwiseAbs2();
   const double t = static_cast<double>(step_);
   const Scalar step_size =
       static_cast<Scalar>(options_.learning_rate / (1.0 - std::pow(options_.beta1, t)));
@@ -444,6 +448,11 @@ absl::StatusOr<TrainHistory> TrainFullBatch(MlpT<Scalar>* mlp,
   }
   absl::StatusOr<double> final_loss = MseLoss<Scalar>(*pred, y);
   if (!final_loss.ok()) return final_loss.status();
+  if (!std::isfinite(*final_loss)) {  // the last update diverged (checked before it: above)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "TrainFullBatch: training diverged (non-finite loss) after the last step, ",
+        options.steps, "; lower the learning rate"));
+  }
   history.final_train_loss = *final_loss;
   if (options.steps == 0) {
     if (absl::Status s = evaluate(0, *final_loss); !s.ok()) return s;

@@ -263,6 +263,36 @@ TEST(Adam, TwoStepsMatchHandComputedUpdate) {
   EXPECT_NEAR(p[1], -1.9494189841087441, 1e-13);
 }
 
+// Betas within float's last unit below 1 (0.99999999 rounds to 1.0f): the float Adam
+// still moves its moments by 1 - beta computed in double, and matches the double Adam to
+// float precision (1e-5 relative over three steps). With 1 - (float)beta = 0 the first
+// moment would stay 0 (no update) or the second (a step of lr g / eps).
+TEST(Adam, BetasNextToOneMoveTheMomentsInFloat) {
+  for (int which : {1, 2}) {
+    AdamOptions options;
+    options.learning_rate = 1e-2;
+    if (which == 1) options.beta1 = 0.99999999;
+    if (which == 2) options.beta2 = 0.99999999;
+    absl::StatusOr<AdamT<float>> f = AdamT<float>::Create(2, options);
+    absl::StatusOr<AdamT<double>> d = AdamT<double>::Create(2, options);
+    ASSERT_TRUE(f.ok() && d.ok());
+    Vector<float> pf(2), gf(2);
+    Vector<double> pd(2), gd(2);
+    pf << 1.0f, -2.0f;
+    pd << 1.0, -2.0;
+    for (int step = 0; step < 3; ++step) {
+      gf << 0.5f, -0.25f;
+      gd << 0.5, -0.25;
+      ASSERT_TRUE(f->Step(gf, &pf).ok());
+      ASSERT_TRUE(d->Step(gd, &pd).ok());
+    }
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_NE(pd[i], i == 0 ? 1.0 : -2.0) << "beta" << which;  // the parameters moved
+      EXPECT_NEAR(pf[i], pd[i], 1e-5 * std::fabs(pd[i])) << "beta" << which << " " << i;
+    }
+  }
+}
+
 TEST(Adam, RejectsBadInput) {
   AdamOptions options;
   options.learning_rate = std::numeric_limits<double>::quiet_NaN();
@@ -352,6 +382,21 @@ TEST(TrainFullBatch, RejectsBadInput) {
   const MatF big_y = MatF::Constant(5, 1, 1e30f);
   absl::StatusOr<TrainHistory> diverged = TrainFullBatch<float>(&*mlp, x, big_y, bad);
   EXPECT_EQ(diverged.status().code(), absl::StatusCode::kFailedPrecondition);
+  // Divergence in the last update, after a finite loss before it: one step of 1e300
+  // takes float parameters to inf, so the final loss is not finite. An error too, not a
+  // history whose final loss is inf or NaN (a fresh model: the one above diverged).
+  for (int64_t hidden : {0, 1}) {
+    absl::StatusOr<Mlp> fresh =
+        hidden == 0 ? Mlp::Create({2, 1}, 1) : Mlp::Create({2, 4, 1, 1}, 1);
+    ASSERT_TRUE(fresh.ok());
+    bad = options;
+    bad.steps = 1;
+    bad.adam.learning_rate = 1e300;
+    absl::StatusOr<TrainHistory> last = TrainFullBatch<float>(&*fresh, x, y, bad);
+    EXPECT_EQ(last.status().code(), absl::StatusCode::kFailedPrecondition) << hidden;
+    EXPECT_NE(std::string(last.status().message()).find("after the last step"), std::string::npos)
+        << last.status();
+  }
 }
 
 TEST(Mlp, RejectsBadShapesAndInputs) {

@@ -1392,6 +1392,13 @@ void InrSolverCases(const AddCase& add) {
     for (double& v : s.y) v = 1e200;  // squared errors overflow double
     return s.MlpFit();
   });
+  add("mlp_fit_diverges_last_step", e, [](Fixture&) {
+    InrCall s;  // one step of 1e300: the loss before it is finite, the one after is not
+    s.mlp.steps = 1;
+    s.mlp.learning_rate = 1e300;
+    s.tl = s.F64(&s.loss, {1});
+    return s.MlpFit();
+  });
   e = "gpe_inr_mlp_num_evaluations";
   add("mlp_evals_out_null", e, [](Fixture&) {
     InrCall s;
@@ -1565,10 +1572,27 @@ void InrSolverCases(const AddCase& add) {
     for (double& v : s.y) v = 1e200;
     return s.Dense();
   });
+  add("dadam_diverges_last_step", e, [](Fixture&) {
+    InrCall s;  // one step of 1e300: the loss before it is finite, the one after is not
+    s.adam.steps = 1;
+    s.adam.learning_rate = s.adam.final_learning_rate = 1e300;
+    s.tl = s.F64(&s.loss, {1});
+    return s.Dense();
+  });
+  add("dadam_history_overlaps_w", e, [](Fixture&) {
+    InrCall s;
+    s.tl = s.F64(&s.w, {3});  // w is [2, 1] over the same doubles
+    return s.Dense();
+  });
   e = "gpe_inr_fit_separable_adam_2d";
   add("sadam_psi_y_nan", e, [](Fixture&) { InrCall s; s.psi_y[1] = kNaN; return s.Separable(); });
   add("sadam_image_wrong_shape", e, [](Fixture&) { InrCall s; s.timg = s.F64(&s.image, {3, 4}); return s.Separable(); });
   add("sadam_w_wrong_shape", e, [](Fixture&) { InrCall s; s.tw2 = s.F64(&s.w, {2, 1}); return s.Separable(); });
+  add("sadam_history_overlaps_w", e, [](Fixture&) {
+    InrCall s;
+    s.tl = s.F64(&s.w, {3});  // w is [2, 2] over the same doubles
+    return s.Separable();
+  });
   add("sadam_psi_x_null", e, [](Fixture&) {
     InrCall s;
     return gpe_inr_fit_separable_adam_2d(&s.adam, &s.tpy, nullptr, &s.timg, &s.tw2, nullptr,

@@ -63,6 +63,21 @@ absl::StatusOr<std::unique_ptr<TensorView>> LossHistoryView(DLTensor* t, int64_t
   return std::make_unique<TensorView>(*std::move(v));
 }
 
+// The linear fits' loss history, checked against the weights it is written after: both
+// are outputs, and a history sharing w's memory would overwrite W (the inputs are read
+// into copies first, so they may overlap either).
+absl::StatusOr<std::unique_ptr<TensorView>> LinearHistoryView(DLTensor* train_loss, int64_t n,
+                                                              DLTensor* w) {
+  absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, n);
+  if (!hv.ok() || *hv == nullptr) return hv;
+  absl::StatusOr<TensorView> wv = ViewTensor(w, "w", 2, kF64);  // shape checked before
+  if (!wv.ok()) return wv.status();
+  if (gpe::c_api::Overlaps(**hv, *wv)) {
+    return absl::InvalidArgumentError("train_loss overlaps w: the two outputs need their own memory");
+  }
+  return hv;
+}
+
 void WriteHistory(const std::vector<double>& loss, const TensorView* v) {
   if (v == nullptr) return;
   for (size_t i = 0; i < loss.size(); ++i) v->typed<double>()[i * v->strides[0]] = loss[i];
@@ -559,7 +574,7 @@ gpe_status gpe_inr_fit_dense_adam(const gpe_linear_adam_options* options, const 
                                                      " rows; features has ", phi->rows()));
     }
     if (absl::Status s = CheckOutputShape(w, "w", phi->cols(), y->cols()); !s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, o->steps);
+    absl::StatusOr<std::unique_ptr<TensorView>> hv = LinearHistoryView(train_loss, o->steps, w);
     if (!hv.ok()) return hv.status();
     absl::StatusOr<gpe::inr::LinearAdamFit> fit = gpe::inr::FitDenseAdam(*phi, *y, *o);
     if (!fit.ok()) return AsArgumentError(fit.status());
@@ -589,7 +604,7 @@ gpe_status gpe_inr_fit_separable_adam_2d(const gpe_linear_adam_options* options,
           s->rows(), ", ", s->cols(), "]"));
     }
     if (absl::Status st = CheckOutputShape(w, "w", py->cols(), px->cols()); !st.ok()) return st;
-    absl::StatusOr<std::unique_ptr<TensorView>> hv = LossHistoryView(train_loss, o->steps);
+    absl::StatusOr<std::unique_ptr<TensorView>> hv = LinearHistoryView(train_loss, o->steps, w);
     if (!hv.ok()) return hv.status();
     absl::StatusOr<gpe::inr::LinearAdamFit> fit =
         gpe::inr::FitSeparableAdam2D(*py, *px, *s, *o);

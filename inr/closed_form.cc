@@ -666,6 +666,23 @@ absl::StatusOr<RowMatrixXd> PredictSeparable2D(const MatrixRef& psi_y, const Mat
 
 namespace {
 
+// OutOfRange unless every size ModeProducts hands to BLAS as an int (the merged modes
+// n0 n1 and k1 k2, its products' row counts and leading dimensions) fits one. The
+// tensors themselves stay within 2^31 elements (CheckTensor), but a prediction's output
+// n0 n1 n2 is checked nowhere else: past INT_MAX the int would wrap, OpenBLAS would
+// refuse the call and leave the zeroed output as the answer.
+absl::Status CheckModeSizes(int64_t n0, int64_t n1, int64_t k1, int64_t k2, const char* what) {
+  const __int128 limit = std::numeric_limits<int>::max();
+  for (const __int128 v : {__int128{n0} * n1, __int128{k1} * k2}) {
+    if (v > limit) {
+      return absl::OutOfRangeError(absl::StrCat(
+          what, ": the 3-D mode products need a merged size of ", static_cast<double>(v),
+          " (", n0, " x ", n1, " or ", k1, " x ", k2, "), beyond BLAS's int (2^31 - 1)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Y = X x_0 M_0 x_1 M_1 x_2 M_2 where each M_d is given transposed or not:
 // `m[d]` is r_d x c_d and multiplies mode d of X (size c_d if !transposed[d]; the
 // transposed use multiplies by m[d]^T, mode size r_d).
@@ -712,6 +729,10 @@ absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, co
     a_t[d] = std::move(*a);
   }
   // Each A_d^T is n_d x K_d: multiply mode d by (A_d^T)^T.
+  if (!(s = CheckModeSizes(v.dims[0], v.dims[1], a_t[1].cols(), a_t[2].cols(), "FitSeparable3D"))
+           .ok()) {
+    return s;
+  }
   return ModeProducts(v, {&a_t[0], &a_t[1], &a_t[2]}, /*transposed=*/true);
 }
 
@@ -726,6 +747,18 @@ absl::StatusOr<Tensor3> PredictSeparable3D(const std::array<RowMatrixXd, 3>& psi
                                                      " basis functions; W has ", w.dims[d],
                                                      " along axis ", d));
     }
+  }
+  if (!(s = CheckModeSizes(w.dims[0], w.dims[1], psi[1].rows(), psi[2].rows(),
+                           "PredictSeparable3D"))
+           .ok()) {
+    return s;
+  }
+  const __int128 out = __int128{psi[0].rows()} * psi[1].rows() * psi[2].rows();
+  if (out > (int64_t{1} << 31)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "PredictSeparable3D: the volume would hold ", static_cast<double>(out),
+        " values (", psi[0].rows(), " x ", psi[1].rows(), " x ", psi[2].rows(),
+        "); at most 2^31, as the volumes FitSeparable3D takes"));
   }
   return ModeProducts(w, {&psi[0], &psi[1], &psi[2]}, /*transposed=*/false);
 }

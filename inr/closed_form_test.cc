@@ -292,6 +292,24 @@ TEST(ClosedForm, FactorsWhoseGramOverflowsAreReportedNotZeroed) {
   }
 }
 
+// Sizes the 3-D mode products would hand BLAS past its int are OutOfRange, before any
+// allocation: a prediction of 1 x 46341 x 46341 values (2^31 + 37,885) from factors of
+// one column, and merged modes past 2^31 - 1.
+TEST(ClosedForm, Volume3DSizesPastBlasIntAreRefused) {
+  const RowMatrixXd one = RowMatrixXd::Ones(1, 1), tall = RowMatrixXd::Ones(46341, 1);
+  Tensor3 w;
+  w.dims = {1, 1, 1};
+  w.data.assign(1, 1.0);
+  absl::StatusOr<Tensor3> v = PredictSeparable3D({one, tall, tall}, w);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kOutOfRange) << v.status();
+  v = PredictSeparable3D({tall, tall, one}, w);
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kOutOfRange) << v.status();
+  // At the edge of what fits: 1 x 2 x 3 from the same shapes is fine.
+  v = PredictSeparable3D({one, RowMatrixXd::Ones(2, 1), RowMatrixXd::Ones(3, 1)}, w);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->data, std::vector<double>(6, 1.0));
+}
+
 // Independent oracle for the rank-revealing route: the minimum-norm least-squares
 // solution of the materialised Kronecker system, by Eigen's complete orthogonal
 // decomposition (a different factorisation from the BDCSVD the solver uses).

@@ -923,6 +923,12 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     g.struct_size = 8;
     return f.v3.BackwardParams(g);
   });
+  add("attention_params_struct_size_torn", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.struct_size = offsetof(gpe_attention_param_grads, d_sinks) + 4;  // half of d_sinks
+    g.d_sinks = &f.v3.o;
+    return f.v3.BackwardParams(g);
+  });
   add("attention_params_struct_size_newer", e, [](Fixture& f) {
     gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
     g.struct_size += 8;
@@ -2189,6 +2195,12 @@ std::map<std::string, Case> Cases() {
   // -- Attention: structured positions and Shaw labels --
   e = "gpe_attention_forward";
   add("attn_struct_size_small", e, [](Fixture& f) { f.attn.opt.struct_size = 16; return f.attn.Forward(); });
+  add("attn_struct_size_torn", e, [](Fixture& f) {
+    // Ends inside the pointer rope_sections (set): its low half alone would be read.
+    f.attn.opt.struct_size = offsetof(gpe_attention_options, rope_sections) + 4;
+    f.attn.opt.rope_sections = &f.attn.t_sections;
+    return f.attn.Forward();
+  });
   add("attn_struct_size_newer", e, [](Fixture& f) {
     f.attn.opt.struct_size = sizeof(gpe_attention_options) + 8;
     return f.attn.Forward();

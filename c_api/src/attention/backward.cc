@@ -320,16 +320,13 @@ gpe_status gpe_attention_backward_with_parameters(
     DLTensor* dq, DLTensor* dk, DLTensor* dv, const gpe_attention_param_grads* grads) {
   return Guard([&]() -> absl::Status {
     if (grads == nullptr) return Bad("grads is NULL (use GPE_ATTENTION_PARAM_GRADS_INIT)");
-    if (absl::Status s = CheckStructSize(grads->struct_size, kParamGradsV1Size,
-                                         sizeof(gpe_attention_param_grads),
-                                         "gpe_attention_param_grads");
+    // The caller's struct (0.4.0's shorter one included), later fields NULL.
+    gpe_attention_param_grads g;
+    if (absl::Status s = gpe::c_api::CopyVersioned(*grads, kParamGradsV1Size,
+                                                   "gpe_attention_param_grads", &g);
         !s.ok()) {
       return s;
     }
-    // The caller's struct (0.4.0's shorter one included), later fields NULL.
-    gpe_attention_param_grads g;
-    std::memset(&g, 0, sizeof g);
-    std::memcpy(&g, grads, grads->struct_size);
     return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, g.d_shaw_key_table,
                         g.d_shaw_value_table, g.d_bias_a, g.d_bias_b, &g);
   });

@@ -526,15 +526,13 @@ absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorVi
 absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
                      const DLTensor* v, Call* c) {
   if (options == nullptr) return Bad("options is NULL");
-  if (absl::Status s = CheckStructSize(options->struct_size, kAttentionOptionsV1Size,
-                                       sizeof(gpe_attention_options), "gpe_attention_options");
+  // The caller's struct (an older, shorter one included), later fields zero / NULL.
+  gpe_attention_options o;
+  if (absl::Status s = gpe::c_api::CopyVersioned(*options, kAttentionOptionsV1Size,
+                                                 "gpe_attention_options", &o);
       !s.ok()) {
     return s;
   }
-  // The caller's struct (an older, shorter one included), later fields zero / NULL.
-  gpe_attention_options o;
-  std::memset(&o, 0, sizeof o);
-  std::memcpy(&o, options, options->struct_size);
   if (o.causal != 0 && o.causal != 1) return Bad("causal must be 0 or 1");
   if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0) {
     return Bad(absl::StrCat("softmax_scale must be finite and >= 0 (0: default), got ",

@@ -5,10 +5,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "c_api/src/common/tensor_view.h"
 
@@ -22,6 +24,27 @@ inline constexpr int64_t kMaxDim = int64_t{1} << 20;
 // size (`min_size`), at most this library's (`size`); VERSION_MISMATCH when larger.
 absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
                              const char* name);
+// The caller's versioned struct copied into *out: CheckStructSize, then struct_size a
+// multiple of alignof(T) (each version's sizeof is one, and a size between two would end
+// inside a pointer, which copying struct_size bytes would tear into a wild non-NULL
+// one), then its first struct_size bytes over a zeroed T: fields past an older caller's
+// struct read as 0 / NULL.
+template <class T>
+absl::Status CopyVersioned(const T& in, size_t min_size, const char* name, T* out) {
+  if (absl::Status s = CheckStructSize(in.struct_size, min_size, sizeof(T), name); !s.ok()) {
+    return s;
+  }
+  if (in.struct_size % alignof(T) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".struct_size is ", in.struct_size, ": not a multiple of ", alignof(T),
+        ", so not the size of any version of the struct; set it to sizeof(", name,
+        ") (use the _INIT macro)"));
+  }
+  std::memset(out, 0, sizeof(T));
+  std::memcpy(out, &in, in.struct_size);
+  return absl::OkStatus();
+}
+
 // What every gpe_*_create checks first, in this order: `out` non-null (then *out set to
 // NULL), `options` non-null, and options->struct_size by CheckStructSize against
 // [min_size, sizeof(Options)].

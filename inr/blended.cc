@@ -184,8 +184,13 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
     return absl::InvalidArgumentError(absl::StrCat("lambda must be finite and >= 0; got ",
                                                    options.lambda));
   }
-  if (options.max_iterations < 1 || !(options.tolerance > 0)) {
-    return absl::InvalidArgumentError("max_iterations must be >= 1 and tolerance > 0");
+  if (options.max_iterations < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_iterations must be >= 1; got ", options.max_iterations));
+  }
+  if (!std::isfinite(options.tolerance) || options.tolerance < 0) {  // 0: run every iteration
+    return absl::InvalidArgumentError(
+        absl::StrCat("tolerance must be finite and >= 0; got ", options.tolerance));
   }
   if (values.size() != points_x.size()) {
     return absl::InvalidArgumentError(absl::StrCat(values.size(), " values for ",

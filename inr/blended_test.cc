@@ -133,6 +133,19 @@ TEST(FitBlended2D, RejectsBadInput) {
   EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {NAN}, o).ok());
   EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {}, {}, {}, o).ok());
   EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {2.0}, {0.5}, {1.0}, o).ok());
+  // The tolerance: finite and >= 0 (0 runs max_iterations; an infinite one would stop
+  // before the first step and return W = 0).
+  for (double tol : {-1e-6, double(INFINITY), double(NAN)}) {
+    BlendedFitOptions t;
+    t.tolerance = tol;
+    EXPECT_EQ(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, t).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << tol;
+  }
+  BlendedFitOptions zero;
+  zero.tolerance = 0.0;
+  zero.max_iterations = 3;
+  EXPECT_TRUE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, zero).ok());
   o.lambda = -1;
   EXPECT_FALSE(FitBlended2D(Encoder(b), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, o).ok());
   EXPECT_FALSE(FitBlended2D(AxisEncoder(), Encoder(b), g, g, {0.5}, {0.5}, {1.0}, BlendedFitOptions()).ok());

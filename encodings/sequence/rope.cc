@@ -109,6 +109,13 @@ absl::StatusOr<int64_t> TensorSpan(const RopeTensor& t) {
       return InvalidArgumentError(StrCat(who, ": strides must be >= 1"));
     }
   }
+  // The token count (bshd / sbhd: batch x seq_len) bounded before an empty tensor (no
+  // heads) returns: tables are made per token whatever the heads (Rope::MakeTable), and
+  // num_tokens() must not overflow.
+  if (!thd && static_cast<__int128>(t.batch) * t.seq_len > (static_cast<__int128>(1) << 40)) {
+    return InvalidArgumentError(StrCat(who, ": batch x seq_len = ", t.batch, " x ", t.seq_len,
+                                       " tokens; at most 2^40"));
+  }
   if ((!thd && t.batch == 0) || t.seq_len == 0 || t.heads == 0) return int64_t{0};
   std::sort(axes.begin(), axes.end(), [](const Axis& a, const Axis& b) { return a.stride < b.stride; });
   __int128 span = t.head_dim;
@@ -261,12 +268,18 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
   // before it, keys after it; zeta_i < 1, and plane 0 has the smallest). Past the table
   // type's range they would be stored as inf and give inf and NaN outputs: refuse the
   // call instead, naming the position and the range that fits (issue 24).
+  // p - centre exactly (in 128 bits), then rounded once: converting p and the centre to
+  // double first would lose the offset itself past 2^53 (positions 2^60 + 100 and 2^60
+  // round to one double), and the scales depend on the offset only.
+  auto xpos_rel = [this](int64_t p) {
+    return static_cast<double>(static_cast<__int128>(p) - options_.xpos.centre) /
+           options_.xpos.scale_base;
+  };
   if (options_.xpos.enabled && planes > 0) {
     const double log_max = std::log(static_cast<double>(std::numeric_limits<T>::max()));
     for (const int64_t token : row_token) {
       const int64_t p = keys[token * axes];
-      const double rel = (static_cast<double>(p) - static_cast<double>(options_.xpos.centre)) /
-                         options_.xpos.scale_base;
+      const double rel = xpos_rel(p);
       const double log_scale = std::log(m) + role_sign * rel * log_zeta[0];
       if (!(log_scale < log_max)) {
         const double reach = (log_max - std::log(m)) * options_.xpos.scale_base / -log_zeta[0];
@@ -305,11 +318,7 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
     const int64_t* key = keys.data() + row_token[row] * axes;
     T* c = table.cos_.data() + row * table.width_;
     T* s = table.sin_.data() + row * table.width_;
-    const double rel =
-        options_.xpos.enabled
-            ? (static_cast<double>(key[0]) - static_cast<double>(options_.xpos.centre)) /
-                  options_.xpos.scale_base
-            : 0.0;
+    const double rel = options_.xpos.enabled ? xpos_rel(key[0]) : 0.0;
     const bool stepped = stepping && since_anchor < kAnchor && row > row_begin &&
                          key[0] > std::numeric_limits<int64_t>::min() &&
                          key[0] - 1 == last_position;

@@ -675,7 +675,9 @@ TEST(RopeXpos, ScoreDependsOnlyOnOffsetAndScalesAreAsPublished) {
   const int64_t d = 8;
   std::mt19937_64 rng(9);
   const std::vector<double> q = Normal(d, rng), k = Normal(d, rng);
-  for (int64_t centre : {int64_t{0}, int64_t{1000000}}) {
+  // Centres 0, 1e6 and 2^60 (positions past 2^53: the offset p - centre must be formed
+  // exactly, not from p and the centre each rounded to double).
+  for (int64_t centre : {int64_t{0}, int64_t{1000000}, int64_t{1} << 60}) {
     RopeOptions o;
     o.head_dim = d;
     o.rotary_dim = d;
@@ -706,7 +708,19 @@ TEST(RopeXpos, ScoreDependsOnlyOnOffsetAndScalesAreAsPublished) {
       // exact to ~1e-16 relative per term: 1e-9 relative to the score size.
       const double tol = 1e-9 * (1.0 + std::abs(sc));
       EXPECT_NEAR(sc, shifted, tol) << i << " " << j;
-      EXPECT_NEAR(sc, ref_score(i, j), tol);
+      if (centre < (int64_t{1} << 53)) {
+        EXPECT_NEAR(sc, ref_score(i, j), tol);
+      } else {
+        // The reference's long double angle loses p theta past 2^53; the score depends on
+        // i - j only, so it equals the one at the same offsets about centre 0, for which
+        // the reference holds (checked in the first pass).
+        RopeOptions o0 = o;
+        o0.xpos.centre = 0;
+        const Rope rope0 = *Rope::Create(o0, f);
+        const double at0 = Dot(RotateOne(rope0, q, i - centre, RopeRole::kQuery),
+                               RotateOne(rope0, k, j - centre, RopeRole::kKey));
+        EXPECT_NEAR(sc, at0, tol) << i - centre << " " << j - centre;
+      }
     }
     // Float32 with positions near 1e6 stays finite thanks to the centre.
     const std::vector<int64_t> ids = {centre + 3000};
@@ -886,6 +900,17 @@ TEST(RopeErrors, RejectsBadInput) {
   bad = t;
   bad.cu_seqlens = two;
   EXPECT_FALSE(ValidateRopeTensor(bad).ok());  // cu_seqlens on bshd
+  // No heads, so no bytes, but more tokens than a table could hold (2^62; 4 x 2^62 would
+  // overflow int64): refused before any per-token table, not a crash.
+  for (const auto& [b, s] : {std::pair<int64_t, int64_t>{int64_t{1} << 31, int64_t{1} << 31},
+                             std::pair<int64_t, int64_t>{4, int64_t{1} << 62}}) {
+    bad = t;
+    bad.batch = b;
+    bad.seq_len = s;
+    bad.heads = 0;
+    EXPECT_EQ(rope.MakeTable<float>(bad, {}).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_FALSE(rope.Forward<float>(bad, {}, x.data(), y.data()).ok());
+  }
   // A table for another tensor is refused.
   const RopeTable<float> table = *rope.MakeTable<float>(t, {ids, {}});
   const RopeTensor other = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 3, 2, 8);

@@ -67,6 +67,18 @@ absl::Status ValidateBackwardBatch(const char* who, int64_t n, int64_t dim, cons
     s = ValidateBatch(who, n, dim, grad_out, grad_out_stride, grad_in, grad_in_stride,
                       element_size);
   }
+  if (s.ok() && grad_in != nullptr && n > 0) {
+    // grad_in and in: disjoint. The parameter gradients read every row of in, and a row
+    // of grad_in written over a row of in still to be read would change them silently.
+    const int64_t in_bytes = ExtentBytes(n, dim, in_stride, element_size);
+    const int64_t gi_bytes = ExtentBytes(n, dim, grad_in_stride, element_size);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(in);
+    const uintptr_t b = reinterpret_cast<uintptr_t>(grad_in);
+    if (a < b + static_cast<uintptr_t>(gi_bytes) && b < a + static_cast<uintptr_t>(in_bytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": grad_in overlaps in (the input rows the parameter gradients read)"));
+    }
+  }
   return s;
 }
 

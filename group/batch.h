@@ -20,7 +20,8 @@ absl::Status ValidateBatch(const char* who, int64_t n, int64_t dim, const void* 
                            size_t element_size);
 
 // The arguments of a batched backward pass: `in` and `grad_out` readable batches, and
-// `grad_in` (may be null) a batch that is grad_out itself or disjoint from it.
+// `grad_in` (may be null) a batch that is grad_out itself or disjoint from it, and
+// disjoint from `in`.
 absl::Status ValidateBackwardBatch(const char* who, int64_t n, int64_t dim, const void* in,
                                    int64_t in_stride, const void* grad_out,
                                    int64_t grad_out_stride, const void* grad_in,

@@ -220,6 +220,18 @@ TEST(GrapeMCommutingPlanesTest, RejectsBadInput) {
   EXPECT_FALSE(g->Apply<double>(ps, buf.data(), 4, buf.data(), 5).ok());
   EXPECT_TRUE(g->Apply<double>(ps, buf.data(), 4, buf.data(), 4).ok());  // in place
   EXPECT_FALSE(g->Backward<double>(ps, buf.data(), 4, buf.data(), 4, nullptr, 4, nullptr).ok());
+  // grad_in over in (one row on): row 0's input gradient would overwrite row 1's input
+  // before the generator gradient reads it (a wrong gradient with OK before).
+  std::vector<double> in = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0}, grad_out = {1, 0, 0, 0, 1, 0, 0, 0};
+  std::vector<double> grad_omega;
+  const absl::Status overlap =
+      g->Backward<double>(ps, in.data(), 4, grad_out.data(), 4, in.data() + 4, 4, &grad_omega);
+  EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument) << overlap;
+  EXPECT_FALSE(
+      g->Backward<double>(ps, in.data(), 4, grad_out.data(), 4, in.data(), 4, &grad_omega).ok());
+  std::vector<double> grad_in(8);
+  EXPECT_TRUE(
+      g->Backward<double>(ps, in.data(), 4, grad_out.data(), 4, grad_in.data(), 4, &grad_omega).ok());
 }
 
 // ---------------------------------------------------------------------------------

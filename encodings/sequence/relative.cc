@@ -306,12 +306,17 @@ absl::Status TransformerXLScoreTermsBackward(const Eigen::Ref<const RowMatrixXd>
   grads->w_r.setZero(d, dr);
   grads->u.setZero(d);
   grads->v.setZero(d);
-  // E_ab = (q_a + v)^T W_R R_ab + u^T k_b, differentiated term by term.
+  // E_ab = (q_a + v)^T W_R R_ab + u^T k_b, differentiated term by term. A zero g_ab adds
+  // nothing, and is skipped, unless q_a or k_b holds a NaN or inf: then 0 times it is NaN
+  // in dW_R or du, as PyTorch's autograd would give (the parameters are finite).
+  std::vector<char> q_finite(static_cast<size_t>(nq)), k_finite(static_cast<size_t>(nk));
+  for (int64_t a = 0; a < nq; ++a) q_finite[a] = q.row(a).allFinite();
+  for (int64_t b = 0; b < nk; ++b) k_finite[b] = k.row(b).allFinite();
   for (int64_t a = 0; a < nq; ++a) {
     const Eigen::VectorXd qv = q.row(a).transpose() + params.v;
     for (int64_t b = 0; b < nk; ++b) {
       const double g = grad_terms(a, b);
-      if (g == 0.0) continue;
+      if (g == 0.0 && q_finite[a] && k_finite[b]) continue;
       const auto& [r, wr] = proj->by_distance.at(query_positions[a] - key_positions[b]);
       grads->q.row(a) += g * wr.transpose();
       grads->v += g * wr;

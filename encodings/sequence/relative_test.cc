@@ -273,6 +273,33 @@ TEST(TransformerXLTest, BackwardMatchesFiniteDifferences) {
                         "dv");
 }
 
+// A NaN in q (or an inf in k) reaches dW_R (du) through the zero entries of the upstream
+// gradient too, as PyTorch's autograd gives 0 * NaN = NaN: a zero g_ab is skipped only
+// when q_a and k_b are finite. dq and dk stay finite (they multiply g by the finite
+// parameters).
+TEST(TransformerXLTest, NonFiniteInputsReachTheGradientsThroughZeroUpstream) {
+  std::mt19937_64 rng(94);
+  const TransformerXLParams params = RandomTxl(3, 4, rng);
+  RowMatrixXd q = RandomRows(2, 3, rng), k = RandomRows(2, 3, rng);
+  const std::vector<int64_t> ps = {0, 1};
+  const RowMatrixXd zero = RowMatrixXd::Zero(2, 2);
+  q(0, 1) = NAN;
+  TransformerXLGradients grads;
+  ASSERT_TRUE(TransformerXLScoreTermsBackward(q, k, ps, ps, params, zero, &grads).ok());
+  EXPECT_TRUE(grads.w_r.array().isNaN().any());
+  EXPECT_TRUE(grads.u.allFinite());
+  EXPECT_TRUE(grads.q.allFinite() && grads.k.allFinite());
+  q(0, 1) = 0.5;
+  k(1, 2) = INFINITY;
+  ASSERT_TRUE(TransformerXLScoreTermsBackward(q, k, ps, ps, params, zero, &grads).ok());
+  EXPECT_TRUE(grads.u.array().isNaN().any());
+  EXPECT_TRUE(grads.w_r.allFinite());
+  // Finite inputs and a zero upstream gradient: every gradient exactly 0.
+  k(1, 2) = 0.25;
+  ASSERT_TRUE(TransformerXLScoreTermsBackward(q, k, ps, ps, params, zero, &grads).ok());
+  EXPECT_EQ(grads.w_r.cwiseAbs().maxCoeff() + grads.u.cwiseAbs().maxCoeff(), 0.0);
+}
+
 TEST(TransformerXLTest, RejectsBadInput) {
   std::mt19937_64 rng(93);
   TransformerXLParams params = RandomTxl(3, 4, rng);

@@ -134,9 +134,11 @@ class GrapeAGatedLift {
 //    so the dot product collapses to m_h (j - i) = -m_h (i - j), formed exactly as
 //    AlibiBias forms it (one rounding of the int64 difference, one product), or, gated,
 //    to c_i - c_j read from FoxBias's prefix sums. O(1) per score, no lifted rows.
-// Both paths give the same values: bit for bit for power-of-two slopes and the gated
-// case (the lifted dot adds exact zeros around the same terms), otherwise within the
-// lift's rounding of m j - m i (eps m max(|i|, |j|)); tested.
+// Both paths give the same values: bit for bit for power-of-two slopes (the lifted dot
+// adds exact zeros around the same terms), otherwise within the lift's rounding of
+// m j - m i (eps m max(|i|, |j|)); gated, within 2^-52 max |c| (the lifted rows carry the
+// prefix sums rounded to one double each, the closed form subtracts them in
+// double-double, as FoxBias does); tested.
 enum class GrapeAPath {
   kClosedForm,  // fast path: closed form, no lifted rows
   kLifted,      // general path: lifted rows and their dot products

@@ -89,6 +89,8 @@ TEST(RopeCuda, Float32MatchesTheCpuRope) {
     std::vector<int64_t> positions(c.tokens);
     for (int64_t& p : positions) p = pos(rng);
     positions[0] = (int64_t{1} << 31) - 1;
+    // Past 2^53 (the kernels split the position: reduced_angle.cuh).
+    if (c.tokens > 2) positions[1] = (int64_t{1} << 53) + 1, positions[2] = (int64_t{1} << 62) + 999;
     std::vector<float> q(c.tokens * c.heads_q * c.head_dim), k(c.tokens * c.heads_k * c.head_dim);
     for (float& x : q) x = normal(rng);
     for (float& x : k) x = normal(rng);

@@ -45,6 +45,10 @@ absl::StatusOr<std::vector<double>> SinusoidalFrequencies(int64_t dim, double ba
   if (dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat("SinusoidalFrequencies: dim must be >= 1, got ", dim));
   }
+  if (dim > (int64_t{1} << 31)) {  // (dim + 1) / 2 frequencies are allocated
+    return absl::OutOfRangeError(
+        absl::StrCat("SinusoidalFrequencies: dim must be at most 2^31, got ", dim));
+  }
   if (!std::isfinite(base) || base <= 0.0) {
     return absl::InvalidArgumentError(
         absl::StrCat("SinusoidalFrequencies: base must be finite and > 0, got ", base));

@@ -111,6 +111,12 @@ TEST(SinusoidalEncodingTest, RejectsBadInput) {
   EXPECT_FALSE(SinusoidalEncodingMatrix<float>(ps, 0).ok());
   // An empty batch is fine even with a null output.
   EXPECT_TRUE(SinusoidalEncoding<double>({}, 4, 10000.0, nullptr, 0).ok());
+  // Widths past 2^31 are refused before the frequencies are allocated ((dim + 1) / 2
+  // overflowed at INT64_MAX; 2^62 asked for 2^61 doubles).
+  for (int64_t dim : {std::numeric_limits<int64_t>::max(), int64_t{1} << 62}) {
+    EXPECT_EQ(SinusoidalFrequencies(dim, 10000.0).status().code(), absl::StatusCode::kOutOfRange);
+    EXPECT_FALSE(SinusoidalEncoding<double>({}, dim, 10000.0, nullptr, 0).ok());
+  }
 }
 
 RowMatrixXd RandomTable(int64_t rows, int64_t cols, std::mt19937_64& rng) {

@@ -2351,6 +2351,16 @@ std::map<std::string, Case> Cases() {
                                   &f.bvals, &f.bw, nullptr, nullptr);
   });
   add("blend_grid_not_increasing", e, [](Fixture& f) { f.coords_data[3] = 0.2; return f.Blend(); });
+  add("blend_grid_broadcast", e, [](Fixture& f) {
+    // One double standing for 2^40 grid entries: refused before the copy.
+    static int64_t zero_stride = 0;
+    static int64_t huge[1] = {int64_t{1} << 40};
+    DLTensor g = f.coords;
+    g.shape = huge;
+    g.strides = &zero_stride;
+    return gpe_inr_fit_blended_2d(&f.blend_opt, f.axis1, f.axis1, &g, &f.coords, &f.bpts,
+                                  &f.bvals, &f.bw, nullptr, nullptr);
+  });
   add("blend_point_outside_grid", e, [](Fixture& f) { f.bpts_data[4] = 0.95; return f.Blend(); });
   add("blend_points_nan", e, [](Fixture& f) { f.bpts_data[1] = kNaN; return f.Blend(); });
   add("blend_points_wrong_width", e, [](Fixture& f) {

@@ -196,6 +196,7 @@ gpe_status gpe_inr_random_split(int64_t num_points, double train_fraction,
                                                      "] (every point once); got [",
                                                      v->shape[0], "]"));
     }
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "indices"); !s.ok()) return s;
     absl::StatusOr<gpe::inr::Split> split =
         gpe::inr::RandomSplit(num_points, train_fraction, validation_fraction, seed);
     if (!split.ok()) return split.status();

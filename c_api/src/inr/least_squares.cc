@@ -134,6 +134,8 @@ absl::Status WriteTensor3(const gpe::inr::Tensor3& t, DLTensor* dst, const char*
 absl::StatusOr<std::vector<double>> ReadVector(const DLTensor* t, const char* name) {
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 1, kF64);
   if (!v.ok()) return v.status();
+  // A broadcast view (stride 0) may not stand for a long vector that nothing else bounds.
+  if (absl::Status s = gpe::c_api::CheckMaterialised(*v, name); !s.ok()) return s;
   std::vector<double> out(static_cast<size_t>(v->shape[0]));
   for (int64_t i = 0; i < v->shape[0]; ++i) out[i] = v->typed<const double>()[i * v->strides[0]];
   return out;

@@ -124,7 +124,16 @@ absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, i
     return s;
   }
   const int64_t* qpos = pq_.data() + t0;
-  QueryTile tile[kPassRows];
+  // One tile per head and bq rows: at most nh * mq <= rows of them, which is at most
+  // kPassRows unless block_q is larger (rows = bq then, up to 4096, and a GQA group
+  // that wide fills more): those go to the heap.
+  QueryTile stack_tiles[kPassRows];
+  std::vector<QueryTile> heap_tiles;
+  QueryTile* tile = stack_tiles;
+  if (const int64_t count = nh * ((mq + bq - 1) / bq); count > kPassRows) {
+    heap_tiles.resize(static_cast<size_t>(count));
+    tile = heap_tiles.data();
+  }
   int64_t tiles = 0;
   for (int64_t hi = 0; hi < nh; ++hi) {
     for (int64_t r0 = 0; r0 < mq; r0 += bq) {

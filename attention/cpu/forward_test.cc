@@ -109,6 +109,12 @@ TEST(CpuForward, GqaMqaKvCacheAndStrides) {
   a.k = a.v = Strides{23 * (2 * (24 + 1) + 7) + 2, 2 * (24 + 1) + 7, 24 + 1};
   a.softmax_scale = 0.3;
   CheckAgainstReference(a, opt, 50, "strided");
+  // block_q above the pass size (384 rows) and a GQA group wider than it: one pass takes
+  // the whole group, one tile per head (400 tiles; they overflowed a 384-entry array).
+  CpuAttentionOptions wide;
+  wide.block_q = 400;
+  AttentionArgs g = Bshd(1, 1, 100, 400, 1, 16);
+  CheckAgainstReference(g, wide, 51, "block_q 400, 400 heads on one kv head");
 }
 
 TEST(CpuForward, VarlenWithEmptyAndSingleTokenSequences) {

@@ -109,6 +109,26 @@ class RotaryEmbeddingTest(unittest.TestCase):
         self.assertIsNot(module.table(q.float()), t2)  # a float32 table for float32
         self.assertIsNot(module.table(self.randn(2, 6, 4, 16)), t2)  # another batch
 
+    def test_positions_advanced_in_place_give_a_new_table(self):
+        # A decoding loop that advances one position buffer in place: each step rotates
+        # at the buffer's current value (the cache keeps a copy, not a view of it).
+        module = gt.RotaryEmbedding(16)
+        pos = torch.tensor([[0]])
+        x = self.randn(1, 1, 2, 16)
+        for step in range(3):
+            got = module(x, input_pos=pos)
+            fresh = gt.RotaryEmbedding(16)(x, input_pos=torch.tensor([[step]]))
+            self.assertTrue(torch.equal(got, fresh), "step %d" % step)
+            pos += 1
+
+    def test_gradient_with_zero_strides(self):
+        # A reduction over the sequence hands backward a gradient expanded along it
+        # (stride 0): made contiguous, not refused by the C rope.
+        module = gt.RotaryEmbedding(8)
+        x = self.randn(1, 5, 2, 8).requires_grad_()
+        (module(x).sum(dim=1) ** 2).sum().backward()
+        self.assertTrue(torch.isfinite(x.grad).all())
+
     def test_torchtune_layouts_and_views(self):
         # A [batch, heads, seq, dim] tensor given as its transpose view (strided, read in
         # place) and a shared input_pos [seq]: the same values as the contiguous tensor

@@ -390,6 +390,25 @@ class TorchAttentionTest(unittest.TestCase):
         torch.testing.assert_close(f(x), y32, atol=0, rtol=0)
         with self.assertRaises(TypeError):
             gt.rope(x, "rope")
+        # Positions must be integers: fractional ones were floored silently.
+        with self.assertRaises(TypeError):
+            gt.rope(x, r, positions=torch.arange(6) / 2)
+        # A gradient expanded along the sequence (stride 0) reaches the C backward
+        # contiguous: the same as the explicit gradient.
+        xg = x.clone().requires_grad_()
+        (gt.rope(xg, r).sum(dim=1) ** 2).sum().backward()
+        y = gt.rope(x, r)
+        dy = (2.0 * y.sum(dim=1, keepdim=True)).expand_as(y).contiguous()
+        want = torch.from_numpy(r.backward(dy.numpy()))
+        torch.testing.assert_close(xg.grad, want, atol=1e-5, rtol=0)
+
+    def test_attention_positions_must_be_integers(self):
+        q = self.rand(1, 4, 2, 8)
+        with self.assertRaises(TypeError):
+            gt.attention(q, q, q, causal=True, q_positions=torch.arange(4) / 2,
+                         k_positions=torch.arange(4) / 2)
+        # Integer tensors and lists still pass.
+        gt.attention(q, q, q, causal=True, q_positions=[0, 1, 2, 3], k_positions=torch.arange(4))
 
     # ---- Learnable parameters (gpe_attention_backward_with_parameters) ---------------
 

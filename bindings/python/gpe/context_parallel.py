@@ -321,7 +321,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
         raise ValueError("v must be [batch, tokens, heads_kv, value_dim] with k's batch, "
                          "tokens and heads (%s), value_dim >= 1; got %s"
                          % (tuple(k.shape[:3]), tuple(v.shape)))
-    positions = torch.as_tensor(positions, dtype=torch.int64).flatten()
+    positions = torch.as_tensor(positions)
+    if positions.dtype.is_floating_point or positions.dtype.is_complex or positions.dtype == torch.bool:
+        raise TypeError("positions must be integers; got %s" % positions.dtype)
+    positions = positions.to(torch.int64).flatten()
     if not (q.shape[1] == k.shape[1] == v.shape[1] == positions.numel()):
         raise ValueError("q, k, v and positions must hold the same tokens (self-attention "
                          "shards): got %d, %d, %d tokens and %d positions"

@@ -113,6 +113,17 @@ _DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 1
            torch.float16: (2, 16), torch.int64: (0, 64), torch.uint8: (1, 8)}
 
 
+def _int64s(x, name):
+    """x (positions, offsets, cu_seqlens: anything torch.as_tensor takes) as an int64
+    tensor; floats, complex numbers and bools are refused (TypeError), not truncated."""
+    if x is None:
+        return None
+    t = torch.as_tensor(x)
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError("%s must be integers; got %s" % (name, t.dtype))
+    return t.to(torch.int64)
+
+
 def _dltensor(t, name, keep):
     """A DLTensor over t's storage (strides in elements, as DLPack and torch count them)."""
     if t is None:
@@ -825,7 +836,6 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                             "GrapeApBias, GrapeABias) or a learnable gpe.torch bias")
         if alibi:
             raise ValueError("give alibi or bias, not both")
-    as_ints = lambda x: None if x is None else torch.as_tensor(x, dtype=torch.int64)
     shaw: Tuple[Any, ...] = (structured.pop("shaw_key_table", None),
                              structured.pop("shaw_value_table", None))
     shaw = tuple(None if t is None else torch.as_tensor(t) for t in shaw)
@@ -842,8 +852,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
 
     call = _forward_op if torch.compiler.is_compiling() else _EagerAttention.apply
-    o, lse = call(rows(q), rows(k), rows(v), as_ints(q_positions), as_ints(k_positions),
-                  as_ints(cu_seqlens_q), as_ints(cu_seqlens_k), bool(causal),
+    o, lse = call(rows(q), rows(k), rows(v), _int64s(q_positions, "q_positions"),
+                  _int64s(k_positions, "k_positions"), _int64s(cu_seqlens_q, "cu_seqlens_q"),
+                  _int64s(cu_seqlens_k, "cu_seqlens_k"), bool(causal),
                   0.0 if scale is None else float(scale), int(rope_dim), float(rope_base),
                   rope_pairing, alibi or "", _register(encoding), _register(bias),
                   int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
@@ -867,7 +878,9 @@ def _rope_impl(backward, x, positions, offsets, cu_seqlens, layout, role, rope_k
         raise TypeError("rope: unsupported dtype %s" % x.dtype)
     bf16 = x.dtype == torch.bfloat16
     x = x.detach()
-    if x.dim() and x.stride(-1) != 1:
+    # Rows must be unit-stride and no axis broadcast (stride 0): a gradient autograd made
+    # by expanding a reduction has zero strides, which the C rope refuses.
+    if x.dim() and (x.stride(-1) != 1 or 0 in x.stride()):
         x = x.contiguous()
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
 
@@ -954,9 +967,10 @@ def rope(x: torch.Tensor, rope: "_Rope", positions: Optional[_TensorLike] = None
     from gpe.rope import Rope  # noqa: lazy
     if not isinstance(rope, Rope):
         raise TypeError("rope must be a gpe.Rope")
-    as_ints = lambda v: None if v is None else torch.as_tensor(v, dtype=torch.int64).contiguous()
+    as_ints = lambda v, name: None if v is None else _int64s(v, name).contiguous()
     call = _rope_forward_op if torch.compiler.is_compiling() else _EagerRope.apply
-    return call(x, as_ints(positions), as_ints(offsets), as_ints(cu_seqlens), str(layout),
+    return call(x, as_ints(positions, "positions"), as_ints(offsets, "offsets"),
+                as_ints(cu_seqlens, "cu_seqlens"), str(layout),
                 str(role), _register(rope))
 
 

@@ -42,7 +42,7 @@ def _array(t: torch.Tensor) -> np.ndarray:
 
 def _apply(table: RopeTable, x: torch.Tensor, backward: bool) -> torch.Tensor:
     x = x.detach()
-    if x.stride(-1) != 1:
+    if x.stride(-1) != 1 or 0 in x.stride():  # zero strides: an expanded gradient
         x = x.contiguous()
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     fn = table.backward if backward else table.forward
@@ -219,7 +219,9 @@ class RotaryEmbedding(torch.nn.Module):
             first = pos if pos is not None else torch.arange(x.shape[1]).repeat(x.shape[0])
             positions = torch.stack([first, torch.zeros_like(first)]).numpy()
         table = self.rope.table(like, positions=positions, role=role)
-        self._cache = (key, pos, table)
+        # A copy: pos may be a view of the caller's tensor (int64 on the CPU), which a
+        # decoding loop advances in place; the cached copy must keep the table's positions.
+        self._cache = (key, None if pos is None else pos.clone(), table)
         return table
 
     def forward(self, x: torch.Tensor, input_pos: Any = None, *,

@@ -265,6 +265,13 @@ class ApplyTest(unittest.TestCase):
             np.testing.assert_array_equal(c.forward(x, offsets=[5]), want)
         with self.assertRaisesRegex(TypeError, "RopeTable cannot be copied"):
             copy.deepcopy(copies[0].table(x))
+        # Every other handle refuses to be copied (a shallow copy shared the handle and both
+        # copies freed it) or pickled, with a message.
+        for obj in (gpe.Alibi(4), gpe.FourierFeatures("gaussian", 2, 8),
+                    gpe.SoRepresentation.planes(8)):
+            for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+                with self.assertRaisesRegex(TypeError, "cannot be copied or pickled"):
+                    fn(obj)
 
     def test_mrope_and_axial(self):
         d = 16

@@ -129,6 +129,12 @@ class _Handle:
         except Exception:  # interpreter shutdown
             pass
 
+    def __reduce__(self) -> Any:
+        # Copying the object would copy the handle, which both copies then free (a double
+        # free); pickling a ctypes pointer is impossible. Say so instead.
+        raise TypeError("%s owns a library handle and cannot be copied or pickled; "
+                        "create another one" % type(self).__name__)
+
     def __enter__(self: _H) -> _H:
         return self
 

@@ -388,12 +388,19 @@ class Backward {
 
   // Whether the tile takes the careful path (nonfinite.h): it may have masked entries
   // (the causal future, biases, which may be -inf, rows without an allowed key or NaN
-  // rows) and some operand (keys, values, Qs, dO) is not finite, so that 0 * x would
-  // carry a NaN to where a masked key must contribute nothing.
+  // rows) and some operand (keys, values, Qs, dO) is not finite, or some row is a NaN
+  // row (its lse or D = <dO, o> NaN: a NaN sink, bias or mask entry, or a score that
+  // overflowed, with finite operands), so that 0 * x would carry a NaN to where a masked
+  // key must contribute nothing (dS = P (dP - D) with P = 0 and D NaN).
   bool NeedsCare(const KeyBlock& kb, const QueryTile& qt, const BackwardWorkspace& w) const {
     bool maybe_masked = cpu::MayHaveMaskedEntries(a_, qt.qmin, qt.qmax, kb.kmin, kb.kmax);
     for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
     if (!maybe_masked) return false;
+    const int64_t group = Group();
+    for (int64_t r = 0; r < qt.nr; ++r) {
+      const int64_t row = (qt.r0 + r) * group + qt.hi;
+      if (std::isnan(w.shift[r]) || !std::isfinite(w.dsum[row])) return true;
+    }
     const int64_t ld = Group() * Pitch();
     return !(w.kv_finite && cpu::RowsAllFinite(qt.qrows, qt.nr, ld, p_.d) &&
              cpu::RowsAllFinite(qt.drows, qt.nr, ld, p_.dv));

@@ -208,6 +208,42 @@ TEST(NonFinite, OverflowingScoreIsNaNNotEmpty) {
 
 // The backward against the reference's gradients: a NaN key, and an infinite value of a
 // key that earlier (causal) rows mask, whose dq, and the other keys' dk, dv, stay finite.
+// A NaN row from finite operands (a NaN entry of an additive score mask on an allowed
+// key: that row's lse and D = <dO, o> are NaN): the keys the row may not see (its causal
+// future) keep the gradient the other rows give them, as in the reference, where before
+// dS = P (dP - D) with P = 0 and D NaN made them NaN (the tile took the careful path only
+// for non-finite K, V, Qs or dO).
+TEST(NonFinite, BackwardOfANaNRowFromFiniteOperands) {
+  for (int64_t l : {17, 70}) {
+    AttentionArgs a = Bshd(1, l, l, 1, 1, 32);
+    a.causal = true;
+    std::vector<float> add(static_cast<size_t>(l * l), 0.0f);
+    const int64_t row = l / 2;
+    add[static_cast<size_t>(row * l + 1)] = kNaN;  // key 1, allowed for row l / 2
+    a.mask = {add.data(), nullptr, 0, 0, l, 1};
+    Inputs in = Random(a, static_cast<uint64_t>(l) + 900);
+    std::mt19937_64 rng(static_cast<uint64_t>(l) + 901);
+    std::vector<float> d_o = test::RandomF(test::Extent(a, a.o, true), &rng);
+    std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v), dod = Widen(d_o);
+    std::vector<double> dq_ref(qd.size()), dk_ref(kd.size()), dv_ref(vd.size());
+    ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
+                                          dq_ref.data(), dk_ref.data(), dv_ref.data())
+                    .ok());
+    for (const CpuAttentionOptions& opt : {SmallTiles(), CpuAttentionOptions{}}) {
+      std::vector<float> dq(qd.size()), dk(kd.size()), dv(vd.size());
+      ASSERT_TRUE(CpuBackward(a, in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr,
+                              d_o.data(), dq.data(), dk.data(), dv.data(), nullptr, opt)
+                      .ok());
+      const std::string at = "l " + std::to_string(l) + " block_q " + std::to_string(opt.block_q);
+      ExpectSamePattern(dq_ref, dq, 1e-3, at + " dq");
+      ExpectSamePattern(dk_ref, dk, 1e-3, at + " dk");
+      ExpectSamePattern(dv_ref, dv, 1e-3, at + " dv");
+      // The last key is in the NaN row's causal future: finite.
+      EXPECT_TRUE(std::isfinite(dk[static_cast<size_t>((l - 1) * 32)])) << at;
+    }
+  }
+}
+
 TEST(NonFinite, BackwardFollowsTheRule) {
   for (int64_t l : {17, 70}) {
     for (int poison : {0, 1, 2}) {

@@ -168,12 +168,24 @@ absl::StatusOr<FourierFeatures> FourierFeatures::Nerf(int64_t dim, int64_t num_o
   return AxisAligned(dim, f, FrequencyConvention::kAngular);
 }
 
+namespace {
+
+// Finite points and frequencies whose phases w . x leave double's range: cos and sin of
+// them would be NaN features.
+absl::Status PhasesOverflow() {
+  return absl::InvalidArgumentError(
+      "points: a phase w . x overflows (frequencies times coordinates beyond 1.8e308)");
+}
+
+}  // namespace
+
 absl::StatusOr<RowMatrixXd> FourierFeatures::Encode(const PointsRef& points) const {
   if (absl::Status s = ValidateFiniteMatrix(points, input_dim(), "points"); !s.ok()) return s;
   const int64_t f = num_frequencies();
   // Angles in double by one GEMM, written into the cosine half, then replaced in place.
   RowMatrixXd out(points.rows(), 2 * f);
   out.leftCols(f).noalias() = points * angular_.transpose();
+  if (!out.leftCols(f).allFinite()) return PhasesOverflow();
   for (Eigen::Index n = 0; n < out.rows(); ++n) {
     double* row = out.row(n).data();
     for (int64_t j = 0; j < f; ++j) SinCos(row[j], &row[f + j], &row[j]);
@@ -189,6 +201,7 @@ absl::StatusOr<RowMatrixXd> FourierFeatures::Backward(const PointsRef& points,
   }
   const int64_t f = num_frequencies();
   RowMatrixXd grad_angles = points * angular_.transpose();
+  if (!grad_angles.allFinite()) return PhasesOverflow();
   // d cos(a)/da = -sin(a), d sin(a)/da = cos(a); then da/dx = w.
   for (Eigen::Index n = 0; n < grad_angles.rows(); ++n) {
     for (int64_t j = 0; j < f; ++j) {

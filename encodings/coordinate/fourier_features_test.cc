@@ -158,6 +158,16 @@ TEST(FourierFeaturesTest, RejectsBadInput) {
   EXPECT_FALSE(ff->Encode(nan_points).ok());
   const RowMatrixXd good = RowMatrixXd::Zero(3, 2);
   EXPECT_FALSE(ff->Backward(good, RowMatrixXd::Zero(2, 8)).ok());
+  // Finite frequencies and points whose phase w . x overflows: an error, not NaN features
+  // (cos and sin of inf) with OK.
+  RowMatrixXd big_w(1, 1), far(1, 1);
+  big_w << 1e300;
+  far << 1e10;
+  auto steep = FourierFeatures::Create(big_w, FrequencyConvention::kAngular);
+  ASSERT_TRUE(steep.ok());
+  EXPECT_EQ(steep->Encode(far).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(steep->Backward(far, RowMatrixXd::Zero(1, 2)).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(ff->Backward(good, RowMatrixXd::Zero(3, 7)).ok());
   RowMatrixXd inf_grad = RowMatrixXd::Zero(3, 8);
   inf_grad(0, 0) = std::numeric_limits<double>::infinity();

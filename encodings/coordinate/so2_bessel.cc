@@ -127,6 +127,17 @@ absl::Status So2BesselEncoder::ValidateInput(const PointsRef& points) const {
   if (!std::isfinite(max_r * max_c)) {
     return absl::InvalidArgumentError("points: radial scale c times radius r overflows");
   }
+  // k theta likewise (polar input: any finite theta; Cartesian: |theta| <= pi).
+  if (input_ == Input::kPolar) {
+    double max_theta = 0, max_k = 0;
+    for (Eigen::Index n = 0; n < points.rows(); ++n) {
+      max_theta = std::max(max_theta, std::fabs(points(n, 1)));
+    }
+    for (const Term& t : terms_) max_k = std::max(max_k, std::fabs(static_cast<double>(t.angular_k)));
+    if (!std::isfinite(max_theta * max_k)) {
+      return absl::InvalidArgumentError("points: angular order k times angle theta overflows");
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -242,6 +242,12 @@ TEST(So2BesselEncoderTest, RejectsBadInput) {
   neg << -0.1, 0.3;
   EXPECT_FALSE(polar.Encode(neg).ok());
   EXPECT_FALSE(polar.Backward(neg, RowMatrixXd::Zero(1, 2)).ok());
+  // k theta overflowing (k = 2, theta = 1e308): an error, not NaN features with OK.
+  const So2BesselEncoder turns = Make({{0, 1.0, 2}}, Input::kPolar);
+  RowMatrixXd wound(1, 2);
+  wound << 1.0, 1e308;
+  EXPECT_EQ(turns.Encode(wound).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(turns.Backward(wound, RowMatrixXd::Zero(1, 2)).ok());
   const So2BesselEncoder cart = Make({{0, 1e200, 1}}, Input::kCartesian);
   RowMatrixXd far(1, 2);
   far << 1e200, 0.0;

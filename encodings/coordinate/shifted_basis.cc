@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -150,6 +151,28 @@ absl::StatusOr<ShiftedBasis1D> ShiftedBasis1D::Create(ShiftedBasisKind kind, int
   if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi && std::isfinite(hi - lo))) {
     return absl::InvalidArgumentError(
         absl::StrCat("ShiftedBasis1D: need finite lo < hi, got [", lo, ", ", hi, "]"));
+  }
+  // The shifts' spacing (hi - lo) / K is a divisor (ShiftWindow, the impulse's index): a
+  // subnormal or zero one would make those NaN and their int64 casts undefined.
+  const double spacing = (hi - lo) / static_cast<double>(num_shifts);
+  if (!(spacing >= std::numeric_limits<double>::min())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShiftedBasis1D: the shifts' spacing (hi - lo) / num_shifts = ", spacing,
+        " is below double's normal range; widen [lo, hi]"));
+  }
+  // The kernels use 1 / width^2 (Gaussian) and 2 / width or 2 pi / width (the others):
+  // each must be finite and nonzero, or every feature or derivative would be NaN.
+  if (kind == ShiftedBasisKind::kGaussian &&
+      !(width * width >= std::numeric_limits<double>::min() && std::isfinite(width * width))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ShiftedBasis1D: a Gaussian width must have its square in double's normal range "
+        "(about 1.5e-154 to 1.3e154), got ",
+        width));
+  }
+  if (kind != ShiftedBasisKind::kImpulse && kind != ShiftedBasisKind::kGaussian &&
+      !std::isfinite(kTwoPi / width)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ShiftedBasis1D: width ", width, " is too small (2 pi / width overflows)"));
   }
   return ShiftedBasis1D(kind, num_shifts, width, lo, hi);
 }

@@ -296,6 +296,16 @@ TEST(ComplexShiftedEncoderTest, KroneckerRankIsProductOfRanks) {
 }
 
 TEST(ComplexShiftedEncoderTest, RejectsBadInput) {
+  // A spacing below double's normal range (here 0: 2^24 shifts over [0, 1e-317]) and
+  // widths whose kernels' constants leave double's range: refused at creation. (The zero
+  // spacing made the shift window NaN and its int64 cast undefined: a write at INT64_MIN.)
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kTriangle, int64_t{1} << 24, 1.0, 0.0,
+                                      1e-317)
+                   .ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 1e-160).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 1e160).ok());
+  EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kSine, 4, 1e-308).ok());
+  EXPECT_TRUE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 1e-150).ok());
   EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 0, 0.1).ok());
   EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 4, 0.0).ok());
   EXPECT_FALSE(ShiftedBasis1D::Create(ShiftedBasisKind::kTriangle, 4, -1.0).ok());

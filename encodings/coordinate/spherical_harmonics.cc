@@ -29,7 +29,7 @@ absl::StatusOr<SphericalHarmonicsEncoder> SphericalHarmonicsEncoder::Create(int 
 absl::Status SphericalHarmonicsEncoder::ValidateDirections(const PointsRef& points) const {
   if (absl::Status s = ValidateFiniteMatrix(points, 3, "points"); !s.ok()) return s;
   for (Eigen::Index n = 0; n < points.rows(); ++n) {
-    const double norm = points.row(n).norm();
+    const double norm = points.row(n).stableNorm();  // scaled: no squares under- or overflow
     if (!(norm > 0) || !std::isfinite(norm)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "points: row ", n, " has no direction (norm ", norm, "); need a non-zero vector"));
@@ -99,7 +99,7 @@ absl::StatusOr<RowMatrixXd> SphericalHarmonicsEncoder::Encode(const PointsRef& p
   if (absl::Status s = ValidateDirections(points); !s.ok()) return s;
   RowMatrixXd out(points.rows(), output_dim());
   for (Eigen::Index n = 0; n < points.rows(); ++n) {
-    const double norm = points.row(n).norm();
+    const double norm = points.row(n).stableNorm();  // scaled: no squares under- or overflow
     const double u[3] = {points(n, 0) / norm, points(n, 1) / norm, points(n, 2) / norm};
     EvaluateUnit(u, out.row(n).data(), nullptr);
   }
@@ -128,7 +128,7 @@ absl::StatusOr<RowMatrixXd> SphericalHarmonicsEncoder::Backward(
   std::vector<double> values(f), du(3 * f);
   RowMatrixXd grad(points.rows(), 3);
   for (Eigen::Index n = 0; n < points.rows(); ++n) {
-    const double norm = points.row(n).norm();
+    const double norm = points.row(n).stableNorm();  // scaled: no squares under- or overflow
     const Eigen::Vector3d u = points.row(n).transpose() / norm;
     EvaluateUnit(u.data(), values.data(), du.data());
     Eigen::Vector3d gu;

@@ -121,6 +121,15 @@ TEST(SphericalHarmonicsTest, AdditionTheoremAndScaleInvariance) {
   }
   // Only the direction matters (normalising 7.5 v rounds differently: a few ulps).
   EXPECT_LT((*ya - *ya_scaled).cwiseAbs().maxCoeff(), 1e-13);
+  // ... also for vectors whose squares leave double's range (1e-162 and 1e-200: the
+  // squares underflow; 1e160: they overflow): the norm is taken scaled, so the direction
+  // is the same to a few ulps (unscaled, 3e-162 x gave |u| = 1.006, Y_64,64 47% off, and
+  // 1e-200 x was refused as having no direction).
+  for (double scale : {1e-162, 1e-200, 1e160}) {
+    auto y_tiny = sh->Encode(scale * a);
+    ASSERT_TRUE(y_tiny.ok()) << scale << " " << y_tiny.status();
+    EXPECT_LT((*ya - *y_tiny).cwiseAbs().maxCoeff(), 1e-12) << scale;
+  }
 }
 
 TEST(SphericalHarmonicsTest, BackwardMatchesFiniteDifferencesIncludingPoles) {
@@ -149,8 +158,11 @@ TEST(SphericalHarmonicsTest, RejectsBadInput) {
   RowMatrixXd nan = RowMatrixXd::Ones(1, 3);
   nan(0, 2) = std::numeric_limits<double>::quiet_NaN();
   EXPECT_FALSE(sh->Encode(nan).ok());
+  // A huge vector has a direction (its norm is taken scaled): encoded as the unit one.
   RowMatrixXd huge = RowMatrixXd::Constant(1, 3, 1e200);
-  EXPECT_FALSE(sh->Encode(huge).ok());  // norm overflows
+  auto far = sh->Encode(huge), unit = sh->Encode(RowMatrixXd::Ones(1, 3));
+  ASSERT_TRUE(far.ok() && unit.ok());
+  EXPECT_LT((*far - *unit).cwiseAbs().maxCoeff(), 1e-14);
   EXPECT_FALSE(sh->Backward(RowMatrixXd::Ones(1, 3), RowMatrixXd::Zero(1, 15)).ok());
   EXPECT_FALSE(sh->EncodeAngles(RowMatrixXd::Ones(1, 3)).ok());
 }

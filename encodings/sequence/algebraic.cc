@@ -516,7 +516,10 @@ absl::Status ApplyLocalityScaling(absl::Span<const int64_t> query_positions,
       const int64_t j = key_positions[b];
       const uint64_t dist = i >= j ? static_cast<uint64_t>(i) - static_cast<uint64_t>(j)
                                    : static_cast<uint64_t>(j) - static_cast<uint64_t>(i);
-      row[b] = static_cast<T>(static_cast<double>(row[b]) * Factor(dist, log_c));
+      // c^d > 0 even where it underflows to 0: an infinite score (a masked -inf) stays
+      // infinite rather than becoming inf * 0 = NaN.
+      const double f = Factor(dist, log_c), x = static_cast<double>(row[b]);
+      row[b] = static_cast<T>(f == 0.0 && std::isinf(x) ? x : x * f);
     }
   }
   return absl::OkStatus();

@@ -592,6 +592,15 @@ TEST(LocalityTest, FactorsMatchPowersAndTilesScale) {
   }
   EXPECT_EQ(*LocalityFactor(12345, 1.0), 1.0);
   EXPECT_EQ(*LocalityFactor(std::numeric_limits<uint64_t>::max(), 0.5), 0.0);  // underflow, no NaN
+  {
+    // A masked score (-inf) far away, where c^d underflows to 0: it stays -inf (c^d > 0),
+    // not -inf * 0 = NaN; finite scores there become 0.
+    std::vector<double> far = {-std::numeric_limits<double>::infinity(), 2.0};
+    const std::vector<int64_t> q0 = {0}, k2 = {40000, 40001};
+    ASSERT_TRUE(ApplyLocalityScaling<double>(q0, k2, 0.98, far.data(), 2).ok());
+    EXPECT_EQ(far[0], -std::numeric_limits<double>::infinity());
+    EXPECT_EQ(far[1], 0.0);
+  }
   EXPECT_FALSE(LocalityFactor(1, 0.0).ok());
   EXPECT_FALSE(LocalityFactor(1, 1.5).ok());
   EXPECT_FALSE(LocalityFactor(1, NAN).ok());

@@ -170,19 +170,22 @@ absl::Status Rank2Rotation::Backward(absl::Span<const int64_t> positions, const 
   grads->b.assign(d, 0.0);
   grads->omega = 0.0;
 
+  // l = g.out = g.x + A g^T W x + B g^T W^2 x for W = a b^T - b a^T (rank-2 skew,
+  // W = s0 (u v^T - v u^T)), A = sin(th)/s0, B = (1 - cos th)/s0^2, th = p omega s0. With
+  // G = dl/dW (W taken as a free matrix; s0^2 = |W|_F^2 / 2 carries A and B):
+  //   G = A g x^T + B (g (Wx)^T + (W^T g) x^T) + kappa W,
+  //   kappa = dA/dq g^T W x + dB/dq g^T W^2 x  (q = s0^2),
+  // and dl/da = (G - G^T) b, dl/db = -(G - G^T) a. Every product with W is taken in the
+  // orthonormal frame (W y = s0 (u (v.y) - v (u.y)); u.a = |a|, v.a = 0, v.b = s0 / |a|
+  // exactly), never as nb a - c b or na nb - c^2: for nearly parallel a and b those
+  // cancel (a relative error of eps / angle^2), and s0^2 may overflow where s0 does not.
   const std::vector<double>& a = a_;
   const std::vector<double>& b = b_;
-  const double na = Dot(a, a), nb = Dot(b, b), c = Dot(a, b);
-  const double q = s0_ * s0_;  // = na nb - c^2, but from the accurate s0
-  // dq/da = 2 (nb a - c b), dq/db = 2 (na b - c a).
-  std::vector<double> dq_da(d), dq_db(d);
-  for (int64_t i = 0; i < d; ++i) {
-    dq_da[i] = 2.0 * (nb * a[i] - c * b[i]);
-    dq_db[i] = 2.0 * (na * b[i] - c * a[i]);
-  }
-
-  // l = g.out = g.x + A P1 + B P2 with A = sin(th)/s0, B = (1 - cos th)/s0^2,
-  // th = p omega s0, P1 = g.L x, P2 = g.L^2 x (closed form above, expanded).
+  const bool flat = degenerate();
+  const double norm_a = std::sqrt(Dot(a, a));
+  const double ua = norm_a, va = 0.0;
+  const double ub = flat ? 0.0 : Dot(u_, b), vb = flat ? 0.0 : s0_ / norm_a;
+  const double inv = flat ? 0.0 : 1.0 / s0_;
   for (int64_t j = 0; j < n; ++j) {
     const T* x = in + j * in_stride;
     const T* g = grad_out + j * grad_out_stride;
@@ -191,38 +194,56 @@ absl::Status Rank2Rotation::Backward(absl::Span<const int64_t> positions, const 
     const double th_raw = static_cast<double>(p) * phi_;  // unreduced, for the factors
     const double th = ReducedAngle(p, phi_);             // reduced, for sin/cos
     const double sn = std::sin(th), cs = std::cos(th);
-    double A, B, dA_dq, dB_dq;
+    // In the frame: x_u, x_v, g_u, g_v; g^T W x = s0 p1, g^T W^2 x = -s0^2 p2.
+    double xu = 0, xv = 0, gu = 0, gv = 0;
+    if (!flat) {
+      xu = Dot(u_, x), xv = Dot(v_, x), gu = Dot(u_, g), gv = Dot(v_, g);
+    }
+    const double p1 = gu * xv - gv * xu, p2 = gu * xu + gv * xv;
+    // The coefficients of dl/da = cA [g (x.b) - x (g.b)] + cB [...W x, W^T g...] + cK W^ b,
+    // with W x = s0 wx, W^T g = s0 wg and W y = s0 W^ y (W^ = u v^T - v u^T): cA = A,
+    // cB = B s0, cK = 2 kappa s0.
+    double cA, cB, cK, a_s0sq;  // a_s0sq = A s0^2 (for d/domega)
     if (std::fabs(th_raw) < kSeriesTheta) {
       // Taylor series in th^2 = t^2 q (exact limits at q = 0).
       const double t2 = th_raw * th_raw;
-      A = t * (1.0 - t2 / 6.0 + t2 * t2 / 120.0);
-      B = t * t * (0.5 - t2 / 24.0 + t2 * t2 / 720.0);
-      dA_dq = t * t * t * (-1.0 / 6.0 + t2 / 60.0 - t2 * t2 / 1680.0);
-      dB_dq = t * t * t * t * (-1.0 / 24.0 + t2 / 360.0 - t2 * t2 / 13440.0);
+      const double A = t * (1.0 - t2 / 6.0 + t2 * t2 / 120.0);
+      const double B = t * t * (0.5 - t2 / 24.0 + t2 * t2 / 720.0);
+      const double dA_dq = t * t * t * (-1.0 / 6.0 + t2 / 60.0 - t2 * t2 / 1680.0);
+      const double dB_dq = t * t * t * t * (-1.0 / 24.0 + t2 / 360.0 - t2 * t2 / 13440.0);
+      cA = A;
+      cB = B * s0_;
+      cK = 2.0 * s0_ * s0_ * (dA_dq * p1 - dB_dq * s0_ * p2);
+      a_s0sq = A * s0_ * s0_;
     } else {
-      const double one_minus_cos = 2.0 * std::sin(0.5 * th) * std::sin(0.5 * th);
-      A = sn / s0_;
-      B = one_minus_cos / q;
-      dA_dq = (th_raw * cs - sn) / (2.0 * q * s0_);
-      dB_dq = (th_raw * sn - 2.0 * one_minus_cos) / (2.0 * q * q);
+      // A = sn / s0, B s0 = (1 - cos th) / s0, and 2 kappa s0 =
+      // [(th cos th - sin th) p1 - (th sin th - 2 (1 - cos th)) p2] / s0.
+      const double omc = 2.0 * std::sin(0.5 * th) * std::sin(0.5 * th);
+      cA = sn * inv;
+      cB = omc * inv;
+      cK = ((th_raw * cs - sn) * p1 - (th_raw * sn - 2.0 * omc) * p2) * inv;
+      a_s0sq = sn * s0_;
     }
-    const double alpha = Dot(a, x), beta = Dot(b, x);
-    const double ga = Dot(a, g), gb = Dot(b, g);
-    const double P1 = ga * beta - gb * alpha;
-    const double P2 = ga * (c * beta - nb * alpha) - gb * (na * beta - c * alpha);
-    const double dq_coef = dA_dq * P1 + dB_dq * P2;
-    // d/domega: dA = p cos(th), dB = p A.
-    grads->omega += static_cast<double>(p) * (cs * P1 + A * P2);
+    // d/domega: dA = p cos(th) (times g^T W x = s0 p1), dB = p A (times -s0^2 p2).
+    grads->omega += static_cast<double>(p) * (cs * s0_ * p1 - a_s0sq * p2);
+    const double xb = Dot(b, x), gb = Dot(b, g), xa = Dot(a, x), ga = Dot(a, g);
+    // (W^ x).y = x_v (u.y) - x_u (v.y); (W^ g)^T... with wg = W^T g / s0 = v g_u - u g_v.
+    const double wx_b = xv * ub - xu * vb, wg_b = gu * vb - gv * ub;
+    const double wx_a = xv * ua - xu * va, wg_a = gu * va - gv * ua;
     for (int64_t i = 0; i < d; ++i) {
       const double xi = static_cast<double>(x[i]), gi = static_cast<double>(g[i]);
-      const double dP1_da = gi * beta - xi * gb;
-      const double dP1_db = xi * ga - gi * alpha;
-      const double dP2_da = gi * (c * beta - nb * alpha) + ga * beta * b[i] - ga * nb * xi -
-                            2.0 * gb * beta * a[i] + gb * alpha * b[i] + gb * c * xi;
-      const double dP2_db = ga * beta * a[i] + ga * c * xi - 2.0 * ga * alpha * b[i] -
-                            gi * na * beta - gb * na * xi + gi * c * alpha + gb * alpha * a[i];
-      grads->a[i] += dq_coef * dq_da[i] + A * dP1_da + B * dP2_da;
-      grads->b[i] += dq_coef * dq_db[i] + A * dP1_db + B * dP2_db;
+      const double ui = flat ? 0.0 : u_[i], vi = flat ? 0.0 : v_[i];
+      const double wxi = ui * xv - vi * xu;  // (W^ x)_i
+      const double wgi = vi * gu - ui * gv;  // (W^T g)_i / s0
+      // (G - G^T) y / (scale) for y = b and y = a.
+      const double gb_i = cA * (gi * xb - xi * gb) +
+                          cB * (gi * wx_b - wxi * gb + wgi * xb - xi * wg_b) +
+                          cK * (ui * vb - vi * ub);
+      const double ga_i = cA * (gi * xa - xi * ga) +
+                          cB * (gi * wx_a - wxi * ga + wgi * xa - xi * wg_a) +
+                          cK * (ui * va - vi * ua);
+      grads->a[i] += gb_i;
+      grads->b[i] -= ga_i;
     }
   }
   if (grad_in != nullptr) {

@@ -7,6 +7,7 @@
 
 #include <Eigen/Dense>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <string>
 #include <utility>
@@ -129,6 +130,28 @@ TEST(CpuForward, VarlenWithEmptyAndSingleTokenSequences) {
     a.causal = causal;
     CheckAgainstReference(a, opt, causal ? 61 : 60, causal ? "varlen causal" : "varlen");
   }
+}
+
+// Positions up to INT64_MAX with a relative bias (ALiBi's tiles come by distance where
+// the positions run consecutively, which is checked first): queries ascending, keys
+// descending from INT64_MAX (the check once formed INT64_MAX + 1).
+TEST(CpuForward, PositionsUpToInt64Max) {
+  AttentionArgs a = Bshd(1, 20, 20, 2, 2, 16);
+  a.causal = true;
+  std::vector<int64_t> pos(20), rev(20);
+  for (int64_t j = 0; j < 20; ++j) {
+    pos[j] = std::numeric_limits<int64_t>::max() - 19 + j;
+    rev[j] = std::numeric_limits<int64_t>::max() - j;
+  }
+  a.q_positions = pos;
+  a.k_positions = rev;
+  auto alibi = AlibiBias::CreateStandard(2, AlibiForm::kCausal);
+  ASSERT_TRUE(alibi.ok());
+  a.biases = {&*alibi};
+  CpuAttentionOptions opt;
+  opt.block_q = 8;
+  opt.block_k = 64;
+  CheckAgainstReference(a, opt, 71, "positions up to INT64_MAX");
 }
 
 TEST(CpuForward, ExplicitPositionsMaskRowsWithNoKey) {

@@ -11,7 +11,10 @@ namespace attention {
 namespace cpu {
 namespace {
 
+// p[i] == p[0] + i for every i < n; false where p[0] + n - 1 would pass INT64_MAX (no
+// signed overflow, and no run that wraps around).
 bool Consecutive(const int64_t* p, int64_t n) {
+  if (n > 1 && p[0] > std::numeric_limits<int64_t>::max() - (n - 1)) return false;
   for (int64_t i = 1; i < n; ++i) {
     if (p[i] != p[0] + i) return false;
   }

@@ -86,6 +86,7 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
       // Non-finite values: float copies too, for the careful accumulation (nonfinite.h).
       w.vfinite[blk] = cpu::RowsFinite(vsrc, nk, a_.v.token, p_.dv);
       if (!w.vfinite[blk]) CopyValues(g, kb, j0, nk, w);
+      w.kfinite[blk] = 0;  // unused: the bf16 softmax never fuses the softcap
       w.packed[blk] = 1;
       return absl::OkStatus();
     }
@@ -108,6 +109,8 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
   }
   CopyValues(g, kb, j0, nk, w);
   w.vfinite[blk] = cpu::RowsAllFinite(w.values.get() + j0 * p_.dvp, nk, p_.dvp, p_.dv);
+  // The panels as packed (padding zeros included), while they are in cache: FusedCap.
+  w.kfinite[blk] = cpu::RowsAllFinite(panels, 1, 0, RoundUp(nk, kPanel) * d);
   w.packed[blk] = 1;
   return absl::OkStatus();
 }
@@ -233,6 +236,7 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   if (!direct) {
     kblk.values_checked = true;
     kblk.values_finite = w.vfinite[blk] != 0;
+    kblk.scores_finite_inputs = w.kfinite[blk] != 0 && w.q_finite;
   }
   return kblk;
 }

@@ -100,6 +100,9 @@ class Forward {
     // Packed blocks: whether vals holds only finite values (checked when packed); direct
     // blocks check on demand (TileStep, masked entries only).
     bool values_checked = false, values_finite = true;
+    // Float key panels and the query rows all finite (packed blocks only): no score of
+    // the tile is -inf before the masks, which FusedCap needs.
+    bool scores_finite_inputs = false;
   };
 
   // Up to bq query rows of one head, and the range of their positions (causal skipping,
@@ -192,10 +195,14 @@ class Forward {
 
   // The softcap (base 2) SoftmaxTile applies in its maxima pass for this block, or 0
   // where AdjustScores applies it: fused when nothing comes between the softcap and the
-  // softmax (no bias, no additive mask) and the float softmax runs (not the bf16 one).
+  // softmax (no bias, no additive mask), the float softmax runs (not the bf16 one), and
+  // the block's keys and the tile's queries are finite. The fused cap runs after the
+  // masks and keeps -inf as masked; a score of -inf from an infinite q or k must become
+  // -c instead (c tanh(-inf / c)), which the unfused softcap, before the masks, gives.
   float FusedCap(const KeyBlock& kb) const {
     const bool fused = a_.softcap.has_value() && a_.biases.empty() &&
-                       a_.mask.additive == nullptr && kb.pairs16 == nullptr && !kb.dot16;
+                       a_.mask.additive == nullptr && kb.pairs16 == nullptr && !kb.dot16 &&
+                       kb.scores_finite_inputs;
     return fused ? static_cast<float>(*a_.softcap * kLog2e) : 0.0f;
   }
 

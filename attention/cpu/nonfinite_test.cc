@@ -208,6 +208,34 @@ TEST(NonFinite, OverflowingScoreIsNaNNotEmpty) {
 
 // The backward against the reference's gradients: a NaN key, and an infinite value of a
 // key that earlier (causal) rows mask, whose dq, and the other keys' dk, dv, stay finite.
+// A score of -inf from an infinite key component (q . k = -inf, not a mask) under a
+// softcap is c tanh(-inf / c) = -c, as in the reference and PyTorch: the key keeps a
+// probability of about e^-c / sum. The softcap fused into the softmax (after the masks)
+// took every -inf for a masked key and gave it probability 0; it now runs only where the
+// block's keys and the tile's queries are finite.
+TEST(NonFinite, SoftcapOfAnInfiniteScoreIsMinusTheCap) {
+  for (bool causal : {false, true}) {
+    AttentionArgs a = Bshd(1, 5, 5, 1, 1, 32);
+    a.causal = causal;
+    a.softcap = 1.5;
+    Inputs in = Random(a, 950 + causal);
+    for (int64_t r = 0; r < 5; ++r) in.q[static_cast<size_t>(r * 32 + 3)] = r % 2 ? 0.7f : -0.7f;
+    in.k[static_cast<size_t>(2 * 32 + 3)] = -kInf;  // key 2: -inf for rows with q_3 > 0
+    std::vector<double> o_ref(in.q.size()), lse_ref(5);
+    std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v);
+    ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), o_ref.data(),
+                                         lse_ref.data())
+                    .ok());
+    std::vector<float> o(in.q.size()), lse(5);
+    ASSERT_TRUE(CpuForward(a, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(),
+                           SmallTiles())
+                    .ok());
+    // O(1) outputs over 5 keys: float error ~1e-6; 1e-4 absolute.
+    ExpectSamePattern(o_ref, o, 1e-4, causal ? "causal o" : "o");
+    ExpectSamePattern(lse_ref, lse, 1e-4, causal ? "causal lse" : "lse");
+  }
+}
+
 // A NaN row from finite operands (a NaN entry of an additive score mask on an allowed
 // key: that row's lse and D = <dO, o> are NaN): the keys the row may not see (its causal
 // future) keep the gradient the other rows give them, as in the reference, where before

@@ -41,6 +41,7 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   }
   const float qscale = static_cast<float>(a_.scale() * kLog2e);
   for (int64_t i = 0; i < rows * d; ++i) qb[i] *= qscale;
+  w.q_finite = cpu::RowsAllFinite(qb, 1, 0, rows * d);  // FusedCap
   if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
   std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
   if (round16) {  // rows rounded to bf16, padded to even length

@@ -39,6 +39,7 @@ Workspace::Workspace(const Plan& p, bool decode) {
   kmax.resize(static_cast<size_t>(blocks));
   ksorted.resize(static_cast<size_t>(blocks));
   vfinite.resize(static_cast<size_t>(blocks));
+  kfinite.resize(static_cast<size_t>(blocks));
   qlab.resize(static_cast<size_t>(p.nlk > 0 ? p.rows * p.ldl : 0));
   vmass.resize(static_cast<size_t>(p.rows * p.nlv));
   lab_ones.assign(static_cast<size_t>(p.nlv > 0 ? p.rows : 0), 1.0f);

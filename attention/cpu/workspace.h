@@ -27,6 +27,8 @@ struct Workspace {
   std::vector<int64_t> kmin, kmax;
   std::vector<char> ksorted;  // key positions non-decreasing within the block
   std::vector<char> vfinite;  // the packed block's values are all finite (nonfinite.h)
+  std::vector<char> kfinite;  // the packed block's (float) key panels are all finite
+  bool q_finite = true;       // the loaded query rows (LoadQueries) are all finite
   BiasScratch bias_scratch;
 
   // Floats one workspace holds (CpuForwardWorkspaceBytes). decode: split-key decoding's

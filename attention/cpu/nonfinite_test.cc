@@ -236,6 +236,31 @@ TEST(NonFinite, SoftcapOfAnInfiniteScoreIsMinusTheCap) {
   }
 }
 
+// One key with an infinite component in both k and v, no mask: rows whose score for it is
+// -inf give it probability exactly 0, and it contributes nothing there (descriptor.h:
+// "a key of probability exactly 0"), as in the reference; rows that see it get inf / NaN.
+// (Prefill tiles: packed blocks know their finiteness. Decoding checks only where masks
+// apply: 0 * inf = NaN there, as PyTorch's P V gives.)
+TEST(NonFinite, ZeroProbabilityKeyWithAnInfiniteValueContributesNothing) {
+  // 64 query rows in items of 32 (block_q 32): packed key blocks, not direct ones.
+  AttentionArgs a = Bshd(1, 64, 64, 1, 1, 32);
+  Inputs in = Random(a, 960);
+  for (int64_t r = 0; r < 64; ++r) in.q[static_cast<size_t>(r * 32 + 3)] = r % 2 ? 0.7f : -0.7f;
+  in.k[static_cast<size_t>(2 * 32 + 3)] = -kInf;
+  in.v[static_cast<size_t>(2 * 32 + 0)] = kInf;
+  std::vector<double> o_ref(in.q.size()), lse_ref(64);
+  std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v);
+  ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), o_ref.data(),
+                                       lse_ref.data())
+                  .ok());
+  std::vector<float> o(in.q.size()), lse(64);
+  CpuAttentionOptions opt = SmallTiles();
+  opt.block_q = 32;
+  ASSERT_TRUE(CpuForward(a, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), opt)
+                  .ok());
+  ExpectSamePattern(o_ref, o, 1e-4, "o");
+}
+
 // A NaN row from finite operands (a NaN entry of an additive score mask on an allowed
 // key: that row's lse and D = <dO, o> are NaN): the keys the row may not see (its causal
 // future) keep the gradient the other rows give them, as in the reference, where before

@@ -143,10 +143,15 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
     return st;
   }
   // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
-  // them (nonfinite.h), as a masked key contributes nothing.
+  // them (nonfinite.h), as a masked key contributes nothing. So does a key whose score is
+  // -inf from an infinite q or k (probability exactly 0): packed blocks know whether
+  // their keys and queries are finite; direct ones (decoding) are checked only where
+  // masks may apply (a scan of their values otherwise would be a second pass over V).
   bool careful = false;
   if (cpu::MayHaveMaskedEntries(a_, pmin, pmax, kb.kmin, kb.kmax)) {
     careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, dv));
+  } else if (kb.values_checked && !kb.direct) {
+    careful = !kb.values_finite && !kb.scores_finite_inputs;
   }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,

@@ -402,6 +402,20 @@ class TorchAttentionTest(unittest.TestCase):
         want = torch.from_numpy(r.backward(dy.numpy()))
         torch.testing.assert_close(xg.grad, want, atol=1e-5, rtol=0)
 
+    def test_positions_changed_in_place_before_backward_are_refused(self):
+        # Positions are held by reference for the backward (not saved): changing them in
+        # place in between is an error, as autograd gives for saved tensors, rather than a
+        # gradient of other positions. Unchanged, the backward runs.
+        q = self.rand(1, 4, 2, 8).requires_grad_()
+        pos = torch.arange(4)
+        out = gt.attention(q, q, q, causal=True, q_positions=pos, k_positions=pos)
+        pos += 1
+        with self.assertRaisesRegex(RuntimeError, "modified in place"):
+            out.sum().backward()
+        pos2 = torch.arange(4)
+        gt.attention(q, q, q, causal=True, q_positions=pos2, k_positions=pos2).sum().backward()
+        self.assertIsNotNone(q.grad)
+
     def test_attention_positions_must_be_integers(self):
         q = self.rand(1, 4, 2, 8)
         with self.assertRaises(TypeError):

@@ -661,6 +661,11 @@ def _setup_context(ctx, inputs, output):
     ctx.extras = extras + _EXTRA_DEFAULTS[len(extras):]
     ctx.save_for_backward(q, k, v, o, lse, *params)
     ctx.options = tuple(inputs[3:3 + n])
+    # The integer and mask inputs (positions, cu_seqlens, attn_mask, structured axes) are
+    # held by reference, not saved: record their versions so that backward refuses them
+    # after an in-place change, as autograd does for saved tensors.
+    ctx.versions = [(t, t._version) for t in ctx.options + ctx.extras
+                    if isinstance(t, torch.Tensor)]
     # Hold the encoding, bias, structured and RoPE objects until backward: their keys alone
     # would dangle once a caller's temporary object is gone.
     ctx.objects = [_ENCODINGS.get(ctx.options[_OPTION_NAMES.index(name)])
@@ -684,8 +689,18 @@ def _grads_out(ctx, dq, dk, dv, pgrads, params):
     return tuple(out[:len(ctx.needs_input_grad)])
 
 
+def _check_versions(ctx):
+    for t, version in getattr(ctx, "versions", ()):
+        if t._version != version:
+            raise RuntimeError(
+                "gpe.torch.attention: a positions, cu_seqlens, mask or axes tensor of this "
+                "call was modified in place after the forward (version %d, now %d); the "
+                "backward would use the new values" % (version, t._version))
+
+
 def _backward(ctx, d_o, d_lse):
     q, k, v, o, lse, *params = ctx.saved_tensors
+    _check_versions(ctx)
     flags = _param_flags(ctx)
     if not any(ctx.needs_input_grad[:3]) and not any(flags):
         return (None,) * len(ctx.needs_input_grad)
@@ -711,6 +726,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_o, d_lse):
         q, k, v, o, lse, *params = ctx.saved_tensors
+        _check_versions(ctx)
         flags = _param_flags(ctx)
         if not any(ctx.needs_input_grad[:3]) and not any(flags):
             return (None,) * len(ctx.needs_input_grad)

@@ -270,13 +270,18 @@ absl::StatusOr<Eigen::MatrixXd> ExpFrechet(const Eigen::Ref<const Eigen::MatrixX
   const double norm_e = e.cwiseAbs().colwise().sum().maxCoeff();
   if (norm_e == 0.0) return Eigen::MatrixXd(Eigen::MatrixXd::Zero(n, n));
   const double norm_s = s.cwiseAbs().colwise().sum().maxCoeff();
-  const double scale = std::max(norm_s, 1.0) / norm_e;
+  // The scale is a power of two, 2^k ~ max(|S|, 1) / |E|, applied with ldexp: exact, and
+  // no overflow for tiny E (|E| = 1e-308 made the quotient inf, then inf * e and NaN).
+  int exp_s = 0, exp_e = 0;
+  std::frexp(std::max(norm_s, 1.0), &exp_s);
+  std::frexp(norm_e, &exp_e);
+  const int k = exp_s - exp_e;
   Eigen::MatrixXd big = Eigen::MatrixXd::Zero(2 * n, 2 * n);
   big.topLeftCorner(n, n) = s;
   big.bottomRightCorner(n, n) = s;
-  big.topRightCorner(n, n) = scale * e;
+  big.topRightCorner(n, n) = e.unaryExpr([k](double x) { return std::ldexp(x, k); });
   const Eigen::MatrixXd eb = big.exp();
-  return Eigen::MatrixXd(eb.topRightCorner(n, n) / scale);
+  return Eigen::MatrixXd(eb.topRightCorner(n, n).unaryExpr([k](double x) { return std::ldexp(x, -k); }));
 }
 
 absl::StatusOr<Eigen::MatrixXd> ExpVjp(const Eigen::Ref<const Eigen::MatrixXd>& s,

@@ -206,6 +206,15 @@ TEST(ExpFrechetTest, MatchesFiniteDifferences) {
   EXPECT_LE(MaxAbsDiff(*ExpFrechet(Eigen::MatrixXd::Zero(2, 2), Eigen::MatrixXd::Zero(2, 2)),
                        Eigen::MatrixXd::Zero(2, 2)),
             0.0);
+  // A tiny E (1e-308): L is linear in E, so L(S, 1e-308 E) = 1e-308 L(S, E) to rounding;
+  // the rescaling quotient max(|S|, 1) / |E| overflowed to inf before (inf, then NaN).
+  std::mt19937_64 rng2(28);
+  const Eigen::MatrixXd s = RandomSkew(3, 1.0, rng2), e = RandomMatrix(3, 3, rng2);
+  const Eigen::MatrixXd l = *ExpFrechet(s, e);
+  absl::StatusOr<Eigen::MatrixXd> tiny = ExpFrechet(s, 1e-308 * e);
+  ASSERT_TRUE(tiny.ok());
+  EXPECT_TRUE(tiny->allFinite());
+  EXPECT_LE(MaxAbsDiff(*tiny / 1e-308, l), 1e-12 * l.cwiseAbs().maxCoeff());
 }
 
 TEST(DenseInputTest, NonSkewAndMismatchedSizes) {

@@ -378,8 +378,17 @@ absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot read PNG '", path, "': ", image.message));
   }
-  // libpng's simplified API converts every PNG kind (palette, 16-bit, alpha) for us.
-  image.format = grayscale ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  // libpng's simplified API converts every PNG kind (palette, 16-bit) to 8-bit samples,
+  // asked for as they are encoded: 16-bit files without a gAMA or sRGB chunk are taken as
+  // sRGB-encoded (PNG_IMAGE_FLAG_16BIT_sRGB; by default libpng would take them as linear
+  // and re-encode them, 0x8000 reading as 188 / 255), and the alpha channel is read
+  // rather than composed onto the (zeroed) buffer, then dropped. Luma is ours (BT.601
+  // weights on the encoded values, as a JPEG's Y): libpng's own uses Rec. 709 weights in
+  // linear light. Gray files are read as gray (no weights).
+  const bool colour = (image.format & PNG_FORMAT_FLAG_COLOR) != 0;
+  image.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
+  image.format = colour ? PNG_FORMAT_RGBA : PNG_FORMAT_GA;
+  const int stride = colour ? 4 : 2;
   const int channels = grayscale ? 1 : 3;
   if (image.width == 0 || image.height == 0 || image.width > 65536 || image.height > 65536) {
     png_image_free(&image);
@@ -405,7 +414,16 @@ absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale) {
   for (int c = 0; c < channels; ++c) {
     ImageMatrix m(h, w);
     for (int64_t i = 0; i < h; ++i) {
-      for (int64_t j = 0; j < w; ++j) m(i, j) = buffer[(i * w + j) * channels + c] / 255.0;
+      for (int64_t j = 0; j < w; ++j) {
+        const png_byte* px = buffer.data() + (i * w + j) * stride;
+        if (!colour) {
+          m(i, j) = px[0] / 255.0;  // gray replicated to every channel asked for
+        } else if (grayscale) {
+          m(i, j) = (0.299 * px[0] + 0.587 * px[1] + 0.114 * px[2]) / 255.0;
+        } else {
+          m(i, j) = px[c] / 255.0;
+        }
+      }
     }
     out.channels.push_back(std::move(m));
   }

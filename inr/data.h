@@ -53,8 +53,10 @@ struct Image {
   int64_t cols() const { return channels.empty() ? 0 : channels[0].cols(); }
 };
 
-// Reads an 8- or 16-bit PNG (gray, gray+alpha, RGB, RGBA, palette; alpha dropped) into
-// [0, 1]. `grayscale` converts colour to luma (ITU-R BT.601 weights).
+// Reads an 8- or 16-bit PNG (gray, gray+alpha, RGB, RGBA, palette; alpha dropped, not
+// composed) into [0, 1], the samples as encoded (16-bit files without gAMA / sRGB taken
+// as sRGB, scaled to 8 bits). `grayscale` converts colour to luma (ITU-R BT.601 weights
+// on the encoded values, as a JPEG's Y); gray files read as RGB repeat the gray.
 absl::StatusOr<Image> ReadPng(const std::string& path, bool grayscale);
 // Reads a JPEG (baseline or progressive; gray or YCbCr/RGB, CMYK refused) into [0, 1]
 // through libjpeg-turbo. `grayscale` takes the luma (libjpeg's BT.601 Y) of colour files.
@@ -65,9 +67,9 @@ absl::StatusOr<Image> ReadImage(const std::string& path, bool grayscale);
 // unique name in the same directory (mkstemp), fsync it and rename it over `path` only
 // when complete. On any failure (a full disk, a file-size limit, an encoder error) the
 // temporary file is removed and an existing file at `path` is left as it was. A `path`
-// that exists and is not a regular file (a directory, device, fifo, socket) or is a
-// symbolic link is refused (InvalidArgument) and left alone; a failed write is
-// Unavailable. A new file gets mode 0666 less the umask, a replaced one keeps its mode.
+// that exists and is not a regular file (a directory, device, fifo, socket) is refused
+// (InvalidArgument) and left alone; a symbolic link is followed (the file it names is
+// replaced, the link kept); a failed write is Unavailable. A new file gets mode 0666 less the umask, a replaced one keeps its mode.
 //
 // Writes 1 or 3 equal-sized channels as a baseline JPEG of `quality` (1..100), mapping
 // [lo, hi] to 0..255 as WritePng does. Lossy: a round trip is close, not exact.

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csetjmp>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "png.h"
 
 namespace gpe {
 namespace inr {
@@ -115,6 +118,85 @@ std::vector<ImageMatrix> SmoothRgb() {
     }
   }
   return rgb;
+}
+
+// Writes a w x 1 PNG of the given libpng format from raw samples (8- or 16-bit).
+void WriteRawPng(const std::string& path, uint32_t format, int w, const void* samples) {
+  png_image image;
+  std::memset(&image, 0, sizeof(image));
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(w);
+  image.height = 1;
+  image.format = format;
+  ASSERT_TRUE(png_image_write_to_file(&image, path.c_str(), 0, samples, 0, nullptr))
+      << image.message;
+}
+
+// The kinds the reader's docs promise, read as they are encoded: a 16-bit gray file
+// without gAMA / sRGB (as OpenCV, imageio and pypng write them) scaled, not re-encoded
+// from "linear" (0x8000 read 188 / 255 before); alpha dropped, not composed onto black
+// ((255, 255, 255, 0) read 0 before); colour to gray by BT.601 weights on the encoded
+// values, as a JPEG's luma (libpng's Rec. 709 in linear light gave pure red 0.50, not
+// 0.299).
+// A 16-bit gray w x 1 PNG with no gAMA or sRGB chunk (libpng's low-level writer; its
+// simplified one tags 16-bit data as linear).
+void WriteGray16NoGamma(const std::string& path, const std::vector<uint16_t>& v) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  ASSERT_TRUE(png != nullptr && info != nullptr);
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    std::fclose(f);
+    FAIL() << "libpng error writing " << path;
+  }
+  png_init_io(png, f);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(v.size()), 1, 16, PNG_COLOR_TYPE_GRAY,
+               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  std::vector<png_byte> row(2 * v.size());
+  for (size_t i = 0; i < v.size(); ++i) {  // big-endian samples
+    row[2 * i] = static_cast<png_byte>(v[i] >> 8);
+    row[2 * i + 1] = static_cast<png_byte>(v[i] & 0xFF);
+  }
+  png_write_row(png, row.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  std::fclose(f);
+}
+
+TEST(Png, SixteenBitAlphaAndLumaAreReadAsEncoded) {
+  const std::string dir = std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp";
+  WriteGray16NoGamma(dir + "/gray16.png", {0x0000, 0x8000, 0xFFFF});
+  absl::StatusOr<Image> g = ReadPng(dir + "/gray16.png", true);
+  ASSERT_TRUE(g.ok()) << g.status();
+  // 16 bits to 8 (libpng's scaling: 0x8000 -> 128), within one 8-bit step of v / 65535.
+  EXPECT_NEAR(g->channels[0](0, 1), 0.5, 1.0 / 255);
+  EXPECT_EQ(g->channels[0](0, 0), 0.0);
+  EXPECT_EQ(g->channels[0](0, 2), 1.0);
+  const uint8_t rgba[8] = {255, 255, 255, 0, 255, 255, 255, 128};
+  WriteRawPng(dir + "/rgba.png", PNG_FORMAT_RGBA, 2, rgba);
+  for (bool gray : {false, true}) {
+    absl::StatusOr<Image> a = ReadPng(dir + "/rgba.png", gray);
+    ASSERT_TRUE(a.ok()) << a.status();
+    for (const ImageMatrix& m : a->channels) {
+      EXPECT_NEAR(m(0, 0), 1.0, 1e-12) << gray;
+      EXPECT_NEAR(m(0, 1), 1.0, 1e-12) << gray;
+    }
+  }
+  const uint8_t rgb[9] = {255, 0, 0, 0, 255, 0, 0, 0, 255};
+  WriteRawPng(dir + "/primaries.png", PNG_FORMAT_RGB, 3, rgb);
+  absl::StatusOr<Image> y = ReadPng(dir + "/primaries.png", true);
+  ASSERT_TRUE(y.ok()) << y.status();
+  EXPECT_NEAR(y->channels[0](0, 0), 0.299, 1e-12);
+  EXPECT_NEAR(y->channels[0](0, 1), 0.587, 1e-12);
+  EXPECT_NEAR(y->channels[0](0, 2), 0.114, 1e-12);
+  // Gray files read as RGB: the gray in every channel.
+  absl::StatusOr<Image> g3 = ReadPng(dir + "/gray16.png", false);
+  ASSERT_TRUE(g3.ok());
+  ASSERT_EQ(g3->channels.size(), 3u);
+  for (const ImageMatrix& m : g3->channels) EXPECT_EQ(m(0, 1), g->channels[0](0, 1));
 }
 
 TEST(Jpeg, RoundTripsASmoothRgbImageClosely) {

@@ -835,6 +835,45 @@ TEST(AttentionAbi, GrapeMGeneratorGradientsMatchFiniteDifferences) {
   EXPECT_EQ(gpe_attention_backward_with_parameters(&o, &tq, &tk, &tv, nullptr, nullptr, &tg, &tdq,
                                                    nullptr, nullptr, &pg),
             GPE_ERROR_INVALID_ARGUMENT);
+  // One-axis coordinates (q_axes / k_axes [tokens, 1]) are the positions the generators
+  // act at, for the kernels and for these gradients alike: the same gradients as the
+  // same positions given as q_positions / k_positions (the gradients used the default
+  // positions before). The positions are chosen so that the causal mask, which reads the
+  // int64 positions (the defaults in the axes form), is the same in both forms.
+  std::vector<int64_t> qp = {30, 31, 32, 40, 41}, kp = {0, 5, 9, 12, 30, 31, 32, 40, 41};
+  std::vector<int64_t> qp_shape = {sq}, kp_shape = {sk}, qa_shape = {sq, 1}, ka_shape = {sk, 1};
+  DLTensor tqp = Tensor(qp.data(), kDLInt, 64, &qp_shape), tkp = Tensor(kp.data(), kDLInt, 64, &kp_shape);
+  DLTensor tqa = Tensor(qp.data(), kDLInt, 64, &qa_shape), tka = Tensor(kp.data(), kDLInt, 64, &ka_shape);
+  std::vector<double> ga1(m * d), gb1(m * d), gw1(m), ga2(m * d), gb2(m * d), gw2(m);
+  for (int form = 0; form < 2; ++form) {
+    gpe_attention_options of = o;
+    if (form == 0) {
+      of.q_positions = &tqp;
+      of.k_positions = &tkp;
+    } else {
+      of.q_axes = &tqa;
+      of.k_axes = &tka;
+    }
+    std::vector<double>& pa = form == 0 ? ga1 : ga2;
+    std::vector<double>& pb = form == 0 ? gb1 : gb2;
+    std::vector<double>& pw = form == 0 ? gw1 : gw2;
+    DLTensor fa = Tensor(pa.data(), kDLFloat, 64, &gs), fb = Tensor(pb.data(), kDLFloat, 64, &gs),
+             fw = Tensor(pw.data(), kDLFloat, 64, &ws);
+    gpe_attention_param_grads pf = GPE_ATTENTION_PARAM_GRADS_INIT;
+    pf.d_grape_a = &fa;
+    pf.d_grape_b = &fb;
+    pf.d_grape_omega = &fw;
+    ASSERT_EQ(gpe_attention_backward_with_parameters(&of, &tq, &tk, &tv, nullptr, nullptr, &tg,
+                                                     &tdq, &tdk, nullptr, &pf),
+              GPE_OK)
+        << form << ": " << gpe_last_error_message();
+  }
+  // Two runs of the same float64 arithmetic on the same positions: 1e-12 relative.
+  for (int i = 0; i < m * d; ++i) {
+    EXPECT_NEAR(ga2[i], ga1[i], 1e-12 * (1 + std::fabs(ga1[i]))) << i;
+    EXPECT_NEAR(gb2[i], gb1[i], 1e-12 * (1 + std::fabs(gb1[i]))) << i;
+  }
+  for (int i = 0; i < m; ++i) EXPECT_NEAR(gw2[i], gw1[i], 1e-12 * (1 + std::fabs(gw1[i]))) << i;
 }
 
 TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {

@@ -26,9 +26,15 @@
 namespace gpe::c_api::attn {
 namespace {
 
-// Positions the kernels use (descriptor.h, POSITIONS): explicit ones, else keys 0..len_k-1
-// and queries the last len_q of them, per sequence, in token order.
+// Positions the kernels use (descriptor.h, POSITIONS): one-axis structured coordinates
+// (q_axes / k_axes of one column: the transforms were bound to them, RowTransform::
+// PrepareStructured), else explicit ones, else keys 0..len_k-1 and queries the last len_q
+// of them, per sequence, in token order.
 std::vector<int64_t> EffectivePositions(const att::AttentionArgs& a, bool query) {
+  const att::StructuredPositions& sp = query ? a.q_structured : a.k_structured;
+  if (sp.form() == att::StructuredPositions::Form::kAxes && sp.num_axes == 1) {
+    return std::vector<int64_t>(sp.coords.begin(), sp.coords.end());
+  }
   const absl::Span<const int64_t> given = query ? a.q_positions : a.k_positions;
   if (!given.empty()) return std::vector<int64_t>(given.begin(), given.end());
   std::vector<int64_t> out(static_cast<size_t>(query ? a.num_q_tokens() : a.num_k_tokens()));

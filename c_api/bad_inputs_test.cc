@@ -775,6 +775,12 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     f.v3.att.attn_mask = &t;
     return f.v3.Forward();
   });
+  add("attention_mask_overlaps_o", e, [](Fixture& f) {
+    // The kernels read the mask while they write o: an additive mask over o's memory.
+    DLTensor t = f.v3.Make(f.v3.oa.data(), kDLFloat, 32, {1, 2, 4, 4});
+    f.v3.att.attn_mask = &t;
+    return f.v3.Forward();
+  });
   add("attention_mask_negative_stride", e, [](Fixture& f) {
     std::vector<float> m(4 * 4, 0.0f);
     DLTensor t = f.v3.Make(m.data() + 12, kDLFloat, 32, {1, 1, 4, 4});
@@ -973,6 +979,12 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   add("attention_backward_dq_overlaps_q", e, [](Fixture& f) {
     return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr, nullptr,
                                   &f.v3.o, &f.v3.q, nullptr, nullptr);
+  });
+  add("attention_backward_dq_overlaps_lse", e, [](Fixture& f) {
+    // The forward's lse, read while dq is written, inside dq's memory.
+    DLTensor lse = f.v3.Make(f.v3.dqa.data(), kDLFloat, 32, {4, 2});
+    return gpe_attention_backward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, &lse, &f.v3.o,
+                                  &f.v3.dq, nullptr, nullptr);
   });
 }
 

@@ -136,7 +136,9 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       *out.view = *t;
     }
     const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}, {&*gv, "d_o"},
-                             {o != nullptr ? &ov : nullptr, "o"}};
+                             {o != nullptr ? &ov : nullptr, "o"},
+                             {lse != nullptr ? &*lv : nullptr, "lse"},
+                             {c.mask.data != nullptr ? &c.mask : nullptr, "attn_mask"}};
     absl::StatusOr<TensorView> gak =
         TableGradient(d_shaw_key_table, "d_shaw_key_table", c.args.shaw_keys, c.args.head_dim);
     if (!gak.ok()) return gak.status();

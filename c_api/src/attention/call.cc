@@ -414,6 +414,7 @@ absl::Status PrepareMask(const DLTensor* t, Call* c) {
     }
   }
   if (v->numel() == 0) return absl::OkStatus();  // no (row, key) pair to mask
+  c->mask = *v;
   att::ScoreMask& m = a.mask;
   if (v->dtype == DType::kFloat32) {
     m.additive = v->typed<const float>();

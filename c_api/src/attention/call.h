@@ -40,6 +40,9 @@ struct Call {
   DType dtype = DType::kFloat32;     // q's (and o's, and the gradients')
   DType kv_dtype = DType::kFloat32;  // k's and v's: dtype, or a 16-bit KV cache's
   TensorView q, k, v;
+  // attn_mask, read in place by the kernels (no data: none given): outputs may not
+  // overlap it.
+  TensorView mask;
   std::vector<int64_t> cu_q, cu_k, pos_q, pos_k;
   std::vector<int64_t> axes_q, axes_k, tree_off_q, tree_ch_q, tree_off_k, tree_ch_k;
   std::vector<float> sinks;  // options->sinks, compact

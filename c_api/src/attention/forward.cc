@@ -41,7 +41,8 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
     c.args.o = StridesOf(*ov, packed);
     absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);
     if (!lv.ok()) return lv.status();
-    const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
+    const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"},
+                             {c.mask.data != nullptr ? &c.mask : nullptr, "attn_mask"}};
     const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
     if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
     if (c.dtype == DType::kFloat64) {

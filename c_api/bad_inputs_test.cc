@@ -1997,6 +1997,17 @@ std::map<std::string, Case> Cases() {
     gpe_learned_positions* t = nullptr;
     return gpe_learned_positions_create(nullptr, &t);
   });
+  add("learned_table_broadcast", e, [](Fixture& f) {
+    // One row standing for 2^33 (stride 0): refused before a 64 GiB copy.
+    f.shapes.push_back({int64_t{1} << 33, f.kDim});
+    f.table.shape = f.shapes.back().data();
+    f.shapes.push_back({0, 1});
+    f.table.strides = f.shapes.back().data();
+    gpe_learned_positions* t = nullptr;
+    const gpe_status s = gpe_learned_positions_create(&f.table, &t);
+    gpe_learned_positions_destroy(t);
+    return s;
+  });
   add("learned_table_nan", e, [](Fixture& f) {
     f.table_data[5] = kNaN;
     gpe_learned_positions* t = nullptr;

@@ -114,6 +114,8 @@ gpe_status gpe_learned_positions_create(const DLTensor* table, gpe_learned_posit
     *out = nullptr;
     absl::StatusOr<TensorView> tv = ViewTensor(table, "table", 2, kFloat);
     if (!tv.ok()) return tv.status();
+    // Copied whole: a broadcast view may not stand for a table nothing else bounds.
+    if (absl::Status s = gpe::c_api::CheckMaterialised(*tv, "table"); !s.ok()) return s;
     if (tv->shape[0] < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("table must have at least one row (max_positions >= 1); got ",

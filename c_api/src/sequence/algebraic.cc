@@ -95,6 +95,9 @@ absl::StatusOr<RowIndexViews> ViewRowIndex(const DLTensor* index, const char* in
   RowIndexViews v{};
   absl::StatusOr<TensorView> iv = ViewTensor(index, index_name, 2, kInt);
   if (!iv.ok()) return iv.status();
+  // Walked entry by entry (tree addresses up to their -1 ends): a broadcast view may not
+  // stand for more entries than memory holds.
+  if (absl::Status s = gpe::c_api::CheckMaterialised(*iv, index_name); !s.ok()) return s;
   v.index = std::move(*iv);
   if (cols >= 0 && v.index.shape[1] != cols) {
     return absl::InvalidArgumentError(absl::StrCat(index_name, " must have ", cols,

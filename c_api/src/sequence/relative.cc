@@ -97,6 +97,8 @@ absl::Status ViewLabelTable(const DLTensor* label_table, const DLTensor* query_p
   in->kp = std::move(*v);
   v = ViewTensor(label_table, "label_table", 2, kFloat);
   if (!v.ok()) return v.status();
+  // Copied whole (MakeShaw): a broadcast view may not stand for a table nothing bounds.
+  if (absl::Status s = gpe::c_api::CheckMaterialised(*v, "label_table"); !s.ok()) return s;
   in->table = std::move(*v);
   const int64_t rows = in->table.shape[0];
   if (rows < 1 || rows % 2 == 0) {

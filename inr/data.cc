@@ -452,6 +452,16 @@ absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& c
   });
 }
 
+absl::Status WriteTextFile(const std::string& path, const std::string& text) {
+  return WriteFileAtomically(path, "file", [&](std::FILE* file, std::string* error) {
+    if (std::fwrite(text.data(), 1, text.size(), file) != text.size()) {
+      *error = std::strerror(errno);
+      return false;
+    }
+    return true;
+  });
+}
+
 absl::StatusOr<Image> ReadJpeg(const std::string& path, bool grayscale) {
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (file == nullptr) {

@@ -79,6 +79,9 @@ absl::Status WriteJpeg(const std::string& path, const std::vector<ImageMatrix>& 
 // that range to 0..255.
 absl::Status WritePng(const std::string& path, const std::vector<ImageMatrix>& channels,
                       double lo = 0.0, double hi = 1.0);
+// Writes `text` as the whole file, all or nothing, as the image writers above (reports,
+// tables, JSON).
+absl::Status WriteTextFile(const std::string& path, const std::string& text);
 
 }  // namespace inr
 }  // namespace gpe

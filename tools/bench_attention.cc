@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -19,6 +19,7 @@
 #include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
 #include "encodings/sequence/rope.h"
+#include "inr/data.h"
 #include "measure/machine_limits.h"
 #include "measure/timing.h"
 #include "tools/bench_harness.h"
@@ -842,7 +843,7 @@ class AttentionBench {
   absl::StatusOr<std::string> WriteBenchJson(const std::vector<SweepPoint>& sweep,
                                              const std::vector<RopePoint>& rope_sweep) const {
     const std::string json_path = o_.out_dir + "/bench.json";
-    std::ofstream out(json_path);
+    std::ostringstream out;
     out << "{\"threads\": " << o_.threads << ", \"fma_peak_gflops\": " << JsonValue(peak_)
         << ", \"triad_gbs\": " << JsonValue(triad_) << ", \"isa\": \""
         << att::CpuAttentionIsa() << "\",\n \"attention_sweep\": [";
@@ -861,7 +862,8 @@ class AttentionBench {
           << ", \"torch_eager_gbs\": " << JsonValue(rope_sweep[i].peer_gbs) << "}";
     }
     out << "]}\n";
-    if (!out) return absl::InternalError(absl::StrCat("attention bench: cannot write ", json_path));
+    // All or nothing: a failed write leaves the previous bench.json whole.
+    if (absl::Status s = inr::WriteTextFile(json_path, out.str()); !s.ok()) return s;
     return json_path;
   }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,13 @@
 namespace gpe {
 namespace tools {
 namespace {
+
+// The larger of two deviations, NaN if either is (std::max would drop a NaN trial and a
+// law that gave NaN everywhere would print "ok").
+double Worse(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return std::max(a, b);
+}
 
 using Eigen::MatrixXd;
 using Eigen::VectorXd;
@@ -58,10 +66,10 @@ void CheckIntegerRepresentation(const std::string& name,
   for (int t = 0; t < trials; ++t) {
     const int64_t p = pos(rng), q = pos(rng);
     const MatrixXd rp = rho(p), rq = rho(q);
-    hom.worst = std::max(hom.worst, MaxAbs(rho(p + q) - rp * rq));
-    inv.worst = std::max(inv.worst, MaxAbs(rho(-p) * rp - id));
+    hom.worst = Worse(hom.worst, MaxAbs(rho(p + q) - rp * rq));
+    inv.worst = Worse(inv.worst, MaxAbs(rho(-p) * rp - id));
     if (orthogonal) {
-      orth.worst = std::max(orth.worst, MaxAbs(rp.transpose() * rp - id));
+      orth.worst = Worse(orth.worst, MaxAbs(rp.transpose() * rp - id));
       VectorXd a(dim), b(dim);
       for (int64_t i = 0; i < dim; ++i) {
         a[i] = normal(rng);
@@ -69,7 +77,7 @@ void CheckIntegerRepresentation(const std::string& name,
       }
       const double lhs = (rp * a).dot(rq * b);
       const double rhs = a.dot(rho(q - p) * b);
-      rel.worst = std::max(rel.worst, std::abs(lhs - rhs) / (a.norm() * b.norm()));
+      rel.worst = Worse(rel.worst, std::abs(lhs - rhs) / (a.norm() * b.norm()));
     }
   }
   out->push_back(identity);
@@ -153,7 +161,7 @@ void CheckCyclicPlanes(int trials, std::mt19937_64& rng, std::vector<LawResult>*
     std::uniform_int_distribution<int64_t> pos(-(int64_t{1} << 40), int64_t{1} << 40);
     for (int t = 0; t < trials; ++t) {
       const int64_t p = pos(rng);
-      period.worst = std::max(period.worst, MaxAbs(rep->Matrix(p + n) - rep->Matrix(p)));
+      period.worst = Worse(period.worst, MaxAbs(rep->Matrix(p + n) - rep->Matrix(p)));
     }
     CheckIntegerRepresentation(
         "Z_12 planes (d=8)", [&](int64_t p) { return rep->Matrix(p); }, d, true, kTol, trials,
@@ -211,10 +219,18 @@ void CheckFreeGroup(int trials, std::mt19937_64& rng, std::vector<LawResult>* re
         break;
       }
       auto muv = rep->Matrix(*uv);
-      hom.worst = std::max(hom.worst, MaxAbs(*muv - *mu * *mv));
+      if (!muv.ok()) {
+        hom.error = muv.status().ToString();
+        break;
+      }
+      hom.worst = Worse(hom.worst, MaxAbs(*muv - *mu * *mv));
     }
     auto ab = rep->Matrix({1, 2}), ba = rep->Matrix({2, 1});
-    noncomm.worst = MaxAbs(*ab - *ba);
+    if (ab.ok() && ba.ok()) {
+      noncomm.worst = MaxAbs(*ab - *ba);
+    } else {
+      noncomm.error = (ab.ok() ? ba : ab).status().ToString();
+    }
   }
   results->push_back(hom);
   results->push_back(noncomm);

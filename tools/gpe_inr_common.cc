@@ -86,11 +86,7 @@ absl::Status MakeDir(const std::string& dir) {
 }
 
 absl::Status WriteText(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
+  return inr::WriteTextFile(path, text);  // all or nothing: the old file stays whole
 }
 
 ImageMatrix ResampleSquare(const ImageMatrix& c, int64_t n) {

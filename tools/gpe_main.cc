@@ -29,6 +29,7 @@
 #include "tools/gpe_bench.h"
 #include "tools/gpe_check_groups.h"
 #include "tools/gpe_inr.h"
+#include "tools/gpe_inr_common.h"
 #include "tools/gpe_separable_fits.h"
 #include "tools/gpe_tour.h"
 
@@ -101,7 +102,8 @@ int RunMachine() {
 // Where the tool writes its pictures: --out DIR, else <workspace>/gpe_out under
 // `bazel run`, else ./gpe_out.
 std::string OutputDir(const std::string& flag_value) {
-  if (!flag_value.empty()) return flag_value;
+  // Relative to where `bazel run` was called from, not to the runfiles tree it runs in.
+  if (!flag_value.empty()) return t::UserPath(flag_value);
   const char* ws = std::getenv("BUILD_WORKSPACE_DIRECTORY");
   return std::string(ws != nullptr ? ws : ".") + "/gpe_out";
 }
@@ -144,7 +146,7 @@ int InrImageCommand(int argc, char** argv) {
     } else if (flag == "--gray") {
       gray = true;
     } else if (!flag.empty() && flag[0] != '-' && path.empty()) {
-      path = flag;
+      path = t::UserPath(flag);  // relative to the caller's directory under `bazel run`
     } else {
       std::fprintf(stderr, "gpe inr-image: unknown or incomplete option '%s'\n\n%s",
                    flag.c_str(), kUsage);
@@ -227,6 +229,13 @@ int main(int argc, char** argv) {
   if (command == "inr") return t::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));
   if (command == "inr-image") return InrImageCommand(argc, argv);
   if (command == "inr-spiral") return InrSpiralCommand(argc, argv);
+  const bool plain = command == "version" || command == "--version" || command == "-V" ||
+                     command == "machine";
+  if (plain && argc > 2) {  // `gpe machine --threads 1` measured every thread, silently
+    std::fprintf(stderr, "gpe %s: takes no options; got '%s'\n\n%s", command.c_str(), argv[2],
+                 kUsage);
+    return 2;
+  }
   if (command == "version" || command == "--version" || command == "-V") return RunVersion();
   if (command == "machine") return RunMachine();
   if (command == "bench") return BenchCommand(argc, argv);

@@ -100,7 +100,8 @@ for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "che
            "inr" "inr frobnicate" "inr lim-table2 --seeds 0" "inr lim-table2 --seeds x" \
            "inr lim-table2 --steps" "inr lim-table2 --tasks nothing" "inr lim-table2 --lr -1" \
            "inr zheng-table1 --size 15" "inr zheng-table1 --lambda nan" "inr zheng-table1 --rcond 1" "inr zheng-table1 --bogus" \
-           "inr volume --size 9" "inr volume --fraction 0" "inr volume --fraction 2" "inr volume x"; do
+           "inr volume --size 9" "inr volume --fraction 0" "inr volume --fraction 2" "inr volume x" \
+           "machine --threads 1" "version --bogus"; do
   # shellcheck disable=SC2086
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"

@@ -721,7 +721,25 @@ def main(argv=None):
     for key, v in (("seeds", args.seeds), ("steps", args.steps), ("batch", args.batch),
                    ("d_model", args.d_model)):
         if v is not None:
+            if v < 1:  # a run of nothing would still replace the reports with empty tables
+                sys.exit("ape: --%s must be >= 1, got %d" % (key.replace("_", "-"), v))
             cfg[key] = v
+    if args.encodings is not None:
+        known = set(SEQ_ENCODINGS) | set(TREE_ENCODINGS)
+        asked = {e.strip() for e in args.encodings.split(",")}
+        if not asked - {""} or asked - known:
+            sys.exit("ape: --encodings: unknown %s (have %s)"
+                     % (", ".join(sorted(asked - known)) or "(none given)",
+                        ", ".join(sorted(known))))
+    # Paths as the user typed them: relative to where `bazel run` was called, not to the
+    # runfiles tree the script runs in.
+    user = lambda p: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), p)
+    if args.out is not None:
+        args.out = user(args.out)
+    if args.intro:
+        args.intro = user(args.intro)
+    if args.from_json:
+        args.from_json = user(args.from_json)
     if args.out is None:
         if args.quick:
             out = pathlib.Path(tempfile.mkdtemp(prefix="ape_"))

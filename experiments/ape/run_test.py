@@ -111,6 +111,12 @@ class DataTest(unittest.TestCase):
         self.assertLess(run.REDUCED["depth_max"], run.FULL["depth_max"])
         with self.assertRaises(SystemExit):
             run.main(["--quick", "--reduced"])
+        # Names that match no encoding, and zero seeds, are refused before anything runs
+        # (they ran nothing and replaced the reports with empty tables).
+        for bad in (["--quick", "--encodings", "rotary"], ["--quick", "--encodings", ","],
+                    ["--quick", "--seeds", "0"]):
+            with self.assertRaises(SystemExit):
+                run.main(bad)
 
     def test_schedule(self):
         steps = 200

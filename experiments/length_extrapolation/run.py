@@ -641,9 +641,23 @@ def main(argv=None):
     q = args.quick
     pick = lambda v, full, quick: v if v is not None else (quick if q else full)
     encodings = [e.strip() for e in args.encodings.split(",") if e.strip()]
+    if not encodings:  # a run of nothing would still replace the report with empty tables
+        sys.exit("--encodings names no encoding (known: %s)" % ", ".join(ENCODINGS))
     for e in encodings:
         if e not in ENCODINGS:
             sys.exit("unknown encoding %r (known: %s)" % (e, ", ".join(ENCODINGS)))
+    for name in ("seeds", "steps", "batch", "seq", "eval_tokens", "workers", "timing_steps"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            sys.exit("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+    # Paths as the user typed them: relative to where `bazel run` was called.
+    user = lambda p: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), p)
+    if args.out is not None:
+        args.out = user(args.out)
+    if args.intro:
+        args.intro = user(args.intro)
+    if args.from_json:
+        args.from_json = user(args.from_json)
     cfg = {"d_model": args.d_model, "heads": args.heads, "layers": args.layers,
            "seq": pick(args.seq, 64, 16), "steps": pick(args.steps, 300, 10),
            "batch": pick(args.batch, 16, 4), "lr": args.lr, "threads": 1,

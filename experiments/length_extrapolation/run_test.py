@@ -46,6 +46,14 @@ class LengthExtrapolationTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
+    def test_empty_runs_are_refused(self):
+        # No encoding named, or zero seeds: refused before anything runs (they replaced
+        # the report, JSON and plot with empty results).
+        for bad in (["--quick", "--encodings", ","], ["--quick", "--seeds", "0"],
+                    ["--quick", "--encodings", "rotary"]):
+            with self.assertRaises(SystemExit):
+                run.main(bad + ["--out", self.tmp.name])
+
     def test_report_has_every_encoding(self):
         with open(os.path.join(self.tmp.name, "length_extrapolation.md"), encoding="utf-8") as f:
             text = f.read()

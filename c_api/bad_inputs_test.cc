@@ -969,6 +969,18 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
                                                   nullptr, &f.v3.o, nullptr, nullptr, nullptr,
                                                   nullptr);
   });
+  add("attention_params_grape_overlaps_q", e, [](Fixture& f) {
+    // d_grape_omega 8 bytes into q's memory (not at its start): refused before anything
+    // is written (it was accepted and written into q).
+    f.v3.att.grape_m = f.grape;
+    std::vector<float> dk(4 * 1 * 8);
+    DLTensor tdk = f.v3.Make(dk.data(), kDLFloat, 32, {1, 4, 1, 8});
+    DLTensor omega = f.v3.Make(f.v3.qa.data() + 2, kDLFloat, 64, {1});
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.d_grape_omega = &omega;
+    return gpe_attention_backward_with_parameters(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, nullptr,
+                                                  nullptr, &f.v3.o, &f.v3.dq, &tdk, nullptr, &g);
+  });
   add("attention_params_grape_without_grape_m", e, [](Fixture& f) {
     gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
     g.d_grape_omega = &f.v3.tile_t;

@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -173,13 +175,36 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       if (dq == nullptr || dk == nullptr) {
         return Bad("GRAPE-M generator gradients are formed from dq and dk: pass both");
       }
-      for (const DLTensor* t : {pgrads->d_grape_a, pgrads->d_grape_b, pgrads->d_grape_omega}) {
-        if (t == nullptr) continue;
-        for (const TensorView* in : {&c.q, &c.k, &c.v, &*gv, &dqv, &dkv}) {
-          if (t->data != nullptr && t->data == in->data) {
-            return Bad("GRAPE-M gradients must not share memory with the tensors");
-          }
-        }
+    }
+    // Every parameter-gradient output viewed, shaped and checked now, before anything is
+    // written: a wrong shape found after the kernels left the other outputs written, and
+    // overlaps are checked as for every other output (byte_offset and partial overlap
+    // included), against the inputs and the other outputs.
+    std::vector<TensorView> param_views;
+    std::vector<const char*> param_names;
+    auto view_param = [&](const DLTensor* t, const char* name,
+                          const std::vector<int64_t>& shape) -> absl::Status {
+      if (t == nullptr) return absl::OkStatus();
+      absl::StatusOr<TensorView> view = ViewTensor(t, name, static_cast<int>(shape.size()), kF64);
+      if (!view.ok()) return view.status();
+      if (view->shape != shape) {
+        TensorView want;
+        want.shape = shape;
+        return Bad(absl::StrCat(name, " must be float64 ", ShapeString(want), ", got ",
+                                ShapeString(*view)));
+      }
+      if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*view, name); !s.ok()) return s;
+      param_views.push_back(*std::move(view));
+      param_names.push_back(name);
+      return absl::OkStatus();
+    };
+    if (grape_grads) {
+      const int64_t m = options->grape_m->impl.num_generators(), d = c.args.head_dim;
+      for (auto [t, name, shape] :
+           {std::tuple{pgrads->d_grape_a, "d_grape_a", std::vector<int64_t>{m, d}},
+            std::tuple{pgrads->d_grape_b, "d_grape_b", std::vector<int64_t>{m, d}},
+            std::tuple{pgrads->d_grape_omega, "d_grape_omega", std::vector<int64_t>{m}}}) {
+        if (absl::Status s = view_param(t, name, shape); !s.ok()) return s;
       }
     }
     // The algebraic generators' gradients (0.10.0), each for its own option.
@@ -210,20 +235,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
                                                        static_cast<int64_t>(c.grid_skews.size()),
                                                        c.grid_skews[0].rows(),
                                                        c.grid_skews[0].rows()};
-        absl::StatusOr<TensorView> view =
-            ViewTensor(w.grad, w.name, static_cast<int>(shape.size()), kF64);
-        if (!view.ok()) return view.status();
-        if (view->shape != shape) {
-          TensorView want;
-          want.shape = shape;
-          return Bad(absl::StrCat(w.name, " must be float64 ", ShapeString(want), ", got ",
-                                  ShapeString(*view)));
-        }
-        for (const TensorView* in : {&c.q, &c.k, &c.v, &*gv, &dqv, &dkv}) {
-          if (w.grad->data != nullptr && w.grad->data == in->data) {
-            return Bad(absl::StrCat(w.name, " must not share memory with the tensors"));
-          }
-        }
+        if (absl::Status s = view_param(w.grad, w.name, shape); !s.ok()) return s;
       }
       if (algebraic_grads && (dq == nullptr || dk == nullptr)) {
         return Bad("the algebraic generators' gradients are formed from dq and dk: pass both");
@@ -242,7 +254,11 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       if (!grape_grads) return absl::OkStatus();
       return GrapeMParameterGrads(c, options->grape_m->impl, packed, dqv, dkv, *pgrads);
     };
-    if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+    std::vector<NamedView> all_outs(std::begin(outs), std::end(outs));
+    for (size_t i = 0; i < param_views.size(); ++i) {
+      all_outs.push_back({&param_views[i], param_names[i]});
+    }
+    if (absl::Status s = CheckOutputs(all_outs, ins); !s.ok()) return s;
     // The backwards check the call (ValidateAttention) and the Shaw table gradients, and
     // return at once on an empty call with those gradients zero; finish() then gives the
     // bias's and GRAPE-M's (zero, from their zeroed accumulators).

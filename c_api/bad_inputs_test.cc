@@ -757,6 +757,21 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     return f.v3.Forward();
   });
   // attn_mask, kv_lengths and block_table (0.9.0); the mask is [1, 2, 4, 4] when valid.
+  add("attention_heads_zero", e, [](Fixture& f) {
+    // Empty q with no heads: refused before positions sized by its tokens are copied.
+    f.v3.shapes.push_back({1, 4, 0, 8});
+    f.v3.q.shape = f.v3.shapes.back().data();
+    f.v3.o.shape = f.v3.q.shape;
+    return f.v3.Forward();
+  });
+  add("attention_head_dim_huge", e, [](Fixture& f) {
+    // Empty tensors may name any head size: bounded before anything is sized by it.
+    f.v3.shapes.push_back({1, 0, 2, 70000});
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({1, 0, 1, 70000});
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    return f.v3.Forward();
+  });
   add("attention_mask_float64", e, [](Fixture& f) {
     std::vector<double> m(2 * 4 * 4, 0.0);
     DLTensor t = f.v3.Make(m.data(), kDLFloat, 64, {1, 2, 4, 4});

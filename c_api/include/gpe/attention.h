@@ -36,6 +36,7 @@ extern "C" {
  * v's last dim may differ from k's (since 0.10.0): the value head size head_dim_v
  * (DeepSeek-V2/V3's MLA: head_dim 192, head_dim_v 128); o, d_o and dv then end in
  * head_dim_v, q, k, dq and dk in head_dim, and the default scale stays 1 / sqrt(head_dim).
+ * Head sizes are at most 65536 (GPE_ERROR_OUT_OF_RANGE above); heads_q and heads_kv >= 1.
  * Any strides with the last dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
  * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with

@@ -69,6 +69,9 @@ std::vector<T> Compact(const TensorView& v) {
   return out;
 }
 
+// The largest head size (q / k and v) the C entry points take.
+constexpr int64_t kMaxHeadDim = int64_t{1} << 16;
+
 // Index tensors are copied before they are checked, so their sizes are bounded first by
 // what the call's memory-backed tensors imply: `rows` (>= 0) is the leading size the
 // tensor must have (one entry or row per token, ...), `max_cols` (>= 0) bounds the second
@@ -667,6 +670,17 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   if (a.head_dim < 1) return Bad("head_dim must be >= 1");
   a.head_dim_v = vv->shape[n - 1];
   if (a.head_dim_v < 1) return Bad("v's head size (its last dim) must be >= 1");
+  // Before anything sized by them is copied or allocated (positions, axes, Shaw tables):
+  // an empty q or k may carry any extents, so the heads and head sizes are checked here,
+  // not left to the kernels' own validation.
+  if (a.num_q_heads < 1 || a.num_kv_heads < 1) {
+    return Bad(absl::StrCat("num_q_heads and num_kv_heads must be >= 1, got ", a.num_q_heads,
+                            " and ", a.num_kv_heads));
+  }
+  if (a.head_dim > kMaxHeadDim || a.head_dim_v > kMaxHeadDim) {
+    return absl::OutOfRangeError(absl::StrCat("head sizes are at most ", kMaxHeadDim, "; got ",
+                                              a.head_dim, " (q, k) and ", a.head_dim_v, " (v)"));
+  }
   if (absl::Status s = PrepareMaskAndLengths(o, c); !s.ok()) return s;
   a.q = StridesOf(*qv, packed);
   a.k = StridesOf(*kv, packed);

@@ -173,6 +173,37 @@ TEST(SoRep, PlanesMatchOracle) {
   }
 }
 
+// Any row strides, as so.h says: reversed rows (a NumPy x[::-1] view, stride -dim) and a
+// broadcast row (stride 0) give the rotation of the rows they name, bit for bit the same
+// as the compact copy (they were refused: "strides must be >= dim").
+TEST(SoRep, ReversedAndBroadcastRowsAreApplied) {
+  const int64_t n = 4, dim = 8;
+  gpe_so_rep* rep = MakePlanes(dim, dim, GPE_PAIRING_INTERLEAVED);
+  ASSERT_NE(rep, nullptr);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<double> normal;
+  std::vector<double> x(n * dim);
+  for (double& v : x) v = normal(rng);
+  std::vector<int64_t> pos = {3, -7, 100, 1 << 20}, ps = {n}, xs = {n, dim};
+  DLTensor tp = Tensor(pos.data(), kDLInt, 64, &ps);
+  for (int kind : {0, 1}) {
+    // The rows the view names, compact, and their rotation through a compact call.
+    std::vector<double> rows(n * dim), want(n * dim), got(n * dim);
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t src = kind == 0 ? n - 1 - r : 0;
+      for (int64_t c = 0; c < dim; ++c) rows[r * dim + c] = x[src * dim + c];
+    }
+    DLTensor tr = Tensor(rows.data(), kDLFloat, 64, &xs), tw = Tensor(want.data(), kDLFloat, 64, &xs);
+    ASSERT_EQ(gpe_so_rep_apply(rep, &tp, &tr, &tw), GPE_OK) << gpe_last_error_message();
+    std::vector<int64_t> strides = {kind == 0 ? -dim : 0, 1};
+    const double* base = kind == 0 ? x.data() + (n - 1) * dim : x.data();
+    DLTensor tv = Tensor(base, kDLFloat, 64, &xs, &strides), tg = Tensor(got.data(), kDLFloat, 64, &xs);
+    ASSERT_EQ(gpe_so_rep_apply(rep, &tp, &tv, &tg), GPE_OK) << kind << ": " << gpe_last_error_message();
+    EXPECT_EQ(got, want) << kind;
+  }
+  gpe_so_rep_destroy(rep);
+}
+
 // float32 at position 2^24 and 10^6 stays within 1e-6 relative (of the vector norm) of
 // the float64 reference: the angle is reduced in double, only the final products round
 // to float32 (2^-24 ~ 6e-8 each).

@@ -17,8 +17,13 @@
 namespace gpe::c_api {
 namespace {
 
-// Rows of a [N, dim] view are usable directly when their elements are contiguous.
-bool RowsContiguous(const TensorView& v) { return v.shape[1] <= 1 || v.strides[1] == 1; }
+// Rows of a [N, dim] view are usable directly (the batch contract of group/batch.h)
+// when their elements are contiguous and rows lie at least dim apart, in order; other
+// views (reversed rows, a broadcast row: strides < dim) go through a compact buffer.
+bool RowsContiguous(const TensorView& v) {
+  const bool columns = v.shape[1] <= 1 || v.strides[1] == 1;
+  return columns && (v.shape[0] <= 1 || v.strides[0] >= v.shape[1]);
+}
 
 // Applies `rep` (CommutingPlanes or Rank2Rotation) to a validated [N, dim] view pair.
 // Column-strided views go through a compact row-major buffer.

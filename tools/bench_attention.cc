@@ -870,8 +870,10 @@ class AttentionBench {
   // tools/peers/plot_bench.py's report on drawing the plots from bench.json (or why not).
   std::string DrawPlots(const std::string& json_path) const {
     std::string plot_out;
-    if (FILE* pipe = popen(absl::StrCat(o_.python, " ", o_.peers_dir, "/plot_bench.py ",
-                                        json_path, " ", o_.out_dir, " 2>&1")
+    if (FILE* pipe = popen(absl::StrCat(kPeerTimeout, ShellQuote(o_.python), " ",
+                                        ShellQuote(o_.peers_dir + "/plot_bench.py"), " ",
+                                        ShellQuote(json_path), " ", ShellQuote(o_.out_dir),
+                                        " 2>&1")
                                .c_str(),
                            "r")) {
       char buffer[1024];

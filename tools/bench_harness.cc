@@ -73,6 +73,18 @@ std::string JsonString(const std::string& json, const std::string& key) {
   return out;
 }
 
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 TorchPeer::TorchPeer(bool enabled, std::string python, std::string peers_dir, int threads)
     : enabled_(enabled),
       python_(std::move(python)),
@@ -83,9 +95,10 @@ std::vector<std::string> TorchPeer::Run(const std::vector<std::string>& cases, i
                                         const std::string& env) const {
   std::vector<std::string> lines(cases.size());
   if (!enabled_ || cases.empty()) return lines;
-  std::string command = absl::StrCat(env, env.empty() ? "" : " ", python_, " ", peers_dir_,
-                                     "/attention_torch.py ", threads_, " ", reps);
-  for (const std::string& c : cases) absl::StrAppend(&command, " '", c, "'");
+  std::string command =
+      absl::StrCat(env, env.empty() ? "" : " ", kPeerTimeout, ShellQuote(python_), " ",
+                   ShellQuote(peers_dir_ + "/attention_torch.py"), " ", threads_, " ", reps);
+  for (const std::string& c : cases) absl::StrAppend(&command, " ", ShellQuote(c));
   absl::StrAppend(&command, " 2>/dev/null");
   std::string out;
   if (FILE* pipe = popen(command.c_str(), "r")) {

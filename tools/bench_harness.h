@@ -49,6 +49,13 @@ double JsonNumber(const std::string& json, const std::string& key);
 // The string after "key": in a one-line JSON object ("" when absent; escapes are kept).
 std::string JsonString(const std::string& json, const std::string& key);
 
+// s as one word for /bin/sh (single-quoted; an embedded ' as '\''): paths with spaces or
+// shell characters reach the peers as they are.
+std::string ShellQuote(const std::string& s);
+// What a peer's command line starts with: coreutils' timeout ends a peer that hangs (a
+// stuck compile, a dead lock), so `gpe bench` reports it as failed instead of waiting.
+inline constexpr const char* kPeerTimeout = "timeout --kill-after=10 900 ";
+
 // The PyTorch peer, run as a child process: one JSON line per case, in order. Lines are
 // empty where the child died before printing them (e.g. a crash inside torch).
 class TorchPeer {

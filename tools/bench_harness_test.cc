@@ -1,6 +1,7 @@
 #include "tools/bench_harness.h"
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -20,6 +21,21 @@ TEST(JsonTest, ReadsThePeersLines) {
   EXPECT_EQ(JsonString(line, "case"), "sdpa,hq=4");
   EXPECT_EQ(JsonString(R"({"error":"a \"b\" c"})", "error"), R"(a \"b\" c)");
   EXPECT_EQ(JsonString(line, "missing"), "");
+}
+
+// Paths with spaces and quotes reach the peers as one word each: quoted for /bin/sh and
+// read back by a shell exactly as given.
+TEST(ShellQuoteTest, ShellReadsBackTheWord) {
+  EXPECT_EQ(ShellQuote("plain"), "'plain'");
+  EXPECT_EQ(ShellQuote("a b'c"), "'a b'\\''c'");
+  const std::string word = "/tmp/dir with space/it's $HOME;`x`";
+  const std::string cmd = "printf %s " + ShellQuote(word);
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[256] = {};
+  const size_t got = std::fread(buffer, 1, sizeof(buffer) - 1, pipe);
+  pclose(pipe);
+  EXPECT_EQ(std::string(buffer, got), word);
 }
 
 }  // namespace

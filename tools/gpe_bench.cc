@@ -1,5 +1,8 @@
 #include "tools/gpe_bench.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -7,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -76,14 +80,27 @@ std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k,
                             double lambda, int reps) {
   // The interpreter and the peers' directory the attention peers use.
   const AttentionBenchOptions where = AttentionBenchDefaults("");
-  const std::string raw = (std::filesystem::temp_directory_path() / "gpe_bench_image.f64").string();
-  if (FILE* f = std::fopen(raw.c_str(), "wb")) {
-    std::fwrite(image.data(), sizeof(double), static_cast<size_t>(image.size()), f);
-    std::fclose(f);
+  // A file of its own (mkstemp: no other run's or user's file read instead), in the temp
+  // directory (TMPDIR where it exists, else /tmp), removed after the peer ran.
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::temp_directory_path(ec);
+  if (ec) dir = "/tmp";
+  std::string name = (dir / "gpe_bench_image.XXXXXX").string();
+  const int fd = mkstemp(name.data());
+  if (fd < 0) return "";
+  const size_t bytes = sizeof(double) * static_cast<size_t>(image.size());
+  const bool written = write(fd, image.data(), bytes) == static_cast<ssize_t>(bytes);
+  close(fd);
+  std::string out;
+  if (written) {
+    out = Capture(absl::StrCat(kPeerTimeout, ShellQuote(where.python), " ",
+                               ShellQuote(where.peers_dir + "/inr_closed_form.py"), " ",
+                               ShellQuote(name), " ", n, " ", k, " ",
+                               absl::StrFormat("%.17g", sigma), " ",
+                               absl::StrFormat("%.17g", lambda), " ", reps, " 2>/dev/null"));
   }
-  return Capture(absl::StrCat(where.python, " ", where.peers_dir, "/inr_closed_form.py ", raw,
-                              " ", n, " ", k, " ", absl::StrFormat("%.17g", sigma), " ",
-                              absl::StrFormat("%.17g", lambda), " ", reps, " 2>/dev/null"));
+  std::remove(name.c_str());
+  return out;
 }
 
 // Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis, beside NumPy.

@@ -120,24 +120,25 @@ Problem Packed() {
   return p;
 }
 
-// M-RoPE over 3 axes (Qwen2-VL's contiguous sections): per-token (t, h, w) coordinates.
-Problem MultiAxis() {
+// M-RoPE over `axes` axes (Qwen2-VL's contiguous sections: 3, (t, h, w)): per-token
+// coordinates.
+Problem MultiAxis(int64_t axes = 3) {
   Problem p;
-  p.axes = 3;
+  p.axes = axes;
   std::mt19937_64 rng(7);
   const int64_t nq = p.batch * p.sq, nk = p.batch * p.sk;
-  p.q_axes.resize(nq * 3);
-  p.k_axes.resize(nk * 3);
+  p.q_axes.resize(nq * axes);
+  p.k_axes.resize(nk * axes);
   for (int64_t& c : p.q_axes) c = static_cast<int64_t>(rng() % 12);
   for (int64_t& c : p.k_axes) c = static_cast<int64_t>(rng() % 12);
   // rope ids are axis-major [axes, tokens].
-  p.q_ids.resize(nq * 3);
-  p.k_ids.resize(nk * 3);
+  p.q_ids.resize(nq * axes);
+  p.k_ids.resize(nk * axes);
   for (int64_t t = 0; t < nq; ++t) {
-    for (int64_t a = 0; a < 3; ++a) p.q_ids[a * nq + t] = p.q_axes[t * 3 + a];
+    for (int64_t a = 0; a < axes; ++a) p.q_ids[a * nq + t] = p.q_axes[t * axes + a];
   }
   for (int64_t t = 0; t < nk; ++t) {
-    for (int64_t a = 0; a < 3; ++a) p.k_ids[a * nk + t] = p.k_axes[t * 3 + a];
+    for (int64_t a = 0; a < axes; ++a) p.k_ids[a * nk + t] = p.k_axes[t * axes + a];
   }
   return p;
 }
@@ -290,6 +291,11 @@ TEST(AttentionRopeHandle, MultiAxisHandleReadsAxesCoordinates) {
   o.num_mrope_sections = 3;
   ExpectFusedEqualsSeparate<double>(MultiAxis(), o, kTol64, "mrope float64");
   ExpectFusedEqualsSeparate<float>(MultiAxis(), o, kTol32, "mrope float32");
+  // Four axes (rope.h takes up to 8; attention capped q_axes at 3 columns before).
+  const int64_t four[] = {2, 2, 2, 2};
+  o.mrope_sections = four;
+  o.num_mrope_sections = 4;
+  ExpectFusedEqualsSeparate<double>(MultiAxis(4), o, kTol64, "mrope 4 axes float64");
 }
 
 TEST(AttentionRopeHandle, ScheduleParametersReachTheKernel) {

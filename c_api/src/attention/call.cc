@@ -141,11 +141,13 @@ absl::Status PrepareStructured(const gpe_attention_options& o, Call* c, int* enc
   }
   int64_t axes = 0;
   if (o.q_axes != nullptr) {
+    // Up to 8 axes, as many as a gpe_rope handle takes (rope.h); each encoding then
+    // requires its own count (axial / M-RoPE handles theirs, the grids 2 or 3).
     absl::StatusOr<TensorView> qa =
-        Int64Table(o.q_axes, "q_axes", 2, &c->axes_q, a.num_q_tokens(), 3);
+        Int64Table(o.q_axes, "q_axes", 2, &c->axes_q, a.num_q_tokens(), 8);
     if (!qa.ok()) return qa.status();
     absl::StatusOr<TensorView> ka =
-        Int64Table(o.k_axes, "k_axes", 2, &c->axes_k, a.num_k_tokens(), 3);
+        Int64Table(o.k_axes, "k_axes", 2, &c->axes_k, a.num_k_tokens(), 8);
     if (!ka.ok()) return ka.status();
     axes = qa->shape[1];
     if (ka->shape[1] != axes) {

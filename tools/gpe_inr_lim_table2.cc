@@ -194,7 +194,7 @@ std::optional<int> ParseLimArgs(const std::vector<std::string>& args, LimArgs* a
   const char* cmd = "lim-table2";
   LimConfig& cfg = a->cfg;
   std::string out = DefaultOut("lim_table2");
-  bool quick = false, seeds_given = false;
+  bool quick = false, seeds_given = false, size_given = false, steps_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     const bool has_value = i + 1 < args.size();
@@ -213,11 +213,13 @@ std::optional<int> ParseLimArgs(const std::vector<std::string>& args, LimArgs* a
     } else if (arg == "--size" && has_value) {
       if (!ParseInt(args[++i], 8, 1024, &v)) return BadArgs(cmd, "--size takes 8..1024", kLimUsage);
       cfg.n = v;
+      size_given = true;
     } else if (arg == "--steps" && has_value) {
       if (!ParseInt(args[++i], 1, 100000, &v)) {
         return BadArgs(cmd, "--steps takes 1..100000", kLimUsage);
       }
       cfg.steps = v;
+      steps_given = true;
     } else if (arg == "--tasks" && has_value) {
       a->task_list = args[++i];
     } else if ((arg == "--txt-scale" || arg == "--so2-scale" || arg == "--lr") && has_value) {
@@ -241,9 +243,9 @@ std::optional<int> ParseLimArgs(const std::vector<std::string>& args, LimArgs* a
       return BadArgs(cmd, absl::StrCat("unknown or incomplete option '", arg, "'"), kLimUsage);
     }
   }
-  if (quick) {
-    cfg.n = 24;
-    cfg.steps = 30;
+  if (quick) {  // the quick defaults; what the command line gave explicitly stays
+    if (!size_given) cfg.n = 24;
+    if (!steps_given) cfg.steps = 30;
     cfg.width = 16;
     if (!seeds_given) cfg.seeds = 2;
   }

@@ -275,7 +275,10 @@ absl::Status WriteFileAtomically(const std::string& path, const char* kind, Enco
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash + 1);
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
-  std::string temp = (slash == std::string::npos ? std::string() : dir) + "." + base + ".XXXXXX";
+  // "." + name + ".XXXXXX", the name cut so the whole stays within a file name's 255
+  // bytes: a valid 250-byte name must not fail for its temporary's sake.
+  const std::string stem = base.substr(0, std::min<size_t>(base.size(), 255 - 8));
+  std::string temp = (slash == std::string::npos ? std::string() : dir) + "." + stem + ".XXXXXX";
   const int fd = ::mkstemp(temp.data());
   if (fd < 0) {
     return absl::UnavailableError(absl::StrCat("cannot create a temporary file beside ", kind,

@@ -482,6 +482,25 @@ TEST(ImageWrite, TargetsThatAreNotRegularFilesAreRefused) {
 
 // A symbolic link is followed: the file it names is replaced, the link stays a link.
 // A replaced file keeps its mode; a new one gets 0666 less the umask.
+// A file name of 250 bytes (within the 255 a name may have) is written: the temporary
+// beside it ("." + name + ".XXXXXX") is cut to fit, not refused with ENAMETOOLONG; and
+// the text writer replaces a file whole.
+TEST(ImageWrite, LongNamesAndTextFiles) {
+  const std::string dir = FreshDirectory("atomic_long");
+  const std::string name = std::string(246, 'n') + ".png";
+  ASSERT_EQ(name.size(), 250u);
+  ASSERT_TRUE(WritePng(dir + "/" + name, SmoothRgb()).ok());
+  EXPECT_TRUE(ReadPng(dir + "/" + name, false).ok());
+  ASSERT_TRUE(WriteTextFile(dir + "/t.md", "first, longer text\n").ok());
+  ASSERT_TRUE(WriteTextFile(dir + "/t.md", "second\n").ok());
+  std::ifstream in(dir + "/t.md");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "second\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            2);  // no temporary left behind
+}
+
 TEST(ImageWrite, LinksAreFollowedAndModesKept) {
   const std::string dir = FreshDirectory("atomic_links");
   const std::vector<ImageMatrix> image = SmoothRgb();

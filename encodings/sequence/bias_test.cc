@@ -584,6 +584,22 @@ TEST(FoxBiasTest, OneHugeNegativeLogitKeepsLaterGates) {
   }
 }
 
+// Long after a huge gate: 10^5 gates of logit 0 behind ln f = -1e16, then one of 15.
+// The last difference is ln sigmoid(15) (-3.0590227e-7) to 1e-10 relative; with the
+// running sum left frozen at its huge value, the later gates went uncompensated into the
+// correction term and this came out 2e-5 off.
+TEST(FoxBiasTest, HugeGateThenALongSequenceKeepsTheLastDifference) {
+  std::vector<double> logits(100002, 0.0);
+  logits[0] = -1e16;
+  logits.back() = 15.0;
+  const int64_t n = static_cast<int64_t>(logits.size());
+  FoxBias fox = *FoxBias::Create(logits, n, 1);
+  const std::vector<int64_t> q = {n - 1}, k = {n - 2};
+  const Matrix d = *DenseBias(fox, 0, q, k);
+  const double want = -std::log1p(std::exp(-15.0));
+  EXPECT_NEAR(d(0, 0), want, 1e-10 * std::fabs(want));
+}
+
 // Float tiles whose keys all precede or all follow the queries are formed from two
 // parts split at an anchor between them (FoxBias::Fill); the others per entry. Each float
 // entry against the double tile, entry by entry, relative to the entry itself: 2 ulp

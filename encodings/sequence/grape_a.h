@@ -157,7 +157,10 @@ class GrapeABias final : public AdditiveBiasFromFill<GrapeABias> {
 
   int64_t num_heads() const override;
   bool needs_token_data() const override { return gated(); }
-  bool relative() const override { return !gated(); }
+  // The clock's closed form -m (i - j) is a function of i - j; the lifted path's dot
+  // product rounds m j - m i, whose error grows with |i| (it is the slow reference), so
+  // it does not claim to be relative (no tile by distance from it).
+  bool relative() const override { return !gated() && path_ == GrapeAPath::kClosedForm; }
   bool causal() const override { return true; }
 
   bool gated() const { return fox_ != nullptr; }

@@ -286,6 +286,26 @@ TEST(GrapeABiasTest, ClosedFormIsAlibiBitForBit) {
   }
 }
 
+// Only the closed form claims to be relative (a tile by distance, FillDistances): the
+// lifted path rounds m j - m i, which for a slope of 2^-0.5 and a query near 2^30 differs
+// between the tile and the distance fill in float (-0.70710683 against -0.70710677).
+TEST(GrapeABiasTest, OnlyTheClosedFormIsRelative) {
+  const AlibiBias alibi = *AlibiBias::CreateStandard(12, AlibiForm::kCausal);
+  const std::vector<double> slopes(alibi.slopes().begin(), alibi.slopes().end());
+  const GrapeABias lifted = *GrapeABias::Create(slopes, 3, GrapeAPath::kLifted);
+  const GrapeABias fast = *GrapeABias::Create(slopes, 3, GrapeAPath::kClosedForm);
+  EXPECT_FALSE(lifted.relative());
+  EXPECT_TRUE(fast.relative());
+  float out[3];
+  EXPECT_FALSE(lifted.FillDistances(0, -2, 3, out).ok());
+  const int64_t q = (int64_t{1} << 30) + 12345;
+  const std::vector<int64_t> keys = {q - 2, q - 1, q};
+  float tile[3];
+  ASSERT_TRUE(fast.FillTile(0, {q}, keys, tile, 3).ok());
+  ASSERT_TRUE(fast.FillDistances(0, -2, 3, out).ok());
+  for (int t = 0; t < 3; ++t) EXPECT_EQ(out[t], tile[t]) << t;
+}
+
 TEST(GrapeABiasTest, LiftedPathEqualsClosedForm) {
   std::mt19937_64 rng(22);
   // Power-of-two slopes (Press et al.'s for 8 heads): m j and m i are exact, so the

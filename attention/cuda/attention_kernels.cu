@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(AttentionKernelArgs
     if (c < d) Store(dst + c, acc[e] * inv);
   }
   if (a.lse != nullptr && lane == 0) {
-    a.lse[qtok * a.heads_q + h] = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
+    // NaN rows (l NaN) keep NaN; -inf only for rows with no allowed key.
+    a.lse[qtok * a.heads_q + h] = l > 0.0f ? (m + log2f(l)) * kLn2 : (l == l ? -INFINITY : l);
   }
 }
 

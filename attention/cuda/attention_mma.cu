@@ -329,8 +329,10 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm)
               Pack<T>(o[mt][n][2 * hf] * inv, o[mt][n][2 * hf + 1] * inv);
         }
         if (a.lse != nullptr && t4 == 0) {
+          // A NaN row (a NaN or +inf score: l is NaN) has lse NaN, as the reference;
+          // -inf is for rows with no allowed key (l = 0).
           a.lse[(qtok0 + row) * a.heads_q + h] =
-              lsum > 0.0f ? (m[mt][hf] + log2f(lsum)) * kLn2Mma : -INFINITY;
+              lsum > 0.0f ? (m[mt][hf] + log2f(lsum)) * kLn2Mma : (lsum == lsum ? -INFINITY : lsum);
         }
       }
     }

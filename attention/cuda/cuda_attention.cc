@@ -150,7 +150,10 @@ absl::Status CudaAttentionForward(const CudaAttentionArgs& a, void* stream) {
     return Bad(absl::StrCat("kernel = kTensorCore: ", why_not_mma));
   }
   const bool mma = a.kernel != CudaAttentionKernel::kSimt && why_not_mma.empty();
-  if (mma && a.rope != nullptr && a.workspace != nullptr) {
+  // A padded call without keys has nothing to rotate (and o = 0, lse = -inf from the
+  // attention itself); a packed one must say how many key tokens its workspace holds.
+  const bool no_keys = !packed && a.seq_k == 0;
+  if (mma && a.rope != nullptr && a.workspace != nullptr && !no_keys) {
     const int64_t need = CudaAttentionWorkspaceBytes(a);
     if (need <= 0) return Bad("packed batches with a RoPE workspace must give tokens_k > 0");
     if (a.workspace_bytes < need) {
@@ -228,6 +231,16 @@ absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* str
   if (packed && (b.tokens_q < 0 || b.tokens_k < 0 || b.max_seq_k < 0)) {
     return Bad("packed batches give tokens_q, tokens_k and max_seq_k (>= 0)");
   }
+  // The sizes the workspace and the launches are cut by must cover the sequences: with
+  // tokens_q left 0 under max_seq_q > 0 the workspace sections collapsed onto each other
+  // and dq was never written; with tokens_k > 0 but max_seq_k 0 no key block ran.
+  if (packed && (b.tokens_q < a.max_seq_q || b.max_seq_k > b.tokens_k ||
+                 (b.tokens_k > 0 && b.max_seq_k == 0))) {
+    return Bad(absl::StrCat("packed batches need tokens_q >= max_seq_q, max_seq_k <= tokens_k "
+                            "and max_seq_k >= 1 where tokens_k >= 1; got tokens_q ",
+                            b.tokens_q, ", max_seq_q ", a.max_seq_q, ", tokens_k ",
+                            b.tokens_k, ", max_seq_k ", b.max_seq_k));
+  }
   if (empty) return absl::OkStatus();
   if (a.lse == nullptr) return Bad("the backward needs the forward's lse (forward.lse)");
   for (const auto& [p, name] : {std::pair<const void*, const char*>{b.d_o, "d_o"},
@@ -244,6 +257,14 @@ absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* str
   }
   if (reinterpret_cast<uintptr_t>(b.workspace) % 16 != 0)
     return Bad("workspace must be 16-byte aligned");
+  // As q, k, v and o (MmaIneligibility): d_o is read by 16-byte copies and the gradients
+  // written in pairs; a misaligned one would fault and end the CUDA context.
+  for (const void* p : {b.d_o, static_cast<const void*>(b.dq), static_cast<const void*>(b.dk),
+                        static_cast<const void*>(b.dv)}) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+      return Bad("d_o, dq, dk and dv must be 16-byte aligned, as q, k, v and o");
+    }
+  }
   BackwardLayout(b, static_cast<char*>(b.workspace), &bw);
   bw.d_o = b.d_o;
   bw.lse = a.lse;

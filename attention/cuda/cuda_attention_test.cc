@@ -581,5 +581,86 @@ TEST(CudaAttention, RejectsBadInput) {
   EXPECT_NE(tc.message().find("bfloat16 or float16"), std::string::npos) << tc;
 }
 
+// The backward's own arguments, checked before any launch: d_o / dq / dk / dv 16-byte
+// aligned like q, k, v, o (a misaligned one faulted, ending the CUDA context), and a
+// packed batch's token counts covering its sequences (tokens_q left 0 under
+// max_seq_q > 0 collapsed the workspace sections and left dq unwritten).
+TEST(CudaAttention, BackwardRejectsMisalignedOutputsAndShortTokenCounts) {
+  SKIP_WITHOUT_GPU();
+  const int64_t s = 64, d = 64;
+  std::vector<seq::BFloat16> host(s * d + 64, seq::ToBFloat16(0.1f));
+  DeviceVector<seq::BFloat16> q(host), k(host), v(host), o(host), go(host), dq(host), dk(host),
+      dv(host);
+  DeviceVector<float> lse(std::vector<float>(s, 0.0f));
+  CudaAttentionBackwardArgs b;
+  CudaAttentionArgs& g = b.forward;
+  g.dtype = CudaDType::kBFloat16;
+  g.batch = 1;
+  g.seq_q = g.seq_k = s;
+  g.heads_q = g.heads_kv = 1;
+  g.head_dim = d;
+  g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
+  g.q = q.p;
+  g.k = k.p;
+  g.v = v.p;
+  g.o = o.p;
+  g.lse = lse.p;
+  b.d_o = go.p + 4;  // 8 bytes off
+  b.dq = dq.p;
+  b.dk = dk.p;
+  b.dv = dv.p;
+  const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
+  DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
+  b.workspace = work.p;
+  b.workspace_bytes = need;
+  absl::Status st = CudaAttentionBackward(b, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("16-byte aligned"), std::string::npos) << st;
+  b.d_o = go.p;
+  // Packed: one sequence of 64 queries and keys, tokens_q left 0.
+  DeviceVector<int64_t> cu(std::vector<int64_t>{0, s});
+  g.batch = 0;
+  g.cu_seqlens_q = g.cu_seqlens_k = cu.p;
+  g.num_seqs = 1;
+  g.max_seq_q = s;
+  g.sq = g.sk = g.sv = g.so = CudaStrides{0, d, d};
+  b.tokens_q = 0;
+  b.tokens_k = s;
+  b.max_seq_k = s;
+  st = CudaAttentionBackward(b, nullptr);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("tokens_q >= max_seq_q"), std::string::npos) << st;
+}
+
+// A row with a NaN score has lse NaN (not -inf, which means "no allowed key"), on both
+// kernels, as the reference.
+TEST(CudaAttention, NaNRowsHaveNaNLse) {
+  SKIP_WITHOUT_GPU();
+  const int64_t s = 16, d = 64;
+  for (CudaAttentionKernel kernel : {CudaAttentionKernel::kSimt, CudaAttentionKernel::kTensorCore}) {
+    std::vector<seq::BFloat16> qh(s * d, seq::ToBFloat16(0.1f)), kh(qh);
+    qh[3 * d + 5] = seq::ToBFloat16(std::nanf(""));  // row 3
+    DeviceVector<seq::BFloat16> q(qh), k(kh), v(kh), o(kh);
+    DeviceVector<float> lse(std::vector<float>(s, 0.0f));
+    CudaAttentionArgs g;
+    g.dtype = CudaDType::kBFloat16;
+    g.batch = 1;
+    g.seq_q = g.seq_k = s;
+    g.heads_q = g.heads_kv = 1;
+    g.head_dim = d;
+    g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
+    g.q = q.p;
+    g.k = k.p;
+    g.v = v.p;
+    g.o = o.p;
+    g.lse = lse.p;
+    g.causal = true;
+    g.kernel = kernel;
+    ASSERT_TRUE(CudaAttentionForward(g, nullptr).ok());
+    const std::vector<float> got = lse.Get();
+    for (int64_t r = 0; r < s; ++r) EXPECT_EQ(std::isnan(got[r]), r == 3) << r << " " << got[r];
+  }
+}
+
 }  // namespace
 }  // namespace gpe::attention::cuda

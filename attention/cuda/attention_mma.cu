@@ -145,8 +145,12 @@ __global__ void __launch_bounds__(C::kThreadsMma, C::kBlocksPerSm)
   }
   LoadTileAsync<T, D>(qs, qsrc, a.sq.token, nq, kBr);
   CpAsyncCommit();
-  if (ntiles > 0) prefetch(0);
-  CpAsyncWait<1>();  // the query tile has landed (tile 0 may still be in flight)
+  if (ntiles > 0) {
+    prefetch(0);
+    CpAsyncWait<1>();  // the query tile has landed (tile 0 may still be in flight)
+  } else {
+    CpAsyncWait<0>();  // the query tile is the only group: wait for it (RoPE reads it)
+  }
   __syncthreads();
   if (a.rope_dim > 0) {
     RotateTile(qs, nq, ld, a, [&](int r) { return qpos[r]; });

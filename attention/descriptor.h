@@ -528,8 +528,8 @@ struct AttentionArgs {
   StructuredPositions q_structured;
   StructuredPositions k_structured;
   // Shaw labels (SHAW LABELS): key labels from shaw_keys->key_table(), value labels from
-  // shaw_values->value_table() (the same object may serve both; table widths must
-  // equal head_dim).
+  // shaw_values->value_table() (the same object may serve both; the key table's width
+  // must equal head_dim, the value table's value_dim()).
   const encodings::sequence::ShawRelative* shaw_keys = nullptr;
   const encodings::sequence::ShawRelative* shaw_values = nullptr;
   // WINDOW, SOFTCAP AND SINKS above. Window bounds -1 (unbounded) or >= 0; softcap

@@ -47,9 +47,12 @@ namespace gpe {
 namespace attention {
 
 struct CpuAttentionOptions {
-  int num_threads = 0;   // 0: every hardware thread; otherwise 1 .. 1024
+  int num_threads = 0;   // 0: parallel::DefaultThreads() (an installed pool's, else every
+                         // hardware thread); otherwise 1 .. 1024
   int64_t block_q = 0;   // query rows per tile; 0: 96; otherwise 1 .. 4096
-  int64_t block_k = 0;   // keys per tile, rounded up to a multiple of 64; 0: 128; <= 4096
+  // keys per tile, rounded up to a multiple of 64; 0: 128 (64 for windows narrower than
+  // 4096 keys); <= 4096
+  int64_t block_k = 0;
   // bfloat16 forward arithmetic. kDotProducts: scores and P V by the CPU's bf16 dot
   // products (AVX512_BF16 vdpbf16ps; q, the rotated keys and the probabilities rounded
   // to bf16, float accumulation), where the CPU has them (else as kWiden). kWiden: rows

@@ -468,8 +468,8 @@ def image_read(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
                grayscale: bool = False,
                dtype: npt.DTypeLike = np.float64) -> npt.NDArray[np.floating[Any]]:
     """A PNG or JPEG file (told apart by its signature) as values in [0, 1]: [rows, cols]
-    when grayscale (colour converted to luma by libpng / libjpeg), else [rows, cols, 3]
-    (gray files expand to three equal channels)."""
+    when grayscale (colour to BT.601 luma: PNG on the encoded values, JPEG libjpeg's Y),
+    else [rows, cols, 3] (gray files expand to three equal channels)."""
     dtype = _float_dtype(dtype)
     h = ctypes.c_void_p()
     check(lib().gpe_image_read(os.fsencode(path), 1 if grayscale else 0, ctypes.byref(h)))

@@ -24,7 +24,9 @@ extern "C" {
  * or float64 with float64 tensors). The forward also takes a 16-bit KV cache: k and v
  * bfloat16 or float16 with float32 q and o, or float16 with bfloat16 q and o (half the
  * bytes a decoding step reads; widened exactly to float32 as tiles load). float32 and bfloat16 run the optimised kernels (float32
- * arithmetic); float64 runs the exact reference (attention/reference.h: double throughout,
+ * accumulation; bfloat16 on CPUs whose bf16 dot products outrun float FMAs rounds q, the
+ * rotated keys and the probabilities (and dS) to bf16 as FlashAttention-2 does on GPUs,
+ * else widens to float32: results depend on the CPU within bf16's rounding); float64 runs the exact reference (attention/reference.h: double throughout,
  * the scores materialised one row at a time, single-threaded, O(len_q len_k d) per head),
  * meant for gradient checks and as an oracle, with every option below supported; its
  * backward recomputes the forward (o and lse, if given, are checked but not read).
@@ -37,11 +39,14 @@ extern "C" {
  * (DeepSeek-V2/V3's MLA: head_dim 192, head_dim_v 128); o, d_o and dv then end in
  * head_dim_v, q, k, dq and dk in head_dim, and the default scale stays 1 / sqrt(head_dim).
  * Head sizes are at most 65536 (GPE_ERROR_OUT_OF_RANGE above); heads_q and heads_kv >= 1.
- * Any strides with the last dim contiguous (stride 1). heads_q a multiple of heads_kv (GQA).
+ * Any strides with the last dim contiguous (stride 1) for q, k, v and o; dq, dk, dv take
+ * the strides of q, k, v, and d_o and o share theirs; lse is compact row-major.
+ * heads_q a multiple of heads_kv (GQA).
  * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with
  * Z_i = sum_j e^{s_ij} (+ e^{z_h} with a sink logit z_h for the row's head);
- * lse (optional, float32 [tokens_q, heads_q], tokens in batch-major order) = ln Z_i,
+ * lse (optional, [tokens_q, heads_q] compact, float32 (float64 with float64 tensors),
+ * tokens in batch-major order) = ln Z_i,
  * -inf (and o = 0) for rows with no allowed key (z_h with a sink). Non-finite inputs
  * propagate as PyTorch's do: a NaN (or +inf) score of an allowed key makes its row's o
  * and lse NaN (and, backward, dq of the row and dk, dv of the row's allowed keys); masked
@@ -130,7 +135,7 @@ typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
   int32_t causal;        /* 0 or 1 */
   double softmax_scale;  /* > 0, finite; 0 means 1 / sqrt(head_dim) */
-  int32_t num_threads;   /* 0: every hardware thread */
+  int32_t num_threads;   /* 0: the installed pool's threads (gpe_set_thread_pool), else every hardware thread */
   int64_t rope_dim;      /* 0: no RoPE; else even, <= head_dim (partial rotary) */
   double rope_base;      /* RoPE's theta base (default 10000) */
   int32_t rope_pairing;  /* GPE_PAIRING_* */

@@ -103,7 +103,7 @@ typedef struct gpe_so2_bessel_options {
   uint32_t struct_size; /* sizeof(gpe_so2_bessel_options) */
   int32_t polar;        /* 0: (x, y) points; 1: (r, theta) */
   int64_t num_terms;    /* T >= 1 */
-  double max_scale;     /* C: c ~ U[0, C], finite, >= 0 */
+  double max_scale;     /* C: c ~ U[0, C], finite, > 0 */
   int32_t max_k;        /* K >= 2: k ~ U{1, ..., K - 1} */
   int32_t order_m;      /* 0 <= m <= 20 (Lim et al.: 0) */
   uint64_t seed;        /* std::mt19937_64 seed */

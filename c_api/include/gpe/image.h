@@ -17,7 +17,8 @@ extern "C" {
  * signature, decoded into values in [0, 1]. A missing, unreadable or corrupt file is
  * GPE_ERROR_INVALID_ARGUMENT with a message naming the path. */
 typedef struct gpe_image gpe_image;
-/* grayscale != 0 gives one channel (colour converted to luma by libpng / libjpeg);
+/* grayscale != 0 gives one channel (colour to luma: PNG by BT.601 weights on the encoded
+ * values, JPEG by libjpeg's Y, the same weights);
  * otherwise three (RGB; gray files expand to equal channels). */
 GPE_API GPE_NODISCARD gpe_status gpe_image_read(const char* path, int32_t grayscale,
                                                 gpe_image** out);
@@ -40,7 +41,8 @@ GPE_API GPE_NODISCARD gpe_status gpe_image_pixels(const gpe_image* image, DLTens
  * mode. */
 GPE_API GPE_NODISCARD gpe_status gpe_image_write_png(const char* path, const DLTensor* pixels,
                                                      double lo, double hi);
-/* As gpe_image_write_png, as a baseline JPEG of the given quality (1..100; lossy). */
+/* As gpe_image_write_png, as a baseline JPEG of the given quality (1..100; lossy), at
+ * most 65500 pixels a side (JPEG's limit). */
 GPE_API GPE_NODISCARD gpe_status gpe_image_write_jpeg(const char* path, const DLTensor* pixels,
                                                       int32_t quality, double lo, double hi);
 

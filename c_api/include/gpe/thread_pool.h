@@ -41,8 +41,10 @@ typedef struct gpe_thread_pool {
 #define GPE_THREAD_POOL_INIT {sizeof(gpe_thread_pool), 1, NULL, NULL}
 
 /* Installs `pool` (copied) for every later call of the process, or restores the built-in
- * pool when `pool` is NULL. Calls already running finish on the pool they started with:
- * keep the pool's user_data valid until they have returned. Thread-safe. Errors:
+ * pool when `pool` is NULL. Each parallel region of a call runs on the pool installed
+ * when the region starts (a call of several regions may see a later pool for its later
+ * ones): keep a pool's user_data valid until every call that may use it has returned.
+ * Thread-safe. Errors:
  * INVALID_ARGUMENT for a NULL parallel_for or num_threads outside 1 .. 1024;
  * VERSION_MISMATCH for a struct_size larger than this library's. */
 GPE_API GPE_NODISCARD gpe_status gpe_set_thread_pool(const gpe_thread_pool* pool);

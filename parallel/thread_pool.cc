@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -65,11 +66,28 @@ void Run(int slots, absl::FunctionRef<void(int)> fn) {
     fn(0);
     return;
   }
+  // Each slot catches what it throws: an exception leaving a worker's slot would end the
+  // process (std::terminate), one leaving the caller's slot 0 would return from the
+  // region while workers still ran the job (use after free), and one crossing an
+  // application pool's parallel_for would unwind C frames. The first is rethrown below,
+  // once every slot has finished.
+  std::mutex mu;
+  std::exception_ptr first;
+  auto guarded = [&](int slot) {
+    try {
+      fn(slot);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first) first = std::current_exception();
+    }
+  };
+  absl::FunctionRef<void(int)> task = guarded;
   if (std::shared_ptr<const ExternalPool> ext = GetExternal()) {
-    ext->parallel_for(ext->user_data, slots, &RunTask, &fn);
-    return;
+    ext->parallel_for(ext->user_data, slots, &RunTask, &task);
+  } else {
+    WorkerPool::Shared().Run(slots, [&guarded](int slot) { guarded(slot); });
   }
-  WorkerPool::Shared().Run(slots, [&fn](int slot) { fn(slot); });
+  if (first) std::rethrow_exception(first);
 }
 
 void ParallelForChunks(int chunks, int64_t n, absl::FunctionRef<void(int64_t, int64_t)> fn) {

@@ -45,7 +45,10 @@ bool HasExternalPool();
 int DefaultThreads();
 
 // Runs fn(slot) for every slot in [0, slots) as one parallel region (see above) and
-// returns when all have finished. slots <= 1 runs fn(0) inline.
+// returns when all have finished. slots <= 1 runs fn(0) inline. A slot that throws (a
+// failed allocation) does not unwind through the pool: the other slots run to their end,
+// then Run rethrows the first exception on the caller's thread (never through an
+// application pool's C frames, never out of a worker thread).
 void Run(int slots, absl::FunctionRef<void(int)> fn);
 
 // Runs fn(begin, end) on `chunks` contiguous, nearly equal parts of [0, n) (chunk k is

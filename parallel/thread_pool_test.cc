@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
 #include <vector>
@@ -118,6 +119,37 @@ TEST(ThreadPool, ExternalPoolServesEveryRegionUntilReset) {
   parallel::Run(4, [](int) {});
   EXPECT_EQ(serial.regions.load(), 1);  // the built-in pool served that one
   EXPECT_GE(DefaultThreads(), 1);
+}
+
+// A slot that throws (as a failed allocation does): every other slot still runs, Run
+// rethrows the first exception on the caller's thread after the region has finished, and
+// the pool serves the next region; the same through an application's pool, whose C
+// frames the exception never crosses. (Before, a throwing worker slot ended the process
+// and a throwing slot 0 left workers running a finished job.)
+TEST(ThreadPool, AThrowingSlotIsRethrownAfterTheRegion) {
+  for (bool external : {false, true}) {
+    SerialPool serial;
+    ExternalPool pool;
+    pool.user_data = &serial;
+    pool.num_threads = 4;
+    pool.parallel_for = &SerialPool::ParallelFor;
+    if (external) SetExternalPool(&pool);
+    for (int thrower : {0, 2}) {
+      std::atomic<int> ran{0};
+      EXPECT_THROW(parallel::Run(4,
+                                 [&](int s) {
+                                   ran.fetch_add(1);
+                                   if (s == thrower) throw std::bad_alloc();
+                                 }),
+                   std::bad_alloc)
+          << external << " " << thrower;
+      EXPECT_EQ(ran.load(), 4) << external << " " << thrower;
+    }
+    std::atomic<int> after{0};
+    parallel::Run(4, [&](int) { after.fetch_add(1); });
+    EXPECT_EQ(after.load(), 4);
+    SetExternalPool(nullptr);
+  }
 }
 
 // A forked child inherits none of the parent's workers: its regions must still finish

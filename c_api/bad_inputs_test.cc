@@ -2214,6 +2214,14 @@ std::map<std::string, Case> Cases() {
   add("stable_rank_zero_matrix", e, [](Fixture& f) { return gpe_stable_rank(&f.w, &f.f64); });
   add("stable_rank_nan", e, [](Fixture& f) { f.psi_data[0] = kNaN; return gpe_stable_rank(&f.psi, &f.f64); });
   add("stable_rank_vector", e, [](Fixture& f) { return gpe_stable_rank(&f.coords, &f.f64); });
+  add("stable_rank_broadcast", e, [](Fixture& f) {
+    // One double standing for a [2^20, 2^20] matrix: refused before an 8 TiB copy.
+    f.shapes.push_back({int64_t{1} << 20, int64_t{1} << 20});
+    f.psi.shape = f.shapes.back().data();
+    f.shapes.push_back({0, 0});
+    f.psi.strides = f.shapes.back().data();
+    return gpe_stable_rank(&f.psi, &f.f64);
+  });
   e = "gpe_inr_fit_separable_2d";
   add("fit_options_null", e, [](Fixture& f) {
     return gpe_inr_fit_separable_2d(nullptr, &f.psi, &f.psi, &f.image, &f.w);
@@ -2580,6 +2588,12 @@ std::map<std::string, Case> Cases() {
   add("lap_edges_wrong_width", e, [](Fixture& f) {
     f.shapes.push_back({2, 4});
     f.ledges.shape = f.shapes.back().data();
+    return f.Laplacian();
+  });
+  add("lap_eigenvalues_zero_stride", e, [](Fixture& f) {
+    // Both eigenvalues into one element: refused before the solve writes anything.
+    f.shapes.push_back({0});
+    f.lvals.strides = f.shapes.back().data();
     return f.Laplacian();
   });
   add("lap_eigenvalues_empty", e, [](Fixture& f) {

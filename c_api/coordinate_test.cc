@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "encodings/analysis/distance_preservation.h"
@@ -449,3 +450,87 @@ TEST(CoordinateC, Separable3DAndBlended2DMatchCpp) {
 }
 
 }  // namespace
+
+// Outputs that map two indices to one element (a zero stride), or share memory, are
+// refused before anything is written; broadcast inputs standing for copies of more
+// than 2^24 entries are refused before the copy (a few bytes describing 2^40 entries
+// would exhaust memory), while small broadcast inputs still work.
+TEST(CoordinateC, OutputsCheckedBeforeWritingAndBroadcastCopiesBounded) {
+  gpe_so2_bessel_options o = GPE_SO2_BESSEL_OPTIONS_INIT;
+  o.num_terms = 4;
+  o.max_scale = 3.0;
+  o.max_k = 5;
+  gpe_coordinate_encoder* h = nullptr;
+  Ok(gpe_so2_bessel_create_sampled(&o, &h));
+  std::vector<int64_t> m(4, -7), k(4, -7);
+  std::vector<double> c(4, -7.0);
+  Tensors t;
+  DLTensor mt = t.Make(m.data(), kDLInt, {4}), ct = t.Make(c.data(), kDLFloat, {4});
+  DLTensor c0 = t.Make(c.data(), kDLFloat, {4}, {0});   // four scales into one element
+  DLTensor mk = t.Make(m.data(), kDLInt, {4});          // weights aliasing orders
+  EXPECT_EQ(gpe_so2_bessel_terms(h, &mt, &c0, nullptr), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(gpe_so2_bessel_terms(h, &mt, &ct, &mk), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("weights"), std::string::npos)
+      << gpe_last_error_message();
+  for (int i = 0; i < 4; ++i) {  // nothing written by either refused call
+    EXPECT_EQ(m[i], -7);
+    EXPECT_EQ(c[i], -7.0);
+  }
+  DLTensor kt = t.Make(k.data(), kDLInt, {4});
+  Ok(gpe_so2_bessel_terms(h, &mt, &ct, &kt));
+  EXPECT_EQ(m[0], 0);
+  gpe_coordinate_encoder_destroy(h);
+
+  // Explicit terms from broadcast inputs: one order, one scale for every term (small).
+  int64_t order = 0, weight = 2;
+  double scale = 1.5;
+  DLTensor mb = t.Make(&order, kDLInt, {3}, {0}), cb = t.Make(&scale, kDLFloat, {3}, {0}),
+           kb = t.Make(&weight, kDLInt, {3}, {0});
+  gpe_coordinate_encoder* hb = nullptr;
+  Ok(gpe_so2_bessel_create(&mb, &cb, &kb, 0, &hb));
+  gpe_coordinate_encoder_destroy(hb);
+  // ... but not a broadcast standing for 2^25 terms.
+  DLTensor mh = t.Make(&order, kDLInt, {int64_t{1} << 25}, {0});
+  EXPECT_EQ(gpe_so2_bessel_create(&mh, &cb, &kb, 0, &hb), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(gpe_last_error_message()).find("broadcast"), std::string::npos);
+
+  // Frequencies [2^20, 2^20] from one double: refused, not a 8 TiB copy.
+  double one = 1.0;
+  DLTensor fb = t.Make(&one, kDLFloat, {int64_t{1} << 20, int64_t{1} << 20}, {0, 0});
+  gpe_coordinate_encoder* hf = nullptr;
+  EXPECT_EQ(gpe_fourier_features_create_from_frequencies(&fb, GPE_FREQUENCY_TWO_PI, &hf),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(hf, nullptr);
+  // Stable rank and the distance matrix of a broadcast matrix past the bound.
+  double r = 0;
+  DLTensor sb = t.Make(&one, kDLFloat, {int64_t{1} << 13, int64_t{1} << 12}, {0, 0});
+  EXPECT_EQ(gpe_stable_rank(&sb, &r), GPE_ERROR_INVALID_ARGUMENT);
+  std::vector<double> d(4);
+  DLTensor feat = t.Make(&one, kDLFloat, {2, int64_t{1} << 24}, {0, 0}),
+           dt = t.Make(d.data(), kDLFloat, {2, 2});
+  EXPECT_EQ(gpe_embedded_distance_matrix(&feat, 1.0, &dt), GPE_ERROR_INVALID_ARGUMENT);
+  // A small broadcast matrix still works: rank one, stable rank exactly 1 up to rounding.
+  DLTensor ss = t.Make(&one, kDLFloat, {4, 3}, {0, 0});
+  Ok(gpe_stable_rank(&ss, &r));
+  EXPECT_NEAR(r, 1.0, 1e-12);
+
+  // Laplacian: broadcast edges past the bound, and eigenvalues written into one element.
+  int64_t edge[2] = {0, 1};
+  DLTensor eb = t.Make(edge, kDLInt, {int64_t{1} << 24, 2}, {0, 1});
+  std::vector<double> vals(2, -7.0);
+  RowMatrixXd vecs = RowMatrixXd::Constant(3, 2, -7.0);
+  DLTensor vt = t.Make(vals.data(), kDLFloat, {2}), vv = t.Make(vecs.data(), kDLFloat, {3, 2});
+  gpe_laplacian_options lo = GPE_LAPLACIAN_OPTIONS_INIT;
+  EXPECT_EQ(gpe_laplacian_eigenvectors(&lo, 3, &eb, nullptr, &vt, &vv),
+            GPE_ERROR_INVALID_ARGUMENT);
+  int64_t path[4] = {0, 1, 1, 2};
+  DLTensor et = t.Make(path, kDLInt, {2, 2}), v0 = t.Make(vals.data(), kDLFloat, {2}, {0});
+  EXPECT_EQ(gpe_laplacian_eigenvectors(&lo, 3, &et, nullptr, &v0, &vv),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(vals[0], -7.0);
+  EXPECT_EQ(vecs(0, 0), -7.0);
+  Ok(gpe_laplacian_eigenvectors(&lo, 3, &et, nullptr, &vt, &vv));
+  // The path 0-1-2: eigenvalues 0, 1, 3; the two smallest to 1e-12 (3 x 3 dense solver).
+  EXPECT_NEAR(vals[0], 0.0, 1e-12);
+  EXPECT_NEAR(vals[1], 1.0, 1e-12);
+}

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "c_api/include/gpe/analysis.h"
+#include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
 #include "c_api/src/common/matrices.h"
 #include "c_api/src/common/tensor_view.h"
@@ -71,7 +72,9 @@ gpe_status gpe_embedded_distance_matrix(const DLTensor* features, double sample_
     absl::StatusOr<TensorView> o =
         OutputMatrix(out, "out", f->shape[0], f->shape[0], &*f, "features");
     if (!o.ok()) return o.status();
-    absl::StatusOr<Eigen::MatrixXd> d = enc::EmbeddedDistanceMatrix(CopyMatrix<double>(*f), sample_spacing);
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*f, "features"); !s.ok()) return s;
+    absl::StatusOr<Eigen::MatrixXd> d =
+        enc::EmbeddedDistanceMatrix(CopyMatrix<double>(*f), sample_spacing);
     if (!d.ok()) return d.status();
     WriteMatrix(*d, *o);
     return absl::OkStatus();

@@ -70,6 +70,23 @@ absl::Status CheckMaterialised(const TensorView& v, const char* name) {
   return absl::OkStatus();
 }
 
+absl::Status CheckBroadcastCopy(const TensorView& v, const char* name) {
+  bool broadcast = false;
+  int64_t entries = 1;  // saturates at kMaxBroadcastCopy + 1 (no overflow)
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1 && v.strides[i] == 0) broadcast = true;
+    if (v.shape[i] == 0) return absl::OkStatus();
+    entries = entries > kMaxBroadcastCopy / v.shape[i] ? kMaxBroadcastCopy + 1
+                                                        : entries * v.shape[i];
+  }
+  if (broadcast && entries > kMaxBroadcastCopy) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " is a broadcast view (a zero stride) of more than 2^24 entries, which this "
+        "call would copy; pass it materialised (contiguous)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name) {
   if (v.numel() == 0) return absl::OkStatus();
   std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1

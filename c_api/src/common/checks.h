@@ -76,6 +76,16 @@ absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
 // would exhaust memory or time. InvalidArgument naming it otherwise.
 absl::Status CheckMaterialised(const TensorView& v, const char* name);
 
+// Entries a call may copy out of a broadcast input (a zero stride over more than one
+// entry) before refusing it: 2^24 (128 MiB of float64). Below it a broadcast input is a
+// convenience and its copy cheap; above it a few bytes would describe a copy bounded
+// only by the per-dimension limits (2^20 x 2^20 entries), exhausting memory or time.
+inline constexpr int64_t kMaxBroadcastCopy = int64_t{1} << 24;
+// InvalidArgument naming `name` when `v` is broadcast and has more than
+// kMaxBroadcastCopy entries; a materialised input of any size passes (its copy is
+// bounded by memory the caller already holds).
+absl::Status CheckBroadcastCopy(const TensorView& v, const char* name);
+
 // Positions [N] as a contiguous span: the tensor's own memory when it is compact,
 // otherwise a gathered copy in `storage`.
 absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage);

@@ -20,6 +20,7 @@ absl::StatusOr<RowMatrix<double>> ReadFloat64Matrix(const DLTensor* t, const cha
                                                    v->shape[1],
                                                    "]); it needs >= 1 row and column"));
   }
+  if (absl::Status s = CheckBroadcastCopy(*v, name); !s.ok()) return s;
   RowMatrix<double> m = CopyMatrix<double>(*v);
   if (checked && !m.allFinite()) {
     return absl::InvalidArgumentError(absl::StrCat(name, " has a non-finite entry"));

@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -101,6 +103,7 @@ absl::StatusOr<std::vector<T>> ReadVector(const DLTensor* t, const char* name,
                                           absl::Span<const DType> dtype) {
   absl::StatusOr<TensorView> v = ViewTensor(t, name, 1, dtype);
   if (!v.ok()) return v.status();
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*v, name); !s.ok()) return s;
   std::vector<T> out(static_cast<size_t>(v->shape[0]));
   for (int64_t i = 0; i < v->shape[0]; ++i) out[i] = v->typed<const T>()[i * v->strides[0]];
   return out;
@@ -291,6 +294,7 @@ gpe_status gpe_fourier_features_create_from_frequencies(const DLTensor* frequenc
     if (v->shape[0] > gpe::c_api::kMaxDim || v->shape[1] > gpe::c_api::kMaxDim) {
       return absl::OutOfRangeError(absl::StrCat("frequencies is too large: ", ShapeString(*v)));
     }
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*v, "frequencies"); !s.ok()) return s;
     absl::StatusOr<enc::FourierFeatures> f =
         enc::FourierFeatures::Create(CopyMatrix<double>(*v), Convention(convention));
     if (!f.ok()) return f.status();
@@ -401,21 +405,29 @@ gpe_status gpe_so2_bessel_terms(const gpe_coordinate_encoder* encoder, DLTensor*
       }
       return v;
     };
-    std::vector<TensorView> views;
-    if (orders != nullptr) {
-      absl::StatusOr<TensorView> v = view(orders, "orders", kI64);
+    // Every output viewed and checked before any is written: a bad third output leaves
+    // the first two untouched.
+    std::optional<TensorView> ov, sv, wv;
+    for (auto [x, name, dtype, slot] :
+         {std::tuple{orders, "orders", absl::Span<const DType>(kI64), &ov},
+          std::tuple{scales, "scales", absl::Span<const DType>(kF64), &sv},
+          std::tuple{weights, "weights", absl::Span<const DType>(kI64), &wv}}) {
+      if (x == nullptr) continue;
+      absl::StatusOr<TensorView> v = view(x, name, dtype);
       if (!v.ok()) return v.status();
-      for (int64_t i = 0; i < t; ++i) v->typed<int64_t>()[i * v->strides[0]] = terms[i].order_m;
+      if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, name); !s.ok()) return s;
+      slot->emplace(*std::move(v));
     }
-    if (scales != nullptr) {
-      absl::StatusOr<TensorView> v = view(scales, "scales", kF64);
-      if (!v.ok()) return v.status();
-      for (int64_t i = 0; i < t; ++i) v->typed<double>()[i * v->strides[0]] = terms[i].radial_scale;
+    if (absl::Status s = gpe::c_api::CheckDisjoint({{ov ? &*ov : nullptr, "orders"},
+                                                    {sv ? &*sv : nullptr, "scales"},
+                                                    {wv ? &*wv : nullptr, "weights"}});
+        !s.ok()) {
+      return s;
     }
-    if (weights != nullptr) {
-      absl::StatusOr<TensorView> v = view(weights, "weights", kI64);
-      if (!v.ok()) return v.status();
-      for (int64_t i = 0; i < t; ++i) v->typed<int64_t>()[i * v->strides[0]] = terms[i].angular_k;
+    for (int64_t i = 0; i < t; ++i) {
+      if (ov) ov->typed<int64_t>()[i * ov->strides[0]] = terms[i].order_m;
+      if (sv) sv->typed<double>()[i * sv->strides[0]] = terms[i].radial_scale;
+      if (wv) wv->typed<int64_t>()[i * wv->strides[0]] = terms[i].angular_k;
     }
     return absl::OkStatus();
   });
@@ -535,6 +547,7 @@ gpe_status gpe_laplacian_eigenvectors(const gpe_laplacian_options* options, int6
       return absl::InvalidArgumentError(
           absl::StrCat("edges must have shape [E, 2]; got ", ShapeString(*ev)));
     }
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*ev, "edges"); !s.ok()) return s;
     const int64_t num_edges = ev->shape[0];
     std::vector<double> w(static_cast<size_t>(num_edges), 1.0);
     if (weights != nullptr) {
@@ -555,6 +568,7 @@ gpe_status gpe_laplacian_eigenvectors(const gpe_laplacian_options* options, int6
     if (!val.ok()) return val.status();
     const int64_t k = val->shape[0];
     if (k < 1) return absl::InvalidArgumentError("eigenvalues is empty: ask for k >= 1 pairs");
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*val, "eigenvalues"); !s.ok()) return s;
     absl::StatusOr<TensorView> vec =
         OutputMatrix(eigenvectors, "eigenvectors", num_nodes, k, nullptr, nullptr);
     if (!vec.ok()) return vec.status();

@@ -92,6 +92,7 @@ absl::StatusOr<gpe::inr::Tensor3> ReadTensor3(const DLTensor* t, const char* nam
   if (v->numel() > (int64_t{1} << 31)) {
     return absl::OutOfRangeError(absl::StrCat(name, " has more than 2^31 elements"));
   }
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*v, name); !s.ok()) return s;
   out.data.resize(static_cast<size_t>(v->numel()));
   // No element to copy: do not walk the (up to 2^40 x 2^40) index space of the other
   // sizes; the solvers refuse the empty tensor.
@@ -350,6 +351,7 @@ gpe_status gpe_inr_condition_number(const DLTensor* psi, double* out) {
       return absl::OutOfRangeError(absl::StrCat("psi is too large for a dense SVD: ",
                                                 ShapeString(*v), " (min side <= 8192)"));
     }
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*v, "psi"); !s.ok()) return s;
     absl::StatusOr<double> c = gpe::inr::ConditionNumber(CopyMatrix<double>(*v));
     if (!c.ok()) return c.status();
     *out = *c;

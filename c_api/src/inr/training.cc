@@ -249,6 +249,12 @@ absl::StatusOr<ValidationViews> ReadValidation(const gpe_mlp_validation* validat
   if (!fv.ok()) return fv.status();
   absl::StatusOr<TensorView> tv = ViewTensor(v.targets, "validation->targets", 2, same);
   if (!tv.ok()) return tv.status();
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*fv, "validation->features"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*tv, "validation->targets"); !s.ok()) {
+    return s;
+  }
   if (fv->shape[0] < 1) {
     return absl::InvalidArgumentError("validation->features is empty (M = 0)");
   }
@@ -493,6 +499,8 @@ gpe_status gpe_inr_mlp_fit_v2(const gpe_mlp_options* options, const DLTensor* fe
     const DType same[] = {dt};
     absl::StatusOr<TensorView> tv = ViewTensor(targets, "targets", 2, same);
     if (!tv.ok()) return tv.status();
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*fv, "features"); !s.ok()) return s;
+    if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*tv, "targets"); !s.ok()) return s;
     if (fv->shape[0] < 1) return absl::InvalidArgumentError("features is empty (N = 0)");
     if (tv->shape[0] != fv->shape[0]) {
       return absl::InvalidArgumentError(absl::StrCat("targets has ", tv->shape[0],

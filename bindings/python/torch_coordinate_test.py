@@ -52,6 +52,23 @@ class TorchCoordinateTest(unittest.TestCase):
                 self.assertEqual(got32.dtype, torch.float32)
                 self.assertTrue(torch.equal(got32, gt.coordinate_encode(enc, pts.float().double()).float()))
 
+    def test_module_deepcopies_and_pickles(self):
+        # An EMA of a model is copy.deepcopy(model): a module holding an encoder copies
+        # (the encoder rebuilt with its own handle) and the copy encodes alike.
+        import copy
+        import io
+        for name, enc in encoders():
+            with self.subTest(encoder=name):
+                module = gt.CoordinateEncoding(enc)
+                pts = torch.rand(4, enc.dims[0], dtype=torch.float64) * 1.6 - 0.8
+                want = module(pts)
+                buf = io.BytesIO()
+                torch.save(module, buf)
+                buf.seek(0)
+                for c in (copy.deepcopy(module), torch.load(buf, weights_only=False)):
+                    self.assertIsNot(c.encoder, module.encoder)
+                    self.assertTrue(torch.equal(c(pts), want))
+
     def test_gradients_pass_gradcheck(self):
         # The library's VJP against central differences in float64 (gradcheck's defaults:
         # eps 1e-6, atol 1e-5, rtol 1e-3; the features are smooth and O(1)).

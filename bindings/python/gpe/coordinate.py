@@ -62,7 +62,14 @@ def _f64(a: Any, name: str, ndim: int) -> npt.NDArray[np.float64]:
 
 
 class CoordinateEncoder:
-    """A gpe_coordinate_encoder handle: points [N, D] -> features [N, F]."""
+    """A gpe_coordinate_encoder handle: points [N, D] -> features [N, F].
+
+    The encoders are immutable, so copy.copy, copy.deepcopy and pickle rebuild an equal
+    encoder (its own handle) from the arguments it was built from: a sampled encoder is
+    re-sampled with its seed, which reproduces it exactly (std::mt19937_64)."""
+
+    # (callable, args) rebuilding this encoder; set by each constructor.
+    _recipe: Optional[Tuple[Any, Tuple[Any, ...]]] = None
 
     def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
@@ -80,10 +87,15 @@ class CoordinateEncoder:
             pass
 
     def __reduce__(self) -> Any:
-        # Copying the object would copy the handle, which both copies then free (a double
-        # free); pickling a ctypes pointer is impossible. Say so instead.
-        raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                        "create another one" % type(self).__name__)
+        # Copying the handle would have both copies free it (a double free), and a ctypes
+        # pointer cannot be pickled: a copy is built afresh from the same arguments.
+        if self._recipe is None:
+            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
+                            "create another one" % type(self).__name__)
+        if not self._handle:
+            raise ValueError("%s is closed; a closed encoder cannot be copied"
+                             % type(self).__name__)
+        return self._recipe
 
     def __enter__(self: _E) -> _E:
         return self
@@ -138,6 +150,7 @@ class FourierFeatures(CoordinateEncoder):
         out = ctypes.c_void_p()
         check(lib().gpe_fourier_features_create(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (kind, dim, num_frequencies, scale, convention, seed))
 
     @classmethod
     def from_frequencies(cls: Type[_F], frequencies: npt.ArrayLike,
@@ -152,6 +165,7 @@ class FourierFeatures(CoordinateEncoder):
             t(frequencies), CONVENTIONS[convention], ctypes.byref(out)))
         self = cls.__new__(cls)
         CoordinateEncoder.__init__(self, out.value)
+        self._recipe = (cls.from_frequencies, (frequencies.copy(), convention))
         return self
 
     @property
@@ -178,17 +192,19 @@ class So2Bessel(CoordinateEncoder):
         out = ctypes.c_void_p()
         if terms is not None:
             orders, scales, weights = terms
-            orders = np.ascontiguousarray(_ffi.int64_array(orders, "orders"))
-            scales = np.ascontiguousarray(scales, dtype=np.float64)
-            weights = np.ascontiguousarray(_ffi.int64_array(weights, "weights"))
+            orders = np.array(_ffi.int64_array(orders, "orders"), order="C")
+            scales = np.array(scales, dtype=np.float64, order="C")
+            weights = np.array(_ffi.int64_array(weights, "weights"), order="C")
             t = _Call()
             check(lib().gpe_so2_bessel_create(t(orders), t(scales), t(weights),
                                               1 if polar else 0, ctypes.byref(out)))
+            terms = (orders, scales, weights)  # private copies, for the recipe
         else:
             o = _ffi.So2BesselOptions(ctypes.sizeof(_ffi.So2BesselOptions), 1 if polar else 0,
                                       num_terms, max_scale, max_k, order_m, seed)
             check(lib().gpe_so2_bessel_create_sampled(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (num_terms, max_scale, max_k, order_m, seed, polar, terms))
 
     @property
     def terms(self) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float64],
@@ -222,6 +238,7 @@ class ShiftedEncoder(CoordinateEncoder):
         check(lib().gpe_shifted_encoder_create(0 if form == "simple" else 1, arr, len(axes),
                                                ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), ([dict(a) for a in axes], form))
 
 
 class SphericalHarmonics(CoordinateEncoder):
@@ -232,6 +249,7 @@ class SphericalHarmonics(CoordinateEncoder):
         out = ctypes.c_void_p()
         check(lib().gpe_spherical_harmonics_create(max_degree, ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (max_degree,))
 
 
 def bessel_j(order: int, x: npt.ArrayLike) -> npt.NDArray[np.float64]:

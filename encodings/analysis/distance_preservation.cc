@@ -62,8 +62,11 @@ absl::StatusOr<Eigen::MatrixXd> EmbeddedDistanceMatrix(
 
 absl::StatusOr<double> GaussianEmbedderDistance(double sigma, double delta) {
   if (absl::Status s = CheckClosedForm(sigma, delta); !s.ok()) return s;
-  // Zheng et al. eq. 24.
-  return std::sqrt(kPi) * sigma * std::exp(-delta * delta / (4 * sigma * sigma));
+  // Zheng et al. eq. 24, exp(-delta^2 / (4 sigma^2)) as exp(-r^2), r = delta / (2 sigma):
+  // squaring first overflowed or underflowed for extreme widths (delta^2 / (4 sigma^2)
+  // was inf / inf or 0 / 0 = NaN where the ratio itself is finite).
+  const double r = delta / (2 * sigma);
+  return std::sqrt(kPi) * sigma * std::exp(-r * r);
 }
 
 absl::StatusOr<double> RectangleEmbedderDistance(double width, double delta) {
@@ -88,7 +91,10 @@ absl::StatusOr<double> TriangleEmbedderDistance(double width, double delta) {
 absl::StatusOr<double> RffExpectedDistance(double sigma, double delta) {
   if (absl::Status s = CheckClosedForm(sigma, delta); !s.ok()) return s;
   // Characteristic function of N(0, sigma^2) at 2 pi delta (Zheng et al. Prop. 3, eq. 29).
-  return std::exp(-2 * kPi * kPi * sigma * sigma * delta * delta);
+  // As exp(-2 (pi sigma delta)^2): sigma^2 delta^2 was 0 * inf = NaN for a tiny sigma and
+  // a huge delta whose product is moderate.
+  const double t = kPi * sigma * delta;
+  return std::exp(-2 * t * t);
 }
 
 }  // namespace encodings

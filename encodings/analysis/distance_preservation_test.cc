@@ -118,6 +118,17 @@ TEST(DistancePreservationTest, RejectsBadInput) {
   EXPECT_FALSE(EmbeddedDistance(a, inf).ok());
   EXPECT_FALSE(EmbeddedDistanceMatrix(RowMatrixXd(0, 2)).ok());
   EXPECT_FALSE(EmbeddedDistanceMatrix(RowMatrixXd::Ones(2, 2), -1.0).ok());
+  // Extreme widths whose squares leave double (delta^2 / sigma^2 was inf / inf or 0 / 0,
+  // sigma^2 delta^2 0 * inf): the ratio or product is moderate, the result exact to
+  // rounding. Gaussian: r = delta / (2 sigma) = 0.5, e^-0.25 (a few ulp: 1e-15 relative).
+  EXPECT_NEAR(*GaussianEmbedderDistance(1e200, 1e200) / (std::sqrt(kPi) * 1e200),
+              std::exp(-0.25), 1e-15);
+  EXPECT_NEAR(*GaussianEmbedderDistance(1e-200, 1e-200) / (std::sqrt(kPi) * 1e-200),
+              std::exp(-0.25), 1e-15);
+  EXPECT_EQ(*GaussianEmbedderDistance(1e-200, 0.0), std::sqrt(kPi) * 1e-200);
+  // RFF: pi sigma delta = pi 1e-2, so exp(-2 pi^2 1e-4).
+  EXPECT_NEAR(*RffExpectedDistance(1e-200, 1e198), std::exp(-2 * kPi * kPi * 1e-4), 1e-15);
+  EXPECT_EQ(*RffExpectedDistance(1e-200, 1e300), 0.0);  // the far tail: exp(-2e200 pi^2)
   EXPECT_FALSE(GaussianEmbedderDistance(0.0, 0.1).ok());
   EXPECT_FALSE(TriangleEmbedderDistance(0.1, std::numeric_limits<double>::infinity()).ok());
   EXPECT_FALSE(RectangleEmbedderDistance(-1.0, 0.1).ok());

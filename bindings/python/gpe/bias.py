@@ -16,6 +16,10 @@ are explicit int64 ids; nothing is masked: causal biases continue their closed f
 above the diagonal). accumulate_gradient adds dL/dparameters for a tile's dL/db into
 float64 arrays, so summing over tiles gives the full gradient. Parameters are copied at
 creation.
+
+Alibi, T5Bias and the ungated GrapeABias copy and pickle (rebuilt from their arguments);
+FoxBias, GrapeApBias and the gated GrapeABias hold per-call activations of a sequence's
+length and refuse (a TypeError): build another from the activations.
 """
 
 from __future__ import annotations
@@ -94,14 +98,17 @@ class Alibi(AdditiveBias):
         o.struct_size = ctypes.sizeof(o)
         o.form = 1 if symmetric else 0
         o.num_heads = num_heads
+        kept = None
         if slopes is not None:
             arr, ptr = _doubles(slopes, "slopes", 1)
             if arr.shape[0] != num_heads:
                 raise ValueError("slopes must have num_heads = %d entries" % num_heads)
             o.slopes = ptr
+            kept = arr.copy()
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_alibi(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (num_heads, kept, symmetric))
 
     @property
     def slopes(self) -> npt.NDArray[np.float64]:
@@ -137,6 +144,7 @@ class T5Bias(AdditiveBias):
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_t5(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (arr.copy(), max_distance, bidirectional))
         self.table_shape: Tuple[int, ...] = arr.shape
 
     def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
@@ -257,14 +265,18 @@ class GrapeABias(AdditiveBias):
                     raise ValueError("give num_heads, slopes or gate_logits")
                 num_heads = len(slopes)
             o.num_heads = num_heads
+            kept = None
             if slopes is not None:
                 arr, ptr = _doubles(slopes, "slopes", 1)
                 if arr.shape[0] != num_heads:
                     raise ValueError("slopes must have num_heads = %d entries" % num_heads)
                 o.slopes = ptr
+                kept = arr.copy()
         out = ctypes.c_void_p()
         check(lib().gpe_bias_create_grape_a(ctypes.byref(o), ctypes.byref(out)))
         super().__init__(out.value)
+        if gate_logits is None:  # the gated form, like FoxBias, is built from activations
+            self._recipe = (type(self), (num_heads, head_dim, kept, None, first_position, path))
         self.head_dim: int = head_dim
 
     @property

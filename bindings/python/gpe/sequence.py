@@ -110,8 +110,14 @@ _H = TypeVar("_H", bound="_Handle")
 
 
 class _Handle:
+    """A library handle. The handles are immutable, so copy.copy, copy.deepcopy and pickle
+    build a new, equal handle from the arguments (the subclasses that set _recipe or
+    override _copy_recipe); the others refuse with a TypeError."""
+
     # The library's destroy function for this handle type (set by each subclass).
     _destroy: Optional[str] = None
+    # (callable, args) rebuilding this handle (private copies of array arguments).
+    _recipe: Optional[Tuple[Any, Tuple[Any, ...]]] = None
 
     def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
@@ -129,11 +135,20 @@ class _Handle:
         except Exception:  # interpreter shutdown
             pass
 
+    def _copy_recipe(self) -> Optional[Tuple[Any, Tuple[Any, ...]]]:
+        return self._recipe
+
     def __reduce__(self) -> Any:
-        # Copying the object would copy the handle, which both copies then free (a double
-        # free); pickling a ctypes pointer is impossible. Say so instead.
-        raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                        "create another one" % type(self).__name__)
+        # Copying the handle would have both copies free it (a double free), and a ctypes
+        # pointer cannot be pickled: a copy is built afresh from the same arguments.
+        if not self._handle:
+            raise ValueError("%s is closed; a closed handle cannot be copied"
+                             % type(self).__name__)
+        recipe = self._copy_recipe()
+        if recipe is None:
+            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
+                            "create another one" % type(self).__name__)
+        return recipe
 
     def __enter__(self: _H) -> _H:
         return self
@@ -169,6 +184,11 @@ class LearnedPositions(_Handle):
         t = _Call()
         check(lib().gpe_learned_positions_create(t(table), ctypes.byref(out)))
         super().__init__(out.value)
+
+    def _copy_recipe(self) -> Optional[Tuple[Any, Tuple[Any, ...]]]:
+        # The table read back (its stored float64 values), not kept twice.
+        rows = self.shape[0]
+        return (type(self), (self.lookup(np.arange(rows, dtype=np.int64)),))
 
     @property
     def shape(self) -> Tuple[int, int]:
@@ -223,6 +243,7 @@ class GrapeM(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_grape_m_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (a_arr.copy(), b_arr.copy(), w_arr.copy()))
 
     @property
     def shape(self) -> Tuple[int, int]:
@@ -276,6 +297,7 @@ class AlgebraicSequence(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_algebraic_sequence_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (s_arr.copy(),))
 
     @property
     def dim(self) -> int:
@@ -325,6 +347,7 @@ class AlgebraicTree(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_algebraic_tree_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), (arr.copy(),))
         self.dim: int = arr.shape[1]
         self.num_branches: int = arr.shape[0]
 
@@ -426,6 +449,7 @@ class AlgebraicGrid(_Handle):
         out = ctypes.c_void_p()
         check(lib().gpe_algebraic_grid_create(ctypes.byref(opts), ctypes.byref(out)))
         super().__init__(out.value)
+        self._recipe = (type(self), ([m.copy() for m in mats],))
         self.dim: int = int(self.dims.sum())
 
     def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,

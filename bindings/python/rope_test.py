@@ -267,9 +267,11 @@ class ApplyTest(unittest.TestCase):
             copy.deepcopy(copies[0].table(x))
         # Every other handle refuses to be copied (a shallow copy shared the handle and both
         # copies freed it) or pickled, with a message.
-        # (Coordinate encoders, Alibi, T5, GRAPE-M and the algebraic handles are rebuilt
-        # instead: coordinate_test's and sequence_test's copy tests.)
-        for obj in (gpe.FoxBias(np.zeros((4, 2))), gpe.SoRepresentation.planes(8)):
+        # (Coordinate encoders, SO(n) representations, Alibi, T5, GRAPE-M and the
+        # algebraic handles are rebuilt instead: the copy tests of coordinate_test,
+        # sequence_test and gpe_test.)
+        for obj in (gpe.FoxBias(np.zeros((4, 2))),
+                    gpe.GrapeApBias(np.zeros((4, 2, 1)), np.zeros((4, 2, 1)))):
             for fn in (copy.copy, copy.deepcopy, pickle.dumps):
                 with self.assertRaisesRegex(TypeError, "cannot be copied or pickled"):
                     fn(obj)

@@ -28,8 +28,12 @@ class SoRepresentation:
     """rho(p) = exp(p S) in SO(dim) for skew S, applied to batches of vectors.
 
     Make one with `planes(...)` (commuting 2x2 rotations: RoPE) or `rank2(...)`
-    (GRAPE-M's exp(p omega (a b^T - b a^T))).
+    (GRAPE-M's exp(p omega (a b^T - b a^T))). Copies and pickles are built afresh from
+    the same arguments (each with its own handle).
     """
+
+    # (callable, args) rebuilding this representation; set by planes() and rank2().
+    _recipe: Optional[Any] = None
 
     def __init__(self, handle: Optional[int]) -> None:
         self._handle = ctypes.c_void_p(handle)
@@ -55,8 +59,10 @@ class SoRepresentation:
                 raise ValueError("thetas must hold rotary_dim / 2 = %d values" % expected)
         out = ctypes.c_void_p()
         check(lib().gpe_so_rep_create_planes(ctypes.byref(opts), ctypes.byref(out)))
-        del keep
-        return cls(out.value)
+        rep = cls(out.value)
+        rep._recipe = (cls.planes, (dim, rotary_dim, base, None if keep is None else keep.copy(),
+                                    pairing))
+        return rep
 
     @classmethod
     def rank2(cls: Type[_S], a: npt.ArrayLike, b: npt.ArrayLike, omega: float = 1.0) -> _S:
@@ -73,7 +79,9 @@ class SoRepresentation:
         opts.omega = omega
         out = ctypes.c_void_p()
         check(lib().gpe_so_rep_create_rank2(ctypes.byref(opts), ctypes.byref(out)))
-        return cls(out.value)
+        rep = cls(out.value)
+        rep._recipe = (cls.rank2, (a_arr.copy(), b_arr.copy(), omega))
+        return rep
 
     def close(self) -> None:
         """Frees the library handle (idempotent; also done when garbage-collected)."""
@@ -88,10 +96,15 @@ class SoRepresentation:
             pass
 
     def __reduce__(self) -> Any:
-        # Copying the object would copy the handle, which both copies then free (a double
-        # free); pickling a ctypes pointer is impossible. Say so instead.
-        raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                        "create another one" % type(self).__name__)
+        # Copying the handle would have both copies free it (a double free), and a ctypes
+        # pointer cannot be pickled: a copy is built afresh from the same arguments.
+        if not self._handle:
+            raise ValueError("%s is closed; a closed handle cannot be copied"
+                             % type(self).__name__)
+        if self._recipe is None:
+            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
+                            "create another one" % type(self).__name__)
+        return self._recipe
 
     def __enter__(self: _S) -> _S:
         return self

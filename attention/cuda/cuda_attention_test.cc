@@ -63,6 +63,25 @@ struct Case {
   bool causal, rope, alibi;
 };
 
+// One bf16 head: batch 1, s queries and keys, contiguous [s, d] tensors.
+CudaAttentionArgs OneBf16Head(int64_t s, int64_t d, const seq::BFloat16* q,
+                              const seq::BFloat16* k, const seq::BFloat16* v, seq::BFloat16* o,
+                              float* lse) {
+  CudaAttentionArgs g;
+  g.dtype = CudaDType::kBFloat16;
+  g.batch = 1;
+  g.seq_q = g.seq_k = s;
+  g.heads_q = g.heads_kv = 1;
+  g.head_dim = d;
+  g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
+  g.q = q;
+  g.k = k;
+  g.v = v;
+  g.o = o;
+  g.lse = lse;
+  return g;
+}
+
 // float32 kernel against the double reference. Each output is a convex combination of
 // values in [-1, 1] whose weights come from float32 scores (d products, |s| < ~10): the
 // weights' relative error is ~1e-6 and the output error below 1e-5 absolute; lse
@@ -593,18 +612,8 @@ TEST(CudaAttention, BackwardRejectsMisalignedOutputsAndShortTokenCounts) {
       dv(host);
   DeviceVector<float> lse(std::vector<float>(s, 0.0f));
   CudaAttentionBackwardArgs b;
+  b.forward = OneBf16Head(s, d, q.p, k.p, v.p, o.p, lse.p);
   CudaAttentionArgs& g = b.forward;
-  g.dtype = CudaDType::kBFloat16;
-  g.batch = 1;
-  g.seq_q = g.seq_k = s;
-  g.heads_q = g.heads_kv = 1;
-  g.head_dim = d;
-  g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
-  g.q = q.p;
-  g.k = k.p;
-  g.v = v.p;
-  g.o = o.p;
-  g.lse = lse.p;
   b.d_o = go.p + 4;  // 8 bytes off
   b.dq = dq.p;
   b.dk = dk.p;
@@ -642,18 +651,7 @@ TEST(CudaAttention, NaNRowsHaveNaNLse) {
     qh[3 * d + 5] = seq::ToBFloat16(std::nanf(""));  // row 3
     DeviceVector<seq::BFloat16> q(qh), k(kh), v(kh), o(kh);
     DeviceVector<float> lse(std::vector<float>(s, 0.0f));
-    CudaAttentionArgs g;
-    g.dtype = CudaDType::kBFloat16;
-    g.batch = 1;
-    g.seq_q = g.seq_k = s;
-    g.heads_q = g.heads_kv = 1;
-    g.head_dim = d;
-    g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
-    g.q = q.p;
-    g.k = k.p;
-    g.v = v.p;
-    g.o = o.p;
-    g.lse = lse.p;
+    CudaAttentionArgs g = OneBf16Head(s, d, q.p, k.p, v.p, o.p, lse.p);
     g.causal = true;
     g.kernel = kernel;
     ASSERT_TRUE(CudaAttentionForward(g, nullptr).ok());

@@ -14,22 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-
-// target_clones, except under ThreadSanitizer: it instruments the clones' resolvers,
-// which the loader runs before the sanitizer's runtime starts (a crash at load time);
-// that build keeps the baseline clone.
-#if defined(__SANITIZE_THREAD__)  // GCC
-#define GPE_TSAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)  // clang
-#define GPE_TSAN_BUILD 1
-#endif
-#endif
-#if defined(GPE_TSAN_BUILD)
-#define GPE_TARGET_CLONES(...)
-#else
-#define GPE_TARGET_CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
-#endif
+#include "build_defs/target_clones.h"
 
 namespace gpe {
 namespace encodings {

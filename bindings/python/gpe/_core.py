@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from gpe import _ffi
 
@@ -57,3 +57,16 @@ def version() -> Tuple[int, int, int]:
 
 def version_string() -> str:
     return lib().gpe_version_string().decode()
+
+
+def rebuild_recipe(obj: Any, recipe: Optional[Tuple[Any, Tuple[Any, ...]]]) -> Any:
+    """__reduce__ of an object owning a library handle: `recipe`, the (callable, args)
+    that builds an equal object with a handle of its own (copying the handle would have
+    both copies free it, and a ctypes pointer cannot be pickled). ValueError when the
+    handle is closed; TypeError when the object has no recipe."""
+    if not obj._handle:
+        raise ValueError("%s is closed; a closed handle cannot be copied" % type(obj).__name__)
+    if recipe is None:
+        raise TypeError("%s owns a library handle and cannot be copied or pickled; "
+                        "create another one" % type(obj).__name__)
+    return recipe

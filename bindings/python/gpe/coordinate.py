@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, rebuild_recipe
 from gpe.inr import KINDS as SHIFTED_KINDS
 
 FOURIER_KINDS = {"gaussian": 0, "linear": 1, "log_linear": 2, "nerf": 3, "txt": 4}
@@ -87,15 +87,7 @@ class CoordinateEncoder:
             pass
 
     def __reduce__(self) -> Any:
-        # Copying the handle would have both copies free it (a double free), and a ctypes
-        # pointer cannot be pickled: a copy is built afresh from the same arguments.
-        if self._recipe is None:
-            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                            "create another one" % type(self).__name__)
-        if not self._handle:
-            raise ValueError("%s is closed; a closed encoder cannot be copied"
-                             % type(self).__name__)
-        return self._recipe
+        return rebuild_recipe(self, self._recipe)
 
     def __enter__(self: _E) -> _E:
         return self

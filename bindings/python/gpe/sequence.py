@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, rebuild_recipe
 
 
 def _positions(positions: Any, name: str = "positions") -> npt.NDArray[np.int64]:
@@ -139,16 +139,7 @@ class _Handle:
         return self._recipe
 
     def __reduce__(self) -> Any:
-        # Copying the handle would have both copies free it (a double free), and a ctypes
-        # pointer cannot be pickled: a copy is built afresh from the same arguments.
-        if not self._handle:
-            raise ValueError("%s is closed; a closed handle cannot be copied"
-                             % type(self).__name__)
-        recipe = self._copy_recipe()
-        if recipe is None:
-            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                            "create another one" % type(self).__name__)
-        return recipe
+        return rebuild_recipe(self, self._copy_recipe() if self._handle else None)
 
     def __enter__(self: _H) -> _H:
         return self

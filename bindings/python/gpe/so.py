@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, rebuild_recipe
 
 INTERLEAVED = 0
 HALF_SPLIT = 1
@@ -96,15 +96,7 @@ class SoRepresentation:
             pass
 
     def __reduce__(self) -> Any:
-        # Copying the handle would have both copies free it (a double free), and a ctypes
-        # pointer cannot be pickled: a copy is built afresh from the same arguments.
-        if not self._handle:
-            raise ValueError("%s is closed; a closed handle cannot be copied"
-                             % type(self).__name__)
-        if self._recipe is None:
-            raise TypeError("%s owns a library handle and cannot be copied or pickled; "
-                            "create another one" % type(self).__name__)
-        return self._recipe
+        return rebuild_recipe(self, self._recipe)
 
     def __enter__(self: _S) -> _S:
         return self

@@ -361,6 +361,12 @@ absl::Status RunDecode(const Forward<T, KV>& fwd, const AttentionArgs& args, con
     }
     chunks = std::max(chunks, c);
   }
+  // Longest items first (items are taken in order from a shared counter): a batch of
+  // sequences of mixed lengths otherwise may end on one long item running alone (the
+  // decode of 16 sequences of 1024-8191 keys in one call: 3% of the call on one thread).
+  std::stable_sort(items.begin(), items.end(), [](const DecodeItem& x, const DecodeItem& y) {
+    return x.k1 - x.k0 > y.k1 - y.k0;
+  });
   const int64_t nq = args.num_q_tokens(), hq = args.num_q_heads, stride = plan.dvp + 2;
   // Unused states (sequences with fewer chunks, or no keys) keep l = 0: no contribution.
   std::vector<float> partial(static_cast<size_t>(chunks * nq * hq * stride), 0.0f);

@@ -45,6 +45,12 @@ class PrefetchCursor {
   // spreads the requests between the FMAs. Kept in registers (tried 2026-12-07 on Zen 5)
   // the requests go out in bursts: the in-cache kernel gained 3%, decoding from a float32
   // cache lost 20-30% (the prefetches seem to take the miss buffers from demand loads).
+  // Also measured (2026-12-07, Zen 5, alternating binaries, median of 3-6 rounds against
+  // this cursor): in registers with the step's lines spread evenly over the dot products'
+  // inner loop, +15-20% in cache but 0.9-1.0x from memory (capped near 40 GB/s where this
+  // one reached 56); every other line requested, 0.5-0.75x (the hardware does not fetch
+  // the neighbour); a demand load per line instead of a prefetch, 0.35-0.5x;
+  // prefetcht0, 1.0-1.1x (noise); prefetchnta, 0.83-0.94x.
   HWY_INLINE void Step() {
     for (int64_t i = 0; i < per_step_ && run_ < runs_; ++i) {
       __builtin_prefetch(reinterpret_cast<const void*>(next_), 0, 2);  // prefetcht1 on x86

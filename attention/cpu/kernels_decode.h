@@ -28,7 +28,15 @@ void ScoreDirect(const float* q, int64_t ldq, int64_t mq, int64_t d, const float
 // reaches 1.1-1.2x. Kernels that read the cache as that one stream (each token's row of kv
 // heads whole: q reloaded for every token, values regrouped by head for P V) were measured
 // and rejected: 1.25-1.4x the arithmetic time with the block in L2, and the whole decode
-// at 0.5-0.65 of the triad against 0.85 for these. Prefetches never fault, but the range
+// at 0.5-0.65 of the triad against 0.85 for these. Measured again 2026-12-07 (Zen 5, 2
+// threads, plain reads of 512 MiB in 2 MiB pages against the triad in the same process):
+// one sequential stream 1.05x the triad, K and V read in alternating sequential blocks of
+// 8-128 KiB ~1.0x, two rows read side by side 0.78x, four 0.73x (0.68-0.72x with a
+// prefetch per line 8-256 KiB ahead and no arithmetic between the loads, where these
+// kernels reach 0.8-1.0x); so one stream is the ceiling, but the simplest one-stream
+// kernel (DotRows per token and head, one o update per token) ran 2.7x slower in cache
+// (P V bound by the 512-bit stores of o) and 0.95-0.98x these from memory.
+// Prefetches never fault, but the range
 // must lie inside the caller's tensor (no pointer leaves its object). Empty: none.
 // `runs` ranges of `bytes` each, `stride` bytes apart, are requested in order (a KV cache
 // with each kv head's rows contiguous: the next block of every head, head after head).

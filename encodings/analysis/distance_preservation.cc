@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <Eigen/Dense>
 
@@ -31,6 +32,56 @@ absl::Status CheckClosedForm(double param, double delta) {
   return absl::OkStatus();
 }
 
+// s * (A B^T), entry by entry as s a_i . b_j where that is a normal double; where it
+// overflowed (inf, or NaN from inf - inf) or fell below the normal range, again as
+// 2^(e_i + e_j + f) (s' a'_i . b'_j), each row scaled by the power of two of its largest
+// |entry| (a_i = 2^e_i a'_i) and s = 2^f s' (s' in [1, 2)), so that the products stay in
+// range wherever the result is (a spacing of 1e-300 against features of 1e200 gave inf
+// for 2e100). Power-of-two scalings are exact. A result past the double range is an
+// error rather than inf.
+Eigen::VectorXi RowExponents(const Eigen::MatrixXd& a) {
+  Eigen::VectorXi e(a.rows());
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    const double m = a.row(i).cwiseAbs().maxCoeff();
+    e(i) = m == 0 ? 0 : std::ilogb(m);
+  }
+  return e;
+}
+
+absl::StatusOr<Eigen::MatrixXd> ScaledProducts(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b,
+                                               double s, const char* what) {
+  Eigen::MatrixXd out = s * (a * b.transpose());
+  Eigen::VectorXi ea, eb;
+  Eigen::MatrixXd as, bs;
+  const int f = std::ilogb(s);
+  const double s1 = std::ldexp(s, -f);
+  for (Eigen::Index i = 0; i < out.rows(); ++i) {
+    for (Eigen::Index j = 0; j < out.cols(); ++j) {
+      const double x = out(i, j);
+      if (std::isfinite(x) && std::abs(x) >= std::numeric_limits<double>::min()) continue;
+      if (ea.size() == 0) {  // first entry out of the normal range: the scaled rows
+        ea = RowExponents(a);
+        eb = RowExponents(b);
+        as = a;
+        bs = b;
+        for (Eigen::Index r = 0; r < a.rows(); ++r) {
+          as.row(r) = as.row(r).unaryExpr([k = -ea(r)](double v) { return std::ldexp(v, k); });
+        }
+        for (Eigen::Index r = 0; r < b.rows(); ++r) {
+          bs.row(r) = bs.row(r).unaryExpr([k = -eb(r)](double v) { return std::ldexp(v, k); });
+        }
+      }
+      out(i, j) = std::ldexp(s1 * as.row(i).dot(bs.row(j)), ea(i) + eb(j) + f);
+      if (!std::isfinite(out(i, j))) {
+        return absl::OutOfRangeError(absl::StrCat(what, ": entry (", i, ", ", j,
+                                                  ") exceeds the double range (sample_spacing ",
+                                                  s, ")"));
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<double> EmbeddedDistance(const Eigen::Ref<const Eigen::VectorXd>& psi1,
@@ -45,7 +96,10 @@ absl::StatusOr<double> EmbeddedDistance(const Eigen::Ref<const Eigen::VectorXd>&
     return absl::InvalidArgumentError("EmbeddedDistance: non-finite features");
   }
   // Zheng et al. eq. 6.
-  return sample_spacing * psi1.dot(psi2);
+  absl::StatusOr<Eigen::MatrixXd> d = ScaledProducts(psi1.transpose(), psi2.transpose(),
+                                                     sample_spacing, "EmbeddedDistance");
+  if (!d.ok()) return d.status();
+  return (*d)(0, 0);
 }
 
 absl::StatusOr<Eigen::MatrixXd> EmbeddedDistanceMatrix(
@@ -57,7 +111,8 @@ absl::StatusOr<Eigen::MatrixXd> EmbeddedDistanceMatrix(
   if (!features.allFinite()) {
     return absl::InvalidArgumentError("EmbeddedDistanceMatrix: non-finite features");
   }
-  return Eigen::MatrixXd(sample_spacing * features * features.transpose());
+  const Eigen::MatrixXd f = features;
+  return ScaledProducts(f, f, sample_spacing, "EmbeddedDistanceMatrix");
 }
 
 absl::StatusOr<double> GaussianEmbedderDistance(double sigma, double delta) {

@@ -31,6 +31,10 @@ namespace gpe {
 namespace encodings {
 
 // s * psi1 . psi2 (eq. 6). Vectors of equal, non-zero length; finite; s finite, > 0.
+// Where s psi1 . psi2 leaves the normal range in double, it is computed again with each
+// vector and s scaled by powers of two, so a result inside the double range is returned
+// (e.g. s = 1e-300 against features of 1e200: 2e100, not inf); one outside it is
+// OutOfRange. The same for the matrix below, entry by entry.
 absl::StatusOr<double> EmbeddedDistance(const Eigen::Ref<const Eigen::VectorXd>& psi1,
                                         const Eigen::Ref<const Eigen::VectorXd>& psi2,
                                         double sample_spacing = 1.0);

@@ -107,6 +107,36 @@ TEST(DistancePreservationTest, DistanceMatrixIsScaledGram) {
   EXPECT_DOUBLE_EQ((*m)(1, 2), (*m)(2, 1));
 }
 
+// Products past the double range where the result is inside it: s = 2^-1000 against
+// features of 2^600 (and 2^-600 beside them). Every term is a power of two, so the sums
+// are exact: the expected values hold to the last bit.
+TEST(DistancePreservationTest, DistancesOfExtremeFeaturesStayInRange) {
+  const double big = std::ldexp(1.0, 600), small = std::ldexp(1.0, -600), s = std::ldexp(1.0, -1000);
+  RowMatrixXd f(3, 2);
+  f << big, big, small, 0, big, small;
+  auto m = EmbeddedDistanceMatrix(f, s);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)(0, 0), std::ldexp(1.0, 201));          // 2^-1000 (2^1200 + 2^1200)
+  EXPECT_EQ((*m)(0, 2), std::ldexp(1.0, 200));          // 2^-1000 (2^1200 + 2^0): 2^0 lost to rounding
+  EXPECT_EQ((*m)(1, 1), 0.0);                           // 2^-2200: below the double range
+  EXPECT_EQ((*m)(1, 0), std::ldexp(1.0, -1000));        // 2^-1000 (2^0 + 0), normal
+  EXPECT_EQ((*m)(1, 2), std::ldexp(1.0, -1000));
+  // A single pair: 2^-1000 (2^600 2^600) = 2^200 (was inf).
+  Eigen::VectorXd a(1);
+  a << big;
+  auto d = EmbeddedDistance(a, a, s);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(*d, std::ldexp(1.0, 200));
+  // A result past the range is an error, not inf: 1 * (2^600)^2 = 2^1200.
+  EXPECT_EQ(EmbeddedDistance(a, a, 1.0).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(EmbeddedDistanceMatrix(f, 1.0).status().code(), absl::StatusCode::kOutOfRange);
+  // Small features under a large spacing: 2^1000 (2^-600)^2 = 2^-200 (the plain product
+  // underflowed to 0 first).
+  Eigen::VectorXd t(1);
+  t << small;
+  EXPECT_EQ(*EmbeddedDistance(t, t, std::ldexp(1.0, 1000)), std::ldexp(1.0, -200));
+}
+
 TEST(DistancePreservationTest, RejectsBadInput) {
   const Eigen::VectorXd a = Eigen::VectorXd::Ones(3);
   EXPECT_FALSE(EmbeddedDistance(a, Eigen::VectorXd::Ones(2)).ok());

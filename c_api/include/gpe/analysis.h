@@ -15,7 +15,9 @@ extern "C" {
 GPE_API GPE_NODISCARD gpe_status gpe_stable_rank(const DLTensor* matrix, double* out);
 
 /* Distance preservation (Zheng et al. eq. 6): out[i, j] = sample_spacing * features[i] .
- * features[j]. features: float64 [N, F] finite; out: float64 [N, N]; spacing finite > 0. */
+ * features[j]. features: float64 [N, F] finite; out: float64 [N, N]; spacing finite > 0.
+ * Entries whose plain products leave double's range are computed again with powers-of-two
+ * scalings; a distance itself past the range is an error (GPE_ERROR_OUT_OF_RANGE), not inf. */
 GPE_API GPE_NODISCARD gpe_status gpe_embedded_distance_matrix(const DLTensor* features,
                                                               double sample_spacing,
                                                               DLTensor* out);

@@ -6,18 +6,25 @@
 #
 #   examples/consumer/build.sh
 #
-# Uses ./bazelw once to install the Debian packages, then Bazel in this directory with
-# its own output base (under $HOME/.cache) and GroupPE's disk cache.
+# Uses ./bazelw once to install the Debian packages, then Debian's Bazel in this directory
+# with an output base of this checkout's own (under $HOME/.cache, named by a hash of the
+# checkout's path) and a disk cache only where GPE_BAZEL_DISK_CACHE names one (as bazelw:
+# one cache shared between checkouts can serve an object built against another
+# checkout's header).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 "$root/bazelw" --version >/dev/null  # packages and the .venv, as for GroupPE itself
-cache="${GPE_BAZEL_DISK_CACHE:-$HOME/.cache/grouppe/bazel-disk-cache}"
-output_base="${GPE_CONSUMER_OUTPUT_BASE:-$HOME/.cache/grouppe/consumer-output-base}"
-mkdir -p "$cache"
+key="$(printf '%s' "$root" | sha256sum | cut -c1-12)"
+output_base="${GPE_CONSUMER_OUTPUT_BASE:-$HOME/.cache/grouppe/consumer-output-base-$key}"
+cache=()
+if [[ -n "${GPE_BAZEL_DISK_CACHE:-}" ]]; then
+  mkdir -p "$GPE_BAZEL_DISK_CACHE"
+  cache=(--disk_cache="$GPE_BAZEL_DISK_CACHE")
+fi
 cd "$here"
 status=0
-bazel --output_base="$output_base" run --disk_cache="$cache" //:main || status=$?
+/usr/bin/bazel --output_base="$output_base" run "${cache[@]}" //:main || status=$?
 # Stop the nested server so it does not hold memory after the check.
-bazel --output_base="$output_base" shutdown || true
+/usr/bin/bazel --output_base="$output_base" shutdown || true
 exit $status

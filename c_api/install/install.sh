@@ -67,6 +67,13 @@ install -m 0644 "$static" "$prefix/lib/libgpe.a"
 # and a C program's link does not add it).
 private="$(cat "$static_linkopts") -lstdc++ -lm"
 
+# pkg-config splits its flags at spaces: a prefix with whitespace gets no gpe.pc (CMake's
+# files quote their paths and still work).
+if [[ "$prefix" =~ [[:space:]] ]]; then
+  echo "install: the prefix contains whitespace, which pkg-config cannot carry; gpe.pc not" \
+    "written (use CMake's package or -I / -L by hand)" >&2
+  rm -f "$prefix/lib/pkgconfig/gpe.pc"
+else
 cat >"$prefix/lib/pkgconfig/gpe.pc" <<PC
 prefix=$prefix
 includedir=\${prefix}/include
@@ -79,6 +86,7 @@ Cflags: -I\${includedir} -I\${includedir}/gpe
 Libs: -L\${libdir} -lgpe
 Libs.private: $private
 PC
+fi
 
 # CMake's package: the two imported targets, from the prefix the files sit in (so a
 # relocated prefix still works), and a version file that accepts any request with the
@@ -126,6 +134,18 @@ else()
   set(PACKAGE_VERSION_COMPATIBLE FALSE)
 endif()
 CMAKE
+
+# A library directory the dynamic loader finds through its cache (e.g. /usr/local/lib on
+# Debian, listed in /etc/ld.so.conf.d) needs the cache rebuilt before programs find the new
+# soname there; as root that is done here.
+if grep -qsxF "$prefix/lib" /etc/ld.so.conf /etc/ld.so.conf.d/*.conf; then
+  if [[ $(id -u) -eq 0 ]] && command -v ldconfig >/dev/null; then
+    ldconfig
+    echo "ran ldconfig ($prefix/lib is in the loader's configuration)"
+  else
+    echo "install: run ldconfig as root so that programs find libgpe.so.$major in $prefix/lib" >&2
+  fi
+fi
 
 echo "installed GroupPE $version into $prefix"
 echo "  build: cc prog.c \$(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs gpe)"

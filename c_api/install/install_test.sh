@@ -27,6 +27,15 @@ prefix="$tmp/prefix"  # no spaces: pkg-config output is split on them
 "$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" "$prefix"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# A prefix with a space: pkg-config cannot carry it, so no gpe.pc (rather than one whose
+# -I flags split into wrong paths); the rest installs.
+spaced="$tmp/with space"
+"$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" "$spaced" 2>"$tmp/spaced.err" ||
+  fail "install into a prefix with a space failed: $(cat "$tmp/spaced.err")"
+[[ ! -e "$spaced/lib/pkgconfig/gpe.pc" ]] || fail "a gpe.pc was written under a prefix with a space"
+[[ -e "$spaced/lib/cmake/GroupPE/GroupPEConfig.cmake" && -e "$spaced/lib/libgpe.so" ]] ||
+  fail "the prefix with a space got no library or CMake package"
+grep -q "pkg-config cannot carry" "$tmp/spaced.err" || fail "no message on the skipped gpe.pc"
 for f in include/gpe/gpe.h include/gpe/dlpack/dlpack.h lib/libgpe.so lib/libgpe.a \
          lib/pkgconfig/gpe.pc lib/cmake/GroupPE/GroupPEConfig.cmake \
          lib/cmake/GroupPE/GroupPEConfigVersion.cmake; do

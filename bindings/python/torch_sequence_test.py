@@ -198,6 +198,18 @@ class SequenceOperatorTest(unittest.TestCase):
         torch.testing.assert_close(gt.shaw_key_scores(q, table, qp, kp),
                                    torch.einsum("ad,abd->ab", q, table[idx]), atol=ATOL, rtol=0)
         self.assert_gradcheck(lambda q, t: gt.shaw_key_scores(q, t, qp, kp), q, table)
+        # An input changed in place between forward and backward raises, as autograd's
+        # saved tensors do (the backward reads the inputs themselves); a double backward
+        # raises rather than dropping the second-order terms.
+        q2 = q.detach().clone()
+        s = gt.shaw_key_scores(q2, table, qp, kp)
+        q2.mul_(100)
+        with self.assertRaisesRegex(RuntimeError, "modified in place"):
+            s.sum().backward()
+        g, = torch.autograd.grad(gt.shaw_key_scores(q, table, qp, kp).pow(2).sum(), q,
+                                 create_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "differentiate twice"):
+            g.sum().backward()
         p = leaf(torch.softmax(torch.randn(lq, lk, dtype=torch.float64), -1))
         torch.testing.assert_close(gt.shaw_value_output(p, table, qp, kp),
                                    torch.einsum("ab,abd->ad", p, table[idx]), atol=ATOL, rtol=0)

@@ -376,6 +376,10 @@ class TorchAttentionTest(unittest.TestCase):
                 self.assertTrue(np.array_equal(y.detach().numpy(), want))
                 self.assertTrue(torch.autograd.gradcheck(
                     lambda x: gt.rope(x, r, offsets=off), (x,)))
+                # Twice differentiable in eager mode too (the backward is the transpose's
+                # own Function, whose gradient is the forward map).
+                self.assertTrue(torch.autograd.gradgradcheck(
+                    lambda x: gt.rope(x, r, offsets=off), (x,)))
                 q, k, v = self.rand(1, 5, 2, 8), self.rand(1, 5, 2, 8), self.rand(1, 5, 2, 8)
                 self.assertTrue(torch.autograd.gradcheck(
                     lambda q, k, v: gt.attention(gt.rope(q, r, offsets=off),
@@ -808,20 +812,80 @@ class TorchInferenceOptionsTest(unittest.TestCase):
             torch.testing.assert_close(g, r, atol=g_tol, rtol=0)
 
     def test_window_matches_sdpa_with_boolean_mask(self):
-        # SDPA's names (is_causal, scale, enable_gqa) and flash-attn's window_size against
-        # SDPA with the equivalent explicit boolean mask; fewer queries than keys (the
-        # KV-cache positions), GQA.
+        # SDPA's names (scale, enable_gqa) and flash-attn's window_size and causal (both
+        # aligned bottom-right: the KV-cache positions) against SDPA with the equivalent
+        # explicit boolean mask; fewer queries than keys, GQA.
         for left, right, causal, sq in ((15, -1, True, 64), (8, 4, False, 64), (6, 0, False, 40),
                                         (-1, 3, False, 40), (0, 0, True, 40)):
             q, k, v = self.qkv(sq=sq)
             with self.subTest(window=(left, right), causal=causal, sq=sq):
-                o = gt.attention(q, k, v, is_causal=causal, scale=0.2, enable_gqa=True,
+                o = gt.attention(q, k, v, causal=causal, scale=0.2, enable_gqa=True,
                                  window_size=(left, right))
                 mask = window_mask(sq, 64, left, right, causal)
                 want = F.scaled_dot_product_attention(
                     q.transpose(1, 2), repeat_kv(k, 4), repeat_kv(v, 4), attn_mask=mask,
                     scale=0.2).transpose(1, 2)
                 self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
+
+    def test_is_causal_is_sdpas_top_left(self):
+        # SDPA's is_causal with seq_q != seq_k masks top-left (query i sees keys j <= i),
+        # fewer and more queries than keys, forward and gradients against SDPA in float64
+        # (tolerance 1e-12: both are exact softmaxes of the same 5 scores per row, rounding
+        # of a few operations in double); with a positional encoding the alignment is
+        # ambiguous and refused.
+        for sq in (3, 6):
+            q = torch.randn(1, sq, 2, 8, dtype=torch.float64, requires_grad=True)
+            k = torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True)
+            v = torch.randn(1, 5, 2, 8, dtype=torch.float64, requires_grad=True)
+            with self.subTest(sq=sq):
+                o = gt.attention(q, k, v, is_causal=True)
+                want = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                    is_causal=True).transpose(1, 2)
+                self.check(o, want, (q, k, v), 1e-12, 1e-12)
+                with self.assertRaisesRegex(ValueError, "top-left"):
+                    gt.attention(q, k, v, is_causal=True, rope_dim=8)
+        # Equal lengths: one alignment, encodings allowed.
+        q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64) for _ in range(3))
+        torch.testing.assert_close(gt.attention(q, k, v, is_causal=True, rope_dim=8),
+                                   gt.attention(q, k, v, causal=True, rope_dim=8), rtol=0, atol=0)
+
+    def test_sdpa_inputs_scale_zero_and_expanded(self):
+        q, k, v = self.qkv(b=1, sq=8, sk=8)
+        # scale=0 would select the library's default 1/sqrt(d): refused.
+        with self.assertRaisesRegex(ValueError, "scale=0"):
+            gt.attention(q, k, v, scale=0.0)
+        # Keys and values expanded over the batch (stride 0), as SDPA takes them: copied,
+        # then as SDPA within float32 rounding (1e-5 on outputs of size ~1).
+        k0 = torch.randn(1, 8, 2, 32)
+        v0 = torch.randn(1, 8, 2, 32)
+        qb = torch.randn(3, 8, 2, 32)
+        ke, ve = k0.expand(3, 8, 2, 32), v0.expand(3, 8, 2, 32)
+        want = F.scaled_dot_product_attention(qb.transpose(1, 2), ke.transpose(1, 2),
+                                              ve.transpose(1, 2)).transpose(1, 2)
+        torch.testing.assert_close(gt.attention(qb, ke, ve), want, atol=1e-5, rtol=0)
+
+    def test_double_backward_raises(self):
+        # The attention backward is not itself differentiable: create_graph=True then a
+        # second backward raises, rather than leaving the second-order terms out.
+        q, k, v = self.qkv(b=1, sq=8, sk=8)
+        o = gt.attention(q, k, v, causal=True)
+        gq, = torch.autograd.grad(o.pow(2).sum(), q, create_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "differentiate twice"):
+            (o.sum() + gq.pow(2).sum()).backward()
+
+    def test_structured_axes_edited_after_forward(self):
+        # q_axes / k_axes are copied at the call: an in-place edit before backward leaves
+        # the gradient as it was (bit for bit).
+        g = torch.Generator().manual_seed(11)
+        q, k, v = (torch.randn(1, 6, 2, 8, generator=g, dtype=torch.float64, requires_grad=True)
+                   for _ in range(3))
+        ax = torch.stack([torch.arange(6), 2 * torch.arange(6)], 1)
+        o = gt.attention(q, k, v, rope_dim=8, rope_axes=2, q_axes=ax, k_axes=ax)
+        ref = torch.autograd.grad(o.sum(), q)[0]
+        o = gt.attention(q, k, v, rope_dim=8, rope_axes=2, q_axes=ax, k_axes=ax)
+        ax.mul_(7)
+        torch.testing.assert_close(torch.autograd.grad(o.sum(), q)[0], ref, rtol=0, atol=0)
 
     def test_value_head_size_matches_sdpa(self):
         # v (and o) with a head size of their own (DeepSeek's MLA: 192 / 128; here 48 / 32

@@ -49,11 +49,15 @@ query role, k in the key role: gpe.attention's docstring). Inference-engine opti
 under flash-attn's and SDPA's names (the layout stays [batch, seq, heads, head_dim],
 flash-attn's): window_size=(left, right) (sliding window, -1 unbounded), softcap
 (Gemma 2), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
-positions; learnable when it requires grad), is_causal (SDPA's causal), softmax_scale
+positions; learnable when it requires grad), is_causal (SDPA's: top-left where seq_q !=
+seq_k, query i sees keys j <= i, refused there with positions, windows or positional
+encodings, where only causal's bottom-right reading is defined), softmax_scale
 (flash-attn's scale), enable_gqa (SDPA's: heads_q a multiple of heads_kv is always
 allowed; False refuses it as SDPA does), attn_mask (SDPA's: bool, True takes part, or
 float added to the scores; broadcastable to [batch, heads_q, seq_q, seq_k]; no gradient;
-a row with every key masked gives o = 0, as PyTorch 2.15's SDPA; older SDPA gives NaN); dropout_p is refused. sinks: one
+a row with every key masked gives o = 0, as PyTorch 2.15's SDPA; older SDPA gives NaN;
+a row filled with finfo.min, the Hugging Face eager convention, counts as masked here
+where SDPA averages v over it; scale=0 is refused); dropout_p is refused. sinks: one
 logit per query head (gpt-oss), a tensor [heads_q] whose gradient comes from the same
 backward (requires_grad); AttentionSinks(num_heads) holds learnable ones.
 
@@ -338,7 +342,9 @@ class _Structured:
         st = _split_structured(kwargs)
         for name in ("q_axes", "k_axes", "rope_sections"):
             if isinstance(st[name], torch.Tensor):
-                st[name] = st[name].detach().cpu().numpy()
+                # A copy: a view would follow the caller's later in-place edits into
+                # the backward.
+                st[name] = st[name].detach().cpu().numpy().copy()
         # A tree's or grid's generators given as a tensor travel as the operator's
         # `algebraic` tensor (their gradient comes from the backward); the name says which.
         self.algebraic_param = None
@@ -724,7 +730,10 @@ class _EagerAttention(torch.autograd.Function):
         return o, lse
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, d_o, d_lse):
+        # once_differentiable: a double backward (create_graph=True) raises rather than
+        # dropping the second-order terms, as the registered operator does under compile.
         q, k, v, o, lse, *params = ctx.saved_tensors
         _check_versions(ctx)
         flags = _param_flags(ctx)
@@ -801,7 +810,29 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if is_causal is not None:
         if causal and not is_causal:
             raise ValueError("causal=True and is_causal=False disagree")
+        if is_causal and not causal and q.dim() == 4 and q.shape[1] != k.shape[1]:
+            # SDPA's is_causal aligns the mask top-left (query i sees keys j <= i); causal
+            # here, flash-attn's, aligns it bottom-right (queries are the last seq_q
+            # positions). Without positional encodings the first is causal over query
+            # positions 0 .. seq_q - 1; with them the two readings give different
+            # positions, so the call must say which.
+            positional = (rope is not None or rope_dim or alibi or bias is not None
+                          or alibi_slopes is not None or encoding is not None or structured
+                          or window_size not in (None, (-1, -1)))
+            if (q_positions is not None or k_positions is not None or cu_seqlens_q is not None
+                    or cu_seqlens_k is not None or positional):
+                raise ValueError(
+                    "is_causal=True with seq_q (%d) != seq_k (%d): SDPA's is_causal aligns "
+                    "the mask top-left (query i sees keys j <= i), which is ambiguous here "
+                    "with positions, packed sequences, windows or positional encodings; pass "
+                    "causal=True (flash-attn's: queries are the last seq_q positions) or "
+                    "explicit q_positions" % (q.shape[1], k.shape[1]))
+            q_positions = torch.arange(q.shape[1], dtype=torch.int64)
+            k_positions = torch.arange(k.shape[1], dtype=torch.int64)
         causal = bool(is_causal) or bool(causal)
+    if scale is not None and float(scale) == 0.0:
+        raise ValueError("scale=0 is not supported (0 selects the default 1/sqrt(head_dim) in "
+                         "the library; SDPA's scale=0 is uniform attention)")
     if softmax_scale is not None:
         if scale is not None and float(scale) != float(softmax_scale):
             raise ValueError("give scale or softmax_scale, not both")
@@ -865,7 +896,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 
     def rows(x):
         # The kernels need head_dim contiguous; anything else is copied once here.
-        return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] <= 1 else x.contiguous()
+        # A zero stride (an expanded tensor, as SDPA takes) would overlap rows: copied too.
+        zero = any(st == 0 and n > 1 for st, n in zip(x.stride(), x.shape))
+        if x.dim() == 0 or (not zero and (x.stride(-1) == 1 or x.shape[-1] <= 1)):
+            return x
+        return x.contiguous()
 
     call = _forward_op if torch.compiler.is_compiling() else _EagerAttention.apply
     o, lse = call(rows(q), rows(k), rows(v), _int64s(q_positions, "q_positions"),
@@ -967,7 +1002,23 @@ class _EagerRope(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        return (_rope_impl(True, dy, *ctx.options),) + (None,) * len(ctx.options)
+        # Through the transpose's own Function, so that the gradient is itself
+        # differentiable (the map is linear in x), as the registered operators are.
+        return (_EagerRopeTranspose.apply(dy, *ctx.options),) + (None,) * len(ctx.options)
+
+
+class _EagerRopeTranspose(torch.autograd.Function):
+    """The rotation's transpose (the rope backward); its gradient is the forward map."""
+
+    @staticmethod
+    def forward(ctx, dy, *options):
+        ctx.options = options
+        ctx.rope = _ENCODINGS.get(options[-1])
+        return _rope_impl(True, dy, *options)
+
+    @staticmethod
+    def backward(ctx, ddx):
+        return (_EagerRope.apply(ddx, *ctx.options),) + (None,) * len(ctx.options)
 
 
 def rope(x: torch.Tensor, rope: "_Rope", positions: Optional[_TensorLike] = None,

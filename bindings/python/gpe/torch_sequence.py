@@ -123,16 +123,33 @@ class _Op:
         return _EagerOp.apply(self, *args)
 
 
+def _record_versions(ctx, inputs):
+    """The tensors' version counters at the forward: the backward reads the inputs
+    themselves, so one changed in place in between would give other gradients."""
+    ctx.versions = [(i, t._version) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)]
+
+
+def _check_unchanged(ctx):
+    for i, version in ctx.versions:
+        if ctx.inputs[i]._version != version:
+            raise RuntimeError("an input of this gpe operation (argument %d) was modified in "
+                               "place after the forward; its backward needs it unchanged (as "
+                               "autograd's saved tensors)" % i)
+
+
 class _EagerOp(torch.autograd.Function):
     @staticmethod
     def forward(ctx, op, *args):
         ctx.op, ctx.inputs = op, args
+        _record_versions(ctx, args)
         op.hold(ctx, args)
         return op.forward(*args)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         op, inputs = ctx.op, ctx.inputs
+        _check_unchanged(ctx)
         needs = ctx.needs_input_grad[1:]
         if op.backward is None or not any(needs):
             return (None,) * (1 + len(inputs))

@@ -275,6 +275,22 @@ class TorchAttentionTest(unittest.TestCase):
                           backend="aot_eager", fullgraph=True)
         torch.testing.assert_close(f(q, k, v), gt.attention(q, k, v, causal=True, rope_dim=8),
                                    atol=0, rtol=0)
+        # Arguments that build objects per call (flash-attn's alibi_slopes, Shaw's
+        # structured positions) run eagerly inside a compiled function (a graph break; it
+        # raised AttributeError): the eager outputs and slope gradients, bit for bit.
+        slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+        f = torch.compile(lambda q, k, v, s: gt.attention(q, k, v, alibi_slopes=s, causal=True),
+                          backend="aot_eager")
+        got, want = f(q, k, v, slopes), gt.attention(q, k, v, alibi_slopes=slopes, causal=True)
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+        torch.testing.assert_close(torch.autograd.grad(got.sum(), slopes)[0],
+                                   torch.autograd.grad(want.sum(), slopes)[0], atol=0, rtol=0)
+        table = torch.randn(5, q.shape[-1], dtype=q.dtype)
+        f = torch.compile(lambda q, k, v: gt.attention(q, k, v, shaw_max_distance=2,
+                                                       shaw_key_table=table), backend="aot_eager")
+        torch.testing.assert_close(
+            f(q, k, v), gt.attention(q, k, v, shaw_max_distance=2, shaw_key_table=table),
+            atol=0, rtol=0)
 
     def test_decode_head_major_cache_view(self):
         # A KV cache kept as [b, h, s, d] and passed as its transpose (a view: decoding's

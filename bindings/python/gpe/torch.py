@@ -804,6 +804,18 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     refused. sinks: a tensor
     [heads_q] (any float dtype, read as float32) or an AttentionSinks. Returns o (like
     q), or (o, lse)."""
+    if torch.compiler.is_compiling() and (alibi_slopes is not None or structured):
+        # Objects built per call (the ALiBi of alibi_slopes, the structured positions)
+        # cannot be constants of a compiled graph: this call runs eagerly (a graph break),
+        # with its gradients as outside torch.compile.
+        return _attention_eager(
+            q, k, v, causal=causal, scale=scale, rope_dim=rope_dim, rope_base=rope_base,
+            rope_pairing=rope_pairing, alibi=alibi, bias=bias, encoding=encoding,
+            q_positions=q_positions, k_positions=k_positions, cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_k=cu_seqlens_k, threads=threads, return_lse=return_lse, rope=rope,
+            window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
+            is_causal=is_causal, softmax_scale=softmax_scale, enable_gqa=enable_gqa,
+            attn_mask=attn_mask, dropout_p=dropout_p, **structured)
     attn_mask = _sdpa_mask(attn_mask)
     if dropout_p:
         raise ValueError("dropout_p must be 0: attention dropout is not supported")
@@ -1121,6 +1133,9 @@ def _hf_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tenso
                     attn_mask=mask, is_causal=causal, scale=scaling, enable_gqa=True,
                     softcap=kwargs.get("softcap"), sinks=sinks)
     return out, None
+
+
+_attention_eager = torch.compiler.disable(attention)
 
 
 def register_hf_attention(name: str = "gpe") -> str:

@@ -5,7 +5,10 @@
 #
 # writes
 #   PREFIX/include/gpe/gpe.h and the per-area headers it includes (common.h, so.h, ...)
-#   PREFIX/include/gpe/dlpack/dlpack.h   (the DLPack header libgpe was built against)
+#   PREFIX/include/gpe/deps/dlpack/dlpack.h   (the DLPack header libgpe was built against, in
+#                                        a directory of its own on the include path, so
+#                                        that gpe's own headers, reached as "gpe/x.h", put
+#                                        no generic names such as common.h on it)
 #   PREFIX/lib/libgpe.so.MAJOR.MINOR.PATCH, libgpe.so.MAJOR -> it, libgpe.so -> libgpe.so.MAJOR
 #   PREFIX/lib/libgpe.a                  (the static library: GroupPE's objects, C++ inside)
 #   PREFIX/lib/pkgconfig/gpe.pc
@@ -53,12 +56,13 @@ minor="$(version_part MINOR)"
 patch="$(version_part PATCH)"
 version="$major.$minor.$patch"
 
-mkdir -p "$prefix/include/gpe/dlpack" "$prefix/lib/pkgconfig"
+mkdir -p "$prefix/include/gpe/deps/dlpack" "$prefix/lib/pkgconfig"
+rm -rf "$prefix/include/gpe/dlpack"  # an earlier install's place for it
 prefix="$(cd "$prefix" && pwd)"
 for h in "${headers[@]}"; do
   install -m 0644 "$h" "$prefix/include/gpe/$(basename "$h")"
 done
-install -m 0644 "$dlpack" "$prefix/include/gpe/dlpack/dlpack.h"
+install -m 0644 "$dlpack" "$prefix/include/gpe/deps/dlpack/dlpack.h"
 install -m 0755 "$lib" "$prefix/lib/libgpe.so.$version"
 ln -sf "libgpe.so.$version" "$prefix/lib/libgpe.so.$major"
 ln -sf "libgpe.so.$major" "$prefix/lib/libgpe.so"
@@ -82,7 +86,7 @@ libdir=\${prefix}/lib
 Name: gpe
 Description: GroupPE positional encodings from group theory: the stable C ABI
 Version: $version
-Cflags: -I\${includedir} -I\${includedir}/gpe
+Cflags: -I\${includedir} -I\${includedir}/gpe/deps
 Libs: -L\${libdir} -lgpe
 Libs.private: $private
 PC
@@ -107,7 +111,7 @@ if(NOT TARGET GroupPE::gpe)
   set_target_properties(GroupPE::gpe PROPERTIES
     IMPORTED_LOCATION "\${_gpe_prefix}/lib/libgpe.so.$version"
     IMPORTED_SONAME "libgpe.so.$major"
-    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe")
+    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe/deps")
 endif()
 if(NOT TARGET GroupPE::gpe_static)
   find_package(Threads REQUIRED)
@@ -115,7 +119,7 @@ if(NOT TARGET GroupPE::gpe_static)
   set_target_properties(GroupPE::gpe_static PROPERTIES
     IMPORTED_LOCATION "\${_gpe_prefix}/lib/libgpe.a"
     IMPORTED_LINK_INTERFACE_LANGUAGES "CXX"
-    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe"
+    INTERFACE_INCLUDE_DIRECTORIES "\${_gpe_prefix}/include;\${_gpe_prefix}/include/gpe/deps"
     INTERFACE_LINK_LIBRARIES "Threads::Threads;$cmake_libs")
 endif()
 unset(_gpe_prefix)

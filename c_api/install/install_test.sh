@@ -36,7 +36,7 @@ spaced="$tmp/with space"
 [[ -e "$spaced/lib/cmake/GroupPE/GroupPEConfig.cmake" && -e "$spaced/lib/libgpe.so" ]] ||
   fail "the prefix with a space got no library or CMake package"
 grep -q "pkg-config cannot carry" "$tmp/spaced.err" || fail "no message on the skipped gpe.pc"
-for f in include/gpe/gpe.h include/gpe/dlpack/dlpack.h lib/libgpe.so lib/libgpe.a \
+for f in include/gpe/gpe.h include/gpe/deps/dlpack/dlpack.h lib/libgpe.so lib/libgpe.a \
          lib/pkgconfig/gpe.pc lib/cmake/GroupPE/GroupPEConfig.cmake \
          lib/cmake/GroupPE/GroupPEConfigVersion.cmake; do
   [[ -e "$prefix/$f" ]] || fail "install wrote no $f"
@@ -65,6 +65,11 @@ if command -v readelf >/dev/null; then
 fi
 
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# The include path gpe.pc gives holds gpe/ and dlpack/ only: no generic header names
+# (gpe's common.h, image.h, ...) that a user's "common.h" could resolve to.
+for dir in $(pkg-config --cflags-only-I gpe | sed 's/-I//g'); do
+  [[ ! -e "$dir/common.h" ]] || fail "gpe.pc puts $dir/common.h on the include path"
+done
 [[ "$(pkg-config --modversion gpe)" == "$major.$(version_part MINOR).$(version_part PATCH)" ]] ||
   fail "pkg-config --modversion gpe disagrees with gpe/common.h"
 # Compiled as strict C99 outside Bazel, with only what pkg-config says.

@@ -13,29 +13,35 @@ def _maybe(rule, name, **kwargs):
     if not native.existing_rule(name):
         rule(name = name, **kwargs)
 
+def _local_rules_impl(ctx):
+    # third_party/local_rules/<name> of the repository holding this file, found from a
+    # label (so wherever GroupPE comes from: the main workspace, local_repository,
+    # http_archive or git_repository), its entries linked into the new repository.
+    src = ctx.path(ctx.attr._anchor).dirname.get_child("local_rules").get_child(ctx.attr.dir)
+    for entry in src.readdir():
+        ctx.symlink(entry, entry.basename)
+
+_local_rules = repository_rule(
+    implementation = _local_rules_impl,
+    attrs = {
+        "dir": attr.string(mandatory = True),
+        "_anchor": attr.label(default = Label("//third_party:workspace.bzl")),
+    },
+    local = True,
+)
+
 def gpe_dependencies(grouppe_path = "."):
     """Declares every repository GroupPE needs.
 
     Args:
-      grouppe_path: where this repository sits, relative to the main workspace root
-        (".", or for a consumer the path given to its local_repository).
+      grouppe_path: no longer used (kept so that existing calls work): the stand-ins below
+        are found from this file's own label, wherever GroupPE is fetched from.
     """
-    # Offline stand-ins that Bazel 4.2.3 itself asks for.
-    _maybe(
-        native.local_repository,
-        name = "rules_cc",
-        path = grouppe_path + "/third_party/local_rules/rules_cc",
-    )
-    _maybe(
-        native.local_repository,
-        name = "rules_java",
-        path = grouppe_path + "/third_party/local_rules/rules_java",
-    )
-    _maybe(
-        native.local_repository,
-        name = "remote_coverage_tools",
-        path = grouppe_path + "/third_party/local_rules/remote_coverage_tools",
-    )
+    # Offline stand-ins that Bazel 4.2.3 itself asks for (a path relative to the main
+    # workspace named them before, which no value could give for an http_archive).
+    _maybe(_local_rules, name = "rules_cc", dir = "rules_cc")
+    _maybe(_local_rules, name = "rules_java", dir = "rules_java")
+    _maybe(_local_rules, name = "remote_coverage_tools", dir = "remote_coverage_tools")
     _maybe(
         native.local_repository,
         name = "platforms",

@@ -89,11 +89,20 @@ fn rope_offsets_shift_positions_and_schedules_change_frequencies() {
     }
     // YaRN with factor 1 leaves the high frequencies alone; its temperature is >= 1.
     let mut y = RopeOptions::new(64);
-    y.schedule = Schedule::Yarn { factor: 8.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0, attention_factor: None };
+    y.schedule = Schedule::Yarn { factor: 8.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0, attention_factor: None, truncate: true, mscale: None };
     let (yt, yf) = Rope::new(&y).unwrap().frequencies().unwrap();
     assert_eq!(yt[0], 1.0);
     // Peng et al.: sqrt(1/t) = 0.1 ln(s) + 1.
     assert!((yf - (0.1 * 8f64.ln() + 1.0)).abs() < 1e-12);
+    // The ramp's ends not rounded (gpt-oss): the planes outside the ramp agree, some
+    // inside it move; DeepSeek's mscale pair sets the attention factor
+    // (0.1 m ln s + 1) / (0.1 m_all ln s + 1) (both reach C: they were never passed).
+    y.schedule = Schedule::Yarn { factor: 8.0, original_max_position: 4096, beta_fast: 32.0, beta_slow: 1.0, attention_factor: None, truncate: false, mscale: Some((1.0, 0.5)) };
+    let (ut, uf) = Rope::new(&y).unwrap().frequencies().unwrap();
+    assert_eq!((ut[0], ut[31]), (yt[0], yt[31]));
+    assert!(ut.iter().zip(&yt).any(|(a, b)| (a - b).abs() > 1e-12 * b));
+    let want = (0.1 * 8f64.ln() + 1.0) / (0.05 * 8f64.ln() + 1.0);
+    assert!((uf - want).abs() < 1e-12, "{} {}", uf, want);
 }
 
 #[test]
@@ -474,6 +483,16 @@ fn attention_axial_and_mrope_positions_rotate_as_written_out() {
         let (o32, _) = attention_forward(&options, &layout, &heads, &f(&q), &f(&k), &f(&v)).unwrap();
         let o32: Vec<f64> = o32.iter().map(|&t| t as f64).collect();
         assert!(max_abs_diff(&o32, &want) < 1e-5, "axes {}", axes);
+        // The same encoding from a Rope handle: q_axes / k_axes read with the handle's
+        // axis count (they were sent as one axis and refused).
+        let handle = Rope::new(&RopeOptions {
+            axes: if axes == 2 { Axes::Axial(2) } else { Axes::MRope(sections.to_vec()) },
+            ..RopeOptions::new(d as i64)
+        })
+        .unwrap();
+        let fused = AttentionOptions { causal: true, rope: Some(&handle), q_axes: Some(&coords), k_axes: Some(&coords), ..Default::default() };
+        let (oh, _) = attention_forward(&fused, &layout, &heads, &q, &k, &v).unwrap();
+        assert!(max_abs_diff(&oh, &want) < 1e-12, "handle, axes {}", axes);
     }
     // Per-axis coordinates whose length is not a multiple of the axes: refused here.
     let bad = AttentionOptions { rope_dim: d as i64, rope_axes: 2, q_axes: Some(&[0, 1, 2]), k_axes: Some(&[0, 1, 2]), ..Default::default() };

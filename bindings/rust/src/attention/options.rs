@@ -80,8 +80,9 @@ impl AttentionHeads {
 /// k_positions, or the default, still order the tokens for causal masks, biases and Shaw
 /// labels): per-axis coordinates `q_axes` / `k_axes` ([tokens, axes] row-major) for axial
 /// RoPE (`rope_axes` 2 or 3), M-RoPE (`rope_sections`) and algebraic grids
-/// (`algebraic_grid`), where axes is the encoding's axis count (rope_sections.len(),
-/// else rope_axes when > 1, else algebraic_grid.len()); tree addresses `q_tree` /
+/// (`algebraic_grid`), where axes is the encoding's axis count (a `rope` handle's when it
+/// has several, else rope_sections.len(), else rope_axes when > 1, else
+/// algebraic_grid.len()); tree addresses `q_tree` /
 /// `k_tree` (one list of 0-based child indices per token) for algebraic trees
 /// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
 /// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], the value table's rows of
@@ -105,7 +106,7 @@ pub struct AttentionOptions<'a> {
     pub causal: bool,
     /// 0: 1 / sqrt(head_dim).
     pub softmax_scale: f64,
-    /// 0: every hardware thread.
+    /// 0: the installed pool's threads (gpe_set_thread_pool), else every hardware thread.
     pub num_threads: i32,
     pub rope_dim: i64,
     pub rope_base: f64,
@@ -270,8 +271,16 @@ fn tree_csr(addresses: &[&[i64]]) -> (Vec<i64>, Vec<i64>) {
     (offsets, children)
 }
 
-// The axis count per-axis coordinates are read with (AttentionOptions' documentation).
+// The axis count per-axis coordinates are read with (AttentionOptions' documentation):
+// a Rope handle's own where it has several (axial / M-RoPE, attention.h), else the
+// legacy options'.
 fn position_axes(options: &AttentionOptions) -> usize {
+    if let Some(r) = options.rope {
+        let (_, _, axes) = r.shape();
+        if axes > 1 {
+            return axes;
+        }
+    }
     if let Some(s) = options.rope_sections {
         s.len().max(1)
     } else if options.rope_axes > 1 {

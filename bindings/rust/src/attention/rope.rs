@@ -29,8 +29,19 @@ pub enum Schedule {
     /// Dynamic NTK: the base grows once current_length exceeds original_max_position.
     DynamicNtk { factor: f64, original_max_position: i64, current_length: i64 },
     /// YaRN (Peng et al.): NTK-by-parts ramp between beta_slow and beta_fast, and the
-    /// attention temperature (overridden by `attention_factor` when given).
-    Yarn { factor: f64, original_max_position: i64, beta_fast: f64, beta_slow: f64, attention_factor: Option<f64> },
+    /// attention temperature (overridden by `attention_factor` when given). `truncate`:
+    /// the ramp's ends floored / ceiled (the published default; gpt-oss publishes false);
+    /// `mscale`: DeepSeek's (mscale, mscale_all_dim), attention factor
+    /// (0.1 mscale ln s + 1) / (0.1 mscale_all_dim ln s + 1).
+    Yarn {
+        factor: f64,
+        original_max_position: i64,
+        beta_fast: f64,
+        beta_slow: f64,
+        attention_factor: Option<f64>,
+        truncate: bool,
+        mscale: Option<(f64, f64)>,
+    },
     /// LongRoPE (Ding et al.): per-plane factors, the long list once current_length
     /// exceeds original_max_position.
     LongRope {
@@ -88,6 +99,8 @@ impl Schedule {
                 beta_fast: o.beta_fast,
                 beta_slow: o.beta_slow,
                 attention_factor,
+                truncate: o.yarn_truncate != 0,
+                mscale: if o.has_mscale != 0 { Some((o.mscale, o.mscale_all_dim)) } else { None },
             },
             ScheduleKind::LongRope => Schedule::LongRope {
                 short_factor: Vec::new(),
@@ -218,12 +231,18 @@ impl Rope {
                 o.original_max_position = *original_max_position;
                 o.current_length = *current_length;
             }
-            Schedule::Yarn { factor, original_max_position, beta_fast, beta_slow, attention_factor } => {
+            Schedule::Yarn { factor, original_max_position, beta_fast, beta_slow, attention_factor, truncate, mscale } => {
                 o.schedule = ffi::GPE_ROPE_YARN;
                 o.factor = *factor;
                 o.original_max_position = *original_max_position;
                 o.beta_fast = *beta_fast;
                 o.beta_slow = *beta_slow;
+                o.yarn_truncate = *truncate as i32;
+                if let Some((m, all)) = mscale {
+                    o.has_mscale = 1;
+                    o.mscale = *m;
+                    o.mscale_all_dim = *all;
+                }
                 if let Some(a) = attention_factor {
                     o.has_attention_factor = 1;
                     o.attention_factor = *a;

@@ -1065,3 +1065,21 @@ fn attention_with_a_value_head_size_of_its_own() {
         assert!(e.message.contains("shaw_value_table"), "{}", e.message);
     }
 }
+
+#[test]
+fn parameter_gradients_refuse_inconsistent_matrices_before_sizing() {
+    // A Shaw table whose public fields claim 2^33 x 2^33 with no data, and an algebraic
+    // tree generator of 2^32 x 2^32: an Err naming the matrix, before any buffer is sized
+    // by them (a panic from Matrix::zeros, or an 8 TiB allocation, before).
+    let (s, h, d) = (2usize, 1usize, 4usize);
+    let mut rng = Rng(5);
+    let (q, k, v, w) = (rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d), rng.vec(s * h * d));
+    let layout = AttentionLayout::Padded { batch: 1, seq_q: s, seq_k: s };
+    let heads = AttentionHeads { heads_q: h, heads_kv: h, head_dim: d, head_dim_v: None };
+    let huge = Matrix { rows: 1 << 33, cols: 1 << 33, data: Vec::new() };
+    let options = AttentionOptions { shaw_max_distance: 1, shaw_key_table: Some(&huge), ..Default::default() };
+    assert!(attention_backward_with_parameters(&options, &layout, &heads, &q, &k, &v, None, &w).is_err());
+    let big = [Matrix { rows: 1 << 32, cols: 1 << 32, data: Vec::new() }];
+    let options = AttentionOptions { algebraic_tree: Some(&big), ..Default::default() };
+    assert!(attention_backward_with_parameters(&options, &layout, &heads, &q, &k, &v, None, &w).is_err());
+}

@@ -6,7 +6,7 @@ use std::ptr;
 
 use super::options::{count, shapes, with_options, Shapes};
 use super::{AttentionHeads, AttentionLayout, AttentionOptions, BiasKind};
-use crate::{check, expect_len, ffi, real_tensor, real_tensor_mut, Matrix, Real, Result};
+use crate::{check, checked_count, expect_len, ffi, real_tensor, real_tensor_mut, Matrix, Real, Result};
 
 /// Gradients of `attention_backward`, shaped like q, k and v (dv's rows of
 /// `AttentionHeads::value_dim()`).
@@ -100,8 +100,8 @@ pub fn attention_backward_v2<T: Real>(
 ) -> Result<(AttentionGrads<T>, ShawTableGrads)> {
     let (mut s, mut g) = backward_inputs(layout, heads, q, k, v, forward, d_o)?;
     let mut tables = ShawTableGrads {
-        key_table: options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols)),
-        value_table: options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols)),
+        key_table: options.shaw_key_table.map(zeros_like).transpose()?,
+        value_table: options.shaw_value_table.map(zeros_like).transpose()?,
     };
     let (mut ks, mut vs, mut os, mut dos) = (s.k.clone(), s.v.clone(), s.o.clone(), s.o.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.k.clone(), s.v.clone());
@@ -164,8 +164,10 @@ struct Stack {
     shape: [i64; 3],
 }
 impl Stack {
-    fn new(n: usize, m: usize) -> Stack {
-        Stack { data: vec![0.0; n * m * m], shape: [n as i64, m as i64, m as i64] }
+    // checked_count: the sizes fit (an Err, not an overflow or a huge allocation).
+    fn new(n: usize, m: usize) -> Result<Stack> {
+        let len = checked_count("generator stack", &[n, m, m])?;
+        Ok(Stack { data: vec![0.0; len], shape: [n as i64, m as i64, m as i64] })
     }
     fn matrices(self) -> Vec<Matrix> {
         let m = self.shape[1] as usize;
@@ -205,19 +207,19 @@ pub fn attention_backward_with_parameters<T: Real>(
         p.grape_b = Some(Matrix::zeros(m, dim));
         p.grape_omega = Some(vec![0.0; m]);
     }
-    p.shaw_key_table = options.shaw_key_table.map(|t| Matrix::zeros(t.rows, t.cols));
-    p.shaw_value_table = options.shaw_value_table.map(|t| Matrix::zeros(t.rows, t.cols));
+    p.shaw_key_table = options.shaw_key_table.map(zeros_like).transpose()?;
+    p.shaw_value_table = options.shaw_value_table.map(zeros_like).transpose()?;
     p.sinks = options.sinks.map(|z| vec![0.0; z.len()]);
     let mut sink_shape = [options.sinks.map_or(0, |z| z.len() as i64)];
     // The algebraic generators' gradients: [dim, dim] for a sequence, [count, m, m] for a
     // tree's branches or a grid's axes.
     let mut alg = match options.algebraic {
-        Some(a) => Some(Stack::new(1, a.dim())),
+        Some(a) => Some(Stack::new(1, a.dim())?),
         None => None,
     };
     let mut alg_shape = [0i64; 2];
-    let mut tree = options.algebraic_tree.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
-    let mut grid = options.algebraic_grid.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows)));
+    let mut tree = options.algebraic_tree.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows))).transpose()?;
+    let mut grid = options.algebraic_grid.map(|s| Stack::new(s.len(), s.first().map_or(0, |m| m.rows))).transpose()?;
     let (mut ks, mut vs, mut os, mut dos) = (s.k.clone(), s.v.clone(), s.o.clone(), s.o.clone());
     let (mut dqs, mut dks, mut dvs) = (s.q.clone(), s.k.clone(), s.v.clone());
     let (mut bas, mut bbs) = (bias_shape.clone(), bias_shape.clone());
@@ -270,4 +272,12 @@ pub fn attention_backward_with_parameters<T: Real>(
     p.algebraic_tree = tree.map(Stack::matrices);
     p.algebraic_grid = grid.map(Stack::matrices);
     Ok((g, p))
+}
+
+// A zero matrix of t's shape, once t's shape and data agree (the caller's public fields
+// checked before anything is sized by them: an Err rather than a panic or a huge
+// allocation).
+fn zeros_like(t: &Matrix) -> Result<Matrix> {
+    expect_len("matrix data", t.data.len(), checked_count("matrix", &[t.rows, t.cols])?)?;
+    Ok(Matrix::zeros(t.rows, t.cols))
 }

@@ -249,9 +249,10 @@ pub(super) fn count(shape: &[i64]) -> usize {
 // Skew generators as one float64 [count, m, m] row-major buffer (all square, one size).
 fn skew_stack(name: &str, skews: &[Matrix]) -> Result<(Vec<f64>, [i64; 3])> {
     let m = skews.first().map_or(0, |s| s.rows);
-    let mut flat = Vec::with_capacity(skews.len() * m * m);
+    let mm = crate::checked_count(name, &[m, m])?;
+    let mut flat = Vec::with_capacity(crate::checked_count(name, &[skews.len(), mm])?);
     for (i, s) in skews.iter().enumerate() {
-        if s.rows != m || s.cols != m || s.data.len() != m * m {
+        if s.rows != m || s.cols != m || s.data.len() != mm {
             return Err(invalid(format!("{}[{}] is {} x {}; every generator must be {} x {}", name, i, s.rows, s.cols, m, m)));
         }
         flat.extend_from_slice(&s.data);

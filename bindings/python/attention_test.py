@@ -615,5 +615,41 @@ class WindowSoftcapSinksTest(unittest.TestCase):
             gpe.attention_backward(q, q, q, q, sink_grad=True)
 
 
+class ClosedHandlesAndMergeShapesTest(unittest.TestCase):
+    def test_closed_handles_are_refused(self):
+        # A closed handle is NULL, which the options read as "none": the call gave plain
+        # attention (and its gradients) without the encoding / bias / RoPE asked for.
+        rng = np.random.default_rng(1)
+        q, k, v = (rng.standard_normal((1, 6, 2, 8)) for _ in range(3))
+        g = gpe.GrapeM(rng.standard_normal(8), rng.standard_normal(8), 0.7)
+        r = gpe.Rope(8)
+        a = gpe.Alibi(2)
+        for name, kw in (("encoding", dict(encoding=g)), ("rope", dict(rope=r)),
+                         ("bias", dict(bias=a))):
+            gpe.attention(q, k, v, causal=True, **kw)  # open: fine
+            kw[name].close()
+            with self.subTest(name):
+                with self.assertRaisesRegex(ValueError, "closed"):
+                    gpe.attention(q, k, v, causal=True, **kw)
+                with self.assertRaisesRegex(ValueError, "closed"):
+                    gpe.attention_backward(q, k, v, np.ones_like(q), causal=True, **kw)
+
+    def test_merge_refuses_lse_of_another_layout(self):
+        # lse as [batch, heads, seq] (flash-attn's) for o [batch, seq, heads, d]: as many
+        # entries, other rows; it was reshaped and merged wrongly (0.78 off).
+        rng = np.random.default_rng(2)
+        q, k, v = (rng.standard_normal((1, 4, 2, 8)) for _ in range(3))
+        o1, l1 = gpe.attention(q, k[:, :2], v[:, :2], return_lse=True)
+        o2, l2 = gpe.attention(q, k[:, 2:], v[:, 2:], return_lse=True)
+        want = gpe.attention(q, k, v)
+        # Float64 throughout: the merge is exact to rounding (1e-12).
+        np.testing.assert_allclose(gpe.merge_attention([o1, o2], [l1, l2])[0], want, atol=1e-12)
+        np.testing.assert_allclose(
+            gpe.merge_attention([o1, o2], [l1.reshape(1, 4, 2), l2.reshape(1, 4, 2)])[0], want,
+            atol=1e-12)
+        bhs = [l.reshape(1, 4, 2).transpose(0, 2, 1).copy() for l in (l1, l2)]
+        with self.assertRaisesRegex(ValueError, "lse part 0 has shape"):
+            gpe.merge_attention([o1, o2], bhs)
+
 if __name__ == "__main__":
     unittest.main()

@@ -423,5 +423,17 @@ class ErrorsTest(unittest.TestCase):
             gpe.SphericalHarmonics(2)(np.zeros((1, 3)))
 
 
+class LaplacianEdgesLayoutTest(unittest.TestCase):
+    def test_edges_must_be_rows(self):
+        # A [2, E] edge_index (PyTorch Geometric) was reshaped to [E, 2] pairing the wrong
+        # nodes: another graph, silently.
+        ei = np.array([[0, 1, 2, 3], [4, 5, 4, 5]])
+        with self.assertRaisesRegex(ValueError, r"\[E, 2\]"):
+            gpe.laplacian_eigenvectors(6, ei, 3)
+        with self.assertRaisesRegex(ValueError, r"\[E, 2\]"):
+            gpe.laplacian_eigenvectors(6, ei.T.reshape(-1), 3)
+        vals, vecs = gpe.laplacian_eigenvectors(6, ei.T, 3)
+        self.assertEqual(vecs.shape, (6, 3))
+
 if __name__ == "__main__":
     unittest.main()

@@ -64,5 +64,36 @@ class InrTest(unittest.TestCase):
             gpe.shifted_basis(np.zeros(3), "cosine", 4, 0.1)
 
 
+class PathsAndDeferredErrorsTest(unittest.TestCase):
+    def test_paths_with_nul_are_refused(self):
+        # C reads a path up to its first NUL: "a.png\0.txt" wrote a.png.
+        with self.assertRaisesRegex(ValueError, "null byte"):
+            gpe.image_write_png("/nonexistent/a.png\0.txt", np.zeros((2, 2)))
+        with self.assertRaisesRegex(ValueError, "null byte"):
+            gpe.image_read("/nonexistent/a.png\0x")
+
+    def test_pool_error_does_not_leak_into_the_next_call(self):
+        # A failing progress callback and a failing installed pool in one fit: the
+        # callback's error is raised by the fit, the pool's consumed with it (it surfaced
+        # in the thread's next, unrelated call).
+        def pool(n, run):
+            for i in range(n):
+                run(i)
+            raise KeyError("pool failure")
+
+        def progress(step, loss):
+            raise RuntimeError("progress failure")
+
+        x = np.random.default_rng(0).random((8192, 2)).astype(np.float32)
+        y = x[:, :1].copy()
+        gpe.set_thread_pool(pool, num_threads=4)
+        try:
+            with self.assertRaises((RuntimeError, KeyError)):
+                gpe.mlp_fit(x, y, hidden_width=32, num_hidden_layers=1, steps=2,
+                            progress=progress)
+        finally:
+            gpe.set_thread_pool(None)  # raised KeyError('pool failure') here before
+        gpe.version()
+
 if __name__ == "__main__":
     unittest.main()

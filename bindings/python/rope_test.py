@@ -314,5 +314,24 @@ class ApplyTest(unittest.TestCase):
             gpe.Rope(16, schedule="ntk")
 
 
+class RopeCopiesAndEmptyInputsTest(unittest.TestCase):
+    def test_copy_keeps_its_own_factors_and_closed_refuses(self):
+        sf = np.ones(4)
+        r = gpe.Rope(8, schedule="longrope", short_factor=sf, long_factor=np.ones(4) * 2,
+                     original_max_position=16, max_position=64)
+        want = r.frequencies()[0]
+        sf[:] = 5.0  # the caller's array, changed after the Rope was built
+        np.testing.assert_array_equal(copy.deepcopy(r).frequencies()[0], want)
+        np.testing.assert_array_equal(pickle.loads(pickle.dumps(r)).frequencies()[0], want)
+        r.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            copy.deepcopy(r)
+
+    def test_empty_batches(self):
+        # NumPy's strides of empty arrays (all 0) failed the library's layout checks.
+        r = gpe.Rope(8)
+        for shape in ((0, 4, 2, 8), (1, 0, 2, 8)):
+            self.assertEqual(r.forward(np.zeros(shape)).shape, shape)
+
 if __name__ == "__main__":
     unittest.main()

@@ -540,5 +540,32 @@ def rng_x(n, d):
     return np.random.default_rng(n * 100 + d).normal(size=(n, d))
 
 
+class HandleLifetimeAndTreeInputTest(unittest.TestCase):
+    def test_two_threads_closing_one_handle_free_it_once(self):
+        # close() was check, destroy (GIL released), clear: two threads could both
+        # destroy (glibc: "double free or corruption", the process aborted).
+        import threading
+        for _ in range(200):
+            h = gpe.AlgebraicSequence(np.zeros((32, 32)))
+            barrier = threading.Barrier(2)
+            ts = [threading.Thread(target=lambda: (barrier.wait(), h.close())) for _ in range(2)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            self.assertFalse(h._handle)
+
+    def test_tree_addresses_are_integers_and_paths_one_dimensional(self):
+        rng = np.random.default_rng(3)
+        a = rng.standard_normal((2, 4, 4))
+        t = gpe.AlgebraicTree(a - a.transpose(0, 2, 1))
+        with self.assertRaises(TypeError):  # truncated to [[1, 0]] before
+            t.addresses([[1.9, 0.2]])
+        with self.assertRaises(TypeError):
+            t.addresses([[True, False]])
+        with self.assertRaisesRegex(ValueError, "one list"):  # read as [0] before
+            t.matrix([[0, 1]])
+        np.testing.assert_array_equal(t.addresses([[1, 0], [1]]), [[1, 0], [1, -1]])
+
 if __name__ == "__main__":
     unittest.main()

@@ -37,6 +37,21 @@ def defer_pool_error(error: BaseException) -> None:
         _pool_errors.error = error
 
 
+_close_lock = threading.Lock()
+
+
+def take_handle(obj: Any) -> Optional[ctypes.c_void_p]:
+    """obj._handle swapped for NULL under a lock, the old one returned (None where it was
+    already closed): two threads closing one object free its handle once (a check then
+    destroy then clear freed it twice)."""
+    with _close_lock:
+        handle = obj._handle
+        if not handle:
+            return None
+        obj._handle = ctypes.c_void_p()
+        return handle
+
+
 def check(code: int) -> None:
     """Raises a thread pool's deferred exception (see above), else GpeError for a failed
     status."""

@@ -8,7 +8,7 @@ import operator
 import os
 import pathlib
 import warnings
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -60,11 +60,19 @@ def as_dltensor(array: Any, *, output: bool) -> Tuple[DLTensor, Any]:
     if array.dtype.kind not in _DL_CODES or array.dtype.byteorder not in ("=", "|", "<"):
         raise TypeError("unsupported dtype %s" % array.dtype)
     shape = (ctypes.c_int64 * max(array.ndim, 1))(*array.shape)
-    strides_el = []
-    for s in array.strides:
-        if s % itemsize:
-            raise ValueError("array strides must be multiples of the element size")
-        strides_el.append(s // itemsize)
+    strides_el: List[int] = []
+    if array.size == 0:
+        # NumPy gives an empty array any strides (all 0 in NumPy 2); the library checks
+        # strides before it sees there is nothing to read: C-contiguous ones.
+        step = 1
+        for n in reversed(array.shape):
+            strides_el.insert(0, step)
+            step *= max(n, 1)
+    else:
+        for s in array.strides:
+            if s % itemsize:
+                raise ValueError("array strides must be multiples of the element size")
+            strides_el.append(s // itemsize)
     strides = (ctypes.c_int64 * max(array.ndim, 1))(*strides_el)
     t = DLTensor()
     t.data = array.ctypes.data if array.size else None

@@ -172,11 +172,11 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
         if not isinstance(bias, AdditiveBias):
             raise TypeError("bias must be a gpe bias object (gpe.Alibi, gpe.T5Bias, ...); got %s"
                             % type(bias).__name__)
-        o.bias = bias._handle
+        o.bias = _live(bias, "bias")
     if isinstance(encoding, GrapeM):
-        o.grape_m = encoding._handle
+        o.grape_m = _live(encoding, "encoding")
     elif isinstance(encoding, AlgebraicSequence):
-        o.algebraic = encoding._handle
+        o.algebraic = _live(encoding, "encoding")
     elif encoding is not None:
         raise TypeError("encoding must be a GrapeM or AlgebraicSequence")
     o.q_positions = keep(_ints(q_positions, "q_positions"))
@@ -185,6 +185,14 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     o.cu_seqlens_k = keep(_ints(cu_seqlens_k, "cu_seqlens_k"))
     _structured(keep, o, **(structured or _STRUCTURED_DEFAULTS))
     return o
+
+
+def _live(obj, name):
+    """obj's library handle; a closed one (NULL) would read as no bias / encoding / RoPE
+    and give plain attention, so it is refused."""
+    if not obj._handle:
+        raise ValueError("%s (%s) is closed" % (name, type(obj).__name__))
+    return obj._handle
 
 
 def _window(window_size):
@@ -208,7 +216,7 @@ def _rope_window_softcap(o, keep_items, rope, window_size, softcap):
         from gpe.rope import Rope  # noqa: lazy, as the encodings above
         if not isinstance(rope, Rope):
             raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
-        o.rope = rope._handle
+        o.rope = _live(rope, "rope")
         keep_items.append(rope)
     o.window, o.window_left, o.window_right = _window(window_size)
     o.softcap = 0.0 if softcap is None else float(softcap)
@@ -462,7 +470,18 @@ def merge_attention(o_list: Sequence[npt.ArrayLike], lse_list: Sequence[npt.Arra
     shape = os_[0].shape
     if len(shape) < 1 or any(o.shape != shape for o in os_):
         raise ValueError("every o part must have one shape [..., head_dim]")
-    ls = [np.asarray(l, dtype=np.float64).reshape(shape[:-1]) for l in lse_list]
+    # lse as the parts' rows: [..., heads] like o's leading axes, or [rows, heads]; a
+    # reshape of anything with as many entries (flash-attn's [batch, heads, seq]) would
+    # merge the wrong rows.
+    rows_shape = shape[:-1]
+    flat_shape = (int(np.prod(shape[:-2], dtype=np.int64)), shape[-2]) if len(shape) >= 2 else None
+    ls = []
+    for i, l in enumerate(lse_list):
+        l = np.asarray(l, dtype=np.float64)
+        if l.shape != rows_shape and l.shape != flat_shape:
+            raise ValueError("lse part %d has shape %s; expected %s (o's shape without "
+                             "head_dim)" % (i, l.shape, rows_shape))
+        ls.append(l.reshape(rows_shape))
     for i, l in enumerate(ls):
         if (l == np.inf).any():
             raise ValueError("lse of part %d holds +inf (must be finite, -inf or NaN)" % i)

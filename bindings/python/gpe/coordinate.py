@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe
+from gpe._core import check, lib, rebuild_recipe, take_handle
 from gpe.inr import KINDS as SHIFTED_KINDS
 
 FOURIER_KINDS = {"gaussian": 0, "linear": 1, "log_linear": 2, "nerf": 3, "txt": 4}
@@ -76,9 +76,9 @@ class CoordinateEncoder:
 
     def close(self) -> None:
         """Frees the library handle (idempotent; also done when garbage-collected)."""
-        if self._handle:
-            lib().gpe_coordinate_encoder_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
+        handle = take_handle(self)
+        if handle:
+            lib().gpe_coordinate_encoder_destroy(handle)
 
     def __del__(self) -> None:
         try:
@@ -269,7 +269,14 @@ def laplacian_eigenvectors(num_nodes: int, edges: npt.ArrayLike, k: int,
     (float64 [E], > 0) default to 1, duplicate edges add."""
     if kind not in LAPLACIANS:
         raise ValueError("kind must be one of %s" % sorted(LAPLACIANS))
-    edges = np.ascontiguousarray(_ffi.int64_array(edges, "edges")).reshape(-1, 2)
+    edges = np.ascontiguousarray(_ffi.int64_array(edges, "edges"))
+    if edges.size == 0:
+        edges = edges.reshape(0, 2)
+    elif edges.ndim != 2 or edges.shape[1] != 2:
+        # A [2, E] edge_index (PyTorch Geometric's layout) or a flat list reshaped would
+        # pair the wrong nodes.
+        raise ValueError("edges must be [E, 2] (one row per edge); got shape %s (transpose "
+                         "a [2, E] edge_index)" % (edges.shape,))
     if weights is not None:
         weights = _f64(weights, "weights", 1)
     vals = np.empty(k, dtype=np.float64)

@@ -99,9 +99,13 @@ def _validation_progress(callback, errors):
 
 
 def _call(errors, status):
-    """check(status) of a call that ran Python callbacks: a callback's exception first."""
-    errors.reraise()
-    check(status)
+    """check(status) of a call that ran Python callbacks: a callback's exception first,
+    chained to the status (check() also consumes a thread pool's deferred error, which
+    would otherwise surface in the thread's next call)."""
+    try:
+        check(status)
+    finally:
+        errors.reraise()
 
 
 def _tensors(inputs, outputs):
@@ -472,7 +476,7 @@ def image_read(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
     else [rows, cols, 3] (gray files expand to three equal channels)."""
     dtype = _float_dtype(dtype)
     h = ctypes.c_void_p()
-    check(lib().gpe_image_read(os.fsencode(path), 1 if grayscale else 0, ctypes.byref(h)))
+    check(lib().gpe_image_read(_path(path), 1 if grayscale else 0, ctypes.byref(h)))
     try:
         rows, cols, ch = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
         check(lib().gpe_image_shape(h, ctypes.byref(rows), ctypes.byref(cols), ctypes.byref(ch)))
@@ -482,6 +486,15 @@ def image_read(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
     finally:
         lib().gpe_image_destroy(h)
     return out[:, :, 0] if grayscale else out
+
+
+def _path(path):
+    """path as bytes for the C library, refused with an embedded NUL (C would read the
+    name up to it, as another file), as Python's open() does."""
+    p = os.fsencode(path)
+    if b"\0" in p:
+        raise ValueError("embedded null byte in path %r" % (path,))
+    return p
 
 
 def _pixels(pixels):
@@ -496,7 +509,7 @@ def image_write_png(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]
     """Writes [rows, cols] or [rows, cols, 1 | 3] values (finite) as an 8-bit PNG, clamping
     to [lo, hi] and mapping it to 0..255."""
     t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
-    check(lib().gpe_image_write_png(os.fsencode(path), ctypes.byref(t), lo, hi))
+    check(lib().gpe_image_write_png(_path(path), ctypes.byref(t), lo, hi))
 
 
 def image_write_jpeg(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes]],
@@ -504,4 +517,4 @@ def image_write_jpeg(path: Union[str, bytes, os.PathLike[str], os.PathLike[bytes
                      hi: float = 1.0) -> None:
     """As image_write_png, as a baseline JPEG of the given quality (1..100; lossy)."""
     t, keep = _ffi.as_dltensor(_pixels(pixels), output=False)
-    check(lib().gpe_image_write_jpeg(os.fsencode(path), ctypes.byref(t), quality, lo, hi))
+    check(lib().gpe_image_write_jpeg(_path(path), ctypes.byref(t), quality, lo, hi))

@@ -20,7 +20,7 @@ is accurate.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, List, Literal, NoReturn, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Literal, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 import numpy.typing as npt
@@ -88,8 +88,12 @@ class Rope(_Handle):
                  xpos_gamma: float = 0.4, xpos_scale_base: float = 512.0, xpos_centre: int = 0,
                  axial_axes: Optional[int] = None, mrope_sections: Optional[Sequence[int]] = None,
                  mrope_interleaved: bool = False, num_threads: int = 1) -> None:
-        # Kept for copies (__reduce__): a copy builds its own handle from them.
-        self._args = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        # Kept for copies (__reduce__): a copy builds its own handle from them; sequences
+        # as private copies (the caller's array changed later would change the copy).
+        copied = ("short_factor", "long_factor", "mrope_sections")
+        self._args: Dict[str, Any] = {
+            k: (list(v) if k in copied and v is not None else v)
+            for k, v in locals().items() if k not in ("self", "__class__", "copied")}
         o = _ffi.RopeOptions()
         o.struct_size = ctypes.sizeof(o)
         o.pairing = _choice(_PAIRINGS, pairing, "pairing")
@@ -171,6 +175,8 @@ class Rope(_Handle):
         # copy.deepcopy and pickle (a model holding a Rope, e.g. in gpe.torch's
         # RotaryEmbedding) rebuild the encoding from its arguments: copying the handle
         # would free it twice.
+        if not self._handle:
+            raise ValueError("cannot copy a closed Rope")
         return (_rebuild_rope, (type(self), self._args))
 
     @property

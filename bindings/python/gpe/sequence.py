@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe
+from gpe._core import check, lib, rebuild_recipe, take_handle
 
 
 def _positions(positions: Any, name: str = "positions") -> npt.NDArray[np.int64]:
@@ -124,10 +124,10 @@ class _Handle:
 
     def close(self) -> None:
         """Frees the library handle (idempotent; also done when garbage-collected)."""
-        if self._handle:
+        handle = take_handle(self)
+        if handle:
             # _destroy is a str in every subclass that holds a handle.
-            getattr(lib(), self._destroy)(self._handle)  # type: ignore[arg-type]
-            self._handle = ctypes.c_void_p()
+            getattr(lib(), self._destroy)(handle)  # type: ignore[arg-type]
 
     def __del__(self) -> None:
         try:
@@ -349,7 +349,12 @@ class AlgebraicTree(_Handle):
         depth = max((len(p) for p in paths), default=0)
         out = np.full((len(paths), max(depth, 1)), -1, dtype=np.int64)
         for r, path in enumerate(paths):
-            out[r, :len(path)] = path
+            # Integers only (int64_array: floats and booleans were truncated by the
+            # assignment), one path per row.
+            row = _ffi.int64_array(path, "addresses[%d]" % r)
+            if row.ndim != 1:
+                raise ValueError("addresses[%d] must be a list of child indices" % r)
+            out[r, :len(row)] = row
         return out
 
     def _index(self, addresses):
@@ -371,6 +376,9 @@ class AlgebraicTree(_Handle):
 
     def matrix(self, path: npt.ArrayLike) -> npt.NDArray[np.float64]:
         path = np.ascontiguousarray(_ffi.int64_array(path, "path"))
+        if path.ndim != 1:  # a 2-D path was read as its first entries
+            raise ValueError("path must be one list of child indices; got shape %s"
+                             % (path.shape,))
         out = np.empty((self.dim, self.dim))
         t = _Call()
         check(lib().gpe_algebraic_tree_matrix(

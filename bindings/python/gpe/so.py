@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe
+from gpe._core import check, lib, rebuild_recipe, take_handle
 
 INTERLEAVED = 0
 HALF_SPLIT = 1
@@ -85,9 +85,9 @@ class SoRepresentation:
 
     def close(self) -> None:
         """Frees the library handle (idempotent; also done when garbage-collected)."""
-        if self._handle:
-            lib().gpe_so_rep_destroy(self._handle)
-            self._handle = ctypes.c_void_p()
+        handle = take_handle(self)
+        if handle:
+            lib().gpe_so_rep_destroy(handle)
 
     def __del__(self) -> None:
         try:

@@ -881,6 +881,17 @@ class TorchInferenceOptionsTest(unittest.TestCase):
                                               ve.transpose(1, 2)).transpose(1, 2)
         torch.testing.assert_close(gt.attention(qb, ke, ve), want, atol=1e-5, rtol=0)
 
+    def test_closed_handles_are_refused(self):
+        # A closed gpe handle read as NULL: no bias / encoding, plain attention silently.
+        q, k, v = self.qkv(b=1, sq=8, sk=8)
+        a = gpe.Alibi(4)
+        g = gpe.GrapeM(np.ones(32), np.linspace(0, 1, 32), 0.5)
+        for name, kw in (("bias", dict(bias=a)), ("encoding", dict(encoding=g))):
+            kw[name].close()
+            with self.subTest(name):
+                with self.assertRaisesRegex(ValueError, "closed"):
+                    gt.attention(q, k, v, causal=True, **kw)
+
     def test_double_backward_raises(self):
         # The attention backward is not itself differentiable: create_graph=True then a
         # second backward raises, rather than leaving the second-order terms out.

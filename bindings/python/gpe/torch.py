@@ -1005,32 +1005,28 @@ _rope_forward_op.register_autograd(_rope_grad, setup_context=_rope_setup)
 _rope_backward_op.register_autograd(_rope_backward_grad, setup_context=_rope_backward_setup)
 
 
-class _EagerRope(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, *options):
-        ctx.options = options
-        ctx.rope = _ENCODINGS.get(options[-1])
-        return _rope_impl(False, x, *options)
+def _eager_rope_function(transpose: bool) -> Any:
+    """The rotation (transpose False) or its transpose, the rope backward, as an autograd
+    Function whose gradient is the other one (the map is linear in x), so that eager
+    gradients are themselves differentiable, as the registered operators' are."""
 
-    @staticmethod
-    def backward(ctx, dy):
-        # Through the transpose's own Function, so that the gradient is itself
-        # differentiable (the map is linear in x), as the registered operators are.
-        return (_EagerRopeTranspose.apply(dy, *ctx.options),) + (None,) * len(ctx.options)
+    class _Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, *options):
+            ctx.options = options
+            ctx.rope = _ENCODINGS.get(options[-1])
+            return _rope_impl(transpose, x, *options)
+
+        @staticmethod
+        def backward(ctx, dy):
+            other = _EAGER_ROPE[not transpose]
+            return (other.apply(dy, *ctx.options),) + (None,) * len(ctx.options)
+
+    return _Function
 
 
-class _EagerRopeTranspose(torch.autograd.Function):
-    """The rotation's transpose (the rope backward); its gradient is the forward map."""
-
-    @staticmethod
-    def forward(ctx, dy, *options):
-        ctx.options = options
-        ctx.rope = _ENCODINGS.get(options[-1])
-        return _rope_impl(True, dy, *options)
-
-    @staticmethod
-    def backward(ctx, ddx):
-        return (_EagerRope.apply(ddx, *ctx.options),) + (None,) * len(ctx.options)
+_EAGER_ROPE = {t: _eager_rope_function(t) for t in (False, True)}
+_EagerRope = _EAGER_ROPE[False]
 
 
 def rope(x: torch.Tensor, rope: "_Rope", positions: Optional[_TensorLike] = None,

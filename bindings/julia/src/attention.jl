@@ -119,6 +119,12 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
     mkr(x) = x === nothing ? nothing : (@tensor t_ x rev_parts; push!(keep, t_); t_)
     tqp, tkp, tcq, tck = mk(q_positions), mk(k_positions), mk(cu_seqlens_q), mk(cu_seqlens_k)
     push!(keep, grape_m, algebraic, bias, rope)
+    # A closed handle's pointer is C_NULL, which the options read as "none": plain
+    # attention, silently. Refused, as a pairing other than the two there are.
+    for (name, h) in (("grape_m", grape_m), ("algebraic", algebraic), ("bias", bias), ("rope", rope))
+        h !== nothing && h.ptr == C_NULL && argerror("$name is closed")
+    end
+    rope_pairing in (:interleaved, :half_split) || argerror("rope_pairing must be :interleaved or :half_split; got $rope_pairing")
     (q_tree === nothing) == (k_tree === nothing) || argerror("give both q_tree and k_tree, or neither")
     tqo, tqc, tko, tkc = nothing, nothing, nothing, nothing
     if q_tree !== nothing

@@ -301,6 +301,12 @@ Random.seed!(20261123)
             @test maximum(abs.(o[:, 1, i, 1] - v[:, 1, :, 1] * (w / sum(w)))) < 1e-14
             @test abs(lse[1, i] - (maximum(s) + log(sum(w)))) < 1e-14
         end
+        # A closed handle (C_NULL: "no bias" to the options) and an unknown pairing are
+        # refused, not read as plain attention / half-split pairs.
+        closed = bias_alibi(1)
+        close(closed)
+        @test_throws GPEError attention_forward(q, k, v; bias=closed)
+        @test_throws GPEError attention_forward(q, k, v; rope_dim=4, rope_pairing=:interleave)
         # dL/dslopes for L = <d_o, o> against central differences (h = 1e-6: ~1e-10).
         qa, ka, va, d_o = randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1)
         slopes = [0.5, 0.25]

@@ -188,10 +188,16 @@ function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArr
     return o, lse
 end
 
+# x itself where its strides are an Array's, else a dense copy: the backward writes dq,
+# dk, dv with exactly the strides of q, k, v (attention.h), and `similar` gives dense
+# arrays, so a strided view (a head slice of a fused qkv array) was refused.
+dense(x::StridedArray) = strides(x) == strides(similar(x)) ? x : copy(x)
+
 """(dq, dk, dv) from d_o (like o: head_dim_v × the rest of q's size), o and lse
 recomputed; dq, dk, dv shaped like q, k, v. Same keywords as attention_forward."""
 function attention_backward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
                             kwargs...) where {T<:Union{Float32,Float64}}
+    q, k, v = dense(q), dense(k), dense(v)  # the gradients take their strides
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
     keep = Any[]
     @tensor tq q rev_parts
@@ -218,6 +224,7 @@ end
 given (`nothing` for a table not given)."""
 function attention_backward_v2(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}, d_o::StridedArray{T};
                                kwargs...) where {T<:Union{Float32,Float64}}
+    q, k, v = dense(q), dense(k), dense(v)  # the gradients take their strides
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
     skt, svt = get(kwargs, :shaw_key_table, nothing), get(kwargs, :shaw_value_table, nothing)
     gsk = skt === nothing ? nothing : zeros(Float64, size(skt))
@@ -256,6 +263,7 @@ branch or axis, like the generators given). `nothing` where the options carry no
 parameter."""
 function attention_backward_with_parameters(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T},
                                             d_o::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
+    q, k, v = dense(q), dense(k), dense(v)  # the gradients take their strides
     dq, dk, dv = similar(q, T, size(q)), similar(k, T, size(k)), similar(v, T, size(v))
     bias = get(kwargs, :bias, nothing)
     gm = get(kwargs, :grape_m, nothing)

@@ -307,6 +307,12 @@ Random.seed!(20261123)
         close(closed)
         @test_throws GPEError attention_forward(q, k, v; bias=closed)
         @test_throws GPEError attention_forward(q, k, v; rope_dim=4, rope_pairing=:interleave)
+        # Strided views (a head slice of a fused array) in the backward: as their copies.
+        big = randn(4, 2, 5, 1)
+        qv, kv_, vv = view(big, :, 1:1, 1:3, :), view(big, :, 2:2, :, :), view(big, :, 1:1, :, :)
+        gv = attention_backward(qv, kv_, vv, ones(4, 1, 3, 1))
+        gc = attention_backward(copy(qv), copy(kv_), copy(vv), ones(4, 1, 3, 1))
+        @test all(map((a, b) -> a == b, gv, gc))
         # dL/dslopes for L = <d_o, o> against central differences (h = 1e-6: ~1e-10).
         qa, ka, va, d_o = randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1), randn(4, 2, 5, 1)
         slopes = [0.5, 0.25]

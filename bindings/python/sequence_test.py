@@ -555,6 +555,11 @@ class HandleLifetimeAndTreeInputTest(unittest.TestCase):
                 t.join()
             self.assertFalse(h._handle)
 
+    def test_periodic_names_a_one_dimensional_x(self):
+        # x must be [N, dim]: a 1-D x was reported as a wrong multiplier count (dim 0).
+        with self.assertRaisesRegex(ValueError, r"x must be \[N, dim\]"):
+            gpe.algebraic_periodic([0, 1], np.zeros(4), 5, [1, 2])
+
     def test_tree_addresses_are_integers_and_paths_one_dimensional(self):
         rng = np.random.default_rng(3)
         a = rng.standard_normal((2, 4, 4))

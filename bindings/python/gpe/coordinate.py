@@ -75,7 +75,9 @@ class CoordinateEncoder:
         self._handle = ctypes.c_void_p(handle)
 
     def close(self) -> None:
-        """Frees the library handle (idempotent; also done when garbage-collected)."""
+        """Frees the library handle (idempotent, also from several threads at once; also
+        done when garbage-collected). Not while another thread's call on this object is
+        running: that call would read freed memory."""
         handle = take_handle(self)
         if handle:
             lib().gpe_coordinate_encoder_destroy(handle)

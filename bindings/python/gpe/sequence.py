@@ -123,7 +123,9 @@ class _Handle:
         self._handle = ctypes.c_void_p(handle)
 
     def close(self) -> None:
-        """Frees the library handle (idempotent; also done when garbage-collected)."""
+        """Frees the library handle (idempotent, also from several threads at once; also
+        done when garbage-collected). Not while another thread's call on this object is
+        running: that call would read freed memory."""
         handle = take_handle(self)
         if handle:
             # _destroy is a str in every subclass that holds a handle.
@@ -487,6 +489,8 @@ def algebraic_periodic(positions: npt.ArrayLike, x: npt.ArrayLike, period: int,
     the same call at -p."""
     p = _positions(positions)
     x = np.asarray(x)
+    if x.ndim != 2:  # (the multipliers' count message below named dim / 2 = 0)
+        raise ValueError("x must be [N, dim]; got shape %s" % (x.shape,))
     mult = np.ascontiguousarray(_ffi.int64_array(multipliers, "multipliers"))
     if out is None:
         out = np.empty(x.shape, dtype=x.dtype)

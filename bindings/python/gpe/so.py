@@ -84,7 +84,9 @@ class SoRepresentation:
         return rep
 
     def close(self) -> None:
-        """Frees the library handle (idempotent; also done when garbage-collected)."""
+        """Frees the library handle (idempotent, also from several threads at once; also
+        done when garbage-collected). Not while another thread's call on this object is
+        running: that call would read freed memory."""
         handle = take_handle(self)
         if handle:
             lib().gpe_so_rep_destroy(handle)

@@ -366,6 +366,16 @@ class SolversTest(unittest.TestCase):
         f = gpe.predict_blended_2d(enc, enc, grid, grid, pts, w)
         np.testing.assert_allclose(f, m @ w.ravel(), rtol=0, atol=1e-12 * np.abs(f).max())
         self.assertAlmostEqual(rms, np.sqrt(np.mean((f - vals) ** 2)), places=12)
+        # Another handle type (an AlgebraicGrid has dims and a handle too) or a closed
+        # encoder: refused before C reads the pointer as a coordinate encoder.
+        a = np.array([[0.0, 1.0], [-1.0, 0.0]])
+        grid_enc = gpe.AlgebraicGrid([a, a])
+        with self.assertRaisesRegex(TypeError, "encoder_x"):
+            gpe.fit_blended_2d(grid_enc, enc, grid, grid, pts, vals)
+        closed = copy.deepcopy(enc)
+        closed.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            gpe.predict_blended_2d(enc, closed, grid, grid, pts, w)
 
 
 class CopyTest(unittest.TestCase):

@@ -119,6 +119,18 @@ def predict_separable_3d(psi: Sequence[npt.ArrayLike],
     return out
 
 
+def _encoders(*encoders):
+    """The blended fit's encoders: open gpe coordinate encoders (another handle type,
+    e.g. an AlgebraicGrid's, would reach C as one; a closed one as NULL)."""
+    from gpe.coordinate import CoordinateEncoder as Encoder  # noqa: lazy
+    for name, e in zip(("encoder_x", "encoder_y"), encoders):
+        if not isinstance(e, Encoder):
+            raise TypeError("%s must be a gpe coordinate encoder; got %s"
+                            % (name, type(e).__name__))
+        if not e._handle:
+            raise ValueError("%s is closed" % name)
+
+
 def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
                    grid_x: npt.ArrayLike, grid_y: npt.ArrayLike, points: npt.ArrayLike,
                    values: npt.ArrayLike, lam: float = 1e-6, max_iterations: int = 500,
@@ -126,6 +138,7 @@ def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
     """Zheng et al.'s blended fit of scattered samples (points [P, 2] as (x, y), values
     [P]) through the virtual grid grid_y x grid_x; encoders are 1-D gpe coordinate
     encoders. Returns (W [Ky, Kx], iterations, rms residual at the samples)."""
+    _encoders(encoder_x, encoder_y)
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, values = _f64(points, "points", 2), _f64(values, "values", 1)
     ky, kx = encoder_y.dims[1], encoder_x.dims[1]
@@ -144,6 +157,7 @@ def predict_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncode
                        grid_x: npt.ArrayLike, grid_y: npt.ArrayLike, points: npt.ArrayLike,
                        w: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """f(points) for weights W through the same blending."""
+    _encoders(encoder_x, encoder_y)
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, w = _f64(points, "points", 2), _f64(w, "w", 2)
     out = np.empty(points.shape[0], dtype=np.float64)

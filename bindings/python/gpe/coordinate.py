@@ -68,6 +68,10 @@ class CoordinateEncoder:
     encoder (its own handle) from the arguments it was built from: a sampled encoder is
     re-sampled with its seed, which reproduces it exactly (std::mt19937_64)."""
 
+    # What gpe.inr's blended fit checks its encoders by (gpe.inr cannot import this
+    # module: this module imports it).
+    _handle_kind = "coordinate_encoder"
+
     # (callable, args) rebuilding this encoder; set by each constructor.
     _recipe: Optional[Tuple[Any, Tuple[Any, ...]]] = None
 

@@ -122,9 +122,8 @@ def predict_separable_3d(psi: Sequence[npt.ArrayLike],
 def _encoders(*encoders):
     """The blended fit's encoders: open gpe coordinate encoders (another handle type,
     e.g. an AlgebraicGrid's, would reach C as one; a closed one as NULL)."""
-    from gpe.coordinate import CoordinateEncoder as Encoder  # noqa: lazy
     for name, e in zip(("encoder_x", "encoder_y"), encoders):
-        if not isinstance(e, Encoder):
+        if getattr(e, "_handle_kind", None) != "coordinate_encoder":
             raise TypeError("%s must be a gpe coordinate encoder; got %s"
                             % (name, type(e).__name__))
         if not e._handle:

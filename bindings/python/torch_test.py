@@ -861,6 +861,13 @@ class TorchInferenceOptionsTest(unittest.TestCase):
                 self.check(o, want, (q, k, v), 1e-12, 1e-12)
                 with self.assertRaisesRegex(ValueError, "top-left"):
                     gt.attention(q, k, v, is_causal=True, rope_dim=8)
+                # Explicit positions define the alignment: causal over them.
+                qp, kp = torch.arange(sq) + 2, torch.arange(5)
+                torch.testing.assert_close(
+                    gt.attention(q, k, v, is_causal=True, rope_dim=8, q_positions=qp,
+                                 k_positions=kp),
+                    gt.attention(q, k, v, causal=True, rope_dim=8, q_positions=qp,
+                                 k_positions=kp), rtol=0, atol=0)
         # Equal lengths: one alignment, encodings allowed.
         q, k, v = (torch.randn(1, 5, 2, 8, dtype=torch.float64) for _ in range(3))
         torch.testing.assert_close(gt.attention(q, k, v, is_causal=True, rope_dim=8),
@@ -871,6 +878,8 @@ class TorchInferenceOptionsTest(unittest.TestCase):
         # scale=0 would select the library's default 1/sqrt(d): refused.
         with self.assertRaisesRegex(ValueError, "scale=0"):
             gt.attention(q, k, v, scale=0.0)
+        with self.assertRaisesRegex(ValueError, "scale=0"):
+            gt.attention(q, k, v, softmax_scale=0.0)
         # Keys and values expanded over the batch (stride 0), as SDPA takes them: copied,
         # then as SDPA within float32 rounding (1e-5 on outputs of size ~1).
         k0 = torch.randn(1, 8, 2, 32)

@@ -822,33 +822,35 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if is_causal is not None:
         if causal and not is_causal:
             raise ValueError("causal=True and is_causal=False disagree")
-        if is_causal and not causal and q.dim() == 4 and q.shape[1] != k.shape[1]:
+        explicit = (q_positions is not None or k_positions is not None
+                    or cu_seqlens_q is not None or cu_seqlens_k is not None)
+        if (is_causal and not causal and not explicit and q.dim() == 4
+                and q.shape[1] != k.shape[1]):
             # SDPA's is_causal aligns the mask top-left (query i sees keys j <= i); causal
             # here, flash-attn's, aligns it bottom-right (queries are the last seq_q
             # positions). Without positional encodings the first is causal over query
             # positions 0 .. seq_q - 1; with them the two readings give different
-            # positions, so the call must say which.
+            # positions, so the call must say which. (Positions given: causal over them.)
             positional = (rope is not None or rope_dim or alibi or bias is not None
                           or alibi_slopes is not None or encoding is not None or structured
                           or window_size not in (None, (-1, -1)))
-            if (q_positions is not None or k_positions is not None or cu_seqlens_q is not None
-                    or cu_seqlens_k is not None or positional):
+            if positional:
                 raise ValueError(
                     "is_causal=True with seq_q (%d) != seq_k (%d): SDPA's is_causal aligns "
                     "the mask top-left (query i sees keys j <= i), which is ambiguous here "
-                    "with positions, packed sequences, windows or positional encodings; pass "
-                    "causal=True (flash-attn's: queries are the last seq_q positions) or "
-                    "explicit q_positions" % (q.shape[1], k.shape[1]))
+                    "with windows or positional encodings; pass causal=True (flash-attn's: "
+                    "queries are the last seq_q positions) or explicit q_positions and "
+                    "k_positions" % (q.shape[1], k.shape[1]))
             q_positions = torch.arange(q.shape[1], dtype=torch.int64)
             k_positions = torch.arange(k.shape[1], dtype=torch.int64)
         causal = bool(is_causal) or bool(causal)
-    if scale is not None and float(scale) == 0.0:
-        raise ValueError("scale=0 is not supported (0 selects the default 1/sqrt(head_dim) in "
-                         "the library; SDPA's scale=0 is uniform attention)")
     if softmax_scale is not None:
         if scale is not None and float(scale) != float(softmax_scale):
             raise ValueError("give scale or softmax_scale, not both")
         scale = softmax_scale
+    if scale is not None and float(scale) == 0.0:
+        raise ValueError("scale=0 is not supported (0 selects the default 1/sqrt(head_dim) in "
+                         "the library; SDPA's scale=0 is uniform attention)")
     if enable_gqa is not None and not enable_gqa and q.shape[-2] != k.shape[-2]:
         raise ValueError("enable_gqa=False but q has %d heads and k %d (grouped-query "
                          "attention needs enable_gqa=True, as in SDPA)"

@@ -50,8 +50,9 @@ under flash-attn's and SDPA's names (the layout stays [batch, seq, heads, head_d
 flash-attn's): window_size=(left, right) (sliding window, -1 unbounded), softcap
 (Gemma 2), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
 positions; learnable when it requires grad), is_causal (SDPA's: top-left where seq_q !=
-seq_k, query i sees keys j <= i, refused there with positions, windows or positional
-encodings, where only causal's bottom-right reading is defined), softmax_scale
+seq_k, query i sees keys j <= i; causal over explicit q / k positions where given; refused
+where seq_q != seq_k with windows or positional encodings and default positions, where
+causal's bottom-right reading is the library's), softmax_scale
 (flash-attn's scale), enable_gqa (SDPA's: heads_q a multiple of heads_kv is always
 allowed; False refuses it as SDPA does), attn_mask (SDPA's: bool, True takes part, or
 float added to the scores; broadcastable to [batch, heads_q, seq_q, seq_k]; no gradient;

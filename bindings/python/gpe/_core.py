@@ -74,6 +74,14 @@ def version_string() -> str:
     return lib().gpe_version_string().decode()
 
 
+def live_handle(obj: Any, name: str) -> ctypes.c_void_p:
+    """obj's library handle for a call that takes it as an argument: a closed one (NULL)
+    would read as "none" there (no encoding, no bias, no RoPE), so it is refused."""
+    if not obj._handle:
+        raise ValueError("%s (%s) is closed" % (name, type(obj).__name__))
+    return obj._handle
+
+
 def rebuild_recipe(obj: Any, recipe: Optional[Tuple[Any, Tuple[Any, ...]]]) -> Any:
     """__reduce__ of an object owning a library handle: `recipe`, the (callable, args)
     that builds an equal object with a handle of its own (copying the handle would have

@@ -75,7 +75,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, live_handle
 
 if TYPE_CHECKING:  # imported lazily at run time (gpe.sequence, gpe.bias, gpe.rope)
     from gpe.bias import AdditiveBias
@@ -172,11 +172,11 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
         if not isinstance(bias, AdditiveBias):
             raise TypeError("bias must be a gpe bias object (gpe.Alibi, gpe.T5Bias, ...); got %s"
                             % type(bias).__name__)
-        o.bias = _live(bias, "bias")
+        o.bias = live_handle(bias, "bias")
     if isinstance(encoding, GrapeM):
-        o.grape_m = _live(encoding, "encoding")
+        o.grape_m = live_handle(encoding, "encoding")
     elif isinstance(encoding, AlgebraicSequence):
-        o.algebraic = _live(encoding, "encoding")
+        o.algebraic = live_handle(encoding, "encoding")
     elif encoding is not None:
         raise TypeError("encoding must be a GrapeM or AlgebraicSequence")
     o.q_positions = keep(_ints(q_positions, "q_positions"))
@@ -185,14 +185,6 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
     o.cu_seqlens_k = keep(_ints(cu_seqlens_k, "cu_seqlens_k"))
     _structured(keep, o, **(structured or _STRUCTURED_DEFAULTS))
     return o
-
-
-def _live(obj, name):
-    """obj's library handle; a closed one (NULL) would read as no bias / encoding / RoPE
-    and give plain attention, so it is refused."""
-    if not obj._handle:
-        raise ValueError("%s (%s) is closed" % (name, type(obj).__name__))
-    return obj._handle
 
 
 def _window(window_size):
@@ -216,7 +208,7 @@ def _rope_window_softcap(o, keep_items, rope, window_size, softcap):
         from gpe.rope import Rope  # noqa: lazy, as the encodings above
         if not isinstance(rope, Rope):
             raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
-        o.rope = _live(rope, "rope")
+        o.rope = live_handle(rope, "rope")
         keep_items.append(rope)
     o.window, o.window_left, o.window_right = _window(window_size)
     o.softcap = 0.0 if softcap is None else float(softcap)

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, live_handle
 
 if TYPE_CHECKING:  # gpe.coordinate imports this module (KINDS)
     from gpe.coordinate import CoordinateEncoder
@@ -126,8 +126,7 @@ def _encoders(*encoders):
         if getattr(e, "_handle_kind", None) != "coordinate_encoder":
             raise TypeError("%s must be a gpe coordinate encoder; got %s"
                             % (name, type(e).__name__))
-        if not e._handle:
-            raise ValueError("%s is closed" % name)
+        live_handle(e, name)
 
 
 def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,

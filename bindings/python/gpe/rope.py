@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, rebuild_recipe
 from gpe.sequence import _Handle, _positions
 
 _PAIRINGS = {"interleaved": 0, "half_split": 1}
@@ -175,9 +175,7 @@ class Rope(_Handle):
         # copy.deepcopy and pickle (a model holding a Rope, e.g. in gpe.torch's
         # RotaryEmbedding) rebuild the encoding from its arguments: copying the handle
         # would free it twice.
-        if not self._handle:
-            raise ValueError("cannot copy a closed Rope")
-        return (_rebuild_rope, (type(self), self._args))
+        return rebuild_recipe(self, (_rebuild_rope, (type(self), self._args)))
 
     @property
     def shape(self) -> Tuple[int, int, int]:

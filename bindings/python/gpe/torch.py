@@ -85,7 +85,7 @@ import numpy.typing as npt
 import torch
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, lib, live_handle
 # Shared with gpe.torch_sequence (and named here too: gpe.context_parallel and callers
 # reach them as gpe.torch._register, gpe.torch._LearnableBias).
 from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
@@ -364,7 +364,7 @@ class _Structured:
 def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
              rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
              structured_key, params, heads, head_dim, extras=None):
-    from gpe.attention import _Keep, _live, _rope_window_softcap, _structured
+    from gpe.attention import _Keep, _rope_window_softcap, _structured
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
     bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v, sinks, algebraic = params
     o = _ffi.AttentionOptions()
@@ -386,7 +386,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                 raise ValueError("a learnable bias needs its parameter tensors")
             bias = bias.build(bias_a, bias_b, heads, head_dim)
             keep.append(bias)
-        o.bias = _live(bias, "bias")
+        o.bias = live_handle(bias, "bias")
     if alibi:  # Press et al.'s slopes for the query heads, as a gpe.bias handle
         from gpe.bias import Alibi
         bias = Alibi(heads, symmetric=alibi == "symmetric")
@@ -405,9 +405,9 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
             enc = enc.build(algebraic)
             keep.append(enc)
         if isinstance(enc, GrapeM):
-            o.grape_m = _live(enc, "encoding")
+            o.grape_m = live_handle(enc, "encoding")
         elif isinstance(enc, AlgebraicSequence):
-            o.algebraic = _live(enc, "encoding")
+            o.algebraic = live_handle(enc, "encoding")
     ints = lambda t, n: None if t is None else _dltensor(t.contiguous(), n, keep)
     o.q_positions = ints(q_positions, "q_positions")
     o.k_positions = ints(k_positions, "k_positions")

@@ -8,7 +8,7 @@ C_API_COPTS = GPE_COPTS + [
     "-fvisibility-inlines-hidden",
 ]
 
-def gpe_c_api_area(name, srcs, hdrs = [], deps = []):
+def gpe_c_api_area(name, srcs, hdrs = [], deps = [], linkopts = []):
     """One area of the ABI's implementation (src/<area>/), private to c_api.
 
     alwayslink: nothing in libgpe.so references an area's entry points, and they must
@@ -21,6 +21,7 @@ def gpe_c_api_area(name, srcs, hdrs = [], deps = []):
         srcs = srcs,
         hdrs = hdrs,
         copts = C_API_COPTS,
+        linkopts = linkopts,
         linkstatic = True,
         alwayslink = True,
         deps = deps if ":headers" in deps else deps + [":headers"],

@@ -4,7 +4,8 @@
 # gtest, Google Benchmark, cudart; never the driver's libcuda, nor glibc, libstdc++,
 # libgcc_s, nor cuBLAS / cuSOLVER, which are hundreds of MB and come with the GPU
 # machine's CUDA), and the peers' script. Called by the :gpu_bundle genrule:
-#   make_bundle.sh OUT.tar FILE...   (executables go to bin/, *.py to the top)
+#   make_bundle.sh OUT.tar FILE...   (executables go to bin/, plugins (*.so) to lib/,
+#                                     *.py to the top)
 # Fails when the bundle would exceed 60 MiB (a device call carries at most 64 MiB).
 set -euo pipefail
 out="$1"; shift
@@ -14,12 +15,15 @@ mkdir -p "$stage/bin" "$stage/lib"
 for f in "$@"; do
   case "$f" in
     *.py) cp "$f" "$stage/" ;;
+    *.so) cp "$f" "$stage/lib/"; chmod u+w "$stage/lib/$(basename "$f")"
+          strip --strip-debug "$stage/lib/$(basename "$f")" ;;
     *) cp "$f" "$stage/bin/"; chmod u+w "$stage/bin/$(basename "$f")"
        strip --strip-debug "$stage/bin/$(basename "$f")" ;;
   esac
 done
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink)'
-for b in "$stage"/bin/*; do
+for b in "$stage"/bin/* "$stage"/lib/*.so; do
+  [[ -e "$b" ]] || continue
   # "name => /path (addr)" lines; a missing library is an error here, not on the GPU.
   if ldd "$b" | grep -q "not found"; then echo "make_bundle: $b: $(ldd "$b" | grep 'not found')" >&2; exit 1; fi
   ldd "$b" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r name path; do

@@ -31,6 +31,8 @@ ld_path="$bundle/lib"
 for d in "${libdirs[@]}" /usr/local/nvidia/lib64; do ld_path="$ld_path:$d"; done
 export LD_LIBRARY_PATH="$ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+# The C ABI's CUDA plugin, for the tests of attention on CUDA tensors through gpe.h.
+export GPE_CUDA_PLUGIN="$bundle/lib/libgpe_cuda.so"
 
 status=0
 echo "=== limits"

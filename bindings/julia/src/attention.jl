@@ -43,6 +43,8 @@ struct AttentionOptions
     attn_mask::Ptr{DLTensor}
     kv_lengths::Ptr{DLTensor}
     block_table::Ptr{DLTensor}
+    # Since 0.10.0; Julia arrays are host memory: C_NULL.
+    cuda_stream::Ptr{Cvoid}
 end
 struct AttentionParamGrads
     struct_size::UInt32
@@ -141,7 +143,8 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                             shaw_max_distance, tptr(mkb(shaw_key_table)), tptr(mkb(shaw_value_table)),
                             rope === nothing ? C_NULL : rope.ptr, window === nothing ? 0 : 1,
                             window === nothing ? -1 : window[1], window === nothing ? -1 : window[2], softcap,
-                            tptr(mk(sinks)), tptr(mkr(attn_mask)), tptr(mk(kv_lengths)), tptr(mkr(block_table)))
+                            tptr(mk(sinks)), tptr(mkr(attn_mask)), tptr(mk(kv_lengths)), tptr(mkr(block_table)),
+                            C_NULL)
 end
 
 """Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,

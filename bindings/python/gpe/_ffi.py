@@ -362,6 +362,7 @@ class AttentionOptions(ctypes.Structure):
         ("attn_mask", ctypes.POINTER(DLTensor)),
         ("kv_lengths", ctypes.POINTER(DLTensor)),
         ("block_table", ctypes.POINTER(DLTensor)),
+        ("cuda_stream", ctypes.c_void_p),
     ]
 
 

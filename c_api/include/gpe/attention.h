@@ -130,6 +130,26 @@ extern "C" {
  *    page_size is each sequence's capacity (kv_lengths its use); page ids of pages a
  *    sequence uses must lie in [0, num_pages), the others are not read. Pages may be
  *    shared and in any order; 16-bit KV caches as above. The backward refuses it.
+ *
+ * CUDA TENSORS (since 0.10.0). q, k, v, o, lse and the gradients on one CUDA device
+ * (DLPack kDLCUDA, one device_id) run attention/cuda's kernels, through libgpe_cuda.so:
+ * GroupPE's CUDA plugin, built where the CUDA toolkit is (//c_api:libgpe_cuda.so) and
+ * loaded the first time such a call comes, from the environment variable
+ * GPE_CUDA_PLUGIN (a path) or else beside libgpe.so; without it, or without a usable GPU,
+ * the call returns GPE_ERROR_UNSUPPORTED saying which. The work is enqueued on
+ * cuda_stream and the call returns without waiting for it (the caller synchronises, as
+ * with any CUDA library); its scratch memory is taken and given back in stream order
+ * (cudaMallocAsync). Supported: float32, bfloat16 and float16 tensors (float16 q, k, v, o
+ * here, unlike the CPU's; the backward bfloat16 and float16 only), head_dim = head_dim_v
+ * (tensor cores for 64 and 128 in 16-bit types, a float32 SIMT kernel otherwise, up to
+ * 256), causal masks, GQA, padded and packed batches, explicit positions, RoPE by
+ * rope_dim or by a one-axis gpe_rope handle without xPos, and an ALiBi gpe_bias.
+ * cu_seqlens and positions may lie on the CPU or on the tensors' device (copied to the
+ * host first, which waits for cuda_stream). Every other option, a parameter gradient and
+ * a 16-bit KV cache under float32 queries are refused with GPE_ERROR_UNSUPPORTED naming
+ * it. Results agree with the CPU kernels within the dtype's rounding (float32
+ * accumulation; P rounded to the 16-bit type before P V on tensor cores, as
+ * FlashAttention-2).
  * ---------------------------------------------------------------------------------- */
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options) */
@@ -178,11 +198,14 @@ typedef struct gpe_attention_options {
   const DLTensor* kv_lengths;   /* optional int64 [batch] (bshd): keys used per sequence */
   const DLTensor* block_table;  /* optional int64 [batch, pages_per_sequence] (bshd,
                                    forward only): k and v are pages */
+  /* Since 0.10.0: the stream of a call on CUDA tensors (read only when struct_size
+   * covers it; "CUDA TENSORS" below). */
+  void* cuda_stream; /* a cudaStream_t; NULL: the legacy default stream */
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
-    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL, NULL, NULL, NULL }
+    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL, NULL, NULL, NULL, NULL }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,

@@ -17,6 +17,7 @@
 #include "attention/reference.h"
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/attention/call.h"
+#include "c_api/src/attention/cuda_call.h"
 #include "c_api/src/attention/parameter_gradients.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
@@ -317,6 +318,9 @@ gpe_status gpe_attention_backward(const gpe_attention_options* options, const DL
                                   const DLTensor* lse, const DLTensor* d_o, DLTensor* dq,
                                   DLTensor* dk, DLTensor* dv) {
   return Guard([&]() -> absl::Status {
+    if (gpe::c_api::attn::OnCuda(q)) {
+      return gpe::c_api::attn::CudaBackward(options, q, k, v, o, lse, d_o, dq, dk, dv, false);
+    }
     return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, nullptr, nullptr);
   });
 }
@@ -327,6 +331,11 @@ gpe_status gpe_attention_backward_v2(const gpe_attention_options* options, const
                                      DLTensor* dk, DLTensor* dv, DLTensor* d_shaw_key_table,
                                      DLTensor* d_shaw_value_table) {
   return Guard([&]() -> absl::Status {
+    if (gpe::c_api::attn::OnCuda(q)) {
+      return gpe::c_api::attn::CudaBackward(
+          options, q, k, v, o, lse, d_o, dq, dk, dv,
+          d_shaw_key_table != nullptr || d_shaw_value_table != nullptr);
+    }
     return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, d_shaw_key_table,
                         d_shaw_value_table);
   });
@@ -344,6 +353,15 @@ gpe_status gpe_attention_backward_with_parameters(
                                                    "gpe_attention_param_grads", &g);
         !s.ok()) {
       return s;
+    }
+    if (gpe::c_api::attn::OnCuda(q)) {
+      const DLTensor* const wanted[] = {g.d_bias_a,         g.d_bias_b,        g.d_grape_a,
+                                        g.d_grape_b,        g.d_grape_omega,   g.d_shaw_key_table,
+                                        g.d_shaw_value_table, g.d_sinks,       g.d_algebraic,
+                                        g.d_algebraic_tree, g.d_algebraic_grid};
+      bool any = false;
+      for (const DLTensor* t : wanted) any = any || t != nullptr;
+      return gpe::c_api::attn::CudaBackward(options, q, k, v, o, lse, d_o, dq, dk, dv, any);
     }
     return BackwardImpl(options, q, k, v, o, lse, d_o, dq, dk, dv, g.d_shaw_key_table,
                         g.d_shaw_value_table, g.d_bias_a, g.d_bias_b, &g);

@@ -45,11 +45,6 @@ constexpr DType kF32[] = {DType::kFloat32};
 // attn_mask: additive float32, or boolean (bool or uint8: nonzero allows the key).
 constexpr DType kMaskTypes[] = {DType::kFloat32, DType::kBool, DType::kUInt8};
 
-// The options struct of the first release ends at cu_seqlens_k; later fields are read
-// only when struct_size covers them (zero / NULL otherwise: 0.4.0's structured positions
-// and Shaw tables, 0.9.0's rope handle, window, softcap, sinks, attn_mask, kv_lengths
-// and block_table).
-constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 
 // A row-major copy of a tensor of any strides (validated by ViewTensor).
 template <class T>

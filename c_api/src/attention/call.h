@@ -5,6 +5,7 @@
 #ifndef GPE_C_API_SRC_ATTENTION_CALL_H_
 #define GPE_C_API_SRC_ATTENTION_CALL_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -29,6 +30,12 @@ namespace gpe::c_api::attn {
 
 namespace att = ::gpe::attention;
 namespace seq = ::gpe::encodings::sequence;
+
+// The options struct of the first release ends at cu_seqlens_k; later fields are read
+// only when struct_size covers them (zero / NULL otherwise: 0.4.0's structured positions
+// and Shaw tables, 0.9.0's rope handle, window, softcap, sinks, attn_mask, kv_lengths
+// and block_table, 0.10.0's cuda_stream).
+inline constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 
 // InvalidArgument with `msg`.
 absl::Status Bad(const std::string& msg);

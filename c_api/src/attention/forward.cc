@@ -1,7 +1,8 @@
 // The C ABI's attention forward (gpe/attention.h): the tensors and options checked
 // (call.h), then attention/cpu's CpuForward (float32, bfloat16) or the exact
 // ReferenceForward<double> (float64), which check the call itself (ValidateAttention) and
-// return at once on an empty one. Runs under Guard.
+// return at once on an empty one; tensors on a CUDA device go to cuda_call.h. Runs under
+// Guard.
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "attention/cpu/cpu_attention.h"
@@ -9,6 +10,7 @@
 #include "attention/reference.h"
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/attention/call.h"
+#include "c_api/src/attention/cuda_call.h"
 #include "c_api/src/common/checks.h"
 #include "c_api/src/common/error.h"
 #include "c_api/src/common/tensor_view.h"
@@ -32,6 +34,7 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
                                  const DLTensor* k, const DLTensor* v, DLTensor* o,
                                  DLTensor* lse) {
   return Guard([&]() -> absl::Status {
+    if (gpe::c_api::attn::OnCuda(q)) return gpe::c_api::attn::CudaForward(options, q, k, v, o, lse);
     Call c;
     if (absl::Status s = Prepare(options, q, k, v, &c); !s.ok()) return s;
     const bool packed = c.args.layout == att::Layout::kTHD;

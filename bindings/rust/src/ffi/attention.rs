@@ -51,6 +51,9 @@ pub struct gpe_attention_options {
     pub attn_mask: *const DLTensor,
     pub kv_lengths: *const DLTensor,
     pub block_table: *const DLTensor,
+    /// Since 0.10.0: the cudaStream_t of a call on CUDA tensors (the crate passes host
+    /// slices only: null).
+    pub cuda_stream: *mut std::ffi::c_void,
 }
 impl gpe_attention_options {
     pub fn init() -> Self {
@@ -92,6 +95,7 @@ impl gpe_attention_options {
             attn_mask: std::ptr::null(),
             kv_lengths: std::ptr::null(),
             block_table: std::ptr::null(),
+            cuda_stream: std::ptr::null_mut(),
         }
     }
 }

@@ -1,0 +1,175 @@
+// gpe_attention_* on tensors that claim a CUDA device, where no CUDA plugin loads (the
+// test's environment points GPE_CUDA_PLUGIN at a file that does not exist): the call is
+// checked like a CPU call, the options the CUDA kernels lack are refused by name, and
+// what remains reports the missing plugin as GPE_ERROR_UNSUPPORTED. Nothing here
+// dereferences the tensors' (fake) device addresses: a test that crashed would show it.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "c_api/include/gpe/gpe.h"
+#include "c_api/test_util.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+using gpe::c_api_test::HasMessage;
+
+// A bshd [1, 8, heads, 64] tensor at a fake device address (never read).
+struct FakeTensor {
+  std::vector<int64_t> shape;
+  DLTensor t{};
+  FakeTensor(uintptr_t address, int64_t heads, DLDataTypeCode code = kDLBfloat, int bits = 16,
+             int64_t tokens = 8, int64_t dim = 64)
+      : shape{1, tokens, heads, dim} {
+    t.data = reinterpret_cast<void*>(address);
+    t.device = {kDLCUDA, 0};
+    t.ndim = 4;
+    t.dtype = {static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+    t.shape = shape.data();
+  }
+};
+
+class CudaDispatchTest : public ::testing::Test {
+ protected:
+  // Disjoint fake ranges, 1 MiB apart.
+  FakeTensor q{0x10000000, 4}, k{0x10100000, 2}, v{0x10200000, 2}, o{0x10300000, 4};
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+
+  gpe_status Forward() { return gpe_attention_forward(&opt, &q.t, &k.t, &v.t, &o.t, nullptr); }
+};
+
+TEST_F(CudaDispatchTest, MissingPluginIsUnsupportedWithTheWayOut) {
+  ASSERT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+  EXPECT_TRUE(HasMessage("GPE_CUDA_PLUGIN")) << gpe_last_error_message();
+  // Loading is retried by later calls, with the same answer.
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+}
+
+TEST_F(CudaDispatchTest, TensorsOnTwoDevicesAreRefused) {
+  k.t.device = {kDLCPU, 0};
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("every tensor of a call is on one device")) << gpe_last_error_message();
+  k.t.device = {kDLCUDA, 1};
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("k is on DLPack device type 2, id 1")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, MixedDtypesAreRefused) {
+  // float16 k under bfloat16 q: the CPU's checks see float16 as bfloat16, so the real
+  // dtypes are compared first.
+  k.t.dtype = {kDLFloat, 16, 1};
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("k and q differ in dtype")) << gpe_last_error_message();
+  k.t.dtype = {kDLBfloat, 16, 1};
+  o.t.dtype = {kDLFloat, 16, 1};
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("o and q differ in dtype")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, ShapesAreCheckedAsOnTheCpu) {
+  FakeTensor bad_o{0x10300000, 4, kDLBfloat, 16, /*tokens=*/7};
+  EXPECT_EQ(gpe_attention_forward(&opt, &q.t, &k.t, &v.t, &bad_o.t, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("o must have the dtype and shape")) << gpe_last_error_message();
+  FakeTensor three_heads{0x10000000, 3};
+  EXPECT_NE(gpe_attention_forward(&opt, &three_heads.t, &k.t, &v.t, &o.t, nullptr), GPE_OK);
+  // o overlapping q.
+  FakeTensor on_q{0x10000000 + 64, 4};
+  EXPECT_EQ(gpe_attention_forward(&opt, &q.t, &k.t, &v.t, &on_q.t, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(CudaDispatchTest, OptionsTheKernelsLackAreRefusedByName) {
+  struct Case {
+    const char* name;
+    void (*set)(gpe_attention_options*);
+  } cases[] = {
+      {"window", [](gpe_attention_options* o) { o->window = 1; }},
+      {"softcap", [](gpe_attention_options* o) { o->softcap = 30.0; }},
+      {"rope_axes", [](gpe_attention_options* o) {
+         o->rope_dim = 64;
+         o->rope_axes = 2;
+       }},
+  };
+  for (const Case& c : cases) {
+    gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
+    c.set(&o);
+    EXPECT_EQ(gpe_attention_forward(&o, &q.t, &k.t, &v.t, &this->o.t, nullptr),
+              GPE_ERROR_UNSUPPORTED)
+        << c.name;
+    EXPECT_TRUE(HasMessage(c.name)) << c.name << ": " << gpe_last_error_message();
+    EXPECT_TRUE(HasMessage("not available for tensors on a CUDA device")) << c.name;
+  }
+  // A T5 bias (ALiBi is the one bias the CUDA kernels apply).
+  std::vector<double> table(32 * 4, 0.5);
+  gpe_t5_options t5 = GPE_T5_OPTIONS_INIT;
+  t5.num_heads = 4;
+  t5.table = table.data();
+  gpe_bias* bias = nullptr;
+  ASSERT_EQ(gpe_bias_create_t5(&t5, &bias), GPE_OK) << gpe_last_error_message();
+  opt.bias = bias;
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("a bias other than ALiBi")) << gpe_last_error_message();
+  gpe_bias_destroy(bias);
+  // An older caller's struct (0.9.0's, before cuda_stream) is read as before.
+  opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, cuda_stream));
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, Float64AndFloat32BackwardAreRefused) {
+  FakeTensor q64{0x10000000, 4, kDLFloat, 64}, k64{0x10100000, 2, kDLFloat, 64},
+      v64{0x10200000, 2, kDLFloat, 64}, o64{0x10300000, 4, kDLFloat, 64};
+  EXPECT_EQ(gpe_attention_forward(&opt, &q64.t, &k64.t, &v64.t, &o64.t, nullptr),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("float64")) << gpe_last_error_message();
+  FakeTensor q32{0x10000000, 4, kDLFloat, 32}, k32{0x10100000, 2, kDLFloat, 32},
+      v32{0x10200000, 2, kDLFloat, 32}, g32{0x10300000, 4, kDLFloat, 32},
+      dq32{0x10400000, 4, kDLFloat, 32};
+  EXPECT_EQ(gpe_attention_backward(&opt, &q32.t, &k32.t, &v32.t, nullptr, nullptr, &g32.t,
+                                   &dq32.t, nullptr, nullptr),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("the backward in float32")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, ParameterGradientsAreRefused) {
+  FakeTensor d_o{0x10400000, 4}, dq{0x10500000, 4};
+  std::vector<int64_t> shape{4};
+  std::vector<double> store(4);
+  DLTensor d_sinks = gpe::c_api_test::Tensor(store.data(), kDLFloat, 64, &shape);
+  gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+  g.d_sinks = &d_sinks;
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&opt, &q.t, &k.t, &v.t, nullptr, nullptr,
+                                                   &d_o.t, &dq.t, nullptr, nullptr, &g),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("the gradients of an encoding's parameters")) << gpe_last_error_message();
+  // Without them the call goes on to the plugin (missing here).
+  g.d_sinks = nullptr;
+  EXPECT_EQ(gpe_attention_backward_with_parameters(&opt, &q.t, &k.t, &v.t, nullptr, nullptr,
+                                                   &d_o.t, &dq.t, nullptr, nullptr, &g),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, IndexArraysOnTheCpuAreCheckedBeforeThePlugin) {
+  std::vector<int64_t> pos(7), shape{7};
+  for (int i = 0; i < 7; ++i) pos[i] = i;
+  DLTensor qp = gpe::c_api_test::Tensor(pos.data(), kDLInt, 64, &shape);
+  opt.q_positions = &qp;
+  opt.k_positions = &qp;
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);  // 7 positions for 8 tokens
+  EXPECT_TRUE(HasMessage("q_positions")) << gpe_last_error_message();
+  // On another CUDA device than q's.
+  std::vector<int64_t> shape8{8};
+  DLTensor dev = gpe::c_api_test::Tensor(pos.data(), kDLInt, 64, &shape8);
+  dev.device = {kDLCUDA, 3};
+  opt.q_positions = &dev;
+  opt.k_positions = &dev;
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("index arrays lie on the CPU or on q's CUDA device")) << gpe_last_error_message();
+}
+
+}  // namespace

@@ -78,6 +78,9 @@ RULES = (
     # The CLI (gpe), its benchmarks and peers: over c_api and any layer below; not over
     # the bindings (it is C++, and the bindings are its peers, not its base).
     Rule("tools", "top", _CORE + ("c_api",)),
+    # The GPU check: a bundle of every CUDA test and benchmark, the Python bindings' CUDA
+    # test among them (with the package it drives); nothing uses it.
+    Rule("tools/cuda_check", "top", _CORE + ("c_api", "bindings", "bindings/python", "tools")),
     # The papers' experiments as commands: scripts over the Python bindings, and the gpe
     # tool (its `gpe inr` tables) as data they run; a peer of tools' layer, never used by
     # it.

@@ -48,6 +48,16 @@ for t in "$bundle"/bin/*_test; do
   [[ $rc -eq 0 ]] || status=1
 done
 
+# gpe.torch.attention on CUDA tensors: the bundled package over the bundled libgpe.so
+# (its CUDA plugin beside it), the GPU's PyTorch as the caller.
+echo "=== test torch_cuda_test"
+PYTHONPATH="$bundle/python" GPE_LIBRARY="$bundle/lib/libgpe.so" PYTHONUNBUFFERED=1 \
+  timeout 240 python3 "$bundle/python/torch_cuda_test.py" --json "$tmp/test_torch_cuda_test.json"
+rc=$?
+echo "torch_cuda_test exit $rc"
+echo "torch_cuda_test $rc" >>"$tmp/tests.txt"
+[[ $rc -eq 0 ]] || status=1
+
 # Optional: every test again under compute-sanitizer's memcheck (out-of-bounds and
 # misaligned accesses, leaks of device memory), where the tool works (not on gVisor).
 if [[ "${GPE_GPU_SANITIZE:-0}" == 1 ]] && command -v compute-sanitizer >/dev/null; then

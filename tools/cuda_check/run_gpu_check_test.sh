@@ -16,10 +16,12 @@ for f in axpy_test attention_cuda_plugin_test cuda_attention_benchmark cuda_atte
 done
 [[ -f "$work/b/torch_peers.py" ]] || { echo "FAIL: torch_peers.py missing"; exit 1; }
 ls "$work/b/lib" | grep -q '^libcudart\.so' || { echo "FAIL: cudart not bundled"; exit 1; }
-[[ -f "$work/b/lib/libgpe_cuda.so" ]] || { echo "FAIL: lib/libgpe_cuda.so missing"; exit 1; }
+for f in lib/libgpe_cuda.so lib/libgpe.so python/gpe/torch.py python/torch_cuda_test.py; do
+  [[ -f "$work/b/$f" ]] || { echo "FAIL: $f missing"; exit 1; }
+done
 # The libraries make_bundle.sh leaves to the GPU machine (its `skip`).
 left='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcublas|libcublasLt|libcusolver|libcusparse|libnvJitLink)'
-for b in "$work"/b/bin/* "$work"/b/lib/libgpe_cuda.so; do
+for b in "$work"/b/bin/* "$work"/b/lib/libgpe_cuda.so "$work"/b/lib/libgpe.so; do
   # Resolve with the bundle first; every library must come from lib/ or be one the GPU
   # machine supplies.
   LD_LIBRARY_PATH="$work/b/lib" ldd "$b" | awk '$2 == "=>" {print $1, $3}' | while read -r name path; do
@@ -35,7 +37,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 names = set(r["tests"])
 want = {"axpy_test", "attention_cuda_plugin_test", "cuda_attention_test", "rope_cuda_test",
-        "gpu_limits_test", "closed_form_cuda_test"}
+        "gpu_limits_test", "closed_form_cuda_test", "torch_cuda_test"}
 assert names == want, names
 for n, t in r["tests"].items():
     assert t["exit"] == 0, (n, t)

@@ -37,6 +37,7 @@ class DLTensor(ctypes.Structure):
 
 
 KDL_CPU = 1
+KDL_CUDA = 2
 _DL_CODES = {"i": 0, "u": 1, "f": 2}
 
 

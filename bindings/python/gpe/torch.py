@@ -129,11 +129,14 @@ def _int64s(x, name):
     return t.to(torch.int64)
 
 
-def _dltensor(t, name, keep):
-    """A DLTensor over t's storage (strides in elements, as DLPack and torch count them)."""
+def _dltensor(t, name, keep, cuda=False):
+    """A DLTensor over t's storage (strides in elements, as DLPack and torch count them).
+    cuda: a tensor on a CUDA device is described there (attention's tensors and index
+    arrays; the library runs them through its CUDA plugin); else CPU tensors only."""
     if t is None:
         return None
-    if t.device.type != "cpu":
+    on_cuda = cuda and t.device.type == "cuda"
+    if t.device.type != "cpu" and not on_cuda:
         raise ValueError("%s must be a CPU tensor, got device %s" % (name, t.device))
     if t.dtype not in _DTYPES:
         raise TypeError("%s: unsupported dtype %s" % (name, t.dtype))
@@ -142,7 +145,8 @@ def _dltensor(t, name, keep):
     strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
     d = _ffi.DLTensor()
     d.data = t.data_ptr() if t.numel() else None
-    d.device = _ffi.DLDevice(_ffi.KDL_CPU, 0)
+    d.device = (_ffi.DLDevice(_ffi.KDL_CUDA, t.device.index or 0) if on_cuda
+                else _ffi.DLDevice(_ffi.KDL_CPU, 0))
     d.ndim = t.dim()
     d.dtype = _ffi.DLDataType(code, bits, 1)
     d.shape = shape
@@ -408,7 +412,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
             o.grape_m = live_handle(enc, "encoding")
         elif isinstance(enc, AlgebraicSequence):
             o.algebraic = live_handle(enc, "encoding")
-    ints = lambda t, n: None if t is None else _dltensor(t.contiguous(), n, keep)
+    ints = lambda t, n: None if t is None else _dltensor(t.contiguous(), n, keep, cuda=True)
     o.q_positions = ints(q_positions, "q_positions")
     o.k_positions = ints(k_positions, "k_positions")
     o.cu_seqlens_q = ints(cu_seqlens_q, "cu_seqlens_q")
@@ -445,6 +449,13 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     keep.append(k2)
     _structured(k2, o, **st)
     return o
+
+
+def _cuda_stream(opts, q):
+    """Calls on CUDA tensors run on PyTorch's current stream of q's device: the library
+    enqueues its kernels there and returns without waiting, as a PyTorch operator does."""
+    if q.device.type == "cuda":
+        opts.cuda_stream = torch.cuda.current_stream(q.device).cuda_stream
 
 
 def _o_like(q, v):
@@ -486,13 +497,15 @@ def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     (rope_key, window_left, window_right, softcap, attn_mask))
     o = _o_like(q, v)
     lse = _lse_like(q, cu_seqlens_q is not None)
-    check(lib().gpe_attention_forward(ctypes.byref(opts), _dltensor(q, "q", keep),
-                                      _dltensor(k, "k", keep), _dltensor(v, "v", keep),
-                                      _dltensor(o, "o", keep), _dltensor(lse, "lse", keep)))
+    _cuda_stream(opts, q)
+    t = lambda x, n: _dltensor(x, n, keep, cuda=True)
+    check(lib().gpe_attention_forward(ctypes.byref(opts), t(q, "q"), t(k, "k"), t(v, "v"),
+                                      t(o, "o"), t(lse, "lse")))
     return o, lse
 
 
-@torch.library.custom_op("gpe::attention_forward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("gpe::attention_forward", mutates_args=(),
+                         device_types=("cpu", "cuda"))
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
@@ -557,11 +570,12 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
                     (rope_key, window_left, window_right, softcap, attn_mask))
     # The ABI wants d_o with o's strides and gradients with their inputs' strides.
     d_o = d_o.contiguous()
-    dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
-    args = (ctypes.byref(opts), _dltensor(q, "q", keep), _dltensor(k, "k", keep),
-            _dltensor(v, "v", keep), _dltensor(o, "o", keep), _dltensor(lse, "lse", keep),
-            _dltensor(d_o, "d_o", keep), _dltensor(dq, "dq", keep), _dltensor(dk, "dk", keep),
-            _dltensor(dv, "dv", keep))
+    dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                  for x in (q, k, v))
+    _cuda_stream(opts, q)
+    t = lambda x, n: _dltensor(x, n, keep, cuda=True)
+    args = (ctypes.byref(opts), t(q, "q"), t(k, "k"), t(v, "v"), t(o, "o"), t(lse, "lse"),
+            t(d_o, "d_o"), t(dq, "dq"), t(dk, "dk"), t(dv, "dv"))
     if not any(param_grads):
         check(lib().gpe_attention_backward(*args))
         return dq, dk, dv
@@ -577,7 +591,8 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
     return (dq, dk, dv) + tuple(grads)
 
 
-@torch.library.custom_op("gpe::attention_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("gpe::attention_backward", mutates_args=(),
+                         device_types=("cpu", "cuda"))
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
                  k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
@@ -594,11 +609,12 @@ def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Ten
 
 @_backward_op.register_fake
 def _(q, k, v, o, lse, d_o, *args):
-    return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v))
+    return tuple(torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+                 for x in (q, k, v))
 
 
 @torch.library.custom_op("gpe::attention_backward_with_parameters", mutates_args=(),
-                         device_types="cpu")
+                         device_types=("cpu", "cuda"))
 def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                         lse: torch.Tensor, d_o: torch.Tensor,
                         q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
@@ -633,7 +649,8 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
 def _(q, k, v, o, lse, d_o, *args):
     # 14 options, 8 parameters, the flags, 5 extras, then the algebraic generators.
     params, want = tuple(args[14:22]) + (args[28] if len(args) > 28 else None,), args[22]
-    return ([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype) for x in (q, k, v)]
+    return ([torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+             for x in (q, k, v)]
             + [q.new_empty(p.shape if w and p is not None else (0,), dtype=torch.float64)
                for p, w in zip(params, want)])
 

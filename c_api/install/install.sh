@@ -11,6 +11,9 @@
 #                                        no generic names such as common.h on it)
 #   PREFIX/lib/libgpe.so.MAJOR.MINOR.PATCH, libgpe.so.MAJOR -> it, libgpe.so -> libgpe.so.MAJOR
 #   PREFIX/lib/libgpe.a                  (the static library: GroupPE's objects, C++ inside)
+#   PREFIX/lib/libgpe_cuda.so            (where the build has the CUDA toolkit: the plugin
+#                                        that runs attention on CUDA tensors, loaded by
+#                                        libgpe.so from beside itself; gpe/attention.h)
 #   PREFIX/lib/pkgconfig/gpe.pc
 #   PREFIX/lib/cmake/GroupPE/GroupPEConfig.cmake, GroupPEConfigVersion.cmake
 # so that `cc prog.c $(pkg-config --cflags --libs gpe)` builds against the shared library
@@ -22,8 +25,8 @@
 # c_api/gpe.lds; the static library holds every object of the implementation.
 #
 # Bazel passes the files to install: the shared library, the static library, its link
-# flags (a file), dlpack.h, then every public header (c_api/include/gpe/*.h); PREFIX
-# comes last.
+# flags (a file), dlpack.h, every public header (c_api/include/gpe/*.h), then the CUDA
+# plugin where there is one; PREFIX comes last.
 set -euo pipefail
 
 lib="$1" static="$2" static_linkopts="$3" dlpack="$4"
@@ -33,6 +36,12 @@ while [[ $# -gt 0 && "$1" == *.h ]]; do
   headers+=("$1")
   shift
 done
+# The CUDA plugin, where this build has one (libgpe.so loads it from beside itself).
+plugin=""
+if [[ $# -ge 1 && "$1" == */libgpe_cuda.so ]]; then
+  plugin="$1"
+  shift
+fi
 if [[ ${#headers[@]} -eq 0 || $# -ne 1 || -z "$1" || "$1" == -* ]]; then
   echo "usage: bazel run //c_api:install -- PREFIX" >&2
   exit 2
@@ -67,6 +76,13 @@ install -m 0755 "$lib" "$prefix/lib/libgpe.so.$version"
 ln -sf "libgpe.so.$version" "$prefix/lib/libgpe.so.$major"
 ln -sf "libgpe.so.$major" "$prefix/lib/libgpe.so"
 install -m 0644 "$static" "$prefix/lib/libgpe.a"
+# Beside libgpe.so, where it looks for the plugin; a plugin of an earlier install goes when
+# this build has none (it would be refused as another build's, but need not linger).
+if [[ -n "$plugin" ]]; then
+  install -m 0755 "$plugin" "$prefix/lib/libgpe_cuda.so"
+else
+  rm -f "$prefix/lib/libgpe_cuda.so"
+fi
 # The static library's own dependencies (the C++ runtime last: libgpe.a is C++ inside,
 # and a C program's link does not add it).
 private="$(cat "$static_linkopts") -lstdc++ -lm"

@@ -27,6 +27,16 @@ prefix="$tmp/prefix"  # no spaces: pkg-config output is split on them
 "$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" "$prefix"
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# The CUDA plugin, where the build has one, lands beside libgpe.so; an install without it
+# removes an earlier one (a stand-in file: install.sh only copies it).
+mkdir -p "$tmp/plugin"
+echo "stand-in" >"$tmp/plugin/libgpe_cuda.so"
+"$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" \
+  "$tmp/plugin/libgpe_cuda.so" "$tmp/with_plugin"
+[[ -x "$tmp/with_plugin/lib/libgpe_cuda.so" ]] || fail "the CUDA plugin was not installed in lib/"
+"$install_sh" "$lib" "$static" "$static_linkopts" "$dlpack" "${headers[@]}" "$tmp/with_plugin"
+[[ ! -e "$tmp/with_plugin/lib/libgpe_cuda.so" ]] || fail "an earlier install's plugin stayed"
+
 # A prefix with a space: pkg-config cannot carry it, so no gpe.pc (rather than one whose
 # -I flags split into wrong paths); the rest installs.
 spaced="$tmp/with space"

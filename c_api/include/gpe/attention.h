@@ -135,7 +135,8 @@ extern "C" {
  * (DLPack kDLCUDA, one device_id) run attention/cuda's kernels, through libgpe_cuda.so:
  * GroupPE's CUDA plugin, built where the CUDA toolkit is (//c_api:libgpe_cuda.so) and
  * loaded the first time such a call comes, from the environment variable
- * GPE_CUDA_PLUGIN (a path) or else beside libgpe.so; without it, or without a usable GPU,
+ * GPE_CUDA_PLUGIN (a path) or else beside libgpe.so (beside the program when GroupPE is
+ * linked statically); without it, or without a usable GPU,
  * the call returns GPE_ERROR_UNSUPPORTED saying which. The work is enqueued on
  * cuda_stream and the call returns without waiting for it (the caller synchronises, as
  * with any CUDA library); its scratch memory is taken and given back in stream order

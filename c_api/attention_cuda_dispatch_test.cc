@@ -120,6 +120,61 @@ TEST_F(CudaDispatchTest, OptionsTheKernelsLackAreRefusedByName) {
   EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
 }
 
+TEST_F(CudaDispatchTest, RopeHandlesTheKernelsLackAreRefused) {
+  gpe_rope_options ro = GPE_ROPE_OPTIONS_INIT;
+  ro.head_dim = 64;
+  ro.xpos = 1;
+  gpe_rope* xpos = nullptr;
+  ASSERT_EQ(gpe_rope_create(&ro, &xpos), GPE_OK) << gpe_last_error_message();
+  opt.rope = xpos;
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("xPos")) << gpe_last_error_message();
+  gpe_rope_destroy(xpos);
+  ro = GPE_ROPE_OPTIONS_INIT;
+  ro.head_dim = 64;
+  ro.axes = GPE_ROPE_AXES_AXIAL;
+  ro.num_axes = 2;
+  gpe_rope* axial = nullptr;
+  ASSERT_EQ(gpe_rope_create(&ro, &axial), GPE_OK) << gpe_last_error_message();
+  opt.rope = axial;
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("multi-axis gpe_rope")) << gpe_last_error_message();
+  gpe_rope_destroy(axial);
+}
+
+TEST_F(CudaDispatchTest, KvCachesAndOtherHeadSizesInTheBackwardAreUnsupported) {
+  FakeTensor q32{0x10000000, 4, kDLFloat, 32}, o32{0x10300000, 4, kDLFloat, 32};
+  EXPECT_EQ(gpe_attention_forward(&opt, &q32.t, &k.t, &v.t, &o32.t, nullptr),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("a 16-bit KV cache")) << gpe_last_error_message();
+  FakeTensor q48{0x10000000, 4, kDLBfloat, 16, 8, 48}, k48{0x10100000, 2, kDLBfloat, 16, 8, 48},
+      v48{0x10200000, 2, kDLBfloat, 16, 8, 48}, g48{0x10300000, 4, kDLBfloat, 16, 8, 48},
+      dq48{0x10400000, 4, kDLBfloat, 16, 8, 48};
+  EXPECT_EQ(gpe_attention_backward(&opt, &q48.t, &k48.t, &v48.t, nullptr, nullptr, &g48.t,
+                                   &dq48.t, nullptr, nullptr),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("head_dim 48")) << gpe_last_error_message();
+}
+
+TEST_F(CudaDispatchTest, PackedOffsetsAreValidatedAsOnTheCpu) {
+  // cu_seqlens ending past q's 8 tokens: the kernels would read and write beyond q and o.
+  std::vector<int64_t> q_shape{8, 4, 64}, k_shape{8, 2, 64};
+  q.t.ndim = k.t.ndim = v.t.ndim = o.t.ndim = 3;
+  q.t.shape = o.t.shape = q_shape.data();
+  k.t.shape = v.t.shape = k_shape.data();
+  std::vector<int64_t> cu_bad{0, 20}, cu_k{0, 8}, shape{2};
+  DLTensor cq = gpe::c_api_test::Tensor(cu_bad.data(), kDLInt, 64, &shape);
+  DLTensor ck = gpe::c_api_test::Tensor(cu_k.data(), kDLInt, 64, &shape);
+  opt.cu_seqlens_q = &cq;
+  opt.cu_seqlens_k = &ck;
+  EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("cu_seqlens")) << gpe_last_error_message();
+  // Valid offsets go on to the (missing) plugin.
+  cu_bad = {0, 8};
+  EXPECT_EQ(Forward(), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+}
+
 TEST_F(CudaDispatchTest, Float64AndFloat32BackwardAreRefused) {
   FakeTensor q64{0x10000000, 4, kDLFloat, 64}, k64{0x10100000, 2, kDLFloat, 64},
       v64{0x10200000, 2, kDLFloat, 64}, o64{0x10300000, 4, kDLFloat, 64};

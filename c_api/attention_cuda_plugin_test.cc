@@ -43,8 +43,10 @@ enum class Type { kBf16, kF16, kF32 };
 int Bits(Type t) { return t == Type::kF32 ? 32 : 16; }
 DLDataTypeCode Code(Type t) { return t == Type::kBf16 ? kDLBfloat : kDLFloat; }
 
-// x exactly representable in every type used (k / 128, |k| <= 128): its bit pattern.
+// x exactly representable in every type used (k / 128, |k| <= 128), or NaN (the
+// sentinel of unwritten outputs): its bit pattern.
 uint16_t ToHalfBits(float x) {
+  if (std::isnan(x)) return 0x7E00;
   if (x == 0.0f) return 0;
   int e = 0;
   const double m = std::frexp(std::fabs(x), &e);  // |x| = m 2^e, m in [0.5, 1)
@@ -54,6 +56,9 @@ uint16_t ToHalfBits(float x) {
 }
 float FromHalfBits(uint16_t h) {
   const int e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) {
+    return m != 0 ? std::nanf("") : (h & 0x8000) ? -INFINITY : INFINITY;
+  }
   const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -24)
                            : std::ldexp(1.0f + m / 1024.0f, e - 15);
   return (h & 0x8000) ? -mag : mag;
@@ -279,6 +284,8 @@ TEST_P(PluginTest, ForwardAndBackwardMatchTheReference) {
   opt.causal = c.causal ? 1 : 0;
   Encodings enc;
   enc.Set(c, &opt);
+  ASSERT_EQ(c.rope == 2, opt.rope != nullptr) << "the gpe_rope was not created";
+  ASSERT_EQ(c.alibi != 0, opt.bias != nullptr) << "the ALiBi bias was not created";
   // Index arrays: cu_seqlens_q on the device or the CPU, cu_seqlens_k on the CPU, positions
   // (keys 3 apart, queries at the last keys of their sequence, backwards) on the device.
   std::vector<int64_t> cu_q = c.cu_q, cu_k = c.cu_k, pos_q(tq), pos_k(tk);
@@ -316,6 +323,9 @@ TEST_P(PluginTest, ForwardAndBackwardMatchTheReference) {
     opt.q_positions = &tpq;
     opt.k_positions = &tpk;
   }
+  // The uploads above (cudaMemcpy from pageable memory, on the legacy stream) may still be
+  // landing when cudaMemcpy returns: wait for them before the calls' own stream runs.
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   opt.cuda_stream = stream;
@@ -392,6 +402,7 @@ TEST_P(PluginTest, ForwardAndBackwardMatchTheReference) {
     DeviceArray dq(c.type, std::vector<float>(qh.size(), std::nanf(""))),
         dk(c.type, std::vector<float>(kh.size(), std::nanf(""))),
         dv(c.type, std::vector<float>(vh.size(), std::nanf("")));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the NaN fills have landed
     DLTensor tdq = View(dq.p, kDLCUDA, Code(c.type), Bits(c.type), &qshape, &qst);
     DLTensor tdk = View(dk.p, kDLCUDA, Code(c.type), Bits(c.type), &kshape, &kst);
     DLTensor tdv = View(dv.p, kDLCUDA, Code(c.type), Bits(c.type), &kshape, &kst);

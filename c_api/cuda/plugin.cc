@@ -28,7 +28,10 @@ namespace acu = ::gpe::attention::cuda;
 namespace seq = ::gpe::encodings::sequence;
 using seq::cuda::RopeCuda;
 
+// A failed runtime call also leaves the runtime's last error set, which the kernels'
+// launch checks (cudaGetLastError) would report as the next call's: cleared here.
 absl::Status CudaFailed(cudaError_t e, const char* what) {
+  cudaGetLastError();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(e), " (",
                                           cudaGetErrorString(e), ")"));
 }
@@ -46,6 +49,8 @@ class StreamBuffer {
   absl::Status Allocate(size_t bytes, const char* what) {
     const cudaError_t e = cudaMallocAsync(&p_, std::max<size_t>(bytes, 1), stream_);
     if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // as CudaFailed
+      p_ = nullptr;
       return absl::ResourceExhaustedError(
           absl::StrCat(what, ": ", bytes, " bytes of device memory not available"));
     }
@@ -108,7 +113,16 @@ absl::StatusOr<const RopeCuda*> CachedRope(const seq::Rope& rope, int device) {
         "rope: a ", o.num_axes, "-axis RoPE is not available for CUDA tensors yet (one axis)"));
   }
   absl::StatusOr<RopeCuda> r = RopeCuda::Create(rope);
-  if (!r.ok()) return r.status();
+  if (!r.ok()) {
+    cudaGetLastError();
+    return r.status();
+  }
+  // Create copies with cudaMemcpy from pageable memory, which may return before the data
+  // lands, on the legacy stream, which a non-blocking caller's stream does not follow:
+  // wait for it once, here, before any kernel reads the frequencies.
+  if (const cudaError_t e = cudaStreamSynchronize(cudaStreamLegacy); e != cudaSuccess) {
+    return CudaFailed(e, "uploading the RoPE frequencies");
+  }
   cache->emplace_back(std::move(key), std::make_unique<RopeCuda>(*std::move(r)));
   return cache->back().second.get();
 }
@@ -120,6 +134,24 @@ int64_t Extent(int64_t seqs, int64_t tokens, int64_t heads, int64_t dim, const C
 }
 
 int64_t ElementBytes(CudaCallDType t) { return t == CudaCallDType::kFloat32 ? 4 : 2; }
+
+// Zeros the rows [seqs, tokens, heads] of `dim` elements of a strided tensor, leaving
+// whatever lies between them: one 2-D memset (rows a token stride apart) per (sequence,
+// head).
+absl::Status ZeroRows(void* base, int64_t seqs, int64_t tokens, int64_t heads, int64_t dim,
+                      const CallStrides& s, int64_t esize, cudaStream_t stream) {
+  const size_t width = static_cast<size_t>(dim * esize);
+  const size_t pitch = tokens > 1 ? static_cast<size_t>(s.token * esize) : width;
+  for (int64_t b = 0; b < seqs; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      char* p = static_cast<char*>(base) + (b * s.batch + h * s.head) * esize;
+      const cudaError_t e =
+          cudaMemset2DAsync(p, pitch, 0, width, static_cast<size_t>(tokens), stream);
+      if (e != cudaSuccess) return CudaFailed(e, "zeroing dk / dv");
+    }
+  }
+  return absl::OkStatus();
+}
 
 // The status as plugin.h returns it: its code, and its message into `message`.
 int Report(const absl::Status& s, char* message, size_t message_size) {
@@ -136,6 +168,7 @@ absl::Status UsableDevice(int device) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
     return absl::UnimplementedError(absl::StrCat(
         "no usable CUDA device for tensors on CUDA device ", device, " (",
         e != cudaSuccess ? cudaGetErrorString(e) : "no devices", ")"));
@@ -217,6 +250,12 @@ absl::Status Run(const CudaCall& c, bool backward) {
     }
     a.alibi_slopes = static_cast<const float*>(slopes.get());
   }
+  if (c.tokens_k == 0) {
+    // No key anywhere: every row gets o = 0, lse = -inf without reading k or v, whose
+    // data may be null (an empty tensor's); the kernels check them to be device memory.
+    a.k = c.q;
+    a.v = c.q;
+  }
   if (c.rope != nullptr) {
     absl::StatusOr<const RopeCuda*> r = CachedRope(*c.rope, c.device);
     if (!r.ok()) return r.status();
@@ -239,6 +278,19 @@ absl::Status Run(const CudaCall& c, bool backward) {
   const int64_t seqs = packed ? 1 : c.batch;
   const int64_t rows_q = packed ? c.tokens_q : c.seq_q, rows_k = packed ? c.tokens_k : c.seq_k;
   const int64_t esize = ElementBytes(c.dtype);
+  if (c.tokens_q == 0) {
+    // No query: the kernels return at once; dk and dv are zero, as on the CPU.
+    for (const auto& [grad, st] : {std::pair<void*, const CallStrides*>{c.dk, &c.sk},
+                                   {c.dv, &c.sv}}) {
+      if (grad == nullptr || rows_k == 0) continue;
+      if (absl::Status s = ZeroRows(grad, seqs, rows_k, c.heads_kv, c.head_dim, *st, esize,
+                                    stream);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
   StreamBuffer o_scratch(stream), lse_scratch(stream), dq(stream), dk(stream), dv(stream);
   if (c.o == nullptr) {
     // o takes d_o's strides (so), as the backward reads them for both.

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "attention/descriptor.h"
 #include "c_api/cuda/plugin.h"
@@ -167,7 +168,7 @@ absl::Status IndexOnHost(const DLTensor** slot, const char* name, int32_t device
   return absl::OkStatus();
 }
 
-absl::Status NotOnCuda(const char* what) {
+absl::Status NotOnCuda(absl::string_view what) {
   return absl::UnimplementedError(absl::StrCat(
       what, " is not available for tensors on a CUDA device yet (the CUDA kernels take "
             "causal masks, GQA, padded and packed batches, positions, RoPE and ALiBi); run "
@@ -200,6 +201,12 @@ absl::Status SupportedOnCuda(const gpe_attention_options& o) {
   };
   for (const auto& u : unsupported) {
     if (u.set) return NotOnCuda(u.name);
+  }
+  if (o.rope != nullptr && o.rope->impl.options().xpos.enabled) {
+    return NotOnCuda("a gpe_rope with xPos");
+  }
+  if (o.rope != nullptr && o.rope->impl.options().num_axes != 1) {
+    return NotOnCuda("a multi-axis gpe_rope (axial RoPE, M-RoPE)");
   }
   if (o.bias != nullptr && o.bias->kind != GPE_BIAS_ALIBI) {
     return NotOnCuda("a bias other than ALiBi (T5, FoX, GRAPE-A, GRAPE-AP)");
@@ -238,6 +245,10 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
   all.push_back({lse, "lse"});
   if (absl::Status s = OneDevice(all, &device); !s.ok()) return s;
   const DLTensor* q = floats[0].t;
+  if (!SameDType(floats[1].t, q) && SameDType(floats[1].t, floats[2].t) &&
+      floats[1].t->dtype.bits == 16 && q->dtype.bits >= 16) {
+    return NotOnCuda("a 16-bit KV cache under queries of another dtype");
+  }
   for (const Named& n : floats) {
     if (n.t != nullptr && !SameDType(n.t, q)) {
       return Bad(absl::StrCat(n.name, " and q differ in dtype: on a CUDA device q, k, v, o and "
@@ -348,8 +359,12 @@ absl::Status CudaForward(const gpe_attention_options* options, const DLTensor* q
   const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
   const NamedView outs[] = {{&*ov, "o"}, {lse != nullptr ? &*lv : nullptr, "lse"}};
   if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+  c.args.o = StridesOf(*ov, packed);
+  // What the CPU kernels check before they run (cu_seqlens against the tokens, strides
+  // that keep rows apart, positions' sizes, the bias's heads): host data only.
+  if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
   p.cuda.o = ov->data;
-  p.cuda.so = CallStridesOf(StridesOf(*ov, packed));
+  p.cuda.so = CallStridesOf(c.args.o);
   p.cuda.lse = static_cast<float*>(lv->data);
   return RunOnPlugin(p.cuda, /*backward=*/false);
 }
@@ -368,6 +383,10 @@ absl::Status CudaBackward(const gpe_attention_options* options, const DLTensor* 
   Call& c = p.call;
   if (p.cuda.dtype == plug::CudaCallDType::kFloat32) {
     return NotOnCuda("the backward in float32 (it takes bfloat16 or float16)");
+  }
+  if (c.args.head_dim != 64 && c.args.head_dim != 128) {
+    return NotOnCuda(
+        absl::StrCat("the backward with head_dim ", c.args.head_dim, " (it takes 64 or 128)"));
   }
   const bool packed = c.args.layout == att::Layout::kTHD;
   if ((o == nullptr) != (lse == nullptr)) {
@@ -419,8 +438,10 @@ absl::Status CudaBackward(const gpe_attention_options* options, const DLTensor* 
                             {dk != nullptr ? &views[1] : nullptr, "dk"},
                             {dv != nullptr ? &views[2] : nullptr, "dv"}};
   if (absl::Status s = CheckOutputs(outs, ins); !s.ok()) return s;
+  c.args.o = StridesOf(*gv, packed);  // o and d_o share these
+  if (absl::Status s = att::ValidateAttention(c.args); !s.ok()) return s;
   plug::CudaCall& cc = p.cuda;
-  cc.so = CallStridesOf(StridesOf(*gv, packed));
+  cc.so = CallStridesOf(c.args.o);
   cc.d_o = gv->data;
   cc.o = o != nullptr ? ov.data : nullptr;
   cc.lse = lse != nullptr ? static_cast<float*>(lv->data) : nullptr;

@@ -141,10 +141,13 @@ extern "C" {
  * cuda_stream and the call returns without waiting for it (the caller synchronises, as
  * with any CUDA library); its scratch memory is taken and given back in stream order
  * (cudaMallocAsync). Supported: float32, bfloat16 and float16 tensors (float16 q, k, v, o
- * here, unlike the CPU's; the backward bfloat16 and float16 only), head_dim = head_dim_v
- * (tensor cores for 64 and 128 in 16-bit types, a float32 SIMT kernel otherwise, up to
- * 256), causal masks, GQA, padded and packed batches, explicit positions, RoPE by
- * rope_dim or by a one-axis gpe_rope handle without xPos, and an ALiBi gpe_bias.
+ * here, unlike the CPU's), head_dim = head_dim_v up to 256 (tensor cores for 64 and 128
+ * in 16-bit types with 16-byte-aligned tensors and strides a multiple of 8 elements, a
+ * SIMT kernel otherwise), causal masks, GQA, padded and packed batches, explicit
+ * positions, RoPE by rope_dim or by a one-axis gpe_rope handle without xPos, and an ALiBi
+ * gpe_bias. The backward runs on tensor cores only: bfloat16 or float16, head_dim 64 or
+ * 128, alignment as above (GPE_ERROR_INVALID_ARGUMENT otherwise). The first call with a
+ * given RoPE uploads its frequencies once and waits for that copy.
  * cu_seqlens and positions may lie on the CPU or on the tensors' device (copied to the
  * host first, which waits for cuda_stream). Every other option, a parameter gradient and
  * a 16-bit KV cache under float32 queries are refused with GPE_ERROR_UNSUPPORTED naming

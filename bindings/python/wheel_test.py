@@ -111,6 +111,28 @@ SMOKE = textwrap.dedent("""
             with torch.no_grad():
                 diff = (ref(ids).logits - ours(ids).logits).abs().max().item()
             assert diff < 1e-4, "register_hf_attention: %g" % diff
+    # Where the wheel carries the CUDA plugin, libgpe.so finds it beside itself and it
+    # loads (its CUDA runtime bundled): on this GPU-less machine the plugin itself says so.
+    plugin = os.path.join(os.path.dirname(lib), "libgpe_cuda.so")
+    if os.path.exists(plugin):
+        import ctypes
+        from gpe import _ffi
+        shape = (ctypes.c_int64 * 4)(1, 8, 2, 64)
+        def fake(address):
+            t = _ffi.DLTensor()
+            t.data, t.ndim, t.shape = address, 4, shape
+            t.device = _ffi.DLDevice(_ffi.KDL_CUDA, 0)
+            t.dtype = _ffi.DLDataType(4, 16, 1)
+            return t
+        ts = [fake(0x10000000 + i * 0x100000) for i in range(4)]
+        opts = _ffi.AttentionOptions()
+        opts.struct_size, opts.rope_base, opts.rope_pairing = ctypes.sizeof(opts), 1e4, 1
+        l = gpe._core.lib()
+        st = l.gpe_attention_forward(ctypes.byref(opts), *(ctypes.byref(t) for t in ts), None)
+        msg = l.gpe_last_error_message().decode()
+        assert l.gpe_status_name(st).decode() == "GPE_ERROR_UNSUPPORTED", msg
+        assert "no usable CUDA device" in msg, msg
+        print("CUDA plugin: loaded,", msg[:60])
     print("wheel smoke test passed:", gpe.version_string())
 """)
 

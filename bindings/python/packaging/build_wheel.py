@@ -73,6 +73,8 @@ def write_wheel(args, version, lib, out_dir):
     for src in sorted(args.package):
         files.append(("gpe/" + pathlib.Path(src).name, pathlib.Path(src).read_bytes()))
     files.append(("gpe/libgpe.so", pathlib.Path(lib).read_bytes()))
+    if args.plugin:  # the CUDA plugin, beside libgpe.so where it looks for it
+        files.append(("gpe/libgpe_cuda.so", pathlib.Path(args.plugin).read_bytes()))
     files.append(("gpe/py.typed", b""))
     files.append((info + "/METADATA", metadata(version, args.readme).encode()))
     files.append((info + "/WHEEL", ("Wheel-Version: 1.0\nGenerator: grouppe build_wheel.py\n"
@@ -111,6 +113,7 @@ def auditwheel():
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--library", required=True, help="libgpe.so.0")
+    p.add_argument("--plugin", help="libgpe_cuda.so, the CUDA plugin (where the build has it)")
     p.add_argument("--common-h", required=True)
     p.add_argument("--license", required=True)
     p.add_argument("--readme", required=True)

@@ -10,7 +10,7 @@ libgpe.so (its CUDA plugin beside it) and passes --json to write gtest-style res
 """
 
 import json
-import math
+import os
 import sys
 import unittest
 
@@ -20,9 +20,9 @@ try:
     import gpe
     import gpe.torch as gt
     _SKIP = None if torch.cuda.is_available() else "no CUDA device: gpe.torch on CUDA skipped"
-except ImportError as e:
+except ImportError as e:  # PyTorch, or what gpe needs (NumPy), is missing
     torch = None
-    _SKIP = "PyTorch is not installed (%s)" % e
+    _SKIP = "cannot import torch / gpe (%r): gpe.torch on CUDA skipped" % e
 
 needs_gpu = unittest.skipIf(_SKIP is not None, _SKIP or "")
 
@@ -71,9 +71,10 @@ class CudaAttentionTest(unittest.TestCase):
 
     def test_padded_causal_rope_alibi_gqa(self):
         for name in ("bf16", "f16"):
-            q = exact((2, 40, 8, 64), self.gen)
-            k, v = exact((2, 70, 2, 64), self.gen), exact((2, 70, 2, 64), self.gen)
-            self.check_against_cpu(name, q, k, v, causal=True, rope_dim=64, alibi="causal")
+            with self.subTest(name):
+                q = exact((2, 40, 8, 64), self.gen)
+                k, v = exact((2, 70, 2, 64), self.gen), exact((2, 70, 2, 64), self.gen)
+                self.check_against_cpu(name, q, k, v, causal=True, rope_dim=64, alibi="causal")
 
     def test_packed_with_a_rope_handle(self):
         rope = gpe.Rope(128, schedule="yarn", factor=4.0, original_max_position=64)
@@ -86,23 +87,31 @@ class CudaAttentionTest(unittest.TestCase):
 
     def test_matches_sdpa_on_the_gpu(self):
         for name in ("bf16", "f16"):
-            dt = dtype_of(name)
-            q, k, v = (exact((1, 8, 128, 64), self.gen).to("cuda", dt) for _ in range(3))
-            want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            # gpe.torch takes bshd; SDPA bhsd.
-            got = gt.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                               is_causal=True).transpose(1, 2)
-            self.assertLessEqual((got.float() - want.float()).abs().max().item(),
-                                 2 * _TOL[name], name)
+            with self.subTest(name):
+                dt = dtype_of(name)
+                q, k, v = (exact((1, 8, 128, 64), self.gen).to("cuda", dt) for _ in range(3))
+                want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                # gpe.torch takes bshd; SDPA bhsd.
+                got = gt.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                   is_causal=True).transpose(1, 2)
+                self.assertLessEqual((got.float() - want.float()).abs().max().item(),
+                                     2 * _TOL[name], name)
 
     def test_runs_on_the_current_stream(self):
+        # On a side stream q2 is filled only after a long sleep: a call enqueued anywhere
+        # but that stream would read the zeros (PyTorch's side streams do not wait for the
+        # legacy stream), so equality shows the library used the current stream.
         q, k, v = (exact((1, 300, 4, 64), self.gen).to("cuda", torch.bfloat16)
                    for _ in range(3))
         want = gt.attention(q, k, v, causal=True)
+        q2 = torch.zeros_like(q)
+        torch.cuda.synchronize()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
-            got = gt.attention(q, k, v, causal=True)
+            torch.cuda._sleep(100_000_000)
+            q2.copy_(q)
+            got = gt.attention(q2, k, v, causal=True)
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         self.assertTrue(torch.equal(got, want))
@@ -136,8 +145,18 @@ def _json_results(path):
         cases[test.id()]["result"] = "SKIPPED"
     for test, tb in result.failures + result.errors:
         cases.setdefault(test.id(), {"name": test.id(), "result": "COMPLETED", "failures": []})
-        cases[test.id()]["failures"].append({"failure": tb})
+        # The summary keeps a failure's first 400 characters: the assertion first.
+        cases[test.id()]["failures"].append({"failure": tb.strip().splitlines()[-1] + "\n" + tb})
         print(tb, file=sys.stderr)
+    # Where the GPU check has seen a GPU (GPE_EXPECT_GPU=1), skipping is a failure: a
+    # missing module or an invisible device must not read as a pass.
+    if os.environ.get("GPE_EXPECT_GPU") == "1" and (_SKIP or result.skipped):
+        print("torch_cuda_test: skipped on a GPU machine: %s" % _SKIP, file=sys.stderr)
+        for case in cases.values():
+            case["failures"].append({"failure": "skipped on a GPU machine: %s" % _SKIP})
+        json.dump({"testsuites": [{"name": "torch_cuda_test",
+                                   "testsuite": list(cases.values())}]}, open(path, "w"))
+        return False
     json.dump({"testsuites": [{"name": "torch_cuda_test", "testsuite": list(cases.values())}]},
               open(path, "w"), indent=1)
     print("torch_cuda_test: %d run, %d failed, %d skipped"

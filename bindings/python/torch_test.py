@@ -158,6 +158,23 @@ class TorchAttentionTest(unittest.TestCase):
         return torch.stack([attention_eager(q[b], k[b], v[b], qp, kp, **kw)
                             for b in range(q.shape[0])])
 
+    def test_upstream_gradient_with_other_strides_on_size_one_dims(self):
+        # A d_o that torch calls contiguous but whose strides on a size-1 dimension differ
+        # from o's (one head: the transpose of [1, 1, 16, 64]) was refused by the library
+        # ("o and d_o must have the same strides"); it is laid out as o first. Gradients
+        # against a contiguous copy of the same values: identical calls, exact.
+        q, k, v = (torch.randn(1, 16, 1, 64, dtype=torch.float32, requires_grad=True)
+                   for _ in range(3))
+        g = torch.randn(1, 1, 16, 64).transpose(1, 2)
+        self.assertTrue(g.is_contiguous())
+        gt.attention(q, k, v, causal=True).backward(g)
+        want = [t.grad.clone() for t in (q, k, v)]
+        for t in (q, k, v):
+            t.grad = None
+        gt.attention(q, k, v, causal=True).backward(torch.empty(1, 16, 1, 64).copy_(g))
+        for a, b in zip(want, (q.grad, k.grad, v.grad)):
+            self.assertTrue(torch.equal(a, b))
+
     def test_gradcheck_float64_every_encoding(self):
         # float64 runs the exact reference; gradcheck's central differences (eps 1e-6) are
         # accurate to ~1e-9 on these O(1) Jacobians, inside its atol 1e-5 / rtol 1e-3, while

@@ -5,13 +5,19 @@
     o.sum().backward()
 
 attention() is differentiable in q, k and v through GroupPE's own backward kernels
-(gpe_attention_backward, given the forward's o and lse). Tensors are CPU tensors handed
-to libgpe.so as DLTensors that point at the tensors' own storage (no copies; inputs
-whose head_dim is not contiguous are made contiguous first):
+(gpe_attention_backward, given the forward's o and lse). Tensors are handed to
+libgpe.so as DLTensors that point at the tensors' own storage (no copies; inputs whose
+head_dim is not contiguous are made contiguous first):
 
 - float32 and bfloat16 run the optimised CPU kernels (float32 arithmetic);
 - float64 runs the exact double reference (slow; for torch.autograd.gradcheck and as an
-  oracle).
+  oracle);
+- tensors on a CUDA device run the CUDA kernels through the library's CUDA plugin
+  (gpe.h, "CUDA TENSORS"), on PyTorch's current stream: bfloat16, float16 and float32
+  (forward), bfloat16 and float16 with head_dim 64 or 128 (backward); causal masks, GQA,
+  packed batches, positions, RoPE (rope_dim or a one-axis gpe.Rope) and ALiBi. Other
+  options raise GpeError naming them. Not for CUDA-graph capture (index arrays and
+  encodings are uploaded per call).
 
 Layouts and options are gpe.attention's (gpe.h, "Attention"): q [batch, seq_q, heads_q,
 head_dim], k, v [batch, seq_k, heads_kv, head_dim] (heads_q a multiple of heads_kv), or
@@ -451,6 +457,12 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     return o
 
 
+# The attention operators upload index arrays and encodings per call (and may wait for
+# a device-to-host copy of index arrays): never captured into a CUDA graph.
+_CUDAGRAPH_UNSAFE = ((torch.Tag.cudagraph_unsafe,) if hasattr(torch.Tag, "cudagraph_unsafe")
+                     else ())
+
+
 def _cuda_stream(opts, q):
     """Calls on CUDA tensors run on PyTorch's current stream of q's device: the library
     enqueues its kernels there and returns without waiting, as a PyTorch operator does."""
@@ -505,7 +517,7 @@ def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 @torch.library.custom_op("gpe::attention_forward", mutates_args=(),
-                         device_types=("cpu", "cuda"))
+                         device_types=("cpu", "cuda"), tags=_CUDAGRAPH_UNSAFE)
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
                 cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
@@ -568,8 +580,13 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
                     (rope_key, window_left, window_right, softcap, attn_mask))
-    # The ABI wants d_o with o's strides and gradients with their inputs' strides.
-    d_o = d_o.contiguous()
+    # The ABI wants d_o with o's strides (compared in full: a "contiguous" tensor may
+    # still differ on dimensions of size 1) and gradients with their inputs' strides.
+    if o is None:  # o and lse recomputed by the library
+        d_o = d_o.contiguous()
+    elif d_o.stride() != o.stride():
+        d_o = torch.empty_strided(o.shape, o.stride(), dtype=d_o.dtype,
+                                  device=d_o.device).copy_(d_o)
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
                   for x in (q, k, v))
     _cuda_stream(opts, q)
@@ -592,7 +609,7 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
 
 
 @torch.library.custom_op("gpe::attention_backward", mutates_args=(),
-                         device_types=("cpu", "cuda"))
+                         device_types=("cpu", "cuda"), tags=_CUDAGRAPH_UNSAFE)
 def _backward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  lse: torch.Tensor, d_o: torch.Tensor, q_positions: Optional[torch.Tensor],
                  k_positions: Optional[torch.Tensor], cu_seqlens_q: Optional[torch.Tensor],
@@ -614,7 +631,7 @@ def _(q, k, v, o, lse, d_o, *args):
 
 
 @torch.library.custom_op("gpe::attention_backward_with_parameters", mutates_args=(),
-                         device_types=("cpu", "cuda"))
+                         device_types=("cpu", "cuda"), tags=_CUDAGRAPH_UNSAFE)
 def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                         lse: torch.Tensor, d_o: torch.Tensor,
                         q_positions: Optional[torch.Tensor], k_positions: Optional[torch.Tensor],
@@ -641,7 +658,7 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         tuple(param_grads), rope_key, window_left, window_right, softcap,
                         attn_mask, algebraic)
     grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
-    return list(out[:3]) + [torch.empty(0, dtype=torch.float64) if g is None else g
+    return list(out[:3]) + [q.new_empty((0,), dtype=torch.float64) if g is None else g
                             for g in grads]
 
 
@@ -764,6 +781,24 @@ class _EagerAttention(torch.autograd.Function):
                           out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
 
 
+def _check_cuda_call(q, k, v, attn_mask, sinks):
+    """What the CUDA kernels cannot run, refused before any host copy (a mask and sinks
+    would be moved to the host only to be refused) and, for a call autograd will
+    differentiate, before the forward (the backward takes 16-bit tensors and head_dim 64
+    or 128)."""
+    if attn_mask is not None:
+        raise ValueError("attn_mask is not available for CUDA tensors yet (the CUDA kernels "
+                         "take causal masks, positions, RoPE and ALiBi)")
+    if sinks is not None:
+        raise ValueError("sinks are not available for CUDA tensors yet")
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        if q.dtype not in (torch.bfloat16, torch.float16) or q.shape[-1] not in (64, 128):
+            raise ValueError(
+                "the backward on CUDA tensors takes bfloat16 or float16 with head_dim 64 or "
+                "128; got %s with head_dim %d (run it under torch.no_grad() for the forward "
+                "alone)" % (q.dtype, q.shape[-1]))
+
+
 def _sdpa_mask(attn_mask):
     """SDPA's attn_mask as the library's: 4-D (leading size-1 dimensions added, which
     broadcast), bool as uint8 (True takes part), floats as float32 (additive); None stays
@@ -834,6 +869,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
             is_causal=is_causal, softmax_scale=softmax_scale, enable_gqa=enable_gqa,
             attn_mask=attn_mask, dropout_p=dropout_p, **structured)
+    if q.device.type == "cuda":
+        _check_cuda_call(q, k, v, attn_mask, sinks)
     attn_mask = _sdpa_mask(attn_mask)
     if dropout_p:
         raise ValueError("dropout_p must be 0: attention dropout is not supported")

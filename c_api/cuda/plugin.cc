@@ -163,6 +163,21 @@ int Report(const absl::Status& s, char* message, size_t message_size) {
   return static_cast<int>(s.code());
 }
 
+// The forward of `a` on the stream, with the workspace that lets the tensor-core kernel
+// rotate the keys once (RoPE) taken for the call.
+absl::Status Forward(acu::CudaAttentionArgs a, cudaStream_t stream) {
+  StreamBuffer work(stream);
+  const int64_t bytes = acu::CudaAttentionWorkspaceBytes(a);
+  if (bytes > 0) {
+    if (absl::Status s = work.Allocate(static_cast<size_t>(bytes), "workspace"); !s.ok()) {
+      return s;
+    }
+    a.workspace = work.get();
+    a.workspace_bytes = bytes;
+  }
+  return acu::CudaAttentionForward(a, stream);
+}
+
 // OK when `device` is one this process can use.
 absl::Status UsableDevice(int device) {
   int count = 0;
@@ -261,18 +276,7 @@ absl::Status Run(const CudaCall& c, bool backward) {
     if (!r.ok()) return r.status();
     a.rope = *r;
   }
-  if (!backward) {
-    StreamBuffer work(stream);
-    const int64_t bytes = acu::CudaAttentionWorkspaceBytes(a);
-    if (bytes > 0) {
-      if (absl::Status s = work.Allocate(static_cast<size_t>(bytes), "workspace"); !s.ok()) {
-        return s;
-      }
-      a.workspace = work.get();
-      a.workspace_bytes = bytes;
-    }
-    return acu::CudaAttentionForward(a, stream);
-  }
+  if (!backward) return Forward(a, stream);
   // The backward: the forward's o and lse, recomputed when not given; gradients not
   // wanted go to scratch with the strides of their inputs.
   const int64_t seqs = packed ? 1 : c.batch;
@@ -302,18 +306,7 @@ absl::Status Run(const CudaCall& c, bool backward) {
     }
     a.o = o_scratch.get();
     a.lse = static_cast<float*>(lse_scratch.get());
-    StreamBuffer work(stream);
-    const int64_t bytes = acu::CudaAttentionWorkspaceBytes(a);
-    if (bytes > 0) {
-      if (absl::Status s = work.Allocate(static_cast<size_t>(bytes), "workspace"); !s.ok()) {
-        return s;
-      }
-      a.workspace = work.get();
-      a.workspace_bytes = bytes;
-    }
-    if (absl::Status s = acu::CudaAttentionForward(a, stream); !s.ok()) return s;
-    a.workspace = nullptr;
-    a.workspace_bytes = 0;
+    if (absl::Status s = Forward(a, stream); !s.ok()) return s;
   }
   acu::CudaAttentionBackwardArgs b;
   b.forward = a;

@@ -224,7 +224,54 @@ TEST_F(CudaDispatchTest, IndexArraysOnTheCpuAreCheckedBeforeThePlugin) {
   opt.q_positions = &dev;
   opt.k_positions = &dev;
   EXPECT_EQ(Forward(), GPE_ERROR_INVALID_ARGUMENT);
-  EXPECT_TRUE(HasMessage("index arrays lie on the CPU or on q's CUDA device")) << gpe_last_error_message();
+  EXPECT_TRUE(HasMessage("index arrays lie on the CPU or on the tensors' CUDA device")) << gpe_last_error_message();
+}
+
+// RoPE (gpe_rope_forward / _backward) on tensors claiming a CUDA device: checked as on the
+// CPU, refused where the GPU lacks it, then the missing plugin.
+TEST_F(CudaDispatchTest, RopeOnCudaTensorsIsCheckedThenNeedsThePlugin) {
+  gpe_rope_options ro = GPE_ROPE_OPTIONS_INIT;
+  ro.head_dim = 64;
+  gpe_rope* rope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&ro, &rope), GPE_OK) << gpe_last_error_message();
+  gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT;
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &o.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+  // 0.3.0's smaller struct (before cuda_stream) is still read.
+  tok.struct_size = static_cast<uint32_t>(offsetof(gpe_rope_tokens, cuda_stream));
+  EXPECT_EQ(gpe_rope_backward(rope, &tok, &q.t, &o.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+  tok = GPE_ROPE_TOKENS_INIT;
+  // out on the CPU.
+  std::vector<float> host(8 * 4 * 64);
+  std::vector<int64_t> shape{1, 8, 4, 64};
+  DLTensor cpu_out = gpe::c_api_test::Tensor(host.data(), kDLBfloat, 16, &shape);
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &cpu_out), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("one device")) << gpe_last_error_message();
+  // Positions of the wrong length, on the CPU.
+  std::vector<int64_t> pos(7, 0), pshape{7};
+  DLTensor p = gpe::c_api_test::Tensor(pos.data(), kDLInt, 64, &pshape);
+  tok.position_ids = &p;
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &o.t), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("position_ids")) << gpe_last_error_message();
+  tok.position_ids = nullptr;
+  // out of other strides than x's.
+  std::vector<int64_t> strides{8 * 4 * 64 * 2, 4 * 64 * 2, 64, 1};
+  FakeTensor wide{0x10300000, 4};
+  wide.t.strides = strides.data();
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &wide.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("has its strides")) << gpe_last_error_message();
+  // float64.
+  FakeTensor x64{0x10000000, 4, kDLFloat, 64}, o64{0x10300000, 4, kDLFloat, 64};
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &x64.t, &o64.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("float64")) << gpe_last_error_message();
+  gpe_rope_destroy(rope);
+  // xPos.
+  ro.xpos = 1;
+  ASSERT_EQ(gpe_rope_create(&ro, &rope), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &o.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("xPos")) << gpe_last_error_message();
+  gpe_rope_destroy(rope);
 }
 
 }  // namespace

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -421,6 +423,145 @@ TEST_P(PluginTest, ForwardAndBackwardMatchTheReference) {
   cudaFree(dev_cu_q);
   cudaFree(dev_pos);
 }
+
+// RoPE through gpe_rope_forward / _backward on CUDA tensors against the same call in
+// float64 on the CPU: a padded batch whose sequences are not one token stride apart (one
+// launch per sequence), sbhd with offsets on the device, thd with cu_seqlens on the device
+// and a YaRN schedule, M-RoPE with [3, tokens] position_ids on the device. Tolerances: the
+// output's rounding to the type (|y| <= sqrt(2) for inputs in [-1, 1), so 2^-8 sqrt(2) for
+// bfloat16, 2^-11 sqrt(2) for float16) plus float32 sin / cos of angles reduced in double
+// (~1e-7); 2e-5 for float32.
+struct RopeCase {
+  std::string name;
+  Type type;
+  int32_t layout;  // GPE_ROPE_LAYOUT_*
+  int64_t batch, seq, heads, dim;
+  bool backward;
+  int extra;  // 0: none, 1: offsets on the device, 2: cu_seqlens on the device + YaRN,
+              // 3: M-RoPE with position_ids on the device
+};
+
+class PluginRopeTest : public ::testing::TestWithParam<RopeCase> {};
+
+TEST_P(PluginRopeTest, MatchesTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const RopeCase& c = GetParam();
+  std::mt19937_64 rng(11);
+  gpe_rope_options ro = GPE_ROPE_OPTIONS_INIT;
+  ro.head_dim = c.dim;
+  const int64_t sections[] = {8, 12, 12};
+  if (c.extra == 2) {
+    ro.schedule = GPE_ROPE_YARN;
+    ro.factor = 4.0;
+    ro.original_max_position = 16;
+  } else if (c.extra == 3) {
+    ro.axes = GPE_ROPE_AXES_MROPE;
+    ro.mrope_sections = sections;
+    ro.num_mrope_sections = 3;
+  }
+  gpe_rope* rope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&ro, &rope), GPE_OK) << gpe_last_error_message();
+  const bool thd = c.layout == GPE_ROPE_LAYOUT_THD;
+  std::vector<int64_t> cu = {0, 5, 5, c.seq};
+  const int64_t tokens = thd ? c.seq : c.batch * c.seq;
+  std::vector<int64_t> shape, strides;
+  size_t elements;
+  if (thd) {
+    shape = {c.seq, c.heads, c.dim};
+    strides = Compact(shape);
+    elements = static_cast<size_t>(tokens * c.heads * c.dim);
+  } else if (c.layout == GPE_ROPE_LAYOUT_BSHD) {
+    // Sequences two sequences' rows apart: not one token stride apart.
+    shape = {c.batch, c.seq, c.heads, c.dim};
+    strides = {2 * c.seq * c.heads * c.dim, c.heads * c.dim, c.dim, 1};
+    elements = static_cast<size_t>(2 * c.batch * c.seq * c.heads * c.dim);
+  } else {
+    shape = {c.seq, c.batch, c.heads, c.dim};
+    strides = Compact(shape);
+    elements = static_cast<size_t>(tokens * c.heads * c.dim);
+  }
+  const std::vector<float> xh = Exact(elements, &rng);
+  DeviceArray x(c.type, xh), out(c.type, std::vector<float>(elements, std::nanf("")));
+  // Index arrays, on the host for the reference and on the device for the call.
+  std::vector<int64_t> offsets = {0, 5, 100}, ids;
+  if (c.extra == 3) {
+    for (int64_t a = 0; a < 3; ++a) {
+      for (int64_t t = 0; t < tokens; ++t) ids.push_back((a + 1) * t + 3 * a);
+    }
+  }
+  std::vector<int64_t> host_index = c.extra == 1 ? offsets : c.extra == 2 ? cu : ids;
+  int64_t* dev_index = nullptr;
+  if (!host_index.empty()) {
+    ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev_index), host_index.size() * 8),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(dev_index, host_index.data(), host_index.size() * 8,
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  std::vector<int64_t> ishape = c.extra == 3 ? std::vector<int64_t>{3, tokens}
+                                             : std::vector<int64_t>{
+                                                   static_cast<int64_t>(host_index.size())};
+  DLTensor dev_t = View(dev_index, kDLCUDA, kDLInt, 64, &ishape, nullptr);
+  DLTensor host_t = View(host_index.data(), kDLCPU, kDLInt, 64, &ishape, nullptr);
+  gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT, ref = GPE_ROPE_TOKENS_INIT;
+  tok.layout = ref.layout = c.layout;
+  const DLTensor** slot = c.extra == 1 ? &tok.offsets : c.extra == 2 ? &tok.cu_seqlens
+                                                                      : &tok.position_ids;
+  const DLTensor** ref_slot = c.extra == 1 ? &ref.offsets : c.extra == 2 ? &ref.cu_seqlens
+                                                                          : &ref.position_ids;
+  if (c.extra != 0) {
+    *slot = &dev_t;
+    *ref_slot = &host_t;
+  }
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  tok.cuda_stream = stream;
+  DLTensor tx = View(x.p, kDLCUDA, Code(c.type), Bits(c.type), &shape, &strides);
+  DLTensor to = View(out.p, kDLCUDA, Code(c.type), Bits(c.type), &shape, &strides);
+  const gpe_status st = c.backward ? gpe_rope_backward(rope, &tok, &tx, &to)
+                                   : gpe_rope_forward(rope, &tok, &tx, &to);
+  ASSERT_EQ(st, GPE_OK) << c.name << ": " << gpe_last_error_message();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<double> x64 = ToDouble(xh), y64(elements, 0.0);
+  DLTensor rx = View(x64.data(), kDLCPU, kDLFloat, 64, &shape, &strides);
+  DLTensor ry = View(y64.data(), kDLCPU, kDLFloat, 64, &shape, &strides);
+  ASSERT_EQ(c.backward ? gpe_rope_backward(rope, &ref, &rx, &ry)
+                       : gpe_rope_forward(rope, &ref, &rx, &ry),
+            GPE_OK)
+      << gpe_last_error_message();
+  // Compare the rows the call covers (a padded batch's gaps are never written).
+  std::vector<double> want;
+  std::vector<int64_t> cs = Compact(shape);
+  const int64_t n = std::accumulate(shape.begin(), shape.end(), int64_t{1},
+                                    std::multiplies<int64_t>());
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, off = 0;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      off += rest / cs[a] * strides[a];
+      rest %= cs[a];
+    }
+    want.push_back(y64[off]);
+  }
+  const double tol = c.type == Type::kBf16 ? 0.0056 : c.type == Type::kF16 ? 0.0007 : 2e-5;
+  const Errors e = Compare(out.Download(), strides, want, shape);
+  EXPECT_LE(e.max, tol) << c.name;
+  cudaStreamDestroy(stream);
+  cudaFree(dev_index);
+  gpe_rope_destroy(rope);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PluginRopeTest,
+    ::testing::Values(RopeCase{"bshd_two_launches_bf16", Type::kBf16, GPE_ROPE_LAYOUT_BSHD, 2, 33,
+                               4, 64, false, 0},
+                      RopeCase{"sbhd_offsets_f16_backward", Type::kF16, GPE_ROPE_LAYOUT_SBHD, 3,
+                               20, 2, 128, true, 1},
+                      RopeCase{"thd_yarn_f32", Type::kF32, GPE_ROPE_LAYOUT_THD, 0, 40, 3, 64,
+                               false, 2},
+                      RopeCase{"mrope_bf16", Type::kBf16, GPE_ROPE_LAYOUT_BSHD, 1, 24, 2, 64,
+                               false, 3}),
+    [](const ::testing::TestParamInfo<RopeCase>& p) { return p.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, PluginTest,

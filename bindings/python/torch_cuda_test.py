@@ -1,8 +1,9 @@
-"""gpe.torch.attention on CUDA tensors (the C ABI's CUDA plugin) against the same call on
-the CPU in float64 and against PyTorch's SDPA on the same GPU: forward and autograd
-backward in bfloat16 and float16, RoPE by rope_dim and by a gpe.Rope (YaRN), ALiBi, GQA,
-packed batches with cu_seqlens on the device, a non-default stream, the registered
-operator under torch.compile, and a clear error for an option the GPU kernels lack.
+"""gpe.torch.attention and gpe.torch.rope on CUDA tensors (the C ABI's CUDA plugin) against
+the same calls on the CPU in float64 and against PyTorch's SDPA on the same GPU: forward
+and autograd backward in bfloat16 and float16, RoPE by rope_dim and by a gpe.Rope (YaRN),
+ALiBi, GQA, packed batches with cu_seqlens on the device, a non-default stream, the
+registered operator under torch.compile, and a clear error for an option the GPU
+kernels lack.
 
 Skips with a message without PyTorch or without a CUDA device (CI); runs in the GPU
 check (tools/cuda_check/run_gpu_check.sh), which points GPE_LIBRARY at the bundled
@@ -125,6 +126,26 @@ class CudaAttentionTest(unittest.TestCase):
         self.assertTrue(torch.equal(o, want))
         o.sum().backward()
         self.assertEqual(q.grad.device.type, "cuda")
+
+    def test_rope_matches_the_cpu(self):
+        # gt.rope on CUDA (offsets on the device) against float64 on the CPU, forward and
+        # the autograd backward. |y| < 2 (YaRN's attention factor ~1.14 times sqrt(2)): the
+        # output's rounding is at most 2^-8 (bfloat16) / 2^-11 (float16); tolerance twice.
+        rope = gpe.Rope(64, schedule="yarn", factor=4.0, original_max_position=16)
+        x = exact((2, 30, 4, 64), self.gen)
+        offsets = torch.tensor([0, 7])
+        for name, tol in (("bf16", 2.0 ** -7), ("f16", 2.0 ** -10)):
+            with self.subTest(name):
+                xc = x.to("cuda", dtype_of(name)).requires_grad_()
+                y = gt.rope(xc, rope, offsets=offsets.cuda())
+                self.assertEqual(y.device.type, "cuda")
+                x64 = x.clone().requires_grad_()
+                y64 = gt.rope(x64, rope, offsets=offsets)
+                self.assertLessEqual((y.double().cpu() - y64.detach()).abs().max().item(), tol)
+                g = exact(y64.shape, self.gen)
+                y.backward(g.to("cuda", dtype_of(name)))
+                y64.backward(g)
+                self.assertLessEqual((xc.grad.double().cpu() - x64.grad).abs().max().item(), tol)
 
     def test_an_option_the_gpu_lacks_is_refused_by_name(self):
         q, k, v = (exact((1, 16, 2, 64), self.gen).to("cuda", torch.bfloat16) for _ in range(3))

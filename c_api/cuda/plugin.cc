@@ -86,10 +86,12 @@ struct RopeKey {
   bool interleaved;
   float attention_factor;
   std::vector<double> thetas;
+  std::vector<int> plane_axes;
   bool operator==(const RopeKey& o) const {
     return device == o.device && head_dim == o.head_dim && rotary_dim == o.rotary_dim &&
            num_axes == o.num_axes && interleaved == o.interleaved &&
-           attention_factor == o.attention_factor && thetas == o.thetas;
+           attention_factor == o.attention_factor && thetas == o.thetas &&
+           plane_axes == o.plane_axes;
   }
 };
 
@@ -103,14 +105,15 @@ absl::StatusOr<const RopeCuda*> CachedRope(const seq::Rope& rope, int device) {
               o.num_axes,
               o.pairing == group::PlanePairing::kInterleaved,
               static_cast<float>(rope.attention_factor()),
-              std::vector<double>(rope.thetas().begin(), rope.thetas().end())};
+              std::vector<double>(rope.thetas().begin(), rope.thetas().end()),
+              std::vector<int>(o.plane_axes.begin(), o.plane_axes.end())};
+  // Before the lookup: an xPos encoding must not match a plain one of the same planes.
+  if (o.xpos.enabled) {
+    return absl::UnimplementedError("xPos is not available for tensors on a CUDA device yet");
+  }
   std::lock_guard<std::mutex> lock(*mu);
   for (const auto& [k, r] : *cache) {
     if (k == key) return r.get();
-  }
-  if (o.num_axes != 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "rope: a ", o.num_axes, "-axis RoPE is not available for CUDA tensors yet (one axis)"));
   }
   absl::StatusOr<RopeCuda> r = RopeCuda::Create(rope);
   if (!r.ok()) {
@@ -354,6 +357,56 @@ int Attention(const CudaCall* call, int backward, char* message, size_t message_
   return Report(Run(*call, backward != 0), message, message_size);
 }
 
+absl::Status RunRope(const CudaRopeCall& c) {
+  if (absl::Status s = UsableDevice(c.device); !s.ok()) return s;
+  int previous = 0;
+  cudaError_t e = cudaGetDevice(&previous);
+  if (e != cudaSuccess) return CudaFailed(e, "cudaGetDevice");
+  if (e = cudaSetDevice(c.device); e != cudaSuccess) return CudaFailed(e, "cudaSetDevice");
+  struct Restore {
+    int device;
+    ~Restore() { cudaSetDevice(device); }
+  } restore{previous};
+  cudaStream_t stream = static_cast<cudaStream_t>(c.stream);
+  absl::StatusOr<const RopeCuda*> rope = CachedRope(*c.rope, c.device);
+  if (!rope.ok()) return rope.status();
+  StreamBuffer positions(stream);
+  if (absl::Status s = positions.Upload(c.positions, c.num_positions * sizeof(int64_t),
+                                        "positions");
+      !s.ok()) {
+    return s;
+  }
+  const auto* pos = static_cast<const int64_t*>(positions.get());
+  const int64_t axes = (*rope)->num_axes();
+  for (int64_t g = 0; g < c.num_segments; ++g) {
+    const RopeSegment& seg = c.segments[g];
+    seq::cuda::RopeKernelTensor t;
+    t.in = seg.in;
+    t.out = seg.out;
+    t.heads = c.heads;
+    t.token_stride = c.token_stride;
+    t.head_stride = c.head_stride;
+    if (seg.tokens > 0) {
+      if (absl::Status s = (*rope)->Apply(static_cast<seq::cuda::RopeDType>(c.dtype), seg.tokens,
+                                          pos, t, nullptr, c.backward, stream);
+          !s.ok()) {
+        cudaGetLastError();
+        return s;
+      }
+    }
+    pos += axes * seg.tokens;
+  }
+  return absl::OkStatus();
+}
+
+int Rope(const CudaRopeCall* call, char* message, size_t message_size) {
+  if (call == nullptr || call->abi != kPluginAbi || call->rope == nullptr) {
+    return Report(absl::InternalError("libgpe_cuda.so: a RoPE call of another plugin ABI"),
+                  message, message_size);
+  }
+  return Report(RunRope(*call), message, message_size);
+}
+
 int CopyToHost(int32_t device, const void* src, size_t bytes, void* dst, void* stream,
                char* message, size_t message_size) {
   absl::Status s = UsableDevice(device);
@@ -379,6 +432,7 @@ extern "C" __attribute__((visibility("default"))) const gpe::c_api::cuda_plugin:
 gpe_cuda_plugin_v1() {
   static const gpe::c_api::cuda_plugin::PluginTable table{gpe::c_api::cuda_plugin::kPluginAbi,
                                                           &gpe::c_api::cuda_plugin::Attention,
-                                                          &gpe::c_api::cuda_plugin::CopyToHost};
+                                                          &gpe::c_api::cuda_plugin::CopyToHost,
+                                                          &gpe::c_api::cuda_plugin::Rope};
   return &table;
 }

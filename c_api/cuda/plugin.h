@@ -16,7 +16,7 @@
 namespace gpe::c_api::cuda_plugin {
 
 // Changed whenever CudaCall's layout or meaning changes.
-constexpr uint32_t kPluginAbi = 1;
+constexpr uint32_t kPluginAbi = 2;
 
 enum class CudaCallDType : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 
@@ -75,10 +75,38 @@ using AttentionFn = int (*)(const CudaCall* call, int backward, char* message,
 using CopyToHostFn = int (*)(int32_t device, const void* src, size_t bytes, void* dst,
                              void* stream, char* message, size_t message_size);
 
+// RoPE (gpe/rope.h) on tensors on `device`: every segment's rows [tokens, heads,
+// head_dim] (element strides token_stride, head_stride, shared by the segments; out == in
+// in place) rotated by `rope` at the segment's positions, forward or backward (the
+// transpose). positions: host, segment after segment, each [num_axes, tokens] axis-major.
+struct RopeSegment {
+  const void* in = nullptr;
+  void* out = nullptr;
+  int64_t tokens = 0;
+};
+
+struct CudaRopeCall {
+  uint32_t abi = kPluginAbi;
+  int32_t device = 0;
+  CudaCallDType dtype = CudaCallDType::kFloat32;
+  const encodings::sequence::Rope* rope = nullptr;  // no xPos
+  bool backward = false;
+  int64_t heads = 0, token_stride = 0, head_stride = 0;
+  const RopeSegment* segments = nullptr;
+  int64_t num_segments = 0;
+  const int64_t* positions = nullptr;
+  int64_t num_positions = 0;  // entries of `positions`
+  void* stream = nullptr;     // cudaStream_t; null: the legacy default stream
+};
+
+// As AttentionFn.
+using RopeFn = int (*)(const CudaRopeCall* call, char* message, size_t message_size);
+
 struct PluginTable {
   uint32_t abi = kPluginAbi;
   AttentionFn attention = nullptr;
   CopyToHostFn copy_to_host = nullptr;
+  RopeFn rope = nullptr;
 };
 
 // The one symbol libgpe_cuda.so exports (its version script).

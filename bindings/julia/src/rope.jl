@@ -43,6 +43,8 @@ struct RopeTokens
     position_ids::Ptr{DLTensor}
     offsets::Ptr{DLTensor}
     cu_seqlens::Ptr{DLTensor}
+    # Since 0.10.0; Julia arrays are host memory: C_NULL.
+    cuda_stream::Ptr{Cvoid}
 end
 
 const SCHEDULES = (:default, :linear, :dynamic_ntk, :yarn, :longrope, :llama3)
@@ -144,7 +146,7 @@ function rope_call(backward::Bool, r::Rope, x::StridedArray{T}, layout::Symbol, 
     toff = offsets === nothing ? nothing : (@tensor t_ offsets vec_parts; t_)
     tcu = cu_seqlens === nothing ? nothing : (@tensor t_ cu_seqlens vec_parts; t_)
     GC.@preserve tx to tid toff tcu r begin
-        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu))
+        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu), C_NULL)
         # ccall needs a constant function name: one call per direction.
         if backward
             check(ccall((:gpe_rope_backward, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{DLTensor}),
@@ -191,7 +193,7 @@ function rope_table(r::Rope, like::StridedArray{T}; layout::Symbol=:bshd, key::B
     toff = offsets === nothing ? nothing : (@tensor t_ offsets vec_parts; t_)
     tcu = cu_seqlens === nothing ? nothing : (@tensor t_ cu_seqlens vec_parts; t_)
     GC.@preserve tl tid toff tcu r begin
-        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu))
+        tok = RopeTokens(ssize(RopeTokens), l - 1, key ? 1 : 0, tptr(tid), tptr(toff), tptr(tcu), C_NULL)
         check(ccall((:gpe_rope_table_create, libgpe), Int32, (Ptr{Cvoid}, Ref{RopeTokens}, Ref{DLTensor}, Ref{Ptr{Cvoid}}),
                     r.ptr, tok, ref(tl), out))
     end

@@ -416,6 +416,7 @@ class RopeTokens(ctypes.Structure):
         ("position_ids", ctypes.POINTER(DLTensor)),
         ("offsets", ctypes.POINTER(DLTensor)),
         ("cu_seqlens", ctypes.POINTER(DLTensor)),
+        ("cuda_stream", ctypes.c_void_p),
     ]
 
 

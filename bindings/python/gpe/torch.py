@@ -992,8 +992,10 @@ def _rope_impl(backward, x, positions, offsets, cu_seqlens, layout, role, rope_k
     rope = _ENCODINGS.get(rope_key)
     if rope is None:
         raise ValueError("the gpe.Rope object was freed before the call")
+    if x.device.type == "cuda":
+        return _rope_cuda(backward, rope, x, positions, offsets, cu_seqlens, layout, role)
     if x.device.type != "cpu":
-        raise ValueError("x must be a CPU tensor, got device %s" % x.device)
+        raise ValueError("x must be a CPU or CUDA tensor, got device %s" % x.device)
     if x.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         raise TypeError("rope: unsupported dtype %s" % x.dtype)
     bf16 = x.dtype == torch.bfloat16
@@ -1014,14 +1016,41 @@ def _rope_impl(backward, x, positions, offsets, cu_seqlens, layout, role, rope_k
     return out
 
 
-@torch.library.custom_op("gpe::rope_forward", mutates_args=(), device_types="cpu")
+def _rope_cuda(backward, rope, x, positions, offsets, cu_seqlens, layout, role):
+    """gpe_rope_forward / _backward on a CUDA tensor through the library's CUDA plugin, on
+    PyTorch's current stream, into a new contiguous tensor (the GPU kernel writes out with
+    x's strides: x is made contiguous first where it is not)."""
+    from gpe.rope import _LAYOUTS, _ROLES, _choice
+    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise TypeError("rope on a CUDA device: float32, bfloat16 or float16; got %s" % x.dtype)
+    x = x.detach().contiguous()
+    out = torch.empty_like(x)
+    keep: List[Any] = []
+    tok = _ffi.RopeTokens()
+    tok.struct_size = ctypes.sizeof(tok)
+    tok.layout = _choice(_LAYOUTS, layout, "layout")
+    tok.role = _choice(_ROLES, role, "role")
+    for field, value in (("position_ids", positions), ("offsets", offsets),
+                         ("cu_seqlens", cu_seqlens)):
+        if value is not None:
+            setattr(tok, field, _dltensor(value.contiguous(), field, keep, cuda=True))
+    tok.cuda_stream = torch.cuda.current_stream(x.device).cuda_stream
+    fn = lib().gpe_rope_backward if backward else lib().gpe_rope_forward
+    check(fn(live_handle(rope, "rope"), ctypes.byref(tok), _dltensor(x, "x", keep, cuda=True),
+             _dltensor(out, "out", keep, cuda=True)))
+    return out
+
+
+@torch.library.custom_op("gpe::rope_forward", mutates_args=(), device_types=("cpu", "cuda"),
+                         tags=_CUDAGRAPH_UNSAFE)
 def _rope_forward_op(x: torch.Tensor, positions: Optional[torch.Tensor],
                      offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
                      layout: str, role: str, rope_key: int) -> torch.Tensor:
     return _rope_impl(False, x, positions, offsets, cu_seqlens, layout, role, rope_key)
 
 
-@torch.library.custom_op("gpe::rope_backward", mutates_args=(), device_types="cpu")
+@torch.library.custom_op("gpe::rope_backward", mutates_args=(), device_types=("cpu", "cuda"),
+                         tags=_CUDAGRAPH_UNSAFE)
 def _rope_backward_op(dy: torch.Tensor, positions: Optional[torch.Tensor],
                       offsets: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor],
                       layout: str, role: str, rope_key: int) -> torch.Tensor:
@@ -1093,7 +1122,9 @@ def rope(x: torch.Tensor, rope: "_Rope", positions: Optional[_TensorLike] = None
     xPos, multi-axis), differentiable in x through the library's RoPE backward.
 
     Arguments as gpe.Rope.forward (positions / offsets / cu_seqlens: int64 tensors or
-    anything torch.as_tensor takes). float32, float64, float16, bfloat16 CPU tensors.
+    anything torch.as_tensor takes). float32, float64, float16, bfloat16 CPU tensors; on a
+    CUDA device float32, bfloat16, float16 through the library's CUDA plugin on PyTorch's
+    current stream (every schedule and multi-axis RoPE; xPos refused).
     Registered as gpe::rope_forward / gpe::rope_backward (fake implementations, autograd)
     for torch.compile; eager calls skip the custom-op layer, as attention() does."""
     from gpe.rope import Rope  # noqa: lazy

@@ -116,7 +116,15 @@ enum { GPE_ROPE_QUERY = 0, GPE_ROPE_KEY = 1 }; /* matters only for xPos */
  * - offsets: int64 [batch], position = offsets[b] + index within sequence b;
  * - neither: offsets of 0.
  * cu_seqlens: int64 [batch + 1], 0 = cu[0] <= cu[1] <= ... <= cu[batch] = total_tokens
- * (THD only, NULL otherwise). */
+ * (THD only, NULL otherwise).
+ * Tensors on a CUDA device (since 0.10.0): gpe_rope_forward / _backward with x and out on
+ * one CUDA device run the CUDA kernel through libgpe_cuda.so, as attention does
+ * (gpe/attention.h, "CUDA TENSORS": how the plugin is found, GPE_ERROR_UNSUPPORTED
+ * without it or a GPU), enqueued on cuda_stream without waiting; position_ids, offsets
+ * and cu_seqlens on the CPU or that device (copied to the host first, waiting for the
+ * stream). Every schedule, pairing, partial rotary and axial / M-RoPE; float32,
+ * bfloat16, float16; out is x (in place) or disjoint memory of x's strides. xPos and
+ * float64 are refused (GPE_ERROR_UNSUPPORTED); tables (gpe_rope_table) are CPU only. */
 typedef struct gpe_rope_tokens {
   uint32_t struct_size; /* sizeof(gpe_rope_tokens) */
   int32_t layout;       /* GPE_ROPE_LAYOUT_* */
@@ -124,9 +132,13 @@ typedef struct gpe_rope_tokens {
   const DLTensor* position_ids;
   const DLTensor* offsets;
   const DLTensor* cu_seqlens;
+  /* Since 0.10.0 (read only when struct_size covers it): the cudaStream_t of a call on
+   * tensors on a CUDA device (NULL: the legacy default stream); see below. */
+  void* cuda_stream;
 } gpe_rope_tokens;
 #define GPE_ROPE_TOKENS_INIT \
-  { (uint32_t)sizeof(gpe_rope_tokens), GPE_ROPE_LAYOUT_BSHD, GPE_ROPE_QUERY, NULL, NULL, NULL }
+  { (uint32_t)sizeof(gpe_rope_tokens), GPE_ROPE_LAYOUT_BSHD, GPE_ROPE_QUERY, NULL, NULL, NULL, \
+    NULL }
 
 /* Sets options->schedule and that schedule's parameters to the values the models
  * publish, leaving every other field as it is: LLAMA3 factor 8, low/high frequency

@@ -1,7 +1,5 @@
 #include "c_api/src/attention/cuda_call.h"
 
-#include <dlfcn.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +18,7 @@
 #include "c_api/include/gpe/bias.h"
 #include "c_api/src/attention/call.h"
 #include "c_api/src/common/checks.h"
+#include "c_api/src/common/cuda_plugin.h"
 #include "c_api/src/common/tensor_view.h"
 #include "c_api/src/sequence/bias_handle.h"
 #include "c_api/src/sequence/rope_handle.h"
@@ -31,63 +30,8 @@ namespace {
 
 namespace plug = ::gpe::c_api::cuda_plugin;
 
-int32_t DeviceType(const DLTensor* t) {
-  // As ViewTensor reads it: the int32 on the wire, whatever the C++ enum's range.
-  int32_t type;
-  std::memcpy(&type, &t->device.device_type, sizeof type);
-  return type;
-}
-
-// The plugin's path: $GPE_CUDA_PLUGIN, else libgpe_cuda.so beside the object this code
-// is linked into (libgpe.so, or a program that links GroupPE statically).
-std::string PluginPath() {
-  if (const char* env = std::getenv("GPE_CUDA_PLUGIN"); env != nullptr && env[0] != '\0') {
-    return env;
-  }
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&OnCuda), &info) != 0 && info.dli_fname != nullptr) {
-    const std::string self = info.dli_fname;
-    const size_t slash = self.rfind('/');
-    if (slash != std::string::npos) return self.substr(0, slash + 1) + "libgpe_cuda.so";
-  }
-  return "libgpe_cuda.so";
-}
-
-// The plugin, loaded once; a failed load is retried by the next call (GPE_CUDA_PLUGIN may
-// have been set since).
-absl::StatusOr<const plug::PluginTable*> Plugin() {
-  static std::mutex* mu = new std::mutex;
-  static const plug::PluginTable* loaded = nullptr;
-  std::lock_guard<std::mutex> lock(*mu);
-  if (loaded != nullptr) return loaded;
-  const std::string path = PluginPath();
-  const std::string why = absl::StrCat(
-      "tensors on a CUDA device run through libgpe_cuda.so, GroupPE's CUDA plugin (built "
-      "where the CUDA toolkit is: bazel build //c_api:libgpe_cuda.so; set GPE_CUDA_PLUGIN "
-      "to its path or put it beside libgpe.so); loading ",
-      path, " failed: ");
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (handle == nullptr) {
-    const char* err = dlerror();
-    return absl::UnimplementedError(absl::StrCat(why, err != nullptr ? err : "unknown error"));
-  }
-  auto entry = reinterpret_cast<plug::PluginEntryFn>(dlsym(handle, plug::kPluginEntry));
-  const plug::PluginTable* table = entry != nullptr ? entry() : nullptr;
-  if (table == nullptr || table->abi != plug::kPluginAbi || table->attention == nullptr ||
-      table->copy_to_host == nullptr) {
-    dlclose(handle);
-    return absl::UnimplementedError(
-        absl::StrCat(why, "it is not the plugin of this build of libgpe (entry ",
-                     plug::kPluginEntry, " missing or of another ABI)"));
-  }
-  loaded = table;
-  return loaded;
-}
-
-// An absl::Status from the plugin's code and message.
-absl::Status FromPlugin(int code, const char* message) {
-  if (code == 0) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(code), message);
+bool IsFloat16(const DLTensor* t) {
+  return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
 }
 
 struct Named {
@@ -115,57 +59,6 @@ absl::Status OneDevice(absl::Span<const Named> tensors, int32_t* device) {
 bool SameDType(const DLTensor* a, const DLTensor* b) {
   return a->dtype.code == b->dtype.code && a->dtype.bits == b->dtype.bits &&
          a->dtype.lanes == b->dtype.lanes;
-}
-
-bool IsFloat16(const DLTensor* t) {
-  return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
-}
-
-// The tensor described on the CPU, for the checks of call.h (they read shapes, strides
-// and addresses, never elements). float16 is described as bfloat16, its size's other
-// type, which the CPU's checks take for q, k, v and o; the real dtype is checked to be
-// q's for every float tensor first.
-DLTensor HostDescription(const DLTensor* t) {
-  DLTensor h = *t;
-  h.device.device_type = kDLCPU;
-  h.device.device_id = 0;
-  if (IsFloat16(t)) h.dtype.code = kDLBfloat;
-  return h;
-}
-
-// An index array (positions, cu_seqlens) on the host: as given when on the CPU, else its
-// bytes copied from the device (waiting for `stream`) into `keep`.
-struct HostIndex {
-  DLTensor t;
-  std::vector<unsigned char> bytes;
-};
-
-absl::Status IndexOnHost(const DLTensor** slot, const char* name, int32_t device, void* stream,
-                         HostIndex* keep) {
-  const DLTensor* t = *slot;
-  if (t == nullptr || DeviceType(t) == kDLCPU) return absl::OkStatus();
-  if (DeviceType(t) != kDLCUDA || t->device.device_id != device) {
-    return Bad(absl::StrCat(name, " is on DLPack device type ", DeviceType(t), ", id ",
-                            t->device.device_id, "; index arrays lie on the CPU or on q's "
-                            "CUDA device (", device, ")"));
-  }
-  keep->t = HostDescription(t);
-  absl::StatusOr<TensorView> v = ViewTensor(&keep->t, name, 1, kInt);
-  if (!v.ok()) return v.status();
-  if (v->numel() > 0) {
-    absl::StatusOr<const plug::PluginTable*> plugin = Plugin();
-    if (!plugin.ok()) return plugin.status();
-    keep->bytes.resize(v->hi() - v->lo());
-    char message[512] = "";
-    const int code = (*plugin)->copy_to_host(device, reinterpret_cast<const void*>(v->lo()),
-                                             keep->bytes.size(), keep->bytes.data(), stream,
-                                             message, sizeof message);
-    if (code != 0) return FromPlugin(code, message);
-    keep->t.data = keep->bytes.data();
-    keep->t.byte_offset = reinterpret_cast<uintptr_t>(v->data) - v->lo();
-  }
-  *slot = &keep->t;
-  return absl::OkStatus();
 }
 
 absl::Status NotOnCuda(absl::string_view what) {
@@ -266,9 +159,9 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
       return s;
     }
   }
-  p->qh = HostDescription(floats[0].t);
-  p->kh = HostDescription(floats[1].t);
-  p->vh = HostDescription(floats[2].t);
+  p->qh = HostDescription(floats[0].t, true);
+  p->kh = HostDescription(floats[1].t, true);
+  p->vh = HostDescription(floats[2].t, true);
   Call& c = p->call;
   if (absl::Status s = Prepare(&o, &p->qh, &p->kh, &p->vh, &c); !s.ok()) return s;
   if (c.dtype == DType::kFloat64) {
@@ -330,7 +223,7 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
 }
 
 absl::Status RunOnPlugin(const plug::CudaCall& call, bool backward) {
-  absl::StatusOr<const plug::PluginTable*> plugin = Plugin();
+  absl::StatusOr<const plug::PluginTable*> plugin = CudaPlugin();
   if (!plugin.ok()) return plugin.status();
   char message[1024] = "";
   const int code = (*plugin)->attention(&call, backward ? 1 : 0, message, sizeof message);
@@ -339,7 +232,7 @@ absl::Status RunOnPlugin(const plug::CudaCall& call, bool backward) {
 
 }  // namespace
 
-bool OnCuda(const DLTensor* q) { return q != nullptr && DeviceType(q) == kDLCUDA; }
+bool OnCuda(const DLTensor* q) { return OnCudaDevice(q); }
 
 absl::Status CudaForward(const gpe_attention_options* options, const DLTensor* q,
                          const DLTensor* k, const DLTensor* v, DLTensor* o, DLTensor* lse) {
@@ -349,11 +242,11 @@ absl::Status CudaForward(const gpe_attention_options* options, const DLTensor* q
   Call& c = p.call;
   const bool packed = c.args.layout == att::Layout::kTHD;
   if (o == nullptr) return Bad("o is NULL");
-  const DLTensor oh = HostDescription(o);
+  const DLTensor oh = HostDescription(o, true);
   absl::StatusOr<TensorView> ov = OutputLike(&oh, "o", c.OutputShape(), "q", packed);
   if (!ov.ok()) return ov.status();
   DLTensor lh;
-  if (lse != nullptr) lh = HostDescription(lse);
+  if (lse != nullptr) lh = HostDescription(lse, true);
   absl::StatusOr<TensorView> lv = LseOf(lse != nullptr ? &lh : nullptr, c.args, c.dtype);
   if (!lv.ok()) return lv.status();
   const NamedView ins[] = {{&c.q, "q"}, {&c.k, "k"}, {&c.v, "v"}};
@@ -394,18 +287,18 @@ absl::Status CudaBackward(const gpe_attention_options* options, const DLTensor* 
   }
   if (d_o == nullptr) return Bad("d_o is NULL");
   const TensorView o_shape = c.OutputShape();
-  const DLTensor gh = HostDescription(d_o);
+  const DLTensor gh = HostDescription(d_o, true);
   absl::StatusOr<TensorView> gv = OutputLike(&gh, "d_o", o_shape, "q", packed);
   if (!gv.ok()) return gv.status();
   TensorView ov;
   DLTensor oh, lh;
   if (o != nullptr) {
-    oh = HostDescription(o);
+    oh = HostDescription(o, true);
     absl::StatusOr<TensorView> t = OutputLike(&oh, "o", o_shape, "q", packed);
     if (!t.ok()) return t.status();
     if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
     ov = *t;
-    lh = HostDescription(lse);
+    lh = HostDescription(lse, true);
   }
   absl::StatusOr<TensorView> lv = LseOf(lse != nullptr ? &lh : nullptr, c.args, c.dtype);
   if (!lv.ok()) return lv.status();
@@ -418,7 +311,7 @@ absl::Status CudaBackward(const gpe_attention_options* options, const DLTensor* 
   } grads[] = {{dq, "dq", &c.q}, {dk, "dk", &c.k}, {dv, "dv", &c.v}};
   for (int i = 0; i < 3; ++i) {
     if (grads[i].t == nullptr) continue;
-    hosts[i] = HostDescription(grads[i].t);
+    hosts[i] = HostDescription(grads[i].t, true);
     absl::StatusOr<TensorView> t = View(&hosts[i], grads[i].name, packed);
     if (!t.ok()) return t.status();
     const char* like_name = i == 0 ? "q" : i == 1 ? "k" : "v";

@@ -18,6 +18,7 @@
 #include "absl/types/span.h"
 #include "c_api/include/gpe/rope.h"
 #include "c_api/src/common/checks.h"
+#include "c_api/src/common/cuda_plugin.h"
 #include "c_api/src/common/error.h"
 #include "c_api/src/common/tensor_view.h"
 #include "c_api/src/sequence/rope_handle.h"
@@ -201,6 +202,9 @@ std::vector<int64_t> Gather(const TensorView& v) {
 }
 
 // A validated call: the tensor description, positions and the views.
+// gpe_rope_tokens of the first release ends at cu_seqlens (0.10.0 appended cuda_stream).
+constexpr size_t kRopeTokensV1Size = offsetof(gpe_rope_tokens, cuda_stream);
+
 struct RopeCall {
   seq::RopeTensor tensor;
   std::vector<int64_t> ids, offsets, cu;
@@ -237,11 +241,15 @@ absl::StatusOr<RopeCall> ViewRopeCall(const gpe_rope* rope, const gpe_rope_token
                                       const char* out_name) {
   if (rope == nullptr) return absl::InvalidArgumentError("rope is NULL");
   if (tokens == nullptr) return absl::InvalidArgumentError("tokens is NULL");
-  if (absl::Status s = CheckStructSize(tokens->struct_size, sizeof(gpe_rope_tokens),
-                                       sizeof(gpe_rope_tokens), "gpe_rope_tokens");
+  // The caller's struct (0.3.0's, before cuda_stream, included); cuda_stream is read by
+  // RunCuda, which passes its own copy.
+  gpe_rope_tokens versioned;
+  if (absl::Status s = gpe::c_api::CopyVersioned(*tokens, kRopeTokensV1Size, "gpe_rope_tokens",
+                                                 &versioned);
       !s.ok()) {
     return s;
   }
+  tokens = &versioned;
   const int32_t layout = tokens->layout;
   if (layout != GPE_ROPE_LAYOUT_BSHD && layout != GPE_ROPE_LAYOUT_SBHD &&
       layout != GPE_ROPE_LAYOUT_THD) {
@@ -408,9 +416,116 @@ absl::Status RunAny(const seq::Rope& rope, const RopeCall& c, bool backward,
   }
 }
 
+// RoPE on tensors on a CUDA device (gpe/rope.h): the call described on the host and
+// checked by ViewRopeCall (shapes, strides, positions; no element is read), then handed
+// to the CUDA plugin as segments of evenly strided tokens (the whole tensor, or one
+// sequence per segment where a padded batch's sequences are not one token stride apart),
+// with every token's positions computed here (token t = b * seq + s, or the packed row).
+absl::Status RunCuda(const gpe_rope* rope, const gpe_rope_tokens* tokens, const DLTensor* x,
+                     DLTensor* out, bool backward) {
+  const char* x_name = backward ? "dy" : "x";
+  const char* out_name = backward ? "dx" : "out";
+  if (rope == nullptr) return absl::InvalidArgumentError("rope is NULL");
+  if (tokens == nullptr) return absl::InvalidArgumentError("tokens is NULL");
+  if (out == nullptr) return absl::InvalidArgumentError(absl::StrCat(out_name, " is NULL"));
+  gpe_rope_tokens tk;
+  if (absl::Status s =
+          gpe::c_api::CopyVersioned(*tokens, kRopeTokensV1Size, "gpe_rope_tokens", &tk);
+      !s.ok()) {
+    return s;
+  }
+  const int32_t device = x->device.device_id;
+  if (!gpe::c_api::OnCudaDevice(out) || out->device.device_id != device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        x_name, " is on CUDA device ", device, " but ", out_name, " is on DLPack device type ",
+        gpe::c_api::DeviceType(out), ", id ", out->device.device_id, ": one device"));
+  }
+  if (x->dtype.code == kDLFloat && x->dtype.bits == 64) {
+    return absl::UnimplementedError(
+        "float64 tensors on a CUDA device: RoPE on the GPU takes float32, bfloat16, float16");
+  }
+  if (rope->impl.options().xpos.enabled) {
+    return absl::UnimplementedError("xPos is not available for tensors on a CUDA device yet");
+  }
+  gpe::c_api::HostIndex keep[3];
+  const DLTensor** slots[] = {&tk.position_ids, &tk.offsets, &tk.cu_seqlens};
+  const char* names[] = {"position_ids", "offsets", "cu_seqlens"};
+  for (int i = 0; i < 3; ++i) {
+    if (absl::Status s = gpe::c_api::IndexOnHost(slots[i], names[i], device, tk.cuda_stream,
+                                                 &keep[i]);
+        !s.ok()) {
+      return s;
+    }
+  }
+  const DLTensor xh = gpe::c_api::HostDescription(x, false);
+  DLTensor oh = gpe::c_api::HostDescription(out, false);
+  absl::StatusOr<RopeCall> view = ViewRopeCall(rope, &tk, &xh, &oh, x_name, out_name);
+  if (!view.ok()) return view.status();
+  const RopeCall& c = *view;
+  if (c.x.strides != c.out.strides) {
+    return absl::UnimplementedError(absl::StrCat(
+        "on a CUDA device ", out_name, " is ", x_name, " (in place) or has its strides"));
+  }
+  const seq::RopeTensor& t = c.tensor;
+  if (absl::Status s = seq::ValidateRopeTensor(t); !s.ok()) return s;
+  if (c.x.numel() == 0) return absl::OkStatus();
+  const int64_t n = t.num_tokens(), axes = rope->impl.options().num_axes;
+  const int64_t esize = c.x.element_size();
+  const bool thd = t.layout == seq::RopeLayout::kTHD;
+  // Token i's sequence and index within it.
+  auto locate = [&](int64_t i, int64_t* b, int64_t* within) {
+    if (!thd) {
+      *b = i / t.seq_len;
+      *within = i % t.seq_len;
+      return;
+    }
+    *b = std::upper_bound(c.cu.begin(), c.cu.end(), i) - c.cu.begin() - 1;
+    *within = i - c.cu[*b];
+  };
+  auto position = [&](int64_t axis, int64_t i) {
+    if (!c.ids.empty()) return c.ids[axis * n + i];
+    int64_t b, within;
+    locate(i, &b, &within);
+    return (c.offsets.empty() ? 0 : c.offsets[b]) + within;
+  };
+  const bool one = thd || t.batch <= 1 || t.batch_stride == t.seq_len * t.seq_stride;
+  std::vector<gpe::c_api::cuda_plugin::RopeSegment> segments;
+  std::vector<int64_t> positions;
+  positions.reserve(static_cast<size_t>(axes * n));
+  const int64_t nseg = one ? 1 : t.batch, per = one ? n : t.seq_len;
+  for (int64_t g = 0; g < nseg; ++g) {
+    const int64_t offset = one ? 0 : g * t.batch_stride * esize;
+    segments.push_back({static_cast<const char*>(c.x.data) + offset,
+                        static_cast<char*>(c.out.data) + offset, per});
+    for (int64_t a = 0; a < axes; ++a) {
+      for (int64_t j = 0; j < per; ++j) positions.push_back(position(a, g * per + j));
+    }
+  }
+  gpe::c_api::cuda_plugin::CudaRopeCall call;
+  call.device = device;
+  call.dtype = c.x.dtype == DType::kFloat32    ? gpe::c_api::cuda_plugin::CudaCallDType::kFloat32
+               : c.x.dtype == DType::kBFloat16 ? gpe::c_api::cuda_plugin::CudaCallDType::kBFloat16
+                                               : gpe::c_api::cuda_plugin::CudaCallDType::kFloat16;
+  call.rope = &rope->impl;
+  call.backward = backward;
+  call.heads = t.heads;
+  call.token_stride = t.seq_stride;
+  call.head_stride = t.head_stride;
+  call.segments = segments.data();
+  call.num_segments = static_cast<int64_t>(segments.size());
+  call.positions = positions.data();
+  call.num_positions = static_cast<int64_t>(positions.size());
+  call.stream = tk.cuda_stream;
+  absl::StatusOr<const gpe::c_api::cuda_plugin::PluginTable*> plugin = gpe::c_api::CudaPlugin();
+  if (!plugin.ok()) return plugin.status();
+  char message[1024] = "";
+  return gpe::c_api::FromPlugin((*plugin)->rope(&call, message, sizeof message), message);
+}
+
 gpe_status Run(const gpe_rope* rope, const gpe_rope_tokens* tokens, const DLTensor* x,
                DLTensor* out, bool backward) {
   return Guard([&]() -> absl::Status {
+    if (gpe::c_api::OnCudaDevice(x)) return RunCuda(rope, tokens, x, out, backward);
     absl::StatusOr<RopeCall> c = ViewRopeCall(rope, tokens, x, out, backward ? "dy" : "x",
                                               backward ? "dx" : "out");
     if (!c.ok()) return c.status();

@@ -117,6 +117,9 @@ pub struct gpe_rope_tokens {
     pub position_ids: *const DLTensor,
     pub offsets: *const DLTensor,
     pub cu_seqlens: *const DLTensor,
+    /// Since 0.10.0: the cudaStream_t of a call on CUDA tensors (the crate passes host
+    /// slices only: null).
+    pub cuda_stream: *mut std::ffi::c_void,
 }
 impl gpe_rope_tokens {
     pub fn init() -> Self {
@@ -127,6 +130,7 @@ impl gpe_rope_tokens {
             position_ids: std::ptr::null(),
             offsets: std::ptr::null(),
             cu_seqlens: std::ptr::null(),
+            cuda_stream: std::ptr::null_mut(),
         }
     }
 }

@@ -147,6 +147,24 @@ class CudaAttentionTest(unittest.TestCase):
                 y64.backward(g)
                 self.assertLessEqual((xc.grad.double().cpu() - x64.grad).abs().max().item(), tol)
 
+    def test_rotary_embedding_module_on_the_gpu(self):
+        # gpe.torch.RotaryEmbedding (Llama 3 schedule, positions given) on CUDA against the
+        # same module on the CPU, float32 (both in float32 arithmetic: 2e-5), and its
+        # gradient.
+        m = gt.RotaryEmbedding(64, schedule="llama3", factor=8.0, original_max_position=32)
+        x = exact((2, 20, 3, 64), self.gen).float()
+        pos = torch.arange(20) + 40
+        xc = x.cuda().requires_grad_()
+        y = m(xc, input_pos=pos)
+        self.assertEqual(y.device.type, "cuda")
+        xr = x.clone().requires_grad_()
+        want = m(xr, input_pos=pos)
+        self.assertLessEqual((y.cpu() - want.detach()).abs().max().item(), 2e-5)
+        g = exact(tuple(want.shape), self.gen).float()
+        y.backward(g.cuda())
+        want.backward(g)
+        self.assertLessEqual((xc.grad.cpu() - xr.grad).abs().max().item(), 2e-5)
+
     def test_an_option_the_gpu_lacks_is_refused_by_name(self):
         q, k, v = (exact((1, 16, 2, 64), self.gen).to("cuda", torch.bfloat16) for _ in range(3))
         with self.assertRaisesRegex(gpe.GpeError, "window"):

@@ -235,9 +235,25 @@ class RotaryEmbedding(torch.nn.Module):
         if x.dtype not in _DTYPES:
             raise TypeError("RotaryEmbedding: unsupported dtype %s (float32, float64, "
                             "bfloat16, float16)" % x.dtype)
+        if x.device.type == "cuda":
+            return self._rotate_cuda(x, input_pos, role)
         if x.device.type != "cpu":
-            raise ValueError("x must be a CPU tensor, got device %s" % x.device)
+            raise ValueError("x must be a CPU or CUDA tensor, got device %s" % x.device)
         return self._rotate(x, input_pos, role)
+
+    def _rotate_cuda(self, x: torch.Tensor, input_pos: Any, role: Role) -> torch.Tensor:
+        """On a CUDA device: gpe.torch.rope with this module's Rope (the GPU kernel forms the
+        angles per call from the positions, so no table is cached), differentiable through
+        gpe::rope_backward; float64 is refused by the library."""
+        from gpe.torch import rope as rope_op  # noqa: lazy (gpe.torch imports this module)
+        pos = self._positions(x, input_pos)
+        if self.track_length:
+            self._follow_length(x, pos)
+        positions = pos
+        if self._still_axis:
+            first = pos if pos is not None else torch.arange(x.shape[1]).repeat(x.shape[0])
+            positions = torch.stack([first, torch.zeros_like(first)])
+        return rope_op(x, self.rope, positions=positions, role=role)
 
     # The table (a library handle) cannot be traced: under torch.compile this is a graph
     # break, run eagerly. gpe.torch.rope(x, module.rope, positions=...) is the traceable

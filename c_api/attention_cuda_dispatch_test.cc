@@ -4,6 +4,7 @@
 // what remains reports the missing plugin as GPE_ERROR_UNSUPPORTED. Nothing here
 // dereferences the tensors' (fake) device addresses: a test that crashed would show it.
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -265,6 +266,23 @@ TEST_F(CudaDispatchTest, RopeOnCudaTensorsIsCheckedThenNeedsThePlugin) {
   FakeTensor x64{0x10000000, 4, kDLFloat, 64}, o64{0x10300000, 4, kDLFloat, 64};
   EXPECT_EQ(gpe_rope_forward(rope, &tok, &x64.t, &o64.t), GPE_ERROR_UNSUPPORTED);
   EXPECT_TRUE(HasMessage("float64")) << gpe_last_error_message();
+  // Several axes without position ids (as the CPU refuses them).
+  gpe_rope_options axial = GPE_ROPE_OPTIONS_INIT;
+  axial.head_dim = 64;
+  axial.axes = GPE_ROPE_AXES_AXIAL;
+  axial.num_axes = 2;
+  gpe_rope* arope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&axial, &arope), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_rope_forward(arope, &tok, &q.t, &o.t), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("explicit position ids")) << gpe_last_error_message();
+  gpe_rope_destroy(arope);
+  // Offsets whose positions overflow int64.
+  std::vector<int64_t> big{INT64_MAX - 3}, bshape{1};
+  DLTensor off = gpe::c_api_test::Tensor(big.data(), kDLInt, 64, &bshape);
+  tok.offsets = &off;
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &o.t), GPE_ERROR_OUT_OF_RANGE);
+  EXPECT_TRUE(HasMessage("overflows int64")) << gpe_last_error_message();
+  tok.offsets = nullptr;
   gpe_rope_destroy(rope);
   // xPos.
   ro.xpos = 1;

@@ -426,8 +426,9 @@ TEST_P(PluginTest, ForwardAndBackwardMatchTheReference) {
 
 // RoPE through gpe_rope_forward / _backward on CUDA tensors against the same call in
 // float64 on the CPU: a padded batch whose sequences are not one token stride apart (one
-// launch per sequence), sbhd with offsets on the device, thd with cu_seqlens on the device
-// and a YaRN schedule, M-RoPE with [3, tokens] position_ids on the device. Tolerances: the
+// launch per sequence), sbhd with offsets on the device (one launch in memory order),
+// thd with cu_seqlens on the device and a YaRN schedule, M-RoPE with [3, tokens]
+// position_ids on the device, one token per sequence (one launch over the batch). Tolerances: the
 // output's rounding to the type (|y| <= sqrt(2) for inputs in [-1, 1), so 2^-8 sqrt(2) for
 // bfloat16, 2^-11 sqrt(2) for float16) plus float32 sin / cos of angles reduced in double
 // (~1e-7); 2e-5 for float32.
@@ -560,7 +561,11 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{"thd_yarn_f32", Type::kF32, GPE_ROPE_LAYOUT_THD, 0, 40, 3, 64,
                                false, 2},
                       RopeCase{"mrope_bf16", Type::kBf16, GPE_ROPE_LAYOUT_BSHD, 1, 24, 2, 64,
-                               false, 3}),
+                               false, 3},
+                      // One token per sequence, sequences not one token stride apart: one
+                      // launch over the batch (offsets on the device).
+                      RopeCase{"bshd_decode_f32", Type::kF32, GPE_ROPE_LAYOUT_BSHD, 3, 1, 4,
+                               128, false, 1}),
     [](const ::testing::TestParamInfo<RopeCase>& p) { return p.param.name; });
 
 INSTANTIATE_TEST_SUITE_P(

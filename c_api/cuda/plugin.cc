@@ -75,9 +75,9 @@ class StreamBuffer {
   void* p_ = nullptr;
 };
 
-// The device frequencies of each RoPE a process has used, per device: uploaded once
-// (RopeCuda::Create copies synchronously), kept for the process's life (never freed: the
-// runtime may be gone when static destructors run). Matched by value, not by address, so
+// The device frequencies of the RoPEs a process has used, per device: uploaded once
+// (RopeCuda::Create copies synchronously), the latest 64 kept (the cache itself is never
+// destroyed: the runtime may be gone when static destructors run). Matched by value, not by address, so
 // a freed and reallocated handle cannot hit a stale entry.
 struct RopeKey {
   int device;
@@ -126,6 +126,11 @@ absl::StatusOr<const RopeCuda*> CachedRope(const seq::Rope& rope, int device) {
   if (const cudaError_t e = cudaStreamSynchronize(cudaStreamLegacy); e != cudaSuccess) {
     return CudaFailed(e, "uploading the RoPE frequencies");
   }
+  // Bounded: a schedule whose frequencies follow the length (dynamic NTK, LongRoPE) makes
+  // a new entry per length. The oldest goes first; cudaFree waits for the device, so no
+  // kernel still reads it.
+  constexpr size_t kMaxCachedRopes = 64;
+  if (cache->size() >= kMaxCachedRopes) cache->erase(cache->begin());
   cache->emplace_back(std::move(key), std::make_unique<RopeCuda>(*std::move(r)));
   return cache->back().second.get();
 }

@@ -472,33 +472,68 @@ absl::Status RunCuda(const gpe_rope* rope, const gpe_rope_tokens* tokens, const 
   const int64_t n = t.num_tokens(), axes = rope->impl.options().num_axes;
   const int64_t esize = c.x.element_size();
   const bool thd = t.layout == seq::RopeLayout::kTHD;
-  // Token i's sequence and index within it.
-  auto locate = [&](int64_t i, int64_t* b, int64_t* within) {
-    if (!thd) {
-      *b = i / t.seq_len;
-      *within = i % t.seq_len;
-      return;
+  // As the CPU (Rope::MakeTable): several axes need explicit ids, and offset positions
+  // must stay within int64.
+  if (axes != 1 && c.ids.empty()) {
+    return absl::InvalidArgumentError(
+        "multi-axis RoPE needs explicit position ids (tokens.position_ids [num_axes, tokens])");
+  }
+  // Token i's position on `axis`: its id, else its sequence's offset plus its index in it.
+  auto position = [&](int64_t axis, int64_t i, int64_t* p) -> absl::Status {
+    if (!c.ids.empty()) {
+      *p = c.ids[axis * n + i];
+      return absl::OkStatus();
     }
-    *b = std::upper_bound(c.cu.begin(), c.cu.end(), i) - c.cu.begin() - 1;
-    *within = i - c.cu[*b];
+    int64_t b = 0, within = 0;
+    if (thd) {
+      b = std::upper_bound(c.cu.begin(), c.cu.end(), i) - c.cu.begin() - 1;
+      within = i - c.cu[b];
+    } else {
+      b = i / t.seq_len;
+      within = i % t.seq_len;
+    }
+    if (__builtin_add_overflow(c.offsets.empty() ? 0 : c.offsets[b], within, p)) {
+      return absl::OutOfRangeError(absl::StrCat("offsets[", b, "] + ", within,
+                                                " overflows int64"));
+    }
+    return absl::OkStatus();
   };
-  auto position = [&](int64_t axis, int64_t i) {
-    if (!c.ids.empty()) return c.ids[axis * n + i];
-    int64_t b, within;
-    locate(i, &b, &within);
-    return (c.offsets.empty() ? 0 : c.offsets[b]) + within;
+  // Segments of tokens one stride apart, rows in memory order, and for row j of segment g
+  // the token (t = b * seq + s, or the packed row) whose position it takes:
+  //  - one segment in token order: thd, one sequence, or sequences one token stride apart;
+  //  - one segment in memory order s * batch + b: sbhd as PyTorch lays it out (and any
+  //    layout whose tokens are batch sequences' strides apart), or one token per sequence;
+  //  - else one segment per sequence.
+  const int64_t bsz = thd ? 1 : t.batch, len = t.seq_len;
+  const bool token_order = thd || bsz <= 1 || t.batch_stride == len * t.seq_stride;
+  const bool memory_order =
+      !token_order && (len == 1 || t.seq_stride == bsz * t.batch_stride);
+  int64_t nseg = 1, per = n, stride = t.seq_stride;
+  if (memory_order) {
+    stride = t.batch_stride;
+  } else if (!token_order) {
+    nseg = bsz;
+    per = len;
+  }
+  // A segment of one row: any stride addresses it; the kernel wants a positive one.
+  if (per <= 1) stride = std::max<int64_t>(stride, 1);
+  auto token = [&](int64_t g, int64_t j) {
+    if (memory_order) return (j % bsz) * len + j / bsz;  // row j = s * batch + b
+    return g * per + j;
   };
-  const bool one = thd || t.batch <= 1 || t.batch_stride == t.seq_len * t.seq_stride;
   std::vector<gpe::c_api::cuda_plugin::RopeSegment> segments;
   std::vector<int64_t> positions;
   positions.reserve(static_cast<size_t>(axes * n));
-  const int64_t nseg = one ? 1 : t.batch, per = one ? n : t.seq_len;
   for (int64_t g = 0; g < nseg; ++g) {
-    const int64_t offset = one ? 0 : g * t.batch_stride * esize;
+    const int64_t offset = nseg == 1 ? 0 : g * t.batch_stride * esize;
     segments.push_back({static_cast<const char*>(c.x.data) + offset,
                         static_cast<char*>(c.out.data) + offset, per});
     for (int64_t a = 0; a < axes; ++a) {
-      for (int64_t j = 0; j < per; ++j) positions.push_back(position(a, g * per + j));
+      for (int64_t j = 0; j < per; ++j) {
+        int64_t p = 0;
+        if (absl::Status st = position(a, token(g, j), &p); !st.ok()) return st;
+        positions.push_back(p);
+      }
     }
   }
   gpe::c_api::cuda_plugin::CudaRopeCall call;
@@ -509,7 +544,7 @@ absl::Status RunCuda(const gpe_rope* rope, const gpe_rope_tokens* tokens, const 
   call.rope = &rope->impl;
   call.backward = backward;
   call.heads = t.heads;
-  call.token_stride = t.seq_stride;
+  call.token_stride = stride;
   call.head_stride = t.head_stride;
   call.segments = segments.data();
   call.num_segments = static_cast<int64_t>(segments.size());

@@ -84,7 +84,8 @@ for b in "$bundle"/bin/*_benchmark; do
 done
 
 echo "=== peers: PyTorch"
-PYTHONUNBUFFERED=1 timeout 240 python3 "$bundle/torch_peers.py" "$tmp/peers.json" >"$tmp/peers.out" 2>&1
+PYTHONPATH="$bundle/python" GPE_LIBRARY="$bundle/lib/libgpe.so" PYTHONUNBUFFERED=1 \
+  timeout 240 python3 "$bundle/torch_peers.py" "$tmp/peers.json" >"$tmp/peers.out" 2>&1
 echo "torch_peers exit $?"; tail -5 "$tmp/peers.out"
 
 python3 - "$tmp" "$out/results.json" <<'PY'
@@ -128,6 +129,14 @@ for name, rows in res["benchmarks"].items():
               + " ".join(f"{k}={r[k]:.3g}" for k in keys) + (f" ERROR {err}" if err else ""))
 p = res["peers"] or {}
 print("peers:", {k: p.get(k) for k in ("torch", "copy_GBps", "bf16_gemm_TFLOPs")})
+gt_rows = p.get("gpe_torch")
+if isinstance(gt_rows, dict):
+    print("gpe.torch on CUDA:", gt_rows)
+for r in gt_rows if isinstance(gt_rows, list) else []:
+    print("gpe.torch.attention (CUDA) causal=%s rope_dim=%s: " % (r["causal"], r["rope_dim"])
+          + (r["error"] if "error" in r else "fwd %.1f TFLOP/s (%.2fx peer), bwd %.1f TFLOP/s%s"
+             % (r["fwd_TFLOPs"], r.get("fwd_vs_peer", float("nan")), r["bwd_TFLOPs"],
+                " (%.2fx SDPA)" % r["bwd_vs_sdpa"] if "bwd_vs_sdpa" in r else "")))
 # GroupPE's forward against PyTorch's on the same shape, same run, same GPU.
 import re
 sdpa = {(r["d"], r["causal"]): r for r in p.get("sdpa", [])}

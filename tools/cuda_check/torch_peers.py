@@ -8,7 +8,9 @@ benchmarks, written as one JSON file.
   forward, 2.5x that for the backward);
 - RoPE the way model code applies it (q * cos + rotate_half(q) * sin on q and k, cos/sin
   precomputed), standalone (GB/s, q and k read + written once) and followed by SDPA
-  ("rotate-then-SDPA", the peer of RoPE inside the attention kernel).
+  ("rotate-then-SDPA", the peer of RoPE inside the attention kernel);
+- gpe.torch.attention on CUDA tensors on the same shapes, as a PyTorch user calls
+  GroupPE (the bundled package, when it imports), with its ratio to the rows above.
 Times are medians of CUDA-event-timed calls after warm-up.
 
 Usage: python3 torch_peers.py OUT.json
@@ -57,6 +59,54 @@ def rotate_half(x):
 
 def apply_rope(x, cos, sin):  # x: (b, h, s, d); cos, sin: (s, d)
     return x * cos + rotate_half(x) * sin
+
+
+def gpe_torch_rows(res):
+    """GroupPE as a PyTorch user calls it (gpe.torch.attention on CUDA tensors, through the
+    C ABI's CUDA plugin: the kernels plus the call's checks, uploads and stream-ordered
+    scratch) beside SDPA's rows above, same shapes: bf16 b1 h16 s4096 d128, causal and
+    not, forward and forward + backward, and with RoPE (rope_dim) against
+    rotate-then-SDPA. Where the bundled package does not import (run_gpu_check.sh puts it
+    on PYTHONPATH), the reason instead."""
+    try:
+        import gpe.torch as gt
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return {"error": repr(e)[:300]}
+    rows = []
+    bsz, h, s, d = 1, 16, 4096, 128
+    for causal, rope in ((False, 0), (True, 0), (True, d)):
+        q, k, v = (rand(bsz, s, h, d, grad=True) for _ in range(3))  # bshd
+        pairs = s * (s + 1) / 2 if causal else s * s
+        fwd_flops = 4 * d * h * bsz * pairs
+        row = {"b": bsz, "h": h, "s": s, "d": d, "causal": causal, "rope_dim": rope}
+        try:
+            def fwd():
+                return gt.attention(q, k, v, causal=causal, rope_dim=rope)
+            t_f = median_seconds(fwd)
+            do = rand(bsz, s, h, d)
+
+            def fwdbwd():
+                fwd().backward(do)
+            t_fb = median_seconds(fwdbwd, reps=10)
+        except Exception as e:  # noqa: BLE001 - reported per row
+            row["error"] = repr(e)[:300]
+            rows.append(row)
+            continue
+        row["fwd_ms"] = t_f * 1e3
+        row["fwd_TFLOPs"] = fwd_flops / t_f * 1e-12
+        row["bwd_ms"] = (t_fb - t_f) * 1e3
+        row["bwd_TFLOPs"] = 2.5 * fwd_flops / (t_fb - t_f) * 1e-12
+        peer = next((r for r in res.get("sdpa", []) if r["d"] == d and r["causal"] == causal),
+                    None)
+        if peer is not None:
+            key = "rope_then_sdpa_TFLOPs" if rope else "fwd_TFLOPs"
+            if key in peer:
+                row["fwd_vs_peer"] = row["fwd_TFLOPs"] / peer[key]
+            if not rope and "bwd_TFLOPs" in peer:
+                row["bwd_vs_sdpa"] = row["bwd_TFLOPs"] / peer["bwd_TFLOPs"]
+        rows.append(row)
+        del q, k, v
+    return rows
 
 
 def main(out_path):
@@ -122,6 +172,7 @@ def main(out_path):
         res["rope"].append({"tokens": tokens, "heads": heads, "d": d, "dtype": "bf16",
                             "us": t * 1e6, "GBps": moved / t * 1e-9,
                             "of_copy": moved / t * 1e-9 / res["copy_GBps"]})
+    res["gpe_torch"] = gpe_torch_rows(res)
     with open(out_path, "w") as f:
         json.dump(res, f, indent=1)
     print(json.dumps(res, indent=1))

@@ -94,7 +94,8 @@ from gpe import _ffi
 from gpe._core import check, lib, live_handle
 # Shared with gpe.torch_sequence (and named here too: gpe.context_parallel and callers
 # reach them as gpe.torch._register, gpe.torch._LearnableBias).
-from gpe._torch_base import _ENCODINGS, _LearnableBias, _register  # noqa: F401
+from gpe._torch_base import (_DTYPES, _ENCODINGS, _LearnableBias, _dltensor,  # noqa: F401
+                              _int64s, _register, _rope_cuda)
 
 # No `from __future__ import annotations` here: torch.library.custom_op reads the
 # operators' annotations as objects to infer their schemas. Names imported for annotations
@@ -119,49 +120,6 @@ __all__ = ["AlgebraicSequenceEncoding", "AlibiBias", "AttentionSinks", "FoxBias"
            "GrapeApBias", "GrapeMEncoding", "T5Bias", "attention", "rope"]
 
 _PAIRING = {"interleaved": 0, "half": 1}
-# DLPack type codes (dlpack.h): float 2, bfloat 4. float16: a KV cache's k and v (forward).
-_DTYPES = {torch.float32: (2, 32), torch.float64: (2, 64), torch.bfloat16: (4, 16),
-           torch.float16: (2, 16), torch.int64: (0, 64), torch.uint8: (1, 8)}
-
-
-def _int64s(x, name):
-    """x (positions, offsets, cu_seqlens: anything torch.as_tensor takes) as an int64
-    tensor; floats, complex numbers and bools are refused (TypeError), not truncated."""
-    if x is None:
-        return None
-    t = torch.as_tensor(x)
-    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
-        raise TypeError("%s must be integers; got %s" % (name, t.dtype))
-    return t.to(torch.int64)
-
-
-def _dltensor(t, name, keep, cuda=False):
-    """A DLTensor over t's storage (strides in elements, as DLPack and torch count them).
-    cuda: a tensor on a CUDA device is described there (attention's tensors and index
-    arrays; the library runs them through its CUDA plugin); else CPU tensors only."""
-    if t is None:
-        return None
-    on_cuda = cuda and t.device.type == "cuda"
-    if t.device.type != "cpu" and not on_cuda:
-        raise ValueError("%s must be a CPU tensor, got device %s" % (name, t.device))
-    if t.dtype not in _DTYPES:
-        raise TypeError("%s: unsupported dtype %s" % (name, t.dtype))
-    code, bits = _DTYPES[t.dtype]
-    shape = (ctypes.c_int64 * max(t.dim(), 1))(*t.shape)
-    strides = (ctypes.c_int64 * max(t.dim(), 1))(*t.stride())
-    d = _ffi.DLTensor()
-    d.data = t.data_ptr() if t.numel() else None
-    d.device = (_ffi.DLDevice(_ffi.KDL_CUDA, t.device.index or 0) if on_cuda
-                else _ffi.DLDevice(_ffi.KDL_CPU, 0))
-    d.ndim = t.dim()
-    d.dtype = _ffi.DLDataType(code, bits, 1)
-    d.shape = shape
-    d.strides = strides
-    d.byte_offset = 0
-    keep.append((t, shape, strides, d))
-    return ctypes.pointer(d)
-
-
 # ---- Learnable encodings: torch tensors in, gradients out ------------------------------
 
 
@@ -1013,31 +971,6 @@ def _rope_impl(backward, x, positions, offsets, cu_seqlens, layout, role, rope_k
     fn = rope.backward if backward else rope.forward
     fn(arr(x), positions=ints(positions), offsets=ints(offsets), cu_seqlens=ints(cu_seqlens),
        layout=layout, role=role, out=arr(out), bfloat16=bf16)
-    return out
-
-
-def _rope_cuda(backward, rope, x, positions, offsets, cu_seqlens, layout, role):
-    """gpe_rope_forward / _backward on a CUDA tensor through the library's CUDA plugin, on
-    PyTorch's current stream, into a new contiguous tensor (the GPU kernel writes out with
-    x's strides: x is made contiguous first where it is not)."""
-    from gpe.rope import _LAYOUTS, _ROLES, _choice
-    if x.dtype not in (torch.float32, torch.float16, torch.bfloat16):
-        raise TypeError("rope on a CUDA device: float32, bfloat16 or float16; got %s" % x.dtype)
-    x = x.detach().contiguous()
-    out = torch.empty_like(x)
-    keep: List[Any] = []
-    tok = _ffi.RopeTokens()
-    tok.struct_size = ctypes.sizeof(tok)
-    tok.layout = _choice(_LAYOUTS, layout, "layout")
-    tok.role = _choice(_ROLES, role, "role")
-    for field, value in (("position_ids", positions), ("offsets", offsets),
-                         ("cu_seqlens", cu_seqlens)):
-        if value is not None:
-            setattr(tok, field, _dltensor(value.contiguous(), field, keep, cuda=True))
-    tok.cuda_stream = torch.cuda.current_stream(x.device).cuda_stream
-    fn = lib().gpe_rope_backward if backward else lib().gpe_rope_forward
-    check(fn(live_handle(rope, "rope"), ctypes.byref(tok), _dltensor(x, "x", keep, cuda=True),
-             _dltensor(out, "out", keep, cuda=True)))
     return out
 
 

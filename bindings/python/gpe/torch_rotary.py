@@ -22,6 +22,7 @@ from typing import Any, Dict, Literal, Optional, Tuple
 import numpy as np
 import torch
 
+from gpe._torch_base import _rope_cuda
 from gpe.rope import Pairing, Role, Rope, RopeTable, Schedule
 
 __all__ = ["RotaryEmbedding"]
@@ -74,6 +75,23 @@ class _TableRopeTranspose(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, ddx: torch.Tensor) -> Tuple[Optional[torch.Tensor], None]:
         return _TableRope.apply(ddx, ctx.table), None
+
+
+class _CudaRope(torch.autograd.Function):
+    """y = m R(p theta) x on a CUDA tensor (transpose: the backward map), whose gradient is
+    the other map: differentiable to any order."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, rope: Rope, positions: Optional[torch.Tensor],
+                role: Role, transpose: bool) -> torch.Tensor:
+        ctx.args = (rope, positions, role, transpose)
+        return _rope_cuda(transpose, rope, x, positions, None, None, "bshd", role)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> Tuple[Optional[torch.Tensor], None, None, None,
+                                                      None]:
+        rope, positions, role, transpose = ctx.args
+        return _CudaRope.apply(dy, rope, positions, role, not transpose), None, None, None, None
 
 
 class RotaryEmbedding(torch.nn.Module):
@@ -242,10 +260,9 @@ class RotaryEmbedding(torch.nn.Module):
         return self._rotate(x, input_pos, role)
 
     def _rotate_cuda(self, x: torch.Tensor, input_pos: Any, role: Role) -> torch.Tensor:
-        """On a CUDA device: gpe.torch.rope with this module's Rope (the GPU kernel forms the
-        angles per call from the positions, so no table is cached), differentiable through
-        gpe::rope_backward; float64 is refused by the library."""
-        from gpe.torch import rope as rope_op  # noqa: lazy (gpe.torch imports this module)
+        """On a CUDA device: the library's RoPE on the GPU with this module's Rope (the kernel
+        forms the angles per call from the positions, so no table is cached),
+        differentiable; float64 is refused by the library."""
         pos = self._positions(x, input_pos)
         if self.track_length:
             self._follow_length(x, pos)
@@ -253,7 +270,7 @@ class RotaryEmbedding(torch.nn.Module):
         if self._still_axis:
             first = pos if pos is not None else torch.arange(x.shape[1]).repeat(x.shape[0])
             positions = torch.stack([first, torch.zeros_like(first)])
-        return rope_op(x, self.rope, positions=positions, role=role)
+        return _CudaRope.apply(x, self.rope, positions, role, False)
 
     # The table (a library handle) cannot be traced: under torch.compile this is a graph
     # break, run eagerly. gpe.torch.rope(x, module.rope, positions=...) is the traceable

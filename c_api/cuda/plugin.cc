@@ -203,16 +203,36 @@ absl::Status UsableDevice(int device) {
   return absl::OkStatus();
 }
 
+// Makes a usable `device` current for the scope's life (Enter), then the one current
+// before.
+class DeviceScope {
+ public:
+  DeviceScope() = default;
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() {
+    if (entered_) cudaSetDevice(previous_);
+  }
+  absl::Status Enter(int device) {
+    if (absl::Status s = UsableDevice(device); !s.ok()) return s;
+    if (cudaError_t e = cudaGetDevice(&previous_); e != cudaSuccess) {
+      return CudaFailed(e, "cudaGetDevice");
+    }
+    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
+      return CudaFailed(e, "cudaSetDevice");
+    }
+    entered_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  int previous_ = 0;
+  bool entered_ = false;
+};
+
 absl::Status Run(const CudaCall& c, bool backward) {
-  if (absl::Status s = UsableDevice(c.device); !s.ok()) return s;
-  cudaError_t e;
-  int previous = 0;
-  if (e = cudaGetDevice(&previous); e != cudaSuccess) return CudaFailed(e, "cudaGetDevice");
-  if (e = cudaSetDevice(c.device); e != cudaSuccess) return CudaFailed(e, "cudaSetDevice");
-  struct Restore {
-    int device;
-    ~Restore() { cudaSetDevice(device); }
-  } restore{previous};
+  DeviceScope scope;
+  if (absl::Status s = scope.Enter(c.device); !s.ok()) return s;
   cudaStream_t stream = static_cast<cudaStream_t>(c.stream);
 
   acu::CudaAttentionArgs a;
@@ -363,15 +383,8 @@ int Attention(const CudaCall* call, int backward, char* message, size_t message_
 }
 
 absl::Status RunRope(const CudaRopeCall& c) {
-  if (absl::Status s = UsableDevice(c.device); !s.ok()) return s;
-  int previous = 0;
-  cudaError_t e = cudaGetDevice(&previous);
-  if (e != cudaSuccess) return CudaFailed(e, "cudaGetDevice");
-  if (e = cudaSetDevice(c.device); e != cudaSuccess) return CudaFailed(e, "cudaSetDevice");
-  struct Restore {
-    int device;
-    ~Restore() { cudaSetDevice(device); }
-  } restore{previous};
+  DeviceScope scope;
+  if (absl::Status s = scope.Enter(c.device); !s.ok()) return s;
   cudaStream_t stream = static_cast<cudaStream_t>(c.stream);
   absl::StatusOr<const RopeCuda*> rope = CachedRope(*c.rope, c.device);
   if (!rope.ok()) return rope.status();
@@ -414,17 +427,12 @@ int Rope(const CudaRopeCall* call, char* message, size_t message_size) {
 
 int CopyToHost(int32_t device, const void* src, size_t bytes, void* dst, void* stream,
                char* message, size_t message_size) {
-  absl::Status s = UsableDevice(device);
+  DeviceScope scope;
+  absl::Status s = scope.Enter(device);
   if (s.ok() && bytes > 0) {
-    int previous = 0;
-    cudaGetDevice(&previous);
-    cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess) {
-      e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
-                          static_cast<cudaStream_t>(stream));
-    }
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                                    static_cast<cudaStream_t>(stream));
     if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
-    cudaSetDevice(previous);
     if (e != cudaSuccess) s = CudaFailed(e, "copying an index array to the host");
   }
   return Report(s, message, message_size);

@@ -7,11 +7,15 @@
 // M-RoPE with per-axis coordinates), sliding windows, softcaps, sinks, score masks, KV
 // lengths and paged caches; 0.10.0's algebraic sequences, trees and grids;
 // gpe_attention_backward_v2 and gpe_attention_backward_with_parameters with fuzzed
-// gradient outputs, the sinks' and the algebraic generators' included). The harness keeps its
+// gradient outputs, the sinks' and the algebraic generators' included), and the same RoPE
+// and attention calls on tensors claiming a CUDA device at addresses never mapped here (the
+// library must check and refuse them, or reach the CUDA plugin, kept absent, without
+// reading them: a read faults). The harness keeps its
 // side of the contract: a tensor's data holds every element its shape promises, or is
 // NULL when the shape is negative or too large to allocate (the library must reject it
 // before reading). Each call must return a known status and leave a message on failure.
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -84,6 +88,23 @@ struct Tensor {
     }
   }
 };
+
+// Device addresses for the CUDA calls: 16 MiB apart (every tensor here is at most 128
+// KiB), in a range no mapping of this process uses.
+constexpr uintptr_t kFakeDevice = uintptr_t{0x10000000};
+constexpr uintptr_t kFakeSpacing = uintptr_t{1} << 24;
+
+// t described as lying on CUDA device 0 at kFakeDevice + slot * kFakeSpacing (NULL data
+// stays NULL).
+DLTensor OnDevice(const DLTensor& t, int slot) {
+  DLTensor d = t;
+  d.device.device_type = kDLCUDA;
+  d.device.device_id = 0;
+  if (d.data != nullptr) {
+    d.data = reinterpret_cast<void*>(kFakeDevice + static_cast<uintptr_t>(slot) * kFakeSpacing);
+  }
+  return d;
+}
 
 void FloatType(FuzzInput* in, uint8_t* code, uint8_t* bits) {
   switch (in->Below(5)) {
@@ -180,6 +201,13 @@ void RopeCalls(FuzzInput* in) {
   if (ts == GPE_OK) {
     CheckStatus(gpe_rope_table_forward(table, &x.t, &y.t));
     gpe_rope_table_destroy(table);
+  }
+  // The same call on device memory (drawn last: older inputs keep their meaning).
+  if (in->Below(4) == 0) {
+    const DLTensor dx = OnDevice(x.t, 0);
+    DLTensor dy = OnDevice(y.t, 1);
+    CheckStatus(gpe_rope_forward(rope, &tok, &dx, &dy));
+    CheckStatus(gpe_rope_backward(rope, &tok, &dy, &dy));
   }
   gpe_rope_destroy(rope);
 }
@@ -576,6 +604,19 @@ void AttentionCalls(FuzzInput* in) {
                                          nullptr, &dv2.t));
     }
   }
+  // The forward and backward on device memory (drawn last, as above).
+  if (in->Below(4) == 0) {
+    const DLTensor dq = OnDevice(q.t, 0), dk = OnDevice(k.t, 1), dv = OnDevice(v.t, 2);
+    DLTensor dout = OnDevice(out.t, 3), dlse = OnDevice(lse.t, 4);
+    CheckStatus(gpe_attention_forward(&o, &dq, &dk, &dv, &dout, with_lse ? &dlse : nullptr));
+    Tensor g(qs, code, bits);
+    const DLTensor dg = OnDevice(g.t, 5);
+    DLTensor dgq = OnDevice(q.t, 6), dgk = OnDevice(k.t, 7), dgv = OnDevice(v.t, 8);
+    const bool saved = in->Below(2) != 0;
+    CheckStatus(gpe_attention_backward(&o, &dq, &dk, &dv, saved ? &dout : nullptr,
+                                       saved ? &dlse : nullptr, &dg, &dgq,
+                                       in->Below(2) ? &dgk : nullptr, &dgv));
+  }
   gpe_bias_destroy(bias);
   gpe_rope_destroy(rope);
   gpe_algebraic_sequence_destroy(alg);
@@ -584,6 +625,10 @@ void AttentionCalls(FuzzInput* in) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // Calls on device tensors end where the CUDA plugin would be loaded: kept absent here (a
+  // GPU run is the GPU check's).
+  static const bool no_plugin = setenv("GPE_CUDA_PLUGIN", "/nonexistent/libgpe_cuda.so", 1) == 0;
+  (void)no_plugin;
   FuzzInput in(data, size);
   switch (in.Below(3)) {
     case 0: RopeCalls(&in); break;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -214,6 +215,28 @@ int64_t BackwardLayout(const CudaAttentionBackwardArgs& b, char* base,
   return off;
 }
 
+// Zeros the rows [seqs, tokens, heads] of `dim` elements of `esize` bytes of a strided
+// tensor (element strides), leaving whatever lies between them: one 2-D memset (rows a
+// token stride apart) per (sequence, head), enqueued on `stream`.
+absl::Status ZeroRows(void* base, int64_t seqs, int64_t tokens, int64_t heads, int64_t dim,
+                      const CudaStrides& s, int64_t esize, void* stream) {
+  const size_t width = static_cast<size_t>(dim * esize);
+  const size_t pitch = tokens > 1 ? static_cast<size_t>(s.token * esize) : width;
+  for (int64_t b = 0; b < seqs; ++b) {
+    for (int64_t h = 0; h < heads; ++h) {
+      char* p = static_cast<char*>(base) + (b * s.batch + h * s.head) * esize;
+      const cudaError_t e = cudaMemset2DAsync(p, pitch, 0, width, static_cast<size_t>(tokens),
+                                              static_cast<cudaStream_t>(stream));
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        return absl::InternalError(
+            absl::StrCat("CudaAttentionBackward: zeroing dk / dv: ", cudaGetErrorString(e)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int64_t CudaAttentionBackwardWorkspaceBytes(const CudaAttentionBackwardArgs& b) {
@@ -241,7 +264,22 @@ absl::Status CudaAttentionBackward(const CudaAttentionBackwardArgs& b, void* str
                             b.tokens_q, ", max_seq_q ", a.max_seq_q, ", tokens_k ",
                             b.tokens_k, ", max_seq_k ", b.max_seq_k));
   }
-  if (empty) return absl::OkStatus();
+  if (empty) {
+    // No query: dL/dk and dL/dv are zero (the reference's), written here since no key
+    // block runs.
+    const int64_t keys = packed ? b.tokens_k : a.seq_k, seqs = packed ? 1 : a.batch;
+    if (keys <= 0 || seqs <= 0) return absl::OkStatus();
+    for (const auto& [p, st, name] : {std::tuple<void*, const CudaStrides*, const char*>{
+                                          b.dk, &a.sk, "dk"},
+                                      {b.dv, &a.sv, "dv"}}) {
+      if (absl::Status s = CheckDevice(p, name); !s.ok()) return s;
+      if (absl::Status s = ZeroRows(p, seqs, keys, a.heads_kv, a.head_dim, *st, 2, stream);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
   if (a.lse == nullptr) return Bad("the backward needs the forward's lse (forward.lse)");
   for (const auto& [p, name] : {std::pair<const void*, const char*>{b.d_o, "d_o"},
                                 {b.dq, "dq"},

@@ -641,6 +641,60 @@ TEST(CudaAttention, BackwardRejectsMisalignedOutputsAndShortTokenCounts) {
   EXPECT_NE(st.message().find("tokens_q >= max_seq_q"), std::string::npos) << st;
 }
 
+// A backward with keys but no queries: the kernels have no key block to run, and dk and
+// dv are zero (the reference's), not left as they were. Padded (two sequences, the second
+// 48 tokens on) and packed.
+TEST(CudaAttention, BackwardWithoutQueriesZeroesDkAndDv) {
+  SKIP_WITHOUT_GPU();
+  const int64_t s = 64, d = 64;
+  std::vector<seq::BFloat16> host(2 * s * d, seq::ToBFloat16(0.5f));
+  DeviceVector<seq::BFloat16> q(host), k(host), v(host), o(host), go(host);
+  DeviceVector<float> lse(std::vector<float>(1, 0.0f));
+  for (bool packed : {false, true}) {
+    DeviceVector<seq::BFloat16> dq(host), dk(host), dv(host);
+    DeviceVector<int64_t> cu_q(std::vector<int64_t>{0, 0}), cu_k(std::vector<int64_t>{0, s});
+    CudaAttentionBackwardArgs b;
+    b.forward = OneBf16Head(s, d, q.p, k.p, v.p, o.p, lse.p);
+    CudaAttentionArgs& g = b.forward;
+    g.seq_q = 0;
+    if (packed) {
+      g.batch = 0;
+      g.cu_seqlens_q = cu_q.p;
+      g.cu_seqlens_k = cu_k.p;
+      g.num_seqs = 1;
+      g.max_seq_q = 0;
+      g.sq = g.sk = g.sv = g.so = CudaStrides{0, d, d};
+      b.tokens_q = 0;
+      b.tokens_k = s;
+      b.max_seq_k = s;
+    } else {
+      g.batch = 2;
+      g.seq_k = 48;  // rows 48..63 of the first sequence's stride lie outside: untouched
+    }
+    b.d_o = go.p;
+    b.dq = dq.p;
+    b.dk = dk.p;
+    b.dv = dv.p;
+    const int64_t need = std::max<int64_t>(CudaAttentionBackwardWorkspaceBytes(b), 16);
+    DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
+    b.workspace = work.p;
+    b.workspace_bytes = need;
+    const absl::Status st = CudaAttentionBackward(b, nullptr);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (const auto* grad : {&dk, &dv}) {
+      const std::vector<seq::BFloat16> got = grad->Get();
+      for (int64_t i = 0; i < 2 * s * d; ++i) {
+        // Padded: sequence b's rows t < 48 at b * s * d + t * d; everything else kept.
+        const int64_t b_seq = i / (s * d), t = (i % (s * d)) / d;
+        const bool written = packed ? i < s * d : t < 48 && b_seq < 2;
+        const float want = written ? 0.0f : 0.5f;
+        ASSERT_EQ(seq::ToFloat(got[i]), want) << (packed ? "packed " : "padded ") << i;
+      }
+    }
+  }
+}
+
 // A row with a NaN score has lse NaN (not -inf, which means "no allowed key"), on both
 // kernels, as the reference.
 TEST(CudaAttention, NaNRowsHaveNaNLse) {

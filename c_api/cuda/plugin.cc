@@ -143,24 +143,6 @@ int64_t Extent(int64_t seqs, int64_t tokens, int64_t heads, int64_t dim, const C
 
 int64_t ElementBytes(CudaCallDType t) { return t == CudaCallDType::kFloat32 ? 4 : 2; }
 
-// Zeros the rows [seqs, tokens, heads] of `dim` elements of a strided tensor, leaving
-// whatever lies between them: one 2-D memset (rows a token stride apart) per (sequence,
-// head).
-absl::Status ZeroRows(void* base, int64_t seqs, int64_t tokens, int64_t heads, int64_t dim,
-                      const CallStrides& s, int64_t esize, cudaStream_t stream) {
-  const size_t width = static_cast<size_t>(dim * esize);
-  const size_t pitch = tokens > 1 ? static_cast<size_t>(s.token * esize) : width;
-  for (int64_t b = 0; b < seqs; ++b) {
-    for (int64_t h = 0; h < heads; ++h) {
-      char* p = static_cast<char*>(base) + (b * s.batch + h * s.head) * esize;
-      const cudaError_t e =
-          cudaMemset2DAsync(p, pitch, 0, width, static_cast<size_t>(tokens), stream);
-      if (e != cudaSuccess) return CudaFailed(e, "zeroing dk / dv");
-    }
-  }
-  return absl::OkStatus();
-}
-
 // The status as plugin.h returns it: its code, and its message into `message`.
 int Report(const absl::Status& s, char* message, size_t message_size) {
   if (!s.ok() && message != nullptr && message_size > 0) {
@@ -310,19 +292,6 @@ absl::Status Run(const CudaCall& c, bool backward) {
   const int64_t seqs = packed ? 1 : c.batch;
   const int64_t rows_q = packed ? c.tokens_q : c.seq_q, rows_k = packed ? c.tokens_k : c.seq_k;
   const int64_t esize = ElementBytes(c.dtype);
-  if (c.tokens_q == 0) {
-    // No query: the kernels return at once; dk and dv are zero, as on the CPU.
-    for (const auto& [grad, st] : {std::pair<void*, const CallStrides*>{c.dk, &c.sk},
-                                   {c.dv, &c.sv}}) {
-      if (grad == nullptr || rows_k == 0) continue;
-      if (absl::Status s = ZeroRows(grad, seqs, rows_k, c.heads_kv, c.head_dim, *st, esize,
-                                    stream);
-          !s.ok()) {
-        return s;
-      }
-    }
-    return absl::OkStatus();
-  }
   StreamBuffer o_scratch(stream), lse_scratch(stream), dq(stream), dk(stream), dv(stream);
   if (c.o == nullptr) {
     // o takes d_o's strides (so), as the backward reads them for both.

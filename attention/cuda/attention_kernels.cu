@@ -153,13 +153,18 @@ __global__ void __launch_bounds__(kWarps * 32) ForwardKernel(AttentionKernelArgs
         s -= slope * (a.alibi_symmetric ? fabsf(dist) : dist);
       }
       const float mnew = fmaxf(m, s);
-      const float corr = exp2f(m - mnew);  // 0 on the first allowed key (m = -inf)
-      const float p = exp2f(s - mnew);
+      // While every score so far is -inf the reference is 0, not -inf (-inf - -inf would
+      // make the row NaN where the reference gives those keys probability 0); a NaN or
+      // +inf score still makes it NaN.
+      const float base = mnew == -INFINITY ? 0.0f : mnew;
+      const float corr = exp2f(m - base);  // 0 on the first allowed key (m = -inf)
+      const float p = exp2f(s - base);
       l = l * corr + p;
 #pragma unroll
       for (int e = 0; e < kMaxPerLane; ++e) {
         const int64_t c = lane + 32 * e;
-        if (c < d) acc[e] = acc[e] * corr + p * vt[j * d + c];
+        // A key of probability 0 contributes nothing, whatever its value row holds.
+        if (c < d) acc[e] = acc[e] * corr + (p == 0.0f ? 0.0f : p * vt[j * d + c]);
       }
       m = mnew;
     }

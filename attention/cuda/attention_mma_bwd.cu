@@ -220,11 +220,14 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
             const float dist = static_cast<float>(qpos[qi] - kpos[kj]);
             v -= slope2 * (a.alibi_symmetric ? fabsf(dist) : dist);
           }
-          if (need_mask && (kj >= nk || qi >= nq || (a.causal && kpos[kj] > qpos[qi])))
-            v = -INFINITY;
-          const float p = Exp2(v - lse2[qi]);
+          // Masked entries and keys of probability 0 take no part (descriptor.h,
+          // NON-FINITE VALUES): P = dS = 0 there even in a NaN row (lse NaN, D NaN), so
+          // NaN reaches only the row's allowed keys, as in the reference.
+          const bool masked =
+              need_mask && (kj >= nk || qi >= nq || (a.causal && kpos[kj] > qpos[qi]));
+          const float p = masked ? 0.0f : Exp2(v - lse2[qi]);
           s[n][e] = p;
-          dp[n][e] = p * (dp[n][e] - dvals[qi]);
+          dp[n][e] = p == 0.0f ? 0.0f : p * (dp[n][e] - dvals[qi]);
         }
       }
       // dV += P^T dO and dK += dS^T Q: A from registers (k-chunk c = queries 16c..),
@@ -305,6 +308,8 @@ __global__ void __launch_bounds__(C::kThreads) BackwardKernel(AttentionBackwardK
       }
     }
   }
+  // A sequence with keys but no queries ran no tile: its K / V copy is still in flight.
+  CpAsyncWait<0>();
   // dV to its output; dK (times the scale) to its output, or rotated back later from the
   // float32 workspace when RoPE is on.
 #pragma unroll

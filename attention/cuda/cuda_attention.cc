@@ -220,6 +220,10 @@ int64_t BackwardLayout(const CudaAttentionBackwardArgs& b, char* base,
 // token stride apart) per (sequence, head), enqueued on `stream`.
 absl::Status ZeroRows(void* base, int64_t seqs, int64_t tokens, int64_t heads, int64_t dim,
                       const CudaStrides& s, int64_t esize, void* stream) {
+  if (tokens > 1 && s.token < dim) {
+    return Bad(absl::StrCat("dk / dv: token stride ", s.token, " below head_dim ", dim,
+                            " (rows would overlap)"));
+  }
   const size_t width = static_cast<size_t>(dim * esize);
   const size_t pitch = tokens > 1 ? static_cast<size_t>(s.token * esize) : width;
   for (int64_t b = 0; b < seqs; ++b) {

@@ -714,5 +714,75 @@ TEST(CudaAttention, NaNRowsHaveNaNLse) {
   }
 }
 
+// A NaN row in the backward: NaN reaches dk and dv of the keys that row may attend to and
+// no others (masked keys take no part, descriptor.h "NON-FINITE VALUES"); the row's lse
+// is NaN, which made P and dS of its masked entries NaN too.
+TEST(CudaAttention, BackwardNaNRowReachesOnlyItsAllowedKeys) {
+  SKIP_WITHOUT_GPU();
+  const int64_t s = 16, d = 64;
+  std::vector<seq::BFloat16> qh(s * d, seq::ToBFloat16(0.1f)), kh(qh);
+  qh[3 * d + 5] = seq::ToBFloat16(std::nanf(""));  // row 3 (position 3: keys 0..3)
+  DeviceVector<seq::BFloat16> q(qh), k(kh), v(kh), o(kh), go(kh), dq(kh), dk(kh), dv(kh);
+  DeviceVector<float> lse(std::vector<float>(s, 0.0f));
+  CudaAttentionBackwardArgs b;
+  b.forward = OneBf16Head(s, d, q.p, k.p, v.p, o.p, lse.p);
+  b.forward.causal = true;
+  ASSERT_TRUE(CudaAttentionForward(b.forward, nullptr).ok());
+  b.d_o = go.p;
+  b.dq = dq.p;
+  b.dk = dk.p;
+  b.dv = dv.p;
+  const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
+  DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
+  b.workspace = work.p;
+  b.workspace_bytes = need;
+  const absl::Status st = CudaAttentionBackward(b, nullptr);
+  ASSERT_TRUE(st.ok()) << st;
+  for (const auto* grad : {&dk, &dv}) {
+    const std::vector<seq::BFloat16> got = grad->Get();
+    for (int64_t j = 0; j < s; ++j) {
+      bool any_nan = false;
+      for (int64_t c = 0; c < d; ++c) any_nan = any_nan || std::isnan(seq::ToFloat(got[j * d + c]));
+      EXPECT_EQ(any_nan, j <= 3) << (grad == &dk ? "dk" : "dv") << " row " << j;
+    }
+  }
+}
+
+// The float32 SIMT forward with a first allowed score of -inf (a float q.k overflowing):
+// that key has probability 0 and the row stays finite, as in the reference (exp2(-inf -
+// -inf) made it NaN). Row 0: q 1e19 everywhere against key 0's -1e19 (score -inf in
+// float) and keys 1..3's 0.1 (scores ~8e17, equal): o_0 is the mean of v_1..v_3.
+TEST(CudaAttention, SimtFirstScoreMinusInfinityGivesProbabilityZero) {
+  SKIP_WITHOUT_GPU();
+  const int64_t s = 4, d = 64;
+  std::vector<float> qh(s * d, 0.1f), kh(s * d, 0.1f), vh(s * d);
+  for (int64_t c = 0; c < d; ++c) {
+    qh[c] = 1e19f;
+    kh[c] = -1e19f;
+  }
+  for (int64_t i = 0; i < s * d; ++i) vh[i] = static_cast<float>(i / d + 1);  // row j: j + 1
+  DeviceVector<float> q(qh), k(kh), v(vh), o(std::vector<float>(s * d, 0.0f));
+  DeviceVector<float> lse(std::vector<float>(s, 0.0f));
+  CudaAttentionArgs g;
+  g.kernel = CudaAttentionKernel::kSimt;
+  g.dtype = CudaDType::kFloat32;
+  g.batch = 1;
+  g.seq_q = g.seq_k = s;
+  g.heads_q = g.heads_kv = 1;
+  g.head_dim = d;
+  g.sq = g.sk = g.sv = g.so = CudaStrides{s * d, d, d};
+  g.q = q.p;
+  g.k = k.p;
+  g.v = v.p;
+  g.o = o.p;
+  g.lse = lse.p;
+  ASSERT_TRUE(CudaAttentionForward(g, nullptr).ok());
+  const std::vector<float> got = o.Get();
+  for (int64_t c = 0; c < d; ++c) {
+    ASSERT_FALSE(std::isnan(got[c])) << c;
+    EXPECT_NEAR(got[c], 3.0f, 1e-5f) << c;  // (2 + 3 + 4) / 3
+  }
+}
+
 }  // namespace
 }  // namespace gpe::attention::cuda

@@ -22,8 +22,10 @@ namespace sequence {
 namespace cuda {
 
 // x - k 2 pi for k = rint(x / 2 pi), with a two-part 2 pi (hi: the double nearest 2 pi;
-// lo: the remainder), each product by fma: |result| <= pi + a few ulps, accurate to
-// ~k 2^-105 absolute.
+// lo: the remainder), each product by fma, accurate to ~k 2^-105 absolute. |result| <=
+// pi + a few ulps while |x| < ~2^54; beyond, x / 2 pi rounds and k may be off by up to
+// ~|x| 2^-56, leaving a result of up to that many times 2 pi (~2^12 at |x| ~ 2^65):
+// callers reduce the sum once more (ReducedAngle below).
 GPE_ANGLE_FN double ReduceTwoPi(double x) {
   constexpr double kTwoPiHi = 6.283185307179586232;
   constexpr double kTwoPiLo = 2.4492935982947063945e-16;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -57,6 +58,18 @@ struct DeviceVector {
   }
   ~DeviceVector() { cudaFree(p); }
 };
+
+// b's workspace: CudaAttentionBackwardWorkspaceBytes(*b) bytes of `fill` in device
+// memory, owned by the result.
+std::unique_ptr<DeviceVector<uint8_t>> AttachWorkspace(CudaAttentionBackwardArgs* b,
+                                                       uint8_t fill = 0) {
+  const int64_t need = CudaAttentionBackwardWorkspaceBytes(*b);
+  auto work = std::make_unique<DeviceVector<uint8_t>>(
+      std::vector<uint8_t>(static_cast<size_t>(need), fill));
+  b->workspace = work->p;
+  b->workspace_bytes = need;
+  return work;
+}
 
 struct Case {
   int64_t batch, sq, sk, hq, hkv, d;
@@ -535,10 +548,7 @@ void CheckBackward(CudaDType dtype, double u) {
       gq.Set(std::vector<T>(q.size(), nan16));
       gk.Set(std::vector<T>(k.size(), nan16));
       gv.Set(std::vector<T>(v.size(), nan16));
-      DeviceVector<uint8_t> work(
-          std::vector<uint8_t>(CudaAttentionBackwardWorkspaceBytes(b), 0xFF));
-      b.workspace = work.p;
-      b.workspace_bytes = CudaAttentionBackwardWorkspaceBytes(b);
+      const auto work = AttachWorkspace(&b, 0xFF);
       st = CudaAttentionBackward(b, nullptr);
       ASSERT_TRUE(st.ok()) << st;
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -618,10 +628,7 @@ TEST(CudaAttention, BackwardRejectsMisalignedOutputsAndShortTokenCounts) {
   b.dq = dq.p;
   b.dk = dk.p;
   b.dv = dv.p;
-  const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
-  DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
-  b.workspace = work.p;
-  b.workspace_bytes = need;
+  const auto work = AttachWorkspace(&b);
   absl::Status st = CudaAttentionBackward(b, nullptr);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_NE(st.message().find("16-byte aligned"), std::string::npos) << st;
@@ -675,10 +682,7 @@ TEST(CudaAttention, BackwardWithoutQueriesZeroesDkAndDv) {
     b.dq = dq.p;
     b.dk = dk.p;
     b.dv = dv.p;
-    const int64_t need = std::max<int64_t>(CudaAttentionBackwardWorkspaceBytes(b), 16);
-    DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
-    b.workspace = work.p;
-    b.workspace_bytes = need;
+    const auto work = AttachWorkspace(&b);
     const absl::Status st = CudaAttentionBackward(b, nullptr);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -732,10 +736,7 @@ TEST(CudaAttention, BackwardNaNRowReachesOnlyItsAllowedKeys) {
   b.dq = dq.p;
   b.dk = dk.p;
   b.dv = dv.p;
-  const int64_t need = CudaAttentionBackwardWorkspaceBytes(b);
-  DeviceVector<uint8_t> work(std::vector<uint8_t>(static_cast<size_t>(need), 0));
-  b.workspace = work.p;
-  b.workspace_bytes = need;
+  const auto work = AttachWorkspace(&b);
   const absl::Status st = CudaAttentionBackward(b, nullptr);
   ASSERT_TRUE(st.ok()) << st;
   for (const auto* grad : {&dk, &dv}) {

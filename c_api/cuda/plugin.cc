@@ -20,6 +20,7 @@
 #include "c_api/cuda/plugin.h"
 #include "encodings/sequence/cuda/rope_cuda.h"
 #include "encodings/sequence/rope.h"
+#include "parallel/cuda/device_scope.h"
 
 namespace gpe::c_api::cuda_plugin {
 namespace {
@@ -27,6 +28,7 @@ namespace {
 namespace acu = ::gpe::attention::cuda;
 namespace seq = ::gpe::encodings::sequence;
 using seq::cuda::RopeCuda;
+using ::gpe::parallel::cuda::DeviceScope;
 
 // A failed runtime call also leaves the runtime's last error set, which the kernels'
 // launch checks (cudaGetLastError) would report as the next call's: cleared here.
@@ -185,34 +187,9 @@ absl::Status UsableDevice(int device) {
   return absl::OkStatus();
 }
 
-// Makes a usable `device` current for the scope's life (Enter), then the one current
-// before.
-class DeviceScope {
- public:
-  DeviceScope() = default;
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  ~DeviceScope() {
-    if (entered_) cudaSetDevice(previous_);
-  }
-  absl::Status Enter(int device) {
-    if (absl::Status s = UsableDevice(device); !s.ok()) return s;
-    if (cudaError_t e = cudaGetDevice(&previous_); e != cudaSuccess) {
-      return CudaFailed(e, "cudaGetDevice");
-    }
-    if (cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-      return CudaFailed(e, "cudaSetDevice");
-    }
-    entered_ = true;
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = 0;
-  bool entered_ = false;
-};
 
 absl::Status Run(const CudaCall& c, bool backward) {
+  if (absl::Status s = UsableDevice(c.device); !s.ok()) return s;
   DeviceScope scope;
   if (absl::Status s = scope.Enter(c.device); !s.ok()) return s;
   cudaStream_t stream = static_cast<cudaStream_t>(c.stream);
@@ -352,6 +329,7 @@ int Attention(const CudaCall* call, int backward, char* message, size_t message_
 }
 
 absl::Status RunRope(const CudaRopeCall& c) {
+  if (absl::Status s = UsableDevice(c.device); !s.ok()) return s;
   DeviceScope scope;
   if (absl::Status s = scope.Enter(c.device); !s.ok()) return s;
   cudaStream_t stream = static_cast<cudaStream_t>(c.stream);
@@ -397,7 +375,8 @@ int Rope(const CudaRopeCall* call, char* message, size_t message_size) {
 int CopyToHost(int32_t device, const void* src, size_t bytes, void* dst, void* stream,
                char* message, size_t message_size) {
   DeviceScope scope;
-  absl::Status s = scope.Enter(device);
+  absl::Status s = UsableDevice(device);
+  if (s.ok()) s = scope.Enter(device);
   if (s.ok() && bytes > 0) {
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
                                     static_cast<cudaStream_t>(stream));

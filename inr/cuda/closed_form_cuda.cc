@@ -19,9 +19,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "inr/cuda/closed_form_cuda_kernels.h"
+#include "parallel/cuda/device_scope.h"
 
 namespace gpe::inr::cuda {
 namespace {
+
+using ::gpe::parallel::cuda::DeviceScope;
 
 #define GPE_CUDA_RETURN_IF_ERROR(expr)          \
   do {                                          \
@@ -37,19 +40,7 @@ constexpr int64_t kMaxDim = INT_MAX;
 // ---- Errors -----------------------------------------------------------------------------
 
 absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  const std::string msg = absl::StrCat("CUDA: ", what, " failed: ", cudaGetErrorName(e), " (",
-                                       cudaGetErrorString(e), ")");
-  switch (e) {
-    case cudaErrorMemoryAllocation:
-      return absl::ResourceExhaustedError(msg);
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-      return absl::FailedPreconditionError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
+  return ::gpe::parallel::cuda::RuntimeStatus(e, what);
 }
 
 absl::Status CublasStatus(cublasStatus_t s, const char* what) {
@@ -163,29 +154,6 @@ absl::Status CheckChannels(const MatrixRef& psi_y, const MatrixRef& psi_x,
 }
 
 // ---- Device plumbing --------------------------------------------------------------------
-
-// Makes `device` current for a scope and restores the caller's device afterwards.
-class DeviceScope {
- public:
-  DeviceScope() = default;
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  absl::Status Enter(int device) {
-    GPE_CUDA_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&previous_), "cudaGetDevice"));
-    if (previous_ != device) {
-      GPE_CUDA_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice"));
-      restore_ = true;
-    }
-    return absl::OkStatus();
-  }
-  ~DeviceScope() {
-    if (restore_) (void)cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
 
 // A device allocation that grows on demand (contents are lost when it grows).
 class DeviceBuffer {

@@ -30,10 +30,6 @@ namespace {
 
 namespace plug = ::gpe::c_api::cuda_plugin;
 
-bool IsFloat16(const DLTensor* t) {
-  return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
-}
-
 struct Named {
   const DLTensor* t;
   const char* name;

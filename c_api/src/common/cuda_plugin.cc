@@ -34,10 +34,6 @@ std::string PluginPath() {
   return "libgpe_cuda.so";
 }
 
-bool IsFloat16(const DLTensor* t) {
-  return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
-}
-
 }  // namespace
 
 int32_t DeviceType(const DLTensor* t) {
@@ -47,6 +43,10 @@ int32_t DeviceType(const DLTensor* t) {
 }
 
 bool OnCudaDevice(const DLTensor* t) { return t != nullptr && DeviceType(t) == kDLCUDA; }
+
+bool IsFloat16(const DLTensor* t) {
+  return t->dtype.code == kDLFloat && t->dtype.bits == 16 && t->dtype.lanes == 1;
+}
 
 absl::StatusOr<const plug::PluginTable*> CudaPlugin() {
   static std::mutex* mu = new std::mutex;

@@ -22,6 +22,9 @@ int32_t DeviceType(const DLTensor* t);
 // True when t is a tensor on a CUDA device.
 bool OnCudaDevice(const DLTensor* t);
 
+// True when t's elements are IEEE float16.
+bool IsFloat16(const DLTensor* t);
+
 // The plugin: $GPE_CUDA_PLUGIN, else libgpe_cuda.so beside the object this code is linked
 // into (libgpe.so, or a program that links GroupPE statically). Loaded once; a failed
 // load (GPE_ERROR_UNSUPPORTED, saying where it looked and how to get one) is retried by

@@ -210,6 +210,33 @@ TEST_F(CudaDispatchTest, ParameterGradientsAreRefused) {
   EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
 }
 
+// o and dq whose strides differ from d_o's and q's on the size-1 batch dimension only
+// reach the plugin (as on the CPU: the same offsets); a token stride of o's own is refused.
+TEST_F(CudaDispatchTest, StridesOfSizeOneDimensionsAreFree) {
+  FakeTensor d_o{0x10400000, 4}, dq{0x10500000, 4};
+  std::vector<int64_t> batch_zero{0, 4 * 64, 64, 1}, batch_odd{12345, 4 * 64, 64, 1};
+  o.t.strides = batch_zero.data();
+  dq.t.strides = batch_odd.data();
+  std::vector<int64_t> lshape{8, 4};
+  DLTensor lse{};
+  lse.data = reinterpret_cast<void*>(0x10600000);
+  lse.device = {kDLCUDA, 0};
+  lse.ndim = 2;
+  lse.dtype = {kDLFloat, 32, 1};
+  lse.shape = lshape.data();
+  EXPECT_EQ(gpe_attention_backward(&opt, &q.t, &k.t, &v.t, &o.t, &lse, &d_o.t, &dq.t, nullptr,
+                                   nullptr),
+            GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
+  std::vector<int64_t> padded{8 * 4 * 128, 4 * 128, 128, 1};
+  o.t.strides = padded.data();
+  EXPECT_EQ(gpe_attention_backward(&opt, &q.t, &k.t, &v.t, &o.t, &lse, &d_o.t, &dq.t, nullptr,
+                                   nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("o and d_o must have the same strides")) << gpe_last_error_message();
+  o.t.strides = nullptr;
+}
+
 TEST_F(CudaDispatchTest, IndexArraysOnTheCpuAreCheckedBeforeThePlugin) {
   std::vector<int64_t> pos(7), shape{7};
   for (int i = 0; i < 7; ++i) pos[i] = i;
@@ -262,6 +289,13 @@ TEST_F(CudaDispatchTest, RopeOnCudaTensorsIsCheckedThenNeedsThePlugin) {
   wide.t.strides = strides.data();
   EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &wide.t), GPE_ERROR_UNSUPPORTED);
   EXPECT_TRUE(HasMessage("has its strides")) << gpe_last_error_message();
+  // Strides of its own on the size-1 batch dimension only: the same offsets, so the call
+  // reaches the plugin.
+  std::vector<int64_t> batch_only{0, 4 * 64, 64, 1};
+  FakeTensor odd_batch{0x10300000, 4};
+  odd_batch.t.strides = batch_only.data();
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &q.t, &odd_batch.t), GPE_ERROR_UNSUPPORTED);
+  EXPECT_TRUE(HasMessage("libgpe_cuda.so")) << gpe_last_error_message();
   // float64.
   FakeTensor x64{0x10000000, 4, kDLFloat, 64}, o64{0x10300000, 4, kDLFloat, 64};
   EXPECT_EQ(gpe_rope_forward(rope, &tok, &x64.t, &o64.t), GPE_ERROR_UNSUPPORTED);

@@ -906,6 +906,63 @@ TEST(AttentionAbi, EmptyKeysGiveEmptyRows) {
   }
 }
 
+// A dimension of size 1 is never stepped along, so its stride is the caller's to choose
+// (PyTorch gives one tensor's size-1 dimensions strides that another's copy does not
+// share): o, d_o and the gradients that differ from their partners (d_o, q, k, v) only
+// there are taken, and every result equals the compact call's bit for bit (one kernel,
+// the same offsets: tolerance 0). Batch 1 and one KV head: k, v, dk and dv differ on two
+// dimensions. A stride that differs on a dimension of size above 1 is still refused.
+TEST(AttentionAbi, StridesOfSizeOneDimensionsAreFree) {
+  const int64_t s = 5, hq = 2, hkv = 1, d = 8;
+  const std::vector<float> q = Random(s * hq * d, 31), k = Random(s * hkv * d, 32),
+                           v = Random(s * hkv * d, 33), g = Random(s * hq * d, 34);
+  std::vector<int64_t> qs = {1, s, hq, d}, ks = {1, s, hkv, d}, ls = {s, hq};
+  // The same elements, other strides on the size-1 dimensions.
+  std::vector<int64_t> q_odd = {12345, hq * d, d, 1}, q_zero = {0, hq * d, d, 1},
+                       k_odd = {7, hkv * d, 999, 1};
+  gpe_attention_options opt = GPE_ATTENTION_OPTIONS_INIT;
+  opt.causal = 1;
+  opt.rope_dim = d;
+  struct Out {
+    std::vector<float> o, lse, dq, dk, dv;
+  };
+  auto run = [&](bool odd) {
+    Out r{std::vector<float>(q.size()), std::vector<float>(s * hq), std::vector<float>(q.size()),
+          std::vector<float>(k.size()), std::vector<float>(v.size())};
+    DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+             tv = Tensor(v.data(), kDLFloat, 32, &ks), tg = Tensor(g.data(), kDLFloat, 32, &qs),
+             to = Tensor(r.o.data(), kDLFloat, 32, &qs, odd ? &q_odd : nullptr),
+             tl = Tensor(r.lse.data(), kDLFloat, 32, &ls),
+             tdq = Tensor(r.dq.data(), kDLFloat, 32, &qs, odd ? &q_zero : nullptr),
+             tdk = Tensor(r.dk.data(), kDLFloat, 32, &ks, odd ? &k_odd : nullptr),
+             tdv = Tensor(r.dv.data(), kDLFloat, 32, &ks, odd ? &k_odd : nullptr);
+    EXPECT_EQ(gpe_attention_forward(&opt, &tq, &tk, &tv, &to, &tl), GPE_OK) << gpe_last_error_message();
+    EXPECT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tv, &to, &tl, &tg, &tdq, &tdk, &tdv), GPE_OK)
+        << gpe_last_error_message();
+    return r;
+  };
+  const Out want = run(false), got = run(true);
+  for (auto [a, b] : {std::pair{&want.o, &got.o}, {&want.lse, &got.lse}, {&want.dq, &got.dq},
+                      {&want.dk, &got.dk}, {&want.dv, &got.dv}}) {
+    ASSERT_EQ(a->size(), b->size());
+    EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * sizeof(float)), 0);
+  }
+  double norm = 0;  // the gradients are not all zero: the comparison compares something
+  for (float x : want.dk) norm += double(x) * x;
+  EXPECT_GT(norm, 1e-6);
+  // A token stride of its own on o (padded rows): refused against d_o's.
+  std::vector<float> padded(s * hq * 2 * d), dq(q.size());
+  std::vector<int64_t> q_padded = {s * hq * 2 * d, hq * 2 * d, 2 * d, 1};
+  DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+           tv = Tensor(v.data(), kDLFloat, 32, &ks), tg = Tensor(g.data(), kDLFloat, 32, &qs),
+           to = Tensor(padded.data(), kDLFloat, 32, &qs, &q_padded),
+           tl = Tensor(want.lse.data(), kDLFloat, 32, &ls), tdq = Tensor(dq.data(), kDLFloat, 32, &qs);
+  EXPECT_EQ(gpe_attention_backward(&opt, &tq, &tk, &tv, &to, &tl, &tg, &tdq, nullptr, nullptr),
+            GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(gpe::c_api_test::HasMessage("o and d_o must have the same strides"))
+      << gpe_last_error_message();
+}
+
 // A batch of 2^39 sequences, every one empty (bshd [2^39, 0, h, d], data NULL): nothing to
 // compute or write, so every entry point returns GPE_OK at once instead of walking the
 // batch (the attention fuzzer found the float64 reference spending minutes on such a

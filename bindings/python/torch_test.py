@@ -161,8 +161,9 @@ class TorchAttentionTest(unittest.TestCase):
     def test_upstream_gradient_with_other_strides_on_size_one_dims(self):
         # A d_o that torch calls contiguous but whose strides on a size-1 dimension differ
         # from o's (one head: the transpose of [1, 1, 16, 64]) was refused by the library
-        # ("o and d_o must have the same strides"); it is laid out as o first. Gradients
-        # against a contiguous copy of the same values: identical calls, exact.
+        # ("o and d_o must have the same strides"); such strides are now free, and d_o
+        # reaches the library as it is. Gradients against a contiguous copy of the same
+        # values: identical calls, exact.
         q, k, v = (torch.randn(1, 16, 1, 64, dtype=torch.float32, requires_grad=True)
                    for _ in range(3))
         g = torch.randn(1, 1, 16, 64).transpose(1, 2)

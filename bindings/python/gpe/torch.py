@@ -538,11 +538,11 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
                     (rope_key, window_left, window_right, softcap, attn_mask))
-    # The ABI wants d_o with o's strides (compared in full: a "contiguous" tensor may
-    # still differ on dimensions of size 1) and gradients with their inputs' strides.
+    # The ABI wants d_o with o's strides (on dimensions of size above 1; the strides of
+    # size-1 dimensions are free) and gradients with their inputs' strides.
     if o is None:  # o and lse recomputed by the library
         d_o = d_o.contiguous()
-    elif d_o.stride() != o.stride():
+    elif any(n > 1 and a != b for n, a, b in zip(o.shape, d_o.stride(), o.stride())):
         d_o = torch.empty_strided(o.shape, o.stride(), dtype=d_o.dtype,
                                   device=d_o.device).copy_(d_o)
     dq, dk, dv = (torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)

@@ -40,7 +40,9 @@ extern "C" {
  * head_dim_v, q, k, dq and dk in head_dim, and the default scale stays 1 / sqrt(head_dim).
  * Head sizes are at most 65536 (GPE_ERROR_OUT_OF_RANGE above); heads_q and heads_kv >= 1.
  * Any strides with the last dim contiguous (stride 1) for q, k, v and o; dq, dk, dv take
- * the strides of q, k, v, and d_o and o share theirs; lse is compact row-major.
+ * the strides of q, k, v, and d_o and o share theirs; lse is compact row-major. "The
+ * strides of" compares dimensions of size above 1 only: a size-1 dimension's stride is
+ * free (as PyTorch and NumPy set them).
  * heads_q a multiple of heads_kv (GQA).
  * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with

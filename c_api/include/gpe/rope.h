@@ -124,7 +124,7 @@ enum { GPE_ROPE_QUERY = 0, GPE_ROPE_KEY = 1 }; /* matters only for xPos */
  * and cu_seqlens on the CPU or that device (copied to the host first, waiting for the
  * stream). Every schedule, pairing, partial rotary up to rotary_dim 2048 and axial /
  * M-RoPE; float32, bfloat16, float16; out is x (in place) or disjoint memory of x's
- * strides. xPos and float64 are refused (GPE_ERROR_UNSUPPORTED); tables (gpe_rope_table)
+ * strides (on dimensions of size above 1; a size-1 dimension's stride is free). xPos and float64 are refused (GPE_ERROR_UNSUPPORTED); tables (gpe_rope_table)
  * are CPU only. */
 typedef struct gpe_rope_tokens {
   uint32_t struct_size; /* sizeof(gpe_rope_tokens) */

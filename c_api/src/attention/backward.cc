@@ -115,7 +115,9 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
     if (o != nullptr) {
       absl::StatusOr<TensorView> t = OutputLike(o, "o", o_shape, "q with v's head size", packed);
       if (!t.ok()) return t.status();
-      if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
+      if (!gpe::c_api::SameStrides(*t, *gv)) {
+        return Bad("o and d_o must have the same strides (on dimensions of size above 1)");
+      }
       ov = *t;
     }
     absl::StatusOr<TensorView> lv = LseOf(lse, c.args, c.dtype);

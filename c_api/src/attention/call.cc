@@ -518,8 +518,8 @@ absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorVi
   if (a.shape != b.shape) {
     return Bad(absl::StrCat(an, " has shape ", ShapeString(a), ", ", bn, " has ", ShapeString(b)));
   }
-  if (a.strides != b.strides) {
-    return Bad(absl::StrCat(an, " must have the strides of ", bn));
+  if (!gpe::c_api::SameStrides(a, b)) {
+    return Bad(absl::StrCat(an, " must have the strides of ", bn, " (on dimensions of size above 1)"));
   }
   return absl::OkStatus();
 }

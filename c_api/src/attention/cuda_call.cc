@@ -292,7 +292,9 @@ absl::Status CudaBackward(const gpe_attention_options* options, const DLTensor* 
     oh = HostDescription(o, true);
     absl::StatusOr<TensorView> t = OutputLike(&oh, "o", o_shape, "q", packed);
     if (!t.ok()) return t.status();
-    if (t->strides != gv->strides) return Bad("o and d_o must have the same strides");
+    if (!SameStrides(*t, *gv)) {
+      return Bad("o and d_o must have the same strides (on dimensions of size above 1)");
+    }
     ov = *t;
     lh = HostDescription(lse, true);
   }

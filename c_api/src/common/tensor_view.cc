@@ -187,8 +187,20 @@ absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int n
   return v;
 }
 
+bool SameStrides(const TensorView& a, const TensorView& b) {
+  if (a.shape != b.shape || a.strides.size() != a.shape.size() ||
+      b.strides.size() != b.shape.size()) {
+    return false;
+  }
+  if (a.numel() == 0) return true;
+  for (size_t d = 0; d < a.shape.size(); ++d) {
+    if (a.shape[d] > 1 && a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
+
 bool SameLayout(const TensorView& a, const TensorView& b) {
-  return a.data == b.data && a.dtype == b.dtype && a.shape == b.shape && a.strides == b.strides;
+  return a.data == b.data && a.dtype == b.dtype && SameStrides(a, b);
 }
 
 bool Overlaps(const TensorView& a, const TensorView& b) {

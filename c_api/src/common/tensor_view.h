@@ -47,6 +47,12 @@ struct TensorView {
 absl::StatusOr<TensorView> ViewTensor(const DLTensor* t, const char* name, int ndim,
                                       absl::Span<const DType> allowed);
 
+// True when a and b have one shape and reach each element by the same offset: their
+// strides agree on every dimension of size above 1 (a size-1 dimension's stride is never
+// multiplied by anything but 0, so the callers that index both by one set of strides may
+// take either; PyTorch and NumPy give such dimensions strides of their own choosing), and
+// always where the tensors are empty.
+bool SameStrides(const TensorView& a, const TensorView& b);
 // True when a and b describe the same elements in the same order.
 bool SameLayout(const TensorView& a, const TensorView& b);
 // True when the byte ranges of a and b intersect.

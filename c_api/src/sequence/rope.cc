@@ -376,7 +376,7 @@ absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
   const T* in = c.x.typed<const T>();
   T* out = c.out.typed<T>();
   seq::RopeTensor tensor = c.tensor;
-  if (!gpe::c_api::SameLayout(c.x, c.out) && c.x.strides != c.out.strides) {
+  if (!gpe::c_api::SameStrides(c.x, c.out)) {
     // Check both descriptions before copying, so a rejected call leaves out untouched.
     seq::RopeTensor out_tensor = Describe(c.out, c.layout);
     out_tensor.batch = c.tensor.batch;
@@ -462,7 +462,7 @@ absl::Status RunCuda(const gpe_rope* rope, const gpe_rope_tokens* tokens, const 
   absl::StatusOr<RopeCall> view = ViewRopeCall(rope, &tk, &xh, &oh, x_name, out_name);
   if (!view.ok()) return view.status();
   const RopeCall& c = *view;
-  if (c.x.strides != c.out.strides) {
+  if (!gpe::c_api::SameStrides(c.x, c.out)) {
     return absl::UnimplementedError(absl::StrCat(
         "on a CUDA device ", out_name, " is ", x_name, " (in place) or has its strides"));
   }

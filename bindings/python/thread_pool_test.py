@@ -232,5 +232,56 @@ class ThreadPoolTest(unittest.TestCase):
         executor.shutdown(wait=True)
 
 
+class CloseDuringCallTest(unittest.TestCase):
+    """close() on one thread while another thread's call runs on the object freed its
+    handle under the call (a read of freed memory). A call now holds the handles it
+    passes: close() returns at once, marks the object closed, and the last call on it
+    frees the handle when it returns. An application pool that blocks until released
+    keeps the call surely in flight while close() runs. Both ways a handle reaches the
+    library: as the object of a method (Rope.forward) and as an option (gpe.attention's
+    rope=). The results equal an open handle's bit for bit (the same kernel and split);
+    afterwards the handle is freed (no use left, nothing pending) and a new call raises
+    ValueError."""
+
+    def tearDown(self):
+        gpe.set_thread_pool(None)
+
+    def check_close_during(self, call, rope):
+        want = call()
+        entered, go = threading.Event(), threading.Event()
+
+        def blocking_pool(n, run):
+            entered.set()
+            go.wait(30)
+            for i in range(n):
+                run(i)
+
+        gpe.set_thread_pool(blocking_pool, num_threads=4)
+        result = {}
+        t = threading.Thread(target=lambda: result.setdefault("y", call()))
+        t.start()
+        self.assertTrue(entered.wait(30), "the call did not reach the pool")
+        self.assertEqual(rope._gpe_uses, 1)
+        rope.close()  # returns at once: the running call holds the handle
+        self.assertFalse(rope._handle)
+        self.assertIsNotNone(rope._gpe_pending)
+        go.set()
+        t.join(30)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(result["y"].tobytes(), want.tobytes())
+        self.assertEqual(rope._gpe_uses, 0)
+        self.assertIsNone(rope._gpe_pending)
+        with self.assertRaisesRegex(ValueError, "closed"):
+            call()
+
+    def test_method_call(self):
+        rope = gpe.Rope(64, num_threads=4)
+        self.check_close_during(lambda: rope.forward(X), rope)
+
+    def test_option_of_attention(self):
+        rope = gpe.Rope(32)
+        self.check_close_during(lambda: gpe.attention(Q, K, V, threads=3, rope=rope), rope)
+
+
 if __name__ == "__main__":
     unittest.main()

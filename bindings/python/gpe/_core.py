@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from typing import Any, Optional, Tuple
+from typing import Any, Callable, Optional, Tuple
 
 from gpe import _ffi
 
@@ -37,19 +37,64 @@ def defer_pool_error(error: BaseException) -> None:
         _pool_errors.error = error
 
 
+# Guards every object's _handle, _gpe_uses and _gpe_pending (held briefly: never across
+# a library call).
 _close_lock = threading.Lock()
 
 
-def take_handle(obj: Any) -> Optional[ctypes.c_void_p]:
-    """obj._handle swapped for NULL under a lock, the old one returned (None where it was
-    already closed): two threads closing one object free its handle once (a check then
-    destroy then clear freed it twice)."""
+def close_handle(obj: Any, destroy: Callable[[ctypes.c_void_p], Any]) -> None:
+    """Frees obj's library handle with `destroy`, once: obj._handle becomes NULL under a
+    lock, so two threads closing one object free it once (a check then destroy then clear
+    freed it twice). While calls on obj are running on other threads (inside hold()), the
+    last of them to finish frees it instead: close() never frees what a call is reading."""
     with _close_lock:
         handle = obj._handle
         if not handle:
-            return None
+            return
         obj._handle = ctypes.c_void_p()
-        return handle
+        if getattr(obj, "_gpe_uses", 0) > 0:
+            obj._gpe_pending = (destroy, handle)
+            return
+    destroy(handle)
+
+
+class hold:
+    """`with hold(obj, "name") as h:` obj's library handle h for a call that passes it to
+    the library: ValueError when obj is closed (a NULL handle would read as "none" in
+    options: no encoding, no bias, no RoPE), and a close() on another thread meanwhile
+    leaves it to this block's end (close_handle)."""
+
+    __slots__ = ("_obj", "_name")
+
+    def __init__(self, obj: Any, name: Optional[str] = None) -> None:
+        self._obj = obj
+        self._name = name
+
+    def __enter__(self) -> ctypes.c_void_p:
+        obj = self._obj
+        with _close_lock:
+            handle = obj._handle
+            if not handle:
+                what = type(obj).__name__
+                raise ValueError("%s (%s) is closed" % (self._name, what) if self._name
+                                 else "%s is closed" % what)
+            obj._gpe_uses = getattr(obj, "_gpe_uses", 0) + 1
+            return handle
+
+    def __exit__(self, *exc: object) -> None:
+        release(self._obj)
+
+
+def release(obj: Any) -> None:
+    """Ends one use that hold() began; frees a handle closed meanwhile when this was the
+    last."""
+    with _close_lock:
+        obj._gpe_uses -= 1
+        pending = getattr(obj, "_gpe_pending", None) if obj._gpe_uses == 0 else None
+        if pending is not None:
+            obj._gpe_pending = None
+    if pending is not None:
+        pending[0](pending[1])
 
 
 def check(code: int) -> None:
@@ -74,12 +119,29 @@ def version_string() -> str:
     return lib().gpe_version_string().decode()
 
 
-def live_handle(obj: Any, name: str) -> ctypes.c_void_p:
-    """obj's library handle for a call that takes it as an argument: a closed one (NULL)
-    would read as "none" there (no encoding, no bias, no RoPE), so it is refused."""
-    if not obj._handle:
-        raise ValueError("%s (%s) is closed" % (name, type(obj).__name__))
-    return obj._handle
+class _Use:
+    """One use of obj (begun by hold()), ended when this token is collected: the end of
+    the call whose keep-alive list holds it."""
+
+    __slots__ = ("_obj",)
+
+    def __init__(self, obj: Any) -> None:
+        self._obj = obj
+
+    def __del__(self) -> None:
+        try:
+            release(self._obj)
+        except Exception:  # interpreter shutdown
+            pass
+
+
+def live_handle(obj: Any, name: str, keep: list) -> ctypes.c_void_p:
+    """obj's library handle for a call that takes it as an argument (an option), held as
+    hold() holds it until `keep`, the call's keep-alive list, is collected: a closed one
+    (NULL) would read as "none" there (no encoding, no bias, no RoPE), so it is refused."""
+    handle = hold(obj, name).__enter__()
+    keep.append(_Use(obj))
+    return handle
 
 
 def rebuild_recipe(obj: Any, recipe: Optional[Tuple[Any, Tuple[Any, ...]]]) -> Any:

@@ -111,6 +111,6 @@ def _rope_cuda(backward, rope, x, positions, offsets, cu_seqlens, layout, role):
             setattr(tok, field, _dltensor(value.contiguous(), field, keep, cuda=True))
     tok.cuda_stream = torch.cuda.current_stream(x.device).cuda_stream
     fn = lib().gpe_rope_backward if backward else lib().gpe_rope_forward
-    check(fn(live_handle(rope, "rope"), ctypes.byref(tok), _dltensor(x, "x", keep, cuda=True),
+    check(fn(live_handle(rope, "rope", keep), ctypes.byref(tok), _dltensor(x, "x", keep, cuda=True),
              _dltensor(out, "out", keep, cuda=True)))
     return out

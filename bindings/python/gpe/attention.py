@@ -172,11 +172,11 @@ def _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, al
         if not isinstance(bias, AdditiveBias):
             raise TypeError("bias must be a gpe bias object (gpe.Alibi, gpe.T5Bias, ...); got %s"
                             % type(bias).__name__)
-        o.bias = live_handle(bias, "bias")
+        o.bias = live_handle(bias, "bias", keep.items)
     if isinstance(encoding, GrapeM):
-        o.grape_m = live_handle(encoding, "encoding")
+        o.grape_m = live_handle(encoding, "encoding", keep.items)
     elif isinstance(encoding, AlgebraicSequence):
-        o.algebraic = live_handle(encoding, "encoding")
+        o.algebraic = live_handle(encoding, "encoding", keep.items)
     elif encoding is not None:
         raise TypeError("encoding must be a GrapeM or AlgebraicSequence")
     o.q_positions = keep(_ints(q_positions, "q_positions"))
@@ -208,7 +208,7 @@ def _rope_window_softcap(o, keep_items, rope, window_size, softcap):
         from gpe.rope import Rope  # noqa: lazy, as the encodings above
         if not isinstance(rope, Rope):
             raise TypeError("rope must be a gpe.Rope; got %s" % type(rope).__name__)
-        o.rope = live_handle(rope, "rope")
+        o.rope = live_handle(rope, "rope", keep_items)
         keep_items.append(rope)
     o.window, o.window_left, o.window_right = _window(window_size)
     o.softcap = 0.0 if softcap is None else float(softcap)

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib
+from gpe._core import check, hold, lib
 from gpe.sequence import _Call, _Handle, _doubles, _positions
 
 
@@ -44,8 +44,9 @@ class AdditiveBias(_Handle):
     def _info(self):
         kind, causal = ctypes.c_int32(), ctypes.c_int32()
         heads = ctypes.c_int64()
-        check(lib().gpe_bias_info(self._handle, ctypes.byref(kind), ctypes.byref(heads),
-                                  ctypes.byref(causal)))
+        with hold(self) as h:
+            check(lib().gpe_bias_info(h, ctypes.byref(kind), ctypes.byref(heads),
+                                      ctypes.byref(causal)))
         return self._KINDS[kind.value], heads.value, bool(causal.value)
 
     @property
@@ -72,8 +73,9 @@ class AdditiveBias(_Handle):
         if out is None:
             out = np.empty((qp.shape[0], kp.shape[0]), dtype=dtype)
         t = _Call()
-        check(lib().gpe_bias_fill_tile(self._handle, _ffi.checked_int(head, "head"), t(qp),
-                                       t(kp), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_bias_fill_tile(h, _ffi.checked_int(head, "head"), t(qp),
+                                           t(kp), t.out(out)))
         return out
 
     def _accumulate(self, head, q_positions, k_positions, grad_tile, grad_a, grad_b=None):
@@ -81,9 +83,10 @@ class AdditiveBias(_Handle):
         kp = _positions(k_positions, "k_positions")
         grad_tile = np.asarray(grad_tile)
         t = _Call()
-        check(lib().gpe_bias_accumulate_gradient(self._handle, _ffi.checked_int(head, "head"),
-                                                 t(qp), t(kp),
-                                                 t(grad_tile), t.out(grad_a), t.out(grad_b)))
+        with hold(self) as h:
+            check(lib().gpe_bias_accumulate_gradient(h, _ffi.checked_int(head, "head"),
+                                                     t(qp), t(kp),
+                                                     t(grad_tile), t.out(grad_a), t.out(grad_b)))
 
 
 class Alibi(AdditiveBias):
@@ -114,8 +117,9 @@ class Alibi(AdditiveBias):
     def slopes(self) -> npt.NDArray[np.float64]:
         n = self.num_heads
         s = np.empty(n)
-        check(lib().gpe_bias_alibi_slopes(self._handle,
-                                          s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
+        with hold(self) as h:
+            check(lib().gpe_bias_alibi_slopes(h,
+                                              s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
         return s
 
     def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
@@ -189,7 +193,8 @@ class FoxBias(AdditiveBias):
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)
         t = _Call()
-        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_bias_fox_logit_gradient(h, t(grad_prefix), t.out(out)))
         return out
 
 
@@ -288,8 +293,9 @@ class GrapeABias(AdditiveBias):
         """The per-head slopes m_h (ungated form)."""
         n = self.num_heads
         s = np.empty(n)
-        check(lib().gpe_bias_alibi_slopes(self._handle,
-                                          s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
+        with hold(self) as h:
+            check(lib().gpe_bias_alibi_slopes(h,
+                                              s.ctypes.data_as(ctypes.POINTER(ctypes.c_double)), n))
         return s
 
     def lift(self, head: int, positions: npt.ArrayLike, x: npt.ArrayLike,
@@ -306,9 +312,10 @@ class GrapeABias(AdditiveBias):
             raise ValueError("x must be [N, head_dim]")
         out = np.empty((x.shape[0], self.head_dim + 2), dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_bias_grape_a_lift(self._handle, _ffi.checked_int(head, "head"),
-                                          0 if role == "query" else 1,
-                                          t(p), t(x), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_bias_grape_a_lift(h, _ffi.checked_int(head, "head"),
+                                              0 if role == "query" else 1,
+                                              t(p), t(x), t.out(out)))
         return out
 
     def accumulate_gradient(self, head: int, q_positions: npt.ArrayLike,
@@ -330,5 +337,6 @@ class GrapeABias(AdditiveBias):
         grad_prefix = np.asarray(grad_prefix, dtype=np.float64)
         out = np.empty(self.logits_shape)
         t = _Call()
-        check(lib().gpe_bias_fox_logit_gradient(self._handle, t(grad_prefix), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_bias_fox_logit_gradient(h, t(grad_prefix), t.out(out)))
         return out

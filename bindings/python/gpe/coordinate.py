@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe, take_handle
+from gpe._core import check, close_handle, hold, lib, rebuild_recipe
 from gpe.inr import KINDS as SHIFTED_KINDS
 
 FOURIER_KINDS = {"gaussian": 0, "linear": 1, "log_linear": 2, "nerf": 3, "txt": 4}
@@ -80,11 +80,9 @@ class CoordinateEncoder:
 
     def close(self) -> None:
         """Frees the library handle (idempotent, also from several threads at once; also
-        done when garbage-collected). Not while another thread's call on this object is
-        running: that call would read freed memory."""
-        handle = take_handle(self)
-        if handle:
-            lib().gpe_coordinate_encoder_destroy(handle)
+        done when garbage-collected). Calls on this object running on other threads keep
+        it until the last of them returns; later calls raise ValueError."""
+        close_handle(self, lambda h: lib().gpe_coordinate_encoder_destroy(h))
 
     def __del__(self) -> None:
         try:
@@ -105,7 +103,8 @@ class CoordinateEncoder:
     def dims(self) -> Tuple[int, int]:
         """(D, F): input and output widths."""
         d, f = ctypes.c_int64(), ctypes.c_int64()
-        check(lib().gpe_coordinate_encoder_dims(self._handle, ctypes.byref(d), ctypes.byref(f)))
+        with hold(self) as h:
+            check(lib().gpe_coordinate_encoder_dims(h, ctypes.byref(d), ctypes.byref(f)))
         return d.value, f.value
 
     def encode(self, points: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -113,7 +112,8 @@ class CoordinateEncoder:
         points = _f64(points, "points", 2)
         out = np.empty((points.shape[0], self.dims[1]), dtype=np.float64)
         t = _Call()
-        check(lib().gpe_coordinate_encode(self._handle, t(points), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_coordinate_encode(h, t(points), t.out(out)))
         return out
 
     __call__ = encode
@@ -125,7 +125,8 @@ class CoordinateEncoder:
         grad_features = _f64(grad_features, "grad_features", 2)
         out = np.empty(points.shape, dtype=np.float64)
         t = _Call()
-        check(lib().gpe_coordinate_backward(self._handle, t(points), t(grad_features), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_coordinate_backward(h, t(points), t(grad_features), t.out(out)))
         return out
 
 
@@ -172,7 +173,8 @@ class FourierFeatures(CoordinateEncoder):
         d, f = self.dims
         out = np.empty((f // 2, d), dtype=np.float64)
         t = _Call()
-        check(lib().gpe_fourier_features_angular_frequencies(self._handle, t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_fourier_features_angular_frequencies(h, t.out(out)))
         return out
 
 
@@ -211,7 +213,8 @@ class So2Bessel(CoordinateEncoder):
         n = self.dims[1] // 2
         m, c, k = (np.empty(n, np.int64), np.empty(n, np.float64), np.empty(n, np.int64))
         t = _Call()
-        check(lib().gpe_so2_bessel_terms(self._handle, t.out(m), t.out(c), t.out(k)))
+        with hold(self) as h:
+            check(lib().gpe_so2_bessel_terms(h, t.out(m), t.out(c), t.out(k)))
         return m, c, k
 
 

@@ -119,14 +119,15 @@ def predict_separable_3d(psi: Sequence[npt.ArrayLike],
     return out
 
 
-def _encoders(*encoders):
-    """The blended fit's encoders: open gpe coordinate encoders (another handle type,
-    e.g. an AlgebraicGrid's, would reach C as one; a closed one as NULL)."""
+def _encoders(keep, *encoders):
+    """The blended fit's encoders' handles, held for the call (live_handle, `keep` its
+    keep-alive list): open gpe coordinate encoders (another handle type, e.g. an
+    AlgebraicGrid's, would reach C as one; a closed one as NULL)."""
     for name, e in zip(("encoder_x", "encoder_y"), encoders):
         if getattr(e, "_handle_kind", None) != "coordinate_encoder":
             raise TypeError("%s must be a gpe coordinate encoder; got %s"
                             % (name, type(e).__name__))
-        live_handle(e, name)
+    return [live_handle(e, name, keep) for name, e in zip(("encoder_x", "encoder_y"), encoders)]
 
 
 def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
@@ -136,7 +137,8 @@ def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
     """Zheng et al.'s blended fit of scattered samples (points [P, 2] as (x, y), values
     [P]) through the virtual grid grid_y x grid_x; encoders are 1-D gpe coordinate
     encoders. Returns (W [Ky, Kx], iterations, rms residual at the samples)."""
-    _encoders(encoder_x, encoder_y)
+    keep: list = []
+    hx, hy = _encoders(keep, encoder_x, encoder_y)
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, values = _f64(points, "points", 2), _f64(values, "values", 1)
     ky, kx = encoder_y.dims[1], encoder_x.dims[1]
@@ -145,7 +147,7 @@ def fit_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncoder,
                                tolerance)
     it, rms = ctypes.c_int32(), ctypes.c_double()
     ts = _tensors((grid_x, grid_y, points, values), (w,))
-    check(lib().gpe_inr_fit_blended_2d(ctypes.byref(o), encoder_x._handle, encoder_y._handle,
+    check(lib().gpe_inr_fit_blended_2d(ctypes.byref(o), hx, hy,
                                        *[ctypes.byref(t) for t, _ in ts], ctypes.byref(it),
                                        ctypes.byref(rms)))
     return w, it.value, rms.value
@@ -155,11 +157,12 @@ def predict_blended_2d(encoder_x: CoordinateEncoder, encoder_y: CoordinateEncode
                        grid_x: npt.ArrayLike, grid_y: npt.ArrayLike, points: npt.ArrayLike,
                        w: npt.ArrayLike) -> npt.NDArray[np.float64]:
     """f(points) for weights W through the same blending."""
-    _encoders(encoder_x, encoder_y)
+    keep: list = []
+    hx, hy = _encoders(keep, encoder_x, encoder_y)
     grid_x, grid_y = _f64(grid_x, "grid_x", 1), _f64(grid_y, "grid_y", 1)
     points, w = _f64(points, "points", 2), _f64(w, "w", 2)
     out = np.empty(points.shape[0], dtype=np.float64)
     ts = _tensors((grid_x, grid_y, points, w), (out,))
-    check(lib().gpe_inr_predict_blended_2d(encoder_x._handle, encoder_y._handle,
+    check(lib().gpe_inr_predict_blended_2d(hx, hy,
                                            *[ctypes.byref(t) for t, _ in ts]))
     return out

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe
+from gpe._core import check, hold, lib, rebuild_recipe
 from gpe.sequence import _Handle, _positions
 
 _PAIRINGS = {"interleaved": 0, "half_split": 1}
@@ -181,7 +181,8 @@ class Rope(_Handle):
     def shape(self) -> Tuple[int, int, int]:
         """(head_dim, rotary_dim, num_axes)."""
         v = [ctypes.c_int64() for _ in range(3)]
-        check(lib().gpe_rope_shape(self._handle, *[ctypes.byref(x) for x in v]))
+        with hold(self) as h:
+            check(lib().gpe_rope_shape(h, *[ctypes.byref(x) for x in v]))
         return v[0].value, v[1].value, v[2].value
 
     def frequencies(self) -> Tuple[npt.NDArray[np.float64], float]:
@@ -189,9 +190,10 @@ class Rope(_Handle):
         n = self.shape[1] // 2
         thetas = np.empty(n, dtype=np.float64)
         m = ctypes.c_double()
-        check(lib().gpe_rope_frequencies(self._handle,
-                                         thetas.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
-                                         n, ctypes.byref(m)))
+        with hold(self) as h:
+            check(lib().gpe_rope_frequencies(h,
+                                             thetas.ctypes.data_as(ctypes.POINTER(ctypes.c_double)),
+                                             n, ctypes.byref(m)))
         return thetas, m.value
 
     def _run(self, fn, x, positions, offsets, cu_seqlens, layout, role, out, bfloat16):
@@ -199,7 +201,8 @@ class Rope(_Handle):
         tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
         tx, kx = _tensor(x, bfloat16)
         tout, kout = _tensor(out, bfloat16, output=True)
-        check(fn(self._handle, ctypes.byref(tok), ctypes.byref(tx), ctypes.byref(tout)))
+        with hold(self) as h:
+            check(fn(h, ctypes.byref(tok), ctypes.byref(tx), ctypes.byref(tout)))
         del keep, kx, kout
         return out
 
@@ -252,8 +255,9 @@ class RopeTable(_Handle):
         tok, keep = _tokens(positions, offsets, cu_seqlens, layout, role)
         tl, kl = _tensor(like, bfloat16)
         out = ctypes.c_void_p()
-        check(lib().gpe_rope_table_create(rope._handle, ctypes.byref(tok), ctypes.byref(tl),
-                                          ctypes.byref(out)))
+        with hold(rope, "rope") as h:
+            check(lib().gpe_rope_table_create(h, ctypes.byref(tok), ctypes.byref(tl),
+                                              ctypes.byref(out)))
         del keep, kl
         super().__init__(out.value)
 
@@ -265,7 +269,8 @@ class RopeTable(_Handle):
         x, out = _arrays(x, out, bfloat16)
         tx, kx = _tensor(x, bfloat16)
         tout, kout = _tensor(out, bfloat16, output=True)
-        check(fn(self._handle, ctypes.byref(tx), ctypes.byref(tout)))
+        with hold(self) as h:
+            check(fn(h, ctypes.byref(tx), ctypes.byref(tout)))
         del kx, kout
         return out
 

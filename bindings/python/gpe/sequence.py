@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe, take_handle
+from gpe._core import check, close_handle, hold, lib, rebuild_recipe
 
 
 def _positions(positions: Any, name: str = "positions") -> npt.NDArray[np.int64]:
@@ -124,12 +124,10 @@ class _Handle:
 
     def close(self) -> None:
         """Frees the library handle (idempotent, also from several threads at once; also
-        done when garbage-collected). Not while another thread's call on this object is
-        running: that call would read freed memory."""
-        handle = take_handle(self)
-        if handle:
-            # _destroy is a str in every subclass that holds a handle.
-            getattr(lib(), self._destroy)(handle)  # type: ignore[arg-type]
+        done when garbage-collected). Calls on this object running on other threads keep
+        it until the last of them returns; later calls raise ValueError."""
+        # _destroy is a str in every subclass that holds a handle.
+        close_handle(self, lambda h: getattr(lib(), self._destroy)(h))  # type: ignore[arg-type]
 
     def __del__(self) -> None:
         try:
@@ -156,13 +154,15 @@ class _Handle:
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(fn(self._handle, t(positions), t(x), t.out(out)))
+        with hold(self) as h:
+            check(fn(h, t(positions), t(x), t.out(out)))
         return out
 
     def _matrix(self, fn, position, dim):
         out = np.empty((dim, dim), dtype=np.float64)
         t = _Call()
-        check(fn(self._handle, _ffi.checked_int(position, "position"), t.out(out)))
+        with hold(self) as h:
+            check(fn(h, _ffi.checked_int(position, "position"), t.out(out)))
         return out
 
 
@@ -187,8 +187,9 @@ class LearnedPositions(_Handle):
     def shape(self) -> Tuple[int, int]:
         """(max_positions, dim)."""
         rows, dim = ctypes.c_int64(), ctypes.c_int64()
-        check(lib().gpe_learned_positions_shape(self._handle, ctypes.byref(rows),
-                                                ctypes.byref(dim)))
+        with hold(self) as h:
+            check(lib().gpe_learned_positions_shape(h, ctypes.byref(rows),
+                                                    ctypes.byref(dim)))
         return (rows.value, dim.value)
 
     def lookup(self, positions: npt.ArrayLike, dtype: npt.DTypeLike = np.float64,
@@ -198,7 +199,8 @@ class LearnedPositions(_Handle):
         if out is None:
             out = np.empty((positions.shape[0], self.shape[1]), dtype=dtype)
         t = _Call()
-        check(lib().gpe_learned_positions_lookup(self._handle, t(positions), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_learned_positions_lookup(h, t(positions), t.out(out)))
         return out
 
     def backward(self, positions: npt.ArrayLike, grad_out: npt.ArrayLike,
@@ -210,8 +212,9 @@ class LearnedPositions(_Handle):
         if grad_table is None:
             grad_table = np.zeros(self.shape, dtype=np.float64)
         t = _Call()
-        check(lib().gpe_learned_positions_backward(self._handle, t(positions), t(grad_out),
-                                                   t.out(grad_table)))
+        with hold(self) as h:
+            check(lib().gpe_learned_positions_backward(h, t(positions), t(grad_out),
+                                                       t.out(grad_table)))
         return grad_table
 
 
@@ -242,7 +245,8 @@ class GrapeM(_Handle):
     def shape(self) -> Tuple[int, int]:
         """(num_generators, dim)."""
         d, m = ctypes.c_int64(), ctypes.c_int64()
-        check(lib().gpe_grape_m_shape(self._handle, ctypes.byref(d), ctypes.byref(m)))
+        with hold(self) as h:
+            check(lib().gpe_grape_m_shape(h, ctypes.byref(d), ctypes.byref(m)))
         return (m.value, d.value)
 
     @property
@@ -268,9 +272,10 @@ class GrapeM(_Handle):
         grad_a, grad_b = np.empty((m, d)), np.empty((m, d))
         grad_omega = np.empty(m)
         t = _Call()
-        check(lib().gpe_grape_m_backward(self._handle, t(positions), t(x), t(grad_out),
-                                         t.out(grad_x), t.out(grad_a), t.out(grad_b),
-                                         t.out(grad_omega)))
+        with hold(self) as h:
+            check(lib().gpe_grape_m_backward(h, t(positions), t(x), t(grad_out),
+                                             t.out(grad_x), t.out(grad_a), t.out(grad_b),
+                                             t.out(grad_omega)))
         return grad_x, grad_a, grad_b, grad_omega
 
 
@@ -295,7 +300,8 @@ class AlgebraicSequence(_Handle):
     @property
     def dim(self) -> int:
         d = ctypes.c_int64()
-        check(lib().gpe_algebraic_sequence_dim(self._handle, ctypes.byref(d)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_sequence_dim(h, ctypes.byref(d)))
         return d.value
 
     def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
@@ -315,8 +321,9 @@ class AlgebraicSequence(_Handle):
         grad_x = np.empty(x.shape, dtype=x.dtype)
         grad_skew = np.empty((d, d))
         t = _Call()
-        check(lib().gpe_algebraic_sequence_backward(self._handle, t(positions), t(x),
-                                                    t(grad_out), t.out(grad_x), t.out(grad_skew)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_sequence_backward(h, t(positions), t(x), t(grad_out),
+                                                        t.out(grad_x), t.out(grad_skew)))
         return grad_x, grad_skew
 
 
@@ -373,7 +380,8 @@ class AlgebraicTree(_Handle):
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_algebraic_tree_apply(self._handle, t(a), t(x), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_tree_apply(h, t(a), t(x), t.out(out)))
         return out
 
     def matrix(self, path: npt.ArrayLike) -> npt.NDArray[np.float64]:
@@ -383,9 +391,10 @@ class AlgebraicTree(_Handle):
                              % (path.shape,))
         out = np.empty((self.dim, self.dim))
         t = _Call()
-        check(lib().gpe_algebraic_tree_matrix(
-            self._handle, path.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), path.shape[0],
-            t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_tree_matrix(
+                h, path.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), path.shape[0],
+                t.out(out)))
         return out
 
     def node_matrices(self, max_depth: int) -> npt.NDArray[np.float64]:
@@ -412,7 +421,8 @@ class AlgebraicTree(_Handle):
                              % max_depth)
         out = np.empty((count, self.dim, self.dim))
         t = _Call()
-        check(lib().gpe_algebraic_tree_node_matrices(self._handle, max_depth, t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_tree_node_matrices(h, max_depth, t.out(out)))
         return out
 
     def backward(self, addresses: Union[Sequence[Sequence[int]], npt.NDArray[np.integer]],
@@ -424,8 +434,9 @@ class AlgebraicTree(_Handle):
         grad_x = np.empty(x.shape, dtype=x.dtype)
         grad_skews = np.empty((self.num_branches, self.dim, self.dim))
         t = _Call()
-        check(lib().gpe_algebraic_tree_backward(self._handle, t(a), t(x), t(grad_out),
-                                                t.out(grad_x), t.out(grad_skews)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_tree_backward(h, t(a), t(x), t(grad_out),
+                                                    t.out(grad_x), t.out(grad_skews)))
         return grad_x, grad_skews
 
 
@@ -461,7 +472,8 @@ class AlgebraicGrid(_Handle):
         if out is None:
             out = np.empty(x.shape, dtype=x.dtype)
         t = _Call()
-        check(lib().gpe_algebraic_grid_apply(self._handle, t(p), t(x), t.out(out)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_grid_apply(h, t(p), t(x), t.out(out)))
         return out
 
     def backward(self, positions: npt.ArrayLike, x: npt.ArrayLike, grad_out: npt.ArrayLike
@@ -472,8 +484,9 @@ class AlgebraicGrid(_Handle):
         grad_x = np.empty(x.shape, dtype=x.dtype)
         flat = np.empty(int((self.dims ** 2).sum()))
         t = _Call()
-        check(lib().gpe_algebraic_grid_backward(self._handle, t(p), t(x), t(grad_out),
-                                                t.out(grad_x), t.out(flat)))
+        with hold(self) as h:
+            check(lib().gpe_algebraic_grid_backward(h, t(p), t(x), t(grad_out),
+                                                    t.out(grad_x), t.out(flat)))
         grads, off = [], 0
         for d in self.dims:
             grads.append(flat[off:off + d * d].reshape(d, d))

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpe import _ffi
-from gpe._core import check, lib, rebuild_recipe, take_handle
+from gpe._core import check, close_handle, hold, lib, rebuild_recipe
 
 INTERLEAVED = 0
 HALF_SPLIT = 1
@@ -85,11 +85,9 @@ class SoRepresentation:
 
     def close(self) -> None:
         """Frees the library handle (idempotent, also from several threads at once; also
-        done when garbage-collected). Not while another thread's call on this object is
-        running: that call would read freed memory."""
-        handle = take_handle(self)
-        if handle:
-            lib().gpe_so_rep_destroy(handle)
+        done when garbage-collected). Calls on this object running on other threads keep
+        it until the last of them returns; later calls raise ValueError."""
+        close_handle(self, lambda h: lib().gpe_so_rep_destroy(h))
 
     def __del__(self) -> None:
         try:
@@ -109,7 +107,8 @@ class SoRepresentation:
     @property
     def dim(self) -> int:
         d = ctypes.c_int64()
-        check(lib().gpe_so_rep_dim(self._handle, ctypes.byref(d)))
+        with hold(self) as h:
+            check(lib().gpe_so_rep_dim(h, ctypes.byref(d)))
         return d.value
 
     def apply(self, positions: npt.ArrayLike, x: npt.ArrayLike,
@@ -125,8 +124,9 @@ class SoRepresentation:
         tp, kp = _ffi.as_dltensor(positions, output=False)
         tx, kx = _ffi.as_dltensor(x, output=False)
         to, ko = _ffi.as_dltensor(out, output=True)
-        check(lib().gpe_so_rep_apply(self._handle, ctypes.byref(tp), ctypes.byref(tx),
-                                     ctypes.byref(to)))
+        with hold(self) as h:
+            check(lib().gpe_so_rep_apply(h, ctypes.byref(tp), ctypes.byref(tx),
+                                         ctypes.byref(to)))
         del kp, kx, ko
         return out
 
@@ -135,7 +135,8 @@ class SoRepresentation:
         d = self.dim
         out = np.empty((d, d), dtype=np.float64)
         t, keep = _ffi.as_dltensor(out, output=True)
-        check(lib().gpe_so_rep_matrix(self._handle, _ffi.checked_int(position, "position"),
-                                      ctypes.byref(t)))
+        with hold(self) as h:
+            check(lib().gpe_so_rep_matrix(h, _ffi.checked_int(position, "position"),
+                                          ctypes.byref(t)))
         del keep
         return out

@@ -354,7 +354,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                 raise ValueError("a learnable bias needs its parameter tensors")
             bias = bias.build(bias_a, bias_b, heads, head_dim)
             keep.append(bias)
-        o.bias = live_handle(bias, "bias")
+        o.bias = live_handle(bias, "bias", keep)
     if alibi:  # Press et al.'s slopes for the query heads, as a gpe.bias handle
         from gpe.bias import Alibi
         bias = Alibi(heads, symmetric=alibi == "symmetric")
@@ -373,9 +373,9 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
             enc = enc.build(algebraic)
             keep.append(enc)
         if isinstance(enc, GrapeM):
-            o.grape_m = live_handle(enc, "encoding")
+            o.grape_m = live_handle(enc, "encoding", keep)
         elif isinstance(enc, AlgebraicSequence):
-            o.algebraic = live_handle(enc, "encoding")
+            o.algebraic = live_handle(enc, "encoding", keep)
     ints = lambda t, n: None if t is None else _dltensor(t.contiguous(), n, keep, cuda=True)
     o.q_positions = ints(q_positions, "q_positions")
     o.k_positions = ints(k_positions, "k_positions")

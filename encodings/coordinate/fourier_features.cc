@@ -163,9 +163,10 @@ absl::StatusOr<FourierFeatures> FourierFeatures::Nerf(int64_t dim, int64_t num_o
         absl::StrCat("FourierFeatures::Nerf: num_octaves must be in [1, 64], got ", num_octaves));
   }
   std::vector<double> f(num_octaves);
-  // NeRF: gamma(p) = (sin(2^k pi p), cos(2^k pi p)), k = 0 .. L-1.
-  for (int64_t k = 0; k < num_octaves; ++k) f[k] = std::ldexp(kTwoPi / 2, static_cast<int>(k));
-  return AxisAligned(dim, f, FrequencyConvention::kAngular);
+  // NeRF: gamma(p) = (sin(2^k pi p), cos(2^k pi p)), k = 0 .. L-1: 2^(k-1) turns, exact
+  // (2^k times a rounded pi would carry pi's rounding, 2^k x 1.2e-16 rad, into the phase).
+  for (int64_t k = 0; k < num_octaves; ++k) f[k] = std::ldexp(0.5, static_cast<int>(k));
+  return AxisAligned(dim, f, FrequencyConvention::kTwoPi);
 }
 
 namespace {
@@ -179,13 +180,30 @@ absl::Status PhasesOverflow() {
 
 }  // namespace
 
+absl::Status FourierFeatures::Angles(const PointsRef& points, Eigen::Ref<RowMatrixXd> out) const {
+  // Dot products in one fixed order (a GEMM's order may follow the buffers' alignment,
+  // and the C ABI's results equal the C++ API's bit for bit). kTwoPi: turns b . x,
+  // reduced exactly to [-1/2, 1/2] before the multiplication by 2 pi.
+  const bool turns = convention_ == FrequencyConvention::kTwoPi;
+  const RowMatrixXd& b = turns ? frequencies_ : angular_;
+  const Eigen::Index dims = b.cols();
+  for (Eigen::Index n = 0; n < out.rows(); ++n) {
+    for (Eigen::Index j = 0; j < out.cols(); ++j) {
+      double t = 0.0;
+      for (Eigen::Index d = 0; d < dims; ++d) t += points(n, d) * b(j, d);
+      if (!std::isfinite(t)) return PhasesOverflow();
+      out(n, j) = turns ? kTwoPi * std::remainder(t, 1.0) : t;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RowMatrixXd> FourierFeatures::Encode(const PointsRef& points) const {
   if (absl::Status s = ValidateFiniteMatrix(points, input_dim(), "points"); !s.ok()) return s;
   const int64_t f = num_frequencies();
-  // Angles in double by one GEMM, written into the cosine half, then replaced in place.
+  // Angles written into the cosine half, then replaced in place.
   RowMatrixXd out(points.rows(), 2 * f);
-  out.leftCols(f).noalias() = points * angular_.transpose();
-  if (!out.leftCols(f).allFinite()) return PhasesOverflow();
+  if (absl::Status s = Angles(points, out.leftCols(f)); !s.ok()) return s;
   for (Eigen::Index n = 0; n < out.rows(); ++n) {
     double* row = out.row(n).data();
     for (int64_t j = 0; j < f; ++j) SinCos(row[j], &row[f + j], &row[j]);
@@ -200,8 +218,8 @@ absl::StatusOr<RowMatrixXd> FourierFeatures::Backward(const PointsRef& points,
     return s;
   }
   const int64_t f = num_frequencies();
-  RowMatrixXd grad_angles = points * angular_.transpose();
-  if (!grad_angles.allFinite()) return PhasesOverflow();
+  RowMatrixXd grad_angles(points.rows(), f);
+  if (absl::Status s = Angles(points, grad_angles); !s.ok()) return s;
   // d cos(a)/da = -sin(a), d sin(a)/da = cos(a); then da/dx = w.
   for (Eigen::Index n = 0; n < grad_angles.rows(); ++n) {
     for (int64_t j = 0; j < f; ++j) {

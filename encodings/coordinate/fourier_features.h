@@ -11,8 +11,12 @@
 //             alpha ~ N(0, c^2) with no 2 pi; also NeRF, whose frequencies 2^k pi are
 //             already angular).
 // frequencies() returns b as given; angular_frequencies() returns w = 2 pi b or w = b.
-// Angles are formed in double (w . x, one rounding per term) and passed to std::cos /
-// std::sin, which reduce exactly, so large NeRF octaves stay accurate.
+// Angles: under kTwoPi the phase in turns b . x is formed in double (one rounding per
+// term), reduced exactly to r in [-1/2, 1/2] (std::remainder) and only then multiplied
+// by 2 pi, so no rounding of 2 pi grows with the phase; NeRF's octaves are b = 2^(k-1)
+// turns, exact, and their features are correctly rounded at every octave (2^(k-1) x and
+// its remainder are exact). Under kAngular the angle b . x is passed to std::cos /
+// std::sin, which reduce it exactly.
 //
 // Random frequencies come from std::mt19937_64(seed) and std::normal_distribution:
 // reproducible for a given seed and standard library.
@@ -68,8 +72,9 @@ class FourierFeatures final : public CoordinateEncoder {
                                                            double sigma);
 
   // NeRF's frequency encoding (Mildenhall et al.): per axis, angles 2^k pi x for
-  // k = 0 .. num_octaves-1 (angular convention). The raw coordinates are not included;
-  // concatenate them yourself if wanted.
+  // k = 0 .. num_octaves-1, as b = 2^(k-1) in the 2 pi convention (exact; angular
+  // frequencies 2^k pi). The raw coordinates are not included; concatenate them yourself
+  // if wanted.
   static absl::StatusOr<FourierFeatures> Nerf(int64_t dim, int64_t num_octaves);
 
   int64_t input_dim() const override { return angular_.cols(); }
@@ -84,6 +89,10 @@ class FourierFeatures final : public CoordinateEncoder {
                                        const PointsRef& grad_features) const override;
 
  private:
+  // The angles of every point and frequency (points.rows() x F) into out, reduced as the
+  // header says; InvalidArgument when a phase overflows.
+  absl::Status Angles(const PointsRef& points, Eigen::Ref<RowMatrixXd> out) const;
+
   FourierFeatures(RowMatrixXd frequencies, RowMatrixXd angular, FrequencyConvention convention)
       : frequencies_(std::move(frequencies)),
         angular_(std::move(angular)),

@@ -172,17 +172,8 @@ absl::Status So2BesselEncoder::ValidateInput(const PointsRef& points) const {
   if (!std::isfinite(max_r * max_c)) {
     return absl::InvalidArgumentError("points: radial scale c times radius r overflows");
   }
-  // k theta likewise (polar input: any finite theta; Cartesian: |theta| <= pi).
-  if (input_ == Input::kPolar) {
-    double max_theta = 0, max_k = 0;
-    for (Eigen::Index n = 0; n < points.rows(); ++n) {
-      max_theta = std::max(max_theta, std::fabs(points(n, 1)));
-    }
-    for (const Term& t : terms_) max_k = std::max(max_k, std::fabs(static_cast<double>(t.angular_k)));
-    if (!std::isfinite(max_theta * max_k)) {
-      return absl::InvalidArgumentError("points: angular order k times angle theta overflows");
-    }
-  }
+  // k theta needs no check: any finite theta (polar input) is reduced exactly
+  // (group::SinCosOfMultiple, past double's range included).
   return absl::OkStatus();
 }
 
@@ -194,19 +185,20 @@ absl::StatusOr<RowMatrixXd> So2BesselEncoder::Encode(const PointsRef& points) co
     double r, theta;
     if (input_ == Input::kCartesian) {
       r = std::hypot(points(n, 0), points(n, 1));
-      theta = std::atan2(points(n, 1), points(n, 0));
+      // theta = 0 at the origin, as Backward takes it: atan2 gives pi or -pi for (-0, +-0).
+      theta = r == 0 ? 0.0 : std::atan2(points(n, 1), points(n, 0));
     } else {
       r = points(n, 0);
       theta = points(n, 1);
     }
     for (int64_t j = 0; j < t; ++j) {
       const Term& term = terms_[j];
-      // Lim et al. section 4: J_m(c r) e^{i k theta}. k theta is exact for |k| <= 2^20
-      // up to one rounding; cos/sin reduce exactly.
+      // Lim et al. section 4: J_m(c r) e^{i k theta}, k theta exact and reduced mod 2 pi
+      // (group::SinCosOfMultiple): no rounding of the product grows with theta.
       const double radial = J(term.order_m, term.radial_scale * r);
-      const double angle = term.angular_k * theta;
-      out(n, j) = radial * std::cos(angle);
-      out(n, t + j) = radial * std::sin(angle);
+      const group::SinCos sc = group::SinCosOfMultiple(term.angular_k, theta);
+      out(n, j) = radial * sc.cos;
+      out(n, t + j) = radial * sc.sin;
     }
   }
   return out;
@@ -236,13 +228,16 @@ absl::StatusOr<RowMatrixXd> So2BesselEncoder::Backward(const PointsRef& points,
       const double k = term.angular_k;
       const double dradial = c * JPrime(term.order_m, c * r);
       if (origin) {
-        const double a = k * (0.5 * 3.14159265358979323846);
         g_x0 += dradial * gc;  // theta = 0: cos = 1, sin = 0
-        g_y0 += dradial * (gc * std::cos(a) + gs * std::sin(a));
+        // theta = pi / 2: cos(k pi / 2) and sin(k pi / 2) exactly, from k mod 4.
+        static constexpr double kCos[4] = {1, 0, -1, 0}, kSin[4] = {0, 1, 0, -1};
+        const int q = static_cast<int>(((term.angular_k % 4) + 4) % 4);
+        g_y0 += dradial * (gc * kCos[q] + gs * kSin[q]);
         continue;
       }
       const double radial = J(term.order_m, c * r);
-      const double cs = std::cos(k * theta), sn = std::sin(k * theta);
+      const group::SinCos sc = group::SinCosOfMultiple(term.angular_k, theta);
+      const double cs = sc.cos, sn = sc.sin;
       g_r += dradial * (gc * cs + gs * sn);
       g_theta += radial * k * (gs * cs - gc * sn);
     }

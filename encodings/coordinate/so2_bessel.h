@@ -9,8 +9,9 @@
 // Lim et al. fix m = 0, draw c ~ U[0, C] and integer k ~ U{1, ..., K-1}, and use 16
 // terms (32 features); Sample() does that for any m.
 //
-// Input: Cartesian (x, y), with r = hypot(x, y) and theta = atan2(y, x), or polar
-// (r, theta) with r >= 0. Bessel values come from C++17's std::cyl_bessel_j below
+// Input: Cartesian (x, y), with r = hypot(x, y) and theta = atan2(y, x) (0 at the
+// origin, signed zeros included), or polar (r, theta) with r >= 0 and any finite theta:
+// k theta is formed exactly and reduced mod 2 pi (group::SinCosOfMultiple). Bessel values come from C++17's std::cyl_bessel_j below
 // x = 1e4 and from Hankel's expansion with an exactly reduced phase from there on (within
 // 2e-15 of the amplitude sqrt(2 / (pi x)) up to x = 1e300); the derivative is
 // J_m' = (J_{m-1} - J_{m+1}) / 2 (J_0' = -J_1).

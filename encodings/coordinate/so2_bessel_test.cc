@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "encodings/coordinate/test_util.h"
+#include "group/angle.h"
 #include "gtest/gtest.h"
 
 namespace gpe {
@@ -257,6 +258,43 @@ TEST(So2BesselEncoderTest, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// The origin written with signed zeros is the origin: atan2 gave theta = pi or -pi for
+// (-0, +-0), features 2 apart from (0, 0)'s (cos(k pi) = -1 against 1), while Backward
+// took theta = 0 there. Every spelling encodes as (0, 0), bit for bit.
+TEST(So2BesselEncoderTest, SignedZerosAtTheOriginEncodeAsTheOrigin) {
+  const So2BesselEncoder e = Make({{0, 1.0, 1}, {1, 2.0, 3}}, So2BesselEncoder::Input::kCartesian);
+  RowMatrixXd zero = RowMatrixXd::Zero(1, 2), signed_zeros(3, 2);
+  signed_zeros << -0.0, 0.0, -0.0, -0.0, 0.0, -0.0;
+  auto want = e.Encode(zero);
+  auto got = e.Encode(signed_zeros);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ((*want)(0, 0), 1.0);  // J_0(0) cos(0)
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(got->row(r), want->row(0)) << r;
+}
+
+// Polar angles far from 0: k theta is formed exactly and reduced (it was rounded in
+// double first: at theta = 1e9 + 0.1 and k = 2^20 - 3, one ulp of the product is 1e-2
+// rad). Reference: theta = hi + lo with hi a multiple of 1/2 (at most 33 significant
+// bits below 2^32, so k hi, 20 bits more, is exact in double and std::sin / std::cos
+// reduce it exactly) and |lo| <= 1/4 (k lo rounded once: 2^18 x 1.1e-16 = 3e-11);
+// 1e-10 holds, the old error (1e-2 at 1e9) does not.
+TEST(So2BesselEncoderTest, PolarAnglesFarFromZeroAreReducedExactly) {
+  const int k = (1 << 20) - 3;
+  const So2BesselEncoder e = Make({{0, 0.0, k}}, So2BesselEncoder::Input::kPolar);
+  for (double theta : {1e6 + 0.1, 1e9 + 0.1, -3e9 - 0.7}) {
+    RowMatrixXd p(1, 2);
+    p << 1.0, theta;
+    auto f = e.Encode(p);
+    ASSERT_TRUE(f.ok());
+    const double hi = std::round(theta * 2.0) / 2.0, lo = theta - hi;
+    const double a = k * hi, b = k * lo;
+    const double c = std::cos(a) * std::cos(b) - std::sin(a) * std::sin(b);
+    const double s = std::sin(a) * std::cos(b) + std::cos(a) * std::sin(b);
+    EXPECT_NEAR((*f)(0, 0), c, 1e-10) << theta;  // J_0(0) = 1
+    EXPECT_NEAR((*f)(0, 1), s, 1e-10) << theta;
+  }
+}
+
 TEST(So2BesselEncoderTest, OriginGradientIsExactWhereTheFeatureIsSmooth) {
   // J_1(c r) e^{i theta} = (c / 2)(x + i y) + O(r^3) and J_2(c r) e^{2 i theta} =
   // (c^2 / 8)(x + i y)^2 + O(r^4) are smooth at 0: central differences through the
@@ -289,12 +327,17 @@ TEST(So2BesselEncoderTest, RejectsBadInput) {
   neg << -0.1, 0.3;
   EXPECT_FALSE(polar.Encode(neg).ok());
   EXPECT_FALSE(polar.Backward(neg, RowMatrixXd::Zero(1, 2)).ok());
-  // k theta overflowing (k = 2, theta = 1e308): an error, not NaN features with OK.
+  // k theta past double's range (k = 2, theta = 1e308) is reduced exactly: finite
+  // features, those of group::SinCosOfMultiple (tested in group/), not an error.
   const So2BesselEncoder turns = Make({{0, 1.0, 2}}, Input::kPolar);
   RowMatrixXd wound(1, 2);
   wound << 1.0, 1e308;
-  EXPECT_EQ(turns.Encode(wound).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(turns.Backward(wound, RowMatrixXd::Zero(1, 2)).ok());
+  auto wf = turns.Encode(wound);
+  ASSERT_TRUE(wf.ok()) << wf.status();
+  const group::SinCos sc = group::SinCosOfMultiple(2, 1e308);
+  EXPECT_EQ((*wf)(0, 0), Jv(0, 1.0) * sc.cos);
+  EXPECT_EQ((*wf)(0, 1), Jv(0, 1.0) * sc.sin);
+  EXPECT_TRUE(turns.Backward(wound, RowMatrixXd::Ones(1, 2))->allFinite());
   const So2BesselEncoder cart = Make({{0, 1e200, 1}}, Input::kCartesian);
   RowMatrixXd far(1, 2);
   far << 1e200, 0.0;

@@ -233,10 +233,11 @@ void ShiftedBasis1D::EvaluateAt(double x, double* out) const {
     }
     case ShiftedBasisKind::kSine:
     case ShiftedBasisKind::kSquare: {
-      const double omega = kTwoPi / width_;
+      // sin(2 pi (t - x) / w), the phase in turns reduced exactly to [-1/2, 1/2] first
+      // (a rounded 2 pi / w times t - x would carry its rounding into large phases).
       const bool square = kind_ == ShiftedBasisKind::kSquare;
       for (int64_t i = 0; i < k; ++i) {
-        const double s = std::sin(omega * (shift(i) - x));
+        const double s = std::sin(kTwoPi * std::remainder((shift(i) - x) / width_, 1.0));
         out[i] = square ? static_cast<double>((s > 0) - (s < 0)) : s;
       }
       return;
@@ -252,7 +253,10 @@ void ShiftedBasis1D::DerivativeAt(double x, double* out) const {
       const double inv_var = 1.0 / (width_ * width_);
       for (int64_t i = 0; i < k; ++i) {
         const double u = x - shift(i);
-        out[i] = -u * inv_var * std::exp(c * u * u);
+        // Far out, u / w^2 may overflow where the exponential has underflowed to 0: the
+        // derivative is 0 there, not inf times 0.
+        const double e = std::exp(c * u * u);
+        out[i] = e == 0.0 ? 0.0 : -u * inv_var * e;
       }
       return;
     }
@@ -268,7 +272,9 @@ void ShiftedBasis1D::DerivativeAt(double x, double* out) const {
     }
     case ShiftedBasisKind::kSine: {
       const double omega = kTwoPi / width_;
-      for (int64_t i = 0; i < k; ++i) out[i] = -omega * std::cos(omega * (shift(i) - x));
+      for (int64_t i = 0; i < k; ++i) {
+        out[i] = -omega * std::cos(kTwoPi * std::remainder((shift(i) - x) / width_, 1.0));
+      }
       return;
     }
     case ShiftedBasisKind::kRectangle:
@@ -279,8 +285,31 @@ void ShiftedBasis1D::DerivativeAt(double x, double* out) const {
   }
 }
 
-absl::StatusOr<RowMatrixXd> ShiftedBasis1D::Encode(absl::Span<const double> coords) const {
+absl::Status ShiftedBasis1D::CheckCoordinate(double x) const {
+  if (!std::isfinite(x)) {
+    return absl::InvalidArgumentError(absl::StrCat("ShiftedBasis1D: non-finite coordinate ", x));
+  }
+  if (kind_ == ShiftedBasisKind::kSine || kind_ == ShiftedBasisKind::kSquare) {
+    const double t = std::max(std::abs(shift(0)), std::abs(shift(num_shifts_ - 1)));
+    if (!std::isfinite((std::abs(x) + t) / width_)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ShiftedBasis1D: the phase (t - x) / width of coordinate ", x, " at width ", width_,
+          " overflows"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShiftedBasis1D::CheckCoordinates(absl::Span<const double> coords) const {
   if (absl::Status s = ValidateCoords(coords); !s.ok()) return s;
+  for (double x : coords) {
+    if (absl::Status s = CheckCoordinate(x); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RowMatrixXd> ShiftedBasis1D::Encode(absl::Span<const double> coords) const {
+  if (absl::Status s = CheckCoordinates(coords); !s.ok()) return s;
   RowMatrixXd psi(static_cast<int64_t>(coords.size()), num_shifts_);
   for (size_t j = 0; j < coords.size(); ++j) EvaluateAt(coords[j], psi.row(j).data());
   return psi;
@@ -288,7 +317,7 @@ absl::StatusOr<RowMatrixXd> ShiftedBasis1D::Encode(absl::Span<const double> coor
 
 absl::Status ShiftedBasis1D::EncodeTo(absl::Span<const double> coords,
                                       Eigen::Ref<RowMatrixXd> out) const {
-  if (absl::Status s = ValidateCoords(coords); !s.ok()) return s;
+  if (absl::Status s = CheckCoordinates(coords); !s.ok()) return s;
   if (out.rows() != static_cast<Eigen::Index>(coords.size()) || out.cols() != num_shifts_) {
     return absl::InvalidArgumentError(absl::StrCat("ShiftedBasis1D::EncodeTo: output is ",
                                                    out.rows(), " x ", out.cols(), ", need ",
@@ -300,7 +329,7 @@ absl::Status ShiftedBasis1D::EncodeTo(absl::Span<const double> coords,
 
 absl::StatusOr<RowMatrixXd> ShiftedBasis1D::EncodeDerivative(
     absl::Span<const double> coords) const {
-  if (absl::Status s = ValidateCoords(coords); !s.ok()) return s;
+  if (absl::Status s = CheckCoordinates(coords); !s.ok()) return s;
   RowMatrixXd dpsi(static_cast<int64_t>(coords.size()), num_shifts_);
   for (size_t j = 0; j < coords.size(); ++j) DerivativeAt(coords[j], dpsi.row(j).data());
   return dpsi;
@@ -317,8 +346,22 @@ absl::StatusOr<SimpleShiftedEncoder> SimpleShiftedEncoder::Create(
   return SimpleShiftedEncoder(std::move(axes), total);
 }
 
+// Every point's coordinate d through axes[d].CheckCoordinate (finite, phases in range).
+static absl::Status CheckAxes(const std::vector<ShiftedBasis1D>& axes, const PointsRef& points) {
+  for (Eigen::Index n = 0; n < points.rows(); ++n) {
+    for (size_t d = 0; d < axes.size(); ++d) {
+      if (absl::Status s = axes[d].CheckCoordinate(points(n, static_cast<Eigen::Index>(d)));
+          !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("points row ", n, ": ", s.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RowMatrixXd> SimpleShiftedEncoder::Encode(const PointsRef& points) const {
   if (absl::Status s = ValidateFiniteMatrix(points, input_dim(), "points"); !s.ok()) return s;
+  if (absl::Status s = CheckAxes(axes_, points); !s.ok()) return s;
   RowMatrixXd out(points.rows(), output_dim_);
   for (Eigen::Index n = 0; n < points.rows(); ++n) {
     double* row = out.row(n).data();
@@ -336,6 +379,7 @@ absl::StatusOr<RowMatrixXd> SimpleShiftedEncoder::Backward(const PointsRef& poin
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckAxes(axes_, points); !s.ok()) return s;
   RowMatrixXd grad(points.rows(), input_dim());
   std::vector<double> dpsi;
   for (Eigen::Index n = 0; n < points.rows(); ++n) {
@@ -369,6 +413,7 @@ absl::StatusOr<ComplexShiftedEncoder> ComplexShiftedEncoder::Create(
 
 absl::StatusOr<RowMatrixXd> ComplexShiftedEncoder::Encode(const PointsRef& points) const {
   if (absl::Status s = ValidateFiniteMatrix(points, input_dim(), "points"); !s.ok()) return s;
+  if (absl::Status s = CheckAxes(axes_, points); !s.ok()) return s;
   if (points.rows() > kMaxMaterialisedEntries / output_dim_) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "ComplexShiftedEncoder: materialising ", points.rows(), " x ", output_dim_,
@@ -399,6 +444,7 @@ absl::StatusOr<RowMatrixXd> ComplexShiftedEncoder::Backward(
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckAxes(axes_, points); !s.ok()) return s;
   const size_t dims = axes_.size();
   std::vector<std::vector<double>> values(dims), derivs(dims);
   std::vector<int64_t> sizes(dims);

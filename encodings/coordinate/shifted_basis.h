@@ -71,9 +71,15 @@ class ShiftedBasis1D {
   // d Psi(j, i) / d x_j, same shape (see the header comment for non-smooth bases).
   absl::StatusOr<RowMatrixXd> EncodeDerivative(absl::Span<const double> coords) const;
 
-  // Unchecked single-coordinate kernels: write K values to `out` (x finite).
+  // Unchecked single-coordinate kernels: write K values to `out` (x finite, and
+  // CheckCoordinate(x) OK).
   void EvaluateAt(double x, double* out) const;
   void DerivativeAt(double x, double* out) const;
+  // InvalidArgument when x is not finite, or (sine and square bases, whose phase is
+  // (t_i - x) / w turns) when a phase leaves double's range: sin of it would be NaN.
+  absl::Status CheckCoordinate(double x) const;
+  // ValidateCoords (a non-empty span of finite values) and CheckCoordinate for each.
+  absl::Status CheckCoordinates(absl::Span<const double> coords) const;
 
  private:
   ShiftedBasis1D(ShiftedBasisKind kind, int64_t num_shifts, double width, double lo, double hi)

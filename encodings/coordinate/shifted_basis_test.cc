@@ -194,6 +194,49 @@ TEST(ShiftedBasis1DTest, DerivativesMatchFiniteDifferences) {
   }
 }
 
+// Far coordinates: the sine and square bases' phases (t - x) / w are reduced in turns
+// (exact for the rounded quotient): at x = 1e6 + 0.25 with width 1 and shifts t_i = i / 4
+// (exact), (t_i - x) / w = i / 4 - 1e6 - 0.25 turns to the rounding of x (ulp(1e6) =
+// 1.2e-10), so the features are sin(2 pi (i - 1) / 4) within 1e-9 (the old rounded 2 pi
+// times a phase of 6e6 rad was off by 1e-9 too: the test's point is the limits below).
+// A phase past double's range (width 1e-3, x = 1e306: 1e309 turns) is an error, not NaN
+// features; one in range but past 2 pi / w's (x = 1e305: 1e308 turns, 6e308 rad, which
+// gave NaN) is an integer number of turns in double: sin 0 = 0.
+// The Gaussian's derivative far out (u / w^2 overflowing where exp has underflowed) is
+// 0, not inf times 0 = NaN.
+TEST(ShiftedBasis1DTest, FarCoordinatesGiveFiniteFeaturesOrAnError) {
+  const ShiftedBasis1D sine = Basis(ShiftedBasisKind::kSine, 4, 1.0, 0.0, 1.0);
+  auto f = sine.Encode(std::vector<double>{1e6 + 0.25});
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR((*f)(0, i), std::sin(2 * kPi * (i - 1) / 4.0), 1e-9) << i;
+  for (ShiftedBasisKind kind : {ShiftedBasisKind::kSine, ShiftedBasisKind::kSquare}) {
+    const ShiftedBasis1D narrow = Basis(kind, 4, 1e-3);
+    EXPECT_EQ(narrow.Encode(std::vector<double>{1e306}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_FALSE(narrow.EncodeDerivative(std::vector<double>{-1.7e308}).ok());
+    auto simple = SimpleShiftedEncoder::Create({narrow});
+    auto complex = ComplexShiftedEncoder::Create({narrow});
+    ASSERT_TRUE(simple.ok() && complex.ok());
+    RowMatrixXd far(1, 1);
+    far << 1e306;
+    EXPECT_FALSE(simple->Encode(far).ok());
+    EXPECT_FALSE(simple->Backward(far, RowMatrixXd::Ones(1, 4)).ok());
+    EXPECT_FALSE(complex->Encode(far).ok());
+    EXPECT_FALSE(complex->Backward(far, RowMatrixXd::Ones(1, 4)).ok());
+    auto ok = narrow.Encode(std::vector<double>{1e305});
+    ASSERT_TRUE(ok.ok());
+    for (int i = 0; i < 4; ++i) EXPECT_EQ((*ok)(0, i), 0.0);
+  }
+  for (double w : {1e-3, 1e-150}) {
+    const ShiftedBasis1D g = Basis(ShiftedBasisKind::kGaussian, 4, w);
+    for (double x : {1.7e308, 1e9, -1e200}) {
+      auto d = g.EncodeDerivative(std::vector<double>{x});
+      ASSERT_TRUE(d.ok());
+      for (int i = 0; i < 4; ++i) EXPECT_EQ((*d)(0, i), 0.0) << w << " " << x;
+    }
+  }
+}
+
 TEST(SimpleShiftedEncoderTest, ConcatenatesAxes) {
   auto enc = SimpleShiftedEncoder::Create({Basis(ShiftedBasisKind::kGaussian, 5, 0.1),
                                            Basis(ShiftedBasisKind::kTriangle, 3, 0.4, -1, 1)});

@@ -79,6 +79,21 @@ class TorchCoordinateTest(unittest.TestCase):
                 self.assertTrue(torch.autograd.gradcheck(
                     lambda p: gt.coordinate_encode(enc, p), (pts,)))
 
+    @unittest.skipUnless(torch.cuda.is_available(), "no CUDA device: the device round trip "
+                         "needs one (it ran as CPU-only code before)")
+    def test_features_and_gradients_come_back_on_the_points_device(self):
+        # A CUDA tensor's features came back on the CPU and its gradient too, which
+        # autograd refuses; both now return to the points' device, equal to the CPU's.
+        enc = gpe.FourierFeatures("gaussian", dim=2, num_frequencies=8, scale=3.0, seed=1)
+        p = torch.rand(5, 2, dtype=torch.float64)
+        want = gt.coordinate_encode(enc, p)
+        pc = p.cuda().requires_grad_(True)
+        got = gt.coordinate_encode(enc, pc)
+        self.assertEqual(got.device, pc.device)
+        self.assertTrue(torch.equal(got.cpu(), want))
+        got.sum().backward()
+        self.assertEqual(pc.grad.device, pc.device)
+
     def test_bad_input_is_refused(self):
         enc = gpe.FourierFeatures("gaussian", dim=2, num_frequencies=4)
         with self.assertRaisesRegex(ValueError, r"\[\.\.\., 2\]"):

@@ -32,8 +32,9 @@ absl::Status CheckClosedForm(double param, double delta) {
   return absl::OkStatus();
 }
 
-// s * (A B^T), entry by entry as s a_i . b_j where that is a normal double; where it
-// overflowed (inf, or NaN from inf - inf) or fell below the normal range, again as
+// s * (A B^T), entry by entry as s a_i . b_j where both a_i . b_j and that are normal
+// doubles; where either overflowed (inf, or NaN from inf - inf) or fell below the normal
+// range (a subnormal a_i . b_j has lost bits that s would lift back into range), again as
 // 2^(e_i + e_j + f) (s' a'_i . b'_j), each row scaled by the power of two of its largest
 // |entry| (a_i = 2^e_i a'_i) and s = 2^f s' (s' in [1, 2)), so that the products stay in
 // range wherever the result is (a spacing of 1e-300 against features of 1e200 gave inf
@@ -50,15 +51,19 @@ Eigen::VectorXi RowExponents(const Eigen::MatrixXd& a) {
 
 absl::StatusOr<Eigen::MatrixXd> ScaledProducts(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b,
                                                double s, const char* what) {
-  Eigen::MatrixXd out = s * (a * b.transpose());
+  const Eigen::MatrixXd p = a * b.transpose();
+  Eigen::MatrixXd out = s * p;
   Eigen::VectorXi ea, eb;
   Eigen::MatrixXd as, bs;
   const int f = std::ilogb(s);
   const double s1 = std::ldexp(s, -f);
   for (Eigen::Index i = 0; i < out.rows(); ++i) {
     for (Eigen::Index j = 0; j < out.cols(); ++j) {
-      const double x = out(i, j);
-      if (std::isfinite(x) && std::abs(x) >= std::numeric_limits<double>::min()) continue;
+      const double x = out(i, j), y = p(i, j);
+      const double kMin = std::numeric_limits<double>::min();
+      if (std::isfinite(x) && std::abs(x) >= kMin && std::isfinite(y) && std::abs(y) >= kMin) {
+        continue;
+      }
       if (ea.size() == 0) {  // first entry out of the normal range: the scaled rows
         ea = RowExponents(a);
         eb = RowExponents(b);

@@ -135,6 +135,17 @@ TEST(DistancePreservationTest, DistancesOfExtremeFeaturesStayInRange) {
   Eigen::VectorXd t(1);
   t << small;
   EXPECT_EQ(*EmbeddedDistance(t, t, std::ldexp(1.0, 1000)), std::ldexp(1.0, -200));
+  // A product that is subnormal, not 0, has lost bits a large spacing would lift back
+  // into range: a = 1.2345678901234567e-160 (a^2 ~ 1.5e-320, 2^-1064: 10 bits left) under
+  // s = 1e300 was 3.0483850e-20 against 3.0483158e-20 (2e-5 relative). Rescaled, it is
+  // s a a within 2 roundings of the exact value, computed here as (s a) a with s a normal.
+  Eigen::VectorXd u(1);
+  u << 1.2345678901234567e-160;
+  const double want = (1e300 * u(0)) * u(0);
+  EXPECT_NEAR(*EmbeddedDistance(u, u, 1e300), want, 4e-16 * want);
+  RowMatrixXd uu(2, 1);
+  uu << u(0), u(0);
+  EXPECT_NEAR((*EmbeddedDistanceMatrix(uu, 1e300))(0, 1), want, 4e-16 * want);
 }
 
 TEST(DistancePreservationTest, RejectsBadInput) {

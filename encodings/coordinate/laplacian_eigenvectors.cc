@@ -73,7 +73,7 @@ absl::StatusOr<LaplacianEigenpairs> LaplacianEigenvectorEncoding(
     int64_t num_nodes, absl::Span<const GraphEdge> edges, int64_t k,
     const LaplacianEncodingOptions& options) {
   const int64_t skip = options.skip_first ? 1 : 0;
-  if (k < 1 || k + skip > num_nodes) {
+  if (k < 1 || k > num_nodes - skip) {  // (k + skip could overflow)
     return absl::InvalidArgumentError(absl::StrCat("LaplacianEigenvectorEncoding: k = ", k,
                                                    " (skip ", skip, ") for ", num_nodes,
                                                    " nodes"));

@@ -14,7 +14,9 @@ widened exactly, the features rounded once to float32. The gradient with respect
 points is the encoder's own vector-Jacobian product (gpe_coordinate_backward), so
 coordinates that are themselves learned or produced by a network train through it; the
 encoder's frequencies are fixed (no parameters), as in Tancik et al.'s and Zheng et al.'s
-set-ups. First derivatives only (a second backward raises). CPU tensors.
+set-ups. First derivatives only (a second backward raises). Tensors on any device: the
+library computes on the CPU, and the features and gradients come back on the points'
+device (a CUDA tensor makes a round trip through host memory).
 """
 from typing import Any, Tuple
 
@@ -31,7 +33,8 @@ class _Encode(torch.autograd.Function):
         feats = encoder.encode(flat)
         ctx.encoder = encoder
         ctx.save_for_backward(points)
-        out = torch.from_numpy(feats).to(points.dtype)
+        # On the points' device: the library computes on the CPU, in float64.
+        out = torch.from_numpy(feats).to(device=points.device, dtype=points.dtype)
         return out.reshape(*points.shape[:-1], feats.shape[1])
 
     @staticmethod
@@ -41,7 +44,8 @@ class _Encode(torch.autograd.Function):
         flat = points.detach().reshape(-1, points.shape[-1]).to(torch.float64).cpu().numpy()
         g = grad.detach().reshape(-1, grad.shape[-1]).to(torch.float64).cpu().numpy()
         dp = ctx.encoder.backward(flat, np.ascontiguousarray(g))
-        return torch.from_numpy(dp).to(points.dtype).reshape(points.shape), None
+        return (torch.from_numpy(dp).to(device=points.device, dtype=points.dtype)
+                .reshape(points.shape), None)
 
 
 def coordinate_encode(encoder: CoordinateEncoder, points: torch.Tensor) -> torch.Tensor:

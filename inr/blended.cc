@@ -230,8 +230,16 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
     (axis == 0 ? op->psi_x_t : op->psi_y_t) = psi.transpose();
   }
 
-  // CGLS for min |A z - s|^2 + lambda |z|^2 (Hestenes-Stiefel on the normal equations).
-  std::vector<double> r(values.begin(), values.end());  // s - A z, z = 0
+  // CGLS for min |A z - s|^2 + lambda |z|^2 (Hestenes-Stiefel on the normal equations),
+  // on the values scaled by a power of two to a largest magnitude in [1, 2): z is linear
+  // in s and the stopping rule relative, so the scaling is exact and changes nothing but
+  // the range of the squared norms (values of 1e160 made |A^T s|^2 inf, and the loop
+  // stopped at once with W = 0).
+  double vmax = 0;
+  for (double v : values) vmax = std::max(vmax, std::abs(v));
+  const int vexp = vmax > 0 ? std::ilogb(vmax) : 0;
+  std::vector<double> r(values.size());  // s - A z, z = 0
+  for (size_t i = 0; i < r.size(); ++i) r[i] = std::ldexp(values[i], -vexp);
   RowMatrixXd w = RowMatrixXd::Zero(ky, kx);
   absl::StatusOr<RowMatrixXd> grad0 = op->Adjoint(r);   // A^T r - lambda z
   if (!grad0.ok()) return Overflowed(grad0.status());
@@ -239,6 +247,9 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
   RowMatrixXd dir = grad;
   double gamma = grad.squaredNorm();
   const double gamma0 = gamma;
+  if (!std::isfinite(gamma0)) {
+    return Overflowed(absl::InvalidArgumentError("|A^T s|^2 overflows"));
+  }
   BlendedFit fit;
   std::vector<double> q;
   int it = 0;
@@ -262,11 +273,13 @@ absl::StatusOr<BlendedFit> FitBlended2D(const AxisEncoder& encoder_x, const Axis
   // Back to the weights of the unpreconditioned model: W = L_y^-T Z L_x^-1.
   Eigen::MatrixXd zw = chol[1].matrixU().solve(Eigen::MatrixXd(w));           // L_y^-T Z
   zw = chol[0].matrixU().solve(zw.transpose()).transpose();                    // ... L_x^-1
-  w = zw;
+  w = zw.unaryExpr([vexp](double x) { return std::ldexp(x, vexp); });  // the values' scale
+  if (!w.allFinite()) return Overflowed(absl::OutOfRangeError("the weights overflow"));
   fit.weights = std::move(w);
   fit.iterations = it;
   fit.relative_gradient = gamma0 > 0 ? std::sqrt(gamma / gamma0) : 0.0;
-  fit.rms_residual = std::sqrt(Dot(r, r) / static_cast<double>(r.size()));
+  fit.rms_residual =
+      std::ldexp(std::sqrt(Dot(r, r) / static_cast<double>(r.size())), vexp);
   return fit;
 }
 

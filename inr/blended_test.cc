@@ -125,6 +125,39 @@ TEST(FitBlended2D, MatchesDenseRidgeLeastSquares) {
   for (int q = 0; q < p; q += 37) EXPECT_NEAR(pred[q], want[q], 1e-12);
 }
 
+// The fit is linear in the values: values scaled by 2^k (k = 500, -500: |A^T s|^2 of
+// 2^1000 overflowed, and the fit returned OK with W = 0 after no iteration) give the
+// weights and residual scaled by 2^k, bit for bit (the fit scales by a power of two
+// internally, exactly, and runs the same iterations).
+TEST(FitBlended2D, ScaledValuesGiveScaledWeights) {
+  std::mt19937_64 rng(22);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  const ShiftedBasis1D b = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 8, 0.15);
+  const std::vector<double> g = Linspace(0.0, 1.0, 12);
+  const int p = 200;
+  std::vector<double> px(p), py(p), s(p);
+  for (int q = 0; q < p; ++q) {
+    px[q] = u(rng);
+    py[q] = u(rng);
+    s[q] = std::sin(5 * px[q]) + py[q];
+  }
+  BlendedFitOptions options;
+  options.lambda = 1e-4;
+  const BlendedFit ref = *FitBlended2D(Encoder(b), Encoder(b), g, g, px, py, s, options);
+  ASSERT_GT(ref.iterations, 0);
+  for (int k : {500, -500, 1000}) {
+    std::vector<double> sk(p);
+    for (int q = 0; q < p; ++q) sk[q] = std::ldexp(s[q], k);
+    absl::StatusOr<BlendedFit> fit = FitBlended2D(Encoder(b), Encoder(b), g, g, px, py, sk, options);
+    ASSERT_TRUE(fit.ok()) << k << ": " << fit.status();
+    EXPECT_EQ(fit->iterations, ref.iterations) << k;
+    EXPECT_EQ(fit->rms_residual, std::ldexp(ref.rms_residual, k)) << k;
+    for (int64_t i = 0; i < ref.weights.size(); ++i) {
+      ASSERT_EQ(fit->weights.data()[i], std::ldexp(ref.weights.data()[i], k)) << k << " " << i;
+    }
+  }
+}
+
 TEST(FitBlended2D, RejectsBadInput) {
   const ShiftedBasis1D b = *ShiftedBasis1D::Create(ShiftedBasisKind::kGaussian, 5, 0.2);
   const std::vector<double> g = Linspace(0, 1, 5);

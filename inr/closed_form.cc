@@ -733,7 +733,17 @@ absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, co
            .ok()) {
     return s;
   }
-  return ModeProducts(v, {&a_t[0], &a_t[1], &a_t[2]}, /*transposed=*/true);
+  absl::StatusOr<Tensor3> w = ModeProducts(v, {&a_t[0], &a_t[1], &a_t[2]}, /*transposed=*/true);
+  if (!w.ok()) return w.status();
+  // Every input was checked finite: a non-finite W is an overflow of the products (as
+  // FitSeparable2D's CheckWeightsFinite), refused rather than returned.
+  if (!internal::AllFinite(w->data.data(), 1, static_cast<int64_t>(w->data.size()),
+                           static_cast<int64_t>(w->data.size()))) {
+    return absl::InvalidArgumentError(
+        "the volume times the factors overflows float64's range: the weights W would be "
+        "non-finite; scale the volume down");
+  }
+  return w;
 }
 
 absl::StatusOr<Tensor3> PredictSeparable3D(const std::array<RowMatrixXd, 3>& psi,
@@ -763,23 +773,53 @@ absl::StatusOr<Tensor3> PredictSeparable3D(const std::array<RowMatrixXd, 3>& psi
   return ModeProducts(w, {&psi[0], &psi[1], &psi[2]}, /*transposed=*/false);
 }
 
+namespace {
+
+// mean((a - b)^2) as mantissa * 4^exponent: the differences scaled by 2^-exponent, the
+// power of two of the largest (exact), so their squares stay in range. A difference
+// that overflows gives an infinite mantissa; a == b gives 0.
+struct ScaledMse {
+  double mantissa;
+  int exponent;
+};
+ScaledMse MseScaled(const MatrixRef& a, const MatrixRef& b) {
+  const double dmax = (a - b).cwiseAbs().maxCoeff();
+  if (dmax == 0.0 || !std::isfinite(dmax)) return {dmax == 0.0 ? 0.0 : dmax, 0};
+  const int e = std::ilogb(dmax);
+  double sum = 0.0;
+  for (Eigen::Index i = 0; i < a.rows(); ++i) {
+    for (Eigen::Index j = 0; j < a.cols(); ++j) {
+      const double d = std::ldexp(a(i, j) - b(i, j), -e);
+      sum += d * d;
+    }
+  }
+  return {sum / static_cast<double>(a.size()), e};
+}
+
+}  // namespace
+
 absl::StatusOr<double> MeanSquaredError(const MatrixRef& a, const MatrixRef& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols() || a.size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat("MSE needs two equal non-empty shapes; got ",
                                                    a.rows(), " x ", a.cols(), " and ", b.rows(),
                                                    " x ", b.cols()));
   }
-  return (a - b).squaredNorm() / static_cast<double>(a.size());
+  const ScaledMse m = MseScaled(a, b);
+  return std::ldexp(m.mantissa, 2 * m.exponent);
 }
 
 absl::StatusOr<double> Psnr(const MatrixRef& a, const MatrixRef& b, double peak) {
   if (!std::isfinite(peak) || peak <= 0.0) {
     return absl::InvalidArgumentError(absl::StrCat("peak must be finite and > 0; got ", peak));
   }
-  absl::StatusOr<double> mse = MeanSquaredError(a, b);
-  if (!mse.ok()) return mse.status();
-  if (*mse == 0.0) return std::numeric_limits<double>::infinity();
-  return 10.0 * std::log10(peak * peak / *mse);
+  if (absl::Status s = MeanSquaredError(a, b).status(); !s.ok()) return s;
+  // In logarithms, MSE = mantissa 4^exponent: neither peak^2 nor the squares of the
+  // differences leave double's range on the way (peak = 1e200 gave inf, differences of
+  // 1e-170 an MSE of 0 and +inf dB for a != b).
+  const ScaledMse m = MseScaled(a, b);
+  if (m.mantissa == 0.0) return std::numeric_limits<double>::infinity();  // a == b
+  return 20.0 * std::log10(peak) -
+         10.0 * (std::log10(m.mantissa) + 2.0 * m.exponent * std::log10(2.0));
 }
 
 }  // namespace inr

@@ -113,16 +113,21 @@ struct Tensor3 {
 };
 
 // Volumes: W = V x_0 A_0 x_1 A_1 x_2 A_2 (mode-n products), psi[d]: n_d x K_d,
-// v.dims == {n_0, n_1, n_2}. Returns a K_0 x K_1 x K_2 tensor.
+// v.dims == {n_0, n_1, n_2}. Returns a K_0 x K_1 x K_2 tensor. Non-finite inputs are
+// refused, and so is a W that overflows (InvalidArgument): a W with an inf or NaN is
+// never returned.
 absl::StatusOr<Tensor3> FitSeparable3D(const std::array<RowMatrixXd, 3>& psi, const Tensor3& v,
                                        double lambda, double rcond = 0.0);
 // V_hat = W x_0 Psi_0 x_1 Psi_1 x_2 Psi_2.
 absl::StatusOr<Tensor3> PredictSeparable3D(const std::array<RowMatrixXd, 3>& psi,
                                            const Tensor3& w);
 
-// Mean squared error over all entries (sizes must match, at least one entry).
+// Mean squared error over all entries (sizes must match, at least one entry), the
+// differences scaled by a power of two first (no spurious underflow of their squares;
+// inf only when the MSE itself is past double's range).
 absl::StatusOr<double> MeanSquaredError(const MatrixRef& a, const MatrixRef& b);
-// PSNR = 10 log10(peak^2 / MSE) in dB (+inf when MSE = 0). peak > 0, finite.
+// PSNR = 10 log10(peak^2 / MSE) in dB, formed in logarithms (no overflow of peak^2 or
+// underflow of the MSE); +inf exactly when a == b. peak > 0, finite.
 absl::StatusOr<double> Psnr(const MatrixRef& a, const MatrixRef& b, double peak = 1.0);
 
 }  // namespace inr

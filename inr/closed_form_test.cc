@@ -417,6 +417,33 @@ TEST(Metrics, MseAndPsnr) {
   EXPECT_TRUE(std::isinf(*Psnr(a, a)));
   EXPECT_FALSE(Psnr(a, RowMatrixXd::Zero(2, 3)).ok());
   EXPECT_FALSE(Psnr(a, b, 0.0).ok());
+  // Far from 1: peak^2 overflowed (1e200: inf dB) or underflowed (1e-200: -inf), and
+  // differences of 1e-170 squared to 0 (+inf dB for a != b). In logarithms, these are
+  // 20 log10(peak) + 20 (the MSE 0.01 scaled by 1e-340: 20 + 3400 dB); 1e-9 of a few
+  // thousand dB is the rounding of the logarithms.
+  EXPECT_NEAR(*Psnr(a, b, 1e200), 20.0 + 4000.0, 1e-9);
+  EXPECT_NEAR(*Psnr(a, b, 1e-200), 20.0 - 4000.0, 1e-9);
+  RowMatrixXd tiny = b * 1e-170;
+  EXPECT_NEAR(*Psnr(a, tiny), 20.0 + 3400.0, 1e-9);
+  // An MSE of 1e-322 is subnormal (20 units of the last place): in logarithms the PSNR
+  // keeps every bit (it was 0.2 dB off).
+  EXPECT_NEAR(*Psnr(a, RowMatrixXd(b * 1e-160)), 20.0 + 3200.0, 1e-9);
+  RowMatrixXd huge = b * 1e150;  // differences of 2e149: squares 4e298 stay in range
+  EXPECT_NEAR(*MeanSquaredError(a, huge) / 1e298, 1.0, 1e-15);
+}
+
+// The 3-D fit of finite inputs whose products overflow is refused, as the 2-D fit's:
+// a W with NaN or inf was returned with OK.
+TEST(ClosedForm3D, OverflowingWeightsAreRefused) {
+  std::array<RowMatrixXd, 3> psi;
+  for (int d = 0; d < 3; ++d) psi[d] = 0.01 * GaussianFactor(8, 6, 0.2);
+  Tensor3 v;
+  v.dims = {8, 8, 8};
+  v.data.assign(512, 1e306);
+  for (double rcond : {0.0, 1e-6}) {
+    absl::StatusOr<Tensor3> w = FitSeparable3D(psi, v, 0.0, rcond);
+    EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument) << rcond;
+  }
 }
 
 }  // namespace

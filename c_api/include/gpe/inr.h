@@ -59,7 +59,9 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_predict_separable_2d(const DLTensor* ps
 /* Volumes on a separable grid (mode-n products, Zheng et al. sec. 5): W = V x_0 A_0 x_1
  * A_1 x_2 A_2 with A_d = (Psi_d^T Psi_d + lambda I)^-1 Psi_d^T (or the truncated-SVD
  * pseudo-inverse when rcond > 0; float32_image_products is ignored). psi_d: float64
- * [n_d, K_d]; volume: float64 [n_0, n_1, n_2]; w (out): float64 [K_0, K_1, K_2]. */
+ * [n_d, K_d]; volume: float64 [n_0, n_1, n_2]; w (out): float64 [K_0, K_1, K_2]. Inputs
+ * must be finite; a W that would overflow is GPE_ERROR_INVALID_ARGUMENT (never returned
+ * with an inf or NaN). */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_fit_separable_3d(const gpe_separable_fit_options* options,
                                                           const DLTensor* psi_0,
                                                           const DLTensor* psi_1,

@@ -39,9 +39,11 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_random_split(int64_t num_points, double
 GPE_API GPE_NODISCARD gpe_status gpe_inr_regular_grid_split(int64_t rows, int64_t cols,
                                                             DLTensor* indices, int64_t* counts);
 /* Mean over all entries of (a - b)^2: float64 tensors of one shape, 1 to 3 dimensions, at
- * least one entry, finite. */
+ * least one entry, finite. The differences are scaled by a power of two before squaring
+ * (no underflow or overflow on the way; inf only where the MSE itself overflows). */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_mse(const DLTensor* a, const DLTensor* b, double* out);
-/* PSNR = 10 log10(peak^2 / MSE) in dB (+inf when a == b); peak finite, > 0. */
+/* PSNR = 10 log10(peak^2 / MSE) in dB, formed in logarithms (any finite peak > 0 and
+ * differences of any size; +inf exactly when a == b). */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_psnr(const DLTensor* a, const DLTensor* b, double peak,
                                               double* out);
 

@@ -1584,6 +1584,14 @@ void InrSolverCases(const AddCase& add) {
   });
   add("mlp_predict_parameters_nan", e, [](Fixture&) { InrCall s; s.params[0] = kNaN; return s.MlpPredict(); });
   add("mlp_predict_features_nan", e, [](Fixture&) { InrCall s; s.x[0] = kNaN; return s.MlpPredict(); });
+  add("mlp_predict_features_broadcast", e, [](Fixture&) {
+    // 2^27 broadcast rows: the batch's size is refused before its 1 GiB copy.
+    InrCall s;
+    s.tx = s.F64(&s.x, {int64_t{1} << 27, 2});
+    s.shapes.push_back({0, 1});
+    s.tx.strides = s.shapes.back().data();
+    return s.MlpPredict();
+  });
   add("mlp_predict_out_wrong_rows", e, [](Fixture&) { InrCall s; s.tpred = s.F64(&s.pred, {5, 1}); return s.MlpPredict(); });
   add("mlp_predict_parameters_wrong_length", e, [](Fixture&) {
     InrCall s;
@@ -1701,6 +1709,14 @@ void InrSolverCases(const AddCase& add) {
   });
   add("mse_empty", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {0, 2}); return s.Mse(a, a); });
   add("mse_four_dimensions", e, [](Fixture&) { InrCall s; DLTensor a = s.F64(&s.x, {1, 2, 3, 2}); return s.Mse(a, a); });
+  add("mse_broadcast", e, [](Fixture&) {
+    // One double standing for 2^27 entries: refused before a 1 GiB copy of each.
+    InrCall s;
+    DLTensor a = s.F64(&s.x, {int64_t{1} << 27});
+    s.shapes.push_back({0});
+    a.strides = s.shapes.back().data();
+    return s.Mse(a, a);
+  });
   e = "gpe_inr_psnr";
   add("psnr_peak_0", e, [](Fixture&) { InrCall s; return gpe_inr_psnr(&s.tx, &s.tx, 0.0, &s.value); });
   add("psnr_peak_inf", e, [](Fixture&) { InrCall s; return gpe_inr_psnr(&s.tx, &s.tx, kInf, &s.value); });

@@ -95,6 +95,10 @@ absl::Status ReadPair(const DLTensor* a, const DLTensor* b, RowMatrixXd* fa, Row
   const int64_t n = va->numel();
   if (n < 1) return absl::InvalidArgumentError("a and b are empty");
   if (n > (int64_t{1} << 34)) return absl::OutOfRangeError("a has more than 2^34 entries");
+  // Broadcast views (stride 0) describe their entries in a few bytes: copied only up to
+  // kMaxBroadcastCopy entries, as every other reader (2^27 of them cost 2 GiB here).
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*va, "a"); !s.ok()) return s;
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(*vb, "b"); !s.ok()) return s;
   fa->resize(1, n);
   fb->resize(1, n);
   // Row-major walk of up to 3 dimensions (missing leading ones have size 1).
@@ -136,6 +140,8 @@ gpe_status gpe_inr_synthetic_image(int32_t task, int32_t signed_values, DLTensor
                                                      v->shape[0], ", ", v->shape[1], "]"));
     }
     if (absl::Status s = CheckGridSide(v->shape[0], "n"); !s.ok()) return s;
+    // A self-overlapping out (stride 0) is refused before the image is computed.
+    if (absl::Status s = gpe::c_api::CheckNoSelfOverlap(*v, "out"); !s.ok()) return s;
     return WriteMatrix<double>(gpe::inr::SyntheticImage(*t, v->shape[0], signed_values != 0), out,
                                "out");
   });

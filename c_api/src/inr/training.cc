@@ -391,6 +391,14 @@ absl::Status MlpPredict(const gpe::inr::MlpShape& shape, const TensorView& param
   Vector<Scalar> p = CopyVector<Scalar>(parameters);
   if (!p.allFinite()) return absl::InvalidArgumentError("parameters has a non-finite entry");
   mlp->mutable_parameters() = std::move(p);
+  // The batch's size before its copy (Predict checks it too, after): a broadcast
+  // features tensor of 2^27 rows cost 1 GiB before "x must have 1..2^24 rows".
+  constexpr int64_t kMaxRows = int64_t{1} << 24;
+  if (features.shape[0] < 1 || features.shape[0] > kMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("features must have 1..", kMaxRows,
+                                                   " rows, got ", features.shape[0]));
+  }
+  if (absl::Status s = gpe::c_api::CheckBroadcastCopy(features, "features"); !s.ok()) return s;
   const RowMatrix<Scalar> x = CopyMatrix<Scalar>(features);
   absl::StatusOr<RowMatrix<Scalar>> y = gpe::inr::Predict<Scalar>(*mlp, x);
   if (!y.ok()) return y.status();

@@ -1611,6 +1611,7 @@ void InrSolverCases(const AddCase& add) {
   add("dadam_final_learning_rate_inf", e, [](Fixture&) { InrCall s; s.adam.final_learning_rate = kInf; return s.Dense(); });
   add("dadam_beta1_1", e, [](Fixture&) { InrCall s; s.adam.beta1 = 1.0; return s.Dense(); });
   add("dadam_epsilon_nan", e, [](Fixture&) { InrCall s; s.adam.epsilon = kNaN; return s.Dense(); });
+  add("dadam_epsilon_0", e, [](Fixture&) { InrCall s; s.adam.epsilon = 0.0; return s.Dense(); });
   add("dadam_features_inf", e, [](Fixture&) { InrCall s; s.x[2] = -kInf; return s.Dense(); });
   add("dadam_features_empty", e, [](Fixture&) {
     InrCall s;

@@ -309,9 +309,12 @@ absl::StatusOr<AdamT<Scalar>> AdamT<Scalar>::Create(int64_t num_parameters,
     return absl::InvalidArgumentError(absl::StrCat("Adam: betas must be in [0, 1), got ",
                                                    options.beta1, ", ", options.beta2));
   }
-  if (!std::isfinite(options.epsilon) || options.epsilon < 0.0) {
+  // > 0: with 0, a parameter whose gradient is exactly 0 (a feature column of zeros, a
+  // dead ReLU unit) gets 0 / 0 = NaN, reported later as divergence.
+  if (!std::isfinite(options.epsilon) || !(options.epsilon > 0.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("Adam: epsilon must be finite and >= 0, got ", options.epsilon));
+        absl::StrCat("Adam: epsilon must be finite and > 0 (0 makes a parameter whose "
+                     "gradient is 0 NaN: 0 / 0), got ", options.epsilon));
   }
   return AdamT(num_parameters, options);
 }

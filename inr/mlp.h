@@ -144,7 +144,7 @@ struct AdamOptions {
   double learning_rate = 1e-3;  // finite, > 0
   double beta1 = 0.9;           // in [0, 1)
   double beta2 = 0.999;         // in [0, 1)
-  double epsilon = 1e-8;        // finite, >= 0
+  double epsilon = 1e-8;        // finite, > 0
 };
 
 // Adam (Kingma & Ba 2015, Algorithm 1): with t the step count after increment,

@@ -43,7 +43,7 @@ typedef struct gpe_mlp_options {
   int64_t steps;             /* full-batch Adam steps, >= 0 (Lim et al.: 500) */
   double learning_rate;      /* finite, > 0 */
   double beta1, beta2;       /* in [0, 1) */
-  double epsilon;            /* finite, >= 0 */
+  double epsilon;            /* finite, > 0 */
   uint64_t seed;             /* initialisation when no initial parameters are given */
   int64_t report_every;      /* progress every report_every steps and after the last; 0: last only */
   gpe_progress_callback progress; /* optional */
@@ -137,7 +137,7 @@ typedef struct gpe_linear_adam_options {
   double learning_rate;       /* finite, > 0 */
   double final_learning_rate; /* finite, > 0; equal to learning_rate: constant */
   double beta1, beta2;        /* in [0, 1) */
-  double epsilon;             /* finite, >= 0 */
+  double epsilon;             /* finite, > 0 */
   int64_t report_every;       /* progress every report_every steps; 0: never */
   gpe_progress_callback progress; /* optional */
   void* progress_user_data;

@@ -39,7 +39,9 @@ struct Split {
   std::vector<int64_t> train, validation, test;
 };
 // Lim et al. D.2: a uniformly random train fraction (5%), validation fraction (40%),
-// the rest test. Fractions in [0, 1] with sum <= 1; deterministic in `seed`.
+// the rest test. Fractions in [0, 1] with sum <= 1; deterministic in `seed`. Sizes
+// llround(fraction * num_points) (halves away from zero), the validation set clipped to
+// what the train set leaves.
 absl::StatusOr<Split> RandomSplit(int64_t num_points, double train_fraction,
                                   double validation_fraction, uint64_t seed);
 // Zheng et al.'s separable set-up on an n_rows x n_cols image: train on the [::2] x [::2]

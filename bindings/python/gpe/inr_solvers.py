@@ -433,7 +433,9 @@ def random_split(num_points: int, train_fraction: float = 0.05,
                  ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.int64],
                             npt.NDArray[np.int64]]:
     """Lim et al. D.2: (train, validation, test) index arrays, each ascending, sizes
-    round(fraction * num_points), the rest test; deterministic in seed."""
+    round(fraction * num_points) with halves away from zero (Python's round() takes them
+    to even), validation clipped to what train leaves (3 points at 0.5 / 0.5: 2, 1, 0),
+    the rest test; deterministic in seed."""
     return _split(lambda t, c: lib().gpe_inr_random_split(num_points, train_fraction,
                                                           validation_fraction, seed, t, c),
                   num_points)

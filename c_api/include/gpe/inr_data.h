@@ -30,7 +30,9 @@ GPE_API GPE_NODISCARD gpe_status gpe_inr_grid_coordinates(int64_t n, DLTensor* o
  * ascending; counts (out, 3 entries): the three sizes. */
 /* Lim et al. D.2: uniformly random fractions (5% / 40% / rest), deterministic in seed
  * (std::mt19937_64 + std::shuffle: reproducible within one C++ standard library); sizes
- * round(fraction * num_points). Fractions finite, >= 0, sum <= 1; num_points >= 0. */
+ * round(fraction * num_points), halves away from zero (llround), the validation set
+ * clipped to what the train set leaves when both round up (3 points at 1/2 + 1/2: 2, 1,
+ * 0). Fractions finite, >= 0, sum <= 1; num_points >= 0. */
 GPE_API GPE_NODISCARD gpe_status gpe_inr_random_split(int64_t num_points, double train_fraction,
                                                       double validation_fraction, uint64_t seed,
                                                       DLTensor* indices, int64_t* counts);

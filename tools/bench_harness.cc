@@ -107,9 +107,22 @@ std::vector<std::string> TorchPeer::Run(const std::vector<std::string>& cases, i
     while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
     pclose(pipe);
   }
-  size_t i = 0;
-  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
-    if (i < lines.size()) lines[i++] = std::string(line);
+  return PlaceByCase(out, cases);
+}
+
+std::vector<std::string> PlaceByCase(const std::string& out, const std::vector<std::string>& cases) {
+  std::vector<std::string> lines(cases.size());
+  for (absl::string_view view : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    const std::string line(view);
+    if (line.empty() || line.front() != '{') continue;
+    const std::string c = JsonString(line, "case");
+    if (c.empty()) continue;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (lines[i].empty() && cases[i] == c) {
+        lines[i] = line;
+        break;
+      }
+    }
   }
   return lines;
 }

@@ -58,6 +58,13 @@ inline constexpr const char* kPeerTimeout = "timeout --kill-after=10 900 ";
 
 // The PyTorch peer, run as a child process: one JSON line per case, in order. Lines are
 // empty where the child died before printing them (e.g. a crash inside torch).
+// The peer's stdout as one line per case, in the order of `cases`: each line that is a
+// JSON object with a "case" field goes to the first still-empty slot of that case; lines
+// of anything else (a library's log on stdout, e.g. ONEDNN_VERBOSE) are dropped, and a
+// case without an answer stays empty. (By position, one extra line shifted every later
+// answer to the wrong case.)
+std::vector<std::string> PlaceByCase(const std::string& out, const std::vector<std::string>& cases);
+
 class TorchPeer {
  public:
   // enabled: false under --no-peers (every line empty, Why says so); python: the

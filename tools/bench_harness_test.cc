@@ -25,6 +25,31 @@ TEST(JsonTest, ReadsThePeersLines) {
 
 // Paths with spaces and quotes reach the peers as one word each: quoted for /bin/sh and
 // read back by a shell exactly as given.
+// Answers go to their cases by the "case" field, not by position: a log line on stdout
+// (oneDNN's verbose mode writes there) shifted every later answer into the wrong column.
+TEST(PlaceByCaseTest, AnswersFindTheirCasesWhateverElseIsPrinted) {
+  const std::vector<std::string> cases = {"rope,s=256", "rope,s=256,compile=1", "sdpa", "lost"};
+  const std::string out =
+      "onednn_verbose,info,oneDNN v3.x\n"
+      "{\"case\": \"rope,s=256,compile=1\", \"seconds\": 0.001}\n"
+      "not json at all\n"
+      "{\"case\": \"rope,s=256\", \"seconds\": 0.002}\n"
+      "{\"case\": \"unknown\", \"seconds\": 9}\n"
+      "{\"case\": \"sdpa\", \"error\": \"boom\"}\n";
+  const std::vector<std::string> lines = PlaceByCase(out, cases);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_DOUBLE_EQ(JsonNumber(lines[0], "seconds"), 0.002);
+  EXPECT_DOUBLE_EQ(JsonNumber(lines[1], "seconds"), 0.001);
+  EXPECT_EQ(JsonString(lines[2], "error"), "boom");
+  EXPECT_TRUE(lines[3].empty());
+  // The same case twice: answers in order.
+  const std::vector<std::string> twice =
+      PlaceByCase("{\"case\": \"a\", \"seconds\": 1}\n{\"case\": \"a\", \"seconds\": 2}\n",
+                  {"a", "a"});
+  EXPECT_DOUBLE_EQ(JsonNumber(twice[0], "seconds"), 1.0);
+  EXPECT_DOUBLE_EQ(JsonNumber(twice[1], "seconds"), 2.0);
+}
+
 TEST(ShellQuoteTest, ShellReadsBackTheWord) {
   EXPECT_EQ(ShellQuote("plain"), "'plain'");
   EXPECT_EQ(ShellQuote("a b'c"), "'a b'\\''c'");

@@ -197,7 +197,8 @@ std::optional<int> ParseLimArgs(const std::vector<std::string>& args, LimArgs* a
   bool quick = false, seeds_given = false, size_given = false, steps_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    const bool has_value = i + 1 < args.size();
+    // An empty value (--out "") is none: it fell back to a default without a word.
+    const bool has_value = i + 1 < args.size() && !args[i + 1].empty();
     long long v = 0;
     if (arg == "--help" || arg == "-h") {
       std::fputs(kLimUsage, stdout);

@@ -56,7 +56,8 @@ std::optional<int> ParseVolumeArgs(const std::vector<std::string>& args, VolumeC
   cfg->out = DefaultOut("volume");
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const bool has_value = i + 1 < args.size();
+    // An empty value (--out "") is none: it fell back to a default without a word.
+    const bool has_value = i + 1 < args.size() && !args[i + 1].empty();
     long long v = 0;
     if (a == "--help" || a == "-h") {
       std::fputs(kVolumeUsage, stdout);

@@ -148,7 +148,8 @@ std::optional<int> ParseZhengArgs(const std::vector<std::string>& args, ZhengCon
   cfg->out = DefaultOut("zheng_table1");
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    const bool has_value = i + 1 < args.size();
+    // An empty value (--out "") is none: it fell back to a default without a word.
+    const bool has_value = i + 1 < args.size() && !args[i + 1].empty();
     long long v = 0;
     if (a == "--help" || a == "-h") {
       std::fputs(kZhengUsage, stdout);

@@ -141,7 +141,7 @@ int InrImageCommand(int argc, char** argv) {
   bool gray = false;
   for (int i = 2; i < argc; ++i) {
     const std::string flag = argv[i];
-    if (flag == "--out" && i + 1 < argc) {
+    if (flag == "--out" && i + 1 < argc && argv[i + 1][0] != '\0') {  // not --out ""
       out = argv[++i];
     } else if (flag == "--gray") {
       gray = true;
@@ -164,7 +164,7 @@ int InrImageCommand(int argc, char** argv) {
 int InrSpiralCommand(int argc, char** argv) {
   std::string out;
   for (int i = 2; i < argc; ++i) {
-    if (std::string(argv[i]) == "--out" && i + 1 < argc) {
+    if (std::string(argv[i]) == "--out" && i + 1 < argc && argv[i + 1][0] != '\0') {
       out = argv[++i];
     } else {
       std::fprintf(stderr, "gpe inr-spiral: unknown or incomplete option '%s'\n\n%s", argv[i],
@@ -224,6 +224,10 @@ int main(int argc, char** argv) {
   if (command == "help" || command == "--help" || command == "-h") {
     std::fputs(kUsage, stdout);
     return 0;
+  }
+  if (argc > 1 && command.empty()) {  // `gpe "$MODE"` with MODE unset: not the main job
+    std::fprintf(stderr, "gpe: an empty command\n\n%s", kUsage);
+    return 2;
   }
   if (command.empty() || command == "--quick") return MainJob(argc, argv);
   if (command == "inr") return t::RunInrCommand(std::vector<std::string>(argv + 2, argv + argc));

@@ -83,12 +83,17 @@ absl::Status FitAndReport(const BasisConfig& c, const TrainingGrid& g, const inr
                 std::string(w.status().message()).c_str());
     return absl::OkStatus();
   }
-  const RowMatrixXd full_y = *basis->Encode(g.axis_y), full_x = *basis->Encode(g.axis_x);
+  absl::StatusOr<RowMatrixXd> full_y = basis->Encode(g.axis_y);
+  if (!full_y.ok()) return full_y.status();
+  absl::StatusOr<RowMatrixXd> full_x = basis->Encode(g.axis_x);
+  if (!full_x.ok()) return full_x.status();
   std::vector<ImageMatrix> recon;
   double train_se = 0, test_se = 0;
   int64_t train_count = 0, test_count = 0;
   for (size_t ch = 0; ch < image.channels.size(); ++ch) {
-    recon.push_back(*inr::PredictSeparable2D(full_y, full_x, (*w)[ch]));
+    absl::StatusOr<ImageMatrix> r = inr::PredictSeparable2D(*full_y, *full_x, (*w)[ch]);
+    if (!r.ok()) return r.status();
+    recon.push_back(*std::move(r));
     for (int64_t i = 0; i < image.rows(); ++i) {
       for (int64_t j = 0; j < image.cols(); ++j) {
         const double e = recon[ch](i, j) - image.channels[ch](i, j);
@@ -103,11 +108,16 @@ absl::Status FitAndReport(const BasisConfig& c, const TrainingGrid& g, const inr
     }
   }
   const std::string png = absl::StrCat(name, "_", c.name, "_k", c.k, ".png");
-  const bool wrote = inr::WritePng(out_dir + "/" + png, recon).ok();
+  // A reconstruction that cannot be written fails the command (exit 1), as the truth PNG
+  // and every other output do; it used to show "(not written)" in the table and exit 0.
+  if (absl::Status s = inr::WritePng(out_dir + "/" + png, recon); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot write ", out_dir, "/", png, ": ",
+                                               s.message()));
+  }
   std::printf("| %s | %lld | %.1f | %.2f | %.2f | %.2f | %s |\n", c.name,
               static_cast<long long>(c.k), c.width_in_spacings,
               10 * std::log10(train_count / train_se), 10 * std::log10(test_count / test_se), ms,
-              wrote ? png.c_str() : "(not written)");
+              png.c_str());
   return absl::OkStatus();
 }
 

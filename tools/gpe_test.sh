@@ -35,6 +35,11 @@ done
 "$gpe" --quick extra >/dev/null 2>&1 && fail "the main job accepted an extra argument"
 "$gpe" inr-spiral --out "$PWD/elsewhere" >/dev/null || fail "inr-spiral --out failed"
 [[ -s elsewhere/spiral_triangle_k64.png ]] || fail "inr-spiral ignored --out"
+# A reconstruction that cannot be written (a directory in its place) fails the command;
+# it printed "(not written)" and exited 0.
+mkdir -p blocked/spiral_gaussian_k64.png
+"$gpe" inr-spiral --out "$PWD/blocked" >/dev/null 2>&1; rc=$?
+[[ $rc -eq 1 ]] || fail "inr-spiral with an unwritable picture exited $rc, expected 1"
 
 # A user's PNG: the Spiral truth written above, read back as an RGB image.
 out="$("$gpe" inr-image gpe_out/spiral_truth.png --out "$PWD/img")" || fail "inr-image failed: $out"
@@ -106,5 +111,14 @@ for bad in "frobnicate" "check-groups --trials 0" "check-groups --trials x" "che
   err="$("$gpe" $bad 2>&1)"; rc=$?
   [[ $rc -eq 2 ]] || fail "'gpe $bad' exited $rc, expected 2"
   [[ -n "$err" ]] || fail "'gpe $bad' printed no message"
+done
+# Empty words (an unset shell variable): not the main job, not the default directory.
+"$gpe" "" >/dev/null 2>&1; rc=$?
+[[ $rc -eq 2 ]] || fail "'gpe \"\"' exited $rc, expected 2"
+for cmd in "inr-spiral" "inr-image gpe_out/spiral_truth.png" "inr volume" "inr zheng-table1" \
+           "inr lim-table2"; do
+  # shellcheck disable=SC2086
+  "$gpe" $cmd --out "" >/dev/null 2>&1; rc=$?
+  [[ $rc -eq 2 ]] || fail "'gpe $cmd --out \"\"' exited $rc, expected 2"
 done
 echo "PASS"

@@ -38,6 +38,7 @@ int64_t PeakRssGrowth(const std::function<void()>& fn) {
   {
     std::ofstream reset("/proc/self/clear_refs");
     reset << "5";
+    reset.flush();  // the write happens here: checked before it, a refusal went unseen
     if (!reset) return -1;
   }
   const int64_t before = ProcStatusBytes("VmRSS");

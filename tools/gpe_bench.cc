@@ -66,7 +66,10 @@ absl::Status BenchRopeInPlace(bool quick, int threads, int reps, double triad) {
   const std::vector<int64_t> offsets = {0};
   absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
   if (!table.ok()) return table.status();
-  const double sec = BestSeconds(reps, [&] { (void)rope->Apply<float>(*table, tensor, x.data(), x.data()); });
+  absl::StatusOr<double> timed = BestSecondsOk(
+      reps, [&] { return rope->Apply<float>(*table, tensor, x.data(), x.data()); });
+  if (!timed.ok()) return timed.status();  // a failing call is not timed as a fast one
+  const double sec = *timed;
   const double gbs = 2.0 * static_cast<double>(x.size()) * sizeof(float) / sec * 1e-9;
   std::printf("| RoPE in place, %lld x %lld x %lld float32 | %.1f GB/s | | | %.2f of triad |\n",
               static_cast<long long>(s), static_cast<long long>(h), static_cast<long long>(d),
@@ -104,25 +107,39 @@ std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k,
 }
 
 // Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis, beside NumPy.
-void BenchInrClosedForm(bool quick, bool peers, int reps) {
+// Every step's status is returned (a failure exits 1 with its message, not an abort).
+absl::Status BenchInrClosedForm(bool quick, bool peers, int reps) {
   const int64_t n = quick ? 64 : 512, k = quick ? 32 : 256;
   const double sigma = 1.0 / static_cast<double>(k), lambda = 1e-6;
   inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
   std::vector<double> coords(n);
   for (int64_t i = 0; i < n; ++i) coords[i] = (i + 0.5) / static_cast<double>(n);
-  const enc::ShiftedBasis1D basis =
-      *enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, k, sigma, 0.0, 1.0);
+  absl::StatusOr<enc::ShiftedBasis1D> basis =
+      enc::ShiftedBasis1D::Create(enc::ShiftedBasisKind::kGaussian, k, sigma, 0.0, 1.0);
+  if (!basis.ok()) return basis.status();
   inr::SeparableFitOptions options;
   options.lambda = lambda;
   options.float32_image_products = true;
   const std::vector<inr::RowMatrixXd> channels = {image};
   std::vector<inr::RowMatrixXd> w;
-  const double sec = BestSeconds(reps, [&] {
-    const inr::RowMatrixXd psi = *basis.Encode(coords);
-    w = *inr::FitSeparable2D(psi, psi, channels, options);
+  absl::StatusOr<double> timed = BestSecondsOk(reps, [&]() -> absl::Status {
+    absl::StatusOr<inr::RowMatrixXd> psi = basis->Encode(coords);
+    if (!psi.ok()) return psi.status();
+    absl::StatusOr<std::vector<inr::RowMatrixXd>> fit =
+        inr::FitSeparable2D(*psi, *psi, channels, options);
+    if (!fit.ok()) return fit.status();
+    w = *std::move(fit);
+    return absl::OkStatus();
   });
-  const inr::RowMatrixXd psi = *basis.Encode(coords);
-  const double psnr = *inr::Psnr(*inr::PredictSeparable2D(psi, psi, w[0]), image);
+  if (!timed.ok()) return timed.status();
+  const double sec = *timed;
+  absl::StatusOr<inr::RowMatrixXd> psi = basis->Encode(coords);
+  if (!psi.ok()) return psi.status();
+  absl::StatusOr<inr::RowMatrixXd> recon = inr::PredictSeparable2D(*psi, *psi, w[0]);
+  if (!recon.ok()) return recon.status();
+  absl::StatusOr<double> psnr_or = inr::Psnr(*recon, image);
+  if (!psnr_or.ok()) return psnr_or.status();
+  const double psnr = *psnr_or;
   std::string peer = "not run", ratio = "";
   if (peers) {
     const std::string json = NumpyClosedForm(image, n, k, sigma, lambda, reps);
@@ -137,10 +154,11 @@ void BenchInrClosedForm(bool quick, bool peers, int reps) {
   std::printf("| INR closed form, %lldx%lld, K = %lld Gaussian | %.2f ms, %.2f dB | %s | %s | |\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(k),
               sec * 1e3, psnr, peer.c_str(), ratio.c_str());
+  return absl::OkStatus();
 }
 
 // Zheng et al.'s blended fit of 25% random pixels on a virtual grid.
-void BenchInrBlended(bool quick) {
+absl::Status BenchInrBlended(bool quick) {
   const int64_t n = quick ? 64 : 512, g = quick ? 32 : 128;
   const inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
   std::mt19937_64 rng(1);
@@ -155,19 +173,25 @@ void BenchInrBlended(bool quick) {
   }
   std::vector<double> grid(g);
   for (int64_t i = 0; i < g; ++i) grid[i] = static_cast<double>(i) / (g - 1);
-  const enc::ShiftedBasis1D basis = *enc::ShiftedBasis1D::Create(
+  absl::StatusOr<enc::ShiftedBasis1D> basis = enc::ShiftedBasis1D::Create(
       enc::ShiftedBasisKind::kGaussian, g, 1.0 / g, 0.0, 1.0 + 1.0 / g);
-  const inr::AxisEncoder e = [&](absl::Span<const double> c) { return basis.Encode(c); };
+  if (!basis.ok()) return basis.status();
+  const inr::AxisEncoder e = [&](absl::Span<const double> c) { return basis->Encode(c); };
   inr::BlendedFitOptions options;
   options.lambda = 1e-4;
   options.tolerance = 1e-4;
   int iterations = 0;
-  const double sec = BestSeconds(quick ? 1 : 2, [&] {
-    iterations = inr::FitBlended2D(e, e, grid, grid, px, py, vals, options)->iterations;
+  absl::StatusOr<double> timed = BestSecondsOk(quick ? 1 : 2, [&]() -> absl::Status {
+    absl::StatusOr<inr::BlendedFit> fit = inr::FitBlended2D(e, e, grid, grid, px, py, vals, options);
+    if (!fit.ok()) return fit.status();
+    iterations = fit->iterations;
+    return absl::OkStatus();
   });
+  if (!timed.ok()) return timed.status();
   std::printf("| INR blended fit, 25%% of %lldx%lld, %lld^2 virtual grid | %.0f ms, %d iterations | | | |\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(g),
-              sec * 1e3, iterations);
+              *timed * 1e3, iterations);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -185,12 +209,13 @@ int RunBench(bool quick, bool peers, const std::string& out_dir) {
   std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
   std::printf("| triad bandwidth | %.1f GB/s | | | 1.00 |\n", triad);
 
-  if (absl::Status s = BenchRopeInPlace(quick, threads, reps, triad); !s.ok()) {
-    std::fprintf(stderr, "gpe bench: %s\n", std::string(s.message()).c_str());
+  absl::Status first = BenchRopeInPlace(quick, threads, reps, triad);
+  if (first.ok()) first = BenchInrClosedForm(quick, peers, reps);
+  if (first.ok()) first = BenchInrBlended(quick);
+  if (!first.ok()) {
+    std::fprintf(stderr, "gpe bench: %s\n", std::string(first.message()).c_str());
     return 1;
   }
-  BenchInrClosedForm(quick, peers, reps);
-  BenchInrBlended(quick);
 
   // Attention and RoPE against PyTorch, then the sweeps and plots (tools/bench_attention.h).
   AttentionBenchOptions attention = AttentionBenchDefaults(out_dir);

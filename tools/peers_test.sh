@@ -29,6 +29,8 @@ if grep -q "plot_bench: skipped" <<<"$out"; then
   [[ ! -e attention_vs_seqlen.png ]] || fail "skipped yet wrote a plot"
 else
   [[ -s attention_vs_seqlen.png && -s rope_bandwidth.png ]] || fail "no plots and no message: $out"
+  # Written through a temporary file and a rename: none is left behind.
+  ! compgen -G "*.tmp.*" >/dev/null || fail "plot_bench.py left temporary files: $(ls)"
 fi
 
 "$OLDPWD/$setup" --bogus >/dev/null 2>&1; [[ $? -eq 2 ]] || fail "setup_peers.sh --bogus did not exit 2"

@@ -17,6 +17,19 @@ import os
 import sys
 
 
+def save_atomically(fig, path):
+    """fig as a PNG at path through a temporary file in the same directory and a rename:
+    a run killed mid-write (the caller's timeout, a full disk) leaves the previous picture
+    whole, as the C++ side's WriteFileAtomically does."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        fig.savefig(tmp, dpi=110, format="png")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
 def finite(v):
     return v is not None and math.isfinite(v)
 
@@ -59,7 +72,7 @@ def main():
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "attention_vs_seqlen.png"), dpi=110)
+    save_atomically(fig, os.path.join(out, "attention_vs_seqlen.png"))
     plt.close(fig)
 
     rope = bench["rope_sweep"]
@@ -78,7 +91,7 @@ def main():
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "rope_bandwidth.png"), dpi=110)
+    save_atomically(fig, os.path.join(out, "rope_bandwidth.png"))
     plt.close(fig)
     print("plot_bench: wrote %s and %s" % (os.path.join(out, "attention_vs_seqlen.png"),
                                            os.path.join(out, "rope_bandwidth.png")))

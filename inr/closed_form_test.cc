@@ -224,6 +224,39 @@ TEST(ClosedForm, Volume3DRecoversWeightsAndRoundTrips) {
   EXPECT_LT(std::sqrt(err / norm), 1e-8);  // as in the 2D case: cond^2 eps with margin
 }
 
+// A factor whose Cholesky pivots do not reveal its condition: Psi = Q R with Q (300 x 70)
+// orthonormal and R Kahan's upper-triangular matrix (c = 0.25, s = sqrt(1 - c^2): R_ii =
+// s^i, R_ij = -c s^i for j > i). G = R^T R has pivots R_ii^2 down to s^138 = 0.012 of the
+// largest, which passed the pivot test, yet cond(G) = cond(R)^2 ~ 2.6e16: the fit
+// returned OK with a W worse than 0. The condition estimate refuses it, with the message
+// of a singular factor; a well-conditioned factor of the same size still passes.
+TEST(ClosedForm, IllConditionedFactorsWithBenignPivotsAreRefused) {
+  const int n = 300, k = 70;
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd a(n, k);
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < k; ++j) a(i, j) = normal(rng);
+  }
+  const Eigen::MatrixXd q = Eigen::HouseholderQR<Eigen::MatrixXd>(a).householderQ() *
+                            Eigen::MatrixXd::Identity(n, k);
+  const double c = 0.25, s = std::sqrt(1 - c * c);
+  Eigen::MatrixXd r = Eigen::MatrixXd::Zero(k, k);
+  for (int i = 0; i < k; ++i) {
+    const double si = std::pow(s, i);
+    r(i, i) = si;
+    for (int j = i + 1; j < k; ++j) r(i, j) = -c * si;
+  }
+  const RowMatrixXd psi = q * r;
+  const RowMatrixXd image = RowMatrixXd::Ones(n, n);
+  absl::StatusOr<RowMatrixXd> w = FitSeparable2D(psi, psi, image, 0.0);
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RidgePinvTransposed(psi, 0.0).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Q itself (cond 1) is fine, and a ridge makes the Kahan factor well posed.
+  EXPECT_TRUE(FitSeparable2D(RowMatrixXd(q), RowMatrixXd(q), image, 0.0).ok());
+  EXPECT_TRUE(FitSeparable2D(psi, psi, image, 1e-3).ok());
+}
+
 TEST(ClosedForm, SingularAndBadInputsAreReported) {
   // More shifts than coordinates: Psi^T Psi is singular without ridge.
   const RowMatrixXd wide = GaussianFactor(6, 10, 0.05);

@@ -733,13 +733,39 @@ absl::Status CheckModeSizes(int64_t n0, int64_t n1, int64_t k1, int64_t k2, cons
 
 // Y = X x_0 M_0 x_1 M_1 x_2 M_2 where each M_d is given transposed or not:
 // `m[d]` is r_d x c_d and multiplies mode d of X (size c_d if !transposed[d]; the
-// transposed use multiplies by m[d]^T, mode size r_d).
+// transposed use multiplies by m[d]^T, mode size r_d). Modes 2, 1, 0 in turn (scratch
+// n0 n1 k2 + n0 k1 k2) or 0, 1, 2 (k0 n1 n2 + k0 k1 n2), whichever needs less scratch
+// and fits BLAS's int: predicting one slice of a volume (n0 = 1) from K0 = 256 through
+// modes 2, 1, 0 built K0 n1 n2 doubles (2 GiB for an 8 MiB result).
 Tensor3 ModeProducts(const Tensor3& x, const std::array<const RowMatrixXd*, 3>& m,
                      bool transposed) {
   const int64_t n0 = x.dims[0], n1 = x.dims[1], n2 = x.dims[2];
   std::array<int64_t, 3> out_dims;
   for (int d = 0; d < 3; ++d) out_dims[d] = transposed ? m[d]->cols() : m[d]->rows();
   const int64_t k0 = out_dims[0], k1 = out_dims[1], k2 = out_dims[2];
+  const __int128 scratch_210 = __int128{n0} * n1 * k2 + __int128{n0} * k1 * k2;
+  const __int128 scratch_012 = __int128{k0} * n1 * n2 + __int128{k0} * k1 * n2;
+  const __int128 limit = std::numeric_limits<int>::max();
+  const bool fits_012 = __int128{n1} * n2 <= limit && __int128{k0} * k1 <= limit;
+  if (fits_012 && scratch_012 < scratch_210) {
+    // Mode 0: M_0 (k0 x n0) times (n0 x n1 n2).
+    std::vector<double> y0(static_cast<size_t>(k0 * n1 * n2));
+    Gemm(transposed, false, k0, n1 * n2, n0, m[0]->data(), m[0]->cols(), x.data.data(), n1 * n2,
+         y0.data(), n1 * n2);
+    // Mode 1: for each i0, M_1 (k1 x n1) times the (n1 x n2) slice.
+    std::vector<double> y1(static_cast<size_t>(k0 * k1 * n2));
+    for (int64_t i0 = 0; i0 < k0; ++i0) {
+      Gemm(transposed, false, k1, n2, n1, m[1]->data(), m[1]->cols(), y0.data() + i0 * n1 * n2,
+           n2, y1.data() + i0 * k1 * n2, n2);
+    }
+    // Mode 2: (k0 k1 x n2) times M_2^T (n2 x k2).
+    Tensor3 y;
+    y.dims = out_dims;
+    y.data.resize(static_cast<size_t>(k0 * k1 * k2));
+    Gemm(false, !transposed, k0 * k1, k2, n2, y1.data(), n2, m[2]->data(), m[2]->cols(),
+         y.data.data(), k2);
+    return y;
+  }
   // Mode 2: (n0 n1 x n2) times M_2^T (n2 x k2), or times the stored (n2 x k2) when transposed.
   std::vector<double> x1(static_cast<size_t>(n0 * n1 * k2));
   Gemm(false, !transposed, n0 * n1, k2, n2, x.data.data(), n2, m[2]->data(), m[2]->cols(),

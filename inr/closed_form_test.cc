@@ -465,6 +465,44 @@ TEST(Metrics, MseAndPsnr) {
   EXPECT_NEAR(*MeanSquaredError(a, huge) / 1e298, 1.0, 1e-15);
 }
 
+// Predictions through either order of the mode products (the one with less scratch:
+// modes 0, 1, 2 for one slice n0 = 1 from K0 = 6; 2, 1, 0 for n = 9 x 2 x 2) equal the
+// triple sum (a few roundings on O(1) values: 1e-12).
+TEST(ClosedForm3D, PredictionsEqualTheTripleSumInEitherModeOrder) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> normal;
+  for (const auto& [k, n] : {std::pair{std::array<int64_t, 3>{6, 3, 4}, std::array<int64_t, 3>{1, 5, 7}},
+                             std::pair{std::array<int64_t, 3>{2, 3, 4}, std::array<int64_t, 3>{9, 2, 2}}}) {
+    Tensor3 w;
+    w.dims = k;
+    w.data.resize(static_cast<size_t>(k[0] * k[1] * k[2]));
+    for (double& x : w.data) x = normal(rng);
+    std::array<RowMatrixXd, 3> psi;
+    for (int d = 0; d < 3; ++d) {
+      psi[d] = RowMatrixXd(n[d], k[d]);
+      for (int64_t i = 0; i < psi[d].size(); ++i) psi[d].data()[i] = normal(rng);
+    }
+    absl::StatusOr<Tensor3> v = PredictSeparable3D(psi, w);
+    ASSERT_TRUE(v.ok()) << v.status();
+    ASSERT_EQ(v->dims, n);
+    for (int64_t i = 0; i < n[0]; ++i) {
+      for (int64_t j = 0; j < n[1]; ++j) {
+        for (int64_t l = 0; l < n[2]; ++l) {
+          double want = 0;
+          for (int64_t a = 0; a < k[0]; ++a) {
+            for (int64_t b = 0; b < k[1]; ++b) {
+              for (int64_t c = 0; c < k[2]; ++c) {
+                want += w.data[(a * k[1] + b) * k[2] + c] * psi[0](i, a) * psi[1](j, b) * psi[2](l, c);
+              }
+            }
+          }
+          EXPECT_NEAR(v->data[(i * n[1] + j) * n[2] + l], want, 1e-12);
+        }
+      }
+    }
+  }
+}
+
 // The 3-D fit of finite inputs whose products overflow is refused, as the 2-D fit's:
 // a W with NaN or inf was returned with OK.
 TEST(ClosedForm3D, OverflowingWeightsAreRefused) {

@@ -643,6 +643,47 @@ TEST(RopeC, TableReuseEqualsOneShotCalls) {
   gpe_rope_destroy(rope);
 }
 
+// A table is for one token numbering: built for bshd [2, 4] with offsets {0, 100}, it
+// rotated a [4, 2] tensor (as many tokens) by positions 0..3, 100..103 instead of refusing
+// it. And an out-of-place call whose out has strides of its own writes out only once
+// nothing can refuse it: an offset that overflows int64 left out overwritten by the copy
+// of x.
+TEST(RopeC, TablesKeepTheirShapeAndRefusedCallsLeaveOutWhole) {
+  const int64_t d = 8, h = 1;
+  gpe_rope_options o = GPE_ROPE_OPTIONS_INIT;
+  o.head_dim = d;
+  gpe_rope* rope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&o, &rope), GPE_OK) << gpe_last_error_message();
+  std::vector<int64_t> offsets = {0, 100}, oshape = {2};
+  DLTensor toff = Tensor(offsets.data(), kDLInt, 64, &oshape);
+  gpe_rope_tokens tok = GPE_ROPE_TOKENS_INIT;
+  tok.offsets = &toff;
+  std::vector<int64_t> s24 = {2, 4, h, d}, s42 = {4, 2, h, d};
+  std::vector<float> x(2 * 4 * h * d, 0.5f), y(x.size(), 0.0f);
+  DLTensor t24 = Tensor(x.data(), kDLFloat, 32, &s24), t42 = Tensor(x.data(), kDLFloat, 32, &s42);
+  DLTensor y42 = Tensor(y.data(), kDLFloat, 32, &s42);
+  gpe_rope_table* table = nullptr;
+  ASSERT_EQ(gpe_rope_table_create(rope, &tok, &t24, &table), GPE_OK) << gpe_last_error_message();
+  EXPECT_EQ(gpe_rope_table_forward(table, &t42, &y42), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("token numbering")) << gpe_last_error_message();
+  DLTensor y24 = Tensor(y.data(), kDLFloat, 32, &s24);
+  EXPECT_EQ(gpe_rope_table_forward(table, &t24, &y24), GPE_OK) << gpe_last_error_message();
+  gpe_rope_table_destroy(table);
+
+  // Out of place into padded rows (16 floats per row): refused before out is touched.
+  std::vector<float> padded(2 * 4 * h * 16, -7.0f);
+  std::vector<int64_t> pstrides = {4 * h * 16, h * 16, 16, 1};
+  DLTensor tp = Tensor(padded.data(), kDLFloat, 32, &s24, &pstrides);
+  offsets = {0, std::numeric_limits<int64_t>::max() - 1};
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &t24, &tp), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("overflows")) << gpe_last_error_message();
+  for (float v : padded) ASSERT_EQ(v, -7.0f) << "a refused call wrote out";
+  offsets = {0, 100};
+  EXPECT_EQ(gpe_rope_forward(rope, &tok, &t24, &tp), GPE_OK) << gpe_last_error_message();
+  EXPECT_NE(padded[0], -7.0f);
+  gpe_rope_destroy(rope);
+}
+
 TEST(RopeC, UseScheduleSetsPublishedDefaults) {
   // Llama 3.1's published rope_scaling: the thetas equal the C++ schedule with its
   // default (published) Llama3Options, bit for bit.

@@ -241,6 +241,12 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
   };
   std::sort(order.begin(), order.end(), less);
   RopeTable<T> table;
+  table.layout_ = tensor.layout;
+  table.batch_ = tensor.batch;
+  table.seq_len_ = tensor.seq_len;
+  if (tensor.layout == RopeLayout::kTHD) {
+    table.cu_seqlens_.assign(tensor.cu_seqlens.begin(), tensor.cu_seqlens.end());
+  }
   table.row_of_token_.resize(n);
   std::vector<int64_t> row_token;  // a representative token per row
   for (int64_t k = 0; k < n; ++k) {
@@ -504,12 +510,10 @@ void RotateRow16(bool interleaved, int64_t rotary_dim, int64_t head_dim, const H
 
 }  // namespace
 
-template <class T, bool kInverse>
-absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
-                             T* out) const {
-  const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
-  absl::StatusOr<int64_t> span = TensorSpan(tensor);
-  if (!span.ok()) return span.status();
+template <class C>
+absl::Status Rope::CheckTable(const RopeTable<C>& table, const RopeTensor& tensor,
+                              const char* who) const {
+  if (absl::Status s = TensorSpan(tensor).status(); !s.ok()) return s;
   if (tensor.head_dim != options_.head_dim) {
     return InvalidArgumentError(StrCat(who, ": tensor head_dim ", tensor.head_dim,
                                        " != encoding head_dim ", options_.head_dim));
@@ -522,6 +526,40 @@ absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& ten
                                        " tokens and width ", table.width_, ", tensor has ", n,
                                        " tokens and needs width ", width));
   }
+  // The same token numbering, not only as many tokens: a [2, 4] table on a [4, 2] tensor
+  // rotated token t by the position of the other shape's token t.
+  const bool same_numbering =
+      table.layout_ == tensor.layout && table.batch_ == tensor.batch &&
+      table.seq_len_ == tensor.seq_len &&
+      (tensor.layout != RopeLayout::kTHD ||
+       std::equal(table.cu_seqlens_.begin(), table.cu_seqlens_.end(), tensor.cu_seqlens.begin(),
+                  tensor.cu_seqlens.end()));
+  if (!same_numbering) {
+    return InvalidArgumentError(StrCat(
+        who, ": the table was built for another token numbering (layout, batch ", table.batch_,
+        ", sequence length ", table.seq_len_,
+        table.layout_ == RopeLayout::kTHD ? ", cu_seqlens" : "", "; the tensor has batch ",
+        tensor.batch, ", sequence length ", tensor.seq_len,
+        "): build one for this shape"));
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status Rope::CheckTable<float>(const RopeTable<float>&, const RopeTensor&,
+                                              const char*) const;
+template absl::Status Rope::CheckTable<double>(const RopeTable<double>&, const RopeTensor&,
+                                               const char*) const;
+
+template <class T, bool kInverse>
+absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
+                             T* out) const {
+  const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
+  if (absl::Status s = CheckTable(table, tensor, who); !s.ok()) return s;
+  absl::StatusOr<int64_t> span = TensorSpan(tensor);
+  if (!span.ok()) return span.status();
+  const int64_t n = tensor.num_tokens();
+  const bool interleaved = options_.pairing == PlanePairing::kInterleaved;
+  const int64_t width = table.width_;  // CheckTable: the encoding's
   if (*span == 0) return absl::OkStatus();
   if (in == nullptr || out == nullptr) {
     return InvalidArgumentError(StrCat(who, ": null input or output"));

@@ -250,7 +250,9 @@ struct RopeOptions {
 
 // Per-distinct-position cos/sin rows in T (already multiplied by the attention factor
 // and xPos scale). Built by Rope::MakeTable for one tensor shape, positions and role;
-// reusable for every tensor with that token numbering (q and k of every layer).
+// reusable for every tensor with that token numbering (q and k of every layer): the same
+// layout, batch and sequence length (thd: the same cu_seqlens), any heads and strides.
+// Apply refuses another numbering with as many tokens (its positions would be wrong).
 template <class T>
 class RopeTable {
  public:
@@ -261,6 +263,10 @@ class RopeTable {
   friend class Rope;
   int64_t num_rows_ = 0;
   int64_t width_ = 0;                  // table entries per row
+  // The token numbering it was built for.
+  RopeLayout layout_ = RopeLayout::kBSHD;
+  int64_t batch_ = 0, seq_len_ = 0;
+  std::vector<int64_t> cu_seqlens_;    // thd
   std::vector<int64_t> row_of_token_;  // token -> row
   std::vector<T> cos_, sin_;           // num_rows x width
 };
@@ -281,6 +287,13 @@ class Rope {
                                          const RopePositions& positions,
                                          RopeRole role = RopeRole::kQuery,
                                          int threads = 0) const;
+
+  // OK when `table` (RopeTable<float> or <double>) suits `tensor` as Apply requires: the
+  // encoding's head_dim, the table's width, and the same token numbering (RopeTable).
+  // Checks only; callers that must not write before a refusal call it first.
+  template <class C>
+  absl::Status CheckTable(const RopeTable<C>& table, const RopeTensor& tensor,
+                          const char* who = "Rope::Apply") const;
 
   // out = m R(a) in (forward) or m R(-a) in (backward), row by row; in == out allowed
   // (fused in-place). in and out share `tensor`'s shape and strides. T is float,

@@ -191,8 +191,9 @@ GPE_API GPE_NODISCARD gpe_status gpe_rope_table_create(const gpe_rope* rope,
                                                        gpe_rope_table** out);
 GPE_API void gpe_rope_table_destroy(gpe_rope_table* table);
 /* gpe_rope_forward / gpe_rope_backward with the table's tokens: x (dy) has the table's
- * layout and token count (any number of heads, any strides as gpe_rope_forward); out (dx)
- * may be x (dy). */
+ * layout, batch and sequence length (thd: its cu_seqlens; another shape with as many
+ * tokens is GPE_ERROR_INVALID_ARGUMENT), any number of heads and any strides as
+ * gpe_rope_forward; out (dx) may be x (dy). */
 GPE_API GPE_NODISCARD gpe_status gpe_rope_table_forward(const gpe_rope_table* table,
                                                         const DLTensor* x, DLTensor* out);
 GPE_API GPE_NODISCARD gpe_status gpe_rope_table_backward(const gpe_rope_table* table,

@@ -376,14 +376,25 @@ absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
   const T* in = c.x.typed<const T>();
   T* out = c.out.typed<T>();
   seq::RopeTensor tensor = c.tensor;
+  using C = typename seq::RopeComputeType<T>::type;
+  std::optional<seq::RopeTable<C>> own;  // built here when out is written before the rotation
   if (!gpe::c_api::SameStrides(c.x, c.out)) {
-    // Check both descriptions before copying, so a rejected call leaves out untouched.
+    // Everything that can refuse the call runs before out is written (the copy below):
+    // both descriptions, and the table (positions, offsets, xPos range) or its fit.
     seq::RopeTensor out_tensor = Describe(c.out, c.layout);
     out_tensor.batch = c.tensor.batch;
     out_tensor.cu_seqlens = c.tensor.cu_seqlens;
     if (absl::Status s = seq::ValidateRopeTensor(tensor); !s.ok()) return s;
     if (absl::Status s = seq::ValidateRopeTensor(out_tensor); !s.ok()) return s;
-    if (c.x.numel() > 0) CopyRows(c.x, c.out);
+    if (c.x.numel() == 0) return absl::OkStatus();
+    if (table == nullptr) {
+      absl::StatusOr<seq::RopeTable<C>> t = rope.MakeTable<C>(tensor, pos, c.role);
+      if (!t.ok()) return t.status();
+      own = *std::move(t);
+      table = &*own;
+    }
+    if (absl::Status s = rope.CheckTable(*table, out_tensor); !s.ok()) return s;
+    CopyRows(c.x, c.out);
     tensor = out_tensor;
     in = out;
   }

@@ -287,6 +287,7 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
       const int64_t p = keys[token * axes];
       const double rel = xpos_rel(p);
       const double log_scale = std::log(m) + role_sign * rel * log_zeta[0];
+      table.max_log_scale_ = std::max(table.max_log_scale_, log_scale);
       if (!(log_scale < log_max)) {
         const double reach = (log_max - std::log(m)) * options_.xpos.scale_base / -log_zeta[0];
         return InvalidArgumentError(StrCat(
@@ -555,6 +556,20 @@ absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& ten
                              T* out) const {
   const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
   if (absl::Status s = CheckTable(table, tensor, who); !s.ok()) return s;
+  // A 16-bit tensor's range is narrower than the float table's: an xPos scale past it
+  // (float16: 65504 = e^11.09, reached 8 times nearer the centre than float32's e^88.7)
+  // gave inf outputs for O(1) inputs. Refused as MakeTable refuses scales past the
+  // table's own range.
+  if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+    constexpr bool kF16 = std::is_same_v<T, Float16>;
+    const double log_max = kF16 ? std::log(65504.0) : std::log(0x1.fep127);
+    if (!(table.max_log_scale_ < log_max)) {
+      return InvalidArgumentError(StrCat(
+          who, ": an xPos scale of this table is e^", table.max_log_scale_, ", beyond ",
+          kF16 ? "float16" : "bfloat16", "'s range (e^", log_max,
+          "); set xpos.centre near the positions in use"));
+    }
+  }
   absl::StatusOr<int64_t> span = TensorSpan(tensor);
   if (!span.ok()) return span.status();
   const int64_t n = tensor.num_tokens();

@@ -263,6 +263,9 @@ class RopeTable {
   friend class Rope;
   int64_t num_rows_ = 0;
   int64_t width_ = 0;                  // table entries per row
+  // ln of the largest xPos scale (times the attention factor) of any row; -inf without
+  // xPos. Apply to a 16-bit tensor refuses a table whose scale passes its type's range.
+  double max_log_scale_ = -std::numeric_limits<double>::infinity();
   // The token numbering it was built for.
   RopeLayout layout_ = RopeLayout::kBSHD;
   int64_t batch_ = 0, seq_len_ = 0;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -768,6 +769,19 @@ TEST(RopeXpos, ScalesBeyondTheTableTypeAreRefusedAtTheCall) {
   const std::vector<int64_t> ids = {50000};
   ASSERT_TRUE(rope.Forward<double>(t, {ids, {}}, xd.data(), xd.data(), RopeRole::kKey).ok());
   for (double v : xd) EXPECT_TRUE(std::isfinite(v));
+  // float16 tensors: the float table holds scales up to e^88.7, but float16 ends at 65504
+  // = e^11.09, reached at 11.09 B / ln(1 / zeta_0) ~ 4,530 positions from the centre: a
+  // key at 5000 gave inf outputs for inputs of 1 (OK returned). Refused now, x left as it
+  // was; a key at 4000 (scale ~1.6e4) stays finite.
+  const Float16 one = ToFloat16(1.0f);
+  std::vector<Float16> h(d, one);
+  const std::vector<int64_t> far = {5000}, near = {4000};
+  const absl::Status s = rope.Forward<Float16>(t, {far, {}}, h.data(), h.data(), RopeRole::kKey);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("float16"), std::string::npos) << s;
+  for (const Float16& v : h) EXPECT_EQ(std::memcmp(&v, &one, sizeof(one)), 0);
+  ASSERT_TRUE(rope.Forward<Float16>(t, {near, {}}, h.data(), h.data(), RopeRole::kKey).ok());
+  for (const Float16& v : h) EXPECT_TRUE(std::isfinite(ToFloat(v)));
 }
 
 // ---------------------------------------------------------------------------------

@@ -85,8 +85,9 @@ typedef struct gpe_rope_options {
    * table's type (float32 for float32 / bfloat16 / float16 tensors): a call whose scale
    * would pass float32's range (|p - centre| > 88.7 scale_base / ln(1 / zeta_0), ~36,260
    * for the defaults, queries before the centre, keys after it) is refused with
-   * GPE_ERROR_INVALID_ARGUMENT rather than returning inf and NaN; set xpos_centre near
-   * the positions in use. */
+   * GPE_ERROR_INVALID_ARGUMENT rather than returning inf and NaN, and so is one past a
+   * 16-bit tensor's range (float16: 65504 = e^11.09, ~4,530 positions for the defaults);
+   * set xpos_centre near the positions in use. */
   int32_t xpos;
   double xpos_gamma;      /* finite > 0 */
   double xpos_scale_base; /* finite > 0 */

@@ -43,14 +43,14 @@ typedef struct gpe_t5_options {
   int32_t bidirectional; /* nonzero: buckets for both signs of j - i */
   int64_t num_heads;     /* >= 1 */
   int64_t num_buckets;   /* >= 2 (>= 4 when bidirectional) */
-  int64_t max_distance;  /* >= 1 */
+  int64_t max_distance;  /* > max_exact = nb / 2, nb = num_buckets (/ 2 when bidirectional) */
   const double* table;   /* num_buckets * num_heads finite values, row-major [bucket, head] */
 } gpe_t5_options;
 #define GPE_T5_OPTIONS_INIT { (uint32_t)sizeof(gpe_t5_options), 1, 0, 32, 128, NULL }
 
 typedef struct gpe_fox_options {
   uint32_t struct_size;   /* sizeof(gpe_fox_options) */
-  int64_t length;         /* tokens, >= 0 */
+  int64_t length;         /* tokens, >= 1 */
   int64_t num_heads;      /* >= 1 */
   int64_t first_position; /* token t has position first_position + t */
   const double* gate_logits; /* length * num_heads finite values, row-major [token, head] */
@@ -59,7 +59,7 @@ typedef struct gpe_fox_options {
 
 typedef struct gpe_grape_ap_options {
   uint32_t struct_size;   /* sizeof(gpe_grape_ap_options) */
-  int64_t length;         /* tokens, >= 0 */
+  int64_t length;         /* tokens, >= 1 */
   int64_t num_heads;      /* >= 1 */
   int64_t rank;           /* >= 1 */
   int64_t first_position; /* token t has position first_position + t */
@@ -124,8 +124,9 @@ GPE_API GPE_NODISCARD gpe_status gpe_bias_fox_logit_gradient(const gpe_bias* bia
  * path chooses how tiles are filled: GPE_GRAPE_A_CLOSED_FORM (the fast path: the closed
  * form above, O(1) per score) or GPE_GRAPE_A_LIFTED (the general path: lifted rows of
  * zero content and their head_dim + 2 term dot products; the definition, for checks).
- * Both agree bit for bit for power-of-two slopes and gated biases, and otherwise to
- * the lift's rounding of m j - m i (~1e-16 m max(|i|, |j|)).
+ * Both agree bit for bit for power-of-two slopes, and otherwise to the lift's rounding:
+ * of m j - m i (~1e-16 m max(|i|, |j|)) for slopes, of each prefix sum (2^-52 max |c|)
+ * for gated biases, which the closed form subtracts in double-double.
  */
 enum { GPE_BIAS_GRAPE_A = 4 };
 enum { GPE_GRAPE_A_CLOSED_FORM = 0, GPE_GRAPE_A_LIFTED = 1 };
@@ -141,7 +142,7 @@ typedef struct gpe_grape_a_options {
   const double* slopes;
   /* Content-gated (gated != 0): FoX's gates as in gpe_fox_options; slopes must be NULL. */
   int32_t gated;
-  int64_t length;            /* tokens, >= 0 */
+  int64_t length;            /* tokens, >= 1 (gated) */
   int64_t first_position;    /* token t has position first_position + t */
   const double* gate_logits; /* length * num_heads finite values, row-major [token, head] */
 } gpe_grape_a_options;

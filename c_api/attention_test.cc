@@ -1077,6 +1077,16 @@ TEST(AttentionAbi, HugeBatchOfEmptySequencesReturnsAtOnce) {
     }
     EXPECT_EQ(ggw[0], 0.0);
   }
+  // A paged cache of no pages (k, v [0 pages, page_size 1, h, d], block_table [batch, 0]):
+  // the page check walked the 2^39 sequences (~45 minutes) before the empty call returned.
+  std::vector<int64_t> pages = {0, 1, h, d}, table_shape = {batch, 0};
+  DLTensor x = Tensor(nullptr, kDLFloat, 32, &qs), o = x;
+  DLTensor kp = Tensor(nullptr, kDLFloat, 32, &pages);
+  DLTensor lse = Tensor(nullptr, kDLFloat, 32, &ls);
+  DLTensor table = Tensor(nullptr, kDLInt, 64, &table_shape);
+  gpe_attention_options paged = GPE_ATTENTION_OPTIONS_INIT;
+  paged.block_table = &table;
+  timed("paged forward", [&] { return gpe_attention_forward(&paged, &x, &kp, &kp, &o, &lse); });
 }
 
 TEST(AttentionAbi, RejectsBadInput) {

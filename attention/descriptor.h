@@ -27,11 +27,14 @@
 // "Non-finite values in attention")
 //  - A NaN score s_ij of an allowed key (a NaN in q, k or a bias; inf * 0 in the dot
 //    product) or a +inf score makes row i NaN: o and lse NaN, as PyTorch's softmax.
-//    The backward then gives NaN to dq of the row and to dk, dv of its allowed keys.
-//  - A -inf score (a -inf bias) gives its key probability 0. A row whose every score is
-//    -inf is a row with no allowed key (o = 0, lse = -inf).
+//    The backward then gives NaN to dq of the row and to dk, dv of its allowed keys whose
+//    score is not -inf.
+//  - A -inf score (a -inf bias, an infinite q or k) gives its key probability 0, in a
+//    NaN row too. A row whose every score is -inf is a row with no allowed key (o = 0,
+//    lse = -inf).
 //  - A masked key (causal future, other sequence) and a key of probability exactly 0
-//    contribute nothing, whatever its k and v hold (0 * inf is not formed); a non-finite
+//    contribute nothing, whatever its k and v hold (0 * inf is not formed), to o and to
+//    every gradient, with or without masks in the call; a non-finite
 //    value row of a key with probability > 0 reaches the row's o (inf or NaN).
 //  - Scores are formed in float with the scale folded into q (cpu/: times log2 e); a
 //    finite logit whose scaled score exceeds float's range is +inf there (a NaN row),

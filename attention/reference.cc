@@ -219,8 +219,11 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         if (!std::isnan(m)) m = std::max(m, z);
         double sum = z == kNegInf ? 0.0 : std::exp(z - m);
         const double sink_mass = sum;
+        // A key whose score is -inf (an infinite q or k) has probability exactly 0, as a
+        // masked key, also in a NaN row: it contributes nothing, in the forward and the
+        // backward alike (descriptor.h, NON-FINITE VALUES), as the kernels do.
         for (int64_t j = 0; j < lk; ++j) {
-          prob[j] = ok[j] ? std::exp(score[j] - m) : 0.0;
+          prob[j] = ok[j] && score[j] != kNegInf ? std::exp(score[j] - m) : 0.0;
           sum += prob[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
@@ -249,7 +252,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
         }
         for (int64_t j = 0; j < lk; ++j) {
           grad[j] = 0.0;
-          if (!ok[j]) continue;
+          if (!ok[j] || prob[j] == 0.0) continue;  // contributes nothing (as the forward)
           const int64_t row = ((kb + j) * hkv + g) * d, vrow = ((kb + j) * hkv + g) * dv;
           const double* vj = p.v.data() + vrow;
           // dL/dp_j = <do_i, v_j + aV_r>.

@@ -386,13 +386,22 @@ class Backward {
     return absl::OkStatus();
   }
 
-  // Whether the tile takes the careful path (nonfinite.h): it may have masked entries
-  // (the causal future, biases, which may be -inf, rows without an allowed key or NaN
-  // rows) and some operand (keys, values, Qs, dO) is not finite, or some row is a NaN
-  // row (its lse or D = <dO, o> NaN: a NaN sink, bias or mask entry, or a score that
-  // overflowed, with finite operands), so that 0 * x would carry a NaN to where a masked
-  // key must contribute nothing (dS = P (dP - D) with P = 0 and D NaN).
+  // Whether the tile takes the careful path (nonfinite.h): some operand (keys, values,
+  // Qs, dO) is not finite, masks or not (an infinite q or k alone gives entries of P = 0),
+  // or the tile may have masked entries (the causal future, biases, which may be -inf,
+  // rows without an allowed key or NaN rows) and some row is a NaN row (its lse or
+  // D = <dO, o> NaN: a NaN sink, bias or mask entry, or a score that overflowed, with
+  // finite operands), so that 0 * x would carry a NaN to where a masked key must
+  // contribute nothing (dS = P (dP - D) with P = 0 and D NaN).
   bool NeedsCare(const KeyBlock& kb, const QueryTile& qt, const BackwardWorkspace& w) const {
+    // An infinite k (or q) gives scores of -inf, probability exactly 0, without any mask:
+    // 0 * inf in dQ += dS K (and the others) made dq NaN where a mask that masked nothing
+    // made it finite. Such keys contribute nothing, whatever the masks (as the reference).
+    const int64_t ld0 = Group() * Pitch();
+    if (!w.kv_finite || !cpu::RowsAllFinite(qt.qrows, qt.nr, ld0, p_.d) ||
+        !cpu::RowsAllFinite(qt.drows, qt.nr, ld0, p_.dv)) {
+      return true;
+    }
     bool maybe_masked = cpu::MayHaveMaskedEntries(a_, qt.qmin, qt.qmax, kb.kmin, kb.kmax);
     for (int64_t r = 0; r < qt.nr && !maybe_masked; ++r) maybe_masked = !std::isfinite(w.shift[r]);
     if (!maybe_masked) return false;
@@ -401,9 +410,7 @@ class Backward {
       const int64_t row = (qt.r0 + r) * group + qt.hi;
       if (std::isnan(w.shift[r]) || !std::isfinite(w.dsum[row])) return true;
     }
-    const int64_t ld = Group() * Pitch();
-    return !(w.kv_finite && cpu::RowsAllFinite(qt.qrows, qt.nr, ld, p_.d) &&
-             cpu::RowsAllFinite(qt.drows, qt.nr, ld, p_.dv));
+    return false;  // finite inputs (checked above): a masked entry's P = 0 is harmless
   }
 
   // P = exp2(S - lse2) of the tile into w.s, S as the forward formed it (Shaw key labels,

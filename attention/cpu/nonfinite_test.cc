@@ -297,6 +297,49 @@ TEST(NonFinite, BackwardOfANaNRowFromFiniteOperands) {
   }
 }
 
+// A key whose k holds -inf where every q is positive has score -inf, probability exactly
+// 0, for every query: it contributes nothing to o or to any gradient, with or without
+// masks in the call. (The reference formed 0 * -inf = NaN in dq; the kernels gave NaN
+// without masks and finite gradients with a mask that masked nothing, a causal mask or a
+// wide window.) Every gradient is finite, key j's dk and dv are 0, and the kernels match
+// the reference in each variant (1e-3 absolute, as below).
+TEST(NonFinite, KeyOfProbabilityZeroFromAnInfiniteKContributesNothingToGradients) {
+  const int64_t l = 70, j = 33;
+  for (int variant : {0, 1, 2}) {  // no mask, causal, a window wider than the sequence
+    AttentionArgs a = Bshd(1, l, l, 2, 1, 32);
+    a.causal = variant == 1;
+    if (variant == 2) a.window_left = a.window_right = 1000;
+    Inputs in = Random(a, 900);
+    for (int64_t t = 0; t < l; ++t) {
+      for (int64_t h = 0; h < 2; ++h) {
+        float& x = in.q[static_cast<size_t>(t * a.q.token + h * a.q.head)];
+        x = std::abs(x) + 0.1f;
+      }
+    }
+    in.k[static_cast<size_t>(j * a.k.token)] = -kInf;
+    std::mt19937_64 rng(901);
+    std::vector<float> d_o = test::RandomF(test::Extent(a, a.o, true), &rng);
+    std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v), dod = Widen(d_o);
+    std::vector<double> dq_ref(qd.size()), dk_ref(kd.size()), dv_ref(vd.size());
+    ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
+                                          dq_ref.data(), dk_ref.data(), dv_ref.data())
+                    .ok());
+    const std::string at = "variant " + std::to_string(variant);
+    for (double x : dq_ref) ASSERT_TRUE(std::isfinite(x)) << at << " reference dq";
+    for (int64_t e = 0; e < 32; ++e) {
+      EXPECT_EQ(dk_ref[static_cast<size_t>(j * a.k.token + e)], 0.0) << at;
+      EXPECT_EQ(dv_ref[static_cast<size_t>(j * a.v.token + e)], 0.0) << at;
+    }
+    std::vector<float> dq(qd.size()), dk(kd.size()), dv(vd.size());
+    ASSERT_TRUE(CpuBackward(a, in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr,
+                            d_o.data(), dq.data(), dk.data(), dv.data(), nullptr, SmallTiles())
+                    .ok());
+    ExpectSamePattern(dq_ref, dq, 1e-3, at + " dq");
+    ExpectSamePattern(dk_ref, dk, 1e-3, at + " dk");
+    ExpectSamePattern(dv_ref, dv, 1e-3, at + " dv");
+  }
+}
+
 TEST(NonFinite, BackwardFollowsTheRule) {
   for (int64_t l : {17, 70}) {
     for (int poison : {0, 1, 2}) {

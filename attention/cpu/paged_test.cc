@@ -162,6 +162,21 @@ void CheckAll(const std::string& name) {
     a.causal = true;
     a.kv_lengths = used;
     Check<KV>(a, 16, ++seed, name + " prefill");
+    // The gathered cache holds max kv_lengths = 100 keys per sequence, not the table's
+    // 1024: explicit key positions (over the capacity) renumbered with it, a window and
+    // ALiBi-like positions far from 0. The reference reads the positions as given.
+    AttentionArgs w = test::Bshd(2, 40, 1024, 4, 2, 32);
+    w.causal = true;
+    w.kv_lengths = used;
+    w.window_left = 30;
+    std::vector<int64_t> kpos(2 * 1024), qpos(2 * 40);
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t t = 0; t < 1024; ++t) kpos[b * 1024 + t] = 5000 * (b + 1) + 2 * t;
+      for (int64_t i = 0; i < 40; ++i) qpos[b * 40 + i] = 5000 * (b + 1) + 2 * (used[b] - 40 + i);
+    }
+    w.k_positions = kpos;
+    w.q_positions = qpos;
+    Check<KV>(w, 64, ++seed, name + " prefill, capacity 1024, explicit positions and a window");
   }
 }
 

@@ -195,13 +195,19 @@ double ReducedAngle(int64_t p, double theta) {
   // reduce with the bits of 1/(2 pi) instead. The double product decides which path;
   // either is accurate at the boundary.
   if (std::fabs(static_cast<double>(p) * theta) > 0x1p100) return PayneHanekAngle(p, theta);
-  // p = p_hi * 2^32 + p_lo with both parts exact in double (31 and 32 bits).
-  const double p_hi = static_cast<double>(p >> 32) * 4294967296.0;
-  const double p_lo = static_cast<double>(static_cast<uint32_t>(p & 0xffffffff));
+  // p theta = |p| (sign(p) theta), |p| = u_hi * 2^32 + u_lo with both parts exact in
+  // double (at most 2^31 and 32 bits) and non-negative, so the two partial products add
+  // rather than cancel. (Two's-complement halves of a small negative p, -2^32 and
+  // 2^32 - 1, made partial products 2^32 times p theta whose reductions by k 2 pi lost
+  // the angle between 2^79 and 2^100: +-pi for any answer.)
+  const uint64_t u = p < 0 ? uint64_t{0} - static_cast<uint64_t>(p) : static_cast<uint64_t>(p);
+  const double t = p < 0 ? -theta : theta;
+  const double p_hi = static_cast<double>(u >> 32) * 4294967296.0;
+  const double p_lo = static_cast<double>(static_cast<uint32_t>(u & 0xffffffff));
   // p * theta = a1 + b1 + a0 + b0 exactly.
   double a1, b1, a0, b0;
-  TwoProd(p_hi, theta, &a1, &b1);
-  TwoProd(p_lo, theta, &a0, &b0);
+  TwoProd(p_hi, t, &a1, &b1);
+  TwoProd(p_lo, t, &a0, &b0);
   Accumulator acc;
   AddReduced(a1, &acc);
   AddReduced(b1, &acc);

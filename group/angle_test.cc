@@ -136,6 +136,34 @@ TEST(ReducedAngleTest, ExactBeyondTwoToTheHundred) {
   }
 }
 
+// Negative positions with products between 2^79 and 2^100 (a small |p| times a frequency
+// of 2^46 or more): the two's-complement halves of p cancelled and the angle came back as
+// +-pi. p theta = -((-p) theta), so ReducedAngle(-p, theta) is -ReducedAngle(p, theta)
+// (bit for bit: every step is sign-symmetric), and both match the oracle on |p| within
+// the contract.
+TEST(ReducedAngleTest, NegativePositionsBelowTwoToTheHundred) {
+  std::mt19937_64 rng(79);
+  std::uniform_real_distribution<double> unit(0.5, 1.0);
+  for (int64_t p : {int64_t{1}, int64_t{3}, int64_t{1000003}, int64_t{2147483647},
+                    int64_t{4294967297}}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      // |p theta| in (2^79, 2^100): theta = u 2^e with e chosen for that band.
+      const int lp = static_cast<int>(std::floor(std::log2(static_cast<double>(p))));
+      const int e = 80 + static_cast<int>(rng() % 19) - lp;
+      const double theta = std::ldexp(unit(rng), e) * (trial % 2 ? -1.0 : 1.0);
+      const double pos = ReducedAngle(p, theta), neg = ReducedAngle(-p, theta);
+      ASSERT_LE(CircleDistance(pos, OracleAngle(p, theta)), kAngleTol)
+          << "p=" << p << " theta=" << theta;
+      if (std::fabs(pos) < kPi) {
+        ASSERT_EQ(neg, -pos) << "p=" << -p << " theta=" << theta;
+      } else {
+        ASSERT_LE(CircleDistance(neg, -pos), kAngleTol);
+      }
+    }
+  }
+  EXPECT_LE(CircleDistance(ReducedAngle(-1, 6.955926452205024e23), 1.244177442575278), 1e-15);
+}
+
 // Relations the exact product obeys, over random inputs spanning every exponent a finite
 // theta can have: (2p) theta == p (2 theta) exactly, and the homomorphism
 // angle(p) + angle(q) == angle(p + q) mod 2 pi. Each angle is within kAngleTol of the

@@ -33,7 +33,8 @@ absl::Status ValidateSkew(const Eigen::Ref<const Eigen::MatrixXd>& s, double tol
 // OK when w is square, finite and |w^T w - I|_max <= tol.
 absl::Status ValidateOrthogonal(const Eigen::Ref<const Eigen::MatrixXd>& w, double tol = 1e-10);
 
-// exp(S) for skew S, via Eigen's Pade scaling-and-squaring (MatrixFunctions). Relative
+// exp(S) for skew S (its skew part (S - S^T) / 2, exactly skew, once ValidateSkew passed),
+// via Eigen's Pade scaling-and-squaring (MatrixFunctions). Relative
 // error ~ eps * 2^s where s ~ log2 |S|_1 squarings: ~1e-15 for |S| ~ 1, ~1e-13 at 100.
 // For large multiples p S use SchurRotation instead.
 absl::StatusOr<Eigen::MatrixXd> SkewExp(const Eigen::Ref<const Eigen::MatrixXd>& s);

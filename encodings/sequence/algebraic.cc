@@ -181,10 +181,14 @@ absl::StatusOr<AlgebraicTree> AlgebraicTree::Create(
       return absl::InvalidArgumentError(absl::StrCat("AlgebraicTree: generator ", c, ": ", st.message()));
     }
   }
+  // The skew parts, exactly skew (SkewExp's, and the backward's S).
+  std::vector<Eigen::MatrixXd> skews;
+  skews.reserve(skew_generators.size());
+  for (const Eigen::MatrixXd& s : skew_generators) skews.push_back(0.5 * (s - s.transpose()));
   absl::StatusOr<group::FreeGroupRepresentation> rep =
-      group::FreeGroupRepresentation::CreateFromSkew(skew_generators);
+      group::FreeGroupRepresentation::CreateFromSkew(skews);
   if (!rep.ok()) return rep.status();
-  return AlgebraicTree(*std::move(rep), skew_generators);
+  return AlgebraicTree(*std::move(rep), std::move(skews));
 }
 
 absl::StatusOr<group::FreeWord> AlgebraicTree::Word(absl::Span<const int64_t> address) const {
@@ -339,12 +343,16 @@ absl::StatusOr<int64_t> AlgebraicTree::LevelOrderIndex(absl::Span<const int64_t>
                                                      address[s], " at depth ", s + 1,
                                                      " is outside [0, ", k, ")"));
     }
-    // offset += k^s, level = k^(s+1), within = within * k + c, all overflow-checked.
-    if (offset > kMax - level || level > kMax / k || within > (kMax - address[s]) / k) {
+    // offset += k^s, level = k^(s+1), within = within * k + c, all overflow-checked;
+    // level is not needed after the last step (checking it there refused indices that
+    // fit: 63 zeros in a binary tree, index 2^63 - 1).
+    const bool last = s + 1 == address.size();
+    if (offset > kMax - level || (!last && level > kMax / k) ||
+        within > (kMax - address[s]) / k) {
       return absl::OutOfRangeError("AlgebraicTree::LevelOrderIndex: index overflows int64");
     }
     offset += level;
-    level *= k;
+    if (!last) level *= k;
     within = within * k + address[s];
   }
   if (offset > kMax - within) {

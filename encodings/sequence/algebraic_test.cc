@@ -286,6 +286,26 @@ TEST(AlgebraicTreeTest, ScoresDependOnlyOnTheRelativePath) {
   EXPECT_GT((*m01 - *m10).cwiseAbs().maxCoeff(), 1e-6);
 }
 
+// Generators within ValidateSkew's tolerance but not exactly skew (|S| = 1000, S + S^T of
+// 9e-10, inside 1e-12 max(1, |S|)): the sequence took them, the tree refused them (exp
+// of the raw S was 2.3e-10 off orthogonal). Both take the skew part now: the tree's
+// node matrices are orthogonal to 1e-12 (exp of an exactly skew S of norm ~1e3, scaling
+// and squaring: ~1e-13).
+TEST(AlgebraicTreeTest, NearlySkewGeneratorsAreTakenAsTheirSkewPart) {
+  std::mt19937_64 rng(44);
+  std::vector<Eigen::MatrixXd> skews = RandomSkews(2, 4, rng);
+  for (Eigen::MatrixXd& s : skews) {
+    s *= 1000.0 / s.cwiseAbs().maxCoeff();
+    s(0, 1) += 9e-10;  // asymmetric part 4.5e-10
+  }
+  auto tree = AlgebraicTree::Create(skews);
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  for (const std::vector<int64_t>& address : {std::vector<int64_t>{0}, {1, 0, 1}}) {
+    const Eigen::MatrixXd w = *tree->Matrix(address);
+    EXPECT_LT((w.transpose() * w - Eigen::MatrixXd::Identity(4, 4)).cwiseAbs().maxCoeff(), 1e-12);
+  }
+}
+
 TEST(AlgebraicTreeTest, RejectsBadInput) {
   std::mt19937_64 rng(43);
   EXPECT_FALSE(AlgebraicTree::Create({}).ok());
@@ -298,6 +318,13 @@ TEST(AlgebraicTreeTest, RejectsBadInput) {
   EXPECT_FALSE(tree->LevelOrderIndex({0, 5}).ok());
   EXPECT_EQ(tree->LevelOrderIndex(std::vector<int64_t>(70, 1)).status().code(),
             absl::StatusCode::kOutOfRange);
+  // The deepest binary-tree nodes that fit: 63 zeros is index 2^63 - 1 (refused before,
+  // by a check of the next level's size after the last step); one 1 more overflows.
+  EXPECT_EQ(*tree->LevelOrderIndex(std::vector<int64_t>(63, 0)),
+            std::numeric_limits<int64_t>::max());
+  std::vector<int64_t> past(63, 0);
+  past.back() = 1;
+  EXPECT_EQ(tree->LevelOrderIndex(past).status().code(), absl::StatusCode::kOutOfRange);
   EXPECT_FALSE(tree->AllNodeMatrices(-1).ok());
   EXPECT_EQ(tree->AllNodeMatrices(40).status().code(), absl::StatusCode::kResourceExhausted);
   const std::vector<AlgebraicTree::Address> bad = {{0}, {3}};

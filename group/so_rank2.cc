@@ -100,6 +100,8 @@ absl::StatusOr<Rank2Rotation> Rank2Rotation::Create(std::vector<double> a,
 }
 
 Eigen::MatrixXd Rank2Rotation::Generator() const {
+  // Degenerate generators are L = 0 (header), as Matrix(p) = I treats them.
+  if (degenerate()) return Eigen::MatrixXd::Zero(dim(), dim());
   const Eigen::Map<const Eigen::VectorXd> a(a_.data(), dim()), b(b_.data(), dim());
   return omega_ * (a * b.transpose() - b * a.transpose());
 }

@@ -11,8 +11,11 @@
 //   G(p) x = x + (cos theta - 1)(u u^T + v v^T) x + sin theta (u v^T - v u^T) x.
 // theta is reduced exactly in double (angle.h), so G(p) is orthogonal at any int64 p.
 //
-// Degenerate generators (a = 0, b = 0, or b parallel to a to within 1e-15 relative,
-// where L is zero up to rounding) give G(p) = I.
+// Degenerate generators (a = 0, b = 0, or b's component orthogonal to a below 1e-15 of
+// |b|, a plane that double a and b do not determine beyond rounding) are taken as L = 0
+// whatever omega: G(p) = I and Generator() = 0. (An exactly given b at 5e-16 of a's
+// direction under omega = 1e14 would rotate by 0.05 rad per position; such a generator
+// is below what this representation resolves.)
 //
 // Batch conventions (row vectors, strides in elements, in == out allowed) are those
 // of so_planes.h.

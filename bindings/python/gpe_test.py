@@ -83,6 +83,15 @@ class SoRepresentationTest(unittest.TestCase):
         # float32 storage: one rounding of |y| <= ~4 after exact-angle rotation.
         np.testing.assert_allclose(x, want, rtol=0, atol=4 * 2.0**-23)
 
+    def test_one_row_of_any_row_stride(self):
+        # A one-row view with a negative row stride (numpy's [:1][::-1]) was refused
+        # ("strides (-4, 4) must be >= dim 4"); its row stride is never stepped. Exact:
+        # the same kernel on the same row.
+        rep = gpe.SoRepresentation.planes(4)
+        x = np.arange(8, dtype=np.float64).reshape(2, 4)[:1][::-1]
+        self.assertLess(x.strides[0], 0)
+        np.testing.assert_array_equal(rep.apply([5], x), rep.apply([5], x.copy()))
+
     def test_rank2_matches_numpy_expm(self):
         rng = np.random.default_rng(2)
         a, b = rng.standard_normal(7), rng.standard_normal(7)

@@ -443,14 +443,25 @@ gpe_status gpe_algebraic_tree_node_matrices(const gpe_algebraic_tree* tree, int6
     absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 3, kF64);
     if (!ov.ok()) return ov.status();
     if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    // AllNodeMatrices checks max_depth and the 2^27-double limit before building.
-    absl::StatusOr<std::vector<Eigen::MatrixXd>> all = tree->impl.AllNodeMatrices(max_depth);
-    if (!all.ok()) return all.status();
-    const int64_t d = tree->impl.dim(), count = static_cast<int64_t>(all->size());
-    if (ov->shape != std::vector<int64_t>{count, d, d}) {
+    // out's shape first (the node count 1 + k + ... + k^max_depth, saturating), so a
+    // wrong one is refused before up to 2^27 doubles are built; AllNodeMatrices checks
+    // max_depth and that limit before building.
+    const int64_t d = tree->impl.dim(), k = tree->impl.branching();
+    int64_t count = 0, level = 1;
+    for (int64_t l = 0; max_depth >= 0 && l <= max_depth && count < (int64_t{1} << 40); ++l) {
+      count += level;
+      level = level > (int64_t{1} << 40) / k ? (int64_t{1} << 40) : level * k;
+    }
+    const bool small = max_depth >= 0 && count < (int64_t{1} << 40);
+    if (small && ov->shape != std::vector<int64_t>{count, d, d}) {
       return absl::InvalidArgumentError(absl::StrCat("out must have shape [", count, ", ", d, ", ",
                                                      d, "] (nodes of depth <= ", max_depth,
                                                      "); got ", Shape(*ov)));
+    }
+    absl::StatusOr<std::vector<Eigen::MatrixXd>> all = tree->impl.AllNodeMatrices(max_depth);
+    if (!all.ok()) return all.status();
+    if (ov->shape != std::vector<int64_t>{static_cast<int64_t>(all->size()), d, d}) {
+      return absl::InternalError("node count differs from the one computed first");
     }
     WriteFlat(*all, *ov);
     return absl::OkStatus();

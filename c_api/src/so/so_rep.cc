@@ -36,7 +36,10 @@ absl::Status ApplyTyped(const Rep& rep, absl::Span<const int64_t> positions, con
   const T* in = x.typed<const T>();
   T* dst = out.typed<T>();
   if (RowsContiguous(x) && RowsContiguous(out)) {
-    return rep.template Apply<T>(positions, in, x.strides[0], dst, out.strides[0]);
+    // One row: its stride is never stepped, and may be anything (numpy's reversed
+    // one-row view has -dim); the batch contract wants >= dim.
+    const int64_t ldx = n == 1 ? dim : x.strides[0], ldo = n == 1 ? dim : out.strides[0];
+    return rep.template Apply<T>(positions, in, ldx, dst, ldo);
   }
   std::vector<T> buffer(static_cast<size_t>(n * dim));
   for (int64_t i = 0; i < n; ++i) {

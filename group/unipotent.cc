@@ -42,7 +42,10 @@ absl::Status ValidateSquareZero(const Eigen::Ref<const Eigen::MatrixXd>& a, doub
         "unipotent generator must be a non-empty square matrix, got ", a.rows(), "x", a.cols()));
   }
   if (!a.allFinite()) return absl::InvalidArgumentError("unipotent generator is not finite");
-  const double scale = std::max(1.0, a.cwiseAbs().maxCoeff());
+  // Relative to |A|^2 (the size A^2's rounding has), not to max(1, |A|)^2: an A of 1e-6
+  // whose square is 1e-12 (not nilpotent at all) passed, and omega = 1e6 then broke the
+  // homomorphism by omega^2 A^2 = -I.
+  const double scale = a.cwiseAbs().maxCoeff();
   const double sq = (a * a).cwiseAbs().maxCoeff();
   if (sq > tol * scale * scale) {
     return absl::InvalidArgumentError(

@@ -25,7 +25,8 @@
 namespace gpe {
 namespace group {
 
-// OK when A is square, finite and |A^2|_max <= tol * max(1, |A|_max^2).
+// OK when A is square, finite and |A^2|_max <= tol * |A|_max^2 (relative: A's scale, and
+// omega's, cancel; A = 0 passes).
 absl::Status ValidateSquareZero(const Eigen::Ref<const Eigen::MatrixXd>& a, double tol = 1e-12);
 
 // [x; 1].

@@ -119,6 +119,14 @@ TEST(UnipotentTest, BadInput) {
   rot(0, 1) = -1.0;
   rot(1, 0) = 1.0;  // skew, not nilpotent: rot^2 = -I
   EXPECT_FALSE(UnipotentRepresentation::Create(rot, 1.0).ok());
+  // The same rotation scaled to 1e-6 is no more nilpotent (A^2 = -1e-12 I, relative 1):
+  // it passed an absolute 1e-12, and omega = 1e6 broke rho(1) rho(1) = rho(2) by -I.
+  EXPECT_FALSE(UnipotentRepresentation::Create(1e-6 * rot, 1e6).ok());
+  EXPECT_FALSE(ValidateSquareZero(1e-6 * rot).ok());
+  Eigen::MatrixXd tiny = Eigen::MatrixXd::Zero(2, 2);
+  tiny(0, 1) = 1e-6;  // nilpotent at any scale
+  EXPECT_TRUE(ValidateSquareZero(tiny).ok());
+  EXPECT_TRUE(ValidateSquareZero(Eigen::MatrixXd::Zero(2, 2)).ok());
   EXPECT_FALSE(UnipotentRepresentation::Create(Eigen::MatrixXd::Zero(2, 3), 1.0).ok());
   EXPECT_FALSE(UnipotentRepresentation::Create(Eigen::MatrixXd::Zero(2, 2), NAN).ok());
   Eigen::MatrixXd a = Eigen::MatrixXd::Zero(3, 3);

@@ -228,30 +228,54 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
       for (int64_t s = 0; s < len; ++s) keys[begin + s] = off + s;
     }
   }
-  // Distinct keys -> rows.
-  std::vector<int64_t> order(n);
-  std::iota(order.begin(), order.end(), int64_t{0});
-  auto less = [&](int64_t x, int64_t y) {
-    return std::lexicographical_compare(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
-                                        keys.begin() + y * axes, keys.begin() + (y + 1) * axes);
-  };
-  auto equal = [&](int64_t x, int64_t y) {
-    return std::equal(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
-                      keys.begin() + y * axes);
-  };
-  std::sort(order.begin(), order.end(), less);
+  // Distinct keys -> rows, in ascending key order (the table's fill steps from row to
+  // row by angle addition where keys grow by one).
   RopeTable<T> table;
+  table.row_of_token_.resize(n);
+  std::vector<int64_t> row_token;  // a representative token per row
+  // One axis whose keys span less than 4 n (default positions, a KV cache's tokens):
+  // buckets by key, O(n), instead of sorting n tokens (a decode call's block table of
+  // 10M token slots spent most of its time in the sort).
+  int64_t kmin = 0, kmax = 0;
+  if (axes == 1 && n > 0) {
+    const auto [lo, hi] = std::minmax_element(keys.begin(), keys.end());
+    kmin = *lo;
+    kmax = *hi;
+  }
+  const uint64_t span = static_cast<uint64_t>(kmax) - static_cast<uint64_t>(kmin);
+  if (axes == 1 && n > 0 && span < 4 * static_cast<uint64_t>(n)) {
+    std::vector<int64_t> slot(static_cast<size_t>(span) + 1, -1);  // key - kmin -> a token
+    for (int64_t t = 0; t < n; ++t) slot[static_cast<uint64_t>(keys[t]) - static_cast<uint64_t>(kmin)] = t;
+    for (int64_t& s : slot) {
+      if (s < 0) continue;
+      row_token.push_back(s);
+      s = static_cast<int64_t>(row_token.size()) - 1;  // the slot now holds its row
+    }
+    for (int64_t t = 0; t < n; ++t) {
+      table.row_of_token_[t] = slot[static_cast<uint64_t>(keys[t]) - static_cast<uint64_t>(kmin)];
+    }
+  } else {
+    std::vector<int64_t> order(n);
+    std::iota(order.begin(), order.end(), int64_t{0});
+    auto less = [&](int64_t x, int64_t y) {
+      return std::lexicographical_compare(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
+                                          keys.begin() + y * axes, keys.begin() + (y + 1) * axes);
+    };
+    auto equal = [&](int64_t x, int64_t y) {
+      return std::equal(keys.begin() + x * axes, keys.begin() + (x + 1) * axes,
+                        keys.begin() + y * axes);
+    };
+    std::sort(order.begin(), order.end(), less);
+    for (int64_t k = 0; k < n; ++k) {
+      if (k == 0 || !equal(order[k - 1], order[k])) row_token.push_back(order[k]);
+      table.row_of_token_[order[k]] = static_cast<int64_t>(row_token.size()) - 1;
+    }
+  }
   table.layout_ = tensor.layout;
   table.batch_ = tensor.batch;
   table.seq_len_ = tensor.seq_len;
   if (tensor.layout == RopeLayout::kTHD) {
     table.cu_seqlens_.assign(tensor.cu_seqlens.begin(), tensor.cu_seqlens.end());
-  }
-  table.row_of_token_.resize(n);
-  std::vector<int64_t> row_token;  // a representative token per row
-  for (int64_t k = 0; k < n; ++k) {
-    if (k == 0 || !equal(order[k - 1], order[k])) row_token.push_back(order[k]);
-    table.row_of_token_[order[k]] = static_cast<int64_t>(row_token.size()) - 1;
   }
   const int64_t planes = options_.rotary_dim / 2;
   const bool interleaved = options_.pairing == PlanePairing::kInterleaved;

@@ -619,6 +619,38 @@ TEST(RopeProperties, ThreadsGiveIdenticalResults) {
   for (size_t k = 0; k < x.size(); ++k) EXPECT_EQ(a[k], b[k]);
 }
 
+// Tables map distinct positions to rows in ascending order two ways: by buckets when the
+// positions span less than 4x the token count (dense, as default positions), else by a
+// sort. Unsorted, repeated dense positions (buckets) and the same plus one far larger
+// position (the sort; its extra row comes last, so the shared rows are the same rows)
+// rotate the shared tokens bit for bit alike, float and double.
+TEST(RopeProperties, BucketAndSortedRowAssignmentsAgree) {
+  const int64_t d = 16, h = 2;
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  const Rope rope = *Rope::Create(o, *DefaultRopeFrequencies(d));
+  const std::vector<int64_t> dense = {7, 3, 7, 20, 4, 3, 19, 5, 6, 21, 2, 8};  // span 19 < 48
+  std::vector<int64_t> sparse = dense;
+  sparse.push_back(int64_t{1} << 40);
+  std::mt19937_64 rng(17);
+  const int64_t n = static_cast<int64_t>(sparse.size());
+  const std::vector<double> xd = Normal(n * h * d, rng);
+  const std::vector<float> xf(xd.begin(), xd.end());
+  const RopeTensor ts = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, n, h, d);
+  const RopeTensor td = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, n - 1, h, d);
+  std::vector<float> af(xf.size()), bf(xf.size());
+  std::vector<double> ad(xd.size()), bd(xd.size());
+  ASSERT_TRUE(rope.Forward<float>(td, {dense, {}}, xf.data(), af.data()).ok());
+  ASSERT_TRUE(rope.Forward<float>(ts, {sparse, {}}, xf.data(), bf.data()).ok());
+  ASSERT_TRUE(rope.Forward<double>(td, {dense, {}}, xd.data(), ad.data()).ok());
+  ASSERT_TRUE(rope.Forward<double>(ts, {sparse, {}}, xd.data(), bd.data()).ok());
+  for (int64_t k = 0; k < (n - 1) * h * d; ++k) {
+    ASSERT_EQ(af[k], bf[k]) << k;
+    ASSERT_EQ(ad[k], bd[k]) << k;
+  }
+}
+
 // ---------------------------------------------------------------------------------
 // Backward.
 // ---------------------------------------------------------------------------------

@@ -70,6 +70,21 @@ Inputs Random(const AttentionArgs& a, uint64_t seed) {
 
 std::vector<double> Widen(const std::vector<float>& x) { return {x.begin(), x.end()}; }
 
+// The float64 reference's gradients of `a` at the inputs and d_o, widened.
+struct RefGrads {
+  std::vector<double> dq, dk, dv;
+};
+RefGrads ReferenceGrads(const AttentionArgs& a, const Inputs& in, const std::vector<float>& d_o) {
+  const std::vector<double> q(in.q.begin(), in.q.end()), k(in.k.begin(), in.k.end()),
+      v(in.v.begin(), in.v.end()), g(d_o.begin(), d_o.end());
+  RefGrads r{std::vector<double>(q.size()), std::vector<double>(k.size()),
+             std::vector<double>(v.size())};
+  EXPECT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), g.data(), r.dq.data(),
+                                        r.dk.data(), r.dv.data())
+                  .ok());
+  return r;
+}
+
 // Tiles of 16 x 64 on 2 threads: the lengths below cross them.
 CpuAttentionOptions SmallTiles() {
   CpuAttentionOptions opt;
@@ -277,13 +292,10 @@ TEST(NonFinite, BackwardOfANaNRowFromFiniteOperands) {
     Inputs in = Random(a, static_cast<uint64_t>(l) + 900);
     std::mt19937_64 rng(static_cast<uint64_t>(l) + 901);
     std::vector<float> d_o = test::RandomF(test::Extent(a, a.o, true), &rng);
-    std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v), dod = Widen(d_o);
-    std::vector<double> dq_ref(qd.size()), dk_ref(kd.size()), dv_ref(vd.size());
-    ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
-                                          dq_ref.data(), dk_ref.data(), dv_ref.data())
-                    .ok());
+    const RefGrads ref = ReferenceGrads(a, in, d_o);
+    const auto& [dq_ref, dk_ref, dv_ref] = ref;
     for (const CpuAttentionOptions& opt : {SmallTiles(), CpuAttentionOptions{}}) {
-      std::vector<float> dq(qd.size()), dk(kd.size()), dv(vd.size());
+      std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
       ASSERT_TRUE(CpuBackward(a, in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr,
                               d_o.data(), dq.data(), dk.data(), dv.data(), nullptr, opt)
                       .ok());
@@ -319,18 +331,15 @@ TEST(NonFinite, KeyOfProbabilityZeroFromAnInfiniteKContributesNothingToGradients
     in.k[static_cast<size_t>(j * a.k.token)] = -kInf;
     std::mt19937_64 rng(901);
     std::vector<float> d_o = test::RandomF(test::Extent(a, a.o, true), &rng);
-    std::vector<double> qd = Widen(in.q), kd = Widen(in.k), vd = Widen(in.v), dod = Widen(d_o);
-    std::vector<double> dq_ref(qd.size()), dk_ref(kd.size()), dv_ref(vd.size());
-    ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), dod.data(),
-                                          dq_ref.data(), dk_ref.data(), dv_ref.data())
-                    .ok());
+    const RefGrads ref = ReferenceGrads(a, in, d_o);
+    const auto& [dq_ref, dk_ref, dv_ref] = ref;
     const std::string at = "variant " + std::to_string(variant);
     for (double x : dq_ref) ASSERT_TRUE(std::isfinite(x)) << at << " reference dq";
     for (int64_t e = 0; e < 32; ++e) {
       EXPECT_EQ(dk_ref[static_cast<size_t>(j * a.k.token + e)], 0.0) << at;
       EXPECT_EQ(dv_ref[static_cast<size_t>(j * a.v.token + e)], 0.0) << at;
     }
-    std::vector<float> dq(qd.size()), dk(kd.size()), dv(vd.size());
+    std::vector<float> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
     ASSERT_TRUE(CpuBackward(a, in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr,
                             d_o.data(), dq.data(), dk.data(), dv.data(), nullptr, SmallTiles())
                     .ok());

@@ -513,6 +513,25 @@ def _check_feature_refusals(rank):
             assert err in str(e), str(e)
         else:
             raise AssertionError("expected a ValueError for %s" % bad)
+    # The right number of tokens, but token 1 on two ranks and the last one on none (rank
+    # 1 holds 1, 3 instead of 2, 3): accepted before, with wrong attention.
+    dup = torch.tensor([1, 3]) if rank == 1 else pos
+    for method in cp.METHODS:
+        try:
+            cp.attention(x, x, x, dup, cu_seqlens=[0, 2 * world], method=method)
+        except ValueError as e:
+            assert "exactly one rank" in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for a token on two ranks (%s)" % method)
+    # Ulysses with an ALiBi of other heads than q's: refused on every rank before any
+    # exchange (it took slices of the wrong slopes; ring and all_gather refused it).
+    if 4 % world == 0:
+        try:
+            cp.attention(x, x, x, pos, bias=gpe.Alibi(8), method="ulysses")
+        except ValueError as e:
+            assert "heads" in str(e), str(e)
+        else:
+            raise AssertionError("expected a ValueError for Alibi(8) under ulysses")
     y = torch.zeros(2, 2, 4, 8)  # packed sequences share one token dimension: batch 1
     try:
         cp.attention(y, y, y, pos, cu_seqlens=[0, 8])

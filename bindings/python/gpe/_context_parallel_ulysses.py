@@ -67,6 +67,11 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
     if heads_q % g.size or heads_kv % g.size:
         raise ValueError("method='ulysses' shards heads: heads_q (%d) and heads_kv (%d) must "
                          "be multiples of the world size (%d)" % (heads_q, heads_kv, g.size))
+    # An ALiBi object is re-sliced per head shard below: it must have q's heads (checked
+    # before any exchange, so every rank refuses alike; other slopes were sliced silently).
+    if isinstance(cfg.bias, Alibi) and cfg.bias.num_heads != heads_q:
+        raise ValueError("bias: the gpe.Alibi has %d heads, q has %d"
+                         % (cfg.bias.num_heads, heads_q))
     sizes = _all_gather_sizes(g, q.shape[1])
     hw = heads_q // g.size
     h0 = g.rank * hw

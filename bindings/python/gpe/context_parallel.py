@@ -234,23 +234,51 @@ def _cu_seqlens_arg(cu_seqlens, positions, batch):
     return cu
 
 
-def _check_packed_agreement(g, cu, tokens):
+# The packed tokens' fingerprint: position p = q M + r summed as (q, r, r^2) over a
+# rank's tokens; the ranks' sums add up to those of 0 .. T-1 when they hold each token
+# once (a token on two ranks and another on none differ in q or r). Exact in int64 for
+# T <= 2^30 (r^2 < 2^33 over at most 2^30 tokens).
+_FINGERPRINT_M = 65537
+
+
+def _fingerprint(positions):
+    q, r = positions // _FINGERPRINT_M, positions % _FINGERPRINT_M
+    return [int(q.sum()), int(r.sum()), int((r * r).sum())]
+
+
+def _fingerprint_of_all(t):
+    """_fingerprint of 0 .. t-1 in closed form (t = Q M + R)."""
+    m = _FINGERPRINT_M
+    big, rest = divmod(t, m)
+    s1 = lambda n: n * (n - 1) // 2
+    s2 = lambda n: (n - 1) * n * (2 * n - 1) // 6
+    return [m * s1(big) + big * rest, big * s1(m) + s1(rest), big * s2(m) + s2(rest)]
+
+
+def _check_packed_agreement(g, cu, positions):
     """One small all_gather: every rank must give the same cu_seqlens, and the ranks'
-    tokens together must be the T = cu_seqlens[-1] packed tokens (raised on every rank
-    alike, since every rank sees the same summaries)."""
+    tokens together must be the T = cu_seqlens[-1] packed tokens, each on exactly one
+    rank (counted, and fingerprinted: a token on two ranks and another on none was
+    accepted; raised on every rank alike, since every rank sees the same summaries)."""
+    tokens = positions.numel()
     i = torch.arange(1, cu.numel() + 1, dtype=torch.int64)
-    mine = torch.tensor([tokens, cu.numel(), int(cu[-1]), int(cu.sum()), int((cu * i).sum())],
-                        dtype=torch.int64)
+    mine = torch.tensor([tokens, cu.numel(), int(cu[-1]), int(cu.sum()), int((cu * i).sum())]
+                        + _fingerprint(positions.to(torch.int64)), dtype=torch.int64)
     every = [torch.zeros_like(mine) for _ in range(g.size)]
     dist.all_gather(every, mine, group=g.group)
     every = torch.stack(every)
-    if bool((every[:, 1:] != every[0, 1:]).any()):
+    if bool((every[:, 1:5] != every[0, 1:5]).any()):  # the cu_seqlens summaries
         raise ValueError("cu_seqlens differs across ranks (every rank must pass the same "
                          "global boundaries)")
     if int(every[:, 0].sum()) != int(cu[-1]):
         raise ValueError("cu_seqlens: the ranks hold %d tokens together, but cu_seqlens[-1] = "
                          "%d (every packed token must be on exactly one rank)"
                          % (int(every[:, 0].sum()), int(cu[-1])))
+    total = int(cu[-1])
+    if total <= 2**30 and every[:, 5:].sum(0).tolist() != _fingerprint_of_all(total):
+        raise ValueError("cu_seqlens: the ranks' packed token indices are not 0 .. %d each "
+                         "once (a token on two ranks, another on none: every packed token "
+                         "must be on exactly one rank)" % (total - 1))
 
 
 def packed_shard_positions(cu_seqlens: _TensorLike, world_size: int, rank: int,
@@ -393,7 +421,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
             positions = positions[order]
     g = _Group(group)
     if cu is not None:
-        _check_packed_agreement(g, cu, positions.numel())
+        _check_packed_agreement(g, cu, positions)
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
                   threads, rope, window, sinks, cu, softcap)
     learnable = _learnable_tensors(cfg)

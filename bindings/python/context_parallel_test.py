@@ -10,6 +10,7 @@ handles, sliding windows (and the ring's skipped blocks, counted), sinks and the
 gradient, packed sequences (cu_seqlens). Skips with a message without PyTorch.
 """
 
+import datetime
 import os
 import socket
 import unittest
@@ -532,6 +533,18 @@ def _check_feature_refusals(rank):
             assert "heads" in str(e), str(e)
         else:
             raise AssertionError("expected a ValueError for Alibi(8) under ulysses")
+    # A block the kernel refuses (an ALiBi of 8 heads for 4) under the ring: the error
+    # leaves after the step's sends and receives complete, so the group's next collective
+    # runs (it waited on the unfinished send until the group's timeout, 60 s here).
+    try:
+        cp.attention(x, x, x, pos, bias=gpe.Alibi(8), method="ring")
+    except gpe.GpeError as e:
+        assert "heads" in str(e), str(e)
+    else:
+        raise AssertionError("expected a GpeError for Alibi(8) under the ring")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    assert t.item() == dist.get_world_size()
     y = torch.zeros(2, 2, 4, 8)  # packed sequences share one token dimension: batch 1
     try:
         cp.attention(y, y, y, pos, cu_seqlens=[0, 8])
@@ -544,8 +557,10 @@ def _check_feature_refusals(rank):
 def _worker_features(rank, world, port):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    # A short timeout: a collective left waiting (see _check_feature_refusals) fails the
+    # test in a minute instead of half an hour.
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
     try:
         heads_kv = 2 if world == 2 else 4  # GQA with 2 ranks; ulysses needs heads % world
         seq_len, cases = _feature_cases(world)

@@ -27,6 +27,28 @@ def _merge(o_a, lse_a, o_b, lse_b):
             lse)
 
 
+class _DrainOnError:
+    """Around a block's kernel call: when it raises (an input the kernel refuses, the same
+    on every rank), the step's sends and receives are completed before the exception
+    leaves, so the pair is not left with an unfinished send that hangs the group's next
+    collective until its timeout."""
+
+    def __init__(self, reqs):
+        self.reqs = reqs
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, value, tb):
+        if kind is not None:
+            for r in self.reqs:
+                try:
+                    r.wait()
+                except Exception:  # the exception in flight is the one to report
+                    pass
+        return False
+
+
 class _Ring:
     """Point-to-point exchange with the ring neighbours; zero-size blocks are not sent."""
 
@@ -143,9 +165,10 @@ class _RingAttention(torch.autograd.Function):
             if not cfg.masked(pos, pb):
                 bias = _block_bias(cfg, pos, fox, pb, fb)
                 BLOCK_CALLS["forward"] += 1
-                ob, lb = gt.forward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
-                                         *cfg.op_args(pos, pb, batch, bias),
-                                         *cfg.param_args(), **cfg.extras())
+                with _DrainOnError(reqs):
+                    ob, lb = gt.forward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
+                                             *cfg.op_args(pos, pb, batch, bias),
+                                             *cfg.param_args(), **cfg.extras())
                 o, lse = _merge(o, lse, ob.view(o_shape).to(acc),
                                 lb.view(batch, s_q, heads).to(acc))
             for r in reqs:
@@ -217,22 +240,23 @@ class _RingAttention(torch.autograd.Function):
                 else:
                     bias = _block_bias(cfg, pos, fox, pb, fb)
                 BLOCK_CALLS["backward"] += 1
-                if f64:
-                    out = _ring_block_grads_split(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
-                                                  bias_a if want_fox else cfg.params[0], want)
-                else:
-                    # The global o and lse (the sinks' mass included) give each block's
-                    # exact share: P_ij = exp(s_ij - lse_i), D_i = <dO_i, o_i>.
-                    out = gt.backward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
-                                           cfg.rows(o), lse_flat, cfg.rows(d_o),
-                                           *cfg.op_args(pos, pb, batch, bias),
-                                           *cfg.param_args(bias_a), None, None,
-                                           param_grads=(want[0], False) + want[1:]
-                                           + (False, False), **cfg.extras())
-                    out = (out[0].view(q.shape), out[1].view(kb.shape),
-                           out[2].view(vb.shape)) + tuple(out[3:])
-                    if any(want):
-                        out = out[:3] + (out[3],) + tuple(out[5:8])
+                with _DrainOnError(reqs + acc_reqs):
+                    if f64:
+                        out = _ring_block_grads_split(cfg, q, kb, vb, pos, pb, o, lse, d_o, bias,
+                                                      bias_a if want_fox else cfg.params[0], want)
+                    else:
+                        # The global o and lse (the sinks' mass included) give each block's
+                        # exact share: P_ij = exp(s_ij - lse_i), D_i = <dO_i, o_i>.
+                        out = gt.backward_impl(cfg.rows(q), cfg.rows(kb), cfg.rows(vb),
+                                               cfg.rows(o), lse_flat, cfg.rows(d_o),
+                                               *cfg.op_args(pos, pb, batch, bias),
+                                               *cfg.param_args(bias_a), None, None,
+                                               param_grads=(want[0], False) + want[1:]
+                                               + (False, False), **cfg.extras())
+                        out = (out[0].view(q.shape), out[1].view(kb.shape),
+                               out[2].view(vb.shape)) + tuple(out[3:])
+                        if any(want):
+                            out = out[:3] + (out[3],) + tuple(out[5:8])
                 dqb, dkb, dvb = out[:3]
                 dq += dqb
                 grad_k += dkb

@@ -326,7 +326,7 @@ HWY_INLINE VF Exp2Bounded(DF df, VF t) {
 // SoftcapTile give the same bits.
 struct Softcapper {
   // q's coefficients, constant term first (z in [0, 1/9]).
-  static constexpr double kQ[3] = {-3.3333282883663393e-01, 1.3305547194379727e-01,
+  static constexpr double kQ[3] = {-3.3332828836633926e-01, 1.3305547194379727e-01,
                                    -4.957046881409209e-02};
   VF c, two_c, k, inv_c, bound, one, two, lo, hi, lowest;
   VF q0, q1, q2;  // Q's (scaled) or q's coefficients

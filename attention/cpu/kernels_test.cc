@@ -211,6 +211,31 @@ TEST(Kernels, SoftcapTileMatchesTanhOnEveryTargetAndRemainder) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// The polynomial range |x| <= c/3 to float's accuracy: within 2 ulp of c tanh(x / c)
+// (the coefficients' error is 1.0 ulp with the kernel's roundings; a wrong coefficient
+// costs several: the 1e-6 c above would not see it), on every target and several caps,
+// those that fold the coefficients (5, 30, 150) and one that does not (5000).
+TEST(Kernels, SoftcapPolynomialIsWithinTwoUlp) {
+  for (int64_t target : cpu::CompiledTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (float cap : {5.0f, 30.0f, 150.0f, 5000.0f}) {
+      const int64_t n = 4096;
+      std::vector<float> s(n);
+      for (int64_t j = 0; j < n; ++j) s[j] = cap / 3.0f * (2.0f * j / (n - 1) - 1.0f);
+      const std::vector<float> in = s;
+      cpu::SoftcapTile(s.data(), n, 1, n, cap, nullptr, 0);
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = cap * std::tanh(double(in[j]) / cap);
+        const float w = static_cast<float>(want);
+        const double ulp = std::nextafter(std::fabs(w), INFINITY) - std::fabs(w);
+        ASSERT_LE(std::fabs(s[j] - want), 2 * ulp)
+            << hwy::TargetName(target) << " cap " << cap << " x " << in[j];
+      }
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
 TEST(Kernels, AccumulateTileMatchesLoopsOnEveryRemainder) {
   std::mt19937_64 rng(4);
   for (int64_t dp : {16, 32, 48, 64, 80, 128, 144}) {

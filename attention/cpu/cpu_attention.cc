@@ -71,7 +71,7 @@ absl::Status GatheredPages(const AttentionArgs& args, const T* q, const KV* k, c
   const int64_t batch = args.num_sequences();
   int64_t cap = args.seq_len_k;
   if (!args.kv_lengths.empty() && args.k_structured.empty()) {
-    cap = 0;
+    cap = 1;  // not 0: a dense cache of no keys per sequence has no valid strides
     for (int64_t used : args.kv_lengths) cap = std::max(cap, used);
   }
   AttentionArgs dense = args;

@@ -177,6 +177,16 @@ void CheckAll(const std::string& name) {
     w.k_positions = kpos;
     w.q_positions = qpos;
     Check<KV>(w, 64, ++seed, name + " prefill, capacity 1024, explicit positions and a window");
+    // No key used anywhere: o = 0, lse = -inf (the gathered cache of 0 keys per sequence
+    // had no valid strides and was refused), with default and explicit positions.
+    const std::vector<int64_t> none = {0, 0};
+    AttentionArgs z = test::Bshd(2, 40, 128, 4, 2, 32);
+    z.kv_lengths = none;
+    Check<KV>(z, 16, ++seed, name + " prefill, no key used");
+    const std::vector<int64_t> zk(kpos.begin(), kpos.begin() + 2 * 128);
+    z.k_positions = zk;
+    z.q_positions = qpos;
+    Check<KV>(z, 16, ++seed, name + " prefill, no key used, explicit positions");
   }
 }
 

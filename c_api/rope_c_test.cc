@@ -682,6 +682,29 @@ TEST(RopeC, TablesKeepTheirShapeAndRefusedCallsLeaveOutWhole) {
   EXPECT_EQ(gpe_rope_forward(rope, &tok, &t24, &tp), GPE_OK) << gpe_last_error_message();
   EXPECT_NE(padded[0], -7.0f);
   gpe_rope_destroy(rope);
+
+  // The same with xPos on float16 keys past float16's range (positions 6000 on): the
+  // refusal comes before out is written (it came from Apply, after the copy of x).
+  gpe_rope_options xo = GPE_ROPE_OPTIONS_INIT;
+  xo.head_dim = d;
+  xo.xpos = 1;
+  gpe_rope* xrope = nullptr;
+  ASSERT_EQ(gpe_rope_create(&xo, &xrope), GPE_OK) << gpe_last_error_message();
+  const seq::Float16 one = seq::ToFloat16(1.0f), sentinel = seq::ToFloat16(-7.0f);
+  std::vector<seq::Float16> xh(2 * 4 * h * d, one), ph(2 * 4 * h * 16, sentinel);
+  DLTensor txh = Tensor(xh.data(), kDLFloat, 16, &s24);
+  DLTensor tph = Tensor(ph.data(), kDLFloat, 16, &s24, &pstrides);
+  gpe_rope_tokens keys = GPE_ROPE_TOKENS_INIT;
+  keys.role = GPE_ROPE_KEY;
+  std::vector<int64_t> far = {6000, 7000};
+  DLTensor tfar = Tensor(far.data(), kDLInt, 64, &oshape);
+  keys.offsets = &tfar;
+  EXPECT_EQ(gpe_rope_forward(xrope, &keys, &txh, &tph), GPE_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(HasMessage("float16")) << gpe_last_error_message();
+  for (const seq::Float16& v : ph) {
+    ASSERT_EQ(std::memcmp(&v, &sentinel, sizeof(v)), 0) << "a refused call wrote out";
+  }
+  gpe_rope_destroy(xrope);
 }
 
 TEST(RopeC, UseScheduleSetsPublishedDefaults) {

@@ -575,10 +575,9 @@ template absl::Status Rope::CheckTable<float>(const RopeTable<float>&, const Rop
 template absl::Status Rope::CheckTable<double>(const RopeTable<double>&, const RopeTensor&,
                                                const char*) const;
 
-template <class T, bool kInverse>
-absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
-                             T* out) const {
-  const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
+template <class T>
+absl::Status Rope::CheckApply(const RopeTableFor<T>& table, const RopeTensor& tensor,
+                              const char* who) const {
   if (absl::Status s = CheckTable(table, tensor, who); !s.ok()) return s;
   // A 16-bit tensor's range is narrower than the float table's: an xPos scale past it
   // (float16: 65504 = e^11.09, reached 8 times nearer the centre than float32's e^88.7)
@@ -594,6 +593,23 @@ absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& ten
           "); set xpos.centre near the positions in use"));
     }
   }
+  return absl::OkStatus();
+}
+
+template absl::Status Rope::CheckApply<float>(const RopeTableFor<float>&, const RopeTensor&,
+                                              const char*) const;
+template absl::Status Rope::CheckApply<double>(const RopeTableFor<double>&, const RopeTensor&,
+                                               const char*) const;
+template absl::Status Rope::CheckApply<BFloat16>(const RopeTableFor<BFloat16>&,
+                                                 const RopeTensor&, const char*) const;
+template absl::Status Rope::CheckApply<Float16>(const RopeTableFor<Float16>&, const RopeTensor&,
+                                                const char*) const;
+
+template <class T, bool kInverse>
+absl::Status Rope::ApplyImpl(const RopeTableFor<T>& table, const RopeTensor& tensor, const T* in,
+                             T* out) const {
+  const char* who = kInverse ? "Rope::ApplyBackward" : "Rope::Apply";
+  if (absl::Status s = CheckApply<T>(table, tensor, who); !s.ok()) return s;
   absl::StatusOr<int64_t> span = TensorSpan(tensor);
   if (!span.ok()) return span.status();
   const int64_t n = tensor.num_tokens();

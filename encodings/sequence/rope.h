@@ -297,6 +297,11 @@ class Rope {
   template <class C>
   absl::Status CheckTable(const RopeTable<C>& table, const RopeTensor& tensor,
                           const char* who = "Rope::Apply") const;
+  // CheckTable and, for 16-bit T, that the table's xPos scales fit T's range: everything
+  // Apply<T> checks before writing.
+  template <class T>
+  absl::Status CheckApply(const RopeTableFor<T>& table, const RopeTensor& tensor,
+                          const char* who = "Rope::Apply") const;
 
   // out = m R(a) in (forward) or m R(-a) in (backward), row by row; in == out allowed
   // (fused in-place). in and out share `tensor`'s shape and strides. T is float,

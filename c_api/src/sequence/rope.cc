@@ -393,7 +393,7 @@ absl::Status RunTyped(const seq::Rope& rope, const RopeCall& c, bool backward,
       own = *std::move(t);
       table = &*own;
     }
-    if (absl::Status s = rope.CheckTable(*table, out_tensor); !s.ok()) return s;
+    if (absl::Status s = rope.CheckApply<T>(*table, out_tensor); !s.ok()) return s;
     CopyRows(c.x, c.out);
     tensor = out_tensor;
     in = out;

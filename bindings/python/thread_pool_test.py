@@ -282,6 +282,59 @@ class CloseDuringCallTest(unittest.TestCase):
         rope = gpe.Rope(32)
         self.check_close_during(lambda: gpe.attention(Q, K, V, threads=3, rope=rope), rope)
 
+    def test_a_collection_inside_a_held_section_does_not_deadlock(self):
+        # The "is closed" error was built while the (non-reentrant) lock was held: a
+        # garbage collection there ran a cyclic Rope's __del__, whose close() waited for
+        # the same lock forever. Collections are forced at every allocation count.
+        import gc
+        from gpe._core import hold
+        closed = gpe.Rope(64)
+        closed.close()
+
+        class Cycle:
+            pass
+
+        for n in range(1, 200):
+            gc.collect()
+            c = Cycle()
+            c.me, c.rope = c, gpe.Rope(64)
+            del c
+            gc.set_threshold(n)
+            try:
+                with self.assertRaises(ValueError):
+                    with hold(closed):
+                        pass
+            finally:
+                gc.set_threshold(700)
+
+
+class InterruptDuringBatchTest(unittest.TestCase):
+    """Ctrl-C while the calling thread runs a batch's leftover tasks (an application pool
+    that ran none): the KeyboardInterrupt left the C callback (printed, ignored), the
+    rest of the tasks never ran and the call returned as if it had succeeded. Now every
+    task runs and the call raises KeyboardInterrupt once the library returns. The signal
+    comes 2 ms into the pool call, while the ~0.1 s of tasks run on the calling thread."""
+
+    def tearDown(self):
+        gpe.set_thread_pool(None)
+
+    def test_every_task_runs_and_the_interrupt_is_raised_after(self):
+        import os
+        import signal
+        x = RNG.uniform(-1.0, 1.0, (1, 32768, 8, 128)).astype(np.float32)
+        rope = gpe.Rope(128, num_threads=4)
+        want = rope.forward(x)
+
+        def lazy_pool(n, run):
+            threading.Timer(0.002, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+        gpe.set_thread_pool(lazy_pool, num_threads=4)
+        out = np.zeros_like(x)
+        with self.assertRaises(KeyboardInterrupt):
+            rope.forward(x, out=out)
+        gpe.set_thread_pool(None)
+        self.assertEqual(out.tobytes(), want.tobytes())
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -38,8 +38,10 @@ def defer_pool_error(error: BaseException) -> None:
 
 
 # Guards every object's _handle, _gpe_uses and _gpe_pending (held briefly: never across
-# a library call).
-_close_lock = threading.Lock()
+# a library call). Reentrant: a garbage collection inside a held section may run another
+# object's __del__, whose close() takes it again on the same thread (a plain Lock
+# deadlocked there).
+_close_lock = threading.RLock()
 
 
 def close_handle(obj: Any, destroy: Callable[[ctypes.c_void_p], Any]) -> None:
@@ -74,12 +76,12 @@ class hold:
         obj = self._obj
         with _close_lock:
             handle = obj._handle
-            if not handle:
-                what = type(obj).__name__
-                raise ValueError("%s (%s) is closed" % (self._name, what) if self._name
-                                 else "%s is closed" % what)
-            obj._gpe_uses = getattr(obj, "_gpe_uses", 0) + 1
-            return handle
+            if handle:
+                obj._gpe_uses = getattr(obj, "_gpe_uses", 0) + 1
+                return handle
+        what = type(obj).__name__  # the error built outside the lock
+        raise ValueError("%s (%s) is closed" % (self._name, what) if self._name
+                         else "%s is closed" % what)
 
     def __exit__(self, *exc: object) -> None:
         release(self._obj)

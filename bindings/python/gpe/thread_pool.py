@@ -38,8 +38,10 @@ ctypes callback, is kept alive until the process exits.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import operator
+import signal
 import threading
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -89,7 +91,15 @@ class _Batch:
                 self.cond.notify_all()
 
     def finish(self):
-        """Runs the tasks never run here, waits for those still running, and closes."""
+        """Runs the tasks never run here, waits for those still running, and closes. On
+        the main thread, Ctrl-C (SIGINT) is held back meanwhile and raised by the gpe call
+        once the library returns: raised here, between two tasks or in the wait, it left
+        the C callback (printed and ignored), skipping the remaining tasks, and the
+        library could return while other threads still ran tasks on its context."""
+        with _interrupts_held(self):
+            self._finish()
+
+    def _finish(self):
         with self.cond:
             self.closed = True
             rest = [i for i in range(self.n) if not self.claimed[i]]
@@ -100,6 +110,33 @@ class _Batch:
         with self.cond:
             while self.running:
                 self.cond.wait()
+
+
+@contextlib.contextmanager
+def _interrupts_held(batch):
+    """SIGINT recorded instead of raised for the block (on the main thread, where Python
+    runs signal handlers, and where the handler is Python's); then the batch's error, a
+    KeyboardInterrupt, unless it has one."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got = []
+    try:
+        old = signal.getsignal(signal.SIGINT)
+        if not callable(old) and old not in (signal.SIG_DFL, signal.SIG_IGN):
+            raise ValueError("a handler installed outside Python")
+        signal.signal(signal.SIGINT, lambda signum, frame: got.append(signum))
+    except (ValueError, TypeError, OSError):
+        yield  # not settable here (embedded interpreter, a C handler): as before
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if got and old is not signal.SIG_IGN:
+            with batch.cond:
+                if batch.error is None:
+                    batch.error = KeyboardInterrupt()
 
 
 def _c_parallel_for(parallel_for):

@@ -12,6 +12,10 @@ use crate::{ffi, Matrix, Real, Result, Tensor3};
 use std::any::Any;
 use std::ffi::CString;
 use std::os::raw::c_void;
+
+// The C ABI's bound on training steps (gpe/inr_training.h); checked before the loss
+// buffer of `steps` entries is allocated (1 << 40 steps allocated 8 TiB and aborted).
+const MAX_STEPS: i64 = 1 << 31;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
@@ -115,8 +119,8 @@ pub fn mlp_fit<T: Real>(
     if let Some(init) = initial {
         expect_len("initial parameters", init.len(), p)?;
     }
-    if options.steps < 0 {
-        return Err(invalid(format!("steps is {}; expected >= 0", options.steps)));
+    if options.steps < 0 || options.steps > MAX_STEPS {
+        return Err(invalid(format!("steps is {}; expected 0..=2^31", options.steps)));
     }
     let o = options.ffi();
     let mut parameters = vec![T::default(); p];
@@ -239,8 +243,8 @@ fn fit_validated<T: Real>(
     if let Some(init) = initial {
         expect_len("initial parameters", init.len(), p)?;
     }
-    if options.steps < 0 {
-        return Err(invalid(format!("steps is {}; expected >= 0", options.steps)));
+    if options.steps < 0 || options.steps > MAX_STEPS {
+        return Err(invalid(format!("steps is {}; expected 0..=2^31", options.steps)));
     }
     let k = mlp_num_evaluations(options.steps, validation.eval_every)?;
     let mut o = options.ffi();
@@ -335,8 +339,8 @@ impl LinearAdamOptions {
         c
     }
     fn loss_len(&self) -> Result<usize> {
-        if self.steps < 1 {
-            return Err(invalid(format!("steps is {}; expected >= 1", self.steps)));
+        if self.steps < 1 || self.steps > MAX_STEPS {
+            return Err(invalid(format!("steps is {}; expected 1..=2^31", self.steps)));
         }
         Ok(self.steps as usize) // steps >= 1: fits; `steps as i64` below gives it back
     }

@@ -112,16 +112,19 @@ fn to_i64(value: usize, name: &str) -> Result<i64> {
     i64::try_from(value).map_err(|_| invalid(format!("{} is {}; the C ABI's int64_t holds at most {}", name, value, i64::MAX)))
 }
 
-// The element count of a shape given by the caller, each extent and the product within
-// int64_t (so also within usize): an InvalidArgument error instead of a wrapped product.
+// The element count of a shape given by the caller, each extent within int64_t and the
+// product within i64::MAX / 8, the C ABI's bound on a tensor's elements (and what a Vec
+// of 8-byte elements can hold): an InvalidArgument error instead of a wrapped product or
+// a "capacity overflow" panic when the output is allocated.
 fn checked_count(name: &str, dims: &[usize]) -> Result<usize> {
+    const MAX: usize = (i64::MAX / 8) as usize;
     let mut n: usize = 1;
     for &d in dims {
         to_i64(d, name)?;
         n = n
             .checked_mul(d)
-            .filter(|&n| n <= i64::MAX as usize)
-            .ok_or_else(|| invalid(format!("{} has shape {:?}: its element count exceeds the C ABI's int64_t ({} at most)", name, dims, i64::MAX)))?;
+            .filter(|&n| n <= MAX)
+            .ok_or_else(|| invalid(format!("{} has shape {:?}: its element count exceeds the C ABI's bound for int64_t-indexed tensors of 8-byte elements ({} at most)", name, dims, MAX)))?;
     }
     Ok(n)
 }

@@ -134,6 +134,18 @@ fn linear_forward(p: &[f64], x: &[f64], input_dim: usize, output_dim: usize) -> 
 }
 
 #[test]
+fn steps_beyond_the_abi_bound_are_refused_before_allocating() {
+    // The loss buffer of `steps` entries was allocated before the library's 0..=2^31
+    // check: 2^40 steps tried 8 TiB and aborted the process.
+    let mut o = MlpOptions::default();
+    o.steps = 1 << 40;
+    let x = [0.0f64, 1.0];
+    let e = mlp_fit::<f64>(&o, &x, 1, &x, 1, None).err().expect("refused");
+    assert_eq!(e.status, Status::InvalidArgument, "{}", e.message);
+    assert!(e.message.contains("steps"), "{}", e.message);
+}
+
+#[test]
 fn mlp_layout_init_and_predict() {
     let mut o = MlpOptions::default();
     o.hidden_width = 7;

@@ -59,6 +59,8 @@ fn sequence_encodings_sizes_beyond_int64() {
     // Before: dim as i64 == -1 reached C (the library's own message).
     assert_range_error(sinusoidal_encode::<f64>(10000.0, &[], usize::MAX), "dim");
     assert_range_error(sinusoidal_encode::<f64>(10000.0, &[0, 1], 1 << 62), "output");
+    // 2^62 elements fit int64_t but no Vec of f64: refused, not a "capacity overflow" panic.
+    assert_range_error(sinusoidal_encode::<f64>(10000.0, &[0], 1 << 62), "output");
     // Before: a.rows / a.cols as i64 wrapped (0-column generators, 2^63 of them).
     assert_range_error(GrapeM::new(&empty(BIG, 0), &empty(BIG, 0), &[]), "a");
     assert_range_error(AlgebraicSequence::new(&empty(1 << 32, 1 << 32)), "skew");

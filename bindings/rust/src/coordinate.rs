@@ -213,7 +213,7 @@ impl CoordinateEncoder {
         let (mut ps, mut os) = ([0i64; 2], [0i64; 2]);
         let tp = matrix_tensor(points, &mut ps)?;
         checked_count("features", &[points.rows, self.output_dim])?;
-        let mut out = Matrix::zeros(points.rows, self.output_dim);
+        let mut out = Matrix::zeros_for("output", points.rows, self.output_dim)?;
         let mut to = matrix_tensor_mut(&mut out, &mut os)?;
         // SAFETY: lengths match the shapes; the library checks widths.
         check(unsafe { ffi::gpe_coordinate_encode(self.ptr, &tp, &mut to) })?;
@@ -222,7 +222,7 @@ impl CoordinateEncoder {
 
     /// grad_points [N, D] = sum_f grad_features[n, f] d features[n, f] / d points[n, d].
     pub fn backward(&self, points: &Matrix, grad_features: &Matrix) -> Result<Matrix> {
-        let mut out = Matrix::zeros(points.rows, points.cols);
+        let mut out = Matrix::zeros_for("output", points.rows, points.cols)?;
         let (mut ps, mut gs, mut os) = ([0i64; 2], [0i64; 2], [0i64; 2]);
         let tp = matrix_tensor(points, &mut ps)?;
         let tg = matrix_tensor(grad_features, &mut gs)?;
@@ -316,7 +316,7 @@ pub fn laplacian_eigenvectors(
         None => None,
     };
     let mut values = vec![0.0; k];
-    let mut vectors = Matrix::zeros(num_nodes, k);
+    let mut vectors = Matrix::zeros_for("output", num_nodes, k)?;
     let (mut vs, mut ms) = ([k64], [0i64; 2]);
     let mut tv = f64_tensor_mut(&mut values, &mut vs);
     let mut tm = matrix_tensor_mut(&mut vectors, &mut ms)?;
@@ -328,7 +328,7 @@ pub fn laplacian_eigenvectors(
 
 /// Zheng et al. eq. 6: out[i, j] = sample_spacing * features[i] . features[j], [N, N].
 pub fn embedded_distance_matrix(features: &Matrix, sample_spacing: f64) -> Result<Matrix> {
-    let mut out = Matrix::zeros(features.rows, features.rows);
+    let mut out = Matrix::zeros_for("output", features.rows, features.rows)?;
     let (mut fs, mut os) = ([0i64; 2], [0i64; 2]);
     let tf = matrix_tensor(features, &mut fs)?;
     let mut to = matrix_tensor_mut(&mut out, &mut os)?;
@@ -407,7 +407,7 @@ impl SeparableFitOptions {
 /// `fit_separable_2d` with every option (rcond included).
 pub fn fit_separable_2d_with(options: &SeparableFitOptions, psi_y: &Matrix, psi_x: &Matrix, image: &Matrix) -> Result<Matrix> {
     let o = options.ffi();
-    let mut w = Matrix::zeros(psi_y.cols, psi_x.cols);
+    let mut w = Matrix::zeros_for("output", psi_y.cols, psi_x.cols)?;
     let (mut ys, mut xs, mut is, mut ws) = ([0i64; 2], [0i64; 2], [0i64; 2], [0i64; 2]);
     let ty = matrix_tensor(psi_y, &mut ys)?;
     let tx = matrix_tensor(psi_x, &mut xs)?;
@@ -523,7 +523,7 @@ pub fn fit_blended_2d(
     o.max_iterations = options.max_iterations;
     o.lambda = options.lambda;
     o.tolerance = options.tolerance;
-    let mut w = Matrix::zeros(ky, kx);
+    let mut w = Matrix::zeros_for("output", ky, kx)?;
     let (mut gxs, mut gys, mut ps, mut vs, mut ws) = ([grid_x.len() as i64], [grid_y.len() as i64], [0i64; 2], [values.len() as i64], [0i64; 2]);
     let (tgx, tgy) = (f64_tensor(grid_x, &mut gxs), f64_tensor(grid_y, &mut gys));
     let tp = matrix_tensor(points, &mut ps)?;

@@ -358,7 +358,7 @@ pub struct LinearFit {
 pub fn fit_dense_adam(options: &LinearAdamOptions, features: &Matrix, targets: &Matrix) -> Result<LinearFit> {
     let steps = options.loss_len()?;
     let o = options.ffi();
-    let mut w = Matrix::zeros(features.cols, targets.cols);
+    let mut w = Matrix::zeros_for("output", features.cols, targets.cols)?;
     let mut train_loss = vec![0.0; steps];
     let (mut fs, mut ts, mut ws, mut ls) = ([0i64; 2], [0i64; 2], [0i64; 2], [steps as i64]);
     let tf = matrix_tensor(features, &mut fs)?;
@@ -376,7 +376,7 @@ pub fn fit_dense_adam(options: &LinearAdamOptions, features: &Matrix, targets: &
 pub fn fit_separable_adam_2d(options: &LinearAdamOptions, psi_y: &Matrix, psi_x: &Matrix, image: &Matrix) -> Result<LinearFit> {
     let steps = options.loss_len()?;
     let o = options.ffi();
-    let mut w = Matrix::zeros(psi_y.cols, psi_x.cols);
+    let mut w = Matrix::zeros_for("output", psi_y.cols, psi_x.cols)?;
     let mut train_loss = vec![0.0; steps];
     let (mut ys, mut xs, mut is, mut ws, mut ls) = ([0i64; 2], [0i64; 2], [0i64; 2], [0i64; 2], [steps as i64]);
     let ty = matrix_tensor(psi_y, &mut ys)?;
@@ -411,7 +411,7 @@ impl SyntheticTask {
 /// gives the signed sine instead of its magnitude.
 pub fn synthetic_image(task: SyntheticTask, signed: bool, n: usize) -> Result<Matrix> {
     checked_count("image", &[n, n])?;
-    let mut out = Matrix::zeros(n, n);
+    let mut out = Matrix::zeros_for("output", n, n)?;
     let mut s = [0i64; 2];
     let mut t = matrix_tensor_mut(&mut out, &mut s)?;
     // SAFETY: out is n x n.
@@ -435,7 +435,7 @@ pub fn synthetic_vector_field(task: SyntheticTask, n: usize) -> Result<Tensor3> 
 pub fn grid_coordinates(n: usize) -> Result<Matrix> {
     let n64 = to_i64(n, "n")?;
     checked_count("grid coordinates", &[n, n, 2])?;
-    let mut out = Matrix::zeros(n * n, 2);
+    let mut out = Matrix::zeros_for("output", n * n, 2)?;
     let mut s = [0i64; 2];
     let mut t = matrix_tensor_mut(&mut out, &mut s)?;
     // SAFETY: out is [n * n, 2].

@@ -167,6 +167,13 @@ impl Matrix {
         let n = rows.checked_mul(cols).expect("Matrix::zeros: rows * cols overflows usize");
         Matrix { rows, cols, data: vec![0.0; n] }
     }
+    // An output of a size the caller's arguments decide: refused (InvalidArgument, as
+    // checked_count) where rows * cols passes the C ABI's bound, instead of a panic or an
+    // allocation failure before the library could check the call.
+    pub(crate) fn zeros_for(name: &str, rows: usize, cols: usize) -> Result<Matrix> {
+        let n = checked_count(name, &[rows, cols])?;
+        Ok(Matrix { rows, cols, data: vec![0.0; n] })
+    }
     pub fn at(&self, r: usize, c: usize) -> f64 {
         self.data[r * self.cols + c]
     }
@@ -610,7 +617,7 @@ impl Drop for AlgebraicSequence {
 /// Shaw et al. relative key scores: scores[a, b] = q[a] . table[clip(kp[b] - qp[a], -k, k) + k].
 /// q: [qp.len(), d]; label_table: [2k + 1, d]. Returns [qp.len(), kp.len()].
 pub fn shaw_key_scores(q: &Matrix, label_table: &Matrix, query_positions: &[i64], key_positions: &[i64]) -> Result<Matrix> {
-    let mut scores = Matrix::zeros(query_positions.len(), key_positions.len());
+    let mut scores = Matrix::zeros_for("output", query_positions.len(), key_positions.len())?;
     let (mut qs, mut ls, mut qps, mut kps, mut ss) = ([0i64; 2], [0i64; 2], [query_positions.len() as i64], [key_positions.len() as i64], [0i64; 2]);
     let tq = matrix_tensor(q, &mut qs)?;
     let tl = matrix_tensor(label_table, &mut ls)?;
@@ -630,8 +637,8 @@ pub fn shaw_key_scores_backward(
     key_positions: &[i64],
     grad_scores: &Matrix,
 ) -> Result<(Matrix, Matrix)> {
-    let mut gq = Matrix::zeros(q.rows, q.cols);
-    let mut gl = Matrix::zeros(label_table.rows, label_table.cols);
+    let mut gq = Matrix::zeros_for("output", q.rows, q.cols)?;
+    let mut gl = Matrix::zeros_for("output", label_table.rows, label_table.cols)?;
     let (mut qs, mut ls, mut qps, mut kps, mut gss, mut gqs, mut gls) =
         ([0i64; 2], [0i64; 2], [query_positions.len() as i64], [key_positions.len() as i64], [0i64; 2], [0i64; 2], [0i64; 2]);
     let tq = matrix_tensor(q, &mut qs)?;
@@ -686,7 +693,7 @@ pub fn shifted_basis_encode(options: &ShiftedBasisOptions, coords: &[f64]) -> Re
     if options.num_shifts < 1 {
         return Err(invalid(format!("num_shifts must be >= 1; got {}", options.num_shifts)));
     }
-    let mut out = Matrix::zeros(coords.len(), options.num_shifts as usize);
+    let mut out = Matrix::zeros_for("output", coords.len(), options.num_shifts as usize)?;
     let (mut cs, mut os) = ([coords.len() as i64], [0i64; 2]);
     let tc = f64_tensor(coords, &mut cs);
     let mut to = matrix_tensor_mut(&mut out, &mut os)?;
@@ -711,7 +718,7 @@ pub fn fit_separable_2d(lambda: f64, float32_image_products: bool, psi_y: &Matri
     let mut o = ffi::gpe_separable_fit_options::init();
     o.lambda = lambda;
     o.float32_image_products = float32_image_products as i32;
-    let mut w = Matrix::zeros(psi_y.cols, psi_x.cols);
+    let mut w = Matrix::zeros_for("output", psi_y.cols, psi_x.cols)?;
     let (mut ys, mut xs, mut is, mut ws) = ([0i64; 2], [0i64; 2], [0i64; 2], [0i64; 2]);
     let ty = matrix_tensor(psi_y, &mut ys)?;
     let tx = matrix_tensor(psi_x, &mut xs)?;
@@ -724,7 +731,7 @@ pub fn fit_separable_2d(lambda: f64, float32_image_products: bool, psi_y: &Matri
 
 /// psi_y W psi_x^T: [Ny, Nx].
 pub fn predict_separable_2d(psi_y: &Matrix, psi_x: &Matrix, w: &Matrix) -> Result<Matrix> {
-    let mut out = Matrix::zeros(psi_y.rows, psi_x.rows);
+    let mut out = Matrix::zeros_for("output", psi_y.rows, psi_x.rows)?;
     let (mut ys, mut xs, mut ws, mut os) = ([0i64; 2], [0i64; 2], [0i64; 2], [0i64; 2]);
     let ty = matrix_tensor(psi_y, &mut ys)?;
     let tx = matrix_tensor(psi_x, &mut xs)?;

@@ -242,7 +242,7 @@ pub fn locality_scale(c: f64, q_positions: &[i64], k_positions: &[i64], scores: 
 /// Shaw et al. eq. 3: out[a, :] = sum_b probabilities[a, b] label_table[clip(kp[b] - qp[a],
 /// -k, k) + k, :], label_table [2k + 1, dv]; out [Lq, dv].
 pub fn shaw_value_output(probabilities: &Matrix, label_table: &Matrix, query_positions: &[i64], key_positions: &[i64]) -> Result<Matrix> {
-    let mut out = Matrix::zeros(probabilities.rows, label_table.cols);
+    let mut out = Matrix::zeros_for("output", probabilities.rows, label_table.cols)?;
     let (mut ps, mut ls, mut qs, mut ks, mut os) = ([0i64; 2], [0i64; 2], [query_positions.len() as i64], [key_positions.len() as i64], [0i64; 2]);
     let tp = matrix_tensor(probabilities, &mut ps)?;
     let tl = matrix_tensor(label_table, &mut ls)?;
@@ -262,9 +262,9 @@ pub fn shaw_value_output_backward(
     key_positions: &[i64],
     grad_out: &Matrix,
 ) -> Result<(Matrix, Matrix)> {
-    let mut gp = Matrix::zeros(probabilities.rows, probabilities.cols);
+    let mut gp = Matrix::zeros_for("output", probabilities.rows, probabilities.cols)?;
     // The library adds into grad_label_table: start from zero.
-    let mut gl = Matrix::zeros(label_table.rows, label_table.cols);
+    let mut gl = Matrix::zeros_for("output", label_table.rows, label_table.cols)?;
     let (mut ps, mut ls, mut qs, mut ks) = ([0i64; 2], [0i64; 2], [query_positions.len() as i64], [key_positions.len() as i64]);
     let (mut gos, mut gps, mut gls) = ([0i64; 2], [0i64; 2], [0i64; 2]);
     let tp = matrix_tensor(probabilities, &mut ps)?;
@@ -307,7 +307,7 @@ pub struct TransformerXlGrads {
 pub fn transformer_xl_score_terms(x: &TransformerXl) -> Result<Matrix> {
     let mut o = ffi::gpe_transformer_xl_options::init();
     o.base = x.base;
-    let mut out = Matrix::zeros(x.q.rows, x.k.rows);
+    let mut out = Matrix::zeros_for("output", x.q.rows, x.k.rows)?;
     let (mut qs, mut ks, mut ws, mut os) = ([0i64; 2], [0i64; 2], [0i64; 2], [0i64; 2]);
     let (mut qps, mut kps, mut us, mut vs) = ([x.query_positions.len() as i64], [x.key_positions.len() as i64], [x.u.len() as i64], [x.v.len() as i64]);
     let tq = matrix_tensor(x.q, &mut qs)?;

@@ -55,6 +55,13 @@ fn matrix_and_tensor3_shapes_beyond_int64() {
 }
 
 #[test]
+fn outputs_sized_by_the_arguments_are_refused_not_panics() {
+    // A valid matrix of 2^32 rows and no columns asks for a 2^32 x 2^32 distance matrix:
+    // Matrix::zeros panicked (or tried to allocate) before the library saw the call.
+    assert_range_error(embedded_distance_matrix(&empty(1 << 32, 0), 1.0), "output");
+}
+
+#[test]
 fn sequence_encodings_sizes_beyond_int64() {
     // Before: dim as i64 == -1 reached C (the library's own message).
     assert_range_error(sinusoidal_encode::<f64>(10000.0, &[], usize::MAX), "dim");

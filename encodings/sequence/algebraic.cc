@@ -294,8 +294,7 @@ template absl::Status AlgebraicTree::Apply<float>(absl::Span<const Address>, con
 template absl::Status AlgebraicTree::Apply<double>(absl::Span<const Address>, const double*,
                                                    int64_t, double*, int64_t) const;
 
-absl::StatusOr<std::vector<Eigen::MatrixXd>> AlgebraicTree::AllNodeMatrices(
-    int64_t max_depth) const {
+absl::StatusOr<int64_t> AlgebraicTree::NumNodes(int64_t max_depth) const {
   if (max_depth < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("AlgebraicTree::AllNodeMatrices: max_depth must be >= 0, got ", max_depth));
@@ -313,8 +312,16 @@ absl::StatusOr<std::vector<Eigen::MatrixXd>> AlgebraicTree::AllNodeMatrices(
     }
     level *= k;  // level <= total * k <= 2^27 * k: no overflow for int32 k
   }
+  return total;
+}
+
+absl::StatusOr<std::vector<Eigen::MatrixXd>> AlgebraicTree::AllNodeMatrices(
+    int64_t max_depth) const {
+  absl::StatusOr<int64_t> total = NumNodes(max_depth);
+  if (!total.ok()) return total.status();
+  const int64_t k = branching();
   std::vector<Eigen::MatrixXd> all;
-  all.reserve(static_cast<size_t>(total));
+  all.reserve(static_cast<size_t>(*total));
   all.push_back(Eigen::MatrixXd::Identity(dim(), dim()));
   int64_t begin = 0, size = 1;
   for (int64_t t = 1; t <= max_depth; ++t) {

@@ -120,6 +120,9 @@ class AlgebraicTree {
   // at a time: level t + 1 is level t right-multiplied by each W_c (sec. 3.2.3), so the
   // whole table costs one d x d product per node. ResourceExhausted beyond 2^27 doubles.
   absl::StatusOr<std::vector<Eigen::MatrixXd>> AllNodeMatrices(int64_t max_depth) const;
+  // The number of nodes of depth <= max_depth (AllNodeMatrices' length), with its
+  // refusals (max_depth < 0; a table past 2^27 doubles), computing no matrix.
+  absl::StatusOr<int64_t> NumNodes(int64_t max_depth) const;
   // Backward of Apply for a loss l given dl/dout_j (Kogkalidis et al. learn the branch
   // generators by gradient descent, sec. 3.2 and appendix). Node j's matrix is the path
   // product W_{c_1} ... W_{c_m}; with z_{m+1} = x_j, z_s = W_{c_s} z_{s+1} (so out_j = z_1)

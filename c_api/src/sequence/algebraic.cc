@@ -443,29 +443,18 @@ gpe_status gpe_algebraic_tree_node_matrices(const gpe_algebraic_tree* tree, int6
     absl::StatusOr<TensorView> ov = ViewTensor(out, "out", 3, kF64);
     if (!ov.ok()) return ov.status();
     if (absl::Status s = CheckNoSelfOverlap(*ov, "out"); !s.ok()) return s;
-    // out's shape first (the node count 1 + k + ... + k^max_depth, saturating), so a
-    // wrong one is refused before up to 2^27 doubles are built; AllNodeMatrices checks
-    // max_depth and that limit before building.
-    // The count stops growing past the 2^27 doubles AllNodeMatrices allows (a branching
-    // of 1 adds one node per level: up to 2^40 levels were walked).
-    const int64_t d = tree->impl.dim(), k = tree->impl.branching();
-    const int64_t limit = (int64_t{1} << 27) / (d * d) + 1;
-    int64_t count = 0, level = 1;
-    for (int64_t l = 0; max_depth >= 0 && l <= max_depth && count <= limit; ++l) {
-      count += level;
-      level = level > limit / k ? limit + 1 : level * k;
-    }
-    const bool small = max_depth >= 0 && count <= limit;
-    if (small && ov->shape != std::vector<int64_t>{count, d, d}) {
-      return absl::InvalidArgumentError(absl::StrCat("out must have shape [", count, ", ", d, ", ",
-                                                     d, "] (nodes of depth <= ", max_depth,
+    // out's shape from the node count first, so a wrong one is refused before up to
+    // 2^27 doubles are built.
+    absl::StatusOr<int64_t> count = tree->impl.NumNodes(max_depth);
+    if (!count.ok()) return count.status();
+    const int64_t d = tree->impl.dim();
+    if (ov->shape != std::vector<int64_t>{*count, d, d}) {
+      return absl::InvalidArgumentError(absl::StrCat("out must have shape [", *count, ", ", d,
+                                                     ", ", d, "] (nodes of depth <= ", max_depth,
                                                      "); got ", Shape(*ov)));
     }
     absl::StatusOr<std::vector<Eigen::MatrixXd>> all = tree->impl.AllNodeMatrices(max_depth);
     if (!all.ok()) return all.status();
-    if (ov->shape != std::vector<int64_t>{static_cast<int64_t>(all->size()), d, d}) {
-      return absl::InternalError("node count differs from the one computed first");
-    }
     WriteFlat(*all, *ov);
     return absl::OkStatus();
   });

@@ -17,39 +17,18 @@
 namespace gpe::c_api {
 namespace {
 
-// Rows of a [N, dim] view are usable directly (the batch contract of group/batch.h)
-// when their elements are contiguous and rows lie at least dim apart, in order; other
-// views (reversed rows, a broadcast row: strides < dim) go through a compact buffer.
-bool RowsContiguous(const TensorView& v) {
-  const bool columns = v.shape[1] <= 1 || v.strides[1] == 1;
-  return columns && (v.shape[0] <= 1 || v.strides[0] >= v.shape[1]);
-}
-
-// Applies `rep` (CommutingPlanes or Rank2Rotation) to a validated [N, dim] view pair.
-// Column-strided views go through a compact row-major buffer.
+// Applies `rep` (CommutingPlanes or Rank2Rotation) to a validated [N, dim] view pair:
+// rows in place where the views allow (RowsOf), else through compact buffers.
 template <class T, class Rep>
 absl::Status ApplyTyped(const Rep& rep, absl::Span<const int64_t> positions, const TensorView& x,
                         const TensorView& out) {
-  const int64_t n = x.shape[0];
-  const int64_t dim = x.shape[1];
-  if (n == 0) return absl::OkStatus();
-  const T* in = x.typed<const T>();
-  T* dst = out.typed<T>();
-  if (RowsContiguous(x) && RowsContiguous(out)) {
-    // One row: its stride is never stepped, and may be anything (numpy's reversed
-    // one-row view has -dim); the batch contract wants >= dim.
-    const int64_t ldx = n == 1 ? dim : x.strides[0], ldo = n == 1 ? dim : out.strides[0];
-    return rep.template Apply<T>(positions, in, ldx, dst, ldo);
-  }
-  std::vector<T> buffer(static_cast<size_t>(n * dim));
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < dim; ++j) buffer[i * dim + j] = in[i * x.strides[0] + j * x.strides[1]];
-  }
-  absl::Status s = rep.template Apply<T>(positions, buffer.data(), dim, buffer.data(), dim);
-  if (!s.ok()) return s;
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < dim; ++j) dst[i * out.strides[0] + j * out.strides[1]] = buffer[i * dim + j];
-  }
+  if (x.shape[0] == 0) return absl::OkStatus();
+  std::vector<T> xs, os;
+  int64_t ldx = 0, ldo = 0;
+  const T* in = RowsOf<T>(x, /*gather=*/true, &xs, &ldx);
+  T* dst = RowsOf<T>(out, /*gather=*/false, &os, &ldo);
+  if (absl::Status s = rep.template Apply<T>(positions, in, ldx, dst, ldo); !s.ok()) return s;
+  ScatterRows(dst, out);
   return absl::OkStatus();
 }
 

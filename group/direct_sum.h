@@ -11,23 +11,41 @@
 //   template <class T> absl::Status Apply(absl::Span<const Element>, const T*, int64_t,
 //                                         T*, int64_t) const;
 // as every representation in group/ does. Batch conventions are those of so_planes.h.
+// A component whose Apply refuses some elements (a free-group word with a letter outside
+// its generators) also provides
+//   absl::Status ValidateElement(const Element&) const;
+// DirectSum::Apply checks every element of every such component before any component
+// writes, so a refused call leaves `out` as it was.
 #ifndef GROUP_DIRECT_SUM_H_
 #define GROUP_DIRECT_SUM_H_
 
 #include <array>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <Eigen/Dense>
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "group/batch.h"
 
 namespace gpe {
 namespace group {
+namespace internal {
+
+// Whether Rep has `absl::Status ValidateElement(const Rep::Element&) const`.
+template <class Rep, class = void>
+struct HasValidateElement : std::false_type {};
+template <class Rep>
+struct HasValidateElement<Rep, std::void_t<decltype(std::declval<const Rep&>().ValidateElement(
+                                   std::declval<const typename Rep::Element&>()))>>
+    : std::true_type {};
+
+}  // namespace internal
 
 template <class... Reps>
 class DirectSum {
@@ -82,6 +100,23 @@ class DirectSum {
     }
     if (n == 0) return absl::OkStatus();
     absl::Status status = absl::OkStatus();
+    // Every element of every component is checked before any component writes: the
+    // first component's columns were written before a later one refused its element.
+    ForEach([&](auto index) {
+      constexpr size_t i = decltype(index)::value;
+      using Component = std::tuple_element_t<i, std::tuple<Reps...>>;
+      if constexpr (internal::HasValidateElement<Component>::value) {
+        for (int64_t j = 0; j < n && status.ok(); ++j) {
+          status = std::get<i>(components_).ValidateElement(std::get<i>(elements[j]));
+          if (!status.ok()) {
+            status = absl::Status(status.code(), absl::StrCat("DirectSum::Apply: element ", j,
+                                                              ", component ", i, ": ",
+                                                              status.message()));
+          }
+        }
+      }
+    });
+    if (!status.ok()) return status;
     ForEach([&](auto index) {
       constexpr size_t i = decltype(index)::value;
       if (!status.ok()) return;

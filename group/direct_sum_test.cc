@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -110,6 +111,30 @@ TEST(DirectSumTest, PeriodicTimesTreeIsNonCommutative) {
   EXPECT_FALSE(rho.Apply<double>(bad, buf.data(), 9, buf.data(), 9).ok());
   const std::vector<Rep::Element> good = {a, b};
   EXPECT_FALSE(rho.Apply<double>(good, buf.data(), 8, buf.data(), 8).ok());  // stride < dim
+}
+
+// A word the free group refuses, in the second element of a batch, leaves the whole
+// output as it was: the cyclic component's columns [0, 4) of every row were written
+// before the tree component refused its word.
+TEST(DirectSumTest, RefusedElementWritesNothing) {
+  std::mt19937_64 rng(54);
+  using Rep = DirectSum<CyclicPlanes, FreeGroupRepresentation>;
+  const Rep rho(*CyclicPlanes::Create(4, 4, 12, {1, 5}, PlanePairing::kInterleaved),
+                *FreeGroupRepresentation::CreateFromSkew({RandomSkew(5, 1.0, rng)}));
+  std::normal_distribution<double> normal;
+  std::vector<double> in(2 * 9), out(2 * 9);
+  for (double& v : in) v = normal(rng);
+  for (double& v : out) v = normal(rng);
+  const std::vector<double> before = out;
+  const std::vector<Rep::Element> bad = {Rep::Element{3, {1}}, Rep::Element{5, {1, 2}}};
+  const absl::Status s = rho.Apply<double>(bad, in.data(), 9, out.data(), 9);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("element 1"), std::string::npos) << s;
+  EXPECT_EQ(out, before);
+  // In place too.
+  std::vector<double> inplace = in;
+  EXPECT_FALSE(rho.Apply<double>(bad, inplace.data(), 9, inplace.data(), 9).ok());
+  EXPECT_EQ(inplace, in);
 }
 
 }  // namespace

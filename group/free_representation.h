@@ -41,6 +41,8 @@ class FreeGroupRepresentation {
   const Eigen::MatrixXd& generator(int32_t g) const { return generators_[g - 1]; }
 
   absl::StatusOr<Eigen::MatrixXd> Matrix(const FreeWord& word) const;
+  // OK when every letter of `word` is in +-1..k (what Matrix and Apply refuse otherwise).
+  absl::Status ValidateElement(const FreeWord& word) const { return ValidateWord(word); }
 
   // out_j = rho(words[j]) in_j, O(|word| d^2) per vector; T is float or double
   // (arithmetic in double).

@@ -75,6 +75,15 @@ absl::Status GatheredPages(const AttentionArgs& args, const T* q, const KV* k, c
     for (int64_t used : args.kv_lengths) cap = std::max(cap, used);
   }
   AttentionArgs dense = args;
+  // A block table of no pages and no kv_lengths: no key in any sequence. The dense cache
+  // keeps one key slot per sequence (strides that do not overlap) that kv_lengths of 0
+  // leaves unused.
+  std::vector<int64_t> no_keys;
+  if (cap == 0 && args.k_structured.empty()) {
+    no_keys.assign(static_cast<size_t>(batch), 0);
+    dense.kv_lengths = no_keys;
+    cap = 1;
+  }
   dense.pages = {};
   dense.seq_len_k = cap;
   dense.k = ContiguousStrides(Layout::kBSHD, cap, hkv, d);

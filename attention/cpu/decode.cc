@@ -126,9 +126,11 @@ absl::Status Forward<T, KV>::TokenOrderBlock(KeyBlock kblk, int64_t j0, int64_t 
       return st;
     }
   }
-  // Masked entries: a non-finite value row must not reach them (nonfinite.h).
+  // Masked entries, and -inf scores from an infinite q or k: a non-finite value row must
+  // not reach them (nonfinite.h).
   bool finite = true;
-  if (cpu::MayHaveMaskedEntries(a_, qmin, qmax, kblk.kmin, kblk.kmax)) {
+  if (cpu::MayHaveMaskedEntries(a_, qmin, qmax, kblk.kmin, kblk.kmax) ||
+      cpu::HasNegInfScore(s, bk, rows, nk)) {
     for (int64_t g = 0; g < hkv && finite; ++g) {
       finite = cpu::RowsFinite(v_ + a_.KOffset(a_.v, kb + j0, g), nk, a_.v.token, dv);
     }
@@ -183,7 +185,7 @@ absl::Status Forward<T, KV>::DecodeBlockByHead(KeyBlock kblk, int64_t j0, const 
     kblk.krows = keys->first;
     kblk.ldk = keys->second;
     CopyValues(g, kb, j0, nk, w, /*in_place=*/true);
-    kblk.vals = w.values.get() + j0 * dvp;
+    kblk.vals = w.values.get();  // CopyValues' direct rows
     if constexpr (std::is_same_v<KV, float>) {
       if (p_.direct_v) kblk.vals = v_ + a_.KOffset(a_.v, kb + j0, g);
     }

@@ -85,6 +85,30 @@ TEST(CpuDecode, TokenOrderOnEveryInstructionSet) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+// Decoding's per-thread workspace does not grow with the cache: a block's value rows are
+// copied (16-bit caches, RoPE'd keys, padded rows) to the start of a one-block buffer,
+// not at the block's offset in a buffer of the longest sequence's values (1M keys with
+// RoPE held 0.6 GB per thread). Doubling the keys adds only their positions (8 bytes
+// each, and the RoPE tables' 2 floats per component and key position) to the total.
+TEST(CpuDecode, WorkspaceDoesNotGrowWithTheCache) {
+  Rope rope = MakeRope(24, 24, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  CpuAttentionOptions one;
+  one.num_threads = 1;
+  for (bool with_rope : {false, true}) {
+    int64_t bytes[2];
+    for (int i = 0; i < 2; ++i) {
+      AttentionArgs dec = Bshd(1, 1, 4096 << i, 8, 2, 24);
+      if (with_rope) dec.q_transform = dec.k_transform = &tr;
+      absl::StatusOr<int64_t> b = CpuForwardWorkspaceBytes(dec, one);
+      ASSERT_TRUE(b.ok()) << b.status();
+      bytes[i] = *b;
+    }
+    const int64_t per_key = 8 + (with_rope ? 2 * 24 * 4 : 0);
+    EXPECT_EQ(bytes[1] - bytes[0], 4096 * per_key) << (with_rope ? "rope" : "plain");
+  }
+}
+
 }  // namespace
 }  // namespace attention
 }  // namespace gpe

@@ -221,7 +221,7 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   kblk.panels = panels;
   kblk.num_panels = num_panels;
   kblk.ncols = ncols;
-  kblk.vals = w.values.get() + j0 * dvp;
+  kblk.vals = w.values.get() + (direct ? 0 : j0 * dvp);  // as CopyValues placed them
   kblk.ldv = dvp;
   if constexpr (std::is_same_v<KV, float>) {
     if (direct && p_.direct_v) {

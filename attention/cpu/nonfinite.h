@@ -9,6 +9,7 @@
 #define ATTENTION_CPU_NONFINITE_H_
 
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "attention/cpu/element_rows.h"
@@ -27,6 +28,20 @@ inline bool MayHaveMaskedEntries(const AttentionArgs& a, int64_t qmin, int64_t q
                                  int64_t kmin, int64_t kmax) {
   return KeyMask::Of(a).AnyMasked(qmin, qmax, kmin, kmax) || !a.biases.empty() ||
          !a.mask.empty();
+}
+
+// Whether a score tile (rows [0, rows), columns [0, cols), stride lds) holds a -inf: a
+// probability exactly 0 from an infinite q or k where no mask or bias applies. One
+// vector pass (RowsAllFinite) on finite tiles; the scalar search only on the others.
+inline bool HasNegInfScore(const float* s, int64_t lds, int64_t rows, int64_t cols) {
+  if (RowsAllFinite(s, rows, lds, cols)) return false;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      if (s[r * lds + j] == kNegInf) return true;
+    }
+  }
+  return false;
 }
 
 // Whether rows [0, rows) of x (stride ld) are finite in their first d elements

@@ -254,8 +254,8 @@ TEST(NonFinite, SoftcapOfAnInfiniteScoreIsMinusTheCap) {
 // One key with an infinite component in both k and v, no mask: rows whose score for it is
 // -inf give it probability exactly 0, and it contributes nothing there (descriptor.h:
 // "a key of probability exactly 0"), as in the reference; rows that see it get inf / NaN.
-// (Prefill tiles: packed blocks know their finiteness. Decoding checks only where masks
-// apply: 0 * inf = NaN there, as PyTorch's P V gives.)
+// (Prefill tiles: packed blocks know their finiteness; direct ones and decoding look for
+// a -inf score: DecodingZeroProbabilityKey... below.)
 TEST(NonFinite, ZeroProbabilityKeyWithAnInfiniteValueContributesNothing) {
   // 64 query rows in items of 32 (block_q 32): packed key blocks, not direct ones.
   AttentionArgs a = Bshd(1, 64, 64, 1, 1, 32);
@@ -274,6 +274,27 @@ TEST(NonFinite, ZeroProbabilityKeyWithAnInfiniteValueContributesNothing) {
   ASSERT_TRUE(CpuForward(a, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), opt)
                   .ok());
   ExpectSamePattern(o_ref, o, 1e-4, "o");
+}
+
+// Decoding (split keys, 1100 keys, one query token) under the same rule: a key whose
+// score is -inf from an infinite k contributes nothing, its infinite value included, read
+// in token order (d 32) and through the tile step (d 24: padded rows). Before, with no
+// mask in the call, 0 * inf made the rows of that kv head NaN (the packed prefill gave
+// them finite). Then every key of kv head 0 at -inf: those rows have no allowed key,
+// o = 0 and lse = -inf, not NaN.
+TEST(NonFinite, DecodingZeroProbabilityKeyWithAnInfiniteValueContributesNothing) {
+  for (int64_t d : {32, 24}) {
+    for (bool all : {false, true}) {
+      AttentionArgs a = Bshd(1, 1, 1100, 4, 2, d);
+      Inputs in = Random(a, 970 + static_cast<uint64_t>(d) + all);
+      for (int64_t h = 0; h < 4; ++h) in.q[static_cast<size_t>(h * d + 3)] = 0.7f;
+      for (int64_t t = all ? 0 : 5; t < (all ? 1100 : 6); ++t) {
+        in.k[static_cast<size_t>(t * a.k.token + 3)] = -kInf;  // kv head 0
+      }
+      in.v[static_cast<size_t>(5 * a.v.token + 1)] = kInf;
+      CheckForward(a, in, "decode d " + std::to_string(d) + (all ? " every key" : " one key"));
+    }
+  }
 }
 
 // A NaN row from finite operands (a NaN entry of an additive score mask on an allowed

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -232,6 +233,22 @@ TEST(PagedKv, Refusals) {
   EXPECT_FALSE(ReferenceBackward<double>(a, od.data(), xd.data(), xd.data(), od.data(), dqd.data(),
                                          nullptr, nullptr)
                    .ok());
+}
+
+// A block table of no pages (seq_len_k 0) and no kv_lengths: every sequence of the batch
+// has no key, o = 0 and lse = -inf as in the reference (batch 2 was refused: the dense
+// copy of no keys per sequence had a batch stride of 0).
+TEST(PagedKv, NoPagesAtAll) {
+  AttentionArgs a = test::Bshd(2, 1, 0, 2, 2, 8);
+  const std::vector<int64_t> no_table;
+  a.pages = {no_table, 16, 1};
+  a.k = a.v = Strides{16 * 16, 16, 8};
+  std::vector<float> pool(16 * 16, 0.5f), q(2 * 2 * 8, 1.0f), o(q.size(), 7.0f), lse(4, 7.0f);
+  ASSERT_TRUE(ValidateAttention(a).ok());
+  const absl::Status st = CpuForward(a, q.data(), pool.data(), pool.data(), o.data(), lse.data());
+  ASSERT_TRUE(st.ok()) << st;
+  for (float x : o) EXPECT_EQ(x, 0.0f);
+  for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace

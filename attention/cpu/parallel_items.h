@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <type_traits>
+#include <utility>
 #include <vector>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -57,9 +59,18 @@ void ParallelItems(int threads, int64_t n, const Fn& fn) {
   });
 }
 
+// Whether a workspace's buffers were all allocated (its `allocated` member; true for
+// workspaces without one).
+template <class W, class = void>
+struct HasAllocatedFlag : std::false_type {};
+template <class W>
+struct HasAllocatedFlag<W, std::void_t<decltype(std::declval<const W&>().allocated)>>
+    : std::true_type {};
+
 // Runs run(i, workspace) for items [0, n) on up to `threads` threads, each thread with its
 // own workspace made by make() on first use; stops taking items after the first error,
-// which is returned.
+// which is returned (ResourceExhausted when a workspace's buffers could not be
+// allocated).
 template <class W, class Make, class Run>
 absl::Status RunItems(int threads, int64_t n, const Make& make, const Run& run) {
   const int t = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(n, 1)));
@@ -70,7 +81,15 @@ absl::Status RunItems(int threads, int64_t n, const Make& make, const Run& run) 
   ParallelItems(t, n, [&](int64_t i, int tid) {
     if (failed.load(std::memory_order_relaxed)) return;
     if (ws[tid] == nullptr) ws[tid] = make();
-    absl::Status st = run(i, *ws[tid]);
+    absl::Status st = absl::OkStatus();
+    if constexpr (HasAllocatedFlag<W>::value) {
+      if (!ws[tid]->allocated) {
+        st = absl::ResourceExhaustedError(
+            "attention: a thread's workspace could not be allocated (CpuForwardWorkspaceBytes "
+            "and CpuBackwardWorkspaceBytes give its size)");
+      }
+    }
+    if (st.ok()) st = run(i, *ws[tid]);
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       if (first.ok()) first = st;

@@ -65,14 +65,16 @@ void Forward<T, KV>::StartRows(int64_t rows, Workspace& w) const {
   std::fill(w.oacc.get(), w.oacc.get() + rows * p_.dvp, 0.0f);
 }
 
-// Values of keys [j0, j0 + nk) into the padded value buffer. Packed tiles always copy
-// (value rows of a bshd tensor are a page or more apart: strided rows in the P V loop
-// cost TLB misses on every tile); decoding reads them in place when it can (in_place).
+// Values of keys [j0, j0 + nk) into the padded value buffer: packed tiles at row j0 (kept
+// for the item's later tiles), direct ones (in_place: decoding and few query rows, one
+// block used at a time) at its start. Packed tiles always copy (value rows of a bshd
+// tensor are a page or more apart: strided rows in the P V loop cost TLB misses on every
+// tile); direct ones read them in place when they can (p_.direct_v).
 template <class T, class KV>
 void Forward<T, KV>::CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
                             bool in_place) const {
   if (in_place && p_.direct_v) return;
-  float* vals = w.values.get() + j0 * p_.dvp;
+  float* vals = w.values.get() + (in_place ? 0 : j0 * p_.dvp);
   for (int64_t j = 0; j < nk; ++j) {  // value rows a token stride apart: fetched ahead
     if (j + kPrefetchRows < nk) PrefetchRow(v_ + a_.KOffset(a_.v, kb + j0 + j + kPrefetchRows, g), p_.dv);
     float* row = vals + j * p_.dvp;
@@ -145,13 +147,18 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
   // them (nonfinite.h), as a masked key contributes nothing. So does a key whose score is
   // -inf from an infinite q or k (probability exactly 0): packed blocks know whether
-  // their keys and queries are finite; direct ones (decoding) are checked only where
-  // masks may apply (a scan of their values otherwise would be a second pass over V).
+  // their keys and queries are finite; direct ones (decoding) look for a -inf score in
+  // the tile (one vector pass over it in L1) and check their values only when one is
+  // there (a scan of every block's values would be a second pass over V).
   bool careful = false;
   if (cpu::MayHaveMaskedEntries(a_, pmin, pmax, kb.kmin, kb.kmax)) {
     careful = !(kb.values_checked ? kb.values_finite : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, dv));
   } else if (kb.values_checked && !kb.direct) {
     careful = !kb.values_finite && !kb.scores_finite_inputs;
+  } else if (kb.direct) {
+    careful = cpu::HasNegInfScore(s, bk, rows, nk) &&
+              !(kb.values_checked ? kb.values_finite
+                                  : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, dv));
   }
   if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,

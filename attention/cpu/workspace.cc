@@ -15,7 +15,8 @@ int64_t Workspace::Floats(const Plan& p, bool decode) {
   const int64_t bf16 = p.bf16_dot ? (packed * (RoundUp(p.d, 2) + p.dvp) +
                                      p.rows * RoundUp(p.d, 2) + TileRows(p) * p.bk + 1) / 2
                                   : 0;
-  return packed * p.d + blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
+  const int64_t value_blocks = decode ? 1 : blocks;
+  return packed * p.d + value_blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
          2 * TileRows(p) * p.bk + p.rows * p.dvp + (2 + kSumLanes) * p.rows + bf16 +
          p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
 }
@@ -23,9 +24,14 @@ int64_t Workspace::Floats(const Plan& p, bool decode) {
 Workspace::Workspace(const Plan& p, bool decode) {
   const int64_t blocks = (p.max_lk + p.bk - 1) / p.bk;
   const int64_t packed_keys = decode ? 0 : blocks * p.bk;  // keys in panels / pairs
-  auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
+  auto alloc = [this](int64_t n) {
+    auto buf = hwy::AllocateAligned<float>(std::max<int64_t>(n, 1));
+    allocated = allocated && buf != nullptr;
+    return buf;
+  };
   panels = alloc(packed_keys * p.d);
-  values = alloc(blocks * p.bk * p.dvp);
+  // Decoding copies one block's value rows at a time (CopyValues, direct blocks).
+  values = alloc((decode ? 1 : blocks) * p.bk * p.dvp);
   rows = alloc(p.bk * p.d);
   qblk = alloc(p.rows * p.d);
   s = alloc(TileRows(p) * p.bk);
@@ -43,8 +49,10 @@ Workspace::Workspace(const Plan& p, bool decode) {
   qlab.resize(static_cast<size_t>(p.nlk > 0 ? p.rows * p.ldl : 0));
   vmass.resize(static_cast<size_t>(p.rows * p.nlv));
   lab_ones.assign(static_cast<size_t>(p.nlv > 0 ? p.rows : 0), 1.0f);
-  auto alloc16 = [](int64_t n) {
-    return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+  auto alloc16 = [this](int64_t n) {
+    auto buf = hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+    allocated = allocated && buf != nullptr;
+    return buf;
   };
   if (p.bf16_dot) {
     const int64_t deven = RoundUp(p.d, 2);
@@ -93,7 +101,11 @@ int64_t BackwardWorkspace::Floats(const Plan& p, int64_t max_lq, int64_t group) 
 }
 
 BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group) {
-  auto alloc = [](int64_t n) { return hwy::AllocateAligned<float>(std::max<int64_t>(n, 1)); };
+  auto alloc = [this](int64_t n) {
+    auto buf = hwy::AllocateAligned<float>(std::max<int64_t>(n, 1));
+    allocated = allocated && buf != nullptr;
+    return buf;
+  };
   const int64_t qn = max_lq * group;
   // Qs and dO rows share one pitch (backward.cc): the wider of head_dim and value_dim().
   const int64_t pitch = std::max(p.dp, p.dvp);
@@ -120,8 +132,10 @@ BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t grou
   lab_ones.assign(static_cast<size_t>(p.nlk > 0 ? max_lq : 0), 1.0f);
   if (BackwardDotProducts(p)) {
     const BackwardDotSizes z = DotSizes(p, max_lq, group);
-    auto alloc16 = [](int64_t n) {
-      return hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+    auto alloc16 = [this](int64_t n) {
+      auto buf = hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
+      allocated = allocated && buf != nullptr;
+      return buf;
     };
     hwy::AlignedFreeUniquePtr<uint16_t[]>* u16[] = {&qs16, &do16, &qst16, &dot16,
                                                    &krows16, &kpanels16, &kpairs16, &vpanels16,
@@ -130,7 +144,7 @@ BackwardWorkspace::BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t grou
     dkt = alloc(z.f32[0]);
     dvt = alloc(z.f32[1]);
     ones = alloc(z.f32[2]);
-    std::fill(ones.get(), ones.get() + z.f32[2], 1.0f);
+    if (ones != nullptr) std::fill(ones.get(), ones.get() + z.f32[2], 1.0f);
   }
 }
 

@@ -30,11 +30,16 @@ struct Workspace {
   std::vector<char> kfinite;  // the packed block's (float) key panels are all finite
   bool q_finite = true;       // the loaded query rows (LoadQueries) are all finite
   BiasScratch bias_scratch;
+  // False when an aligned buffer could not be allocated: RunItems then returns
+  // ResourceExhausted instead of running the item.
+  bool allocated = true;
 
   // Floats one workspace holds (CpuForwardWorkspaceBytes). decode: split-key decoding's
   // (RunDecode), whose blocks are scored from key rows and never packed: no key panels,
   // bf16 panels or value pairs (at 32768 keys and d 128, 16 MiB of float panels per
-  // thread, and as much again in bf16).
+  // thread, and as much again in bf16), and values for one block (a block's widened or
+  // copied value rows are used before the next block's are copied), not the longest
+  // sequence's.
   static int64_t Floats(const Plan& p, bool decode = false);
   explicit Workspace(const Plan& p, bool decode = false);
 };
@@ -69,6 +74,7 @@ struct BackwardWorkspace {
       kpairs16, vpanels16, p16, ppairs16, ds16, dspairs16;
   hwy::AlignedFreeUniquePtr<float[]> dkt, dvt, ones;
   int64_t lqt = 0;  // the current item's lq rounded up to whole tiles (qst16 / dot16)
+  bool allocated = true;  // as Workspace::allocated
 
   static int64_t Floats(const Plan& p, int64_t max_lq, int64_t group);
   BackwardWorkspace(const Plan& p, int64_t max_lq, int64_t group);

@@ -891,6 +891,19 @@ class TorchInferenceOptionsTest(unittest.TestCase):
         torch.testing.assert_close(gt.attention(q, k, v, is_causal=True, rope_dim=8),
                                    gt.attention(q, k, v, causal=True, rope_dim=8), rtol=0, atol=0)
 
+    def test_is_causal_top_left_batched(self):
+        # The top-left default positions hold one entry per token of every sequence
+        # (batch-major token order), so batch >= 2 with seq_q != seq_k runs: float32 against
+        # SDPA's is_causal, fewer and more queries than keys, GQA.
+        for sq, sk in ((40, 64), (64, 40)):
+            q, k, v = self.qkv(b=2, sq=sq, sk=sk)
+            with self.subTest(sq=sq, sk=sk):
+                o = gt.attention(q, k, v, is_causal=True, enable_gqa=True)
+                want = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), repeat_kv(k, 4), repeat_kv(v, 4),
+                    is_causal=True).transpose(1, 2)
+                self.check(o, want, (q, k, v), self.O_TOL, self.G_TOL)
+
     def test_sdpa_inputs_scale_zero_and_expanded(self):
         q, k, v = self.qkv(b=1, sq=8, sk=8)
         # scale=0 would select the library's default 1/sqrt(d): refused.

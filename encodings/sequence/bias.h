@@ -205,7 +205,9 @@ class AlibiBias final : public AdditiveBiasFromFill<AlibiBias> {
 
 struct T5BucketConfig {
   int64_t num_buckets = 32;    // >= 2 (>= 4 when bidirectional: each half needs 2)
-  int64_t max_distance = 128;  // >= 1; distances at or beyond it share the last bucket
+  // > max_exact = nb / 2 (nb: num_buckets, halved when bidirectional); distances at or
+  // beyond it share the last bucket.
+  int64_t max_distance = 128;
   bool bidirectional = true;   // false: causal (keys after the query all land in bucket 0)
 };
 

@@ -294,12 +294,12 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, causal: bool
     lse is float64 for float64 inputs, else float32; -inf (with o = 0) for rows with no
     allowed key (the sink logit with sinks), NaN for rows whose scores hold a NaN (NaN or
     infinite inputs propagate as PyTorch's do; masked keys contribute nothing). k and v
-    may be a 16-bit KV cache: float16 (or, through DLPack, bfloat16) with float32 q; the
-    result is float32. rope (a gpe.Rope), window_size, softcap, sinks, attn_mask,
-    kv_lengths and block_table: the module docstring. Keyword arguments of the module docstring's structured positions and
-    Shaw labels: rope_axes, rope_sections, rope_sections_interleaved, q_axes, k_axes,
-    q_tree, k_tree, algebraic_tree, algebraic_grid, shaw_max_distance, shaw_key_table,
-    shaw_value_table."""
+    may be a float16 KV cache with float32 q; the result is float32 (a bfloat16 cache:
+    the C ABI, Rust or gpe.torch). rope (a gpe.Rope), window_size, softcap, sinks,
+    attn_mask, kv_lengths and block_table: the module docstring. Keyword arguments of the
+    module docstring's structured positions and Shaw labels: rope_axes, rope_sections,
+    rope_sections_interleaved, q_axes, k_axes, q_tree, k_tree, algebraic_tree,
+    algebraic_grid, shaw_max_distance, shaw_key_table, shaw_value_table."""
     keep = _Keep()
     q, k, v = _qkv(q, k, v)
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,

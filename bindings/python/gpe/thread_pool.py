@@ -32,8 +32,9 @@ used after the batch returns; the wrapper guarantees both whatever parallel_for 
   returning them. (A run(i) after the batch returned can only raise in its own caller.)
 
 The C library may still be running a batch on a pool after set_thread_pool replaced it
-(calls in flight keep the pool they started with), so every pool installed, with its
-ctypes callback, is kept alive until the process exits.
+(each parallel region runs on the pool installed when the region starts, so a call in
+flight may use the old pool for some regions and the new one for later ones), so every
+pool installed, with its ctypes callback, is kept alive until the process exits.
 """
 
 from __future__ import annotations

@@ -854,8 +854,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                     "with windows or positional encodings; pass causal=True (flash-attn's: "
                     "queries are the last seq_q positions) or explicit q_positions and "
                     "k_positions" % (q.shape[1], k.shape[1]))
-            q_positions = torch.arange(q.shape[1], dtype=torch.int64)
-            k_positions = torch.arange(k.shape[1], dtype=torch.int64)
+            # One position per token, in token order (batch-major): each sequence's own.
+            q_positions = torch.arange(q.shape[1], dtype=torch.int64).repeat(q.shape[0])
+            k_positions = torch.arange(k.shape[1], dtype=torch.int64).repeat(k.shape[0])
         causal = bool(is_causal) or bool(causal)
     if softmax_scale is not None:
         if scale is not None and float(scale) != float(softmax_scale):

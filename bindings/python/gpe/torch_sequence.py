@@ -31,9 +31,12 @@ Each function is differentiable through the library's own backward pass (the ABI
 x is [N, dim] (or [N, heads, dim], the positions then shared by a token's heads),
 float32 or float64; parameters are float64 in the library and their gradients come back
 in each tensor's dtype; positions are int64. Every function is registered with
-torch.library as gpe::<name> and gpe::<name>_backward with shape-only (fake)
-implementations, so torch.compile traces them; eager calls skip the custom-op layer, as
-gpe.torch.attention does.
+torch.library as gpe::<name> and gpe::<name>_backward (sinusoidal: no backward) with
+shape-only (fake) implementations, so torch.compile traces them; eager calls skip the
+custom-op layer, as gpe.torch.attention does. grape_m and the algebraic functions are
+registered as gpe::<name>_apply and gpe::<name>_apply_backward (gpe::grape_m_apply,
+gpe::algebraic_sequence_apply, gpe::algebraic_tree_apply, gpe::algebraic_grid_apply,
+gpe::algebraic_periodic_apply).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@
  *   struct it was compiled against (the *_INIT macros do so). Fields are only ever
  *   appended; the library accepts any size from the first version's up to its own.
  * - Tensors are DLPack DLTensors (dlpack/dlpack.h, DLPack 0.6 layout) on the CPU
- *   (kDLCPU). `strides` are in elements; strides == NULL means row-major compact.
+ *   (kDLCPU), except where an entry point says otherwise (attention and RoPE also take
+ *   kDLCUDA: gpe/attention.h, "CUDA TENSORS"; gpe/rope.h). `strides` are in elements;
+ *   strides == NULL means row-major compact.
  *   Positions are int64 ids; frequencies and scales are passed as double.
  * - Rotations: a plane pair (x1, x2) at position p with frequency theta becomes
  *   (x1 cos a - x2 sin a, x1 sin a + x2 cos a), a = p * theta, with p * theta formed

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <new>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -234,14 +236,55 @@ LargeFloats& LargeFloats::operator=(LargeFloats&& other) noexcept {
 }
 LargeFloats::~LargeFloats() { std::free(data_); }
 
+void TriadChunk(int64_t n, int threads, int t, int64_t* lo, int64_t* hi) {
+  threads = std::max(1, threads);
+  const int64_t chunk = (n + threads - 1) / threads;
+  *lo = std::min(n, static_cast<int64_t>(t) * chunk);
+  *hi = std::min(n, *lo + chunk);
+}
+
+void FillLikeTriad(LargeFloats* x, float value, int threads) {
+  threads = std::max(1, threads);
+  const int64_t n = x->size();
+  float* data = x->data();
+  auto fill = [&](int t) {
+    int64_t lo = 0, hi = 0;
+    TriadChunk(n, threads, t, &lo, &hi);
+    std::fill(data + lo, data + hi, value);
+  };
+  if (threads == 1) {
+    fill(0);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(fill, t);
+  for (std::thread& th : pool) th.join();
+}
+
+int NumaNodeCount(const std::string& sys_node_dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(sys_node_dir, ec);
+  if (ec) return 1;
+  int nodes = 0;
+  for (const std::filesystem::directory_entry& e : it) {
+    const std::string name = e.path().filename().string();
+    // node0, node1, ...: not "possible", "online" and the other files beside them.
+    if (name.size() > 4 && name.compare(0, 4, "node") == 0 &&
+        name.find_first_not_of("0123456789", 4) == std::string::npos && e.is_directory(ec)) {
+      ++nodes;
+    }
+  }
+  return std::max(1, nodes);
+}
+
 double TriadBandwidthGBs(int threads, int64_t bytes_per_array) {
   threads = std::max(1, threads);
   const int64_t n = std::max<int64_t>(bytes_per_array / 4, 1024 * threads);
   LargeFloats a(n), b(n), c(n);
-  const int64_t chunk = (n + threads - 1) / threads;
   // First touch by the thread that later streams the chunk (NUMA-friendly).
   TimeParallel(threads, [&](int t) {
-    const int64_t lo = t * chunk, hi = std::min(n, lo + chunk);
+    int64_t lo = 0, hi = 0;
+    TriadChunk(n, threads, t, &lo, &hi);
     for (int64_t i = lo; i < hi; ++i) {
       a[i] = 0.0f;
       b[i] = 1.0f;
@@ -252,7 +295,8 @@ double TriadBandwidthGBs(int threads, int64_t bytes_per_array) {
   double best = 0;
   for (int rep = 0; rep < 5; ++rep) {
     const double seconds = TimeParallel(threads, [&](int t) {
-      const int64_t lo = t * chunk, hi = std::min(n, lo + chunk);
+      int64_t lo = 0, hi = 0;
+      TriadChunk(n, threads, t, &lo, &hi);
       float* __restrict pa = a.data();
       const float* __restrict pb = b.data();
       const float* __restrict pc = c.data();

@@ -56,8 +56,29 @@ std::string WidestVectorIsa();
 // threads >= 1.
 double FmaPeakGflops(int threads);
 
-// threads >= 1; bytes_per_array defaults to 256 MiB (three arrays: 768 MiB).
+// threads >= 1; bytes_per_array defaults to 256 MiB (three arrays: 768 MiB). Each of
+// the `threads` threads first touches, then streams, its own contiguous chunk of every
+// array (TriadChunk), so on a host of several NUMA nodes the arrays' pages spread over the
+// nodes the threads run on.
 double TriadBandwidthGBs(int threads, int64_t bytes_per_array = int64_t{256} << 20);
+
+// Thread t's chunk [*lo, *hi) of n elements split over `threads` threads as the triad
+// splits its arrays: ceil(n / threads) elements each, the last ones shorter or empty.
+void TriadChunk(int64_t n, int threads, int t, int64_t* lo, int64_t* hi);
+
+// Writes `value` to every element of *x on `threads` threads (values below 1: one), each
+// thread the chunk the triad's thread of the same index streams (TriadChunk). The first
+// write places a page (Linux's first-touch policy), so a buffer filled here lies on the
+// NUMA nodes the way the triad's arrays do; one filled by a single thread lies on that
+// thread's node, and a bandwidth-bound run over it, compared to the triad, reads one
+// node's bandwidth against all nodes'. Later writes (random values from one generator,
+// say) leave the pages where they are.
+void FillLikeTriad(LargeFloats* x, float value, int threads);
+
+// The host's NUMA nodes: the node<N> directories under sys_node_dir (Linux's
+// /sys/devices/system/node); 1 where there are none (a kernel without NUMA, no sysfs).
+// Printed beside the triad: on several nodes its bandwidth is the sum over the nodes.
+int NumaNodeCount(const std::string& sys_node_dir = "/sys/devices/system/node");
 
 // Whether the CPU has AVX512_BF16's vdpbf16ps (and AVX512F).
 bool HasBf16DotProductInstruction();

@@ -1,6 +1,10 @@
 #include "measure/machine_limits.h"
 
 #include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -21,6 +25,56 @@ TEST(MachineLimits, MeasuresPlausiblePositiveFigures) {
   const double triad = TriadBandwidthGBs(1, int64_t{4} << 20);
   EXPECT_TRUE(std::isfinite(triad));
   EXPECT_GT(triad, 0.01);
+}
+
+// The triad's chunks cover [0, n) once, in order, one contiguous range per thread.
+TEST(TriadChunkTest, CoversEveryElementOnceInOrder) {
+  for (const int64_t n : {0, 1, 5, 1023, 4096, 4099}) {
+    for (const int threads : {1, 2, 3, 7, 16}) {
+      int64_t next = 0;
+      for (int t = 0; t < threads; ++t) {
+        int64_t lo = -1, hi = -1;
+        TriadChunk(n, threads, t, &lo, &hi);
+        ASSERT_LE(lo, hi) << n << " " << threads << " " << t;
+        if (lo < hi) {
+          EXPECT_EQ(lo, next) << n << " " << threads << " " << t;
+          next = hi;
+        }
+      }
+      EXPECT_EQ(next, n) << n << " " << threads;
+    }
+  }
+}
+
+// Every element written, whatever the split (sizes not a multiple of the thread count,
+// more threads than elements, one thread, a thread count below 1).
+TEST(FillLikeTriadTest, WritesEveryElement) {
+  for (const int64_t n : {0, 1, 7, 1000, 4097, 3 << 20}) {
+    for (const int threads : {-1, 1, 2, 3, 8}) {
+      LargeFloats x(n);
+      FillLikeTriad(&x, 1.5f, threads);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < n; ++i) wrong += x[i] != 1.5f;
+      EXPECT_EQ(wrong, 0) << "n " << n << ", threads " << threads;
+    }
+  }
+}
+
+// node<N> directories only: not the files beside them ("possible", "online"), not a
+// "node<N>" that is a file, not "node" or "nodeX"; 1 where there are none or no directory.
+TEST(NumaNodeCountTest, CountsNodeDirectories) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "sys_node";
+  fs::remove_all(dir);
+  ASSERT_TRUE(fs::create_directories(dir));
+  EXPECT_EQ(NumaNodeCount(dir.string()), 1);  // empty
+  for (const char* d : {"node0", "node1", "node12", "node", "nodeX", "power"}) {
+    ASSERT_TRUE(fs::create_directory(dir / d)) << d;
+  }
+  for (const char* f : {"possible", "online", "node3"}) std::ofstream(dir / f) << "0-1\n";
+  EXPECT_EQ(NumaNodeCount(dir.string()), 3);
+  EXPECT_EQ(NumaNodeCount((dir / "missing").string()), 1);
+  EXPECT_GE(NumaNodeCount(), 1);  // this host
 }
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -4,14 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace gpe {
 namespace measure {
 
-// Best wall time of `reps` runs of fn, in seconds.
+// Best wall time of `reps` runs of fn, in seconds. reps < 1 runs nothing and returns NaN:
+// no run, no time (a sentinel such as 1e300 read as a time passed every check downstream).
 template <class Fn>
 double BestSeconds(int reps, Fn fn) {
-  double best = 1e300;
+  if (reps < 1) return std::numeric_limits<double>::quiet_NaN();
+  double best = std::numeric_limits<double>::infinity();
   for (int r = 0; r < reps; ++r) {
     const auto start = std::chrono::steady_clock::now();
     fn();

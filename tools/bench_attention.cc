@@ -1,9 +1,12 @@
 #include "tools/bench_attention.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -52,8 +55,10 @@ std::string Mib(double bytes) { return absl::StrFormat("%.1f MiB", bytes / (1 <<
 // One attention problem in bshd layout with random inputs (normal, seed 1).
 struct Problem {
   att::AttentionArgs args;
-  std::vector<float> q, o;
-  LargeFloats k, v;  // 2 MiB pages (as the triad's arrays): decoding streams them
+  // q, k and v in 2 MiB pages placed as the triad's arrays (LargeFloats, FillLikeTriad):
+  // decoding streams k and v, and its fraction of the triad compares like memory.
+  LargeFloats q, k, v;
+  std::vector<float> o;
   int64_t b = 1, hq = 1, hkv = 1, sq = 1, sk = 1, d = 1;
   bool causal = false;
 
@@ -75,8 +80,10 @@ struct Problem {
   }
 };
 
-std::unique_ptr<Problem> MakeProblem(int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t sk,
-                                     int64_t d, bool causal) {
+// The inputs' pages are first touched by `threads` threads in the triad's chunks
+// (FillLikeTriad), then filled with the random values.
+std::unique_ptr<Problem> MakeProblem(int threads, int64_t b, int64_t hq, int64_t hkv, int64_t sq,
+                                     int64_t sk, int64_t d, bool causal) {
   auto p = std::make_unique<Problem>();
   p->b = b, p->hq = hq, p->hkv = hkv, p->sq = sq, p->sk = sk, p->d = d, p->causal = causal;
   att::AttentionArgs& a = p->args;
@@ -91,10 +98,11 @@ std::unique_ptr<Problem> MakeProblem(int64_t b, int64_t hq, int64_t hkv, int64_t
   a.causal = causal;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  p->q.resize(static_cast<size_t>(b * sq * hq * d));
-  p->o.resize(p->q.size());
+  p->q = LargeFloats(b * sq * hq * d);
+  p->o.resize(static_cast<size_t>(p->q.size()));
   p->k = LargeFloats(b * sk * hkv * d);
   p->v = LargeFloats(b * sk * hkv * d);
+  for (LargeFloats* x : {&p->q, &p->k, &p->v}) measure::FillLikeTriad(x, 0.0f, threads);
   for (float& x : p->q) x = normal(rng);
   for (float& x : p->k) x = normal(rng);
   for (float& x : p->v) x = normal(rng);
@@ -156,8 +164,8 @@ absl::StatusOr<double> RopeQkSeconds(int64_t s, int64_t h, int64_t d, int thread
   const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
   // In 2 MiB pages, as the triad's arrays (LargeFloats): a bandwidth ratio of like memory.
   LargeFloats q(s * h * d), k(s * h * d);
-  std::fill(q.begin(), q.end(), 0.5f);
-  std::fill(k.begin(), k.end(), -0.25f);
+  measure::FillLikeTriad(&q, 0.5f, threads);  // placed on the NUMA nodes as the triad's
+  measure::FillLikeTriad(&k, -0.25f, threads);
   const std::vector<int64_t> offsets = {0};
   // One table for q and k (same positions), built once, as a model reuses it per layer.
   absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
@@ -308,7 +316,7 @@ class AttentionBench {
     const att::RopeRowTransform rope_rows(*rope);
     for (const bool with_rope : {false, true}) {
       for (const bool causal : {false, true}) {
-        std::unique_ptr<Problem> p = MakeProblem(1, h, h, s, s, d, causal);
+        std::unique_ptr<Problem> p = MakeProblem(o_.threads, 1, h, h, s, s, d, causal);
         if (with_rope) p->args.q_transform = p->args.k_transform = &rope_rows;
         const std::string name = absl::StrFormat("attention fwd f32 %s%s%s", p->Shape(),
                                                  causal ? " causal" : "",
@@ -338,7 +346,7 @@ class AttentionBench {
   absl::Status BenchBackwardAndBf16() {
     for (bool causal : {false, true}) {
       std::unique_ptr<Problem> p =
-          MakeProblem(1, heads_, heads_, seq_len_, seq_len_, head_dim_, causal);
+          MakeProblem(o_.threads, 1, heads_, heads_, seq_len_, seq_len_, head_dim_, causal);
       if (absl::Status s = BenchBackward(*p); !s.ok()) return s;
       if (absl::Status s = BenchBf16(*p); !s.ok()) return s;
     }
@@ -411,13 +419,13 @@ class AttentionBench {
     opt.num_threads = o_.threads;
     const std::string fwd_case = p.PeerCase("sdpa", "bfloat16");
     const std::string bwd_case = p.PeerCase("sdpa_backward", "bfloat16");
-    std::string peer_env, note;
-    if (peer_.enabled() && peer_.RunOne(fwd_case, 1).empty()) {
-      // oneDNN's AMX path dies with SIGILL on VMs that list AMX but do not enable it: the
-      // same kernels capped at AVX-512 BF16 still use the bf16 dot-product instructions.
-      peer_env = "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16";
-      note = " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)";
+    Bf16PeerSetup setup;
+    if (peer_.enabled()) {
+      int probe_status = -1;
+      const std::string probe = peer_.RunOne(fwd_case, 1, "", &probe_status);
+      setup = Bf16PeerSetupAfterProbe(probe, probe_status);
     }
+    const std::string peer_env = setup.env, note = setup.note;
     absl::StatusOr<Compared> fwd = BackToBack(
         rounds_,
         [&] {
@@ -476,7 +484,7 @@ class AttentionBench {
   absl::Status BenchDecodeBf16Cache() { return BenchDecode(/*bhsd=*/false, /*bf16_cache=*/true); }
   absl::Status BenchDecode(bool bhsd, bool bf16_cache = false) {
     const int64_t d = head_dim_;
-    std::unique_ptr<Problem> p = MakeProblem(1, q_ ? 8 : 32, q_ ? 2 : 8, 1, q_ ? 2048 : 32768,
+    std::unique_ptr<Problem> p = MakeProblem(o_.threads, 1, q_ ? 8 : 32, q_ ? 2 : 8, 1, q_ ? 2048 : 32768,
                                              d, false);
     if (bhsd) p->args.k = p->args.v = att::Strides{p->hkv * p->sk * d, d, p->sk * d};
     if (bf16_cache) RoundKvToBf16(*p);
@@ -532,7 +540,7 @@ class AttentionBench {
   absl::Status BenchDecodeEngine(bool paged, bool bf16_q = false) {
     const int64_t d = head_dim_, page = q_ ? 16 : 64;
     const int64_t batch = paged ? 1 : (q_ ? 4 : 16), cap = paged ? (q_ ? 2048 : 32768) : (q_ ? 512 : 8192);
-    std::unique_ptr<Problem> p = MakeProblem(batch, q_ ? 8 : 32, q_ ? 2 : 8, 1, cap, d, false);
+    std::unique_ptr<Problem> p = MakeProblem(o_.threads, batch, q_ ? 8 : 32, q_ ? 2 : 8, 1, cap, d, false);
     std::vector<int64_t> lengths(static_cast<size_t>(batch));
     int64_t used = 0;
     for (int64_t b = 0; b < batch; ++b) {
@@ -583,7 +591,7 @@ class AttentionBench {
   // Memory at a long sequence: the workspace stays O(s x d); s x s scores never exist.
   absl::Status BenchMemory() {
     const int64_t sl = q_ ? 4096 : 65536, d = head_dim_;
-    std::unique_ptr<Problem> p = MakeProblem(1, 1, 1, sl, sl, d, true);
+    std::unique_ptr<Problem> p = MakeProblem(o_.threads, 1, 1, 1, sl, sl, d, true);
     const std::string name = absl::StrFormat("memory: attention fwd f32 %s causal", p->Shape());
     Progress(name);
     MeasureLimits();
@@ -634,9 +642,9 @@ class AttentionBench {
   absl::Status BenchEngineFeatures() {
     const int64_t w = q_ ? 128 : 1024, sl = q_ ? 1024 : 16384, h = q_ ? 4 : 8, d = head_dim_;
     {
-      std::unique_ptr<Problem> win = MakeProblem(1, h, h, sl, sl, d, true);
+      std::unique_ptr<Problem> win = MakeProblem(o_.threads, 1, h, h, sl, sl, d, true);
       win->args.window_left = w - 1;
-      std::unique_ptr<Problem> dense = MakeProblem(sl / w, h, h, w, w, d, false);
+      std::unique_ptr<Problem> dense = MakeProblem(o_.threads, sl / w, h, h, w, w, d, false);
       const std::string name =
           absl::StrFormat("attention fwd f32 %s causal, window %d vs %d keys per query",
                           win->Shape(), w, w);
@@ -653,8 +661,8 @@ class AttentionBench {
     }
     const std::vector<float> sinks(static_cast<size_t>(heads_), 0.5f);
     for (const int feature : {0, 1}) {
-      std::unique_ptr<Problem> with = MakeProblem(1, heads_, heads_, seq_len_, seq_len_, d, true);
-      std::unique_ptr<Problem> without = MakeProblem(1, heads_, heads_, seq_len_, seq_len_, d, true);
+      std::unique_ptr<Problem> with = MakeProblem(o_.threads, 1, heads_, heads_, seq_len_, seq_len_, d, true);
+      std::unique_ptr<Problem> without = MakeProblem(o_.threads, 1, heads_, heads_, seq_len_, seq_len_, d, true);
       if (feature == 0) with->args.softcap = 50.0;
       if (feature == 1) with->args.sinks = sinks;
       const std::string name = absl::StrFormat("attention fwd f32 %s causal, %s vs none",
@@ -675,7 +683,7 @@ class AttentionBench {
   // Scaling: every thread against one, alternated.
   absl::Status BenchScaling() {
     const int64_t sl = q_ ? 256 : 2048;
-    std::unique_ptr<Problem> p = MakeProblem(1, heads_, heads_, sl, sl, head_dim_, false);
+    std::unique_ptr<Problem> p = MakeProblem(o_.threads, 1, heads_, heads_, sl, sl, head_dim_, false);
     const std::string name =
         absl::StrFormat("scaling: attention fwd f32 %s, %d threads vs 1", p->Shape(), o_.threads);
     Progress(name);
@@ -746,8 +754,10 @@ class AttentionBench {
                                          bf16_peak_ / peak_)
                        : std::string("no AVX512_BF16"),
         "", "", bf16_peak_ > 0 ? "1.00" : "", "");
-    Row("triad bandwidth, best in this run", absl::StrFormat("%.1f GB/s", triad_), "", "",
-        "1.00", "");
+    const int nodes = measure::NumaNodeCount();
+    Row("triad bandwidth, best in this run",
+        absl::StrFormat("%.1f GB/s (%d NUMA node%s)", triad_, nodes, nodes == 1 ? "" : "s"), "",
+        "", "1.00", "");
     // The paths the rows below took: the attention kernels' instruction set (Highway's
     // run-time choice) and the bfloat16 arithmetic.
     Row("paths chosen at run time",
@@ -769,7 +779,7 @@ class AttentionBench {
     std::vector<std::unique_ptr<Problem>> problems;
     for (const bool causal : {false, true}) {
       for (const int64_t sl : lengths) {
-        problems.push_back(MakeProblem(1, SweepHeads(), SweepHeads(), sl, sl, head_dim_, causal));
+        problems.push_back(MakeProblem(o_.threads, 1, SweepHeads(), SweepHeads(), sl, sl, head_dim_, causal));
         cases.push_back(problems.back()->PeerCase("sdpa"));
       }
     }
@@ -869,22 +879,7 @@ class AttentionBench {
 
   // tools/peers/plot_bench.py's report on drawing the plots from bench.json (or why not).
   std::string DrawPlots(const std::string& json_path) const {
-    std::string plot_out;
-    if (FILE* pipe = popen(absl::StrCat(kPeerTimeout, ShellQuote(o_.python), " ",
-                                        ShellQuote(o_.peers_dir + "/plot_bench.py"), " ",
-                                        ShellQuote(json_path), " ", ShellQuote(o_.out_dir),
-                                        " 2>&1")
-                               .c_str(),
-                           "r")) {
-      char buffer[1024];
-      size_t got;
-      while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) plot_out.append(buffer, got);
-      if (pclose(pipe) != 0 && plot_out.find("plot_bench:") == std::string::npos) {
-        plot_out = "plot_bench: no plots (no interpreter at " + o_.python +
-                   "; run tools/setup_peers.sh)\n";
-      }
-    }
-    return plot_out;
+    return tools::DrawPlots(o_.python, o_.peers_dir, json_path, o_.out_dir);
   }
 
   const AttentionBenchOptions& o_;
@@ -899,6 +894,43 @@ class AttentionBench {
 };
 
 }  // namespace
+
+Bf16PeerSetup Bf16PeerSetupAfterProbe(const std::string& line, int wait_status) {
+  if (!line.empty()) return {};
+  if (DiedOfSignal(wait_status, SIGILL)) {
+    // The same kernels capped at AVX-512 BF16 still use the bf16 dot-product instructions.
+    return {"ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16",
+            " (oneDNN capped at AVX512_CORE_BF16: AMX raised SIGILL)"};
+  }
+  return {"", absl::StrCat(" (the bf16 probe run: ", DescribeExit(wait_status), ")")};
+}
+
+std::string DrawPlots(const std::string& python, const std::string& peers_dir,
+                      const std::string& json_path, const std::string& out_dir) {
+  if (!IsExecutable(python)) {
+    return "plot_bench: no plots (no interpreter at " + python + "; run tools/setup_peers.sh)\n";
+  }
+  std::string plot_out;
+  FILE* pipe = popen(absl::StrCat(kPeerTimeout, ShellQuote(python), " ",
+                                  ShellQuote(peers_dir + "/plot_bench.py"), " ",
+                                  ShellQuote(json_path), " ", ShellQuote(out_dir), " 2>&1")
+                         .c_str(),
+                     "r");
+  if (pipe == nullptr) {
+    return absl::StrCat("plot_bench: no plots (cannot start ", python, ": ",
+                        std::strerror(errno), ")\n");
+  }
+  char buffer[1024];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) plot_out.append(buffer, got);
+  const int status = pclose(pipe);
+  if (status != 0 && plot_out.find("plot_bench:") == std::string::npos) {
+    if (!plot_out.empty() && plot_out.back() != '\n') plot_out += '\n';
+    absl::StrAppend(&plot_out, "plot_bench: no plots (", python, " ", peers_dir,
+                    "/plot_bench.py: ", DescribeExit(status), ")\n");
+  }
+  return plot_out;
+}
 
 AttentionBenchOptions AttentionBenchDefaults(const std::string& out_dir) {
   AttentionBenchOptions o;

@@ -59,6 +59,25 @@ AttentionBenchOptions AttentionBenchDefaults(const std::string& out_dir);
 // only shows as such in its row.
 absl::Status RunAttentionBench(const AttentionBenchOptions& options);
 
+// The bfloat16 rows' PyTorch environment after a probe run of the peer that printed
+// `line` and ended with `wait_status` (pclose's): oneDNN's AMX path dies with SIGILL on
+// VMs that list AMX but do not enable it, so a probe that printed nothing and died of
+// SIGILL (DiedOfSignal) has the rows rerun the peer with oneDNN capped at
+// AVX512_CORE_BF16 (`env`), and `note` says so. Any other failure (a timeout, the
+// out-of-memory killer, a crash) sets no cap: `note` says how the probe ended.
+struct Bf16PeerSetup {
+  std::string env;   // "NAME=value" prefixing the peer's command, or ""
+  std::string note;  // appended to the rows' peer cells, or ""
+};
+Bf16PeerSetup Bf16PeerSetupAfterProbe(const std::string& line, int wait_status);
+
+// Runs <peers_dir>/plot_bench.py under `python` on json_path, drawing into out_dir, and
+// returns what to print: the script's own report, or why there are no plots. "no
+// interpreter" only where `python` does not run (IsExecutable); a run that failed
+// without a "plot_bench:" line of its own keeps its output, followed by how it ended.
+std::string DrawPlots(const std::string& python, const std::string& peers_dir,
+                      const std::string& json_path, const std::string& out_dir);
+
 // Allowed (query, key) pairs of one head of one sequence: sq * sk without a mask; causal
 // with the queries the last sq of the sk positions (descriptor.h's KV-cache default), so
 // query i sees sk - sq + i + 1 keys (none below zero). sq, sk >= 0.

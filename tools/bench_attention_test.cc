@@ -1,10 +1,15 @@
 #include "tools/bench_attention.h"
 
+#include <sys/stat.h>
+
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -70,6 +75,58 @@ TEST(AttentionBenchDefaultsTest, UsesTheEnvironment) {
   EXPECT_EQ(o.out_dir, "/tmp/x");
   ASSERT_EQ(unsetenv("GPE_PEER_PYTHON"), 0);
   EXPECT_EQ(AttentionBenchDefaults("").python, "/src/gpe/.venv/bin/python3");
+}
+
+// The oneDNN cap only where the probe died of SIGILL (as the signal, or as exit status
+// 128 + 4 through sh and timeout); a timeout, the out-of-memory killer or a segfault set no
+// cap and say what happened instead of blaming AMX.
+TEST(Bf16PeerSetupTest, CapsOneDnnOnlyAfterSigill) {
+  for (const int sigill : {SIGILL, (128 + SIGILL) << 8}) {
+    const Bf16PeerSetup s = Bf16PeerSetupAfterProbe("", sigill);
+    EXPECT_EQ(s.env, "ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16") << sigill;
+    EXPECT_NE(s.note.find("AMX raised SIGILL"), std::string::npos) << s.note;
+  }
+  for (const auto& [status, words] : {std::pair<int, const char*>{124 << 8, "timed out"},
+                                      {SIGKILL, "signal 9"},
+                                      {(128 + SIGKILL) << 8, "signal 9"},
+                                      {SIGSEGV, "signal 11"},
+                                      {1 << 8, "exit status 1"}}) {
+    const Bf16PeerSetup s = Bf16PeerSetupAfterProbe("", status);
+    EXPECT_EQ(s.env, "") << status;
+    EXPECT_EQ(s.note.find("SIGILL"), std::string::npos) << s.note;
+    EXPECT_NE(s.note.find(words), std::string::npos) << s.note;
+  }
+  // A probe that answered: nothing to change.
+  const Bf16PeerSetup ok = Bf16PeerSetupAfterProbe(R"({"case": "sdpa", "seconds": 0.1})", 0);
+  EXPECT_EQ(ok.env, "");
+  EXPECT_EQ(ok.note, "");
+}
+
+std::string WriteScript(const std::string& name, const std::string& body) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << "#!/bin/sh\n" << body << "\n";
+  EXPECT_EQ(chmod(path.c_str(), 0755), 0);
+  return path;
+}
+
+// "no interpreter" only where there is none; an interpreter that fails keeps its output
+// and says how it ended; the script's own report passes through.
+TEST(DrawPlotsTest, ReportsWhatHappened) {
+  const std::string dir = ::testing::TempDir();
+  const std::string missing = dir + "/no_such_python";
+  EXPECT_NE(DrawPlots(missing, dir, dir + "/bench.json", dir).find("no interpreter at " + missing),
+            std::string::npos);
+  const std::string broken =
+      WriteScript("broken_python", "echo 'Traceback: ImportError: libpng.so.16' >&2; exit 3");
+  const std::string failed = DrawPlots(broken, dir, dir + "/bench.json", dir);
+  EXPECT_EQ(failed.find("no interpreter"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("ImportError: libpng.so.16"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("exit status 3"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("plot_bench: "), std::string::npos) << failed;
+  const std::string skipping =
+      WriteScript("skipping_python", "echo 'plot_bench: skipped (no matplotlib)'");
+  EXPECT_EQ(DrawPlots(skipping, dir, dir + "/bench.json", dir),
+            "plot_bench: skipped (no matplotlib)\n");
 }
 
 }  // namespace

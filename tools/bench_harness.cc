@@ -1,9 +1,15 @@
 #include "tools/bench_harness.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <utility>
@@ -17,6 +23,12 @@
 
 namespace gpe {
 namespace tools {
+
+absl::Status CheckReps(int reps) {
+  if (reps >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("timing: repetitions must be >= 1, got ", reps, " (no run, no time)"));
+}
 
 absl::StatusOr<std::vector<double>> Single(const absl::StatusOr<double>& seconds) {
   if (!seconds.ok()) return seconds.status();
@@ -86,6 +98,54 @@ std::string ShellQuote(const std::string& s) {
   return out + "'";
 }
 
+std::string NumpyPeerCommand(const std::string& python, const std::string& script,
+                             const std::vector<std::string>& args, int threads) {
+  std::string command = absl::StrFormat("OMP_NUM_THREADS=%d OPENBLAS_NUM_THREADS=%d "
+                                        "MKL_NUM_THREADS=%d %s%s %s",
+                                        threads, threads, threads, kPeerTimeout,
+                                        ShellQuote(python), ShellQuote(script));
+  for (const std::string& a : args) absl::StrAppend(&command, " ", ShellQuote(a));
+  return command + " 2>/dev/null";
+}
+
+bool IsExecutable(const std::string& program) {
+  auto runs = [](const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(path.c_str(), X_OK) == 0;
+  };
+  if (program.empty()) return false;
+  if (program.find('/') != std::string::npos) return runs(program);
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':')) {
+    if (runs(absl::StrCat(dir.empty() ? "." : dir, "/", program))) return true;
+  }
+  return false;
+}
+
+bool DiedOfSignal(int wait_status, int signal) {
+  if (wait_status == -1) return false;
+  if (WIFSIGNALED(wait_status)) return WTERMSIG(wait_status) == signal;
+  return WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 128 + signal;
+}
+
+std::string DescribeExit(int wait_status) {
+  if (wait_status == -1) return "not run";
+  auto signal_words = [](int sig) {
+    const char* name = strsignal(sig);
+    return absl::StrCat("killed by signal ", sig, " (", name != nullptr ? name : "unknown",
+                        sig == SIGKILL ? ": out of memory?" : "", ")");
+  };
+  if (WIFSIGNALED(wait_status)) return signal_words(WTERMSIG(wait_status));
+  if (!WIFEXITED(wait_status)) return absl::StrCat("wait status ", wait_status);
+  const int code = WEXITSTATUS(wait_status);
+  // kPeerTimeout's timeout: 124 when it ended the peer, 125-127 when it could not run it.
+  if (code == 124) return "timed out";
+  if (code == 126) return "exit status 126 (not executable)";
+  if (code == 127) return "exit status 127 (not found)";
+  if (code > 128 && code < 128 + 65) return signal_words(code - 128);
+  return absl::StrCat("exit status ", code);
+}
+
 TorchPeer::TorchPeer(bool enabled, std::string python, std::string peers_dir, int threads)
     : enabled_(enabled),
       python_(std::move(python)),
@@ -93,8 +153,9 @@ TorchPeer::TorchPeer(bool enabled, std::string python, std::string peers_dir, in
       threads_(threads) {}
 
 std::vector<std::string> TorchPeer::Run(const std::vector<std::string>& cases, int reps,
-                                        const std::string& env) const {
+                                        const std::string& env, int* wait_status) const {
   std::vector<std::string> lines(cases.size());
+  if (wait_status != nullptr) *wait_status = -1;
   if (!enabled_ || cases.empty()) return lines;
   std::string command =
       absl::StrCat(env, env.empty() ? "" : " ", kPeerTimeout, ShellQuote(python_), " ",
@@ -106,7 +167,8 @@ std::vector<std::string> TorchPeer::Run(const std::vector<std::string>& cases, i
     char buffer[4096];
     size_t got;
     while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, got);
-    pclose(pipe);
+    const int status = pclose(pipe);
+    if (wait_status != nullptr) *wait_status = status;
   }
   return PlaceByCase(out, cases);
 }
@@ -128,8 +190,9 @@ std::vector<std::string> PlaceByCase(const std::string& out, const std::vector<s
   return lines;
 }
 
-std::string TorchPeer::RunOne(const std::string& c, int reps, const std::string& env) const {
-  return Run({c}, reps, env)[0];
+std::string TorchPeer::RunOne(const std::string& c, int reps, const std::string& env,
+                              int* wait_status) const {
+  return Run({c}, reps, env, wait_status)[0];
 }
 
 std::string TorchPeer::Why(const std::string& line) const {

@@ -17,9 +17,15 @@
 namespace gpe {
 namespace tools {
 
+// reps >= 1, else InvalidArgument (what BestSecondsOk and WarmThenBestSeconds check
+// before running anything).
+absl::Status CheckReps(int reps);
+
 // The best of `reps` timed runs of call() (an absl::Status); its first error instead.
+// reps < 1: InvalidArgument, call() not run.
 template <class Call>
 absl::StatusOr<double> BestSecondsOk(int reps, Call call) {
+  if (absl::Status s = CheckReps(reps); !s.ok()) return s;
   absl::Status status;
   const double sec = measure::BestSeconds(reps, [&] { status.Update(call()); });
   if (!status.ok()) return status;
@@ -27,8 +33,10 @@ absl::StatusOr<double> BestSecondsOk(int reps, Call call) {
 }
 
 // One untimed run of call() (warm-up; its error is returned), then BestSecondsOk.
+// reps < 1: InvalidArgument, call() not run.
 template <class Call>
 absl::StatusOr<double> WarmThenBestSeconds(int reps, Call call) {
+  if (absl::Status s = CheckReps(reps); !s.ok()) return s;
   if (absl::Status status = call(); !status.ok()) return status;
   return BestSecondsOk(reps, call);
 }
@@ -56,6 +64,26 @@ std::string ShellQuote(const std::string& s);
 // stuck compile, a dead lock), so `gpe bench` reports it as failed instead of waiting.
 inline constexpr const char* kPeerTimeout = "timeout --kill-after=10 900 ";
 
+// The command that runs a NumPy peer (python script args..., each word quoted) on
+// `threads` threads, as the PyTorch peer gets its thread count: OMP_NUM_THREADS,
+// OPENBLAS_NUM_THREADS and MKL_NUM_THREADS (whichever BLAS NumPy was built on) set to
+// `threads` in its environment; under kPeerTimeout, its stderr discarded.
+std::string NumpyPeerCommand(const std::string& python, const std::string& script,
+                             const std::vector<std::string>& args, int threads);
+
+// Whether `program` would run: a path (with a '/') to an executable regular file, or a
+// name found so on $PATH.
+bool IsExecutable(const std::string& program);
+
+// Whether a peer run as "/bin/sh -c 'timeout ... PEER'" died of `signal`, from pclose's
+// wait status: killed by it, or exit status 128 + signal (how sh, and timeout where it
+// does not re-raise the signal, report a child's death by a signal).
+bool DiedOfSignal(int wait_status, int signal);
+
+// How such a peer ended, in words: "exit status 3", "timed out", "killed by
+// signal 9 (Killed: out of memory?)", ...
+std::string DescribeExit(int wait_status);
+
 // The PyTorch peer, run as a child process: one JSON line per case, in order. Lines are
 // empty where the child died before printing them (e.g. a crash inside torch).
 // The peer's stdout as one line per case, in the order of `cases`: each line that is a
@@ -72,10 +100,12 @@ class TorchPeer {
   TorchPeer(bool enabled, std::string python, std::string peers_dir, int threads);
 
   // The lines for `cases` (attention_torch.py's case strings), each the best of `reps`
-  // runs; `env` ("NAME=value ...") prefixes the command.
+  // runs; `env` ("NAME=value ...") prefixes the command. *wait_status (where given): how
+  // the peer ended (pclose's status; -1 where it was not run or popen failed).
   std::vector<std::string> Run(const std::vector<std::string>& cases, int reps,
-                               const std::string& env = "") const;
-  std::string RunOne(const std::string& c, int reps, const std::string& env = "") const;
+                               const std::string& env = "", int* wait_status = nullptr) const;
+  std::string RunOne(const std::string& c, int reps, const std::string& env = "",
+                     int* wait_status = nullptr) const;
 
   bool enabled() const { return enabled_; }
 

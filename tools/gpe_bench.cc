@@ -61,8 +61,9 @@ absl::Status BenchRopeInPlace(bool quick, int threads, int reps, double triad) {
       freqs.ok() ? seq::Rope::Create(o, *freqs) : absl::StatusOr<seq::Rope>(freqs.status());
   if (!rope.ok()) return rope.status();
   const seq::RopeTensor tensor = seq::RopeTensor::Contiguous(seq::RopeLayout::kBSHD, 1, s, h, d);
-  measure::LargeFloats x(s * h * d);  // 2 MiB pages, as the triad's arrays
-  std::fill(x.begin(), x.end(), 0.5f);
+  // 2 MiB pages placed on the NUMA nodes as the triad's arrays are (FillLikeTriad).
+  measure::LargeFloats x(s * h * d);
+  measure::FillLikeTriad(&x, 0.5f, threads);
   const std::vector<int64_t> offsets = {0};
   absl::StatusOr<seq::RopeTable<float>> table = rope->MakeTable<float>(tensor, {{}, offsets});
   if (!table.ok()) return table.status();
@@ -82,10 +83,11 @@ absl::Status BenchRopeInPlace(bool quick, int threads, int reps, double triad) {
   return absl::OkStatus();
 }
 
-// NumPy's closed form of the same fit (tools/peers/inr_closed_form.py): its one-line JSON
-// ("seconds", "psnr_db"), "" when the interpreter or NumPy is missing.
+// NumPy's closed form of the same fit (tools/peers/inr_closed_form.py) on `threads`
+// threads (NumpyPeerCommand): its one-line JSON ("seconds", "psnr_db"), "" when the
+// interpreter or NumPy is missing.
 std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k, double sigma,
-                            double lambda, int reps) {
+                            double lambda, int reps, int threads) {
   // The interpreter and the peers' directory the attention peers use.
   const AttentionBenchOptions where = AttentionBenchDefaults("");
   // A file of its own (mkstemp: no other run's or user's file read instead), in the temp
@@ -101,19 +103,21 @@ std::string NumpyClosedForm(const inr::ImageMatrix& image, int64_t n, int64_t k,
   close(fd);
   std::string out;
   if (written) {
-    out = Capture(absl::StrCat(kPeerTimeout, ShellQuote(where.python), " ",
-                               ShellQuote(where.peers_dir + "/inr_closed_form.py"), " ",
-                               ShellQuote(name), " ", n, " ", k, " ",
-                               absl::StrFormat("%.17g", sigma), " ",
-                               absl::StrFormat("%.17g", lambda), " ", reps, " 2>/dev/null"));
+    out = Capture(NumpyPeerCommand(
+        where.python, where.peers_dir + "/inr_closed_form.py",
+        {name, absl::StrCat(n), absl::StrCat(k), absl::StrFormat("%.17g", sigma),
+         absl::StrFormat("%.17g", lambda), absl::StrCat(reps)},
+        threads));
   }
   std::remove(name.c_str());
   return out;
 }
 
-// Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis, beside NumPy.
+// Zheng et al.'s closed form: n x n image, K Gaussian shifts per axis, beside NumPy on the
+// same thread count. GroupPE forms the image products in float32
+// (float32_image_products), NumPy all in float64: the row says so on each side.
 // Every step's status is returned (a failure exits 1 with its message, not an abort).
-absl::Status BenchInrClosedForm(bool quick, bool peers, int reps) {
+absl::Status BenchInrClosedForm(bool quick, bool peers, int reps, int threads) {
   const int64_t n = quick ? 64 : 512, k = quick ? 32 : 256;
   const double sigma = 1.0 / static_cast<double>(k), lambda = 1e-6;
   inr::ImageMatrix image = inr::SyntheticImage(inr::SyntheticTask::kSpiral, n);
@@ -147,16 +151,18 @@ absl::Status BenchInrClosedForm(bool quick, bool peers, int reps) {
   const double psnr = *psnr_or;
   std::string peer = "not run", ratio = "";
   if (peers) {
-    const std::string json = NumpyClosedForm(image, n, k, sigma, lambda, reps);
+    const std::string json = NumpyClosedForm(image, n, k, sigma, lambda, reps, threads);
     const double peer_sec = JsonNumber(json, "seconds"), peer_psnr = JsonNumber(json, "psnr_db");
     if (std::isfinite(peer_sec)) {
-      peer = absl::StrFormat("NumPy %.2f ms, %.2f dB", peer_sec * 1e3, peer_psnr);
+      peer = absl::StrFormat("NumPy float64, %d thread%s: %.2f ms, %.2f dB", threads,
+                             threads == 1 ? "" : "s", peer_sec * 1e3, peer_psnr);
       ratio = absl::StrFormat("%.1fx faster, PSNR %+.3f dB", peer_sec / sec, psnr - peer_psnr);
     } else {
       peer = "NumPy unavailable (run ./bazelw once to make .venv)";
     }
   }
-  std::printf("| INR closed form, %lldx%lld, K = %lld Gaussian | %.2f ms, %.2f dB | %s | %s | |\n",
+  std::printf("| INR closed form, %lldx%lld, K = %lld Gaussian | %.2f ms, %.2f dB "
+              "(float32 image products) | %s | %s | |\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(k),
               sec * 1e3, psnr, peer.c_str(), ratio.c_str());
   return absl::OkStatus();
@@ -204,18 +210,21 @@ absl::Status BenchInrBlended(bool quick) {
 int RunBench(bool quick, bool peers, const std::string& out_dir) {
   const int threads = measure::AvailableThreads();
   const int reps = quick ? 2 : 5;
-  std::printf("gpe bench%s: %d threads, widest ISA %s\n\n", quick ? " --quick" : "", threads,
-              measure::WidestVectorIsa().c_str());
+  const int nodes = measure::NumaNodeCount();
+  std::printf("gpe bench%s: %d threads, widest ISA %s, %d NUMA node%s\n\n",
+              quick ? " --quick" : "", threads, measure::WidestVectorIsa().c_str(), nodes,
+              nodes == 1 ? "" : "s");
   const double peak = measure::FmaPeakGflops(threads);
   const double triad =
       measure::TriadBandwidthGBs(threads, quick ? (int64_t{16} << 20) : (int64_t{256} << 20));
   std::printf("| workload | GroupPE | peer | GroupPE / peer | of machine limit | extra memory |\n");
   std::printf("|---|---|---|---|---|---|\n");
   std::printf("| float32 FMA peak | %.1f GFLOP/s | | | 1.00 |\n", peak);
-  std::printf("| triad bandwidth | %.1f GB/s | | | 1.00 |\n", triad);
+  std::printf("| triad bandwidth | %.1f GB/s (%d NUMA node%s) | | | 1.00 |\n", triad, nodes,
+              nodes == 1 ? "" : "s");
 
   absl::Status first = BenchRopeInPlace(quick, threads, reps, triad);
-  if (first.ok()) first = BenchInrClosedForm(quick, peers, reps);
+  if (first.ok()) first = BenchInrClosedForm(quick, peers, reps, threads);
   if (first.ok()) first = BenchInrBlended(quick);
   if (!first.ok()) {
     std::fprintf(stderr, "gpe bench: %s\n", std::string(first.message()).c_str());

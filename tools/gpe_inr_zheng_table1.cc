@@ -1,12 +1,17 @@
 #include "tools/gpe_inr_zheng_table1.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <new>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -371,9 +376,19 @@ absl::Status RunZhengCell(const ZhengConfig& cfg, const ZhengImage& image, bool 
                           const std::vector<RowMatrixXd>& train,
                           std::chrono::steady_clock::time_point all_start, ZhengCell* cell) {
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<Fit> fit = method == kSimpleMlp
-                                ? FitSimpleMlp(cfg, image, ae, psi, train, cell)
-                                : FitComplexLinear(method, cfg, psi, train, cell);
+  absl::StatusOr<Fit> fit;
+  try {
+    fit = method == kSimpleMlp ? FitSimpleMlp(cfg, image, ae, psi, train, cell)
+                               : FitComplexLinear(method, cfg, psi, train, cell);
+  } catch (const std::bad_alloc&) {
+    // Past what RunZhengTable1's estimate foresaw (ZhengMlpBytes): a failed cell, not an
+    // abort that loses the rest of the table.
+    fit = Fit{absl::ResourceExhaustedError(absl::StrFormat(
+                  "out of memory at %lldx%lld (a smaller --size%s)",
+                  static_cast<long long>(cfg.n), static_cast<long long>(cfg.n),
+                  method == kSimpleMlp ? " or --no-mlp" : "")),
+              {}};
+  }
   if (!fit.ok()) return fit.status();
   const double seconds = Seconds(start);
   if (!fit->fit_status.ok()) {
@@ -445,7 +460,62 @@ std::string ZhengMarkdown(const ZhengConfig& cfg, const std::vector<ZhengImage>&
   return md;
 }
 
+// The kernel's view of this process: a "Field:   N kB" line of /proc/<file> in bytes; -1
+// where absent.
+int64_t ProcKilobytes(const char* file, const std::string& field) {
+  std::FILE* f = std::fopen(file, "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t bytes = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, field.c_str(), field.size()) == 0 && line[field.size()] == ':') {
+      bytes = std::strtoll(line + field.size() + 1, nullptr, 10) * 1024;
+      break;
+    }
+  }
+  std::fclose(f);
+  return bytes;
+}
+
+std::string Gib(int64_t bytes) {
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (int64_t{1} << 30));
+}
+
 }  // namespace
+
+int64_t ZhengMlpBytes(int64_t n, int64_t k, int64_t width, int64_t channels) {
+  constexpr int64_t kFloat = sizeof(float), kLayers = 4;
+  const int64_t half = n / 2, train_rows = half * half, pixels = n * n, inputs = 2 * k;
+  // TrainFullBatch: the embedding, the targets (and its copy, the gradient of the output
+  // and the prediction), the cached activations of every hidden layer and the backward
+  // pass's two gradient buffers; after the last step a forward pass of its own (another
+  // set of activations) while the step's cache is still alive.
+  const int64_t training =
+      kFloat * train_rows * (inputs + 4 * channels + (2 * kLayers + 2) * width);
+  // Predict on every pixel: its embedding and the activations of every hidden layer (a
+  // forward pass keeps them), beside the training embedding and targets; the
+  // reconstruction in double.
+  const int64_t prediction = kFloat * train_rows * (inputs + channels) +
+                             kFloat * pixels * (inputs + kLayers * width + channels) +
+                             int64_t{8} * pixels * channels;
+  return std::max(training, prediction);
+}
+
+int64_t AvailableMemoryBytes() {
+  int64_t available = ProcKilobytes("/proc/meminfo", "MemAvailable");
+  auto at_most = [&](int64_t bytes) {
+    if (bytes >= 0) available = available < 0 ? bytes : std::min(available, bytes);
+  };
+  struct rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const int64_t mapped = ProcKilobytes("/proc/self/status", "VmSize");
+    at_most(std::max<int64_t>(0, static_cast<int64_t>(limit.rlim_cur) - std::max<int64_t>(0, mapped)));
+  }
+  if (getrlimit(RLIMIT_DATA, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    at_most(static_cast<int64_t>(limit.rlim_cur));
+  }
+  return available;
+}
 
 int RunZhengTable1(const std::vector<std::string>& args) {
   const char* cmd = "zheng-table1";
@@ -453,10 +523,29 @@ int RunZhengTable1(const std::vector<std::string>& args) {
   if (std::optional<int> exit_code = ParseZhengArgs(args, &cfg)) return *exit_code;
   absl::StatusOr<std::vector<ZhengImage>> images = LoadZhengImages(cfg);
   if (!images.ok()) return Fail(cmd, images.status());
-  if (absl::Status s = MakeDir(cfg.out); !s.ok()) return Fail(cmd, s);
 
   const int64_t n = cfg.n, half = n / 2;
   const int64_t k = std::min<int64_t>(256, half);  // K per axis (Zheng: 256)
+  if (cfg.mlp) {
+    // The simple + MLP rows hold the embedding of every pixel (n^2 x 2K floats: 8 GiB at
+    // 2048 x 2048) and the activations of every layer: refused up front where they cannot
+    // fit, instead of failing hours into the run (or aborting).
+    int64_t channels = 1;
+    for (const ZhengImage& image : *images) {
+      channels = std::max<int64_t>(channels, static_cast<int64_t>(image.channels.size()));
+    }
+    const int64_t need = ZhengMlpBytes(n, k, cfg.mlp_width, channels);
+    const int64_t available = AvailableMemoryBytes();
+    if (available >= 0 && need > available) {
+      return Fail(cmd, absl::ResourceExhaustedError(absl::StrFormat(
+                           "the simple + MLP rows at %lldx%lld need about %s, more than the %s "
+                           "this process may use; pass --no-mlp (the other rows need far "
+                           "less) or a smaller --size",
+                           static_cast<long long>(n), static_cast<long long>(n), Gib(need),
+                           Gib(available))));
+    }
+  }
+  if (absl::Status s = MakeDir(cfg.out); !s.ok()) return Fail(cmd, s);
   const std::vector<double> axis = inr::GridAxis(n);
   std::vector<double> train_axis;
   for (int64_t i = 0; i < n; i += 2) train_axis.push_back(axis[i]);

@@ -6,6 +6,7 @@
 #ifndef TOOLS_GPE_INR_ZHENG_TABLE1_H_
 #define TOOLS_GPE_INR_ZHENG_TABLE1_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,8 +14,24 @@ namespace gpe {
 namespace tools {
 
 // args: the words after "zheng-table1". Returns the exit code: 0 done, 1 a run failed
-// (message on stderr), 2 bad arguments (message and usage on stderr).
+// (message on stderr), 2 bad arguments (message and usage on stderr). A run whose simple
+// + MLP rows would need more memory than the process may use (ZhengMlpBytes against
+// AvailableMemoryBytes) is refused before it starts (exit 1, naming --no-mlp); a fit that
+// still runs out of memory is a failed cell, as a fit that fails otherwise.
 int RunZhengTable1(const std::vector<std::string>& args);
+
+// The peak bytes of the simple + MLP rows (float32 network of 4 hidden layers of `width`,
+// 2 k inputs) on an n x n image of `channels` channels: the larger of the training (the
+// [::2] grid's embedding and targets, the activations Adam's steps keep, a final forward
+// pass beside them) and the prediction (the embedding of all n^2 pixels and the
+// activations of its forward pass, beside the training embedding). A model of the
+// allocations, not a measurement; at n = 2048, k = width = 256: about 26 GiB.
+int64_t ZhengMlpBytes(int64_t n, int64_t k, int64_t width, int64_t channels);
+
+// The bytes this process may still allocate: the least of the kernel's MemAvailable
+// (/proc/meminfo) and the room left under RLIMIT_AS and RLIMIT_DATA; -1 where none of
+// them is known.
+int64_t AvailableMemoryBytes();
 
 }  // namespace tools
 }  // namespace gpe

@@ -94,8 +94,9 @@ int RunMachine() {
   } else {
     std::printf("| bfloat16 dot-product peak, vdpbf16ps (GFLOP/s) | no AVX512_BF16 | |\n");
   }
-  std::printf("| triad bandwidth (GB/s) | %.1f | %.1f |\n", m::TriadBandwidthGBs(1),
-              m::TriadBandwidthGBs(all));
+  const int nodes = m::NumaNodeCount();
+  std::printf("| triad bandwidth (GB/s), %d NUMA node%s | %.1f | %.1f |\n", nodes,
+              nodes == 1 ? "" : "s", m::TriadBandwidthGBs(1), m::TriadBandwidthGBs(all));
   return 0;
 }
 

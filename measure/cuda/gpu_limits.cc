@@ -36,6 +36,17 @@ struct Events {
   }
 };
 
+// The median of v (not empty): the middle element of an odd count, the mean of the two
+// middle ones of an even count (nth_element's upper middle alone is no median).
+double MedianOf(std::vector<double> v) {
+  const size_t mid = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + mid, v.end());
+  const double upper = v[mid];
+  if (v.size() % 2 == 1) return upper;
+  const double lower = *std::max_element(v.begin(), v.begin() + mid);
+  return 0.5 * (lower + upper);
+}
+
 }  // namespace
 
 absl::StatusOr<double> EventSecondsImpl(void (*call)(void*), void* ctx, int reps) {
@@ -45,16 +56,21 @@ absl::StatusOr<double> EventSecondsImpl(void (*call)(void*), void* ctx, int reps
   if (absl::Status s = CudaError(cudaEventCreate(&ev.stop), "cudaEventCreate"); !s.ok()) return s;
   call(ctx);  // warm-up: module load, handle set-up, caches
   if (absl::Status s = CudaError(cudaDeviceSynchronize(), "warm-up"); !s.ok()) return s;
-  std::vector<float> ms(reps);
+  std::vector<double> ms(reps);
   for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(ev.start);
+    if (absl::Status s = CudaError(cudaEventRecord(ev.start), "cudaEventRecord"); !s.ok()) return s;
     call(ctx);
-    cudaEventRecord(ev.stop);
+    if (absl::Status s = CudaError(cudaEventRecord(ev.stop), "cudaEventRecord"); !s.ok()) return s;
     if (absl::Status s = CudaError(cudaEventSynchronize(ev.stop), "timed call"); !s.ok()) return s;
-    cudaEventElapsedTime(&ms[i], ev.start, ev.stop);
+    float elapsed = 0;
+    if (absl::Status s = CudaError(cudaEventElapsedTime(&elapsed, ev.start, ev.stop),
+                                   "cudaEventElapsedTime");
+        !s.ok()) {
+      return s;
+    }
+    ms[i] = elapsed;
   }
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2] * 1e-3;
+  return MedianOf(ms) * 1e-3;
 }
 
 absl::StatusOr<GpuDevice> CurrentDevice() {

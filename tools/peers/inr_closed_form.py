@@ -4,12 +4,15 @@ What a NumPy user would write: the Gaussian shifted-basis factor, the per-factor
 pseudo-inverse A = (Psi^T Psi + lambda I)^-1 Psi^T through np.linalg.solve, and
 W = A_y S A_x^T. Reads the image (float64, row-major, n x n) from a raw file, prints one
 JSON line: the best time over the repetitions (seconds) and the PSNR of the fit on the
-full grid.
+full grid. Runs on the BLAS thread count its environment sets (`gpe bench` sets
+OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS to GroupPE's thread count
+before the interpreter starts, as NumPy's BLAS reads them once, at import), and names it.
 
 usage: inr_closed_form.py IMAGE_FILE N K SIGMA LAMBDA REPETITIONS
 """
 
 import json
+import os
 import sys
 import time
 
@@ -39,8 +42,10 @@ def main():
         psi, w = fit(image, n, k, sigma, lam)
         best = min(best, time.perf_counter() - start)
     mse = float(np.mean((psi @ w @ psi.T - image) ** 2))
+    threads = os.environ.get("OPENBLAS_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS")
     print(json.dumps({"seconds": best, "psnr_db": 10 * np.log10(1.0 / mse),
-                      "numpy": np.__version__}))
+                      "numpy": np.__version__, "dtype": str(image.dtype),
+                      "blas_threads": int(threads) if threads else None}))
 
 
 if __name__ == "__main__":

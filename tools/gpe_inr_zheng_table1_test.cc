@@ -1,0 +1,70 @@
+#include "tools/gpe_inr_zheng_table1.h"
+
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace gpe {
+namespace tools {
+namespace {
+
+// The embedding of every pixel alone is n^2 x 2K floats: 8 GiB at 2048 x 2048, K = 256.
+TEST(ZhengMlpBytesTest, CountsTheEmbeddingOfEveryPixel) {
+  EXPECT_GT(ZhengMlpBytes(2048, 256, 256, 1), int64_t{8} << 30);
+  EXPECT_LT(ZhengMlpBytes(2048, 256, 256, 1), int64_t{64} << 30);
+  EXPECT_LT(ZhengMlpBytes(32, 16, 32, 1), int64_t{1} << 20);  // --quick
+  EXPECT_GT(ZhengMlpBytes(1024, 256, 256, 3), ZhengMlpBytes(1024, 256, 256, 1));
+  EXPECT_GT(ZhengMlpBytes(1024, 256, 256, 1), 3 * ZhengMlpBytes(512, 256, 256, 1));
+}
+
+int64_t MappedBytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  int64_t bytes = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::strncmp(line, "VmSize:", 7) == 0) bytes = std::strtoll(line + 7, nullptr, 10) * 1024;
+  }
+  std::fclose(f);
+  return bytes;
+}
+
+// --size 2048 with the MLP rows, in a process that may map only 1 GiB more: refused before
+// anything is allocated or written (exit 1, naming --no-mlp), not an abort on
+// std::bad_alloc hours into the run. Nothing near the 26 GiB the rows need is allocated.
+TEST(RunZhengTable1Test, RefusesMlpRowsThatCannotFit) {
+  const int64_t mapped = MappedBytes();
+  if (mapped < 0) GTEST_SKIP() << "no /proc/self/status";
+  struct rlimit old_limit;
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &old_limit), 0);
+  if (old_limit.rlim_cur != RLIM_INFINITY &&
+      old_limit.rlim_cur < static_cast<rlim_t>(mapped + (int64_t{1} << 30))) {
+    GTEST_SKIP() << "the address space is limited already";
+  }
+  const std::string out = ::testing::TempDir() + "/zheng_refused";
+  struct rlimit low = old_limit;
+  low.rlim_cur = static_cast<rlim_t>(mapped + (int64_t{1} << 30));
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &low), 0);
+  const int64_t available = AvailableMemoryBytes();
+  ::testing::internal::CaptureStderr();
+  const int rc = RunZhengTable1({"--size", "2048", "--gd-steps", "1", "--out", out});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &old_limit), 0);
+  EXPECT_GE(available, 0);
+  EXPECT_LE(available, int64_t{1} << 30);
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_NE(err.find("--no-mlp"), std::string::npos) << err;
+  EXPECT_NE(err.find("2048x2048"), std::string::npos) << err;
+  EXPECT_FALSE(std::filesystem::exists(out));  // refused before writing anything
+}
+
+}  // namespace
+}  // namespace tools
+}  // namespace gpe

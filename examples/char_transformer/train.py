@@ -7,6 +7,10 @@ losses.json.
     tools/setup_torch.sh && ./bazelw run //examples/char_transformer:train
     ./bazelw run //examples/char_transformer:train -- --steps 50 --out /tmp/ct
 
+Relative --out and --corpus paths are taken from where the command was typed (under
+`bazel run`, BUILD_WORKING_DIRECTORY). losses.json and loss_curves.png are written
+beside their final names and renamed, so an interrupted run leaves the old files whole.
+
 The two runs differ only in the attention: torch applies RoPE (Su et al., eq. 34, pairs
 (i, i + d/2)) to q and k and calls scaled_dot_product_attention; GroupPE rotates q and k
 as tiles load, inside gpe.torch.attention. Both are float32, so the curves agree to
@@ -26,6 +30,20 @@ def _import_torch():
         import torch  # noqa: F401
     except ImportError as e:
         sys.exit("char_transformer: PyTorch is not installed (%s); run tools/setup_torch.sh" % e)
+
+
+def _fail(message):
+    """A usage error: the message on stderr and exit status 2 (argparse's convention)."""
+    print("char_transformer: " + message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _write_atomic(path, data):
+    """Writes data (bytes) to path through a temporary file in the same directory, so that
+    a failed write leaves an old file whole."""
+    tmp = pathlib.Path(str(path) + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
 
 
 def rope(x, base=10000.0):
@@ -93,7 +111,10 @@ def make_model(vocab, d_model, heads, layers, attention):
 
 
 def load_corpus(path):
-    text = pathlib.Path(path).read_text(encoding="utf-8")
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        _fail("cannot read --corpus %s (%s)" % (path, e))
     chars = sorted(set(text))
     index = {c: i for i, c in enumerate(chars)}
     import torch
@@ -140,6 +161,9 @@ def run(args):
     torch.set_num_threads(args.threads)
     _THREADS[0] = args.threads
     data, vocab = load_corpus(args.corpus)
+    if data.numel() < args.seq + 2:
+        _fail("--corpus %s has %d characters, too few for windows of --seq %d (at least %d)"
+              % (args.corpus, data.numel(), args.seq, args.seq + 2))
     init = make_model(vocab, args.d_model, args.heads, args.layers, None).state_dict()
     data_batches = batches(data, args.steps, args.batch, args.seq, args.seed)
     results = {}
@@ -165,12 +189,13 @@ def run(args):
     if args.out:
         out = pathlib.Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "losses.json").write_text(json.dumps(results, indent=1))
+        _write_atomic(out / "losses.json", json.dumps(results, indent=1).encode("utf-8"))
         plot(results, out / "loss_curves.png")
     return results
 
 
 def plot(results, path):
+    import io
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -191,8 +216,10 @@ def plot(results, path):
                  % results["max_abs_loss_difference"])
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
+    _write_atomic(path, buf.getvalue())
     print("wrote %s" % path)
 
 
@@ -209,11 +236,28 @@ def parse(argv=None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
                    help="threads for torch and for GroupPE's kernels (the same for both runs)")
-    p.add_argument("--corpus", default=str(here / "corpus.txt"))
+    p.add_argument("--corpus", default=None,
+                   help="a UTF-8 text file (default: corpus.txt beside this script)")
     default_out = os.path.join(os.environ.get("BUILD_WORKSPACE_DIRECTORY", "."), "gpe_out",
                                "char_transformer")
-    p.add_argument("--out", default=default_out, help="where losses.json and the PNG go")
-    return p.parse_args(argv)
+    p.add_argument("--out", default=None,
+                   help="where losses.json and the PNG go (default %s)" % default_out)
+    args = p.parse_args(argv)
+    for name in ("steps", "batch", "seq", "d_model", "heads", "layers", "threads"):
+        v = getattr(args, name)
+        if v < 1:  # --steps 0 trained nothing and then failed on the empty timings
+            _fail("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+    if args.d_model % args.heads or (args.d_model // args.heads) % 2:
+        # Heads of d_model / heads dimensions; RoPE rotates pairs of them (Su et al.,
+        # eq. 34), so the head is even.
+        _fail("--d-model %d does not split into %d heads of an even size (d_model must be "
+              "a multiple of %d)" % (args.d_model, args.heads, 2 * args.heads))
+    # Paths as the user typed them: relative to where `bazel run` was called, not to the
+    # runfiles tree the script runs in (an absolute path stays as it is).
+    user = lambda path: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), path)
+    args.corpus = user(args.corpus) if args.corpus is not None else str(here / "corpus.txt")
+    args.out = user(args.out) if args.out is not None else default_out
+    return args
 
 
 if __name__ == "__main__":

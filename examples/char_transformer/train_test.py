@@ -2,11 +2,15 @@
 
 PyTorch is optional: without it the test skips with a message."""
 
+import contextlib
+import io
 import math
 import os
+import pathlib
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import sanitizer_preload
 from gpe import _ffi
@@ -22,6 +26,40 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train  # noqa: E402
+
+
+TINY = ["--batch", "2", "--seq", "16", "--d-model", "16", "--heads", "2", "--layers", "1"]
+
+
+class ArgumentsTest(unittest.TestCase):
+    """What parse refuses and how it resolves paths (no torch needed)."""
+
+    def test_bad_sizes_are_refused(self):
+        # --steps 0 trained nothing and then failed on its empty list of step times.
+        for argv, message in ((["--steps", "0"], "--steps must be >= 1, got 0"),
+                              (["--batch", "-1"], "--batch must be >= 1, got -1"),
+                              (["--d-model", "30", "--heads", "4"],
+                               "--d-model 30 does not split into 4 heads of an even size"),
+                              (["--d-model", "12", "--heads", "4"],
+                               "--d-model 12 does not split into 4 heads of an even size")):
+            with self.subTest(argv=argv):
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+                    train.parse(argv)
+                self.assertEqual(e.exception.code, 2)
+                self.assertIn(message, err.getvalue())
+
+    def test_relative_paths_are_the_callers(self):
+        # Under `bazel run` the script runs in its runfiles tree; a relative --out or
+        # --corpus means the directory the command was typed in.
+        with tempfile.TemporaryDirectory() as cwd:
+            with mock.patch.dict(os.environ, {"BUILD_WORKING_DIRECTORY": cwd}):
+                args = train.parse(["--out", "ct", "--corpus", "my.txt"])
+                absolute = train.parse(["--out", "/abs/ct"])
+            self.assertEqual(args.out, os.path.join(cwd, "ct"))
+            self.assertEqual(args.corpus, os.path.join(cwd, "my.txt"))
+            self.assertEqual(absolute.out, "/abs/ct")
+            self.assertTrue(os.path.isfile(absolute.corpus))  # corpus.txt beside train.py
 
 
 @unittest.skipIf(_SKIP is not None, _SKIP or "")
@@ -48,8 +86,10 @@ class CharTransformerTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as out:
             args = train.parse(["--steps", "6", "--batch", "4", "--seq", "32", "--d-model", "32",
                                 "--layers", "1", "--out", out])
-            r = train.run(args)
+            with contextlib.redirect_stdout(io.StringIO()):
+                r = train.run(args)
             self.assertTrue(os.path.isfile(os.path.join(out, "losses.json")))
+            self.assertFalse([f for f in os.listdir(out) if f.endswith(".tmp")])
         t, g = r["torch"]["losses"], r["gpe"]["losses"]
         self.assertEqual((len(t), len(g)), (6, 6))
         self.assertLess(r["max_abs_loss_difference"], 1e-4)
@@ -58,6 +98,39 @@ class CharTransformerTest(unittest.TestCase):
         self.assertLess(t[-1], t[0])
         self.assertLess(g[-1], g[0])
         self.assertGreater(r["gpe"]["ms_per_step"], 0.0)
+
+    def test_failed_write_leaves_old_results_whole(self):
+        # A write that fails halfway (a full disk, simulated: half the bytes, then
+        # OSError) leaves the previous losses.json as it was: the new one is written
+        # beside it and renamed only when complete.
+        def half_then_fail(path, data, *args, **kwargs):
+            with open(path, "wb" if isinstance(data, bytes) else "w") as f:
+                f.write(data[:len(data) // 2])
+            raise OSError(28, "No space left on device")
+
+        with tempfile.TemporaryDirectory() as out:
+            old = os.path.join(out, "losses.json")
+            with open(old, "w", encoding="utf-8") as f:
+                f.write('{"old": true}')
+            args = train.parse(["--steps", "1", "--out", out] + TINY)
+            with mock.patch.object(pathlib.Path, "write_text", half_then_fail), \
+                    mock.patch.object(pathlib.Path, "write_bytes", half_then_fail), \
+                    contextlib.redirect_stdout(io.StringIO()), self.assertRaises(OSError):
+                train.run(args)
+            with open(old, encoding="utf-8") as f:
+                self.assertEqual(f.read(), '{"old": true}')
+
+    def test_short_corpus_is_refused(self):
+        # Fewer characters than one training window: a message, not torch's error.
+        with tempfile.TemporaryDirectory() as tmp:
+            corpus = os.path.join(tmp, "short.txt")
+            with open(corpus, "w", encoding="utf-8") as f:
+                f.write("abc")
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as e:
+                train.run(train.parse(["--corpus", corpus, "--out", tmp] + TINY))
+            self.assertEqual(e.exception.code, 2)
+            self.assertIn("has 3 characters, too few for windows of --seq 16", err.getvalue())
 
 
 if __name__ == "__main__":

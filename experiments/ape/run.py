@@ -60,8 +60,10 @@ Training (appendix B): AdamW, 5% linear warm-up from 1e-7 to 5e-4, then cosine d
 whole-sequence accuracy; mean ± sample std over seeds, beside the paper's numbers.
 
 Writes ape_sequences.md, ape_trees.md and their .json (per-seed numbers) into --out
-(full: docs/measured/ of the workspace; --quick: a temporary directory); --from-json
-rewrites the reports from the numbers without training.
+(full: docs/measured/ of the workspace; --quick: a temporary directory); a run of one
+suite rewrites that suite's report and keeps the other suite's rows (and the run
+description they came from) in ape.json; --from-json rewrites the reports from the
+numbers without training. A run that would train nothing stops with exit status 2.
 
 Budget (an extrapolation, not a full run): 20 training steps of the full configuration
 per encoding (copy; tree rotation, breadth-first), one thread, on this project's 2-core
@@ -169,6 +171,12 @@ def _import_torch():
         import torch  # noqa: F401
     except ImportError as e:
         sys.exit("ape: PyTorch is not installed (%s); run tools/setup_torch.sh" % e)
+
+
+def _fail(message):
+    """A usage error: the message on stderr and exit status 2 (argparse's convention)."""
+    print("ape: " + message, file=sys.stderr)
+    raise SystemExit(2)
 
 
 # ---- Data -------------------------------------------------------------------------------
@@ -676,13 +684,61 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
-def write_reports(raw, out, intro):
-    meta = raw["meta"]
+def suite_of(row):
+    return "sequences" if row["task"] in SEQ_TASKS else "trees"
+
+
+def suite_metas(raw):
+    """{suite: the description of the run its rows came from}: raw["suite_meta"] where the
+    JSON has it, else (a single run's JSON) raw["meta"] for each of its suites."""
+    metas = dict(raw.get("suite_meta", {}))
+    for suite in raw["meta"]["suites"]:
+        metas.setdefault(suite, raw["meta"])
+    return metas
+
+
+def read_previous(path):
+    """The ape.json already at path, checked (None where there is none): read before
+    training, so that a file that cannot be merged stops the run before it starts."""
+    if not path.is_file():
+        return None
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+        metas = suite_metas(old)
+        for r in old["rows"]:
+            suite_of(r)
+        for meta in metas.values():  # what the reports read besides the rows
+            missing = [k for k in ("cfg", "seeds", "not_run", "command", "wall") if k not in meta]
+            if missing:
+                raise KeyError(", ".join(missing))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        _fail("%s is not a run's ape.json (%s: %s); move it away or give another --out"
+              % (path, type(e).__name__, e))
+    return old
+
+
+def merge_previous(raw, old):
+    """raw with the rows and run descriptions of the suites it did not run taken from the
+    previous ape.json `old` (None: none), so that a run of one suite keeps the other's."""
+    metas = suite_metas(raw)
+    rows = list(raw["rows"])
+    for suite, meta in (suite_metas(old) if old is not None else {}).items():
+        if suite not in metas:
+            metas[suite] = meta
+            rows += [r for r in old["rows"] if suite_of(r) == suite]
+    return dict(raw, rows=rows, suite_meta=metas)
+
+
+def write_reports(raw, out, intro, suites=None):
+    """Writes the reports of `suites` (default: every suite raw has rows or a run
+    description for) and raw itself as ape.json."""
+    metas = suite_metas(raw)
     texts = {}
     for suite, fn in (("sequences", report_sequences), ("trees", report_trees)):
-        rows = [r for r in raw["rows"] if (r["task"] in SEQ_TASKS) == (suite == "sequences")]
-        if suite not in meta["suites"]:
+        if suite not in (metas if suites is None else suites):
             continue
+        rows = [r for r in raw["rows"] if suite_of(r) == suite]
+        meta = metas[suite]
         m = dict(meta, not_run={k: v for k, v in meta["not_run"].items()})
         texts[suite] = fn(rows, m, intro)
         write_atomic(out / ("ape_%s.md" % suite), texts[suite])
@@ -711,26 +767,59 @@ def time_budget(cfg, n):
     return total
 
 
+def plan(suites, chosen):
+    """[(suite, task, order, encoding)] that a run of `suites` with the encodings `chosen`
+    (None: all) trains, seeds aside."""
+    out = []
+    for suite in suites:
+        if suite == "sequences":
+            combos, encs = [(t, "-") for t in SEQ_TASKS], SEQ_ENCODINGS
+        else:
+            combos, encs = [(t, o) for t in TREE_TASKS for o in ORDERS], TREE_ENCODINGS
+        for task, order in combos:
+            out += [(suite, task, order, e) for e in encs
+                    if e not in NOT_RUN and (chosen is None or e in chosen)]
+    return out
+
+
 def main(argv=None):
     args = parse(argv)
+    # Every argument is checked before torch is imported or any data are built, so that
+    # a mistyped command fails at once, with its own message.
     if args.quick and args.reduced:
-        sys.exit("ape: --quick and --reduced are exclusive")
-    _import_torch()
-    import torch
+        _fail("--quick and --reduced are exclusive")
     cfg = dict(QUICK if args.quick else REDUCED if args.reduced else FULL)
     for key, v in (("seeds", args.seeds), ("steps", args.steps), ("batch", args.batch),
                    ("d_model", args.d_model)):
         if v is not None:
             if v < 1:  # a run of nothing would still replace the reports with empty tables
-                sys.exit("ape: --%s must be >= 1, got %d" % (key.replace("_", "-"), v))
+                _fail("--%s must be >= 1, got %d" % (key.replace("_", "-"), v))
             cfg[key] = v
+    hd = cfg["d_model"] // cfg["heads"]
+    if cfg["d_model"] % cfg["heads"] or hd % 2:
+        # Heads of d_model / heads each; RoPE and the orthogonal encodings rotate pairs of
+        # dimensions (Su et al. eq. 34; Kogkalidis et al. sec. 3.1), so the head is even.
+        _fail("--d-model %d does not split into %d heads of an even size (d_model must be "
+              "a multiple of %d)" % (cfg["d_model"], cfg["heads"], 2 * cfg["heads"]))
     if args.encodings is not None:
         known = set(SEQ_ENCODINGS) | set(TREE_ENCODINGS)
         asked = {e.strip() for e in args.encodings.split(",")}
         if not asked - {""} or asked - known:
-            sys.exit("ape: --encodings: unknown %s (have %s)"
-                     % (", ".join(sorted(asked - known)) or "(none given)",
-                        ", ".join(sorted(known))))
+            _fail("--encodings: unknown %s (have %s)"
+                  % (", ".join(sorted(asked - known)) or "(none given)",
+                     ", ".join(sorted(known))))
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    if not suites or set(suites) - {"sequences", "trees"}:
+        _fail("--suites takes sequences, trees or sequences,trees (got %r)" % args.suites)
+    suites = [s for s in ("sequences", "trees") if s in suites]
+    chosen = None if args.encodings is None else {e.strip() for e in args.encodings.split(",")}
+    if not args.from_json and not args.time_steps and not plan(suites, chosen):
+        # Nothing to train: the reports and ape.json would be replaced with empty tables.
+        _fail("nothing to run: --encodings %s names no encoding that runs in --suites %s "
+              "(sequences: %s; trees: %s; not run: %s)" % (
+                  args.encodings, ",".join(suites), ", ".join(SEQ_ENCODINGS),
+                  ", ".join(e for e in TREE_ENCODINGS if e not in NOT_RUN),
+                  ", ".join(NOT_RUN)))
     # Paths as the user typed them: relative to where `bazel run` was called, not to the
     # runfiles tree the script runs in.
     user = lambda p: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), p)
@@ -756,28 +845,19 @@ def main(argv=None):
         texts = write_reports(raw, out, intro)
         print("\n".join(texts.values()))
         return {"rows": raw["rows"], "meta": raw["meta"], "out": out, "reports": texts}
+    _import_torch()
+    import torch
     torch.set_num_threads(1)
     if args.time_steps:
         return {"budget_s": time_budget(cfg, args.time_steps)}
+    previous = read_previous(out / "ape.json")
 
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
-    chosen = None if args.encodings is None else {e.strip() for e in args.encodings.split(",")}
     t_start = time.perf_counter()
-    jobs = []
-    for suite in suites:
-        if suite == "sequences":
-            combos, encs = [(t, "-") for t in SEQ_TASKS], SEQ_ENCODINGS
-        elif suite == "trees":
-            combos, encs = [(t, o) for t in TREE_TASKS for o in ORDERS], TREE_ENCODINGS
-        else:
-            sys.exit("unknown suite %r (sequences, trees)" % suite)
-        for task, order in combos:
-            data = dataset(task, order, cfg)
-            for e in encs:
-                if e in NOT_RUN or (chosen is not None and e not in chosen):
-                    continue
-                for s in range(cfg["seeds"]):
-                    jobs.append((cfg, task, order, e, s, data))
+    jobs, data = [], {}
+    for _, task, order, e in plan(suites, chosen):
+        if (task, order) not in data:
+            data[task, order] = dataset(task, order, cfg)
+        jobs += [(cfg, task, order, e, s, data[task, order]) for s in range(cfg["seeds"])]
     # The slowest first, so that the workers finish together.
     slow = ("algebraic_local", "algebraic_tree", "algebraic")
     jobs.sort(key=lambda j: slow.index(j[3]) if j[3] in slow else len(slow))
@@ -805,8 +885,9 @@ def main(argv=None):
             "cores": os.cpu_count() or 0, "python": platform.python_version(),
             "torch": torch.__version__, "not_run": NOT_RUN,
             "command": "run.py " + " ".join(argv if argv is not None else sys.argv[1:])}
-    raw = {"rows": rows, "meta": meta}
-    texts = write_reports(raw, out, intro)
+    # The suites not run here keep their rows from the ape.json already in --out.
+    raw = merge_previous({"rows": rows, "meta": meta}, previous)
+    texts = write_reports(raw, out, intro, suites)
     print("\n".join(texts.values()))
     print("wrote %s (%.0f s)" % (", ".join(str(out / ("ape_%s.md" % s)) for s in texts),
                                  meta["wall"]))

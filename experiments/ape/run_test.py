@@ -3,9 +3,13 @@ models that the full run relies on.
 
 PyTorch is optional: without it the test skips with a message."""
 
+import contextlib
+import io
+import json
 import math
 import os
 import random
+import shutil
 import sys
 import tempfile
 import unittest
@@ -47,6 +51,28 @@ def accuracy(cell):
     return float(cell.split("±")[0]) / 100.0
 
 
+def refusal(test, argv, allow_torch=False):
+    """run.main(argv)'s usage error: asserts exit status 2 and returns its stderr. Nothing
+    may be trained first (run.train_one fails the test if it is called), nor, unless
+    allow_torch, torch imported (run._import_torch fails it)."""
+    def called(what):
+        def fail(*_):
+            raise AssertionError("%s before the arguments were refused" % what)
+        return fail
+    saved = run._import_torch, run.train_one
+    if not allow_torch:
+        run._import_torch = called("torch imported")
+    run.train_one = called("a model trained")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), test.assertRaises(SystemExit) as e:
+            run.main(argv)
+    finally:
+        run._import_torch, run.train_one = saved
+    test.assertEqual(e.exception.code, 2, err.getvalue())
+    return err.getvalue()
+
+
 class DataTest(unittest.TestCase):
     """The generators (no torch needed)."""
 
@@ -82,17 +108,13 @@ class DataTest(unittest.TestCase):
 
     def test_tree_addresses(self):
         # Addresses are distinct, every non-root node's parent is in the tree, internal
-        # nodes (operators) have both children and leaves none, depth within the bounds.
+        # nodes (operators) have both children and leaves none, no node below the depth.
         rng = random.Random(2)
         for _ in range(30):
             depth = rng.randrange(1, 6)
             t = run.random_tree(rng, depth, 0.75)
-            for task in run.TREE_TASKS:
-                for order in run.ORDERS:
-                    s = run.tree_sample(task, order, random.Random(3), run.QUICK)
-                    self.assertEqual(len(s["tgt_tree"]), len(s["tgt"]))
-                    self.assertEqual(len({tuple(a) for a in s["src_tree"]}), len(s["src"]))
             self.assertEqual(len(set(t)), len(t))
+            self.assertLess(t[()], run.OPERATORS)  # the root is always internal
             for a, lab in t.items():
                 self.assertLessEqual(len(a), depth)
                 if a:
@@ -102,6 +124,29 @@ class DataTest(unittest.TestCase):
                 self.assertEqual(a + (0,) in t, internal)
                 self.assertEqual(a + (1,) in t, internal)
 
+    def test_tree_sample_depth(self):
+        # tree_sample draws the maximum depth first (discretised normal, clipped to
+        # depth_min..depth_max); with branching probability 1 every node above it is
+        # internal, so the tree is complete at exactly that depth: 2^(d+1) - 1 nodes,
+        # addresses of length d at the bottom. The sample's source and target carry
+        # the same nodes (copy and rotation keep the shape up to mirroring).
+        cfg = dict(run.REDUCED, branch=1.0)
+        seen = set()
+        for seed in range(40):
+            d = run.discrete_normal(random.Random(seed), cfg["depth_mean"], cfg["depth_std"],
+                                    cfg["depth_min"], cfg["depth_max"])
+            self.assertTrue(cfg["depth_min"] <= d <= cfg["depth_max"], d)
+            seen.add(d)
+            for task in run.TREE_TASKS:
+                for order in run.ORDERS:
+                    s = run.tree_sample(task, order, random.Random(seed), cfg)
+                    self.assertEqual(max(len(a) for a in s["src_tree"]), d)
+                    self.assertEqual(len(s["src"]), 2 ** (d + 1) - 1)
+                    self.assertEqual(len(s["tgt"]), len(s["src"]))
+                    self.assertEqual(len(s["tgt_tree"]), len(s["tgt"]))
+                    self.assertEqual(len({tuple(a) for a in s["src_tree"]}), len(s["src"]))
+        self.assertGreater(len(seen), 2)  # the drawn depths vary (N(4, 1) over 40 seeds)
+
     def test_reduced_keeps_the_full_model_on_shorter_data(self):
         # --reduced changes only the data sizes and the step count, never the model or
         # the optimiser, so its ordering of the encodings is the full configuration's.
@@ -109,14 +154,31 @@ class DataTest(unittest.TestCase):
             self.assertEqual(run.REDUCED[key], run.FULL[key], key)
         self.assertLess(run.REDUCED["seq_mean"], run.FULL["seq_mean"])
         self.assertLess(run.REDUCED["depth_max"], run.FULL["depth_max"])
-        with self.assertRaises(SystemExit):
-            run.main(["--quick", "--reduced"])
-        # Names that match no encoding, and zero seeds, are refused before anything runs
-        # (they ran nothing and replaced the reports with empty tables).
-        for bad in (["--quick", "--encodings", "rotary"], ["--quick", "--encodings", ","],
-                    ["--quick", "--seeds", "0"]):
-            with self.assertRaises(SystemExit):
-                run.main(bad)
+
+    def test_bad_arguments_are_refused_before_torch(self):
+        # Every refusal comes before torch is imported and before any data are built,
+        # with its own message and exit status 2; none writes anything into --out.
+        with tempfile.TemporaryDirectory() as out:
+            for argv, message in (
+                    (["--quick", "--reduced"], "--quick and --reduced are exclusive"),
+                    # Names that match no encoding, and zero seeds: they ran nothing and
+                    # replaced the reports with empty tables.
+                    (["--quick", "--encodings", "rotary"], "--encodings: unknown rotary"),
+                    (["--quick", "--encodings", ","], "--encodings: unknown (none given)"),
+                    (["--quick", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+                    # Runs with no job: an encoding the suite lacks, or no suite.
+                    (["--quick", "--suites", "trees", "--encodings", "shiv_quirk"],
+                     "nothing to run: --encodings shiv_quirk"),
+                    (["--quick", "--suites", "sequences", "--encodings", "algebraic_tree"],
+                     "nothing to run: --encodings algebraic_tree"),
+                    (["--quick", "--suites", ","], "--suites takes sequences, trees"),
+                    (["--quick", "--suites", "forests"], "--suites takes sequences, trees"),
+                    # Heads of d_model / heads dimensions, even (quick: 2 heads).
+                    (["--quick", "--d-model", "15"], "--d-model 15 does not split into 2 heads"),
+                    (["--quick", "--d-model", "6"], "--d-model 6 does not split into 2 heads")):
+                with self.subTest(argv=argv):
+                    self.assertIn(message, refusal(self, argv + ["--out", out]))
+            self.assertEqual(os.listdir(out), [])
 
     def test_schedule(self):
         steps = 200
@@ -245,6 +307,48 @@ class QuickRunTest(unittest.TestCase):
         self.assertEqual(len(rows), n_seq + n_tree)
         for r in rows:
             self.assertLess(abs(r["first_loss"] - math.log(run.VOCAB)), 0.3, r)
+
+    def test_one_suite_keeps_the_other_in_json(self):
+        # A run of the trees alone (one encoding) into a folder holding a full run's
+        # ape.json rewrites the tree report and keeps the sequence rows and their run's
+        # description, so --from-json still rebuilds the sequence table unchanged.
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out")
+            shutil.copytree(self.tmp.name, out)
+            with contextlib.redirect_stdout(io.StringIO()):
+                r = run.main(["--quick", "--suites", "trees", "--encodings", "rope",
+                              "--out", out])
+            self.assertEqual(set(r["reports"]), {"trees"})
+            with open(os.path.join(out, "ape.json"), encoding="utf-8") as f:
+                raw = json.load(f)
+            seq = [x for x in raw["rows"] if x["task"] in run.SEQ_TASKS]
+            old_seq = [x for x in self.result["rows"] if x["task"] in run.SEQ_TASKS]
+            self.assertEqual(seq, old_seq)
+            trees = [x for x in raw["rows"] if x["task"] in run.TREE_TASKS]
+            self.assertEqual({x["encoding"] for x in trees}, {"rope"})
+            self.assertEqual(raw["suite_meta"]["trees"]["command"],
+                             "run.py --quick --suites trees --encodings rope --out " + out)
+            with open(os.path.join(out, "ape_sequences.md"), encoding="utf-8") as f:
+                self.assertEqual(f.read(), self.read("ape_sequences.md"))
+            again = os.path.join(tmp, "again")
+            with contextlib.redirect_stdout(io.StringIO()):
+                rebuilt = run.main(["--from-json", os.path.join(out, "ape.json"),
+                                    "--out", again])
+            self.assertEqual(rebuilt["reports"]["sequences"], self.read("ape_sequences.md"))
+            self.assertIn("--suites trees --encodings rope", rebuilt["reports"]["trees"])
+
+    def test_unreadable_previous_json_stops_before_training(self):
+        # An ape.json in --out that cannot be merged (not JSON, or not a run's) stops the
+        # run before any training, not after it.
+        for text in ("{not json", '{"rows": []}', '{"rows": [], "meta": {"suites": ["trees"]}}'):
+            with self.subTest(text=text), tempfile.TemporaryDirectory() as out:
+                with open(os.path.join(out, "ape.json"), "w", encoding="utf-8") as f:
+                    f.write(text)
+                err = refusal(self, ["--quick", "--suites", "sequences", "--encodings", "rope",
+                                     "--out", out], allow_torch=True)
+                self.assertIn("is not a run's ape.json", err)
+                with open(os.path.join(out, "ape.json"), encoding="utf-8") as f:
+                    self.assertEqual(f.read(), text)
 
     def test_rewritten_from_json(self):
         with tempfile.TemporaryDirectory() as out:

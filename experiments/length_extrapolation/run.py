@@ -16,10 +16,11 @@ encoding differs. All attention is gpe.torch.attention with the encoding applied
 the kernel; the absolute encodings (sinusoidal, learned) are added to the embedding.
 
 Evaluation: per-token perplexity on non-overlapping windows of the evaluation split,
-the same tokens at every length. The RoPE scaling schedules (linear / position
-interpolation, dynamic NTK, YaRN, Llama 3) are not trained: they are the trained RoPE
-model evaluated with gpe.Rope(schedule=..., factor = eval length / L), as they are used
-to stretch a trained model.
+the same tokens at every length: --eval-tokens (at most what the split holds) rounded
+down to a multiple of the longest evaluation length, the value the report states. The
+RoPE scaling schedules (linear / position interpolation, dynamic NTK, YaRN, Llama 3) are
+not trained: they are the trained RoPE model evaluated with gpe.Rope(schedule=...,
+factor = eval length / L), as they are used to stretch a trained model.
 
 Timing: the median time per training step of the RoPE model with gpe.torch.attention
 (RoPE inside) against the same model, weights and batches with RoPE applied by plain
@@ -84,6 +85,20 @@ def _import_torch():
     except ImportError as e:
         sys.exit("length_extrapolation: PyTorch is not installed (%s); run tools/setup_torch.sh"
                  % e)
+
+
+def _fail(message):
+    """A usage error: the message on stderr and exit status 2 (argparse's convention)."""
+    print("length_extrapolation: " + message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def eval_window_tokens(asked, n_eval, longest):
+    """The held-out tokens evaluated at every length: `asked`, at most the n_eval - 1 that
+    have a next token, rounded down to a multiple of the longest evaluation length so that
+    every length's windows tile exactly the same tokens. 0 when not one longest window
+    fits."""
+    return (min(asked, n_eval - 1) // longest) * longest
 
 
 # ---- Data -------------------------------------------------------------------------------
@@ -393,9 +408,11 @@ def train_one(job):
     for i, xy in enumerate(batches(train_data, cfg["steps"], cfg["batch"], cfg["seq"], seed)):
         losses.append(step(xy, lr_at(i, cfg)))
     model.eval()
-    # The same tokens at every length: as many windows of the longest length as fit.
+    # The same tokens at every length: a whole number of windows of the longest length.
     longest = cfg["seq"] * max(cfg["factors"])
-    windows_tokens = min(cfg["eval_tokens"], ((eval_data.numel() - 1) // longest) * longest)
+    windows_tokens = eval_window_tokens(cfg["eval_tokens"], eval_data.numel(), longest)
+    if windows_tokens == 0:  # main refuses such a run before training
+        raise ValueError("no window of %d tokens to evaluate" % longest)
     rows = []
     names = [n for n, (t, _) in ENCODINGS.items() if t == trained and n in cfg["encodings"]]
     for name in names:
@@ -484,6 +501,16 @@ def write_atomic(path, data):
     os.replace(tmp, path)
 
 
+def eval_note(meta):
+    """Why the evaluated tokens differ from --eval-tokens, when they do."""
+    asked = meta.get("eval_tokens_asked", meta["eval_tokens"])
+    if asked == meta["eval_tokens"]:
+        return ""
+    return (" (--eval-tokens %d: at most the held-out tokens with a next token, rounded down "
+            "to a multiple of the longest length, %d)"
+            % (asked, meta["seq"] * max(meta["factors"])))
+
+
 def report(summary, skipped, timing, meta, intro=""):
     f = meta["factors"]
     L = meta["seq"]
@@ -527,8 +554,8 @@ def report(summary, skipped, timing, meta, intro=""):
                  "" if meta["workers"] == 1 else "es", meta["threads"]),
               "- Python %s, torch %s" % (meta["python"], meta["torch"]),
               "- data: %s; %d training tokens, %d held-out tokens of which %d evaluated at "
-              "every length" % (meta["corpus"], meta["n_train"], meta["n_eval"],
-                                meta["eval_tokens"]),
+              "every length%s" % (meta["corpus"], meta["n_train"], meta["n_eval"],
+                                  meta["eval_tokens"], eval_note(meta)),
               "- model: pre-norm causal decoder, d_model %d, %d layers, %d heads of %d, MLP 4x, "
               "vocabulary %d" % (meta["d_model"], meta["layers"], meta["heads"],
                                  meta["d_model"] // meta["heads"], VOCAB),
@@ -635,21 +662,27 @@ def rewrite(path, out, intro):
 
 
 def main(argv=None):
-    _import_torch()
-    import torch
     args = parse(argv)
+    # Every argument is checked before torch is imported or the corpus is read, so that a
+    # mistyped command fails at once, with its own message.
     q = args.quick
     pick = lambda v, full, quick: v if v is not None else (quick if q else full)
     encodings = [e.strip() for e in args.encodings.split(",") if e.strip()]
     if not encodings:  # a run of nothing would still replace the report with empty tables
-        sys.exit("--encodings names no encoding (known: %s)" % ", ".join(ENCODINGS))
+        _fail("--encodings names no encoding (known: %s)" % ", ".join(ENCODINGS))
     for e in encodings:
         if e not in ENCODINGS:
-            sys.exit("unknown encoding %r (known: %s)" % (e, ", ".join(ENCODINGS)))
-    for name in ("seeds", "steps", "batch", "seq", "eval_tokens", "workers", "timing_steps"):
+            _fail("unknown encoding %r (known: %s)" % (e, ", ".join(ENCODINGS)))
+    for name in ("seeds", "steps", "batch", "seq", "eval_tokens", "workers", "timing_steps",
+                 "d_model", "heads", "layers", "chars"):
         v = getattr(args, name)
         if v is not None and v < 1:
-            sys.exit("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+            _fail("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
+    if args.d_model % args.heads or (args.d_model // args.heads) % 2:
+        # Heads of d_model / heads dimensions; RoPE, xPos, GRAPE-M and the algebraic
+        # encoding rotate pairs of dimensions (Su et al. eq. 34), so the head is even.
+        _fail("--d-model %d does not split into %d heads of an even size (d_model must be "
+              "a multiple of %d)" % (args.d_model, args.heads, 2 * args.heads))
     # Paths as the user typed them: relative to where `bazel run` was called.
     user = lambda p: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), p)
     if args.out is not None:
@@ -681,9 +714,22 @@ def main(argv=None):
     if args.from_json:
         return rewrite(pathlib.Path(args.from_json), out, intro)
 
+    _import_torch()
+    import torch
     t_start = time.perf_counter()
     torch.set_num_threads(1)
     data, corpus = load_corpus(pick(args.chars, 2_000_000, 200_000))
+    # The held-out tokens evaluated at every length, known before any training: a run
+    # that could evaluate nothing stops here, not after all its training.
+    n_train = int(0.9 * data.numel())
+    longest = cfg["seq"] * max(cfg["factors"])
+    used = eval_window_tokens(cfg["eval_tokens"], data.numel() - n_train, longest)
+    if used == 0:
+        _fail("--eval-tokens %d (and %d held-out tokens) hold no window of the longest "
+              "evaluation length %d (%dL); give --eval-tokens >= %d, or more --chars"
+              % (cfg["eval_tokens"], data.numel() - n_train, longest, max(cfg["factors"]),
+                 longest))
+    cfg = dict(cfg, eval_tokens=used, eval_tokens_asked=cfg["eval_tokens"])
     trained = []
     for e in encodings:
         if ENCODINGS[e][0] not in trained:
@@ -711,11 +757,10 @@ def main(argv=None):
     wall = time.perf_counter() - t_start
 
     summary = summarise(rows, cfg["factors"])
-    n_train = int(0.9 * data.numel())
     meta = dict(cfg, seeds=len(seeds), seed_list=seeds, workers=workers, wall=wall,
                 timing_steps=timing_steps, cpu=cpu_model(), python=platform.python_version(),
                 torch=torch.__version__, corpus=corpus, n_train=n_train,
-                n_eval=data.numel() - n_train, eval_tokens=rows[0]["eval_tokens"] if rows else 0,
+                n_eval=data.numel() - n_train,
                 command="run.py " + " ".join(argv if argv is not None else sys.argv[1:]))
     text = report(summary, {}, timing, meta, intro)
     md = out / "length_extrapolation.md"

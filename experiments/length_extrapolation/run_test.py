@@ -3,6 +3,8 @@ models that the full run relies on.
 
 PyTorch is optional: without it the test skips with a message."""
 
+import contextlib
+import io
 import math
 import os
 import sys
@@ -30,6 +32,59 @@ try:
 except ImportError:
     _HAVE_MPL = False
 
+def refusal(test, argv, allow_torch=False):
+    """run.main(argv)'s usage error: asserts exit status 2 and returns its stderr. Nothing
+    may be trained first (run.train_one fails the test if it is called), nor, unless
+    allow_torch, torch imported (run._import_torch fails it)."""
+    def called(what):
+        def fail(*_):
+            raise AssertionError("%s before the arguments were refused" % what)
+        return fail
+    saved = run._import_torch, run.train_one
+    if not allow_torch:
+        run._import_torch = called("torch imported")
+    run.train_one = called("a model trained")
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), test.assertRaises(SystemExit) as e:
+            run.main(argv)
+    finally:
+        run._import_torch, run.train_one = saved
+    test.assertEqual(e.exception.code, 2, err.getvalue())
+    return err.getvalue()
+
+
+class ArgumentsTest(unittest.TestCase):
+    """Refusals that need no torch."""
+
+    def test_bad_arguments_are_refused_before_torch(self):
+        with tempfile.TemporaryDirectory() as out:
+            for argv, message in (
+                    # No encoding named, or zero seeds: they replaced the report, JSON and
+                    # plot with empty results.
+                    (["--quick", "--encodings", ","], "--encodings names no encoding"),
+                    (["--quick", "--encodings", "rotary"], "unknown encoding 'rotary'"),
+                    (["--quick", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+                    (["--quick", "--eval-tokens", "0"], "--eval-tokens must be >= 1, got 0"),
+                    # Heads of d_model / heads dimensions, and an even number of them.
+                    (["--quick", "--d-model", "30", "--heads", "4"],
+                     "--d-model 30 does not split into 4 heads of an even size"),
+                    (["--quick", "--d-model", "12", "--heads", "4"],
+                     "--d-model 12 does not split into 4 heads of an even size")):
+                with self.subTest(argv=argv):
+                    self.assertIn(message, refusal(self, argv + ["--out", out]))
+            self.assertEqual(os.listdir(out), [])
+
+    def test_eval_window_tokens(self):
+        # A whole number of windows of the longest length, at most the held-out tokens
+        # that have a next token; 0 when not one window fits.
+        self.assertEqual(run.eval_window_tokens(32768, 200000, 512), 32768)
+        self.assertEqual(run.eval_window_tokens(1000, 200000, 512), 512)
+        self.assertEqual(run.eval_window_tokens(32768, 1025, 512), 1024)
+        self.assertEqual(run.eval_window_tokens(32768, 1024, 512), 512)
+        self.assertEqual(run.eval_window_tokens(511, 200000, 512), 0)
+
+
 CFG = {"d_model": 32, "heads": 2, "layers": 1, "seq": 16, "steps": 2, "batch": 2, "lr": 3e-3,
        "threads": 1, "shaw_k": 4, "factors": (1, 2), "eval_tokens": 64,
        "encodings": list(run.ENCODINGS)}
@@ -46,13 +101,30 @@ class LengthExtrapolationTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_empty_runs_are_refused(self):
-        # No encoding named, or zero seeds: refused before anything runs (they replaced
-        # the report, JSON and plot with empty results).
-        for bad in (["--quick", "--encodings", ","], ["--quick", "--seeds", "0"],
-                    ["--quick", "--encodings", "rotary"]):
-            with self.assertRaises(SystemExit):
-                run.main(bad + ["--out", self.tmp.name])
+    def test_eval_tokens_below_the_longest_window_are_refused(self):
+        # --quick evaluates at L = 16 and 2L = 32: 20 tokens hold no 32-token window, so
+        # the run stops before training (it trained every model, then divided by zero).
+        with tempfile.TemporaryDirectory() as out:
+            err = refusal(self, ["--quick", "--eval-tokens", "20", "--out", out],
+                          allow_torch=True)
+            self.assertIn("--eval-tokens 20", err)
+            self.assertIn("longest evaluation length 32 (2L)", err)
+            self.assertEqual(os.listdir(out), [])
+
+    def test_eval_tokens_rounded_to_the_longest_window(self):
+        # 50 tokens: 32 at every length (two windows of 16, one of 32), and the report
+        # says 32 and why, not 50 (three windows of 16 against one of 32 before).
+        with tempfile.TemporaryDirectory() as out:
+            with contextlib.redirect_stdout(io.StringIO()):
+                r = run.main(["--quick", "--encodings", "alibi", "--steps", "2",
+                              "--eval-tokens", "50", "--out", out])
+        self.assertEqual([row["eval_tokens"] for row in r["rows"]], [32])
+        self.assertEqual(r["meta"]["eval_tokens"], 32)
+        self.assertIn("of which 32 evaluated at every length (--eval-tokens 50: at most "
+                      "the held-out tokens with a next token, rounded down to a multiple of "
+                      "the longest length, 32)", r["report"])
+        # The default (512, a multiple of 32) is used as given, without the note.
+        self.assertIn("of which 512 evaluated at every length\n", self.result["report"])
 
     def test_report_has_every_encoding(self):
         with open(os.path.join(self.tmp.name, "length_extrapolation.md"), encoding="utf-8") as f:
@@ -63,8 +135,7 @@ class LengthExtrapolationTest(unittest.TestCase):
             with self.subTest(name):
                 self.assertIn(name, rows)
                 cells = [c.strip() for c in rows[name].split("|")[2:4]]  # ppl at 1L and 2L
-                if "not run:" in rows[name]:
-                    continue
+                self.assertNotIn("not run:", rows[name])  # --quick runs every encoding
                 for c in cells:
                     mean = float(c.split("±")[0])
                     self.assertTrue(math.isfinite(mean) and mean > 1.0, rows[name])
@@ -98,7 +169,7 @@ class LengthExtrapolationTest(unittest.TestCase):
         # variance features and the head's default init U(-1/8, 1/8) (fan-in 64) gives
         # logits of variance 64 / 192 = 1/3, so the first loss is about ln(129) + 1/6 =
         # 5.03. 0.5 around ln(129) holds that with margin; an encoding that blows up the
-        # scores or leaks future tokens (loss far below ln V after no training) fails it.
+        # scores fails it. (Causality is test_no_position_sees_a_later_token's.)
         for r in self.result["rows"]:
             with self.subTest(r["encoding"]):
                 self.assertLess(abs(r["loss0"] - math.log(run.VOCAB)), 0.5)
@@ -116,6 +187,26 @@ class LengthExtrapolationTest(unittest.TestCase):
         lb.square().mean().backward()
         ga, gb = a.blocks[0].qkv.weight.grad, b.blocks[0].qkv.weight.grad
         torch.testing.assert_close(ga, gb, atol=1e-4, rtol=1e-3)
+
+    def test_no_position_sees_a_later_token(self):
+        # Next-token prediction needs causal models: changing the token at position t
+        # leaves the logits of positions < t as they were, for every trained encoding
+        # (FoX's and GRAPE-AP's per-token gates included), and changes those from t on.
+        # Earlier rows go through the same operations on the same values either way, so
+        # they agree to float32 rounding (1e-6 allows for a reordered sum); an untrained
+        # model's logits move by ~1e-2 or more where a token is seen.
+        torch.manual_seed(0)
+        x = torch.randint(0, run.VOCAB, (2, 24))
+        y = x.clone()
+        t = 13
+        y[:, t] = (x[:, t] + 1) % run.VOCAB
+        for enc in sorted({trained for trained, _ in run.ENCODINGS.values()}):
+            with self.subTest(enc):
+                m = run.build(CFG, enc, 0)
+                with torch.no_grad():
+                    a, b = m(x), m(y)
+                torch.testing.assert_close(b[:, :t], a[:, :t], atol=1e-6, rtol=0)
+                self.assertGreater(float((b[:, t:] - a[:, t:]).abs().max()), 1e-3)
 
     def test_learned_rows_beyond_L_get_no_gradient(self):
         # The learned table has 8L rows so that it can be evaluated at 8L; training at L

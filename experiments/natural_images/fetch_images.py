@@ -5,10 +5,13 @@ data module, centre-crops each to a square and writes it as an 8-bit PNG:
 
 The images are Lim et al.'s Cameraman and Retina (their Table 2) and the photographs that
 stand in for Zheng et al.'s 512 x 512 natural-image set (their Table 1; that set is not
-on PyPI). They come from an installed `skimage` when there is one, else from the
+on PyPI). Every one is at least 512 pixels on its shorter side, so that Zheng's table
+never enlarges an image (an enlarged image repeats its training pixels among its test
+pixels). They come from an installed `skimage` when there is one, else from the
 scikit-image wheel itself (`pip download --no-deps`, no install, no SciPy), pinned to
-SKIMAGE_VERSION so every run reads the same pixels. Prints one line per image: name,
-size, SHA-256 of the source file (the tables quote them).
+SKIMAGE_VERSION. Prints where the files came from (the scikit-image version actually
+read), then one line per image: name, size, SHA-256 of the source file (the tables quote
+them).
 """
 
 import argparse
@@ -26,34 +29,44 @@ import gpe
 SKIMAGE_VERSION = "0.26.0"
 
 # name -> file in skimage/data. Cameraman and Retina are Lim et al.'s; the colour and
-# gray photographs stand in for Zheng et al.'s natural images (portraits, animals, a
-# product shot, an astronomical plate, a cityscape rocket launch).
+# gray photographs stand in for Zheng et al.'s natural images (a portrait, a histology
+# slide, a brick wall, grass, an astronomical plate, the Moon). Shorter sides in
+# scikit-image 0.26.0: camera, astronaut, ihc, brick, grass, moon 512; hubble 872;
+# retina 1411 (Zheng et al. use 512 x 512 images; run.py refuses smaller ones).
 IMAGES = {
     "cameraman": "camera.png",
     "retina": "retina.jpg",
     "astronaut": "astronaut.png",
-    "coffee": "coffee.png",
-    "chelsea": "chelsea.png",
-    "rocket": "rocket.jpg",
+    "ihc": "ihc.png",
+    "brick": "brick.png",
+    "grass": "grass.png",
     "hubble": "hubble_deep_field.jpg",
     "moon": "moon.png",
 }
 
 
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _from_installed():
-    """The data folder of an installed skimage, or None."""
+    """(files, source) from the data folder of an installed skimage, or None."""
     try:
         import skimage.data  # noqa: F401 (only its location is used)
     except ImportError:
         return None
     folder = os.path.dirname(sys.modules["skimage.data"].__file__)
     if all(os.path.isfile(os.path.join(folder, f)) for f in IMAGES.values()):
-        return {name: open(os.path.join(folder, f), "rb").read() for name, f in IMAGES.items()}
+        version = getattr(sys.modules["skimage"], "__version__", "of unknown version")
+        return ({name: _read(os.path.join(folder, f)) for name, f in IMAGES.items()},
+                "scikit-image %s (installed, %s)" % (version, folder))
     return None
 
 
 def _from_wheel(tmp):
-    """The files read out of scikit-image's wheel, downloaded (not installed) by pip."""
+    """(files, source): the files read out of scikit-image's wheel, downloaded (not
+    installed) by pip."""
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
                     "--only-binary", ":all:", "--disable-pip-version-check", "-d", tmp,
                     "scikit-image==" + SKIMAGE_VERSION], check=True)
@@ -62,7 +75,8 @@ def _from_wheel(tmp):
         raise SystemExit("fetch_images: expected one scikit-image wheel in %s, found %s"
                          % (tmp, wheels))
     with zipfile.ZipFile(os.path.join(tmp, wheels[0])) as z:
-        return {name: z.read("skimage/data/" + f) for name, f in IMAGES.items()}
+        return ({name: z.read("skimage/data/" + f) for name, f in IMAGES.items()},
+                "scikit-image %s (wheel %s)" % (SKIMAGE_VERSION, wheels[0]))
 
 
 def centre_square(pixels):
@@ -74,12 +88,15 @@ def centre_square(pixels):
 
 
 def _from_dir(folder):
-    """The files of a folder that holds skimage's data files (an unpacked wheel's
-    skimage/data, Debian's python3-skimage data folder, a copy made offline)."""
+    """(files, source): the files of a folder that holds skimage's data files (an unpacked
+    wheel's skimage/data, Debian's python3-skimage data folder, a copy made offline).
+    Which scikit-image version they came from is not known here: the SHA-256 lines say
+    which files they are."""
     missing = [f for f in IMAGES.values() if not os.path.isfile(os.path.join(folder, f))]
     if missing:
         raise SystemExit("fetch_images: %s lacks %s" % (folder, ", ".join(missing)))
-    return {name: open(os.path.join(folder, f), "rb").read() for name, f in IMAGES.items()}
+    return ({name: _read(os.path.join(folder, f)) for name, f in IMAGES.items()},
+            "scikit-image's data files from %s (version not recorded there)" % folder)
 
 
 def main(argv=None):
@@ -93,10 +110,11 @@ def main(argv=None):
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         if args.from_dir:
-            files = _from_dir(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""),
-                                           args.from_dir))
+            files, source = _from_dir(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""),
+                                                   args.from_dir))
         else:
-            files = _from_installed() or _from_wheel(tmp)
+            files, source = _from_installed() or _from_wheel(tmp)
+        print("source: %s" % source)
         for name, data in files.items():
             ext = os.path.splitext(IMAGES[name])[1]
             src = os.path.join(tmp, name + ext)

@@ -6,7 +6,8 @@ as one command:
     ./bazelw run //experiments/natural_images:run -- --quick   # smoke run (the CI test)
 
 Measured on a 2-core AMD Zen 5 VM (2026-12-07, OpenBLAS on its Cooperlake kernels):
-Lim's table 2.5 minutes; Zheng's 53 minutes for the 8 images: per image, about 37 s per
+Lim's table 2.5 minutes; Zheng's 53 minutes for 8 images (the set before ihc, brick and
+grass replaced three photographs smaller than 512 x 512): per image, about 37 s per
 encoding for the 2000 Adam steps of the linear layer (per channel on colour images) and
 about 42 s per encoding for the 100 steps of the simple + MLP rows (~0.37 s a step; all
 channels in one network), the closed forms in hundredths of a second. An environment
@@ -17,10 +18,12 @@ Fetches the images (fetch_images.py: scikit-image's data module, pinned), then r
 `gpe inr lim-table2` on Cameraman and Retina (10 seeds; Lim et al. Section 5.1: 256 x 256
 grid, 5% train, MLP 3 x 128, 500 Adam steps) and `gpe inr zheng-table1` on every image
 (512 x 512, trained on the [::2] grid, PSNR on the other pixels; Zheng et al. Section 4.1),
-and writes one markdown report: the command, the machine's limits (`gpe machine`) before
-and after, each image's source hash, both tools' tables with the papers' numbers beside
-them, and wall times. Full runs write docs/measured/natural_images.md (give --report to
-write elsewhere); pictures go to gpe_out/natural_images/.
+refusing any image smaller than --size (enlarged by copying pixels, its test pixels
+would repeat its training pixels and inflate the PSNR), and writes one markdown report:
+the command, the machine's limits (`gpe machine`) before and after, each image's source
+(the scikit-image version read) and hash, both tools' tables with the papers' numbers
+beside them, and wall times. Full runs write docs/measured/natural_images.md (give
+--report to write elsewhere); pictures go to gpe_out/natural_images/.
 """
 
 import argparse
@@ -35,6 +38,7 @@ import sys
 import time
 
 import fetch_images
+from gpe import image_read
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -123,6 +127,25 @@ def _machine(gpe):
         fma.group(2), triad.group(2), blas.group(1).strip() if blas else "unknown")
 
 
+def _fail(message):
+    """A usage error: the message on stderr and exit status 2 (argparse's convention)."""
+    print("run: " + message, file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _too_small(images, names, size):
+    """[(name, rows, cols)] of the fetched images that are smaller than size x size: the
+    Zheng tool would enlarge them by nearest-pixel copying (tools/gpe_inr_common.cc,
+    ResampleSquare), so that some of the test pixels (off the [::2] grid) would be copies
+    of training pixels (on it; Zheng et al. Section 4.1 train on one, test on the other)."""
+    small = []
+    for name in names:
+        rows, cols = image_read(os.path.join(images, name + ".png")).shape[:2]
+        if min(rows, cols) < size:
+            small.append((name, rows, cols))
+    return small
+
+
 def _demote(markdown):
     """A tool's report nested one heading level down, without its first title line."""
     lines = markdown.strip().splitlines()
@@ -137,11 +160,15 @@ def main(argv=None):
                         help="tiny sizes throughout (seconds; the CI smoke run)")
     parser.add_argument("--tables", default="lim,zheng",
                         help="which tables: lim, zheng or both (default lim,zheng)")
-    parser.add_argument("--seeds", type=int, default=10, help="Lim: seeds (default 10)")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="Lim: seeds (default 10; --quick: the tool's quick default, 2)")
     parser.add_argument("--search", action="store_true",
                         help="Lim: choose scales and learning rates on seed 0's validation set")
     parser.add_argument("--zheng-images", default=",".join(fetch_images.IMAGES),
                         help="Zheng: comma-separated image names (default: all fetched)")
+    parser.add_argument("--size", type=int, default=None,
+                        help="Zheng: image size (default 512, Zheng et al.'s; --quick: 32); "
+                             "images smaller than this are refused, never enlarged")
     parser.add_argument("--gray", action="store_true", help="Zheng: grayscale, not per channel")
     parser.add_argument("--no-mlp", action="store_true", help="Zheng: skip simple + MLP rows")
     parser.add_argument("--from-dir", metavar="DIR",
@@ -158,6 +185,11 @@ def main(argv=None):
     tables = set(args.tables.split(","))
     if not tables or tables - {"lim", "zheng"}:
         raise SystemExit("run: --tables takes lim, zheng or lim,zheng (got %r)" % args.tables)
+    if args.seeds is not None and not 1 <= args.seeds <= 100:
+        _fail("--seeds takes 1..100 (got %d)" % args.seeds)
+    size = args.size if args.size is not None else 32 if args.quick else 512
+    if not 16 <= size <= 2048 or size % 2:
+        _fail("--size takes an even number in 16..2048 (got %d)" % size)
 
     ws = _workspace()
     out = _user_path(args.out) if args.out else os.path.join(ws, "gpe_out", "natural_images")
@@ -168,14 +200,26 @@ def main(argv=None):
     gpe = _gpe_binary()
     started = datetime.datetime.now(datetime.timezone.utc)
     t0 = time.time()
-    # Quick runs skip the ~10 s limit probes: their timings mean nothing.
-    machine_before = "not measured (--quick)" if args.quick else _machine(gpe)
 
     images = os.path.join(out, "images")
     fetch_args = [images] + (["--from-dir", _user_path(args.from_dir)] if args.from_dir else [])
     fetched = io.StringIO()
     with contextlib.redirect_stdout(fetched):
         fetch_images.main(fetch_args)
+    fetch_lines = fetched.getvalue().rstrip().splitlines()
+    source = (fetch_lines[0][len("source: "):]
+              if fetch_lines and fetch_lines[0].startswith("source: ") else "unknown source")
+    zheng_names = args.zheng_images.split(",")
+    small = _too_small(images, zheng_names, size) if "zheng" in tables else []
+    if small:
+        _fail("--zheng-images: %s smaller than --size %d; enlarging would copy training "
+              "pixels into the test pixels and inflate the PSNR. Leave %s out, or give a "
+              "--size no larger than %d." % (
+                  ", ".join("%s is %d x %d" % s for s in small), size,
+                  "it" if len(small) == 1 else "them",
+                  min(min(r, c) for _, r, c in small) // 2 * 2))
+    # Quick runs skip the ~10 s limit probes: their timings mean nothing.
+    machine_before = "not measured (--quick)" if args.quick else _machine(gpe)
 
     quick = ["--quick"] if args.quick else []
     lim_wall = zheng_wall = 0.0
@@ -185,14 +229,14 @@ def main(argv=None):
                        "--cameraman", os.path.join(images, "cameraman.png"),
                        "--retina", os.path.join(images, "retina.png"),
                        "--out", os.path.join(out, "lim")] + quick
-            if not args.quick:
-                lim_cmd += ["--seeds", str(args.seeds)]
+            if args.seeds is not None or not args.quick:
+                lim_cmd += ["--seeds", str(args.seeds if args.seeds is not None else 10)]
             lim_cmd += ["--search"] if args.search else []
             _, lim_wall = _run(lim_cmd, log)
         if "zheng" in tables:
             zheng_cmd = ([gpe, "inr", "zheng-table1"] +
-                         [os.path.join(images, n + ".png") for n in args.zheng_images.split(",")] +
-                         ["--out", os.path.join(out, "zheng")] + quick +
+                         [os.path.join(images, n + ".png") for n in zheng_names] +
+                         ["--out", os.path.join(out, "zheng"), "--size", str(size)] + quick +
                          (["--gray"] if args.gray else []) +
                          (["--no-mlp"] if args.no_mlp else []))
             _, zheng_wall = _run(zheng_cmd, log)
@@ -204,10 +248,12 @@ def main(argv=None):
     lim_md = read(os.path.join(out, "lim", "table2.md")) if "lim" in tables else None
     zheng_md = read(os.path.join(out, "zheng", "table1.md")) if "zheng" in tables else None
     shown = " ".join(["--quick"] * args.quick +
-                     (["--tables", args.tables] if tables != {"lim", "zheng"} else []) + ["--search"] * args.search +
-                     (["--seeds", str(args.seeds)] if args.seeds != 10 else []) +
+                     (["--tables", args.tables] if tables != {"lim", "zheng"} else []) +
+                     ["--search"] * args.search +
+                     (["--seeds", str(args.seeds)] if args.seeds is not None else []) +
                      (["--zheng-images", args.zheng_images]
                       if args.zheng_images != parser.get_default("zheng_images") else []) +
+                     (["--size", str(args.size)] if args.size is not None else []) +
                      ["--gray"] * args.gray + ["--no-mlp"] * args.no_mlp)
     text = [
         "# Natural images: Lim et al. Table 2 (Cameraman, Retina) and Zheng et al. Table 1 "
@@ -220,11 +266,10 @@ def main(argv=None):
         "Machine: %s; `gpe machine` before the run: %s; after: %s." % (
             _cpu_model(), machine_before, machine_after),
         "",
-        "Images (scikit-image %s's data module, centre-cropped to squares; SHA-256 of each "
-        "source file):" % fetch_images.SKIMAGE_VERSION,
+        "Images (%s; centre-cropped to squares; SHA-256 of each source file):" % source,
         "",
         "```",
-        fetched.getvalue().rstrip(),
+        "\n".join(l for l in fetch_lines if not l.startswith("source: ")),
         "```",
         "",
     ]

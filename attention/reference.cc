@@ -227,6 +227,7 @@ absl::Status Run(const AttentionArgs& a, const T* q, const T* k, const T* v, T* 
           sum += prob[j];
         }
         for (int64_t j = 0; j < lk; ++j) {
+          if (prob[j] == 0.0) continue;  // stays 0 in a NaN row (0 / NaN is NaN)
           prob[j] /= sum;
           if (prob[j] == 0.0) continue;
           const double* vj = p.v.data() + ((kb + j) * hkv + g) * dv;

@@ -778,6 +778,28 @@ TEST(ReferenceBackward, MatchesFiniteDifferences) {
   }
 }
 
+// A key whose score is -inf (an infinite q component against a negative k one) in a row
+// that another key makes NaN (+inf score): probability exactly 0, no gradient
+// (descriptor.h, NON-FINITE VALUES: "in a NaN row too"), as the kernels give; the
+// division by the row's NaN sum gave it 0 / NaN = NaN.
+TEST(ReferenceBackward, MinusInfScoreInANaNRowHasNoGradient) {
+  const double inf = std::numeric_limits<double>::infinity();
+  AttentionArgs a = Bshd(1, 1, 2, 1, 1, 2);
+  const std::vector<double> q = {inf, 1.0}, k = {1.0, 0.5, -1.0, 0.5}, v = {0.3, -0.2, 0.7, 0.1},
+                            w = {1.0, -1.0};
+  std::vector<double> o(2), lse(1), dq(2), dk(4), dv(4);
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), o.data(), lse.data()).ok());
+  EXPECT_TRUE(std::isnan(lse[0]));
+  ASSERT_TRUE(ReferenceBackward<double>(a, q.data(), k.data(), v.data(), w.data(), dq.data(),
+                                        dk.data(), dv.data())
+                  .ok());
+  EXPECT_EQ(dk[2], 0.0);
+  EXPECT_EQ(dk[3], 0.0);
+  EXPECT_EQ(dv[2], 0.0);
+  EXPECT_EQ(dv[3], 0.0);
+  EXPECT_TRUE(std::isnan(dv[0])) << dv[0];  // the key that makes the row NaN
+}
+
 // A value head size of its own (descriptor.h, VALUE HEAD SIZE) against the same call
 // with the narrower side zero-padded, an exact identity in double: v padded with zero
 // columns gives o (and dv) padded with zeros; q and k padded with zero components keep

@@ -18,6 +18,7 @@
 #include "attention/cpu/tile_encodings.h"
 #include "attention/cpu/workspace.h"
 #include "encodings/sequence/relative.h"
+#include "absl/strings/str_cat.h"
 #include "hwy/aligned_allocator.h"
 
 namespace gpe {
@@ -679,9 +680,10 @@ class Backward {
 
 // A [chunks][q head][token][dp] dQ' accumulator of `floats` floats, zeroed by all
 // threads (tens of MiB at long sequences: first touch and clearing in parallel rather
-// than on the calling thread while the others wait).
+// than on the calling thread while the others wait). Null when it cannot be allocated.
 hwy::AlignedFreeUniquePtr<float[]> ZeroedDqAccumulator(int threads, int64_t acc_floats) {
   hwy::AlignedFreeUniquePtr<float[]> dq_acc = hwy::AllocateAligned<float>(std::max<int64_t>(acc_floats, 1));
+  if (dq_acc == nullptr) return dq_acc;
   constexpr int64_t kZeroBlock = int64_t{1} << 18;  // floats per parallel item (1 MiB)
   ParallelItems(threads, (acc_floats + kZeroBlock - 1) / kZeroBlock, [&](int64_t i, int) {
     const int64_t b = i * kZeroBlock;
@@ -738,6 +740,11 @@ absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const T* q
   const int64_t chunk_stride = nq * hq * plan.dp;
   hwy::AlignedFreeUniquePtr<float[]> dq_acc =
       ZeroedDqAccumulator(plan.threads, std::max<int64_t>(bp.chunks, 1) * chunk_stride);
+  if (dq_acc == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "attention backward: the dq accumulator of ", std::max<int64_t>(bp.chunks, 1),
+        " key chunks x ", chunk_stride, " floats could not be allocated"));
+  }
   std::mutex sink_mu, shaw_mu;
   Backward<T> bwd(args, plan, q, k, v, o, lse, d_o, dk, dv, dq_acc.get(), chunk_stride,
                   bias_sink, &sink_mu, extras.dk_rotated);

@@ -374,8 +374,10 @@ struct Softcapper {
     if (HWY_LIKELY(hn::AllTrue(df, in_small))) return small;
     const VF rc = HalfComplement(df, x);
     const auto keep = kKeepNegInf ? hn::Not(hn::Ge(x, lowest)) : hn::IsNaN(x);
-    if (deriv != nullptr) {  // 1 - tanh^2 = 4 r (1 - r)
-      const VF d = hn::Mul(hn::Mul(hn::Set(df, 4.0f), rc), hn::Sub(one, rc));
+    if (deriv != nullptr) {  // 1 - tanh^2 = 4 r (1 - r); exactly 0 at +-inf (r's exponent
+                             // is clamped: 2^-62 there, which times an infinite k gave inf)
+      const VF d = hn::IfThenZeroElse(
+          hn::IsInf(x), hn::Mul(hn::Mul(hn::Set(df, 4.0f), rc), hn::Sub(one, rc)));
       *deriv = hn::IfThenElse(in_small, *deriv, hn::IfThenElse(hn::IsNaN(x), x, d));
     }
     return hn::IfThenElse(in_small, small, hn::IfThenElse(keep, x, hn::NegMulAdd(two_c, rc, c)));

@@ -86,7 +86,7 @@ absl::Status RunItems(int threads, int64_t n, const Make& make, const Run& run) 
       if (!ws[tid]->allocated) {
         st = absl::ResourceExhaustedError(
             "attention: a thread's workspace could not be allocated (CpuForwardWorkspaceBytes "
-            "and CpuBackwardWorkspaceBytes give its size)");
+            "gives the forward's size)");
       }
     }
     if (st.ok()) st = run(i, *ws[tid]);

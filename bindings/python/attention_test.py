@@ -370,6 +370,25 @@ class AttentionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpe.attention_backward(q, k, v, d_o, bias_grads=True)
 
+    def test_encoding_gradients_ignore_keys_past_kv_lengths(self):
+        # Keys past kv_lengths are never read (an unwritten cache slot may hold NaN): GRAPE-M's
+        # generator gradients equal those of the same call with the tail zeroed, exactly (the
+        # same rows, each 0 in both, enter the same sums).
+        rng = np.random.default_rng(33)
+        q, k, v, d_o = (rng.standard_normal((1, 8, 1, 4)).astype(np.float32) for _ in range(4))
+        enc = gpe.GrapeM(rng.standard_normal((1, 4)), rng.standard_normal((1, 4)), np.array([0.3]))
+        grads = []
+        for fill in (0.0, np.nan):
+            kk, vv = k.copy(), v.copy()
+            kk[0, 5:] = fill
+            vv[0, 5:] = fill
+            out = gpe.attention_backward(q, kk, vv, d_o, encoding=enc, kv_lengths=[5],
+                                         encoding_grads=True, threads=1)
+            grads.append(out[3:])
+        for zeroed, nan_tail in zip(*grads):
+            self.assertTrue(np.isfinite(nan_tail).all(), nan_tail)
+            np.testing.assert_array_equal(nan_tail, zeroed)
+
     def test_encoding_parameter_gradients_match_finite_differences(self):
         # GRAPE-M's (a, b, omega) and Kogkalidis et al.'s skew generators (sequence, tree,
         # grid) from attention_backward(..., encoding_grads=True), against central

@@ -62,7 +62,9 @@ void LoadRow(const TensorView& v, DType dtype, const att::Strides& s, const att:
 
 // One side (q or k) of a call as rows r = token * heads + head (token order): the
 // encoding's inputs x and the loss's gradients dx w.r.t. them (the kernels' dq or dk,
-// before the encoding), widened to double, head_dim apart.
+// before the encoding), widened to double, head_dim apart. Key tokens past their sequence's
+// kv_lengths are never read (descriptor.h, LAYOUTS): their rows stay 0 (dk is 0 there, and
+// 0 times the NaN of an unwritten cache slot made every generator gradient NaN).
 struct SideRows {
   int64_t heads = 0;
   int64_t rows = 0;
@@ -80,6 +82,10 @@ SideRows LoadSide(const Call& c, bool packed, bool query, const TensorView& dxv)
   out.dx.resize(out.x.size());
   const att::Strides xs = query ? a.q : a.k, dxs = StridesOf(dxv, packed);
   for (int64_t r = 0; r < out.rows; ++r) {
+    if (!query && !a.kv_lengths.empty()) {
+      const int64_t t = out.token(r), b = t / a.seq_len_k;
+      if (t >= a.k_end(b)) continue;
+    }
     LoadRow(query ? c.q : c.k, c.dtype, xs, a, query, out.token(r), r % out.heads,
             out.x.data() + r * d);
     LoadRow(dxv, c.dtype, dxs, a, query, out.token(r), r % out.heads, out.dx.data() + r * d);

@@ -152,6 +152,9 @@ class Backward {
       LabelDots(w.dout.get(), pitch, lq * group, dv, shaw_.v, w.dolab.data(), ldl);
       std::fill(w.pmass.begin(), w.pmass.begin() + lq * group * nlv, 0.0f);
     }
+    // A forward on the dot products scored bf16-rounded rows; a backward in float (odd
+    // block_q: BackwardDotProducts) scores the same rounded values against its lse.
+    if (!dot_ && p_.bf16_dot) cpu::RoundToBf16InPlace(w.qs.get(), lq * ld);
     return absl::OkStatus();
   }
 
@@ -232,6 +235,7 @@ class Backward {
     }
     // The float panels serve the float products only; the dot products pack their own
     // below (the careful path reads the key rows, not the panels).
+    if (!dot_ && p_.bf16_dot) cpu::RoundToBf16InPlace(w.krows.get(), nk * dp);  // as qs
     if (!dot_) cpu::PackKeyPanels(w.krows.get(), nk, dp, d, w.kpanels.get());
     w.kv_finite = cpu::RowsAllFinite(w.krows.get(), nk, dp, d);
     if constexpr (std::is_same_v<T, float>) {

@@ -160,6 +160,65 @@ TEST(CpuBackwardBf16, DotProductsBelowAtAndAboveTiles) {
   CheckBackwardBf16(a, odd, ++seed, "odd block_q");
 }
 
+// The backward recomputes P = exp2(S - lse) from bf16-rounded rows against the forward's
+// lse, so the forward must score the same rounded rows wherever it forms scores. Each row
+// of that P then sums to 1: with dO = e_0 on one row and 0 elsewhere, sum_j dv[j][0] =
+// sum_j P(row, j). Cases: 16 query rows (direct tiles: float products), the tail item of
+// 100 rows (rows 96-99 direct), RoPE decoding (16 queries, 2048 keys: the tile step per
+// kv head with rotated keys), block_q 15 (an odd tile: the backward's float products;
+// its sums stay within the tolerance either way, its dq / dk / dv moved by 3e-2).
+// q scaled by 16 (scores of O(10), where a rounding gap of 2^-9 relative shows as
+// O(1e-2) in the sums: 0.005-0.03 before). Tolerance 4e-3: dv is rounded to bf16 on
+// store, 2^-9 relative per key, at most 2e-3 in a sum of probabilities.
+TEST(CpuBackwardBf16, ProbabilitiesOfTheRecomputedScoresSumToOne) {
+  if (!CpuHasBf16DotProducts()) GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+  using encodings::sequence::BFloat16;
+  Rope rope = MakeRope(32, 32, group::PlanePairing::kHalfSplit);
+  RopeRowTransform tr(rope);
+  struct Case {
+    int64_t lq, lk, block_q;
+    bool rope;
+    std::vector<int64_t> rows;
+  };
+  const std::vector<Case> cases = {{16, 512, 0, false, {0, 15}},
+                                   {100, 300, 0, false, {3, 97, 99}},
+                                   {16, 2048, 0, true, {0, 7, 15}},
+                                   {40, 512, 15, false, {0, 39}}};
+  std::mt19937_64 rng(77);
+  for (const Case& c : cases) {
+    const int64_t d = 32;
+    AttentionArgs a = Bshd(1, c.lq, c.lk, 1, 1, d);
+    if (c.rope) a.q_transform = a.k_transform = &tr;
+    CpuAttentionOptions opt = DotProducts({});
+    opt.block_q = c.block_q;
+    opt.num_threads = 2;
+    auto bf = [](const std::vector<float>& x) {
+      std::vector<BFloat16> y(x.size());
+      for (size_t i = 0; i < x.size(); ++i) y[i] = encodings::sequence::ToBFloat16(x[i]);
+      return y;
+    };
+    std::vector<float> qf = RandomF(c.lq * d, &rng);
+    for (float& x : qf) x *= 16.0f;
+    const std::vector<BFloat16> q = bf(qf), k = bf(RandomF(c.lk * d, &rng)),
+                                v = bf(RandomF(c.lk * d, &rng));
+    std::vector<BFloat16> o(q.size()), dq(q.size()), dk(k.size()), dv(v.size());
+    std::vector<float> lse(c.lq);
+    ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok());
+    for (int64_t row : c.rows) {
+      std::vector<float> e(c.lq * d, 0.0f);
+      e[row * d] = 1.0f;
+      const std::vector<BFloat16> d_o = bf(e);
+      ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), d_o.data(),
+                              dq.data(), dk.data(), dv.data(), nullptr, opt)
+                      .ok());
+      double sum = 0.0;
+      for (int64_t j = 0; j < c.lk; ++j) sum += encodings::sequence::ToFloat(dv[j * d]);
+      EXPECT_NEAR(sum, 1.0, 4e-3) << "lq " << c.lq << " lk " << c.lk << " block_q "
+                                  << c.block_q << (c.rope ? " rope" : "") << " row " << row;
+    }
+  }
+}
+
 TEST(CpuBackwardBf16, DotProductsWithGqaPackingEncodingsAndMasks) {
   const CpuAttentionOptions opt = DotProducts(CaseListOptions());
   AttentionArgs g = Bshd(2, 21, 40, 6, 2, 40);

@@ -69,6 +69,18 @@ void WidenBf16Row(const uint16_t* src, float* dst, int64_t n);
 // even on the bit pattern (subnormals kept, overflow to infinity), a NaN stays a NaN
 // (quiet bit set, sign and top payload kept). On AVX3 16 lanes at a time.
 void RoundBf16Row(const float* src, uint16_t* dst, int64_t n);
+// x[i] <- its bf16 rounding (RoundBf16Row's), kept in float, for i < n: what the bf16 dot
+// products multiply, for scores formed with float products of the same values (the
+// forward's direct tiles, the backward's float tiles) to equal theirs.
+inline void RoundToBf16InPlace(float* x, int64_t n) {
+  constexpr int64_t kChunk = 256;
+  uint16_t buf[kChunk];
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = n - i < kChunk ? n - i : kChunk;
+    RoundBf16Row(x + i, buf, m);
+    WidenBf16Row(buf, x + i, m);
+  }
+}
 // s[r * lds + j] = sum_c q[r * ldq + c] key_j[c] (float accumulation) for r < mq and the
 // keys of num_panels panels; q rows padded to even length (ldq even).
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,

@@ -44,6 +44,11 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   w.q_finite = cpu::RowsAllFinite(qb, 1, 0, rows * d);  // FusedCap
   if (p_.nlk > 0) LabelDots(qb, d, rows, d, shaw_.k, w.qlab.data(), p_.ldl);
   std::fill(w.vmass.begin(), w.vmass.end(), 0.0f);
+  // On the bf16 dot products the scores are of bf16-rounded rows wherever they are
+  // formed: direct tiles (few query rows, decoding through the tile step) score the
+  // float rows, rounded here as the packed tiles' q16 are, so the backward, which
+  // recomputes every score from rounded rows against this lse, sees the same ones.
+  if (p_.bf16_dot) cpu::RoundToBf16InPlace(qb, rows * d);
   if (round16) {  // rows rounded to bf16, padded to even length
     const int64_t deven = RoundUp(d, 2);
     for (int64_t r = 0; r < rows; ++r) {
@@ -98,6 +103,8 @@ absl::StatusOr<std::pair<const float*, int64_t>> Forward<T, KV>::DirectKeys(int6
   }
   if (tk_ != nullptr) {
     if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+    // Transformed keys rounded as the packed tiles' panels are (LoadQueries).
+    if (p_.bf16_dot) cpu::RoundToBf16InPlace(w.rows.get(), nk * d);
   }
   return std::make_pair(static_cast<const float*>(w.rows.get()), d);
 }

@@ -16,6 +16,7 @@
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/forward.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/plan.h"
 #include "attention/cpu/workspace.h"
@@ -302,6 +303,7 @@ absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
 }
 
 bool CpuHasBf16DotProducts() { return cpu::HasBf16DotProduct(); }
+bool CpuAmxUsable() { return cpu::HasBf16DotProduct() && cpu::AmxUsable(); }
 bool CpuBf16AutoUsesDotProducts() {
   return cpu::HasBf16DotProduct() && cpu::Bf16DotProductsFaster();
 }

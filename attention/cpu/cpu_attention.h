@@ -61,7 +61,12 @@ struct CpuAttentionOptions {
   // faster than float FMAs by 1.25x or more. Measured: AMD Zen 4 issues vdpbf16ps at the
   // FMA's rate (twice the multiply-adds: kernels at 1.42 vs 0.81 of the float32 FMA
   // peak); an earlier Intel development machine at half its rate (0.50 vs 1.00).
-  enum class Bf16Arithmetic { kAuto, kDotProducts, kWiden };
+  // kAmxTiles: as kDotProducts, with the forward's products of whole 16-row blocks on
+  // Intel AMX tiles (TDPBF16PS; attention/cpu/kernels_amx.h) where the CPU and the OS
+  // allow them (CpuAmxUsable), else exactly kDotProducts; the backward and decoding stay
+  // on the dot products. Opt-in: kAuto does not choose it until it has been measured on
+  // AMX hardware (its tests run an emulation of the tiles on every CPU).
+  enum class Bf16Arithmetic { kAuto, kDotProducts, kWiden, kAmxTiles };
   Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kAuto;
 };
 
@@ -178,6 +183,11 @@ std::string CpuAttentionIsa();
 // Whether this CPU has the bfloat16 dot-product instruction (AVX512_BF16's vdpbf16ps)
 // that CpuAttentionOptions::bf16_arithmetic uses; and whether kAuto picks it here.
 bool CpuHasBf16DotProducts();
+// Whether Bf16Arithmetic::kAmxTiles runs on AMX tiles here (AMX-TILE and AMX-BF16, the
+// tile state saved by the OS, Linux's per-process permission granted, and the dot
+// products for the parts the tiles leave; the permission is requested on the first
+// call).
+bool CpuAmxUsable();
 bool CpuBf16AutoUsesDotProducts();
 
 }  // namespace attention

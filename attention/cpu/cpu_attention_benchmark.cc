@@ -296,7 +296,8 @@ BENCHMARK(BM_CpuBackward)
 
 // The bfloat16 benchmarks' problem: b1 h16 s d128 self-attention from the arguments
 // (s, causal, dot, threads, enc: dot 1 uses the CPU's bf16 dot products where it has
-// them, 0 widens to float32; enc as BM_CpuForward's: 0 none, 1 RoPE inside the kernel,
+// them, 2 the forward's products on AMX tiles (skipped where CpuAmxUsable() is false), 0
+// widens to float32; enc as BM_CpuForward's: 0 none, 1 RoPE inside the kernel,
 // half-split, base 10000, 2 ALiBi (causal form when causal, else symmetric), 3 FoX,
 // 5 softcap 50), random bf16 q, k, v and dL/do, and the options.
 struct Bf16Problem {
@@ -339,8 +340,10 @@ struct Bf16Problem {
       for (auto& x : *t) x = encodings::sequence::ToBFloat16(n());
     }
     opt.num_threads = threads;
-    opt.bf16_arithmetic = state.range(2) != 0 ? CpuAttentionOptions::Bf16Arithmetic::kDotProducts
-                                              : CpuAttentionOptions::Bf16Arithmetic::kWiden;
+    using A = CpuAttentionOptions::Bf16Arithmetic;
+    opt.bf16_arithmetic = state.range(2) == 2 ? A::kAmxTiles
+                          : state.range(2) != 0 ? A::kDotProducts
+                                                : A::kWiden;
   }
   double ForwardFlops() const { return 4.0 * double(kDim) * AllowedPairs(s, causal) * double(kHeads); }
 };
@@ -348,6 +351,10 @@ struct Bf16Problem {
 // bfloat16 inputs and outputs (float accumulation) at the README's benchmark shape (b1
 // h16 s4096 d128), arguments as Bf16Problem's.
 void BM_CpuForwardBf16(benchmark::State& state) {
+  if (state.range(2) == 2 && !CpuAmxUsable()) {
+    state.SkipWithError("no usable AMX tiles on this CPU");
+    return;
+  }
   Bf16Problem p(state, 4);
   std::vector<encodings::sequence::BFloat16> o(p.q.size());
   if (!TimeCalls(state, o.data(), [&] {
@@ -363,6 +370,7 @@ BENCHMARK(BM_CpuForwardBf16)
     ->ArgsProduct({{4096}, {0, 1}, {1, 0}, {2}, {0, 1}})
     ->ArgsProduct({{4096}, {0, 1}, {1}, {2}, {2, 5}})  // ALiBi and the softcap
     ->Args({4096, 1, 1, 2, 3})                       // FoX: causal only (BM_CpuForward)
+    ->ArgsProduct({{4096}, {0, 1}, {2}, {2}, {0, 1}})  // dot 2: AMX tiles (skipped without)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/test_util.h"
 #include "attention/descriptor.h"
@@ -169,6 +170,66 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
     for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
     EXPECT_LT(err, 2e-2) << (causal ? "causal" : "");
     EXPECT_GT(err, 0.0);  // (bf16 outputs cannot equal a double reference everywhere)
+  }
+}
+
+// kAmxTiles: the forward's products of whole 16-row blocks on AMX tiles (emulated here
+// where the CPU has none; kernels_amx_test.cc holds the emulation to the instruction),
+// the rest on the dot products. Against the double reference with the dot-product path's
+// criterion (2e-2 on O(1) outputs), on shapes whose rows, components and keys cross the
+// tiles' 16-row blocks and 32-element steps: d 64 and 128 on tiles, d 80 (scores on the
+// dot products, P V on tiles), causal and not, RoPE, GQA, 150 and 37 rows. Without
+// AMX hardware and without the emulation, kAmxTiles is kDotProducts bit for bit.
+TEST(CpuAttentionBf16, AmxTilesAgreeWithTheReference) {
+  using encodings::sequence::BFloat16;
+  if (!CpuHasBf16DotProducts()) GTEST_SKIP() << "no AVX512_BF16 (the dot products the tiles' remainders use)";
+  using A = CpuAttentionOptions::Bf16Arithmetic;
+  auto run = [](const AttentionArgs& a, A how, const std::vector<BFloat16>& q,
+                const std::vector<BFloat16>& k, const std::vector<BFloat16>& v) {
+    CpuAttentionOptions opt;
+    opt.bf16_arithmetic = how;
+    opt.num_threads = 2;
+    std::vector<BFloat16> o(q.size());
+    EXPECT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt).ok());
+    return o;
+  };
+  uint64_t seed = 700;
+  for (int64_t d : {64, 128, 80}) {
+    Rope rope = MakeRope(d, d, group::PlanePairing::kHalfSplit);
+    RopeRowTransform tr(rope);
+    for (int64_t lq : {150, 37}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, lq, 150, 4, 2, d);
+        a.causal = causal;
+        if (d == 64) a.q_transform = a.k_transform = &tr;
+        std::mt19937_64 rng(++seed);
+        const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+        std::vector<BFloat16> q(n), k(nk), v(nk);
+        std::vector<double> qd(n), kd(nk), vd(nk), od(n);
+        for (auto [t, td] : {std::make_pair(&q, &qd), std::make_pair(&k, &kd),
+                             std::make_pair(&v, &vd)}) {
+          const std::vector<float> f = RandomF(t->size(), &rng);
+          for (size_t i = 0; i < t->size(); ++i) (*t)[i] = BFloat16{Bf(f[i])}, (*td)[i] = Fl((*t)[i].bits);
+        }
+        ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), od.data()).ok());
+        const std::string at = "d " + std::to_string(d) + " lq " + std::to_string(lq) +
+                               (causal ? " causal" : "");
+        if (!cpu::AmxHardwareUsable()) {
+          EXPECT_FALSE(CpuAmxUsable());
+          const std::vector<BFloat16> amx = run(a, A::kAmxTiles, q, k, v),
+                                      dots = run(a, A::kDotProducts, q, k, v);
+          for (size_t i = 0; i < n; ++i) ASSERT_EQ(amx[i].bits, dots[i].bits) << at << " fallback";
+        }
+        cpu::SetAmxEmulationForTest(true);
+        EXPECT_TRUE(CpuAmxUsable());
+        const std::vector<BFloat16> o = run(a, A::kAmxTiles, q, k, v);
+        cpu::SetAmxEmulationForTest(false);
+        double err = 0;
+        for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
+        EXPECT_LT(err, 2e-2) << at;
+        EXPECT_GT(err, 0.0) << at;
+      }
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "parallel/thread_pool.h"
 
@@ -50,8 +51,10 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
   if (bf16_all) {
     using A = CpuAttentionOptions::Bf16Arithmetic;
     const bool dot = opt.bf16_arithmetic == A::kDotProducts ||
+                     opt.bf16_arithmetic == A::kAmxTiles ||
                      (opt.bf16_arithmetic == A::kAuto && cpu::Bf16DotProductsFaster());
     p.bf16_dot = dot && cpu::HasBf16DotProduct();
+    p.amx = p.bf16_dot && opt.bf16_arithmetic == A::kAmxTiles && cpu::AmxUsable();
   }
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));

@@ -44,6 +44,7 @@ struct Plan {
   int64_t dv = 0, dvp = 0;  // value_dim() (v, o; descriptor.h) and its padding
   int64_t max_lk = 0;      // longest key sequence
   bool direct_v = false;   // decoding reads value rows in place (dv == dvp): no copy
+  bool amx = false;        // bf16_dot with the forward's products on AMX tiles (kernels_amx.h)
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
   int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
   int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)

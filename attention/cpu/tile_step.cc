@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "attention/cpu/element_rows.h"
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/kernels_decode.h"
 #include "attention/cpu/nonfinite.h"
@@ -126,7 +127,11 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   const int64_t rows = nh * nr;
   float* s = w.s.get();
   if (kb.panels16 != nullptr) {
-    cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
+    if (p_.amx) {
+      cpu::ScoreTileAmx(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
+    } else {
+      cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
+    }
   } else if (kb.direct) {
     cpu::ScoreDirect(qrows, d, rows, d, kb.krows, kb.ldk, nk, s, bk);
   } else {
@@ -196,7 +201,11 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
     cpu::AccumulateSkippingZeros(s, bk, 1, s, bk, 1, rows, nk, kb.vals, kb.ldv, dv, alpha, oacc,
                                  dvp);
   } else if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products
-    cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dvp, alpha, oacc, dvp);
+    if (p_.amx) {
+      cpu::AccumulateTileAmx(w.p16.get(), bk, rows, nk, kb.pairs16, dvp, alpha, oacc, dvp);
+    } else {
+      cpu::AccumulateTileBf16(w.p16.get(), bk, rows, nk, kb.pairs16, dvp, alpha, oacc, dvp);
+    }
   } else {
     cpu::AccumulateTile(s, bk, rows, nk, kb.vals, kb.ldv, dvp, alpha, oacc, dvp);
   }

@@ -471,6 +471,32 @@ class AttentionBench {
             cells.limit, "");
       });
     }
+    // Where the CPU has usable AMX tiles, the opt-in forward on them (kAmxTiles) beside
+    // the same peer, its fraction against the same bf16 limit (no AMX peak is measured).
+    if (att::CpuAmxUsable()) {
+      att::CpuAttentionOptions amx = opt;
+      amx.bf16_arithmetic = att::CpuAttentionOptions::Bf16Arithmetic::kAmxTiles;
+      absl::StatusOr<Compared> tiles = BackToBack(
+          rounds_,
+          [&] {
+            return Single(WarmThenBestSeconds(reps_, [&] {
+              return att::CpuForward(p.args, qb.data(), kb.data(), vb.data(), ob.data(),
+                                     lse.data(), amx);
+            }));
+          },
+          [&] { return peer_.Run({fwd_case}, reps_, peer_env); });
+      if (!tiles.ok()) return tiles.status();
+      const double sec = tiles->ours[0];
+      const std::string line = tiles->peer[0];
+      rows_.push_back([=] {
+        const double limit = bf16_peak_ > 0 ? bf16_peak_ : peak_;
+        const FlopsCells cells =
+            AttentionCells(peer_, line, sec, flops, limit, "SDPA bf16",
+                           bf16_peak_ > 0 ? "the bf16 dot peak" : "the f32 FMA peak");
+        Row(fwd_name, absl::StrCat(cells.ours, " (AMX tiles, opt-in kAmxTiles)"),
+            cells.peer + note, cells.ratio, cells.limit, "");
+      });
+    }
     return absl::OkStatus();
   }
 

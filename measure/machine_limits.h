@@ -89,6 +89,18 @@ bool HasBf16DotProductInstruction();
 // about half of it on Intel Xeons with AMX (whose tiles are their bf16 limit).
 double Bf16DotPeakGflops(int threads);
 
+// Whether this process may run Intel AMX-BF16 tile instructions: CPUID.(7, 0):EDX bits 24
+// (AMX-TILE) and 22 (AMX-BF16), the OS saving the tile state (XCR0 bits 17 and 18), and
+// Linux's per-process permission, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA),
+// requested on the first call (a tile instruction before it raises SIGILL); the answer
+// is kept for the process.
+bool HasAmxBf16Tiles();
+
+// AMX TDPBF16PS throughput on `threads` threads (16 x 16 x 32 multiply-adds, 16,384
+// flops, per instruction; six independent accumulator tiles), the bf16 limit of CPUs
+// with AMX; 0 where HasAmxBf16Tiles() is false.
+double AmxBf16PeakGflops(int threads);
+
 // Hardware threads available to this process (at least 1).
 int AvailableThreads();
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -25,6 +26,25 @@ TEST(MachineLimits, MeasuresPlausiblePositiveFigures) {
   const double triad = TriadBandwidthGBs(1, int64_t{4} << 20);
   EXPECT_TRUE(std::isfinite(triad));
   EXPECT_GT(triad, 0.01);
+}
+
+// AMX: usable only where /proc/cpuinfo lists amx_bf16 and amx_tile (the kernel's view of
+// CPUID, which also hides the flags when the OS does not save the tile state); the peak is
+// 0 without, and positive (one TDPBF16PS is 16,384 flops) with.
+TEST(MachineLimits, AmxOnlyWhereTheCpuHasIt) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string text((std::istreambuf_iterator<char>(cpuinfo)), std::istreambuf_iterator<char>());
+  const bool listed = text.find(" amx_bf16") != std::string::npos &&
+                      text.find(" amx_tile") != std::string::npos;
+  if (!listed) {
+    EXPECT_FALSE(HasAmxBf16Tiles());
+    EXPECT_EQ(AmxBf16PeakGflops(1), 0.0);
+    return;
+  }
+  if (!HasAmxBf16Tiles()) GTEST_SKIP() << "amx_bf16 listed, but this process was refused the tiles";
+  const double amx = AmxBf16PeakGflops(1);
+  EXPECT_TRUE(std::isfinite(amx));
+  EXPECT_GT(amx, 1.0);
 }
 
 // The triad's chunks cover [0, n) once, in order, one contiguous range per thread.

@@ -291,6 +291,7 @@ class AttentionBench {
     if (q_) return;
     peak_ = std::max(peak_, FmaPeakGflops(o_.threads));
     bf16_peak_ = std::max(bf16_peak_, measure::Bf16DotPeakGflops(o_.threads));
+    amx_peak_ = std::max(amx_peak_, measure::AmxBf16PeakGflops(o_.threads));
     triad_ = std::max(triad_, TriadBandwidthGBs(o_.threads, int64_t{256} << 20));
   }
 
@@ -299,6 +300,7 @@ class AttentionBench {
     if (q_) {
       peak_ = std::max(peak_, FmaPeakGflops(o_.threads));
       bf16_peak_ = std::max(bf16_peak_, measure::Bf16DotPeakGflops(o_.threads));
+      amx_peak_ = std::max(amx_peak_, measure::AmxBf16PeakGflops(o_.threads));
       triad_ = std::max(triad_, TriadBandwidthGBs(o_.threads, int64_t{16} << 20));
     }
   }
@@ -462,11 +464,9 @@ class AttentionBench {
         // The bf16 limit: the dot-product peak where the CPU has the instruction (the
         // widened path is then measured against a limit it does not use, as it should
         // be: the CPU could do better), else the FMA peak.
-        const bool has_dot = bf16_peak_ > 0;
-        const double limit = has_dot ? bf16_peak_ : peak_;
+        const auto [limit, limit_name] = Bf16Limit();
         const FlopsCells cells =
-            AttentionCells(peer_, line, sec, mult * flops, limit, what,
-                           has_dot ? "the bf16 dot peak" : "the f32 FMA peak");
+            AttentionCells(peer_, line, sec, mult * flops, limit, what, limit_name);
         Row(name, absl::StrCat(cells.ours, " (", how, ")"), cells.peer + note, cells.ratio,
             cells.limit, "");
       });
@@ -489,10 +489,9 @@ class AttentionBench {
       const double sec = tiles->ours[0];
       const std::string line = tiles->peer[0];
       rows_.push_back([=] {
-        const double limit = bf16_peak_ > 0 ? bf16_peak_ : peak_;
+        const auto [limit, limit_name] = Bf16Limit();
         const FlopsCells cells =
-            AttentionCells(peer_, line, sec, flops, limit, "SDPA bf16",
-                           bf16_peak_ > 0 ? "the bf16 dot peak" : "the f32 FMA peak");
+            AttentionCells(peer_, line, sec, flops, limit, "SDPA bf16", limit_name);
         Row(fwd_name, absl::StrCat(cells.ours, " (AMX tiles, opt-in kAmxTiles)"),
             cells.peer + note, cells.ratio, cells.limit, "");
       });
@@ -771,6 +770,14 @@ class AttentionBench {
     return absl::OkStatus();
   }
 
+  // The best bfloat16 limit this CPU has (issue 20): the AMX tiles' peak where they are
+  // usable, else the dot products' (vdpbf16ps), else the float32 FMA peak; and its name.
+  std::pair<double, const char*> Bf16Limit() const {
+    if (amx_peak_ > 0 && amx_peak_ >= bf16_peak_) return {amx_peak_, "the AMX bf16 peak"};
+    if (bf16_peak_ > 0) return {bf16_peak_, "the bf16 dot peak"};
+    return {peak_, "the f32 FMA peak"};
+  }
+
   // The limits' rows, then every workload's row, against the best limits of the run.
   void PrintRows() const {
     Row("float32 FMA peak, best in this run", absl::StrFormat("%.1f GFLOP/s", peak_), "", "",
@@ -780,6 +787,11 @@ class AttentionBench {
                                          bf16_peak_ / peak_)
                        : std::string("no AVX512_BF16"),
         "", "", bf16_peak_ > 0 ? "1.00" : "", "");
+    Row("bfloat16 AMX tile peak (TDPBF16PS), best in this run",
+        amx_peak_ > 0 ? absl::StrFormat("%.1f GFLOP/s (%.2fx the FMA peak)", amx_peak_,
+                                        amx_peak_ / peak_)
+                      : std::string("no usable AMX-BF16"),
+        "", "", amx_peak_ > 0 ? "1.00" : "", "");
     const int nodes = measure::NumaNodeCount();
     Row("triad bandwidth, best in this run",
         absl::StrFormat("%.1f GB/s (%d NUMA node%s)", triad_, nodes, nodes == 1 ? "" : "s"), "",
@@ -916,6 +928,7 @@ class AttentionBench {
   const TorchPeer peer_;
   double peak_, triad_;  // the best limits measured so far in this run
   double bf16_peak_ = 0;  // vdpbf16ps (Bf16DotPeakGflops), 0 without the instruction
+  double amx_peak_ = 0;   // TDPBF16PS (AmxBf16PeakGflops), 0 without usable tiles
   std::vector<std::function<void()>> rows_;  // printed at the end, against peak_ and triad_
 };
 

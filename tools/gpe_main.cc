@@ -94,6 +94,12 @@ int RunMachine() {
   } else {
     std::printf("| bfloat16 dot-product peak, vdpbf16ps (GFLOP/s) | no AVX512_BF16 | |\n");
   }
+  if (m::HasAmxBf16Tiles()) {
+    std::printf("| bfloat16 AMX tile peak, TDPBF16PS (GFLOP/s) | %.1f | %.1f |\n",
+                m::AmxBf16PeakGflops(1), m::AmxBf16PeakGflops(all));
+  } else {
+    std::printf("| bfloat16 AMX tile peak, TDPBF16PS (GFLOP/s) | no usable AMX-BF16 | |\n");
+  }
   const int nodes = m::NumaNodeCount();
   std::printf("| triad bandwidth (GB/s), %d NUMA node%s | %.1f | %.1f |\n", nodes,
               nodes == 1 ? "" : "s", m::TriadBandwidthGBs(1), m::TriadBandwidthGBs(all));

@@ -7,16 +7,12 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
-#endif
-#if defined(__linux__) && defined(__x86_64__)
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_bf16.h"
+#include "measure/machine_limits.h"
 
 namespace gpe {
 namespace attention {
@@ -24,33 +20,6 @@ namespace cpu {
 namespace {
 
 std::atomic<bool> g_emulate{false};
-
-#if defined(__x86_64__)
-// CPUID.(EAX=7, ECX=0):EDX bit 24 AMX-TILE, bit 22 AMX-BF16; CPUID.1:ECX bit 27 OSXSAVE;
-// XCR0 bits 17 (XTILECFG) and 18 (XTILEDATA) enabled by the OS (Intel SDM vol. 1, 13.2).
-bool CpuAndOsHaveAmx() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-  if ((d & (1u << 24)) == 0 || (d & (1u << 22)) == 0) return false;
-  if (__get_cpuid(1, &a, &b, &c, &d) == 0 || (c & (1u << 27)) == 0) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  (void)hi;
-  return (lo & (3u << 17)) == (3u << 17);
-}
-#endif
-
-// Linux: the tile data state is allocated per process on request (kernel
-// Documentation/arch/x86/xstate.rst); a tile instruction before it raises SIGILL.
-bool RequestTilePermission() {
-#if defined(__linux__) && defined(__x86_64__)
-  constexpr long kArchReqXcompPerm = 0x1023;
-  constexpr long kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
 
 // --- The emulated tiles: TDPBF16PS per the SDM's definition (kernels_amx.h). ---
 
@@ -310,14 +279,7 @@ const float* Ones(int64_t n) {
 
 }  // namespace
 
-bool AmxHardwareUsable() {
-#if defined(__x86_64__)
-  static const bool usable = CpuAndOsHaveAmx() && RequestTilePermission();
-  return usable;
-#else
-  return false;
-#endif
-}
+bool AmxHardwareUsable() { return measure::HasAmxBf16Tiles(); }
 
 bool AmxUsable() { return AmxEmulated() || AmxHardwareUsable(); }
 

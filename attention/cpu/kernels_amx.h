@@ -21,9 +21,9 @@
 // before returning, so code that shares the thread's tiles (other libraries) finds them
 // unconfigured, as the ABI expects.
 //
-// Availability: CPUID leaf 7 (AMX-TILE, AMX-BF16), the OS's XCR0 tile state, and Linux's
-// per-process permission, arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), requested
-// once; a refusal leaves the tiles unused. The emulation (SetAmxEmulationForTest) runs
+// Availability: measure::HasAmxBf16Tiles (CPUID leaf 7's AMX-TILE and AMX-BF16, the OS's
+// XCR0 tile state, and Linux's per-process permission, arch_prctl(ARCH_REQ_XCOMP_PERM,
+// XFEATURE_XTILEDATA), requested once); a refusal leaves the tiles unused. The emulation (SetAmxEmulationForTest) runs
 // the same kernels with the tile instructions computed per the semantics above, on any
 // CPU: tests run it everywhere, and the tile instructions themselves where the CPU has
 // them.

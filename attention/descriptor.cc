@@ -115,6 +115,11 @@ absl::Status CheckCuSeqlens(const char* name, absl::Span<const int64_t> cu, int6
 
 }  // namespace
 
+absl::Status ValidateCuSeqlens(const char* name, absl::Span<const int64_t> cu_seqlens,
+                               int64_t total) {
+  return CheckCuSeqlens(name, cu_seqlens, total);
+}
+
 namespace {
 
 // PreparedRowTransform's Forward and Backward overloads for a bound transform whose float
@@ -981,6 +986,11 @@ absl::Status ValidateAttention(const AttentionArgs& a) {
   }
   if (a.softcap.has_value() && !(std::isfinite(*a.softcap) && *a.softcap > 0.0)) {
     return Bad(absl::StrCat("softcap must be finite and > 0, got ", *a.softcap));
+  }
+  if (a.softcap.has_value() && *a.softcap > kMaxSoftcap) {
+    return Bad(absl::StrCat("softcap must be at most ", kMaxSoftcap, ", got ", *a.softcap,
+                            ": a larger cap is no cap (c tanh(x / c) = x to double precision); "
+                            "leave it unset"));
   }
   if (!a.mask.empty()) {  // the largest mask offset fits in int64
     int64_t max_lq = 0, max_lk = 0;

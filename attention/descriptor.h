@@ -53,7 +53,10 @@
 //    becomes c * tanh(x / c), x = a(i, j) * scale * <q'_i, k'_j (+ aK)>, and the bias
 //    is added after it:  s_ij = c tanh(x_ij / c) + b_h(i, j). (flash-attn and ggml cap
 //    the scaled product the same way, before ALiBi or the mask.) The backward multiplies
-//    dL/ds by 1 - tanh^2(x / c).
+//    dL/ds by 1 - tanh^2(x / c). c is at most kMaxSoftcap (1e30): a larger cap is no cap
+//    (c tanh(x / c) = x within double's rounding for every |x| < 1e22; leave it unset),
+//    and past ~1e37 the float kernels' 1 / c and c log2(e) leave float's normal range
+//    (every score 0, or NaN rows, from 2.4e38), so every implementation refuses it.
 //  - Sinks: one logit z_h per query head (natural units; OpenAI's gpt-oss, a learned
 //    "sink" per head; StreamingLLM's role without a token) joins every row's softmax
 //    denominator and attends to nothing:
@@ -536,7 +539,7 @@ struct AttentionArgs {
   const encodings::sequence::ShawRelative* shaw_keys = nullptr;
   const encodings::sequence::ShawRelative* shaw_values = nullptr;
   // WINDOW, SOFTCAP AND SINKS above. Window bounds -1 (unbounded) or >= 0; softcap
-  // finite and > 0; sinks empty or one logit per query head.
+  // finite, > 0 and at most kMaxSoftcap; sinks empty or one logit per query head.
   int64_t window_left = -1;
   int64_t window_right = -1;
   std::optional<double> softcap;
@@ -601,6 +604,12 @@ struct KeyMask {
   }
 };
 
+// The largest logit softcap (WINDOW, SOFTCAP AND SINKS): c tanh(x / c) differs from x by
+// a relative x^2 / (3 c^2), below double's rounding for |x| < 1e22 at c = 1e30, so a
+// larger cap is no cap; the float kernels are exact to float's rounding up to it (their
+// 1 / c and c log2(e) stay normal floats), not beyond ~1e37.
+inline constexpr double kMaxSoftcap = 1e30;
+
 // Dense strides for the layout: bshd [batch, seq_len, heads, head_dim]; thd
 // [total, heads, head_dim].
 Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t head_dim);
@@ -610,8 +619,16 @@ Strides ContiguousStrides(Layout layout, int64_t seq_len, int64_t heads, int64_t
 // >= 0 and (for dims of extent > 1) large enough that distinct (token, head) rows do
 // not overlap, no int64 overflow in the largest offset, thd cu_seqlens (sizes, start 0,
 // non-decreasing, end at total), bshd cu_seqlens empty, finite scale, positions sizes, transform
-// dims, bias head counts and the number of bias objects, locality in (0, 1].
+// dims, bias head counts and the number of bias objects, locality in (0, 1], window bounds,
+// softcap in (0, kMaxSoftcap], sink count and the score mask's extent.
 absl::Status ValidateAttention(const AttentionArgs& args);
+
+// The thd check of one cu_seqlens list that ValidateAttention makes (batch + 1 >= 1
+// entries, starting at 0, non-decreasing, ending at `total`), for callers that read the
+// lists before (the C ABI sizes the score mask by the longest sequence). `name` names
+// the list in the message.
+absl::Status ValidateCuSeqlens(const char* name, absl::Span<const int64_t> cu_seqlens,
+                               int64_t total);
 
 // The backward's Shaw table gradients (dL/daK, dL/daV; num_labels x head_dim, row-major;
 // either may be null to skip): InvalidArgument when one is requested without its table

@@ -1153,6 +1153,15 @@ TEST(ValidateAttention, RejectsBadInputs) {
       a.softcap = c;
       expect_bad(a, "softcap");
     }
+    // Above kMaxSoftcap a cap is no cap, and the float kernels' 1 / c and c log2(e)
+    // leave float's normal range (scores 0 from ~1e37, NaN rows from 2.4e38): refused
+    // for every implementation; the bound itself is accepted.
+    for (double c : {1.0000001e30, 1e37, 2.4e38, 1e308}) {
+      a.softcap = c;
+      expect_bad(a, "softcap must be at most 1e+30");
+    }
+    a.softcap = kMaxSoftcap;
+    EXPECT_TRUE(ValidateAttention(a).ok());
     a.softcap.reset();
     const std::vector<float> three = {0.f, 1.f, 2.f};
     a.sinks = three;

@@ -12,6 +12,7 @@
 
 #include "attention/cpu/element_rows.h"
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
@@ -368,6 +369,27 @@ class Backward {
     return absl::OkStatus();
   }
 
+  // The bf16 products of the backward: on AMX tiles where the plan asks for them
+  // (kernels_amx.h: the same packs, whole 16-row blocks and 32-element steps on the tiles,
+  // the rest on the dot products), else on the dot products.
+  void Score16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d, const uint16_t* panels,
+               int64_t num_panels, float* s, int64_t lds) const {
+    if (p_.amx) {
+      cpu::ScoreTileAmx(q, ldq, mq, d, panels, num_panels, s, lds);
+    } else {
+      cpu::ScoreTileBf16(q, ldq, mq, d, panels, num_panels, s, lds);
+    }
+  }
+  void Accumulate16(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
+                    const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
+                    int64_t ldo) const {
+    if (p_.amx) {
+      cpu::AccumulateTileAmx(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
+    } else {
+      cpu::AccumulateTileBf16(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
+    }
+  }
+
   // TileGradients' products on the bf16 dot products (FlashAttention-2's backward with
   // P and dS rounded to bf16 as its GPU kernels round them; float accumulation):
   // dV^T += dO^T P, dQ' += dS K, dK'^T += Qs^T dS. The transposed sums go to dk and dv
@@ -379,15 +401,15 @@ class Backward {
     const float* ones = w.ones.get();
     cpu::RoundRowsBf16(w.s.get(), bk, nr, nc, w.p16.get(), bk);
     cpu::PackValuePairsBf16(w.p16.get(), nr, bk, nc, bk, w.ppairs16.get());
-    cpu::AccumulateTileBf16(qt.dt16, bq, dv, nr, w.ppairs16.get(), bk, ones, w.dvt.get(), bk);
+    Accumulate16(qt.dt16, bq, dv, nr, w.ppairs16.get(), bk, ones, w.dvt.get(), bk);
     if (absl::Status st = ScoreGradients(it, kb, qt, ahead_dq, w, /*careful=*/false); !st.ok()) {
       return st;
     }
     float* dq = DqRows(it, qt.h, a_.q_begin(it.b) + qt.r0);
     cpu::RoundRowsBf16(w.dp.get(), bk, nr, nc, w.ds16.get(), bk);
-    cpu::AccumulateTileBf16(w.ds16.get(), bk, nr, kb.nk, w.kpairs16.get(), dp, ones, dq, dp);
+    Accumulate16(w.ds16.get(), bk, nr, kb.nk, w.kpairs16.get(), dp, ones, dq, dp);
     cpu::PackValuePairsBf16(w.ds16.get(), nr, bk, nc, bk, w.dspairs16.get());
-    cpu::AccumulateTileBf16(qt.qt16, bq, d, nr, w.dspairs16.get(), bk, ones, w.dkt.get(), bk);
+    Accumulate16(qt.qt16, bq, d, nr, w.dspairs16.get(), bk, ones, w.dkt.get(), bk);
     return absl::OkStatus();
   }
 
@@ -436,7 +458,7 @@ class Backward {
         a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[it.b]);
     float* s = w.s.get();
     if (dot_) {
-      cpu::ScoreTileBf16(qt.q16, ld, nr, d, w.kpanels16.get(), kb.panels, s, bk);
+      Score16(qt.q16, ld, nr, d, w.kpanels16.get(), kb.panels, s, bk);
     } else {
       cpu::ScoreTileAhead(qt.qrows, ld, nr, d, w.kpanels.get(), kb.panels, s, bk, ahead_q);
     }
@@ -516,7 +538,7 @@ class Backward {
     const float* s = w.s.get();
     float* dpt = w.dp.get();
     if (dot_) {
-      cpu::ScoreTileBf16(qt.d16, ld, nr, dv, w.vpanels16.get(), kb.panels, dpt, bk);
+      Score16(qt.d16, ld, nr, dv, w.vpanels16.get(), kb.panels, dpt, bk);
     } else {
       cpu::ScoreTileAhead(qt.drows, ld, nr, dv, w.vpanels.get(), kb.panels, dpt, bk, ahead_dq);
     }

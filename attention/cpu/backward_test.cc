@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/cpu/kernels_amx.h"
 #include "attention/cpu/test_util.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
@@ -158,6 +159,35 @@ TEST(CpuBackwardBf16, DotProductsBelowAtAndAboveTiles) {
   AttentionArgs a = Bshd(1, 40, 40, 2, 1, 32);
   a.causal = true;
   CheckBackwardBf16(a, odd, ++seed, "odd block_q");
+}
+
+// kAmxTiles: the backward's five products (S, dP, dV, dQ, dK) on AMX tiles, emulated here
+// where the CPU has none (kernels_amx_test.cc holds the emulation to the instruction),
+// against the double reference with the dot products' criterion (CheckBackwardBf16), on
+// head dims whose pairs fill the tiles' 32-element steps (32, 64, 128) and one that does
+// not (80: its scores on the dot products), lengths below, at and above the 16-row blocks,
+// 32-key steps and 64-key panels, causal and not, default and 16 x 64 tiles.
+TEST(CpuBackwardBf16, AmxTilesBelowAtAndAboveTiles) {
+  CpuAttentionOptions small = DotProducts(CaseListOptions());
+  small.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kAmxTiles;
+  CpuAttentionOptions defaults = DotProducts({});
+  defaults.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kAmxTiles;
+  defaults.num_threads = 2;
+  cpu::SetAmxEmulationForTest(true);
+  uint64_t seed = 1500;
+  for (int64_t d : {32, 64, 128, 80}) {
+    for (int64_t l : {17, 64, 130}) {
+      for (bool causal : {false, true}) {
+        AttentionArgs a = Bshd(1, l, l, 2, 1, d);
+        a.causal = causal;
+        const std::string what = "amx d " + std::to_string(d) + " l " + std::to_string(l) +
+                                  (causal ? " causal" : "");
+        CheckBackwardBf16(a, small, ++seed, what + " small tiles");
+        CheckBackwardBf16(a, defaults, ++seed, what);
+      }
+    }
+  }
+  cpu::SetAmxEmulationForTest(false);
 }
 
 // The backward recomputes P = exp2(S - lse) from bf16-rounded rows against the forward's

@@ -61,11 +61,12 @@ struct CpuAttentionOptions {
   // faster than float FMAs by 1.25x or more. Measured: AMD Zen 4 issues vdpbf16ps at the
   // FMA's rate (twice the multiply-adds: kernels at 1.42 vs 0.81 of the float32 FMA
   // peak); an earlier Intel development machine at half its rate (0.50 vs 1.00).
-  // kAmxTiles: as kDotProducts, with the forward's products of whole 16-row blocks on
-  // Intel AMX tiles (TDPBF16PS; attention/cpu/kernels_amx.h) where the CPU and the OS
-  // allow them (CpuAmxUsable), else exactly kDotProducts; the backward and decoding stay
-  // on the dot products. Opt-in: kAuto does not choose it until it has been measured on
-  // AMX hardware (its tests run an emulation of the tiles on every CPU).
+  // kAmxTiles: as kDotProducts, with the products of the forward and the backward (whole
+  // 16-row blocks, 32-element steps) on Intel AMX tiles (TDPBF16PS;
+  // attention/cpu/kernels_amx.h) where the CPU and the OS allow them (CpuAmxUsable), else
+  // exactly kDotProducts; decoding stays on the dot products (it reads memory, not
+  // multiplies). Opt-in: kAuto does not choose it until it has been measured on AMX
+  // hardware (its tests run an emulation of the tiles on every CPU).
   enum class Bf16Arithmetic { kAuto, kDotProducts, kWiden, kAmxTiles };
   Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kAuto;
 };

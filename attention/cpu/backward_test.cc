@@ -174,6 +174,7 @@ TEST(CpuBackwardBf16, AmxTilesBelowAtAndAboveTiles) {
   defaults.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kAmxTiles;
   defaults.num_threads = 2;
   cpu::SetAmxEmulationForTest(true);
+  const int64_t dots = cpu::AmxEmulatedDotsForTest();
   uint64_t seed = 1500;
   for (int64_t d : {32, 64, 128, 80}) {
     for (int64_t l : {17, 64, 130}) {
@@ -187,6 +188,7 @@ TEST(CpuBackwardBf16, AmxTilesBelowAtAndAboveTiles) {
       }
     }
   }
+  EXPECT_GT(cpu::AmxEmulatedDotsForTest(), dots) << "no tile ran";
   cpu::SetAmxEmulationForTest(false);
 }
 

@@ -220,14 +220,24 @@ TEST(CpuAttentionBf16, AmxTilesAgreeWithTheReference) {
                                       dots = run(a, A::kDotProducts, q, k, v);
           for (size_t i = 0; i < n; ++i) ASSERT_EQ(amx[i].bits, dots[i].bits) << at << " fallback";
         }
-        cpu::SetAmxEmulationForTest(true);
-        EXPECT_TRUE(CpuAmxUsable());
-        const std::vector<BFloat16> o = run(a, A::kAmxTiles, q, k, v);
-        cpu::SetAmxEmulationForTest(false);
-        double err = 0;
-        for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
-        EXPECT_LT(err, 2e-2) << at;
-        EXPECT_GT(err, 0.0) << at;
+        // The emulated tiles (they must have run: the count of emulated TDPBF16PS grows),
+        // and the hardware's where the CPU has them.
+        std::vector<bool> modes = {true};
+        if (cpu::AmxHardwareUsable()) modes.push_back(false);
+        for (bool emulate : modes) {
+          cpu::SetAmxEmulationForTest(emulate);
+          EXPECT_TRUE(CpuAmxUsable());
+          const int64_t dots = cpu::AmxEmulatedDotsForTest();
+          const std::vector<BFloat16> o = run(a, A::kAmxTiles, q, k, v);
+          if (emulate) {
+            EXPECT_GT(cpu::AmxEmulatedDotsForTest(), dots) << at << ": no tile ran";
+          }
+          cpu::SetAmxEmulationForTest(false);
+          double err = 0;
+          for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
+          EXPECT_LT(err, 2e-2) << at << (emulate ? " emulated" : " hardware");
+          EXPECT_GT(err, 0.0) << at;
+        }
       }
     }
   }

@@ -35,21 +35,31 @@ inline float FlushSubnormal(float x) {
   return std::fpclassify(x) == FP_SUBNORMAL ? std::copysign(0.0f, x) : x;
 }
 
+std::atomic<int64_t> g_emulated_dots{0};
+
+// The SDM's Operation section of TDPBF16PS: per row, the even and the odd products of
+// every pair summed apart, each from 0 by FMAs in order of k; then their sum added to C.
+// Every step rounds to nearest even with inputs' subnormals as zero and results'
+// flushed.
 void EmulatedDot(float* c, const unsigned char* a_bytes, const unsigned char* b_bytes) {
   uint16_t a[16 * 32], b[16 * 32];
   std::memcpy(a, a_bytes, sizeof(a));
   std::memcpy(b, b_bytes, sizeof(b));
   for (int m = 0; m < 16; ++m) {
+    float even[16] = {}, odd[16] = {};
     for (int k = 0; k < 16; ++k) {
       const float a0 = Bf16In(a[m * 32 + 2 * k]), a1 = Bf16In(a[m * 32 + 2 * k + 1]);
       for (int n = 0; n < 16; ++n) {
-        float acc = FlushSubnormal(c[m * 16 + n]);
-        acc = FlushSubnormal(std::fma(a0, Bf16In(b[k * 32 + 2 * n]), acc));
-        acc = FlushSubnormal(std::fma(a1, Bf16In(b[k * 32 + 2 * n + 1]), acc));
-        c[m * 16 + n] = acc;
+        even[n] = FlushSubnormal(std::fma(a0, Bf16In(b[k * 32 + 2 * n]), even[n]));
+        odd[n] = FlushSubnormal(std::fma(a1, Bf16In(b[k * 32 + 2 * n + 1]), odd[n]));
       }
     }
+    for (int n = 0; n < 16; ++n) {
+      const float t = FlushSubnormal(even[n] + odd[n]);
+      c[m * 16 + n] = FlushSubnormal(FlushSubnormal(c[m * 16 + n]) + t);
+    }
   }
+  g_emulated_dots.fetch_add(1, std::memory_order_relaxed);
 }
 
 struct EmulatedTiles {
@@ -100,7 +110,10 @@ struct EmulatedOps {
 #define GPE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16")))
 
 // The hardware's tiles. GCC's _tile_* macros paste the tile number into the assembly
-// as written, so each is spelled out with a literal number.
+// as written, so each is spelled out with a literal number. GCC 12's tileloadd asm names
+// no memory operand: a buffer written and then tile-loaded inside one function could be
+// loaded before the write lands. Here every tile load sits in a kernel whose buffers
+// were written by other (non-inlined) functions before it was called.
 #define GPE_TILE_CASES(op, ...)                                                    \
   if constexpr (T == 0) op(0, ##__VA_ARGS__);                                      \
   else if constexpr (T == 1) op(1, ##__VA_ARGS__);                                 \
@@ -284,12 +297,15 @@ bool AmxHardwareUsable() { return measure::HasAmxBf16Tiles(); }
 bool AmxUsable() { return AmxEmulated() || AmxHardwareUsable(); }
 
 void SetAmxEmulationForTest(bool on) { g_emulate.store(on, std::memory_order_relaxed); }
+int64_t AmxEmulatedDotsForTest() { return g_emulated_dots.load(std::memory_order_relaxed); }
 bool AmxEmulated() { return g_emulate.load(std::memory_order_relaxed); }
 
 void ScoreTileAmx(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds) {
   const int64_t pair_rows = (d + 1) / 2, mfull = mq / 16 * 16;
-  if (pair_rows % 16 != 0 || mfull == 0 || num_panels == 0) {
+  // Neither tiles nor their emulation (the emulation switched off after a plan chose the
+  // tiles): the dot products, never an instruction the CPU lacks.
+  if (pair_rows % 16 != 0 || mfull == 0 || num_panels == 0 || !AmxUsable()) {
     ScoreTileBf16(q, ldq, mq, d, panels, num_panels, s, lds);
     return;
   }
@@ -309,7 +325,7 @@ void AccumulateTileAmx(const uint16_t* p, int64_t ldp, int64_t mq, int64_t nk,
                        const uint16_t* pairs, int64_t dp, const float* alpha, float* o,
                        int64_t ldo) {
   const int64_t mfull = mq / 16 * 16, kfull = nk / 32 * 32;
-  if (mfull == 0 || kfull == 0) {
+  if (mfull == 0 || kfull == 0 || !AmxUsable()) {
     AccumulateTileBf16(p, ldp, mq, nk, pairs, dp, alpha, o, ldo);
     return;
   }

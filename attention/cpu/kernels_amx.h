@@ -7,12 +7,15 @@
 // value pairs. Query and probability rows are A tiles.
 // Internal to attention/cpu.
 //
-// Semantics of TDPBF16PS (Intel SDM, vol. 2): for each row m and column n of the float
-// tile C, and each pair k of the A row, in order of k:
-//   C[m][n] += A[m][2k] B[k][2n];  C[m][n] += A[m][2k+1] B[k][2n+1]
+// Semantics of TDPBF16PS (Intel SDM, vol. 2, its Operation section): for each row m and
+// column n of the float tile C, the even and the odd products of the pairs are summed
+// apart, each from 0, in order of k:
+//   E += A[m][2k] B[k][2n];  O += A[m][2k+1] B[k][2n+1]
 // each a fused multiply-add rounded to nearest even (the products of two bf16 values are
-// exact in float); bf16 inputs that are subnormal count as 0 and subnormal results are
-// flushed to 0; MXCSR is neither read nor written.
+// exact in float); then C[m][n] += (E + O). bf16 inputs that are subnormal count as 0,
+// every result's subnormals are flushed to 0, C's subnormals read as 0; MXCSR is neither
+// read nor written. (The intrinsics guide's shorter loop, adding each product into C in
+// turn, rounds differently.)
 //
 // What the tiles take, the rest goes to the bf16 dot-product kernels: whole blocks of 16
 // rows; components in steps of 32 (head_dim with (d + 1) / 2 a multiple of 16, else the
@@ -23,10 +26,11 @@
 //
 // Availability: measure::HasAmxBf16Tiles (CPUID leaf 7's AMX-TILE and AMX-BF16, the OS's
 // XCR0 tile state, and Linux's per-process permission, arch_prctl(ARCH_REQ_XCOMP_PERM,
-// XFEATURE_XTILEDATA), requested once); a refusal leaves the tiles unused. The emulation (SetAmxEmulationForTest) runs
-// the same kernels with the tile instructions computed per the semantics above, on any
-// CPU: tests run it everywhere, and the tile instructions themselves where the CPU has
-// them.
+// XFEATURE_XTILEDATA), requested once); a refusal leaves the tiles unused. The
+// emulation (SetAmxEmulationForTest) runs the same kernels with the tile instructions
+// computed per the semantics above: tests run it on every CPU with AVX512_BF16 (the
+// remainders' kernels need it), and the tile instructions themselves where the CPU has
+// them. With neither usable the two kernels below are the dot-product ones.
 #ifndef ATTENTION_CPU_KERNELS_AMX_H_
 #define ATTENTION_CPU_KERNELS_AMX_H_
 
@@ -45,6 +49,8 @@ bool AmxUsable();
 // the default; where the hardware is not usable the kernels must not be called).
 void SetAmxEmulationForTest(bool on);
 bool AmxEmulated();
+// Emulated TDPBF16PS executed so far in this process (tests: that a path used the tiles).
+int64_t AmxEmulatedDotsForTest();
 
 // kernels_bf16.h's ScoreTileBf16 (same arguments and result; float sums in another
 // order) with the products on tiles.

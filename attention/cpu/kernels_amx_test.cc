@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/cpu/kernels.h"
@@ -44,8 +45,9 @@ class EmulationScope {
 TEST(Amx, EmulatedTileDotFollowsTheDefinition) {
   // Normal inputs: each C entry is c + the sum of 32 exact bf16 products, rounded after
   // each addition: within 32 float roundings of the double sum (2e-6 relative to the sum
-  // of magnitudes). Subnormal bf16 inputs count as 0 (exactly: C unchanged), subnormal
-  // results are flushed to 0.
+  // of magnitudes). Then the order of those roundings exactly, on constructed cases;
+  // subnormal bf16 inputs count as 0 (exactly: C unchanged), subnormal results are
+  // flushed to 0.
   std::mt19937_64 rng(1);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::vector<uint16_t> a(16 * 32), b(16 * 32);
@@ -66,6 +68,27 @@ TEST(Amx, EmulatedTileDotFollowsTheDefinition) {
       EXPECT_NEAR(c[m * 16 + j], want, 2e-6 * mag) << m << " " << j;
     }
   }
+  // The order of the roundings, exactly (the SDM's: even and odd products summed apart
+  // from 0, then added to C). C = 1 and two even products of 2^-24: E = 2^-23, C = 1 +
+  // 2^-23 (adding each product to C in turn would leave 1, each sum a tie to even). One
+  // even and one odd product of 2^-24: E + O = 2^-23, the same. Even products 1, 2^-24,
+  // -1 in order of k with C = 0: E = 1 after the second (a tie to even), 0 after the
+  // third (the exact sum is 2^-24).
+  auto single = [](std::vector<std::pair<int, float>> a_entries,
+                   std::vector<std::pair<int, float>> b_entries, float start) {
+    std::vector<uint16_t> ta(16 * 32, 0), tb(16 * 32, 0);
+    for (auto [i, x] : a_entries) ta[i] = Bf(x);  // row 0
+    for (auto [i, x] : b_entries) tb[i] = Bf(x);  // column 0: entries k * 32 + (0 or 1)
+    std::vector<float> tc(256, 0.0f);
+    tc[0] = start;
+    cpu::TileDotBf16Emulated(tc.data(), ta.data(), tb.data());
+    return tc[0];
+  };
+  const float t12 = std::ldexp(1.0f, -12);
+  EXPECT_EQ(single({{0, t12}, {2, t12}}, {{0, t12}, {32, t12}}, 1.0f), 1.0f + std::ldexp(1.0f, -23));
+  EXPECT_EQ(single({{0, t12}, {1, t12}}, {{0, t12}, {1, t12}}, 1.0f), 1.0f + std::ldexp(1.0f, -23));
+  EXPECT_EQ(single({{0, 1.0f}, {2, t12}, {4, -1.0f}}, {{0, 1.0f}, {32, t12}, {64, 1.0f}}, 0.0f),
+            0.0f);
   // Subnormal inputs: bf16 0x0001 (2^-133) and 0x8040 against 1e30: zero contributions.
   std::vector<uint16_t> sub(16 * 32, 0x0001), big(16 * 32, Bf(1e30f));
   sub[5] = 0x8040;

@@ -446,13 +446,14 @@ TEST(AttentionPagedC, MatchesContiguous16BitKvCaches) {
   PagedCase<uint16_t>(32, kDLFloat, 16, kh, vh, 0x7E00);   // float16 NaN
 }
 
-// A struct of the size before attn_mask (0.9.0's rope ... sinks) never reads the new
-// fields: a pointer left past its end is ignored.
+// A struct of a size before attn_mask (0.8.0's, ending at shaw_value_table; the only
+// sizes accepted are the released ones) never reads the new fields: a pointer left past
+// its end is ignored.
 TEST(AttentionMaskC, OlderStructSizeIgnoresNewFields) {
   const auto q = Draw<float>(kB * kSq * kHq * kD, 41), k = Draw<float>(kB * kSk * kHk * kD, 42),
              v = Draw<float>(kB * kSk * kHk * kD, 43), w = Draw<float>(q.size(), 44);
   gpe_attention_options plain = GPE_ATTENTION_OPTIONS_INIT, old = plain;
-  old.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, attn_mask));
+  old.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, rope));
   const DLTensor* garbage = reinterpret_cast<const DLTensor*>(uintptr_t{8});
   old.attn_mask = garbage;
   old.kv_lengths = garbage;

@@ -301,6 +301,32 @@ TEST(AttentionWindowSoftcapSinks, PaddedMatchesOracle) {
   }
 }
 
+// The largest cap (attention/descriptor.h's kMaxSoftcap, 1e30; a larger one is no cap):
+// the float32 kernels give the oracle's o, lse and gradients there, as float64 does;
+// above it every dtype refuses the call (the float kernels gave every score 0 from ~1e37
+// and NaN rows from 2.4e38 with GPE_OK).
+TEST(AttentionWindowSoftcapSinks, SoftcapAtItsBoundIsExactAndAboveIsRefused) {
+  Config c{"softcap 1e30 (the bound), causal", true, false, -1, -1, 1e30};
+  CheckConfig<double>(Padded(), c, kTol64, kTol64);
+  CheckConfig<float>(Padded(), c, kTol32, kTol32Grad);
+  const Problem p = Padded();
+  for (double cap : {std::nextafter(1e30, 2e30), 1e37, 2.4e38}) {
+    c.softcap = cap;
+    const std::vector<float> z(p.hq, 0.0f);
+    Options opt(p, c, z);
+    std::vector<float> q(p.tq() * p.hq * p.d, 0.5f), k(p.tk() * p.hk * p.d, 0.25f), o(q.size());
+    std::vector<int64_t> qs = p.QShape(), ks = p.KShape();
+    DLTensor tq = Tensor(q.data(), kDLFloat, 32, &qs), tk = Tensor(k.data(), kDLFloat, 32, &ks),
+             to = Tensor(o.data(), kDLFloat, 32, &qs);
+    EXPECT_EQ(gpe_attention_forward(&opt.o, &tq, &tk, &tk, &to, nullptr),
+              GPE_ERROR_INVALID_ARGUMENT)
+        << cap;
+    EXPECT_NE(std::string(gpe_last_error_message()).find("softcap must be at most 1e+30"),
+              std::string::npos)
+        << gpe_last_error_message();
+  }
+}
+
 TEST(AttentionWindowSoftcapSinks, PackedWithEmptyRowsMatchesOracle) {
   for (const Config& c : Configs()) {
     CheckConfig<double>(Packed(), c, kTol64, kTol64);

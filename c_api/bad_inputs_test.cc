@@ -1902,6 +1902,264 @@ TEST(BadInputs, InrBaselinesAreValid) {
       << gpe_last_error_message();
 }
 
+// Refusals of the RoPE tables, the thread pool and attention's options that the cases
+// above do not reach: argument checks of the query entry points, option values and
+// layouts, broadcast index tensors (each copied, and each sized by nothing in memory when
+// q has no tokens), the released struct sizes, attention factors past the tensor type.
+void RopePoolAndAttentionOptionCases(const AddCase& add) {
+  const char* e = "gpe_set_thread_pool";
+  add("thread_pool_parallel_for_null", e, [](Fixture&) {
+    gpe_thread_pool p = GPE_THREAD_POOL_INIT;  // parallel_for NULL
+    return gpe_set_thread_pool(&p);
+  });
+  add("thread_pool_num_threads_0", e, [](Fixture&) {
+    gpe_thread_pool p = GPE_THREAD_POOL_INIT;
+    p.parallel_for = [](void*, int64_t n, gpe_pool_task task, void* ctx) {
+      for (int64_t i = 0; i < n; ++i) task(ctx, i);
+    };
+    p.num_threads = 0;  // refused before anything is installed
+    return gpe_set_thread_pool(&p);
+  });
+  add("thread_pool_struct_size_newer", e, [](Fixture&) {
+    gpe_thread_pool p = GPE_THREAD_POOL_INIT;
+    p.struct_size += 8;
+    return gpe_set_thread_pool(&p);
+  });
+  e = "gpe_thread_pool_num_threads";
+  add("thread_pool_num_threads_out_null", e, [](Fixture&) { return gpe_thread_pool_num_threads(nullptr); });
+
+  e = "gpe_rope_shape";
+  add("rope_shape_handle_null", e, [](Fixture&) {
+    int64_t d = 0, r = 0, a = 0;
+    return gpe_rope_shape(nullptr, &d, &r, &a);
+  });
+  e = "gpe_rope_frequencies";
+  add("rope_frequencies_wrong_count", e, [](Fixture& f) {
+    double thetas[3];  // rotary_dim / 2 = 4 planes
+    return gpe_rope_frequencies(f.v3.rope, thetas, 3, nullptr);
+  });
+  add("rope_frequencies_thetas_null", e, [](Fixture& f) {
+    return gpe_rope_frequencies(f.v3.rope, nullptr, 4, nullptr);
+  });
+  add("rope_frequencies_handle_null", e, [](Fixture&) {
+    double thetas[4];
+    return gpe_rope_frequencies(nullptr, thetas, 4, nullptr);
+  });
+  e = "gpe_rope_backward";
+  add("rope_backward_dtype_mismatch", e, [](Fixture& f) {
+    return gpe_rope_backward(f.v3.rope, &f.v3.tokens, &f.v3.x, &f.v3.o);  // float64 -> float32
+  });
+  add("rope_backward_tokens_null", e, [](Fixture& f) {
+    return gpe_rope_backward(f.v3.rope, nullptr, &f.v3.x, &f.v3.y);
+  });
+  // YaRN's attention factor past float32's range: the float32 table held inf (inf and
+  // NaN outputs with GPE_OK where float64 gives finite values).
+  e = "gpe_rope_forward";
+  add("rope_forward_attention_factor_overflows", e, [](Fixture& f) -> gpe_status {
+    gpe_rope_options o = f.v3.rope_opt;
+    if (gpe_rope_options_use_schedule(GPE_ROPE_YARN, &o) != GPE_OK) return GPE_ERROR_INTERNAL;
+    o.factor = 4.0;
+    o.has_attention_factor = 1;
+    o.attention_factor = 1e39;
+    gpe_rope* r = nullptr;
+    if (gpe_rope_create(&o, &r) != GPE_OK) return GPE_ERROR_INTERNAL;
+    const gpe_status s = gpe_rope_forward(r, &f.v3.tokens, &f.v3.q, &f.v3.o);
+    gpe_rope_destroy(r);
+    return s;
+  });
+  e = "gpe_rope_table_create";
+  // `like` is an input whose data is not read; a zero stride is refused for what it
+  // describes (the tensors the table will rotate), by that name.
+  add("rope_table_like_zero_stride", e, [](Fixture& f) {
+    f.v3.shapes.push_back({64, 0, 8, 1});
+    f.v3.q.strides = f.v3.shapes.back().data();  // every token on one row
+    gpe_rope_table* t = nullptr;
+    const gpe_status s = gpe_rope_table_create(f.v3.rope, &f.v3.tokens, &f.v3.q, &t);
+    gpe_rope_table_destroy(t);
+    return s;
+  });
+  e = "gpe_rope_table_forward";
+  // A table applies to its own token numbering: [1, 4] sequences x tokens, not [2, 2].
+  add("rope_table_forward_other_numbering", e, [](Fixture& f) -> gpe_status {
+    gpe_rope_table* t = nullptr;
+    if (gpe_rope_table_create(f.v3.rope, &f.v3.tokens, &f.v3.q, &t) != GPE_OK) {
+      return GPE_ERROR_INTERNAL;
+    }
+    f.v3.shapes.push_back({2, 2, 2, 8});
+    f.v3.o.shape = f.v3.q.shape = f.v3.shapes.back().data();
+    const gpe_status s = gpe_rope_table_forward(t, &f.v3.q, &f.v3.o);
+    gpe_rope_table_destroy(t);
+    return s;
+  });
+  add("rope_table_forward_float64_on_float32_table", e, [](Fixture& f) -> gpe_status {
+    gpe_rope_table* t = nullptr;
+    if (gpe_rope_table_create(f.v3.rope, &f.v3.tokens, &f.v3.q, &t) != GPE_OK) {
+      return GPE_ERROR_INTERNAL;
+    }
+    const gpe_status s = gpe_rope_table_forward(t, &f.v3.x, &f.v3.y);
+    gpe_rope_table_destroy(t);
+    return s;
+  });
+  e = "gpe_rope_table_backward";
+  add("rope_table_backward_table_null", e, [](Fixture& f) {
+    return gpe_rope_table_backward(nullptr, &f.v3.q, &f.v3.o);
+  });
+
+  e = "gpe_attention_forward";
+  add("attention_causal_2", e, [](Fixture& f) { f.v3.att.causal = 2; return f.v3.Forward(); });
+  add("attention_rope_pairing_unknown", e, [](Fixture& f) {
+    f.v3.att.rope_dim = 8;
+    f.v3.att.rope_pairing = 7;
+    return f.v3.Forward();
+  });
+  add("attention_rope_sections_interleaved_2", e, [](Fixture& f) {
+    f.v3.att.rope_sections_interleaved = 2;
+    return f.v3.Forward();
+  });
+  add("attention_rope_handle_one_axis_with_q_axes", e, [](Fixture& f) {
+    std::vector<int64_t> axes(4 * 2, 0);
+    DLTensor t = f.v3.Make(axes.data(), kDLInt, 64, {4, 2});
+    f.v3.att.rope = f.v3.rope;  // one axis: it reads the int64 positions
+    f.v3.att.q_axes = f.v3.att.k_axes = &t;
+    return f.v3.Forward();
+  });
+  add("attention_rope_handle_attention_factor_overflows", e, [](Fixture& f) {
+    return f.v3.ForwardWithRope([](gpe_rope_options& o) {
+      if (gpe_rope_options_use_schedule(GPE_ROPE_YARN, &o) != GPE_OK) o.schedule = -1;
+      o.factor = 4.0;
+      o.has_attention_factor = 1;
+      o.attention_factor = 1e39;  // the float32 table would hold inf
+    });
+  });
+  add("attention_head_dim_not_contiguous", e, [](Fixture& f) {
+    f.v3.shapes.push_back({64, 16, 8, 2});  // q's elements every other float
+    f.v3.q.strides = f.v3.shapes.back().data();
+    return f.v3.Forward();
+  });
+  add("attention_negative_token_stride", e, [](Fixture& f) {
+    f.v3.shapes.push_back({64, -16, 8, 1});  // tokens in reverse order
+    f.v3.q.strides = f.v3.shapes.back().data();
+    f.v3.q.data = f.v3.qa.data() + 48;
+    return f.v3.Forward();
+  });
+  add("attention_o_float64_for_float32_q", e, [](Fixture& f) {
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.y, nullptr);
+  });
+  add("attention_softcap_above_bound", e, [](Fixture& f) {
+    f.v3.att.softcap = 1e31;  // above 1e30 a cap is no cap (and past 1e37 the kernels broke)
+    return f.v3.Forward();
+  });
+  // The released sizes only: 224 ends after 0.9.0's `window` (inside that release's
+  // struct) and silently dropped the window's bounds.
+  add("attention_struct_size_between_versions", e, [](Fixture& f) {
+    f.v3.att.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, window_left));
+    return f.v3.Forward();
+  });
+  // Packed layout: an out-of-order cu_seqlens_q is named as such, not as a mask extent.
+  add("attention_packed_mask_cu_seqlens_decreasing", e, [](Fixture& f) {
+    static const int64_t cu_q[3] = {0, std::numeric_limits<int64_t>::max(), 4};
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.shapes.push_back({4, 1, 8});
+    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.bad_cu_t.data = const_cast<int64_t*>(cu_q);
+    f.v3.att.cu_seqlens_q = &f.v3.bad_cu_t;
+    f.v3.att.cu_seqlens_k = &f.v3.cu_t;
+    std::vector<uint8_t> m(2 * 2 * 2 * 2, 1);
+    DLTensor t = f.v3.Make(m.data(), kDLUInt, 8, {2, 2, 2, 2});
+    f.v3.att.attn_mask = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_kv_lengths_with_cu_seqlens", e, [](Fixture& f) {
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.shapes.push_back({4, 1, 8});
+    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.att.cu_seqlens_q = f.v3.att.cu_seqlens_k = &f.v3.cu_t;
+    std::vector<int64_t> l = {2, 2};
+    DLTensor t = f.v3.Make(l.data(), kDLInt, 64, {2});
+    f.v3.att.kv_lengths = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_block_table_with_cu_seqlens", e, [](Fixture& f) {
+    f.v3.shapes.push_back({4, 2, 8});
+    f.v3.shapes.push_back({4, 1, 8});
+    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.att.cu_seqlens_q = f.v3.att.cu_seqlens_k = &f.v3.cu_t;
+    std::vector<int64_t> b = {0, 0};
+    DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {2, 1});
+    f.v3.att.block_table = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_block_table_page_size_0", e, [](Fixture& f) {
+    f.v3.shapes.push_back({4, 0, 1, 8});  // 4 pages of no token
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    std::vector<int64_t> b = {0};
+    DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {1, 1});
+    f.v3.att.block_table = &t;
+    return f.v3.Forward();
+  });
+  // pages_per_sequence x page_size = 2^21 x 2^20 keys per sequence: refused before the
+  // table (never read here) is copied.
+  add("attention_block_table_capacity_huge", e, [](Fixture& f) {
+    f.v3.shapes.push_back({1, int64_t{1} << 20, 1, 8});
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    DLTensor t = f.v3.Make(f.v3.ids.data(), kDLInt, 64, {1, int64_t{1} << 21});
+    f.v3.att.block_table = &t;
+    return f.v3.Forward();
+  });
+  // Broadcast or self-overlapping index tensors with q empty: 2^24 heads or sequences
+  // (sinks, kv_lengths: 8 bytes for 64 MiB and 128 MiB copies) and a [2^12, 2^12] block
+  // table over 8191 entries (strides {1, 1}: a 128 MiB copy); refused before the copies.
+  add("attention_sinks_broadcast", e, [](Fixture& f) {
+    static const float zero = 0.0f;
+    f.v3.shapes.push_back({1, 0, int64_t{1} << 24, 8});
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({1, 0, 1, 8});
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    DLTensor t = f.v3.Make(const_cast<float*>(&zero), kDLFloat, 32, {int64_t{1} << 24});
+    f.v3.shapes.push_back({0});
+    t.strides = f.v3.shapes.back().data();
+    f.v3.att.sinks = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_kv_lengths_broadcast", e, [](Fixture& f) {
+    static const int64_t zero = 0;
+    f.v3.shapes.push_back({int64_t{1} << 24, 0, 2, 8});
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({int64_t{1} << 24, 0, 1, 8});
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    DLTensor t = f.v3.Make(const_cast<int64_t*>(&zero), kDLInt, 64, {int64_t{1} << 24});
+    f.v3.shapes.push_back({0});
+    t.strides = f.v3.shapes.back().data();
+    f.v3.att.kv_lengths = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  add("attention_block_table_overlapping_strides", e, [](Fixture& f) {
+    constexpr int64_t kN = int64_t{1} << 12;
+    f.v3.shapes.push_back({kN, 0, 2, 8});
+    f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
+    f.v3.shapes.push_back({4, 1, 1, 8});  // 4 pages of one token
+    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    std::vector<int64_t> pages(2 * kN - 1, 0);
+    DLTensor t = f.v3.Make(pages.data(), kDLInt, 64, {kN, kN});
+    f.v3.shapes.push_back({1, 1});
+    t.strides = f.v3.shapes.back().data();
+    f.v3.att.block_table = &t;
+    return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
+  });
+  e = "gpe_attention_backward_with_parameters";
+  add("attention_params_struct_size_between_versions", e, [](Fixture& f) {
+    gpe_attention_param_grads g = GPE_ATTENTION_PARAM_GRADS_INIT;
+    g.struct_size = offsetof(gpe_attention_param_grads, d_algebraic_tree);  // 80: no release's
+    return f.v3.BackwardParams(g);
+  });
+}
+
 std::map<std::string, Case> Cases() {
   std::map<std::string, Case> c;
   auto add = [&](const char* id, const char* entry, Run run) {
@@ -2265,6 +2523,7 @@ std::map<std::string, Case> Cases() {
     return gpe_inr_predict_separable_2d(&f.psi, &f.psi, &f.w, &f.w);
   });
   AddCases03(add);
+  RopePoolAndAttentionOptionCases(add);
   SequenceCases(add);
   InrSolverCases(add);
   // -- Attention: structured positions and Shaw labels --
@@ -2754,6 +3013,46 @@ TEST(BadInputs, EveryTableRowIsFedAndGivesItsStatus) {
   }
   for (const auto& [id, c] : cases) {
     EXPECT_TRUE(seen.count(id)) << "case " << id << " (" << c.entry << ") has no row in BAD_INPUTS.md";
+  }
+}
+
+// Some refusals whose status was already right named the wrong thing: the message must
+// name the field at fault.
+TEST(BadInputs, MessagesNameTheFieldAtFault) {
+  const std::map<std::string, Case> cases = Cases();
+  const struct {
+    const char* id;
+    const char* want;
+    const char* not_want;
+  } checks[] = {
+      // o's dtype (float64 for float32 q): the shapes alone were printed, equal.
+      {"attention_o_float64_for_float32_q", "got float64 [1, 4, 2, 8]", nullptr},
+      // cu_seqlens_q out of order reported as a mask extent of 2^63 - 1.
+      {"attention_packed_mask_cu_seqlens_decreasing", "cu_seqlens_q must be non-decreasing",
+       "attn_mask"},
+      // `like` (never read) was called an output.
+      {"rope_table_like_zero_stride", "like is not read", "outputs must not overlap"},
+      {"attention_softcap_above_bound", "a larger cap is no cap", nullptr},
+      {"attention_struct_size_between_versions", "104, 208, 280, 288", nullptr},
+      {"attention_params_struct_size_between_versions", "64, 72, 96", nullptr},
+      {"attention_sinks_broadcast", "sinks repeats entries", nullptr},
+      {"attention_block_table_overlapping_strides", "block_table repeats entries", nullptr},
+      {"rope_forward_attention_factor_overflows", "attention factor", nullptr},
+  };
+  for (const auto& c : checks) {
+    SCOPED_TRACE(c.id);
+    auto it = cases.find(c.id);
+    ASSERT_NE(it, cases.end());
+    std::string message;
+    std::thread([&] {
+      auto f = std::make_unique<Fixture>();
+      (void)it->second.run(*f);
+      message = gpe_last_error_message();
+    }).join();
+    EXPECT_NE(message.find(c.want), std::string::npos) << message;
+    if (c.not_want != nullptr) {
+      EXPECT_EQ(message.find(c.not_want), std::string::npos) << message;
+    }
   }
 }
 

@@ -632,6 +632,28 @@ class WindowSoftcapSinksTest(unittest.TestCase):
             gpe.attention(q, q, q, sinks=np.zeros(3, dtype=np.float32))
         with self.assertRaises(ValueError):
             gpe.attention_backward(q, q, q, q, sink_grad=True)
+        with self.assertRaisesRegex(gpe.GpeError, "softcap must be at most"):
+            gpe.attention(q, q, q, softcap=1e38)  # no cap: refused, was every score 0
+
+    def test_sinks_past_float32_are_refused_not_rounded_to_inf(self):
+        # 1e300 became float32 +inf: its head's rows NaN with no error. Given non-finite
+        # values keep their meaning (-inf: no sink; NaN / +inf: NaN rows).
+        rng = np.random.default_rng(3)
+        q = rng.standard_normal((1, 4, 2, 8)).astype(np.float32)
+        for bad in ([1e300, 0.0], [0.0, -1e39]):
+            with self.subTest(bad=bad):
+                with self.assertRaisesRegex(ValueError, r"sinks\[\d\] is .*float32's range"):
+                    gpe.attention(q, q, q, sinks=bad)
+                with self.assertRaisesRegex(ValueError, "float32's range"):
+                    gpe.attention_backward(q, q, q, q, sinks=bad, sink_grad=True)
+        plain = gpe.attention(q, q, q)
+        np.testing.assert_array_equal(gpe.attention(q, q, q, sinks=[-np.inf, -np.inf]), plain)
+        o = gpe.attention(q, q, q, sinks=[np.inf, 0.0])
+        self.assertTrue(np.isnan(o[:, :, 0]).all())
+        self.assertTrue(np.isfinite(o[:, :, 1]).all())
+        # The largest float32 logit itself is a finite sink (every row's mass goes to it).
+        o = gpe.attention(q, q, q, sinks=np.array([np.finfo(np.float32).max, 0.0]))
+        self.assertTrue(np.isfinite(o).all())
 
 
 class ClosedHandlesAndMergeShapesTest(unittest.TestCase):

@@ -305,8 +305,23 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
     return static_cast<double>(static_cast<__int128>(p) - options_.xpos.centre) /
            options_.xpos.scale_base;
   };
+  const double log_max = std::log(static_cast<double>(std::numeric_limits<T>::max()));
+  // The attention factor alone (YaRN's, LongRoPE's, any positive finite double) scales
+  // every entry: past T's range (a float table and m = 1e39) the table would hold inf
+  // and give inf and NaN outputs where a double table gives finite ones. With xPos, the
+  // rows whose scale shrinks stay below m, those whose scale grows are checked below.
+  if (planes > 0) {
+    if (!(std::log(m) < log_max)) {
+      return InvalidArgumentError(StrCat(
+          "Rope::MakeTable: the attention factor ", m, " is beyond the ",
+          sizeof(T) == 4 ? "float32" : "float64", " table's range (",
+          static_cast<double>(std::numeric_limits<T>::max()),
+          "): the table's entries m cos and m sin would be infinite; give a smaller "
+          "attention_factor (or mscale)"));
+    }
+    table.max_log_scale_ = std::log(m);
+  }
   if (options_.xpos.enabled && planes > 0) {
-    const double log_max = std::log(static_cast<double>(std::numeric_limits<T>::max()));
     for (const int64_t token : row_token) {
       const int64_t p = keys[token * axes];
       const double rel = xpos_rel(p);
@@ -583,14 +598,23 @@ absl::Status Rope::CheckApply(const RopeTableFor<T>& table, const RopeTensor& te
   // (float16: 65504 = e^11.09, reached 8 times nearer the centre than float32's e^88.7)
   // gave inf outputs for O(1) inputs. Refused as MakeTable refuses scales past the
   // table's own range.
+  // The attention factor alike: its table entries must fit the tensor's type as they fit
+  // the table's (MakeTable).
   if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
     constexpr bool kF16 = std::is_same_v<T, Float16>;
     const double log_max = kF16 ? std::log(65504.0) : std::log(0x1.fep127);
     if (!(table.max_log_scale_ < log_max)) {
+      if (!options_.xpos.enabled) {
+        return InvalidArgumentError(StrCat(
+            who, ": the attention factor of this table is ", freqs_.attention_factor,
+            ", beyond ", kF16 ? "float16" : "bfloat16", "'s range (", kF16 ? "65504" : "3.39e38",
+            "): the rotated tensor's entries would be infinite; give a smaller "
+            "attention_factor (or mscale)"));
+      }
       return InvalidArgumentError(StrCat(
-          who, ": an xPos scale of this table is e^", table.max_log_scale_, ", beyond ",
-          kF16 ? "float16" : "bfloat16", "'s range (e^", log_max,
-          "); set xpos.centre near the positions in use"));
+          who, ": an xPos scale of this table (times the attention factor) is e^",
+          table.max_log_scale_, ", beyond ", kF16 ? "float16" : "bfloat16", "'s range (e^",
+          log_max, "); set xpos.centre near the positions in use"));
     }
   }
   return absl::OkStatus();

@@ -194,7 +194,11 @@ struct RopePositions {
 // 709 B / ln(1 / zeta_0). A call that would store a scale beyond its table type's range
 // (and give inf and NaN outputs) is refused with InvalidArgument naming the reach:
 // pick the centre of the sequence or tile, as xPos implementations do. Outputs near
-// that reach may still overflow for large inputs, as any float product does.
+// that reach may still overflow for large inputs, as any float product does. The
+// attention factor m (RopeFrequencies) is held to the same rule, xPos or not: a table
+// whose m exceeds its type's largest finite value (a float table and YaRN's
+// attention_factor 1e39 or an mscale of 1e300) is refused by MakeTable, and Apply on a
+// 16-bit tensor refuses m past float16's 65504 (bfloat16's 3.39e38).
 struct XposOptions {
   bool enabled = false;
   double gamma = 0.4;        // finite > 0
@@ -263,8 +267,9 @@ class RopeTable {
   friend class Rope;
   int64_t num_rows_ = 0;
   int64_t width_ = 0;                  // table entries per row
-  // ln of the largest xPos scale (times the attention factor) of any row; -inf without
-  // xPos. Apply to a 16-bit tensor refuses a table whose scale passes its type's range.
+  // ln of the largest scale of any row: the attention factor, times the largest growing
+  // xPos scale with xPos; -inf for a table without planes. Apply to a 16-bit tensor
+  // refuses a table whose scale passes its type's range.
   double max_log_scale_ = -std::numeric_limits<double>::infinity();
   // The token numbering it was built for.
   RopeLayout layout_ = RopeLayout::kBSHD;
@@ -297,7 +302,8 @@ class Rope {
   template <class C>
   absl::Status CheckTable(const RopeTable<C>& table, const RopeTensor& tensor,
                           const char* who = "Rope::Apply") const;
-  // CheckTable and, for 16-bit T, that the table's xPos scales fit T's range: everything
+  // CheckTable and, for 16-bit T, that the table's scales (the attention factor, times
+  // xPos's) fit T's range: everything
   // Apply<T> checks before writing.
   template <class T>
   absl::Status CheckApply(const RopeTableFor<T>& table, const RopeTensor& tensor,

@@ -816,6 +816,59 @@ TEST(RopeXpos, ScalesBeyondTheTableTypeAreRefusedAtTheCall) {
   for (const Float16& v : h) EXPECT_TRUE(std::isfinite(ToFloat(v)));
 }
 
+// The attention factor m scales every table entry, xPos or not: a float32 table of
+// m = 1e39 (YaRN's attention_factor, or a huge mscale) held inf and gave inf and NaN
+// outputs with OK where float64 gave finite ones. Refused now, before anything is written,
+// as xPos scales past the table's range are; float16 tensors refuse m past 65504.
+TEST(RopeAttentionFactor, FactorsBeyondTheTensorTypeAreRefusedAtTheCall) {
+  const int64_t d = 8;
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 2, 1, d);
+  const std::vector<int64_t> ids = {0, 1};
+  auto make = [&](double m) {
+    RopeFrequencies f = *DefaultRopeFrequencies(d);
+    f.attention_factor = m;
+    return *Rope::Create(o, f);
+  };
+  const std::vector<float> ones(2 * d, 1.0f);
+  {
+    const Rope huge = make(1e39);
+    std::vector<float> x = ones;
+    const absl::Status s = huge.Forward<float>(t, {ids, {}}, x.data(), x.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("attention factor"), std::string::npos) << s;
+    EXPECT_EQ(x, ones);
+    EXPECT_EQ(huge.MakeTable<float>(t, {ids, {}}).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    std::vector<double> xd(2 * d, 1.0);  // a double table holds it
+    ASSERT_TRUE(huge.Forward<double>(t, {ids, {}}, xd.data(), xd.data()).ok());
+    for (double v : xd) EXPECT_TRUE(std::isfinite(v));
+  }
+  {
+    const Rope large = make(1e38);  // inside float32's range: finite for inputs of 1
+    std::vector<float> x = ones;
+    ASSERT_TRUE(large.Forward<float>(t, {ids, {}}, x.data(), x.data()).ok());
+    for (float v : x) EXPECT_TRUE(std::isfinite(v));
+  }
+  const Float16 one = ToFloat16(1.0f);
+  {
+    const Rope past_half = make(1e5);  // past float16's 65504
+    std::vector<Float16> h(2 * d, one);
+    const absl::Status s = past_half.Forward<Float16>(t, {ids, {}}, h.data(), h.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("float16"), std::string::npos) << s;
+    for (const Float16& v : h) EXPECT_EQ(std::memcmp(&v, &one, sizeof(one)), 0);
+  }
+  {
+    const Rope within_half = make(1e4);
+    std::vector<Float16> h(2 * d, ToFloat16(0.5f));
+    ASSERT_TRUE(within_half.Forward<Float16>(t, {ids, {}}, h.data(), h.data()).ok());
+    for (const Float16& v : h) EXPECT_TRUE(std::isfinite(ToFloat(v)));
+  }
+}
+
 // ---------------------------------------------------------------------------------
 // Axial and M-RoPE.
 // ---------------------------------------------------------------------------------

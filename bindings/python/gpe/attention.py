@@ -241,10 +241,22 @@ def _masks(o, keep, attn_mask, kv_lengths, block_table=None):
 
 
 def _sinks_array(sinks):
-    """sinks as the float32 vector the library reads (None stays None)."""
+    """sinks as the float32 vector the library reads (None stays None). A finite logit
+    past float32's range is refused (ValueError) rather than rounded to +-inf, which
+    would make its head's rows NaN (+inf) or drop its sink (-inf); NaN and +-inf given
+    as such keep their documented meaning."""
     if sinks is None:
         return None
-    return np.ascontiguousarray(_ffi.array_arg(sinks, "sinks"), dtype=np.float32)
+    given = _ffi.array_arg(sinks, "sinks")
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(given, dtype=np.float32)
+    overflowed = np.isfinite(given) & ~np.isfinite(out)
+    if overflowed.any():
+        i = tuple(int(x) for x in np.argwhere(overflowed)[0])
+        raise ValueError("sinks%s is %r, beyond float32's range (sinks are float32 logits): "
+                         "give a value within +-3.4e38, or -inf for no sink"
+                         % (list(i), given[i].item()))
+    return out
 
 
 _STRUCTURED_DEFAULTS = dict(rope_axes=0, rope_sections=None, rope_sections_interleaved=False,

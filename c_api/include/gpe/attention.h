@@ -39,10 +39,15 @@ extern "C" {
  * (DeepSeek-V2/V3's MLA: head_dim 192, head_dim_v 128); o, d_o and dv then end in
  * head_dim_v, q, k, dq and dk in head_dim, and the default scale stays 1 / sqrt(head_dim).
  * Head sizes are at most 65536 (GPE_ERROR_OUT_OF_RANGE above); heads_q and heads_kv >= 1.
- * Any strides with the last dim contiguous (stride 1) for q, k, v and o; dq, dk, dv take
- * the strides of q, k, v, and d_o and o share theirs; lse is compact row-major. "The
- * strides of" compares dimensions of size above 1 only: a size-1 dimension's stride is
- * free (as PyTorch and NumPy set them).
+ * Strides of q, k, v and o (in elements): the last dim contiguous (stride 1), every stride
+ * >= 0 (negative ones are refused, in size-1 dimensions too), and, sorted by stride, each
+ * dimension of size above 1 striding past the whole extent of the smaller ones, so that
+ * distinct (token, head) rows are disjoint (a zero stride over more than one row, or rows
+ * closer than head_dim, are refused; permuted layouts such as heads outermost are fine);
+ * an empty tensor may carry any strides. dq, dk, dv take the strides of q, k, v, and d_o
+ * and o share theirs; lse is compact row-major. "The strides of" compares dimensions of
+ * size above 1 only: a size-1 dimension's stride is free (any value >= 0, as PyTorch and
+ * NumPy set them).
  * heads_q a multiple of heads_kv (GQA).
  * s_ij = cap(scale <T(p_i) q_i, T(p_j) k_j>) + b(p_i, p_j), cap(x) = x without a
  * softcap, c tanh(x / c) with softcap c; o_i = sum_j e^{s_ij} v_j / Z_i with
@@ -106,15 +111,22 @@ extern "C" {
  *    and must be 0 or -1 (a zeroed struct's or GPE_ATTENTION_OPTIONS_INIT's values), so
  *    that bounds set without window = 1 are refused rather than ignored.
  *  - softcap c > 0 (Gemma 2's logit softcap): the q.k part of the score x (scale and
- *    Shaw key labels included) becomes c tanh(x / c); the bias is added after it.
+ *    Shaw key labels included) becomes c tanh(x / c); the bias is added after it. At
+ *    most 1e30 (GPE_ERROR_INVALID_ARGUMENT above, every dtype): a larger cap is no cap
+ *    (c tanh(x / c) = x to double precision), leave it 0; past ~1e37 the float32 and
+ *    bfloat16 kernels' 1 / c leaves float's range.
  *  - sinks: one logit z_h per query head (gpt-oss's learned attention sinks), float32
  *    [heads_q], in the softmax's denominator of every row of head h and attending to
- *    nothing (Z_i above). A NaN or +inf z_h makes its rows NaN; -inf is no sink.
+ *    nothing (Z_i above). A NaN or +inf z_h makes its rows NaN; -inf is no sink. Copied,
+ *    so materialised: a zero stride (broadcast) is refused, as for kv_lengths,
+ *    block_table and cu_seqlens (a call without query tokens bounds none of their sizes).
  *    gpe_attention_backward_with_parameters returns dL/dz (d_sinks).
  *  - attn_mask (PyTorch SDPA's attn_mask; attention/descriptor.h, "SCORE MASK"): float32
  *    additive (natural-log units, added to s_ij after the softcap and the bias; -inf
  *    masks the key) or bool / uint8 (0 masks the key, nonzero lets it take part, as
- *    SDPA's True). 4-D with any strides (NULL strides: compact; stride 0 broadcasts):
+ *    SDPA's True). 4-D with strides >= 0 in its dimensions of size above 1 (a size-1
+ *    dimension's stride is not read; NULL strides: compact; stride 0 broadcasts; entries
+ *    may repeat, the mask being read in place, never copied):
  *    bshd [batch or 1, heads_q or 1, seq_q or 1, seq_k or 1] over (sequence, query head,
  *    query token, key token); packed [sequences or 1, heads_q or 1, max_lq or 1,
  *    max_lk or 1] with the query and key counted within each sequence (max_lq, max_lk
@@ -126,7 +138,8 @@ extern "C" {
  *    tokens; the rest of k and v is not read (backward: dk, dv zero there). Default
  *    positions then put the queries at the last seq_q of those kv_lengths[b] keys.
  *  - block_table (paged KV cache, vLLM's and FlashInfer's; bshd, forward only): int64
- *    [batch, pages_per_sequence]; k and v are [num_pages, page_size, heads_kv, head_dim]
+ *    [batch, pages_per_sequence], any strides under which distinct entries are distinct
+ *    elements (a zero stride or e.g. {1, 1} is refused); k and v are [num_pages, page_size, heads_kv, head_dim]
  *    (any strides, head_dim contiguous), and sequence b's key token t is in page
  *    block_table[b][t / page_size] at slot t % page_size. seq_k = pages_per_sequence *
  *    page_size is each sequence's capacity (kv_lengths its use); page ids of pages a
@@ -158,7 +171,10 @@ extern "C" {
  * FlashAttention-2).
  * ---------------------------------------------------------------------------------- */
 typedef struct gpe_attention_options {
-  uint32_t struct_size;  /* sizeof(gpe_attention_options) */
+  uint32_t struct_size;  /* sizeof(gpe_attention_options), or an older release's: 104
+                            (0.3.0), 208 (0.4.0 - 0.8.0), 280 (0.9.0); any other size up
+                            to this header's is refused (INVALID_ARGUMENT), a larger one
+                            is VERSION_MISMATCH */
   int32_t causal;        /* 0 or 1 */
   double softmax_scale;  /* > 0, finite; 0 means 1 / sqrt(head_dim) */
   int32_t num_threads;   /* 0: the installed pool's threads (gpe_set_thread_pool), else every hardware thread */
@@ -195,13 +211,15 @@ typedef struct gpe_attention_options {
   int32_t window;         /* 0: no window; 1: window_left / window_right apply */
   int64_t window_left;    /* -1 unbounded, else >= 0: keys with p_j >= p_i - window_left */
   int64_t window_right;   /* -1 unbounded, else >= 0: keys with p_j <= p_i + window_right */
-  double softcap;         /* 0: none; else finite > 0 */
-  const DLTensor* sinks;  /* optional float32 [heads_q]: one sink logit per query head */
+  double softcap;         /* 0: none; else finite, > 0 and <= 1e30 (larger: no cap) */
+  const DLTensor* sinks;  /* optional float32 [heads_q]: one sink logit per query head
+                             (no zero stride) */
   /* Since 0.9.0, after sinks: score masks, KV lengths, paged KV caches (read only when
    * struct_size covers them; the paragraph above). */
   const DLTensor* attn_mask;    /* optional float32 (additive) or bool / uint8 (allowed)
                                    [B or 1, heads_q or 1, Lq or 1, Lk or 1] */
-  const DLTensor* kv_lengths;   /* optional int64 [batch] (bshd): keys used per sequence */
+  const DLTensor* kv_lengths;   /* optional int64 [batch] (bshd): keys used per sequence
+                                   (no zero stride) */
   const DLTensor* block_table;  /* optional int64 [batch, pages_per_sequence] (bshd,
                                    forward only): k and v are pages */
   /* Since 0.10.0: the stream of a call on CUDA tensors (read only when struct_size
@@ -259,7 +277,8 @@ GPE_API GPE_NODISCARD gpe_status gpe_attention_backward_v2(
  *    and k; they need dq and dk. Entrywise and unprojected, as gpe/algebraic.h's
  *    backwards (for S = A - A^T, dL/dA = X - X^T with X the returned gradient). */
 typedef struct gpe_attention_param_grads {
-  uint32_t struct_size; /* sizeof(gpe_attention_param_grads) */
+  uint32_t struct_size; /* sizeof(gpe_attention_param_grads), or 64 (0.4.0 - 0.8.0) or
+                           72 (0.9.0); other sizes up to it are refused */
   DLTensor* d_bias_a;
   DLTensor* d_bias_b;
   DLTensor* d_grape_a;

@@ -25,7 +25,12 @@ extern "C" {
  * schedule computed (its own rounding, up to |p| ulp(theta_i) / 2 rad, is part of the
  * encoding). cos and sin are formed in double and rounded once to the tensor's type
  * (float32 for bfloat16 / float16 tensors, which are rotated in float32 and rounded once
- * on store).
+ * on store). The attention factor m (times the xPos scale) must fit the tensor's type:
+ * a float32, bfloat16 or float16 call (gpe_rope_forward / _backward, gpe_rope_table_create
+ * and the tables, attention with a gpe_rope) refuses m above float32's largest value
+ * (e.g. attention_factor 1e39, or an mscale of 1e300), and a float16 (bfloat16) tensor m
+ * above 65504 (3.39e38), with GPE_ERROR_INVALID_ARGUMENT, as it refuses xPos scales past
+ * those ranges (float64 takes any finite m).
  */
 typedef struct gpe_rope gpe_rope;
 
@@ -68,7 +73,8 @@ typedef struct gpe_rope_options {
   /* YARN: nonzero uses mscale / mscale_all_dim (DeepSeek; both finite > 0). */
   int32_t has_mscale;
   double mscale, mscale_all_dim;
-  /* YARN, LONGROPE: nonzero overrides the schedule's attention factor (finite > 0). */
+  /* YARN, LONGROPE: nonzero overrides the schedule's attention factor (finite > 0; the
+   * calls refuse one beyond the tensor type's range: above). */
   int32_t has_attention_factor;
   double attention_factor;
   /* LONGROPE: rotary_dim / 2 finite > 0 values each (copied), and max_position (>= 1). */

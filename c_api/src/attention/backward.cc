@@ -55,6 +55,10 @@ namespace {
 // gpe_attention_param_grads of 0.4.0 ends at d_shaw_value_table; d_sinks (0.9.0) and the
 // algebraic generators' gradients (0.10.0) are read only when struct_size covers them.
 constexpr size_t kParamGradsV1Size = offsetof(gpe_attention_param_grads, d_sinks);
+// Its size at each release: 0.4.0 to 0.8.0, 0.9.0 (d_sinks), 0.10.0 (this library's).
+constexpr size_t kParamGradsReleasedSizes[] = {
+    kParamGradsV1Size, offsetof(gpe_attention_param_grads, d_algebraic),
+    sizeof(gpe_attention_param_grads)};
 
 // The sinks' gradient dL/dz: float64 [heads_q] (any stride) for a call with sinks,
 // computed into `values` and copied out by Finish. Data null when not asked.
@@ -353,6 +357,11 @@ gpe_status gpe_attention_backward_with_parameters(
     gpe_attention_param_grads g;
     if (absl::Status s = gpe::c_api::CopyVersioned(*grads, kParamGradsV1Size,
                                                    "gpe_attention_param_grads", &g);
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = gpe::c_api::CheckReleasedSize(grads->struct_size, kParamGradsReleasedSizes,
+                                                       "gpe_attention_param_grads");
         !s.ok()) {
       return s;
     }

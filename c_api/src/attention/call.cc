@@ -351,6 +351,9 @@ absl::Status PrepareWindowSoftcapSinks(const gpe_attention_options& o, Call* c) 
       return Bad(absl::StrCat("sinks must be float32 [heads_q] = [", a.num_q_heads,
                               "], one logit per query head; got ", ShapeString(*v)));
     }
+    // Copied: a broadcast view would let 4 bytes stand for heads_q logits, which a call
+    // with no query token leaves unbounded (2^28 heads copied 1 GiB).
+    if (absl::Status s = gpe::c_api::CheckDistinctEntries(*v, "sinks"); !s.ok()) return s;
     c->sinks = Compact<float>(*v);
     a.sinks = c->sinks;
   }
@@ -383,8 +386,8 @@ absl::Status PrepareMask(const DLTensor* t, Call* c) {
   }
   int64_t max_lq = a.seq_len_q, max_lk = a.seq_len_k;
   if (a.layout == att::Layout::kTHD) {
-    // The longest sequence's lengths (pairs out of order are refused by ValidateAttention
-    // before anything reads the mask).
+    // The longest sequence's lengths (Prepare has checked cu_seqlens: ValidateCuSeqlens;
+    // the subtractions are guarded all the same).
     max_lq = max_lk = 0;
     for (size_t b = 0; b + 1 < c->cu_q.size(); ++b) {
       int64_t dq = 0, dk = 0;
@@ -446,6 +449,8 @@ absl::Status PrepareMaskAndLengths(const gpe_attention_options& o, Call* c) {
       return Bad(absl::StrCat("kv_lengths must be int64 [batch] = [", a.batch, "], got ",
                               ShapeString(*v)));
     }
+    // Copied: the batch of a call with no query token is bounded by nothing in memory.
+    if (absl::Status s = gpe::c_api::CheckDistinctEntries(*v, "kv_lengths"); !s.ok()) return s;
     std::vector<int64_t> storage;
     absl::Span<const int64_t> s = ContiguousPositions(*v, &storage);
     c->kv_lengths.assign(s.begin(), s.end());
@@ -464,6 +469,16 @@ absl::Status PrepareMaskAndLengths(const gpe_attention_options& o, Call* c) {
 }  // namespace
 
 absl::Status Bad(const std::string& msg) { return absl::InvalidArgumentError(msg); }
+
+absl::Status CopyOptions(const gpe_attention_options& in, gpe_attention_options* out) {
+  if (absl::Status s = gpe::c_api::CopyVersioned(in, kAttentionOptionsV1Size,
+                                                 "gpe_attention_options", out);
+      !s.ok()) {
+    return s;
+  }
+  return gpe::c_api::CheckReleasedSize(in.struct_size, kAttentionOptionsReleasedSizes,
+                                       "gpe_attention_options");
+}
 
 absl::StatusOr<TensorView> View(const DLTensor* t, const char* name, bool packed) {
   if (t == nullptr) return Bad(absl::StrCat(name, " is NULL"));
@@ -529,11 +544,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   if (options == nullptr) return Bad("options is NULL");
   // The caller's struct (an older, shorter one included), later fields zero / NULL.
   gpe_attention_options o;
-  if (absl::Status s = gpe::c_api::CopyVersioned(*options, kAttentionOptionsV1Size,
-                                                 "gpe_attention_options", &o);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = CopyOptions(*options, &o); !s.ok()) return s;
   if (o.causal != 0 && o.causal != 1) return Bad("causal must be 0 or 1");
   if (!std::isfinite(o.softmax_scale) || o.softmax_scale < 0) {
     return Bad(absl::StrCat("softmax_scale must be finite and >= 0 (0: default), got ",
@@ -616,6 +627,14 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
     a.batch = static_cast<int64_t>(c->cu_q.size()) - 1;
     a.seq_len_q = qv->shape[0];
     a.seq_len_k = kv->shape[0];
+    // Checked now, as ValidateAttention would: the score mask is sized by the longest
+    // sequence, which a list out of order would misstate in the mask's message.
+    if (absl::Status s = att::ValidateCuSeqlens("cu_seqlens_q", c->cu_q, a.seq_len_q); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = att::ValidateCuSeqlens("cu_seqlens_k", c->cu_k, a.seq_len_k); !s.ok()) {
+      return s;
+    }
     a.num_q_heads = qv->shape[1];
     a.num_kv_heads = kv->shape[1];
     a.head_dim = qv->shape[2];
@@ -634,7 +653,9 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
       return Bad(absl::StrCat("block_table must be int64 [batch = ", a.batch,
                               ", pages_per_sequence], got ", ShapeString(*bt)));
     }
-    if (absl::Status s = CheckMaterialised(*bt, "block_table"); !s.ok()) return s;
+    // Copied as batch x pages_per_sequence entries: broadcast or self-overlapping strides
+    // (e.g. {1, 1}) would let a few bytes describe them.
+    if (absl::Status s = gpe::c_api::CheckDistinctEntries(*bt, "block_table"); !s.ok()) return s;
     const int64_t page_size = kv->shape[1];
     if (page_size < 1) {
       return Bad(absl::StrCat("with block_table, k and v are [num_pages, page_size, heads_kv, "
@@ -782,8 +803,9 @@ absl::StatusOr<TensorView> OutputLike(const DLTensor* t, const char* name, const
   absl::StatusOr<TensorView> v = View(t, name, packed);
   if (!v.ok()) return v.status();
   if (v->dtype != like.dtype || v->shape != like.shape) {
-    return Bad(absl::StrCat(name, " must have the dtype and shape of ", like_name, " ",
-                            ShapeString(like), ", got ", ShapeString(*v)));
+    return Bad(absl::StrCat(name, " must have the dtype and shape of ", like_name, ", ",
+                            gpe::c_api::DTypeName(like.dtype), " ", ShapeString(like), "; got ",
+                            gpe::c_api::DTypeName(v->dtype), " ", ShapeString(*v)));
   }
   return v;
 }

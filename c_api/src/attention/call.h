@@ -36,6 +36,16 @@ namespace seq = ::gpe::encodings::sequence;
 // and Shaw tables, 0.9.0's rope handle, window, softcap, sinks, attn_mask, kv_lengths
 // and block_table, 0.10.0's cuda_stream).
 inline constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
+// The struct's size at each release (CHANGELOG.md): 0.3.0 (to cu_seqlens_k), 0.4.0 to
+// 0.8.0 (to shaw_value_table), 0.9.0 (to block_table), 0.10.0 (cuda_stream, this
+// library's). Any other size up to the last is refused (CheckReleasedSize).
+inline constexpr size_t kAttentionOptionsReleasedSizes[] = {
+    kAttentionOptionsV1Size, offsetof(gpe_attention_options, rope),
+    offsetof(gpe_attention_options, cuda_stream), sizeof(gpe_attention_options)};
+
+// The caller's options (a released version's struct, later fields zero / NULL) into *out:
+// CopyVersioned, then CheckReleasedSize.
+absl::Status CopyOptions(const gpe_attention_options& in, gpe_attention_options* out);
 
 // InvalidArgument with `msg`.
 absl::Status Bad(const std::string& msg);

@@ -123,11 +123,7 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
   for (const Named& n : floats.subspan(0, 3)) {
     if (n.t == nullptr) return Bad(absl::StrCat(n.name, " is NULL"));
   }
-  if (absl::Status s = gpe::c_api::CopyVersioned(*options, kAttentionOptionsV1Size,
-                                                 "gpe_attention_options", &p->options);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = CopyOptions(*options, &p->options); !s.ok()) return s;
   gpe_attention_options& o = p->options;
   int32_t device = 0;
   std::vector<Named> all(floats.begin(), floats.end());
@@ -145,6 +141,11 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
     }
   }
   if (absl::Status s = SupportedOnCuda(o); !s.ok()) return s;
+  if (o.rope != nullptr) {
+    if (absl::Status s = gpe::c_api::CheckAttentionFactorFits(o.rope->impl, q->dtype); !s.ok()) {
+      return s;
+    }
+  }
   const char* index_names[] = {"q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k"};
   const DLTensor** index_slots[] = {&o.q_positions, &o.k_positions, &o.cu_seqlens_q,
                                     &o.cu_seqlens_k};

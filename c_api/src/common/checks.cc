@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "c_api/include/gpe/common.h"
@@ -22,6 +25,22 @@ absl::Status CheckStructSize(uint32_t struct_size, size_t min_size, size_t size,
         ") knows ", size, " bytes: the header is newer than the library"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckReleasedSize(uint32_t struct_size, absl::Span<const size_t> released,
+                               const char* name) {
+  for (size_t size : released) {
+    if (struct_size == size) return absl::OkStatus();
+  }
+  if (!released.empty() && struct_size > released.back()) return absl::OkStatus();
+  std::string sizes;
+  for (size_t i = 0; i < released.size(); ++i) {
+    absl::StrAppend(&sizes, i == 0 ? "" : ", ", released[i]);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ".struct_size is ", struct_size, ", the size of no version of the struct (",
+      sizes, " bytes, the last this library's): set it to sizeof(", name,
+      ") (use the _INIT macro)"));
 }
 
 absl::Status CheckDim(int64_t dim, const char* name, int64_t min_dim) {
@@ -70,6 +89,38 @@ absl::Status CheckMaterialised(const TensorView& v, const char* name) {
   return absl::OkStatus();
 }
 
+namespace {
+// Whether some two indices of `v` (elements > 0) reach one element by CheckNoSelfOverlap's
+// sufficient test.
+bool MayRepeat(const TensorView& v) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1
+  for (size_t i = 0; i < v.shape.size(); ++i) {
+    if (v.shape[i] > 1) dims.emplace_back(v.strides[i] < 0 ? -v.strides[i] : v.strides[i], v.shape[i]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // largest offset reachable with the smaller dimensions
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return true;
+    reach += stride * (size - 1);  // bounded: ViewTensor checked the extent
+  }
+  return false;
+}
+}  // namespace
+
+absl::Status CheckDistinctEntries(const TensorView& v, const char* name) {
+  if (absl::Status s = CheckMaterialised(v, name); !s.ok()) return s;
+  if (v.numel() != 0 && MayRepeat(v)) {
+    std::string strides;
+    for (size_t i = 0; i < v.strides.size(); ++i) {
+      absl::StrAppend(&strides, i == 0 ? "" : ", ", v.strides[i]);
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " repeats entries (its strides [", strides, "] map distinct indices to one "
+        "element); pass it materialised (contiguous)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckBroadcastCopy(const TensorView& v, const char* name) {
   bool broadcast = false;
   int64_t entries = 1;  // saturates at kMaxBroadcastCopy + 1 (no overflow)
@@ -88,22 +139,10 @@ absl::Status CheckBroadcastCopy(const TensorView& v, const char* name) {
 }
 
 absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name) {
-  if (v.numel() == 0) return absl::OkStatus();
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size) with size > 1
-  for (size_t i = 0; i < v.shape.size(); ++i) {
-    if (v.shape[i] > 1) dims.emplace_back(v.strides[i] < 0 ? -v.strides[i] : v.strides[i], v.shape[i]);
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;  // largest offset reachable with the smaller dimensions
-  for (const auto& [stride, size] : dims) {
-    if (stride <= reach) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name, " has strides under which distinct indices share an element (e.g. a zero "
-                "stride); outputs must not overlap themselves"));
-    }
-    reach += stride * (size - 1);  // bounded: ViewTensor checked the extent
-  }
-  return absl::OkStatus();
+  if (v.numel() == 0 || !MayRepeat(v)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, " has strides under which distinct indices share an element (e.g. a zero "
+            "stride); outputs must not overlap themselves"));
 }
 
 absl::Span<const int64_t> ContiguousPositions(const TensorView& p, std::vector<int64_t>* storage) {

@@ -45,6 +45,14 @@ absl::Status CopyVersioned(const T& in, size_t min_size, const char* name, T* ou
   return absl::OkStatus();
 }
 
+// A versioned struct's struct_size that CopyVersioned accepted, checked against the sizes
+// the struct had at each release (`released`, ascending, the library's own last): a size
+// between two of them (a multiple of 8 ending after one field of a later version) is no
+// version's and would silently drop the fields past it, so it is InvalidArgument listing
+// the accepted sizes. Sizes above the library's stay CheckStructSize's VERSION_MISMATCH.
+absl::Status CheckReleasedSize(uint32_t struct_size, absl::Span<const size_t> released,
+                               const char* name);
+
 // What every gpe_*_create checks first, in this order: `out` non-null (then *out set to
 // NULL), `options` non-null, and options->struct_size by CheckStructSize against
 // [min_size, sizeof(Options)].
@@ -75,6 +83,12 @@ absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
 // (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
 // would exhaust memory or time. InvalidArgument naming it otherwise.
 absl::Status CheckMaterialised(const TensorView& v, const char* name);
+// CheckMaterialised, and no two indices of `v` on one element under any other strides
+// either (e.g. [B, P] with strides {1, 1}: B + P - 1 entries describing B x P). The test is
+// CheckNoSelfOverlap's sufficient one (sorted by |stride|, each clears the smaller ones'
+// extent); for inputs a call copies whose sizes a call with no query token leaves unbounded
+// (sinks, kv_lengths, block_table). InvalidArgument naming it otherwise.
+absl::Status CheckDistinctEntries(const TensorView& v, const char* name);
 
 // Entries a call may copy out of a broadcast input (a zero stride over more than one
 // entry) before refusing it: 2^24 (128 MiB of float64). Below it a broadcast input is a

@@ -236,9 +236,10 @@ seq::RopeTensor Describe(const TensorView& v, int32_t layout) {
   return t;
 }
 
+// shape_only: x == out is gpe_rope_table_create's `like`, whose data is never read.
 absl::StatusOr<RopeCall> ViewRopeCall(const gpe_rope* rope, const gpe_rope_tokens* tokens,
                                       const DLTensor* x, DLTensor* out, const char* x_name,
-                                      const char* out_name) {
+                                      const char* out_name, bool shape_only = false) {
   if (rope == nullptr) return absl::InvalidArgumentError("rope is NULL");
   if (tokens == nullptr) return absl::InvalidArgumentError("tokens is NULL");
   // The caller's struct (0.3.0's, before cuda_stream, included); cuda_stream is read by
@@ -285,7 +286,19 @@ absl::StatusOr<RopeCall> ViewRopeCall(const gpe_rope* rope, const gpe_rope_token
     return absl::InvalidArgumentError(absl::StrCat(
         x_name, " and ", out_name, " need a contiguous head_dim axis (stride 1)"));
   }
-  if (absl::Status s = CheckNoSelfOverlap(c.out, out_name); !s.ok()) return s;
+  if (shape_only) {
+    // gpe_rope_table_create's `like`, an input whose data is never read: it describes the
+    // tensors the table will rotate, which, outputs of those calls, must not overlap
+    // themselves (and a broadcast `like` would describe tokens no memory backs).
+    if (absl::Status s = CheckNoSelfOverlap(c.out, out_name); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          x_name, " has strides under which distinct indices share an element (e.g. a zero "
+          "stride); ", x_name, " is not read, but it describes the tensors the table will "
+          "rotate, which may not repeat elements: pass a tensor of their shape and strides"));
+    }
+  } else if (absl::Status s = CheckNoSelfOverlap(c.out, out_name); !s.ok()) {
+    return s;
+  }
   if (!gpe::c_api::SameLayout(c.x, c.out) && gpe::c_api::Overlaps(c.x, c.out)) {
     return absl::InvalidArgumentError(absl::StrCat(
         out_name, " overlaps ", x_name, " without being it: pass the same tensor for in "
@@ -457,6 +470,9 @@ absl::Status RunCuda(const gpe_rope* rope, const gpe_rope_tokens* tokens, const 
   }
   if (rope->impl.options().xpos.enabled) {
     return absl::UnimplementedError("xPos is not available for tensors on a CUDA device yet");
+  }
+  if (absl::Status s = gpe::c_api::CheckAttentionFactorFits(rope->impl, x->dtype); !s.ok()) {
+    return s;
   }
   gpe::c_api::HostIndex keep[3];
   const DLTensor** slots[] = {&tk.position_ids, &tk.offsets, &tk.cu_seqlens};
@@ -671,7 +687,8 @@ gpe_status gpe_rope_table_create(const gpe_rope* rope, const gpe_rope_tokens* to
     *out = nullptr;
     // `like` only describes the shape: viewed as input and output of an in-place call.
     absl::StatusOr<RopeCall> c =
-        ViewRopeCall(rope, tokens, like, const_cast<DLTensor*>(like), "like", "like");
+        ViewRopeCall(rope, tokens, like, const_cast<DLTensor*>(like), "like", "like",
+                     /*shape_only=*/true);
     if (!c.ok()) return c.status();
     // An empty `like` has no token to tabulate (and up to 2^40 empty sequences to walk).
     if (c->x.numel() == 0) {

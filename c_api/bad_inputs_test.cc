@@ -47,6 +47,14 @@ DLTensor MakeTensor(std::deque<std::vector<int64_t>>* shapes, void* data, DLData
 // Valid inputs for the 0.3.0 entry points (RoPE, biases, attention), a member of Fixture.
 struct Fixture03 {
   std::deque<std::vector<int64_t>> shapes;
+  // q and o [4 tokens, 2 heads, 8], k and v [4, 1, 8]: the packed (thd) layout.
+  void UsePackedLayout() {
+    shapes.push_back({4, 2, 8});
+    shapes.push_back({4, 1, 8});
+    q.ndim = o.ndim = k.ndim = v.ndim = 3;
+    q.shape = o.shape = shapes[shapes.size() - 2].data();
+    k.shape = v.shape = shapes.back().data();
+  }
   DLTensor Make(void* data, DLDataTypeCode code, int bits, std::vector<int64_t> shape) {
     return MakeTensor(&shapes, data, code, bits, std::move(shape));
   }
@@ -620,11 +628,7 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
     return f.v3.Forward();
   });
   add("attention_cu_seqlens_decreasing", e, [](Fixture& f) {
-    f.v3.shapes.push_back({4, 2, 8});
-    f.v3.shapes.push_back({4, 1, 8});
-    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
-    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
-    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.UsePackedLayout();
     f.v3.att.cu_seqlens_q = &f.v3.bad_cu_t;
     f.v3.att.cu_seqlens_k = &f.v3.cu_t;
     return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
@@ -2058,11 +2062,7 @@ void RopePoolAndAttentionOptionCases(const AddCase& add) {
   // Packed layout: an out-of-order cu_seqlens_q is named as such, not as a mask extent.
   add("attention_packed_mask_cu_seqlens_decreasing", e, [](Fixture& f) {
     static const int64_t cu_q[3] = {0, std::numeric_limits<int64_t>::max(), 4};
-    f.v3.shapes.push_back({4, 2, 8});
-    f.v3.shapes.push_back({4, 1, 8});
-    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
-    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
-    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.UsePackedLayout();
     f.v3.bad_cu_t.data = const_cast<int64_t*>(cu_q);
     f.v3.att.cu_seqlens_q = &f.v3.bad_cu_t;
     f.v3.att.cu_seqlens_k = &f.v3.cu_t;
@@ -2072,11 +2072,7 @@ void RopePoolAndAttentionOptionCases(const AddCase& add) {
     return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
   });
   add("attention_kv_lengths_with_cu_seqlens", e, [](Fixture& f) {
-    f.v3.shapes.push_back({4, 2, 8});
-    f.v3.shapes.push_back({4, 1, 8});
-    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
-    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
-    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.UsePackedLayout();
     f.v3.att.cu_seqlens_q = f.v3.att.cu_seqlens_k = &f.v3.cu_t;
     std::vector<int64_t> l = {2, 2};
     DLTensor t = f.v3.Make(l.data(), kDLInt, 64, {2});
@@ -2084,11 +2080,7 @@ void RopePoolAndAttentionOptionCases(const AddCase& add) {
     return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
   });
   add("attention_block_table_with_cu_seqlens", e, [](Fixture& f) {
-    f.v3.shapes.push_back({4, 2, 8});
-    f.v3.shapes.push_back({4, 1, 8});
-    f.v3.q.ndim = f.v3.o.ndim = f.v3.k.ndim = f.v3.v.ndim = 3;
-    f.v3.q.shape = f.v3.o.shape = f.v3.shapes[f.v3.shapes.size() - 2].data();
-    f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
+    f.v3.UsePackedLayout();
     f.v3.att.cu_seqlens_q = f.v3.att.cu_seqlens_k = &f.v3.cu_t;
     std::vector<int64_t> b = {0, 0};
     DLTensor t = f.v3.Make(b.data(), kDLInt, 64, {2, 1});

@@ -423,6 +423,31 @@ void PagedCase(int q_bits, int kv_code, int kv_bits, const std::vector<KV>& k,
   }
 }
 
+// A small broadcast kv_lengths (one int64 under stride 0 for the batch) is copied and
+// used as the explicit list, bit for bit (0.9.0 took any strides; only views describing
+// more than 2^24 entries are refused, bad_inputs_test).
+TEST(AttentionKvLengthsC, SmallBroadcastEqualsTheExplicitList) {
+  const auto q = Draw<float>(kB * kSq * kHq * kD, 31), k = Draw<float>(kB * kSk * kHk * kD, 32),
+             v = Draw<float>(kB * kSk * kHk * kD, 33);
+  const std::vector<int64_t> one = {9}, both = {9, 9};
+  std::vector<int64_t> qs = {kB, kSq, kHq, kD}, ks = {kB, kSk, kHk, kD}, ls = {kB}, zero = {0};
+  std::vector<float> o1(q.size()), o2(q.size());
+  DLTensor q1 = Tensor(q.data(), kDLFloat, 32, &qs), k1 = Tensor(k.data(), kDLFloat, 32, &ks),
+           v1 = Tensor(v.data(), kDLFloat, 32, &ks), to1 = Tensor(o1.data(), kDLFloat, 32, &qs),
+           to2 = Tensor(o2.data(), kDLFloat, 32, &qs);
+  DLTensor broadcast = Tensor(const_cast<int64_t*>(one.data()), kDLInt, 64, &ls);
+  broadcast.strides = zero.data();
+  DLTensor explicit_list = Tensor(const_cast<int64_t*>(both.data()), kDLInt, 64, &ls);
+  gpe_attention_options a = GPE_ATTENTION_OPTIONS_INIT, b = a;
+  a.kv_lengths = &broadcast;
+  b.kv_lengths = &explicit_list;
+  ASSERT_EQ(gpe_attention_forward(&a, &q1, &k1, &v1, &to1, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  ASSERT_EQ(gpe_attention_forward(&b, &q1, &k1, &v1, &to2, nullptr), GPE_OK)
+      << gpe_last_error_message();
+  EXPECT_EQ(o1, o2);
+}
+
 TEST(AttentionPagedC, MatchesContiguousFloat64AndFloat32) {
   const auto k = Draw<double>(kB * kSk * kHk * kD, 32), v = Draw<double>(k.size(), 33);
   PagedCase<double>(64, kDLFloat, 64, k, v, NAN);
@@ -459,6 +484,14 @@ TEST(AttentionMaskC, OlderStructSizeIgnoresNewFields) {
   old.kv_lengths = garbage;
   old.block_table = garbage;
   ExpectOut(Call<float>(old, q, k, v, w), Call<float>(plain, q, k, v, w), 0.0);
+  // 0.9.0's first build ended at sinks (attn_mask was appended within that version), and
+  // bindings of it passed that size: accepted, the fields past it ignored.
+  gpe_attention_options first = plain;
+  first.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, attn_mask));
+  first.attn_mask = garbage;
+  first.kv_lengths = garbage;
+  first.block_table = garbage;
+  ExpectOut(Call<float>(first, q, k, v, w), Call<float>(plain, q, k, v, w), 0.0);
 }
 
 }  // namespace

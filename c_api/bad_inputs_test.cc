@@ -2104,16 +2104,17 @@ void RopePoolAndAttentionOptionCases(const AddCase& add) {
     f.v3.att.block_table = &t;
     return f.v3.Forward();
   });
-  // Broadcast or self-overlapping index tensors with q empty: 2^24 heads or sequences
-  // (sinks, kv_lengths: 8 bytes for 64 MiB and 128 MiB copies) and a [2^12, 2^12] block
-  // table over 8191 entries (strides {1, 1}: a 128 MiB copy); refused before the copies.
+  // Broadcast or self-overlapping index tensors with q empty, past the 2^24 entries such
+  // views may describe (smaller ones are copied): 2^24 + 1 heads or sequences (sinks,
+  // kv_lengths: a few bytes for 64 and 128 MiB copies) and a [2^12 + 1, 2^12 + 1] block
+  // table over 8193 entries (strides {1, 1}: a 128 MiB copy); refused before the copies.
   add("attention_sinks_broadcast", e, [](Fixture& f) {
     static const float zero = 0.0f;
-    f.v3.shapes.push_back({1, 0, int64_t{1} << 24, 8});
+    f.v3.shapes.push_back({1, 0, (int64_t{1} << 24) + 1, 8});
     f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
     f.v3.shapes.push_back({1, 0, 1, 8});
     f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
-    DLTensor t = f.v3.Make(const_cast<float*>(&zero), kDLFloat, 32, {int64_t{1} << 24});
+    DLTensor t = f.v3.Make(const_cast<float*>(&zero), kDLFloat, 32, {(int64_t{1} << 24) + 1});
     f.v3.shapes.push_back({0});
     t.strides = f.v3.shapes.back().data();
     f.v3.att.sinks = &t;
@@ -2121,18 +2122,18 @@ void RopePoolAndAttentionOptionCases(const AddCase& add) {
   });
   add("attention_kv_lengths_broadcast", e, [](Fixture& f) {
     static const int64_t zero = 0;
-    f.v3.shapes.push_back({int64_t{1} << 24, 0, 2, 8});
+    f.v3.shapes.push_back({(int64_t{1} << 24) + 1, 0, 2, 8});
     f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
-    f.v3.shapes.push_back({int64_t{1} << 24, 0, 1, 8});
+    f.v3.shapes.push_back({(int64_t{1} << 24) + 1, 0, 1, 8});
     f.v3.k.shape = f.v3.v.shape = f.v3.shapes.back().data();
-    DLTensor t = f.v3.Make(const_cast<int64_t*>(&zero), kDLInt, 64, {int64_t{1} << 24});
+    DLTensor t = f.v3.Make(const_cast<int64_t*>(&zero), kDLInt, 64, {(int64_t{1} << 24) + 1});
     f.v3.shapes.push_back({0});
     t.strides = f.v3.shapes.back().data();
     f.v3.att.kv_lengths = &t;
     return gpe_attention_forward(&f.v3.att, &f.v3.q, &f.v3.k, &f.v3.v, &f.v3.o, nullptr);
   });
   add("attention_block_table_overlapping_strides", e, [](Fixture& f) {
-    constexpr int64_t kN = int64_t{1} << 12;
+    constexpr int64_t kN = (int64_t{1} << 12) + 1;
     f.v3.shapes.push_back({kN, 0, 2, 8});
     f.v3.q.shape = f.v3.o.shape = f.v3.shapes.back().data();
     f.v3.shapes.push_back({4, 1, 1, 8});  // 4 pages of one token
@@ -3025,10 +3026,10 @@ TEST(BadInputs, MessagesNameTheFieldAtFault) {
       // `like` (never read) was called an output.
       {"rope_table_like_zero_stride", "like is not read", "outputs must not overlap"},
       {"attention_softcap_above_bound", "a larger cap is no cap", nullptr},
-      {"attention_struct_size_between_versions", "104, 208, 280, 288", nullptr},
+      {"attention_struct_size_between_versions", "104, 208, 256, 280, 288", nullptr},
       {"attention_params_struct_size_between_versions", "64, 72, 96", nullptr},
-      {"attention_sinks_broadcast", "sinks repeats entries", nullptr},
-      {"attention_block_table_overlapping_strides", "block_table repeats entries", nullptr},
+      {"attention_sinks_broadcast", "sinks has more than 2^24 entries", nullptr},
+      {"attention_block_table_overlapping_strides", "block_table has more than 2^24 entries", nullptr},
       {"rope_forward_attention_factor_overflows", "attention factor", nullptr},
   };
   for (const auto& c : checks) {

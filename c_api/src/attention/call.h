@@ -37,11 +37,14 @@ namespace seq = ::gpe::encodings::sequence;
 // and block_table, 0.10.0's cuda_stream).
 inline constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 // The struct's size at each release (CHANGELOG.md): 0.3.0 (to cu_seqlens_k), 0.4.0 to
-// 0.8.0 (to shaw_value_table), 0.9.0 (to block_table), 0.10.0 (cuda_stream, this
-// library's). Any other size up to the last is refused (CheckReleasedSize).
+// 0.8.0 (to shaw_value_table), 0.9.0 (to block_table; its first build ended at sinks,
+// before attn_mask was appended within the same version, and bindings of it passed that
+// size), 0.10.0 (cuda_stream, this library's). Any other size up to the last is refused
+// (CheckReleasedSize).
 inline constexpr size_t kAttentionOptionsReleasedSizes[] = {
     kAttentionOptionsV1Size, offsetof(gpe_attention_options, rope),
-    offsetof(gpe_attention_options, cuda_stream), sizeof(gpe_attention_options)};
+    offsetof(gpe_attention_options, attn_mask), offsetof(gpe_attention_options, cuda_stream),
+    sizeof(gpe_attention_options)};
 
 // The caller's options (a released version's struct, later fields zero / NULL) into *out:
 // CopyVersioned, then CheckReleasedSize.

@@ -108,15 +108,20 @@ bool MayRepeat(const TensorView& v) {
 }  // namespace
 
 absl::Status CheckDistinctEntries(const TensorView& v, const char* name) {
-  if (absl::Status s = CheckMaterialised(v, name); !s.ok()) return s;
-  if (v.numel() != 0 && MayRepeat(v)) {
+  int64_t entries = 1;  // saturates at kMaxBroadcastCopy + 1 (no overflow)
+  for (int64_t n : v.shape) {
+    if (n == 0) return absl::OkStatus();
+    entries = entries > kMaxBroadcastCopy / n ? kMaxBroadcastCopy + 1 : entries * n;
+  }
+  if (entries > kMaxBroadcastCopy && MayRepeat(v)) {
     std::string strides;
     for (size_t i = 0; i < v.strides.size(); ++i) {
       absl::StrAppend(&strides, i == 0 ? "" : ", ", v.strides[i]);
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        name, " repeats entries (its strides [", strides, "] map distinct indices to one "
-        "element); pass it materialised (contiguous)"));
+        name, " has more than 2^24 entries under strides [", strides, "] that may map "
+        "distinct indices to one element (a broadcast or overlapping view), which this "
+        "call would copy; pass it materialised (contiguous)"));
   }
   return absl::OkStatus();
 }

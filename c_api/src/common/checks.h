@@ -83,11 +83,13 @@ absl::Status CheckNoSelfOverlap(const TensorView& v, const char* name);
 // (a broadcast view) would let a few bytes describe 2^39 entries, whose copy and walk
 // would exhaust memory or time. InvalidArgument naming it otherwise.
 absl::Status CheckMaterialised(const TensorView& v, const char* name);
-// CheckMaterialised, and no two indices of `v` on one element under any other strides
-// either (e.g. [B, P] with strides {1, 1}: B + P - 1 entries describing B x P). The test is
-// CheckNoSelfOverlap's sufficient one (sorted by |stride|, each clears the smaller ones'
-// extent); for inputs a call copies whose sizes a call with no query token leaves unbounded
-// (sinks, kv_lengths, block_table). InvalidArgument naming it otherwise.
+// For inputs a call copies whose sizes a call with no query token leaves unbounded
+// (sinks, kv_lengths, block_table): a view that may map two indices to one element (a
+// zero stride, or e.g. [B, P] with strides {1, 1}: B + P - 1 elements describing B x P;
+// CheckNoSelfOverlap's sufficient test, sorted by |stride|, each clearing the smaller
+// ones' extent) is copied up to kMaxBroadcastCopy entries, as CheckBroadcastCopy allows
+// broadcasts (0.9.0 copied such small views), and refused above: InvalidArgument naming
+// it.
 absl::Status CheckDistinctEntries(const TensorView& v, const char* name);
 
 // Entries a call may copy out of a broadcast input (a zero stride over more than one

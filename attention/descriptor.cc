@@ -190,17 +190,22 @@ absl::Status CheckRows(const char* who, int64_t first, int64_t count, int64_t n)
 // double table for the requested tokens from their ids (exact oracle arithmetic).
 class PreparedRope final : public PreparedRowTransform {
  public:
+  // `table` holds the float table, or why it could not be built (an attention factor or
+  // xPos scale past float32's range): float rows then fail with that status, while
+  // double rows, rotated in double without the table, run.
   PreparedRope(const RopeRowTransform& tr, const encodings::sequence::Rope& rope,
-               encodings::sequence::RopeTable<float> table, std::vector<int64_t> ids,
-               int64_t num_axes)
+               absl::StatusOr<encodings::sequence::RopeTable<float>> table,
+               std::vector<int64_t> ids, int64_t num_axes)
       : tr_(tr), rope_(rope), table_(std::move(table)), ids_(std::move(ids)), axes_(num_axes) {}
   absl::Status Forward(int64_t first, int64_t count, float* rows,
                        int64_t stride) const override {
-    return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/false);
+    if (!table_.ok()) return table_.status();
+    return rope_.ApplyRows(*table_, first, count, rows, stride, /*inverse=*/false);
   }
   absl::Status Backward(int64_t first, int64_t count, float* rows,
                         int64_t stride) const override {
-    return rope_.ApplyRows(table_, first, count, rows, stride, /*inverse=*/true);
+    if (!table_.ok()) return table_.status();
+    return rope_.ApplyRows(*table_, first, count, rows, stride, /*inverse=*/true);
   }
   absl::Status Forward(int64_t first, int64_t count, double* rows,
                        int64_t stride) const override {
@@ -225,7 +230,7 @@ class PreparedRope final : public PreparedRowTransform {
   }
   const RopeRowTransform& tr_;
   const encodings::sequence::Rope& rope_;
-  encodings::sequence::RopeTable<float> table_;
+  absl::StatusOr<encodings::sequence::RopeTable<float>> table_;
   std::vector<int64_t> ids_;  // axis-major, [num_axes][tokens]
   int64_t axes_;
 };
@@ -567,12 +572,21 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> RopeRowTransform::PrepareS
   const int64_t d = rope_.options().head_dim;
   RopePositions p;
   p.ids = ids;
+  const int threads = std::max(rope_.options().num_threads, PrepareThreads());
   absl::StatusOr<encodings::sequence::RopeTable<float>> table =
-      rope_.MakeTable<float>(RowsAsRopeTensor(m, d, d, cu), p, role_,
-                             std::max(rope_.options().num_threads, PrepareThreads()));
-  if (!table.ok()) return table.status();
+      rope_.MakeTable<float>(RowsAsRopeTensor(m, d, d, cu), p, role_, threads);
+  if (!table.ok()) {
+    // The call's element type is not known here, and a float64 call rotates in double
+    // and never reads the float table: an attention factor (or xPos scale) that fits a
+    // double table but not a float one is refused by float rows only (Forward / Backward
+    // return the status), as gpe_rope_forward refuses it for float32 tensors only. Any
+    // other error is the double table's too and is returned now.
+    absl::StatusOr<encodings::sequence::RopeTable<double>> wide =
+        rope_.MakeTable<double>(RowsAsRopeTensor(m, d, d, cu), p, role_, threads);
+    if (!wide.ok()) return wide.status();
+  }
   return std::unique_ptr<PreparedRowTransform>(
-      new PreparedRope(*this, rope_, *std::move(table), std::move(ids), axes));
+      new PreparedRope(*this, rope_, std::move(table), std::move(ids), axes));
 }
 
 template <class T>

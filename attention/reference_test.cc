@@ -605,6 +605,48 @@ TEST(ReferenceForward, RopeRelativityUnderPositionShift) {
   }
 }
 
+// An attention factor past float32's range (YaRN's m = 1e39) fits a float64 call, which
+// rotates in double: q and k carry m, so q / m and k / m give the scores of q and k under
+// m = 1.
+TEST(ReferenceForward, Float64TakesAnAttentionFactorPastFloat32) {
+  std::mt19937_64 rng(61);
+  const int64_t l = 5, hq = 2, d = 8;
+  const double m = 1e39;
+  Rope one = MakeRope(d, 8);
+  auto freqs = DefaultRopeFrequencies(8, 100.0);
+  ASSERT_TRUE(freqs.ok());
+  freqs->attention_factor = m;
+  RopeOptions opt = one.options();
+  auto big = Rope::Create(opt, *freqs);
+  ASSERT_TRUE(big.ok()) << big.status();
+  RopeRowTransform t1(one), tm(*big);
+  std::vector<double> q = RandomUniform(l * hq * d, &rng), k = RandomUniform(l * hq * d, &rng),
+                      v = RandomUniform(l * hq * d, &rng);
+  std::vector<double> qs(q), ks(k);
+  for (double& x : qs) x /= m;
+  for (double& x : ks) x /= m;
+  std::vector<int64_t> p(l);
+  for (int64_t t = 0; t < l; ++t) p[t] = 7 * t;
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.q_positions = a.k_positions = p;
+  a.q_transform = a.k_transform = &t1;
+  std::vector<double> want(l * hq * d), got(l * hq * d);
+  ASSERT_TRUE(ReferenceForward<double>(a, q.data(), k.data(), v.data(), want.data()).ok());
+  a.q_transform = a.k_transform = &tm;
+  absl::Status s = ReferenceForward<double>(a, qs.data(), ks.data(), v.data(), got.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_LT(MaxAbsDiff(got, want), 1e-13);
+  // Prepared for these positions, the transform rotates double rows and refuses float
+  // rows (their table's entries would be infinite).
+  auto prepared = tm.Prepare(p);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  std::vector<double> row(qs.begin(), qs.begin() + d);
+  EXPECT_TRUE((*prepared)->Forward(0, 1, row.data(), d).ok());
+  std::vector<float> rowf(d, 1.0f);
+  EXPECT_EQ((*prepared)->Forward(0, 1, rowf.data(), d).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // GRAPE-M: commuting planes from RoPE give the same attention as RoPE; a non-commuting
 // product matches the direct oracle with its explicit matrices G(n).
 TEST(ReferenceForward, GrapeMTransforms) {

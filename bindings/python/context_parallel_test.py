@@ -465,13 +465,16 @@ def _check_feature_refusals(rank):
                      (dict(window_size=(1.5, 0)), "window_size"),
                      (dict(sinks=torch.zeros(3)), "sinks"),
                      (dict(sinks=torch.tensor([0.0, float("nan"), 0.0, 0.0])), "sinks"),
+                     (dict(sinks=torch.tensor([0.0, 1e39, 0.0, 0.0], dtype=torch.float64)),
+                      "sinks[1] is 1e+39, beyond float32's range"),
                      (dict(cu_seqlens=[1, 4, 8]), "cu_seqlens"),
                      (dict(cu_seqlens=[0, 5, 3]), "cu_seqlens"),
                      (dict(cu_seqlens=[0, 2]), "cu_seqlens"),  # rank 1's tokens 2, 3
                      (dict(rope=gpe.Rope(8), rope_dim=8), "one positional rotation"),
                      (dict(rope=gpe.Rope(4)), "head_dim"),
                      (dict(softcap=0.0), "softcap"),
-                     (dict(softcap=float("nan")), "softcap")):
+                     (dict(softcap=float("nan")), "softcap"),
+                     (dict(softcap=2e30), "at most 1e30")):
         if rank == 0 and "cu_seqlens" in bad and bad["cu_seqlens"] == [0, 2]:
             bad = dict(cu_seqlens=[0, 1])  # rank 0 holds tokens 0, 1: index 1 is outside
         try:

@@ -8,6 +8,7 @@ skipped with a message (the import-without-torch check still runs).
 
 import math
 import os
+import re
 import subprocess
 import sys
 import unittest
@@ -993,6 +994,21 @@ class TorchInferenceOptionsTest(unittest.TestCase):
                                  window_size=(window - 1, 0) if window else None)
                 want = gpt_oss_sink_attention(q, k, v, sinks, window)
                 self.check(o, want, (q, k, v, sinks), self.O_TOL, self.G_TOL)
+
+    def test_sinks_past_float32_are_refused(self):
+        # Sinks are float32 logits: a finite float64 logit past float32's range would round
+        # to +inf (its head's rows NaN) or -inf (its sink dropped); refused naming its index,
+        # while +-inf given as such keeps its meaning (-inf: no sink).
+        q, k, v = self.qkv()
+        for bad, where in (([0.0, 1e39, 0.0, 0.0], "sinks[1]"),
+                           ([0.0, 0.0, -1e39, 0.0], "sinks[2]")):
+            with self.subTest(sinks=bad):
+                with self.assertRaisesRegex(ValueError, r"%s.*float32's range" % re.escape(where)):
+                    gt.attention(q, k, v, causal=True,
+                                 sinks=torch.tensor(bad, dtype=torch.float64))
+        z = torch.tensor([0.0, float("-inf"), 0.0, 0.0], dtype=torch.float64)
+        o = gt.attention(q, k, v, causal=True, sinks=z)
+        self.assertTrue(bool(torch.isfinite(o).all()))
 
     def test_window_softcap_sinks_together_float64(self):
         # All three at once in float64 (the exact reference). torch.autograd.gradcheck in q,

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -29,6 +32,18 @@ namespace {
 using absl::InvalidArgumentError;
 using absl::StrCat;
 using rope_internal::CheckPositive;
+
+// x with the fewest significant digits that read back as x: an attention factor just past
+// a range is then told apart from the range's bound (65504.0001, not 65504).
+std::string Exact(double x) {
+  char buf[32];
+  for (int digits = 6; digits < 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) return buf;
+  }
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
 
 }  // namespace
 
@@ -310,13 +325,15 @@ absl::StatusOr<RopeTable<T>> Rope::MakeTable(const RopeTensor& tensor,
   // every entry: past T's range (a float table and m = 1e39) the table would hold inf
   // and give inf and NaN outputs where a double table gives finite ones. With xPos, the
   // rows whose scale shrinks stay below m, those whose scale grows are checked below.
+  // Compared exactly (entries |m cos|, |m sin| <= m fit while m is at most T's largest
+  // value), not through logs, which would refuse m within rounding of the bound.
   if (planes > 0) {
-    if (!(std::log(m) < log_max)) {
+    if (m > static_cast<double>(std::numeric_limits<T>::max())) {
       return InvalidArgumentError(StrCat(
-          "Rope::MakeTable: the attention factor ", m, " is beyond the ",
-          sizeof(T) == 4 ? "float32" : "float64", " table's range (",
-          static_cast<double>(std::numeric_limits<T>::max()),
-          "): the table's entries m cos and m sin would be infinite; give a smaller "
+          "Rope::MakeTable: the attention factor ", Exact(m), " exceeds the ",
+          sizeof(T) == 4 ? "float32" : "float64", " table's largest value ",
+          Exact(static_cast<double>(std::numeric_limits<T>::max())),
+          ": the table's entries m cos and m sin would be infinite; give a smaller "
           "attention_factor (or mscale)"));
     }
     table.max_log_scale_ = std::log(m);
@@ -602,15 +619,18 @@ absl::Status Rope::CheckApply(const RopeTableFor<T>& table, const RopeTensor& te
   // the table's (MakeTable).
   if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
     constexpr bool kF16 = std::is_same_v<T, Float16>;
-    const double log_max = kF16 ? std::log(65504.0) : std::log(0x1.fep127);
-    if (!(table.max_log_scale_ < log_max)) {
-      if (!options_.xpos.enabled) {
-        return InvalidArgumentError(StrCat(
-            who, ": the attention factor of this table is ", freqs_.attention_factor,
-            ", beyond ", kF16 ? "float16" : "bfloat16", "'s range (", kF16 ? "65504" : "3.39e38",
-            "): the rotated tensor's entries would be infinite; give a smaller "
-            "attention_factor (or mscale)"));
-      }
+    const double largest = kF16 ? 65504.0 : 0x1.fep127;
+    const double log_max = std::log(largest);
+    const bool planes = table.max_log_scale_ != -std::numeric_limits<double>::infinity();
+    // Refused only past the largest value: m = 65504 gives float16 entries up to 65504.
+    if (planes && freqs_.attention_factor > largest) {
+      return InvalidArgumentError(StrCat(
+          who, ": the attention factor of this table is ", Exact(freqs_.attention_factor),
+          ", above ", kF16 ? "float16" : "bfloat16", "'s largest value ", Exact(largest),
+          ": the rotated tensor's entries would be infinite; give a smaller "
+          "attention_factor (or mscale)"));
+    }
+    if (options_.xpos.enabled && table.max_log_scale_ > log_max) {
       return InvalidArgumentError(StrCat(
           who, ": an xPos scale of this table (times the attention factor) is e^",
           table.max_log_scale_, ", beyond ", kF16 ? "float16" : "bfloat16", "'s range (e^",

@@ -869,6 +869,46 @@ TEST(RopeAttentionFactor, FactorsBeyondTheTensorTypeAreRefusedAtTheCall) {
   }
 }
 
+// Each type's largest value is itself a valid attention factor (its entries are at most
+// m, finite); only m above it is refused, compared exactly: float16 tensors take
+// m = 65504, float32 tables FLT_MAX and float64 tables DBL_MAX, and the next double up is
+// refused, with a message telling m from the bound.
+TEST(RopeAttentionFactor, TheLargestValueOfEachTypeIsAccepted) {
+  const int64_t d = 8;
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 2, 1, d);
+  const std::vector<int64_t> ids = {0, 1};
+  auto make = [&](double m) {
+    RopeFrequencies f = *DefaultRopeFrequencies(d);
+    f.attention_factor = m;
+    return *Rope::Create(o, f);
+  };
+  const double inf = std::numeric_limits<double>::infinity();
+  {
+    const Rope at = make(65504.0);
+    // Inputs of 0.5: |x cos - y sin| <= 0.5 m sqrt(2) stays finite.
+    std::vector<Float16> h(2 * d, ToFloat16(0.5f));
+    ASSERT_TRUE(at.Forward<Float16>(t, {ids, {}}, h.data(), h.data()).ok());
+    for (const Float16& v : h) EXPECT_TRUE(std::isfinite(ToFloat(v)));
+    EXPECT_EQ(ToFloat(h[0]), 32752.0f);  // token 0: 0.5 m cos 0
+    const Rope past = make(std::nextafter(65504.0, inf));
+    std::vector<Float16> g(2 * d, ToFloat16(1.0f));
+    const absl::Status s = past.Forward<Float16>(t, {ids, {}}, g.data(), g.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("65504.00000000001"), std::string::npos) << s;
+  }
+  const double fmax = static_cast<double>(std::numeric_limits<float>::max());
+  EXPECT_TRUE(make(fmax).MakeTable<float>(t, {ids, {}}).ok());
+  EXPECT_EQ(make(std::nextafter(fmax, inf)).MakeTable<float>(t, {ids, {}}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const double dmax = std::numeric_limits<double>::max();
+  absl::StatusOr<RopeTable<double>> top = make(dmax).MakeTable<double>(t, {ids, {}});
+  EXPECT_TRUE(top.ok()) << top.status();
+  EXPECT_TRUE(make(std::nextafter(dmax, 0.0)).MakeTable<double>(t, {ids, {}}).ok());
+}
+
 // ---------------------------------------------------------------------------------
 // Axial and M-RoPE.
 // ---------------------------------------------------------------------------------

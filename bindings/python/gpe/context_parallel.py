@@ -76,8 +76,8 @@ Issue 25's options, on every method, forward and backward:
 - rope = a gpe.Rope handle (any schedule: Llama 3, YaRN with its attention factor,
   LongRoPE, linear, dynamic NTK, xPos, partial rotary; single-axis), in place of rope_dim:
   q rotated in the query role and k in the key role at their global positions.
-- softcap = c: Gemma 2's logit cap c tanh(s / c) on every score's q.k part, elementwise,
-  so every block caps its own scores and the merge is unchanged (float64 under "ring":
+- softcap = c: Gemma 2's logit cap c tanh(s / c) on every score's q.k part, elementwise
+  (0 < c <= 1e30: a larger cap is no cap, leave it unset), so every block caps its own scores and the merge is unchanged (float64 under "ring":
   forward only, see attention()).
 - window_size = (left, right): flash-attn's sliding window (-1: unbounded side; other
   negative values are refused), key j allowed for query i iff p_i - left <= p_j <= p_i +
@@ -206,6 +206,8 @@ def _sinks_arg(sinks, heads_q):
     z = sinks.detach()
     if bool(torch.isnan(z).any()) or bool((z == float("inf")).any()):
         raise ValueError("sinks must be finite (or -inf: no sink for that head)")
+    from gpe.torch import _sinks_float32
+    _sinks_float32(z)  # a finite logit past float32's range: ValueError naming its index
     return sinks
 
 
@@ -323,8 +325,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     the whole sequence. rope (a single-axis gpe.Rope, any schedule), window_size
     ((left, right), -1 unbounded), sinks ([heads_q], may require grad) and cu_seqlens
     (packed sequences; positions are then packed token indices): the module docstring.
-    softcap: Gemma 2's logit cap c tanh(s / c) on the q.k part of every score, elementwise,
-    so each shard's blocks cap their own scores (float64 inputs under method="ring" take it
+    softcap: Gemma 2's logit cap c tanh(s / c) on the q.k part of every score, elementwise
+    (finite, > 0 and at most 1e30: a larger cap is no cap, leave it unset; ValueError
+    otherwise), so each shard's blocks cap their own scores (float64 inputs under method="ring" take it
     without gradients only: that backward's phantom key would be capped too)."""
     from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
@@ -403,8 +406,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     sinks = _sinks_arg(sinks, q.shape[2])
     if softcap is not None:
         softcap = float(softcap)
-        if not (math.isfinite(softcap) and softcap > 0.0):
-            raise ValueError("softcap must be a finite number > 0, got %r" % softcap)
+        if not (math.isfinite(softcap) and 0.0 < softcap <= 1e30):
+            raise ValueError("softcap must be a finite number > 0 and at most 1e30 (a larger "
+                             "cap is no cap: leave it unset), got %r" % softcap)
     cu, order = None, None
     if cu_seqlens is not None:
         if fox_gate_logits is not None:

@@ -405,8 +405,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     if attn_mask is not None:  # 4-D float32 or uint8 (attention() prepared it)
         o.attn_mask = _dltensor(attn_mask, "attn_mask", keep)
     if sinks is not None:
-        o.sinks = _dltensor(sinks.detach().to(device="cpu", dtype=torch.float32).contiguous(),
-                            "sinks", keep)
+        o.sinks = _dltensor(_sinks_float32(sinks), "sinks", keep)
     st["shaw_key_table"] = None if shaw_k is None else _doubles(shaw_k)
     st["shaw_value_table"] = None if shaw_v is None else _doubles(shaw_v)
     k2 = _Keep()
@@ -737,6 +736,23 @@ class _EagerAttention(torch.autograd.Function):
                             algebraic=algebraic, **dict(zip(_EXTRA_NAMES, ctx.extras)))
         return _grads_out(ctx, out[0], out[1], out[2],
                           out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
+
+
+def _sinks_float32(sinks):
+    """sinks as the contiguous float32 CPU tensor the library reads. As gpe.attention's
+    numpy path: a finite logit past float32's range is refused (ValueError naming its
+    index) rather than rounded to +-inf, which would make its head's rows NaN (+inf) or
+    drop its sink (-inf); NaN and +-inf given as such keep their documented meaning."""
+    given = sinks.detach().to(device="cpu")
+    out = given.to(torch.float32).contiguous()
+    if given.is_floating_point() and given.dtype != torch.float32:
+        overflowed = torch.isfinite(given) & ~torch.isfinite(out)
+        if bool(overflowed.any()):
+            i = [int(x) for x in torch.nonzero(overflowed)[0]]
+            raise ValueError("sinks%s is %r, beyond float32's range (sinks are float32 "
+                             "logits): give a value within +-3.4e38, or -inf for no sink"
+                             % (i, given[tuple(i)].item()))
+    return out
 
 
 def _check_cuda_call(q, k, v, attn_mask, sinks):

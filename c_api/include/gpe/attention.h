@@ -101,8 +101,10 @@ extern "C" {
  *    followed by attention without an encoding. The schedule's attention factor m
  *    (YaRN's 0.1 ln(factor) + 1 or mscale ratio, LongRoPE's) is in that rotation and so
  *    multiplies both q and k: the q.k part of the scores carries m^2, as in Hugging Face
- *    transformers, where cos and sin carry m. A single-axis handle reads the int64
- *    positions; a multi-axis one (num_axes > 1) reads q_axes / k_axes [tokens,
+ *    transformers, where cos and sin carry m; scores whose m^2 scaling overflows the
+ *    call's type give inf / NaN outputs, as that computation in PyTorch would (m itself
+ *    is checked against the type's range: gpe/rope.h). A single-axis handle reads the
+ *    int64 positions; a multi-axis one (num_axes > 1) reads q_axes / k_axes [tokens,
  *    num_axes]. The handle must outlive the call.
  *  - window = 1: sliding window (flash-attn's window_size, Mistral's W tokens with
  *    causal and window_left = W - 1): key j is allowed only if p_i - window_left <= p_j

@@ -30,7 +30,9 @@ extern "C" {
  * and the tables, attention with a gpe_rope) refuses m above float32's largest value
  * (e.g. attention_factor 1e39, or an mscale of 1e300), and a float16 (bfloat16) tensor m
  * above 65504 (3.39e38), with GPE_ERROR_INVALID_ARGUMENT, as it refuses xPos scales past
- * those ranges (float64 takes any finite m).
+ * those ranges (float64 takes any finite m; each type's largest value itself is accepted).
+ * In attention both q and k carry m, so the scores scale by m^2: a call whose scaled
+ * scores overflow its type gives inf / NaN outputs, as the same computation in PyTorch.
  */
 typedef struct gpe_rope gpe_rope;
 

@@ -141,11 +141,6 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
     }
   }
   if (absl::Status s = SupportedOnCuda(o); !s.ok()) return s;
-  if (o.rope != nullptr) {
-    if (absl::Status s = gpe::c_api::CheckAttentionFactorFits(o.rope->impl, q->dtype); !s.ok()) {
-      return s;
-    }
-  }
   const char* index_names[] = {"q_positions", "k_positions", "cu_seqlens_q", "cu_seqlens_k"};
   const DLTensor** index_slots[] = {&o.q_positions, &o.k_positions, &o.cu_seqlens_q,
                                     &o.cu_seqlens_k};
@@ -164,6 +159,13 @@ absl::Status PrepareCuda(const gpe_attention_options* options, absl::Span<const 
   if (c.dtype == DType::kFloat64) {
     return absl::UnimplementedError(
         "float64 tensors on a CUDA device: float64 runs the exact reference, on the CPU only");
+  }
+  // After the float64 refusal: a float64 q is refused for its dtype, not told of
+  // float32's range.
+  if (o.rope != nullptr) {
+    if (absl::Status s = gpe::c_api::CheckAttentionFactorFits(o.rope->impl, q->dtype); !s.ok()) {
+      return s;
+    }
   }
   const att::AttentionArgs& a = c.args;
   if (a.value_dim() != a.head_dim) {

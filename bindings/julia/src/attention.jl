@@ -165,7 +165,7 @@ shaw_key_table / shaw_value_table (head_dim × (2 shaw_max_distance + 1), head_d
 for the value table; column r for label r - k, shared by every head). Since 0.9.0: rope (a `Rope` applied inside the
 kernel, q in the query role and k in the key role, in place of rope_dim), window =
 (left, right) (flash-attn's sliding window, -1 unbounded on a side), softcap (Gemma 2's
-logit softcap, 0: none), sinks (gpt-oss's, one Float32 logit per query head), attn_mask
+logit softcap, 0: none, at most 1e30), sinks (gpt-oss's, one Float32 logit per query head), attn_mask
 (SDPA's: Float32 additive or UInt8 / Bool allowed, seq_k × seq_q × heads_q × batch with
 any dimension 1 to broadcast; packed: max_lk × max_lq × heads_q × sequences), kv_lengths
 (keys used per sequence, padded layout) and block_table (forward only: a paged cache,

@@ -42,7 +42,7 @@ What inference engines add (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS")
   is allowed for query i only if pos_i - left <= pos_j <= pos_i + right (with causal=True
   and left = W - 1: Mistral's window of W tokens);
 - softcap=c: Gemma 2's logit softcap, scores c tanh(x / c) of the scaled q.k part x (0 or
-  None: none), biases added after it;
+  None: none; at most 1e30, a larger cap being no cap), biases added after it;
 - sinks: gpt-oss's attention sinks, one logit per query head (float32 [heads_q]) in every
   row's softmax denominator, attending to nothing; attention_backward(...,
   sink_grad=True) also returns dL/dsinks.

@@ -54,7 +54,7 @@ Any RoPE schedule inside the kernel: rope=gpe.Rope(...) in place of rope_dim (q 
 query role, k in the key role: gpe.attention's docstring). Inference-engine options,
 under flash-attn's and SDPA's names (the layout stays [batch, seq, heads, head_dim],
 flash-attn's): window_size=(left, right) (sliding window, -1 unbounded), softcap
-(Gemma 2), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
+(Gemma 2; at most 1e30), alibi_slopes ([heads_q]: flash-attn's ALiBi, -slope |i - j| on the KV-cache
 positions; learnable when it requires grad), is_causal (SDPA's: top-left where seq_q !=
 seq_k, query i sees keys j <= i; causal over explicit q / k positions where given; refused
 where seq_q != seq_k with windows or positional encodings and default positions, where

@@ -144,7 +144,7 @@ pub struct AttentionOptions<'a> {
     pub rope: Option<&'a Rope>,
     /// Sliding window (left, right), -1 unbounded on that side.
     pub window: Option<(i64, i64)>,
-    /// Logit softcap c > 0; 0: none.
+    /// Logit softcap 0 < c <= 1e30 (a larger cap is no cap: leave it 0); 0: none.
     pub softcap: f64,
     /// One sink logit per query head, [heads_q].
     pub sinks: Option<&'a [f32]>,

@@ -140,8 +140,10 @@ extern "C" {
  *    tokens; the rest of k and v is not read (backward: dk, dv zero there). Default
  *    positions then put the queries at the last seq_q of those kv_lengths[b] keys.
  *  - block_table (paged KV cache, vLLM's and FlashInfer's; bshd, forward only): int64
- *    [batch, pages_per_sequence], any strides under which distinct entries are distinct
- *    elements (a zero stride or e.g. {1, 1} is refused); k and v are [num_pages, page_size, heads_kv, head_dim]
+ *    [batch, pages_per_sequence], any strides (copied: a view whose strides may map two
+ *    entries to one element, a zero stride or e.g. {1, 1}, is refused above 2^24 entries,
+ *    as are such views of sinks and kv_lengths); k and v are [num_pages, page_size,
+ *    heads_kv, head_dim]
  *    (any strides, head_dim contiguous), and sequence b's key token t is in page
  *    block_table[b][t / page_size] at slot t % page_size. seq_k = pages_per_sequence *
  *    page_size is each sequence's capacity (kv_lengths its use); page ids of pages a

@@ -472,7 +472,7 @@ class AttentionBench {
       });
     }
     // Where the CPU has usable AMX tiles, the opt-in forward on them (kAmxTiles) beside
-    // the same peer, its fraction against the same bf16 limit (no AMX peak is measured).
+    // the same peer, its fraction against the best bf16 limit (Bf16Limit: the AMX peak).
     if (att::CpuAmxUsable()) {
       att::CpuAttentionOptions amx = opt;
       amx.bf16_arithmetic = att::CpuAttentionOptions::Bf16Arithmetic::kAmxTiles;

@@ -129,6 +129,7 @@ absl::Status BenchInrClosedForm(bool quick, bool peers, int reps, int threads) {
   inr::SeparableFitOptions options;
   options.lambda = lambda;
   options.float32_image_products = true;
+  options.num_threads = threads;  // the peer's count (NumPy's BLAS threads)
   const std::vector<inr::RowMatrixXd> channels = {image};
   std::vector<inr::RowMatrixXd> w;
   absl::StatusOr<double> timed = BestSecondsOk(reps, [&]() -> absl::Status {

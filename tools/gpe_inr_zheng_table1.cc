@@ -486,17 +486,18 @@ std::string Gib(int64_t bytes) {
 int64_t ZhengMlpBytes(int64_t n, int64_t k, int64_t width, int64_t channels) {
   constexpr int64_t kFloat = sizeof(float), kLayers = 4;
   const int64_t half = n / 2, train_rows = half * half, pixels = n * n, inputs = 2 * k;
-  // TrainFullBatch: the embedding, the targets (and its copy, the gradient of the output
-  // and the prediction), the cached activations of every hidden layer and the backward
-  // pass's two gradient buffers; after the last step a forward pass of its own (another
-  // set of activations) while the step's cache is still alive.
+  // TrainFullBatch: the embedding and the forward cache's copy of it (MLP::Forward keeps
+  // its input), the targets (and its copy, the gradient of the output and the
+  // prediction), the cached activations of every hidden layer and the backward pass's two
+  // gradient buffers; after the last step a forward pass of its own (another set of
+  // activations) while the step's cache is still alive.
   const int64_t training =
-      kFloat * train_rows * (inputs + 4 * channels + (2 * kLayers + 2) * width);
-  // Predict on every pixel: its embedding and the activations of every hidden layer (a
-  // forward pass keeps them), beside the training embedding and targets; the
-  // reconstruction in double.
+      kFloat * train_rows * (2 * inputs + 4 * channels + (2 * kLayers + 2) * width);
+  // Predict on every pixel: its embedding and the forward's copy of it, the activations
+  // of every hidden layer (a forward pass keeps them), beside the training embedding and
+  // targets; the reconstruction in double.
   const int64_t prediction = kFloat * train_rows * (inputs + channels) +
-                             kFloat * pixels * (inputs + kLayers * width + channels) +
+                             kFloat * pixels * (2 * inputs + kLayers * width + channels) +
                              int64_t{8} * pixels * channels;
   return std::max(training, prediction);
 }

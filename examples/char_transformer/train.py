@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import pathlib
+import tempfile
 import sys
 import time
 
@@ -39,11 +40,23 @@ def _fail(message):
 
 
 def _write_atomic(path, data):
-    """Writes data (bytes) to path through a temporary file in the same directory, so that
-    a failed write leaves an old file whole."""
-    tmp = pathlib.Path(str(path) + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """Writes data (bytes or str) to path through a temporary file of its own in the same
+    directory, flushed to disk and renamed over path: a failed write leaves an old file
+    whole and no temporary behind."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
+                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def rope(x, base=10000.0):

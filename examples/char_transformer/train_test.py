@@ -100,25 +100,22 @@ class CharTransformerTest(unittest.TestCase):
         self.assertGreater(r["gpe"]["ms_per_step"], 0.0)
 
     def test_failed_write_leaves_old_results_whole(self):
-        # A write that fails halfway (a full disk, simulated: half the bytes, then
-        # OSError) leaves the previous losses.json as it was: the new one is written
-        # beside it and renamed only when complete.
-        def half_then_fail(path, data, *args, **kwargs):
-            with open(path, "wb" if isinstance(data, bytes) else "w") as f:
-                f.write(data[:len(data) // 2])
-            raise OSError(28, "No space left on device")
-
+        # A write that fails before it is on disk (a full disk, simulated: the flush to
+        # disk raises OSError) leaves the previous losses.json as it was and no temporary
+        # file: the new one is written beside it, renamed only when complete, and removed
+        # when not.
         with tempfile.TemporaryDirectory() as out:
             old = os.path.join(out, "losses.json")
             with open(old, "w", encoding="utf-8") as f:
                 f.write('{"old": true}')
             args = train.parse(["--steps", "1", "--out", out] + TINY)
-            with mock.patch.object(pathlib.Path, "write_text", half_then_fail), \
-                    mock.patch.object(pathlib.Path, "write_bytes", half_then_fail), \
+            with mock.patch.object(train.os, "fsync",
+                                   side_effect=OSError(28, "No space left on device")), \
                     contextlib.redirect_stdout(io.StringIO()), self.assertRaises(OSError):
                 train.run(args)
             with open(old, encoding="utf-8") as f:
                 self.assertEqual(f.read(), '{"old": true}')
+            self.assertEqual(sorted(os.listdir(out)), ["losses.json"])
 
     def test_short_corpus_is_refused(self):
         # Fewer characters than one training window: a message, not torch's error.

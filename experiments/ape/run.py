@@ -542,12 +542,24 @@ def cpu_model():
     return platform.processor() or "unknown"
 
 
-def write_atomic(path, text):
-    """Writes text to path through path.tmp, so that a failed write leaves an old file
-    whole."""
-    tmp = pathlib.Path(str(path) + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_atomic(path, data):
+    """Writes `data` (str or bytes) to path through a temporary file of its own in the same
+    directory, flushed to disk and renamed over path: a failed write leaves an old file
+    whole and no temporary behind, and two runs never share one."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
+                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def run_section(meta, suite):
@@ -684,6 +696,10 @@ def parse(argv=None):
     return p.parse_args(argv)
 
 
+# What a row of ape.json holds (train_one) that the reports read.
+ROW_KEYS = ("task", "order", "encoding", "seed", "accuracy", "sequence_accuracy", "seconds")
+
+
 def suite_of(row):
     return "sequences" if row["task"] in SEQ_TASKS else "trees"
 
@@ -704,8 +720,16 @@ def read_previous(path):
         return None
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
+        suites = old["meta"]["suites"]
+        if not isinstance(suites, list) or set(suites) - {"sequences", "trees"}:
+            raise ValueError("meta.suites must list sequences and / or trees, got %r" % (suites,))
         metas = suite_metas(old)
-        for r in old["rows"]:
+        if set(metas) - {"sequences", "trees"}:
+            raise ValueError("suite_meta names %s" % ", ".join(sorted(set(metas))))
+        for r in old["rows"]:  # the fields the reports read of every row
+            missing = [k for k in ROW_KEYS if k not in r]
+            if missing:
+                raise KeyError("a row lacks " + ", ".join(missing))
             suite_of(r)
         for meta in metas.values():  # what the reports read besides the rows
             missing = [k for k in ("cfg", "seeds", "not_run", "command", "wall") if k not in meta]
@@ -796,11 +820,18 @@ def main(argv=None):
                 _fail("--%s must be >= 1, got %d" % (key.replace("_", "-"), v))
             cfg[key] = v
     hd = cfg["d_model"] // cfg["heads"]
-    if cfg["d_model"] % cfg["heads"] or hd % 2:
-        # Heads of d_model / heads each; RoPE and the orthogonal encodings rotate pairs of
-        # dimensions (Su et al. eq. 34; Kogkalidis et al. sec. 3.1), so the head is even.
-        _fail("--d-model %d does not split into %d heads of an even size (d_model must be "
-              "a multiple of %d)" % (cfg["d_model"], cfg["heads"], 2 * cfg["heads"]))
+    if cfg["d_model"] % cfg["heads"]:
+        _fail("--d-model %d does not split into %d heads" % (cfg["d_model"], cfg["heads"]))
+    rotating = {"rope", "algebraic", "algebraic_local", "algebraic_tree"}
+    asked_rotating = rotating if args.encodings is None else \
+        rotating & {e.strip() for e in args.encodings.split(",")}
+    if asked_rotating and hd % 2:
+        # RoPE and the orthogonal encodings rotate pairs of a head's dimensions (Su et al.
+        # eq. 34; Kogkalidis et al. sec. 3.1), so their heads are even.
+        _fail("--d-model %d gives heads of %d dimensions; %s rotate pairs of them (d_model "
+              "must be a multiple of %d)" % (cfg["d_model"], hd,
+                                             ", ".join(sorted(asked_rotating)),
+                                             2 * cfg["heads"]))
     if args.encodings is not None:
         known = set(SEQ_ENCODINGS) | set(TREE_ENCODINGS)
         asked = {e.strip() for e in args.encodings.split(",")}

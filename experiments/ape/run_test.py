@@ -156,9 +156,12 @@ class DataTest(unittest.TestCase):
                      "nothing to run: --encodings algebraic_tree"),
                     (["--quick", "--suites", ","], "--suites takes sequences, trees"),
                     (["--quick", "--suites", "forests"], "--suites takes sequences, trees"),
-                    # Heads of d_model / heads dimensions, even (quick: 2 heads).
+                    # Heads of d_model / heads dimensions (quick: 2 heads), even where an
+                    # encoding rotates pairs of them (every encoding runs by default).
                     (["--quick", "--d-model", "15"], "--d-model 15 does not split into 2 heads"),
-                    (["--quick", "--d-model", "6"], "--d-model 6 does not split into 2 heads")):
+                    (["--quick", "--d-model", "6"], "--d-model 6 gives heads of 3 dimensions"),
+                    (["--quick", "--d-model", "6", "--encodings", "sinusoidal,rope"],
+                     "rope rotate pairs of them")):
                 with self.subTest(argv=argv):
                     self.assertIn(message, refusal(self, argv + ["--out", out]))
             self.assertEqual(os.listdir(out), [])
@@ -264,7 +267,7 @@ class QuickRunTest(unittest.TestCase):
                     self.assertEqual(cells[3 + run.SEQ_TASKS.index(task)].split(" ")[0],
                                      "%.2f" % mean)
         self.assertIn("scaled down", text)
-        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "ape_sequences.md.tmp")))
+        self.assertFalse([f for f in os.listdir(self.tmp.name) if f.endswith(".tmp")])
 
     def test_tree_report(self):
         text = self.read("ape_trees.md")
@@ -323,7 +326,11 @@ class QuickRunTest(unittest.TestCase):
     def test_unreadable_previous_json_stops_before_training(self):
         # An ape.json in --out that cannot be merged (not JSON, or not a run's) stops the
         # run before any training, not after it.
-        for text in ("{not json", '{"rows": []}', '{"rows": [], "meta": {"suites": ["trees"]}}'):
+        for text in ("{not json", '{"rows": []}', '{"rows": [], "meta": {"suites": ["trees"]}}',
+                     # meta.suites a string (read letter by letter), a row without the
+                     # fields the reports read (a KeyError at a later --from-json).
+                     '{"rows": [], "meta": {"suites": "trees"}}',
+                     '{"rows": [{"task": "copy"}], "meta": {"suites": []}}'):
             with self.subTest(text=text), tempfile.TemporaryDirectory() as out:
                 with open(os.path.join(out, "ape.json"), "w", encoding="utf-8") as f:
                     f.write(text)

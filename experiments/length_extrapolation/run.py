@@ -491,14 +491,23 @@ def fmt(mean, std):
 
 
 def write_atomic(path, data):
-    """Writes `data` (str or bytes) to path through path.tmp, so that a failed write leaves
-    an old file whole."""
-    tmp = pathlib.Path(str(path) + ".tmp")
-    if isinstance(data, str):
-        tmp.write_text(data, encoding="utf-8")
-    else:
-        tmp.write_bytes(data)
-    os.replace(tmp, path)
+    """Writes `data` (str or bytes) to path through a temporary file of its own in the same
+    directory, flushed to disk and renamed over path: a failed write leaves an old file
+    whole and no temporary behind, and two runs never share one."""
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
+                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def eval_note(meta):
@@ -678,11 +687,15 @@ def main(argv=None):
         v = getattr(args, name)
         if v is not None and v < 1:
             _fail("--%s must be >= 1, got %d" % (name.replace("_", "-"), v))
-    if args.d_model % args.heads or (args.d_model // args.heads) % 2:
-        # Heads of d_model / heads dimensions; RoPE, xPos, GRAPE-M and the algebraic
-        # encoding rotate pairs of dimensions (Su et al. eq. 34), so the head is even.
-        _fail("--d-model %d does not split into %d heads of an even size (d_model must be "
-              "a multiple of %d)" % (args.d_model, args.heads, 2 * args.heads))
+    if args.d_model % args.heads:
+        _fail("--d-model %d does not split into %d heads" % (args.d_model, args.heads))
+    paired = [e for e in encodings if ENCODINGS[e][0] in ("rope", "xpos", "grape_m", "algebraic")]
+    if paired and (args.d_model // args.heads) % 2:
+        # RoPE, xPos, GRAPE-M and the algebraic encoding rotate pairs of a head's
+        # dimensions (Su et al. eq. 34), so their heads are even.
+        _fail("--d-model %d gives heads of %d dimensions; %s rotate pairs of them (d_model "
+              "must be a multiple of %d)" % (args.d_model, args.d_model // args.heads,
+                                             ", ".join(paired), 2 * args.heads))
     # Paths as the user typed them: relative to where `bazel run` was called.
     user = lambda p: os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), p)
     if args.out is not None:

@@ -49,11 +49,12 @@ class ArgumentsTest(unittest.TestCase):
                     (["--quick", "--encodings", "rotary"], "unknown encoding 'rotary'"),
                     (["--quick", "--seeds", "0"], "--seeds must be >= 1, got 0"),
                     (["--quick", "--eval-tokens", "0"], "--eval-tokens must be >= 1, got 0"),
-                    # Heads of d_model / heads dimensions, and an even number of them.
+                    # Heads of d_model / heads dimensions, and an even number of them where
+                    # an encoding rotates pairs (the default list has RoPE).
                     (["--quick", "--d-model", "30", "--heads", "4"],
-                     "--d-model 30 does not split into 4 heads of an even size"),
+                     "--d-model 30 does not split into 4 heads"),
                     (["--quick", "--d-model", "12", "--heads", "4"],
-                     "--d-model 12 does not split into 4 heads of an even size")):
+                     "--d-model 12 gives heads of 3 dimensions")):
                 with self.subTest(argv=argv):
                     self.assertIn(message, refusal(self, argv + ["--out", out]))
             self.assertEqual(os.listdir(out), [])
@@ -93,6 +94,16 @@ class LengthExtrapolationTest(unittest.TestCase):
             self.assertIn("--eval-tokens 20", err)
             self.assertIn("longest evaluation length 32 (2L)", err)
             self.assertEqual(os.listdir(out), [])
+
+    def test_odd_heads_pass_without_a_rotating_encoding(self):
+        # Heads of 3 dimensions are fine for ALiBi and T5 (nothing rotates pairs): the run
+        # gets past the head check to the next refusal (too few evaluation tokens).
+        with tempfile.TemporaryDirectory() as out:
+            err = refusal(self, ["--quick", "--encodings", "alibi,t5", "--d-model", "12",
+                                 "--heads", "4", "--eval-tokens", "20", "--out", out],
+                          allow_torch=True)
+            self.assertNotIn("heads", err)
+            self.assertIn("--eval-tokens 20", err)
 
     def test_eval_tokens_rounded_to_the_longest_window(self):
         # 50 tokens: 32 at every length (two windows of 16, one of 32), and the report

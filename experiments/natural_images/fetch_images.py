@@ -126,8 +126,17 @@ def main(argv=None):
                 pixels = pixels[..., 0]  # a gray file stays one channel
             dst = os.path.join(out, name + ".png")
             # Written beside and renamed: an interrupted run leaves no truncated PNG.
-            gpe.image_write_png(dst + ".tmp", pixels)
-            os.replace(dst + ".tmp", dst)
+            fd, partial = tempfile.mkstemp(dir=out, prefix="." + name + ".", suffix=".png")
+            os.close(fd)
+            try:
+                gpe.image_write_png(partial, pixels)
+                os.replace(partial, dst)
+            except BaseException:
+                try:
+                    os.unlink(partial)
+                except OSError:
+                    pass
+                raise
             print("%-10s %4d x %4d  sha256 %s  %s" % (
                 name, pixels.shape[0], pixels.shape[1], hashlib.sha256(data).hexdigest(),
                 IMAGES[name]))

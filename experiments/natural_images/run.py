@@ -35,6 +35,7 @@ import platform
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import fetch_images
@@ -291,9 +292,22 @@ def main(argv=None):
             "",
         ]
     os.makedirs(os.path.dirname(report), exist_ok=True)
-    with open(report + ".tmp", "w") as f:
-        f.write("\n".join(text))
-    os.replace(report + ".tmp", report)  # a failed run leaves an older report whole
+    # A temporary file of its own beside the report, flushed to disk and renamed over it:
+    # a failed run leaves an older report whole and no temporary behind.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(report), suffix=".tmp",
+                               prefix="." + os.path.basename(report) + ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(text))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, report)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
     print("Wrote %s (%.0f s in all)" % (report, time.time() - t0))
     return 0
 

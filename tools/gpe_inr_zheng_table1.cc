@@ -502,11 +502,59 @@ int64_t ZhengMlpBytes(int64_t n, int64_t k, int64_t width, int64_t channels) {
   return std::max(training, prediction);
 }
 
+namespace {
+
+// The first line of `path` as an integer; -1 where it is missing or not a number ("max").
+int64_t FileInteger(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return -1;
+  char line[64] = {};
+  const bool read = std::fgets(line, sizeof(line), f) != nullptr;
+  std::fclose(f);
+  if (!read) return -1;
+  char* end = nullptr;
+  const long long v = std::strtoll(line, &end, 10);
+  return end == line ? -1 : static_cast<int64_t>(v);
+}
+
+}  // namespace
+
+int64_t CgroupMemoryRoomBytes(const std::string& proc_cgroup, const std::string& root) {
+  std::FILE* f = std::fopen(proc_cgroup.c_str(), "r");
+  if (f == nullptr) return -1;
+  std::string v2, v1;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    std::string s(line);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    const size_t a = s.find(':'), b = a == std::string::npos ? a : s.find(':', a + 1);
+    if (b == std::string::npos) continue;
+    const std::string controllers = s.substr(a + 1, b - a - 1), path = s.substr(b + 1);
+    if (s.compare(0, a, "0") == 0 && controllers.empty()) v2 = path;
+    if (("," + controllers + ",").find(",memory,") != std::string::npos) v1 = path;
+  }
+  std::fclose(f);
+  // A limit this large is none (v1 writes 2^63 rounded down to a page).
+  constexpr int64_t kUnlimited = int64_t{1} << 60;
+  auto room = [&](const std::string& dir, const char* limit_file, const char* usage_file) {
+    const int64_t limit = FileInteger(dir + "/" + limit_file);
+    if (limit < 0 || limit >= kUnlimited) return int64_t{-1};
+    return std::max<int64_t>(0, limit - std::max<int64_t>(0, FileInteger(dir + "/" + usage_file)));
+  };
+  if (!v2.empty()) {
+    const int64_t r = room(root + v2, "memory.max", "memory.current");
+    if (r >= 0) return r;
+  }
+  if (!v1.empty()) return room(root + "/memory" + v1, "memory.limit_in_bytes", "memory.usage_in_bytes");
+  return -1;
+}
+
 int64_t AvailableMemoryBytes() {
   int64_t available = ProcKilobytes("/proc/meminfo", "MemAvailable");
   auto at_most = [&](int64_t bytes) {
     if (bytes >= 0) available = available < 0 ? bytes : std::min(available, bytes);
   };
+  at_most(CgroupMemoryRoomBytes());
   struct rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     const int64_t mapped = ProcKilobytes("/proc/self/status", "VmSize");

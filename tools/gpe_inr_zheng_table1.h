@@ -25,13 +25,22 @@ int RunZhengTable1(const std::vector<std::string>& args);
 // [::2] grid's embedding and targets, the activations Adam's steps keep, a final forward
 // pass beside them) and the prediction (the embedding of all n^2 pixels and the
 // activations of its forward pass, beside the training embedding). A model of the
-// allocations, not a measurement; at n = 2048, k = width = 256: about 26 GiB.
+// allocations, not a measurement; at n = 2048, k = width = 256: about 34 GiB.
 int64_t ZhengMlpBytes(int64_t n, int64_t k, int64_t width, int64_t channels);
 
 // The bytes this process may still allocate: the least of the kernel's MemAvailable
-// (/proc/meminfo) and the room left under RLIMIT_AS and RLIMIT_DATA; -1 where none of
-// them is known.
+// (/proc/meminfo, the host's, in a container too), the room left under its cgroup's
+// memory limit (CgroupMemoryRoomBytes) and under RLIMIT_AS and RLIMIT_DATA; -1 where none
+// of them is known.
 int64_t AvailableMemoryBytes();
+
+// The room left under the memory limit of the cgroup `proc_cgroup` (a /proc/<pid>/cgroup
+// file) names, under the hierarchy mounted at `root`: cgroup v2's memory.max minus
+// memory.current ("0::<path>" lines), else v1's memory.limit_in_bytes minus
+// memory.usage_in_bytes (the line listing the memory controller); -1 without a limit
+// (v2's "max", v1's near 2^63) or where the files are not there.
+int64_t CgroupMemoryRoomBytes(const std::string& proc_cgroup = "/proc/self/cgroup",
+                              const std::string& root = "/sys/fs/cgroup");
 
 }  // namespace tools
 }  // namespace gpe

@@ -1,12 +1,14 @@
 #include "tools/gpe_inr_zheng_table1.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -27,6 +29,35 @@ TEST(ZhengMlpBytesTest, CountsTheEmbeddingOfEveryPixel) {
   EXPECT_LT(ZhengMlpBytes(32, 16, 32, 1), int64_t{1} << 20);  // --quick
   EXPECT_GT(ZhengMlpBytes(1024, 256, 256, 3), ZhengMlpBytes(1024, 256, 256, 1));
   EXPECT_GT(ZhengMlpBytes(1024, 256, 256, 1), 3 * ZhengMlpBytes(512, 256, 256, 1));
+}
+
+// A container's memory limit, which /proc/meminfo does not show: cgroup v2's memory.max
+// less memory.current, v1's limit less usage, none for "max" or v1's near-2^63 value, and
+// none where the files are missing. Fake hierarchies under a temporary directory.
+TEST(CgroupMemoryRoomBytesTest, ReadsV2ThenV1Limits) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("gpe_cgroup_test_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto write = [](const fs::path& p, const std::string& text) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << text;
+  };
+  write(root / "proc_v2", "0::/box\n");
+  write(root / "fs/box/memory.max", "4294967296\n");
+  write(root / "fs/box/memory.current", "1073741824\n");
+  EXPECT_EQ(CgroupMemoryRoomBytes((root / "proc_v2").string(), (root / "fs").string()),
+            int64_t{3} << 30);
+  write(root / "fs/box/memory.max", "max\n");
+  EXPECT_EQ(CgroupMemoryRoomBytes((root / "proc_v2").string(), (root / "fs").string()), -1);
+  write(root / "proc_v1", "9:cpu,cpuacct:/a\n4:memory:/jail\n");
+  write(root / "fs/memory/jail/memory.limit_in_bytes", "2147483648\n");
+  write(root / "fs/memory/jail/memory.usage_in_bytes", "536870912\n");
+  EXPECT_EQ(CgroupMemoryRoomBytes((root / "proc_v1").string(), (root / "fs").string()),
+            int64_t{3} << 29);
+  write(root / "fs/memory/jail/memory.limit_in_bytes", "9223372036854771712\n");
+  EXPECT_EQ(CgroupMemoryRoomBytes((root / "proc_v1").string(), (root / "fs").string()), -1);
+  EXPECT_EQ(CgroupMemoryRoomBytes((root / "missing").string(), (root / "fs").string()), -1);
+  fs::remove_all(root);
 }
 
 int64_t MappedBytes() {

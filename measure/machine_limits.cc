@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <memory>
 #include <string>
@@ -346,6 +347,11 @@ int NumaNodeCount(const std::string& sys_node_dir) {
     // node0, node1, ...: not "possible", "online" and the other files beside them.
     if (name.size() > 4 && name.compare(0, 4, "node") == 0 &&
         name.find_first_not_of("0123456789", 4) == std::string::npos && e.is_directory(ec)) {
+      // A node without CPUs (memory only: CXL, HBM in flat mode) runs no triad thread:
+      // its cpulist is empty. A node without the file (older kernels) counts.
+      std::ifstream cpus(e.path() / "cpulist");
+      std::string list;
+      if (cpus && !(cpus >> list)) continue;
       ++nodes;
     }
   }

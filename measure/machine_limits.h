@@ -75,8 +75,10 @@ void TriadChunk(int64_t n, int threads, int t, int64_t* lo, int64_t* hi);
 // say) leave the pages where they are.
 void FillLikeTriad(LargeFloats* x, float value, int threads);
 
-// The host's NUMA nodes: the node<N> directories under sys_node_dir (Linux's
-// /sys/devices/system/node); 1 where there are none (a kernel without NUMA, no sysfs).
+// The host's NUMA nodes with CPUs: the node<N> directories under sys_node_dir (Linux's
+// /sys/devices/system/node) whose cpulist is not empty (memory-only nodes, CXL or HBM in
+// flat mode, run no thread; a directory without the file counts); 1 where there are none
+// (a kernel without NUMA, no sysfs).
 // Printed beside the triad: on several nodes its bandwidth is the sum over the nodes.
 int NumaNodeCount(const std::string& sys_node_dir = "/sys/devices/system/node");
 

@@ -93,6 +93,10 @@ TEST(NumaNodeCountTest, CountsNodeDirectories) {
   }
   for (const char* f : {"possible", "online", "node3"}) std::ofstream(dir / f) << "0-1\n";
   EXPECT_EQ(NumaNodeCount(dir.string()), 3);
+  // A memory-only node (empty cpulist) is not counted; one with CPUs is.
+  std::ofstream(dir / "node0" / "cpulist") << "0-1\n";
+  std::ofstream(dir / "node1" / "cpulist") << "\n";
+  EXPECT_EQ(NumaNodeCount(dir.string()), 2);
   EXPECT_EQ(NumaNodeCount((dir / "missing").string()), 1);
   EXPECT_GE(NumaNodeCount(), 1);  // this host
 }

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <new>
@@ -232,12 +233,8 @@ bool RequestAmxTiles() {
 // everywhere: non-zero operands, as the kernels' power and clock see them, whose sums stay
 // far from overflow), the tiles configured and released here.
 __attribute__((target("amx-tile,amx-bf16"))) float AmxLoop(int64_t iterations) {
-  alignas(64) unsigned char cfg[64] = {};
-  cfg[0] = 1;
-  for (int i = 0; i < 8; ++i) {
-    cfg[16 + 2 * i] = 64;  // bytes per row (little-endian uint16)
-    cfg[48 + i] = 16;      // rows
-  }
+  alignas(64) unsigned char cfg[64];
+  AmxTileConfig16x64(cfg);
   alignas(64) float out[256];
   _tile_loadconfig(cfg);
   _tile_zero(0);
@@ -264,6 +261,16 @@ __attribute__((target("amx-tile,amx-bf16"))) float AmxLoop(int64_t iterations) {
 }
 
 }  // namespace
+
+void AmxTileConfig16x64(unsigned char cfg[64]) {
+  std::memset(cfg, 0, 64);
+  cfg[0] = 1;  // palette 1; start_row 0
+  for (int i = 0; i < 8; ++i) {
+    const uint16_t colsb = 64;
+    std::memcpy(cfg + 16 + 2 * i, &colsb, sizeof(colsb));  // bytes per row, tile i
+    cfg[48 + i] = 16;                                       // rows, tile i
+  }
+}
 
 bool HasAmxBf16Tiles() {
   static const bool usable = RequestAmxTiles();

@@ -98,6 +98,11 @@ double Bf16DotPeakGflops(int threads);
 // is kept for the process.
 bool HasAmxBf16Tiles();
 
+// The 64-byte AMX tile configuration (LDTILECFG's operand; Intel SDM vol. 2) of palette
+// 1 with tiles 0-7 each 16 rows of 64 bytes, the shape both the peak probe and the
+// attention's tile kernels use.
+void AmxTileConfig16x64(unsigned char cfg[64]);
+
 // AMX TDPBF16PS throughput on `threads` threads (16 x 16 x 32 multiply-adds, 16,384
 // flops, per instruction; six independent accumulator tiles), the bf16 limit of CPUs
 // with AMX; 0 where HasAmxBf16Tiles() is false.

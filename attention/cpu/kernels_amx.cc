@@ -126,13 +126,8 @@ struct EmulatedOps {
 
 struct HardwareOps {
   GPE_AMX_TARGET static inline void Config() {
-    alignas(64) unsigned char cfg[64] = {};
-    cfg[0] = 1;  // palette 1
-    for (int i = 0; i < 8; ++i) {
-      const uint16_t colsb = 64;
-      std::memcpy(cfg + 16 + 2 * i, &colsb, sizeof(colsb));  // bytes per row
-      cfg[48 + i] = 16;                                       // rows
-    }
+    alignas(64) unsigned char cfg[64];
+    measure::AmxTileConfig16x64(cfg);
     _tile_loadconfig(cfg);
   }
   GPE_AMX_TARGET static inline void Release() { _tile_release(); }

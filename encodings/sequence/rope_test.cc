@@ -816,22 +816,25 @@ TEST(RopeXpos, ScalesBeyondTheTableTypeAreRefusedAtTheCall) {
   for (const Float16& v : h) EXPECT_TRUE(std::isfinite(ToFloat(v)));
 }
 
+// Default RoPE over all d components with attention factor m.
+Rope RopeWithAttentionFactor(int64_t d, double m) {
+  RopeOptions o;
+  o.head_dim = d;
+  o.rotary_dim = d;
+  RopeFrequencies f = *DefaultRopeFrequencies(d);
+  f.attention_factor = m;
+  return *Rope::Create(o, f);
+}
+
 // The attention factor m scales every table entry, xPos or not: a float32 table of
 // m = 1e39 (YaRN's attention_factor, or a huge mscale) held inf and gave inf and NaN
 // outputs with OK where float64 gave finite ones. Refused now, before anything is written,
 // as xPos scales past the table's range are; float16 tensors refuse m past 65504.
 TEST(RopeAttentionFactor, FactorsBeyondTheTensorTypeAreRefusedAtTheCall) {
   const int64_t d = 8;
-  RopeOptions o;
-  o.head_dim = d;
-  o.rotary_dim = d;
   const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 2, 1, d);
   const std::vector<int64_t> ids = {0, 1};
-  auto make = [&](double m) {
-    RopeFrequencies f = *DefaultRopeFrequencies(d);
-    f.attention_factor = m;
-    return *Rope::Create(o, f);
-  };
+  auto make = [&](double m) { return RopeWithAttentionFactor(d, m); };
   const std::vector<float> ones(2 * d, 1.0f);
   {
     const Rope huge = make(1e39);
@@ -875,16 +878,9 @@ TEST(RopeAttentionFactor, FactorsBeyondTheTensorTypeAreRefusedAtTheCall) {
 // refused, with a message telling m from the bound.
 TEST(RopeAttentionFactor, TheLargestValueOfEachTypeIsAccepted) {
   const int64_t d = 8;
-  RopeOptions o;
-  o.head_dim = d;
-  o.rotary_dim = d;
   const RopeTensor t = RopeTensor::Contiguous(RopeLayout::kBSHD, 1, 2, 1, d);
   const std::vector<int64_t> ids = {0, 1};
-  auto make = [&](double m) {
-    RopeFrequencies f = *DefaultRopeFrequencies(d);
-    f.attention_factor = m;
-    return *Rope::Create(o, f);
-  };
+  auto make = [&](double m) { return RopeWithAttentionFactor(d, m); };
   const double inf = std::numeric_limits<double>::infinity();
   {
     const Rope at = make(65504.0);

@@ -21,9 +21,10 @@ import argparse
 import json
 import os
 import pathlib
-import tempfile
 import sys
 import time
+
+from gpe._files import write_atomic as _write_atomic
 
 
 def _import_torch():
@@ -37,26 +38,6 @@ def _fail(message):
     """A usage error: the message on stderr and exit status 2 (argparse's convention)."""
     print("char_transformer: " + message, file=sys.stderr)
     raise SystemExit(2)
-
-
-def _write_atomic(path, data):
-    """Writes data (bytes or str) to path through a temporary file of its own in the same
-    directory, flushed to disk and renamed over path: a failed write leaves an old file
-    whole and no temporary behind."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
-                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def rope(x, base=10000.0):

@@ -89,6 +89,8 @@ import sys
 import tempfile
 import time
 
+from gpe._files import write_atomic
+
 SYMBOLS = 20  # the paper's vocabulary (appendix B); trees: 10 operators, 10 leaves
 BOS, EOS = SYMBOLS, SYMBOLS + 1
 VOCAB = SYMBOLS + 2
@@ -540,26 +542,6 @@ def cpu_model():
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-def write_atomic(path, data):
-    """Writes `data` (str or bytes) to path through a temporary file of its own in the same
-    directory, flushed to disk and renamed over path: a failed write leaves an old file
-    whole and no temporary behind, and two runs never share one."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
-                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def run_section(meta, suite):

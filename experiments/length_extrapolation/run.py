@@ -53,6 +53,8 @@ import sysconfig
 import tempfile
 import time
 
+from gpe._files import write_atomic
+
 VOCAB = 129  # bytes 0..127, and one token for every byte >= 128
 OTHER = 128
 
@@ -488,26 +490,6 @@ def fmt(mean, std):
     if mean >= 1000:
         return "%.3g ± %.2g" % (mean, std)
     return "%.2f ± %.2f" % (mean, std)
-
-
-def write_atomic(path, data):
-    """Writes `data` (str or bytes) to path through a temporary file of its own in the same
-    directory, flushed to disk and renamed over path: a failed write leaves an old file
-    whole and no temporary behind, and two runs never share one."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)) or ".",
-                               prefix="." + os.path.basename(str(path)) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def eval_note(meta):

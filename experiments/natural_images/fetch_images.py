@@ -25,6 +25,7 @@ import zipfile
 import numpy as np
 
 import gpe
+from gpe._files import replace_with
 
 SKIMAGE_VERSION = "0.26.0"
 
@@ -126,17 +127,7 @@ def main(argv=None):
                 pixels = pixels[..., 0]  # a gray file stays one channel
             dst = os.path.join(out, name + ".png")
             # Written beside and renamed: an interrupted run leaves no truncated PNG.
-            fd, partial = tempfile.mkstemp(dir=out, prefix="." + name + ".", suffix=".png")
-            os.close(fd)
-            try:
-                gpe.image_write_png(partial, pixels)
-                os.replace(partial, dst)
-            except BaseException:
-                try:
-                    os.unlink(partial)
-                except OSError:
-                    pass
-                raise
+            replace_with(dst, lambda tmp: gpe.image_write_png(tmp, pixels), suffix=".png")
             print("%-10s %4d x %4d  sha256 %s  %s" % (
                 name, pixels.shape[0], pixels.shape[1], hashlib.sha256(data).hexdigest(),
                 IMAGES[name]))

@@ -35,11 +35,11 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 import fetch_images
 from gpe import image_read
+from gpe._files import write_atomic
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -292,22 +292,7 @@ def main(argv=None):
             "",
         ]
     os.makedirs(os.path.dirname(report), exist_ok=True)
-    # A temporary file of its own beside the report, flushed to disk and renamed over it:
-    # a failed run leaves an older report whole and no temporary behind.
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(report), suffix=".tmp",
-                               prefix="." + os.path.basename(report) + ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write("\n".join(text))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, report)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(report, "\n".join(text))  # a failed run leaves an older report whole
     print("Wrote %s (%.0f s in all)" % (report, time.time() - t0))
     return 0
 

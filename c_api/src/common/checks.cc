@@ -105,15 +105,21 @@ bool MayRepeat(const TensorView& v) {
   }
   return false;
 }
+
+// v's entry count, saturated at kMaxBroadcastCopy + 1 (no overflow); 0 for an empty view.
+int64_t EntriesUpToCopyBound(const TensorView& v) {
+  int64_t entries = 1;
+  for (int64_t n : v.shape) {
+    if (n == 0) return 0;
+    entries = entries > kMaxBroadcastCopy / n ? kMaxBroadcastCopy + 1 : entries * n;
+  }
+  return entries;
+}
+
 }  // namespace
 
 absl::Status CheckDistinctEntries(const TensorView& v, const char* name) {
-  int64_t entries = 1;  // saturates at kMaxBroadcastCopy + 1 (no overflow)
-  for (int64_t n : v.shape) {
-    if (n == 0) return absl::OkStatus();
-    entries = entries > kMaxBroadcastCopy / n ? kMaxBroadcastCopy + 1 : entries * n;
-  }
-  if (entries > kMaxBroadcastCopy && MayRepeat(v)) {
+  if (EntriesUpToCopyBound(v) > kMaxBroadcastCopy && MayRepeat(v)) {
     std::string strides;
     for (size_t i = 0; i < v.strides.size(); ++i) {
       absl::StrAppend(&strides, i == 0 ? "" : ", ", v.strides[i]);
@@ -128,14 +134,10 @@ absl::Status CheckDistinctEntries(const TensorView& v, const char* name) {
 
 absl::Status CheckBroadcastCopy(const TensorView& v, const char* name) {
   bool broadcast = false;
-  int64_t entries = 1;  // saturates at kMaxBroadcastCopy + 1 (no overflow)
   for (size_t i = 0; i < v.shape.size(); ++i) {
     if (v.shape[i] > 1 && v.strides[i] == 0) broadcast = true;
-    if (v.shape[i] == 0) return absl::OkStatus();
-    entries = entries > kMaxBroadcastCopy / v.shape[i] ? kMaxBroadcastCopy + 1
-                                                        : entries * v.shape[i];
   }
-  if (broadcast && entries > kMaxBroadcastCopy) {
+  if (broadcast && EntriesUpToCopyBound(v) > kMaxBroadcastCopy) {
     return absl::InvalidArgumentError(absl::StrCat(
         name, " is a broadcast view (a zero stride) of more than 2^24 entries, which this "
         "call would copy; pass it materialised (contiguous)"));

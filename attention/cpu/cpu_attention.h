@@ -69,6 +69,25 @@ struct CpuAttentionOptions {
   // hardware (its tests run an emulation of the tiles on every CPU).
   enum class Bf16Arithmetic { kAuto, kDotProducts, kWiden, kAmxTiles };
   Bf16Arithmetic bf16_arithmetic = Bf16Arithmetic::kAuto;
+  // float32 forward arithmetic (q, k, v and o float32). kExact: float32 FMAs. The split
+  // modes run both products, S = Q K^T and P V, on Intel AMX tiles (TDPBF16PS, as
+  // kAmxTiles) with each float x split into bfloat16 parts, x = x0 + x1 + x2 + r (x0 its
+  // bf16 rounding, x1 that of x - x0, x2 that of x - x0 - x1; |r| <= 2^-24 |x| about):
+  //  - kSplitBf16x6: six bf16 products per float product, a b ~ a1 b1 + a0 b2 + a2 b0 +
+  //    a0 b1 + a1 b0 + a0 b0 (summed smallest first): about float32's accuracy, within
+  //    the float32 tests' criterion (twice the error of naive float32 sums);
+  //  - kSplitBf16x3: three, a1 b0 + a0 b1 + a0 b0: about 2^-16 relative per product
+  //    (16 of float32's 24 significant bits), some 30x the float32 error; for workloads
+  //    that accept that.
+  // Blocks where a part would not be finite (a query or key row, after its transform,
+  // or a value with a non-finite entry or beyond 3.38e38) take the float32 FMAs. The
+  // backward stays exact float32 (it recomputes P from this forward's lse). Where the
+  // tiles are not usable (CpuAmxUsable false) the split modes are kExact exactly: on the
+  // dot products (AVX512_BF16) six or three products at twice the FMA rate are slower
+  // than float32 FMAs. Opt-in: nothing chooses them by default. Decoding (few query rows
+  // against a cache) stays on float32 FMAs.
+  enum class Float32Arithmetic { kExact, kSplitBf16x6, kSplitBf16x3 };
+  Float32Arithmetic float32_arithmetic = Float32Arithmetic::kExact;
 };
 
 // InvalidArgument naming the field when an option is out of its range above (num_threads,

@@ -14,6 +14,7 @@
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/nonfinite.h"
 #include "attention/cpu/parallel_items.h"
+#include "attention/cpu/split_bf16.h"
 
 namespace gpe {
 namespace attention {
@@ -25,6 +26,7 @@ absl::Status Forward<T, KV>::RunItem(const Item& it, Workspace& w) const {
   const int64_t qbase = a_.q_begin(it.b);
   const int64_t blocks = (lk + p_.bk - 1) / p_.bk;
   std::fill(w.packed.begin(), w.packed.begin() + blocks, 0);
+  if (!w.split.empty()) std::fill(w.split.begin(), w.split.begin() + blocks, 0);
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t j0 = kb + blk * p_.bk, j1 = std::min(kb + lk, j0 + p_.bk);
     w.kmin[blk] = *std::min_element(pk_.begin() + j0, pk_.begin() + j1);
@@ -115,6 +117,51 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
   return absl::OkStatus();
 }
 
+template <class T, class KV>
+absl::Status Forward<T, KV>::PackSplitBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk,
+                                            Workspace& w) const {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<KV, float>) {
+    const int64_t j0 = blk * p_.bk, nk = std::min(p_.bk, lk - j0);
+    const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp;
+    const SplitTerms terms = SplitTermsOf(p_.split_terms);
+    const SplitWidths sw = SplitWidthsOf(p_);
+    for (int64_t j = 0; j < nk; ++j) {  // rows a token stride apart: fetched ahead
+      if (j + kPrefetchRows < nk) {
+        PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kPrefetchRows, g), d);
+      }
+      LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+    }
+    if (tk_ != nullptr) {
+      if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+    }
+    const float* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
+    if (!SplitSafe(w.rows.get(), nk, d, d) || !SplitSafe(vsrc, nk, a_.v.token, dv)) {
+      w.split[blk] = 2;
+      return absl::OkStatus();
+    }
+    uint16_t* rows16 = w.split_rows.get();
+    SplitRowsBf16(w.rows.get(), d, nk, d, p_.split_width, terms, /*left=*/false, rows16, sw.qk);
+    PackKeyPanelsBf16(rows16, nk, sw.qk, sw.qk, w.panels16.get() + blk * p_.bk * sw.qk);
+    // Value rows into parts (part i of key j at rows16 + (i nk + j) dv), then one segment
+    // of value pairs per term, seg keys each: the keys in 32-key steps for the tiles,
+    // pair rows past the block's keys zero.
+    for (int64_t j = 0; j < nk; ++j) {
+      uint16_t* part = rows16 + j * dv;
+      SplitBf16Parts(vsrc + j * a_.v.token, dv, terms.parts, part, part + nk * dv,
+                     terms.parts > 2 ? part + 2 * nk * dv : nullptr);
+    }
+    const int64_t seg = RoundUp(nk, 32);
+    uint16_t* pairs = w.pairs16.get() + j0 * sw.v;
+    for (int t = 0; t < terms.n; ++t) {
+      uint16_t* sp = pairs + t * seg * dvp;
+      PackValuePairsBf16(rows16 + terms.right[t] * nk * dv, nk, dv, dv, dvp, sp);
+      std::fill(sp + RoundUp(nk, 2) * dvp, sp + seg * dvp, 0);
+    }
+    w.split[blk] = 1;
+  }
+  return absl::OkStatus();
+}
+
 // Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) (nh * mq <= rows)
 // against every allowed key block: key blocks outer, query tiles of up to bq rows of
 // one head inner (one L2 load of each key block per pass, shared by the group's heads),
@@ -123,7 +170,8 @@ template <class T, class KV>
 absl::Status Forward<T, KV>::QueryRows(const Item& it, int64_t h0, int64_t nh, int64_t t0, int64_t mq,
                                    int64_t kb, int64_t lk, bool direct, Workspace& w) const {
   const int64_t bk = p_.bk, bq = p_.bq;
-  if (absl::Status s = LoadQueries(h0, nh, t0, mq, p_.bf16_dot && !direct, w); !s.ok()) {
+  if (absl::Status s = LoadQueries(h0, nh, t0, mq, (p_.bf16_dot || p_.split_terms > 0) && !direct, w);
+      !s.ok()) {
     return s;
   }
   const int64_t* qpos = pq_.data() + t0;
@@ -193,6 +241,7 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   int64_t ldk = 0, ncols = 0;
   const float* panels = w.panels.get() + blk * bk * d;
   int64_t num_panels = 0;
+  bool split = false;
   if (direct) {
     auto keys = DirectKeys(it.g, kb, j0, nk, w);
     if (!keys.ok()) return keys.status();
@@ -201,7 +250,13 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
     CopyValues(it.g, kb, j0, nk, w, /*in_place=*/true);
     ncols = RoundUp(nk, kVecPad);
   } else {
-    if (!w.packed[blk]) {
+    if (p_.split_terms > 0 && w.q_split) {  // split keys and values, where they split
+      if (w.split[blk] == 0) {
+        if (absl::Status st = PackSplitBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
+      }
+      split = w.split[blk] == 1;
+    }
+    if (!split && !w.packed[blk]) {
       if (absl::Status st = PackBlock(it.g, kb, lk, blk, w); !st.ok()) return st;
     }
     num_panels = (nk + kPanel - 1) / kPanel;
@@ -232,6 +287,16 @@ absl::StatusOr<typename Forward<T, KV>::KeyBlock> Forward<T, KV>::ItemKeyBlock(c
   if (p_.bf16_dot && !direct) {
     kblk.panels16 = w.panels16.get() + blk * bk * RoundUp(d, 2);
     kblk.pairs16 = w.pairs16.get() + j0 * dvp;
+  }
+  if (split) {  // every key, value and query part finite (PackSplitBlock, LoadQueries)
+    const SplitWidths sw = SplitWidthsOf(p_);
+    kblk.split = true;
+    kblk.panels16 = w.panels16.get() + blk * bk * sw.qk;
+    kblk.pairs16 = w.pairs16.get() + j0 * sw.v;
+    kblk.values_checked = true;
+    kblk.values_finite = true;
+    kblk.scores_finite_inputs = true;
+    return kblk;
   }
   if (!direct) {
     kblk.values_checked = true;
@@ -266,7 +331,12 @@ absl::Status Forward<T, KV>::BlockTiles(const KeyBlock& kblk, const QueryTile* t
     if (mask.AllMasked(tile[t].pmin, tile[t].pmax, kblk.kmin, kblk.kmax)) continue;
     const int64_t r0 = tile[t].row, h = tile[t].head;
     const int64_t* tpos = qpos + (r0 - (h - h0) * mq);
-    const uint16_t* q16 = p_.bf16_dot && !direct ? w.q16.get() + r0 * RoundUp(d, 2) : nullptr;
+    const uint16_t* q16 = nullptr;
+    if (kblk.split) {
+      q16 = w.q16.get() + r0 * SplitWidthsOf(p_).qk;
+    } else if (p_.bf16_dot && !direct) {
+      q16 = w.q16.get() + r0 * RoundUp(d, 2);
+    }
     if (absl::Status st = TileStep(
             kblk, h, 1, qb + r0 * d, tpos, tile[t].n, tile[t].pmin, tile[t].pmax, w.m.get() + r0,
             w.l.get() + r0 * kSumLanes, w.alpha.get() + r0, w.oacc.get() + r0 * dvp, w, q16,

@@ -94,6 +94,9 @@ class Forward {
     int64_t ldv = 0;
     const uint16_t* panels16 = nullptr;  // bf16 dot-product path (else null)
     const uint16_t* pairs16 = nullptr;
+    // Split-bf16 float32 (split_bf16.h): panels16 and pairs16 hold the block's split
+    // keys and values, and the products run on the tiles (kernels_amx.h).
+    bool split = false;
     // Decoding on the bf16 dot products (decode.cc): probabilities rounded to bf16 after
     // the softmax, so the softcap is not fused into it (FusedCap).
     bool dot16 = false;
@@ -115,6 +118,12 @@ class Forward {
 
   // Rotates, transposes and copies key block blk of the item's sequence (kv head g).
   absl::Status PackBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk, Workspace& w) const;
+  // Split-bf16 float32 (plan.split_terms): key block blk's rows, transformed, and its
+  // value rows split into bf16 parts and packed (w.split[blk] = 1), or, where a part
+  // would not be finite, nothing packed (w.split[blk] = 2: the block takes PackBlock's
+  // float path).
+  absl::Status PackSplitBlock(int64_t g, int64_t kb, int64_t lk, int64_t blk,
+                              Workspace& w) const;
 
   // Query rows [t0, t0 + mq) (token indices) of heads [h0, h0 + nh) (nh * mq <= rows)
   // against every allowed key block: key blocks outer, query tiles of up to bq rows of
@@ -201,7 +210,8 @@ class Forward {
   // -c instead (c tanh(-inf / c)), which the unfused softcap, before the masks, gives.
   float FusedCap(const KeyBlock& kb) const {
     const bool fused = a_.softcap.has_value() && a_.biases.empty() &&
-                       a_.mask.additive == nullptr && kb.pairs16 == nullptr && !kb.dot16 &&
+                       a_.mask.additive == nullptr && (kb.pairs16 == nullptr || kb.split) &&
+                       !kb.dot16 &&
                        kb.scores_finite_inputs;
     return fused ? static_cast<float>(*a_.softcap * kLog2e) : 0.0f;
   }

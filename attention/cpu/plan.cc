@@ -56,6 +56,13 @@ absl::StatusOr<Plan> MakePlan(const AttentionArgs& a, const CpuAttentionOptions&
     p.bf16_dot = dot && cpu::HasBf16DotProduct();
     p.amx = p.bf16_dot && opt.bf16_arithmetic == A::kAmxTiles && cpu::AmxUsable();
   }
+  if (float_kv && !bf16_all) {
+    using F = CpuAttentionOptions::Float32Arithmetic;
+    if (opt.float32_arithmetic != F::kExact && cpu::HasBf16DotProduct() && cpu::AmxUsable()) {
+      p.split_terms = opt.float32_arithmetic == F::kSplitBf16x6 ? 6 : 3;
+      p.split_width = RoundUp(p.d, 32);
+    }
+  }
   for (int64_t b = 0; b < a.num_sequences(); ++b) {
     p.max_lk = std::max(p.max_lk, a.k_end(b) - a.k_begin(b));
   }
@@ -139,6 +146,17 @@ absl::Status ValidateCpuAttentionOptions(const CpuAttentionOptions& opt) {
   if (opt.block_k < 0 || opt.block_k > cpu::kMaxBlock) {
     return cpu::Bad(
         absl::StrCat("block_k must be in [0, ", cpu::kMaxBlock, "], got ", opt.block_k));
+  }
+  using A = CpuAttentionOptions::Bf16Arithmetic;
+  using F = CpuAttentionOptions::Float32Arithmetic;
+  if (const int b = static_cast<int>(opt.bf16_arithmetic);
+      b < static_cast<int>(A::kAuto) || b > static_cast<int>(A::kAmxTiles)) {
+    return cpu::Bad(absl::StrCat("bf16_arithmetic is not one of Bf16Arithmetic's values: ", b));
+  }
+  if (const int f = static_cast<int>(opt.float32_arithmetic);
+      f < static_cast<int>(F::kExact) || f > static_cast<int>(F::kSplitBf16x3)) {
+    return cpu::Bad(
+        absl::StrCat("float32_arithmetic is not one of Float32Arithmetic's values: ", f));
   }
   return absl::OkStatus();
 }

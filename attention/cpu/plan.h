@@ -46,6 +46,11 @@ struct Plan {
   bool direct_v = false;   // decoding reads value rows in place (dv == dvp): no copy
   bool amx = false;        // bf16_dot with the forward's products on AMX tiles (kernels_amx.h)
   bool bf16_dot = false;   // bfloat16 inputs on a CPU with AVX512_BF16: kernels_bf16.h
+  // float32 inputs with Float32Arithmetic's split modes on usable tiles: products per
+  // float product (6 or 3; 0: float32 FMAs), and the width of one part's segment of a
+  // split query or key row (head_dim rounded up to 32: whole tile steps). split_bf16.h.
+  int split_terms = 0;
+  int64_t split_width = 0;
   int64_t nlk = 0, nlv = 0;  // Shaw key / value labels (2k + 1 each, 0 without)
   int64_t tile_rows = 0;   // rows of one score tile beyond bq (decoding: every head)
   int64_t ldl = 0;           // row stride of label dot products: whole key panels

@@ -12,6 +12,7 @@
 #include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/kernels_decode.h"
 #include "attention/cpu/nonfinite.h"
+#include "attention/cpu/split_bf16.h"
 #include "encodings/sequence/relative.h"
 
 namespace gpe {
@@ -50,7 +51,14 @@ absl::Status Forward<T, KV>::LoadQueries(int64_t h0, int64_t nh, int64_t t0, int
   // float rows, rounded here as the packed tiles' q16 are, so the backward, which
   // recomputes every score from rounded rows against this lse, sees the same ones.
   if (p_.bf16_dot) cpu::RoundToBf16InPlace(qb, rows * d);
-  if (round16) {  // rows rounded to bf16, padded to even length
+  if (round16 && p_.split_terms > 0) {  // split-bf16 float32: the rows' parts, if they split
+    w.q_split = cpu::SplitSafe(qb, rows, d, d);
+    if (w.q_split) {
+      const SplitWidths sw = SplitWidthsOf(p_);
+      cpu::SplitRowsBf16(qb, d, rows, d, p_.split_width, cpu::SplitTermsOf(p_.split_terms),
+                         /*left=*/true, w.q16.get(), sw.qk);
+    }
+  } else if (round16) {  // rows rounded to bf16, padded to even length
     const int64_t deven = RoundUp(d, 2);
     for (int64_t r = 0; r < rows; ++r) {
       uint16_t* out = w.q16.get() + r * deven;
@@ -126,7 +134,10 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp, bk = p_.bk, nk = kb.nk;
   const int64_t rows = nh * nr;
   float* s = w.s.get();
-  if (kb.panels16 != nullptr) {
+  if (kb.split) {  // one bf16 product of the concatenated parts (split_bf16.h)
+    const int64_t width = SplitWidthsOf(p_).qk;
+    cpu::ScoreTileAmx(q16, width, rows, width, kb.panels16, kb.num_panels, s, bk);
+  } else if (kb.panels16 != nullptr) {
     if (p_.amx) {
       cpu::ScoreTileAmx(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
     } else {
@@ -172,7 +183,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
               !(kb.values_checked ? kb.values_finite
                                   : cpu::RowsAllFinite(kb.vals, nk, kb.ldv, dv));
   }
-  if (kb.pairs16 != nullptr) {  // softmax with the probabilities rounded to bf16 in one pass
+  if (kb.pairs16 != nullptr && !kb.split) {  // probabilities rounded to bf16 in the pass
     cpu::SoftmaxRoundTileBf16(s, bk, rows, kb.ncols, m, l, alpha, w.p16.get(), bk,
                               /*keep_float=*/vmass != nullptr || careful);
   } else {
@@ -197,7 +208,17 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
       }
     }
   }
-  if (careful) {
+  if (kb.split) {  // split blocks' values are finite: never careful
+    // The probability rows' parts, one segment per term of the block's keys in 32-key
+    // steps (the columns from nk on hold the softmax's zeros), against the value pairs'
+    // segments (PackSplitBlock).
+    const SplitWidths sw = SplitWidthsOf(p_);
+    const cpu::SplitTerms terms = cpu::SplitTermsOf(p_.split_terms);
+    const int64_t seg = RoundUp(nk, 32);
+    cpu::SplitRowsBf16(s, bk, rows, seg, seg, terms, /*left=*/true, w.p16.get(), sw.p);
+    cpu::AccumulateTileAmx(w.p16.get(), sw.p, rows, terms.n * seg, kb.pairs16, dvp, alpha, oacc,
+                           dvp);
+  } else if (careful) {
     cpu::AccumulateSkippingZeros(s, bk, 1, s, bk, 1, rows, nk, kb.vals, kb.ldv, dv, alpha, oacc,
                                  dvp);
   } else if (kb.pairs16 != nullptr) {  // bf16 probabilities (above) for the dot products

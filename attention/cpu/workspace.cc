@@ -15,8 +15,15 @@ int64_t Workspace::Floats(const Plan& p, bool decode) {
   const int64_t bf16 = p.bf16_dot ? (packed * (RoundUp(p.d, 2) + p.dvp) +
                                      p.rows * RoundUp(p.d, 2) + TileRows(p) * p.bk + 1) / 2
                                   : 0;
+  // The split-bf16 path (never decoding): split key panels, value pairs, query rows and
+  // probability rows, and one block's rows before packing.
+  const SplitWidths sw = SplitWidthsOf(p);
+  const int64_t split = p.split_terms > 0 && !decode
+                            ? (packed * (sw.qk + sw.v) + p.rows * sw.qk + TileRows(p) * sw.p +
+                               p.bk * std::max(sw.qk, 3 * p.dv) + 1) / 2
+                            : 0;
   const int64_t value_blocks = decode ? 1 : blocks;
-  return packed * p.d + value_blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
+  return split + packed * p.d + value_blocks * p.bk * p.dvp + p.bk * p.d + p.rows * p.d +
          2 * TileRows(p) * p.bk + p.rows * p.dvp + (2 + kSumLanes) * p.rows + bf16 +
          p.rows * ((p.nlk > 0 ? p.ldl : 0) + (p.nlv > 0 ? p.nlv + 1 : 0));
 }
@@ -60,6 +67,15 @@ Workspace::Workspace(const Plan& p, bool decode) {
     pairs16 = alloc16(packed_keys * p.dvp);
     q16 = alloc16(p.rows * deven);
     p16 = alloc16(TileRows(p) * p.bk);  // decoding's tiles hold every query head
+  }
+  if (p.split_terms > 0 && !decode) {
+    const SplitWidths sw = SplitWidthsOf(p);
+    panels16 = alloc16(packed_keys * sw.qk);
+    pairs16 = alloc16(packed_keys * sw.v);
+    q16 = alloc16(p.rows * sw.qk);
+    p16 = alloc16(TileRows(p) * sw.p);
+    split_rows = alloc16(p.bk * std::max(sw.qk, 3 * p.dv));
+    split.resize(static_cast<size_t>(blocks));
   }
 }
 

@@ -21,7 +21,8 @@ struct Workspace {
   // Shaw labels per query row: key-label dot products (stride ldl) and value-label
   // probability mass (stride nlv); ones for the accumulation.
   std::vector<float> qlab, vmass, lab_ones;
-  // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities.
+  // The bf16 dot-product path's packed keys, value pairs, query rows and probabilities
+  // (the split-bf16 path's: each split into concatenated parts, SplitWidths).
   hwy::AlignedFreeUniquePtr<uint16_t[]> panels16, pairs16, q16, p16;
   std::vector<char> packed;
   std::vector<int64_t> kmin, kmax;
@@ -29,6 +30,13 @@ struct Workspace {
   std::vector<char> vfinite;  // the packed block's values are all finite (nonfinite.h)
   std::vector<char> kfinite;  // the packed block's (float) key panels are all finite
   bool q_finite = true;       // the loaded query rows (LoadQueries) are all finite
+  // Split-bf16 float32 (plan.split_terms, split_bf16.h): per block 0 (not yet packed),
+  // 1 (its split keys and values are in panels16 / pairs16) or 2 (a part would not be
+  // finite: the float path); whether the loaded query rows split (their parts in q16);
+  // one block's split key rows or value parts before packing.
+  std::vector<char> split;
+  bool q_split = false;
+  hwy::AlignedFreeUniquePtr<uint16_t[]> split_rows;
   BiasScratch bias_scratch;
   // False when an aligned buffer could not be allocated: RunItems then returns
   // ResourceExhausted instead of running the item.
@@ -43,6 +51,16 @@ struct Workspace {
   static int64_t Floats(const Plan& p, bool decode = false);
   explicit Workspace(const Plan& p, bool decode = false);
 };
+
+// The split-bf16 path's row lengths (bf16 elements): a split query or key row (terms x
+// split_width), and the pitch of one block's split probability rows and value pairs per
+// key (terms x bk and terms x dvp).
+struct SplitWidths {
+  int64_t qk = 0, p = 0, v = 0;
+};
+inline SplitWidths SplitWidthsOf(const Plan& p) {
+  return {p.split_terms * p.split_width, p.split_terms * p.bk, p.split_terms * p.dvp};
+}
 
 // Whether the backward runs its products on the bf16 dot products (kernels_bf16.h):
 // bf16 inputs, plan.bf16_dot, and query tiles of even length (the transposed rows pair

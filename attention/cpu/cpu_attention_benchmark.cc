@@ -20,6 +20,7 @@
 #include "attention/cpu/cpu_attention.h"
 #include "attention/cpu/kernels.h"
 #include "attention/cpu/kernels_decode.h"
+#include "attention/cpu/split_bf16.h"
 #include "attention/descriptor.h"
 #include "benchmark/benchmark.h"
 #include "hwy/aligned_allocator.h"
@@ -211,6 +212,81 @@ void BM_CpuForward(benchmark::State& state) {
   state.counters["extra_MiB"] = double(*CpuForwardWorkspaceBytes(a, opt)) / (1 << 20);
   state.SetLabel(CpuAttentionIsa());
 }
+
+// float32 with both products on AMX tiles as sums of bf16 products (Float32Arithmetic:
+// split 6 or 3 terms; 0: float32 FMAs, the row to compare with), b1 h16 s4096 d128, with
+// and without RoPE. Counters: the float32 rate and its fraction of the FMA peak, and the
+// tiles' share, the bf16 products (terms x the float32 flops) as a fraction of the AMX
+// bf16 peak measured in this process. Split rows skip where CpuAmxUsable() is false
+// (there the modes are float32 FMAs exactly).
+void BM_CpuForwardSplit(benchmark::State& state) {
+  const bool causal = state.range(0) != 0;
+  const int terms = static_cast<int>(state.range(1));
+  const int threads = static_cast<int>(state.range(2));
+  if (terms != 0 && !CpuAmxUsable()) {
+    state.SkipWithError("no usable AMX tiles on this CPU");
+    return;
+  }
+  const int64_t s = 4096, h = 16, d = 128;
+  AttentionArgs a = SelfAttention(1, s, h, d, causal);
+  NormalStream n(1);
+  const size_t total = static_cast<size_t>(s * h * d);
+  std::vector<float> q(total), k(total), v(total), o(total);
+  n.Fill({&q, &k, &v});
+  auto rope = CreateRope(WholeHeadRope(d));
+  RopeRowTransform rope_tr(*rope);
+  if (state.range(3) != 0) a.q_transform = a.k_transform = &rope_tr;
+  CpuAttentionOptions opt;
+  opt.num_threads = threads;
+  using F = CpuAttentionOptions::Float32Arithmetic;
+  opt.float32_arithmetic = terms == 6 ? F::kSplitBf16x6 : terms == 3 ? F::kSplitBf16x3 : F::kExact;
+  if (!TimeCalls(state, o.data(), [&] {
+        return CpuForward(a, q.data(), k.data(), v.data(), o.data(), nullptr, opt);
+      })) {
+    return;
+  }
+  const double flops = 4.0 * double(d) * AllowedPairs(s, causal) * double(h);
+  SetFlopCounters(state, flops, threads);
+  if (terms != 0) {
+    const double amx = measure::AmxBf16PeakGflops(threads);
+    if (amx > 0) {
+      state.counters["tiles_frac_of_amx_peak"] = benchmark::Counter(
+          terms * flops * 1e-9 / amx, benchmark::Counter::kIsIterationInvariantRate);
+    }
+  }
+}
+
+// The split modes' elementwise part per key block: a 96 x 128 probability tile into the
+// concatenated bf16 parts the P V product takes (split_bf16.h), one thread; counter
+// ps_per_score. Beside it, the tiles' products per score: terms x 2 x 128 (head_dim)
+// bf16 flops for P V, as many for the scores.
+void BM_SplitRows(benchmark::State& state) {
+  const int64_t rows = 96, n = 128;
+  const int terms = static_cast<int>(state.range(0));
+  const cpu::SplitTerms t = cpu::SplitTermsOf(terms);
+  std::vector<float> p(static_cast<size_t>(rows * n));
+  NormalStream rnd(3);
+  rnd.Fill({&p});
+  for (float& x : p) x = std::fabs(x) / 4.0f;  // probabilities' range
+  std::vector<uint16_t> out(static_cast<size_t>(rows * terms * n));
+  for (auto _ : state) {
+    cpu::SplitRowsBf16(p.data(), n, rows, n, n, t, /*left=*/true, out.data(), terms * n);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["ps_per_score"] = benchmark::Counter(
+      double(rows * n) * 1e-12, benchmark::Counter::kIsIterationInvariantRate |
+                                    benchmark::Counter::kInvert);
+}
+
+BENCHMARK(BM_SplitRows)->ArgName("terms")->Arg(6)->Arg(3);
+
+BENCHMARK(BM_CpuForwardSplit)
+    ->ArgNames({"causal", "terms", "threads", "rope"})
+    ->ArgsProduct({{0, 1}, {0, 6, 3}, {2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 // The tile sizes (CpuAttentionOptions::block_q, block_k) at b1 h16 s4096 d128, 2 threads,
 // float32 (bf16 0) or bfloat16 on the dot products (bf16 1): the data for choosing the

@@ -533,37 +533,63 @@ void WidenImpl(const uint16_t* src, float* dst, int64_t n) {
 }
 
 // rope.cc's ToBFloat16 per lane: u + 0x7fff + (bit 16 of u), high half; NaN (magnitude
-// above infinity's pattern): high half with the quiet bit 0x0040 set. 32 floats per step:
-// the two vectors' high halves gathered into one register by a word permute (vpermt2w)
-// and stored whole. (A per-vector narrowing, vpmovdw, is folded by the compiler into its
-// store form, which is microcoded on AMD Zen 4 and 5: it took 60% of this function.)
-void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
-  alignas(64) static constexpr uint16_t kHighWords[32] = {
-      1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-      33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  const __m512i high_words = _mm512_load_si512(kHighWords);
+// above infinity's pattern): high half with the quiet bit 0x0040 set. Returns the
+// rounded pattern, whose high half is the bf16 value (and, with the low half cleared,
+// that value as a float).
+inline __m512i RoundPattern(__m512i u) {
   const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
   const __m512i bias = _mm512_set1_epi32(0x7FFF), bit16 = _mm512_set1_epi32(0x10000);
   const __m512i quiet = _mm512_set1_epi32(0x00400000);
-  // The rounded pattern (its high half is the bf16 value), 16 lanes.
-  const auto round = [&](__m512i u) {
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-    const __m512i odd = _mm512_srli_epi32(_mm512_and_si512(u, bit16), 16);
-    const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, bias), odd);
-    return _mm512_mask_or_epi32(rounded, nan, u, quiet);
-  };
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+  const __m512i odd = _mm512_srli_epi32(_mm512_and_si512(u, bit16), 16);
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(u, bias), odd);
+  return _mm512_mask_or_epi32(rounded, nan, u, quiet);
+}
+
+// Word indices of the high halves of two vectors of 32-bit lanes (vpermt2w).
+alignas(64) constexpr uint16_t kHighWords[32] = {
+    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+    33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+// RoundPattern on 32 floats per step: the two vectors' high halves gathered into one
+// register by a word permute (vpermt2w) and stored whole. (A per-vector narrowing,
+// vpmovdw, is folded by the compiler into its store form, which is microcoded on AMD
+// Zen 4 and 5: it took 60% of this function.)
+void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
+  const __m512i high_words = _mm512_load_si512(kHighWords);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512i a = round(_mm512_castps_si512(_mm512_loadu_ps(src + i)));
-    const __m512i b = round(_mm512_castps_si512(_mm512_loadu_ps(src + i + 16)));
+    const __m512i a = RoundPattern(_mm512_castps_si512(_mm512_loadu_ps(src + i)));
+    const __m512i b = RoundPattern(_mm512_castps_si512(_mm512_loadu_ps(src + i + 16)));
     _mm512_storeu_si512(dst + i, _mm512_permutex2var_epi16(a, high_words, b));
   }
   if (i < n) {
     const __mmask16 ma = FirstLanes32(n - i), mb = FirstLanes32(n - i - 16);
-    const __m512i a = round(_mm512_castps_si512(_mm512_maskz_loadu_ps(ma, src + i)));
-    const __m512i b = round(_mm512_castps_si512(_mm512_maskz_loadu_ps(mb, src + i + 16)));
+    const __m512i a = RoundPattern(_mm512_castps_si512(_mm512_maskz_loadu_ps(ma, src + i)));
+    const __m512i b = RoundPattern(_mm512_castps_si512(_mm512_maskz_loadu_ps(mb, src + i + 16)));
     _mm512_mask_storeu_epi16(dst + i, FirstLanes16(n - i),
                              _mm512_permutex2var_epi16(a, high_words, b));
+  }
+}
+
+// SplitPartsBf16: each part RoundPattern's of the rest, the rest less the part (its
+// rounded pattern with the low half cleared) in float, 32 values per step in registers.
+void SplitPartsImpl(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
+                    uint16_t* p2) {
+  const __m512i high_words = _mm512_load_si512(kHighWords);
+  const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  uint16_t* out[3] = {p0, p1, p2};
+  for (int64_t i = 0; i < n; i += 32) {
+    const __mmask16 ma = FirstLanes32(n - i), mb = FirstLanes32(n - i - 16);
+    __m512 a = _mm512_maskz_loadu_ps(ma, x + i), b = _mm512_maskz_loadu_ps(mb, x + i + 16);
+    for (int p = 0; p < parts; ++p) {
+      const __m512i ra = RoundPattern(_mm512_castps_si512(a));
+      const __m512i rb = RoundPattern(_mm512_castps_si512(b));
+      _mm512_mask_storeu_epi16(out[p] + i, FirstLanes16(n - i),
+                               _mm512_permutex2var_epi16(ra, high_words, rb));
+      a = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_and_si512(ra, high_half)));
+      b = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_and_si512(rb, high_half)));
+    }
   }
 }
 
@@ -682,6 +708,11 @@ void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
 }
 
+void SplitPartsImpl(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
+                    uint16_t* p2) {
+  SplitPartsBf16Reference(x, n, parts, p0, p1, p2);
+}
+
 void ScoreTileImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
                    float*, int64_t) {
   GPE_NO_BF16_DOT("ScoreTileBf16");
@@ -739,6 +770,7 @@ HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(PackValuePairsImpl);
 HWY_EXPORT(WidenImpl);
 HWY_EXPORT(RoundImpl);
+HWY_EXPORT(SplitPartsImpl);
 HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(RoundRowsImpl);
 HWY_EXPORT(SoftmaxRoundImpl);
@@ -799,6 +831,24 @@ void WidenBf16Row(const uint16_t* src, float* dst, int64_t n) {
 
 void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
   HWY_DYNAMIC_DISPATCH(RoundImpl)(src, dst, n);
+}
+
+void SplitPartsBf16(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
+                    uint16_t* p2) {
+  HWY_DYNAMIC_DISPATCH(SplitPartsImpl)(x, n, parts, p0, p1, p2);
+}
+
+void SplitPartsBf16Reference(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
+                             uint16_t* p2) {
+  uint16_t* out[3] = {p0, p1, p2};
+  for (int64_t i = 0; i < n; ++i) {
+    float rest = x[i];
+    for (int p = 0; p < parts; ++p) {
+      const encodings::sequence::BFloat16 b = encodings::sequence::ToBFloat16(rest);
+      out[p][i] = b.bits;
+      rest -= encodings::sequence::ToFloat(b);
+    }
+  }
 }
 
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,

@@ -36,36 +36,25 @@ bool SplitSafe(const float* x, int64_t rows, int64_t ld, int64_t n) {
 
 void SplitBf16Parts(const float* x, int64_t n, int parts, uint16_t* part0, uint16_t* part1,
                     uint16_t* part2) {
-  constexpr int64_t kChunk = 256;
-  float rest[kChunk], back[kChunk];
-  uint16_t* out[3] = {part0, part1, part2};
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    std::copy(x + i, x + i + m, rest);
-    for (int p = 0; p < parts; ++p) {
-      RoundBf16Row(rest, out[p] + i, m);
-      if (p + 1 == parts) break;
-      WidenBf16Row(out[p] + i, back, m);
-      for (int64_t c = 0; c < m; ++c) rest[c] -= back[c];  // exact (split_bf16.h)
-    }
-  }
+  SplitPartsBf16(x, n, parts, part0, part1, part2);
 }
 
 void SplitRowsBf16(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t width,
                    const SplitTerms& terms, bool left, uint16_t* out, int64_t ldo) {
-  constexpr int64_t kChunk = 256;
-  uint16_t part[3][kChunk];
   const int* which = left ? terms.left : terms.right;
+  // Each part is written into the first segment that takes it, then copied to the others
+  // (every part up to terms.parts has a segment, on either side).
+  int first[3] = {-1, -1, -1};
+  for (int t = terms.n - 1; t >= 0; --t) first[which[t]] = t;
   for (int64_t r = 0; r < rows; ++r) {
     uint16_t* o = out + r * ldo;
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - c0);
-      SplitBf16Parts(x + r * ldx + c0, m, terms.parts, part[0], part[1], part[2]);
-      for (int t = 0; t < terms.n; ++t) {
-        std::copy(part[which[t]], part[which[t]] + m, o + t * width + c0);
-      }
+    uint16_t* dst[3] = {nullptr, nullptr, nullptr};
+    for (int i = 0; i < terms.parts; ++i) dst[i] = o + first[i] * width;
+    SplitPartsBf16(x + r * ldx, n, terms.parts, dst[0], dst[1], dst[2]);
+    for (int t = 0; t < terms.n; ++t) {
+      if (first[which[t]] != t) std::copy(dst[which[t]], dst[which[t]] + n, o + t * width);
+      std::fill(o + t * width + n, o + (t + 1) * width, 0);
     }
-    for (int t = 0; t < terms.n; ++t) std::fill(o + t * width + n, o + (t + 1) * width, 0);
   }
 }
 

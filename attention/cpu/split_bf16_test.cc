@@ -15,6 +15,7 @@
 
 #include "attention/cpu/cpu_attention.h"
 #include "attention/cpu/kernels_amx.h"
+#include "attention/cpu/kernels_bf16.h"
 #include "attention/cpu/test_util.h"
 #include "attention/descriptor.h"
 #include "attention/reference.h"
@@ -22,6 +23,7 @@
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/rope.h"
 #include "gtest/gtest.h"
+#include "hwy/targets.h"
 
 namespace gpe {
 namespace attention {
@@ -59,6 +61,20 @@ TEST(SplitBf16, PartsAreRoundingsOfTheRestAndRecoverTheFloat) {
   }
   x[0] = 0.0f, x[1] = -0.0f, x[2] = cpu::kSplitMax, x[3] = std::numeric_limits<float>::denorm_min();
   std::vector<uint16_t> p0(n), p1(n), p2(n);
+  // Every compiled target (AVX3: 32 values per step, a masked tail; the others the
+  // reference loop), on lengths with and without a tail.
+  for (int64_t target : cpu::CompiledTargetsBf16()) {
+    hwy::SetSupportedTargetsForTest(target);
+    for (int64_t len : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{n}}) {
+      std::vector<uint16_t> q0(len, 1), q1(len, 1), q2(len, 1), r0(len), r1(len), r2(len);
+      cpu::SplitBf16Parts(x.data() + 7, len, 3, q0.data(), q1.data(), q2.data());
+      cpu::SplitPartsBf16Reference(x.data() + 7, len, 3, r0.data(), r1.data(), r2.data());
+      ASSERT_EQ(q0, r0) << hwy::TargetName(target) << " " << len;
+      ASSERT_EQ(q1, r1) << hwy::TargetName(target) << " " << len;
+      ASSERT_EQ(q2, r2) << hwy::TargetName(target) << " " << len;
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
   for (int parts : {1, 2, 3}) {
     cpu::SplitBf16Parts(x.data(), n, parts, p0.data(), parts > 1 ? p1.data() : nullptr,
                         parts > 2 ? p2.data() : nullptr);

@@ -74,18 +74,22 @@ struct CpuAttentionOptions {
   // kAmxTiles) with each float x split into bfloat16 parts, x = x0 + x1 + x2 + r (x0 its
   // bf16 rounding, x1 that of x - x0, x2 that of x - x0 - x1; |r| <= 2^-24 |x| about):
   //  - kSplitBf16x6: six bf16 products per float product, a b ~ a1 b1 + a0 b2 + a2 b0 +
-  //    a0 b1 + a1 b0 + a0 b0 (summed smallest first): about float32's accuracy, within
-  //    the float32 tests' criterion (twice the error of naive float32 sums);
+  //    a0 b1 + a1 b0 + a0 b0 (smallest first): about float32's accuracy, within the
+  //    float32 tests' criterion (twice the error of naive float32 sums);
   //  - kSplitBf16x3: three, a1 b0 + a0 b1 + a0 b0: about 2^-16 relative per product
-  //    (16 of float32's 24 significant bits), some 30x the float32 error; for workloads
-  //    that accept that.
-  // Blocks where a part would not be finite (a query or key row, after its transform,
-  // or a value with a non-finite entry or beyond 3.38e38) take the float32 FMAs. The
-  // backward stays exact float32 (it recomputes P from this forward's lse). Where the
-  // tiles are not usable (CpuAmxUsable false) the split modes are kExact exactly: on the
-  // dot products (AVX512_BF16) six or three products at twice the FMA rate are slower
-  // than float32 FMAs. Opt-in: nothing chooses them by default. Decoding (few query rows
-  // against a cache) stays on float32 FMAs.
+  //    (16 of float32's 24 significant bits); outputs measured 7-21x further from the
+  //    exact result than float32 FMAs' (split_bf16_test); for workloads that accept that.
+  // Key blocks with a value or a transformed key that does not split (non-finite, beyond
+  // 3.38e38, or nonzero below 2^-100, where the tiles' flushing of subnormals would cost
+  // accuracy), and passes of query rows (up to 384 rows of a kv head's group) with such a
+  // transformed query, take the float32 FMAs. The backward stays exact float32 (it
+  // recomputes P from this forward's lse). Where the tiles are not usable
+  // (CpuAmxUsable false) the split modes are kExact exactly: on the dot products
+  // (AVX512_BF16) six or three products at twice the FMA rate are slower than float32
+  // FMAs. Memory: the split keys and values (terms x bf16 per element, kept beside the
+  // float packing the fallback uses) make a thread's workspace about 4x kExact's with
+  // six terms. Opt-in: nothing chooses them by default. Decoding (few query rows against
+  // a cache) stays on float32 FMAs.
   enum class Float32Arithmetic { kExact, kSplitBf16x6, kSplitBf16x3 };
   Float32Arithmetic float32_arithmetic = Float32Arithmetic::kExact;
 };
@@ -193,7 +197,8 @@ absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::B
 
 // Extra memory CpuForward allocates for these arguments (bytes, all threads together,
 // including the prepared transforms' tables estimated at 2 floats per position and
-// component).
+// component), counted for float32 tensors (with options' float32_arithmetic where the
+// tiles are usable).
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
                                                  const CpuAttentionOptions& options = {});
 

@@ -1,6 +1,7 @@
 #include "attention/cpu/split_bf16.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,8 +28,11 @@ SplitTerms SplitTermsOf(int terms) {
 bool SplitSafe(const float* x, int64_t rows, int64_t ld, int64_t n) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * ld;
-    bool ok = true;  // NaN fails the comparison
-    for (int64_t c = 0; c < n; ++c) ok &= std::fabs(row[c]) <= kSplitMax;
+    bool ok = true;  // NaN fails the comparisons
+    for (int64_t c = 0; c < n; ++c) {
+      const float a = std::fabs(row[c]);
+      ok &= (a <= kSplitMax) & ((a >= kSplitMin) | (a == 0.0f));
+    }
     if (!ok) return false;
   }
   return true;
@@ -57,6 +61,13 @@ void SplitRowsBf16(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t
     }
   }
 }
+
+namespace {
+std::atomic<bool> g_poison{false};
+}  // namespace
+
+void SetBf16BufferPoisonForTest(bool on) { g_poison.store(on, std::memory_order_relaxed); }
+bool Bf16BufferPoisonForTest() { return g_poison.load(std::memory_order_relaxed); }
 
 }  // namespace cpu
 }  // namespace attention

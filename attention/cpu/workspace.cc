@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attention/cpu/kernels.h"
+#include "attention/cpu/split_bf16.h"
 
 namespace gpe {
 namespace attention {
@@ -56,9 +57,11 @@ Workspace::Workspace(const Plan& p, bool decode) {
   qlab.resize(static_cast<size_t>(p.nlk > 0 ? p.rows * p.ldl : 0));
   vmass.resize(static_cast<size_t>(p.rows * p.nlv));
   lab_ones.assign(static_cast<size_t>(p.nlv > 0 ? p.rows : 0), 1.0f);
-  auto alloc16 = [this](int64_t n) {
+  const bool poison = Bf16BufferPoisonForTest();  // split_bf16.h
+  auto alloc16 = [this, poison](int64_t n) {
     auto buf = hwy::AllocateAligned<uint16_t>(std::max<int64_t>(n, 1));
     allocated = allocated && buf != nullptr;
+    if (poison && buf != nullptr) std::fill(buf.get(), buf.get() + std::max<int64_t>(n, 1), 0x7FC0);
     return buf;
   };
   if (p.bf16_dot) {

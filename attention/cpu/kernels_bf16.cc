@@ -572,24 +572,28 @@ void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
   }
 }
 
-// SplitPartsBf16: each part RoundPattern's of the rest, the rest less the part (its
-// rounded pattern with the low half cleared) in float, 32 values per step in registers.
-void SplitPartsImpl(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                    uint16_t* p2) {
+// SplitPartsToBf16: each part RoundPattern's of the rest, the rest less the part (its
+// rounded pattern with the low half cleared) in float, 32 values per step in registers,
+// every destination stored from them.
+void SplitPartsToImpl(const float* x, int64_t n, int count, const int* part,
+                      uint16_t* const* dst) {
   const __m512i high_words = _mm512_load_si512(kHighWords);
   const __m512i high_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  uint16_t* out[3] = {p0, p1, p2};
+  int parts = 0;
+  for (int t = 0; t < count; ++t) parts = std::max(parts, part[t] + 1);
   for (int64_t i = 0; i < n; i += 32) {
     const __mmask16 ma = FirstLanes32(n - i), mb = FirstLanes32(n - i - 16);
+    const __mmask32 m = FirstLanes16(n - i);
     __m512 a = _mm512_maskz_loadu_ps(ma, x + i), b = _mm512_maskz_loadu_ps(mb, x + i + 16);
+    __m512i words[3];
     for (int p = 0; p < parts; ++p) {
       const __m512i ra = RoundPattern(_mm512_castps_si512(a));
       const __m512i rb = RoundPattern(_mm512_castps_si512(b));
-      _mm512_mask_storeu_epi16(out[p] + i, FirstLanes16(n - i),
-                               _mm512_permutex2var_epi16(ra, high_words, rb));
+      words[p] = _mm512_permutex2var_epi16(ra, high_words, rb);
       a = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_and_si512(ra, high_half)));
       b = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_and_si512(rb, high_half)));
     }
+    for (int t = 0; t < count; ++t) _mm512_mask_storeu_epi16(dst[t] + i, m, words[part[t]]);
   }
 }
 
@@ -708,9 +712,9 @@ void RoundImpl(const float* src, uint16_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = encodings::sequence::ToBFloat16(src[i]).bits;
 }
 
-void SplitPartsImpl(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                    uint16_t* p2) {
-  SplitPartsBf16Reference(x, n, parts, p0, p1, p2);
+void SplitPartsToImpl(const float* x, int64_t n, int count, const int* part,
+                      uint16_t* const* dst) {
+  SplitPartsToBf16Reference(x, n, count, part, dst);
 }
 
 void ScoreTileImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
@@ -770,7 +774,7 @@ HWY_EXPORT(PackKeyPanelsImpl);
 HWY_EXPORT(PackValuePairsImpl);
 HWY_EXPORT(WidenImpl);
 HWY_EXPORT(RoundImpl);
-HWY_EXPORT(SplitPartsImpl);
+HWY_EXPORT(SplitPartsToImpl);
 HWY_EXPORT(ScoreTileImpl);
 HWY_EXPORT(RoundRowsImpl);
 HWY_EXPORT(SoftmaxRoundImpl);
@@ -833,21 +837,22 @@ void RoundBf16Row(const float* src, uint16_t* dst, int64_t n) {
   HWY_DYNAMIC_DISPATCH(RoundImpl)(src, dst, n);
 }
 
-void SplitPartsBf16(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                    uint16_t* p2) {
-  HWY_DYNAMIC_DISPATCH(SplitPartsImpl)(x, n, parts, p0, p1, p2);
+void SplitPartsToBf16(const float* x, int64_t n, int count, const int* part,
+                      uint16_t* const* dst) {
+  HWY_DYNAMIC_DISPATCH(SplitPartsToImpl)(x, n, count, part, dst);
 }
 
-void SplitPartsBf16Reference(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                             uint16_t* p2) {
-  uint16_t* out[3] = {p0, p1, p2};
+void SplitPartsToBf16Reference(const float* x, int64_t n, int count, const int* part,
+                               uint16_t* const* dst) {
   for (int64_t i = 0; i < n; ++i) {
+    uint16_t bits[3] = {0, 0, 0};
     float rest = x[i];
-    for (int p = 0; p < parts; ++p) {
+    for (int p = 0; p < 3; ++p) {
       const encodings::sequence::BFloat16 b = encodings::sequence::ToBFloat16(rest);
-      out[p][i] = b.bits;
+      bits[p] = b.bits;
       rest -= encodings::sequence::ToFloat(b);
     }
+    for (int t = 0; t < count; ++t) dst[t][i] = bits[part[t]];
   }
 }
 

@@ -69,15 +69,16 @@ void WidenBf16Row(const uint16_t* src, float* dst, int64_t n);
 // even on the bit pattern (subnormals kept, overflow to infinity), a NaN stays a NaN
 // (quiet bit set, sign and top payload kept). On AVX3 16 lanes at a time.
 void RoundBf16Row(const float* src, uint16_t* dst, int64_t n);
-// The first `parts` (1 to 3) bf16 parts of x[0, n) for the split-bf16 float32 mode
-// (split_bf16.h): part p is RoundBf16Row's rounding of the rest, x less the parts before
-// it (float subtractions, exact for finite x). Outputs parts' arrays p0, p1, p2 (those
-// past `parts` unused, may be null). On AVX3 32 values per step in registers, else the
-// reference, the same bits.
-void SplitPartsBf16(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                    uint16_t* p2);
-void SplitPartsBf16Reference(const float* x, int64_t n, int parts, uint16_t* p0, uint16_t* p1,
-                             uint16_t* p2);
+// bf16 parts of x[0, n) for the split-bf16 float32 mode (split_bf16.h): part p (0 to 2)
+// is RoundBf16Row's rounding of the rest, x less the parts before it (float
+// subtractions, exact for finite x). Stores part part[t] of every x[i] at dst[t][i], for
+// t < count (a part may go to several destinations). On AVX3 32 values per step in
+// registers, each part stored to all its destinations from there; else the reference,
+// the same bits.
+void SplitPartsToBf16(const float* x, int64_t n, int count, const int* part,
+                      uint16_t* const* dst);
+void SplitPartsToBf16Reference(const float* x, int64_t n, int count, const int* part,
+                               uint16_t* const* dst);
 // x[i] <- its bf16 rounding (RoundBf16Row's), kept in float, for i < n: what the bf16 dot
 // products multiply, for scores formed with float products of the same values (the
 // forward's direct tiles, the backward's float tiles) to equal theirs.

@@ -40,24 +40,21 @@ bool SplitSafe(const float* x, int64_t rows, int64_t ld, int64_t n) {
 
 void SplitBf16Parts(const float* x, int64_t n, int parts, uint16_t* part0, uint16_t* part1,
                     uint16_t* part2) {
-  SplitPartsBf16(x, n, parts, part0, part1, part2);
+  const int part[3] = {0, 1, 2};
+  uint16_t* const dst[3] = {part0, part1, part2};
+  SplitPartsToBf16(x, n, parts, part, dst);
 }
 
 void SplitRowsBf16(const float* x, int64_t ldx, int64_t rows, int64_t n, int64_t width,
                    const SplitTerms& terms, bool left, uint16_t* out, int64_t ldo) {
   const int* which = left ? terms.left : terms.right;
-  // Each part is written into the first segment that takes it, then copied to the others
-  // (every part up to terms.parts has a segment, on either side).
-  int first[3] = {-1, -1, -1};
-  for (int t = terms.n - 1; t >= 0; --t) first[which[t]] = t;
   for (int64_t r = 0; r < rows; ++r) {
     uint16_t* o = out + r * ldo;
-    uint16_t* dst[3] = {nullptr, nullptr, nullptr};
-    for (int i = 0; i < terms.parts; ++i) dst[i] = o + first[i] * width;
-    SplitPartsBf16(x + r * ldx, n, terms.parts, dst[0], dst[1], dst[2]);
-    for (int t = 0; t < terms.n; ++t) {
-      if (first[which[t]] != t) std::copy(dst[which[t]], dst[which[t]] + n, o + t * width);
-      std::fill(o + t * width + n, o + (t + 1) * width, 0);
+    uint16_t* dst[6];
+    for (int t = 0; t < terms.n; ++t) dst[t] = o + t * width;
+    SplitPartsToBf16(x + r * ldx, n, terms.n, which, dst);
+    if (n < width) {
+      for (int t = 0; t < terms.n; ++t) std::fill(o + t * width + n, o + (t + 1) * width, 0);
     }
   }
 }

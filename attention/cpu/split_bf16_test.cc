@@ -78,7 +78,9 @@ TEST(SplitBf16, PartsAreRoundingsOfTheRestAndRecoverTheFloat) {
     for (int64_t len : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{n}}) {
       std::vector<uint16_t> q0(len, 1), q1(len, 1), q2(len, 1), r0(len), r1(len), r2(len);
       cpu::SplitBf16Parts(x.data() + 7, len, 3, q0.data(), q1.data(), q2.data());
-      cpu::SplitPartsBf16Reference(x.data() + 7, len, 3, r0.data(), r1.data(), r2.data());
+      const int part[3] = {0, 1, 2};
+      uint16_t* const dst[3] = {r0.data(), r1.data(), r2.data()};
+      cpu::SplitPartsToBf16Reference(x.data() + 7, len, 3, part, dst);
       ASSERT_EQ(q0, r0) << hwy::TargetName(target) << " " << len;
       ASSERT_EQ(q1, r1) << hwy::TargetName(target) << " " << len;
       ASSERT_EQ(q2, r2) << hwy::TargetName(target) << " " << len;

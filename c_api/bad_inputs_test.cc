@@ -743,6 +743,14 @@ void AddCases03(const std::function<void(const char*, const char*, Run)>& add) {
   add("attention_softcap_nan", e, [](Fixture& f) { f.v3.att.softcap = kNaN; return f.v3.Forward(); });
   add("attention_softcap_inf", e, [](Fixture& f) { f.v3.att.softcap = kInf; return f.v3.Forward(); });
   add("attention_softcap_negative", e, [](Fixture& f) { f.v3.att.softcap = -30.0; return f.v3.Forward(); });
+  add("attention_bf16_arithmetic_unknown", e, [](Fixture& f) {
+    f.v3.att.bf16_arithmetic = 4;
+    return f.v3.Forward();
+  });
+  add("attention_float32_arithmetic_negative", e, [](Fixture& f) {
+    f.v3.att.float32_arithmetic = -1;
+    return f.v3.Forward();
+  });
   add("attention_sinks_float64", e, [](Fixture& f) {
     f.v3.att.sinks = &f.v3.d_sinks_t;  // float64 [2]: sinks are float32
     return f.v3.Forward();

@@ -233,6 +233,30 @@ class AttentionTest(unittest.TestCase):
         with self.assertRaises(ValueError):
             gpe.merge_attention([o, o], [lse])
 
+    def test_cpu_arithmetic_options(self):
+        # Every float32 arithmetic stays within the float32 check above (1e-5): the split
+        # modes run float32's accuracy on AMX tiles (six terms) and are exact float32
+        # elsewhere; three terms (about 2^-16 per product) within 1e-3. The names map to
+        # gpe/attention.h's codes in the options struct, and unknown names are refused.
+        q, k, v = self.randn(1, 40, 4, 32), self.randn(1, 40, 2, 32), self.randn(1, 40, 2, 32)
+        want = reference(q[0], k[0], v[0], True, 0, False)
+        for name, tol in (("exact", 1e-5), ("split_bf16x6", 1e-5), ("split_bf16x3", 1e-3)):
+            o = gpe.attention(q, k, v, causal=True, float32_arithmetic=name)
+            np.testing.assert_allclose(o[0], want, atol=tol, err_msg=name)
+            dq, _, _ = gpe.attention_backward(q, k, v, o, causal=True, float32_arithmetic=name)
+            self.assertTrue(np.isfinite(dq).all(), name)
+        import importlib
+        from gpe import _ffi
+        attention_module = importlib.import_module("gpe.attention")  # (gpe.attention: the function)
+        opts = _ffi.AttentionOptions()
+        attention_module._arithmetic(opts, "amx_tiles", "split_bf16x3")
+        self.assertEqual((opts.bf16_arithmetic, opts.float32_arithmetic), (3, 2))
+        attention_module._arithmetic(opts, "widen", "split_bf16x6")
+        self.assertEqual((opts.bf16_arithmetic, opts.float32_arithmetic), (2, 1))
+        for kwargs in ({"bf16_arithmetic": "amx"}, {"float32_arithmetic": "split"}):
+            with self.assertRaises(ValueError):
+                gpe.attention(q, k, v, **kwargs)
+
     def test_bad_input_raises(self):
         q = self.randn(1, 8, 3, 8)
         k = self.randn(1, 8, 2, 8)

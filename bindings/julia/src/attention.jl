@@ -45,6 +45,9 @@ struct AttentionOptions
     block_table::Ptr{DLTensor}
     # Since 0.10.0; Julia arrays are host memory: C_NULL.
     cuda_stream::Ptr{Cvoid}
+    # Since 0.10.0, after cuda_stream: the CPU kernels' arithmetic (0: AUTO / EXACT).
+    bf16_arithmetic::Int32
+    float32_arithmetic::Int32
 end
 struct AttentionParamGrads
     struct_size::UInt32
@@ -108,7 +111,8 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                            sinks::Union{Nothing,StridedVector{Float32}}=nothing,
                            attn_mask::Union{Nothing,StridedArray{Float32,4},StridedArray{UInt8,4},StridedArray{Bool,4}}=nothing,
                            kv_lengths::Union{Nothing,StridedVector{Int64}}=nothing,
-                           block_table::Union{Nothing,StridedMatrix{Int64}}=nothing)
+                           block_table::Union{Nothing,StridedMatrix{Int64}}=nothing,
+                           bf16_arithmetic::Symbol=:auto, float32_arithmetic::Symbol=:exact)
     mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
     mkb(x) = x === nothing ? nothing : (@tensor t_ x batch_parts; push!(keep, t_); t_)
     function mks(skews)
@@ -127,6 +131,11 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
         h !== nothing && h.ptr == C_NULL && argerror("$name is closed")
     end
     rope_pairing in (:interleaved, :half_split) || argerror("rope_pairing must be :interleaved or :half_split; got $rope_pairing")
+    # gpe/attention.h's CPU ARITHMETIC: GPE_BF16_ARITHMETIC_* and GPE_FLOAT32_ARITHMETIC_*.
+    bf16_codes = (auto=0, dot_products=1, widen=2, amx_tiles=3)
+    f32_codes = (exact=0, split_bf16x6=1, split_bf16x3=2)
+    haskey(bf16_codes, bf16_arithmetic) || argerror("bf16_arithmetic must be one of $(keys(bf16_codes)); got $bf16_arithmetic")
+    haskey(f32_codes, float32_arithmetic) || argerror("float32_arithmetic must be one of $(keys(f32_codes)); got $float32_arithmetic")
     (q_tree === nothing) == (k_tree === nothing) || argerror("give both q_tree and k_tree, or neither")
     tqo, tqc, tko, tkc = nothing, nothing, nothing, nothing
     if q_tree !== nothing
@@ -144,7 +153,7 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                             rope === nothing ? C_NULL : rope.ptr, window === nothing ? 0 : 1,
                             window === nothing ? -1 : window[1], window === nothing ? -1 : window[2], softcap,
                             tptr(mk(sinks)), tptr(mkr(attn_mask)), tptr(mk(kv_lengths)), tptr(mkr(block_table)),
-                            C_NULL)
+                            C_NULL, Int32(bf16_codes[bf16_arithmetic]), Int32(f32_codes[float32_arithmetic]))
 end
 
 """Attention with the encoding inside the kernel: q head_dim × heads_q × seq_q × batch,

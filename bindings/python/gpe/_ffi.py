@@ -364,6 +364,10 @@ class AttentionOptions(ctypes.Structure):
         ("kv_lengths", ctypes.POINTER(DLTensor)),
         ("block_table", ctypes.POINTER(DLTensor)),
         ("cuda_stream", ctypes.c_void_p),
+        # 0.10.0, after cuda_stream: the CPU kernels' arithmetic (GPE_BF16_ARITHMETIC_*,
+        # GPE_FLOAT32_ARITHMETIC_*; 0: AUTO / EXACT).
+        ("bf16_arithmetic", ctypes.c_int32),
+        ("float32_arithmetic", ctypes.c_int32),
     ]
 
 

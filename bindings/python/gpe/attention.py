@@ -51,6 +51,14 @@ GRAPE-M's dL/da, dL/db, dL/domega (encoding=gpe.GrapeM) or dL/dS of Kogkalidis e
 skew generators (encoding=gpe.AlgebraicSequence: [dim, dim]; algebraic_tree: [branching,
 head_dim, head_dim]; algebraic_grid: [axes, m, m]; entrywise and unprojected, as
 AlgebraicSequence.backward's).
+CPU arithmetic (gpe/attention.h, "CPU ARITHMETIC"): bf16_arithmetic for bfloat16 tensors
+("auto": the CPU's bf16 dot products where a one-time probe finds them faster than float
+FMAs; "dot_products"; "widen": float32 kernels; "amx_tiles": Intel AMX tiles where usable,
+else the dot products) and float32_arithmetic for float32 ones ("exact": float32 FMAs;
+"split_bf16x6" / "split_bf16x3": both products of the forward on AMX tiles as six or three
+bf16 products per float product, float32's accuracy or about 2^-16 relative; "exact"
+where the tiles are not usable). The AMX paths are opt-in and not yet measured on AMX
+hardware.
 Masks and caches (attention/descriptor.h, "SCORE MASK" and "LAYOUTS"):
 - attn_mask: PyTorch SDPA's attn_mask, float (additive, natural-log units, -inf masks the
   key; read as float32) or bool / uint8 (False / 0 masks the key, True takes part), of
@@ -265,6 +273,20 @@ _STRUCTURED_DEFAULTS = dict(rope_axes=0, rope_sections=None, rope_sections_inter
                             shaw_key_table=None, shaw_value_table=None)
 
 
+# gpe/attention.h's CPU ARITHMETIC: GPE_BF16_ARITHMETIC_* and GPE_FLOAT32_ARITHMETIC_*.
+_BF16_ARITHMETIC = {"auto": 0, "dot_products": 1, "widen": 2, "amx_tiles": 3}
+_FLOAT32_ARITHMETIC = {"exact": 0, "split_bf16x6": 1, "split_bf16x3": 2}
+
+
+def _arithmetic(o, bf16_arithmetic, float32_arithmetic):
+    for name, value, codes in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
+                               ("float32_arithmetic", float32_arithmetic, _FLOAT32_ARITHMETIC)):
+        if value not in codes:
+            raise ValueError("%s must be one of %s; got %r"
+                             % (name, ", ".join(repr(c) for c in codes), value))
+        setattr(o, name, codes[value])
+
+
 def _split_structured(kwargs):
     unknown = set(kwargs) - set(_STRUCTURED_DEFAULTS)
     if unknown:
@@ -299,7 +321,8 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, causal: bool
               softcap: Optional[float] = None, sinks: Optional[npt.ArrayLike] = None,
               attn_mask: Optional[npt.ArrayLike] = None,
               kv_lengths: Optional[npt.ArrayLike] = None,
-              block_table: Optional[npt.ArrayLike] = None, **structured: Any
+              block_table: Optional[npt.ArrayLike] = None, bf16_arithmetic: str = "auto",
+              float32_arithmetic: str = "exact", **structured: Any
               ) -> Union[npt.NDArray[Any], Tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
     """softmax(scale <T q, T k> + bias) v per head; returns o (and lse [tokens_q, heads_q]).
 
@@ -308,7 +331,8 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, causal: bool
     infinite inputs propagate as PyTorch's do; masked keys contribute nothing). k and v
     may be a float16 KV cache with float32 q; the result is float32 (a bfloat16 cache:
     the C ABI, Rust or gpe.torch). rope (a gpe.Rope), window_size, softcap, sinks,
-    attn_mask, kv_lengths and block_table: the module docstring. Keyword arguments of the
+    attn_mask, kv_lengths, block_table, bf16_arithmetic and float32_arithmetic: the module
+    docstring. Keyword arguments of the
     module docstring's structured positions and Shaw labels: rope_axes, rope_sections,
     rope_sections_interleaved, q_axes, k_axes, q_tree, k_tree, algebraic_tree,
     algebraic_grid, shaw_max_distance, shaw_key_table, shaw_value_table."""
@@ -320,6 +344,7 @@ def attention(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike, causal: bool
     _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
     opts.sinks = keep(_sinks_array(sinks))
     _masks(opts, keep, attn_mask, kv_lengths, block_table)
+    _arithmetic(opts, bf16_arithmetic, float32_arithmetic)
     if out is None:  # q's shape with v's head size last (v may differ from k there)
         out = np.empty(q.shape[:-1] + v.shape[-1:], dtype=q.dtype)
     lse = None
@@ -350,7 +375,8 @@ def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
                        softcap: Optional[float] = None, sinks: Optional[npt.ArrayLike] = None,
                        sink_grad: bool = False, attn_mask: Optional[npt.ArrayLike] = None,
                        kv_lengths: Optional[npt.ArrayLike] = None,
-                       encoding_grads: bool = False, **structured: Any
+                       encoding_grads: bool = False, bf16_arithmetic: str = "auto",
+                       float32_arithmetic: str = "exact", **structured: Any
                        ) -> Tuple[Optional[npt.NDArray[Any]], ...]:
     """(dq, dk, dv) given dL/do, with respect to q, k, v before the encoding.
 
@@ -368,7 +394,8 @@ def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
     ([branching, head_dim, head_dim]) or algebraic_grid ([axes, m, m]), entrywise and
     unprojected (for S = A - A^T, dL/dA = X - X^T). attn_mask and kv_lengths as the
     forward's (the mask has no gradient; keys past kv_lengths get dk = dv = 0); a paged
-    cache has no backward."""
+    cache has no backward. bf16_arithmetic and float32_arithmetic as the forward's (the
+    forward recomputed without o and lse runs with them)."""
     keep = _Keep()
     q, k, v = _qkv(q, k, v)
     d_o = _ffi.array_arg(d_o, "d_o")
@@ -378,6 +405,7 @@ def attention_backward(q: npt.ArrayLike, k: npt.ArrayLike, v: npt.ArrayLike,
     opts = _options(keep, causal, scale, threads, rope_dim, rope_base, rope_pairing, alibi, bias,
                     q.shape[-2], encoding, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k,
                     st)
+    _arithmetic(opts, bf16_arithmetic, float32_arithmetic)
     _rope_window_softcap(opts, keep.items, rope, window_size, softcap)
     sinks = _sinks_array(sinks)
     opts.sinks = keep(sinks)

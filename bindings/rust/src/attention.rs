@@ -20,7 +20,10 @@ pub use backward::{
 };
 pub use bias::{Bias, BiasKind};
 pub use forward::{attention_forward, attention_forward_kv16, KvCache};
-pub use options::{AttentionHeads, AttentionLayout, AttentionOptions, AttnMask, MaskValues};
+pub use options::{
+    AttentionHeads, AttentionLayout, AttentionOptions, AttnMask, Bf16Arithmetic, Float32Arithmetic,
+    MaskValues,
+};
 pub use rope::{Axes, Rope, RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos};
 
 use crate::{ffi, Pairing};

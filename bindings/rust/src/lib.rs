@@ -21,7 +21,7 @@ pub mod thread_pool;
 #[doc(no_inline)]
 pub use attention::{
     attention_backward, attention_backward_v2, attention_backward_with_parameters, attention_forward, attention_forward_kv16, AttentionGrads, ParameterGrads,
-    ShawTableGrads, AttentionHeads, KvCache, AttentionLayout, AttentionOptions, AttnMask, MaskValues, Axes, Bias, BiasKind, Rope,
+    ShawTableGrads, AttentionHeads, KvCache, AttentionLayout, AttentionOptions, AttnMask, Bf16Arithmetic, Float32Arithmetic, MaskValues, Axes, Bias, BiasKind, Rope,
     RopeLayout, RopeOptions, RopeTable, Schedule, ScheduleKind, Tokens, Xpos,
 };
 

@@ -174,11 +174,47 @@ extern "C" {
  * accumulation; P rounded to the 16-bit type before P V on tensor cores, as
  * FlashAttention-2).
  * ---------------------------------------------------------------------------------- */
+/* ---- CPU ARITHMETIC ------------------------------------------------------------------
+ *
+ * How the CPU kernels multiply (gpe_attention_options.bf16_arithmetic and
+ * .float32_arithmetic, since 0.10.0; float64 calls run the double-precision reference and
+ * ignore both; CUDA tensors refuse values other than 0 with GPE_ERROR_UNSUPPORTED).
+ * bfloat16 calls:
+ *  - AUTO: the CPU's bf16 dot products (AVX512_BF16's vdpbf16ps; q, the rotated keys and
+ *    the probabilities rounded to bf16, float accumulation) where a one-time probe finds
+ *    them at least 1.25x as fast as float FMAs, else WIDEN;
+ *  - DOT_PRODUCTS: the dot products wherever the CPU has them (else WIDEN);
+ *  - WIDEN: rows widened to float32 and the float32 kernels (also the more exact);
+ *  - AMX_TILES: as DOT_PRODUCTS, with the products of the forward and the backward on
+ *    Intel AMX tiles (TDPBF16PS) where the CPU and the OS allow them, else exactly
+ *    DOT_PRODUCTS. Not yet measured on AMX hardware: AUTO does not choose it.
+ * float32 calls (q, k, v float32), the forward's products:
+ *  - EXACT: float32 FMAs;
+ *  - SPLIT_BF16X6: on AMX tiles, each float split into three bf16 parts and each float
+ *    product taken as six bf16 products: about float32's accuracy;
+ *  - SPLIT_BF16X3: the same with three bf16 products: about 2^-16 relative per product.
+ *  Blocks whose parts would not be finite (or would be subnormal) take float32 FMAs;
+ *  without usable tiles both are EXACT exactly. The backward stays float32. Not yet
+ *  measured on AMX hardware.
+ * ---------------------------------------------------------------------------------- */
+enum {
+  GPE_BF16_ARITHMETIC_AUTO = 0,
+  GPE_BF16_ARITHMETIC_DOT_PRODUCTS = 1,
+  GPE_BF16_ARITHMETIC_WIDEN = 2,
+  GPE_BF16_ARITHMETIC_AMX_TILES = 3
+};
+enum {
+  GPE_FLOAT32_ARITHMETIC_EXACT = 0,
+  GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X6 = 1,
+  GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X3 = 2
+};
+
 typedef struct gpe_attention_options {
   uint32_t struct_size;  /* sizeof(gpe_attention_options), or an older release's: 104
-                            (0.3.0), 208 (0.4.0 - 0.8.0), 280 (0.9.0); any other size up
-                            to this header's is refused (INVALID_ARGUMENT), a larger one
-                            is VERSION_MISMATCH */
+                            (0.3.0), 208 (0.4.0 - 0.8.0), 280 (0.9.0), 288 (0.10.0's
+                            builds before bf16_arithmetic); any other size up to this
+                            header's is refused (INVALID_ARGUMENT), a larger one is
+                            VERSION_MISMATCH */
   int32_t causal;        /* 0 or 1 */
   double softmax_scale;  /* > 0, finite; 0 means 1 / sqrt(head_dim) */
   int32_t num_threads;   /* 0: the installed pool's threads (gpe_set_thread_pool), else every hardware thread */
@@ -229,11 +265,16 @@ typedef struct gpe_attention_options {
   /* Since 0.10.0: the stream of a call on CUDA tensors (read only when struct_size
    * covers it; "CUDA TENSORS" below). */
   void* cuda_stream; /* a cudaStream_t; NULL: the legacy default stream */
+  /* Since 0.10.0, after cuda_stream: the CPU kernels' arithmetic (read only when
+   * struct_size covers it; "CPU ARITHMETIC" above). */
+  int32_t bf16_arithmetic;    /* GPE_BF16_ARITHMETIC_*; 0: AUTO */
+  int32_t float32_arithmetic; /* GPE_FLOAT32_ARITHMETIC_*; 0: EXACT */
 } gpe_attention_options;
 #define GPE_ATTENTION_OPTIONS_INIT                                                     \
   { (uint32_t)sizeof(gpe_attention_options), 0, 0.0, 0, 0, 10000.0, GPE_PAIRING_HALF_SPLIT, \
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL,     \
-    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL, NULL, NULL, NULL, NULL }
+    NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, 0.0, NULL, NULL, NULL, NULL, NULL,    \
+    GPE_BF16_ARITHMETIC_AUTO, GPE_FLOAT32_ARITHMETIC_EXACT }
 
 /* o (and lse if non-NULL) from q, k, v. */
 GPE_API GPE_NODISCARD gpe_status gpe_attention_forward(const gpe_attention_options* options,

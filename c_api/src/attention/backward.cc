@@ -284,8 +284,7 @@ absl::Status BackwardImpl(const gpe_attention_options* options, const DLTensor* 
       return finish();
     }
     const float* l = lv->typed<const float>();
-    att::CpuAttentionOptions opt;
-    opt.num_threads = options->num_threads;
+    const att::CpuAttentionOptions& opt = c.cpu;  // num_threads and the arithmetic
     if (c.dtype == DType::kFloat32) {
       att::CpuBackwardExtras ex;
       ex.shaw_key_table_grad = gak->typed<double>();

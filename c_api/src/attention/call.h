@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "attention/cpu/cpu_attention.h"
 #include "attention/descriptor.h"
 #include "c_api/include/gpe/attention.h"
 #include "c_api/src/common/checks.h"
@@ -34,17 +35,18 @@ namespace seq = ::gpe::encodings::sequence;
 // The options struct of the first release ends at cu_seqlens_k; later fields are read
 // only when struct_size covers them (zero / NULL otherwise: 0.4.0's structured positions
 // and Shaw tables, 0.9.0's rope handle, window, softcap, sinks, attn_mask, kv_lengths
-// and block_table, 0.10.0's cuda_stream).
+// and block_table, 0.10.0's cuda_stream, bf16_arithmetic and float32_arithmetic).
 inline constexpr size_t kAttentionOptionsV1Size = offsetof(gpe_attention_options, rope_axes);
 // The struct's size at each release (CHANGELOG.md): 0.3.0 (to cu_seqlens_k), 0.4.0 to
 // 0.8.0 (to shaw_value_table), 0.9.0 (to block_table; its first build ended at sinks,
 // before attn_mask was appended within the same version, and bindings of it passed that
-// size), 0.10.0 (cuda_stream, this library's). Any other size up to the last is refused
+// size), 0.10.0 (its builds before the arithmetic fields ended at cuda_stream; then
+// float32_arithmetic, this library's). Any other size up to the last is refused
 // (CheckReleasedSize).
 inline constexpr size_t kAttentionOptionsReleasedSizes[] = {
     kAttentionOptionsV1Size, offsetof(gpe_attention_options, rope),
     offsetof(gpe_attention_options, attn_mask), offsetof(gpe_attention_options, cuda_stream),
-    sizeof(gpe_attention_options)};
+    offsetof(gpe_attention_options, bf16_arithmetic), sizeof(gpe_attention_options)};
 
 // The caller's options (a released version's struct, later fields zero / NULL) into *out:
 // CopyVersioned, then CheckReleasedSize.
@@ -57,6 +59,8 @@ absl::Status Bad(const std::string& msg);
 // (the encodings are declared before the transforms that refer to them).
 struct Call {
   att::AttentionArgs args;
+  // The CPU kernels' options: num_threads and the arithmetic ("CPU ARITHMETIC"), checked.
+  att::CpuAttentionOptions cpu;
   DType dtype = DType::kFloat32;     // q's (and o's, and the gradients')
   DType kv_dtype = DType::kFloat32;  // k's and v's: dtype, or a 16-bit KV cache's
   TensorView q, k, v;

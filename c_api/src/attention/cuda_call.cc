@@ -87,6 +87,9 @@ absl::Status SupportedOnCuda(const gpe_attention_options& o) {
       {o.attn_mask != nullptr, "attn_mask"},
       {o.kv_lengths != nullptr, "kv_lengths"},
       {o.block_table != nullptr, "block_table (a paged KV cache)"},
+      {o.bf16_arithmetic != GPE_BF16_ARITHMETIC_AUTO, "bf16_arithmetic (the CPU kernels')"},
+      {o.float32_arithmetic != GPE_FLOAT32_ARITHMETIC_EXACT,
+       "float32_arithmetic (the CPU kernels')"},
   };
   for (const auto& u : unsupported) {
     if (u.set) return NotOnCuda(u.name);

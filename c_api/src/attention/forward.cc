@@ -54,8 +54,7 @@ gpe_status gpe_attention_forward(const gpe_attention_options* options, const DLT
                                    c.v.typed<const double>(), ov->typed<double>(),
                                    lv->typed<double>());
     }
-    att::CpuAttentionOptions opt;
-    opt.num_threads = options->num_threads;
+    const att::CpuAttentionOptions& opt = c.cpu;  // num_threads and the arithmetic
     if (c.kv_dtype != c.dtype) {  // a 16-bit KV cache (Prepare admitted only those)
       if (c.dtype == DType::kFloat32 && c.kv_dtype == DType::kBFloat16) {
         return att::CpuForward(c.args, c.q.typed<const float>(), c.k.typed<const BF>(),

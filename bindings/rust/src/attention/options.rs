@@ -101,6 +101,34 @@ impl AttentionHeads {
 /// (`attention_backward_with_parameters` returns their gradient); `attn_mask` (SDPA's,
 /// `AttnMask`) and `kv_lengths` ([batch], padded layouts: sequence b uses its first
 /// kv_lengths[b] keys, flash-attn's cache_seqlens).
+/// How the CPU kernels multiply bfloat16 inputs (gpe/attention.h, "CPU ARITHMETIC").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Bf16Arithmetic {
+    /// The bf16 dot products where a one-time probe finds them faster than float FMAs.
+    #[default]
+    Auto,
+    /// The bf16 dot products (AVX512_BF16) wherever the CPU has them.
+    DotProducts,
+    /// Widened to float32 (the more exact).
+    Widen,
+    /// Intel AMX tiles where usable, else the dot products (not yet measured on AMX).
+    AmxTiles,
+}
+
+/// How the CPU kernels multiply float32 inputs in the forward (gpe/attention.h, "CPU
+/// ARITHMETIC").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Float32Arithmetic {
+    /// float32 FMAs.
+    #[default]
+    Exact,
+    /// Six bf16 products per float product on AMX tiles (float32's accuracy); Exact
+    /// without usable tiles.
+    SplitBf16x6,
+    /// Three bf16 products (about 2^-16 relative per product); Exact without tiles.
+    SplitBf16x3,
+}
+
 #[derive(Clone, Copy)]
 pub struct AttentionOptions<'a> {
     pub causal: bool,
@@ -152,6 +180,9 @@ pub struct AttentionOptions<'a> {
     pub attn_mask: Option<AttnMask<'a>>,
     /// Keys used per sequence, [batch] (padded and paged layouts).
     pub kv_lengths: Option<&'a [i64]>,
+    /// The CPU kernels' arithmetic for bfloat16 and float32 inputs.
+    pub bf16_arithmetic: Bf16Arithmetic,
+    pub float32_arithmetic: Float32Arithmetic,
 }
 
 impl<'a> Default for AttentionOptions<'a> {
@@ -186,6 +217,8 @@ impl<'a> Default for AttentionOptions<'a> {
             sinks: None,
             attn_mask: None,
             kv_lengths: None,
+            bf16_arithmetic: Bf16Arithmetic::Auto,
+            float32_arithmetic: Float32Arithmetic::Exact,
         }
     }
 }
@@ -299,6 +332,17 @@ pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout,
     o.causal = options.causal as i32;
     o.softmax_scale = options.softmax_scale;
     o.num_threads = options.num_threads;
+    o.bf16_arithmetic = match options.bf16_arithmetic {
+        Bf16Arithmetic::Auto => ffi::GPE_BF16_ARITHMETIC_AUTO,
+        Bf16Arithmetic::DotProducts => ffi::GPE_BF16_ARITHMETIC_DOT_PRODUCTS,
+        Bf16Arithmetic::Widen => ffi::GPE_BF16_ARITHMETIC_WIDEN,
+        Bf16Arithmetic::AmxTiles => ffi::GPE_BF16_ARITHMETIC_AMX_TILES,
+    };
+    o.float32_arithmetic = match options.float32_arithmetic {
+        Float32Arithmetic::Exact => ffi::GPE_FLOAT32_ARITHMETIC_EXACT,
+        Float32Arithmetic::SplitBf16x6 => ffi::GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X6,
+        Float32Arithmetic::SplitBf16x3 => ffi::GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X3,
+    };
     o.rope_dim = options.rope_dim;
     o.rope_base = options.rope_base;
     o.rope_pairing = pairing_code(options.rope_pairing);

@@ -54,7 +54,18 @@ pub struct gpe_attention_options {
     /// Since 0.10.0: the cudaStream_t of a call on CUDA tensors (the crate passes host
     /// slices only: null).
     pub cuda_stream: *mut std::ffi::c_void,
+    /// Since 0.10.0, after cuda_stream: the CPU kernels' arithmetic (GPE_BF16_ARITHMETIC_*,
+    /// GPE_FLOAT32_ARITHMETIC_*; 0: AUTO / EXACT).
+    pub bf16_arithmetic: i32,
+    pub float32_arithmetic: i32,
 }
+pub const GPE_BF16_ARITHMETIC_AUTO: i32 = 0;
+pub const GPE_BF16_ARITHMETIC_DOT_PRODUCTS: i32 = 1;
+pub const GPE_BF16_ARITHMETIC_WIDEN: i32 = 2;
+pub const GPE_BF16_ARITHMETIC_AMX_TILES: i32 = 3;
+pub const GPE_FLOAT32_ARITHMETIC_EXACT: i32 = 0;
+pub const GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X6: i32 = 1;
+pub const GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X3: i32 = 2;
 impl gpe_attention_options {
     pub fn init() -> Self {
         Self {
@@ -96,6 +107,8 @@ impl gpe_attention_options {
             kv_lengths: std::ptr::null(),
             block_table: std::ptr::null(),
             cuda_stream: std::ptr::null_mut(),
+            bf16_arithmetic: GPE_BF16_ARITHMETIC_AUTO,
+            float32_arithmetic: GPE_FLOAT32_ARITHMETIC_EXACT,
         }
     }
 }

@@ -5,7 +5,8 @@
 // dtypes, layouts, positions, cu_seqlens, encodings and biases; 16-bit KV caches with
 // float32 or bfloat16 q; Shaw tables; 0.9.0's gpe_rope handles (any schedule, xPos,
 // M-RoPE with per-axis coordinates), sliding windows, softcaps, sinks, score masks, KV
-// lengths and paged caches; 0.10.0's algebraic sequences, trees and grids;
+// lengths and paged caches; 0.10.0's algebraic sequences, trees and grids and the CPU
+// arithmetic (bf16_arithmetic, float32_arithmetic);
 // gpe_attention_backward_v2 and gpe_attention_backward_with_parameters with fuzzed
 // gradient outputs, the sinks' and the algebraic generators' included), and the same RoPE
 // and attention calls on tensors claiming a CUDA device at addresses never mapped here (the
@@ -533,6 +534,12 @@ void AttentionCalls(FuzzInput* in) {
       o.k_axes = &gk.t;
       break;
     default: break;
+  }
+  // 0.10.0 too: the CPU arithmetic, mostly in range (the split modes and the AMX tiles
+  // where the CPU has them), sometimes one past either end (refused).
+  if (in->Below(4) == 0) {
+    o.bf16_arithmetic = static_cast<int32_t>(in->Below(6)) - 1;
+    o.float32_arithmetic = static_cast<int32_t>(in->Below(5)) - 1;
   }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
   const bool with_lse = in->Below(2) != 0;

@@ -4,9 +4,9 @@
 // runs them on the hardware too, as the kernels' own tests do): their outputs differ
 // from EXACT's / DOT_PRODUCTS' in some bits (another arithmetic ran) and stay within
 // their accuracy; without usable tiles they equal EXACT / DOT_PRODUCTS bit for bit. The
-// backward recomputes the forward with the same arithmetic. Out-of-range values and an
-// in-between struct size are refused; 0.10.0's earlier size (ending at cuda_stream) is
-// read as AUTO / EXACT.
+// backward recomputes the forward with the same arithmetic; AUTO is what the one-time probe
+// picks. Out-of-range values and an in-between struct size are refused; 0.10.0's earlier
+// size (ending at cuda_stream) is read as AUTO / EXACT.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -118,6 +118,9 @@ TEST(AttentionArithmetic, Bf16ModesReachTheKernels) {
   }
   const std::vector<float> dots = Forward(Options(GPE_BF16_ARITHMETIC_DOT_PRODUCTS, 0), 16);
   const std::vector<float> widen = Forward(Options(GPE_BF16_ARITHMETIC_WIDEN, 0), 16);
+  // AUTO is one of the two, as the one-time probe decides.
+  const std::vector<float> automatic = Forward(Options(GPE_BF16_ARITHMETIC_AUTO, 0), 16);
+  EXPECT_EQ(Compare(automatic, gpe::attention::CpuBf16AutoUsesDotProducts() ? dots : widen).second, 0);
   // The dot products round q, k and P to bf16: bf16 outputs move by an ulp or two.
   const auto [err, differ] = Compare(dots, widen);
   EXPECT_GT(differ, 0);
@@ -180,7 +183,8 @@ TEST(AttentionArithmetic, BadValuesAndSizesAreRefused) {
   gpe_attention_options old = Options(77, 77);
   old.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, bf16_arithmetic));
   EXPECT_EQ(RunForward(old), GPE_OK) << gpe_last_error_message();
-  // A size ending between the two new fields was never released.
+  // A size ending between the two new fields was never released (refused; here already
+  // as a size that is not a multiple of the struct's alignment).
   gpe_attention_options mid = Options(0, 0);
   mid.struct_size = static_cast<uint32_t>(offsetof(gpe_attention_options, float32_arithmetic));
   EXPECT_EQ(RunForward(mid), GPE_ERROR_INVALID_ARGUMENT);

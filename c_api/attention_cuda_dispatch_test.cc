@@ -93,6 +93,8 @@ TEST_F(CudaDispatchTest, OptionsTheKernelsLackAreRefusedByName) {
          o->rope_dim = 64;
          o->rope_axes = 2;
        }},
+      {"bf16_arithmetic", [](gpe_attention_options* o) { o->bf16_arithmetic = 3; }},
+      {"float32_arithmetic", [](gpe_attention_options* o) { o->float32_arithmetic = 1; }},
   };
   for (const Case& c : cases) {
     gpe_attention_options o = GPE_ATTENTION_OPTIONS_INIT;
@@ -102,6 +104,14 @@ TEST_F(CudaDispatchTest, OptionsTheKernelsLackAreRefusedByName) {
         << c.name;
     EXPECT_TRUE(HasMessage(c.name)) << c.name << ": " << gpe_last_error_message();
     EXPECT_TRUE(HasMessage("not available for tensors on a CUDA device")) << c.name;
+  }
+  // An out-of-range arithmetic is bad input on any device, not "not on CUDA".
+  {
+    gpe_attention_options bad = GPE_ATTENTION_OPTIONS_INIT;
+    bad.float32_arithmetic = 9;
+    EXPECT_EQ(gpe_attention_forward(&bad, &q.t, &k.t, &v.t, &this->o.t, nullptr),
+              GPE_ERROR_INVALID_ARGUMENT);
+    EXPECT_TRUE(HasMessage("float32_arithmetic must be")) << gpe_last_error_message();
   }
   // A T5 bias (ALiBi is the one bias the CUDA kernels apply).
   std::vector<double> table(32 * 4, 0.5);

@@ -535,12 +535,6 @@ void AttentionCalls(FuzzInput* in) {
       break;
     default: break;
   }
-  // 0.10.0 too: the CPU arithmetic, mostly in range (the split modes and the AMX tiles
-  // where the CPU has them), sometimes one past either end (refused).
-  if (in->Below(4) == 0) {
-    o.bf16_arithmetic = static_cast<int32_t>(in->Below(6)) - 1;
-    o.float32_arithmetic = static_cast<int32_t>(in->Below(5)) - 1;
-  }
   Tensor lse({tq, hq}, kDLFloat, bits == 64 ? 64 : 32);
   const bool with_lse = in->Below(2) != 0;
   const gpe_status fs =
@@ -623,6 +617,20 @@ void AttentionCalls(FuzzInput* in) {
     CheckStatus(gpe_attention_backward(&o, &dq, &dk, &dv, saved ? &dout : nullptr,
                                        saved ? &dlse : nullptr, &dg, &dgq,
                                        in->Below(2) ? &dgk : nullptr, &dgv));
+  }
+  // The CPU arithmetic (0.10.0; drawn last, as above): the forward, and a backward that
+  // recomputes it, again with bf16_arithmetic / float32_arithmetic mostly in range (the
+  // split modes, the AMX tiles where the CPU has them), sometimes one past either end.
+  if (in->Below(4) == 0) {
+    o.bf16_arithmetic = static_cast<int32_t>(in->Below(6)) - 1;
+    o.float32_arithmetic = static_cast<int32_t>(in->Below(5)) - 1;
+    CheckStatus(gpe_attention_forward(&o, &q.t, &k.t, &v.t, &out.t, with_lse ? &lse.t : nullptr));
+    if (in->Below(2)) {
+      Tensor grad_o(qs, code, bits), grad_q(qs, code, bits);
+      grad_o.FillReal(in);
+      CheckStatus(gpe_attention_backward(&o, &q.t, &k.t, &v.t, nullptr, nullptr, &grad_o.t,
+                                         &grad_q.t, nullptr, nullptr));
+    }
   }
   gpe_bias_destroy(bias);
   gpe_rope_destroy(rope);

@@ -112,7 +112,8 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
                            attn_mask::Union{Nothing,StridedArray{Float32,4},StridedArray{UInt8,4},StridedArray{Bool,4}}=nothing,
                            kv_lengths::Union{Nothing,StridedVector{Int64}}=nothing,
                            block_table::Union{Nothing,StridedMatrix{Int64}}=nothing,
-                           bf16_arithmetic::Symbol=:auto, float32_arithmetic::Symbol=:exact)
+                           bf16_arithmetic::Union{Symbol,AbstractString}=:auto,
+                           float32_arithmetic::Union{Symbol,AbstractString}=:exact)
     mk(v) = v === nothing ? nothing : (@tensor t_ v vec_parts; push!(keep, t_); t_)
     mkb(x) = x === nothing ? nothing : (@tensor t_ x batch_parts; push!(keep, t_); t_)
     function mks(skews)
@@ -132,6 +133,7 @@ function attention_options(keep::Vector{Any}; causal::Bool=false, softmax_scale:
     end
     rope_pairing in (:interleaved, :half_split) || argerror("rope_pairing must be :interleaved or :half_split; got $rope_pairing")
     # gpe/attention.h's CPU ARITHMETIC: GPE_BF16_ARITHMETIC_* and GPE_FLOAT32_ARITHMETIC_*.
+    bf16_arithmetic, float32_arithmetic = Symbol(bf16_arithmetic), Symbol(float32_arithmetic)
     bf16_codes = (auto=0, dot_products=1, widen=2, amx_tiles=3)
     f32_codes = (exact=0, split_bf16x6=1, split_bf16x3=2)
     haskey(bf16_codes, bf16_arithmetic) || argerror("bf16_arithmetic must be one of $(keys(bf16_codes)); got $bf16_arithmetic")
@@ -179,7 +181,10 @@ logit softcap, 0: none, at most 1e30), sinks (gpt-oss's, one Float32 logit per q
 any dimension 1 to broadcast; packed: max_lk × max_lq × heads_q × sequences), kv_lengths
 (keys used per sequence, padded layout) and block_table (forward only: a paged cache,
 pages_per_sequence × batch page ids; k and v are then head_dim × heads_kv × page_size ×
-num_pages)."""
+num_pages). Since 0.10.0: float32_arithmetic (:exact, or :split_bf16x6 / :split_bf16x3:
+Float32 products as six or three bf16 products on Intel AMX tiles where usable, exact
+elsewhere; gpe/attention.h's CPU ARITHMETIC) and bf16_arithmetic (bfloat16 calls only,
+which these Float32 / Float64 methods never make)."""
 function attention_forward(q::StridedArray{T}, k::StridedArray{T}, v::StridedArray{T}; kwargs...) where {T<:Union{Float32,Float64}}
     o = similar(q, T, (size(v, 1), Base.tail(size(q))...))
     lse = zeros(T, size(q, 2), div(length(q), size(q, 1) * size(q, 2)))

@@ -281,7 +281,7 @@ _FLOAT32_ARITHMETIC = {"exact": 0, "split_bf16x6": 1, "split_bf16x3": 2}
 def _arithmetic(o, bf16_arithmetic, float32_arithmetic):
     for name, value, codes in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
                                ("float32_arithmetic", float32_arithmetic, _FLOAT32_ARITHMETIC)):
-        if value not in codes:
+        if not isinstance(value, str) or value not in codes:
             raise ValueError("%s must be one of %s; got %r"
                              % (name, ", ".join(repr(c) for c in codes), value))
         setattr(o, name, codes[value])

@@ -177,8 +177,10 @@ extern "C" {
 /* ---- CPU ARITHMETIC ------------------------------------------------------------------
  *
  * How the CPU kernels multiply (gpe_attention_options.bf16_arithmetic and
- * .float32_arithmetic, since 0.10.0; float64 calls run the double-precision reference and
- * ignore both; CUDA tensors refuse values other than 0 with GPE_ERROR_UNSUPPORTED).
+ * .float32_arithmetic, since 0.10.0). Values outside the lists below are
+ * GPE_ERROR_INVALID_ARGUMENT on every call; float64 calls run the double-precision
+ * reference whatever the (valid) values; CUDA tensors refuse values other than 0 with
+ * GPE_ERROR_UNSUPPORTED.
  * bfloat16 calls:
  *  - AUTO: the CPU's bf16 dot products (AVX512_BF16's vdpbf16ps; q, the rotated keys and
  *    the probabilities rounded to bf16, float accumulation) where a one-time probe finds
@@ -194,8 +196,9 @@ extern "C" {
  *    product taken as six bf16 products: about float32's accuracy;
  *  - SPLIT_BF16X3: the same with three bf16 products: about 2^-16 relative per product.
  *  Blocks whose parts would not be finite (or would be subnormal) take float32 FMAs;
- *  without usable tiles both are EXACT exactly. The backward stays float32. Not yet
- *  measured on AMX hardware.
+ *  without usable tiles both are EXACT exactly. The backward's own products stay
+ *  float32; the forward it recomputes without o and lse runs with the call's arithmetic.
+ *  Not yet measured on AMX hardware.
  * ---------------------------------------------------------------------------------- */
 enum {
   GPE_BF16_ARITHMETIC_AUTO = 0,

@@ -539,6 +539,21 @@ absl::Status CheckSameLayout(const TensorView& a, const char* an, const TensorVi
   return absl::OkStatus();
 }
 
+absl::Status CheckArithmetic(const gpe_attention_options& o) {
+  if (o.bf16_arithmetic < GPE_BF16_ARITHMETIC_AUTO ||
+      o.bf16_arithmetic > GPE_BF16_ARITHMETIC_AMX_TILES) {
+    return Bad(absl::StrCat("bf16_arithmetic must be a GPE_BF16_ARITHMETIC_* value (0 to 3), got ",
+                            o.bf16_arithmetic));
+  }
+  if (o.float32_arithmetic < GPE_FLOAT32_ARITHMETIC_EXACT ||
+      o.float32_arithmetic > GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X3) {
+    return Bad(absl::StrCat(
+        "float32_arithmetic must be a GPE_FLOAT32_ARITHMETIC_* value (0 to 2), got ",
+        o.float32_arithmetic));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, const DLTensor* k,
                      const DLTensor* v, Call* c) {
   if (options == nullptr) return Bad("options is NULL");
@@ -553,17 +568,7 @@ absl::Status Prepare(const gpe_attention_options* options, const DLTensor* q, co
   {
     using A = att::CpuAttentionOptions::Bf16Arithmetic;
     using F = att::CpuAttentionOptions::Float32Arithmetic;
-    if (o.bf16_arithmetic < GPE_BF16_ARITHMETIC_AUTO ||
-        o.bf16_arithmetic > GPE_BF16_ARITHMETIC_AMX_TILES) {
-      return Bad(absl::StrCat("bf16_arithmetic must be a GPE_BF16_ARITHMETIC_* value (0 to 3), got ",
-                              o.bf16_arithmetic));
-    }
-    if (o.float32_arithmetic < GPE_FLOAT32_ARITHMETIC_EXACT ||
-        o.float32_arithmetic > GPE_FLOAT32_ARITHMETIC_SPLIT_BF16X3) {
-      return Bad(absl::StrCat(
-          "float32_arithmetic must be a GPE_FLOAT32_ARITHMETIC_* value (0 to 2), got ",
-          o.float32_arithmetic));
-    }
+    if (absl::Status s = CheckArithmetic(o); !s.ok()) return s;
     static constexpr A kBf16[] = {A::kAuto, A::kDotProducts, A::kWiden, A::kAmxTiles};
     static constexpr F kFloat32[] = {F::kExact, F::kSplitBf16x6, F::kSplitBf16x3};
     c->cpu.num_threads = o.num_threads;

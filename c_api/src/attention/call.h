@@ -55,6 +55,10 @@ absl::Status CopyOptions(const gpe_attention_options& in, gpe_attention_options*
 // InvalidArgument with `msg`.
 absl::Status Bad(const std::string& msg);
 
+// bf16_arithmetic and float32_arithmetic are GPE_BF16_ARITHMETIC_* / GPE_FLOAT32_ARITHMETIC_*
+// values (InvalidArgument naming the field otherwise).
+absl::Status CheckArithmetic(const gpe_attention_options& o);
+
 // Everything one call needs, owning the encodings and position copies it points to
 // (the encodings are declared before the transforms that refer to them).
 struct Call {

@@ -66,6 +66,8 @@ absl::Status NotOnCuda(absl::string_view what) {
 
 // The options the CUDA kernels lack, refused by name.
 absl::Status SupportedOnCuda(const gpe_attention_options& o) {
+  // Out-of-range values are bad input on any device (before "not on CUDA").
+  if (absl::Status s = CheckArithmetic(o); !s.ok()) return s;
   const struct {
     bool set;
     const char* name;

@@ -73,34 +73,6 @@ impl AttentionHeads {
     }
 }
 
-/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M, an algebraic
-/// encoding (sequence, tree or grid), and at most one bias, all applied inside the kernel.
-///
-/// Structured positions (the encoding's group element is not one integer; q_positions /
-/// k_positions, or the default, still order the tokens for causal masks, biases and Shaw
-/// labels): per-axis coordinates `q_axes` / `k_axes` ([tokens, axes] row-major) for axial
-/// RoPE (`rope_axes` 2 or 3), M-RoPE (`rope_sections`) and algebraic grids
-/// (`algebraic_grid`), where axes is the encoding's axis count (a `rope` handle's when it
-/// has several, else rope_sections.len(), else rope_axes when > 1, else
-/// algebraic_grid.len()); tree addresses `q_tree` /
-/// `k_tree` (one list of 0-based child indices per token) for algebraic trees
-/// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
-/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], the value table's rows of
-/// `AttentionHeads::value_dim()`; row r for label r - k, shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
-/// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
-/// gradients.
-///
-/// Since 0.9.0 (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS"): `rope`, any
-/// `Rope` (every schedule, xPos, partial rotary, axial / M-RoPE with q_axes / k_axes)
-/// applied to q in the query role and k in the key role, exactly as `Rope::forward`
-/// would (the schedule's attention factor multiplies both), in place of rope_dim (both
-/// are refused); `window`, flash-attn's window_size (left, right), -1 unbounded: key j is
-/// allowed for query i only if p_i - left <= p_j <= p_i + right, on top of the causal
-/// rule; `softcap` c > 0 (0: none), Gemma 2's c tanh(x / c) of the scaled q.k part; `sinks`,
-/// gpt-oss's one logit per query head in every row's softmax denominator
-/// (`attention_backward_with_parameters` returns their gradient); `attn_mask` (SDPA's,
-/// `AttnMask`) and `kv_lengths` ([batch], padded layouts: sequence b uses its first
-/// kv_lengths[b] keys, flash-attn's cache_seqlens).
 /// How the CPU kernels multiply bfloat16 inputs (gpe/attention.h, "CPU ARITHMETIC").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Bf16Arithmetic {
@@ -129,6 +101,34 @@ pub enum Float32Arithmetic {
     SplitBf16x3,
 }
 
+/// gpe_attention_options: at most one of RoPE (rope_dim > 0), GRAPE-M, an algebraic
+/// encoding (sequence, tree or grid), and at most one bias, all applied inside the kernel.
+///
+/// Structured positions (the encoding's group element is not one integer; q_positions /
+/// k_positions, or the default, still order the tokens for causal masks, biases and Shaw
+/// labels): per-axis coordinates `q_axes` / `k_axes` ([tokens, axes] row-major) for axial
+/// RoPE (`rope_axes` 2 or 3), M-RoPE (`rope_sections`) and algebraic grids
+/// (`algebraic_grid`), where axes is the encoding's axis count (a `rope` handle's when it
+/// has several, else rope_sections.len(), else rope_axes when > 1, else
+/// algebraic_grid.len()); tree addresses `q_tree` /
+/// `k_tree` (one list of 0-based child indices per token) for algebraic trees
+/// (`algebraic_tree`). Shaw et al.'s relative labels: `shaw_key_table` and / or
+/// `shaw_value_table` ([2 shaw_max_distance + 1, head_dim], the value table's rows of
+/// `AttentionHeads::value_dim()`; row r for label r - k, shared by every head) add scale <T q_i, aK_r> to s_ij and sum_j p_ij aV_r to o_i, with
+/// r = clip(p_j - p_i, -k, k); `attention_backward_with_parameters` returns their
+/// gradients.
+///
+/// Since 0.9.0 (attention/descriptor.h, "WINDOW, SOFTCAP AND SINKS"): `rope`, any
+/// `Rope` (every schedule, xPos, partial rotary, axial / M-RoPE with q_axes / k_axes)
+/// applied to q in the query role and k in the key role, exactly as `Rope::forward`
+/// would (the schedule's attention factor multiplies both), in place of rope_dim (both
+/// are refused); `window`, flash-attn's window_size (left, right), -1 unbounded: key j is
+/// allowed for query i only if p_i - left <= p_j <= p_i + right, on top of the causal
+/// rule; `softcap` c > 0 (0: none), Gemma 2's c tanh(x / c) of the scaled q.k part; `sinks`,
+/// gpt-oss's one logit per query head in every row's softmax denominator
+/// (`attention_backward_with_parameters` returns their gradient); `attn_mask` (SDPA's,
+/// `AttnMask`) and `kv_lengths` ([batch], padded layouts: sequence b uses its first
+/// kv_lengths[b] keys, flash-attn's cache_seqlens).
 #[derive(Clone, Copy)]
 pub struct AttentionOptions<'a> {
     pub causal: bool,
@@ -467,4 +467,28 @@ pub(super) fn with_options(options: &AttentionOptions, layout: &AttentionLayout,
     let len_t = options.kv_lengths.map(|l| i64_tensor(l, &mut len_shape));
     o.kv_lengths = len_t.as_ref().map_or(ptr::null(), |t| t as *const _);
     f(&o)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_maps_to_the_header_codes() {
+        let layout = AttentionLayout::Padded { batch: 1, seq_q: 1, seq_k: 1 };
+        let cases = [
+            (Bf16Arithmetic::Auto, Float32Arithmetic::Exact, 0, 0),
+            (Bf16Arithmetic::DotProducts, Float32Arithmetic::SplitBf16x6, 1, 1),
+            (Bf16Arithmetic::Widen, Float32Arithmetic::SplitBf16x3, 2, 2),
+            (Bf16Arithmetic::AmxTiles, Float32Arithmetic::Exact, 3, 0),
+        ];
+        for (b, f, want_b, want_f) in cases {
+            let options = AttentionOptions { bf16_arithmetic: b, float32_arithmetic: f, ..Default::default() };
+            with_options(&options, &layout, |o| {
+                assert_eq!((o.bf16_arithmetic, o.float32_arithmetic), (want_b, want_f));
+                Ok(())
+            })
+            .unwrap();
+        }
+    }
 }

@@ -271,6 +271,42 @@ class TorchAttentionTest(unittest.TestCase):
         self.assertEqual(q.grad.dtype, torch.bfloat16)
         self.assertTrue(torch.isfinite(q.grad.float()).all())
 
+    def test_cpu_arithmetic(self):
+        # The CPU arithmetic keywords reach the operators (two trailing integer inputs of
+        # the schemas), eager and under torch.compile, and their backward: float32 with six
+        # split products on AMX tiles (float32 FMAs elsewhere) stays within 1e-5 of the
+        # default (a float32 result of O(1) outputs); bf16 widened to float32 or on the dot
+        # products within 2e-2 (bf16 rounding, as test_bfloat16). Unknown names refuse.
+        for op in (torch.ops.gpe.attention_forward, torch.ops.gpe.attention_backward_with_parameters):
+            names = [a.name for a in op.default._schema.arguments]
+            self.assertEqual(names[-2:], ["bf16_arithmetic", "float32_arithmetic"])
+        q, k, v = (torch.randn(1, 40, 2, 16, requires_grad=True) for _ in range(3))
+        o = gt.attention(q, k, v, causal=True, rope_dim=16)
+        (g,) = torch.autograd.grad(o.sum(), q)
+        for name in ("split_bf16x6", "split_bf16x3"):
+            o2 = gt.attention(q, k, v, causal=True, rope_dim=16, float32_arithmetic=name)
+            tol = 1e-5 if name == "split_bf16x6" else 1e-3
+            torch.testing.assert_close(o2, o, atol=tol, rtol=0, msg=name)
+            (g2,) = torch.autograd.grad(o2.sum(), q)
+            torch.testing.assert_close(g2, g, atol=10 * tol, rtol=0, msg=name)
+        f = torch.compile(lambda q, k, v: gt.attention(q, k, v, causal=True, rope_dim=16,
+                                                       float32_arithmetic="split_bf16x6"),
+                          backend="aot_eager", fullgraph=True)
+        torch.testing.assert_close(f(q, k, v), o, atol=1e-5, rtol=0)
+        qb, kb, vb = (x.detach().bfloat16() for x in (q, k, v))
+        want = gt.attention(qb.float(), kb.float(), vb.float(), causal=True)
+        for name in ("auto", "dot_products", "widen", "amx_tiles"):
+            ob = gt.attention(qb, kb, vb, causal=True, bf16_arithmetic=name)
+            torch.testing.assert_close(ob.float(), want, atol=2e-2, rtol=0, msg=name)
+        for kwargs in ({"bf16_arithmetic": "tiles"}, {"float32_arithmetic": "split"}):
+            with self.assertRaises(ValueError):
+                gt.attention(q, k, v, **kwargs)
+        # The codes reach the C ABI (which refuses an unknown one by name).
+        for name in ("bf16_arithmetic", "float32_arithmetic"):
+            with self.assertRaisesRegex(gpe.GpeError, name):
+                gt.forward_impl(q.detach(), k.detach(), v.detach(), None, None, None, None, True,
+                                0.0, 0, 10000.0, "half", "", 0, 0, 0, **{name: 7})
+
     def test_lse_strided_inputs_and_registration(self):
         # lse equals logsumexp of the eager scores (double, 1e-10); a transposed
         # ([b, h, s, d] -> [b, s, h, d]) input runs in place of a copy with equal results;

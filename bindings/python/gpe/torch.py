@@ -331,7 +331,7 @@ class _Structured:
 
 def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
              rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
-             structured_key, params, heads, head_dim, extras=None):
+             structured_key, params, heads, head_dim, extras=None, arithmetic=(0, 0)):
     from gpe.attention import _Keep, _rope_window_softcap, _structured
     from gpe.sequence import AlgebraicSequence, GrapeM  # noqa: lazy, as gpe.attention
     bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_k, shaw_v, sinks, algebraic = params
@@ -411,6 +411,7 @@ def _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
     k2 = _Keep()
     keep.append(k2)
     _structured(k2, o, **st)
+    o.bf16_arithmetic, o.float32_arithmetic = (int(a) for a in arithmetic)
     return o
 
 
@@ -453,17 +454,21 @@ def forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  sinks: Optional[torch.Tensor] = None, rope_key: int = 0,
                  window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                  attn_mask: Optional[torch.Tensor] = None,
-                 algebraic: Optional[torch.Tensor] = None
+                 algebraic: Optional[torch.Tensor] = None, bf16_arithmetic: int = 0,
+                 float32_arithmetic: int = 0
                  ) -> Tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) through gpe_attention_forward: the body of gpe::attention_forward, also
-    called directly by eager autograd and gpe.context_parallel."""
+    called directly by eager autograd and gpe.context_parallel. bf16_arithmetic and
+    float32_arithmetic: gpe/attention.h's GPE_BF16_ARITHMETIC_* / GPE_FLOAT32_ARITHMETIC_*
+    codes."""
     keep: List[Any] = []
     params = (bias_a, bias_b, grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table,
               sinks, algebraic)
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
-                    (rope_key, window_left, window_right, softcap, attn_mask))
+                    (rope_key, window_left, window_right, softcap, attn_mask),
+                    (bf16_arithmetic, float32_arithmetic))
     o = _o_like(q, v)
     lse = _lse_like(q, cu_seqlens_q is not None)
     _cuda_stream(opts, q)
@@ -489,13 +494,15 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                 sinks: Optional[torch.Tensor] = None, rope_key: int = 0, window_left: int = -1,
                 window_right: int = -1, softcap: float = 0.0,
                 attn_mask: Optional[torch.Tensor] = None,
-                algebraic: Optional[torch.Tensor] = None
+                algebraic: Optional[torch.Tensor] = None, bf16_arithmetic: int = 0,
+                float32_arithmetic: int = 0
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
     return forward_impl(q, k, v, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal,
                         scale, rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key,
                         threads, structured_key, bias_a, bias_b, grape_a, grape_b, grape_omega,
                         shaw_key_table, shaw_value_table, sinks, rope_key, window_left,
-                        window_right, softcap, attn_mask, algebraic)
+                        window_right, softcap, attn_mask, algebraic, bf16_arithmetic,
+                        float32_arithmetic)
 
 
 @_forward_op.register_fake
@@ -518,7 +525,8 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
                   param_grads: Sequence[bool] = (False,) * 9, rope_key: int = 0,
                   window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                   attn_mask: Optional[torch.Tensor] = None,
-                  algebraic: Optional[torch.Tensor] = None
+                  algebraic: Optional[torch.Tensor] = None, bf16_arithmetic: int = 0,
+                  float32_arithmetic: int = 0
                   ) -> Tuple[Optional[torch.Tensor], ...]:
     """(dq, dk, dv) through gpe_attention_backward given the forward's o and lse (float32 and
     bfloat16 kernels read them; the float64 reference recomputes its own). With any of
@@ -536,7 +544,8 @@ def backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Te
     opts = _options(keep, q_positions, k_positions, cu_seqlens_q, cu_seqlens_k, causal, scale,
                     rope_dim, rope_base, rope_pairing, alibi, encoding_key, bias_key, threads,
                     structured_key, params, q.shape[-2], q.shape[-1],
-                    (rope_key, window_left, window_right, softcap, attn_mask))
+                    (rope_key, window_left, window_right, softcap, attn_mask),
+                    (bf16_arithmetic, float32_arithmetic))
     # The ABI wants d_o with o's strides (on dimensions of size above 1; the strides of
     # size-1 dimensions are free) and gradients with their inputs' strides.
     if o is None:  # o and lse recomputed by the library
@@ -605,7 +614,8 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         param_grads: List[bool], rope_key: int = 0, window_left: int = -1,
                         window_right: int = -1, softcap: float = 0.0,
                         attn_mask: Optional[torch.Tensor] = None,
-                        algebraic: Optional[torch.Tensor] = None) -> List[torch.Tensor]:
+                        algebraic: Optional[torch.Tensor] = None, bf16_arithmetic: int = 0,
+                        float32_arithmetic: int = 0) -> List[torch.Tensor]:
     """dq, dk, dv and the nine parameter gradients (float64; a 0-element tensor where not
     asked: a schema returns no None)."""
     out = backward_impl(q, k, v, o, lse, d_o, q_positions, k_positions, cu_seqlens_q,
@@ -613,7 +623,7 @@ def _backward_params_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: to
                         encoding_key, bias_key, threads, structured_key, bias_a, bias_b,
                         grape_a, grape_b, grape_omega, shaw_key_table, shaw_value_table, sinks,
                         tuple(param_grads), rope_key, window_left, window_right, softcap,
-                        attn_mask, algebraic)
+                        attn_mask, algebraic, bf16_arithmetic, float32_arithmetic)
     grads = list(out[3:]) + [None] * (len(_PARAM_NAMES) - len(out[3:]))
     return list(out[:3]) + [q.new_empty((0,), dtype=torch.float64) if g is None else g
                             for g in grads]
@@ -638,7 +648,9 @@ _PARAM_NAMES = ("bias_a", "bias_b", "grape_a", "grape_b", "grape_omega", "shaw_k
 # score mask (a constant tensor: no gradient).
 _EXTRA_NAMES = ("rope_key", "window_left", "window_right", "softcap", "attn_mask")
 _EXTRA_DEFAULTS = (0, -1, -1, 0.0, None)
-_NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES) + len(_EXTRA_NAMES)
+# After the algebraic generators (0.10.0): the CPU arithmetic, two integer codes.
+_NUM_ARITHMETIC = 2
+_NUM_INPUTS = 3 + len(_OPTION_NAMES) + len(_PARAM_NAMES) + len(_EXTRA_NAMES) + _NUM_ARITHMETIC
 
 
 def _param_input(i):
@@ -657,6 +669,9 @@ def _setup_context(ctx, inputs, output):
                    for i in range(m))
     extras = tuple(inputs[3 + n + 8:3 + n + 8 + len(_EXTRA_NAMES)])
     ctx.extras = extras + _EXTRA_DEFAULTS[len(extras):]
+    first = _param_input(len(_PARAM_NAMES) - 1) + 1  # the arithmetic codes
+    ctx.arithmetic = tuple(int(inputs[first + i]) if first + i < len(inputs) else 0
+                           for i in range(_NUM_ARITHMETIC))
     ctx.save_for_backward(q, k, v, o, lse, *params)
     ctx.options = tuple(inputs[3:3 + n])
     # The integer and mask inputs (positions, cu_seqlens, attn_mask, structured axes) are
@@ -703,7 +718,7 @@ def _backward(ctx, d_o, d_lse):
     if not any(ctx.needs_input_grad[:3]) and not any(flags):
         return (None,) * len(ctx.needs_input_grad)
     out = _backward_params_op(q, k, v, o, lse, d_o, *ctx.options, *params[:8], flags,
-                              *ctx.extras, params[8])
+                              *ctx.extras, params[8], *ctx.arithmetic)
     return _grads_out(ctx, out[0], out[1], out[2], out[3:], params)
 
 
@@ -733,9 +748,25 @@ class _EagerAttention(torch.autograd.Function):
             return (None,) * len(ctx.needs_input_grad)
         *params8, algebraic = params
         out = backward_impl(q, k, v, o, lse, d_o, *ctx.options, *params8, param_grads=flags,
-                            algebraic=algebraic, **dict(zip(_EXTRA_NAMES, ctx.extras)))
+                            algebraic=algebraic, bf16_arithmetic=ctx.arithmetic[0],
+                            float32_arithmetic=ctx.arithmetic[1],
+                            **dict(zip(_EXTRA_NAMES, ctx.extras)))
         return _grads_out(ctx, out[0], out[1], out[2],
                           out[3:] if any(flags) else (None,) * len(_PARAM_NAMES), params)
+
+
+def _arithmetic_codes(bf16_arithmetic, float32_arithmetic):
+    """gpe.attention's names of the CPU arithmetic as gpe/attention.h's codes (ValueError
+    for another name); plain lookups, which torch.compile traces."""
+    from gpe.attention import _BF16_ARITHMETIC, _FLOAT32_ARITHMETIC
+    codes = []
+    for name, value, table in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
+                               ("float32_arithmetic", float32_arithmetic, _FLOAT32_ARITHMETIC)):
+        if not isinstance(value, str) or value not in table:
+            raise ValueError("%s must be one of %s; got %r"
+                             % (name, ", ".join(repr(c) for c in table), value))
+        codes.append(table[value])
+    return tuple(codes)
 
 
 def _sinks_float32(sinks):
@@ -817,6 +848,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
               alibi_slopes: Optional[_TensorLike] = None, is_causal: Optional[bool] = None,
               softmax_scale: Optional[float] = None, enable_gqa: Optional[bool] = None,
               attn_mask: Optional[_TensorLike] = None, dropout_p: float = 0.0,
+              bf16_arithmetic: str = "auto", float32_arithmetic: str = "exact",
               **structured: Any) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """softmax(scale <T q, T k> + bias) v per head, differentiable in q, k, v and in the
     tensors of a learnable bias / encoding (AlibiBias, T5Bias, FoxBias, GrapeABias,
@@ -824,7 +856,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     algebraic tree's or grid's generators and of the sinks.
 
     Arguments as gpe.attention (module docstring), structured positions, rope=gpe.Rope,
-    window_size, softcap and sinks included; positions and cu_seqlens may be int64
+    window_size, softcap, sinks, bf16_arithmetic and float32_arithmetic included (the
+    backward of a split float32 forward stays float32); positions and cu_seqlens may be int64
     tensors or anything torch.as_tensor takes. flash-attn's alibi_slopes and
     softmax_scale and SDPA's is_causal and enable_gqa are accepted under their names
     (module docstring), SDPA's attn_mask too (module docstring); dropout_p != 0 is
@@ -842,7 +875,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             cu_seqlens_k=cu_seqlens_k, threads=threads, return_lse=return_lse, rope=rope,
             window_size=window_size, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes,
             is_causal=is_causal, softmax_scale=softmax_scale, enable_gqa=enable_gqa,
-            attn_mask=attn_mask, dropout_p=dropout_p, **structured)
+            attn_mask=attn_mask, dropout_p=dropout_p, bf16_arithmetic=bf16_arithmetic,
+            float32_arithmetic=float32_arithmetic, **structured)
     if q.device.type == "cuda":
         _check_cuda_call(q, k, v, attn_mask, sinks)
     attn_mask = _sdpa_mask(attn_mask)
@@ -954,7 +988,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                   rope_pairing, alibi or "", _register(encoding), _register(bias),
                   int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
                   _register(rope), window_left, window_right,
-                  0.0 if softcap is None else float(softcap), attn_mask, algebraic)
+                  0.0 if softcap is None else float(softcap), attn_mask, algebraic,
+                  *_arithmetic_codes(bf16_arithmetic, float32_arithmetic))
     return (o, lse) if return_lse else o
 
 

@@ -301,11 +301,32 @@ class TorchAttentionTest(unittest.TestCase):
         for kwargs in ({"bf16_arithmetic": "tiles"}, {"float32_arithmetic": "split"}):
             with self.assertRaises(ValueError):
                 gt.attention(q, k, v, **kwargs)
+        # Every call of the options builder sees the two codes, distinct so that a swap
+        # shows: the forward and the backward, eager and compiled (the split modes equal
+        # the default on CPUs without AMX, so the results alone could not tell).
+        from unittest import mock
+        for compiled in (False, True):
+            call = lambda q, k, v: gt.attention(q, k, v, causal=True, bf16_arithmetic="amx_tiles",
+                                                float32_arithmetic="split_bf16x6")
+            if compiled:
+                call = torch.compile(call, backend="aot_eager", fullgraph=True)
+            with mock.patch.object(gt, "_options", wraps=gt._options) as spy:
+                call(q, k, v).sum().backward()
+            seen = [c.args[19] if len(c.args) > 19 else c.kwargs.get("arithmetic")
+                    for c in spy.call_args_list]
+            self.assertGreaterEqual(len(seen), 2, compiled)  # forward and backward
+            self.assertEqual(set(map(tuple, seen)), {(3, 1)}, compiled)
         # The codes reach the C ABI (which refuses an unknown one by name).
         for name in ("bf16_arithmetic", "float32_arithmetic"):
             with self.assertRaisesRegex(gpe.GpeError, name):
                 gt.forward_impl(q.detach(), k.detach(), v.detach(), None, None, None, None, True,
                                 0.0, 0, 10000.0, "half", "", 0, 0, 0, **{name: 7})
+            with self.assertRaisesRegex(gpe.GpeError, name):
+                x = q.detach()
+                torch.ops.gpe.attention_backward_with_parameters(
+                    x, x, x, None, None, x, None, None, None, None, True, 0.0, 0, 10000.0,
+                    "half", "", 0, 0, 0, 0, None, None, None, None, None, None, None, None,
+                    [False] * 9, **{name: 7})
 
     def test_lse_strided_inputs_and_registration(self):
         # lse equals logsumexp of the eager scores (double, 1e-10); a transposed

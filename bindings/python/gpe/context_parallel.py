@@ -316,7 +316,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
 
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors (v's last axis, and o's, the
     value head size, which may differ) holding the tokens at
-    `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
+    `positions` (int64 [tokens], global); options as gpe.torch.attention (but for its
+    CPU arithmetic keywords: the ring steps run the default arithmetic), plus
     fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
     "ulysses"). Differentiable in q, k, v, FoX gate logits and the tensors of learnable
     gpe.torch modules (bias = AlibiBias, T5Bias, GrapeABias(slopes=); encoding =

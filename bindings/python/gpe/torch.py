@@ -9,7 +9,9 @@ attention() is differentiable in q, k and v through GroupPE's own backward kerne
 libgpe.so as DLTensors that point at the tensors' own storage (no copies; inputs whose
 head_dim is not contiguous are made contiguous first):
 
-- float32 and bfloat16 run the optimised CPU kernels (float32 arithmetic);
+- float32 and bfloat16 run the optimised CPU kernels (float accumulation; attention()'s
+  bf16_arithmetic / float32_arithmetic choose the products, gpe/attention.h's "CPU
+  ARITHMETIC": the bf16 dot products, AMX tiles, float32 as split bf16 products);
 - float64 runs the exact double reference (slow; for torch.autograd.gradcheck and as an
   oracle);
 - tensors on a CUDA device run the CUDA kernels through the library's CUDA plugin
@@ -857,7 +859,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
 
     Arguments as gpe.attention (module docstring), structured positions, rope=gpe.Rope,
     window_size, softcap, sinks, bf16_arithmetic and float32_arithmetic included (the
-    backward of a split float32 forward stays float32); positions and cu_seqlens may be int64
+    CPU kernels' products; the backward of a split float32 forward stays float32; CUDA
+    tensors refuse values other than the defaults); positions and cu_seqlens may be int64
     tensors or anything torch.as_tensor takes. flash-attn's alibi_slopes and
     softmax_scale and SDPA's is_causal and enable_gqa are accepted under their names
     (module docstring), SDPA's attn_mask too (module docstring); dropout_p != 0 is
@@ -877,6 +880,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             is_causal=is_causal, softmax_scale=softmax_scale, enable_gqa=enable_gqa,
             attn_mask=attn_mask, dropout_p=dropout_p, bf16_arithmetic=bf16_arithmetic,
             float32_arithmetic=float32_arithmetic, **structured)
+    arithmetic = _arithmetic_codes(bf16_arithmetic, float32_arithmetic)  # names checked first
     if q.device.type == "cuda":
         _check_cuda_call(q, k, v, attn_mask, sinks)
     attn_mask = _sdpa_mask(attn_mask)
@@ -989,7 +993,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
                   int(threads), _register(holder), *bias_ab, *grape, *shaw, sinks,
                   _register(rope), window_left, window_right,
                   0.0 if softcap is None else float(softcap), attn_mask, algebraic,
-                  *_arithmetic_codes(bf16_arithmetic, float32_arithmetic))
+                  *arithmetic)
     return (o, lse) if return_lse else o
 
 

@@ -63,13 +63,7 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
       const int64_t deven = RoundUp(d, 2);
       uint16_t* panels16 = w.panels16.get() + blk * p_.bk * deven;
       if (tk_ != nullptr) {
-        for (int64_t j = 0; j < nk; ++j) {  // rows a token stride apart: fetched ahead
-          if (j + kPrefetchRows < nk) {
-            PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kPrefetchRows, g), d);
-          }
-          LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
-        }
-        if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
+        if (absl::Status s = LoadKeyRows(g, kb, j0, nk, w); !s.ok()) return s;
         uint16_t* rows16 = w.p16.get();  // bq x bk >= nk x d? use a temporary otherwise
         std::vector<uint16_t> tmp;
         if (p_.bq * p_.bk < nk * d) {
@@ -94,19 +88,14 @@ absl::Status Forward<T, KV>::PackBlock(int64_t g, int64_t kb, int64_t lk, int64_
     }
   }
   float* panels = w.panels.get() + blk * p_.bk * d;
-  if (tk_ != nullptr) {
-    for (int64_t j = 0; j < nk; ++j) {
-      LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
+  if constexpr (std::is_same_v<KV, float>) {
+    if (tk_ == nullptr) {
+      // Key rows are (token, head) rows of k: consecutive tokens are a.k.token apart.
+      cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
     }
-    if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
-    cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
-  } else if constexpr (std::is_same_v<KV, float>) {
-    // Key rows are (token, head) rows of k: consecutive tokens are a.k.token apart.
-    cpu::PackKeyPanels(k_ + a_.KOffset(a_.k, kb + j0, g), nk, a_.k.token, d, panels);
-  } else {
-    for (int64_t j = 0; j < nk; ++j) {
-      LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
-    }
+  }
+  if (tk_ != nullptr || !std::is_same_v<KV, float>) {  // rows widened and / or transformed
+    if (absl::Status s = LoadKeyRows(g, kb, j0, nk, w); !s.ok()) return s;
     cpu::PackKeyPanels(w.rows.get(), nk, d, d, panels);
   }
   CopyValues(g, kb, j0, nk, w);
@@ -125,15 +114,7 @@ absl::Status Forward<T, KV>::PackSplitBlock(int64_t g, int64_t kb, int64_t lk, i
     const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp;
     const SplitTerms terms = SplitTermsOf(p_.split_terms);
     const SplitWidths sw = SplitWidthsOf(p_);
-    for (int64_t j = 0; j < nk; ++j) {  // rows a token stride apart: fetched ahead
-      if (j + kPrefetchRows < nk) {
-        PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kPrefetchRows, g), d);
-      }
-      LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
-    }
-    if (tk_ != nullptr) {
-      if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
-    }
+    if (absl::Status s = LoadKeyRows(g, kb, j0, nk, w); !s.ok()) return s;
     const float* vsrc = v_ + a_.KOffset(a_.v, kb + j0, g);
     if (!SplitSafe(w.rows.get(), nk, d, d) || !SplitSafe(vsrc, nk, a_.v.token, dv)) {
       w.split[blk] = 2;

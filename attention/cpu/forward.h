@@ -164,6 +164,10 @@ class Forward {
   void CopyValues(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w,
                   bool in_place = false) const;
 
+  // Key rows [j0, j0 + nk) of sequence start kb, kv head g, into w.rows (nk x head_dim
+  // floats; rows a token stride apart, fetched ahead), transformed where k has a
+  // transform.
+  absl::Status LoadKeyRows(int64_t g, int64_t kb, int64_t j0, int64_t nk, Workspace& w) const;
   // Key rows of block blk for direct scoring: in place (float, no transform) or rotated
   // into the rows buffer. Returns the rows and their stride.
   absl::StatusOr<std::pair<const float*, int64_t>> DirectKeys(int64_t g, int64_t kb,

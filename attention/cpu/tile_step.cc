@@ -107,15 +107,24 @@ absl::StatusOr<std::pair<const float*, int64_t>> Forward<T, KV>::DirectKeys(int6
   if constexpr (std::is_same_v<KV, float>) {
     if (tk_ == nullptr) return std::make_pair(k_ + a_.KOffset(a_.k, kb + j0, g), a_.k.token);
   }
-  for (int64_t j = 0; j < nk; ++j) {
+  if (absl::Status s = LoadKeyRows(g, kb, j0, nk, w); !s.ok()) return s;
+  // Transformed keys rounded as the packed tiles' panels are (LoadQueries).
+  if (tk_ != nullptr && p_.bf16_dot) cpu::RoundToBf16InPlace(w.rows.get(), nk * d);
+  return std::make_pair(static_cast<const float*>(w.rows.get()), d);
+}
+
+template <class T, class KV>
+absl::Status Forward<T, KV>::LoadKeyRows(int64_t g, int64_t kb, int64_t j0, int64_t nk,
+                                         Workspace& w) const {
+  const int64_t d = p_.d;
+  for (int64_t j = 0; j < nk; ++j) {  // rows a token stride apart: fetched ahead
+    if (j + kPrefetchRows < nk) {
+      PrefetchRow(k_ + a_.KOffset(a_.k, kb + j0 + j + kPrefetchRows, g), d);
+    }
     LoadRow(k_ + a_.KOffset(a_.k, kb + j0 + j, g), w.rows.get() + j * d, d);
   }
-  if (tk_ != nullptr) {
-    if (absl::Status s = tk_->Forward(kb + j0, nk, w.rows.get(), d); !s.ok()) return s;
-    // Transformed keys rounded as the packed tiles' panels are (LoadQueries).
-    if (p_.bf16_dot) cpu::RoundToBf16InPlace(w.rows.get(), nk * d);
-  }
-  return std::make_pair(static_cast<const float*>(w.rows.get()), d);
+  if (tk_ == nullptr) return absl::OkStatus();
+  return tk_->Forward(kb + j0, nk, w.rows.get(), d);
 }
 
 // One query tile (nr tokens of each of the nh heads h .. h + nh - 1, row hi * nr + r

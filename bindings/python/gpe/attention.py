@@ -278,13 +278,22 @@ _BF16_ARITHMETIC = {"auto": 0, "dot_products": 1, "widen": 2, "amx_tiles": 3}
 _FLOAT32_ARITHMETIC = {"exact": 0, "split_bf16x6": 1, "split_bf16x3": 2}
 
 
-def _arithmetic(o, bf16_arithmetic, float32_arithmetic):
-    for name, value, codes in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
+def _arithmetic_codes(bf16_arithmetic, float32_arithmetic):
+    """The names as gpe/attention.h's codes (ValueError for another name); plain lookups,
+    which torch.compile traces (gpe.torch passes the codes to its operators)."""
+    codes = []
+    for name, value, table in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
                                ("float32_arithmetic", float32_arithmetic, _FLOAT32_ARITHMETIC)):
-        if not isinstance(value, str) or value not in codes:
+        if not isinstance(value, str) or value not in table:
             raise ValueError("%s must be one of %s; got %r"
-                             % (name, ", ".join(repr(c) for c in codes), value))
-        setattr(o, name, codes[value])
+                             % (name, ", ".join(repr(c) for c in table), value))
+        codes.append(table[value])
+    return tuple(codes)
+
+
+def _arithmetic(o, bf16_arithmetic, float32_arithmetic):
+    o.bf16_arithmetic, o.float32_arithmetic = _arithmetic_codes(bf16_arithmetic,
+                                                                float32_arithmetic)
 
 
 def _split_structured(kwargs):

@@ -758,17 +758,9 @@ class _EagerAttention(torch.autograd.Function):
 
 
 def _arithmetic_codes(bf16_arithmetic, float32_arithmetic):
-    """gpe.attention's names of the CPU arithmetic as gpe/attention.h's codes (ValueError
-    for another name); plain lookups, which torch.compile traces."""
-    from gpe.attention import _BF16_ARITHMETIC, _FLOAT32_ARITHMETIC
-    codes = []
-    for name, value, table in (("bf16_arithmetic", bf16_arithmetic, _BF16_ARITHMETIC),
-                               ("float32_arithmetic", float32_arithmetic, _FLOAT32_ARITHMETIC)):
-        if not isinstance(value, str) or value not in table:
-            raise ValueError("%s must be one of %s; got %r"
-                             % (name, ", ".join(repr(c) for c in table), value))
-        codes.append(table[value])
-    return tuple(codes)
+    """gpe.attention's names of the CPU arithmetic as gpe/attention.h's codes."""
+    from gpe.attention import _arithmetic_codes as codes
+    return codes(bf16_arithmetic, float32_arithmetic)
 
 
 def _sinks_float32(sinks):

@@ -7,7 +7,8 @@ learnable tensors (gpe.torch ALiBi slopes, GRAPE-A slopes, T5 table, GRAPE-M a, 
 FoX gate logits), which every rank must receive whole (summed over ranks). Lengths are
 odd, and short enough that some ranks hold no token. Issue 25's options too: gpe.Rope
 handles, sliding windows (and the ring's skipped blocks, counted), sinks and their
-gradient, packed sequences (cu_seqlens). Skips with a message without PyTorch.
+gradient, packed sequences (cu_seqlens); the CPU arithmetic keywords reaching every
+block's kernel call. Skips with a message without PyTorch.
 """
 
 import datetime
@@ -474,7 +475,9 @@ def _check_feature_refusals(rank):
                      (dict(rope=gpe.Rope(4)), "head_dim"),
                      (dict(softcap=0.0), "softcap"),
                      (dict(softcap=float("nan")), "softcap"),
-                     (dict(softcap=2e30), "at most 1e30")):
+                     (dict(softcap=2e30), "at most 1e30"),
+                     (dict(bf16_arithmetic="tiles"), "bf16_arithmetic"),
+                     (dict(float32_arithmetic=1), "float32_arithmetic")):
         if rank == 0 and "cu_seqlens" in bad and bad["cu_seqlens"] == [0, 2]:
             bad = dict(cu_seqlens=[0, 1])  # rank 0 holds tokens 0, 1: index 1 is outside
         try:
@@ -557,6 +560,47 @@ def _check_feature_refusals(rank):
         raise AssertionError("expected a ValueError for batch 2 with cu_seqlens")
 
 
+def _check_arithmetic(rank, world, heads_kv):
+    """The CPU arithmetic keywords reach every block's kernel call, forward and backward,
+    under every method: a spy on gpe.torch's options builder must see the two codes
+    (distinct, so a swap shows) in every call, the default's (0, 0) without them (the split
+    and AMX modes equal the default on CPUs without AMX, so results alone could not tell).
+    The results stay within the modes' accuracy of the default run's: float32 with six
+    split products within float32's tolerances above (ATOL_O, ATOL_GRAD), bfloat16 storage
+    within bf16 rounding (ATOL_BF16_O, ATOL_BF16_GRAD)."""
+    from unittest import mock
+    seq_len = 13
+    gen = torch.Generator().manual_seed(11)
+    full = [torch.randn(1, seq_len, h, 8, generator=gen) for h in (4, heads_kv, heads_kv)]
+    w = torch.randn(1, seq_len, 4, 8, generator=gen)
+    pos = cp.shard_positions(seq_len, world, rank)
+    chosen = dict(bf16_arithmetic="amx_tiles", float32_arithmetic="split_bf16x6")
+    for dtype, (atol_o, atol_g) in ((torch.float32, (ATOL_O, ATOL_GRAD)),
+                                    (torch.bfloat16, (ATOL_BF16_O, ATOL_BF16_GRAD))):
+        for method in cp.METHODS:
+            runs = []
+            for arith, codes in (({}, (0, 0)), (chosen, (3, 1))):
+                mine = [x.to(dtype).index_select(1, pos).clone().requires_grad_() for x in full]
+                with mock.patch.object(gt, "_options", wraps=gt._options) as spy:
+                    o = cp.attention(*mine, pos, causal=True, rope_dim=8, method=method,
+                                     **arith)
+                    grads = torch.autograd.grad((o.float() * w.index_select(1, pos)).sum(),
+                                                mine)
+                seen = [tuple(c.args[19] if len(c.args) > 19
+                              else c.kwargs.get("arithmetic", (0, 0)))
+                        for c in spy.call_args_list]
+                where = "arithmetic %s / %s / %s / rank %d of %d" % (arith, dtype, method,
+                                                                     rank, world)
+                assert len(seen) >= 2 and set(seen) == {codes}, (where, seen)  # fwd and bwd
+                runs.append((o, grads))
+            (o0, g0), (o1, g1) = runs
+            torch.testing.assert_close(o1.float(), o0.float(), atol=atol_o, rtol=0,
+                                       msg=lambda m: "output, %s: %s" % (where, m))
+            for label, got, want in zip(("dq", "dk", "dv"), g1, g0):
+                torch.testing.assert_close(got.float(), want.float(), atol=atol_g, rtol=0,
+                                           msg=lambda m: "%s, %s: %s" % (label, where, m))
+
+
 def _worker_features(rank, world, port):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
@@ -578,6 +622,7 @@ def _worker_features(rank, world, port):
                 for dtype in (torch.float32, torch.float64):
                     _run_packed_param_case(rank, world, method, kind, dtype, heads_kv)
         _check_ring_skips(rank, world)
+        _check_arithmetic(rank, world, heads_kv)
         _check_feature_refusals(rank)
     finally:
         dist.destroy_process_group()

@@ -70,5 +70,5 @@ def _all_gather_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
                           alibi=(cfg.alibi or None) if bias is None else None,
                           bias=bias, encoding=enc, rope=cfg.rope, window_size=cfg.window,
                           sinks=sinks, softcap=cfg.softcap, threads=cfg.threads,
-                          return_lse=True, **layout)
+                          return_lse=True, **layout, **cfg.arithmetic_names())
     return o.view(tuple(q.shape[:3]) + (v.shape[3],)), lse.view(q.shape[:3])

@@ -11,7 +11,7 @@ import torch
 class _Config:
     def __init__(self, g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias,
                  encoding, threads, rope=None, window=None, sinks=None, cu_seqlens=None,
-                 softcap=None):
+                 softcap=None, arithmetic=(("auto", "exact"), (0, 0))):
         import gpe.torch as gt
         self.g = g
         self.causal = bool(causal)
@@ -27,6 +27,9 @@ class _Config:
         self.rope = rope                  # a single-axis gpe.Rope or None
         self.window = window              # (left, right), -1 unbounded, or None
         self.softcap = softcap            # Gemma 2's logit cap c > 0, or None
+        # The CPU arithmetic: gpe.torch.attention's names (bf16_arithmetic,
+        # float32_arithmetic) and gpe/attention.h's codes of them.
+        (self.bf16_arithmetic, self.float32_arithmetic), self.arithmetic = arithmetic
         # Sink logits as the kernels read them (float32 values), float64; the tensor the
         # caller gave (it may require grad) is passed to the methods separately.
         self.sinks = None if sinks is None else sinks.detach().to(torch.float32).to(
@@ -63,11 +66,17 @@ class _Config:
 
     def extras(self):
         """Keyword arguments of forward_impl / backward_impl after the parameters: the RoPE
-        handle, the window and the softcap (the sinks are added once per row by the ring
-        itself)."""
+        handle, the window, the softcap and the CPU arithmetic's codes (the sinks are added
+        once per row by the ring itself)."""
         left, right = self.window or (-1, -1)
         return dict(rope_key=self.gt._register(self.rope), window_left=left,
-                    window_right=right, softcap=self.softcap or 0.0)
+                    window_right=right, softcap=self.softcap or 0.0,
+                    bf16_arithmetic=self.arithmetic[0], float32_arithmetic=self.arithmetic[1])
+
+    def arithmetic_names(self):
+        """gpe.torch.attention's keywords for the CPU arithmetic (all_gather, ulysses)."""
+        return dict(bf16_arithmetic=self.bf16_arithmetic,
+                    float32_arithmetic=self.float32_arithmetic)
 
     def rows(self, x):
         """x [1, tokens, ...] as the packed layout's [tokens, ...] (packed calls only)."""

@@ -124,7 +124,7 @@ def _ulysses_attention(cfg, q, k, v, pos, fox_logits, sinks=None):
                   rope_base=cfg.rope_base, rope_pairing=cfg.rope_pairing,
                   alibi=alibi or None, bias=bias, encoding=enc, rope=cfg.rope,
                   window_size=cfg.window, sinks=sinks, softcap=cfg.softcap,
-                  threads=cfg.threads)
+                  threads=cfg.threads, **cfg.arithmetic_names())
     if cfg.cu_seqlens is None:
         o = gt.attention(qh, kh, vh, q_positions=pf.repeat(batch),
                          k_positions=pf.repeat(batch), **common)

@@ -310,14 +310,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
               return_lse: bool = False,
               rope: Optional[Rope] = None, window_size: Optional[Tuple[int, int]] = None,
               sinks: Optional[Union[_TensorLike, AttentionSinks]] = None,
-              cu_seqlens: Optional[_TensorLike] = None, softcap: Optional[float] = None
+              cu_seqlens: Optional[_TensorLike] = None, softcap: Optional[float] = None,
+              bf16_arithmetic: str = "auto", float32_arithmetic: str = "exact"
               ) -> Union[torch.Tensor, Tuple[torch.Tensor, torch.Tensor]]:
     """This rank's rows of softmax(scale <T q, T k> + bias) v over the whole sharded sequence.
 
     q, k, v: [batch, tokens, heads, head_dim] CPU tensors (v's last axis, and o's, the
     value head size, which may differ) holding the tokens at
-    `positions` (int64 [tokens], global); options as gpe.torch.attention (but for its
-    CPU arithmetic keywords: the ring steps run the default arithmetic), plus
+    `positions` (int64 [tokens], global); options as gpe.torch.attention, plus
     fox_gate_logits ([tokens, heads_q], batch 1) and method ("ring", "all_gather",
     "ulysses"). Differentiable in q, k, v, FoX gate logits and the tensors of learnable
     gpe.torch modules (bias = AlibiBias, T5Bias, GrapeABias(slopes=); encoding =
@@ -329,10 +329,14 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     softcap: Gemma 2's logit cap c tanh(s / c) on the q.k part of every score, elementwise
     (finite, > 0 and at most 1e30: a larger cap is no cap, leave it unset; ValueError
     otherwise), so each shard's blocks cap their own scores (float64 inputs under method="ring" take it
-    without gradients only: that backward's phantom key would be capped too)."""
+    without gradients only: that backward's phantom key would be capped too).
+    bf16_arithmetic / float32_arithmetic: gpe.torch.attention's CPU arithmetic, run by
+    every block of every method, forward and backward (each block's backward recomputes
+    its scores with it; float64 tensors take no such choice and ignore them)."""
     from gpe.bias import Alibi, AdditiveBias, FoxBias, GrapeABias, GrapeApBias, T5Bias
     from gpe.sequence import AlgebraicSequence, GrapeM
     import gpe.torch as gt
+    from gpe.attention import _arithmetic_codes
     if method not in METHODS:
         raise ValueError("method must be one of %s, got %r" % (METHODS, method))
     if not dist.is_available() or not dist.is_initialized():
@@ -403,6 +407,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
         if head_dim != q.shape[3]:
             raise ValueError("rope: the gpe.Rope's head_dim (%d) must be q's (%d)"
                              % (head_dim, q.shape[3]))
+    arithmetic = _arithmetic_codes(bf16_arithmetic, float32_arithmetic)  # ValueError
     window = _window_arg(window_size)
     sinks = _sinks_arg(sinks, q.shape[2])
     if softcap is not None:
@@ -428,7 +433,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: _Ten
     if cu is not None:
         _check_packed_agreement(g, cu, positions)
     cfg = _Config(g, causal, scale, rope_dim, rope_base, rope_pairing, alibi, bias, encoding,
-                  threads, rope, window, sinks, cu, softcap)
+                  threads, rope, window, sinks, cu, softcap,
+                  ((bf16_arithmetic, float32_arithmetic), arithmetic))
     learnable = _learnable_tensors(cfg)
     cfg.params = tuple(None if t is None else t.detach() for t in learnable)
     fox, fox_logits = None, None

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <type_traits>
 #include <utility>
@@ -262,22 +263,156 @@ class PreparedElements final : public PreparedFromRun<PreparedElements<Rep>> {
   std::vector<Element> fwd_, inv_;
 };
 
+// A run of GRAPE-M commuting planes whose coordinates are consecutive: planes k0 + i,
+// i < len, of the sorted order rotate coordinates (first + i, second + i) (RoPE's
+// half-split layout is one run of d / 2 planes; any disjoint planes are runs of one).
+struct PlaneRun {
+  int64_t first, second, k0, len;
+};
+
+// a <- a c - b s, b <- a s + b c over n planes (backward: s negated, the transpose);
+// a and b are disjoint ranges of one row. In blocks of 16 (one vector operation each at
+// AVX-512 width: at -O2 GCC vectorises fixed-size blocks, not a loop of unknown length),
+// then the rest one by one.
+inline void RotatePlaneRunF32(float* __restrict a, float* __restrict b,
+                              const float* __restrict c, const float* __restrict s, int64_t n,
+                              bool backward) {
+  constexpr int64_t kLanes = 16;
+  const float sign = backward ? -1.0f : 1.0f;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    float ta[kLanes], tb[kLanes];
+    for (int64_t l = 0; l < kLanes; ++l) {
+      const float x1 = a[i + l], x2 = b[i + l], sn = sign * s[i + l];
+      ta[l] = x1 * c[i + l] - x2 * sn;
+      tb[l] = x1 * sn + x2 * c[i + l];
+    }
+    for (int64_t l = 0; l < kLanes; ++l) a[i + l] = ta[l], b[i + l] = tb[l];
+  }
+  for (; i < n; ++i) {
+    const float x1 = a[i], x2 = b[i], sn = sign * s[i];
+    a[i] = x1 * c[i] - x2 * sn;
+    b[i] = x1 * sn + x2 * c[i];
+  }
+}
+
+// GRAPE-M's commuting planes on float rows (PreparedPlanes' float path), in float as
+// RoPE's float rows: row r's table entry holds the cosines of its np planes (sorted
+// order) then their sines, at cs + r * 2 * np. Cloned for AVX-512, AVX2 + FMA and the
+// baseline, the best chosen when the library loads.
+GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void PlanesRowsF32(
+    float* rows, int64_t count, int64_t stride, const PlaneRun* runs, int64_t num_runs,
+    int64_t np, const float* cs, bool backward) {
+  for (int64_t r = 0; r < count; ++r) {
+    float* x = rows + r * stride;
+    const float* c = cs + r * 2 * np;
+    for (int64_t i = 0; i < num_runs; ++i) {
+      const PlaneRun& run = runs[i];
+      RotatePlaneRunF32(x + run.first, x + run.second, c + run.k0, c + np + run.k0, run.len,
+                        backward);
+    }
+  }
+}
+
+// The float table of PreparedPlanes: for token t and plane k of `order` (indices into
+// `planes`), float(cos(ReducedAngle(p_t, omega))) at cs[t * 2 np + k] and the sine np
+// further, bit for bit the rounding of the double path's values. Exact reduction and
+// cos / sin cost tens of ns per entry (at d 128, 64 entries per token: more than the
+// rotations themselves), so where p_t = p_{t-1} + 1 the pair steps from the previous
+// token's by the angle-addition formula in double, re-anchored on the exact value every
+// kAnchor tokens (each step adds at most ~1e-15 to the unit-norm pair: a stepped value
+// lies within 2e-14 of the exact one), and is recomputed exactly where a float rounding
+// boundary lies within 1e-13 of it (the scheme of RoPE's table, encodings/sequence/rope.cc).
+std::vector<float> PlanesFloatTable(absl::Span<const encodings::sequence::CoordinatePlane> planes,
+                                    absl::Span<const int64_t> order,
+                                    absl::Span<const int64_t> positions) {
+  constexpr int64_t kAnchor = 16;
+  constexpr double kMargin = 1e-13;
+  const int64_t n = static_cast<int64_t>(positions.size());
+  const int64_t np = static_cast<int64_t>(order.size());
+  std::vector<float> cs(static_cast<size_t>(n * 2 * np));
+  std::vector<group::SinCos> step(static_cast<size_t>(np));
+  auto exact = [&](int64_t p, int64_t k) {
+    const double angle = group::ReducedAngle(p, planes[order[k]].omega);
+    return group::SinCos{std::sin(angle), std::cos(angle)};
+  };
+  for (int64_t k = 0; k < np; ++k) step[k] = exact(1, k);
+  auto same_float = [](double v) {
+    return static_cast<float>(v - kMargin) == static_cast<float>(v + kMargin);
+  };
+  parallel::ParallelForChunks(PrepareThreads(), n, [&](int64_t t0, int64_t t1) {
+    std::vector<group::SinCos> last(static_cast<size_t>(np));  // the previous token's
+    int64_t since_anchor = kAnchor;
+    for (int64_t t = t0; t < t1; ++t) {
+      const bool stepped = t > t0 && since_anchor < kAnchor &&
+                           positions[t - 1] < std::numeric_limits<int64_t>::max() &&
+                           positions[t] == positions[t - 1] + 1;
+      since_anchor = stepped ? since_anchor + 1 : 1;
+      float* c = cs.data() + t * 2 * np;
+      for (int64_t k = 0; k < np; ++k) {
+        group::SinCos sc;
+        if (stepped) {
+          const group::SinCos& a = last[k];
+          sc.cos = a.cos * step[k].cos - a.sin * step[k].sin;
+          sc.sin = a.sin * step[k].cos + a.cos * step[k].sin;
+        }
+        if (!stepped || !same_float(sc.cos) || !same_float(sc.sin)) sc = exact(positions[t], k);
+        last[k] = sc;
+        c[k] = static_cast<float>(sc.cos);
+        c[np + k] = static_cast<float>(sc.sin);
+      }
+    }
+  });
+  return cs;
+}
+
+// GRAPE-M's commuting planes bound to tokens. Float rows: a float table of (cos, sin) per
+// token and plane (PlanesFloatTable), made here, and float arithmetic over runs of
+// planes with consecutive coordinates (PlanesRowsF32). Double rows (the reference): the
+// double table of the exact values, made on first use, and double arithmetic, as
+// GrapeMCommutingPlanes::Apply.
 class PreparedPlanes final : public PreparedFromRun<PreparedPlanes> {
  public:
   PreparedPlanes(std::vector<encodings::sequence::CoordinatePlane> planes,
-                 std::vector<double> cos_sin, int64_t n)
-      : planes_(std::move(planes)), cs_(std::move(cos_sin)), n_(n) {}
+                 std::vector<int64_t> positions)
+      : planes_(std::move(planes)), positions_(std::move(positions)) {
+    const int64_t np = static_cast<int64_t>(planes_.size());
+    std::vector<int64_t> order(static_cast<size_t>(np));
+    std::iota(order.begin(), order.end(), int64_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](int64_t x, int64_t y) { return planes_[x].first < planes_[y].first; });
+    for (int64_t k = 0; k < np; ++k) {
+      const encodings::sequence::CoordinatePlane& p = planes_[order[k]];
+      if (!runs_.empty()) {
+        PlaneRun& last = runs_.back();
+        if (p.first == last.first + last.len && p.second == last.second + last.len) {
+          ++last.len;
+          continue;
+        }
+      }
+      runs_.push_back({p.first, p.second, k, 1});
+    }
+    csf_ = PlanesFloatTable(planes_, order, positions_);
+  }
 
  private:
   friend class PreparedFromRun<PreparedPlanes>;
   template <class T>
   absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
-    const double sign = backward ? -1.0 : 1.0;  // G^T = G(-p): sin changes sign
-    if (count < 0 || first < 0 || first > n_ - count) {
+    const int64_t n = static_cast<int64_t>(positions_.size());
+    if (count < 0 || first < 0 || first > n - count) {
       return Bad(absl::StrCat("prepared planes: rows [", first, ", ", first, " + ", count,
-                              ") outside its ", n_, " positions"));
+                              ") outside its ", n, " positions"));
     }
     const size_t np = planes_.size();
+    if constexpr (std::is_same_v<T, float>) {
+      PlanesRowsF32(rows, count, stride, runs_.data(), static_cast<int64_t>(runs_.size()),
+                    static_cast<int64_t>(np), csf_.data() + static_cast<size_t>(first) * 2 * np,
+                    backward);
+      return absl::OkStatus();
+    }
+    std::call_once(double_once_, [this] { MakeDoubleTable(); });
+    const double sign = backward ? -1.0 : 1.0;  // G^T = G(-p): sin changes sign
     for (int64_t r = 0; r < count; ++r) {
       T* x = rows + r * stride;
       const double* cs = cs_.data() + static_cast<size_t>(first + r) * 2 * np;
@@ -290,9 +425,27 @@ class PreparedPlanes final : public PreparedFromRun<PreparedPlanes> {
     }
     return absl::OkStatus();
   }
+  void MakeDoubleTable() const {
+    const size_t np = planes_.size();
+    const int64_t n = static_cast<int64_t>(positions_.size());
+    cs_.resize(static_cast<size_t>(n) * 2 * np);
+    parallel::ParallelForChunks(PrepareThreads(), n, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) {
+        for (size_t k = 0; k < np; ++k) {
+          // The same reduced angle and double cos/sin as GrapeMCommutingPlanes::Apply.
+          const double angle = group::ReducedAngle(positions_[t], planes_[k].omega);
+          cs_[(t * np + k) * 2] = std::cos(angle);
+          cs_[(t * np + k) * 2 + 1] = std::sin(angle);
+        }
+      }
+    });
+  }
   std::vector<encodings::sequence::CoordinatePlane> planes_;
-  std::vector<double> cs_;  // [position][plane][cos, sin]
-  int64_t n_;
+  std::vector<int64_t> positions_;
+  std::vector<PlaneRun> runs_;  // the planes sorted by first coordinate, in runs
+  std::vector<float> csf_;      // [position][cos of each sorted plane, then sin]
+  mutable std::once_flag double_once_;
+  mutable std::vector<double> cs_;  // [position][plane][cos, sin], made on first use
 };
 
 }  // namespace
@@ -311,20 +464,9 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
     const encodings::sequence::GrapeMCommutingPlanes& planes,
     absl::Span<const int64_t> positions) {
   const auto pl = planes.planes();
-  const int64_t n = static_cast<int64_t>(positions.size());
-  std::vector<double> cs(static_cast<size_t>(n) * 2 * pl.size());
-  parallel::ParallelForChunks(PrepareThreads(), n, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (size_t k = 0; k < pl.size(); ++k) {
-        // The same reduced angle and double cos/sin as GrapeMCommutingPlanes::Apply.
-        const double angle = group::ReducedAngle(positions[t], pl[k].omega);
-        cs[(t * pl.size() + k) * 2] = std::cos(angle);
-        cs[(t * pl.size() + k) * 2 + 1] = std::sin(angle);
-      }
-    }
-  });
   return std::unique_ptr<PreparedRowTransform>(new PreparedPlanes(
-      std::vector<encodings::sequence::CoordinatePlane>(pl.begin(), pl.end()), std::move(cs), n));
+      std::vector<encodings::sequence::CoordinatePlane>(pl.begin(), pl.end()),
+      std::vector<int64_t>(positions.begin(), positions.end())));
 }
 
 namespace {

@@ -6,6 +6,8 @@
 #include "attention/cpu/cpu_attention.h"
 
 #include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -46,6 +48,56 @@ using test::MakeRope;
 using test::RandomF;
 using test::RandomUniform;
 using test::Thd;
+
+using encodings::sequence::CoordinatePlane;
+using encodings::sequence::GrapeMCommutingPlanes;
+
+// GRAPE-M commuting planes on float rows x (d per token, at positions pos) through a
+// prepared transform: the rows rotated in float with the cosines and sines rounded to
+// float, against the plain Apply's double arithmetic rounded once. Plane (f, s) gives
+// y_f = x_f c - x_s s in float: c and s each within 2^-24 relative, two products and a
+// difference each rounded (2^-24), so |error| <= ~4 2^-24 (|x_f| + |x_s|), plus Apply's
+// own rounding, 2^-25 |y_f| <= 2^-25 (|x_f| + |x_s|): 3e-7 (|x_f| + |x_s|) is checked
+// (a wrong sine, cosine, plane or row is off by O(|x|)). Backward after Forward gives x
+// back within twice that (G^T G = I). Coordinates on no plane stay bit for bit.
+void ExpectPlanesFloatRows(const GrapeMRowTransform<GrapeMCommutingPlanes>& tr,
+                           const std::vector<CoordinatePlane>& planes, int64_t d,
+                           const std::vector<int64_t>& pos, const std::vector<float>& x,
+                           const std::string& what) {
+  const int64_t n = static_cast<int64_t>(pos.size());
+  std::vector<double> want(x.begin(), x.end());
+  ASSERT_TRUE(tr.Forward(pos, want.data(), d).ok()) << what;
+  auto prepared = tr.Prepare(pos);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  std::vector<float> y = x;
+  ASSERT_TRUE((*prepared)->Forward(0, n, y.data(), d).ok()) << what;
+  std::vector<bool> on_plane(static_cast<size_t>(d), false);
+  for (const CoordinatePlane& p : planes) on_plane[p.first] = on_plane[p.second] = true;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x.data() + t * d;
+    for (const CoordinatePlane& p : planes) {
+      const double tol = 3e-7 * (std::fabs(xr[p.first]) + std::fabs(xr[p.second]));
+      for (int64_t c : {p.first, p.second}) {
+        EXPECT_NEAR(y[t * d + c], want[t * d + c], tol)
+            << what << ": token " << t << " (position " << pos[t] << "), coordinate " << c;
+      }
+    }
+    for (int64_t c = 0; c < d; ++c) {
+      if (!on_plane[c]) {
+        EXPECT_EQ(y[t * d + c], xr[c]) << what << ": coordinate " << c;
+      }
+    }
+  }
+  ASSERT_TRUE((*prepared)->Backward(0, n, y.data(), d).ok()) << what;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xr = x.data() + t * d;
+    for (const CoordinatePlane& p : planes) {
+      const double tol = 6e-7 * (std::fabs(xr[p.first]) + std::fabs(xr[p.second]));
+      EXPECT_NEAR(y[t * d + p.first], xr[p.first], tol) << what << ": backward, token " << t;
+      EXPECT_NEAR(y[t * d + p.second], xr[p.second], tol) << what << ": backward, token " << t;
+    }
+  }
+}
 
 TEST(CpuForward, ShapesBelowAtAndAboveTiles) {
   // Small tiles (16 x 32) so that short sequences cross several of them; head_dim 32 to
@@ -189,7 +241,8 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
   }
   {
     // GRAPE-M commuting planes (learned frequencies on arbitrary disjoint planes) through
-    // its prepared table, which must equal the plain Apply bit for bit.
+    // its prepared tables: double rows equal the plain Apply bit for bit (the same exact
+    // angles and arithmetic); float rows are rotated in float (ExpectPlanesFloatRows).
     std::vector<encodings::sequence::CoordinatePlane> planes = {{0, 5, 0.3}, {2, 7, -1.1},
                                                                 {9, 1, 0.02}, {12, 15, 2.5}};
     auto cp = encodings::sequence::GrapeMCommutingPlanes::Create(16, planes);
@@ -197,14 +250,14 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
     GrapeMRowTransform<encodings::sequence::GrapeMCommutingPlanes> ct(*cp);
     std::vector<int64_t> pos = {0, 5, -3, int64_t{1} << 31, 77};
     std::mt19937_64 r2(3);
-    std::vector<float> x = RandomF(pos.size() * 16, &r2), y = x, z = x;
-    ASSERT_TRUE(ct.Forward(pos, y.data(), 16).ok());
+    std::vector<float> x = RandomF(pos.size() * 16, &r2);
     auto prepared = ct.Prepare(pos);
     ASSERT_TRUE(prepared.ok());
-    ASSERT_TRUE((*prepared)->Forward(0, 5, z.data(), 16).ok());
-    EXPECT_EQ(y, z);
-    ASSERT_TRUE((*prepared)->Backward(0, 5, z.data(), 16).ok());
-    for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(z[i], x[i], 1e-6);  // G^T G = I
+    std::vector<double> cy(x.begin(), x.end()), cz = cy;
+    ASSERT_TRUE(ct.Forward(pos, cy.data(), 16).ok());
+    ASSERT_TRUE((*prepared)->Forward(0, 5, cz.data(), 16).ok());
+    EXPECT_EQ(cy, cz);
+    ExpectPlanesFloatRows(ct, planes, 16, pos, x, "four scattered planes");
     // GRAPE-M's product of rank-2 rotations (one generator degenerate: a parallel to b)
     // through its prepared table (angles once per call): on double rows the plain Apply's
     // arithmetic up to the order of the dot products' sums (1e-13); on float rows float
@@ -260,6 +313,72 @@ TEST(CpuForward, RowTransformsInsideTheKernel) {
   a.q_transform = a.k_transform = &at;
   a.causal = false;
   CheckAgainstReference(a, opt, 91, "algebraic");
+}
+
+// GRAPE-M commuting planes on float rows, for the layouts the float path treats apart
+// (descriptor.cc, PreparedPlanes): planes with consecutive coordinates in one run
+// (RoPE's half-split layout, d / 2 planes), interleaved pairs (runs of one), runs broken
+// in the middle, scattered planes and a coordinate on no plane; each against the double
+// Apply (ExpectPlanesFloatRows). The float table steps from token to token where the
+// positions are consecutive (PlanesFloatTable) and must still be the exact values'
+// rounding bit for bit: every row rotated by a transform prepared for all the tokens
+// equals the row rotated by one prepared for its token alone (a table computed exactly),
+// over runs of consecutive positions longer than the anchor interval (16), near 2^31,
+// negative, and with gaps, on 1 and 3 threads.
+TEST(PreparedPlanes, FloatRowsAndTheSteppedTableEveryLayout) {
+  const int64_t d = 64;
+  std::vector<int64_t> pos;
+  for (int64_t t = 0; t < 45; ++t) pos.push_back(t);
+  for (int64_t t = 0; t < 40; ++t) pos.push_back((int64_t{1} << 31) - 20 + t);
+  for (int64_t t = 0; t < 20; ++t) pos.push_back(-70 + t);
+  for (int64_t t = 0; t < 10; ++t) pos.push_back(1000 + 3 * t);  // not consecutive
+  pos.push_back(5);
+  const int64_t n = static_cast<int64_t>(pos.size());
+  Rope rope = MakeRope(d, d, group::PlanePairing::kHalfSplit);
+  std::vector<CoordinatePlane> half, interleaved, broken, scattered;
+  for (int64_t i = 0; i < d / 2; ++i) {
+    const double w = rope.thetas()[i] * (i % 3 == 0 ? 1.0 : 1.7);  // learned-looking
+    half.push_back({i, i + d / 2, w});
+    interleaved.push_back({2 * i, 2 * i + 1, w});
+    if (i != 9 && i != 20) broken.push_back({i, i + d / 2, w});  // runs 0-8, 10-19, 21-31
+  }
+  broken.push_back({9, 20 + d / 2, 2.5});  // and a plane across the runs' gaps
+  for (int64_t i = 0; i < 7; ++i) scattered.push_back({(5 * i + 3) % d, (5 * i + 40) % d, 0.3 * i - 1.0});
+  std::mt19937_64 rng(12);
+  const std::vector<float> x = RandomF(static_cast<size_t>(n * d), &rng);
+  for (const auto& [what, planes] :
+       std::vector<std::pair<std::string, std::vector<CoordinatePlane>>>{
+           {"half-split run", half}, {"interleaved", interleaved},
+           {"broken runs", broken}, {"scattered", scattered}}) {
+    auto cp = GrapeMCommutingPlanes::Create(d, planes);
+    ASSERT_TRUE(cp.ok()) << cp.status();
+    GrapeMRowTransform<GrapeMCommutingPlanes> tr(*cp);
+    ExpectPlanesFloatRows(tr, planes, d, pos, x, what);
+    std::vector<float> one = x;  // each token prepared alone: the exact table
+    for (int64_t t = 0; t < n; ++t) {
+      auto p1 = tr.Prepare(absl::MakeConstSpan(pos).subspan(t, 1));
+      ASSERT_TRUE(p1.ok()) << p1.status();
+      ASSERT_TRUE((*p1)->Forward(0, 1, one.data() + t * d, d).ok());
+    }
+    for (int threads : {1, 3}) {
+      const ScopedPrepareThreads scope(threads);
+      auto all = tr.Prepare(pos);
+      ASSERT_TRUE(all.ok()) << all.status();
+      std::vector<float> y = x;
+      ASSERT_TRUE((*all)->Forward(0, n, y.data(), d).ok());
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t c = 0; c < d; ++c) {
+          ASSERT_EQ(y[t * d + c], one[t * d + c])
+              << what << ", " << threads << " threads: token " << t << " (position " << pos[t]
+              << "), coordinate " << c;
+        }
+      }
+      // Rows from the middle of the table (an offset into it) as well.
+      std::vector<float> part(x.begin() + 50 * d, x.begin() + 60 * d);
+      ASSERT_TRUE((*all)->Forward(50, 10, part.data(), d).ok());
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), one.begin() + 50 * d)) << what;
+    }
+  }
 }
 
 // ScopedPrepareThreads (descriptor.h) nests and restores; a transform prepared on 1 and

@@ -173,6 +173,93 @@ TEST(CpuAttentionBf16, DotProductPathAgreesWithTheReference) {
   }
 }
 
+// Biases on the dot-product path: a relative bias of positions only (ALiBi, T5) is the
+// score kernel's starting value where nothing comes between it and the products
+// (TileStep), as a Toeplitz tile from its diagonals (consecutive positions) or a formed
+// tile (positions with gaps), with the keys' last panel partly filled (37 and 150 keys
+// against 64-key panels); FoX (separable tiles) and ALiBi under a softcap add the bias
+// after the products. Each against the double reference with the dot-product criterion
+// (2e-2 on O(1) outputs), forward and backward (whose recomputed scores add the bias
+// after the products: the same scores to float rounding); a bias dropped or added twice
+// moves outputs by O(0.1-1).
+TEST(CpuAttentionBf16, DotProductPathWithBiasesAgreesWithTheReference) {
+  using encodings::sequence::AlibiBias;
+  using encodings::sequence::AlibiForm;
+  using encodings::sequence::BFloat16;
+  using encodings::sequence::FoxBias;
+  using encodings::sequence::T5BucketConfig;
+  using encodings::sequence::T5RelativeBias;
+  if (!cpu::HasBf16DotProduct()) GTEST_SKIP() << "no AVX512_BF16 dot products on this CPU";
+  const int64_t hq = 4;
+  auto sym = AlibiBias::CreateStandard(hq, AlibiForm::kSymmetric);
+  auto causal_alibi = AlibiBias::CreateStandard(hq, AlibiForm::kCausal);
+  T5BucketConfig cfg;
+  cfg.num_buckets = 8;
+  cfg.max_distance = 40;
+  std::mt19937_64 rng(77);
+  std::vector<double> table(8 * hq);
+  for (double& x : table) x = std::normal_distribution<double>()(rng);
+  auto t5 = T5RelativeBias::Create(table, hq, cfg);
+  ASSERT_TRUE(sym.ok() && causal_alibi.ok() && t5.ok());
+  for (int64_t len : {37, 150}) {
+    std::vector<double> gates(static_cast<size_t>(len * hq));
+    for (double& x : gates) x = 2.0 + std::normal_distribution<double>()(rng);
+    auto fox = FoxBias::Create(gates, len, hq);
+    ASSERT_TRUE(fox.ok()) << fox.status();
+    std::vector<int64_t> gapped(static_cast<size_t>(len));
+    for (int64_t t = 0; t < len; ++t) gapped[t] = 3 * t + (t % 5 == 0 ? 1 : 0);
+    struct Case {
+      std::string what;
+      const encodings::sequence::AdditiveBias* bias;
+      bool causal, gaps, softcap;
+    };
+    for (const Case& c : std::vector<Case>{{"alibi symmetric", &*sym, false, false, false},
+                                           {"alibi symmetric, gapped positions", &*sym, false, true, false},
+                                           {"alibi causal", &*causal_alibi, true, false, false},
+                                           {"t5", &*t5, false, false, false},
+                                           {"t5 causal, gapped positions", &*t5, true, true, false},
+                                           {"fox", &*fox, true, false, false},
+                                           {"alibi + softcap", &*sym, false, false, true}}) {
+      const std::string what = c.what + ", " + std::to_string(len) + " tokens";
+      AttentionArgs a = Bshd(1, len, len, hq, 2, 64);
+      a.causal = c.causal;
+      a.biases = {c.bias};
+      if (c.gaps) a.q_positions = a.k_positions = gapped;
+      if (c.softcap) a.softcap = 5.0;
+      const size_t n = Extent(a, a.q, true), nk = Extent(a, a.k, false);
+      std::vector<BFloat16> q(n), k(nk), v(nk), o(n), dout(n), dq(n), dk(nk), dv(nk);
+      std::vector<double> qd(n), kd(nk), vd(nk), od(n), doutd(n), dqd(n), dkd(nk), dvd(nk);
+      auto fill = [&](std::vector<BFloat16>* x, std::vector<double>* xd) {
+        std::vector<float> f = RandomF(x->size(), &rng);
+        for (size_t i = 0; i < x->size(); ++i) (*x)[i] = BFloat16{Bf(f[i])}, (*xd)[i] = Fl((*x)[i].bits);
+      };
+      fill(&q, &qd), fill(&k, &kd), fill(&v, &vd), fill(&dout, &doutd);
+      CpuAttentionOptions opt;
+      opt.block_q = 16;
+      opt.bf16_arithmetic = CpuAttentionOptions::Bf16Arithmetic::kDotProducts;
+      std::vector<float> lse(static_cast<size_t>(len * hq));
+      ASSERT_TRUE(CpuForward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), opt).ok()) << what;
+      ASSERT_TRUE(ReferenceForward<double>(a, qd.data(), kd.data(), vd.data(), od.data()).ok());
+      double err = 0;
+      for (size_t i = 0; i < n; ++i) err = std::max(err, std::fabs(Fl(o[i].bits) - od[i]));
+      EXPECT_LT(err, 2e-2) << what;
+      ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
+                              dq.data(), dk.data(), dv.data(), nullptr, opt)
+                      .ok())
+          << what;
+      ASSERT_TRUE(ReferenceBackward<double>(a, qd.data(), kd.data(), vd.data(), doutd.data(),
+                                            dqd.data(), dkd.data(), dvd.data())
+                      .ok());
+      double gerr = 0;
+      for (size_t i = 0; i < n; ++i) gerr = std::max(gerr, std::fabs(Fl(dq[i].bits) - dqd[i]));
+      for (size_t i = 0; i < nk; ++i) {
+        gerr = std::max({gerr, std::fabs(Fl(dk[i].bits) - dkd[i]), std::fabs(Fl(dv[i].bits) - dvd[i])});
+      }
+      EXPECT_LT(gerr, 5e-2) << what;
+    }
+  }
+}
+
 // kAmxTiles: the forward's products of whole 16-row blocks on AMX tiles (emulated here
 // where the CPU has none; kernels_amx_test.cc holds the emulation to the instruction),
 // the rest on the dot products. Against the double reference with the dot-product path's

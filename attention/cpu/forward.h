@@ -191,9 +191,16 @@ class Forward {
   // The scores s (rows hi * nr + r as in TileStep, stride bk) of one key block made
   // final: locality factors, the softcap, additive biases (log2 e times), the mask
   // (KeyMask: causal, window) and -inf past the block's keys up to kb.ncols.
+  // bias_in_scores: the score kernel started from the bias (TileStep), added here no more.
   absl::Status AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh, const int64_t* tpos,
-                            int64_t nr, int64_t pmin, int64_t pmax, float* s,
-                            Workspace& w) const;
+                            int64_t nr, int64_t pmin, int64_t pmax, float* s, Workspace& w,
+                            bool bias_in_scores = false) const;
+
+  // The additive bias of kb's sequence, or null.
+  const encodings::sequence::AdditiveBias* BiasOf(const KeyBlock& kb) const {
+    if (a_.biases.empty()) return nullptr;
+    return a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b];
+  }
 
   // Whether decoding (RunDecodeItem's token-order blocks: keys as stored, rows unpadded)
   // runs on the bf16 dot products: bf16 queries and cache where the plan chose them.

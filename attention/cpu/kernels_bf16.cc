@@ -81,12 +81,22 @@ inline int32_t Pair(const uint16_t* p) {
 
 template <int MR>
 GPE_BF16_TARGET void ScoreMicro(const uint16_t* q, int64_t ldq, int64_t pairs,
-                                const uint16_t* panel, float* s, int64_t lds) {
+                                const uint16_t* panel, float* s, int64_t lds,
+                                const float* init, int64_t ldi, float init_scale) {
   __m512 acc[MR][4];
+  if (init != nullptr) {  // the fused bias: its rounded products, the sums' start
+    const __m512 c = _mm512_set1_ps(init_scale);
 #pragma GCC unroll 8
-  for (int r = 0; r < MR; ++r) {
+    for (int r = 0; r < MR; ++r) {
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_mul_ps(c, _mm512_loadu_ps(init + r * ldi + 16 * v));
+    }
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[r][v] = _mm512_setzero_ps();
+    }
   }
   for (int64_t c2 = 0; c2 < pairs; ++c2) {
     const uint16_t* kp = panel + c2 * 2 * kPanel;
@@ -168,22 +178,30 @@ GPE_BF16_TARGET void AccColumns(const uint16_t* p, int64_t ldp, int64_t mq, int6
 
 GPE_BF16_TARGET void ScoreTileImpl(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
                                    const uint16_t* panels, int64_t num_panels, float* s,
-                                   int64_t lds) {
+                                   int64_t lds, const float* init, int64_t ldi,
+                                   float init_scale) {
   if (HWY_UNLIKELY(!HasBf16DotProductImpl())) GPE_NO_BF16_DOT("ScoreTileBf16");
   const int64_t pairs = (d + 1) / 2;
   for (int64_t pnl = 0; pnl < num_panels; ++pnl) {
     const uint16_t* panel = panels + pnl * pairs * 2 * kPanel;
     float* sp = s + pnl * kPanel;
+    const float* ip = init == nullptr ? nullptr : init + pnl * kPanel;
+    // Rows r.. of the init tile (null without one).
+    auto init_at = [&](int64_t r) { return ip == nullptr ? nullptr : ip + r * ldi; };
     int64_t r = 0;
-    for (; r + kRows <= mq; r += kRows) ScoreMicro<kRows>(q + r * ldq, ldq, pairs, panel, sp + r * lds, lds);
+    for (; r + kRows <= mq; r += kRows) {
+      ScoreMicro<kRows>(q + r * ldq, ldq, pairs, panel, sp + r * lds, lds, init_at(r), ldi,
+                        init_scale);
+    }
     const uint16_t* qr = q + r * ldq;
     float* sr = sp + r * lds;
+    const float* ir = init_at(r);
     switch (mq - r) {
-      case 1: ScoreMicro<1>(qr, ldq, pairs, panel, sr, lds); break;
-      case 2: ScoreMicro<2>(qr, ldq, pairs, panel, sr, lds); break;
-      case 3: ScoreMicro<3>(qr, ldq, pairs, panel, sr, lds); break;
-      case 4: ScoreMicro<4>(qr, ldq, pairs, panel, sr, lds); break;
-      case 5: ScoreMicro<5>(qr, ldq, pairs, panel, sr, lds); break;
+      case 1: ScoreMicro<1>(qr, ldq, pairs, panel, sr, lds, ir, ldi, init_scale); break;
+      case 2: ScoreMicro<2>(qr, ldq, pairs, panel, sr, lds, ir, ldi, init_scale); break;
+      case 3: ScoreMicro<3>(qr, ldq, pairs, panel, sr, lds, ir, ldi, init_scale); break;
+      case 4: ScoreMicro<4>(qr, ldq, pairs, panel, sr, lds, ir, ldi, init_scale); break;
+      case 5: ScoreMicro<5>(qr, ldq, pairs, panel, sr, lds, ir, ldi, init_scale); break;
       default: break;
     }
   }
@@ -718,7 +736,7 @@ void SplitPartsToImpl(const float* x, int64_t n, int count, const int* part,
 }
 
 void ScoreTileImpl(const uint16_t*, int64_t, int64_t, int64_t, const uint16_t*, int64_t,
-                   float*, int64_t) {
+                   float*, int64_t, const float*, int64_t, float) {
   GPE_NO_BF16_DOT("ScoreTileBf16");
 }
 
@@ -857,8 +875,10 @@ void SplitPartsToBf16Reference(const float* x, int64_t n, int count, const int* 
 }
 
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
-                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds) {
-  HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds);
+                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds,
+                   const float* init, int64_t ldi, float init_scale) {
+  HWY_DYNAMIC_DISPATCH(ScoreTileImpl)(q, ldq, mq, d, panels, num_panels, s, lds, init, ldi,
+                                      init_scale);
 }
 
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,

@@ -93,8 +93,13 @@ inline void RoundToBf16InPlace(float* x, int64_t n) {
 }
 // s[r * lds + j] = sum_c q[r * ldq + c] key_j[c] (float accumulation) for r < mq and the
 // keys of num_panels panels; q rows padded to even length (ldq even).
+// With init (an additive bias fused into the scores): the sums start from the rounded
+// product init_scale * init[r * ldi + j] instead of 0 and take the dot products in the
+// same order, for every column j < num_panels * kPanel (init is read there: a Toeplitz
+// tile read from its diagonals has ldi = -1).
 void ScoreTileBf16(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
-                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds);
+                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds,
+                   const float* init = nullptr, int64_t ldi = 0, float init_scale = 1.0f);
 // Rows of float probabilities rounded to bf16 (nearest even): out[r * ldo + j] for
 // j < n (n a multiple of 16).
 void RoundRowsBf16(const float* p, int64_t ldp, int64_t mq, int64_t n, uint16_t* out,

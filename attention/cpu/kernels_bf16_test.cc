@@ -215,6 +215,30 @@ TEST(KernelsBf16, DotProductTilesMatchLoopsWhereTheTargetHasThem) {
                   << hwy::TargetName(target) << " " << d << " " << mq << " " << nk;
             }
           }
+          // Started from a fused bias: log2 e times a tile of stride lds + 3, and a Toeplitz
+          // tile read from its diagonals (stride -1, row r from offset mq - 1 - r); the
+          // sums as above plus the rounded product (its own rounding: 2^-24 of it).
+          const float log2e = 1.4426950408889634f;
+          std::vector<float> tile = RandomF(mq * (lds + 3), &rng), diag = RandomF(mq - 1 + lds, &rng);
+          for (int toeplitz : {0, 1}) {
+            const float* init = toeplitz ? diag.data() + (mq - 1) : tile.data();
+            const int64_t ldi = toeplitz ? -1 : lds + 3;
+            std::vector<float> sb(mq * lds);
+            cpu::ScoreTileBf16(q.data(), deven, mq, d, packed.data(), panels, sb.data(), lds, init,
+                               ldi, log2e);
+            for (int64_t r = 0; r < mq; ++r) {
+              for (int64_t j = 0; j < lds; ++j) {
+                const double b = double(log2e * init[r * ldi + j]);
+                double want = b;
+                for (int64_t cc = 0; cc < d && j < nk; ++cc) {
+                  want += double(Fl(q[r * deven + cc])) * Fl(k[j * d + cc]);
+                }
+                ASSERT_NEAR(sb[r * lds + j], want, 1e-6 * d * 4 + 1e-6 + 1e-7 * std::fabs(b))
+                    << hwy::TargetName(target) << " toeplitz " << toeplitz << " " << d << " "
+                    << mq << " " << nk << " row " << r << " column " << j;
+              }
+            }
+          }
           // P V: probabilities in [0, 1] as bf16 rows, values as pairs.
           for (int64_t dp : {16, 48, 128}) {
             std::vector<float> pf(mq * lds), vf = RandomF(nk * dp, &rng);

@@ -105,6 +105,29 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
   return absl::OkStatus();
 }
 
+absl::StatusOr<const float*> BiasTileForScores(const encodings::sequence::AdditiveBias& bias,
+                                               int64_t head, const int64_t* qpos, int64_t nr,
+                                               const int64_t* kpos, int64_t nk, int64_t ncols,
+                                               float* tile, int64_t ldt, BiasScratch* scratch,
+                                               int64_t* ld) {
+  if (!bias.relative() || bias.needs_token_data()) return nullptr;
+  if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {
+    // Row r reads [nr - 1 - r, nr - 1 - r + ncols): the differences, then zeros.
+    scratch->diagonal.resize(static_cast<size_t>(nr - 1 + ncols));
+    std::fill(scratch->diagonal.begin() + (nr + nk - 1), scratch->diagonal.end(), 0.0f);
+    *ld = -1;
+    return scratch->diagonal.data() + (nr - 1);
+  }
+  if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
+                                      absl::MakeConstSpan(kpos, nk), tile, ldt);
+      !st.ok()) {
+    return st;
+  }
+  for (int64_t r = 0; r < nr; ++r) std::fill(tile + r * ldt + nk, tile + r * ldt + ncols, 0.0f);
+  *ld = ldt;
+  return static_cast<const float*>(tile);
+}
+
 ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
   ShawTables t;
   // Key tables have head_dim columns, value tables value_dim() (descriptor.h).

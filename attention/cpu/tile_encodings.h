@@ -82,6 +82,18 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
                      float scale, float* s, int64_t lds, float* tile, int64_t ldt,
                      BiasScratch* scratch);
 
+// AddBias's tile for the score kernels to start from (ScoreTileBf16's init, times
+// scale there), for relative biases of positions only (ALiBi, T5: the others, FoX's
+// separable tiles among them, return null and go through AddBias): the Toeplitz tile's
+// diagonals (*ld = -1, row r from offset nr - 1 - r) or the tile formed in `tile`
+// (*ld = ldt); read for columns [0, ncols) (ncols >= nk: the kernels' whole panels), the
+// columns past nk 0.
+absl::StatusOr<const float*> BiasTileForScores(const encodings::sequence::AdditiveBias& bias,
+                                               int64_t head, const int64_t* qpos, int64_t nr,
+                                               const int64_t* kpos, int64_t nk, int64_t ncols,
+                                               float* tile, int64_t ldt, BiasScratch* scratch,
+                                               int64_t* ld);
+
 // Shaw et al.'s tables (descriptor.h, SHAW LABELS) in float: rows [labels][d] (scalar
 // parts), key panels (label dot products by ScoreTile) and rows padded to dp (label mass
 // times the table by AccumulateTile); kmax the clip distance. d and dp are the plan's d,

@@ -143,6 +143,7 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
   const int64_t d = p_.d, dv = p_.dv, dvp = p_.dvp, bk = p_.bk, nk = kb.nk;
   const int64_t rows = nh * nr;
   float* s = w.s.get();
+  bool bias_in_scores = false;  // the bias already added by the score kernel
   if (kb.split) {  // one bf16 product of the concatenated parts (split_bf16.h)
     const int64_t width = SplitWidthsOf(p_).qk;
     cpu::ScoreTileAmx(q16, width, rows, width, kb.panels16, kb.num_panels, s, bk);
@@ -150,7 +151,25 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
     if (p_.amx) {
       cpu::ScoreTileAmx(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
     } else {
-      cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk);
+      // A relative bias of positions only (ALiBi, T5), where it comes right after the
+      // products (no Shaw labels, locality or softcap before it in AdjustScores), is the
+      // sums' starting value: no pass of its own over the tile (on the dot products the
+      // tile's products are fast enough that one showed: +6.8% for ALiBi on a 16-head
+      // s 4096 non-causal forward on Zen 5).
+      const encodings::sequence::AdditiveBias* bias = BiasOf(kb);
+      const float* init = nullptr;
+      int64_t ldi = 0;
+      if (bias != nullptr && nh == 1 && qlab == nullptr && !a_.locality.has_value() &&
+          !a_.softcap.has_value()) {
+        absl::StatusOr<const float*> t =
+            BiasTileForScores(*bias, h, tpos, nr, kb.kpos, nk, kb.num_panels * kPanel,
+                              w.bias.get(), bk, &w.bias_scratch, &ldi);
+        if (!t.ok()) return t.status();
+        init = *t;
+        bias_in_scores = init != nullptr;
+      }
+      cpu::ScoreTileBf16(q16, RoundUp(d, 2), rows, d, kb.panels16, kb.num_panels, s, bk, init,
+                         ldi, static_cast<float>(kLog2e));
     }
   } else if (kb.direct) {
     cpu::ScoreDirect(qrows, d, rows, d, kb.krows, kb.ldk, nk, s, bk);
@@ -173,7 +192,8 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
       }
     }
   }
-  if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, pmax, s, w); !st.ok()) {
+  if (absl::Status st = AdjustScores(kb, h, nh, tpos, nr, pmin, pmax, s, w, bias_in_scores);
+      !st.ok()) {
     return st;
   }
   // Masked entries (the causal future, -inf biases) with non-finite values: P V skips
@@ -248,7 +268,8 @@ absl::Status Forward<T, KV>::TileStep(const KeyBlock& kb, int64_t h, int64_t nh,
 template <class T, class KV>
 absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t nh,
                                       const int64_t* tpos, int64_t nr, int64_t pmin,
-                                      int64_t pmax, float* s, Workspace& w) const {
+                                      int64_t pmax, float* s, Workspace& w,
+                                      bool bias_in_scores) const {
   const int64_t bk = p_.bk, nk = kb.nk;
   const int64_t rows = nh * nr;
   const float kNegInf = -std::numeric_limits<float>::infinity();
@@ -265,8 +286,7 @@ absl::Status Forward<T, KV>::AdjustScores(const KeyBlock& kb, int64_t h, int64_t
   if (a_.softcap.has_value() && FusedCap(kb) == 0.0f) {  // c tanh(x / c), base 2 (SOFTCAP)
     cpu::SoftcapTile(s, bk, rows, nk, static_cast<float>(*a_.softcap * kLog2e), nullptr, 0);
   }
-  const encodings::sequence::AdditiveBias* bias =
-      a_.biases.empty() ? nullptr : (a_.biases.size() == 1 ? a_.biases[0] : a_.biases[kb.b]);
+  const encodings::sequence::AdditiveBias* bias = bias_in_scores ? nullptr : BiasOf(kb);
   if (bias != nullptr) {  // s += log2(e) b, tile by tile (AddBias: Toeplitz tiles direct)
     const float c = static_cast<float>(kLog2e);
     for (int64_t hi = 0; hi < nh; ++hi) {

@@ -377,9 +377,11 @@ class RopeRowTransform final : public RowTransformFromRun<RopeRowTransform> {
 // GRAPE-M (grape_m.h) as a RowTransform: E is GrapeMCommutingPlanes or GrapeMProduct.
 // Backward is G(p)^T through E::Backward (parameter gradients are discarded here; learned
 // generators take their gradients from E::Backward directly). `encoding` must outlive it.
-// Commuting planes bound to positions: cos/sin of every (position, plane) angle computed
-// once (exact reduction, group/angle.h) in double, applied with the same double
-// arithmetic as GrapeMCommutingPlanes::Apply, so results are bit-identical to it.
+// Commuting planes bound to positions: float rows rotated in float from a float table of
+// every (position, plane) cos / sin computed once (bit for bit the rounding of the exact
+// values: exact reduction, group/angle.h), runs of planes with consecutive coordinates
+// vectorised (within a few float roundings of GrapeMCommutingPlanes::Apply); double rows
+// with Apply's double table and arithmetic, bit-identical to it.
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareCommutingPlanes(
     const encodings::sequence::GrapeMCommutingPlanes& planes,
     absl::Span<const int64_t> positions);
@@ -422,6 +424,12 @@ class AlgebraicRowTransform final : public RowTransformFromRun<AlgebraicRowTrans
   explicit AlgebraicRowTransform(const encodings::sequence::AlgebraicSequence& encoding)
       : e_(encoding) {}
   int64_t dim() const override { return e_.dim(); }
+  // Bound to tokens (descriptor.cc, PreparedAlgebraic): on float rows the Schur form's
+  // two d x d products and its planes in float (the planes' cos / sin per token computed
+  // once, bit for bit their exact values' rounding), about 1e-6 relative off the double
+  // Apply (sums of d products in float); double rows through Apply itself.
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override;
 
  private:
   friend class RowTransformFromRun<AlgebraicRowTransform>;

@@ -24,6 +24,7 @@
 #include "attention/descriptor.h"
 #include "benchmark/benchmark.h"
 #include "hwy/aligned_allocator.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/relative.h"
@@ -196,6 +197,21 @@ void BM_CpuForward(benchmark::State& state) {
     product_tr =
         std::make_unique<GrapeMRowTransform<encodings::sequence::GrapeMProduct>>(*product);
     a.q_transform = a.k_transform = product_tr.get();
+  }
+  // 8: an algebraic sequence encoding (Kogkalidis et al.: rho(p) = exp(p S), S a learned
+  // d x d skew matrix, here random): a dense rotation of every row.
+  std::unique_ptr<encodings::sequence::AlgebraicSequence> algebraic;
+  std::unique_ptr<AlgebraicRowTransform> algebraic_tr;
+  if (encoding == 8) {
+    std::mt19937_64 rng(9);
+    std::normal_distribution<double> normal(0.0, 0.05);
+    Eigen::MatrixXd skew(d, d);
+    for (int64_t i = 0; i < d * d; ++i) skew.data()[i] = normal(rng);
+    skew = (skew - skew.transpose()).eval();
+    algebraic = std::make_unique<encodings::sequence::AlgebraicSequence>(
+        *encodings::sequence::AlgebraicSequence::Create(skew));
+    algebraic_tr = std::make_unique<AlgebraicRowTransform>(*algebraic);
+    a.q_transform = a.k_transform = algebraic_tr.get();
   }
   // 5: Gemma 2's logit softcap (50, its attention value); 6: a sink logit per head.
   const std::vector<float> sinks(static_cast<size_t>(h), 0.5f);
@@ -747,7 +763,7 @@ BENCHMARK(BM_CpuDecode)
 // then smaller sequences and 1 thread for scaling.
 BENCHMARK(BM_CpuForward)
     ->ArgNames({"b", "h", "s", "d", "causal", "enc", "threads"})
-    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 4, 5, 6, 7}, {2}})
+    ->ArgsProduct({{1}, {16}, {4096}, {128}, {0, 1}, {0, 1, 2, 4, 5, 6, 7, 8}, {2}})
     // FoX causal only: without the mask its bias c_i - c_j grows without bound past the
     // diagonal (each later key block moves every row's maximum); no model uses it so.
     ->Args({1, 16, 4096, 128, 1, 3, 2})

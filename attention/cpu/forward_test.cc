@@ -381,6 +381,67 @@ TEST(PreparedPlanes, FloatRowsAndTheSteppedTableEveryLayout) {
   }
 }
 
+// The algebraic sequence encoding bound to tokens (descriptor.cc, PreparedAlgebraic): on
+// float rows Q'^T, the planes and Q' in float, against the double Apply. Each output is
+// two sums of d float products of O(|x|) terms with an orthogonal matrix (each within
+// d 2^-24 ||x||_2 by Cauchy-Schwarz) and a plane rotation between (a few 2^-24): 3 d
+// 2^-24 ||x||_2 per element is checked (a wrong plane, angle, sign or permutation moves
+// outputs by O(|x|)). Dimensions around the products' 32-column and 4-row blocks (d 7:
+// an odd one with a fixed coordinate, 32, 45, 64), row counts around the 64-row block
+// and the 4-row one, consecutive and gapped positions near 2^31, an offset into the
+// table; Backward after Forward gives x back within twice the bound; double rows equal
+// Apply bit for bit; INT64_MIN (no transpose) is refused.
+TEST(PreparedAlgebraic, FloatRowsWithinFloatRoundingOfApply) {
+  for (int64_t d : {7, 32, 45, 64}) {
+    std::mt19937_64 rng(40 + d);
+    Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+    skew = 0.3 * (skew - skew.transpose()).eval();
+    auto alg = AlgebraicSequence::Create(skew);
+    ASSERT_TRUE(alg.ok()) << alg.status();
+    AlgebraicRowTransform tr(*alg);
+    for (int64_t n : {1, 5, 64, 67, 131}) {
+      std::vector<int64_t> pos(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) {
+        pos[t] = t < n / 2 ? (int64_t{1} << 31) - 40 + t : -5 + 2 * t;
+      }
+      const std::vector<float> x = RandomF(static_cast<size_t>(n * d), &rng);
+      auto prepared = tr.Prepare(pos);
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      std::vector<double> want(x.begin(), x.end()), dz = want;
+      ASSERT_TRUE(alg->Apply<double>(pos, want.data(), d, want.data(), d).ok());
+      ASSERT_TRUE((*prepared)->Forward(0, n, dz.data(), d).ok());
+      EXPECT_EQ(dz, want) << d << " " << n;  // double rows: Apply itself
+      std::vector<float> y = x;
+      ASSERT_TRUE((*prepared)->Forward(0, n, y.data(), d).ok());
+      for (int64_t t = 0; t < n; ++t) {
+        double norm = 0;
+        for (int64_t c = 0; c < d; ++c) norm += double(x[t * d + c]) * x[t * d + c];
+        const double tol = 3.0 * d * 0x1p-24 * std::sqrt(norm);
+        for (int64_t c = 0; c < d; ++c) {
+          ASSERT_NEAR(y[t * d + c], want[t * d + c], tol)
+              << "d " << d << ", " << n << " rows: token " << t << ", coordinate " << c;
+        }
+        if (t >= 3) {  // rows from an offset into the table
+          std::vector<float> one(x.begin() + t * d, x.begin() + (t + 1) * d);
+          ASSERT_TRUE((*prepared)->Forward(t, 1, one.data(), d).ok());
+          EXPECT_TRUE(std::equal(one.begin(), one.end(), y.begin() + t * d)) << d << " " << t;
+        }
+      }
+      ASSERT_TRUE((*prepared)->Backward(0, n, y.data(), d).ok());
+      for (int64_t t = 0; t < n; ++t) {
+        double norm = 0;
+        for (int64_t c = 0; c < d; ++c) norm += double(x[t * d + c]) * x[t * d + c];
+        for (int64_t c = 0; c < d; ++c) {
+          ASSERT_NEAR(y[t * d + c], x[t * d + c], 6.0 * d * 0x1p-24 * std::sqrt(norm))
+              << "backward, d " << d << ", token " << t;
+        }
+      }
+    }
+    const std::vector<int64_t> bad = {0, std::numeric_limits<int64_t>::min()};
+    EXPECT_FALSE(tr.Prepare(bad).ok());
+  }
+}
+
 // ScopedPrepareThreads (descriptor.h) nests and restores; a transform prepared on 1 and
 // on 3 threads rotates rows identically (each table entry is the same arithmetic,
 // whichever thread computes it): RoPE, GRAPE-M planes and GRAPE-M's rank-2 product.

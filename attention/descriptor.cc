@@ -449,20 +449,38 @@ class PreparedPlanes final : public PreparedFromRun<PreparedPlanes> {
   mutable std::vector<double> cs_;  // [position][plane][cos, sin], made on first use
 };
 
+// Columns [32 s, 32 s + 32) of a d x d row-major matrix w, for each full slab s, as
+// contiguous [slab][row][32] (RowsTimesMatrixF32's stream: 128 bytes per row of w).
+std::vector<float> PackColumnSlabs(const std::vector<float>& w, int64_t d) {
+  constexpr int64_t kCols = 32;
+  const int64_t slabs = d / kCols;
+  std::vector<float> out(static_cast<size_t>(slabs * d * kCols));
+  for (int64_t sl = 0; sl < slabs; ++sl) {
+    for (int64_t r = 0; r < d; ++r) {
+      std::copy(w.begin() + r * d + sl * kCols, w.begin() + r * d + (sl + 1) * kCols,
+                out.begin() + (sl * d + r) * kCols);
+    }
+  }
+  return out;
+}
+
 // y[i * ldy + c] = sum_r x[i * ldx + r] w[r * d + c] for i < m, c < d: rows times a d x d
-// matrix (row-major), in float, each sum in order of r. Four rows by 32 columns at a
-// time (eight 16-float accumulators, each load of w shared by the four rows), the
-// columns past the last multiple of 32 and the rows past the last multiple of 4 one by
-// one. Cloned for AVX-512, AVX2 + FMA and the baseline, the best chosen when the library
-// loads.
+// matrix (row-major w; its full 32-column slabs also packed, PackColumnSlabs), in float,
+// each sum in order of r. Slab by slab (16 KiB at d 128: it stays in L1 while every row
+// passes), four rows at a time (eight 16-float accumulators, each load of the slab
+// shared by the four rows), the rows past the last multiple of 4 one by one; the columns
+// past the last slab from w, one by one. Cloned for AVX-512, AVX2 + FMA and the
+// baseline, the best chosen when the library loads.
 GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void RowsTimesMatrixF32(
-    const float* x, int64_t ldx, int64_t m, int64_t d, const float* w, float* y, int64_t ldy) {
+    const float* x, int64_t ldx, int64_t m, int64_t d, const float* w, const float* slabs,
+    float* y, int64_t ldy) {
   typedef float V16 __attribute__((vector_size(64), aligned(4)));
   constexpr int64_t kRowsAtOnce = 4, kCols = 32;
-  int64_t i = 0;
-  for (; i + kRowsAtOnce <= m; i += kRowsAtOnce) {
-    int64_t c0 = 0;
-    for (; c0 + kCols <= d; c0 += kCols) {
+  int64_t c0 = 0;
+  for (; c0 + kCols <= d; c0 += kCols) {
+    const float* ws = slabs + (c0 / kCols) * d * kCols;
+    int64_t i = 0;
+    for (; i + kRowsAtOnce <= m; i += kRowsAtOnce) {
       // Named accumulators: an array indexed in a loop stayed in memory (GCC 12).
       V16 a00 = {}, a01 = {}, a10 = {}, a11 = {}, a20 = {}, a21 = {}, a30 = {}, a31 = {};
       const float* x0 = x + i * ldx;
@@ -471,8 +489,8 @@ GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void RowsTimesMatrixF32(
       const float* x3 = x2 + ldx;
       for (int64_t r = 0; r < d; ++r) {
         V16 w0, w1;
-        std::memcpy(&w0, w + r * d + c0, sizeof(V16));
-        std::memcpy(&w1, w + r * d + c0 + 16, sizeof(V16));
+        std::memcpy(&w0, ws + r * kCols, sizeof(V16));
+        std::memcpy(&w1, ws + r * kCols + 16, sizeof(V16));
         a00 += x0[r] * w0, a01 += x0[r] * w1;
         a10 += x1[r] * w0, a11 += x1[r] * w1;
         a20 += x2[r] * w0, a21 += x2[r] * w1;
@@ -486,16 +504,21 @@ GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void RowsTimesMatrixF32(
       std::memcpy(y0 + 3 * ldy, &a30, sizeof(V16));
       std::memcpy(y0 + 3 * ldy + 16, &a31, sizeof(V16));
     }
-    for (int64_t a = 0; a < kRowsAtOnce; ++a) {
-      for (int64_t c = c0; c < d; ++c) {
-        float sum = 0.0f;
-        for (int64_t r = 0; r < d; ++r) sum += x[(i + a) * ldx + r] * w[r * d + c];
-        y[(i + a) * ldy + c] = sum;
+    for (; i < m; ++i) {
+      V16 a0 = {}, a1 = {};
+      const float* xi = x + i * ldx;
+      for (int64_t r = 0; r < d; ++r) {
+        V16 w0, w1;
+        std::memcpy(&w0, ws + r * kCols, sizeof(V16));
+        std::memcpy(&w1, ws + r * kCols + 16, sizeof(V16));
+        a0 += xi[r] * w0, a1 += xi[r] * w1;
       }
+      std::memcpy(y + i * ldy + c0, &a0, sizeof(V16));
+      std::memcpy(y + i * ldy + c0 + 16, &a1, sizeof(V16));
     }
   }
-  for (; i < m; ++i) {
-    for (int64_t c = 0; c < d; ++c) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t c = c0; c < d; ++c) {
       float sum = 0.0f;
       for (int64_t r = 0; r < d; ++r) sum += x[i * ldx + r] * w[r * d + c];
       y[i * ldy + c] = sum;
@@ -513,23 +536,24 @@ GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void RowsTimesMatrixF32(
 // reference) take the encoding's own Apply, as the unprepared transform.
 class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
  public:
+  // scores_only: R(p) Q'^T without the product by Q' (RowTransform::PrepareForScores);
+  // Backward Q' R(p)^T. Double rows then take the same form in double (the planes'
+  // exact cos / sin).
   PreparedAlgebraic(const RowTransform& tr, const group::SchurRotation& rotation,
-                    std::vector<int64_t> positions)
-      : tr_(tr), positions_(std::move(positions)), d_(rotation.dim()),
-        np_(rotation.num_planes()) {
+                    std::vector<int64_t> positions, bool scores_only)
+      : tr_(tr), rotation_(rotation), positions_(std::move(positions)), d_(rotation.dim()),
+        np_(rotation.num_planes()), scores_only_(scores_only) {
     const Eigen::MatrixXd& q = rotation.basis();
-    std::vector<int64_t> perm(static_cast<size_t>(d_));
-    for (int64_t c = 0; c < d_; ++c) {
-      perm[c] = c < np_ ? 2 * c : c < 2 * np_ ? 2 * (c - np_) + 1 : c;
-    }
     qp_.resize(static_cast<size_t>(d_ * d_));
     qpt_.resize(qp_.size());
     for (int64_t r = 0; r < d_; ++r) {
       for (int64_t c = 0; c < d_; ++c) {
-        qp_[r * d_ + c] = static_cast<float>(q(r, perm[c]));   // Q'
-        qpt_[c * d_ + r] = static_cast<float>(q(r, perm[c]));  // Q'^T
+        qp_[r * d_ + c] = static_cast<float>(q(r, Perm(c)));   // Q'
+        qpt_[c * d_ + r] = static_cast<float>(q(r, Perm(c)));  // Q'^T
       }
     }
+    qp_slabs_ = PackColumnSlabs(qp_, d_);
+    qpt_slabs_ = PackColumnSlabs(qpt_, d_);
     std::vector<encodings::sequence::CoordinatePlane> planes;
     for (int64_t k = 0; k < np_; ++k) planes.push_back({k, np_ + k, rotation.plane_angles()[k]});
     std::vector<int64_t> order(static_cast<size_t>(np_));
@@ -548,7 +572,10 @@ class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
     }
     if constexpr (!std::is_same_v<T, float>) {
       const absl::Span<const int64_t> pos = absl::MakeConstSpan(positions_).subspan(first, count);
-      return backward ? tr_.Backward(pos, rows, stride) : tr_.Forward(pos, rows, stride);
+      if (!scores_only_) {
+        return backward ? tr_.Backward(pos, rows, stride) : tr_.Forward(pos, rows, stride);
+      }
+      return RunScoresOnlyDouble(pos, rows, stride, backward);
     } else {
       if (count == 0 || d_ == 0) return absl::OkStatus();
       // Blocks of rows whose Schur coordinates stay in L1 / L2 between the products.
@@ -558,20 +585,70 @@ class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
       for (int64_t r0 = 0; r0 < count; r0 += kBlock) {
         const int64_t m = std::min(kBlock, count - r0);
         float* x = rows + r0 * stride;
-        RowsTimesMatrixF32(x, stride, m, d_, qp_.data(), y.data(), d_);
-        if (np_ > 0) {
-          PlanesRowsF32(y.data(), m, d_, &run, 1, np_,
-                        csf_.data() + static_cast<size_t>(first + r0) * 2 * np_, backward);
+        const float* cs = csf_.data() + static_cast<size_t>(first + r0) * 2 * np_;
+        if (scores_only_ && backward) {  // Q' R^T g: the planes in place, then Q'
+          if (np_ > 0) PlanesRowsF32(x, m, stride, &run, 1, np_, cs, /*backward=*/true);
+          RowsTimesMatrixF32(x, stride, m, d_, qpt_.data(), qpt_slabs_.data(), y.data(), d_);
+          CopyRows(y.data(), m, x, stride);
+          continue;
         }
-        RowsTimesMatrixF32(y.data(), d_, m, d_, qpt_.data(), x, stride);
+        RowsTimesMatrixF32(x, stride, m, d_, qp_.data(), qp_slabs_.data(), y.data(), d_);
+        if (np_ > 0) PlanesRowsF32(y.data(), m, d_, &run, 1, np_, cs, backward);
+        if (scores_only_) {  // R Q'^T x: the Schur coordinates are the rows
+          CopyRows(y.data(), m, x, stride);
+        } else {
+          RowsTimesMatrixF32(y.data(), d_, m, d_, qpt_.data(), qpt_slabs_.data(), x, stride);
+        }
       }
       return absl::OkStatus();
     }
   }
+  void CopyRows(const float* y, int64_t m, float* x, int64_t stride) const {
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(x + r * stride, y + r * d_, static_cast<size_t>(d_) * sizeof(float));
+    }
+  }
+  // The scores-only form on double rows: y = Q^T x, the planes (2k, 2k + 1) turned by
+  // p phi_k (their exact cos / sin, as SchurRotation::Apply) in double, the coordinates
+  // in Q''s order; backward the transpose.
+  absl::Status RunScoresOnlyDouble(absl::Span<const int64_t> pos, double* rows, int64_t stride,
+                                   bool backward) const {
+    const Eigen::MatrixXd& q = rotation_.basis();
+    Eigen::VectorXd x(d_), y(d_);
+    for (size_t t = 0; t < pos.size(); ++t) {
+      double* row = rows + static_cast<int64_t>(t) * stride;
+      if (!backward) {
+        for (int64_t i = 0; i < d_; ++i) x(i) = row[i];
+        y.noalias() = q.transpose() * x;
+        TurnPlanes(pos[t], 1.0, &y);
+        for (int64_t c = 0; c < d_; ++c) row[c] = y(Perm(c));
+      } else {
+        for (int64_t c = 0; c < d_; ++c) y(Perm(c)) = row[c];
+        TurnPlanes(pos[t], -1.0, &y);
+        x.noalias() = q * y;
+        for (int64_t i = 0; i < d_; ++i) row[i] = x(i);
+      }
+    }
+    return absl::OkStatus();
+  }
+  // The column of Q behind column c of Q': plane k's coordinates at k and np + k, the
+  // fixed ones after 2 np.
+  int64_t Perm(int64_t c) const { return c < np_ ? 2 * c : c < 2 * np_ ? 2 * (c - np_) + 1 : c; }
+  void TurnPlanes(int64_t p, double sign, Eigen::VectorXd* y) const {
+    for (int64_t k = 0; k < np_; ++k) {
+      const group::SinCos sc = group::SinCosOfMultiple(p, rotation_.plane_angles()[k]);
+      const double sn = sign * sc.sin, y1 = (*y)(2 * k), y2 = (*y)(2 * k + 1);
+      (*y)(2 * k) = y1 * sc.cos - y2 * sn;
+      (*y)(2 * k + 1) = y1 * sn + y2 * sc.cos;
+    }
+  }
   const RowTransform& tr_;
+  const group::SchurRotation& rotation_;
   std::vector<int64_t> positions_;
   int64_t d_, np_;
+  bool scores_only_;
   std::vector<float> qp_, qpt_;  // Q' and its transpose, row-major d x d
+  std::vector<float> qp_slabs_, qpt_slabs_;  // their 32-column slabs (PackColumnSlabs)
   std::vector<float> csf_;       // [position][cos of each plane, then sin]
 };
 
@@ -918,7 +995,20 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::Pre
     }
   }
   return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
-      *this, e_.rotation(), std::vector<int64_t>(positions.begin(), positions.end())));
+      *this, e_.rotation(), std::vector<int64_t>(positions.begin(), positions.end()),
+      /*scores_only=*/false));
+}
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::PrepareForScores(
+    absl::Span<const int64_t> positions) const {
+  for (int64_t p : positions) {  // as Prepare
+    if (p == std::numeric_limits<int64_t>::min()) {
+      return Bad("AlgebraicRowTransform: position INT64_MIN has no negation");
+    }
+  }
+  return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
+      *this, e_.rotation(), std::vector<int64_t>(positions.begin(), positions.end()),
+      /*scores_only=*/true));
 }
 
 absl::Status StructuredOnlyRowTransform::Forward(absl::Span<const int64_t>, double*,
@@ -1353,8 +1443,9 @@ absl::Status ZeroShawTableGradients(const AttentionArgs& a, double* key_table_gr
 absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64_t> pq,
                                   absl::Span<const int64_t> pk,
                                   std::unique_ptr<PreparedRowTransform>* tq,
-                                  std::unique_ptr<PreparedRowTransform>* tk) {
+                                  std::unique_ptr<PreparedRowTransform>* tk, bool scores_only) {
   const bool structured = !a.q_structured.empty();
+  scores_only = scores_only && !structured && a.q_transform == a.k_transform;
   const RowTransform* tr[2] = {a.q_transform, a.k_transform};
   const StructuredPositions* sp[2] = {&a.q_structured, &a.k_structured};
   absl::Span<const int64_t> ip[2] = {pq, pk};
@@ -1362,7 +1453,9 @@ absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64
   for (int i = 0; i < 2; ++i) {
     out[i]->reset();
     if (tr[i] == nullptr) continue;
-    auto t = structured ? tr[i]->PrepareStructured(*sp[i]) : tr[i]->Prepare(ip[i]);
+    auto t = structured    ? tr[i]->PrepareStructured(*sp[i])
+             : scores_only ? tr[i]->PrepareForScores(ip[i])
+                           : tr[i]->Prepare(ip[i]);
     if (!t.ok()) return t.status();
     *out[i] = *std::move(t);
   }

@@ -275,6 +275,16 @@ class RowTransform {
   // transforms with shareable per-position state override it.
   virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
       absl::Span<const int64_t> positions) const;
+  // Binds the transform for scores only: where the transformed q and k rows of a call
+  // enter nothing but the inner products <T_i q, T_j k> (no Shaw key labels, no
+  // transformed rows or their gradients handed out) and this one object transforms both,
+  // the binding may be V T_p for any orthogonal V independent of the position: the
+  // scores, and the gradients through its Backward, are T_p's. The default is Prepare;
+  // AlgebraicRowTransform drops its Schur basis' second product so.
+  virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareForScores(
+      absl::Span<const int64_t> positions) const {
+    return Prepare(positions);
+  }
   // Binds the transform to structured positions (validated by the caller; the spans must
   // outlive the result). The default accepts the axes form with one axis (as Prepare of
   // its coordinates) and rejects everything else; multi-axis and tree transforms
@@ -429,6 +439,10 @@ class AlgebraicRowTransform final : public RowTransformFromRun<AlgebraicRowTrans
   // once, bit for bit their exact values' rounding), about 1e-6 relative off the double
   // Apply (sums of d products in float); double rows through Apply itself.
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
+      absl::Span<const int64_t> positions) const override;
+  // R(p) Q'^T only (RowTransform::PrepareForScores, V = Q'^T): one d x d product per
+  // float row; double rows the same form in double.
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareForScores(
       absl::Span<const int64_t> positions) const override;
 
  private:
@@ -657,10 +671,13 @@ std::vector<int64_t> EffectiveKPositions(const AttentionArgs& args);
 // Binds args' q and k transforms to the positions every implementation uses: the
 // structured ones when set, else the effective int64 positions pq / pk (which must
 // outlive the results). Null outputs where there is no transform. ValidateAttention first.
+// scores_only: the caller uses the rows for scores only (RowTransform::PrepareForScores),
+// taken where one transform object serves q and k on int64 positions.
 absl::Status PrepareRowTransforms(const AttentionArgs& args, absl::Span<const int64_t> pq,
                                   absl::Span<const int64_t> pk,
                                   std::unique_ptr<PreparedRowTransform>* q_transform,
-                                  std::unique_ptr<PreparedRowTransform>* k_transform);
+                                  std::unique_ptr<PreparedRowTransform>* k_transform,
+                                  bool scores_only = false);
 
 // ---------------------------------------------------------------------------------
 template <class E>

@@ -39,9 +39,11 @@ class Backward {
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
         sink_mu_(sink_mu), dk_rot_(dk_rotated), dot_(BackwardDotProducts(p)) {}
 
-  absl::Status Prepare() {
+  // scores_only: no transformed rows' gradients handed out (CpuBackwardExtras'
+  // dq_rotated / dk_rotated need the transform's own basis).
+  absl::Status Prepare(bool scores_only) {
     shaw_ = MakeShawTables(a_, p_);
-    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_);
+    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_, scores_only);
   }
 
   // dL/daK and dL/daV (Shaw tables, [labels][d], zeroed by the caller; null to skip):
@@ -774,7 +776,11 @@ absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const T* q
   std::mutex sink_mu, shaw_mu;
   Backward<T> bwd(args, plan, q, k, v, o, lse, d_o, dk, dv, dq_acc.get(), chunk_stride,
                   bias_sink, &sink_mu, extras.dk_rotated);
-  if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
+  if (absl::Status s =
+          bwd.Prepare(extras.dq_rotated == nullptr && extras.dk_rotated == nullptr);
+      !s.ok()) {
+    return s;
+  }
   bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
   int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {

@@ -16,6 +16,7 @@
 #include "attention/descriptor.h"
 #include "attention/reference.h"
 #include "attention/test_util.h"
+#include "encodings/sequence/algebraic.h"
 #include "encodings/sequence/bias.h"
 #include "encodings/sequence/grape_m.h"
 #include "encodings/sequence/rope.h"
@@ -25,6 +26,7 @@ namespace gpe {
 namespace attention {
 namespace {
 
+using encodings::sequence::AlgebraicSequence;
 using encodings::sequence::AlibiBias;
 using encodings::sequence::AlibiForm;
 using encodings::sequence::GrapeMProduct;
@@ -103,6 +105,39 @@ TEST(CpuBackward, TransformsBiasesAndLocality) {
   a.biases = {&*alibi};
   a.locality = 0.98;
   CheckBackward(a, opt, 401, "alibi + locality");
+}
+
+// The algebraic sequence encoding inside the forward and the backward: the kernels bind
+// it for scores only (RowTransform::PrepareForScores: R(p) Q'^T, one d x d product per
+// row) where one object transforms q and k and no Shaw key labels read the rows; the
+// double reference applies Q R(p) Q^T. Self-attention, a KV cache (query positions
+// other than the keys'), and with Shaw labels (the whole form). Against the reference
+// with CheckBackward's criterion.
+TEST(CpuBackward, AlgebraicEncodingForScoresAndWhole) {
+  CpuAttentionOptions opt;
+  opt.block_q = 16;
+  opt.block_k = 64;
+  const int64_t d = 32;
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = 0.2 * (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform tr(*alg);
+  AttentionArgs a = Bshd(1, 70, 70, 4, 2, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  CheckBackward(a, opt, 410, "algebraic, self-attention");
+  AttentionArgs cache = Bshd(2, 5, 83, 4, 2, d);
+  cache.causal = true;
+  cache.q_transform = cache.k_transform = &tr;
+  CheckBackward(cache, opt, 411, "algebraic, kv cache");
+  uint64_t seed = 412;
+  ForEachShawCase([&](const AttentionArgs& shaw, const std::string& what) {
+    if (shaw.q_transform != nullptr || shaw.shaw_keys == nullptr) return;  // d 32 each
+    AttentionArgs b = shaw;
+    b.q_transform = b.k_transform = &tr;
+    CheckBackward(b, opt, ++seed, "algebraic + " + what);
+  });
 }
 
 TEST(CpuBackward, StructuredTransformsInsideTheKernel) {

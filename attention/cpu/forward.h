@@ -44,7 +44,8 @@ class Forward {
 
   absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
-    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_);
+    // The transformed rows enter the scores only (PrepareEncodings checks Shaw labels).
+    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_, /*scores_only=*/true);
   }
 
   // Query rows [it.q0, it.q1) of every query head of kv head it.g against every allowed

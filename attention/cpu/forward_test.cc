@@ -439,6 +439,46 @@ TEST(PreparedAlgebraic, FloatRowsWithinFloatRoundingOfApply) {
     }
     const std::vector<int64_t> bad = {0, std::numeric_limits<int64_t>::min()};
     EXPECT_FALSE(tr.Prepare(bad).ok());
+    EXPECT_FALSE(tr.PrepareForScores(bad).ok());
+    // Bound for scores only (R(p) Q'^T): every inner product of two transformed rows is
+    // Apply's (double rows within 1e-12 of O(d) sums; float rows within 3 d 2^-24 of
+    // ||x|| ||y|| per product), Backward inverts Forward, and the rows themselves differ
+    // from Apply's (another basis).
+    const std::vector<int64_t> pos = {0, 1, 2, 3, 40, (int64_t{1} << 31) - 1, -9};
+    const int64_t n = static_cast<int64_t>(pos.size());
+    const std::vector<float> x = RandomF(static_cast<size_t>(n * d), &rng);
+    auto scores = tr.PrepareForScores(pos);
+    ASSERT_TRUE(scores.ok()) << scores.status();
+    std::vector<double> full(x.begin(), x.end()), dz = full;
+    ASSERT_TRUE(alg->Apply<double>(pos, full.data(), d, full.data(), d).ok());
+    ASSERT_TRUE((*scores)->Forward(0, n, dz.data(), d).ok());
+    std::vector<float> fz = x;
+    ASSERT_TRUE((*scores)->Forward(0, n, fz.data(), d).ok());
+    auto dot = [d](const auto* u, const auto* v) {
+      double sum = 0;
+      for (int64_t c = 0; c < d; ++c) sum += double(u[c]) * double(v[c]);
+      return sum;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const double want = dot(full.data() + i * d, full.data() + j * d);
+        EXPECT_NEAR(dot(dz.data() + i * d, dz.data() + j * d), want, 1e-12 * d) << d << " " << i << " " << j;
+        const double bound = 3.0 * d * 0x1p-24 *
+                             std::sqrt(dot(x.data() + i * d, x.data() + i * d) *
+                                       dot(x.data() + j * d, x.data() + j * d));
+        EXPECT_NEAR(dot(fz.data() + i * d, fz.data() + j * d), want, bound) << d << " " << i << " " << j;
+      }
+    }
+    if (d > 7) {
+      EXPECT_GT(std::fabs(dz[1] - full[1]), 1e-6);  // another basis
+    }
+    ASSERT_TRUE((*scores)->Backward(0, n, dz.data(), d).ok());
+    for (int64_t i = 0; i < n * d; ++i) EXPECT_NEAR(dz[i], x[i], 1e-12) << d << " " << i;
+    ASSERT_TRUE((*scores)->Backward(0, n, fz.data(), d).ok());
+    for (int64_t i = 0; i < n * d; ++i) {
+      const double norm = std::sqrt(dot(x.data() + (i / d) * d, x.data() + (i / d) * d));
+      EXPECT_NEAR(fz[i], x[i], 6.0 * d * 0x1p-24 * norm) << d << " " << i;
+    }
   }
 }
 

@@ -26,20 +26,25 @@ bool Consecutive(const int64_t* p, int64_t n) {
 absl::Status PrepareEncodings(const AttentionArgs& a, int threads, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
                               std::shared_ptr<const PreparedRowTransform>* tq,
-                              std::shared_ptr<const PreparedRowTransform>* tk) {
+                              std::shared_ptr<const PreparedRowTransform>* tk,
+                              bool scores_only) {
   const ScopedPrepareThreads prepare_threads(threads);  // the tables on every thread
+  scores_only = scores_only && a.shaw_keys == nullptr;
   *pq = EffectiveQPositions(a);
   *pk = EffectiveKPositions(a);
   if (a.q_transform != nullptr && a.q_transform == a.k_transform && a.q_structured.empty() &&
       a.k_structured.empty() && *pq == *pk) {
-    absl::StatusOr<std::unique_ptr<PreparedRowTransform>> t = a.q_transform->Prepare(*pq);
+    absl::StatusOr<std::unique_ptr<PreparedRowTransform>> t =
+        scores_only ? a.q_transform->PrepareForScores(*pq) : a.q_transform->Prepare(*pq);
     if (!t.ok()) return t.status();
     *tq = std::shared_ptr<const PreparedRowTransform>(*std::move(t));
     *tk = *tq;
   } else {
     // Int64 or structured positions (descriptor.h): either way tiles index tokens.
     std::unique_ptr<PreparedRowTransform> uq, uk;
-    if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, &uq, &uk); !s.ok()) return s;
+    if (absl::Status s = PrepareRowTransforms(a, *pq, *pk, &uq, &uk, scores_only); !s.ok()) {
+      return s;
+    }
     *tq = std::move(uq);
     *tk = std::move(uk);
   }

@@ -27,11 +27,14 @@ namespace cpu {
 // the same function as the reference). Self-attention with one transform object for q
 // and k and the same positions (the default) prepares it once: tk is tq (RoPE's exact
 // cos / sin table is most of a transform's cost, O(positions x rotary_dim)), on
-// `threads` threads (ScopedPrepareThreads).
+// `threads` threads (ScopedPrepareThreads). scores_only: the kernel uses the transformed
+// rows for scores only (RowTransform::PrepareForScores; not with Shaw key labels or
+// transformed rows handed out), where one transform object serves q and k.
 absl::Status PrepareEncodings(const AttentionArgs& a, int threads, std::vector<int64_t>* pq,
                               std::vector<int64_t>* pk,
                               std::shared_ptr<const PreparedRowTransform>* tq,
-                              std::shared_ptr<const PreparedRowTransform>* tk);
+                              std::shared_ptr<const PreparedRowTransform>* tk,
+                              bool scores_only = false);
 
 // |a - b| without overflow (the locality factor's distance).
 inline uint64_t Distance(int64_t a, int64_t b) {

@@ -301,7 +301,7 @@ inline void RotatePlaneRunF32(float* __restrict a, float* __restrict b,
 // RoPE's float rows: row r's table entry holds the cosines of its np planes (sorted
 // order) then their sines, at cs + r * 2 * np. Cloned for AVX-512, AVX2 + FMA and the
 // baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void PlanesRowsF32(
+GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void PlanesRowsF32(
     float* rows, int64_t count, int64_t stride, const PlaneRun* runs, int64_t num_runs,
     int64_t np, const float* cs, bool backward) {
   for (int64_t r = 0; r < count; ++r) {
@@ -471,7 +471,7 @@ std::vector<float> PackColumnSlabs(const std::vector<float>& w, int64_t d) {
 // shared by the four rows), the rows past the last multiple of 4 one by one; the columns
 // past the last slab from w, one by one. Cloned for AVX-512, AVX2 + FMA and the
 // baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void RowsTimesMatrixF32(
+GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void RowsTimesMatrixF32(
     const float* x, int64_t ldx, int64_t m, int64_t d, const float* w, const float* slabs,
     float* y, int64_t ldy) {
   typedef float V16 __attribute__((vector_size(64), aligned(4)));
@@ -603,6 +603,20 @@ class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
       return absl::OkStatus();
     }
   }
+  // Scores-only bindings: y = Q'^T z, so dL/dz = Q' dL/dy (one product per row).
+  absl::Status GradientsToTransformBasis(float* rows, int64_t count,
+                                         int64_t stride) const override {
+    if (!scores_only_ || count == 0 || d_ == 0) return absl::OkStatus();
+    constexpr int64_t kBlock = 64;
+    std::vector<float> y(static_cast<size_t>(std::min(count, kBlock) * d_));
+    for (int64_t r0 = 0; r0 < count; r0 += kBlock) {
+      const int64_t m = std::min(kBlock, count - r0);
+      float* x = rows + r0 * stride;
+      RowsTimesMatrixF32(x, stride, m, d_, qpt_.data(), qpt_slabs_.data(), y.data(), d_);
+      CopyRows(y.data(), m, x, stride);
+    }
+    return absl::OkStatus();
+  }
   void CopyRows(const float* y, int64_t m, float* x, int64_t stride) const {
     for (int64_t r = 0; r < m; ++r) {
       std::memcpy(x + r * stride, y + r * d_, static_cast<size_t>(d_) * sizeof(float));
@@ -697,7 +711,7 @@ inline void AddTwoScaled(float* __restrict z, const float* __restrict u,
 // at AVX-512 width) rather than one chain of d dependent additions; u_k and v_k are d
 // floats at u + k * d, v + k * d; cs holds (cos, sin) per row and generator. Cloned for
 // AVX-512, AVX2 + FMA and the baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "avx2,fma", "default") void Rank2ProductRowsF32(
+GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void Rank2ProductRowsF32(
     float* rows, int64_t count, int64_t stride, int64_t d, int64_t m, const float* u,
     const float* v, const uint8_t* skip, const float* cs, bool backward) {
   constexpr int64_t kLanes = 16;

@@ -228,6 +228,14 @@ class PreparedRowTransform {
                                 int64_t stride) const = 0;
   virtual absl::Status Backward(int64_t first, int64_t count, double* rows,
                                 int64_t stride) const = 0;
+  // Gradients with respect to this binding's rows (V T_p x for a binding of
+  // RowTransform::PrepareForScores) as gradients with respect to T_p x: multiplied by
+  // V^T, in place; count rows, stride apart. The identity for every binding that is T_p
+  // itself (the default).
+  virtual absl::Status GradientsToTransformBasis(float* /*rows*/, int64_t /*count*/,
+                                                 int64_t /*stride*/) const {
+    return absl::OkStatus();
+  }
 };
 
 // Per-token structured positions (STRUCTURED POSITIONS above): exactly one form set.
@@ -276,8 +284,9 @@ class RowTransform {
   virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Prepare(
       absl::Span<const int64_t> positions) const;
   // Binds the transform for scores only: where the transformed q and k rows of a call
-  // enter nothing but the inner products <T_i q, T_j k> (no Shaw key labels, no
-  // transformed rows or their gradients handed out) and this one object transforms both,
+  // enter nothing but the inner products <T_i q, T_j k> (no Shaw key labels; gradients
+  // with respect to the transformed rows handed out only through
+  // PreparedRowTransform::GradientsToTransformBasis) and this one object transforms both,
   // the binding may be V T_p for any orthogonal V independent of the position: the
   // scores, and the gradients through its Backward, are T_p's. The default is Prepare;
   // AlgebraicRowTransform drops its Schur basis' second product so.

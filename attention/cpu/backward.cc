@@ -39,11 +39,12 @@ class Backward {
         dq_acc_(dq_acc), chunk_stride_(chunk_stride), nq_(a.num_q_tokens()), sink_(sink),
         sink_mu_(sink_mu), dk_rot_(dk_rotated), dot_(BackwardDotProducts(p)) {}
 
-  // scores_only: no transformed rows' gradients handed out (CpuBackwardExtras'
-  // dq_rotated / dk_rotated need the transform's own basis).
-  absl::Status Prepare(bool scores_only) {
+  // Bound as the forward binds them (scores only but with Shaw key labels), so the
+  // recomputed scores are the forward's; CpuBackwardExtras' dq_rotated / dk_rotated are
+  // turned into the transform's own basis (GradientsToTransformBasis).
+  absl::Status Prepare() {
     shaw_ = MakeShawTables(a_, p_);
-    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_, scores_only);
+    return PrepareEncodings(a_, p_.threads, &pq_, &pk_, &tq_, &tk_, /*scores_only=*/true);
   }
 
   // dL/daK and dL/daV (Shaw tables, [labels][d], zeroed by the caller; null to skip):
@@ -621,9 +622,15 @@ class Backward {
       }
     }
     for (int64_t i = 0; i < nk * dp; ++i) w.dk[i] *= unscale;
-    if (dk_rot_ != nullptr) {
+    if (dk_rot_ != nullptr) {  // in the transform's own basis (scores-only bindings)
+      std::vector<float> g(w.dk.get(), w.dk.get() + nk * dp);
+      if (tk_ != nullptr) {
+        if (absl::Status st = tk_->GradientsToTransformBasis(g.data(), nk, dp); !st.ok()) {
+          return st;
+        }
+      }
       for (int64_t j = 0; j < nk; ++j) {
-        std::memcpy(dk_rot_ + a_.KOffset(a_.k, ks + j0 + j, it.g), w.dk.get() + j * dp,
+        std::memcpy(dk_rot_ + a_.KOffset(a_.k, ks + j0 + j, it.g), g.data() + j * dp,
                     static_cast<size_t>(d) * sizeof(float));
       }
     }
@@ -741,9 +748,15 @@ absl::Status FinishDq(const AttentionArgs& args, const Plan& plan, int64_t chunk
           for (int64_t i = 0; i < head; ++i) rows[i] += part[i];
         }
         for (int64_t i = 0; i < head; ++i) rows[i] *= scale;
-        if (dq_rotated != nullptr) {
+        if (dq_rotated != nullptr) {  // in the transform's own basis (scores-only bindings)
+          std::vector<float> g(rows, rows + nq * dp);
+          if (tq != nullptr) {
+            if (absl::Status st = tq->GradientsToTransformBasis(g.data(), nq, dp); !st.ok()) {
+              return st;
+            }
+          }
           for (int64_t t = 0; t < nq; ++t) {
-            std::memcpy(dq_rotated + args.QOffset(args.q, t, h), rows + t * dp,
+            std::memcpy(dq_rotated + args.QOffset(args.q, t, h), g.data() + t * dp,
                         static_cast<size_t>(d) * sizeof(float));
           }
         }
@@ -776,11 +789,7 @@ absl::Status RunBackward(const AttentionArgs& args, const Plan& plan, const T* q
   std::mutex sink_mu, shaw_mu;
   Backward<T> bwd(args, plan, q, k, v, o, lse, d_o, dk, dv, dq_acc.get(), chunk_stride,
                   bias_sink, &sink_mu, extras.dk_rotated);
-  if (absl::Status s =
-          bwd.Prepare(extras.dq_rotated == nullptr && extras.dk_rotated == nullptr);
-      !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = bwd.Prepare(); !s.ok()) return s;
   bwd.SetShawGradients(extras.shaw_key_table_grad, extras.shaw_value_table_grad, &shaw_mu);
   int64_t max_lq = 0;
   for (int64_t b = 0; b < args.num_sequences(); ++b) {

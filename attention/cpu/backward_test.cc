@@ -369,6 +369,55 @@ TEST(CpuBackward, BiasGradientSinkMatchesReference) {
   EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
 }
 
+// dq_rotated / dk_rotated with the algebraic encoding, which the kernels bind for scores
+// only (R(p) Q'^T): the extras must still be dL/d(T(p) q) for T(p) = Q R(p) Q^T, i.e.
+// T(p) dq (dq = T(p)^T dq_rotated, T orthogonal), as AlgebraicSequence::Backward needs
+// them. Checked against Apply of the returned dq and dk in double: float sums of O(10)
+// terms, 1e-5 relative to the rows' largest entry (rows in another basis are off by
+// O(1) of it).
+TEST(CpuBackward, RotatedGradientsInTheTransformsOwnBasis) {
+  std::mt19937_64 rng(78);
+  const int64_t d = 16, l = 37, hq = 2;
+  Eigen::MatrixXd skew = Eigen::MatrixXd::Random(d, d);
+  skew = 0.4 * (skew - skew.transpose()).eval();
+  auto alg = AlgebraicSequence::Create(skew);
+  ASSERT_TRUE(alg.ok()) << alg.status();
+  AlgebraicRowTransform tr(*alg);
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.causal = true;
+  a.q_transform = a.k_transform = &tr;
+  const size_t n = Extent(a, a.q, true);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
+                     w = RandomF(n, &rng);
+  std::vector<float> dq(n), dk(n), dv(n), dq_rot(n), dk_rot(n);
+  CpuBackwardExtras extras;
+  extras.dq_rotated = dq_rot.data();
+  extras.dk_rotated = dk_rot.data();
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(),
+                          dq.data(), dk.data(), dv.data(), nullptr, {}, extras)
+                  .ok());
+  std::vector<int64_t> pos(l);
+  for (int64_t t = 0; t < l; ++t) pos[t] = t;
+  for (const auto& [g, rot] : {std::make_pair(&dq, &dq_rot), std::make_pair(&dk, &dk_rot)}) {
+    for (int64_t h = 0; h < hq; ++h) {
+      std::vector<double> want(static_cast<size_t>(l * d));
+      for (int64_t t = 0; t < l; ++t) {
+        for (int64_t c = 0; c < d; ++c) want[t * d + c] = (*g)[(t * hq + h) * d + c];
+      }
+      ASSERT_TRUE(alg->Apply<double>(pos, want.data(), d, want.data(), d).ok());
+      double big = 0;
+      for (double x : want) big = std::max(big, std::fabs(x));
+      ASSERT_GT(big, 1e-3);
+      for (int64_t t = 0; t < l; ++t) {
+        for (int64_t c = 0; c < d; ++c) {
+          EXPECT_NEAR((*rot)[(t * hq + h) * d + c], want[t * d + c], 1e-5 * big)
+              << (g == &dq ? "dq" : "dk") << " head " << h << " token " << t << " coordinate " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {
   // dL/d(a, b, omega) of learned GRAPE-M generators: dq', dk' from the kernel, then
   // GrapeMProduct::Backward on each side, against central differences of the double

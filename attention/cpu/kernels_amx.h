@@ -52,8 +52,8 @@ bool AmxEmulated();
 // Emulated TDPBF16PS executed so far in this process (tests: that a path used the tiles).
 int64_t AmxEmulatedDotsForTest();
 
-// kernels_bf16.h's ScoreTileBf16 (same arguments and result; float sums in another
-// order) with the products on tiles.
+// kernels_bf16.h's ScoreTileBf16 without init (same arguments and result; float sums in
+// another order) with the products on tiles.
 void ScoreTileAmx(const uint16_t* q, int64_t ldq, int64_t mq, int64_t d,
                   const uint16_t* panels, int64_t num_panels, float* s, int64_t lds);
 // kernels_bf16.h's AccumulateTileBf16 (alpha non-null) with the products on tiles.

@@ -117,7 +117,8 @@ absl::StatusOr<const float*> BiasTileForScores(const encodings::sequence::Additi
                                                int64_t* ld) {
   if (!bias.relative() || bias.needs_token_data()) return nullptr;
   if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {
-    // Row r reads [nr - 1 - r, nr - 1 - r + ncols): the differences, then zeros.
+    // Row r reads [nr - 1 - r, nr - 1 - r + ncols): the differences, then zeros (finite
+    // values past nk, whose scores AdjustScores sets to -inf).
     scratch->diagonal.resize(static_cast<size_t>(nr - 1 + ncols));
     std::fill(scratch->diagonal.begin() + (nr + nk - 1), scratch->diagonal.end(), 0.0f);
     *ld = -1;

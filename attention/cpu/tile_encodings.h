@@ -89,8 +89,9 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
 // scale there), for relative biases of positions only (ALiBi, T5: the others, FoX's
 // separable tiles among them, return null and go through AddBias): the Toeplitz tile's
 // diagonals (*ld = -1, row r from offset nr - 1 - r) or the tile formed in `tile`
-// (*ld = ldt); read for columns [0, ncols) (ncols >= nk: the kernels' whole panels), the
-// columns past nk 0.
+// (*ld = ldt); read for columns [0, ncols) (ncols >= nk: the kernels' whole panels),
+// finite past nk (the next diagonals' values, then zeros: AdjustScores sets those
+// scores to -inf).
 absl::StatusOr<const float*> BiasTileForScores(const encodings::sequence::AdditiveBias& bias,
                                                int64_t head, const int64_t* qpos, int64_t nr,
                                                const int64_t* kpos, int64_t nk, int64_t ncols,

@@ -526,144 +526,165 @@ GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void RowsTimesMatrixF3
   }
 }
 
-// Kogkalidis et al.'s sequence encoding bound to tokens: rho(p) = Q R(p) Q^T (the
-// skew generator's real Schur form, group::SchurRotation: plane k of Q's columns 2k,
-// 2k + 1 turned by p phi_k). Float rows: Q's columns permuted so the planes lie as
-// RoPE's half-split layout (plane k on coordinates k and np + k, the fixed columns after
-// 2 np), y = Q'^T x and x = Q' y as float products of the rows with d x d matrices
-// (RowsTimesMatrixF32), the planes by PlanesRowsF32 from PlanesFloatTable's table (one
-// run); Backward turns the planes back (Q R(-p) Q^T, the transpose). Double rows (the
-// reference) take the encoding's own Apply, as the unprepared transform.
-class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
- public:
-  // scores_only: R(p) Q'^T without the product by Q' (RowTransform::PrepareForScores);
-  // Backward Q' R(p)^T. Double rows then take the same form in double (the planes'
-  // exact cos / sin).
-  PreparedAlgebraic(const RowTransform& tr, const group::SchurRotation& rotation,
-                    std::vector<int64_t> positions, bool scores_only)
-      : tr_(tr), rotation_(rotation), positions_(std::move(positions)), d_(rotation.dim()),
-        np_(rotation.num_planes()), scores_only_(scores_only) {
-    const Eigen::MatrixXd& q = rotation.basis();
-    qp_.resize(static_cast<size_t>(d_ * d_));
-    qpt_.resize(qp_.size());
-    for (int64_t r = 0; r < d_; ++r) {
-      for (int64_t c = 0; c < d_; ++c) {
-        qp_[r * d_ + c] = static_cast<float>(q(r, Perm(c)));   // Q'
-        qpt_[c * d_ + r] = static_cast<float>(q(r, Perm(c)));  // Q'^T
+// One real Schur form Q R(p) Q^T (group::SchurRotation: plane k of Q's columns 2k, 2k + 1
+// turned by p phi_k) acting on coordinates [offset, offset + d) of each row, at its own
+// per-token positions: Kogkalidis et al.'s sequence encoding is one such block, their
+// grids one per axis (the direct sum's blocks). For float rows Q's columns are permuted
+// so the planes lie as RoPE's half-split layout (plane k on coordinates k and np + k, the
+// fixed columns after 2 np): Q' = Q P, with Q', Q'^T and their 32-column slabs in float
+// (RowsTimesMatrixF32) and the planes' cos / sin per token from PlanesFloatTable.
+struct SchurBlock {
+  SchurBlock(const group::SchurRotation& rot, int64_t off, std::vector<int64_t> pos)
+      : rotation(&rot), offset(off), d(rot.dim()), np(rot.num_planes()), positions(std::move(pos)) {
+    const Eigen::MatrixXd& q = rot.basis();
+    qp.resize(static_cast<size_t>(d * d));
+    qpt.resize(qp.size());
+    for (int64_t r = 0; r < d; ++r) {
+      for (int64_t c = 0; c < d; ++c) {
+        qp[r * d + c] = static_cast<float>(q(r, Perm(c)));   // Q'
+        qpt[c * d + r] = static_cast<float>(q(r, Perm(c)));  // Q'^T
       }
     }
-    qp_slabs_ = PackColumnSlabs(qp_, d_);
-    qpt_slabs_ = PackColumnSlabs(qpt_, d_);
+    qp_slabs = PackColumnSlabs(qp, d);
+    qpt_slabs = PackColumnSlabs(qpt, d);
     std::vector<encodings::sequence::CoordinatePlane> planes;
-    for (int64_t k = 0; k < np_; ++k) planes.push_back({k, np_ + k, rotation.plane_angles()[k]});
-    std::vector<int64_t> order(static_cast<size_t>(np_));
+    for (int64_t k = 0; k < np; ++k) planes.push_back({k, np + k, rot.plane_angles()[k]});
+    std::vector<int64_t> order(static_cast<size_t>(np));
     std::iota(order.begin(), order.end(), int64_t{0});
-    csf_ = PlanesFloatTable(planes, order, positions_);
+    csf = PlanesFloatTable(planes, order, positions);
+  }
+  // The column of Q behind column c of Q'.
+  int64_t Perm(int64_t c) const { return c < np ? 2 * c : c < 2 * np ? 2 * (c - np) + 1 : c; }
+  void TurnPlanes(int64_t p, double sign, Eigen::VectorXd* y) const {
+    for (int64_t k = 0; k < np; ++k) {
+      const group::SinCos sc = group::SinCosOfMultiple(p, rotation->plane_angles()[k]);
+      const double sn = sign * sc.sin, y1 = (*y)(2 * k), y2 = (*y)(2 * k + 1);
+      (*y)(2 * k) = y1 * sc.cos - y2 * sn;
+      (*y)(2 * k + 1) = y1 * sn + y2 * sc.cos;
+    }
+  }
+
+  const group::SchurRotation* rotation;
+  int64_t offset, d, np;
+  std::vector<int64_t> positions;  // per token
+  std::vector<float> qp, qpt;      // Q' and its transpose, row-major d x d
+  std::vector<float> qp_slabs, qpt_slabs;  // their 32-column slabs (PackColumnSlabs)
+  std::vector<float> csf;          // [token][cos of each plane, then sin]
+};
+
+// The algebraic encodings bound to tokens: blocks of Schur forms (SchurBlock). Float rows:
+// per block y = Q'^T x, the planes turned (PlanesRowsF32, one run), x = Q' y, in float;
+// Backward turns the planes back (Q R(-p) Q^T, the transpose). scores_only
+// (RowTransform::PrepareForScores): R(p) Q'^T without the product by Q' (V the block
+// diagonal of the Q'^T), Backward Q' R(p)^T, GradientsToTransformBasis Q'. Double rows:
+// the whole form through `exact` (the encoding's own arithmetic, the reference's), the
+// scores-only form in double per block (the planes' exact cos / sin).
+class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
+ public:
+  // make_exact(blocks) binds the double path (it may point into the blocks' positions,
+  // which stay where they are: the blocks are not moved after this).
+  template <class MakeExact>
+  PreparedAlgebraic(std::vector<SchurBlock> blocks, int64_t tokens, bool scores_only,
+                    MakeExact make_exact)
+      : blocks_(std::move(blocks)), n_(tokens), scores_only_(scores_only) {
+    exact_ = make_exact(blocks_);
   }
 
  private:
   friend class PreparedFromRun<PreparedAlgebraic>;
   template <class T>
   absl::Status Run(int64_t first, int64_t count, T* rows, int64_t stride, bool backward) const {
-    const int64_t n = static_cast<int64_t>(positions_.size());
-    if (count < 0 || first < 0 || first > n - count) {
+    if (count < 0 || first < 0 || first > n_ - count) {
       return Bad(absl::StrCat("prepared algebraic encoding: rows [", first, ", ", first, " + ",
-                              count, ") outside its ", n, " positions"));
+                              count, ") outside its ", n_, " positions"));
     }
     if constexpr (!std::is_same_v<T, float>) {
-      const absl::Span<const int64_t> pos = absl::MakeConstSpan(positions_).subspan(first, count);
       if (!scores_only_) {
-        return backward ? tr_.Backward(pos, rows, stride) : tr_.Forward(pos, rows, stride);
+        return backward ? exact_->Backward(first, count, rows, stride)
+                        : exact_->Forward(first, count, rows, stride);
       }
-      return RunScoresOnlyDouble(pos, rows, stride, backward);
+      for (const SchurBlock& b : blocks_) RunScoresOnlyDouble(b, first, count, rows, stride, backward);
+      return absl::OkStatus();
     } else {
-      if (count == 0 || d_ == 0) return absl::OkStatus();
-      // Blocks of rows whose Schur coordinates stay in L1 / L2 between the products.
-      constexpr int64_t kBlock = 64;
-      std::vector<float> y(static_cast<size_t>(std::min(count, kBlock) * d_));
-      const PlaneRun run{0, np_, 0, np_};
-      for (int64_t r0 = 0; r0 < count; r0 += kBlock) {
-        const int64_t m = std::min(kBlock, count - r0);
-        float* x = rows + r0 * stride;
-        const float* cs = csf_.data() + static_cast<size_t>(first + r0) * 2 * np_;
-        if (scores_only_ && backward) {  // Q' R^T g: the planes in place, then Q'
-          if (np_ > 0) PlanesRowsF32(x, m, stride, &run, 1, np_, cs, /*backward=*/true);
-          RowsTimesMatrixF32(x, stride, m, d_, qpt_.data(), qpt_slabs_.data(), y.data(), d_);
-          CopyRows(y.data(), m, x, stride);
-          continue;
-        }
-        RowsTimesMatrixF32(x, stride, m, d_, qp_.data(), qp_slabs_.data(), y.data(), d_);
-        if (np_ > 0) PlanesRowsF32(y.data(), m, d_, &run, 1, np_, cs, backward);
-        if (scores_only_) {  // R Q'^T x: the Schur coordinates are the rows
-          CopyRows(y.data(), m, x, stride);
-        } else {
-          RowsTimesMatrixF32(y.data(), d_, m, d_, qpt_.data(), qpt_slabs_.data(), x, stride);
-        }
-      }
+      for (const SchurBlock& b : blocks_) RunFloat(b, first, count, rows, stride, backward);
       return absl::OkStatus();
     }
   }
-  // Scores-only bindings: y = Q'^T z, so dL/dz = Q' dL/dy (one product per row).
+  void RunFloat(const SchurBlock& b, int64_t first, int64_t count, float* rows, int64_t stride,
+                bool backward) const {
+    if (count == 0 || b.d == 0) return;
+    // Blocks of rows whose Schur coordinates stay in L1 / L2 between the products.
+    constexpr int64_t kRows = 64;
+    std::vector<float> y(static_cast<size_t>(std::min(count, kRows) * b.d));
+    const PlaneRun run{0, b.np, 0, b.np};
+    for (int64_t r0 = 0; r0 < count; r0 += kRows) {
+      const int64_t m = std::min(kRows, count - r0);
+      float* x = rows + r0 * stride + b.offset;
+      const float* cs = b.csf.data() + static_cast<size_t>(first + r0) * 2 * b.np;
+      if (scores_only_ && backward) {  // Q' R^T g: the planes in place, then Q'
+        if (b.np > 0) PlanesRowsF32(x, m, stride, &run, 1, b.np, cs, /*backward=*/true);
+        RowsTimesMatrixF32(x, stride, m, b.d, b.qpt.data(), b.qpt_slabs.data(), y.data(), b.d);
+        CopyRows(y.data(), m, b.d, x, stride);
+        continue;
+      }
+      RowsTimesMatrixF32(x, stride, m, b.d, b.qp.data(), b.qp_slabs.data(), y.data(), b.d);
+      if (b.np > 0) PlanesRowsF32(y.data(), m, b.d, &run, 1, b.np, cs, backward);
+      if (scores_only_) {  // R Q'^T x: the Schur coordinates are the rows
+        CopyRows(y.data(), m, b.d, x, stride);
+      } else {
+        RowsTimesMatrixF32(y.data(), b.d, m, b.d, b.qpt.data(), b.qpt_slabs.data(), x, stride);
+      }
+    }
+  }
+  // Scores-only bindings: y = Q'^T z per block, so dL/dz = Q' dL/dy.
   absl::Status GradientsToTransformBasis(float* rows, int64_t count,
                                          int64_t stride) const override {
-    if (!scores_only_ || count == 0 || d_ == 0) return absl::OkStatus();
-    constexpr int64_t kBlock = 64;
-    std::vector<float> y(static_cast<size_t>(std::min(count, kBlock) * d_));
-    for (int64_t r0 = 0; r0 < count; r0 += kBlock) {
-      const int64_t m = std::min(kBlock, count - r0);
-      float* x = rows + r0 * stride;
-      RowsTimesMatrixF32(x, stride, m, d_, qpt_.data(), qpt_slabs_.data(), y.data(), d_);
-      CopyRows(y.data(), m, x, stride);
-    }
-    return absl::OkStatus();
-  }
-  void CopyRows(const float* y, int64_t m, float* x, int64_t stride) const {
-    for (int64_t r = 0; r < m; ++r) {
-      std::memcpy(x + r * stride, y + r * d_, static_cast<size_t>(d_) * sizeof(float));
-    }
-  }
-  // The scores-only form on double rows: y = Q^T x, the planes (2k, 2k + 1) turned by
-  // p phi_k (their exact cos / sin, as SchurRotation::Apply) in double, the coordinates
-  // in Q''s order; backward the transpose.
-  absl::Status RunScoresOnlyDouble(absl::Span<const int64_t> pos, double* rows, int64_t stride,
-                                   bool backward) const {
-    const Eigen::MatrixXd& q = rotation_.basis();
-    Eigen::VectorXd x(d_), y(d_);
-    for (size_t t = 0; t < pos.size(); ++t) {
-      double* row = rows + static_cast<int64_t>(t) * stride;
-      if (!backward) {
-        for (int64_t i = 0; i < d_; ++i) x(i) = row[i];
-        y.noalias() = q.transpose() * x;
-        TurnPlanes(pos[t], 1.0, &y);
-        for (int64_t c = 0; c < d_; ++c) row[c] = y(Perm(c));
-      } else {
-        for (int64_t c = 0; c < d_; ++c) y(Perm(c)) = row[c];
-        TurnPlanes(pos[t], -1.0, &y);
-        x.noalias() = q * y;
-        for (int64_t i = 0; i < d_; ++i) row[i] = x(i);
+    if (!scores_only_ || count == 0) return absl::OkStatus();
+    constexpr int64_t kRows = 64;
+    for (const SchurBlock& b : blocks_) {
+      if (b.d == 0) continue;
+      std::vector<float> y(static_cast<size_t>(std::min(count, kRows) * b.d));
+      for (int64_t r0 = 0; r0 < count; r0 += kRows) {
+        const int64_t m = std::min(kRows, count - r0);
+        float* x = rows + r0 * stride + b.offset;
+        RowsTimesMatrixF32(x, stride, m, b.d, b.qpt.data(), b.qpt_slabs.data(), y.data(), b.d);
+        CopyRows(y.data(), m, b.d, x, stride);
       }
     }
     return absl::OkStatus();
   }
-  // The column of Q behind column c of Q': plane k's coordinates at k and np + k, the
-  // fixed ones after 2 np.
-  int64_t Perm(int64_t c) const { return c < np_ ? 2 * c : c < 2 * np_ ? 2 * (c - np_) + 1 : c; }
-  void TurnPlanes(int64_t p, double sign, Eigen::VectorXd* y) const {
-    for (int64_t k = 0; k < np_; ++k) {
-      const group::SinCos sc = group::SinCosOfMultiple(p, rotation_.plane_angles()[k]);
-      const double sn = sign * sc.sin, y1 = (*y)(2 * k), y2 = (*y)(2 * k + 1);
-      (*y)(2 * k) = y1 * sc.cos - y2 * sn;
-      (*y)(2 * k + 1) = y1 * sn + y2 * sc.cos;
+  static void CopyRows(const float* y, int64_t m, int64_t d, float* x, int64_t stride) {
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(x + r * stride, y + r * d, static_cast<size_t>(d) * sizeof(float));
     }
   }
-  const RowTransform& tr_;
-  const group::SchurRotation& rotation_;
-  std::vector<int64_t> positions_;
-  int64_t d_, np_;
+  // The scores-only form of one block on double rows: y = Q^T x, the planes (2k, 2k + 1)
+  // turned by p phi_k (their exact cos / sin, as SchurRotation::Apply) in double, the
+  // coordinates in Q''s order; backward the transpose.
+  static void RunScoresOnlyDouble(const SchurBlock& b, int64_t first, int64_t count,
+                                  double* rows, int64_t stride, bool backward) {
+    const Eigen::MatrixXd& q = b.rotation->basis();
+    Eigen::VectorXd x(b.d), y(b.d);
+    for (int64_t t = 0; t < count; ++t) {
+      double* row = rows + t * stride + b.offset;
+      const int64_t p = b.positions[first + t];
+      if (!backward) {
+        for (int64_t i = 0; i < b.d; ++i) x(i) = row[i];
+        y.noalias() = q.transpose() * x;
+        b.TurnPlanes(p, 1.0, &y);
+        for (int64_t c = 0; c < b.d; ++c) row[c] = y(b.Perm(c));
+      } else {
+        for (int64_t c = 0; c < b.d; ++c) y(b.Perm(c)) = row[c];
+        b.TurnPlanes(p, -1.0, &y);
+        x.noalias() = q * y;
+        for (int64_t i = 0; i < b.d; ++i) row[i] = x(i);
+      }
+    }
+  }
+  std::vector<SchurBlock> blocks_;
+  int64_t n_;
   bool scores_only_;
-  std::vector<float> qp_, qpt_;  // Q' and its transpose, row-major d x d
-  std::vector<float> qp_slabs_, qpt_slabs_;  // their 32-column slabs (PackColumnSlabs)
-  std::vector<float> csf_;       // [position][cos of each plane, then sin]
+  std::unique_ptr<PreparedRowTransform> exact_;  // double rows, the whole form
 };
 
 }  // namespace
@@ -1001,28 +1022,31 @@ template absl::Status AlgebraicRowTransform::Run<float>(absl::Span<const int64_t
 template absl::Status AlgebraicRowTransform::Run<double>(absl::Span<const int64_t>, double*,
                                                          int64_t, bool) const;
 
-absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::Prepare(
-    absl::Span<const int64_t> positions) const {
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::Bind(
+    absl::Span<const int64_t> positions, bool scores_only) const {
   for (int64_t p : positions) {  // as Run's backward (W^p)^T = W^{-p}
     if (p == std::numeric_limits<int64_t>::min()) {
       return Bad("AlgebraicRowTransform: position INT64_MIN has no negation");
     }
   }
+  std::vector<SchurBlock> blocks;
+  blocks.emplace_back(e_.rotation(), 0, std::vector<int64_t>(positions.begin(), positions.end()));
   return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
-      *this, e_.rotation(), std::vector<int64_t>(positions.begin(), positions.end()),
-      /*scores_only=*/false));
+      std::move(blocks), static_cast<int64_t>(positions.size()), scores_only,
+      [this](const std::vector<SchurBlock>& b) {
+        return std::unique_ptr<PreparedRowTransform>(
+            new UnpreparedRowTransform(*this, b[0].positions));
+      }));
+}
+
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::Prepare(
+    absl::Span<const int64_t> positions) const {
+  return Bind(positions, /*scores_only=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicRowTransform::PrepareForScores(
     absl::Span<const int64_t> positions) const {
-  for (int64_t p : positions) {  // as Prepare
-    if (p == std::numeric_limits<int64_t>::min()) {
-      return Bad("AlgebraicRowTransform: position INT64_MIN has no negation");
-    }
-  }
-  return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
-      *this, e_.rotation(), std::vector<int64_t>(positions.begin(), positions.end()),
-      /*scores_only=*/true));
+  return Bind(positions, /*scores_only=*/true);
 }
 
 absl::Status StructuredOnlyRowTransform::Forward(absl::Span<const int64_t>, double*,
@@ -1081,11 +1105,46 @@ template <class Element, size_t... I>
 Element GridElement(absl::Span<const int64_t> c, bool negate, std::index_sequence<I...>) {
   return Element{(negate ? -c[I] : c[I])...};
 }
+
+// One SchurBlock per axis of a grid (group::DirectSum of SchurRotations), axis i at the
+// direct sum's offset i with the tokens' coordinate i.
+template <class Grid, size_t... I>
+void AddGridBlocks(const Grid& grid, const StructuredPositions& positions, int64_t n,
+                   std::vector<SchurBlock>* blocks, std::index_sequence<I...>) {
+  constexpr size_t kAxes = sizeof...(I);
+  auto axis = [&](size_t i) {
+    std::vector<int64_t> p(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) p[t] = positions.coords[t * kAxes + i];
+    return p;
+  };
+  (blocks->emplace_back(grid.template component<I>(), grid.offset(I), axis(I)), ...);
+}
+
+// A prepared transform shared with its owner (PreparedAlgebraic's double path for grids).
+class SharedPrepared final : public PreparedRowTransform {
+ public:
+  explicit SharedPrepared(std::shared_ptr<PreparedRowTransform> t) : t_(std::move(t)) {}
+  absl::Status Forward(int64_t first, int64_t count, float* rows, int64_t stride) const override {
+    return t_->Forward(first, count, rows, stride);
+  }
+  absl::Status Forward(int64_t first, int64_t count, double* rows, int64_t stride) const override {
+    return t_->Forward(first, count, rows, stride);
+  }
+  absl::Status Backward(int64_t first, int64_t count, float* rows, int64_t stride) const override {
+    return t_->Backward(first, count, rows, stride);
+  }
+  absl::Status Backward(int64_t first, int64_t count, double* rows, int64_t stride) const override {
+    return t_->Backward(first, count, rows, stride);
+  }
+
+ private:
+  std::shared_ptr<PreparedRowTransform> t_;
+};
 }  // namespace
 
 template <class Grid>
-absl::StatusOr<std::unique_ptr<PreparedRowTransform>>
-AlgebraicGridRowTransform<Grid>::PrepareStructured(const StructuredPositions& positions) const {
+absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicGridRowTransform<Grid>::Bind(
+    const StructuredPositions& positions, bool scores_only) const {
   if (positions.form() != StructuredPositions::Form::kAxes || positions.num_axes != kAxes) {
     return Bad(absl::StrCat("AlgebraicGridRowTransform: a ", kAxes,
                             "-axis grid takes the axes form with num_axes = ", kAxes));
@@ -1107,8 +1166,17 @@ AlgebraicGridRowTransform<Grid>::PrepareStructured(const StructuredPositions& po
     elements.push_back(GridElement<Element>(c, false, std::make_index_sequence<kAxes>{}));
     inverses.push_back(GridElement<Element>(c, true, std::make_index_sequence<kAxes>{}));
   }
-  return std::unique_ptr<PreparedRowTransform>(
-      new PreparedElements<Grid>(grid_, std::move(elements), std::move(inverses)));
+  // Float rows through one Schur block per axis (its coordinate per token); double rows
+  // through the direct sum's own Apply (PreparedElements, the reference's arithmetic).
+  std::vector<SchurBlock> blocks;
+  AddGridBlocks(grid_, positions, n, &blocks, std::make_index_sequence<kAxes>{});
+  auto exact = std::make_shared<PreparedElements<Grid>>(grid_, std::move(elements),
+                                                        std::move(inverses));
+  return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
+      std::move(blocks), n, scores_only,
+      [&exact](const std::vector<SchurBlock>&) -> std::unique_ptr<PreparedRowTransform> {
+        return std::make_unique<SharedPrepared>(exact);
+      }));
 }
 
 template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>;
@@ -1459,7 +1527,7 @@ absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64
                                   std::unique_ptr<PreparedRowTransform>* tq,
                                   std::unique_ptr<PreparedRowTransform>* tk, bool scores_only) {
   const bool structured = !a.q_structured.empty();
-  scores_only = scores_only && !structured && a.q_transform == a.k_transform;
+  scores_only = scores_only && a.q_transform == a.k_transform;
   const RowTransform* tr[2] = {a.q_transform, a.k_transform};
   const StructuredPositions* sp[2] = {&a.q_structured, &a.k_structured};
   absl::Span<const int64_t> ip[2] = {pq, pk};
@@ -1467,9 +1535,9 @@ absl::Status PrepareRowTransforms(const AttentionArgs& a, absl::Span<const int64
   for (int i = 0; i < 2; ++i) {
     out[i]->reset();
     if (tr[i] == nullptr) continue;
-    auto t = structured    ? tr[i]->PrepareStructured(*sp[i])
-             : scores_only ? tr[i]->PrepareForScores(ip[i])
-                           : tr[i]->Prepare(ip[i]);
+    auto t = structured ? (scores_only ? tr[i]->PrepareStructuredForScores(*sp[i])
+                                       : tr[i]->PrepareStructured(*sp[i]))
+                        : (scores_only ? tr[i]->PrepareForScores(ip[i]) : tr[i]->Prepare(ip[i]));
     if (!t.ok()) return t.status();
     *out[i] = *std::move(t);
   }

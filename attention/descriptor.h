@@ -300,6 +300,12 @@ class RowTransform {
   // override it.
   virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
       const StructuredPositions& positions) const;
+  // PrepareStructured for scores only, as PrepareForScores (the default is
+  // PrepareStructured; algebraic grids drop their blocks' second products).
+  virtual absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructuredForScores(
+      const StructuredPositions& positions) const {
+    return PrepareStructured(positions);
+  }
 };
 
 // RowTransform's Forward and Backward overloads for a transform whose float and double
@@ -455,6 +461,8 @@ class AlgebraicRowTransform final : public RowTransformFromRun<AlgebraicRowTrans
       absl::Span<const int64_t> positions) const override;
 
  private:
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Bind(absl::Span<const int64_t> positions,
+                                                             bool scores_only) const;
   friend class RowTransformFromRun<AlgebraicRowTransform>;
   template <class T>
   absl::Status Run(absl::Span<const int64_t> positions, T* rows, int64_t stride,
@@ -497,10 +505,21 @@ class AlgebraicGridRowTransform final : public StructuredOnlyRowTransform {
       : StructuredOnlyRowTransform("AlgebraicGridRowTransform", "per-axis coordinates"),
         grid_(grid) {}
   int64_t dim() const override { return grid_.dim(); }
+  // Float rows through one Schur block per axis in float (descriptor.cc, SchurBlock), the
+  // scores-only form dropping each block's product by Q'; double rows through the direct
+  // sum's Apply.
   absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructured(
-      const StructuredPositions& positions) const override;
+      const StructuredPositions& positions) const override {
+    return Bind(positions, /*scores_only=*/false);
+  }
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> PrepareStructuredForScores(
+      const StructuredPositions& positions) const override {
+    return Bind(positions, /*scores_only=*/true);
+  }
 
  private:
+  absl::StatusOr<std::unique_ptr<PreparedRowTransform>> Bind(const StructuredPositions& positions,
+                                                             bool scores_only) const;
   const Grid& grid_;
 };
 extern template class AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>;
@@ -680,8 +699,8 @@ std::vector<int64_t> EffectiveKPositions(const AttentionArgs& args);
 // Binds args' q and k transforms to the positions every implementation uses: the
 // structured ones when set, else the effective int64 positions pq / pk (which must
 // outlive the results). Null outputs where there is no transform. ValidateAttention first.
-// scores_only: the caller uses the rows for scores only (RowTransform::PrepareForScores),
-// taken where one transform object serves q and k on int64 positions.
+// scores_only: the caller uses the rows for scores only (RowTransform::PrepareForScores /
+// PrepareStructuredForScores), taken where one transform object serves q and k.
 absl::Status PrepareRowTransforms(const AttentionArgs& args, absl::Span<const int64_t> pq,
                                   absl::Span<const int64_t> pk,
                                   std::unique_ptr<PreparedRowTransform>* q_transform,

@@ -784,7 +784,7 @@ BENCHMARK(BM_CpuForward)
 // Structured positions and Shaw labels against their plain counterparts in one run
 // (b1 h16 d128, causal): enc 0 none, 1 RoPE (int64 positions), 2 M-RoPE sections
 // [16, 24, 24] from per-token (t, h, w) coordinates (the token-indexed path), 3 Shaw
-// key and value labels with k = 16 (33 labels). The ratios 2 / 1 and 3 / 0 are the
+// key and value labels with k = 16 (33 labels), 4 an algebraic 2-D grid. The ratios 2 / 1, 3 / 0 and 4 / 0 are the
 // costs of the structured path and of the labels; flops count q.k and p.v only.
 void BM_CpuForwardPositions(benchmark::State& state) {
   const int64_t s = state.range(0), h = 16, d = 128;
@@ -821,6 +821,27 @@ void BM_CpuForwardPositions(benchmark::State& state) {
   } else if (encoding == 3) {
     a.shaw_keys = a.shaw_values = &*shaw;
   }
+  // 4: Kogkalidis et al.'s 2-D grid (two 64 x 64 skew generators, random) on each token's
+  // (row, column) of a 32-column image.
+  std::unique_ptr<encodings::sequence::AlgebraicGrid2D> grid;
+  std::unique_ptr<AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>> grid_tr;
+  std::vector<int64_t> rc(static_cast<size_t>(2 * s));
+  if (encoding == 4) {
+    std::mt19937_64 rng(10);
+    std::normal_distribution<double> normal(0.0, 0.05);
+    auto skew = [&] {
+      Eigen::MatrixXd m(d / 2, d / 2);
+      for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = normal(rng);
+      return Eigen::MatrixXd(m - m.transpose());
+    };
+    grid = std::make_unique<encodings::sequence::AlgebraicGrid2D>(
+        *encodings::sequence::MakeAlgebraicGrid2D(skew(), skew()));
+    grid_tr = std::make_unique<AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D>>(*grid);
+    for (int64_t t = 0; t < s; ++t) rc[2 * t] = t / 32, rc[2 * t + 1] = t % 32;
+    a.q_transform = a.k_transform = grid_tr.get();
+    a.q_structured.num_axes = a.k_structured.num_axes = 2;
+    a.q_structured.coords = a.k_structured.coords = rc;
+  }
   CpuAttentionOptions opt;
   opt.num_threads = threads;
   if (!TimeCalls(state, o.data(), [&] {
@@ -835,7 +856,7 @@ void BM_CpuForwardPositions(benchmark::State& state) {
 
 BENCHMARK(BM_CpuForwardPositions)
     ->ArgNames({"s", "enc", "threads"})
-    ->ArgsProduct({{2048}, {0, 1, 2, 3}, {2}})
+    ->ArgsProduct({{2048}, {0, 1, 2, 3, 4}, {2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -482,6 +482,99 @@ TEST(PreparedAlgebraic, FloatRowsWithinFloatRoundingOfApply) {
   }
 }
 
+// Kogkalidis et al.'s grids bound to per-axis coordinates: float rows through one Schur
+// block per axis (descriptor.cc, SchurBlock) in float, double rows through the direct
+// sum's own Apply. 2-D (dims 8 + 45) and 3-D (6 + 7 + 32) grids, coordinates up to 2^31
+// and negative, 1 to 67 tokens: float rows within 3 d_axis 2^-24 ||x_axis|| of the
+// double rows per axis block (as the sequence's bound), Backward inverts, double rows
+// equal MakeAlgebraicGrid's Apply bit for bit.
+TEST(PreparedAlgebraic, GridBlocksPerAxis) {
+  std::mt19937_64 rng(61);
+  auto skew = [&](int64_t d) {
+    Eigen::MatrixXd m = Eigen::MatrixXd::Random(d, d);
+    return Eigen::MatrixXd(0.3 * (m - m.transpose()));
+  };
+  auto g2 = encodings::sequence::MakeAlgebraicGrid2D(skew(8), skew(45));
+  auto g3 = encodings::sequence::MakeAlgebraicGrid3D(skew(6), skew(7), skew(32));
+  ASSERT_TRUE(g2.ok() && g3.ok());
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D> t2(*g2);
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid3D> t3(*g3);
+  struct Case {
+    const RowTransform* tr;
+    std::vector<int64_t> dims;
+  };
+  for (const Case& c : {Case{&t2, {8, 45}}, Case{&t3, {6, 7, 32}}}) {
+    const int64_t axes = static_cast<int64_t>(c.dims.size());
+    int64_t d = 0;
+    for (int64_t x : c.dims) d += x;
+    for (int64_t n : {1, 5, 67}) {
+      std::vector<int64_t> coords(static_cast<size_t>(n * axes));
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t a = 0; a < axes; ++a) {
+          coords[t * axes + a] = a == 0 ? (int64_t{1} << 31) - t : (t * (a + 2)) % 11 - 5;
+        }
+      }
+      StructuredPositions sp;
+      sp.num_axes = axes;
+      sp.coords = coords;
+      auto prepared = c.tr->PrepareStructured(sp);
+      ASSERT_TRUE(prepared.ok()) << prepared.status();
+      const std::vector<float> x = RandomF(static_cast<size_t>(n * d), &rng);
+      std::vector<double> want(x.begin(), x.end());
+      ASSERT_TRUE((*prepared)->Forward(0, n, want.data(), d).ok());
+      if (axes == 2) {  // the double rows are the direct sum's Apply
+        std::vector<encodings::sequence::AlgebraicGrid2D::Element> el;
+        for (int64_t t = 0; t < n; ++t) el.push_back({coords[2 * t], coords[2 * t + 1]});
+        std::vector<double> apply(x.begin(), x.end());
+        ASSERT_TRUE(g2->Apply<double>(absl::MakeConstSpan(el), apply.data(), d, apply.data(), d).ok());
+        EXPECT_EQ(apply, want) << n;
+      }
+      std::vector<float> y = x;
+      ASSERT_TRUE((*prepared)->Forward(0, n, y.data(), d).ok());
+      for (int back = 0; back < 2; ++back) {
+        if (back) {
+          ASSERT_TRUE((*prepared)->Backward(0, n, y.data(), d).ok());
+        }
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t a = 0, off = 0; a < axes; off += c.dims[a], ++a) {
+            double norm = 0;
+            for (int64_t i = off; i < off + c.dims[a]; ++i) norm += double(x[t * d + i]) * x[t * d + i];
+            const double tol = (back ? 6.0 : 3.0) * c.dims[a] * 0x1p-24 * std::sqrt(norm);
+            for (int64_t i = off; i < off + c.dims[a]; ++i) {
+              ASSERT_NEAR(y[t * d + i], back ? double(x[t * d + i]) : want[t * d + i], tol)
+                  << axes << "-D, " << n << " tokens, token " << t << ", coordinate " << i
+                  << (back ? " (backward)" : "");
+            }
+          }
+        }
+      }
+      // Bound for scores only: inner products of two tokens' rows are the whole form's
+      // (double rows within 1e-12 d, float within 3 d 2^-24 ||x_i|| ||x_j||).
+      auto scores = c.tr->PrepareStructuredForScores(sp);
+      ASSERT_TRUE(scores.ok()) << scores.status();
+      std::vector<double> dz(x.begin(), x.end());
+      std::vector<float> fz = x;
+      ASSERT_TRUE((*scores)->Forward(0, n, dz.data(), d).ok());
+      ASSERT_TRUE((*scores)->Forward(0, n, fz.data(), d).ok());
+      auto dot = [d](const auto* u, const auto* v) {
+        double sum = 0;
+        for (int64_t i = 0; i < d; ++i) sum += double(u[i]) * double(v[i]);
+        return sum;
+      };
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+          const double w = dot(want.data() + i * d, want.data() + j * d);
+          EXPECT_NEAR(dot(dz.data() + i * d, dz.data() + j * d), w, 1e-12 * d) << axes << " " << i << " " << j;
+          const double bound = 3.0 * d * 0x1p-24 *
+                               std::sqrt(dot(x.data() + i * d, x.data() + i * d) *
+                                         dot(x.data() + j * d, x.data() + j * d));
+          EXPECT_NEAR(dot(fz.data() + i * d, fz.data() + j * d), w, bound) << axes << " " << i << " " << j;
+        }
+      }
+    }
+  }
+}
+
 // ScopedPrepareThreads (descriptor.h) nests and restores; a transform prepared on 1 and
 // on 3 threads rotates rows identically (each table entry is the same arithmetic,
 // whichever thread computes it): RoPE, GRAPE-M planes and GRAPE-M's rank-2 product.

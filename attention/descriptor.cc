@@ -301,7 +301,7 @@ inline void RotatePlaneRunF32(float* __restrict a, float* __restrict b,
 // RoPE's float rows: row r's table entry holds the cosines of its np planes (sorted
 // order) then their sines, at cs + r * 2 * np. Cloned for AVX-512, AVX2 + FMA and the
 // baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void PlanesRowsF32(
+GPE_TARGET_CLONES("avx512f", GPE_CLONE_AVX2_FMA, "default") void PlanesRowsF32(
     float* rows, int64_t count, int64_t stride, const PlaneRun* runs, int64_t num_runs,
     int64_t np, const float* cs, bool backward) {
   for (int64_t r = 0; r < count; ++r) {
@@ -471,7 +471,7 @@ std::vector<float> PackColumnSlabs(const std::vector<float>& w, int64_t d) {
 // shared by the four rows), the rows past the last multiple of 4 one by one; the columns
 // past the last slab from w, one by one. Cloned for AVX-512, AVX2 + FMA and the
 // baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void RowsTimesMatrixF32(
+GPE_TARGET_CLONES("avx512f", GPE_CLONE_AVX2_FMA, "default") void RowsTimesMatrixF32(
     const float* x, int64_t ldx, int64_t m, int64_t d, const float* w, const float* slabs,
     float* y, int64_t ldy) {
   typedef float V16 __attribute__((vector_size(64), aligned(4)));
@@ -732,7 +732,7 @@ inline void AddTwoScaled(float* __restrict z, const float* __restrict u,
 // at AVX-512 width) rather than one chain of d dependent additions; u_k and v_k are d
 // floats at u + k * d, v + k * d; cs holds (cos, sin) per row and generator. Cloned for
 // AVX-512, AVX2 + FMA and the baseline, the best chosen when the library loads.
-GPE_TARGET_CLONES("avx512f", "arch=x86-64-v3", "default") void Rank2ProductRowsF32(
+GPE_TARGET_CLONES("avx512f", GPE_CLONE_AVX2_FMA, "default") void Rank2ProductRowsF32(
     float* rows, int64_t count, int64_t stride, int64_t d, int64_t m, const float* u,
     const float* v, const uint8_t* skip, const float* cs, bool backward) {
   constexpr int64_t kLanes = 16;
@@ -1120,26 +1120,6 @@ void AddGridBlocks(const Grid& grid, const StructuredPositions& positions, int64
   (blocks->emplace_back(grid.template component<I>(), grid.offset(I), axis(I)), ...);
 }
 
-// A prepared transform shared with its owner (PreparedAlgebraic's double path for grids).
-class SharedPrepared final : public PreparedRowTransform {
- public:
-  explicit SharedPrepared(std::shared_ptr<PreparedRowTransform> t) : t_(std::move(t)) {}
-  absl::Status Forward(int64_t first, int64_t count, float* rows, int64_t stride) const override {
-    return t_->Forward(first, count, rows, stride);
-  }
-  absl::Status Forward(int64_t first, int64_t count, double* rows, int64_t stride) const override {
-    return t_->Forward(first, count, rows, stride);
-  }
-  absl::Status Backward(int64_t first, int64_t count, float* rows, int64_t stride) const override {
-    return t_->Backward(first, count, rows, stride);
-  }
-  absl::Status Backward(int64_t first, int64_t count, double* rows, int64_t stride) const override {
-    return t_->Backward(first, count, rows, stride);
-  }
-
- private:
-  std::shared_ptr<PreparedRowTransform> t_;
-};
 }  // namespace
 
 template <class Grid>
@@ -1162,20 +1142,22 @@ absl::StatusOr<std::unique_ptr<PreparedRowTransform>> AlgebraicGridRowTransform<
                                 " has coordinate INT64_MIN, which has no inverse"));
       }
     }
+    if (scores_only) continue;  // the double rows take the blocks (no elements needed)
     // (x_1, .., x_n)^-1 = (-x_1, .., -x_n) in Z^n: W^{-x} = (W^x)^T (sec. 3.3).
     elements.push_back(GridElement<Element>(c, false, std::make_index_sequence<kAxes>{}));
     inverses.push_back(GridElement<Element>(c, true, std::make_index_sequence<kAxes>{}));
   }
   // Float rows through one Schur block per axis (its coordinate per token); double rows
-  // through the direct sum's own Apply (PreparedElements, the reference's arithmetic).
+  // of the whole form through the direct sum's own Apply (PreparedElements, the
+  // reference's arithmetic).
   std::vector<SchurBlock> blocks;
   AddGridBlocks(grid_, positions, n, &blocks, std::make_index_sequence<kAxes>{});
-  auto exact = std::make_shared<PreparedElements<Grid>>(grid_, std::move(elements),
-                                                        std::move(inverses));
   return std::unique_ptr<PreparedRowTransform>(new PreparedAlgebraic(
       std::move(blocks), n, scores_only,
-      [&exact](const std::vector<SchurBlock>&) -> std::unique_ptr<PreparedRowTransform> {
-        return std::make_unique<SharedPrepared>(exact);
+      [&](const std::vector<SchurBlock>&) -> std::unique_ptr<PreparedRowTransform> {
+        if (scores_only) return nullptr;
+        return std::make_unique<PreparedElements<Grid>>(grid_, std::move(elements),
+                                                        std::move(inverses));
       }));
 }
 

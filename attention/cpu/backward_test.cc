@@ -418,6 +418,61 @@ TEST(CpuBackward, RotatedGradientsInTheTransformsOwnBasis) {
   }
 }
 
+// The same for a 2-D algebraic grid (one Schur block per axis, dims 8 and 7: the
+// conversion runs block by block at each block's offset) on structured (row, column)
+// coordinates, against the direct sum's Apply of dq and dk.
+TEST(CpuBackward, RotatedGradientsOfAGridInItsOwnBasis) {
+  std::mt19937_64 rng(79);
+  const int64_t l = 29, hq = 2;
+  auto skew = [&](int64_t m) {
+    Eigen::MatrixXd a = Eigen::MatrixXd::Random(m, m);
+    return Eigen::MatrixXd(0.4 * (a - a.transpose()));
+  };
+  auto g2 = encodings::sequence::MakeAlgebraicGrid2D(skew(8), skew(7));
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  const int64_t d = g2->dim();
+  AlgebraicGridRowTransform<encodings::sequence::AlgebraicGrid2D> tr(*g2);
+  AttentionArgs a = Bshd(1, l, l, hq, hq, d);
+  a.causal = true;
+  std::vector<int64_t> rc(static_cast<size_t>(2 * l));
+  std::vector<encodings::sequence::AlgebraicGrid2D::Element> el;
+  for (int64_t t = 0; t < l; ++t) {
+    rc[2 * t] = t / 6, rc[2 * t + 1] = t % 6;
+    el.push_back({t / 6, t % 6});
+  }
+  a.q_transform = a.k_transform = &tr;
+  a.q_structured.num_axes = a.k_structured.num_axes = 2;
+  a.q_structured.coords = a.k_structured.coords = rc;
+  const size_t n = Extent(a, a.q, true);
+  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
+                     w = RandomF(n, &rng);
+  std::vector<float> dq(n), dk(n), dv(n), dq_rot(n), dk_rot(n);
+  CpuBackwardExtras extras;
+  extras.dq_rotated = dq_rot.data();
+  extras.dk_rotated = dk_rot.data();
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(),
+                          dq.data(), dk.data(), dv.data(), nullptr, {}, extras)
+                  .ok());
+  for (const auto& [g, rot] : {std::make_pair(&dq, &dq_rot), std::make_pair(&dk, &dk_rot)}) {
+    for (int64_t h = 0; h < hq; ++h) {
+      std::vector<double> want(static_cast<size_t>(l * d));
+      for (int64_t t = 0; t < l; ++t) {
+        for (int64_t c = 0; c < d; ++c) want[t * d + c] = (*g)[(t * hq + h) * d + c];
+      }
+      ASSERT_TRUE(g2->Apply<double>(absl::MakeConstSpan(el), want.data(), d, want.data(), d).ok());
+      double big = 0;
+      for (double x : want) big = std::max(big, std::fabs(x));
+      ASSERT_GT(big, 1e-3);
+      for (int64_t t = 0; t < l; ++t) {
+        for (int64_t c = 0; c < d; ++c) {
+          EXPECT_NEAR((*rot)[(t * hq + h) * d + c], want[t * d + c], 1e-5 * big)
+              << (g == &dq ? "dq" : "dk") << " head " << h << " token " << t << " coordinate " << c;
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {
   // dL/d(a, b, omega) of learned GRAPE-M generators: dq', dk' from the kernel, then
   // GrapeMProduct::Backward on each side, against central differences of the double

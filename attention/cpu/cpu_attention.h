@@ -29,7 +29,8 @@
 // MEMORY: per thread, O(len_k x head_dim) for the item's packed keys and values (the
 // longest key sequence) plus O(block_q x (block_k + head_dim)) of tiles; the q and k
 // transforms' prepared state is O((tokens_q + tokens_k) x head_dim) shared (the
-// algebraic encoding adds four head_dim x head_dim float matrices), and Shaw
+// algebraic encodings add four d_i x d_i float matrices per Schur block: d_i = head_dim
+// for a sequence, each axis' size for a grid), and Shaw
 // labels add O(rows x (2k + 1)) per thread. Decoding shapes (split keys) score from key
 // rows and keep no packed keys: O(len_k x value_dim) per thread for value copies. No
 // len_q x len_k matrix is ever formed. CpuForwardWorkspaceBytes gives the total.
@@ -198,7 +199,7 @@ absl::Status CpuBackward(const AttentionArgs& args, const encodings::sequence::B
 
 // Extra memory CpuForward allocates for these arguments (bytes, all threads together,
 // including the prepared transforms' tables estimated at 2 floats per position and
-// component, not the algebraic encoding's head_dim^2 matrices), counted for float32 tensors (with options' float32_arithmetic where the
+// component, not the algebraic encodings' d_i^2 matrices), counted for float32 tensors (with options' float32_arithmetic where the
 // tiles are usable).
 absl::StatusOr<int64_t> CpuForwardWorkspaceBytes(const AttentionArgs& args,
                                                  const CpuAttentionOptions& options = {});

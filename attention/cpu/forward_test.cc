@@ -571,6 +571,26 @@ TEST(PreparedAlgebraic, GridBlocksPerAxis) {
           EXPECT_NEAR(dot(fz.data() + i * d, fz.data() + j * d), w, bound) << axes << " " << i << " " << j;
         }
       }
+      double moved = 0;  // another basis than the whole form's
+      for (int64_t i = 0; i < n * d; ++i) moved = std::max(moved, std::fabs(dz[i] - want[i]));
+      EXPECT_GT(moved, 1e-3) << axes;
+      for (int64_t t = 0; t < n; ++t) {  // one row from an offset into the tables
+        std::vector<float> one(x.begin() + t * d, x.begin() + (t + 1) * d);
+        ASSERT_TRUE((*scores)->Forward(t, 1, one.data(), d).ok());
+        EXPECT_TRUE(std::equal(one.begin(), one.end(), fz.begin() + t * d)) << axes << " " << t;
+        std::vector<double> done(x.begin() + t * d, x.begin() + (t + 1) * d);
+        ASSERT_TRUE((*scores)->Forward(t, 1, done.data(), d).ok());
+        EXPECT_TRUE(std::equal(done.begin(), done.end(), dz.begin() + t * d)) << axes << " " << t;
+      }
+      ASSERT_TRUE((*scores)->Backward(0, n, dz.data(), d).ok());
+      ASSERT_TRUE((*scores)->Backward(0, n, fz.data(), d).ok());
+      for (int64_t t = 0; t < n; ++t) {
+        const double norm = std::sqrt(dot(x.data() + t * d, x.data() + t * d));
+        for (int64_t i = 0; i < d; ++i) {
+          EXPECT_NEAR(dz[t * d + i], x[t * d + i], 1e-12 * d * norm) << axes << " backward";
+          EXPECT_NEAR(fz[t * d + i], x[t * d + i], 6.0 * d * 0x1p-24 * norm) << axes << " backward";
+        }
+      }
     }
   }
 }

@@ -6,6 +6,7 @@
 #include "attention/cpu/cpu_attention.h"
 
 #include <cmath>
+#include <functional>
 #include <cstdint>
 #include <random>
 #include <string>
@@ -369,6 +370,53 @@ TEST(CpuBackward, BiasGradientSinkMatchesReference) {
   EXPECT_GT(total, 1e-3);  // the gradient is not trivially zero
 }
 
+// One gradient's rows (hq heads, bshd) against apply of the same rows, head by head.
+void ExpectHeadsTurned(const std::vector<float>& g, const std::vector<float>& rot, int64_t l,
+                       int64_t hq, int64_t d, const char* what,
+                       const std::function<absl::Status(double*)>& apply) {
+  for (int64_t h = 0; h < hq; ++h) {
+    std::vector<double> want(static_cast<size_t>(l * d));
+    for (int64_t t = 0; t < l; ++t) {
+      for (int64_t c = 0; c < d; ++c) want[t * d + c] = g[(t * hq + h) * d + c];
+    }
+    ASSERT_TRUE(apply(want.data()).ok()) << what;
+    double big = 0;
+    for (double x : want) big = std::max(big, std::fabs(x));
+    ASSERT_GT(big, 1e-3) << what;
+    for (int64_t t = 0; t < l; ++t) {
+      for (int64_t c = 0; c < d; ++c) {
+        EXPECT_NEAR(rot[(t * hq + h) * d + c], want[t * d + c], 1e-5 * big)
+            << what << " head " << h << " token " << t << " coordinate " << c;
+      }
+    }
+  }
+}
+
+// CpuBackward of a (l tokens x hq heads x d, bshd, random q, k, v and d_o) with
+// dq_rotated / dk_rotated, each against T(p) g for its gradient g (dq, dk): apply(rows)
+// turns one head's l rows (stride d, double) by T(p). Within 1e-5 of the rows' largest
+// entry (float sums of O(10) terms); rows in another basis are off by O(1) of it.
+void ExpectRotatedGradients(const AttentionArgs& a, int64_t l, int64_t hq, int64_t d,
+                            std::mt19937_64* rng,
+                            const std::function<absl::Status(double*)>& apply) {
+  const size_t n = Extent(a, a.q, true);
+  std::vector<float> q = RandomF(n, rng), k = RandomF(n, rng), v = RandomF(n, rng),
+                     w = RandomF(n, rng);
+  std::vector<float> dq(n), dk(n), dv(n), dq_rot(n), dk_rot(n);
+  CpuBackwardExtras extras;
+  extras.dq_rotated = dq_rot.data();
+  extras.dk_rotated = dk_rot.data();
+  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(),
+                          dq.data(), dk.data(), dv.data(), nullptr, {}, extras)
+                  .ok());
+  for (int pass = 0; pass < 2; ++pass) {
+    const std::vector<float>& g = pass == 0 ? dq : dk;
+    const std::vector<float>& rot = pass == 0 ? dq_rot : dk_rot;
+    const char* what = pass == 0 ? "dq" : "dk";
+    ExpectHeadsTurned(g, rot, l, hq, d, what, apply);
+  }
+}
+
 // dq_rotated / dk_rotated with the algebraic encoding, which the kernels bind for scores
 // only (R(p) Q'^T): the extras must still be dL/d(T(p) q) for T(p) = Q R(p) Q^T, i.e.
 // T(p) dq (dq = T(p)^T dq_rotated, T orthogonal), as AlgebraicSequence::Backward needs
@@ -386,36 +434,11 @@ TEST(CpuBackward, RotatedGradientsInTheTransformsOwnBasis) {
   AttentionArgs a = Bshd(1, l, l, hq, hq, d);
   a.causal = true;
   a.q_transform = a.k_transform = &tr;
-  const size_t n = Extent(a, a.q, true);
-  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
-                     w = RandomF(n, &rng);
-  std::vector<float> dq(n), dk(n), dv(n), dq_rot(n), dk_rot(n);
-  CpuBackwardExtras extras;
-  extras.dq_rotated = dq_rot.data();
-  extras.dk_rotated = dk_rot.data();
-  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(),
-                          dq.data(), dk.data(), dv.data(), nullptr, {}, extras)
-                  .ok());
   std::vector<int64_t> pos(l);
   for (int64_t t = 0; t < l; ++t) pos[t] = t;
-  for (const auto& [g, rot] : {std::make_pair(&dq, &dq_rot), std::make_pair(&dk, &dk_rot)}) {
-    for (int64_t h = 0; h < hq; ++h) {
-      std::vector<double> want(static_cast<size_t>(l * d));
-      for (int64_t t = 0; t < l; ++t) {
-        for (int64_t c = 0; c < d; ++c) want[t * d + c] = (*g)[(t * hq + h) * d + c];
-      }
-      ASSERT_TRUE(alg->Apply<double>(pos, want.data(), d, want.data(), d).ok());
-      double big = 0;
-      for (double x : want) big = std::max(big, std::fabs(x));
-      ASSERT_GT(big, 1e-3);
-      for (int64_t t = 0; t < l; ++t) {
-        for (int64_t c = 0; c < d; ++c) {
-          EXPECT_NEAR((*rot)[(t * hq + h) * d + c], want[t * d + c], 1e-5 * big)
-              << (g == &dq ? "dq" : "dk") << " head " << h << " token " << t << " coordinate " << c;
-        }
-      }
-    }
-  }
+  ExpectRotatedGradients(a, l, hq, d, &rng, [&](double* rows) {
+    return alg->Apply<double>(pos, rows, d, rows, d);
+  });
 }
 
 // The same for a 2-D algebraic grid (one Schur block per axis, dims 8 and 7: the
@@ -443,34 +466,9 @@ TEST(CpuBackward, RotatedGradientsOfAGridInItsOwnBasis) {
   a.q_transform = a.k_transform = &tr;
   a.q_structured.num_axes = a.k_structured.num_axes = 2;
   a.q_structured.coords = a.k_structured.coords = rc;
-  const size_t n = Extent(a, a.q, true);
-  std::vector<float> q = RandomF(n, &rng), k = RandomF(n, &rng), v = RandomF(n, &rng),
-                     w = RandomF(n, &rng);
-  std::vector<float> dq(n), dk(n), dv(n), dq_rot(n), dk_rot(n);
-  CpuBackwardExtras extras;
-  extras.dq_rotated = dq_rot.data();
-  extras.dk_rotated = dk_rot.data();
-  ASSERT_TRUE(CpuBackward(a, q.data(), k.data(), v.data(), nullptr, nullptr, w.data(),
-                          dq.data(), dk.data(), dv.data(), nullptr, {}, extras)
-                  .ok());
-  for (const auto& [g, rot] : {std::make_pair(&dq, &dq_rot), std::make_pair(&dk, &dk_rot)}) {
-    for (int64_t h = 0; h < hq; ++h) {
-      std::vector<double> want(static_cast<size_t>(l * d));
-      for (int64_t t = 0; t < l; ++t) {
-        for (int64_t c = 0; c < d; ++c) want[t * d + c] = (*g)[(t * hq + h) * d + c];
-      }
-      ASSERT_TRUE(g2->Apply<double>(absl::MakeConstSpan(el), want.data(), d, want.data(), d).ok());
-      double big = 0;
-      for (double x : want) big = std::max(big, std::fabs(x));
-      ASSERT_GT(big, 1e-3);
-      for (int64_t t = 0; t < l; ++t) {
-        for (int64_t c = 0; c < d; ++c) {
-          EXPECT_NEAR((*rot)[(t * hq + h) * d + c], want[t * d + c], 1e-5 * big)
-              << (g == &dq ? "dq" : "dk") << " head " << h << " token " << t << " coordinate " << c;
-        }
-      }
-    }
-  }
+  ExpectRotatedGradients(a, l, hq, d, &rng, [&](double* rows) {
+    return g2->Apply<double>(absl::MakeConstSpan(el), rows, d, rows, d);
+  });
 }
 
 TEST(CpuBackward, GrapeMGeneratorGradientsThroughTheKernel) {

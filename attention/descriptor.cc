@@ -610,12 +610,26 @@ class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
       return absl::OkStatus();
     }
   }
+  // Rows of the Schur coordinates at a time: they stay in L1 / L2 between the products.
+  static constexpr int64_t kRows = 64;
+  // This thread's kRows x d buffer for the Schur coordinates (the transforms run per tile:
+  // no allocation per call).
+  static float* Coordinates(int64_t d) {
+    thread_local std::vector<float> y;
+    if (y.size() < static_cast<size_t>(kRows * d)) y.resize(static_cast<size_t>(kRows * d));
+    return y.data();
+  }
+  // x <- Q' x on m rows of block b (stride apart), through y.
+  static void TimesQp(const SchurBlock& b, float* x, int64_t m, int64_t stride, float* y) {
+    RowsTimesMatrixF32(x, stride, m, b.d, b.qpt.data(), b.qpt_slabs.data(), y, b.d);
+    for (int64_t r = 0; r < m; ++r) {
+      std::memcpy(x + r * stride, y + r * b.d, static_cast<size_t>(b.d) * sizeof(float));
+    }
+  }
   void RunFloat(const SchurBlock& b, int64_t first, int64_t count, float* rows, int64_t stride,
                 bool backward) const {
     if (count == 0 || b.d == 0) return;
-    // Blocks of rows whose Schur coordinates stay in L1 / L2 between the products.
-    constexpr int64_t kRows = 64;
-    std::vector<float> y(static_cast<size_t>(std::min(count, kRows) * b.d));
+    float* y = Coordinates(b.d);
     const PlaneRun run{0, b.np, 0, b.np};
     for (int64_t r0 = 0; r0 < count; r0 += kRows) {
       const int64_t m = std::min(kRows, count - r0);
@@ -623,40 +637,32 @@ class PreparedAlgebraic final : public PreparedFromRun<PreparedAlgebraic> {
       const float* cs = b.csf.data() + static_cast<size_t>(first + r0) * 2 * b.np;
       if (scores_only_ && backward) {  // Q' R^T g: the planes in place, then Q'
         if (b.np > 0) PlanesRowsF32(x, m, stride, &run, 1, b.np, cs, /*backward=*/true);
-        RowsTimesMatrixF32(x, stride, m, b.d, b.qpt.data(), b.qpt_slabs.data(), y.data(), b.d);
-        CopyRows(y.data(), m, b.d, x, stride);
+        TimesQp(b, x, m, stride, y);
         continue;
       }
-      RowsTimesMatrixF32(x, stride, m, b.d, b.qp.data(), b.qp_slabs.data(), y.data(), b.d);
-      if (b.np > 0) PlanesRowsF32(y.data(), m, b.d, &run, 1, b.np, cs, backward);
+      RowsTimesMatrixF32(x, stride, m, b.d, b.qp.data(), b.qp_slabs.data(), y, b.d);
+      if (b.np > 0) PlanesRowsF32(y, m, b.d, &run, 1, b.np, cs, backward);
       if (scores_only_) {  // R Q'^T x: the Schur coordinates are the rows
-        CopyRows(y.data(), m, b.d, x, stride);
+        for (int64_t r = 0; r < m; ++r) {
+          std::memcpy(x + r * stride, y + r * b.d, static_cast<size_t>(b.d) * sizeof(float));
+        }
       } else {
-        RowsTimesMatrixF32(y.data(), b.d, m, b.d, b.qpt.data(), b.qpt_slabs.data(), x, stride);
+        RowsTimesMatrixF32(y, b.d, m, b.d, b.qpt.data(), b.qpt_slabs.data(), x, stride);
       }
     }
   }
   // Scores-only bindings: y = Q'^T z per block, so dL/dz = Q' dL/dy.
   absl::Status GradientsToTransformBasis(float* rows, int64_t count,
                                          int64_t stride) const override {
-    if (!scores_only_ || count == 0) return absl::OkStatus();
-    constexpr int64_t kRows = 64;
+    if (!scores_only_) return absl::OkStatus();
     for (const SchurBlock& b : blocks_) {
       if (b.d == 0) continue;
-      std::vector<float> y(static_cast<size_t>(std::min(count, kRows) * b.d));
+      float* y = Coordinates(b.d);
       for (int64_t r0 = 0; r0 < count; r0 += kRows) {
-        const int64_t m = std::min(kRows, count - r0);
-        float* x = rows + r0 * stride + b.offset;
-        RowsTimesMatrixF32(x, stride, m, b.d, b.qpt.data(), b.qpt_slabs.data(), y.data(), b.d);
-        CopyRows(y.data(), m, b.d, x, stride);
+        TimesQp(b, rows + r0 * stride + b.offset, std::min(kRows, count - r0), stride, y);
       }
     }
     return absl::OkStatus();
-  }
-  static void CopyRows(const float* y, int64_t m, int64_t d, float* x, int64_t stride) {
-    for (int64_t r = 0; r < m; ++r) {
-      std::memcpy(x + r * stride, y + r * d, static_cast<size_t>(d) * sizeof(float));
-    }
   }
   // The scores-only form of one block on double rows: y = Q^T x, the planes (2k, 2k + 1)
   // turned by p phi_k (their exact cos / sin, as SchurRotation::Apply) in double, the

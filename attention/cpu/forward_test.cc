@@ -52,6 +52,34 @@ using test::Thd;
 using encodings::sequence::CoordinatePlane;
 using encodings::sequence::GrapeMCommutingPlanes;
 
+// sum_c u[c] v[c] in double.
+template <class A, class B>
+double RowDot(const A* u, const B* v, int64_t d) {
+  double sum = 0;
+  for (int64_t c = 0; c < d; ++c) sum += double(u[c]) * double(v[c]);
+  return sum;
+}
+
+// A scores-only binding's rows of x (dz double, fz float; n tokens of d) have the whole
+// form's (full) inner products between every pair of tokens: double rows within 1e-12 d
+// of O(d) sums, float rows within 3 d 2^-24 ||x_i|| ||x_j||.
+void ExpectWholeFormInnerProducts(const std::vector<float>& x, const std::vector<double>& full,
+                                  const std::vector<double>& dz, const std::vector<float>& fz,
+                                  int64_t n, int64_t d, const std::string& what) {
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double want = RowDot(full.data() + i * d, full.data() + j * d, d);
+      EXPECT_NEAR(RowDot(dz.data() + i * d, dz.data() + j * d, d), want, 1e-12 * d)
+          << what << " " << i << " " << j;
+      const double bound = 3.0 * d * 0x1p-24 *
+                           std::sqrt(RowDot(x.data() + i * d, x.data() + i * d, d) *
+                                     RowDot(x.data() + j * d, x.data() + j * d, d));
+      EXPECT_NEAR(RowDot(fz.data() + i * d, fz.data() + j * d, d), want, bound)
+          << what << " " << i << " " << j;
+    }
+  }
+}
+
 // GRAPE-M commuting planes on float rows x (d per token, at positions pos) through a
 // prepared transform: the rows rotated in float with the cosines and sines rounded to
 // float, against the plain Apply's double arithmetic rounded once. Plane (f, s) gives
@@ -454,21 +482,7 @@ TEST(PreparedAlgebraic, FloatRowsWithinFloatRoundingOfApply) {
     ASSERT_TRUE((*scores)->Forward(0, n, dz.data(), d).ok());
     std::vector<float> fz = x;
     ASSERT_TRUE((*scores)->Forward(0, n, fz.data(), d).ok());
-    auto dot = [d](const auto* u, const auto* v) {
-      double sum = 0;
-      for (int64_t c = 0; c < d; ++c) sum += double(u[c]) * double(v[c]);
-      return sum;
-    };
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        const double want = dot(full.data() + i * d, full.data() + j * d);
-        EXPECT_NEAR(dot(dz.data() + i * d, dz.data() + j * d), want, 1e-12 * d) << d << " " << i << " " << j;
-        const double bound = 3.0 * d * 0x1p-24 *
-                             std::sqrt(dot(x.data() + i * d, x.data() + i * d) *
-                                       dot(x.data() + j * d, x.data() + j * d));
-        EXPECT_NEAR(dot(fz.data() + i * d, fz.data() + j * d), want, bound) << d << " " << i << " " << j;
-      }
-    }
+    ExpectWholeFormInnerProducts(x, full, dz, fz, n, d, "d " + std::to_string(d));
     if (d > 7) {
       EXPECT_GT(std::fabs(dz[1] - full[1]), 1e-6);  // another basis
     }
@@ -476,7 +490,7 @@ TEST(PreparedAlgebraic, FloatRowsWithinFloatRoundingOfApply) {
     for (int64_t i = 0; i < n * d; ++i) EXPECT_NEAR(dz[i], x[i], 1e-12) << d << " " << i;
     ASSERT_TRUE((*scores)->Backward(0, n, fz.data(), d).ok());
     for (int64_t i = 0; i < n * d; ++i) {
-      const double norm = std::sqrt(dot(x.data() + (i / d) * d, x.data() + (i / d) * d));
+      const double norm = std::sqrt(RowDot(x.data() + (i / d) * d, x.data() + (i / d) * d, d));
       EXPECT_NEAR(fz[i], x[i], 6.0 * d * 0x1p-24 * norm) << d << " " << i;
     }
   }
@@ -556,21 +570,7 @@ TEST(PreparedAlgebraic, GridBlocksPerAxis) {
       std::vector<float> fz = x;
       ASSERT_TRUE((*scores)->Forward(0, n, dz.data(), d).ok());
       ASSERT_TRUE((*scores)->Forward(0, n, fz.data(), d).ok());
-      auto dot = [d](const auto* u, const auto* v) {
-        double sum = 0;
-        for (int64_t i = 0; i < d; ++i) sum += double(u[i]) * double(v[i]);
-        return sum;
-      };
-      for (int64_t i = 0; i < n; ++i) {
-        for (int64_t j = 0; j < n; ++j) {
-          const double w = dot(want.data() + i * d, want.data() + j * d);
-          EXPECT_NEAR(dot(dz.data() + i * d, dz.data() + j * d), w, 1e-12 * d) << axes << " " << i << " " << j;
-          const double bound = 3.0 * d * 0x1p-24 *
-                               std::sqrt(dot(x.data() + i * d, x.data() + i * d) *
-                                         dot(x.data() + j * d, x.data() + j * d));
-          EXPECT_NEAR(dot(fz.data() + i * d, fz.data() + j * d), w, bound) << axes << " " << i << " " << j;
-        }
-      }
+      ExpectWholeFormInnerProducts(x, want, dz, fz, n, d, std::to_string(axes) + "-D");
       double moved = 0;  // another basis than the whole form's
       for (int64_t i = 0; i < n * d; ++i) moved = std::max(moved, std::fabs(dz[i] - want[i]));
       EXPECT_GT(moved, 1e-3) << axes;
@@ -585,7 +585,7 @@ TEST(PreparedAlgebraic, GridBlocksPerAxis) {
       ASSERT_TRUE((*scores)->Backward(0, n, dz.data(), d).ok());
       ASSERT_TRUE((*scores)->Backward(0, n, fz.data(), d).ok());
       for (int64_t t = 0; t < n; ++t) {
-        const double norm = std::sqrt(dot(x.data() + t * d, x.data() + t * d));
+        const double norm = std::sqrt(RowDot(x.data() + t * d, x.data() + t * d, d));
         for (int64_t i = 0; i < d; ++i) {
           EXPECT_NEAR(dz[t * d + i], x[t * d + i], 1e-12 * d * norm) << axes << " backward";
           EXPECT_NEAR(fz[t * d + i], x[t * d + i], 6.0 * d * 0x1p-24 * norm) << axes << " backward";

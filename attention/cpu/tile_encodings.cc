@@ -79,6 +79,32 @@ bool ToeplitzDiagonal(const encodings::sequence::AdditiveBias& bias,
   return bias.FillDistances(head, first, width, scratch->diagonal.data()).ok();
 }
 
+// The bias tile of nr x nk scores for reading, columns [0, ncols) (ncols >= nk): a
+// Toeplitz tile's diagonals (*ld = -1, row r from offset nr - 1 - r; no tile formed), else
+// the tile formed in `tile` (*ld = ldt). Columns past nk hold finite values (the next
+// diagonals' or zeros).
+absl::StatusOr<const float*> ViewBiasTile(const encodings::sequence::AdditiveBias& bias,
+                                          int64_t head, const int64_t* qpos, int64_t nr,
+                                          const int64_t* kpos, int64_t nk, int64_t ncols,
+                                          float* tile, int64_t ldt, BiasScratch* scratch,
+                                          int64_t* ld) {
+  if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {
+    // Row r reads [nr - 1 - r, nr - 1 - r + ncols): the differences, then zeros.
+    scratch->diagonal.resize(static_cast<size_t>(nr - 1 + ncols));
+    std::fill(scratch->diagonal.begin() + (nr + nk - 1), scratch->diagonal.end(), 0.0f);
+    *ld = -1;
+    return static_cast<const float*>(scratch->diagonal.data() + (nr - 1));
+  }
+  if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
+                                      absl::MakeConstSpan(kpos, nk), tile, ldt);
+      !st.ok()) {
+    return st;
+  }
+  for (int64_t r = 0; r < nr; ++r) std::fill(tile + r * ldt + nk, tile + r * ldt + ncols, 0.0f);
+  *ld = ldt;
+  return static_cast<const float*>(tile);
+}
+
 }  // namespace
 
 absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head,
@@ -97,16 +123,11 @@ absl::Status AddBias(const encodings::sequence::AdditiveBias& bias, int64_t head
     AddSeparableTile(s, lds, scratch->row_part.data(), scratch->col_part.data(), nr, nk, scale);
     return absl::OkStatus();
   }
-  if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {  // no tile formed
-    AddScaledTile(s, lds, scratch->diagonal.data() + (nr - 1), -1, nr, nk, scale);
-    return absl::OkStatus();
-  }
-  if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
-                                      absl::MakeConstSpan(kpos, nk), tile, ldt);
-      !st.ok()) {
-    return st;
-  }
-  AddScaledTile(s, lds, tile, ldt, nr, nk, scale);
+  int64_t ld = 0;
+  absl::StatusOr<const float*> t =
+      ViewBiasTile(bias, head, qpos, nr, kpos, nk, /*ncols=*/nk, tile, ldt, scratch, &ld);
+  if (!t.ok()) return t.status();
+  AddScaledTile(s, lds, *t, ld, nr, nk, scale);
   return absl::OkStatus();
 }
 
@@ -116,22 +137,7 @@ absl::StatusOr<const float*> BiasTileForScores(const encodings::sequence::Additi
                                                float* tile, int64_t ldt, BiasScratch* scratch,
                                                int64_t* ld) {
   if (!bias.relative() || bias.needs_token_data()) return nullptr;
-  if (ToeplitzDiagonal(bias, head, qpos, nr, kpos, nk, scratch)) {
-    // Row r reads [nr - 1 - r, nr - 1 - r + ncols): the differences, then zeros (finite
-    // values past nk, whose scores AdjustScores sets to -inf).
-    scratch->diagonal.resize(static_cast<size_t>(nr - 1 + ncols));
-    std::fill(scratch->diagonal.begin() + (nr + nk - 1), scratch->diagonal.end(), 0.0f);
-    *ld = -1;
-    return scratch->diagonal.data() + (nr - 1);
-  }
-  if (absl::Status st = bias.FillTile(head, absl::MakeConstSpan(qpos, nr),
-                                      absl::MakeConstSpan(kpos, nk), tile, ldt);
-      !st.ok()) {
-    return st;
-  }
-  for (int64_t r = 0; r < nr; ++r) std::fill(tile + r * ldt + nk, tile + r * ldt + ncols, 0.0f);
-  *ld = ldt;
-  return static_cast<const float*>(tile);
+  return ViewBiasTile(bias, head, qpos, nr, kpos, nk, ncols, tile, ldt, scratch, ld);
 }
 
 ShawTables MakeShawTables(const AttentionArgs& a, const Plan& p) {
